@@ -1,0 +1,267 @@
+"""The connector extension point.
+
+A connector is a class registered under the ``combined.connectors`` entry-point
+group. It implements :class:`Source` (usually by subclassing
+:class:`BaseSource`). The engine builds it with the source's configuration,
+secrets already resolved, at connect time only.
+
+Reading returns an :class:`Extraction`: an iterator of record batches and
+state messages bound to one :class:`~combined.protocol.ExtractionAuthority`,
+which accepts exactly one terminal outcome once the engine knows whether the
+lake commit landed.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+
+from combined.protocol import (
+    ExtractionAuthority,
+    ExtractionReceipt,
+    Message,
+    TerminalOutcome,
+    TerminalReceipt,
+    utcnow,
+)
+
+Strategy = Literal["snapshot", "cursor", "cdc"]
+SyncMode = Literal["incremental", "append", "full_refresh"]
+
+
+@dataclass(frozen=True, slots=True)
+class FieldInfo:
+    """One column as the source reports it."""
+
+    name: str
+    arrow_type: str
+    source_type: str
+    nullable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class CursorCandidate:
+    """A column that could serve as a cursor, with the evidence for it."""
+
+    column: str
+    evidence: str
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetDiscovery:
+    """What a connector knows about one relation of the source."""
+
+    name: str
+    relation: str
+    kind: str
+    fields: tuple[FieldInfo, ...]
+    primary_key: tuple[str, ...] = ()
+    unique_keys: tuple[tuple[str, ...], ...] = ()
+    cursor_candidates: tuple[CursorCandidate, ...] = ()
+    strategies: tuple[Strategy, ...] = ("snapshot",)
+    sync_modes: tuple[SyncMode, ...] = ("incremental", "append", "full_refresh")
+    estimated_rows: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Discovery:
+    """Everything a connector reported about a source at one time."""
+
+    connector: str
+    revision: str
+    datasets: tuple[DatasetDiscovery, ...]
+    discovered_at: datetime = field(default_factory=utcnow)
+
+    def dataset(self, name: str) -> DatasetDiscovery | None:
+        """The discovery of one dataset by name or relation, if reported."""
+        for d in self.datasets:
+            if d.name == name or d.relation == name:
+                return d
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class CursorSpec:
+    """A declared cursor: the column, its overlap window and its trust basis."""
+
+    column: str
+    lookback: Any = None
+    trust: str = "declared"
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    """What the engine asks a connector to read for one dataset.
+
+    ``state`` is the last committed checkpoint (``None`` on a first read).
+    ``batch_rows`` bounds each yielded batch. ``bounds`` optionally restricts
+    the read to a key or time range (partitioned backfill).
+    """
+
+    dataset: str
+    relation: str
+    key: tuple[str, ...]
+    strategy: Strategy
+    state: Mapping[str, Any] | None = None
+    cursor: CursorSpec | None = None
+    columns: tuple[str, ...] | None = None
+    batch_rows: int = 65_536
+    bounds: Mapping[str, Any] | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Extraction(Protocol):
+    """One source read in progress."""
+
+    @property
+    def authority(self) -> ExtractionAuthority:
+        """The single owner of this read's receipt."""
+        ...
+
+    @property
+    def receipt(self) -> ExtractionReceipt:
+        """The latest frozen receipt (always read from the authority)."""
+        ...
+
+    def __iter__(self) -> Iterator[Message]:
+        """Yield record batches and state messages, in source order."""
+        ...
+
+    def finish(self, outcome: TerminalOutcome) -> TerminalReceipt:
+        """Accept the one terminal decision; repeats return the first receipt."""
+        ...
+
+
+@runtime_checkable
+class Source(Protocol):
+    """A connection to a provider system."""
+
+    #: The connector's registered name (``sqlite``, ``postgres``).
+    name: ClassVar[str]
+    #: The connector's revision, frozen into every Admission.
+    revision: ClassVar[str]
+    #: Capabilities: which capture strategies this connector implements.
+    SUPPORTS_SNAPSHOT: ClassVar[bool]
+    SUPPORTS_CURSOR: ClassVar[bool]
+    SUPPORTS_CDC: ClassVar[bool]
+    #: Whether ``read`` honours ``ReadRequest.bounds`` for partitioned reads.
+    SUPPORTS_PARTITIONS: ClassVar[bool]
+
+    def check(self) -> None:
+        """Connect and authenticate; raise a ``SourceError`` subclass if impossible."""
+        ...
+
+    def discover(self) -> Discovery:
+        """Report datasets, fields, keys, cursor candidates and strategies."""
+        ...
+
+    def read(self, request: ReadRequest) -> Extraction:
+        """Start reading one dataset; nothing is read until the result is iterated."""
+        ...
+
+    def close(self) -> None:
+        """Release connections held by the source."""
+        ...
+
+
+class BaseExtraction(abc.ABC):
+    """Helper base for :class:`Extraction`: one terminal decision, exactly once.
+
+    Subclasses implement :meth:`_messages` (the generator, which must call
+    ``self.authority.acquire()`` when it truly starts reading and
+    ``complete()`` after proving exhaustion), and may override
+    :meth:`_release` to close live source resources; ``retain`` says whether
+    durable file evidence must be kept.
+    """
+
+    def __init__(self, authority: ExtractionAuthority | None = None) -> None:
+        self._authority = authority or ExtractionAuthority()
+        self._terminal: TerminalReceipt | None = None
+        self._terminal_lock = threading.Lock()
+
+    @property
+    def authority(self) -> ExtractionAuthority:
+        """The single owner of this read's receipt."""
+        return self._authority
+
+    @property
+    def receipt(self) -> ExtractionReceipt:
+        """The latest frozen receipt."""
+        return self._authority.receipt
+
+    def __iter__(self) -> Iterator[Message]:
+        return self._messages()
+
+    @abc.abstractmethod
+    def _messages(self) -> Iterator[Message]:
+        """Yield the read's messages."""
+
+    def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
+        """Close live resources; return retained evidence paths. Default: nothing held."""
+        return ()
+
+    def finish(self, outcome: TerminalOutcome) -> TerminalReceipt:
+        """Accept the first terminal decision and release resources once."""
+        with self._terminal_lock:
+            if self._terminal is not None:
+                return self._terminal
+            ok, code = True, None
+            retained: tuple[str, ...] = ()
+            try:
+                retained = self._release(outcome)
+            except Exception as exc:  # cleanup never replaces the primary error
+                ok, code = False, type(exc).__name__
+            self._terminal = TerminalReceipt(
+                outcome=outcome,
+                decided_at=utcnow(),
+                cleanup_succeeded=ok,
+                cleanup_error_code=code,
+                retained_paths=retained,
+                receipt=self._authority.receipt,
+            )
+            return self._terminal
+
+
+class BaseSource(abc.ABC):
+    """Helper base for :class:`Source` with defaults for capabilities."""
+
+    name: ClassVar[str] = ""
+    revision: ClassVar[str] = "0"
+    SUPPORTS_SNAPSHOT: ClassVar[bool] = True
+    SUPPORTS_CURSOR: ClassVar[bool] = False
+    SUPPORTS_CDC: ClassVar[bool] = False
+    SUPPORTS_PARTITIONS: ClassVar[bool] = False
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = dict(config)
+
+    @abc.abstractmethod
+    def check(self) -> None:
+        """Connect and authenticate."""
+
+    @abc.abstractmethod
+    def discover(self) -> Discovery:
+        """Report the source's datasets."""
+
+    @abc.abstractmethod
+    def read(self, request: ReadRequest) -> Extraction:
+        """Start reading one dataset."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most sources hold nothing
+        """Release connections; the default holds none."""
+
+    def strategies(self) -> Sequence[Strategy]:
+        """The strategies this connector's capabilities allow."""
+        out: list[Strategy] = []
+        if self.SUPPORTS_SNAPSHOT:
+            out.append("snapshot")
+        if self.SUPPORTS_CURSOR:
+            out.append("cursor")
+        if self.SUPPORTS_CDC:
+            out.append("cdc")
+        return out

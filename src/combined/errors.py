@@ -1,0 +1,163 @@
+"""The one error tree of Combined.
+
+Every error the engine raises derives from :class:`CombinedError`::
+
+    CombinedError
+     +-- ConfigError                 the project file is invalid (terminal)
+     |    +-- SecretError            a secret reference cannot be resolved
+     +-- NotFoundError               unknown source, dataset, run or publication
+     +-- CatalogError                the control plane is unusable or behind
+     +-- SourceError                 the provider failed
+     |    +-- SourceUnavailable      cannot reach the source (transient: retried as Attempts)
+     |    +-- AuthRejected           credentials refused (Run -> needs_auth, no retry)
+     |    +-- SchemaMismatch         a record does not fit the declared schema (needs_review)
+     |    +-- UnsupportedType        a source type has no faithful Arrow mapping
+     +-- CaptureError                the capture cannot be committed as it is
+     |    +-- DuplicateKeys          a snapshot holds a key twice (needs_review)
+     |    +-- DriftRejected          schema drift whose policy is `fail` (needs_review)
+     |    +-- StagingLimitExceeded   a run-scoped staging limit was breached
+     +-- ProtocolViolation           sequence contiguity, checkpoint barrier, illegal state move
+     +-- LakeError                   the lake refused a write
+     |    +-- LakeNotWritable        the lake location cannot be written
+     +-- CommitAmbiguous             a lake commit may or may not have landed (transient)
+
+Whether an error is retried is decided from its type alone: ``transient`` is a
+class constant, and so is ``run_state``, the Run state it leads to.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar, Literal
+
+FailureState = Literal["failed", "needs_auth", "needs_review"]
+
+_DSN_PASSWORD = re.compile(
+    r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@\s]*)@"
+)
+_KV_PASSWORD = re.compile(
+    r"(?i)\b(password|passwd|pwd|secret|token)\s*=\s*('[^']*'|\"[^\"]*\"|\S+)"
+)
+
+
+def redact(text: str) -> str:
+    """Remove credentials from DSNs and key=value strings inside ``text``."""
+    text = _DSN_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+    return _KV_PASSWORD.sub(lambda m: f"{m.group(1)}=***", text)
+
+
+class CombinedError(Exception):
+    """Root of every error raised by Combined.
+
+    ``hint`` says what to do about it. The message and hint are redacted of
+    credentials when the error is built, so an error can be logged as it is.
+    """
+
+    transient: ClassVar[bool] = False
+    run_state: ClassVar[FailureState] = "failed"
+
+    def __init__(self, message: str, *, hint: str | None = None, **context: Any) -> None:
+        message = redact(message)
+        self.hint = redact(hint) if hint else None
+        self.context = {k: redact(v) if isinstance(v, str) else v for k, v in context.items()}
+        super().__init__(message)
+
+    @property
+    def message(self) -> str:
+        """The short statement of what happened."""
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.hint, self.context))
+
+    def describe(self) -> str:
+        """The message followed by the hint, as shown to a person."""
+        return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
+
+
+def _rebuild(
+    cls: type[CombinedError], message: str, hint: str | None, context: dict[str, Any]
+) -> CombinedError:
+    return cls(message, hint=hint, **context)
+
+
+class ConfigError(CombinedError):
+    """The project file is invalid."""
+
+
+class SecretError(ConfigError):
+    """A secret reference cannot be resolved; names the reference, never a value."""
+
+
+class NotFoundError(CombinedError):
+    """An unknown source, dataset, run or publication was named."""
+
+
+class CatalogError(CombinedError):
+    """The catalog cannot be used."""
+
+
+class SourceError(CombinedError):
+    """The provider system failed."""
+
+
+class SourceUnavailable(SourceError):
+    """The source cannot be reached now; retried as another Attempt."""
+
+    transient = True
+
+
+class AuthRejected(SourceError):
+    """The source refused the credentials: a person must act."""
+
+    run_state = "needs_auth"
+
+
+class SchemaMismatch(SourceError):
+    """A record does not fit the declared schema."""
+
+    run_state = "needs_review"
+
+
+class UnsupportedType(SourceError):
+    """A source column has a type without a faithful Arrow mapping."""
+
+    run_state = "needs_review"
+
+
+class CaptureError(CombinedError):
+    """The capture cannot be committed as it is."""
+
+
+class DuplicateKeys(CaptureError):
+    """A capture holds the same declared key more than once."""
+
+    run_state = "needs_review"
+
+
+class DriftRejected(CaptureError):
+    """Schema drift whose policy is ``fail``."""
+
+    run_state = "needs_review"
+
+
+class StagingLimitExceeded(CaptureError):
+    """A run-scoped staging limit (bytes, files, path) was breached."""
+
+
+class ProtocolViolation(CombinedError):
+    """An invariant of the commit protocol would be broken."""
+
+
+class LakeError(CombinedError):
+    """The lake refused a write."""
+
+
+class LakeNotWritable(LakeError):
+    """The lake location cannot be written."""
+
+
+class CommitAmbiguous(CombinedError):
+    """A lake commit may or may not have landed; resolved by reading the lake."""
+
+    transient = True
