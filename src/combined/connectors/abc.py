@@ -132,6 +132,14 @@ class Extraction(Protocol):
         """Yield record batches and state messages, in source order."""
         ...
 
+    def acknowledge(self, state: Mapping[str, Any]) -> None:
+        """Tell the source that the lake commit covering ``state`` is durable.
+
+        Called only after the commit whose checkpoint metadata holds ``state``;
+        a CDC read confirms its flush LSN here, other reads ignore it.
+        """
+        ...
+
     def finish(self, outcome: TerminalOutcome) -> TerminalReceipt:
         """Accept the one terminal decision; repeats return the first receipt."""
         ...
@@ -200,6 +208,9 @@ class BaseExtraction(abc.ABC):
     @abc.abstractmethod
     def _messages(self) -> Iterator[Message]:
         """Yield the read's messages."""
+
+    def acknowledge(self, state: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Nothing to confirm by default: only change streams hold a position."""
 
     def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
         """Close live resources; return retained evidence paths. Default: nothing held."""
