@@ -160,6 +160,10 @@ class Source(Protocol):
     #: Whether ``read`` honours ``ReadRequest.bounds`` for partitioned reads.
     SUPPORTS_PARTITIONS: ClassVar[bool]
 
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        """Build the source from its configuration, secrets already resolved."""
+        ...
+
     def check(self) -> None:
         """Connect and authenticate; raise a ``SourceError`` subclass if impossible."""
         ...

@@ -1,0 +1,288 @@
+"""Reduce a staged capture to the sparse transition, out of core, in DuckDB.
+
+Every strategy stages what it read; the reduction compares it with the
+current state by (``_combined_id``, ``_combined_payload_hash``):
+
+- ``snapshot``: the capture is the whole relation; ids missing from it are
+  explicit deletes.
+- ``cursor`` / ``cdc``: the capture is a delta; the last change per id wins
+  and absent ids are untouched.
+
+Only ids, hashes and operations are materialised (O(changes) after the first
+baseline); full rows stream from the staged Parquet files to the Deliveries.
+DuckDB spills to the run's staging directory past ``memory_limit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from combined.errors import DuplicateKeys
+from combined.protocol import _provenance as prov
+from combined.protocol.identity import identity_sql, payload_hash_sql, quote_ident
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """The counts and digests of one reduced transition."""
+
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+    unchanged: int = 0
+    captured: int = 0
+    digest: str = "0" * 32
+    content_xor: tuple[int, int] = (0, 0)
+    months: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def changes(self) -> int:
+        """How many identities the transition changes."""
+        return self.inserts + self.updates + self.deletes
+
+
+def _lit(value: str | None) -> str:
+    if value is None:
+        return "NULL"
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _files(paths: Sequence[str | Path]) -> str:
+    return "[" + ", ".join(_lit(str(p)) for p in paths) + "]"
+
+
+class Reducer:
+    """One dataset's reduction, in its own DuckDB connection."""
+
+    def __init__(
+        self,
+        *,
+        capture_files: Sequence[Path],
+        capture_schema: pa.Schema,
+        current_files: Sequence[str],
+        key: Sequence[str],
+        strategy: str,
+        sync_mode: str,
+        memory_limit: int,
+        spill_dir: Path,
+        baseline: bool,
+    ) -> None:
+        import duckdb
+
+        self.con = duckdb.connect(
+            config={
+                "memory_limit": f"{max(memory_limit // 2**20, 64)}MB",
+                "temp_directory": str(spill_dir),
+                "threads": 2,
+                "preserve_insertion_order": False,
+            }
+        )
+        self.capture_schema = capture_schema
+        self.strategy = strategy
+        self.sync_mode = sync_mode
+        self.baseline = baseline
+        self.payload = [
+            f.name
+            for f in capture_schema
+            if f.name not in prov.CONTROL_COLUMNS and not f.name.startswith("_combined_")
+        ]
+        key = list(key) or self.payload
+        self.key = key
+        has_op = prov.OP in capture_schema.names
+        self.has_op = has_op
+        op_expr = f"{quote_ident(prov.OP)}" if has_op else "'upsert'"
+        id_expr = identity_sql(key, capture_schema)
+        hash_expr = payload_hash_sql(self.payload, capture_schema)
+        if capture_files:
+            self.con.execute(
+                f"CREATE VIEW cap AS SELECT *, {id_expr} AS _cid, {hash_expr} AS _chash, "
+                f"{op_expr} AS _cop FROM read_parquet({_files(capture_files)})"
+            )
+        else:
+            cols = ", ".join(
+                f"CAST(NULL AS VARCHAR) AS {quote_ident(n)}" for n in capture_schema.names
+            )
+            self.con.execute(
+                f"CREATE VIEW cap AS SELECT {cols}, NULL::VARCHAR AS _cid, "
+                "NULL::VARCHAR AS _chash, NULL::VARCHAR AS _cop, NULL::BIGINT AS _combined_ordinal "
+                "WHERE false"
+            )
+        if current_files:
+            self.con.execute(
+                "CREATE VIEW cur AS SELECT _combined_id AS _kid, _combined_payload_hash AS _khash "
+                f"FROM read_parquet({_files(current_files)})"
+            )
+        else:
+            self.con.execute(
+                "CREATE VIEW cur AS SELECT NULL::VARCHAR AS _kid, NULL::VARCHAR AS _khash "
+                "WHERE false"
+            )
+
+    def close(self) -> None:
+        """Close the DuckDB connection (and its spill files)."""
+        self.con.close()
+
+    def duplicates(self, limit: int = 1000) -> list[tuple[str, int, list[int]]]:
+        """Ids present more than once in a full-row capture, with their ordinals."""
+        if self.has_op or self.strategy != "snapshot":
+            return []
+        rows = self.con.execute(
+            "SELECT _cid, count(*), list(_combined_ordinal ORDER BY _combined_ordinal) "
+            f"FROM cap GROUP BY _cid HAVING count(*) > 1 ORDER BY _cid LIMIT {int(limit)}"
+        ).fetchall()
+        return [(str(r[0]), int(r[1]), list(r[2])) for r in rows]
+
+    def check_duplicates(self, dataset: str) -> None:
+        """Raise DuplicateKeys when the capture holds a key twice."""
+        dups = self.duplicates()
+        if dups:
+            raise DuplicateKeys(
+                f"the capture of {dataset} holds {len(dups)} duplicate key(s) "
+                f"of ({', '.join(self.key)}); nothing was committed for it",
+                hint="fix the key in the source or declare a key that is unique; "
+                "the duplicates are in quarantine",
+                duplicates=len(dups),
+            )
+
+    def duplicate_rows(self) -> pa.Table:
+        """The full rows whose key is duplicated (for quarantine)."""
+        cols = ", ".join(quote_ident(n) for n in self.capture_schema.names)
+        return self.con.execute(
+            f"SELECT {cols}, _cid AS _combined_id FROM cap WHERE _cid IN "
+            "(SELECT _cid FROM cap GROUP BY _cid HAVING count(*) > 1) ORDER BY _combined_ordinal"
+        ).to_arrow_table()
+
+    def reduce(self) -> Transition:
+        """Materialise the transition's ids and operations; return its counts."""
+        con = self.con
+        if self.sync_mode == "append":
+            con.execute(
+                "CREATE TEMP TABLE tr AS SELECT _cid AS id, "
+                "CASE WHEN _cop = 'upsert' THEN 'insert' ELSE _cop END AS op, "
+                "_chash AS new_hash, NULL::VARCHAR AS old_hash, _combined_ordinal AS ord FROM cap"
+            )
+        else:
+            last = (
+                "SELECT * FROM cap QUALIFY row_number() OVER "
+                "(PARTITION BY _cid ORDER BY _combined_ordinal DESC) = 1"
+            )
+            first_op = "'snapshot'" if self.baseline else "'insert'"
+            if self.strategy == "snapshot" and not self.has_op:
+                con.execute(
+                    "CREATE TEMP TABLE tr AS SELECT coalesce(c._cid, k._kid) AS id, "
+                    f"CASE WHEN k._kid IS NULL THEN {first_op} WHEN c._cid IS NULL THEN 'delete' "
+                    "WHEN c._chash = k._khash THEN 'same' ELSE 'update' END AS op, "
+                    "c._chash AS new_hash, k._khash AS old_hash, c._combined_ordinal AS ord "
+                    f"FROM ({last}) c FULL OUTER JOIN cur k ON c._cid = k._kid"
+                )
+            else:
+                con.execute(
+                    "CREATE TEMP TABLE tr AS SELECT c._cid AS id, CASE "
+                    "WHEN c._cop = 'delete' THEN (CASE WHEN k._kid IS NULL THEN 'same' "
+                    "ELSE 'delete' END) "
+                    f"WHEN k._kid IS NULL THEN {first_op} "
+                    "WHEN c._chash = k._khash THEN 'same' ELSE 'update' END AS op, "
+                    "CASE WHEN c._cop = 'delete' THEN NULL ELSE c._chash END AS new_hash, "
+                    "k._khash AS old_hash, c._combined_ordinal AS ord "
+                    f"FROM ({last}) c LEFT JOIN cur k ON c._cid = k._kid"
+                )
+        return self._stats()
+
+    def _stats(self) -> Transition:
+        row = self.con.execute(
+            "SELECT "
+            "count(*) FILTER (WHERE op IN ('insert', 'snapshot')), "
+            "count(*) FILTER (WHERE op = 'update'), "
+            "count(*) FILTER (WHERE op = 'delete'), "
+            "count(*) FILTER (WHERE op = 'same'), "
+            "bit_xor(md5_number_lower(op || '|' || id || '|' || coalesce(new_hash, '')))"
+            " FILTER (WHERE op <> 'same'), "
+            "bit_xor(md5_number_upper(op || '|' || id || '|' || coalesce(new_hash, '')))"
+            " FILTER (WHERE op <> 'same'), "
+            # content digest delta: remove old rows, add new rows (XOR is its own inverse)
+            "bit_xor(CASE WHEN op IN ('update', 'delete') THEN "
+            "md5_number_lower(id || '|' || old_hash) ELSE 0::UBIGINT END) # "
+            "bit_xor(CASE WHEN op IN ('insert', 'snapshot', 'update') THEN "
+            "md5_number_lower(id || '|' || new_hash || "
+            + ("'|' || ord::VARCHAR" if self.sync_mode == "append" else "''")
+            + ") ELSE 0::UBIGINT END), "
+            "bit_xor(CASE WHEN op IN ('update', 'delete') THEN "
+            "md5_number_upper(id || '|' || old_hash) ELSE 0::UBIGINT END) # "
+            "bit_xor(CASE WHEN op IN ('insert', 'snapshot', 'update') THEN "
+            "md5_number_upper(id || '|' || new_hash || "
+            + ("'|' || ord::VARCHAR" if self.sync_mode == "append" else "''")
+            + ") ELSE 0::UBIGINT END), "
+            "(SELECT count(*) FROM cap) "
+            "FROM tr"
+        ).fetchone()
+        assert row is not None
+        lo, hi = int(row[4] or 0), int(row[5] or 0)
+        return Transition(
+            inserts=int(row[0]),
+            updates=int(row[1]),
+            deletes=int(row[2]),
+            unchanged=int(row[3]),
+            captured=int(row[8]),
+            digest=f"{hi:016x}{lo:016x}",
+            content_xor=(int(row[6] or 0), int(row[7] or 0)),
+        )
+
+    def full_content_xor(self) -> tuple[int, int]:
+        """The content digest of the whole capture (full refresh)."""
+        row = self.con.execute(
+            "SELECT bit_xor(md5_number_lower(_cid || '|' || _chash)), "
+            "bit_xor(md5_number_upper(_cid || '|' || _chash)) FROM cap"
+        ).fetchone()
+        assert row is not None
+        return int(row[0] or 0), int(row[1] or 0)
+
+    def changes(self) -> pa.Table:
+        """(id, op) of every change: the identities MAR counts."""
+        return self.con.execute(
+            "SELECT id AS _combined_id, CASE WHEN op = 'snapshot' THEN 'insert' ELSE op END "
+            "AS op FROM tr WHERE op <> 'same'"
+        ).to_arrow_table()
+
+    def output(self, constants: dict[str, Any], batch_rows: int) -> Iterator[pa.RecordBatch]:
+        """Stream the rows to deliver: source columns plus provenance."""
+        cols = ", ".join(f"c.{quote_ident(n)}" for n in self.payload)
+        emitted = (
+            f"c.{quote_ident(prov.EMITTED_AT)}"
+            if prov.EMITTED_AT in self.capture_schema.names
+            else "NULL::TIMESTAMPTZ"
+        )
+        position = (
+            f"c.{quote_ident(prov.SOURCE_POSITION)}"
+            if prov.SOURCE_POSITION in self.capture_schema.names
+            else _lit(constants.get("position"))
+        )
+        provenance = (
+            f"{emitted} AS {prov.EMITTED_AT}, "
+            f"{_lit(constants['observed_at'])}::TIMESTAMPTZ AS {prov.OBSERVED_AT}, "
+            f"NULL::TIMESTAMPTZ AS {prov.INGESTED_AT}, "
+            f"{_lit(constants['run_id'])} AS {prov.RUN_ID}, "
+            f"NULL::VARCHAR AS {prov.DELIVERY_ID}, "
+            f"{_lit(constants['producer'])} AS {prov.PRODUCER}, "
+            f"{position} AS {prov.SOURCE_POSITION}"
+        )
+        if self.sync_mode == "full_refresh":
+            sql = (
+                f"SELECT {cols}, c._cid AS {prov.ID}, 'snapshot' AS {prov.OP}, "
+                f"c._chash AS {prov.PAYLOAD_HASH}, {provenance} FROM cap c"
+            )
+        else:
+            sql = (
+                f"SELECT {cols}, tr.id AS {prov.ID}, tr.op AS {prov.OP}, "
+                f"tr.new_hash AS {prov.PAYLOAD_HASH}, {provenance} "
+                "FROM tr LEFT JOIN cap c ON c._combined_ordinal = tr.ord "
+                "WHERE tr.op <> 'same'"
+            )
+            if self.sync_mode == "append":
+                sql += " ORDER BY tr.ord"  # an event stream keeps source order
+        reader: pa.RecordBatchReader = self.con.execute(sql).to_arrow_reader(batch_rows)
+        yield from reader

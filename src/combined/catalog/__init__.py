@@ -1,0 +1,36 @@
+"""The control plane: tables, migrations and repositories (SQLite or PostgreSQL)."""
+
+from combined.catalog import _data as data
+from combined.catalog import _runs as runs
+from combined.catalog._catalog import Catalog, worker_identity
+from combined.catalog._data import Member, VersionTotals, version_id
+from combined.catalog._runs import (
+    RUN_STATES,
+    TERMINAL,
+    TRANSITIONS,
+    TRIGGERS,
+    Admission,
+    Run,
+    RunState,
+    Trigger,
+    check_transition,
+)
+
+__all__ = [
+    "RUN_STATES",
+    "TERMINAL",
+    "TRANSITIONS",
+    "TRIGGERS",
+    "Admission",
+    "Catalog",
+    "Member",
+    "Run",
+    "RunState",
+    "Trigger",
+    "VersionTotals",
+    "check_transition",
+    "data",
+    "runs",
+    "version_id",
+    "worker_identity",
+]

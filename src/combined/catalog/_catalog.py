@@ -1,0 +1,186 @@
+"""The catalog: the control plane's storage, SQLite by default, PostgreSQL by URL."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from combined.catalog import _schema as t
+from combined.errors import CatalogError, redact
+from combined.protocol import utcnow
+
+_MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def _sqlite_path(url: str) -> Path | None:
+    u = sa.engine.make_url(url)
+    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
+        return None
+    return Path(u.database)
+
+
+class Catalog:
+    """Connection management and migrations; repositories take a Connection.
+
+    Every write that must be atomic (a projection, a publication) happens in
+    one :meth:`begin` block.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.url = redact(str(engine.url.render_as_string(hide_password=True)))
+
+    @classmethod
+    def open(cls, url: str, *, password: str | None = None) -> Catalog:
+        """Open (and migrate to the newest revision) the catalog at ``url``."""
+        path = _sqlite_path(url)
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise CatalogError(
+                    f"cannot create the catalog directory {path.parent}: {exc.strerror}",
+                    hint="set `catalog:` in combined.yaml to a writable location",
+                ) from exc
+        sa_url = sa.engine.make_url(url)
+        if password is not None:
+            sa_url = sa_url.set(password=password)
+        if sa_url.get_backend_name() == "postgresql":
+            sa_url = sa_url.set(drivername="postgresql+psycopg")
+        kwargs: dict[str, Any] = {}
+        if path is not None:
+            kwargs["connect_args"] = {"timeout": 30}
+        engine = sa.create_engine(sa_url, **kwargs)
+        if path is not None:
+            sa.event.listen(engine, "connect", _sqlite_pragmas)
+        catalog = cls(engine)
+        catalog.migrate()
+        return catalog
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest numbered revision."""
+        from alembic import command
+        from alembic.config import Config
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(_MIGRATIONS))
+        try:
+            with self.engine.begin() as conn:
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+        except sa.exc.OperationalError as exc:
+            raise CatalogError(
+                f"cannot open the catalog at {self.url}: {redact(str(exc.orig))}",
+                hint="check `catalog:` in combined.yaml and that the database is reachable",
+            ) from exc
+
+    @contextmanager
+    def begin(self) -> Iterator[Connection]:
+        """One catalog transaction."""
+        with self.engine.begin() as conn:
+            yield conn
+
+    def close(self) -> None:
+        """Dispose of pooled connections."""
+        self.engine.dispose()
+
+    # -- leases ------------------------------------------------------------
+
+    def acquire_lease(
+        self, source: str, dataset: str, run_id: str, ttl: timedelta = timedelta(minutes=5)
+    ) -> bool:
+        """Take the singleton lease of a dataset; False when a live holder has it."""
+        now = utcnow()
+        holder = worker_identity()
+        with self.begin() as conn:
+            row = conn.execute(
+                sa.select(t.leases)
+                .where(t.leases.c.source == source, t.leases.c.dataset == dataset)
+                .with_for_update()
+            ).first()
+            if row is not None:
+                if row.run_id != run_id and row.expires_at > now and _holder_alive(row.holder):
+                    return False
+                conn.execute(
+                    t.leases.update()
+                    .where(t.leases.c.source == source, t.leases.c.dataset == dataset)
+                    .values(holder=holder, run_id=run_id, expires_at=now + ttl)
+                )
+            else:
+                try:
+                    conn.execute(
+                        t.leases.insert().values(
+                            source=source,
+                            dataset=dataset,
+                            holder=holder,
+                            run_id=run_id,
+                            expires_at=now + ttl,
+                        )
+                    )
+                except sa.exc.IntegrityError:
+                    return False
+        return True
+
+    def release_lease(self, source: str, dataset: str, run_id: str) -> None:
+        """Give a lease back (only the run holding it can)."""
+        with self.begin() as conn:
+            conn.execute(
+                t.leases.delete().where(
+                    t.leases.c.source == source,
+                    t.leases.c.dataset == dataset,
+                    t.leases.c.run_id == run_id,
+                )
+            )
+
+    def lease_holder(self, source: str, dataset: str) -> str | None:
+        """The run holding a live lease on the dataset, if any."""
+        with self.begin() as conn:
+            row = conn.execute(
+                sa.select(t.leases).where(
+                    t.leases.c.source == source, t.leases.c.dataset == dataset
+                )
+            ).first()
+        if row is None or row.expires_at <= utcnow() or not _holder_alive(row.holder):
+            return None
+        return str(row.run_id)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=FULL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def worker_identity() -> str:
+    """``host:pid``: who holds a lease or runs an Attempt."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _holder_alive(holder: str) -> bool:
+    # A holder on this host whose process is gone cannot renew its lease:
+    # recovery need not wait for the lease to expire.
+    host, _, pid = holder.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def now() -> datetime:
+    """The catalog's clock (the engine's UTC clock)."""
+    return utcnow()

@@ -1,0 +1,432 @@
+"""Deliveries, dataset versions, publications, usage, activity, quarantine."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from combined.catalog import _schema as t
+from combined.errors import NotFoundError
+from combined.protocol import utcnow
+
+DeliveryState = Literal["staged", "committed", "rejected", "retained"]
+
+
+# -- sources and datasets ---------------------------------------------------
+
+
+def upsert_source(
+    conn: Connection, name: str, connector: str, config: Mapping[str, Any], digest: str
+) -> None:
+    """Record a source's redacted configuration (never a secret)."""
+    values = {"connector": connector, "config": dict(config), "config_digest": digest}
+    updated = conn.execute(
+        t.sources.update().where(t.sources.c.name == name).values(updated_at=utcnow(), **values)
+    )
+    if updated.rowcount == 0:
+        conn.execute(t.sources.insert().values(name=name, updated_at=utcnow(), **values))
+
+
+def record_discovery(
+    conn: Connection, source: str, connector: str, revision: str, body: Mapping[str, Any]
+) -> int:
+    """Store a discovery as the source's next version; returns the version."""
+    last = conn.execute(
+        sa.select(sa.func.max(t.discoveries.c.version)).where(t.discoveries.c.source == source)
+    ).scalar()
+    version = int(last or 0) + 1
+    conn.execute(
+        t.discoveries.insert().values(
+            source=source,
+            version=version,
+            connector=connector,
+            revision=revision,
+            body=dict(body),
+            discovered_at=utcnow(),
+        )
+    )
+    return version
+
+
+def latest_discovery(conn: Connection, source: str) -> sa.Row[Any] | None:
+    """The newest stored discovery of a source."""
+    return conn.execute(
+        sa.select(t.discoveries)
+        .where(t.discoveries.c.source == source)
+        .order_by(t.discoveries.c.version.desc())
+        .limit(1)
+    ).first()
+
+
+def ensure_dataset(
+    conn: Connection,
+    source: str,
+    name: str,
+    *,
+    relation: str,
+    key: Sequence[str],
+    strategy: str,
+    sync_mode: str,
+    freshness_target_s: int | None,
+) -> sa.Row[Any]:
+    """Create or refresh the declaration part of a dataset row."""
+    where = (t.datasets.c.source == source, t.datasets.c.name == name)
+    values = {
+        "relation": relation,
+        "key": list(key),
+        "strategy": strategy,
+        "sync_mode": sync_mode,
+        "freshness_target_s": freshness_target_s,
+    }
+    if conn.execute(t.datasets.update().where(*where).values(**values)).rowcount == 0:
+        conn.execute(
+            t.datasets.insert().values(
+                source=source, name=name, schema_revision=0, last_sequence=0, **values
+            )
+        )
+    return get_dataset(conn, source, name)
+
+
+def get_dataset(conn: Connection, source: str, name: str) -> sa.Row[Any]:
+    """One dataset's catalog row."""
+    row = conn.execute(
+        sa.select(t.datasets).where(t.datasets.c.source == source, t.datasets.c.name == name)
+    ).first()
+    if row is None:
+        raise NotFoundError(f"no dataset {source}.{name} in the catalog")
+    return row
+
+
+def list_datasets(conn: Connection) -> list[sa.Row[Any]]:
+    """Every dataset row, by source and name."""
+    return list(
+        conn.execute(sa.select(t.datasets).order_by(t.datasets.c.source, t.datasets.c.name))
+    )
+
+
+def update_dataset(conn: Connection, source: str, name: str, **values: Any) -> None:
+    """Set projection fields of a dataset (checkpoint, lake version, current version...)."""
+    conn.execute(
+        t.datasets.update()
+        .where(t.datasets.c.source == source, t.datasets.c.name == name)
+        .values(**values)
+    )
+
+
+# -- deliveries ---------------------------------------------------------------
+
+
+def record_delivery(conn: Connection, **values: Any) -> None:
+    """Record a staged Delivery (idempotent on its deterministic id)."""
+    exists = conn.execute(
+        sa.select(t.deliveries.c.id).where(t.deliveries.c.id == values["id"])
+    ).first()
+    if exists is None:
+        conn.execute(t.deliveries.insert().values(created_at=utcnow(), **values))
+
+
+def mark_deliveries(
+    conn: Connection,
+    ids: Sequence[str],
+    state: DeliveryState,
+    *,
+    lake_version: int | None = None,
+    committed_at: datetime | None = None,
+    path: str | None = None,
+) -> None:
+    """Move Deliveries to a new commit state."""
+    values: dict[str, Any] = {"state": state}
+    if lake_version is not None:
+        values["lake_version"] = lake_version
+    if committed_at is not None:
+        values["committed_at"] = committed_at
+    for delivery_id in ids:
+        row_values = dict(values)
+        if path is not None:
+            row_values["path"] = path.format(id=delivery_id)
+        conn.execute(
+            t.deliveries.update().where(t.deliveries.c.id == delivery_id).values(**row_values)
+        )
+
+
+def deliveries(
+    conn: Connection,
+    *,
+    run_id: str | None = None,
+    source: str | None = None,
+    dataset: str | None = None,
+    states: Sequence[DeliveryState] | None = None,
+) -> list[sa.Row[Any]]:
+    """Deliveries by run or dataset, in sequence order."""
+    q = sa.select(t.deliveries).order_by(t.deliveries.c.dataset, t.deliveries.c.sequence)
+    if run_id is not None:
+        q = q.where(t.deliveries.c.run_id == run_id)
+    if source is not None:
+        q = q.where(t.deliveries.c.source == source)
+    if dataset is not None:
+        q = q.where(t.deliveries.c.dataset == dataset)
+    if states:
+        q = q.where(t.deliveries.c.state.in_(list(states)))
+    return list(conn.execute(q))
+
+
+# -- dataset versions ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class VersionTotals:
+    """The totals a dataset version's identity covers."""
+
+    row_count: int
+    content_digest: str
+
+
+def version_id(parent: str | None, transition_digest: str, totals: VersionTotals) -> str:
+    """Identity of a dataset version: hash(parent, transition digest, resulting totals)."""
+    body = f"v1|{parent or '-'}|{transition_digest}|{totals.row_count}|{totals.content_digest}"
+    return hashlib.sha256(body.encode()).hexdigest()[:32]
+
+
+def get_version(conn: Connection, version: str) -> sa.Row[Any] | None:
+    """One dataset version by id."""
+    return conn.execute(
+        sa.select(t.dataset_versions).where(t.dataset_versions.c.id == version)
+    ).first()
+
+
+def add_version(conn: Connection, **values: Any) -> None:
+    """Record a dataset version (idempotent on its id)."""
+    if get_version(conn, values["id"]) is None:
+        conn.execute(t.dataset_versions.insert().values(created_at=utcnow(), **values))
+
+
+def versions(conn: Connection, source: str, dataset: str) -> list[sa.Row[Any]]:
+    """A dataset's versions, oldest first."""
+    return list(
+        conn.execute(
+            sa.select(t.dataset_versions)
+            .where(t.dataset_versions.c.source == source, t.dataset_versions.c.dataset == dataset)
+            .order_by(t.dataset_versions.c.lake_version, t.dataset_versions.c.created_at)
+        )
+    )
+
+
+# -- publications -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One dataset's place in a publication."""
+
+    source: str
+    dataset: str
+    dataset_version: str | None
+    lake_version: int | None
+    source_position: str | None
+    extraction_receipt: Mapping[str, Any] | None
+    committed_at: datetime | None
+    changed: bool
+
+
+def publish(conn: Connection, run_id: str | None, members: Sequence[Member]) -> str:
+    """Insert one publication and its member set (the caller's transaction makes it atomic)."""
+    seq = int(conn.execute(sa.select(sa.func.max(t.publications.c.seq))).scalar() or 0) + 1
+    pub_id = f"p{seq:06d}-{uuid.uuid4().hex[:6]}"
+    now = utcnow()
+    token = hashlib.sha256(
+        "|".join(f"{m.source}.{m.dataset}@{m.lake_version}" for m in members).encode()
+    ).hexdigest()[:32]
+    conn.execute(
+        t.publications.insert().values(
+            id=pub_id, seq=seq, run_id=run_id, published_at=now, snapshot_token=token
+        )
+    )
+    for m in members:
+        conn.execute(
+            t.publication_members.insert().values(
+                publication_id=pub_id,
+                source=m.source,
+                dataset=m.dataset,
+                dataset_version=m.dataset_version,
+                lake_version=m.lake_version,
+                source_position=m.source_position,
+                extraction_receipt=dict(m.extraction_receipt) if m.extraction_receipt else None,
+                committed_at=m.committed_at,
+                changed=m.changed,
+            )
+        )
+        conn.execute(
+            t.datasets.update()
+            .where(t.datasets.c.source == m.source, t.datasets.c.name == m.dataset)
+            .values(published_at=now)
+        )
+    return pub_id
+
+
+def get_publication(
+    conn: Connection, *, publication_id: str | None = None, as_of: datetime | None = None
+) -> sa.Row[Any] | None:
+    """The latest publication, one by id or prefix, or the newest at or before ``as_of``."""
+    q = sa.select(t.publications).order_by(t.publications.c.seq.desc()).limit(1)
+    if publication_id is not None:
+        q = q.where(
+            sa.or_(
+                t.publications.c.id == publication_id,
+                t.publications.c.id.like(f"{publication_id}%"),
+            )
+        )
+        row = conn.execute(q).first()
+        if row is None:
+            raise NotFoundError(
+                f"no publication {publication_id!r}",
+                hint="list them with `combined publications`",
+            )
+        return row
+    if as_of is not None:
+        q = q.where(t.publications.c.published_at <= as_of)
+    return conn.execute(q).first()
+
+
+def published_basis(conn: Connection, publication_seq: int) -> list[Member]:
+    """Each dataset's newest member published at or before publication ``seq``."""
+    pm, p = t.publication_members, t.publications
+    newest = (
+        sa.select(pm.c.source, pm.c.dataset, sa.func.max(p.c.seq).label("seq"))
+        .join(p, p.c.id == pm.c.publication_id)
+        .where(p.c.seq <= publication_seq)
+        .group_by(pm.c.source, pm.c.dataset)
+        .subquery()
+    )
+    rows = conn.execute(
+        sa.select(pm)
+        .join(p, p.c.id == pm.c.publication_id)
+        .join(
+            newest,
+            sa.and_(
+                newest.c.source == pm.c.source,
+                newest.c.dataset == pm.c.dataset,
+                newest.c.seq == p.c.seq,
+            ),
+        )
+        .order_by(pm.c.source, pm.c.dataset)
+    )
+    return [
+        Member(
+            source=r.source,
+            dataset=r.dataset,
+            dataset_version=r.dataset_version,
+            lake_version=r.lake_version,
+            source_position=r.source_position,
+            extraction_receipt=r.extraction_receipt,
+            committed_at=r.committed_at,
+            changed=r.changed,
+        )
+        for r in rows
+    ]
+
+
+def list_publications(conn: Connection, limit: int = 20) -> list[sa.Row[Any]]:
+    """Newest publications first, with their member counts."""
+    pm, p = t.publication_members, t.publications
+    q = (
+        sa.select(p, sa.func.count(pm.c.dataset).label("members"))
+        .join(pm, pm.c.publication_id == p.c.id, isouter=True)
+        .group_by(p.c.id, p.c.seq, p.c.run_id, p.c.published_at, p.c.snapshot_token)
+        .order_by(p.c.seq.desc())
+        .limit(limit)
+    )
+    return list(conn.execute(q))
+
+
+def members_of(conn: Connection, publication_id: str) -> list[sa.Row[Any]]:
+    """The member rows of one publication."""
+    pm = t.publication_members
+    return list(
+        conn.execute(
+            sa.select(pm).where(pm.c.publication_id == publication_id).order_by(pm.c.dataset)
+        )
+    )
+
+
+# -- usage, activity, quarantine ----------------------------------------------
+
+
+def set_usage(
+    conn: Connection,
+    source: str,
+    dataset: str,
+    month: str,
+    *,
+    mar: int,
+    inserts: int,
+    updates: int,
+    deletes: int,
+) -> None:
+    """Project a month's MAR (computed from the lake's identity set)."""
+    where = (t.usage.c.source == source, t.usage.c.dataset == dataset, t.usage.c.month == month)
+    values = {
+        "mar": mar,
+        "inserts": inserts,
+        "updates": updates,
+        "deletes": deletes,
+        "updated_at": utcnow(),
+    }
+    if conn.execute(t.usage.update().where(*where).values(**values)).rowcount == 0:
+        conn.execute(t.usage.insert().values(source=source, dataset=dataset, month=month, **values))
+
+
+def usage_rows(conn: Connection, month: str | None = None) -> list[sa.Row[Any]]:
+    """MAR rows, optionally of one month."""
+    q = sa.select(t.usage).order_by(t.usage.c.month, t.usage.c.source, t.usage.c.dataset)
+    if month is not None:
+        q = q.where(t.usage.c.month == month)
+    return list(conn.execute(q))
+
+
+def emit(
+    conn: Connection,
+    kind: str,
+    *,
+    source: str | None = None,
+    dataset: str | None = None,
+    run_id: str | None = None,
+    **body: Any,
+) -> None:
+    """Append one event to the Activity feed."""
+    conn.execute(
+        t.activity.insert().values(
+            at=utcnow(), kind=kind, source=source, dataset=dataset, run_id=run_id, body=body
+        )
+    )
+
+
+def activity(
+    conn: Connection, *, limit: int = 50, kind: str | None = None, run_id: str | None = None
+) -> list[sa.Row[Any]]:
+    """Newest Activity events first."""
+    q = sa.select(t.activity).order_by(t.activity.c.id.desc()).limit(limit)
+    if kind is not None:
+        q = q.where(t.activity.c.kind == kind)
+    if run_id is not None:
+        q = q.where(t.activity.c.run_id == run_id)
+    return list(conn.execute(q))
+
+
+def add_quarantine(conn: Connection, **values: Any) -> None:
+    """Record a quarantined batch (its payload lives in the lake's quarantine area)."""
+    conn.execute(t.quarantine.insert().values(created_at=utcnow(), **values))
+
+
+def quarantined(conn: Connection, source: str | None = None) -> list[sa.Row[Any]]:
+    """Quarantine entries, newest first."""
+    q = sa.select(t.quarantine).order_by(t.quarantine.c.created_at.desc())
+    if source is not None:
+        q = q.where(t.quarantine.c.source == source)
+    return list(conn.execute(q))

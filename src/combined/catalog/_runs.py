@@ -1,0 +1,304 @@
+"""Runs, their Attempts and Admissions, with the legal state moves."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, cast, get_args
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from combined.catalog import _schema as t
+from combined.errors import NotFoundError, ProtocolViolation
+from combined.protocol import utcnow
+
+RunState = Literal[
+    "queued",
+    "extracting",
+    "committing",
+    "succeeded",
+    "failed",
+    "needs_auth",
+    "needs_review",
+    "canceled",
+]
+Trigger = Literal["manual", "first_sync", "retry", "recovery", "schedule", "webhook"]
+
+RUN_STATES: tuple[RunState, ...] = get_args(RunState)
+TRIGGERS: tuple[Trigger, ...] = get_args(Trigger)
+TERMINAL: frozenset[RunState] = frozenset(
+    {"succeeded", "failed", "needs_auth", "needs_review", "canceled"}
+)
+
+#: The legal moves of a Run. Terminal states have none: a retry is a new Run.
+TRANSITIONS: Mapping[RunState, frozenset[RunState]] = {
+    "queued": frozenset({"extracting", "failed", "needs_auth", "canceled"}),
+    "extracting": frozenset({"committing", "failed", "needs_auth", "needs_review", "canceled"}),
+    "committing": frozenset({"succeeded", "failed", "needs_review"}),
+    "succeeded": frozenset(),
+    "failed": frozenset(),
+    "needs_auth": frozenset(),
+    "needs_review": frozenset(),
+    "canceled": frozenset(),
+}
+
+
+def check_transition(current: RunState, target: RunState) -> None:
+    """Raise ProtocolViolation unless ``current -> target`` is a legal move."""
+    if target not in TRANSITIONS[current]:
+        raise ProtocolViolation(
+            f"a run cannot move from {current} to {target}",
+            hint="a finished run is retried as a new run: `combined run retry RUN_ID`",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The frozen snapshot a Run executes under."""
+
+    id: str
+    connector: str
+    revision: str
+    config_digest: str
+    config: Mapping[str, Any]
+    billing_policy: str
+    venue: str
+
+    @staticmethod
+    def freeze(
+        connector: str,
+        revision: str,
+        config_digest: str,
+        config: Mapping[str, Any],
+        billing_policy: str,
+        venue: str,
+    ) -> Admission:
+        """Build an admission whose id is the digest of its whole body."""
+        body = {
+            "connector": connector,
+            "revision": revision,
+            "config_digest": config_digest,
+            "config": config,
+            "billing_policy": billing_policy,
+            "venue": venue,
+        }
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode())
+        return Admission(
+            id=digest.hexdigest()[:32],
+            connector=connector,
+            revision=revision,
+            config_digest=config_digest,
+            config=config,
+            billing_policy=billing_policy,
+            venue=venue,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """A Run as the catalog holds it."""
+
+    id: str
+    source: str
+    datasets: tuple[str, ...]
+    trigger: Trigger
+    state: RunState
+    admission_id: str
+    retry_of: str | None
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    error: str | None
+    error_type: str | None
+    stats: Mapping[str, Any] | None
+    publication_id: str | None
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the Run reached a final state."""
+        return self.state in TERMINAL
+
+
+def _run(row: sa.Row[Any]) -> Run:
+    return Run(
+        id=row.id,
+        source=row.source,
+        datasets=tuple(row.datasets),
+        trigger=cast(Trigger, row.trigger),
+        state=cast(RunState, row.state),
+        admission_id=row.admission_id,
+        retry_of=row.retry_of,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+        error=row.error,
+        error_type=row.error_type,
+        stats=row.stats,
+        publication_id=row.publication_id,
+    )
+
+
+def new_run_id() -> str:
+    """A sortable, unique Run id."""
+    return f"r{utcnow():%Y%m%d%H%M%S}-{uuid.uuid4().hex[:8]}"
+
+
+def save_admission(conn: Connection, admission: Admission) -> None:
+    """Store an admission once (its id is its content digest)."""
+    exists = conn.execute(
+        sa.select(t.admissions.c.id).where(t.admissions.c.id == admission.id)
+    ).first()
+    if exists is None:
+        conn.execute(
+            t.admissions.insert().values(
+                id=admission.id,
+                connector=admission.connector,
+                revision=admission.revision,
+                config_digest=admission.config_digest,
+                config=dict(admission.config),
+                billing_policy=admission.billing_policy,
+                venue=admission.venue,
+                created_at=utcnow(),
+            )
+        )
+
+
+def get_admission(conn: Connection, admission_id: str) -> Admission:
+    """The admission a Run executes under."""
+    row = conn.execute(sa.select(t.admissions).where(t.admissions.c.id == admission_id)).first()
+    if row is None:
+        raise NotFoundError(f"no admission {admission_id!r}")
+    return Admission(
+        id=row.id,
+        connector=row.connector,
+        revision=row.revision,
+        config_digest=row.config_digest,
+        config=row.config,
+        billing_policy=row.billing_policy,
+        venue=row.venue,
+    )
+
+
+def create_run(
+    conn: Connection,
+    *,
+    source: str,
+    datasets: Sequence[str],
+    trigger: Trigger,
+    admission: Admission,
+    retry_of: str | None = None,
+) -> Run:
+    """Admit a new queued Run under ``admission``."""
+    save_admission(conn, admission)
+    run_id = new_run_id()
+    conn.execute(
+        t.runs.insert().values(
+            id=run_id,
+            source=source,
+            datasets=list(datasets),
+            trigger=trigger,
+            state="queued",
+            admission_id=admission.id,
+            retry_of=retry_of,
+            created_at=utcnow(),
+        )
+    )
+    return get_run(conn, run_id)
+
+
+def get_run(conn: Connection, run_id: str) -> Run:
+    """One Run by id (a unique prefix is accepted)."""
+    row = conn.execute(sa.select(t.runs).where(t.runs.c.id == run_id)).first()
+    if row is None:
+        rows = conn.execute(
+            sa.select(t.runs).where(t.runs.c.id.like(f"{run_id}%")).limit(2)
+        ).fetchall()
+        if len(rows) != 1:
+            raise NotFoundError(f"no run {run_id!r}", hint="list runs with `combined runs`")
+        row = rows[0]
+    return _run(row)
+
+
+def list_runs(
+    conn: Connection, *, limit: int = 20, states: Sequence[RunState] | None = None
+) -> list[Run]:
+    """Newest Runs first."""
+    q = sa.select(t.runs).order_by(t.runs.c.created_at.desc(), t.runs.c.id.desc())
+    if states:
+        q = q.where(t.runs.c.state.in_(list(states)))
+    return [_run(r) for r in conn.execute(q.limit(limit))]
+
+
+def move_run(
+    conn: Connection,
+    run_id: str,
+    target: RunState,
+    *,
+    error: BaseException | str | None = None,
+    stats: Mapping[str, Any] | None = None,
+    publication_id: str | None = None,
+) -> Run:
+    """Move a Run to ``target`` if the transition table allows it."""
+    run = get_run(conn, run_id)
+    check_transition(run.state, target)
+    values: dict[str, Any] = {"state": target}
+    now = utcnow()
+    if target == "extracting" and run.started_at is None:
+        values["started_at"] = now
+    if target in TERMINAL:
+        values["ended_at"] = now
+    if error is not None:
+        from combined.errors import CombinedError, redact
+
+        if isinstance(error, CombinedError):
+            values["error"] = error.describe()
+        else:
+            values["error"] = redact(str(error))
+        values["error_type"] = type(error).__name__ if isinstance(error, BaseException) else None
+    if stats is not None:
+        values["stats"] = dict(stats)
+    if publication_id is not None:
+        values["publication_id"] = publication_id
+    conn.execute(
+        t.runs.update().where(t.runs.c.id == run.id, t.runs.c.state == run.state).values(**values)
+    )
+    return get_run(conn, run.id)
+
+
+def start_attempt(conn: Connection, run_id: str, worker: str, host: str, pid: int) -> int:
+    """Record a new Attempt of a Run; returns its number (1-based)."""
+    current = conn.execute(
+        sa.select(sa.func.max(t.attempts.c.number)).where(t.attempts.c.run_id == run_id)
+    ).scalar()
+    number = int(current or 0) + 1
+    conn.execute(
+        t.attempts.insert().values(
+            run_id=run_id, number=number, worker=worker, host=host, pid=pid, started_at=utcnow()
+        )
+    )
+    return number
+
+
+def end_attempt(
+    conn: Connection, run_id: str, number: int, outcome: str, error: str | None = None
+) -> None:
+    """Close an Attempt with its outcome."""
+    conn.execute(
+        t.attempts.update()
+        .where(t.attempts.c.run_id == run_id, t.attempts.c.number == number)
+        .values(ended_at=utcnow(), outcome=outcome, error=error)
+    )
+
+
+def list_attempts(conn: Connection, run_id: str) -> list[sa.Row[Any]]:
+    """The Attempts of a Run, in order."""
+    return list(
+        conn.execute(
+            sa.select(t.attempts).where(t.attempts.c.run_id == run_id).order_by(t.attempts.c.number)
+        )
+    )

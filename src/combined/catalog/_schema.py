@@ -1,0 +1,244 @@
+"""The catalog's tables (SQLAlchemy Core), shared by SQLite and PostgreSQL.
+
+The schema itself is created and evolved only by the numbered Alembic
+migrations under ``migrations/versions``; this module is the code's view of
+the newest revision.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+
+
+class UTCDateTime(sa.types.TypeDecorator[datetime]):
+    """Aware UTC timestamps on every backend (stored naive UTC, so text order is time order)."""
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the catalog")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = datetime.fromisoformat(value)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
+        return value.astimezone(UTC)  # type: ignore[no-any-return]
+
+
+metadata = sa.MetaData()
+
+sources = sa.Table(
+    "sources",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("connector", sa.String(128), nullable=False),
+    sa.Column("config", sa.JSON, nullable=False),  # redacted: secret references only
+    sa.Column("config_digest", sa.String(64), nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+)
+
+discoveries = sa.Table(
+    "discoveries",
+    metadata,
+    sa.Column("source", sa.String(128), primary_key=True),
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("connector", sa.String(128), nullable=False),
+    sa.Column("revision", sa.String(64), nullable=False),
+    sa.Column("body", sa.JSON, nullable=False),
+    sa.Column("discovered_at", UTCDateTime, nullable=False),
+)
+
+datasets = sa.Table(
+    "datasets",
+    metadata,
+    sa.Column("source", sa.String(128), primary_key=True),
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("relation", sa.String(512), nullable=False),
+    sa.Column("key", sa.JSON, nullable=False),
+    sa.Column("strategy", sa.String(16), nullable=False),
+    sa.Column("sync_mode", sa.String(16), nullable=False),
+    sa.Column("schema", sa.JSON, nullable=True),  # the committed Arrow schema, as fields
+    sa.Column("schema_revision", sa.Integer, nullable=False, default=0),
+    sa.Column("checkpoint", sa.JSON, nullable=True),  # projection of the lake's checkpoint
+    sa.Column("source_position", sa.Text, nullable=True),
+    sa.Column("last_sequence", sa.Integer, nullable=False, default=0),
+    sa.Column("lake_version", sa.Integer, nullable=True),
+    sa.Column("current_version", sa.String(64), nullable=True),
+    sa.Column("published_at", UTCDateTime, nullable=True),
+    sa.Column("freshness_target_s", sa.Integer, nullable=True),
+)
+
+admissions = sa.Table(
+    "admissions",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),  # digest of the frozen body
+    sa.Column("connector", sa.String(128), nullable=False),
+    sa.Column("revision", sa.String(64), nullable=False),
+    sa.Column("config_digest", sa.String(64), nullable=False),
+    sa.Column("config", sa.JSON, nullable=False),  # redacted body: what a retry executes
+    sa.Column("billing_policy", sa.String(64), nullable=False),
+    sa.Column("venue", sa.String(64), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("source", sa.String(128), nullable=False, index=True),
+    sa.Column("datasets", sa.JSON, nullable=False),
+    sa.Column("trigger", sa.String(16), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False, index=True),
+    sa.Column("admission_id", sa.String(64), sa.ForeignKey("admissions.id"), nullable=False),
+    sa.Column("retry_of", sa.String(64), nullable=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("started_at", UTCDateTime, nullable=True),
+    sa.Column("ended_at", UTCDateTime, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("error_type", sa.String(128), nullable=True),
+    sa.Column("stats", sa.JSON, nullable=True),
+    sa.Column("publication_id", sa.String(64), nullable=True),
+)
+
+attempts = sa.Table(
+    "attempts",
+    metadata,
+    sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.id"), primary_key=True),
+    sa.Column("number", sa.Integer, primary_key=True),
+    sa.Column("worker", sa.String(256), nullable=False),
+    sa.Column("host", sa.String(256), nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("started_at", UTCDateTime, nullable=False),
+    sa.Column("ended_at", UTCDateTime, nullable=True),
+    sa.Column("outcome", sa.String(32), nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+)
+
+deliveries = sa.Table(
+    "deliveries",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("run_id", sa.String(64), nullable=False, index=True),
+    sa.Column("source", sa.String(128), nullable=False),
+    sa.Column("dataset", sa.String(128), nullable=False),
+    sa.Column("sequence", sa.Integer, nullable=False),
+    sa.Column("schema_revision", sa.Integer, nullable=False),
+    sa.Column("record_count", sa.Integer, nullable=False),
+    sa.Column("byte_count", sa.Integer, nullable=False),
+    sa.Column("content_hash", sa.String(64), nullable=False),
+    sa.Column("state", sa.String(24), nullable=False),
+    sa.Column("path", sa.Text, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("committed_at", UTCDateTime, nullable=True),
+    sa.Column("lake_version", sa.Integer, nullable=True),
+    sa.Index("ix_deliveries_dataset_seq", "source", "dataset", "sequence"),
+)
+
+dataset_versions = sa.Table(
+    "dataset_versions",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("source", sa.String(128), nullable=False),
+    sa.Column("dataset", sa.String(128), nullable=False),
+    sa.Column("parent_id", sa.String(64), nullable=True),
+    sa.Column("transition_digest", sa.String(64), nullable=False),
+    sa.Column("inserts", sa.Integer, nullable=False),
+    sa.Column("updates", sa.Integer, nullable=False),
+    sa.Column("deletes", sa.Integer, nullable=False),
+    sa.Column("row_count", sa.Integer, nullable=False),
+    sa.Column("content_digest", sa.String(64), nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("lake_version", sa.Integer, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Index("ix_versions_dataset", "source", "dataset"),
+)
+
+publications = sa.Table(
+    "publications",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("seq", sa.Integer, nullable=False, unique=True),
+    sa.Column("run_id", sa.String(64), nullable=True),
+    sa.Column("published_at", UTCDateTime, nullable=False, index=True),
+    sa.Column("snapshot_token", sa.String(64), nullable=False),
+)
+
+publication_members = sa.Table(
+    "publication_members",
+    metadata,
+    sa.Column("publication_id", sa.String(64), sa.ForeignKey("publications.id"), primary_key=True),
+    sa.Column("source", sa.String(128), primary_key=True),
+    sa.Column("dataset", sa.String(128), primary_key=True),
+    sa.Column("dataset_version", sa.String(64), nullable=True),
+    sa.Column("lake_version", sa.Integer, nullable=True),
+    sa.Column("source_position", sa.Text, nullable=True),
+    sa.Column("extraction_receipt", sa.JSON, nullable=True),
+    sa.Column("committed_at", UTCDateTime, nullable=True),
+    sa.Column("changed", sa.Boolean, nullable=False),
+)
+
+usage = sa.Table(
+    "usage",
+    metadata,
+    sa.Column("source", sa.String(128), primary_key=True),
+    sa.Column("dataset", sa.String(128), primary_key=True),
+    sa.Column("month", sa.String(7), primary_key=True),
+    sa.Column("mar", sa.Integer, nullable=False),
+    sa.Column("inserts", sa.Integer, nullable=False),
+    sa.Column("updates", sa.Integer, nullable=False),
+    sa.Column("deletes", sa.Integer, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+)
+
+activity = sa.Table(
+    "activity",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", UTCDateTime, nullable=False, index=True),
+    sa.Column("kind", sa.String(64), nullable=False),
+    sa.Column("source", sa.String(128), nullable=True),
+    sa.Column("dataset", sa.String(128), nullable=True),
+    sa.Column("run_id", sa.String(64), nullable=True),
+    sa.Column("body", sa.JSON, nullable=False),
+)
+
+quarantine = sa.Table(
+    "quarantine",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("source", sa.String(128), nullable=False),
+    sa.Column("dataset", sa.String(128), nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("delivery_id", sa.String(64), nullable=True),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("path", sa.Text, nullable=False),
+    sa.Column("record_count", sa.Integer, nullable=False),
+    sa.Column("reader", sa.String(128), nullable=False),
+    sa.Column("review_due_at", UTCDateTime, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("decision", sa.String(16), nullable=True),
+    sa.Column("decided_at", UTCDateTime, nullable=True),
+    sa.Column("decided_by", sa.String(128), nullable=True),
+)
+
+leases = sa.Table(
+    "leases",
+    metadata,
+    sa.Column("source", sa.String(128), primary_key=True),
+    sa.Column("dataset", sa.String(128), primary_key=True),
+    sa.Column("holder", sa.String(256), nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
+)

@@ -1,0 +1,31 @@
+"""The first catalog schema.
+
+This revision builds the tables from the code's schema module, which is
+exact only while 0001 is the newest revision: the change that first alters
+``_schema.py`` must also freeze this file into explicit ``op.create_table``
+calls and add revision 0002 with the alteration.
+
+Revision ID: 0001
+Revises:
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+from combined.catalog._schema import metadata
+
+revision = "0001"
+down_revision = None
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    """Create every table of the first revision."""
+    metadata.create_all(op.get_bind())
+
+
+def downgrade() -> None:
+    """Drop every table."""
+    metadata.drop_all(op.get_bind())

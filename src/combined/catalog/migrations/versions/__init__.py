@@ -1,0 +1,1 @@
+"""Numbered catalog revisions."""

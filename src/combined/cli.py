@@ -1,0 +1,490 @@
+"""The ``combined`` command: a thin layer over :class:`combined.engine.Engine`.
+
+Heavy modules (the engine, pyarrow, deltalake, duckdb) are imported inside
+commands so that ``combined --help`` starts instantly.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from combined.engine import Engine
+
+app = typer.Typer(
+    name="combined",
+    help="Capture data you do not own into a Delta Lake you do own, governed.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+run_app = typer.Typer(help="Inspect and retry one run.", no_args_is_help=True)
+app.add_typer(run_app, name="run")
+
+console = Console()
+err = Console(stderr=True)
+
+ProjectOpt = Annotated[
+    Path | None,
+    typer.Option("--project", "-p", help="the project file (default ./combined.yaml)"),
+]
+
+
+def _fail(exc: BaseException) -> NoReturn:
+    from combined.errors import CombinedError, redact
+
+    if isinstance(exc, CombinedError):
+        err.print(f"[red]error:[/red] {exc.message}", highlight=False, markup=True)
+        if exc.hint:
+            err.print(f"  hint: {exc.hint}", highlight=False, markup=False)
+    else:
+        err.print(f"[red]error:[/red] {redact(repr(exc))}", highlight=False)
+    raise typer.Exit(2)
+
+
+def _engine(project: Path | None, reporter: Any = None) -> Engine:
+    from combined.engine import Engine
+    from combined.errors import CombinedError
+
+    try:
+        return Engine.open(project, reporter)
+    except CombinedError as exc:
+        _fail(exc)
+
+
+class _Progress:
+    """Rich progress bars: rows, bytes and deliveries per dataset."""
+
+    def __init__(self) -> None:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.bars = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TextColumn("{task.fields[phase]}"),
+            TextColumn("{task.fields[rows]:>10,} rows"),
+            TextColumn("{task.fields[mb]:>8.1f} MB"),
+            TextColumn("{task.fields[deliveries]} deliveries"),
+            TimeElapsedColumn(),
+            console=err,
+            transient=False,
+        )
+        self.tasks: dict[str, Any] = {}
+
+    def _task(self, dataset: str) -> Any:
+        if dataset not in self.tasks:
+            self.tasks[dataset] = self.bars.add_task(
+                dataset, total=None, phase="", rows=0, mb=0.0, deliveries=0
+            )
+        return self.tasks[dataset]
+
+    def run_started(self, run_id: str, source: str, datasets: list[str]) -> None:
+        self.bars.start()
+        err.print(f"run {run_id}: capturing {source} ({', '.join(datasets)})")
+        for d in datasets:
+            self._task(d)
+
+    def progress(self, dataset: str, rows: int, nbytes: int, deliveries: int) -> None:
+        fields: dict[str, Any] = {"rows": rows, "deliveries": deliveries}
+        if nbytes:
+            fields["mb"] = nbytes / 1e6
+        self.bars.update(self._task(dataset), **fields)
+
+    def phase(self, dataset: str, phase: str) -> None:
+        self.bars.update(self._task(dataset), phase=phase)
+
+    def note(self, message: str) -> None:
+        self.bars.console.print(message)
+
+    def run_finished(self, run_id: str, state: str) -> None:
+        for task in self.tasks.values():
+            self.bars.update(task, phase="done" if state == "succeeded" else state)
+        self.bars.stop()
+        self.tasks.clear()
+
+
+def _when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+@app.command()
+def init(
+    path: Annotated[Path, typer.Argument(help="where to write the project file")] = Path(
+        "combined.yaml"
+    ),
+    force: Annotated[bool, typer.Option(help="overwrite an existing file")] = False,
+) -> None:
+    """Write a commented example project file."""
+    from combined.config import write_example
+    from combined.errors import CombinedError
+
+    try:
+        written = write_example(path, force=force)
+    except CombinedError as exc:
+        _fail(exc)
+    console.print(f"wrote {written}")
+
+
+@app.command()
+def check(project: ProjectOpt = None) -> None:
+    """Validate the project file and connect to every source."""
+    from combined.errors import CombinedError
+
+    engine = _engine(project)
+    failed = False
+    for name in engine.project.sources:
+        try:
+            engine.check(name)
+            console.print(f"[green]ok[/green]   {name}")
+        except CombinedError as exc:
+            failed = True
+            console.print(f"[red]fail[/red] {name}: {exc.message}", markup=True)
+            if exc.hint:
+                console.print(f"     hint: {exc.hint}", markup=False)
+    engine.close()
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def discover(
+    source: Annotated[str, typer.Argument(help="the source to discover")],
+    project: ProjectOpt = None,
+) -> None:
+    """Report the datasets, fields, keys and cursor candidates of a source."""
+    from combined.errors import CombinedError
+
+    engine = _engine(project)
+    try:
+        found = engine.discover(source)
+    except CombinedError as exc:
+        _fail(exc)
+    finally:
+        engine.close()
+    for d in found.datasets:
+        t = Table(title=f"{d.name} ({d.kind}, ~{d.estimated_rows} rows)", title_justify="left")
+        t.add_column("field")
+        t.add_column("type")
+        t.add_column("source type")
+        t.add_column("key")
+        for f in d.fields:
+            t.add_row(f.name, f.arrow_type, f.source_type, "pk" if f.name in d.primary_key else "")
+        console.print(t)
+        for c in d.cursor_candidates:
+            console.print(f"  cursor candidate {c.column}: {c.evidence}")
+
+
+@app.command()
+def capture(
+    selectors: Annotated[
+        list[str] | None, typer.Argument(help="SOURCE or SOURCE.DATASET (all when omitted)")
+    ] = None,
+    project: ProjectOpt = None,
+) -> None:
+    """Capture datasets into the lake and publish them."""
+    from combined.errors import CombinedError
+
+    engine = _engine(project, _Progress())
+    try:
+        runs = engine.capture(selectors or [])
+    except CombinedError as exc:
+        _fail(exc)
+    finally:
+        engine.close()
+    bad = False
+    for run in runs:
+        colour = "green" if run.state == "succeeded" else "red"
+        console.print(f"run {run.id} [{colour}]{run.state}[/{colour}]", markup=True)
+        if run.stats:
+            for ds, s in run.stats.items():
+                console.print(
+                    f"  {run.source}.{ds}: {s['captured']} read, +{s['inserts']} "
+                    f"~{s['updates']} -{s['deletes']}, {s['deliveries']} deliveries"
+                )
+        if run.error:
+            console.print(f"  {run.error}", markup=False)
+        bad = bad or run.state != "succeeded"
+    if bad:
+        raise typer.Exit(1)
+
+
+@app.command()
+def runs(
+    limit: Annotated[int, typer.Option(help="how many")] = 20, project: ProjectOpt = None
+) -> None:
+    """List the newest runs."""
+    engine = _engine(project)
+    try:
+        rows = engine.runs(limit)
+    finally:
+        engine.close()
+    t = Table("run", "source", "trigger", "state", "created", "datasets", "error")
+    for r in rows:
+        t.add_row(
+            r.id,
+            r.source,
+            r.trigger,
+            r.state,
+            _when(r.created_at),
+            ",".join(r.datasets),
+            (r.error or "").splitlines()[0][:60] if r.error else "",
+        )
+    console.print(t)
+
+
+@run_app.command("show")
+def run_show(run_id: str, project: ProjectOpt = None) -> None:
+    """Show one run: admission, attempts, deliveries, activity."""
+    from combined.errors import CombinedError
+
+    engine = _engine(project)
+    try:
+        info = engine.run(run_id)
+    except CombinedError as exc:
+        _fail(exc)
+    finally:
+        engine.close()
+    r, adm = info["run"], info["admission"]
+    console.print(f"run {r.id}  {r.state}  trigger={r.trigger}  source={r.source}")
+    console.print(
+        f"  created {_when(r.created_at)}  started {_when(r.started_at)}  ended {_when(r.ended_at)}"
+    )
+    if r.retry_of:
+        console.print(f"  retry of {r.retry_of}")
+    console.print(
+        f"  admission {adm.id}: {adm.connector}@{adm.revision} "
+        f"config {adm.config_digest[:12]} billing={adm.billing_policy} venue={adm.venue}"
+    )
+    if r.error:
+        console.print(f"  error: {r.error}", markup=False)
+    for a in info["attempts"]:
+        console.print(
+            f"  attempt {a.number} on {a.worker}: {a.outcome or 'running'}"
+            + (f" ({a.error})" if a.error else ""),
+            markup=False,
+        )
+    t = Table("delivery", "dataset", "seq", "records", "bytes", "state", "lake version")
+    for d in info["deliveries"]:
+        t.add_row(
+            d.id[:12],
+            d.dataset,
+            str(d.sequence),
+            str(d.record_count),
+            str(d.byte_count),
+            d.state,
+            str(d.lake_version),
+        )
+    console.print(t)
+
+
+@run_app.command("retry")
+def run_retry(run_id: str, project: ProjectOpt = None) -> None:
+    """Retry a failed run as a new run under the original admission."""
+    from combined.errors import CombinedError
+
+    engine = _engine(project, _Progress())
+    try:
+        run = engine.retry(run_id)
+    except CombinedError as exc:
+        _fail(exc)
+    finally:
+        engine.close()
+    console.print(f"run {run.id} {run.state} (retry of {run.retry_of})")
+    if run.state != "succeeded":
+        raise typer.Exit(1)
+
+
+@app.command()
+def status(project: ProjectOpt = None) -> None:
+    """Freshness and last source position per dataset."""
+    engine = _engine(project)
+    try:
+        rows = engine.status()
+    finally:
+        engine.close()
+    t = Table("dataset", "strategy", "mode", "version", "lake v", "position", "published", "fresh")
+    for s in rows:
+        fresh = "-" if s["fresh"] is None else ("yes" if s["fresh"] else "[red]stale[/red]")
+        t.add_row(
+            s["dataset"],
+            s["strategy"],
+            s["sync_mode"],
+            (s["version"] or "-")[:12],
+            str(s["lake_version"] if s["lake_version"] is not None else "-"),
+            (s["position"] or "-")[:30],
+            _when(s["published_at"]),
+            fresh,
+        )
+    console.print(t)
+
+
+def _instant(text: str) -> datetime:
+    from combined.errors import ConfigError
+
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        _fail(
+            ConfigError(
+                f"--as-of {text!r} is not an ISO-8601 timestamp",
+                hint="use e.g. 2026-11-29T08:00:00Z",
+            )
+        )
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="DuckDB SQL; tables are <source>.<dataset>")],
+    as_of: Annotated[str | None, typer.Option("--as-of", help="an ISO-8601 instant")] = None,
+    publication: Annotated[str | None, typer.Option(help="a publication id")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
+    project: ProjectOpt = None,
+) -> None:
+    """Query the lake at a published basis with DuckDB."""
+    from combined.errors import CombinedError, ConfigError
+
+    if fmt not in ("table", "csv", "json"):
+        _fail(ConfigError(f"unknown format {fmt!r}", hint="use table, csv or json"))
+    engine = _engine(project)
+    try:
+        result = engine.sql(
+            query, as_of=_instant(as_of) if as_of else None, publication=publication
+        )
+    except CombinedError as exc:
+        _fail(exc)
+    finally:
+        engine.close()
+    rows = result.to_pylist()
+    if fmt == "json":
+        sys.stdout.write(json.dumps(rows, default=str) + "\n")
+    elif fmt == "csv":
+        import csv
+
+        w = csv.writer(sys.stdout)
+        w.writerow(result.column_names)
+        for row in rows:
+            w.writerow(["" if v is None else v for v in row.values()])
+    else:
+        t = Table(*result.column_names)
+        for row in rows:
+            t.add_row(*["" if v is None else str(v) for v in row.values()])
+        console.print(t)
+
+
+@app.command()
+def publications(
+    limit: Annotated[int, typer.Option(help="how many")] = 20, project: ProjectOpt = None
+) -> None:
+    """List publications and their members."""
+    engine = _engine(project)
+    try:
+        rows = engine.publications(limit)
+    finally:
+        engine.close()
+    t = Table("publication", "published", "run", "members")
+    for p in rows:
+        members = ", ".join(
+            f"{m['source']}.{m['dataset']}@{m['lake_version']}" + ("*" if m["changed"] else "")
+            for m in p["member_rows"]
+        )
+        t.add_row(p["id"], _when(p["published_at"]), p["run_id"] or "-", members)
+    console.print(t)
+
+
+@app.command()
+def history(
+    dataset: Annotated[str, typer.Argument(help="SOURCE.DATASET")], project: ProjectOpt = None
+) -> None:
+    """List a dataset's versions."""
+    from combined.errors import CombinedError
+
+    engine = _engine(project)
+    try:
+        rows = engine.history(dataset)
+    except CombinedError as exc:
+        _fail(exc)
+    finally:
+        engine.close()
+    t = Table("version", "parent", "+ins", "~upd", "-del", "rows", "run", "lake v", "publications")
+    for v in rows:
+        t.add_row(
+            v["id"][:12],
+            (v["parent_id"] or "-")[:12],
+            str(v["inserts"]),
+            str(v["updates"]),
+            str(v["deletes"]),
+            str(v["row_count"]),
+            v["run_id"],
+            str(v["lake_version"]),
+            ", ".join(v["publications"]),
+        )
+    console.print(t)
+
+
+@app.command()
+def usage(
+    month: Annotated[str | None, typer.Option(help="YYYY-MM")] = None, project: ProjectOpt = None
+) -> None:
+    """Monthly active rows per source and dataset."""
+    engine = _engine(project)
+    try:
+        rows = engine.usage(month)
+    finally:
+        engine.close()
+    t = Table("month", "source", "dataset", "MAR", "inserts", "updates", "deletes")
+    for u in rows:
+        t.add_row(
+            u["month"],
+            u["source"],
+            u["dataset"],
+            str(u["mar"]),
+            str(u["inserts"]),
+            str(u["updates"]),
+            str(u["deletes"]),
+        )
+    console.print(t)
+
+
+@app.command()
+def repair(project: ProjectOpt = None) -> None:
+    """Rebuild the catalog projection from the lake; close runs whose process died."""
+    from combined.errors import CombinedError
+
+    engine = _engine(project)
+    try:
+        notes = engine.repair()
+    except CombinedError as exc:
+        _fail(exc)
+    finally:
+        engine.close()
+    for n in notes:
+        console.print(n)
+    console.print("the catalog matches the lake" if not notes else f"{len(notes)} repair(s)")
+
+
+@app.command()
+def demo(
+    directory: Annotated[Path, typer.Option(help="where to build the demo")] = Path("demo"),
+) -> None:
+    """Build a sample shop, capture it, change it, capture again and query it."""
+    from combined.demo import run_demo
+    from combined.errors import CombinedError
+
+    try:
+        run_demo(directory, console)
+    except CombinedError as exc:
+        _fail(exc)
+
+
+def main() -> None:
+    """Entry point of the ``combined`` script."""
+    app()

@@ -1,0 +1,227 @@
+"""Run-scoped staging and the Delivery writer.
+
+Everything a Run writes before its lake commit lives under
+``<lake>/_staging/<run_id>/`` and is accounted against the run's byte, file
+and path limits: a breach fails the Run and leaves the lake untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from combined.errors import StagingLimitExceeded
+from combined.lake import confined
+from combined.protocol import _provenance as prov
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Run-scoped staging limits."""
+
+    max_bytes: int = 20 * 2**30
+    max_files: int = 10_000
+    max_path_length: int = 240
+
+
+class StagingArea:
+    """The private, run-scoped directory a Run stages into."""
+
+    def __init__(self, root: Path, limits: Limits) -> None:
+        self.root = root
+        self.limits = limits
+        self.bytes = 0
+        self.files = 0
+
+    def path(self, relative: str) -> Path:
+        """A confined path under the staging root (created parents)."""
+        p = confined(self.root, relative, self.limits.max_path_length)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def account(self, nbytes: int, files: int = 0) -> None:
+        """Add written bytes and files; raise when a limit is exceeded."""
+        self.bytes += nbytes
+        self.files += files
+        if self.bytes > self.limits.max_bytes:
+            raise StagingLimitExceeded(
+                f"the run staged {self.bytes} bytes, over the limit of {self.limits.max_bytes}",
+                hint="raise staging.max_bytes in combined.yaml or capture fewer datasets at once",
+            )
+        if self.files > self.limits.max_files:
+            raise StagingLimitExceeded(
+                f"the run staged {self.files} files, over the limit of {self.limits.max_files}",
+                hint="raise staging.max_files or delivery.max_rows in combined.yaml",
+            )
+
+    def erase(self, relative: str) -> None:
+        """Erase a private staging subtree (never the raw layer)."""
+        shutil.rmtree(confined(self.root, relative, 10_000), ignore_errors=True)
+
+    def erase_all(self) -> None:
+        """Erase the whole run staging directory."""
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class PartWriter:
+    """Writes a stream of batches as bounded Parquet parts under staging."""
+
+    def __init__(self, area: StagingArea, prefix: str, max_rows: int, max_bytes: int) -> None:
+        self.area = area
+        self.prefix = prefix
+        self.max_rows = max_rows
+        self.max_bytes = max_bytes
+        self.parts: list[Path] = []
+        self._writer: pq.ParquetWriter | None = None
+        self._rows = 0
+        self._bytes = 0
+        self._schema: pa.Schema | None = None
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Append a batch, cutting a new part at the row or byte limit."""
+        offset = 0
+        while offset < batch.num_rows:
+            if self._writer is None or self._full():
+                self._roll(batch.schema)
+            room = self.max_rows - self._rows
+            chunk = batch.slice(offset, room)
+            assert self._writer is not None
+            self._writer.write_batch(chunk)
+            self._rows += chunk.num_rows
+            self._bytes += chunk.nbytes
+            offset += chunk.num_rows
+
+    def _full(self) -> bool:
+        return self._rows >= self.max_rows or self._bytes >= self.max_bytes
+
+    def _roll(self, schema: pa.Schema) -> None:
+        self._close_current()
+        path = self.area.path(f"{self.prefix}/part-{len(self.parts):06d}.parquet")
+        self._schema = schema
+        self._writer = pq.ParquetWriter(str(path), schema, compression="zstd")
+        self.parts.append(path)
+        self._rows = self._bytes = 0
+        self.area.account(0, files=1)
+
+    def _close_current(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            self.area.account(self.parts[-1].stat().st_size)
+
+    def close(self) -> list[Path]:
+        """Finish the last part; returns every part written."""
+        self._close_current()
+        return self.parts
+
+
+@dataclass(frozen=True, slots=True)
+class StagedDelivery:
+    """A Delivery file staged for commit."""
+
+    id: str
+    source: str
+    dataset: str
+    sequence: int
+    schema_revision: int
+    record_count: int
+    byte_count: int
+    content_hash: str
+    path: Path
+
+
+def delivery_id(run_id: str, source: str, dataset: str, sequence: int) -> str:
+    """The deterministic id of a Delivery."""
+    return hashlib.sha256(f"{run_id}|{source}|{dataset}|{sequence}".encode()).hexdigest()[:32]
+
+
+def file_hash(path: Path) -> str:
+    """sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_deliveries(
+    area: StagingArea,
+    batches: Iterable[pa.RecordBatch],
+    *,
+    run_id: str,
+    source: str,
+    dataset: str,
+    first_sequence: int,
+    schema: pa.Schema,
+    schema_revision: int,
+    max_rows: int,
+    max_bytes: int,
+) -> list[StagedDelivery]:
+    """Cut ``batches`` into bounded Delivery files with deterministic ids."""
+    out: list[StagedDelivery] = []
+    seq = first_sequence
+    pending: list[pa.RecordBatch] = []
+    rows = nbytes = 0
+
+    def flush() -> None:
+        nonlocal seq, rows, nbytes
+        if not pending:
+            return
+        did = delivery_id(run_id, source, dataset, seq)
+        path = area.path(f"{source}/{dataset}/deliveries/{seq:09d}-{did}.parquet")
+        area.account(0, files=1)
+        count = 0
+        with pq.ParquetWriter(str(path), schema, compression="zstd") as writer:
+            for b in pending:
+                ids = pa.array([did] * b.num_rows, pa.string())
+                idx = b.schema.get_field_index(prov.DELIVERY_ID)
+                b = b.set_column(idx, prov.DELIVERY_ID, ids)
+                writer.write_batch(b)
+                count += b.num_rows
+        size = path.stat().st_size
+        area.account(size)
+        out.append(
+            StagedDelivery(
+                id=did,
+                source=source,
+                dataset=dataset,
+                sequence=seq,
+                schema_revision=schema_revision,
+                record_count=count,
+                byte_count=size,
+                content_hash=file_hash(path),
+                path=path,
+            )
+        )
+        seq += 1
+        pending.clear()
+        rows = nbytes = 0
+
+    for batch in batches:
+        offset = 0
+        while offset < batch.num_rows:
+            chunk = batch.slice(offset, max_rows - rows)
+            pending.append(chunk)
+            rows += chunk.num_rows
+            nbytes += chunk.nbytes
+            offset += chunk.num_rows
+            if rows >= max_rows or nbytes >= max_bytes:
+                flush()
+    flush()
+    return out
+
+
+def read_deliveries(paths: list[Path], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Stream the batches of Delivery files in sequence order."""
+    for path in paths:
+        pf = pq.ParquetFile(str(path))
+        try:
+            yield from pf.iter_batches(batch_size=65_536)
+        finally:
+            pf.close()

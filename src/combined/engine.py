@@ -1,0 +1,369 @@
+"""The engine facade: the one object the CLI and the API drive."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from combined.catalog import Admission, Catalog, Run, Trigger
+from combined.catalog import data as cat
+from combined.catalog import runs as runs_repo
+from combined.config import Project, config_digest, load_project, redact_config, resolve_secrets
+from combined.connectors import connector_class
+from combined.delivery import Limits
+from combined.errors import ConfigError, NotFoundError, ProtocolViolation
+from combined.lake import LakeLayout
+from combined.runtime._reporter import NullReporter, Reporter
+from combined.runtime._runner import Runner, Settings, admit
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from combined.connectors.abc import Discovery, Source
+
+
+class Engine:
+    """Everything Combined does, over one project."""
+
+    def __init__(self, project: Project, reporter: Reporter | None = None) -> None:
+        self.project = project
+        self.reporter = reporter or NullReporter()
+        lake = project.lake_uri()
+        if "://" in lake:
+            raise ConfigError(
+                f"object-store lakes ({lake}) are not supported by this build yet",
+                hint="use a local lake path for now",
+            )
+        self.layout = LakeLayout(Path(lake))
+        self._catalog: Catalog | None = None
+
+    @classmethod
+    def open(cls, path: str | Path | None = None, reporter: Reporter | None = None) -> Engine:
+        """Load the project file and build an engine over it."""
+        return cls(load_project(path), reporter)
+
+    @property
+    def catalog(self) -> Catalog:
+        """The catalog, opened (and migrated) on first use."""
+        if self._catalog is None:
+            self._catalog = Catalog.open(
+                self.project.catalog_url(), password=self.project.catalog_secret()
+            )
+        return self._catalog
+
+    def close(self) -> None:
+        """Release the catalog's connections."""
+        if self._catalog is not None:
+            self._catalog.close()
+            self._catalog = None
+
+    @property
+    def runner(self) -> Runner:
+        """The Run executor over this project's catalog and lake."""
+        staging = self.project.staging
+        settings = Settings(
+            root=self.project.root,
+            limits=Limits(
+                max_bytes=staging.max_bytes,
+                max_files=staging.max_files,
+                max_path_length=staging.max_path_length,
+            ),
+            memory_limit=self.project.reduction_memory,
+            backoff_s=float(os.environ.get("COMBINED_RETRY_BACKOFF_S", "0.5")),
+        )
+        return Runner(self.catalog, self.layout, settings, self._resolve, self.reporter)
+
+    def _resolve(self, admission_config: dict[str, Any]) -> dict[str, Any]:
+        return resolve_secrets(
+            admission_config["config"],
+            self.project.root,
+            prefix=f"sources.{admission_config['source']}.config",
+        )
+
+    # -- declarations and admission ------------------------------------------------
+
+    def selectors(self, names: Sequence[str]) -> dict[str, list[str]]:
+        """Resolve ``SOURCE`` / ``SOURCE.DATASET`` selectors (all when empty)."""
+        out: dict[str, list[str]] = {}
+        if not names:
+            for source, dataset, _ in self.project.datasets():
+                out.setdefault(source, []).append(dataset)
+            return out
+        for name in names:
+            source, _, dataset = name.partition(".")
+            src = self.project.source(source)
+            if dataset:
+                self.project.dataset(source, dataset)
+                if dataset not in out.setdefault(source, []):
+                    out[source].append(dataset)
+            else:
+                for d in src.datasets:
+                    if d not in out.setdefault(source, []):
+                        out[source].append(d)
+        return out
+
+    def _admission(self, source: str) -> Admission:
+        src = self.project.source(source)
+        cls = connector_class(src.connector)
+        config = redact_config(src.config)
+        if isinstance(config.get("path"), str) and "://" not in config["path"]:
+            # Frozen absolute: a retry reads the same file whatever the cwd.
+            config["path"] = os.path.abspath(self.project.root / config["path"])
+        datasets = {}
+        for name, d in src.datasets.items():
+            datasets[name] = {
+                "relation": d.relation,
+                "key": list(d.key or []),
+                "strategy": d.strategy,
+                "sync_mode": d.sync_mode,
+                "cursor": None
+                if d.cursor is None
+                else {
+                    "column": d.cursor.column,
+                    "lookback": d.cursor.lookback.total_seconds()
+                    if hasattr(d.cursor.lookback, "total_seconds")
+                    else d.cursor.lookback,
+                    "lookback_is_duration": hasattr(d.cursor.lookback, "total_seconds"),
+                    "trust": d.cursor.trust,
+                },
+                "columns": list(d.columns) if d.columns else None,
+                "batch_rows": d.batch_rows,
+                "delivery": {"max_rows": d.delivery.max_rows, "max_bytes": d.delivery.max_bytes},
+                "drift": d.drift.model_dump(),
+                "quarantine": {
+                    "reader": d.quarantine.reader,
+                    "review_every_s": int(d.quarantine.review_every.total_seconds()),
+                },
+            }
+        body = {"source": source, "config": config, "datasets": datasets}
+        return Admission.freeze(
+            connector=src.connector,
+            revision=str(cls.revision),
+            config_digest=config_digest(body),
+            config=body,
+            billing_policy=src.billing_policy,
+            venue=src.venue,
+        )
+
+    def _declare(self, source: str) -> None:
+        src = self.project.source(source)
+        with self.catalog.begin() as conn:
+            cat.upsert_source(
+                conn, source, src.connector, redact_config(src.config), config_digest(src.config)
+            )
+            for name, d in src.datasets.items():
+                cat.ensure_dataset(
+                    conn,
+                    source,
+                    name,
+                    relation=d.relation,
+                    key=list(d.key or []),
+                    strategy=d.strategy,
+                    sync_mode=d.sync_mode,
+                    freshness_target_s=int(d.freshness.total_seconds()) if d.freshness else None,
+                )
+
+    # -- captures -------------------------------------------------------------------
+
+    def capture(self, names: Sequence[str] = (), trigger: Trigger | None = None) -> list[Run]:
+        """Capture the selected datasets: one Run per source."""
+        selected = self.selectors(names)
+        self.layout.ensure_writable()
+        self.repair()
+        out = []
+        for source, datasets in selected.items():
+            self._declare(source)
+            admission = self._admission(source)
+            with self.catalog.begin() as conn:
+                fresh = all(
+                    cat.get_dataset(conn, source, d).current_version is None for d in datasets
+                )
+            run = admit(
+                self.catalog,
+                source=source,
+                datasets=datasets,
+                trigger=trigger or ("first_sync" if fresh else "manual"),
+                admission=admission,
+            )
+            out.append(self.runner.execute(run))
+        return out
+
+    def retry(self, run_id: str) -> Run:
+        """Execute a failed Run again, as a new Run under the same admission."""
+        with self.catalog.begin() as conn:
+            old = runs_repo.get_run(conn, run_id)
+            if not old.terminal:
+                raise ProtocolViolation(
+                    f"run {old.id} is still {old.state}",
+                    hint="retry a run once it has failed; `combined repair` closes dead runs",
+                )
+            if old.state == "succeeded":
+                raise ProtocolViolation(f"run {old.id} succeeded; there is nothing to retry")
+            admission = runs_repo.get_admission(conn, old.admission_id)
+        self.layout.ensure_writable()
+        self.repair()
+        run = admit(
+            self.catalog,
+            source=old.source,
+            datasets=old.datasets,
+            trigger="retry",
+            admission=admission,
+            retry_of=old.id,
+        )
+        return self.runner.execute(run)
+
+    def repair(self) -> list[str]:
+        """Rebuild the projection from the lake and close Runs whose process died."""
+        pairs = [(s, d) for s, d, _ in self.project.datasets()]
+        return self.runner.recover(pairs)
+
+    # -- sources ----------------------------------------------------------------------
+
+    def _source(self, source: str) -> Source:
+        src = self.project.source(source)
+        cls = connector_class(src.connector)
+        config = self.project.resolved_config(source)
+        if isinstance(config.get("path"), str) and "://" not in config["path"]:
+            config["path"] = os.path.abspath(self.project.root / config["path"])
+        return cls(config)
+
+    def check(self, source: str) -> None:
+        """Connect to a source and authenticate."""
+        conn = self._source(source)
+        try:
+            conn.check()
+        finally:
+            conn.close()
+
+    def discover(self, source: str) -> Discovery:
+        """Run discovery on a source and store it as the next version."""
+        from dataclasses import asdict
+
+        conn = self._source(source)
+        try:
+            found = conn.discover()
+        finally:
+            conn.close()
+        with self.catalog.begin() as c:
+            cat.record_discovery(
+                c, source, found.connector, found.revision, _jsonable(asdict(found))
+            )
+        return found
+
+    # -- reading ----------------------------------------------------------------------
+
+    def sql(
+        self, query: str, *, as_of: datetime | None = None, publication: str | None = None
+    ) -> pa.Table:
+        """Run DuckDB SQL over a published basis (latest, by id, or as of an instant)."""
+        from combined.lake._query import run_query
+
+        with self.catalog.begin() as conn:
+            pub = cat.get_publication(conn, publication_id=publication, as_of=as_of)
+            if pub is None:
+                if as_of is not None:
+                    raise NotFoundError(
+                        f"nothing was published at or before {as_of.isoformat()}",
+                        hint="list publications with `combined publications`",
+                    )
+                raise NotFoundError(
+                    "nothing has been published yet", hint="run `combined capture` first"
+                )
+            members = cat.published_basis(conn, pub.seq)
+        return run_query(self.layout, members, query)
+
+    def runs(self, limit: int = 20) -> list[Run]:
+        """Newest Runs first."""
+        with self.catalog.begin() as conn:
+            return runs_repo.list_runs(conn, limit=limit)
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        """One Run with its admission, attempts and deliveries."""
+        with self.catalog.begin() as conn:
+            run = runs_repo.get_run(conn, run_id)
+            return {
+                "run": run,
+                "admission": runs_repo.get_admission(conn, run.admission_id),
+                "attempts": runs_repo.list_attempts(conn, run.id),
+                "deliveries": cat.deliveries(conn, run_id=run.id),
+                "activity": cat.activity(conn, run_id=run.id, limit=200),
+            }
+
+    def status(self) -> list[dict[str, Any]]:
+        """Freshness and last position per declared dataset."""
+        from combined.protocol import utcnow
+
+        out = []
+        with self.catalog.begin() as conn:
+            rows = {(r.source, r.name): r for r in cat.list_datasets(conn)}
+        now = utcnow()
+        for source, name, d in self.project.datasets():
+            r = rows.get((source, name))
+            published = r.published_at if r is not None else None
+            target = d.freshness
+            age = (now - published) if published else None
+            out.append(
+                {
+                    "dataset": f"{source}.{name}",
+                    "strategy": d.strategy,
+                    "sync_mode": d.sync_mode,
+                    "version": r.current_version if r is not None else None,
+                    "lake_version": r.lake_version if r is not None else None,
+                    "position": r.source_position if r is not None else None,
+                    "published_at": published,
+                    "age": age,
+                    "target": target,
+                    "fresh": None if target is None or age is None else age <= target,
+                }
+            )
+        return out
+
+    def history(self, name: str) -> list[dict[str, Any]]:
+        """A dataset's versions with their publications."""
+        source, _, dataset = name.partition(".")
+        self.project.dataset(source, dataset)
+        import sqlalchemy as sa
+
+        from combined.catalog import _schema as t
+
+        with self.catalog.begin() as conn:
+            out = []
+            for v in cat.versions(conn, source, dataset):
+                pubs = conn.execute(
+                    sa.select(t.publication_members.c.publication_id).where(
+                        t.publication_members.c.source == source,
+                        t.publication_members.c.dataset == dataset,
+                        t.publication_members.c.dataset_version == v.id,
+                    )
+                ).scalars()
+                out.append({**dict(v._mapping), "publications": list(pubs)})
+        return out
+
+    def publications(self, limit: int = 20) -> list[dict[str, Any]]:
+        """Newest publications with their members."""
+        with self.catalog.begin() as conn:
+            return [
+                {
+                    **dict(p._mapping),
+                    "member_rows": [dict(m._mapping) for m in cat.members_of(conn, p.id)],
+                }
+                for p in cat.list_publications(conn, limit)
+            ]
+
+    def usage(self, month: str | None = None) -> list[dict[str, Any]]:
+        """MAR per source and dataset (and month)."""
+        with self.catalog.begin() as conn:
+            return [dict(r._mapping) for r in cat.usage_rows(conn, month)]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value

@@ -1,0 +1,17 @@
+"""The lake: Delta commit protocol, layout, types and the published-basis query."""
+
+from combined.lake._layout import LakeLayout, confined
+from combined.lake._table import METADATA_KEY, CommitMode, CommitResult, LakeTable
+from combined.lake._types import lake_schema, lake_type, to_lake
+
+__all__ = [
+    "METADATA_KEY",
+    "CommitMode",
+    "CommitResult",
+    "LakeLayout",
+    "LakeTable",
+    "confined",
+    "lake_schema",
+    "lake_type",
+    "to_lake",
+]

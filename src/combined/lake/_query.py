@@ -1,0 +1,59 @@
+"""Queries over a published basis, in DuckDB.
+
+Each member is opened at its recorded lake table version. Its data files are
+read directly with ``read_parquet`` (tables are written without deletion
+vectors or column mapping, so a version's files are exactly its rows); no
+pyarrow dataset is left open, so the process exits cleanly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from combined.catalog import Member
+from combined.errors import CombinedError
+from combined.lake._layout import LakeLayout
+from combined.lake._table import LakeTable
+from combined.protocol.identity import quote_ident
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+class QueryError(CombinedError):
+    """DuckDB rejected the query."""
+
+
+def run_query(layout: LakeLayout, members: Sequence[Member], query: str) -> pa.Table:
+    """Expose each member as ``<source>.<dataset>`` and run ``query``."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        for m in members:
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(m.source)}")
+            name = f"{quote_ident(m.source)}.{quote_ident(m.dataset)}"
+            if m.lake_version is None:
+                continue
+            table = LakeTable(layout.table(m.source, m.dataset), "")
+            files = table.files(m.lake_version)
+            if files:
+                listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+                con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{listing}])")
+            else:
+                schema = table.schema(m.lake_version)
+                assert schema is not None
+                empty = schema.empty_table()
+                con.register("_empty", empty)
+                con.execute(f"CREATE TABLE {name} AS SELECT * FROM _empty")
+                con.unregister("_empty")
+        try:
+            return con.execute(query).to_arrow_table()
+        except duckdb.Error as exc:
+            raise QueryError(
+                f"the query failed: {exc}",
+                hint="tables are named <source>.<dataset>; list them with `combined status`",
+            ) from exc
+    finally:
+        con.close()

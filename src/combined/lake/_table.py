@@ -1,0 +1,181 @@
+"""The Delta commit protocol: idempotent, monotonic, checkpoint-carrying commits."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from combined.errors import CommitAmbiguous, LakeError, ProtocolViolation
+from combined.protocol import utcnow
+
+CommitMode = Literal["merge", "append", "overwrite"]
+METADATA_KEY = "combined"
+#: Tables stay readable by every Delta reader: no deletion vectors, no column mapping.
+TABLE_CONFIGURATION: dict[str, str | None] = {"delta.enableDeletionVectors": "false"}
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """What a commit did: the lake version holding the sequences, or a skip."""
+
+    lake_version: int
+    skipped: bool
+    committed_at: datetime
+
+
+class LakeTable:
+    """One dataset's Delta table and its commit protocol.
+
+    Each commit carries ``Transaction(app_id, version=last delivery sequence)``
+    and the Run's evidence in ``custom_metadata``. Sequences at or below the
+    table's transaction version are already committed and are skipped; a gap
+    is refused. A concurrent duplicate loses with a conflict and is then
+    resolved by reading the transaction version again.
+    """
+
+    def __init__(self, path: Path, app_id: str) -> None:
+        self.path = path
+        self.app_id = app_id
+
+    def _open(self, version: int | None = None) -> Any:
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(str(self.path)):
+            return None
+        return DeltaTable(str(self.path), version=version)
+
+    def exists(self) -> bool:
+        """Whether the table has been created."""
+        return self._open() is not None
+
+    def version(self) -> int | None:
+        """The newest lake table version, or None before the first commit."""
+        dt = self._open()
+        return None if dt is None else int(dt.version())
+
+    def committed_sequence(self) -> int:
+        """The last delivery sequence the lake holds for this dataset (0 if none)."""
+        dt = self._open()
+        if dt is None:
+            return 0
+        v = dt.transaction_version(self.app_id)
+        return int(v) if v is not None else 0
+
+    def files(self, version: int | None = None) -> list[str]:
+        """The data files of a table version (no deletion vectors, so files are the rows)."""
+        dt = self._open(version)
+        return [] if dt is None else list(dt.file_uris())
+
+    def schema(self, version: int | None = None) -> pa.Schema | None:
+        """The table's Arrow schema."""
+        dt = self._open(version)
+        if dt is None:
+            return None
+        return pa.schema(dt.schema().to_arrow())
+
+    def commits(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Combined commit metadata, newest first (each with its ``lake_version``)."""
+        dt = self._open()
+        if dt is None:
+            return []
+        out = []
+        for entry in dt.history(limit):
+            raw = entry.get(METADATA_KEY)
+            if raw is None:
+                continue
+            meta = json.loads(raw) if isinstance(raw, str) else dict(raw)
+            meta["lake_version"] = int(entry["version"])
+            meta["lake_timestamp_ms"] = entry.get("timestamp")
+            out.append(meta)
+        return out
+
+    def latest_commit(self) -> dict[str, Any] | None:
+        """The newest commit made by Combined: the authoritative checkpoint."""
+        for meta in self.commits():
+            return meta
+        return None
+
+    def commit(
+        self,
+        *,
+        first_sequence: int,
+        last_sequence: int,
+        mode: CommitMode,
+        data: Callable[[], pa.RecordBatchReader],
+        metadata: Mapping[str, Any],
+        needs_merge: bool = True,
+        before_write: Callable[[], None] | None = None,
+    ) -> CommitResult:
+        """Commit sequences ``first..last`` once; skip them when already committed."""
+        from deltalake import CommitProperties, Transaction, write_deltalake
+        from deltalake.exceptions import CommitFailedError
+
+        done = self.committed_sequence()
+        if last_sequence <= done:
+            return self._skipped(last_sequence)
+        if first_sequence != done + 1:
+            raise ProtocolViolation(
+                f"delivery sequence {first_sequence} does not follow the committed "
+                f"sequence {done} of {self.app_id}",
+                hint="run `combined repair` to reconcile the catalog with the lake",
+            )
+        properties = CommitProperties(
+            custom_metadata={METADATA_KEY: json.dumps(dict(metadata), default=str)},
+            app_transactions=[Transaction(app_id=self.app_id, version=last_sequence)],
+        )
+        dt = self._open()
+        try:
+            if before_write is not None:
+                before_write()
+            if dt is None or mode in ("append", "overwrite") or not needs_merge:
+                write_deltalake(
+                    str(self.path) if dt is None else dt,
+                    data(),
+                    mode="overwrite" if mode == "overwrite" else "append",
+                    schema_mode="merge" if dt is not None and mode != "overwrite" else None,
+                    configuration=TABLE_CONFIGURATION if dt is None else None,
+                    commit_properties=properties,
+                )
+            else:
+                (
+                    dt.merge(
+                        source=data(),
+                        predicate="t._combined_id = s._combined_id",
+                        source_alias="s",
+                        target_alias="t",
+                        merge_schema=True,
+                        commit_properties=properties,
+                    )
+                    .when_matched_delete(predicate="s._combined_op = 'delete'")
+                    .when_matched_update_all(predicate="s._combined_op <> 'delete'")
+                    .when_not_matched_insert_all(predicate="s._combined_op <> 'delete'")
+                    .execute()
+                )
+        except CommitFailedError as exc:
+            if self.committed_sequence() >= last_sequence:
+                return self._skipped(last_sequence)
+            raise CommitAmbiguous(
+                f"the lake commit of {self.app_id} conflicted: {exc}",
+                hint="the commit is retried; the lake's transaction version decides",
+            ) from exc
+        except OSError as exc:
+            raise LakeError(f"the lake refused the commit of {self.app_id}: {exc}") from exc
+        version = self.version()
+        assert version is not None
+        return CommitResult(lake_version=version, skipped=False, committed_at=utcnow())
+
+    def _skipped(self, sequence: int) -> CommitResult:
+        for meta in self.commits():
+            if int(meta.get("last_sequence", 0)) >= sequence >= int(meta.get("first_sequence", 0)):
+                at = datetime.fromisoformat(meta["ingested_at"])
+                return CommitResult(
+                    lake_version=meta["lake_version"], skipped=True, committed_at=at
+                )
+        version = self.version()
+        return CommitResult(lake_version=version or 0, skipped=True, committed_at=utcnow())

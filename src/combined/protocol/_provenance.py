@@ -1,0 +1,46 @@
+"""The provenance columns every projected row carries (DESIGN.md section 4)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+ID = "_combined_id"
+OP = "_combined_op"
+EMITTED_AT = "_combined_emitted_at"
+OBSERVED_AT = "_combined_observed_at"
+INGESTED_AT = "_combined_ingested_at"
+RUN_ID = "_combined_run_id"
+DELIVERY_ID = "_combined_delivery_id"
+PAYLOAD_HASH = "_combined_payload_hash"
+PRODUCER = "_combined_producer"
+SOURCE_POSITION = "_combined_source_position"
+
+PROVENANCE_COLUMNS: tuple[str, ...] = (
+    ID,
+    OP,
+    EMITTED_AT,
+    OBSERVED_AT,
+    INGESTED_AT,
+    RUN_ID,
+    DELIVERY_ID,
+    PAYLOAD_HASH,
+    PRODUCER,
+    SOURCE_POSITION,
+)
+
+#: Columns a connector may put in its batches that are not source payload.
+CONTROL_COLUMNS: frozenset[str] = frozenset(
+    {OP, EMITTED_AT, SOURCE_POSITION, "_combined_unchanged", "_combined_ordinal"}
+)
+
+
+def provenance_fields() -> list[pa.Field]:
+    """The Arrow fields of the provenance columns, in order."""
+    import pyarrow as pa
+
+    ts = pa.timestamp("us", tz="UTC")
+    types = {EMITTED_AT: ts, OBSERVED_AT: ts, INGESTED_AT: ts}
+    return [pa.field(name, types.get(name, pa.string())) for name in PROVENANCE_COLUMNS]

@@ -1,0 +1,671 @@
+"""One dataset's capture: stage, reduce, deliver, commit, project.
+
+The projection is a function of the lake commit's metadata and the raw
+layer only, so :func:`project_commit` serves both the normal path and the
+repair of a catalog that lags the lake.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from combined.capture._reduce import Reducer, Transition
+from combined.catalog import Catalog, VersionTotals, version_id
+from combined.catalog import data as cat
+from combined.connectors.abc import Extraction, ReadRequest, Source
+from combined.delivery import PartWriter, StagedDelivery, StagingArea, write_deliveries
+from combined.errors import DriftRejected, SchemaMismatch
+from combined.lake import LakeLayout, LakeTable, lake_schema, to_lake
+from combined.protocol import ExtractionReceipt, RecordBatchMessage, StateMessage
+from combined.protocol import _provenance as prov
+from combined.runtime._barrier import CheckpointBarrier
+from combined.runtime._faults import arm_commit_watchdog
+from combined.runtime._reporter import Reporter
+
+ORDINAL = "_combined_ordinal"
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetPlan:
+    """A dataset's declaration as frozen in the Run's admission."""
+
+    source: str
+    name: str
+    relation: str
+    key: tuple[str, ...]
+    strategy: str
+    sync_mode: str
+    cursor: Mapping[str, Any] | None
+    columns: tuple[str, ...] | None
+    batch_rows: int
+    max_rows: int
+    max_bytes: int
+    drift: Mapping[str, str]
+    quarantine_reader: str
+    review_every_s: int
+
+    @property
+    def app_id(self) -> str:
+        """The Delta transaction app id of this dataset."""
+        return f"combined:{self.source}/{self.name}"
+
+
+@dataclass
+class Staged:
+    """What extraction left in staging for one dataset."""
+
+    plan: DatasetPlan
+    extraction: Extraction
+    parts: list[Path]
+    schema: pa.Schema
+    state: Mapping[str, Any] | None
+    position: str | None
+    receipt: ExtractionReceipt
+    rows: int
+    drift: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Prepared:
+    """A reduced transition written as Deliveries, ready to commit."""
+
+    staged: Staged
+    transition: Transition
+    deliveries: list[StagedDelivery]
+    changes_path: Path | None
+    metadata: dict[str, Any]
+    mode: str
+    needs_merge: bool
+
+
+def table_of(layout: LakeLayout, plan: DatasetPlan) -> LakeTable:
+    """The lake table of a dataset."""
+    return LakeTable(layout.table(plan.source, plan.name), plan.app_id)
+
+
+# -- extraction -------------------------------------------------------------------------
+
+
+def _drift(plan: DatasetPlan, committed: pa.Schema | None, seen: pa.Schema) -> list[dict[str, Any]]:
+    """Classify differences between the committed payload schema and a new one."""
+    if committed is None:
+        return []
+    events: list[dict[str, Any]] = []
+    old = {f.name: f.type for f in committed if not f.name.startswith("_combined_")}
+    new = {f.name: f.type for f in lake_schema(seen) if not f.name.startswith("_combined_")}
+    for name in new.keys() - old.keys():
+        events.append({"class": "new_field", "field": name, "type": str(new[name])})
+    for name in old.keys() - new.keys():
+        events.append({"class": "drop", "field": name, "type": str(old[name])})
+    for name in old.keys() & new.keys():
+        if old[name] != new[name]:
+            wider = _widens(old[name], new[name])
+            events.append(
+                {
+                    "class": "widened_type" if wider else "narrowed_type",
+                    "field": name,
+                    "from": str(old[name]),
+                    "to": str(new[name]),
+                }
+            )
+    for e in events:
+        e["outcome"] = plan.drift.get(e["class"], "fail")
+    return events
+
+
+def _widens(old: pa.DataType, new: pa.DataType) -> bool:
+    if pa.types.is_integer(old) and pa.types.is_integer(new):
+        return bool(new.bit_width >= old.bit_width)
+    if pa.types.is_floating(old) and pa.types.is_floating(new):
+        return bool(new.bit_width >= old.bit_width)
+    if pa.types.is_integer(old) and (pa.types.is_floating(new) or pa.types.is_decimal(new)):
+        return True
+    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
+        return bool(
+            new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
+        )
+    return False
+
+
+def stage(
+    plan: DatasetPlan,
+    source: Source,
+    area: StagingArea,
+    layout: LakeLayout,
+    reporter: Reporter,
+) -> Staged:
+    """Read one dataset into private, ordinal-keyed staging under the run's limits."""
+    table = table_of(layout, plan)
+    last = table.latest_commit()
+    # The checkpoint lives with the data: the lake's newest commit is authoritative.
+    prior_state = last.get("checkpoint") if last else None
+    committed_schema = table.schema()
+    from combined.connectors.abc import CursorSpec
+
+    cursor = None
+    if plan.cursor is not None:
+        cursor = CursorSpec(
+            column=plan.cursor["column"],
+            lookback=plan.cursor.get("lookback"),
+            trust=plan.cursor.get("trust", "declared"),
+        )
+    request = ReadRequest(
+        dataset=plan.name,
+        relation=plan.relation,
+        key=plan.key,
+        strategy=plan.strategy,  # type: ignore[arg-type]
+        state=prior_state,
+        cursor=cursor,
+        columns=plan.columns,
+        batch_rows=plan.batch_rows,
+    )
+    extraction = source.read(request)
+    writer = PartWriter(
+        area, f"{plan.source}/{plan.name}/capture", max_rows=plan.max_rows, max_bytes=plan.max_bytes
+    )
+    barrier = CheckpointBarrier()
+    schema: pa.Schema | None = None
+    ordinal = rows = nbytes = 0
+    for msg in extraction:
+        if isinstance(msg, StateMessage):
+            barrier.state(msg.state, position=msg.position)
+            continue
+        assert isinstance(msg, RecordBatchMessage)
+        batch = msg.batch
+        if schema is None:
+            schema = batch.schema
+        elif batch.schema != schema:
+            batch = _conform(plan, batch, schema)
+        n = batch.num_rows
+        batch = batch.append_column(ORDINAL, pa.array(range(ordinal, ordinal + n), pa.int64()))
+        ordinal += n
+        writer.write(batch)
+        barrier.records(n)
+        rows += n
+        nbytes += batch.nbytes
+        reporter.progress(plan.name, rows, nbytes, 0)
+    if schema is None:
+        schema = _empty_schema(committed_schema)
+    if not writer.parts:
+        writer.write(_empty_batch(schema))
+    parts = writer.close()
+    drift = _drift(plan, committed_schema, schema)
+    for event in drift:
+        if event["outcome"] != "evolve":
+            raise DriftRejected(
+                f"schema drift in {plan.source}.{plan.name}: {event['class']} "
+                f"on field {event['field']!r} (policy: {event['outcome']})",
+                hint=f"change drift.{event['class']} for this dataset in combined.yaml "
+                "if the change is expected",
+            )
+    checkpoint = barrier.committable(through_records=rows)
+    return Staged(
+        plan=plan,
+        extraction=extraction,
+        parts=parts,
+        schema=pq.read_schema(str(parts[0])),
+        state=checkpoint[0] if checkpoint else prior_state,
+        position=checkpoint[1] if checkpoint else (last.get("source_position") if last else None),
+        receipt=extraction.receipt,
+        rows=rows,
+        drift=drift,
+    )
+
+
+def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
+    full = schema.append(pa.field(ORDINAL, pa.int64()))
+    return pa.RecordBatch.from_pylist([], schema=full)
+
+
+def _empty_schema(committed: pa.Schema | None) -> pa.Schema:
+    if committed is None:
+        return pa.schema([])
+    return pa.schema([f for f in committed if not f.name.startswith("_combined_")])
+
+
+def _conform(plan: DatasetPlan, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """Cast a later batch to the capture's first schema, or say which column does not fit."""
+    arrays = []
+    for f in schema:
+        idx = batch.schema.get_field_index(f.name)
+        if idx < 0:
+            arrays.append(pa.nulls(batch.num_rows, f.type))
+            continue
+        col = batch.column(idx)
+        if col.type != f.type:
+            try:
+                col = pc.cast(col, f.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SchemaMismatch(
+                    f"a record of {plan.source}.{plan.name} does not fit the declared schema: "
+                    f"column {f.name!r} is {f.type}, the record has {col.type}",
+                    hint="fix the source value or declare the column's type; "
+                    "nothing was committed for this dataset",
+                ) from exc
+        arrays.append(col)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+# -- reduction and deliveries -------------------------------------------------------------
+
+
+def prepare(
+    staged: Staged,
+    *,
+    run_id: str,
+    admission_id: str,
+    producer: str,
+    area: StagingArea,
+    layout: LakeLayout,
+    memory_limit: int,
+    catalog: Catalog,
+    reporter: Reporter,
+) -> Prepared:
+    """Reduce the staged capture to its transition and write it as Deliveries."""
+    plan = staged.plan
+    table = table_of(layout, plan)
+    current_files = table.files() if plan.sync_mode != "append" else []
+    baseline = not table.exists()
+    spill = area.path(f"{plan.source}/{plan.name}/spill/.keep").parent
+    reporter.phase(plan.name, "reducing")
+    reducer = Reducer(
+        capture_files=staged.parts,
+        capture_schema=staged.schema,
+        current_files=current_files,
+        key=plan.key,
+        strategy=plan.strategy,
+        sync_mode=plan.sync_mode,
+        memory_limit=memory_limit,
+        spill_dir=spill,
+        baseline=baseline,
+    )
+    try:
+        if reducer.duplicates(limit=1):
+            quarantine_duplicates(reducer, staged, run_id=run_id, layout=layout, catalog=catalog)
+            reducer.check_duplicates(f"{plan.source}.{plan.name}")
+        transition = reducer.reduce()
+        first_seq = table.committed_sequence() + 1
+        payload = [
+            f for f in staged.schema if not f.name.startswith("_combined_") and f.name != ORDINAL
+        ]
+        schema = lake_schema(pa.schema(payload))
+        for pf in prov.provenance_fields():
+            schema = schema.append(pf)
+        deliveries: list[StagedDelivery] = []
+        changes_path: Path | None = None
+        if transition.changes or (plan.sync_mode == "full_refresh" and transition.captured):
+            observed = staged.receipt.snapshot_acquired_at or staged.receipt.extraction_started_at
+            constants = {
+                "observed_at": (observed or datetime.now(UTC)).isoformat(),
+                "run_id": run_id,
+                "producer": producer,
+                "position": staged.position,
+            }
+            batches = (
+                to_lake(b, schema) for b in reducer.output(constants, batch_rows=plan.batch_rows)
+            )
+            deliveries = write_deliveries(
+                area,
+                batches,
+                run_id=run_id,
+                source=plan.source,
+                dataset=plan.name,
+                first_sequence=first_seq,
+                schema=schema,
+                schema_revision=_schema_revision(catalog, plan, schema),
+                max_rows=plan.max_rows,
+                max_bytes=plan.max_bytes,
+            )
+            changes = reducer.changes()
+            changes_path = area.path(
+                f"{plan.source}/{plan.name}/deliveries/{first_seq:09d}-transition.parquet"
+            )
+            pq.write_table(changes, str(changes_path), compression="zstd")
+            area.account(changes_path.stat().st_size, files=1)
+            reporter.progress(plan.name, staged.rows, 0, len(deliveries))
+        content = reducer.full_content_xor() if plan.sync_mode == "full_refresh" else None
+    finally:
+        reducer.close()
+    return _finish_prepare(
+        staged,
+        transition,
+        deliveries,
+        changes_path,
+        content,
+        run_id,
+        admission_id,
+        catalog,
+        baseline,
+        table,
+    )
+
+
+def _schema_revision(catalog: Catalog, plan: DatasetPlan, schema: pa.Schema) -> int:
+    with catalog.begin() as conn:
+        try:
+            row = cat.get_dataset(conn, plan.source, plan.name)
+        except Exception:
+            return 1
+    fields = [[f.name, str(f.type)] for f in schema]
+    if row.schema is None:
+        return 1
+    if row.schema == fields:
+        return int(row.schema_revision or 1)
+    return int(row.schema_revision or 0) + 1
+
+
+def _finish_prepare(
+    staged: Staged,
+    transition: Transition,
+    deliveries: list[StagedDelivery],
+    changes_path: Path | None,
+    content: tuple[int, int] | None,
+    run_id: str,
+    admission_id: str,
+    catalog: Catalog,
+    baseline: bool,
+    table: LakeTable,
+) -> Prepared:
+    plan = staged.plan
+    with catalog.begin() as conn:
+        try:
+            row = cat.get_dataset(conn, plan.source, plan.name)
+            parent_id = row.current_version
+        except Exception:
+            parent_id = None
+        parent = cat.get_version(conn, parent_id) if parent_id else None
+    parent_count = int(parent.row_count) if parent is not None else 0
+    parent_lo, parent_hi = _split(parent.content_digest if parent is not None else None)
+    if content is not None:
+        lo, hi = content
+        row_count = transition.captured
+    else:
+        lo = parent_lo ^ transition.content_xor[0]
+        hi = parent_hi ^ transition.content_xor[1]
+        row_count = parent_count + transition.inserts - transition.deletes
+        if plan.sync_mode == "append":
+            row_count = parent_count + transition.inserts + transition.updates + transition.deletes
+    totals = VersionTotals(row_count=row_count, content_digest=f"{hi:016x}{lo:016x}")
+    changed = bool(deliveries) and (transition.changes > 0 or content is not None)
+    if content is not None and transition.changes == 0 and parent is not None:
+        changed = False
+    vid = version_id(parent_id, transition.digest, totals) if changed else parent_id
+    first = deliveries[0].sequence if deliveries else 0
+    last = deliveries[-1].sequence if deliveries else 0
+    metadata: dict[str, Any] = {
+        "dataset": f"{plan.source}.{plan.name}",
+        "run_id": run_id,
+        "admission_id": admission_id,
+        "first_sequence": first,
+        "last_sequence": last,
+        "deliveries": [
+            {
+                "id": d.id,
+                "sequence": d.sequence,
+                "records": d.record_count,
+                "bytes": d.byte_count,
+                "content_hash": d.content_hash,
+                "schema_revision": d.schema_revision,
+                "file": d.path.name,
+            }
+            for d in deliveries
+        ],
+        "changes_file": changes_path.name if changes_path else None,
+        "source_position": staged.position,
+        "checkpoint": dict(staged.state) if staged.state is not None else None,
+        "extraction_receipt": staged.receipt.to_json(),
+        "transition": {
+            "inserts": transition.inserts,
+            "updates": transition.updates,
+            "deletes": transition.deletes,
+            "unchanged": transition.unchanged,
+            "captured": transition.captured,
+            "digest": transition.digest,
+        },
+        "version": {
+            "id": vid,
+            "parent": parent_id,
+            "row_count": totals.row_count,
+            "content_digest": totals.content_digest,
+        },
+        "drift": staged.drift,
+        "schema": commit_schema_fields(deliveries[0].path) if deliveries else None,
+    }
+    mode = {"incremental": "merge", "append": "append", "full_refresh": "overwrite"}[plan.sync_mode]
+    needs_merge = not baseline and (transition.updates > 0 or transition.deletes > 0)
+    return Prepared(
+        staged=staged,
+        transition=transition,
+        deliveries=deliveries,
+        changes_path=changes_path,
+        metadata=metadata,
+        mode=mode,
+        needs_merge=needs_merge,
+    )
+
+
+def _split(digest: str | None) -> tuple[int, int]:
+    if not digest:
+        return 0, 0
+    return int(digest[16:], 16), int(digest[:16], 16)
+
+
+def quarantine_duplicates(
+    reducer: Reducer, staged: Staged, *, run_id: str, layout: LakeLayout, catalog: Catalog
+) -> None:
+    """Put the rows of duplicated keys in quarantine, with their ordinals."""
+    from datetime import timedelta
+
+    from combined.protocol import utcnow
+
+    plan = staged.plan
+    rows = reducer.duplicate_rows()
+    qdir = layout.quarantine(plan.source, plan.name)
+    qdir.mkdir(parents=True, exist_ok=True)
+    qid = f"q-{run_id}-{plan.name}"
+    path = qdir / f"{qid}.parquet"
+    pq.write_table(rows, str(path))
+    with catalog.begin() as conn:
+        cat.add_quarantine(
+            conn,
+            id=qid,
+            source=plan.source,
+            dataset=plan.name,
+            run_id=run_id,
+            delivery_id=None,
+            reason=f"duplicate key ({', '.join(plan.key)})",
+            path=str(path),
+            record_count=rows.num_rows,
+            reader=plan.quarantine_reader,
+            review_due_at=utcnow() + timedelta(seconds=plan.review_every_s),
+        )
+        cat.emit(
+            conn,
+            "quarantine.added",
+            source=plan.source,
+            dataset=plan.name,
+            run_id=run_id,
+            records=rows.num_rows,
+            reason="duplicate key",
+            path=str(path),
+        )
+
+
+# -- commit and projection -----------------------------------------------------------------
+
+
+def commit(prepared: Prepared, layout: LakeLayout) -> tuple[int | None, datetime | None]:
+    """One lake commit for the dataset's transition; returns (lake version, acceptance time)."""
+    plan = prepared.staged.plan
+    table = table_of(layout, plan)
+    if not prepared.deliveries:
+        return table.version(), None
+    ingested_at = datetime.now(UTC)
+    prepared.metadata["ingested_at"] = ingested_at.isoformat()
+    paths = [d.path for d in prepared.deliveries]
+    schema = pq.read_schema(str(paths[0]))
+
+    def reader() -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(schema, _with_ingested(paths, ingested_at))
+
+    result = table.commit(
+        first_sequence=prepared.deliveries[0].sequence,
+        last_sequence=prepared.deliveries[-1].sequence,
+        mode=prepared.mode,  # type: ignore[arg-type]
+        data=reader,
+        metadata=prepared.metadata,
+        needs_merge=prepared.needs_merge,
+        before_write=arm_commit_watchdog,
+    )
+    return result.lake_version, result.committed_at
+
+
+def _with_ingested(paths: list[Path], at: datetime) -> Iterator[pa.RecordBatch]:
+    stamp = pa.scalar(at, pa.timestamp("us", tz="UTC"))
+    for path in paths:
+        pf = pq.ParquetFile(str(path))
+        try:
+            for batch in pf.iter_batches(batch_size=65_536):
+                idx = batch.schema.get_field_index(prov.INGESTED_AT)
+                col = pa.array([stamp.value] * batch.num_rows, pa.int64()).cast(stamp.type)
+                yield batch.set_column(idx, prov.INGESTED_AT, col)
+        finally:
+            pf.close()
+
+
+def raw_location(layout: LakeLayout, source: str, dataset: str, file: str) -> Path:
+    """Where a committed Delivery (or transition file) lives in the raw layer."""
+    return layout.deliveries(source, dataset) / file
+
+
+def promote(
+    layout: LakeLayout, staging_root: Path, source: str, dataset: str, files: list[str]
+) -> None:
+    """Move committed files from the run's staging into the raw layer (idempotent)."""
+    target_dir = layout.deliveries(source, dataset)
+    target_dir.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        src = staging_root / source / dataset / "deliveries" / name
+        dst = target_dir / name
+        if src.exists() and not dst.exists():
+            shutil.move(str(src), str(dst))
+
+
+def project_commit(
+    catalog: Catalog,
+    layout: LakeLayout,
+    source: str,
+    dataset: str,
+    meta: Mapping[str, Any],
+    *,
+    staging_root: Path | None = None,
+) -> None:
+    """Make the catalog reflect one lake commit; idempotent, from lake evidence only."""
+    from combined.usage import record_usage
+
+    deliveries = list(meta.get("deliveries") or [])
+    files = [d["file"] for d in deliveries]
+    if meta.get("changes_file"):
+        files.append(meta["changes_file"])
+    if staging_root is None:
+        staging_root = layout.staging(meta["run_id"])
+    promote(layout, staging_root, source, dataset, files)
+    lake_version = int(meta["lake_version"])
+    ingested_at = datetime.fromisoformat(meta["ingested_at"])
+    months: dict[str, dict[str, int]] = {}
+    if meta.get("changes_file"):
+        months = record_usage(
+            layout,
+            source,
+            dataset,
+            raw_location(layout, source, dataset, meta["changes_file"]),
+            month=f"{ingested_at:%Y-%m}",
+        )
+    version = meta["version"]
+    tr = meta["transition"]
+    with catalog.begin() as conn:
+        for d in deliveries:
+            cat.record_delivery(
+                conn,
+                id=d["id"],
+                run_id=meta["run_id"],
+                source=source,
+                dataset=dataset,
+                sequence=d["sequence"],
+                schema_revision=d["schema_revision"],
+                record_count=d["records"],
+                byte_count=d["bytes"],
+                content_hash=d["content_hash"],
+                state="staged",
+                path=str(raw_location(layout, source, dataset, d["file"])),
+            )
+        cat.mark_deliveries(
+            conn,
+            [d["id"] for d in deliveries],
+            "committed",
+            lake_version=lake_version,
+            committed_at=ingested_at,
+        )
+        if version.get("id") and cat.get_version(conn, version["id"]) is None:
+            cat.add_version(
+                conn,
+                id=version["id"],
+                source=source,
+                dataset=dataset,
+                parent_id=version.get("parent"),
+                transition_digest=tr["digest"],
+                inserts=tr["inserts"],
+                updates=tr["updates"],
+                deletes=tr["deletes"],
+                row_count=version["row_count"],
+                content_digest=version["content_digest"],
+                run_id=meta["run_id"],
+                lake_version=lake_version,
+            )
+        schema = meta.get("schema")
+        values: dict[str, Any] = {
+            "checkpoint": meta.get("checkpoint"),
+            "source_position": meta.get("source_position"),
+            "last_sequence": int(meta.get("last_sequence") or 0),
+            "lake_version": lake_version,
+            "current_version": version.get("id"),
+        }
+        if schema is not None:
+            values["schema"] = schema
+        if deliveries:
+            values["schema_revision"] = deliveries[-1]["schema_revision"]
+        cat.update_dataset(conn, source, dataset, **values)
+        for month, counts in months.items():
+            cat.set_usage(conn, source, dataset, month, **counts)
+        for event in meta.get("drift") or []:
+            cat.emit(conn, "drift", source=source, dataset=dataset, run_id=meta["run_id"], **event)
+        cat.emit(
+            conn,
+            "delivery.committed",
+            source=source,
+            dataset=dataset,
+            run_id=meta["run_id"],
+            lake_version=lake_version,
+            deliveries=len(deliveries),
+            **tr,
+        )
+
+
+def commit_schema_fields(path: Path) -> list[list[str]]:
+    """The ``[name, type]`` list of a Delivery file's schema (kept in the catalog)."""
+    return [[f.name, str(f.type)] for f in pq.read_schema(str(path))]
+
+
+def dumps(value: Any) -> str:
+    """Canonical JSON."""
+    return json.dumps(value, sort_keys=True, default=str)

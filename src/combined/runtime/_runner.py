@@ -1,0 +1,346 @@
+"""The Run lifecycle: admission, leases, Attempts, commit, projection, publication."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from combined.catalog import Admission, Catalog, Member, Run, Trigger
+from combined.catalog import data as cat
+from combined.catalog import runs as runs_repo
+from combined.connectors import connector_class
+from combined.connectors.abc import Source
+from combined.delivery import Limits, StagingArea
+from combined.errors import CombinedError, NotFoundError, ProtocolViolation, redact
+from combined.lake import LakeLayout
+from combined.runtime._faults import fault
+from combined.runtime._pipeline import (
+    DatasetPlan,
+    Prepared,
+    commit,
+    prepare,
+    project_commit,
+    stage,
+)
+from combined.runtime._reporter import NullReporter, Reporter
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Engine-wide settings taken from the project file."""
+
+    root: Path
+    limits: Limits
+    memory_limit: int
+    max_attempts: int = 3
+    backoff_s: float = 0.5
+
+
+def plans_from_admission(admission: Admission) -> dict[str, DatasetPlan]:
+    """The dataset plans frozen in an admission."""
+    out = {}
+    source = admission.config["source"]
+    for name, d in admission.config["datasets"].items():
+        out[name] = DatasetPlan(
+            source=source,
+            name=name,
+            relation=d["relation"],
+            key=tuple(d["key"] or ()),
+            strategy=d["strategy"],
+            sync_mode=d["sync_mode"],
+            cursor=d.get("cursor"),
+            columns=tuple(d["columns"]) if d.get("columns") else None,
+            batch_rows=int(d["batch_rows"]),
+            max_rows=int(d["delivery"]["max_rows"]),
+            max_bytes=int(d["delivery"]["max_bytes"]),
+            drift=dict(d["drift"]),
+            quarantine_reader=d["quarantine"]["reader"],
+            review_every_s=int(d["quarantine"]["review_every_s"]),
+        )
+    return out
+
+
+class Runner:
+    """Executes Runs under their admission; recovers interrupted ones."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        layout: LakeLayout,
+        settings: Settings,
+        resolve: Any,
+        reporter: Reporter | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.layout = layout
+        self.settings = settings
+        self.resolve = resolve  # (admission config) -> connector config with secrets
+        self.reporter = reporter or NullReporter()
+
+    # -- execution ------------------------------------------------------------
+
+    def execute(self, run: Run) -> Run:
+        """Execute a queued Run to a final state."""
+        with self.catalog.begin() as conn:
+            admission = runs_repo.get_admission(conn, run.admission_id)
+        plans = plans_from_admission(admission)
+        selected = [plans[d] for d in run.datasets]
+        held: list[DatasetPlan] = []
+        try:
+            for plan in selected:
+                if not self.catalog.acquire_lease(plan.source, plan.name, run.id):
+                    holder = self.catalog.lease_holder(plan.source, plan.name)
+                    raise ProtocolViolation(
+                        f"{plan.source}.{plan.name} is being captured by run {holder}",
+                        hint="wait for that run to finish, or run `combined repair` if it died",
+                    )
+                held.append(plan)
+            return self._execute(run, admission, selected)
+        except CombinedError as exc:
+            return self._fail(run.id, exc)
+        finally:
+            for plan in held:
+                self.catalog.release_lease(plan.source, plan.name, run.id)
+
+    def _fail(self, run_id: str, exc: BaseException) -> Run:
+        state = exc.run_state if isinstance(exc, CombinedError) else "failed"
+        with self.catalog.begin() as conn:
+            run = runs_repo.get_run(conn, run_id)
+            if run.terminal:
+                return run
+            run = runs_repo.move_run(conn, run_id, state, error=exc)
+            cat.emit(
+                conn,
+                f"run.{state}",
+                source=run.source,
+                run_id=run.id,
+                error=run.error,
+                error_type=type(exc).__name__,
+            )
+        self.reporter.run_finished(run.id, run.state)
+        return run
+
+    def _execute(self, run: Run, admission: Admission, plans: list[DatasetPlan]) -> Run:
+        with self.catalog.begin() as conn:
+            run = runs_repo.move_run(conn, run.id, "extracting")
+            cat.emit(conn, "run.extracting", source=run.source, run_id=run.id)
+        self.reporter.run_started(run.id, run.source, list(run.datasets))
+        area = StagingArea(self.layout.staging(run.id), self.settings.limits)
+        producer = f"{admission.connector}@{admission.revision}#{admission.id[:12]}"
+        prepared: list[Prepared] = []
+        attempt = 0
+        while True:
+            attempt += 1
+            with self.catalog.begin() as conn:
+                number = runs_repo.start_attempt(
+                    conn, run.id, f"embedded:{os.getpid()}", socket.gethostname(), os.getpid()
+                )
+            source: Source | None = None
+            try:
+                source = connector_class(admission.connector)(self.resolve(admission.config))
+                prepared = []
+                for plan in plans:
+                    self.reporter.phase(plan.name, "extracting")
+                    staged = stage(plan, source, area, self.layout, self.reporter)
+                    prepared.append(
+                        prepare(
+                            staged,
+                            run_id=run.id,
+                            admission_id=admission.id,
+                            producer=producer,
+                            area=area,
+                            layout=self.layout,
+                            memory_limit=self.settings.memory_limit,
+                            catalog=self.catalog,
+                            reporter=self.reporter,
+                        )
+                    )
+                with self.catalog.begin() as conn:
+                    runs_repo.end_attempt(conn, run.id, number, "staged")
+                break
+            except CombinedError as exc:
+                for p in prepared:
+                    p.staged.extraction.finish("abort")
+                with self.catalog.begin() as conn:
+                    runs_repo.end_attempt(conn, run.id, number, "failed", exc.describe())
+                if exc.transient and attempt < self.settings.max_attempts:
+                    self.reporter.note(f"attempt {attempt} failed ({exc.message}); retrying")
+                    area.erase_all()
+                    area = StagingArea(self.layout.staging(run.id), self.settings.limits)
+                    time.sleep(self.settings.backoff_s * attempt)
+                    continue
+                area.erase_all()
+                raise
+            except Exception as exc:
+                with self.catalog.begin() as conn:
+                    runs_repo.end_attempt(conn, run.id, number, "failed", redact(repr(exc)))
+                area.erase_all()
+                raise
+            finally:
+                if source is not None:
+                    source.close()
+        fault("after_staging")
+        with self.catalog.begin() as conn:
+            run = runs_repo.move_run(conn, run.id, "committing")
+        members: list[Member] = []
+        try:
+            for p in prepared:
+                members.append(self._commit_one(run, p, area))
+        except BaseException:
+            for p in prepared:
+                p.staged.extraction.finish("retain_commit_unknown")
+            raise
+        fault("after_projection")
+        with self.catalog.begin() as conn:
+            pub = cat.publish(conn, run.id, members)
+            for m in members:
+                if m.changed:
+                    cat.emit(
+                        conn,
+                        "dataset.changed",
+                        source=m.source,
+                        dataset=m.dataset,
+                        run_id=run.id,
+                        publication=pub,
+                        version=m.dataset_version,
+                    )
+            cat.emit(conn, "publication", source=run.source, run_id=run.id, publication=pub)
+            stats = {
+                p.staged.plan.name: {
+                    "captured": p.transition.captured,
+                    "inserts": p.transition.inserts,
+                    "updates": p.transition.updates,
+                    "deletes": p.transition.deletes,
+                    "deliveries": len(p.deliveries),
+                }
+                for p in prepared
+            }
+            run = runs_repo.move_run(conn, run.id, "succeeded", stats=stats, publication_id=pub)
+            cat.emit(conn, "run.succeeded", source=run.source, run_id=run.id, publication=pub)
+        for p in prepared:
+            if p.staged.state is not None:
+                p.staged.extraction.acknowledge(p.staged.state)
+            p.staged.extraction.finish("success")
+        area.erase_all()
+        self.reporter.run_finished(run.id, run.state)
+        return run
+
+    def _commit_one(self, run: Run, p: Prepared, area: StagingArea) -> Member:
+        plan = p.staged.plan
+        self.reporter.phase(plan.name, "committing")
+        lake_version, committed_at = commit(p, self.layout)
+        if p.deliveries:
+            fault("after_commit")
+            meta = dict(p.metadata)
+            meta["lake_version"] = lake_version
+            project_commit(
+                self.catalog, self.layout, plan.source, plan.name, meta, staging_root=area.root
+            )
+        with self.catalog.begin() as conn:
+            row = cat.get_dataset(conn, plan.source, plan.name)
+        return Member(
+            source=plan.source,
+            dataset=plan.name,
+            dataset_version=row.current_version,
+            lake_version=lake_version,
+            source_position=p.staged.position,
+            extraction_receipt=p.staged.receipt.to_json(),
+            committed_at=committed_at,
+            changed=bool(p.deliveries)
+            and p.metadata["version"]["id"] != p.metadata["version"]["parent"],
+        )
+
+    # -- recovery ---------------------------------------------------------------
+
+    def recover(self, datasets: Sequence[tuple[str, str]]) -> list[str]:
+        """Project lake commits the catalog lacks; close Runs whose process died."""
+        notes: list[str] = []
+        for source, name in datasets:
+            notes.extend(self._catch_up(source, name))
+        with self.catalog.begin() as conn:
+            stuck = runs_repo.list_runs(
+                conn, limit=1000, states=["queued", "extracting", "committing"]
+            )
+        for run in stuck:
+            if any(self.catalog.lease_holder(run.source, d) == run.id for d in run.datasets):
+                continue  # a live process still holds it
+            with self.catalog.begin() as conn:
+                current = runs_repo.get_run(conn, run.id)
+                if current.terminal:
+                    continue
+                staged = cat.deliveries(conn, run_id=run.id, states=["staged"])
+                cat.mark_deliveries(conn, [d.id for d in staged], "rejected")
+                runs_repo.move_run(
+                    conn,
+                    run.id,
+                    "failed",
+                    error="the run was interrupted; its committed deliveries were projected "
+                    "from the lake and the next capture publishes them",
+                )
+                cat.emit(conn, "run.recovered", source=run.source, run_id=run.id)
+            _erase_private(self.layout.staging(run.id))
+            notes.append(f"run {run.id} was interrupted: marked failed")
+        return notes
+
+    def _catch_up(self, source: str, name: str) -> list[str]:
+        table = table_of_names(self.layout, source, name)
+        with self.catalog.begin() as conn:
+            try:
+                row = cat.get_dataset(conn, source, name)
+            except NotFoundError:
+                return []
+        known = int(row.last_sequence or 0)
+        if table.committed_sequence() <= known:
+            return []
+        missing = [m for m in table.commits() if int(m.get("last_sequence") or 0) > known]
+        notes = []
+        for meta in sorted(missing, key=lambda m: int(m["last_sequence"])):
+            project_commit(self.catalog, self.layout, source, name, meta)
+            notes.append(
+                f"{source}.{name}: projected lake version {meta['lake_version']} "
+                f"(run {meta['run_id']}) into the catalog"
+            )
+        return notes
+
+
+def table_of_names(layout: LakeLayout, source: str, name: str) -> Any:
+    """The lake table of a dataset by names."""
+    from combined.lake import LakeTable
+
+    return LakeTable(layout.table(source, name), f"combined:{source}/{name}")
+
+
+def _erase_private(path: Path) -> None:
+    # Only private staging (captures, spill, uncommitted deliveries) lives here;
+    # committed deliveries were promoted to the raw layer by the projection.
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def admit(
+    catalog: Catalog,
+    *,
+    source: str,
+    datasets: Sequence[str],
+    trigger: Trigger,
+    admission: Admission,
+    retry_of: str | None = None,
+) -> Run:
+    """Create a queued Run under ``admission``."""
+    with catalog.begin() as conn:
+        run = runs_repo.create_run(
+            conn,
+            source=source,
+            datasets=datasets,
+            trigger=trigger,
+            admission=admission,
+            retry_of=retry_of,
+        )
+        cat.emit(conn, "run.queued", source=source, run_id=run.id, trigger=trigger)
+    return run

@@ -1,0 +1,143 @@
+"""Shared fixtures: real services from DSN environment variables, sample projects."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REQUIRE = os.environ.get("COMBINED_REQUIRE_SERVICES") == "1"
+
+
+def _service_dsn(var: str) -> str:
+    dsn = os.environ.get(var)
+    if not dsn:
+        if REQUIRE:
+            pytest.fail(f"{var} is not set but COMBINED_REQUIRE_SERVICES=1")
+        pytest.skip(f"{var} is not set: no real server to test against")
+    return dsn
+
+
+@pytest.fixture(scope="session")
+def pg_server_dsn() -> str:
+    """DSN of the PostgreSQL server (CI sets COMBINED_TEST_PG_DSN)."""
+    return _service_dsn("COMBINED_TEST_PG_DSN")
+
+
+@pytest.fixture
+def pg_database(pg_server_dsn: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database, dropped afterwards; yields its URL."""
+    import psycopg
+
+    name = f"combined_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = pg_server_dsn.rsplit("/", 1)[0]
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+SHOP_PROJECT = """\
+version: 1
+lake: ./lake
+catalog: {catalog}
+sources:
+  shop:
+    connector: sqlite
+    config:
+      path: ./shop.db
+    datasets:
+      customers:
+        key: [id]
+      orders:
+        key: [id]
+"""
+
+
+def make_shop(
+    root: Path, orders: int = 200, catalog: str = "sqlite:///.combined/catalog.db"
+) -> Path:
+    """A SQLite shop and its project file under ``root``; returns the project file."""
+    root.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(root / "shop.db")
+    con.executescript(
+        """
+        CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT);
+        CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER, status TEXT,
+                             total REAL);
+        """
+    )
+    con.executemany(
+        "INSERT INTO customers VALUES (?, ?, ?)", [(i, f"c{i}", "Lyon") for i in range(1, 21)]
+    )
+    con.executemany(
+        "INSERT INTO orders VALUES (?, ?, ?, ?)",
+        [(i, 1 + i % 20, "placed", i * 1.5) for i in range(1, orders + 1)],
+    )
+    con.commit()
+    con.close()
+    path = root / "combined.yaml"
+    path.write_text(SHOP_PROJECT.format(catalog=catalog))
+    return path
+
+
+def shop_sql(root: Path, script: str) -> None:
+    """Run SQL against the sample shop."""
+    con = sqlite3.connect(root / "shop.db")
+    con.executescript(script)
+    con.commit()
+    con.close()
+
+
+def shop_rows(root: Path, table: str) -> list[tuple[object, ...]]:
+    """Every row of a shop table, ordered by id."""
+    con = sqlite3.connect(root / "shop.db")
+    rows = con.execute(f"SELECT * FROM {table} ORDER BY id").fetchall()
+    con.close()
+    return rows
+
+
+def cli(
+    root: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the ``combined`` CLI as a subprocess in ``root``."""
+    full_env = {**os.environ, "COMBINED_RETRY_BACKOFF_S": "0", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-c", "from combined.cli import main; main()", *args],
+        cwd=root,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def shop(tmp_path: Path) -> Path:
+    """A sample shop project directory."""
+    make_shop(tmp_path)
+    return tmp_path
+
+
+class ShopTools:
+    """The shop helpers, handed to tests as a fixture (tests are not a package)."""
+
+    make = staticmethod(make_shop)
+    sql = staticmethod(shop_sql)
+    rows = staticmethod(shop_rows)
+    cli = staticmethod(cli)
+
+
+@pytest.fixture
+def tools() -> ShopTools:
+    """Helpers to build and change a sample shop and to run the CLI."""
+    return ShopTools()

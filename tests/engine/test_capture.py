@@ -1,0 +1,224 @@
+"""End-to-end captures of a real SQLite source into a real Delta lake."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from combined.engine import Engine
+from combined.errors import ProtocolViolation
+
+
+def _count(engine: Engine, table: str) -> int:
+    return int(engine.sql(f"SELECT count(*) AS n FROM {table}").column("n")[0].as_py())
+
+
+def _lake_rows(engine: Engine, table: str, cols: str) -> list[tuple[object, ...]]:
+    result = engine.sql(f"SELECT {cols} FROM {table} ORDER BY id")
+    return [tuple(r.values()) for r in result.to_pylist()]
+
+
+def test_first_capture_lands_every_row_with_provenance(shop: Path) -> None:
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert run.trigger == "first_sync"
+        assert _count(engine, "shop.orders") == 200
+        row = engine.sql("SELECT * FROM shop.orders WHERE id = 7").to_pylist()[0]
+        assert row["_combined_op"] == "snapshot"
+        assert row["_combined_run_id"] == run.id
+        assert len(row["_combined_id"]) == 32 and len(row["_combined_payload_hash"]) == 32
+        assert row["_combined_delivery_id"] and row["_combined_ingested_at"] is not None
+        assert row["_combined_observed_at"] is not None
+        assert row["_combined_emitted_at"] is None  # a snapshot has no provider emission time
+        assert row["_combined_producer"].startswith("sqlite@")
+        info = engine.run(run.id)
+        assert {d.state for d in info["deliveries"]} == {"committed"}
+        assert sum(d.record_count for d in info["deliveries"]) == 220
+    finally:
+        engine.close()
+
+
+def test_unchanged_recapture_writes_nothing_and_bills_nothing(shop: Path) -> None:
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        engine.capture()
+        lake = shop / "lake" / "shop" / "orders" / "_delta_log"
+        logs_before = sorted(p.name for p in lake.iterdir())
+        usage_before = engine.usage()
+        (run,) = engine.capture()
+        assert run.state == "succeeded"
+        assert run.trigger == "manual"
+        assert sorted(p.name for p in lake.iterdir()) == logs_before
+        assert engine.usage() == usage_before
+        assert len(engine.history("shop.orders")) == 1  # the parent version was re-admitted
+        assert engine.run(run.id)["deliveries"] == []
+    finally:
+        engine.close()
+
+
+def test_updates_deletes_and_inserts_propagate(shop: Path, tools) -> None:
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        engine.capture()
+        tools.sql(
+            shop,
+            "UPDATE orders SET status = 'shipped' WHERE id <= 10;"
+            "DELETE FROM orders WHERE id > 195;"
+            "INSERT INTO orders VALUES (500, 3, 'placed', 1.0);",
+        )
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+        assert run.stats == {
+            "orders": {"captured": 196, "inserts": 1, "updates": 10, "deletes": 5, "deliveries": 1}
+        }
+        assert _lake_rows(engine, "shop.orders", "id, customer_id, status, total") == [
+            tuple(r) for r in tools.rows(shop, "orders")
+        ]
+        ops = engine.sql(
+            "SELECT _combined_op AS op, count(*) AS n FROM shop.orders GROUP BY 1 ORDER BY 1"
+        ).to_pylist()
+        assert ops == [
+            {"op": "insert", "n": 1},
+            {"op": "snapshot", "n": 185},
+            {"op": "update", "n": 10},
+        ]
+        (orders,) = [u for u in engine.usage() if u["dataset"] == "orders"]
+        # 200 first seen + 1 insert; the 10 updated and 5 deleted were already active
+        assert orders["mar"] == 201
+        assert (orders["inserts"], orders["updates"], orders["deletes"]) == (201, 10, 5)
+    finally:
+        engine.close()
+
+
+def test_as_of_and_publication_select_the_earlier_state(shop: Path, tools) -> None:
+    import time
+
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        (first,) = engine.capture()
+        time.sleep(0.05)
+        first_pub = engine.publications(1)[0]
+        tools.sql(shop, "DELETE FROM orders WHERE id <= 50;")
+        time.sleep(0.05)
+        engine.capture()
+        assert _count(engine, "shop.orders") == 150
+        assert (
+            engine.sql("SELECT count(*) AS n FROM shop.orders", as_of=first_pub["published_at"])
+            .column("n")[0]
+            .as_py()
+            == 200
+        )
+        assert (
+            engine.sql("SELECT count(*) AS n FROM shop.orders", publication=first.publication_id)
+            .column("n")[0]
+            .as_py()
+            == 200
+        )
+    finally:
+        engine.close()
+
+
+def test_returning_to_an_earlier_state_is_a_new_version(shop: Path, tools) -> None:
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        engine.capture(["shop.customers"])
+        tools.sql(shop, "UPDATE customers SET city = 'Oslo' WHERE id = 1;")
+        engine.capture(["shop.customers"])
+        tools.sql(shop, "UPDATE customers SET city = 'Lyon' WHERE id = 1;")
+        engine.capture(["shop.customers"])
+        versions = engine.history("shop.customers")
+        assert len(versions) == 3
+        assert len({v["id"] for v in versions}) == 3
+        # same content as the first version, different identity, chained by parent
+        assert versions[2]["content_digest"] == versions[0]["content_digest"]
+        assert versions[2]["parent_id"] == versions[1]["id"]
+        assert versions[1]["parent_id"] == versions[0]["id"]
+    finally:
+        engine.close()
+
+
+def test_retry_executes_under_the_original_admission(shop: Path, tools) -> None:
+    import os
+    import shutil
+
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        engine.capture()
+        tools.sql(shop, "INSERT INTO orders VALUES (900, 1, 'placed', 2.0);")
+        shutil.move(shop / "shop.db", shop / "away.db")
+        os.environ["COMBINED_RETRY_BACKOFF_S"] = "0"
+        (failed,) = Engine.open(shop / "combined.yaml").capture(["shop.orders"])
+        assert failed.state == "failed"
+        assert "shop.db" in (failed.error or "")
+        attempts = Engine.open(shop / "combined.yaml").run(failed.id)["attempts"]
+        assert len(attempts) == 3  # a missing file is transient: retried as Attempts
+        shutil.move(shop / "away.db", shop / "shop.db")
+        # the project file now points elsewhere: the retry must not follow it
+        text = (shop / "combined.yaml").read_text().replace("./shop.db", "./elsewhere.db")
+        (shop / "combined.yaml").write_text(text)
+        retried = Engine.open(shop / "combined.yaml").retry(failed.id)
+        assert retried.state == "succeeded", retried.error
+        assert retried.trigger == "retry" and retried.retry_of == failed.id
+        assert retried.admission_id == failed.admission_id
+        assert _count(engine, "shop.orders") == 201
+    finally:
+        engine.close()
+
+
+def test_duplicate_keys_go_to_quarantine_and_commit_nothing(tmp_path: Path, tools) -> None:
+    tools.make(tmp_path)
+    tools.sql(
+        tmp_path,
+        "CREATE TABLE people (id INTEGER, name TEXT);"
+        "INSERT INTO people VALUES (1, 'a'), (2, 'b'), (2, 'c'), (3, 'd');",
+    )
+    text = (tmp_path / "combined.yaml").read_text() + "      people:\n        key: [id]\n"
+    (tmp_path / "combined.yaml").write_text(text)
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        (run,) = engine.capture(["shop.people"])
+        assert run.state == "needs_review"
+        assert "duplicate key" in (run.error or "")
+        assert not (tmp_path / "lake" / "shop" / "people").exists()
+        from combined.catalog import data as cat
+
+        with engine.catalog.begin() as conn:
+            (q,) = cat.quarantined(conn)
+        assert q.record_count == 2 and q.reason.startswith("duplicate key")
+        assert Path(q.path).exists()
+    finally:
+        engine.close()
+
+
+def test_a_repeated_commit_never_changes_the_lake_twice(shop: Path) -> None:
+    import pyarrow as pa
+
+    from combined.lake import LakeTable
+
+    table = LakeTable(shop / "lake" / "t", "combined:s/t")
+    data = pa.table({"_combined_id": ["a"], "_combined_op": ["insert"], "v": [1]})
+
+    def reader() -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(data.schema, data.to_batches())
+
+    meta = {"ingested_at": "2026-01-01T00:00:00+00:00", "first_sequence": 1, "last_sequence": 1}
+    first = table.commit(
+        first_sequence=1, last_sequence=1, mode="append", data=reader, metadata=meta
+    )
+    again = table.commit(
+        first_sequence=1, last_sequence=1, mode="append", data=reader, metadata=meta
+    )
+    assert not first.skipped and again.skipped
+    assert again.lake_version == first.lake_version == table.version() == 0
+    with pytest.raises(ProtocolViolation, match="does not follow"):
+        table.commit(first_sequence=3, last_sequence=3, mode="append", data=reader, metadata=meta)
+
+
+def test_an_unwritable_lake_is_a_clear_error(shop: Path, tools) -> None:
+    (shop / "lake").write_text("not a directory")
+    result = tools.cli(shop, "capture")
+    assert result.returncode == 2
+    assert "not writable" in result.stderr
