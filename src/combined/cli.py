@@ -30,7 +30,7 @@ run_app = typer.Typer(help="Inspect and retry one run.", no_args_is_help=True)
 app.add_typer(run_app, name="run")
 
 console = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 ProjectOpt = Annotated[
     Path | None,

@@ -152,7 +152,7 @@ class Reducer:
     def duplicate_rows(self) -> pa.Table:
         """The full rows whose key is duplicated (for quarantine)."""
         cols = ", ".join(quote_ident(n) for n in self.capture_schema.names)
-        return self.con.execute(
+        return self.con.sql(
             f"SELECT {cols}, _cid AS _combined_id FROM cap WHERE _cid IN "
             "(SELECT _cid FROM cap GROUP BY _cid HAVING count(*) > 1) ORDER BY _combined_ordinal"
         ).to_arrow_table()
@@ -205,22 +205,21 @@ class Reducer:
             "bit_xor(md5_number_upper(op || '|' || id || '|' || coalesce(new_hash, '')))"
             " FILTER (WHERE op <> 'same'), "
             # content digest delta: remove old rows, add new rows (XOR is its own inverse)
-            "bit_xor(CASE WHEN op IN ('update', 'delete') THEN "
-            "md5_number_lower(id || '|' || old_hash) ELSE 0::UBIGINT END) # "
+            "xor(bit_xor(CASE WHEN op IN ('update', 'delete') THEN "
+            "md5_number_lower(id || '|' || old_hash) ELSE 0::UBIGINT END), "
             "bit_xor(CASE WHEN op IN ('insert', 'snapshot', 'update') THEN "
             "md5_number_lower(id || '|' || new_hash || "
             + ("'|' || ord::VARCHAR" if self.sync_mode == "append" else "''")
-            + ") ELSE 0::UBIGINT END), "
-            "bit_xor(CASE WHEN op IN ('update', 'delete') THEN "
-            "md5_number_upper(id || '|' || old_hash) ELSE 0::UBIGINT END) # "
+            + ") ELSE 0::UBIGINT END)), "
+            "xor(bit_xor(CASE WHEN op IN ('update', 'delete') THEN "
+            "md5_number_upper(id || '|' || old_hash) ELSE 0::UBIGINT END), "
             "bit_xor(CASE WHEN op IN ('insert', 'snapshot', 'update') THEN "
             "md5_number_upper(id || '|' || new_hash || "
             + ("'|' || ord::VARCHAR" if self.sync_mode == "append" else "''")
-            + ") ELSE 0::UBIGINT END), "
+            + ") ELSE 0::UBIGINT END)), "
             "(SELECT count(*) FROM cap) "
             "FROM tr"
-        ).fetchone()
-        assert row is not None
+        ).fetchall()[0]
         lo, hi = int(row[4] or 0), int(row[5] or 0)
         return Transition(
             inserts=int(row[0]),
@@ -237,13 +236,12 @@ class Reducer:
         row = self.con.execute(
             "SELECT bit_xor(md5_number_lower(_cid || '|' || _chash)), "
             "bit_xor(md5_number_upper(_cid || '|' || _chash)) FROM cap"
-        ).fetchone()
-        assert row is not None
+        ).fetchall()[0]
         return int(row[0] or 0), int(row[1] or 0)
 
     def changes(self) -> pa.Table:
         """(id, op) of every change: the identities MAR counts."""
-        return self.con.execute(
+        return self.con.sql(
             "SELECT id AS _combined_id, CASE WHEN op = 'snapshot' THEN 'insert' ELSE op END "
             "AS op FROM tr WHERE op <> 'same'"
         ).to_arrow_table()
@@ -284,5 +282,5 @@ class Reducer:
             )
             if self.sync_mode == "append":
                 sql += " ORDER BY tr.ord"  # an event stream keeps source order
-        reader: pa.RecordBatchReader = self.con.execute(sql).to_arrow_reader(batch_rows)
+        reader: pa.RecordBatchReader = self.con.sql(sql).to_arrow_reader(batch_rows)
         yield from reader

@@ -49,7 +49,7 @@ def run_query(layout: LakeLayout, members: Sequence[Member], query: str) -> pa.T
                 con.execute(f"CREATE TABLE {name} AS SELECT * FROM _empty")
                 con.unregister("_empty")
         try:
-            return con.execute(query).to_arrow_table()
+            return con.sql(query).to_arrow_table()
         except duckdb.Error as exc:
             raise QueryError(
                 f"the query failed: {exc}",

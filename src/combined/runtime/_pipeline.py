@@ -173,6 +173,22 @@ def stage(
     writer = PartWriter(
         area, f"{plan.source}/{plan.name}/capture", max_rows=plan.max_rows, max_bytes=plan.max_bytes
     )
+    try:
+        return _consume(plan, extraction, writer, committed_schema, last, prior_state, reporter)
+    except BaseException:
+        extraction.finish("abort")
+        raise
+
+
+def _consume(
+    plan: DatasetPlan,
+    extraction: Extraction,
+    writer: PartWriter,
+    committed_schema: pa.Schema | None,
+    last: Mapping[str, Any] | None,
+    prior_state: Mapping[str, Any] | None,
+    reporter: Reporter,
+) -> Staged:
     barrier = CheckpointBarrier()
     schema: pa.Schema | None = None
     ordinal = rows = nbytes = 0

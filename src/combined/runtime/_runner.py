@@ -22,6 +22,7 @@ from combined.runtime._faults import fault
 from combined.runtime._pipeline import (
     DatasetPlan,
     Prepared,
+    Staged,
     commit,
     prepare,
     project_commit,
@@ -141,12 +142,14 @@ class Runner:
                     conn, run.id, f"embedded:{os.getpid()}", socket.gethostname(), os.getpid()
                 )
             source: Source | None = None
+            opened: list[Staged] = []
             try:
                 source = connector_class(admission.connector)(self.resolve(admission.config))
                 prepared = []
                 for plan in plans:
                     self.reporter.phase(plan.name, "extracting")
                     staged = stage(plan, source, area, self.layout, self.reporter)
+                    opened.append(staged)
                     prepared.append(
                         prepare(
                             staged,
@@ -164,8 +167,8 @@ class Runner:
                     runs_repo.end_attempt(conn, run.id, number, "staged")
                 break
             except CombinedError as exc:
-                for p in prepared:
-                    p.staged.extraction.finish("abort")
+                for st in opened:
+                    st.extraction.finish("abort")
                 with self.catalog.begin() as conn:
                     runs_repo.end_attempt(conn, run.id, number, "failed", exc.describe())
                 if exc.transient and attempt < self.settings.max_attempts:
@@ -177,6 +180,8 @@ class Runner:
                 area.erase_all()
                 raise
             except Exception as exc:
+                for st in opened:
+                    st.extraction.finish("abort")
                 with self.catalog.begin() as conn:
                     runs_repo.end_attempt(conn, run.id, number, "failed", redact(repr(exc)))
                 area.erase_all()

@@ -72,8 +72,7 @@ def month_counts(layout: LakeLayout, source: str, dataset: str, month: str) -> d
             "count(DISTINCT _combined_id) FILTER (WHERE op = 'delete') "
             "FROM read_parquet(?) WHERE month = ?",
             [files, month],
-        ).fetchone()
+        ).fetchall()[0]
     finally:
         con.close()
-    assert row is not None
     return {"mar": row[0], "inserts": row[1], "updates": row[2], "deletes": row[3]}

@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks (``make bench``); never part of CI."""

@@ -1,0 +1,676 @@
+"""Typed models of the project file, ``combined.yaml``.
+
+Every model forbids unknown keys, so a misspelt setting is an error rather
+than a silently ignored line. Validators raise errors of type ``combined``
+whose context carries a ``hint`` and, when the problem sits below the field
+being validated, its location ``at``; the loader turns them into one
+:class:`~combined.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from combined.config._secrets import (
+    REFERENCE_HINT,
+    Problem,
+    config_problems,
+    has_inline_password,
+    join_path,
+    parse_secret_ref,
+    resolve_secret,
+    resolve_secrets,
+)
+from combined.errors import ConfigError, NotFoundError
+
+PROJECT_FILE = "combined.yaml"
+"""The file name ``load_project`` looks for by default."""
+
+PROJECT_ENV = "COMBINED_PROJECT"
+"""Environment variable naming the project file when no path is given."""
+
+DEFAULT_CATALOG = "sqlite:///.combined/catalog.db"
+"""The embedded catalog, relative to the project directory."""
+
+Strategy = Literal["snapshot", "cursor", "cdc"]
+SyncMode = Literal["incremental", "append", "full_refresh"]
+DriftOutcome = Literal["evolve", "quarantine", "fail"]
+
+KiB = 1024
+MiB = 1024**2
+GiB = 1024**3
+TiB = 1024**4
+
+# ---------------------------------------------------------------------------
+# errors raised by validators
+
+
+def _error(predicate: str, hint: str, at: Sequence[str | int] = ()) -> PydanticCustomError:
+    """A validation error the loader can render with its hint and location."""
+    shown = f"{join_path(at)} {predicate}" if at else predicate
+    return PydanticCustomError(
+        "combined",
+        "{shown}",
+        {"shown": shown, "predicate": predicate, "hint": hint, "at": tuple(at)},
+    )
+
+
+def _errors(problems: Sequence[Problem]) -> PydanticCustomError:
+    """One validation error carrying several problems, each with its own hint."""
+    at, predicate, hint = problems[0]
+    error = _error(predicate, hint, at)
+    if len(problems) > 1:
+        more = f" (and {len(problems) - 1} more)"
+        error = PydanticCustomError(
+            "combined",
+            "{shown}",
+            {**(error.context or {}), "shown": f"{error.message()}{more}", "problems": problems},
+        )
+    return error
+
+
+# ---------------------------------------------------------------------------
+# sizes and durations
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+    "kib": KiB,
+    "mib": MiB,
+    "gib": GiB,
+    "tib": TiB,
+}
+_SIZE_HINT = (
+    "write a whole number of bytes or a number with a unit: B, KB, MB, GB, KiB, MiB, GiB, TiB"
+)
+
+_DURATION = re.compile(r"^\s*(?:\d+(?:\.\d+)?\s*(?:ms|s|m|h|d|w)\s*)+$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)")
+_DURATION_US = {
+    "ms": 1_000,
+    "s": 1_000_000,
+    "m": 60_000_000,
+    "h": 3_600_000_000,
+    "d": 86_400_000_000,
+    "w": 604_800_000_000,
+}
+_DURATION_HINT = "write a number with a unit, such as 30s, 5m, 2h, 1d or 1w (combine them as 1h30m)"
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes in ``value``: an int, or text such as ``"64MiB"``, ``"20 GB"``, ``"1.5GiB"``.
+
+    Decimal units (KB, MB, GB, TB) are powers of 1000, binary ones (KiB, MiB,
+    GiB, TiB) powers of 1024. Raises ``ValueError`` for anything else.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a size")
+    if isinstance(value, int):
+        return value
+    match = _SIZE.match(value) if isinstance(value, str) else None
+    factor = _SIZE_UNITS.get(match.group(2).lower()) if match else None
+    if match is None or factor is None:
+        raise ValueError(f"{value!r} is not a size")
+    return int(Decimal(match.group(1)) * factor)
+
+
+def parse_duration(value: str | timedelta) -> timedelta:
+    """The duration in ``value``: text such as ``"30s"``, ``"5m"``, ``"1h30m"``, ``"7d"``.
+
+    Units are ms, s, m (minutes), h, d and w. A bare number is refused because
+    its unit would be a guess. Raises ``ValueError`` for anything else.
+    """
+    if isinstance(value, timedelta):
+        return value
+    if not isinstance(value, str) or not _DURATION.match(value):
+        raise ValueError(f"{value!r} is not a duration")
+    micros = Decimal(0)
+    for number, unit in _DURATION_PART.findall(value):
+        micros += Decimal(number) * _DURATION_US[unit]
+    try:
+        return timedelta(microseconds=int(micros))
+    except OverflowError:
+        raise ValueError(f"{value!r} is too long a duration") from None
+
+
+def format_duration(value: timedelta) -> str:
+    """``value`` as text that :func:`parse_duration` reads back exactly (``"1h30m"``)."""
+    micros = value // timedelta(microseconds=1)
+    if micros < 0:
+        return f"-{format_duration(-value)}"
+    parts: list[str] = []
+    for unit in ("d", "h", "m"):
+        count, micros = divmod(micros, _DURATION_US[unit])
+        if count:
+            parts.append(f"{count}{unit}")
+    seconds, fraction = divmod(micros, 1_000_000)
+    if fraction:
+        parts.append(f"{seconds}.{fraction:06d}".rstrip("0") + "s")
+    elif seconds or not parts:
+        parts.append(f"{seconds}s")
+    return "".join(parts)
+
+
+def _size(value: object) -> int:
+    try:
+        size = parse_size(value)  # type: ignore[arg-type]
+    except (ValueError, InvalidOperation):
+        raise _error(f"must be a size such as 64MiB, not {value!r}", _SIZE_HINT) from None
+    if size <= 0:
+        raise _error(f"must be a size above zero, not {value!r}", _SIZE_HINT)
+    return size
+
+
+def _duration(value: object) -> timedelta:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise _error(f"is a number without a unit: {value!r}", _DURATION_HINT)
+    try:
+        duration = parse_duration(value)  # type: ignore[arg-type]
+    except ValueError:
+        raise _error(f"must be a duration such as 1h, not {value!r}", _DURATION_HINT) from None
+    if duration <= timedelta(0):
+        raise _error(f"must be a duration above zero, not {value!r}", _DURATION_HINT)
+    return duration
+
+
+def _lookback(value: object) -> int | float | timedelta:
+    # A number is in the cursor's own units (ids, versions); text is a time span.
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if value < 0:
+            raise _error(f"must not be negative, not {value!r}", "use 0 for no overlap")
+        return value
+    if isinstance(value, str | timedelta):
+        try:
+            lookback = parse_duration(value)
+        except ValueError:
+            pass
+        else:
+            if lookback >= timedelta(0):
+                return lookback
+    raise _error(
+        f"must be a number or a duration such as 5m, not {value!r}",
+        "use a number in the cursor column's units, or a duration for a time cursor: "
+        + _DURATION_HINT.removeprefix("write "),
+    )
+
+
+def _format_lookback(value: int | float | timedelta) -> int | float | str:
+    return format_duration(value) if isinstance(value, timedelta) else value
+
+
+def _count(value: object) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise _error(
+            f"must be a whole number above zero, not {value!r}", "write a number like 1000"
+        )
+    return value
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _error(f"must be non-empty text, not {value!r}", "write a value, quoted if needed")
+    return value
+
+
+ByteSize = Annotated[int, PlainValidator(_size)]
+"""A positive number of bytes, written as an int or text with a unit."""
+
+Duration = Annotated[
+    timedelta,
+    PlainValidator(_duration),
+    PlainSerializer(format_duration, return_type=str, when_used="json"),
+]
+"""A positive time span, written as text such as ``"1h"``."""
+
+Lookback = Annotated[
+    int | float | timedelta,
+    PlainValidator(_lookback),
+    PlainSerializer(_format_lookback, when_used="json"),
+]
+Count = Annotated[int, PlainValidator(_count)]
+Text = Annotated[str, PlainValidator(_text)]
+
+# ---------------------------------------------------------------------------
+# names and columns
+
+_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+def _name_of(kind: str) -> Any:
+    def check(value: object) -> str:
+        if isinstance(value, str) and _NAME.match(value):
+            return value
+        suggestion = re.sub(r"[^a-z0-9_]+", "_", str(value).lower()).strip("_") or "name"
+        if suggestion[0].isdigit():
+            suggestion = f"_{suggestion}"
+        raise _error(
+            f"is not a valid {kind} name: {value!r}",
+            "use lower-case letters, digits and _, not starting with a digit "
+            f"(e.g. {suggestion!r})",
+        )
+
+    return PlainValidator(check)
+
+
+SourceName = Annotated[str, _name_of("source")]
+DatasetName = Annotated[str, _name_of("dataset")]
+
+
+def _columns(value: object) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    hint = "write a column name or a list of them, such as [id] or [tenant_id, id]"
+    if not isinstance(value, list) or not value:
+        raise _error("must name at least one column", hint)
+    seen: set[str] = set()
+    for index, column in enumerate(value):
+        if not isinstance(column, str) or not column.strip():
+            raise _error(f"must be a column name, not {column!r}", hint, at=(index,))
+        if column in seen:
+            raise _error(f"names column {column!r} twice", "list each column once")
+        seen.add(column)
+    return value
+
+
+Columns = Annotated[list[str], PlainValidator(_columns)]
+
+# ---------------------------------------------------------------------------
+# models
+
+
+class _Model(BaseModel):
+    # hide_input_in_errors keeps configuration values (possibly secrets) out
+    # of the text of a raw pydantic ValidationError.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+
+class SecretRef(_Model):
+    """A reference to a secret held elsewhere: ``{secret: "env:NAME"}`` or ``file:PATH``."""
+
+    secret: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_literal(cls, data: Any) -> Any:
+        if isinstance(data, str | int | float) and not isinstance(data, bool):
+            raise _error("holds a literal secret", REFERENCE_HINT)
+        return data
+
+    @field_validator("secret")
+    @classmethod
+    def _check_reference(cls, value: str) -> str:
+        try:
+            parse_secret_ref(value)
+        except ValueError as exc:
+            raise _error(str(exc), REFERENCE_HINT) from None
+        return value
+
+    def resolve(self, root: Path, *, where: str = "") -> str:
+        """The secret's value; raises :class:`~combined.errors.SecretError` if unavailable."""
+        return resolve_secret(self.secret, root, where=where)
+
+
+class StagingLimits(_Model):
+    """Run-scoped limits on the files a capture stages before commit."""
+
+    max_bytes: ByteSize = 20 * GiB
+    max_files: Count = 10_000
+    max_path_length: Count = 240
+
+
+class DeliveryLimits(_Model):
+    """Bounds of one Delivery file: it is cut when either limit is reached."""
+
+    max_rows: Count = 100_000
+    max_bytes: ByteSize = 64 * MiB
+
+
+class DriftPolicy(_Model):
+    """The outcome of each class of schema drift."""
+
+    new_field: DriftOutcome = "evolve"
+    widened_type: DriftOutcome = "evolve"
+    narrowed_type: DriftOutcome = "fail"
+    rename: DriftOutcome = "fail"
+    drop: DriftOutcome = "fail"
+
+
+class QuarantinePolicy(_Model):
+    """Who reads a dataset's quarantine and how often it must be reviewed."""
+
+    reader: Text = "owner"
+    review_every: Duration = timedelta(days=7)
+
+
+class CursorConfig(_Model):
+    """The keyset cursor of a ``cursor`` strategy dataset."""
+
+    column: Text
+    lookback: Lookback = 0
+    """Overlap re-read each run: cursor units for a number, time for a duration."""
+    trust: Text
+    """Why the column only grows: recorded with every capture, never inferred."""
+
+
+class DatasetConfig(_Model):
+    """One declared relation of a source."""
+
+    relation: Text
+    """The table, stream or endpoint read; defaults to the dataset name."""
+    key: Columns | None = None
+    strategy: Strategy = "snapshot"
+    sync_mode: SyncMode = "incremental"
+    cursor: CursorConfig | None = None
+    columns: Columns | None = None
+    delivery: DeliveryLimits = Field(default_factory=DeliveryLimits)
+    batch_rows: Count = 65_536
+    drift: DriftPolicy = Field(default_factory=DriftPolicy)
+    quarantine: QuarantinePolicy = Field(default_factory=QuarantinePolicy)
+    freshness: Duration | None = None
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> DatasetConfig:
+        problems: list[Problem] = []
+        if self.key is None and self.sync_mode != "append":
+            problems.append(
+                (
+                    ("key",),
+                    f"is required when sync_mode is {self.sync_mode}",
+                    "add `key: [<column>]` naming the columns that identify a row, "
+                    "or set `sync_mode: append`",
+                )
+            )
+        if self.strategy == "cursor" and self.cursor is None:
+            problems.append(
+                (
+                    ("cursor",),
+                    "is required when strategy is cursor",
+                    'add `cursor: {column: <column>, trust: "<why it only grows>"}`',
+                )
+            )
+        if self.strategy != "cursor" and self.cursor is not None:
+            problems.append(
+                (
+                    ("cursor",),
+                    f"is only used by strategy cursor, not {self.strategy}",
+                    "remove `cursor:` or set `strategy: cursor`",
+                )
+            )
+        if self.sync_mode == "full_refresh" and self.strategy != "snapshot":
+            # A cursor or a change stream reads only what changed: replacing the
+            # projection with it would drop every row it did not read.
+            problems.append(
+                (
+                    ("sync_mode",),
+                    f"is full_refresh, which needs strategy snapshot, not {self.strategy}",
+                    "use `strategy: snapshot`, or sync_mode incremental or append",
+                )
+            )
+        if self.columns is not None:
+            needed = list(self.key or [])
+            if self.cursor is not None:
+                needed.append(self.cursor.column)
+            for column in dict.fromkeys(needed):
+                if column not in self.columns:
+                    problems.append(
+                        (
+                            ("columns",),
+                            f"leaves out {column!r}, which the key or cursor needs",
+                            f"add {column} to columns",
+                        )
+                    )
+        if problems:
+            raise _errors(problems)
+        return self
+
+
+class SourceConfig(_Model):
+    """A configured connection to a provider system and its declared datasets."""
+
+    connector: Text
+    """A registered connector name; checked against the registry when used."""
+    config: dict[str, Any] = Field(default_factory=dict)
+    """Passed to the connector once secret references are resolved."""
+    billing_policy: Text = "standard"
+    venue: Text = "embedded"
+    datasets: dict[DatasetName, DatasetConfig] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_relations(cls, data: Any) -> Any:
+        # The relation defaults to the dataset's own name, which only the
+        # enclosing mapping knows.
+        if isinstance(data, dict) and isinstance(data.get("datasets"), dict):
+            datasets = {
+                name: {"relation": name, **body} if isinstance(body, dict) else body
+                for name, body in data["datasets"].items()
+            }
+            return {**data, "datasets": datasets}
+        return data
+
+    @field_validator("config")
+    @classmethod
+    def _check_config(cls, config: dict[str, Any]) -> dict[str, Any]:
+        problems = config_problems(config)
+        if problems:
+            raise _errors(problems)
+        return config
+
+
+_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$", re.DOTALL)
+_LAKE_SCHEMES = ("s3", "gs", "az")
+_CATALOG_HINT = "use sqlite:///PATH or postgresql://USER@HOST/DB"
+
+
+def _lake(value: object) -> str:
+    hint = "use a local path or an s3://, gs:// or az:// URL"
+    text = _text(value)
+    url = _URL.match(text)
+    if url is None:
+        return text
+    if url.group(1).lower() not in _LAKE_SCHEMES:
+        raise _error(f"uses an unsupported scheme: {url.group(1)}://", hint)
+    if has_inline_password(text):
+        raise _error(
+            "holds a credential inside the URL",
+            "remove it; object stores read credentials from their usual environment",
+        )
+    if not url.group(2).strip("/"):
+        raise _error("names no bucket or container", hint)
+    return text
+
+
+def _catalog(value: object) -> str:
+    text = _text(value)
+    url = _URL.match(text)
+    if url is None:
+        raise _error("is not a database URL", _CATALOG_HINT)
+    if _catalog_kind(text) is None:
+        raise _error(f"uses an unsupported scheme: {url.group(1)}://", _CATALOG_HINT)
+    if has_inline_password(text):
+        raise _error(
+            "holds a password inside the URL",
+            'remove it from the URL and set `catalog_password: {secret: "env:NAME"}`',
+        )
+    return text
+
+
+def _catalog_kind(url: str) -> Literal["sqlite", "postgresql"] | None:
+    scheme = url.partition("://")[0].partition("+")[0].lower()
+    if scheme == "sqlite":
+        return "sqlite"
+    if scheme in ("postgresql", "postgres"):
+        return "postgresql"
+    return None
+
+
+def _version(value: object) -> Literal[1]:
+    if value == 1 and not isinstance(value, bool):
+        return 1
+    raise _error(
+        f"is {value!r}, but this Combined reads version 1",
+        "write `version: 1`, or upgrade Combined to read newer project files",
+    )
+
+
+class Project(_Model):
+    """A parsed ``combined.yaml``.
+
+    ``path`` (the file) and ``root`` (its directory) are not part of the
+    model's data: they are set by :func:`~combined.config.load_project`, or
+    through the validation context ``{"path": ...}``.
+    """
+
+    version: Annotated[Literal[1], PlainValidator(_version)]
+    lake: Annotated[str, PlainValidator(_lake)] = "./lake"
+    catalog: Annotated[str, PlainValidator(_catalog)] = DEFAULT_CATALOG
+    catalog_password: SecretRef | None = None
+    staging: StagingLimits = Field(default_factory=StagingLimits)
+    reduction_memory: ByteSize = 512 * MiB
+    sources: dict[SourceName, SourceConfig] = Field(default_factory=dict)
+
+    _path: Path = PrivateAttr(default_factory=lambda: Path.cwd() / PROJECT_FILE)
+
+    def model_post_init(self, context: Any) -> None:
+        """Take the project file's path from the validation context, if given."""
+        if isinstance(context, dict) and context.get("path") is not None:
+            self._path = Path(os.path.abspath(context["path"]))
+
+    @model_validator(mode="after")
+    def _check_catalog_password(self) -> Project:
+        if self.catalog_password is not None and _catalog_kind(self.catalog) != "postgresql":
+            raise _error(
+                "is only used by a postgresql:// catalog",
+                "remove `catalog_password:` or point `catalog:` at PostgreSQL",
+                at=("catalog_password",),
+            )
+        return self
+
+    @property
+    def path(self) -> Path:
+        """The absolute path of the project file."""
+        return self._path
+
+    @property
+    def root(self) -> Path:
+        """The project directory: relative paths in the file are relative to it."""
+        return self._path.parent
+
+    @property
+    def catalog_kind(self) -> Literal["sqlite", "postgresql"]:
+        """Which database holds the catalog."""
+        kind = _catalog_kind(self.catalog)
+        assert kind is not None, "validated by _catalog"
+        return kind
+
+    def source(self, name: str) -> SourceConfig:
+        """The source called ``name``; raises :class:`NotFoundError` if undeclared."""
+        try:
+            return self.sources[name]
+        except KeyError:
+            known = ", ".join(sorted(self.sources)) or "none declared"
+            raise NotFoundError(
+                f"unknown source {name!r} in {self.path}",
+                hint=f"known sources: {known}",
+                source=name,
+            ) from None
+
+    def dataset(self, source: str, dataset: str) -> DatasetConfig:
+        """The dataset ``dataset`` of ``source``; raises :class:`NotFoundError` if undeclared."""
+        datasets = self.source(source).datasets
+        try:
+            return datasets[dataset]
+        except KeyError:
+            known = ", ".join(sorted(datasets)) or "none declared"
+            raise NotFoundError(
+                f"unknown dataset {dataset!r} in source {source!r}",
+                hint=f"datasets of {source}: {known}",
+                source=source,
+                dataset=dataset,
+            ) from None
+
+    def datasets(self) -> Iterator[tuple[str, str, DatasetConfig]]:
+        """Every declared (source name, dataset name, dataset), in file order."""
+        for source_name, source in self.sources.items():
+            for dataset_name, dataset in source.datasets.items():
+                yield source_name, dataset_name, dataset
+
+    def lake_uri(self) -> str:
+        """The lake location: an object-store URL as written, or an absolute local path."""
+        if _URL.match(self.lake):
+            return self.lake.rstrip("/")
+        return os.path.abspath(self.root / Path(self.lake).expanduser())
+
+    def catalog_url(self) -> str:
+        """The catalog URL, a relative SQLite path made absolute against the project root.
+
+        For SQLite, checks that the database's directory exists or can be
+        created (it is not created here) and raises :class:`ConfigError` if not.
+        """
+        if self.catalog_kind != "sqlite":
+            return self.catalog
+        scheme, _, rest = self.catalog.partition("://")
+        location, query_sep, query = rest.partition("?")
+        # sqlite:// and sqlite:///:memory: are in-memory databases: no file.
+        if location in ("", "/", "/:memory:"):
+            return self.catalog
+        database = os.path.abspath(self.root / Path(location[1:]).expanduser())
+        _check_creatable(Path(database).parent, what="catalog")
+        # Three slashes then an absolute path: SQLAlchemy's absolute form.
+        return f"{scheme}:///{database}{query_sep}{query}"
+
+    def resolved_config(self, source: str) -> dict[str, Any]:
+        """The configuration of ``source`` with its secrets resolved, for connecting."""
+        return resolve_secrets(
+            self.source(source).config, self.root, prefix=f"sources.{source}.config"
+        )
+
+    def catalog_secret(self) -> str | None:
+        """The catalog password from ``catalog_password``, resolved; None if unset."""
+        if self.catalog_password is None:
+            return None
+        return self.catalog_password.resolve(self.root, where="catalog_password")
+
+
+def _check_creatable(directory: Path, *, what: str) -> None:
+    """Raise unless ``directory`` exists or could be made by the current user."""
+    existing = directory
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(
+            f"the {what} directory {directory} cannot be created: {existing} is not a directory",
+            hint=f"move {existing} out of the way or change `{what}:` in the project file",
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"the {what} directory {directory} cannot be created: {existing} is not writable",
+            hint=f"make {existing} writable or change `{what}:` in the project file",
+        )

@@ -1,0 +1,107 @@
+"""The example project file that ``combined init`` writes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from combined.errors import ConfigError
+
+EXAMPLE_PROJECT = """\
+# combined.yaml: what Combined captures, from where, into which lake.
+# Relative paths are relative to this file's directory.
+version: 1
+
+# The lake: a local directory, or an s3://, gs:// or az:// URL.
+lake: ./lake
+
+# The catalog (control plane). The default is an embedded SQLite file; at
+# scale use PostgreSQL, with the password given as a secret reference:
+#   catalog: postgresql://combined@db.example.com/combined
+#   catalog_password: {secret: "env:CATALOG_PW"}
+catalog: sqlite:///.combined/catalog.db
+
+# Limits on what one run may stage before it commits.
+staging:
+  max_bytes: 20GiB
+  max_files: 10000
+  max_path_length: 240
+
+# Memory the snapshot reduction may use before it spills to disk.
+reduction_memory: 512MiB
+
+sources:
+  shop:
+    connector: sqlite
+    # Passed to the connector. Never write a secret here: any value may be a
+    # reference, {secret: "env:NAME"} or {secret: "file:PATH"}.
+    config:
+      path: ./shop.db
+    datasets:
+      # A table read whole each run; changes are found by comparing with the
+      # previous capture and merged by key.
+      orders:
+        key: [id]
+        strategy: snapshot
+        sync_mode: incremental
+        freshness: 1h
+        quarantine:
+          reader: owner
+          review_every: 7d
+      # An event table that only grows: read past the last id seen and keep
+      # every row as it arrived.
+      events:
+        strategy: cursor
+        sync_mode: append
+        cursor:
+          column: id
+          lookback: 0
+          trust: "ids come from an autoincrement column and rows are never updated"
+
+# BEGIN postgres example
+#  crm:
+#    connector: postgres
+#    config:
+#      dsn: postgresql://combined@crm.example.com:5432/crm
+#      password: {secret: "env:CRM_PASSWORD"}
+#    datasets:
+#      customers:
+#        relation: public.customers
+#        key: [id]
+#        strategy: cdc
+#        drift: {new_field: evolve, drop: quarantine}
+# END postgres example
+"""
+"""A commented ``combined.yaml`` that loads as it is.
+
+The lines between ``# BEGIN postgres example`` and ``# END postgres example``
+are a PostgreSQL source that loads too once its leading ``#`` is removed.
+"""
+
+
+def write_example(path: Path, *, force: bool = False) -> Path:
+    """Write :data:`EXAMPLE_PROJECT` to ``path`` and return its absolute path.
+
+    ``path`` may be a directory, in which case ``combined.yaml`` is written in
+    it. An existing file is only replaced when ``force`` is true.
+    """
+    path = Path(path).expanduser()
+    if path.is_dir():
+        path = path / "combined.yaml"
+    path = Path(os.path.abspath(path))
+    if path.exists() and not force:
+        raise ConfigError(
+            f"project file already exists: {path}",
+            hint="pass --force to overwrite it, or choose another path",
+            file=str(path),
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(EXAMPLE_PROJECT, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write {path}: {exc.strerror or type(exc).__name__}",
+            hint="choose a directory this user can write to",
+            file=str(path),
+        ) from None
+    return path

@@ -1,0 +1,168 @@
+"""Secret references: finding, resolving, redacting and hashing configurations."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from combined.config import (
+    config_digest,
+    find_secret_refs,
+    is_secret_ref,
+    redact_config,
+    resolve_secret,
+    resolve_secrets,
+)
+from combined.errors import ConfigError, SecretError
+
+CONFIG: dict[str, Any] = {
+    "path": "./shop.db",
+    "password": {"secret": "env:SHOP_PASSWORD"},
+    "replicas": [
+        {"host": "a", "password": {"secret": "file:secrets/a.txt"}},
+        {"host": "b"},
+    ],
+    "tls": {"key": {"secret": "file:/etc/tls/key.pem"}},
+}
+
+
+def test_find_secret_refs_gives_dotted_paths_in_order() -> None:
+    assert find_secret_refs(CONFIG) == [
+        ("password", "env:SHOP_PASSWORD"),
+        ("replicas[0].password", "file:secrets/a.txt"),
+        ("tls.key", "file:/etc/tls/key.pem"),
+    ]
+
+
+def test_find_secret_refs_ignores_mappings_that_are_not_references() -> None:
+    assert find_secret_refs({"a": {"secret": "env:X", "b": 1}, "c": {"secret": 5}}) == []
+    assert not is_secret_ref({"secret": "env:X", "b": 1})
+    assert is_secret_ref({"secret": "env:X"})
+
+
+def test_resolve_replaces_references_and_leaves_the_input_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHOP_PASSWORD", "env-value")
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "a.txt").write_text("file-value\n")
+    config = {k: v for k, v in CONFIG.items() if k != "tls"}
+    before = copy.deepcopy(config)
+    resolved = resolve_secrets(config, tmp_path)
+    assert resolved == {
+        "path": "./shop.db",
+        "password": "env-value",
+        "replicas": [{"host": "a", "password": "file-value"}, {"host": "b"}],
+    }
+    assert config == before
+
+
+def test_missing_env_secret_names_reference_and_path_but_no_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FIRST", "first-secret-value")
+    monkeypatch.delenv("SHOP_PASSWORD", raising=False)
+    config = {"user": {"secret": "env:FIRST"}, "password": {"secret": "env:SHOP_PASSWORD"}}
+    with pytest.raises(SecretError) as info:
+        resolve_secrets(config, tmp_path, prefix="sources.shop.config")
+    text = info.value.describe()
+    assert "env:SHOP_PASSWORD" in str(info.value)
+    assert "sources.shop.config.password" in str(info.value)
+    assert "SHOP_PASSWORD" in (info.value.hint or "")
+    assert "first-secret-value" not in text + repr(info.value.context)
+    assert isinstance(info.value, ConfigError)
+
+
+def test_file_secret_is_relative_to_root_not_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "pw.txt").write_text("from-root")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "pw.txt").write_text("from-cwd")
+    monkeypatch.chdir(elsewhere)
+    assert resolve_secret("file:pw.txt", tmp_path) == "from-root"
+
+
+@pytest.mark.parametrize(
+    ("content", "value"),
+    [("pw\n", "pw"), ("pw\r\n", "pw"), ("pw\n\n", "pw\n"), ("pw", "pw"), (" pw \n", " pw ")],
+)
+def test_file_secret_loses_exactly_one_trailing_newline(
+    tmp_path: Path, content: str, value: str
+) -> None:
+    (tmp_path / "pw.txt").write_bytes(content.encode())
+    assert resolve_secrets({"password": {"secret": "file:pw.txt"}}, tmp_path) == {"password": value}
+
+
+def test_unreadable_file_secret_names_reference_and_path(tmp_path: Path) -> None:
+    with pytest.raises(SecretError) as info:
+        resolve_secrets({"db": {"password": {"secret": "file:secrets/none.txt"}}}, tmp_path)
+    assert "file:secrets/none.txt" in str(info.value)
+    assert "db.password" in str(info.value)
+    assert str(tmp_path / "secrets" / "none.txt") in (info.value.hint or "")
+
+
+@pytest.mark.parametrize("reference", ["hunter2", "vault:x", "env:", "env:not a name"])
+def test_malformed_reference_is_refused_without_quoting_it(tmp_path: Path, reference: str) -> None:
+    with pytest.raises(SecretError) as info:
+        resolve_secret(reference, tmp_path, where="password")
+    assert str(info.value).startswith("password ")
+    assert reference not in str(info.value)
+
+
+def test_redact_keeps_references_and_masks_literals() -> None:
+    config = {
+        "password": "hunter2",
+        "Api-Key": 12345,
+        "user_token": "tok",
+        "dsn": "postgresql://me:hunter2@db/x",
+        "conninfo": "host=db password=hunter2 user=me",
+        "ref": {"secret": "env:PW"},
+        "hosts": [{"passwd": "hunter2", "port": 5432}],
+        "empty_password": "",
+        "name": "shop",
+    }
+    before = copy.deepcopy(config)
+    assert redact_config(config) == {
+        "password": "***",
+        "Api-Key": "***",
+        "user_token": "***",
+        "dsn": "postgresql://me:***@db/x",
+        "conninfo": "host=db password=*** user=me",
+        "ref": {"secret": "env:PW"},
+        "hosts": [{"passwd": "***", "port": 5432}],
+        "empty_password": "",
+        "name": "shop",
+    }
+    assert config == before
+
+
+def test_digest_is_stable_and_ignores_key_order() -> None:
+    a = {"path": "./shop.db", "opts": {"x": 1, "y": [1, 2]}, "pw": {"secret": "env:A"}}
+    b = {"pw": {"secret": "env:A"}, "opts": {"y": [1, 2], "x": 1}, "path": "./shop.db"}
+    digest = config_digest(a)
+    assert len(digest) == 64 and int(digest, 16) >= 0
+    assert config_digest(b) == digest
+    assert config_digest(copy.deepcopy(a)) == digest
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"path": "./other.db"},
+        {"pw": {"secret": "env:B"}},
+        {"opts": {"x": 1, "y": [2, 1]}},
+        {"extra": None},
+    ],
+)
+def test_digest_changes_when_config_changes(change: dict[str, Any]) -> None:
+    base = {"path": "./shop.db", "opts": {"x": 1, "y": [1, 2]}, "pw": {"secret": "env:A"}}
+    assert config_digest({**base, **change}) != config_digest(base)
+
+
+def test_digest_does_not_depend_on_a_literal_secret() -> None:
+    assert config_digest({"password": "one"}) == config_digest({"password": "two"})
