@@ -7,7 +7,6 @@ from combined.delivery._staging import (
     StagingArea,
     delivery_id,
     file_hash,
-    read_deliveries,
     write_deliveries,
 )
 
@@ -18,6 +17,5 @@ __all__ = [
     "StagingArea",
     "delivery_id",
     "file_hash",
-    "read_deliveries",
     "write_deliveries",
 ]

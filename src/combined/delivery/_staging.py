@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -215,13 +215,3 @@ def write_deliveries(
                 flush()
     flush()
     return out
-
-
-def read_deliveries(paths: list[Path], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Stream the batches of Delivery files in sequence order."""
-    for path in paths:
-        pf = pq.ParquetFile(str(path))
-        try:
-            yield from pf.iter_batches(batch_size=65_536)
-        finally:
-            pf.close()

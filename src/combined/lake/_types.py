@@ -10,7 +10,7 @@ def lake_type(t: pa.DataType) -> pa.DataType:
 
     Delta has no unsigned integers, no time of day, no interval and no
     nanosecond timestamps: unsigned ints widen (uint64 to decimal(20, 0)),
-    times and intervals become ISO text, timestamps are stored in
+    times, intervals and decimals over 38 digits become exact text, timestamps are stored in
     microseconds (UTC when zoned).
     """
     if pa.types.is_dictionary(t):
@@ -35,6 +35,8 @@ def lake_type(t: pa.DataType) -> pa.DataType:
         return pa.date32()
     if pa.types.is_float16(t):
         return pa.float32()
+    if pa.types.is_decimal256(t):
+        return pa.string()  # Delta stores at most 38 digits: keep the exact text
     if pa.types.is_null(t):
         return pa.string()
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):

@@ -1,0 +1,358 @@
+"""Catalog queries: relations, columns, types, keys, and cursor evidence.
+
+Relation names are ``schema.table`` taken literally (no case folding, so the
+names discovery reports work as they are); a part that holds a dot or a
+double quote is written in double quotes. A bare ``table`` means
+``public.table``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from psycopg import sql
+
+from combined.connectors.abc import CursorCandidate, DatasetDiscovery, FieldInfo
+from combined.connectors.postgres._connect import Session
+from combined.connectors.postgres._types import (
+    ColumnPlan,
+    PgType,
+    plan_column,
+)
+from combined.errors import ConfigError, NotFoundError
+
+_KINDS = {"r": "table", "p": "table", "v": "view", "m": "materialized_view", "f": "foreign_table"}
+_CLOCK_DEFAULTS = (
+    "now()",
+    "CURRENT_TIMESTAMP",
+    "clock_timestamp()",
+    "statement_timestamp()",
+    "transaction_timestamp()",
+    "LOCALTIMESTAMP",
+    "CURRENT_DATE",
+)
+# pg_trigger.tgtype bits
+_ROW, _BEFORE, _INSERT, _UPDATE = 1, 2, 4, 16
+
+
+def parse_relation(text: str) -> tuple[str, str]:
+    """``schema.table`` (or bare ``table`` in ``public``) as (schema, table)."""
+    parts: list[str] = []
+    buf: list[str] = []
+    i, quoted = 0, False
+    while i < len(text):
+        ch = text[i]
+        if quoted:
+            if ch == '"' and text[i + 1 : i + 2] == '"':
+                buf.append('"')
+                i += 1
+            elif ch == '"':
+                quoted = False
+            else:
+                buf.append(ch)
+        elif ch == '"' and not buf:
+            quoted = True
+        elif ch == ".":
+            parts.append("".join(buf))
+            buf = []
+        else:
+            buf.append(ch)
+        i += 1
+    parts.append("".join(buf))
+    if quoted or not all(parts) or len(parts) > 2:
+        raise ConfigError(
+            f"{text!r} is not a relation name",
+            hint='name it schema.table (quote a part holding a dot: "my.schema".table)',
+        )
+    return ("public", parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+
+
+def relation_name(schema: str, table: str) -> str:
+    """The ``schema.table`` text that :func:`parse_relation` reads back."""
+
+    def part(p: str) -> str:
+        return '"' + p.replace('"', '""') + '"' if ("." in p or '"' in p) else p
+
+    return f"{part(schema)}.{part(table)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Relation:
+    """One readable relation."""
+
+    oid: int
+    schema: str
+    table: str
+    kind: str
+    reltuples: float
+
+    @property
+    def name(self) -> str:
+        """The dataset name (``schema.table``)."""
+        return relation_name(self.schema, self.table)
+
+    @property
+    def ident(self) -> sql.Identifier:
+        """The quoted ``"schema"."table"`` to use in SQL."""
+        return sql.Identifier(self.schema, self.table)
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One ``pg_attribute`` row with its default."""
+
+    relid: int
+    num: int
+    name: str
+    typoid: int
+    typmod: int
+    notnull: bool
+    source_type: str
+    identity: str
+    generated: str
+    default: str | None
+
+
+def _oid_array(oids: Iterable[int]) -> sql.Composable:
+    text = "{" + ",".join(str(int(o)) for o in sorted(set(oids))) + "}"
+    return sql.SQL("CAST({} AS oid[])").format(sql.Literal(text))
+
+
+_RELATION_COLUMNS = sql.SQL(
+    "SELECT c.oid::bigint, n.nspname::text, c.relname::text, c.relkind::text,"
+    " c.reltuples::float8 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')"
+)
+
+
+def find_relation(session: Session, name: str) -> Relation:
+    """The relation named ``name``; :class:`NotFoundError` when it does not exist."""
+    schema, table = parse_relation(name)
+    q = _RELATION_COLUMNS + sql.SQL(" AND n.nspname = {} AND c.relname = {}").format(
+        sql.Literal(schema), sql.Literal(table)
+    )
+    rows = session.rows(q, "looking up the relation")
+    if not rows:
+        raise NotFoundError(
+            f"relation {relation_name(schema, table)!r} does not exist",
+            hint="run discovery to see the relations (names are case-sensitive)",
+            relation=relation_name(schema, table),
+        )
+    return Relation(*rows[0])
+
+
+def list_relations(session: Session, schemas: Sequence[str]) -> list[Relation]:
+    """Tables, views, materialized views and foreign tables the role can SELECT.
+
+    Partitions of a partitioned table are left out: the parent reads them.
+    """
+    q = _RELATION_COLUMNS + sql.SQL(
+        " AND n.nspname = ANY(CAST({} AS text[])) AND NOT c.relispartition"
+        " AND has_table_privilege(c.oid, 'SELECT') ORDER BY 2, 3"
+    ).format(sql.Literal(list(schemas)))
+    return [Relation(*r) for r in session.rows(q, "listing relations")]
+
+
+def columns(session: Session, relids: Iterable[int]) -> dict[int, list[Column]]:
+    """The live columns of each relation, in attribute order."""
+    q = sql.SQL(
+        "SELECT a.attrelid::bigint, a.attnum::int, a.attname::text, a.atttypid::bigint,"
+        " a.atttypmod, a.attnotnull, format_type(a.atttypid, a.atttypmod),"
+        " a.attidentity::text, a.attgenerated::text, pg_get_expr(d.adbin, d.adrelid)"
+        " FROM pg_attribute a LEFT JOIN pg_attrdef d"
+        " ON d.adrelid = a.attrelid AND d.adnum = a.attnum"
+        " WHERE a.attrelid = ANY({}) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 1, 2"
+    ).format(_oid_array(relids))
+    out: dict[int, list[Column]] = defaultdict(list)
+    for row in session.rows(q, "reading columns"):
+        out[row[0]].append(Column(*row))
+    return out
+
+
+def load_types(session: Session, oids: Iterable[int]) -> dict[int, PgType]:
+    """``pg_type`` rows for ``oids`` and, transitively, their bases and elements."""
+    types: dict[int, PgType] = {}
+    todo = set(oids)
+    while todo:
+        q = sql.SQL(
+            "SELECT t.oid::bigint, format_type(t.oid, NULL), t.typtype::text,"
+            " t.typcategory::text, t.typbasetype::bigint, t.typtypmod, t.typelem::bigint"
+            " FROM pg_type t WHERE t.oid = ANY({})"
+        ).format(_oid_array(todo))
+        for row in session.rows(q, "reading types"):
+            types[row[0]] = PgType(*row)
+        todo = {
+            o for t in types.values() for o in (t.basetype, t.elem) if o and o not in types
+        } - todo
+    return types
+
+
+def column_plans(
+    cols: Sequence[Column], types: Mapping[int, PgType], casts: Mapping[str, str] | None = None
+) -> list[ColumnPlan]:
+    """The read plan of every column (casts applied)."""
+    casts = casts or {}
+    return [
+        plan_column(c.name, c.typoid, c.typmod, c.source_type, types, casts.get(c.name))
+        for c in cols
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Index:
+    """One index of a relation, by its key column names."""
+
+    relid: int
+    name: str
+    primary: bool
+    unique: bool
+    columns: tuple[str, ...]
+    partial: bool
+    expressions: bool
+    method: str
+
+
+def indexes(session: Session, relids: Iterable[int]) -> dict[int, list[Index]]:
+    """The indexes of each relation (key columns only, in index order)."""
+    q = sql.SQL(
+        "SELECT i.indrelid::bigint, ci.relname::text, i.indisprimary, i.indisunique,"
+        " ARRAY(SELECT a.attname::text FROM unnest(CAST(i.indkey AS int2[]))"
+        "   WITH ORDINALITY AS k(attnum, ord) JOIN pg_attribute a"
+        "   ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
+        "   WHERE k.ord <= i.indnkeyatts ORDER BY k.ord),"
+        " i.indpred IS NOT NULL, i.indexprs IS NOT NULL, am.amname::text"
+        " FROM pg_index i JOIN pg_class ci ON ci.oid = i.indexrelid"
+        " JOIN pg_am am ON am.oid = ci.relam"
+        " WHERE i.indrelid = ANY({}) AND i.indisvalid ORDER BY 1, 2"
+    ).format(_oid_array(relids))
+    out: dict[int, list[Index]] = defaultdict(list)
+    for rel, name, prim, uniq, cols, partial, exprs, method in session.rows(q, "reading indexes"):
+        out[rel].append(Index(rel, name, prim, uniq, tuple(cols or ()), partial, exprs, method))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    """One user trigger of a relation."""
+
+    relid: int
+    name: str
+    function: str
+    tgtype: int
+    enabled: bool
+
+
+def triggers(session: Session, relids: Iterable[int]) -> dict[int, list[Trigger]]:
+    """The enabled user (non-internal) triggers of each relation."""
+    q = sql.SQL(
+        "SELECT t.tgrelid::bigint, t.tgname::text, p.proname::text, t.tgtype::int,"
+        " t.tgenabled::text <> 'D' FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid"
+        " WHERE NOT t.tgisinternal AND t.tgrelid = ANY({}) ORDER BY 1, 2"
+    ).format(_oid_array(relids))
+    out: dict[int, list[Trigger]] = defaultdict(list)
+    for row in session.rows(q, "reading triggers"):
+        out[row[0]].append(Trigger(*row))
+    return out
+
+
+def keys(idx: Sequence[Index]) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """(primary key, unique keys) from full, non-partial unique indexes."""
+    primary: tuple[str, ...] = ()
+    unique: list[tuple[str, ...]] = []
+    for i in idx:
+        if not i.unique or i.partial or i.expressions or not i.columns:
+            continue
+        if i.primary:
+            primary = i.columns
+        else:
+            unique.append(i.columns)
+    return primary, tuple(unique)
+
+
+def cursor_evidence(
+    col: Column, plan: ColumnPlan, idx: Sequence[Index], trig: Sequence[Trigger]
+) -> CursorCandidate | None:
+    """A cursor candidate with what the catalog proves about ``col``; None without proof.
+
+    Proof is a sequence (identity or ``nextval`` default), a clock default,
+    or, for a temporal column, a BEFORE row trigger (which the catalog cannot
+    show assigns this column: the evidence says so).
+    """
+    if not (plan.orderable_number or plan.temporal) or plan.route == "unsupported":
+        return None
+    facts: list[str] = []
+    default = (col.default or "").strip()
+    if col.identity == "a":
+        facts.append("identity column (GENERATED ALWAYS): its sequence issues every value")
+    elif col.identity == "d":
+        facts.append(
+            "identity column (GENERATED BY DEFAULT): its sequence issues values when an "
+            "insert omits the column, an insert may still supply its own"
+        )
+    elif default.startswith("nextval("):
+        facts.append(
+            f"default {default}: a sequence issues values when an insert omits the column, "
+            "an insert may still supply its own"
+        )
+    if plan.temporal and default in _CLOCK_DEFAULTS:
+        facts.append(
+            f"default {default}: set when an insert omits the column; "
+            "no default maintains it on update"
+        )
+    if plan.temporal:
+        for t in trig:
+            if t.enabled and t.tgtype & _ROW and t.tgtype & _BEFORE and t.tgtype & _UPDATE:
+                events = "INSERT OR UPDATE" if t.tgtype & _INSERT else "UPDATE"
+                facts.append(
+                    f"BEFORE {events} row trigger {t.name} (function {t.function}) may "
+                    "maintain it: the catalog cannot prove which columns the function assigns"
+                )
+    if not facts:
+        return None
+    facts.append("not null" if col.notnull else "nullable: rows with a null value are never read")
+    leading = [i.name for i in idx if i.method == "btree" and i.columns[:1] == (col.name,)]
+    facts.append(f"leads btree index {leading[0]}" if leading else "no btree index leads with it")
+    facts.append(
+        "values are assigned when a row is written, not when its transaction commits: "
+        "a row can become visible after a larger value, so declare a lookback"
+    )
+    return CursorCandidate(col.name, "; ".join(facts))
+
+
+def describe(
+    rel: Relation,
+    cols: Sequence[Column],
+    types: Mapping[int, PgType],
+    idx: Sequence[Index],
+    trig: Sequence[Trigger],
+) -> DatasetDiscovery:
+    """The discovery of one relation."""
+    plans = column_plans(cols, types)
+    fields = tuple(
+        FieldInfo(c.name, p.arrow_type_text, c.source_type, nullable=not c.notnull)
+        for c, p in zip(cols, plans, strict=True)
+    )
+    primary, unique = keys(idx)
+    candidates = tuple(
+        cand
+        for c, p in zip(cols, plans, strict=True)
+        if (cand := cursor_evidence(c, p, idx, trig)) is not None
+    )
+    # The cursor strategy needs one orderable column; a declared key (not
+    # only a discovered one) serves incremental merges, so every sync mode stays.
+    cursor_ok = any(p.orderable_number or p.temporal for p in plans)
+    return DatasetDiscovery(
+        name=rel.name,
+        relation=rel.name,
+        kind=_KINDS.get(rel.kind, rel.kind),
+        fields=fields,
+        primary_key=primary,
+        unique_keys=unique,
+        cursor_candidates=candidates,
+        strategies=("snapshot", "cursor") if cursor_ok else ("snapshot",),
+        # reltuples is -1 until the relation is first vacuumed or analyzed; a
+        # view has no storage to estimate.
+        estimated_rows=int(rel.reltuples) if rel.reltuples >= 0 and rel.kind in "rpmf" else None,
+    )

@@ -1,0 +1,362 @@
+"""Settings, ADBC sessions and the translation of driver errors.
+
+The password is held only by :class:`Settings` (never in ``repr``), joined
+into the libpq connection string at connect time, and scrubbed from every
+driver message before it reaches a :class:`~combined.errors.CombinedError`.
+Driver exceptions are never chained (``from None``): their text is not ours
+to vouch for, so only the scrubbed first line travels, as ``detail``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import adbc_driver_manager
+import adbc_driver_postgresql.dbapi as adbc_pg
+import pyarrow as pa
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from combined.errors import (
+    AuthRejected,
+    CombinedError,
+    ConfigError,
+    NotFoundError,
+    SchemaMismatch,
+    SourceError,
+    SourceUnavailable,
+    redact,
+)
+
+#: ADBC statement option bounding the bytes of each batch the driver builds.
+BATCH_BYTES_OPTION = "adbc.postgresql.batch_size_hint_bytes"
+_TXN_STATUS_OPTION = "adbc.postgresql.transaction_status"
+DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
+DEFAULT_APPLICATION_NAME = "combined"
+
+#: Everything the driver stack raises for a failed statement or stream.
+DRIVER_ERRORS: tuple[type[BaseException], ...] = (
+    adbc_driver_manager.Error,
+    OSError,
+    pa.ArrowException,
+)
+
+# SQLSTATE classes and codes after which a retry may succeed.
+_TRANSIENT_CLASSES = ("08", "53", "57")
+_TRANSIENT_CODES = ("40001", "40P01", "55P03")
+# Fragments of libpq/server connection-time messages (which carry no SQLSTATE).
+_AUTH_FRAGMENTS = (
+    "password authentication failed",
+    "authentication failed",
+    "no password supplied",
+    "is not permitted to log in",
+    "no pg_hba.conf entry",
+    "pg_hba.conf rejects",
+    "permission denied for database",
+)
+_CONNECTION_FRAGMENTS = (
+    "terminating connection",
+    "server closed the connection",
+    "connection to server",
+    "could not receive data",
+    "could not send data",
+    "no connection to the server",
+    "connection not open",
+    "ssl syscall",
+    "eof detected",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The validated configuration of one PostgreSQL source.
+
+    ``password`` is kept out of ``repr`` and of :attr:`public`.
+    """
+
+    dsn: str
+    password: str | None = field(default=None, repr=False)
+    schemas: tuple[str, ...] = ("public",)
+    connect_timeout: int = 10
+    application_name: str = DEFAULT_APPLICATION_NAME
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Settings:
+        """Validate the source configuration (``dsn``, ``password``, ``schemas``, ...)."""
+        dsn = config.get("dsn")
+        if not isinstance(dsn, str) or not dsn.strip():
+            raise ConfigError(
+                "the postgres source needs a dsn",
+                hint="set `dsn` such as postgresql://user@host:5432/dbname",
+            )
+        try:
+            parts = conninfo_to_dict(dsn)
+        except Exception:  # the parser's message may quote the dsn: keep it out
+            raise ConfigError(
+                "the postgres dsn cannot be parsed",
+                hint="use postgresql://user@host:port/dbname or host=... dbname=... form",
+            ) from None
+        if parts.get("password"):
+            raise ConfigError(
+                "the postgres dsn holds a password",
+                hint="remove it from the dsn and pass it as `password` from a secret reference",
+            )
+        password = config.get("password")
+        if password is not None and not isinstance(password, str):
+            raise ConfigError("the postgres password must be text", hint="resolve the secret")
+        schemas = config.get("schemas", ["public"])
+        if isinstance(schemas, str) or not isinstance(schemas, Sequence) or not schemas:
+            raise ConfigError(
+                "postgres `schemas` must be a non-empty list of schema names",
+                hint="for example schemas: [public, sales]",
+            )
+        if not all(isinstance(s, str) and s for s in schemas):
+            raise ConfigError("every postgres schema name must be non-empty text", hint="fix it")
+        timeout = config.get("connect_timeout", 10)
+        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1:
+            raise ConfigError(
+                f"postgres connect_timeout must be a whole number of seconds, not {timeout!r}",
+                hint="for example connect_timeout: 10",
+            )
+        app = parts.get("application_name") or config.get("application_name")
+        return cls(
+            dsn=dsn,
+            password=password or None,
+            schemas=tuple(schemas),
+            connect_timeout=timeout,
+            application_name=str(app or DEFAULT_APPLICATION_NAME),
+        )
+
+    def conninfo(self) -> str:
+        """The libpq connection string, password included: never log or show it."""
+        extra: dict[str, Any] = {
+            "connect_timeout": self.connect_timeout,
+            "application_name": self.application_name,
+        }
+        if self.password:
+            extra["password"] = self.password
+        return make_conninfo(self.dsn, **extra)
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the password (verbatim or in dsn form)."""
+        if self.password:
+            text = text.replace(self.password, "***")
+        return redact(text)
+
+
+def detail_of(exc: BaseException, settings: Settings) -> str:
+    """The scrubbed first meaningful line of a driver error."""
+    text = str(exc)
+    for prefix in ("IO: ", "INVALID_DATA: ", "INVALID_ARGUMENT: ", "INVALID_STATE: ", "UNKNOWN: "):
+        text = text.removeprefix(prefix)
+    text = text.replace("[libpq] ", "")
+    for prefix in ("Failed to connect: ", "Failed to execute query: ", "could not begin COPY: "):
+        text = text.replace(prefix, "")
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    line = line.replace("FATAL:  ", "").replace("ERROR:  ", "")
+    return settings.scrub(line)[:300]
+
+
+def sqlstate_of(exc: BaseException) -> str | None:
+    """The SQLSTATE the driver attached, when it attached one."""
+    state = getattr(exc, "sqlstate", None)
+    return state if isinstance(state, str) and len(state) == 5 else None
+
+
+def connect_error(exc: BaseException, settings: Settings) -> CombinedError:
+    """Classify a failed connection attempt; the password never appears."""
+    detail = detail_of(exc, settings)
+    low = detail.lower()
+    if any(f in low for f in _AUTH_FRAGMENTS) or ("role" in low and "does not exist" in low):
+        return AuthRejected(
+            f"the postgres server refused the credentials: {detail}",
+            hint="check the user in the dsn and the password secret; "
+            "the role must exist and have LOGIN",
+            detail=detail,
+        )
+    if "database" in low and "does not exist" in low:
+        return ConfigError(
+            f"the postgres database does not exist: {detail}",
+            hint="fix the database name in the dsn",
+            detail=detail,
+        )
+    return SourceUnavailable(
+        f"cannot reach the postgres source: {detail}",
+        hint="check host, port and network, and that the server accepts connections",
+        detail=detail,
+    )
+
+
+def query_error(exc: BaseException, settings: Settings, doing: str) -> CombinedError:
+    """Classify a failure while ``doing`` something on an open session."""
+    detail = detail_of(exc, settings)
+    state = sqlstate_of(exc)
+    low = detail.lower()
+    context: dict[str, Any] = {"detail": detail, "sqlstate": state}
+    if state is not None:
+        if state.startswith(_TRANSIENT_CLASSES) or state in _TRANSIENT_CODES:
+            return SourceUnavailable(
+                f"the postgres source failed while {doing}: {detail}",
+                hint="the source or the network was interrupted; the attempt can be retried",
+                **context,
+            )
+        if state.startswith("28") or state == "42501":
+            return AuthRejected(
+                f"the postgres role may not do this while {doing}: {detail}",
+                hint="grant the role SELECT on the relation (and USAGE on its schema)",
+                **context,
+            )
+        if state == "42P01":
+            return NotFoundError(
+                f"a relation is missing while {doing}: {detail}",
+                hint="run discovery again",
+                **context,
+            )
+        return SourceError(
+            f"the postgres source failed while {doing}: {detail}",
+            hint="see the detail; the statement failed on the server",
+            **context,
+        )
+    if isinstance(exc, pa.ArrowInvalid) or "readrecord failed" in low:
+        # The driver refused a value it cannot convert (e.g. an interval whose
+        # time part overflows nanoseconds): retrying cannot help.
+        return SchemaMismatch(
+            f"a value does not fit its arrow type while {doing}: {detail}",
+            hint='declare casts: {"<column>": "text"} for the column holding it',
+            **context,
+        )
+    if isinstance(exc, OSError) or any(f in low for f in _CONNECTION_FRAGMENTS):
+        # A stream cut by the network or by pg_terminate_backend has no SQLSTATE.
+        return SourceUnavailable(
+            f"the postgres connection was lost while {doing}: {detail}",
+            hint="the attempt can be retried",
+            **context,
+        )
+    return SourceError(
+        f"the postgres driver failed while {doing}: {detail}",
+        hint="see the detail",
+        **context,
+    )
+
+
+SESSION_SETUP = (
+    "SELECT pg_backend_pid(),"
+    " set_config('TimeZone', 'UTC', false),"
+    " set_config('DateStyle', 'ISO, YMD', false),"
+    " set_config('IntervalStyle', 'postgres', false)"
+)
+
+
+class Session:
+    """One ADBC connection in autocommit mode, whose transactions we issue ourselves.
+
+    Autocommit leaves BEGIN to us, so ``SET TRANSACTION SNAPSHOT`` can follow
+    our own ``BEGIN`` as the transaction's first statement. The session owns
+    at most one cursor and one open stream; :meth:`close` closes all three,
+    in order, and never raises.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        try:
+            self._conn = adbc_pg.connect(settings.conninfo(), autocommit=True)
+        except DRIVER_ERRORS as exc:
+            raise connect_error(exc, settings) from None
+        self._cursor: Any = None
+        self._reader: pa.RecordBatchReader | None = None
+        self.pid = 0
+        try:
+            self._cursor = self._conn.cursor()
+            self.pid = int(self.rows(SESSION_SETUP, "opening the session")[0][0])
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def streaming(self) -> bool:
+        """Whether a result stream is open (and possibly unfinished)."""
+        return self._reader is not None
+
+    def transaction_status(self) -> str:
+        """libpq's transaction status: ``idle``, ``intrans``, ``inerror``, ``active``."""
+        try:
+            return str(self._conn.adbc_connection.get_option(_TXN_STATUS_OPTION))
+        except DRIVER_ERRORS:
+            return "unknown"
+
+    def _sql(self, query: str | sql.Composable) -> str:
+        return query if isinstance(query, str) else query.as_string(None)
+
+    def run(self, query: str | sql.Composable, doing: str) -> None:
+        """Execute a statement that returns no rows (BEGIN, COMMIT, SET ...)."""
+        self.end_stream()
+        try:
+            self._cursor.execute(self._sql(query))
+        except DRIVER_ERRORS as exc:
+            raise query_error(exc, self.settings, doing) from None
+
+    def rows(self, query: str | sql.Composable, doing: str) -> list[tuple[Any, ...]]:
+        """Execute a small query and return its rows as Python values."""
+        self.end_stream()
+        try:
+            self._cursor.execute(self._sql(query))
+            return list(self._cursor.fetchall())
+        except DRIVER_ERRORS as exc:
+            raise query_error(exc, self.settings, doing) from None
+
+    def stream(
+        self, query: str | sql.Composable, batch_bytes: int, doing: str
+    ) -> pa.RecordBatchReader:
+        """Execute a query and return its Arrow stream (read lazily, in bounded batches)."""
+        self.end_stream()
+        try:
+            self._cursor.adbc_statement.set_options(**{BATCH_BYTES_OPTION: str(batch_bytes)})
+            self._cursor.execute(self._sql(query))
+            self._reader = self._cursor.fetch_record_batch()
+        except DRIVER_ERRORS as exc:
+            raise query_error(exc, self.settings, doing) from None
+        return self._reader
+
+    def end_stream(self) -> None:
+        """Close the open stream; call only once it is exhausted (else the driver drains it)."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
+
+    def close(self) -> BaseException | None:
+        """Close stream, cursor and connection; return the first failure instead of raising.
+
+        An unfinished stream is not drained: closing the connection ends the
+        backend, and the server rolls its transaction back.
+        """
+        first: BaseException | None = None
+        reader, self._reader = self._reader, None
+        cursor, self._cursor = self._cursor, None
+        conn, self._conn = getattr(self, "_conn", None), None
+        for closer in (reader, cursor, conn):
+            if closer is None:
+                continue
+            try:
+                closer.close()
+            except Exception as exc:  # keep closing the rest
+                first = first or exc
+        return first
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran."""
+        return self._conn is None
+
+
+def close_quietly(session: Session | None, primary: BaseException | None) -> BaseException | None:
+    """Close ``session``; a failure becomes a redacted note on ``primary``, never a raise."""
+    if session is None:
+        return None
+    failure = session.close()
+    if failure is not None and primary is not None:
+        with contextlib.suppress(Exception):
+            primary.add_note("cleanup also failed: " + detail_of(failure, session.settings))
+    return failure

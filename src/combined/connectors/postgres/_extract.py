@@ -1,0 +1,629 @@
+"""One PostgreSQL read: a REPEATABLE READ READ ONLY transaction streamed as Arrow batches.
+
+Receipt boundaries (the clock is the server's ``clock_timestamp()``, named
+``postgresql:clock_timestamp``):
+
+* nothing happens when the extraction is built or ``iter()`` is called; the
+  first ``next()`` connects, opens the transaction and reads
+  ``pg_current_snapshot()`` as the transaction's first statement (which is
+  what fixes its snapshot): ``acquire`` and ``acquire_snapshot`` take that
+  statement's server time, ``source_token`` the digest of the snapshot text;
+* rows are counted as each batch is handed over; ``complete`` happens only
+  once the driver's stream ended (the terminal empty read), with a server
+  time read after it;
+* ``lifecycle="whole"`` (default: the "whole" and "batched" contracts, the
+  driver streaming one COPY in bounded batches) then commits the read-only
+  transaction and closes the session before the last message;
+  ``lifecycle="streaming"``
+  keeps the transaction (and its snapshot) open until :meth:`finish`:
+  ``success`` commits, ``abort`` and ``retain_commit_unknown`` roll back.
+  Either way the session is closed by the terminal outcome at the latest.
+
+Cursor reads page by keyset over (cursor, key...) inside the one snapshot:
+``cursor > last - lookback AND cursor <= max(cursor)``, the maximum read in
+that snapshot before the first page; the lower bound is exclusive, so
+without a lookback a row committed late with a value at or below the last
+checkpoint is never read (the documented limit of the strategy), and an
+update that does not move the cursor is never seen (control totals over
+the relation reveal it to reconciliation). Key columns should be NOT NULL: a
+row whose key is NULL at a page edge is skipped by the row comparison.
+
+A read creates no staging relation (the transaction is read only), so the
+only resources to guard are the session and its stream: any failure before
+the last message closes them at once (closing ends the backend, which rolls
+the transaction back, and never drains a half-read stream); a close failure
+is attached to the primary error as a note and reported by :meth:`finish` as
+its ``cleanup_error_code``, never raised in its place.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, timedelta
+from decimal import Decimal
+from typing import Any, Literal
+
+import pyarrow as pa
+from psycopg import sql
+
+from combined.connectors.abc import BaseExtraction, ReadRequest
+from combined.connectors.postgres import _catalog as catalog
+from combined.connectors.postgres._connect import (
+    DEFAULT_BATCH_BYTES,
+    DRIVER_ERRORS,
+    Session,
+    Settings,
+    close_quietly,
+    query_error,
+)
+from combined.connectors.postgres._types import ColumnPlan, Layout, jsonable, value_from_text
+from combined.errors import (
+    CombinedError,
+    ConfigError,
+    NotFoundError,
+    ProtocolViolation,
+    SourceUnavailable,
+    UnsupportedType,
+)
+from combined.protocol import (
+    ExtractionAuthority,
+    Message,
+    RecordBatchMessage,
+    StateMessage,
+    TerminalOutcome,
+)
+
+#: The clock that issues every window timestamp of a PostgreSQL read.
+SERVER_CLOCK = "postgresql:clock_timestamp"
+#: Snapshot authorities: a transaction's own snapshot, or one imported from a coordinator.
+CURRENT_SNAPSHOT = "postgresql:pg_current_snapshot"
+EXPORTED_SNAPSHOT = "postgresql:pg_export_snapshot"
+
+Lifecycle = Literal["whole", "streaming"]
+_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+_SNAPSHOT = "SELECT CAST(pg_current_snapshot() AS text), clock_timestamp()"
+
+
+@dataclass(frozen=True, slots=True)
+class ControlTotals:
+    """Counts read inside the capture's snapshot: rows, and the exact sum of one column."""
+
+    rows: int
+    sum_column: str | None = None
+    sum: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """The options of one read, from ``ReadRequest.options``.
+
+    ``lifecycle`` (``whole`` or ``streaming``), ``casts`` ({column: ``text`` |
+    ``numeric(p,s)``}), ``batch_bytes`` (the driver's batch size hint),
+    ``page_rows`` (rows per keyset page of a cursor read; an index leading
+    with the cursor keeps each page cheap) and ``control_totals`` (``True``
+    for a count, or a column name for a count and that column's exact sum,
+    read in the same snapshot after the last row: over the bounds or
+    partition of a snapshot read, and over every row up to the upper bound
+    of a cursor read, which is what the projection should then hold).
+    """
+
+    lifecycle: Lifecycle = "whole"
+    casts: Mapping[str, str] = field(default_factory=dict)
+    batch_bytes: int = DEFAULT_BATCH_BYTES
+    page_rows: int = 1_000_000
+    control_totals: bool | str = False
+
+    @classmethod
+    def of(cls, request: ReadRequest) -> ReadOptions:
+        """Validate ``request.options``; unknown keys are left to other layers."""
+        opts = request.options
+        lifecycle = opts.get("lifecycle", "whole")
+        if lifecycle not in ("whole", "streaming"):
+            raise ConfigError(
+                f"unknown postgres read lifecycle {lifecycle!r}",
+                hint="use whole (commit when read) or streaming (hold until the outcome)",
+            )
+        casts = opts.get("casts") or {}
+        if not isinstance(casts, Mapping):
+            raise ConfigError("`casts` must map column names to types", hint='{"col": "text"}')
+        nums = {}
+        for key, default in (("batch_bytes", DEFAULT_BATCH_BYTES), ("page_rows", 1_000_000)):
+            value = opts.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"`{key}` must be a positive integer", hint=f"e.g. {default}")
+            nums[key] = value
+        control = opts.get("control_totals", False)
+        if not isinstance(control, bool | str):
+            raise ConfigError("`control_totals` must be true or a column name", hint="true")
+        if request.batch_rows < 1:
+            raise ConfigError("batch_rows must be positive", hint="e.g. 65536")
+        return cls(lifecycle, dict(casts), nums["batch_bytes"], nums["page_rows"], control)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRead:
+    """What a worker needs to read one partition under an exported snapshot."""
+
+    snapshot_id: str
+    snapshot_text: str
+    column: str
+    index: int
+    lower: Any
+    upper: Any
+    include_nulls: bool
+
+
+def literal(value: Any, plan: ColumnPlan) -> sql.Composable:
+    """``value`` as a SQL literal comparable with ``plan``'s column.
+
+    Text is cast to the column's type; Python values carry psycopg's own type.
+    """
+    if isinstance(value, str):
+        return sql.SQL("CAST({} AS {})").format(sql.Literal(value), sql.SQL(plan.source_type))
+    return sql.Literal(value)
+
+
+def range_predicate(
+    plan: ColumnPlan, lower: Any, upper: Any, include_nulls: bool
+) -> sql.Composable | None:
+    """``lower <= col < upper`` (either side may be open), or-ed with ``col IS NULL``."""
+    col = sql.Identifier(plan.name)
+    conds: list[sql.Composable] = []
+    if lower is not None:
+        conds.append(sql.SQL("{} >= {}").format(col, literal(lower, plan)))
+    if upper is not None:
+        conds.append(sql.SQL("{} < {}").format(col, literal(upper, plan)))
+    if not conds:
+        return None if include_nulls else sql.SQL("{} IS NOT NULL").format(col)
+    both = sql.SQL(" AND ").join(conds)
+    if include_nulls:
+        return sql.SQL("({} OR {} IS NULL)").format(both, col)
+    return both
+
+
+def _and(parts: Sequence[sql.Composable | None]) -> sql.Composable:
+    kept = [p for p in parts if p is not None]
+    if not kept:
+        return sql.SQL("")
+    return sql.SQL(" WHERE ") + sql.SQL(" AND ").join(kept)
+
+
+@dataclass(slots=True)
+class _Work:
+    relation: catalog.Relation
+    layout: Layout
+    by_name: dict[str, ColumnPlan]
+    where: sql.Composable | None = None
+    control_where: sql.Composable | None = None
+    upper: Any = None
+    checkpoint: Any = None
+
+
+class PostgresExtraction(BaseExtraction):
+    """A snapshot, cursor or partition read of one relation.
+
+    Read it once; iterating again, or after :meth:`finish`, raises
+    :class:`~combined.errors.ProtocolViolation`. :meth:`finish` may be called
+    from another thread: it waits for a batch being fetched, never for the
+    consumer.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        request: ReadRequest,
+        options: ReadOptions,
+        partition: PartitionRead | None = None,
+    ) -> None:
+        super().__init__(ExtractionAuthority(clock_authority=SERVER_CLOCK))
+        self._settings = settings
+        self._request = request
+        self._options = options
+        self._partition = partition
+        self._lock = threading.RLock()
+        self._session: Session | None = None
+        self._claimed = False
+        self._finished = False
+        self._cleanup_failure: BaseException | None = None
+        self._pid: int | None = None
+        self._control: ControlTotals | None = None
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The server process serving this read, once it started (diagnostics, tests)."""
+        return self._pid
+
+    @property
+    def control_totals(self) -> ControlTotals | None:
+        """Counts read in the same snapshot after the last row, when requested."""
+        return self._control
+
+    @property
+    def holds_transaction(self) -> bool:
+        """Whether a source session is still open (a streaming read awaiting its outcome)."""
+        return self._session is not None
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def _live(self) -> Session:
+        session = self._session
+        if self._finished or session is None:
+            raise ProtocolViolation(
+                "the extraction is finished", hint="start a new read to read again"
+            )
+        return session
+
+    def _claim(self) -> None:
+        with self._lock:
+            if self._finished:
+                raise ProtocolViolation(
+                    "the extraction is finished", hint="start a new read to read again"
+                )
+            if self._claimed:
+                raise ProtocolViolation(
+                    "the extraction was already read", hint="start a new read for another pass"
+                )
+            self._claimed = True
+
+    def _abandon(self, primary: BaseException | None) -> None:
+        with self._lock:
+            session, self._session = self._session, None
+        failure = close_quietly(session, primary)
+        if failure is not None:
+            self._cleanup_failure = failure
+
+    def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
+        with self._lock:
+            self._finished = True
+            session, self._session = self._session, None
+        if session is not None:
+            failure: BaseException | None = None
+            status = "idle" if session.streaming else session.transaction_status()
+            if status in ("intrans", "inerror"):
+                end = "COMMIT" if outcome == "success" and status == "intrans" else "ROLLBACK"
+                try:
+                    session.run(end, "ending the read transaction")
+                except CombinedError as exc:
+                    failure = exc
+            # A half-read stream is not drained: closing ends the backend.
+            closed = session.close()
+            failure = failure or closed
+            if failure is not None:
+                raise failure
+        if self._cleanup_failure is not None:
+            raise self._cleanup_failure
+        return ()  # a read keeps no file evidence
+
+    # -- reading -------------------------------------------------------------
+
+    def _messages(self) -> Iterator[Message]:
+        self._claim()
+        request = self._request
+        try:
+            with self._lock:
+                work = self._begin()
+            if request.strategy == "cursor" and self._partition is None:
+                yield from self._cursor_pages(work)
+            else:
+                q = sql.SQL("SELECT {} FROM {}{}").format(
+                    work.layout.select_list(), work.relation.ident, _and([work.where])
+                )
+                for batch in self._stream(q, work.layout):
+                    yield RecordBatchMessage(request.dataset, batch)
+            with self._lock:
+                final = self._end(work)
+        except GeneratorExit:
+            self._abandon(None)
+            raise
+        except CombinedError as exc:
+            self._abandon(exc)
+            raise
+        except DRIVER_ERRORS as exc:
+            err = query_error(exc, self._settings, "reading")
+            self._abandon(err)
+            raise err from None
+        except BaseException as exc:
+            self._abandon(exc)
+            raise
+        # Outside the guard: a consumer that stops after the last message must
+        # not close a streaming transaction that awaits its outcome.
+        yield final
+
+    def _begin(self) -> _Work:
+        if self._finished:
+            raise ProtocolViolation("the extraction is finished", hint="start a new read")
+        self._session = session = Session(self._settings)
+        self._pid = session.pid
+        session.run(_BEGIN, "opening the read transaction")
+        part = self._partition
+        if part is not None:
+            # The snapshot id must be a literal: SET TRANSACTION SNAPSHOT takes no parameter.
+            stmt = sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(part.snapshot_id))
+            try:
+                session.run(stmt, "importing the exported snapshot")
+            except SourceUnavailable:
+                raise
+            except CombinedError as exc:
+                raise ProtocolViolation(
+                    "the partition plan's exported snapshot cannot be imported",
+                    hint="keep the partition plan open until every partition was read",
+                    detail=exc.message,
+                ) from None
+        snapshot, at = session.rows(_SNAPSHOT, "reading the snapshot")[0]
+        at = at.astimezone(UTC)
+        self.authority.acquire(at=at)
+        if part is not None:
+            if snapshot != part.snapshot_text:
+                raise ProtocolViolation(
+                    "the worker's snapshot differs from the exported one",
+                    hint="report this: the imported snapshot must equal the coordinator's",
+                )
+            self.authority.acquire_snapshot(EXPORTED_SNAPSHOT, snapshot, at=at)
+        else:
+            self.authority.acquire_snapshot(CURRENT_SNAPSHOT, snapshot, at=at)
+        return self._prepare(session)
+
+    def _prepare(self, session: Session) -> _Work:
+        request = self._request
+        rel = catalog.find_relation(session, request.relation)
+        cols = catalog.columns(session, [rel.oid]).get(rel.oid, [])
+        types = catalog.load_types(session, {c.typoid for c in cols})
+        casts = self._options.casts
+        unknown = sorted(set(casts) - {c.name for c in cols})
+        if unknown:
+            raise ConfigError(
+                f"a cast names column {unknown[0]!r}, which {rel.name!r} does not have",
+                hint="fix the casts option",
+            )
+        plans = catalog.column_plans(cols, types, casts)
+        by_name = {p.name: p for p in plans}
+        wanted = [*(request.columns or ()), *request.key]
+        if request.cursor is not None:
+            wanted.append(request.cursor.column)
+        if self._partition is not None:
+            wanted.append(self._partition.column)
+        missing = [c for c in wanted if c not in by_name]
+        if missing:
+            raise NotFoundError(
+                f"column {missing[0]!r} does not exist in relation {rel.name!r}",
+                hint="run discovery to see the relation's columns",
+                relation=rel.name,
+                column=missing[0],
+            )
+        selected = (
+            plans
+            if request.columns is None
+            else [by_name[c] for c in dict.fromkeys(request.columns)]
+        )
+        for p in selected:
+            if p.route == "unsupported":
+                raise UnsupportedType(
+                    f"column {p.name!r} of {rel.name!r} has type {p.source_type}: {p.reason}",
+                    hint=f'declare casts: {{"{p.name}": "text"}} to read its text form',
+                    relation=rel.name,
+                    column=p.name,
+                    source_type=p.source_type,
+                )
+        work = _Work(rel, Layout.of(selected), by_name)
+        part = self._partition
+        if part is not None:
+            work.where = range_predicate(
+                by_name[part.column], part.lower, part.upper, part.include_nulls
+            )
+        elif request.bounds:
+            work.where = self._bounds(by_name)
+        work.control_where = work.where
+        return work
+
+    def _bounds(self, by_name: Mapping[str, ColumnPlan]) -> sql.Composable | None:
+        bounds = dict(self._request.bounds or {})
+        column = bounds.get("column")
+        if not isinstance(column, str) or column not in by_name:
+            raise ConfigError(
+                f"read bounds name column {column!r}, which the relation does not have",
+                hint="bounds are {column, lower (inclusive), upper (exclusive), include_nulls}",
+            )
+        return range_predicate(
+            by_name[column],
+            bounds.get("lower"),
+            bounds.get("upper"),
+            bool(bounds.get("include_nulls", False)),
+        )
+
+    def _stream(self, query: sql.Composable, layout: Layout) -> Iterator[pa.RecordBatch]:
+        rows = self._request.batch_rows
+        with self._lock:
+            reader = self._live().stream(query, self._options.batch_bytes, "starting the read")
+        while True:
+            with self._lock:
+                session = self._live()
+                try:
+                    raw = reader.read_next_batch()
+                except StopIteration:
+                    session.end_stream()
+                    return
+                except DRIVER_ERRORS as exc:
+                    raise query_error(exc, self._settings, "reading rows") from None
+                batch = layout.convert(raw)
+            # Driver batches are bounded in bytes; slicing (zero-copy) bounds rows too.
+            for offset in range(0, batch.num_rows, rows):
+                self._live()  # nothing is handed over after a terminal outcome
+                piece = batch.slice(offset, rows)
+                self.authority.count(piece.num_rows, piece.nbytes)
+                yield piece
+
+    def _end(self, work: _Work) -> StateMessage:
+        session = self._live()
+        (at,) = session.rows("SELECT clock_timestamp()", "closing the read window")[0]
+        at = at.astimezone(UTC)
+        self.authority.complete(at=at)
+        control = self._options.control_totals
+        if control is not False:
+            self._control = self._count(
+                session, work, control if isinstance(control, str) else None
+            )
+        if self._options.lifecycle == "whole":
+            try:
+                session.run("COMMIT", "committing the read transaction")
+            except CombinedError as exc:  # every row is read: a failed close is cleanup
+                self._cleanup_failure = exc
+            with self._lock:
+                self._session = None
+            failure = session.close()
+            if failure is not None:
+                self._cleanup_failure = self._cleanup_failure or failure
+        request = self._request
+        if request.strategy != "cursor" or self._partition is not None:
+            return StateMessage(request.dataset, {}, final=True)
+        spec = request.cursor
+        assert spec is not None
+        previous = dict(request.state or {})
+        if work.checkpoint is None:
+            last = previous.get("cursor")
+            return StateMessage(
+                request.dataset, previous, None if last is None else str(last), final=True
+            )
+        value = jsonable(work.checkpoint)
+        return StateMessage(
+            request.dataset, {"cursor": value, "trust": spec.trust}, str(value), final=True
+        )
+
+    def _count(self, session: Session, work: _Work, column: str | None) -> ControlTotals:
+        if column is not None and column not in work.by_name:
+            raise ConfigError(
+                f"control_totals names column {column!r}, which the relation does not have",
+                hint="name a numeric column",
+            )
+        total = (
+            sql.SQL("CAST(sum({}) AS text)").format(sql.Identifier(column))
+            if column
+            else sql.SQL("NULL")
+        )
+        q = sql.SQL("SELECT count(*), {} FROM {}{}").format(
+            total, work.relation.ident, _and([work.control_where])
+        )
+        rows, summed = session.rows(q, "reading control totals")[0]
+        return ControlTotals(int(rows), column, summed)
+
+    # -- cursor strategy -----------------------------------------------------
+
+    def _cursor_pages(self, work: _Work) -> Iterator[Message]:
+        request = self._request
+        spec = request.cursor
+        assert spec is not None
+        plan = work.by_name[spec.column]
+        if not (plan.orderable_number or plan.temporal):
+            raise ConfigError(
+                f"column {spec.column!r} ({plan.source_type}) cannot serve as a cursor",
+                hint="choose a number, date or timestamp column; see discovery's candidates",
+                column=spec.column,
+            )
+        col = sql.Identifier(spec.column)
+        last = (request.state or {}).get("cursor")
+        lower = None if last is None else self._lower_bound(plan, last, spec.lookback)
+        with self._lock:
+            session = self._live()
+            # The upper bound is read inside the data's snapshot: rows committed
+            # after it are invisible to this read and wait for the next one.
+            top = sql.SQL("CAST(max({}) AS text)").format(col)
+            greatest = (
+                sql.SQL("CAST(GREATEST(max({}), {}) AS text)").format(col, literal(str(last), plan))
+                if last is not None
+                else sql.SQL("NULL")
+            )
+            upper_text, best_text = session.rows(
+                sql.SQL("SELECT {}, {} FROM {}").format(top, greatest, work.relation.ident),
+                "reading the cursor's upper bound",
+            )[0]
+        work.upper = value_from_text(upper_text, plan)
+        if work.upper is None:
+            work.control_where = sql.SQL("false")
+            return
+        below = sql.SQL("{} <= {}").format(col, literal(upper_text, plan))
+        # Control totals cover every row up to the bound (what the projection
+        # should hold after this read), not only the window read again.
+        work.control_where = below
+        work.where = below
+        if lower is not None:
+            work.where = sql.SQL("{} AND {} > {}").format(below, col, lower)
+        order = [spec.column, *[k for k in request.key if k != spec.column]]
+        for name in order:
+            kind = work.by_name[name].arrow_type
+            if kind is None or pa.types.is_nested(kind) or pa.types.is_interval(kind):
+                raise ConfigError(
+                    f"key column {name!r} ({work.by_name[name].source_type}) cannot order pages",
+                    hint="declare a key of numbers, text, dates, timestamps, uuids or bytes",
+                    column=name,
+                )
+        order_sql = sql.SQL(", ").join(sql.Identifier(c) for c in order)
+        page_rows = self._options.page_rows
+        after: list[Any] | None = None
+        total = 0
+        while True:
+            page_where: list[sql.Composable | None] = [work.where]
+            if after is not None:
+                # Keyset: (cursor, key...) strictly after the last row handed over.
+                page_where.append(
+                    sql.SQL("({}) > ({})").format(
+                        order_sql,
+                        sql.SQL(", ").join(
+                            sql.SQL("CAST({} AS {})").format(
+                                sql.Literal(v), sql.SQL(work.by_name[c].source_type)
+                            )
+                            for c, v in zip(order, after, strict=True)
+                        ),
+                    )
+                )
+            q = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT {}").format(
+                work.layout.select_list(),
+                work.relation.ident,
+                _and(page_where),
+                order_sql,
+                sql.Literal(page_rows),
+            )
+            seen, tail = 0, None
+            for batch in self._stream(q, work.layout):
+                seen += batch.num_rows
+                tail = batch
+                yield RecordBatchMessage(request.dataset, batch)
+            total += seen
+            if seen < page_rows or tail is None:  # a short page proves the snapshot exhausted
+                break
+            end = tail.num_rows - 1
+            after = [tail.column(c)[end].as_py() for c in order]
+        if total:
+            # Never move the checkpoint backwards (rows above it may have been deleted).
+            work.checkpoint = value_from_text(best_text, plan) if last is not None else work.upper
+
+    def _lower_bound(self, plan: ColumnPlan, last: Any, lookback: Any) -> sql.Composable:
+        """``last`` minus the lookback: rows above it are read again (the key dedups them)."""
+        base = literal(str(last) if not isinstance(last, str) else last, plan)
+        if lookback is None:
+            return base
+        if isinstance(lookback, bool) or not isinstance(
+            lookback, int | float | Decimal | timedelta
+        ):
+            raise ConfigError(
+                f"the lookback of cursor {plan.name!r} must be a number or a timedelta",
+                hint="a number for numeric cursors, a timedelta (or seconds) for time cursors",
+            )
+        if (isinstance(lookback, timedelta) and lookback < timedelta(0)) or (
+            not isinstance(lookback, timedelta) and lookback < 0
+        ):
+            raise ConfigError(
+                f"the lookback of cursor {plan.name!r} is negative",
+                hint="state the lookback as a positive window",
+            )
+        if plan.temporal:
+            window = (
+                lookback if isinstance(lookback, timedelta) else timedelta(seconds=float(lookback))
+            )
+            return sql.SQL("({} - {})").format(base, sql.Literal(window))
+        if isinstance(lookback, timedelta):
+            raise ConfigError(
+                f"cursor {plan.name!r} holds numbers, so its lookback cannot be a timedelta",
+                hint="state the lookback in the cursor's own unit",
+            )
+        return sql.SQL("({} - {})").format(base, sql.Literal(lookback))

@@ -1,0 +1,458 @@
+"""PostgreSQL types to Arrow: the mapping, the SELECT expressions, the batch conversion.
+
+The mapping is decided from the catalog before any row is read, so every
+column's Arrow type is known up front and every batch is checked against it.
+Three routes, chosen per column:
+
+* ``native``: the ADBC driver decodes the binary COPY value itself;
+* ``text``: the server writes the value's canonical text (``col::text``),
+  used where Arrow has no faithful type (see below);
+* ``decimal``: the server writes ``col::text`` and pyarrow casts it to a
+  decimal, vectorised and exact (a value that does not fit raises).
+
+=========================  ==============================  ==============================
+PostgreSQL                 Arrow                           why / how
+=========================  ==============================  ==============================
+boolean                    bool                            native
+smallint/integer/bigint    int16/int32/int64               native
+real/double precision      float32/float64                 native (NaN, +-Infinity kept)
+numeric(p,s), p<=38        decimal128(p,s)                 text -> cast; NaN raises
+numeric(p,s), 38<p<=76     decimal256(p,s)                 text -> cast; NaN raises
+numeric (no typmod), p>76  string (PostgreSQL text)        no fixed scale exists, so any
+                                                           decimal would round or fail
+                                                           on a later value; text is exact
+text/varchar/char(n)/name  string                          native (char(n) keeps padding)
+bytea                      binary                          native
+date                       date32                          native; +-infinity raises
+time                       time64[us]                      native; 24:00:00 raises
+timetz                     string                          Arrow has no time-with-offset
+timestamp                  timestamp[us]                   native; +-infinity raises
+timestamptz                timestamp[us, tz=UTC]           native; +-infinity raises
+interval                   month_day_nano_interval         native; a time part beyond
+                                                           +-292 years overflows
+                                                           nanoseconds and raises
+uuid                       string (lower-case, hyphens)    Delta Lake has no uuid or
+                                                           fixed-size binary type
+json/jsonb                 string (the JSON text)          the driver's json extension
+                                                           type unwrapped to its storage
+enum                       string (the label)              text
+inet/cidr/macaddr(8)       string                          canonical text
+xml, bit/varbit, pg_lsn    string                          canonical text
+other string types         string                          text (e.g. citext)
+oid                        int64                           unsigned 32-bit needs 64 bits
+domain                     its base type                   cast to the base type
+T[] (one dimension)        list<T mapping>                 multi-dimensional raises
+money, ranges, geometric,  unsupported                     UnsupportedType naming the
+tsvector, composite, ...                                   column, unless a cast is declared
+=========================  ==============================  ==============================
+
+A declared cast (``options["casts"] = {column: "text"}`` or
+``{column: "numeric(p,s)"}``) replaces the mapping for that column. Array
+lower bounds other than 1 are not kept: the list holds the elements in order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from psycopg import sql
+
+from combined.errors import ConfigError, SchemaMismatch
+
+BOOL, BYTEA, CHAR, NAME, INT8, INT2, INT4, TEXT, OID = 16, 17, 18, 19, 20, 21, 23, 25, 26
+JSON, XML, FLOAT4, FLOAT8, MONEY = 114, 142, 700, 701, 790
+CIDR, MACADDR8, MACADDR, INET = 650, 774, 829, 869
+BPCHAR, VARCHAR, DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL = (
+    1042,
+    1043,
+    1082,
+    1083,
+    1114,
+    1184,
+    1186,
+)
+TIMETZ, BIT, VARBIT, NUMERIC, UUID, PG_LSN, JSONB, JSONPATH = (
+    1266,
+    1560,
+    1562,
+    1700,
+    2950,
+    3220,
+    3802,
+    4072,
+)
+
+# Types the driver decodes itself, with the Arrow type it produces and the SQL
+# name to cast a domain over them to (no typmod: the cast must be lossless).
+_NATIVE: dict[int, tuple[pa.DataType, str]] = {
+    BOOL: (pa.bool_(), "boolean"),
+    INT2: (pa.int16(), "smallint"),
+    INT4: (pa.int32(), "integer"),
+    INT8: (pa.int64(), "bigint"),
+    FLOAT4: (pa.float32(), "real"),
+    FLOAT8: (pa.float64(), "double precision"),
+    TEXT: (pa.string(), "text"),
+    VARCHAR: (pa.string(), "varchar"),
+    BPCHAR: (pa.string(), "bpchar"),
+    NAME: (pa.string(), "name"),
+    CHAR: (pa.string(), '"char"'),
+    BYTEA: (pa.binary(), "bytea"),
+    DATE: (pa.date32(), "date"),
+    TIME: (pa.time64("us"), "time"),
+    TIMESTAMP: (pa.timestamp("us"), "timestamp"),
+    TIMESTAMPTZ: (pa.timestamp("us", tz="UTC"), "timestamptz"),
+    INTERVAL: (pa.month_day_nano_interval(), "interval"),
+    JSON: (pa.string(), "json"),
+    JSONB: (pa.string(), "jsonb"),
+}
+_AS_TEXT = {UUID, INET, CIDR, MACADDR, MACADDR8, XML, BIT, VARBIT, TIMETZ, PG_LSN, JSONPATH}
+_INT_TYPES = {INT2, INT4, INT8}
+_TIME_TYPES = {DATE, TIMESTAMP, TIMESTAMPTZ}
+
+# PostgreSQL's earliest timestamp (4714-11-24 BC) in Unix microseconds and
+# days. Anything below is +-infinity or a value the driver's epoch shift
+# overflowed, never a real instant.
+_PG_MIN_US = -210_866_803_200_000_000
+_PG_MIN_DAYS = -2_440_588
+_DAY_US = 86_400_000_000
+
+_CAST_SPEC = re.compile(r"^\s*(text|numeric\s*\(\s*(\d+)\s*,\s*(-?\d+)\s*\))\s*$", re.IGNORECASE)
+
+Route = Literal["native", "json", "decimal", "text", "unsupported"]
+Check = Literal["timestamp", "date", "time"] | None
+
+
+@dataclass(frozen=True, slots=True)
+class PgType:
+    """One ``pg_type`` row, as much as the mapping needs."""
+
+    oid: int
+    name: str
+    typtype: str
+    category: str
+    basetype: int
+    typmod: int
+    elem: int
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnPlan:
+    """How one column is selected, typed and checked."""
+
+    name: str
+    source_type: str
+    route: Route
+    arrow_type: pa.DataType | None
+    expr: sql.Composable
+    is_list: bool = False
+    check: Check = None
+    ndims_check: bool = False
+    reason: str | None = None
+    base_oid: int = 0
+
+    @property
+    def arrow_type_text(self) -> str:
+        """The Arrow type as discovery reports it (``unsupported`` when none)."""
+        return "unsupported" if self.arrow_type is None else str(self.arrow_type)
+
+    @property
+    def orderable_number(self) -> bool:
+        """Whether the column holds integers, decimals or floats."""
+        return self.base_oid in _INT_TYPES | {NUMERIC, FLOAT4, FLOAT8} and not self.is_list
+
+    @property
+    def temporal(self) -> bool:
+        """Whether the column holds dates or timestamps."""
+        return self.base_oid in _TIME_TYPES and not self.is_list
+
+
+@dataclass(frozen=True, slots=True)
+class _Scalar:
+    route: Route
+    arrow: pa.DataType | None
+    base_oid: int
+    via_domain: bool
+    reason: str | None = None
+
+
+def numeric_typmod(typmod: int) -> tuple[int, int] | None:
+    """(precision, scale) of a numeric typmod, or None when unconstrained."""
+    if typmod < 4:
+        return None
+    value = typmod - 4
+    precision = (value >> 16) & 0xFFFF
+    scale = ((value & 0x7FF) ^ 1024) - 1024  # scale may be negative since PostgreSQL 15
+    return precision, scale
+
+
+def _decimal(precision: int, scale: int) -> pa.DataType | None:
+    if precision <= 38:
+        return pa.decimal128(precision, scale)
+    if precision <= 76:
+        return pa.decimal256(precision, scale)
+    return None
+
+
+def _scalar(oid: int, typmod: int, types: Mapping[int, PgType], domain: bool = False) -> _Scalar:
+    t = types.get(oid)
+    if t is not None and t.typtype == "d":
+        # A domain column's own typmod is -1; the domain carries its base's.
+        return _scalar(t.basetype, t.typmod if t.typmod >= 0 else typmod, types, True)
+    if oid == NUMERIC:
+        pm = numeric_typmod(typmod)
+        arrow = _decimal(*pm) if pm else None
+        if arrow is None:
+            return _Scalar("text", pa.string(), oid, domain)
+        return _Scalar("decimal", arrow, oid, domain)
+    if oid in (JSON, JSONB):
+        return _Scalar("json", pa.string(), oid, domain)
+    if oid in _NATIVE:
+        return _Scalar("native", _NATIVE[oid][0], oid, domain)
+    if oid == OID:
+        return _Scalar("native", pa.int64(), oid, True)  # cast to bigint, see _scalar_expr
+    if oid in _AS_TEXT or (t is not None and (t.typtype == "e" or t.category == "S")):
+        return _Scalar("text", pa.string(), oid, domain)
+    name = t.name if t is not None else f"oid {oid}"
+    return _Scalar("unsupported", None, oid, domain, f"no faithful arrow type for {name}")
+
+
+def _base_sql(s: _Scalar) -> str:
+    return "bigint" if s.base_oid == OID else _NATIVE[s.base_oid][1]
+
+
+def plan_column(
+    name: str,
+    typoid: int,
+    typmod: int,
+    source_type: str,
+    types: Mapping[int, PgType],
+    cast: str | None = None,
+) -> ColumnPlan:
+    """Decide how column ``name`` of type ``typoid``/``typmod`` is read."""
+    col = sql.Identifier(name)
+    if cast is not None:
+        return _cast_plan(name, source_type, col, cast)
+    # Walk domains down to their base; a domain's typmod wins over the column's.
+    t, mod, via_domain = types.get(typoid), typmod, False
+    while t is not None and t.typtype == "d":
+        via_domain, mod = True, (t.typmod if t.typmod >= 0 else mod)
+        t = types.get(t.basetype)
+    if t is not None and t.category == "A" and t.elem:
+        elem = _scalar(t.elem, mod, types)
+        return _array_plan(name, source_type, col, elem, via_domain or elem.via_domain)
+    s = _scalar(typoid, typmod, types)
+    check = _check_of(s.base_oid)
+    if s.route == "unsupported":
+        return ColumnPlan(name, source_type, "unsupported", None, col, reason=s.reason)
+    if s.route in ("text", "decimal"):
+        expr: sql.Composable = sql.SQL("CAST({} AS text)").format(col)
+    elif s.via_domain:
+        expr = sql.SQL("CAST({} AS {})").format(col, sql.SQL(_base_sql(s)))
+    else:
+        expr = col
+    return ColumnPlan(name, source_type, s.route, s.arrow, expr, check=check, base_oid=s.base_oid)
+
+
+def _array_plan(
+    name: str, source_type: str, col: sql.Identifier, elem: _Scalar, via_domain: bool
+) -> ColumnPlan:
+    if elem.route == "unsupported" or elem.arrow is None:
+        return ColumnPlan(
+            name, source_type, "unsupported", None, col, is_list=True, reason=elem.reason
+        )
+    if elem.route == "native" and not via_domain:
+        expr: sql.Composable = col
+    elif elem.route == "native":
+        expr = sql.SQL("CAST({} AS {}[])").format(col, sql.SQL(_base_sql(elem)))
+    else:  # json, text and decimal elements travel as text[]
+        expr = sql.SQL("CAST({} AS text[])").format(col)
+    route: Route = "decimal" if elem.route == "decimal" else "native"
+    return ColumnPlan(
+        name,
+        source_type,
+        route,
+        pa.list_(elem.arrow),
+        expr,
+        is_list=True,
+        check=_check_of(elem.base_oid),
+        ndims_check=True,
+        base_oid=elem.base_oid,
+    )
+
+
+def _cast_plan(name: str, source_type: str, col: sql.Identifier, cast: str) -> ColumnPlan:
+    m = _CAST_SPEC.match(cast) if isinstance(cast, str) else None
+    if m is None:
+        raise ConfigError(
+            f"the cast {cast!r} of column {name!r} is not supported",
+            hint='declare "text" or "numeric(p,s)"',
+            column=name,
+        )
+    if m.group(2) is None:
+        return ColumnPlan(
+            name, source_type, "text", pa.string(), sql.SQL("CAST({} AS text)").format(col)
+        )
+    precision, scale = int(m.group(2)), int(m.group(3))
+    arrow = _decimal(precision, scale)
+    if arrow is None or not 1 <= precision <= 1000 or abs(scale) > 1000:
+        raise ConfigError(
+            f"the cast {cast!r} of column {name!r} has no arrow decimal",
+            hint="declare a precision of at most 76, or cast to text",
+            column=name,
+        )
+    expr = sql.SQL("CAST(CAST({} AS numeric({}, {})) AS text)").format(
+        col, sql.SQL(str(precision)), sql.SQL(str(scale))
+    )
+    return ColumnPlan(name, source_type, "decimal", arrow, expr, base_oid=NUMERIC)
+
+
+def _check_of(oid: int) -> Check:
+    if oid in (TIMESTAMP, TIMESTAMPTZ):
+        return "timestamp"
+    if oid == DATE:
+        return "date"
+    if oid == TIME:
+        return "time"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The select list of a read and the conversion of its raw batches."""
+
+    plans: tuple[ColumnPlan, ...]
+    schema: pa.Schema
+
+    @classmethod
+    def of(cls, plans: Sequence[ColumnPlan]) -> Layout:
+        """The layout of ``plans`` (every one must be supported)."""
+        schema = pa.schema([pa.field(p.name, p.arrow_type) for p in plans])
+        return cls(tuple(plans), schema)
+
+    def select_list(self) -> sql.Composable:
+        """The columns, then one hidden ``array_ndims`` column per array column."""
+        items: list[sql.Composable] = [
+            sql.SQL("{} AS {}").format(p.expr, sql.Identifier(p.name)) for p in self.plans
+        ]
+        for i, p in enumerate(self.plans):
+            if p.ndims_check:
+                items.append(
+                    sql.SQL("array_ndims({}) AS {}").format(
+                        sql.Identifier(p.name), sql.Identifier(f"__combined_ndims_{i}")
+                    )
+                )
+        return sql.SQL(", ").join(items)
+
+    def convert(self, raw: pa.RecordBatch) -> pa.RecordBatch:
+        """Turn a driver batch into the declared schema, vectorised, or raise."""
+        columns: list[pa.Array] = []
+        hidden = len(self.plans)
+        for i, plan in enumerate(self.plans):
+            arr = raw.column(i)
+            if plan.ndims_check:
+                _check_ndims(raw.column(hidden), plan)
+                hidden += 1
+            columns.append(_convert(arr, plan))
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+
+def _convert(arr: pa.Array, plan: ColumnPlan) -> pa.Array:
+    assert plan.arrow_type is not None
+    if isinstance(arr, pa.ExtensionArray):  # the driver's json extension type
+        arr = arr.storage
+    if plan.route == "decimal":
+        try:
+            arr = pc.cast(arr, plan.arrow_type)
+        except pa.ArrowInvalid:
+            raise SchemaMismatch(
+                f"column {plan.name!r} ({plan.source_type}) holds NaN or infinity, "
+                f"which {plan.arrow_type} cannot hold",
+                hint=f'declare casts: {{"{plan.name}": "text"}} to keep the text form',
+                column=plan.name,
+            ) from None
+    if not arr.type.equals(plan.arrow_type):
+        raise SchemaMismatch(
+            f"column {plan.name!r} arrived as {arr.type}, expected {plan.arrow_type}",
+            hint="the driver changed its mapping; report it, or declare a cast to text",
+            column=plan.name,
+        )
+    if plan.check is not None:
+        _check_range(arr, plan)
+    return arr
+
+
+def _check_range(arr: pa.Array, plan: ColumnPlan) -> None:
+    values = pc.list_flatten(arr) if plan.is_list else arr
+    if len(values) == 0 or values.null_count == len(values):
+        return
+    if plan.check == "timestamp":
+        bad = pc.min(values.view(pa.int64())).as_py() < _PG_MIN_US
+    elif plan.check == "date":
+        bad = pc.min(values.view(pa.int32())).as_py() < _PG_MIN_DAYS
+    else:
+        bad = pc.max(values.view(pa.int64())).as_py() >= _DAY_US
+    if bad:
+        what = "24:00:00" if plan.check == "time" else "infinity or a value arrow cannot hold"
+        raise SchemaMismatch(
+            f"column {plan.name!r} ({plan.source_type}) holds {what}",
+            hint=f'declare casts: {{"{plan.name}": "text"}} to keep the text form',
+            column=plan.name,
+        )
+
+
+def _check_ndims(ndims: pa.Array, plan: ColumnPlan) -> None:
+    top = pc.max(ndims).as_py()
+    if top is not None and top > 1:
+        raise SchemaMismatch(
+            f"column {plan.name!r} ({plan.source_type}) holds a {top}-dimensional array",
+            hint=f'declare casts: {{"{plan.name}": "text"}} to keep the text form',
+            column=plan.name,
+        )
+
+
+def value_from_text(text: str | None, plan: ColumnPlan) -> Any:
+    """A number, date or timestamp column's PostgreSQL text as a Python value.
+
+    Reading aggregates as text keeps numerics exact and turns ``infinity``
+    or a BC date into a clear error instead of a driver overflow.
+    """
+    if text is None:
+        return None
+    try:
+        oid = plan.base_oid
+        if oid in _INT_TYPES:
+            return int(text)
+        if oid == NUMERIC:
+            value = Decimal(text)
+            if not value.is_finite():
+                raise ValueError(text)
+            return value
+        if oid in (FLOAT4, FLOAT8):
+            return float(text)
+        if oid == DATE:
+            return date.fromisoformat(text)
+        if oid in (TIMESTAMP, TIMESTAMPTZ):
+            return datetime.fromisoformat(text)
+    except ValueError:
+        pass
+    raise SchemaMismatch(
+        f"column {plan.name!r} ({plan.source_type}) holds {text!r}, which cannot bound a read",
+        hint="bound the read explicitly, or choose another column",
+        column=plan.name,
+    )
+
+
+def jsonable(value: Any) -> Any:
+    """A cursor value as JSON: ISO-8601 text for dates and times, exact text for decimals."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    return value

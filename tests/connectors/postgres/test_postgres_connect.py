@@ -1,0 +1,167 @@
+"""Connecting: unreachable servers, refused roles, and passwords that never leak."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import uuid
+
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from combined.connectors.postgres import PostgresSource
+from combined.connectors.postgres._connect import Settings, query_error
+from combined.errors import (
+    AuthRejected,
+    CombinedError,
+    ConfigError,
+    NotFoundError,
+    SourceError,
+    SourceUnavailable,
+)
+
+PASSWORD = "Hunter2-" + uuid.uuid4().hex[:12]
+
+
+def _all_text(err: CombinedError) -> str:
+    """Everything an error shows or logs: message, hint, context, notes, repr, pickle."""
+    parts = [str(err), err.describe(), repr(err), repr(err.context), repr(pickle.dumps(err))]
+    parts += getattr(err, "__notes__", [])
+    parts += [str(err.__cause__), str(err.__context__)] if err.__cause__ else []
+    return "\n".join(parts)
+
+
+def _with(dsn: str, **kw: str | int) -> str:
+    return make_conninfo(dsn, **kw)
+
+
+@pytest.fixture
+def role(admin):
+    """A LOGIN role with a password, dropped afterwards."""
+    name = f"combined_role_{uuid.uuid4().hex[:8]}"
+    admin.execute(
+        sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+            sql.Identifier(name), sql.Literal(PASSWORD)
+        )
+    )
+    try:
+        yield name
+    finally:
+        admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def test_an_unreachable_server_is_transient_and_never_shows_the_password(pg_dsn, role, caplog):
+    caplog.set_level(logging.DEBUG)
+    dsn = _with(pg_dsn, port=1, user=role, connect_timeout=2)
+    source = PostgresSource({"dsn": dsn, "password": PASSWORD})
+    with pytest.raises(SourceUnavailable) as info:
+        source.check()
+    err = info.value
+    assert err.transient and "cannot reach" in err.message and err.hint
+    assert PASSWORD not in _all_text(err)
+    assert PASSWORD not in caplog.text
+    with pytest.raises(SourceUnavailable) as again:
+        list(source.read(_request()))
+    assert PASSWORD not in _all_text(again.value)
+
+
+def test_a_password_inside_the_dsn_is_refused_without_echoing_it(pg_dsn):
+    parts = conninfo_to_dict(pg_dsn)
+    uri = f"postgresql://{parts.get('user', 'postgres')}:{PASSWORD}@{parts.get('host')}:1/x"
+    for dsn in (uri, _with(pg_dsn, password=PASSWORD)):
+        with pytest.raises(ConfigError) as info:
+            PostgresSource({"dsn": dsn})
+        assert "holds a password" in info.value.message
+        assert PASSWORD not in _all_text(info.value)
+
+
+def test_a_role_that_cannot_log_in_is_rejected(pg_dsn, admin):
+    missing = f"combined_missing_{uuid.uuid4().hex[:8]}"
+    with pytest.raises(AuthRejected) as info:
+        PostgresSource({"dsn": _with(pg_dsn, user=missing), "password": PASSWORD}).check()
+    assert info.value.run_state == "needs_auth" and not info.value.transient
+    assert missing in info.value.message and PASSWORD not in _all_text(info.value)
+    nologin = f"combined_nologin_{uuid.uuid4().hex[:8]}"
+    admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(nologin)))
+    try:
+        with pytest.raises(AuthRejected, match="not permitted to log in"):
+            PostgresSource({"dsn": _with(pg_dsn, user=nologin)}).discover()
+    finally:
+        admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(nologin)))
+
+
+def test_a_password_role_reads_and_its_errors_stay_clean(pg_dsn, role, schema, admin):
+    admin.execute(f"CREATE TABLE {schema}.secret (id int)")
+    source = PostgresSource(
+        {"dsn": _with(pg_dsn, user=role), "password": PASSWORD, "schemas": [schema]}
+    )
+    source.check()
+    # No SELECT grant: the relation is not discovered and reading it is refused.
+    assert source.discover().datasets == ()
+    admin.execute(
+        sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
+            sql.Identifier(schema), sql.Identifier(role)
+        )
+    )
+    ext = source.read(_request(f"{schema}.secret"))
+    with pytest.raises(AuthRejected) as info:
+        list(ext)
+    ext.finish("abort")
+    assert "permission denied" in info.value.message
+    assert PASSWORD not in _all_text(info.value)
+
+
+def test_a_missing_database_is_a_configuration_error(pg_dsn):
+    with pytest.raises(ConfigError, match="does not exist"):
+        PostgresSource({"dsn": _with(pg_dsn, dbname="combined_no_such_db")}).check()
+
+
+def test_settings_validate_and_hide_the_secret():
+    settings = Settings.from_config(
+        {"dsn": "host=h dbname=d", "password": "pw-secret", "schemas": ["a", "b"]}
+    )
+    assert "pw-secret" not in repr(settings)
+    assert "pw-secret" in settings.conninfo() and "connect_timeout=10" in settings.conninfo()
+    assert settings.scrub("auth failed for pw-secret") == "auth failed for ***"
+    for bad in (
+        {},
+        {"dsn": "host=h", "schemas": "public"},
+        {"dsn": "host=h", "schemas": []},
+        {"dsn": "host=h", "connect_timeout": 0},
+        {"dsn": "host=h", "password": 5},
+        {"dsn": "not a dsn ="},
+    ):
+        with pytest.raises(ConfigError):
+            Settings.from_config(bad)
+
+
+class _DriverError(Exception):
+    def __init__(self, message: str, sqlstate: str | None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+@pytest.mark.parametrize(
+    ("sqlstate", "expected"),
+    [
+        ("08006", SourceUnavailable),
+        ("57P01", SourceUnavailable),
+        ("40001", SourceUnavailable),
+        ("53300", SourceUnavailable),
+        ("42501", AuthRejected),
+        ("28P01", AuthRejected),
+        ("42P01", NotFoundError),
+        ("22012", SourceError),
+    ],
+)
+def test_errors_are_classified_by_sqlstate(sqlstate, expected):
+    settings = Settings.from_config({"dsn": "host=h", "password": "pw-secret"})
+    err = query_error(_DriverError("ERROR:  boom pw-secret", sqlstate), settings, "reading")
+    assert type(err) is expected and "pw-secret" not in _all_text(err)
+
+
+def _request(relation: str = "public.t"):
+    from combined.connectors.abc import ReadRequest
+
+    return ReadRequest(dataset="t", relation=relation, key=(), strategy="snapshot")

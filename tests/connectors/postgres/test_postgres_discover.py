@@ -1,0 +1,130 @@
+"""Discovery: relations per schema, columns, keys, cursor evidence, row estimates."""
+
+from __future__ import annotations
+
+import pytest
+
+from combined.connectors.postgres import PostgresSource
+from combined.connectors.postgres._catalog import parse_relation, relation_name
+from combined.errors import ConfigError, NotFoundError
+
+SETUP = """
+CREATE TABLE {s}.orders (
+  id bigserial PRIMARY KEY,
+  code text NOT NULL,
+  region int,
+  placed_at timestamptz NOT NULL DEFAULT now(),
+  updated_at timestamptz,
+  qty int,
+  CONSTRAINT orders_code UNIQUE (code)
+);
+CREATE UNIQUE INDEX orders_qty_partial ON {s}.orders (qty) WHERE qty > 1000;
+CREATE INDEX orders_updated ON {s}.orders (updated_at);
+CREATE FUNCTION {s}.touch() RETURNS trigger LANGUAGE plpgsql AS
+  $$ BEGIN NEW.updated_at := now(); RETURN NEW; END $$;
+CREATE TRIGGER orders_touch BEFORE INSERT OR UPDATE ON {s}.orders
+  FOR EACH ROW EXECUTE FUNCTION {s}.touch();
+CREATE TABLE {s}.events (eid int GENERATED ALWAYS AS IDENTITY, at timestamp, n int);
+CREATE VIEW {s}.big_orders AS SELECT id, qty FROM {s}.orders WHERE qty > 10;
+CREATE MATERIALIZED VIEW {s}.order_counts AS
+  SELECT region, count(*) AS n FROM {s}.orders GROUP BY 1;
+CREATE TABLE {s}.measures (day date NOT NULL, v int) PARTITION BY RANGE (day);
+CREATE TABLE {s}.measures_2024 PARTITION OF {s}.measures
+  FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+CREATE TABLE {s}."Mixed.Case" (id int);
+CREATE TABLE {s}.odd (id int, r int4range);
+INSERT INTO {s}.orders (code, region, qty) SELECT 'c' || g, g % 5, g FROM generate_series(1, 300) g;
+ANALYZE {s}.orders;
+"""
+
+
+@pytest.fixture
+def discovery(admin, schema, source):
+    admin.execute(SETUP.format(s=schema))
+    return source.discover()
+
+
+def test_lists_tables_views_and_partitioned_parents_but_not_partitions(discovery, schema):
+    kinds = {d.name: d.kind for d in discovery.datasets}
+    assert kinds == {
+        f"{schema}.orders": "table",
+        f"{schema}.events": "table",
+        f"{schema}.big_orders": "view",
+        f"{schema}.order_counts": "materialized_view",
+        f"{schema}.measures": "table",
+        f'{schema}."Mixed.Case"': "table",
+        f"{schema}.odd": "table",
+    }
+    assert discovery.connector == "postgres" and discovery.revision == "1"
+
+
+def test_columns_keys_and_estimates(discovery, schema):
+    orders = discovery.dataset(f"{schema}.orders")
+    assert orders is not None
+    assert [(f.name, f.arrow_type, f.source_type, f.nullable) for f in orders.fields] == [
+        ("id", "int64", "bigint", False),
+        ("code", "string", "text", False),
+        ("region", "int32", "integer", True),
+        ("placed_at", "timestamp[us, tz=UTC]", "timestamp with time zone", False),
+        ("updated_at", "timestamp[us, tz=UTC]", "timestamp with time zone", True),
+        ("qty", "int32", "integer", True),
+    ]
+    assert orders.primary_key == ("id",)
+    # A partial unique index is not a key of the whole relation.
+    assert orders.unique_keys == (("code",),)
+    assert orders.estimated_rows == 300
+    view = discovery.dataset(f"{schema}.big_orders")
+    assert view is not None and view.estimated_rows is None and view.primary_key == ()
+    odd = discovery.dataset(f"{schema}.odd")
+    assert odd is not None and [f.arrow_type for f in odd.fields] == ["int32", "unsupported"]
+
+
+def test_cursor_candidates_state_only_catalog_evidence(discovery, schema):
+    orders = discovery.dataset(f"{schema}.orders")
+    assert orders is not None
+    evidence = {c.column: c.evidence for c in orders.cursor_candidates}
+    assert set(evidence) == {"id", "placed_at", "updated_at"}  # never region or qty
+    assert "nextval(" in evidence["id"] and "leads btree index orders_pkey" in evidence["id"]
+    assert "default now()" in evidence["placed_at"]
+    assert "no btree index leads with it" in evidence["placed_at"]
+    assert "trigger orders_touch" in evidence["updated_at"]
+    assert "cannot prove" in evidence["updated_at"]
+    assert "nullable" in evidence["updated_at"] and "lookback" in evidence["updated_at"]
+    events = discovery.dataset(f"{schema}.events")
+    assert events is not None
+    assert [c.column for c in events.cursor_candidates] == ["eid"]
+    assert "GENERATED ALWAYS" in events.cursor_candidates[0].evidence
+    assert events.strategies == ("snapshot", "cursor")
+
+
+def test_discovered_names_read_back(discovery, schema, source, make_request, pgt):
+    mixed = discovery.dataset(f'{schema}."Mixed.Case"')
+    assert mixed is not None
+    ext = source.read(make_request("x", relation=mixed.relation, key=()))
+    try:
+        assert pgt.table_of(list(ext)).num_rows == 0
+    finally:
+        ext.finish("success")
+
+
+def test_relation_names_parse_literally():
+    assert parse_relation("orders") == ("public", "orders")
+    assert parse_relation("Sales.Orders") == ("Sales", "Orders")
+    assert parse_relation('"a.b"."c""d"') == ("a.b", 'c"d')
+    assert parse_relation(relation_name("a.b", 'c"d')) == ("a.b", 'c"d')
+    for bad in ("a.b.c", "", "a.", '"open'):
+        with pytest.raises(ConfigError):
+            parse_relation(bad)
+
+
+def test_a_missing_relation_is_not_found(source, make_request):
+    ext = source.read(make_request("nope"))
+    with pytest.raises(NotFoundError, match="nope"):
+        list(ext)
+    assert ext.finish("abort").cleanup_succeeded
+
+
+def test_check_confirms_the_schemas(pg_dsn, schema):
+    PostgresSource({"dsn": pg_dsn, "schemas": [schema]}).check()
+    with pytest.raises(ConfigError, match="no_such_schema"):
+        PostgresSource({"dsn": pg_dsn, "schemas": [schema, "no_such_schema"]}).check()
