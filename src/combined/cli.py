@@ -210,7 +210,7 @@ def capture(
                     f"~{s['updates']} -{s['deletes']}, {s['deliveries']} deliveries"
                 )
         if run.error:
-            console.print(f"  {run.error}", markup=False)
+            err.print(f"  {run.error}", markup=False, highlight=False)
         bad = bad or run.state != "succeeded"
     if bad:
         raise typer.Exit(1)

@@ -1,0 +1,108 @@
+"""The catalog on PostgreSQL behaves like the SQLite one; no catalog ever holds a secret."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from combined.engine import Engine
+
+
+def _lake_rows(engine: Engine, table: str, cols: str) -> list[tuple[object, ...]]:
+    result = engine.sql(f"SELECT {cols} FROM {table} ORDER BY id")
+    return [tuple(r.values()) for r in result.to_pylist()]
+
+
+def test_capture_with_a_postgresql_catalog(tmp_path: Path, tools: Any, pg_database: str) -> None:
+    project = tools.make(tmp_path, catalog=pg_database)  # the URL a user writes
+    engine = Engine.open(project)
+    try:
+        (first,) = engine.capture()
+        assert first.state == "succeeded", first.error
+        tools.sql(
+            tmp_path,
+            "UPDATE orders SET status = 'shipped' WHERE id <= 3;"
+            "DELETE FROM orders WHERE id = 200;"
+            "INSERT INTO orders VALUES (900, 2, 'placed', 9.0);",
+        )
+        (second,) = engine.capture()
+        assert second.state == "succeeded", second.error
+        assert second.stats is not None
+        assert second.stats["orders"]["inserts"] == 1
+        assert second.stats["orders"]["updates"] == 3
+        assert second.stats["orders"]["deletes"] == 1
+
+        assert [r.id for r in engine.runs()] == [second.id, first.id]
+        pubs = engine.publications()
+        assert [p["id"] for p in pubs] == [second.publication_id, first.publication_id]
+        history = engine.history("shop.orders")
+        assert len(history) == 2
+        newest = next(v for v in history if v["run_id"] == second.id)
+        oldest = next(v for v in history if v["run_id"] == first.id)
+        assert newest["parent_id"] == oldest["id"]
+        assert second.publication_id in newest["publications"]
+
+        assert _lake_rows(engine, "shop.orders", "id, customer_id, status, total") == [
+            tuple(r) for r in tools.rows(tmp_path, "orders")
+        ]
+        assert _lake_rows(engine, "shop.customers", "id, name, city") == [
+            tuple(r) for r in tools.rows(tmp_path, "customers")
+        ]
+        # the earlier publication still answers with the earlier state
+        earlier = engine.sql(
+            "SELECT count(*) AS n FROM shop.orders", publication=first.publication_id
+        )
+        assert earlier.to_pylist() == [{"n": 200}]
+    finally:
+        engine.close()
+    # nothing lives in a local SQLite catalog: the catalog really is PostgreSQL
+    assert not (tmp_path / ".combined" / "catalog.db").exists()
+
+
+SECRET = "s3cr3t-Value-42"
+
+
+def test_the_catalog_and_lake_never_hold_a_secret(
+    shop: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHOP_PW", SECRET)
+    project = shop / "combined.yaml"
+    project.write_text(
+        project.read_text().replace(
+            "path: ./shop.db", 'path: ./shop.db\n      password: {secret: "env:SHOP_PW"}'
+        )
+    )
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        # the reference itself is recorded: the config really reached the catalog
+        admission = engine.run(run.id)["admission"]
+        assert admission.config["config"]["password"] == {"secret": "env:SHOP_PW"}
+    finally:
+        engine.close()
+
+    dumped: list[str] = []
+    con = sqlite3.connect(shop / ".combined" / "catalog.db")
+    try:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        assert "runs" in tables or any("run" in t for t in tables)
+        for table in tables:
+            for row in con.execute(f'SELECT * FROM "{table}"'):
+                dumped.append(repr(row))
+    finally:
+        con.close()
+    catalog_text = "\n".join(dumped)
+    assert "env:SHOP_PW" in catalog_text  # the dump did see the source configuration
+    assert SECRET not in catalog_text
+
+    logs = list((shop / "lake").rglob("_delta_log/*.json"))
+    assert logs
+    for log in logs:
+        assert SECRET not in log.read_text()
+    for path in (shop / "lake").rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path

@@ -1,0 +1,149 @@
+"""The ``combined`` CLI run as a subprocess, the way a user runs it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from combined.engine import Engine
+
+WIDE = {"COLUMNS": "250"}  # rich tables must not truncate what we assert on
+
+
+def _ok(tools: Any, root: Path, *args: str) -> str:
+    result = tools.cli(root, *args, env=WIDE)
+    assert result.returncode == 0, (args, result.returncode, result.stdout, result.stderr)
+    return str(result.stdout)
+
+
+@pytest.fixture
+def captured(shop: Path, tools: Any) -> Path:
+    """A shop project captured once through the CLI."""
+    _ok(tools, shop, "capture")
+    return shop
+
+
+def test_help_exits_zero_quickly(tmp_path: Path, tools: Any) -> None:
+    started = time.monotonic()
+    result = tools.cli(tmp_path, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "capture" in result.stdout and "publications" in result.stdout
+    assert time.monotonic() - started < 10
+
+
+def test_init_writes_a_project_and_refuses_to_overwrite(tmp_path: Path, tools: Any) -> None:
+    _ok(tools, tmp_path, "init")
+    project = tmp_path / "combined.yaml"
+    assert project.is_file() and "sources" in project.read_text()
+    project.write_text("# mine\n" + project.read_text())
+    again = tools.cli(tmp_path, "init")
+    assert again.returncode != 0
+    assert "already exists" in again.stderr and "--force" in again.stderr
+    assert project.read_text().startswith("# mine\n")  # nothing overwritten
+    _ok(tools, tmp_path, "init", "--force")
+    assert not project.read_text().startswith("# mine\n")
+
+
+def test_capture_three_times_in_a_row_each_exits_zero(shop: Path, tools: Any) -> None:
+    for i in range(3):
+        result = tools.cli(shop, "capture", env=WIDE)
+        # 134 would be a native abort in a pyarrow/deltalake thread at exit
+        assert result.returncode == 0, (i, result.returncode, result.stderr)
+        assert "succeeded" in result.stdout
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        runs = engine.runs()
+        assert [r.state for r in runs] == ["succeeded"] * 3
+        assert engine.sql("SELECT count(*) AS n FROM shop.orders").to_pylist() == [{"n": 200}]
+    finally:
+        engine.close()
+
+
+def test_inspection_commands_print_what_was_captured(captured: Path, tools: Any) -> None:
+    engine = Engine.open(captured / "combined.yaml")
+    try:
+        (run,) = engine.runs()
+        (pub,) = engine.publications()
+    finally:
+        engine.close()
+
+    runs_out = _ok(tools, captured, "runs")
+    assert run.id in runs_out and "succeeded" in runs_out and "first_sync" in runs_out
+
+    show = _ok(tools, captured, "run", "show", run.id)
+    assert f"run {run.id}  succeeded" in show
+    assert "attempt 1" in show and "committed" in show
+
+    status = _ok(tools, captured, "status")
+    assert "shop.orders" in status and "shop.customers" in status
+
+    pubs = _ok(tools, captured, "publications")
+    assert pub["id"] in pubs and "shop.orders@0" in pubs and "shop.customers@0" in pubs
+
+    hist = _ok(tools, captured, "history", "shop.orders")
+    assert pub["id"] in hist and " 200 " in hist and run.id in hist
+
+    use = _ok(tools, captured, "usage")
+    assert "orders" in use and " 200 " in use and " 20 " in use
+
+    assert "the catalog matches the lake" in _ok(tools, captured, "repair")
+
+
+def test_run_show_of_an_unknown_run_fails(captured: Path, tools: Any) -> None:
+    result = tools.cli(captured, "run", "show", "r-does-not-exist")
+    assert result.returncode != 0
+    assert "r-does-not-exist" in result.stderr
+
+
+def test_sql_formats(captured: Path, tools: Any) -> None:
+    out = _ok(tools, captured, "sql", "SELECT count(*) AS n FROM shop.orders", "--format", "json")
+    assert json.loads(out) == [{"n": 200}]
+
+    out = _ok(
+        tools,
+        captured,
+        "sql",
+        "SELECT id, status FROM shop.orders ORDER BY id LIMIT 2",
+        "--format",
+        "csv",
+    )
+    assert list(csv.reader(io.StringIO(out))) == [
+        ["id", "status"],
+        ["1", "placed"],
+        ["2", "placed"],
+    ]
+
+    bad = tools.cli(captured, "sql", "SELECT 1", "--format", "xml")
+    assert bad.returncode != 0 and "xml" in bad.stderr
+
+
+def test_sql_as_of_before_any_publication_fails_clearly(captured: Path, tools: Any) -> None:
+    result = tools.cli(
+        captured, "sql", "SELECT count(*) FROM shop.orders", "--as-of", "2000-01-01T00:00:00Z"
+    )
+    assert result.returncode != 0
+    assert "nothing was published at or before 2000-01-01" in result.stderr
+    assert result.stdout == ""
+
+    garbled = tools.cli(captured, "sql", "SELECT 1", "--as-of", "yesterday-ish")
+    assert garbled.returncode != 0 and "ISO-8601" in garbled.stderr
+
+
+def test_sql_publication_selects_an_earlier_state(captured: Path, tools: Any) -> None:
+    engine = Engine.open(captured / "combined.yaml")
+    try:
+        (first,) = engine.publications()
+    finally:
+        engine.close()
+    tools.sql(captured, "DELETE FROM orders WHERE id <= 50;")
+    _ok(tools, captured, "capture")
+    query = "SELECT count(*) AS n FROM shop.orders"
+    assert json.loads(_ok(tools, captured, "sql", query, "--format", "json")) == [{"n": 150}]
+    earlier = _ok(tools, captured, "sql", query, "--format", "json", "--publication", first["id"])
+    assert json.loads(earlier) == [{"n": 200}]
