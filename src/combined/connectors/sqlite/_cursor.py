@@ -1,0 +1,128 @@
+"""Keyset cursor bounds: the lookback window and the next checkpoint.
+
+A cursor read selects rows with ``lower < cursor <= upper``, where ``upper``
+is ``max(cursor)`` read in the same transaction as the rows, and ``lower`` is
+the last committed cursor value minus the lookback (strictly greater: with no
+lookback an integer cursor resumes right after the last value it saw). The
+lookback re-reads the window ``(last - lookback, last]`` so that rows which
+became visible late are not missed; the dataset's key makes that overlap
+harmless. Numeric cursors take a numeric lookback; ISO-8601 text cursors take
+a :class:`datetime.timedelta`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from combined.connectors.abc import CursorSpec
+from combined.errors import ConfigError
+
+_FRACTION = re.compile(r"[T ]\d{2}:\d{2}:\d{2}\.(\d+)")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def lower_bound(last: Any, lookback: Any, column: str) -> Any:
+    """The exclusive lower bound of a read that resumes after ``last``."""
+    if lookback is None or (_is_number(lookback) and lookback == 0):
+        return last
+    if isinstance(lookback, timedelta):
+        if lookback < timedelta(0):
+            raise ConfigError(
+                f"the lookback of cursor {column!r} is negative",
+                hint="state the lookback as a positive window",
+                column=column,
+            )
+        if lookback == timedelta(0):
+            return last
+        if isinstance(last, str):
+            return shift_iso_text(last, lookback, column)
+        raise ConfigError(
+            f"cursor {column!r} holds numbers, so its lookback cannot be a timedelta",
+            hint="state the lookback as a number in the cursor's own unit",
+            column=column,
+        )
+    if _is_number(lookback):
+        if lookback < 0:
+            raise ConfigError(
+                f"the lookback of cursor {column!r} is negative",
+                hint="state the lookback as a positive window",
+                column=column,
+            )
+        if _is_number(last):
+            return last - lookback
+        raise ConfigError(
+            f"cursor {column!r} holds text, so its lookback must be a timedelta",
+            hint="state the lookback as a duration, e.g. timedelta(minutes=5)",
+            column=column,
+        )
+    raise ConfigError(
+        f"the lookback of cursor {column!r} must be a number or a timedelta",
+        hint="use a number for numeric cursors and a timedelta for iso-8601 text cursors",
+        column=column,
+        lookback=repr(lookback),
+    )
+
+
+def shift_iso_text(text: str, delta: timedelta, column: str) -> str:
+    """``text`` minus ``delta``, written in the same ISO-8601 shape as ``text``.
+
+    SQLite compares text cursors byte by byte, so the bound must keep the
+    stored shape: separator, fractional digits, ``Z`` or offset. Any rounding
+    truncates, which only widens the window (a safe direction).
+    """
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(
+            f"cursor {column!r} holds {text!r}, which is not iso-8601 text, "
+            "so a timedelta lookback cannot apply",
+            hint="use a numeric cursor, or no lookback",
+            column=column,
+        ) from None
+    shifted = parsed - delta
+    if len(text) == 10:  # a bare date
+        return shifted.date().isoformat()
+    sep = "T" if "T" in text else " "
+    fraction = _FRACTION.search(text)
+    if fraction is None:
+        timespec = "seconds"
+    elif len(fraction.group(1)) <= 3:
+        timespec = "milliseconds"
+    else:
+        timespec = "microseconds"
+    out = shifted.isoformat(sep=sep, timespec=timespec)
+    if text.endswith("Z") and out.endswith("+00:00"):
+        out = out[: -len("+00:00")] + "Z"
+    return out
+
+
+def next_state(
+    previous: Mapping[str, Any] | None,
+    upper: Any,
+    rows: int,
+    spec: CursorSpec,
+) -> tuple[dict[str, Any], str | None]:
+    """The checkpoint after a read of ``rows`` rows bounded above by ``upper``.
+
+    No rows keeps the previous checkpoint unchanged. Otherwise the checkpoint
+    is ``upper``, never moved backwards (rows at the top may have been
+    deleted since the last read, making ``upper`` smaller than ``last``).
+    """
+    last = (previous or {}).get("cursor")
+    if rows == 0 or upper is None:
+        state = dict(previous or {})
+        return state, None if last is None else str(last)
+    value = upper
+    if last is not None and _comparable(last, upper) and last > upper:
+        value = last
+    return {"cursor": value, "trust": spec.trust}, str(value)
+
+
+def _comparable(a: Any, b: Any) -> bool:
+    return (_is_number(a) and _is_number(b)) or (isinstance(a, str) and isinstance(b, str))

@@ -1,0 +1,204 @@
+"""One SQLite read: a single read transaction streamed as bounded Arrow batches."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from combined.connectors.abc import BaseExtraction, ReadRequest
+from combined.connectors.sqlite import _catalog as catalog
+from combined.connectors.sqlite._connection import (
+    BATCH_ROWS_OPTION,
+    DRIVER_ERRORS,
+    Connection,
+    execute,
+    scalar,
+    translate,
+)
+from combined.connectors.sqlite._cursor import lower_bound, next_state
+from combined.connectors.sqlite._types import ColumnPlan, Projection, quote_ident
+from combined.errors import ConfigError, NotFoundError, ProtocolViolation
+from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    projection: Projection
+    sql: str | None
+    params: tuple[Any, ...] | None
+    upper: Any
+
+
+def select_columns(
+    all_plans: Sequence[ColumnPlan], request: ReadRequest, relation: str
+) -> tuple[ColumnPlan, ...]:
+    """The requested columns (all when none are named); refuse unknown names.
+
+    The key and the cursor must exist too, even when not selected, since the
+    read orders by them.
+    """
+    by_name = {p.name: p for p in all_plans}
+    wanted = [*(request.columns or ()), *request.key]
+    if request.cursor is not None:
+        wanted.append(request.cursor.column)
+    missing = [c for c in wanted if c not in by_name]
+    if missing:
+        raise NotFoundError(
+            f"column {missing[0]!r} does not exist in relation {relation!r}",
+            hint="run discovery to see the relation's columns",
+            relation=relation,
+            column=missing[0],
+        )
+    if request.columns is None:
+        return tuple(all_plans)
+    return tuple(by_name[c] for c in dict.fromkeys(request.columns))
+
+
+class SQLiteExtraction(BaseExtraction):
+    """A snapshot or cursor read of one relation in one read transaction.
+
+    The connection is owned by this extraction and closed by :meth:`finish`
+    (any outcome: a read holds nothing that must survive it). Iterating
+    starts the read; iterating a second time, or after :meth:`finish`, is a
+    :class:`~combined.errors.ProtocolViolation`.
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        path: str,
+        request: ReadRequest,
+        relation: str,
+        batch_rows: int,
+    ) -> None:
+        super().__init__()
+        self._conn: Connection | None = conn
+        self._path = path
+        self._request = request
+        self._relation = relation
+        self._batch_rows = batch_rows
+        self._guard = threading.Lock()
+        self._started = False
+
+    def _claim(self) -> Connection:
+        with self._guard:
+            conn = self._live()
+            if self._started:
+                raise ProtocolViolation(
+                    "the extraction was already read",
+                    hint="start a new read for another pass",
+                )
+            self._started = True
+            return conn
+
+    def _live(self) -> Connection:
+        conn = self._conn
+        if conn is None:
+            raise ProtocolViolation(
+                "the extraction is finished", hint="start a new read to read again"
+            )
+        return conn
+
+    def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
+        with self._guard:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            # Closing also closes the open cursor and ends the read transaction.
+            conn.close()
+        return ()
+
+    def _messages(self) -> Iterator[Message]:
+        conn = self._claim()
+        request = self._request
+        self.authority.acquire()
+        in_transaction = False
+        cursor = None
+        try:
+            # One read transaction: the catalog, max(cursor) and every row are
+            # read from the same snapshot of the file.
+            execute(conn, "BEGIN")
+            in_transaction = True
+            plan = self._plan(conn)
+            rows = 0
+            if plan.sql is not None:
+                cursor = conn.cursor(adbc_stmt_kwargs={BATCH_ROWS_OPTION: str(self._batch_rows)})
+                cursor.execute(plan.sql, parameters=plan.params)
+                reader = cursor.fetch_record_batch()
+                while True:
+                    self._live()
+                    try:
+                        raw = reader.read_next_batch()
+                    except StopIteration:
+                        break
+                    batch = plan.projection.convert(raw, request.dataset)
+                    for offset in range(0, batch.num_rows, self._batch_rows):
+                        piece = batch.slice(offset, self._batch_rows)
+                        self.authority.count(piece.num_rows, piece.nbytes)
+                        rows += piece.num_rows
+                        yield RecordBatchMessage(request.dataset, piece)
+                        self._live()
+                cursor.close()
+                cursor = None
+            execute(self._live(), "COMMIT")
+            in_transaction = False
+            self.authority.complete()
+            if request.strategy == "snapshot" or request.cursor is None:
+                yield StateMessage(request.dataset, {}, final=True)
+            else:
+                state, position = next_state(request.state, plan.upper, rows, request.cursor)
+                yield StateMessage(request.dataset, state, position=position, final=True)
+        except (*DRIVER_ERRORS, pa.ArrowException) as exc:
+            raise translate(exc, self._path) from exc
+        finally:
+            self._abandon(cursor, in_transaction)
+
+    def _abandon(self, cursor: Any, in_transaction: bool) -> None:
+        conn = self._conn
+        if conn is None:  # finish() already closed everything
+            return
+        # Cleanup never replaces the error that brought us here.
+        with contextlib.suppress(*DRIVER_ERRORS):
+            if cursor is not None:
+                cursor.close()
+            if in_transaction:
+                execute(conn, "ROLLBACK")
+
+    def _plan(self, conn: Connection) -> _Plan:
+        request = self._request
+        rel = catalog.find_relation(conn, self._relation)
+        cols = catalog.columns(conn, rel)
+        all_plans = catalog.plans(rel, cols, catalog.indexes(conn, rel))
+        projection = Projection(select_columns(all_plans, request, rel.name))
+        base = f"SELECT {projection.select_list()} FROM {quote_ident(rel.name)}"
+        if request.strategy == "snapshot":
+            return _Plan(projection, base, None, None)
+        spec = request.cursor
+        if spec is None:  # read() refuses this; kept for type narrowing
+            raise ConfigError("a cursor read needs a cursor", hint="declare the dataset's cursor")
+        kind = next(p for p in all_plans if p.name == spec.column)
+        if not kind.type.cursor_capable:
+            raise ConfigError(
+                f"column {spec.column!r} is declared {kind.declared or 'without a type'} "
+                "and cannot serve as a cursor",
+                hint="choose an integer, real or text column, see discovery's cursor candidates",
+                column=spec.column,
+            )
+        q = quote_ident(spec.column)
+        upper = scalar(conn, f"SELECT max({q}) FROM {quote_ident(rel.name)}")
+        if upper is None:
+            return _Plan(projection, None, None, None)
+        where = [f"{q} <= ?"]
+        params: list[Any] = [upper]
+        last = (request.state or {}).get("cursor")
+        if last is not None:
+            where.append(f"{q} > ?")
+            params.append(lower_bound(last, spec.lookback, spec.column))
+        order = ", ".join(quote_ident(c) for c in dict.fromkeys((spec.column, *request.key)))
+        sql = f"{base} WHERE {' AND '.join(where)} ORDER BY {order}"
+        return _Plan(projection, sql, tuple(params), upper)

@@ -1,0 +1,596 @@
+"""Row identity and payload hashing: test vectors, SQL/Python agreement, properties."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from combined.protocol.identity import (
+    IDENTITY_ENCODING,
+    canonical_sql,
+    compute_identity,
+    duckdb_compatible,
+    identity_python,
+    identity_sql,
+    identity_text_python,
+    identity_text_sql,
+    payload_columns,
+    payload_hash_python,
+    payload_hash_sql,
+    payload_text_python,
+    payload_text_sql,
+    quote_ident,
+    with_identity,
+)
+
+VECTORS = json.loads((Path(__file__).parent / "identity_vectors.json").read_text("utf-8"))
+SLOW = settings(deadline=None, max_examples=25, suppress_health_check=[HealthCheck.too_slow])
+
+# --------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------
+
+_SIMPLE_TYPES: dict[str, pa.DataType] = {
+    "null": pa.null(),
+    "bool": pa.bool_(),
+    **{n: getattr(pa, n)() for n in ("int8", "int16", "int32", "int64")},
+    **{n: getattr(pa, n)() for n in ("uint8", "uint16", "uint32", "uint64")},
+    "float16": pa.float16(),
+    "float32": pa.float32(),
+    "float64": pa.float64(),
+    "string": pa.string(),
+    "large_string": pa.large_string(),
+    "string_view": pa.string_view(),
+    "binary": pa.binary(),
+    "date32": pa.date32(),
+    "date64": pa.date64(),
+    "uuid": pa.uuid(),
+    "json": pa.json_(),
+}
+
+
+def arrow_type(spec: Any) -> pa.DataType:
+    """Build an Arrow type from a vector-file spec."""
+    if isinstance(spec, dict):
+        if "list" in spec:
+            return pa.list_(arrow_type(spec["list"]))
+        if "struct" in spec:
+            return pa.struct([(name, arrow_type(t)) for name, t in spec["struct"]])
+        key, item = spec["map"]
+        return pa.map_(arrow_type(key), arrow_type(item))
+    if spec in _SIMPLE_TYPES:
+        return _SIMPLE_TYPES[spec]
+    m = re.fullmatch(r"(decimal128|decimal256|timestamp|time32|time64)\((.*)\)", spec)
+    assert m, spec
+    args = m.group(2).split(",")
+    if m.group(1).startswith("decimal"):
+        return getattr(pa, m.group(1))(int(args[0]), int(args[1]))
+    if m.group(1) == "timestamp":
+        return pa.timestamp(args[0], tz=args[1] if len(args) > 1 else None)
+    return getattr(pa, m.group(1))(args[0])
+
+
+def python_value(value: Any, t: pa.DataType) -> Any:
+    """Turn a JSON vector value into the Python value pyarrow accepts for ``t``."""
+    if value is None:
+        return None
+    if pa.types.is_decimal(t):
+        return decimal.Decimal(value)
+    if pa.types.is_floating(t):
+        return float(value)
+    if pa.types.is_binary(t):
+        return bytes.fromhex(value)
+    if pa.types.is_date(t):
+        return dt.date.fromisoformat(value)
+    if isinstance(t, pa.UuidType):
+        return uuid.UUID(value)
+    if pa.types.is_list(t):
+        return [python_value(v, t.value_type) for v in value]
+    if pa.types.is_struct(t):
+        return {f.name: python_value(value.get(f.name), f.type) for f in t}
+    if pa.types.is_map(t):
+        return [(python_value(k, t.key_type), python_value(v, t.item_type)) for k, v in value]
+    return value
+
+
+def table_of(columns: dict[str, tuple[pa.DataType, list[Any]]]) -> pa.Table:
+    """A table with one column per entry; temporal ints are raw counts in the unit."""
+    return pa.table({name: pa.array(values, t) for name, (t, values) in columns.items()})
+
+
+_CON = duckdb.connect()  # opening one costs more than most examples
+
+
+def duckdb_texts(table: pa.Table, key: list[str], payload: list[str]) -> list[tuple[str, str]]:
+    """Canonical key and payload texts of every row, as DuckDB computes them."""
+    _CON.register("data", duckdb_compatible(table))
+    try:
+        sql = (
+            f"SELECT {identity_text_sql(key, table.schema)}, "
+            f"{payload_text_sql(payload, table.schema)} FROM data"
+        )
+        return [(str(a), str(b)) for a, b in _CON.sql(sql).fetchall()]
+    finally:
+        _CON.unregister("data")
+
+
+def python_texts(table: pa.Table, key: list[str], payload: list[str]) -> list[tuple[str, str]]:
+    """The same texts from the Python reference, reading pyarrow scalars."""
+    types = [table.schema.field(k).type for k in key]
+    out = []
+    for i in range(table.num_rows):
+        row = {name: table.column(name)[i] for name in table.column_names}
+        out.append(
+            (
+                identity_text_python([row[k] for k in key], types),
+                payload_text_python(row, table.schema, payload),
+            )
+        )
+    return out
+
+
+def tokens(text: str) -> list[tuple[str, str]]:
+    """Parse a canonical text (after the version) into (tag, text) pairs."""
+    data = text.encode("utf-8")
+    assert data.startswith(IDENTITY_ENCODING.encode())
+    pos, out = len(IDENTITY_ENCODING), []
+    while pos < len(data):
+        tag = chr(data[pos])
+        colon = data.index(b":", pos)
+        n = int(data[pos + 1 : colon])
+        out.append((tag, data[colon + 1 : colon + 1 + n].decode("utf-8")))
+        pos = colon + 1 + n
+    assert pos == len(data)
+    return out
+
+
+# --------------------------------------------------------------------------
+# Test vectors
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", VECTORS["identity"], ids=lambda c: c["name"])
+def test_identity_vector(case: dict[str, Any]) -> None:
+    types = [arrow_type(k["type"]) for k in case["key"]]
+    values = [python_value(k["value"], t) for k, t in zip(case["key"], types, strict=True)]
+    assert identity_text_python(values, types) == case["text"]
+    assert identity_python(values, types) == case["id"]
+
+    names = [f"k{i}" for i in range(len(types))]
+    table = table_of({n: (t, [v]) for n, t, v in zip(names, types, values, strict=True)})
+    assert duckdb_texts(table, names, names)[0][0] == case["text"]
+    ids, _ = compute_identity(table, names)
+    assert ids.to_pylist() == [case["id"]]
+
+
+@pytest.mark.parametrize("case", VECTORS["payload"], ids=lambda c: c["name"])
+def test_payload_vector(case: dict[str, Any]) -> None:
+    types = {c["name"]: arrow_type(c["type"]) for c in case["columns"]}
+    row = {c["name"]: python_value(c["value"], types[c["name"]]) for c in case["columns"]}
+    table = table_of({n: (t, [row[n]]) for n, t in types.items()})
+    assert payload_text_python(row, table.schema) == case["text"]
+    assert payload_hash_python(row, table.schema) == case["hash"]
+
+    names = list(types)
+    assert duckdb_texts(table, names[:1], names)[0][1] == case["text"]
+    _, hashes = compute_identity(table, names[:1])
+    assert hashes.to_pylist() == [case["hash"]]
+
+
+def test_vector_ids_are_md5_of_their_texts() -> None:
+    import hashlib
+
+    cases = VECTORS["identity"] + VECTORS["payload"]
+    for case in cases:
+        digest = hashlib.md5(case["text"].encode("utf-8")).hexdigest()
+        assert digest == case.get("id", case.get("hash")), case["name"]
+
+
+# --------------------------------------------------------------------------
+# DuckDB SQL and the Python reference agree, type by type
+# --------------------------------------------------------------------------
+
+_MIN_US = -62135596800 * 10**6  # 0001-01-01, the range Python datetimes cover
+_MAX_US = 253402300799 * 10**6  # 9999-12-31 23:59:59
+_DAY_US = 86400 * 10**6
+_UNIT_US = {"s": 10**6, "ms": 10**3, "us": 1}
+
+
+_INFINITIES = st.sampled_from([2**63 - 1, -(2**63 - 1)])
+
+
+def _raw_instants(unit: str, infinities: bool = True) -> st.SearchStrategy[int]:
+    if unit == "ns":  # DuckDB holds ns timestamps as int64 nanoseconds
+        return st.integers(-(2**63), 2**63 - 1) | _INFINITIES
+    finite = st.integers(_MIN_US // _UNIT_US[unit], _MAX_US // _UNIT_US[unit])
+    return finite | _INFINITIES if infinities else finite
+
+
+def _raw_times(unit: str) -> st.SearchStrategy[int]:
+    per_day = {"s": 86400, "ms": 86400 * 10**3, "us": _DAY_US, "ns": _DAY_US * 1000}
+    return st.integers(0, per_day[unit] - 1)
+
+
+def _decimals(p: int, s: int) -> st.SearchStrategy[decimal.Decimal]:
+    bound = 10**p - 1
+    # Built from text: Decimal arithmetic would round to 28 digits.
+    return st.integers(-bound, bound).map(lambda n: decimal.Decimal(f"{n}E-{s}"))
+
+
+_small_ints = st.integers(-(2**31), 2**31 - 1)
+
+TYPE_CASES: dict[str, tuple[pa.DataType, st.SearchStrategy[Any]]] = {
+    "bool": (pa.bool_(), st.booleans()),
+    **{
+        f"int{b}": (getattr(pa, f"int{b}")(), st.integers(-(2 ** (b - 1)), 2 ** (b - 1) - 1))
+        for b in (8, 16, 32, 64)
+    },
+    **{f"uint{b}": (getattr(pa, f"uint{b}")(), st.integers(0, 2**b - 1)) for b in (8, 16, 32, 64)},
+    "float16": (pa.float16(), st.floats(width=16)),
+    "float32": (pa.float32(), st.floats(width=32)),
+    "float64": (pa.float64(), st.floats()),
+    "decimal(9,0)": (pa.decimal128(9, 0), _decimals(9, 0)),
+    "decimal(18,6)": (pa.decimal128(18, 6), _decimals(18, 6)),
+    "decimal(38,38)": (pa.decimal128(38, 38), _decimals(38, 38)),
+    "decimal(38,4)": (pa.decimal128(38, 4), _decimals(38, 4)),
+    "decimal256(30,10)": (pa.decimal256(30, 10), _decimals(30, 10)),
+    "string": (pa.string(), st.text()),
+    "large_string": (pa.large_string(), st.text()),
+    "string_view": (pa.string_view(), st.text()),
+    "json": (pa.json_(), st.text()),
+    "binary": (pa.binary(), st.binary()),
+    "large_binary": (pa.large_binary(), st.binary()),
+    "fixed_size_binary": (pa.binary(3), st.binary(min_size=3, max_size=3)),
+    "uuid": (pa.uuid(), st.uuids()),
+    "date32": (pa.date32(), st.dates()),
+    "date64": (pa.date64(), st.dates()),
+    **{f"timestamp({u})": (pa.timestamp(u), _raw_instants(u)) for u in _UNIT_US},
+    # DuckDB scans an s/ms TIMESTAMPTZ as microseconds: no infinities there.
+    **{
+        f"timestamp({u},tz)": (pa.timestamp(u, tz="Asia/Kolkata"), _raw_instants(u, u == "us"))
+        for u in _UNIT_US
+    },
+    "timestamp(ns)": (pa.timestamp("ns"), _raw_instants("ns")),
+    "timestamp(ns,tz)": (pa.timestamp("ns", tz="UTC"), _raw_instants("ns")),
+    "time32(s)": (pa.time32("s"), _raw_times("s")),
+    "time32(ms)": (pa.time32("ms"), _raw_times("ms")),
+    "time64(us)": (pa.time64("us"), _raw_times("us")),
+    "time64(ns)": (pa.time64("ns"), _raw_times("ns")),
+    "list<int32>": (pa.list_(pa.int32()), st.lists(st.none() | _small_ints, max_size=4)),
+    "large_list<string>": (pa.large_list(pa.string()), st.lists(st.none() | st.text(), max_size=4)),
+    "fixed_size_list<float64>": (
+        pa.list_(pa.float64(), 2),
+        st.lists(st.floats(), min_size=2, max_size=2),
+    ),
+    "struct": (
+        pa.struct([("z", pa.int64()), ("it's", pa.string()), ("m", pa.list_(pa.bool_()))]),
+        st.fixed_dictionaries(
+            {
+                "z": st.none() | _small_ints,
+                "it's": st.none() | st.text(),
+                "m": st.none() | st.lists(st.booleans(), max_size=3),
+            }
+        ),
+    ),
+    "map<string,float64>": (
+        pa.map_(pa.string(), pa.float64()),
+        st.dictionaries(st.text(), st.none() | st.floats(), max_size=4).map(
+            lambda d: list(d.items())
+        ),
+    ),
+    "list<struct<map>>": (
+        pa.list_(pa.struct([("k", pa.map_(pa.int32(), pa.string())), ("t", pa.timestamp("ns"))])),
+        st.lists(
+            st.none()
+            | st.fixed_dictionaries(
+                {
+                    "k": st.none()
+                    | st.dictionaries(_small_ints, st.none() | st.text(), max_size=3).map(
+                        lambda d: list(d.items())
+                    ),
+                    "t": st.none() | _raw_instants("ns"),
+                }
+            ),
+            max_size=3,
+        ),
+    ),
+    "dictionary<string>": (
+        pa.dictionary(pa.int32(), pa.string()),
+        st.sampled_from(["a", "b", "é"]),
+    ),
+    "dictionary<int64>": (pa.dictionary(pa.int8(), pa.int64()), st.sampled_from([0, -1, 2**40])),
+    "null": (pa.null(), st.none()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TYPE_CASES))
+@SLOW
+@given(data=st.data())
+def test_sql_and_python_agree(name: str, data: st.DataObject) -> None:
+    t, values = TYPE_CASES[name]
+    rows = data.draw(st.lists(st.none() | values, min_size=1, max_size=8))
+    table = table_of({"v": (t, rows), "n": (pa.int64(), list(range(len(rows))))})
+    key, payload = ["v", "n"], ["v", "n"]
+    assert duckdb_texts(table, key, payload) == python_texts(table, key, payload)
+
+    ids, hashes = compute_identity(table, key, payload)
+    types = [table.schema.field(k).type for k in key]
+    for i in range(len(rows)):
+        row = {name: table.column(name)[i] for name in table.column_names}
+        assert ids[i].as_py() == identity_python([row[k] for k in key], types)
+        assert hashes[i].as_py() == payload_hash_python(row, table.schema, payload)
+
+
+@SLOW
+@given(
+    st.dictionaries(
+        st.text(st.characters(exclude_characters="\x00"), min_size=1),
+        st.none() | _small_ints,
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_payload_column_names_of_any_text(row: dict[str, int | None]) -> None:
+    table = table_of({name: (pa.int32(), [value]) for name, value in row.items()})
+    names = list(row)
+    assert duckdb_texts(table, names[:1], names) == python_texts(table, names[:1], names)
+
+
+@pytest.mark.parametrize(
+    ("narrow", "wide", "values"),
+    [
+        (pa.int8(), pa.int64(), st.integers(-128, 127)),
+        (pa.int32(), pa.int64(), st.integers(-(2**31), 2**31 - 1)),
+        (pa.uint32(), pa.int64(), st.integers(0, 2**32 - 1)),
+        (pa.int64(), pa.decimal128(30, 4), st.integers(-(2**63), 2**63 - 1)),
+        (pa.decimal128(10, 2), pa.decimal128(20, 6), _decimals(10, 2)),
+        (pa.float32(), pa.float64(), st.floats(width=32)),
+        (pa.timestamp("s"), pa.timestamp("ns"), st.integers(-(2**33), 2**33)),
+        (
+            pa.timestamp("ms", tz="UTC"),
+            pa.timestamp("us", tz="Europe/Paris"),
+            _raw_instants("ms", False),
+        ),
+        (pa.time32("ms"), pa.time64("ns"), _raw_times("ms")),
+        (pa.string(), pa.large_string(), st.text()),
+        (pa.binary(), pa.large_binary(), st.binary()),
+        (pa.date32(), pa.date64(), st.dates()),
+    ],
+    ids=lambda v: str(v) if isinstance(v, pa.DataType) else "values",
+)
+@SLOW
+@given(data=st.data())
+def test_widening_keeps_identity(
+    narrow: pa.DataType, wide: pa.DataType, values: st.SearchStrategy[Any], data: st.DataObject
+) -> None:
+    rows = data.draw(st.lists(values, min_size=1, max_size=8))
+    narrow_table = table_of({"k": (narrow, rows)})
+    wide_table = narrow_table.cast(pa.schema([pa.field("k", wide)]))
+    assert compute_identity(narrow_table, ["k"]) == compute_identity(wide_table, ["k"])
+
+
+def test_int32_and_int64_give_the_same_id_in_python() -> None:
+    assert identity_python([5], [pa.int32()]) == identity_python([5], [pa.int64()])
+    assert identity_python([5], [pa.int32()]) != identity_python(["5"], [pa.string()])
+
+
+# --------------------------------------------------------------------------
+# Injectivity of the canonical text
+# --------------------------------------------------------------------------
+
+_key_values = st.one_of(
+    st.none(),
+    st.tuples(st.just(pa.string()), st.text()),
+    st.tuples(st.just(pa.int64()), st.integers(-(2**63), 2**63 - 1)),
+    st.tuples(st.just(pa.binary()), st.binary()),
+    st.tuples(st.just(pa.list_(pa.string())), st.lists(st.none() | st.text(), max_size=3)),
+)
+
+
+def _key_text(key: list[Any]) -> str:
+    values = [None if k is None else k[1] for k in key]
+    types = [pa.string() if k is None else k[0] for k in key]
+    return identity_text_python(values, types)
+
+
+def _key_meaning(key: list[Any]) -> list[Any]:
+    # Distinct tags where types differ: the family, not the width, is meaning.
+    return [None if k is None else (str(k[0]), k[1]) for k in key]
+
+
+@given(st.lists(_key_values, min_size=1, max_size=4))
+def test_canonical_text_parses_back_into_its_values(key: list[Any]) -> None:
+    parsed = tokens(_key_text(key))
+    assert len(parsed) == len(key)
+    for (tag, text), k in zip(parsed, key, strict=True):
+        if k is None:
+            assert (tag, text) == ("n", "")
+        elif k[0] == pa.string():
+            assert (tag, text) == ("s", k[1])
+        elif k[0] == pa.int64():
+            assert (tag, int(text)) == ("e", k[1])
+        elif k[0] == pa.binary():
+            assert (tag, bytes.fromhex(text)) == ("x", k[1])
+        else:
+            assert tag == "l"
+
+
+@given(st.lists(_key_values, min_size=1, max_size=4), st.lists(_key_values, min_size=1, max_size=4))
+def test_distinct_keys_have_distinct_texts(a: list[Any], b: list[Any]) -> None:
+    if _key_meaning(a) != _key_meaning(b):
+        assert _key_text(a) != _key_text(b)
+
+
+@given(st.lists(st.text(max_size=6), min_size=2, max_size=4), st.data())
+def test_moving_a_boundary_between_strings_changes_the_text(
+    parts: list[str], data: st.DataObject
+) -> None:
+    # The adversarial case for concatenation: the same characters split
+    # differently across the key's values.
+    joined = "".join(parts)
+    cuts = sorted(
+        data.draw(
+            st.lists(st.integers(0, len(joined)), min_size=len(parts) - 1, max_size=len(parts) - 1)
+        )
+    )
+    bounds = [0, *cuts, len(joined)]
+    other = [joined[bounds[i] : bounds[i + 1]] for i in range(len(parts))]
+    types = [pa.string()] * len(parts)
+    if other != parts:
+        assert identity_text_python(other, types) != identity_text_python(parts, types)
+
+
+def test_null_empty_and_lookalike_strings_are_distinct() -> None:
+    texts = {
+        identity_text_python(v, [pa.string()] * len(v))
+        for v in ([None], [""], ["n0:"], [None, None], ["n0:n0:"], ["", ""], ["s0:"])
+    }
+    assert len(texts) == 7
+
+
+# --------------------------------------------------------------------------
+# Row order, payload semantics, errors
+# --------------------------------------------------------------------------
+
+
+@SLOW
+@given(st.lists(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=0, max_size=50), max_size=5))
+def test_compute_identity_preserves_row_order(chunks: list[list[int]]) -> None:
+    batches = [pa.record_batch({"k": pa.array(c, pa.int64())}) for c in chunks]
+    table = pa.Table.from_batches(batches, schema=pa.schema([("k", pa.int64())]))
+    ids, hashes = compute_identity(table, ["k"])
+    expected = [identity_python([k], [pa.int64()]) for c in chunks for k in c]
+    assert ids.to_pylist() == expected
+    assert len(hashes) == len(expected)
+    assert ids.type == hashes.type == pa.string()
+
+
+def test_compute_identity_accepts_a_record_batch_and_a_connection() -> None:
+    batch = pa.record_batch({"k": pa.array([3, 1, 2]), "v": pa.array(["c", "a", "b"])})
+    ids, hashes = compute_identity(batch, ["k"])
+    con = duckdb.connect()
+    try:
+        assert compute_identity(batch, ["k"], con=con) == (ids, hashes)
+        assert con.sql("SHOW TABLES").fetchall() == []  # nothing left behind
+    finally:
+        con.close()
+    assert ids.to_pylist() == [identity_python([k], [pa.int64()]) for k in (3, 1, 2)]
+    assert hashes.to_pylist() == [
+        payload_hash_python({"k": k, "v": v}, batch.schema)
+        for k, v in ((3, "c"), (1, "a"), (2, "b"))
+    ]
+
+
+def test_payload_ignores_control_columns_and_absent_nulls() -> None:
+    base = pa.table({"id": [1, 2], "name": ["a", "b"]})
+    _, plain = compute_identity(base, ["id"])
+    with_control = base.append_column("_combined_op", pa.array(["insert", "delete"]))
+    with_null = base.append_column("extra", pa.nulls(2, pa.string()))
+    reordered = base.select(["name", "id"])
+    assert compute_identity(with_control, ["id"])[1] == plain
+    assert compute_identity(with_null, ["id"])[1] == plain
+    assert compute_identity(reordered, ["id"])[1] == plain
+    assert payload_columns(with_control.schema) == ["id", "name"]
+    changed = pa.table({"id": [1, 2], "name": ["a", None]})
+    assert compute_identity(changed, ["id"])[1].to_pylist()[1] != plain.to_pylist()[1]
+
+
+def test_map_entry_order_does_not_matter_even_under_a_collation() -> None:
+    t = pa.map_(pa.string(), pa.int32())
+    table = table_of({"m": (t, [[("b", 1), ("B", 2), ("a", 3)], [("a", 3), ("B", 2), ("b", 1)]])})
+    con = duckdb.connect()
+    try:
+        con.execute("SET default_collation = 'nocase'")
+        con.register("data", table)
+        got = con.sql(f"SELECT {canonical_sql('m', t)} FROM data").fetchall()
+    finally:
+        con.close()
+    assert got[0] == got[1] == ("m24:s1:Be1:2s1:ae1:3s1:be1:1",)
+
+
+def test_unsupported_type_names_the_column() -> None:
+    table = pa.table({"id": [1], "took": pa.array([1], pa.duration("s"))})
+    with pytest.raises(TypeError, match="'took'.*duration"):
+        compute_identity(table, ["took"])
+    with pytest.raises(TypeError, match="'took'"):
+        compute_identity(table, ["id"])  # the payload covers every source column
+    nested = pa.schema([("spans", pa.list_(pa.duration("s")))])
+    with pytest.raises(TypeError, match=re.escape("'spans[]'")):
+        payload_hash_sql(["spans"], nested)
+    with pytest.raises(TypeError, match="'iv'"):
+        canonical_sql("iv", pa.month_day_nano_interval())
+    with pytest.raises(TypeError, match="'d'"):
+        canonical_sql("d", pa.decimal128(5, -2))
+
+
+def test_bad_arguments_are_refused() -> None:
+    schema = pa.schema([("a", pa.int64())])
+    with pytest.raises(ValueError, match="at least one"):
+        identity_sql([], schema)
+    with pytest.raises(TypeError, match="not the string"):
+        identity_sql("a", schema)
+    with pytest.raises(ValueError, match="'b' is not in the schema"):
+        identity_sql(["b"], schema)
+    with pytest.raises(ValueError, match="listed twice"):
+        payload_hash_sql(["a", "a"], schema)
+
+
+def test_quote_ident_doubles_quotes() -> None:
+    assert quote_ident('we"ird') == '"we""ird"'
+    with pytest.raises(ValueError, match="NUL"):
+        quote_ident("a\x00b")
+    con = duckdb.connect()
+    try:
+        name = 'col "x"; drop'
+        row = con.sql(f"SELECT 1 AS {quote_ident(name)}").fetchall()
+    finally:
+        con.close()
+    assert row == [(1,)]
+
+
+# --------------------------------------------------------------------------
+# with_identity
+# --------------------------------------------------------------------------
+
+
+def test_with_identity_on_a_table_and_on_a_query() -> None:
+    data = pa.table({"id": pa.array([2, 1], pa.int32()), "v": ["x", None]})
+    ids, hashes = compute_identity(data, ["id"])
+    con = duckdb.connect()
+    try:
+        con.register("src", data)
+        con.execute("CREATE TABLE copy AS SELECT *, 'stale' AS _combined_id FROM src")
+        for relation in ("src", "SELECT * FROM src", "(SELECT * FROM src)", "copy"):
+            sql = with_identity(con, relation, ["id"], data.schema)
+            result = con.sql(f"SELECT * FROM ({sql}) ORDER BY id DESC").to_arrow_table()
+            assert result.column("_combined_id").to_pylist() == ids.to_pylist(), relation
+            assert result.column("_combined_payload_hash").to_pylist() == hashes.to_pylist()
+            assert result.column_names.count("_combined_id") == 1
+    finally:
+        con.close()
+
+
+def test_with_identity_checks_the_relation() -> None:
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    con = duckdb.connect()
+    try:
+        con.execute("CREATE TABLE t (id VARCHAR, v VARCHAR)")
+        with pytest.raises(TypeError, match="'id' is VARCHAR"):
+            with_identity(con, "t", ["id"], schema)
+        con.execute("CREATE TABLE u (id BIGINT)")
+        with pytest.raises(ValueError, match="'v' is not in the relation"):
+            with_identity(con, "u", ["id"], schema)
+        assert "md5" in with_identity(con, "u", ["id"], schema, payload_columns=["id"])
+    finally:
+        con.close()
