@@ -1,0 +1,701 @@
+"""Logical replication stand-up and management for PostgreSQL change capture.
+
+Everything that talks to the server about publications and slots lives here:
+ordinary SQL through psycopg 3, and the streaming replication protocol
+through psycopg2's ``LogicalReplicationConnection`` (the maintained client of
+that protocol).
+
+Stand-up order (DESIGN.md section 5): :func:`ensure_publication`, then
+:func:`create_slot`, which returns a :class:`SlotHandle` holding the slot's
+consistent LSN and its exported snapshot, and has already confirmed that the
+slot retains WAL. The snapshot is read (by the snapshot source, inside
+``SET TRANSACTION SNAPSHOT``) while the handle is open; then
+:meth:`SlotHandle.release_snapshot`. The stream is applied from the
+consistent LSN with :class:`ReplicationStream`.
+
+A slot that is missing or whose WAL was removed raises :class:`SlotLost`:
+the changes in between are gone, and only a new slot plus a new snapshot
+(``combined cdc teardown`` then ``setup``) can close the gap.
+"""
+
+from __future__ import annotations
+
+import re
+import select
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import psycopg
+import psycopg2
+import psycopg2.errorcodes
+import psycopg2.extensions
+import psycopg2.extras
+from psycopg import sql
+
+from combined.connectors.postgres._pgoutput import array_type_of, lsn_to_text, text_to_lsn
+from combined.errors import (
+    AuthRejected,
+    ConfigError,
+    NotFoundError,
+    SourceError,
+    SourceUnavailable,
+)
+
+__all__ = [
+    "SESSION_SETTINGS",
+    "Publication",
+    "ReplicationStream",
+    "SlotHandle",
+    "SlotLost",
+    "SlotStatus",
+    "advance_slot",
+    "create_slot",
+    "current_wal_lsn",
+    "drop_publication",
+    "drop_slot",
+    "emit_heartbeat",
+    "ensure_publication",
+    "require_slot",
+    "resolve_user_types",
+    "slot_status",
+]
+
+#: Settings of the replication session: pgoutput renders values with the
+#: walsender's settings, and the batcher parses exactly these text forms.
+SESSION_SETTINGS: dict[str, str] = {
+    "DateStyle": "ISO",
+    "TimeZone": "UTC",
+    "IntervalStyle": "iso_8601",
+    "extra_float_digits": "3",
+    "bytea_output": "hex",
+}
+
+_SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
+_RECOVER = (
+    "run `combined cdc teardown` then `combined cdc setup` for the source: "
+    "a new slot and a new snapshot close the gap"
+)
+
+
+class SlotLost(SourceError):
+    """The replication slot is missing or lost its WAL: changes may be gone.
+
+    Never resumed silently: recovery is a new slot and a new snapshot.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """A publication that covers the captured tables."""
+
+    name: str
+    tables: tuple[str, ...]
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SlotStatus:
+    """What ``pg_replication_slots`` says about one slot, with its lag.
+
+    ``lag_bytes`` is the server's current WAL position minus
+    ``confirmed_flush_lsn``: the WAL retained for this slot that the lake has
+    not acknowledged. ``lag_seconds`` is the server's ``flush_lag`` of the
+    active walsender, when one is streaming.
+    """
+
+    slot: str
+    exists: bool
+    plugin: str | None = None
+    database: str | None = None
+    active: bool = False
+    active_pid: int | None = None
+    restart_lsn: int | None = None
+    confirmed_flush_lsn: int | None = None
+    wal_status: str | None = None
+    safe_wal_size: int | None = None
+    current_lsn: int | None = None
+    lag_bytes: int | None = None
+    lag_seconds: float | None = None
+
+    @property
+    def lost(self) -> bool:
+        """Whether the slot can no longer stream every change since it was confirmed."""
+        return not self.exists or self.wal_status == "lost" or self.restart_lsn is None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready mapping, LSNs as ``X/Y`` text."""
+        out: dict[str, Any] = {}
+        for name in self.__slots__:
+            value = getattr(self, name)
+            if name.endswith("_lsn") and isinstance(value, int):
+                value = lsn_to_text(value)
+            out[name] = value
+        return out
+
+
+def _check_slot_name(slot: str) -> None:
+    if not _SLOT_NAME.match(slot):
+        raise ConfigError(
+            f"invalid replication slot name {slot!r}",
+            hint="use 1 to 63 lower-case letters, digits and underscores",
+        )
+
+
+def _options(dsn: str) -> str:
+    """The ``options`` connection parameter: the DSN's own plus the session settings."""
+    own = psycopg2.extensions.parse_dsn(dsn).get("options", "")
+    settings = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
+    return f"{own} {settings}".strip()
+
+
+def _classify(exc: Exception, action: str) -> SourceError:
+    """A Combined error for a driver error; the DSN never reaches the message."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    lowered = text.lower()
+    if any(
+        s in lowered
+        for s in (
+            "password authentication failed",
+            "no pg_hba.conf entry",
+            "permission denied",
+            "must be superuser or replication role",
+            "must have replication",
+        )
+    ) or re.search(r'role ".*" does not exist', lowered):
+        return AuthRejected(
+            f"postgresql refused the credentials while trying to {action}",
+            hint="check the source's user, password secret and pg_hba.conf "
+            "(replication connections need a matching entry)",
+            detail=text,
+        )
+    return SourceUnavailable(
+        f"postgresql failed while trying to {action}: {text}",
+        hint="check that the server is reachable; the run is retried as another attempt",
+    )
+
+
+def _connect(dsn: str, password: str | None) -> psycopg.Connection[Any]:
+    try:
+        kwargs: dict[str, Any] = {"autocommit": True}
+        if password is not None:
+            kwargs["password"] = password
+        return psycopg.connect(dsn, **kwargs)
+    except psycopg.Error as exc:
+        raise _classify(exc, "connect") from None
+
+
+def _replication_connect(dsn: str, password: str | None) -> Any:
+    try:
+        kwargs: dict[str, Any] = {
+            "connection_factory": psycopg2.extras.LogicalReplicationConnection,
+            "options": _options(dsn),
+        }
+        if password is not None:
+            kwargs["password"] = password
+        return psycopg2.connect(dsn, **kwargs)
+    except psycopg2.Error as exc:
+        raise _classify(exc, "open a replication connection") from None
+
+
+def _split(table: str) -> tuple[str, str]:
+    schema, dot, name = table.partition(".")
+    return (schema, name) if dot else ("public", schema)
+
+
+def _check_wal_level(conn: psycopg.Connection[Any]) -> None:
+    row = conn.execute("SHOW wal_level").fetchone()
+    if not row or row[0] != "logical":
+        raise SourceError(
+            f"change capture needs wal_level=logical, the server has {row[0] if row else '?'}",
+            hint="ALTER SYSTEM SET wal_level = logical, then restart postgresql",
+        )
+
+
+def ensure_publication(
+    dsn: str,
+    name: str,
+    tables: Sequence[str],
+    *,
+    password: str | None = None,
+    add_missing: bool = False,
+) -> Publication:
+    """Create publication ``name`` for ``tables`` or verify that it covers them.
+
+    ``tables`` are ``schema.table`` (``public`` when no schema is given).
+    Every table needs a replica identity (a primary key, an identity index or
+    ``FULL``): without one the server rejects the application's updates and
+    deletes once the table is published. An existing publication must
+    publish inserts, updates, deletes and truncates; tables it lacks are
+    added only with ``add_missing`` (a table added to a live slot has no
+    snapshot: rerun setup to take one).
+    """
+    wanted = tuple(dict.fromkeys(f"{s}.{t}" for s, t in map(_split, tables)))
+    if not wanted:
+        raise ConfigError("a publication needs at least one table", hint="declare a cdc dataset")
+    with _connect(dsn, password) as conn:
+        _check_wal_level(conn)
+        for table in wanted:
+            _check_identity(conn, table)
+        row = conn.execute(
+            "SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate "
+            "FROM pg_publication WHERE pubname = %s",
+            (name,),
+        ).fetchone()
+        idents = sql.SQL(", ").join(sql.Identifier(*_split(t)) for t in wanted)
+        if row is None:
+            conn.execute(
+                sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(sql.Identifier(name), idents)
+            )
+            return Publication(name, wanted, created=True)
+        all_tables, *actions = row
+        if not all(actions):
+            raise SourceError(
+                f"publication {name!r} does not publish every kind of change",
+                hint=f"ALTER PUBLICATION {name} SET (publish = 'insert, update, delete, truncate')",
+            )
+        if not all_tables:
+            have = {
+                f"{s}.{t}"
+                for s, t in conn.execute(
+                    "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
+                    (name,),
+                )
+            }
+            missing = [t for t in wanted if t not in have]
+            if missing and not add_missing:
+                raise SourceError(
+                    f"publication {name!r} does not cover {', '.join(missing)}",
+                    hint=f"ALTER PUBLICATION {name} ADD TABLE {', '.join(missing)}; "
+                    "then rerun cdc setup so the added tables get a snapshot",
+                )
+            if missing:
+                conn.execute(
+                    sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+                        sql.Identifier(name),
+                        sql.SQL(", ").join(sql.Identifier(*_split(t)) for t in missing),
+                    )
+                )
+        return Publication(name, wanted, created=False)
+
+
+def _check_identity(conn: psycopg.Connection[Any], table: str) -> None:
+    row = conn.execute(
+        "SELECT c.relreplident, EXISTS (SELECT 1 FROM pg_index i "
+        "WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident)) "
+        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
+        _split(table),
+    ).fetchone()
+    if row is None:
+        raise NotFoundError(f"table {table!r} not found", hint="check the dataset's relation")
+    identity, has_index = row
+    if identity == "n" or (identity in ("d", "i") and not has_index):
+        raise SourceError(
+            f"table {table!r} has no replica identity",
+            hint=f"add a primary key, or ALTER TABLE {table} REPLICA IDENTITY FULL",
+        )
+
+
+def drop_publication(dsn: str, name: str, *, password: str | None = None) -> bool:
+    """Drop publication ``name``; return whether it existed."""
+    with _connect(dsn, password) as conn:
+        row = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
+        if row is None:
+            return False
+        conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(name)))
+        return True
+
+
+class SlotHandle:
+    """A newly created slot, with its consistent LSN and its exported snapshot.
+
+    The exported snapshot stays importable (``SET TRANSACTION SNAPSHOT``)
+    only while the creating replication connection runs no other command, so
+    the handle keeps that connection open and idle until
+    :meth:`release_snapshot` (or ``close``, or leaving a ``with`` block).
+    """
+
+    def __init__(
+        self, slot: str, consistent_point: int, snapshot_name: str | None, conn: Any
+    ) -> None:
+        self.slot = slot
+        #: The stitch anchor: the snapshot holds every transaction committed
+        #: before this LSN, the stream every one committed at or after it.
+        self.consistent_point = consistent_point
+        self.snapshot_name = snapshot_name
+        self._conn = conn
+
+    @property
+    def consistent_point_text(self) -> str:
+        """The consistent LSN as ``X/Y`` text (the first checkpoint ``{"lsn": ...}``)."""
+        return lsn_to_text(self.consistent_point)
+
+    @property
+    def snapshot_valid(self) -> bool:
+        """Whether the exported snapshot can still be imported."""
+        return self._conn is not None and self.snapshot_name is not None
+
+    def release_snapshot(self) -> None:
+        """Close the creating connection; the exported snapshot stops existing."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    close = release_snapshot
+
+    def __enter__(self) -> SlotHandle:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release_snapshot()
+
+    def __repr__(self) -> str:
+        return f"SlotHandle({self.slot!r}, consistent_point={self.consistent_point_text!r})"
+
+
+def create_slot(dsn: str, slot: str, *, password: str | None = None) -> SlotHandle:
+    """Create logical slot ``slot`` (pgoutput) exporting its snapshot.
+
+    Before returning, confirms in ``pg_replication_slots`` that the slot
+    retains WAL (``restart_lsn`` set, ``wal_status`` not lost): no snapshot
+    may be read before that. A slot that does not retain WAL is dropped again.
+    """
+    _check_slot_name(slot)
+    with _connect(dsn, password) as conn:
+        _check_wal_level(conn)
+    rconn = _replication_connect(dsn, password)
+    try:
+        cur = rconn.cursor()
+        # PostgreSQL 15 introduced the option list; the bare keyword is older.
+        if rconn.server_version >= 150000:
+            command = f"CREATE_REPLICATION_SLOT {slot} LOGICAL pgoutput (SNAPSHOT 'export')"
+        else:
+            command = f"CREATE_REPLICATION_SLOT {slot} LOGICAL pgoutput EXPORT_SNAPSHOT"
+        cur.execute(command)
+        _, consistent_point, snapshot_name, _ = cur.fetchone()
+    except psycopg2.Error as exc:
+        rconn.close()
+        if getattr(exc, "pgcode", None) == psycopg2.errorcodes.DUPLICATE_OBJECT:
+            raise SourceError(
+                f"replication slot {slot!r} already exists",
+                hint="`combined cdc status` shows it; teardown drops it",
+            ) from None
+        raise _classify(exc, "create a replication slot") from None
+    handle = SlotHandle(slot, text_to_lsn(consistent_point), snapshot_name, rconn)
+    try:
+        require_slot(dsn, slot, password=password)
+    except SourceError:
+        handle.release_snapshot()
+        drop_slot(dsn, slot, password=password)
+        raise
+    return handle
+
+
+_STATUS_SQL = """
+SELECT s.plugin, s.database, s.active, s.active_pid,
+       s.restart_lsn::text, s.confirmed_flush_lsn::text, s.wal_status, s.safe_wal_size,
+       w.lsn::text,
+       pg_wal_lsn_diff(w.lsn, s.confirmed_flush_lsn)::bigint,
+       (SELECT EXTRACT(epoch FROM r.flush_lag)::float8
+          FROM pg_stat_replication r WHERE r.pid = s.active_pid)
+FROM pg_replication_slots s,
+     LATERAL (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn()
+                          ELSE pg_current_wal_lsn() END AS lsn) w
+WHERE s.slot_name = %s
+"""
+
+
+def slot_status(dsn: str, slot: str, *, password: str | None = None) -> SlotStatus:
+    """The slot's state, retention and lag (``exists`` false when it is missing)."""
+    with _connect(dsn, password) as conn:
+        row = conn.execute(_STATUS_SQL, (slot,)).fetchone()
+    if row is None:
+        return SlotStatus(slot=slot, exists=False)
+    plugin, database, active, pid, restart, flushed, wal_status, safe, current, lag, secs = row
+    return SlotStatus(
+        slot=slot,
+        exists=True,
+        plugin=plugin,
+        database=database,
+        active=bool(active),
+        active_pid=pid,
+        restart_lsn=text_to_lsn(restart) if restart else None,
+        confirmed_flush_lsn=text_to_lsn(flushed) if flushed else None,
+        wal_status=wal_status,
+        safe_wal_size=safe,
+        current_lsn=text_to_lsn(current) if current else None,
+        lag_bytes=lag,
+        lag_seconds=secs,
+    )
+
+
+def require_slot(dsn: str, slot: str, *, password: str | None = None) -> SlotStatus:
+    """The slot's status; raise :class:`SlotLost` unless it exists and retains its WAL."""
+    status = slot_status(dsn, slot, password=password)
+    if not status.exists:
+        raise SlotLost(f"replication slot {slot!r} does not exist", hint=_RECOVER, slot=slot)
+    if status.lost:
+        raise SlotLost(
+            f"replication slot {slot!r} lost the wal it needs (wal_status {status.wal_status})",
+            hint=_RECOVER,
+            slot=slot,
+        )
+    if status.plugin != "pgoutput":
+        raise SourceError(
+            f"replication slot {slot!r} uses plugin {status.plugin!r}, not pgoutput",
+            hint="use another slot name, or drop this slot if it is yours",
+        )
+    return status
+
+
+def drop_slot(
+    dsn: str, slot: str, *, password: str | None = None, wait_seconds: float = 10.0
+) -> bool:
+    """Drop the slot; return whether it existed.
+
+    A slot still held by a walsender that is shutting down is retried for up
+    to ``wait_seconds``; one held by a live consumer raises ``SourceError``.
+    """
+    _check_slot_name(slot)
+    deadline = time.monotonic() + wait_seconds
+    with _connect(dsn, password) as conn:
+        while True:
+            try:
+                row = conn.execute(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                    "WHERE slot_name = %s",
+                    (slot,),
+                ).fetchone()
+                return row is not None
+            except psycopg.errors.ObjectInUse:
+                if time.monotonic() >= deadline:
+                    raise SourceError(
+                        f"replication slot {slot!r} is in use by another process",
+                        hint="stop the capture that streams from it, then retry",
+                    ) from None
+                time.sleep(0.1)
+
+
+def current_wal_lsn(dsn: str, *, password: str | None = None) -> int:
+    """The server's current WAL write position: the end of a bounded run."""
+    with _connect(dsn, password) as conn:
+        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    assert row is not None
+    return text_to_lsn(row[0])
+
+
+def emit_heartbeat(dsn: str, *, password: str | None = None) -> int:
+    """Write a non-transactional logical message so WAL moves past quiet periods.
+
+    The message is not published (pgoutput sends messages only on request);
+    it gives the walsender a position to report in its keepalives.
+    """
+    with _connect(dsn, password) as conn:
+        row = conn.execute(
+            "SELECT pg_logical_emit_message(false, 'combined.heartbeat', '')::text"
+        ).fetchone()
+    assert row is not None
+    return text_to_lsn(row[0])
+
+
+def advance_slot(
+    dsn: str, slot: str, lsn: int, *, password: str | None = None, wait_seconds: float = 10.0
+) -> int | None:
+    """Confirm ``lsn`` on an idle slot (``pg_replication_slot_advance``); never moves it back.
+
+    Used when no replication connection is open to carry the feedback.
+    Returns the slot's confirmed position afterwards.
+    """
+    _check_slot_name(slot)
+    with _connect(dsn, password) as conn:
+        status = slot_status(dsn, slot, password=password)
+        if status.lost:
+            raise SlotLost(f"replication slot {slot!r} is lost", hint=_RECOVER, slot=slot)
+        if status.confirmed_flush_lsn is not None and status.confirmed_flush_lsn >= lsn:
+            return status.confirmed_flush_lsn
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            try:
+                conn.execute(
+                    "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, lsn_to_text(lsn))
+                )
+                break
+            except psycopg.errors.ObjectInUse:
+                # The walsender of a just-closed stream may still hold the slot.
+                if time.monotonic() >= deadline:
+                    raise SourceUnavailable(
+                        f"replication slot {slot!r} is in use by another process",
+                        hint="the position is confirmed by the next run that acknowledges",
+                    ) from None
+                time.sleep(0.1)
+            except psycopg.Error as exc:
+                raise _classify(exc, "advance the replication slot") from None
+    return slot_status(dsn, slot, password=password).confirmed_flush_lsn
+
+
+def resolve_user_types(
+    dsn: str, oids: Iterable[int], *, password: str | None = None
+) -> dict[int, tuple[int, int]]:
+    """For user-defined type OIDs, the built-in ``(type oid, modifier)`` to read them as.
+
+    An enum and a string-category base type (``citext``) read as ``text``; a
+    domain as its base type (domains of domains are followed); an array of
+    any of these as the matching built-in array. Other user types are left
+    out: they stay unsupported.
+    """
+    wanted = sorted(set(oids))
+    out: dict[int, tuple[int, int]] = {}
+    if wanted:
+        with _connect(dsn, password) as conn:
+            for oid in wanted:
+                found = _resolve_type(conn, oid)
+                if found is not None:
+                    out[oid] = found
+    return out
+
+
+def _resolve_type(
+    conn: psycopg.Connection[Any], oid: int, depth: int = 0
+) -> tuple[int, int] | None:
+    current, modifier = oid, -1
+    for _ in range(16):  # a domain chain is short; the bound guards a cycle
+        row = conn.execute(
+            "SELECT typtype, typbasetype, typtypmod, typcategory, typelem FROM pg_type "
+            "WHERE oid = %s",
+            (current,),
+        ).fetchone()
+        if row is None:
+            return None
+        typtype, base, typmod, category, element = row
+        if typtype == "d":
+            current, modifier = int(base), int(typmod) if typmod >= 0 else modifier
+            continue
+        if typtype == "e" or (typtype == "b" and category == "S" and current >= 16384):
+            return 25, -1
+        if current < 16384:
+            return (current, modifier) if current != oid else None
+        if typtype == "b" and category == "A" and element and depth == 0:
+            inner = _resolve_type(conn, int(element), depth + 1)
+            array = array_type_of(inner[0]) if inner else None
+            return (array, inner[1]) if array is not None and inner is not None else None
+        return None
+    return None
+
+
+class ReplicationStream:
+    """One ``START_REPLICATION`` session of a pgoutput slot (psycopg2).
+
+    :meth:`read` returns the next message payload and the WAL position of
+    its record, or ``None`` when nothing arrived within the timeout.
+    :meth:`confirm` tells the server a position is durable; psycopg2 repeats
+    the last confirmation every ``status_interval`` seconds while reading.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        slot: str,
+        publication: str,
+        start_lsn: int,
+        *,
+        password: str | None = None,
+        proto_version: int = 1,
+        status_interval: float = 10.0,
+        extra_options: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        _check_slot_name(slot)
+        self.slot = slot
+        self._dsn, self._password = dsn, password
+        self._conn = _replication_connect(dsn, password)
+        self._cur = self._conn.cursor()
+        options = {"proto_version": str(proto_version), "publication_names": publication}
+        options.update(extra_options)
+        try:
+            self._cur.start_replication(
+                slot_name=slot,
+                decode=False,
+                start_lsn=start_lsn,
+                options=options,
+                status_interval=status_interval,
+            )
+        except psycopg2.Error as exc:
+            self.close()
+            raise self._failure(exc, "start streaming") from None
+        self._confirmed = 0
+
+    @property
+    def wal_end(self) -> int:
+        """The server's position from the last message or keepalive."""
+        return int(self._cur.wal_end)
+
+    @property
+    def confirmed(self) -> int:
+        """The highest position confirmed through :meth:`confirm`."""
+        return self._confirmed
+
+    @property
+    def closed(self) -> bool:
+        """Whether the connection is closed."""
+        return self._conn is None or bool(self._conn.closed)
+
+    def read(self, timeout: float) -> tuple[bytes, int] | None:
+        """The next message (payload, WAL position), or ``None`` after ``timeout`` seconds."""
+        try:
+            msg = self._cur.read_message()
+            if msg is None and timeout > 0:
+                select.select([self._conn], [], [], timeout)
+                msg = self._cur.read_message()
+        except psycopg2.Error as exc:
+            raise self._failure(exc, "read the replication stream") from None
+        if msg is None:
+            return None
+        return bytes(msg.payload), int(msg.data_start)
+
+    def confirm(self, lsn: int) -> None:
+        """Report ``lsn`` as written and flushed (durable in the lake); never moves back."""
+        if lsn <= self._confirmed:
+            return
+        try:
+            self._cur.send_feedback(write_lsn=lsn, flush_lsn=lsn, force=True)
+        except psycopg2.Error as exc:
+            raise self._failure(exc, "confirm the flush position") from None
+        self._confirmed = lsn
+
+    def request_reply(self) -> None:
+        """Ask the server for a keepalive, which refreshes :attr:`wal_end`."""
+        try:
+            self._cur.send_feedback(reply=True)
+        except psycopg2.Error as exc:
+            raise self._failure(exc, "ping the replication stream") from None
+
+    def close(self) -> None:
+        """Close the connection (the slot stays, at its confirmed position)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg2.Error:
+                pass  # closing a broken connection has nothing left to release
+
+    def _failure(self, exc: Exception, action: str) -> SourceError:
+        """A lost slot when the slot is gone, otherwise a transient failure."""
+        try:
+            require_slot(self._dsn, self.slot, password=self._password)
+        except SlotLost as lost:
+            return lost
+        except SourceError:
+            pass  # the server is unreachable: report the original failure
+        if getattr(exc, "pgcode", None) == psycopg2.errorcodes.OBJECT_IN_USE:
+            return SourceUnavailable(
+                f"replication slot {self.slot!r} is in use by another process",
+                hint="another capture streams from this slot; the run is retried",
+            )
+        return _classify(exc, action)

@@ -1,0 +1,783 @@
+"""Change capture: the batcher and assembler offline, the extraction against a real slot.
+
+The offline tests feed the pgoutput messages captured in
+``data/pgoutput_v1.hex`` (see ``test_pgoutput.py``). The live tests need
+``COMBINED_TEST_PG_DSN`` and ``wal_level=logical``; each creates its own
+tables, publication and slot and drops the slot in teardown.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pytest
+
+from combined.connectors.abc import Extraction
+from combined.connectors.postgres._cdc import (
+    CHANGE_COLUMNS,
+    OP_TRUNCATE,
+    UNCHANGED_COLUMN,
+    CdcExtraction,
+    ChangeBatcher,
+    _Assembler,
+    lsn_from_state,
+)
+from combined.connectors.postgres._pgoutput import (
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    PgoutputDecoder,
+    PgoutputMessage,
+    Relation,
+    RelationColumn,
+    TupleData,
+    Type,
+    Update,
+    arrow_type,
+    decode_message,
+    lsn_to_text,
+    text_to_arrow,
+    text_to_lsn,
+)
+from combined.connectors.postgres._replication import (
+    SlotLost,
+    create_slot,
+    drop_publication,
+    drop_slot,
+    ensure_publication,
+    slot_status,
+)
+from combined.errors import (
+    ConfigError,
+    ProtocolViolation,
+    SchemaMismatch,
+    SourceError,
+    UnsupportedType,
+)
+from combined.protocol import (
+    EMITTED_AT_COLUMN,
+    OP_COLUMN,
+    POSITION_COLUMN,
+    Message,
+    RecordBatchMessage,
+    StateMessage,
+)
+
+DATA = Path(__file__).parent / "data"
+BIG = "".join(f"{i:05d}" for i in range(1000))
+
+
+def read_fixture(name: str) -> list[PgoutputMessage]:
+    """Decode a ``<lsn> <hex>`` fixture file written by test_pgoutput.py."""
+    decoder = PgoutputDecoder()
+    return [
+        decoder.decode(bytes.fromhex(line.split()[1]))
+        for line in (DATA / name).read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+
+
+V1 = read_fixture("pgoutput_v1.hex")
+T_REL = next(m for m in V1 if isinstance(m, Relation) and m.name == "cdc_fx_t")
+F_REL = next(m for m in V1 if isinstance(m, Relation) and m.name == "cdc_fx_f")
+ENUM = next(m for m in V1 if isinstance(m, Type))
+TXN = next(m for m in V1 if isinstance(m, Begin))
+
+
+def _batcher(rel: Relation = T_REL, **kw: Any) -> ChangeBatcher:
+    return ChangeBatcher(rel, type_overrides={ENUM.oid: (25, -1)}, **kw)
+
+
+def _add(b: ChangeBatcher, *changes: PgoutputMessage) -> None:
+    for c in changes:
+        assert isinstance(c, Insert | Update | Delete)
+        b.add(c, commit_lsn=TXN.final_lsn, commit_time=TXN.commit_time)
+
+
+def _changes(rel: Relation) -> list[PgoutputMessage]:
+    return [m for m in V1 if getattr(m, "relation_oid", None) == rel.oid]
+
+
+# -- type mapping -----------------------------------------------------------
+
+
+def test_arrow_types_follow_the_postgresql_type_and_modifier() -> None:
+    assert arrow_type(23) == pa.int32()
+    assert arrow_type(1700, (12 << 16 | 2) + 4) == pa.decimal128(12, 2)
+    assert arrow_type(1700, (60 << 16 | 10) + 4) == pa.decimal256(60, 10)
+    assert arrow_type(1700, -1) == pa.string()  # no fixed scale: text stays exact
+    assert arrow_type(1184) == pa.timestamp("us", tz="UTC")
+    assert arrow_type(2950) == pa.string() and arrow_type(3802) == pa.string()
+    assert arrow_type(17) == pa.binary()
+
+
+@pytest.mark.parametrize("oid", [790, 1270, 600, 3904])  # money, timetz[], point, int4range
+def test_unmapped_types_name_the_column(oid: int) -> None:
+    with pytest.raises(UnsupportedType, match="column 'price'") as info:
+        arrow_type(oid, column="price")
+    assert info.value.hint
+
+
+def test_text_values_convert_column_by_column() -> None:
+    assert text_to_arrow([b"t", b"f", None], pa.bool_(), "c").to_pylist() == [True, False, None]
+    times = text_to_arrow([b"13:14:15.5", None], pa.time64("us"), "c").to_pylist()
+    assert times[0] is not None and times[0].isoformat() == "13:14:15.500000" and times[1] is None
+    assert text_to_arrow([b"\\x00ff", b"\\x", None], pa.binary(), "c").to_pylist() == [
+        b"\x00\xff",
+        b"",
+        None,
+    ]
+    floats = text_to_arrow([b"NaN", b"-Infinity", b"1.5"], pa.float64(), "c").to_pylist()
+    assert floats[1] == float("-inf") and floats[2] == 1.5 and floats[0] != floats[0]
+
+
+def test_arrays_and_intervals_are_parsed_per_value() -> None:
+    ints = text_to_arrow([b"{1,NULL,3}", None, b"{}", b"[0:1]={4,5}"], arrow_type(1007), "c")
+    assert ints.type == pa.list_(pa.int32())
+    assert ints.to_pylist() == [[1, None, 3], None, [], [4, 5]]
+    texts = text_to_arrow([b'{"a b","c\\"d",plain,NULL,"NULL"}'], arrow_type(1009), "c")
+    assert texts.to_pylist() == [["a b", 'c"d', "plain", None, "NULL"]]
+    money = text_to_arrow([b"{1.50,-2.00}"], arrow_type(1231, (10 << 16 | 2) + 4), "c")
+    assert money.to_pylist() == [[Decimal("1.50"), Decimal("-2.00")]]
+    spans = text_to_arrow(
+        [b"P1Y2M3DT4H5M6.5S", b"PT0S", b"PT-1H-2M-3.25S", None], arrow_type(1186), "c"
+    ).to_pylist()
+    assert [(s.months, s.days, s.nanoseconds) for s in spans[:3]] == [
+        (14, 3, (4 * 3600 + 5 * 60 + 6.5) * 10**9),
+        (0, 0, 0),
+        (0, 0, -3723_250_000_000),
+    ]
+    assert spans[3] is None
+    with pytest.raises(SchemaMismatch, match="column 'grid'"):
+        text_to_arrow([b"{{1,2},{3,4}}"], arrow_type(1007), "grid")
+
+
+@pytest.mark.parametrize(
+    ("value", "type_"),
+    [(b"NaN", pa.decimal128(10, 2)), (b"infinity", pa.date32()), (b"\xff", pa.string())],
+)
+def test_values_without_an_arrow_form_fail_naming_the_column(
+    value: bytes, type_: pa.DataType
+) -> None:
+    with pytest.raises(SchemaMismatch, match="column 'amount'"):
+        text_to_arrow([value], type_, "amount")
+
+
+# -- the batcher on captured rows -------------------------------------------
+
+
+def test_batcher_converts_captured_rows() -> None:
+    b = _batcher()
+    inserts = [m for m in _changes(T_REL) if isinstance(m, Insert)][:2]
+    _add(b, *inserts)
+    batch = b.flush()
+    assert batch is not None and b.rows == 0 and b.flush() is None
+    assert batch.schema.names == [c.name for c in T_REL.columns] + list(CHANGE_COLUMNS)
+    assert batch.schema.field("amount").type == pa.decimal128(12, 2)
+    assert batch.schema.field("m").type == pa.string()  # the enum reads as its label
+    one, two = batch.to_pylist()
+    assert one["big"] == BIG and one["amount"] == Decimal("12.34")
+    assert one["ts"] == datetime(2024, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    assert one["data"] == b"\x00\x01\xff" and one["doc"] == '{"a": [1, 2]}'
+    assert one["u"] == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11" and one["m"] == "happy"
+    assert one["flag"] is True and two["flag"] is False and two["name"] is None
+    assert two["amount"] == Decimal("-0.50") and two["f"] != two["f"]  # NaN
+    assert one[OP_COLUMN] == "insert" and one[UNCHANGED_COLUMN] is None
+    assert one[POSITION_COLUMN] == lsn_to_text(TXN.final_lsn)
+    assert one[EMITTED_AT_COLUMN] == TXN.commit_time
+
+
+def test_columns_that_are_null_in_every_row_keep_their_type() -> None:
+    b = _batcher()
+    second = [m for m in _changes(T_REL) if isinstance(m, Insert)][1]
+    _add(b, second)
+    batch = b.flush()
+    assert batch is not None and batch.schema == b.schema
+    assert batch.column("data").type == pa.binary() and batch.column("data").null_count == 1
+
+
+def test_unchanged_toast_value_is_named_not_nulled() -> None:
+    b = _batcher()
+    update = next(m for m in _changes(T_REL) if isinstance(m, Update) and m.old is None)
+    _add(b, update)
+    batch = b.flush()
+    assert batch is not None
+    (row,) = batch.to_pylist()
+    assert row[OP_COLUMN] == "update" and row["name"] == "uno"
+    assert row["big"] is None and row[UNCHANGED_COLUMN] == ["big"]
+
+
+def test_full_identity_fills_unchanged_values_from_the_old_row() -> None:
+    b = _batcher(F_REL)
+    _add(b, *_changes(F_REL))
+    batch = b.flush()
+    assert batch is not None
+    ins, upd, dele = batch.to_pylist()
+    assert upd[OP_COLUMN] == "update" and upd["note"] == "n2"
+    assert upd["big"] == BIG and upd[UNCHANGED_COLUMN] is None
+    assert dele[OP_COLUMN] == "delete" and dele["big"] == BIG
+
+
+def test_key_change_is_a_delete_of_the_old_key_then_an_update() -> None:
+    b = _batcher()
+    rekey = next(m for m in _changes(T_REL) if isinstance(m, Update) and m.old_kind == "K")
+    delete = next(m for m in _changes(T_REL) if isinstance(m, Delete))
+    _add(b, rekey, delete)
+    batch = b.flush()
+    assert batch is not None
+    rows = batch.to_pylist()
+    assert [(r[OP_COLUMN], r["id"]) for r in rows] == [
+        ("delete", 2),
+        ("update", 20),
+        ("delete", 20),
+    ]
+    assert rows[1]["name"] is None and rows[1]["big"] == "small"
+    assert all(r["amount"] is None for r in (rows[0], rows[2]))  # deletes carry only the key
+
+
+def test_batches_are_bounded_by_rows_and_bytes() -> None:
+    insert = next(m for m in _changes(T_REL) if isinstance(m, Insert))
+    b = _batcher(batch_rows=2)
+    _add(b, insert)
+    assert not b.full
+    _add(b, insert)
+    assert b.full and b.rows == 2
+    b = _batcher(batch_bytes=4096)
+    _add(b, insert)  # carries 5000 bytes of text
+    assert b.full and b.nbytes > 4096
+    with pytest.raises(ProtocolViolation):
+        _batcher(batch_rows=0)
+
+
+def test_truncate_is_a_one_row_marker() -> None:
+    b = _batcher()
+    marker = b.truncate_batch(commit_lsn=TXN.final_lsn, commit_time=TXN.commit_time)
+    assert marker.num_rows == 1 and marker.schema == b.schema
+    (row,) = marker.to_pylist()
+    assert row[OP_COLUMN] == OP_TRUNCATE and row["id"] is None
+    assert row[POSITION_COLUMN] == lsn_to_text(TXN.final_lsn)
+
+
+def test_rows_of_another_relation_or_shape_are_refused() -> None:
+    b = _batcher()
+    with pytest.raises(ProtocolViolation):
+        b.add(Insert(F_REL.oid, TupleData("t", (b"1",))), commit_lsn=1, commit_time=TXN.commit_time)
+    with pytest.raises(SchemaMismatch):
+        b.add(Insert(T_REL.oid, TupleData("t", (b"1",))), commit_lsn=1, commit_time=TXN.commit_time)
+
+
+# -- the assembler on the captured stream -----------------------------------
+
+
+def _assemble(
+    starts: dict[str, int] | None = None, batch_rows: int = 1000, drain: bool = True
+) -> list[Message]:
+    asm = _Assembler(
+        {"t": "cdc_fx_t", "f": "public.cdc_fx_f"},
+        starts or {"t": 0, "f": 0},
+        batch_rows=batch_rows,
+        resolve_types=lambda oids: {ENUM.oid: (25, -1)} if ENUM.oid in oids else {},
+    )
+    out: list[Message] = []
+    for m in V1:
+        out += asm.feed(m)
+        if drain and isinstance(m, Commit):
+            out += asm.drain()
+    return out + asm.states(asm.position, final=True)
+
+
+def _describe(out: list[Message]) -> list[tuple[str, str, Any]]:
+    desc: list[tuple[str, str, Any]] = []
+    for m in out:
+        if isinstance(m, StateMessage):
+            desc.append((m.dataset, "state", m.state["lsn"]))
+        else:
+            desc.append((m.dataset, "rows", m.batch.column(OP_COLUMN).to_pylist()))
+    return desc
+
+
+COMMITS = [m for m in V1 if isinstance(m, Commit)]
+
+
+def test_each_transaction_yields_its_rows_then_its_state() -> None:
+    out = _assemble()
+    ends = [lsn_to_text(c.end_lsn) for c in COMMITS]
+    final = ends[-1]
+    assert _describe(out) == [
+        ("t", "rows", ["insert", "insert"]),
+        ("t", "state", ends[0]),
+        ("t", "rows", ["update"]),
+        ("t", "state", ends[1]),
+        ("t", "rows", ["delete", "update"]),
+        ("t", "state", ends[2]),
+        ("t", "rows", ["delete"]),
+        ("t", "state", ends[3]),
+        ("f", "rows", ["insert", "update"]),
+        ("f", "state", ends[4]),
+        ("f", "rows", ["delete"]),
+        ("f", "state", ends[5]),
+        ("t", "rows", [OP_TRUNCATE]),
+        ("t", "state", ends[7]),
+        ("t", "rows", ["insert"]),
+        ("t", "state", ends[8]),
+        ("t", "rows", ["insert"]),
+        ("t", "state", final),
+        ("t", "state", final),
+        ("f", "state", final),
+    ]
+    states = [m for m in out if isinstance(m, StateMessage)]
+    assert states[0].state == {"lsn": ends[0], "dataset": "t"}
+    assert states[0].position == lsn_to_text(COMMITS[0].commit_lsn)
+    assert states[0].emitted_at == COMMITS[0].commit_time.isoformat()
+    assert [s.final for s in states[-2:]] == [True, True] and states[-1].emitted_at is None
+
+
+def test_a_relation_change_starts_a_batch_with_the_new_schema() -> None:
+    batches = [m.batch for m in _assemble() if isinstance(m, RecordBatchMessage)]
+    t_batches = [b for b in batches if "amount" in b.schema.names]
+    assert "extra" not in t_batches[0].schema.names
+    assert t_batches[-2].schema.names[-5:] == ["extra", *CHANGE_COLUMNS]
+    assert t_batches[-2].to_pylist()[0]["extra"] == 7
+
+
+def test_rows_coalesce_across_transactions_and_cut_at_a_commit() -> None:
+    out = _assemble(batch_rows=3, drain=False)
+    ends = [lsn_to_text(c.end_lsn) for c in COMMITS]
+    # A full batch is cut at its last commit: committed rows, their state, the open rest.
+    assert _describe(out)[:6] == [
+        ("t", "rows", ["insert", "insert"]),
+        ("t", "state", ends[0]),
+        ("t", "rows", ["update"]),  # its commit is not read yet: no state follows
+        ("t", "rows", ["delete", "update"]),  # the second and third transactions
+        ("t", "state", ends[2]),
+        ("t", "rows", ["delete"]),
+    ]
+    t_ops = [op for d, kind, ops in _describe(out) if d == "t" and kind == "rows" for op in ops]
+    assert t_ops == [
+        *("insert", "insert", "update", "delete", "update", "delete"),
+        *(OP_TRUNCATE, "insert", "insert"),
+    ]
+
+
+def test_transactions_before_a_datasets_start_are_skipped() -> None:
+    out = _assemble(starts={"t": COMMITS[2].end_lsn, "f": 0})
+    t_ops = [ops for d, kind, ops in _describe(out) if d == "t" and kind == "rows"]
+    assert t_ops[0] == ["delete"]  # the first three transactions are already in the lake
+    f_ops = [ops for d, kind, ops in _describe(out) if d == "f" and kind == "rows"]
+    assert f_ops == [["insert", "update"], ["delete"]]
+
+
+def _enum_as_text(oids: Any) -> dict[int, tuple[int, int]]:
+    return {ENUM.oid: (25, -1)}
+
+
+def test_a_renamed_table_fails_the_capture() -> None:
+    asm = _Assembler({"t": "cdc_fx_t"}, {"t": 0}, resolve_types=_enum_as_text)
+    asm.feed(TXN)
+    asm.feed(T_REL)
+    renamed = Relation(T_REL.oid, "public", "other", "d", T_REL.columns)
+    with pytest.raises(SchemaMismatch, match="renamed"):
+        asm.feed(renamed)
+
+
+def test_a_key_that_deletes_do_not_carry_fails() -> None:
+    asm = _Assembler(
+        {"t": "cdc_fx_t"}, {"t": 0}, keys={"t": ("name",)}, resolve_types=_enum_as_text
+    )
+    with pytest.raises(SchemaMismatch, match="keyed on name"):
+        asm.feed(T_REL)
+    full = _Assembler({"f": "cdc_fx_f"}, {"f": 0}, keys={"f": ("note",)})
+    full.feed(F_REL)  # REPLICA IDENTITY FULL carries every column
+
+
+def test_streamed_transactions_are_refused() -> None:
+    asm = _Assembler({"t": "cdc_fx_t"}, {"t": 0})
+    with pytest.raises(SourceError, match="in progress"):
+        asm.feed(decode_message(b"S\0\0\0\x07\x01"))
+
+
+def test_unsupported_column_fails_at_the_relation_message() -> None:
+    rel = Relation(5, "public", "cdc_fx_t", "d", (RelationColumn("cash", 790, -1, False),))
+    with pytest.raises(UnsupportedType, match="'cash'"):
+        _Assembler({"t": "cdc_fx_t"}, {"t": 0}).feed(rel)
+
+
+def test_lsn_from_state() -> None:
+    assert lsn_from_state(None) is None and lsn_from_state({}) is None
+    assert lsn_from_state({"lsn": "1/A"}) == (1 << 32) + 10
+    with pytest.raises(ProtocolViolation):
+        lsn_from_state({"position": "1/A"})
+
+
+# -- live: a real slot --------------------------------------------------------
+
+
+@pytest.fixture
+def dsn(pg_server_dsn: str) -> Iterator[str]:
+    """The server DSN, once logical decoding is known to be available."""
+    with psycopg.connect(pg_server_dsn) as conn:
+        row = conn.execute("SHOW wal_level").fetchone()
+    if not row or row[0] != "logical":
+        reason = f"wal_level is {row[0] if row else '?'}, logical decoding needs 'logical'"
+        if os.environ.get("COMBINED_REQUIRE_SERVICES") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    yield pg_server_dsn
+
+
+@dataclass
+class Env:
+    """One test's tables, publication and slot."""
+
+    dsn: str
+    conn: psycopg.Connection[Any]
+    a: str
+    b: str
+    pub: str
+    slot: str
+    start: int
+    opened: list[CdcExtraction] = field(default_factory=list)
+
+    def run(self, *statements: str, params: Any = None) -> None:
+        with self.conn.transaction():
+            for s in statements:
+                self.conn.execute(s.format(a=self.a, b=self.b), params)
+
+    def extraction(self, **kw: Any) -> CdcExtraction:
+        kw.setdefault("start_lsn", self.start)
+        kw.setdefault("end_lsn", "current")
+        kw.setdefault("datasets", {"a": self.a, "b": self.b})
+        ex = CdcExtraction(self.dsn, slot=self.slot, publication=self.pub, **kw)
+        self.opened.append(ex)
+        return ex
+
+    def confirmed(self) -> int | None:
+        return slot_status(self.dsn, self.slot).confirmed_flush_lsn
+
+    def wait_confirmed(self, lsn: int, timeout: float = 5.0) -> int | None:
+        deadline = time.monotonic() + timeout
+        while (got := self.confirmed()) != lsn and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return got
+
+
+@pytest.fixture
+def env(dsn: str) -> Iterator[Env]:
+    sfx = f"{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    a, b, pub, slot = f"cdc_a_{sfx}", f"cdc_b_{sfx}", f"cdc_pub_{sfx}", f"cdc_slot_{sfx}"
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute(f"CREATE TABLE {a} (id int PRIMARY KEY, name text, big text, n numeric(10,2))")
+    conn.execute(f"CREATE TABLE {b} (id int PRIMARY KEY, v text)")
+    try:
+        ensure_publication(dsn, pub, [a, b])
+        with create_slot(dsn, slot) as handle:
+            start = handle.consistent_point
+        e = Env(dsn, conn, a, b, pub, slot, start)
+        yield e
+        for ex in e.opened:
+            ex.finish("abort")  # a failed test may leave its stream open
+    finally:
+        conn.execute(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+            "WHERE slot_name = %s AND active_pid IS NOT NULL",
+            (slot,),
+        )
+        drop_slot(dsn, slot)
+        drop_publication(dsn, pub)
+        conn.execute(f"DROP TABLE IF EXISTS {a}, {b}")
+        conn.close()
+
+
+def _consume(ex: Extraction) -> tuple[list[Message], dict[str, list[dict[str, Any]]]]:
+    out = list(ex)
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for m in out:
+        if isinstance(m, RecordBatchMessage):
+            rows.setdefault(m.dataset, []).extend(m.batch.to_pylist())
+    return out, rows
+
+
+def _states(out: list[Message], dataset: str) -> list[StateMessage]:
+    return [m for m in out if isinstance(m, StateMessage) and m.dataset == dataset]
+
+
+@pytest.mark.postgres
+def test_changes_stream_in_commit_order(env: Env) -> None:
+    big = secrets.token_hex(2500)  # 5000 random bytes of text: stored out of line
+    env.run("INSERT INTO {a} VALUES (1, 'one', %s, 1.5), (2, 'two', 'small', 2)", params=(big,))
+    env.run("UPDATE {a} SET name = 'uno' WHERE id = 1")  # big is not in the SET list
+    env.run("DELETE FROM {a} WHERE id = 2")
+    env.run("INSERT INTO {b} VALUES (1, 'x')", "INSERT INTO {a} VALUES (3, 'three', NULL, 3)")
+    env.run("TRUNCATE {a}")
+    env.run(
+        "ALTER TABLE {a} ADD COLUMN extra int", "INSERT INTO {a} VALUES (4, 'four', NULL, 4, 44)"
+    )
+
+    ex = env.extraction()
+    out, rows = _consume(ex)
+    a = [(r[OP_COLUMN], r["id"]) for r in rows["a"]]
+    assert a == [
+        *(("insert", 1), ("insert", 2), ("update", 1), ("delete", 2)),
+        *(("insert", 3), (OP_TRUNCATE, None), ("insert", 4)),
+    ]
+    update = rows["a"][2]
+    assert update["name"] == "uno" and update["big"] is None
+    assert update[UNCHANGED_COLUMN] == ["big"]  # never a null overwriting the lake's value
+    assert rows["a"][0]["big"] == big and rows["a"][0]["n"] == Decimal("1.50")
+    assert rows["a"][-1]["extra"] == 44 and "extra" not in rows["a"][0]
+    assert [r["v"] for r in rows["b"]] == ["x"]
+
+    # The new column arrives in a batch of its own shape.
+    a_batches = [m.batch for m in out if isinstance(m, RecordBatchMessage) and m.dataset == "a"]
+    assert "extra" in a_batches[-1].schema.names and "extra" not in a_batches[0].schema.names
+    marker = next(b for b in a_batches if b.column(OP_COLUMN)[0].as_py() == OP_TRUNCATE)
+    assert marker.num_rows == 1
+
+    # Every state follows the rows it covers; positions only grow.
+    states = _states(out, "a")
+    lsns = [text_to_lsn(s.state["lsn"]) for s in states]
+    assert lsns == sorted(lsns) and states[-1].final
+    seen: set[str] = set()
+    for m in out:
+        if isinstance(m, RecordBatchMessage):
+            seen.update(m.batch.column(POSITION_COLUMN).to_pylist())
+        elif m.position and m.emitted_at:
+            covered = {p for p in seen if text_to_lsn(p) <= text_to_lsn(m.position)}
+            assert m.position in covered
+    for r in rows["a"]:
+        assert r[EMITTED_AT_COLUMN].tzinfo is not None
+    assert ex.receipt.completed and ex.receipt.rows == 7  # the truncate marker is no record
+    ex.finish("success")
+
+
+@pytest.mark.postgres
+def test_acknowledge_confirms_only_what_was_acknowledged(env: Env) -> None:
+    env.run("INSERT INTO {a} VALUES (1, 'one', NULL, 1)")
+    env.run("INSERT INTO {a} VALUES (2, 'two', NULL, 2)")
+    before = env.confirmed()
+    ex = env.extraction(datasets={"a": env.a}, status_interval=1, flush_interval=0)
+    out, _ = _consume(ex)
+    first, second, final = _states(out, "a")
+    assert final.final and final.state["lsn"] >= second.state["lsn"]
+    time.sleep(1.2)  # past a status interval: nothing was acknowledged yet
+    assert env.confirmed() == before
+
+    ex.acknowledge(first.state)
+    assert env.wait_confirmed(text_to_lsn(first.state["lsn"])) == text_to_lsn(first.state["lsn"])
+    time.sleep(1.2)
+    assert env.confirmed() == text_to_lsn(first.state["lsn"])  # never ahead of the lake
+    ex.acknowledge(first.state)  # a repeat changes nothing
+    with pytest.raises(ProtocolViolation, match="ahead of the stream"):
+        ex.acknowledge({"lsn": lsn_to_text(text_to_lsn(final.state["lsn"]) + 1), "dataset": "a"})
+    with pytest.raises(ProtocolViolation):
+        ex.acknowledge({"lsn": first.state["lsn"], "dataset": "nope"})
+
+    # A crash: the second transaction was yielded but never acknowledged.
+    ex.finish("abort")
+    again = env.extraction(datasets={"a": env.a}, start_lsn=first.state["lsn"])
+    out2, rows2 = _consume(again)
+    assert [(r[OP_COLUMN], r["id"]) for r in rows2["a"]] == [("insert", 2)]
+    # Acknowledged after the stream closed: confirmed on the idle slot instead.
+    last = _states(out2, "a")[-1]
+    again.finish("success")
+    again.acknowledge(last.state)
+    assert env.wait_confirmed(text_to_lsn(last.state["lsn"])) == text_to_lsn(last.state["lsn"])
+
+
+@pytest.mark.postgres
+def test_a_crash_between_lake_commit_and_acknowledge_lands_each_change_once(env: Env) -> None:
+    env.run("INSERT INTO {a} VALUES (1, 'one', NULL, 1)")
+    env.run("UPDATE {a} SET name = 'uno' WHERE id = 1")
+    ex = env.extraction(datasets={"a": env.a}, flush_interval=0)
+    out, _ = _consume(ex)
+    first, second = _states(out, "a")[:2]
+    ex.acknowledge(first.state)
+    ex.finish("abort")  # the lake committed `second`, then the process died before acknowledging
+    assert env.wait_confirmed(text_to_lsn(first.state["lsn"])) == text_to_lsn(first.state["lsn"])
+
+    env.run("DELETE FROM {a} WHERE id = 1")
+    again = env.extraction(datasets={"a": env.a}, start_lsn={"a": second.state["lsn"]})
+    out2, rows = _consume(again)
+    # The server resends the update (the slot is behind); the lake's checkpoint skips it.
+    assert [(r[OP_COLUMN], r["id"]) for r in rows["a"]] == [("delete", 1)]
+    assert rows["a"][0][POSITION_COLUMN] == _states(out2, "a")[0].position
+    again.finish("success")
+
+
+@pytest.mark.postgres
+def test_the_slot_moves_only_when_every_dataset_acknowledged(env: Env) -> None:
+    env.run("INSERT INTO {a} VALUES (1, 'one', NULL, 1)")
+    env.run("INSERT INTO {b} VALUES (1, 'x')")
+    before = env.confirmed()
+    ex = env.extraction()
+    out, _ = _consume(ex)
+    a_final, b_final = _states(out, "a")[-1], _states(out, "b")[-1]
+    assert a_final.state["lsn"] == b_final.state["lsn"]
+    ex.acknowledge(a_final.state)
+    time.sleep(0.3)
+    assert env.confirmed() == before  # b's rows are not in the lake yet
+    ex.acknowledge(b_final.state)
+    target = text_to_lsn(b_final.state["lsn"])
+    assert env.wait_confirmed(target) == target
+    assert ex.confirmed_lsn == target
+    ex.finish("success")
+
+
+@pytest.mark.postgres
+def test_a_bounded_run_stops_at_its_end_and_leaves_later_commits(env: Env) -> None:
+    env.run("INSERT INTO {a} VALUES (1, 'one', NULL, 1)")
+    ex = env.extraction()
+    it = iter(ex)
+    first = next(it)
+    env.run("INSERT INTO {a} VALUES (2, 'late', NULL, 2)")  # after the run's end
+    rest = [first, *it]
+    ids = [r["id"] for m in rest if isinstance(m, RecordBatchMessage) for r in m.batch.to_pylist()]
+    assert ids == [1]
+    ex.finish("success")
+    nxt = env.extraction(start_lsn=_states(rest, "a")[-1].state["lsn"])
+    _, rows = _consume(nxt)
+    assert [r["id"] for r in rows["a"]] == [2]
+    nxt.finish("success")
+
+
+@pytest.mark.postgres
+def test_follow_mode_heartbeats_quiet_datasets_until_stopped(env: Env) -> None:
+    stop = threading.Event()
+    ex = env.extraction(end_lsn=None, stop=stop.is_set, heartbeat_interval=0.2, timeout=30)
+    writer_done = threading.Event()
+
+    def writer() -> None:
+        with psycopg.connect(env.dsn, autocommit=True) as c:
+            for i in range(3):
+                c.execute(f"INSERT INTO {env.a} VALUES (%s, 'w', NULL, 1)", (i,))
+                time.sleep(0.3)
+        writer_done.set()
+
+    threading.Thread(target=writer, daemon=True).start()
+    out: list[Message] = []
+    for m in ex:
+        out.append(m)
+        a_rows = sum(x.batch.num_rows for x in out if isinstance(x, RecordBatchMessage))
+        if writer_done.is_set() and a_rows == 3 and len(_states(out, "b")) >= 2:
+            stop.set()
+    b_states = _states(out, "b")
+    assert all(s.emitted_at is None for s in b_states)  # heartbeats: no commit of b
+    assert text_to_lsn(b_states[-1].state["lsn"]) > env.start and b_states[-1].final
+    a_final = _states(out, "a")[-1]
+    assert a_final.final and ex.receipt.completed
+    ex.acknowledge(a_final.state)
+    ex.acknowledge(b_states[-1].state)
+    target = min(text_to_lsn(a_final.state["lsn"]), text_to_lsn(b_states[-1].state["lsn"]))
+    assert env.wait_confirmed(target) == target
+    ex.finish("success")
+
+
+@pytest.mark.postgres
+def test_a_lost_slot_fails_loudly(env: Env) -> None:
+    drop_slot(env.dsn, env.slot)
+    with pytest.raises(SlotLost, match="does not exist") as info:
+        list(env.extraction())
+    assert "teardown" in (info.value.hint or "")
+
+
+@pytest.mark.postgres
+def test_a_slot_dropped_while_streaming_fails_loudly(env: Env) -> None:
+    env.run("INSERT INTO {a} VALUES (1, 'one', NULL, 1)")
+    ex = env.extraction(end_lsn=None, timeout=20)
+    it = iter(ex)
+    next(it)
+    pid = slot_status(env.dsn, env.slot).active_pid
+    env.conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    drop_slot(env.dsn, env.slot)
+    with pytest.raises(SlotLost):
+        list(it)
+    ex.finish("abort")
+
+
+@pytest.mark.postgres
+def test_configuration_errors(env: Env) -> None:
+    with pytest.raises(ConfigError):
+        env.extraction(start_lsn={"a": env.start})  # no start for b
+    with pytest.raises(ConfigError):
+        CdcExtraction(env.dsn, slot=env.slot, publication=env.pub, datasets={}, start_lsn=0)
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_million_row_transaction_streams_in_bounded_memory(env: Env) -> None:
+    rows = 1_000_000
+    env.run(f"INSERT INTO {{b}} SELECT g, repeat('x', 200) FROM generate_series(1, {rows}) g")
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    ex = env.extraction(datasets={"b": env.b}, batch_rows=20_000)
+    base, peak, seen, max_batch = rss(), 0, 0, 0
+    states_before_end = 0
+    for m in ex:
+        if isinstance(m, RecordBatchMessage):
+            seen += m.batch.num_rows
+            max_batch = max(max_batch, m.batch.num_rows)
+            peak = max(peak, rss() - base)
+        elif seen < rows:
+            states_before_end += 1
+    assert seen == rows and max_batch <= 20_000
+    assert states_before_end == 0  # the checkpoint comes only after the commit
+    # The transaction holds over 200 MB of text; the stream holds a few batches.
+    assert peak < 120 * 1024 * 1024, f"rss grew by {peak / 2**20:.0f} MiB"
+    ex.finish("success")
+
+
+def test_extraction_satisfies_the_protocol() -> None:
+    ex = CdcExtraction("host=unused", slot="s", publication="p", datasets={"a": "t"}, start_lsn=0)
+    assert isinstance(ex, Extraction)
+    assert ex.finish("abort").cleanup_succeeded
+
+
+@pytest.mark.postgres
+def test_values_of_every_mapped_type_arrive_typed(env: Env) -> None:
+    mood = f"cdc_mood_{env.a[6:]}"
+    env.conn.execute(f"CREATE TYPE {mood} AS ENUM ('happy', 'sad')")
+    try:
+        env.run(
+            f"ALTER TABLE {{a}} ADD COLUMN m {mood}, ADD COLUMN span interval,"
+            " ADD COLUMN ints int[], ADD COLUMN tags text[], ADD COLUMN at timestamptz,"
+            " ADD COLUMN day date, ADD COLUMN t time, ADD COLUMN raw bytea, ADD COLUMN doc jsonb,"
+            " ADD COLUMN ok bool, ADD COLUMN r real, ADD COLUMN local timestamp"
+        )
+        env.conn.execute(
+            f"INSERT INTO {env.a} (id, n, m, span, ints, tags, at, day, t, raw, doc, ok, r, local)"
+            " VALUES (1, 12345678.91, 'sad', '1 year 2 mons 3 days -04:05:06.5', '{1,NULL,3}',"
+            " '{\"x y\",z}', '2024-02-29 23:59:59.999999-08', '2024-02-29', '13:14:15.5',"
+            " '\\x00ff', '{\"k\": [1]}', true, 1.5, '2024-01-01 00:00:00')"
+        )
+        ex = env.extraction(datasets={"a": env.a})
+        _, rows = _consume(ex)
+        (row,) = rows["a"]
+        assert row["n"] == Decimal("12345678.91") and row["m"] == "sad"
+        span = row["span"]
+        assert (span.months, span.days, span.nanoseconds) == (14, 3, -14_706_500_000_000)
+        assert row["ints"] == [1, None, 3] and row["tags"] == ["x y", "z"]
+        assert row["at"] == datetime(2024, 3, 1, 7, 59, 59, 999999, tzinfo=UTC)
+        assert str(row["day"]) == "2024-02-29" and str(row["t"]) == "13:14:15.500000"
+        assert row["raw"] == b"\x00\xff" and row["doc"] == '{"k": [1]}'
+        assert row["ok"] is True and row["r"] == 1.5
+        assert row["local"] == datetime(2024, 1, 1)
+        ex.finish("success")
+    finally:
+        env.conn.execute(f"DROP TABLE IF EXISTS {env.a}")
+        env.conn.execute(f"DROP TYPE IF EXISTS {mood}")
