@@ -335,7 +335,7 @@ def test_sql_and_python_agree(name: str, data: st.DataObject) -> None:
 @SLOW
 @given(
     st.dictionaries(
-        st.text(st.characters(exclude_characters="\x00"), min_size=1),
+        st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1),
         st.none() | _small_ints,
         min_size=1,
         max_size=6,

@@ -77,7 +77,6 @@ _EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _NAN_BITS = "7ff8000000000000"
 _ZERO_BITS = "0000000000000000"
 _NS_PER_UNIT = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
-_MAX_DUCKDB_DECIMAL_PRECISION = 38
 # The stored timestamp counts PostgreSQL and DuckDB read as +/-infinity.
 _INFINITE_COUNT = 2**63 - 1
 
@@ -87,60 +86,45 @@ _INFINITE_COUNT = 2**63 - 1
 # --------------------------------------------------------------------------
 
 
+_t = pa.types
+# Family of each plain Arrow type, by predicate; the first match wins.
+_FAMILIES: tuple[tuple[Callable[[pa.DataType], bool], str], ...] = (
+    (_t.is_null, "null"),
+    (_t.is_boolean, "bool"),
+    (_t.is_integer, "int"),
+    (_t.is_floating, "float"),
+    (lambda t: _t.is_string(t) or _t.is_large_string(t) or _t.is_string_view(t), "string"),
+    (lambda t: _t.is_binary(t) or _t.is_large_binary(t) or _t.is_binary_view(t), "binary"),
+    (_t.is_fixed_size_binary, "binary"),
+    (_t.is_date, "date"),
+    (lambda t: _t.is_timestamp(t) and t.tz is None, "timestamp"),
+    (_t.is_timestamp, "timestamptz"),
+    (_t.is_time, "time"),
+    (_t.is_map, "map"),  # before lists: a map is also a list in Arrow
+    (lambda t: _t.is_list(t) or _t.is_large_list(t) or _t.is_fixed_size_list(t), "list"),
+    (lambda t: _t.is_list_view(t) or _t.is_large_list_view(t), "list"),
+    # DuckDB holds decimals of precision up to 38, with a scale in 0..precision.
+    (lambda t: _t.is_decimal(t) and 0 <= t.scale <= t.precision <= 38, "decimal"),
+    (lambda t: _t.is_struct(t) and len(set(t.names)) == t.num_fields, "struct"),
+)
+_EXTENSIONS = {"arrow.uuid": "uuid", "arrow.json": "json"}
+
+
 def _kind(t: pa.DataType, where: str) -> str:
     """Name the encoding family of ``t``, or raise TypeError naming ``where``."""
-    if pa.types.is_dictionary(t):
+    if _t.is_dictionary(t):
         return _kind(t.value_type, where)
     if isinstance(t, pa.BaseExtensionType):
-        if t.extension_name == "arrow.uuid":
-            return "uuid"
-        if t.extension_name == "arrow.json":
-            return "json"
-    elif pa.types.is_null(t):
-        return "null"
-    elif pa.types.is_boolean(t):
-        return "bool"
-    elif pa.types.is_integer(t):
-        return "int"
-    elif pa.types.is_decimal(t):
-        if 0 <= t.scale <= t.precision <= _MAX_DUCKDB_DECIMAL_PRECISION:
-            return "decimal"
-    elif pa.types.is_floating(t):
-        return "float"
-    elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "string"
-    elif (
-        pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_fixed_size_binary(t)
-        or pa.types.is_binary_view(t)
-    ):
-        return "binary"
-    elif pa.types.is_date(t):
-        return "date"
-    elif pa.types.is_timestamp(t):
-        return "timestamptz" if t.tz is not None else "timestamp"
-    elif pa.types.is_time(t):
-        return "time"
-    elif pa.types.is_map(t):
-        return "map"
-    elif (
-        pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-        or pa.types.is_fixed_size_list(t)
-        or pa.types.is_list_view(t)
-        or pa.types.is_large_list_view(t)
-    ):
-        return "list"
-    elif pa.types.is_struct(t):
-        names = [t.field(i).name for i in range(t.num_fields)]
-        if len(set(names)) == len(names):
-            return "struct"
-    raise TypeError(
-        f"column {where!r} has type {t}, which has no canonical identity encoding "
-        f"({IDENTITY_ENCODING}); cast it to a supported type or leave it out of the "
-        "key and payload"
-    )
+        kind = _EXTENSIONS.get(t.extension_name)
+    else:
+        kind = next((k for test, k in _FAMILIES if test(t)), None)
+    if kind is None:
+        raise TypeError(
+            f"column {where!r} has type {t}, which has no canonical identity encoding "
+            f"({IDENTITY_ENCODING}); cast it to a supported type or leave it out of the "
+            "key and payload"
+        )
+    return kind
 
 
 _TAGS = {
