@@ -31,6 +31,7 @@ from combined.protocol import _provenance as prov
 from combined.runtime._barrier import CheckpointBarrier
 from combined.runtime._faults import arm_commit_watchdog
 from combined.runtime._reporter import Reporter
+from combined.runtime._schema_check import check_batch, family
 
 ORDINAL = "_combined_ordinal"
 
@@ -143,8 +144,13 @@ def stage(
     area: StagingArea,
     layout: LakeLayout,
     reporter: Reporter,
+    declared: Mapping[str, str] | None = None,
 ) -> Staged:
-    """Read one dataset into private, ordinal-keyed staging under the run's limits."""
+    """Read one dataset into private, ordinal-keyed staging under the run's limits.
+
+    ``declared`` maps column names to their discovered Arrow types: every
+    batch is checked against it, the first one included.
+    """
     table = table_of(layout, plan)
     last = table.latest_commit()
     # The checkpoint lives with the data: the lake's newest commit is authoritative.
@@ -174,7 +180,9 @@ def stage(
         area, f"{plan.source}/{plan.name}/capture", max_rows=plan.max_rows, max_bytes=plan.max_bytes
     )
     try:
-        return _consume(plan, extraction, writer, committed_schema, last, prior_state, reporter)
+        return _consume(
+            plan, extraction, writer, committed_schema, last, prior_state, reporter, declared
+        )
     except BaseException:
         extraction.finish("abort")
         raise
@@ -188,6 +196,7 @@ def _consume(
     last: Mapping[str, Any] | None,
     prior_state: Mapping[str, Any] | None,
     reporter: Reporter,
+    declared: Mapping[str, str] | None,
 ) -> Staged:
     barrier = CheckpointBarrier()
     schema: pa.Schema | None = None
@@ -198,6 +207,7 @@ def _consume(
             continue
         assert isinstance(msg, RecordBatchMessage)
         batch = msg.batch
+        check_batch(f"{plan.source}.{plan.name}", batch, declared)
         if schema is None:
             schema = batch.schema
         elif batch.schema != schema:
@@ -259,12 +269,22 @@ def _conform(plan: DatasetPlan, batch: pa.RecordBatch, schema: pa.Schema) -> pa.
             continue
         col = batch.column(idx)
         if col.type != f.type:
+            before, now = family(str(f.type)), family(str(col.type))
+            # A cast across families (int64 to string) would "fit" by rewriting values.
+            fits = (
+                before == now
+                or now == "null"
+                or (before in ("float", "decimal") and now == "integer")
+            )
             try:
+                if not fits:
+                    raise pa.ArrowInvalid(f"{col.type} is not {f.type}")
                 col = pc.cast(col, f.type, safe=True)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                 raise SchemaMismatch(
-                    f"a record of {plan.source}.{plan.name} does not fit the declared schema: "
-                    f"column {f.name!r} is {f.type}, the record has {col.type}",
+                    f"a record of {plan.source}.{plan.name} does not fit the schema of the "
+                    f"capture: column {f.name!r} holds {f.type} in earlier records and "
+                    f"{col.type} in this one",
                     hint="fix the source value or declare the column's type; "
                     "nothing was committed for this dataset",
                 ) from exc

@@ -146,9 +146,12 @@ class Runner:
             try:
                 source = connector_class(admission.connector)(self.resolve(admission.config))
                 prepared = []
+                discovery = source.discover()
                 for plan in plans:
                     self.reporter.phase(plan.name, "extracting")
-                    staged = stage(plan, source, area, self.layout, self.reporter)
+                    found = discovery.dataset(plan.relation) or discovery.dataset(plan.name)
+                    declared = {f.name: f.arrow_type for f in found.fields} if found else None
+                    staged = stage(plan, source, area, self.layout, self.reporter, declared)
                     opened.append(staged)
                     prepared.append(
                         prepare(

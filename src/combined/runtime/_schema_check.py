@@ -1,0 +1,98 @@
+"""Does a record fit the declared schema? Checked on every batch, by type family.
+
+The declared schema is what the connector's discovery reports for the
+dataset. Exact type equality would be too strict (a driver may hand over
+``large_string`` for ``string``, or a zone spelled differently), so batches are
+compared by family: a value fits when its family is the declared one, or a
+lossless widening of it (an integer where a float or decimal is declared), or
+when the whole column is null.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pyarrow as pa
+
+from combined.errors import SchemaMismatch
+
+_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("int", "integer"),
+    ("uint", "integer"),
+    ("halffloat", "float"),
+    ("float", "float"),
+    ("double", "float"),
+    ("decimal", "decimal"),
+    ("large_string", "string"),
+    ("string", "string"),
+    ("utf8", "string"),
+    ("large_utf8", "string"),
+    ("large_binary", "binary"),
+    ("fixed_size_binary", "binary"),
+    ("binary", "binary"),
+    ("bool", "boolean"),
+    ("date", "date"),
+    ("timestamp", "timestamp"),
+    ("time", "time"),
+    ("duration", "duration"),
+    ("month_day_nano_interval", "interval"),
+    ("large_list", "list"),
+    ("fixed_size_list", "list"),
+    ("list", "list"),
+    ("struct", "struct"),
+    ("map", "map"),
+    ("null", "null"),
+)
+
+#: Declared family -> families a value may arrive as without loss.
+_WIDENS: Mapping[str, frozenset[str]] = {
+    "float": frozenset({"integer"}),
+    "decimal": frozenset({"integer"}),
+}
+
+
+def family(type_text: str) -> str | None:
+    """The family of an Arrow type as text (``str(pa.DataType)``); None if unknown."""
+    text = type_text.strip().lower()
+    if text.startswith("dictionary<values="):
+        return family(text[len("dictionary<values=") :])
+    if text.startswith("extension<"):
+        return None
+    for prefix, fam in _PREFIXES:
+        if text.startswith(prefix):
+            return fam
+    return None
+
+
+def _type_family(t: pa.DataType) -> str | None:
+    if pa.types.is_dictionary(t):
+        return _type_family(t.value_type)
+    return family(str(t))
+
+
+def check_batch(dataset: str, batch: pa.RecordBatch, declared: Mapping[str, str] | None) -> None:
+    """Raise SchemaMismatch when a column's values do not fit its declared type."""
+    if not declared:
+        return
+    for field, column in zip(batch.schema, batch.columns, strict=True):
+        want_text = declared.get(field.name)
+        if want_text is None:
+            continue  # a new field: drift policy decides, not this check
+        want = family(want_text)
+        got = _type_family(field.type)
+        if want is None or got is None or got == want or got == "null":
+            continue
+        if got in _WIDENS.get(want, frozenset()):
+            continue
+        if column.null_count == len(column):
+            continue
+        raise SchemaMismatch(
+            f"a record of {dataset} does not fit the declared schema: column "
+            f"{field.name!r} is declared {want_text}, the record holds {field.type}",
+            hint="fix the value in the source, or declare the column's type to match; "
+            "nothing was committed for this dataset",
+            dataset=dataset,
+            column=field.name,
+            declared=want_text,
+            found=str(field.type),
+        )
