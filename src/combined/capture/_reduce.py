@@ -26,6 +26,9 @@ from combined.errors import DuplicateKeys
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import identity_sql, payload_hash_sql, quote_ident
 
+#: A change stream's list of columns whose (TOAST) value the change left as it was.
+UNCHANGED = "_combined_unchanged"
+
 
 @dataclass(frozen=True, slots=True)
 class Transition:
@@ -71,6 +74,7 @@ class Reducer:
         memory_limit: int,
         spill_dir: Path,
         baseline: bool,
+        full: bool | None = None,
     ) -> None:
         import duckdb
 
@@ -86,6 +90,8 @@ class Reducer:
         self.strategy = strategy
         self.sync_mode = sync_mode
         self.baseline = baseline
+        #: Whether the capture is the whole relation (absent ids are deletes).
+        self.full = strategy == "snapshot" if full is None else full
         self.payload = [
             f.name
             for f in capture_schema
@@ -98,20 +104,20 @@ class Reducer:
         op_expr = f"{quote_ident(prov.OP)}" if has_op else "'upsert'"
         id_expr = identity_sql(key, capture_schema)
         hash_expr = payload_hash_sql(self.payload, capture_schema)
-        if capture_files:
-            self.con.execute(
-                f"CREATE VIEW cap AS SELECT *, {id_expr} AS _cid, {hash_expr} AS _chash, "
-                f"{op_expr} AS _cop FROM read_parquet({_files(capture_files)})"
-            )
+        if not capture_files:
+            raise ValueError("a reduction needs at least one staged part (it may be empty)")
+        files = _files(capture_files)
+        if UNCHANGED in capture_schema.names:
+            self._resolve_unchanged(files, id_expr, current_files)
+            source = "res"
+            id_col = "_cid"
         else:
-            cols = ", ".join(
-                f"CAST(NULL AS VARCHAR) AS {quote_ident(n)}" for n in capture_schema.names
-            )
-            self.con.execute(
-                f"CREATE VIEW cap AS SELECT {cols}, NULL::VARCHAR AS _cid, "
-                "NULL::VARCHAR AS _chash, NULL::VARCHAR AS _cop, NULL::BIGINT AS _combined_ordinal "
-                "WHERE false"
-            )
+            source = f"(SELECT *, {id_expr} AS _cid FROM read_parquet({files}))"
+            id_col = "_cid"
+        self.con.execute(
+            f"CREATE VIEW cap AS SELECT *, {hash_expr} AS _chash, {op_expr} AS _cop "
+            f"FROM {source} AS s0 WHERE {id_col} IS NOT NULL OR {op_expr} = 'truncate'"
+        )
         if current_files:
             self.con.execute(
                 "CREATE VIEW cur AS SELECT _combined_id AS _kid, _combined_payload_hash AS _khash "
@@ -123,13 +129,50 @@ class Reducer:
                 "WHERE false"
             )
 
+    def _resolve_unchanged(self, files: str, id_expr: str, current_files: Sequence[str]) -> None:
+        """Fill TOAST values a change stream marked unchanged, never writing them as nulls.
+
+        The value comes from the newest earlier change of the same row in this
+        capture, else from the lake's current row.
+        """
+        marked = {
+            c: f"coalesce(list_contains(r.{UNCHANGED}, {_lit(c)}), false)" for c in self.payload
+        }
+        cols = []
+        for c in self.payload:
+            q = quote_ident(c)
+            prev = (
+                f"last_value(CASE WHEN NOT {marked[c]} THEN struct_pack(v := r.{q}) END "
+                "IGNORE NULLS) OVER (PARTITION BY r._cid ORDER BY r._combined_ordinal "
+                "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
+            )
+            fallback = f"l.{q}" if current_files else "NULL"
+            cols.append(
+                f"CASE WHEN {marked[c]} THEN (CASE WHEN {prev} IS NOT NULL THEN ({prev}).v "
+                f"ELSE {fallback} END) ELSE r.{q} END AS {q}"
+            )
+        rest = ", ".join(
+            f"r.{quote_ident(n)}" for n in self.capture_schema.names if n not in self.payload
+        )
+        lake = ""
+        if current_files:
+            wanted = ", ".join(quote_ident(c) for c in self.payload)
+            lake = (
+                f"LEFT JOIN (SELECT _combined_id, {wanted} FROM read_parquet("
+                f"{_files(current_files)}, union_by_name = true)) l ON l._combined_id = r._cid"
+            )
+        self.con.execute(
+            f"CREATE VIEW res AS SELECT {', '.join(cols)}, {rest}, r._cid FROM "
+            f"(SELECT *, {id_expr} AS _cid FROM read_parquet({files})) r {lake}"
+        )
+
     def close(self) -> None:
         """Close the DuckDB connection (and its spill files)."""
         self.con.close()
 
     def duplicates(self, limit: int = 1000) -> list[tuple[str, int, list[int]]]:
         """Ids present more than once in a full-row capture, with their ordinals."""
-        if self.has_op or self.strategy != "snapshot":
+        if self.has_op or not self.full:
             return []
         rows = self.con.execute(
             "SELECT _cid, count(*), list(_combined_ordinal ORDER BY _combined_ordinal) "
@@ -167,30 +210,32 @@ class Reducer:
                 "_chash AS new_hash, NULL::VARCHAR AS old_hash, _combined_ordinal AS ord FROM cap"
             )
         else:
+            # A truncate in a change stream empties the table at that point: only
+            # changes after the last truncate survive, and every other row goes.
+            cut = con.execute(
+                "SELECT max(_combined_ordinal) FROM cap WHERE _cop = 'truncate'"
+            ).fetchall()[0][0]
+            after = "" if cut is None else f"AND _combined_ordinal > {int(cut)}"
             last = (
-                "SELECT * FROM cap QUALIFY row_number() OVER "
+                f"SELECT * FROM cap WHERE _cop <> 'truncate' {after} QUALIFY row_number() OVER "
                 "(PARTITION BY _cid ORDER BY _combined_ordinal DESC) = 1"
             )
             first_op = "'snapshot'" if self.baseline else "'insert'"
-            if self.strategy == "snapshot" and not self.has_op:
-                con.execute(
-                    "CREATE TEMP TABLE tr AS SELECT coalesce(c._cid, k._kid) AS id, "
-                    f"CASE WHEN k._kid IS NULL THEN {first_op} WHEN c._cid IS NULL THEN 'delete' "
-                    "WHEN c._chash = k._khash THEN 'same' ELSE 'update' END AS op, "
-                    "c._chash AS new_hash, k._khash AS old_hash, c._combined_ordinal AS ord "
-                    f"FROM ({last}) c FULL OUTER JOIN cur k ON c._cid = k._kid"
-                )
-            else:
-                con.execute(
-                    "CREATE TEMP TABLE tr AS SELECT c._cid AS id, CASE "
-                    "WHEN c._cop = 'delete' THEN (CASE WHEN k._kid IS NULL THEN 'same' "
-                    "ELSE 'delete' END) "
-                    f"WHEN k._kid IS NULL THEN {first_op} "
-                    "WHEN c._chash = k._khash THEN 'same' ELSE 'update' END AS op, "
-                    "CASE WHEN c._cop = 'delete' THEN NULL ELSE c._chash END AS new_hash, "
-                    "k._khash AS old_hash, c._combined_ordinal AS ord "
-                    f"FROM ({last}) c LEFT JOIN cur k ON c._cid = k._kid"
-                )
+            # Absent ids are deletes when the capture is the whole relation (a
+            # snapshot, or a stream that truncated it); a delta leaves them alone.
+            whole = self.full or cut is not None
+            join = "FULL OUTER JOIN" if whole else "LEFT JOIN"
+            con.execute(
+                "CREATE TEMP TABLE tr AS SELECT coalesce(c._cid, k._kid) AS id, CASE "
+                "WHEN c._cid IS NULL THEN 'delete' "
+                "WHEN c._cop = 'delete' THEN (CASE WHEN k._kid IS NULL THEN 'same' "
+                "ELSE 'delete' END) "
+                f"WHEN k._kid IS NULL THEN {first_op} "
+                "WHEN c._chash = k._khash THEN 'same' ELSE 'update' END AS op, "
+                "CASE WHEN c._cid IS NULL OR c._cop = 'delete' THEN NULL ELSE c._chash END "
+                "AS new_hash, k._khash AS old_hash, c._combined_ordinal AS ord "
+                f"FROM ({last}) c {join} cur k ON c._cid = k._kid"
+            )
         return self._stats()
 
     def _stats(self) -> Transition:

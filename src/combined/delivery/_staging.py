@@ -85,6 +85,8 @@ class PartWriter:
 
     def write(self, batch: pa.RecordBatch) -> None:
         """Append a batch, cutting a new part at the row or byte limit."""
+        if self._writer is None and batch.num_rows == 0:
+            self._roll(batch.schema)  # an empty capture still has a part with its schema
         offset = 0
         while offset < batch.num_rows:
             if self._writer is None or self._full():
@@ -162,16 +164,21 @@ def write_deliveries(
     schema_revision: int,
     max_rows: int,
     max_bytes: int,
+    allow_empty: bool = False,
 ) -> list[StagedDelivery]:
-    """Cut ``batches`` into bounded Delivery files with deterministic ids."""
+    """Cut ``batches`` into bounded Delivery files with deterministic ids.
+
+    With ``allow_empty``, a stream without rows still yields one empty
+    Delivery (a commit that only carries a checkpoint).
+    """
     out: list[StagedDelivery] = []
     seq = first_sequence
     pending: list[pa.RecordBatch] = []
     rows = nbytes = 0
 
-    def flush() -> None:
+    def flush(force: bool = False) -> None:
         nonlocal seq, rows, nbytes
-        if not pending:
+        if not pending and not force:
             return
         did = delivery_id(run_id, source, dataset, seq)
         path = area.path(f"{source}/{dataset}/deliveries/{seq:09d}-{did}.parquet")
@@ -213,5 +220,5 @@ def write_deliveries(
             offset += chunk.num_rows
             if rows >= max_rows or nbytes >= max_bytes:
                 flush()
-    flush()
+    flush(force=allow_empty and not out and not pending)
     return out

@@ -74,6 +74,10 @@ class Staged:
     receipt: ExtractionReceipt
     rows: int
     drift: list[dict[str, Any]] = field(default_factory=list)
+    #: Whether the capture is the whole relation (absent ids become deletes).
+    full: bool = False
+    #: The checkpoint the read started from.
+    prior_state: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -245,6 +249,11 @@ def _consume(
         receipt=extraction.receipt,
         rows=rows,
         drift=drift,
+        full=plan.strategy == "snapshot"
+        or bool(
+            checkpoint and checkpoint[0].get("stitched") and not (prior_state or {}).get("lsn")
+        ),
+        prior_state=prior_state,
     )
 
 
@@ -324,6 +333,7 @@ def prepare(
         memory_limit=memory_limit,
         spill_dir=spill,
         baseline=baseline,
+        full=staged.full,
     )
     try:
         if reducer.duplicates(limit=1):
@@ -339,7 +349,18 @@ def prepare(
             schema = schema.append(pf)
         deliveries: list[StagedDelivery] = []
         changes_path: Path | None = None
-        if transition.changes or (plan.sync_mode == "full_refresh" and transition.captured):
+        # A change stream that moved without touching this dataset still commits
+        # its position (an empty Delivery), so the slot can be confirmed past it.
+        moved = (
+            plan.strategy == "cdc"
+            and staged.state is not None
+            and dict(staged.state) != dict(staged.prior_state or {})
+        )
+        if (
+            transition.changes
+            or (plan.sync_mode == "full_refresh" and transition.captured)
+            or moved
+        ):
             observed = staged.receipt.snapshot_acquired_at or staged.receipt.extraction_started_at
             constants = {
                 "observed_at": (observed or datetime.now(UTC)).isoformat(),
@@ -361,6 +382,7 @@ def prepare(
                 schema_revision=_schema_revision(catalog, plan, schema),
                 max_rows=plan.max_rows,
                 max_bytes=plan.max_bytes,
+                allow_empty=moved,
             )
             changes = reducer.changes()
             changes_path = area.path(

@@ -104,6 +104,8 @@ class Runner:
             return self._execute(run, admission, selected)
         except CombinedError as exc:
             return self._fail(run.id, exc)
+        except Exception as exc:  # a defect still ends the Run, with its evidence
+            return self._fail(run.id, exc)
         finally:
             for plan in held:
                 self.catalog.release_lease(plan.source, plan.name, run.id)

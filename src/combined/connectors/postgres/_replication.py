@@ -151,26 +151,43 @@ def _options(dsn: str) -> str:
     return f"{own} {settings}".strip()
 
 
+#: Server (and libpq) wordings of a refusal that retrying cannot fix: a failed
+#: authentication of any method, a role that does not exist or lacks LOGIN or
+#: REPLICATION, a ``pg_hba.conf`` that has no entry or a ``reject`` entry.
+_REFUSED = (
+    "authentication failed",
+    "no password supplied",
+    "is not permitted to log in",
+    "no pg_hba.conf entry",
+    "pg_hba.conf rejects",
+    "permission denied",
+    "must be superuser or replication role",
+    "must have replication",
+)
+_NO_ROLE = re.compile(r'role "[^"]*" does not exist')
+
+
+def _refused(line: str) -> bool:
+    lowered = line.lower()
+    return any(s in lowered for s in _REFUSED) or _NO_ROLE.search(lowered) is not None
+
+
 def _classify(exc: Exception, action: str) -> SourceError:
-    """A Combined error for a driver error; the DSN never reaches the message."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    lowered = text.lower()
-    if any(
-        s in lowered
-        for s in (
-            "password authentication failed",
-            "no pg_hba.conf entry",
-            "permission denied",
-            "must be superuser or replication role",
-            "must have replication",
-        )
-    ) or re.search(r'role ".*" does not exist', lowered):
+    """A Combined error for a driver error; the DSN never reaches the message.
+
+    The whole text is searched: with several hosts (or addresses) the drivers
+    report one failure per attempt, and the refusal need not be the first.
+    """
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    refusal = next((ln for ln in lines if _refused(ln)), None)
+    if refusal is not None:
         return AuthRejected(
             f"postgresql refused the credentials while trying to {action}",
             hint="check the source's user, password secret and pg_hba.conf "
             "(replication connections need a matching entry)",
-            detail=text,
+            detail=refusal,
         )
+    text = lines[0] if lines else type(exc).__name__
     return SourceUnavailable(
         f"postgresql failed while trying to {action}: {text}",
         hint="check that the server is reachable; the run is retried as another attempt",

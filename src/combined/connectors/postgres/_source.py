@@ -9,11 +9,12 @@ from typing import Any, ClassVar
 
 from psycopg import sql
 
-from combined.connectors.abc import BaseSource, Discovery, ReadRequest
+from combined.connectors.abc import BaseExtraction, BaseSource, Discovery, ReadRequest
 from combined.connectors.postgres import _catalog as catalog
 from combined.connectors.postgres._connect import Session, Settings
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
 from combined.connectors.postgres._partition import PartitionPlan, check_open, create_plan
+from combined.connectors.postgres._stitch import cdc_read
 from combined.errors import ConfigError
 from combined.protocol import utcnow
 
@@ -34,6 +35,9 @@ class PostgresSource(BaseSource):
     ``connect_timeout`` (optional, default 10)
         Seconds before an unreachable server is reported as
         :class:`~combined.errors.SourceUnavailable`.
+    ``slot_prefix`` (optional, default ``combined``)
+        Prefix of the replication slot and publication of each ``cdc``
+        dataset (see :mod:`combined.connectors.postgres._stitch`).
 
     Datasets are relations named ``schema.table`` (a bare ``table`` is
     ``public.table``). Every read is one ``REPEATABLE READ READ ONLY``
@@ -46,10 +50,12 @@ class PostgresSource(BaseSource):
     revision: ClassVar[str] = "1"
     SUPPORTS_SNAPSHOT: ClassVar[bool] = True
     SUPPORTS_CURSOR: ClassVar[bool] = True
-    SUPPORTS_CDC: ClassVar[bool] = False
+    SUPPORTS_CDC: ClassVar[bool] = True
     SUPPORTS_PARTITIONS: ClassVar[bool] = True
 
     def __init__(self, config: Mapping[str, Any]) -> None:
+        config = dict(config)
+        self.slot_prefix = str(config.pop("slot_prefix", "combined"))
         self.settings = Settings.from_config(config)
         # Keep the configuration, but never the secret, on the instance.
         super().__init__({k: ("***" if k == "password" else v) for k, v in config.items()})
@@ -106,8 +112,12 @@ class PostgresSource(BaseSource):
             session.close()
         return Discovery(self.name, self.revision, datasets, discovered_at=at)
 
-    def read(self, request: ReadRequest) -> PostgresExtraction:
+    def read(self, request: ReadRequest) -> BaseExtraction:
         """A lazy read of one relation; nothing touches the server until iterated.
+
+        ``cdc`` reads a stitched snapshot first (slot, exported snapshot, its
+        consistent LSN as the state), then the change stream from the
+        committed LSN up to the server's position when the read starts.
 
         ``snapshot`` reads the relation (restricted by ``request.bounds``:
         ``{column, lower (inclusive), upper (exclusive), include_nulls}``);
@@ -115,6 +125,8 @@ class PostgresSource(BaseSource):
         read in the same snapshot, resuming from ``request.state["cursor"]``
         minus the cursor's lookback.
         """
+        if request.strategy == "cdc":
+            return cdc_read(self.settings, request, self.slot_prefix)
         options = self._validate(request)
         ext = PostgresExtraction(self.settings, request, options)
         with self._lock:

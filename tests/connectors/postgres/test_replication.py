@@ -1,0 +1,402 @@
+"""Publication and slot stand-up and management against a real PostgreSQL.
+
+Needs ``COMBINED_TEST_PG_DSN`` and ``wal_level=logical``; every test uses its
+own table, publication and slot names and drops its slots in teardown.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from combined.connectors.postgres._pgoutput import (
+    Commit,
+    Insert,
+    PgoutputDecoder,
+    lsn_to_text,
+)
+from combined.connectors.postgres._replication import (
+    SESSION_SETTINGS,
+    ReplicationStream,
+    SlotLost,
+    SlotStatus,
+    advance_slot,
+    create_slot,
+    current_wal_lsn,
+    drop_publication,
+    drop_slot,
+    emit_heartbeat,
+    ensure_publication,
+    require_slot,
+    resolve_user_types,
+    slot_status,
+)
+from combined.errors import (
+    AuthRejected,
+    ConfigError,
+    NotFoundError,
+    SourceError,
+    SourceUnavailable,
+)
+
+# -- offline ----------------------------------------------------------------
+
+
+def test_a_slot_without_its_wal_is_lost() -> None:
+    assert SlotStatus("s", exists=False).lost
+    assert SlotStatus("s", exists=True, restart_lsn=1, wal_status="lost").lost
+    assert SlotStatus("s", exists=True, restart_lsn=None, wal_status="reserved").lost
+    ok = SlotStatus("s", exists=True, restart_lsn=1, confirmed_flush_lsn=2, wal_status="extended")
+    assert not ok.lost
+    assert ok.to_json()["confirmed_flush_lsn"] == "0/2" and ok.to_json()["restart_lsn"] == "0/1"
+
+
+@pytest.mark.parametrize("name", ["", "Upper", "has-dash", "x" * 64, "a b", "s;drop"])
+def test_slot_names_are_validated_before_any_command(name: str) -> None:
+    with pytest.raises(ConfigError, match="invalid replication slot name"):
+        create_slot("host=unused", name)
+
+
+def test_slot_lost_pickles_with_its_hint() -> None:
+    err = SlotLost("replication slot 's' does not exist", hint="run teardown", slot="s")
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is SlotLost and back.hint == "run teardown" and back.context == {"slot": "s"}
+    assert isinstance(back, SourceError) and not back.transient
+
+
+def test_the_session_renders_values_the_way_the_batcher_parses_them() -> None:
+    assert SESSION_SETTINGS["TimeZone"] == "UTC" and SESSION_SETTINGS["bytea_output"] == "hex"
+    assert SESSION_SETTINGS["DateStyle"] == "ISO"
+
+
+# -- live -------------------------------------------------------------------
+
+
+@pytest.fixture
+def dsn(pg_server_dsn: str) -> Iterator[str]:
+    """The server DSN, once logical decoding is known to be available."""
+    with psycopg.connect(pg_server_dsn) as conn:
+        row = conn.execute("SHOW wal_level").fetchone()
+    if not row or row[0] != "logical":
+        reason = f"wal_level is {row[0] if row else '?'}, logical decoding needs 'logical'"
+        if os.environ.get("COMBINED_REQUIRE_SERVICES") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    yield pg_server_dsn
+
+
+@dataclass
+class Names:
+    """Unique object names for one test, and what it created."""
+
+    dsn: str
+    conn: psycopg.Connection[Any]
+    sfx: str = field(default_factory=lambda: f"{os.getpid()}_{uuid.uuid4().hex[:8]}")
+    tables: list[str] = field(default_factory=list)
+    slots: list[str] = field(default_factory=list)
+    pubs: list[str] = field(default_factory=list)
+    types: list[str] = field(default_factory=list)
+
+    def table(self, tag: str, columns: str = "id int PRIMARY KEY, v text") -> str:
+        name = f"rep_{tag}_{self.sfx}"
+        self.conn.execute(f"CREATE TABLE {name} ({columns})")
+        self.tables.append(name)
+        return name
+
+    def slot(self, tag: str = "s") -> str:
+        self.slots.append(f"rep_{tag}_{self.sfx}")
+        return self.slots[-1]
+
+    def pub(self, tag: str = "p") -> str:
+        self.pubs.append(f"rep_{tag}_{self.sfx}")
+        return self.pubs[-1]
+
+
+@pytest.fixture
+def names(dsn: str) -> Iterator[Names]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        n = Names(dsn, conn)
+        try:
+            yield n
+        finally:
+            for slot in n.slots:
+                conn.execute(
+                    "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                    "WHERE slot_name = %s AND active_pid IS NOT NULL",
+                    (slot,),
+                )
+                drop_slot(dsn, slot)
+            for pub in n.pubs:
+                drop_publication(dsn, pub)
+            for table in n.tables:
+                conn.execute(f"DROP TABLE IF EXISTS {table}")
+            for type_ in n.types:
+                conn.execute(f"DROP TYPE IF EXISTS {type_} CASCADE")
+
+
+@pytest.mark.postgres
+def test_a_publication_is_created_then_verified(names: Names) -> None:
+    a, b = names.table("a"), names.table("b")
+    pub = names.pub()
+    made = ensure_publication(names.dsn, pub, [a, f"public.{b}"])
+    assert made.created and made.tables == (f"public.{a}", f"public.{b}")
+    again = ensure_publication(names.dsn, pub, [b])
+    assert not again.created
+    assert drop_publication(names.dsn, pub) and not drop_publication(names.dsn, pub)
+
+
+@pytest.mark.postgres
+def test_a_publication_missing_a_table_is_refused_unless_asked(names: Names) -> None:
+    a, b = names.table("a"), names.table("b")
+    pub = names.pub()
+    ensure_publication(names.dsn, pub, [a])
+    with pytest.raises(SourceError, match="does not cover") as info:
+        ensure_publication(names.dsn, pub, [a, b])
+    assert "ADD TABLE" in (info.value.hint or "")
+    ensure_publication(names.dsn, pub, [a, b], add_missing=True)
+    row = names.conn.execute(
+        "SELECT count(*) FROM pg_publication_tables WHERE pubname = %s", (pub,)
+    ).fetchone()
+    assert row == (2,)
+
+
+@pytest.mark.postgres
+def test_publications_that_would_lose_changes_are_refused(names: Names) -> None:
+    keyless = names.table("k", "id int, v text")
+    with pytest.raises(SourceError, match="no replica identity") as info:
+        ensure_publication(names.dsn, names.pub(), [keyless])
+    assert "REPLICA IDENTITY FULL" in (info.value.hint or "")
+    names.conn.execute(f"ALTER TABLE {keyless} REPLICA IDENTITY FULL")
+    ensure_publication(names.dsn, names.pub("full"), [keyless])
+
+    a = names.table("a")
+    inserts_only = names.pub("ins")
+    names.conn.execute(f"CREATE PUBLICATION {inserts_only} FOR TABLE {a} WITH (publish = 'insert')")
+    with pytest.raises(SourceError, match="every kind of change"):
+        ensure_publication(names.dsn, inserts_only, [a])
+    with pytest.raises(NotFoundError):
+        ensure_publication(names.dsn, names.pub("nf"), [f"missing_{names.sfx}"])
+    with pytest.raises(ConfigError):
+        ensure_publication(names.dsn, names.pub("empty"), [])
+
+
+def _set_snapshot(name: str | None) -> sql.Composed:
+    return sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(name))
+
+
+@pytest.mark.postgres
+def test_the_slot_snapshot_and_stream_stitch_without_gap_or_double(names: Names) -> None:
+    t = names.table("t")
+    pub, slot = names.pub(), names.slot()
+    names.conn.execute(f"INSERT INTO {t} VALUES (1, 'before')")
+    ensure_publication(names.dsn, pub, [t])
+    with create_slot(names.dsn, slot) as handle:
+        assert handle.snapshot_valid and handle.snapshot_name
+        status = require_slot(names.dsn, slot)  # retention is confirmed before any read
+        assert status.restart_lsn is not None and status.wal_status in ("reserved", "extended")
+        assert status.confirmed_flush_lsn == handle.consistent_point
+        names.conn.execute(f"INSERT INTO {t} VALUES (2, 'after')")
+        with psycopg.connect(names.dsn) as reader:
+            reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            reader.execute(_set_snapshot(handle.snapshot_name))
+            snap = reader.execute(f"SELECT id FROM {t} ORDER BY id").fetchall()
+        assert snap == [(1,)]
+        name, consistent = handle.snapshot_name, handle.consistent_point
+    assert not handle.snapshot_valid
+    # The server ends the creating walsender asynchronously; then the snapshot is gone.
+    deadline, imported = time.monotonic() + 5, True
+    while imported and time.monotonic() < deadline:
+        with psycopg.connect(names.dsn) as late:
+            late.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            try:
+                late.execute(_set_snapshot(name))
+            except psycopg.Error:
+                imported = False
+        time.sleep(0.05)
+    assert not imported
+
+    stream = ReplicationStream(names.dsn, slot, pub, consistent)
+    try:
+        decoder, ids = PgoutputDecoder(), []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            got = stream.read(0.5)
+            if got is None:
+                continue
+            msg = decoder.decode(got[0])
+            if isinstance(msg, Insert):
+                ids.append(msg.new.text(0))
+            if isinstance(msg, Commit):
+                break
+        assert ids == ["2"]  # the snapshot holds 1, the stream holds 2
+    finally:
+        stream.close()
+
+
+@pytest.mark.postgres
+def test_the_stream_renders_timestamps_in_utc_whatever_the_dsn_says(names: Names) -> None:
+    t = names.table("ts", "id int PRIMARY KEY, at timestamptz, b bytea")
+    pub, slot = names.pub(), names.slot()
+    ensure_publication(names.dsn, pub, [t])
+    with create_slot(names.dsn, slot) as handle:
+        start = handle.consistent_point
+    names.conn.execute(
+        f"INSERT INTO {t} VALUES (1, '2024-01-01 05:30:00+05:30', '\\xff')",
+    )
+    # make_conninfo, not string concatenation: the DSN may be a URI, where an
+    # appended " options=..." would end up inside the database name.
+    kolkata = make_conninfo(names.dsn, options="-c TimeZone=Asia/Kolkata -c bytea_output=escape")
+    with psycopg.connect(kolkata) as plain:  # the DSN's options do take effect elsewhere
+        assert plain.execute("SHOW TimeZone").fetchone() == ("Asia/Kolkata",)
+    stream = ReplicationStream(kolkata, slot, pub, start)
+    try:
+        decoder, values = PgoutputDecoder(), None
+        deadline = time.monotonic() + 10
+        while values is None and time.monotonic() < deadline:
+            got = stream.read(0.5)  # None also when only a keepalive arrived
+            msg = decoder.decode(got[0]) if got is not None else None
+            if isinstance(msg, Insert):
+                values = msg.new.values[1:]
+        assert values == (b"2024-01-01 00:00:00+00", b"\\xff")
+    finally:
+        stream.close()
+
+
+@pytest.mark.postgres
+def test_slot_status_reports_position_and_lag(names: Names) -> None:
+    t = names.table("t")
+    pub, slot = names.pub(), names.slot()
+    ensure_publication(names.dsn, pub, [t])
+    create_slot(names.dsn, slot).release_snapshot()
+    before = slot_status(names.dsn, slot)
+    assert before.exists and before.plugin == "pgoutput" and not before.active
+    names.conn.execute(f"INSERT INTO {t} SELECT g, 'x' FROM generate_series(1, 100) g")
+    after = slot_status(names.dsn, slot)
+    assert after.lag_bytes is not None and after.lag_bytes > (before.lag_bytes or 0)
+    assert after.current_lsn is not None and after.current_lsn > (before.current_lsn or 0)
+    assert after.lag_seconds is None  # nothing streams from it
+    missing = slot_status(names.dsn, f"nope_{names.sfx}")
+    assert not missing.exists and missing.lost
+    with pytest.raises(SlotLost, match="does not exist") as info:
+        require_slot(names.dsn, f"nope_{names.sfx}")
+    assert "teardown" in (info.value.hint or "") and "setup" in (info.value.hint or "")
+
+
+@pytest.mark.postgres
+def test_slots_are_created_once_and_dropped_idempotently(names: Names) -> None:
+    slot = names.slot()
+    create_slot(names.dsn, slot).release_snapshot()
+    with pytest.raises(SourceError, match="already exists"):
+        create_slot(names.dsn, slot)
+    assert drop_slot(names.dsn, slot) is True
+    assert drop_slot(names.dsn, slot) is False
+
+
+@pytest.mark.postgres
+def test_an_idle_slot_advances_forward_only(names: Names) -> None:
+    t = names.table("t")
+    slot = names.slot()
+    create_slot(names.dsn, slot).release_snapshot()
+    start = slot_status(names.dsn, slot).confirmed_flush_lsn
+    assert start is not None
+    names.conn.execute(f"INSERT INTO {t} VALUES (1, 'x')")
+    target = current_wal_lsn(names.dsn)
+    assert target > start
+    assert advance_slot(names.dsn, slot, target) == target
+    assert advance_slot(names.dsn, slot, start) == target  # never backwards
+    assert emit_heartbeat(names.dsn) > target
+
+
+@pytest.mark.postgres
+def test_enums_and_domains_resolve_to_builtin_types(names: Names) -> None:
+    mood, money_ish, nested = (f"rep_{k}_{names.sfx}" for k in ("mood", "amt", "amt2"))
+    names.types += [mood, money_ish]  # CASCADE takes the nested domain along
+    names.conn.execute(f"CREATE TYPE {mood} AS ENUM ('a', 'b')")
+    names.conn.execute(f"CREATE DOMAIN {money_ish} AS numeric(10,2) CHECK (VALUE >= 0)")
+    names.conn.execute(f"CREATE DOMAIN {nested} AS {money_ish}")
+    oids = {
+        name: oid
+        for name, oid in names.conn.execute(
+            "SELECT typname, oid::int FROM pg_type WHERE typname = ANY(%s)",
+            ([mood, money_ish, nested, f"_{mood}"],),
+        )
+    }
+    got = resolve_user_types(names.dsn, [*oids.values(), 790])
+    assert got[oids[mood]] == (25, -1)
+    assert got[oids[f"_{mood}"]] == (1009, -1)  # an array of enums reads as text[]
+    assert 790 not in got  # money stays unsupported
+    assert got[oids[money_ish]] == (1700, (10 << 16 | 2) + 4)
+    assert got[oids[nested]] == (1700, (10 << 16 | 2) + 4)
+    assert resolve_user_types(names.dsn, []) == {}
+
+
+@pytest.fixture
+def nologin_role(dsn: str) -> Iterator[str]:
+    """A role that exists but may not log in, dropped afterwards."""
+    role = f"rep_nologin_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role)))
+        try:
+            yield role
+        finally:
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+@pytest.fixture
+def plain_role(dsn: str) -> Iterator[str]:
+    """A role that may log in but has no REPLICATION attribute, dropped afterwards."""
+    role = f"rep_plain_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOREPLICATION").format(sql.Identifier(role)))
+        try:
+            yield role
+        finally:
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+def _assert_refused(info: pytest.ExceptionInfo[AuthRejected]) -> None:
+    assert type(info.value) is AuthRejected
+    assert not info.value.transient and info.value.run_state == "needs_auth"
+
+
+@pytest.mark.postgres
+def test_refused_credentials_are_not_transient(dsn: str, nologin_role: str) -> None:
+    # The test server trusts 127.0.0.1, so a wrong password would be accepted:
+    # the refusals here are a role that does not exist and one without LOGIN.
+    for user in (f"nobody_{uuid.uuid4().hex[:6]}", nologin_role):
+        refused = make_conninfo(dsn, user=user)
+        with pytest.raises(AuthRejected) as info:
+            slot_status(refused, "s")
+        _assert_refused(info)
+        with pytest.raises(AuthRejected) as info:
+            ReplicationStream(refused, "s", "p", 0)
+        _assert_refused(info)
+
+
+@pytest.mark.postgres
+def test_a_role_without_replication_is_refused_the_stream(dsn: str, plain_role: str) -> None:
+    with pytest.raises(AuthRejected) as info:
+        ReplicationStream(make_conninfo(dsn, user=plain_role), "s", "p", 0)
+    _assert_refused(info)
+
+
+def test_an_unreachable_server_is_transient() -> None:
+    down = "host=127.0.0.1 port=1 dbname=postgres user=postgres connect_timeout=5"
+    for attempt in (lambda: slot_status(down, "s"), lambda: ReplicationStream(down, "s", "p", 0)):
+        with pytest.raises(SourceUnavailable) as info:
+            attempt()
+        assert info.value.transient
+
+
+def test_lsn_text_in_status_json() -> None:
+    assert lsn_to_text(SlotStatus("s", exists=True, restart_lsn=2**32).restart_lsn or 0) == "1/0"

@@ -1,0 +1,159 @@
+"""CDC captures through the engine: stitched snapshot, then the stream, exactly once."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from combined.connectors.postgres._replication import drop_publication, drop_slot, slot_status
+from combined.connectors.postgres._stitch import slot_name
+from combined.engine import Engine
+from combined.lake import LakeTable
+
+PROJECT = """\
+version: 1
+lake: ./lake
+sources:
+  pg:
+    connector: postgres
+    config:
+      dsn: {dsn}
+      slot_prefix: {prefix}
+    datasets:
+      items:
+        relation: public.{table}
+        key: [id]
+        strategy: cdc
+"""
+
+
+@pytest.fixture
+def cdc_project(tmp_path: Path, pg_database: str) -> Iterator[tuple[Path, str, str]]:
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        level = conn.execute("SHOW wal_level").fetchone()
+        if not level or level[0] != "logical":
+            pytest.skip("wal_level is not logical (.ci/run sets it)")
+        conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, qty int, note text, body text)")
+        conn.execute("INSERT INTO items SELECT g, g, 'n' || g, NULL FROM generate_series(1, 500) g")
+    prefix = f"cb_{uuid.uuid4().hex[:8]}"
+    (tmp_path / "combined.yaml").write_text(
+        PROJECT.format(dsn=pg_database, prefix=prefix, table="items")
+    )
+    name = slot_name(prefix, "public.items")
+    try:
+        yield tmp_path, pg_database, name
+    finally:
+        drop_slot(pg_database, name)
+        drop_publication(pg_database, name)
+
+
+def _lake(engine: Engine) -> list[tuple[object, ...]]:
+    rows = engine.sql("SELECT id, qty, note, body FROM pg.items ORDER BY id").to_pylist()
+    return [tuple(r.values()) for r in rows]
+
+
+def _source(dsn: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return list(conn.execute("SELECT id, qty, note, body FROM items ORDER BY id"))
+
+
+def _checkpoint_lsn(root: Path) -> str:
+    meta = LakeTable(root / "lake" / "pg" / "items", "combined:pg/items").latest_commit()
+    assert meta is not None
+    return str(meta["checkpoint"]["lsn"])
+
+
+def test_stitched_snapshot_then_stream_lands_every_change_once(
+    cdc_project: tuple[Path, str, str],
+) -> None:
+    from combined.connectors.postgres._pgoutput import text_to_lsn
+
+    root, dsn, slot = cdc_project
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert _lake(engine) == _source(dsn)
+        assert slot_status(dsn, slot).exists
+
+        big = "x" * 20_000  # stored out of line (TOAST)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET body = %s WHERE id = 7", (big,))
+            conn.execute("INSERT INTO items VALUES (501, 1, 'new', NULL)")
+            conn.execute("DELETE FROM items WHERE id BETWEEN 10 AND 14")
+            conn.execute("UPDATE items SET qty = 99 WHERE id <= 3")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None
+        assert run.stats["items"]["deletes"] == 5
+        assert _lake(engine) == _source(dsn)
+
+        # an update that leaves the TOASTed column alone must keep its value
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET qty = 1000 WHERE id = 7")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        row = engine.sql(
+            "SELECT qty, length(body) AS n, _combined_op AS op, _combined_emitted_at AS at, "
+            "_combined_source_position AS pos FROM pg.items WHERE id = 7"
+        ).to_pylist()[0]
+        assert (row["qty"], row["n"], row["op"]) == (1000, 20_000, "update")
+        assert row["at"] is not None and "/" in row["pos"]
+        assert _lake(engine) == _source(dsn)
+
+        # the slot is never confirmed past what the lake holds
+        confirmed = slot_status(dsn, slot).confirmed_flush_lsn
+        assert confirmed is not None and confirmed <= text_to_lsn(_checkpoint_lsn(root))
+
+        # a quiet capture still moves the checkpoint and the slot with it
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE other (id int)")
+            conn.execute("INSERT INTO other SELECT generate_series(1, 1000)")
+        before = _checkpoint_lsn(root)
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert text_to_lsn(_checkpoint_lsn(root)) > text_to_lsn(before)
+        assert _lake(engine) == _source(dsn)
+    finally:
+        engine.close()
+
+
+def test_truncate_is_an_explicit_transition(cdc_project: tuple[Path, str, str]) -> None:
+    root, dsn, _ = cdc_project
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        engine.capture()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET qty = 0 WHERE id = 1")
+            conn.execute("TRUNCATE items")
+            conn.execute("INSERT INTO items VALUES (1, 5, 'again', NULL), (900, 9, 'z', NULL)")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None
+        assert run.stats["items"]["deletes"] == 499
+        assert _lake(engine) == _source(dsn)
+    finally:
+        engine.close()
+
+
+def test_a_lost_slot_fails_loudly_and_never_resumes_with_a_gap(
+    cdc_project: tuple[Path, str, str],
+) -> None:
+    root, dsn, slot = cdc_project
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        engine.capture()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM items WHERE id = 1")
+        drop_slot(dsn, slot)
+        (run,) = engine.capture()
+        assert run.state == "failed"
+        assert "does not exist" in (run.error or "") and "teardown" in (run.error or "")
+        assert len(engine.run(run.id)["attempts"]) == 1  # not transient: no blind retry
+        assert engine.sql("SELECT count(*) AS n FROM pg.items").column("n")[0].as_py() == 500
+    finally:
+        engine.close()
