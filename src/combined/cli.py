@@ -28,6 +28,10 @@ app = typer.Typer(
 )
 run_app = typer.Typer(help="Inspect and retry one run.", no_args_is_help=True)
 app.add_typer(run_app, name="run")
+cdc_app = typer.Typer(
+    help="Manage change data capture (PostgreSQL logical replication).", no_args_is_help=True
+)
+app.add_typer(cdc_app, name="cdc")
 
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -469,6 +473,134 @@ def repair(project: ProjectOpt = None) -> None:
     for n in notes:
         console.print(n)
     console.print("the catalog matches the lake" if not notes else f"{len(notes)} repair(s)")
+
+
+@cdc_app.command("setup")
+def cdc_setup(
+    source: Annotated[str, typer.Argument(help="the source whose cdc datasets to set up")],
+    project: ProjectOpt = None,
+) -> None:
+    """Create the publications, then the slot with its exported snapshot, and capture it.
+
+    The first capture of each cdc dataset creates its replication slot, takes
+    the slot's exported snapshot, records the slot's consistent LSN and reads
+    the table inside that snapshot; later captures stream from that LSN.
+    """
+    from combined import cdc
+    from combined.errors import CombinedError
+
+    engine = _engine(project, _Progress())
+    try:
+        notes, run = cdc.setup(engine, source)
+    except CombinedError as exc:
+        _fail(exc)
+    finally:
+        engine.close()
+    for note in notes:
+        console.print(note)
+    console.print(f"initial capture: run {run.id} {run.state}")
+    if run.error:
+        err.print(f"  {run.error}", markup=False, highlight=False)
+    if run.state != "succeeded":
+        raise typer.Exit(1)
+
+
+@cdc_app.command("status")
+def cdc_status(
+    source: Annotated[str, typer.Argument(help="the source")], project: ProjectOpt = None
+) -> None:
+    """Each cdc dataset's slot: confirmed position, lag in bytes and time, WAL status."""
+    from combined import cdc
+    from combined.errors import CombinedError
+
+    engine = _engine(project)
+    try:
+        rows = cdc.status(engine, source)
+    except CombinedError as exc:
+        _fail(exc)
+    finally:
+        engine.close()
+    t = Table("dataset", "slot", "exists", "committed", "confirmed", "lag bytes", "lag s", "wal")
+    for r in rows:
+        t.add_row(
+            r["dataset"],
+            r["slot"],
+            "yes" if r.get("exists") else "[red]no[/red]",
+            str(r.get("committed_lsn") or "-"),
+            str(r.get("confirmed_flush_lsn") or "-"),
+            str(r.get("lag_bytes") if r.get("lag_bytes") is not None else "-"),
+            str(r.get("lag_seconds") if r.get("lag_seconds") is not None else "-"),
+            str(r.get("wal_status") or "-"),
+        )
+    console.print(t)
+
+
+@cdc_app.command("teardown")
+def cdc_teardown(
+    source: Annotated[str, typer.Argument(help="the source")],
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask before dropping")] = False,
+    project: ProjectOpt = None,
+) -> None:
+    """Drop the replication slots and publications, and void the checkpoints.
+
+    The server stops retaining WAL for the slots. The lake keeps every row;
+    the next capture takes a new snapshot and reconciles it with the lake.
+    """
+    from combined import cdc
+    from combined.errors import CombinedError
+
+    engine = _engine(project)
+    try:
+        names = cdc.cdc_datasets(engine, source)
+        if not yes:
+            listing = ", ".join(f"{source}.{n}" for n, _ in names)
+            if not sys.stdin.isatty() or not typer.confirm(
+                f"drop the replication slots and publications of {listing}?", default=False
+            ):
+                err.print("nothing dropped (pass --yes to drop without asking)")
+                raise typer.Exit(1)
+        notes = cdc.teardown(engine, source)
+    except CombinedError as exc:
+        _fail(exc)
+    finally:
+        engine.close()
+    for note in notes:
+        console.print(note)
+
+
+@cdc_app.command("follow")
+def cdc_follow(
+    source: Annotated[str, typer.Argument(help="the source")],
+    every: Annotated[float, typer.Option(help="publish at least every N seconds")] = 5.0,
+    max_changes: Annotated[
+        int | None, typer.Option(help="publish as soon as M changes were read")
+    ] = None,
+    iterations: Annotated[int | None, typer.Option(help="stop after N captures")] = None,
+    project: ProjectOpt = None,
+) -> None:
+    """Capture the change stream continuously, publishing every N seconds or M changes."""
+    from combined import cdc
+    from combined.errors import CombinedError
+
+    engine = _engine(project)
+    try:
+        for run in cdc.follow(
+            engine, source, every=every, max_changes=max_changes, iterations=iterations
+        ):
+            changes = sum(
+                s["inserts"] + s["updates"] + s["deletes"] for s in (run.stats or {}).values()
+            )
+            console.print(f"{_when(run.ended_at)} run {run.id} {run.state}: {changes} changes")
+            if run.state != "succeeded":
+                if run.error:
+                    err.print(f"  {run.error}", markup=False, highlight=False)
+                raise typer.Exit(1)
+    except CombinedError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        console.print("stopped")
+    finally:
+        engine.close()
 
 
 @app.command()

@@ -63,6 +63,9 @@ class Engine:
     @property
     def runner(self) -> Runner:
         """The Run executor over this project's catalog and lake."""
+        return self._runner()
+
+    def _runner(self, read_options: dict[str, Any] | None = None) -> Runner:
         staging = self.project.staging
         settings = Settings(
             root=self.project.root,
@@ -74,7 +77,9 @@ class Engine:
             memory_limit=self.project.reduction_memory,
             backoff_s=float(os.environ.get("COMBINED_RETRY_BACKOFF_S", "0.5")),
         )
-        return Runner(self.catalog, self.layout, settings, self._resolve, self.reporter)
+        return Runner(
+            self.catalog, self.layout, settings, self._resolve, self.reporter, read_options
+        )
 
     def _resolve(self, admission_config: dict[str, Any]) -> dict[str, Any]:
         return resolve_secrets(
@@ -168,7 +173,12 @@ class Engine:
 
     # -- captures -------------------------------------------------------------------
 
-    def capture(self, names: Sequence[str] = (), trigger: Trigger | None = None) -> list[Run]:
+    def capture(
+        self,
+        names: Sequence[str] = (),
+        trigger: Trigger | None = None,
+        read_options: dict[str, Any] | None = None,
+    ) -> list[Run]:
         """Capture the selected datasets: one Run per source."""
         selected = self.selectors(names)
         self.layout.ensure_writable()
@@ -188,7 +198,7 @@ class Engine:
                 trigger=trigger or ("first_sync" if fresh else "manual"),
                 admission=admission,
             )
-            out.append(self.runner.execute(run))
+            out.append(self._runner(read_options).execute(run))
         return out
 
     def retry(self, run_id: str) -> Run:
@@ -221,6 +231,25 @@ class Engine:
         return self.runner.recover(pairs)
 
     # -- sources ----------------------------------------------------------------------
+
+    def committed_checkpoint(self, source: str, dataset: str) -> dict[str, Any] | None:
+        """The checkpoint of a dataset's newest lake commit (the authoritative one)."""
+        from combined.runtime._runner import table_of_names
+
+        meta = table_of_names(self.layout, source, dataset).latest_commit()
+        return None if meta is None else meta.get("checkpoint")
+
+    def reset_checkpoint(self, source: str, dataset: str, reason: str) -> int | None:
+        """Void a dataset's checkpoint by a recorded lake commit; returns its lake version."""
+        from combined.runtime._pipeline import commit_reset
+
+        self.project.dataset(source, dataset)
+        self._declare(source)
+        return commit_reset(self.catalog, self.layout, source, dataset, reason)
+
+    def open_source(self, source: str) -> Source:
+        """A connected-on-demand source of the project (secrets resolved now)."""
+        return self._source(source)
 
     def _source(self, source: str) -> Source:
         src = self.project.source(source)

@@ -181,6 +181,27 @@ class Source(Protocol):
         ...
 
 
+@runtime_checkable
+class ChangeSource(Protocol):
+    """What a source with ``SUPPORTS_CDC`` offers to manage its change streams.
+
+    Each method takes the dataset's relation; the stream itself is read by
+    :meth:`Source.read` with strategy ``cdc``.
+    """
+
+    def cdc_setup(self, relation: str) -> str:
+        """Create or verify what the stream needs (publication); say what was done."""
+        ...
+
+    def cdc_status(self, relation: str) -> Mapping[str, Any]:
+        """The stream's state: slot existence, confirmed position, lag in bytes and time."""
+        ...
+
+    def cdc_teardown(self, relation: str) -> str:
+        """Drop the slot and publication of the relation; say what was dropped."""
+        ...
+
+
 class BaseExtraction(abc.ABC):
     """Helper base for :class:`Extraction`: one terminal decision, exactly once.
 

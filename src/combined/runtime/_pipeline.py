@@ -11,7 +11,7 @@ import json
 import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +149,7 @@ def stage(
     layout: LakeLayout,
     reporter: Reporter,
     declared: Mapping[str, str] | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> Staged:
     """Read one dataset into private, ordinal-keyed staging under the run's limits.
 
@@ -166,7 +167,9 @@ def stage(
     if plan.cursor is not None:
         cursor = CursorSpec(
             column=plan.cursor["column"],
-            lookback=plan.cursor.get("lookback"),
+            lookback=timedelta(seconds=float(plan.cursor["lookback"]))
+            if plan.cursor.get("lookback_is_duration")
+            else plan.cursor.get("lookback"),
             trust=plan.cursor.get("trust", "declared"),
         )
     request = ReadRequest(
@@ -178,6 +181,7 @@ def stage(
         cursor=cursor,
         columns=plan.columns,
         batch_rows=plan.batch_rows,
+        options=dict(options or {}),
     )
     extraction = source.read(request)
     writer = PartWriter(
@@ -522,7 +526,6 @@ def quarantine_duplicates(
     reducer: Reducer, staged: Staged, *, run_id: str, layout: LakeLayout, catalog: Catalog
 ) -> None:
     """Put the rows of duplicated keys in quarantine, with their ordinals."""
-    from datetime import timedelta
 
     from combined.protocol import utcnow
 
@@ -727,3 +730,60 @@ def commit_schema_fields(path: Path) -> list[list[str]]:
 def dumps(value: Any) -> str:
     """Canonical JSON."""
     return json.dumps(value, sort_keys=True, default=str)
+
+
+def commit_reset(
+    catalog: Catalog, layout: LakeLayout, source: str, dataset: str, reason: str
+) -> int | None:
+    """Record, in the lake, that a dataset's checkpoint is void (a recorded decision).
+
+    The next capture then starts from scratch (a CDC dataset re-snapshots and
+    reconciles against the lake) instead of resuming from a position its
+    source can no longer serve. Returns the lake version, or None without a table.
+    """
+    table = LakeTable(layout.table(source, dataset), f"combined:{source}/{dataset}")
+    schema = table.schema()
+    if schema is None:
+        return None
+    seq = table.committed_sequence() + 1
+    now = datetime.now(UTC)
+    with catalog.begin() as conn:
+        current = cat.get_dataset(conn, source, dataset).current_version
+    meta: dict[str, Any] = {
+        "dataset": f"{source}.{dataset}",
+        "run_id": f"reset-{now:%Y%m%d%H%M%S}",
+        "admission_id": None,
+        "first_sequence": seq,
+        "last_sequence": seq,
+        "deliveries": [],
+        "changes_file": None,
+        "source_position": None,
+        "checkpoint": None,
+        "reset": reason,
+        "extraction_receipt": None,
+        "transition": {
+            "inserts": 0,
+            "updates": 0,
+            "deletes": 0,
+            "unchanged": 0,
+            "captured": 0,
+            "digest": "0" * 32,
+        },
+        "version": {"id": current, "parent": current},
+        "drift": [],
+        "schema": None,
+        "ingested_at": now.isoformat(),
+    }
+    result = table.commit(
+        first_sequence=seq,
+        last_sequence=seq,
+        mode="append",
+        data=lambda: pa.RecordBatchReader.from_batches(schema, []),
+        metadata=meta,
+        needs_merge=False,
+    )
+    meta["lake_version"] = result.lake_version
+    project_commit(catalog, layout, source, dataset, meta)
+    with catalog.begin() as conn:
+        cat.emit(conn, "checkpoint.reset", source=source, dataset=dataset, reason=reason)
+    return result.lake_version

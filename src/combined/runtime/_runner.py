@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,12 +76,15 @@ class Runner:
         settings: Settings,
         resolve: Any,
         reporter: Reporter | None = None,
+        read_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.catalog = catalog
         self.layout = layout
         self.settings = settings
         self.resolve = resolve  # (admission config) -> connector config with secrets
         self.reporter = reporter or NullReporter()
+        #: Options handed to every read (e.g. ``max_changes`` for a follow loop).
+        self.read_options = dict(read_options or {})
 
     # -- execution ------------------------------------------------------------
 
@@ -153,7 +156,15 @@ class Runner:
                     self.reporter.phase(plan.name, "extracting")
                     found = discovery.dataset(plan.relation) or discovery.dataset(plan.name)
                     declared = {f.name: f.arrow_type for f in found.fields} if found else None
-                    staged = stage(plan, source, area, self.layout, self.reporter, declared)
+                    staged = stage(
+                        plan,
+                        source,
+                        area,
+                        self.layout,
+                        self.reporter,
+                        declared,
+                        self.read_options if plan.strategy == "cdc" else None,
+                    )
                     opened.append(staged)
                     prepared.append(
                         prepare(

@@ -14,7 +14,7 @@ from combined.connectors.postgres import _catalog as catalog
 from combined.connectors.postgres._connect import Session, Settings
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
 from combined.connectors.postgres._partition import PartitionPlan, check_open, create_plan
-from combined.connectors.postgres._stitch import cdc_read
+from combined.connectors.postgres._stitch import cdc_read, qualified, slot_name
 from combined.errors import ConfigError
 from combined.protocol import utcnow
 
@@ -132,6 +132,41 @@ class PostgresSource(BaseSource):
         with self._lock:
             self._extractions.add(ext)
         return ext
+
+    def cdc_setup(self, relation: str) -> str:
+        """Create (or verify) the relation's publication; the slot comes with the first read."""
+        from combined.connectors.postgres._replication import ensure_publication
+
+        name = slot_name(self.slot_prefix, relation)
+        pub = ensure_publication(
+            self.settings.dsn,
+            name,
+            [qualified(relation)],
+            password=self.settings.password,
+            add_missing=True,
+        )
+        verb = "created" if pub.created else "verified"
+        return f"publication {name} {verb} for {qualified(relation)}"
+
+    def cdc_status(self, relation: str) -> Mapping[str, Any]:
+        """The relation's slot: existence, confirmed position, lag in bytes and seconds."""
+        from combined.connectors.postgres._replication import slot_status
+
+        name = slot_name(self.slot_prefix, relation)
+        status = slot_status(self.settings.dsn, name, password=self.settings.password)
+        return {"slot": name, **status.to_json()}
+
+    def cdc_teardown(self, relation: str) -> str:
+        """Drop the relation's slot and publication (WAL is no longer retained for it)."""
+        from combined.connectors.postgres._replication import drop_publication, drop_slot
+
+        name = slot_name(self.slot_prefix, relation)
+        slot = drop_slot(self.settings.dsn, name, password=self.settings.password)
+        pub = drop_publication(self.settings.dsn, name, password=self.settings.password)
+        return (
+            f"slot {name} {'dropped' if slot else 'was absent'}, "
+            f"publication {name} {'dropped' if pub else 'was absent'}"
+        )
 
     def plan_partitions(
         self,

@@ -1,0 +1,120 @@
+"""Managing change data capture: setup, status, teardown and the follow loop.
+
+These drive a source's :class:`~combined.connectors.abc.ChangeSource`
+methods for every dataset declared with ``strategy: cdc``; the change stream
+itself is captured by ordinary Runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from combined.catalog import Run
+from combined.connectors.abc import ChangeSource
+from combined.engine import Engine
+from combined.errors import ConfigError
+
+
+def cdc_datasets(engine: Engine, source: str) -> list[tuple[str, str]]:
+    """(dataset, relation) of every ``cdc`` dataset of ``source``."""
+    src = engine.project.source(source)
+    out = [(name, d.relation) for name, d in src.datasets.items() if d.strategy == "cdc"]
+    if not out:
+        raise ConfigError(
+            f"source {source} declares no dataset with strategy cdc",
+            hint="set `strategy: cdc` on the datasets to capture from the change stream",
+        )
+    return out
+
+
+def _change_source(engine: Engine, source: str) -> Any:
+    conn = engine.open_source(source)
+    if not type(conn).SUPPORTS_CDC or not isinstance(conn, ChangeSource):
+        conn.close()
+        raise ConfigError(
+            f"the {type(conn).name} connector of source {source} cannot capture changes",
+            hint="use strategy snapshot or cursor for this source",
+        )
+    return conn
+
+
+def setup(engine: Engine, source: str) -> tuple[list[str], Run]:
+    """Create the publications, then run the stitched first capture (slot, snapshot, LSN)."""
+    datasets = cdc_datasets(engine, source)
+    conn = _change_source(engine, source)
+    try:
+        notes = [conn.cdc_setup(relation) for _, relation in datasets]
+    finally:
+        conn.close()
+    (run,) = engine.capture([f"{source}.{name}" for name, _ in datasets])
+    return notes, run
+
+
+def status(engine: Engine, source: str) -> list[dict[str, Any]]:
+    """Each cdc dataset's slot status next to the lake's committed position."""
+    datasets = cdc_datasets(engine, source)
+    conn = _change_source(engine, source)
+    try:
+        out = []
+        for name, relation in datasets:
+            committed = engine.committed_checkpoint(source, name)
+            out.append(
+                {
+                    "dataset": f"{source}.{name}",
+                    "committed_lsn": (committed or {}).get("lsn"),
+                    **conn.cdc_status(relation),
+                }
+            )
+        return out
+    finally:
+        conn.close()
+
+
+def teardown(engine: Engine, source: str) -> list[str]:
+    """Drop slots and publications and void the checkpoints (the next capture re-snapshots)."""
+    datasets = cdc_datasets(engine, source)
+    conn = _change_source(engine, source)
+    notes = []
+    try:
+        for name, relation in datasets:
+            notes.append(f"{source}.{name}: {conn.cdc_teardown(relation)}")
+            version = engine.reset_checkpoint(source, name, "cdc teardown")
+            if version is not None:
+                notes.append(
+                    f"{source}.{name}: checkpoint voided at lake version {version}; "
+                    "the next capture takes a new snapshot and reconciles it with the lake"
+                )
+    finally:
+        conn.close()
+    return notes
+
+
+def follow(
+    engine: Engine,
+    source: str,
+    *,
+    every: float,
+    max_changes: int | None = None,
+    iterations: int | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> Iterator[Run]:
+    """Capture and publish the stream every ``every`` seconds or ``max_changes`` changes."""
+    names = [f"{source}.{name}" for name, _ in cdc_datasets(engine, source)]
+    options: dict[str, Any] = {"max_changes": max_changes} if max_changes else {}
+    done = 0
+    while iterations is None or done < iterations:
+        started = time.monotonic()
+        runs = engine.capture(names, trigger="schedule", read_options=options)
+        yield from runs
+        done += 1
+        if stop is not None and stop():
+            return
+        full = any(
+            max_changes
+            and sum((s or {}).get("captured", 0) for s in (r.stats or {}).values()) >= max_changes
+            for r in runs
+        )
+        if not full:  # a full batch means a backlog: go again at once
+            time.sleep(max(0.0, every - (time.monotonic() - started)))
