@@ -16,6 +16,7 @@ Every error the engine raises derives from :class:`CombinedError`::
      |    +-- DuplicateKeys          a snapshot holds a key twice (needs_review)
      |    +-- DriftRejected          schema drift whose policy is `fail` (needs_review)
      |    +-- StagingLimitExceeded   a run-scoped staging limit was breached
+     |    +-- ReconciliationFailed   landed counts disagree with the source (needs_review)
      +-- ProtocolViolation           sequence contiguity, checkpoint barrier, illegal state move
      +-- LakeError                   the lake refused a write
      |    +-- LakeNotWritable        the lake location cannot be written
@@ -143,6 +144,12 @@ class DriftRejected(CaptureError):
 
 class StagingLimitExceeded(CaptureError):
     """A run-scoped staging limit (bytes, files, path) was breached."""
+
+
+class ReconciliationFailed(CaptureError):
+    """What landed disagrees with what the source reported; nothing is published."""
+
+    run_state = "needs_review"
 
 
 class ProtocolViolation(CombinedError):

@@ -72,7 +72,14 @@ def test_updates_deletes_and_inserts_propagate(shop: Path, tools) -> None:
         (run,) = engine.capture(["shop.orders"])
         assert run.state == "succeeded", run.error
         assert run.stats == {
-            "orders": {"captured": 196, "inserts": 1, "updates": 10, "deletes": 5, "deliveries": 1}
+            "orders": {
+                "captured": 196,
+                "inserts": 1,
+                "updates": 10,
+                "deletes": 5,
+                "deliveries": 1,
+                "reconciliation": "reconciled",
+            }
         }
         assert _lake_rows(engine, "shop.orders", "id, customer_id, status, total") == [
             tuple(r) for r in tools.rows(shop, "orders")

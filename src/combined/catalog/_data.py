@@ -188,9 +188,18 @@ class VersionTotals:
     content_digest: str
 
 
-def version_id(parent: str | None, transition_digest: str, totals: VersionTotals) -> str:
-    """Identity of a dataset version: hash(parent, transition digest, resulting totals)."""
-    body = f"v1|{parent or '-'}|{transition_digest}|{totals.row_count}|{totals.content_digest}"
+def version_id(
+    dataset: str, parent: str | None, transition_digest: str, totals: VersionTotals
+) -> str:
+    """Identity of a dataset version: hash(dataset, parent, transition digest, totals).
+
+    The dataset is part of it so that two datasets with equal content never
+    share a version id.
+    """
+    body = (
+        f"v2|{dataset}|{parent or '-'}|{transition_digest}|"
+        f"{totals.row_count}|{totals.content_digest}"
+    )
     return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 

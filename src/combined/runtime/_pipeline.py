@@ -31,7 +31,7 @@ from combined.protocol import _provenance as prov
 from combined.runtime._barrier import CheckpointBarrier
 from combined.runtime._faults import arm_commit_watchdog
 from combined.runtime._reporter import Reporter
-from combined.runtime._schema_check import check_batch, family
+from combined.runtime._schema_check import check_batch, family, parse_type
 
 ORDINAL = "_combined_ordinal"
 
@@ -229,7 +229,7 @@ def _consume(
         nbytes += batch.nbytes
         reporter.progress(plan.name, rows, nbytes, 0)
     if schema is None:
-        schema = _empty_schema(committed_schema)
+        schema = _empty_schema(committed_schema, declared)
     if not writer.parts:
         writer.write(_empty_batch(schema))
     parts = writer.close()
@@ -266,10 +266,11 @@ def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=full)
 
 
-def _empty_schema(committed: pa.Schema | None) -> pa.Schema:
-    if committed is None:
-        return pa.schema([])
-    return pa.schema([f for f in committed if not f.name.startswith("_combined_")])
+def _empty_schema(committed: pa.Schema | None, declared: Mapping[str, str] | None) -> pa.Schema:
+    # An empty read has no batch to take a schema from: the lake's, else the declared one.
+    if committed is not None:
+        return pa.schema([f for f in committed if not f.name.startswith("_combined_")])
+    return pa.schema([pa.field(n, parse_type(t)) for n, t in (declared or {}).items()])
 
 
 def _conform(plan: DatasetPlan, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -355,7 +356,9 @@ def prepare(
         changes_path: Path | None = None
         # A change stream that moved without touching this dataset still commits
         # its position (an empty Delivery), so the slot can be confirmed past it.
-        moved = (
+        # A first capture creates the table even when the source is empty, so
+        # the dataset is queryable (and empty) once published.
+        moved = baseline or (
             plan.strategy == "cdc"
             and staged.state is not None
             and dict(staged.state) != dict(staged.prior_state or {})
@@ -461,7 +464,11 @@ def _finish_prepare(
     changed = bool(deliveries) and (transition.changes > 0 or content is not None)
     if content is not None and transition.changes == 0 and parent is not None:
         changed = False
-    vid = version_id(parent_id, transition.digest, totals) if changed else parent_id
+    vid = (
+        version_id(f"{plan.source}.{plan.name}", parent_id, transition.digest, totals)
+        if changed
+        else parent_id
+    )
     first = deliveries[0].sequence if deliveries else 0
     last = deliveries[-1].sequence if deliveries else 0
     metadata: dict[str, Any] = {
@@ -588,7 +595,8 @@ def commit(prepared: Prepared, layout: LakeLayout) -> tuple[int | None, datetime
         needs_merge=prepared.needs_merge,
         before_write=arm_commit_watchdog,
     )
-    return result.lake_version, result.committed_at
+    # The acceptance time is the one stamped on the rows and in the commit metadata.
+    return result.lake_version, ingested_at if not result.skipped else result.committed_at
 
 
 def _with_ingested(paths: list[Path], at: datetime) -> Iterator[pa.RecordBatch]:

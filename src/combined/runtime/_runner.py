@@ -16,8 +16,15 @@ from combined.catalog import runs as runs_repo
 from combined.connectors import connector_class
 from combined.connectors.abc import Source
 from combined.delivery import Limits, StagingArea
-from combined.errors import CombinedError, NotFoundError, ProtocolViolation, redact
+from combined.errors import (
+    CombinedError,
+    NotFoundError,
+    ProtocolViolation,
+    ReconciliationFailed,
+    redact,
+)
 from combined.lake import LakeLayout
+from combined.quality import Reconciliation, reconcile
 from combined.runtime._faults import fault
 from combined.runtime._pipeline import (
     DatasetPlan,
@@ -216,6 +223,7 @@ class Runner:
             for p in prepared:
                 p.staged.extraction.finish("retain_commit_unknown")
             raise
+        checks = self._reconcile(run, prepared, members)
         fault("after_projection")
         with self.catalog.begin() as conn:
             pub = cat.publish(conn, run.id, members)
@@ -238,6 +246,7 @@ class Runner:
                     "updates": p.transition.updates,
                     "deletes": p.transition.deletes,
                     "deliveries": len(p.deliveries),
+                    "reconciliation": checks[p.staged.plan.name].source_status,
                 }
                 for p in prepared
             }
@@ -250,6 +259,44 @@ class Runner:
         area.erase_all()
         self.reporter.run_finished(run.id, run.state)
         return run
+
+    def _reconcile(
+        self, run: Run, prepared: list[Prepared], members: list[Member]
+    ) -> dict[str, Reconciliation]:
+        """Check lake, version and source counts of every dataset before publishing."""
+        out: dict[str, Reconciliation] = {}
+        for p, m in zip(prepared, members, strict=True):
+            plan = p.staged.plan
+            with self.catalog.begin() as conn:
+                version = cat.get_version(conn, m.dataset_version) if m.dataset_version else None
+            whole = p.staged.full and plan.sync_mode != "append"
+            result = reconcile(
+                f"{plan.source}.{plan.name}",
+                self.layout.table(plan.source, plan.name),
+                m.lake_version if self.layout.table(plan.source, plan.name).exists() else None,
+                int(version.row_count) if version is not None else 0,
+                p.staged.rows if whole else None,
+            )
+            out[plan.name] = result
+            with self.catalog.begin() as conn:
+                cat.emit(
+                    conn,
+                    "reconciliation" if result.ok else "alert.reconciliation_failed",
+                    source=plan.source,
+                    dataset=plan.name,
+                    run_id=run.id,
+                    **{k: v for k, v in result.to_json().items() if k != "dataset"},
+                )
+            if not result.ok:
+                for q in prepared:
+                    q.staged.extraction.finish("success")  # committed, just not published
+                raise ReconciliationFailed(
+                    f"{result.dataset} does not reconcile: the lake holds {result.lake_rows} "
+                    f"rows, its version claims {result.version_rows}, the source read "
+                    f"{result.source_rows}; nothing was published",
+                    hint="inspect `combined run show` and the activity feed, then capture again",
+                )
+        return out
 
     def _commit_one(self, run: Run, p: Prepared, area: StagingArea) -> Member:
         plan = p.staged.plan

@@ -10,6 +10,7 @@ when the whole column is null.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import pyarrow as pa
@@ -96,3 +97,47 @@ def check_batch(dataset: str, batch: pa.RecordBatch, declared: Mapping[str, str]
             declared=want_text,
             found=str(field.type),
         )
+
+
+_SIMPLE: Mapping[str, pa.DataType] = {
+    "bool": pa.bool_(),
+    "int8": pa.int8(),
+    "int16": pa.int16(),
+    "int32": pa.int32(),
+    "int64": pa.int64(),
+    "uint8": pa.uint8(),
+    "uint16": pa.uint16(),
+    "uint32": pa.uint32(),
+    "uint64": pa.uint64(),
+    "halffloat": pa.float16(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "large_string": pa.string(),
+    "binary": pa.binary(),
+    "large_binary": pa.binary(),
+    "date32[day]": pa.date32(),
+    "date64[ms]": pa.date64(),
+    "time64[us]": pa.time64("us"),
+    "time64[ns]": pa.time64("ns"),
+    "time32[ms]": pa.time32("ms"),
+    "month_day_nano_interval": pa.month_day_nano_interval(),
+}
+
+
+def parse_type(text: str) -> pa.DataType:
+    """The Arrow type a discovery reported as text; text when it cannot be read back."""
+    t = text.strip()
+    if t in _SIMPLE:
+        return _SIMPLE[t]
+    m = re.fullmatch(r"decimal(128|256)\((\d+),\s*(-?\d+)\)", t)
+    if m:
+        precision, scale = int(m[2]), int(m[3])
+        return (pa.decimal128 if m[1] == "128" else pa.decimal256)(precision, scale)
+    m = re.fullmatch(r"timestamp\[(s|ms|us|ns)(?:,\s*tz=([^\]]+))?\]", t)
+    if m:
+        return pa.timestamp(m[1], tz=m[2])
+    m = re.fullmatch(r"(?:large_)?list<item:\s*(.+)>", t)
+    if m:
+        return pa.list_(parse_type(m[1]))
+    return pa.string()
