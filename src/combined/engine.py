@@ -201,6 +201,46 @@ class Engine:
             out.append(self._runner(read_options).execute(run))
         return out
 
+    def backfill(
+        self,
+        name: str,
+        *,
+        partitions: int,
+        lower: str | None = None,
+        upper: str | None = None,
+        column: str | None = None,
+        sum_column: str | None = None,
+    ) -> Run:
+        """Capture ``[lower, upper)`` of one dataset in parallel partitions under one snapshot."""
+        from combined.runtime._backfill import BackfillSpec
+
+        source, _, dataset = name.partition(".")
+        if not dataset:
+            raise ConfigError(
+                f"backfill takes SOURCE.DATASET, not {name!r}", hint="e.g. shop.orders"
+            )
+        if partitions < 1:
+            raise ConfigError("--partitions must be at least 1", hint="e.g. --partitions 4")
+        self.project.dataset(source, dataset)
+        self.layout.ensure_writable()
+        self.repair()
+        self._declare(source)
+        run = admit(
+            self.catalog,
+            source=source,
+            datasets=[dataset],
+            trigger="manual",
+            admission=self._admission(source),
+        )
+        spec = BackfillSpec(
+            partitions=partitions,
+            column=column,
+            lower=lower,
+            upper=upper,
+            sum_column=sum_column,
+        )
+        return self.runner.execute(run, backfill=spec)
+
     def retry(self, run_id: str) -> Run:
         """Execute a failed Run again, as a new Run under the same admission."""
         with self.catalog.begin() as conn:

@@ -75,6 +75,7 @@ class Reducer:
         spill_dir: Path,
         baseline: bool,
         full: bool | None = None,
+        current_filter: str | None = None,
     ) -> None:
         import duckdb
 
@@ -90,6 +91,8 @@ class Reducer:
         self.strategy = strategy
         self.sync_mode = sync_mode
         self.baseline = baseline
+        # ``current_filter`` (SQL over the lake's columns) narrows the current
+        # state to the range a bounded capture (a backfill) covers.
         #: Whether the capture is the whole relation (absent ids are deletes).
         self.full = strategy == "snapshot" if full is None else full
         self.payload = [
@@ -121,7 +124,8 @@ class Reducer:
         if current_files:
             self.con.execute(
                 "CREATE VIEW cur AS SELECT _combined_id AS _kid, _combined_payload_hash AS _khash "
-                f"FROM read_parquet({_files(current_files)})"
+                f"FROM read_parquet({_files(current_files)}, union_by_name = true)"
+                + (f" WHERE {current_filter}" if current_filter else "")
             )
         else:
             self.con.execute(

@@ -182,6 +182,32 @@ class Source(Protocol):
 
 
 @runtime_checkable
+class PartitionedSource(Protocol):
+    """What a source with ``SUPPORTS_PARTITIONS`` offers for parallel backfills.
+
+    A plan exports one snapshot and resolves its bounds and control totals
+    inside it; each partition is then read in its own session under that
+    snapshot, possibly in parallel.
+    """
+
+    def plan_partitions(
+        self,
+        request: ReadRequest,
+        partitions: int,
+        column: str | None = None,
+        lower: Any = None,
+        upper: Any = None,
+        sum_column: str | None = None,
+    ) -> Any:
+        """Export a snapshot and split the relation into ``partitions`` ranges."""
+        ...
+
+    def read_partition(self, plan: Any, index: int) -> Extraction:
+        """A lazy read of one partition of ``plan`` under its snapshot."""
+        ...
+
+
+@runtime_checkable
 class ChangeSource(Protocol):
     """What a source with ``SUPPORTS_CDC`` offers to manage its change streams.
 

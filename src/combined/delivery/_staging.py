@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ class StagingArea:
         self.limits = limits
         self.bytes = 0
         self.files = 0
+        self._lock = threading.Lock()  # partitions stage from several threads
 
     def path(self, relative: str) -> Path:
         """A confined path under the staging root (created parents)."""
@@ -47,8 +49,9 @@ class StagingArea:
 
     def account(self, nbytes: int, files: int = 0) -> None:
         """Add written bytes and files; raise when a limit is exceeded."""
-        self.bytes += nbytes
-        self.files += files
+        with self._lock:
+            self.bytes += nbytes
+            self.files += files
         if self.bytes > self.limits.max_bytes:
             raise StagingLimitExceeded(
                 f"the run staged {self.bytes} bytes, over the limit of {self.limits.max_bytes}",

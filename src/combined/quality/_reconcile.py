@@ -78,3 +78,38 @@ def reconcile(
         lake_status=lake_status,
         source_status=source_status,
     )
+
+
+def range_totals(
+    files: list[str], where: str | None, sum_column: str | None
+) -> tuple[int, str | None]:
+    """Rows (and the exact sum of a column) the lake holds inside a range."""
+    import duckdb
+
+    from combined.protocol.identity import quote_ident
+
+    if not files:
+        return 0, None
+    listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+    total = f"CAST(sum({quote_ident(sum_column)}) AS VARCHAR)" if sum_column else "NULL"
+    con = duckdb.connect()
+    try:
+        row = con.execute(
+            f"SELECT count(*), {total} FROM read_parquet([{listing}], union_by_name = true)"
+            + (f" WHERE {where}" if where else "")
+        ).fetchall()[0]
+    finally:
+        con.close()
+    return int(row[0]), row[1]
+
+
+def same_sum(a: str | None, b: str | None) -> bool:
+    """Whether two exact decimal sums (as text) are equal; None equals None."""
+    from decimal import Decimal, InvalidOperation
+
+    if a is None or b is None:
+        return a is None and b is None
+    try:
+        return Decimal(a) == Decimal(b)
+    except InvalidOperation:
+        return a == b

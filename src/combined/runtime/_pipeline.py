@@ -78,6 +78,10 @@ class Staged:
     full: bool = False
     #: The checkpoint the read started from.
     prior_state: Mapping[str, Any] | None = None
+    #: For a bounded capture: SQL over the lake's columns selecting the range it covers.
+    current_filter: str | None = None
+    #: Control totals read in the capture's snapshot (rows, optional column sum).
+    control: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -339,6 +343,7 @@ def prepare(
         spill_dir=spill,
         baseline=baseline,
         full=staged.full,
+        current_filter=staged.current_filter,
     )
     try:
         if reducer.duplicates(limit=1):

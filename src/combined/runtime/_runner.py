@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
@@ -24,7 +25,8 @@ from combined.errors import (
     redact,
 )
 from combined.lake import LakeLayout
-from combined.quality import Reconciliation, reconcile
+from combined.quality import Reconciliation, range_totals, reconcile, same_sum
+from combined.runtime._backfill import BackfillSpec, stage_partitioned
 from combined.runtime._faults import fault
 from combined.runtime._pipeline import (
     DatasetPlan,
@@ -34,6 +36,7 @@ from combined.runtime._pipeline import (
     prepare,
     project_commit,
     stage,
+    table_of,
 )
 from combined.runtime._reporter import NullReporter, Reporter
 
@@ -95,8 +98,8 @@ class Runner:
 
     # -- execution ------------------------------------------------------------
 
-    def execute(self, run: Run) -> Run:
-        """Execute a queued Run to a final state."""
+    def execute(self, run: Run, backfill: BackfillSpec | None = None) -> Run:
+        """Execute a queued Run to a final state (a partitioned backfill when given one)."""
         with self.catalog.begin() as conn:
             admission = runs_repo.get_admission(conn, run.admission_id)
         plans = plans_from_admission(admission)
@@ -111,7 +114,7 @@ class Runner:
                         hint="wait for that run to finish, or run `combined repair` if it died",
                     )
                 held.append(plan)
-            return self._execute(run, admission, selected)
+            return self._execute(run, admission, selected, backfill)
         except CombinedError as exc:
             return self._fail(run.id, exc)
         except Exception as exc:  # a defect still ends the Run, with its evidence
@@ -138,7 +141,13 @@ class Runner:
         self.reporter.run_finished(run.id, run.state)
         return run
 
-    def _execute(self, run: Run, admission: Admission, plans: list[DatasetPlan]) -> Run:
+    def _execute(
+        self,
+        run: Run,
+        admission: Admission,
+        plans: list[DatasetPlan],
+        backfill: BackfillSpec | None = None,
+    ) -> Run:
         with self.catalog.begin() as conn:
             run = runs_repo.move_run(conn, run.id, "extracting")
             cat.emit(conn, "run.extracting", source=run.source, run_id=run.id)
@@ -163,15 +172,20 @@ class Runner:
                     self.reporter.phase(plan.name, "extracting")
                     found = discovery.dataset(plan.relation) or discovery.dataset(plan.name)
                     declared = {f.name: f.arrow_type for f in found.fields} if found else None
-                    staged = stage(
-                        plan,
-                        source,
-                        area,
-                        self.layout,
-                        self.reporter,
-                        declared,
-                        self.read_options if plan.strategy == "cdc" else None,
-                    )
+                    if backfill is not None:
+                        staged = stage_partitioned(
+                            plan, source, backfill, area, self.layout, self.reporter, declared
+                        )
+                    else:
+                        staged = stage(
+                            plan,
+                            source,
+                            area,
+                            self.layout,
+                            self.reporter,
+                            declared,
+                            self.read_options if plan.strategy == "cdc" else None,
+                        )
                     opened.append(staged)
                     prepared.append(
                         prepare(
@@ -277,6 +291,8 @@ class Runner:
                 int(version.row_count) if version is not None else 0,
                 p.staged.rows if whole else None,
             )
+            if p.staged.control is not None:
+                result = self._check_control(run, p, m, result)
             out[plan.name] = result
             with self.catalog.begin() as conn:
                 cat.emit(
@@ -297,6 +313,35 @@ class Runner:
                     hint="inspect `combined run show` and the activity feed, then capture again",
                 )
         return out
+
+    def _check_control(
+        self, run: Run, p: Prepared, m: Member, result: Reconciliation
+    ) -> Reconciliation:
+        """Compare a backfill's control totals (read in its snapshot) with what landed."""
+        plan, control = p.staged.plan, p.staged.control
+        assert control is not None
+        table = table_of(self.layout, plan)
+        files = table.files(m.lake_version) if m.lake_version is not None else []
+        rows, total = range_totals(files, p.staged.current_filter, control.get("sum_column"))
+        ok = rows == control["rows"] and same_sum(total, control.get("sum"))
+        with self.catalog.begin() as conn:
+            cat.emit(
+                conn,
+                "reconciliation.control" if ok else "alert.reconciliation_failed",
+                source=plan.source,
+                dataset=plan.name,
+                run_id=run.id,
+                control=dict(control),
+                landed={"rows": rows, "sum": total},
+            )
+        if not ok:
+            raise ReconciliationFailed(
+                f"{plan.source}.{plan.name}: the source's control totals ({control['rows']} "
+                f"rows, sum {control.get('sum')}) differ from what landed ({rows} rows, "
+                f"sum {total}); nothing was published",
+                hint="inspect the activity feed; capture the range again",
+            )
+        return dataclasses.replace(result, source_rows=control["rows"], source_status="reconciled")
 
     def _commit_one(self, run: Run, p: Prepared, area: StagingArea) -> Member:
         plan = p.staged.plan

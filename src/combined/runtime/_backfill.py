@@ -1,0 +1,247 @@
+"""Partitioned backfills: one exported snapshot, partitions read in parallel.
+
+The source plans the partitions inside one exported snapshot (bounds and
+control totals resolved in it); each partition is read by its own session in
+its own thread and staged in its own directory. The staged partitions are
+one capture of the range: ids in the lake inside the range that the capture
+does not hold are deletes, rows outside the range are untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from combined.connectors.abc import Extraction, PartitionedSource, ReadRequest, Source
+from combined.delivery import PartWriter, StagingArea
+from combined.errors import ConfigError
+from combined.lake import LakeLayout
+from combined.protocol import (
+    ExtractionReceipt,
+    RecordBatchMessage,
+    TerminalOutcome,
+    TerminalReceipt,
+)
+from combined.protocol.identity import quote_ident
+from combined.runtime._pipeline import (
+    ORDINAL,
+    DatasetPlan,
+    Staged,
+    _empty_batch,
+    _empty_schema,
+    table_of,
+)
+from combined.runtime._reporter import Reporter
+from combined.runtime._schema_check import check_batch
+
+#: Ordinals of partition ``i`` start at ``i << PARTITION_SHIFT``: unique across partitions.
+PARTITION_SHIFT = 40
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillSpec:
+    """What a backfill reads: a key or time range split into partitions."""
+
+    partitions: int
+    column: str | None = None
+    lower: str | None = None
+    upper: str | None = None
+    sum_column: str | None = None
+
+
+class PartitionGroup:
+    """The partitions' extractions seen as one: one receipt, one terminal decision."""
+
+    def __init__(self, extractions: Sequence[Extraction], snapshot_authority: str | None) -> None:
+        self.extractions = list(extractions)
+        self._snapshot_authority = snapshot_authority
+
+    @property
+    def receipt(self) -> ExtractionReceipt:
+        """The union of the partitions' windows over their one snapshot."""
+        receipts = [e.receipt for e in self.extractions]
+        started = [r.extraction_started_at for r in receipts if r.extraction_started_at]
+        done = [r.extraction_completed_at for r in receipts]
+        first = receipts[0]
+        return dataclasses.replace(
+            first,
+            extraction_started_at=min(started) if started else None,
+            extraction_completed_at=max(d for d in done if d) if all(done) else None,
+            rows=sum(r.rows for r in receipts),
+            bytes=sum(r.bytes for r in receipts),
+        )
+
+    def acknowledge(self, state: Mapping[str, Any]) -> None:
+        """Snapshot reads hold no position to confirm."""
+
+    def finish(self, outcome: TerminalOutcome) -> TerminalReceipt:
+        """Decide every partition; returns the first partition's receipt."""
+        receipts = [e.finish(outcome) for e in self.extractions]
+        return receipts[0]
+
+
+def _duck_type(t: pa.DataType) -> str:
+    if pa.types.is_integer(t):
+        return "BIGINT"
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision}, {t.scale})"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMPTZ" if t.tz else "TIMESTAMP"
+    if pa.types.is_date(t):
+        return "DATE"
+    if pa.types.is_floating(t):
+        return "DOUBLE"
+    return "VARCHAR"
+
+
+def range_filter(schema: pa.Schema | None, column: str, lower: Any, upper: Any) -> str | None:
+    """SQL selecting ``lower <= column < upper`` in the lake (None: the whole table)."""
+    if schema is None or (lower is None and upper is None):
+        return None
+    duck = _duck_type(schema.field(column).type)
+    col = quote_ident(column)
+    parts = []
+    for op, value in ((">=", lower), ("<", upper)):
+        if value is not None:
+            text = str(value).replace("'", "''")
+            parts.append(f"{col} {op} CAST('{text}' AS {duck})")
+    return " AND ".join(parts)
+
+
+def stage_partitioned(
+    plan: DatasetPlan,
+    source: Source,
+    spec: BackfillSpec,
+    area: StagingArea,
+    layout: LakeLayout,
+    reporter: Reporter,
+    declared: Mapping[str, str] | None,
+) -> Staged:
+    """Plan, read every partition in parallel, and stage them as one capture of the range."""
+    if not type(source).SUPPORTS_PARTITIONS or not isinstance(source, PartitionedSource):
+        raise ConfigError(
+            f"the {type(source).name} connector cannot read partitions",
+            hint="capture the dataset with `combined capture` instead",
+        )
+    if plan.strategy == "cdc":
+        raise ConfigError(
+            f"{plan.source}.{plan.name} is captured from its change stream",
+            hint="its first capture (`combined cdc setup`) already reads the whole table",
+        )
+    ranged = spec.lower is not None or spec.upper is not None
+    if plan.sync_mode == "full_refresh" and ranged:
+        raise ConfigError(
+            "a full_refresh dataset cannot be backfilled by range: it would replace the "
+            "whole table with the range",
+            hint="omit --from/--to, or use sync_mode incremental",
+        )
+    if plan.sync_mode == "append":
+        raise ConfigError(
+            "an append dataset keeps its event stream as it came; a backfill would repeat it",
+            hint="capture it with `combined capture`",
+        )
+    column = spec.column or (plan.key[0] if plan.key else None)
+    if column is None:
+        raise ConfigError("a backfill needs a column to partition on", hint="pass --column")
+    table = table_of(layout, plan)
+    last = table.latest_commit()
+    request = ReadRequest(
+        dataset=plan.name,
+        relation=plan.relation,
+        key=plan.key,
+        strategy="snapshot",
+        columns=plan.columns,
+        batch_rows=plan.batch_rows,
+    )
+    parts_plan = source.plan_partitions(
+        request,
+        spec.partitions,
+        column=column,
+        lower=spec.lower,
+        upper=spec.upper,
+        sum_column=spec.sum_column,
+    )
+    try:
+        count = len(parts_plan.partitions)
+        extractions = [source.read_partition(parts_plan, i) for i in range(count)]
+        group = PartitionGroup(extractions, None)
+        progress = [0] * count
+
+        def read(index: int) -> tuple[list[Path], int]:
+            writer = PartWriter(
+                area,
+                f"{plan.source}/{plan.name}/capture/p{index:04d}",
+                max_rows=plan.max_rows,
+                max_bytes=plan.max_bytes,
+            )
+            ordinal = index << PARTITION_SHIFT
+            rows = 0
+            for msg in extractions[index]:
+                if not isinstance(msg, RecordBatchMessage):
+                    continue
+                batch = msg.batch
+                check_batch(f"{plan.source}.{plan.name}", batch, declared)
+                n = batch.num_rows
+                batch = batch.append_column(
+                    ORDINAL, pa.array(range(ordinal, ordinal + n), pa.int64())
+                )
+                ordinal += n
+                rows += n
+                writer.write(batch)
+                progress[index] = rows
+                reporter.progress(plan.name, sum(progress), 0, 0)
+            return writer.close(), rows
+
+        try:
+            with ThreadPoolExecutor(max_workers=count, thread_name_prefix="partition") as pool:
+                results = list(pool.map(read, range(count)))
+        except BaseException:
+            group.finish("abort")
+            raise
+        control = parts_plan.control
+    finally:
+        parts_plan.close()
+    parts = [p for paths, _ in results for p in paths]
+    schemas = {pq.read_schema(str(p)) for p in parts}
+    if len(schemas) > 1:
+        # Every partition reads the same relation: different schemas mean a
+        # partition handed over a value that does not fit.
+        raise ConfigError(
+            f"the partitions of {plan.source}.{plan.name} staged different schemas",
+            hint="declare casts for the differing columns",
+        )
+    if not parts:  # an empty range is still a capture of it: stage its schema alone
+        writer = PartWriter(
+            area, f"{plan.source}/{plan.name}/capture/empty", plan.max_rows, plan.max_bytes
+        )
+        writer.write(_empty_batch(_empty_schema(table.schema(), declared)))
+        parts = writer.close()
+        schemas = {pq.read_schema(str(parts[0]))}
+    return Staged(
+        plan=plan,
+        extraction=group,  # type: ignore[arg-type]
+        parts=parts,
+        schema=schemas.pop(),
+        state=last.get("checkpoint") if last else None,
+        position=last.get("source_position") if last else None,
+        receipt=group.receipt,
+        rows=sum(rows for _, rows in results),
+        full=True,
+        prior_state=last.get("checkpoint") if last else None,
+        current_filter=range_filter(table.schema(), column, spec.lower, spec.upper),
+        control={
+            "column": column,
+            "lower": spec.lower,
+            "upper": spec.upper,
+            "rows": control.rows,
+            "sum_column": control.sum_column,
+            "sum": control.sum,
+        },
+    )

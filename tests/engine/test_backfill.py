@@ -1,0 +1,137 @@
+"""Partitioned backfills and dropped connections, through the engine, on real PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import psycopg
+
+from combined.catalog import data as cat
+from combined.engine import Engine
+
+PROJECT = """\
+version: 1
+lake: ./lake
+sources:
+  pg:
+    connector: postgres
+    config:
+      dsn: {dsn}
+    datasets:
+      orders:
+        relation: public.orders
+        key: [id]
+        batch_rows: 2000
+"""
+
+
+def _make(tmp_path: Path, dsn: str, rows: int) -> Path:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id bigint PRIMARY KEY, total numeric(12,2), note text)")
+        conn.execute(
+            f"INSERT INTO orders SELECT g, g * 0.25, 'n' || g FROM generate_series(1, {rows}) g"
+        )
+    (tmp_path / "combined.yaml").write_text(PROJECT.format(dsn=dsn))
+    return tmp_path / "combined.yaml"
+
+
+def _lake(engine: Engine) -> list[tuple[object, ...]]:
+    rows = engine.sql("SELECT id, total, note FROM pg.orders ORDER BY id").to_pylist()
+    return [tuple(r.values()) for r in rows]
+
+
+def _source(dsn: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return list(conn.execute("SELECT id, total, note FROM orders ORDER BY id"))
+
+
+def test_partitioned_backfill_lands_the_table_and_checks_control_totals(
+    tmp_path: Path, pg_database: str, tools
+) -> None:
+    _make(tmp_path, pg_database, 20_000)
+    result = tools.cli(
+        tmp_path, "backfill", "pg.orders", "--partitions", "4", "--sum-column", "total"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "20000 read in 4 partitions" in result.stdout and "control reconciled" in result.stdout
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        assert _lake(engine) == _source(pg_database)
+        with engine.catalog.begin() as conn:
+            (event,) = cat.activity(conn, kind="reconciliation.control")
+        assert event.body["control"]["rows"] == 20_000
+        assert Decimal(event.body["control"]["sum"]) == Decimal("50002500.00")
+        assert event.body["landed"]["rows"] == 20_000
+        receipt = engine.publications(1)[0]["member_rows"][0]["extraction_receipt"]
+        assert receipt["snapshot_authority"] == "postgresql:pg_export_snapshot"
+        assert receipt["rows"] == 20_000 and receipt["extraction_completed_at"] is not None
+    finally:
+        engine.close()
+
+
+def test_a_range_backfill_changes_only_its_range(tmp_path: Path, pg_database: str) -> None:
+    project = _make(tmp_path, pg_database, 1000)
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute("DELETE FROM orders WHERE id BETWEEN 100 AND 149")
+            conn.execute("UPDATE orders SET note = 'inside' WHERE id = 150")
+            conn.execute("UPDATE orders SET note = 'outside' WHERE id = 900")
+        run = engine.backfill("pg.orders", partitions=2, lower="100", upper="200")
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None
+        stats = run.stats["orders"]
+        assert (stats["inserts"], stats["updates"], stats["deletes"]) == (0, 1, 50)
+        rows = {r[0]: r for r in _lake(engine)}
+        assert 120 not in rows and rows[150][2] == "inside"
+        assert rows[900][2] == "n900"  # outside the range: untouched until the next capture
+        assert len(rows) == 950
+    finally:
+        engine.close()
+
+
+def test_a_dropped_connection_fails_the_attempt_and_the_retry_lands_once(
+    tmp_path: Path, pg_database: str, monkeypatch
+) -> None:
+    monkeypatch.setenv("COMBINED_RETRY_BACKOFF_S", "0")
+    project = _make(tmp_path, pg_database, 300_000)
+    killed: list[int] = []
+
+    def assassin() -> None:
+        deadline = time.monotonic() + 60
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            while not killed and time.monotonic() < deadline:
+                rows = conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid() AND query ILIKE '%FROM%orders%' "
+                    "AND state = 'active'"
+                ).fetchall()
+                for (pid,) in rows:
+                    conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                    killed.append(pid)
+                time.sleep(0.005)
+
+    thread = threading.Thread(target=assassin)
+    thread.start()
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture()
+        thread.join()
+        assert killed, "the read finished before it could be interrupted"
+        assert run.state == "succeeded", run.error
+        attempts = engine.run(run.id)["attempts"]
+        assert len(attempts) == 2 and attempts[0].outcome == "failed"
+        assert engine.sql(
+            "SELECT count(*) AS n, count(DISTINCT id) AS d FROM pg.orders"
+        ).to_pylist() == [{"n": 300_000, "d": 300_000}]
+        deliveries = engine.run(run.id)["deliveries"]
+        assert sum(d.record_count for d in deliveries) == 300_000
+        assert {d.state for d in deliveries} == {"committed"}
+    finally:
+        thread.join()
+        engine.close()
