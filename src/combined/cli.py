@@ -364,9 +364,29 @@ def status(project: ProjectOpt = None) -> None:
         rows = engine.status()
     finally:
         engine.close()
-    t = Table("dataset", "strategy", "mode", "version", "lake v", "position", "published", "fresh")
+    t = Table(
+        "dataset",
+        "strategy",
+        "mode",
+        "version",
+        "lake v",
+        "position",
+        "published",
+        "fresh",
+        "slot lag",
+    )
     for s in rows:
         fresh = "-" if s["fresh"] is None else ("yes" if s["fresh"] else "[red]stale[/red]")
+        slot = s.get("slot") or {}
+        if "error" in slot:
+            lag = f"[red]{slot['error']}[/red]"
+        elif slot and not slot.get("exists"):
+            lag = "[red]no slot[/red]"
+        elif slot:
+            secs = slot.get("lag_seconds")
+            lag = f"{slot.get('lag_bytes')} B" + (f", {secs:.1f} s" if secs is not None else "")
+        else:
+            lag = "-"
         t.add_row(
             s["dataset"],
             s["strategy"],
@@ -376,6 +396,7 @@ def status(project: ProjectOpt = None) -> None:
             (s["position"] or "-")[:30],
             _when(s["published_at"]),
             fresh,
+            lag,
         )
     console.print(t)
 

@@ -386,9 +386,32 @@ class Engine:
                     "age": age,
                     "target": target,
                     "fresh": None if target is None or age is None else age <= target,
+                    "slot": None,
                 }
             )
+        self._slot_lag(out)
         return out
+
+    def _slot_lag(self, rows: list[dict[str, Any]]) -> None:
+        """Add each cdc dataset's slot lag (bytes and seconds) to its status row."""
+        from combined import cdc
+        from combined.errors import CombinedError
+
+        by_name = {r["dataset"]: r for r in rows}
+        sources = {r["dataset"].split(".")[0] for r in rows if r["strategy"] == "cdc"}
+        for source in sorted(sources):
+            try:
+                for st in cdc.status(self, source):
+                    by_name[st["dataset"]]["slot"] = {
+                        "exists": st.get("exists"),
+                        "lag_bytes": st.get("lag_bytes"),
+                        "lag_seconds": st.get("lag_seconds"),
+                        "wal_status": st.get("wal_status"),
+                    }
+            except CombinedError as exc:
+                for r in rows:
+                    if r["dataset"].startswith(f"{source}.") and r["strategy"] == "cdc":
+                        r["slot"] = {"error": exc.message}
 
     def history(self, name: str) -> list[dict[str, Any]]:
         """A dataset's versions with their publications."""

@@ -157,3 +157,95 @@ def test_a_lost_slot_fails_loudly_and_never_resumes_with_a_gap(
         assert engine.sql("SELECT count(*) AS n FROM pg.items").column("n")[0].as_py() == 500
     finally:
         engine.close()
+
+
+def test_a_column_added_mid_stream_evolves_and_is_recorded(
+    cdc_project: tuple[Path, str, str],
+) -> None:
+    from combined.catalog import data as cat
+
+    root, dsn, _ = cdc_project
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        engine.capture()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET qty = -1 WHERE id = 1")
+            conn.execute("ALTER TABLE items ADD COLUMN extra int")
+            conn.execute("UPDATE items SET extra = 42 WHERE id <= 3")
+            conn.execute("INSERT INTO items VALUES (600, 6, 'six', NULL, 7)")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        rows = engine.sql(
+            "SELECT id, qty, extra FROM pg.items WHERE id IN (1, 2, 4, 600) ORDER BY id"
+        ).to_pylist()
+        assert rows == [
+            {"id": 1, "qty": -1, "extra": 42},
+            {"id": 2, "qty": 2, "extra": 42},
+            {"id": 4, "qty": 4, "extra": None},
+            {"id": 600, "qty": 6, "extra": 7},
+        ]
+        with engine.catalog.begin() as conn:
+            drift = cat.activity(conn, kind="drift")
+        assert [(d.body["class"], d.body["field"], d.body["outcome"]) for d in drift] == [
+            ("new_field", "extra", "evolve")
+        ]
+    finally:
+        engine.close()
+
+
+def test_concurrent_writers_during_the_initial_snapshot_land_exactly_once(
+    cdc_project: tuple[Path, str, str],
+) -> None:
+    import threading
+
+    root, dsn, _ = cdc_project
+    stop = threading.Event()
+
+    def writer() -> None:
+        n = 10_000
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                n += 1
+                conn.execute("INSERT INTO items VALUES (%s, 1, 'w', NULL)", (n,))
+                conn.execute("UPDATE items SET qty = qty + 1 WHERE id = %s", (n % 500 + 1,))
+                conn.execute("DELETE FROM items WHERE id = %s", (n - 5,))
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        stop.set()
+        thread.join()
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert _lake(engine) == _source(dsn)
+        dup = (
+            engine.sql("SELECT count(*) - count(DISTINCT id) AS d FROM pg.items")
+            .column("d")[0]
+            .as_py()
+        )
+        assert dup == 0
+    finally:
+        stop.set()
+        thread.join()
+        engine.close()
+
+
+def test_status_reports_slot_lag(cdc_project: tuple[Path, str, str], tools) -> None:
+    root, dsn, slot = cdc_project
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        engine.capture()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO items SELECT g, 0, 'lag', NULL FROM generate_series(701, 900) g"
+            )
+        (row,) = engine.status()
+        assert row["slot"]["exists"] and row["slot"]["lag_bytes"] > 0
+    finally:
+        engine.close()
+    shown = tools.cli(root, "status", env={"COLUMNS": "250"})
+    assert shown.returncode == 0, shown.stderr
+    assert " B" in shown.stdout and "pg.items" in shown.stdout

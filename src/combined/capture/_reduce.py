@@ -115,7 +115,9 @@ class Reducer:
             source = "res"
             id_col = "_cid"
         else:
-            source = f"(SELECT *, {id_expr} AS _cid FROM read_parquet({files}))"
+            source = (
+                f"(SELECT *, {id_expr} AS _cid FROM read_parquet({files}, union_by_name = true))"
+            )
             id_col = "_cid"
         self.con.execute(
             f"CREATE VIEW cap AS SELECT *, {hash_expr} AS _chash, {op_expr} AS _cop "
@@ -167,7 +169,8 @@ class Reducer:
             )
         self.con.execute(
             f"CREATE VIEW res AS SELECT {', '.join(cols)}, {rest}, r._cid FROM "
-            f"(SELECT *, {id_expr} AS _cid FROM read_parquet({files})) r {lake}"
+            f"(SELECT *, {id_expr} AS _cid FROM read_parquet({files}, union_by_name = true)) "
+            f"r {lake}"
         )
 
     def close(self) -> None:

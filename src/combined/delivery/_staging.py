@@ -90,6 +90,8 @@ class PartWriter:
         """Append a batch, cutting a new part at the row or byte limit."""
         if self._writer is None and batch.num_rows == 0:
             self._roll(batch.schema)  # an empty capture still has a part with its schema
+        if self._schema is not None and batch.schema != self._schema:
+            self._roll(batch.schema)  # a widened schema starts a new part
         offset = 0
         while offset < batch.num_rows:
             if self._writer is None or self._full():

@@ -40,7 +40,10 @@ def run_query(layout: LakeLayout, members: Sequence[Member], query: str) -> pa.T
             files = table.files(m.lake_version)
             if files:
                 listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-                con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{listing}])")
+                con.execute(
+                    f"CREATE VIEW {name} AS SELECT * FROM "
+                    f"read_parquet([{listing}], union_by_name = true)"
+                )
             else:
                 schema = table.schema(m.lake_version)
                 assert schema is not None

@@ -223,6 +223,11 @@ def _consume(
         if schema is None:
             schema = batch.schema
         elif batch.schema != schema:
+            # A field that appears mid-read (a column added while streaming) widens
+            # the capture's schema; the drift policy judges it once the read is done.
+            for f in batch.schema:
+                if f.name not in schema.names:
+                    schema = schema.append(f)
             batch = _conform(plan, batch, schema)
         n = batch.num_rows
         batch = batch.append_column(ORDINAL, pa.array(range(ordinal, ordinal + n), pa.int64()))
@@ -251,7 +256,7 @@ def _consume(
         plan=plan,
         extraction=extraction,
         parts=parts,
-        schema=pq.read_schema(str(parts[0])),
+        schema=pq.read_schema(str(parts[-1])),  # the last part has every field
         state=checkpoint[0] if checkpoint else prior_state,
         position=checkpoint[1] if checkpoint else (last.get("source_position") if last else None),
         receipt=extraction.receipt,
