@@ -12,6 +12,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from combined.errors import CommitAmbiguous, LakeError, ProtocolViolation
+from combined.lake._files import write_data_files
 from combined.protocol import utcnow
 
 CommitMode = Literal["merge", "append", "overwrite"]
@@ -133,7 +134,9 @@ class LakeTable:
         try:
             if before_write is not None:
                 before_write()
-            if dt is None or mode in ("append", "overwrite") or not needs_merge:
+            if mode != "overwrite" and (dt is None or not needs_merge):
+                self._append(dt, data(), properties)
+            elif dt is None or mode in ("append", "overwrite") or not needs_merge:
                 write_deltalake(
                     str(self.path) if dt is None else dt,
                     data(),
@@ -169,6 +172,35 @@ class LakeTable:
         version = self.version()
         assert version is not None
         return CommitResult(lake_version=version, skipped=False, committed_at=utcnow())
+
+    def _append(self, dt: Any, reader: pa.RecordBatchReader, properties: Any) -> None:
+        """Append by streaming our own data files, then committing their add actions."""
+        from deltalake import Schema, write_deltalake
+        from deltalake.transaction import create_table_with_add_actions
+
+        schema = reader.schema
+        if dt is not None:
+            current = pa.schema(dt.schema().to_arrow())
+            if [(f.name, f.type) for f in current] != [(f.name, f.type) for f in schema]:
+                # A widened schema goes through delta-rs, which evolves the table's metadata.
+                write_deltalake(
+                    dt, reader, mode="append", schema_mode="merge", commit_properties=properties
+                )
+                return
+        actions = write_data_files(self.path, schema, reader)
+        if dt is None:
+            create_table_with_add_actions(
+                str(self.path),
+                Schema.from_arrow(schema),
+                actions,
+                mode="error",
+                configuration=TABLE_CONFIGURATION,
+                commit_properties=properties,
+            )
+        else:
+            dt.create_write_transaction(
+                actions, mode="append", schema=dt.schema(), commit_properties=properties
+            )
 
     def _skipped(self, sequence: int) -> CommitResult:
         for meta in self.commits():

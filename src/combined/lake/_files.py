@@ -1,0 +1,130 @@
+"""Writing Delta data files ourselves: streamed, bounded, then committed as add actions.
+
+delta-rs buffers a whole data file in memory before it uploads it, and pulls
+its input ahead of the writer, so a large append through ``write_deltalake``
+holds memory in proportion to the data. Appends instead stream batches into
+Parquet files under the table directory with pyarrow (one row group at a
+time), and the commit registers them as add actions with their statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+#: Rows per data file: bounded files keep every reader's memory bounded too.
+FILE_ROWS = 1_000_000
+ROW_GROUP_ROWS = 65_536
+
+
+def _stat_value(value: Any) -> Any:
+    if value is None:
+        return None
+    if hasattr(value, "isoformat"):
+        text = value.isoformat()
+        # Delta statistics write timestamps in UTC with a 'Z' and millisecond precision.
+        return text.replace("+00:00", "Z")
+    if isinstance(value, int | float | bool):
+        return value
+    return str(value)
+
+
+def _minmax_type(t: pa.DataType) -> bool:
+    # Strings are left out: a truncated maximum would let readers skip files wrongly.
+    return bool(
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_date(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_decimal(t)
+    )
+
+
+class _Stats:
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.rows = 0
+        self.nulls = {f.name: 0 for f in schema}
+        self.mins: dict[str, Any] = {}
+        self.maxs: dict[str, Any] = {}
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self.rows += batch.num_rows
+        for field, column in zip(self.schema, batch.columns, strict=True):
+            self.nulls[field.name] += column.null_count
+            if not _minmax_type(field.type) or column.null_count == len(column):
+                continue
+            mm = pc.min_max(column)
+            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            if field.name not in self.mins or lo < self.mins[field.name]:
+                self.mins[field.name] = lo
+            if field.name not in self.maxs or hi > self.maxs[field.name]:
+                self.maxs[field.name] = hi
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "numRecords": self.rows,
+                "minValues": {k: _stat_value(v) for k, v in self.mins.items()},
+                "maxValues": {k: _stat_value(v) for k, v in self.maxs.items()},
+                "nullCount": self.nulls,
+            }
+        )
+
+
+def write_data_files(
+    table: Path, schema: pa.Schema, batches: Iterable[pa.RecordBatch]
+) -> list[Any]:
+    """Stream ``batches`` into new data files of ``table``; return their add actions.
+
+    The files are invisible until a commit adds them; a crash before it leaves
+    only unreferenced files, which ``vacuum`` removes.
+    """
+    from deltalake.transaction import AddAction
+
+    table.mkdir(parents=True, exist_ok=True)
+    actions: list[Any] = []
+    writer: pq.ParquetWriter | None = None
+    stats: _Stats | None = None
+    name = ""
+
+    def close() -> None:
+        nonlocal writer, stats
+        if writer is None or stats is None:
+            return
+        writer.close()
+        path = table / name
+        actions.append(
+            AddAction(
+                path=name,
+                size=path.stat().st_size,
+                partition_values={},
+                modification_time=int(time.time() * 1000),
+                data_change=True,
+                stats=stats.to_json(),
+            )
+        )
+        writer, stats = None, None
+
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        if writer is None:
+            name = f"part-{uuid.uuid4()}-c000.zstd.parquet"
+            writer = pq.ParquetWriter(str(table / name), schema, compression="zstd")
+            stats = _Stats(schema)
+        assert stats is not None
+        writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
+        stats.add(batch)
+        if stats.rows >= FILE_ROWS:
+            close()
+    close()
+    return actions
