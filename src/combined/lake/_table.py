@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -173,6 +173,13 @@ class LakeTable:
         assert version is not None
         return CommitResult(lake_version=version, skipped=False, committed_at=utcnow())
 
+    def append_batches(
+        self, schema: pa.Schema, batches: Iterator[pa.RecordBatch], *, create: bool
+    ) -> None:
+        """Append rows outside the delivery protocol (no transaction version), streamed."""
+        dt = None if create else self._open()
+        self._append(dt, pa.RecordBatchReader.from_batches(schema, batches), None)
+
     def _append(self, dt: Any, reader: pa.RecordBatchReader, properties: Any) -> None:
         """Append by streaming our own data files, then committing their add actions."""
         from deltalake import Schema, write_deltalake
@@ -188,6 +195,8 @@ class LakeTable:
                 )
                 return
         actions = write_data_files(self.path, schema, reader)
+        if dt is not None and not actions and properties is None:
+            return  # nothing to add and no checkpoint to carry: no commit
         if dt is None:
             create_table_with_add_actions(
                 str(self.path),

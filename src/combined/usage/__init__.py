@@ -8,10 +8,11 @@ never bill twice. Counts are read back from that table.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from combined.lake import LakeLayout
 
@@ -19,42 +20,65 @@ from combined.lake import LakeLayout
 def record_usage(
     layout: LakeLayout, source: str, dataset: str, changes_file: Path, *, month: str
 ) -> dict[str, dict[str, int]]:
-    """Merge a transition's (id, op) set into the month's identities; return the month's counts."""
-    from deltalake import DeltaTable, write_deltalake
+    """Add a transition's (id, op) set to the month's identities; return the month's counts.
 
-    changes = pq.read_table(str(changes_file))
-    table = pa.table(
-        {
-            "month": pa.array([month] * changes.num_rows, pa.string()),
-            "_combined_id": changes.column("_combined_id").cast(pa.string()),
-            "op": changes.column("op").cast(pa.string()),
+    Only identities not already billed for that month and operation are
+    appended (an anti-join in DuckDB, streamed into new data files), so
+    running it twice for the same commit changes nothing.
+    """
+    from deltalake import DeltaTable
+
+    from combined.lake import LakeTable
+
+    path = layout.usage(source, dataset)
+    table = LakeTable(path, f"combined-usage:{source}/{dataset}")
+    schema = pa.schema([("month", pa.string()), ("_combined_id", pa.string()), ("op", pa.string())])
+    known = DeltaTable(str(path)).file_uris() if DeltaTable.is_deltatable(str(path)) else []
+    con = _duck()
+    try:
+        month_lit = "'" + month.replace("'", "''") + "'"
+        new = (
+            f"SELECT DISTINCT {month_lit} AS month, CAST(_combined_id AS VARCHAR) AS _combined_id, "
+            f"CAST(op AS VARCHAR) AS op FROM read_parquet('{_q(changes_file)}')"
+        )
+        if known:
+            listing = ", ".join(f"'{_q(f)}'" for f in known)
+            new += (
+                f" EXCEPT SELECT month, _combined_id, op FROM read_parquet([{listing}]) "
+                f"WHERE month = {month_lit}"
+            )
+        reader = con.sql(new).to_arrow_reader(65_536)
+        batches = (b.cast(schema) for b in reader)
+        table.append_batches(schema, batches, create=not known and not table.exists())
+    finally:
+        con.close()
+    return {month: month_counts(layout, source, dataset, month)}
+
+
+_SPILL = Path(tempfile.gettempdir()) / "combined-usage-spill"
+
+
+def _duck() -> Any:
+    """A DuckDB connection with bounded memory that spills to a temp directory."""
+    import duckdb
+
+    _SPILL.mkdir(parents=True, exist_ok=True)
+    return duckdb.connect(
+        config={
+            "memory_limit": "128MB",
+            "threads": 2,
+            "temp_directory": str(_SPILL),
+            "preserve_insertion_order": False,
         }
     )
-    path = layout.usage(source, dataset)
-    if not DeltaTable.is_deltatable(str(path)):
-        write_deltalake(
-            str(path),
-            table.slice(0, 0),
-            configuration={"delta.enableDeletionVectors": "false"},
-        )
-    if table.num_rows:
-        (
-            DeltaTable(str(path))
-            .merge(
-                source=table,
-                predicate="t.month = s.month AND t._combined_id = s._combined_id AND t.op = s.op",
-                source_alias="s",
-                target_alias="t",
-            )
-            .when_not_matched_insert_all()
-            .execute()
-        )
-    return {month: month_counts(layout, source, dataset, month)}
+
+
+def _q(path: object) -> str:
+    return str(path).replace("'", "''")
 
 
 def month_counts(layout: LakeLayout, source: str, dataset: str, month: str) -> dict[str, int]:
     """MAR and its per-operation breakdown for one dataset and month."""
-    import duckdb
     from deltalake import DeltaTable
 
     path = layout.usage(source, dataset)
@@ -63,7 +87,7 @@ def month_counts(layout: LakeLayout, source: str, dataset: str, month: str) -> d
     files = DeltaTable(str(path)).file_uris()
     if not files:
         return {"mar": 0, "inserts": 0, "updates": 0, "deletes": 0}
-    con = duckdb.connect()
+    con = _duck()
     try:
         row = con.execute(
             "SELECT count(DISTINCT _combined_id), "

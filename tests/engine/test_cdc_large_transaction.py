@@ -1,0 +1,90 @@
+"""A single 1M-row transaction streams through a capture in bounded memory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from combined.connectors.postgres._replication import drop_publication, drop_slot
+from combined.connectors.postgres._stitch import slot_name
+from combined.engine import Engine
+
+PROJECT = """\
+version: 1
+lake: ./lake
+reduction_memory: 256MiB
+sources:
+  pg:
+    connector: postgres
+    config:
+      dsn: {dsn}
+      slot_prefix: {prefix}
+    datasets:
+      big:
+        relation: public.big
+        key: [id]
+        strategy: cdc
+        batch_rows: 20000
+"""
+
+#: What one capture of 1M rows (~330 MB of text on the wire) may hold at its peak.
+CEILING_MB = 800
+
+
+def _peak_rss_mb(root: Path, *args: str) -> tuple[int, float]:
+    """Run the CLI in a child process and report its exit code and peak RSS."""
+    code = (
+        "import resource, subprocess, sys;"
+        "r = subprocess.run([sys.executable, '-c', 'from combined.cli import main; main()',"
+        " *sys.argv[1:]]);"
+        "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=root, capture_output=True, text=True, timeout=900
+    )
+    rc, kb = out.stdout.strip().splitlines()[-1].split()
+    return int(rc), int(kb) / 1024
+
+
+@pytest.fixture
+def big(tmp_path: Path, pg_database: str) -> Iterator[tuple[Path, str]]:
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        level = conn.execute("SHOW wal_level").fetchone()
+        if not level or level[0] != "logical":
+            pytest.skip("wal_level is not logical (.ci/run sets it)")
+        conn.execute("CREATE TABLE big (id bigint PRIMARY KEY, v int, pad text)")
+    prefix = f"cl_{uuid.uuid4().hex[:8]}"
+    (tmp_path / "combined.yaml").write_text(PROJECT.format(dsn=pg_database, prefix=prefix))
+    name = slot_name(prefix, "public.big")
+    try:
+        yield tmp_path, pg_database
+    finally:
+        drop_slot(pg_database, name)
+        drop_publication(pg_database, name)
+
+
+@pytest.mark.slow
+def test_a_million_row_transaction_in_bounded_memory(big: tuple[Path, str]) -> None:
+    root, dsn = big
+    rc, _ = _peak_rss_mb(root, "capture")  # the stitched snapshot of the empty table
+    assert rc == 0
+    with psycopg.connect(dsn) as conn:  # one transaction
+        conn.execute(
+            "INSERT INTO big SELECT g, g % 1000, repeat('x', 300) "
+            "FROM generate_series(1, 1000000) g"
+        )
+    rc, peak = _peak_rss_mb(root, "capture")
+    assert rc == 0
+    assert peak < CEILING_MB, f"peak RSS {peak:.0f} MB"
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        got = engine.sql("SELECT count(*) AS n, sum(v) AS s FROM pg.big").to_pylist()[0]
+        assert got == {"n": 1_000_000, "s": sum(g % 1000 for g in range(1, 1_000_001))}
+    finally:
+        engine.close()
