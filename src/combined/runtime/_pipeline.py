@@ -673,6 +673,11 @@ def project_commit(
     version = meta["version"]
     tr = meta["transition"]
     with catalog.begin() as conn:
+        # Projecting a commit the catalog already holds changes nothing: no
+        # checkpoint moves back and no event is told twice.
+        fresh = int(cat.get_dataset(conn, source, dataset).last_sequence or 0) < int(
+            meta.get("last_sequence") or 0
+        )
         for d in deliveries:
             cat.record_delivery(
                 conn,
@@ -723,9 +728,11 @@ def project_commit(
             values["schema"] = schema
         if deliveries:
             values["schema_revision"] = deliveries[-1]["schema_revision"]
-        cat.update_dataset(conn, source, dataset, **values)
         for month, counts in months.items():
             cat.set_usage(conn, source, dataset, month, **counts)
+        if not fresh:
+            return
+        cat.update_dataset(conn, source, dataset, **values)
         for event in meta.get("drift") or []:
             cat.emit(conn, "drift", source=source, dataset=dataset, run_id=meta["run_id"], **event)
         cat.emit(
