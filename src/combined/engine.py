@@ -136,6 +136,7 @@ class Engine:
                 },
                 "columns": list(d.columns) if d.columns else None,
                 "batch_rows": d.batch_rows,
+                "control_sum": d.control_sum,
                 "delivery": {"max_rows": d.delivery.max_rows, "max_bytes": d.delivery.max_bytes},
                 "drift": d.drift.model_dump(),
                 "quarantine": {

@@ -135,3 +135,56 @@ def test_a_dropped_connection_fails_the_attempt_and_the_retry_lands_once(
     finally:
         thread.join()
         engine.close()
+
+
+CURSOR_PROJECT = """\
+version: 1
+lake: ./lake
+sources:
+  pg:
+    connector: postgres
+    config:
+      dsn: {dsn}
+    datasets:
+      orders:
+        relation: public.orders
+        key: [id]
+        strategy: cursor
+        control_sum: total
+        cursor:
+          column: id
+          trust: "ids come from a sequence and rows are never updated in place"
+"""
+
+
+def test_a_bulk_update_the_cursor_cannot_see_is_reported_by_reconciliation(
+    tmp_path: Path, pg_database: str
+) -> None:
+    _make(tmp_path, pg_database, 1000)
+    (tmp_path / "combined.yaml").write_text(CURSOR_PROJECT.format(dsn=pg_database))
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.stats is not None and run.stats["orders"]["reconciliation"] == "reconciled"
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute("UPDATE orders SET total = total + 1 WHERE id <= 100")  # cursor stays
+            conn.execute("INSERT INTO orders VALUES (1001, 1.00, 'new')")
+        (run,) = engine.capture()
+        # the new row lands; the bulk update is invisible to the cursor and is reported
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["orders"]["reconciliation"] == "mismatch"
+        assert engine.sql("SELECT count(*) AS n FROM pg.orders").column("n")[0].as_py() == 1001
+        with engine.catalog.begin() as conn:
+            (alert,) = cat.activity(conn, kind="alert.reconciliation_failed")
+            control = cat.activity(conn, kind="reconciliation.control", limit=1)[0]
+        assert alert.body["source_status"] == "mismatch"
+        assert control.body["control"]["sum_column"] == "total" and not control.body["ok"]
+        assert (
+            Decimal(control.body["control"]["sum"]) - Decimal(control.body["landed"]["sum"]) == 100
+        )
+        # a backfill recaptures what the cursor missed, and reconciles
+        run = engine.backfill("pg.orders", partitions=2, sum_column="total")
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["orders"]["updates"] == 100
+    finally:
+        engine.close()

@@ -392,6 +392,12 @@ class DatasetConfig(_Model):
     drift: DriftPolicy = Field(default_factory=DriftPolicy)
     quarantine: QuarantinePolicy = Field(default_factory=QuarantinePolicy)
     freshness: Duration | None = None
+    control_sum: Text | None = None
+    """A numeric column whose exact sum the source reports in the capture's snapshot.
+
+    Reconciliation compares it with the sum the lake holds, next to the row
+    count, where the connector supports control totals.
+    """
 
     @model_validator(mode="after")
     def _check_shape(self) -> DatasetConfig:

@@ -159,6 +159,9 @@ class Source(Protocol):
     SUPPORTS_CDC: ClassVar[bool]
     #: Whether ``read`` honours ``ReadRequest.bounds`` for partitioned reads.
     SUPPORTS_PARTITIONS: ClassVar[bool]
+    #: Whether a read given ``options["control_totals"]`` (True or a column to sum)
+    #: reports :attr:`BaseExtraction.control_totals` counted in the read's snapshot.
+    SUPPORTS_CONTROL_TOTALS: ClassVar[bool]
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         """Build the source from its configuration, secrets already resolved."""
@@ -260,6 +263,14 @@ class BaseExtraction(abc.ABC):
     def _messages(self) -> Iterator[Message]:
         """Yield the read's messages."""
 
+    @property
+    def control_totals(self) -> Any:
+        """Counts the source took in the read's snapshot (``rows``, ``sum_column``, ``sum``).
+
+        None unless the source supports control totals and was asked for them.
+        """
+        return None
+
     def acknowledge(self, state: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
         """Nothing to confirm by default: only change streams hold a position."""
 
@@ -298,6 +309,7 @@ class BaseSource(abc.ABC):
     SUPPORTS_CURSOR: ClassVar[bool] = False
     SUPPORTS_CDC: ClassVar[bool] = False
     SUPPORTS_PARTITIONS: ClassVar[bool] = False
+    SUPPORTS_CONTROL_TOTALS: ClassVar[bool] = False
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         self.config = dict(config)

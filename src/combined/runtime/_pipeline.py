@@ -54,6 +54,7 @@ class DatasetPlan:
     drift: Mapping[str, str]
     quarantine_reader: str
     review_every_s: int
+    control_sum: str | None = None
 
     @property
     def app_id(self) -> str:
@@ -185,7 +186,7 @@ def stage(
         cursor=cursor,
         columns=plan.columns,
         batch_rows=plan.batch_rows,
-        options=dict(options or {}),
+        options=_read_options(plan, source, options),
     )
     extraction = source.read(request)
     writer = PartWriter(
@@ -198,6 +199,27 @@ def stage(
     except BaseException:
         extraction.finish("abort")
         raise
+
+
+def _read_options(
+    plan: DatasetPlan, source: Source, options: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The read's options; asks for control totals where the source can count them."""
+    out = dict(options or {})
+    if (
+        type(source).SUPPORTS_CONTROL_TOTALS
+        and plan.strategy in ("snapshot", "cursor")
+        and plan.sync_mode == "incremental"  # an event stream's rows are not the table's
+    ):
+        out["control_totals"] = plan.control_sum or True
+    return out
+
+
+def _control(extraction: Extraction) -> dict[str, Any] | None:
+    totals = getattr(extraction, "control_totals", None)
+    if totals is None:
+        return None
+    return {"rows": totals.rows, "sum_column": totals.sum_column, "sum": totals.sum}
 
 
 def _consume(
@@ -267,6 +289,7 @@ def _consume(
             checkpoint and checkpoint[0].get("stitched") and not (prior_state or {}).get("lsn")
         ),
         prior_state=prior_state,
+        control=_control(extraction),
     )
 
 

@@ -72,6 +72,7 @@ def plans_from_admission(admission: Admission) -> dict[str, DatasetPlan]:
             drift=dict(d["drift"]),
             quarantine_reader=d["quarantine"]["reader"],
             review_every_s=int(d["quarantine"]["review_every_s"]),
+            control_sum=d.get("control_sum"),
         )
     return out
 
@@ -303,7 +304,10 @@ class Runner:
                     run_id=run.id,
                     **{k: v for k, v in result.to_json().items() if k != "dataset"},
                 )
-            if not result.ok:
+            blocking = result.lake_status == "mismatch" or (
+                result.source_status == "mismatch" and p.staged.full
+            )
+            if blocking:
                 for q in prepared:
                     q.staged.extraction.finish("success")  # committed, just not published
                 raise ReconciliationFailed(
@@ -327,21 +331,28 @@ class Runner:
         with self.catalog.begin() as conn:
             cat.emit(
                 conn,
-                "reconciliation.control" if ok else "alert.reconciliation_failed",
+                "reconciliation.control",
                 source=plan.source,
                 dataset=plan.name,
                 run_id=run.id,
                 control=dict(control),
                 landed={"rows": rows, "sum": total},
+                ok=ok,
             )
-        if not ok:
+        if not ok and p.staged.full:
             raise ReconciliationFailed(
                 f"{plan.source}.{plan.name}: the source's control totals ({control['rows']} "
                 f"rows, sum {control.get('sum')}) differ from what landed ({rows} rows, "
                 f"sum {total}); nothing was published",
                 hint="inspect the activity feed; capture the range again",
             )
-        return dataclasses.replace(result, source_rows=control["rows"], source_status="reconciled")
+        # A delta capture (cursor) cannot see deletes or updates that leave its
+        # cursor alone: a mismatch is that limit showing, reported and published.
+        return dataclasses.replace(
+            result,
+            source_rows=control["rows"],
+            source_status="reconciled" if ok else "mismatch",
+        )
 
     def _commit_one(self, run: Run, p: Prepared, area: StagingArea) -> Member:
         plan = p.staged.plan

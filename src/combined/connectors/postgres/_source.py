@@ -52,6 +52,7 @@ class PostgresSource(BaseSource):
     SUPPORTS_CURSOR: ClassVar[bool] = True
     SUPPORTS_CDC: ClassVar[bool] = True
     SUPPORTS_PARTITIONS: ClassVar[bool] = True
+    SUPPORTS_CONTROL_TOTALS: ClassVar[bool] = True
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         config = dict(config)
