@@ -79,7 +79,10 @@ class Reducer:
     ) -> None:
         import duckdb
 
+        # A database file, not memory: the transition table and the join's state
+        # can then be evicted to disk, so a table larger than memory reduces.
         self.con = duckdb.connect(
+            str(spill_dir / "reduction.duckdb"),
             config={
                 "memory_limit": f"{max(memory_limit // 2**20, 64)}MB",
                 "temp_directory": str(spill_dir),
@@ -212,7 +215,7 @@ class Reducer:
         con = self.con
         if self.sync_mode == "append":
             con.execute(
-                "CREATE TEMP TABLE tr AS SELECT _cid AS id, "
+                "CREATE TABLE tr AS SELECT _cid AS id, "
                 "CASE WHEN _cop = 'upsert' THEN 'insert' ELSE _cop END AS op, "
                 "_chash AS new_hash, NULL::VARCHAR AS old_hash, _combined_ordinal AS ord FROM cap"
             )
@@ -223,17 +226,29 @@ class Reducer:
                 "SELECT max(_combined_ordinal) FROM cap WHERE _cop = 'truncate'"
             ).fetchall()[0][0]
             after = "" if cut is None else f"AND _combined_ordinal > {int(cut)}"
-            last = (
-                f"SELECT * FROM cap WHERE _cop <> 'truncate' {after} QUALIFY row_number() OVER "
-                "(PARTITION BY _cid ORDER BY _combined_ordinal DESC) = 1"
+            # Only what the comparison needs flows through the join, never the
+            # payload; both sides are materialised first (computed identities
+            # inside a join do not spill well), then joined as plain tables.
+            con.execute(
+                "CREATE TABLE capk AS SELECT _cid, _chash, _cop, _combined_ordinal FROM cap "
+                f"WHERE _cop <> 'truncate' {after}"
             )
+            con.execute("CREATE TABLE curk AS SELECT _kid, _khash FROM cur")
+            last = "SELECT * FROM capk"
+            if self.has_op or not self.full:
+                # Several changes of one row: the last one wins. (A full-row capture
+                # was checked for duplicate keys already, and needs no window.)
+                last += (
+                    " QUALIFY row_number() OVER "
+                    "(PARTITION BY _cid ORDER BY _combined_ordinal DESC) = 1"
+                )
             first_op = "'snapshot'" if self.baseline else "'insert'"
             # Absent ids are deletes when the capture is the whole relation (a
             # snapshot, or a stream that truncated it); a delta leaves them alone.
             whole = self.full or cut is not None
             join = "FULL OUTER JOIN" if whole else "LEFT JOIN"
             con.execute(
-                "CREATE TEMP TABLE tr AS SELECT coalesce(c._cid, k._kid) AS id, CASE "
+                "CREATE TABLE tr AS SELECT coalesce(c._cid, k._kid) AS id, CASE "
                 "WHEN c._cid IS NULL THEN 'delete' "
                 "WHEN c._cop = 'delete' THEN (CASE WHEN k._kid IS NULL THEN 'same' "
                 "ELSE 'delete' END) "
@@ -241,7 +256,7 @@ class Reducer:
                 "WHEN c._chash = k._khash THEN 'same' ELSE 'update' END AS op, "
                 "CASE WHEN c._cid IS NULL OR c._cop = 'delete' THEN NULL ELSE c._chash END "
                 "AS new_hash, k._khash AS old_hash, c._combined_ordinal AS ord "
-                f"FROM ({last}) c {join} cur k ON c._cid = k._kid"
+                f"FROM ({last}) c {join} curk k ON c._cid = k._kid"
             )
         return self._stats()
 

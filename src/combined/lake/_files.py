@@ -128,3 +128,72 @@ def write_data_files(
             close()
     close()
     return actions
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    arrays = []
+    for field in schema:
+        idx = batch.schema.get_field_index(field.name)
+        col = batch.column(idx) if idx >= 0 else pa.nulls(batch.num_rows, field.type)
+        arrays.append(col if col.type == field.type else col.cast(field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def rewrite_actions(
+    table: Path,
+    files: list[str],
+    schema: pa.Schema,
+    data: Any,
+) -> list[Any]:
+    """Copy-on-write of a keyed transition: the add and remove actions of one commit.
+
+    ``data()`` returns a fresh reader over the transition's rows (with
+    ``_combined_id`` and ``_combined_op``). Every data file holding an id the
+    transition updates or deletes is rewritten without those rows (streamed,
+    one row group at a time); the transition's puts go to new files. Memory
+    holds the changed ids and one batch, never a table or a file.
+    """
+    import os
+
+    from deltalake.transaction import RemoveAction
+
+    changed: list[pa.Array] = []
+    for batch in data():
+        ops = batch.column(batch.schema.get_field_index("_combined_op"))
+        ids = batch.column(batch.schema.get_field_index("_combined_id"))
+        changed.append(pc.filter(ids, pc.is_in(ops, pa.array(["update", "delete"]))))
+    gone = pa.concat_arrays([c.cast(pa.string()) for c in changed]) if changed else None
+    actions: list[Any] = []
+    if gone is not None and len(gone):
+        for uri in files:
+            local = uri.removeprefix("file://")
+            pf = pq.ParquetFile(local)
+            hit = any(
+                pc.any(pc.is_in(b.column(0), value_set=gone)).as_py()
+                for b in pf.iter_batches(batch_size=ROW_GROUP_ROWS, columns=["_combined_id"])
+            )
+            if not hit:
+                pf.close()
+                continue
+            try:
+                kept = (
+                    _conform(b.filter(pc.invert(pc.is_in(b.column("_combined_id"), gone))), schema)
+                    for b in pf.iter_batches(batch_size=ROW_GROUP_ROWS)
+                )
+                actions.extend(write_data_files(table, schema, kept))
+            finally:
+                pf.close()
+            actions.append(
+                RemoveAction(
+                    path=os.path.relpath(local, table),
+                    data_change=True,
+                    deletion_timestamp=int(time.time() * 1000),
+                    size=os.path.getsize(local),
+                    partition_values={},
+                )
+            )
+    puts = (
+        _conform(b.filter(pc.not_equal(b.column("_combined_op"), "delete")), schema) for b in data()
+    )
+    actions.extend(write_data_files(table, schema, puts))
+    return actions

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from combined.errors import CommitAmbiguous, LakeError, ProtocolViolation
-from combined.lake._files import write_data_files
+from combined.lake._files import rewrite_actions, write_data_files
 from combined.protocol import utcnow
 
 CommitMode = Literal["merge", "append", "overwrite"]
@@ -145,7 +145,14 @@ class LakeTable:
                     configuration=TABLE_CONFIGURATION if dt is None else None,
                     commit_properties=properties,
                 )
-            else:
+            elif self._same_schema(dt, data().schema):
+                actions = rewrite_actions(
+                    self.path, self.files(), pa.schema(dt.schema().to_arrow()), data
+                )
+                dt.create_write_transaction(
+                    actions, mode="append", schema=dt.schema(), commit_properties=properties
+                )
+            else:  # a widened schema: delta-rs merges and evolves the table's metadata
                 (
                     dt.merge(
                         source=data(),
@@ -173,6 +180,11 @@ class LakeTable:
         assert version is not None
         return CommitResult(lake_version=version, skipped=False, committed_at=utcnow())
 
+    @staticmethod
+    def _same_schema(dt: Any, schema: pa.Schema) -> bool:
+        current = pa.schema(dt.schema().to_arrow())
+        return [(f.name, f.type) for f in current] == [(f.name, f.type) for f in schema]
+
     def append_batches(
         self, schema: pa.Schema, batches: Iterator[pa.RecordBatch], *, create: bool
     ) -> None:
@@ -187,8 +199,7 @@ class LakeTable:
 
         schema = reader.schema
         if dt is not None:
-            current = pa.schema(dt.schema().to_arrow())
-            if [(f.name, f.type) for f in current] != [(f.name, f.type) for f in schema]:
+            if not self._same_schema(dt, schema):
                 # A widened schema goes through delta-rs, which evolves the table's metadata.
                 write_deltalake(
                     dt, reader, mode="append", schema_mode="merge", commit_properties=properties
