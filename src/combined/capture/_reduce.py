@@ -88,7 +88,7 @@ class Reducer:
                 "temp_directory": str(spill_dir),
                 "threads": 2,
                 "preserve_insertion_order": False,
-            }
+            },
         )
         self.capture_schema = capture_schema
         self.strategy = strategy

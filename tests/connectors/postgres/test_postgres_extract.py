@@ -13,6 +13,7 @@ from combined.connectors.postgres import (
     CURRENT_SNAPSHOT,
     SERVER_CLOCK,
     ControlTotals,
+    PostgresExtraction,
     PostgresSource,
 )
 from combined.connectors.postgres import _connect as pg_connect
@@ -304,6 +305,7 @@ def test_source_close_releases_unfinished_reads(pg_dsn, schema, admin, make_requ
     _fill(admin, schema, 10)
     src = PostgresSource({"dsn": pg_dsn, "schemas": [schema]})
     ext = src.read(make_request("t", options={"lifecycle": "streaming"}))
+    assert isinstance(ext, PostgresExtraction)
     list(ext)
     pid = ext.backend_pid
     src.close()

@@ -1,0 +1,199 @@
+"""Measurement helpers: peak RSS of a process tree and bytes written under a directory.
+
+Linux only (``/proc``); psutil is not needed.
+
+* :class:`TreeSampler` polls ``/proc/<pid>/status`` of a process and all its
+  descendants: it keeps the highest *sum* of ``VmRSS`` over the tree (what
+  the tree held at once) and the highest ``VmHWM`` of any one member (exact
+  for a single process, even between polls).
+* :func:`snapshot_dir` / :func:`written` diff two listings of a directory:
+  bytes of files that are new or changed, new files, and new Parquet data
+  files (outside ``_delta_log``).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+KIB = 1024
+MIB = 1024 * 1024
+
+
+def read_status(pid: int | str, proc: Path = Path("/proc")) -> dict[str, int]:
+    """``VmRSS`` and ``VmHWM`` of a process in bytes (empty when it is gone)."""
+    out: dict[str, int] = {}
+    try:
+        text = (proc / str(pid) / "status").read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            parts = rest.split()
+            if parts:
+                out[name] = int(parts[0]) * KIB  # the kernel reports kB
+    return out
+
+
+def parent_map(proc: Path = Path("/proc")) -> dict[int, int]:
+    """``{pid: ppid}`` of every process visible in ``proc``."""
+    out: dict[int, int] = {}
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return out
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            stat = (proc / entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...; comm may hold spaces and parentheses.
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) >= 2 and fields[1].lstrip("-").isdigit():
+            out[int(entry)] = int(fields[1])
+    return out
+
+
+def tree(root: int, parents: dict[int, int]) -> list[int]:
+    """``root`` and all its descendants under ``parents`` (``{pid: ppid}``)."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo, seen = [], [root], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+@dataclass
+class TreePeak:
+    """What a sampler saw."""
+
+    tree_rss: int = 0  # highest sum of VmRSS over the tree at one poll
+    max_hwm: int = 0  # highest VmHWM of any one process of the tree
+    samples: int = 0
+    processes: int = 0  # distinct pids seen
+
+    @property
+    def peak(self) -> int:
+        """The peak RSS of the tree: the larger of the two bounds."""
+        return max(self.tree_rss, self.max_hwm)
+
+
+class TreeSampler:
+    """Poll a process tree's memory from a background thread until stopped."""
+
+    def __init__(self, root: int, interval_s: float = 0.05, proc: Path = Path("/proc")) -> None:
+        self.root = root
+        self.interval_s = interval_s
+        self.proc = proc
+        self.result = TreePeak()
+        self._seen: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="rss-sampler", daemon=True)
+
+    def sample(self) -> None:
+        """Take one sample now."""
+        pids = tree(self.root, parent_map(self.proc))
+        total = 0
+        for pid in pids:
+            status = read_status(pid, self.proc)
+            if not status:
+                continue
+            self._seen.add(pid)
+            total += status.get("VmRSS", 0)
+            self.result.max_hwm = max(self.result.max_hwm, status.get("VmHWM", 0))
+        self.result.tree_rss = max(self.result.tree_rss, total)
+        self.result.samples += 1
+        self.result.processes = len(self._seen)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> TreeSampler:
+        """Start polling."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> TreePeak:
+        """Stop polling and return the peak."""
+        self._stop.set()
+        self._thread.join()
+        return self.result
+
+
+def own_peak_rss() -> dict[str, int]:
+    """This process's ``VmHWM`` and its waited-for children's max RSS, in bytes."""
+    hwm = read_status("self").get("VmHWM", 0)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * KIB  # kB on Linux
+    return {"self_hwm": hwm, "children_maxrss": children}
+
+
+# -- directories ---------------------------------------------------------------------------
+
+Listing = dict[str, tuple[int, int]]
+
+
+def snapshot_dir(root: Path) -> Listing:
+    """``{relative path: (size, mtime_ns)}`` of every file under ``root`` (empty if absent)."""
+    out: Listing = {}
+    if not root.exists():
+        return out
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath) / name
+            try:
+                st = path.stat()
+            except OSError:  # removed while walking
+                continue
+            out[str(path.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+@dataclass(frozen=True)
+class Written:
+    """The difference between two listings of one directory."""
+
+    bytes: int  # size of files that are new or changed
+    files: int  # files that are new or changed
+    data_files: int  # new or changed .parquet files outside any _delta_log
+    data_bytes: int
+    net_bytes: int  # total size after minus total size before
+
+    def as_dict(self) -> dict[str, int]:
+        """A JSON-ready copy."""
+        return {
+            "bytes": self.bytes,
+            "files": self.files,
+            "data_files": self.data_files,
+            "data_bytes": self.data_bytes,
+            "net_bytes": self.net_bytes,
+        }
+
+
+def written(before: Listing, after: Listing) -> Written:
+    """What was written between two listings (deleted files write nothing)."""
+    nbytes = files = data_files = data_bytes = 0
+    for rel, (size, mtime) in after.items():
+        if before.get(rel) == (size, mtime):
+            continue
+        nbytes += size
+        files += 1
+        if rel.endswith(".parquet") and "_delta_log" not in Path(rel).parts:
+            data_files += 1
+            data_bytes += size
+    net = sum(s for s, _ in after.values()) - sum(s for s, _ in before.values())
+    return Written(nbytes, files, data_files, data_bytes, net)

@@ -1,0 +1,326 @@
+"""The benchmark harness's own logic: measurement helpers, planning, the report, a tiny run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # `bench` lives at the repository root, next to `src`
+    sys.path.insert(0, str(REPO))
+
+from bench import case, measure, report, run  # noqa: E402
+
+MB = 1024 * 1024
+
+
+# -- measurement helpers -----------------------------------------------------------------------
+
+
+def test_read_status_of_this_process() -> None:
+    status = measure.read_status(os.getpid())
+    assert status["VmRSS"] > 0 and status["VmHWM"] >= status["VmRSS"]
+    assert measure.read_status(2**22 + 12345) == {}  # no such process
+
+
+def _fake_proc(root: Path, procs: dict[int, tuple[str, int]]) -> Path:
+    for pid, (comm, ppid) in procs.items():
+        d = root / str(pid)
+        d.mkdir(parents=True)
+        (d / "stat").write_text(f"{pid} ({comm}) S {ppid} 1 1 0 -1\n")
+    (root / "self").mkdir()
+    return root
+
+
+def test_tree_follows_descendants_only(tmp_path: Path) -> None:
+    proc = _fake_proc(
+        tmp_path,
+        {
+            1: ("init", 0),
+            10: ("python", 1),
+            11: ("odd) name (x", 10),  # comm may hold spaces and parentheses
+            12: ("grand child", 11),
+            20: ("other", 1),
+        },
+    )
+    parents = measure.parent_map(proc)
+    assert parents == {1: 0, 10: 1, 11: 10, 12: 11, 20: 1}
+    assert sorted(measure.tree(10, parents)) == [10, 11, 12]
+    assert measure.tree(12, parents) == [12]
+
+
+def test_sampler_sees_a_grandchild_allocation() -> None:
+    # The child starts a grandchild that holds ~120 MB while the child holds ~60 MB.
+    code = textwrap.dedent(
+        """
+        import subprocess, sys, time
+        grand = subprocess.Popen([sys.executable, "-c",
+            "import time; b = bytearray(120 * 2**20); b[::4096] = b'x' * len(b[::4096]); "
+            "time.sleep(1.0)"])
+        a = bytearray(60 * 2**20); a[::4096] = b'y' * len(a[::4096])
+        grand.wait()
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    sampler = measure.TreeSampler(proc.pid, interval_s=0.02).start()
+    proc.wait()
+    peak = sampler.stop()
+    assert proc.returncode == 0
+    assert peak.processes >= 2 and peak.samples > 5
+    assert peak.max_hwm >= 120 * MB  # the grandchild's own high-water mark
+    assert peak.tree_rss >= 170 * MB  # both held at once
+    assert peak.peak == max(peak.tree_rss, peak.max_hwm)
+
+
+def test_own_peak_rss_counts_children() -> None:
+    subprocess.run(
+        [sys.executable, "-c", "b = bytearray(50 * 2**20); b[::4096] = b'z' * len(b[::4096])"],
+        check=True,
+    )
+    own = measure.own_peak_rss()
+    assert own["self_hwm"] > 0
+    assert own["children_maxrss"] >= 50 * MB
+
+
+def test_written_counts_new_and_changed_files(tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    assert measure.snapshot_dir(lake) == {}
+    (lake / "t" / "_delta_log").mkdir(parents=True)
+    (lake / "t" / "old.parquet").write_bytes(b"x" * 100)
+    (lake / "t" / "gone.parquet").write_bytes(b"x" * 50)
+    (lake / "t" / "_delta_log" / "0.json").write_bytes(b"{}")
+    before = measure.snapshot_dir(lake)
+    (lake / "t" / "gone.parquet").unlink()
+    (lake / "t" / "new.parquet").write_bytes(b"y" * 300)
+    (lake / "t" / "_delta_log" / "1.json").write_bytes(b"{" * 10)
+    (lake / "t" / "_delta_log" / "00.checkpoint.parquet").write_bytes(b"c" * 7)
+    after = measure.snapshot_dir(lake)
+    w = measure.written(before, after)
+    assert w.files == 3 and w.bytes == 317
+    assert (w.data_files, w.data_bytes) == (1, 300)  # the checkpoint is not a data file
+    assert w.net_bytes == 317 - 50
+    assert measure.written(after, after).as_dict() == {
+        "bytes": 0,
+        "files": 0,
+        "data_files": 0,
+        "data_bytes": 0,
+        "net_bytes": 0,
+    }
+
+
+# -- planning ----------------------------------------------------------------------------------
+
+
+def test_select_accepts_names_numbers_and_all() -> None:
+    assert run.select(["3", "floor"]) == ["floor", "snapshot_initial"]
+    assert run.select(["all"]) == list(run.CASES)
+    assert run.select(["8,1"]) == ["floor", "scale"]
+    with pytest.raises(SystemExit):
+        run.select(["nine"])
+
+
+def test_plan_adds_the_setup_a_case_needs() -> None:
+    steps = run.plan(["snapshot_changed"], [])
+    names = [(s.kind, s.name) for s in steps]
+    assert names == [
+        ("db", "create"),
+        ("setup", "warmup"),
+        ("setup", "snapshot_initial"),
+        ("db", "mutate"),
+        ("case", "snapshot_changed"),
+    ]
+    steps = run.plan(["dlt_merge", "cursor_append"], [])
+    names = [(s.kind, s.name) for s in steps]
+    assert names.index(("setup", "dlt_merge_initial")) < names.index(("db", "mutate"))
+    assert names.index(("db", "mutate")) < names.index(("case", "dlt_merge"))
+    assert names[-3:] == [("setup", "cursor_initial"), ("db", "append"), ("case", "cursor_append")]
+    # the initial snapshot, when measured, is the baseline: no extra setup
+    steps = run.plan(run.select(["all"]), [100, 400])
+    assert ("setup", "snapshot_initial") not in [(s.kind, s.name) for s in steps]
+    assert [(s.name, s.arg) for s in steps if s.name.startswith("scale_")] == [
+        ("scale_100", 100),
+        ("scale_400", 400),
+    ]
+    assert [s.kind for s in run.plan(["scale"], [5])] == ["db", "case"]
+    # the partitioned snapshot reads the pristine table, before any change
+    names = [(s.kind, s.name) for s in steps]
+    assert names.index(("case", "partitioned")) < names.index(("db", "mutate"))
+
+
+def test_a_reused_workdir_starts_from_nothing(tmp_path: Path) -> None:
+    for name in ("combined/lake", "scale_1000/lake", "logs", "mine"):
+        (tmp_path / name).mkdir(parents=True)
+    (tmp_path / "results.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("kept")
+    run.clean_workdir(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "notes.txt"]
+
+
+def test_project_file_loads(tmp_path: Path) -> None:
+    from combined.config import load_project
+
+    path = run.write_project(tmp_path, "host=127.0.0.1 dbname=x user=postgres", "orders", "256MiB")
+    project = load_project(path)
+    assert project.reduction_memory == 256 * MB
+    assert project.dataset("pg", "orders_cursor").strategy == "cursor"
+
+
+def test_dlt_unavailable_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "dlt", None)  # import dlt -> ImportError
+    reason = case.dlt_unavailable()
+    assert reason is not None and reason.startswith("dlt cannot be imported")
+    res = report.from_child(
+        "dlt_replace",
+        "2",
+        "dlt",
+        {"op": "dlt_replace", "unavailable": reason},
+        peak_rss=0,
+        process_seconds=0.1,
+    )
+    assert res.status == f"unavailable: {reason}"
+    row = report.table([res]).splitlines()[-1]
+    assert "unavailable: dlt cannot be imported" in row
+
+
+# -- the report --------------------------------------------------------------------------------
+
+
+def _res(
+    key: str, seconds: float, rss: int, lake: int = 0, files: int = 0, **kw: object
+) -> report.CaseResult:
+    r = report.CaseResult(key=key, label=key[:3], title=key, seconds=seconds, rows=1000)
+    r.peak_rss, r.lake_bytes, r.data_files = rss, lake, files
+    r.extra = dict(kw)
+    return r
+
+
+def test_table_and_targets_from_synthetic_results() -> None:
+    results = [
+        _res("floor", 10.0, 100 * MB, 1000),
+        _res("dlt_replace", 40.0, 800 * MB, 2000),
+        _res("snapshot_initial", 12.0, 300 * MB, 10_000, 4),
+        _res("snapshot_unchanged", 16.0, 300 * MB, 0, 0),
+        _res(
+            "snapshot_changed",
+            15.0,
+            350 * MB,
+            200,
+            4,
+            details={"stats": {"orders": {"inserts": 5, "updates": 10, "deletes": 1}}},
+        ),
+        _res("scale_100", 5.0, 300 * MB),
+        _res("scale_400", 9.0, 390 * MB),
+    ]
+    text = report.table(results)
+    lines = text.splitlines()
+    assert lines[0] == report.HEADER and lines[1] == report.SEPARATOR
+    assert all(line.count("|") == lines[0].count("|") for line in lines)
+    initial = next(line for line in lines if "| snapshot_initial |" in line)
+    assert "| 1.20x | 3.33x |" in initial  # vs floor, speed-up vs dlt
+    scale = next(line for line in lines if "| scale_400 |" in line)
+    assert "| - | - |" in scale  # scale cases read other tables: no floor ratio
+    status = {t.goal: t.status for t in report.targets(results, table_rows=1000)}
+    assert status["initial snapshot within 1.3x of the floor"] == "met"
+    assert status["initial snapshot at least 3x faster than dlt"] == "met"
+    assert status["peak RSS under 400 MB"] == "met"
+    assert status["peak RSS flat: 1,000-row peak / 1,000-row peak <= 1.2"] == "missed"  # 1.3
+    assert status["unchanged re-capture within 1.5x of the floor"] == "missed"
+    assert status["unchanged re-capture writes no lake data files"] == "met"
+    assert status["1%-changed re-capture within 1.6x of the floor"] == "met"
+    # 16 changed rows of 1000 (1.6%): 200 of 10,000 bytes (2%) is proportional
+    assert status["1%-changed re-capture writes lake bytes proportional to the change"] == "met"
+    partitioned = "partitioned snapshot with 2 workers faster than the single-stream floor"
+    assert status[partitioned] == "not measured"
+    fast = _res("partitioned", 8.0, 300 * MB, details={"partitions": 2, "phases": []})
+    assert {t.goal: t.status for t in report.targets([*results, fast])}[partitioned] == "met"
+    md = report.targets_table(report.targets(results))
+    assert md.splitlines()[0] == "| target | status | evidence |"
+
+
+def test_failed_case_row_and_missing_floor() -> None:
+    bad = report.from_child(
+        "snapshot_initial", "3", "x", None, peak_rss=0, process_seconds=1.0, failure="exit 1: boom"
+    )
+    assert bad.status == "failed: exit 1: boom" and not bad.ok
+    assert "failed: exit 1: boom" in report.table([bad])
+    first = report.targets([bad])[0]
+    assert first.status == "not measured"
+
+
+# -- a tiny run against a real PostgreSQL --------------------------------------------------------
+
+
+def _rows_of(markdown: str, header: str) -> list[list[str]]:
+    lines = markdown.splitlines()
+    start = lines.index(header)
+    out = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        out.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return out
+
+
+def _tiny(tmp_path: Path, pg_server_dsn: str, cases: list[str], *extra: str) -> str:
+    database = f"combined_bench_test_{uuid.uuid4().hex[:8]}"
+    return run.main(
+        [
+            "--rows",
+            "2000",
+            "--cases",
+            *cases,
+            "--dsn",
+            pg_server_dsn,
+            "--database",
+            database,
+            "--drop-database",
+            "--workdir",
+            str(tmp_path / "work"),
+            *extra,
+        ]
+    )
+
+
+@pytest.mark.postgres
+def test_tiny_run_prints_a_well_formed_table(tmp_path: Path, pg_server_dsn: str) -> None:
+    text = _tiny(tmp_path, pg_server_dsn, ["floor", "snapshot_initial", "snapshot_unchanged"])
+    rows = _rows_of(text, report.HEADER)
+    assert [r[0] for r in rows] == ["1", "3", "4"]
+    columns = report.HEADER.count("|") - 1
+    for r in rows:
+        assert len(r) == columns
+        assert r[2] == "2,000", r  # rows read
+        assert float(r[3]) > 0 and float(r[4]) > 0 and r[6].endswith("MB")
+    floor, initial, unchanged = rows
+    assert floor[9] == "1.00x" and initial[9].endswith("x")
+    assert int(initial[8]) > 0 and unchanged[8] == "0" and unchanged[7] == "0 B"
+    assert "+2,000 ~0 -0" in initial[11] and "+0 ~0 -0" in unchanged[11]
+    assert "| unchanged re-capture writes no lake data files | **met** |" in text
+    assert (tmp_path / "work" / "results.json").exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_tiny_run_of_every_case(tmp_path: Path, pg_server_dsn: str) -> None:
+    text = _tiny(tmp_path, pg_server_dsn, ["all"], "--scale-rows", "1000,4000")
+    rows = _rows_of(text, report.HEADER)
+    labels = [r[0] for r in rows]
+    assert labels == ["1", "2", "3", "4", "5", "6", "7", "8 (1k)", "8 (4k)", "9"]
+    by_label = {r[0]: r for r in rows}
+    for label in ("1", "3", "4", "5", "7", "8 (1k)", "8 (4k)", "9"):
+        assert by_label[label][3] != "-", by_label[label]
+    assert "+10 ~20 -2" in by_label["5"][11]
+    assert "+2,000 ~0 -0" in by_label["9"][11]
+    assert "projection 2,008 rows = source 2,008" in by_label["5"][11]
+    for label in ("2", "6"):  # dlt is optional: measured, or reported as unavailable
+        cell = by_label[label]
+        assert cell[3] != "-" or cell[11].startswith("unavailable:"), cell
+    if by_label["6"][3] != "-":
+        assert "keeps 2 rows the source deleted (of 2 deleted)" in by_label["6"][11]
+    assert "Memory scaling: peak RSS" in text
