@@ -96,6 +96,8 @@ class Reducer:
         self.baseline = baseline
         # ``current_filter`` (SQL over the lake's columns) narrows the current
         # state to the range a bounded capture (a backfill) covers.
+        self._has_keys = False
+        self._has_current = bool(current_files)
         #: Whether the capture is the whole relation (absent ids are deletes).
         self.full = strategy == "snapshot" if full is None else full
         self.payload = [
@@ -115,16 +117,17 @@ class Reducer:
         files = _files(capture_files)
         if UNCHANGED in capture_schema.names:
             self._resolve_unchanged(files, id_expr, current_files)
+            self.con.execute("CREATE VIEW pay AS SELECT * FROM res")
             source = "res"
-            id_col = "_cid"
         else:
-            source = (
-                f"(SELECT *, {id_expr} AS _cid FROM read_parquet({files}, union_by_name = true))"
+            # The payload as staged: what the Deliveries read, never re-hashed.
+            self.con.execute(
+                f"CREATE VIEW pay AS SELECT * FROM read_parquet({files}, union_by_name = true)"
             )
-            id_col = "_cid"
+            source = f"(SELECT *, {id_expr} AS _cid FROM pay)"
         self.con.execute(
             f"CREATE VIEW cap AS SELECT *, {hash_expr} AS _chash, {op_expr} AS _cop "
-            f"FROM {source} AS s0 WHERE {id_col} IS NOT NULL OR {op_expr} = 'truncate'"
+            f"FROM {source} AS s0"
         )
         if current_files:
             self.con.execute(
@@ -185,8 +188,9 @@ class Reducer:
         if self.has_op or not self.full:
             return []
         rows = self.con.execute(
-            "SELECT _cid, count(*), list(_combined_ordinal ORDER BY _combined_ordinal) "
-            f"FROM cap GROUP BY _cid HAVING count(*) > 1 ORDER BY _cid LIMIT {int(limit)}"
+            "SELECT _cid, count(*), list(ord ORDER BY ord) "
+            f"FROM {self._keys()} GROUP BY _cid HAVING count(*) > 1 ORDER BY _cid "
+            f"LIMIT {int(limit)}"
         ).fetchall()
         return [(str(r[0]), int(r[1]), list(r[2])) for r in rows]
 
@@ -210,101 +214,108 @@ class Reducer:
             "(SELECT _cid FROM cap GROUP BY _cid HAVING count(*) > 1) ORDER BY _combined_ordinal"
         ).to_arrow_table()
 
+    def _keys(self) -> str:
+        """The narrow (ordinal, id, hash, op) table: every row hashed exactly once."""
+        if not self._has_keys:
+            self.con.execute(
+                "CREATE TABLE keys AS SELECT _combined_ordinal AS ord, _cid, _chash, _cop FROM cap"
+            )
+            self._has_keys = True
+        return "keys"
+
     def reduce(self) -> Transition:
         """Materialise the transition's ids and operations; return its counts."""
         con = self.con
+        keys = self._keys()
         if self.sync_mode == "append":
             con.execute(
                 "CREATE TABLE tr AS SELECT _cid AS id, "
                 "CASE WHEN _cop = 'upsert' THEN 'insert' ELSE _cop END AS op, "
-                "_chash AS new_hash, NULL::VARCHAR AS old_hash, _combined_ordinal AS ord FROM cap"
+                f"_chash AS new_hash, NULL::VARCHAR AS old_hash, ord FROM {keys}"
             )
-        else:
-            # A truncate in a change stream empties the table at that point: only
-            # changes after the last truncate survive, and every other row goes.
-            cut = con.execute(
-                "SELECT max(_combined_ordinal) FROM cap WHERE _cop = 'truncate'"
-            ).fetchall()[0][0]
-            after = "" if cut is None else f"AND _combined_ordinal > {int(cut)}"
-            # Only what the comparison needs flows through the join, never the
-            # payload; both sides are materialised first (computed identities
-            # inside a join do not spill well), then joined as plain tables.
+            return self._stats()
+        # A truncate in a change stream empties the table at that point: only
+        # changes after the last truncate survive, and every other row goes.
+        cut = None
+        if self.has_op:
+            cut = con.execute(f"SELECT max(ord) FROM {keys} WHERE _cop = 'truncate'").fetchall()[0][
+                0
+            ]
+        after = "" if cut is None else f"AND ord > {int(cut)}"
+        last = f"SELECT _cid, _chash, _cop, ord FROM {keys} WHERE _cop <> 'truncate' {after}"
+        if self.has_op or not self.full:
+            # Several changes of one row: the last one wins. (A full-row capture
+            # was checked for duplicate keys already, and needs no window.)
+            last += " QUALIFY row_number() OVER (PARTITION BY _cid ORDER BY ord DESC) = 1"
+        first_op = "'snapshot'" if self.baseline else "'insert'"
+        if not self._has_current:
+            # Nothing to compare with: every row is new (a delete of an absent row is moot).
             con.execute(
-                "CREATE TABLE capk AS SELECT _cid, _chash, _cop, _combined_ordinal FROM cap "
-                f"WHERE _cop <> 'truncate' {after}"
+                "CREATE TABLE tr AS SELECT _cid AS id, CASE WHEN _cop = 'delete' THEN 'same' "
+                f"ELSE {first_op} END AS op, "
+                "CASE WHEN _cop = 'delete' THEN NULL ELSE _chash END AS new_hash, "
+                f"NULL::VARCHAR AS old_hash, ord FROM ({last})"
             )
-            con.execute("CREATE TABLE curk AS SELECT _kid, _khash FROM cur")
-            last = "SELECT * FROM capk"
-            if self.has_op or not self.full:
-                # Several changes of one row: the last one wins. (A full-row capture
-                # was checked for duplicate keys already, and needs no window.)
-                last += (
-                    " QUALIFY row_number() OVER "
-                    "(PARTITION BY _cid ORDER BY _combined_ordinal DESC) = 1"
-                )
-            first_op = "'snapshot'" if self.baseline else "'insert'"
-            # Absent ids are deletes when the capture is the whole relation (a
-            # snapshot, or a stream that truncated it); a delta leaves them alone.
-            whole = self.full or cut is not None
-            join = "FULL OUTER JOIN" if whole else "LEFT JOIN"
-            con.execute(
-                "CREATE TABLE tr AS SELECT coalesce(c._cid, k._kid) AS id, CASE "
-                "WHEN c._cid IS NULL THEN 'delete' "
-                "WHEN c._cop = 'delete' THEN (CASE WHEN k._kid IS NULL THEN 'same' "
-                "ELSE 'delete' END) "
-                f"WHEN k._kid IS NULL THEN {first_op} "
-                "WHEN c._chash = k._khash THEN 'same' ELSE 'update' END AS op, "
-                "CASE WHEN c._cid IS NULL OR c._cop = 'delete' THEN NULL ELSE c._chash END "
-                "AS new_hash, k._khash AS old_hash, c._combined_ordinal AS ord "
-                f"FROM ({last}) c {join} curk k ON c._cid = k._kid"
-            )
+            return self._stats()
+        # Both sides are plain tables before they meet: computed identities
+        # inside a join do not spill well.
+        con.execute("CREATE TABLE curk AS SELECT _kid, _khash FROM cur")
+        # Absent ids are deletes when the capture is the whole relation (a
+        # snapshot, or a stream that truncated it); a delta leaves them alone.
+        whole = self.full or cut is not None
+        join = "FULL OUTER JOIN" if whole else "LEFT JOIN"
+        con.execute(
+            "CREATE TABLE tr AS SELECT coalesce(c._cid, k._kid) AS id, CASE "
+            "WHEN c._cid IS NULL THEN 'delete' "
+            "WHEN c._cop = 'delete' THEN (CASE WHEN k._kid IS NULL THEN 'same' "
+            "ELSE 'delete' END) "
+            f"WHEN k._kid IS NULL THEN {first_op} "
+            "WHEN c._chash = k._khash THEN 'same' ELSE 'update' END AS op, "
+            "CASE WHEN c._cid IS NULL OR c._cop = 'delete' THEN NULL ELSE c._chash END "
+            "AS new_hash, k._khash AS old_hash, c.ord "
+            f"FROM ({last}) c {join} curk k ON c._cid = k._kid"
+        )
         return self._stats()
 
     def _stats(self) -> Transition:
+        # One md5 per digest term; its low and high 64 bits are xor-folded apart
+        # (bit_xor over 128-bit values), equal to md5_number_lower/_upper.
+        ordinal = "'|' || ord::VARCHAR" if self.sync_mode == "append" else "''"
         row = self.con.execute(
-            "SELECT "
+            "WITH d AS (SELECT op, "
+            "CASE WHEN op <> 'same' THEN md5_number(op || '|' || id || '|' || "
+            "coalesce(new_hash, '')) END AS t, "
+            "CASE WHEN op IN ('update', 'delete') THEN md5_number(id || '|' || old_hash) "
+            "ELSE 0::UHUGEINT END AS o, "
+            "CASE WHEN op IN ('insert', 'snapshot', 'update') THEN "
+            f"md5_number(id || '|' || new_hash || {ordinal}) ELSE 0::UHUGEINT END AS n "
+            "FROM tr) SELECT "
             "count(*) FILTER (WHERE op IN ('insert', 'snapshot')), "
             "count(*) FILTER (WHERE op = 'update'), "
             "count(*) FILTER (WHERE op = 'delete'), "
             "count(*) FILTER (WHERE op = 'same'), "
-            "bit_xor(md5_number_lower(op || '|' || id || '|' || coalesce(new_hash, '')))"
-            " FILTER (WHERE op <> 'same'), "
-            "bit_xor(md5_number_upper(op || '|' || id || '|' || coalesce(new_hash, '')))"
-            " FILTER (WHERE op <> 'same'), "
-            # content digest delta: remove old rows, add new rows (XOR is its own inverse)
-            "xor(bit_xor(CASE WHEN op IN ('update', 'delete') THEN "
-            "md5_number_lower(id || '|' || old_hash) ELSE 0::UBIGINT END), "
-            "bit_xor(CASE WHEN op IN ('insert', 'snapshot', 'update') THEN "
-            "md5_number_lower(id || '|' || new_hash || "
-            + ("'|' || ord::VARCHAR" if self.sync_mode == "append" else "''")
-            + ") ELSE 0::UBIGINT END)), "
-            "xor(bit_xor(CASE WHEN op IN ('update', 'delete') THEN "
-            "md5_number_upper(id || '|' || old_hash) ELSE 0::UBIGINT END), "
-            "bit_xor(CASE WHEN op IN ('insert', 'snapshot', 'update') THEN "
-            "md5_number_upper(id || '|' || new_hash || "
-            + ("'|' || ord::VARCHAR" if self.sync_mode == "append" else "''")
-            + ") ELSE 0::UBIGINT END)), "
-            "(SELECT count(*) FROM cap) "
-            "FROM tr"
+            "bit_xor(t), xor(bit_xor(o), bit_xor(n)) FROM d"
         ).fetchall()[0]
-        lo, hi = int(row[4] or 0), int(row[5] or 0)
+        mask = (1 << 64) - 1
+        t, c = int(row[4] or 0), int(row[5] or 0)
+        captured = self.con.execute(f"SELECT count(*) FROM {self._keys()}").fetchall()[0][0]
         return Transition(
             inserts=int(row[0]),
             updates=int(row[1]),
             deletes=int(row[2]),
             unchanged=int(row[3]),
-            captured=int(row[8]),
-            digest=f"{hi:016x}{lo:016x}",
-            content_xor=(int(row[6] or 0), int(row[7] or 0)),
+            captured=int(captured),
+            digest=f"{t >> 64:016x}{t & mask:016x}",
+            content_xor=(c & mask, c >> 64),
         )
 
     def full_content_xor(self) -> tuple[int, int]:
         """The content digest of the whole capture (full refresh)."""
-        row = self.con.execute(
-            "SELECT bit_xor(md5_number_lower(_cid || '|' || _chash)), "
-            "bit_xor(md5_number_upper(_cid || '|' || _chash)) FROM cap"
+        (value,) = self.con.execute(
+            f"SELECT bit_xor(md5_number(_cid || '|' || _chash)) FROM {self._keys()}"
         ).fetchall()[0]
-        return int(row[0] or 0), int(row[1] or 0)
+        total = int(value or 0)
+        return total & ((1 << 64) - 1), total >> 64
 
     def changes(self) -> pa.Table:
         """(id, op) of every change: the identities MAR counts."""
@@ -337,14 +348,15 @@ class Reducer:
         )
         if self.sync_mode == "full_refresh":
             sql = (
-                f"SELECT {cols}, c._cid AS {prov.ID}, 'snapshot' AS {prov.OP}, "
-                f"c._chash AS {prov.PAYLOAD_HASH}, {provenance} FROM cap c"
+                f"SELECT {cols}, k._cid AS {prov.ID}, 'snapshot' AS {prov.OP}, "
+                f"k._chash AS {prov.PAYLOAD_HASH}, {provenance} "
+                f"FROM {self._keys()} k JOIN pay c ON c._combined_ordinal = k.ord"
             )
         else:
             sql = (
                 f"SELECT {cols}, tr.id AS {prov.ID}, tr.op AS {prov.OP}, "
                 f"tr.new_hash AS {prov.PAYLOAD_HASH}, {provenance} "
-                "FROM tr LEFT JOIN cap c ON c._combined_ordinal = tr.ord "
+                "FROM tr LEFT JOIN pay c ON c._combined_ordinal = tr.ord "
                 "WHERE tr.op <> 'same'"
             )
             if self.sync_mode == "append":
