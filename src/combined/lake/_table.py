@@ -186,11 +186,23 @@ class LakeTable:
         return [(f.name, f.type) for f in current] == [(f.name, f.type) for f in schema]
 
     def append_batches(
-        self, schema: pa.Schema, batches: Iterator[pa.RecordBatch], *, create: bool
+        self,
+        schema: pa.Schema,
+        batches: Iterator[pa.RecordBatch],
+        *,
+        create: bool,
+        metadata: Mapping[str, Any] | None = None,
     ) -> None:
         """Append rows outside the delivery protocol (no transaction version), streamed."""
+        from deltalake import CommitProperties
+
         dt = None if create else self._open()
-        self._append(dt, pa.RecordBatchReader.from_batches(schema, batches), None)
+        properties = (
+            CommitProperties(custom_metadata={METADATA_KEY: json.dumps(dict(metadata))})
+            if metadata is not None
+            else None
+        )
+        self._append(dt, pa.RecordBatchReader.from_batches(schema, batches), properties)
 
     def _append(self, dt: Any, reader: pa.RecordBatchReader, properties: Any) -> None:
         """Append by streaming our own data files, then committing their add actions."""

@@ -639,7 +639,7 @@ def _with_ingested(paths: list[Path], at: datetime) -> Iterator[pa.RecordBatch]:
         try:
             for batch in pf.iter_batches(batch_size=65_536):
                 idx = batch.schema.get_field_index(prov.INGESTED_AT)
-                col = pa.array([stamp.value] * batch.num_rows, pa.int64()).cast(stamp.type)
+                col = pa.repeat(stamp, batch.num_rows)
                 yield batch.set_column(idx, prov.INGESTED_AT, col)
         finally:
             pf.close()

@@ -24,7 +24,10 @@ def record_usage(
 
     Only identities not already billed for that month and operation are
     appended (an anti-join in DuckDB, streamed into new data files), so
-    running it twice for the same commit changes nothing.
+    running it twice for the same commit changes nothing. The month's counts
+    travel in the same usage commit as the rows they count (cumulative, in its
+    metadata), so they are read back, not recounted, and a crash between the
+    usage commit and the catalog cannot lose them.
     """
     from deltalake import DeltaTable
 
@@ -34,6 +37,10 @@ def record_usage(
     table = LakeTable(path, f"combined-usage:{source}/{dataset}")
     schema = pa.schema([("month", pa.string()), ("_combined_id", pa.string()), ("op", pa.string())])
     known = DeltaTable(str(path)).file_uris() if DeltaTable.is_deltatable(str(path)) else []
+    counts = _committed_counts(table)
+    if month not in counts and known:
+        counts[month] = month_counts(layout, source, dataset, month)  # written before counts
+    current = counts.get(month, {"mar": 0, "inserts": 0, "updates": 0, "deletes": 0})
     con = _duck()
     try:
         month_lit = "'" + month.replace("'", "''") + "'"
@@ -41,18 +48,48 @@ def record_usage(
             f"SELECT DISTINCT {month_lit} AS month, CAST(_combined_id AS VARCHAR) AS _combined_id, "
             f"CAST(op AS VARCHAR) AS op FROM read_parquet('{_q(changes_file)}')"
         )
+        existing = (
+            "SELECT NULL::VARCHAR AS month, NULL::VARCHAR AS _combined_id, "
+            "NULL::VARCHAR AS op WHERE false"
+        )
         if known:
             listing = ", ".join(f"'{_q(f)}'" for f in known)
-            new += (
-                f" EXCEPT SELECT month, _combined_id, op FROM read_parquet([{listing}]) "
+            existing = (
+                f"SELECT month, _combined_id, op FROM read_parquet([{listing}]) "
                 f"WHERE month = {month_lit}"
             )
-        reader = con.sql(new).to_arrow_reader(65_536)
-        batches = (b.cast(schema) for b in reader)
-        table.append_batches(schema, batches, create=not known and not table.exists())
+        con.execute(f"CREATE TABLE added AS ({new}) EXCEPT ({existing})")
+        row = con.execute(
+            "SELECT count(*) FILTER (WHERE op = 'insert'), count(*) FILTER (WHERE op = 'update'), "
+            "count(*) FILTER (WHERE op = 'delete'), (SELECT count(DISTINCT a._combined_id) "
+            f"FROM added a ANTI JOIN ({existing}) e ON a._combined_id = e._combined_id), "
+            "count(*) FROM added"
+        ).fetchall()[0]
+        if row[4]:
+            current = {
+                "mar": current["mar"] + int(row[3]),
+                "inserts": current["inserts"] + int(row[0]),
+                "updates": current["updates"] + int(row[1]),
+                "deletes": current["deletes"] + int(row[2]),
+            }
+            counts[month] = current
+            reader = con.sql("SELECT month, _combined_id, op FROM added").to_arrow_reader(65_536)
+            table.append_batches(
+                schema,
+                (b.cast(schema) for b in reader),
+                create=not known and not table.exists(),
+                metadata={"counts": counts},
+            )
     finally:
         con.close()
-    return {month: month_counts(layout, source, dataset, month)}
+    return {month: current}
+
+
+def _committed_counts(table: Any) -> dict[str, dict[str, int]]:
+    meta = table.latest_commit()
+    if not meta or "counts" not in meta:
+        return {}
+    return {m: dict(c) for m, c in meta["counts"].items()}
 
 
 _SPILL = Path(tempfile.gettempdir()) / "combined-usage-spill"
