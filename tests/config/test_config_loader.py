@@ -126,7 +126,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert project.catalog_password is None
     assert (project.staging.max_bytes, project.staging.max_files) == (20 * 1024**3, 10_000)
     assert project.staging.max_path_length == 240
-    assert project.reduction_memory == 512 * 1024**2
+    assert project.reduction_memory == 256 * 1024**2
     assert (source.config, source.billing_policy, source.venue) == ({}, "standard", "embedded")
     assert orders.relation == "orders"
     assert orders.key == ["id"]

@@ -79,10 +79,11 @@ class Reducer:
     ) -> None:
         import duckdb
 
-        # A database file, not memory: the transition table and the join's state
-        # can then be evicted to disk, so a table larger than memory reduces.
+        # In memory, spilling to the run's staging past ``memory_limit``: the
+        # narrow tables it materialises are evicted to disk when they must be,
+        # so a table several times larger than the limit still reduces.
         self.con = duckdb.connect(
-            str(spill_dir / "reduction.duckdb"),
+            ":memory:",
             config={
                 "memory_limit": f"{max(memory_limit // 2**20, 64)}MB",
                 "temp_directory": str(spill_dir),

@@ -557,7 +557,7 @@ class Project(_Model):
     catalog: Annotated[str, PlainValidator(_catalog)] = DEFAULT_CATALOG
     catalog_password: SecretRef | None = None
     staging: StagingLimits = Field(default_factory=StagingLimits)
-    reduction_memory: ByteSize = 512 * MiB
+    reduction_memory: ByteSize = 256 * MiB
     sources: dict[SourceName, SourceConfig] = Field(default_factory=dict)
 
     _path: Path = PrivateAttr(default_factory=lambda: Path.cwd() / PROJECT_FILE)

@@ -28,7 +28,7 @@ staging:
   max_path_length: 240
 
 # Memory the snapshot reduction may use before it spills to disk.
-reduction_memory: 512MiB
+reduction_memory: 256MiB
 
 sources:
   shop:

@@ -434,6 +434,8 @@ def prepare(
         content = reducer.full_content_xor() if plan.sync_mode == "full_refresh" else None
     finally:
         reducer.close()
+        # Give the batches' buffers back before the commit allocates its own.
+        pa.default_memory_pool().release_unused()
     return _finish_prepare(
         staged,
         transition,

@@ -1,0 +1,235 @@
+"""CDC figures (issue 5): backlog throughput and follow-mode latency.
+
+``python -m bench.cdc [--changes N] [--samples M]`` against a real PostgreSQL
+with ``wal_level=logical``:
+
+1. **backlog**: a stitched first capture of an empty table, then N changes
+   (60% inserts, 30% updates, 10% deletes, in transactions of 10,000) committed
+   while nothing reads the slot; one ``combined capture`` in a fresh process
+   drains them into the lake. Reported: changes/s, peak RSS, and that the lake
+   equals the source.
+2. **latency**: ``combined cdc follow --every 0.5`` runs in a fresh process
+   while M single-row transactions commit 200 ms apart; each row's latency is
+   the time from its source commit to the first publication whose basis holds
+   it. Reported: p50 and p95.
+
+Wall times on a shared machine are noisy: read the figures as orders of
+magnitude and compare runs made side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+PROJECT = """\
+version: 1
+lake: ./lake
+sources:
+  pg:
+    connector: postgres
+    config:
+      dsn: {dsn}
+      slot_prefix: {prefix}
+    datasets:
+      events:
+        relation: public.events
+        key: [id]
+        strategy: cdc
+"""
+
+
+def _cli(root: Path, *args: str) -> tuple[int, float, float, str]:
+    """Run the CLI in a child; return exit code, wall seconds, peak RSS MB, stderr tail."""
+    code = (
+        "import resource, subprocess, sys, time;"
+        "t = time.monotonic();"
+        "r = subprocess.run([sys.executable, '-c', 'from combined.cli import main; main()',"
+        " *sys.argv[1:]], capture_output=True, text=True);"
+        "print(r.returncode, time.monotonic() - t,"
+        " resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024);"
+        "sys.stderr.write(r.stderr[-2000:])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=root, capture_output=True, text=True
+    )
+    rc, wall, rss = out.stdout.split()
+    return int(rc), float(wall), float(rss), out.stderr
+
+
+def _database(server: str) -> tuple[str, str]:
+    import psycopg
+
+    name = f"combined_cdc_bench_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return name, server.rsplit("/", 1)[0] + f"/{name}"
+
+
+def _drop(server: str, name: str, dsn: str, prefix: str) -> None:
+    import psycopg
+
+    from combined.connectors.postgres._replication import drop_publication, drop_slot
+    from combined.connectors.postgres._stitch import slot_name
+
+    slot = slot_name(prefix, "public.events")
+    drop_slot(dsn, slot)
+    drop_publication(dsn, slot)
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _setup(dsn: str, root: Path, prefix: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE events (id bigint PRIMARY KEY, kind text, amount numeric(12,2), "
+            "at timestamptz DEFAULT clock_timestamp())"
+        )
+    (root / "combined.yaml").write_text(PROJECT.format(dsn=dsn, prefix=prefix))
+    rc, _, _, err = _cli(root, "cdc", "setup", "pg")
+    if rc != 0:
+        raise SystemExit(f"cdc setup failed: {err}")
+
+
+def backlog(server: str, changes: int) -> dict[str, Any]:
+    """Drain a backlog of ``changes`` changes with one capture."""
+    import psycopg
+
+    name, dsn = _database(server)
+    prefix = f"cb_{uuid.uuid4().hex[:6]}"
+    root = Path(tempfile.mkdtemp(prefix="cdc-bench-"))
+    try:
+        _setup(dsn, root, prefix)
+        inserts, updates, deletes = int(changes * 0.6), int(changes * 0.3), int(changes * 0.1)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for lo in range(0, inserts, 10_000):
+                conn.execute(
+                    "INSERT INTO events (id, kind, amount) SELECT g, 'k' || (g % 7), g * 0.5 "
+                    "FROM generate_series(%s, %s) g",
+                    (lo + 1, min(lo + 10_000, inserts)),
+                )
+            for lo in range(0, updates, 10_000):
+                conn.execute(
+                    "UPDATE events SET amount = amount + 1 WHERE id > %s AND id <= %s",
+                    (lo, min(lo + 10_000, updates)),
+                )
+            conn.execute("DELETE FROM events WHERE id > %s", (inserts - deletes,))
+        rc, wall, rss, err = _cli(root, "capture")
+        if rc != 0:
+            raise SystemExit(f"capture failed: {err}")
+        from combined.engine import Engine
+
+        engine = Engine.open(root / "combined.yaml")
+        try:
+            lake = engine.sql("SELECT count(*) AS n, sum(amount) AS s FROM pg.events").to_pylist()
+        finally:
+            engine.close()
+        with psycopg.connect(dsn) as conn:
+            src = conn.execute("SELECT count(*), sum(amount) FROM events").fetchone()
+        assert src is not None
+        equal = lake[0]["n"] == src[0] and lake[0]["s"] == src[1]
+        return {
+            "changes": inserts + updates + deletes,
+            "wall_s": round(wall, 2),
+            "changes_per_s": round((inserts + updates + deletes) / wall),
+            "peak_rss_mb": round(rss),
+            "lake_equals_source": equal,
+        }
+    finally:
+        _drop(server, name, dsn, prefix)
+
+
+def latency(server: str, samples: int) -> dict[str, Any]:
+    """Source commit to publication, in follow mode."""
+    import psycopg
+
+    from combined.engine import Engine
+
+    name, dsn = _database(server)
+    prefix = f"cl_{uuid.uuid4().hex[:6]}"
+    root = Path(tempfile.mkdtemp(prefix="cdc-latency-"))
+    try:
+        _setup(dsn, root, prefix)
+        follow = subprocess.Popen(
+            [
+                sys.executable, "-c", "from combined.cli import main; main()",
+                "cdc", "follow", "pg", "--every", "0.5",
+                "--iterations", str(int(samples * 0.2 / 0.5) + 40),
+            ],
+            cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        committed: dict[int, datetime] = {}
+        time.sleep(2.0)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for i in range(1, samples + 1):
+                conn.execute("INSERT INTO events (id, kind, amount) VALUES (%s, 'x', 1)", (i,))
+                committed[i] = datetime.now(UTC)
+                time.sleep(0.2)
+        follow.wait(timeout=600)
+        engine = Engine.open(root / "combined.yaml")
+        seen: dict[int, datetime] = {}
+        try:
+            for pub in reversed(engine.publications(limit=100_000)):
+                ids = (
+                    engine.sql("SELECT id FROM pg.events", publication=pub["id"])
+                    .column("id")
+                    .to_pylist()
+                )
+                for i in ids:
+                    seen.setdefault(int(i), pub["published_at"])
+        finally:
+            engine.close()
+        lat = sorted((seen[i] - committed[i]).total_seconds() for i in committed if i in seen)
+        if not lat:
+            raise SystemExit("no sample was published")
+        return {
+            "samples": len(lat),
+            "p50_s": round(statistics.median(lat), 2),
+            "p95_s": round(lat[max(0, int(len(lat) * 0.95) - 1)], 2),
+            "max_s": round(lat[-1], 2),
+            "missing": samples - len(lat),
+        }
+    finally:
+        _drop(server, name, dsn, prefix)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run both measurements and print them as JSON and a markdown table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--changes", type=int, default=500_000)
+    parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get(
+            "COMBINED_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
+        ),
+    )
+    args = parser.parse_args(argv)
+    b = backlog(args.dsn, args.changes)
+    lat = latency(args.dsn, args.samples)
+    print(json.dumps({"backlog": b, "latency": lat}, indent=2))
+    print()
+    print("| measure | figure |")
+    print("|---|---:|")
+    print(f"| backlog of {b['changes']:,} changes drained by one capture | {b['wall_s']} s |")
+    print(f"| backlog throughput | {b['changes_per_s']:,} changes/s |")
+    print(f"| backlog capture peak RSS | {b['peak_rss_mb']} MB |")
+    print(f"| lake equals source after the backlog | {b['lake_equals_source']} |")
+    print(f"| follow mode, commit to publication, p50 ({lat['samples']} rows) | {lat['p50_s']} s |")
+    print(f"| follow mode, commit to publication, p95 | {lat['p95_s']} s |")
+
+
+if __name__ == "__main__":
+    main()
