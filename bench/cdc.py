@@ -116,13 +116,13 @@ def backlog(server: str, changes: int) -> dict[str, Any]:
         with psycopg.connect(dsn, autocommit=True) as conn:
             for lo in range(0, inserts, 10_000):
                 conn.execute(
-                    "INSERT INTO events (id, kind, amount) SELECT g, 'k' || (g % 7), g * 0.5 "
-                    "FROM generate_series(%s, %s) g",
+                    "INSERT INTO events (id, kind, amount) SELECT g, 'k' || (g %% 7), g * 0.5 "
+                    "FROM generate_series(%s::bigint, %s::bigint) g",
                     (lo + 1, min(lo + 10_000, inserts)),
                 )
             for lo in range(0, updates, 10_000):
                 conn.execute(
-                    "UPDATE events SET amount = amount + 1 WHERE id > %s AND id <= %s",
+                    "UPDATE events SET amount = amount + 1 WHERE id > %s::bigint AND id <= %s::bigint",
                     (lo, min(lo + 10_000, updates)),
                 )
             conn.execute("DELETE FROM events WHERE id > %s", (inserts - deletes,))
