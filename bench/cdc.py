@@ -122,7 +122,8 @@ def backlog(server: str, changes: int) -> dict[str, Any]:
                 )
             for lo in range(0, updates, 10_000):
                 conn.execute(
-                    "UPDATE events SET amount = amount + 1 WHERE id > %s::bigint AND id <= %s::bigint",
+                    "UPDATE events SET amount = amount + 1 "
+                    "WHERE id > %s::bigint AND id <= %s::bigint",
                     (lo, min(lo + 10_000, updates)),
                 )
             conn.execute("DELETE FROM events WHERE id > %s", (inserts - deletes,))

@@ -249,3 +249,32 @@ def test_status_reports_slot_lag(cdc_project: tuple[Path, str, str], tools) -> N
     shown = tools.cli(root, "status", env={"COLUMNS": "250"})
     assert shown.returncode == 0, shown.stderr
     assert " B" in shown.stdout and "pg.items" in shown.stdout
+
+
+def test_append_mode_keeps_every_change_event_including_deletes(
+    cdc_project: tuple[Path, str, str],
+) -> None:
+    root, dsn, _ = cdc_project
+    text = (
+        (root / "combined.yaml")
+        .read_text()
+        .replace("        strategy: cdc\n", "        strategy: cdc\n        sync_mode: append\n")
+    )
+    (root / "combined.yaml").write_text(text)
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        engine.capture()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET qty = 7 WHERE id = 1")
+            conn.execute("UPDATE items SET qty = 8 WHERE id = 1")
+            conn.execute("DELETE FROM items WHERE id = 1")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        events = engine.sql(
+            "SELECT _combined_op AS op, qty FROM pg.items WHERE id = 1 "
+            "ORDER BY _combined_emitted_at NULLS FIRST"
+        ).to_pylist()
+        assert [e["op"] for e in events] == ["snapshot", "update", "update", "delete"]
+        assert [e["qty"] for e in events[:3]] == [1, 7, 8]
+    finally:
+        engine.close()

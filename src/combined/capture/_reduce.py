@@ -228,10 +228,11 @@ class Reducer:
         """Materialise the transition's ids and operations; return its counts."""
         con = self.con
         keys = self._keys()
+        first_op = "'snapshot'" if self.baseline else "'insert'"
         if self.sync_mode == "append":
             con.execute(
                 "CREATE TABLE tr AS SELECT _cid AS id, "
-                "CASE WHEN _cop = 'upsert' THEN 'insert' ELSE _cop END AS op, "
+                f"CASE WHEN _cop = 'upsert' THEN {first_op} ELSE _cop END AS op, "
                 f"_chash AS new_hash, NULL::VARCHAR AS old_hash, ord FROM {keys}"
             )
             return self._stats()
@@ -248,7 +249,6 @@ class Reducer:
             # Several changes of one row: the last one wins. (A full-row capture
             # was checked for duplicate keys already, and needs no window.)
             last += " QUALIFY row_number() OVER (PARTITION BY _cid ORDER BY ord DESC) = 1"
-        first_op = "'snapshot'" if self.baseline else "'insert'"
         if not self._has_current:
             # Nothing to compare with: every row is new (a delete of an absent row is moot).
             con.execute(
