@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -62,6 +64,20 @@ def _engine(project: Path | None, reporter: Any = None) -> Engine:
         return Engine.open(project, reporter)
     except CombinedError as exc:
         _fail(exc)
+
+
+@contextmanager
+def _session(project: Path | None, reporter: Any = None) -> Iterator[Engine]:
+    """An engine for one command: errors become a clear message and exit 2; always closed."""
+    from combined.errors import CombinedError
+
+    engine = _engine(project, reporter)
+    try:
+        yield engine
+    except CombinedError as exc:
+        _fail(exc)
+    finally:
+        engine.close()
 
 
 class _Progress:
@@ -164,15 +180,9 @@ def discover(
     project: ProjectOpt = None,
 ) -> None:
     """Report the datasets, fields, keys and cursor candidates of a source."""
-    from combined.errors import CombinedError
 
-    engine = _engine(project)
-    try:
+    with _session(project) as engine:
         found = engine.discover(source)
-    except CombinedError as exc:
-        _fail(exc)
-    finally:
-        engine.close()
     for d in found.datasets:
         t = Table(title=f"{d.name} ({d.kind}, ~{d.estimated_rows} rows)", title_justify="left")
         t.add_column("field")
@@ -194,15 +204,9 @@ def capture(
     project: ProjectOpt = None,
 ) -> None:
     """Capture datasets into the lake and publish them."""
-    from combined.errors import CombinedError
 
-    engine = _engine(project, _Progress())
-    try:
+    with _session(project, _Progress()) as engine:
         runs = engine.capture(selectors or [])
-    except CombinedError as exc:
-        _fail(exc)
-    finally:
-        engine.close()
     bad = False
     for run in runs:
         colour = "green" if run.state == "succeeded" else "red"
@@ -241,10 +245,8 @@ def backfill(
     Bounds and control totals (row count, and the sum of --sum-column) are read
     inside the snapshot, then compared with what landed before publishing.
     """
-    from combined.errors import CombinedError
 
-    engine = _engine(project, _Progress())
-    try:
+    with _session(project, _Progress()) as engine:
         run = engine.backfill(
             dataset,
             partitions=partitions,
@@ -253,10 +255,6 @@ def backfill(
             column=column,
             sum_column=sum_column,
         )
-    except CombinedError as exc:
-        _fail(exc)
-    finally:
-        engine.close()
     colour = "green" if run.state == "succeeded" else "red"
     console.print(f"run {run.id} [{colour}]{run.state}[/{colour}]", markup=True)
     for ds, s in (run.stats or {}).items():
@@ -275,11 +273,8 @@ def runs(
     limit: Annotated[int, typer.Option(help="how many")] = 20, project: ProjectOpt = None
 ) -> None:
     """List the newest runs."""
-    engine = _engine(project)
-    try:
+    with _session(project) as engine:
         rows = engine.runs(limit)
-    finally:
-        engine.close()
     t = Table("run", "source", "trigger", "state", "created", "datasets", "error")
     for r in rows:
         t.add_row(
@@ -297,15 +292,9 @@ def runs(
 @run_app.command("show")
 def run_show(run_id: str, project: ProjectOpt = None) -> None:
     """Show one run: admission, attempts, deliveries, activity."""
-    from combined.errors import CombinedError
 
-    engine = _engine(project)
-    try:
+    with _session(project) as engine:
         info = engine.run(run_id)
-    except CombinedError as exc:
-        _fail(exc)
-    finally:
-        engine.close()
     r, adm = info["run"], info["admission"]
     console.print(f"run {r.id}  {r.state}  trigger={r.trigger}  source={r.source}")
     console.print(
@@ -342,15 +331,9 @@ def run_show(run_id: str, project: ProjectOpt = None) -> None:
 @run_app.command("retry")
 def run_retry(run_id: str, project: ProjectOpt = None) -> None:
     """Retry a failed run as a new run under the original admission."""
-    from combined.errors import CombinedError
 
-    engine = _engine(project, _Progress())
-    try:
+    with _session(project, _Progress()) as engine:
         run = engine.retry(run_id)
-    except CombinedError as exc:
-        _fail(exc)
-    finally:
-        engine.close()
     console.print(f"run {run.id} {run.state} (retry of {run.retry_of})")
     if run.state != "succeeded":
         raise typer.Exit(1)
@@ -359,11 +342,8 @@ def run_retry(run_id: str, project: ProjectOpt = None) -> None:
 @app.command()
 def status(project: ProjectOpt = None) -> None:
     """Freshness and last source position per dataset."""
-    engine = _engine(project)
-    try:
+    with _session(project) as engine:
         rows = engine.status()
-    finally:
-        engine.close()
     t = Table(
         "dataset",
         "strategy",
@@ -425,19 +405,14 @@ def sql(
     project: ProjectOpt = None,
 ) -> None:
     """Query the lake at a published basis with DuckDB."""
-    from combined.errors import CombinedError, ConfigError
+    from combined.errors import ConfigError
 
     if fmt not in ("table", "csv", "json"):
         _fail(ConfigError(f"unknown format {fmt!r}", hint="use table, csv or json"))
-    engine = _engine(project)
-    try:
+    with _session(project) as engine:
         result = engine.sql(
             query, as_of=_instant(as_of) if as_of else None, publication=publication
         )
-    except CombinedError as exc:
-        _fail(exc)
-    finally:
-        engine.close()
     rows = result.to_pylist()
     if fmt == "json":
         sys.stdout.write(json.dumps(rows, default=str) + "\n")
@@ -460,11 +435,8 @@ def publications(
     limit: Annotated[int, typer.Option(help="how many")] = 20, project: ProjectOpt = None
 ) -> None:
     """List publications and their members."""
-    engine = _engine(project)
-    try:
+    with _session(project) as engine:
         rows = engine.publications(limit)
-    finally:
-        engine.close()
     t = Table("publication", "published", "run", "members")
     for p in rows:
         members = ", ".join(
@@ -480,15 +452,9 @@ def history(
     dataset: Annotated[str, typer.Argument(help="SOURCE.DATASET")], project: ProjectOpt = None
 ) -> None:
     """List a dataset's versions."""
-    from combined.errors import CombinedError
 
-    engine = _engine(project)
-    try:
+    with _session(project) as engine:
         rows = engine.history(dataset)
-    except CombinedError as exc:
-        _fail(exc)
-    finally:
-        engine.close()
     t = Table("version", "parent", "+ins", "~upd", "-del", "rows", "run", "lake v", "publications")
     for v in rows:
         t.add_row(
@@ -510,11 +476,8 @@ def usage(
     month: Annotated[str | None, typer.Option(help="YYYY-MM")] = None, project: ProjectOpt = None
 ) -> None:
     """Monthly active rows per source and dataset."""
-    engine = _engine(project)
-    try:
+    with _session(project) as engine:
         rows = engine.usage(month)
-    finally:
-        engine.close()
     t = Table("month", "source", "dataset", "MAR", "inserts", "updates", "deletes")
     for u in rows:
         t.add_row(
@@ -532,15 +495,9 @@ def usage(
 @app.command()
 def repair(project: ProjectOpt = None) -> None:
     """Rebuild the catalog projection from the lake; close runs whose process died."""
-    from combined.errors import CombinedError
 
-    engine = _engine(project)
-    try:
+    with _session(project) as engine:
         notes = engine.repair()
-    except CombinedError as exc:
-        _fail(exc)
-    finally:
-        engine.close()
     for n in notes:
         console.print(n)
     console.print("the catalog matches the lake" if not notes else f"{len(notes)} repair(s)")
@@ -558,15 +515,9 @@ def cdc_setup(
     the table inside that snapshot; later captures stream from that LSN.
     """
     from combined import cdc
-    from combined.errors import CombinedError
 
-    engine = _engine(project, _Progress())
-    try:
+    with _session(project, _Progress()) as engine:
         notes, run = cdc.setup(engine, source)
-    except CombinedError as exc:
-        _fail(exc)
-    finally:
-        engine.close()
     for note in notes:
         console.print(note)
     console.print(f"initial capture: run {run.id} {run.state}")
@@ -582,15 +533,9 @@ def cdc_status(
 ) -> None:
     """Each cdc dataset's slot: confirmed position, lag in bytes and time, WAL status."""
     from combined import cdc
-    from combined.errors import CombinedError
 
-    engine = _engine(project)
-    try:
+    with _session(project) as engine:
         rows = cdc.status(engine, source)
-    except CombinedError as exc:
-        _fail(exc)
-    finally:
-        engine.close()
     t = Table("dataset", "slot", "exists", "committed", "confirmed", "lag bytes", "lag s", "wal")
     for r in rows:
         t.add_row(
@@ -618,10 +563,8 @@ def cdc_teardown(
     the next capture takes a new snapshot and reconciles it with the lake.
     """
     from combined import cdc
-    from combined.errors import CombinedError
 
-    engine = _engine(project)
-    try:
+    with _session(project) as engine:
         names = cdc.cdc_datasets(engine, source)
         if not yes:
             listing = ", ".join(f"{source}.{n}" for n, _ in names)
@@ -631,10 +574,6 @@ def cdc_teardown(
                 err.print("nothing dropped (pass --yes to drop without asking)")
                 raise typer.Exit(1)
         notes = cdc.teardown(engine, source)
-    except CombinedError as exc:
-        _fail(exc)
-    finally:
-        engine.close()
     for note in notes:
         console.print(note)
 
