@@ -141,3 +141,47 @@ class ShopTools:
 def tools() -> ShopTools:
     """Helpers to build and change a sample shop and to run the CLI."""
     return ShopTools()
+
+
+class CdcDatabase:
+    """A fresh database on a server with logical replication, and its slots to drop."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.prefix = f"ct_{uuid.uuid4().hex[:8]}"
+        self._slots: list[str] = []
+
+    def slot(self, relation: str) -> str:
+        """The slot (and publication) name a cdc dataset over ``relation`` will use."""
+        from combined.connectors.postgres._stitch import slot_name
+
+        name = slot_name(self.prefix, relation)
+        self._slots.append(name)
+        return name
+
+    def drop(self) -> None:
+        """Drop every slot and publication handed out (a leaked slot retains WAL forever)."""
+        from combined.connectors.postgres._replication import drop_publication, drop_slot
+
+        for name in self._slots:
+            drop_slot(self.dsn, name)
+            drop_publication(self.dsn, name)
+
+
+@pytest.fixture
+def cdc_db(pg_database: str) -> Iterator[CdcDatabase]:
+    """A fresh database for CDC tests; fails (CI) or skips (locally) without wal_level=logical."""
+    import psycopg
+
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        row = conn.execute("SHOW wal_level").fetchone()
+    if not row or row[0] != "logical":
+        message = f"wal_level is {row[0] if row else '?'}, not logical (.ci/run sets it)"
+        if REQUIRE:
+            pytest.fail(message)
+        pytest.skip(message)
+    db = CdcDatabase(pg_database)
+    try:
+        yield db
+    finally:
+        db.drop()

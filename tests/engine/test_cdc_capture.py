@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from combined.connectors.postgres._replication import drop_publication, drop_slot, slot_status
-from combined.connectors.postgres._stitch import slot_name
+from combined.connectors.postgres._replication import drop_slot, slot_status
 from combined.engine import Engine
 from combined.lake import LakeTable
 
@@ -32,23 +29,15 @@ sources:
 
 
 @pytest.fixture
-def cdc_project(tmp_path: Path, pg_database: str) -> Iterator[tuple[Path, str, str]]:
+def cdc_project(tmp_path: Path, cdc_db) -> tuple[Path, str, str]:
+    pg_database = cdc_db.dsn
     with psycopg.connect(pg_database, autocommit=True) as conn:
-        level = conn.execute("SHOW wal_level").fetchone()
-        if not level or level[0] != "logical":
-            pytest.skip("wal_level is not logical (.ci/run sets it)")
         conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, qty int, note text, body text)")
         conn.execute("INSERT INTO items SELECT g, g, 'n' || g, NULL FROM generate_series(1, 500) g")
-    prefix = f"cb_{uuid.uuid4().hex[:8]}"
     (tmp_path / "combined.yaml").write_text(
-        PROJECT.format(dsn=pg_database, prefix=prefix, table="items")
+        PROJECT.format(dsn=pg_database, prefix=cdc_db.prefix, table="items")
     )
-    name = slot_name(prefix, "public.items")
-    try:
-        yield tmp_path, pg_database, name
-    finally:
-        drop_slot(pg_database, name)
-        drop_publication(pg_database, name)
+    return tmp_path, pg_database, cdc_db.slot("public.items")
 
 
 def _lake(engine: Engine) -> list[tuple[object, ...]]:

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import signal
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from combined.connectors.postgres._pgoutput import text_to_lsn
-from combined.connectors.postgres._replication import drop_publication, drop_slot, slot_status
-from combined.connectors.postgres._stitch import slot_name
+from combined.connectors.postgres._replication import slot_status
 from combined.engine import Engine
 from combined.lake import LakeTable
 
@@ -34,21 +31,13 @@ sources:
 
 
 @pytest.fixture
-def project(tmp_path: Path, pg_database: str) -> Iterator[tuple[Path, str, str]]:
+def project(tmp_path: Path, cdc_db) -> tuple[Path, str, str]:
+    pg_database = cdc_db.dsn
     with psycopg.connect(pg_database, autocommit=True) as conn:
-        level = conn.execute("SHOW wal_level").fetchone()
-        if not level or level[0] != "logical":
-            pytest.skip("wal_level is not logical (.ci/run sets it)")
         conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, qty int, note text)")
         conn.execute("INSERT INTO items SELECT g, g, 'n' || g FROM generate_series(1, 2000) g")
-    prefix = f"cc_{uuid.uuid4().hex[:8]}"
-    (tmp_path / "combined.yaml").write_text(PROJECT.format(dsn=pg_database, prefix=prefix))
-    name = slot_name(prefix, "public.items")
-    try:
-        yield tmp_path, pg_database, name
-    finally:
-        drop_slot(pg_database, name)
-        drop_publication(pg_database, name)
+    (tmp_path / "combined.yaml").write_text(PROJECT.format(dsn=pg_database, prefix=cdc_db.prefix))
+    return tmp_path, pg_database, cdc_db.slot("public.items")
 
 
 def _source(dsn: str) -> list[tuple[object, ...]]:

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from combined.connectors.postgres._replication import drop_publication, drop_slot
-from combined.connectors.postgres._stitch import slot_name
 from combined.engine import Engine
 
 PROJECT = """\
@@ -53,20 +49,12 @@ def _peak_rss_mb(root: Path, *args: str) -> tuple[int, float]:
 
 
 @pytest.fixture
-def big(tmp_path: Path, pg_database: str) -> Iterator[tuple[Path, str]]:
-    with psycopg.connect(pg_database, autocommit=True) as conn:
-        level = conn.execute("SHOW wal_level").fetchone()
-        if not level or level[0] != "logical":
-            pytest.skip("wal_level is not logical (.ci/run sets it)")
+def big(tmp_path: Path, cdc_db) -> tuple[Path, str]:
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE big (id bigint PRIMARY KEY, v int, pad text)")
-    prefix = f"cl_{uuid.uuid4().hex[:8]}"
-    (tmp_path / "combined.yaml").write_text(PROJECT.format(dsn=pg_database, prefix=prefix))
-    name = slot_name(prefix, "public.big")
-    try:
-        yield tmp_path, pg_database
-    finally:
-        drop_slot(pg_database, name)
-        drop_publication(pg_database, name)
+    (tmp_path / "combined.yaml").write_text(PROJECT.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix))
+    cdc_db.slot("public.big")
+    return tmp_path, cdc_db.dsn
 
 
 @pytest.mark.slow
