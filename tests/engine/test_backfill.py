@@ -188,3 +188,28 @@ def test_a_bulk_update_the_cursor_cannot_see_is_reported_by_reconciliation(
         assert run.stats is not None and run.stats["orders"]["updates"] == 100
     finally:
         engine.close()
+
+
+def test_a_backfill_over_a_changeable_column_upserts_and_never_duplicates(
+    tmp_path: Path, pg_database: str
+) -> None:
+    project = _make(tmp_path, pg_database, 1000)
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("ALTER TABLE orders ADD COLUMN rank int")
+        conn.execute("UPDATE orders SET rank = id % 100")
+    engine = Engine.open(project)
+    try:
+        engine.capture()
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute("UPDATE orders SET rank = 15, note = 'moved in' WHERE id = 5")  # 5 -> 15
+            conn.execute("UPDATE orders SET rank = 95 WHERE id = 10")  # 10 -> 95: moved out
+        run = engine.backfill("pg.orders", partitions=2, column="rank", lower="10", upper="20")
+        assert run.state == "succeeded", run.error
+        counts = engine.sql(
+            "SELECT count(*) AS n, count(DISTINCT id) AS ids FROM pg.orders"
+        ).to_pylist()
+        assert counts == [{"n": 1000, "ids": 1000}]  # no id twice, none lost
+        moved = engine.sql("SELECT note FROM pg.orders WHERE id = 5").to_pylist()
+        assert moved == [{"note": "moved in"}]
+    finally:
+        engine.close()

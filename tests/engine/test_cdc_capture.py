@@ -265,5 +265,16 @@ def test_append_mode_keeps_every_change_event_including_deletes(
         ).to_pylist()
         assert [e["op"] for e in events] == ["snapshot", "update", "update", "delete"]
         assert [e["qty"] for e in events[:3]] == [1, 7, 8]
+        # a truncate is an event too, and the stream goes on after it
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("TRUNCATE items")
+            conn.execute("INSERT INTO items VALUES (1, 99, 'after', NULL)")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        last = engine.sql(
+            "SELECT _combined_op AS op FROM pg.items WHERE _combined_emitted_at IS NOT NULL "
+            "ORDER BY _combined_emitted_at DESC, _combined_op LIMIT 2"
+        ).to_pylist()
+        assert {e["op"] for e in last} == {"insert", "truncate"}
     finally:
         engine.close()

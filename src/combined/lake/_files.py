@@ -55,19 +55,42 @@ class _Stats:
         self.nulls = {f.name: 0 for f in schema}
         self.mins: dict[str, Any] = {}
         self.maxs: dict[str, Any] = {}
+        #: Columns whose bounds cannot be stated (non-finite floats, dates past
+        #: Python's range): they get no min/max, only counts, for the whole file.
+        self.unbounded: set[str] = set()
 
     def add(self, batch: pa.RecordBatch) -> None:
         self.rows += batch.num_rows
         for field, column in zip(self.schema, batch.columns, strict=True):
             self.nulls[field.name] += column.null_count
-            if not _minmax_type(field.type) or column.null_count == len(column):
+            name = field.name
+            if (
+                not _minmax_type(field.type)
+                or column.null_count == len(column)
+                or name in self.unbounded
+            ):
+                continue
+            if (
+                pa.types.is_floating(field.type)
+                and not pc.all(pc.is_finite(column), skip_nulls=True).as_py()
+            ):
+                self._unbound(name)
                 continue
             mm = pc.min_max(column)
-            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            try:
+                lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            except (OverflowError, ValueError):
+                self._unbound(name)
+                continue
             if field.name not in self.mins or lo < self.mins[field.name]:
                 self.mins[field.name] = lo
             if field.name not in self.maxs or hi > self.maxs[field.name]:
                 self.maxs[field.name] = hi
+
+    def _unbound(self, name: str) -> None:
+        self.unbounded.add(name)
+        self.mins.pop(name, None)
+        self.maxs.pop(name, None)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -76,7 +99,8 @@ class _Stats:
                 "minValues": {k: _stat_value(v) for k, v in self.mins.items()},
                 "maxValues": {k: _stat_value(v) for k, v in self.maxs.items()},
                 "nullCount": self.nulls,
-            }
+            },
+            allow_nan=False,  # delta-rs drops a file's whole stats on invalid JSON
         )
 
 

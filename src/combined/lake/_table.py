@@ -141,7 +141,10 @@ class LakeTable:
                     str(self.path) if dt is None else dt,
                     data(),
                     mode="overwrite" if mode == "overwrite" else "append",
-                    schema_mode="merge" if dt is not None and mode != "overwrite" else None,
+                    # The drift policy approved the capture's schema before this point.
+                    schema_mode=None
+                    if dt is None
+                    else ("overwrite" if mode == "overwrite" else "merge"),
                     configuration=TABLE_CONFIGURATION if dt is None else None,
                     commit_properties=properties,
                 )

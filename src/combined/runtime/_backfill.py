@@ -233,9 +233,17 @@ def stage_partitioned(
         position=last.get("source_position") if last else None,
         receipt=group.receipt,
         rows=sum(rows for _, rows in results),
-        full=True,
+        # Absent ids are deletes only when the range is over the key: a key value
+        # never moves, so an id missing from a key range is gone. A range over a
+        # changeable column (a timestamp) cannot tell a deleted row from one that
+        # moved out of the range: such a backfill upserts and infers no delete.
+        full=column in plan.key or not ranged,
         prior_state=last.get("checkpoint") if last else None,
-        current_filter=range_filter(table.schema(), column, spec.lower, spec.upper),
+        current_filter=(
+            range_filter(table.schema(), column, spec.lower, spec.upper)
+            if column in plan.key
+            else None
+        ),
         control={
             "column": column,
             "lower": spec.lower,

@@ -422,7 +422,7 @@ def prepare(
                 schema_revision=_schema_revision(catalog, plan, schema),
                 max_rows=plan.max_rows,
                 max_bytes=plan.max_bytes,
-                allow_empty=moved,
+                allow_empty=moved or plan.sync_mode == "full_refresh",
             )
             changes = reducer.changes()
             changes_path = area.path(
@@ -494,7 +494,7 @@ def _finish_prepare(
         hi = parent_hi ^ transition.content_xor[1]
         row_count = parent_count + transition.inserts - transition.deletes
         if plan.sync_mode == "append":
-            row_count = parent_count + transition.inserts + transition.updates + transition.deletes
+            row_count = parent_count + transition.captured  # every event is kept
     totals = VersionTotals(row_count=row_count, content_digest=f"{hi:016x}{lo:016x}")
     changed = bool(deliveries) and (transition.changes > 0 or content is not None)
     if content is not None and transition.changes == 0 and parent is not None:
