@@ -275,9 +275,7 @@ class Engine:
 
     def committed_checkpoint(self, source: str, dataset: str) -> dict[str, Any] | None:
         """The checkpoint of a dataset's newest lake commit (the authoritative one)."""
-        from combined.runtime._runner import table_of_names
-
-        meta = table_of_names(self.layout, source, dataset).latest_commit()
+        meta = self.layout.dataset_table(source, dataset).latest_commit()
         return None if meta is None else meta.get("checkpoint")
 
     def reset_checkpoint(self, source: str, dataset: str, reason: str) -> int | None:

@@ -16,7 +16,7 @@ DuckDB spills to the run's staging directory past ``memory_limit``.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,6 @@ class Transition:
     captured: int = 0
     digest: str = "0" * 32
     content_xor: tuple[int, int] = (0, 0)
-    months: dict[str, int] = field(default_factory=dict)
 
     @property
     def changes(self) -> int:
@@ -92,7 +91,6 @@ class Reducer:
             },
         )
         self.capture_schema = capture_schema
-        self.strategy = strategy
         self.sync_mode = sync_mode
         self.baseline = baseline
         # ``current_filter`` (SQL over the lake's columns) narrows the current

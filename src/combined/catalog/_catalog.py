@@ -6,7 +6,7 @@ import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -179,8 +179,3 @@ def _holder_alive(holder: str) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def now() -> datetime:
-    """The catalog's clock (the engine's UTC clock)."""
-    return utcnow()

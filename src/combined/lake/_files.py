@@ -20,6 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from combined.lake._types import to_lake
+
 #: Rows per data file: bounded files keep every reader's memory bounded too.
 FILE_ROWS = 1_000_000
 ROW_GROUP_ROWS = 65_536
@@ -154,15 +156,6 @@ def write_data_files(
     return actions
 
 
-def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    arrays = []
-    for field in schema:
-        idx = batch.schema.get_field_index(field.name)
-        col = batch.column(idx) if idx >= 0 else pa.nulls(batch.num_rows, field.type)
-        arrays.append(col if col.type == field.type else col.cast(field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
 def rewrite_actions(
     table: Path,
     files: list[str],
@@ -201,7 +194,7 @@ def rewrite_actions(
                 continue
             try:
                 kept = (
-                    _conform(b.filter(pc.invert(pc.is_in(b.column("_combined_id"), gone))), schema)
+                    to_lake(b.filter(pc.invert(pc.is_in(b.column("_combined_id"), gone))), schema)
                     for b in pf.iter_batches(batch_size=ROW_GROUP_ROWS)
                 )
                 actions.extend(write_data_files(table, schema, kept))
@@ -217,7 +210,7 @@ def rewrite_actions(
                 )
             )
     puts = (
-        _conform(b.filter(pc.not_equal(b.column("_combined_op"), "delete")), schema) for b in data()
+        to_lake(b.filter(pc.not_equal(b.column("_combined_op"), "delete")), schema) for b in data()
     )
     actions.extend(write_data_files(table, schema, puts))
     return actions

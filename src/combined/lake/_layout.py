@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from combined.errors import LakeNotWritable, StagingLimitExceeded
+
+if TYPE_CHECKING:
+    from combined.lake._table import LakeTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +26,12 @@ class LakeLayout:
     def table(self, source: str, dataset: str) -> Path:
         """The Delta table of a dataset's current projection."""
         return self.root / source / dataset
+
+    def dataset_table(self, source: str, dataset: str) -> LakeTable:
+        """The dataset's Delta table with its commit protocol (app id ``combined:<s>/<d>``)."""
+        from combined.lake._table import LakeTable
+
+        return LakeTable(self.table(source, dataset), f"combined:{source}/{dataset}")
 
     def deliveries(self, source: str, dataset: str) -> Path:
         """The raw layer: committed Deliveries of a dataset."""

@@ -59,9 +59,8 @@ class BackfillSpec:
 class PartitionGroup:
     """The partitions' extractions seen as one: one receipt, one terminal decision."""
 
-    def __init__(self, extractions: Sequence[Extraction], snapshot_authority: str | None) -> None:
+    def __init__(self, extractions: Sequence[Extraction]) -> None:
         self.extractions = list(extractions)
-        self._snapshot_authority = snapshot_authority
 
     @property
     def receipt(self) -> ExtractionReceipt:
@@ -171,7 +170,7 @@ def stage_partitioned(
     try:
         count = len(parts_plan.partitions)
         extractions = [source.read_partition(parts_plan, i) for i in range(count)]
-        group = PartitionGroup(extractions, None)
+        group = PartitionGroup(extractions)
         progress = [0] * count
 
         def read(index: int) -> tuple[list[Path], int]:

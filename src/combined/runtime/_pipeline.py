@@ -7,7 +7,6 @@ repair of a catalog that lags the lake.
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -56,11 +55,6 @@ class DatasetPlan:
     review_every_s: int
     control_sum: str | None = None
 
-    @property
-    def app_id(self) -> str:
-        """The Delta transaction app id of this dataset."""
-        return f"combined:{self.source}/{self.name}"
-
 
 @dataclass
 class Staged:
@@ -100,7 +94,7 @@ class Prepared:
 
 def table_of(layout: LakeLayout, plan: DatasetPlan) -> LakeTable:
     """The lake table of a dataset."""
-    return LakeTable(layout.table(plan.source, plan.name), plan.app_id)
+    return layout.dataset_table(plan.source, plan.name)
 
 
 # -- extraction -------------------------------------------------------------------------
@@ -777,11 +771,6 @@ def commit_schema_fields(path: Path) -> list[list[str]]:
     return [[f.name, str(f.type)] for f in pq.read_schema(str(path))]
 
 
-def dumps(value: Any) -> str:
-    """Canonical JSON."""
-    return json.dumps(value, sort_keys=True, default=str)
-
-
 def commit_reset(
     catalog: Catalog, layout: LakeLayout, source: str, dataset: str, reason: str
 ) -> int | None:
@@ -791,7 +780,7 @@ def commit_reset(
     reconciles against the lake) instead of resuming from a position its
     source can no longer serve. Returns the lake version, or None without a table.
     """
-    table = LakeTable(layout.table(source, dataset), f"combined:{source}/{dataset}")
+    table = layout.dataset_table(source, dataset)
     schema = table.schema()
     if schema is None:
         return None

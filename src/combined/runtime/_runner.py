@@ -412,7 +412,7 @@ class Runner:
         return notes
 
     def _catch_up(self, source: str, name: str) -> list[str]:
-        table = table_of_names(self.layout, source, name)
+        table = self.layout.dataset_table(source, name)
         with self.catalog.begin() as conn:
             try:
                 row = cat.get_dataset(conn, source, name)
@@ -430,13 +430,6 @@ class Runner:
                 f"(run {meta['run_id']}) into the catalog"
             )
         return notes
-
-
-def table_of_names(layout: LakeLayout, source: str, name: str) -> Any:
-    """The lake table of a dataset by names."""
-    from combined.lake import LakeTable
-
-    return LakeTable(layout.table(source, name), f"combined:{source}/{name}")
 
 
 def _erase_private(path: Path) -> None:
