@@ -407,12 +407,22 @@ def execute(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def _areas(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> dict[str, int]:
-    """Bytes written per top-level directory of the lake."""
+def _areas(
+    before: dict[str, tuple[int, int, int]], after: dict[str, tuple[int, int, int]]
+) -> dict[str, int]:
+    """Bytes written per top-level directory of the lake; a hard link counts once.
+
+    A linked path's bytes go to ``<area> linked`` (the table's files that are
+    the raw layer's Delivery files, linked, not written again).
+    """
     out: dict[str, int] = {}
-    for rel, entry in after.items():
+    seen = {entry[2] for rel, entry in after.items() if before.get(rel) == entry}
+    for rel, entry in sorted(after.items()):
         if before.get(rel) != entry:
             top = rel.split(os.sep, 1)[0] if os.sep in rel else "."
+            if entry[2] in seen:
+                top += " linked"
+            seen.add(entry[2])
             out[top] = out.get(top, 0) + entry[0]
     return out
 

@@ -144,11 +144,15 @@ def own_peak_rss() -> dict[str, int]:
 
 # -- directories ---------------------------------------------------------------------------
 
-Listing = dict[str, tuple[int, int]]
+Listing = dict[str, tuple[int, int, int]]
 
 
 def snapshot_dir(root: Path) -> Listing:
-    """``{relative path: (size, mtime_ns)}`` of every file under ``root`` (empty if absent)."""
+    """``{relative path: (size, mtime_ns, inode)}`` of every file under ``root`` (empty if absent).
+
+    The inode tells hard links apart from copies: a file linked under two
+    paths was written once.
+    """
     out: Listing = {}
     if not root.exists():
         return out
@@ -159,7 +163,7 @@ def snapshot_dir(root: Path) -> Listing:
                 st = path.stat()
             except OSError:  # removed while walking
                 continue
-            out[str(path.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+            out[str(path.relative_to(root))] = (st.st_size, st.st_mtime_ns, st.st_ino)
     return out
 
 
@@ -172,6 +176,7 @@ class Written:
     data_files: int  # new or changed .parquet files outside any _delta_log
     data_bytes: int
     net_bytes: int  # total size after minus total size before
+    linked_bytes: int = 0  # new paths that are hard links of a file counted already
 
     def as_dict(self) -> dict[str, int]:
         """A JSON-ready copy."""
@@ -181,19 +186,29 @@ class Written:
             "data_files": self.data_files,
             "data_bytes": self.data_bytes,
             "net_bytes": self.net_bytes,
+            "linked_bytes": self.linked_bytes,
         }
 
 
 def written(before: Listing, after: Listing) -> Written:
-    """What was written between two listings (deleted files write nothing)."""
-    nbytes = files = data_files = data_bytes = 0
-    for rel, (size, mtime) in after.items():
-        if before.get(rel) == (size, mtime):
+    """What was written between two listings (deleted files write nothing).
+
+    A new path whose inode was already counted (a hard link) writes no bytes:
+    it is reported as ``linked_bytes``.
+    """
+    nbytes = files = data_files = data_bytes = linked = 0
+    seen = {entry[2] for rel, entry in after.items() if before.get(rel) == entry}
+    for rel, (size, mtime, ino) in sorted(after.items()):
+        if before.get(rel) == (size, mtime, ino):
             continue
+        if ino in seen:
+            linked += size
+            continue
+        seen.add(ino)
         nbytes += size
         files += 1
         if rel.endswith(".parquet") and "_delta_log" not in Path(rel).parts:
             data_files += 1
             data_bytes += size
-    net = sum(s for s, _ in after.values()) - sum(s for s, _ in before.values())
-    return Written(nbytes, files, data_files, data_bytes, net)
+    net = sum(e[0] for e in after.values()) - sum(e[0] for e in before.values())
+    return Written(nbytes, files, data_files, data_bytes, net, linked)

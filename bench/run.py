@@ -318,7 +318,14 @@ def lake_notes(res: CaseResult) -> list[str]:
     if not areas:
         return []
     names = {"pg": "table", "_deliveries": "raw", "_usage": "usage"}
-    parts = [f"{names.get(k, k)} {report.fmt_bytes(v)}" for k, v in sorted(areas.items())]
+
+    def name(area: str) -> str:
+        top, _, linked = area.partition(" ")
+        return names.get(top, top) + (
+            " (hard links of raw files, not written again)" if linked else ""
+        )
+
+    parts = [f"{name(k)} {report.fmt_bytes(v)}" for k, v in sorted(areas.items())]
     return ["written: " + ", ".join(parts)]
 
 

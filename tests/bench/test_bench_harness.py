@@ -111,7 +111,25 @@ def test_written_counts_new_and_changed_files(tmp_path: Path) -> None:
         "data_files": 0,
         "data_bytes": 0,
         "net_bytes": 0,
+        "linked_bytes": 0,
     }
+
+
+def test_a_hard_link_is_written_once(tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    (lake / "_deliveries").mkdir(parents=True)
+    (lake / "t").mkdir()
+    before = measure.snapshot_dir(lake)
+    (lake / "_deliveries" / "d1.parquet").write_bytes(b"d" * 400)
+    os.link(lake / "_deliveries" / "d1.parquet", lake / "t" / "part-1.parquet")
+    (lake / "t" / "part-2.parquet").write_bytes(b"p" * 30)
+    w = measure.written(before, measure.snapshot_dir(lake))
+    assert (w.bytes, w.files, w.data_files, w.linked_bytes) == (430, 2, 2, 400)
+    # A link to a file that was there before writes nothing either.
+    again = measure.snapshot_dir(lake)
+    os.link(lake / "t" / "part-2.parquet", lake / "t" / "part-3.parquet")
+    w = measure.written(again, measure.snapshot_dir(lake))
+    assert (w.bytes, w.linked_bytes) == (0, 30)
 
 
 # -- planning ----------------------------------------------------------------------------------

@@ -244,6 +244,9 @@ TYPE_CASES: dict[str, tuple[pa.DataType, st.SearchStrategy[Any]]] = {
     "decimal(18,6)": (pa.decimal128(18, 6), _decimals(18, 6)),
     "decimal(38,38)": (pa.decimal128(38, 38), _decimals(38, 38)),
     "decimal(38,4)": (pa.decimal128(38, 4), _decimals(38, 4)),
+    # Precision + scale <= 38: encoded by casting to the smallest exact scale.
+    "decimal(12,2)": (pa.decimal128(12, 2), _decimals(12, 2)),
+    "decimal(34,4)": (pa.decimal128(34, 4), _decimals(34, 4)),
     "decimal256(30,10)": (pa.decimal256(30, 10), _decimals(30, 10)),
     "string": (pa.string(), st.text()),
     "large_string": (pa.large_string(), st.text()),
@@ -330,6 +333,25 @@ def test_sql_and_python_agree(name: str, data: st.DataObject) -> None:
         row = {name: table.column(name)[i] for name in table.column_names}
         assert ids[i].as_py() == identity_python([row[k] for k in key], types)
         assert hashes[i].as_py() == payload_hash_python(row, table.schema, payload)
+
+
+@pytest.mark.parametrize(("precision", "scale"), [(12, 2), (34, 4), (5, 4), (38, 4), (18, 6)])
+def test_decimal_trailing_zeros_and_bounds_agree(precision: int, scale: int) -> None:
+    # Trailing fractional zeros are where the SQL encodings take shortcuts.
+    top = "9" * (precision - scale)
+    texts = ["0", "1", "1.5", "-0.5", "10", "-10", "100.1", f"{top}", f"-{top}", "0.0001"]
+    texts += [f"{top}.{'9' * scale}", f"-{top}.{'9' * scale}", f"{top}.{'0' * (scale - 1)}1"]
+    room = precision - scale
+    with decimal.localcontext(prec=80):
+        quantum = decimal.Decimal(1).scaleb(-scale)
+        rows = [
+            decimal.Decimal(t).quantize(quantum)
+            for t in texts
+            if len(t.lstrip("-").split(".")[0]) <= room
+        ]
+    t = pa.decimal128(precision, scale)
+    table = table_of({"v": (t, rows), "n": (pa.int64(), list(range(len(rows))))})
+    assert duckdb_texts(table, ["v"], ["v", "n"]) == python_texts(table, ["v"], ["v", "n"])
 
 
 @SLOW

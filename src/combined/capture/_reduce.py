@@ -96,6 +96,7 @@ class Reducer:
         # ``current_filter`` (SQL over the lake's columns) narrows the current
         # state to the range a bounded capture (a backfill) covers.
         self._has_keys = False
+        self.transition: Transition | None = None
         self._has_current = bool(current_files)
         #: Whether the capture is the whole relation (absent ids are deletes).
         self.full = strategy == "snapshot" if full is None else full
@@ -107,6 +108,12 @@ class Reducer:
         key = list(key) or self.payload
         self.key = key
         has_op = prov.OP in capture_schema.names
+        #: Whether the staged parts carry each row's id and payload hash already.
+        self.prehashed = (
+            prov.ID in capture_schema.names
+            and prov.PAYLOAD_HASH in capture_schema.names
+            and UNCHANGED not in capture_schema.names
+        )
         self.has_op = has_op
         op_expr = f"{quote_ident(prov.OP)}" if has_op else "'upsert'"
         id_expr = identity_sql(key, capture_schema)
@@ -124,6 +131,10 @@ class Reducer:
                 f"CREATE VIEW pay AS SELECT * FROM read_parquet({files}, union_by_name = true)"
             )
             source = f"(SELECT *, {id_expr} AS _cid FROM pay)"
+            if self.prehashed:
+                # Staging hashed every row as it streamed by (see runtime._stager).
+                source = f"(SELECT *, {prov.ID} AS _cid FROM pay)"
+                hash_expr = prov.PAYLOAD_HASH
         self.con.execute(
             f"CREATE VIEW cap AS SELECT *, {hash_expr} AS _chash, {op_expr} AS _cop "
             f"FROM {source} AS s0"
@@ -186,10 +197,14 @@ class Reducer:
         """Ids present more than once in a full-row capture, with their ordinals."""
         if self.has_op or not self.full:
             return []
+        keys = self._keys()
+        # Grouping 64-bit hashes is several times cheaper than grouping the ids'
+        # text; the exact ids are compared only where two hashes meet.
         rows = self.con.execute(
             "SELECT _cid, count(*), list(ord ORDER BY ord) "
-            f"FROM {self._keys()} GROUP BY _cid HAVING count(*) > 1 ORDER BY _cid "
-            f"LIMIT {int(limit)}"
+            f"FROM {keys} WHERE hash(_cid) IN (SELECT hash(_cid) FROM {keys} "
+            "GROUP BY 1 HAVING count(*) > 1) "
+            f"GROUP BY _cid HAVING count(*) > 1 ORDER BY _cid LIMIT {int(limit)}"
         ).fetchall()
         return [(str(r[0]), int(r[1]), list(r[2])) for r in rows]
 
@@ -207,7 +222,11 @@ class Reducer:
 
     def duplicate_rows(self) -> pa.Table:
         """The full rows whose key is duplicated (for quarantine)."""
-        cols = ", ".join(quote_ident(n) for n in self.capture_schema.names)
+        cols = ", ".join(
+            quote_ident(n)
+            for n in self.capture_schema.names
+            if n not in (prov.ID, prov.PAYLOAD_HASH)
+        )
         return self.con.sql(
             f"SELECT {cols}, _cid AS _combined_id FROM cap WHERE _cid IN "
             "(SELECT _cid FROM cap GROUP BY _cid HAVING count(*) > 1) ORDER BY _combined_ordinal"
@@ -298,7 +317,7 @@ class Reducer:
         mask = (1 << 64) - 1
         t, c = int(row[4] or 0), int(row[5] or 0)
         captured = self.con.execute(f"SELECT count(*) FROM {self._keys()}").fetchall()[0][0]
-        return Transition(
+        self.transition = Transition(
             inserts=int(row[0]),
             updates=int(row[1]),
             deletes=int(row[2]),
@@ -307,6 +326,7 @@ class Reducer:
             digest=f"{t >> 64:016x}{t & mask:016x}",
             content_xor=(c & mask, c >> 64),
         )
+        return self.transition
 
     def full_content_xor(self) -> tuple[int, int]:
         """The content digest of the whole capture (full refresh)."""
@@ -315,6 +335,13 @@ class Reducer:
         ).fetchall()[0]
         total = int(value or 0)
         return total & ((1 << 64) - 1), total >> 64
+
+    def _every_row_new(self) -> bool:
+        """Whether the transition inserts every staged row, once each."""
+        if not self.prehashed or self.has_op or self.sync_mode != "incremental":
+            return False
+        t = self.transition
+        return t is not None and t.inserts == t.captured and not (t.updates or t.deletes)
 
     def changes(self) -> pa.Table:
         """(id, op) of every change: the identities MAR counts."""
@@ -339,13 +366,21 @@ class Reducer:
         provenance = (
             f"{emitted} AS {prov.EMITTED_AT}, "
             f"{_lit(constants['observed_at'])}::TIMESTAMPTZ AS {prov.OBSERVED_AT}, "
-            f"NULL::TIMESTAMPTZ AS {prov.INGESTED_AT}, "
+            f"{_lit(constants.get('ingested_at'))}::TIMESTAMPTZ AS {prov.INGESTED_AT}, "
             f"{_lit(constants['run_id'])} AS {prov.RUN_ID}, "
             f"NULL::VARCHAR AS {prov.DELIVERY_ID}, "
             f"{_lit(constants['producer'])} AS {prov.PRODUCER}, "
             f"{position} AS {prov.SOURCE_POSITION}"
         )
-        if self.sync_mode == "full_refresh":
+        if self._every_row_new():
+            # Every staged row is an insert (a first baseline): no join, the
+            # staged parts stream straight to the Deliveries.
+            first_op = "'snapshot'" if self.baseline else "'insert'"
+            sql = (
+                f"SELECT {cols}, c._cid AS {prov.ID}, {first_op} AS {prov.OP}, "
+                f"c._chash AS {prov.PAYLOAD_HASH}, {provenance} FROM cap c"
+            )
+        elif self.sync_mode == "full_refresh":
             sql = (
                 f"SELECT {cols}, k._cid AS {prov.ID}, 'snapshot' AS {prov.OP}, "
                 f"k._chash AS {prov.PAYLOAD_HASH}, {provenance} "

@@ -11,6 +11,7 @@ import hashlib
 import shutil
 import threading
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from combined.errors import StagingLimitExceeded
-from combined.lake import confined
+from combined.lake import ROW_GROUP_ROWS, FileStats, confined
 from combined.protocol import _provenance as prov
 
 
@@ -111,7 +112,8 @@ class PartWriter:
         self._close_current()
         path = self.area.path(f"{self.prefix}/part-{len(self.parts):06d}.parquet")
         self._schema = schema
-        self._writer = pq.ParquetWriter(str(path), schema, compression="zstd")
+        # Private and short-lived: a fast codec, not the smallest files.
+        self._writer = pq.ParquetWriter(str(path), schema, compression="lz4")
         self.parts.append(path)
         self._rows = self._bytes = 0
         self.area.account(0, files=1)
@@ -141,6 +143,8 @@ class StagedDelivery:
     byte_count: int
     content_hash: str
     path: Path
+    #: The file's Delta statistics (JSON), so a commit can add it without reading it.
+    stats: str | None = None
 
 
 def delivery_id(run_id: str, source: str, dataset: str, sequence: int) -> str:
@@ -173,57 +177,71 @@ def write_deliveries(
 ) -> list[StagedDelivery]:
     """Cut ``batches`` into bounded Delivery files with deterministic ids.
 
-    With ``allow_empty``, a stream without rows still yields one empty
-    Delivery (a commit that only carries a checkpoint).
+    Two Deliveries are encoded at a time, on two threads (Parquet encoding
+    is the cost, and it releases the GIL); memory holds the Deliveries in
+    flight, each bounded by ``max_rows`` and ``max_bytes``. Each file's Delta
+    statistics are gathered on the way. With ``allow_empty``, a stream
+    without rows still yields one empty Delivery (a commit that only carries
+    a checkpoint).
     """
-    out: list[StagedDelivery] = []
-    seq = first_sequence
-    pending: list[pa.RecordBatch] = []
-    rows = nbytes = 0
+    idx = schema.get_field_index(prov.DELIVERY_ID)
+    field = schema.field(idx)
 
-    def flush(force: bool = False) -> None:
-        nonlocal seq, rows, nbytes
-        if not pending and not force:
-            return
+    def write(seq: int, chunks: list[pa.RecordBatch]) -> StagedDelivery:
         did = delivery_id(run_id, source, dataset, seq)
         path = area.path(f"{source}/{dataset}/deliveries/{seq:09d}-{did}.parquet")
         area.account(0, files=1)
-        count = 0
+        stats = FileStats(schema)
+        ids = pa.scalar(did, field.type)
         with pq.ParquetWriter(str(path), schema, compression="zstd") as writer:
-            for b in pending:
-                ids = pa.array([did] * b.num_rows, pa.string())
-                idx = b.schema.get_field_index(prov.DELIVERY_ID)
-                b = b.set_column(idx, prov.DELIVERY_ID, ids)
-                writer.write_batch(b)
-                count += b.num_rows
+            for chunk in chunks:
+                chunk = chunk.set_column(idx, field, pa.repeat(ids, chunk.num_rows))
+                writer.write_batch(chunk, row_group_size=ROW_GROUP_ROWS)
+                stats.add(chunk)
         size = path.stat().st_size
         area.account(size)
-        out.append(
-            StagedDelivery(
-                id=did,
-                source=source,
-                dataset=dataset,
-                sequence=seq,
-                schema_revision=schema_revision,
-                record_count=count,
-                byte_count=size,
-                content_hash=file_hash(path),
-                path=path,
-            )
+        return StagedDelivery(
+            id=did,
+            source=source,
+            dataset=dataset,
+            sequence=seq,
+            schema_revision=schema_revision,
+            record_count=stats.rows,
+            byte_count=size,
+            content_hash=file_hash(path),
+            path=path,
+            stats=stats.to_json(),
         )
-        seq += 1
-        pending.clear()
-        rows = nbytes = 0
 
-    for batch in batches:
-        offset = 0
-        while offset < batch.num_rows:
-            chunk = batch.slice(offset, max_rows - rows)
-            pending.append(chunk)
-            rows += chunk.num_rows
-            nbytes += chunk.nbytes
-            offset += chunk.num_rows
-            if rows >= max_rows or nbytes >= max_bytes:
-                flush()
-    flush(force=allow_empty and not out and not pending)
+    out: list[StagedDelivery] = []
+    pending: list[Future[StagedDelivery]] = []
+    chunks: list[pa.RecordBatch] = []
+    rows = nbytes = 0
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="delivery") as pool:
+
+        def submit() -> None:
+            nonlocal chunks, rows, nbytes
+            if len(pending) >= 2:
+                out.append(pending.pop(0).result())
+            seq = first_sequence + len(out) + len(pending)
+            pending.append(pool.submit(write, seq, chunks))
+            chunks, rows, nbytes = [], 0, 0
+
+        try:
+            for batch in batches:
+                offset = 0
+                while offset < batch.num_rows:
+                    chunk = batch.slice(offset, max_rows - rows)
+                    chunks.append(chunk)
+                    rows += chunk.num_rows
+                    nbytes += chunk.nbytes
+                    offset += chunk.num_rows
+                    if rows >= max_rows or nbytes >= max_bytes:
+                        submit()
+            if chunks or (allow_empty and not out and not pending):
+                submit()
+            out.extend(f.result() for f in pending)
+        finally:
+            for f in pending:
+                f.cancel()  # a failed stream: the run's staging is erased, not committed
     return out

@@ -10,9 +10,12 @@ time), and the commit registers them as add actions with their statistics.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +53,9 @@ def _minmax_type(t: pa.DataType) -> bool:
     )
 
 
-class _Stats:
+class FileStats:
+    """The Delta statistics of one data file, gathered batch by batch as it is written."""
+
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
         self.rows = 0
@@ -62,6 +67,7 @@ class _Stats:
         self.unbounded: set[str] = set()
 
     def add(self, batch: pa.RecordBatch) -> None:
+        """Count a batch written to the file."""
         self.rows += batch.num_rows
         for field, column in zip(self.schema, batch.columns, strict=True):
             self.nulls[field.name] += column.null_count
@@ -95,6 +101,7 @@ class _Stats:
         self.maxs.pop(name, None)
 
     def to_json(self) -> str:
+        """The ``stats`` string of the file's add action."""
         return json.dumps(
             {
                 "numRecords": self.rows,
@@ -114,12 +121,11 @@ def write_data_files(
     The files are invisible until a commit adds them; a crash before it leaves
     only unreferenced files, which ``vacuum`` removes.
     """
-    from deltalake.transaction import AddAction
 
     table.mkdir(parents=True, exist_ok=True)
     actions: list[Any] = []
     writer: pq.ParquetWriter | None = None
-    stats: _Stats | None = None
+    stats: FileStats | None = None
     name = ""
 
     def close() -> None:
@@ -127,26 +133,16 @@ def write_data_files(
         if writer is None or stats is None:
             return
         writer.close()
-        path = table / name
-        actions.append(
-            AddAction(
-                path=name,
-                size=path.stat().st_size,
-                partition_values={},
-                modification_time=int(time.time() * 1000),
-                data_change=True,
-                stats=stats.to_json(),
-            )
-        )
+        actions.append(_add_action(table, name, stats.to_json()))
         writer, stats = None, None
 
     for batch in batches:
         if batch.num_rows == 0:
             continue
         if writer is None:
-            name = f"part-{uuid.uuid4()}-c000.zstd.parquet"
+            name = _data_file_name()
             writer = pq.ParquetWriter(str(table / name), schema, compression="zstd")
-            stats = _Stats(schema)
+            stats = FileStats(schema)
         assert stats is not None
         writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
         stats.add(batch)
@@ -154,6 +150,46 @@ def write_data_files(
             close()
     close()
     return actions
+
+
+def _data_file_name() -> str:
+    return f"part-{uuid.uuid4()}-c000.zstd.parquet"
+
+
+def link_data_files(table: Path, files: Sequence[tuple[Path, str]]) -> list[Any]:
+    """Register finished Parquet files as new data files of ``table``; return their add actions.
+
+    Each ``(file, stats_json)`` is hard-linked into the table directory, so its
+    rows are neither read nor rewritten; across filesystems it is copied. Files
+    without rows are skipped: an add action for them would only cost readers.
+    """
+
+    table.mkdir(parents=True, exist_ok=True)
+    actions: list[Any] = []
+    for file, stats in files:
+        if json.loads(stats)["numRecords"] == 0:
+            continue
+        name = _data_file_name()
+        target = table / name
+        try:
+            os.link(file, target)
+        except OSError:
+            shutil.copyfile(file, target)
+        actions.append(_add_action(table, name, stats))
+    return actions
+
+
+def _add_action(table: Path, name: str, stats: str) -> Any:
+    from deltalake.transaction import AddAction
+
+    return AddAction(
+        path=name,
+        size=(table / name).stat().st_size,
+        partition_values={},
+        modification_time=int(time.time() * 1000),
+        data_change=True,
+        stats=stats,
+    )
 
 
 def rewrite_actions(
@@ -170,8 +206,6 @@ def rewrite_actions(
     one row group at a time); the transition's puts go to new files. Memory
     holds the changed ids and one batch, never a table or a file.
     """
-    import os
-
     from deltalake.transaction import RemoveAction
 
     changed: list[pa.Array] = []
@@ -181,34 +215,38 @@ def rewrite_actions(
         changed.append(pc.filter(ids, pc.is_in(ops, pa.array(["update", "delete"]))))
     gone = pa.concat_arrays([c.cast(pa.string()) for c in changed]) if changed else None
     actions: list[Any] = []
-    if gone is not None and len(gone):
-        for uri in files:
-            local = uri.removeprefix("file://")
-            pf = pq.ParquetFile(local)
+
+    def rewrite(uri: str) -> list[Any]:
+        assert gone is not None
+        local = uri.removeprefix("file://")
+        with pq.ParquetFile(local) as pf:
             hit = any(
                 pc.any(pc.is_in(b.column(0), value_set=gone)).as_py()
                 for b in pf.iter_batches(batch_size=ROW_GROUP_ROWS, columns=["_combined_id"])
             )
             if not hit:
-                pf.close()
-                continue
-            try:
-                kept = (
-                    to_lake(b.filter(pc.invert(pc.is_in(b.column("_combined_id"), gone))), schema)
-                    for b in pf.iter_batches(batch_size=ROW_GROUP_ROWS)
-                )
-                actions.extend(write_data_files(table, schema, kept))
-            finally:
-                pf.close()
-            actions.append(
-                RemoveAction(
-                    path=os.path.relpath(local, table),
-                    data_change=True,
-                    deletion_timestamp=int(time.time() * 1000),
-                    size=os.path.getsize(local),
-                    partition_values={},
-                )
+                return []
+            kept = (
+                to_lake(b.filter(pc.invert(pc.is_in(b.column("_combined_id"), gone))), schema)
+                for b in pf.iter_batches(batch_size=ROW_GROUP_ROWS)
             )
+            out = write_data_files(table, schema, kept)
+        out.append(
+            RemoveAction(
+                path=os.path.relpath(local, table),
+                data_change=True,
+                deletion_timestamp=int(time.time() * 1000),
+                size=os.path.getsize(local),
+                partition_values={},
+            )
+        )
+        return out
+
+    if gone is not None and len(gone):
+        # Files are rewritten two at a time: decoding and encoding release the GIL.
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="rewrite") as pool:
+            for done in pool.map(rewrite, files):
+                actions.extend(done)
     puts = (
         to_lake(b.filter(pc.not_equal(b.column("_combined_op"), "delete")), schema) for b in data()
     )

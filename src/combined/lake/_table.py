@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from combined.errors import CommitAmbiguous, LakeError, ProtocolViolation
-from combined.lake._files import rewrite_actions, write_data_files
+from combined.lake._files import link_data_files, rewrite_actions, write_data_files
 from combined.protocol import utcnow
 
 CommitMode = Literal["merge", "append", "overwrite"]
@@ -112,8 +113,14 @@ class LakeTable:
         metadata: Mapping[str, Any],
         needs_merge: bool = True,
         before_write: Callable[[], None] | None = None,
+        files: Sequence[tuple[Path, str]] | None = None,
     ) -> CommitResult:
-        """Commit sequences ``first..last`` once; skip them when already committed."""
+        """Commit sequences ``first..last`` once; skip them when already committed.
+
+        ``files`` are the finished Parquet files of the sequences with their
+        Delta statistics: an append with the table's schema links them into the
+        table instead of rewriting their rows. Any other commit reads ``data()``.
+        """
         from deltalake import CommitProperties, Transaction, write_deltalake
         from deltalake.exceptions import CommitFailedError
 
@@ -135,7 +142,11 @@ class LakeTable:
             if before_write is not None:
                 before_write()
             if mode != "overwrite" and (dt is None or not needs_merge):
-                self._append(dt, data(), properties)
+                schema = pq.read_schema(str(files[0][0])) if files else None
+                if files and schema is not None and (dt is None or self._same_schema(dt, schema)):
+                    self._add(dt, schema, link_data_files(self.path, files), properties)
+                else:
+                    self._append(dt, data(), properties)
             elif dt is None or mode in ("append", "overwrite") or not needs_merge:
                 write_deltalake(
                     str(self.path) if dt is None else dt,
@@ -209,18 +220,22 @@ class LakeTable:
 
     def _append(self, dt: Any, reader: pa.RecordBatchReader, properties: Any) -> None:
         """Append by streaming our own data files, then committing their add actions."""
-        from deltalake import Schema, write_deltalake
-        from deltalake.transaction import create_table_with_add_actions
+        from deltalake import write_deltalake
 
         schema = reader.schema
-        if dt is not None:
-            if not self._same_schema(dt, schema):
-                # A widened schema goes through delta-rs, which evolves the table's metadata.
-                write_deltalake(
-                    dt, reader, mode="append", schema_mode="merge", commit_properties=properties
-                )
-                return
-        actions = write_data_files(self.path, schema, reader)
+        if dt is not None and not self._same_schema(dt, schema):
+            # A widened schema goes through delta-rs, which evolves the table's metadata.
+            write_deltalake(
+                dt, reader, mode="append", schema_mode="merge", commit_properties=properties
+            )
+            return
+        self._add(dt, schema, write_data_files(self.path, schema, reader), properties)
+
+    def _add(self, dt: Any, schema: pa.Schema, actions: list[Any], properties: Any) -> None:
+        """Commit add actions, creating the table from ``schema`` on its first commit."""
+        from deltalake import Schema
+        from deltalake.transaction import create_table_with_add_actions
+
         if dt is not None and not actions and properties is None:
             return  # nothing to add and no checkpoint to carry: no commit
         if dt is None:

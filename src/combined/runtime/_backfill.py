@@ -31,15 +31,14 @@ from combined.protocol import (
 )
 from combined.protocol.identity import quote_ident
 from combined.runtime._pipeline import (
-    ORDINAL,
     DatasetPlan,
     Staged,
-    _empty_batch,
     _empty_schema,
     table_of,
 )
 from combined.runtime._reporter import Reporter
 from combined.runtime._schema_check import check_batch
+from combined.runtime._stager import CaptureStager
 
 #: Ordinals of partition ``i`` start at ``i << PARTITION_SHIFT``: unique across partitions.
 PARTITION_SHIFT = 40
@@ -180,23 +179,29 @@ def stage_partitioned(
                 max_rows=plan.max_rows,
                 max_bytes=plan.max_bytes,
             )
-            ordinal = index << PARTITION_SHIFT
+            stager = CaptureStager(
+                writer, key=plan.key, hash_rows=True, first_ordinal=index << PARTITION_SHIFT
+            )
             rows = 0
-            for msg in extractions[index]:
-                if not isinstance(msg, RecordBatchMessage):
-                    continue
-                batch = msg.batch
-                check_batch(f"{plan.source}.{plan.name}", batch, declared)
-                n = batch.num_rows
-                batch = batch.append_column(
-                    ORDINAL, pa.array(range(ordinal, ordinal + n), pa.int64())
-                )
-                ordinal += n
-                rows += n
-                writer.write(batch)
-                progress[index] = rows
-                reporter.progress(plan.name, sum(progress), 0, 0)
-            return writer.close(), rows
+            schema: pa.Schema | None = None
+            try:
+                for msg in extractions[index]:
+                    if not isinstance(msg, RecordBatchMessage):
+                        continue
+                    batch = msg.batch
+                    check_batch(f"{plan.source}.{plan.name}", batch, declared)
+                    schema = schema or batch.schema
+                    stager.put(batch)
+                    rows += batch.num_rows
+                    progress[index] = rows
+                    reporter.progress(plan.name, sum(progress), 0, 0)
+                if schema is None:  # an empty partition stages nothing
+                    stager.abort()
+                    return [], 0
+                return stager.close(schema), rows
+            except BaseException:
+                stager.abort()
+                raise
 
         try:
             with ThreadPoolExecutor(max_workers=count, thread_name_prefix="partition") as pool:
@@ -220,8 +225,8 @@ def stage_partitioned(
         writer = PartWriter(
             area, f"{plan.source}/{plan.name}/capture/empty", plan.max_rows, plan.max_bytes
         )
-        writer.write(_empty_batch(_empty_schema(table.schema(), declared)))
-        parts = writer.close()
+        empty = CaptureStager(writer, key=plan.key, hash_rows=True)
+        parts = empty.close(_empty_schema(table.schema(), declared))
         schemas = {pq.read_schema(str(parts[0]))}
     return Staged(
         plan=plan,

@@ -31,8 +31,7 @@ from combined.runtime._barrier import CheckpointBarrier
 from combined.runtime._faults import arm_commit_watchdog
 from combined.runtime._reporter import Reporter
 from combined.runtime._schema_check import check_batch, family, parse_type
-
-ORDINAL = "_combined_ordinal"
+from combined.runtime._stager import ORDINAL, CaptureStager
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,36 +227,36 @@ def _consume(
 ) -> Staged:
     barrier = CheckpointBarrier()
     schema: pa.Schema | None = None
-    ordinal = rows = nbytes = 0
-    for msg in extraction:
-        if isinstance(msg, StateMessage):
-            barrier.state(msg.state, position=msg.position)
-            continue
-        assert isinstance(msg, RecordBatchMessage)
-        batch = msg.batch
-        check_batch(f"{plan.source}.{plan.name}", batch, declared)
+    rows = nbytes = 0
+    stager = CaptureStager(writer, key=plan.key, hash_rows=plan.strategy != "cdc")
+    try:
+        for msg in extraction:
+            if isinstance(msg, StateMessage):
+                barrier.state(msg.state, position=msg.position)
+                continue
+            assert isinstance(msg, RecordBatchMessage)
+            batch = msg.batch
+            check_batch(f"{plan.source}.{plan.name}", batch, declared)
+            if schema is None:
+                schema = batch.schema
+            elif batch.schema != schema:
+                # A field that appears mid-read (a column added while streaming) widens
+                # the capture's schema; the drift policy judges it once the read is done.
+                for f in batch.schema:
+                    if f.name not in schema.names:
+                        schema = schema.append(f)
+                batch = _conform(plan, batch, schema)
+            stager.put(batch)
+            barrier.records(batch.num_rows)
+            rows += batch.num_rows
+            nbytes += batch.nbytes
+            reporter.progress(plan.name, rows, nbytes, 0)
         if schema is None:
-            schema = batch.schema
-        elif batch.schema != schema:
-            # A field that appears mid-read (a column added while streaming) widens
-            # the capture's schema; the drift policy judges it once the read is done.
-            for f in batch.schema:
-                if f.name not in schema.names:
-                    schema = schema.append(f)
-            batch = _conform(plan, batch, schema)
-        n = batch.num_rows
-        batch = batch.append_column(ORDINAL, pa.array(range(ordinal, ordinal + n), pa.int64()))
-        ordinal += n
-        writer.write(batch)
-        barrier.records(n)
-        rows += n
-        nbytes += batch.nbytes
-        reporter.progress(plan.name, rows, nbytes, 0)
-    if schema is None:
-        schema = _empty_schema(committed_schema, declared)
-    if not writer.parts:
-        writer.write(_empty_batch(schema))
-    parts = writer.close()
+            schema = _empty_schema(committed_schema, declared)
+        parts = stager.close(schema)
+    except BaseException:
+        stager.abort()
+        raise
     drift = _drift(plan, committed_schema, schema)
     for event in drift:
         if event["outcome"] != "evolve":
@@ -285,11 +284,6 @@ def _consume(
         prior_state=prior_state,
         control=_control(extraction),
     )
-
-
-def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
-    full = schema.append(pa.field(ORDINAL, pa.int64()))
-    return pa.RecordBatch.from_pylist([], schema=full)
 
 
 def _empty_schema(committed: pa.Schema | None, declared: Mapping[str, str] | None) -> pa.Schema:
@@ -354,6 +348,9 @@ def prepare(
     baseline = not table.exists()
     spill = area.path(f"{plan.source}/{plan.name}/spill/.keep").parent
     reporter.phase(plan.name, "reducing")
+    # The acceptance time: the engine accepted the transition for commit. It is
+    # stamped on the Delivery rows and recorded in the lake commit's metadata.
+    accepted_at = datetime.now(UTC)
     reducer = Reducer(
         capture_files=staged.parts,
         capture_schema=staged.schema,
@@ -397,7 +394,9 @@ def prepare(
         ):
             observed = staged.receipt.snapshot_acquired_at or staged.receipt.extraction_started_at
             constants = {
-                "observed_at": (observed or datetime.now(UTC)).isoformat(),
+                "observed_at": (observed or accepted_at).isoformat(),
+                # The Deliveries are final: their rows become the table's rows as they are.
+                "ingested_at": accepted_at.isoformat(),
                 "run_id": run_id,
                 "producer": producer,
                 "position": staged.position,
@@ -440,7 +439,7 @@ def prepare(
         admission_id,
         catalog,
         baseline,
-        table,
+        accepted_at,
     )
 
 
@@ -468,7 +467,7 @@ def _finish_prepare(
     admission_id: str,
     catalog: Catalog,
     baseline: bool,
-    table: LakeTable,
+    accepted_at: datetime,
 ) -> Prepared:
     plan = staged.plan
     with catalog.begin() as conn:
@@ -538,6 +537,7 @@ def _finish_prepare(
         },
         "drift": staged.drift,
         "schema": commit_schema_fields(deliveries[0].path) if deliveries else None,
+        "ingested_at": accepted_at.isoformat(),
     }
     mode = {"incremental": "merge", "append": "append", "full_refresh": "overwrite"}[plan.sync_mode]
     needs_merge = not baseline and (transition.updates > 0 or transition.deletes > 0)
@@ -607,19 +607,23 @@ def commit(prepared: Prepared, layout: LakeLayout) -> tuple[int | None, datetime
     table = table_of(layout, plan)
     if not prepared.deliveries:
         return table.version(), None
-    ingested_at = datetime.now(UTC)
-    prepared.metadata["ingested_at"] = ingested_at.isoformat()
+    ingested_at = datetime.fromisoformat(prepared.metadata["ingested_at"])
     paths = [d.path for d in prepared.deliveries]
     schema = pq.read_schema(str(paths[0]))
 
     def reader() -> pa.RecordBatchReader:
-        return pa.RecordBatchReader.from_batches(schema, _with_ingested(paths, ingested_at))
+        return pa.RecordBatchReader.from_batches(schema, _read(paths))
 
+    stats = [d.stats for d in prepared.deliveries]
     result = table.commit(
         first_sequence=prepared.deliveries[0].sequence,
         last_sequence=prepared.deliveries[-1].sequence,
         mode=prepared.mode,  # type: ignore[arg-type]
         data=reader,
+        # Delivery files are final: an append commits them as the table's files.
+        files=[(p, s) for p, s in zip(paths, stats, strict=True) if s is not None]
+        if all(s is not None for s in stats)
+        else None,
         metadata=prepared.metadata,
         needs_merge=prepared.needs_merge,
         before_write=arm_commit_watchdog,
@@ -628,15 +632,11 @@ def commit(prepared: Prepared, layout: LakeLayout) -> tuple[int | None, datetime
     return result.lake_version, ingested_at if not result.skipped else result.committed_at
 
 
-def _with_ingested(paths: list[Path], at: datetime) -> Iterator[pa.RecordBatch]:
-    stamp = pa.scalar(at, pa.timestamp("us", tz="UTC"))
+def _read(paths: list[Path]) -> Iterator[pa.RecordBatch]:
     for path in paths:
         pf = pq.ParquetFile(str(path))
         try:
-            for batch in pf.iter_batches(batch_size=65_536):
-                idx = batch.schema.get_field_index(prov.INGESTED_AT)
-                col = pa.repeat(stamp, batch.num_rows)
-                yield batch.set_column(idx, prov.INGESTED_AT, col)
+            yield from pf.iter_batches(batch_size=65_536)
         finally:
             pf.close()
 

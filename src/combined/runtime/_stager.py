@@ -1,0 +1,167 @@
+"""Stage a capture's batches: ordinal, identity and payload hash, bounded parts.
+
+Each batch gets its ordinal on the reading thread; hashing (DuckDB) and
+writing (Parquet) run on a second thread, so they overlap the next read
+instead of following it. Both release the GIL, as does the ADBC reader. The
+queue between them holds at most a few batches: memory stays bounded by the
+batch size.
+
+Rows are hashed here, once, while they stream by: the reduction then reads
+only the narrow ``(ordinal, _combined_id, _combined_payload_hash)`` columns
+instead of computing them over the staged capture a second time. A change
+stream's batches are not hashed here: a TOAST value its change left unchanged
+must be resolved before the row's payload can be hashed (the reduction does it).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+
+from combined.delivery import PartWriter
+from combined.protocol import _provenance as prov
+from combined.protocol.identity import compute_identity
+
+ORDINAL = "_combined_ordinal"
+#: A change stream's list of columns whose (TOAST) value the change left as it was.
+UNCHANGED = "_combined_unchanged"
+_DONE = None
+#: Rows hashed together (in parallel, one DuckDB thread per chunk).
+GROUP_ROWS = 262_144
+
+
+class CaptureStager:
+    """Write a capture's batches into staging parts: hashed on one thread, written on another."""
+
+    def __init__(
+        self,
+        writer: PartWriter,
+        *,
+        key: Sequence[str],
+        hash_rows: bool,
+        first_ordinal: int = 0,
+    ) -> None:
+        self.writer = writer
+        self.key = list(key)
+        self.hash_rows = hash_rows
+        self.ordinal = first_ordinal
+        self.batches = 0
+        self._group: list[pa.RecordBatch] = []
+        # reading thread -> hashing thread -> writing thread, one group in each queue.
+        self._queues: list[queue.Queue[list[pa.RecordBatch] | None]] = [
+            queue.Queue(maxsize=1),
+            queue.Queue(maxsize=1),
+        ]
+        self._error: BaseException | None = None
+        self._threads: list[threading.Thread] = []
+
+    def put(self, batch: pa.RecordBatch) -> None:
+        """Number ``batch`` and hand it on (blocks while the threads lag)."""
+        self._raise()
+        n = batch.num_rows
+        ordinals = pa.array(range(self.ordinal, self.ordinal + n), pa.int64())
+        batch = batch.append_column(ORDINAL, ordinals)
+        self.ordinal += n
+        self.batches += 1
+        if self._group and self._group[0].schema != batch.schema:
+            self._send()
+        self._group.append(batch)
+        if sum(b.num_rows for b in self._group) >= GROUP_ROWS:
+            self._send()
+
+    def _send(self) -> None:
+        # Batches travel in groups: DuckDB hashes the chunks of one group in
+        # parallel, where a single batch would keep one core busy.
+        group, self._group = self._group, []
+        if not self._threads:
+            self._threads = [
+                threading.Thread(target=self._run, args=(0, self._hashed), daemon=True),
+                threading.Thread(target=self._run, args=(1, self._write), daemon=True),
+            ]
+            for t in self._threads:
+                t.start()
+        self._put(0, group)
+
+    def _put(self, stage: int, item: list[pa.RecordBatch] | None) -> None:
+        while True:
+            try:
+                self._queues[stage].put(item, timeout=0.1)
+                return
+            except queue.Full:
+                if item is not _DONE:
+                    self._raise()
+                if not self._threads[stage].is_alive():
+                    return
+
+    def close(self, empty: pa.Schema) -> list[Path]:
+        """Wait for every batch to be written; return the staged parts.
+
+        A capture that read no batch still stages one empty part of the
+        ``empty`` schema, so the reduction knows its columns.
+        """
+        if self.batches == 0:
+            self.put(pa.RecordBatch.from_pylist([], schema=empty))
+        if self._group:
+            self._send()
+        self._stop()
+        self._raise()
+        return self.writer.close()
+
+    def abort(self) -> None:
+        """Stop the threads without raising their error (the caller is failing already)."""
+        self._stop()
+
+    def _stop(self) -> None:
+        if not self._threads:
+            return
+        self._put(0, _DONE)  # each stage hands it on, then ends
+        for t in self._threads:
+            t.join()
+        self._threads = []
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _run(
+        self, stage: int, step: Callable[[list[pa.RecordBatch]], list[pa.RecordBatch]]
+    ) -> None:
+        last = stage == len(self._queues) - 1
+        while True:
+            group = self._queues[stage].get()
+            if group is not _DONE and self._error is None:
+                try:
+                    group = step(group)
+                except BaseException as exc:  # handed to the reading thread
+                    self._error = exc
+            if not last and (group is _DONE or self._error is None):
+                self._put(stage + 1, group)
+            if group is _DONE:
+                return
+
+    def _write(self, group: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+        for batch in group:
+            self.writer.write(batch)
+        return group
+
+    def _hashed(self, group: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+        names = group[0].schema.names
+        if not self.hash_rows or UNCHANGED in names or prov.OP in names:
+            return group
+        payload = [n for n in names if not n.startswith("_combined_")]
+        table = pa.Table.from_batches(group)
+        if table.num_rows == 0:  # every part carries the columns, an empty one too
+            ids = hashes = pa.array([], pa.string())
+        else:
+            ids, hashes = compute_identity(table, self.key or payload, payload)
+        out, offset = [], 0
+        for batch in group:
+            n = batch.num_rows
+            batch = batch.append_column(prov.ID, ids.slice(offset, n))
+            out.append(batch.append_column(prov.PAYLOAD_HASH, hashes.slice(offset, n)))
+            offset += n
+        return out

@@ -1,0 +1,151 @@
+"""Deliveries are streamed into bounded files that carry their own Delta statistics."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from combined.delivery import (
+    Limits,
+    StagedDelivery,
+    StagingArea,
+    delivery_id,
+    file_hash,
+    write_deliveries,
+)
+from combined.lake import ROW_GROUP_ROWS
+
+TS = pa.timestamp("us", tz="UTC")
+SCHEMA = pa.schema(
+    [
+        ("_combined_id", pa.string()),
+        ("_combined_delivery_id", pa.string()),
+        ("n", pa.int64()),
+        ("at", TS),
+        ("name", pa.string()),
+    ]
+)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def batch(start: int, rows: int) -> pa.RecordBatch:
+    """Rows ``start..start+rows``: every third ``n`` and every fifth ``name`` is null."""
+    ns = range(start, start + rows)
+    return pa.record_batch(
+        [
+            pa.array([f"id{i}" for i in ns]),
+            pa.nulls(rows, pa.string()),  # the writer stamps the delivery id
+            pa.array([None if i % 3 == 0 else i * 10 for i in ns], pa.int64()),
+            pa.array([T0 + timedelta(seconds=i) for i in ns], TS),
+            pa.array([None if i % 5 == 0 else f"row {i}" for i in ns]),
+        ],
+        schema=SCHEMA,
+    )
+
+
+def write(area: StagingArea, batches: Any, **kw: Any) -> list[StagedDelivery]:
+    args: dict[str, Any] = {
+        "run_id": "run-1",
+        "source": "shop",
+        "dataset": "orders",
+        "first_sequence": 7,
+        "schema": SCHEMA,
+        "schema_revision": 1,
+        "max_rows": 1_000_000,
+        "max_bytes": 2**40,
+    }
+    return write_deliveries(area, batches, **(args | kw))
+
+
+def ids(deliveries: list[StagedDelivery]) -> list[str]:
+    return [d.id for d in deliveries]
+
+
+def test_max_rows_cuts_contiguous_deliveries_with_deterministic_ids(tmp_path: Path) -> None:
+    area = StagingArea(tmp_path / "a", Limits())
+    batches = [batch(0, 4), batch(4, 7), batch(11, 2)]
+    out = write(area, iter(batches), max_rows=5)
+    assert [d.record_count for d in out] == [5, 5, 3]
+    assert [d.sequence for d in out] == [7, 8, 9]
+    assert ids(out) == [delivery_id("run-1", "shop", "orders", s) for s in (7, 8, 9)]
+    again = write(StagingArea(tmp_path / "b", Limits()), iter(batches), max_rows=5)
+    assert ids(again) == ids(out)
+    rows = pa.concat_tables([pq.read_table(d.path) for d in out])
+    assert rows.column("_combined_id").to_pylist() == [f"id{i}" for i in range(13)]
+    for d in out:
+        table = pq.read_table(d.path)
+        assert table.schema == SCHEMA
+        assert table.column("_combined_delivery_id").to_pylist() == [d.id] * d.record_count
+        assert d.path.name == f"{d.sequence:09d}-{d.id}.parquet"
+        assert d.byte_count == d.path.stat().st_size
+        assert d.content_hash == file_hash(d.path)
+    assert area.files == 3
+    assert area.bytes == sum(d.byte_count for d in out)
+
+
+def test_max_bytes_cuts_after_the_chunk_that_reaches_it(tmp_path: Path) -> None:
+    area = StagingArea(tmp_path, Limits())
+    batches = [batch(i * 10, 10) for i in range(5)]
+    out = write(area, iter(batches), max_bytes=batches[0].nbytes * 2)
+    assert [d.record_count for d in out] == [20, 20, 10]
+    assert [d.sequence for d in out] == [7, 8, 9]
+    for d in out:
+        stamped = pq.read_table(d.path).column("_combined_delivery_id")
+        assert stamped.to_pylist() == [d.id] * d.record_count
+
+
+def test_a_delivery_exactly_at_max_rows_leaves_no_empty_tail(tmp_path: Path) -> None:
+    out = write(StagingArea(tmp_path, Limits()), iter([batch(0, 10)]), max_rows=5, allow_empty=True)
+    assert [d.record_count for d in out] == [5, 5]
+
+
+def test_stats_describe_the_file(tmp_path: Path) -> None:
+    (d,) = write(StagingArea(tmp_path, Limits()), iter([batch(0, 30), batch(30, 12)]))
+    assert d.stats is not None
+    stats = json.loads(d.stats)
+    table = pq.read_table(d.path)
+    assert stats["numRecords"] == table.num_rows == 42
+    assert stats["nullCount"] == {c: table.column(c).null_count for c in table.column_names}
+    assert stats["nullCount"]["n"] == 14 and stats["nullCount"]["name"] == 9
+    n = pc.min_max(table.column("n"))
+    assert (stats["minValues"]["n"], stats["maxValues"]["n"]) == (10, 410)
+    assert (stats["minValues"]["n"], stats["maxValues"]["n"]) == (
+        n["min"].as_py(),
+        n["max"].as_py(),
+    )
+    at = pc.min_max(table.column("at"))
+    lo, hi = (datetime.fromisoformat(stats[k]["at"]) for k in ("minValues", "maxValues"))
+    assert (lo, hi) == (at["min"].as_py(), at["max"].as_py()) == (T0, T0 + timedelta(seconds=41))
+
+
+def test_allow_empty_gives_one_empty_delivery_with_its_stats(tmp_path: Path) -> None:
+    area = StagingArea(tmp_path, Limits())
+    assert write(area, iter([batch(0, 0)])) == []
+    assert not list(tmp_path.rglob("*.parquet"))
+    (d,) = write(area, iter([batch(0, 0)]), allow_empty=True)
+    assert (d.sequence, d.record_count) == (7, 0)
+    assert d.id == delivery_id("run-1", "shop", "orders", 7)
+    assert pq.read_table(d.path).schema == SCHEMA
+    assert d.stats is not None
+    assert json.loads(d.stats)["numRecords"] == 0
+    assert d.content_hash == file_hash(d.path)
+
+
+def test_row_groups_are_bounded_and_deliveries_keep_their_order(tmp_path: Path) -> None:
+    area = StagingArea(tmp_path, Limits())
+
+    def stream() -> Iterator[pa.RecordBatch]:
+        yield batch(0, ROW_GROUP_ROWS + 10)
+        yield batch(ROW_GROUP_ROWS + 10, 5)
+
+    (d,) = write(area, stream())
+    meta = pq.ParquetFile(d.path).metadata
+    sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert sizes == [ROW_GROUP_ROWS, 10, 5]

@@ -1,0 +1,90 @@
+"""The capture stager: ordinals, hashes and parts, written off the reading thread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from combined.delivery import PartWriter, StagingArea
+from combined.delivery._staging import Limits
+from combined.errors import StagingLimitExceeded
+from combined.protocol.identity import identity_python, payload_hash_python
+from combined.runtime._stager import GROUP_ROWS, ORDINAL, CaptureStager
+
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64())])
+
+
+def batch(start: int, n: int, schema: pa.Schema = SCHEMA) -> pa.RecordBatch:
+    cols = {
+        "id": list(range(start, start + n)),
+        "name": [None if i % 7 == 0 else f"n{i}" for i in range(start, start + n)],
+        "score": [i / 4 for i in range(start, start + n)],
+        "extra": [f"x{i}" for i in range(start, start + n)],
+    }
+    return pa.RecordBatch.from_pydict({f.name: cols[f.name] for f in schema}, schema=schema)
+
+
+def stager(tmp_path: Path, *, hash_rows: bool = True, max_bytes: int = 2**40) -> CaptureStager:
+    area = StagingArea(tmp_path, Limits(max_bytes=max_bytes))
+    writer = PartWriter(area, "src/ds/capture", max_rows=100_000, max_bytes=2**30)
+    return CaptureStager(writer, key=["id"], hash_rows=hash_rows, first_ordinal=10)
+
+
+def test_rows_keep_their_order_ordinals_and_get_the_canonical_hashes(tmp_path: Path) -> None:
+    s = stager(tmp_path)
+    sizes = [1000, GROUP_ROWS, 5, 0, 70_000]
+    start = 0
+    for n in sizes:
+        s.put(batch(start, n))
+        start += n
+    parts = s.close(SCHEMA)
+    staged = pa.concat_tables([pq.read_table(p) for p in parts])
+    assert staged.num_rows == sum(sizes)
+    assert staged.column("id").to_pylist() == list(range(sum(sizes)))
+    assert staged.column(ORDINAL).to_pylist() == list(range(10, 10 + sum(sizes)))
+    # Every staged hash is the one the reference encoding gives, row by row.
+    for row in staged.slice(0, 50).to_pylist() + staged.slice(GROUP_ROWS, 50).to_pylist():
+        assert row["_combined_id"] == identity_python([row["id"]], [pa.int64()])
+        values = {f.name: row[f.name] for f in SCHEMA}
+        assert row["_combined_payload_hash"] == payload_hash_python(values, SCHEMA)
+
+
+def test_a_column_added_mid_read_hashes_like_a_null_in_earlier_rows(tmp_path: Path) -> None:
+    wide = SCHEMA.append(pa.field("extra", pa.string()))
+    s = stager(tmp_path)
+    s.put(batch(0, 3))
+    s.put(batch(3, 3, wide).set_column(3, "extra", pa.nulls(3, pa.string())))
+    parts = s.close(SCHEMA)
+    staged = pq.ParquetDataset([str(p) for p in parts]).read()
+    hashes = staged.column("_combined_payload_hash").to_pylist()
+    # A row with the new column null hashes as if the column were absent.
+    assert staged.num_rows == 6
+    rows = pa.Table.from_batches([batch(0, 6)]).to_pylist()
+    assert hashes == [payload_hash_python(r, SCHEMA) for r in rows]
+
+
+def test_without_hashing_rows_are_staged_as_read(tmp_path: Path) -> None:
+    s = stager(tmp_path, hash_rows=False)
+    s.put(batch(0, 5))
+    (part,) = s.close(SCHEMA)
+    assert pq.read_schema(part).names == [*SCHEMA.names, ORDINAL]
+
+
+def test_an_empty_capture_stages_one_empty_part_with_its_columns(tmp_path: Path) -> None:
+    s = stager(tmp_path)
+    (part,) = s.close(SCHEMA)
+    table = pq.read_table(part)
+    assert table.num_rows == 0
+    assert table.column_names == [*SCHEMA.names, ORDINAL, "_combined_id", "_combined_payload_hash"]
+
+
+def test_a_write_error_reaches_the_reading_thread(tmp_path: Path) -> None:
+    s = stager(tmp_path, max_bytes=10_000)
+    with pytest.raises(StagingLimitExceeded):
+        for i in range(50):
+            s.put(batch(i * GROUP_ROWS, GROUP_ROWS))
+        s.close(SCHEMA)
+    s.abort()  # idempotent after a failure: the threads are gone
