@@ -19,6 +19,7 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -26,12 +27,15 @@ from combined.delivery import PartWriter
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import compute_identity
 
+if TYPE_CHECKING:
+    import duckdb
+
 ORDINAL = "_combined_ordinal"
 #: A change stream's list of columns whose (TOAST) value the change left as it was.
 UNCHANGED = "_combined_unchanged"
 _DONE = None
 #: Rows hashed together (in parallel, one DuckDB thread per chunk).
-GROUP_ROWS = 262_144
+GROUP_ROWS = 131_072
 
 
 class CaptureStager:
@@ -57,6 +61,7 @@ class CaptureStager:
             queue.Queue(maxsize=1),
         ]
         self._error: BaseException | None = None
+        self._con: duckdb.DuckDBPyConnection | None = None
         self._threads: list[threading.Thread] = []
 
     def put(self, batch: pa.RecordBatch) -> None:
@@ -122,6 +127,9 @@ class CaptureStager:
         for t in self._threads:
             t.join()
         self._threads = []
+        if self._con is not None:
+            self._con.close()
+            self._con = None
 
     def _raise(self) -> None:
         if self._error is not None:
@@ -143,6 +151,15 @@ class CaptureStager:
             if group is _DONE:
                 return
 
+    def _duck(self) -> duckdb.DuckDBPyConnection:
+        # Its own connection, closed with the stager (a thread's cached
+        # connection would outlive the capture).
+        if self._con is None:
+            import duckdb
+
+            self._con = duckdb.connect(":memory:", config={"threads": 2})
+        return self._con
+
     def _write(self, group: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
         for batch in group:
             self.writer.write(batch)
@@ -157,7 +174,7 @@ class CaptureStager:
         if table.num_rows == 0:  # every part carries the columns, an empty one too
             ids = hashes = pa.array([], pa.string())
         else:
-            ids, hashes = compute_identity(table, self.key or payload, payload)
+            ids, hashes = compute_identity(table, self.key or payload, payload, con=self._duck())
         out, offset = [], 0
         for batch in group:
             n = batch.num_rows

@@ -48,23 +48,22 @@ def record_usage(
             f"SELECT DISTINCT {month_lit} AS month, CAST(_combined_id AS VARCHAR) AS _combined_id, "
             f"CAST(op AS VARCHAR) AS op FROM read_parquet('{_q(changes_file)}')"
         )
+        existing = (
+            "SELECT NULL::VARCHAR AS month, NULL::VARCHAR AS _combined_id, "
+            "NULL::VARCHAR AS op WHERE false"
+        )
         if known:
             listing = ", ".join(f"'{_q(f)}'" for f in known)
             existing = (
                 f"SELECT month, _combined_id, op FROM read_parquet([{listing}]) "
                 f"WHERE month = {month_lit}"
             )
-            con.execute(f"CREATE TABLE added AS ({new}) EXCEPT ({existing})")
-            fresh = (
-                "SELECT count(DISTINCT a._combined_id) FROM added a "
-                f"ANTI JOIN ({existing}) e ON a._combined_id = e._combined_id"
-            )
-        else:  # the dataset's first usage: nothing to subtract
-            con.execute(f"CREATE TABLE added AS {new}")
-            fresh = "SELECT count(DISTINCT _combined_id) FROM added"
+        con.execute(f"CREATE TABLE added AS ({new}) EXCEPT ({existing})")
         row = con.execute(
             "SELECT count(*) FILTER (WHERE op = 'insert'), count(*) FILTER (WHERE op = 'update'), "
-            f"count(*) FILTER (WHERE op = 'delete'), ({fresh}), count(*) FROM added"
+            "count(*) FILTER (WHERE op = 'delete'), (SELECT count(DISTINCT a._combined_id) "
+            f"FROM added a ANTI JOIN ({existing}) e ON a._combined_id = e._combined_id), "
+            "count(*) FROM added"
         ).fetchall()[0]
         if row[4]:
             current = {
