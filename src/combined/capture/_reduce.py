@@ -282,8 +282,13 @@ class Reducer:
         # snapshot, or a stream that truncated it); a delta leaves them alone.
         whole = self.full or cut is not None
         join = "FULL OUTER JOIN" if whole else "LEFT JOIN"
+        # A snapshot re-capture keeps only its changes: it is mostly unchanged
+        # rows, which materialised would only be counted (and spilled). A
+        # change stream's rows are mostly changes: counting its deduplicated
+        # rows again would cost more than keeping them.
+        only_changes = not (self.has_op or not self.full)
         con.execute(
-            "CREATE TABLE tr AS SELECT coalesce(c._cid, k._kid) AS id, CASE "
+            "CREATE TABLE tr AS SELECT * FROM (SELECT coalesce(c._cid, k._kid) AS id, CASE "
             "WHEN c._cid IS NULL THEN 'delete' "
             "WHEN c._cop = 'delete' THEN (CASE WHEN k._kid IS NULL THEN 'same' "
             "ELSE 'delete' END) "
@@ -291,11 +296,17 @@ class Reducer:
             "WHEN c._chash = k._khash THEN 'same' ELSE 'update' END AS op, "
             "CASE WHEN c._cid IS NULL OR c._cop = 'delete' THEN NULL ELSE c._chash END "
             "AS new_hash, k._khash AS old_hash, c.ord "
-            f"FROM ({last}) c {join} curk k ON c._cid = k._kid"
+            f"FROM ({last}) c {join} curk k ON c._cid = k._kid)"
+            + (" WHERE op <> 'same'" if only_changes else "")
         )
-        return self._stats()
+        if not only_changes:
+            return self._stats()
+        # Every captured row is either a change in tr (with its ordinal) or unchanged.
+        (kept,) = con.execute(f"SELECT count(*) FROM ({last})").fetchall()[0]
+        (changed,) = con.execute("SELECT count(*) FROM tr WHERE ord IS NOT NULL").fetchall()[0]
+        return self._stats(unchanged=int(kept) - int(changed))
 
-    def _stats(self) -> Transition:
+    def _stats(self, unchanged: int | None = None) -> Transition:
         # One md5 per digest term; its low and high 64 bits are xor-folded apart
         # (bit_xor over 128-bit values), equal to md5_number_lower/_upper.
         ordinal = "'|' || ord::VARCHAR" if self.sync_mode == "append" else "''"
@@ -321,7 +332,7 @@ class Reducer:
             inserts=int(row[0]),
             updates=int(row[1]),
             deletes=int(row[2]),
-            unchanged=int(row[3]),
+            unchanged=int(row[3]) if unchanged is None else unchanged,
             captured=int(captured),
             digest=f"{t >> 64:016x}{t & mask:016x}",
             content_xor=(c & mask, c >> 64),

@@ -161,6 +161,10 @@ def file_hash(path: Path) -> str:
     return h.hexdigest()
 
 
+#: Bytes of Delivery rows held for encoding at once (two Deliveries in parallel when they fit).
+INFLIGHT_BYTES = 32 * 2**20
+
+
 def write_deliveries(
     area: StagingArea,
     batches: Iterable[pa.RecordBatch],
@@ -178,8 +182,9 @@ def write_deliveries(
     """Cut ``batches`` into bounded Delivery files with deterministic ids.
 
     Two Deliveries are encoded at a time, on two threads (Parquet encoding
-    is the cost, and it releases the GIL); memory holds the Deliveries in
-    flight, each bounded by ``max_rows`` and ``max_bytes``. Each file's Delta
+    is the cost, and it releases the GIL), when both fit in
+    ``INFLIGHT_BYTES``; memory holds the Deliveries in flight, each bounded
+    by ``max_rows`` and ``max_bytes``. Each file's Delta
     statistics are gathered on the way. With ``allow_empty``, a stream
     without rows still yields one empty Delivery (a commit that only carries
     a checkpoint).
@@ -215,16 +220,21 @@ def write_deliveries(
 
     out: list[StagedDelivery] = []
     pending: list[Future[StagedDelivery]] = []
+    sizes: list[int] = []  # the bytes of each pending Delivery
     chunks: list[pa.RecordBatch] = []
     rows = nbytes = 0
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="delivery") as pool:
 
         def submit() -> None:
             nonlocal chunks, rows, nbytes
-            if len(pending) >= 2:
+            # The Delivery being cut and those being encoded stay within
+            # INFLIGHT_BYTES: wide rows are encoded one Delivery at a time.
+            while pending and (len(pending) >= 2 or sum(sizes) + nbytes > INFLIGHT_BYTES):
                 out.append(pending.pop(0).result())
+                sizes.pop(0)
             seq = first_sequence + len(out) + len(pending)
             pending.append(pool.submit(write, seq, chunks))
+            sizes.append(nbytes)
             chunks, rows, nbytes = [], 0, 0
 
         try:

@@ -179,8 +179,13 @@ def stage_partitioned(
                 max_rows=plan.max_rows,
                 max_bytes=plan.max_bytes,
             )
+            # The partitions share the machine's cores: one hashing thread each.
             stager = CaptureStager(
-                writer, key=plan.key, hash_rows=True, first_ordinal=index << PARTITION_SHIFT
+                writer,
+                key=plan.key,
+                hash_rows=True,
+                first_ordinal=index << PARTITION_SHIFT,
+                threads=1,
             )
             rows = 0
             schema: pa.Schema | None = None

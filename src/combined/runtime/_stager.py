@@ -36,6 +36,8 @@ UNCHANGED = "_combined_unchanged"
 _DONE = None
 #: Rows hashed together (in parallel, one DuckDB thread per chunk).
 GROUP_ROWS = 131_072
+#: ... and at most this many bytes of them: wide rows make smaller groups.
+GROUP_BYTES = 16 * 2**20
 
 
 class CaptureStager:
@@ -48,11 +50,13 @@ class CaptureStager:
         key: Sequence[str],
         hash_rows: bool,
         first_ordinal: int = 0,
+        threads: int = 2,
     ) -> None:
         self.writer = writer
         self.key = list(key)
         self.hash_rows = hash_rows
         self.ordinal = first_ordinal
+        self.threads = threads  # DuckDB threads hashing a group
         self.batches = 0
         self._group: list[pa.RecordBatch] = []
         # reading thread -> hashing thread -> writing thread, one group in each queue.
@@ -75,8 +79,12 @@ class CaptureStager:
         if self._group and self._group[0].schema != batch.schema:
             self._send()
         self._group.append(batch)
-        if sum(b.num_rows for b in self._group) >= GROUP_ROWS:
+        rows = sum(b.num_rows for b in self._group)
+        if not self.hash_rows or rows >= GROUP_ROWS or self._group_bytes() >= GROUP_BYTES:
             self._send()
+
+    def _group_bytes(self) -> int:
+        return sum(b.nbytes for b in self._group)
 
     def _send(self) -> None:
         # Batches travel in groups: DuckDB hashes the chunks of one group in
@@ -157,7 +165,7 @@ class CaptureStager:
         if self._con is None:
             import duckdb
 
-            self._con = duckdb.connect(":memory:", config={"threads": 2})
+            self._con = duckdb.connect(":memory:", config={"threads": self.threads})
         return self._con
 
     def _write(self, group: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
