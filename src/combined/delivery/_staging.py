@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from combined.errors import StagingLimitExceeded
-from combined.lake import ROW_GROUP_ROWS, FileStats, confined
+from combined.lake import ROW_GROUP_ROWS, FileStats, confined, parquet_writer
 from combined.protocol import _provenance as prov
 
 
@@ -113,7 +113,7 @@ class PartWriter:
         path = self.area.path(f"{self.prefix}/part-{len(self.parts):06d}.parquet")
         self._schema = schema
         # Private and short-lived: a fast codec, not the smallest files.
-        self._writer = pq.ParquetWriter(str(path), schema, compression="lz4")
+        self._writer = parquet_writer(path, schema, compression="lz4")
         self.parts.append(path)
         self._rows = self._bytes = 0
         self.area.account(0, files=1)
@@ -198,7 +198,7 @@ def write_deliveries(
         area.account(0, files=1)
         stats = FileStats(schema)
         ids = pa.scalar(did, field.type)
-        with pq.ParquetWriter(str(path), schema, compression="zstd") as writer:
+        with parquet_writer(path, schema) as writer:
             for chunk in chunks:
                 chunk = chunk.set_column(idx, field, pa.repeat(ids, chunk.num_rows))
                 writer.write_batch(chunk, row_group_size=ROW_GROUP_ROWS)

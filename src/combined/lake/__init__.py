@@ -1,6 +1,6 @@
 """The lake: Delta commit protocol, layout, types and the published-basis query."""
 
-from combined.lake._files import ROW_GROUP_ROWS, FileStats, link_data_files
+from combined.lake._files import ROW_GROUP_ROWS, FileStats, link_data_files, parquet_writer
 from combined.lake._layout import LakeLayout, confined
 from combined.lake._table import METADATA_KEY, CommitMode, CommitResult, LakeTable
 from combined.lake._types import lake_schema, lake_type, to_lake
@@ -17,5 +17,6 @@ __all__ = [
     "lake_schema",
     "lake_type",
     "link_data_files",
+    "parquet_writer",
     "to_lake",
 ]

@@ -141,7 +141,7 @@ def write_data_files(
             continue
         if writer is None:
             name = _data_file_name()
-            writer = pq.ParquetWriter(str(table / name), schema, compression="zstd")
+            writer = parquet_writer(table / name, schema)
             stats = FileStats(schema)
         assert stats is not None
         writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
@@ -150,6 +150,19 @@ def write_data_files(
             close()
     close()
     return actions
+
+
+#: Hex digests: every value differs, so a dictionary page only costs time.
+_NO_DICTIONARY = frozenset({"_combined_id", "_combined_payload_hash"})
+
+
+def parquet_writer(path: Path, schema: pa.Schema, compression: str = "zstd") -> pq.ParquetWriter:
+    """A Parquet writer for lake and staging files (no dictionary for digest columns)."""
+    dictionary: bool | list[str] = True
+    # Only for flat schemas: the option names leaf columns, which nested fields rename.
+    if not any(pa.types.is_nested(f.type) for f in schema) and _NO_DICTIONARY & set(schema.names):
+        dictionary = [n for n in schema.names if n not in _NO_DICTIONARY]
+    return pq.ParquetWriter(str(path), schema, compression=compression, use_dictionary=dictionary)
 
 
 def _data_file_name() -> str:

@@ -257,6 +257,9 @@ def _consume(
     except BaseException:
         stager.abort()
         raise
+    finally:
+        # Give the read's buffers back before the reduction allocates its own.
+        pa.default_memory_pool().release_unused()
     drift = _drift(plan, committed_schema, schema)
     for event in drift:
         if event["outcome"] != "evolve":
