@@ -354,12 +354,13 @@ class Reducer:
         t = self.transition
         return t is not None and t.inserts == t.captured and not (t.updates or t.deletes)
 
-    def changes(self) -> pa.Table:
-        """(id, op) of every change: the identities MAR counts."""
-        return self.con.sql(
+    def changes(self, batch_rows: int = 65_536) -> pa.RecordBatchReader:
+        """(id, op) of every change, streamed: the identities MAR counts."""
+        reader: pa.RecordBatchReader = self.con.sql(
             "SELECT id AS _combined_id, CASE WHEN op = 'snapshot' THEN 'insert' ELSE op END "
             "AS op FROM tr WHERE op <> 'same'"
-        ).to_arrow_table()
+        ).to_arrow_reader(batch_rows)
+        return reader
 
     def output(self, constants: dict[str, Any], batch_rows: int) -> Iterator[pa.RecordBatch]:
         """Stream the rows to deliver: source columns plus provenance."""

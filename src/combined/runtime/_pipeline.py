@@ -24,7 +24,14 @@ from combined.catalog import data as cat
 from combined.connectors.abc import Extraction, ReadRequest, Source
 from combined.delivery import PartWriter, StagedDelivery, StagingArea, write_deliveries
 from combined.errors import DriftRejected, SchemaMismatch
-from combined.lake import LakeLayout, LakeTable, lake_schema, to_lake
+from combined.lake import (
+    ROW_GROUP_ROWS,
+    LakeLayout,
+    LakeTable,
+    lake_schema,
+    parquet_writer,
+    to_lake,
+)
 from combined.protocol import ExtractionReceipt, RecordBatchMessage, StateMessage
 from combined.protocol import _provenance as prov
 from combined.runtime._barrier import CheckpointBarrier
@@ -424,7 +431,9 @@ def prepare(
             changes_path = area.path(
                 f"{plan.source}/{plan.name}/deliveries/{first_seq:09d}-transition.parquet"
             )
-            pq.write_table(changes, str(changes_path), compression="zstd")
+            with parquet_writer(changes_path, changes.schema) as writer:
+                for batch in changes:
+                    writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
             area.account(changes_path.stat().st_size, files=1)
             reporter.progress(plan.name, staged.rows, 0, len(deliveries))
         content = reducer.full_content_xor() if plan.sync_mode == "full_refresh" else None
@@ -521,6 +530,8 @@ def _finish_prepare(
             for d in deliveries
         ],
         "changes_file": changes_path.name if changes_path else None,
+        # A keyed transition changes each identity once; an event stream may repeat one.
+        "changes_unique": plan.sync_mode != "append",
         "source_position": staged.position,
         "checkpoint": dict(staged.state) if staged.state is not None else None,
         "extraction_receipt": staged.receipt.to_json(),
@@ -691,6 +702,7 @@ def project_commit(
             dataset,
             raw_location(layout, source, dataset, meta["changes_file"]),
             month=f"{ingested_at:%Y-%m}",
+            unique=bool(meta.get("changes_unique")),
         )
     version = meta["version"]
     tr = meta["transition"]

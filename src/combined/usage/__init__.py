@@ -18,7 +18,13 @@ from combined.lake import LakeLayout
 
 
 def record_usage(
-    layout: LakeLayout, source: str, dataset: str, changes_file: Path, *, month: str
+    layout: LakeLayout,
+    source: str,
+    dataset: str,
+    changes_file: Path,
+    *,
+    month: str,
+    unique: bool = False,
 ) -> dict[str, dict[str, int]]:
     """Add a transition's (id, op) set to the month's identities; return the month's counts.
 
@@ -27,7 +33,8 @@ def record_usage(
     running it twice for the same commit changes nothing. The month's counts
     travel in the same usage commit as the rows they count (cumulative, in its
     metadata), so they are read back, not recounted, and a crash between the
-    usage commit and the catalog cannot lose them.
+    usage commit and the catalog cannot lose them. ``unique`` says the file
+    holds each identity once (a keyed transition, not an event stream).
     """
     from deltalake import DeltaTable
 
@@ -45,25 +52,33 @@ def record_usage(
     try:
         month_lit = "'" + month.replace("'", "''") + "'"
         new = (
-            f"SELECT DISTINCT {month_lit} AS month, CAST(_combined_id AS VARCHAR) AS _combined_id, "
+            f"SELECT {month_lit} AS month, CAST(_combined_id AS VARCHAR) AS _combined_id, "
             f"CAST(op AS VARCHAR) AS op FROM read_parquet('{_q(changes_file)}')"
         )
-        existing = (
-            "SELECT NULL::VARCHAR AS month, NULL::VARCHAR AS _combined_id, "
-            "NULL::VARCHAR AS op WHERE false"
-        )
-        if known:
-            listing = ", ".join(f"'{_q(f)}'" for f in known)
+        if unique and not known:
+            # The dataset's first usage, one row per identity: every row is new.
+            added, fresh = f"({new})", "count(*)"
+        else:
             existing = (
-                f"SELECT month, _combined_id, op FROM read_parquet([{listing}]) "
-                f"WHERE month = {month_lit}"
+                "SELECT NULL::VARCHAR AS month, NULL::VARCHAR AS _combined_id, "
+                "NULL::VARCHAR AS op WHERE false"
             )
-        con.execute(f"CREATE TABLE added AS ({new}) EXCEPT ({existing})")
+            if known:
+                listing = ", ".join(f"'{_q(f)}'" for f in known)
+                existing = (
+                    f"SELECT month, _combined_id, op FROM read_parquet([{listing}]) "
+                    f"WHERE month = {month_lit}"
+                )
+            # EXCEPT is a set difference: it also folds repeated (id, op) pairs.
+            con.execute(f"CREATE TABLE added AS ({new}) EXCEPT ({existing})")
+            added = "added"
+            fresh = (
+                "(SELECT count(DISTINCT a._combined_id) "
+                f"FROM added a ANTI JOIN ({existing}) e ON a._combined_id = e._combined_id)"
+            )
         row = con.execute(
             "SELECT count(*) FILTER (WHERE op = 'insert'), count(*) FILTER (WHERE op = 'update'), "
-            "count(*) FILTER (WHERE op = 'delete'), (SELECT count(DISTINCT a._combined_id) "
-            f"FROM added a ANTI JOIN ({existing}) e ON a._combined_id = e._combined_id), "
-            "count(*) FROM added"
+            f"count(*) FILTER (WHERE op = 'delete'), {fresh}, count(*) FROM {added}"
         ).fetchall()[0]
         if row[4]:
             current = {
@@ -73,7 +88,7 @@ def record_usage(
                 "deletes": current["deletes"] + int(row[2]),
             }
             counts[month] = current
-            reader = con.sql("SELECT month, _combined_id, op FROM added").to_arrow_reader(65_536)
+            reader = con.sql(f"SELECT month, _combined_id, op FROM {added}").to_arrow_reader(65_536)
             table.append_batches(
                 schema,
                 (b.cast(schema) for b in reader),
