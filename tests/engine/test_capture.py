@@ -229,3 +229,31 @@ def test_an_unwritable_lake_is_a_clear_error(shop: Path, tools) -> None:
     result = tools.cli(shop, "capture")
     assert result.returncode == 2
     assert "not writable" in result.stderr
+
+
+def test_a_first_capture_commits_its_raw_deliveries_as_the_table_files(shop: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+        deliveries = {d.id: Path(d.path) for d in engine.run(run.id)["deliveries"]}
+    finally:
+        engine.close()
+    table = DeltaTable(str(shop / "lake" / "shop" / "orders"))
+    files = [Path(uri.removeprefix("file://")) for uri in table.file_uris()]
+    assert files and len(files) == len(deliveries)
+    raw = {p.stat().st_ino: p for p in deliveries.values()}
+    for file in files:
+        # The same bytes under two names: encoded once, for the raw layer and the table.
+        source = raw[file.stat().st_ino]
+        ids = set(pq.read_table(file, columns=["_combined_delivery_id"]).column(0).to_pylist())
+        assert ids == {next(i for i, p in deliveries.items() if p == source)}
+    stats = pa.table(table.get_add_actions(flatten=True)).column("num_records").to_pylist()
+    assert sum(stats) == 200
+    # Removing a table file (a VACUUM, say) leaves the raw Delivery readable.
+    files[0].unlink()
+    assert all(pq.read_metadata(p).num_rows > 0 for p in deliveries.values())

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from combined.delivery import PartWriter
 from combined.protocol import _provenance as prov
@@ -72,7 +73,9 @@ class CaptureStager:
         """Number ``batch`` and hand it on (blocks while the threads lag)."""
         self._raise()
         n = batch.num_rows
-        ordinals = pa.array(range(self.ordinal, self.ordinal + n), pa.int64())
+        # ordinal, ordinal + 1, ...: vectorised (a Python range costs the read loop ~80 ns a row).
+        ones = pa.repeat(pa.scalar(1, pa.int64()), n)
+        ordinals = pc.add(pc.cumulative_sum(ones), self.ordinal - 1)
         batch = batch.append_column(ORDINAL, ordinals)
         self.ordinal += n
         self.batches += 1
