@@ -106,3 +106,29 @@ def test_the_catalog_and_lake_never_hold_a_secret(
     for path in (shop / "lake").rglob("*"):
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_a_catalog_at_the_newest_revision_opens_without_alembic(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from combined.catalog import Catalog
+    from combined.catalog._catalog import _head_revision
+
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    Catalog.open(url).close()  # a new catalog: Alembic creates it
+    with sqlite3.connect(tmp_path / "catalog.db") as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
+            (_head_revision(),)
+        ]
+    code = (
+        "import sys; from combined.catalog import Catalog; "
+        f"Catalog.open({url!r}).close(); print('alembic' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    # A catalog behind the newest revision still goes through Alembic.
+    with sqlite3.connect(tmp_path / "catalog.db") as conn:
+        conn.execute("UPDATE alembic_version SET version_num = 'older'")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "older" in out.stderr  # Alembic refuses a revision it does not know

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +20,19 @@ from combined.errors import CatalogError, redact
 from combined.protocol import utcnow
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
+_REVISION = re.compile(r"^(down_revision|revision)\s*=\s*[\"']?(\w+)", re.MULTILINE)
+
+
+@functools.cache
+def _head_revision() -> str:
+    """The newest revision of the migrations: the one no other revision follows."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for script in (_MIGRATIONS / "versions").glob("*.py"):
+        for name, value in _REVISION.findall(script.read_text()):
+            (revisions if name == "revision" else parents).add(value)
+    (head,) = revisions - parents
+    return head
 
 
 def _sqlite_path(url: str) -> Path | None:
@@ -67,6 +82,8 @@ class Catalog:
 
     def migrate(self) -> None:
         """Bring the schema to the newest numbered revision."""
+        if self._at_head():
+            return  # nothing to do: Alembic (and its import) is not needed
         from alembic import command
         from alembic.config import Config
 
@@ -81,6 +98,15 @@ class Catalog:
                 f"cannot open the catalog at {self.url}: {redact(str(exc.orig))}",
                 hint="check `catalog:` in combined.yaml and that the database is reachable",
             ) from exc
+
+    def _at_head(self) -> bool:
+        """Whether the catalog already holds the newest revision."""
+        try:
+            with self.engine.connect() as conn:
+                rows = conn.execute(sa.text("SELECT version_num FROM alembic_version")).all()
+        except sa.exc.SQLAlchemyError:
+            return False  # a new catalog (or an unreachable one: Alembic reports it)
+        return [r[0] for r in rows] == [_head_revision()]
 
     @contextmanager
     def begin(self) -> Iterator[Connection]:
