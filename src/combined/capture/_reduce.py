@@ -354,6 +354,13 @@ class Reducer:
         t = self.transition
         return t is not None and t.inserts == t.captured and not (t.updates or t.deletes)
 
+    def release(self) -> None:
+        """Drop the tables the output does not read (a first baseline streams staged rows)."""
+        if self._every_row_new():
+            self.con.execute("DROP TABLE IF EXISTS tr")
+            self.con.execute("DROP TABLE IF EXISTS keys")
+            self._has_keys = False
+
     def changes(self, batch_rows: int = 65_536) -> pa.RecordBatchReader:
         """(id, op) of every change, streamed: the identities MAR counts."""
         reader: pa.RecordBatchReader = self.con.sql(

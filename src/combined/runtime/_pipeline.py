@@ -411,6 +411,15 @@ def prepare(
                 "producer": producer,
                 "position": staged.position,
             }
+            changes = reducer.changes()
+            changes_path = area.path(
+                f"{plan.source}/{plan.name}/deliveries/{first_seq:09d}-transition.parquet"
+            )
+            with parquet_writer(changes_path, changes.schema) as writer:
+                for batch in changes:
+                    writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
+            area.account(changes_path.stat().st_size, files=1)
+            reducer.release()  # what the Deliveries no longer need, before they are encoded
             batches = (
                 to_lake(b, schema) for b in reducer.output(constants, batch_rows=plan.batch_rows)
             )
@@ -427,16 +436,11 @@ def prepare(
                 max_bytes=plan.max_bytes,
                 allow_empty=moved or plan.sync_mode == "full_refresh",
             )
-            changes = reducer.changes()
-            changes_path = area.path(
-                f"{plan.source}/{plan.name}/deliveries/{first_seq:09d}-transition.parquet"
-            )
-            with parquet_writer(changes_path, changes.schema) as writer:
-                for batch in changes:
-                    writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
-            area.account(changes_path.stat().st_size, files=1)
             reporter.progress(plan.name, staged.rows, 0, len(deliveries))
-        content = reducer.full_content_xor() if plan.sync_mode == "full_refresh" else None
+        if plan.sync_mode == "full_refresh":
+            content = reducer.full_content_xor()
+        else:
+            content = None
     finally:
         reducer.close()
         # Give the batches' buffers back before the commit allocates its own.
