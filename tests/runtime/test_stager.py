@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -12,6 +15,7 @@ from combined.delivery import PartWriter, StagingArea
 from combined.delivery._staging import Limits
 from combined.errors import StagingLimitExceeded
 from combined.protocol.identity import identity_python, payload_hash_python
+from combined.runtime import _stager as stager_module
 from combined.runtime._stager import GROUP_ROWS, ORDINAL, CaptureStager
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64())])
@@ -88,3 +92,61 @@ def test_a_write_error_reaches_the_reading_thread(tmp_path: Path) -> None:
             s.put(batch(i * GROUP_ROWS, GROUP_ROWS))
         s.close(SCHEMA)
     s.abort()  # idempotent after a failure: the threads are gone
+
+
+def test_a_keyless_capture_is_left_for_the_reduction_to_hash(tmp_path: Path) -> None:
+    area = StagingArea(tmp_path, Limits())
+    writer = PartWriter(area, "src/ds/capture", max_rows=100_000, max_bytes=2**30)
+    s = CaptureStager(writer, key=[], hash_rows=True)
+    s.put(batch(0, 5))
+    (part,) = s.close(SCHEMA)
+    # Its identity covers every column: it must be computed over the whole capture's schema.
+    assert pq.read_schema(part).names == [*SCHEMA.names, ORDINAL]
+
+
+class _SlowFailingWriter:
+    """Fails its first write after a while, so the stages behind it are full."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self.calls += 1
+        time.sleep(0.5)
+        if self.calls == 1:
+            raise StagingLimitExceeded("the disk is full", hint="free some")
+
+    def close(self) -> list[Path]:
+        return []
+
+
+def test_a_failed_write_never_leaves_a_stage_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stager_module, "GROUP_ROWS", 1)
+    s = CaptureStager(_SlowFailingWriter(), key=["id"], hash_rows=True)  # type: ignore[arg-type]
+    handoff = s._queues[1]
+    get = handoff.get
+
+    def slow_get(*args: Any, **kwargs: Any) -> Any:
+        # Widen the window between the write's failure and the writer's next
+        # take, where the hashing thread's hand-off times out.
+        if s._error is not None:
+            time.sleep(0.3)
+        return get(*args, **kwargs)
+
+    monkeypatch.setattr(handoff, "get", slow_get)
+    outcome: list[str] = []
+
+    def read() -> None:
+        try:
+            for i in range(20):
+                s.put(batch(i, 1))
+            s.close(SCHEMA)
+        except StagingLimitExceeded:
+            s.abort()
+            outcome.append("raised and stopped")
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(20)
+    assert not reader.is_alive(), "the stager hung after a failed write"
+    assert outcome == ["raised and stopped"]

@@ -55,7 +55,10 @@ class CaptureStager:
     ) -> None:
         self.writer = writer
         self.key = list(key)
-        self.hash_rows = hash_rows
+        # A keyless dataset's identity covers every payload column: a column
+        # added mid-read would give rows read before it other ids, so its rows
+        # are hashed by the reduction, over the whole capture's schema.
+        self.hash_rows = hash_rows and bool(self.key)
         self.ordinal = first_ordinal
         self.threads = threads  # DuckDB threads hashing a group
         self.batches = 0
@@ -103,12 +106,14 @@ class CaptureStager:
         self._put(0, group)
 
     def _put(self, stage: int, item: list[pa.RecordBatch] | None) -> None:
+        # Only the reading thread (which feeds stage 0) raises a thread's error;
+        # a worker keeps handing on, so every stage still sees _DONE and ends.
         while True:
             try:
                 self._queues[stage].put(item, timeout=0.1)
                 return
             except queue.Full:
-                if item is not _DONE:
+                if stage == 0 and item is not _DONE:
                     self._raise()
                 if not self._threads[stage].is_alive():
                     return
@@ -185,7 +190,7 @@ class CaptureStager:
         if table.num_rows == 0:  # every part carries the columns, an empty one too
             ids = hashes = pa.array([], pa.string())
         else:
-            ids, hashes = compute_identity(table, self.key or payload, payload, con=self._duck())
+            ids, hashes = compute_identity(table, self.key, payload, con=self._duck())
         out, offset = [], 0
         for batch in group:
             n = batch.num_rows
