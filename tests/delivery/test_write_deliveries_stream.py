@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 
 from combined.delivery import (
     Limits,
@@ -20,6 +21,7 @@ from combined.delivery import (
     file_hash,
     write_deliveries,
 )
+from combined.errors import StagingLimitExceeded
 from combined.lake import ROW_GROUP_ROWS
 
 TS = pa.timestamp("us", tz="UTC")
@@ -149,3 +151,21 @@ def test_row_groups_are_bounded_and_deliveries_keep_their_order(tmp_path: Path) 
     meta = pq.ParquetFile(d.path).metadata
     sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
     assert sizes == [ROW_GROUP_ROWS, 10, 5]
+
+
+def test_a_failing_stream_stops_every_writer_and_raises_its_own_error(tmp_path: Path) -> None:
+    area = StagingArea(tmp_path, Limits())
+
+    def stream() -> Iterator[pa.RecordBatch]:
+        yield batch(0, 10)
+        yield batch(10, 10)
+        raise RuntimeError("the source went away")
+
+    with pytest.raises(RuntimeError, match="went away"):
+        write(area, stream(), max_rows=5)
+
+
+def test_a_writer_error_reaches_the_caller(tmp_path: Path) -> None:
+    area = StagingArea(tmp_path, Limits(max_files=2))  # the third Delivery is over the limit
+    with pytest.raises(StagingLimitExceeded):
+        write(area, iter([batch(i * 5, 5) for i in range(20)]), max_rows=5)

@@ -8,6 +8,7 @@ and path limits: a breach fails the Run and leaves the lake untouched.
 from __future__ import annotations
 
 import hashlib
+import queue
 import shutil
 import threading
 from collections.abc import Iterable
@@ -161,8 +162,8 @@ def file_hash(path: Path) -> str:
     return h.hexdigest()
 
 
-#: Bytes of Delivery rows held for encoding at once (two Deliveries in parallel when they fit).
-INFLIGHT_BYTES = 32 * 2**20
+#: Chunks queued for each Delivery's writer: memory holds a few chunks, never a Delivery.
+FEED_CHUNKS = 1
 
 
 def write_deliveries(
@@ -181,25 +182,24 @@ def write_deliveries(
 ) -> list[StagedDelivery]:
     """Cut ``batches`` into bounded Delivery files with deterministic ids.
 
-    Two Deliveries are encoded at a time, on two threads (Parquet encoding
-    is the cost, and it releases the GIL), when both fit in
-    ``INFLIGHT_BYTES``; memory holds the Deliveries in flight, each bounded
-    by ``max_rows`` and ``max_bytes``. Each file's Delta
-    statistics are gathered on the way. With ``allow_empty``, a stream
-    without rows still yields one empty Delivery (a commit that only carries
-    a checkpoint).
+    Each Delivery streams to a writer thread as its chunks arrive, and two
+    Deliveries are encoded at a time (Parquet encoding is the cost, and it
+    releases the GIL): memory holds a few chunks, never a whole Delivery.
+    Each file's Delta statistics are gathered on the way. With
+    ``allow_empty``, a stream without rows still yields one empty Delivery
+    (a commit that only carries a checkpoint).
     """
     idx = schema.get_field_index(prov.DELIVERY_ID)
     field = schema.field(idx)
 
-    def write(seq: int, chunks: list[pa.RecordBatch]) -> StagedDelivery:
+    def write(seq: int, feed: queue.Queue[pa.RecordBatch | None]) -> StagedDelivery:
         did = delivery_id(run_id, source, dataset, seq)
         path = area.path(f"{source}/{dataset}/deliveries/{seq:09d}-{did}.parquet")
         area.account(0, files=1)
         stats = FileStats(schema)
         ids = pa.scalar(did, field.type)
         with parquet_writer(path, schema) as writer:
-            for chunk in chunks:
+            while (chunk := feed.get()) is not None:
                 chunk = chunk.set_column(idx, field, pa.repeat(ids, chunk.num_rows))
                 writer.write_batch(chunk, row_group_size=ROW_GROUP_ROWS)
                 stats.add(chunk)
@@ -219,39 +219,59 @@ def write_deliveries(
         )
 
     out: list[StagedDelivery] = []
-    pending: list[Future[StagedDelivery]] = []
-    sizes: list[int] = []  # the bytes of each pending Delivery
-    chunks: list[pa.RecordBatch] = []
-    rows = nbytes = 0
+    # Deliveries being written, oldest first: their chunk feed and their result.
+    active: list[tuple[queue.Queue[pa.RecordBatch | None], Future[StagedDelivery]]] = []
+    opened = rows = nbytes = 0
+
+    def send(i: int, item: pa.RecordBatch | None, *, quiet: bool = False) -> None:
+        feed, result = active[i]
+        while True:
+            try:
+                feed.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                if result.done():  # the writer failed: its error, not a wait
+                    if not quiet:
+                        result.result()
+                    return
+
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="delivery") as pool:
 
-        def submit() -> None:
-            nonlocal chunks, rows, nbytes
-            # The Delivery being cut and those being encoded stay within
-            # INFLIGHT_BYTES: wide rows are encoded one Delivery at a time.
-            while pending and (len(pending) >= 2 or sum(sizes) + nbytes > INFLIGHT_BYTES):
-                out.append(pending.pop(0).result())
-                sizes.pop(0)
-            seq = first_sequence + len(out) + len(pending)
-            pending.append(pool.submit(write, seq, chunks))
-            sizes.append(nbytes)
-            chunks, rows, nbytes = [], 0, 0
+        def open_next() -> None:
+            nonlocal opened
+            if len(active) == 2:
+                out.append(active.pop(0)[1].result())
+            feed: queue.Queue[pa.RecordBatch | None] = queue.Queue(maxsize=FEED_CHUNKS)
+            active.append((feed, pool.submit(write, first_sequence + opened, feed)))
+            opened += 1
 
+        current = False  # whether the newest active Delivery still takes chunks
         try:
             for batch in batches:
                 offset = 0
                 while offset < batch.num_rows:
+                    if not current:
+                        open_next()
+                        current, rows, nbytes = True, 0, 0
                     chunk = batch.slice(offset, max_rows - rows)
-                    chunks.append(chunk)
+                    send(len(active) - 1, chunk)
                     rows += chunk.num_rows
                     nbytes += chunk.nbytes
                     offset += chunk.num_rows
                     if rows >= max_rows or nbytes >= max_bytes:
-                        submit()
-            if chunks or (allow_empty and not out and not pending):
-                submit()
-            out.extend(f.result() for f in pending)
+                        send(len(active) - 1, None)
+                        current = False
+            if not current and allow_empty and opened == 0:
+                open_next()
+                current = True
+            if current:
+                send(len(active) - 1, None)
+                current = False
+            out.extend(result.result() for _, result in active)
         finally:
-            for f in pending:
-                f.cancel()  # a failed stream: the run's staging is erased, not committed
+            for i in range(len(active)):
+                if not active[i][1].done():
+                    send(
+                        i, None, quiet=True
+                    )  # a failed stream: the run's staging is erased, not committed
     return out

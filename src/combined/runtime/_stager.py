@@ -82,11 +82,16 @@ class CaptureStager:
         batch = batch.append_column(ORDINAL, ordinals)
         self.ordinal += n
         self.batches += 1
+        if not self.hash_rows:
+            # Nothing to overlap but the write: a change stream's batches (often
+            # wide) are written on this thread, holding one batch at a time.
+            self.writer.write(batch)
+            return
         if self._group and self._group[0].schema != batch.schema:
             self._send()
         self._group.append(batch)
         rows = sum(b.num_rows for b in self._group)
-        if not self.hash_rows or rows >= GROUP_ROWS or self._group_bytes() >= GROUP_BYTES:
+        if rows >= GROUP_ROWS or self._group_bytes() >= GROUP_BYTES:
             self._send()
 
     def _group_bytes(self) -> int:
