@@ -91,11 +91,8 @@ class CaptureStager:
             self._send()
         self._group.append(batch)
         rows = sum(b.num_rows for b in self._group)
-        if rows >= GROUP_ROWS or self._group_bytes() >= GROUP_BYTES:
+        if rows >= GROUP_ROWS or sum(b.nbytes for b in self._group) >= GROUP_BYTES:
             self._send()
-
-    def _group_bytes(self) -> int:
-        return sum(b.nbytes for b in self._group)
 
     def _send(self) -> None:
         # Batches travel in groups: DuckDB hashes the chunks of one group in
@@ -188,7 +185,7 @@ class CaptureStager:
 
     def _hashed(self, group: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
         names = group[0].schema.names
-        if not self.hash_rows or UNCHANGED in names or prov.OP in names:
+        if UNCHANGED in names or prov.OP in names:
             return group
         payload = [n for n in names if not n.startswith("_combined_")]
         table = pa.Table.from_batches(group)
