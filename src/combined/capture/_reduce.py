@@ -245,7 +245,7 @@ class Reducer:
         """Materialise the transition's ids and operations; return its counts."""
         con = self.con
         keys = self._keys()
-        first_op = "'snapshot'" if self.baseline else "'insert'"
+        first_op = self._first_op
         if self.sync_mode == "append":
             con.execute(
                 "CREATE TABLE tr AS SELECT _cid AS id, "
@@ -286,7 +286,7 @@ class Reducer:
         # rows, which materialised would only be counted (and spilled). A
         # change stream's rows are mostly changes: counting its deduplicated
         # rows again would cost more than keeping them.
-        only_changes = not (self.has_op or not self.full)
+        only_changes = self.full and not self.has_op
         con.execute(
             "CREATE TABLE tr AS SELECT * FROM (SELECT coalesce(c._cid, k._kid) AS id, CASE "
             "WHEN c._cid IS NULL THEN 'delete' "
@@ -347,6 +347,11 @@ class Reducer:
         total = int(value or 0)
         return total & ((1 << 64) - 1), total >> 64
 
+    @property
+    def _first_op(self) -> str:
+        """The SQL literal of a first-seen row's operation."""
+        return "'snapshot'" if self.baseline else "'insert'"
+
     def _every_row_new(self) -> bool:
         """Whether the transition inserts every staged row, once each."""
         if not self.prehashed or self.has_op or self.sync_mode != "incremental":
@@ -394,9 +399,8 @@ class Reducer:
         if self._every_row_new():
             # Every staged row is an insert (a first baseline): no join, the
             # staged parts stream straight to the Deliveries.
-            first_op = "'snapshot'" if self.baseline else "'insert'"
             sql = (
-                f"SELECT {cols}, c._cid AS {prov.ID}, {first_op} AS {prov.OP}, "
+                f"SELECT {cols}, c._cid AS {prov.ID}, {self._first_op} AS {prov.OP}, "
                 f"c._chash AS {prov.PAYLOAD_HASH}, {provenance} FROM cap c"
             )
         elif self.sync_mode == "full_refresh":

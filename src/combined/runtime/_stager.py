@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from combined.capture._reduce import UNCHANGED
 from combined.delivery import PartWriter
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import compute_identity
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
     import duckdb
 
 ORDINAL = "_combined_ordinal"
-#: A change stream's list of columns whose (TOAST) value the change left as it was.
-UNCHANGED = "_combined_unchanged"
 _DONE = None
 #: Rows hashed together (in parallel, one DuckDB thread per chunk).
 GROUP_ROWS = 131_072
