@@ -73,6 +73,7 @@ class Engine:
                 max_bytes=staging.max_bytes,
                 max_files=staging.max_files,
                 max_path_length=staging.max_path_length,
+                compression=staging.compression,
             ),
             memory_limit=self.project.reduction_memory,
             backoff_s=float(os.environ.get("COMBINED_RETRY_BACKOFF_S", "0.5")),

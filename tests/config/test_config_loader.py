@@ -30,6 +30,7 @@ staging:
   max_bytes: 2GiB
   max_files: 500
   max_path_length: 200
+  compression: zstd
 reduction_memory: 256MiB
 sources:
   shop:
@@ -92,6 +93,7 @@ def test_full_file_loads_with_every_value(tmp_path: Path) -> None:
     project = load_project(write(tmp_path, FULL))
     orders = project.dataset("shop", "orders")
     assert project.staging.max_bytes == 2 * 1024**3
+    assert project.staging.compression == "zstd"
     assert project.reduction_memory == 256 * 1024**2
     assert project.catalog_password is not None
     assert project.catalog_password.secret == "env:CATALOG_PW"
@@ -126,6 +128,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert project.catalog_password is None
     assert (project.staging.max_bytes, project.staging.max_files) == (20 * 1024**3, 10_000)
     assert project.staging.max_path_length == 240
+    assert project.staging.compression == "none"
     assert project.reduction_memory == 256 * 1024**2
     assert (source.config, source.billing_policy, source.venue) == ({}, "standard", "embedded")
     assert orders.relation == "orders"
@@ -259,6 +262,12 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
     ("staging size", {"version": 1, "staging": {"max_bytes": "lots"}}, "staging.max_bytes", "MiB"),
     ("staging count", {"version": 1, "staging": {"max_files": 0}}, "staging.max_files", "above"),
     ("reduction memory", {"version": 1, "reduction_memory": "5XB"}, "reduction_memory", "MiB"),
+    (
+        "staging codec",
+        {"version": 1, "staging": {"compression": "gzip"}},
+        "staging.compression",
+        "lz4",
+    ),
     ("staging not a mapping", {"version": 1, "staging": 5}, "staging", "mapping"),
     (
         "source name",

@@ -150,3 +150,17 @@ def test_a_failed_write_never_leaves_a_stage_waiting(monkeypatch: pytest.MonkeyP
     reader.join(20)
     assert not reader.is_alive(), "the stager hung after a failed write"
     assert outcome == ["raised and stopped"]
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4", "zstd"])
+def test_parts_use_the_staging_codec(tmp_path: Path, codec: str) -> None:
+    area = StagingArea(tmp_path, Limits(compression=codec))
+    writer = PartWriter(area, "src/ds/capture", max_rows=100_000, max_bytes=2**30)
+    s = CaptureStager(writer, key=["id"], hash_rows=True)
+    s.put(batch(0, 1000))
+    (part,) = s.close(SCHEMA)
+    meta = pq.ParquetFile(part).metadata
+    assert {meta.row_group(0).column(i).compression for i in range(meta.num_columns)} == {
+        {"none": "UNCOMPRESSED", "lz4": "LZ4", "zstd": "ZSTD"}[codec]
+    }
+    assert pq.read_table(part).num_rows == 1000

@@ -341,6 +341,9 @@ class StagingLimits(_Model):
     max_bytes: ByteSize = 20 * GiB
     max_files: Count = 10_000
     max_path_length: Count = 240
+    #: Codec of the private staging parts: ``none`` spends the least CPU (the
+    #: read is CPU-bound); ``lz4`` or ``zstd`` stage text-heavy tables in less disk.
+    compression: Literal["none", "lz4", "zstd"] = "none"
 
 
 class DeliveryLimits(_Model):

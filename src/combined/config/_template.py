@@ -26,6 +26,8 @@ staging:
   max_bytes: 20GiB
   max_files: 10000
   max_path_length: 240
+  # Codec of the staged parts: none (least CPU), lz4 or zstd (less disk).
+  compression: none
 
 # Memory the snapshot reduction may use before it spills to disk.
 reduction_memory: 256MiB

@@ -31,6 +31,8 @@ class Limits:
     max_bytes: int = 20 * 2**30
     max_files: int = 10_000
     max_path_length: int = 240
+    #: Codec of the staged capture parts (private and short-lived: cheap to write).
+    compression: str = "none"
 
 
 class StagingArea:
@@ -91,13 +93,13 @@ class PartWriter:
     def write(self, batch: pa.RecordBatch) -> None:
         """Append a batch, cutting a new part at the row or byte limit."""
         if self._writer is None and batch.num_rows == 0:
-            self._roll(batch.schema)  # an empty capture still has a part with its schema
+            self._roll(batch)  # an empty capture still has a part with its schema
         if self._schema is not None and batch.schema != self._schema:
-            self._roll(batch.schema)  # a widened schema starts a new part
+            self._roll(batch)  # a widened schema starts a new part
         offset = 0
         while offset < batch.num_rows:
             if self._writer is None or self._full():
-                self._roll(batch.schema)
+                self._roll(batch.slice(offset))
             room = self.max_rows - self._rows
             chunk = batch.slice(offset, room)
             assert self._writer is not None
@@ -109,12 +111,13 @@ class PartWriter:
     def _full(self) -> bool:
         return self._rows >= self.max_rows or self._bytes >= self.max_bytes
 
-    def _roll(self, schema: pa.Schema) -> None:
+    def _roll(self, first: pa.RecordBatch) -> None:
         self._close_current()
         path = self.area.path(f"{self.prefix}/part-{len(self.parts):06d}.parquet")
-        self._schema = schema
-        # Private and short-lived: a fast codec, not the smallest files.
-        self._writer = parquet_writer(path, schema, compression="lz4")
+        self._schema = schema = first.schema
+        self._writer = parquet_writer(
+            path, schema, compression=self.area.limits.compression, sample=first
+        )
         self.parts.append(path)
         self._rows = self._bytes = 0
         self.area.account(0, files=1)
@@ -198,11 +201,15 @@ def write_deliveries(
         area.account(0, files=1)
         stats = FileStats(schema)
         ids = pa.scalar(did, field.type)
-        with parquet_writer(path, schema) as writer:
-            while (chunk := feed.get()) is not None:
+        chunk = feed.get()
+        # The first chunk decides which columns get a dictionary (its
+        # Delivery id is still null: constant either way).
+        with parquet_writer(path, schema, sample=chunk) as writer:
+            while chunk is not None:
                 chunk = chunk.set_column(idx, field, pa.repeat(ids, chunk.num_rows))
                 writer.write_batch(chunk, row_group_size=ROW_GROUP_ROWS)
                 stats.add(chunk)
+                chunk = feed.get()
         size = path.stat().st_size
         area.account(size)
         return StagedDelivery(

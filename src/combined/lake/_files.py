@@ -141,7 +141,7 @@ def write_data_files(
             continue
         if writer is None:
             name = _data_file_name()
-            writer = parquet_writer(table / name, schema)
+            writer = parquet_writer(table / name, schema, sample=batch)
             stats = FileStats(schema)
         assert stats is not None
         writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
@@ -154,15 +154,54 @@ def write_data_files(
 
 #: Hex digests: every value differs, so a dictionary page only costs time.
 _NO_DICTIONARY = frozenset({"_combined_id", "_combined_payload_hash"})
+#: Rows of the first batch that decide which columns get a dictionary.
+DICTIONARY_SAMPLE_ROWS = 16_384
+#: A column gets a dictionary when its sample holds at most this share of distinct values.
+DICTIONARY_MAX_DISTINCT = 0.25
 
 
-def parquet_writer(path: Path, schema: pa.Schema, compression: str = "zstd") -> pq.ParquetWriter:
-    """A Parquet writer for lake and staging files (no dictionary for digest columns)."""
-    dictionary: bool | list[str] = True
-    # Only for flat schemas: the option names leaf columns, which nested fields rename.
-    if not any(pa.types.is_nested(f.type) for f in schema) and _NO_DICTIONARY & set(schema.names):
-        dictionary = [n for n in schema.names if n not in _NO_DICTIONARY]
-    return pq.ParquetWriter(str(path), schema, compression=compression, use_dictionary=dictionary)
+def dictionary_columns(schema: pa.Schema, sample: pa.RecordBatch | None) -> bool | list[str]:
+    """The columns worth a dictionary page, judged on ``sample`` (the file's first rows).
+
+    A dictionary pays for repeated values (a status, the provenance columns
+    constant over a Delivery) and costs time and bytes on nearly unique ones
+    (keys, amounts, instants, digests): Parquet writers try it on every column
+    and fall back page by page, encoding those twice. Without a sample, every
+    column but the digests gets one, as before.
+    """
+    if any(pa.types.is_nested(f.type) for f in schema):
+        # The option names leaf columns, which nested fields rename: writer default.
+        return True
+    if sample is None or sample.num_rows == 0 or sample.schema.names != schema.names:
+        return [n for n in schema.names if n not in _NO_DICTIONARY]
+    sample = sample.slice(0, DICTIONARY_SAMPLE_ROWS)
+    limit = max(1, int(sample.num_rows * DICTIONARY_MAX_DISTINCT))
+    chosen = []
+    for name, column in zip(schema.names, sample.columns, strict=True):
+        if name in _NO_DICTIONARY or pa.types.is_boolean(column.type):
+            continue
+        if pc.count_distinct(column, mode="all").as_py() <= limit:
+            chosen.append(name)
+    return chosen
+
+
+def parquet_writer(
+    path: Path,
+    schema: pa.Schema,
+    compression: str = "zstd",
+    sample: pa.RecordBatch | None = None,
+) -> pq.ParquetWriter:
+    """A Parquet writer for lake and staging files, dictionaries only where they pay.
+
+    ``sample`` (the first batch the file will hold) decides which columns get
+    a dictionary (see :func:`dictionary_columns`).
+    """
+    return pq.ParquetWriter(
+        str(path),
+        schema,
+        compression=compression,
+        use_dictionary=dictionary_columns(schema, sample),
+    )
 
 
 def _data_file_name() -> str:
