@@ -115,6 +115,17 @@ class Reducer:
             and UNCHANGED not in capture_schema.names
         )
         self.has_op = has_op
+        #: Every staged row is new, once each (a first baseline of a whole,
+        #: pre-hashed capture with its duplicates refused): nothing to compare
+        #: or deduplicate, so every step streams the staged parts and nothing
+        #: of the capture's size is materialised.
+        self.all_new = (
+            self.prehashed
+            and not has_op
+            and self.full
+            and not current_files
+            and sync_mode == "incremental"
+        )
         op_expr = f"{quote_ident(prov.OP)}" if has_op else "'upsert'"
         id_expr = identity_sql(key, capture_schema)
         hash_expr = payload_hash_sql(self.payload, capture_schema)
@@ -197,7 +208,12 @@ class Reducer:
         """Ids present more than once in a full-row capture, with their ordinals."""
         if self.has_op or not self.full:
             return []
-        keys = self._keys()
+        # The staged columns as they are (no narrow table) when every row is new.
+        keys = (
+            f"(SELECT _combined_ordinal AS ord, {prov.ID} AS _cid FROM pay)"
+            if self.all_new
+            else self._keys()
+        )
         # Grouping 64-bit hashes is several times cheaper than grouping the ids'
         # text; the exact ids are compared only where two hashes meet.
         rows = self.con.execute(
@@ -243,6 +259,8 @@ class Reducer:
 
     def reduce(self) -> Transition:
         """Materialise the transition's ids and operations; return its counts."""
+        if self.all_new:
+            return self._stats_all_new()
         con = self.con
         keys = self._keys()
         first_op = self._first_op
@@ -339,6 +357,24 @@ class Reducer:
         )
         return self.transition
 
+    def _stats_all_new(self) -> Transition:
+        # The terms _stats computes from tr, over the staged (id, hash) columns
+        # in one streaming pass: each row is a put of a first-seen id.
+        i, h = prov.ID, prov.PAYLOAD_HASH
+        rows, t, n = self.con.execute(
+            f"SELECT count(*), bit_xor(md5_number({self._first_op} || '|' || {i} || '|' || {h})), "
+            f"bit_xor(md5_number({i} || '|' || {h})) FROM pay"
+        ).fetchall()[0]
+        mask = (1 << 64) - 1
+        t, c = int(t or 0), int(n or 0)
+        self.transition = Transition(
+            inserts=int(rows),
+            captured=int(rows),
+            digest=f"{t >> 64:016x}{t & mask:016x}",
+            content_xor=(c & mask, c >> 64),
+        )
+        return self.transition
+
     def full_content_xor(self) -> tuple[int, int]:
         """The content digest of the whole capture (full refresh)."""
         (value,) = self.con.execute(
@@ -354,6 +390,8 @@ class Reducer:
 
     def _every_row_new(self) -> bool:
         """Whether the transition inserts every staged row, once each."""
+        if self.all_new:
+            return True
         if not self.prehashed or self.has_op or self.sync_mode != "incremental":
             return False
         t = self.transition
@@ -368,7 +406,12 @@ class Reducer:
 
     def changes(self, batch_rows: int = 65_536) -> pa.RecordBatchReader:
         """(id, op) of every change, streamed: the identities MAR counts."""
-        reader: pa.RecordBatchReader = self.con.sql(
+        if self.all_new:
+            reader: pa.RecordBatchReader = self.con.sql(
+                f"SELECT {prov.ID} AS _combined_id, 'insert' AS op FROM pay"
+            ).to_arrow_reader(batch_rows)
+            return reader
+        reader = self.con.sql(
             "SELECT id AS _combined_id, CASE WHEN op = 'snapshot' THEN 'insert' ELSE op END "
             "AS op FROM tr WHERE op <> 'same'"
         ).to_arrow_reader(batch_rows)
