@@ -115,17 +115,13 @@ class Reducer:
             and UNCHANGED not in capture_schema.names
         )
         self.has_op = has_op
-        #: Every staged row is new, once each (a first baseline of a whole,
-        #: pre-hashed capture with its duplicates refused): nothing to compare
-        #: or deduplicate, so every step streams the staged parts and nothing
-        #: of the capture's size is materialised.
-        self.all_new = (
-            self.prehashed
-            and not has_op
-            and self.full
-            and not current_files
-            and sync_mode == "incremental"
-        )
+        #: A whole, pre-hashed capture without operations (a snapshot): its
+        #: duplicates are refused, so no row needs deduplicating, and its
+        #: staged (ordinal, id, hash) columns are read as they are, never
+        #: materialised as a table of the capture's size.
+        self.streamed = self.prehashed and not has_op and self.full and sync_mode == "incremental"
+        #: ... and nothing to compare it with (a first baseline): every row is new.
+        self.all_new = self.streamed and not current_files
         op_expr = f"{quote_ident(prov.OP)}" if has_op else "'upsert'"
         id_expr = identity_sql(key, capture_schema)
         hash_expr = payload_hash_sql(self.payload, capture_schema)
@@ -211,7 +207,7 @@ class Reducer:
         # The staged columns as they are (no narrow table) when every row is new.
         keys = (
             f"(SELECT _combined_ordinal AS ord, {prov.ID} AS _cid FROM pay)"
-            if self.all_new
+            if self.streamed
             else self._keys()
         )
         # Grouping 64-bit hashes is several times cheaper than grouping the ids'
@@ -261,9 +257,11 @@ class Reducer:
         """Materialise the transition's ids and operations; return its counts."""
         if self.all_new:
             return self._stats_all_new()
+        if self.streamed:
+            return self._reduce_streamed()
         con = self.con
-        keys = self._keys()
         first_op = self._first_op
+        keys = self._keys()
         if self.sync_mode == "append":
             con.execute(
                 "CREATE TABLE tr AS SELECT _cid AS id, "
@@ -345,7 +343,9 @@ class Reducer:
         ).fetchall()[0]
         mask = (1 << 64) - 1
         t, c = int(row[4] or 0), int(row[5] or 0)
-        captured = self.con.execute(f"SELECT count(*) FROM {self._keys()}").fetchall()[0][0]
+        captured = self.con.execute(
+            f"SELECT count(*) FROM {'pay' if self.streamed else self._keys()}"
+        ).fetchall()[0][0]
         self.transition = Transition(
             inserts=int(row[0]),
             updates=int(row[1]),
@@ -356,6 +356,24 @@ class Reducer:
             content_xor=(c & mask, c >> 64),
         )
         return self.transition
+
+    def _reduce_streamed(self) -> Transition:
+        # A snapshot re-capture: its staged (id, hash) columns meet the lake's
+        # in one join, which keeps only the changes (mostly none): the
+        # unchanged rows are counted, never stored.
+        self.con.execute(
+            "CREATE TABLE tr AS SELECT * FROM (SELECT coalesce(c._cid, k._kid) AS id, CASE "
+            "WHEN c._cid IS NULL THEN 'delete' "
+            f"WHEN k._kid IS NULL THEN {self._first_op} "
+            "WHEN c._chash = k._khash THEN 'same' ELSE 'update' END AS op, "
+            "c._chash AS new_hash, k._khash AS old_hash, c.ord "
+            f"FROM (SELECT _combined_ordinal AS ord, {prov.ID} AS _cid, "
+            f"{prov.PAYLOAD_HASH} AS _chash FROM pay) c "
+            "FULL OUTER JOIN cur k ON c._cid = k._kid) WHERE op <> 'same'"
+        )
+        (captured,) = self.con.execute("SELECT count(*) FROM pay").fetchall()[0]
+        (changed,) = self.con.execute("SELECT count(*) FROM tr WHERE ord IS NOT NULL").fetchall()[0]
+        return self._stats(unchanged=int(captured) - int(changed))
 
     def _stats_all_new(self) -> Transition:
         # The terms _stats computes from tr, over the staged (id, hash) columns
