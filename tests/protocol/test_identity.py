@@ -498,6 +498,23 @@ def test_compute_identity_preserves_row_order(chunks: list[list[int]]) -> None:
     assert ids.type == hashes.type == pa.string()
 
 
+@pytest.mark.parametrize("preserve", [True, False])
+def test_compute_identity_keeps_a_large_input_in_order_on_several_threads(preserve: bool) -> None:
+    # Enough rows, in enough chunks, for DuckDB to scan them on several threads.
+    n = 200_000
+    keys = [(i * 7919) % n for i in range(n)]
+    batches = [
+        pa.record_batch({"k": pa.array(keys[o : o + 4000], pa.int64())}) for o in range(0, n, 4000)
+    ]
+    table = pa.Table.from_batches(batches)
+    con = duckdb.connect(config={"threads": 4, "preserve_insertion_order": preserve})
+    try:
+        ids, _ = compute_identity(table, ["k"], con=con)
+    finally:
+        con.close()
+    assert ids.to_pylist() == [identity_python([k], [pa.int64()]) for k in keys]
+
+
 def test_compute_identity_accepts_a_record_batch_and_a_connection() -> None:
     batch = pa.record_batch({"k": pa.array([3, 1, 2]), "v": pa.array(["c", "a", "b"])})
     ids, hashes = compute_identity(batch, ["k"])

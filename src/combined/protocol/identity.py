@@ -184,7 +184,8 @@ def _tlv_once_sql(tag: str, text: str, depth: int) -> str:
 
 
 def _concat(parts: Sequence[str]) -> str:
-    # Every part is a non-NULL text: concat and `||` agree, concat is faster.
+    # concat reads a NULL part as '' (where `||` would give NULL), and one
+    # n-ary concat is cheaper than a chain of `||`.
     return f"concat({', '.join(parts)})" if parts else "''"
 
 
@@ -220,18 +221,23 @@ def _micros_from_ns_sql(ns: str) -> str:
     return _decimal_text_sql(f"(CAST({ns} AS DECIMAL(22,3)) * 0.001)", 6)
 
 
-def _value_sql(v: str, t: pa.DataType, kind: str, depth: int, where: str) -> str:
-    """SQL for ``<tag><n>:<text>`` of ``v``, for a ``v`` that is not NULL."""
+def _scalar_tlv(v: str, t: pa.DataType, kind: str) -> tuple[str, str, str | None] | None:
+    """``(tag, text, length)`` of a scalar ``v`` that is not NULL; None for nested kinds.
+
+    ``text`` is NULL exactly when ``v`` is (every branch propagates NULL),
+    which lets :func:`_flat_pieces` spread the value over a flat concat.
+    ``length`` is None when it is ``strlen(text)``.
+    """
     if pa.types.is_dictionary(t):
         t = t.value_type
     tag = _TAGS[kind]
     if kind in ("bool", "int", "string", "json"):
-        return _tlv_sql(tag, f"CAST({v} AS VARCHAR)")
+        return tag, f"CAST({v} AS VARCHAR)", None
     if kind == "decimal":
         # The cast pins the scale to the Arrow type's, so the text does not
         # depend on how the relation happens to hold the column.
         number = f"CAST({v} AS DECIMAL({t.precision},{t.scale}))"
-        return _tlv_sql(tag, _decimal_text_sql(number, t.scale, t.precision))
+        return tag, _decimal_text_sql(number, t.scale, t.precision), None
     if kind == "float":
         # The IEEE-754 binary64 bit pattern: exact, and free of any library's
         # float printing; one pattern for NaN and for zero.
@@ -241,14 +247,14 @@ def _value_sql(v: str, t: pa.DataType, kind: str, depth: int, where: str) -> str
             f"(CASE WHEN isnan({x}) THEN '{_NAN_BITS}' "
             f"WHEN {x} = 0 THEN '{_ZERO_BITS}' ELSE {bits} END)"
         )
-        return _tlv_sql(tag, text, "16")
+        return tag, text, "16"
     if kind == "binary":
         blob = f"CAST({v} AS BLOB)"
-        return _tlv_sql(tag, f"lower(hex({blob}))", f"2 * octet_length({blob})")
+        return tag, f"lower(hex({blob}))", f"2 * octet_length({blob})"
     if kind == "uuid":
-        return _tlv_sql(tag, f"CAST({v} AS VARCHAR)", "36")
+        return tag, f"CAST({v} AS VARCHAR)", "36"
     if kind == "date":
-        return _tlv_sql(tag, f"CAST(({v} - DATE '1970-01-01') AS VARCHAR)")
+        return tag, f"CAST(({v} - DATE '1970-01-01') AS VARCHAR)", None
     if kind in ("timestamp", "timestamptz", "time"):
         if t.unit == "ns":
             text = _micros_from_ns_sql(f"epoch_ns({v})")
@@ -259,14 +265,25 @@ def _value_sql(v: str, t: pa.DataType, kind: str, depth: int, where: str) -> str
             us = f"CAST({v} AS TIMESTAMP)" if kind == "timestamp" else v
             text = f"CAST(epoch_us({us}) AS VARCHAR)"
         if kind == "time":
-            return _tlv_sql(tag, text)
+            return tag, text, None
         # DuckDB reads the stored counts +/-(2**63 - 1) as +/-infinity, for
         # which epoch_us/epoch_ns give NULL.
         infinity = (
             f"(CASE WHEN {v} IS NULL THEN NULL WHEN starts_with(CAST({v} AS VARCHAR), '-') "
             "THEN '-infinity' ELSE 'infinity' END)"
         )
-        return _tlv_sql(tag, f"coalesce({text}, {infinity})")
+        return tag, f"coalesce({text}, {infinity})", None
+    return None
+
+
+def _value_sql(v: str, t: pa.DataType, kind: str, depth: int, where: str) -> str:
+    """SQL for ``<tag><n>:<text>`` of ``v``, for a ``v`` that is not NULL."""
+    scalar = _scalar_tlv(v, t, kind)
+    if scalar is not None:
+        return _tlv_sql(*scalar)
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    tag = _TAGS[kind]
     var = f"__combined_v{depth}"
     if kind == "list":
         item = _cell_sql(var, t.value_type, depth + 1, f"{where}[]")
@@ -293,23 +310,57 @@ def _value_sql(v: str, t: pa.DataType, kind: str, depth: int, where: str) -> str
     raise AssertionError(kind)  # pragma: no cover - _kind is exhaustive
 
 
-def _cell_sql(v: str, t: pa.DataType, depth: int, where: str) -> str:
+def _flat_pieces(v: str, scalar: tuple[str, str, str | None], head: str, absent: str) -> list[str]:
+    """``head <tag><n>:<text>`` of a scalar ``v`` as pieces of a flat concat, ``absent`` when NULL.
+
+    concat skips NULL pieces, and every piece but the first is NULL exactly
+    when ``v`` is: one flat concat then builds a whole row's text without a
+    nested concat (and its intermediate string) per value, about a quarter
+    less CPU for a typical row than the nested form, with the same text.
+    """
+    tag, text, length = scalar
+    if length is not None and length.isdigit():  # a constant length joins the head
+        head, length = f"{head}{tag}{length}:", None
+        pieces = []
+    else:
+        head += tag
+        pieces = [f"({length if length is not None else f'strlen({text})'} || ':')"]
+    when_null = "NULL" if absent == "" else _literal(absent)
+    return [f"(CASE WHEN {v} IS NULL THEN {when_null} ELSE {_literal(head)} END)", *pieces, text]
+
+
+def _cell_pieces(v: str, t: pa.DataType, depth: int, where: str) -> list[str]:
     kind = _kind(t, where)
     if kind == "null":
-        return f"'{_NULL}'"
+        return [f"'{_NULL}'"]
+    scalar = _scalar_tlv(v, t, kind)
+    if scalar is not None:
+        return _flat_pieces(v, scalar, "", _NULL)
     value = _value_sql(v, t, kind, depth, where)
-    return f"(CASE WHEN {v} IS NULL THEN '{_NULL}' ELSE {value} END)"
+    return [f"(CASE WHEN {v} IS NULL THEN '{_NULL}' ELSE {value} END)"]
 
 
-def _member_sql(name: str, v: str, t: pa.DataType, depth: int, where: str) -> str:
+def _cell_sql(v: str, t: pa.DataType, depth: int, where: str) -> str:
+    return _concat(_cell_pieces(v, t, depth, where))
+
+
+def _member_pieces(name: str, v: str, t: pa.DataType, depth: int, where: str) -> list[str]:
     # A named member (payload column, struct field): omitted when null, so a
     # column or field that is absent and one that is null encode the same.
     path = f"{where}.{name}" if where else name
     kind = _kind(t, path)
     if kind == "null":
-        return "''"
-    member = f"concat({_literal(_tlv_py('s', name))}, {_value_sql(v, t, kind, depth, path)})"
-    return f"(CASE WHEN {v} IS NULL THEN '' ELSE {member} END)"
+        return []
+    head = _tlv_py("s", name)
+    scalar = _scalar_tlv(v, t, kind)
+    if scalar is not None:
+        return _flat_pieces(v, scalar, head, "")
+    member = f"concat({_literal(head)}, {_value_sql(v, t, kind, depth, path)})"
+    return [f"(CASE WHEN {v} IS NULL THEN '' ELSE {member} END)"]
+
+
+def _member_sql(name: str, v: str, t: pa.DataType, depth: int, where: str) -> str:
+    return _concat(_member_pieces(name, v, t, depth, where))
 
 
 def canonical_sql(column: str, arrow_type: pa.DataType) -> str:
@@ -356,7 +407,11 @@ def identity_text_sql(key: Sequence[str], schema: pa.Schema) -> str:
     The text is the encoding version followed by each key value's canonical
     text in key order.
     """
-    parts = [canonical_sql(name, _field_type(schema, name)) for name in _checked_key(key)]
+    parts = [
+        piece
+        for name in _checked_key(key)
+        for piece in _cell_pieces(quote_ident(name), _field_type(schema, name), 0, name)
+    ]
     return _concat([f"'{IDENTITY_ENCODING}'", *parts])
 
 
@@ -373,8 +428,9 @@ def payload_text_sql(columns: Sequence[str], schema: pa.Schema) -> str:
     string and the value's canonical text.
     """
     parts = [
-        _member_sql(name, quote_ident(name), _field_type(schema, name), 0, "")
+        piece
         for name in _checked_payload(columns)
+        for piece in _member_pieces(name, quote_ident(name), _field_type(schema, name), 0, "")
     ]
     return _concat([f"'{IDENTITY_ENCODING}'", *parts])
 
@@ -742,18 +798,26 @@ def compute_identity(
     ordinal = "__combined_identity_ordinal"
     if ordinal in used:
         raise ValueError(f"column name {ordinal!r} is reserved")
-    # A vectorised 0..n-1: DuckDB gives no order guarantee without ORDER BY.
-    positions = pc.subtract(pc.cumulative_sum(pa.nulls(table.num_rows, pa.int64()).fill_null(1)), 1)
-    columns = duckdb_compatible(table.select(used)).columns
-    scan = pa.Table.from_arrays([*columns, positions], names=[*used, ordinal])
-
     con = con if con is not None else _thread_connection()
+    columns = duckdb_compatible(table.select(used)).columns
+    order = ""
+    # A projection of one table keeps its rows' order when the connection
+    # preserves insertion order (DuckDB's default); otherwise the rows are
+    # numbered and sorted back, which costs about a tenth of the hashing.
+    (preserved,) = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0]
+    if preserved:
+        scan = pa.Table.from_arrays(columns, names=used)
+    else:
+        # A vectorised 0..n-1.
+        ones = pa.nulls(table.num_rows, pa.int64()).fill_null(1)
+        positions = pc.subtract(pc.cumulative_sum(ones), 1)
+        scan = pa.Table.from_arrays([*columns, positions], names=[*used, ordinal])
+        order = f" ORDER BY {quote_ident(ordinal)}"
     view = f"__combined_identity_{uuid.uuid4().hex}"
     con.register(view, scan)
     try:
         result = con.sql(
-            f"SELECT {id_expr} AS id, {hash_expr} AS payload_hash "
-            f"FROM {quote_ident(view)} ORDER BY {quote_ident(ordinal)}"
+            f"SELECT {id_expr} AS id, {hash_expr} AS payload_hash FROM {quote_ident(view)}{order}"
         ).to_arrow_table()
     finally:
         con.unregister(view)
