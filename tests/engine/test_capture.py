@@ -257,3 +257,26 @@ def test_a_first_capture_commits_its_raw_deliveries_as_the_table_files(shop: Pat
     # Removing a table file (a VACUUM, say) leaves the raw Delivery readable.
     files[0].unlink()
     assert all(pq.read_metadata(p).num_rows > 0 for p in deliveries.values())
+
+
+def test_a_first_baselines_change_list_failing_on_its_side_thread_fails_the_capture(
+    shop: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from combined.runtime import _pipeline
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full while writing the change list")
+
+    monkeypatch.setattr(_pipeline, "_write_changes", broken)
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state != "succeeded"
+        assert "disk full" in str(run.error)
+        assert not (shop / "lake" / "shop" / "orders" / "_delta_log").exists()
+        monkeypatch.undo()
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+        assert _count(engine, "shop.orders") == 200
+    finally:
+        engine.close()

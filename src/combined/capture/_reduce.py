@@ -18,13 +18,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from combined.errors import DuplicateKeys
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import identity_sql, payload_hash_sql, quote_ident
+
+if TYPE_CHECKING:
+    import duckdb
 
 #: A change stream's list of columns whose (TOAST) value the change left as it was.
 UNCHANGED = "_combined_unchanged"
@@ -253,10 +256,14 @@ class Reducer:
             self._has_keys = True
         return "keys"
 
-    def reduce(self) -> Transition:
-        """Materialise the transition's ids and operations; return its counts."""
+    def reduce(self, con: duckdb.DuckDBPyConnection | None = None) -> Transition:
+        """Materialise the transition's ids and operations; return its counts.
+
+        A first baseline (``all_new``) only reads the staged columns, and may
+        do so on ``con``, a cursor of this reduction's database, from another thread.
+        """
         if self.all_new:
-            return self._stats_all_new()
+            return self._stats_all_new(con)
         if self.streamed:
             return self._reduce_streamed()
         con = self.con
@@ -375,14 +382,21 @@ class Reducer:
         (changed,) = self.con.execute("SELECT count(*) FROM tr WHERE ord IS NOT NULL").fetchall()[0]
         return self._stats(unchanged=int(captured) - int(changed))
 
-    def _stats_all_new(self) -> Transition:
+    def counts_all_new(self) -> Transition:
+        """A first baseline's counts, from the staged parts' metadata (no digests yet)."""
+        (rows,) = self.con.execute("SELECT count(*) FROM pay").fetchall()[0]
+        return Transition(inserts=int(rows), captured=int(rows))
+
+    def _stats_all_new(self, con: duckdb.DuckDBPyConnection | None = None) -> Transition:
         # The terms _stats computes from tr, over the staged (id, hash) columns
-        # in one streaming pass: each row is a put of a first-seen id.
+        # in one streaming pass: each row is a put of a first-seen id. ``con``
+        # may be a cursor of this reduction's database, used from another thread.
         i, h = prov.ID, prov.PAYLOAD_HASH
-        rows, t, n = self.con.execute(
-            f"SELECT count(*), bit_xor(md5_number({self._first_op} || '|' || {i} || '|' || {h})), "
-            f"bit_xor(md5_number({i} || '|' || {h})) FROM pay"
-        ).fetchall()[0]
+        sql = (
+            f"SELECT count(*), bit_xor(md5_number(concat({self._first_op}, '|', {i}, '|', {h}))), "
+            f"bit_xor(md5_number(concat({i}, '|', {h}))) FROM pay"
+        )
+        rows, t, n = (con or self.con).execute(sql).fetchall()[0]
         mask = (1 << 64) - 1
         t, c = int(t or 0), int(n or 0)
         self.transition = Transition(
@@ -422,12 +436,16 @@ class Reducer:
             self.con.execute("DROP TABLE IF EXISTS keys")
             self._has_keys = False
 
-    def changes(self, batch_rows: int = 65_536) -> pa.RecordBatchReader:
-        """(id, op) of every change, streamed: the identities MAR counts."""
+    def changes(
+        self, batch_rows: int = 65_536, con: duckdb.DuckDBPyConnection | None = None
+    ) -> pa.RecordBatchReader:
+        """(id, op) of every change, streamed: the identities MAR counts (``con``: as in reduce)."""
         if self.all_new:
-            reader: pa.RecordBatchReader = self.con.sql(
-                f"SELECT {prov.ID} AS _combined_id, 'insert' AS op FROM pay"
-            ).to_arrow_reader(batch_rows)
+            reader: pa.RecordBatchReader = (
+                (con or self.con)
+                .sql(f"SELECT {prov.ID} AS _combined_id, 'insert' AS op FROM pay")
+                .to_arrow_reader(batch_rows)
+            )
             return reader
         reader = self.con.sql(
             "SELECT id AS _combined_id, CASE WHEN op = 'snapshot' THEN 'insert' ELSE op END "

@@ -8,7 +8,8 @@ repair of a catalog that lags the lake.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -374,11 +375,16 @@ def prepare(
         full=staged.full,
         current_filter=staged.current_filter,
     )
+    side = _SideTask()
     try:
         if reducer.duplicates(limit=1):
             quarantine_duplicates(reducer, staged, run_id=run_id, layout=layout, catalog=catalog)
             reducer.check_duplicates(f"{plan.source}.{plan.name}")
-        transition = reducer.reduce()
+        # A first baseline's counts are known from its staged parts; its
+        # digests and change list follow on a second connection while its
+        # Deliveries are encoded (neither needs the other, and this phase
+        # leaves a core half idle).
+        transition = reducer.counts_all_new() if reducer.all_new else reducer.reduce()
         first_seq = table.committed_sequence() + 1
         payload = [
             f for f in staged.schema if not f.name.startswith("_combined_") and f.name != ORDINAL
@@ -411,14 +417,13 @@ def prepare(
                 "producer": producer,
                 "position": staged.position,
             }
-            changes = reducer.changes()
             changes_path = area.path(
                 f"{plan.source}/{plan.name}/deliveries/{first_seq:09d}-transition.parquet"
             )
-            with parquet_writer(changes_path, changes.schema) as writer:
-                for batch in changes:
-                    writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
-            area.account(changes_path.stat().st_size, files=1)
+            if reducer.all_new:
+                side.submit(_digests_and_changes, reducer, changes_path, area)
+            else:
+                _write_changes(reducer.changes(), changes_path, area)
             reducer.release()  # what the Deliveries no longer need, before they are encoded
             batches = (
                 to_lake(b, schema) for b in reducer.output(constants, batch_rows=plan.batch_rows)
@@ -437,11 +442,14 @@ def prepare(
                 allow_empty=moved or plan.sync_mode == "full_refresh",
             )
             reporter.progress(plan.name, staged.rows, 0, len(deliveries))
+        if reducer.all_new:
+            transition = side.result() if side.started else reducer.reduce()
         if plan.sync_mode == "full_refresh":
             content = reducer.full_content_xor()
         else:
             content = None
     finally:
+        side.wait()  # before its connection closes, whatever failed
         reducer.close()
         # Give the batches' buffers back before the commit allocates its own.
         pa.default_memory_pool().release_unused()
@@ -457,6 +465,50 @@ def prepare(
         baseline,
         accepted_at,
     )
+
+
+def _write_changes(changes: pa.RecordBatchReader, path: Path, area: StagingArea) -> None:
+    """The transition's change list (id, op): the identities MAR bills."""
+    with parquet_writer(path, changes.schema) as writer:
+        for batch in changes:
+            writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
+    area.account(path.stat().st_size, files=1)
+
+
+def _digests_and_changes(reducer: Reducer, changes_path: Path, area: StagingArea) -> Transition:
+    """A first baseline's transition and change list, on a cursor of its reduction."""
+    con = reducer.con.cursor()
+    try:
+        transition = reducer.reduce(con)
+        _write_changes(reducer.changes(con=con), changes_path, area)
+        return transition
+    finally:
+        con.close()
+
+
+class _SideTask:
+    """At most one task on a thread beside the caller's, awaited before what it uses goes."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._future: Future[Transition] | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._future is not None
+
+    def submit(self, fn: Callable[..., Transition], *args: Any) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transition")
+        self._future = self._pool.submit(fn, *args)
+
+    def result(self) -> Transition:
+        assert self._future is not None
+        return self._future.result()
+
+    def wait(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
 
 def _schema_revision(catalog: Catalog, plan: DatasetPlan, schema: pa.Schema) -> int:
