@@ -150,7 +150,22 @@ def test_row_groups_are_bounded_and_deliveries_keep_their_order(tmp_path: Path) 
     (d,) = write(area, stream())
     meta = pq.ParquetFile(d.path).metadata
     sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-    assert sizes == [ROW_GROUP_ROWS, 10, 5]
+    assert sizes == [ROW_GROUP_ROWS, 15]
+    assert pq.read_table(d.path).column("_combined_id").to_pylist() == [
+        f"id{i}" for i in range(ROW_GROUP_ROWS + 15)
+    ]
+
+
+def test_small_batches_gather_into_full_row_groups(tmp_path: Path) -> None:
+    area = StagingArea(tmp_path, Limits())
+    rows = ROW_GROUP_ROWS * 2 + 100
+    (d,) = write(area, iter([batch(i, min(1000, rows - i)) for i in range(0, rows, 1000)]))
+    meta = pq.ParquetFile(d.path).metadata
+    sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert sum(sizes) == rows and len(sizes) == 3 and min(sizes[:2]) >= ROW_GROUP_ROWS
+    assert pq.read_table(d.path).column("_combined_id").to_pylist() == [
+        f"id{i}" for i in range(rows)
+    ]
 
 
 def test_a_failing_stream_stops_every_writer_and_raises_its_own_error(tmp_path: Path) -> None:

@@ -29,6 +29,11 @@ from combined.protocol.identity import identity_sql, payload_hash_sql, quote_ide
 if TYPE_CHECKING:
     import duckdb
 
+#: Rows per output batch. DuckDB's reader runs several batches ahead of its
+#: consumer: 64k-row batches of a typical table held ~150 MB, 16k-row ones
+#: ~80 MB. The Delivery writer gathers them back into full row groups.
+OUTPUT_BATCH_ROWS = 16_384
+
 #: A change stream's list of columns whose (TOAST) value the change left as it was.
 UNCHANGED = "_combined_unchanged"
 
@@ -453,7 +458,9 @@ class Reducer:
         ).to_arrow_reader(batch_rows)
         return reader
 
-    def output(self, constants: dict[str, Any], batch_rows: int) -> Iterator[pa.RecordBatch]:
+    def output(
+        self, constants: dict[str, Any], batch_rows: int = OUTPUT_BATCH_ROWS
+    ) -> Iterator[pa.RecordBatch]:
         """Stream the rows to deliver: source columns plus provenance."""
         cols = ", ".join(f"c.{quote_ident(n)}" for n in self.payload)
         emitted = (

@@ -204,12 +204,22 @@ def write_deliveries(
         chunk = feed.get()
         # The first chunk decides which columns get a dictionary (its
         # Delivery id is still null: constant either way).
+        # Chunks gather into full row groups: each write is a row group of its own.
+        group: list[pa.RecordBatch] = []
+        grouped = 0
         with parquet_writer(path, schema, sample=chunk) as writer:
             while chunk is not None:
                 chunk = chunk.set_column(idx, field, pa.repeat(ids, chunk.num_rows))
-                writer.write_batch(chunk, row_group_size=ROW_GROUP_ROWS)
                 stats.add(chunk)
+                group.append(chunk)
+                grouped += chunk.num_rows
                 chunk = feed.get()
+                if grouped >= ROW_GROUP_ROWS or (chunk is None and group):
+                    table = pa.Table.from_batches(group)
+                    # Whole row groups now; a remainder waits for the next chunks.
+                    full = grouped if chunk is None else grouped - grouped % ROW_GROUP_ROWS
+                    writer.write_table(table.slice(0, full), row_group_size=ROW_GROUP_ROWS)
+                    group, grouped = table.slice(full).to_batches(), grouped - full
         size = path.stat().st_size
         area.account(size)
         return StagedDelivery(

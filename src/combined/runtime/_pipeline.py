@@ -425,9 +425,7 @@ def prepare(
             else:
                 _write_changes(reducer.changes(), changes_path, area)
             reducer.release()  # what the Deliveries no longer need, before they are encoded
-            batches = (
-                to_lake(b, schema) for b in reducer.output(constants, batch_rows=plan.batch_rows)
-            )
+            batches = (to_lake(b, schema) for b in reducer.output(constants))
             deliveries = write_deliveries(
                 area,
                 batches,
