@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
 #: consumer: 64k-row batches of a typical table held ~150 MB, 16k-row ones
 #: ~80 MB. The Delivery writer gathers them back into full row groups.
 OUTPUT_BATCH_ROWS = 16_384
+
+#: Provenance columns holding instants (given as ISO 8601 text in the constants).
+_TIMES = frozenset({prov.EMITTED_AT, prov.OBSERVED_AT, prov.INGESTED_AT})
 
 #: A change stream's list of columns whose (TOAST) value the change left as it was.
 UNCHANGED = "_combined_unchanged"
@@ -463,46 +467,55 @@ class Reducer:
     ) -> Iterator[pa.RecordBatch]:
         """Stream the rows to deliver: source columns plus provenance."""
         cols = ", ".join(f"c.{quote_ident(n)}" for n in self.payload)
-        emitted = (
-            f"c.{quote_ident(prov.EMITTED_AT)}"
-            if prov.EMITTED_AT in self.capture_schema.names
-            else "NULL::TIMESTAMPTZ"
-        )
-        position = (
-            f"c.{quote_ident(prov.SOURCE_POSITION)}"
-            if prov.SOURCE_POSITION in self.capture_schema.names
-            else _lit(constants.get("position"))
-        )
-        provenance = (
-            f"{emitted} AS {prov.EMITTED_AT}, "
-            f"{_lit(constants['observed_at'])}::TIMESTAMPTZ AS {prov.OBSERVED_AT}, "
-            f"{_lit(constants.get('ingested_at'))}::TIMESTAMPTZ AS {prov.INGESTED_AT}, "
-            f"{_lit(constants['run_id'])} AS {prov.RUN_ID}, "
-            f"NULL::VARCHAR AS {prov.DELIVERY_ID}, "
-            f"{_lit(constants['producer'])} AS {prov.PRODUCER}, "
-            f"{position} AS {prov.SOURCE_POSITION}"
-        )
+        # Columns constant over the transition are added to each batch as
+        # Arrow constants: DuckDB would print the same strings into every row.
+        types = {f.name: f.type for f in prov.provenance_fields()}
+        fixed: dict[str, Any] = {
+            prov.OBSERVED_AT: constants["observed_at"],
+            prov.INGESTED_AT: constants.get("ingested_at"),
+            prov.RUN_ID: constants["run_id"],
+            prov.DELIVERY_ID: None,  # each Delivery's writer stamps its own
+            prov.PRODUCER: constants["producer"],
+        }
+        provenance = ""
+        for name in (prov.EMITTED_AT, prov.SOURCE_POSITION):
+            if name in self.capture_schema.names:
+                provenance += f", c.{quote_ident(name)} AS {name}"
+            else:
+                fixed[name] = constants.get("position") if name == prov.SOURCE_POSITION else None
+        scalars = {
+            name: pa.scalar(
+                datetime.fromisoformat(value)
+                if isinstance(value, str) and name in _TIMES
+                else value,
+                types[name],
+            )
+            for name, value in fixed.items()
+        }
         if self._every_row_new():
             # Every staged row is an insert (a first baseline): no join, the
             # staged parts stream straight to the Deliveries.
             sql = (
                 f"SELECT {cols}, c._cid AS {prov.ID}, {self._first_op} AS {prov.OP}, "
-                f"c._chash AS {prov.PAYLOAD_HASH}, {provenance} FROM cap c"
+                f"c._chash AS {prov.PAYLOAD_HASH}{provenance} FROM cap c"
             )
         elif self.sync_mode == "full_refresh":
             sql = (
                 f"SELECT {cols}, k._cid AS {prov.ID}, 'snapshot' AS {prov.OP}, "
-                f"k._chash AS {prov.PAYLOAD_HASH}, {provenance} "
+                f"k._chash AS {prov.PAYLOAD_HASH}{provenance} "
                 f"FROM {self._keys()} k JOIN pay c ON c._combined_ordinal = k.ord"
             )
         else:
             sql = (
                 f"SELECT {cols}, tr.id AS {prov.ID}, tr.op AS {prov.OP}, "
-                f"tr.new_hash AS {prov.PAYLOAD_HASH}, {provenance} "
+                f"tr.new_hash AS {prov.PAYLOAD_HASH}{provenance} "
                 "FROM tr LEFT JOIN pay c ON c._combined_ordinal = tr.ord "
                 "WHERE tr.op <> 'same'"
             )
             if self.sync_mode == "append":
                 sql += " ORDER BY tr.ord"  # an event stream keeps source order
         reader: pa.RecordBatchReader = self.con.sql(sql).to_arrow_reader(batch_rows)
-        yield from reader
+        for batch in reader:
+            for name, scalar in scalars.items():
+                batch = batch.append_column(name, pa.repeat(scalar, batch.num_rows))
+            yield batch
