@@ -21,6 +21,7 @@ def test_a_staging_byte_limit_breach_fails_the_run_and_commits_nothing(
         assert run.state == "failed"
         assert "over the limit of 20480" in (run.error or "")
         assert "staging.max_bytes" in (run.error or "")
+        assert "staging.compression" in (run.error or "")
         assert not (tmp_path / "lake" / "shop" / "orders").exists()
         assert engine.publications() == []
         assert not (tmp_path / "lake" / "_staging" / run.id).exists()

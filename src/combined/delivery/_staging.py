@@ -59,7 +59,8 @@ class StagingArea:
         if self.bytes > self.limits.max_bytes:
             raise StagingLimitExceeded(
                 f"the run staged {self.bytes} bytes, over the limit of {self.limits.max_bytes}",
-                hint="raise staging.max_bytes in combined.yaml or capture fewer datasets at once",
+                hint="raise staging.max_bytes in combined.yaml, capture fewer datasets at once, "
+                "or stage compressed (staging.compression: zstd)",
             )
         if self.files > self.limits.max_files:
             raise StagingLimitExceeded(
