@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from combined.capture._reduce import Reducer
+from combined.capture._reduce import Reducer, Transition
 from combined.delivery import PartWriter, StagingArea
 from combined.delivery._staging import Limits
 from combined.runtime._stager import CaptureStager
@@ -68,22 +68,29 @@ CONSTANTS = {
 }
 
 
-def test_streamed_first_baseline_matches_the_general_reduction(tmp_path: Path) -> None:
-    parts, schema = staged(tmp_path, list(range(3000)))
-    assert len(parts) > 1
+def both_paths(
+    tmp_path: Path, parts: list[Path], schema: pa.Schema, current: list[str] | None = None
+) -> list[tuple[Transition, pa.Table, pa.Table]]:
+    """(transition, change list, delivered rows) of the streamed path, then of the general one."""
     results = []
     for stream in (True, False):
-        r = reducer(tmp_path, parts, schema, stream=stream)
+        r = reducer(tmp_path, parts, schema, stream=stream, current=current)
         try:
             assert r.duplicates() == []
             transition = r.reduce()
             changes = r.changes().read_all().sort_by("_combined_id")
             r.release()
-            rows = pa.Table.from_batches(list(r.output(CONSTANTS, 1000))).sort_by("id")
+            rows = pa.Table.from_batches(list(r.output(CONSTANTS, 1000))).sort_by("_combined_id")
         finally:
             r.close()
         results.append((transition, changes, rows))
-    (t1, c1, o1), (t2, c2, o2) = results
+    return results
+
+
+def test_streamed_first_baseline_matches_the_general_reduction(tmp_path: Path) -> None:
+    parts, schema = staged(tmp_path, list(range(3000)))
+    assert len(parts) > 1
+    (t1, c1, o1), (t2, c2, o2) = both_paths(tmp_path, parts, schema)
     assert t1 == t2
     assert (t1.inserts, t1.captured, t1.updates, t1.deletes) == (3000, 3000, 0, 0)
     assert t1.digest != "0" * 32 and t1.content_xor != (0, 0)
@@ -99,10 +106,9 @@ def test_duplicates_found_without_materialising(tmp_path: Path, stream: bool) ->
         dups = r.duplicates()
     finally:
         r.close()
-    ordinal = {i: i for i in range(1000)}
     assert dups[0][0] < dups[1][0]  # ordered by id (hex)
-    found = {count: ords for _, count, ords in dups}
-    assert found == {3: [ordinal[7], 1000, 1002], 2: [ordinal[500], 1001]}
+    found = {count: ords for _, count, ords in dups}  # ordinals: the capture's row numbers
+    assert found == {3: [7, 1000, 1002], 2: [500, 1001]}
 
 
 def test_streamed_recapture_matches_the_general_reduction(tmp_path: Path) -> None:
@@ -122,17 +128,9 @@ def test_streamed_recapture_matches_the_general_reduction(tmp_path: Path) -> Non
     changed = [i for i in range(100, 3100) if i % 7 == 0]
     parts_a, _ = staged(tmp_path, again, "n")
     parts_b, _ = staged(tmp_path, changed, "m", first=len(again))  # one capture: ordinals go on
-    results = []
-    for stream in (True, False):
-        r = reducer(tmp_path, [*parts_a, *parts_b], schema, stream=stream, current=[str(current)])
-        try:
-            transition = r.reduce()
-            changes = r.changes().read_all().sort_by("_combined_id")
-            rows = pa.Table.from_batches(list(r.output(CONSTANTS, 1000))).sort_by("_combined_id")
-        finally:
-            r.close()
-        results.append((transition, changes, rows))
-    (t1, c1, o1), (t2, c2, o2) = results
+    (t1, c1, o1), (t2, c2, o2) = both_paths(
+        tmp_path, [*parts_a, *parts_b], schema, current=[str(current)]
+    )
     assert t1 == t2
     unchanged_names = sum(1 for i in changed if i < 3000 and i % 5 == 0)  # null stays null
     assert (t1.inserts, t1.deletes) == (100, 100)
