@@ -262,12 +262,12 @@ def test_a_first_capture_commits_its_raw_deliveries_as_the_table_files(shop: Pat
 def test_a_first_baselines_change_list_failing_on_its_side_thread_fails_the_capture(
     shop: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from combined.runtime import _pipeline
+    from combined.runtime import _prepare
 
     def broken(*args: object, **kwargs: object) -> None:
         raise OSError("disk full while writing the change list")
 
-    monkeypatch.setattr(_pipeline, "_write_changes", broken)
+    monkeypatch.setattr(_prepare, "_write_changes", broken)
     engine = Engine.open(shop / "combined.yaml")
     try:
         (run,) = engine.capture(["shop.orders"])

@@ -33,11 +33,11 @@ from combined.runtime._pipeline import (
     Prepared,
     Staged,
     commit,
-    prepare,
     project_commit,
     stage,
     table_of,
 )
+from combined.runtime._prepare import prepare
 from combined.runtime._reporter import NullReporter, Reporter
 
 

@@ -1,0 +1,362 @@
+"""Prepare one dataset's capture for commit: reduce it, write its Deliveries.
+
+The reduction compares the staged capture with the lake's current state
+(``combined.capture._reduce``); the transition it yields is written as
+bounded Delivery files and described by the lake commit's metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from combined.capture._reduce import Reducer, Transition
+from combined.catalog import Catalog, VersionTotals, version_id
+from combined.catalog import data as cat
+from combined.delivery import StagedDelivery, StagingArea, write_deliveries
+from combined.lake import (
+    ROW_GROUP_ROWS,
+    LakeLayout,
+    lake_schema,
+    parquet_writer,
+    to_lake,
+)
+from combined.protocol import _provenance as prov
+from combined.runtime._pipeline import DatasetPlan, Prepared, Staged, commit_schema_fields, table_of
+from combined.runtime._reporter import Reporter
+from combined.runtime._stager import ORDINAL
+
+
+def prepare(
+    staged: Staged,
+    *,
+    run_id: str,
+    admission_id: str,
+    producer: str,
+    area: StagingArea,
+    layout: LakeLayout,
+    memory_limit: int,
+    catalog: Catalog,
+    reporter: Reporter,
+) -> Prepared:
+    """Reduce the staged capture to its transition and write it as Deliveries."""
+    plan = staged.plan
+    table = table_of(layout, plan)
+    current_files = table.files() if plan.sync_mode != "append" else []
+    baseline = not table.exists()
+    spill = area.path(f"{plan.source}/{plan.name}/spill/.keep").parent
+    reporter.phase(plan.name, "reducing")
+    # The acceptance time: the engine accepted the transition for commit. It is
+    # stamped on the Delivery rows and recorded in the lake commit's metadata.
+    accepted_at = datetime.now(UTC)
+    reducer = Reducer(
+        capture_files=staged.parts,
+        capture_schema=staged.schema,
+        current_files=current_files,
+        key=plan.key,
+        strategy=plan.strategy,
+        sync_mode=plan.sync_mode,
+        memory_limit=memory_limit,
+        spill_dir=spill,
+        baseline=baseline,
+        full=staged.full,
+        current_filter=staged.current_filter,
+    )
+    side = _SideTask()
+    try:
+        if reducer.duplicates(limit=1):
+            quarantine_duplicates(reducer, staged, run_id=run_id, layout=layout, catalog=catalog)
+            reducer.check_duplicates(f"{plan.source}.{plan.name}")
+        # A first baseline's counts are known from its staged parts; its
+        # digests and change list follow on a second connection while its
+        # Deliveries are encoded (neither needs the other, and this phase
+        # leaves a core half idle).
+        transition = reducer.counts_all_new() if reducer.all_new else reducer.reduce()
+        first_seq = table.committed_sequence() + 1
+        payload = [
+            f for f in staged.schema if not f.name.startswith("_combined_") and f.name != ORDINAL
+        ]
+        schema = lake_schema(pa.schema(payload))
+        for pf in prov.provenance_fields():
+            schema = schema.append(pf)
+        deliveries: list[StagedDelivery] = []
+        changes_path: Path | None = None
+        # A change stream that moved without touching this dataset still commits
+        # its position (an empty Delivery), so the slot can be confirmed past it.
+        # A first capture creates the table even when the source is empty, so
+        # the dataset is queryable (and empty) once published.
+        moved = baseline or (
+            plan.strategy == "cdc"
+            and staged.state is not None
+            and dict(staged.state) != dict(staged.prior_state or {})
+        )
+        if (
+            transition.changes
+            or (plan.sync_mode == "full_refresh" and transition.captured)
+            or moved
+        ):
+            observed = staged.receipt.snapshot_acquired_at or staged.receipt.extraction_started_at
+            constants = {
+                "observed_at": (observed or accepted_at).isoformat(),
+                # The Deliveries are final: their rows become the table's rows as they are.
+                "ingested_at": accepted_at.isoformat(),
+                "run_id": run_id,
+                "producer": producer,
+                "position": staged.position,
+            }
+            changes_path = area.path(
+                f"{plan.source}/{plan.name}/deliveries/{first_seq:09d}-transition.parquet"
+            )
+            if reducer.all_new:
+                side.submit(_digests_and_changes, reducer, changes_path, area)
+            else:
+                _write_changes(reducer.changes(), changes_path, area)
+            reducer.release()  # what the Deliveries no longer need, before they are encoded
+            batches = (to_lake(b, schema) for b in reducer.output(constants))
+            deliveries = write_deliveries(
+                area,
+                batches,
+                run_id=run_id,
+                source=plan.source,
+                dataset=plan.name,
+                first_sequence=first_seq,
+                schema=schema,
+                schema_revision=_schema_revision(catalog, plan, schema),
+                max_rows=plan.max_rows,
+                max_bytes=plan.max_bytes,
+                allow_empty=moved or plan.sync_mode == "full_refresh",
+            )
+            reporter.progress(plan.name, staged.rows, 0, len(deliveries))
+        if reducer.all_new:
+            transition = side.result() if side.started else reducer.reduce()
+        if plan.sync_mode == "full_refresh":
+            content = reducer.full_content_xor()
+        else:
+            content = None
+    finally:
+        side.wait()  # before its connection closes, whatever failed
+        reducer.close()
+        # Give the batches' buffers back before the commit allocates its own.
+        pa.default_memory_pool().release_unused()
+    return _finish_prepare(
+        staged,
+        transition,
+        deliveries,
+        changes_path,
+        content,
+        run_id,
+        admission_id,
+        catalog,
+        baseline,
+        accepted_at,
+    )
+
+
+def _write_changes(changes: pa.RecordBatchReader, path: Path, area: StagingArea) -> None:
+    """The transition's change list (id, op): the identities MAR bills."""
+    with parquet_writer(path, changes.schema) as writer:
+        for batch in changes:
+            writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
+    area.account(path.stat().st_size, files=1)
+
+
+def _digests_and_changes(reducer: Reducer, changes_path: Path, area: StagingArea) -> Transition:
+    """A first baseline's transition and change list, on a cursor of its reduction."""
+    con = reducer.con.cursor()
+    try:
+        transition = reducer.reduce(con)
+        _write_changes(reducer.changes(con=con), changes_path, area)
+        return transition
+    finally:
+        con.close()
+
+
+class _SideTask:
+    """At most one task on a thread beside the caller's, awaited before what it uses goes."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._future: Future[Transition] | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._future is not None
+
+    def submit(self, fn: Callable[..., Transition], *args: Any) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transition")
+        self._future = self._pool.submit(fn, *args)
+
+    def result(self) -> Transition:
+        assert self._future is not None
+        return self._future.result()
+
+    def wait(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def _schema_revision(catalog: Catalog, plan: DatasetPlan, schema: pa.Schema) -> int:
+    with catalog.begin() as conn:
+        try:
+            row = cat.get_dataset(conn, plan.source, plan.name)
+        except Exception:
+            return 1
+    fields = [[f.name, str(f.type)] for f in schema]
+    if row.schema is None:
+        return 1
+    if row.schema == fields:
+        return int(row.schema_revision or 1)
+    return int(row.schema_revision or 0) + 1
+
+
+def _finish_prepare(
+    staged: Staged,
+    transition: Transition,
+    deliveries: list[StagedDelivery],
+    changes_path: Path | None,
+    content: tuple[int, int] | None,
+    run_id: str,
+    admission_id: str,
+    catalog: Catalog,
+    baseline: bool,
+    accepted_at: datetime,
+) -> Prepared:
+    plan = staged.plan
+    with catalog.begin() as conn:
+        try:
+            row = cat.get_dataset(conn, plan.source, plan.name)
+            parent_id = row.current_version
+        except Exception:
+            parent_id = None
+        parent = cat.get_version(conn, parent_id) if parent_id else None
+    parent_count = int(parent.row_count) if parent is not None else 0
+    parent_lo, parent_hi = _split(parent.content_digest if parent is not None else None)
+    if content is not None:
+        lo, hi = content
+        row_count = transition.captured
+    else:
+        lo = parent_lo ^ transition.content_xor[0]
+        hi = parent_hi ^ transition.content_xor[1]
+        row_count = parent_count + transition.inserts - transition.deletes
+        if plan.sync_mode == "append":
+            row_count = parent_count + transition.captured  # every event is kept
+    totals = VersionTotals(row_count=row_count, content_digest=f"{hi:016x}{lo:016x}")
+    changed = bool(deliveries) and (transition.changes > 0 or content is not None)
+    if content is not None and transition.changes == 0 and parent is not None:
+        changed = False
+    vid = (
+        version_id(f"{plan.source}.{plan.name}", parent_id, transition.digest, totals)
+        if changed
+        else parent_id
+    )
+    first = deliveries[0].sequence if deliveries else 0
+    last = deliveries[-1].sequence if deliveries else 0
+    metadata: dict[str, Any] = {
+        "dataset": f"{plan.source}.{plan.name}",
+        "run_id": run_id,
+        "admission_id": admission_id,
+        "first_sequence": first,
+        "last_sequence": last,
+        "deliveries": [
+            {
+                "id": d.id,
+                "sequence": d.sequence,
+                "records": d.record_count,
+                "bytes": d.byte_count,
+                "content_hash": d.content_hash,
+                "schema_revision": d.schema_revision,
+                "file": d.path.name,
+            }
+            for d in deliveries
+        ],
+        "changes_file": changes_path.name if changes_path else None,
+        # A keyed transition changes each identity once; an event stream may repeat one.
+        "changes_unique": plan.sync_mode != "append",
+        "source_position": staged.position,
+        "checkpoint": dict(staged.state) if staged.state is not None else None,
+        "extraction_receipt": staged.receipt.to_json(),
+        "transition": {
+            "inserts": transition.inserts,
+            "updates": transition.updates,
+            "deletes": transition.deletes,
+            "unchanged": transition.unchanged,
+            "captured": transition.captured,
+            "digest": transition.digest,
+        },
+        "version": {
+            "id": vid,
+            "parent": parent_id,
+            "row_count": totals.row_count,
+            "content_digest": totals.content_digest,
+        },
+        "drift": staged.drift,
+        "schema": commit_schema_fields(deliveries[0].path) if deliveries else None,
+        "ingested_at": accepted_at.isoformat(),
+    }
+    mode = {"incremental": "merge", "append": "append", "full_refresh": "overwrite"}[plan.sync_mode]
+    needs_merge = not baseline and (transition.updates > 0 or transition.deletes > 0)
+    return Prepared(
+        staged=staged,
+        transition=transition,
+        deliveries=deliveries,
+        changes_path=changes_path,
+        metadata=metadata,
+        mode=mode,
+        needs_merge=needs_merge,
+    )
+
+
+def _split(digest: str | None) -> tuple[int, int]:
+    if not digest:
+        return 0, 0
+    return int(digest[16:], 16), int(digest[:16], 16)
+
+
+def quarantine_duplicates(
+    reducer: Reducer, staged: Staged, *, run_id: str, layout: LakeLayout, catalog: Catalog
+) -> None:
+    """Put the rows of duplicated keys in quarantine, with their ordinals."""
+
+    from combined.protocol import utcnow
+
+    plan = staged.plan
+    rows = reducer.duplicate_rows()
+    qdir = layout.quarantine(plan.source, plan.name)
+    qdir.mkdir(parents=True, exist_ok=True)
+    qid = f"q-{run_id}-{plan.name}"
+    path = qdir / f"{qid}.parquet"
+    pq.write_table(rows, str(path))
+    with catalog.begin() as conn:
+        cat.add_quarantine(
+            conn,
+            id=qid,
+            source=plan.source,
+            dataset=plan.name,
+            run_id=run_id,
+            delivery_id=None,
+            reason=f"duplicate key ({', '.join(plan.key)})",
+            path=str(path),
+            record_count=rows.num_rows,
+            reader=plan.quarantine_reader,
+            review_due_at=utcnow() + timedelta(seconds=plan.review_every_s),
+        )
+        cat.emit(
+            conn,
+            "quarantine.added",
+            source=plan.source,
+            dataset=plan.name,
+            run_id=run_id,
+            records=rows.num_rows,
+            reason="duplicate key",
+            path=str(path),
+        )
+
+
+# -- commit and projection -----------------------------------------------------------------
