@@ -60,6 +60,12 @@ class Transition:
         return self.inserts + self.updates + self.deletes
 
 
+def _with_constants(batch: pa.RecordBatch, scalars: dict[str, pa.Scalar]) -> pa.RecordBatch:
+    for name, scalar in scalars.items():
+        batch = batch.append_column(name, pa.repeat(scalar, batch.num_rows))
+    return batch
+
+
 def _lit(value: str | None) -> str:
     if value is None:
         return "NULL"
@@ -139,6 +145,7 @@ class Reducer:
         hash_expr = payload_hash_sql(self.payload, capture_schema)
         if not capture_files:
             raise ValueError("a reduction needs at least one staged part (it may be empty)")
+        self.capture_files = list(capture_files)
         files = _files(capture_files)
         if UNCHANGED in capture_schema.names:
             self._resolve_unchanged(files, id_expr, current_files)
@@ -497,6 +504,12 @@ class Reducer:
             )
             for name, value in fixed.items()
         }
+        if self.all_new:
+            # A first baseline delivers its staged parts as they are: read
+            # straight into Arrow (DuckDB would convert every value, strings
+            # included, and read ahead of the writers).
+            yield from self._staged_rows(scalars, batch_rows)
+            return
         if self._every_row_new():
             # Every staged row is an insert (a first baseline): no join, the
             # staged parts stream straight to the Deliveries.
@@ -521,6 +534,24 @@ class Reducer:
                 sql += " ORDER BY tr.ord"  # an event stream keeps source order
         reader: pa.RecordBatchReader = self.con.sql(sql).to_arrow_reader(batch_rows)
         for batch in reader:
-            for name, scalar in scalars.items():
-                batch = batch.append_column(name, pa.repeat(scalar, batch.num_rows))
-            yield batch
+            yield _with_constants(batch, scalars)
+
+    def _staged_rows(
+        self, scalars: dict[str, pa.Scalar], batch_rows: int
+    ) -> Iterator[pa.RecordBatch]:
+        """Every staged row, part by part, with its operation and the constant provenance.
+
+        A part staged before a column appeared lacks it, and a widened
+        column keeps its narrower type there: the lake conversion that
+        follows fills and casts them, as it does any batch.
+        """
+        import pyarrow.parquet as pq
+
+        wanted = {*self.payload, prov.ID, prov.PAYLOAD_HASH, prov.EMITTED_AT, prov.SOURCE_POSITION}
+        op = pa.scalar(self._first_op.strip("'"), pa.string())
+        for path in self.capture_files:
+            with pq.ParquetFile(path) as part:
+                columns = [n for n in part.schema_arrow.names if n in wanted]
+                for batch in part.iter_batches(batch_size=batch_rows, columns=columns):
+                    batch = batch.append_column(prov.OP, pa.repeat(op, batch.num_rows))
+                    yield _with_constants(batch, scalars)
