@@ -60,10 +60,21 @@ class Transition:
         return self.inserts + self.updates + self.deletes
 
 
-def _with_constants(batch: pa.RecordBatch, scalars: dict[str, pa.Scalar]) -> pa.RecordBatch:
-    for name, scalar in scalars.items():
-        batch = batch.append_column(name, pa.repeat(scalar, batch.num_rows))
-    return batch
+class _Constants:
+    """Columns holding one value, built once and sliced for each batch (zero-copy)."""
+
+    def __init__(self, scalars: dict[str, pa.Scalar], rows: int) -> None:
+        self.scalars = scalars
+        self.arrays = {name: pa.repeat(scalar, rows) for name, scalar in scalars.items()}
+
+    def add(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` with every constant column appended."""
+        n = batch.num_rows
+        for name, array in self.arrays.items():
+            if n > len(array):  # a longer batch than promised: built for it alone
+                array = pa.repeat(self.scalars[name], n)
+            batch = batch.append_column(name, array.slice(0, n))
+        return batch
 
 
 def _lit(value: str | None) -> str:
@@ -533,8 +544,9 @@ class Reducer:
             if self.sync_mode == "append":
                 sql += " ORDER BY tr.ord"  # an event stream keeps source order
         reader: pa.RecordBatchReader = self.con.sql(sql).to_arrow_reader(batch_rows)
+        fixed_columns = _Constants(scalars, batch_rows)
         for batch in reader:
-            yield _with_constants(batch, scalars)
+            yield fixed_columns.add(batch)
 
     def _staged_rows(
         self, scalars: dict[str, pa.Scalar], batch_rows: int
@@ -549,9 +561,9 @@ class Reducer:
 
         wanted = {*self.payload, prov.ID, prov.PAYLOAD_HASH, prov.EMITTED_AT, prov.SOURCE_POSITION}
         op = pa.scalar(self._first_op.strip("'"), pa.string())
+        constants = _Constants({prov.OP: op, **scalars}, batch_rows)
         for path in self.capture_files:
             with pq.ParquetFile(path) as part:
                 columns = [n for n in part.schema_arrow.names if n in wanted]
                 for batch in part.iter_batches(batch_size=batch_rows, columns=columns):
-                    batch = batch.append_column(prov.OP, pa.repeat(op, batch.num_rows))
-                    yield _with_constants(batch, scalars)
+                    yield constants.add(batch)
