@@ -20,6 +20,7 @@ from combined.capture._reduce import Reducer, Transition
 from combined.catalog import Catalog, VersionTotals, version_id
 from combined.catalog import data as cat
 from combined.delivery import StagedDelivery, StagingArea, write_deliveries
+from combined.errors import NotFoundError
 from combined.lake import (
     ROW_GROUP_ROWS,
     LakeLayout,
@@ -55,6 +56,7 @@ def prepare(
     # The acceptance time: the engine accepted the transition for commit. It is
     # stamped on the Delivery rows and recorded in the lake commit's metadata.
     accepted_at = datetime.now(UTC)
+    row = _dataset_row(catalog, plan)
     reducer = Reducer(
         capture_files=staged.parts,
         capture_schema=staged.schema,
@@ -127,7 +129,7 @@ def prepare(
                 dataset=plan.name,
                 first_sequence=first_seq,
                 schema=schema,
-                schema_revision=_schema_revision(catalog, plan, schema),
+                schema_revision=_schema_revision(row, schema),
                 max_rows=plan.max_rows,
                 max_bytes=plan.max_bytes,
                 allow_empty=moved or plan.sync_mode == "full_refresh",
@@ -153,6 +155,7 @@ def prepare(
         run_id,
         admission_id,
         catalog,
+        row,
         baseline,
         accepted_at,
     )
@@ -202,12 +205,22 @@ class _SideTask:
             self._pool = None
 
 
-def _schema_revision(catalog: Catalog, plan: DatasetPlan, schema: pa.Schema) -> int:
+def _dataset_row(catalog: Catalog, plan: DatasetPlan) -> Any | None:
+    """The dataset's catalog row (None before its first capture registers it).
+
+    Read once per prepare: the dataset's lease keeps every other writer of it
+    away until the commit, so neither its schema nor its version moves meanwhile.
+    """
     with catalog.begin() as conn:
         try:
-            row = cat.get_dataset(conn, plan.source, plan.name)
-        except Exception:
-            return 1
+            return cat.get_dataset(conn, plan.source, plan.name)
+        except NotFoundError:
+            return None
+
+
+def _schema_revision(row: Any | None, schema: pa.Schema) -> int:
+    if row is None:
+        return 1
     fields = [[f.name, str(f.type)] for f in schema]
     if row.schema is None:
         return 1
@@ -225,16 +238,13 @@ def _finish_prepare(
     run_id: str,
     admission_id: str,
     catalog: Catalog,
+    row: Any | None,
     baseline: bool,
     accepted_at: datetime,
 ) -> Prepared:
     plan = staged.plan
+    parent_id = row.current_version if row is not None else None
     with catalog.begin() as conn:
-        try:
-            row = cat.get_dataset(conn, plan.source, plan.name)
-            parent_id = row.current_version
-        except Exception:
-            parent_id = None
         parent = cat.get_version(conn, parent_id) if parent_id else None
     parent_count = int(parent.row_count) if parent is not None else 0
     parent_lo, parent_hi = _split(parent.content_digest if parent is not None else None)
