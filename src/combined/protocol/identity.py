@@ -167,13 +167,10 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _tlv_sql(tag: str, text: str, length: str | None = None) -> str:
-    # `length` is given when it is cheaper than measuring `text` again. One
-    # n-ary concat costs a third less than a chain of `||`, which copies the
-    # growing text at every step; concat reads NULL as '', so callers test
-    # the value for NULL themselves (see _cell_sql and _member_sql).
-    n = length if length is not None else f"strlen({text})"
-    return f"concat('{tag}', {n}, ':', {text})"
+def _tlv_sql(tag: str, text: str) -> str:
+    # One n-ary concat costs a third less than a chain of `||`, which copies
+    # the growing text at every step.
+    return f"concat('{tag}', strlen({text}), ':', {text})"
 
 
 def _tlv_once_sql(tag: str, text: str, depth: int) -> str:
@@ -276,11 +273,8 @@ def _scalar_tlv(v: str, t: pa.DataType, kind: str) -> tuple[str, str, str | None
     return None
 
 
-def _value_sql(v: str, t: pa.DataType, kind: str, depth: int, where: str) -> str:
-    """SQL for ``<tag><n>:<text>`` of ``v``, for a ``v`` that is not NULL."""
-    scalar = _scalar_tlv(v, t, kind)
-    if scalar is not None:
-        return _tlv_sql(*scalar)
+def _nested_sql(v: str, t: pa.DataType, kind: str, depth: int, where: str) -> str:
+    """SQL for ``<tag><n>:<text>`` of a list, struct or map ``v`` that is not NULL."""
     if pa.types.is_dictionary(t):
         t = t.value_type
     tag = _TAGS[kind]
@@ -329,15 +323,24 @@ def _flat_pieces(v: str, scalar: tuple[str, str, str | None], head: str, absent:
     return [f"(CASE WHEN {v} IS NULL THEN {when_null} ELSE {_literal(head)} END)", *pieces, text]
 
 
+def _value_pieces(
+    v: str, t: pa.DataType, kind: str, depth: int, where: str, head: str, absent: str
+) -> list[str]:
+    """``head <tag><n>:<text>`` of ``v`` as pieces of a concat; ``absent`` when ``v`` is NULL."""
+    scalar = _scalar_tlv(v, t, kind)
+    if scalar is not None:
+        return _flat_pieces(v, scalar, head, absent)
+    value = _nested_sql(v, t, kind, depth, where)
+    if head:
+        value = f"concat({_literal(head)}, {value})"
+    return [f"(CASE WHEN {v} IS NULL THEN {_literal(absent)} ELSE {value} END)"]
+
+
 def _cell_pieces(v: str, t: pa.DataType, depth: int, where: str) -> list[str]:
     kind = _kind(t, where)
     if kind == "null":
         return [f"'{_NULL}'"]
-    scalar = _scalar_tlv(v, t, kind)
-    if scalar is not None:
-        return _flat_pieces(v, scalar, "", _NULL)
-    value = _value_sql(v, t, kind, depth, where)
-    return [f"(CASE WHEN {v} IS NULL THEN '{_NULL}' ELSE {value} END)"]
+    return _value_pieces(v, t, kind, depth, where, "", _NULL)
 
 
 def _cell_sql(v: str, t: pa.DataType, depth: int, where: str) -> str:
@@ -351,12 +354,7 @@ def _member_pieces(name: str, v: str, t: pa.DataType, depth: int, where: str) ->
     kind = _kind(t, path)
     if kind == "null":
         return []
-    head = _tlv_py("s", name)
-    scalar = _scalar_tlv(v, t, kind)
-    if scalar is not None:
-        return _flat_pieces(v, scalar, head, "")
-    member = f"concat({_literal(head)}, {_value_sql(v, t, kind, depth, path)})"
-    return [f"(CASE WHEN {v} IS NULL THEN '' ELSE {member} END)"]
+    return _value_pieces(v, t, kind, depth, path, _tlv_py("s", name), "")
 
 
 def _member_sql(name: str, v: str, t: pa.DataType, depth: int, where: str) -> str:
