@@ -38,6 +38,8 @@ OUTPUT_BATCH_ROWS = 16_384
 #: Provenance columns holding instants (given as ISO 8601 text in the constants).
 _TIMES = frozenset({prov.EMITTED_AT, prov.OBSERVED_AT, prov.INGESTED_AT})
 
+_LOW64 = (1 << 64) - 1
+
 #: A change stream's list of columns whose (TOAST) value the change left as it was.
 UNCHANGED = "_combined_unchanged"
 
@@ -75,6 +77,16 @@ class _Constants:
                 array = pa.repeat(self.scalars[name], n)
             batch = batch.append_column(name, array.slice(0, n))
         return batch
+
+
+def _hex128(value: int) -> str:
+    """A 128-bit digest as 32 hex digits, high half first."""
+    return f"{value >> 64:016x}{value & _LOW64:016x}"
+
+
+def _halves(value: int) -> tuple[int, int]:
+    """A 128-bit value as its (low, high) 64-bit halves."""
+    return value & _LOW64, value >> 64
 
 
 def _lit(value: str | None) -> str:
@@ -234,7 +246,7 @@ class Reducer:
         """Ids present more than once in a full-row capture, with their ordinals."""
         if self.has_op or not self.full:
             return []
-        # The staged columns as they are (no narrow table) when every row is new.
+        # A snapshot's staged columns as they are (no narrow table of its size).
         keys = (
             f"(SELECT _combined_ordinal AS ord, {prov.ID} AS _cid FROM pay)"
             if self.streamed
@@ -296,10 +308,16 @@ class Reducer:
         """
         if self.all_new:
             return self._stats_all_new(con)
-        if self.streamed:
-            return self._reduce_streamed()
         con = self.con
         first_op = self._first_op
+        if self.streamed:
+            # A snapshot re-capture: its staged (id, hash) columns meet the
+            # lake's as they are (plain columns, nothing computed in the join).
+            last = (
+                f"SELECT _combined_ordinal AS ord, {prov.ID} AS _cid, "
+                f"{prov.PAYLOAD_HASH} AS _chash, 'upsert' AS _cop FROM pay"
+            )
+            return self._join_current(last, "cur", cut=None)
         keys = self._keys()
         if self.sync_mode == "append":
             con.execute(
@@ -333,6 +351,11 @@ class Reducer:
         # Both sides are plain tables before they meet: computed identities
         # inside a join do not spill well.
         con.execute("CREATE TABLE curk AS SELECT _kid, _khash FROM cur")
+        return self._join_current(last, "curk", cut=cut)
+
+    def _join_current(self, last: str, current: str, cut: int | None) -> Transition:
+        """The transition of the captured rows ``last`` against the current state."""
+        con = self.con
         # Absent ids are deletes when the capture is the whole relation (a
         # snapshot, or a stream that truncated it); a delta leaves them alone.
         whole = self.full or cut is not None
@@ -347,11 +370,11 @@ class Reducer:
             "WHEN c._cid IS NULL THEN 'delete' "
             "WHEN c._cop = 'delete' THEN (CASE WHEN k._kid IS NULL THEN 'same' "
             "ELSE 'delete' END) "
-            f"WHEN k._kid IS NULL THEN {first_op} "
+            f"WHEN k._kid IS NULL THEN {self._first_op} "
             "WHEN c._chash = k._khash THEN 'same' ELSE 'update' END AS op, "
             "CASE WHEN c._cid IS NULL OR c._cop = 'delete' THEN NULL ELSE c._chash END "
             "AS new_hash, k._khash AS old_hash, c.ord "
-            f"FROM ({last}) c {join} curk k ON c._cid = k._kid)"
+            f"FROM ({last}) c {join} {current} k ON c._cid = k._kid)"
             + (" WHERE op <> 'same'" if only_changes else "")
         )
         if not only_changes:
@@ -380,8 +403,6 @@ class Reducer:
             "count(*) FILTER (WHERE op = 'same'), "
             "bit_xor(t), xor(bit_xor(o), bit_xor(n)) FROM d"
         ).fetchall()[0]
-        mask = (1 << 64) - 1
-        t, c = int(row[4] or 0), int(row[5] or 0)
         captured = self.con.execute(
             f"SELECT count(*) FROM {'pay' if self.streamed else self._keys()}"
         ).fetchall()[0][0]
@@ -391,28 +412,10 @@ class Reducer:
             deletes=int(row[2]),
             unchanged=int(row[3]) if unchanged is None else unchanged,
             captured=int(captured),
-            digest=f"{t >> 64:016x}{t & mask:016x}",
-            content_xor=(c & mask, c >> 64),
+            digest=_hex128(int(row[4] or 0)),
+            content_xor=_halves(int(row[5] or 0)),
         )
         return self.transition
-
-    def _reduce_streamed(self) -> Transition:
-        # A snapshot re-capture: its staged (id, hash) columns meet the lake's
-        # in one join, which keeps only the changes (mostly none): the
-        # unchanged rows are counted, never stored.
-        self.con.execute(
-            "CREATE TABLE tr AS SELECT * FROM (SELECT coalesce(c._cid, k._kid) AS id, CASE "
-            "WHEN c._cid IS NULL THEN 'delete' "
-            f"WHEN k._kid IS NULL THEN {self._first_op} "
-            "WHEN c._chash = k._khash THEN 'same' ELSE 'update' END AS op, "
-            "c._chash AS new_hash, k._khash AS old_hash, c.ord "
-            f"FROM (SELECT _combined_ordinal AS ord, {prov.ID} AS _cid, "
-            f"{prov.PAYLOAD_HASH} AS _chash FROM pay) c "
-            "FULL OUTER JOIN cur k ON c._cid = k._kid) WHERE op <> 'same'"
-        )
-        (captured,) = self.con.execute("SELECT count(*) FROM pay").fetchall()[0]
-        (changed,) = self.con.execute("SELECT count(*) FROM tr WHERE ord IS NOT NULL").fetchall()[0]
-        return self._stats(unchanged=int(captured) - int(changed))
 
     def counts_all_new(self) -> Transition:
         """A first baseline's counts, from the staged parts' metadata (no digests yet)."""
@@ -429,13 +432,11 @@ class Reducer:
             f"bit_xor(md5_number(concat({i}, '|', {h}))) FROM pay"
         )
         rows, t, n = (con or self.con).execute(sql).fetchall()[0]
-        mask = (1 << 64) - 1
-        t, c = int(t or 0), int(n or 0)
         self.transition = Transition(
             inserts=int(rows),
             captured=int(rows),
-            digest=f"{t >> 64:016x}{t & mask:016x}",
-            content_xor=(c & mask, c >> 64),
+            digest=_hex128(int(t or 0)),
+            content_xor=_halves(int(n or 0)),
         )
         return self.transition
 
@@ -444,8 +445,7 @@ class Reducer:
         (value,) = self.con.execute(
             f"SELECT bit_xor(md5_number(_cid || '|' || _chash)) FROM {self._keys()}"
         ).fetchall()[0]
-        total = int(value or 0)
-        return total & ((1 << 64) - 1), total >> 64
+        return _halves(int(value or 0))
 
     @property
     def _first_op(self) -> str:

@@ -203,11 +203,11 @@ def write_deliveries(
         stats = FileStats(schema)
         ids = pa.scalar(did, field.type)
         chunk = feed.get()
-        # The first chunk decides which columns get a dictionary (its
-        # Delivery id is still null: constant either way).
         # Chunks gather into full row groups: each write is a row group of its own.
         group: list[pa.RecordBatch] = []
         grouped = 0
+        # The first chunk decides which columns get a dictionary (its
+        # Delivery id is still null: constant either way).
         with parquet_writer(path, schema, sample=chunk) as writer:
             while chunk is not None:
                 chunk = chunk.set_column(idx, field, pa.repeat(ids, chunk.num_rows))

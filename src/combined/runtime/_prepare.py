@@ -7,7 +7,6 @@ bounded Delivery files and described by the lake commit's metadata.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -70,7 +69,9 @@ def prepare(
         full=staged.full,
         current_filter=staged.current_filter,
     )
-    side = _SideTask()
+    # At most one task beside this thread (a first baseline's digests and change list).
+    side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transition")
+    pending: Future[Transition] | None = None
     try:
         if reducer.duplicates(limit=1):
             quarantine_duplicates(reducer, staged, run_id=run_id, layout=layout, catalog=catalog)
@@ -116,7 +117,7 @@ def prepare(
                 f"{plan.source}/{plan.name}/deliveries/{first_seq:09d}-transition.parquet"
             )
             if reducer.all_new:
-                side.submit(_digests_and_changes, reducer, changes_path, area)
+                pending = side.submit(_digests_and_changes, reducer, changes_path, area)
             else:
                 _write_changes(reducer.changes(), changes_path, area)
             reducer.release()  # what the Deliveries no longer need, before they are encoded
@@ -136,13 +137,13 @@ def prepare(
             )
             reporter.progress(plan.name, staged.rows, 0, len(deliveries))
         if reducer.all_new:
-            transition = side.result() if side.started else reducer.reduce()
+            transition = pending.result() if pending is not None else reducer.reduce()
         if plan.sync_mode == "full_refresh":
             content = reducer.full_content_xor()
         else:
             content = None
     finally:
-        side.wait()  # before its connection closes, whatever failed
+        side.shutdown(wait=True)  # before its connection closes, whatever failed
         reducer.close()
         # Give the batches' buffers back before the commit allocates its own.
         pa.default_memory_pool().release_unused()
@@ -178,31 +179,6 @@ def _digests_and_changes(reducer: Reducer, changes_path: Path, area: StagingArea
         return transition
     finally:
         con.close()
-
-
-class _SideTask:
-    """At most one task on a thread beside the caller's, awaited before what it uses goes."""
-
-    def __init__(self) -> None:
-        self._pool: ThreadPoolExecutor | None = None
-        self._future: Future[Transition] | None = None
-
-    @property
-    def started(self) -> bool:
-        return self._future is not None
-
-    def submit(self, fn: Callable[..., Transition], *args: Any) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transition")
-        self._future = self._pool.submit(fn, *args)
-
-    def result(self) -> Transition:
-        assert self._future is not None
-        return self._future.result()
-
-    def wait(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
 
 
 def _dataset_row(catalog: Catalog, plan: DatasetPlan) -> Any | None:
