@@ -8,7 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from combined.capture._reduce import Reducer, Transition
+from combined.capture import _reduce
+from combined.capture._reduce import Reducer, Transition, _id_ranges, _in_range
 from combined.delivery import PartWriter, StagingArea
 from combined.delivery._staging import Limits
 from combined.runtime._stager import CaptureStager
@@ -112,7 +113,13 @@ def test_duplicates_found_without_materialising(tmp_path: Path, stream: bool) ->
     assert found == {3: [7, 1000, 1002], 2: [500, 1001]}
 
 
-def test_streamed_recapture_matches_the_general_reduction(tmp_path: Path) -> None:
+@pytest.mark.parametrize("passes", [1, 3, 4])
+def test_streamed_recapture_matches_the_general_reduction(
+    tmp_path: Path, passes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The join runs in ``passes`` id ranges (sized by the reduction memory):
+    # every pass count gives the same transition.
+    monkeypatch.setattr(_reduce, "JOIN_BYTES_PER_ROW", 64 * 2**20 // (3000 // passes + 1))
     # The lake's current rows: a first baseline of ids 0..2999.
     parts, schema = staged(tmp_path, list(range(3000)))
     r = reducer(tmp_path, parts, schema, stream=True)
@@ -129,6 +136,9 @@ def test_streamed_recapture_matches_the_general_reduction(tmp_path: Path) -> Non
     changed = [i for i in range(100, 3100) if i % 7 == 0]
     parts_a, _ = staged(tmp_path, again, "n")
     parts_b, _ = staged(tmp_path, changed, "m", first=len(again))  # one capture: ordinals go on
+    probe = reducer(tmp_path, [*parts_a, *parts_b], schema, stream=True, current=[str(current)])
+    probe.close()
+    assert probe._join_passes(len(again) + len(changed)) == passes
     (t1, c1, o1), (t2, c2, o2) = both_paths(
         tmp_path, [*parts_a, *parts_b], schema, current=[str(current)]
     )
@@ -173,3 +183,27 @@ def test_a_column_added_mid_read_reaches_the_deliveries_on_both_paths(tmp_path: 
         tables.append(pa.Table.from_batches(batches, schema=lake).sort_by("id"))
     assert tables[0].equals(tables[1])
     assert tables[0].column("extra").to_pylist() == [None, None, "x"]
+
+
+@pytest.mark.parametrize("passes", [1, 2, 3, 4, 7, 16])
+def test_join_id_ranges_hold_every_id_exactly_once(passes: int) -> None:
+    import duckdb
+
+    ranges = _id_ranges(passes)
+    assert len(ranges) == passes
+    ids = ["", "0", "0f", "3", "4", "4000", "7fff", "8", "9z", "a", "c", "f", "ff", "g", "Z", "~"]
+    ids += [format(i * 2654435761 % 2**128, "032x") for i in range(500)]
+    con = duckdb.connect()
+    try:
+        con.execute("CREATE TABLE t AS SELECT unnest(?) AS _cid", [ids])
+        seen = []
+        for low, high in ranges:
+            seen += [
+                r[0]
+                for r in con.execute(
+                    f"SELECT _cid FROM t WHERE {_in_range('_cid', low, high)}"
+                ).fetchall()
+            ]
+    finally:
+        con.close()
+    assert sorted(seen) == sorted(ids)

@@ -79,6 +79,31 @@ class _Constants:
         return batch
 
 
+#: Reduction memory per row of a snapshot re-capture's join pass (a pass
+#: builds ~130 bytes per id; the rest is DuckDB's working room).
+JOIN_BYTES_PER_ROW = 512
+MAX_JOIN_PASSES = 4
+
+
+def _id_ranges(passes: int) -> list[tuple[str | None, str | None]]:
+    """``passes`` contiguous ranges of text that together cover every string once.
+
+    The bounds split the first hex digit evenly, so digests spread evenly.
+    """
+    bounds: list[str | None] = [format(i * 16 // passes, "x") for i in range(1, passes)]
+    edges = [None, *bounds, None]
+    return list(zip(edges, edges[1:], strict=False))
+
+
+def _in_range(column: str, low: str | None, high: str | None) -> str:
+    """SQL: ``column`` lies in [low, high) (an open end when None)."""
+    terms = [
+        f"{column} >= {_lit(low)}" if low is not None else "",
+        f"{column} < {_lit(high)}" if high is not None else "",
+    ]
+    return " AND ".join(t for t in terms if t) or "true"
+
+
 def _hex128(value: int) -> str:
     """A 128-bit digest as 32 hex digits, high half first."""
     return f"{value >> 64:016x}{value & _LOW64:016x}"
@@ -122,6 +147,7 @@ class Reducer:
         # In memory, spilling to the run's staging past ``memory_limit``: the
         # narrow tables it materialises are evicted to disk when they must be,
         # so a table several times larger than the limit still reduces.
+        self.memory_limit = memory_limit
         self.con = duckdb.connect(
             ":memory:",
             config={
@@ -317,7 +343,8 @@ class Reducer:
                 f"SELECT _combined_ordinal AS ord, {prov.ID} AS _cid, "
                 f"{prov.PAYLOAD_HASH} AS _chash, 'upsert' AS _cop FROM pay"
             )
-            return self._join_current(last, "cur", cut=None)
+            (rows,) = con.execute("SELECT count(*) FROM pay").fetchall()[0]
+            return self._join_current(last, "cur", cut=None, passes=self._join_passes(int(rows)))
         keys = self._keys()
         if self.sync_mode == "append":
             con.execute(
@@ -353,8 +380,26 @@ class Reducer:
         con.execute("CREATE TABLE curk AS SELECT _kid, _khash FROM cur")
         return self._join_current(last, "curk", cut=cut)
 
-    def _join_current(self, last: str, current: str, cut: int | None) -> Transition:
-        """The transition of the captured rows ``last`` against the current state."""
+    def _join_passes(self, rows: int) -> int:
+        """Passes of a snapshot re-capture's join: each builds its share of the ids.
+
+        A hash join over 2M hex ids and hashes holds ~270 MB; in four passes
+        over id ranges, ~160 MB for the same time (scanning the narrow columns
+        again costs what the smaller tables save). Sized by the reduction's
+        memory, at most ``MAX_JOIN_PASSES`` (past that, DuckDB's own spilling
+        is cheaper than scanning again).
+        """
+        per_pass = max(self.memory_limit // JOIN_BYTES_PER_ROW, 1)
+        return max(1, min(MAX_JOIN_PASSES, -(-rows // per_pass)))
+
+    def _join_current(
+        self, last: str, current: str, cut: int | None, passes: int = 1
+    ) -> Transition:
+        """The transition of the captured rows ``last`` against the current state.
+
+        With ``passes`` > 1 the join runs once per range of ids (lexical
+        ranges of the hex digests: together they cover every id exactly once).
+        """
         con = self.con
         # Absent ids are deletes when the capture is the whole relation (a
         # snapshot, or a stream that truncated it); a delta leaves them alone.
@@ -365,8 +410,8 @@ class Reducer:
         # change stream's rows are mostly changes: counting its deduplicated
         # rows again would cost more than keeping them.
         only_changes = self.full and not self.has_op
-        con.execute(
-            "CREATE TABLE tr AS SELECT * FROM (SELECT coalesce(c._cid, k._kid) AS id, CASE "
+        select = (
+            "SELECT * FROM (SELECT coalesce(c._cid, k._kid) AS id, CASE "
             "WHEN c._cid IS NULL THEN 'delete' "
             "WHEN c._cop = 'delete' THEN (CASE WHEN k._kid IS NULL THEN 'same' "
             "ELSE 'delete' END) "
@@ -374,9 +419,20 @@ class Reducer:
             "WHEN c._chash = k._khash THEN 'same' ELSE 'update' END AS op, "
             "CASE WHEN c._cid IS NULL OR c._cop = 'delete' THEN NULL ELSE c._chash END "
             "AS new_hash, k._khash AS old_hash, c.ord "
-            f"FROM ({last}) c {join} {current} k ON c._cid = k._kid)"
+            "FROM ({last}) c {join} {current} k ON c._cid = k._kid)"
             + (" WHERE op <> 'same'" if only_changes else "")
         )
+        ranges = _id_ranges(passes)
+        for n, (low, high) in enumerate(ranges):
+            if len(ranges) == 1:
+                sides = {"last": last, "current": current}
+            else:
+                sides = {
+                    "last": f"SELECT * FROM ({last}) WHERE {_in_range('_cid', low, high)}",
+                    "current": f"(SELECT * FROM {current} WHERE {_in_range('_kid', low, high)})",
+                }
+            query = select.format(join=join, **sides)
+            con.execute(f"CREATE TABLE tr AS {query}" if n == 0 else f"INSERT INTO tr {query}")
         if not only_changes:
             return self._stats()
         # Every captured row is either a change in tr (with its ordinal) or unchanged.
