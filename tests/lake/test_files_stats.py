@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable, Schema
 from deltalake.transaction import create_table_with_add_actions
 
@@ -30,3 +32,30 @@ def test_non_finite_floats_and_far_timestamps_keep_their_row_counts(tmp_path: Pa
     assert stats.column("num_records").to_pylist() == [3]
     assert stats.column("min.n").to_pylist() == [1]  # bounds are kept where they exist
     assert "min.x" not in stats.column_names or stats.column("min.x").to_pylist() == [None]
+
+
+def test_data_files_gather_small_batches_into_full_row_groups_and_cut_files_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow.parquet as pq
+
+    from combined.lake import _files
+
+    monkeypatch.setattr(_files, "FILE_ROWS", 2_500)
+    monkeypatch.setattr(_files, "ROW_GROUP_ROWS", 1_000)
+    schema = pa.schema([("n", pa.int64())])
+    sizes = [300, 0, 700, 1, 999, 2_000, 1_000, 100]  # 5,100 rows in uneven batches
+    batches, start = [], 0
+    for size in sizes:
+        batches.append(pa.record_batch([pa.array(range(start, start + size))], schema=schema))
+        start += size
+    actions = write_data_files(tmp_path / "t", schema, batches)
+    files = [pq.ParquetFile(tmp_path / "t" / a.path) for a in actions]
+    groups = [
+        [f.metadata.row_group(i).num_rows for i in range(f.metadata.num_row_groups)] for f in files
+    ]
+    # Files of exactly FILE_ROWS rows, each of full row groups but its last.
+    assert groups == [[1_000, 1_000, 500], [1_000, 1_000, 500], [100]]
+    rows = [r for f in files for r in f.read().column("n").to_pylist()]
+    assert rows == list(range(start))
+    assert [a.stats and json.loads(a.stats)["numRecords"] for a in actions] == [2_500, 2_500, 100]

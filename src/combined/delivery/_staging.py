@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from combined.errors import StagingLimitExceeded
-from combined.lake import ROW_GROUP_ROWS, FileStats, confined, parquet_writer
+from combined.lake import FileStats, RowGroups, confined, parquet_writer
 from combined.protocol import _provenance as prov
 
 
@@ -203,24 +203,16 @@ def write_deliveries(
         stats = FileStats(schema)
         ids = pa.scalar(did, field.type)
         chunk = feed.get()
-        # Chunks gather into full row groups: each write is a row group of its own.
-        group: list[pa.RecordBatch] = []
-        grouped = 0
         # The first chunk decides which columns get a dictionary (its
         # Delivery id is still null: constant either way).
         with parquet_writer(path, schema, sample=chunk) as writer:
+            groups = RowGroups(writer)  # chunks gather into full row groups
             while chunk is not None:
                 chunk = chunk.set_column(idx, field, pa.repeat(ids, chunk.num_rows))
                 stats.add(chunk)
-                group.append(chunk)
-                grouped += chunk.num_rows
+                groups.add(chunk)
                 chunk = feed.get()
-                if grouped >= ROW_GROUP_ROWS or (chunk is None and group):
-                    table = pa.Table.from_batches(group)
-                    # Whole row groups now; a remainder waits for the next chunks.
-                    full = grouped if chunk is None else grouped - grouped % ROW_GROUP_ROWS
-                    writer.write_table(table.slice(0, full), row_group_size=ROW_GROUP_ROWS)
-                    group, grouped = table.slice(full).to_batches(), grouped - full
+            groups.close()
         size = path.stat().st_size
         area.account(size)
         return StagedDelivery(

@@ -1,6 +1,12 @@
 """The lake: Delta commit protocol, layout, types and the published-basis query."""
 
-from combined.lake._files import ROW_GROUP_ROWS, FileStats, link_data_files, parquet_writer
+from combined.lake._files import (
+    ROW_GROUP_ROWS,
+    FileStats,
+    RowGroups,
+    link_data_files,
+    parquet_writer,
+)
 from combined.lake._layout import LakeLayout, confined
 from combined.lake._table import METADATA_KEY, CommitMode, CommitResult, LakeTable
 from combined.lake._types import lake_schema, lake_type, to_lake
@@ -13,6 +19,7 @@ __all__ = [
     "FileStats",
     "LakeLayout",
     "LakeTable",
+    "RowGroups",
     "confined",
     "lake_schema",
     "lake_type",

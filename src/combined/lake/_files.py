@@ -28,6 +28,8 @@ from combined.lake._types import to_lake
 #: Rows per data file: bounded files keep every reader's memory bounded too.
 FILE_ROWS = 1_000_000
 ROW_GROUP_ROWS = 65_536
+#: Rows read at a time when a file is rewritten without some of its rows.
+REWRITE_BATCH_ROWS = 16_384
 
 
 def _stat_value(value: Any) -> Any:
@@ -125,29 +127,34 @@ def write_data_files(
     table.mkdir(parents=True, exist_ok=True)
     actions: list[Any] = []
     writer: pq.ParquetWriter | None = None
+    groups: RowGroups | None = None
     stats: FileStats | None = None
     name = ""
 
     def close() -> None:
-        nonlocal writer, stats
-        if writer is None or stats is None:
+        nonlocal writer, groups, stats
+        if writer is None or groups is None or stats is None:
             return
+        groups.close()
         writer.close()
         actions.append(_add_action(table, name, stats.to_json()))
-        writer, stats = None, None
+        writer, groups, stats = None, None, None
 
     for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        if writer is None:
-            name = _data_file_name()
-            writer = parquet_writer(table / name, schema, sample=batch)
-            stats = FileStats(schema)
-        assert stats is not None
-        writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
-        stats.add(batch)
-        if stats.rows >= FILE_ROWS:
-            close()
+        offset = 0
+        while offset < batch.num_rows:
+            if writer is None:
+                name = _data_file_name()
+                writer = parquet_writer(table / name, schema, sample=batch.slice(offset))
+                groups, stats = RowGroups(writer), FileStats(schema)
+            assert groups is not None and stats is not None
+            # A file ends at FILE_ROWS rows exactly, whatever the batches' sizes.
+            chunk = batch.slice(offset, FILE_ROWS - stats.rows)
+            groups.add(chunk)
+            stats.add(chunk)
+            offset += chunk.num_rows
+            if stats.rows >= FILE_ROWS:
+                close()
     close()
     return actions
 
@@ -203,6 +210,40 @@ def parquet_writer(
         compression=compression,
         use_dictionary=dictionary_columns(schema, sample),
     )
+
+
+class RowGroups:
+    """Gathers a writer's batches into full row groups of ``rows`` rows.
+
+    Each ``write_table`` call is a row group of its own, so batches written
+    as they come make as many row groups as batches. Here small batches wait
+    until a whole row group is there (memory holds at most one row group of
+    them); ``close`` writes the remainder.
+    """
+
+    def __init__(self, writer: pq.ParquetWriter, rows: int | None = None) -> None:
+        self.writer = writer
+        self.rows = rows or ROW_GROUP_ROWS
+        self._group: list[pa.RecordBatch] = []
+        self._grouped = 0
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        """Take ``batch``; write every row group it completes."""
+        self._group.append(batch)
+        self._grouped += batch.num_rows
+        if self._grouped >= self.rows:
+            self._write(self._grouped - self._grouped % self.rows)
+
+    def close(self) -> None:
+        """Write what is left (a last, shorter row group)."""
+        if self._grouped:
+            self._write(self._grouped)
+
+    def _write(self, rows: int) -> None:
+        table = pa.Table.from_batches(self._group)
+        self.writer.write_table(table.slice(0, rows), row_group_size=self.rows)
+        self._group = table.slice(rows).to_batches()
+        self._grouped -= rows
 
 
 def _data_file_name() -> str:
@@ -279,9 +320,12 @@ def rewrite_actions(
             )
             if not hit:
                 return []
+            # Small batches (two files are rewritten at once, each holding a
+            # batch, its filtered copy and a row group gathering): the
+            # writer gathers them back into full row groups.
             kept = (
                 to_lake(b.filter(pc.invert(pc.is_in(b.column("_combined_id"), gone))), schema)
-                for b in pf.iter_batches(batch_size=ROW_GROUP_ROWS)
+                for b in pf.iter_batches(batch_size=REWRITE_BATCH_ROWS)
             )
             out = write_data_files(table, schema, kept)
         out.append(
