@@ -16,7 +16,7 @@ from combined.delivery._staging import Limits
 from combined.errors import StagingLimitExceeded
 from combined.protocol.identity import identity_python, payload_hash_python
 from combined.runtime import _stager as stager_module
-from combined.runtime._stager import GROUP_ROWS, ORDINAL, CaptureStager
+from combined.runtime._stager import GROUP_ROWS, ORDINAL, CaptureStager, Handoff
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64())])
 
@@ -164,3 +164,18 @@ def test_parts_use_the_staging_codec(tmp_path: Path, codec: str) -> None:
         {"none": "UNCOMPRESSED", "lz4": "LZ4", "zstd": "ZSTD"}[codec]
     }
     assert pq.read_table(part).num_rows == 1000
+
+
+def test_a_handoff_holds_one_item_until_it_is_taken() -> None:
+    slot: Handoff[int] = Handoff()
+    assert slot.offer(1, timeout=0.01)
+    assert not slot.wait_taken(timeout=0.01)  # nobody took it yet
+    assert not slot.offer(2, timeout=0.01)  # no room for a second item
+    taken: list[int] = []
+    consumer = threading.Thread(target=lambda: taken.append(slot.get()))
+    consumer.start()
+    assert slot.wait_taken(timeout=5)
+    consumer.join(5)
+    assert taken == [1]
+    assert slot.offer(2, timeout=0.01)
+    assert slot.get() == 2

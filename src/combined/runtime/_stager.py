@@ -2,9 +2,9 @@
 
 Each batch gets its ordinal on the reading thread; hashing (DuckDB) and
 writing (Parquet) run on a second thread, so they overlap the next read
-instead of following it. Both release the GIL, as does the ADBC reader. The
-queue between them holds at most a few batches: memory stays bounded by the
-batch size.
+instead of following it. Both release the GIL, as does the ADBC reader.
+Groups of batches pass from thread to thread without a buffer in between:
+memory holds one group per thread, bounded by the batch size.
 
 Rows are hashed here, once, while they stream by: the reduction then reads
 only the narrow ``(ordinal, _combined_id, _combined_payload_hash)`` columns
@@ -15,11 +15,10 @@ must be resolved before the row's payload can be hashed (the reduction does it).
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,6 +37,45 @@ _DONE = None
 GROUP_ROWS = 131_072
 #: ... and at most this many bytes of them: wide rows make smaller groups.
 GROUP_BYTES = 16 * 2**20
+
+
+_T = TypeVar("_T")
+
+
+class Handoff(Generic[_T]):
+    """A queue without room: an item offered waits in the slot until taken.
+
+    A producer blocks until its consumer has taken the item, so nothing is
+    buffered between two stages: a capture holds one group per thread, not
+    one more per queue (a group is ~10 MB of rows, plus the batches its
+    slices keep alive).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._items: list[_T] = []
+
+    def offer(self, item: _T, timeout: float) -> bool:
+        """Place ``item`` once the slot is free; False if it stayed full for ``timeout``."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: not self._items, timeout):
+                return False
+            self._items.append(item)
+            self._cond.notify_all()
+            return True
+
+    def wait_taken(self, timeout: float) -> bool:
+        """Whether the slot was emptied (the offered item taken) within ``timeout``."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._items, timeout)
+
+    def get(self) -> _T:
+        """Take the item, waiting for one."""
+        with self._cond:
+            self._cond.wait_for(lambda: bool(self._items))
+            item = self._items.pop()
+            self._cond.notify_all()
+            return item
 
 
 class CaptureStager:
@@ -62,11 +100,9 @@ class CaptureStager:
         self.threads = threads  # DuckDB threads hashing a group
         self.batches = 0
         self._group: list[pa.RecordBatch] = []
-        # reading thread -> hashing thread -> writing thread, one group in each queue.
-        self._queues: list[queue.Queue[list[pa.RecordBatch] | None]] = [
-            queue.Queue(maxsize=1),
-            queue.Queue(maxsize=1),
-        ]
+        # reading thread -> hashing thread -> writing thread, handing groups
+        # over without a buffer in between.
+        self._queues: list[Handoff[list[pa.RecordBatch] | None]] = [Handoff(), Handoff()]
         self._error: BaseException | None = None
         self._con: duckdb.DuckDBPyConnection | None = None
         self._threads: list[threading.Thread] = []
@@ -109,15 +145,16 @@ class CaptureStager:
     def _put(self, stage: int, item: list[pa.RecordBatch] | None) -> None:
         # Only the reading thread (which feeds stage 0) raises a thread's error;
         # a worker keeps handing on, so every stage still sees _DONE and ends.
+        slot = self._queues[stage]
+        placed = False
         while True:
-            try:
-                self._queues[stage].put(item, timeout=0.1)
+            placed = placed or slot.offer(item, timeout=0.1)
+            if placed and slot.wait_taken(timeout=0.1):
                 return
-            except queue.Full:
-                if stage == 0 and item is not _DONE:
-                    self._raise()
-                if not self._threads[stage].is_alive():
-                    return
+            if stage == 0 and item is not _DONE:
+                self._raise()
+            if not self._threads[stage].is_alive():
+                return
 
     def close(self, empty: pa.Schema) -> list[Path]:
         """Wait for every batch to be written; return the staged parts.
