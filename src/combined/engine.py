@@ -16,7 +16,7 @@ from combined.connectors import connector_class
 from combined.delivery import Limits
 from combined.errors import ConfigError, NotFoundError, ProtocolViolation
 from combined.lake import LakeLayout
-from combined.runtime._memory import use_system_allocator
+from combined.runtime._memory import tune_allocators
 from combined.runtime._reporter import NullReporter, Reporter
 from combined.runtime._runner import Runner, Settings, admit
 
@@ -32,7 +32,7 @@ class Engine:
     def __init__(self, project: Project, reporter: Reporter | None = None) -> None:
         self.project = project
         self.reporter = reporter or NullReporter()
-        use_system_allocator()
+        tune_allocators()
         lake = project.lake_uri()
         if "://" in lake:
             raise ConfigError(

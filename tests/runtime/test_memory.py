@@ -1,13 +1,22 @@
-"""The engine runs Arrow on the system allocator unless the user chose a pool."""
+"""The engine tunes the allocators unless the user chose their settings."""
 
 from __future__ import annotations
 
+import os
+import platform
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
 
-from combined.runtime._memory import POOL_VARIABLE, use_system_allocator
+from combined.runtime._memory import (
+    MMAP_VARIABLE,
+    POOL_VARIABLE,
+    fix_mmap_threshold,
+    use_system_allocator,
+)
 
 
 @pytest.fixture
@@ -45,3 +54,47 @@ def test_the_engine_switches_the_pool(
     pa.set_memory_pool(pa.mimalloc_memory_pool())
     Engine(Project.model_validate({"version": 1, "lake": str(tmp_path)}))
     assert pa.default_memory_pool().backend_name == "system"
+
+
+_PROBE = """
+import ctypes, sys
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1]) // 1024
+if sys.argv[1] == "fixed":
+    from combined.runtime._memory import fix_mmap_threshold
+    assert fix_mmap_threshold()
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+size = 16 << 20
+block = libc.malloc(size)  # mapped; freeing it raises glibc's dynamic threshold
+ctypes.memset(block, 1, size)
+libc.free(block)
+block = libc.malloc(size)
+ctypes.memset(block, 1, size)
+pin = libc.malloc(4096)  # the heap's top stays in use
+held = rss()
+libc.free(block)
+print(held - rss())
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="a glibc setting")
+@pytest.mark.parametrize("mode", ["fixed", "dynamic"])
+def test_a_fixed_mmap_threshold_gives_large_blocks_back_on_free(mode: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != MMAP_VARIABLE}
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, mode], env=env, capture_output=True, text=True, check=True
+    )
+    released_mb = int(out.stdout)
+    # glibc's dynamic threshold keeps the second block in the heap, resident.
+    assert released_mb >= 15 if mode == "fixed" else released_mb < 8
+
+
+def test_a_threshold_in_the_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MMAP_VARIABLE, "4194304")
+    assert fix_mmap_threshold() is False  # glibc took the user's at start-up
+    monkeypatch.delenv(MMAP_VARIABLE)
+    assert fix_mmap_threshold(0) is False
