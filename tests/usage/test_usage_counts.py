@@ -56,3 +56,24 @@ def test_an_event_stream_repeating_an_identity_is_billed_once(tmp_path: Path) ->
     got = record_usage(lake, "s", "d", events, month="2026-11")["2026-11"]
     assert got == {"mar": 2, "inserts": 1, "updates": 0, "deletes": 1}
     assert got == month_counts(lake, "s", "d", "2026-11")
+
+
+def test_a_small_transition_against_a_large_month_bills_only_what_is_new(tmp_path: Path) -> None:
+    # The month's rows are read only for the transition's identities: the
+    # counts must still equal a recount of everything billed.
+    lake = LakeLayout(tmp_path / "lake")
+    first_ids = [f"id{i}" for i in range(5000)]
+    first = _changes(tmp_path / "1.parquet", first_ids, ["insert"] * 5000)
+    record_usage(lake, "s", "d", first, month="2026-11", unique=True)
+    ids = [f"id{i}" for i in range(300)]  # known ids
+    ops = ["insert" if i < 100 else "update" for i in range(300)]  # 100 repeat, 200 new ops
+    ids += [f"new{i}" for i in range(50)] * 2  # 50 new identities, each twice
+    ops += ["insert"] * 100
+    second = _changes(tmp_path / "2.parquet", ids, ops)
+    got = record_usage(lake, "s", "d", second, month="2026-11")["2026-11"]
+    assert got == {"mar": 5050, "inserts": 5050, "updates": 200, "deletes": 0}
+    assert got == month_counts(lake, "s", "d", "2026-11")
+    rows = pa.concat_tables(
+        pq.read_table(f) for f in (tmp_path / "lake").rglob("*.parquet") if "_usage" in str(f)
+    )
+    assert rows.num_rows == 5000 + 200 + 50  # nothing billed twice

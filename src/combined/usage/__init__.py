@@ -69,12 +69,23 @@ def record_usage(
                     f"SELECT month, _combined_id, op FROM read_parquet([{listing}]) "
                     f"WHERE month = {month_lit}"
                 )
-            # EXCEPT is a set difference: it also folds repeated (id, op) pairs.
-            con.execute(f"CREATE TABLE added AS ({new}) EXCEPT ({existing})")
+            # The month's rows for the identities this transition touches
+            # (a semi join: a hash table of the transition's ids, not of the
+            # month's), then the pairs not billed yet; repeated pairs fold.
+            con.execute(f"CREATE TABLE new AS SELECT DISTINCT * FROM ({new})")
+            con.execute(
+                f"CREATE TABLE seen AS SELECT e._combined_id, e.op FROM ({existing}) e "
+                "SEMI JOIN new n ON e._combined_id IS NOT DISTINCT FROM n._combined_id"
+            )
+            con.execute(
+                "CREATE TABLE added AS SELECT * FROM new n ANTI JOIN seen s "
+                "ON n._combined_id IS NOT DISTINCT FROM s._combined_id "
+                "AND n.op IS NOT DISTINCT FROM s.op"
+            )
             added = "added"
             fresh = (
-                "(SELECT count(DISTINCT a._combined_id) "
-                f"FROM added a ANTI JOIN ({existing}) e ON a._combined_id = e._combined_id)"
+                "(SELECT count(DISTINCT a._combined_id) FROM added a ANTI JOIN seen e "
+                "ON a._combined_id IS NOT DISTINCT FROM e._combined_id)"
             )
         row = con.execute(
             "SELECT count(*) FILTER (WHERE op = 'insert'), count(*) FILTER (WHERE op = 'update'), "
