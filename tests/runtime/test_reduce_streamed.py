@@ -207,3 +207,36 @@ def test_join_id_ranges_hold_every_id_exactly_once(passes: int) -> None:
     finally:
         con.close()
     assert sorted(seen) == sorted(ids)
+
+
+def test_a_delta_meets_only_the_current_rows_of_its_own_ids(tmp_path: Path) -> None:
+    # The lake: a first baseline of ids 0..2999.
+    parts, schema = staged(tmp_path, list(range(3000)))
+    r = reducer(tmp_path, parts, schema, stream=True)
+    try:
+        r.reduce()
+        lake = pa.Table.from_batches(list(r.output(CONSTANTS, 1000)))
+    finally:
+        r.close()
+    current = tmp_path / "current.parquet"
+    pq.write_table(lake, current)
+    # A cursor read of ids 2990..3009: 10 known (names changed), 10 new.
+    delta, _ = staged(tmp_path, list(range(2990, 3010)), "m")
+    r = Reducer(
+        capture_files=delta,
+        capture_schema=schema,
+        current_files=[str(current)],
+        key=["id"],
+        strategy="cursor",
+        sync_mode="incremental",
+        memory_limit=64 * 2**20,
+        spill_dir=tmp_path,
+        baseline=False,
+    )
+    try:
+        t = r.reduce()
+        (held,) = r.con.execute("SELECT count(*) FROM curk").fetchall()[0]
+    finally:
+        r.close()
+    assert (t.inserts, t.updates, t.deletes) == (10, 10 - 2, 0)  # 2990, 2995: null names
+    assert held == 10  # the lake's other 2,990 ids were never materialised

@@ -376,8 +376,13 @@ class Reducer:
             )
             return self._stats()
         # Both sides are plain tables before they meet: computed identities
-        # inside a join do not spill well.
-        con.execute("CREATE TABLE curk AS SELECT _kid, _khash FROM cur")
+        # inside a join do not spill well. A delta (a cursor read, a change
+        # stream without a truncate) meets only the current rows of its own
+        # ids: its LEFT JOIN leaves every other row as it is, so a table of
+        # the whole lake's ids (~200 MB at 2M rows) would only be scanned.
+        whole = self.full or cut is not None
+        mine = "" if whole else f" WHERE _kid IN (SELECT _cid FROM {keys})"
+        con.execute(f"CREATE TABLE curk AS SELECT _kid, _khash FROM cur{mine}")
         return self._join_current(last, "curk", cut=cut)
 
     def _join_passes(self, rows: int) -> int:
