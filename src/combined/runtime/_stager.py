@@ -126,7 +126,10 @@ class CaptureStager:
             self._send()
         self._group.append(batch)
         rows = sum(b.num_rows for b in self._group)
-        if rows >= GROUP_ROWS or sum(b.nbytes for b in self._group) >= GROUP_BYTES:
+        # DuckDB splits an Arrow scan among its threads ~122,880 rows at a
+        # time: a group keeps two threads busy, half of one keeps one busy.
+        limit = GROUP_ROWS if self.threads > 1 else GROUP_ROWS // 2
+        if rows >= limit or sum(b.nbytes for b in self._group) >= GROUP_BYTES:
             self._send()
 
     def _send(self) -> None:
