@@ -89,6 +89,20 @@ def both_paths(
     return results
 
 
+def baseline_lake(tmp_path: Path) -> tuple[Path, pa.Schema]:
+    """The lake's current rows as one file: a first baseline of ids 0..2999."""
+    parts, schema = staged(tmp_path, list(range(3000)))
+    r = reducer(tmp_path, parts, schema, stream=True)
+    try:
+        r.reduce()
+        lake = pa.Table.from_batches(list(r.output(CONSTANTS, 1000)))
+    finally:
+        r.close()
+    current = tmp_path / "current.parquet"
+    pq.write_table(lake, current)
+    return current, schema
+
+
 def test_streamed_first_baseline_matches_the_general_reduction(tmp_path: Path) -> None:
     parts, schema = staged(tmp_path, list(range(3000)))
     assert len(parts) > 1
@@ -120,16 +134,7 @@ def test_streamed_recapture_matches_the_general_reduction(
     # The join runs in ``passes`` id ranges (sized by the reduction memory):
     # every pass count gives the same transition.
     monkeypatch.setattr(_reduce, "JOIN_BYTES_PER_ROW", 64 * 2**20 // (3000 // passes + 1))
-    # The lake's current rows: a first baseline of ids 0..2999.
-    parts, schema = staged(tmp_path, list(range(3000)))
-    r = reducer(tmp_path, parts, schema, stream=True)
-    try:
-        r.reduce()
-        lake = pa.Table.from_batches(list(r.output(CONSTANTS, 1000)))
-    finally:
-        r.close()
-    current = tmp_path / "current.parquet"
-    pq.write_table(lake, current)
+    current, schema = baseline_lake(tmp_path)
     # Again, ids 100..3099: 0..99 deleted, 3000..3099 inserted; names of ids
     # that are multiples of 7 changed ("m"), the others as they were.
     again = [i for i in range(100, 3100) if i % 7]
@@ -210,16 +215,7 @@ def test_join_id_ranges_hold_every_id_exactly_once(passes: int) -> None:
 
 
 def test_a_delta_meets_only_the_current_rows_of_its_own_ids(tmp_path: Path) -> None:
-    # The lake: a first baseline of ids 0..2999.
-    parts, schema = staged(tmp_path, list(range(3000)))
-    r = reducer(tmp_path, parts, schema, stream=True)
-    try:
-        r.reduce()
-        lake = pa.Table.from_batches(list(r.output(CONSTANTS, 1000)))
-    finally:
-        r.close()
-    current = tmp_path / "current.parquet"
-    pq.write_table(lake, current)
+    current, schema = baseline_lake(tmp_path)
     # A cursor read of ids 2990..3009: 10 known (names changed), 10 new.
     delta, _ = staged(tmp_path, list(range(2990, 3010)), "m")
     r = Reducer(
