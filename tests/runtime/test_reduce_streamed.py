@@ -35,6 +35,28 @@ def staged(
     return parts, pa.unify_schemas([pq.read_schema(p) for p in parts])
 
 
+def new_reducer(
+    tmp_path: Path,
+    parts: list[Path],
+    schema: pa.Schema,
+    *,
+    strategy: str = "snapshot",
+    current: list[str] | None = None,
+) -> Reducer:
+    """The reduction of staged ``parts`` (a first baseline unless ``current``)."""
+    return Reducer(
+        capture_files=parts,
+        capture_schema=schema,
+        current_files=current or [],
+        key=["id"],
+        strategy=strategy,
+        sync_mode="incremental",
+        memory_limit=64 * 2**20,
+        spill_dir=tmp_path,
+        baseline=not current,
+    )
+
+
 def reducer(
     tmp_path: Path,
     parts: list[Path],
@@ -43,17 +65,7 @@ def reducer(
     stream: bool,
     current: list[str] | None = None,
 ) -> Reducer:
-    r = Reducer(
-        capture_files=parts,
-        capture_schema=schema,
-        current_files=current or [],
-        key=["id"],
-        strategy="snapshot",
-        sync_mode="incremental",
-        memory_limit=64 * 2**20,
-        spill_dir=tmp_path,
-        baseline=not current,
-    )
+    r = new_reducer(tmp_path, parts, schema, current=current)
     assert r.streamed and r.all_new == (not current)
     if not stream:  # the general path, materialising keys and tr
         r.streamed = r.all_new = False
@@ -218,17 +230,7 @@ def test_a_delta_meets_only_the_current_rows_of_its_own_ids(tmp_path: Path) -> N
     current, schema = baseline_lake(tmp_path)
     # A cursor read of ids 2990..3009: 10 known (names changed), 10 new.
     delta, _ = staged(tmp_path, list(range(2990, 3010)), "m")
-    r = Reducer(
-        capture_files=delta,
-        capture_schema=schema,
-        current_files=[str(current)],
-        key=["id"],
-        strategy="cursor",
-        sync_mode="incremental",
-        memory_limit=64 * 2**20,
-        spill_dir=tmp_path,
-        baseline=False,
-    )
+    r = new_reducer(tmp_path, delta, schema, strategy="cursor", current=[str(current)])
     try:
         t = r.reduce()
         (held,) = r.con.execute("SELECT count(*) FROM curk").fetchall()[0]
@@ -238,27 +240,13 @@ def test_a_delta_meets_only_the_current_rows_of_its_own_ids(tmp_path: Path) -> N
     assert held == 10  # the lake's other 2,990 ids were never materialised
 
 
-def cursor_reducer(tmp_path: Path, parts: list[Path], schema: pa.Schema) -> Reducer:
-    return Reducer(
-        capture_files=parts,
-        capture_schema=schema,
-        current_files=[],
-        key=["id"],
-        strategy="cursor",
-        sync_mode="incremental",
-        memory_limit=64 * 2**20,
-        spill_dir=tmp_path,
-        baseline=True,
-    )
-
-
 def test_a_first_cursor_read_of_distinct_ids_streams_like_a_first_baseline(
     tmp_path: Path,
 ) -> None:
     parts, schema = staged(tmp_path, list(range(3000)))
     results = []
     for stream in (True, False):
-        r = cursor_reducer(tmp_path, parts, schema)
+        r = new_reducer(tmp_path, parts, schema, strategy="cursor")
         try:
             assert r.all_new and r.streamed
             if not stream:
@@ -278,7 +266,7 @@ def test_a_first_cursor_read_of_distinct_ids_streams_like_a_first_baseline(
 def test_a_first_cursor_read_repeating_an_id_keeps_its_last_row(tmp_path: Path) -> None:
     parts_a, schema = staged(tmp_path, [*range(10), 3], "n")
     parts_b, _ = staged(tmp_path, [3], "m", first=11)  # one capture: ordinals go on
-    r = cursor_reducer(tmp_path, [*parts_a, *parts_b], schema)
+    r = new_reducer(tmp_path, [*parts_a, *parts_b], schema, strategy="cursor")
     try:
         assert not r.all_new  # repeated ids: deduplicated, never streamed
         t = r.reduce()
