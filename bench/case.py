@@ -262,6 +262,9 @@ class PhaseRecorder:
 
 def prepare_combined(args: argparse.Namespace) -> Callable[[], Outcome]:
     """``Engine.open(project).capture(selectors)``; every Run must succeed."""
+    # First, as the `combined` command imports it: the package picks Arrow's
+    # allocator before pyarrow loads (combined._alloc).
+    import combined  # noqa: F401, I001
     import adbc_driver_postgresql.dbapi  # noqa: F401
     import deltalake  # noqa: F401
     import duckdb  # noqa: F401
@@ -298,6 +301,9 @@ def prepare_combined(args: argparse.Namespace) -> Callable[[], Outcome]:
 
 def prepare_backfill(args: argparse.Namespace) -> Callable[[], Outcome]:
     """``Engine.open(project).backfill(dataset, partitions=N)``: a partitioned snapshot."""
+    # First, as the `combined` command imports it: the package picks Arrow's
+    # allocator before pyarrow loads (combined._alloc).
+    import combined  # noqa: F401, I001
     import adbc_driver_postgresql.dbapi  # noqa: F401
     import deltalake  # noqa: F401
     import duckdb  # noqa: F401

@@ -11,12 +11,9 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pytest
 
-from combined.runtime._memory import (
-    MMAP_VARIABLE,
-    POOL_VARIABLE,
-    fix_mmap_threshold,
-    use_system_allocator,
-)
+from combined import _alloc
+from combined._alloc import POOL_VARIABLE
+from combined.runtime._memory import MMAP_VARIABLE, fix_mmap_threshold, use_system_allocator
 
 
 @pytest.fixture
@@ -27,7 +24,7 @@ def pool() -> Iterator[None]:
 
 
 def test_system_allocator_by_default(pool: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(POOL_VARIABLE, raising=False)
+    monkeypatch.setattr(_alloc, "USER_POOL", None)
     pa.set_memory_pool(pa.mimalloc_memory_pool())
     assert use_system_allocator() == "system"
     assert pa.default_memory_pool().backend_name == "system"
@@ -38,7 +35,7 @@ def test_system_allocator_by_default(pool: None, monkeypatch: pytest.MonkeyPatch
 
 
 def test_a_pool_named_in_the_environment_wins(pool: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(POOL_VARIABLE, "mimalloc")
+    monkeypatch.setattr(_alloc, "USER_POOL", "mimalloc")  # as read when Combined was imported
     pa.set_memory_pool(pa.mimalloc_memory_pool())
     assert use_system_allocator() == "mimalloc"
     assert pa.default_memory_pool().backend_name == "mimalloc"
@@ -50,10 +47,47 @@ def test_the_engine_switches_the_pool(
     from combined.config import Project
     from combined.engine import Engine
 
-    monkeypatch.delenv(POOL_VARIABLE, raising=False)
+    monkeypatch.setattr(_alloc, "USER_POOL", None)
     pa.set_memory_pool(pa.mimalloc_memory_pool())
     Engine(Project.model_validate({"version": 1, "lake": str(tmp_path)}))
     assert pa.default_memory_pool().backend_name == "system"
+
+
+_ORDER = """
+import sys
+if sys.argv[1] == "combined first":
+    import combined
+    import pyarrow as pa
+else:
+    import pyarrow as pa
+    import combined
+from combined import _alloc
+print(pa.default_memory_pool().backend_name, _alloc.EARLY)
+"""
+
+
+@pytest.mark.parametrize(
+    ("order", "user", "expected"),
+    [
+        ("combined first", None, "system True"),  # the whole of Arrow, C++ included
+        ("combined first", "mimalloc", "mimalloc False"),  # the user's choice wins
+        ("pyarrow first", None, "default False"),  # too late: the engine switches Python's
+    ],
+)
+def test_the_package_names_arrows_pool_before_pyarrow_loads(
+    order: str, user: str | None, expected: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != POOL_VARIABLE}
+    if user is not None:
+        env[POOL_VARIABLE] = user
+    out = subprocess.run(
+        [sys.executable, "-c", _ORDER, order], env=env, capture_output=True, text=True, check=True
+    )
+    pool, early = out.stdout.split()
+    want_pool, want_early = expected.split()
+    assert early == want_early
+    # pyarrow's own default (mimalloc in today's wheels) when Combined came too late
+    assert pool == want_pool if want_pool != "default" else pool != "system"
 
 
 _PROBE = """

@@ -3,8 +3,13 @@
 Two settings, each measured on the benchmark's 2M-row snapshot (bench/RESULTS.md):
 
 - **Arrow's pool.** pyarrow allocates through mimalloc by default; the C
-  library's allocator held ~80 MB less at the peak and took ~0.5 CPU-s less.
-  ``ARROW_DEFAULT_MEMORY_POOL``, when set, wins.
+  library's allocator held less at every peak (initial snapshot ~-80 MB and
+  ~-0.5 CPU-s when only Python's allocations moved; all cases -20 to -60 MB
+  more when Arrow's C++ code moved too). :mod:`combined._alloc` names the
+  system pool in the environment before pyarrow loads; when pyarrow was
+  loaded first, :func:`use_system_allocator` switches what it can (the pool
+  Python code allocates from). ``ARROW_DEFAULT_MEMORY_POOL``, when the user
+  set it, wins either way.
 - **glibc's mmap threshold.** glibc raises its threshold (up to 32 MB) each
   time a large block is freed, after which large buffers come from the heap,
   where a freed block stays resident until the heap's top is free. A fixed
@@ -25,8 +30,8 @@ import threading
 
 import pyarrow as pa
 
-#: The environment variable pyarrow itself reads at import to pick its pool.
-POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
+from combined import _alloc
+
 #: glibc's own environment form of the mmap threshold.
 MMAP_VARIABLE = "MALLOC_MMAP_THRESHOLD_"
 MMAP_THRESHOLD = 1 << 20
@@ -41,7 +46,7 @@ def use_system_allocator() -> str:
     Buffers allocated before keep their own pool, so this is safe at any time.
     """
     with _lock:
-        if not os.environ.get(POOL_VARIABLE):
+        if _alloc.USER_POOL is None:
             pool = pa.system_memory_pool()
             if pa.default_memory_pool().backend_name != pool.backend_name:
                 pa.set_memory_pool(pool)
