@@ -367,8 +367,7 @@ class Reducer:
                 f"SELECT _combined_ordinal AS ord, {prov.ID} AS _cid, "
                 f"{prov.PAYLOAD_HASH} AS _chash, 'upsert' AS _cop FROM pay"
             )
-            (rows,) = con.execute("SELECT count(*) FROM pay").fetchall()[0]
-            return self._join_current(last, "cur", cut=None, passes=self._join_passes(int(rows)))
+            return self._join_current(last, "cur", cut=None)
         keys = self._keys()
         if self.sync_mode == "append":
             con.execute(
@@ -404,10 +403,14 @@ class Reducer:
         # stream without a truncate) meets only the current rows of its own
         # ids: its LEFT JOIN leaves every other row as it is, so a table of
         # the whole lake's ids (~200 MB at 2M rows) would only be scanned.
-        whole = self.full or cut is not None
-        mine = "" if whole else f" WHERE _kid IN (SELECT _cid FROM {keys})"
+        mine = "" if self._whole(cut) else f" WHERE _kid IN (SELECT _cid FROM {keys})"
         con.execute(f"CREATE TABLE curk AS SELECT _kid, _khash FROM cur{mine}")
         return self._join_current(last, "curk", cut=cut)
+
+    def _whole(self, cut: int | None) -> bool:
+        """Whether absent ids are deletes: the capture is the whole relation (a
+        snapshot, or a stream that truncated it); a delta leaves them alone."""
+        return self.full or cut is not None
 
     def _join_passes(self, rows: int) -> int:
         """Passes of a snapshot re-capture's join: each builds its share of the ids.
@@ -421,24 +424,24 @@ class Reducer:
         per_pass = max(self.memory_limit // JOIN_BYTES_PER_ROW, 1)
         return max(1, min(MAX_JOIN_PASSES, -(-rows // per_pass)))
 
-    def _join_current(
-        self, last: str, current: str, cut: int | None, passes: int = 1
-    ) -> Transition:
+    def _join_current(self, last: str, current: str, cut: int | None) -> Transition:
         """The transition of the captured rows ``last`` against the current state.
 
-        With ``passes`` > 1 the join runs once per range of ids (lexical
-        ranges of the hex digests: together they cover every id exactly once).
+        A snapshot re-capture that streams its staged columns joins in
+        passes, one per range of ids (lexical ranges of the hex digests:
+        together they cover every id exactly once).
         """
         con = self.con
-        # Absent ids are deletes when the capture is the whole relation (a
-        # snapshot, or a stream that truncated it); a delta leaves them alone.
-        whole = self.full or cut is not None
-        join = "FULL OUTER JOIN" if whole else "LEFT JOIN"
+        join = "FULL OUTER JOIN" if self._whole(cut) else "LEFT JOIN"
         # A snapshot re-capture keeps only its changes: it is mostly unchanged
         # rows, which materialised would only be counted (and spilled). A
         # change stream's rows are mostly changes: counting its deduplicated
         # rows again would cost more than keeping them.
         only_changes = self.full and not self.has_op
+        # Captured rows: a snapshot's are counted once, for its passes and
+        # for its unchanged rows (every one is a change in tr or unchanged).
+        kept = con.execute(f"SELECT count(*) FROM ({last})").fetchall()[0][0] if only_changes else 0
+        passes = self._join_passes(int(kept)) if self.streamed else 1
         select = (
             "SELECT * FROM (SELECT coalesce(c._cid, k._kid) AS id, CASE "
             "WHEN c._cid IS NULL THEN 'delete' "
@@ -464,8 +467,6 @@ class Reducer:
             con.execute(f"CREATE TABLE tr AS {query}" if n == 0 else f"INSERT INTO tr {query}")
         if not only_changes:
             return self._stats()
-        # Every captured row is either a change in tr (with its ordinal) or unchanged.
-        (kept,) = con.execute(f"SELECT count(*) FROM ({last})").fetchall()[0]
         (changed,) = con.execute("SELECT count(*) FROM tr WHERE ord IS NOT NULL").fetchall()[0]
         return self._stats(unchanged=int(kept) - int(changed))
 
