@@ -72,13 +72,13 @@ def record_usage(
             # The month's rows for the identities this transition touches
             # (a semi join: a hash table of the transition's ids, not of the
             # month's), then the pairs not billed yet; repeated pairs fold.
-            con.execute(f"CREATE TABLE new AS SELECT DISTINCT * FROM ({new})")
+            con.execute(f"CREATE TABLE pairs AS SELECT DISTINCT * FROM ({new})")
             con.execute(
                 f"CREATE TABLE seen AS SELECT e._combined_id, e.op FROM ({existing}) e "
-                "SEMI JOIN new n ON e._combined_id IS NOT DISTINCT FROM n._combined_id"
+                "SEMI JOIN pairs n ON e._combined_id IS NOT DISTINCT FROM n._combined_id"
             )
             con.execute(
-                "CREATE TABLE added AS SELECT * FROM new n ANTI JOIN seen s "
+                "CREATE TABLE added AS SELECT * FROM pairs n ANTI JOIN seen s "
                 "ON n._combined_id IS NOT DISTINCT FROM s._combined_id "
                 "AND n.op IS NOT DISTINCT FROM s.op"
             )
