@@ -259,15 +259,15 @@ def test_a_first_capture_commits_its_raw_deliveries_as_the_table_files(shop: Pat
     assert all(pq.read_metadata(p).num_rows > 0 for p in deliveries.values())
 
 
-def test_a_first_baselines_change_list_failing_on_its_side_thread_fails_the_capture(
+def test_a_first_baselines_digests_failing_on_their_side_thread_fail_the_capture(
     shop: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from combined.runtime import _prepare
 
     def broken(*args: object, **kwargs: object) -> None:
-        raise OSError("disk full while writing the change list")
+        raise OSError("disk full while spilling the digests")
 
-    monkeypatch.setattr(_prepare, "_write_changes", broken)
+    monkeypatch.setattr(_prepare, "_digests", broken)
     engine = Engine.open(shop / "combined.yaml")
     try:
         (run,) = engine.capture(["shop.orders"])

@@ -66,6 +66,29 @@ def test_unchanged_refresh_adds_nothing(shop: Path, tools: Any) -> None:
         engine.close()
 
 
+def test_a_keyed_transition_bills_the_ids_its_deliveries_hold(shop: Path, tools: Any) -> None:
+    # An incremental transition's Deliveries hold exactly its changes: MAR
+    # reads their ids there, and no change list is written beside them.
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        _capture_with_changes(engine, shop, tools)
+        assert _usage(engine, "orders") == {
+            "month": _usage(engine, "orders")["month"],
+            "mar": 201,
+            "inserts": 201,  # 200 in the baseline (billed as inserts), then id 500
+            "updates": 10,
+            "deletes": 5,
+        }
+        commits = _orders_lake(shop).commits()
+        assert [(c["changes_from"], c["changes_file"]) for c in commits] == [
+            ("deliveries", None)
+        ] * 2
+        raw = shop / "lake" / "_deliveries" / "shop" / "orders"
+        assert not [p for p in raw.rglob("*") if "transition" in p.name]
+    finally:
+        engine.close()
+
+
 def test_projecting_a_commit_again_bills_nothing_and_duplicates_nothing(
     shop: Path, tools: Any
 ) -> None:

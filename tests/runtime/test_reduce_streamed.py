@@ -276,3 +276,41 @@ def test_a_first_cursor_read_repeating_an_id_keeps_its_last_row(tmp_path: Path) 
     assert (t.inserts, t.captured) == (10, 12)
     names = dict(zip(rows.column("id").to_pylist(), rows.column("name").to_pylist(), strict=True))
     assert names[3] == "m3" and len(names) == 10
+
+
+def test_the_transition_digest_tells_operations_rows_and_payloads_apart() -> None:
+    from combined.capture._reduce import transition_digest
+
+    a, b = 0x1234 << 64 | 0x5678, 0x9ABC << 64 | 0xDEF0
+    assert transition_digest({}) == transition_digest({"insert": None}) == "0" * 32
+    digests = {
+        transition_digest({"insert": a}),
+        transition_digest({"update": a}),  # the same term, another operation
+        transition_digest({"snapshot": a}),
+        transition_digest({"delete": a}),
+        transition_digest({"insert": a ^ b}),  # one more row
+        transition_digest({"insert": a, "update": b}),
+        transition_digest({"insert": b, "update": a}),
+    }
+    assert len(digests) == 7 and "0" * 32 not in digests
+    assert transition_digest({"insert": a}) == transition_digest({"insert": a, "delete": 0})
+
+
+def test_swapping_two_rows_payloads_changes_the_transition_digest(tmp_path: Path) -> None:
+    # The digest folds each row's (id, hash) pair, not ids and hashes apart.
+    parts, schema = staged(tmp_path, [1, 2], "n")
+    swapped = tmp_path / "swapped.parquet"
+    t = pq.read_table(parts[0])
+    hashes = t.column("_combined_payload_hash").to_pylist()
+    i = t.schema.get_field_index("_combined_payload_hash")
+    pq.write_table(t.set_column(i, "_combined_payload_hash", pa.array(hashes[::-1])), swapped)
+    digests = []
+    for files in (parts, [swapped]):
+        r = new_reducer(tmp_path, files, schema)
+        try:
+            digests.append(r.reduce())
+        finally:
+            r.close()
+    assert digests[0].inserts == digests[1].inserts == 2
+    assert digests[0].digest != digests[1].digest
+    assert digests[0].content_xor != digests[1].content_xor

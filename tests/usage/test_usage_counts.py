@@ -77,3 +77,25 @@ def test_a_small_transition_against_a_large_month_bills_only_what_is_new(tmp_pat
         pq.read_table(f) for f in (tmp_path / "lake").rglob("*.parquet") if "_usage" in str(f)
     )
     assert rows.num_rows == 5000 + 200 + 50  # nothing billed twice
+
+
+def test_deliveries_bill_like_their_change_list(tmp_path: Path) -> None:
+    # A keyed transition's Deliveries hold its changes: their (_combined_id,
+    # _combined_op) bill as the change list would, a baseline's snapshot as an insert.
+    lake = LakeLayout(tmp_path / "lake")
+    ids = [f"id{i}" for i in range(300)]
+    ops = ["snapshot" if i < 100 else ("update" if i % 2 else "delete") for i in range(300)]
+    rows = pa.table({"x": list(range(300)), "_combined_id": ids, "_combined_op": ops})
+    parts = [tmp_path / "d1.parquet", tmp_path / "d2.parquet"]
+    pq.write_table(rows.slice(0, 150), str(parts[0]))
+    pq.write_table(rows.slice(150), str(parts[1]))
+    billed = ["insert" if op == "snapshot" else op for op in ops]
+    listed = _changes(tmp_path / "c.parquet", ids, billed)
+    via_list = record_usage(lake, "s", "a", listed, month="2026-11", unique=True)["2026-11"]
+    via_rows = record_usage(lake, "s", "b", parts, month="2026-11", unique=True, deliveries=True)
+    assert (
+        via_rows["2026-11"]
+        == via_list
+        == {"mar": 300, "inserts": 100, "updates": 100, "deletes": 100}
+    )
+    assert month_counts(lake, "s", "b", "2026-11") == via_list

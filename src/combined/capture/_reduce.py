@@ -15,6 +15,7 @@ DuckDB spills to the run's staging directory past ``memory_limit``.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -112,6 +113,30 @@ def _hex128(value: int) -> str:
 def _halves(value: int) -> tuple[int, int]:
     """A 128-bit value as its (low, high) 64-bit halves."""
     return value & _LOW64, value >> 64
+
+
+#: The operations a transition digest folds apart, in the order its text lists them.
+DIGEST_CLASSES = ("insert", "snapshot", "update", "delete")
+
+
+def transition_digest(folds: dict[str, int | None]) -> str:
+    """The digest of a transition from the xor of its rows' terms, one fold per operation.
+
+    ``folds`` maps an operation to the bit_xor of its rows' md5 terms: for a
+    put (insert, snapshot, update), md5 of ``id|new hash`` (the term the
+    content digest adds, so a first baseline hashes each row once); for a
+    delete, md5 of ``id|hash`` of the delete's own row (empty when it has
+    none). Each operation folds apart, so an insert and an update of the
+    same row differ; the digest is the md5 of the labelled folds
+    (``t2|insert:<32 hex>|snapshot:...``). No changes digest to 32 zeros.
+    """
+    values = [int(folds.get(op) or 0) for op in DIGEST_CLASSES]
+    if not any(values):
+        return "0" * 32
+    text = "t2|" + "|".join(
+        f"{op}:{_hex128(v)}" for op, v in zip(DIGEST_CLASSES, values, strict=True)
+    )
+    return hashlib.md5(text.encode("ascii"), usedforsecurity=False).hexdigest()
 
 
 def _lit(value: str | None) -> str:
@@ -471,23 +496,30 @@ class Reducer:
         return self._stats(unchanged=int(kept) - int(changed))
 
     def _stats(self, unchanged: int | None = None) -> Transition:
-        # One md5 per digest term; its low and high 64 bits are xor-folded apart
-        # (bit_xor over 128-bit values), equal to md5_number_lower/_upper.
+        # Per row, md5 terms folded by xor (bit_xor over 128-bit values, equal
+        # to md5_number_lower/_upper): ``n`` of each put's (id, new hash), ``o``
+        # of each replaced or deleted row's (id, old hash): the content digest
+        # moves by both. The transition digest reuses ``n`` (see
+        # :func:`transition_digest`): only a delete needs a term of its own.
         ordinal = "'|' || ord::VARCHAR" if self.sync_mode == "append" else "''"
+        folds = ", ".join(
+            f"bit_xor({'x' if op == 'delete' else 'n'}) FILTER (WHERE op = '{op}')"
+            for op in DIGEST_CLASSES
+        )
         row = self.con.execute(
             "WITH d AS (SELECT op, "
-            "CASE WHEN op <> 'same' THEN md5_number(op || '|' || id || '|' || "
-            "coalesce(new_hash, '')) END AS t, "
             "CASE WHEN op IN ('update', 'delete') THEN md5_number(id || '|' || old_hash) "
             "ELSE 0::UHUGEINT END AS o, "
             "CASE WHEN op IN ('insert', 'snapshot', 'update') THEN "
-            f"md5_number(id || '|' || new_hash || {ordinal}) ELSE 0::UHUGEINT END AS n "
+            f"md5_number(id || '|' || new_hash || {ordinal}) ELSE 0::UHUGEINT END AS n, "
+            "CASE WHEN op = 'delete' THEN "
+            f"md5_number(id || '|' || coalesce(new_hash, '') || {ordinal}) END AS x "
             "FROM tr) SELECT "
             "count(*) FILTER (WHERE op IN ('insert', 'snapshot')), "
             "count(*) FILTER (WHERE op = 'update'), "
             "count(*) FILTER (WHERE op = 'delete'), "
             "count(*) FILTER (WHERE op = 'same'), "
-            "bit_xor(t), xor(bit_xor(o), bit_xor(n)) FROM d"
+            f"xor(bit_xor(o), bit_xor(n)), {folds} FROM d"
         ).fetchall()[0]
         captured = self.con.execute(
             f"SELECT count(*) FROM {'pay' if self.streamed else self._keys()}"
@@ -498,8 +530,8 @@ class Reducer:
             deletes=int(row[2]),
             unchanged=int(row[3]) if unchanged is None else unchanged,
             captured=int(captured),
-            digest=_hex128(int(row[4] or 0)),
-            content_xor=_halves(int(row[5] or 0)),
+            digest=transition_digest(dict(zip(DIGEST_CLASSES, row[5:], strict=True))),
+            content_xor=_halves(int(row[4] or 0)),
         )
         return self.transition
 
@@ -510,18 +542,16 @@ class Reducer:
 
     def _stats_all_new(self, con: duckdb.DuckDBPyConnection | None = None) -> Transition:
         # The terms _stats computes from tr, over the staged (id, hash) columns
-        # in one streaming pass: each row is a put of a first-seen id. ``con``
-        # may be a cursor of this reduction's database, used from another thread.
+        # in one streaming pass: each row is a put of a first-seen id, so one
+        # md5 per row gives both digests. ``con`` may be a cursor of this
+        # reduction's database, used from another thread.
         i, h = prov.ID, prov.PAYLOAD_HASH
-        sql = (
-            f"SELECT count(*), bit_xor(md5_number(concat({self._first_op}, '|', {i}, '|', {h}))), "
-            f"bit_xor(md5_number(concat({i}, '|', {h}))) FROM pay"
-        )
-        rows, t, n = (con or self.con).execute(sql).fetchall()[0]
+        sql = f"SELECT count(*), bit_xor(md5_number(concat({i}, '|', {h}))) FROM pay"
+        rows, n = (con or self.con).execute(sql).fetchall()[0]
         self.transition = Transition(
             inserts=int(rows),
             captured=int(rows),
-            digest=_hex128(int(t or 0)),
+            digest=transition_digest({self._first_op.strip("'"): n}),
             content_xor=_halves(int(n or 0)),
         )
         return self.transition
@@ -554,21 +584,19 @@ class Reducer:
             self.con.execute("DROP TABLE IF EXISTS keys")
             self._has_keys = False
 
-    def changes(
-        self, batch_rows: int = 65_536, con: duckdb.DuckDBPyConnection | None = None
-    ) -> pa.RecordBatchReader:
-        """(id, op) of every change, streamed: the identities MAR counts (``con``: as in reduce)."""
-        if self.all_new:
-            reader: pa.RecordBatchReader = (
-                (con or self.con)
-                .sql(f"SELECT {prov.ID} AS _combined_id, 'insert' AS op FROM pay")
-                .to_arrow_reader(batch_rows)
-            )
-            return reader
-        reader = self.con.sql(
-            "SELECT id AS _combined_id, CASE WHEN op = 'snapshot' THEN 'insert' ELSE op END "
+    def changes(self, batch_rows: int = 65_536) -> pa.RecordBatchReader:
+        """(id, op) of every change, streamed: the identities MAR counts.
+
+        Written out where the Deliveries hold more than the changes (a full
+        refresh delivers its unchanged rows too); elsewhere MAR reads them there.
+        """
+        sql = (
+            f"SELECT {prov.ID} AS _combined_id, 'insert' AS op FROM pay"
+            if self.all_new
+            else "SELECT id AS _combined_id, CASE WHEN op = 'snapshot' THEN 'insert' ELSE op END "
             "AS op FROM tr WHERE op <> 'same'"
-        ).to_arrow_reader(batch_rows)
+        )
+        reader: pa.RecordBatchReader = self.con.sql(sql).to_arrow_reader(batch_rows)
         return reader
 
     def output(

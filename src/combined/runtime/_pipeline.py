@@ -415,14 +415,21 @@ def project_commit(
     lake_version = int(meta["lake_version"])
     ingested_at = datetime.fromisoformat(meta["ingested_at"])
     months: dict[str, dict[str, int]] = {}
-    if meta.get("changes_file"):
+    # The transition's changes: its change list, or (``changes_from``) its
+    # Deliveries, which then hold exactly its changes.
+    changes = [meta["changes_file"]] if meta.get("changes_file") else []
+    from_deliveries = not changes and meta.get("changes_from") == "deliveries"
+    if from_deliveries:
+        changes = files
+    if changes:
         months = record_usage(
             layout,
             source,
             dataset,
-            raw_location(layout, source, dataset, meta["changes_file"]),
+            [raw_location(layout, source, dataset, f) for f in changes],
             month=f"{ingested_at:%Y-%m}",
             unique=bool(meta.get("changes_unique")),
+            deliveries=from_deliveries,
         )
     version = meta["version"]
     tr = meta["transition"]

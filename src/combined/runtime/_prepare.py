@@ -77,9 +77,8 @@ def prepare(
             quarantine_duplicates(reducer, staged, run_id=run_id, layout=layout, catalog=catalog)
             reducer.check_duplicates(f"{plan.source}.{plan.name}")
         # A first baseline's counts are known from its staged parts; its
-        # digests and change list follow on a second connection while its
-        # Deliveries are encoded (neither needs the other, and this phase
-        # leaves a core half idle).
+        # digests follow on a second connection while its Deliveries are
+        # encoded (neither needs the other, and this phase leaves a core half idle).
         transition = reducer.counts_all_new() if reducer.all_new else reducer.reduce()
         first_seq = table.committed_sequence() + 1
         payload = [
@@ -113,13 +112,16 @@ def prepare(
                 "producer": producer,
                 "position": staged.position,
             }
-            changes_path = area.path(
-                f"{plan.source}/{plan.name}/deliveries/{first_seq:09d}-transition.parquet"
-            )
-            if reducer.all_new:
-                pending = side.submit(_digests_and_changes, reducer, changes_path, area)
-            else:
+            if plan.sync_mode == "full_refresh":
+                # A replacement delivers every row, changed or not: MAR needs
+                # the list of the ones that changed. Any other transition
+                # delivers exactly its changes, and MAR reads their ids there.
+                changes_path = area.path(
+                    f"{plan.source}/{plan.name}/deliveries/{first_seq:09d}-transition.parquet"
+                )
                 _write_changes(reducer.changes(), changes_path, area)
+            elif reducer.all_new:
+                pending = side.submit(_digests, reducer)
             reducer.release()  # what the Deliveries no longer need, before they are encoded
             batches = (to_lake(b, schema) for b in reducer.output(constants))
             deliveries = write_deliveries(
@@ -170,8 +172,8 @@ def _write_changes(changes: pa.RecordBatchReader, path: Path, area: StagingArea)
     area.account(path.stat().st_size, files=1)
 
 
-def _digests_and_changes(reducer: Reducer, changes_path: Path, area: StagingArea) -> Transition:
-    """A first baseline's transition and change list, on a cursor of its reduction."""
+def _digests(reducer: Reducer) -> Transition:
+    """A first baseline's transition, on a cursor of its reduction."""
     con = reducer.con.cursor()
     try:
         # The two Delivery writers keep both cores busy meanwhile: one DuckDB
@@ -179,9 +181,7 @@ def _digests_and_changes(reducer: Reducer, changes_path: Path, area: StagingArea
         # (~13 MB less at the phase's peak, seven runs each). The setting is
         # the database's; the reduction runs nothing else in this phase.
         con.execute("SET threads = 1")
-        transition = reducer.reduce(con)
-        _write_changes(reducer.changes(con=con), changes_path, area)
-        return transition
+        return reducer.reduce(con)
     finally:
         con.close()
 
@@ -268,6 +268,9 @@ def _finish_prepare(
             for d in deliveries
         ],
         "changes_file": changes_path.name if changes_path else None,
+        # Without a change list, the Deliveries hold exactly the changes (MAR
+        # reads their ids); a full refresh delivers unchanged rows too.
+        "changes_from": "file" if changes_path else "deliveries",
         # A keyed transition changes each identity once; an event stream may repeat one.
         "changes_unique": plan.sync_mode != "append",
         "source_position": staged.position,

@@ -9,6 +9,7 @@ never bill twice. Counts are read back from that table.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,18 @@ def record_usage(
     layout: LakeLayout,
     source: str,
     dataset: str,
-    changes_file: Path,
+    changes: Path | Sequence[Path],
     *,
     month: str,
     unique: bool = False,
+    deliveries: bool = False,
 ) -> dict[str, dict[str, int]]:
     """Add a transition's (id, op) set to the month's identities; return the month's counts.
+
+    ``changes`` is the transition's change list (``_combined_id``, ``op``),
+    or with ``deliveries`` its Delivery files, when they hold exactly its
+    changes: their ``_combined_op`` is the operation (a baseline's
+    ``snapshot`` bills as an insert).
 
     Only identities not already billed for that month and operation are
     appended (an anti-join in DuckDB, streamed into new data files), so
@@ -51,9 +58,17 @@ def record_usage(
     con = _duck()
     try:
         month_lit = "'" + month.replace("'", "''") + "'"
+        files = [changes] if isinstance(changes, Path) else list(changes)
+        listed = ", ".join(f"'{_q(f)}'" for f in files)
+        op = (
+            "CASE WHEN _combined_op = 'snapshot' THEN 'insert' "
+            "ELSE CAST(_combined_op AS VARCHAR) END"
+            if deliveries
+            else "CAST(op AS VARCHAR)"
+        )
         new = (
             f"SELECT {month_lit} AS month, CAST(_combined_id AS VARCHAR) AS _combined_id, "
-            f"CAST(op AS VARCHAR) AS op FROM read_parquet('{_q(changes_file)}')"
+            f"{op} AS op FROM read_parquet([{listed}], union_by_name = true)"
         )
         if unique and not known:
             # The dataset's first usage, one row per identity: every row is new.
