@@ -314,3 +314,57 @@ def test_swapping_two_rows_payloads_changes_the_transition_digest(tmp_path: Path
     assert digests[0].inserts == digests[1].inserts == 2
     assert digests[0].digest != digests[1].digest
     assert digests[0].content_xor != digests[1].content_xor
+
+
+def _general(tmp_path: Path, parts: list[Path], schema: pa.Schema, current: Path) -> Transition:
+    r = reducer(tmp_path, parts, schema, stream=False, current=[str(current)])
+    try:
+        assert not r.same_as_current()  # the general path never takes the shortcut
+        return r.reduce()
+    finally:
+        r.close()
+
+
+def test_an_unchanged_recapture_needs_neither_join_nor_duplicate_check(tmp_path: Path) -> None:
+    current, schema = baseline_lake(tmp_path)
+    parts, _ = staged(tmp_path, list(reversed(range(3000))), "n")  # another order, same rows
+    r = new_reducer(tmp_path, parts, schema, current=[str(current)])
+    try:
+        assert r.same_as_current()
+        assert r.duplicates() == []
+        t = r.reduce()
+        tables = r.con.execute("SELECT table_name FROM duckdb_tables()").fetchall()
+    finally:
+        r.close()
+    assert tables == []  # no keys, no transition table: nothing was joined
+    assert t == _general(tmp_path, parts, schema, current)
+    assert (t.unchanged, t.captured, t.changes) == (3000, 3000, 0)
+
+
+def test_swapped_payloads_or_a_repeated_row_are_changes_not_an_unchanged_recapture(
+    tmp_path: Path,
+) -> None:
+    current, schema = baseline_lake(tmp_path)
+    # The same ids and the same payload hashes, two of them swapped between rows.
+    parts, _ = staged(tmp_path, list(range(3000)), "n")
+    t = pq.read_table(parts[0])
+    i = t.schema.get_field_index("_combined_payload_hash")
+    hashes = t.column(i).to_pylist()
+    hashes[1], hashes[2] = hashes[2], hashes[1]
+    pq.write_table(t.set_column(i, "_combined_payload_hash", pa.array(hashes)), parts[0])
+    r = new_reducer(tmp_path, parts, schema, current=[str(current)])
+    try:
+        assert not r.same_as_current()
+        swapped = r.reduce()
+    finally:
+        r.close()
+    assert (swapped.updates, swapped.unchanged) == (2, 2998)
+    assert swapped == _general(tmp_path, parts, schema, current)
+    # As many rows as the lake, one of them twice in place of another.
+    parts, _ = staged(tmp_path, [i for i in range(3000) if i != 5] + [7], "n")
+    r = new_reducer(tmp_path, parts, schema, current=[str(current)])
+    try:
+        assert not r.same_as_current()
+        assert [(count, ords) for _, count, ords in r.duplicates()] == [(2, [6, 2999])]
+    finally:
+        r.close()

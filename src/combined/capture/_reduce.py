@@ -188,6 +188,7 @@ class Reducer:
         # ``current_filter`` (SQL over the lake's columns) narrows the current
         # state to the range a bounded capture (a backfill) covers.
         self._has_keys = False
+        self._same: bool | None = None
         self.transition: Transition | None = None
         self._has_current = bool(current_files)
         #: Whether the capture is the whole relation (absent ids are deletes).
@@ -326,8 +327,8 @@ class Reducer:
 
     def duplicates(self, limit: int = 1000) -> list[tuple[str, int, list[int]]]:
         """Ids present more than once in a full-row capture, with their ordinals."""
-        if self.has_op or not self.full:
-            return []
+        if self.has_op or not self.full or self.same_as_current():
+            return []  # (the current rows hold each id once, and so does a capture equal to them)
         # A snapshot's staged columns as they are (no narrow table of its size).
         keys = (
             f"(SELECT _combined_ordinal AS ord, {prov.ID} AS _cid FROM pay)"
@@ -385,6 +386,10 @@ class Reducer:
             return self._stats_all_new(con)
         con = self.con
         first_op = self._first_op
+        if self.same_as_current():
+            (rows,) = con.execute("SELECT count(*) FROM pay").fetchall()[0]
+            self.transition = Transition(unchanged=int(rows), captured=int(rows))
+            return self.transition
         if self.streamed:
             # A snapshot re-capture: its staged (id, hash) columns meet the
             # lake's as they are (plain columns, nothing computed in the join).
@@ -431,6 +436,35 @@ class Reducer:
         mine = "" if self._whole(cut) else f" WHERE _kid IN (SELECT _cid FROM {keys})"
         con.execute(f"CREATE TABLE curk AS SELECT _kid, _khash FROM cur{mine}")
         return self._join_current(last, "curk", cut=cut)
+
+    def same_as_current(self) -> bool:
+        """Whether a snapshot re-capture holds exactly the current rows: nothing changed.
+
+        Both sides' (id, payload hash) pairs are folded into a fingerprint:
+        the row count and the xor of two 64-bit hashes of each pair (of
+        ``id || hash`` and of ``hash || id``), a 128-bit set digest of
+        random terms. Equal fingerprints mean equal sets of pairs but with
+        a chance of ~2^-128, so an unchanged capture (the common case of a
+        repeated snapshot) needs neither the join nor the duplicate check:
+        the current rows hold each id once. A capture with any change, a
+        duplicated row included, folds to another fingerprint and takes the
+        join. The hashes are DuckDB's, compared within this connection only,
+        never stored.
+        """
+        if self._same is None:
+            self._same = False
+            if self.streamed and not self.all_new:
+                i, h = prov.ID, prov.PAYLOAD_HASH
+                pairs = (
+                    "SELECT count(*), bit_xor(hash({i} || {h})), "
+                    "bit_xor(hash({h} || {i})) FROM {rows}"
+                )
+                captured = self.con.execute(pairs.format(i=i, h=h, rows="pay")).fetchall()[0]
+                current = self.con.execute(
+                    pairs.format(i="_kid", h="_khash", rows="cur")
+                ).fetchall()[0]
+                self._same = captured == current
+        return self._same
 
     def _whole(self, cut: int | None) -> bool:
         """Whether absent ids are deletes: the capture is the whole relation (a
