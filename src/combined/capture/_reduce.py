@@ -441,9 +441,9 @@ class Reducer:
         """Whether a snapshot re-capture holds exactly the current rows: nothing changed.
 
         Both sides' (id, payload hash) pairs are folded into a fingerprint:
-        the row count and the xor of two 64-bit hashes of each pair (of
-        ``id || hash`` and of ``hash || id``), a 128-bit set digest of
-        random terms. Equal fingerprints mean equal sets of pairs but with
+        the row count (first, alone) and the xor of two 64-bit hashes of
+        each pair (of ``id || hash`` and of ``hash || id``), a 128-bit set
+        digest of random terms. Equal fingerprints mean equal sets of pairs but with
         a chance of ~2^-128, so an unchanged capture (the common case of a
         repeated snapshot) needs neither the join nor the duplicate check:
         the current rows hold each id once. A capture with any change, a
@@ -454,16 +454,19 @@ class Reducer:
         if self._same is None:
             self._same = False
             if self.streamed and not self.all_new:
-                i, h = prov.ID, prov.PAYLOAD_HASH
-                pairs = (
-                    "SELECT count(*), bit_xor(hash({i} || {h})), "
-                    "bit_xor(hash({h} || {i})) FROM {rows}"
-                )
-                captured = self.con.execute(pairs.format(i=i, h=h, rows="pay")).fetchall()[0]
-                current = self.con.execute(
-                    pairs.format(i="_kid", h="_khash", rows="cur")
-                ).fetchall()[0]
-                self._same = captured == current
+                # Row counts first (the files' metadata): a capture that
+                # inserts or deletes rows is not folded at all.
+                counts = "SELECT (SELECT count(*) FROM pay), (SELECT count(*) FROM cur)"
+                captured, current = self.con.execute(counts).fetchall()[0]
+                if captured == current:
+                    folds = (
+                        "SELECT bit_xor(hash({i} || {h})), bit_xor(hash({h} || {i})) FROM {rows}"
+                    )
+                    mine = folds.format(i=prov.ID, h=prov.PAYLOAD_HASH, rows="pay")
+                    theirs = folds.format(i="_kid", h="_khash", rows="cur")
+                    self._same = (
+                        self.con.execute(mine).fetchall() == self.con.execute(theirs).fetchall()
+                    )
         return self._same
 
     def _whole(self, cut: int | None) -> bool:
