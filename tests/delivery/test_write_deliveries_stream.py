@@ -184,3 +184,32 @@ def test_a_writer_error_reaches_the_caller(tmp_path: Path) -> None:
     area = StagingArea(tmp_path, Limits(max_files=2))  # the third Delivery is over the limit
     with pytest.raises(StagingLimitExceeded):
         write(area, iter([batch(i * 5, 5) for i in range(20)]), max_rows=5)
+
+
+def test_the_older_delivery_is_encoded_while_the_newer_one_fills(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first Delivery's writer holds its first chunk until the second
+    # Delivery's writer has one: the reader must get past a whole Delivery
+    # (four chunks and its end) without waiting on the first writer.
+    import threading
+
+    from combined.lake import FileStats
+
+    second_started = threading.Event()
+    waited: list[bool] = []
+    add = FileStats.add
+
+    def gated(self: Any, chunk: pa.RecordBatch) -> None:
+        did = chunk.column("_combined_delivery_id")[0].as_py()
+        if did == delivery_id("run-1", "shop", "orders", 8):
+            second_started.set()
+        elif not waited:
+            waited.append(second_started.wait(timeout=10))
+        add(self, chunk)
+
+    monkeypatch.setattr(FileStats, "add", gated)
+    area = StagingArea(tmp_path / "a", Limits())
+    out = write(area, (batch(i * 2, 2) for i in range(8)), max_rows=8)
+    assert [d.record_count for d in out] == [8, 8]
+    assert waited == [True]

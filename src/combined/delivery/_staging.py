@@ -166,8 +166,12 @@ def file_hash(path: Path) -> str:
     return h.hexdigest()
 
 
-#: Chunks queued for each Delivery's writer: memory holds a few chunks, never a Delivery.
-FEED_CHUNKS = 1
+#: Chunks queued for each Delivery's writer: memory holds a few chunks, never a
+#: Delivery. With one, the reader waits on the filling Delivery's writer chunk by
+#: chunk, and the two writers mostly took turns; with four, the older Delivery's
+#: writer still has chunks to encode while the newer one fills (a first
+#: baseline's Deliveries: 3.7-4.1 s -> 3.0-3.2 s at 2M rows, +13-23 MB).
+FEED_CHUNKS = 4
 
 
 def write_deliveries(
