@@ -218,6 +218,34 @@ class LakeTable:
         )
         self._append(dt, pa.RecordBatchReader.from_batches(schema, batches), properties)
 
+    def append_streams(
+        self,
+        schema: pa.Schema,
+        streams: Sequence[Iterator[pa.RecordBatch]],
+        *,
+        create: bool,
+        metadata: Callable[[], Mapping[str, Any]],
+    ) -> None:
+        """Append several streams of rows of ``schema`` in one commit, written two at a time.
+
+        Each stream becomes data files of its own, encoded on its own thread
+        (Parquet encoding releases the GIL). ``metadata`` is asked for once
+        every stream is written, so it may describe what they held.
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        from deltalake import CommitProperties
+
+        dt = None if create else self._open()
+        if dt is not None and not self._same_schema(dt, schema):
+            raise ValueError(f"{self.path}: appended rows must have the table's schema")
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="append") as pool:
+            written = list(
+                pool.map(lambda rows: write_data_files(self.path, schema, rows), streams)
+            )
+        properties = CommitProperties(custom_metadata={METADATA_KEY: json.dumps(dict(metadata()))})
+        self._add(dt, schema, [a for actions in written for a in actions], properties)
+
     def _append(self, dt: Any, reader: pa.RecordBatchReader, properties: Any) -> None:
         """Append by streaming our own data files, then committing their add actions."""
         from deltalake import write_deltalake

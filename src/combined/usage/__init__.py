@@ -9,13 +9,14 @@ never bill twice. Counts are read back from that table.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from combined.lake import LakeLayout
+from combined.lake import LakeLayout, LakeTable
 
 
 def record_usage(
@@ -45,8 +46,6 @@ def record_usage(
     """
     from deltalake import DeltaTable
 
-    from combined.lake import LakeTable
-
     path = layout.usage(source, dataset)
     table = LakeTable(path, f"combined-usage:{source}/{dataset}")
     schema = pa.schema([("month", pa.string()), ("_combined_id", pa.string()), ("op", pa.string())])
@@ -55,10 +54,13 @@ def record_usage(
     if month not in counts and known:
         counts[month] = month_counts(layout, source, dataset, month)  # written before counts
     current = counts.get(month, {"mar": 0, "inserts": 0, "updates": 0, "deletes": 0})
+    files = [changes] if isinstance(changes, Path) else list(changes)
+    if unique and not known:
+        # The dataset's first usage, one row per identity: every row is new.
+        return {month: _first_usage(table, schema, files, month, deliveries, counts)}
     con = _duck()
     try:
         month_lit = "'" + month.replace("'", "''") + "'"
-        files = [changes] if isinstance(changes, Path) else list(changes)
         listed = ", ".join(f"'{_q(f)}'" for f in files)
         op = (
             "CASE WHEN _combined_op = 'snapshot' THEN 'insert' "
@@ -70,41 +72,36 @@ def record_usage(
             f"SELECT {month_lit} AS month, CAST(_combined_id AS VARCHAR) AS _combined_id, "
             f"{op} AS op FROM read_parquet([{listed}], union_by_name = true)"
         )
-        if unique and not known:
-            # The dataset's first usage, one row per identity: every row is new.
-            added, fresh = f"({new})", "count(*)"
-        else:
+        existing = (
+            "SELECT NULL::VARCHAR AS month, NULL::VARCHAR AS _combined_id, "
+            "NULL::VARCHAR AS op WHERE false"
+        )
+        if known:
+            listing = ", ".join(f"'{_q(f)}'" for f in known)
             existing = (
-                "SELECT NULL::VARCHAR AS month, NULL::VARCHAR AS _combined_id, "
-                "NULL::VARCHAR AS op WHERE false"
+                f"SELECT month, _combined_id, op FROM read_parquet([{listing}]) "
+                f"WHERE month = {month_lit}"
             )
-            if known:
-                listing = ", ".join(f"'{_q(f)}'" for f in known)
-                existing = (
-                    f"SELECT month, _combined_id, op FROM read_parquet([{listing}]) "
-                    f"WHERE month = {month_lit}"
-                )
-            # The month's rows for the identities this transition touches
-            # (a semi join: a hash table of the transition's ids, not of the
-            # month's), then the pairs not billed yet; repeated pairs fold.
-            con.execute(f"CREATE TABLE pairs AS SELECT DISTINCT * FROM ({new})")
-            con.execute(
-                f"CREATE TABLE seen AS SELECT e._combined_id, e.op FROM ({existing}) e "
-                "SEMI JOIN pairs n ON e._combined_id IS NOT DISTINCT FROM n._combined_id"
-            )
-            con.execute(
-                "CREATE TABLE added AS SELECT * FROM pairs n ANTI JOIN seen s "
-                "ON n._combined_id IS NOT DISTINCT FROM s._combined_id "
-                "AND n.op IS NOT DISTINCT FROM s.op"
-            )
-            added = "added"
-            fresh = (
-                "(SELECT count(DISTINCT a._combined_id) FROM added a ANTI JOIN seen e "
-                "ON a._combined_id IS NOT DISTINCT FROM e._combined_id)"
-            )
+        # The month's rows for the identities this transition touches (a semi
+        # join: a hash table of the transition's ids, not of the month's),
+        # then the pairs not billed yet; repeated pairs fold.
+        con.execute(f"CREATE TABLE pairs AS SELECT DISTINCT * FROM ({new})")
+        con.execute(
+            f"CREATE TABLE seen AS SELECT e._combined_id, e.op FROM ({existing}) e "
+            "SEMI JOIN pairs n ON e._combined_id IS NOT DISTINCT FROM n._combined_id"
+        )
+        con.execute(
+            "CREATE TABLE added AS SELECT * FROM pairs n ANTI JOIN seen s "
+            "ON n._combined_id IS NOT DISTINCT FROM s._combined_id "
+            "AND n.op IS NOT DISTINCT FROM s.op"
+        )
+        fresh = (
+            "SELECT count(DISTINCT a._combined_id) FROM added a ANTI JOIN seen e "
+            "ON a._combined_id IS NOT DISTINCT FROM e._combined_id"
+        )
         row = con.execute(
             "SELECT count(*) FILTER (WHERE op = 'insert'), count(*) FILTER (WHERE op = 'update'), "
-            f"count(*) FILTER (WHERE op = 'delete'), {fresh}, count(*) FROM {added}"
+            f"count(*) FILTER (WHERE op = 'delete'), ({fresh}), count(*) FROM added"
         ).fetchall()[0]
         if row[4]:
             current = {
@@ -114,16 +111,71 @@ def record_usage(
                 "deletes": current["deletes"] + int(row[2]),
             }
             counts[month] = current
-            reader = con.sql(f"SELECT month, _combined_id, op FROM {added}").to_arrow_reader(65_536)
+            reader = con.sql("SELECT month, _combined_id, op FROM added").to_arrow_reader(65_536)
             table.append_batches(
                 schema,
                 (b.cast(schema) for b in reader),
-                create=not known and not table.exists(),
+                create=not table.exists(),
                 metadata={"counts": counts},
             )
     finally:
         con.close()
     return {month: current}
+
+
+def _first_usage(
+    table: LakeTable,
+    schema: pa.Schema,
+    files: list[Path],
+    month: str,
+    deliveries: bool,
+    counts: dict[str, dict[str, int]],
+) -> dict[str, int]:
+    """Bill a dataset's first transition: each of its (distinct) ids is new to the month.
+
+    The rows stream from the files as they are (no join, nothing to compare
+    with), in two streams written at once; the counts are tallied on the way
+    and travel in the commit that adds the rows.
+    """
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    if not sum(pq.read_metadata(f).num_rows for f in files):
+        return counts.get(month, {"mar": 0, "inserts": 0, "updates": 0, "deletes": 0})
+    op_column = "_combined_op" if deliveries else "op"
+    tally: dict[str, int] = {"insert": 0, "update": 0, "delete": 0}
+    lock = threading.Lock()
+    month_value = pa.scalar(month, pa.string())
+
+    def rows(paths: list[Path]) -> Iterator[pa.RecordBatch]:
+        for path in paths:
+            with pq.ParquetFile(path) as pf:
+                columns = ["_combined_id", op_column]
+                for b in pf.iter_batches(batch_size=65_536, columns=columns):
+                    ops = b.column(1).cast(pa.string())
+                    if deliveries:  # a baseline's rows bill as inserts
+                        ops = pc.if_else(pc.equal(ops, "snapshot"), "insert", ops)
+                    found = pc.value_counts(ops).to_pylist()
+                    with lock:
+                        for item in found:
+                            tally[item["values"]] = tally.get(item["values"], 0) + item["counts"]
+                    ids = b.column(0).cast(pa.string())
+                    yield pa.record_batch(
+                        [pa.repeat(month_value, b.num_rows), ids, ops], schema=schema
+                    )
+
+    def metadata() -> dict[str, Any]:
+        counts[month] = {
+            "mar": sum(tally.values()),
+            "inserts": tally["insert"],
+            "updates": tally["update"],
+            "deletes": tally["delete"],
+        }
+        return {"counts": counts}
+
+    streams = [rows(files[n::2]) for n in range(min(2, len(files)))]
+    table.append_streams(schema, streams, create=not table.exists(), metadata=metadata)
+    return counts[month]
 
 
 def _committed_counts(table: Any) -> dict[str, dict[str, int]]:
