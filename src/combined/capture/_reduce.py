@@ -328,7 +328,7 @@ class Reducer:
     def duplicates(self, limit: int = 1000) -> list[tuple[str, int, list[int]]]:
         """Ids present more than once in a full-row capture, with their ordinals."""
         if self.has_op or not self.full or self.same_as_current():
-            return []  # (the current rows hold each id once, and so does a capture equal to them)
+            return []  # (see same_as_current: an unchanged capture holds each id once)
         # A snapshot's staged columns as they are (no narrow table of its size).
         keys = (
             f"(SELECT _combined_ordinal AS ord, {prov.ID} AS _cid FROM pay)"
@@ -443,13 +443,13 @@ class Reducer:
         Both sides' (id, payload hash) pairs are folded into a fingerprint:
         the row count (first, alone) and the xor of two 64-bit hashes of
         each pair (of ``id || hash`` and of ``hash || id``), a 128-bit set
-        digest of random terms. Equal fingerprints mean equal sets of pairs but with
-        a chance of ~2^-128, so an unchanged capture (the common case of a
+        digest of random terms. Two different sets of pairs fold alike with a
+        chance of ~2^-128, so an unchanged capture (the common case of a
         repeated snapshot) needs neither the join nor the duplicate check:
-        the current rows hold each id once. A capture with any change, a
-        duplicated row included, folds to another fingerprint and takes the
-        join. The hashes are DuckDB's, compared within this connection only,
-        never stored.
+        the current rows hold each id once, and so does a capture equal to
+        them. A capture with any change, a repeated row included, folds to
+        another fingerprint and takes the join. The hashes are DuckDB's,
+        compared within this connection only, never stored.
         """
         if self._same is None:
             self._same = False
