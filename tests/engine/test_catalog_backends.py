@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from combined.catalog._catalog import _head_revision
 from combined.engine import Engine
 
 
@@ -116,7 +117,7 @@ def test_a_catalog_at_the_newest_revision_opens_without_alembic(tmp_path: Path) 
     from combined.catalog._catalog import _head_revision
 
     url = f"sqlite:///{tmp_path / 'catalog.db'}"
-    Catalog.open(url).close()  # a new catalog: Alembic creates it
+    Catalog.open(url).close()  # a new catalog: the schema module, stamped at the head
     with sqlite3.connect(tmp_path / "catalog.db") as conn:
         assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
             (_head_revision(),)
@@ -132,3 +133,71 @@ def test_a_catalog_at_the_newest_revision_opens_without_alembic(tmp_path: Path) 
         conn.execute("UPDATE alembic_version SET version_num = 'older'")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "older" in out.stderr  # Alembic refuses a revision it does not know
+
+
+def _schema_of(url: str) -> dict[str, Any]:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        inspector = sa.inspect(engine)
+        return {
+            name: (
+                [(c["name"], str(c["type"]), c["nullable"], c["default"]) for c in cols],
+                inspector.get_pk_constraint(name),
+                sorted(inspector.get_indexes(name), key=lambda i: str(i["name"])),
+                inspector.get_foreign_keys(name),
+                inspector.get_unique_constraints(name),
+            )
+            for name in sorted(inspector.get_table_names())
+            for cols in [inspector.get_columns(name)]
+        }
+    finally:
+        engine.dispose()
+
+
+def test_a_new_catalog_has_the_schema_the_migrations_build(tmp_path: Path) -> None:
+    # A new catalog is created from the schema module without Alembic; the
+    # migrations must build the very same schema, at the same revision.
+    import subprocess
+    import sys
+
+    from alembic import command
+    from alembic.config import Config
+
+    from combined.catalog._catalog import _MIGRATIONS
+
+    direct = f"sqlite:///{tmp_path / 'direct.db'}"
+    code = (
+        "import sys; from combined.catalog import Catalog; "
+        f"Catalog.open({direct!r}).close(); print('alembic' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"  # created without loading Alembic
+
+    migrated = f"sqlite:///{tmp_path / 'migrated.db'}"
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    cfg.set_main_option("sqlalchemy.url", migrated)
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(migrated)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+    engine.dispose()
+
+    assert _schema_of(direct) == _schema_of(migrated)
+    for name in ("direct.db", "migrated.db"):
+        with sqlite3.connect(tmp_path / name) as conn:
+            assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
+                (_head_revision(),)
+            ]
+    # ... and a catalog that already holds some of it is left to Alembic.
+    partial = tmp_path / "partial.db"
+    with sqlite3.connect(partial) as conn:
+        conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+    code = code.replace(direct, f"sqlite:///{partial}")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
+    assert _schema_of(f"sqlite:///{partial}").keys() == _schema_of(direct).keys()

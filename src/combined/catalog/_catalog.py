@@ -84,6 +84,8 @@ class Catalog:
         """Bring the schema to the newest numbered revision."""
         if self._at_head():
             return  # nothing to do: Alembic (and its import) is not needed
+        if self._create_new():
+            return
         from alembic import command
         from alembic.config import Config
 
@@ -98,6 +100,38 @@ class Catalog:
                 f"cannot open the catalog at {self.url}: {redact(str(exc.orig))}",
                 hint="check `catalog:` in combined.yaml and that the database is reachable",
             ) from exc
+
+    def _create_new(self) -> bool:
+        """Create a catalog that holds none of its tables yet; False when it holds some.
+
+        The schema module is the newest revision (``migrations/versions``
+        says how it stays so), so a new catalog is that schema plus its
+        revision in ``alembic_version``: what the upgrade would leave, without
+        loading Alembic (~0.35 s of a first capture). An existing catalog,
+        even one behind, goes through Alembic.
+        """
+        try:
+            with self.engine.begin() as conn:
+                present = set(sa.inspect(conn).get_table_names())
+                if present & {*t.metadata.tables, "alembic_version"}:
+                    return False
+                t.metadata.create_all(conn)
+                conn.execute(
+                    sa.text(
+                        "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL, "
+                        "CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num))"
+                    )
+                )
+                conn.execute(
+                    sa.text("INSERT INTO alembic_version (version_num) VALUES (:v)"),
+                    {"v": _head_revision()},
+                )
+        except sa.exc.OperationalError as exc:
+            raise CatalogError(
+                f"cannot open the catalog at {self.url}: {redact(str(exc.orig))}",
+                hint="check `catalog:` in combined.yaml and that the database is reachable",
+            ) from exc
+        return True
 
     def _at_head(self) -> bool:
         """Whether the catalog already holds the newest revision."""
