@@ -126,6 +126,8 @@ class Catalog:
                     sa.text("INSERT INTO alembic_version (version_num) VALUES (:v)"),
                     {"v": _head_revision()},
                 )
+        except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
+            return False  # another process created it meanwhile: Alembic checks it
         except sa.exc.OperationalError as exc:
             raise CatalogError(
                 f"cannot open the catalog at {self.url}: {redact(str(exc.orig))}",
