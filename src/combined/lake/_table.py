@@ -208,14 +208,8 @@ class LakeTable:
         metadata: Mapping[str, Any] | None = None,
     ) -> None:
         """Append rows outside the delivery protocol (no transaction version), streamed."""
-        from deltalake import CommitProperties
-
         dt = None if create else self._open()
-        properties = (
-            CommitProperties(custom_metadata={METADATA_KEY: json.dumps(dict(metadata))})
-            if metadata is not None
-            else None
-        )
+        properties = _append_properties(metadata) if metadata is not None else None
         self._append(dt, pa.RecordBatchReader.from_batches(schema, batches), properties)
 
     def append_streams(
@@ -234,8 +228,6 @@ class LakeTable:
         """
         from concurrent.futures import ThreadPoolExecutor
 
-        from deltalake import CommitProperties
-
         dt = None if create else self._open()
         if dt is not None and not self._same_schema(dt, schema):
             raise ValueError(f"{self.path}: appended rows must have the table's schema")
@@ -243,8 +235,8 @@ class LakeTable:
             written = list(
                 pool.map(lambda rows: write_data_files(self.path, schema, rows), streams)
             )
-        properties = CommitProperties(custom_metadata={METADATA_KEY: json.dumps(dict(metadata()))})
-        self._add(dt, schema, [a for actions in written for a in actions], properties)
+        actions = [a for file_actions in written for a in file_actions]
+        self._add(dt, schema, actions, _append_properties(metadata()))
 
     def _append(self, dt: Any, reader: pa.RecordBatchReader, properties: Any) -> None:
         """Append by streaming our own data files, then committing their add actions."""
@@ -289,3 +281,10 @@ class LakeTable:
                 )
         version = self.version()
         return CommitResult(lake_version=version or 0, skipped=True, committed_at=utcnow())
+
+
+def _append_properties(metadata: Mapping[str, Any]) -> Any:
+    """The commit properties of an append outside the delivery protocol: its metadata only."""
+    from deltalake import CommitProperties
+
+    return CommitProperties(custom_metadata={METADATA_KEY: json.dumps(dict(metadata))})

@@ -53,11 +53,11 @@ def record_usage(
     counts = _committed_counts(table)
     if month not in counts and known:
         counts[month] = month_counts(layout, source, dataset, month)  # written before counts
-    current = counts.get(month, {"mar": 0, "inserts": 0, "updates": 0, "deletes": 0})
+    current = counts[month] if month in counts else _no_usage()
     files = [changes] if isinstance(changes, Path) else list(changes)
     if unique and not known:
         # The dataset's first usage, one row per identity: every row is new.
-        return {month: _first_usage(table, schema, files, month, deliveries, counts)}
+        return {month: _first_usage(table, schema, files, month, deliveries, counts, current)}
     con = _duck()
     try:
         month_lit = "'" + month.replace("'", "''") + "'"
@@ -130,6 +130,7 @@ def _first_usage(
     month: str,
     deliveries: bool,
     counts: dict[str, dict[str, int]],
+    current: dict[str, int],
 ) -> dict[str, int]:
     """Bill a dataset's first transition: each of its (distinct) ids is new to the month.
 
@@ -141,7 +142,7 @@ def _first_usage(
     import pyarrow.parquet as pq
 
     if not sum(pq.read_metadata(f).num_rows for f in files):
-        return counts.get(month, {"mar": 0, "inserts": 0, "updates": 0, "deletes": 0})
+        return current  # nothing to bill
     op_column = "_combined_op" if deliveries else "op"
     tally: dict[str, int] = {"insert": 0, "update": 0, "delete": 0}
     lock = threading.Lock()
@@ -203,6 +204,11 @@ def _duck() -> Any:
     )
 
 
+def _no_usage() -> dict[str, int]:
+    """A month's counts before anything is billed in it."""
+    return {"mar": 0, "inserts": 0, "updates": 0, "deletes": 0}
+
+
 def _q(path: object) -> str:
     return str(path).replace("'", "''")
 
@@ -213,10 +219,10 @@ def month_counts(layout: LakeLayout, source: str, dataset: str, month: str) -> d
 
     path = layout.usage(source, dataset)
     if not DeltaTable.is_deltatable(str(path)):
-        return {"mar": 0, "inserts": 0, "updates": 0, "deletes": 0}
+        return _no_usage()
     files = DeltaTable(str(path)).file_uris()
     if not files:
-        return {"mar": 0, "inserts": 0, "updates": 0, "deletes": 0}
+        return _no_usage()
     con = _duck()
     try:
         row = con.execute(
