@@ -126,9 +126,10 @@ def transition_digest(folds: dict[str, int | None]) -> str:
     put (insert, snapshot, update), md5 of ``id|new hash`` (the term the
     content digest adds, so a first baseline hashes each row once); for a
     delete (or an event stream's truncate), md5 of ``id|hash`` of its own
-    row (empty when it has none). Each operation folds apart, so an insert and an update of the
-    same row differ; the digest is the md5 of the labelled folds
-    (``t2|insert:<32 hex>|snapshot:...``). No changes digest to 32 zeros.
+    row (empty when it has none). Each operation folds apart, so an insert
+    and an update of the same row differ; the digest is the md5 of the
+    labelled folds (``t2|insert:<32 hex>|snapshot:...``). No changes digest
+    to 32 zeros.
     """
     values = [int(folds.get(op) or 0) for op in DIGEST_CLASSES]
     if not any(values):

@@ -96,10 +96,14 @@ class Catalog:
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, "head")
         except sa.exc.OperationalError as exc:
-            raise CatalogError(
-                f"cannot open the catalog at {self.url}: {redact(str(exc.orig))}",
-                hint="check `catalog:` in combined.yaml and that the database is reachable",
-            ) from exc
+            raise self._unreachable(exc) from exc
+
+    def _unreachable(self, exc: sa.exc.OperationalError) -> CatalogError:
+        """The error of a catalog that cannot be opened (its URL's secret redacted)."""
+        return CatalogError(
+            f"cannot open the catalog at {self.url}: {redact(str(exc.orig))}",
+            hint="check `catalog:` in combined.yaml and that the database is reachable",
+        )
 
     def _create_new(self) -> bool:
         """Create a catalog that holds none of its tables yet; False when it holds some.
@@ -129,10 +133,7 @@ class Catalog:
         except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
             return False  # another process created it meanwhile: Alembic checks it
         except sa.exc.OperationalError as exc:
-            raise CatalogError(
-                f"cannot open the catalog at {self.url}: {redact(str(exc.orig))}",
-                hint="check `catalog:` in combined.yaml and that the database is reachable",
-            ) from exc
+            raise self._unreachable(exc) from exc
         return True
 
     def _at_head(self) -> bool:
