@@ -10,7 +10,7 @@ import pytest
 
 from combined.capture import _reduce
 from combined.capture._reduce import Reducer, Transition, _id_ranges, _in_range
-from combined.delivery import PartWriter, StagingArea
+from combined.delivery import PartWriter, StagingArea, part_schema, read_part
 from combined.delivery._staging import Limits
 from combined.runtime._stager import CaptureStager
 
@@ -32,7 +32,19 @@ def staged(
             )
         )
     parts = stager.close(SCHEMA)
-    return parts, pa.unify_schemas([pq.read_schema(p) for p in parts])
+    return parts, pa.unify_schemas([part_schema(p) for p in parts])
+
+
+def part_table(path: Path) -> pa.Table:
+    """A staged part's rows."""
+    return pa.Table.from_batches(list(read_part(path)), schema=part_schema(path))
+
+
+def write_part(table: pa.Table, path: Path) -> Path:
+    """``table`` as a staged part at ``path`` (a new file: a read part stays mapped)."""
+    with pa.ipc.new_file(str(path), table.schema) as writer:
+        writer.write_table(table)
+    return path
 
 
 def new_reducer(
@@ -185,7 +197,7 @@ def test_a_column_added_mid_read_reaches_the_deliveries_on_both_paths(tmp_path: 
     stager.put(pa.RecordBatch.from_pydict({"id": [3], "name": ["c"], "extra": ["x"]}, schema=wide))
     parts = stager.close(SCHEMA)
     assert len(parts) == 2  # the wider batch started a part of its own
-    schema = pa.unify_schemas([pq.read_schema(p) for p in parts], promote_options="permissive")
+    schema = pa.unify_schemas([part_schema(p) for p in parts], promote_options="permissive")
     lake = lake_schema(pa.schema([f for f in schema if not f.name.startswith("_combined_")]))
     for field in prov.provenance_fields():
         lake = lake.append(field)
@@ -300,11 +312,13 @@ def test_the_transition_digest_tells_operations_rows_and_payloads_apart() -> Non
 def test_swapping_two_rows_payloads_changes_the_transition_digest(tmp_path: Path) -> None:
     # The digest folds each row's (id, hash) pair, not ids and hashes apart.
     parts, schema = staged(tmp_path, [1, 2], "n")
-    swapped = tmp_path / "swapped.parquet"
-    t = pq.read_table(parts[0])
+    t = part_table(parts[0])
     hashes = t.column("_combined_payload_hash").to_pylist()
     i = t.schema.get_field_index("_combined_payload_hash")
-    pq.write_table(t.set_column(i, "_combined_payload_hash", pa.array(hashes[::-1])), swapped)
+    swapped = write_part(
+        t.set_column(i, "_combined_payload_hash", pa.array(hashes[::-1])),
+        tmp_path / "swapped.arrow",
+    )
     digests = []
     for files in (parts, [swapped]):
         r = new_reducer(tmp_path, files, schema)
@@ -351,11 +365,13 @@ def test_swapped_payloads_or_a_repeated_row_are_changes_not_an_unchanged_recaptu
     current, schema = baseline_lake(tmp_path)
     # The same ids and the same payload hashes, two of them swapped between rows.
     parts, _ = staged(tmp_path, list(range(3000)), "n")
-    t = pq.read_table(parts[0])
+    t = part_table(parts[0])
     i = t.schema.get_field_index("_combined_payload_hash")
     hashes = t.column(i).to_pylist()
     hashes[1], hashes[2] = hashes[2], hashes[1]
-    pq.write_table(t.set_column(i, "_combined_payload_hash", pa.array(hashes)), parts[0])
+    parts[0] = write_part(
+        t.set_column(i, "_combined_payload_hash", pa.array(hashes)), tmp_path / "swapped.arrow"
+    )
     r = new_reducer(tmp_path, parts, schema, current=[str(current)])
     try:
         assert not r.same_as_current()

@@ -9,7 +9,7 @@ current state by (``_combined_id``, ``_combined_payload_hash``):
   and absent ids are untouched.
 
 Only ids, hashes and operations are materialised (O(changes) after the first
-baseline); full rows stream from the staged Parquet files to the Deliveries.
+baseline); full rows stream from the staged parts (Arrow IPC) to the Deliveries.
 DuckDB spills to the run's staging directory past ``memory_limit``.
 """
 
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from combined.delivery import StagedParts, part_schema, read_part
 from combined.errors import DuplicateKeys
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import identity_sql, payload_hash_sql, quote_ident
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
 #: consumer: 64k-row batches of a typical table held ~150 MB, 16k-row ones
 #: ~80 MB. The Delivery writer gathers them back into full row groups.
 OUTPUT_BATCH_ROWS = 16_384
+
+#: The name the staged parts are registered under in a reduction's connection.
+_STAGED = "staged_capture"
 
 #: Provenance columns holding instants (given as ISO 8601 text in the constants).
 _TIMES = frozenset({prov.EMITTED_AT, prov.OBSERVED_AT, prov.INGESTED_AT})
@@ -223,16 +227,17 @@ class Reducer:
         if not capture_files:
             raise ValueError("a reduction needs at least one staged part (it may be empty)")
         self.capture_files = list(capture_files)
-        files = _files(capture_files)
+        # The staged parts (Arrow IPC), scanned as one stream of the capture's
+        # schema: a registered object is the connection's own (see cursor()).
+        self._staged = StagedParts(self.capture_files, capture_schema)
+        self.con.register(_STAGED, self._staged)
         if UNCHANGED in capture_schema.names:
-            self._resolve_unchanged(files, id_expr, current_files)
+            self._resolve_unchanged(id_expr, current_files)
             self.con.execute("CREATE VIEW pay AS SELECT * FROM res")
             source = "res"
         else:
             # The payload as staged: what the Deliveries read, never re-hashed.
-            self.con.execute(
-                f"CREATE VIEW pay AS SELECT * FROM read_parquet({files}, union_by_name = true)"
-            )
+            self.con.execute(f"CREATE VIEW pay AS SELECT * FROM {_STAGED}")
             source = f"(SELECT *, {id_expr} AS _cid FROM pay)"
             if self.prehashed:
                 # Staging hashed every row as it streamed by (see runtime._stager).
@@ -284,7 +289,13 @@ class Reducer:
             f"FROM (SELECT hash({column}) AS h FROM {rows})) WHERE h = p"
         )
 
-    def _resolve_unchanged(self, files: str, id_expr: str, current_files: Sequence[str]) -> None:
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor of this reduction's database that sees its views, for another thread."""
+        con = self.con.cursor()
+        con.register(_STAGED, self._staged)
+        return con
+
+    def _resolve_unchanged(self, id_expr: str, current_files: Sequence[str]) -> None:
         """Fill TOAST values a change stream marked unchanged, never writing them as nulls.
 
         The value comes from the newest earlier change of the same row in this
@@ -318,8 +329,7 @@ class Reducer:
             )
         self.con.execute(
             f"CREATE VIEW res AS SELECT {', '.join(cols)}, {rest}, r._cid FROM "
-            f"(SELECT *, {id_expr} AS _cid FROM read_parquet({files}, union_by_name = true)) "
-            f"r {lake}"
+            f"(SELECT *, {id_expr} AS _cid FROM {_STAGED}) r {lake}"
         )
 
     def close(self) -> None:
@@ -393,7 +403,7 @@ class Reducer:
                 "CREATE TABLE tr (id VARCHAR, op VARCHAR, new_hash VARCHAR, "
                 "old_hash VARCHAR, ord BIGINT)"
             )
-            (rows,) = con.execute("SELECT count(*) FROM pay").fetchall()[0]
+            rows = self._staged.count_rows()  # (a snapshot's pay is its staged parts)
             self.transition = Transition(unchanged=int(rows), captured=int(rows))
             return self.transition
         if self.streamed:
@@ -462,8 +472,8 @@ class Reducer:
             if self.streamed and not self.all_new:
                 # Row counts first (the files' metadata): a capture that
                 # inserts or deletes rows is not folded at all.
-                counts = "SELECT (SELECT count(*) FROM pay), (SELECT count(*) FROM cur)"
-                captured, current = self.con.execute(counts).fetchall()[0]
+                captured = self._staged.count_rows()
+                (current,) = self.con.execute("SELECT count(*) FROM cur").fetchall()[0]
                 if captured == current:
                     # (Pairs with a NULL side are counted apart: DuckDB hashes
                     # NULL to a constant, and two such rows would cancel out.)
@@ -569,9 +579,11 @@ class Reducer:
             "count(*) FILTER (WHERE op = 'same'), "
             f"xor(bit_xor(o), bit_xor(n)), {folds} FROM d"
         ).fetchall()[0]
-        captured = self.con.execute(
-            f"SELECT count(*) FROM {'pay' if self.streamed else self._keys()}"
-        ).fetchall()[0][0]
+        captured = (
+            self._staged.count_rows()
+            if self.streamed
+            else self.con.execute(f"SELECT count(*) FROM {self._keys()}").fetchall()[0][0]
+        )
         self.transition = Transition(
             inserts=int(row[0]),
             updates=int(row[1]),
@@ -584,8 +596,8 @@ class Reducer:
         return self.transition
 
     def counts_all_new(self) -> Transition:
-        """A first baseline's counts, from the staged parts' metadata (no digests yet)."""
-        (rows,) = self.con.execute("SELECT count(*) FROM pay").fetchall()[0]
+        """A first baseline's counts, from the staged parts' batch headers (no digests yet)."""
+        rows = self._staged.count_rows()
         return Transition(inserts=int(rows), captured=int(rows))
 
     def _stats_all_new(self, con: duckdb.DuckDBPyConnection | None = None) -> Transition:
@@ -719,13 +731,11 @@ class Reducer:
         column keeps its narrower type there: the lake conversion that
         follows fills and casts them, as it does any batch.
         """
-        import pyarrow.parquet as pq
-
         wanted = {*self.payload, prov.ID, prov.PAYLOAD_HASH, prov.EMITTED_AT, prov.SOURCE_POSITION}
         op = pa.scalar(self._first_op.strip("'"), pa.string())
         constants = _Constants({prov.OP: op, **scalars}, batch_rows)
         for path in self.capture_files:
-            with pq.ParquetFile(path) as part:
-                columns = [n for n in part.schema_arrow.names if n in wanted]
-                for batch in part.iter_batches(batch_size=batch_rows, columns=columns):
-                    yield constants.add(batch)
+            columns = [n for n in part_schema(path).names if n in wanted]
+            for batch in read_part(path, columns):
+                for offset in range(0, batch.num_rows, batch_rows):
+                    yield constants.add(batch.slice(offset, batch_rows))

@@ -1,12 +1,15 @@
-"""Deliveries: bounded Parquet files under a run-scoped staging area."""
+"""Deliveries: bounded Parquet files under a run-scoped staging area (and the staged parts)."""
 
 from combined.delivery._staging import (
     Limits,
     PartWriter,
     StagedDelivery,
+    StagedParts,
     StagingArea,
     delivery_id,
     file_hash,
+    part_schema,
+    read_part,
     write_deliveries,
 )
 
@@ -14,8 +17,11 @@ __all__ = [
     "Limits",
     "PartWriter",
     "StagedDelivery",
+    "StagedParts",
     "StagingArea",
     "delivery_id",
     "file_hash",
+    "part_schema",
+    "read_part",
     "write_deliveries",
 ]

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from combined.connectors.abc import Extraction, PartitionedSource, ReadRequest, Source
-from combined.delivery import PartWriter, StagingArea
+from combined.delivery import PartWriter, StagingArea, part_schema
 from combined.errors import ConfigError
 from combined.lake import LakeLayout
 from combined.protocol import (
@@ -218,7 +217,7 @@ def stage_partitioned(
     finally:
         parts_plan.close()
     parts = [p for paths, _ in results for p in paths]
-    schemas = {pq.read_schema(str(p)) for p in parts}
+    schemas = {part_schema(p) for p in parts}
     if len(schemas) > 1:
         # Every partition reads the same relation: different schemas mean a
         # partition handed over a value that does not fit.
@@ -232,7 +231,7 @@ def stage_partitioned(
         )
         empty = CaptureStager(writer, key=plan.key, hash_rows=True)
         parts = empty.close(_empty_schema(table.schema(), declared))
-        schemas = {pq.read_schema(str(parts[0]))}
+        schemas = {part_schema(parts[0])}
     return Staged(
         plan=plan,
         extraction=group,  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from combined.capture._reduce import Transition
 from combined.catalog import Catalog
 from combined.catalog import data as cat
 from combined.connectors.abc import Extraction, ReadRequest, Source
-from combined.delivery import PartWriter, StagedDelivery, StagingArea
+from combined.delivery import PartWriter, StagedDelivery, StagingArea, part_schema
 from combined.errors import DriftRejected, SchemaMismatch
 from combined.lake import (
     LakeLayout,
@@ -277,7 +277,7 @@ def _consume(
         plan=plan,
         extraction=extraction,
         parts=parts,
-        schema=pq.read_schema(str(parts[-1])),  # the last part has every field
+        schema=part_schema(parts[-1]),  # the last part has every field
         state=checkpoint[0] if checkpoint else prior_state,
         position=checkpoint[1] if checkpoint else (last.get("source_position") if last else None),
         receipt=extraction.receipt,

@@ -174,7 +174,7 @@ def _write_changes(changes: pa.RecordBatchReader, path: Path, area: StagingArea)
 
 def _digests(reducer: Reducer) -> Transition:
     """A first baseline's transition, on a cursor of its reduction."""
-    con = reducer.con.cursor()
+    con = reducer.cursor()
     try:
         # The two Delivery writers keep both cores busy meanwhile: one DuckDB
         # thread beside them takes as long as two, with one scan's buffers

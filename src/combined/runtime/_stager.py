@@ -1,7 +1,7 @@
 """Stage a capture's batches: ordinal, identity and payload hash, bounded parts.
 
 Each batch gets its ordinal on the reading thread; hashing (DuckDB) and
-writing (Parquet) run on a second thread, so they overlap the next read
+writing (Arrow IPC) run on a second thread, so they overlap the next read
 instead of following it. Both release the GIL, as does the ADBC reader.
 Groups of batches pass from thread to thread without a buffer in between:
 memory holds one group per thread, bounded by the batch size.
