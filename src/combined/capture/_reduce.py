@@ -185,6 +185,11 @@ class Reducer:
                 "temp_directory": str(spill_dir),
                 "threads": 2,
                 "preserve_insertion_order": False,
+                # Every join here builds its hash table on the side written on
+                # its right, chosen for its size: DuckDB knows no row count for
+                # the staged parts' stream (it takes it for one row), and would
+                # build on the whole capture instead.
+                "disabled_optimizers": "build_side_probe_side",
             },
         )
         self.capture_schema = capture_schema
@@ -304,6 +309,13 @@ class Reducer:
         marked = {
             c: f"coalesce(list_contains(r.{UNCHANGED}, {_lit(c)}), false)" for c in self.payload
         }
+        lake = f"read_parquet({_files(current_files)}, union_by_name = true)"
+        # The lake's own columns only: one the capture added has no lake value.
+        in_lake = (
+            {str(row[0]) for row in self.con.execute(f"DESCRIBE SELECT * FROM {lake}").fetchall()}
+            if current_files
+            else set()
+        )
         cols = []
         for c in self.payload:
             q = quote_ident(c)
@@ -312,7 +324,7 @@ class Reducer:
                 "IGNORE NULLS) OVER (PARTITION BY r._cid ORDER BY r._combined_ordinal "
                 "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
             )
-            fallback = f"l.{q}" if current_files else "NULL"
+            fallback = f"l.{q}" if c in in_lake else "NULL"
             cols.append(
                 f"CASE WHEN {marked[c]} THEN (CASE WHEN {prev} IS NOT NULL THEN ({prev}).v "
                 f"ELSE {fallback} END) ELSE r.{q} END AS {q}"
@@ -320,17 +332,15 @@ class Reducer:
         rest = ", ".join(
             f"r.{quote_ident(n)}" for n in self.capture_schema.names if n not in self.payload
         )
-        lake = ""
+        rows = f"(SELECT *, {id_expr} AS _cid FROM {_STAGED}) r"
         if current_files:
-            wanted = ", ".join(quote_ident(c) for c in self.payload)
-            lake = (
-                f"LEFT JOIN (SELECT _combined_id, {wanted} FROM read_parquet("
-                f"{_files(current_files)}, union_by_name = true)) l ON l._combined_id = r._cid"
+            # The hash table holds the changes, the lake's rows stream past it.
+            wanted = "".join(f", {quote_ident(c)}" for c in self.payload if c in in_lake)
+            rows = (
+                f"(SELECT _combined_id{wanted} FROM {lake}) l "
+                f"RIGHT JOIN {rows} ON l._combined_id = r._cid"
             )
-        self.con.execute(
-            f"CREATE VIEW res AS SELECT {', '.join(cols)}, {rest}, r._cid FROM "
-            f"(SELECT *, {id_expr} AS _cid FROM {_STAGED}) r {lake}"
-        )
+        self.con.execute(f"CREATE VIEW res AS SELECT {', '.join(cols)}, {rest}, r._cid FROM {rows}")
 
     def close(self) -> None:
         """Close the DuckDB connection (and its spill files)."""
@@ -663,7 +673,6 @@ class Reducer:
         self, constants: dict[str, Any], batch_rows: int = OUTPUT_BATCH_ROWS
     ) -> Iterator[pa.RecordBatch]:
         """Stream the rows to deliver: source columns plus provenance."""
-        cols = ", ".join(f"c.{quote_ident(n)}" for n in self.payload)
         # Columns constant over the transition are added to each batch as
         # Arrow constants: DuckDB would print the same strings into every row.
         types = {f.name: f.type for f in prov.provenance_fields()}
@@ -695,6 +704,19 @@ class Reducer:
             # included, and read ahead of the writers).
             yield from self._staged_rows(scalars, batch_rows)
             return
+        sql = self._output_sql(provenance)
+        reader: pa.RecordBatchReader = self.con.sql(sql).to_arrow_reader(batch_rows)
+        fixed_columns = _Constants(scalars, batch_rows)
+        for batch in reader:
+            yield fixed_columns.add(batch)
+
+    def _output_sql(self, provenance: str = "") -> str:
+        """The query of the rows to deliver when the staged rows do not stream as they are.
+
+        Its join builds on the transition (or the keys), never on the staged
+        parts (see the connection's ``disabled_optimizers``).
+        """
+        cols = ", ".join(f"c.{quote_ident(n)}" for n in self.payload)
         if self._every_row_new():
             # Every staged row is an insert (a first baseline): no join, the
             # staged parts stream straight to the Deliveries.
@@ -706,21 +728,18 @@ class Reducer:
             sql = (
                 f"SELECT {cols}, k._cid AS {prov.ID}, 'snapshot' AS {prov.OP}, "
                 f"k._chash AS {prov.PAYLOAD_HASH}{provenance} "
-                f"FROM {self._keys()} k JOIN pay c ON c._combined_ordinal = k.ord"
+                f"FROM pay c JOIN {self._keys()} k ON c._combined_ordinal = k.ord"
             )
         else:
             sql = (
                 f"SELECT {cols}, tr.id AS {prov.ID}, tr.op AS {prov.OP}, "
                 f"tr.new_hash AS {prov.PAYLOAD_HASH}{provenance} "
-                "FROM tr LEFT JOIN pay c ON c._combined_ordinal = tr.ord "
+                "FROM pay c RIGHT JOIN tr ON c._combined_ordinal = tr.ord "
                 "WHERE tr.op <> 'same'"
             )
             if self.sync_mode == "append":
                 sql += " ORDER BY tr.ord"  # an event stream keeps source order
-        reader: pa.RecordBatchReader = self.con.sql(sql).to_arrow_reader(batch_rows)
-        fixed_columns = _Constants(scalars, batch_rows)
-        for batch in reader:
-            yield fixed_columns.add(batch)
+        return sql
 
     def _staged_rows(
         self, scalars: dict[str, pa.Scalar], batch_rows: int
