@@ -443,3 +443,64 @@ def test_the_output_join_builds_on_the_transition_never_on_the_staged_parts(
     finally:
         r.close()
     assert rows == 2402
+
+
+def _change_stream(tmp_path: Path, marked: list[list[str] | None]) -> tuple[list[Path], pa.Schema]:
+    """A change stream's staged part: updates of id 1, each marking the columns it left alone."""
+    n = len(marked)
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("name", pa.string()),
+            ("_combined_op", pa.string()),
+            ("_combined_ordinal", pa.int64()),
+            ("_combined_unchanged", pa.list_(pa.string())),
+        ]
+    )
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "id": [1] * n,
+            "name": [None if m else f"v{i}" for i, m in enumerate(marked)],
+            "_combined_op": ["insert"] + ["update"] * (n - 1),
+            "_combined_ordinal": list(range(n)),
+            "_combined_unchanged": marked,
+        },
+        schema=schema,
+    )
+    writer = PartWriter(StagingArea(tmp_path / "cdc", Limits()), "s/d/capture", 100, 2**30)
+    writer.write(batch)
+    return writer.close(), schema
+
+
+@pytest.mark.parametrize(
+    ("marked", "name", "windowed"),
+    [
+        ([None, [], None], "v2", False),  # nothing marked: read as staged
+        ([None, ["name"]], "v0", True),  # a marked value comes from the earlier change
+    ],
+)
+def test_a_change_stream_fills_marked_values_and_skips_the_fill_without_any(
+    tmp_path: Path, marked: list[list[str] | None], name: str, windowed: bool
+) -> None:
+    parts, schema = _change_stream(tmp_path, marked)
+    r = Reducer(
+        capture_files=parts,
+        capture_schema=schema,
+        current_files=[],
+        key=["id"],
+        strategy="cdc",
+        sync_mode="incremental",
+        memory_limit=64 * 2**20,
+        spill_dir=tmp_path,
+        baseline=False,
+    )
+    try:
+        (view,) = r.con.execute("SELECT sql FROM duckdb_views() WHERE view_name = 'res'").fetchall()
+        t = r.reduce()
+        r.release()
+        rows = pa.Table.from_batches(list(r.output(CONSTANTS, 1000))).to_pylist()
+    finally:
+        r.close()
+    assert ("last_value" in view[0]) == windowed
+    assert (t.inserts, t.updates) == (1, 0)
+    assert [row["name"] for row in rows] == [name]

@@ -190,6 +190,7 @@ class Reducer:
                 # the staged parts' stream (it takes it for one row), and would
                 # build on the whole capture instead.
                 "disabled_optimizers": "build_side_probe_side",
+                "allocator_flush_threshold": "32MB",
             },
         )
         self.capture_schema = capture_schema
@@ -304,8 +305,22 @@ class Reducer:
         """Fill TOAST values a change stream marked unchanged, never writing them as nulls.
 
         The value comes from the newest earlier change of the same row in this
-        capture, else from the lake's current row.
+        capture, else from the lake's current row. A capture in which no
+        value is marked (most are: only an update that leaves an out-of-line
+        value alone marks it) reads as staged, without the window or the lake.
         """
+        rows = f"(SELECT *, {id_expr} AS _cid FROM {_STAGED}) r"
+        rest = ", ".join(
+            f"r.{quote_ident(n)}" for n in self.capture_schema.names if n not in self.payload
+        )
+        (any_marked,) = self.con.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM {_STAGED} "
+            f"WHERE coalesce(len({UNCHANGED}), 0) > 0 LIMIT 1)"
+        ).fetchall()[0]
+        if not any_marked:
+            as_staged = ", ".join(f"r.{quote_ident(c)}" for c in self.payload)
+            self.con.execute(f"CREATE VIEW res AS SELECT {as_staged}, {rest}, r._cid FROM {rows}")
+            return
         marked = {
             c: f"coalesce(list_contains(r.{UNCHANGED}, {_lit(c)}), false)" for c in self.payload
         }
@@ -329,10 +344,6 @@ class Reducer:
                 f"CASE WHEN {marked[c]} THEN (CASE WHEN {prev} IS NOT NULL THEN ({prev}).v "
                 f"ELSE {fallback} END) ELSE r.{q} END AS {q}"
             )
-        rest = ", ".join(
-            f"r.{quote_ident(n)}" for n in self.capture_schema.names if n not in self.payload
-        )
-        rows = f"(SELECT *, {id_expr} AS _cid FROM {_STAGED}) r"
         if current_files:
             # The hash table holds the changes, the lake's rows stream past it.
             wanted = "".join(f", {quote_ident(c)}" for c in self.payload if c in in_lake)
@@ -648,11 +659,20 @@ class Reducer:
         return t is not None and t.inserts == t.captured and not (t.updates or t.deletes)
 
     def release(self) -> None:
-        """Drop the tables the output does not read (a first baseline streams staged rows)."""
-        if self._every_row_new():
+        """Drop the tables the output does not read, before it allocates its own.
+
+        A first baseline streams its staged rows and reads neither ``tr`` nor
+        ``keys``; any other output joins ``tr`` with the staged rows, and only
+        a full refresh reads ``keys`` again (its output and content digest).
+        The lake's rows a delta met (``curk``) are read by nothing after the join.
+        """
+        every_row_new = self._every_row_new()
+        if every_row_new:
             self.con.execute("DROP TABLE IF EXISTS tr")
+        if every_row_new or self.sync_mode != "full_refresh":
             self.con.execute("DROP TABLE IF EXISTS keys")
             self._has_keys = False
+        self.con.execute("DROP TABLE IF EXISTS curk")
 
     def changes(self, batch_rows: int = 65_536) -> pa.RecordBatchReader:
         """(id, op) of every change, streamed: the identities MAR counts.
