@@ -239,6 +239,9 @@ def spawn(
     if name in (ctx.args.profile or []):
         cmd += ["--profile", str(ctx.workdir / "profiles" / f"{name}.txt")]
         (ctx.workdir / "profiles").mkdir(parents=True, exist_ok=True)
+    # Earlier cases' files are still being written back from the page cache:
+    # flushed now, their writeback does not share this case's cores.
+    os.sync()
     started = time.perf_counter()
     failure = ""
     with log.open("wb") as out:

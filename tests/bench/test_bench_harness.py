@@ -8,6 +8,7 @@ import sys
 import textwrap
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -306,8 +307,22 @@ def _tiny(tmp_path: Path, pg_server_dsn: str, cases: list[str], *extra: str) -> 
 
 
 @pytest.mark.postgres
-def test_tiny_run_prints_a_well_formed_table(tmp_path: Path, pg_server_dsn: str) -> None:
+def test_tiny_run_prints_a_well_formed_table(
+    tmp_path: Path, pg_server_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spawned: list[str] = []
+    spawn = run.spawn
+
+    def counted(ctx: Any, name: str, *args: Any) -> Any:
+        spawned.append(name)
+        return spawn(ctx, name, *args)
+
+    synced: list[int] = []
+    monkeypatch.setattr(os, "sync", lambda: synced.append(1))
+    monkeypatch.setattr(run, "spawn", counted)
     text = _tiny(tmp_path, pg_server_dsn, ["floor", "snapshot_initial", "snapshot_unchanged"])
+    # Every case starts with the page cache's dirty data of the ones before flushed.
+    assert len(synced) == len(spawned) >= 3
     rows = _rows_of(text, report.HEADER)
     assert [r[0] for r in rows] == ["1", "3", "4"]
     columns = report.HEADER.count("|") - 1
