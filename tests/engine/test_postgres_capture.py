@@ -6,14 +6,10 @@ from decimal import Decimal
 from pathlib import Path
 
 import psycopg
-import pytest
 
-from combined.capture._reduce import Reducer
-from combined.connectors.abc import DatasetDiscovery, FieldInfo
 from combined.engine import Engine
-from combined.runtime._prepare import enforced_key
 
-HEAD = """\
+PROJECT = """\
 version: 1
 lake: ./lake
 sources:
@@ -22,11 +18,6 @@ sources:
     config:
       dsn: {dsn}
     datasets:
-"""
-
-PROJECT = (
-    HEAD
-    + """\
       orders:
         relation: public.orders
         key: [id]
@@ -39,7 +30,6 @@ PROJECT = (
           column: id
           trust: "events.id is a bigserial assigned on insert"
 """
-)
 
 
 def test_snapshot_and_cursor_captures_from_postgres(tmp_path: Path, pg_database: str) -> None:
@@ -83,66 +73,3 @@ def test_snapshot_and_cursor_captures_from_postgres(tmp_path: Path, pg_database:
         assert positions["pg.events"] == "102"
     finally:
         engine.close()
-
-
-KEYS_PROJECT = (
-    HEAD
-    + """\
-      keyed:
-        relation: public.keyed
-        key: [id]
-      loose:
-        relation: public.loose
-        key: [id]
-"""
-)
-
-
-def test_a_primary_key_snapshot_skips_the_duplicate_check_a_declared_key_keeps_it(
-    tmp_path: Path, pg_database: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # PostgreSQL enforces a primary key, and a snapshot reads one snapshot of
-    # it: the capture cannot hold a key twice. A key only declared in the
-    # project is checked, and its duplicates still go to quarantine.
-    with psycopg.connect(pg_database, autocommit=True) as conn:
-        conn.execute("CREATE TABLE keyed (id bigint PRIMARY KEY, v text)")
-        conn.execute("INSERT INTO keyed SELECT g, 'v' || g FROM generate_series(1, 300) g")
-        conn.execute("CREATE TABLE loose (id bigint, v text)")
-        conn.execute("INSERT INTO loose VALUES (1, 'a'), (2, 'b'), (2, 'c')")
-    (tmp_path / "combined.yaml").write_text(KEYS_PROJECT.format(dsn=pg_database))
-    checked: list[list[str]] = []
-    duplicates = Reducer.duplicates
-
-    def recorded(self: Reducer, limit: int = 1000) -> list[tuple[str, int, list[int]]]:
-        checked.append(self.key)
-        return duplicates(self, limit)
-
-    monkeypatch.setattr(Reducer, "duplicates", recorded)
-    engine = Engine.open(tmp_path / "combined.yaml")
-    try:
-        (run,) = engine.capture(["pg.keyed"])
-        assert run.state == "succeeded", run.error
-        assert checked == []
-        (run,) = engine.capture(["pg.loose"])
-        assert run.state == "needs_review" and "duplicate key" in (run.error or "")
-        assert checked  # the declared key was checked
-    finally:
-        engine.close()
-
-
-def test_only_a_primary_key_of_non_null_columns_is_enforced() -> None:
-    fields = (
-        FieldInfo("a", "int64", "bigint", nullable=False),
-        FieldInfo("b", "int64", "bigint", nullable=False),
-        FieldInfo("c", "int64", "bigint", nullable=True),
-    )
-
-    def found(primary: tuple[str, ...]) -> DatasetDiscovery:
-        return DatasetDiscovery("t", "public.t", "table", fields, primary_key=primary)
-
-    assert enforced_key(found(("a", "b")), ["b", "a"])  # the same columns, any order
-    assert not enforced_key(found(("a",)), ["a", "b"])  # a wider key than the source's
-    assert not enforced_key(found(("a", "b")), ["a"])  # a narrower one
-    assert not enforced_key(found(("c",)), ["c"])  # SQLite lets a primary key hold NULLs
-    assert not enforced_key(found(()), ["a"])
-    assert not enforced_key(None, ["a"])

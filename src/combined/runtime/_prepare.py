@@ -7,7 +7,6 @@ bounded Delivery files and described by the lake commit's metadata.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,7 +18,6 @@ import pyarrow.parquet as pq
 from combined.capture._reduce import Reducer, Transition
 from combined.catalog import Catalog, VersionTotals, version_id
 from combined.catalog import data as cat
-from combined.connectors.abc import DatasetDiscovery
 from combined.delivery import StagedDelivery, StagingArea, write_deliveries
 from combined.errors import NotFoundError
 from combined.lake import (
@@ -46,14 +44,8 @@ def prepare(
     memory_limit: int,
     catalog: Catalog,
     reporter: Reporter,
-    key_enforced: bool = False,
 ) -> Prepared:
-    """Reduce the staged capture to its transition and write it as Deliveries.
-
-    ``key_enforced`` says the source enforces the dataset's key as unique
-    (see :func:`enforced_key`): a snapshot read in one source snapshot then
-    holds each key once, and its duplicate check is skipped.
-    """
+    """Reduce the staged capture to its transition and write it as Deliveries."""
     plan = staged.plan
     table = table_of(layout, plan)
     current_files = table.files() if plan.sync_mode != "append" else []
@@ -81,7 +73,7 @@ def prepare(
     side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transition")
     pending: Future[Transition] | None = None
     try:
-        if not _unique_by_source(staged, key_enforced) and reducer.duplicates(limit=1):
+        if reducer.duplicates(limit=1):
             quarantine_duplicates(reducer, staged, run_id=run_id, layout=layout, catalog=catalog)
             reducer.check_duplicates(f"{plan.source}.{plan.name}")
         # A first baseline's counts are known from its staged parts; its
@@ -169,32 +161,6 @@ def prepare(
         row,
         baseline,
         accepted_at,
-    )
-
-
-def enforced_key(found: DatasetDiscovery | None, key: Sequence[str]) -> bool:
-    """Whether the source enforces ``key`` as unique: its primary key, non-null columns.
-
-    A primary key whose columns all report ``not null`` (SQLite lets a
-    primary key column hold NULLs, which would share one identity).
-    """
-    if found is None or not key or set(key) != set(found.primary_key):
-        return False
-    nullable = {f.name: f.nullable for f in found.fields}
-    return all(nullable.get(k) is False for k in key)
-
-
-def _unique_by_source(staged: Staged, key_enforced: bool) -> bool:
-    """Whether the capture holds each key once by the source's own constraint.
-
-    A whole-relation snapshot read in one source snapshot (its receipt names
-    the snapshot's authority) of a key the source enforces: the duplicate
-    check (~0.1 s and a sort of every id's hash per 2M rows) cannot find one.
-    """
-    return (
-        key_enforced
-        and staged.plan.strategy == "snapshot"
-        and staged.receipt.snapshot_authority is not None
     )
 
 

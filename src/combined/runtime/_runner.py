@@ -37,7 +37,7 @@ from combined.runtime._pipeline import (
     stage,
     table_of,
 )
-from combined.runtime._prepare import enforced_key, prepare
+from combined.runtime._prepare import prepare
 from combined.runtime._reporter import NullReporter, Reporter
 
 
@@ -199,8 +199,6 @@ class Runner:
                             memory_limit=self.settings.memory_limit,
                             catalog=self.catalog,
                             reporter=self.reporter,
-                            # (a partitioned read keeps the check: its ranges are ours)
-                            key_enforced=backfill is None and enforced_key(found, plan.key),
                         )
                     )
                 with self.catalog.begin() as conn:
