@@ -14,6 +14,7 @@ from combined.capture import _reduce
 from combined.capture._reduce import Reducer, Transition, _id_ranges, _in_range
 from combined.delivery import PartWriter, StagingArea, part_schema, read_part
 from combined.delivery._staging import Limits
+from combined.protocol.identity import identity_python
 from combined.runtime._stager import CaptureStager
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -56,8 +57,9 @@ def new_reducer(
     *,
     strategy: str = "snapshot",
     current: list[str] | None = None,
+    baseline: bool | None = None,
 ) -> Reducer:
-    """The reduction of staged ``parts`` (a first baseline unless ``current``)."""
+    """The reduction of staged ``parts`` (a first baseline unless ``current`` or ``baseline``)."""
     return Reducer(
         capture_files=parts,
         capture_schema=schema,
@@ -67,7 +69,7 @@ def new_reducer(
         sync_mode="incremental",
         memory_limit=64 * 2**20,
         spill_dir=tmp_path,
-        baseline=not current,
+        baseline=not current if baseline is None else baseline,
     )
 
 
@@ -445,30 +447,22 @@ def test_the_output_join_builds_on_the_transition_never_on_the_staged_parts(
     assert rows == 2402
 
 
-def _change_stream(tmp_path: Path, marked: list[list[str] | None]) -> tuple[list[Path], pa.Schema]:
-    """A change stream's staged part: updates of id 1, each marking the columns it left alone."""
-    n = len(marked)
+def _change_stream(
+    tmp_path: Path, payload: list[tuple[str, pa.DataType]], columns: dict[str, list[Any]]
+) -> tuple[list[Path], pa.Schema]:
+    """A change stream's staged part: ``columns`` (payload, op, unchanged marks), in order."""
+    n = len(columns["_combined_op"])
     schema = pa.schema(
         [
-            ("id", pa.int64()),
-            ("name", pa.string()),
+            *payload,
             ("_combined_op", pa.string()),
             ("_combined_ordinal", pa.int64()),
             ("_combined_unchanged", pa.list_(pa.string())),
         ]
     )
-    batch = pa.RecordBatch.from_pydict(
-        {
-            "id": [1] * n,
-            "name": [None if m else f"v{i}" for i, m in enumerate(marked)],
-            "_combined_op": ["insert"] + ["update"] * (n - 1),
-            "_combined_ordinal": list(range(n)),
-            "_combined_unchanged": marked,
-        },
-        schema=schema,
-    )
+    data = {**columns, "_combined_ordinal": list(range(n))}
     writer = PartWriter(StagingArea(tmp_path / "cdc", Limits()), "s/d/capture", 100, 2**30)
-    writer.write(batch)
+    writer.write(pa.RecordBatch.from_pydict({f.name: data[f.name] for f in schema}, schema=schema))
     return writer.close(), schema
 
 
@@ -482,18 +476,19 @@ def _change_stream(tmp_path: Path, marked: list[list[str] | None]) -> tuple[list
 def test_a_change_stream_fills_marked_values_and_skips_the_fill_without_any(
     tmp_path: Path, marked: list[list[str] | None], name: str, windowed: bool
 ) -> None:
-    parts, schema = _change_stream(tmp_path, marked)
-    r = Reducer(
-        capture_files=parts,
-        capture_schema=schema,
-        current_files=[],
-        key=["id"],
-        strategy="cdc",
-        sync_mode="incremental",
-        memory_limit=64 * 2**20,
-        spill_dir=tmp_path,
-        baseline=False,
+    # Updates of id 1, each marking the columns it left alone.
+    n = len(marked)
+    parts, schema = _change_stream(
+        tmp_path,
+        [("id", pa.int64()), ("name", pa.string())],
+        {
+            "id": [1] * n,
+            "name": [None if m else f"v{i}" for i, m in enumerate(marked)],
+            "_combined_op": ["insert"] + ["update"] * (n - 1),
+            "_combined_unchanged": marked,
+        },
     )
+    r = new_reducer(tmp_path, parts, schema, strategy="cdc", baseline=False)
     try:
         (view,) = r.con.execute("SELECT sql FROM duckdb_views() WHERE view_name = 'res'").fetchall()
         t = r.reduce()
@@ -504,3 +499,83 @@ def test_a_change_stream_fills_marked_values_and_skips_the_fill_without_any(
     assert ("last_value" in view[0]) == windowed
     assert (t.inserts, t.updates) == (1, 0)
     assert [row["name"] for row in rows] == [name]
+
+
+def test_a_column_duckdb_cannot_scan_as_staged_is_scanned_in_a_type_it_can(
+    tmp_path: Path,
+) -> None:
+    # DuckDB's Arrow scan refuses float16: the staged parts keep the column as
+    # read (the Deliveries convert it), their stream hands DuckDB float32.
+    schema = pa.schema([("id", pa.int64()), ("h", pa.float16())])
+    writer = PartWriter(StagingArea(tmp_path / "st", Limits()), "s/d/capture", 1000, 2**30)
+    stager = CaptureStager(writer, key=["id"], hash_rows=True)
+    halves = pa.array([15360, 16384, 0], pa.uint16()).view(pa.float16())  # 1.0, 2.0, 0.0
+    stager.put(pa.RecordBatch.from_arrays([pa.array([1, 2, 3]), halves], schema=schema))
+    parts = stager.close(schema)
+    assert part_schema(parts[0]).field("h").type == pa.float16()
+    for stream in (True, False):
+        r = reducer(tmp_path, parts, part_schema(parts[0]), stream=stream)
+        try:
+            assert r.duplicates() == []
+            assert r.reduce().inserts == 3
+            assert r.con.execute("SELECT sum(h) FROM pay").fetchall() == [(3.0,)]
+            r.release()
+            assert sum(b.num_rows for b in r.output(CONSTANTS, 1000)) == 3
+        finally:
+            r.close()
+
+
+def test_a_capture_much_smaller_than_the_lake_still_joins_in_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The join's hash table holds the lake's side: its passes are sized by
+    # the larger side, here the lake (3000 ids) against a capture of 100.
+    monkeypatch.setattr(_reduce, "JOIN_BYTES_PER_ROW", 64 * 2**20 // 1001)  # 1000 ids a pass
+    current, schema = baseline_lake(tmp_path)
+    parts, _ = staged(tmp_path, list(range(100)), "n")
+    passes: list[int] = []
+    sized = Reducer._join_passes
+
+    def recorded(self: Reducer, rows: int) -> int:
+        passes.append(sized(self, rows))
+        return passes[-1]
+
+    monkeypatch.setattr(Reducer, "_join_passes", recorded)
+    (t1, c1, _), (t2, c2, _) = both_paths(tmp_path, parts, schema, current=[str(current)])
+    assert passes == [3]  # the streamed path's join (the general path joins once)
+    assert t1 == t2 and c1.equals(c2)
+    assert (t1.deletes, t1.unchanged) == (2900, 100)
+
+
+def test_a_marked_value_comes_from_the_lake_and_a_new_column_has_no_lake_value(
+    tmp_path: Path,
+) -> None:
+    # The lake holds id 1 without the column "extra" the change stream added;
+    # the update left "name" alone (marked): its value is the lake's.
+    lake = pa.table(
+        {
+            "_combined_id": [identity_python([1], [pa.int64()])],
+            "_combined_payload_hash": ["h"],
+            "id": [1],
+            "name": ["kept"],
+        }
+    )
+    current = tmp_path / "current.parquet"
+    pq.write_table(lake, current)
+    parts, schema = _change_stream(
+        tmp_path,
+        [("id", pa.int64()), ("name", pa.string()), ("extra", pa.int64())],
+        {
+            "id": [1],
+            "name": [None],
+            "extra": [42],
+            "_combined_op": ["update"],
+            "_combined_unchanged": [["name"]],
+        },
+    )
+    r = new_reducer(tmp_path, parts, schema, strategy="cdc", current=[str(current)])
+    try:
+        rows = r.con.execute("SELECT id, name, extra FROM res").fetchall()
+    finally:
+        r.close()
+    assert rows == [(1, "kept", 42)]

@@ -27,7 +27,12 @@ import pyarrow as pa
 from combined.delivery import StagedParts, part_schema, read_part
 from combined.errors import DuplicateKeys
 from combined.protocol import _provenance as prov
-from combined.protocol.identity import identity_sql, payload_hash_sql, quote_ident
+from combined.protocol.identity import (
+    duckdb_scannable_schema,
+    identity_sql,
+    payload_hash_sql,
+    quote_ident,
+)
 
 if TYPE_CHECKING:
     import duckdb
@@ -234,8 +239,9 @@ class Reducer:
             raise ValueError("a reduction needs at least one staged part (it may be empty)")
         self.capture_files = list(capture_files)
         # The staged parts (Arrow IPC), scanned as one stream of the capture's
-        # schema: a registered object is the connection's own (see cursor()).
-        self._staged = StagedParts(self.capture_files, capture_schema)
+        # schema (in types DuckDB scans: a float16 column arrives as float32):
+        # a registered object is the connection's own (see cursor()).
+        self._staged = StagedParts(self.capture_files, duckdb_scannable_schema(capture_schema))
         self.con.register(_STAGED, self._staged)
         if UNCHANGED in capture_schema.names:
             self._resolve_unchanged(id_expr, current_files)
@@ -545,7 +551,13 @@ class Reducer:
         # Captured rows: a snapshot's are counted once, for its passes and
         # for its unchanged rows (every one is a change in tr or unchanged).
         kept = con.execute(f"SELECT count(*) FROM ({last})").fetchall()[0][0] if only_changes else 0
-        passes = self._join_passes(int(kept)) if self.streamed else 1
+        passes = 1
+        if self.streamed:
+            # The hash table holds the current side (written on the right):
+            # the passes are sized by the larger side, so a capture much
+            # smaller than the lake still builds the lake's ids in parts.
+            (current_rows,) = con.execute(f"SELECT count(*) FROM {current}").fetchall()[0]
+            passes = self._join_passes(max(int(kept), int(current_rows)))
         select = (
             "SELECT * FROM (SELECT coalesce(c._cid, k._kid) AS id, CASE "
             "WHEN c._cid IS NULL THEN 'delete' "

@@ -44,6 +44,7 @@ __all__ = [
     "canonical_sql",
     "compute_identity",
     "duckdb_compatible",
+    "duckdb_scannable_schema",
     "identity_python",
     "identity_sql",
     "identity_text_python",
@@ -759,6 +760,12 @@ def _scannable_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
+def duckdb_scannable_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with the types DuckDB cannot scan replaced by ones it can (see below)."""
+    fields = [f.with_type(_scannable_type(f.type)) for f in schema]
+    return pa.schema(fields, metadata=schema.metadata)
+
+
 def duckdb_compatible(table: pa.Table) -> pa.Table:
     """``table`` with the columns DuckDB cannot scan cast to types it can, values unchanged.
 
@@ -766,8 +773,7 @@ def duckdb_compatible(table: pa.Table) -> pa.Table:
     decimal128 and JSON becomes its string storage, also inside lists,
     structs and maps; the canonical encoding of each value stays the same.
     """
-    fields = [f.with_type(_scannable_type(f.type)) for f in table.schema]
-    target = pa.schema(fields, metadata=table.schema.metadata)
+    target = duckdb_scannable_schema(table.schema)
     return table if target == table.schema else table.cast(target)
 
 
