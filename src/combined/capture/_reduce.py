@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from combined.delivery import StagedParts, part_schema, read_part
+from combined.delivery import StagedParts, read_part
 from combined.errors import DuplicateKeys
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import (
@@ -786,7 +786,7 @@ class Reducer:
         op = pa.scalar(self._first_op.strip("'"), pa.string())
         constants = _Constants({prov.OP: op, **scalars}, batch_rows)
         for path in self.capture_files:
-            columns = [n for n in part_schema(path).names if n in wanted]
-            for batch in read_part(path, columns):
+            for batch in read_part(path):
+                batch = batch.select([n for n in batch.schema.names if n in wanted])
                 for offset in range(0, batch.num_rows, batch_rows):
                     yield constants.add(batch.slice(offset, batch_rows))

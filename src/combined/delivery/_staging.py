@@ -154,8 +154,8 @@ def part_schema(path: Path) -> pa.Schema:
         return schema
 
 
-def read_part(path: Path, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
-    """A staged part's batches as written (``columns`` of them, when given).
+def read_part(path: Path) -> Iterator[pa.RecordBatch]:
+    """A staged part's batches as written.
 
     The file is mapped, nothing is copied or decoded: a scan touches only
     the pages of the columns it reads, and the mapping goes with the last of
@@ -164,8 +164,7 @@ def read_part(path: Path, columns: Sequence[str] | None = None) -> Iterator[pa.R
     with pa.memory_map(str(path)) as f:
         reader = pa.ipc.open_file(f)
         for i in range(reader.num_record_batches):
-            batch = reader.get_batch(i)
-            yield batch if columns is None else batch.select(list(columns))
+            yield reader.get_batch(i)
 
 
 class StagedParts:
@@ -186,21 +185,13 @@ class StagedParts:
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Every staged row, part by part, as batches of ``schema``."""
         for path in self.paths:
-            same = part_schema(path).equals(self.schema)
             for batch in read_part(path):
-                yield batch if same else to_lake(batch, self.schema)
+                yield batch if batch.schema.equals(self.schema) else to_lake(batch, self.schema)
 
     def count_rows(self) -> int:
         """The staged rows, from the batches' headers (mapped: their data is not read)."""
         if self._rows is None:
-            rows = 0
-            for path in self.paths:
-                with pa.memory_map(str(path)) as f:
-                    reader = pa.ipc.open_file(f)
-                    rows += sum(
-                        reader.get_batch(i).num_rows for i in range(reader.num_record_batches)
-                    )
-            self._rows = rows
+            self._rows = sum(b.num_rows for path in self.paths for b in read_part(path))
         return self._rows
 
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:

@@ -78,7 +78,7 @@ def prepare(
             reducer.check_duplicates(f"{plan.source}.{plan.name}")
         # A first baseline's counts are known from its staged parts; its
         # digests follow on a second connection while its Deliveries are
-        # encoded (neither needs the other, and this phase leaves a core half idle).
+        # encoded (neither needs the other).
         transition = reducer.counts_all_new() if reducer.all_new else reducer.reduce()
         first_seq = table.committed_sequence() + 1
         payload = [
