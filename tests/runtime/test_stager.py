@@ -109,7 +109,7 @@ def test_a_keyless_capture_is_left_for_the_reduction_to_hash(tmp_path: Path) -> 
 
 
 class _SlowFailingWriter:
-    """Fails its first write after a while, so the stages behind it are full."""
+    """Fails its first write after a while, so the reading thread waits at the full slot."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -127,12 +127,12 @@ class _SlowFailingWriter:
 def test_a_failed_write_never_leaves_a_stage_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stager_module, "GROUP_ROWS", 1)
     s = CaptureStager(_SlowFailingWriter(), key=["id"], hash_rows=True)  # type: ignore[arg-type]
-    handoff = s._queues[1]
+    handoff = s._slot
     get = handoff.get
 
     def slow_get(*args: Any, **kwargs: Any) -> Any:
-        # Widen the window between the write's failure and the writer's next
-        # take, where the hashing thread's hand-off times out.
+        # Widen the window between the write's failure and the worker's next
+        # take, where the reading thread's hand-off times out.
         if s._error is not None:
             time.sleep(0.3)
         return get(*args, **kwargs)

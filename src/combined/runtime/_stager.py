@@ -1,10 +1,14 @@
 """Stage a capture's batches: ordinal, identity and payload hash, bounded parts.
 
-Each batch gets its ordinal on the reading thread; hashing (DuckDB) and
-writing (Arrow IPC) run on a second thread, so they overlap the next read
+Each batch gets its ordinal on the reading thread; hashing (DuckDB) and then
+writing (Arrow IPC) run on one worker thread, so they overlap the next read
 instead of following it. Both release the GIL, as does the ADBC reader.
-Groups of batches pass from thread to thread without a buffer in between:
-memory holds one group per thread, bounded by the batch size.
+Groups of batches pass from the reading thread to the worker without a
+buffer in between: memory holds the group being filled, the group waiting to
+be taken and the group being hashed and written, bounded by the batch size.
+Writing a group costs a few percent of hashing it: a thread of its own let
+it overlap the hashing but held one group more (~30 MB at the peak of the
+benchmark's re-capture, for no measurable time).
 
 Rows are hashed here, once, while they stream by: the reduction then reads
 only the narrow ``(ordinal, _combined_id, _combined_payload_hash)`` columns
@@ -16,7 +20,7 @@ must be resolved before the row's payload can be hashed (the reduction does it).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -46,9 +50,9 @@ class Handoff(Generic[_T]):
     """A queue without room: an item offered waits in the slot until taken.
 
     A producer blocks until its consumer has taken the item, so nothing is
-    buffered between two stages: a capture holds one group per thread, not
-    one more per queue (a group is ~10 MB of rows, plus the batches its
-    slices keep alive).
+    buffered between two stages: a capture holds one group per thread and
+    one in the slot, not a queue's worth (a group is ~10 MB of rows, plus
+    the batches its slices keep alive).
     """
 
     def __init__(self) -> None:
@@ -79,7 +83,7 @@ class Handoff(Generic[_T]):
 
 
 class CaptureStager:
-    """Write a capture's batches into staging parts: hashed on one thread, written on another."""
+    """Write a capture's batches into staging parts, hashed and written on a worker thread."""
 
     def __init__(
         self,
@@ -100,12 +104,12 @@ class CaptureStager:
         self.threads = threads  # DuckDB threads hashing a group
         self.batches = 0
         self._group: list[pa.RecordBatch] = []
-        # reading thread -> hashing thread -> writing thread, handing groups
-        # over without a buffer in between.
-        self._queues: list[Handoff[list[pa.RecordBatch] | None]] = [Handoff(), Handoff()]
+        # reading thread -> worker (hash, then write), handing groups over
+        # without a buffer in between.
+        self._slot: Handoff[list[pa.RecordBatch] | None] = Handoff()
         self._error: BaseException | None = None
         self._con: duckdb.DuckDBPyConnection | None = None
-        self._threads: list[threading.Thread] = []
+        self._worker: threading.Thread | None = None
 
     def put(self, batch: pa.RecordBatch) -> None:
         """Number ``batch`` and hand it on (blocks while the threads lag)."""
@@ -136,27 +140,25 @@ class CaptureStager:
         # Batches travel in groups: DuckDB hashes the chunks of one group in
         # parallel, where a single batch would keep one core busy.
         group, self._group = self._group, []
-        if not self._threads:
-            self._threads = [
-                threading.Thread(target=self._run, args=(0, self._hashed), daemon=True),
-                threading.Thread(target=self._run, args=(1, self._write), daemon=True),
-            ]
-            for t in self._threads:
-                t.start()
-        self._put(0, group)
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._run, daemon=True)
+            self._worker.start()
+        self._put(group)
 
-    def _put(self, stage: int, item: list[pa.RecordBatch] | None) -> None:
-        # Only the reading thread (which feeds stage 0) raises a thread's error;
-        # a worker keeps handing on, so every stage still sees _DONE and ends.
-        slot = self._queues[stage]
+    def _put(self, item: list[pa.RecordBatch] | None) -> None:
+        # The worker's error is raised here, on the reading thread; the worker
+        # keeps taking groups (and skips them) until it sees _DONE.
+        worker = self._worker
+        if worker is None:  # pragma: no cover - _send starts it first
+            return
         placed = False
         while True:
-            placed = placed or slot.offer(item, timeout=0.1)
-            if placed and slot.wait_taken(timeout=0.1):
+            placed = placed or self._slot.offer(item, timeout=0.1)
+            if placed and self._slot.wait_taken(timeout=0.1):
                 return
-            if stage == 0 and item is not _DONE:
+            if item is not _DONE:
                 self._raise()
-            if not self._threads[stage].is_alive():
+            if not worker.is_alive():
                 return
 
     def close(self, empty: pa.Schema) -> list[Path]:
@@ -178,12 +180,11 @@ class CaptureStager:
         self._stop()
 
     def _stop(self) -> None:
-        if not self._threads:
+        if self._worker is None:
             return
-        self._put(0, _DONE)  # each stage hands it on, then ends
-        for t in self._threads:
-            t.join()
-        self._threads = []
+        self._put(_DONE)
+        self._worker.join()
+        self._worker = None
         if self._con is not None:
             self._con.close()
             self._con = None
@@ -192,21 +193,19 @@ class CaptureStager:
         if self._error is not None:
             raise self._error
 
-    def _run(
-        self, stage: int, step: Callable[[list[pa.RecordBatch]], list[pa.RecordBatch]]
-    ) -> None:
-        last = stage == len(self._queues) - 1
+    def _run(self) -> None:
         while True:
-            group = self._queues[stage].get()
-            if group is not _DONE and self._error is None:
-                try:
-                    group = step(group)
-                except BaseException as exc:  # handed to the reading thread
-                    self._error = exc
-            if not last and (group is _DONE or self._error is None):
-                self._put(stage + 1, group)
+            group = self._slot.get()
             if group is _DONE:
                 return
+            if self._error is None:
+                try:
+                    for batch in self._hashed(group):
+                        self.writer.write(batch)
+                except BaseException as exc:  # handed to the reading thread
+                    self._error = exc
+            # Hold nothing while waiting for the next group: its rows are written.
+            del group
 
     def _duck(self) -> duckdb.DuckDBPyConnection:
         # Its own connection, closed with the stager (a thread's cached
@@ -216,11 +215,6 @@ class CaptureStager:
 
             self._con = duckdb.connect(":memory:", config={"threads": self.threads})
         return self._con
-
-    def _write(self, group: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
-        for batch in group:
-            self.writer.write(batch)
-        return group
 
     def _hashed(self, group: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
         names = group[0].schema.names
