@@ -14,7 +14,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from combined.lake._types import to_lake
 FILE_ROWS = 1_000_000
 ROW_GROUP_ROWS = 65_536
 #: Rows read at a time when a file is rewritten without some of its rows.
-REWRITE_BATCH_ROWS = 16_384
+REWRITE_BATCH_ROWS = 8_192
 
 
 def _stat_value(value: Any) -> Any:
@@ -286,6 +286,14 @@ def _add_action(table: Path, name: str, stats: str) -> Any:
     )
 
 
+def _offsets(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """Each batch with the number of rows before it."""
+    offset = 0
+    for batch in batches:
+        yield offset, batch
+        offset += batch.num_rows
+
+
 def rewrite_actions(
     table: Path,
     files: list[str],
@@ -314,18 +322,24 @@ def rewrite_actions(
         assert gone is not None
         local = uri.removeprefix("file://")
         with pq.ParquetFile(local) as pf:
-            hit = any(
-                pc.any(pc.is_in(b.column(0), value_set=gone)).as_py()
-                for b in pf.iter_batches(batch_size=ROW_GROUP_ROWS, columns=["_combined_id"])
+            # Which rows stay, decided once per file from its ids alone (a bit
+            # a row): the pass over the rows then only filters, so its batches
+            # can be small without paying a set lookup's setup for each.
+            keep = pa.chunked_array(
+                [
+                    pc.invert(pc.is_in(b.column(0), value_set=gone))
+                    for b in pf.iter_batches(batch_size=ROW_GROUP_ROWS, columns=["_combined_id"])
+                ],
+                pa.bool_(),
             )
-            if not hit:
+            if pc.all(keep).as_py() is not False:
                 return []
             # Small batches (two files are rewritten at once, each holding a
             # batch, its filtered copy and a row group gathering): the
             # writer gathers them back into full row groups.
             kept = (
-                to_lake(b.filter(pc.invert(pc.is_in(b.column("_combined_id"), gone))), schema)
-                for b in pf.iter_batches(batch_size=REWRITE_BATCH_ROWS)
+                to_lake(b.filter(keep.slice(offset, b.num_rows).combine_chunks()), schema)
+                for offset, b in _offsets(pf.iter_batches(batch_size=REWRITE_BATCH_ROWS))
             )
             out = write_data_files(table, schema, kept)
         out.append(
