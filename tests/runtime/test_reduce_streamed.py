@@ -155,7 +155,7 @@ def test_duplicates_found_without_materialising(tmp_path: Path, stream: bool) ->
     assert found == {3: [7, 1000, 1002], 2: [500, 1001]}
 
 
-@pytest.mark.parametrize("passes", [1, 3, 4])
+@pytest.mark.parametrize("passes", [1, 3, 4, 6])
 def test_streamed_recapture_matches_the_general_reduction(
     tmp_path: Path, passes: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
