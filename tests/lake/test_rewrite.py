@@ -61,3 +61,4 @@ def test_rewritten_files_keep_every_row_but_the_changed_ones_across_batches(
         zip(got.column("n").to_pylist(), got.column("_combined_op").to_pylist(), strict=True)
     )
     assert all(ops[i] == "update" for i in updated)
+    assert all(ops[i] == "insert" for i in ops if i not in updated)

@@ -218,7 +218,7 @@ def test_a_column_added_mid_read_reaches_the_deliveries_on_both_paths(tmp_path: 
     assert tables[0].column("extra").to_pylist() == [None, None, "x"]
 
 
-@pytest.mark.parametrize("passes", [1, 2, 3, 4, 7, 16])
+@pytest.mark.parametrize("passes", [1, 2, 3, 4, 6, 7, 16])
 def test_join_id_ranges_hold_every_id_exactly_once(passes: int) -> None:
     import duckdb
 

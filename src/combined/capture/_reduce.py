@@ -91,9 +91,9 @@ class _Constants:
 
 #: Reduction memory per row of a snapshot re-capture's join pass (a pass
 #: builds ~130 bytes per id; the rest is DuckDB's working room). At the
-#: default 256 MiB, 2M ids take six passes: four held ~35 MB more at the
-#: peak of the benchmark's 1%-changed re-capture (~0.4 s less), over the
-#: 400 MB the process must stay under.
+#: default 256 MiB, 2M ids take six passes: four held ~17 MB more at the
+#: peak of the benchmark's 1%-changed re-capture (its reduce phase took
+#: ~0.4 s less), over the 400 MB the process must stay under.
 JOIN_BYTES_PER_ROW = 768
 MAX_JOIN_PASSES = 6
 
@@ -530,8 +530,8 @@ class Reducer:
 
         A hash join over 2M hex ids and hashes holds ~270 MB; in four passes
         over id ranges, ~160 MB for the same time (scanning the narrow columns
-        again costs what the smaller tables save); in six, ~35 MB less again
-        for ~0.1 s a pass. Sized by the reduction's memory, at most
+        again costs what the smaller tables save); in six, ~17 MB less again
+        for ~0.2 s a pass. Sized by the reduction's memory, at most
         ``MAX_JOIN_PASSES`` (past that, DuckDB's own spilling is cheaper than
         scanning again).
         """

@@ -305,7 +305,7 @@ def rewrite_actions(
     ``data()`` returns a fresh reader over the transition's rows (with
     ``_combined_id`` and ``_combined_op``). Every data file holding an id the
     transition updates or deletes is rewritten without those rows (streamed,
-    one row group at a time); the transition's puts go to new files. Memory
+    ``REWRITE_BATCH_ROWS`` at a time); the transition's puts go to new files. Memory
     holds the changed ids and one batch, never a table or a file.
     """
     from deltalake.transaction import RemoveAction

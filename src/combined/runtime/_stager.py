@@ -7,8 +7,8 @@ Groups of batches pass from the reading thread to the worker without a
 buffer in between: memory holds the group being filled, the group waiting to
 be taken and the group being hashed and written, bounded by the batch size.
 Writing a group costs a few percent of hashing it: a thread of its own let
-it overlap the hashing but held one group more (~30 MB at the peak of the
-benchmark's re-capture, for no measurable time).
+it overlap the hashing but held one group more (~20 MB at the peak of the
+benchmark's snapshots, for no measurable time).
 
 Rows are hashed here, once, while they stream by: the reduction then reads
 only the narrow ``(ordinal, _combined_id, _combined_payload_hash)`` columns
@@ -200,12 +200,17 @@ class CaptureStager:
                 return
             if self._error is None:
                 try:
-                    for batch in self._hashed(group):
-                        self.writer.write(batch)
+                    self._stage(group)
                 except BaseException as exc:  # handed to the reading thread
                     self._error = exc
             # Hold nothing while waiting for the next group: its rows are written.
             del group
+
+    def _stage(self, group: list[pa.RecordBatch]) -> None:
+        # A method of its own, so no batch (nor the group's ids and hashes
+        # its slices share) outlives the write in a local of the loop above.
+        for batch in self._hashed(group):
+            self.writer.write(batch)
 
     def _duck(self) -> duckdb.DuckDBPyConnection:
         # Its own connection, closed with the stager (a thread's cached
