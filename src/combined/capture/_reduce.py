@@ -208,6 +208,7 @@ class Reducer:
         # state to the range a bounded capture (a backfill) covers.
         self._has_keys = False
         self._same: bool | None = None
+        self._current_count: int | None = None
         self.transition: Transition | None = None
         self._has_current = bool(current_files)
         #: Whether the capture is the whole relation (absent ids are deletes).
@@ -503,8 +504,7 @@ class Reducer:
                 # Row counts first (the files' metadata): a capture that
                 # inserts or deletes rows is not folded at all.
                 captured = self._staged.count_rows()
-                (current,) = self.con.execute("SELECT count(*) FROM cur").fetchall()[0]
-                if captured == current:
+                if captured == self._current_rows():
                     # (Pairs with a NULL side are counted apart: DuckDB hashes
                     # NULL to a constant, and two such rows would cancel out.)
                     folds = (
@@ -519,6 +519,13 @@ class Reducer:
                     ).fetchall()[0]
                     self._same = mine == theirs and mine[0] == captured
         return self._same
+
+    def _current_rows(self) -> int:
+        """The lake's current rows (``cur``), counted once (from the files' metadata)."""
+        if self._current_count is None:
+            (rows,) = self.con.execute("SELECT count(*) FROM cur").fetchall()[0]
+            self._current_count = int(rows)
+        return self._current_count
 
     def _whole(self, cut: int | None) -> bool:
         """Whether absent ids are deletes: the capture is the whole relation (a
@@ -554,14 +561,21 @@ class Reducer:
         only_changes = self.full and not self.has_op
         # Captured rows: a snapshot's are counted once, for its passes and
         # for its unchanged rows (every one is a change in tr or unchanged).
-        kept = con.execute(f"SELECT count(*) FROM ({last})").fetchall()[0][0] if only_changes else 0
-        passes = 1
         if self.streamed:
-            # The hash table holds the current side (written on the right):
-            # the passes are sized by the larger side, so a capture much
-            # smaller than the lake still builds the lake's ids in parts.
-            (current_rows,) = con.execute(f"SELECT count(*) FROM {current}").fetchall()[0]
-            passes = self._join_passes(max(int(kept), int(current_rows)))
+            # ``last`` is every staged row and ``current`` is ``cur``: both
+            # were counted already (see same_as_current). The hash table holds
+            # the current side (written on the right): the passes are sized
+            # by the larger side, so a capture much smaller than the lake
+            # still builds the lake's ids in parts.
+            kept = self._staged.count_rows()
+            passes = self._join_passes(max(kept, self._current_rows()))
+        else:
+            kept = (
+                con.execute(f"SELECT count(*) FROM ({last})").fetchall()[0][0]
+                if only_changes
+                else 0
+            )
+            passes = 1
         select = (
             "SELECT * FROM (SELECT coalesce(c._cid, k._kid) AS id, CASE "
             "WHEN c._cid IS NULL THEN 'delete' "
