@@ -332,7 +332,7 @@ def rewrite_actions(
                 ],
                 pa.bool_(),
             )
-            if pc.all(keep).as_py() is not False:
+            if pc.all(keep).as_py() is not False:  # every row kept (null: no rows)
                 return []
             # Small batches (two files are rewritten at once, each holding a
             # batch, its filtered copy and a row group gathering): the
