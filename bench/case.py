@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.measure import own_peak_rss, read_status, snapshot_dir, written
+from bench.measure import own_peak_rss, read_status, server_cpu_seconds, snapshot_dir, written
 
 Outcome = tuple[int, dict[str, Any]]  # rows read, details
 
@@ -187,7 +187,9 @@ def prepare_dlt(args: argparse.Namespace, disposition: str) -> Callable[[], Outc
 
 
 class PhaseRecorder:
-    """A Combined reporter recording each phase's wall time and this process's peak RSS.
+    """A Combined reporter recording each phase's wall time, CPU time and peak RSS.
+
+    CPU time is this process's (every thread's), not the database server's.
 
     Segments run from one mark to the next: ``open`` (project and catalog),
     ``start`` (run admitted -> extraction), ``extracting`` (read and stage),
@@ -202,6 +204,7 @@ class PhaseRecorder:
         self.segments: list[dict[str, Any]] = []
         self._name = "open"
         self._since = time.perf_counter()
+        self._cpu = time.process_time()
         self._peak = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -218,18 +221,19 @@ class PhaseRecorder:
 
     def mark(self, name: str) -> None:
         """End the current segment and start ``name``."""
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.process_time()
         rss = read_status("self").get("VmRSS", 0)
         with self._lock:
             self.segments.append(
                 {
                     "phase": self._name,
                     "seconds": round(now - self._since, 3),
+                    "cpu_seconds": round(cpu - self._cpu, 3),
                     "peak_rss": max(self._peak, rss),
                     "rss_at_end": rss,
                 }
             )
-            self._name, self._since, self._peak = name, now, rss
+            self._name, self._since, self._cpu, self._peak = name, now, cpu, rss
 
     def close(self) -> list[dict[str, Any]]:
         """Stop polling; return the segments."""
@@ -391,6 +395,7 @@ def execute(args: argparse.Namespace) -> dict[str, Any]:
     before = snapshot_dir(lake)
     result["load_before"] = os.getloadavg()[0]
     cpu = cpu_seconds()
+    server = server_cpu_seconds()
     started = time.perf_counter()
     try:
         rows, details = run()
@@ -404,6 +409,7 @@ def execute(args: argparse.Namespace) -> dict[str, Any]:
         ok=True,
         seconds=seconds,
         cpu_seconds=cpu_seconds() - cpu,
+        server_cpu_seconds=server_cpu_seconds() - server,
         load_after=os.getloadavg()[0],
         rows=rows,
         details=details,

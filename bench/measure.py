@@ -39,6 +39,42 @@ def read_status(pid: int | str, proc: Path = Path("/proc")) -> dict[str, int]:
     return out
 
 
+def server_cpu_seconds(name: str = "postgres", proc: Path = Path("/proc")) -> float:
+    """CPU seconds (user + system) the server processes called ``name`` have used so far.
+
+    Live processes count their own time; a backend that has exited counts in
+    its parent's reaped-children time (the postmaster's), so the difference
+    of two readings is the server's CPU between them, connections that came
+    and went included. 0.0 when no such process is visible.
+    """
+    ticks = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, list[str]]] = {}
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return 0.0
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            stat = (proc / entry / "stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.find("(") + 1 : stat.rfind(")")]
+        if comm != name:
+            continue
+        # After "pid (comm)": state ppid ... utime(12) stime(13) cutime(14) cstime(15).
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) >= 15:
+            stats[int(entry)] = (int(fields[1]), fields)
+    total = 0
+    for ppid, fields in stats.values():
+        total += int(fields[11]) + int(fields[12])
+        if ppid not in stats:  # the postmaster: its exited backends' time
+            total += int(fields[13]) + int(fields[14])
+    return total / ticks
+
+
 def parent_map(proc: Path = Path("/proc")) -> dict[int, int]:
     """``{pid: ppid}`` of every process visible in ``proc``."""
     out: dict[int, int] = {}

@@ -33,6 +33,8 @@ class CaseResult:
     status: str = "ok"  # ok | failed: ... | unavailable: ... | not measured: ...
     seconds: float | None = None
     cpu_seconds: float | None = None
+    #: CPU of the database server's processes meanwhile (same host).
+    server_cpu_seconds: float | None = None
     process_seconds: float | None = None
     rows: int | None = None
     peak_rss: int | None = None
@@ -87,6 +89,8 @@ def from_child(
     res.seconds = float(child["seconds"])
     if child.get("cpu_seconds") is not None:
         res.cpu_seconds = float(child["cpu_seconds"])
+    if child.get("server_cpu_seconds") is not None:
+        res.server_cpu_seconds = float(child["server_cpu_seconds"])
     res.rows = int(child["rows"])
     res.peak_rss = max(peak_rss, int(rss.get("self_hwm", 0)), int(rss.get("children_maxrss", 0)))
     lake = child.get("lake") or {}
@@ -161,10 +165,10 @@ def cpu_ratio(a: CaseResult | None, b: CaseResult | None) -> float | None:
 
 
 HEADER = (
-    "| # | case | rows read | wall s | cpu s | rows/s | peak RSS | lake bytes written | "
-    "new data files | vs floor | speed-up vs dlt | notes |"
+    "| # | case | rows read | wall s | cpu s | server cpu s | rows/s | peak RSS | "
+    "lake bytes written | new data files | vs floor | speed-up vs dlt | notes |"
 )
-SEPARATOR = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+SEPARATOR = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 
 
 def table(results: Sequence[CaseResult]) -> str:
@@ -174,7 +178,7 @@ def table(results: Sequence[CaseResult]) -> str:
     lines = [HEADER, SEPARATOR]
     for r in sorted(results, key=_order):
         if not r.ok:
-            cells = [r.label, r.title, *["-"] * 9, r.status]
+            cells = [r.label, r.title, *["-"] * 10, r.status]
         else:
             peer = DLT_PEER.get(r.key)
             speedup = ratio(keyed.get(peer), r) if peer else None
@@ -186,6 +190,7 @@ def table(results: Sequence[CaseResult]) -> str:
                 f"{r.rows:,}" if r.rows is not None else "-",
                 f"{r.seconds:.2f}" if r.seconds is not None else "-",
                 f"{r.cpu_seconds:.2f}" if r.cpu_seconds is not None else "-",
+                f"{r.server_cpu_seconds:.2f}" if r.server_cpu_seconds is not None else "-",
                 fmt_rate(r.rows, r.seconds),
                 fmt_bytes(r.peak_rss),
                 fmt_bytes(r.lake_bytes),
@@ -388,7 +393,9 @@ def phases_table(results: Sequence[CaseResult]) -> str:
         for seg in segments:
             name = seg.get("phase")
             if name in cells:
-                cells[name] = f"{seg['seconds']:.1f} s / {fmt_bytes(int(seg['peak_rss']))}"
+                cpu = seg.get("cpu_seconds")
+                used = f" ({cpu:.1f} cpu)" if cpu is not None else ""
+                cells[name] = f"{seg['seconds']:.1f} s{used} / {fmt_bytes(int(seg['peak_rss']))}"
         rows.append("| " + " | ".join([r.label, *cells.values()]) + " |")
     if not rows:
         return ""

@@ -628,7 +628,12 @@ def render(ctx: Context, command: str) -> str:
         ]
     phases = report.phases_table(ctx.results)
     if phases:
-        lines += ["Combined phases (wall time / peak RSS of the capture process):", "", phases, ""]
+        lines += [
+            "Combined phases (wall time (CPU time of the capture process) / its peak RSS):",
+            "",
+            phases,
+            "",
+        ]
     if ctx.setups:
         lines += ["Setup steps (untimed against the targets):", ""]
         for s in ctx.setups:

@@ -39,6 +39,30 @@ def _fake_proc(root: Path, procs: dict[int, tuple[str, int]]) -> Path:
     return root
 
 
+def test_server_cpu_counts_live_processes_and_the_postmasters_reaped_children(
+    tmp_path: Path,
+) -> None:
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def proc(pid: int, comm: str, ppid: int, times: tuple[int, int, int, int]) -> None:
+        d = tmp_path / str(pid)
+        d.mkdir()
+        rest = " ".join(["0"] * 9)  # pgrp ... cmajflt
+        ut, st, cut, cst = times
+        (d / "stat").write_text(f"{pid} ({comm}) S {ppid} {rest} {ut} {st} {cut} {cst} 20 0\n")
+
+    proc(1, "init", 0, (5, 5, 900, 900))  # not the server: ignored, reaped time too
+    proc(100, "postgres", 1, (10, 20, 300, 70))  # the postmaster: own + exited backends
+    proc(101, "postgres", 100, (40, 10, 7, 7))  # a live backend: its own time only
+    proc(102, "postgres", 100, (2, 3, 0, 0))
+    proc(200, "python", 1, (1000, 1000, 0, 0))
+    (tmp_path / "self").mkdir()
+    want = (10 + 20 + 300 + 70 + 40 + 10 + 2 + 3) / ticks
+    assert measure.server_cpu_seconds(proc=tmp_path) == pytest.approx(want)
+    assert measure.server_cpu_seconds("mariadbd", proc=tmp_path) == 0.0
+    assert measure.server_cpu_seconds(proc=tmp_path / "missing") == 0.0
+
+
 def test_tree_follows_descendants_only(tmp_path: Path) -> None:
     proc = _fake_proc(
         tmp_path,
@@ -329,11 +353,14 @@ def test_tiny_run_prints_a_well_formed_table(
     for r in rows:
         assert len(r) == columns
         assert r[2] == "2,000", r  # rows read
-        assert float(r[3]) > 0 and float(r[4]) > 0 and r[6].endswith("MB")
+        assert float(r[3]) > 0 and float(r[4]) > 0 and r[7].endswith("MB")
+        assert float(r[5]) >= 0  # the server's CPU (its clock ticks may round 2,000 rows to 0)
     floor, initial, unchanged = rows
-    assert floor[9] == "1.00x" and initial[9].endswith("x")
-    assert int(initial[8]) > 0 and unchanged[8] == "0" and unchanged[7] == "0 B"
-    assert "+2,000 ~0 -0" in initial[11] and "+0 ~0 -0" in unchanged[11]
+    assert floor[10] == "1.00x" and initial[10].endswith("x")
+    assert int(initial[9]) > 0 and unchanged[9] == "0" and unchanged[8] == "0 B"
+    assert "+2,000 ~0 -0" in initial[12] and "+0 ~0 -0" in unchanged[12]
+    phases = "Combined phases (wall time (CPU time of the capture process) / its peak RSS):"
+    assert phases in text and " cpu) / " in text
     assert "| unchanged re-capture writes no lake data files | **met** |" in text
     assert (tmp_path / "work" / "results.json").exists()
 
@@ -348,12 +375,12 @@ def test_tiny_run_of_every_case(tmp_path: Path, pg_server_dsn: str) -> None:
     by_label = {r[0]: r for r in rows}
     for label in ("1", "3", "4", "5", "7", "8 (1k)", "8 (4k)", "9"):
         assert by_label[label][3] != "-", by_label[label]
-    assert "+10 ~20 -2" in by_label["5"][11]
-    assert "+2,000 ~0 -0" in by_label["9"][11]
-    assert "projection 2,008 rows = source 2,008" in by_label["5"][11]
+    assert "+10 ~20 -2" in by_label["5"][12]
+    assert "+2,000 ~0 -0" in by_label["9"][12]
+    assert "projection 2,008 rows = source 2,008" in by_label["5"][12]
     for label in ("2", "6"):  # dlt is optional: measured, or reported as unavailable
         cell = by_label[label]
-        assert cell[3] != "-" or cell[11].startswith("unavailable:"), cell
+        assert cell[3] != "-" or cell[12].startswith("unavailable:"), cell
     if by_label["6"][3] != "-":
-        assert "keeps 2 rows the source deleted (of 2 deleted)" in by_label["6"][11]
+        assert "keeps 2 rows the source deleted (of 2 deleted)" in by_label["6"][12]
     assert "Memory scaling: peak RSS" in text
