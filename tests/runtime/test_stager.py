@@ -156,6 +156,20 @@ def test_a_failed_write_never_leaves_a_stage_waiting(monkeypatch: pytest.MonkeyP
     assert outcome == ["raised and stopped"]
 
 
+def test_aborting_a_part_writer_closes_its_open_part(tmp_path: Path) -> None:
+    # A failing capture aborts its writer: the open part's file is finished
+    # and let go at once, not whenever the writer is collected.
+    area = StagingArea(tmp_path, Limits())
+    writer = PartWriter(area, "src/ds/capture", max_rows=100, max_bytes=2**30)
+    writer.write(batch(0, 150))
+    first, second = writer.parts
+    writer.abort()
+    assert part_table(second).num_rows == 50  # its footer is written: the file is closed
+    assert part_table(first).num_rows == 100
+    writer.abort()  # twice: nothing open, nothing to do
+    assert area.bytes == first.stat().st_size  # only the part closed normally is accounted
+
+
 def test_parts_use_the_staging_codec(tmp_path: Path) -> None:
     sizes, tables = {}, {}
     for codec in ("none", "lz4", "zstd"):

@@ -146,6 +146,15 @@ class PartWriter:
         self._close_current()
         return self.parts
 
+    def abort(self) -> None:
+        """Close the open part without accounting it (the failing capture's staging is erased)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                writer.close()
+            except (OSError, pa.ArrowException):  # pragma: no cover - failing already
+                pass
+
 
 def part_schema(path: Path) -> pa.Schema:
     """The schema of a staged part."""

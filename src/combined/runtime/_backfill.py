@@ -205,6 +205,7 @@ def stage_partitioned(
                 return stager.close(schema), rows
             except BaseException:
                 stager.abort()
+                writer.abort()
                 raise
 
         try:
