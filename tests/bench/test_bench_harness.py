@@ -286,6 +286,22 @@ def test_table_and_targets_from_synthetic_results() -> None:
     assert md.splitlines()[0] == "| target | status | evidence |"
 
 
+def test_the_cpu_bound_counts_the_servers_cpu_on_the_same_cores() -> None:
+    floor = _res("floor", 4.0, 100 * MB)
+    case = _res("snapshot_initial", 6.0, 300 * MB)
+    assert report.cpu_bound(case) is None  # no CPU figures: no bound
+    case.cpu_seconds, case.server_cpu_seconds = 9.0, 1.0
+    assert report.cpu_bound(case, cores=2) == pytest.approx(5.0)
+    floor.cpu_seconds = 4.0
+    (first,) = [t for t in report.targets([floor, case]) if t.goal.startswith("initial snapshot w")]
+    cores = os.cpu_count() or 1
+    bound = 10.0 / cores
+    assert f"CPU bound: (client 9.00 + server 1.00 CPU-s) / {cores} cores = {bound:.2f} s" in (
+        first.evidence
+    )
+    assert f"= {bound / 4.0:.2f}x the floor" in first.evidence
+
+
 def test_failed_case_row_and_missing_floor() -> None:
     bad = report.from_child(
         "snapshot_initial", "3", "x", None, peak_rss=0, process_seconds=1.0, failure="exit 1: boom"
