@@ -405,11 +405,13 @@ def execute(args: argparse.Namespace) -> dict[str, Any]:
         result["traceback"] = traceback.format_exc()
         return result
     seconds = time.perf_counter() - started
+    end = server_cpu_seconds()
     result.update(
         ok=True,
         seconds=seconds,
         cpu_seconds=cpu_seconds() - cpu,
-        server_cpu_seconds=server_cpu_seconds() - server,
+        server_cpu_seconds=None if server is None or end is None else end - server,
+        cores=len(os.sched_getaffinity(0)),
         load_after=os.getloadavg()[0],
         rows=rows,
         details=details,

@@ -39,40 +39,75 @@ def read_status(pid: int | str, proc: Path = Path("/proc")) -> dict[str, int]:
     return out
 
 
-def server_cpu_seconds(name: str = "postgres", proc: Path = Path("/proc")) -> float:
+def _named_stats(name: str, proc: Path) -> dict[int, list[str]] | None:
+    """The ``stat`` fields (after ``pid (comm)``) of every process called ``name``."""
+    out: dict[int, list[str]] = {}
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return None
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        fields = _stat_fields(proc / entry / "stat", name)
+        if fields is not None:
+            out[int(entry)] = fields
+    return out
+
+
+def _stat_fields(path: Path, name: str) -> list[str] | None:
+    try:
+        stat = path.read_text()
+    except OSError:
+        return None
+    if stat[stat.find("(") + 1 : stat.rfind(")")] != name:
+        return None
+    # After "pid (comm)", 0-based: state, ppid, ..., utime 11, stime 12,
+    # cutime 13, cstime 14 (fields 14-17 of proc(5)).
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields if len(fields) >= 15 else None
+
+
+def server_cpu_seconds(
+    name: str = "postgres", proc: Path = Path("/proc"), attempts: int = 5
+) -> float | None:
     """CPU seconds (user + system) the server processes called ``name`` have used so far.
 
     Live processes count their own time; a backend that has exited counts in
     its parent's reaped-children time (the postmaster's), so the difference
     of two readings is the server's CPU between them, connections that came
-    and went included. 0.0 when no such process is visible.
+    and went included. Every process of that name on the host counts (other
+    clusters too). A backend reaped while the processes are being read would
+    be missed (or, read before its postmaster, counted twice): a reading is
+    taken again until the postmasters' reaped time held still across it.
+    None when no such process is visible (a server on another host).
     """
     ticks = os.sysconf("SC_CLK_TCK")
-    stats: dict[int, tuple[int, list[str]]] = {}
-    try:
-        entries = os.listdir(proc)
-    except OSError:
-        return 0.0
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            stat = (proc / entry / "stat").read_text()
-        except OSError:
-            continue
-        comm = stat[stat.find("(") + 1 : stat.rfind(")")]
-        if comm != name:
-            continue
-        # After "pid (comm)": state ppid ... utime(12) stime(13) cutime(14) cstime(15).
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) >= 15:
-            stats[int(entry)] = (int(fields[1]), fields)
+    stats = _named_stats(name, proc)
+    for _ in range(attempts):
+        if not stats:
+            return None
+        masters = [pid for pid, f in stats.items() if int(f[1]) not in stats]
+        before = [_reaped(proc / str(pid) / "stat", name) for pid in masters]
+        stats = _named_stats(name, proc)
+        if not stats:
+            return None
+        after = [_reaped(proc / str(pid) / "stat", name) for pid in masters]
+        if before == after:
+            break
+    if not stats:
+        return None
     total = 0
-    for ppid, fields in stats.values():
+    for fields in stats.values():
         total += int(fields[11]) + int(fields[12])
-        if ppid not in stats:  # the postmaster: its exited backends' time
+        if int(fields[1]) not in stats:  # a postmaster: its exited backends' time
             total += int(fields[13]) + int(fields[14])
     return total / ticks
+
+
+def _reaped(path: Path, name: str) -> int | None:
+    fields = _stat_fields(path, name)
+    return None if fields is None else int(fields[13]) + int(fields[14])
 
 
 def parent_map(proc: Path = Path("/proc")) -> dict[int, int]:

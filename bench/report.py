@@ -36,6 +36,8 @@ class CaseResult:
     cpu_seconds: float | None = None
     #: CPU of the database server's processes meanwhile (same host).
     server_cpu_seconds: float | None = None
+    #: The cores the case process could run on.
+    cores: int | None = None
     process_seconds: float | None = None
     rows: int | None = None
     peak_rss: int | None = None
@@ -92,6 +94,8 @@ def from_child(
         res.cpu_seconds = float(child["cpu_seconds"])
     if child.get("server_cpu_seconds") is not None:
         res.server_cpu_seconds = float(child["server_cpu_seconds"])
+    if child.get("cores"):
+        res.cores = int(child["cores"])
     res.rows = int(child["rows"])
     res.peak_rss = max(peak_rss, int(rss.get("self_hwm", 0)), int(rss.get("children_maxrss", 0)))
     lake = child.get("lake") or {}
@@ -320,14 +324,19 @@ def cpu_bound(case: CaseResult | None, cores: int | None = None) -> float | None
     """
     if case is None or not case.ok or case.cpu_seconds is None or case.server_cpu_seconds is None:
         return None
-    return (case.cpu_seconds + case.server_cpu_seconds) / (cores or os.cpu_count() or 1)
+    return (case.cpu_seconds + case.server_cpu_seconds) / (cores or _cores(case))
+
+
+def _cores(case: CaseResult) -> int:
+    """The case's cores as it recorded them (else this machine's)."""
+    return case.cores or os.cpu_count() or 1
 
 
 def _bound(case: CaseResult | None, floor: CaseResult | None) -> str:
     least = cpu_bound(case)
     if least is None or case is None or floor is None or not floor.seconds:
         return ""
-    cores = os.cpu_count() or 1
+    cores = _cores(case)
     return (
         f"; CPU bound: (client {case.cpu_seconds:.2f} + server {case.server_cpu_seconds:.2f}"
         f" CPU-s) / {cores} cores = {least:.2f} s = {least / floor.seconds:.2f}x the floor"

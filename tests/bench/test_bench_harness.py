@@ -59,8 +59,57 @@ def test_server_cpu_counts_live_processes_and_the_postmasters_reaped_children(
     (tmp_path / "self").mkdir()
     want = (10 + 20 + 300 + 70 + 40 + 10 + 2 + 3) / ticks
     assert measure.server_cpu_seconds(proc=tmp_path) == pytest.approx(want)
-    assert measure.server_cpu_seconds("mariadbd", proc=tmp_path) == 0.0
-    assert measure.server_cpu_seconds(proc=tmp_path / "missing") == 0.0
+    # No such server visible (another host): no figure, rather than a zero.
+    assert measure.server_cpu_seconds("mariadbd", proc=tmp_path) is None
+    assert measure.server_cpu_seconds(proc=tmp_path / "missing") is None
+
+
+def test_a_backend_reaped_while_the_server_is_read_is_counted_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ticks = os.sysconf("SC_CLK_TCK")
+    rest = " ".join(["0"] * 9)
+
+    def write(pid: int, ppid: int, ut: int, cut: int) -> None:
+        d = tmp_path / str(pid)
+        d.mkdir(exist_ok=True)
+        (d / "stat").write_text(f"{pid} (postgres) S {ppid} {rest} {ut} 0 {cut} 0 20 0\n")
+
+    write(100, 1, 10, 0)  # the postmaster
+    write(101, 100, 50, 0)  # a backend about to exit
+    real = measure._named_stats
+    calls = []
+
+    def scan(name: str, proc: Path) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            # The second scan reads the postmaster, then the backend is reaped
+            # before its own entry is read: a torn reading (its 50 ticks lost).
+            torn = real(name, proc)
+            assert torn is not None
+            torn.pop(101)
+            write(100, 1, 10, 50)
+            (tmp_path / "101" / "stat").unlink()
+            return torn
+        return real(name, proc)
+
+    monkeypatch.setattr(measure, "_named_stats", scan)
+    # The postmaster's reaped time moved across the torn scan: it is read again.
+    assert measure.server_cpu_seconds(proc=tmp_path) == pytest.approx(60 / ticks)
+    assert len(calls) == 3
+
+
+@pytest.mark.postgres
+def test_the_server_cpu_of_a_connection_just_closed_is_counted(pg_server_dsn: str) -> None:
+    import psycopg
+
+    for _ in range(3):
+        before = measure.server_cpu_seconds()
+        assert before is not None
+        with psycopg.connect(pg_server_dsn) as conn:
+            conn.execute("SELECT count(*) FROM generate_series(1, 3000000)").fetchone()
+        after = measure.server_cpu_seconds()  # at once: the backend may be exiting
+        assert after is not None and after - before >= 0.1, (before, after)
 
 
 def test_tree_follows_descendants_only(tmp_path: Path) -> None:

@@ -123,6 +123,9 @@ class _SlowFailingWriter:
     def close(self) -> list[Path]:
         return []
 
+    def abort(self) -> None:
+        self.aborted = True
+
 
 def test_a_failed_write_never_leaves_a_stage_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stager_module, "GROUP_ROWS", 1)
@@ -154,6 +157,7 @@ def test_a_failed_write_never_leaves_a_stage_waiting(monkeypatch: pytest.MonkeyP
     reader.join(20)
     assert not reader.is_alive(), "the stager hung after a failed write"
     assert outcome == ["raised and stopped"]
+    assert getattr(s.writer, "aborted", False)  # its writer's open part is let go too
 
 
 def test_aborting_a_part_writer_closes_its_open_part(tmp_path: Path) -> None:
@@ -168,6 +172,23 @@ def test_aborting_a_part_writer_closes_its_open_part(tmp_path: Path) -> None:
     assert part_table(first).num_rows == 100
     writer.abort()  # twice: nothing open, nothing to do
     assert area.bytes == first.stat().st_size  # only the part closed normally is accounted
+
+
+def test_an_aborted_capture_closes_its_open_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A read that fails mid-way aborts its stager: once the worker has
+    # stopped, the part it was writing is finished and let go.
+    monkeypatch.setattr(stager_module, "GROUP_ROWS", 1000)  # groups reach the worker
+    area = StagingArea(tmp_path, Limits())
+    writer = PartWriter(area, "src/ds/capture", max_rows=100_000, max_bytes=2**30)
+    s = CaptureStager(writer, key=["id"], hash_rows=True)
+    for start in range(0, 3000, 500):
+        s.put(batch(start, 500))
+    s.abort()
+    (part,) = writer.parts
+    table = part_table(part)  # readable: its footer was written
+    assert table.num_rows in (1000, 2000, 3000)  # the groups handed over, whole
 
 
 def test_parts_use_the_staging_codec(tmp_path: Path) -> None:

@@ -205,7 +205,6 @@ def stage_partitioned(
                 return stager.close(schema), rows
             except BaseException:
                 stager.abort()
-                writer.abort()
                 raise
 
         try:

@@ -259,7 +259,6 @@ def _consume(
         parts = stager.close(schema)
     except BaseException:
         stager.abort()
-        writer.abort()  # its open part's file, closed now rather than when collected
         raise
     finally:
         # Give the read's buffers back before the reduction allocates its own.

@@ -176,8 +176,13 @@ class CaptureStager:
         return self.writer.close()
 
     def abort(self) -> None:
-        """Stop the threads without raising their error (the caller is failing already)."""
+        """Stop the threads without raising their error (the caller is failing already).
+
+        The writer's open part is closed once the worker, its only other
+        user, has stopped.
+        """
         self._stop()
+        self.writer.abort()
 
     def _stop(self) -> None:
         if self._worker is None:
