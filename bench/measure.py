@@ -39,19 +39,21 @@ def read_status(pid: int | str, proc: Path = Path("/proc")) -> dict[str, int]:
     return out
 
 
+def _pids(proc: Path) -> list[str] | None:
+    """The process ids listed in ``proc`` (None when it cannot be listed)."""
+    try:
+        return [entry for entry in os.listdir(proc) if entry.isdigit()]
+    except OSError:
+        return None
+
+
 def _named_stats(name: str, proc: Path) -> dict[int, list[str]] | None:
     """The ``stat`` fields (after ``pid (comm)``) of every process called ``name``."""
     out: dict[int, list[str]] = {}
-    try:
-        entries = os.listdir(proc)
-    except OSError:
-        return None
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        fields = _stat_fields(proc / entry / "stat", name)
+    for pid in _pids(proc) or []:
+        fields = _stat_fields(proc / pid / "stat", name)
         if fields is not None:
-            out[int(entry)] = fields
+            out[int(pid)] = fields
     return out
 
 
@@ -113,13 +115,7 @@ def _reaped(path: Path, name: str) -> int | None:
 def parent_map(proc: Path = Path("/proc")) -> dict[int, int]:
     """``{pid: ppid}`` of every process visible in ``proc``."""
     out: dict[int, int] = {}
-    try:
-        entries = os.listdir(proc)
-    except OSError:
-        return out
-    for entry in entries:
-        if not entry.isdigit():
-            continue
+    for entry in _pids(proc) or []:
         try:
             stat = (proc / entry / "stat").read_text()
         except OSError:
