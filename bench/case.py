@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.measure import own_peak_rss, read_status, server_cpu_seconds, snapshot_dir, written
+from bench.measure import own_peak_rss, read_status, server_cpu, snapshot_dir, written
 
 Outcome = tuple[int, dict[str, Any]]  # rows read, details
 
@@ -394,8 +394,9 @@ def execute(args: argparse.Namespace) -> dict[str, Any]:
     lake = Path(args.lake)
     before = snapshot_dir(lake)
     result["load_before"] = os.getloadavg()[0]
+    # The server is read outside the case's own CPU figure (a reading scans /proc).
+    server = server_cpu()
     cpu = cpu_seconds()
-    server = server_cpu_seconds()
     started = time.perf_counter()
     try:
         rows, details = run()
@@ -405,12 +406,14 @@ def execute(args: argparse.Namespace) -> dict[str, Any]:
         result["traceback"] = traceback.format_exc()
         return result
     seconds = time.perf_counter() - started
-    end = server_cpu_seconds()
+    used = cpu_seconds() - cpu
+    end = server_cpu()
     result.update(
         ok=True,
         seconds=seconds,
-        cpu_seconds=cpu_seconds() - cpu,
-        server_cpu_seconds=None if server is None or end is None else end - server,
+        cpu_seconds=used,
+        server_cpu_seconds=None if end is None else end.since(server),
+        # The case's cores: the server is taken to share them (same host).
         cores=len(os.sched_getaffinity(0)),
         load_after=os.getloadavg()[0],
         rows=rows,

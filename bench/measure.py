@@ -65,24 +65,45 @@ def _stat_fields(path: Path, name: str) -> list[str] | None:
     if stat[stat.find("(") + 1 : stat.rfind(")")] != name:
         return None
     # After "pid (comm)", 0-based: state, ppid, ..., utime 11, stime 12,
-    # cutime 13, cstime 14 (fields 14-17 of proc(5)).
+    # cutime 13, cstime 14 (fields 14-17 of proc(5)), starttime 19 (field 22).
     fields = stat.rsplit(")", 1)[-1].split()
-    return fields if len(fields) >= 15 else None
+    return fields if len(fields) >= 20 else None
 
 
-def server_cpu_seconds(
+@dataclass(frozen=True)
+class ServerCpu:
+    """One reading of a server's CPU: seconds so far, and which postmasters they cover."""
+
+    seconds: float
+    #: (pid, start time) of each postmaster read: two readings compare only if equal.
+    postmasters: frozenset[tuple[int, int]]
+
+    def since(self, earlier: ServerCpu | None) -> float | None:
+        """CPU seconds between ``earlier`` and this reading (None when not comparable).
+
+        A postmaster that restarted, started or stopped in between resets its
+        reaped time: the difference would mean nothing.
+        """
+        if earlier is None or earlier.postmasters != self.postmasters:
+            return None
+        delta = self.seconds - earlier.seconds
+        return delta if delta >= 0 else None
+
+
+def server_cpu(
     name: str = "postgres", proc: Path = Path("/proc"), attempts: int = 5
-) -> float | None:
-    """CPU seconds (user + system) the server processes called ``name`` have used so far.
+) -> ServerCpu | None:
+    """The CPU (user + system) the server processes called ``name`` have used so far.
 
     Live processes count their own time; a backend that has exited counts in
     its parent's reaped-children time (the postmaster's), so the difference
     of two readings is the server's CPU between them, connections that came
     and went included. Every process of that name on the host counts (other
     clusters too). A backend reaped while the processes are being read would
-    be missed (or, read before its postmaster, counted twice): a reading is
-    taken again until the postmasters' reaped time held still across it.
-    None when no such process is visible (a server on another host).
+    be missed (or, read before its postmaster, counted twice): the reading is
+    taken again until the postmasters' reaped time held still across it, and
+    is None if it never did in ``attempts``, or when no such process is
+    visible (a server on another host).
     """
     ticks = os.sysconf("SC_CLK_TCK")
     stats = _named_stats(name, proc)
@@ -92,19 +113,25 @@ def server_cpu_seconds(
         masters = [pid for pid, f in stats.items() if int(f[1]) not in stats]
         before = [_reaped(proc / str(pid) / "stat", name) for pid in masters]
         stats = _named_stats(name, proc)
-        if not stats:
-            return None
         after = [_reaped(proc / str(pid) / "stat", name) for pid in masters]
-        if before == after:
+        if stats and before == after:
             break
-    if not stats:
+    else:
         return None
     total = 0
-    for fields in stats.values():
+    postmasters = set()
+    for pid, fields in stats.items():
         total += int(fields[11]) + int(fields[12])
         if int(fields[1]) not in stats:  # a postmaster: its exited backends' time
             total += int(fields[13]) + int(fields[14])
-    return total / ticks
+            postmasters.add((pid, int(fields[19])))  # starttime (field 22 of proc(5))
+    return ServerCpu(total / ticks, frozenset(postmasters))
+
+
+def server_cpu_seconds(name: str = "postgres", proc: Path = Path("/proc")) -> float | None:
+    """:func:`server_cpu`'s seconds (None when there is no reading)."""
+    reading = server_cpu(name, proc)
+    return None if reading is None else reading.seconds
 
 
 def _reaped(path: Path, name: str) -> int | None:

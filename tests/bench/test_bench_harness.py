@@ -49,7 +49,8 @@ def test_server_cpu_counts_live_processes_and_the_postmasters_reaped_children(
         d.mkdir()
         rest = " ".join(["0"] * 9)  # pgrp ... cmajflt
         ut, st, cut, cst = times
-        (d / "stat").write_text(f"{pid} ({comm}) S {ppid} {rest} {ut} {st} {cut} {cst} 20 0\n")
+        tail = f"20 0 1 0 {pid * 10}"  # priority nice threads itrealvalue starttime
+        (d / "stat").write_text(f"{pid} ({comm}) S {ppid} {rest} {ut} {st} {cut} {cst} {tail}\n")
 
     proc(1, "init", 0, (5, 5, 900, 900))  # not the server: ignored, reaped time too
     proc(100, "postgres", 1, (10, 20, 300, 70))  # the postmaster: own + exited backends
@@ -59,6 +60,8 @@ def test_server_cpu_counts_live_processes_and_the_postmasters_reaped_children(
     (tmp_path / "self").mkdir()
     want = (10 + 20 + 300 + 70 + 40 + 10 + 2 + 3) / ticks
     assert measure.server_cpu_seconds(proc=tmp_path) == pytest.approx(want)
+    reading = measure.server_cpu(proc=tmp_path)
+    assert reading is not None and reading.postmasters == {(100, 1000)}
     # No such server visible (another host): no figure, rather than a zero.
     assert measure.server_cpu_seconds("mariadbd", proc=tmp_path) is None
     assert measure.server_cpu_seconds(proc=tmp_path / "missing") is None
@@ -73,7 +76,8 @@ def test_a_backend_reaped_while_the_server_is_read_is_counted_once(
     def write(pid: int, ppid: int, ut: int, cut: int) -> None:
         d = tmp_path / str(pid)
         d.mkdir(exist_ok=True)
-        (d / "stat").write_text(f"{pid} (postgres) S {ppid} {rest} {ut} 0 {cut} 0 20 0\n")
+        line = f"{pid} (postgres) S {ppid} {rest} {ut} 0 {cut} 0 20 0 1 0 {pid * 10}\n"
+        (d / "stat").write_text(line)
 
     write(100, 1, 10, 0)  # the postmaster
     write(101, 100, 50, 0)  # a backend about to exit
@@ -97,6 +101,41 @@ def test_a_backend_reaped_while_the_server_is_read_is_counted_once(
     # The postmaster's reaped time moved across the torn scan: it is read again.
     assert measure.server_cpu_seconds(proc=tmp_path) == pytest.approx(60 / ticks)
     assert len(calls) == 3
+
+
+def test_a_server_that_never_holds_still_or_restarted_gives_no_figure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rest = " ".join(["0"] * 9)
+    reaped = [0]
+
+    def write(start: int) -> None:
+        (tmp_path / "100").mkdir(exist_ok=True)
+        line = f"100 (postgres) S 1 {rest} 5 0 {reaped[0]} 0 20 0 1 0 {start}\n"
+        (tmp_path / "100" / "stat").write_text(line)
+
+    write(7)
+    real = measure._named_stats
+
+    def busy(name: str, proc: Path) -> Any:
+        reaped[0] += 3  # a backend reaped during every scan
+        write(7)
+        return real(name, proc)
+
+    monkeypatch.setattr(measure, "_named_stats", busy)
+    assert measure.server_cpu(proc=tmp_path) is None  # never held still: no figure
+    monkeypatch.setattr(measure, "_named_stats", real)
+    first = measure.server_cpu(proc=tmp_path)
+    assert first is not None
+    reaped[0] += 50
+    write(7)
+    later = measure.server_cpu(proc=tmp_path)
+    assert later is not None and later.since(first) == pytest.approx(50 / os.sysconf("SC_CLK_TCK"))
+    reaped[0] = 0
+    write(9)  # the postmaster restarted: its reaped time started again
+    restarted = measure.server_cpu(proc=tmp_path)
+    assert restarted is not None and restarted.since(later) is None
+    assert later.since(None) is None
 
 
 @pytest.mark.postgres

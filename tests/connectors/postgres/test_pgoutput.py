@@ -363,6 +363,15 @@ def test_trailing_bytes_and_unknown_messages_are_errors() -> None:
     _, begin = read_fixture(V1)[0]
     with pytest.raises(SourceError, match="trailing"):
         decode_message(begin + b"\0")
+    # A row change (decoded first, before the other tags) is checked the same way.
+    insert = b"I\0\0\0\x01N\0\x01t\0\0\0\x012"
+    assert isinstance(decode_message(insert), Insert)
+    with pytest.raises(SourceError, match="trailing"):
+        decode_message(insert + b"\0")
+    in_block = insert[:1] + b"\0\0\0\x07" + insert[1:]  # inside a stream: xid first
+    assert decode_message(in_block, in_stream=True) == Insert(1, TupleData("t", (b"2",)), 7)
+    with pytest.raises(SourceError, match="trailing"):
+        decode_message(in_block + b"\0", in_stream=True)
     with pytest.raises(SourceError, match="unsupported pgoutput message 'K'"):
         decode_message(b"K\0\0\0\0")
     with pytest.raises(SourceError, match="empty"):

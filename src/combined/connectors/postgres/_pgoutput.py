@@ -3,7 +3,8 @@
 The server's built-in output plugin sends one binary message per
 ``XLogData`` frame (protocol versions 1 and 2; see "Logical Replication
 Message Formats" in the PostgreSQL manual). :func:`decode_message` turns one
-frame into a frozen dataclass; :class:`PgoutputDecoder` does the same while
+frame into a dataclass (frozen, but for the row messages made for every
+change); :class:`PgoutputDecoder` does the same while
 tracking the streamed-transaction blocks of version 2 (whose inner messages
 carry an extra transaction id). :class:`RelationCache` keeps the latest
 ``Relation`` and ``Type`` message per OID, as a subscriber must.
