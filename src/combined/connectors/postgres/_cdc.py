@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 import pyarrow as pa
 
@@ -331,9 +331,6 @@ class _Target:
     touched: bool = False  # the current transaction changed this dataset
 
 
-_ROW_CHANGES = frozenset((Insert, Update, Delete))
-
-
 class _Assembler:
     """Turns decoded pgoutput messages into protocol messages (no I/O).
 
@@ -378,15 +375,13 @@ class _Assembler:
 
     def feed(self, msg: PgoutputMessage) -> list[Message]:
         """Apply one decoded message; return what is ready to be yielded."""
-        if type(msg) in _ROW_CHANGES:  # nearly every message: tested first
-            return self._change(cast(RowChange, msg))
+        if isinstance(msg, Insert | Update | Delete):  # nearly every message: tested first
+            return self._change(msg)
         if isinstance(msg, Begin):
             self._txn = msg
             for t in self._targets.values():
                 t.skip = msg.final_lsn < t.start
             return []
-        if isinstance(msg, Insert | Update | Delete):
-            return self._change(msg)
         if isinstance(msg, Commit):
             return self._commit(msg)
         if isinstance(msg, Relation):
