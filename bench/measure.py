@@ -110,7 +110,7 @@ def server_cpu(
     for _ in range(attempts):
         if not stats:
             return None
-        masters = [pid for pid, f in stats.items() if int(f[1]) not in stats]
+        masters = _postmasters(stats)
         before = [_reaped(proc / str(pid) / "stat", name) for pid in masters]
         stats = _named_stats(name, proc)
         after = [_reaped(proc / str(pid) / "stat", name) for pid in masters]
@@ -118,20 +118,17 @@ def server_cpu(
             break
     else:
         return None
-    total = 0
-    postmasters = set()
-    for pid, fields in stats.items():
-        total += int(fields[11]) + int(fields[12])
-        if int(fields[1]) not in stats:  # a postmaster: its exited backends' time
-            total += int(fields[13]) + int(fields[14])
-            postmasters.add((pid, int(fields[19])))  # starttime (field 22 of proc(5))
-    return ServerCpu(total / ticks, frozenset(postmasters))
+    masters = _postmasters(stats)
+    total = sum(int(f[11]) + int(f[12]) for f in stats.values())
+    # The postmasters' exited backends' time.
+    total += sum(int(stats[pid][13]) + int(stats[pid][14]) for pid in masters)
+    started = frozenset((pid, int(stats[pid][19])) for pid in masters)  # starttime
+    return ServerCpu(total / ticks, started)
 
 
-def server_cpu_seconds(name: str = "postgres", proc: Path = Path("/proc")) -> float | None:
-    """:func:`server_cpu`'s seconds (None when there is no reading)."""
-    reading = server_cpu(name, proc)
-    return None if reading is None else reading.seconds
+def _postmasters(stats: dict[int, list[str]]) -> list[int]:
+    """The processes of ``stats`` whose parent is not one of them."""
+    return [pid for pid, fields in stats.items() if int(fields[1]) not in stats]
 
 
 def _reaped(path: Path, name: str) -> int | None:

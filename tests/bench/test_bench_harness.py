@@ -39,48 +39,57 @@ def _fake_proc(root: Path, procs: dict[int, tuple[str, int]]) -> Path:
     return root
 
 
+def _write_stat(
+    root: Path,
+    pid: int,
+    ppid: int,
+    times: tuple[int, int, int, int],
+    *,
+    comm: str = "postgres",
+    start: int | None = None,
+) -> None:
+    """A ``/proc/<pid>/stat`` line: (utime, stime, cutime, cstime) ticks, a start time."""
+    d = root / str(pid)
+    d.mkdir(parents=True, exist_ok=True)
+    rest = " ".join(["0"] * 9)  # pgrp ... cmajflt
+    ut, st, cut, cst = times
+    since = pid * 10 if start is None else start
+    tail = f"20 0 1 0 {since}"  # priority nice threads itrealvalue starttime
+    (d / "stat").write_text(f"{pid} ({comm}) S {ppid} {rest} {ut} {st} {cut} {cst} {tail}\n")
+
+
+def _server_seconds(proc: Path) -> float:
+    reading = measure.server_cpu(proc=proc)
+    assert reading is not None
+    return reading.seconds
+
+
 def test_server_cpu_counts_live_processes_and_the_postmasters_reaped_children(
     tmp_path: Path,
 ) -> None:
     ticks = os.sysconf("SC_CLK_TCK")
-
-    def proc(pid: int, comm: str, ppid: int, times: tuple[int, int, int, int]) -> None:
-        d = tmp_path / str(pid)
-        d.mkdir()
-        rest = " ".join(["0"] * 9)  # pgrp ... cmajflt
-        ut, st, cut, cst = times
-        tail = f"20 0 1 0 {pid * 10}"  # priority nice threads itrealvalue starttime
-        (d / "stat").write_text(f"{pid} ({comm}) S {ppid} {rest} {ut} {st} {cut} {cst} {tail}\n")
-
-    proc(1, "init", 0, (5, 5, 900, 900))  # not the server: ignored, reaped time too
-    proc(100, "postgres", 1, (10, 20, 300, 70))  # the postmaster: own + exited backends
-    proc(101, "postgres", 100, (40, 10, 7, 7))  # a live backend: its own time only
-    proc(102, "postgres", 100, (2, 3, 0, 0))
-    proc(200, "python", 1, (1000, 1000, 0, 0))
+    # not the server: ignored, reaped time too
+    _write_stat(tmp_path, 1, 0, (5, 5, 900, 900), comm="init")
+    _write_stat(tmp_path, 100, 1, (10, 20, 300, 70))  # the postmaster: own + exited backends
+    _write_stat(tmp_path, 101, 100, (40, 10, 7, 7))  # a live backend: its own time only
+    _write_stat(tmp_path, 102, 100, (2, 3, 0, 0))
+    _write_stat(tmp_path, 200, 1, (1000, 1000, 0, 0), comm="python")
     (tmp_path / "self").mkdir()
     want = (10 + 20 + 300 + 70 + 40 + 10 + 2 + 3) / ticks
-    assert measure.server_cpu_seconds(proc=tmp_path) == pytest.approx(want)
+    assert _server_seconds(tmp_path) == pytest.approx(want)
     reading = measure.server_cpu(proc=tmp_path)
     assert reading is not None and reading.postmasters == {(100, 1000)}
     # No such server visible (another host): no figure, rather than a zero.
-    assert measure.server_cpu_seconds("mariadbd", proc=tmp_path) is None
-    assert measure.server_cpu_seconds(proc=tmp_path / "missing") is None
+    assert measure.server_cpu("mariadbd", proc=tmp_path) is None
+    assert measure.server_cpu(proc=tmp_path / "missing") is None
 
 
 def test_a_backend_reaped_while_the_server_is_read_is_counted_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ticks = os.sysconf("SC_CLK_TCK")
-    rest = " ".join(["0"] * 9)
-
-    def write(pid: int, ppid: int, ut: int, cut: int) -> None:
-        d = tmp_path / str(pid)
-        d.mkdir(exist_ok=True)
-        line = f"{pid} (postgres) S {ppid} {rest} {ut} 0 {cut} 0 20 0 1 0 {pid * 10}\n"
-        (d / "stat").write_text(line)
-
-    write(100, 1, 10, 0)  # the postmaster
-    write(101, 100, 50, 0)  # a backend about to exit
+    _write_stat(tmp_path, 100, 1, (10, 0, 0, 0))  # the postmaster
+    _write_stat(tmp_path, 101, 100, (50, 0, 0, 0))  # a backend about to exit
     real = measure._named_stats
     calls = []
 
@@ -92,27 +101,24 @@ def test_a_backend_reaped_while_the_server_is_read_is_counted_once(
             torn = real(name, proc)
             assert torn is not None
             torn.pop(101)
-            write(100, 1, 10, 50)
+            _write_stat(tmp_path, 100, 1, (10, 0, 50, 0))
             (tmp_path / "101" / "stat").unlink()
             return torn
         return real(name, proc)
 
     monkeypatch.setattr(measure, "_named_stats", scan)
     # The postmaster's reaped time moved across the torn scan: it is read again.
-    assert measure.server_cpu_seconds(proc=tmp_path) == pytest.approx(60 / ticks)
+    assert _server_seconds(tmp_path) == pytest.approx(60 / ticks)
     assert len(calls) == 3
 
 
 def test_a_server_that_never_holds_still_or_restarted_gives_no_figure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rest = " ".join(["0"] * 9)
     reaped = [0]
 
     def write(start: int) -> None:
-        (tmp_path / "100").mkdir(exist_ok=True)
-        line = f"100 (postgres) S 1 {rest} 5 0 {reaped[0]} 0 20 0 1 0 {start}\n"
-        (tmp_path / "100" / "stat").write_text(line)
+        _write_stat(tmp_path, 100, 1, (5, 0, reaped[0], 0), start=start)
 
     write(7)
     real = measure._named_stats
@@ -143,12 +149,14 @@ def test_the_server_cpu_of_a_connection_just_closed_is_counted(pg_server_dsn: st
     import psycopg
 
     for _ in range(3):
-        before = measure.server_cpu_seconds()
+        before = measure.server_cpu()
         assert before is not None
         with psycopg.connect(pg_server_dsn) as conn:
             conn.execute("SELECT count(*) FROM generate_series(1, 3000000)").fetchone()
-        after = measure.server_cpu_seconds()  # at once: the backend may be exiting
-        assert after is not None and after - before >= 0.1, (before, after)
+        end = measure.server_cpu()  # at once: the backend may be exiting
+        assert end is not None
+        after = end.seconds
+        assert after - before.seconds >= 0.1, (before, after)
 
 
 def test_tree_follows_descendants_only(tmp_path: Path) -> None:
