@@ -79,6 +79,7 @@ class Engine:
             ),
             memory_limit=self.project.reduction_memory,
             backoff_s=float(os.environ.get("COMBINED_RETRY_BACKOFF_S", "0.5")),
+            lease_ttl_s=_lease_ttl(),
         )
         return Runner(
             self.catalog, self.layout, settings, self._resolve, self.reporter, read_options
@@ -461,3 +462,18 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     return value
+
+
+def _lease_ttl() -> float:
+    """Seconds a dataset lease outlives its last renewal (``COMBINED_LEASE_TTL_S``, 300)."""
+    text = os.environ.get("COMBINED_LEASE_TTL_S", "300")
+    try:
+        ttl = float(text)
+    except ValueError:
+        ttl = float("nan")
+    if not ttl > 0 or ttl == float("inf"):
+        raise ConfigError(
+            f"COMBINED_LEASE_TTL_S is {text!r}, not a number of seconds above 0",
+            hint="unset it (300 s) or give a positive number of seconds",
+        )
+    return ttl

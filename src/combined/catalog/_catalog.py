@@ -192,6 +192,22 @@ class Catalog:
                     return False
         return True
 
+    def renew_lease(
+        self, source: str, dataset: str, run_id: str, ttl: timedelta = timedelta(minutes=5)
+    ) -> bool:
+        """Extend ``run_id``'s lease by ``ttl`` from now; False when it no longer holds it."""
+        with self.begin() as conn:
+            result = conn.execute(
+                t.leases.update()
+                .where(
+                    t.leases.c.source == source,
+                    t.leases.c.dataset == dataset,
+                    t.leases.c.run_id == run_id,
+                )
+                .values(expires_at=utcnow() + ttl)
+            )
+        return bool(result.rowcount == 1)
+
     def release_lease(self, source: str, dataset: str, run_id: str) -> None:
         """Give a lease back (only the run holding it can)."""
         with self.begin() as conn:
@@ -202,6 +218,37 @@ class Catalog:
                     t.leases.c.run_id == run_id,
                 )
             )
+
+    def break_lease(self, source: str, dataset: str, run_id: str) -> bool:
+        """Delete ``run_id``'s lease when it is no longer live; False when it is.
+
+        Recovery breaks a dead Run's leases before it closes the Run, so a
+        process that only stalled cannot renew them afterwards and commit
+        (its renewal finds no lease and it stops). True when no lease of
+        ``run_id`` is left on the dataset.
+        """
+        with self.begin() as conn:
+            row = conn.execute(
+                sa.select(t.leases)
+                .where(
+                    t.leases.c.source == source,
+                    t.leases.c.dataset == dataset,
+                    t.leases.c.run_id == run_id,
+                )
+                .with_for_update()
+            ).first()
+            if row is None:
+                return True
+            if row.expires_at > utcnow() and _holder_alive(row.holder):
+                return False
+            conn.execute(
+                t.leases.delete().where(
+                    t.leases.c.source == source,
+                    t.leases.c.dataset == dataset,
+                    t.leases.c.run_id == run_id,
+                )
+            )
+        return True
 
     def lease_holder(self, source: str, dataset: str) -> str | None:
         """The run holding a live lease on the dataset, if any."""

@@ -29,6 +29,9 @@ class CommitResult:
     lake_version: int
     skipped: bool
     committed_at: datetime
+    #: The run whose commit holds the sequences (from its metadata); None when
+    #: no Combined commit in the table's history covers them.
+    run_id: str | None = None
 
 
 class LakeTable:
@@ -192,7 +195,13 @@ class LakeTable:
             raise LakeError(f"the lake refused the commit of {self.app_id}: {exc}") from exc
         version = self.version()
         assert version is not None
-        return CommitResult(lake_version=version, skipped=False, committed_at=utcnow())
+        run_id = metadata.get("run_id")
+        return CommitResult(
+            lake_version=version,
+            skipped=False,
+            committed_at=utcnow(),
+            run_id=None if run_id is None else str(run_id),
+        )
 
     @staticmethod
     def _same_schema(dt: Any, schema: pa.Schema) -> bool:
@@ -276,8 +285,12 @@ class LakeTable:
         for meta in self.commits():
             if int(meta.get("last_sequence", 0)) >= sequence >= int(meta.get("first_sequence", 0)):
                 at = datetime.fromisoformat(meta["ingested_at"])
+                run_id = meta.get("run_id")
                 return CommitResult(
-                    lake_version=meta["lake_version"], skipped=True, committed_at=at
+                    lake_version=meta["lake_version"],
+                    skipped=True,
+                    committed_at=at,
+                    run_id=None if run_id is None else str(run_id),
                 )
         version = self.version()
         return CommitResult(lake_version=version or 0, skipped=True, committed_at=utcnow())

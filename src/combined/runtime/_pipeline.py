@@ -23,7 +23,7 @@ from combined.catalog import Catalog
 from combined.catalog import data as cat
 from combined.connectors.abc import Extraction, ReadRequest, Source
 from combined.delivery import PartWriter, StagedDelivery, StagingArea, part_schema
-from combined.errors import DriftRejected, SchemaMismatch
+from combined.errors import DriftRejected, ProtocolViolation, SchemaMismatch
 from combined.lake import (
     LakeLayout,
     LakeTable,
@@ -362,6 +362,19 @@ def commit(prepared: Prepared, layout: LakeLayout) -> tuple[int | None, datetime
         needs_merge=prepared.needs_merge,
         before_write=arm_commit_watchdog,
     )
+    if result.skipped and result.run_id != prepared.metadata["run_id"]:
+        # Another run committed these sequences first (it held the dataset when
+        # this one lost its lease): the lake holds its Deliveries, not ours.
+        # Projecting, billing or acknowledging ours would describe rows the
+        # lake never received and move the checkpoint past what it holds.
+        first, last = prepared.deliveries[0].sequence, prepared.deliveries[-1].sequence
+        by = f"run {result.run_id}" if result.run_id else "another writer"
+        raise ProtocolViolation(
+            f"{plan.source}.{plan.name}: delivery sequences {first}..{last} were committed "
+            f"by {by} (lake version {result.lake_version}), not by this run; this run's "
+            "Deliveries were discarded and nothing of it was published or acknowledged",
+            hint="capture again: the next run starts from what the lake holds",
+        )
     # The acceptance time is the one stamped on the rows and in the commit metadata.
     return result.lake_version, ingested_at if not result.skipped else result.committed_at
 

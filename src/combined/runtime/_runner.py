@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,9 @@ class Settings:
     memory_limit: int
     max_attempts: int = 3
     backoff_s: float = 0.5
+    #: How long a dataset's lease outlives its last renewal; a running Run
+    #: renews it every fifth of this, so only a stalled or dead one loses it.
+    lease_ttl_s: float = 300.0
 
 
 def plans_from_admission(admission: Admission) -> dict[str, DatasetPlan]:
@@ -75,6 +80,66 @@ def plans_from_admission(admission: Admission) -> dict[str, DatasetPlan]:
             control_sum=d.get("control_sum"),
         )
     return out
+
+
+class LeaseKeeper:
+    """Renews a Run's dataset leases from a thread until stopped (the heartbeat).
+
+    A lease that expires lets another Run take the dataset and lets recovery
+    treat this one as dead; renewing it every ``ttl / 5`` keeps a long Run's
+    datasets its own. :meth:`require` renews at once and raises when the
+    lease went to another Run meanwhile (a process stalled past the TTL):
+    the Run must then neither commit nor acknowledge.
+    """
+
+    def __init__(
+        self, catalog: Catalog, run_id: str, datasets: Sequence[tuple[str, str]], ttl_s: float
+    ) -> None:
+        self.catalog = catalog
+        self.run_id = run_id
+        self.datasets = list(datasets)
+        self.ttl = timedelta(seconds=ttl_s)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, args=(ttl_s / 5,), name=f"lease-{run_id[:8]}", daemon=True
+        )
+        self._lost: set[tuple[str, str]] = set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _renew(self, source: str, dataset: str) -> bool:
+        if (source, dataset) in self._lost:
+            return False
+        if self.catalog.renew_lease(source, dataset, self.run_id, self.ttl):
+            return True
+        self._lost.add((source, dataset))  # never re-taken: another Run may hold it now
+        return False
+
+    def _beat(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            for source, dataset in self.datasets:
+                try:
+                    self._renew(source, dataset)
+                except Exception:  # noqa: BLE001 - a failed beat is retried; require() decides
+                    continue
+
+    def require(self, source: str, dataset: str) -> None:
+        """Renew the dataset's lease now; raise ProtocolViolation when it was lost."""
+        if not self._renew(source, dataset):
+            holder = self.catalog.lease_holder(source, dataset)
+            raise ProtocolViolation(
+                f"run {self.run_id} lost its lease on {source}.{dataset}"
+                + (f" to run {holder}" if holder else "")
+                + " (it stalled past the lease's time to live); nothing more of it "
+                "is committed or acknowledged",
+                hint="capture again once no other run holds the dataset",
+            )
 
 
 class Runner:
@@ -106,21 +171,32 @@ class Runner:
         plans = plans_from_admission(admission)
         selected = [plans[d] for d in run.datasets]
         held: list[DatasetPlan] = []
+        ttl = timedelta(seconds=self.settings.lease_ttl_s)
+        keeper: LeaseKeeper | None = None
         try:
             for plan in selected:
-                if not self.catalog.acquire_lease(plan.source, plan.name, run.id):
+                if not self.catalog.acquire_lease(plan.source, plan.name, run.id, ttl):
                     holder = self.catalog.lease_holder(plan.source, plan.name)
                     raise ProtocolViolation(
                         f"{plan.source}.{plan.name} is being captured by run {holder}",
                         hint="wait for that run to finish, or run `combined repair` if it died",
                     )
                 held.append(plan)
-            return self._execute(run, admission, selected, backfill)
+            keeper = LeaseKeeper(
+                self.catalog,
+                run.id,
+                [(p.source, p.name) for p in held],
+                self.settings.lease_ttl_s,
+            )
+            keeper.start()
+            return self._execute(run, admission, selected, keeper, backfill)
         except CombinedError as exc:
             return self._fail(run.id, exc)
         except Exception as exc:  # a defect still ends the Run, with its evidence
             return self._fail(run.id, exc)
         finally:
+            if keeper is not None:
+                keeper.stop()
             for plan in held:
                 self.catalog.release_lease(plan.source, plan.name, run.id)
 
@@ -147,6 +223,7 @@ class Runner:
         run: Run,
         admission: Admission,
         plans: list[DatasetPlan],
+        leases: LeaseKeeper,
         backfill: BackfillSpec | None = None,
     ) -> Run:
         with self.catalog.begin() as conn:
@@ -233,7 +310,7 @@ class Runner:
         members: list[Member] = []
         try:
             for p in prepared:
-                members.append(self._commit_one(run, p, area))
+                members.append(self._commit_one(run, p, area, leases))
         except BaseException:
             for p in prepared:
                 p.staged.extraction.finish("retain_commit_unknown")
@@ -354,9 +431,10 @@ class Runner:
             source_status="reconciled" if ok else "mismatch",
         )
 
-    def _commit_one(self, run: Run, p: Prepared, area: StagingArea) -> Member:
+    def _commit_one(self, run: Run, p: Prepared, area: StagingArea, leases: LeaseKeeper) -> Member:
         plan = p.staged.plan
         self.reporter.phase(plan.name, "committing")
+        leases.require(plan.source, plan.name)
         lake_version, committed_at = commit(p, self.layout)
         if p.deliveries:
             fault("after_commit")
@@ -390,9 +468,19 @@ class Runner:
             stuck = runs_repo.list_runs(
                 conn, limit=1000, states=["queued", "extracting", "committing"]
             )
+        caught_up = set(datasets)
         for run in stuck:
             if any(self.catalog.lease_holder(run.source, d) == run.id for d in run.datasets):
                 continue  # a live process still holds it
+            if not all(self.catalog.break_lease(run.source, d, run.id) for d in run.datasets):
+                continue  # renewed meanwhile: alive after all
+            # Its lake commits reach the catalog (and its committed Deliveries
+            # the raw layer) before its staging goes, even for a dataset no
+            # longer in the project file; a failure here keeps the staging.
+            for d in run.datasets:
+                if (run.source, d) not in caught_up:
+                    notes.extend(self._catch_up(run.source, d))
+                    caught_up.add((run.source, d))
             with self.catalog.begin() as conn:
                 current = runs_repo.get_run(conn, run.id)
                 if current.terminal:

@@ -1,0 +1,262 @@
+"""Dataset leases: renewed while a Run lives, fenced when it stalls, honoured by recovery."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from combined.catalog import Run
+from combined.catalog import _schema as t
+from combined.catalog import data as cat
+from combined.catalog import runs as runs_repo
+from combined.engine import Engine
+from combined.errors import ConfigError
+from combined.protocol import utcnow
+from combined.runtime._reporter import NullReporter
+from combined.runtime._runner import admit
+
+OTHER = """\
+  other:
+    connector: sqlite
+    config:
+      path: ./other.db
+    datasets:
+      x:
+        key: [id]
+"""
+
+
+class OnCommitting(NullReporter):
+    """Calls ``action`` once, when the first dataset of the Run reaches its commit."""
+
+    def __init__(self, action: Callable[[], None]) -> None:
+        self.action = action
+        self.fired = False
+
+    def phase(self, dataset: str, phase: str) -> None:
+        if phase == "committing" and not self.fired:
+            self.fired = True
+            self.action()
+
+
+def _run(engine: Engine, source: str = "shop", datasets: tuple[str, ...] = ("orders",)) -> Run:
+    engine._declare(source)
+    run = admit(
+        engine.catalog,
+        source=source,
+        datasets=list(datasets),
+        trigger="manual",
+        admission=engine._admission(source),
+    )
+    return engine.runner.execute(run)
+
+
+def _expire_leases(engine: Engine) -> None:
+    # What a process stalled past the lease's time to live looks like to the others.
+    with engine.catalog.begin() as conn:
+        conn.execute(t.leases.update().values(expires_at=utcnow() - timedelta(seconds=1)))
+
+
+def _lake_ids(engine: Engine) -> list[int]:
+    files = engine.layout.dataset_table("shop", "orders").files()
+    sql = f"SELECT id FROM read_parquet({[str(f) for f in files]!r}) ORDER BY id"
+    return [int(r[0]) for r in duckdb.execute(sql).fetchall()]
+
+
+def _total_of_7(engine: Engine) -> float:
+    files = engine.layout.dataset_table("shop", "orders").files()
+    sql = f"SELECT total FROM read_parquet({[str(f) for f in files]!r}) WHERE id = 7"
+    row = duckdb.execute(sql).fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def _mar(engine: Engine) -> int:
+    return sum(int(u["mar"]) for u in engine.usage() if u["dataset"] == "orders")
+
+
+def _with_other_source(root: Path) -> Path:
+    con = sqlite3.connect(root / "other.db")
+    con.execute("CREATE TABLE x (id INTEGER PRIMARY KEY)")
+    con.execute("INSERT INTO x VALUES (1)")
+    con.commit()
+    con.close()
+    project = root / "combined.yaml"
+    project.write_text(project.read_text() + OTHER)
+    return project
+
+
+def test_a_run_longer_than_its_lease_keeps_it_while_others_capture_and_repair(
+    tmp_path: Path, tools: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COMBINED_LEASE_TTL_S", "1")
+    project = _with_other_source(tools.make(tmp_path, orders=50).parent)
+    seen: dict[str, Any] = {}
+
+    def meanwhile() -> None:
+        time.sleep(2.5)  # well past the 1 s time to live: only renewals keep the lease
+        other = Engine.open(project)
+        try:
+            (x,) = other.capture(["other.x"])  # recovers first, then captures another source
+            (same,) = other.capture(["shop.orders"])
+            seen["other"], seen["same"] = x.state, same
+        finally:
+            other.close()
+
+    engine = Engine.open(project, reporter=OnCommitting(meanwhile))
+    try:
+        run = _run(engine)
+        assert run.state == "succeeded", run.error
+        assert seen["other"] == "succeeded"
+        assert seen["same"].state == "failed"
+        assert f"being captured by run {run.id}" in (seen["same"].error or "")
+        assert _lake_ids(engine) == list(range(1, 51))
+        assert not engine.layout.staging(run.id).exists()
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("retaken", [False, True], ids=["lease-lost", "lease-retaken"])
+def test_a_stalled_run_overtaken_by_another_commits_bills_and_acknowledges_nothing(
+    tmp_path: Path, tools: Any, retaken: bool
+) -> None:
+    # A stalls at its commit past the lease's time to live; B takes the dataset
+    # and commits another change as the next sequence. A then finds its lease
+    # gone, or (``retaken``: A holds the dataset again when it commits, the
+    # check behind the lease) the lake's commit of its sequences is B's.
+    project = tools.make(tmp_path, orders=10)
+    first = Engine.open(project)
+    first.capture(["shop.orders"])
+    first.close()
+    tools.sql(tmp_path, "INSERT INTO orders VALUES (11, 1, 'placed', 99.0);")  # only A sees it
+    seen: dict[str, Run] = {}
+    engine = Engine.open(project)
+    engine._declare("shop")
+    queued = admit(
+        engine.catalog,
+        source="shop",
+        datasets=["orders"],
+        trigger="manual",
+        admission=engine._admission("shop"),
+    )
+
+    def stall() -> None:
+        _expire_leases(engine)
+        tools.sql(
+            tmp_path, "DELETE FROM orders WHERE id = 11; UPDATE orders SET total = 0 WHERE id = 7;"
+        )
+        other = Engine.open(project)
+        try:
+            seen["b"] = _run(other)
+        finally:
+            other.close()
+        if retaken:
+            assert engine.catalog.acquire_lease("shop", "orders", queued.id)
+
+    engine.reporter = OnCommitting(stall)
+    try:
+        a = engine.runner.execute(queued)
+        assert seen["b"].state == "succeeded", seen["b"].error
+        assert a.state == "failed"
+        expected = (
+            f"committed by run {seen['b'].id}" if retaken else "lost its lease on shop.orders"
+        )
+        assert expected in (a.error or "")
+        assert _lake_ids(engine) == list(range(1, 11))
+        assert _total_of_7(engine) == 0.0  # B's change
+        assert _mar(engine) == 10  # id 11 never reached the lake: never billed
+        with engine.catalog.begin() as conn:
+            assert cat.deliveries(conn, run_id=a.id) == []  # recorded once the lake holds one
+            assert a.id not in {v.run_id for v in cat.versions(conn, "shop", "orders")}
+        assert engine.publications(1)[0]["run_id"] == seen["b"].id
+        raw = sorted(p.name for p in engine.layout.deliveries("shop", "orders").iterdir())
+        assert len(raw) == 2  # the first capture's and B's: A's never reached the raw layer
+    finally:
+        engine.close()
+
+
+def test_recovery_fences_a_stalled_run_before_closing_it(tmp_path: Path, tools: Any) -> None:
+    project = _with_other_source(tools.make(tmp_path, orders=10).parent)
+    first = Engine.open(project)
+    first.capture(["shop.orders"])
+    first.close()
+    tools.sql(tmp_path, "INSERT INTO orders VALUES (11, 1, 'placed', 99.0);")
+    notes: list[str] = []
+
+    def stall() -> None:
+        _expire_leases(engine)
+        other = Engine.open(project)
+        try:
+            notes.extend(other.repair())
+        finally:
+            other.close()
+
+    engine = Engine.open(project, reporter=OnCommitting(stall))
+    try:
+        a = _run(engine)
+        assert any(a.id in n for n in notes)  # recovery closed it while it stalled ...
+        assert a.state == "failed"
+        assert _lake_ids(engine) == list(range(1, 11))  # ... and it committed nothing after
+        assert engine.layout.dataset_table("shop", "orders").committed_sequence() == 1
+        again = Engine.open(project)
+        try:
+            (b,) = again.capture(["shop.orders"])
+            assert b.state == "succeeded", b.error
+            assert _lake_ids(again) == list(range(1, 12))
+            assert _mar(again) == 11
+        finally:
+            again.close()
+    finally:
+        engine.close()
+
+
+def test_recovery_projects_a_dead_runs_commit_even_for_a_dataset_no_longer_declared(
+    tmp_path: Path, tools: Any
+) -> None:
+    project = _with_other_source(tools.make(tmp_path, orders=10).parent)
+    assert tools.cli(tmp_path, "capture", "shop.orders").returncode == 0
+    tools.sql(tmp_path, "INSERT INTO orders VALUES (11, 1, 'placed', 99.0);")
+    killed = tools.cli(tmp_path, "capture", "shop.orders", env={"COMBINED_FAULT": "after_commit"})
+    assert killed.returncode < 0, killed.stderr
+    # the shop source leaves the project file (renamed, say) before anything recovers it
+    text = project.read_text()
+    head, _, _ = text.partition("sources:\n")
+    project.write_text(head + "sources:\n" + OTHER)
+    ok = tools.cli(tmp_path, "capture", "other.x")
+    assert ok.returncode == 0, ok.stderr
+
+    raw = engine_raw = sorted(
+        p.name[:9] for p in (tmp_path / "lake" / "_deliveries" / "shop" / "orders").iterdir()
+    )
+    assert raw == ["000000001", "000000002"], engine_raw
+    engine = Engine.open(project)
+    try:
+        with engine.catalog.begin() as conn:
+            row = cat.get_dataset(conn, "shop", "orders")
+            runs = runs_repo.list_runs(conn, limit=10)
+        assert int(row.last_sequence or 0) == 2
+        assert not any(r.state in ("queued", "extracting", "committing") for r in runs)
+        assert not any(engine.layout.staging(r.id).exists() for r in runs)
+    finally:
+        engine.close()
+
+
+def test_a_lease_time_to_live_that_is_not_a_positive_number_is_refused(
+    tmp_path: Path, tools: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tools.make(tmp_path, orders=3)
+    for bad in ("0", "-5", "soon", "inf", "nan"):
+        monkeypatch.setenv("COMBINED_LEASE_TTL_S", bad)
+        engine = Engine.open(project)
+        try:
+            with pytest.raises(ConfigError, match="COMBINED_LEASE_TTL_S"):
+                engine.capture(["shop.orders"])
+        finally:
+            engine.close()
