@@ -46,16 +46,20 @@ class OnCommitting(NullReporter):
             self.action()
 
 
-def _run(engine: Engine, source: str = "shop", datasets: tuple[str, ...] = ("orders",)) -> Run:
-    engine._declare(source)
-    run = admit(
+def _queue(engine: Engine) -> Run:
+    """A queued Run of shop.orders, admitted as a capture admits it."""
+    engine._declare("shop")
+    return admit(
         engine.catalog,
-        source=source,
-        datasets=list(datasets),
+        source="shop",
+        datasets=["orders"],
         trigger="manual",
-        admission=engine._admission(source),
+        admission=engine._admission("shop"),
     )
-    return engine.runner.execute(run)
+
+
+def _run(engine: Engine) -> Run:
+    return engine.runner.execute(_queue(engine))
 
 
 def _expire_leases(engine: Engine) -> None:
@@ -80,6 +84,16 @@ def _total_of_7(engine: Engine) -> float:
 
 def _mar(engine: Engine) -> int:
     return sum(int(u["mar"]) for u in engine.usage() if u["dataset"] == "orders")
+
+
+def _capture_lands_all_eleven(project: Path) -> Engine:
+    """Capture shop.orders again: every order lands once and is billed once."""
+    engine = Engine.open(project)
+    (run,) = engine.capture(["shop.orders"])
+    assert run.state == "succeeded", run.error
+    assert _lake_ids(engine) == list(range(1, 12))
+    assert _mar(engine) == 11
+    return engine
 
 
 def _with_other_source(root: Path) -> Path:
@@ -138,14 +152,7 @@ def test_a_stalled_run_overtaken_by_another_commits_bills_and_acknowledges_nothi
     tools.sql(tmp_path, "INSERT INTO orders VALUES (11, 1, 'placed', 99.0);")  # only A sees it
     seen: dict[str, Run] = {}
     engine = Engine.open(project)
-    engine._declare("shop")
-    queued = admit(
-        engine.catalog,
-        source="shop",
-        datasets=["orders"],
-        trigger="manual",
-        admission=engine._admission("shop"),
-    )
+    queued = _queue(engine)
 
     def stall() -> None:
         _expire_leases(engine)
@@ -205,14 +212,7 @@ def test_recovery_fences_a_stalled_run_before_closing_it(tmp_path: Path, tools: 
         assert a.state == "failed"
         assert _lake_ids(engine) == list(range(1, 11))  # ... and it committed nothing after
         assert engine.layout.dataset_table("shop", "orders").committed_sequence() == 1
-        again = Engine.open(project)
-        try:
-            (b,) = again.capture(["shop.orders"])
-            assert b.state == "succeeded", b.error
-            assert _lake_ids(again) == list(range(1, 12))
-            assert _mar(again) == 11
-        finally:
-            again.close()
+        _capture_lands_all_eleven(project).close()
     finally:
         engine.close()
 
@@ -260,3 +260,96 @@ def test_a_lease_time_to_live_that_is_not_a_positive_number_is_refused(
                 engine.capture(["shop.orders"])
         finally:
             engine.close()
+
+
+def test_a_commit_landing_after_recovery_erased_its_staging_still_reaches_the_raw_layer(
+    tmp_path: Path, tools: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stalls inside its commit: its Delivery is linked into the table, the
+    # log not yet written, when recovery (its lease expired) erases its staging.
+    # The commit then lands; the raw layer gets the Delivery back from the
+    # table file that is its bytes, and nothing is left half-projected.
+    import combined.lake._table as table_module
+
+    project = _with_other_source(tools.make(tmp_path, orders=10).parent)
+    first = Engine.open(project)
+    first.capture(["shop.orders"])
+    first.close()
+    tools.sql(tmp_path, "INSERT INTO orders VALUES (11, 1, 'placed', 99.0);")
+    link = table_module.link_data_files  # type: ignore[attr-defined]
+    erased: list[bool] = []
+    fired: list[bool] = []
+
+    def stalled_link(table: Path, files: Any) -> list[Any]:
+        actions = link(table, files)
+        if not fired:  # once, for A's commit (the other capture commits too)
+            fired.append(True)
+            _expire_leases(engine)
+            other = Engine.open(project)
+            try:
+                other.capture(["other.x"])  # recovery runs first
+            finally:
+                other.close()
+            erased.append(not engine.layout.staging(a_id[0]).exists())
+        return actions
+
+    monkeypatch.setattr(table_module, "link_data_files", stalled_link)
+    a_id: list[str] = []
+    engine = Engine.open(project)
+    queued = _queue(engine)
+    a_id.append(queued.id)
+    try:
+        a = engine.runner.execute(queued)
+        assert erased == [True]
+        assert a.state == "failed"  # recovery closed it; its commit is published next time
+        raw = engine.layout.deliveries("shop", "orders")
+        assert sorted(p.name[:9] for p in raw.iterdir()) == ["000000001", "000000002"]
+    finally:
+        engine.close()
+    monkeypatch.setattr(table_module, "link_data_files", link)
+    again = _capture_lands_all_eleven(project)
+    try:
+        with again.catalog.begin() as conn:
+            committed = cat.deliveries(conn, source="shop", dataset="orders", states=["committed"])
+        assert sorted(d.sequence for d in committed) == [1, 2]
+        assert all(Path(d.path).exists() for d in committed)
+    finally:
+        again.close()
+
+
+def test_projecting_a_commit_whose_delivery_is_gone_restores_it_or_says_what_is_missing(
+    tmp_path: Path, tools: Any
+) -> None:
+    from combined.errors import LakeError
+    from combined.runtime._pipeline import project_commit
+
+    project = tools.make(tmp_path, orders=10)
+    engine = Engine.open(project)
+    try:
+        engine.capture(["shop.orders"])
+        meta = engine.layout.dataset_table("shop", "orders").latest_commit()
+        assert meta is not None and len(meta["deliveries"]) == 1
+        raw = engine.layout.deliveries("shop", "orders") / meta["deliveries"][0]["file"]
+        kept = raw.read_bytes()
+        raw.unlink()  # the loss under test: staging erased before promotion
+
+        project_commit(engine.catalog, engine.layout, "shop", "orders", meta)
+        assert raw.read_bytes() == kept  # linked back from the table file with its bytes
+
+        raw.unlink()
+        other = {**meta["deliveries"][0], "content_hash": "0" * 64}
+        with pytest.raises(LakeError, match="neither its run's staging nor the raw layer") as err:
+            project_commit(
+                engine.catalog, engine.layout, "shop", "orders", {**meta, "deliveries": [other]}
+            )
+        assert other["file"] in err.value.message and not raw.exists()
+        assert "restore the files into the raw layer" in (err.value.hint or "")
+
+        # a Delivery without rows (a quiet stream's position) holds nothing to lose
+        empty = {**other, "records": 0}
+        project_commit(
+            engine.catalog, engine.layout, "shop", "orders", {**meta, "deliveries": [empty]}
+        )
+        assert _mar(engine) == 10
+    finally:
+        engine.close()

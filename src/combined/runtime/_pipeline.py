@@ -7,6 +7,7 @@ repair of a catalog that lags the lake.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from combined.catalog import Catalog
 from combined.catalog import data as cat
 from combined.connectors.abc import Extraction, ReadRequest, Source
 from combined.delivery import PartWriter, StagedDelivery, StagingArea, part_schema
-from combined.errors import DriftRejected, ProtocolViolation, SchemaMismatch
+from combined.errors import DriftRejected, LakeError, ProtocolViolation, SchemaMismatch
 from combined.lake import (
     LakeLayout,
     LakeTable,
@@ -406,6 +407,68 @@ def promote(
             shutil.move(str(src), str(dst))
 
 
+def _restore_from_table(
+    layout: LakeLayout, source: str, dataset: str, d: Mapping[str, Any]
+) -> bool:
+    """Put a committed Delivery missing from staging back into the raw layer from the table.
+
+    A Delivery committed by linking is a table data file byte for byte: when
+    its staging copy is gone (recovery erased the staging of a Run that had
+    stalled inside its commit), the table file with its size and sha256 is
+    linked into the raw layer under the Delivery's name. False when no table
+    file holds its bytes (a rewrite commit re-encoded its rows).
+    """
+    from combined.delivery._staging import file_hash
+
+    dst = raw_location(layout, source, dataset, d["file"])
+    for uri in layout.dataset_table(source, dataset).files():
+        path = Path(uri.removeprefix("file://"))
+        try:
+            if path.stat().st_size != int(d["bytes"]) or file_hash(path) != d["content_hash"]:
+                continue
+        except OSError:
+            continue
+        partial = dst.with_name(dst.name + ".restoring")
+        try:
+            os.link(path, partial)
+        except OSError:
+            shutil.copyfile(path, partial)
+        os.replace(partial, dst)
+        return True
+    return False
+
+
+def _complete_raw_layer(
+    layout: LakeLayout, source: str, dataset: str, meta: Mapping[str, Any]
+) -> set[str]:
+    """Check every committed file of ``meta`` is in the raw layer, restoring what can be.
+
+    Returns the Deliveries without rows that are gone (a quiet stream's, which
+    only carried a position): no table file holds them, and no row or MAR
+    depends on them. Any other missing file raises LakeError.
+    """
+    missing = [
+        d
+        for d in meta.get("deliveries") or []
+        if not raw_location(layout, source, dataset, d["file"]).exists()
+        and not _restore_from_table(layout, source, dataset, d)
+    ]
+    empty = {d["file"] for d in missing if int(d["records"]) == 0}
+    names = [d["file"] for d in missing if d["file"] not in empty]
+    changes = meta.get("changes_file")
+    if changes and not raw_location(layout, source, dataset, changes).exists():
+        names.append(changes)
+    if names:
+        raise LakeError(
+            f"{source}.{dataset}: lake version {meta['lake_version']} (run {meta['run_id']}) "
+            f"committed {', '.join(names)}, which neither its run's staging nor the raw layer "
+            f"holds ({layout.deliveries(source, dataset)}); the lake holds the rows, but the "
+            "raw layer and MAR cannot be completed from it",
+            hint="restore the files into the raw layer from a backup, then run `combined repair`",
+        )
+    return empty
+
+
 def project_commit(
     catalog: Catalog,
     layout: LakeLayout,
@@ -425,6 +488,7 @@ def project_commit(
     if staging_root is None:
         staging_root = layout.staging(meta["run_id"])
     promote(layout, staging_root, source, dataset, files)
+    gone_empty = _complete_raw_layer(layout, source, dataset, meta)
     lake_version = int(meta["lake_version"])
     ingested_at = datetime.fromisoformat(meta["ingested_at"])
     months: dict[str, dict[str, int]] = {}
@@ -433,7 +497,7 @@ def project_commit(
     changes = [meta["changes_file"]] if meta.get("changes_file") else []
     from_deliveries = not changes and meta.get("changes_from") == "deliveries"
     if from_deliveries:
-        changes = files
+        changes = [f for f in files if f not in gone_empty]
     if changes:
         months = record_usage(
             layout,

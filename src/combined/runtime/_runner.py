@@ -315,35 +315,42 @@ class Runner:
             for p in prepared:
                 p.staged.extraction.finish("retain_commit_unknown")
             raise
-        checks = self._reconcile(run, prepared, members)
-        fault("after_projection")
-        with self.catalog.begin() as conn:
-            pub = cat.publish(conn, run.id, members)
-            for m in members:
-                if m.changed:
-                    cat.emit(
-                        conn,
-                        "dataset.changed",
-                        source=m.source,
-                        dataset=m.dataset,
-                        run_id=run.id,
-                        publication=pub,
-                        version=m.dataset_version,
-                    )
-            cat.emit(conn, "publication", source=run.source, run_id=run.id, publication=pub)
-            stats = {
-                p.staged.plan.name: {
-                    "captured": p.transition.captured,
-                    "inserts": p.transition.inserts,
-                    "updates": p.transition.updates,
-                    "deletes": p.transition.deletes,
-                    "deliveries": len(p.deliveries),
-                    "reconciliation": checks[p.staged.plan.name].source_status,
+        try:
+            checks = self._reconcile(run, prepared, members)
+            fault("after_projection")
+            with self.catalog.begin() as conn:
+                pub = cat.publish(conn, run.id, members)
+                for m in members:
+                    if m.changed:
+                        cat.emit(
+                            conn,
+                            "dataset.changed",
+                            source=m.source,
+                            dataset=m.dataset,
+                            run_id=run.id,
+                            publication=pub,
+                            version=m.dataset_version,
+                        )
+                cat.emit(conn, "publication", source=run.source, run_id=run.id, publication=pub)
+                stats = {
+                    p.staged.plan.name: {
+                        "captured": p.transition.captured,
+                        "inserts": p.transition.inserts,
+                        "updates": p.transition.updates,
+                        "deletes": p.transition.deletes,
+                        "deliveries": len(p.deliveries),
+                        "reconciliation": checks[p.staged.plan.name].source_status,
+                    }
+                    for p in prepared
                 }
-                for p in prepared
-            }
-            run = runs_repo.move_run(conn, run.id, "succeeded", stats=stats, publication_id=pub)
-            cat.emit(conn, "run.succeeded", source=run.source, run_id=run.id, publication=pub)
+                run = runs_repo.move_run(conn, run.id, "succeeded", stats=stats, publication_id=pub)
+                cat.emit(conn, "run.succeeded", source=run.source, run_id=run.id, publication=pub)
+        except BaseException:
+            # Committed, not published (a reconciliation that blocks, a Run
+            # recovery closed meanwhile): the reads end, nothing is acknowledged.
+            for p in prepared:
+                p.staged.extraction.finish("success")
+            raise
         for p in prepared:
             if p.staged.state is not None:
                 p.staged.extraction.acknowledge(p.staged.state)
