@@ -353,3 +353,46 @@ def test_projecting_a_commit_whose_delivery_is_gone_restores_it_or_says_what_is_
         assert _mar(engine) == 10
     finally:
         engine.close()
+
+
+def _race_for_lease(catalogs: list[Any], dataset: str) -> list[str]:
+    """Every catalog asks for the dataset's lease at once; the runs that got it."""
+    import threading
+
+    start = threading.Barrier(len(catalogs))
+    won: list[str] = []
+
+    def take(i: int) -> None:
+        start.wait()
+        if catalogs[i].acquire_lease("s", dataset, f"run{i}"):
+            won.append(f"run{i}")
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(len(catalogs))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return won
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_of_many_takers_of_one_expired_lease_exactly_one_gets_it(
+    tmp_path: Path, request: pytest.FixtureRequest, backend: str
+) -> None:
+    from combined.catalog import Catalog
+
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    else:
+        url = str(request.getfixturevalue("pg_database"))
+    catalogs = [Catalog.open(url) for _ in range(6)]
+    try:
+        for round_ in range(15):
+            dataset = f"d{round_}"
+            assert catalogs[0].acquire_lease("s", dataset, "dead", timedelta(seconds=-1))
+            won = _race_for_lease(catalogs, dataset)
+            assert len(won) == 1, (round_, won)
+            assert catalogs[0].lease_holder("s", dataset) == won[0]
+    finally:
+        for c in catalogs:
+            c.close()

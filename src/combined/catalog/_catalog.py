@@ -172,11 +172,21 @@ class Catalog:
             if row is not None:
                 if row.run_id != run_id and row.expires_at > now and _holder_alive(row.holder):
                     return False
-                conn.execute(
+                # Compare and swap: SQLite ignores FOR UPDATE, so of two takers
+                # of one expired lease only the first update still matches.
+                taken = conn.execute(
                     t.leases.update()
-                    .where(t.leases.c.source == source, t.leases.c.dataset == dataset)
+                    .where(
+                        t.leases.c.source == source,
+                        t.leases.c.dataset == dataset,
+                        t.leases.c.run_id == row.run_id,
+                        t.leases.c.holder == row.holder,
+                        t.leases.c.expires_at == row.expires_at,
+                    )
                     .values(holder=holder, run_id=run_id, expires_at=now + ttl)
                 )
+                if taken.rowcount != 1:
+                    return False
             else:
                 try:
                     conn.execute(
