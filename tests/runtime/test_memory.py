@@ -13,7 +13,12 @@ import pytest
 
 from combined import _alloc
 from combined._alloc import POOL_VARIABLE
-from combined.runtime._memory import MMAP_VARIABLE, fix_mmap_threshold, use_system_allocator
+from combined.runtime._memory import (
+    MMAP_VARIABLE,
+    TRIM_VARIABLE,
+    fix_mmap_threshold,
+    use_system_allocator,
+)
 
 
 @pytest.fixture
@@ -132,3 +137,47 @@ def test_a_threshold_in_the_environment_wins(monkeypatch: pytest.MonkeyPatch) ->
     assert fix_mmap_threshold() is False  # glibc took the user's at start-up
     monkeypatch.delenv(MMAP_VARIABLE)
     assert fix_mmap_threshold(0) is False
+
+
+_TRIM_PROBE = """
+import ctypes, sys
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1]) // 1024
+from combined.runtime._memory import fix_mmap_threshold, raise_trim_threshold, release_memory
+assert fix_mmap_threshold()
+assert raise_trim_threshold() is (sys.argv[1] == "raised")
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+blocks = [libc.malloc(1 << 20) for _ in range(64)]  # under the mmap threshold: the heap
+for block in blocks:
+    ctypes.memset(block, 1, 1 << 20)
+held = rss()
+for block in reversed(blocks):  # the heap's top grows back to 64 MB free
+    libc.free(block)
+freed = rss()
+release_memory()
+print(held - freed, held - rss())
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="a glibc setting")
+@pytest.mark.parametrize("mode", ["raised", "user"])
+def test_freed_heap_memory_is_kept_for_reuse_until_a_phase_gives_it_back(mode: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in (MMAP_VARIABLE, TRIM_VARIABLE)}
+    if mode == "user":
+        env[TRIM_VARIABLE] = str(128 << 10)  # the user's (glibc's default) wins
+    out = subprocess.run(
+        [sys.executable, "-c", _TRIM_PROBE, mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    on_free, on_release = (int(v) for v in out.stdout.split())
+    # Raised, a free leaves the pages for the next allocation (no fault to
+    # take them back); the user's low threshold trims on every such free.
+    assert on_free < 8 if mode == "raised" else on_free >= 56
+    assert on_release >= 56  # release_memory() trims the heaps at a phase boundary

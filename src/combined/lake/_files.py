@@ -360,7 +360,9 @@ def rewrite_actions(
                 actions.extend(done)
         # The threads' small buffers stay in their heaps until trimmed: ~130 MB
         # after 2M rows, which the usage step would otherwise stack on.
-        pa.default_memory_pool().release_unused()
+        from combined.runtime._memory import release_memory
+
+        release_memory()
     puts = (
         to_lake(b.filter(pc.not_equal(b.column("_combined_op"), "delete")), schema) for b in data()
     )

@@ -33,6 +33,7 @@ from combined.lake import (
 from combined.protocol import ExtractionReceipt, RecordBatchMessage, StateMessage
 from combined.runtime._barrier import CheckpointBarrier
 from combined.runtime._faults import arm_commit_watchdog
+from combined.runtime._memory import release_memory
 from combined.runtime._reporter import Reporter
 from combined.runtime._schema_check import check_batch, family, parse_type
 from combined.runtime._stager import CaptureStager
@@ -263,7 +264,7 @@ def _consume(
         raise
     finally:
         # Give the read's buffers back before the reduction allocates its own.
-        pa.default_memory_pool().release_unused()
+        release_memory()
     drift = _drift(plan, committed_schema, schema)
     for event in drift:
         if event["outcome"] != "evolve":

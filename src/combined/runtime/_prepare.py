@@ -28,6 +28,7 @@ from combined.lake import (
     to_lake,
 )
 from combined.protocol import _provenance as prov
+from combined.runtime._memory import release_memory
 from combined.runtime._pipeline import DatasetPlan, Prepared, Staged, commit_schema_fields, table_of
 from combined.runtime._reporter import Reporter
 from combined.runtime._stager import ORDINAL
@@ -148,7 +149,7 @@ def prepare(
         side.shutdown(wait=True)  # before its connection closes, whatever failed
         reducer.close()
         # Give the batches' buffers back before the commit allocates its own.
-        pa.default_memory_pool().release_unused()
+        release_memory()
     return _finish_prepare(
         staged,
         transition,
