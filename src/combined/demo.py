@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from combined.errors import ConfigError
+
 DEMO_PROJECT = """\
 # A demo project: a SQLite shop captured into ./lake.
 version: 1
@@ -82,6 +84,41 @@ def _change_shop(path: Path) -> None:
     con.close()
 
 
+# Written first into the demo directory: a later demo replaces only a
+# directory holding it (or an empty one), never a directory it did not make.
+MARKER = ".combined-demo"
+MARKER_TEXT = "made by `combined demo`: the next `combined demo` here replaces this directory\n"
+
+
+def _prepare(directory: Path) -> None:
+    """Make ``directory`` an empty demo directory, replacing only an earlier demo's."""
+    try:
+        if directory.is_dir():
+            if (directory / MARKER).is_file():
+                for entry in directory.iterdir():
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry)
+                    else:
+                        entry.unlink()
+            elif any(directory.iterdir()):
+                raise ConfigError(
+                    f"{directory} already exists and was not made by `combined demo`",
+                    hint="pick another directory with --directory, or remove it yourself",
+                )
+        elif directory.exists():
+            raise ConfigError(
+                f"{directory} already exists and is not a directory",
+                hint="pick another directory with --directory, or remove it yourself",
+            )
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / MARKER).write_text(MARKER_TEXT)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot prepare the demo directory {directory}: {exc.strerror or exc}",
+            hint="pick a writable directory with --directory",
+        ) from exc
+
+
 def _step(console: Console, title: str, rest: str = "") -> None:
     # ``rest`` may quote a path: a Text is printed as written, never as markup.
     console.print(Text.assemble((title, "bold"), rest))
@@ -98,9 +135,7 @@ def run_demo(directory: Path, console: Console) -> None:
     """Build the demo shop in ``directory`` and walk through two captures."""
     from combined.engine import Engine
 
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
+    _prepare(directory)
     (directory / "combined.yaml").write_text(DEMO_PROJECT)
     _build_shop(directory / "shop.db")
     _step(
