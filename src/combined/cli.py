@@ -7,6 +7,7 @@ commands so that ``combined --help`` starts instantly.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -462,7 +463,13 @@ def history(
     dataset: Annotated[str, typer.Argument(help="SOURCE.DATASET")], project: ProjectOpt = None
 ) -> None:
     """List a dataset's versions."""
+    from combined.errors import ConfigError
 
+    source, _, name = dataset.partition(".")
+    if not source or not name:
+        _fail(
+            ConfigError(f"history takes SOURCE.DATASET, not {dataset!r}", hint="e.g. shop.orders")
+        )
     with _session(project) as engine:
         rows = engine.history(dataset)
     t = Table("version", "parent", "+ins", "~upd", "-del", "rows", "run", "lake v", "publications")
@@ -486,6 +493,10 @@ def usage(
     month: Annotated[str | None, typer.Option(help="YYYY-MM")] = None, project: ProjectOpt = None
 ) -> None:
     """Monthly active rows per source and dataset."""
+    from combined.errors import ConfigError
+
+    if month is not None and not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month):
+        _fail(ConfigError(f"--month {month!r} is not a month", hint="use YYYY-MM, e.g. 2026-11"))
     with _session(project) as engine:
         rows = engine.usage(month)
     t = Table("month", "source", "dataset", "MAR", "inserts", "updates", "deletes")

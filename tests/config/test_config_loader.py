@@ -238,6 +238,7 @@ ORDERS = "sources.shop.datasets.orders"
 BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
     ("no version", {"sources": {}}, "version", "is required"),
     ("future version", {"version": 2}, "version", "version 1"),
+    ("quoted version", {"version": "1"}, "version", "the number 1, unquoted"),
     ("lake scheme", {"version": 1, "lake": "ftp://host/lake"}, "lake", "ftp://"),
     ("bucketless lake", {"version": 1, "lake": "s3://"}, "lake", "bucket"),
     ("catalog scheme", {"version": 1, "catalog": "mysql://h/db"}, "catalog", "mysql://"),

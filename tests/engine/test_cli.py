@@ -204,3 +204,21 @@ def test_a_retried_error_quoting_markup_is_retried_and_recorded_as_written(
     check = tools.cli(shop, "check", env=WIDE)
     assert check.returncode == 1, check.stderr
     assert "fail shop: " in check.stdout and "data[/x].db' does not exist" in check.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message", "hint"),
+    [
+        (("usage", "--month", "garbage"), "--month 'garbage' is not a month", "YYYY-MM"),
+        (("usage", "--month", "2026-13"), "--month '2026-13' is not a month", "YYYY-MM"),
+        (("history", "shop"), "history takes SOURCE.DATASET, not 'shop'", "shop.orders"),
+        (("history", ".orders"), "history takes SOURCE.DATASET", "shop.orders"),
+    ],
+)
+def test_a_malformed_argument_is_refused_with_the_form_to_use(
+    shop: Path, tools: Any, args: tuple[str, ...], message: str, hint: str
+) -> None:
+    result = tools.cli(shop, *args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert message in result.stderr and hint in result.stderr
+    assert result.stdout == ""

@@ -562,6 +562,11 @@ def catalog_kind(url: str) -> CatalogKind | None:
 def _version(value: object) -> Literal[1]:
     if value == 1 and not isinstance(value, bool):
         return 1
+    if isinstance(value, str):
+        raise _error(
+            f"is the text {value!r}, not a number",
+            "write `version: 1`: the number 1, unquoted",
+        )
     raise _error(
         f"is {value!r}, but this Combined reads version 1",
         "write `version: 1`, or upgrade Combined to read newer project files",
