@@ -7,6 +7,7 @@ commands so that ``combined --help`` starts instantly.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:
     from combined.engine import Engine
@@ -35,8 +37,11 @@ cdc_app = typer.Typer(
 )
 app.add_typer(cdc_app, name="cdc")
 
-console = Console()
-err = Console(stderr=True, soft_wrap=True)
+# Nearly everything printed is untrusted text (errors, names, SQL, paths,
+# values): neither console reads rich markup or emoji codes in it, so
+# ``[/x]`` or ``:cat:`` print as written. Colour is applied with Text styles.
+console = Console(markup=False, emoji=False)
+err = Console(stderr=True, soft_wrap=True, markup=False, emoji=False)
 
 ProjectOpt = Annotated[
     Path | None,
@@ -44,15 +49,22 @@ ProjectOpt = Annotated[
 ]
 
 
+def _red(text: str) -> Text:
+    return Text(text, style="red")
+
+
+def _state(state: str) -> Text:
+    """A Run state, green when it succeeded, red otherwise."""
+    return Text(state, style="green" if state == "succeeded" else "red")
+
+
 def _fail(exc: BaseException) -> NoReturn:
     from combined.errors import CombinedError, redact
 
-    if isinstance(exc, CombinedError):
-        err.print(f"[red]error:[/red] {exc.message}", highlight=False, markup=True)
-        if exc.hint:
-            err.print(f"  hint: {exc.hint}", highlight=False, markup=False)
-    else:
-        err.print(f"[red]error:[/red] {redact(repr(exc))}", highlight=False)
+    message = exc.message if isinstance(exc, CombinedError) else redact(repr(exc))
+    err.print(Text.assemble(_red("error:"), " ", message), highlight=False)
+    if isinstance(exc, CombinedError) and exc.hint:
+        err.print(f"  hint: {exc.hint}", highlight=False)
     raise typer.Exit(2)
 
 
@@ -88,11 +100,11 @@ class _Progress:
 
         self.bars = Progress(
             SpinnerColumn(),
-            TextColumn("{task.description}"),
-            TextColumn("{task.fields[phase]}"),
-            TextColumn("{task.fields[rows]:>10,} rows"),
-            TextColumn("{task.fields[mb]:>8.1f} MB"),
-            TextColumn("{task.fields[deliveries]} deliveries"),
+            TextColumn("{task.description}", markup=False),
+            TextColumn("{task.fields[phase]}", markup=False),
+            TextColumn("{task.fields[rows]:>10,} rows", markup=False),
+            TextColumn("{task.fields[mb]:>8.1f} MB", markup=False),
+            TextColumn("{task.fields[deliveries]} deliveries", markup=False),
             TimeElapsedColumn(),
             console=err,
             transient=False,
@@ -122,7 +134,8 @@ class _Progress:
         self.bars.update(self._task(dataset), phase=phase)
 
     def note(self, message: str) -> None:
-        self.bars.console.print(message)
+        # An engine note quotes errors, paths and values: text, never markup.
+        self.bars.console.print(Text(message), highlight=False)
 
     def run_finished(self, run_id: str, state: str) -> None:
         for task in self.tasks.values():
@@ -163,12 +176,12 @@ def check(project: ProjectOpt = None) -> None:
     for name in engine.project.sources:
         try:
             engine.check(name)
-            console.print(f"[green]ok[/green]   {name}")
+            console.print(Text.assemble(("ok", "green"), f"   {name}"))
         except CombinedError as exc:
             failed = True
-            console.print(f"[red]fail[/red] {name}: {exc.message}", markup=True)
+            console.print(Text.assemble(_red("fail"), f" {name}: {exc.message}"))
             if exc.hint:
-                console.print(f"     hint: {exc.hint}", markup=False)
+                console.print(f"     hint: {exc.hint}")
     engine.close()
     if failed:
         raise typer.Exit(1)
@@ -209,8 +222,7 @@ def capture(
         runs = engine.capture(selectors or [])
     bad = False
     for run in runs:
-        colour = "green" if run.state == "succeeded" else "red"
-        console.print(f"run {run.id} [{colour}]{run.state}[/{colour}]", markup=True)
+        console.print(Text.assemble(f"run {run.id} ", _state(run.state)))
         if run.stats:
             for ds, s in run.stats.items():
                 console.print(
@@ -218,7 +230,7 @@ def capture(
                     f"~{s['updates']} -{s['deletes']}, {s['deliveries']} deliveries"
                 )
         if run.error:
-            err.print(f"  {run.error}", markup=False, highlight=False)
+            err.print(f"  {run.error}", highlight=False)
         bad = bad or run.state != "succeeded"
     if bad:
         raise typer.Exit(1)
@@ -255,15 +267,14 @@ def backfill(
             column=column,
             sum_column=sum_column,
         )
-    colour = "green" if run.state == "succeeded" else "red"
-    console.print(f"run {run.id} [{colour}]{run.state}[/{colour}]", markup=True)
+    console.print(Text.assemble(f"run {run.id} ", _state(run.state)))
     for ds, s in (run.stats or {}).items():
         console.print(
             f"  {run.source}.{ds}: {s['captured']} read in {partitions} partitions, "
             f"+{s['inserts']} ~{s['updates']} -{s['deletes']}, control {s['reconciliation']}"
         )
     if run.error:
-        err.print(f"  {run.error}", markup=False, highlight=False)
+        err.print(f"  {run.error}", highlight=False)
     if run.state != "succeeded":
         raise typer.Exit(1)
 
@@ -307,12 +318,11 @@ def run_show(run_id: str, project: ProjectOpt = None) -> None:
         f"config {adm.config_digest[:12]} billing={adm.billing_policy} venue={adm.venue}"
     )
     if r.error:
-        console.print(f"  error: {r.error}", markup=False)
+        console.print(f"  error: {r.error}")
     for a in info["attempts"]:
         console.print(
             f"  attempt {a.number} on {a.worker}: {a.outcome or 'running'}"
-            + (f" ({a.error})" if a.error else ""),
-            markup=False,
+            + (f" ({a.error})" if a.error else "")
         )
     t = Table("delivery", "dataset", "seq", "records", "bytes", "state", "lake version")
     for d in info["deliveries"]:
@@ -356,12 +366,13 @@ def status(project: ProjectOpt = None) -> None:
         "slot lag",
     )
     for s in rows:
-        fresh = "-" if s["fresh"] is None else ("yes" if s["fresh"] else "[red]stale[/red]")
+        fresh: str | Text = "-" if s["fresh"] is None else ("yes" if s["fresh"] else _red("stale"))
         slot = s.get("slot") or {}
+        lag: str | Text
         if "error" in slot:
-            lag = f"[red]{slot['error']}[/red]"
+            lag = _red(slot["error"])
         elif slot and not slot.get("exists"):
-            lag = "[red]no slot[/red]"
+            lag = _red("no slot")
         elif slot:
             secs = slot.get("lag_seconds")
             lag = f"{slot.get('lag_bytes')} B" + (f", {secs:.1f} s" if secs is not None else "")
@@ -452,7 +463,13 @@ def history(
     dataset: Annotated[str, typer.Argument(help="SOURCE.DATASET")], project: ProjectOpt = None
 ) -> None:
     """List a dataset's versions."""
+    from combined.errors import ConfigError
 
+    source, _, name = dataset.partition(".")
+    if not source or not name:
+        _fail(
+            ConfigError(f"history takes SOURCE.DATASET, not {dataset!r}", hint="e.g. shop.orders")
+        )
     with _session(project) as engine:
         rows = engine.history(dataset)
     t = Table("version", "parent", "+ins", "~upd", "-del", "rows", "run", "lake v", "publications")
@@ -476,6 +493,10 @@ def usage(
     month: Annotated[str | None, typer.Option(help="YYYY-MM")] = None, project: ProjectOpt = None
 ) -> None:
     """Monthly active rows per source and dataset."""
+    from combined.errors import ConfigError
+
+    if month is not None and not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month):
+        _fail(ConfigError(f"--month {month!r} is not a month", hint="use YYYY-MM, e.g. 2026-11"))
     with _session(project) as engine:
         rows = engine.usage(month)
     t = Table("month", "source", "dataset", "MAR", "inserts", "updates", "deletes")
@@ -522,7 +543,7 @@ def cdc_setup(
         console.print(note)
     console.print(f"initial capture: run {run.id} {run.state}")
     if run.error:
-        err.print(f"  {run.error}", markup=False, highlight=False)
+        err.print(f"  {run.error}", highlight=False)
     if run.state != "succeeded":
         raise typer.Exit(1)
 
@@ -541,7 +562,7 @@ def cdc_status(
         t.add_row(
             r["dataset"],
             r["slot"],
-            "yes" if r.get("exists") else "[red]no[/red]",
+            "yes" if r.get("exists") else _red("no"),
             str(r.get("committed_lsn") or "-"),
             str(r.get("confirmed_flush_lsn") or "-"),
             str(r.get("lag_bytes") if r.get("lag_bytes") is not None else "-"),
@@ -603,7 +624,7 @@ def cdc_follow(
             console.print(f"{_when(run.ended_at)} run {run.id} {run.state}: {changes} changes")
             if run.state != "succeeded":
                 if run.error:
-                    err.print(f"  {run.error}", markup=False, highlight=False)
+                    err.print(f"  {run.error}", highlight=False)
                 raise typer.Exit(1)
     except CombinedError as exc:
         _fail(exc)

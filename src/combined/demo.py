@@ -10,6 +10,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from combined.errors import ConfigError
 
 DEMO_PROJECT = """\
 # A demo project: a SQLite shop captured into ./lake.
@@ -81,6 +84,46 @@ def _change_shop(path: Path) -> None:
     con.close()
 
 
+# Written first into the demo directory: a later demo replaces only a
+# directory holding it (or an empty one), never a directory it did not make.
+MARKER = ".combined-demo"
+MARKER_TEXT = "made by `combined demo`: the next `combined demo` here replaces this directory\n"
+
+
+def _prepare(directory: Path) -> None:
+    """Make ``directory`` an empty demo directory, replacing only an earlier demo's."""
+    try:
+        if directory.is_dir():
+            if (directory / MARKER).is_file():
+                for entry in directory.iterdir():
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry)
+                    else:
+                        entry.unlink()
+            elif any(directory.iterdir()):
+                raise ConfigError(
+                    f"{directory} already exists and was not made by `combined demo`",
+                    hint="pick another directory with --directory, or remove it yourself",
+                )
+        elif directory.exists():
+            raise ConfigError(
+                f"{directory} already exists and is not a directory",
+                hint="pick another directory with --directory, or remove it yourself",
+            )
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / MARKER).write_text(MARKER_TEXT)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot prepare the demo directory {directory}: {exc.strerror or exc}",
+            hint="pick a writable directory with --directory",
+        ) from exc
+
+
+def _step(console: Console, title: str, rest: str = "") -> None:
+    # ``rest`` may quote a path: a Text is printed as written, never as markup.
+    console.print(Text.assemble((title, "bold"), rest))
+
+
 def _show(console: Console, title: str, rows: Any) -> None:
     table = Table(*rows.column_names, title=title, title_justify="left")
     for row in rows.to_pylist():
@@ -92,30 +135,30 @@ def run_demo(directory: Path, console: Console) -> None:
     """Build the demo shop in ``directory`` and walk through two captures."""
     from combined.engine import Engine
 
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
+    _prepare(directory)
     (directory / "combined.yaml").write_text(DEMO_PROJECT)
     _build_shop(directory / "shop.db")
-    console.print(
-        f"[bold]1. a sample shop[/bold] in {directory}/shop.db, project file "
-        f"{directory}/combined.yaml"
+    _step(
+        console,
+        "1. a sample shop",
+        f" in {directory}/shop.db, project file {directory}/combined.yaml",
     )
     engine = Engine.open(directory / "combined.yaml")
     try:
         (first,) = engine.capture()
-        console.print(f"[bold]2. first capture[/bold]: run {first.id} {first.state}")
+        _step(console, "2. first capture", f": run {first.id} {first.state}")
         for ds, s in (first.stats or {}).items():
             console.print(f"   shop.{ds}: {s['captured']} rows read, {s['inserts']} new")
         between = engine.publications(1)[0]["published_at"]
         time.sleep(1.1)
         _change_shop(directory / "shop.db")
-        console.print(
-            "[bold]3. the shop changes[/bold]: 20 orders shipped, 6 deleted, "
-            "2 placed, 1 customer moved, 20 events"
+        _step(
+            console,
+            "3. the shop changes",
+            ": 20 orders shipped, 6 deleted, 2 placed, 1 customer moved, 20 events",
         )
         (second,) = engine.capture()
-        console.print(f"[bold]4. second capture[/bold]: run {second.id} {second.state}")
+        _step(console, "4. second capture", f": run {second.id} {second.state}")
         for ds, s in (second.stats or {}).items():
             console.print(
                 f"   shop.{ds}: {s['captured']} read -> +{s['inserts']} ~{s['updates']} "
@@ -124,7 +167,7 @@ def run_demo(directory: Path, console: Console) -> None:
         runs = Table("run", "trigger", "state", "publication")
         for r in engine.runs(5):
             runs.add_row(r.id, r.trigger, r.state, r.publication_id or "-")
-        console.print("[bold]5. runs[/bold]")
+        _step(console, "5. runs")
         console.print(runs)
         _show(
             console,
@@ -154,8 +197,10 @@ def run_demo(directory: Path, console: Console) -> None:
                 str(u["updates"]),
                 str(u["deletes"]),
             )
-        console.print("[bold]9. monthly active rows[/bold]")
+        _step(console, "9. monthly active rows")
         console.print(usage)
-        console.print(f'try: cd {directory} && combined sql "SELECT * FROM shop.customers LIMIT 5"')
+        console.print(
+            Text(f'try: cd {directory} && combined sql "SELECT * FROM shop.customers LIMIT 5"')
+        )
     finally:
         engine.close()

@@ -238,9 +238,23 @@ ORDERS = "sources.shop.datasets.orders"
 BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
     ("no version", {"sources": {}}, "version", "is required"),
     ("future version", {"version": 2}, "version", "version 1"),
+    ("quoted version", {"version": "1"}, "version", "the number 1, unquoted"),
     ("lake scheme", {"version": 1, "lake": "ftp://host/lake"}, "lake", "ftp://"),
     ("bucketless lake", {"version": 1, "lake": "s3://"}, "lake", "bucket"),
     ("catalog scheme", {"version": 1, "catalog": "mysql://h/db"}, "catalog", "mysql://"),
+    (
+        "catalog driver",
+        {"version": 1, "catalog": "sqlite+foo:///x.db"},
+        "catalog",
+        "unsupported driver: sqlite+foo://",
+    ),
+    (
+        "catalog driver not used",
+        {"version": 1, "catalog": "postgresql+psycopg2://u@h/db"},
+        "catalog",
+        "chooses the driver",
+    ),
+    ("catalog port", {"version": 1, "catalog": "postgres://u@h:abc/db"}, "catalog", "'abc'"),
     (
         "catalog password",
         {"version": 1, "catalog": "postgresql://u:hunter2@h/db"},
@@ -499,11 +513,20 @@ def test_sqlite_catalog_under_a_file_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "catalog",
-    ["sqlite://", "sqlite:///:memory:", "sqlite:////var/lib/c.db", "postgresql://u@h:5432/db"],
+    [
+        "sqlite://",
+        "sqlite:///:memory:",
+        "sqlite:////var/lib/c.db",
+        "sqlite+pysqlite:////var/lib/c.db",
+        "postgresql://u@h:5432/db",
+        "postgres://u@h/db",
+        "postgresql+psycopg://u@h/db",
+    ],
 )
 def test_other_catalog_urls_are_kept(tmp_path: Path, catalog: str) -> None:
     project = parse_project({"version": 1, "catalog": catalog}, tmp_path / "combined.yaml")
     assert project.catalog_url() == catalog
+    assert project.catalog_kind == ("sqlite" if catalog.startswith("sqlite") else "postgresql")
 
 
 def test_catalog_password_is_resolved_from_its_reference(

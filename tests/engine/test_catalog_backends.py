@@ -63,7 +63,65 @@ def test_capture_with_a_postgresql_catalog(tmp_path: Path, tools: Any, pg_databa
     assert not (tmp_path / ".combined" / "catalog.db").exists()
 
 
+def test_a_postgres_scheme_catalog_is_postgresql(
+    tmp_path: Path, tools: Any, pg_database: str
+) -> None:
+    # libpq reads postgres:// as postgresql://, and so does Combined
+    catalog = pg_database.replace("postgresql://", "postgres://", 1)
+    tools.make(tmp_path, catalog=catalog)
+    result = tools.cli(tmp_path, "capture")
+    assert result.returncode == 0, result.stderr
+    assert "succeeded" in result.stdout
+    assert not (tmp_path / ".combined" / "catalog.db").exists()
+
+
 SECRET = "s3cr3t-Value-42"
+
+
+@pytest.mark.parametrize(
+    ("catalog", "message"),
+    [
+        # psycopg refuses the option before any connection is tried: no server needed
+        (
+            "postgresql://combined@127.0.0.1:1/nodb?foo=bar",
+            "cannot open the catalog at postgresql://combined:***@127.0.0.1:1/nodb?foo=bar: "
+            'invalid connection option "foo"',
+        ),
+        (
+            "postgres://combined@127.0.0.1:1/nodb?sslmode=bogus",
+            'invalid sslmode value: "bogus"',
+        ),
+    ],
+)
+def test_a_connection_option_the_driver_refuses_is_a_clear_error(
+    tmp_path: Path, tools: Any, catalog: str, message: str
+) -> None:
+    project = tools.make(tmp_path, catalog=catalog)
+    project.write_text(project.read_text() + 'catalog_password: {secret: "env:CATALOG_PW"}\n')
+    result = tools.cli(tmp_path, "capture", env={"CATALOG_PW": SECRET})
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "hint: check `catalog:` in combined.yaml" in result.stderr
+    assert "Traceback" not in result.stderr and SECRET not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("sqlite+foo:///x.db", "the catalog URL sqlite+foo:///x.db has an unsupported scheme"),
+        ("mysql://u@h/db", "has an unsupported scheme or driver"),
+        ("postgresql://u:hunter2@h:abc/db", "postgresql://u:***@h:abc/db is malformed"),
+    ],
+)
+def test_a_catalog_url_that_cannot_be_used_is_a_catalog_error(url: str, message: str) -> None:
+    from combined.catalog import Catalog
+    from combined.errors import CatalogError
+
+    with pytest.raises(CatalogError) as info:
+        Catalog.open(url)
+    assert message in info.value.message
+    assert info.value.hint and "sqlite:///PATH or postgresql://" in info.value.hint
+    assert "hunter2" not in info.value.describe()
 
 
 def test_the_catalog_and_lake_never_hold_a_secret(

@@ -147,3 +147,78 @@ def test_sql_publication_selects_an_earlier_state(captured: Path, tools: Any) ->
     assert json.loads(_ok(tools, captured, "sql", query, "--format", "json")) == [{"n": 150}]
     earlier = _ok(tools, captured, "sql", query, "--format", "json", "--publication", first["id"])
     assert json.loads(earlier) == [{"n": 200}]
+
+
+# -- untrusted text (errors, names, SQL, paths, values) is printed as written --
+
+
+def test_markup_in_a_selector_is_printed_as_written(shop: Path, tools: Any) -> None:
+    result = tools.cli(shop, "capture", "shop.[/x]")
+    assert result.returncode == 2, result.stderr
+    assert "unknown dataset '[/x]' in source 'shop'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_sql_errors_and_values_are_printed_as_written(captured: Path, tools: Any) -> None:
+    echoed = tools.cli(captured, "sql", "selec '[/b]'")
+    assert echoed.returncode == 2, echoed.stderr
+    assert "selec '[/b]'" in echoed.stderr and "Traceback" not in echoed.stderr
+
+    query = "select regexp_matches(status, '[a-z]+') from shop.orders wher 1"
+    typo = tools.cli(captured, "sql", query)
+    assert typo.returncode == 2, typo.stderr
+    assert "'[a-z]+')" in typo.stderr  # not "'+')": nothing taken for a style tag
+
+    out = _ok(tools, captured, "sql", "SELECT ':cat: [red]x[/red]' AS \"[b]h\"")
+    assert ":cat: [red]x[/red]" in out and "[b]h" in out
+
+
+def test_discovered_names_are_printed_as_written(shop: Path, tools: Any) -> None:
+    tools.sql(shop, 'CREATE TABLE "[/t]" (id INTEGER PRIMARY KEY, "[/b] note" TEXT);')
+    out = _ok(tools, shop, "discover", "shop")
+    assert "[/t] (table" in out and "[/b] note" in out
+
+
+def test_a_retried_error_quoting_markup_is_retried_and_recorded_as_written(
+    shop: Path, tools: Any
+) -> None:
+    project = shop / "combined.yaml"
+    project.write_text(project.read_text().replace("path: ./shop.db", 'path: "./data[/x].db"'))
+    result = tools.cli(shop, "capture", env=WIDE)
+    assert result.returncode == 1, result.stderr
+    # the engine's retry note reaches the terminal as written, and the retries go on
+    assert "attempt 2 failed (" in result.stderr and "data[/x].db" in result.stderr
+    assert "MarkupError" not in result.stdout + result.stderr
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.runs()
+        attempts = engine.run(run.id)["attempts"]
+    finally:
+        engine.close()
+    assert run.state == "failed"
+    assert run.error is not None and "data[/x].db' does not exist" in run.error
+    assert [a.number for a in attempts] == [1, 2, 3]
+
+    assert run.id in _ok(tools, shop, "runs")
+    assert "data[/x].db' does not exist" in _ok(tools, shop, "run", "show", run.id)
+    check = tools.cli(shop, "check", env=WIDE)
+    assert check.returncode == 1, check.stderr
+    assert "fail shop: " in check.stdout and "data[/x].db' does not exist" in check.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message", "hint"),
+    [
+        (("usage", "--month", "garbage"), "--month 'garbage' is not a month", "YYYY-MM"),
+        (("usage", "--month", "2026-13"), "--month '2026-13' is not a month", "YYYY-MM"),
+        (("history", "shop"), "history takes SOURCE.DATASET, not 'shop'", "shop.orders"),
+        (("history", ".orders"), "history takes SOURCE.DATASET", "shop.orders"),
+    ],
+)
+def test_a_malformed_argument_is_refused_with_the_form_to_use(
+    shop: Path, tools: Any, args: tuple[str, ...], message: str, hint: str
+) -> None:
+    result = tools.cli(shop, *args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert message in result.stderr and hint in result.stderr
+    assert result.stdout == ""

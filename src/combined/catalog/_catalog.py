@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from combined.catalog import _schema as t
+from combined.config import CATALOG_DRIVERS, catalog_kind
 from combined.errors import CatalogError, redact
 from combined.protocol import utcnow
 
@@ -35,11 +36,29 @@ def _head_revision() -> str:
     return head
 
 
-def _sqlite_path(url: str) -> Path | None:
-    u = sa.engine.make_url(url)
-    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
+_URL_HINT = "set `catalog:` in combined.yaml to sqlite:///PATH or postgresql://USER@HOST/DB"
+
+
+def _engine_url(url: str) -> sa.URL:
+    """The SQLAlchemy URL of a catalog URL, with the driver Combined uses for it."""
+    kind = catalog_kind(url)
+    if kind is None:
+        raise CatalogError(
+            f"the catalog URL {redact(url)} has an unsupported scheme or driver", hint=_URL_HINT
+        )
+    try:
+        sa_url = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError) as exc:
+        raise CatalogError(
+            f"the catalog URL {redact(url)} is malformed: {redact(str(exc))}", hint=_URL_HINT
+        ) from None
+    return sa_url.set(drivername=f"{kind}+{CATALOG_DRIVERS[kind]}")
+
+
+def _sqlite_path(url: sa.URL) -> Path | None:
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
         return None
-    return Path(u.database)
+    return Path(url.database)
 
 
 class Catalog:
@@ -51,12 +70,15 @@ class Catalog:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.url = redact(str(engine.url.render_as_string(hide_password=True)))
+        # As a person writes it: the driver is Combined's choice, the password hidden.
+        url = engine.url.set(drivername=engine.url.get_backend_name())
+        self.url = redact(url.render_as_string(hide_password=True))
 
     @classmethod
     def open(cls, url: str, *, password: str | None = None) -> Catalog:
         """Open (and migrate to the newest revision) the catalog at ``url``."""
-        path = _sqlite_path(url)
+        sa_url = _engine_url(url)
+        path = _sqlite_path(sa_url)
         if path is not None:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -65,11 +87,8 @@ class Catalog:
                     f"cannot create the catalog directory {path.parent}: {exc.strerror}",
                     hint="set `catalog:` in combined.yaml to a writable location",
                 ) from exc
-        sa_url = sa.engine.make_url(url)
         if password is not None:
             sa_url = sa_url.set(password=password)
-        if sa_url.get_backend_name() == "postgresql":
-            sa_url = sa_url.set(drivername="postgresql+psycopg")
         kwargs: dict[str, Any] = {}
         if path is not None:
             kwargs["connect_args"] = {"timeout": 30}
@@ -92,16 +111,23 @@ class Catalog:
         cfg = Config()
         cfg.set_main_option("script_location", str(_MIGRATIONS))
         try:
-            with self.engine.begin() as conn:
+            with self._connect() as conn, conn.begin():
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, "head")
-        except sa.exc.OperationalError as exc:
+        except sa.exc.DBAPIError as exc:
             raise self._unreachable(exc) from exc
 
-    def _unreachable(self, exc: sa.exc.OperationalError) -> CatalogError:
+    def _connect(self) -> Connection:
+        """A connection; a URL option or server the database refuses is a CatalogError."""
+        try:
+            return self.engine.connect()
+        except sa.exc.DBAPIError as exc:
+            raise self._unreachable(exc) from exc
+
+    def _unreachable(self, exc: sa.exc.DBAPIError) -> CatalogError:
         """The error of a catalog that cannot be opened (its URL's secret redacted)."""
         return CatalogError(
-            f"cannot open the catalog at {self.url}: {redact(str(exc.orig))}",
+            f"cannot open the catalog at {self.url}: {redact(str(exc.orig).strip())}",
             hint="check `catalog:` in combined.yaml and that the database is reachable",
         )
 
@@ -114,26 +140,27 @@ class Catalog:
         loading Alembic (~0.35 s of a first capture). An existing catalog,
         even one behind, goes through Alembic.
         """
-        try:
-            with self.engine.begin() as conn:
-                present = set(sa.inspect(conn).get_table_names())
-                if present & {*t.metadata.tables, "alembic_version"}:
-                    return False
-                t.metadata.create_all(conn)
-                conn.execute(
-                    sa.text(
-                        "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL, "
-                        "CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num))"
+        with self._connect() as conn:
+            try:
+                with conn.begin():
+                    present = set(sa.inspect(conn).get_table_names())
+                    if present & {*t.metadata.tables, "alembic_version"}:
+                        return False
+                    t.metadata.create_all(conn)
+                    conn.execute(
+                        sa.text(
+                            "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL, "
+                            "CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num))"
+                        )
                     )
-                )
-                conn.execute(
-                    sa.text("INSERT INTO alembic_version (version_num) VALUES (:v)"),
-                    {"v": _head_revision()},
-                )
-        except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
-            return False  # another process created it meanwhile: Alembic checks it
-        except sa.exc.OperationalError as exc:
-            raise self._unreachable(exc) from exc
+                    conn.execute(
+                        sa.text("INSERT INTO alembic_version (version_num) VALUES (:v)"),
+                        {"v": _head_revision()},
+                    )
+            except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
+                return False  # another process created it meanwhile: Alembic checks it
+            except sa.exc.OperationalError as exc:
+                raise self._unreachable(exc) from exc
         return True
 
     def _at_head(self) -> bool:
@@ -142,7 +169,7 @@ class Catalog:
             with self.engine.connect() as conn:
                 rows = conn.execute(sa.text("SELECT version_num FROM alembic_version")).all()
         except sa.exc.SQLAlchemyError:
-            return False  # a new catalog (or an unreachable one: Alembic reports it)
+            return False  # a new catalog (or an unreachable one: _create_new reports it)
         return [r[0] for r in rows] == [_head_revision()]
 
     @contextmanager

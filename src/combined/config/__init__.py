@@ -8,6 +8,7 @@ connect time only with :meth:`Project.resolved_config` or
 
 from combined.config._loader import load_project, parse_project
 from combined.config._models import (
+    CATALOG_DRIVERS,
     DEFAULT_CATALOG,
     PROJECT_ENV,
     PROJECT_FILE,
@@ -23,6 +24,7 @@ from combined.config._models import (
     StagingLimits,
     Strategy,
     SyncMode,
+    catalog_kind,
     format_duration,
     parse_duration,
     parse_size,
@@ -38,6 +40,7 @@ from combined.config._secrets import (
 from combined.config._template import EXAMPLE_PROJECT, write_example
 
 __all__ = [
+    "CATALOG_DRIVERS",
     "DEFAULT_CATALOG",
     "EXAMPLE_PROJECT",
     "PROJECT_ENV",
@@ -54,6 +57,7 @@ __all__ = [
     "StagingLimits",
     "Strategy",
     "SyncMode",
+    "catalog_kind",
     "config_digest",
     "find_secret_refs",
     "format_duration",

@@ -16,6 +16,7 @@ from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -493,7 +494,17 @@ class SourceConfig(_Model):
 
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$", re.DOTALL)
 _LAKE_SCHEMES = ("s3", "gs", "az")
-_CATALOG_HINT = "use sqlite:///PATH or postgresql://USER@HOST/DB"
+_CATALOG_HINT = "use sqlite:///PATH or postgresql://USER@HOST/DB (Combined chooses the driver)"
+
+CatalogKind = Literal["sqlite", "postgresql"]
+# The catalog's URL schemes; ``postgres://`` is PostgreSQL, as libpq reads it.
+_CATALOG_SCHEMES: dict[str, CatalogKind] = {
+    "sqlite": "sqlite",
+    "postgresql": "postgresql",
+    "postgres": "postgresql",
+}
+CATALOG_DRIVERS: dict[CatalogKind, str] = {"sqlite": "pysqlite", "postgresql": "psycopg"}
+"""The SQLAlchemy driver the catalog uses for each kind of database."""
 
 
 def _lake(value: object) -> str:
@@ -519,28 +530,43 @@ def _catalog(value: object) -> str:
     url = _URL.match(text)
     if url is None:
         raise _error("is not a database URL", _CATALOG_HINT)
-    if _catalog_kind(text) is None:
-        raise _error(f"uses an unsupported scheme: {url.group(1)}://", _CATALOG_HINT)
+    if catalog_kind(text) is None:
+        scheme = url.group(1)
+        what = "driver" if scheme.partition("+")[0].lower() in _CATALOG_SCHEMES else "scheme"
+        raise _error(f"uses an unsupported {what}: {scheme}://", _CATALOG_HINT)
     if has_inline_password(text):
         raise _error(
             "holds a password inside the URL",
             'remove it from the URL and set `catalog_password: {secret: "env:NAME"}`',
         )
+    try:
+        _ = urlsplit(text).port  # reading the port checks it: SQLAlchemy will read it too
+    except ValueError as exc:
+        raise _error(f"is not a valid URL ({exc})", _CATALOG_HINT) from None
     return text
 
 
-def _catalog_kind(url: str) -> Literal["sqlite", "postgresql"] | None:
-    scheme = url.partition("://")[0].partition("+")[0].lower()
-    if scheme == "sqlite":
-        return "sqlite"
-    if scheme in ("postgresql", "postgres"):
-        return "postgresql"
-    return None
+def catalog_kind(url: str) -> CatalogKind | None:
+    """Which database a catalog URL names; None for an unsupported scheme or driver.
+
+    A ``+driver`` after the scheme may name only the driver Combined uses
+    (:data:`CATALOG_DRIVERS`).
+    """
+    backend, _, driver = url.partition("://")[0].lower().partition("+")
+    kind = _CATALOG_SCHEMES.get(backend)
+    if kind is None or driver not in ("", CATALOG_DRIVERS[kind]):
+        return None
+    return kind
 
 
 def _version(value: object) -> Literal[1]:
     if value == 1 and not isinstance(value, bool):
         return 1
+    if isinstance(value, str):
+        raise _error(
+            f"is the text {value!r}, not a number",
+            "write `version: 1`: the number 1, unquoted",
+        )
     raise _error(
         f"is {value!r}, but this Combined reads version 1",
         "write `version: 1`, or upgrade Combined to read newer project files",
@@ -572,7 +598,7 @@ class Project(_Model):
 
     @model_validator(mode="after")
     def _check_catalog_password(self) -> Project:
-        if self.catalog_password is not None and _catalog_kind(self.catalog) != "postgresql":
+        if self.catalog_password is not None and catalog_kind(self.catalog) != "postgresql":
             raise _error(
                 "is only used by a postgresql:// catalog",
                 "remove `catalog_password:` or point `catalog:` at PostgreSQL",
@@ -591,9 +617,9 @@ class Project(_Model):
         return self._path.parent
 
     @property
-    def catalog_kind(self) -> Literal["sqlite", "postgresql"]:
+    def catalog_kind(self) -> CatalogKind:
         """Which database holds the catalog."""
-        kind = _catalog_kind(self.catalog)
+        kind = catalog_kind(self.catalog)
         assert kind is not None, "validated by _catalog"
         return kind
 

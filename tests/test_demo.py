@@ -1,0 +1,53 @@
+"""``combined demo``: it replaces only a directory an earlier demo made."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from combined.demo import MARKER
+from combined.engine import Engine
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_the_demo_runs_twice_in_a_row_in_its_default_directory(tmp_path: Path, tools: Any) -> None:
+    for attempt in range(2):
+        result = tools.cli(tmp_path, "demo")
+        assert result.returncode == 0, (attempt, result.stdout, result.stderr)
+        assert "try: cd demo && combined sql" in result.stdout
+    assert (tmp_path / "demo" / MARKER).is_file()
+    engine = Engine.open(tmp_path / "demo" / "combined.yaml")
+    try:
+        assert len(engine.runs()) == 2  # the second demo started afresh
+    finally:
+        engine.close()
+
+
+def test_the_demo_refuses_a_directory_it_did_not_make(shop: Path, tools: Any) -> None:
+    captured = tools.cli(shop, "capture")
+    assert captured.returncode == 0, captured.stderr
+    before = _tree(shop)
+    assert any(name.startswith("lake/_deliveries/") for name in before)
+    for directory, cwd in ((str(shop), shop.parent), (".", shop)):
+        result = tools.cli(cwd, "demo", "--directory", directory)
+        assert result.returncode == 2, (result.stdout, result.stderr)
+        assert "already exists and was not made by `combined demo`" in result.stderr
+        assert "pick another directory with --directory, or remove it yourself" in result.stderr
+        assert _tree(shop) == before  # nothing deleted
+
+
+def test_the_demo_uses_an_empty_directory_and_refuses_a_file(tmp_path: Path, tools: Any) -> None:
+    (tmp_path / "[bold]empty").mkdir()  # the name is printed as written, not as markup
+    used = tools.cli(tmp_path, "demo", "--directory", "[bold]empty")
+    assert used.returncode == 0, used.stderr
+    assert "1. a sample shop in [bold]empty/shop.db" in used.stdout
+    assert (tmp_path / "[bold]empty" / "shop.db").is_file()
+
+    (tmp_path / "notes.txt").write_text("mine")
+    refused = tools.cli(tmp_path, "demo", "--directory", "notes.txt")
+    assert refused.returncode == 2, refused.stderr
+    assert "notes.txt already exists and is not a directory" in refused.stderr
+    assert (tmp_path / "notes.txt").read_text() == "mine"
