@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from combined.demo import MARKER
+from combined.demo import DEMO_PROJECT, MARKER
 from combined.engine import Engine
 
 
@@ -24,6 +24,15 @@ def test_the_demo_runs_twice_in_a_row_in_its_default_directory(tmp_path: Path, t
         assert len(engine.runs()) == 2  # the second demo started afresh
     finally:
         engine.close()
+    # a demo made before the marker (its project file the demo's, unchanged) is replaced too
+    (tmp_path / "demo" / MARKER).unlink()
+    again = tools.cli(tmp_path, "demo")
+    assert again.returncode == 0, again.stderr
+    (tmp_path / "demo" / MARKER).unlink()
+    (tmp_path / "demo" / "combined.yaml").write_text(DEMO_PROJECT + "# mine now\n")
+    edited = tools.cli(tmp_path, "demo")
+    assert edited.returncode == 2, edited.stdout
+    assert (tmp_path / "demo" / "combined.yaml").read_text().endswith("# mine now\n")
 
 
 def test_the_demo_refuses_a_directory_it_did_not_make(shop: Path, tools: Any) -> None:

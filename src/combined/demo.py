@@ -90,11 +90,20 @@ MARKER = ".combined-demo"
 MARKER_TEXT = "made by `combined demo`: the next `combined demo` here replaces this directory\n"
 
 
+def _older_demo(directory: Path) -> bool:
+    """A demo directory made before the marker: its project file is the demo's, unchanged."""
+    project = directory / "combined.yaml"
+    try:
+        return project.is_file() and project.read_text() == DEMO_PROJECT
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def _prepare(directory: Path) -> None:
     """Make ``directory`` an empty demo directory, replacing only an earlier demo's."""
     try:
         if directory.is_dir():
-            if (directory / MARKER).is_file():
+            if (directory / MARKER).is_file() or _older_demo(directory):
                 for entry in directory.iterdir():
                     if entry.is_dir() and not entry.is_symlink():
                         shutil.rmtree(entry)
