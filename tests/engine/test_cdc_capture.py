@@ -7,6 +7,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from combined.connectors.postgres._connect import Settings
 from combined.connectors.postgres._replication import drop_slot, slot_status
 from combined.engine import Engine
 from combined.lake import LakeTable
@@ -67,7 +68,7 @@ def test_stitched_snapshot_then_stream_lands_every_change_once(
         (run,) = engine.capture()
         assert run.state == "succeeded", run.error
         assert _lake(engine) == _source(dsn)
-        assert slot_status(dsn, slot).exists
+        assert slot_status(Settings(dsn), slot).exists
 
         big = "x" * 20_000  # stored out of line (TOAST)
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -95,7 +96,7 @@ def test_stitched_snapshot_then_stream_lands_every_change_once(
         assert _lake(engine) == _source(dsn)
 
         # the slot is never confirmed past what the lake holds
-        confirmed = slot_status(dsn, slot).confirmed_flush_lsn
+        confirmed = slot_status(Settings(dsn), slot).confirmed_flush_lsn
         assert confirmed is not None and confirmed <= text_to_lsn(_checkpoint_lsn(root))
 
         # a quiet capture still moves the checkpoint and the slot with it
@@ -138,7 +139,7 @@ def test_a_lost_slot_fails_loudly_and_never_resumes_with_a_gap(
         engine.capture()
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("DELETE FROM items WHERE id = 1")
-        drop_slot(dsn, slot)
+        drop_slot(Settings(dsn), slot)
         (run,) = engine.capture()
         assert run.state == "failed"
         assert "does not exist" in (run.error or "") and "teardown" in (run.error or "")

@@ -139,13 +139,7 @@ class PostgresSource(BaseSource):
         from combined.connectors.postgres._replication import ensure_publication
 
         name = slot_name(self.slot_prefix, relation)
-        pub = ensure_publication(
-            self.settings.dsn,
-            name,
-            [qualified(relation)],
-            password=self.settings.password,
-            add_missing=True,
-        )
+        pub = ensure_publication(self.settings, name, [qualified(relation)], add_missing=True)
         verb = "created" if pub.created else "verified"
         return f"publication {name} {verb} for {qualified(relation)}"
 
@@ -154,7 +148,7 @@ class PostgresSource(BaseSource):
         from combined.connectors.postgres._replication import slot_status
 
         name = slot_name(self.slot_prefix, relation)
-        status = slot_status(self.settings.dsn, name, password=self.settings.password)
+        status = slot_status(self.settings, name)
         return {"slot": name, **status.to_json()}
 
     def cdc_teardown(self, relation: str) -> str:
@@ -162,8 +156,8 @@ class PostgresSource(BaseSource):
         from combined.connectors.postgres._replication import drop_publication, drop_slot
 
         name = slot_name(self.slot_prefix, relation)
-        slot = drop_slot(self.settings.dsn, name, password=self.settings.password)
-        pub = drop_publication(self.settings.dsn, name, password=self.settings.password)
+        slot = drop_slot(self.settings, name)
+        pub = drop_publication(self.settings, name)
         return (
             f"slot {name} {'dropped' if slot else 'was absent'}, "
             f"publication {name} {'dropped' if pub else 'was absent'}"

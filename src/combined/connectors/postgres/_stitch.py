@@ -58,7 +58,7 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
     if lsn is None:
         return StitchedSnapshot(settings, request, slot=name, publication=name)
     # Never resume silently with a gap: the slot must exist and hold its WAL.
-    require_slot(settings.dsn, name, password=settings.password)
+    require_slot(settings, name)
     stop = None
     max_changes = request.options.get("max_changes")
     ext: CdcExtraction
@@ -68,13 +68,12 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
             return ext.receipt.rows >= int(max_changes)
 
     ext = CdcExtraction(
-        settings.dsn,
+        settings,
         slot=name,
         publication=name,
         datasets={request.dataset: qualified(request.relation)},
         start_lsn=lsn,
         end_lsn=request.options.get("end_lsn", "current"),
-        password=settings.password,
         keys={request.dataset: tuple(request.key)},
         batch_rows=request.batch_rows,
         stop=stop,
@@ -99,18 +98,12 @@ class StitchedSnapshot(BaseExtraction):
 
     def _messages(self) -> Iterator[Message]:
         s, req = self._settings, self._request
-        ensure_publication(
-            s.dsn,
-            self.publication,
-            [qualified(req.relation)],
-            password=s.password,
-            add_missing=True,
-        )
-        if slot_status(s.dsn, self.slot, password=s.password).exists:
+        ensure_publication(s, self.publication, [qualified(req.relation)], add_missing=True)
+        if slot_status(s, self.slot).exists:
             # No committed checkpoint refers to this slot (we are here because
             # none exists), so it is a leftover of an interrupted stand-up.
-            drop_slot(s.dsn, self.slot, password=s.password)
-        self._handle = handle = create_slot(s.dsn, self.slot, password=s.password)
+            drop_slot(s, self.slot)
+        self._handle = handle = create_slot(s, self.slot)
         snapshot_id = handle.snapshot_name
         if snapshot_id is None:
             raise SourceError(
