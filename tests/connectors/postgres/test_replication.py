@@ -310,6 +310,14 @@ def test_slots_are_created_once_and_dropped_idempotently(names: Names) -> None:
 
 
 @pytest.mark.postgres
+def test_a_slot_name_may_start_with_a_digit(names: Names) -> None:
+    slot = f"1{names.slot()}"  # a slot_prefix such as `1st` gives one
+    names.slots.append(slot)
+    create_slot(names.pg, slot).release_snapshot()
+    assert require_slot(names.pg, slot).exists
+
+
+@pytest.mark.postgres
 def test_an_idle_slot_advances_forward_only(names: Names) -> None:
     t = names.table("t")
     slot = names.slot()

@@ -397,10 +397,11 @@ def create_slot(settings: Settings, slot: str) -> SlotHandle:
     try:
         cur = rconn.cursor()
         # PostgreSQL 15 introduced the option list; the bare keyword is older.
+        # Quoted: a valid name may start with a digit, which no bare word may.
         if rconn.server_version >= 150000:
-            command = f"CREATE_REPLICATION_SLOT {slot} LOGICAL pgoutput (SNAPSHOT 'export')"
+            command = f"CREATE_REPLICATION_SLOT \"{slot}\" LOGICAL pgoutput (SNAPSHOT 'export')"
         else:
-            command = f"CREATE_REPLICATION_SLOT {slot} LOGICAL pgoutput EXPORT_SNAPSHOT"
+            command = f'CREATE_REPLICATION_SLOT "{slot}" LOGICAL pgoutput EXPORT_SNAPSHOT'
         cur.execute(command)
         _, consistent_point, snapshot_name, _ = cur.fetchone()
     except psycopg2.Error as exc:
@@ -478,11 +479,19 @@ def require_slot(settings: Settings, slot: str) -> SlotStatus:
     return status
 
 
-def drop_slot(settings: Settings, slot: str, *, wait_seconds: float = 10.0) -> bool:
+def drop_slot(
+    settings: Settings,
+    slot: str,
+    *,
+    wait_seconds: float = 10.0,
+    in_use_hint: str = "stop the capture that streams from it, then retry",
+) -> bool:
     """Drop the slot; return whether it existed.
 
+    The server never drops a slot that a walsender holds (``active_pid`` set).
     A slot still held by a walsender that is shutting down is retried for up
-    to ``wait_seconds``; one held by a live consumer raises ``SourceError``.
+    to ``wait_seconds``; one held by a live consumer raises ``SourceError``
+    naming the slot and its process, with ``in_use_hint`` as the hint.
     """
     _check_slot_name(slot)
     deadline = time.monotonic() + wait_seconds
@@ -497,9 +506,15 @@ def drop_slot(settings: Settings, slot: str, *, wait_seconds: float = 10.0) -> b
                 return row is not None
             except psycopg.errors.ObjectInUse:
                 if time.monotonic() >= deadline:
+                    holder = conn.execute(
+                        "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
+                        (slot,),
+                    ).fetchone()
+                    pid = f" (pid {holder[0]})" if holder and holder[0] is not None else ""
                     raise SourceError(
-                        f"replication slot {slot!r} is in use by another process",
-                        hint="stop the capture that streams from it, then retry",
+                        f"replication slot {slot!r} is in use by another process{pid}",
+                        hint=in_use_hint,
+                        slot=slot,
                     ) from None
                 time.sleep(0.1)
 

@@ -37,7 +37,10 @@ class PostgresSource(BaseSource):
         :class:`~combined.errors.SourceUnavailable`.
     ``slot_prefix`` (optional, default ``combined``)
         Prefix of the replication slot and publication of each ``cdc``
-        dataset (see :mod:`combined.connectors.postgres._stitch`).
+        dataset, whose name also carries a digest of the prefix and the
+        exact relation (see :mod:`combined.connectors.postgres._stitch`).
+        Two projects that capture the same table from one database need
+        different prefixes.
 
     Datasets are relations named ``schema.table`` (a bare ``table`` is
     ``public.table``). Every read is one ``REPEATABLE READ READ ONLY``
