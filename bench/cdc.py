@@ -79,12 +79,13 @@ def _database(server: str) -> tuple[str, str]:
 def _drop(server: str, name: str, dsn: str, prefix: str) -> None:
     import psycopg
 
+    from combined.connectors.postgres._connect import Settings
     from combined.connectors.postgres._replication import drop_publication, drop_slot
     from combined.connectors.postgres._stitch import slot_name
 
     slot = slot_name(prefix, "public.events")
-    drop_slot(dsn, slot)
-    drop_publication(dsn, slot)
+    drop_slot(Settings(dsn), slot)
+    drop_publication(Settings(dsn), slot)
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

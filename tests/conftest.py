@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from combined.connectors.postgres._connect import Settings
 
 REQUIRE = os.environ.get("COMBINED_REQUIRE_SERVICES") == "1"
 
@@ -151,6 +157,13 @@ class CdcDatabase:
         self.prefix = f"ct_{uuid.uuid4().hex[:8]}"
         self._slots: list[str] = []
 
+    @property
+    def settings(self) -> Settings:
+        """The connection settings of the database (what the replication functions take)."""
+        from combined.connectors.postgres._connect import Settings
+
+        return Settings(self.dsn)
+
     def slot(self, relation: str) -> str:
         """The slot (and publication) name a cdc dataset over ``relation`` will use."""
         from combined.connectors.postgres._stitch import slot_name
@@ -164,8 +177,8 @@ class CdcDatabase:
         from combined.connectors.postgres._replication import drop_publication, drop_slot
 
         for name in self._slots:
-            drop_slot(self.dsn, name)
-            drop_publication(self.dsn, name)
+            drop_slot(self.settings, name)
+            drop_publication(self.settings, name)
 
 
 @pytest.fixture
@@ -185,3 +198,65 @@ def cdc_db(pg_database: str) -> Iterator[CdcDatabase]:
         yield db
     finally:
         db.drop()
+
+
+class SilentServer:
+    """A TCP listener on 127.0.0.1 that accepts connections and never answers.
+
+    What a hung server, or a firewall that lets the handshake through, looks
+    like to a client: only a connect timeout ends the wait.
+    """
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self._held: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+        self.dsn = f"host=127.0.0.1 port={self._listener.getsockname()[1]} dbname=db user=u"
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._held.append(self._listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    @staticmethod
+    def outcome(call: Callable[[], object], seconds: float) -> object:
+        """What ``call`` returned, or the exception it raised; fail the test if it
+        is still waiting after ``seconds`` (left blocked in a daemon thread until
+        :meth:`close` hangs up on it)."""
+        box: list[object] = []
+
+        def run() -> None:
+            try:
+                box.append(call())
+            except BaseException as exc:  # handed to the test
+                box.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join(seconds)
+        if not box:
+            pytest.fail(f"still waiting for the silent server after {seconds} s")
+        return box[0]
+
+    def close(self) -> None:
+        """Stop accepting and hang up every held connection (a blocked client then fails)."""
+        self._stop.set()
+        self._thread.join()
+        self._listener.close()
+        for conn in self._held:
+            conn.close()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[SilentServer]:
+    """A server that accepts connections and never answers (for connect timeouts)."""
+    server = SilentServer()
+    try:
+        yield server
+    finally:
+        server.close()

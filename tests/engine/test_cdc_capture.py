@@ -7,7 +7,14 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from combined.connectors.postgres._replication import drop_slot, slot_status
+from combined.connectors.postgres._connect import Settings
+from combined.connectors.postgres._replication import (
+    ReplicationStream,
+    create_slot,
+    drop_slot,
+    ensure_publication,
+    slot_status,
+)
 from combined.engine import Engine
 from combined.lake import LakeTable
 
@@ -67,7 +74,7 @@ def test_stitched_snapshot_then_stream_lands_every_change_once(
         (run,) = engine.capture()
         assert run.state == "succeeded", run.error
         assert _lake(engine) == _source(dsn)
-        assert slot_status(dsn, slot).exists
+        assert slot_status(Settings(dsn), slot).exists
 
         big = "x" * 20_000  # stored out of line (TOAST)
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -95,7 +102,7 @@ def test_stitched_snapshot_then_stream_lands_every_change_once(
         assert _lake(engine) == _source(dsn)
 
         # the slot is never confirmed past what the lake holds
-        confirmed = slot_status(dsn, slot).confirmed_flush_lsn
+        confirmed = slot_status(Settings(dsn), slot).confirmed_flush_lsn
         assert confirmed is not None and confirmed <= text_to_lsn(_checkpoint_lsn(root))
 
         # a quiet capture still moves the checkpoint and the slot with it
@@ -138,7 +145,7 @@ def test_a_lost_slot_fails_loudly_and_never_resumes_with_a_gap(
         engine.capture()
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("DELETE FROM items WHERE id = 1")
-        drop_slot(dsn, slot)
+        drop_slot(Settings(dsn), slot)
         (run,) = engine.capture()
         assert run.state == "failed"
         assert "does not exist" in (run.error or "") and "teardown" in (run.error or "")
@@ -277,4 +284,72 @@ def test_append_mode_keeps_every_change_event_including_deletes(
         ).to_pylist()
         assert {e["op"] for e in last} == {"insert", "truncate"}
     finally:
+        engine.close()
+
+
+def test_relations_whose_names_once_collided_keep_their_own_slots(tmp_path: Path, cdc_db) -> None:
+    # `sales_eu.orders`, `sales.eu_orders` and `sales."EU_ORDERS"` all read
+    # `<prefix>_sales_eu_orders` once lower-cased and sanitized: one dataset's
+    # first capture took another's slot for a leftover, dropped it, and the
+    # other resumed on a slot that started later, losing the changes between.
+    dsn = cdc_db.dsn
+    relations = {"eu": "sales_eu.orders", "other": "sales.eu_orders", "upper": "sales.EU_ORDERS"}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA sales_eu; CREATE SCHEMA sales")
+        for table in ("sales_eu.orders", "sales.eu_orders", 'sales."EU_ORDERS"'):
+            conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v int)")
+        conn.execute("INSERT INTO sales_eu.orders SELECT g, g FROM generate_series(1, 5) g")
+    slots = {name: cdc_db.slot(rel) for name, rel in relations.items()}
+    assert len(set(slots.values())) == 3
+    project = PROJECT.format(dsn=dsn, prefix=cdc_db.prefix, table="unused").replace(
+        "      slot_prefix:", "      schemas: [sales_eu, sales]\n      slot_prefix:"
+    )
+    project = project[: project.index("      items:")] + "".join(
+        f"      {name}:\n        relation: {rel}\n        key: [id]\n        strategy: cdc\n"
+        for name, rel in relations.items()
+    )
+    (tmp_path / "combined.yaml").write_text(project)
+
+    def source_ids() -> list[int]:
+        with psycopg.connect(dsn) as conn:
+            return [r[0] for r in conn.execute("SELECT id FROM sales_eu.orders ORDER BY id")]
+
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        (run,) = engine.capture(["pg.eu"])
+        assert run.state == "succeeded", run.error
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO sales_eu.orders SELECT g, g FROM generate_series(6, 10) g")
+        for first in ("pg.other", "pg.upper"):
+            (run,) = engine.capture([first])
+            assert run.state == "succeeded", run.error
+        (run,) = engine.capture(["pg.eu"])
+        assert run.state == "succeeded", run.error
+        lake = engine.sql("SELECT id FROM pg.eu ORDER BY id").column("id").to_pylist()
+        assert lake == source_ids()
+        assert all(slot_status(Settings(dsn), s).exists for s in slots.values())
+    finally:
+        engine.close()
+
+
+def test_a_first_capture_never_drops_a_slot_that_a_process_holds(
+    cdc_project: tuple[Path, str, str],
+) -> None:
+    root, dsn, slot = cdc_project
+    pg = Settings(dsn)
+    ensure_publication(pg, slot, ["public.items"])
+    create_slot(pg, slot).release_snapshot()
+    # Another project with the same slot_prefix, say, streams from the slot.
+    holder = ReplicationStream(pg, slot, slot, 0)
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "failed"
+        error = run.error or ""
+        assert slot in error and "in use" in error and "slot_prefix" in error
+        assert len(engine.run(run.id)["attempts"]) == 1  # not retried: a person decides
+        status = slot_status(pg, slot)
+        assert status.exists and status.active
+    finally:
+        holder.close()
         engine.close()

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import signal
+import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
+from combined import cdc
+from combined.catalog import Run
+from combined.connectors.postgres._connect import Settings
 from combined.connectors.postgres._pgoutput import text_to_lsn
 from combined.connectors.postgres._replication import slot_status
 from combined.engine import Engine
+from combined.errors import SourceUnavailable
 from combined.lake import LakeTable
 
 PROJECT = """\
@@ -59,7 +68,7 @@ def test_setup_status_teardown_and_resnapshot(project: tuple[Path, str, str], to
     setup = tools.cli(root, "cdc", "setup", "pg")
     assert setup.returncode == 0, setup.stderr
     assert f"publication {slot} created" in setup.stdout and "succeeded" in setup.stdout
-    assert slot_status(dsn, slot).exists
+    assert slot_status(Settings(dsn), slot).exists
     assert _lake(root) == _source(dsn)
 
     status = tools.cli(root, "cdc", "status", "pg", env={"COLUMNS": "250"})
@@ -68,12 +77,12 @@ def test_setup_status_teardown_and_resnapshot(project: tuple[Path, str, str], to
 
     refused = tools.cli(root, "cdc", "teardown", "pg")  # no tty, no --yes: nothing dropped
     assert refused.returncode == 1 and "nothing dropped" in refused.stderr
-    assert slot_status(dsn, slot).exists
+    assert slot_status(Settings(dsn), slot).exists
 
     dropped = tools.cli(root, "cdc", "teardown", "pg", "--yes")
     assert dropped.returncode == 0, dropped.stderr
     assert "dropped" in dropped.stdout and "checkpoint voided" in dropped.stdout
-    assert not slot_status(dsn, slot).exists
+    assert not slot_status(Settings(dsn), slot).exists
 
     # changes while no slot existed are reconciled by the new snapshot, deletes included
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -81,7 +90,7 @@ def test_setup_status_teardown_and_resnapshot(project: tuple[Path, str, str], to
         conn.execute("UPDATE items SET note = 'while down' WHERE id <= 5")
     again = tools.cli(root, "capture")
     assert again.returncode == 0, again.stderr
-    assert slot_status(dsn, slot).exists
+    assert slot_status(Settings(dsn), slot).exists
     assert _lake(root) == _source(dsn)
 
 
@@ -127,7 +136,7 @@ def test_kill_at_each_boundary_lands_each_change_once(
     meta = table.latest_commit()
     assert meta is not None
     # the slot is never confirmed past the lake's committed position
-    confirmed = slot_status(dsn, slot).confirmed_flush_lsn
+    confirmed = slot_status(Settings(dsn), slot).confirmed_flush_lsn
     assert confirmed is not None and confirmed <= text_to_lsn(meta["checkpoint"]["lsn"])
     again = tools.cli(root, "capture")
     assert again.returncode == 0, again.stderr
@@ -143,5 +152,91 @@ def test_kill_at_each_boundary_lands_each_change_once(
             .as_py()
         )
         assert dup == 0
+    finally:
+        engine.close()
+
+
+def test_cdc_connections_honour_connect_timeout(tmp_path: Path, silent_server) -> None:
+    # The server accepts the connection and never answers: only connect_timeout
+    # ends the wait, for the replication and control connections as for the rest.
+    project = PROJECT.format(dsn=silent_server.dsn, prefix="ct_silent").replace(
+        "      slot_prefix:", "      connect_timeout: 2\n      slot_prefix:"
+    )
+    (tmp_path / "combined.yaml").write_text(project)
+
+    def status() -> object:
+        engine = Engine.open(tmp_path / "combined.yaml")
+        try:
+            return cdc.status(engine, "pg")
+        finally:
+            engine.close()
+
+    def capture() -> Run:
+        engine = Engine.open(tmp_path / "combined.yaml")
+        try:
+            (run,) = engine.capture()
+            return run
+        finally:
+            engine.close()
+
+    started = time.monotonic()
+    err = silent_server.outcome(status, seconds=30)
+    assert isinstance(err, SourceUnavailable), err
+    assert "timeout" in err.message and time.monotonic() - started < 15
+    run = silent_server.outcome(capture, seconds=60)
+    assert isinstance(run, Run) and run.state == "failed", run
+    assert "timeout" in (run.error or "")
+
+
+def test_status_of_a_missing_database_says_to_fix_the_dsn(
+    tmp_path: Path, pg_server_dsn: str, tools
+) -> None:
+    missing = f"ct_missing_{uuid.uuid4().hex[:8]}"
+    dsn = make_conninfo(pg_server_dsn, dbname=missing)
+    (tmp_path / "combined.yaml").write_text(PROJECT.format(dsn=dsn, prefix="ct_missing"))
+    shown = tools.cli(tmp_path, "cdc", "status", "pg", env={"COLUMNS": "250"})
+    assert shown.returncode == 2
+    assert f'database "{missing}" does not exist' in shown.stderr
+    assert "fix the database name in the dsn" in shown.stderr
+    assert "retried" not in shown.stderr
+
+
+@pytest.fixture
+def owner_without_replication(project: tuple[Path, str, str]) -> Iterator[str]:
+    """A role that owns the captured table and may publish it, but lacks REPLICATION."""
+    _, dsn, _ = project
+    role = f"ct_owner_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOREPLICATION").format(sql.Identifier(role)))
+        try:
+            conn.execute(
+                sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(
+                    sql.Identifier(conn.info.dbname), sql.Identifier(role)
+                )
+            )
+            conn.execute(sql.SQL("ALTER TABLE items OWNER TO {}").format(sql.Identifier(role)))
+            yield role
+        finally:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_a_role_without_replication_is_told_the_cause_and_the_grant(
+    project: tuple[Path, str, str], owner_without_replication: str, cdc_db, tools
+) -> None:
+    root, dsn, _ = project
+    role = owner_without_replication
+    (root / "combined.yaml").write_text(
+        PROJECT.format(dsn=make_conninfo(dsn, user=role), prefix=cdc_db.prefix)
+    )
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "needs_auth", run.error
+        error = run.error or ""
+        # the server's own words, as the Run (and the CLI, which prints it) keeps them
+        assert "must be superuser or replication role" in error or "WAL sender" in error
+        assert f'ALTER ROLE "{role}" REPLICATION' in error
+        assert len(engine.run(run.id)["attempts"]) == 1
     finally:
         engine.close()

@@ -34,6 +34,7 @@ from combined.connectors.postgres._cdc import (
     _Assembler,
     lsn_from_state,
 )
+from combined.connectors.postgres._connect import Settings
 from combined.connectors.postgres._pgoutput import (
     Begin,
     Commit,
@@ -451,6 +452,11 @@ class Env:
     start: int
     opened: list[CdcExtraction] = field(default_factory=list)
 
+    @property
+    def pg(self) -> Settings:
+        """The source settings the extraction connects with."""
+        return Settings(self.dsn)
+
     def run(self, *statements: str, params: Any = None) -> None:
         with self.conn.transaction():
             for s in statements:
@@ -460,12 +466,12 @@ class Env:
         kw.setdefault("start_lsn", self.start)
         kw.setdefault("end_lsn", "current")
         kw.setdefault("datasets", {"a": self.a, "b": self.b})
-        ex = CdcExtraction(self.dsn, slot=self.slot, publication=self.pub, **kw)
+        ex = CdcExtraction(self.pg, slot=self.slot, publication=self.pub, **kw)
         self.opened.append(ex)
         return ex
 
     def confirmed(self) -> int | None:
-        return slot_status(self.dsn, self.slot).confirmed_flush_lsn
+        return slot_status(self.pg, self.slot).confirmed_flush_lsn
 
     def wait_confirmed(self, lsn: int, timeout: float = 5.0) -> int | None:
         deadline = time.monotonic() + timeout
@@ -478,12 +484,13 @@ class Env:
 def env(dsn: str) -> Iterator[Env]:
     sfx = f"{os.getpid()}_{uuid.uuid4().hex[:8]}"
     a, b, pub, slot = f"cdc_a_{sfx}", f"cdc_b_{sfx}", f"cdc_pub_{sfx}", f"cdc_slot_{sfx}"
+    pg = Settings(dsn)
     conn = psycopg.connect(dsn, autocommit=True)
     conn.execute(f"CREATE TABLE {a} (id int PRIMARY KEY, name text, big text, n numeric(10,2))")
     conn.execute(f"CREATE TABLE {b} (id int PRIMARY KEY, v text)")
     try:
-        ensure_publication(dsn, pub, [a, b])
-        with create_slot(dsn, slot) as handle:
+        ensure_publication(pg, pub, [a, b])
+        with create_slot(pg, slot) as handle:
             start = handle.consistent_point
         e = Env(dsn, conn, a, b, pub, slot, start)
         yield e
@@ -495,8 +502,8 @@ def env(dsn: str) -> Iterator[Env]:
             "WHERE slot_name = %s AND active_pid IS NOT NULL",
             (slot,),
         )
-        drop_slot(dsn, slot)
-        drop_publication(dsn, pub)
+        drop_slot(pg, slot)
+        drop_publication(pg, pub)
         conn.execute(f"DROP TABLE IF EXISTS {a}, {b}")
         conn.close()
 
@@ -687,7 +694,7 @@ def test_follow_mode_heartbeats_quiet_datasets_until_stopped(env: Env) -> None:
 
 @pytest.mark.postgres
 def test_a_lost_slot_fails_loudly(env: Env) -> None:
-    drop_slot(env.dsn, env.slot)
+    drop_slot(env.pg, env.slot)
     with pytest.raises(SlotLost, match="does not exist") as info:
         list(env.extraction())
     assert "teardown" in (info.value.hint or "")
@@ -699,9 +706,9 @@ def test_a_slot_dropped_while_streaming_fails_loudly(env: Env) -> None:
     ex = env.extraction(end_lsn=None, timeout=20)
     it = iter(ex)
     next(it)
-    pid = slot_status(env.dsn, env.slot).active_pid
+    pid = slot_status(env.pg, env.slot).active_pid
     env.conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
-    drop_slot(env.dsn, env.slot)
+    drop_slot(env.pg, env.slot)
     with pytest.raises(SlotLost):
         list(it)
     ex.finish("abort")
@@ -712,7 +719,7 @@ def test_configuration_errors(env: Env) -> None:
     with pytest.raises(ConfigError):
         env.extraction(start_lsn={"a": env.start})  # no start for b
     with pytest.raises(ConfigError):
-        CdcExtraction(env.dsn, slot=env.slot, publication=env.pub, datasets={}, start_lsn=0)
+        CdcExtraction(env.pg, slot=env.slot, publication=env.pub, datasets={}, start_lsn=0)
 
 
 @pytest.mark.postgres
@@ -743,7 +750,9 @@ def test_a_million_row_transaction_streams_in_bounded_memory(env: Env) -> None:
 
 
 def test_extraction_satisfies_the_protocol() -> None:
-    ex = CdcExtraction("host=unused", slot="s", publication="p", datasets={"a": "t"}, start_lsn=0)
+    ex = CdcExtraction(
+        Settings("host=unused"), slot="s", publication="p", datasets={"a": "t"}, start_lsn=0
+    )
     assert isinstance(ex, Extraction)
     assert ex.finish("abort").cleanup_succeeded
 

@@ -19,6 +19,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from combined.connectors.postgres._connect import Settings
 from combined.connectors.postgres._pgoutput import (
     Commit,
     Insert,
@@ -30,6 +31,7 @@ from combined.connectors.postgres._replication import (
     ReplicationStream,
     SlotLost,
     SlotStatus,
+    _connect,
     advance_slot,
     create_slot,
     current_wal_lsn,
@@ -64,7 +66,7 @@ def test_a_slot_without_its_wal_is_lost() -> None:
 @pytest.mark.parametrize("name", ["", "Upper", "has-dash", "x" * 64, "a b", "s;drop"])
 def test_slot_names_are_validated_before_any_command(name: str) -> None:
     with pytest.raises(ConfigError, match="invalid replication slot name"):
-        create_slot("host=unused", name)
+        create_slot(Settings("host=unused"), name)
 
 
 def test_slot_lost_pickles_with_its_hint() -> None:
@@ -117,6 +119,11 @@ class Names:
         self.slots.append(f"rep_{tag}_{self.sfx}")
         return self.slots[-1]
 
+    @property
+    def pg(self) -> Settings:
+        """The source settings the replication functions connect with."""
+        return Settings(self.dsn)
+
     def pub(self, tag: str = "p") -> str:
         self.pubs.append(f"rep_{tag}_{self.sfx}")
         return self.pubs[-1]
@@ -135,9 +142,9 @@ def names(dsn: str) -> Iterator[Names]:
                     "WHERE slot_name = %s AND active_pid IS NOT NULL",
                     (slot,),
                 )
-                drop_slot(dsn, slot)
+                drop_slot(n.pg, slot)
             for pub in n.pubs:
-                drop_publication(dsn, pub)
+                drop_publication(n.pg, pub)
             for table in n.tables:
                 conn.execute(f"DROP TABLE IF EXISTS {table}")
             for type_ in n.types:
@@ -148,22 +155,22 @@ def names(dsn: str) -> Iterator[Names]:
 def test_a_publication_is_created_then_verified(names: Names) -> None:
     a, b = names.table("a"), names.table("b")
     pub = names.pub()
-    made = ensure_publication(names.dsn, pub, [a, f"public.{b}"])
+    made = ensure_publication(names.pg, pub, [a, f"public.{b}"])
     assert made.created and made.tables == (f"public.{a}", f"public.{b}")
-    again = ensure_publication(names.dsn, pub, [b])
+    again = ensure_publication(names.pg, pub, [b])
     assert not again.created
-    assert drop_publication(names.dsn, pub) and not drop_publication(names.dsn, pub)
+    assert drop_publication(names.pg, pub) and not drop_publication(names.pg, pub)
 
 
 @pytest.mark.postgres
 def test_a_publication_missing_a_table_is_refused_unless_asked(names: Names) -> None:
     a, b = names.table("a"), names.table("b")
     pub = names.pub()
-    ensure_publication(names.dsn, pub, [a])
+    ensure_publication(names.pg, pub, [a])
     with pytest.raises(SourceError, match="does not cover") as info:
-        ensure_publication(names.dsn, pub, [a, b])
+        ensure_publication(names.pg, pub, [a, b])
     assert "ADD TABLE" in (info.value.hint or "")
-    ensure_publication(names.dsn, pub, [a, b], add_missing=True)
+    ensure_publication(names.pg, pub, [a, b], add_missing=True)
     row = names.conn.execute(
         "SELECT count(*) FROM pg_publication_tables WHERE pubname = %s", (pub,)
     ).fetchone()
@@ -174,20 +181,20 @@ def test_a_publication_missing_a_table_is_refused_unless_asked(names: Names) -> 
 def test_publications_that_would_lose_changes_are_refused(names: Names) -> None:
     keyless = names.table("k", "id int, v text")
     with pytest.raises(SourceError, match="no replica identity") as info:
-        ensure_publication(names.dsn, names.pub(), [keyless])
+        ensure_publication(names.pg, names.pub(), [keyless])
     assert "REPLICA IDENTITY FULL" in (info.value.hint or "")
     names.conn.execute(f"ALTER TABLE {keyless} REPLICA IDENTITY FULL")
-    ensure_publication(names.dsn, names.pub("full"), [keyless])
+    ensure_publication(names.pg, names.pub("full"), [keyless])
 
     a = names.table("a")
     inserts_only = names.pub("ins")
     names.conn.execute(f"CREATE PUBLICATION {inserts_only} FOR TABLE {a} WITH (publish = 'insert')")
     with pytest.raises(SourceError, match="every kind of change"):
-        ensure_publication(names.dsn, inserts_only, [a])
+        ensure_publication(names.pg, inserts_only, [a])
     with pytest.raises(NotFoundError):
-        ensure_publication(names.dsn, names.pub("nf"), [f"missing_{names.sfx}"])
+        ensure_publication(names.pg, names.pub("nf"), [f"missing_{names.sfx}"])
     with pytest.raises(ConfigError):
-        ensure_publication(names.dsn, names.pub("empty"), [])
+        ensure_publication(names.pg, names.pub("empty"), [])
 
 
 def _set_snapshot(name: str | None) -> sql.Composed:
@@ -199,10 +206,10 @@ def test_the_slot_snapshot_and_stream_stitch_without_gap_or_double(names: Names)
     t = names.table("t")
     pub, slot = names.pub(), names.slot()
     names.conn.execute(f"INSERT INTO {t} VALUES (1, 'before')")
-    ensure_publication(names.dsn, pub, [t])
-    with create_slot(names.dsn, slot) as handle:
+    ensure_publication(names.pg, pub, [t])
+    with create_slot(names.pg, slot) as handle:
         assert handle.snapshot_valid and handle.snapshot_name
-        status = require_slot(names.dsn, slot)  # retention is confirmed before any read
+        status = require_slot(names.pg, slot)  # retention is confirmed before any read
         assert status.restart_lsn is not None and status.wal_status in ("reserved", "extended")
         assert status.confirmed_flush_lsn == handle.consistent_point
         names.conn.execute(f"INSERT INTO {t} VALUES (2, 'after')")
@@ -225,7 +232,7 @@ def test_the_slot_snapshot_and_stream_stitch_without_gap_or_double(names: Names)
         time.sleep(0.05)
     assert not imported
 
-    stream = ReplicationStream(names.dsn, slot, pub, consistent)
+    stream = ReplicationStream(names.pg, slot, pub, consistent)
     try:
         decoder, ids = PgoutputDecoder(), []
         deadline = time.monotonic() + 10
@@ -247,8 +254,8 @@ def test_the_slot_snapshot_and_stream_stitch_without_gap_or_double(names: Names)
 def test_the_stream_renders_timestamps_in_utc_whatever_the_dsn_says(names: Names) -> None:
     t = names.table("ts", "id int PRIMARY KEY, at timestamptz, b bytea")
     pub, slot = names.pub(), names.slot()
-    ensure_publication(names.dsn, pub, [t])
-    with create_slot(names.dsn, slot) as handle:
+    ensure_publication(names.pg, pub, [t])
+    with create_slot(names.pg, slot) as handle:
         start = handle.consistent_point
     names.conn.execute(
         f"INSERT INTO {t} VALUES (1, '2024-01-01 05:30:00+05:30', '\\xff')",
@@ -258,7 +265,7 @@ def test_the_stream_renders_timestamps_in_utc_whatever_the_dsn_says(names: Names
     kolkata = make_conninfo(names.dsn, options="-c TimeZone=Asia/Kolkata -c bytea_output=escape")
     with psycopg.connect(kolkata) as plain:  # the DSN's options do take effect elsewhere
         assert plain.execute("SHOW TimeZone").fetchone() == ("Asia/Kolkata",)
-    stream = ReplicationStream(kolkata, slot, pub, start)
+    stream = ReplicationStream(Settings(kolkata), slot, pub, start)
     try:
         decoder, values = PgoutputDecoder(), None
         deadline = time.monotonic() + 10
@@ -276,45 +283,53 @@ def test_the_stream_renders_timestamps_in_utc_whatever_the_dsn_says(names: Names
 def test_slot_status_reports_position_and_lag(names: Names) -> None:
     t = names.table("t")
     pub, slot = names.pub(), names.slot()
-    ensure_publication(names.dsn, pub, [t])
-    create_slot(names.dsn, slot).release_snapshot()
-    before = slot_status(names.dsn, slot)
+    ensure_publication(names.pg, pub, [t])
+    create_slot(names.pg, slot).release_snapshot()
+    before = slot_status(names.pg, slot)
     assert before.exists and before.plugin == "pgoutput" and not before.active
     names.conn.execute(f"INSERT INTO {t} SELECT g, 'x' FROM generate_series(1, 100) g")
-    after = slot_status(names.dsn, slot)
+    after = slot_status(names.pg, slot)
     assert after.lag_bytes is not None and after.lag_bytes > (before.lag_bytes or 0)
     assert after.current_lsn is not None and after.current_lsn > (before.current_lsn or 0)
     assert after.lag_seconds is None  # nothing streams from it
-    missing = slot_status(names.dsn, f"nope_{names.sfx}")
+    missing = slot_status(names.pg, f"nope_{names.sfx}")
     assert not missing.exists and missing.lost
     with pytest.raises(SlotLost, match="does not exist") as info:
-        require_slot(names.dsn, f"nope_{names.sfx}")
+        require_slot(names.pg, f"nope_{names.sfx}")
     assert "teardown" in (info.value.hint or "") and "setup" in (info.value.hint or "")
 
 
 @pytest.mark.postgres
 def test_slots_are_created_once_and_dropped_idempotently(names: Names) -> None:
     slot = names.slot()
-    create_slot(names.dsn, slot).release_snapshot()
+    create_slot(names.pg, slot).release_snapshot()
     with pytest.raises(SourceError, match="already exists"):
-        create_slot(names.dsn, slot)
-    assert drop_slot(names.dsn, slot) is True
-    assert drop_slot(names.dsn, slot) is False
+        create_slot(names.pg, slot)
+    assert drop_slot(names.pg, slot) is True
+    assert drop_slot(names.pg, slot) is False
+
+
+@pytest.mark.postgres
+def test_a_slot_name_may_start_with_a_digit(names: Names) -> None:
+    slot = f"1{names.slot()}"  # a slot_prefix such as `1st` gives one
+    names.slots.append(slot)
+    create_slot(names.pg, slot).release_snapshot()
+    assert require_slot(names.pg, slot).exists
 
 
 @pytest.mark.postgres
 def test_an_idle_slot_advances_forward_only(names: Names) -> None:
     t = names.table("t")
     slot = names.slot()
-    create_slot(names.dsn, slot).release_snapshot()
-    start = slot_status(names.dsn, slot).confirmed_flush_lsn
+    create_slot(names.pg, slot).release_snapshot()
+    start = slot_status(names.pg, slot).confirmed_flush_lsn
     assert start is not None
     names.conn.execute(f"INSERT INTO {t} VALUES (1, 'x')")
-    target = current_wal_lsn(names.dsn)
+    target = current_wal_lsn(names.pg)
     assert target > start
-    assert advance_slot(names.dsn, slot, target) == target
-    assert advance_slot(names.dsn, slot, start) == target  # never backwards
-    assert emit_heartbeat(names.dsn) > target
+    assert advance_slot(names.pg, slot, target) == target
+    assert advance_slot(names.pg, slot, start) == target  # never backwards
+    assert emit_heartbeat(names.pg) > target
 
 
 @pytest.mark.postgres
@@ -331,13 +346,13 @@ def test_enums_and_domains_resolve_to_builtin_types(names: Names) -> None:
             ([mood, money_ish, nested, f"_{mood}"],),
         )
     }
-    got = resolve_user_types(names.dsn, [*oids.values(), 790])
+    got = resolve_user_types(names.pg, [*oids.values(), 790])
     assert got[oids[mood]] == (25, -1)
     assert got[oids[f"_{mood}"]] == (1009, -1)  # an array of enums reads as text[]
     assert 790 not in got  # money stays unsupported
     assert got[oids[money_ish]] == (1700, (10 << 16 | 2) + 4)
     assert got[oids[nested]] == (1700, (10 << 16 | 2) + 4)
-    assert resolve_user_types(names.dsn, []) == {}
+    assert resolve_user_types(names.pg, []) == {}
 
 
 @pytest.fixture
@@ -374,28 +389,95 @@ def test_refused_credentials_are_not_transient(dsn: str, nologin_role: str) -> N
     # The test server trusts 127.0.0.1, so a wrong password would be accepted:
     # the refusals here are a role that does not exist and one without LOGIN.
     for user in (f"nobody_{uuid.uuid4().hex[:6]}", nologin_role):
-        refused = make_conninfo(dsn, user=user)
+        refused = Settings(make_conninfo(dsn, user=user))
         with pytest.raises(AuthRejected) as info:
             slot_status(refused, "s")
         _assert_refused(info)
         with pytest.raises(AuthRejected) as info:
             ReplicationStream(refused, "s", "p", 0)
         _assert_refused(info)
+        assert f'role "{user}"' in info.value.message  # the server's words, not a guess
 
 
 @pytest.mark.postgres
-def test_a_role_without_replication_is_refused_the_stream(dsn: str, plain_role: str) -> None:
-    with pytest.raises(AuthRejected) as info:
-        ReplicationStream(make_conninfo(dsn, user=plain_role), "s", "p", 0)
-    _assert_refused(info)
+def test_a_role_without_replication_is_told_the_cause_and_the_grant(
+    dsn: str, plain_role: str
+) -> None:
+    settings = Settings(make_conninfo(dsn, user=plain_role))
+    slot_status(settings, "s")  # an ordinary connection is fine
+    for attempt in (
+        lambda: ReplicationStream(settings, "s", "p", 0),
+        lambda: create_slot(settings, "rep_never_created"),
+    ):
+        with pytest.raises(AuthRejected) as info:
+            attempt()
+        _assert_refused(info)
+        # The cause is in the message (what the CLI prints and the Run keeps),
+        # in the server's words of PostgreSQL up to 15 or from 16.
+        message = info.value.message.lower()
+        assert "replication" in message
+        assert "must be superuser or replication role" in message or "wal sender" in message
+        assert f'ALTER ROLE "{plain_role}" REPLICATION' in (info.value.hint or "")
+
+
+@pytest.mark.postgres
+def test_a_missing_database_is_a_configuration_error(dsn: str) -> None:
+    missing = f"rep_roles_{uuid.uuid4().hex[:8]}"  # "role" in its name: still a database
+    settings = Settings(make_conninfo(dsn, dbname=missing))
+    for attempt in (
+        lambda: slot_status(settings, "s"),
+        lambda: ReplicationStream(settings, "s", "p", 0),
+    ):
+        with pytest.raises(ConfigError) as info:
+            attempt()
+        assert f'database "{missing}" does not exist' in info.value.message
+        assert "database name in the dsn" in (info.value.hint or "")
+        assert not info.value.transient
 
 
 def test_an_unreachable_server_is_transient() -> None:
-    down = "host=127.0.0.1 port=1 dbname=postgres user=postgres connect_timeout=5"
+    down = Settings("host=127.0.0.1 port=1 dbname=postgres user=postgres", connect_timeout=5)
     for attempt in (lambda: slot_status(down, "s"), lambda: ReplicationStream(down, "s", "p", 0)):
         with pytest.raises(SourceUnavailable) as info:
             attempt()
         assert info.value.transient
+        assert "connection refused" in info.value.message.lower()
+
+
+def test_a_server_that_never_answers_times_out(silent_server: Any) -> None:
+    settings = Settings(silent_server.dsn, connect_timeout=2)
+    for attempt in (
+        lambda: slot_status(settings, "s"),
+        lambda: ReplicationStream(settings, "s", "p", 0),
+    ):
+        started = time.monotonic()
+        err = silent_server.outcome(attempt, seconds=20)
+        assert isinstance(err, SourceUnavailable) and err.transient, err
+        assert time.monotonic() - started < 10
+
+
+@pytest.mark.postgres
+def test_every_connection_carries_the_application_name(names: Names) -> None:
+    t = names.table("t")
+    pub, slot = names.pub(), names.slot()
+    app = f"rep_app_{names.sfx}"
+    settings = Settings(names.dsn, application_name=app)
+    with _connect(settings) as conn:
+        assert conn.execute("SHOW application_name").fetchone() == (app,)
+    ensure_publication(settings, pub, [t])
+    create_slot(settings, slot).release_snapshot()
+    stream = ReplicationStream(settings, slot, pub, 0)
+    try:
+        deadline = time.monotonic() + 5
+        while (pid := slot_status(settings, slot).active_pid) is None:
+            assert time.monotonic() < deadline, "the stream never took the slot"
+            time.sleep(0.05)
+        row = names.conn.execute(
+            "SELECT application_name FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+        assert row == (app,)
+    finally:
+        stream.close()
 
 
 def test_lsn_text_in_status_json() -> None:

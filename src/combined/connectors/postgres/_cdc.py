@@ -41,6 +41,7 @@ from typing import Any
 import pyarrow as pa
 
 from combined.connectors.abc import BaseExtraction
+from combined.connectors.postgres._connect import Settings
 from combined.connectors.postgres._pgoutput import (
     Begin,
     Commit,
@@ -544,6 +545,8 @@ class _Assembler:
 class CdcExtraction(BaseExtraction):
     """Stream a pgoutput slot into record batches and per-dataset checkpoints.
 
+    ``settings`` are the source's: every connection the extraction opens
+    (control and replication) uses its timeout and application name.
     ``datasets`` maps each dataset to its table (``schema.table``).
     ``start_lsn`` is the committed checkpoint (``lsn_from_state``), one for
     all datasets or one per dataset (the slot's consistent LSN after a fresh
@@ -570,14 +573,13 @@ class CdcExtraction(BaseExtraction):
 
     def __init__(
         self,
-        dsn: str,
+        settings: Settings,
         *,
         slot: str,
         publication: str,
         datasets: Mapping[str, str],
         start_lsn: int | str | Mapping[str, int | str],
         end_lsn: int | str | None = None,
-        password: str | None = None,
         keys: Mapping[str, tuple[str, ...]] | None = None,
         batch_rows: int = 65_536,
         batch_bytes: int = 64 << 20,
@@ -593,7 +595,7 @@ class CdcExtraction(BaseExtraction):
             raise ConfigError("a cdc extraction needs at least one dataset", hint="declare one")
         if status_interval < 1:
             raise ConfigError("status_interval must be at least 1 second", hint="pass 1 or more")
-        self._dsn, self._password = dsn, password
+        self._settings = settings
         self.slot, self.publication = slot, publication
         self.datasets = dict(datasets)
         self._starts = {
@@ -619,12 +621,12 @@ class CdcExtraction(BaseExtraction):
 
     def _messages(self) -> Iterator[Message]:
         self.authority.acquire()
-        status = require_slot(self._dsn, self.slot, password=self._password)
+        status = require_slot(self._settings, self.slot)
         # PostgreSQL before 17 lets a lower flush move the slot back: never send one.
         self._confirmed = max(self._confirmed, status.confirmed_flush_lsn or 0)
         end = self._end
         if end == "current":
-            end = current_wal_lsn(self._dsn, password=self._password)
+            end = current_wal_lsn(self._settings)
         end_lsn = None if end is None else _lsn(end)
         asm = self._assembler = _Assembler(
             self.datasets,
@@ -635,11 +637,10 @@ class CdcExtraction(BaseExtraction):
             resolve_types=self._resolve_types,
         )
         stream = self._stream = ReplicationStream(
-            self._dsn,
+            self._settings,
             self.slot,
             self.publication,
             min(self._starts.values()),
-            password=self._password,
             status_interval=self._status_interval,
         )
         decoder = PgoutputDecoder()
@@ -694,7 +695,7 @@ class CdcExtraction(BaseExtraction):
         run's end is the last record, one more record lets a keepalive pass it.
         """
         try:
-            emit_heartbeat(self._dsn, password=self._password)
+            emit_heartbeat(self._settings)
         except SourceError:
             pass  # best effort: a later keepalive or the run's timeout still ends the wait
 
@@ -746,12 +747,12 @@ class CdcExtraction(BaseExtraction):
                     return
                 except SourceError:
                     stream.close()  # a broken stream: confirm on the idle slot instead
-            advance_slot(self._dsn, self.slot, target, password=self._password)
+            advance_slot(self._settings, self.slot, target)
             self._confirmed = target
 
     def _resolve_types(self, oids: Iterable[int]) -> Mapping[int, tuple[int, int]]:
         """Read enums as text and domains as their base type."""
-        return resolve_user_types(self._dsn, oids, password=self._password)
+        return resolve_user_types(self._settings, oids)
 
     def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
         with self._lock:

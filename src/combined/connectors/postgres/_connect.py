@@ -10,6 +10,7 @@ to vouch for, so only the scrubbed first line travels, as ``detail``.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,8 @@ _AUTH_FRAGMENTS = (
     "pg_hba.conf rejects",
     "permission denied for database",
 )
+# Quoted, so that a database (or table) whose name holds "role" is not a role.
+_NO_ROLE = re.compile(r'role "[^"]*" does not exist')
 _CONNECTION_FRAGMENTS = (
     "terminating connection",
     "server closed the connection",
@@ -149,15 +152,24 @@ class Settings:
 
 def detail_of(exc: BaseException, settings: Settings) -> str:
     """The scrubbed first meaningful line of a driver error."""
+    return next(iter(detail_lines(exc, settings)), type(exc).__name__)
+
+
+def detail_lines(exc: BaseException, settings: Settings) -> list[str]:
+    """Every meaningful line of a driver error, scrubbed.
+
+    A connection to several hosts (or addresses) fails once per attempt, and
+    libpq reports each failure on its own line: the telling one need not be
+    the first.
+    """
     text = str(exc)
     for prefix in ("IO: ", "INVALID_DATA: ", "INVALID_ARGUMENT: ", "INVALID_STATE: ", "UNKNOWN: "):
         text = text.removeprefix(prefix)
     text = text.replace("[libpq] ", "")
     for prefix in ("Failed to connect: ", "Failed to execute query: ", "could not begin COPY: "):
         text = text.replace(prefix, "")
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
-    line = line.replace("FATAL:  ", "").replace("ERROR:  ", "")
-    return settings.scrub(line)[:300]
+    lines = (ln.strip().replace("FATAL:  ", "").replace("ERROR:  ", "") for ln in text.splitlines())
+    return [settings.scrub(ln)[:300] for ln in lines if ln]
 
 
 def sqlstate_of(exc: BaseException) -> str | None:
@@ -168,9 +180,13 @@ def sqlstate_of(exc: BaseException) -> str | None:
 
 def connect_error(exc: BaseException, settings: Settings) -> CombinedError:
     """Classify a failed connection attempt; the password never appears."""
-    detail = detail_of(exc, settings)
+    return connect_failure(detail_of(exc, settings))
+
+
+def connect_failure(detail: str) -> CombinedError:
+    """Classify a failed connection attempt from its scrubbed message ``detail``."""
     low = detail.lower()
-    if any(f in low for f in _AUTH_FRAGMENTS) or ("role" in low and "does not exist" in low):
+    if any(f in low for f in _AUTH_FRAGMENTS) or _NO_ROLE.search(low):
         return AuthRejected(
             f"the postgres server refused the credentials: {detail}",
             hint="check the user in the dsn and the password secret; "

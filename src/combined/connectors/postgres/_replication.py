@@ -16,6 +16,12 @@ consistent LSN with :class:`ReplicationStream`.
 A slot that is missing or whose WAL was removed raises :class:`SlotLost`:
 the changes in between are gone, and only a new slot plus a new snapshot
 (``combined cdc teardown`` then ``setup``) can close the gap.
+
+Every connection, the replication ones included, is opened from the
+source's :class:`~combined.connectors.postgres._connect.Settings`: the same
+connection string, password, ``connect_timeout`` and ``application_name``
+as the source's ordinary sessions, and its failures are classified as
+theirs are (:func:`~combined.connectors.postgres._connect.connect_failure`).
 """
 
 from __future__ import annotations
@@ -34,10 +40,13 @@ import psycopg2.errorcodes
 import psycopg2.extensions
 import psycopg2.extras
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
+from combined.connectors.postgres._connect import Settings, connect_failure, detail_lines
 from combined.connectors.postgres._pgoutput import array_type_of, lsn_to_text, text_to_lsn
 from combined.errors import (
     AuthRejected,
+    CombinedError,
     ConfigError,
     NotFoundError,
     SourceError,
@@ -151,70 +160,67 @@ def _options(dsn: str) -> str:
     return f"{own} {settings}".strip()
 
 
-#: Server (and libpq) wordings of a refusal that retrying cannot fix: a failed
-#: authentication of any method, a role that does not exist or lacks LOGIN or
-#: REPLICATION, a ``pg_hba.conf`` that has no entry or a ``reject`` entry.
-_REFUSED = (
-    "authentication failed",
-    "no password supplied",
-    "is not permitted to log in",
-    "no pg_hba.conf entry",
-    "pg_hba.conf rejects",
-    "permission denied",
+#: Server wordings (up to PostgreSQL 15, and from 16) of a role that lacks the
+#: REPLICATION attribute: it may log in, but not stream or manage slots.
+_NO_REPLICATION = (
     "must be superuser or replication role",
-    "must have replication",
+    "permission denied to start wal sender",
+    "permission denied to use replication slots",
 )
-_NO_ROLE = re.compile(r'role "[^"]*" does not exist')
 
 
-def _refused(line: str) -> bool:
-    lowered = line.lower()
-    return any(s in lowered for s in _REFUSED) or _NO_ROLE.search(lowered) is not None
+def _classify(
+    exc: Exception, settings: Settings, action: str, *, connecting: bool = False
+) -> CombinedError:
+    """A Combined error for a failed connection (``connecting``) or replication command.
 
-
-def _classify(exc: Exception, action: str) -> SourceError:
-    """A Combined error for a driver error; the DSN never reaches the message.
-
-    The whole text is searched: with several hosts (or addresses) the drivers
-    report one failure per attempt, and the refusal need not be the first.
+    A role without REPLICATION is terminal, with the statement that fixes it.
+    A failed connection is then classified as the source's ordinary sessions
+    classify theirs (refused credentials and a missing database are
+    terminal). Anything else is transient. Every line is searched: with
+    several hosts libpq reports one failure per attempt. The server's
+    scrubbed message is part of the error's message, so that the CLI and the
+    Run show the cause.
     """
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    refusal = next((ln for ln in lines if _refused(ln)), None)
-    if refusal is not None:
-        return AuthRejected(
-            f"postgresql refused the credentials while trying to {action}",
-            hint="check the source's user, password secret and pg_hba.conf "
-            "(replication connections need a matching entry)",
-            detail=refusal,
-        )
-    text = lines[0] if lines else type(exc).__name__
+    lines = detail_lines(exc, settings) or [type(exc).__name__]
+    for line in lines:
+        if any(s in line.lower() for s in _NO_REPLICATION):
+            user = conninfo_to_dict(settings.dsn).get("user") or "<user>"
+            role = sql.Identifier(str(user)).as_string(None)
+            return AuthRejected(
+                f"the postgres role lacks the REPLICATION attribute, needed to {action}: {line}",
+                hint=f"as a superuser run ALTER ROLE {role} REPLICATION, "
+                "or capture with a role that has it",
+                detail=line,
+            )
+    if connecting:
+        classified = (connect_failure(line) for line in lines)
+        terminal = next((e for e in classified if not e.transient), None)
+        if terminal is not None:
+            return terminal
     return SourceUnavailable(
-        f"postgresql failed while trying to {action}: {text}",
+        f"postgresql failed while trying to {action}: {lines[0]}",
         hint="check that the server is reachable; the run is retried as another attempt",
+        detail=lines[0],
     )
 
 
-def _connect(dsn: str, password: str | None) -> psycopg.Connection[Any]:
+def _connect(settings: Settings) -> psycopg.Connection[Any]:
     try:
-        kwargs: dict[str, Any] = {"autocommit": True}
-        if password is not None:
-            kwargs["password"] = password
-        return psycopg.connect(dsn, **kwargs)
+        return psycopg.connect(settings.conninfo(), autocommit=True)
     except psycopg.Error as exc:
-        raise _classify(exc, "connect") from None
+        raise _classify(exc, settings, "connect", connecting=True) from None
 
 
-def _replication_connect(dsn: str, password: str | None) -> Any:
+def _replication_connect(settings: Settings) -> Any:
     try:
-        kwargs: dict[str, Any] = {
-            "connection_factory": psycopg2.extras.LogicalReplicationConnection,
-            "options": _options(dsn),
-        }
-        if password is not None:
-            kwargs["password"] = password
-        return psycopg2.connect(dsn, **kwargs)
+        return psycopg2.connect(
+            settings.conninfo(),
+            connection_factory=psycopg2.extras.LogicalReplicationConnection,
+            options=_options(settings.dsn),
+        )
     except psycopg2.Error as exc:
-        raise _classify(exc, "open a replication connection") from None
+        raise _classify(exc, settings, "open a replication connection", connecting=True) from None
 
 
 def _split(table: str) -> tuple[str, str]:
@@ -232,11 +238,10 @@ def _check_wal_level(conn: psycopg.Connection[Any]) -> None:
 
 
 def ensure_publication(
-    dsn: str,
+    settings: Settings,
     name: str,
     tables: Sequence[str],
     *,
-    password: str | None = None,
     add_missing: bool = False,
 ) -> Publication:
     """Create publication ``name`` for ``tables`` or verify that it covers them.
@@ -252,7 +257,7 @@ def ensure_publication(
     wanted = tuple(dict.fromkeys(f"{s}.{t}" for s, t in map(_split, tables)))
     if not wanted:
         raise ConfigError("a publication needs at least one table", hint="declare a cdc dataset")
-    with _connect(dsn, password) as conn:
+    with _connect(settings) as conn:
         _check_wal_level(conn)
         for table in wanted:
             _check_identity(conn, table)
@@ -316,9 +321,9 @@ def _check_identity(conn: psycopg.Connection[Any], table: str) -> None:
         )
 
 
-def drop_publication(dsn: str, name: str, *, password: str | None = None) -> bool:
+def drop_publication(settings: Settings, name: str) -> bool:
     """Drop publication ``name``; return whether it existed."""
-    with _connect(dsn, password) as conn:
+    with _connect(settings) as conn:
         row = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
         if row is None:
             return False
@@ -378,7 +383,7 @@ class SlotHandle:
         return f"SlotHandle({self.slot!r}, consistent_point={self.consistent_point_text!r})"
 
 
-def create_slot(dsn: str, slot: str, *, password: str | None = None) -> SlotHandle:
+def create_slot(settings: Settings, slot: str) -> SlotHandle:
     """Create logical slot ``slot`` (pgoutput) exporting its snapshot.
 
     Before returning, confirms in ``pg_replication_slots`` that the slot
@@ -386,16 +391,17 @@ def create_slot(dsn: str, slot: str, *, password: str | None = None) -> SlotHand
     may be read before that. A slot that does not retain WAL is dropped again.
     """
     _check_slot_name(slot)
-    with _connect(dsn, password) as conn:
+    with _connect(settings) as conn:
         _check_wal_level(conn)
-    rconn = _replication_connect(dsn, password)
+    rconn = _replication_connect(settings)
     try:
         cur = rconn.cursor()
         # PostgreSQL 15 introduced the option list; the bare keyword is older.
+        # Quoted: a valid name may start with a digit, which no bare word may.
         if rconn.server_version >= 150000:
-            command = f"CREATE_REPLICATION_SLOT {slot} LOGICAL pgoutput (SNAPSHOT 'export')"
+            command = f"CREATE_REPLICATION_SLOT \"{slot}\" LOGICAL pgoutput (SNAPSHOT 'export')"
         else:
-            command = f"CREATE_REPLICATION_SLOT {slot} LOGICAL pgoutput EXPORT_SNAPSHOT"
+            command = f'CREATE_REPLICATION_SLOT "{slot}" LOGICAL pgoutput EXPORT_SNAPSHOT'
         cur.execute(command)
         _, consistent_point, snapshot_name, _ = cur.fetchone()
     except psycopg2.Error as exc:
@@ -405,13 +411,13 @@ def create_slot(dsn: str, slot: str, *, password: str | None = None) -> SlotHand
                 f"replication slot {slot!r} already exists",
                 hint="`combined cdc status` shows it; teardown drops it",
             ) from None
-        raise _classify(exc, "create a replication slot") from None
+        raise _classify(exc, settings, "create a replication slot") from None
     handle = SlotHandle(slot, text_to_lsn(consistent_point), snapshot_name, rconn)
     try:
-        require_slot(dsn, slot, password=password)
+        require_slot(settings, slot)
     except SourceError:
         handle.release_snapshot()
-        drop_slot(dsn, slot, password=password)
+        drop_slot(settings, slot)
         raise
     return handle
 
@@ -430,9 +436,9 @@ WHERE s.slot_name = %s
 """
 
 
-def slot_status(dsn: str, slot: str, *, password: str | None = None) -> SlotStatus:
+def slot_status(settings: Settings, slot: str) -> SlotStatus:
     """The slot's state, retention and lag (``exists`` false when it is missing)."""
-    with _connect(dsn, password) as conn:
+    with _connect(settings) as conn:
         row = conn.execute(_STATUS_SQL, (slot,)).fetchone()
     if row is None:
         return SlotStatus(slot=slot, exists=False)
@@ -454,9 +460,9 @@ def slot_status(dsn: str, slot: str, *, password: str | None = None) -> SlotStat
     )
 
 
-def require_slot(dsn: str, slot: str, *, password: str | None = None) -> SlotStatus:
+def require_slot(settings: Settings, slot: str) -> SlotStatus:
     """The slot's status; raise :class:`SlotLost` unless it exists and retains its WAL."""
-    status = slot_status(dsn, slot, password=password)
+    status = slot_status(settings, slot)
     if not status.exists:
         raise SlotLost(f"replication slot {slot!r} does not exist", hint=_RECOVER, slot=slot)
     if status.lost:
@@ -474,16 +480,22 @@ def require_slot(dsn: str, slot: str, *, password: str | None = None) -> SlotSta
 
 
 def drop_slot(
-    dsn: str, slot: str, *, password: str | None = None, wait_seconds: float = 10.0
+    settings: Settings,
+    slot: str,
+    *,
+    wait_seconds: float = 10.0,
+    in_use_hint: str = "stop the capture that streams from it, then retry",
 ) -> bool:
     """Drop the slot; return whether it existed.
 
+    The server never drops a slot that a walsender holds (``active_pid`` set).
     A slot still held by a walsender that is shutting down is retried for up
-    to ``wait_seconds``; one held by a live consumer raises ``SourceError``.
+    to ``wait_seconds``; one held by a live consumer raises ``SourceError``
+    naming the slot and its process, with ``in_use_hint`` as the hint.
     """
     _check_slot_name(slot)
     deadline = time.monotonic() + wait_seconds
-    with _connect(dsn, password) as conn:
+    with _connect(settings) as conn:
         while True:
             try:
                 row = conn.execute(
@@ -494,28 +506,34 @@ def drop_slot(
                 return row is not None
             except psycopg.errors.ObjectInUse:
                 if time.monotonic() >= deadline:
+                    holder = conn.execute(
+                        "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
+                        (slot,),
+                    ).fetchone()
+                    pid = f" (pid {holder[0]})" if holder and holder[0] is not None else ""
                     raise SourceError(
-                        f"replication slot {slot!r} is in use by another process",
-                        hint="stop the capture that streams from it, then retry",
+                        f"replication slot {slot!r} is in use by another process{pid}",
+                        hint=in_use_hint,
+                        slot=slot,
                     ) from None
                 time.sleep(0.1)
 
 
-def current_wal_lsn(dsn: str, *, password: str | None = None) -> int:
+def current_wal_lsn(settings: Settings) -> int:
     """The server's current WAL write position: the end of a bounded run."""
-    with _connect(dsn, password) as conn:
+    with _connect(settings) as conn:
         row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
     assert row is not None
     return text_to_lsn(row[0])
 
 
-def emit_heartbeat(dsn: str, *, password: str | None = None) -> int:
+def emit_heartbeat(settings: Settings) -> int:
     """Write a non-transactional logical message so WAL moves past quiet periods.
 
     The message is not published (pgoutput sends messages only on request);
     it gives the walsender a position to report in its keepalives.
     """
-    with _connect(dsn, password) as conn:
+    with _connect(settings) as conn:
         row = conn.execute(
             "SELECT pg_logical_emit_message(false, 'combined.heartbeat', '')::text"
         ).fetchone()
@@ -524,7 +542,7 @@ def emit_heartbeat(dsn: str, *, password: str | None = None) -> int:
 
 
 def advance_slot(
-    dsn: str, slot: str, lsn: int, *, password: str | None = None, wait_seconds: float = 10.0
+    settings: Settings, slot: str, lsn: int, *, wait_seconds: float = 10.0
 ) -> int | None:
     """Confirm ``lsn`` on an idle slot (``pg_replication_slot_advance``); never moves it back.
 
@@ -532,8 +550,8 @@ def advance_slot(
     Returns the slot's confirmed position afterwards.
     """
     _check_slot_name(slot)
-    with _connect(dsn, password) as conn:
-        status = slot_status(dsn, slot, password=password)
+    with _connect(settings) as conn:
+        status = slot_status(settings, slot)
         if status.lost:
             raise SlotLost(f"replication slot {slot!r} is lost", hint=_RECOVER, slot=slot)
         if status.confirmed_flush_lsn is not None and status.confirmed_flush_lsn >= lsn:
@@ -554,13 +572,11 @@ def advance_slot(
                     ) from None
                 time.sleep(0.1)
             except psycopg.Error as exc:
-                raise _classify(exc, "advance the replication slot") from None
-    return slot_status(dsn, slot, password=password).confirmed_flush_lsn
+                raise _classify(exc, settings, "advance the replication slot") from None
+    return slot_status(settings, slot).confirmed_flush_lsn
 
 
-def resolve_user_types(
-    dsn: str, oids: Iterable[int], *, password: str | None = None
-) -> dict[int, tuple[int, int]]:
+def resolve_user_types(settings: Settings, oids: Iterable[int]) -> dict[int, tuple[int, int]]:
     """For user-defined type OIDs, the built-in ``(type oid, modifier)`` to read them as.
 
     An enum and a string-category base type (``citext``) read as ``text``; a
@@ -571,7 +587,7 @@ def resolve_user_types(
     wanted = sorted(set(oids))
     out: dict[int, tuple[int, int]] = {}
     if wanted:
-        with _connect(dsn, password) as conn:
+        with _connect(settings) as conn:
             for oid in wanted:
                 found = _resolve_type(conn, oid)
                 if found is not None:
@@ -618,20 +634,19 @@ class ReplicationStream:
 
     def __init__(
         self,
-        dsn: str,
+        settings: Settings,
         slot: str,
         publication: str,
         start_lsn: int,
         *,
-        password: str | None = None,
         proto_version: int = 1,
         status_interval: float = 10.0,
         extra_options: Iterable[tuple[str, str]] = (),
     ) -> None:
         _check_slot_name(slot)
         self.slot = slot
-        self._dsn, self._password = dsn, password
-        self._conn = _replication_connect(dsn, password)
+        self._settings = settings
+        self._conn = _replication_connect(settings)
         self._cur = self._conn.cursor()
         options = {"proto_version": str(proto_version), "publication_names": publication}
         options.update(extra_options)
@@ -702,10 +717,10 @@ class ReplicationStream:
             except psycopg2.Error:
                 pass  # closing a broken connection has nothing left to release
 
-    def _failure(self, exc: Exception, action: str) -> SourceError:
+    def _failure(self, exc: Exception, action: str) -> CombinedError:
         """A lost slot when the slot is gone, otherwise a transient failure."""
         try:
-            require_slot(self._dsn, self.slot, password=self._password)
+            require_slot(self._settings, self.slot)
         except SlotLost as lost:
             return lost
         except SourceError:
@@ -715,4 +730,4 @@ class ReplicationStream:
                 f"replication slot {self.slot!r} is in use by another process",
                 hint="another capture streams from this slot; the run is retried",
             )
-        return _classify(exc, action)
+        return _classify(exc, self._settings, action)

@@ -37,7 +37,10 @@ class PostgresSource(BaseSource):
         :class:`~combined.errors.SourceUnavailable`.
     ``slot_prefix`` (optional, default ``combined``)
         Prefix of the replication slot and publication of each ``cdc``
-        dataset (see :mod:`combined.connectors.postgres._stitch`).
+        dataset, whose name also carries a digest of the prefix and the
+        exact relation (see :mod:`combined.connectors.postgres._stitch`).
+        Two projects that capture the same table from one database need
+        different prefixes.
 
     Datasets are relations named ``schema.table`` (a bare ``table`` is
     ``public.table``). Every read is one ``REPEATABLE READ READ ONLY``
@@ -139,13 +142,7 @@ class PostgresSource(BaseSource):
         from combined.connectors.postgres._replication import ensure_publication
 
         name = slot_name(self.slot_prefix, relation)
-        pub = ensure_publication(
-            self.settings.dsn,
-            name,
-            [qualified(relation)],
-            password=self.settings.password,
-            add_missing=True,
-        )
+        pub = ensure_publication(self.settings, name, [qualified(relation)], add_missing=True)
         verb = "created" if pub.created else "verified"
         return f"publication {name} {verb} for {qualified(relation)}"
 
@@ -154,7 +151,7 @@ class PostgresSource(BaseSource):
         from combined.connectors.postgres._replication import slot_status
 
         name = slot_name(self.slot_prefix, relation)
-        status = slot_status(self.settings.dsn, name, password=self.settings.password)
+        status = slot_status(self.settings, name)
         return {"slot": name, **status.to_json()}
 
     def cdc_teardown(self, relation: str) -> str:
@@ -162,8 +159,8 @@ class PostgresSource(BaseSource):
         from combined.connectors.postgres._replication import drop_publication, drop_slot
 
         name = slot_name(self.slot_prefix, relation)
-        slot = drop_slot(self.settings.dsn, name, password=self.settings.password)
-        pub = drop_publication(self.settings.dsn, name, password=self.settings.password)
+        slot = drop_slot(self.settings, name)
+        pub = drop_publication(self.settings, name)
         return (
             f"slot {name} {'dropped' if slot else 'was absent'}, "
             f"publication {name} {'dropped' if pub else 'was absent'}"

@@ -7,19 +7,36 @@ exported snapshot. The snapshot's final state carries the consistent LSN, so
 the stream that follows starts exactly where the snapshot ends: the key
 resolves rows the snapshot already holds, with no gap and no double.
 
-Each dataset has its own slot and publication (``<prefix>_<schema>_<table>``):
-one slot per dataset keeps a dataset's checkpoint independent of every other
-dataset's, at the cost of the server decoding the WAL once per slot.
+Each dataset has its own slot and publication, both named by
+:func:`slot_name`: one slot per dataset keeps a dataset's checkpoint
+independent of every other dataset's, at the cost of the server decoding the
+WAL once per slot. The name is the readable ``<prefix>_<schema>_<table>``
+(lower-cased, other characters as ``_``, cut to fit) followed by ``_`` and 10
+hex digits of a SHA-256 over the exact prefix, schema and table, so
+``sales_eu.orders`` and ``sales.eu_orders``, ``Orders`` and ``orders``, or two
+long names that share their first 63 characters get different slots. Slots
+named by the earlier scheme (the readable part alone) are not recognised:
+there were no released users, so none is migrated.
+
+A first capture (no checkpoint in the lake) drops a slot of its name that
+nothing streams from, as the leftover of an interrupted stand-up, and
+refuses one that a process holds. The slot prefix (``slot_prefix``, default
+``combined``) is the only thing that separates two Combined projects: two
+projects capturing the same table of one database need different prefixes,
+or each would take the other's slot for its own leftover.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 from combined.connectors.abc import BaseExtraction, ReadRequest
+from combined.connectors.postgres._catalog import parse_relation
 from combined.connectors.postgres._cdc import CdcExtraction, lsn_from_state
 from combined.connectors.postgres._connect import Session, Settings
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
@@ -29,7 +46,6 @@ from combined.connectors.postgres._replication import (
     drop_slot,
     ensure_publication,
     require_slot,
-    slot_status,
 )
 from combined.errors import ConfigError, SourceError
 from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome
@@ -40,10 +56,24 @@ def qualified(relation: str) -> str:
     return relation if "." in relation else f"public.{relation}"
 
 
+#: Hex digits of the digest that makes slot names distinct; 40 bits.
+_DIGEST_CHARS = 10
+#: PostgreSQL's limit on a slot name (NAMEDATALEN - 1).
+_NAME_BYTES = 63
+
+
 def slot_name(prefix: str, relation: str) -> str:
-    """The slot (and publication) name of one dataset: lower-case, at most 63 bytes."""
-    base = re.sub(r"[^a-z0-9_]", "_", f"{prefix}_{qualified(relation)}".lower())
-    return base[:63]
+    """The slot (and publication) name of one dataset: ``[a-z0-9_]``, at most 63 bytes.
+
+    A readable part, then a digest of the exact ``prefix``, schema and table
+    (a bare ``table`` is ``public.table``), so that distinct relations never
+    share a name however they are spelled or however long they are.
+    """
+    schema, table = parse_relation(relation)
+    exact = json.dumps([prefix, schema, table], ensure_ascii=False).encode()
+    digest = hashlib.sha256(exact).hexdigest()[:_DIGEST_CHARS]
+    readable = re.sub(r"[^a-z0-9_]", "_", f"{prefix}_{schema}_{table}".lower())
+    return f"{readable[: _NAME_BYTES - _DIGEST_CHARS - 1]}_{digest}"
 
 
 def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtraction:
@@ -58,7 +88,7 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
     if lsn is None:
         return StitchedSnapshot(settings, request, slot=name, publication=name)
     # Never resume silently with a gap: the slot must exist and hold its WAL.
-    require_slot(settings.dsn, name, password=settings.password)
+    require_slot(settings, name)
     stop = None
     max_changes = request.options.get("max_changes")
     ext: CdcExtraction
@@ -68,13 +98,12 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
             return ext.receipt.rows >= int(max_changes)
 
     ext = CdcExtraction(
-        settings.dsn,
+        settings,
         slot=name,
         publication=name,
         datasets={request.dataset: qualified(request.relation)},
         start_lsn=lsn,
         end_lsn=request.options.get("end_lsn", "current"),
-        password=settings.password,
         keys={request.dataset: tuple(request.key)},
         batch_rows=request.batch_rows,
         stop=stop,
@@ -99,18 +128,21 @@ class StitchedSnapshot(BaseExtraction):
 
     def _messages(self) -> Iterator[Message]:
         s, req = self._settings, self._request
-        ensure_publication(
-            s.dsn,
-            self.publication,
-            [qualified(req.relation)],
-            password=s.password,
-            add_missing=True,
+        ensure_publication(s, self.publication, [qualified(req.relation)], add_missing=True)
+        # No committed checkpoint refers to a slot of this name (we are here
+        # because none exists): one that nothing streams from is a leftover of
+        # an interrupted stand-up; one that a process holds is not ours. The
+        # short wait lets the walsender of an interrupted attempt exit.
+        drop_slot(
+            s,
+            self.slot,
+            wait_seconds=3.0,
+            in_use_hint=f"dataset {req.dataset} has no committed checkpoint, so this slot is "
+            "not its own: stop the process that streams from it; if another Combined project "
+            "captures the same table from this database, give the two different `slot_prefix` "
+            "values",
         )
-        if slot_status(s.dsn, self.slot, password=s.password).exists:
-            # No committed checkpoint refers to this slot (we are here because
-            # none exists), so it is a leftover of an interrupted stand-up.
-            drop_slot(s.dsn, self.slot, password=s.password)
-        self._handle = handle = create_slot(s.dsn, self.slot, password=s.password)
+        self._handle = handle = create_slot(s, self.slot)
         snapshot_id = handle.snapshot_name
         if snapshot_id is None:
             raise SourceError(
