@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 from combined.catalog import Admission, Catalog, Run, Trigger
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
-from combined.config import Project, config_digest, load_project, redact_config, resolve_secrets
+from combined.config import (
+    Project,
+    canonical_digest,
+    config_digest,
+    load_project,
+    redact_config,
+    resolve_secrets,
+)
 from combined.connectors import connector_class
 from combined.delivery import Limits
 from combined.errors import ConfigError, NotFoundError, ProtocolViolation
@@ -151,7 +158,8 @@ class Engine:
         return Admission.freeze(
             connector=src.connector,
             revision=str(cls.revision),
-            config_digest=config_digest(body),
+            # ``config`` is redacted already; dataset names are not setting names.
+            config_digest=canonical_digest(body),
             config=body,
             billing_policy=src.billing_policy,
             venue=src.venue,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,54 @@ def test_missing_secret_is_named_and_the_run_fails(
     assert "env:NOPE_PW" in output and "sources.shop.config.password" in output
     assert "failed" in result.stdout
     assert _orders(captured) == 200  # the earlier publication still answers
+
+
+def _catalog_text(root: Path) -> str:
+    """Every row of every table of the project's SQLite catalog, as text."""
+    con = sqlite3.connect(root / ".combined" / "catalog.db")
+    try:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return "\n".join(repr(row) for t in tables for row in con.execute(f'SELECT * FROM "{t}"'))
+    finally:
+        con.close()
+
+
+def _configure(root: Path, lines: str) -> None:
+    """Add ``lines`` (YAML, indented) to the shop source's ``config``."""
+    project = root / "combined.yaml"
+    project.write_text(
+        project.read_text().replace("      path: ./shop.db\n", f"      path: ./shop.db\n{lines}")
+    )
+
+
+LITERAL_SECRETS = """\
+      dsn: host=h dbname=d sslpassword=SECRETPW1
+      pasword: SECRETPW2
+      pgpassword: SECRETPW3
+      sslpassword: SECRETPW4
+      aws_secret_access_key: SECRETPW5
+      api: {token: {value: SECRETPW6}}
+      api_keys: [SECRETPW7]
+"""
+
+
+def test_literal_secrets_under_any_credential_name_are_refused_at_load(
+    captured: Path, tools: Any
+) -> None:
+    _configure(captured, LITERAL_SECRETS)
+    for command in ("check", "capture"):
+        result = tools.cli(captured, command)
+        assert result.returncode == 2
+        assert "SECRETPW" not in result.stdout + result.stderr
+        assert "sources.shop.config.dsn holds a connection string with an inline credential" in (
+            result.stderr
+        )
+        for path in ("pasword", "pgpassword", "sslpassword", "aws_secret_access_key"):
+            assert f"sources.shop.config.{path} holds a literal secret" in result.stderr
+        assert "sources.shop.config.api.token.value holds a literal secret" in result.stderr
+        assert "sources.shop.config.api_keys[0] holds a literal secret" in result.stderr
+        assert 'use {secret: "env:NAME"} or {secret: "file:PATH"}' in result.stderr
+    assert "SECRETPW" not in _catalog_text(captured)
 
 
 @pytest.mark.parametrize(
