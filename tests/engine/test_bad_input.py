@@ -53,25 +53,6 @@ def test_unknown_key_names_the_file_and_dotted_path(captured: Path, tools: Any) 
     assert _orders(captured) == 200
 
 
-def test_missing_secret_is_named_and_the_run_fails(
-    captured: Path, tools: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("NOPE_PW", raising=False)
-    project = captured / "combined.yaml"
-    project.write_text(
-        project.read_text().replace(
-            "path: ./shop.db", 'path: ./shop.db\n      password: {secret: "env:NOPE_PW"}'
-        )
-    )
-    result = tools.cli(captured, "capture")
-    assert result.returncode != 0
-    # The run's error is printed with the run (stdout); the brief expected stderr.
-    output = result.stdout + result.stderr
-    assert "env:NOPE_PW" in output and "sources.shop.config.password" in output
-    assert "failed" in result.stdout
-    assert _orders(captured) == 200  # the earlier publication still answers
-
-
 def _catalog_text(root: Path) -> str:
     """Every row of every table of the project's SQLite catalog, as text."""
     con = sqlite3.connect(root / ".combined" / "catalog.db")
@@ -88,6 +69,23 @@ def _configure(root: Path, lines: str) -> None:
     project.write_text(
         project.read_text().replace("      path: ./shop.db\n", f"      path: ./shop.db\n{lines}")
     )
+
+
+def test_a_misspelt_connector_key_is_refused_before_the_catalog_stores_it(
+    captured: Path, tools: Any
+) -> None:
+    _configure(captured, '      pasword: {secret: "env:SHOP_PW"}\n')
+    result = tools.cli(captured, "capture", env={"SHOP_PW": "SECRETPW"})
+    assert result.returncode == 2
+    assert "sources.shop.config.pasword is not a known key of the sqlite connector" in (
+        result.stderr
+    )
+    assert "the sqlite connector takes: batch_rows, busy_timeout_ms, path" in result.stderr
+    catalog = _catalog_text(captured)
+    assert "./shop.db" in catalog and "pasword" not in catalog
+    result = tools.cli(captured, "check", env={"SHOP_PW": "SECRETPW"})
+    shown = " ".join((result.stdout + result.stderr).split())  # check wraps its lines
+    assert result.returncode != 0 and "sources.shop.config.pasword is not a known key" in shown
 
 
 LITERAL_SECRETS = """\
@@ -118,6 +116,20 @@ def test_literal_secrets_under_any_credential_name_are_refused_at_load(
         assert "sources.shop.config.api_keys[0] holds a literal secret" in result.stderr
         assert 'use {secret: "env:NAME"} or {secret: "file:PATH"}' in result.stderr
     assert "SECRETPW" not in _catalog_text(captured)
+
+
+def test_a_missing_secret_is_named_and_the_run_fails(
+    captured: Path, tools: Any, pg_server_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NOPE_PW", raising=False)
+    tools.add_pg_source(captured, "crm", pg_server_dsn, "NOPE_PW")
+    result = tools.cli(captured, "capture", "crm")
+    assert result.returncode != 0
+    # The run's error is printed with the run (stdout).
+    output = result.stdout + result.stderr
+    assert "secret env:NOPE_PW at sources.crm.config.password is not set" in output
+    assert "failed" in result.stdout
+    assert _orders(captured) == 200  # the earlier publication still answers
 
 
 @pytest.mark.parametrize(
