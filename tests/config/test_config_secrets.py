@@ -311,3 +311,16 @@ def test_a_string_with_an_inline_credential_is_refused_and_masked(text: str) -> 
 )
 def test_a_string_without_a_credential_is_accepted(text: str) -> None:
     assert config_problems({"dsn": text}) == []
+
+
+@pytest.mark.parametrize("scheme", ["env", "file"])
+def test_an_empty_secret_is_refused_naming_the_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scheme: str
+) -> None:
+    monkeypatch.setenv("PGPW", "")
+    (tmp_path / "pw.txt").write_text("\n")
+    reference = "env:PGPW" if scheme == "env" else "file:pw.txt"
+    with pytest.raises(SecretError) as info:
+        resolve_secrets({"password": {"secret": reference}}, tmp_path, prefix="sources.pg.config")
+    assert str(info.value) == f"secret {reference} at sources.pg.config.password is empty"
+    assert info.value.hint and "remove the reference" in info.value.hint

@@ -118,16 +118,26 @@ def test_literal_secrets_under_any_credential_name_are_refused_at_load(
     assert "SECRETPW" not in _catalog_text(captured)
 
 
-def test_a_missing_secret_is_named_and_the_run_fails(
-    captured: Path, tools: Any, pg_server_dsn: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("value", "predicate"), [(None, "is not set"), ("", "is empty")], ids=["unset", "empty"]
+)
+def test_an_unusable_secret_is_named_and_the_run_fails(
+    captured: Path,
+    tools: Any,
+    pg_server_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    value: str | None,
+    predicate: str,
 ) -> None:
     monkeypatch.delenv("NOPE_PW", raising=False)
     tools.add_pg_source(captured, "crm", pg_server_dsn, "NOPE_PW")
-    result = tools.cli(captured, "capture", "crm")
+    # Set but empty must not silently mean "no password".
+    env = {} if value is None else {"NOPE_PW": value}
+    result = tools.cli(captured, "capture", "crm", env=env)
     assert result.returncode != 0
     # The run's error is printed with the run (stdout).
     output = result.stdout + result.stderr
-    assert "secret env:NOPE_PW at sources.crm.config.password is not set" in output
+    assert f"secret env:NOPE_PW at sources.crm.config.password {predicate}" in output
     assert "failed" in result.stdout
     assert _orders(captured) == 200  # the earlier publication still answers
 

@@ -144,8 +144,23 @@ def resolve_secret(reference: str, root: Path, *, where: str = "") -> str:
                 reference=reference,
                 path=where,
             )
-        return value
-    file = (root / Path(target).expanduser()).absolute()
+        fill = f"set the environment variable {target} to the secret"
+    else:
+        file = (root / Path(target).expanduser()).absolute()
+        value = _read_file_secret(reference, file, at, where)
+        fill = f"write the secret into {file}"
+    if not value:
+        # An empty secret would silently mean "no password": never what was meant.
+        raise SecretError(
+            f"secret {reference}{at} is empty",
+            hint=f"{fill}, or remove the reference if the source needs no secret",
+            reference=reference,
+            path=where,
+        )
+    return value
+
+
+def _read_file_secret(reference: str, file: Path, at: str, where: str) -> str:
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:

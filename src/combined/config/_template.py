@@ -39,7 +39,7 @@ sources:
     # write a secret here: a literal under a credential-like key (password,
     # token, api_key, ...) or inside a connection string is refused. Any
     # value may be a reference instead: {secret: "env:NAME"} or
-    # {secret: "file:PATH"}.
+    # {secret: "file:PATH"}; an empty secret is refused too.
     config:
       path: ./shop.db
     datasets:
