@@ -134,6 +134,29 @@ def shop(tmp_path: Path) -> Path:
     return tmp_path
 
 
+PG_SOURCE = """\
+  {name}:
+    connector: postgres
+    config:
+      dsn: {dsn}
+      password: {{secret: "env:{env}"}}
+    datasets:
+      customers:
+        relation: public.customers
+        key: [id]
+"""
+
+
+def add_pg_source(root: Path, name: str, dsn: str, password_env: str) -> None:
+    """Add to the shop project a PostgreSQL source whose password is ``env:<password_env>``.
+
+    Its one dataset, ``customers``, reads ``public.customers``.
+    """
+    project = root / "combined.yaml"
+    source = PG_SOURCE.format(name=name, dsn=dsn, env=password_env)
+    project.write_text(project.read_text() + source)
+
+
 class ShopTools:
     """The shop helpers, handed to tests as a fixture (tests are not a package)."""
 
@@ -141,6 +164,7 @@ class ShopTools:
     sql = staticmethod(shop_sql)
     rows = staticmethod(shop_rows)
     cli = staticmethod(cli)
+    add_pg_source = staticmethod(add_pg_source)
 
 
 @pytest.fixture

@@ -11,8 +11,15 @@ from typing import TYPE_CHECKING, Any
 from combined.catalog import Admission, Catalog, Run, Trigger
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
-from combined.config import Project, config_digest, load_project, redact_config, resolve_secrets
-from combined.connectors import connector_class
+from combined.config import (
+    Project,
+    canonical_digest,
+    config_digest,
+    load_project,
+    redact_config,
+    resolve_secrets,
+)
+from combined.connectors import check_config, connector_class
 from combined.delivery import Limits
 from combined.errors import ConfigError, NotFoundError, ProtocolViolation
 from combined.lake import LakeLayout
@@ -152,13 +159,24 @@ class Engine:
         return Admission.freeze(
             connector=src.connector,
             revision=str(cls.revision),
-            config_digest=config_digest(body),
+            # ``config`` is redacted already; dataset names are not setting names.
+            config_digest=canonical_digest(body),
             config=body,
             billing_policy=src.billing_policy,
             venue=src.venue,
         )
 
+    def _connector(self, source: str) -> type[Source]:
+        """The connector class of ``source``, once it accepts the configuration's keys."""
+        src = self.project.source(source)
+        cls = connector_class(src.connector)
+        check_config(cls, src.config, where=f"sources.{source}.config")
+        return cls
+
     def _declare(self, source: str) -> None:
+        # The connector refuses keys it does not take before anything is stored:
+        # a misspelt key's value may be the secret the user meant to reference.
+        self._connector(source)
         src = self.project.source(source)
         with self.catalog.begin() as conn:
             cat.upsert_source(
@@ -295,8 +313,7 @@ class Engine:
         return self._source(source)
 
     def _source(self, source: str) -> Source:
-        src = self.project.source(source)
-        cls = connector_class(src.connector)
+        cls = self._connector(source)
         config = self.project.resolved_config(source)
         if isinstance(config.get("path"), str) and "://" not in config["path"]:
             config["path"] = os.path.abspath(self.project.root / config["path"])

@@ -28,30 +28,22 @@ class constant, and so is ``run_state``, the Run state it leads to.
 
 from __future__ import annotations
 
-import re
 from typing import Any, ClassVar, Literal
 
+# ``redact`` is re-exported: errors and logs everywhere redact through it.
+from combined._credentials import redact as redact
+from combined._credentials import redact_data
+
 FailureState = Literal["failed", "needs_auth", "needs_review"]
-
-_DSN_PASSWORD = re.compile(
-    r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@\s]*)@"
-)
-_KV_PASSWORD = re.compile(
-    r"(?i)\b(password|passwd|pwd|secret|token)\s*=\s*('[^']*'|\"[^\"]*\"|\S+)"
-)
-
-
-def redact(text: str) -> str:
-    """Remove credentials from DSNs and key=value strings inside ``text``."""
-    text = _DSN_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
-    return _KV_PASSWORD.sub(lambda m: f"{m.group(1)}=***", text)
 
 
 class CombinedError(Exception):
     """Root of every error raised by Combined.
 
-    ``hint`` says what to do about it. The message and hint are redacted of
-    credentials when the error is built, so an error can be logged as it is.
+    ``hint`` says what to do about it. The message, the hint and the context
+    are redacted of credentials when the error is built (text through
+    :func:`redact`, values under credential-like keys, at any depth, masked),
+    so an error can be logged, pickled and stored as it is.
     """
 
     transient: ClassVar[bool] = False
@@ -60,7 +52,7 @@ class CombinedError(Exception):
     def __init__(self, message: str, *, hint: str | None = None, **context: Any) -> None:
         message = redact(message)
         self.hint = redact(hint) if hint else None
-        self.context = {k: redact(v) if isinstance(v, str) else v for k, v in context.items()}
+        self.context = {k: redact_data(v, key=k) for k, v in context.items()}
         super().__init__(message)
 
     @property

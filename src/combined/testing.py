@@ -169,6 +169,7 @@ class InMemorySource(BaseSource):
     name: ClassVar[str] = "memory"
     revision: ClassVar[str] = "1"
     SUPPORTS_SNAPSHOT: ClassVar[bool] = True
+    CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = ("tables", "keys")
 
     def __init__(
         self,
@@ -474,6 +475,7 @@ class ScriptedSource(BaseSource):
     revision: ClassVar[str] = "1"
     SUPPORTS_SNAPSHOT: ClassVar[bool] = True
     SUPPORTS_CURSOR: ClassVar[bool] = True
+    CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = ("datasets", "script", "state_file", "check")
 
     def __init__(
         self,

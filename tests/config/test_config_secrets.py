@@ -16,6 +16,7 @@ from combined.config import (
     resolve_secret,
     resolve_secrets,
 )
+from combined.config._secrets import REFERENCE_HINT, config_problems
 from combined.errors import ConfigError, SecretError
 
 CONFIG: dict[str, Any] = {
@@ -166,3 +167,160 @@ def test_digest_changes_when_config_changes(change: dict[str, Any]) -> None:
 
 def test_digest_does_not_depend_on_a_literal_secret() -> None:
     assert config_digest({"password": "one"}) == config_digest({"password": "two"})
+
+
+LITERAL = "SECRETPW"
+
+CREDENTIAL_KEYS = [
+    "password",
+    "pasword",
+    "pgpassword",
+    "sslpassword",
+    "PGPASSWORD",
+    "db_password",
+    "passwd",
+    "pwd",
+    "pass",
+    "passphrase",
+    "ssh_passphrase",
+    "secret",
+    "client_secret",
+    "clientSecret",
+    "token",
+    "access_token",
+    "authToken",
+    "api_key",
+    "apiKey",
+    "APIKey",
+    "apikey",
+    "Api-Key",
+    "x-api-key",
+    "api_keys",
+    "access_key",
+    "secret_access_key",
+    "aws_secret_access_key",
+    "AWS_SECRET_ACCESS_KEY",
+    "secret_key",
+    "private_key",
+    "private_key_pem",
+    "password_value",
+    "credentials",
+    "Authorization",
+]
+
+# Keys the connectors, the tests and the docs use, and look-alikes that name
+# something other than a credential.
+PLAIN_KEYS = [
+    "key",
+    "keys",
+    "primary_key",
+    "sort_key",
+    "key_column",
+    "cursor",
+    "dsn",
+    "path",
+    "schemas",
+    "slot_prefix",
+    "connect_timeout",
+    "application_name",
+    "busy_timeout_ms",
+    "batch_rows",
+    "tables",
+    "datasets",
+    "script",
+    "state_file",
+    "check",
+    "fields",
+    "password_file",
+    "passfile",
+    "token_url",
+    "api_key_header",
+    "secret_name",
+    "sslkey",
+    "bypass",
+    "passport",
+    "max_tokens",
+]
+
+
+@pytest.mark.parametrize("key", CREDENTIAL_KEYS)
+def test_a_literal_under_any_credential_key_is_refused_and_masked(key: str) -> None:
+    for value in (LITERAL, 12345):
+        assert config_problems({key: value}) == [((key,), "holds a literal secret", REFERENCE_HINT)]
+        assert redact_config({key: value}) == {key: "***"}
+    assert config_problems({key: {"secret": "env:PW"}}) == []
+
+
+@pytest.mark.parametrize("key", PLAIN_KEYS)
+def test_keys_that_name_no_credential_keep_their_values(key: str) -> None:
+    config = {key: "value", "scripted": {"datasets": {"orders": {key: ["id"]}}}}
+    assert config_problems(config) == []
+    assert redact_config(config) == config
+
+
+@pytest.mark.parametrize(
+    ("config", "where"),
+    [
+        ({"password": {"value": LITERAL}}, [("password", "value")]),
+        ({"password": [LITERAL]}, [("password", 0)]),
+        ({"hosts": [{"api_key": [{"v": LITERAL}]}]}, [("hosts", 0, "api_key", 0, "v")]),
+        (
+            {"auth": {"token": {"parts": [LITERAL, 7]}}},
+            [("auth", "token", "parts", i) for i in (0, 1)],
+        ),
+        # a group of settings: only its credentials are secrets, not the user name
+        ({"credentials": {"user": "bob", "password": LITERAL}}, [("credentials", "password")]),
+        ({"credentials": [LITERAL]}, [("credentials", 0)]),
+    ],
+)
+def test_literals_nested_under_a_credential_key_are_refused_and_masked(
+    config: dict[str, Any], where: list[tuple[str | int, ...]]
+) -> None:
+    problems = config_problems(config)
+    assert [loc for loc, _, _ in problems] == where
+    assert all(what == "holds a literal secret" for _, what, _ in problems)
+    assert LITERAL not in repr(redact_config(config))
+    assert "bob" in repr(redact_config(config)) or "bob" not in repr(config)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"host=127.0.0.1 dbname=postgres sslpassword={LITERAL}",
+        f"host=h password='{LITERAL}'",
+        f"host=h user=u pgpassword={LITERAL}",
+        f"postgresql://u@h/db?sslmode=require&sslpassword={LITERAL}",
+        f"postgresql://u:{LITERAL}@h/db",
+        f"https://api.example.com/v1?api_key={LITERAL}",
+    ],
+)
+def test_a_string_with_an_inline_credential_is_refused_and_masked(text: str) -> None:
+    ((loc, what, hint),) = config_problems({"dsn": text})
+    assert loc == ("dsn",) and "inline credential" in what and '{secret: "env:NAME"}' in hint
+    assert LITERAL not in redact_config({"dsn": text})["dsn"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "host=h dbname=d sslmode=require sslkey=/etc/client.key passfile=/etc/pgpass",
+        "host=h password=''",
+        "postgresql://u@h:5432/db?password=&sslmode=require",
+        "postgresql://u:@h/db",
+    ],
+)
+def test_a_string_without_a_credential_is_accepted(text: str) -> None:
+    assert config_problems({"dsn": text}) == []
+
+
+@pytest.mark.parametrize("scheme", ["env", "file"])
+def test_an_empty_secret_is_refused_naming_the_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scheme: str
+) -> None:
+    monkeypatch.setenv("PGPW", "")
+    (tmp_path / "pw.txt").write_text("\n")
+    reference = "env:PGPW" if scheme == "env" else "file:pw.txt"
+    with pytest.raises(SecretError) as info:
+        resolve_secrets({"password": {"secret": reference}}, tmp_path, prefix="sources.pg.config")
+    assert str(info.value) == f"secret {reference} at sources.pg.config.password is empty"
+    assert info.value.hint and "remove the reference" in info.value.hint

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -52,21 +53,91 @@ def test_unknown_key_names_the_file_and_dotted_path(captured: Path, tools: Any) 
     assert _orders(captured) == 200
 
 
-def test_missing_secret_is_named_and_the_run_fails(
-    captured: Path, tools: Any, monkeypatch: pytest.MonkeyPatch
+def _catalog_text(root: Path) -> str:
+    """Every row of every table of the project's SQLite catalog, as text."""
+    con = sqlite3.connect(root / ".combined" / "catalog.db")
+    try:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return "\n".join(repr(row) for t in tables for row in con.execute(f'SELECT * FROM "{t}"'))
+    finally:
+        con.close()
+
+
+def _configure(root: Path, lines: str) -> None:
+    """Add ``lines`` (YAML, indented) to the shop source's ``config``."""
+    project = root / "combined.yaml"
+    project.write_text(
+        project.read_text().replace("      path: ./shop.db\n", f"      path: ./shop.db\n{lines}")
+    )
+
+
+def test_a_misspelt_connector_key_is_refused_before_the_catalog_stores_it(
+    captured: Path, tools: Any
+) -> None:
+    _configure(captured, '      pasword: {secret: "env:SHOP_PW"}\n')
+    result = tools.cli(captured, "capture", env={"SHOP_PW": "SECRETPW"})
+    assert result.returncode == 2
+    assert "sources.shop.config.pasword is not a known key of the sqlite connector" in (
+        result.stderr
+    )
+    assert "the sqlite connector takes: batch_rows, busy_timeout_ms, path" in result.stderr
+    catalog = _catalog_text(captured)
+    assert "./shop.db" in catalog and "pasword" not in catalog
+    result = tools.cli(captured, "check", env={"SHOP_PW": "SECRETPW"})
+    shown = " ".join((result.stdout + result.stderr).split())  # check wraps its lines
+    assert result.returncode != 0 and "sources.shop.config.pasword is not a known key" in shown
+
+
+LITERAL_SECRETS = """\
+      dsn: host=h dbname=d sslpassword=SECRETPW1
+      pasword: SECRETPW2
+      pgpassword: SECRETPW3
+      sslpassword: SECRETPW4
+      aws_secret_access_key: SECRETPW5
+      api: {token: {value: SECRETPW6}}
+      api_keys: [SECRETPW7]
+"""
+
+
+def test_literal_secrets_under_any_credential_name_are_refused_at_load(
+    captured: Path, tools: Any
+) -> None:
+    _configure(captured, LITERAL_SECRETS)
+    for command in ("check", "capture"):
+        result = tools.cli(captured, command)
+        assert result.returncode == 2
+        assert "SECRETPW" not in result.stdout + result.stderr
+        assert "sources.shop.config.dsn holds a connection string with an inline credential" in (
+            result.stderr
+        )
+        for path in ("pasword", "pgpassword", "sslpassword", "aws_secret_access_key"):
+            assert f"sources.shop.config.{path} holds a literal secret" in result.stderr
+        assert "sources.shop.config.api.token.value holds a literal secret" in result.stderr
+        assert "sources.shop.config.api_keys[0] holds a literal secret" in result.stderr
+        assert 'use {secret: "env:NAME"} or {secret: "file:PATH"}' in result.stderr
+    assert "SECRETPW" not in _catalog_text(captured)
+
+
+@pytest.mark.parametrize(
+    ("value", "predicate"), [(None, "is not set"), ("", "is empty")], ids=["unset", "empty"]
+)
+def test_an_unusable_secret_is_named_and_the_run_fails(
+    captured: Path,
+    tools: Any,
+    pg_server_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    value: str | None,
+    predicate: str,
 ) -> None:
     monkeypatch.delenv("NOPE_PW", raising=False)
-    project = captured / "combined.yaml"
-    project.write_text(
-        project.read_text().replace(
-            "path: ./shop.db", 'path: ./shop.db\n      password: {secret: "env:NOPE_PW"}'
-        )
-    )
-    result = tools.cli(captured, "capture")
+    tools.add_pg_source(captured, "crm", pg_server_dsn, "NOPE_PW")
+    # Set but empty must not silently mean "no password".
+    env = {} if value is None else {"NOPE_PW": value}
+    result = tools.cli(captured, "capture", "crm", env=env)
     assert result.returncode != 0
-    # The run's error is printed with the run (stdout); the brief expected stderr.
+    # The run's error is printed with the run (stdout).
     output = result.stdout + result.stderr
-    assert "env:NOPE_PW" in output and "sources.shop.config.password" in output
+    assert f"secret env:NOPE_PW at sources.crm.config.password {predicate}" in output
     assert "failed" in result.stdout
     assert _orders(captured) == 200  # the earlier publication still answers
 

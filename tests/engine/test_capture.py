@@ -280,3 +280,27 @@ def test_a_first_baselines_digests_failing_on_their_side_thread_fail_the_capture
         assert _count(engine, "shop.orders") == 200
     finally:
         engine.close()
+
+
+def test_a_dataset_named_like_a_credential_keeps_its_settings_in_the_admission(
+    shop: Path,
+) -> None:
+    project = shop / "combined.yaml"
+    original = project.read_text()
+    digests = []
+    for rows in (1000, 2000):
+        declared = (
+            f"      secrets:\n        relation: orders\n        key: [id]\n"
+            f"        batch_rows: {rows}\n"
+        )
+        project.write_text(original.replace("      orders:\n        key: [id]\n", declared))
+        engine = Engine.open(project)
+        try:
+            (run,) = engine.capture(["shop.secrets"])
+            assert run.state == "succeeded", run.error
+            admission = engine.run(run.id)["admission"]
+        finally:
+            engine.close()
+        assert admission.config["datasets"]["secrets"]["relation"] == "orders"
+        digests.append(admission.config_digest)
+    assert digests[0] != digests[1]  # a dataset's name is not a credential's

@@ -6,6 +6,7 @@ connect time only with :meth:`Project.resolved_config` or
 :func:`redact_config` form.
 """
 
+from combined._credentials import is_secret_ref
 from combined.config._loader import load_project, parse_project
 from combined.config._models import (
     CATALOG_DRIVERS,
@@ -30,9 +31,9 @@ from combined.config._models import (
     parse_size,
 )
 from combined.config._secrets import (
+    canonical_digest,
     config_digest,
     find_secret_refs,
-    is_secret_ref,
     redact_config,
     resolve_secret,
     resolve_secrets,
@@ -57,6 +58,7 @@ __all__ = [
     "StagingLimits",
     "Strategy",
     "SyncMode",
+    "canonical_digest",
     "catalog_kind",
     "config_digest",
     "find_secret_refs",

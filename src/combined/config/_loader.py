@@ -21,8 +21,9 @@ from pydantic_core import ErrorDetails
 from yaml.error import Mark
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from combined._credentials import is_credential_key
 from combined.config._models import PROJECT_ENV, PROJECT_FILE, Project
-from combined.config._secrets import is_sensitive_key, join_path
+from combined.config._secrets import join_path
 from combined.errors import ConfigError, redact
 
 Loc = tuple[str | int, ...]
@@ -306,7 +307,7 @@ def _kind_of(value: Any) -> str:
 def _is_private(loc: Loc) -> bool:
     """Whether a value at ``loc`` may be a secret and must not be quoted."""
     return any(
-        part in ("config", "catalog", "catalog_password") or is_sensitive_key(part) for part in loc
+        part in ("config", "catalog", "catalog_password") or is_credential_key(part) for part in loc
     )
 
 

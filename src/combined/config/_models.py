@@ -30,11 +30,11 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from combined._credentials import has_inline_credential
 from combined.config._secrets import (
     REFERENCE_HINT,
     Problem,
     config_problems,
-    has_inline_password,
     join_path,
     parse_secret_ref,
     resolve_secret,
@@ -515,7 +515,7 @@ def _lake(value: object) -> str:
         return text
     if url.group(1).lower() not in _LAKE_SCHEMES:
         raise _error(f"uses an unsupported scheme: {url.group(1)}://", hint)
-    if has_inline_password(text):
+    if has_inline_credential(text):
         raise _error(
             "holds a credential inside the URL",
             "remove it; object stores read credentials from their usual environment",
@@ -534,7 +534,7 @@ def _catalog(value: object) -> str:
         scheme = url.group(1)
         what = "driver" if scheme.partition("+")[0].lower() in _CATALOG_SCHEMES else "scheme"
         raise _error(f"uses an unsupported {what}: {scheme}://", _CATALOG_HINT)
-    if has_inline_password(text):
+    if has_inline_credential(text):
         raise _error(
             "holds a password inside the URL",
             'remove it from the URL and set `catalog_password: {secret: "env:NAME"}`',

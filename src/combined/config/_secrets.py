@@ -13,30 +13,25 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from combined.errors import SecretError, redact
-
-SECRET_KEY = "secret"
-"""The one key of a secret reference mapping."""
+from combined._credentials import (
+    SECRET_KEY,
+    has_inline_credential,
+    is_literal,
+    is_secret_ref,
+    redact_data,
+    walk,
+)
+from combined.errors import SecretError
 
 SCHEMES = ("env", "file")
 """The places a secret reference can point to."""
 
 REFERENCE_HINT = 'use {secret: "env:NAME"} or {secret: "file:PATH"}'
 
-# Exact key names (after lower-casing and turning "-" into "_") and suffixes
-# that mark a value as a credential. Suffixes catch ``client_secret`` or
-# ``access_token``; a false positive is cheap because a reference always works.
-_SENSITIVE_NAMES = frozenset(
-    {"password", "passwd", "pwd", "secret", "token", "api_key", "apikey", "secret_key"}
-)
-_SENSITIVE_SUFFIXES = ("_password", "_passwd", "_secret", "_token", "_api_key")
-
-_DSN_PASSWORD = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:[^@\s]+@")
-_KV_PASSWORD = re.compile(r"(?i)\b(password|passwd|pwd|secret|token|api_?key)\s*=\s*[^\s&;]")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 Problem = tuple[tuple[str | int, ...], str, str]
@@ -54,24 +49,6 @@ def join_path(parts: Sequence[str | int]) -> str:
     return text
 
 
-def is_sensitive_key(key: object) -> bool:
-    """Whether a configuration key conventionally holds a credential."""
-    if not isinstance(key, str):
-        return False
-    name = key.lower().replace("-", "_")
-    return name in _SENSITIVE_NAMES or name.endswith(_SENSITIVE_SUFFIXES)
-
-
-def has_inline_password(text: str) -> bool:
-    """Whether ``text`` carries a password inside a DSN or a ``key=value`` string."""
-    return bool(_DSN_PASSWORD.search(text) or _KV_PASSWORD.search(text))
-
-
-def is_secret_ref(value: object) -> bool:
-    """Whether ``value`` is shaped like a secret reference: ``{secret: "<text>"}``."""
-    return isinstance(value, Mapping) and len(value) == 1 and isinstance(value.get(SECRET_KEY), str)
-
-
 def parse_secret_ref(reference: str) -> tuple[str, str]:
     """Split a reference into its scheme and target, or raise ``ValueError``.
 
@@ -85,38 +62,19 @@ def parse_secret_ref(reference: str) -> tuple[str, str]:
     return scheme, target
 
 
-def _walk(value: Any, loc: tuple[str | int, ...]) -> Iterator[tuple[tuple[str | int, ...], Any]]:
-    """Yield every (location, value) below ``value``, without entering references."""
-    yield loc, value
-    if is_secret_ref(value):
-        return
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            yield from _walk(item, (*loc, str(key)))
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            yield from _walk(item, (*loc, index))
-
-
-def _is_literal_secret(key: str | int, value: object) -> bool:
-    """A non-empty scalar under a credential key: a secret written in the clear."""
-    if not is_sensitive_key(key) or isinstance(value, bool) or value is None:
-        return False
-    return isinstance(value, int | float) or (isinstance(value, str) and value != "")
-
-
 def config_problems(config: Mapping[str, Any]) -> list[Problem]:
     """Everything that makes a source configuration unsafe or unusable.
 
-    Finds literal secrets under credential keys, DSNs with an inline password,
-    malformed references and values that do not map to JSON. Messages never
-    quote a value.
+    Finds literal secrets (text or numbers written under a credential-like key
+    at any depth, see :mod:`combined._credentials`), strings carrying an
+    inline credential, malformed references and values that do not map to
+    JSON. Messages never quote a value.
     """
     problems: list[Problem] = []
-    # The ``secret`` value of a mixed mapping is reported once, as the mix.
-    skip: set[tuple[str | int, ...]] = set()
-    for loc, value in _walk(config, ()):
-        if not loc or loc in skip:
+    # A mapping that mixes a reference with other keys is reported once, as the mix.
+    mixes: list[tuple[str | int, ...]] = []
+    for loc, value, under_credential in walk(config):
+        if any(loc[: len(mix)] == mix for mix in mixes):
             continue
         if is_secret_ref(value):
             try:
@@ -125,22 +83,22 @@ def config_problems(config: Mapping[str, Any]) -> list[Problem]:
                 problems.append(((*loc, SECRET_KEY), str(exc), REFERENCE_HINT))
         elif isinstance(value, Mapping):
             if SECRET_KEY in value and isinstance(value[SECRET_KEY], str) and len(value) > 1:
-                skip.add((*loc, SECRET_KEY))
+                mixes.append(loc)
                 problems.append((loc, "mixes a secret reference with other keys", REFERENCE_HINT))
             bad_keys = [k for k in value if not isinstance(k, str)]
             if bad_keys:
                 problems.append(
                     (loc, f"has a key that is not text: {bad_keys[0]!r}", "quote the key")
                 )
-        elif _is_literal_secret(loc[-1], value):
+        elif under_credential and is_literal(value):
             problems.append((loc, "holds a literal secret", REFERENCE_HINT))
-        elif isinstance(value, str) and has_inline_password(value):
+        elif isinstance(value, str) and has_inline_credential(value):
             problems.append(
                 (
                     loc,
-                    "holds a connection string with an inline password",
-                    "remove the password from it and put it under `password:` as "
-                    + REFERENCE_HINT.removeprefix("use "),
+                    "holds a connection string with an inline credential",
+                    "remove it from the string and give the secret under its own key as a "
+                    'reference, such as `password: {secret: "env:NAME"}` (or file:PATH)',
                 )
             )
         elif not isinstance(value, str | int | float | bool | list | tuple) and value is not None:
@@ -158,8 +116,8 @@ def find_secret_refs(config: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Every secret reference in ``config``, as (dotted path, reference), in order."""
     return [
         (join_path(loc), value[SECRET_KEY])
-        for loc, value in _walk(config, ())
-        if loc and is_secret_ref(value)
+        for loc, value, _ in walk(config)
+        if is_secret_ref(value)
     ]
 
 
@@ -186,8 +144,23 @@ def resolve_secret(reference: str, root: Path, *, where: str = "") -> str:
                 reference=reference,
                 path=where,
             )
-        return value
-    file = (root / Path(target).expanduser()).absolute()
+        fill = f"set the environment variable {target} to the secret"
+    else:
+        file = (root / Path(target).expanduser()).absolute()
+        value = _read_file_secret(reference, file, at, where)
+        fill = f"write the secret into {file}"
+    if not value:
+        # An empty secret would silently mean "no password": never what was meant.
+        raise SecretError(
+            f"secret {reference}{at} is empty",
+            hint=f"{fill}, or remove the reference if the source needs no secret",
+            reference=reference,
+            path=where,
+        )
+    return value
+
+
+def _read_file_secret(reference: str, file: Path, at: str, where: str) -> str:
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
@@ -234,25 +207,12 @@ def resolve_secrets(config: Mapping[str, Any], root: Path, *, prefix: str = "") 
 def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """A deep copy of ``config`` that is safe to store, log and hash.
 
-    References stay as they are (they are not secrets); literal credentials
-    under credential keys become ``"***"``; passwords inside DSNs and
-    ``key=value`` strings are masked.
+    References stay as they are (they are not secrets); literal credentials,
+    text or numbers under a credential-like key at any depth, become
+    ``"***"``; credentials inside URLs and ``key=value`` strings are masked.
     """
-
-    def clean(key: str | int, value: Any) -> Any:
-        if is_secret_ref(value):
-            return {SECRET_KEY: value[SECRET_KEY]}
-        if isinstance(value, Mapping):
-            return {str(k): clean(str(k), v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [clean(index, item) for index, item in enumerate(value)]
-        if _is_literal_secret(key, value):
-            return "***"
-        if isinstance(value, str):
-            return redact(value)
-        return value
-
-    return {str(key): clean(str(key), value) for key, value in config.items()}
+    # The configuration is a mapping of settings, never a reference itself.
+    return {str(key): redact_data(value, key=key) for key, value in config.items()}
 
 
 def config_digest(config: Mapping[str, Any]) -> str:
@@ -261,8 +221,17 @@ def config_digest(config: Mapping[str, Any]) -> str:
     Equal configurations give equal digests whatever their key order; a
     changed secret value does not change it, a changed reference does.
     """
+    return canonical_digest(redact_config(config))
+
+
+def canonical_digest(data: Mapping[str, Any]) -> str:
+    """The sha256 hex digest of ``data``, already safe to store, as canonical JSON.
+
+    For bodies that hold a redacted configuration next to names chosen by the
+    user (a dataset called ``secrets``), which redacting again would mask.
+    """
     canonical = json.dumps(
-        redact_config(config),
+        data,
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,

@@ -35,8 +35,11 @@ reduction_memory: 256MiB
 sources:
   shop:
     connector: sqlite
-    # Passed to the connector. Never write a secret here: any value may be a
-    # reference, {secret: "env:NAME"} or {secret: "file:PATH"}.
+    # Passed to the connector, which refuses keys it does not take. Never
+    # write a secret here: a literal under a credential-like key (password,
+    # token, api_key, ...) or inside a connection string is refused. Any
+    # value may be a reference instead: {secret: "env:NAME"} or
+    # {secret: "file:PATH"}; an empty secret is refused too.
     config:
       path: ./shop.db
     datasets:

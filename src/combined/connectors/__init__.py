@@ -1,5 +1,6 @@
 """Connectors: one folder per source kind, found through entry points."""
 
 from combined.connectors._registry import connector_class, known_connectors
+from combined.connectors.abc import check_config
 
-__all__ = ["connector_class", "known_connectors"]
+__all__ = ["check_config", "connector_class", "known_connectors"]

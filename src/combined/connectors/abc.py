@@ -14,12 +14,14 @@ lake commit landed.
 from __future__ import annotations
 
 import abc
+import difflib
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
+from combined.errors import ConfigError
 from combined.protocol import (
     ExtractionAuthority,
     ExtractionReceipt,
@@ -162,9 +164,17 @@ class Source(Protocol):
     #: Whether a read given ``options["control_totals"]`` (True or a column to sum)
     #: reports :attr:`BaseExtraction.control_totals` counted in the read's snapshot.
     SUPPORTS_CONTROL_TOTALS: ClassVar[bool]
+    #: The configuration keys the connector takes. Any other key is refused by
+    #: :func:`check_config` before the configuration is stored or used; None
+    #: leaves every check to the connector's constructor.
+    CONFIG_KEYS: ClassVar[tuple[str, ...] | None]
 
     def __init__(self, config: Mapping[str, Any]) -> None:
-        """Build the source from its configuration, secrets already resolved."""
+        """Build the source from its configuration, secrets already resolved.
+
+        Raises :class:`~combined.errors.ConfigError` for a configuration it
+        cannot take, unknown keys included.
+        """
         ...
 
     def check(self) -> None:
@@ -310,8 +320,10 @@ class BaseSource(abc.ABC):
     SUPPORTS_CDC: ClassVar[bool] = False
     SUPPORTS_PARTITIONS: ClassVar[bool] = False
     SUPPORTS_CONTROL_TOTALS: ClassVar[bool] = False
+    CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, config: Mapping[str, Any]) -> None:
+        check_config(type(self), config)
         self.config = dict(config)
 
     @abc.abstractmethod
@@ -339,3 +351,45 @@ class BaseSource(abc.ABC):
         if self.SUPPORTS_CDC:
             out.append("cdc")
         return out
+
+
+def check_config(connector: type[Source], config: Mapping[str, Any], *, where: str = "") -> None:
+    """Refuse the keys of ``config`` that ``connector`` does not take (its ``CONFIG_KEYS``).
+
+    Needs no secret: the engine calls it with references unresolved, before it
+    stores the configuration. ``where`` is the dotted path of ``config`` in the
+    project file (``sources.shop.config``), used in the error.
+    """
+    if connector.CONFIG_KEYS is not None:
+        refuse_unknown_keys(connector.name, config, connector.CONFIG_KEYS, where=where)
+
+
+def refuse_unknown_keys(
+    connector: str, config: Mapping[str, Any], accepted: Sequence[str], *, where: str = ""
+) -> None:
+    """Raise :class:`~combined.errors.ConfigError` naming the keys of ``config`` not accepted.
+
+    The hint suggests the closest accepted key and lists them all. A misspelt
+    key is never silently dropped: its value may be the setting (or the
+    secret) the user meant to give.
+    """
+    unknown = [str(key) for key in config if key not in accepted]
+    if not unknown:
+        return
+    names = ", ".join(f"{where}.{key}" if where else repr(key) for key in unknown)
+    verb = "is not a known key" if len(unknown) == 1 else "are not known keys"
+    guesses = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.6)
+        if close:
+            guesses.append(f"{close[0]!r}" if len(unknown) == 1 else f"{close[0]!r} for {key!r}")
+    if guesses:
+        hint = f"did you mean {', '.join(guesses)}? "
+    else:
+        hint = "remove it; " if len(unknown) == 1 else "remove them; "
+    raise ConfigError(
+        f"{names} {verb} of the {connector} connector",
+        hint=f"{hint}the {connector} connector takes: {', '.join(sorted(accepted))}",
+        connector=connector,
+        unknown=unknown,
+    )

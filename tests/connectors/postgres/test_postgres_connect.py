@@ -76,6 +76,20 @@ def test_a_password_inside_the_dsn_is_refused_without_echoing_it(pg_dsn):
         assert PASSWORD not in _all_text(info.value)
 
 
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        f"host=h dbname=d sslpassword={PASSWORD}",
+        f"postgresql://u@h/d?sslmode=require&sslpassword={PASSWORD}",
+    ],
+)
+def test_any_password_keyword_in_the_dsn_is_refused_without_echoing_it(dsn):
+    with pytest.raises(ConfigError) as info:
+        Settings.from_config({"dsn": dsn})
+    assert info.value.message == "the postgres dsn holds a password (sslpassword)"
+    assert PASSWORD not in _all_text(info.value)
+
+
 def test_a_role_that_cannot_log_in_is_rejected(pg_dsn, admin):
     missing = f"combined_missing_{uuid.uuid4().hex[:8]}"
     with pytest.raises(AuthRejected) as info:

@@ -13,7 +13,7 @@ import contextlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import adbc_driver_manager
 import adbc_driver_postgresql.dbapi as adbc_pg
@@ -21,6 +21,8 @@ import pyarrow as pa
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from combined._credentials import is_credential_key
+from combined.connectors.abc import refuse_unknown_keys
 from combined.errors import (
     AuthRejected,
     CombinedError,
@@ -37,6 +39,7 @@ BATCH_BYTES_OPTION = "adbc.postgresql.batch_size_hint_bytes"
 _TXN_STATUS_OPTION = "adbc.postgresql.transaction_status"
 DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
 DEFAULT_APPLICATION_NAME = "combined"
+DEFAULT_SLOT_PREFIX = "combined"
 
 #: Everything the driver stack raises for a failed statement or stream.
 DRIVER_ERRORS: tuple[type[BaseException], ...] = (
@@ -85,10 +88,22 @@ class Settings:
     schemas: tuple[str, ...] = ("public",)
     connect_timeout: int = 10
     application_name: str = DEFAULT_APPLICATION_NAME
+    slot_prefix: str = DEFAULT_SLOT_PREFIX
+
+    #: The configuration keys a PostgreSQL source takes: any other is refused.
+    KEYS: ClassVar[tuple[str, ...]] = (
+        "dsn",
+        "password",
+        "schemas",
+        "connect_timeout",
+        "application_name",
+        "slot_prefix",
+    )
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Settings:
-        """Validate the source configuration (``dsn``, ``password``, ``schemas``, ...)."""
+        """Validate the source configuration (the :attr:`KEYS`: ``dsn``, ``password``, ...)."""
+        refuse_unknown_keys("postgres", config, cls.KEYS)
         dsn = config.get("dsn")
         if not isinstance(dsn, str) or not dsn.strip():
             raise ConfigError(
@@ -102,9 +117,12 @@ class Settings:
                 "the postgres dsn cannot be parsed",
                 hint="use postgresql://user@host:port/dbname or host=... dbname=... form",
             ) from None
-        if parts.get("password"):
+        # Not only ``password``: ``sslpassword`` (the client key's passphrase)
+        # is a secret too, and the dsn is stored and shown as it is.
+        inline = [key for key, value in parts.items() if value and is_credential_key(key)]
+        if inline:
             raise ConfigError(
-                "the postgres dsn holds a password",
+                f"the postgres dsn holds a password ({', '.join(inline)})",
                 hint="remove it from the dsn and pass it as `password` from a secret reference",
             )
         password = config.get("password")
@@ -131,6 +149,7 @@ class Settings:
             schemas=tuple(schemas),
             connect_timeout=timeout,
             application_name=str(app or DEFAULT_APPLICATION_NAME),
+            slot_prefix=str(config.get("slot_prefix", DEFAULT_SLOT_PREFIX)),
         )
 
     def conninfo(self) -> str:

@@ -42,6 +42,8 @@ class PostgresSource(BaseSource):
         Two projects that capture the same table from one database need
         different prefixes.
 
+    Any other key is refused, naming the closest one that is taken.
+
     Datasets are relations named ``schema.table`` (a bare ``table`` is
     ``public.table``). Every read is one ``REPEATABLE READ READ ONLY``
     transaction; see :mod:`combined.connectors.postgres._extract` for the
@@ -56,11 +58,11 @@ class PostgresSource(BaseSource):
     SUPPORTS_CDC: ClassVar[bool] = True
     SUPPORTS_PARTITIONS: ClassVar[bool] = True
     SUPPORTS_CONTROL_TOTALS: ClassVar[bool] = True
+    CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = Settings.KEYS
 
     def __init__(self, config: Mapping[str, Any]) -> None:
-        config = dict(config)
-        self.slot_prefix = str(config.pop("slot_prefix", "combined"))
         self.settings = Settings.from_config(config)
+        self.slot_prefix = self.settings.slot_prefix
         # Keep the configuration, but never the secret, on the instance.
         super().__init__({k: ("***" if k == "password" else v) for k, v in config.items()})
         self._lock = threading.Lock()

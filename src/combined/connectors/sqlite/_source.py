@@ -51,6 +51,8 @@ class SQLiteSource(BaseSource):
         How long a read waits for a writer's lock before the source is
         reported unavailable (and the Attempt retried).
 
+    Any other key is refused, naming the closest one that is taken.
+
     Every read runs in one read transaction, so its batches (and, for a cursor
     read, its upper bound) come from one consistent snapshot of the file. In a
     rollback-journal (non-WAL) database that transaction blocks writers until
@@ -68,6 +70,7 @@ class SQLiteSource(BaseSource):
     SUPPORTS_CURSOR: ClassVar[bool] = True
     SUPPORTS_CDC: ClassVar[bool] = False
     SUPPORTS_PARTITIONS: ClassVar[bool] = False
+    CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = ("path", "batch_rows", "busy_timeout_ms")
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__(config)

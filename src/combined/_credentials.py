@@ -1,0 +1,269 @@
+"""Which names hold a credential, and how to keep credentials out of text and data.
+
+One place decides what a credential looks like (a configuration key, a libpq
+keyword, a URL query parameter, an error's context key), so that the check
+refusing a literal secret in a project file and the redaction of errors,
+logs and stored configurations always agree. A false positive is cheap: a
+secret reference is accepted under any key.
+
+A key name is split into words (``sslPassword`` -> ssl, password;
+``AWS_SECRET_ACCESS_KEY`` -> aws, secret, access, key). Trailing words that
+only say how the value is written (``_value``, ``_pem``, ``_v2``) are set
+aside, and the last remaining word, the one that says what the value is,
+decides:
+
+* a credential word, alone or ending a run-together word: ``password``,
+  ``sslpassword``, ``passwd``, ``pwd``, ``passphrase``, ``secret``,
+  ``clientsecret``, ``token``, ``authtoken``, ``authorization``; ``pass``
+  only as a word of its own (``bypass`` is not one); a near miss of a long
+  one (``pasword``);
+* ``key`` or ``keys`` after a word that makes it a credential: ``api_key``,
+  ``apikey``, ``access_key``, ``secret_access_key``, ``private_key``. A bare
+  ``key`` (a dataset key, a TLS key file) or ``primary_key`` is not one;
+* ``credentials`` / ``creds`` group other settings: only a value written
+  directly under them counts, while anything under any other credential
+  key is part of the secret (``password: {value: ...}``).
+
+So ``password_file``, ``token_url`` or ``api_key_header`` are not
+credentials: their last word says they name something else.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+SECRET_KEY = "secret"
+"""The one key of a secret reference mapping: ``{secret: "env:NAME"}``."""
+
+MASK = "***"
+"""What a redacted credential is replaced with."""
+
+_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+# Credential words, matched as the last word or as the end of a run-together one.
+_CREDENTIAL_ENDINGS = (
+    "password",
+    "passwords",
+    "passwd",
+    "pwd",
+    "passphrase",
+    "secret",
+    "secrets",
+    "token",
+    "authorization",
+)
+# Matched as whole words only: as endings they end ordinary words (bypass, compass).
+_WHOLE_WORDS = frozenset({"pass"})
+# Words that group credentials with other settings (a user name, a host).
+_GROUP_ENDINGS = ("credential", "credentials", "creds")
+# Long words whose misspellings (``pasword``) still name them.
+_NEAR_MISS_WORDS = ("password", "passphrase", "credential", "credentials")
+_NEAR_MISS_CUTOFF = 0.85
+# Words before ``key`` that make it a credential rather than a column or a file.
+_KEY_QUALIFIERS = (
+    "api",
+    "access",
+    "private",
+    "secret",
+    "signing",
+    "encryption",
+    "master",
+    "shared",
+    "auth",
+    "app",
+    "account",
+    "license",
+    "subscription",
+    "hmac",
+)
+# Trailing words that say how a value is written, not what it is.
+_FORM_WORDS = frozenset(
+    {
+        "value",
+        "text",
+        "string",
+        "str",
+        "plain",
+        "plaintext",
+        "raw",
+        "literal",
+        "data",
+        "pem",
+        "b64",
+        "base64",
+        "hex",
+        "content",
+        "contents",
+        "bytes",
+        "v",
+    }
+)
+
+Kind = Literal["leaf", "group"]
+
+
+def _words(name: str) -> list[str]:
+    words = [word.lower() for word in _WORD.findall(name)]
+    while words and (words[-1] in _FORM_WORDS or words[-1].isdigit()):
+        words.pop()
+    return words
+
+
+def credential_kind(name: object) -> Kind | None:
+    """Whether the key ``name`` holds a credential: ``leaf``, ``group`` or None.
+
+    Everything under a ``leaf`` key (``password``, ``api_key``) is part of the
+    secret; only a value written directly under a ``group`` key
+    (``credentials``) is one.
+    """
+    if not isinstance(name, str):
+        return None
+    words = _words(name)
+    if not words:
+        return None
+    head = words[-1]
+    if head.endswith(_GROUP_ENDINGS):
+        return "group"
+    if head in _WHOLE_WORDS or head.endswith(_CREDENTIAL_ENDINGS):
+        return "leaf"
+    for suffix in ("keys", "key"):
+        if head.endswith(suffix):
+            qualifier = head[: -len(suffix)] or (words[-2] if len(words) > 1 else "")
+            return "leaf" if qualifier and qualifier.endswith(_KEY_QUALIFIERS) else None
+    if len(head) >= 6:
+        close = difflib.get_close_matches(head, _NEAR_MISS_WORDS, n=1, cutoff=_NEAR_MISS_CUTOFF)
+        if close:
+            return "group" if close[0].startswith("credential") else "leaf"
+    return None
+
+
+def is_credential_key(name: object) -> bool:
+    """Whether a configuration key, keyword or parameter conventionally holds a credential."""
+    return credential_kind(name) is not None
+
+
+def is_secret_ref(value: object) -> bool:
+    """Whether ``value`` is shaped like a secret reference: ``{secret: "<text>"}``."""
+    return isinstance(value, Mapping) and len(value) == 1 and isinstance(value.get(SECRET_KEY), str)
+
+
+def is_literal(value: object) -> bool:
+    """Whether ``value`` is a scalar that could be a secret (non-empty text or a number)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int | float) or (isinstance(value, str) and value != "")
+
+
+Loc = tuple[str | int, ...]
+
+
+def walk(config: Mapping[Any, Any]) -> Iterator[tuple[Loc, Any, bool]]:
+    """Yield (location, value, under a credential) for everything below ``config``.
+
+    ``config`` is a mapping of settings, never itself a reference. Secret
+    references are yielded but not entered. List items share their list's
+    standing; a mapping item is under a credential if its own key is
+    credential-like or a ``leaf`` credential key encloses it at any depth.
+    """
+    for key, item in config.items():
+        yield from _walk(item, (str(key),), *_below(key, False))
+
+
+def _walk(value: Any, loc: Loc, under: bool, inside: bool) -> Iterator[tuple[Loc, Any, bool]]:
+    yield loc, value, under
+    if is_secret_ref(value):
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _walk(item, (*loc, str(key)), *_below(key, inside))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _walk(item, (*loc, index), under, inside)
+
+
+def _below(key: object, inside: bool) -> tuple[bool, bool]:
+    """(under a credential, inside a leaf credential) for the value of ``key``."""
+    kind = credential_kind(key)
+    return inside or kind is not None, inside or kind == "leaf"
+
+
+def redact_data(value: Any, *, key: object = None) -> Any:
+    """A copy of ``value`` that is safe to store, log and show.
+
+    Literal credentials (see :func:`walk`) become ``"***"``, text is passed
+    through :func:`redact`, secret references stay as they are (they are not
+    secrets). ``key`` is the name ``value`` is stored under, if any.
+    """
+    return _clean(value, *_below(key, False))
+
+
+def _clean(value: Any, under: bool, inside: bool) -> Any:
+    if is_secret_ref(value):
+        return {SECRET_KEY: value[SECRET_KEY]}
+    if isinstance(value, Mapping):
+        return {k: _clean(item, *_below(k, inside)) for k, item in value.items()}
+    if isinstance(value, list):
+        return [_clean(item, under, inside) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_clean(item, under, inside) for item in value)
+    if under and is_literal(value):
+        return MASK
+    if isinstance(value, str):
+        return redact(value)
+    return value
+
+
+# ``scheme://user:password@host``. The password may hold an unescaped ``@``
+# (or ``/``): it runs to the last ``@`` of the URL. An ``@`` later in the path
+# or query masks more than the password, never less.
+_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*):(?P<pw>\S*)@")
+# ``name=value``: libpq keywords, URL query parameters, command-line options.
+_KEY_EQUALS = re.compile(r"(?<!\w)(?P<key>[A-Za-z_][\w.-]*)\s*=\s*")
+# A value as libpq reads it: in single quotes with backslash escapes (as
+# psycopg's ``make_conninfo`` writes it), else up to whitespace. An
+# unterminated single quote runs to the end, so a message cut short still
+# hides the rest. Double quotes (not libpq's) count only when closed. A
+# closing quote must end the word, else the word is read unquoted.
+_VALUE = re.compile(r"'(?:\\.|[^'\\])*(?:'(?=\s|$)|$)|\"(?:\\.|[^\"\\])*\"(?=\s|$)|(?:\\.|\S)+")
+_EMPTY_VALUES = ("''", '""')
+
+
+def _credential_pairs(text: str) -> Iterator[tuple[re.Match[str], str, int]]:
+    """Each ``name=value`` whose name is credential-like: (match, value, end of value).
+
+    The values of other names are scanned too, so ``a=b&password=c`` is found.
+    """
+    pos = 0
+    while (pair := _KEY_EQUALS.search(text, pos)) is not None:
+        pos = pair.end()
+        if not is_credential_key(pair["key"]):
+            continue
+        value = _VALUE.match(text, pos)
+        if value is not None:
+            pos = value.end()
+        yield pair, value[0] if value else "", pos
+
+
+def has_inline_credential(text: str) -> bool:
+    """Whether ``text`` carries a credential in a URL or a ``name=value`` pair."""
+    if any(url["pw"] for url in _URL_PASSWORD.finditer(text)):
+        return True
+    return any(
+        value and value not in _EMPTY_VALUES and value[0] not in "&;"
+        for _, value, _ in _credential_pairs(text)
+    )
+
+
+def redact(text: str) -> str:
+    """``text`` with the credentials in URLs and ``name=value`` pairs masked."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m['head']}:{MASK}@", text)
+    out: list[str] = []
+    done = 0
+    for pair, _, end in _credential_pairs(text):
+        out.append(f"{text[done : pair.start()]}{pair['key']}={MASK}")
+        done = end
+    out.append(text[done:])
+    return "".join(out)

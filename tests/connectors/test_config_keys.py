@@ -1,0 +1,56 @@
+"""Every connector refuses configuration keys it does not take, naming the closest."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pytest
+
+from combined.connectors import check_config, connector_class, known_connectors
+from combined.connectors.abc import Source
+from combined.errors import ConfigError
+from combined.testing import InMemorySource
+
+SECRET = "SECRETPW"
+
+# connector class, a configuration it takes, a misspelt key, the key meant
+CASES: dict[str, tuple[type[Source], dict[str, Any], str, str]] = {
+    "sqlite": (connector_class("sqlite"), {"path": "shop.db"}, "busy_timeout", "busy_timeout_ms"),
+    "postgres": (connector_class("postgres"), {"dsn": "host=h dbname=d"}, "pasword", "password"),
+    "scripted": (connector_class("scripted"), {"script": []}, "state_fiel", "state_file"),
+    "memory": (InMemorySource, {"tables": {}}, "key", "keys"),
+}
+
+
+def test_every_registered_connector_declares_the_keys_it_takes() -> None:
+    assert set(known_connectors()) <= set(CASES)
+    for cls, config, _, _ in CASES.values():
+        assert cls.CONFIG_KEYS and set(config) <= set(cls.CONFIG_KEYS)
+        cls(config).close()  # a configuration of known keys is taken
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_misspelt_key_is_refused_with_the_closest_and_every_accepted_key(name: str) -> None:
+    cls, config, typo, meant = CASES[name]
+    assert cls.CONFIG_KEYS is not None
+    with pytest.raises(ConfigError) as info:
+        cls({**config, typo: SECRET})
+    error = info.value
+    assert error.message == f"{typo!r} is not a known key of the {name} connector"
+    assert error.hint is not None and error.hint.startswith(f"did you mean {meant!r}?")
+    assert all(key in error.hint for key in cls.CONFIG_KEYS)
+    assert SECRET not in error.describe() + repr(error.context) + repr(pickle.dumps(error))
+
+
+def test_the_engine_check_names_the_dotted_path_and_every_unknown_key() -> None:
+    cls = connector_class("postgres")
+    config = {"dsn": "host=h", "pasword": {"secret": "env:PW"}, "colour": "red"}
+    with pytest.raises(ConfigError) as info:
+        check_config(cls, config, where="sources.pg.config")
+    assert info.value.message == (
+        "sources.pg.config.pasword, sources.pg.config.colour are not known keys "
+        "of the postgres connector"
+    )
+    assert (info.value.hint or "").startswith("did you mean 'password' for 'pasword'? ")
+    check_config(cls, {"dsn": "host=h", "password": {"secret": "env:PW"}}, where="x")

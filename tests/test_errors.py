@@ -1,0 +1,99 @@
+"""Errors never carry a credential: in their text, their hint or their context."""
+
+from __future__ import annotations
+
+import pickle
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from combined.errors import CombinedError, ConfigError, redact
+
+SECRET = "SECRETPW"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # libpq's own quoting, as psycopg's make_conninfo writes it
+        ("host=h password='SEC\\'RETPW'", "host=h password=***"),
+        ("host=h password='SEC RET\\\\PW' user=u", "host=h password=*** user=u"),
+        ("host=h password = SECRETPW dbname=d", "host=h password=*** dbname=d"),
+        # an unescaped @ in the password: up to the last @ before the host
+        ("postgresql://u:SEC@RETPW@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://u:SEC@RET/PW@h:5432/db?x=1", "postgresql://u:***@h:5432/db?x=1"),
+        ("see postgresql://u:SECRETPW@h/db, then", "see postgresql://u:***@h/db, then"),
+        # credential keywords other than password
+        ("host=h sslpassword=SECRETPW", "host=h sslpassword=***"),
+        ("api_key=SECRETPW apikey=SECRETPW", "api_key=*** apikey=***"),
+        ("token=SECRETPW x-api-key=SECRETPW", "token=*** x-api-key=***"),
+        ("run --password=SECRETPW now", "run --password=*** now"),
+        (
+            "https://h/x?sslmode=require&access_token=SECRETPW",
+            "https://h/x?sslmode=require&access_token=***",
+        ),
+        # a message cut short inside a quoted value hides the rest
+        ("host=h password='SECRET PW", "host=h password=***"),
+    ],
+)
+def test_redact_masks_every_credential(text: str, expected: str) -> None:
+    assert redact(text) == expected
+    assert redact(expected) == expected  # redacting twice changes nothing
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "cannot reach postgresql://u@h:5432/db: connection refused",
+        "host=h sslkey=/etc/k.pem sslmode=require key=id",
+        "the dataset key = id, cursor=updated_at",
+    ],
+)
+def test_redact_leaves_text_without_credentials_alone(text: str) -> None:
+    assert redact(text) == text
+
+
+@given(st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1))
+def test_no_password_psycopg_quotes_survives_redaction(password: str) -> None:
+    conninfo = make_conninfo("host=h", password=password, dbname="d")
+    assert conninfo_to_dict(conninfo)["password"] == password  # libpq reads it back
+    assert redact(conninfo) == "host=h password=*** dbname=d"
+
+
+@given(st.text(min_size=1).filter(lambda text: re.search(r"\s", text) is None))
+def test_no_password_written_raw_in_a_url_survives_redaction(password: str) -> None:
+    url = f"postgresql://me:{password}@db.example.com:5432/shop"
+    assert redact(f"cannot reach {url}: refused") == (
+        "cannot reach postgresql://me:***@db.example.com:5432/shop: refused"
+    )
+
+
+def test_context_is_redacted_at_any_depth_and_stays_so_when_pickled() -> None:
+    error = CombinedError(
+        "x",
+        cfg={"password": SECRET, "hosts": [{"api_key": SECRET, "port": 5432}]},
+        password=SECRET,
+        nested={"token": {"value": SECRET}, "keys": ["id"]},
+        dsn=f"postgresql://u:{SECRET}@h/db",
+        ref={"secret": "env:PW"},
+        empty_password="",
+    )
+    assert error.context == {
+        "cfg": {"password": "***", "hosts": [{"api_key": "***", "port": 5432}]},
+        "password": "***",
+        "nested": {"token": {"value": "***"}, "keys": ["id"]},
+        "dsn": "postgresql://u:***@h/db",
+        "ref": {"secret": "env:PW"},
+        "empty_password": "",
+    }
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is CombinedError and copy.context == error.context
+    assert SECRET.encode() not in pickle.dumps(error)
+
+
+def test_message_and_hint_are_redacted() -> None:
+    error = ConfigError(f"bad dsn host=h sslpassword={SECRET}", hint=f"not token={SECRET}")
+    assert SECRET not in error.describe()
