@@ -488,9 +488,9 @@ def _lease_ttl() -> float:
         ttl = float(text)
     except ValueError:
         ttl = float("nan")
-    if not ttl > 0 or ttl == float("inf"):
+    if not ttl >= 1 or ttl == float("inf"):
         raise ConfigError(
-            f"COMBINED_LEASE_TTL_S is {text!r}, not a number of seconds above 0",
-            hint="unset it (300 s) or give a positive number of seconds",
+            f"COMBINED_LEASE_TTL_S is {text!r}, not a number of seconds of at least 1",
+            hint="unset it (300 s) or give a number of seconds of at least 1",
         )
     return ttl

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -63,9 +64,15 @@ def _run(engine: Engine) -> Run:
 
 
 def _expire_leases(engine: Engine) -> None:
-    # What a process stalled past the lease's time to live looks like to the others.
+    # What a process on another host that stalled past the lease's time to
+    # live looks like to the others (a holder on this host is live while its
+    # process is, whatever the time).
     with engine.catalog.begin() as conn:
-        conn.execute(t.leases.update().values(expires_at=utcnow() - timedelta(seconds=1)))
+        conn.execute(
+            t.leases.update().values(
+                expires_at=utcnow() - timedelta(seconds=1), holder="elsewhere.example:4242:1"
+            )
+        )
 
 
 def _lake_ids(engine: Engine) -> list[int]:
@@ -94,6 +101,16 @@ def _capture_lands_all_eleven(project: Path) -> Engine:
     assert _lake_ids(engine) == list(range(1, 12))
     assert _mar(engine) == 11
     return engine
+
+
+def _killed_after_commit(tmp_path: Path, tools: Any, change: str) -> Path:
+    """The shop and another source; a capture of ``change`` killed after its lake commit."""
+    project = _with_other_source(tools.make(tmp_path, orders=10).parent)
+    assert tools.cli(tmp_path, "capture", "shop.orders").returncode == 0
+    tools.sql(tmp_path, change)
+    killed = tools.cli(tmp_path, "capture", "shop.orders", env={"COMBINED_FAULT": "after_commit"})
+    assert killed.returncode < 0, killed.stderr
+    return project
 
 
 def _with_other_source(root: Path) -> Path:
@@ -220,11 +237,9 @@ def test_recovery_fences_a_stalled_run_before_closing_it(tmp_path: Path, tools: 
 def test_recovery_projects_a_dead_runs_commit_even_for_a_dataset_no_longer_declared(
     tmp_path: Path, tools: Any
 ) -> None:
-    project = _with_other_source(tools.make(tmp_path, orders=10).parent)
-    assert tools.cli(tmp_path, "capture", "shop.orders").returncode == 0
-    tools.sql(tmp_path, "INSERT INTO orders VALUES (11, 1, 'placed', 99.0);")
-    killed = tools.cli(tmp_path, "capture", "shop.orders", env={"COMBINED_FAULT": "after_commit"})
-    assert killed.returncode < 0, killed.stderr
+    project = _killed_after_commit(
+        tmp_path, tools, "INSERT INTO orders VALUES (11, 1, 'placed', 99.0);"
+    )
     # the shop source leaves the project file (renamed, say) before anything recovers it
     text = project.read_text()
     head, _, _ = text.partition("sources:\n")
@@ -252,7 +267,7 @@ def test_a_lease_time_to_live_that_is_not_a_positive_number_is_refused(
     tmp_path: Path, tools: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     project = tools.make(tmp_path, orders=3)
-    for bad in ("0", "-5", "soon", "inf", "nan"):
+    for bad in ("0", "0.5", "-5", "soon", "inf", "nan"):
         monkeypatch.setenv("COMBINED_LEASE_TTL_S", bad)
         engine = Engine.open(project)
         try:
@@ -389,10 +404,115 @@ def test_of_many_takers_of_one_expired_lease_exactly_one_gets_it(
     try:
         for round_ in range(15):
             dataset = f"d{round_}"
-            assert catalogs[0].acquire_lease("s", dataset, "dead", timedelta(seconds=-1))
+            with catalogs[0].begin() as conn:  # expired, its holder on another host
+                conn.execute(
+                    t.leases.insert().values(
+                        source="s",
+                        dataset=dataset,
+                        run_id="dead",
+                        holder="elsewhere.example:4242:1",
+                        expires_at=utcnow() - timedelta(seconds=1),
+                    )
+                )
             won = _race_for_lease(catalogs, dataset)
             assert len(won) == 1, (round_, won)
             assert catalogs[0].lease_holder("s", dataset) == won[0]
     finally:
         for c in catalogs:
             c.close()
+
+
+def test_a_live_holder_on_this_host_keeps_its_lease_past_its_time_and_a_dead_one_loses_it(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    from combined.catalog import Catalog
+    from combined.catalog._catalog import worker_identity
+
+    catalog = Catalog.open(f"sqlite:///{tmp_path / 'catalog.db'}")
+    try:
+        # this process, its lease long expired: it could still commit, so it keeps it
+        assert catalog.acquire_lease("s", "live", "stalled", timedelta(seconds=-60))
+        assert catalog.lease_holder("s", "live") == "stalled"
+        assert not catalog.acquire_lease("s", "live", "other")
+        assert not catalog.break_leases("s", ["live"], "stalled")
+        # a process that exited: its lease is free at once, however long it had
+        gone = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        with catalog.begin() as conn:
+            conn.execute(
+                t.leases.insert().values(
+                    source="s",
+                    dataset="dead",
+                    run_id="exited",
+                    holder=f"{worker_identity().rsplit(':', 2)[0]}:{gone.stdout.strip()}:1",
+                    expires_at=utcnow() + timedelta(hours=1),
+                )
+            )
+        assert catalog.lease_holder("s", "dead") is None
+        assert catalog.break_leases("s", ["dead"], "exited")
+        assert catalog.acquire_lease("s", "dead", "next")
+        # a reused pid (same pid, another start time) is not the holder
+        pid = os.getpid()
+        with catalog.begin() as conn:
+            conn.execute(
+                t.leases.update()
+                .where(t.leases.c.dataset == "live")
+                .values(holder=f"{worker_identity().rsplit(':', 2)[0]}:{pid}:1")
+            )
+        assert catalog.lease_holder("s", "live") is None
+    finally:
+        catalog.close()
+
+
+def test_recovery_that_cannot_project_one_dataset_still_recovers_and_captures_the_others(
+    tmp_path: Path, tools: Any
+) -> None:
+    # no table file holds a delete's Delivery
+    project = _killed_after_commit(tmp_path, tools, "DELETE FROM orders WHERE id = 7;")
+    (staging,) = (tmp_path / "lake" / "_staging").iterdir()
+    for lost in (staging / "shop" / "orders" / "deliveries").iterdir():
+        lost.unlink()  # the loss under test
+
+    engine = Engine.open(project)
+    try:
+        (x,) = engine.capture(["other.x"])
+        assert x.state == "succeeded", x.error
+        notes = engine.repair()
+        assert any("shop.orders: its lake commits could not be projected" in n for n in notes), (
+            notes
+        )
+        assert staging.exists()  # kept: it is what a restore would need
+        with engine.catalog.begin() as conn:
+            alerts = cat.activity(conn, kind="alert.recovery_failed")
+        assert alerts and alerts[0].dataset == "orders"
+    finally:
+        engine.close()
+
+
+def test_a_lake_under_a_path_with_spaces_and_accents_is_captured_and_queried(
+    tmp_path: Path, tools: Any
+) -> None:
+    root = tmp_path / "my lakes é"
+    project = tools.make(root, orders=20)
+    engine = Engine.open(project)
+    try:
+        engine.capture(["shop.orders"])
+        tools.sql(
+            root, "UPDATE orders SET status = 'x' WHERE id < 5; DELETE FROM orders WHERE id = 9;"
+        )
+        (run,) = engine.capture(["shop.orders"])  # reads and rewrites the table's files
+        assert run.state == "succeeded", run.error
+        rows = engine.sql(
+            "SELECT count(*) AS n, count(*) FILTER (status = 'x') AS x FROM shop.orders"
+        )
+        assert rows.to_pylist() == [{"n": 19, "x": 4}]
+        assert _mar(engine) == 20
+    finally:
+        engine.close()

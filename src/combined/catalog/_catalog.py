@@ -6,9 +6,9 @@ import functools
 import os
 import re
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -197,7 +197,7 @@ class Catalog:
                 .with_for_update()
             ).first()
             if row is not None:
-                if row.run_id != run_id and row.expires_at > now and _holder_alive(row.holder):
+                if row.run_id != run_id and _live(row.holder, row.expires_at):
                     return False
                 # Compare and swap: SQLite ignores FOR UPDATE, so of two takers
                 # of one expired lease only the first update still matches.
@@ -256,35 +256,46 @@ class Catalog:
                 )
             )
 
-    def break_lease(self, source: str, dataset: str, run_id: str) -> bool:
-        """Delete ``run_id``'s lease when it is no longer live; False when it is.
+    def break_leases(self, source: str, datasets: Sequence[str], run_id: str) -> bool:
+        """Delete ``run_id``'s leases on ``datasets`` when none is live; False when one is.
 
         Recovery breaks a dead Run's leases before it closes the Run, so a
         process that only stalled cannot renew them afterwards and commit
-        (its renewal finds no lease and it stops). True when no lease of
-        ``run_id`` is left on the dataset.
+        (its renewal finds no lease and it stops). All or none: each delete
+        matches the row as read (compare and swap, as SQLite ignores FOR
+        UPDATE), and a renewal in between keeps every lease.
         """
-        with self.begin() as conn:
-            row = conn.execute(
-                sa.select(t.leases)
-                .where(
-                    t.leases.c.source == source,
-                    t.leases.c.dataset == dataset,
-                    t.leases.c.run_id == run_id,
-                )
-                .with_for_update()
-            ).first()
-            if row is None:
-                return True
-            if row.expires_at > utcnow() and _holder_alive(row.holder):
-                return False
-            conn.execute(
-                t.leases.delete().where(
-                    t.leases.c.source == source,
-                    t.leases.c.dataset == dataset,
-                    t.leases.c.run_id == run_id,
-                )
-            )
+
+        class _Renewed(Exception):
+            pass
+
+        try:
+            with self.begin() as conn:
+                rows = conn.execute(
+                    sa.select(t.leases)
+                    .where(
+                        t.leases.c.source == source,
+                        t.leases.c.dataset.in_(list(datasets)),
+                        t.leases.c.run_id == run_id,
+                    )
+                    .with_for_update()
+                ).all()
+                if any(_live(row.holder, row.expires_at) for row in rows):
+                    return False
+                for row in rows:
+                    gone = conn.execute(
+                        t.leases.delete().where(
+                            t.leases.c.source == source,
+                            t.leases.c.dataset == row.dataset,
+                            t.leases.c.run_id == run_id,
+                            t.leases.c.holder == row.holder,
+                            t.leases.c.expires_at == row.expires_at,
+                        )
+                    )
+                    if gone.rowcount != 1:
+                        raise _Renewed  # rolls the transaction back
+        except _Renewed:
+            return False
         return True
 
     def lease_holder(self, source: str, dataset: str) -> str | None:
@@ -295,7 +306,7 @@ class Catalog:
                     t.leases.c.source == source, t.leases.c.dataset == dataset
                 )
             ).first()
-        if row is None or row.expires_at <= utcnow() or not _holder_alive(row.holder):
+        if row is None or not _live(row.holder, row.expires_at):
             return None
         return str(row.run_id)
 
@@ -309,20 +320,45 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 def worker_identity() -> str:
-    """``host:pid``: who holds a lease or runs an Attempt."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """``host:pid:start``: who holds a lease (``start``: the process's start time, on Linux)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid()) or ''}"
 
 
-def _holder_alive(holder: str) -> bool:
-    # A holder on this host whose process is gone cannot renew its lease:
-    # recovery need not wait for the lease to expire.
-    host, _, pid = holder.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return True
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), to tell a reused pid."""
     try:
-        os.kill(int(pid), 0)
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def _live(holder: str, expires_at: datetime) -> bool:
+    """Whether a lease still protects its Run.
+
+    A holder on this host is live exactly while its process is (the same pid,
+    started at the same time): a process that stalled past its lease keeps
+    it, since it could still commit, and a dead one's lease is free at once.
+    A holder on another host is live until its lease expires.
+    """
+    host, pid, start = _holder_parts(holder)
+    if host != socket.gethostname() or pid is None:
+        return expires_at > utcnow()
+    try:
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return not start or _start_time(pid) in (start, None)
+
+
+def _holder_parts(holder: str) -> tuple[str, int | None, str]:
+    """``(host, pid, start)`` of ``host:pid:start`` (or an older ``host:pid``)."""
+    parts = holder.rsplit(":", 2)
+    if len(parts) == 3 and parts[1].isdigit():
+        return parts[0], int(parts[1]), parts[2]
+    host, _, pid = holder.rpartition(":")
+    return host, (int(pid) if pid.isdigit() else None), ""

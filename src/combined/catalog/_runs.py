@@ -264,9 +264,14 @@ def move_run(
         values["stats"] = dict(stats)
     if publication_id is not None:
         values["publication_id"] = publication_id
-    conn.execute(
+    moved = conn.execute(
         t.runs.update().where(t.runs.c.id == run.id, t.runs.c.state == run.state).values(**values)
     )
+    if moved.rowcount != 1:  # another process moved it meanwhile (recovery, say)
+        raise ProtocolViolation(
+            f"run {run.id} left {run.state} while it was being moved to {target}",
+            hint="see `combined run show` for the state it reached",
+        )
     return get_run(conn, run.id)
 
 

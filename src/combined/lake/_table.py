@@ -73,9 +73,14 @@ class LakeTable:
         return int(v) if v is not None else 0
 
     def files(self, version: int | None = None) -> list[str]:
-        """The data files of a table version (no deletion vectors, so files are the rows)."""
+        """The data files of a table version (no deletion vectors, so files are the rows).
+
+        A local table's files are plain paths, as DuckDB and Arrow open them:
+        delta-rs percent-encodes its URIs (a space is ``%20``), which no file
+        is named.
+        """
         dt = self._open(version)
-        return [] if dt is None else list(dt.file_uris())
+        return [] if dt is None else [_local(uri) for uri in dt.file_uris()]
 
     def schema(self, version: int | None = None) -> pa.Schema | None:
         """The table's Arrow schema."""
@@ -301,3 +306,14 @@ def _append_properties(metadata: Mapping[str, Any]) -> Any:
     from deltalake import CommitProperties
 
     return CommitProperties(custom_metadata={METADATA_KEY: json.dumps(dict(metadata))})
+
+
+def _local(uri: str) -> str:
+    """A local file URI (or percent-encoded path) as a path; other URIs unchanged."""
+    from urllib.parse import unquote
+
+    if uri.startswith("file://"):
+        return unquote(uri.removeprefix("file://"))
+    if "://" in uri:
+        return uri
+    return unquote(uri)

@@ -409,7 +409,7 @@ def promote(
 
 
 def _restore_from_table(
-    layout: LakeLayout, source: str, dataset: str, d: Mapping[str, Any]
+    layout: LakeLayout, source: str, dataset: str, d: Mapping[str, Any], lake_version: int
 ) -> bool:
     """Put a committed Delivery missing from staging back into the raw layer from the table.
 
@@ -422,14 +422,15 @@ def _restore_from_table(
     from combined.delivery._staging import file_hash
 
     dst = raw_location(layout, source, dataset, d["file"])
-    for uri in layout.dataset_table(source, dataset).files():
-        path = Path(uri.removeprefix("file://"))
+    for file in layout.dataset_table(source, dataset).files(lake_version):
+        path = Path(file)
         try:
             if path.stat().st_size != int(d["bytes"]) or file_hash(path) != d["content_hash"]:
                 continue
         except OSError:
             continue
-        partial = dst.with_name(dst.name + ".restoring")
+        partial = dst.with_name(f".{dst.name}.restoring")
+        partial.unlink(missing_ok=True)  # an interrupted restore's
         try:
             os.link(path, partial)
         except OSError:
@@ -452,7 +453,7 @@ def _complete_raw_layer(
         d
         for d in meta.get("deliveries") or []
         if not raw_location(layout, source, dataset, d["file"]).exists()
-        and not _restore_from_table(layout, source, dataset, d)
+        and not _restore_from_table(layout, source, dataset, d, int(meta["lake_version"]))
     ]
     empty = {d["file"] for d in missing if int(d["records"]) == 0}
     names = [d["file"] for d in missing if d["file"] not in empty]

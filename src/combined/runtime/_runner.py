@@ -129,9 +129,21 @@ class LeaseKeeper:
                 except Exception:  # noqa: BLE001 - a failed beat is retried; require() decides
                     continue
 
-    def require(self, source: str, dataset: str) -> None:
-        """Renew the dataset's lease now; raise ProtocolViolation when it was lost."""
-        if not self._renew(source, dataset):
+    def require(self, source: str, dataset: str, tries: int = 3) -> None:
+        """Renew the dataset's lease now; raise ProtocolViolation when it was lost.
+
+        A catalog that fails to answer is asked ``tries`` times (a busy SQLite
+        file, a PostgreSQL restart) before its error ends the Run.
+        """
+        for attempt in range(1, tries + 1):
+            try:
+                held = self._renew(source, dataset)
+                break
+            except Exception:
+                if attempt == tries:
+                    raise
+                time.sleep(0.5 * attempt)
+        if not held:
             holder = self.catalog.lease_holder(source, dataset)
             raise ProtocolViolation(
                 f"run {self.run_id} lost its lease on {source}.{dataset}"
@@ -311,13 +323,25 @@ class Runner:
         try:
             for p in prepared:
                 members.append(self._commit_one(run, p, area, leases))
-        except BaseException:
-            for p in prepared:
-                p.staged.extraction.finish("retain_commit_unknown")
+        except BaseException as exc:
+            # Each read ends by what the lake holds of it: those committed
+            # succeeded; the failing one is unknown, unless it was refused
+            # before or instead of its commit (a lost lease, sequences another
+            # run committed); the rest never committed.
+            refused = isinstance(exc, ProtocolViolation)
+            for i, p in enumerate(prepared):
+                if i < len(members):
+                    p.staged.extraction.finish("success")
+                elif i == len(members) and not refused:
+                    p.staged.extraction.finish("retain_commit_unknown")
+                else:
+                    p.staged.extraction.finish("abort")
             raise
         try:
             checks = self._reconcile(run, prepared, members)
             fault("after_projection")
+            for p in prepared:  # no publication from a Run that lost a dataset
+                leases.require(p.staged.plan.source, p.staged.plan.name)
             with self.catalog.begin() as conn:
                 pub = cat.publish(conn, run.id, members)
                 for m in members:
@@ -467,27 +491,30 @@ class Runner:
     # -- recovery ---------------------------------------------------------------
 
     def recover(self, datasets: Sequence[tuple[str, str]]) -> list[str]:
-        """Project lake commits the catalog lacks; close Runs whose process died."""
+        """Project lake commits the catalog lacks; close Runs whose process died.
+
+        A dataset whose lake commits cannot be projected (its error is in the
+        notes and the activity feed) keeps the staging of any dead Run of it;
+        the other datasets and Runs are recovered all the same.
+        """
         notes: list[str] = []
         for source, name in datasets:
-            notes.extend(self._catch_up(source, name))
+            self._try_catch_up(source, name, notes)
         with self.catalog.begin() as conn:
             stuck = runs_repo.list_runs(
                 conn, limit=1000, states=["queued", "extracting", "committing"]
             )
-        caught_up = set(datasets)
         for run in stuck:
             if any(self.catalog.lease_holder(run.source, d) == run.id for d in run.datasets):
                 continue  # a live process still holds it
-            if not all(self.catalog.break_lease(run.source, d, run.id) for d in run.datasets):
+            if not self.catalog.break_leases(run.source, run.datasets, run.id):
                 continue  # renewed meanwhile: alive after all
             # Its lake commits reach the catalog (and its committed Deliveries
             # the raw layer) before its staging goes, even for a dataset no
-            # longer in the project file; a failure here keeps the staging.
-            for d in run.datasets:
-                if (run.source, d) not in caught_up:
-                    notes.extend(self._catch_up(run.source, d))
-                    caught_up.add((run.source, d))
+            # longer in the project file: once its leases are broken, it can
+            # commit nothing more.
+            if not all([self._try_catch_up(run.source, d, notes) for d in run.datasets]):
+                continue
             with self.catalog.begin() as conn:
                 current = runs_repo.get_run(conn, run.id)
                 if current.terminal:
@@ -505,6 +532,18 @@ class Runner:
             _erase_private(self.layout.staging(run.id))
             notes.append(f"run {run.id} was interrupted: marked failed")
         return notes
+
+    def _try_catch_up(self, source: str, name: str, notes: list[str]) -> bool:
+        """:meth:`_catch_up`, its failure told (note, alert) instead of raised."""
+        try:
+            notes.extend(self._catch_up(source, name))
+        except Exception as exc:  # noqa: BLE001 - one dataset never blocks the others
+            error = exc.describe() if isinstance(exc, CombinedError) else redact(repr(exc))
+            notes.append(f"{source}.{name}: its lake commits could not be projected: {error}")
+            with self.catalog.begin() as conn:
+                cat.emit(conn, "alert.recovery_failed", source=source, dataset=name, error=error)
+            return False
+        return True
 
     def _catch_up(self, source: str, name: str) -> list[str]:
         table = self.layout.dataset_table(source, name)

@@ -49,7 +49,7 @@ def record_usage(
     path = layout.usage(source, dataset)
     table = LakeTable(path, f"combined-usage:{source}/{dataset}")
     schema = pa.schema([("month", pa.string()), ("_combined_id", pa.string()), ("op", pa.string())])
-    known = DeltaTable(str(path)).file_uris() if DeltaTable.is_deltatable(str(path)) else []
+    known = table.files() if DeltaTable.is_deltatable(str(path)) else []
     counts = _committed_counts(table)
     if month not in counts and known:
         counts[month] = month_counts(layout, source, dataset, month)  # written before counts
@@ -220,7 +220,7 @@ def month_counts(layout: LakeLayout, source: str, dataset: str, month: str) -> d
     path = layout.usage(source, dataset)
     if not DeltaTable.is_deltatable(str(path)):
         return _no_usage()
-    files = DeltaTable(str(path)).file_uris()
+    files = LakeTable(path, f"combined-usage:{source}/{dataset}").files()
     if not files:
         return _no_usage()
     con = _duck()
