@@ -516,3 +516,32 @@ def test_a_lake_under_a_path_with_spaces_and_accents_is_captured_and_queried(
         assert _mar(engine) == 20
     finally:
         engine.close()
+
+
+def test_a_publication_never_moves_a_dataset_back_to_an_older_lake_version(
+    tmp_path: Path, tools: Any
+) -> None:
+    import dataclasses
+
+    from combined.errors import ProtocolViolation
+
+    project = tools.make(tmp_path, orders=10)
+    engine = Engine.open(project)
+    try:
+        engine.capture(["shop.orders"])
+        tools.sql(tmp_path, "UPDATE orders SET total = 0 WHERE id = 7;")
+        engine.capture(["shop.orders"])
+        newest = engine.publications(1)[0]
+        with engine.catalog.begin() as conn:
+            members = cat.published_basis(conn, int(newest["seq"]))
+        orders = next(m for m in members if m.dataset == "orders")
+        assert orders.lake_version is not None and orders.lake_version >= 1
+        stale = dataclasses.replace(orders, lake_version=orders.lake_version - 1)
+        with pytest.raises(ProtocolViolation, match="would publish it at the older version"):
+            with engine.catalog.begin() as conn:
+                cat.publish(conn, "stale-run", [stale])
+        assert engine.publications(1)[0]["id"] == newest["id"]  # nothing was published
+        with engine.catalog.begin() as conn:
+            assert cat.publish(conn, "same-run", [orders])  # the same version is fine
+    finally:
+        engine.close()

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from combined.catalog import _schema as t
-from combined.errors import NotFoundError
+from combined.errors import NotFoundError, ProtocolViolation
 from combined.protocol import utcnow
 
 DeliveryState = Literal["staged", "committed", "rejected", "retained"]
@@ -245,7 +245,29 @@ class Member:
 
 
 def publish(conn: Connection, run_id: str | None, members: Sequence[Member]) -> str:
-    """Insert one publication and its member set (the caller's transaction makes it atomic)."""
+    """Insert one publication and its member set (the caller's transaction makes it atomic).
+
+    Raises ProtocolViolation when a member is older than the lake version its
+    dataset was last published at: the basis never moves back (a Run that
+    stalled while another published the dataset after it).
+    """
+    pm, p = t.publication_members, t.publications
+    for m in members:
+        if m.lake_version is None:
+            continue
+        newest = conn.execute(
+            sa.select(pm.c.lake_version)
+            .join(p, p.c.id == pm.c.publication_id)
+            .where(pm.c.source == m.source, pm.c.dataset == m.dataset)
+            .order_by(p.c.seq.desc())
+            .limit(1)
+        ).scalar()
+        if newest is not None and int(newest) > int(m.lake_version):
+            raise ProtocolViolation(
+                f"{m.source}.{m.dataset} is published at lake version {newest}; run {run_id} "
+                f"would publish it at the older version {m.lake_version}: nothing was published",
+                hint="capture again: the next run publishes from the lake's newest version",
+            )
     seq = int(conn.execute(sa.select(sa.func.max(t.publications.c.seq))).scalar() or 0) + 1
     pub_id = f"p{seq:06d}-{uuid.uuid4().hex[:6]}"
     now = utcnow()
