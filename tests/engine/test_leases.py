@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sqlite3
 import time
@@ -18,8 +19,9 @@ from combined.catalog import _schema as t
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
 from combined.engine import Engine
-from combined.errors import ConfigError
+from combined.errors import ConfigError, LakeError, ProtocolViolation
 from combined.protocol import utcnow
+from combined.runtime._pipeline import project_commit
 from combined.runtime._reporter import NullReporter
 from combined.runtime._runner import admit
 
@@ -335,9 +337,6 @@ def test_a_commit_landing_after_recovery_erased_its_staging_still_reaches_the_ra
 def test_projecting_a_commit_whose_delivery_is_gone_restores_it_or_says_what_is_missing(
     tmp_path: Path, tools: Any
 ) -> None:
-    from combined.errors import LakeError
-    from combined.runtime._pipeline import project_commit
-
     project = tools.make(tmp_path, orders=10)
     engine = Engine.open(project)
     try:
@@ -521,10 +520,6 @@ def test_a_lake_under_a_path_with_spaces_and_accents_is_captured_and_queried(
 def test_a_publication_never_moves_a_dataset_back_to_an_older_lake_version(
     tmp_path: Path, tools: Any
 ) -> None:
-    import dataclasses
-
-    from combined.errors import ProtocolViolation
-
     project = tools.make(tmp_path, orders=10)
     engine = Engine.open(project)
     try:
