@@ -648,6 +648,35 @@ def demo(
         _fail(exc)
 
 
+#: Exit status of an error Combined did not anticipate (sysexits' EX_SOFTWARE).
+INTERNAL_ERROR = 70
+
+
 def main() -> None:
-    """Entry point of the ``combined`` script."""
-    app()
+    """Entry point of the ``combined`` script.
+
+    An exception Combined did not anticipate is a bug: it is told in one
+    line, redacted like every error, with exit status 70. Its traceback,
+    which can quote values (secrets among them), only with COMBINED_DEBUG=1.
+    """
+    import os
+
+    try:
+        app()
+    except Exception as exc:
+        if os.environ.get("COMBINED_DEBUG"):
+            raise
+        from combined.errors import redact
+
+        err.print(
+            Text.assemble(
+                _red("error:"), f" internal error ({type(exc).__name__}): ", redact(str(exc))
+            ),
+            highlight=False,
+        )
+        err.print(
+            "  hint: this is a bug in Combined: run again with COMBINED_DEBUG=1 "
+            "for the traceback, and report it",
+            highlight=False,
+        )
+        raise SystemExit(INTERNAL_ERROR) from None

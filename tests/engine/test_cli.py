@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -222,3 +223,36 @@ def test_a_malformed_argument_is_refused_with_the_form_to_use(
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert message in result.stderr and hint in result.stderr
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_an_unanticipated_error_is_one_redacted_line_and_exit_70(
+    tmp_path: Path, tools: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any, debug: bool
+) -> None:
+    # The defect stands in for any bug: the real command, the real entry point.
+    from combined import cli
+    from combined.runtime import _runner
+
+    tools.make(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["combined", "capture", "shop.orders"])
+    if debug:
+        monkeypatch.setenv("COMBINED_DEBUG", "1")
+    else:
+        monkeypatch.delenv("COMBINED_DEBUG", raising=False)
+
+    def defect(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("boom at postgresql://app:hunter2@db/x")
+
+    monkeypatch.setattr(_runner.Runner, "recover", defect)
+    if debug:
+        with pytest.raises(RuntimeError, match="boom"):
+            cli.main()
+        return
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == cli.INTERNAL_ERROR
+    err = capsys.readouterr().err
+    assert "internal error (RuntimeError): boom at postgresql://app:***@db/x" in err
+    assert "COMBINED_DEBUG=1" in err
+    assert "hunter2" not in err and "Traceback" not in err
