@@ -34,8 +34,8 @@ def test_rewritten_files_keep_every_row_but_the_changed_ones_across_batches(
     first = write_data_files(table, SCHEMA, [_rows(list(range(100)))])
     second = write_data_files(table, SCHEMA, [_rows(list(range(100, 130)))])
     untouched = write_data_files(table, SCHEMA, [_rows(list(range(200, 210)))])
-    uris = [f"file://{table / a.path}" for a in first + second + untouched]
-    assert pq.ParquetFile(uris[0].removeprefix("file://")).metadata.num_row_groups > 10
+    files = [str(table / a.path) for a in first + second + untouched]  # as LakeTable.files()
+    assert pq.ParquetFile(files[0]).metadata.num_row_groups > 10
 
     updated, deleted, inserted = [3, 4, 41, 42, 43, 99, 100], [17, 64, 129], [500, 501]
     change = pa.Table.from_batches(
@@ -45,7 +45,7 @@ def test_rewritten_files_keep_every_row_but_the_changed_ones_across_batches(
     def data() -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(SCHEMA, change.to_batches(max_chunksize=4))
 
-    actions = rewrite_actions(table, uris, SCHEMA, data)
+    actions = rewrite_actions(table, files, SCHEMA, data)
     removed = {a.path for a in actions if not hasattr(a, "stats")}
     assert removed == {a.path for a in first + second}  # the untouched file stays
     added = [a for a in actions if hasattr(a, "stats")]

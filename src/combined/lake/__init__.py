@@ -5,6 +5,7 @@ from combined.lake._files import (
     FileStats,
     RowGroups,
     link_data_files,
+    link_or_copy,
     parquet_writer,
 )
 from combined.lake._layout import LakeLayout, confined
@@ -24,6 +25,7 @@ __all__ = [
     "lake_schema",
     "lake_type",
     "link_data_files",
+    "link_or_copy",
     "parquet_writer",
     "to_lake",
 ]

@@ -264,13 +264,20 @@ def link_data_files(table: Path, files: Sequence[tuple[Path, str]]) -> list[Any]
         if json.loads(stats)["numRecords"] == 0:
             continue
         name = _data_file_name()
-        target = table / name
-        try:
-            os.link(file, target)
-        except OSError:
-            shutil.copyfile(file, target)
+        link_or_copy(file, table / name)
         actions.append(_add_action(table, name, stats))
     return actions
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """``target`` as a hard link of ``source`` (the same bytes, not written again), else a copy.
+
+    A copy where a link is refused (another filesystem, a store without links).
+    """
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def _add_action(table: Path, name: str, stats: str) -> Any:
@@ -318,9 +325,8 @@ def rewrite_actions(
     gone = pa.concat_arrays([c.cast(pa.string()) for c in changed]) if changed else None
     actions: list[Any] = []
 
-    def rewrite(uri: str) -> list[Any]:
+    def rewrite(local: str) -> list[Any]:  # a path, as LakeTable.files() gives them
         assert gone is not None
-        local = uri.removeprefix("file://")
         with pq.ParquetFile(local) as pf:
             # Which rows stay, decided once per file from its ids alone (a bit
             # a row): the pass over the rows then only filters, so its batches

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import platform
 import threading
@@ -64,8 +65,13 @@ def use_system_allocator() -> str:
         return str(pa.default_memory_pool().backend_name)
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
-    """The C library, when it is glibc (whose malloc these settings are for)."""
+    """The C library, when it is glibc (whose malloc these settings are for).
+
+    Looked up once: ``find_library`` runs ``ldconfig`` (a few ms), and
+    :func:`release_memory` asks at every phase boundary.
+    """
     if platform.libc_ver()[0] != "glibc":
         return None
     name = ctypes.util.find_library("c")

@@ -29,6 +29,7 @@ from combined.lake import (
     LakeLayout,
     LakeTable,
     lake_schema,
+    link_or_copy,
 )
 from combined.protocol import ExtractionReceipt, RecordBatchMessage, StateMessage
 from combined.runtime._barrier import CheckpointBarrier
@@ -431,10 +432,7 @@ def _restore_from_table(
             continue
         partial = dst.with_name(f".{dst.name}.restoring")
         partial.unlink(missing_ok=True)  # an interrupted restore's
-        try:
-            os.link(path, partial)
-        except OSError:
-            shutil.copyfile(path, partial)
+        link_or_copy(path, partial)
         os.replace(partial, dst)
         return True
     return False

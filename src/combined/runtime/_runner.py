@@ -183,23 +183,18 @@ class Runner:
         plans = plans_from_admission(admission)
         selected = [plans[d] for d in run.datasets]
         held: list[DatasetPlan] = []
-        ttl = timedelta(seconds=self.settings.lease_ttl_s)
-        keeper: LeaseKeeper | None = None
+        keeper = LeaseKeeper(
+            self.catalog, run.id, [(p.source, p.name) for p in selected], self.settings.lease_ttl_s
+        )
         try:
             for plan in selected:
-                if not self.catalog.acquire_lease(plan.source, plan.name, run.id, ttl):
+                if not self.catalog.acquire_lease(plan.source, plan.name, run.id, keeper.ttl):
                     holder = self.catalog.lease_holder(plan.source, plan.name)
                     raise ProtocolViolation(
                         f"{plan.source}.{plan.name} is being captured by run {holder}",
                         hint="wait for that run to finish, or run `combined repair` if it died",
                     )
                 held.append(plan)
-            keeper = LeaseKeeper(
-                self.catalog,
-                run.id,
-                [(p.source, p.name) for p in held],
-                self.settings.lease_ttl_s,
-            )
             keeper.start()
             return self._execute(run, admission, selected, keeper, backfill)
         except CombinedError as exc:
@@ -207,8 +202,7 @@ class Runner:
         except Exception as exc:  # a defect still ends the Run, with its evidence
             return self._fail(run.id, exc)
         finally:
-            if keeper is not None:
-                keeper.stop()
+            keeper.stop()
             for plan in held:
                 self.catalog.release_lease(plan.source, plan.name, run.id)
 

@@ -44,12 +44,9 @@ def record_usage(
     usage commit and the catalog cannot lose them. ``unique`` says the file
     holds each identity once (a keyed transition, not an event stream).
     """
-    from deltalake import DeltaTable
-
-    path = layout.usage(source, dataset)
-    table = LakeTable(path, f"combined-usage:{source}/{dataset}")
+    table = _usage_table(layout, source, dataset)
     schema = pa.schema([("month", pa.string()), ("_combined_id", pa.string()), ("op", pa.string())])
-    known = table.files() if DeltaTable.is_deltatable(str(path)) else []
+    known = table.files()  # none before the first usage commit
     counts = _committed_counts(table)
     if month not in counts and known:
         counts[month] = month_counts(layout, source, dataset, month)  # written before counts
@@ -209,18 +206,18 @@ def _no_usage() -> dict[str, int]:
     return {"mar": 0, "inserts": 0, "updates": 0, "deletes": 0}
 
 
+def _usage_table(layout: LakeLayout, source: str, dataset: str) -> LakeTable:
+    """The dataset's MAR table (its files: none before the first usage commit)."""
+    return LakeTable(layout.usage(source, dataset), f"combined-usage:{source}/{dataset}")
+
+
 def _q(path: object) -> str:
     return str(path).replace("'", "''")
 
 
 def month_counts(layout: LakeLayout, source: str, dataset: str, month: str) -> dict[str, int]:
     """MAR and its per-operation breakdown for one dataset and month."""
-    from deltalake import DeltaTable
-
-    path = layout.usage(source, dataset)
-    if not DeltaTable.is_deltatable(str(path)):
-        return _no_usage()
-    files = LakeTable(path, f"combined-usage:{source}/{dataset}").files()
+    files = _usage_table(layout, source, dataset).files()
     if not files:
         return _no_usage()
     con = _duck()
