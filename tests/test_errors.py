@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import re
 
@@ -45,8 +46,47 @@ def test_redact_masks_every_credential(text: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # a mapping as Python's repr writes it (a validation error's input)
+        (
+            "input_value={'host': 'h', 'password': 'SECRETPW'}",
+            "input_value={'host': 'h', 'password': ***}",
+        ),
+        ("{'api_key': \"SEC'RETPW\", 'n': 1}", "{'api_key': ***, 'n': 1}"),
+        # ... and as JSON, escapes included
+        ('{"token": "SEC\\"RETPW", "user": "u"}', '{"token": ***, "user": "u"}'),
+        # a nested value under a credential is masked whole
+        (
+            "{'password': {'value': 'SECRETPW', 'x': [1, '}']}, 'db': 'd'}",
+            "{'password': ***, 'db': 'd'}",
+        ),
+        ("{'secret': b'SECRETPW'}", "{'secret': ***}"),
+        # cut short inside the value: the rest is hidden
+        ("{'password': 'SECRET PW", "{'password': ***"),
+    ],
+)
+def test_redact_masks_credentials_in_mapping_reprs(text: str, expected: str) -> None:
+    assert redact(text) == expected
+    assert SECRET not in redact(text).replace(" ", "")
+    assert redact(expected) == expected
+
+
+@given(st.text(min_size=1), st.sampled_from(["repr", "json"]))
+def test_no_credential_in_a_mapping_repr_survives_redaction(value: str, form: str) -> None:
+    mapping = {"user": "me", "password": value, "port": 5432}
+    text = repr(mapping) if form == "repr" else json.dumps(mapping)
+    quote = "'" if form == "repr" else '"'
+    assert redact(f"bad config: {text}") == (
+        f"bad config: {{{quote}user{quote}: {quote}me{quote}, {quote}password{quote}: ***, "
+        f"{quote}port{quote}: 5432}}"
+    )
+
+
+@pytest.mark.parametrize(
     "text",
     [
+        "{'key': ['id'], 'cursor': 'updated_at'}",
         "cannot reach postgresql://u@h:5432/db: connection refused",
         "host=h sslkey=/etc/k.pem sslmode=require key=id",
         "the dataset key = id, cursor=updated_at",

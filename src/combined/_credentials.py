@@ -247,6 +247,56 @@ def _credential_pairs(text: str) -> Iterator[tuple[re.Match[str], str, int]]:
         yield pair, value[0] if value else "", pos
 
 
+# ``'name': value`` / ``"name": value``: a mapping as Python's repr or JSON writes it
+# (an exception quoting a configuration, a validation error's input).
+_QUOTED_KEY = re.compile(r"(?P<q>['\"])(?P<key>[A-Za-z_][\w.-]*)(?P=q)\s*:\s*")
+# A quoted value (an unterminated one runs to the end), else up to a separator.
+_REPR_VALUE = re.compile(
+    r"[bru]{0,2}(?:'(?:\\.|[^'\\])*(?:'|$)|\"(?:\\.|[^\"\\])*(?:\"|$))|[^\s,}\]]+"
+)
+_OPEN = {"{": "}", "[": "]", "(": ")"}
+
+
+def _nested_end(text: str, start: int) -> int:
+    """Where the bracketed value opening at ``start`` closes (quotes respected), or the end."""
+    closing: list[str] = []
+    pos = start
+    while pos < len(text):
+        char = text[pos]
+        if char in "'\"":
+            quoted = _REPR_VALUE.match(text, pos)
+            pos = quoted.end() if quoted is not None else pos + 1
+            continue
+        if char in _OPEN:
+            closing.append(_OPEN[char])
+        elif closing and char == closing[-1]:
+            closing.pop()
+            if not closing:
+                return pos + 1
+        pos += 1
+    return len(text)
+
+
+def _quoted_pairs(text: str) -> Iterator[tuple[int, int, int]]:
+    """Each ``'name': value`` whose name is credential-like: (start, end of key, end of value).
+
+    A bracketed value (a nested mapping or list) is masked whole.
+    """
+    pos = 0
+    while (pair := _QUOTED_KEY.search(text, pos)) is not None:
+        pos = pair.end()
+        if not is_credential_key(pair["key"]) or pos >= len(text):
+            continue
+        if text[pos] in _OPEN:
+            end = _nested_end(text, pos)
+        else:
+            value = _REPR_VALUE.match(text, pos)
+            end = value.end() if value is not None else pos
+        if text[pos:end] != MASK:
+            yield pair.start(), pair.end(), end
+        pos = end
+
+
 def has_inline_credential(text: str) -> bool:
     """Whether ``text`` carries a credential in a URL or a ``name=value`` pair."""
     if any(url["pw"] for url in _URL_PASSWORD.finditer(text)):
@@ -258,12 +308,23 @@ def has_inline_credential(text: str) -> bool:
 
 
 def redact(text: str) -> str:
-    """``text`` with the credentials in URLs and ``name=value`` pairs masked."""
+    """``text`` with the credentials in URLs, ``name=value`` pairs and mapping reprs masked."""
     text = _URL_PASSWORD.sub(lambda m: f"{m['head']}:{MASK}@", text)
+    if _QUOTED_KEY.search(text) is not None:
+        text = _masked(
+            text, ((start, text[start:kept], end) for start, kept, end in _quoted_pairs(text))
+        )
+    return _masked(
+        text, ((pair.start(), f"{pair['key']}=", end) for pair, _, end in _credential_pairs(text))
+    )
+
+
+def _masked(text: str, spans: Iterator[tuple[int, str, int]]) -> str:
+    """``text`` with each (start, prefix, end) span replaced by its prefix and the mask."""
     out: list[str] = []
     done = 0
-    for pair, _, end in _credential_pairs(text):
-        out.append(f"{text[done : pair.start()]}{pair['key']}={MASK}")
+    for start, prefix, end in spans:
+        out.append(f"{text[done:start]}{prefix}{MASK}")
         done = end
     out.append(text[done:])
     return "".join(out)
