@@ -540,3 +540,69 @@ def test_a_publication_never_moves_a_dataset_back_to_an_older_lake_version(
             assert cat.publish(conn, "same-run", [orders])  # the same version is fine
     finally:
         engine.close()
+
+
+def test_an_ended_run_keeps_its_staging_until_its_lake_commit_is_projected_then_loses_it(
+    tmp_path: Path, tools: Any
+) -> None:
+    # An update's Delivery is in no table file: only the Run's staging holds it
+    # until the projection promotes it into the raw layer.
+    project = _killed_after_commit(tmp_path, tools, "UPDATE orders SET status = 'x' WHERE id = 3;")
+    (staging,) = (tmp_path / "lake" / "_staging").iterdir()
+    staged = sorted(p.name for p in (staging / "shop" / "orders" / "deliveries").iterdir())
+    assert staged
+    engine = Engine.open(project)
+    try:
+        with engine.catalog.begin() as conn:
+            # as if its own process had failed it after the commit landed
+            runs_repo.move_run(conn, staging.name, "failed", error="projection failed")
+        notes = engine.repair()
+        assert f"run {staging.name} (failed): its staging was erased" in notes, notes
+        assert not staging.exists()
+        raw = engine.layout.deliveries("shop", "orders")
+        assert set(staged) <= {p.name for p in raw.iterdir()}  # promoted before the erasure
+        with engine.catalog.begin() as conn:
+            (event,) = cat.activity(conn, kind="run.staging_erased")
+            assert event.run_id == staging.name
+            assert cat.get_dataset(conn, "shop", "orders").last_sequence == (
+                engine.layout.dataset_table("shop", "orders").committed_sequence()
+            )
+        assert engine.repair() == []  # nothing left to do
+    finally:
+        engine.close()
+
+
+def test_an_ended_run_whose_commit_cannot_be_projected_keeps_its_staging(
+    tmp_path: Path, tools: Any
+) -> None:
+    project = _killed_after_commit(tmp_path, tools, "DELETE FROM orders WHERE id = 7;")
+    (staging,) = (tmp_path / "lake" / "_staging").iterdir()
+    for lost in (staging / "shop" / "orders" / "deliveries").iterdir():
+        lost.unlink()  # no table file holds a delete's Delivery: it cannot be restored
+    (staging / "keep").write_text("evidence")
+    engine = Engine.open(project)
+    try:
+        with engine.catalog.begin() as conn:
+            runs_repo.move_run(conn, staging.name, "failed", error="projection failed")
+        notes = engine.repair()
+        assert any("could not be projected" in n for n in notes), notes
+        assert not any("staging was erased" in n for n in notes)
+        assert (staging / "keep").exists()
+    finally:
+        engine.close()
+
+
+def test_staging_of_a_run_the_catalog_does_not_know_is_left_alone(
+    tmp_path: Path, tools: Any
+) -> None:
+    project = tools.make(tmp_path, orders=5)
+    stray = tmp_path / "lake" / "_staging" / "not-a-run"
+    stray.mkdir(parents=True)
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+        assert stray.exists()
+        assert not engine.layout.staging(run.id).exists()
+    finally:
+        engine.close()

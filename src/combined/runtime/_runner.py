@@ -525,7 +525,39 @@ class Runner:
                 cat.emit(conn, "run.recovered", source=run.source, run_id=run.id)
             _erase_private(self.layout.staging(run.id))
             notes.append(f"run {run.id} was interrupted: marked failed")
+        self._sweep_staging(notes)
         return notes
+
+    def _sweep_staging(self, notes: list[str]) -> None:
+        """Erase the staging that ended Runs left behind, once nothing in it is needed.
+
+        A Run that failed in or after its commit (a lake commit it could not
+        project, a reconciliation that blocked) keeps its staging: its staged
+        Deliveries are what projecting its lake commits promotes into the raw
+        layer. Once every dataset of the Run is caught up (its lake commits
+        projected), the staging holds nothing the lake, the raw layer or MAR
+        need, and goes, recorded as ``run.staging_erased``. A directory of a
+        Run this catalog does not know, or of a Run still going, stays.
+        """
+        root = self.layout.root / "_staging"
+        if not root.is_dir():
+            return
+        for path in sorted(p for p in root.iterdir() if p.is_dir()):
+            with self.catalog.begin() as conn:
+                try:
+                    run = runs_repo.get_run(conn, path.name)
+                except NotFoundError:
+                    continue
+            if not run.terminal or any(
+                self.catalog.lease_holder(run.source, d) == run.id for d in run.datasets
+            ):
+                continue
+            if not all([self._try_catch_up(run.source, d, notes) for d in run.datasets]):
+                continue  # kept: projecting its commits may still need it
+            _erase_private(path)
+            with self.catalog.begin() as conn:
+                cat.emit(conn, "run.staging_erased", source=run.source, run_id=run.id)
+            notes.append(f"run {run.id} ({run.state}): its staging was erased")
 
     def _try_catch_up(self, source: str, name: str, notes: list[str]) -> bool:
         """:meth:`_catch_up`, its failure told (note, alert) instead of raised."""
