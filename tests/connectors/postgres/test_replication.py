@@ -482,3 +482,42 @@ def test_every_connection_carries_the_application_name(names: Names) -> None:
 
 def test_lsn_text_in_status_json() -> None:
     assert lsn_to_text(SlotStatus("s", exists=True, restart_lsn=2**32).restart_lsn or 0) == "1/0"
+
+
+@pytest.mark.postgres
+def test_a_refused_control_statement_is_told_with_what_to_do(names: Names, plain_role: str) -> None:
+    # The server refuses the statement itself (the role may connect): the
+    # error is Combined's, terminal, with the server's words and the fix.
+    table = names.table("owned")
+    settings = Settings(make_conninfo(names.dsn, user=plain_role))
+    with pytest.raises(AuthRejected) as info:
+        ensure_publication(settings, names.pub(), [table])
+    _assert_refused(info)
+    assert "set up the publication" in info.value.message
+    assert "permission denied" in info.value.message  # the server's words
+    assert "CREATE PUBLICATION" in (info.value.hint or "")
+    role = sql.Identifier(plain_role)
+    names.conn.execute(sql.SQL("GRANT CREATE ON DATABASE postgres TO {}").format(role))
+    pub = names.pub()
+    try:
+        with pytest.raises(AuthRejected, match="must be owner"):
+            ensure_publication(settings, pub, [table])  # CREATE is not enough
+        names.conn.execute(
+            sql.SQL("ALTER TABLE {} OWNER TO {}").format(sql.Identifier(table), role)
+        )
+        assert ensure_publication(settings, pub, [table]).created  # now it may
+    finally:
+        drop_publication(names.pg, pub)
+        names.conn.execute(sql.SQL("REASSIGN OWNED BY {} TO postgres").format(role))
+        names.conn.execute(sql.SQL("REVOKE CREATE ON DATABASE postgres FROM {}").format(role))
+
+
+@pytest.mark.postgres
+def test_a_failed_control_statement_is_a_source_error_not_the_drivers(
+    names: Names,
+) -> None:
+    # A type the catalog query cannot take: the driver's error never escapes.
+    with pytest.raises(SourceError) as info:
+        resolve_user_types(names.pg, [2**40])
+    assert not isinstance(info.value, psycopg.Error)
+    assert "resolve the source's user-defined types" in info.value.message

@@ -29,7 +29,8 @@ from __future__ import annotations
 import re
 import select
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -42,7 +43,14 @@ import psycopg2.extras
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from combined.connectors.postgres._connect import Settings, connect_failure, detail_lines
+from combined.connectors.postgres._connect import (
+    Settings,
+    connect_failure,
+    detail_lines,
+    detail_of,
+    query_error,
+    sqlstate_of,
+)
 from combined.connectors.postgres._pgoutput import array_type_of, lsn_to_text, text_to_lsn
 from combined.errors import (
     AuthRejected,
@@ -212,6 +220,42 @@ def _connect(settings: Settings) -> psycopg.Connection[Any]:
         raise _classify(exc, settings, "connect", connecting=True) from None
 
 
+@contextmanager
+def _control(
+    settings: Settings, action: str, *, denied_hint: str | None = None
+) -> Iterator[psycopg.Connection[Any]]:
+    """An ordinary connection for the statements that ``action`` runs.
+
+    A statement the server refuses is a Combined error, never the driver's:
+    a role without REPLICATION as :func:`_classify` tells it, a missing
+    privilege (SQLSTATE 42501) as :class:`AuthRejected` with ``denied_hint``,
+    anything else as an ordinary session's query failure.
+    """
+    with _connect(settings) as conn:
+        try:
+            yield conn
+        except psycopg.Error as exc:
+            raise _statement_failure(exc, settings, action, denied_hint) from None
+
+
+def _statement_failure(
+    exc: psycopg.Error, settings: Settings, action: str, denied_hint: str | None
+) -> CombinedError:
+    classified = _classify(exc, settings, action)
+    if isinstance(classified, AuthRejected):
+        return classified
+    if sqlstate_of(exc) == "42501":
+        detail = detail_of(exc, settings)
+        return AuthRejected(
+            f"the postgres role may not {action}: {detail}",
+            hint=denied_hint
+            or "grant the role the privilege the server names, or use one that has it",
+            detail=detail,
+            sqlstate="42501",
+        )
+    return query_error(exc, settings, f"trying to {action}")
+
+
 def _replication_connect(settings: Settings) -> Any:
     try:
         return psycopg2.connect(
@@ -221,6 +265,14 @@ def _replication_connect(settings: Settings) -> Any:
         )
     except psycopg2.Error as exc:
         raise _classify(exc, settings, "open a replication connection", connecting=True) from None
+
+
+#: What to do when the role may not create or alter the publication.
+_PUBLICATION_HINT = (
+    "creating a publication takes CREATE on the database and ownership of its tables "
+    "(or a superuser): have such a role run CREATE PUBLICATION for the tables, or grant "
+    "them; setup then verifies the existing publication instead of creating it"
+)
 
 
 def _split(table: str) -> tuple[str, str]:
@@ -257,7 +309,7 @@ def ensure_publication(
     wanted = tuple(dict.fromkeys(f"{s}.{t}" for s, t in map(_split, tables)))
     if not wanted:
         raise ConfigError("a publication needs at least one table", hint="declare a cdc dataset")
-    with _connect(settings) as conn:
+    with _control(settings, "set up the publication", denied_hint=_PUBLICATION_HINT) as conn:
         _check_wal_level(conn)
         for table in wanted:
             _check_identity(conn, table)
@@ -323,7 +375,11 @@ def _check_identity(conn: psycopg.Connection[Any], table: str) -> None:
 
 def drop_publication(settings: Settings, name: str) -> bool:
     """Drop publication ``name``; return whether it existed."""
-    with _connect(settings) as conn:
+    with _control(
+        settings,
+        "drop the publication",
+        denied_hint="drop the publication as its owner or a superuser",
+    ) as conn:
         row = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
         if row is None:
             return False
@@ -391,7 +447,7 @@ def create_slot(settings: Settings, slot: str) -> SlotHandle:
     may be read before that. A slot that does not retain WAL is dropped again.
     """
     _check_slot_name(slot)
-    with _connect(settings) as conn:
+    with _control(settings, "create a replication slot") as conn:
         _check_wal_level(conn)
     rconn = _replication_connect(settings)
     try:
@@ -438,7 +494,7 @@ WHERE s.slot_name = %s
 
 def slot_status(settings: Settings, slot: str) -> SlotStatus:
     """The slot's state, retention and lag (``exists`` false when it is missing)."""
-    with _connect(settings) as conn:
+    with _control(settings, "read the replication slot's status") as conn:
         row = conn.execute(_STATUS_SQL, (slot,)).fetchone()
     if row is None:
         return SlotStatus(slot=slot, exists=False)
@@ -495,7 +551,7 @@ def drop_slot(
     """
     _check_slot_name(slot)
     deadline = time.monotonic() + wait_seconds
-    with _connect(settings) as conn:
+    with _control(settings, "drop the replication slot") as conn:
         while True:
             try:
                 row = conn.execute(
@@ -521,7 +577,7 @@ def drop_slot(
 
 def current_wal_lsn(settings: Settings) -> int:
     """The server's current WAL write position: the end of a bounded run."""
-    with _connect(settings) as conn:
+    with _control(settings, "read the current wal position") as conn:
         row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
     assert row is not None
     return text_to_lsn(row[0])
@@ -533,7 +589,7 @@ def emit_heartbeat(settings: Settings) -> int:
     The message is not published (pgoutput sends messages only on request);
     it gives the walsender a position to report in its keepalives.
     """
-    with _connect(settings) as conn:
+    with _control(settings, "write a heartbeat message") as conn:
         row = conn.execute(
             "SELECT pg_logical_emit_message(false, 'combined.heartbeat', '')::text"
         ).fetchone()
@@ -550,7 +606,7 @@ def advance_slot(
     Returns the slot's confirmed position afterwards.
     """
     _check_slot_name(slot)
-    with _connect(settings) as conn:
+    with _control(settings, "advance the replication slot") as conn:
         status = slot_status(settings, slot)
         if status.lost:
             raise SlotLost(f"replication slot {slot!r} is lost", hint=_RECOVER, slot=slot)
@@ -587,7 +643,7 @@ def resolve_user_types(settings: Settings, oids: Iterable[int]) -> dict[int, tup
     wanted = sorted(set(oids))
     out: dict[int, tuple[int, int]] = {}
     if wanted:
-        with _connect(settings) as conn:
+        with _control(settings, "resolve the source's user-defined types") as conn:
             for oid in wanted:
                 found = _resolve_type(conn, oid)
                 if found is not None:
