@@ -206,6 +206,7 @@ class Engine:
         selected = self.selectors(names)
         self.layout.ensure_writable()
         self.repair()
+        self.remind_quarantine()
         out = []
         for source, datasets in selected.items():
             self._declare(source)
@@ -247,6 +248,7 @@ class Engine:
         self.project.dataset(source, dataset)
         self.layout.ensure_writable()
         self.repair()
+        self.remind_quarantine()
         self._declare(source)
         run = admit(
             self.catalog,
@@ -278,6 +280,7 @@ class Engine:
             admission = runs_repo.get_admission(conn, old.admission_id)
         self.layout.ensure_writable()
         self.repair()
+        self.remind_quarantine()
         run = admit(
             self.catalog,
             source=old.source,
@@ -469,6 +472,44 @@ class Engine:
         """MAR per source and dataset (and month)."""
         with self.catalog.begin() as conn:
             return [dict(r._mapping) for r in cat.usage_rows(conn, month)]
+
+    # -- quarantine -------------------------------------------------------------------
+
+    def quarantine(
+        self, source: str | None = None, *, include_decided: bool = False
+    ) -> list[dict[str, Any]]:
+        """Quarantine entries awaiting a decision (or every one), newest first."""
+        from combined.quality import quarantine
+
+        return quarantine.entries(self.catalog, source=source, include_decided=include_decided)
+
+    def quarantine_records(
+        self, quarantine_id: str, limit: int = 20
+    ) -> tuple[dict[str, Any], pa.Table]:
+        """A quarantine entry and its first ``limit`` records (every one for 0)."""
+        from combined.quality import quarantine
+
+        return quarantine.records(self.catalog, self.layout, quarantine_id, limit)
+
+    def decide_quarantine(
+        self, quarantine_id: str, decision: str, *, by: str, reason: str
+    ) -> dict[str, Any]:
+        """Release (keep as evidence) or discard (delete) a quarantine entry, recorded."""
+        from combined.quality import quarantine
+
+        return quarantine.decide(
+            self.catalog, self.layout, quarantine_id, decision, by=by, reason=reason
+        )
+
+    def remind_quarantine(self, now: datetime | None = None) -> list[str]:
+        """Alert (once a review period) on quarantine entries whose review is overdue."""
+        from combined.quality import quarantine
+
+        cadence = {(s, n): d.quarantine.review_every for s, n, d in self.project.datasets()}
+        notes = quarantine.remind(self.catalog, lambda s, n: cadence.get((s, n)), now)
+        for note in notes:
+            self.reporter.note(note)
+        return notes
 
 
 def _jsonable(value: Any) -> Any:

@@ -393,7 +393,7 @@ class Reducer:
                 f"the capture of {dataset} holds {len(dups)} duplicate key(s) "
                 f"of ({', '.join(self.key)}); nothing was committed for it",
                 hint="fix the key in the source or declare a key that is unique; "
-                "the duplicates are in quarantine",
+                "the duplicates are in quarantine (`combined quarantine list`)",
                 duplicates=len(dups),
             )
 

@@ -461,3 +461,65 @@ def quarantined(conn: Connection, source: str | None = None) -> list[sa.Row[Any]
     if source is not None:
         q = q.where(t.quarantine.c.source == source)
     return list(conn.execute(q))
+
+
+#: Decisions that close a quarantine's review. ``released``: the records were
+#: reviewed and stay in quarantine as evidence; ``discarded``: they were
+#: reviewed and their file is deleted. Only a released entry may be decided
+#: again (discarded later); a discarded one is final.
+QUARANTINE_DECISIONS = ("released", "discarded")
+
+
+def get_quarantine(conn: Connection, quarantine_id: str) -> sa.Row[Any]:
+    """One quarantine entry; NotFoundError when there is none of that id."""
+    row = conn.execute(sa.select(t.quarantine).where(t.quarantine.c.id == quarantine_id)).first()
+    if row is None:
+        raise NotFoundError(
+            f"no quarantine entry {quarantine_id!r}",
+            hint="`combined quarantine list --all` lists every entry",
+        )
+    return row
+
+
+def decide_quarantine(
+    conn: Connection, quarantine_id: str, decision: str, *, by: str, before: str | None
+) -> bool:
+    """Record ``decision`` on an entry still in state ``before`` (None: undecided).
+
+    Returns False when the entry moved meanwhile (another reviewer decided first).
+    """
+    q = t.quarantine
+    done = conn.execute(
+        q.update()
+        .where(
+            q.c.id == quarantine_id,
+            q.c.decision.is_(None) if before is None else q.c.decision == before,
+        )
+        .values(decision=decision, decided_at=utcnow(), decided_by=by)
+    )
+    return bool(done.rowcount == 1)
+
+
+def overdue_quarantine(conn: Connection, now: datetime) -> list[sa.Row[Any]]:
+    """Undecided entries whose review is due at or before ``now``, oldest first."""
+    q = t.quarantine
+    return list(
+        conn.execute(
+            sa.select(q)
+            .where(q.c.decision.is_(None), q.c.review_due_at <= now)
+            .order_by(q.c.review_due_at)
+        )
+    )
+
+
+def postpone_review(
+    conn: Connection, quarantine_id: str, *, was: datetime, until: datetime
+) -> bool:
+    """Move an undecided entry's next review from ``was`` to ``until`` (once: compare-and-set)."""
+    q = t.quarantine
+    done = conn.execute(
+        q.update()
+        .where(q.c.id == quarantine_id, q.c.decision.is_(None), q.c.review_due_at == was)
+        .values(review_due_at=until)
+    )
+    return bool(done.rowcount == 1)

@@ -1,5 +1,6 @@
-"""Boundary rules: count reconciliation (drift and quarantine live with the pipeline)."""
+"""Boundary rules: count reconciliation and quarantine review (drift lives with the pipeline)."""
 
+from combined.quality import _quarantine as quarantine
 from combined.quality._reconcile import Reconciliation, range_totals, reconcile, same_sum
 
-__all__ = ["Reconciliation", "range_totals", "reconcile", "same_sum"]
+__all__ = ["Reconciliation", "quarantine", "range_totals", "reconcile", "same_sum"]

@@ -1,0 +1,195 @@
+"""Quarantine review: who reads it, when it is due, and the decisions that close it.
+
+A capture puts records it cannot commit (the rows of a duplicated key) in
+the lake's quarantine area and registers them in the catalog with the
+dataset's named reader and a review due date. From then on:
+
+- an entry whose review is due and still undecided raises an
+  ``alert.quarantine_overdue`` Activity event, once per review period (the
+  next reminder is due one period later);
+- a reviewer closes it by an explicit, recorded decision, with their name
+  and a reason: ``released`` (reviewed; the records stay in quarantine as
+  evidence) or ``discarded`` (reviewed; the records' file is deleted).
+  A released entry may still be discarded later; a discarded one is final.
+
+Nothing is deleted from quarantine except by a ``discarded`` decision, and
+the decision is recorded before the file goes: a crash in between leaves a
+file whose entry already says it was discarded, never a file gone unrecorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from combined.catalog import Catalog
+from combined.catalog import data as cat
+from combined.errors import ConfigError, LakeError, ProtocolViolation
+from combined.lake import LakeLayout
+from combined.protocol import utcnow
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["decide", "entries", "records", "remind"]
+
+#: The review period of an entry whose dataset is no longer declared.
+DEFAULT_REVIEW_EVERY = timedelta(days=7)
+
+
+def entries(
+    catalog: Catalog, *, source: str | None = None, include_decided: bool = False
+) -> list[dict[str, Any]]:
+    """Quarantine entries, newest first: those awaiting a decision, or every one."""
+    now = utcnow()
+    with catalog.begin() as conn:
+        rows = cat.quarantined(conn, source)
+    out = []
+    for row in rows:
+        entry = dict(row._mapping)
+        if include_decided or entry["decision"] is None:
+            entry["overdue"] = entry["decision"] is None and entry["review_due_at"] <= now
+            out.append(entry)
+    return out
+
+
+def records(
+    catalog: Catalog, layout: LakeLayout, quarantine_id: str, limit: int
+) -> tuple[dict[str, Any], pa.Table]:
+    """An entry and the first ``limit`` of its records (all when ``limit`` is 0)."""
+    import pyarrow.parquet as pq
+
+    if limit < 0:
+        raise ConfigError(f"--limit must be 0 or more, not {limit}", hint="e.g. --limit 20")
+    with catalog.begin() as conn:
+        entry = dict(cat.get_quarantine(conn, quarantine_id)._mapping)
+    path = _file(layout, entry)
+    if not path.exists():
+        if entry["decision"] == "discarded":
+            raise ProtocolViolation(
+                f"quarantine entry {quarantine_id} was discarded by {entry['decided_by']} "
+                f"at {entry['decided_at']:%Y-%m-%d %H:%M:%S}: its records are gone",
+                hint="the decision and its reason are in the activity feed",
+            )
+        raise LakeError(
+            f"the records of quarantine entry {quarantine_id} are missing ({path})",
+            hint="restore the file from a backup; nothing discarded it",
+        )
+    table = pq.read_table(path)
+    return entry, table if limit == 0 else table.slice(0, limit)
+
+
+def decide(
+    catalog: Catalog,
+    layout: LakeLayout,
+    quarantine_id: str,
+    decision: str,
+    *,
+    by: str,
+    reason: str,
+) -> dict[str, Any]:
+    """Record a reviewer's decision on an entry; a discard then deletes its records."""
+    if decision not in cat.QUARANTINE_DECISIONS:
+        raise ConfigError(
+            f"a quarantine decision is one of {', '.join(cat.QUARANTINE_DECISIONS)}, "
+            f"not {decision!r}",
+            hint="release keeps the records as evidence; discard deletes them",
+        )
+    by, reason = by.strip(), reason.strip()
+    if not by or not reason:
+        raise ConfigError(
+            "a quarantine decision records who took it and why",
+            hint='give --by NAME and --reason "..." (both non-empty)',
+        )
+    with catalog.begin() as conn:
+        entry = dict(cat.get_quarantine(conn, quarantine_id)._mapping)
+        before = entry["decision"]
+        if before == "discarded" or before == decision:
+            raise ProtocolViolation(
+                f"quarantine entry {quarantine_id} was already {before} by "
+                f"{entry['decided_by']} at {entry['decided_at']:%Y-%m-%d %H:%M:%S}",
+                hint="its decision is recorded; `combined quarantine list --all` shows it",
+            )
+        if before is not None and decision != "discarded":
+            raise ProtocolViolation(
+                f"quarantine entry {quarantine_id} was {before}; only a discard may follow",
+                hint="discard it to delete its records",
+            )
+        path = _file(layout, entry)
+        if not cat.decide_quarantine(conn, quarantine_id, decision, by=by, before=before):
+            raise ProtocolViolation(
+                f"quarantine entry {quarantine_id} was decided by someone else meanwhile",
+                hint="`combined quarantine list --all` shows the decision",
+            )
+        cat.emit(
+            conn,
+            f"quarantine.{decision}",
+            source=entry["source"],
+            dataset=entry["dataset"],
+            run_id=entry["run_id"],
+            quarantine=quarantine_id,
+            by=by,
+            reason=reason,
+            reader=entry["reader"],
+            records=entry["record_count"],
+            path=entry["path"],
+            previous=before,
+        )
+    if decision == "discarded":
+        path.unlink(missing_ok=True)
+    with catalog.begin() as conn:
+        return dict(cat.get_quarantine(conn, quarantine_id)._mapping)
+
+
+def remind(
+    catalog: Catalog,
+    review_every: Callable[[str, str], timedelta | None],
+    now: datetime | None = None,
+) -> list[str]:
+    """Raise ``alert.quarantine_overdue`` for each undecided entry whose review is due.
+
+    Each alert moves the entry's next review one period on (the dataset's
+    ``quarantine.review_every``, or a week for a dataset no longer declared),
+    so an ignored entry is recalled once a period, not on every capture.
+    Returns one line per alert.
+    """
+    now = now or utcnow()
+    notes = []
+    with catalog.begin() as conn:
+        due = cat.overdue_quarantine(conn, now)
+    for entry in due:
+        every = review_every(entry.source, entry.dataset) or DEFAULT_REVIEW_EVERY
+        with catalog.begin() as conn:
+            if not cat.postpone_review(conn, entry.id, was=entry.review_due_at, until=now + every):
+                continue  # another process reminded (or decided) first
+            cat.emit(
+                conn,
+                "alert.quarantine_overdue",
+                source=entry.source,
+                dataset=entry.dataset,
+                run_id=entry.run_id,
+                quarantine=entry.id,
+                reader=entry.reader,
+                records=entry.record_count,
+                due=entry.review_due_at.isoformat(),
+                reason=entry.reason,
+            )
+        notes.append(
+            f"quarantine {entry.id} ({entry.source}.{entry.dataset}, {entry.record_count} "
+            f"records) awaits review by {entry.reader} since {entry.review_due_at:%Y-%m-%d}"
+        )
+    return notes
+
+
+def _file(layout: LakeLayout, entry: dict[str, Any]) -> Path:
+    """The entry's records file, which must lie in the dataset's quarantine area."""
+    path = Path(entry["path"])
+    area = layout.quarantine(entry["source"], entry["dataset"]).resolve()
+    if not path.is_absolute() or not path.resolve().is_relative_to(area):
+        raise LakeError(
+            f"quarantine entry {entry['id']} names {path}, outside its quarantine area {area}",
+            hint="the catalog entry was altered; restore it before deciding",
+        )
+    return path
