@@ -365,7 +365,8 @@ class Session:
 
     def literal(self, value: Any) -> str:
         """``value`` as a SQL literal, escaped by the driver for this connection."""
-        return str(self._live().literal(value))
+        with self._live().cursor(pymysql.cursors.Cursor) as cur:
+            return str(cur.mogrify("%s", (value,)))
 
     def run(self, query: str, doing: str) -> None:
         """Execute a statement that returns no rows (START TRANSACTION, COMMIT, SET ...)."""

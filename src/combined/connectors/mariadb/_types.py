@@ -15,7 +15,8 @@ mediumint/int/bigint        int32/int32/int64           the server does not rest
                                                         decimal(20,0) (Delta has no unsigned)
 decimal(p,s), p <= 38       decimal128(p,s)             exact
 decimal(p,s), 38 < p <= 65  decimal256(p,s)             exact (the lake keeps it as text)
-float / double              float32 / float64           the server's shortest round-trip text
+float / double              float32 / float64           exact: FLOAT is read widened to
+                                                        DOUBLE (its own text has 6 digits)
 bit(1)                      bool
 bit(n), n > 1               uint64                      the bits as an unsigned number
 char/varchar/*text          string                      utf8mb4 (the session's charset)
@@ -171,7 +172,10 @@ def plan_column(col: SourceColumn, cast: str | None = None) -> ColumnPlan:
         arrow = pa.decimal128(p, s) if p <= 38 else pa.decimal256(p, s)
         return ColumnPlan(col.name, source, "decimal", arrow, q, col.nullable)
     if dt == "float":
-        return ColumnPlan(col.name, source, "float", pa.float32(), q, col.nullable)
+        # The server writes a FLOAT with 6 significant digits (16777216 becomes
+        # 1.67772e7); widened to DOUBLE it writes the exact value.
+        expr = f"CAST({q} AS DOUBLE)"
+        return ColumnPlan(col.name, source, "float", pa.float32(), expr, col.nullable)
     if dt in ("double", "real", "double precision"):
         return ColumnPlan(col.name, source, "float", pa.float64(), q, col.nullable)
     if dt == "bit":
