@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from combined.connectors._shared import split_qualified
 from combined.connectors.abc import CursorCandidate, DatasetDiscovery, FieldInfo
 from combined.connectors.mariadb._connect import Session, quote_ident
 from combined.connectors.mariadb._types import ColumnPlan, SourceColumn, plan_column
@@ -59,33 +60,9 @@ class Index:
 
 def parse_relation(text: str, database: str) -> tuple[str, str]:
     """``table`` or ``database.table`` as (database, table); backticks quote a part."""
-    parts: list[str] = []
-    buf: list[str] = []
-    i, quoted = 0, False
-    while i < len(text):
-        ch = text[i]
-        if quoted:
-            if ch == "`" and text[i + 1 : i + 2] == "`":
-                buf.append("`")
-                i += 1
-            elif ch == "`":
-                quoted = False
-            else:
-                buf.append(ch)
-        elif ch == "`" and not buf:
-            quoted = True
-        elif ch == ".":
-            parts.append("".join(buf))
-            buf = []
-        else:
-            buf.append(ch)
-        i += 1
-    parts.append("".join(buf))
-    if quoted or not all(parts) or len(parts) > 2:
-        raise ConfigError(
-            f"{text!r} is not a table name",
-            hint="name it table or database.table (quote a part holding a dot in backticks)",
-        )
+    parts = split_qualified(
+        text, "`", "name it table or database.table (quote a part holding a dot in backticks)"
+    )
     return (database, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
 
 

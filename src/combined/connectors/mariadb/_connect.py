@@ -24,6 +24,7 @@ import pymysql
 import pymysql.converters
 import pymysql.cursors
 
+from combined.connectors._shared import close_quietly as shared_close_quietly
 from combined.connectors.abc import refuse_unknown_keys
 from combined.errors import (
     AuthRejected,
@@ -436,11 +437,8 @@ def close_quietly(session: Session | None, primary: BaseException | None) -> Bas
     """Close ``session``; a failure becomes a redacted note on ``primary``, never a raise."""
     if session is None:
         return None
-    failure = session.close()
-    if failure is not None and primary is not None:
-        with contextlib.suppress(Exception):
-            primary.add_note("cleanup also failed: " + detail_of(failure, session.settings))
-    return failure
+    settings = session.settings
+    return shared_close_quietly(session, primary, lambda exc: detail_of(exc, settings))
 
 
 def quote_ident(name: str) -> str:
