@@ -137,3 +137,55 @@ def test_discovery_reports_tables_views_types_keys_and_cursor_evidence(
     assert "leads index" in cands["updated_at"]
     assert items.strategies == ("snapshot", "cursor")
     assert cheap.primary_key == () and cheap.estimated_rows is None
+
+
+@pytest.mark.parametrize("password", ["Pä-7f3k-hidden", "P€-7f3k-hidden"])
+def test_a_password_beyond_ascii_authenticates_and_never_shows(
+    admin: Any, mariadb_database: str, password: str
+) -> None:
+    # The server hashes the password as the client's utf8mb4 text wrote it.
+    user = f"ct_{uuid.uuid4().hex[:8]}"
+    db = admin.rows("SELECT DATABASE()")[0][0]
+    admin.sql(
+        f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'",
+        f"GRANT SELECT ON `{db}`.* TO '{user}'@'%'",
+    )
+    try:
+        MariaDBSource({"dsn": _dsn(mariadb_database, user=user), "password": password}).check()
+        wrong = password + "x"
+        src = MariaDBSource({"dsn": _dsn(mariadb_database, user=user), "password": wrong})
+        with pytest.raises(AuthRejected) as info:
+            src.check()
+        chained = repr(info.value.__cause__) + repr(info.value.__context__)
+        assert wrong not in _shown(info.value) + chained
+    finally:
+        admin.sql(f"DROP USER IF EXISTS '{user}'@'%'")
+
+
+def test_a_driver_error_is_not_chained_to_the_classified_error(
+    mariadb_database: str, make_request: Any
+) -> None:
+    src = MariaDBSource({"dsn": _dsn(mariadb_database, port=1), "connect_timeout": 2})
+    with pytest.raises(SourceUnavailable) as info:
+        src.check()
+    assert info.value.__cause__ is None and info.value.__context__ is None
+    src = MariaDBSource({"dsn": mariadb_database})
+    with pytest.raises(NotFoundError) as missing:
+        list(src.read(make_request("missing_table")))
+    assert missing.value.__context__ is None
+    src.close()
+
+
+def test_a_session_waits_for_a_slow_consumer_as_long_as_read_timeout(
+    mariadb_database: str,
+) -> None:
+    # An unbuffered read stalls the server's writes while the engine stages a
+    # batch; the server drops the session after net_write_timeout (60 s by default).
+    from combined.connectors.mariadb._connect import Session, Settings
+
+    session = Session(Settings.from_config({"dsn": mariadb_database, "read_timeout": 900}))
+    try:
+        ((value,),) = session.rows("SELECT @@session.net_write_timeout", "test")
+        assert int(value) == 900
+    finally:
+        session.close()

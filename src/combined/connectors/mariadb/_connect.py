@@ -3,7 +3,9 @@
 The password is held only by :class:`Settings` (never in ``repr``), handed to
 the driver at connect time, and scrubbed from every driver message before it
 reaches a :class:`~combined.errors.CombinedError`. Driver exceptions are never
-chained (``from None``): only the scrubbed message travels, as ``detail``.
+chained: each classified error is raised outside the driver's handler, so
+neither ``__cause__`` nor ``__context__`` holds one, and only the scrubbed
+message travels, as ``detail``.
 
 Every session reads text: the driver is given no decoders, so each value
 arrives as the server's text (``str``) or, for binary columns, as ``bytes``,
@@ -122,10 +124,12 @@ class Settings:
             url = urlsplit(dsn.strip())
             port = url.port or DEFAULT_PORT
         except ValueError:  # the parser's message may quote the dsn: keep it out
+            url = None
+        if url is None:  # raised outside the handler: the parser's error is not its context
             raise ConfigError(
                 f"the {name} dsn cannot be parsed",
                 hint="use mysql://user@host:port/dbname (or mariadb://...)",
-            ) from None
+            )
         if url.scheme.lower() not in SCHEMES:
             raise ConfigError(
                 f"the {name} dsn must start with mysql:// or mariadb://",
@@ -182,7 +186,9 @@ class Settings:
             "host": self.host,
             "port": self.port,
             "user": self.user,
-            "password": self.password or "",
+            # The server hashes the password as the bytes the client wrote it in
+            # (utf8mb4 here); PyMySQL would encode a str as latin-1.
+            "password": (self.password or "").encode("utf-8"),
             "database": self.database,
             "charset": "utf8mb4",
             "connect_timeout": self.connect_timeout,
@@ -191,7 +197,9 @@ class Settings:
             "autocommit": True,
             "conv": _ENCODERS,
             "cursorclass": pymysql.cursors.SSCursor,
-            "init_command": "SET time_zone = '+00:00'",
+            # An unbuffered read stalls the server's writes while a batch is
+            # staged: wait as long as the client waits for the server.
+            "init_command": f"SET time_zone = '+00:00', net_write_timeout = {self.read_timeout}",
             "program_name": "combined",
         }
         if "unix_socket" in q:
@@ -353,11 +361,14 @@ class Session:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self._cursor: Any = None
+        failure: CombinedError | None = None
         try:
             self._conn: Any = pymysql.connect(**settings.connect_kwargs())
         except DRIVER_ERRORS as exc:
-            raise connect_error(exc, settings) from None
-        self._cursor: Any = None
+            failure = connect_error(exc, settings)
+        if failure is not None:  # raised outside the handler: no driver exception in context
+            raise failure
 
     def _live(self) -> Any:
         if self._conn is None:
@@ -376,38 +387,48 @@ class Session:
     def rows(self, query: str, doing: str) -> list[tuple[Any, ...]]:
         """Execute a small query and return its rows as text."""
         self.end_stream()
+        failure: CombinedError | None = None
         try:
             with self._live().cursor(pymysql.cursors.Cursor) as cur:
                 cur.execute(query)
                 return list(cur.fetchall())
         except DRIVER_ERRORS as exc:
-            raise query_error(exc, self.settings, doing) from None
+            failure = query_error(exc, self.settings, doing)
+        raise failure
 
     def stream(self, query: str, doing: str) -> Any:
         """Execute a query unbuffered; fetch its rows with :meth:`fetch`."""
         self.end_stream()
+        failure: CombinedError | None = None
         try:
             self._cursor = self._live().cursor(pymysql.cursors.SSCursor)
             self._cursor.execute(query)
+            return self._cursor
         except DRIVER_ERRORS as exc:
-            raise query_error(exc, self.settings, doing) from None
-        return self._cursor
+            failure = query_error(exc, self.settings, doing)
+        raise failure
 
     def fetch(self, rows: int) -> list[tuple[Any, ...]]:
         """Up to ``rows`` rows of the open stream (fewer only at its end)."""
+        failure: CombinedError | None = None
         try:
             return list(self._cursor.fetchmany(rows))
         except DRIVER_ERRORS as exc:
-            raise query_error(exc, self.settings, "reading rows") from None
+            failure = query_error(exc, self.settings, "reading rows")
+        raise failure
 
     def end_stream(self) -> None:
         """Close the open stream; call only once it is exhausted (else the driver drains it)."""
         cursor, self._cursor = self._cursor, None
-        if cursor is not None:
-            try:
-                cursor.close()
-            except DRIVER_ERRORS as exc:
-                raise query_error(exc, self.settings, "closing the result") from None
+        if cursor is None:
+            return
+        failure: CombinedError | None = None
+        try:
+            cursor.close()
+        except DRIVER_ERRORS as exc:
+            failure = query_error(exc, self.settings, "closing the result")
+        if failure is not None:
+            raise failure
 
     def close(self) -> BaseException | None:
         """Drop the connection; return a failure instead of raising.

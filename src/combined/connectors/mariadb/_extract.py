@@ -225,6 +225,7 @@ class MariaDBExtraction(BaseExtraction):
     def _messages(self) -> Iterator[Message]:
         self._claim()
         request = self._request
+        failure: CombinedError | None = None
         try:
             with self._lock:
                 work = self._begin()
@@ -246,12 +247,13 @@ class MariaDBExtraction(BaseExtraction):
             self._abandon(exc)
             raise
         except DRIVER_ERRORS as exc:
-            err = query_error(exc, self._settings, "reading")
-            self._abandon(err)
-            raise err from None
+            failure = query_error(exc, self._settings, "reading")
+            self._abandon(failure)
         except BaseException as exc:
             self._abandon(exc)
             raise
+        if failure is not None:  # raised outside the handler: no driver exception in context
+            raise failure
         yield final
 
     def _begin(self) -> _Work:
