@@ -207,3 +207,53 @@ def test_an_abandoned_read_closes_its_session(
 
         time.sleep(0.05)
     assert not alive
+
+
+def test_a_key_read_as_text_pages_without_losing_rows(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    admin.sql(
+        "CREATE TABLE k (id INT PRIMARY KEY, v INT NOT NULL)",
+        "INSERT INTO k SELECT seq, 1 FROM seq_1_to_20",
+    )
+    options = {"page_rows": 5, "casts": {"id": "text"}}
+    req = make_request("k", strategy="cursor", cursor=CursorSpec("v"), options=options)
+    ext = source.read(req)
+    ids = mt.table_of(list(ext)).column("id").to_pylist()
+    assert sorted(ids, key=int) == [str(i) for i in range(1, 21)]
+    ext.finish("success")
+    # A read that leaves out a column ordering the pages is refused before any row.
+    narrow = make_request("k", strategy="cursor", cursor=CursorSpec("v"), columns=("v",))
+    it = iter(source.read(narrow))
+    with pytest.raises(ConfigError, match="must select column 'id'"):
+        next(it)
+
+
+def test_a_view_claims_a_snapshot_only_over_transactional_tables(
+    admin: Any, source: MariaDBSource, make_request: Any
+) -> None:
+    admin.sql(
+        "CREATE TABLE plain (id INT PRIMARY KEY) ENGINE=MyISAM",
+        "CREATE TABLE tx (id INT PRIMARY KEY) ENGINE=InnoDB",
+        "INSERT INTO plain VALUES (1)",
+        "INSERT INTO tx VALUES (1)",
+        "CREATE VIEW over_plain AS SELECT p.id FROM plain p",
+        "CREATE VIEW over_both AS SELECT tx.id FROM tx JOIN plain USING (id)",
+        "CREATE VIEW over_view AS SELECT id FROM over_plain",
+        "CREATE VIEW over_tx AS SELECT t.id FROM tx t",
+        "CREATE VIEW over_tx_view AS SELECT id FROM over_tx",
+        "CREATE VIEW with_cte AS WITH w AS (SELECT id FROM tx) SELECT w.id FROM w",
+        "CREATE VIEW hidden_plain AS SELECT t.id FROM (SELECT id FROM tx) t"
+        " WHERE EXISTS (SELECT 1 FROM plain q WHERE q.id = t.id)",
+    )
+    names = ("plain", "over_plain", "over_both", "over_view", "hidden_plain")
+    authority = {}
+    for name in (*names, "over_tx", "over_tx_view", "with_cte", "tx"):
+        ext = source.read(make_request(name))
+        assert len(list(ext)) == 2  # one batch and the final state
+        authority[name] = ext.receipt.snapshot_authority
+        ext.finish("success")
+    assert authority == {
+        **dict.fromkeys(names),
+        **dict.fromkeys(("over_tx", "over_tx_view", "with_cte", "tx"), CONSISTENT_SNAPSHOT),
+    }

@@ -7,6 +7,7 @@ dsn's database) or ``database.table``; names are taken literally.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,10 @@ _KINDS = {"BASE TABLE": "table", "VIEW": "view", "SYSTEM VERSIONED": "table"}
 #: Storage engines whose tables a consistent snapshot covers.
 TRANSACTIONAL_ENGINES = ("InnoDB", "XtraDB", "RocksDB", "TokuDB", "NDBCLUSTER")
 _CLOCK_DEFAULTS = ("current_timestamp", "now()", "localtimestamp")
+# A table a view reads: the server stores view definitions with every table
+# written `database`.`table` after FROM or JOIN (a CTE's name is one part).
+_TABLE_REF = re.compile(r"\b(?:from|join)\s*\(*\s*`((?:[^`]|``)+)`\.`((?:[^`]|``)+)`", re.I)
+_VIEW_DEPTH = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +50,11 @@ class Relation:
 
     @property
     def transactional(self) -> bool:
-        """Whether a consistent snapshot covers the relation (views: their tables decide)."""
-        return self.kind == "view" or (self.engine or "") in TRANSACTIONAL_ENGINES
+        """Whether the relation is a table of an engine a consistent snapshot covers.
+
+        A view is not: :func:`snapshot_covers` decides from the tables it reads.
+        """
+        return (self.engine or "") in TRANSACTIONAL_ENGINES
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +108,37 @@ def find_relation(session: Session, name: str, database: str) -> Relation:
             relation=name,
         )
     return _relation(rows[0])
+
+
+def snapshot_covers(session: Session, rel: Relation, depth: int = 0) -> bool:
+    """Whether a consistent snapshot covers every table ``rel`` reads.
+
+    A table: its engine decides. A view: every table its stored definition
+    reads, views followed, must be covered; a definition the account cannot
+    see, or a table it names that cannot be found, proves nothing.
+    """
+    if rel.kind != "view":
+        return rel.transactional
+    if depth >= _VIEW_DEPTH:
+        return False
+    rows = session.rows(
+        "SELECT VIEW_DEFINITION FROM information_schema.VIEWS"
+        f" WHERE TABLE_SCHEMA = {session.literal(rel.database)}"
+        f" AND TABLE_NAME = {session.literal(rel.table)}",
+        "reading the view's definition",
+    )
+    definition = str(rows[0][0] or "") if rows else ""
+    if not definition:
+        return False
+    for db, table in set(_TABLE_REF.findall(definition)):
+        q = (
+            f"{_RELATIONS} AND TABLE_SCHEMA = {session.literal(db.replace('``', '`'))}"
+            f" AND TABLE_NAME = {session.literal(table.replace('``', '`'))}"
+        )
+        found = session.rows(q, "looking up the view's tables")
+        if not found or not snapshot_covers(session, _relation(found[0]), depth + 1):
+            return False
+    return True
 
 
 def columns(

@@ -21,7 +21,8 @@ the snapshot before the first page; the checkpoint is that maximum, never
 moved below the previous checkpoint.
 
 Only transactional engines (InnoDB) honour the snapshot. A MyISAM, Aria or
-MEMORY table is read as it changes; its receipt then carries no snapshot.
+MEMORY table, or a view that reads one, is read as it changes; its receipt
+then carries no snapshot.
 """
 
 from __future__ import annotations
@@ -269,7 +270,7 @@ class MariaDBExtraction(BaseExtraction):
         at = _server_time(now)
         self.authority.acquire(at=at)
         rel = catalog.find_relation(session, self._request.relation, self._settings.database)
-        if rel.transactional:
+        if catalog.snapshot_covers(session, rel):
             binlog = dict(
                 session.rows("SHOW STATUS LIKE 'binlog_snapshot_%'", "reading the snapshot")
             )
@@ -404,6 +405,13 @@ class MariaDBExtraction(BaseExtraction):
                     hint="declare a key of numbers, text, dates, timestamps or bytes",
                     column=name,
                 )
+        absent = [c for c in order if c not in work.layout.schema.names]
+        if absent:
+            raise ConfigError(
+                f"the read must select column {absent[0]!r}: it orders the cursor's pages",
+                hint="add it to the dataset's columns",
+                column=absent[0],
+            )
         session = self._live()
         col = quote_ident(spec.column)
         last_raw = (request.state or {}).get("cursor")
@@ -432,7 +440,7 @@ class MariaDBExtraction(BaseExtraction):
         total = 0
         page_rows = self._options.page_rows
         while True:
-            page = [work.where, None if after is None else self._after(order, after)]
+            page = [work.where, None if after is None else self._after(order, after, work)]
             q = (
                 f"SELECT {work.layout.select_list()} FROM {work.relation.ident}"
                 f"{_where(page)} ORDER BY {order_sql} LIMIT {int(page_rows)}"
@@ -446,34 +454,29 @@ class MariaDBExtraction(BaseExtraction):
             if seen < page_rows or tail is None:  # a short page proves the range exhausted
                 break
             end = tail.num_rows - 1
-            after = [self._tail_value(tail, work, c, end) for c in order]
+            after = [tail.column(c)[end].as_py() for c in order]
         if total:
             # Never move the checkpoint backwards (rows above it may have been deleted).
             work.checkpoint = upper if last is None or upper >= last else last
 
-    def _tail_value(self, tail: pa.RecordBatch, work: _Work, column: str, row: int) -> Any:
-        if column not in tail.schema.names:
-            raise ConfigError(
-                f"the read must select column {column!r}: it orders the cursor's pages",
-                hint="add it to the dataset's columns",
-                column=column,
-            )
-        return tail.column(column)[row].as_py()
+    def _after(self, order: list[str], values: list[Any], work: _Work) -> str:
+        """``(c1, c2, ...) > (v1, v2, ...)`` spelled out, so that indexes serve it.
 
-    def _after(self, order: list[str], values: list[Any]) -> str:
-        """``(c1, c2, ...) > (v1, v2, ...)`` spelled out, so that indexes serve it."""
+        ``ORDER BY `c``` sorts by the select list's ``c``: a column read as
+        text is compared as that text too (the column's own order differs:
+        ``'10' < '9'``), every other column as itself (its select expression
+        keeps the column's order).
+        """
         session = self._live()
+        exprs = [
+            work.by_name[c].expr if c in self._options.casts else quote_ident(c) for c in order
+        ]
         ors: list[str] = []
-        for i, name in enumerate(order):
+        for i, expr in enumerate(exprs):
             eqs = [
-                f"{quote_ident(c)} = {session.literal(v)}"
-                for c, v in zip(order[:i], values[:i], strict=True)
+                f"{e} = {session.literal(v)}" for e, v in zip(exprs[:i], values[:i], strict=True)
             ]
-            ors.append(
-                "("
-                + " AND ".join([*eqs, f"{quote_ident(name)} > {session.literal(values[i])}"])
-                + ")"
-            )
+            ors.append("(" + " AND ".join([*eqs, f"{expr} > {session.literal(values[i])}"]) + ")")
         return "(" + " OR ".join(ors) + ")"
 
 
