@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
-from combined.errors import ConfigError
+from combined.connectors.abc import BaseExtraction
+from combined.errors import ConfigError, ProtocolViolation
+from combined.protocol import ExtractionAuthority
 
 
 class Closable(Protocol):
@@ -65,4 +68,56 @@ def close_quietly(
     return failure
 
 
-__all__ = ["Closable", "close_quietly", "split_qualified"]
+S = TypeVar("S", bound=Closable)
+
+
+class SessionRead(BaseExtraction, Generic[S]):
+    """A single-use read over one source session: claimed once, refused once finished.
+
+    Subclasses open ``self._session`` when reading starts, hold ``self._lock``
+    around every use of it, and call :meth:`_abandon` when the read stops early.
+    ``close_quietly`` closes a session, noting a failure on the primary error.
+    """
+
+    def __init__(
+        self,
+        authority: ExtractionAuthority,
+        close_quietly: Callable[[S | None, BaseException | None], BaseException | None],
+    ) -> None:
+        super().__init__(authority)
+        self._lock = threading.RLock()
+        self._session: S | None = None
+        self._claimed = False
+        self._finished = False
+        self._cleanup_failure: BaseException | None = None
+        self._close_session_quietly = close_quietly
+
+    def _live(self) -> S:
+        session = self._session
+        if self._finished or session is None:
+            raise ProtocolViolation(
+                "the extraction is finished", hint="start a new read to read again"
+            )
+        return session
+
+    def _claim(self) -> None:
+        with self._lock:
+            if self._finished:
+                raise ProtocolViolation(
+                    "the extraction is finished", hint="start a new read to read again"
+                )
+            if self._claimed:
+                raise ProtocolViolation(
+                    "the extraction was already read", hint="start a new read for another pass"
+                )
+            self._claimed = True
+
+    def _abandon(self, primary: BaseException | None) -> None:
+        with self._lock:
+            session, self._session = self._session, None
+        failure = self._close_session_quietly(session, primary)
+        if failure is not None:
+            self._cleanup_failure = failure
+
+
+__all__ = ["Closable", "SessionRead", "close_quietly", "split_qualified"]

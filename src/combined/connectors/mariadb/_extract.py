@@ -27,7 +27,6 @@ then carries no snapshot.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -36,7 +35,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from combined.connectors.abc import BaseExtraction, ReadRequest
+from combined.connectors._shared import SessionRead
+from combined.connectors.abc import ReadRequest
 from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._connect import (
     DRIVER_ERRORS,
@@ -152,7 +152,7 @@ def _where(parts: list[str | None]) -> str:
     return f" WHERE {' AND '.join(kept)}" if kept else ""
 
 
-class MariaDBExtraction(BaseExtraction):
+class MariaDBExtraction(SessionRead[Session]):
     """A snapshot or cursor read of one relation in one consistent-snapshot transaction.
 
     Read it once; iterating again, or after :meth:`finish`, raises
@@ -162,16 +162,11 @@ class MariaDBExtraction(BaseExtraction):
     """
 
     def __init__(self, settings: Settings, request: ReadRequest, options: ReadOptions) -> None:
-        super().__init__(ExtractionAuthority(clock_authority=SERVER_CLOCK))
+        super().__init__(ExtractionAuthority(clock_authority=SERVER_CLOCK), close_quietly)
         self._settings = settings
         self._request = request
         self._options = options
         self._batch_rows = min(request.batch_rows, settings.batch_rows or request.batch_rows)
-        self._lock = threading.RLock()
-        self._session: Session | None = None
-        self._claimed = False
-        self._finished = False
-        self._cleanup_failure: BaseException | None = None
         self._control: ControlTotals | None = None
         self.connection_id: int | None = None
 
@@ -181,33 +176,6 @@ class MariaDBExtraction(BaseExtraction):
         return self._control
 
     # -- lifecycle -----------------------------------------------------------
-
-    def _live(self) -> Session:
-        session = self._session
-        if self._finished or session is None:
-            raise ProtocolViolation(
-                "the extraction is finished", hint="start a new read to read again"
-            )
-        return session
-
-    def _claim(self) -> None:
-        with self._lock:
-            if self._finished:
-                raise ProtocolViolation(
-                    "the extraction is finished", hint="start a new read to read again"
-                )
-            if self._claimed:
-                raise ProtocolViolation(
-                    "the extraction was already read", hint="start a new read for another pass"
-                )
-            self._claimed = True
-
-    def _abandon(self, primary: BaseException | None) -> None:
-        with self._lock:
-            session, self._session = self._session, None
-        failure = close_quietly(session, primary)
-        if failure is not None:
-            self._cleanup_failure = failure
 
     def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
         with self._lock:
