@@ -52,6 +52,33 @@ def pg_database(pg_server_dsn: str) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture(scope="session")
+def mariadb_server_dsn() -> str:
+    """DSN of the MariaDB/MySQL server (CI sets COMBINED_TEST_MARIADB_DSN)."""
+    return _service_dsn("COMBINED_TEST_MARIADB_DSN")
+
+
+@pytest.fixture(scope="session")
+def mariadb_database(mariadb_server_dsn: str) -> Iterator[str]:
+    """A fresh MariaDB database for the test session, dropped afterwards; yields its DSN."""
+    import pymysql
+
+    from combined.connectors.mariadb._connect import Settings
+
+    settings = Settings.from_config({"dsn": mariadb_server_dsn})
+    name = f"combined_test_{uuid.uuid4().hex[:10]}"
+    kwargs = {k: v for k, v in settings.connect_kwargs().items() if k != "database"}
+    with pymysql.connect(**kwargs) as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    base = settings.dsn.split("?", 1)[0].rsplit("/", 1)[0]
+    query = settings.dsn.split("?", 1)[1] if "?" in settings.dsn else ""
+    try:
+        yield f"{base}/{name}" + (f"?{query}" if query else "")
+    finally:
+        with pymysql.connect(**kwargs) as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
 SHOP_PROJECT = """\
 version: 1
 lake: ./lake

@@ -18,6 +18,8 @@ SECRET = "SECRETPW"
 CASES: dict[str, tuple[type[Source], dict[str, Any], str, str]] = {
     "sqlite": (connector_class("sqlite"), {"path": "shop.db"}, "busy_timeout", "busy_timeout_ms"),
     "postgres": (connector_class("postgres"), {"dsn": "host=h dbname=d"}, "pasword", "password"),
+    "mariadb": (connector_class("mariadb"), {"dsn": "mysql://u@h/d"}, "pasword", "password"),
+    "mysql": (connector_class("mysql"), {"dsn": "mysql://u@h/d"}, "read_timout", "read_timeout"),
     "scripted": (connector_class("scripted"), {"script": []}, "state_fiel", "state_file"),
     "memory": (InMemorySource, {"tables": {}}, "key", "keys"),
 }

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
+from combined.connectors._shared import split_qualified
 from combined.connectors.abc import CursorCandidate, DatasetDiscovery, FieldInfo
 from combined.connectors.postgres._connect import Session
 from combined.connectors.postgres._types import (
@@ -21,7 +22,7 @@ from combined.connectors.postgres._types import (
     PgType,
     plan_column,
 )
-from combined.errors import ConfigError, NotFoundError
+from combined.errors import NotFoundError
 
 _KINDS = {"r": "table", "p": "table", "v": "view", "m": "materialized_view", "f": "foreign_table"}
 _CLOCK_DEFAULTS = (
@@ -39,33 +40,9 @@ _ROW, _BEFORE, _INSERT, _UPDATE = 1, 2, 4, 16
 
 def parse_relation(text: str) -> tuple[str, str]:
     """``schema.table`` (or bare ``table`` in ``public``) as (schema, table)."""
-    parts: list[str] = []
-    buf: list[str] = []
-    i, quoted = 0, False
-    while i < len(text):
-        ch = text[i]
-        if quoted:
-            if ch == '"' and text[i + 1 : i + 2] == '"':
-                buf.append('"')
-                i += 1
-            elif ch == '"':
-                quoted = False
-            else:
-                buf.append(ch)
-        elif ch == '"' and not buf:
-            quoted = True
-        elif ch == ".":
-            parts.append("".join(buf))
-            buf = []
-        else:
-            buf.append(ch)
-        i += 1
-    parts.append("".join(buf))
-    if quoted or not all(parts) or len(parts) > 2:
-        raise ConfigError(
-            f"{text!r} is not a relation name",
-            hint='name it schema.table (quote a part holding a dot: "my.schema".table)',
-        )
+    parts = split_qualified(
+        text, '"', 'name it schema.table (quote a part holding a dot: "my.schema".table)'
+    )
     return ("public", parts[0]) if len(parts) == 1 else (parts[0], parts[1])
 
 

@@ -9,7 +9,6 @@ to vouch for, so only the scrubbed first line travels, as ``detail``.
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from combined._credentials import is_credential_key
+from combined.connectors._shared import close_quietly as shared_close_quietly
 from combined.connectors.abc import refuse_unknown_keys
 from combined.errors import (
     AuthRejected,
@@ -390,8 +390,5 @@ def close_quietly(session: Session | None, primary: BaseException | None) -> Bas
     """Close ``session``; a failure becomes a redacted note on ``primary``, never a raise."""
     if session is None:
         return None
-    failure = session.close()
-    if failure is not None and primary is not None:
-        with contextlib.suppress(Exception):
-            primary.add_note("cleanup also failed: " + detail_of(failure, session.settings))
-    return failure
+    settings = session.settings
+    return shared_close_quietly(session, primary, lambda exc: detail_of(exc, settings))

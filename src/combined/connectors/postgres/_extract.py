@@ -38,7 +38,6 @@ its ``cleanup_error_code``, never raised in its place.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, timedelta
@@ -48,7 +47,8 @@ from typing import Any, Literal
 import pyarrow as pa
 from psycopg import sql
 
-from combined.connectors.abc import BaseExtraction, ReadRequest
+from combined.connectors._shared import SessionRead
+from combined.connectors.abc import ReadRequest
 from combined.connectors.postgres import _catalog as catalog
 from combined.connectors.postgres._connect import (
     DEFAULT_BATCH_BYTES,
@@ -201,7 +201,7 @@ class _Work:
     checkpoint: Any = None
 
 
-class PostgresExtraction(BaseExtraction):
+class PostgresExtraction(SessionRead[Session]):
     """A snapshot, cursor or partition read of one relation.
 
     Read it once; iterating again, or after :meth:`finish`, raises
@@ -217,16 +217,11 @@ class PostgresExtraction(BaseExtraction):
         options: ReadOptions,
         partition: PartitionRead | None = None,
     ) -> None:
-        super().__init__(ExtractionAuthority(clock_authority=SERVER_CLOCK))
+        super().__init__(ExtractionAuthority(clock_authority=SERVER_CLOCK), close_quietly)
         self._settings = settings
         self._request = request
         self._options = options
         self._partition = partition
-        self._lock = threading.RLock()
-        self._session: Session | None = None
-        self._claimed = False
-        self._finished = False
-        self._cleanup_failure: BaseException | None = None
         self._pid: int | None = None
         self._control: ControlTotals | None = None
 
@@ -246,33 +241,6 @@ class PostgresExtraction(BaseExtraction):
         return self._session is not None
 
     # -- lifecycle -----------------------------------------------------------
-
-    def _live(self) -> Session:
-        session = self._session
-        if self._finished or session is None:
-            raise ProtocolViolation(
-                "the extraction is finished", hint="start a new read to read again"
-            )
-        return session
-
-    def _claim(self) -> None:
-        with self._lock:
-            if self._finished:
-                raise ProtocolViolation(
-                    "the extraction is finished", hint="start a new read to read again"
-                )
-            if self._claimed:
-                raise ProtocolViolation(
-                    "the extraction was already read", hint="start a new read for another pass"
-                )
-            self._claimed = True
-
-    def _abandon(self, primary: BaseException | None) -> None:
-        with self._lock:
-            session, self._session = self._session, None
-        failure = close_quietly(session, primary)
-        if failure is not None:
-            self._cleanup_failure = failure
 
     def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
         with self._lock:

@@ -1,0 +1,123 @@
+"""Helpers shared by the SQL connectors (PostgreSQL, MariaDB)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
+
+from combined.connectors.abc import BaseExtraction
+from combined.errors import ConfigError, ProtocolViolation
+from combined.protocol import ExtractionAuthority
+
+
+class Closable(Protocol):
+    """A session whose ``close`` returns its failure instead of raising."""
+
+    def close(self) -> BaseException | None:
+        """Close; return the first failure."""
+        ...
+
+
+def split_qualified(text: str, quote: str, hint: str) -> list[str]:
+    """``a.b`` as its parts (one or two); ``quote`` quotes a part, doubled inside it.
+
+    Raises :class:`~combined.errors.ConfigError` with ``hint`` for an empty
+    part, an unclosed quote or more than two parts.
+    """
+    parts: list[str] = []
+    buf: list[str] = []
+    i, quoted = 0, False
+    while i < len(text):
+        ch = text[i]
+        if quoted:
+            if ch == quote and text[i + 1 : i + 2] == quote:
+                buf.append(quote)
+                i += 1
+            elif ch == quote:
+                quoted = False
+            else:
+                buf.append(ch)
+        elif ch == quote and not buf:
+            quoted = True
+        elif ch == ".":
+            parts.append("".join(buf))
+            buf = []
+        else:
+            buf.append(ch)
+        i += 1
+    parts.append("".join(buf))
+    if quoted or not all(parts) or len(parts) > 2:
+        raise ConfigError(f"{text!r} is not a relation name", hint=hint)
+    return parts
+
+
+def close_quietly(
+    session: Closable | None,
+    primary: BaseException | None,
+    detail: Callable[[BaseException], str],
+) -> BaseException | None:
+    """Close ``session``; a failure becomes a note on ``primary`` (its ``detail``), never raised."""
+    if session is None:
+        return None
+    failure = session.close()
+    if failure is not None and primary is not None:
+        with contextlib.suppress(Exception):
+            primary.add_note("cleanup also failed: " + detail(failure))
+    return failure
+
+
+S = TypeVar("S", bound=Closable)
+
+
+class SessionRead(BaseExtraction, Generic[S]):
+    """A single-use read over one source session: claimed once, refused once finished.
+
+    Subclasses open ``self._session`` when reading starts, hold ``self._lock``
+    around every use of it, and call :meth:`_abandon` when the read stops early.
+    ``close_quietly`` closes a session, noting a failure on the primary error.
+    """
+
+    def __init__(
+        self,
+        authority: ExtractionAuthority,
+        close_quietly: Callable[[S | None, BaseException | None], BaseException | None],
+    ) -> None:
+        super().__init__(authority)
+        self._lock = threading.RLock()
+        self._session: S | None = None
+        self._claimed = False
+        self._finished = False
+        self._cleanup_failure: BaseException | None = None
+        self._close_session_quietly = close_quietly
+
+    def _live(self) -> S:
+        session = self._session
+        if self._finished or session is None:
+            raise ProtocolViolation(
+                "the extraction is finished", hint="start a new read to read again"
+            )
+        return session
+
+    def _claim(self) -> None:
+        with self._lock:
+            if self._finished:
+                raise ProtocolViolation(
+                    "the extraction is finished", hint="start a new read to read again"
+                )
+            if self._claimed:
+                raise ProtocolViolation(
+                    "the extraction was already read", hint="start a new read for another pass"
+                )
+            self._claimed = True
+
+    def _abandon(self, primary: BaseException | None) -> None:
+        with self._lock:
+            session, self._session = self._session, None
+        failure = self._close_session_quietly(session, primary)
+        if failure is not None:
+            self._cleanup_failure = failure
+
+
+__all__ = ["Closable", "SessionRead", "close_quietly", "split_qualified"]

@@ -1,0 +1,467 @@
+"""Settings, PyMySQL sessions and the translation of driver errors.
+
+The password is held only by :class:`Settings` (never in ``repr``), handed to
+the driver at connect time, and scrubbed from every driver message before it
+reaches a :class:`~combined.errors.CombinedError`. Driver exceptions are never
+chained: each classified error is raised outside the driver's handler, so
+neither ``__cause__`` nor ``__context__`` holds one, and only the scrubbed
+message travels, as ``detail``.
+
+Every session reads text: the driver is given no decoders, so each value
+arrives as the server's text (``str``) or, for binary columns, as ``bytes``,
+and :mod:`combined.connectors.mariadb._types` turns whole columns into Arrow
+arrays with vectorised casts. That skips PyMySQL's per-value ``Decimal`` and
+``datetime`` objects, which measured twice as slow (``docs/mariadb.md``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import pymysql
+import pymysql.converters
+import pymysql.cursors
+
+from combined.connectors._shared import close_quietly as shared_close_quietly
+from combined.connectors.abc import refuse_unknown_keys
+from combined.errors import (
+    AuthRejected,
+    CombinedError,
+    ConfigError,
+    NotFoundError,
+    SourceError,
+    SourceUnavailable,
+    redact,
+)
+
+CONNECTOR = "mariadb"
+SCHEMES = ("mysql", "mariadb")
+DEFAULT_PORT = 3306
+
+#: Everything the driver raises for a failed connection, statement or stream.
+DRIVER_ERRORS: tuple[type[BaseException], ...] = (pymysql.err.Error, OSError)
+
+#: Encoders only (keyed by Python type): with no decoders every value arrives as text.
+_ENCODERS = {k: v for k, v in pymysql.converters.conversions.items() if not isinstance(k, int)}
+
+# Server error codes (https://mariadb.com/kb/en/mariadb-error-codes/).
+_AUTH_CODES = {1045, 1044, 1698, 1251, 1862, 1820, 4151}
+_PERMISSION_CODES = {1142, 1143, 1227, 1370}
+_UNKNOWN_DB = 1049
+_NO_SUCH_TABLE = {1146, 1109}
+_NO_SUCH_COLUMN = {1054}
+# Client codes (2002-2013: cannot connect, unknown host, gone away, lost) and
+# server states after which another attempt may succeed: too many
+# connections, shutdown, lock wait, deadlock, query interrupted, statement
+# timeouts, read-only snapshot too old.
+_TRANSIENT_CODES = {
+    1040,
+    1053,
+    1077,
+    1152,
+    1158,
+    1159,
+    1160,
+    1161,
+    1205,
+    1213,
+    1317,
+    1969,
+    3024,
+    *range(2000, 2056),
+}
+
+ZeroDates = Literal["error", "null"]
+_QUERY_KEYS = ("unix_socket", "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_identity")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The validated configuration of one MariaDB/MySQL source.
+
+    ``password`` is kept out of ``repr``.
+    """
+
+    dsn: str
+    host: str
+    port: int
+    user: str
+    database: str
+    password: str | None = field(default=None, repr=False)
+    query: Mapping[str, str] = field(default_factory=dict)
+    connect_timeout: int = 10
+    read_timeout: int = 600
+    batch_rows: int | None = None
+    casts: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    zero_dates: ZeroDates = "error"
+
+    #: The configuration keys a MariaDB source takes: any other is refused.
+    KEYS: ClassVar[tuple[str, ...]] = (
+        "dsn",
+        "password",
+        "connect_timeout",
+        "read_timeout",
+        "batch_rows",
+        "casts",
+        "zero_dates",
+    )
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], name: str = CONNECTOR) -> Settings:
+        """Validate the source configuration (the :attr:`KEYS`)."""
+        refuse_unknown_keys(name, config, cls.KEYS)
+        dsn = config.get("dsn")
+        if not isinstance(dsn, str) or not dsn.strip():
+            raise ConfigError(
+                f"the {name} source needs a dsn",
+                hint="set `dsn` such as mysql://user@host:3306/dbname",
+            )
+        try:
+            url = urlsplit(dsn.strip())
+            port = url.port or DEFAULT_PORT
+        except ValueError:  # the parser's message may quote the dsn: keep it out
+            url = None
+        if url is None:  # raised outside the handler: the parser's error is not its context
+            raise ConfigError(
+                f"the {name} dsn cannot be parsed",
+                hint="use mysql://user@host:port/dbname (or mariadb://...)",
+            )
+        if url.scheme.lower() not in SCHEMES:
+            raise ConfigError(
+                f"the {name} dsn must start with mysql:// or mariadb://",
+                hint="use mysql://user@host:port/dbname",
+            )
+        if url.password is not None:
+            raise ConfigError(
+                f"the {name} dsn holds a password",
+                hint="remove it from the dsn and pass it as `password` from a secret reference",
+            )
+        database = unquote(url.path.lstrip("/"))
+        if not database or "/" in database:
+            raise ConfigError(
+                f"the {name} dsn names no database",
+                hint="end the dsn with the database to read: mysql://user@host:3306/dbname",
+            )
+        if not url.hostname and "unix_socket" not in url.query:
+            raise ConfigError(f"the {name} dsn names no host", hint="mysql://user@host:3306/db")
+        query = dict(parse_qsl(url.query, keep_blank_values=True))
+        unknown = [k for k in query if k not in _QUERY_KEYS]
+        if unknown:
+            raise ConfigError(
+                f"the {name} dsn has the unknown parameter {unknown[0]!r}",
+                hint=f"the dsn takes: {', '.join(_QUERY_KEYS)}",
+            )
+        password = config.get("password")
+        if password is not None and not isinstance(password, str):
+            raise ConfigError(f"the {name} password must be text", hint="resolve the secret")
+        return cls(
+            dsn=dsn.strip(),
+            host=url.hostname or "localhost",
+            port=port,
+            user=unquote(url.username or ""),
+            database=database,
+            password=password or None,
+            query=query,
+            connect_timeout=_seconds(config, "connect_timeout", 10, name),
+            read_timeout=_seconds(config, "read_timeout", 600, name),
+            batch_rows=_positive(config.get("batch_rows"), "batch_rows", name),
+            casts=_casts(config.get("casts"), name),
+            zero_dates=zero_dates_option(config.get("zero_dates", "error")),
+        )
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the password (verbatim or in URL/``key=value`` form)."""
+        if self.password:
+            text = text.replace(self.password, "***")
+        return redact(text)
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """PyMySQL's connection arguments, password included: never log or show them."""
+        q = self.query
+        kwargs: dict[str, Any] = {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            # The server hashes the password as the bytes the client wrote it in
+            # (utf8mb4 here); PyMySQL would encode a str as latin-1.
+            "password": (self.password or "").encode("utf-8"),
+            "database": self.database,
+            "charset": "utf8mb4",
+            "connect_timeout": self.connect_timeout,
+            "read_timeout": self.read_timeout,
+            "write_timeout": self.read_timeout,
+            "autocommit": True,
+            "conv": _ENCODERS,
+            "cursorclass": pymysql.cursors.SSCursor,
+            # An unbuffered read stalls the server's writes while a batch is
+            # staged: wait as long as the client waits for the server.
+            "init_command": f"SET time_zone = '+00:00', net_write_timeout = {self.read_timeout}",
+            "program_name": "combined",
+        }
+        if "unix_socket" in q:
+            kwargs["unix_socket"] = q["unix_socket"]
+        for key in ("ssl_ca", "ssl_cert", "ssl_key"):
+            if q.get(key):
+                kwargs[key] = q[key]
+        if "ssl_verify_identity" in q:
+            kwargs["ssl_verify_identity"] = q["ssl_verify_identity"].lower() in ("1", "true")
+        return kwargs
+
+
+def zero_dates_option(value: Any) -> ZeroDates:
+    """Validate the ``zero_dates`` policy: ``error`` (default) or ``null``."""
+    if value not in ("error", "null"):
+        raise ConfigError(
+            f"zero_dates must be 'error' or 'null', not {value!r}",
+            hint="'error' refuses 0000-00-00 values; 'null' reads them as nulls",
+        )
+    return "null" if value == "null" else "error"
+
+
+def _seconds(config: Mapping[str, Any], key: str, default: int, name: str) -> int:
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"{name} {key} must be a whole number of seconds, not {value!r}",
+            hint=f"for example {key}: {default}",
+        )
+    return value
+
+
+def _positive(value: Any, key: str, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"{name} {key} must be a positive whole number, not {value!r}",
+            hint=f"for example {key}: 10000",
+        )
+    return value
+
+
+def _casts(value: Any, name: str) -> dict[str, dict[str, str]]:
+    """``{"table.column": "text"}`` grouped by table: ``{table: {column: "text"}}``."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{name} `casts` must map table.column to a type",
+            hint='for example casts: {"orders.legacy_date": "text"}',
+        )
+    out: dict[str, dict[str, str]] = {}
+    for key, cast in value.items():
+        table, dot, column = str(key).rpartition(".")
+        if not dot or not table or not column or not isinstance(cast, str):
+            raise ConfigError(
+                f"{name} cast {key!r} must be written table.column: type",
+                hint='for example casts: {"orders.legacy_date": "text"}',
+            )
+        out.setdefault(table, {})[column] = cast
+    return out
+
+
+# -- errors -------------------------------------------------------------------
+
+
+def error_code(exc: BaseException) -> int | None:
+    """The server or client error number PyMySQL attached, if any."""
+    args = getattr(exc, "args", ())
+    if args and isinstance(args[0], int):
+        return args[0]
+    return None
+
+
+def detail_of(exc: BaseException, settings: Settings) -> str:
+    """The scrubbed message of a driver error, one line."""
+    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
+    text = str(args[1]) if len(args) > 1 else str(exc)
+    line = (text.strip().splitlines() or [type(exc).__name__])[0]
+    return settings.scrub(line)[:300]
+
+
+def connect_error(exc: BaseException, settings: Settings) -> CombinedError:
+    """Classify a failed connection attempt; the password never appears."""
+    code = error_code(exc)
+    detail = detail_of(exc, settings)
+    where = f"{settings.host}:{settings.port}/{settings.database}"
+    context: dict[str, Any] = {"detail": detail, "code": code, "server": where}
+    if code in _AUTH_CODES:
+        return AuthRejected(
+            f"the {CONNECTOR} server refused the credentials of {settings.user!r}: {detail}",
+            hint="check the user in the dsn and the password secret; the account must exist "
+            "for the host it connects from and be granted access to the database",
+            **context,
+        )
+    if code == _UNKNOWN_DB:
+        return ConfigError(
+            f"the {CONNECTOR} database {settings.database!r} does not exist: {detail}",
+            hint="fix the database name at the end of the dsn",
+            **context,
+        )
+    if code is None or code in _TRANSIENT_CODES or isinstance(exc, OSError):
+        return SourceUnavailable(
+            f"cannot reach the {CONNECTOR} source at {where}: {detail}",
+            hint="check host, port and network, and that the server accepts connections; "
+            "the attempt can be retried",
+            **context,
+        )
+    return SourceError(
+        f"the {CONNECTOR} source refused the connection: {detail}",
+        hint="see the detail; the server refused the session",
+        **context,
+    )
+
+
+def query_error(exc: BaseException, settings: Settings, doing: str) -> CombinedError:
+    """Classify a failure while ``doing`` something on an open session."""
+    if isinstance(exc, CombinedError):
+        return exc
+    code = error_code(exc)
+    detail = detail_of(exc, settings)
+    context: dict[str, Any] = {"detail": detail, "code": code}
+    if code in _PERMISSION_CODES or code in _AUTH_CODES:
+        return AuthRejected(
+            f"the {CONNECTOR} account may not do this while {doing}: {detail}",
+            hint="grant the account SELECT on the table (GRANT SELECT ON db.table TO user)",
+            **context,
+        )
+    if code in _NO_SUCH_TABLE or code in _NO_SUCH_COLUMN:
+        return NotFoundError(
+            f"a table or column is missing while {doing}: {detail}",
+            hint="run discovery again; the source's schema changed",
+            **context,
+        )
+    if code is None or code in _TRANSIENT_CODES or isinstance(exc, OSError):
+        return SourceUnavailable(
+            f"the {CONNECTOR} connection failed while {doing}: {detail}",
+            hint="the source or the network was interrupted; the attempt can be retried",
+            **context,
+        )
+    return SourceError(
+        f"the {CONNECTOR} source failed while {doing}: {detail}",
+        hint="see the detail; the statement failed on the server",
+        **context,
+    )
+
+
+# -- sessions -----------------------------------------------------------------
+
+
+class Session:
+    """One PyMySQL connection in autocommit mode, whose transactions we issue ourselves.
+
+    The session owns at most one open unbuffered result. :meth:`close` never
+    raises and never drains a half-read result: it drops the socket, and the
+    server rolls an open transaction back.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._cursor: Any = None
+        failure: CombinedError | None = None
+        try:
+            self._conn: Any = pymysql.connect(**settings.connect_kwargs())
+        except DRIVER_ERRORS as exc:
+            failure = connect_error(exc, settings)
+        if failure is not None:  # raised outside the handler: no driver exception in context
+            raise failure
+
+    def _live(self) -> Any:
+        if self._conn is None:
+            raise SourceError("the session is closed", hint="open a new session")
+        return self._conn
+
+    def literal(self, value: Any) -> str:
+        """``value`` as a SQL literal, escaped by the driver for this connection."""
+        with self._live().cursor(pymysql.cursors.Cursor) as cur:
+            return str(cur.mogrify("%s", (value,)))
+
+    def run(self, query: str, doing: str) -> None:
+        """Execute a statement that returns no rows (START TRANSACTION, COMMIT, SET ...)."""
+        self.rows(query, doing)
+
+    def rows(self, query: str, doing: str) -> list[tuple[Any, ...]]:
+        """Execute a small query and return its rows as text."""
+        self.end_stream()
+        failure: CombinedError | None = None
+        try:
+            with self._live().cursor(pymysql.cursors.Cursor) as cur:
+                cur.execute(query)
+                return list(cur.fetchall())
+        except DRIVER_ERRORS as exc:
+            failure = query_error(exc, self.settings, doing)
+        raise failure
+
+    def stream(self, query: str, doing: str) -> Any:
+        """Execute a query unbuffered; fetch its rows with :meth:`fetch`."""
+        self.end_stream()
+        failure: CombinedError | None = None
+        try:
+            self._cursor = self._live().cursor(pymysql.cursors.SSCursor)
+            self._cursor.execute(query)
+            return self._cursor
+        except DRIVER_ERRORS as exc:
+            failure = query_error(exc, self.settings, doing)
+        raise failure
+
+    def fetch(self, rows: int) -> list[tuple[Any, ...]]:
+        """Up to ``rows`` rows of the open stream (fewer only at its end)."""
+        failure: CombinedError | None = None
+        try:
+            return list(self._cursor.fetchmany(rows))
+        except DRIVER_ERRORS as exc:
+            failure = query_error(exc, self.settings, "reading rows")
+        raise failure
+
+    def end_stream(self) -> None:
+        """Close the open stream; call only once it is exhausted (else the driver drains it)."""
+        cursor, self._cursor = self._cursor, None
+        if cursor is None:
+            return
+        failure: CombinedError | None = None
+        try:
+            cursor.close()
+        except DRIVER_ERRORS as exc:
+            failure = query_error(exc, self.settings, "closing the result")
+        if failure is not None:
+            raise failure
+
+    def close(self) -> BaseException | None:
+        """Drop the connection; return a failure instead of raising.
+
+        A half-read unbuffered result is not drained: the socket is closed,
+        and the server ends the session and rolls its transaction back.
+        """
+        self._cursor = None
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return None
+        try:
+            conn.close()
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                conn._force_close()  # the socket must go even when QUIT cannot be sent
+            return exc
+        return None
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran."""
+        return self._conn is None
+
+
+def close_quietly(session: Session | None, primary: BaseException | None) -> BaseException | None:
+    """Close ``session``; a failure becomes a redacted note on ``primary``, never a raise."""
+    if session is None:
+        return None
+    settings = session.settings
+    return shared_close_quietly(session, primary, lambda exc: detail_of(exc, settings))
+
+
+def quote_ident(name: str) -> str:
+    """Quote an identifier for MariaDB/MySQL (backticks, embedded backticks doubled)."""
+    return "`" + name.replace("`", "``") + "`"

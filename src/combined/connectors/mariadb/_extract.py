@@ -1,0 +1,484 @@
+"""One MariaDB/MySQL read: one consistent-snapshot transaction streamed as Arrow batches.
+
+The first ``next()`` connects, sets ``REPEATABLE READ``, and issues
+``START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY``: InnoDB fixes the
+read view at that statement, so the catalog lookup, a cursor's upper bound,
+every row and the control totals are all read from one snapshot. Receipt
+boundaries use the server's ``UTC_TIMESTAMP(6)`` (``mariadb:utc_timestamp``):
+``acquire`` and ``acquire_snapshot`` take the time read right after the
+snapshot was opened, ``complete`` a time read after the last row. The
+snapshot token is the server id, the session's connection id and that time,
+plus the binary log position MariaDB pins to the snapshot when the binary
+log is on (``binlog_snapshot_file``/``_position``).
+
+Rows are read with an unbuffered (server-side streaming) cursor, in chunks
+of at most ``batch_rows`` rows whose size adapts so that a batch stays near
+``batch_bytes``: memory is bounded by the batch, never by the table.
+
+Cursor reads page by keyset over (cursor, key...) inside the snapshot:
+``cursor > last - lookback AND cursor <= MAX(cursor)``, the maximum read in
+the snapshot before the first page; the checkpoint is that maximum, never
+moved below the previous checkpoint.
+
+Only transactional engines (InnoDB) honour the snapshot. A MyISAM, Aria or
+MEMORY table, or a view that reads one, is read as it changes; its receipt
+then carries no snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+
+from combined.connectors._shared import SessionRead
+from combined.connectors.abc import ReadRequest
+from combined.connectors.mariadb import _catalog as catalog
+from combined.connectors.mariadb._connect import (
+    DRIVER_ERRORS,
+    Session,
+    Settings,
+    ZeroDates,
+    close_quietly,
+    query_error,
+    quote_ident,
+    zero_dates_option,
+)
+from combined.connectors.mariadb._types import (
+    ColumnPlan,
+    Layout,
+    from_state,
+    state_value,
+    typed_value,
+)
+from combined.errors import (
+    CombinedError,
+    ConfigError,
+    NotFoundError,
+    ProtocolViolation,
+    UnsupportedType,
+)
+from combined.protocol import (
+    ExtractionAuthority,
+    Message,
+    RecordBatchMessage,
+    StateMessage,
+    TerminalOutcome,
+)
+
+#: The clock that issues every window timestamp of a MariaDB read.
+SERVER_CLOCK = "mariadb:utc_timestamp"
+#: The snapshot authority: InnoDB's consistent read view of the transaction.
+CONSISTENT_SNAPSHOT = "mariadb:consistent_snapshot"
+DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
+DEFAULT_PAGE_ROWS = 1_000_000
+
+_BEGIN = (
+    "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+    "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ControlTotals:
+    """Counts read inside the capture's snapshot: rows, and the exact sum of one column."""
+
+    rows: int
+    sum_column: str | None = None
+    sum: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """The options of one read, from ``ReadRequest.options`` over the source's settings.
+
+    ``casts`` ({column: ``text``}), ``zero_dates`` (``error`` or ``null``),
+    ``batch_bytes`` (the target size of a batch), ``page_rows`` (rows per
+    keyset page of a cursor read) and ``control_totals`` (``True`` for a
+    count, or a column name for a count and that column's exact sum, read in
+    the same snapshot after the last row).
+    """
+
+    casts: Mapping[str, str] = field(default_factory=dict)
+    zero_dates: ZeroDates = "error"
+    batch_bytes: int = DEFAULT_BATCH_BYTES
+    page_rows: int = DEFAULT_PAGE_ROWS
+    control_totals: bool | str = False
+
+    @classmethod
+    def of(cls, request: ReadRequest, settings: Settings) -> ReadOptions:
+        """Validate ``request.options``; the source's casts apply unless the read names its own."""
+        opts = request.options
+        _, table = catalog.parse_relation(request.relation, settings.database)
+        casts = opts.get("casts")
+        if casts is None:
+            casts = settings.casts.get(request.relation) or settings.casts.get(table) or {}
+        if not isinstance(casts, Mapping):
+            raise ConfigError("`casts` must map column names to types", hint='{"col": "text"}')
+        nums = {}
+        for key, default in (
+            ("batch_bytes", DEFAULT_BATCH_BYTES),
+            ("page_rows", DEFAULT_PAGE_ROWS),
+        ):
+            value = opts.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"`{key}` must be a positive integer", hint=f"e.g. {default}")
+            nums[key] = value
+        control = opts.get("control_totals", False)
+        if not isinstance(control, bool | str):
+            raise ConfigError("`control_totals` must be true or a column name", hint="true")
+        if request.batch_rows < 1:
+            raise ConfigError("batch_rows must be positive", hint="e.g. 65536")
+        zero = zero_dates_option(opts.get("zero_dates", settings.zero_dates))
+        return cls(dict(casts), zero, nums["batch_bytes"], nums["page_rows"], control)
+
+
+@dataclass(slots=True)
+class _Work:
+    relation: catalog.Relation
+    layout: Layout
+    by_name: dict[str, ColumnPlan]
+    where: str | None = None
+    control_where: str | None = None
+    checkpoint: Any = None
+
+
+def _where(parts: list[str | None]) -> str:
+    kept = [p for p in parts if p]
+    return f" WHERE {' AND '.join(kept)}" if kept else ""
+
+
+class MariaDBExtraction(SessionRead[Session]):
+    """A snapshot or cursor read of one relation in one consistent-snapshot transaction.
+
+    Read it once; iterating again, or after :meth:`finish`, raises
+    :class:`~combined.errors.ProtocolViolation`. The session is closed before
+    the last message (the transaction is read only: nothing awaits the
+    outcome), or by :meth:`finish` when the read is abandoned.
+    """
+
+    def __init__(self, settings: Settings, request: ReadRequest, options: ReadOptions) -> None:
+        super().__init__(ExtractionAuthority(clock_authority=SERVER_CLOCK), close_quietly)
+        self._settings = settings
+        self._request = request
+        self._options = options
+        self._batch_rows = min(request.batch_rows, settings.batch_rows or request.batch_rows)
+        self._control: ControlTotals | None = None
+        self.connection_id: int | None = None
+
+    @property
+    def control_totals(self) -> ControlTotals | None:
+        """Counts read in the same snapshot after the last row, when requested."""
+        return self._control
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
+        with self._lock:
+            self._finished = True
+            session, self._session = self._session, None
+        if session is not None:
+            failure = session.close()  # drops the socket: the server rolls back
+            if failure is not None:
+                raise failure
+        if self._cleanup_failure is not None:
+            raise self._cleanup_failure
+        return ()  # a read keeps no file evidence
+
+    # -- reading -------------------------------------------------------------
+
+    def _messages(self) -> Iterator[Message]:
+        self._claim()
+        request = self._request
+        failure: CombinedError | None = None
+        try:
+            with self._lock:
+                work = self._begin()
+            if request.strategy == "cursor":
+                yield from self._cursor_pages(work)
+            else:
+                q = (
+                    f"SELECT {work.layout.select_list()} FROM {work.relation.ident}"
+                    f"{_where([work.where])}"
+                )
+                for batch in self._stream(q, work.layout):
+                    yield RecordBatchMessage(request.dataset, batch)
+            with self._lock:
+                final = self._end(work)
+        except GeneratorExit:
+            self._abandon(None)
+            raise
+        except CombinedError as exc:
+            self._abandon(exc)
+            raise
+        except DRIVER_ERRORS as exc:
+            failure = query_error(exc, self._settings, "reading")
+            self._abandon(failure)
+        except BaseException as exc:
+            self._abandon(exc)
+            raise
+        if failure is not None:  # raised outside the handler: no driver exception in context
+            raise failure
+        yield final
+
+    def _begin(self) -> _Work:
+        if self._finished:
+            raise ProtocolViolation("the extraction is finished", hint="start a new read")
+        self._session = session = Session(self._settings)
+        for statement in _BEGIN:
+            session.run(statement, "opening the consistent snapshot")
+        server_id, conn_id, now = session.rows(
+            "SELECT @@server_id, CONNECTION_ID(), UTC_TIMESTAMP(6)", "reading the snapshot"
+        )[0]
+        self.connection_id = int(conn_id)
+        at = _server_time(now)
+        self.authority.acquire(at=at)
+        rel = catalog.find_relation(session, self._request.relation, self._settings.database)
+        if catalog.snapshot_covers(session, rel):
+            binlog = dict(
+                session.rows("SHOW STATUS LIKE 'binlog_snapshot_%'", "reading the snapshot")
+            )
+            position = (
+                f"{binlog.get('Binlog_snapshot_file', '')}:"
+                f"{binlog.get('Binlog_snapshot_position', '')}"
+            )
+            token = f"server_id={server_id};connection_id={conn_id};at={now};binlog={position}"
+            self.authority.acquire_snapshot(CONSISTENT_SNAPSHOT, token, at=at)
+        return self._prepare(session, rel)
+
+    def _prepare(self, session: Session, rel: catalog.Relation) -> _Work:
+        request = self._request
+        cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
+        plans = catalog.column_plans(cols, self._options.casts)
+        by_name = {p.name: p for p in plans}
+        wanted = [*(request.columns or ()), *request.key]
+        if request.cursor is not None:
+            wanted.append(request.cursor.column)
+        missing = [c for c in wanted if c not in by_name]
+        if missing:
+            raise NotFoundError(
+                f"column {missing[0]!r} does not exist in table {rel.table!r}",
+                hint="run discovery to see the table's columns",
+                relation=rel.table,
+                column=missing[0],
+            )
+        selected = (
+            plans
+            if request.columns is None
+            else [by_name[c] for c in dict.fromkeys(request.columns)]
+        )
+        for p in selected:
+            if p.arrow_type is None:
+                raise UnsupportedType(
+                    f"column {p.name!r} of {rel.table!r} has type {p.source_type}: {p.reason}",
+                    hint=f'declare casts: {{"{rel.table}.{p.name}": "text"}} in the source '
+                    "configuration to read its text form",
+                    relation=rel.table,
+                    column=p.name,
+                    source_type=p.source_type,
+                )
+        return _Work(rel, Layout.of(selected, self._options.zero_dates), by_name)
+
+    def _stream(self, query: str, layout: Layout) -> Iterator[pa.RecordBatch]:
+        """Stream ``query`` as batches of at most ``batch_rows`` rows, near ``batch_bytes``."""
+        limit = self._batch_rows
+        chunk = min(limit, 1_000)  # a first small chunk measures the row width
+        with self._lock:
+            self._live().stream(query, "starting the read")
+        while True:
+            with self._lock:
+                session = self._live()
+                rows = session.fetch(chunk)
+                if not rows:
+                    session.end_stream()
+                    return
+                batch = layout.convert(rows, self._request.dataset)
+            self._live()  # nothing is handed over after a terminal outcome
+            self.authority.count(batch.num_rows, batch.nbytes)
+            yield batch
+            if len(rows) < chunk:
+                with self._lock:
+                    self._live().end_stream()
+                return
+            per_row = max(1, batch.nbytes // max(1, batch.num_rows))
+            chunk = max(1, min(limit, self._options.batch_bytes // per_row))
+
+    def _end(self, work: _Work) -> StateMessage:
+        session = self._live()
+        (now,) = session.rows("SELECT UTC_TIMESTAMP(6)", "closing the read window")[0]
+        self.authority.complete(at=_server_time(now))
+        control = self._options.control_totals
+        if control is not False:
+            self._control = self._count(
+                session, work, control if isinstance(control, str) else None
+            )
+        try:
+            session.run("COMMIT", "committing the read transaction")
+        except CombinedError as exc:  # every row is read: a failed close is cleanup
+            self._cleanup_failure = exc
+        with self._lock:
+            self._session = None
+        failure = session.close()
+        if failure is not None:
+            self._cleanup_failure = self._cleanup_failure or failure
+        request = self._request
+        if request.strategy != "cursor":
+            return StateMessage(request.dataset, {}, final=True)
+        spec = request.cursor
+        assert spec is not None
+        previous = dict(request.state or {})
+        if work.checkpoint is None:
+            last = previous.get("cursor")
+            return StateMessage(
+                request.dataset, previous, None if last is None else str(last), final=True
+            )
+        value = state_value(work.checkpoint)
+        return StateMessage(
+            request.dataset, {"cursor": value, "trust": spec.trust}, str(value), final=True
+        )
+
+    def _count(self, session: Session, work: _Work, column: str | None) -> ControlTotals:
+        if column is not None and column not in work.by_name:
+            raise ConfigError(
+                f"control_totals names column {column!r}, which the table does not have",
+                hint="name a numeric column",
+            )
+        total = f"CAST(SUM({quote_ident(column)}) AS CHAR)" if column else "NULL"
+        q = f"SELECT COUNT(*), {total} FROM {work.relation.ident}{_where([work.control_where])}"
+        rows, summed = session.rows(q, "reading control totals")[0]
+        return ControlTotals(int(rows), column, summed)
+
+    # -- cursor strategy -----------------------------------------------------
+
+    def _cursor_pages(self, work: _Work) -> Iterator[Message]:
+        request = self._request
+        spec = request.cursor
+        assert spec is not None
+        plan = work.by_name[spec.column]
+        if not plan.orderable:
+            raise ConfigError(
+                f"column {spec.column!r} ({plan.source_type}) cannot serve as a cursor",
+                hint="choose a number, date, datetime or timestamp column; see discovery",
+                column=spec.column,
+            )
+        order = [spec.column, *[k for k in request.key if k != spec.column]]
+        for name in order:
+            if not work.by_name[name].keyable:
+                raise ConfigError(
+                    f"key column {name!r} ({work.by_name[name].source_type}) cannot order pages",
+                    hint="declare a key of numbers, text, dates, timestamps or bytes",
+                    column=name,
+                )
+        absent = [c for c in order if c not in work.layout.schema.names]
+        if absent:
+            raise ConfigError(
+                f"the read must select column {absent[0]!r}: it orders the cursor's pages",
+                hint="add it to the dataset's columns",
+                column=absent[0],
+            )
+        session = self._live()
+        col = quote_ident(spec.column)
+        last_raw = (request.state or {}).get("cursor")
+        last = None if last_raw is None else from_state(last_raw, plan)
+        with self._lock:
+            # The upper bound is read inside the data's snapshot: rows committed
+            # after it are invisible to this read and wait for the next one.
+            (top,) = session.rows(
+                f"SELECT MAX({plan.expr}) FROM {work.relation.ident}",
+                "reading the cursor's upper bound",
+            )[0]
+        upper = typed_value(top, plan)
+        if upper is None:
+            work.control_where = "FALSE"
+            return
+        below = f"{col} <= {session.literal(upper)}"
+        # Control totals cover every row up to the bound (what the projection
+        # should hold after this read), not only the window read again.
+        work.control_where = below
+        work.where = below
+        if last is not None:
+            lower = _lower_bound(plan, last, spec.lookback)
+            work.where = f"{below} AND {col} > {session.literal(lower)}"
+        order_sql = ", ".join(quote_ident(c) for c in order)
+        after: list[Any] | None = None
+        total = 0
+        page_rows = self._options.page_rows
+        while True:
+            page = [work.where, None if after is None else self._after(order, after, work)]
+            q = (
+                f"SELECT {work.layout.select_list()} FROM {work.relation.ident}"
+                f"{_where(page)} ORDER BY {order_sql} LIMIT {int(page_rows)}"
+            )
+            seen, tail = 0, None
+            for batch in self._stream(q, work.layout):
+                seen += batch.num_rows
+                tail = batch if batch.num_rows else tail
+                yield RecordBatchMessage(request.dataset, batch)
+            total += seen
+            if seen < page_rows or tail is None:  # a short page proves the range exhausted
+                break
+            end = tail.num_rows - 1
+            after = [tail.column(c)[end].as_py() for c in order]
+        if total:
+            # Never move the checkpoint backwards (rows above it may have been deleted).
+            work.checkpoint = upper if last is None or upper >= last else last
+
+    def _after(self, order: list[str], values: list[Any], work: _Work) -> str:
+        """``(c1, c2, ...) > (v1, v2, ...)`` spelled out, so that indexes serve it.
+
+        ``ORDER BY `c``` sorts by the select list's ``c``: a column read as
+        text is compared as that text too (the column's own order differs:
+        ``'10' < '9'``), every other column as itself (its select expression
+        keeps the column's order).
+        """
+        session = self._live()
+        exprs = [
+            work.by_name[c].expr if c in self._options.casts else quote_ident(c) for c in order
+        ]
+        ors: list[str] = []
+        for i, expr in enumerate(exprs):
+            eqs = [
+                f"{e} = {session.literal(v)}" for e, v in zip(exprs[:i], values[:i], strict=True)
+            ]
+            ors.append("(" + " AND ".join([*eqs, f"{expr} > {session.literal(values[i])}"]) + ")")
+        return "(" + " OR ".join(ors) + ")"
+
+
+def _server_time(value: Any) -> datetime:
+    return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)
+
+
+def _lower_bound(plan: ColumnPlan, last: Any, lookback: Any) -> Any:
+    """``last`` minus the lookback: rows above it are read again (the key dedups them)."""
+    if lookback is None:
+        return last
+    if isinstance(lookback, bool) or not isinstance(lookback, int | float | Decimal | timedelta):
+        raise ConfigError(
+            f"the lookback of cursor {plan.name!r} must be a number or a timedelta",
+            hint="a number for numeric cursors, a timedelta (or seconds) for time cursors",
+        )
+    if (isinstance(lookback, timedelta) and lookback < timedelta(0)) or (
+        not isinstance(lookback, timedelta) and lookback < 0
+    ):
+        raise ConfigError(
+            f"the lookback of cursor {plan.name!r} is negative",
+            hint="state the lookback as a positive window",
+        )
+    if plan.temporal:
+        window = lookback if isinstance(lookback, timedelta) else timedelta(seconds=float(lookback))
+        if isinstance(last, datetime):
+            return last - window
+        if isinstance(last, date):  # whole days, rounded up: a wider window is the safe side
+            return last - timedelta(days=-(-window // timedelta(days=1)))
+    if isinstance(lookback, timedelta):
+        raise ConfigError(
+            f"cursor {plan.name!r} holds numbers, so its lookback cannot be a timedelta",
+            hint="state the lookback in the cursor's own unit",
+        )
+    if isinstance(last, Decimal):
+        return last - Decimal(str(lookback))
+    return last - lookback

@@ -1,0 +1,259 @@
+"""Snapshot and cursor reads: one consistent snapshot, keyset pages, lookback, control totals."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from combined.connectors.abc import CursorSpec
+from combined.connectors.mariadb import CONSISTENT_SNAPSHOT, SERVER_CLOCK, MariaDBSource
+from combined.errors import ConfigError, NotFoundError, ProtocolViolation
+from combined.protocol import RecordBatchMessage
+
+
+def _orders(admin: Any, n: int = 100) -> None:
+    admin.sql(
+        "CREATE TABLE orders (id BIGINT PRIMARY KEY, qty INT NOT NULL, total DECIMAL(12,2))"
+        " ENGINE=InnoDB",
+        f"INSERT INTO orders SELECT seq, seq % 7, seq * 1.25 FROM seq_1_to_{n}",
+    )
+
+
+def test_snapshot_reads_every_row_in_bounded_batches_with_a_receipt(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    _orders(admin, 1000)
+    ext = source.read(make_request("orders", batch_rows=128, options={"control_totals": "total"}))
+    msgs = list(ext)
+    sizes = [b.num_rows for b in mt.batches(msgs)]
+    assert sum(sizes) == 1000 and max(sizes) <= 128
+    assert sorted(mt.table_of(msgs).column("id").to_pylist()) == list(range(1, 1001))
+    (state,) = mt.states(msgs)
+    assert state.final and state.state == {}
+    receipt = ext.receipt
+    assert receipt.rows == 1000 and receipt.completed
+    assert receipt.clock_authority == SERVER_CLOCK
+    assert receipt.snapshot_authority == CONSISTENT_SNAPSHOT and receipt.source_token
+    assert ext.control_totals is not None
+    assert (ext.control_totals.rows, ext.control_totals.sum) == (1000, "625625.00")
+    assert ext.finish("success").cleanup_succeeded
+
+
+def test_a_snapshot_read_does_not_see_changes_committed_while_it_runs(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    _orders(admin, 500)
+    ext = source.read(make_request("orders", batch_rows=50, options={"control_totals": True}))
+    it = iter(ext)
+    first = next(it)
+    assert isinstance(first, RecordBatchMessage)
+    # Committed by another session after the snapshot was taken.
+    admin.sql(
+        "INSERT INTO orders VALUES (9001, 1, 1.00), (9002, 1, 1.00)",
+        "DELETE FROM orders WHERE id > 400",
+        "UPDATE orders SET qty = 99",
+    )
+    rest = list(it)
+    table = mt.table_of([first, *rest])
+    assert table.num_rows == 500
+    assert max(table.column("id").to_pylist()) == 500
+    assert 99 not in table.column("qty").to_pylist()
+    # The control totals were counted after the last row, in the same snapshot.
+    assert ext.control_totals is not None and ext.control_totals.rows == 500
+    ext.finish("success")
+
+
+def test_cursor_pages_through_ties_and_resumes_after_the_checkpoint(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    admin.sql(
+        "CREATE TABLE ev (id INT PRIMARY KEY, v INT NOT NULL, KEY (v))",
+        # 10 rows share each cursor value: pages of 7 rows end inside ties.
+        "INSERT INTO ev SELECT seq, seq DIV 10 FROM seq_0_to_99",
+    )
+    spec = CursorSpec("v", trust="test")
+    req = make_request("ev", strategy="cursor", cursor=spec, batch_rows=3, options={"page_rows": 7})
+    ext = source.read(req)
+    msgs = list(ext)
+    ids = mt.table_of(msgs).column("id").to_pylist()
+    assert sorted(ids) == list(range(100)) and len(ids) == 100  # no row lost, none twice
+    (state,) = mt.states(msgs)
+    assert state.state == {"cursor": 9, "trust": "test"} and state.position == "9"
+    ext.finish("success")
+
+    admin.sql("INSERT INTO ev VALUES (100, 9), (101, 10), (102, 11)")
+    ext = source.read(make_request("ev", strategy="cursor", cursor=spec, state=state.state))
+    msgs = list(ext)
+    # Without a lookback the late row at v=9 is not read: the documented limit.
+    assert sorted(mt.table_of(msgs).column("id").to_pylist()) == [101, 102]
+    assert mt.states(msgs)[0].state["cursor"] == 11
+    ext.finish("success")
+
+    lookback = CursorSpec("v", lookback=3, trust="test")
+    ext = source.read(make_request("ev", strategy="cursor", cursor=lookback, state={"cursor": 11}))
+    ids = sorted(mt.table_of(list(ext)).column("id").to_pylist())
+    # v in (8, 11]: the window re-read, the key makes the overlap harmless.
+    assert ids == [*range(90, 100), 100, 101, 102]
+    ext.finish("success")
+
+
+def test_cursor_upper_bound_is_read_in_the_snapshot(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    _orders(admin, 30)
+    req = make_request(
+        "orders",
+        strategy="cursor",
+        cursor=CursorSpec("id"),
+        batch_rows=5,
+        options={"page_rows": 5, "control_totals": True},
+    )
+    ext = source.read(req)
+    it = iter(ext)
+    first = next(it)
+    admin.sql("INSERT INTO orders VALUES (31, 1, 1.00), (32, 1, 1.00)")  # between pages
+    msgs = [first, *it]
+    assert sorted(mt.table_of(msgs).column("id").to_pylist()) == list(range(1, 31))
+    assert mt.states(msgs)[0].state["cursor"] == 30
+    assert ext.control_totals is not None and ext.control_totals.rows == 30
+    ext.finish("success")
+
+
+def test_the_checkpoint_never_moves_backwards(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    _orders(admin, 10)
+    admin.sql("DELETE FROM orders WHERE id > 5")
+    spec = CursorSpec("id", lookback=3)
+    ext = source.read(make_request("orders", strategy="cursor", cursor=spec, state={"cursor": 10}))
+    msgs = list(ext)
+    assert mt.batches(msgs) == []  # (7, 5]: nothing
+    ext.finish("success")
+    ext = source.read(make_request("orders", strategy="cursor", cursor=spec, state={"cursor": 7}))
+    msgs = list(ext)
+    assert mt.table_of(msgs).column("id").to_pylist() == [5]
+    assert mt.states(msgs)[0].state["cursor"] == 7  # the max (5) is below the checkpoint
+    ext.finish("success")
+
+
+def test_a_datetime_cursor_takes_a_timedelta_lookback(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    admin.sql(
+        "CREATE TABLE upd (id INT PRIMARY KEY, at DATETIME(6) NOT NULL)",
+        "INSERT INTO upd VALUES (1, '2026-01-01 10:00:00'), (2, '2026-01-01 10:04:00.5'),"
+        " (3, '2026-01-01 10:10:00')",
+    )
+    spec = CursorSpec("at", lookback=timedelta(minutes=6))
+    ext = source.read(make_request("upd", strategy="cursor", cursor=spec))
+    msgs = list(ext)
+    state = mt.states(msgs)[0].state
+    assert state["cursor"] == "2026-01-01T10:10:00"
+    ext.finish("success")
+    ext = source.read(make_request("upd", strategy="cursor", cursor=spec, state=state))
+    table = mt.table_of(list(ext))
+    assert sorted(table.column("id").to_pylist()) == [2, 3]
+    assert table.column("at").to_pylist()[0] in (
+        datetime(2026, 1, 1, 10, 4, 0, 500000),
+        datetime(2026, 1, 1, 10, 10),
+    )
+    ext.finish("success")
+
+
+def test_a_read_is_lazy_single_use_and_refuses_what_it_cannot_read(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    _orders(admin, 3)
+    ext = source.read(make_request("orders"))
+    assert ext.receipt.extraction_started_at is None  # nothing read until iterated
+    list(ext)
+    with pytest.raises(ProtocolViolation):
+        list(ext)
+    ext.finish("success")
+    with pytest.raises(ConfigError, match="cdc"):
+        source.read(make_request("orders", strategy="cdc"))
+    with pytest.raises(ConfigError, match="declares none"):
+        source.read(make_request("orders", strategy="cursor"))
+    with pytest.raises(NotFoundError, match="'nope'"):
+        list(source.read(make_request("orders", columns=("id", "nope"))))
+    with pytest.raises(ConfigError, match="cannot serve as a cursor"):
+        admin.sql("CREATE TABLE s (id INT PRIMARY KEY, name VARCHAR(5))")
+        list(source.read(make_request("s", strategy="cursor", cursor=CursorSpec("name"))))
+
+
+def test_an_abandoned_read_closes_its_session(
+    admin: Any, source: MariaDBSource, make_request: Any
+) -> None:
+    _orders(admin, 1000)
+    ext = source.read(make_request("orders", batch_rows=10))
+    it = iter(ext)
+    next(it)
+    conn_id = ext.connection_id
+    assert admin.rows(f"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {conn_id}")[
+        0
+    ][0]
+    receipt = ext.finish("abort")
+    assert receipt.cleanup_succeeded and receipt.receipt is not None
+    assert not receipt.receipt.completed
+    for _ in range(50):
+        alive = admin.rows(
+            f"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {conn_id}"
+        )[0][0]
+        if not alive:
+            break
+        import time
+
+        time.sleep(0.05)
+    assert not alive
+
+
+def test_a_key_read_as_text_pages_without_losing_rows(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    admin.sql(
+        "CREATE TABLE k (id INT PRIMARY KEY, v INT NOT NULL)",
+        "INSERT INTO k SELECT seq, 1 FROM seq_1_to_20",
+    )
+    options = {"page_rows": 5, "casts": {"id": "text"}}
+    req = make_request("k", strategy="cursor", cursor=CursorSpec("v"), options=options)
+    ext = source.read(req)
+    ids = mt.table_of(list(ext)).column("id").to_pylist()
+    assert sorted(ids, key=int) == [str(i) for i in range(1, 21)]
+    ext.finish("success")
+    # A read that leaves out a column ordering the pages is refused before any row.
+    narrow = make_request("k", strategy="cursor", cursor=CursorSpec("v"), columns=("v",))
+    it = iter(source.read(narrow))
+    with pytest.raises(ConfigError, match="must select column 'id'"):
+        next(it)
+
+
+def test_a_view_claims_a_snapshot_only_over_transactional_tables(
+    admin: Any, source: MariaDBSource, make_request: Any
+) -> None:
+    admin.sql(
+        "CREATE TABLE plain (id INT PRIMARY KEY) ENGINE=MyISAM",
+        "CREATE TABLE tx (id INT PRIMARY KEY) ENGINE=InnoDB",
+        "INSERT INTO plain VALUES (1)",
+        "INSERT INTO tx VALUES (1)",
+        "CREATE VIEW over_plain AS SELECT p.id FROM plain p",
+        "CREATE VIEW over_both AS SELECT tx.id FROM tx JOIN plain USING (id)",
+        "CREATE VIEW over_view AS SELECT id FROM over_plain",
+        "CREATE VIEW over_tx AS SELECT t.id FROM tx t",
+        "CREATE VIEW over_tx_view AS SELECT id FROM over_tx",
+        "CREATE VIEW with_cte AS WITH w AS (SELECT id FROM tx) SELECT w.id FROM w",
+        "CREATE VIEW hidden_plain AS SELECT t.id FROM (SELECT id FROM tx) t"
+        " WHERE EXISTS (SELECT 1 FROM plain q WHERE q.id = t.id)",
+    )
+    names = ("plain", "over_plain", "over_both", "over_view", "hidden_plain")
+    authority = {}
+    for name in (*names, "over_tx", "over_tx_view", "with_cte", "tx"):
+        ext = source.read(make_request(name))
+        assert len(list(ext)) == 2  # one batch and the final state
+        authority[name] = ext.receipt.snapshot_authority
+        ext.finish("success")
+    assert authority == {
+        **dict.fromkeys(names),
+        **dict.fromkeys(("over_tx", "over_tx_view", "with_cte", "tx"), CONSISTENT_SNAPSHOT),
+    }
