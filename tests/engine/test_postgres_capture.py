@@ -73,3 +73,44 @@ def test_snapshot_and_cursor_captures_from_postgres(tmp_path: Path, pg_database:
         assert positions["pg.events"] == "102"
     finally:
         engine.close()
+
+
+def test_a_numeric_wider_than_38_digits_is_captured_exactly_and_compared_by_value(
+    tmp_path: Path, pg_database: str
+) -> None:
+    # Delta holds no decimal of more than 38 digits: the lake keeps the plain
+    # text with the column's scale (never an exponent), and the identity
+    # encodes the value, so an unchanged re-capture changes nothing.
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id numeric(45,0) PRIMARY KEY, big numeric(50,10))")
+        conn.execute(
+            "INSERT INTO orders VALUES (123456789012345678901234567890123456789012345, "
+            "12345678901234567890123456789.5), (2, 0.0000001), (3, NULL), (4, -5)"
+        )
+    (tmp_path / "combined.yaml").write_text(
+        PROJECT.split("      events:")[0].format(dsn=pg_database)
+    )
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        rows = engine.sql("SELECT CAST(id AS VARCHAR) AS id, big FROM pg.orders ORDER BY big")
+        assert rows.to_pylist() == [
+            {"id": "4", "big": "-5.0000000000"},
+            {"id": "2", "big": "0.0000001000"},
+            {
+                "id": "123456789012345678901234567890123456789012345",
+                "big": "12345678901234567890123456789.5000000000",
+            },
+            {"id": "3", "big": None},
+        ]
+        (again,) = engine.capture()
+        assert again.stats is not None and again.stats["orders"]["updates"] == 0
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute("UPDATE orders SET big = 0.00000010 WHERE id = 4")  # a new value
+            conn.execute("UPDATE orders SET big = 0.00000010 WHERE id = 2")  # the same value
+        (changed,) = engine.capture()
+        assert changed.state == "succeeded", changed.error
+        assert changed.stats is not None and changed.stats["orders"]["updates"] == 1
+    finally:
+        engine.close()

@@ -248,6 +248,10 @@ TYPE_CASES: dict[str, tuple[pa.DataType, st.SearchStrategy[Any]]] = {
     "decimal(12,2)": (pa.decimal128(12, 2), _decimals(12, 2)),
     "decimal(34,4)": (pa.decimal128(34, 4), _decimals(34, 4)),
     "decimal256(30,10)": (pa.decimal256(30, 10), _decimals(30, 10)),
+    # Wider than DuckDB's decimals: scanned as their plain text.
+    "decimal256(50,10)": (pa.decimal256(50, 10), _decimals(50, 10)),
+    "decimal256(76,0)": (pa.decimal256(76, 0), _decimals(76, 0)),
+    "decimal256(60,60)": (pa.decimal256(60, 60), _decimals(60, 60)),
     "string": (pa.string(), st.text()),
     "large_string": (pa.large_string(), st.text()),
     "string_view": (pa.string_view(), st.text()),
@@ -633,3 +637,31 @@ def test_with_identity_checks_the_relation() -> None:
         assert "md5" in with_identity(con, "u", ["id"], schema, payload_columns=["id"])
     finally:
         con.close()
+
+
+def test_a_decimal_wider_than_38_digits_encodes_as_any_number_of_its_value() -> None:
+    # Small values, which Arrow's own cast to text writes with an exponent,
+    # trailing zeros and zero: the same text as a narrower decimal's.
+    values = ["0.0000001", "-0.0000000001", "1.5", "0", "-5", "100", "12345678901234567890.5"]
+    wide = [decimal.Decimal(v) for v in values]
+    table = table_of({"v": (pa.decimal256(50, 10), [*wide, None])})
+    narrow = table_of({"v": (pa.decimal128(38, 10), [*wide, None])})
+    assert compute_identity(table, ["v"], ["v"])[0].to_pylist() == (
+        compute_identity(narrow, ["v"], ["v"])[0].to_pylist()
+    )
+    assert duckdb_texts(table, ["v"], ["v"]) == python_texts(table, ["v"], ["v"])
+
+
+@pytest.mark.parametrize(
+    "t",
+    [
+        pa.list_(pa.decimal256(50, 10)),
+        pa.struct([("d", pa.decimal256(40, 0))]),
+        pa.map_(pa.string(), pa.decimal256(39, 2)),
+        pa.list_(pa.struct([("d", pa.decimal256(40, 0))])),
+    ],
+)
+def test_a_wide_decimal_inside_a_nested_value_is_refused_by_name(t: pa.DataType) -> None:
+    table = pa.table({"k": pa.array([1], pa.int64()), "v": pa.array([None], t)})
+    with pytest.raises(TypeError, match="more than 38 digits inside a list, struct or map"):
+        compute_identity(table, ["k"], ["k", "v"])

@@ -57,6 +57,8 @@ def to_lake(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """Cast a batch to ``schema`` (column order and types), vectorised."""
     import pyarrow.compute as pc
 
+    from combined.protocol.identity import decimal_plain_text
+
     arrays = []
     for field in schema:
         idx = batch.schema.get_field_index(field.name)
@@ -65,7 +67,9 @@ def to_lake(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
             continue
         col = batch.column(idx)
         if col.type != field.type:
-            if pa.types.is_time(col.type) or pa.types.is_interval(col.type):
+            if pa.types.is_decimal(col.type) and pa.types.is_string(field.type):
+                col = decimal_plain_text(col)  # Arrow's cast may write an exponent
+            elif pa.types.is_time(col.type) or pa.types.is_interval(col.type):
                 col = pc.cast(col, pa.string()) if pa.types.is_time(col.type) else _text(col)
             else:
                 col = pc.cast(col, field.type, safe=not pa.types.is_timestamp(field.type))

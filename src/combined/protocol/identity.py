@@ -106,6 +106,9 @@ _FAMILIES: tuple[tuple[Callable[[pa.DataType], bool], str], ...] = (
     (lambda t: _t.is_list_view(t) or _t.is_large_list_view(t), "list"),
     # DuckDB holds decimals of precision up to 38, with a scale in 0..precision.
     (lambda t: _t.is_decimal(t) and 0 <= t.scale <= t.precision <= 38, "decimal"),
+    # Wider decimals (decimal256 up to 76 digits) reach DuckDB as their plain
+    # text (see duckdb_compatible), canonicalised there as text: top level only.
+    (lambda t: _t.is_decimal(t) and 0 <= t.scale <= t.precision, "bigdecimal"),
     (lambda t: _t.is_struct(t) and len(set(t.names)) == t.num_fields, "struct"),
 )
 _EXTENSIONS = {"arrow.uuid": "uuid", "arrow.json": "json"}
@@ -132,6 +135,7 @@ _TAGS = {
     "bool": "b",
     "int": "e",
     "decimal": "e",
+    "bigdecimal": "e",
     "float": "f",
     "string": "s",
     "json": "j",
@@ -231,6 +235,12 @@ def _scalar_tlv(v: str, t: pa.DataType, kind: str) -> tuple[str, str, str | None
     tag = _TAGS[kind]
     if kind in ("bool", "int", "string", "json"):
         return tag, f"CAST({v} AS VARCHAR)", None
+    if kind == "bigdecimal":
+        # Its plain text (never an exponent), with the type's scale: the
+        # fraction's trailing zeros and a bare point go, as for any decimal.
+        text = f"CAST({v} AS VARCHAR)"
+        trimmed = f"rtrim(rtrim({text}, '0'), '.')"
+        return tag, f"(CASE WHEN contains({text}, '.') THEN {trimmed} ELSE {text} END)", None
     if kind == "decimal":
         # The cast pins the scale to the Arrow type's, so the text does not
         # depend on how the relation happens to hold the column.
@@ -274,8 +284,26 @@ def _scalar_tlv(v: str, t: pa.DataType, kind: str) -> tuple[str, str, str | None
     return None
 
 
+def _refuse_wide_members(t: pa.DataType, where: str) -> None:
+    """Raise TypeError when a member of nested ``t`` is a decimal of more than 38 digits.
+
+    Only a top-level column reaches DuckDB as its plain text (duckdb_compatible).
+    """
+    if pa.types.is_map(t):
+        members = [t.key_type, t.item_type]
+    else:
+        members = [t.field(i).type for i in range(t.num_fields)]
+    if any(pa.types.is_decimal(m) and m.precision > 38 for m in members):
+        raise TypeError(
+            f"column {where!r} has type {t}: a decimal of more than 38 digits inside a "
+            f"list, struct or map has no canonical identity encoding ({IDENTITY_ENCODING}); "
+            "cast it to text or leave it out of the key and payload"
+        )
+
+
 def _nested_sql(v: str, t: pa.DataType, kind: str, depth: int, where: str) -> str:
     """SQL for ``<tag><n>:<text>`` of a list, struct or map ``v`` that is not NULL."""
+    _refuse_wide_members(t, where)
     if pa.types.is_dictionary(t):
         t = t.value_type
     tag = _TAGS[kind]
@@ -556,6 +584,7 @@ def _text_py(value: object, t: pa.DataType, kind: str, where: str) -> str:
         "bool": lambda: "true" if value else "false",
         "int": lambda: str(int(value)),  # type: ignore[call-overload]
         "decimal": lambda: _decimal_text(value),
+        "bigdecimal": lambda: _decimal_text(value),
         "float": lambda: _float_text(value, t),
         "binary": lambda: bytes(value).hex(),  # type: ignore[call-overload]
         "uuid": lambda: _uuid_text(value),
@@ -684,6 +713,8 @@ def _duckdb_type_fits(kind: str, duckdb_type: str) -> bool:
         return True
     if kind == "decimal":
         return duckdb_type.startswith("DECIMAL(") or duckdb_type in _DUCKDB_FAMILIES["int"]
+    if kind == "bigdecimal":
+        return duckdb_type == "VARCHAR"  # its plain text (see duckdb_compatible)
     if kind == "list":
         return duckdb_type.endswith("]")
     if kind == "struct":
@@ -737,26 +768,35 @@ def with_identity(
     )
 
 
-def _scannable_type(t: pa.DataType) -> pa.DataType:
-    """The type to cast ``t`` to before DuckDB scans it (values unchanged)."""
+def _scannable_type(t: pa.DataType, top: bool = True) -> pa.DataType:
+    """The type to cast ``t`` to before DuckDB scans it (values unchanged).
+
+    A decimal of more than 38 digits (DuckDB holds no wider one) becomes its
+    plain text at the top level (:func:`decimal_plain_text`); nested, it stays.
+    """
     if pa.types.is_float16(t):
         return pa.float32()
+    if pa.types.is_decimal(t) and t.precision > 38:
+        return pa.string() if top else t
     if pa.types.is_decimal(t) and not pa.types.is_decimal128(t):
-        return pa.decimal128(t.precision, t.scale) if t.precision <= 38 else t
+        return pa.decimal128(t.precision, t.scale)
     if isinstance(t, pa.BaseExtensionType) and t.extension_name == "arrow.json":
         return pa.string()
     if pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(_scannable_type(t.value_type)))
+        return pa.list_(t.value_field.with_type(_scannable_type(t.value_type, False)))
     if pa.types.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(_scannable_type(t.value_type)))
+        return pa.large_list(t.value_field.with_type(_scannable_type(t.value_type, False)))
     if pa.types.is_fixed_size_list(t):
-        return pa.list_(t.value_field.with_type(_scannable_type(t.value_type)), t.list_size)
+        return pa.list_(t.value_field.with_type(_scannable_type(t.value_type, False)), t.list_size)
     if pa.types.is_struct(t):
         return pa.struct(
-            [t.field(i).with_type(_scannable_type(t.field(i).type)) for i in range(t.num_fields)]
+            [
+                t.field(i).with_type(_scannable_type(t.field(i).type, False))
+                for i in range(t.num_fields)
+            ]
         )
     if pa.types.is_map(t):
-        return pa.map_(_scannable_type(t.key_type), _scannable_type(t.item_type))
+        return pa.map_(_scannable_type(t.key_type, False), _scannable_type(t.item_type, False))
     return t
 
 
@@ -774,7 +814,26 @@ def duckdb_compatible(table: pa.Table) -> pa.Table:
     structs and maps; the canonical encoding of each value stays the same.
     """
     target = duckdb_scannable_schema(table.schema)
-    return table if target == table.schema else table.cast(target)
+    if target == table.schema:
+        return table
+    columns = [
+        decimal_plain_text(column)
+        if pa.types.is_decimal(column.type) and pa.types.is_string(field.type)
+        else column.cast(field.type)
+        for column, field in zip(table.columns, target, strict=True)
+    ]
+    return pa.Table.from_arrays(columns, schema=target)
+
+
+def decimal_plain_text(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Decimals as plain text with their type's scale (``0.0000001000``), never an exponent.
+
+    Arrow's own cast writes small values with an exponent (``1.000E-7``).
+    Python's decimal formatting is exact and plain; it runs a value at a time,
+    which only decimals of more than 38 digits, rare and never a hot path, take.
+    """
+    values = column.to_pylist()
+    return pa.array([None if v is None else format(v, "f") for v in values], pa.string())
 
 
 def compute_identity(
