@@ -15,6 +15,7 @@ Every error the engine raises derives from :class:`CombinedError`::
      +-- CaptureError                the capture cannot be committed as it is
      |    +-- DuplicateKeys          a snapshot holds a key twice (needs_review)
      |    +-- DriftRejected          schema drift whose policy is `fail` (needs_review)
+     |    |    +-- DriftQuarantined   ... is `quarantine`: the capture held in quarantine
      |    +-- StagingLimitExceeded   a run-scoped staging limit was breached
      |    +-- ReconciliationFailed   landed counts disagree with the source (needs_review)
      +-- ProtocolViolation           sequence contiguity, checkpoint barrier, illegal state move
@@ -132,6 +133,14 @@ class DriftRejected(CaptureError):
     """Schema drift whose policy is ``fail``."""
 
     run_state = "needs_review"
+    #: Every drift event of the capture (class, field, outcome), set where raised.
+    drift: tuple[dict[str, Any], ...] = ()
+    #: The capture's staged parts (quarantine holds them for review).
+    parts: tuple[Any, ...] = ()
+
+
+class DriftQuarantined(DriftRejected):
+    """Schema drift whose policy is ``quarantine``: the capture is held for review."""
 
 
 class StagingLimitExceeded(CaptureError):

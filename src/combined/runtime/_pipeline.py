@@ -24,7 +24,13 @@ from combined.catalog import Catalog
 from combined.catalog import data as cat
 from combined.connectors.abc import Extraction, ReadRequest, Source
 from combined.delivery import PartWriter, StagedDelivery, StagingArea, part_schema
-from combined.errors import DriftRejected, LakeError, ProtocolViolation, SchemaMismatch
+from combined.errors import (
+    DriftQuarantined,
+    DriftRejected,
+    LakeError,
+    ProtocolViolation,
+    SchemaMismatch,
+)
 from combined.lake import (
     LakeLayout,
     LakeTable,
@@ -267,14 +273,7 @@ def _consume(
         # Give the read's buffers back before the reduction allocates its own.
         release_memory()
     drift = _drift(plan, committed_schema, schema)
-    for event in drift:
-        if event["outcome"] != "evolve":
-            raise DriftRejected(
-                f"schema drift in {plan.source}.{plan.name}: {event['class']} "
-                f"on field {event['field']!r} (policy: {event['outcome']})",
-                hint=f"change drift.{event['class']} for this dataset in combined.yaml "
-                "if the change is expected",
-            )
+    _check_drift(plan, drift, parts)
     checkpoint = barrier.committable(through_records=rows)
     return Staged(
         plan=plan,
@@ -293,6 +292,32 @@ def _consume(
         prior_state=prior_state,
         control=_control(extraction),
     )
+
+
+def _check_drift(plan: DatasetPlan, drift: list[dict[str, Any]], parts: list[Path]) -> None:
+    """Raise for drift whose policy is not ``evolve``: ``fail`` first, then ``quarantine``."""
+    held = [e for e in drift if e["outcome"] != "evolve"]
+    if not held:
+        return
+    failing = [e for e in held if e["outcome"] == "fail"]
+    first = (failing or held)[0]
+    what = (
+        f"schema drift in {plan.source}.{plan.name}: {first['class']} "
+        f"on field {first['field']!r} (policy: {first['outcome']})"
+    )
+    accept = f"set drift.{first['class']}: evolve for this dataset in combined.yaml"
+    exc = (
+        DriftRejected(what, hint=f"{accept} if the change is expected, then capture again")
+        if failing
+        else DriftQuarantined(
+            f"{what}; nothing was committed and the capture is held in quarantine",
+            hint=f"review it (`combined quarantine list`); to accept the change, {accept} "
+            "and capture again",
+        )
+    )
+    exc.drift = tuple(drift)
+    exc.parts = tuple(parts)
+    raise exc
 
 
 def _empty_schema(committed: pa.Schema | None, declared: Mapping[str, str] | None) -> pa.Schema:

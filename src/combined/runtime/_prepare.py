@@ -7,6 +7,7 @@ bounded Delivery files and described by the lake commit's metadata.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -318,16 +319,70 @@ def quarantine_duplicates(
     reducer: Reducer, staged: Staged, *, run_id: str, layout: LakeLayout, catalog: Catalog
 ) -> None:
     """Put the rows of duplicated keys in quarantine, with their ordinals."""
-
-    from combined.protocol import utcnow
-
     plan = staged.plan
     rows = reducer.duplicate_rows()
+    path = _quarantine_path(layout, plan, run_id)
+    pq.write_table(rows, str(path))
+    _register_quarantine(
+        catalog,
+        plan,
+        run_id,
+        path,
+        records=rows.num_rows,
+        reason=f"duplicate key ({', '.join(plan.key)})",
+        kind="duplicate key",
+    )
+
+
+def quarantine_capture(
+    parts: Sequence[Path],
+    plan: DatasetPlan,
+    *,
+    run_id: str,
+    reason: str,
+    layout: LakeLayout,
+    catalog: Catalog,
+) -> str:
+    """Hold a whole staged capture in quarantine (one Parquet file, streamed part by part).
+
+    Returns the quarantine entry's id.
+    """
+    from combined.delivery import StagedParts, part_schema
+
+    path = _quarantine_path(layout, plan, run_id)
+    records = 0
+    stream = StagedParts(list(parts), part_schema(parts[-1]))  # the last part has every field
+    partial = path.with_name(f".{path.name}.partial")
+    with parquet_writer(partial, stream.schema) as writer:
+        for batch in stream.batches():
+            writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
+            records += batch.num_rows
+    partial.replace(path)  # whole or absent: never a torn file under an entry
+    return _register_quarantine(
+        catalog, plan, run_id, path, records=records, reason=reason, kind="schema drift"
+    )
+
+
+def _quarantine_path(layout: LakeLayout, plan: DatasetPlan, run_id: str) -> Path:
     qdir = layout.quarantine(plan.source, plan.name)
     qdir.mkdir(parents=True, exist_ok=True)
-    qid = f"q-{run_id}-{plan.name}"
-    path = qdir / f"{qid}.parquet"
-    pq.write_table(rows, str(path))
+    return qdir / f"q-{run_id}-{plan.name}.parquet"
+
+
+def _register_quarantine(
+    catalog: Catalog,
+    plan: DatasetPlan,
+    run_id: str,
+    path: Path,
+    *,
+    records: int,
+    reason: str,
+    kind: str,
+) -> str:
+    """Record a quarantined file with its reader and review due date; returns its id."""
+    from combined.protocol import utcnow
+
+    qid = path.stem
     with catalog.begin() as conn:
         cat.add_quarantine(
             conn,
@@ -336,9 +391,9 @@ def quarantine_duplicates(
             dataset=plan.name,
             run_id=run_id,
             delivery_id=None,
-            reason=f"duplicate key ({', '.join(plan.key)})",
+            reason=reason,
             path=str(path),
-            record_count=rows.num_rows,
+            record_count=records,
             reader=plan.quarantine_reader,
             review_due_at=utcnow() + timedelta(seconds=plan.review_every_s),
         )
@@ -348,10 +403,12 @@ def quarantine_duplicates(
             source=plan.source,
             dataset=plan.name,
             run_id=run_id,
-            records=rows.num_rows,
-            reason="duplicate key",
+            quarantine=qid,
+            records=records,
+            reason=kind,
             path=str(path),
         )
+    return qid
 
 
 # -- commit and projection -----------------------------------------------------------------

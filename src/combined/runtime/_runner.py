@@ -21,6 +21,8 @@ from combined.connectors.abc import Source
 from combined.delivery import Limits, StagingArea
 from combined.errors import (
     CombinedError,
+    DriftQuarantined,
+    DriftRejected,
     NotFoundError,
     ProtocolViolation,
     ReconciliationFailed,
@@ -39,7 +41,7 @@ from combined.runtime._pipeline import (
     stage,
     table_of,
 )
-from combined.runtime._prepare import prepare
+from combined.runtime._prepare import prepare, quarantine_capture
 from combined.runtime._reporter import NullReporter, Reporter
 
 
@@ -256,20 +258,23 @@ class Runner:
                     self.reporter.phase(plan.name, "extracting")
                     found = discovery.dataset(plan.relation) or discovery.dataset(plan.name)
                     declared = {f.name: f.arrow_type for f in found.fields} if found else None
-                    if backfill is not None:
-                        staged = stage_partitioned(
-                            plan, source, backfill, area, self.layout, self.reporter, declared
-                        )
-                    else:
-                        staged = stage(
-                            plan,
-                            source,
-                            area,
-                            self.layout,
-                            self.reporter,
-                            declared,
-                            self.read_options if plan.strategy == "cdc" else None,
-                        )
+                    try:
+                        if backfill is not None:
+                            staged = stage_partitioned(
+                                plan, source, backfill, area, self.layout, self.reporter, declared
+                            )
+                        else:
+                            staged = stage(
+                                plan,
+                                source,
+                                area,
+                                self.layout,
+                                self.reporter,
+                                declared,
+                                self.read_options if plan.strategy == "cdc" else None,
+                            )
+                    except DriftRejected as exc:
+                        raise self._drift_held(run, plan, exc) from None
                     opened.append(staged)
                     prepared.append(
                         prepare(
@@ -481,6 +486,34 @@ class Runner:
             changed=bool(p.deliveries)
             and p.metadata["version"]["id"] != p.metadata["version"]["parent"],
         )
+
+    def _drift_held(self, run: Run, plan: DatasetPlan, exc: DriftRejected) -> DriftRejected:
+        """Record a capture's drift held back by its policy; quarantine holds the capture.
+
+        Every drift event is written to the Activity feed with its outcome,
+        whatever it is. A ``quarantine`` outcome (and no ``fail``) keeps the
+        whole capture in quarantine for review before the staging goes; the
+        error returned (to raise) names the quarantine entry.
+        """
+        with self.catalog.begin() as conn:
+            for event in exc.drift:
+                cat.emit(
+                    conn, "drift", source=plan.source, dataset=plan.name, run_id=run.id, **event
+                )
+        if not isinstance(exc, DriftQuarantined) or not exc.parts:
+            return exc
+        held = [e for e in exc.drift if e["outcome"] == "quarantine"]
+        qid = quarantine_capture(
+            exc.parts,
+            plan,
+            run_id=run.id,
+            reason="schema drift: " + ", ".join(f"{e['class']} {e['field']!r}" for e in held),
+            layout=self.layout,
+            catalog=self.catalog,
+        )
+        named = DriftQuarantined(f"{exc.message} (entry {qid})", hint=exc.hint)
+        named.drift, named.parts = exc.drift, exc.parts
+        return named
 
     # -- recovery ---------------------------------------------------------------
 

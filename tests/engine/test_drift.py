@@ -1,0 +1,120 @@
+"""Schema drift: each class meets its policy (evolve, quarantine, fail), always in the feed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from combined.catalog import data as cat
+from combined.engine import Engine
+
+
+def _policy(project: Path, **drift: str) -> None:
+    text = project.read_text().split("      orders:")[0]
+    spec = ", ".join(f"{k}: {v}" for k, v in drift.items())
+    project.write_text(text + "      orders:\n        key: [id]\n        drift: {" + spec + "}\n")
+
+
+def _drifts(engine: Engine) -> list[tuple[str, str, str]]:
+    with engine.catalog.begin() as conn:
+        rows = cat.activity(conn, kind="drift")
+    return [(d.body["class"], d.body["field"], d.body["outcome"]) for d in reversed(rows)]
+
+
+def _captured(tmp_path: Path, tools: Any, orders: int) -> Path:
+    """The shop, its orders captured once; returns the project file."""
+    project: Path = tools.make(tmp_path, orders=orders)
+    engine = Engine.open(project)
+    try:
+        (first,) = engine.capture(["shop.orders"])
+        assert first.state == "succeeded", first.error
+    finally:
+        engine.close()
+    return project
+
+
+def test_a_dropped_column_fails_by_default_with_its_event_and_nothing_held(
+    tmp_path: Path, tools: Any
+) -> None:
+    project = _captured(tmp_path, tools, 30)
+    tools.sql(tmp_path, "ALTER TABLE orders DROP COLUMN status;")
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "needs_review"
+        assert "drop on field 'status' (policy: fail)" in (run.error or "")
+        assert _drifts(engine) == [("drop", "status", "fail")]
+        assert engine.quarantine() == []
+        assert engine.sql("SELECT count(status) AS n FROM shop.orders").to_pylist() == [{"n": 30}]
+        assert not engine.layout.staging(run.id).exists()
+    finally:
+        engine.close()
+
+
+def test_a_drift_whose_policy_is_quarantine_holds_the_capture_for_review(
+    tmp_path: Path, tools: Any
+) -> None:
+    project = _captured(tmp_path, tools, 30)
+    _policy(project, drop="quarantine", new_field="evolve")
+    tools.sql(
+        tmp_path,
+        "ALTER TABLE orders DROP COLUMN total; ALTER TABLE orders ADD COLUMN channel TEXT;"
+        "UPDATE orders SET channel = 'web' WHERE id <= 10;",
+    )
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "needs_review"
+        assert "held in quarantine" in (run.error or "")
+        (entry,) = engine.quarantine()
+        assert entry["id"] in (run.error or "")
+        assert entry["reason"] == "schema drift: drop 'total'" and entry["record_count"] == 30
+        held = pq.read_table(entry["path"])
+        assert "channel" in held.column_names and "total" not in held.column_names
+        assert sorted(held.column("id").to_pylist()) == list(range(1, 31))
+        # every drift class is in the feed with its outcome, the evolving one too
+        assert sorted(_drifts(engine)) == [
+            ("drop", "total", "quarantine"),
+            ("new_field", "channel", "evolve"),
+        ]
+        # nothing was committed: the lake still has the column and not the new one
+        assert engine.sql("SELECT count(total) AS n FROM shop.orders").to_pylist() == [{"n": 30}]
+        assert not engine.layout.staging(run.id).exists()
+    finally:
+        engine.close()
+
+    _policy(project, drop="evolve", new_field="evolve")  # the reviewer accepts the change
+    engine = Engine.open(project)
+    try:
+        (accepted,) = engine.capture(["shop.orders"])
+        assert accepted.state == "succeeded", accepted.error
+        assert engine.sql(
+            "SELECT count(channel) AS n FROM shop.orders WHERE channel = 'web'"
+        ).to_pylist() == [{"n": 10}]
+        (qid,) = [q["id"] for q in engine.quarantine()]
+        engine.decide_quarantine(qid, "discarded", by="ana", reason="the drop was intended")
+        assert engine.quarantine() == []
+    finally:
+        engine.close()
+
+
+def test_fail_wins_over_quarantine_when_both_apply(tmp_path: Path, tools: Any) -> None:
+    project = _captured(tmp_path, tools, 10)
+    _policy(project, drop="quarantine", new_field="fail")
+    tools.sql(
+        tmp_path, "ALTER TABLE orders DROP COLUMN total; ALTER TABLE orders ADD COLUMN x INTEGER;"
+    )
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "needs_review"
+        assert "new_field on field 'x' (policy: fail)" in (run.error or "")
+        assert engine.quarantine() == []
+        assert sorted(_drifts(engine)) == [
+            ("drop", "total", "quarantine"),
+            ("new_field", "x", "fail"),
+        ]
+    finally:
+        engine.close()
