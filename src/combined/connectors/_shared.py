@@ -53,18 +53,36 @@ def split_qualified(text: str, quote: str, hint: str) -> list[str]:
     return parts
 
 
+_SettingsT_co = TypeVar("_SettingsT_co", covariant=True)
+_SettingsT = TypeVar("_SettingsT")
+
+
+class SettingsSession(Closable, Protocol[_SettingsT_co]):
+    """A closable session that keeps the settings it was opened with."""
+
+    @property
+    def settings(self) -> _SettingsT_co:
+        """The settings the session was opened with (they scrub its errors)."""
+        ...
+
+
 def close_quietly(
-    session: Closable | None,
+    session: SettingsSession[_SettingsT] | None,
     primary: BaseException | None,
-    detail: Callable[[BaseException], str],
+    detail: Callable[[BaseException, _SettingsT], str],
 ) -> BaseException | None:
-    """Close ``session``; a failure becomes a note on ``primary`` (its ``detail``), never raised."""
+    """Close ``session``; a failure becomes a note on ``primary``, never raised.
+
+    The note is ``detail(failure, session.settings)``: the connector's
+    redacted one-line description of a driver error.
+    """
     if session is None:
         return None
+    settings = session.settings
     failure = session.close()
     if failure is not None and primary is not None:
         with contextlib.suppress(Exception):
-            primary.add_note("cleanup also failed: " + detail(failure))
+            primary.add_note("cleanup also failed: " + detail(failure, settings))
     return failure
 
 
@@ -120,4 +138,4 @@ class SessionRead(BaseExtraction, Generic[S]):
             self._cleanup_failure = failure
 
 
-__all__ = ["Closable", "SessionRead", "close_quietly", "split_qualified"]
+__all__ = ["Closable", "SessionRead", "SettingsSession", "close_quietly", "split_qualified"]
