@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
-from combined.connectors.abc import BaseExtraction
-from combined.errors import ConfigError, ProtocolViolation
-from combined.protocol import ExtractionAuthority
+from combined.connectors.abc import BaseExtraction, ReadRequest
+from combined.errors import CombinedError, ConfigError, ProtocolViolation
+from combined.protocol import ExtractionAuthority, StateMessage
 
 
 class Closable(Protocol):
@@ -18,6 +19,23 @@ class Closable(Protocol):
     def close(self) -> BaseException | None:
         """Close; return the first failure."""
         ...
+
+
+class Transaction(Closable, Protocol):
+    """A session that runs statements of its own transaction (``COMMIT``)."""
+
+    def run(self, query: str, doing: str) -> None:
+        """Execute a statement that returns no rows."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ControlTotals:
+    """Counts read inside the capture's snapshot: rows, and the exact sum of one column."""
+
+    rows: int
+    sum_column: str | None = None
+    sum: str | None = None
 
 
 def split_qualified(text: str, quote: str, hint: str) -> list[str]:
@@ -137,5 +155,57 @@ class SessionRead(BaseExtraction, Generic[S]):
         if failure is not None:
             self._cleanup_failure = failure
 
+    def _commit_and_close(self, session: Transaction) -> None:
+        """Commit the read transaction and close ``session``: every row is read.
 
-__all__ = ["Closable", "SessionRead", "SettingsSession", "close_quietly", "split_qualified"]
+        A failure here is cleanup, kept for :meth:`finish` to report, never raised.
+        """
+        try:
+            session.run("COMMIT", "committing the read transaction")
+        except CombinedError as exc:  # every row is read: a failed close is cleanup
+            self._cleanup_failure = exc
+        with self._lock:
+            self._session = None
+        failure = session.close()
+        if failure is not None:
+            self._cleanup_failure = self._cleanup_failure or failure
+
+
+# -- cursor reads -------------------------------------------------------------
+
+
+def final_state(
+    request: ReadRequest, checkpoint: Any, to_json: Callable[[Any], Any], *, cursor: bool
+) -> StateMessage:
+    """The last message of a read: empty, or a cursor read's checkpoint.
+
+    A cursor read that read nothing keeps the previous state (and its
+    position); otherwise the state is ``to_json(checkpoint)`` and the
+    cursor's trust basis.
+    """
+    if not cursor:
+        return StateMessage(request.dataset, {}, final=True)
+    spec = request.cursor
+    assert spec is not None
+    previous = dict(request.state or {})
+    if checkpoint is None:
+        last = previous.get("cursor")
+        return StateMessage(
+            request.dataset, previous, None if last is None else str(last), final=True
+        )
+    value = to_json(checkpoint)
+    return StateMessage(
+        request.dataset, {"cursor": value, "trust": spec.trust}, str(value), final=True
+    )
+
+
+__all__ = [
+    "Closable",
+    "ControlTotals",
+    "SessionRead",
+    "SettingsSession",
+    "Transaction",
+    "close_quietly",
+    "final_state",
+    "split_qualified",
+]

@@ -35,7 +35,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from combined.connectors._shared import SessionRead
+from combined.connectors._shared import (
+    ControlTotals,
+    SessionRead,
+    final_state,
+)
 from combined.connectors.abc import ReadRequest
 from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._connect import (
@@ -81,15 +85,6 @@ _BEGIN = (
     "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
     "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class ControlTotals:
-    """Counts read inside the capture's snapshot: rows, and the exact sum of one column."""
-
-    rows: int
-    sum_column: str | None = None
-    sum: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,29 +311,10 @@ class MariaDBExtraction(SessionRead[Session]):
             self._control = self._count(
                 session, work, control if isinstance(control, str) else None
             )
-        try:
-            session.run("COMMIT", "committing the read transaction")
-        except CombinedError as exc:  # every row is read: a failed close is cleanup
-            self._cleanup_failure = exc
-        with self._lock:
-            self._session = None
-        failure = session.close()
-        if failure is not None:
-            self._cleanup_failure = self._cleanup_failure or failure
+        self._commit_and_close(session)
         request = self._request
-        if request.strategy != "cursor":
-            return StateMessage(request.dataset, {}, final=True)
-        spec = request.cursor
-        assert spec is not None
-        previous = dict(request.state or {})
-        if work.checkpoint is None:
-            last = previous.get("cursor")
-            return StateMessage(
-                request.dataset, previous, None if last is None else str(last), final=True
-            )
-        value = state_value(work.checkpoint)
-        return StateMessage(
-            request.dataset, {"cursor": value, "trust": spec.trust}, str(value), final=True
+        return final_state(
+            request, work.checkpoint, state_value, cursor=request.strategy == "cursor"
         )
 
     def _count(self, session: Session, work: _Work, column: str | None) -> ControlTotals:

@@ -47,7 +47,11 @@ from typing import Any, Literal
 import pyarrow as pa
 from psycopg import sql
 
-from combined.connectors._shared import SessionRead
+from combined.connectors._shared import (
+    ControlTotals,
+    SessionRead,
+    final_state,
+)
 from combined.connectors.abc import ReadRequest
 from combined.connectors.postgres import _catalog as catalog
 from combined.connectors.postgres._connect import (
@@ -84,15 +88,6 @@ EXPORTED_SNAPSHOT = "postgresql:pg_export_snapshot"
 Lifecycle = Literal["whole", "streaming"]
 _BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 _SNAPSHOT = "SELECT CAST(pg_current_snapshot() AS text), clock_timestamp()"
-
-
-@dataclass(frozen=True, slots=True)
-class ControlTotals:
-    """Counts read inside the capture's snapshot: rows, and the exact sum of one column."""
-
-    rows: int
-    sum_column: str | None = None
-    sum: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,30 +428,10 @@ class PostgresExtraction(SessionRead[Session]):
                 session, work, control if isinstance(control, str) else None
             )
         if self._options.lifecycle == "whole":
-            try:
-                session.run("COMMIT", "committing the read transaction")
-            except CombinedError as exc:  # every row is read: a failed close is cleanup
-                self._cleanup_failure = exc
-            with self._lock:
-                self._session = None
-            failure = session.close()
-            if failure is not None:
-                self._cleanup_failure = self._cleanup_failure or failure
+            self._commit_and_close(session)
         request = self._request
-        if request.strategy != "cursor" or self._partition is not None:
-            return StateMessage(request.dataset, {}, final=True)
-        spec = request.cursor
-        assert spec is not None
-        previous = dict(request.state or {})
-        if work.checkpoint is None:
-            last = previous.get("cursor")
-            return StateMessage(
-                request.dataset, previous, None if last is None else str(last), final=True
-            )
-        value = jsonable(work.checkpoint)
-        return StateMessage(
-            request.dataset, {"cursor": value, "trust": spec.trust}, str(value), final=True
-        )
+        cursor = request.strategy == "cursor" and self._partition is None
+        return final_state(request, work.checkpoint, jsonable, cursor=cursor)
 
     def _count(self, session: Session, work: _Work, column: str | None) -> ControlTotals:
         if column is not None and column not in work.by_name:
