@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
 from typing import Any, Generic, Protocol, TypeVar
+
+import pyarrow as pa
 
 from combined.connectors.abc import BaseExtraction, ReadRequest
 from combined.errors import CombinedError, ConfigError, ProtocolViolation
-from combined.protocol import ExtractionAuthority, StateMessage
+from combined.protocol import ExtractionAuthority, Message, RecordBatchMessage, StateMessage
 
 
 class Closable(Protocol):
@@ -174,6 +178,64 @@ class SessionRead(BaseExtraction, Generic[S]):
 # -- cursor reads -------------------------------------------------------------
 
 
+def check_lookback(column: str, lookback: Any) -> None:
+    """Refuse a cursor lookback that is not a number or a timedelta, or is negative."""
+    if isinstance(lookback, bool) or not isinstance(lookback, int | float | Decimal | timedelta):
+        raise ConfigError(
+            f"the lookback of cursor {column!r} must be a number or a timedelta",
+            hint="a number for numeric cursors, a timedelta (or seconds) for time cursors",
+        )
+    if (isinstance(lookback, timedelta) and lookback < timedelta(0)) or (
+        not isinstance(lookback, timedelta) and lookback < 0
+    ):
+        raise ConfigError(
+            f"the lookback of cursor {column!r} is negative",
+            hint="state the lookback as a positive window",
+        )
+
+
+def time_window(lookback: timedelta | float | Decimal) -> timedelta:
+    """A checked lookback of a time cursor as a window (a number counts seconds)."""
+    return lookback if isinstance(lookback, timedelta) else timedelta(seconds=float(lookback))
+
+
+def numeric_lookback(column: str, lookback: Any) -> Any:
+    """A checked lookback of a numeric cursor; a timedelta is refused."""
+    if isinstance(lookback, timedelta):
+        raise ConfigError(
+            f"cursor {column!r} holds numbers, so its lookback cannot be a timedelta",
+            hint="state the lookback in the cursor's own unit",
+        )
+    return lookback
+
+
+def keyset_pages(
+    page: Callable[[list[Any] | None], Iterator[pa.RecordBatch]],
+    order: Sequence[str],
+    page_rows: int,
+    dataset: str,
+) -> Generator[Message, None, int]:
+    """Hand over keyset pages of at most ``page_rows`` rows; return how many rows were read.
+
+    ``page(after)`` streams the next page ordered by ``order``: the rows
+    strictly after the values ``after`` of those columns (``None`` for the
+    first page). A short page proves the range exhausted.
+    """
+    after: list[Any] | None = None
+    total = 0
+    while True:
+        seen, tail = 0, None
+        for batch in page(after):
+            seen += batch.num_rows
+            tail = batch if batch.num_rows else tail
+            yield RecordBatchMessage(dataset, batch)
+        total += seen
+        if seen < page_rows or tail is None:
+            return total
+        end = tail.num_rows - 1
+        after = [tail.column(c)[end].as_py() for c in order]
+
+
 def final_state(
     request: ReadRequest, checkpoint: Any, to_json: Callable[[Any], Any], *, cursor: bool
 ) -> StateMessage:
@@ -205,7 +267,11 @@ __all__ = [
     "SessionRead",
     "SettingsSession",
     "Transaction",
+    "check_lookback",
     "close_quietly",
     "final_state",
+    "keyset_pages",
+    "numeric_lookback",
     "split_qualified",
+    "time_window",
 ]

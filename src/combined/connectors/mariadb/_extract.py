@@ -38,7 +38,11 @@ import pyarrow as pa
 from combined.connectors._shared import (
     ControlTotals,
     SessionRead,
+    check_lookback,
     final_state,
+    keyset_pages,
+    numeric_lookback,
+    time_window,
 )
 from combined.connectors.abc import ReadRequest
 from combined.connectors.mariadb import _catalog as catalog
@@ -380,25 +384,17 @@ class MariaDBExtraction(SessionRead[Session]):
             lower = _lower_bound(plan, last, spec.lookback)
             work.where = f"{below} AND {col} > {session.literal(lower)}"
         order_sql = ", ".join(quote_ident(c) for c in order)
-        after: list[Any] | None = None
-        total = 0
         page_rows = self._options.page_rows
-        while True:
-            page = [work.where, None if after is None else self._after(order, after, work)]
+
+        def page(after: list[Any] | None) -> Iterator[pa.RecordBatch]:
+            where = [work.where, None if after is None else self._after(order, after, work)]
             q = (
                 f"SELECT {work.layout.select_list()} FROM {work.relation.ident}"
-                f"{_where(page)} ORDER BY {order_sql} LIMIT {int(page_rows)}"
+                f"{_where(where)} ORDER BY {order_sql} LIMIT {int(page_rows)}"
             )
-            seen, tail = 0, None
-            for batch in self._stream(q, work.layout):
-                seen += batch.num_rows
-                tail = batch if batch.num_rows else tail
-                yield RecordBatchMessage(request.dataset, batch)
-            total += seen
-            if seen < page_rows or tail is None:  # a short page proves the range exhausted
-                break
-            end = tail.num_rows - 1
-            after = [tail.column(c)[end].as_py() for c in order]
+            return self._stream(q, work.layout)
+
+        total = yield from keyset_pages(page, order, page_rows, request.dataset)
         if total:
             # Never move the checkpoint backwards (rows above it may have been deleted).
             work.checkpoint = upper if last is None or upper >= last else last
@@ -432,29 +428,14 @@ def _lower_bound(plan: ColumnPlan, last: Any, lookback: Any) -> Any:
     """``last`` minus the lookback: rows above it are read again (the key dedups them)."""
     if lookback is None:
         return last
-    if isinstance(lookback, bool) or not isinstance(lookback, int | float | Decimal | timedelta):
-        raise ConfigError(
-            f"the lookback of cursor {plan.name!r} must be a number or a timedelta",
-            hint="a number for numeric cursors, a timedelta (or seconds) for time cursors",
-        )
-    if (isinstance(lookback, timedelta) and lookback < timedelta(0)) or (
-        not isinstance(lookback, timedelta) and lookback < 0
-    ):
-        raise ConfigError(
-            f"the lookback of cursor {plan.name!r} is negative",
-            hint="state the lookback as a positive window",
-        )
+    check_lookback(plan.name, lookback)
     if plan.temporal:
-        window = lookback if isinstance(lookback, timedelta) else timedelta(seconds=float(lookback))
+        window = time_window(lookback)
         if isinstance(last, datetime):
             return last - window
         if isinstance(last, date):  # whole days, rounded up: a wider window is the safe side
             return last - timedelta(days=-(-window // timedelta(days=1)))
-    if isinstance(lookback, timedelta):
-        raise ConfigError(
-            f"cursor {plan.name!r} holds numbers, so its lookback cannot be a timedelta",
-            hint="state the lookback in the cursor's own unit",
-        )
+    step = numeric_lookback(plan.name, lookback)
     if isinstance(last, Decimal):
-        return last - Decimal(str(lookback))
-    return last - lookback
+        return last - Decimal(str(step))
+    return last - step

@@ -40,8 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, timedelta
-from decimal import Decimal
+from datetime import UTC
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -50,7 +49,11 @@ from psycopg import sql
 from combined.connectors._shared import (
     ControlTotals,
     SessionRead,
+    check_lookback,
     final_state,
+    keyset_pages,
+    numeric_lookback,
+    time_window,
 )
 from combined.connectors.abc import ReadRequest
 from combined.connectors.postgres import _catalog as catalog
@@ -502,9 +505,8 @@ class PostgresExtraction(SessionRead[Session]):
                 )
         order_sql = sql.SQL(", ").join(sql.Identifier(c) for c in order)
         page_rows = self._options.page_rows
-        after: list[Any] | None = None
-        total = 0
-        while True:
+
+        def page(after: list[Any] | None) -> Iterator[pa.RecordBatch]:
             page_where: list[sql.Composable | None] = [work.where]
             if after is not None:
                 # Keyset: (cursor, key...) strictly after the last row handed over.
@@ -526,16 +528,9 @@ class PostgresExtraction(SessionRead[Session]):
                 order_sql,
                 sql.Literal(page_rows),
             )
-            seen, tail = 0, None
-            for batch in self._stream(q, work.layout):
-                seen += batch.num_rows
-                tail = batch
-                yield RecordBatchMessage(request.dataset, batch)
-            total += seen
-            if seen < page_rows or tail is None:  # a short page proves the snapshot exhausted
-                break
-            end = tail.num_rows - 1
-            after = [tail.column(c)[end].as_py() for c in order]
+            return self._stream(q, work.layout)
+
+        total = yield from keyset_pages(page, order, page_rows, request.dataset)
         if total:
             # Never move the checkpoint backwards (rows above it may have been deleted).
             work.checkpoint = value_from_text(best_text, plan) if last is not None else work.upper
@@ -545,28 +540,9 @@ class PostgresExtraction(SessionRead[Session]):
         base = literal(str(last) if not isinstance(last, str) else last, plan)
         if lookback is None:
             return base
-        if isinstance(lookback, bool) or not isinstance(
-            lookback, int | float | Decimal | timedelta
-        ):
-            raise ConfigError(
-                f"the lookback of cursor {plan.name!r} must be a number or a timedelta",
-                hint="a number for numeric cursors, a timedelta (or seconds) for time cursors",
-            )
-        if (isinstance(lookback, timedelta) and lookback < timedelta(0)) or (
-            not isinstance(lookback, timedelta) and lookback < 0
-        ):
-            raise ConfigError(
-                f"the lookback of cursor {plan.name!r} is negative",
-                hint="state the lookback as a positive window",
-            )
+        check_lookback(plan.name, lookback)
         if plan.temporal:
-            window = (
-                lookback if isinstance(lookback, timedelta) else timedelta(seconds=float(lookback))
-            )
-            return sql.SQL("({} - {})").format(base, sql.Literal(window))
-        if isinstance(lookback, timedelta):
-            raise ConfigError(
-                f"cursor {plan.name!r} holds numbers, so its lookback cannot be a timedelta",
-                hint="state the lookback in the cursor's own unit",
-            )
-        return sql.SQL("({} - {})").format(base, sql.Literal(lookback))
+            step: Any = time_window(lookback)
+        else:
+            step = numeric_lookback(plan.name, lookback)
+        return sql.SQL("({} - {})").format(base, sql.Literal(step))
