@@ -1,4 +1,4 @@
-"""Helpers shared by the SQL connectors (PostgreSQL, MariaDB)."""
+"""Helpers shared by the SQL connectors (PostgreSQL, MariaDB, and SQLite where it reads alike)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import pyarrow as pa
 
 from combined.connectors.abc import BaseExtraction, ReadRequest
-from combined.errors import CombinedError, ConfigError, ProtocolViolation
+from combined.errors import CombinedError, ConfigError, NotFoundError, ProtocolViolation
 from combined.protocol import ExtractionAuthority, Message, RecordBatchMessage, StateMessage
 
 
@@ -40,6 +40,51 @@ class ControlTotals:
     rows: int
     sum_column: str | None = None
     sum: str | None = None
+
+
+class Named(Protocol):
+    """A column's read plan: anything with the column's name."""
+
+    @property
+    def name(self) -> str:
+        """The column's name in the source."""
+        ...
+
+
+P = TypeVar("P", bound=Named)
+
+
+def select_plans(
+    plans: Sequence[P],
+    request: ReadRequest,
+    relation: str,
+    *,
+    noun: str = "relation",
+    also: Sequence[str] = (),
+) -> tuple[dict[str, P], list[P]]:
+    """The plans by name, and those the read selects (all when it names no columns).
+
+    The key, the cursor and ``also`` must exist too, even when not selected,
+    since the read orders or bounds by them. Raises
+    :class:`~combined.errors.NotFoundError` for the first missing name, naming
+    the ``noun`` (``relation`` or ``table``) it is missing from.
+    """
+    by_name = {p.name: p for p in plans}
+    wanted = [*(request.columns or ()), *request.key]
+    if request.cursor is not None:
+        wanted.append(request.cursor.column)
+    wanted.extend(also)
+    missing = [c for c in wanted if c not in by_name]
+    if missing:
+        raise NotFoundError(
+            f"column {missing[0]!r} does not exist in {noun} {relation!r}",
+            hint=f"run discovery to see the {noun}'s columns",
+            relation=relation,
+            column=missing[0],
+        )
+    if request.columns is None:
+        return by_name, list(plans)
+    return by_name, [by_name[c] for c in dict.fromkeys(request.columns)]
 
 
 def split_qualified(text: str, quote: str, hint: str) -> list[str]:
@@ -264,6 +309,7 @@ def final_state(
 __all__ = [
     "Closable",
     "ControlTotals",
+    "Named",
     "SessionRead",
     "SettingsSession",
     "Transaction",
@@ -272,6 +318,7 @@ __all__ = [
     "final_state",
     "keyset_pages",
     "numeric_lookback",
+    "select_plans",
     "split_qualified",
     "time_window",
 ]

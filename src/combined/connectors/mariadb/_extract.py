@@ -42,6 +42,7 @@ from combined.connectors._shared import (
     final_state,
     keyset_pages,
     numeric_lookback,
+    select_plans,
     time_window,
 )
 from combined.connectors.abc import ReadRequest
@@ -66,7 +67,6 @@ from combined.connectors.mariadb._types import (
 from combined.errors import (
     CombinedError,
     ConfigError,
-    NotFoundError,
     ProtocolViolation,
     UnsupportedType,
 )
@@ -253,23 +253,7 @@ class MariaDBExtraction(SessionRead[Session]):
         request = self._request
         cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
         plans = catalog.column_plans(cols, self._options.casts)
-        by_name = {p.name: p for p in plans}
-        wanted = [*(request.columns or ()), *request.key]
-        if request.cursor is not None:
-            wanted.append(request.cursor.column)
-        missing = [c for c in wanted if c not in by_name]
-        if missing:
-            raise NotFoundError(
-                f"column {missing[0]!r} does not exist in table {rel.table!r}",
-                hint="run discovery to see the table's columns",
-                relation=rel.table,
-                column=missing[0],
-            )
-        selected = (
-            plans
-            if request.columns is None
-            else [by_name[c] for c in dict.fromkeys(request.columns)]
-        )
+        by_name, selected = select_plans(plans, request, rel.table, noun="table")
         for p in selected:
             if p.arrow_type is None:
                 raise UnsupportedType(

@@ -53,6 +53,7 @@ from combined.connectors._shared import (
     final_state,
     keyset_pages,
     numeric_lookback,
+    select_plans,
     time_window,
 )
 from combined.connectors.abc import ReadRequest
@@ -69,7 +70,6 @@ from combined.connectors.postgres._types import ColumnPlan, Layout, jsonable, va
 from combined.errors import (
     CombinedError,
     ConfigError,
-    NotFoundError,
     ProtocolViolation,
     SourceUnavailable,
     UnsupportedType,
@@ -344,25 +344,9 @@ class PostgresExtraction(SessionRead[Session]):
                 hint="fix the casts option",
             )
         plans = catalog.column_plans(cols, types, casts)
-        by_name = {p.name: p for p in plans}
-        wanted = [*(request.columns or ()), *request.key]
-        if request.cursor is not None:
-            wanted.append(request.cursor.column)
-        if self._partition is not None:
-            wanted.append(self._partition.column)
-        missing = [c for c in wanted if c not in by_name]
-        if missing:
-            raise NotFoundError(
-                f"column {missing[0]!r} does not exist in relation {rel.name!r}",
-                hint="run discovery to see the relation's columns",
-                relation=rel.name,
-                column=missing[0],
-            )
-        selected = (
-            plans
-            if request.columns is None
-            else [by_name[c] for c in dict.fromkeys(request.columns)]
-        )
+        part = self._partition
+        also = () if part is None else (part.column,)
+        by_name, selected = select_plans(plans, request, rel.name, also=also)
         for p in selected:
             if p.route == "unsupported":
                 raise UnsupportedType(
@@ -373,7 +357,6 @@ class PostgresExtraction(SessionRead[Session]):
                     source_type=p.source_type,
                 )
         work = _Work(rel, Layout.of(selected), by_name)
-        part = self._partition
         if part is not None:
             work.where = range_predicate(
                 by_name[part.column], part.lower, part.upper, part.include_nulls
