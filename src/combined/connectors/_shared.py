@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import pyarrow as pa
 
@@ -85,6 +85,42 @@ def select_plans(
     if request.columns is None:
         return by_name, list(plans)
     return by_name, [by_name[c] for c in dict.fromkeys(request.columns)]
+
+
+class SQLReadOptions(NamedTuple):
+    """The read options the SQL connectors share, validated."""
+
+    casts: dict[str, str]
+    batch_bytes: int
+    page_rows: int
+    control_totals: bool | str
+
+
+def sql_read_options(
+    request: ReadRequest, casts: Any, *, batch_bytes: int, page_rows: int
+) -> SQLReadOptions:
+    """Validate ``casts`` (as the connector resolved it) and ``request``'s shared options.
+
+    ``batch_bytes`` and ``page_rows`` (positive integers, defaulting to the
+    given values), ``control_totals`` (true or a column name) and the
+    request's ``batch_rows`` (positive). Raises
+    :class:`~combined.errors.ConfigError` for the first that is wrong.
+    """
+    opts = request.options
+    if not isinstance(casts, Mapping):
+        raise ConfigError("`casts` must map column names to types", hint='{"col": "text"}')
+    nums = {}
+    for key, default in (("batch_bytes", batch_bytes), ("page_rows", page_rows)):
+        value = opts.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"`{key}` must be a positive integer", hint=f"e.g. {default}")
+        nums[key] = value
+    control = opts.get("control_totals", False)
+    if not isinstance(control, bool | str):
+        raise ConfigError("`control_totals` must be true or a column name", hint="true")
+    if request.batch_rows < 1:
+        raise ConfigError("batch_rows must be positive", hint="e.g. 65536")
+    return SQLReadOptions(dict(casts), nums["batch_bytes"], nums["page_rows"], control)
 
 
 def split_qualified(text: str, quote: str, hint: str) -> list[str]:
@@ -310,6 +346,7 @@ __all__ = [
     "Closable",
     "ControlTotals",
     "Named",
+    "SQLReadOptions",
     "SessionRead",
     "SettingsSession",
     "Transaction",
@@ -319,6 +356,7 @@ __all__ = [
     "keyset_pages",
     "numeric_lookback",
     "select_plans",
+    "sql_read_options",
     "split_qualified",
     "time_window",
 ]

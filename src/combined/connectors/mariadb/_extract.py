@@ -43,6 +43,7 @@ from combined.connectors._shared import (
     keyset_pages,
     numeric_lookback,
     select_plans,
+    sql_read_options,
     time_window,
 )
 from combined.connectors.abc import ReadRequest
@@ -116,24 +117,11 @@ class ReadOptions:
         casts = opts.get("casts")
         if casts is None:
             casts = settings.casts.get(request.relation) or settings.casts.get(table) or {}
-        if not isinstance(casts, Mapping):
-            raise ConfigError("`casts` must map column names to types", hint='{"col": "text"}')
-        nums = {}
-        for key, default in (
-            ("batch_bytes", DEFAULT_BATCH_BYTES),
-            ("page_rows", DEFAULT_PAGE_ROWS),
-        ):
-            value = opts.get(key, default)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"`{key}` must be a positive integer", hint=f"e.g. {default}")
-            nums[key] = value
-        control = opts.get("control_totals", False)
-        if not isinstance(control, bool | str):
-            raise ConfigError("`control_totals` must be true or a column name", hint="true")
-        if request.batch_rows < 1:
-            raise ConfigError("batch_rows must be positive", hint="e.g. 65536")
+        shared = sql_read_options(
+            request, casts, batch_bytes=DEFAULT_BATCH_BYTES, page_rows=DEFAULT_PAGE_ROWS
+        )
         zero = zero_dates_option(opts.get("zero_dates", settings.zero_dates))
-        return cls(dict(casts), zero, nums["batch_bytes"], nums["page_rows"], control)
+        return cls(shared.casts, zero, shared.batch_bytes, shared.page_rows, shared.control_totals)
 
 
 @dataclass(slots=True)

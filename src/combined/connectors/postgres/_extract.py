@@ -54,6 +54,7 @@ from combined.connectors._shared import (
     keyset_pages,
     numeric_lookback,
     select_plans,
+    sql_read_options,
     time_window,
 )
 from combined.connectors.abc import ReadRequest
@@ -123,21 +124,12 @@ class ReadOptions:
                 f"unknown postgres read lifecycle {lifecycle!r}",
                 hint="use whole (commit when read) or streaming (hold until the outcome)",
             )
-        casts = opts.get("casts") or {}
-        if not isinstance(casts, Mapping):
-            raise ConfigError("`casts` must map column names to types", hint='{"col": "text"}')
-        nums = {}
-        for key, default in (("batch_bytes", DEFAULT_BATCH_BYTES), ("page_rows", 1_000_000)):
-            value = opts.get(key, default)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"`{key}` must be a positive integer", hint=f"e.g. {default}")
-            nums[key] = value
-        control = opts.get("control_totals", False)
-        if not isinstance(control, bool | str):
-            raise ConfigError("`control_totals` must be true or a column name", hint="true")
-        if request.batch_rows < 1:
-            raise ConfigError("batch_rows must be positive", hint="e.g. 65536")
-        return cls(lifecycle, dict(casts), nums["batch_bytes"], nums["page_rows"], control)
+        shared = sql_read_options(
+            request, opts.get("casts") or {}, batch_bytes=DEFAULT_BATCH_BYTES, page_rows=1_000_000
+        )
+        return cls(
+            lifecycle, shared.casts, shared.batch_bytes, shared.page_rows, shared.control_totals
+        )
 
 
 @dataclass(frozen=True, slots=True)
