@@ -1,15 +1,20 @@
-"""Helpers shared by the SQL connectors (PostgreSQL, MariaDB)."""
+"""Helpers shared by the SQL connectors (PostgreSQL, MariaDB, and SQLite where it reads alike)."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-from combined.connectors.abc import BaseExtraction
-from combined.errors import ConfigError, ProtocolViolation
-from combined.protocol import ExtractionAuthority
+import pyarrow as pa
+
+from combined.connectors.abc import BaseExtraction, ReadRequest
+from combined.errors import CombinedError, ConfigError, NotFoundError, ProtocolViolation
+from combined.protocol import ExtractionAuthority, Message, RecordBatchMessage, StateMessage
 
 
 class Closable(Protocol):
@@ -18,6 +23,104 @@ class Closable(Protocol):
     def close(self) -> BaseException | None:
         """Close; return the first failure."""
         ...
+
+
+class Transaction(Closable, Protocol):
+    """A session that runs statements of its own transaction (``COMMIT``)."""
+
+    def run(self, query: str, doing: str) -> None:
+        """Execute a statement that returns no rows."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ControlTotals:
+    """Counts read inside the capture's snapshot: rows, and the exact sum of one column."""
+
+    rows: int
+    sum_column: str | None = None
+    sum: str | None = None
+
+
+class Named(Protocol):
+    """A column's read plan: anything with the column's name."""
+
+    @property
+    def name(self) -> str:
+        """The column's name in the source."""
+        ...
+
+
+P = TypeVar("P", bound=Named)
+
+
+def select_plans(
+    plans: Sequence[P],
+    request: ReadRequest,
+    relation: str,
+    *,
+    noun: str = "relation",
+    also: Sequence[str] = (),
+) -> tuple[dict[str, P], list[P]]:
+    """The plans by name, and those the read selects (all when it names no columns).
+
+    The key, the cursor and ``also`` must exist too, even when not selected,
+    since the read orders or bounds by them. Raises
+    :class:`~combined.errors.NotFoundError` for the first missing name, naming
+    the ``noun`` (``relation`` or ``table``) it is missing from.
+    """
+    by_name = {p.name: p for p in plans}
+    wanted = [*(request.columns or ()), *request.key]
+    if request.cursor is not None:
+        wanted.append(request.cursor.column)
+    wanted.extend(also)
+    missing = [c for c in wanted if c not in by_name]
+    if missing:
+        raise NotFoundError(
+            f"column {missing[0]!r} does not exist in {noun} {relation!r}",
+            hint=f"run discovery to see the {noun}'s columns",
+            relation=relation,
+            column=missing[0],
+        )
+    if request.columns is None:
+        return by_name, list(plans)
+    return by_name, [by_name[c] for c in dict.fromkeys(request.columns)]
+
+
+class SQLReadOptions(NamedTuple):
+    """The read options the SQL connectors share, validated."""
+
+    casts: dict[str, str]
+    batch_bytes: int
+    page_rows: int
+    control_totals: bool | str
+
+
+def sql_read_options(
+    request: ReadRequest, casts: Any, *, batch_bytes: int, page_rows: int
+) -> SQLReadOptions:
+    """Validate ``casts`` (as the connector resolved it) and ``request``'s shared options.
+
+    ``batch_bytes`` and ``page_rows`` (positive integers, defaulting to the
+    given values), ``control_totals`` (true or a column name) and the
+    request's ``batch_rows`` (positive). Raises
+    :class:`~combined.errors.ConfigError` for the first that is wrong.
+    """
+    opts = request.options
+    if not isinstance(casts, Mapping):
+        raise ConfigError("`casts` must map column names to types", hint='{"col": "text"}')
+    nums = {}
+    for key, default in (("batch_bytes", batch_bytes), ("page_rows", page_rows)):
+        value = opts.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"`{key}` must be a positive integer", hint=f"e.g. {default}")
+        nums[key] = value
+    control = opts.get("control_totals", False)
+    if not isinstance(control, bool | str):
+        raise ConfigError("`control_totals` must be true or a column name", hint="true")
+    if request.batch_rows < 1:
+        raise ConfigError("batch_rows must be positive", hint="e.g. 65536")
+    return SQLReadOptions(dict(casts), nums["batch_bytes"], nums["page_rows"], control)
 
 
 def split_qualified(text: str, quote: str, hint: str) -> list[str]:
@@ -53,18 +156,36 @@ def split_qualified(text: str, quote: str, hint: str) -> list[str]:
     return parts
 
 
+_SettingsT_co = TypeVar("_SettingsT_co", covariant=True)
+_SettingsT = TypeVar("_SettingsT")
+
+
+class SettingsSession(Closable, Protocol[_SettingsT_co]):
+    """A closable session that keeps the settings it was opened with."""
+
+    @property
+    def settings(self) -> _SettingsT_co:
+        """The settings the session was opened with (they scrub its errors)."""
+        ...
+
+
 def close_quietly(
-    session: Closable | None,
+    session: SettingsSession[_SettingsT] | None,
     primary: BaseException | None,
-    detail: Callable[[BaseException], str],
+    detail: Callable[[BaseException, _SettingsT], str],
 ) -> BaseException | None:
-    """Close ``session``; a failure becomes a note on ``primary`` (its ``detail``), never raised."""
+    """Close ``session``; a failure becomes a note on ``primary``, never raised.
+
+    The note is ``detail(failure, session.settings)``: the connector's
+    redacted one-line description of a driver error.
+    """
     if session is None:
         return None
+    settings = session.settings
     failure = session.close()
     if failure is not None and primary is not None:
         with contextlib.suppress(Exception):
-            primary.add_note("cleanup also failed: " + detail(failure))
+            primary.add_note("cleanup also failed: " + detail(failure, settings))
     return failure
 
 
@@ -119,5 +240,123 @@ class SessionRead(BaseExtraction, Generic[S]):
         if failure is not None:
             self._cleanup_failure = failure
 
+    def _commit_and_close(self, session: Transaction) -> None:
+        """Commit the read transaction and close ``session``: every row is read.
 
-__all__ = ["Closable", "SessionRead", "close_quietly", "split_qualified"]
+        A failure here is cleanup, kept for :meth:`finish` to report, never raised.
+        """
+        try:
+            session.run("COMMIT", "committing the read transaction")
+        except CombinedError as exc:  # every row is read: a failed close is cleanup
+            self._cleanup_failure = exc
+        with self._lock:
+            self._session = None
+        failure = session.close()
+        if failure is not None:
+            self._cleanup_failure = self._cleanup_failure or failure
+
+
+# -- cursor reads -------------------------------------------------------------
+
+
+def check_lookback(column: str, lookback: Any) -> None:
+    """Refuse a cursor lookback that is not a number or a timedelta, or is negative."""
+    if isinstance(lookback, bool) or not isinstance(lookback, int | float | Decimal | timedelta):
+        raise ConfigError(
+            f"the lookback of cursor {column!r} must be a number or a timedelta",
+            hint="a number for numeric cursors, a timedelta (or seconds) for time cursors",
+        )
+    if (isinstance(lookback, timedelta) and lookback < timedelta(0)) or (
+        not isinstance(lookback, timedelta) and lookback < 0
+    ):
+        raise ConfigError(
+            f"the lookback of cursor {column!r} is negative",
+            hint="state the lookback as a positive window",
+        )
+
+
+def time_window(lookback: timedelta | float | Decimal) -> timedelta:
+    """A checked lookback of a time cursor as a window (a number counts seconds)."""
+    return lookback if isinstance(lookback, timedelta) else timedelta(seconds=float(lookback))
+
+
+def numeric_lookback(column: str, lookback: Any) -> Any:
+    """A checked lookback of a numeric cursor; a timedelta is refused."""
+    if isinstance(lookback, timedelta):
+        raise ConfigError(
+            f"cursor {column!r} holds numbers, so its lookback cannot be a timedelta",
+            hint="state the lookback in the cursor's own unit",
+        )
+    return lookback
+
+
+def keyset_pages(
+    page: Callable[[list[Any] | None], Iterator[pa.RecordBatch]],
+    order: Sequence[str],
+    page_rows: int,
+    dataset: str,
+) -> Generator[Message, None, int]:
+    """Hand over keyset pages of at most ``page_rows`` rows; return how many rows were read.
+
+    ``page(after)`` streams the next page ordered by ``order``: the rows
+    strictly after the values ``after`` of those columns (``None`` for the
+    first page). A short page proves the range exhausted.
+    """
+    after: list[Any] | None = None
+    total = 0
+    while True:
+        seen, tail = 0, None
+        for batch in page(after):
+            seen += batch.num_rows
+            tail = batch if batch.num_rows else tail
+            yield RecordBatchMessage(dataset, batch)
+        total += seen
+        if seen < page_rows or tail is None:
+            return total
+        end = tail.num_rows - 1
+        after = [tail.column(c)[end].as_py() for c in order]
+
+
+def final_state(
+    request: ReadRequest, checkpoint: Any, to_json: Callable[[Any], Any], *, cursor: bool
+) -> StateMessage:
+    """The last message of a read: empty, or a cursor read's checkpoint.
+
+    A cursor read that read nothing keeps the previous state (and its
+    position); otherwise the state is ``to_json(checkpoint)`` and the
+    cursor's trust basis.
+    """
+    if not cursor:
+        return StateMessage(request.dataset, {}, final=True)
+    spec = request.cursor
+    assert spec is not None
+    previous = dict(request.state or {})
+    if checkpoint is None:
+        last = previous.get("cursor")
+        return StateMessage(
+            request.dataset, previous, None if last is None else str(last), final=True
+        )
+    value = to_json(checkpoint)
+    return StateMessage(
+        request.dataset, {"cursor": value, "trust": spec.trust}, str(value), final=True
+    )
+
+
+__all__ = [
+    "Closable",
+    "ControlTotals",
+    "Named",
+    "SQLReadOptions",
+    "SessionRead",
+    "SettingsSession",
+    "Transaction",
+    "check_lookback",
+    "close_quietly",
+    "final_state",
+    "keyset_pages",
+    "numeric_lookback",
+    "select_plans",
+    "sql_read_options",
+    "split_qualified",
+    "time_window",
+]

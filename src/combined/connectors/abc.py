@@ -393,3 +393,29 @@ def refuse_unknown_keys(
         connector=connector,
         unknown=unknown,
     )
+
+
+def require_cursor_and_key(request: ReadRequest) -> None:
+    """Refuse a cursor read that declares no cursor column or no key (keyset-paged reads)."""
+    if request.strategy != "cursor":
+        return
+    if request.cursor is None:
+        raise ConfigError(
+            f"dataset {request.dataset!r} reads by cursor but declares none",
+            hint="declare the dataset's cursor column",
+        )
+    if not request.key:
+        raise ConfigError(
+            f"dataset {request.dataset!r} reads by cursor but declares no key",
+            hint="declare a key: it orders each page and makes the lookback harmless",
+        )
+
+
+def refuse_bounds(connector: str, request: ReadRequest, hint: str) -> None:
+    """Refuse a read restricted by ``bounds`` in a connector that reads no partitions."""
+    if request.bounds is not None:
+        raise ConfigError(
+            f"the {connector} connector does not read partitions",
+            hint=hint,
+            dataset=request.dataset,
+        )

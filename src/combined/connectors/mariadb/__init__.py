@@ -6,10 +6,10 @@ ONLY`` transaction. Strategies: ``snapshot`` and ``cursor``. See
 ``docs/mariadb.md``.
 """
 
+from combined.connectors._shared import ControlTotals
 from combined.connectors.mariadb._extract import (
     CONSISTENT_SNAPSHOT,
     SERVER_CLOCK,
-    ControlTotals,
     MariaDBExtraction,
 )
 from combined.connectors.mariadb._source import MariaDBSource, MySQLSource

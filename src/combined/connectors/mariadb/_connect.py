@@ -456,10 +456,7 @@ class Session:
 
 def close_quietly(session: Session | None, primary: BaseException | None) -> BaseException | None:
     """Close ``session``; a failure becomes a redacted note on ``primary``, never a raise."""
-    if session is None:
-        return None
-    settings = session.settings
-    return shared_close_quietly(session, primary, lambda exc: detail_of(exc, settings))
+    return shared_close_quietly(session, primary, detail_of)
 
 
 def quote_ident(name: str) -> str:

@@ -35,7 +35,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from combined.connectors._shared import SessionRead
+from combined.connectors._shared import (
+    ControlTotals,
+    SessionRead,
+    check_lookback,
+    final_state,
+    keyset_pages,
+    numeric_lookback,
+    select_plans,
+    sql_read_options,
+    time_window,
+)
 from combined.connectors.abc import ReadRequest
 from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._connect import (
@@ -58,7 +68,6 @@ from combined.connectors.mariadb._types import (
 from combined.errors import (
     CombinedError,
     ConfigError,
-    NotFoundError,
     ProtocolViolation,
     UnsupportedType,
 )
@@ -81,15 +90,6 @@ _BEGIN = (
     "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
     "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class ControlTotals:
-    """Counts read inside the capture's snapshot: rows, and the exact sum of one column."""
-
-    rows: int
-    sum_column: str | None = None
-    sum: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,24 +117,11 @@ class ReadOptions:
         casts = opts.get("casts")
         if casts is None:
             casts = settings.casts.get(request.relation) or settings.casts.get(table) or {}
-        if not isinstance(casts, Mapping):
-            raise ConfigError("`casts` must map column names to types", hint='{"col": "text"}')
-        nums = {}
-        for key, default in (
-            ("batch_bytes", DEFAULT_BATCH_BYTES),
-            ("page_rows", DEFAULT_PAGE_ROWS),
-        ):
-            value = opts.get(key, default)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"`{key}` must be a positive integer", hint=f"e.g. {default}")
-            nums[key] = value
-        control = opts.get("control_totals", False)
-        if not isinstance(control, bool | str):
-            raise ConfigError("`control_totals` must be true or a column name", hint="true")
-        if request.batch_rows < 1:
-            raise ConfigError("batch_rows must be positive", hint="e.g. 65536")
+        shared = sql_read_options(
+            request, casts, batch_bytes=DEFAULT_BATCH_BYTES, page_rows=DEFAULT_PAGE_ROWS
+        )
         zero = zero_dates_option(opts.get("zero_dates", settings.zero_dates))
-        return cls(dict(casts), zero, nums["batch_bytes"], nums["page_rows"], control)
+        return cls(shared.casts, zero, shared.batch_bytes, shared.page_rows, shared.control_totals)
 
 
 @dataclass(slots=True)
@@ -254,23 +241,7 @@ class MariaDBExtraction(SessionRead[Session]):
         request = self._request
         cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
         plans = catalog.column_plans(cols, self._options.casts)
-        by_name = {p.name: p for p in plans}
-        wanted = [*(request.columns or ()), *request.key]
-        if request.cursor is not None:
-            wanted.append(request.cursor.column)
-        missing = [c for c in wanted if c not in by_name]
-        if missing:
-            raise NotFoundError(
-                f"column {missing[0]!r} does not exist in table {rel.table!r}",
-                hint="run discovery to see the table's columns",
-                relation=rel.table,
-                column=missing[0],
-            )
-        selected = (
-            plans
-            if request.columns is None
-            else [by_name[c] for c in dict.fromkeys(request.columns)]
-        )
+        by_name, selected = select_plans(plans, request, rel.table, noun="table")
         for p in selected:
             if p.arrow_type is None:
                 raise UnsupportedType(
@@ -316,29 +287,10 @@ class MariaDBExtraction(SessionRead[Session]):
             self._control = self._count(
                 session, work, control if isinstance(control, str) else None
             )
-        try:
-            session.run("COMMIT", "committing the read transaction")
-        except CombinedError as exc:  # every row is read: a failed close is cleanup
-            self._cleanup_failure = exc
-        with self._lock:
-            self._session = None
-        failure = session.close()
-        if failure is not None:
-            self._cleanup_failure = self._cleanup_failure or failure
+        self._commit_and_close(session)
         request = self._request
-        if request.strategy != "cursor":
-            return StateMessage(request.dataset, {}, final=True)
-        spec = request.cursor
-        assert spec is not None
-        previous = dict(request.state or {})
-        if work.checkpoint is None:
-            last = previous.get("cursor")
-            return StateMessage(
-                request.dataset, previous, None if last is None else str(last), final=True
-            )
-        value = state_value(work.checkpoint)
-        return StateMessage(
-            request.dataset, {"cursor": value, "trust": spec.trust}, str(value), final=True
+        return final_state(
+            request, work.checkpoint, state_value, cursor=request.strategy == "cursor"
         )
 
     def _count(self, session: Session, work: _Work, column: str | None) -> ControlTotals:
@@ -404,25 +356,17 @@ class MariaDBExtraction(SessionRead[Session]):
             lower = _lower_bound(plan, last, spec.lookback)
             work.where = f"{below} AND {col} > {session.literal(lower)}"
         order_sql = ", ".join(quote_ident(c) for c in order)
-        after: list[Any] | None = None
-        total = 0
         page_rows = self._options.page_rows
-        while True:
-            page = [work.where, None if after is None else self._after(order, after, work)]
+
+        def page(after: list[Any] | None) -> Iterator[pa.RecordBatch]:
+            where = [work.where, None if after is None else self._after(order, after, work)]
             q = (
                 f"SELECT {work.layout.select_list()} FROM {work.relation.ident}"
-                f"{_where(page)} ORDER BY {order_sql} LIMIT {int(page_rows)}"
+                f"{_where(where)} ORDER BY {order_sql} LIMIT {int(page_rows)}"
             )
-            seen, tail = 0, None
-            for batch in self._stream(q, work.layout):
-                seen += batch.num_rows
-                tail = batch if batch.num_rows else tail
-                yield RecordBatchMessage(request.dataset, batch)
-            total += seen
-            if seen < page_rows or tail is None:  # a short page proves the range exhausted
-                break
-            end = tail.num_rows - 1
-            after = [tail.column(c)[end].as_py() for c in order]
+            return self._stream(q, work.layout)
+
+        total = yield from keyset_pages(page, order, page_rows, request.dataset)
         if total:
             # Never move the checkpoint backwards (rows above it may have been deleted).
             work.checkpoint = upper if last is None or upper >= last else last
@@ -456,29 +400,14 @@ def _lower_bound(plan: ColumnPlan, last: Any, lookback: Any) -> Any:
     """``last`` minus the lookback: rows above it are read again (the key dedups them)."""
     if lookback is None:
         return last
-    if isinstance(lookback, bool) or not isinstance(lookback, int | float | Decimal | timedelta):
-        raise ConfigError(
-            f"the lookback of cursor {plan.name!r} must be a number or a timedelta",
-            hint="a number for numeric cursors, a timedelta (or seconds) for time cursors",
-        )
-    if (isinstance(lookback, timedelta) and lookback < timedelta(0)) or (
-        not isinstance(lookback, timedelta) and lookback < 0
-    ):
-        raise ConfigError(
-            f"the lookback of cursor {plan.name!r} is negative",
-            hint="state the lookback as a positive window",
-        )
+    check_lookback(plan.name, lookback)
     if plan.temporal:
-        window = lookback if isinstance(lookback, timedelta) else timedelta(seconds=float(lookback))
+        window = time_window(lookback)
         if isinstance(last, datetime):
             return last - window
         if isinstance(last, date):  # whole days, rounded up: a wider window is the safe side
             return last - timedelta(days=-(-window // timedelta(days=1)))
-    if isinstance(lookback, timedelta):
-        raise ConfigError(
-            f"cursor {plan.name!r} holds numbers, so its lookback cannot be a timedelta",
-            hint="state the lookback in the cursor's own unit",
-        )
+    step = numeric_lookback(plan.name, lookback)
     if isinstance(last, Decimal):
-        return last - Decimal(str(lookback))
-    return last - lookback
+        return last - Decimal(str(step))
+    return last - step

@@ -7,7 +7,13 @@ import weakref
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from combined.connectors.abc import BaseSource, Discovery, ReadRequest
+from combined.connectors.abc import (
+    BaseSource,
+    Discovery,
+    ReadRequest,
+    refuse_bounds,
+    require_cursor_and_key,
+)
 from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._connect import Session, Settings
 from combined.connectors.mariadb._extract import MariaDBExtraction, ReadOptions
@@ -111,23 +117,10 @@ class MariaDBSource(BaseSource):
                 hint="use snapshot or cursor (change data capture from the binlog is not built)",
                 dataset=request.dataset,
             )
-        if request.bounds is not None:
-            raise ConfigError(
-                f"the {self.name} connector does not read partitions",
-                hint="drop the bounds: a read is one transaction over the relation",
-                dataset=request.dataset,
-            )
-        if request.strategy == "cursor":
-            if request.cursor is None:
-                raise ConfigError(
-                    f"dataset {request.dataset!r} reads by cursor but declares none",
-                    hint="declare the dataset's cursor column",
-                )
-            if not request.key:
-                raise ConfigError(
-                    f"dataset {request.dataset!r} reads by cursor but declares no key",
-                    hint="declare a key: it orders each page and makes the lookback harmless",
-                )
+        refuse_bounds(
+            self.name, request, "drop the bounds: a read is one transaction over the relation"
+        )
+        require_cursor_and_key(request)
         options = ReadOptions.of(request, self.settings)
         ext = MariaDBExtraction(self.settings, request, options)
         with self._lock:

@@ -7,11 +7,11 @@ plus partitioned backfill under one exported snapshot
 (:meth:`PostgresSource.plan_partitions`, :meth:`PostgresSource.read_partition`).
 """
 
+from combined.connectors._shared import ControlTotals
 from combined.connectors.postgres._extract import (
     CURRENT_SNAPSHOT,
     EXPORTED_SNAPSHOT,
     SERVER_CLOCK,
-    ControlTotals,
     PostgresExtraction,
 )
 from combined.connectors.postgres._partition import Partition, PartitionPlan

@@ -40,14 +40,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, timedelta
-from decimal import Decimal
+from datetime import UTC
 from typing import Any, Literal
 
 import pyarrow as pa
 from psycopg import sql
 
-from combined.connectors._shared import SessionRead
+from combined.connectors._shared import (
+    ControlTotals,
+    SessionRead,
+    check_lookback,
+    final_state,
+    keyset_pages,
+    numeric_lookback,
+    select_plans,
+    sql_read_options,
+    time_window,
+)
 from combined.connectors.abc import ReadRequest
 from combined.connectors.postgres import _catalog as catalog
 from combined.connectors.postgres._connect import (
@@ -62,7 +71,6 @@ from combined.connectors.postgres._types import ColumnPlan, Layout, jsonable, va
 from combined.errors import (
     CombinedError,
     ConfigError,
-    NotFoundError,
     ProtocolViolation,
     SourceUnavailable,
     UnsupportedType,
@@ -84,15 +92,6 @@ EXPORTED_SNAPSHOT = "postgresql:pg_export_snapshot"
 Lifecycle = Literal["whole", "streaming"]
 _BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 _SNAPSHOT = "SELECT CAST(pg_current_snapshot() AS text), clock_timestamp()"
-
-
-@dataclass(frozen=True, slots=True)
-class ControlTotals:
-    """Counts read inside the capture's snapshot: rows, and the exact sum of one column."""
-
-    rows: int
-    sum_column: str | None = None
-    sum: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,21 +124,12 @@ class ReadOptions:
                 f"unknown postgres read lifecycle {lifecycle!r}",
                 hint="use whole (commit when read) or streaming (hold until the outcome)",
             )
-        casts = opts.get("casts") or {}
-        if not isinstance(casts, Mapping):
-            raise ConfigError("`casts` must map column names to types", hint='{"col": "text"}')
-        nums = {}
-        for key, default in (("batch_bytes", DEFAULT_BATCH_BYTES), ("page_rows", 1_000_000)):
-            value = opts.get(key, default)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"`{key}` must be a positive integer", hint=f"e.g. {default}")
-            nums[key] = value
-        control = opts.get("control_totals", False)
-        if not isinstance(control, bool | str):
-            raise ConfigError("`control_totals` must be true or a column name", hint="true")
-        if request.batch_rows < 1:
-            raise ConfigError("batch_rows must be positive", hint="e.g. 65536")
-        return cls(lifecycle, dict(casts), nums["batch_bytes"], nums["page_rows"], control)
+        shared = sql_read_options(
+            request, opts.get("casts") or {}, batch_bytes=DEFAULT_BATCH_BYTES, page_rows=1_000_000
+        )
+        return cls(
+            lifecycle, shared.casts, shared.batch_bytes, shared.page_rows, shared.control_totals
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,25 +336,9 @@ class PostgresExtraction(SessionRead[Session]):
                 hint="fix the casts option",
             )
         plans = catalog.column_plans(cols, types, casts)
-        by_name = {p.name: p for p in plans}
-        wanted = [*(request.columns or ()), *request.key]
-        if request.cursor is not None:
-            wanted.append(request.cursor.column)
-        if self._partition is not None:
-            wanted.append(self._partition.column)
-        missing = [c for c in wanted if c not in by_name]
-        if missing:
-            raise NotFoundError(
-                f"column {missing[0]!r} does not exist in relation {rel.name!r}",
-                hint="run discovery to see the relation's columns",
-                relation=rel.name,
-                column=missing[0],
-            )
-        selected = (
-            plans
-            if request.columns is None
-            else [by_name[c] for c in dict.fromkeys(request.columns)]
-        )
+        part = self._partition
+        also = () if part is None else (part.column,)
+        by_name, selected = select_plans(plans, request, rel.name, also=also)
         for p in selected:
             if p.route == "unsupported":
                 raise UnsupportedType(
@@ -375,7 +349,6 @@ class PostgresExtraction(SessionRead[Session]):
                     source_type=p.source_type,
                 )
         work = _Work(rel, Layout.of(selected), by_name)
-        part = self._partition
         if part is not None:
             work.where = range_predicate(
                 by_name[part.column], part.lower, part.upper, part.include_nulls
@@ -433,30 +406,10 @@ class PostgresExtraction(SessionRead[Session]):
                 session, work, control if isinstance(control, str) else None
             )
         if self._options.lifecycle == "whole":
-            try:
-                session.run("COMMIT", "committing the read transaction")
-            except CombinedError as exc:  # every row is read: a failed close is cleanup
-                self._cleanup_failure = exc
-            with self._lock:
-                self._session = None
-            failure = session.close()
-            if failure is not None:
-                self._cleanup_failure = self._cleanup_failure or failure
+            self._commit_and_close(session)
         request = self._request
-        if request.strategy != "cursor" or self._partition is not None:
-            return StateMessage(request.dataset, {}, final=True)
-        spec = request.cursor
-        assert spec is not None
-        previous = dict(request.state or {})
-        if work.checkpoint is None:
-            last = previous.get("cursor")
-            return StateMessage(
-                request.dataset, previous, None if last is None else str(last), final=True
-            )
-        value = jsonable(work.checkpoint)
-        return StateMessage(
-            request.dataset, {"cursor": value, "trust": spec.trust}, str(value), final=True
-        )
+        cursor = request.strategy == "cursor" and self._partition is None
+        return final_state(request, work.checkpoint, jsonable, cursor=cursor)
 
     def _count(self, session: Session, work: _Work, column: str | None) -> ControlTotals:
         if column is not None and column not in work.by_name:
@@ -527,9 +480,8 @@ class PostgresExtraction(SessionRead[Session]):
                 )
         order_sql = sql.SQL(", ").join(sql.Identifier(c) for c in order)
         page_rows = self._options.page_rows
-        after: list[Any] | None = None
-        total = 0
-        while True:
+
+        def page(after: list[Any] | None) -> Iterator[pa.RecordBatch]:
             page_where: list[sql.Composable | None] = [work.where]
             if after is not None:
                 # Keyset: (cursor, key...) strictly after the last row handed over.
@@ -551,16 +503,9 @@ class PostgresExtraction(SessionRead[Session]):
                 order_sql,
                 sql.Literal(page_rows),
             )
-            seen, tail = 0, None
-            for batch in self._stream(q, work.layout):
-                seen += batch.num_rows
-                tail = batch
-                yield RecordBatchMessage(request.dataset, batch)
-            total += seen
-            if seen < page_rows or tail is None:  # a short page proves the snapshot exhausted
-                break
-            end = tail.num_rows - 1
-            after = [tail.column(c)[end].as_py() for c in order]
+            return self._stream(q, work.layout)
+
+        total = yield from keyset_pages(page, order, page_rows, request.dataset)
         if total:
             # Never move the checkpoint backwards (rows above it may have been deleted).
             work.checkpoint = value_from_text(best_text, plan) if last is not None else work.upper
@@ -570,28 +515,9 @@ class PostgresExtraction(SessionRead[Session]):
         base = literal(str(last) if not isinstance(last, str) else last, plan)
         if lookback is None:
             return base
-        if isinstance(lookback, bool) or not isinstance(
-            lookback, int | float | Decimal | timedelta
-        ):
-            raise ConfigError(
-                f"the lookback of cursor {plan.name!r} must be a number or a timedelta",
-                hint="a number for numeric cursors, a timedelta (or seconds) for time cursors",
-            )
-        if (isinstance(lookback, timedelta) and lookback < timedelta(0)) or (
-            not isinstance(lookback, timedelta) and lookback < 0
-        ):
-            raise ConfigError(
-                f"the lookback of cursor {plan.name!r} is negative",
-                hint="state the lookback as a positive window",
-            )
+        check_lookback(plan.name, lookback)
         if plan.temporal:
-            window = (
-                lookback if isinstance(lookback, timedelta) else timedelta(seconds=float(lookback))
-            )
-            return sql.SQL("({} - {})").format(base, sql.Literal(window))
-        if isinstance(lookback, timedelta):
-            raise ConfigError(
-                f"cursor {plan.name!r} holds numbers, so its lookback cannot be a timedelta",
-                hint="state the lookback in the cursor's own unit",
-            )
-        return sql.SQL("({} - {})").format(base, sql.Literal(lookback))
+            step: Any = time_window(lookback)
+        else:
+            step = numeric_lookback(plan.name, lookback)
+        return sql.SQL("({} - {})").format(base, sql.Literal(step))

@@ -32,13 +32,11 @@ from typing import Any
 
 from psycopg import sql
 
+from combined.connectors._shared import ControlTotals
 from combined.connectors.abc import ReadRequest
 from combined.connectors.postgres import _catalog as catalog
 from combined.connectors.postgres._connect import Session, Settings, close_quietly
-from combined.connectors.postgres._extract import (
-    ControlTotals,
-    range_predicate,
-)
+from combined.connectors.postgres._extract import range_predicate
 from combined.connectors.postgres._types import ColumnPlan, value_from_text
 from combined.errors import ConfigError, ProtocolViolation
 from combined.protocol import snapshot_token_digest

@@ -9,7 +9,13 @@ from typing import Any, ClassVar
 
 from psycopg import sql
 
-from combined.connectors.abc import BaseExtraction, BaseSource, Discovery, ReadRequest
+from combined.connectors.abc import (
+    BaseExtraction,
+    BaseSource,
+    Discovery,
+    ReadRequest,
+    require_cursor_and_key,
+)
 from combined.connectors.postgres import _catalog as catalog
 from combined.connectors.postgres._connect import Session, Settings
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
@@ -231,16 +237,6 @@ class PostgresSource(BaseSource):
                 f"the postgres connector cannot read with strategy {request.strategy!r} yet",
                 hint="use snapshot or cursor",
             )
-        if request.strategy == "cursor":
-            if request.cursor is None:
-                raise ConfigError(
-                    f"dataset {request.dataset!r} reads by cursor but declares none",
-                    hint="declare the dataset's cursor column",
-                )
-            if not request.key:
-                raise ConfigError(
-                    f"dataset {request.dataset!r} reads by cursor but declares no key",
-                    hint="declare a key: it orders each page and makes the lookback harmless",
-                )
+        require_cursor_and_key(request)
         catalog.parse_relation(request.relation)
         return ReadOptions.of(request)

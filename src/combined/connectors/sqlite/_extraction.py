@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from combined.connectors._shared import select_plans
 from combined.connectors.abc import BaseExtraction, ReadRequest
 from combined.connectors.sqlite import _catalog as catalog
 from combined.connectors.sqlite._connection import (
@@ -22,7 +23,7 @@ from combined.connectors.sqlite._connection import (
 )
 from combined.connectors.sqlite._cursor import lower_bound, next_state
 from combined.connectors.sqlite._types import ColumnPlan, Projection, quote_ident
-from combined.errors import ConfigError, NotFoundError, ProtocolViolation
+from combined.errors import ConfigError, ProtocolViolation
 from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome
 
 
@@ -42,21 +43,7 @@ def select_columns(
     The key and the cursor must exist too, even when not selected, since the
     read orders by them.
     """
-    by_name = {p.name: p for p in all_plans}
-    wanted = [*(request.columns or ()), *request.key]
-    if request.cursor is not None:
-        wanted.append(request.cursor.column)
-    missing = [c for c in wanted if c not in by_name]
-    if missing:
-        raise NotFoundError(
-            f"column {missing[0]!r} does not exist in relation {relation!r}",
-            hint="run discovery to see the relation's columns",
-            relation=relation,
-            column=missing[0],
-        )
-    if request.columns is None:
-        return tuple(all_plans)
-    return tuple(by_name[c] for c in dict.fromkeys(request.columns))
+    return tuple(select_plans(all_plans, request, relation)[1])
 
 
 class SQLiteExtraction(BaseExtraction):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from combined.connectors.abc import BaseSource, Discovery, Extraction, ReadRequest
+from combined.connectors.abc import BaseSource, Discovery, Extraction, ReadRequest, refuse_bounds
 from combined.connectors.sqlite import _catalog as catalog
 from combined.connectors.sqlite._connection import (
     DRIVER_ERRORS,
@@ -130,12 +130,11 @@ class SQLiteSource(BaseSource):
                 hint="declare the cursor column, its lookback and its trust basis",
                 dataset=request.dataset,
             )
-        if request.bounds is not None:
-            raise ConfigError(
-                "the sqlite connector does not read partitions",
-                hint="drop the bounds: a sqlite read is one transaction over the relation",
-                dataset=request.dataset,
-            )
+        refuse_bounds(
+            self.name,
+            request,
+            "drop the bounds: a sqlite read is one transaction over the relation",
+        )
         if request.batch_rows < 1:
             raise ConfigError(
                 f"batch_rows must be positive, not {request.batch_rows}",
