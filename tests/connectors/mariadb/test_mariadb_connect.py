@@ -189,3 +189,18 @@ def test_a_session_waits_for_a_slow_consumer_as_long_as_read_timeout(
         assert int(value) == 900
     finally:
         session.close()
+
+
+def test_a_table_altered_after_the_snapshot_began_is_retried_as_another_attempt() -> None:
+    import pymysql
+
+    from combined.connectors.mariadb._connect import Settings, query_error
+
+    settings = Settings.from_config({"dsn": "mysql://reader@db.example:3306/shop"})
+    changed = pymysql.err.OperationalError(
+        1412, "Table definition has changed, please retry transaction"
+    )
+    err = query_error(changed, settings, "reading rows")
+    assert isinstance(err, SourceUnavailable) and err.transient
+    other = query_error(pymysql.err.OperationalError(1064, "syntax"), settings, "reading rows")
+    assert not isinstance(other, SourceUnavailable) and not other.transient

@@ -57,7 +57,8 @@ _NO_SUCH_COLUMN = {1054}
 # Client codes (2002-2013: cannot connect, unknown host, gone away, lost) and
 # server states after which another attempt may succeed: too many
 # connections, shutdown, lock wait, deadlock, query interrupted, statement
-# timeouts, read-only snapshot too old.
+# timeouts, read-only snapshot too old, a table altered after the snapshot
+# began (1412: the server itself says to retry the transaction).
 _TRANSIENT_CODES = {
     1040,
     1053,
@@ -70,6 +71,7 @@ _TRANSIENT_CODES = {
     1205,
     1213,
     1317,
+    1412,
     1969,
     3024,
     *range(2000, 2056),
