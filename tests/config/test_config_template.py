@@ -23,9 +23,26 @@ def test_example_loads_with_the_documented_datasets(tmp_path: Path) -> None:
     assert project.lake_uri() == str(tmp_path / "lake")
 
 
-def test_commented_postgres_source_loads_once_uncommented(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("example", "source", "connector", "secret", "dataset", "strategy"),
+    [
+        ("postgres", "crm", "postgres", "env:CRM_PASSWORD", "customers", "cdc"),
+        ("mariadb", "billing", "mariadb", "env:BILLING_PASSWORD", "payments", "cursor"),
+    ],
+)
+def test_a_commented_source_loads_once_uncommented(
+    tmp_path: Path,
+    example: str,
+    source: str,
+    connector: str,
+    secret: str,
+    dataset: str,
+    strategy: str,
+) -> None:
+    from combined.connectors import check_config, connector_class
+
     block = re.search(
-        r"^# BEGIN postgres example\n(.*?)^# END postgres example\n",
+        rf"^# BEGIN {example} example\n(.*?)^# END {example} example\n",
         EXAMPLE_PROJECT,
         flags=re.DOTALL | re.MULTILINE,
     )
@@ -34,10 +51,11 @@ def test_commented_postgres_source_loads_once_uncommented(tmp_path: Path) -> Non
     text = EXAMPLE_PROJECT.replace(block.group(0), uncommented)
     (tmp_path / "combined.yaml").write_text(text)
     project = load_project(tmp_path)
-    crm = project.source("crm")
-    assert crm.connector == "postgres"
-    assert find_secret_refs(crm.config) == [("password", "env:CRM_PASSWORD")]
-    assert project.dataset("crm", "customers").strategy == "cdc"
+    found = project.source(source)
+    assert found.connector == connector
+    assert find_secret_refs(found.config) == [("password", secret)]
+    check_config(connector_class(connector), found.config)  # the connector takes every key
+    assert project.dataset(source, dataset).strategy == strategy
 
 
 def test_write_example_refuses_to_overwrite(tmp_path: Path) -> None:

@@ -76,11 +76,30 @@ sources:
 #        strategy: cdc
 #        drift: {new_field: evolve, drop: quarantine}
 # END postgres example
+
+# BEGIN mariadb example
+#  billing:
+#    connector: mariadb           # MariaDB or MySQL (`mysql` works too)
+#    config:
+#      dsn: mysql://combined@billing.example.com:3306/billing
+#      password: {secret: "env:BILLING_PASSWORD"}
+#    datasets:
+#      invoices:
+#        key: [id]
+#      payments:
+#        key: [id]
+#        strategy: cursor
+#        cursor:
+#          column: id
+#          lookback: 1000
+#          trust: "auto_increment; a later insert can take a smaller id, hence the lookback"
+# END mariadb example
 """
 """A commented ``combined.yaml`` that loads as it is.
 
 The lines between ``# BEGIN postgres example`` and ``# END postgres example``
-are a PostgreSQL source that loads too once its leading ``#`` is removed.
+(and the ``mariadb`` ones) are a source that loads too once their leading
+``#`` is removed.
 """
 
 
