@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from combined._credentials import MASK
 from combined.errors import CombinedError, ConfigError, redact
 
 SECRET = "SECRETPW"
@@ -81,6 +82,22 @@ def test_no_credential_in_a_mapping_repr_survives_redaction(value: str, form: st
         f"bad config: {{{quote}user{quote}: {quote}me{quote}, {quote}password{quote}: ***, "
         f"{quote}port{quote}: 5432}}"
     )
+
+
+@given(st.text(min_size=1), st.sampled_from(["json", "repr", "json-repr"]))
+def test_no_credential_in_an_escaped_mapping_survives_redaction(value: str, form: str) -> None:
+    # JSON quoted inside a string: an API's error body stored in a JSON document
+    def text(password: str) -> str:
+        inner = json.dumps({"user": "me", "password": password, "port": 5432})
+        outer: object = {"body": inner}
+        if form == "json-repr":
+            outer = {"body": json.dumps(outer)}
+        return json.dumps(outer) if form == "json" else repr(outer)
+
+    template = text("SENTINEL")
+    quoted = re.search(r'\\*"SENTINEL\\*"', template)
+    assert quoted is not None
+    assert redact(text(value)) == template.replace(quoted[0], MASK)
 
 
 @pytest.mark.parametrize(

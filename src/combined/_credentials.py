@@ -248,8 +248,9 @@ def _credential_pairs(text: str) -> Iterator[tuple[re.Match[str], str, int]]:
 
 
 # ``'name': value`` / ``"name": value``: a mapping as Python's repr or JSON writes it
-# (an exception quoting a configuration, a validation error's input).
-_QUOTED_KEY = re.compile(r"(?P<q>['\"])(?P<key>[A-Za-z_][\w.-]*)(?P=q)\s*:\s*")
+# (an exception quoting a configuration, a validation error's input), also
+# escaped inside a quoted string (``{\"password\": \"...\"}``: JSON in JSON).
+_QUOTED_KEY = re.compile(r"(?<!\\)(?P<q>\\*['\"])(?P<key>[A-Za-z_][\w.-]*)(?P=q)\s*:\s*")
 # A quoted value (an unterminated one runs to the end), else up to a separator.
 _REPR_VALUE = re.compile(
     r"[bru]{0,2}(?:'(?:\\.|[^'\\])*(?:'|$)|\"(?:\\.|[^\"\\])*(?:\"|$))|[^\s,}\]]+"
@@ -277,6 +278,26 @@ def _nested_end(text: str, start: int) -> int:
     return len(text)
 
 
+def _escaped_end(text: str, start: int, quote: str) -> int:
+    """Where a value opened by the escaped ``quote`` (``\\"``) closes, or the end.
+
+    At ``k`` backslashes before the quote, each level of escaping doubles the
+    backslashes of what it encloses: the closing quote is preceded by a run of
+    ``k`` modulo ``2 * (k + 1)`` backslashes; any other run escapes the quote
+    inside the value.
+    """
+    escapes, char = len(quote) - 1, quote[-1]
+    pos = start
+    while (pos := text.find(char, pos)) >= 0:
+        run = 0
+        while pos - run > start and text[pos - run - 1] == "\\":
+            run += 1
+        pos += 1
+        if run % (2 * (escapes + 1)) == escapes:
+            return pos
+    return len(text)
+
+
 def _quoted_pairs(text: str) -> Iterator[tuple[int, int, int]]:
     """Each ``'name': value`` whose name is credential-like: (start, end of key, end of value).
 
@@ -287,8 +308,11 @@ def _quoted_pairs(text: str) -> Iterator[tuple[int, int, int]]:
         pos = pair.end()
         if not is_credential_key(pair["key"]) or pos >= len(text):
             continue
+        quote = pair["q"]
         if text[pos] in _OPEN:
             end = _nested_end(text, pos)
+        elif len(quote) > 1 and text.startswith(quote, pos):
+            end = _escaped_end(text, pos + len(quote), quote)
         else:
             value = _REPR_VALUE.match(text, pos)
             end = value.end() if value is not None else pos

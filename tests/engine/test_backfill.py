@@ -213,3 +213,36 @@ def test_a_backfill_over_a_changeable_column_upserts_and_never_duplicates(
         assert moved == [{"note": "moved in"}]
     finally:
         engine.close()
+
+
+def test_a_backfill_meets_the_drift_policy_as_a_capture_does(
+    tmp_path: Path, pg_database: str
+) -> None:
+    project = _make(tmp_path, pg_database, 100)
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute("ALTER TABLE orders DROP COLUMN note")
+        # a dropped column fails by default: nothing is committed, the drift is in the feed
+        run = engine.backfill("pg.orders", partitions=2)
+        assert run.state == "needs_review", run.error
+        assert "drop on field 'note' (policy: fail)" in (run.error or "")
+        with engine.catalog.begin() as conn:
+            (drift,) = cat.activity(conn, kind="drift")
+        assert (drift.body["class"], drift.body["field"]) == ("drop", "note")
+        notes = engine.sql("SELECT count(note) AS n FROM pg.orders").to_pylist()
+        assert notes == [{"n": 100}]
+    finally:
+        engine.close()
+    project.write_text(project.read_text() + "        drift: {drop: evolve}\n")
+    engine = Engine.open(project)
+    try:
+        run = engine.backfill("pg.orders", partitions=2)
+        assert run.state == "succeeded", run.error
+        with engine.catalog.begin() as conn:
+            outcomes = [e.body["outcome"] for e in cat.activity(conn, kind="drift")]
+        assert sorted(outcomes) == ["evolve", "fail"]  # the accepted drift is in the feed too
+    finally:
+        engine.close()

@@ -17,8 +17,13 @@ from combined.errors import ConfigError, LakeError, NotFoundError, ProtocolViola
 from combined.protocol import utcnow
 
 
-def _with_duplicates(tmp_path: Path, tools: Any, reader: str = "data-oncall") -> Path:
-    tools.make(tmp_path)
+def _with_duplicates(
+    tmp_path: Path, tools: Any, reader: str = "data-oncall", catalog: str | None = None
+) -> Path:
+    if catalog is None:
+        tools.make(tmp_path)
+    else:
+        tools.make(tmp_path, catalog=catalog)
     tools.sql(
         tmp_path,
         "CREATE TABLE people (id INTEGER, name TEXT);"
@@ -33,9 +38,13 @@ def _with_duplicates(tmp_path: Path, tools: Any, reader: str = "data-oncall") ->
     return project
 
 
-@pytest.fixture
-def quarantined(tmp_path: Path, tools: Any) -> Iterator[tuple[Engine, str]]:
-    engine = Engine.open(_with_duplicates(tmp_path, tools))
+@pytest.fixture(params=["sqlite", "postgresql"])
+def quarantined(
+    request: pytest.FixtureRequest, tmp_path: Path, tools: Any
+) -> Iterator[tuple[Engine, str]]:
+    # both catalogs: the review's compare-and-set compares timestamps for equality
+    catalog = request.getfixturevalue("pg_database") if request.param == "postgresql" else None
+    engine = Engine.open(_with_duplicates(tmp_path, tools, catalog=catalog))
     try:
         (run,) = engine.capture(["shop.people"])
         assert run.state == "needs_review", run.error

@@ -32,6 +32,8 @@ from combined.protocol.identity import quote_ident
 from combined.runtime._pipeline import (
     DatasetPlan,
     Staged,
+    _check_drift,
+    _drift,
     _empty_schema,
     table_of,
 )
@@ -232,15 +234,24 @@ def stage_partitioned(
         empty = CaptureStager(writer, key=plan.key, hash_rows=True)
         parts = empty.close(_empty_schema(table.schema(), declared))
         schemas = {part_schema(parts[0])}
+    schema = schemas.pop()
+    # The range meets the dataset's drift policy as any capture does.
+    drift = _drift(plan, table.schema(), schema)
+    try:
+        _check_drift(plan, drift, parts)
+    except BaseException:
+        group.finish("abort")
+        raise
     return Staged(
         plan=plan,
         extraction=group,  # type: ignore[arg-type]
         parts=parts,
-        schema=schemas.pop(),
+        schema=schema,
         state=last.get("checkpoint") if last else None,
         position=last.get("source_position") if last else None,
         receipt=group.receipt,
         rows=sum(rows for _, rows in results),
+        drift=drift,
         # Absent ids are deletes only when the range is over the key: a key value
         # never moves, so an id missing from a key range is gone. A range over a
         # changeable column (a timestamp) cannot tell a deleted row from one that
