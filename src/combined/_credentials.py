@@ -220,6 +220,7 @@ def _clean(value: Any, under: bool, inside: bool) -> Any:
 # (or ``/``): it runs to the last ``@`` of the URL. An ``@`` later in the path
 # or query masks more than the password, never less.
 _URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*):(?P<pw>\S*)@")
+_SPACE = re.compile(r"\s")
 # ``name=value``: libpq keywords, URL query parameters, command-line options.
 _KEY_EQUALS = re.compile(r"(?<!\w)(?P<key>[A-Za-z_][\w.-]*)\s*=\s*")
 # A value as libpq reads it: in single quotes with backslash escapes (as
@@ -231,20 +232,54 @@ _VALUE = re.compile(r"'(?:\\.|[^'\\])*(?:'(?=\s|$)|$)|\"(?:\\.|[^\"\\])*\"(?=\s|
 _EMPTY_VALUES = ("''", '""')
 
 
-def _credential_pairs(text: str) -> Iterator[tuple[re.Match[str], str, int]]:
-    """Each ``name=value`` whose name is credential-like: (match, value, end of value).
+def _is_word(char: str) -> bool:
+    """``char`` matches ``\\w`` (Python's rule for ``str`` patterns)."""
+    return char.isalnum() or char == "_"
+
+
+def _next_key(text: str, pos: int) -> tuple[int, str, int] | None:
+    """The first ``name=`` of ``text`` from ``pos``: (start of name, name, end of ``=\\s*``).
+
+    The match ``_KEY_EQUALS.search(text, pos)`` gives, in time linear in the
+    text: the regex, tried at every position of a long run such as
+    ``a.a.a...`` with no ``=``, takes quadratic time. Here each ``=`` is found
+    first and its name read backwards from it (``\\w`` is ``isalnum`` or ``_``,
+    ``\\s`` is ``isspace``, as Python's ``re`` reads ``str``).
+    """
+    while (equals := text.find("=", pos)) >= 0:
+        end = equals
+        while end > pos and text[end - 1].isspace():
+            end -= 1
+        run = end
+        while run > pos and (_is_word(text[run - 1]) or text[run - 1] in ".-"):
+            run -= 1
+        for start in range(run, end):
+            first = text[start]
+            if (first == "_" or (first.isascii() and first.isalpha())) and (
+                start == 0 or not _is_word(text[start - 1])
+            ):
+                after = equals + 1
+                while after < len(text) and text[after].isspace():
+                    after += 1
+                return start, text[start:end], after
+        pos = equals + 1
+    return None
+
+
+def _credential_pairs(text: str) -> Iterator[tuple[int, str, str, int]]:
+    """Each ``name=value`` whose name is credential-like: (start, name, value, end of value).
 
     The values of other names are scanned too, so ``a=b&password=c`` is found.
     """
     pos = 0
-    while (pair := _KEY_EQUALS.search(text, pos)) is not None:
-        pos = pair.end()
-        if not is_credential_key(pair["key"]):
+    while (pair := _next_key(text, pos)) is not None:
+        start, key, pos = pair
+        if not is_credential_key(key):
             continue
         value = _VALUE.match(text, pos)
         if value is not None:
             pos = value.end()
-        yield pair, value[0] if value else "", pos
+        yield start, key, value[0] if value else "", pos
 
 
 # ``'name': value`` / ``"name": value``: a mapping as Python's repr or JSON writes it
@@ -256,6 +291,8 @@ _REPR_VALUE = re.compile(
     r"[bru]{0,2}(?:'(?:\\.|[^'\\])*(?:'|$)|\"(?:\\.|[^\"\\])*(?:\"|$))|[^\s,}\]]+"
 )
 _OPEN = {"{": "}", "[": "]", "(": ")"}
+# A quoted value's opening, with a repr's string prefix (``b'...'``).
+_STRING_PREFIX = re.compile(r"[bru]{0,2}['\"]")
 
 
 def _nested_end(text: str, start: int) -> int:
@@ -281,20 +318,48 @@ def _nested_end(text: str, start: int) -> int:
 def _escaped_end(text: str, start: int, quote: str) -> int:
     """Where a value opened by the escaped ``quote`` (``\\"``) closes, or the end.
 
-    At ``k`` backslashes before the quote, each level of escaping doubles the
-    backslashes of what it encloses: the closing quote is preceded by a run of
-    ``k`` modulo ``2 * (k + 1)`` backslashes; any other run escapes the quote
-    inside the value.
+    Each level of escaping doubles every backslash of what it encloses, and
+    JSON adds one before a quote (a repr of a JSON string does not): the
+    key's quote, behind ``k`` backslashes, went through ``k.bit_length()``
+    levels, and the value's own text through one more. So a backslash of the
+    value is a run of ``u = 2 ** (k.bit_length() + 1)`` backslashes here, and
+    the closing quote is preceded by a run of ``k`` modulo ``u``; a quote
+    inside the value has another remainder (``u - 1`` for JSON in JSON,
+    ``u - 2`` for a repr of it).
     """
     escapes, char = len(quote) - 1, quote[-1]
+    unit = 2 << escapes.bit_length()
     pos = start
     while (pos := text.find(char, pos)) >= 0:
         run = 0
         while pos - run > start and text[pos - run - 1] == "\\":
             run += 1
         pos += 1
-        if run % (2 * (escapes + 1)) == escapes:
+        if run % unit == escapes:
             return pos
+    return len(text)
+
+
+def _plain_quoted_end(text: str, start: int) -> int:
+    """Where the quoted value opening at ``start`` closes; the end of ``text`` when unsure.
+
+    A quote behind no backslash closes it; behind an odd run it is escaped.
+    Behind an even run it is either an escaped backslash closing the value
+    (``"a\\\\"``) or a quote escaped one level deeper (a repr of JSON shows
+    the JSON's ``\\"`` as ``\\\\"``): the two cannot be told apart, so the
+    rest of the text is masked, which hides the value either way.
+    """
+    char = text[start]
+    pos = start + 1
+    while (pos := text.find(char, pos)) >= 0:
+        run = 0
+        while pos - run > start + 1 and text[pos - run - 1] == "\\":
+            run += 1
+        pos += 1
+        if run == 0:
+            return pos
+        if run % 2 == 0:
+            break
     return len(text)
 
 
@@ -313,6 +378,8 @@ def _quoted_pairs(text: str) -> Iterator[tuple[int, int, int]]:
             end = _nested_end(text, pos)
         elif len(quote) > 1 and text.startswith(quote, pos):
             end = _escaped_end(text, pos + len(quote), quote)
+        elif (opened := _STRING_PREFIX.match(text, pos)) is not None:
+            end = _plain_quoted_end(text, opened.end() - 1)
         else:
             value = _REPR_VALUE.match(text, pos)
             end = value.end() if value is not None else pos
@@ -321,25 +388,59 @@ def _quoted_pairs(text: str) -> Iterator[tuple[int, int, int]]:
         pos = end
 
 
+def _url_passwords(text: str) -> Iterator[re.Match[str]]:
+    """The matches ``_URL_PASSWORD.finditer`` gives, in time linear in long scheme-like runs.
+
+    Tried at every position, the regex reads each run of scheme characters
+    (``aaaa...``) to its end looking for ``://``: quadratic. Here each ``://``
+    is found first and the scheme read backwards from it, back to the end of
+    the previous match at most, as ``finditer`` would.
+    """
+    done = 0
+    word_end = last_at = -1  # the non-space run holding ``sep``: its end and its last ``@``
+    while (sep := text.find("://", done)) >= 0:
+        if sep >= word_end:
+            space = _SPACE.search(text, sep)
+            word_end = space.start() if space is not None else len(text)
+            last_at = text.rfind("@", sep, word_end)
+        if last_at < sep:  # no ``@`` after it in its run: no password can follow
+            done = sep + 3
+            continue
+        run = sep
+        while (
+            run > done
+            and text[run - 1].isascii()
+            and (text[run - 1].isalnum() or text[run - 1] in "+.-")
+        ):
+            run -= 1
+        start = next((i for i in range(run, sep) if text[i].isascii() and text[i].isalpha()), None)
+        found = _URL_PASSWORD.match(text, start) if start is not None else None
+        if found is None:
+            done = sep + 3
+            continue
+        yield found
+        done = found.end()
+
+
 def has_inline_credential(text: str) -> bool:
     """Whether ``text`` carries a credential in a URL or a ``name=value`` pair."""
-    if any(url["pw"] for url in _URL_PASSWORD.finditer(text)):
+    if any(url["pw"] for url in _url_passwords(text)):
         return True
     return any(
         value and value not in _EMPTY_VALUES and value[0] not in "&;"
-        for _, value, _ in _credential_pairs(text)
+        for _, _, value, _ in _credential_pairs(text)
     )
 
 
 def redact(text: str) -> str:
     """``text`` with the credentials in URLs, ``name=value`` pairs and mapping reprs masked."""
-    text = _URL_PASSWORD.sub(lambda m: f"{m['head']}:{MASK}@", text)
+    text = _masked(text, ((m.start(), f"{m['head']}:", m.end("pw")) for m in _url_passwords(text)))
     if _QUOTED_KEY.search(text) is not None:
         text = _masked(
             text, ((start, text[start:kept], end) for start, kept, end in _quoted_pairs(text))
         )
     return _masked(
-        text, ((pair.start(), f"{pair['key']}=", end) for pair, _, end in _credential_pairs(text))
+        text, ((start, f"{key}=", end) for start, key, _, end in _credential_pairs(text))
     )
 
 
