@@ -7,6 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 
@@ -74,6 +75,11 @@ def test_an_entry_names_its_reader_and_due_date_and_shows_its_records(
     assert sorted(every.column("name").to_pylist()) == ["b", "c", "e", "f"]
     with pytest.raises(ConfigError, match="--limit"):
         engine.quarantine_records(qid, limit=-1)
+    # read a row group at a time, never the whole file: the limit holds across groups
+    path = Path(q["path"])
+    pq.write_table(pq.read_table(path), path, row_group_size=1)
+    _, first = engine.quarantine_records(qid, limit=3)
+    assert first.num_rows == 3 and first.schema == every.schema
 
 
 def test_release_keeps_the_records_and_a_later_discard_deletes_them_both_recorded(

@@ -59,6 +59,7 @@ def records(
     catalog: Catalog, layout: LakeLayout, quarantine_id: str, limit: int
 ) -> tuple[dict[str, Any], pa.Table]:
     """An entry and the first ``limit`` of its records (all when ``limit`` is 0)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     if limit < 0:
@@ -77,8 +78,16 @@ def records(
             f"the records of quarantine entry {quarantine_id} are missing ({path})",
             hint="restore the file from a backup; nothing discarded it",
         )
-    table = pq.read_table(path)
-    return entry, table if limit == 0 else table.slice(0, limit)
+    if limit == 0:
+        return entry, pq.read_table(path)
+    # The first rows only, never the whole file: a held capture can be the whole table.
+    batches: list[pa.RecordBatch] = []
+    with pq.ParquetFile(path) as file:
+        for batch in file.iter_batches(batch_size=limit):
+            batches.append(batch.slice(0, limit - sum(b.num_rows for b in batches)))
+            if sum(b.num_rows for b in batches) >= limit:
+                break
+        return entry, pa.Table.from_batches(batches, schema=file.schema_arrow)
 
 
 def decide(
