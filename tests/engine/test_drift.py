@@ -118,3 +118,37 @@ def test_fail_wins_over_quarantine_when_both_apply(tmp_path: Path, tools: Any) -
         ]
     finally:
         engine.close()
+
+
+def test_a_quarantine_file_that_cannot_be_written_leaves_no_torn_file_and_no_entry(
+    tmp_path: Path, tools: Any
+) -> None:
+    import pyarrow as pa
+    import pytest
+
+    from combined.runtime._prepare import quarantine_capture
+    from combined.runtime._runner import plans_from_admission
+
+    engine = Engine.open(tools.make(tmp_path, orders=5))
+    try:
+        plan = plans_from_admission(engine._admission("shop"))["orders"]
+        good = tmp_path / "good.arrow"
+        batch = pa.record_batch({"id": pa.array([1, 2], pa.int64())})
+        with pa.ipc.new_file(str(good), batch.schema) as writer:
+            writer.write_batch(batch)
+        torn = tmp_path / "torn.arrow"
+        torn.write_bytes(good.read_bytes()[:40])  # a part cut short
+        with pytest.raises(pa.ArrowInvalid):
+            quarantine_capture(
+                [torn, good],
+                plan,
+                run_id="r-test",
+                reason="schema drift: drop 'x'",
+                layout=engine.layout,
+                catalog=engine.catalog,
+            )
+        area = engine.layout.quarantine("shop", "orders")
+        assert list(area.iterdir()) == []
+        assert engine.quarantine() == []
+    finally:
+        engine.close()

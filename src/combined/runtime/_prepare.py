@@ -353,11 +353,16 @@ def quarantine_capture(
     records = 0
     stream = StagedParts(list(parts), part_schema(parts[-1]))  # the last part has every field
     partial = path.with_name(f".{path.name}.partial")
-    with parquet_writer(partial, stream.schema) as writer:
-        for batch in stream.batches():
-            writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
-            records += batch.num_rows
-    partial.replace(path)  # whole or absent: never a torn file under an entry
+    try:
+        with parquet_writer(partial, stream.schema) as writer:
+            for batch in stream.batches():
+                writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
+                records += batch.num_rows
+        partial.replace(path)  # whole or absent: never a torn file under an entry
+    except BaseException:
+        # No entry names it yet: it was never quarantined, and nothing keeps it.
+        partial.unlink(missing_ok=True)
+        raise
     return _register_quarantine(
         catalog, plan, run_id, path, records=records, reason=reason, kind="schema drift"
     )
