@@ -221,8 +221,6 @@ def _clean(value: Any, under: bool, inside: bool) -> Any:
 # or query masks more than the password, never less.
 _URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*):(?P<pw>\S*)@")
 _SPACE = re.compile(r"\s")
-# ``name=value``: libpq keywords, URL query parameters, command-line options.
-_KEY_EQUALS = re.compile(r"(?<!\w)(?P<key>[A-Za-z_][\w.-]*)\s*=\s*")
 # A value as libpq reads it: in single quotes with backslash escapes (as
 # psycopg's ``make_conninfo`` writes it), else up to whitespace. An
 # unterminated single quote runs to the end, so a message cut short still
@@ -240,11 +238,13 @@ def _is_word(char: str) -> bool:
 def _next_key(text: str, pos: int) -> tuple[int, str, int] | None:
     """The first ``name=`` of ``text`` from ``pos``: (start of name, name, end of ``=\\s*``).
 
-    The match ``_KEY_EQUALS.search(text, pos)`` gives, in time linear in the
-    text: the regex, tried at every position of a long run such as
-    ``a.a.a...`` with no ``=``, takes quadratic time. Here each ``=`` is found
-    first and its name read backwards from it (``\\w`` is ``isalnum`` or ``_``,
-    ``\\s`` is ``isspace``, as Python's ``re`` reads ``str``).
+    ``name=value`` pairs are libpq keywords, URL query parameters and
+    command-line options. The name is what the pattern
+    ``(?<!\\w)[A-Za-z_][\\w.-]*`` matches just before ``\\s*=\\s*``, found
+    leftmost first; searched for with that pattern, a long run such as
+    ``a.a.a...`` with no ``=`` takes quadratic time. Here each ``=`` is found
+    first and its name read backwards from it, in linear time (``\\w`` is
+    ``isalnum`` or ``_``, ``\\s`` is ``isspace``, as Python's ``re`` reads ``str``).
     """
     while (equals := text.find("=", pos)) >= 0:
         end = equals
@@ -331,13 +331,19 @@ def _escaped_end(text: str, start: int, quote: str) -> int:
     unit = 2 << escapes.bit_length()
     pos = start
     while (pos := text.find(char, pos)) >= 0:
-        run = 0
-        while pos - run > start and text[pos - run - 1] == "\\":
-            run += 1
+        run = _backslashes_before(text, pos, start)
         pos += 1
         if run % unit == escapes:
             return pos
     return len(text)
+
+
+def _backslashes_before(text: str, pos: int, floor: int) -> int:
+    """How many backslashes stand right before ``pos``, counting back to ``floor`` at most."""
+    run = 0
+    while pos - run > floor and text[pos - run - 1] == "\\":
+        run += 1
+    return run
 
 
 def _plain_quoted_end(text: str, start: int) -> int:
@@ -352,9 +358,7 @@ def _plain_quoted_end(text: str, start: int) -> int:
     char = text[start]
     pos = start + 1
     while (pos := text.find(char, pos)) >= 0:
-        run = 0
-        while pos - run > start + 1 and text[pos - run - 1] == "\\":
-            run += 1
+        run = _backslashes_before(text, pos, start + 1)
         pos += 1
         if run == 0:
             return pos
@@ -435,10 +439,9 @@ def has_inline_credential(text: str) -> bool:
 def redact(text: str) -> str:
     """``text`` with the credentials in URLs, ``name=value`` pairs and mapping reprs masked."""
     text = _masked(text, ((m.start(), f"{m['head']}:", m.end("pw")) for m in _url_passwords(text)))
-    if _QUOTED_KEY.search(text) is not None:
-        text = _masked(
-            text, ((start, text[start:kept], end) for start, kept, end in _quoted_pairs(text))
-        )
+    text = _masked(
+        text, ((start, text[start:kept], end) for start, kept, end in _quoted_pairs(text))
+    )
     return _masked(
         text, ((start, f"{key}=", end) for start, key, _, end in _credential_pairs(text))
     )
