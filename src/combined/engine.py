@@ -204,9 +204,7 @@ class Engine:
     ) -> list[Run]:
         """Capture the selected datasets: one Run per source."""
         selected = self.selectors(names)
-        self.layout.ensure_writable()
-        self.repair()
-        self.remind_quarantine()
+        self._ready()
         out = []
         for source, datasets in selected.items():
             self._declare(source)
@@ -246,9 +244,7 @@ class Engine:
         if partitions < 1:
             raise ConfigError("--partitions must be at least 1", hint="e.g. --partitions 4")
         self.project.dataset(source, dataset)
-        self.layout.ensure_writable()
-        self.repair()
-        self.remind_quarantine()
+        self._ready()
         self._declare(source)
         run = admit(
             self.catalog,
@@ -278,9 +274,7 @@ class Engine:
             if old.state == "succeeded":
                 raise ProtocolViolation(f"run {old.id} succeeded; there is nothing to retry")
             admission = runs_repo.get_admission(conn, old.admission_id)
-        self.layout.ensure_writable()
-        self.repair()
-        self.remind_quarantine()
+        self._ready()
         run = admit(
             self.catalog,
             source=old.source,
@@ -290,6 +284,12 @@ class Engine:
             retry_of=old.id,
         )
         return self.runner.execute(run)
+
+    def _ready(self) -> None:
+        """Before any Run: a writable lake, a catalog that matches it, overdue reviews told."""
+        self.layout.ensure_writable()
+        self.repair()
+        self.remind_quarantine()
 
     def repair(self) -> list[str]:
         """Rebuild the projection from the lake and close Runs whose process died."""
