@@ -32,9 +32,8 @@ from combined.protocol.identity import quote_ident
 from combined.runtime._pipeline import (
     DatasetPlan,
     Staged,
-    _check_drift,
-    _drift,
     _empty_schema,
+    judge_drift,
     table_of,
 )
 from combined.runtime._reporter import Reporter
@@ -236,9 +235,8 @@ def stage_partitioned(
         schemas = {part_schema(parts[0])}
     schema = schemas.pop()
     # The range meets the dataset's drift policy as any capture does.
-    drift = _drift(plan, table.schema(), schema)
     try:
-        _check_drift(plan, drift, parts)
+        drift = judge_drift(plan, table.schema(), schema, parts)
     except BaseException:
         group.finish("abort")
         raise

@@ -272,8 +272,7 @@ def _consume(
     finally:
         # Give the read's buffers back before the reduction allocates its own.
         release_memory()
-    drift = _drift(plan, committed_schema, schema)
-    _check_drift(plan, drift, parts)
+    drift = judge_drift(plan, committed_schema, schema, parts)
     checkpoint = barrier.committable(through_records=rows)
     return Staged(
         plan=plan,
@@ -294,11 +293,18 @@ def _consume(
     )
 
 
-def _check_drift(plan: DatasetPlan, drift: list[dict[str, Any]], parts: list[Path]) -> None:
-    """Raise for drift whose policy is not ``evolve``: ``fail`` first, then ``quarantine``."""
+def judge_drift(
+    plan: DatasetPlan, committed: pa.Schema | None, seen: pa.Schema, parts: list[Path]
+) -> list[dict[str, Any]]:
+    """The capture's drift events against the committed schema, each with its outcome.
+
+    Raises for drift whose policy is not ``evolve``: ``fail`` first, then
+    ``quarantine`` (the error carries the events and the staged ``parts``).
+    """
+    drift = _drift(plan, committed, seen)
     held = [e for e in drift if e["outcome"] != "evolve"]
     if not held:
-        return
+        return drift
     failing = [e for e in held if e["outcome"] == "fail"]
     first = (failing or held)[0]
     what = (
