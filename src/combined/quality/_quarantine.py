@@ -121,11 +121,6 @@ def decide(
                 f"{entry['decided_by']} at {entry['decided_at']:%Y-%m-%d %H:%M:%S}",
                 hint="its decision is recorded; `combined quarantine list --all` shows it",
             )
-        if before is not None and decision != "discarded":
-            raise ProtocolViolation(
-                f"quarantine entry {quarantine_id} was {before}; only a discard may follow",
-                hint="discard it to delete its records",
-            )
         path = _file(layout, entry)
         if not cat.decide_quarantine(conn, quarantine_id, decision, by=by, before=before):
             raise ProtocolViolation(
