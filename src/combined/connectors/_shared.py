@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -290,27 +290,106 @@ def numeric_lookback(column: str, lookback: Any) -> Any:
     return lookback
 
 
+#: One condition on one ordering column: (column position, operator, value);
+#: the operator is one of ``=``, ``>``, ``<``, ``is null``, ``is not null``
+#: (``value`` is None for the last two).
+KeysetAtom = tuple[int, str, Any]
+
+
+def keyset_terms(
+    values: Sequence[Any], *, after: bool, nulls_first: bool
+) -> list[list[KeysetAtom]]:
+    """The rows strictly after (``after``) or at or before ``values``, as an OR of ANDs.
+
+    The order is every column ascending, with NULLs sorted first or last as
+    ``nulls_first`` says (what the server's ``ORDER BY`` does): a NULL in
+    ``values`` or in a row compares as the sort puts it, never as unknown, so
+    no row is lost at a page edge whose key holds a NULL. An empty list is
+    "no row".
+    """
+
+    def same(i: int) -> KeysetAtom:
+        return (i, "is null", None) if values[i] is None else (i, "=", values[i])
+
+    def beyond(i: int, later: bool) -> list[KeysetAtom]:
+        # Each atom alone: the ways column i can sort strictly later (or earlier).
+        v = values[i]
+        nulls_beyond = nulls_first != later  # NULLs sort on that side of every value
+        if v is None:
+            return [] if nulls_beyond else [(i, "is not null", None)]
+        atoms: list[KeysetAtom] = [(i, ">" if later else "<", v)]
+        return [*atoms, (i, "is null", None)] if nulls_beyond else atoms
+
+    terms = [
+        [*(same(j) for j in range(i)), atom]
+        for i in range(len(values))
+        for atom in beyond(i, after)
+    ]
+    if not after:
+        terms.append([same(j) for j in range(len(values))])
+    return terms
+
+
+def tie_free(
+    order: Sequence[str], keys: Iterable[Sequence[str]], exact: Callable[[str], bool]
+) -> bool:
+    """Whether no two rows can tie on ``order``, so that plain keyset pages are exact.
+
+    ``keys`` are the relation's unique keys over NOT NULL columns (its
+    primary key among them); one of them must lie within ``order``, each of
+    its columns ordered and compared as itself (``exact``): a column read
+    through another expression (text, another collation) may tie where the
+    column cannot.
+    """
+    within = set(order)
+    return any(key and set(key) <= within and all(exact(c) for c in key) for key in keys)
+
+
 def keyset_pages(
-    page: Callable[[list[Any] | None], Iterator[pa.RecordBatch]],
+    page: Callable[[list[Any] | None, list[Any] | None], Iterator[pa.RecordBatch]],
     order: Sequence[str],
     page_rows: int,
     dataset: str,
+    *,
+    edge: Callable[[list[Any] | None], list[Any] | None] | None = None,
 ) -> Generator[Message, None, int]:
-    """Hand over keyset pages of at most ``page_rows`` rows; return how many rows were read.
+    """Hand over keyset pages of about ``page_rows`` rows; return how many rows were read.
 
-    ``page(after)`` streams the next page ordered by ``order``: the rows
-    strictly after the values ``after`` of those columns (``None`` for the
-    first page). A short page proves the range exhausted.
+    Without ``edge``, ``page(after, None)`` streams at most ``page_rows`` rows
+    ordered by ``order``: those strictly after the values ``after`` of those
+    columns (``None`` for the first page); a short page proves the range
+    exhausted. That is exact only where no two rows tie on ``order`` (a
+    unique, NOT NULL key among its columns): a row tied with a page's last
+    row would be skipped.
+
+    With ``edge``, ``edge(after)`` returns the ``order`` values of the
+    ``page_rows``-th row after ``after`` (None when fewer rows remain), and
+    ``page(after, upto)`` streams every row after ``after`` and at or before
+    ``upto`` (to the end when ``upto`` is None), whatever their count: rows
+    that tie with the edge (equal values, or values the server's collation
+    holds equal) all fall in the same page, so none is skipped.
     """
     after: list[Any] | None = None
     total = 0
     while True:
+        upto = None if edge is None else edge(after)
         seen, tail = 0, None
-        for batch in page(after):
+        for batch in page(after, upto):
             seen += batch.num_rows
             tail = batch if batch.num_rows else tail
             yield RecordBatchMessage(dataset, batch)
         total += seen
+        if edge is not None:
+            if upto is None:
+                return total
+            if not seen:  # the edge's own row must fall in its page: never loop on it
+                raise ProtocolViolation(
+                    f"a keyset page of {dataset!r} ending at its edge row {upto!r} was empty",
+                    hint="the source compares the key columns inconsistently with their "
+                    "order; declare a key of plain columns",
+                )
+            after = upto
+            continue
         if seen < page_rows or tail is None:
             return total
         end = tail.num_rows - 1
@@ -353,7 +432,10 @@ __all__ = [
     "check_lookback",
     "close_quietly",
     "final_state",
+    "KeysetAtom",
     "keyset_pages",
+    "keyset_terms",
+    "tie_free",
     "numeric_lookback",
     "select_plans",
     "sql_read_options",

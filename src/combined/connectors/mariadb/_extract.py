@@ -18,7 +18,9 @@ of at most ``batch_rows`` rows whose size adapts so that a batch stays near
 Cursor reads page by keyset over (cursor, key...) inside the snapshot:
 ``cursor > last - lookback AND cursor <= MAX(cursor)``, the maximum read in
 the snapshot before the first page; the checkpoint is that maximum, never
-moved below the previous checkpoint.
+moved below the previous checkpoint. Without a unique NOT NULL key among
+those columns, rows may tie (NULLs, repeats, collation-equal text): a page
+then ends at an edge row's values and takes every row tied with it.
 
 Only transactional engines (InnoDB) honour the snapshot. A MyISAM, Aria or
 MEMORY table, or a view that reads one, is read as it changes; its receipt
@@ -41,9 +43,11 @@ from combined.connectors._shared import (
     check_lookback,
     final_state,
     keyset_pages,
+    keyset_terms,
     numeric_lookback,
     select_plans,
     sql_read_options,
+    tie_free,
     time_window,
 )
 from combined.connectors.abc import ReadRequest
@@ -355,41 +359,93 @@ class MariaDBExtraction(SessionRead[Session]):
         if last is not None:
             lower = _lower_bound(plan, last, spec.lookback)
             work.where = f"{below} AND {col} > {session.literal(lower)}"
-        order_sql = ", ".join(quote_ident(c) for c in order)
+        # Pages are ordered and compared on one expression per column: ORDER
+        # BY a bare name would sort by the select list's column of that name.
+        exprs = [self._ordered(work.by_name[c]) for c in order]
+        order_sql = ", ".join(exprs)
         page_rows = self._options.page_rows
+        with self._lock:
+            indexes = catalog.indexes(session, work.relation.database, [work.relation.table])
+        primary, unique = catalog.keys(
+            indexes.get(work.relation.table, []), list(work.by_name.values())
+        )
+        exact = tie_free(
+            order, [primary, *unique], lambda c: exprs[order.index(c)] == quote_ident(c)
+        )
 
-        def page(after: list[Any] | None) -> Iterator[pa.RecordBatch]:
-            where = [work.where, None if after is None else self._after(order, after, work)]
+        def keyset(values: list[Any], *, after: bool) -> str:
+            # ORDER BY's ascending order puts NULLs first.
+            terms = keyset_terms(values, after=after, nulls_first=True)
+            if not terms:
+                return "FALSE"
+            return (
+                "("
+                + " OR ".join(
+                    "("
+                    + " AND ".join(
+                        f"{exprs[i]} {op.upper()}"
+                        if value is None
+                        else f"{exprs[i]} {op} {session.literal(value)}"
+                        for i, op, value in term
+                    )
+                    + ")"
+                    for term in terms
+                )
+                + ")"
+            )
+
+        # The edge's values as text that compares exactly: a FLOAT through
+        # DOUBLE (its own text has 6 digits), BIT and BOOL as numbers.
+        edge_sql = ", ".join(
+            work.by_name[c].expr
+            if e == quote_ident(c) and work.by_name[c].kind in ("float", "bits", "bool")
+            else e
+            for c, e in zip(order, exprs, strict=True)
+        )
+
+        def edge(after: list[Any] | None) -> list[Any] | None:
+            where = [work.where, None if after is None else keyset(after, after=True)]
+            q = (
+                f"SELECT {edge_sql} FROM {work.relation.ident}{_where(where)}"
+                f" ORDER BY {order_sql} LIMIT 1 OFFSET {int(page_rows) - 1}"
+            )
+            with self._lock:
+                rows = self._live().rows(q, "finding the next page's edge")
+            return list(rows[0]) if rows else None
+
+        def page(after: list[Any] | None, upto: list[Any] | None) -> Iterator[pa.RecordBatch]:
+            where = [
+                work.where,
+                None if after is None else keyset(after, after=True),
+                None if upto is None else keyset(upto, after=False),
+            ]
+            limit = f" LIMIT {int(page_rows)}" if exact else ""
             q = (
                 f"SELECT {work.layout.select_list()} FROM {work.relation.ident}"
-                f"{_where(where)} ORDER BY {order_sql} LIMIT {int(page_rows)}"
+                f"{_where(where)} ORDER BY {order_sql}{limit}"
             )
             return self._stream(q, work.layout)
 
-        total = yield from keyset_pages(page, order, page_rows, request.dataset)
+        total = yield from keyset_pages(
+            page, order, page_rows, request.dataset, edge=None if exact else edge
+        )
         if total:
             # Never move the checkpoint backwards (rows above it may have been deleted).
             work.checkpoint = upper if last is None or upper >= last else last
 
-    def _after(self, order: list[str], values: list[Any], work: _Work) -> str:
-        """``(c1, c2, ...) > (v1, v2, ...)`` spelled out, so that indexes serve it.
+    def _ordered(self, plan: ColumnPlan) -> str:
+        """The expression that orders and compares ``plan``'s column in keyset pages.
 
-        ``ORDER BY `c``` sorts by the select list's ``c``: a column read as
-        text is compared as that text too (the column's own order differs:
-        ``'10' < '9'``), every other column as itself (its select expression
-        keeps the column's order).
+        A column read as text is ordered as that text (its values come back
+        as text), an ENUM or SET as its text (``ORDER BY`` would sort it by
+        member number while a comparison with text compares text), every
+        other column as itself, so that indexes serve it.
         """
-        session = self._live()
-        exprs = [
-            work.by_name[c].expr if c in self._options.casts else quote_ident(c) for c in order
-        ]
-        ors: list[str] = []
-        for i, expr in enumerate(exprs):
-            eqs = [
-                f"{e} = {session.literal(v)}" for e, v in zip(exprs[:i], values[:i], strict=True)
-            ]
-            ors.append("(" + " AND ".join([*eqs, f"{expr} > {session.literal(values[i])}"]) + ")")
-        return "(" + " OR ".join(ors) + ")"
+        if plan.name in self._options.casts:
+            return plan.expr
+        if plan.source_type.lower().startswith(("enum", "set")):
+            return f"CAST({quote_ident(plan.name)} AS CHAR)"
+        return quote_ident(plan.name)
 
 
 def _server_time(value: Any) -> datetime:

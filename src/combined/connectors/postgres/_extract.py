@@ -25,8 +25,13 @@ that snapshot before the first page; the lower bound is exclusive, so
 without a lookback a row committed late with a value at or below the last
 checkpoint is never read (the documented limit of the strategy), and an
 update that does not move the cursor is never seen (control totals over
-the relation reveal it to reconciliation). Key columns should be NOT NULL: a
-row whose key is NULL at a page edge is skipped by the row comparison.
+the relation reveal it to reconciliation). Pages are ordered and compared on
+the relation's own columns, NULLs where ``ORDER BY`` puts them (last). Where a
+unique index over NOT NULL columns lies within (cursor, key...), no two rows
+tie and a page is the next ``page_rows`` rows; otherwise (a view, a nullable
+or non-unique key) a page ends at the ``page_rows``-th row's values and takes
+every row tied with it, so that a row equal to a page's last one is never
+skipped.
 
 A read creates no staging relation (the transaction is read only), so the
 only resources to guard are the session and its stream: any failure before
@@ -52,9 +57,11 @@ from combined.connectors._shared import (
     check_lookback,
     final_state,
     keyset_pages,
+    keyset_terms,
     numeric_lookback,
     select_plans,
     sql_read_options,
+    tie_free,
     time_window,
 )
 from combined.connectors.abc import ReadRequest
@@ -185,6 +192,7 @@ class _Work:
     relation: catalog.Relation
     layout: Layout
     by_name: dict[str, ColumnPlan]
+    not_null: frozenset[str] = frozenset()
     where: sql.Composable | None = None
     control_where: sql.Composable | None = None
     upper: Any = None
@@ -348,7 +356,8 @@ class PostgresExtraction(SessionRead[Session]):
                     column=p.name,
                     source_type=p.source_type,
                 )
-        work = _Work(rel, Layout.of(selected), by_name)
+        not_null = frozenset(c.name for c in cols if c.notnull)
+        work = _Work(rel, Layout.of(selected), by_name, not_null)
         if part is not None:
             work.where = range_predicate(
                 by_name[part.column], part.lower, part.upper, part.include_nulls
@@ -478,34 +487,77 @@ class PostgresExtraction(SessionRead[Session]):
                     hint="declare a key of numbers, text, dates, timestamps, uuids or bytes",
                     column=name,
                 )
-        order_sql = sql.SQL(", ").join(sql.Identifier(c) for c in order)
+        # Pages are ordered and compared on the relation's own columns: a bare
+        # name in ORDER BY would sort by the select list's column of that name,
+        # which reads numeric, enum or cast columns as text ('10' < '9').
+        rel = work.relation
+        source = [sql.Identifier(rel.schema, rel.table, c) for c in order]
+        order_sql = sql.SQL(", ").join(source)
         page_rows = self._options.page_rows
+        with self._lock:
+            indexes = catalog.indexes(self._live(), [work.relation.oid])
+        unique = [
+            i.columns
+            for i in indexes.get(work.relation.oid, [])
+            if i.unique and not i.partial and not i.expressions
+        ]
+        exact = tie_free(order, unique, lambda c: c in work.not_null)
 
-        def page(after: list[Any] | None) -> Iterator[pa.RecordBatch]:
+        def keyset(values: list[Any], *, after: bool) -> sql.Composable:
+            # ORDER BY's ascending order puts NULLs last.
+            terms = keyset_terms(values, after=after, nulls_first=False)
+            if not terms:
+                return sql.SQL("false")
+            return sql.SQL("({})").format(
+                sql.SQL(" OR ").join(
+                    sql.SQL("({})").format(
+                        sql.SQL(" AND ").join(
+                            sql.SQL("{} {}").format(source[i], sql.SQL(op.upper()))
+                            if value is None
+                            else sql.SQL("{} {} CAST({} AS {})").format(
+                                source[i],
+                                sql.SQL(op),
+                                sql.Literal(value),
+                                sql.SQL(work.by_name[order[i]].source_type),
+                            )
+                            for i, op, value in term
+                        )
+                    )
+                    for term in terms
+                )
+            )
+
+        def edge(after: list[Any] | None) -> list[Any] | None:
+            where = [work.where, None if after is None else keyset(after, after=True)]
+            q = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT 1 OFFSET {}").format(
+                sql.SQL(", ").join(sql.SQL("CAST({} AS text)").format(c) for c in source),
+                work.relation.ident,
+                _and(where),
+                order_sql,
+                sql.Literal(page_rows - 1),
+            )
+            with self._lock:
+                rows = self._live().rows(q, "finding the next page's edge")
+            return list(rows[0]) if rows else None
+
+        def page(after: list[Any] | None, upto: list[Any] | None) -> Iterator[pa.RecordBatch]:
             page_where: list[sql.Composable | None] = [work.where]
             if after is not None:
-                # Keyset: (cursor, key...) strictly after the last row handed over.
-                page_where.append(
-                    sql.SQL("({}) > ({})").format(
-                        order_sql,
-                        sql.SQL(", ").join(
-                            sql.SQL("CAST({} AS {})").format(
-                                sql.Literal(v), sql.SQL(work.by_name[c].source_type)
-                            )
-                            for c, v in zip(order, after, strict=True)
-                        ),
-                    )
-                )
-            q = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT {}").format(
+                page_where.append(keyset(after, after=True))
+            if upto is not None:
+                page_where.append(keyset(upto, after=False))
+            q = sql.SQL("SELECT {} FROM {}{} ORDER BY {}{}").format(
                 work.layout.select_list(),
                 work.relation.ident,
                 _and(page_where),
                 order_sql,
-                sql.Literal(page_rows),
+                sql.SQL(" LIMIT {}").format(sql.Literal(page_rows)) if exact else sql.SQL(""),
             )
             return self._stream(q, work.layout)
 
-        total = yield from keyset_pages(page, order, page_rows, request.dataset)
+        total = yield from keyset_pages(
+            page, order, page_rows, request.dataset, edge=None if exact else edge
+        )
         if total:
             # Never move the checkpoint backwards (rows above it may have been deleted).
             work.checkpoint = value_from_text(best_text, plan) if last is not None else work.upper
