@@ -137,6 +137,8 @@ class DriftRejected(CaptureError):
     drift: tuple[dict[str, Any], ...] = ()
     #: The capture's staged parts (quarantine holds them for review).
     parts: tuple[Any, ...] = ()
+    #: What drifted, in a few words (the message without what became of the capture).
+    what: str = ""
 
 
 class DriftQuarantined(DriftRejected):

@@ -152,3 +152,38 @@ def test_a_quarantine_file_that_cannot_be_written_leaves_no_torn_file_and_no_ent
         assert engine.quarantine() == []
     finally:
         engine.close()
+
+
+def test_the_same_drift_is_held_once_while_it_awaits_review(tmp_path: Path, tools: Any) -> None:
+    project = _captured(tmp_path, tools, 30)
+    _policy(project, drop="quarantine", new_field="quarantine")
+    tools.sql(tmp_path, "ALTER TABLE orders DROP COLUMN total;")
+    engine = Engine.open(project)
+    try:
+        (first,) = engine.capture(["shop.orders"])
+        (entry,) = engine.quarantine()
+        # Captured again before anyone reviewed it: the same drift, the same
+        # rows still at the source; no second copy of the table.
+        (again,) = engine.capture(["shop.orders"])
+        assert again.state == "needs_review"
+        assert f"awaits review in quarantine entry {entry['id']}" in (again.error or "")
+        assert "not held again" in (again.error or "")
+        assert [q["id"] for q in engine.quarantine()] == [entry["id"]]
+        held = engine.layout.quarantine("shop", "orders")
+        assert [p.name for p in held.glob("*.parquet")] == [Path(entry["path"]).name]
+        assert not engine.layout.staging(again.id).exists()
+        assert _drifts(engine) == [("drop", "total", "quarantine")] * 2  # each in the feed
+        # Another drift is another entry.
+        tools.sql(tmp_path, "ALTER TABLE orders ADD COLUMN channel TEXT;")
+        (other,) = engine.capture(["shop.orders"])
+        assert other.state == "needs_review" and "not held again" not in (other.error or "")
+        assert len(engine.quarantine()) == 2
+        # Once reviewed, the same drift met again is held again, for a new review.
+        for q in engine.quarantine():
+            engine.decide_quarantine(q["id"], "released", by="ana", reason="seen")
+        (after,) = engine.capture(["shop.orders"])
+        assert "not held again" not in (after.error or "")
+        (fresh,) = engine.quarantine()
+        assert fresh["id"] not in (entry["id"], first.id)
+    finally:
+        engine.close()

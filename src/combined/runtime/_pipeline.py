@@ -323,6 +323,7 @@ def judge_drift(
     )
     exc.drift = tuple(drift)
     exc.parts = tuple(parts)
+    exc.what = what
     raise exc
 
 

@@ -503,16 +503,33 @@ class Runner:
         if not isinstance(exc, DriftQuarantined) or not exc.parts:
             return exc
         held = [e for e in exc.drift if e["outcome"] == "quarantine"]
-        qid = quarantine_capture(
-            exc.parts,
-            plan,
-            run_id=run.id,
-            reason="schema drift: " + ", ".join(f"{e['class']} {e['field']!r}" for e in held),
-            layout=self.layout,
-            catalog=self.catalog,
-        )
-        named = DriftQuarantined(f"{exc.message} (entry {qid})", hint=exc.hint)
-        named.drift, named.parts = exc.drift, exc.parts
+        reason = "schema drift: " + ", ".join(f"{e['class']} {e['field']!r}" for e in held)
+        with self.catalog.begin() as conn:
+            waiting = [
+                q.id
+                for q in cat.quarantined(conn, plan.source)
+                if q.dataset == plan.name and q.decision is None and q.reason == reason
+            ]
+        if waiting:
+            # The same drift already awaits review: the source still holds
+            # these rows (nothing was committed, no checkpoint moved), so a
+            # second copy would only grow the quarantine area at every capture.
+            message = (
+                f"{exc.what}; nothing was committed, and the same drift awaits review in "
+                f"quarantine entry {waiting[0]}, so this capture was not held again"
+            )
+        else:
+            qid = quarantine_capture(
+                exc.parts,
+                plan,
+                run_id=run.id,
+                reason=reason,
+                layout=self.layout,
+                catalog=self.catalog,
+            )
+            message = f"{exc.message} (entry {qid})"
+        named = DriftQuarantined(message, hint=exc.hint)
+        named.drift, named.parts, named.what = exc.drift, exc.parts, exc.what
         return named
 
     # -- recovery ---------------------------------------------------------------
