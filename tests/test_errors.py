@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 import re
+from urllib.parse import parse_qsl
 
 import pytest
 from hypothesis import given
@@ -267,6 +268,25 @@ def test_context_is_redacted_at_any_depth_and_stays_so_when_pickled() -> None:
     }
     copy = pickle.loads(pickle.dumps(error))
     assert type(copy) is CombinedError and copy.context == error.context
+    assert SECRET.encode() not in pickle.dumps(error)
+
+
+def test_context_pairs_and_bytes_under_credentials_are_redacted() -> None:
+    error = CombinedError(
+        "x",
+        params=parse_qsl(f"user=u&password={SECRET}"),
+        headers=((b"authorization", f"Bearer {SECRET}".encode()), (b"host", b"h")),
+        password=SECRET.encode(),
+        fields=["password", "user"],
+        status=("status", "ok"),
+    )
+    assert error.context == {
+        "params": [("user", "u"), ("password", "***")],
+        "headers": ((b"authorization", "***"), (b"host", b"h")),
+        "password": "***",
+        "fields": ["password", "user"],
+        "status": ("status", "ok"),
+    }
     assert SECRET.encode() not in pickle.dumps(error)
 
 

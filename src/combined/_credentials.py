@@ -202,7 +202,10 @@ def redact_data(value: Any, *, key: object = None) -> Any:
 
     Literal credentials (see :func:`walk`) become ``"***"``, text is passed
     through :func:`redact`, secret references stay as they are (they are not
-    secrets). ``key`` is the name ``value`` is stored under, if any.
+    secrets). ``key`` is the name ``value`` is stored under, if any. A pair
+    (a 2-tuple: ``parse_qsl``, ``dict.items()``, headers, in bytes too) is
+    read as a key and its value; a list is not (a configuration's list of
+    names is data).
     """
     return _clean(value, *_below(key, False))
 
@@ -215,12 +218,19 @@ def _clean(value: Any, under: bool, inside: bool) -> Any:
     if isinstance(value, list):
         return [_clean(item, under, inside) for item in value]
     if isinstance(value, tuple):
+        if len(value) == 2 and is_credential_key(name := _pair_key(value[0])):
+            return (_clean(value[0], under, inside), _clean(value[1], *_below(name, inside)))
         return tuple(_clean(item, under, inside) for item in value)
-    if under and is_literal(value):
+    if under and (is_literal(value) or (isinstance(value, bytes) and value != b"")):
         return MASK
     if isinstance(value, str):
         return redact(value)
     return value
+
+
+def _pair_key(key: object) -> object:
+    """The key of a pair as text: a header name in bytes is decoded."""
+    return key.decode("latin-1") if isinstance(key, bytes) else key
 
 
 # ``scheme://user:password@host``. The password may hold an unescaped ``@``
