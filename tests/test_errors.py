@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 import re
+from urllib.parse import parse_qsl
 
 import pytest
 from hypothesis import given
@@ -73,6 +74,68 @@ def test_redact_masks_credentials_in_mapping_reprs(text: str, expected: str) -> 
     assert redact(expected) == expected
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # key/value pairs, not a mapping: parse_qsl, list(d.items()), headers
+        (
+            "[('password', 'SECRETPW'), ('user', 'u')]",
+            "[('password', ***), ('user', 'u')]",
+        ),
+        ('(("token", "SECRETPW"),)', '(("token", ***),)'),
+        (
+            "dict_items([('api_key', 'SECRET PW'), ('n', 1)])",
+            "dict_items([('api_key', ***), ('n', 1)])",
+        ),
+        # ... in bytes, as ASGI lists headers
+        (
+            "[(b'authorization', b'Bearer SECRET PW'), (b'host', b'h')]",
+            "[(b'authorization', ***), (b'host', b'h')]",
+        ),
+        # ... as JSON, and as JSON quoted in JSON
+        ('[["password", "SECRET PW"], ["port", 5432]]', '[["password", ***], ["port", 5432]]'),
+        ('{"q": "[[\\"token\\", \\"SECRET PW\\"]]"}', '{"q": "[[\\"token\\", ***]]"}'),
+        # a value that is not a string
+        ("[('password', 12345678)]", "[('password', ***)]"),
+        ("[('password', {'value': 'SECRETPW'}), ('db', 'd')]", "[('password', ***), ('db', 'd')]"),
+        # cut short inside the value: the rest is hidden
+        ("[('password', 'SECRET PW", "[('password', ***"),
+    ],
+)
+def test_redact_masks_credentials_in_pair_reprs(text: str, expected: str) -> None:
+    assert redact(text) == expected
+    assert SECRET not in redact(text).replace(" ", "")
+    assert redact(expected) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # the repr of an object holding a secret
+        ("Secret('SECRET PW')", "Secret(***)"),
+        ('SecretStr("SEC\'RET PW")', "SecretStr(***)"),
+        ("{'password': Secret('SECRET PW'), 'n': 1}", "{'password': ***, 'n': 1}"),
+        ("[('token', Wrapped('SECRET PW'))]", "[('token', ***)]"),
+        # a quoted value with a space whose closing quote does not end the word
+        # (keyword arguments in a repr): the word is masked to its end, as an
+        # unquoted value is
+        ("Conn(host='h', password='SECRET PW')", "Conn(host='h', password=***"),
+        ('run(password="SECRET PW", user=u)', "run(password=*** user=u)"),
+        ("Conn(password=Secret('SECRET PW'))", "Conn(password=***"),
+        ("host=h password=b'SECRET PW' user=u", "host=h password=*** user=u"),
+        # a quoted value escaped in JSON
+        ('{"msg": "password=\\"SECRET PW\\" host=h"}', '{"msg": "password=*** host=h"}'),
+        # a quote behind an even run of backslashes may not close the value (a
+        # repr of ``password="SEC\" RET PW"``): the rest is masked
+        ('password="SEC\\\\" RET PW" user=u', "password=***"),
+    ],
+)
+def test_redact_masks_quoted_values_with_spaces_whole(text: str, expected: str) -> None:
+    assert redact(text) == expected
+    assert SECRET not in redact(text).replace(" ", "")
+    assert redact(expected) == expected
+
+
 def _masked_exactly_or_to_the_end(out: str, template: str, quoted: str, value: str) -> None:
     """``out`` is ``template`` with ``quoted`` (the value) masked, or masked up to the end.
 
@@ -113,6 +176,47 @@ def test_no_credential_in_an_escaped_mapping_survives_redaction(value: str, form
     _masked_exactly_or_to_the_end(redact(text(value)), template, quoted[0], value)
 
 
+@given(st.text(min_size=1), st.sampled_from(["repr", "json", "bytes"]))
+def test_no_credential_in_a_pair_repr_survives_redaction(value: str, form: str) -> None:
+    def text(password: str) -> str:
+        if form == "bytes":
+            headers = [(b"host", b"h"), (b"authorization", password.encode()), (b"x", b"1")]
+            return f"scope headers: {headers!r}"
+        pairs = [("user", "me"), ("password", password), ("port", 5432)]
+        return "bad query: " + (repr(pairs) if form == "repr" else json.dumps(pairs))
+
+    template = text("SENTINEL")
+    quoted = {"repr": "'SENTINEL'", "json": '"SENTINEL"', "bytes": "b'SENTINEL'"}[form]
+    _masked_exactly_or_to_the_end(redact(text(value)), template, quoted, value)
+
+
+class _Secret:
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"Secret({self.value!r})"
+
+
+@given(st.text(min_size=1))
+def test_no_secret_in_a_secret_holders_repr_survives_redaction(value: str) -> None:
+    def text(password: str) -> str:
+        return f"cannot use {_Secret(password)!r} for user 'me'"
+
+    template = text("SENTINEL")
+    _masked_exactly_or_to_the_end(redact(text(value)), template, "'SENTINEL'", value)
+
+
+@given(st.text(min_size=1))
+def test_no_credential_in_a_keyword_argument_repr_survives_redaction(value: str) -> None:
+    # a dataclass's repr: the value is masked to the end of its word
+    def text(password: str) -> str:
+        return f"Conn(user='me', password={password!r}, port=5432)"
+
+    template = text("SENTINEL")
+    _masked_exactly_or_to_the_end(redact(text(value)), template, "'SENTINEL',", value)
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -120,6 +224,9 @@ def test_no_credential_in_an_escaped_mapping_survives_redaction(value: str, form
         "cannot reach postgresql://u@h:5432/db: connection refused",
         "host=h sslkey=/etc/k.pem sslmode=require key=id",
         "the dataset key = id, cursor=updated_at",
+        "[('status', 'ok'), ('key', 'id')]",
+        "loc=('password',)",
+        "f(user='a b'), print('a b'), getpass('Password: ')",
     ],
 )
 def test_redact_leaves_text_without_credentials_alone(text: str) -> None:
@@ -164,6 +271,25 @@ def test_context_is_redacted_at_any_depth_and_stays_so_when_pickled() -> None:
     assert SECRET.encode() not in pickle.dumps(error)
 
 
+def test_context_pairs_and_bytes_under_credentials_are_redacted() -> None:
+    error = CombinedError(
+        "x",
+        params=parse_qsl(f"user=u&password={SECRET}"),
+        headers=((b"authorization", f"Bearer {SECRET}".encode()), (b"host", b"h")),
+        password=SECRET.encode(),
+        fields=["password", "user"],
+        status=("status", "ok"),
+    )
+    assert error.context == {
+        "params": [("user", "u"), ("password", "***")],
+        "headers": ((b"authorization", "***"), (b"host", b"h")),
+        "password": "***",
+        "fields": ["password", "user"],
+        "status": ("status", "ok"),
+    }
+    assert SECRET.encode() not in pickle.dumps(error)
+
+
 def test_message_and_hint_are_redacted() -> None:
     error = ConfigError(f"bad dsn host=h sslpassword={SECRET}", hint=f"not token={SECRET}")
     assert SECRET not in error.describe()
@@ -171,7 +297,21 @@ def test_message_and_hint_are_redacted() -> None:
 
 @pytest.mark.parametrize(
     "unit",
-    ["a.", "a", "ab1", "a://", "x://a:", "= ", "a-b=", "'password': ", '\\\\"'],
+    [
+        "a.",
+        "a",
+        "ab1",
+        "a://",
+        "x://a:",
+        "= ",
+        "a-b=",
+        "'password': ",
+        '\\\\"',
+        "a('",
+        "('password', ",
+        "(b'",
+        'password="\\\\" ',
+    ],
 )
 def test_redaction_takes_linear_time_on_long_runs(unit: str) -> None:
     # Tried at every position, the key and URL patterns took quadratic time on

@@ -31,6 +31,7 @@ credentials: their last word says they name something else.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
@@ -121,6 +122,12 @@ def credential_kind(name: object) -> Kind | None:
     """
     if not isinstance(name, str):
         return None
+    return _text_kind(name)
+
+
+# Redaction asks about every name it meets; a long text repeats a few names.
+@functools.lru_cache(maxsize=4096)
+def _text_kind(name: str) -> Kind | None:
     words = _words(name)
     if not words:
         return None
@@ -195,7 +202,10 @@ def redact_data(value: Any, *, key: object = None) -> Any:
 
     Literal credentials (see :func:`walk`) become ``"***"``, text is passed
     through :func:`redact`, secret references stay as they are (they are not
-    secrets). ``key`` is the name ``value`` is stored under, if any.
+    secrets). ``key`` is the name ``value`` is stored under, if any. A pair
+    (a 2-tuple: ``parse_qsl``, ``dict.items()``, headers, in bytes too) is
+    read as a key and its value; a list is not (a configuration's list of
+    names is data).
     """
     return _clean(value, *_below(key, False))
 
@@ -208,12 +218,19 @@ def _clean(value: Any, under: bool, inside: bool) -> Any:
     if isinstance(value, list):
         return [_clean(item, under, inside) for item in value]
     if isinstance(value, tuple):
+        if len(value) == 2 and is_credential_key(name := _pair_key(value[0])):
+            return (_clean(value[0], under, inside), _clean(value[1], *_below(name, inside)))
         return tuple(_clean(item, under, inside) for item in value)
-    if under and is_literal(value):
+    if under and (is_literal(value) or (isinstance(value, bytes) and value != b"")):
         return MASK
     if isinstance(value, str):
         return redact(value)
     return value
+
+
+def _pair_key(key: object) -> object:
+    """The key of a pair as text: a header name in bytes is decoded."""
+    return key.decode("latin-1") if isinstance(key, bytes) else key
 
 
 # ``scheme://user:password@host``. The password may hold an unescaped ``@``
@@ -224,9 +241,15 @@ _SPACE = re.compile(r"\s")
 # A value as libpq reads it: in single quotes with backslash escapes (as
 # psycopg's ``make_conninfo`` writes it), else up to whitespace. An
 # unterminated single quote runs to the end, so a message cut short still
-# hides the rest. Double quotes (not libpq's) count only when closed. A
-# closing quote must end the word, else the word is read unquoted.
-_VALUE = re.compile(r"'(?:\\.|[^'\\])*(?:'(?=\s|$)|$)|\"(?:\\.|[^\"\\])*\"(?=\s|$)|(?:\\.|\S)+")
+# hides the rest. Double quotes (not libpq's) count only when closed: psycopg
+# writes a value without a space as it is (``"abc``). A quoted value runs on
+# to the end of its word, so what follows its closing quote in the same word
+# is masked with it (``password='a b')`` in a repr of keyword arguments,
+# ``'abc'def``). A repr's string prefix (``b'...'``) belongs to the value.
+_SINGLE_QUOTED = re.compile(r"(?s)'(?:\\.|[^'\\])*(?:'|\\?\Z)")
+_ESCAPED_DOUBLE = re.compile(r'\\+"')
+_WORD_VALUE = re.compile(r"(?s)(?:\\.|\S)+")
+_WORD_REST = re.compile(r"(?s)(?:\\.|\S)*")
 _EMPTY_VALUES = ("''", '""')
 
 
@@ -276,20 +299,75 @@ def _credential_pairs(text: str) -> Iterator[tuple[int, str, str, int]]:
         start, key, pos = pair
         if not is_credential_key(key):
             continue
-        value = _VALUE.match(text, pos)
-        if value is not None:
-            pos = value.end()
-        yield start, key, value[0] if value else "", pos
+        end = _value_end(text, pos)
+        yield start, key, text[pos:end], end
+        pos = end
+
+
+def _value_end(text: str, pos: int) -> int:
+    """Where the value of a ``name=value`` pair, starting at ``pos``, ends (``pos`` if empty)."""
+    end: int | None = None
+    if (opened := _STRING_PREFIX.match(text, pos)) is not None:
+        quote = opened.end() - 1
+        if text[quote] == "'":
+            single = _SINGLE_QUOTED.match(text, quote)
+            end = single.end() if single is not None else None
+        else:
+            end = _double_quoted_end(text, quote)
+    elif (escaped := _ESCAPED_DOUBLE.match(text, pos)) is not None and len(escaped[0]) % 2 == 0:
+        # ``\"``, ``\\\"``: a quote escaped as JSON or a repr escapes one (JSON
+        # of ``password="a b"``), never psycopg, which doubles every backslash.
+        end = _escaped_end(text, escaped.end(), escaped[0])
+    if end is not None:
+        rest = _WORD_REST.match(text, end)
+        return rest.end() if rest is not None else end
+    word = _WORD_VALUE.match(text, pos)
+    return word.end() if word is not None else pos
+
+
+def _double_quoted_end(text: str, start: int) -> int | None:
+    """Where the double-quoted value opening at ``start`` closes; None if it does not.
+
+    A quote behind an even run of backslashes is ambiguous (see
+    :func:`_plain_quoted_end`): the rest of the text is masked if a quote
+    beyond the word could close the value instead, else the value closes
+    there (psycopg writes the password ``"\\"`` as ``"\\\\"``, unquoted). With no
+    closing quote at all, the value is not a quoted one (psycopg writes ``"abc``).
+    """
+    pos = start + 1
+    while (pos := text.find('"', pos)) >= 0:
+        run = _backslashes_before(text, pos, start + 1)
+        pos += 1
+        if run == 0:
+            return pos
+        if run % 2 == 0:
+            space = _SPACE.search(text, pos)
+            beyond = text.find('"', space.end()) if space is not None else -1
+            return len(text) if beyond >= 0 else pos
+    return None
 
 
 # ``'name': value`` / ``"name": value``: a mapping as Python's repr or JSON writes it
 # (an exception quoting a configuration, a validation error's input), also
 # escaped inside a quoted string (``{\"password\": \"...\"}``: JSON in JSON).
 _QUOTED_KEY = re.compile(r"(?<!\\)(?P<q>\\*['\"])(?P<key>[A-Za-z_][\w.-]*)(?P=q)\s*:\s*")
+# ``('name', value)`` / ``["name", value]``: a key/value pair as Python's repr
+# or JSON writes it (``parse_qsl``, ``list(mapping.items())``, HTTP headers as
+# a list of pairs, in bytes as ASGI writes them), escaped inside a quoted
+# string too. Any sequence whose first item is a credential name counts, so
+# ``['password', 'user']`` loses its second item: a false positive is cheap.
+_PAIR_KEY = re.compile(r"[(\[]\s*b?(?P<q>\\*['\"])(?P<key>[A-Za-z_][\w.-]*)(?P=q)\s*,\s*")
+# ``Secret('...')``: a credential-named class or function called with a quoted
+# first argument, as the repr of an object holding a secret writes it.
+_CALL_ARG = re.compile(r"(?<!\w)(?P<name>\w+)\(\s*(?P<value>[bru]{0,2}(?P<q>\\*['\"]))")
 # A quoted value (an unterminated one runs to the end), else up to a separator.
 _REPR_VALUE = re.compile(
     r"[bru]{0,2}(?:'(?:\\.|[^'\\])*(?:'|$)|\"(?:\\.|[^\"\\])*(?:\"|$))|[^\s,}\]]+"
 )
+# An unquoted item of a pair: a number, ``None``, ``null``.
+_PAIR_ITEM = re.compile(r"[^\s,)}\]]+")
+# A call as a value (``SecretStr('a b')``): masked whole, to its closing parenthesis.
+_CALL_VALUE = re.compile(r"[A-Za-z_][\w.]*(?=\()")
 _OPEN = {"{": "}", "[": "]", "(": ")"}
 # A quoted value's opening, with a repr's string prefix (``b'...'``).
 _STRING_PREFIX = re.compile(r"[bru]{0,2}['\"]")
@@ -370,26 +448,62 @@ def _plain_quoted_end(text: str, start: int) -> int:
 def _quoted_pairs(text: str) -> Iterator[tuple[int, int, int]]:
     """Each ``'name': value`` whose name is credential-like: (start, end of key, end of value).
 
-    A bracketed value (a nested mapping or list) is masked whole.
+    A bracketed value (a nested mapping or list) or a call is masked whole.
     """
     pos = 0
     while (pair := _QUOTED_KEY.search(text, pos)) is not None:
         pos = pair.end()
         if not is_credential_key(pair["key"]) or pos >= len(text):
             continue
-        quote = pair["q"]
-        if text[pos] in _OPEN:
-            end = _nested_end(text, pos)
-        elif len(quote) > 1 and text.startswith(quote, pos):
-            end = _escaped_end(text, pos + len(quote), quote)
-        elif (opened := _STRING_PREFIX.match(text, pos)) is not None:
-            end = _plain_quoted_end(text, opened.end() - 1)
-        else:
-            value = _REPR_VALUE.match(text, pos)
-            end = value.end() if value is not None else pos
+        end = _repr_value_end(text, pos, pair["q"], _REPR_VALUE)
         if text[pos:end] != MASK:
             yield pair.start(), pair.end(), end
         pos = end
+
+
+def _pair_items(text: str) -> Iterator[tuple[int, int]]:
+    """Each ``('name', value)`` whose name is credential-like: (start, end of the value)."""
+    pos = 0
+    while (pair := _PAIR_KEY.search(text, pos)) is not None:
+        pos = pair.end()
+        if not is_credential_key(pair["key"]) or pos >= len(text):
+            continue
+        end = _repr_value_end(text, pos, pair["q"], _PAIR_ITEM)
+        if end > pos and text[pos:end] != MASK:  # ``('password',)`` holds no value
+            yield pos, end
+        pos = end
+
+
+def _repr_value_end(text: str, pos: int, quote: str, unquoted: re.Pattern[str]) -> int:
+    """Where the value at ``pos`` ends, its key quoted with ``quote`` (``'``, ``\\"``).
+
+    ``unquoted`` reads a value that is neither quoted, nor bracketed, nor a call.
+    """
+    if text[pos] in _OPEN:
+        return _nested_end(text, pos)
+    if len(quote) > 1 and text.startswith(quote, pos):
+        return _escaped_end(text, pos + len(quote), quote)
+    if (opened := _STRING_PREFIX.match(text, pos)) is not None:
+        return _plain_quoted_end(text, opened.end() - 1)
+    if (call := _CALL_VALUE.match(text, pos)) is not None:
+        return _nested_end(text, call.end())
+    value = unquoted.match(text, pos)
+    return value.end() if value is not None else pos
+
+
+def _call_args(text: str) -> Iterator[tuple[int, int]]:
+    """Each quoted first argument of a credential-named call: (start, end of the argument)."""
+    pos = 0
+    while (call := _CALL_ARG.search(text, pos)) is not None:
+        pos = call.end()
+        if not is_credential_key(call["name"]):
+            continue
+        quote = call["q"]
+        if len(quote) > 1:
+            pos = _escaped_end(text, pos, quote)
+        else:
+            pos = _plain_quoted_end(text, pos - 1)
+        yield call.start("value"), pos
 
 
 def _url_passwords(text: str) -> Iterator[re.Match[str]]:
@@ -437,11 +551,20 @@ def has_inline_credential(text: str) -> bool:
 
 
 def redact(text: str) -> str:
-    """``text`` with the credentials in URLs, ``name=value`` pairs and mapping reprs masked."""
+    """``text`` with credentials masked: in URLs, reprs, calls and ``name=value`` pairs.
+
+    Each kind is masked in turn, on the text the previous ones left. Calls
+    come after the reprs: a credential word before ``('`` may be prose, and
+    its guessed argument must not hide a mapping's key from them. They come
+    before the ``name=value`` pairs, so that ``password=Secret('a b')`` is
+    masked whole.
+    """
     text = _masked(text, ((m.start(), f"{m['head']}:", m.end("pw")) for m in _url_passwords(text)))
     text = _masked(
         text, ((start, text[start:kept], end) for start, kept, end in _quoted_pairs(text))
     )
+    text = _masked(text, ((start, "", end) for start, end in _pair_items(text)))
+    text = _masked(text, ((start, "", end) for start, end in _call_args(text)))
     return _masked(
         text, ((start, f"{key}=", end) for start, key, _, end in _credential_pairs(text))
     )
