@@ -502,8 +502,21 @@ class PostgresExtraction(SessionRead[Session]):
             if i.unique and not i.partial and not i.expressions
         ]
         exact = tie_free(order, unique, lambda c: c in work.not_null)
+        # The cursor is never NULL in the window (``<=`` its upper bound).
+        never_null = all(c in work.not_null or c == spec.column for c in order)
+
+        def typed(i: int, value: Any) -> sql.Composable:
+            source_type = sql.SQL(work.by_name[order[i]].source_type)
+            return sql.SQL("CAST({} AS {})").format(sql.Literal(value), source_type)
 
         def keyset(values: list[Any], *, after: bool) -> sql.Composable:
+            if never_null and all(v is not None for v in values):
+                # A row comparison: what a btree index on (cursor, key...) serves.
+                return sql.SQL("({}) {} ({})").format(
+                    order_sql,
+                    sql.SQL(">" if after else "<="),
+                    sql.SQL(", ").join(typed(i, v) for i, v in enumerate(values)),
+                )
             # ORDER BY's ascending order puts NULLs last.
             terms = keyset_terms(values, after=after, nulls_first=False)
             if not terms:
@@ -514,12 +527,7 @@ class PostgresExtraction(SessionRead[Session]):
                         sql.SQL(" AND ").join(
                             sql.SQL("{} {}").format(source[i], sql.SQL(op.upper()))
                             if value is None
-                            else sql.SQL("{} {} CAST({} AS {})").format(
-                                source[i],
-                                sql.SQL(op),
-                                sql.Literal(value),
-                                sql.SQL(work.by_name[order[i]].source_type),
-                            )
+                            else sql.SQL("{} {} {}").format(source[i], sql.SQL(op), typed(i, value))
                             for i, op, value in term
                         )
                     )
