@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -243,3 +244,31 @@ def test_null_and_repeated_keys_at_page_edges_are_read_once_each(
     # A view has no index to prove its keys unique: it pages the same way.
     admin.execute(f"CREATE VIEW {schema}.w AS SELECT * FROM {schema}.t")
     assert _rows(source, make_request, pgt, "w", ["id", "v"]) == rows
+
+
+def test_a_cast_cursor_or_key_pages_by_the_columns_own_values(
+    admin, schema, source, make_request, pgt
+):
+    # A cast rounds what is read (1.003 -> 1.00): a page's last row compared
+    # by its rounded value re-read the same page forever (cursor) or skipped
+    # rows (key).
+    admin.execute(f"CREATE TABLE {schema}.t (id numeric PRIMARY KEY, c numeric NOT NULL)")
+    admin.execute(
+        f"INSERT INTO {schema}.t SELECT g, 1 + g * 0.001 FROM generate_series(1, 20) g"
+        f" UNION ALL SELECT 1 + g * 0.004, 7 FROM generate_series(1, 20) g"
+    )
+    for column, casts in (("c", {"id": "numeric(20,2)"}), ("c", {"c": "numeric(20,2)"})):
+        req = make_request(
+            "t",
+            strategy="cursor",
+            cursor=CursorSpec(column),
+            batch_rows=2,
+            options={"page_rows": 3, "casts": casts},
+        )
+        ext = source.read(req)
+        try:
+            messages = list(itertools.islice(ext, 200))  # a looping read never ends
+        finally:
+            ext.finish("abort")
+        assert pgt.states(messages), f"the read with casts {casts} never ended"
+        assert ext.receipt.rows == 40

@@ -29,9 +29,10 @@ the relation reveal it to reconciliation). Pages are ordered and compared on
 the relation's own columns, NULLs where ``ORDER BY`` puts them (last). Where a
 unique index over NOT NULL columns lies within (cursor, key...), no two rows
 tie and a page is the next ``page_rows`` rows; otherwise (a view, a nullable
-or non-unique key) a page ends at the ``page_rows``-th row's values and takes
-every row tied with it, so that a row equal to a page's last one is never
-skipped.
+or non-unique key, a cast column, whose values are read rounded or as text)
+a page ends at the ``page_rows``-th row's values, read as the columns' own
+text, and takes every row tied with it, so that a row equal to a page's last
+one is never skipped.
 
 A read creates no staging relation (the transaction is read only), so the
 only resources to guard are the session and its stream: any failure before
@@ -501,7 +502,13 @@ class PostgresExtraction(SessionRead[Session]):
             for i in indexes.get(work.relation.oid, [])
             if i.unique and not i.partial and not i.expressions
         ]
-        exact = tie_free(order, unique, lambda c: c in work.not_null)
+        # A page's last row is read through the select list: a cast column
+        # hands over its cast value (1.003 as 1.00), not the column's, so such
+        # pages end at an edge row whose values are read as the column's text.
+        casts = self._options.casts
+        exact = not any(c in casts for c in order) and tie_free(
+            order, unique, lambda c: c in work.not_null
+        )
 
         def keyset(values: list[Any], *, after: bool) -> sql.Composable:
             # ORDER BY's ascending order puts NULLs last.
