@@ -10,7 +10,7 @@ import pytest
 
 from combined.connectors.abc import CursorSpec
 from combined.connectors.postgres import ControlTotals
-from combined.errors import ConfigError
+from combined.errors import ConfigError, SchemaMismatch
 
 
 def _read_table(source, make_request, pgt, table="t", state=None, lookback=None, **kw):
@@ -272,3 +272,30 @@ def test_a_cast_cursor_or_key_pages_by_the_columns_own_values(
             ext.finish("abort")
         assert pgt.states(messages), f"the read with casts {casts} never ended"
         assert ext.receipt.rows == 40
+
+
+@pytest.mark.parametrize(
+    ("kind", "low", "top"),
+    [
+        ("double precision", "2", "NaN"),
+        ("real", "2", "Infinity"),
+        ("numeric", "2", "NaN"),
+        ("timestamptz", "2024-01-01", "infinity"),
+    ],
+)
+def test_a_cursor_value_above_every_value_is_refused_not_checkpointed(
+    admin, schema, source, make_request, pgt, kind, low, top
+):
+    # NaN and infinity sort above every value: a float cursor checkpointed
+    # there never compared a later row above it, and was stuck without a word.
+    admin.execute(f"CREATE TABLE {schema}.t (id int PRIMARY KEY, c {kind})")
+    admin.execute(f"INSERT INTO {schema}.t VALUES (1, %s), (2, %s)", (low, top))
+    for state in (None, {"cursor": low}):
+        with pytest.raises(SchemaMismatch, match="sorts above every value") as info:
+            _read_table(source, make_request, pgt, state=state, column="c")
+        assert "snapshot strategy" in (info.value.hint or "")
+    if kind in ("double precision", "real"):
+        # A checkpoint already stored as NaN or infinity is refused too.
+        admin.execute(f"DELETE FROM {schema}.t WHERE id = 2")
+        with pytest.raises(SchemaMismatch, match="sorts above every value"):
+            _read_table(source, make_request, pgt, state={"cursor": float(top)}, column="c")

@@ -25,7 +25,9 @@ that snapshot before the first page; the lower bound is exclusive, so
 without a lookback a row committed late with a value at or below the last
 checkpoint is never read (the documented limit of the strategy), and an
 update that does not move the cursor is never seen (control totals over
-the relation reveal it to reconciliation). Pages are ordered and compared on
+the relation reveal it to reconciliation). A NaN or infinity in the cursor
+column (above every value) is refused, never checkpointed: no later row
+would compare above it. Pages are ordered and compared on
 the relation's own columns, NULLs where ``ORDER BY`` puts them (last). Where a
 unique index over NOT NULL columns lies within (cursor, key...), no two rows
 tie and a page is the next ``page_rows`` rows; otherwise (a view, a nullable
@@ -80,6 +82,7 @@ from combined.errors import (
     CombinedError,
     ConfigError,
     ProtocolViolation,
+    SchemaMismatch,
     SourceUnavailable,
     UnsupportedType,
 )
@@ -179,6 +182,23 @@ def range_predicate(
     if include_nulls:
         return sql.SQL("({} OR {} IS NULL)").format(both, col)
     return both
+
+
+def _cursor_value(text: str | None, plan: ColumnPlan) -> Any:
+    """A cursor's upper bound or checkpoint, from its PostgreSQL text.
+
+    NaN and infinity sort above every value: checkpointed, no later row
+    would ever compare above them, so they are refused.
+    """
+    if text is not None and text.lower() in ("nan", "infinity"):
+        raise SchemaMismatch(
+            f"cursor column {plan.name!r} ({plan.source_type}) holds {text!r}, which sorts "
+            "above every value: a checkpoint there would never read a later row",
+            hint="read the relation through a view that leaves those rows out, "
+            "or capture it with the snapshot strategy",
+            column=plan.name,
+        )
+    return value_from_text(text, plan)
 
 
 def _and(parts: Sequence[sql.Composable | None]) -> sql.Composable:
@@ -468,7 +488,8 @@ class PostgresExtraction(SessionRead[Session]):
                 sql.SQL("SELECT {}, {} FROM {}").format(top, greatest, work.relation.ident),
                 "reading the cursor's upper bound",
             )[0]
-        work.upper = value_from_text(upper_text, plan)
+        work.upper = _cursor_value(upper_text, plan)
+        best = _cursor_value(best_text, plan)  # a stored NaN or infinity is refused too
         if work.upper is None:
             work.control_where = sql.SQL("false")
             return
@@ -567,7 +588,7 @@ class PostgresExtraction(SessionRead[Session]):
         )
         if total:
             # Never move the checkpoint backwards (rows above it may have been deleted).
-            work.checkpoint = value_from_text(best_text, plan) if last is not None else work.upper
+            work.checkpoint = best if last is not None else work.upper
 
     def _lower_bound(self, plan: ColumnPlan, last: Any, lookback: Any) -> sql.Composable:
         """``last`` minus the lookback: rows above it are read again (the key dedups them)."""
