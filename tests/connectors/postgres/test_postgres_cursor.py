@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from combined.connectors.abc import CursorSpec
-from combined.connectors.postgres import ControlTotals
+from combined.connectors.postgres import ControlTotals, PostgresSource
 from combined.errors import ConfigError, SchemaMismatch
 
 
@@ -299,3 +299,23 @@ def test_a_cursor_value_above_every_value_is_refused_not_checkpointed(
         admin.execute(f"DELETE FROM {schema}.t WHERE id = 2")
         with pytest.raises(SchemaMismatch, match="sorts above every value"):
             _read_table(source, make_request, pgt, state={"cursor": float(top)}, column="c")
+
+
+def test_a_float_checkpoint_is_exact_whatever_the_servers_extra_float_digits(
+    admin, schema, pg_dsn, make_request, pgt
+):
+    # A role or database may set extra_float_digits = 0 (15 digits): the
+    # maximum 1 - 2**-52 read as '1' checkpointed 1.0, above a row written
+    # later at 1 - 2**-53, which no read ever saw.
+    admin.execute(f"CREATE TABLE {schema}.t (id int PRIMARY KEY, c double precision)")
+    admin.execute(f"INSERT INTO {schema}.t VALUES (1, %s)", (1 - 2**-52,))
+    dsn = pg_dsn + ("&" if "?" in pg_dsn else "?") + "options=-c%20extra_float_digits%3D0"
+    source = PostgresSource({"dsn": dsn, "schemas": [schema]})
+    try:
+        ids, (first,), _ = _cursor_read(source, make_request, pgt, column="c")
+        assert ids == [1] and first.state["cursor"] == 1 - 2**-52
+        admin.execute(f"INSERT INTO {schema}.t VALUES (2, %s)", (1 - 2**-53,))
+        ids, _, _ = _cursor_read(source, make_request, pgt, column="c", state=first.state)
+        assert ids == [2]
+    finally:
+        source.close()
