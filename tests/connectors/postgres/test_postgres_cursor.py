@@ -319,3 +319,26 @@ def test_a_float_checkpoint_is_exact_whatever_the_servers_extra_float_digits(
         assert ids == [2]
     finally:
         source.close()
+
+
+def test_a_unique_index_under_another_collation_does_not_prove_keys_tie_free(
+    admin, schema, source, make_request, pgt
+):
+    # The column compares 'a1' and 'A1' equal; its unique index (under "C")
+    # holds them apart. Pages trusted the index: a key tied with a page's
+    # last row was skipped (32 of 40 rows read).
+    admin.execute(
+        f"CREATE COLLATION {schema}.ci (provider = icu, locale = 'und-u-ks-level2',"
+        " deterministic = false)"
+    )
+    admin.execute(
+        f"CREATE TABLE {schema}.t (v int, k text COLLATE {schema}.ci NOT NULL,"
+        " updated_at timestamptz NOT NULL)"
+    )
+    admin.execute(f'CREATE UNIQUE INDEX ON {schema}.t (k COLLATE "C")')
+    admin.execute(
+        f"INSERT INTO {schema}.t SELECT g, CASE WHEN g % 2 = 0 THEN 'A' ELSE 'a' END"
+        " || (g / 2), '2024-01-01' FROM generate_series(1, 40) g"
+    )
+    rows = _rows(source, make_request, pgt, "t", ["v"], key=("k",))
+    assert sorted(v for (v,) in rows) == list(range(1, 41))

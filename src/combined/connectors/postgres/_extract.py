@@ -521,7 +521,7 @@ class PostgresExtraction(SessionRead[Session]):
         unique = [
             i.columns
             for i in indexes.get(work.relation.oid, [])
-            if i.unique and not i.partial and not i.expressions
+            if i.unique and not i.partial and not i.expressions and i.own_collations
         ]
         # A page's last row is read through the select list: a cast column
         # hands over its cast value (1.003 as 1.00), not the column's, so such
