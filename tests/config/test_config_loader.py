@@ -333,6 +333,18 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
         "negative",
     ),
     (
+        # Rows of the lookback window are read again every run: an append
+        # stream kept each of them once more (5 of 10 events twice).
+        "append of a lookback",
+        source(
+            strategy="cursor",
+            sync_mode="append",
+            cursor={"column": "id", "lookback": 5, "trust": "t"},
+        ),
+        f"{ORDERS}.cursor.lookback",
+        "sync_mode: incremental",
+    ),
+    (
         "full refresh of a cursor",
         source(strategy="cursor", sync_mode="full_refresh", cursor={"column": "id", "trust": "t"}),
         f"{ORDERS}.sync_mode",

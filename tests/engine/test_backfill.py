@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from combined.catalog import data as cat
 from combined.engine import Engine
@@ -244,5 +246,99 @@ def test_a_backfill_meets_the_drift_policy_as_a_capture_does(
         with engine.catalog.begin() as conn:
             outcomes = [e.body["outcome"] for e in cat.activity(conn, kind="drift")]
         assert sorted(outcomes) == ["evolve", "fail"]  # the accepted drift is in the feed too
+    finally:
+        engine.close()
+
+
+def _keyed(tmp_path: Path, dsn: str, ddl: str, rows: str, key: str) -> Engine:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(ddl)
+        conn.execute(rows)
+    project = PROJECT.replace("orders", "t").replace("key: [id]", f"key: [{key}]")
+    (tmp_path / "combined.yaml").write_text(project.format(dsn=dsn))
+    engine = Engine.open(tmp_path / "combined.yaml")
+    (run,) = engine.capture()
+    assert run.state == "succeeded", run.error
+    return engine
+
+
+@pytest.fixture
+def new_york(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's local time zone is not UTC (DuckDB takes it for TIMESTAMPTZ text)."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize(
+    ("ddl", "rows", "key", "lower", "upper"),
+    [
+        # '0.7' as a real is 0.69999999: the source's range ends below that
+        # row, the lake's ('0.7' as a double) above it, which deleted it.
+        (
+            "CREATE TABLE t (id real PRIMARY KEY, v int)",
+            "INSERT INTO t SELECT (g / 10.0)::real, g FROM generate_series(1, 20) g",
+            "id",
+            "0.3",
+            "0.7",
+        ),
+        # The source reads a bound without a zone in UTC, the lake read it in
+        # the process's zone: rows of the hours between were deleted.
+        (
+            "CREATE TABLE t (at timestamptz, dev int, v int, PRIMARY KEY (at, dev))",
+            "INSERT INTO t SELECT timestamptz '2024-01-01 00:00+00' + g * interval '1 hour',"
+            " 1, g FROM generate_series(0, 100) g",
+            "at, dev",
+            "2024-01-02 00:00",
+            "2024-01-03 00:00",
+        ),
+    ],
+    ids=["real", "timestamptz"],
+)
+def test_a_range_backfill_deletes_nothing_outside_the_sources_range(
+    tmp_path: Path,
+    pg_database: str,
+    new_york: None,
+    ddl: str,
+    rows: str,
+    key: str,
+    lower: str,
+    upper: str,
+) -> None:
+    engine = _keyed(tmp_path, pg_database, ddl, rows, key)
+    try:
+        before = engine.sql("SELECT * FROM pg.t ORDER BY v").to_pylist()
+        run = engine.backfill("pg.t", partitions=2, lower=lower, upper=upper)
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["t"]["deletes"] == 0
+        assert run.stats["t"]["reconciliation"] == "reconciled"
+        assert engine.sql("SELECT * FROM pg.t ORDER BY v").to_pylist() == before
+    finally:
+        engine.close()
+
+
+def test_a_range_backfill_over_numbers_the_lake_keeps_as_text_is_refused(
+    tmp_path: Path, pg_database: str
+) -> None:
+    # numeric without a precision lands as text, which orders '1500' between
+    # '100' and '200': a range 100..200 took 1000..1999 for its own and
+    # deleted them from the lake, reconciled.
+    engine = _keyed(
+        tmp_path,
+        pg_database,
+        "CREATE TABLE t (id numeric PRIMARY KEY, v int)",
+        "INSERT INTO t SELECT g, g FROM generate_series(1, 3000) g",
+        "id",
+    )
+    try:
+        run = engine.backfill("pg.t", partitions=2, lower="100", upper="200")
+        assert run.state == "failed" and run.stats is None
+        assert "does not compare in the source's order" in (run.error or "")
+        assert "omit --from/--to" in (run.error or "")
+        assert engine.sql("SELECT count(*) AS n FROM pg.t").to_pylist() == [{"n": 3000}]
+        run = engine.backfill("pg.t", partitions=2)  # the whole table is still fine
+        assert run.state == "succeeded", run.error
     finally:
         engine.close()

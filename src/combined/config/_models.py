@@ -431,6 +431,17 @@ class DatasetConfig(_Model):
                     "remove `cursor:` or set `strategy: cursor`",
                 )
             )
+        if self.sync_mode == "append" and self.cursor is not None and self.cursor.lookback:
+            # The window is read again every run: the key makes that harmless
+            # in a keyed merge, an append stream would keep each row once more.
+            problems.append(
+                (
+                    ("cursor", "lookback"),
+                    "re-reads rows every run, which sync_mode append would keep twice",
+                    "use `sync_mode: incremental` (its key merges the re-read rows), "
+                    "or `lookback: 0`",
+                )
+            )
         if self.sync_mode == "full_refresh" and self.strategy != "snapshot":
             # A cursor or a change stream reads only what changed: replacing the
             # projection with it would drop every row it did not read.

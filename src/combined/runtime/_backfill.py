@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -85,30 +86,61 @@ class PartitionGroup:
         return receipts[0]
 
 
-def _duck_type(t: pa.DataType) -> str:
+def _duck_type(t: pa.DataType) -> str | None:
+    """The DuckDB type that parses and orders a bound as the source does (None: none does)."""
     if pa.types.is_integer(t):
         return "BIGINT"
-    if pa.types.is_decimal(t):
+    if pa.types.is_decimal(t) and t.precision <= 38 and t.scale >= 0:
         return f"DECIMAL({t.precision}, {t.scale})"
     if pa.types.is_timestamp(t):
         return "TIMESTAMPTZ" if t.tz else "TIMESTAMP"
     if pa.types.is_date(t):
         return "DATE"
-    if pa.types.is_floating(t):
+    if pa.types.is_float32(t):
+        return "FLOAT"  # '0.7' as a double lies above the real 0.7 the source compares
+    if pa.types.is_float64(t):
         return "DOUBLE"
-    return "VARCHAR"
+    return None
+
+
+def _zoned(text: str) -> str:
+    """A timestamp bound without a zone, in UTC: the source's session reads it so.
+
+    DuckDB would read it in the process's local zone.
+    """
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return text  # not ISO 8601: DuckDB reads it as written or refuses it
+    return value.replace(tzinfo=UTC).isoformat() if value.tzinfo is None else text
 
 
 def range_filter(schema: pa.Schema | None, column: str, lower: Any, upper: Any) -> str | None:
-    """SQL selecting ``lower <= column < upper`` in the lake (None: the whole table)."""
+    """SQL selecting ``lower <= column < upper`` in the lake (None: the whole table).
+
+    The bounds are read as the source reads them, so that the lake's range
+    is the source's. Raises :class:`~combined.errors.ConfigError` where the
+    lake keeps the column as a type that does not compare in the source's
+    order (a numeric without a precision, kept as text): ids of rows outside
+    the source's range would be taken for deletes.
+    """
     if schema is None or (lower is None and upper is None):
         return None
-    duck = _duck_type(schema.field(column).type)
+    kind = schema.field(column).type
+    duck = _duck_type(kind)
+    if duck is None:
+        raise ConfigError(
+            f"the lake keeps column {column!r} as {kind}, which does not compare in the "
+            "source's order: a range over it cannot find the range's deletes in the lake",
+            hint="omit --from/--to to backfill the whole table",
+            column=column,
+        )
     col = quote_ident(column)
     parts = []
     for op, value in ((">=", lower), ("<", upper)):
         if value is not None:
-            text = str(value).replace("'", "''")
+            text = _zoned(str(value)) if duck == "TIMESTAMPTZ" else str(value)
+            text = text.replace("'", "''")
             parts.append(f"{col} {op} CAST('{text}' AS {duck})")
     return " AND ".join(parts)
 
@@ -150,6 +182,10 @@ def stage_partitioned(
         raise ConfigError("a backfill needs a column to partition on", hint="pass --column")
     table = table_of(layout, plan)
     last = table.latest_commit()
+    # Before any read: a range the lake cannot match is refused up front.
+    current_filter = (
+        range_filter(table.schema(), column, spec.lower, spec.upper) if column in plan.key else None
+    )
     request = ReadRequest(
         dataset=plan.name,
         relation=plan.relation,
@@ -256,11 +292,7 @@ def stage_partitioned(
         # moved out of the range: such a backfill upserts and infers no delete.
         full=column in plan.key or not ranged,
         prior_state=last.get("checkpoint") if last else None,
-        current_filter=(
-            range_filter(table.schema(), column, spec.lower, spec.upper)
-            if column in plan.key
-            else None
-        ),
+        current_filter=current_filter,
         control={
             "column": column,
             "lower": spec.lower,

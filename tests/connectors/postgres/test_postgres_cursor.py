@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
 
 from combined.connectors.abc import CursorSpec
-from combined.connectors.postgres import ControlTotals
-from combined.errors import ConfigError
+from combined.connectors.postgres import ControlTotals, PostgresSource
+from combined.errors import ConfigError, SchemaMismatch
 
 
 def _read_table(source, make_request, pgt, table="t", state=None, lookback=None, **kw):
@@ -243,3 +244,101 @@ def test_null_and_repeated_keys_at_page_edges_are_read_once_each(
     # A view has no index to prove its keys unique: it pages the same way.
     admin.execute(f"CREATE VIEW {schema}.w AS SELECT * FROM {schema}.t")
     assert _rows(source, make_request, pgt, "w", ["id", "v"]) == rows
+
+
+def test_a_cast_cursor_or_key_pages_by_the_columns_own_values(
+    admin, schema, source, make_request, pgt
+):
+    # A cast rounds what is read (1.003 -> 1.00): a page's last row compared
+    # by its rounded value re-read the same page forever (cursor) or skipped
+    # rows (key).
+    admin.execute(f"CREATE TABLE {schema}.t (id numeric PRIMARY KEY, c numeric NOT NULL)")
+    admin.execute(
+        f"INSERT INTO {schema}.t SELECT g, 1 + g * 0.001 FROM generate_series(1, 20) g"
+        f" UNION ALL SELECT 1 + g * 0.004, 7 FROM generate_series(1, 20) g"
+    )
+    for column, casts in (("c", {"id": "numeric(20,2)"}), ("c", {"c": "numeric(20,2)"})):
+        req = make_request(
+            "t",
+            strategy="cursor",
+            cursor=CursorSpec(column),
+            batch_rows=2,
+            options={"page_rows": 3, "casts": casts},
+        )
+        ext = source.read(req)
+        try:
+            messages = list(itertools.islice(ext, 200))  # a looping read never ends
+        finally:
+            ext.finish("abort")
+        assert pgt.states(messages), f"the read with casts {casts} never ended"
+        assert ext.receipt.rows == 40
+
+
+@pytest.mark.parametrize(
+    ("kind", "low", "top"),
+    [
+        ("double precision", "2", "NaN"),
+        ("real", "2", "Infinity"),
+        ("numeric", "2", "NaN"),
+        ("timestamptz", "2024-01-01", "infinity"),
+    ],
+)
+def test_a_cursor_value_above_every_value_is_refused_not_checkpointed(
+    admin, schema, source, make_request, pgt, kind, low, top
+):
+    # NaN and infinity sort above every value: a float cursor checkpointed
+    # there never compared a later row above it, and was stuck without a word.
+    admin.execute(f"CREATE TABLE {schema}.t (id int PRIMARY KEY, c {kind})")
+    admin.execute(f"INSERT INTO {schema}.t VALUES (1, %s), (2, %s)", (low, top))
+    for state in (None, {"cursor": low}):
+        with pytest.raises(SchemaMismatch, match="sorts above every value") as info:
+            _read_table(source, make_request, pgt, state=state, column="c")
+        assert "snapshot strategy" in (info.value.hint or "")
+    if kind in ("double precision", "real"):
+        # A checkpoint already stored as NaN or infinity is refused too.
+        admin.execute(f"DELETE FROM {schema}.t WHERE id = 2")
+        with pytest.raises(SchemaMismatch, match="sorts above every value"):
+            _read_table(source, make_request, pgt, state={"cursor": float(top)}, column="c")
+
+
+def test_a_float_checkpoint_is_exact_whatever_the_servers_extra_float_digits(
+    admin, schema, pg_dsn, make_request, pgt
+):
+    # A role or database may set extra_float_digits = 0 (15 digits): the
+    # maximum 1 - 2**-52 read as '1' checkpointed 1.0, above a row written
+    # later at 1 - 2**-53, which no read ever saw.
+    admin.execute(f"CREATE TABLE {schema}.t (id int PRIMARY KEY, c double precision)")
+    admin.execute(f"INSERT INTO {schema}.t VALUES (1, %s)", (1 - 2**-52,))
+    dsn = pg_dsn + ("&" if "?" in pg_dsn else "?") + "options=-c%20extra_float_digits%3D0"
+    source = PostgresSource({"dsn": dsn, "schemas": [schema]})
+    try:
+        ids, (first,), _ = _cursor_read(source, make_request, pgt, column="c")
+        assert ids == [1] and first.state["cursor"] == 1 - 2**-52
+        admin.execute(f"INSERT INTO {schema}.t VALUES (2, %s)", (1 - 2**-53,))
+        ids, _, _ = _cursor_read(source, make_request, pgt, column="c", state=first.state)
+        assert ids == [2]
+    finally:
+        source.close()
+
+
+def test_a_unique_index_under_another_collation_does_not_prove_keys_tie_free(
+    admin, schema, source, make_request, pgt
+):
+    # The column compares 'a1' and 'A1' equal; its unique index (under "C")
+    # holds them apart. Pages trusted the index: a key tied with a page's
+    # last row was skipped (32 of 40 rows read).
+    admin.execute(
+        f"CREATE COLLATION {schema}.ci (provider = icu, locale = 'und-u-ks-level2',"
+        " deterministic = false)"
+    )
+    admin.execute(
+        f"CREATE TABLE {schema}.t (v int, k text COLLATE {schema}.ci NOT NULL,"
+        " updated_at timestamptz NOT NULL)"
+    )
+    admin.execute(f'CREATE UNIQUE INDEX ON {schema}.t (k COLLATE "C")')
+    admin.execute(
+        f"INSERT INTO {schema}.t SELECT g, CASE WHEN g % 2 = 0 THEN 'A' ELSE 'a' END"
+        " || (g / 2), '2024-01-01' FROM generate_series(1, 40) g"
+    )
+    rows = _rows(source, make_request, pgt, "t", ["v"], key=("k",))
+    assert sorted(v for (v,) in rows) == list(range(1, 41))

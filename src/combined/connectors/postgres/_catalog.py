@@ -189,6 +189,10 @@ class Index:
     partial: bool
     expressions: bool
     method: str
+    #: Whether every key column is indexed under its own collation: an index
+    #: under another one ("C" for a case-insensitive column) holds apart
+    #: values that the column compares equal, so it proves no order tie-free.
+    own_collations: bool = True
 
 
 def indexes(session: Session, relids: Iterable[int]) -> dict[int, list[Index]]:
@@ -199,14 +203,22 @@ def indexes(session: Session, relids: Iterable[int]) -> dict[int, list[Index]]:
         "   WITH ORDINALITY AS k(attnum, ord) JOIN pg_attribute a"
         "   ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
         "   WHERE k.ord <= i.indnkeyatts ORDER BY k.ord),"
-        " i.indpred IS NOT NULL, i.indexprs IS NOT NULL, am.amname::text"
+        " i.indpred IS NOT NULL, i.indexprs IS NOT NULL, am.amname::text,"
+        " NOT EXISTS (SELECT FROM unnest(CAST(i.indkey AS int2[]),"
+        "   CAST(i.indcollation AS oid[])) WITH ORDINALITY AS k(attnum, coll, ord)"
+        "   JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
+        "   WHERE k.ord <= i.indnkeyatts AND k.coll <> a.attcollation)"
         " FROM pg_index i JOIN pg_class ci ON ci.oid = i.indexrelid"
         " JOIN pg_am am ON am.oid = ci.relam"
         " WHERE i.indrelid = ANY({}) AND i.indisvalid ORDER BY 1, 2"
     ).format(_oid_array(relids))
     out: dict[int, list[Index]] = defaultdict(list)
-    for rel, name, prim, uniq, cols, partial, exprs, method in session.rows(q, "reading indexes"):
-        out[rel].append(Index(rel, name, prim, uniq, tuple(cols or ()), partial, exprs, method))
+    for rel, name, prim, uniq, cols, partial, exprs, method, own in session.rows(
+        q, "reading indexes"
+    ):
+        out[rel].append(
+            Index(rel, name, prim, uniq, tuple(cols or ()), partial, exprs, method, own)
+        )
     return out
 
 

@@ -277,11 +277,14 @@ def query_error(exc: BaseException, settings: Settings, doing: str) -> CombinedE
     )
 
 
+# Float text must round-trip whatever a role or database sets (0 gives 15
+# digits): it becomes cursor checkpoints, page edges and values cast to text.
 SESSION_SETUP = (
     "SELECT pg_backend_pid(),"
     " set_config('TimeZone', 'UTC', false),"
     " set_config('DateStyle', 'ISO, YMD', false),"
-    " set_config('IntervalStyle', 'postgres', false)"
+    " set_config('IntervalStyle', 'postgres', false),"
+    " set_config('extra_float_digits', '3', false)"
 )
 
 

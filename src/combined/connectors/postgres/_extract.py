@@ -25,13 +25,16 @@ that snapshot before the first page; the lower bound is exclusive, so
 without a lookback a row committed late with a value at or below the last
 checkpoint is never read (the documented limit of the strategy), and an
 update that does not move the cursor is never seen (control totals over
-the relation reveal it to reconciliation). Pages are ordered and compared on
+the relation reveal it to reconciliation). A NaN or infinity in the cursor
+column (above every value) is refused, never checkpointed: no later row
+would compare above it. Pages are ordered and compared on
 the relation's own columns, NULLs where ``ORDER BY`` puts them (last). Where a
 unique index over NOT NULL columns lies within (cursor, key...), no two rows
 tie and a page is the next ``page_rows`` rows; otherwise (a view, a nullable
-or non-unique key) a page ends at the ``page_rows``-th row's values and takes
-every row tied with it, so that a row equal to a page's last one is never
-skipped.
+or non-unique key, a cast column, whose values are read rounded or as text)
+a page ends at the ``page_rows``-th row's values, read as the columns' own
+text, and takes every row tied with it, so that a row equal to a page's last
+one is never skipped.
 
 A read creates no staging relation (the transaction is read only), so the
 only resources to guard are the session and its stream: any failure before
@@ -79,6 +82,7 @@ from combined.errors import (
     CombinedError,
     ConfigError,
     ProtocolViolation,
+    SchemaMismatch,
     SourceUnavailable,
     UnsupportedType,
 )
@@ -178,6 +182,23 @@ def range_predicate(
     if include_nulls:
         return sql.SQL("({} OR {} IS NULL)").format(both, col)
     return both
+
+
+def _cursor_value(text: str | None, plan: ColumnPlan) -> Any:
+    """A cursor's upper bound or checkpoint, from its PostgreSQL text.
+
+    NaN and infinity sort above every value: checkpointed, no later row
+    would ever compare above them, so they are refused.
+    """
+    if text is not None and text.lower() in ("nan", "infinity"):
+        raise SchemaMismatch(
+            f"cursor column {plan.name!r} ({plan.source_type}) holds {text!r}, which sorts "
+            "above every value: a checkpoint there would never read a later row",
+            hint="read the relation through a view that leaves those rows out, "
+            "or capture it with the snapshot strategy",
+            column=plan.name,
+        )
+    return value_from_text(text, plan)
 
 
 def _and(parts: Sequence[sql.Composable | None]) -> sql.Composable:
@@ -467,7 +488,8 @@ class PostgresExtraction(SessionRead[Session]):
                 sql.SQL("SELECT {}, {} FROM {}").format(top, greatest, work.relation.ident),
                 "reading the cursor's upper bound",
             )[0]
-        work.upper = value_from_text(upper_text, plan)
+        work.upper = _cursor_value(upper_text, plan)
+        best = _cursor_value(best_text, plan)  # a stored NaN or infinity is refused too
         if work.upper is None:
             work.control_where = sql.SQL("false")
             return
@@ -499,9 +521,15 @@ class PostgresExtraction(SessionRead[Session]):
         unique = [
             i.columns
             for i in indexes.get(work.relation.oid, [])
-            if i.unique and not i.partial and not i.expressions
+            if i.unique and not i.partial and not i.expressions and i.own_collations
         ]
-        exact = tie_free(order, unique, lambda c: c in work.not_null)
+        # A page's last row is read through the select list: a cast column
+        # hands over its cast value (1.003 as 1.00), not the column's, so such
+        # pages end at an edge row whose values are read as the column's text.
+        casts = self._options.casts
+        exact = not any(c in casts for c in order) and tie_free(
+            order, unique, lambda c: c in work.not_null
+        )
         # The cursor is never NULL in the window (``<=`` its upper bound).
         never_null = all(c in work.not_null or c == spec.column for c in order)
 
@@ -568,7 +596,7 @@ class PostgresExtraction(SessionRead[Session]):
         )
         if total:
             # Never move the checkpoint backwards (rows above it may have been deleted).
-            work.checkpoint = value_from_text(best_text, plan) if last is not None else work.upper
+            work.checkpoint = best if last is not None else work.upper
 
     def _lower_bound(self, plan: ColumnPlan, last: Any, lookback: Any) -> sql.Composable:
         """``last`` minus the lookback: rows above it are read again (the key dedups them)."""
