@@ -114,3 +114,42 @@ def test_a_numeric_wider_than_38_digits_is_captured_exactly_and_compared_by_valu
         assert changed.stats is not None and changed.stats["orders"]["updates"] == 1
     finally:
         engine.close()
+
+
+def test_a_column_without_an_arrow_type_is_captured_through_a_declared_cast(
+    tmp_path: Path, pg_database: str
+) -> None:
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY, spot point, price money)")
+        conn.execute("INSERT INTO orders VALUES (1, '(1,2)', 12.5), (2, NULL, NULL)")
+    project = tmp_path / "combined.yaml"
+    project.write_text(PROJECT.split("      events:")[0].format(dsn=pg_database))
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "needs_review"
+        # The hint is what to write, where to write it.
+        assert 'casts: {"public.orders.spot": "text"} in the source configuration' in (
+            run.error or ""
+        )
+    finally:
+        engine.close()
+    text = PROJECT.split("      events:")[0].format(dsn=pg_database)
+    project.write_text(
+        text.replace(
+            "    datasets:",
+            '      casts: {"public.orders.spot": text, "orders.price": "numeric(12,2)"}\n'
+            "    datasets:",
+        )
+    )
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        rows = engine.sql("SELECT id, spot, price FROM pg.orders ORDER BY id").to_pylist()
+        assert rows == [
+            {"id": 1, "spot": "(1,2)", "price": Decimal("12.50")},
+            {"id": 2, "spot": None, "price": None},
+        ]
+    finally:
+        engine.close()

@@ -69,6 +69,8 @@ sources:
 #    config:
 #      dsn: postgresql://combined@crm.example.com:5432/crm
 #      password: {secret: "env:CRM_PASSWORD"}
+#      # columns with no arrow type (money, ranges, geometric), read as text:
+#      casts: {"public.invoices.amount_due": "numeric(14,2)"}
 #    datasets:
 #      customers:
 #        relation: public.customers

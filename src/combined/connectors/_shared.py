@@ -123,6 +123,29 @@ def sql_read_options(
     return SQLReadOptions(dict(casts), nums["batch_bytes"], nums["page_rows"], control)
 
 
+def casts_by_relation(value: Any, connector: str) -> dict[str, dict[str, str]]:
+    """A source's ``casts`` option, ``{"table.column": type}``, grouped by relation.
+
+    The relation is everything before the last dot (``orders`` or
+    ``sales.orders``), so ``{"sales.orders.total": "text"}`` gives
+    ``{"sales.orders": {"total": "text"}}``. Raises ConfigError for anything else.
+    """
+    if value is None:
+        return {}
+    example = 'for example casts: {"orders.legacy_date": "text"}'
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{connector} `casts` must map table.column to a type", hint=example)
+    out: dict[str, dict[str, str]] = {}
+    for key, cast in value.items():
+        table, dot, column = str(key).rpartition(".")
+        if not dot or not table or not column or not isinstance(cast, str):
+            raise ConfigError(
+                f"{connector} cast {key!r} must be written table.column: type", hint=example
+            )
+        out.setdefault(table, {})[column] = cast
+    return out
+
+
 def split_qualified(text: str, quote: str, hint: str) -> list[str]:
     """``a.b`` as its parts (one or two); ``quote`` quotes a part, doubled inside it.
 
@@ -429,6 +452,7 @@ __all__ = [
     "SessionRead",
     "SettingsSession",
     "Transaction",
+    "casts_by_relation",
     "check_lookback",
     "close_quietly",
     "final_state",

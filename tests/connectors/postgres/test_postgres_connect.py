@@ -10,6 +10,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from combined.connectors.abc import ReadRequest
 from combined.connectors.postgres import PostgresSource
 from combined.connectors.postgres._connect import Settings, query_error
 from combined.errors import (
@@ -145,9 +146,28 @@ def test_settings_validate_and_hide_the_secret():
         {"dsn": "host=h", "connect_timeout": 0},
         {"dsn": "host=h", "password": 5},
         {"dsn": "not a dsn ="},
+        {"dsn": "host=h", "casts": ["orders.total"]},
+        {"dsn": "host=h", "casts": {"total": "text"}},  # no table
+        {"dsn": "host=h", "casts": {"orders.total": 5}},
     ):
         with pytest.raises(ConfigError):
             Settings.from_config(bad)
+
+
+def test_casts_are_found_by_relation_and_refused_for_cdc():
+    config = {
+        "dsn": "host=h",
+        "casts": {"orders.a": "text", "public.orders.b": "text", "sales.orders.c": "text"},
+    }
+    settings = Settings.from_config(config)
+    assert settings.casts_for("orders") == {"a": "text", "b": "text"}
+    assert settings.casts_for("public.orders") == {"a": "text", "b": "text"}
+    assert settings.casts_for("sales.orders") == {"c": "text"}
+    assert settings.casts_for("sales.other") == {}
+    source = PostgresSource(config)
+    request = ReadRequest(dataset="o", relation="orders", key=("id",), strategy="cdc")
+    with pytest.raises(ConfigError, match="read by cdc"):
+        source.read(request)
 
 
 class _DriverError(Exception):

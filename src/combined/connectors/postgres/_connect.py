@@ -21,6 +21,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from combined._credentials import is_credential_key
+from combined.connectors._shared import casts_by_relation
 from combined.connectors._shared import close_quietly as shared_close_quietly
 from combined.connectors.abc import refuse_unknown_keys
 from combined.errors import (
@@ -89,6 +90,8 @@ class Settings:
     connect_timeout: int = 10
     application_name: str = DEFAULT_APPLICATION_NAME
     slot_prefix: str = DEFAULT_SLOT_PREFIX
+    #: Columns read through a cast, by relation (``orders`` or ``sales.orders``).
+    casts: Mapping[str, Mapping[str, str]] = field(default_factory=dict, hash=False)
 
     #: The configuration keys a PostgreSQL source takes: any other is refused.
     KEYS: ClassVar[tuple[str, ...]] = (
@@ -98,6 +101,7 @@ class Settings:
         "connect_timeout",
         "application_name",
         "slot_prefix",
+        "casts",
     )
 
     @classmethod
@@ -150,7 +154,14 @@ class Settings:
             connect_timeout=timeout,
             application_name=str(app or DEFAULT_APPLICATION_NAME),
             slot_prefix=str(config.get("slot_prefix", DEFAULT_SLOT_PREFIX)),
+            casts=casts_by_relation(config.get("casts"), "postgres"),
         )
+
+    def casts_for(self, relation: str) -> Mapping[str, str]:
+        """The casts declared for ``relation`` (``schema.table``, or its table in ``public``)."""
+        schema, _, table = relation.rpartition(".")
+        names = [table, f"public.{table}"] if schema in ("", "public") else [relation]
+        return {column: cast for name in names for column, cast in self.casts.get(name, {}).items()}
 
     def conninfo(self) -> str:
         """The libpq connection string, password included: never log or show it."""
@@ -260,7 +271,8 @@ def query_error(exc: BaseException, settings: Settings, doing: str) -> CombinedE
         # time part overflows nanoseconds): retrying cannot help.
         return SchemaMismatch(
             f"a value does not fit its arrow type while {doing}: {detail}",
-            hint='declare casts: {"<column>": "text"} for the column holding it',
+            hint='declare casts: {"<table>.<column>": "text"} in the source configuration '
+            "for the column holding it",
             **context,
         )
     if isinstance(exc, OSError) or any(f in low for f in _CONNECTION_FRAGMENTS):

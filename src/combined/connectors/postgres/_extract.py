@@ -126,8 +126,12 @@ class ReadOptions:
     control_totals: bool | str = False
 
     @classmethod
-    def of(cls, request: ReadRequest) -> ReadOptions:
-        """Validate ``request.options``; unknown keys are left to other layers."""
+    def of(cls, request: ReadRequest, settings: Settings | None = None) -> ReadOptions:
+        """Validate ``request.options``; unknown keys are left to other layers.
+
+        The source's ``casts`` for the relation (``settings``) apply unless
+        the read names its own.
+        """
         opts = request.options
         lifecycle = opts.get("lifecycle", "whole")
         if lifecycle not in ("whole", "streaming"):
@@ -135,8 +139,11 @@ class ReadOptions:
                 f"unknown postgres read lifecycle {lifecycle!r}",
                 hint="use whole (commit when read) or streaming (hold until the outcome)",
             )
+        casts = opts.get("casts")
+        if casts is None:
+            casts = {} if settings is None else settings.casts_for(request.relation)
         shared = sql_read_options(
-            request, opts.get("casts") or {}, batch_bytes=DEFAULT_BATCH_BYTES, page_rows=1_000_000
+            request, casts, batch_bytes=DEFAULT_BATCH_BYTES, page_rows=1_000_000
         )
         return cls(
             lifecycle, shared.casts, shared.batch_bytes, shared.page_rows, shared.control_totals
@@ -372,7 +379,8 @@ class PostgresExtraction(SessionRead[Session]):
             if p.route == "unsupported":
                 raise UnsupportedType(
                     f"column {p.name!r} of {rel.name!r} has type {p.source_type}: {p.reason}",
-                    hint=f'declare casts: {{"{p.name}": "text"}} to read its text form',
+                    hint=f'declare casts: {{"{rel.name}.{p.name}": "text"}} in the source '
+                    "configuration to read its text form",
                     relation=rel.name,
                     column=p.name,
                     source_type=p.source_type,

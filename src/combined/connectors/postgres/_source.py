@@ -138,6 +138,14 @@ class PostgresSource(BaseSource):
         minus the cursor's lookback.
         """
         if request.strategy == "cdc":
+            if self.settings.casts_for(request.relation):
+                # The change stream decodes each column by its own type: a
+                # column cast in the initial snapshot only would change type.
+                raise ConfigError(
+                    f"casts are declared for {request.relation!r}, which is read by cdc",
+                    hint="change data capture reads every column as its own type; remove its "
+                    "casts, or capture the relation with the snapshot or cursor strategy",
+                )
             return cdc_read(self.settings, request, self.slot_prefix)
         options = self._validate(request)
         ext = PostgresExtraction(self.settings, request, options)
@@ -202,7 +210,7 @@ class PostgresSource(BaseSource):
         """A lazy read of partition ``index`` in its own session, under the plan's snapshot."""
         check_open(plan)
         part = plan.partition(index)
-        options = ReadOptions.of(plan.request)
+        options = ReadOptions.of(plan.request, self.settings)
         ext = PostgresExtraction(
             self.settings,
             plan.request,
@@ -239,4 +247,4 @@ class PostgresSource(BaseSource):
             )
         require_cursor_and_key(request)
         catalog.parse_relation(request.relation)
-        return ReadOptions.of(request)
+        return ReadOptions.of(request, self.settings)

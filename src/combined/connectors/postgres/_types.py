@@ -46,8 +46,9 @@ money, ranges, geometric,  unsupported                     UnsupportedType namin
 tsvector, composite, ...                                   column, unless a cast is declared
 =========================  ==============================  ==============================
 
-A declared cast (``options["casts"] = {column: "text"}`` or
-``{column: "numeric(p,s)"}``) replaces the mapping for that column. Array
+A declared cast (the source's ``casts: {"table.column": "text"}`` or
+``"numeric(p,s)"``, or a read's ``options["casts"] = {column: ...}``)
+replaces the mapping for that column. Array
 lower bounds other than 1 are not kept: the list holds the elements in order.
 """
 
