@@ -280,11 +280,16 @@ class SingerExtraction(SessionRead[TapRun]):
             if not raw.strip():
                 continue
             try:
-                msg = decoder.decode(raw.decode("utf-8"))
+                msg = decoder.decode(raw.decode("utf-8").strip())
             except (UnicodeDecodeError, ValueError) as exc:
+                why = (
+                    f"{exc.msg} at column {exc.colno}"
+                    if isinstance(exc, json.JSONDecodeError)
+                    else str(exc)
+                )
                 raise self._fail(
                     proc,
-                    f"line {number} of the tap's output is not JSON ({exc}): expected one "
+                    f"line {number} of the tap's output is not JSON ({why}): expected one "
                     "Singer message (a JSON object) per line",
                     "the tap must write only Singer messages to standard output and its "
                     "logs to standard error",
