@@ -41,9 +41,11 @@ EVENTS: list[dict[str, Any]] = [
 ]
 
 
-def write_data(path: Path, users: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
+def write_data(
+    path: Path, users: list[dict[str, Any]], events: list[dict[str, Any]], **extra: Any
+) -> None:
     """The good tap's data file (the numbers written as their exact text)."""
-    text = json.dumps({"expected_token": TOKEN, "users": users, "events": events})
+    text = json.dumps({"expected_token": TOKEN, "users": users, "events": events, **extra})
     # 12345678901234567890.12 must reach the tap as that text, not as a float's.
     text = text.replace("1.2345678901234567e+19", "12345678901234567890.12")
     path.write_text(text)

@@ -4,7 +4,8 @@ Reads its rows from ``data_file`` (named in its ``--config``): a JSON object
 ``{"users": [...], "events": [...]}``. ``users`` is incremental by
 ``updated_at`` (the bookmark is ``bookmarks.users.replication_key_value``;
 records at or after it are sent again, as Singer SDK taps do); ``events`` is
-full table only. A STATE follows every ``state_every`` users and the end.
+full table only. A STATE follows every ``state_every`` users and the end;
+with ``fail_after: N`` in the data file the tap exits 1 after N users.
 The tap refuses to run unless ``api_token`` equals ``expected_token`` of the
 data file, and records what it saw (config path and mode, argv, state) in
 ``probe_file`` when the config names one.
@@ -160,6 +161,9 @@ def main() -> int:
         for n, row in enumerate(rows, 1):
             if start is not None and row["updated_at"] < start:
                 continue
+            if data.get("fail_after") is not None and n > data["fail_after"]:
+                print("the provider went away mid-stream", file=sys.stderr)
+                return 1
             emit({"type": "RECORD", "stream": "users", "record": row})
             mark = row["updated_at"]
             if incremental and n % every == 0:
