@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,40 @@ def bad_config(tmp_path: Path) -> Callable[..., dict[str, Any]]:
         return {
             "command": [sys.executable, str(TAPS / "bad_tap.py")],
             "config": {"mode": mode, "api_token": TOKEN, "pid_file": str(tmp_path / "pids")},
+            **options,
+        }
+
+    return make
+
+
+#: The one stream of the scripted tap's default catalog: ``s``, ``id`` and ``u`` integers.
+SCRIPT_PROPERTIES: dict[str, Any] = {"id": {"type": "integer"}, "u": {"type": ["null", "integer"]}}
+
+
+@pytest.fixture
+def scripted(tmp_path: Path) -> Callable[..., dict[str, Any]]:
+    """A source configuration of the scripted tap playing ``steps`` (see script_tap.py).
+
+    The catalog has one stream ``s`` of ``properties`` (default
+    :data:`SCRIPT_PROPERTIES`), keyed by ``id``, incremental by ``u``.
+    """
+
+    def make(
+        steps: list[dict[str, Any]],
+        properties: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> dict[str, Any]:
+        entry = {
+            "tap_stream_id": "s",
+            "schema": {"type": "object", "properties": properties or SCRIPT_PROPERTIES},
+            "key_properties": ["id"],
+            "replication_key": "u",
+        }
+        script = tmp_path / "script.json"
+        script.write_text(json.dumps({"catalog": {"streams": [entry]}, "steps": steps}))
+        return {
+            "command": [sys.executable, str(TAPS / "script_tap.py")],
+            "config": {"script": str(script)},
             **options,
         }
 

@@ -37,8 +37,10 @@ from combined.protocol import (
     TerminalOutcome,
 )
 
-_PLAIN = json.JSONDecoder()
-_EXACT = json.JSONDecoder(parse_float=Decimal)
+# Every number is parsed from its text as a Decimal: an integer written with a
+# fraction or an exponent (9007199254740993.0) stays exact, a double column
+# rounds once (float(Decimal) is correctly rounded, as float parsing is).
+_DECODER = json.JSONDecoder(parse_float=Decimal)
 _SHOWN = 80
 
 
@@ -268,7 +270,6 @@ class SingerExtraction(SessionRead[TapRun]):
         names = stream.names()
         cursor = request.strategy == "cursor"
         rows: _Rows | None = None
-        decoder = _PLAIN
         last_state: Any = None
         seen_state = False
         number = 0
@@ -280,7 +281,7 @@ class SingerExtraction(SessionRead[TapRun]):
             if not raw.strip():
                 continue
             try:
-                msg = decoder.decode(raw.decode("utf-8").strip())
+                msg = _DECODER.decode(raw.decode("utf-8").strip())
             except (UnicodeDecodeError, ValueError) as exc:
                 why = (
                     f"{exc.msg} at column {exc.colno}"
@@ -349,8 +350,6 @@ class SingerExtraction(SessionRead[TapRun]):
                     rows = _Rows(
                         stream.tap_stream_id, plans, self._selected(), stream.unsupported()
                     )
-                    exact = any(p.needs_decimal for p in plans)
-                    decoder = _EXACT if exact else _PLAIN
             elif kind == "ACTIVATE_VERSION":
                 # A full-table version switch: a snapshot capture replaces the whole
                 # stream already, and a cursor capture merges by key either way.

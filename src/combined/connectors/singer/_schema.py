@@ -58,11 +58,6 @@ class FieldPlan:
     source_type: str
     nullable: bool
 
-    @property
-    def needs_decimal(self) -> bool:
-        """Whether the stream's numbers must be parsed as exact decimals."""
-        return self.kind == "decimal"
-
     def column(self, values: list[Any]) -> pa.Array:
         """The values as one Arrow array; raises :class:`BadValue` for the first misfit.
 

@@ -1,0 +1,65 @@
+"""Exact lines from a scripted tap: number exactness, STATE placement, a stream never read."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from combined.connectors.abc import CursorSpec, ReadRequest
+from combined.connectors.singer import SingerSource
+from combined.protocol import Message, RecordBatchMessage
+
+Scripted = Callable[..., dict[str, Any]]
+
+SCHEMA = {
+    "type": "SCHEMA",
+    "stream": "s",
+    "schema": {
+        "type": "object",
+        "properties": {"id": {"type": "integer"}, "u": {"type": ["null", "integer"]}},
+    },
+    "key_properties": ["id"],
+}
+
+
+def out(message: dict[str, Any] | str) -> dict[str, str]:
+    """A step writing ``message`` (a dict as JSON, a str as it is) as one line."""
+    return {"out": message if isinstance(message, str) else json.dumps(message)}
+
+
+def record(i: int) -> dict[str, str]:
+    return out({"type": "RECORD", "stream": "s", "record": {"id": i, "u": i}})
+
+
+def state(i: int) -> dict[str, str]:
+    return out({"type": "STATE", "value": {"bookmarks": {"s": {"replication_key_value": i}}}})
+
+
+def read(
+    config: dict[str, Any], strategy: str = "snapshot", batch_rows: int = 1000
+) -> list[Message]:
+    request = ReadRequest(
+        dataset="s",
+        relation="s",
+        key=("id",),
+        strategy=strategy,  # type: ignore[arg-type]
+        cursor=CursorSpec("u", 0, "the tap's bookmark") if strategy == "cursor" else None,
+        batch_rows=batch_rows,
+    )
+    extraction = SingerSource(config).read(request)
+    try:
+        return list(extraction)
+    finally:
+        extraction.finish("success")
+
+
+def rows(messages: list[Message]) -> list[dict[str, Any]]:
+    return [r for m in messages if isinstance(m, RecordBatchMessage) for r in m.batch.to_pylist()]
+
+
+def test_integers_written_with_a_fraction_or_exponent_stay_exact(scripted: Scripted) -> None:
+    line = '{"type":"RECORD","stream":"s","record":{"id":9007199254740993.0,"u":1e3}}'
+    got = rows(read(scripted([out(SCHEMA), out(line)])))
+    # never through a float: 2**53 + 1 is not a float
+    assert got == [{"id": 9007199254740993, "u": 1000}]
