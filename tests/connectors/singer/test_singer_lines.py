@@ -8,7 +8,7 @@ from typing import Any
 
 from combined.connectors.abc import CursorSpec, ReadRequest
 from combined.connectors.singer import SingerSource
-from combined.protocol import Message, RecordBatchMessage
+from combined.protocol import Message, RecordBatchMessage, StateMessage
 
 Scripted = Callable[..., dict[str, Any]]
 
@@ -63,3 +63,49 @@ def test_integers_written_with_a_fraction_or_exponent_stay_exact(scripted: Scrip
     got = rows(read(scripted([out(SCHEMA), out(line)])))
     # never through a float: 2**53 + 1 is not a float
     assert got == [{"id": 9007199254740993, "u": 1000}]
+
+
+def _shape(messages: list[Message]) -> list[str]:
+    return [
+        f"rows {[r['id'] for r in m.batch.to_pylist()]}"
+        if isinstance(m, RecordBatchMessage)
+        else f"state {m.position}{' final' if m.final else ''}"
+        for m in messages
+        if isinstance(m, RecordBatchMessage | StateMessage)
+    ]
+
+
+def test_a_state_after_every_record_does_not_cut_the_batches(scripted: Scripted) -> None:
+    steps = [out(SCHEMA)]
+    for i in range(1, 6):
+        steps += [record(i), state(i)]
+    # one batch, not five of one row (each batch is a Parquet row group downstream),
+    # and the newest state after the records it covers
+    assert _shape(read(scripted(steps), "cursor")) == [
+        "rows [1, 2, 3, 4, 5]",
+        "state 5",
+        "state 5 final",
+    ]
+    # batches bounded by batch_rows: each state comes after every record before it
+    assert _shape(read(scripted(steps), "cursor", batch_rows=2)) == [
+        "rows [1, 2]",
+        "state 1",
+        "state 2",
+        "rows [3, 4]",
+        "state 3",
+        "state 4",
+        "rows [5]",
+        "state 5",
+        "state 5 final",
+    ]
+
+
+def test_a_state_before_any_record_and_records_after_the_last_state(scripted: Scripted) -> None:
+    steps = [state(0), out(SCHEMA), record(1), state(1), record(2)]
+    # record 2 comes after the last STATE: the checkpoint stays at the state before it
+    assert _shape(read(scripted(steps), "cursor")) == [
+        "state 0",
+        "rows [1, 2]",
+        "state 1",
+        "state 1 final",
+    ]

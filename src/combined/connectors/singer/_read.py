@@ -272,6 +272,7 @@ class SingerExtraction(SessionRead[TapRun]):
         rows: _Rows | None = None
         last_state: Any = None
         seen_state = False
+        pending: StateMessage | None = None
         number = 0
         while True:
             raw = self._next(proc, number)
@@ -308,14 +309,18 @@ class SingerExtraction(SessionRead[TapRun]):
             assert isinstance(msg, dict)
             if kind == "STATE":
                 if cursor:
-                    if rows is not None and len(rows):
-                        yield self._batch(rows)
                     last_state, seen_state = msg.get("value"), True
-                    yield StateMessage(
+                    pending = StateMessage(
                         request.dataset,
                         self._state(last_state),
                         position=bookmark(last_state, stream),
                     )
+                    # A STATE never ends a batch (a tap may write one per record): it is
+                    # handed over after the batch holding the records before it, or now
+                    # when they all are handed over already.
+                    if rows is None or not len(rows):
+                        yield pending
+                        pending = None
                 continue
             if msg.get("stream") not in names:
                 if kind in ("SCHEMA", "RECORD", "ACTIVATE_VERSION", "BATCH"):
@@ -339,12 +344,14 @@ class SingerExtraction(SessionRead[TapRun]):
                     )
                 rows.add(record, number, len(raw))
                 if len(rows) >= self._batch_rows or rows.nbytes >= self._settings.batch_bytes:
-                    yield self._batch(rows)
+                    yield from self._handover(rows, pending)
+                    pending = None
             elif kind == "SCHEMA":
                 plans = self._schema(msg.get("schema"), number)
                 if rows is None or plans != rows.plans:
                     if rows is not None and len(rows):
-                        yield self._batch(rows)
+                        yield from self._handover(rows, pending)
+                        pending = None
                     # A changed schema gives batches of the new shape: the engine's
                     # drift policy judges the difference.
                     rows = _Rows(
@@ -371,7 +378,7 @@ class SingerExtraction(SessionRead[TapRun]):
                     line=number,
                 )
         if rows is not None and len(rows):
-            yield self._batch(rows)
+            yield from self._handover(rows, pending)
         self._exit(proc)
         self.authority.complete()
         if not cursor:
@@ -459,6 +466,12 @@ class SingerExtraction(SessionRead[TapRun]):
         if request.columns is None:
             return None
         return [*request.columns, *request.key]
+
+    def _handover(self, rows: _Rows, pending: StateMessage | None) -> Iterator[Message]:
+        """The gathered rows as a batch, then ``pending``: a STATE read before the last row."""
+        yield self._batch(rows)
+        if pending is not None:
+            yield pending
 
     def _batch(self, rows: _Rows) -> RecordBatchMessage:
         batch = rows.take()
