@@ -6,8 +6,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from combined.connectors.abc import CursorSpec, ReadRequest
 from combined.connectors.singer import SingerSource
+from combined.errors import SourceError
 from combined.protocol import Message, RecordBatchMessage, StateMessage
 
 Scripted = Callable[..., dict[str, Any]]
@@ -109,3 +112,28 @@ def test_a_state_before_any_record_and_records_after_the_last_state(scripted: Sc
         "state 1",
         "state 1 final",
     ]
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [],
+        [
+            out({**SCHEMA, "stream": "other"}),
+            out({"type": "RECORD", "stream": "other", "record": {}}),
+        ],
+    ],
+    ids=["silent", "another stream only"],
+)
+def test_a_snapshot_of_a_stream_the_tap_never_wrote_is_refused(
+    scripted: Scripted, steps: list[dict[str, str]]
+) -> None:
+    # An empty snapshot deletes every row of the dataset: a tap that did not read
+    # the stream (it ignored the selection, or names it otherwise) must not do that.
+    with pytest.raises(SourceError, match="wrote no SCHEMA for stream 's'"):
+        read(scripted(steps))
+
+
+def test_an_empty_stream_is_an_empty_snapshot(scripted: Scripted) -> None:
+    messages = read(scripted([out(SCHEMA)]))
+    assert rows(messages) == [] and _shape(messages) == ["state None final"]

@@ -380,6 +380,18 @@ class SingerExtraction(SessionRead[TapRun]):
         if rows is not None and len(rows):
             yield from self._handover(rows, pending)
         self._exit(proc)
+        if rows is None and not cursor:
+            # An empty snapshot deletes every row of the dataset. A tap writes a
+            # stream's SCHEMA even when it holds no record, so no SCHEMA means the
+            # tap did not read the stream (it ignored the catalog's selection).
+            raise self._fail(
+                proc,
+                f"the tap wrote no SCHEMA for stream {stream.tap_stream_id!r}: it did not "
+                "read the stream, and an empty snapshot would delete every row of "
+                f"dataset {request.dataset!r}",
+                "check that the tap honours the catalog's `selected` metadata for the "
+                "stream (run it with --catalog yourself); nothing was committed",
+            )
         self.authority.complete()
         if not cursor:
             yield StateMessage(request.dataset, {}, final=True)
