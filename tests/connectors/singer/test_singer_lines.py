@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.connectors.singer.test_singer_errors import gone
 
 from combined.connectors.abc import CursorSpec, ReadRequest
 from combined.connectors.singer import SingerSource
@@ -137,3 +142,36 @@ def test_a_snapshot_of_a_stream_the_tap_never_wrote_is_refused(
 def test_an_empty_stream_is_an_empty_snapshot(scripted: Scripted) -> None:
     messages = read(scripted([out(SCHEMA)]))
     assert rows(messages) == [] and _shape(messages) == ["state None final"]
+
+
+ABANDON = """
+import sys
+from combined.connectors.abc import ReadRequest
+from combined.connectors.singer import SingerSource
+source = SingerSource({config!r})
+request = ReadRequest(dataset="s", relation="s", key=("id",), strategy="snapshot", batch_rows=1)
+extraction = source.read(request)
+messages = iter(extraction)
+next(messages)
+print(extraction.pid, flush=True)
+sys.exit(0)  # never finished: the interpreter exits with the read part way
+"""
+
+
+def test_interpreter_exit_mid_read_stops_the_tap_and_removes_its_files(
+    scripted: Scripted, tmp_path: Path
+) -> None:
+    config = scripted([out(SCHEMA), record(1), record(2), {"sleep": 60}])
+    private = tmp_path / "tmp"
+    private.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", ABANDON.format(config=config)],
+        env={**os.environ, "TMPDIR": str(private)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # no crash in the interpreter's finalisation, no configuration (secrets) left behind
+    assert done.returncode == 0, done.stderr
+    assert list(private.iterdir()) == []
+    assert gone(int(done.stdout))  # the tap (sleeping 60 s) was stopped

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
@@ -144,21 +146,39 @@ def bookmark(state: Any, stream: Stream) -> str | None:
 
 
 class TapRun:
-    """A running tap and its private files: closing stops the one and removes the other."""
+    """A running tap and its private files: closing stops the one and removes the other.
+
+    A run still open when the interpreter exits (a read abandoned part way) is
+    closed by an ``atexit`` hook, while the reader threads still run: left to
+    the interpreter's finalisation, the tap and its secret configuration file
+    would outlive it (and closing a pipe under a frozen reader thread aborts it).
+    """
 
     def __init__(self, proc: TapProcess, files: PrivateDir) -> None:
         self.proc = proc
         self.files = files
+        _OPEN_RUNS.add(self)
 
     def close(self) -> BaseException | None:
         """Stop the tap's process group, reap it, remove the files; return the first failure."""
+        _OPEN_RUNS.discard(self)
         failure: BaseException | None = None
         try:
             self.proc.stop()
         except Exception as exc:  # cleanup reports, never raises
             failure = exc
-        self.files.remove()
+        finally:
+            self.files.remove()
         return failure
+
+
+_OPEN_RUNS: weakref.WeakSet[TapRun] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_runs() -> None:
+    for run in list(_OPEN_RUNS):
+        run.close()
 
 
 def _close_quietly(run: TapRun | None, primary: BaseException | None) -> BaseException | None:
