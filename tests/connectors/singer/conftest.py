@@ -56,6 +56,7 @@ def scripted(tmp_path: Path) -> Callable[..., dict[str, Any]]:
     def make(
         steps: list[dict[str, Any]],
         properties: dict[str, Any] | None = None,
+        discover_steps: list[dict[str, Any]] | None = None,
         **options: Any,
     ) -> dict[str, Any]:
         entry = {
@@ -65,7 +66,8 @@ def scripted(tmp_path: Path) -> Callable[..., dict[str, Any]]:
             "replication_key": "u",
         }
         script = tmp_path / "script.json"
-        script.write_text(json.dumps({"catalog": {"streams": [entry]}, "steps": steps}))
+        body = {"catalog": {"streams": [entry]}, "steps": steps}
+        script.write_text(json.dumps({**body, "discover_steps": discover_steps or []}))
         return {
             "command": [sys.executable, str(TAPS / "script_tap.py")],
             "config": {"script": str(script)},

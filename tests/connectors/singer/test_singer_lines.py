@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from tests.connectors.singer.test_singer_errors import gone
 
 from combined.connectors.abc import CursorSpec, ReadRequest
 from combined.connectors.singer import SingerSource
-from combined.errors import SourceError
+from combined.errors import SourceError, SourceUnavailable
 from combined.protocol import Message, RecordBatchMessage, StateMessage
 
 Scripted = Callable[..., dict[str, Any]]
@@ -146,6 +147,7 @@ def test_an_empty_stream_is_an_empty_snapshot(scripted: Scripted) -> None:
 
 ABANDON = """
 import sys
+import time
 from combined.connectors.abc import ReadRequest
 from combined.connectors.singer import SingerSource
 source = SingerSource({config!r})
@@ -175,3 +177,13 @@ def test_interpreter_exit_mid_read_stops_the_tap_and_removes_its_files(
     assert done.returncode == 0, done.stderr
     assert list(private.iterdir()) == []
     assert gone(int(done.stdout))  # the tap (sleeping 60 s) was stopped
+
+
+def test_discover_timeout_bounds_the_whole_discovery(scripted: Scripted) -> None:
+    # a line every 0.3 s never trips a per-line timeout: the 1 s limit is for all of it
+    trickle = [{"out": " "}, {"sleep": 0.3}] * 10
+    source = SingerSource(scripted([], discover_steps=trickle, discover_timeout=1))
+    started = time.monotonic()
+    with pytest.raises(SourceUnavailable, match="did not finish within 1 s"):
+        source.discover()
+    assert time.monotonic() - started < 2.5

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, ClassVar, Literal
@@ -26,6 +27,13 @@ from combined.connectors.singer._settings import (
     load_json,
 )
 from combined.errors import ConfigError, NotFoundError, SourceError, SourceUnavailable
+
+
+def _too_slow(timeout: float) -> SourceUnavailable:
+    return SourceUnavailable(
+        f"the tap's discovery did not finish within {timeout:g} s; it was stopped",
+        hint="raise `discover_timeout`, or give a `catalog:` file",
+    )
 
 
 class SingerSource(BaseSource):
@@ -117,13 +125,11 @@ class SingerSource(BaseSource):
                     f"the tap {argv[0]!r} could not be started: {exc.strerror or exc}",
                     hint="check that `command:` names an executable Singer tap",
                 ) from None
-            chunks = self._drain(proc, timeout)
-            code = proc.wait_exit(timeout)
+            deadline = time.monotonic() + timeout
+            chunks = self._drain(proc, deadline, timeout)
+            code = proc.wait_exit(max(0.0, deadline - time.monotonic()))
             if code is None:
-                raise SourceUnavailable(
-                    f"the tap's discovery did not exit within {timeout:g} s; it was stopped",
-                    hint="raise `discover_timeout`, or give a `catalog:` file",
-                )
+                raise _too_slow(timeout)
             if code != 0:
                 raise self._failed(proc, f"the tap's discovery exited with status {code}")
             text = b"".join(chunks).decode("utf-8", errors="replace")
@@ -138,16 +144,14 @@ class SingerSource(BaseSource):
                 proc.stop()
             files.remove()
 
-    def _drain(self, proc: TapProcess, timeout: float) -> list[bytes]:
+    def _drain(self, proc: TapProcess, deadline: float, timeout: float) -> list[bytes]:
+        # ``discover_timeout`` bounds the whole discovery, not each line of it.
         chunks: list[bytes] = []
         try:
-            while (line := proc.next_line(timeout)) is not None:
+            while (line := proc.next_line(max(0.0, deadline - time.monotonic()))) is not None:
                 chunks.append(line)
         except Timeout:
-            raise SourceUnavailable(
-                f"the tap's discovery wrote nothing for {timeout:g} s; it was stopped",
-                hint="raise `discover_timeout`, or give a `catalog:` file",
-            ) from None
+            raise _too_slow(timeout) from None
         except LineTooLong as exc:
             raise self._failed(
                 proc, f"the tap's discovery wrote a line over {exc.limit} bytes"

@@ -1,7 +1,8 @@
 """A Singer tap that plays a script, for tests of exact lines and process behaviour.
 
 Its ``--config`` names ``script``: a JSON file of ``{"catalog": {...}, "steps": [...]}``.
-Discovery prints ``catalog``. A read plays ``steps`` in order, each one of:
+Discovery plays ``discover_steps`` (if any), then prints ``catalog`` on one line.
+A read plays ``steps`` in order, each one of:
 
 - ``{"out": "<text>"}``: the text as one line of standard output, as it is
 - ``{"raw": "<latin-1 text>"}``: those bytes on standard output, no newline added
@@ -34,11 +35,11 @@ def main() -> int:
         config = json.load(f)
     with open(config["script"]) as f:
         script = json.load(f)
+    steps = script["steps"]
     if args.discover:
-        json.dump(script["catalog"], sys.stdout)
-        return 0
+        steps = [*script.get("discover_steps", []), {"out": json.dumps(script["catalog"])}]
     out = sys.stdout.buffer
-    for step in script["steps"]:
+    for step in steps:
         if "out" in step:
             out.write(step["out"].encode("utf-8") + b"\n")
             out.flush()
