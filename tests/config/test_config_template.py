@@ -26,8 +26,23 @@ def test_example_loads_with_the_documented_datasets(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("example", "source", "connector", "secret", "dataset", "strategy"),
     [
-        ("postgres", "crm", "postgres", "env:CRM_PASSWORD", "customers", "cdc"),
-        ("mariadb", "billing", "mariadb", "env:BILLING_PASSWORD", "payments", "cursor"),
+        ("postgres", "crm", "postgres", ("password", "env:CRM_PASSWORD"), "customers", "cdc"),
+        (
+            "mariadb",
+            "billing",
+            "mariadb",
+            ("password", "env:BILLING_PASSWORD"),
+            "payments",
+            "cursor",
+        ),
+        (
+            "singer",
+            "github",
+            "singer",
+            ("config.auth_token", "env:GITHUB_TOKEN"),
+            "issues",
+            "cursor",
+        ),
     ],
 )
 def test_a_commented_source_loads_once_uncommented(
@@ -35,12 +50,14 @@ def test_a_commented_source_loads_once_uncommented(
     example: str,
     source: str,
     connector: str,
-    secret: str,
+    secret: tuple[str, str],
     dataset: str,
     strategy: str,
 ) -> None:
-    from combined.connectors import check_config, connector_class
+    from combined.connectors import check_config, connector_class, known_connectors
 
+    if connector not in known_connectors():
+        pytest.skip(f"the installed metadata predates the {connector} entry point: reinstall")
     block = re.search(
         rf"^# BEGIN {example} example\n(.*?)^# END {example} example\n",
         EXAMPLE_PROJECT,
@@ -53,7 +70,7 @@ def test_a_commented_source_loads_once_uncommented(
     project = load_project(tmp_path)
     found = project.source(source)
     assert found.connector == connector
-    assert find_secret_refs(found.config) == [("password", secret)]
+    assert find_secret_refs(found.config) == [secret]
     check_config(connector_class(connector), found.config)  # the connector takes every key
     assert project.dataset(source, dataset).strategy == strategy
 

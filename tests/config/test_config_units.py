@@ -101,6 +101,29 @@ def test_merging_modes_need_a_key(mode: str) -> None:
         dataset(sync_mode=mode)
 
 
+def test_stream_names_the_relation_and_defaults_to_the_dataset() -> None:
+    from combined.config import SourceConfig
+
+    source = SourceConfig.model_validate(
+        {
+            "connector": "singer",
+            "datasets": {
+                "issues": {"key": ["id"], "stream": "gh_issues"},
+                "users": {"key": ["id"]},
+            },
+        }
+    )
+    assert source.datasets["issues"].relation == "gh_issues"
+    assert source.datasets["users"].relation == "users"
+    with pytest.raises(ValidationError, match="stream"):
+        SourceConfig.model_validate(
+            {
+                "connector": "singer",
+                "datasets": {"a": {"key": ["id"], "stream": "s", "relation": "r"}},
+            }
+        )
+
+
 @pytest.mark.parametrize(
     ("lookback", "value"),
     [(0, 0), (100, 100), (0.5, 0.5), ("5m", timedelta(minutes=5)), ("0s", timedelta(0))],

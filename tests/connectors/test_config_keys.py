@@ -9,6 +9,7 @@ import pytest
 
 from combined.connectors import check_config, connector_class, known_connectors
 from combined.connectors.abc import Source
+from combined.connectors.singer import SingerSource
 from combined.errors import ConfigError
 from combined.testing import InMemorySource
 
@@ -21,6 +22,7 @@ CASES: dict[str, tuple[type[Source], dict[str, Any], str, str]] = {
     "mariadb": (connector_class("mariadb"), {"dsn": "mysql://u@h/d"}, "pasword", "password"),
     "mysql": (connector_class("mysql"), {"dsn": "mysql://u@h/d"}, "read_timout", "read_timeout"),
     "scripted": (connector_class("scripted"), {"script": []}, "state_fiel", "state_file"),
+    "singer": (SingerSource, {"command": "tap-x"}, "idle_timout", "idle_timeout"),
     "memory": (InMemorySource, {"tables": {}}, "key", "keys"),
 }
 

@@ -385,7 +385,10 @@ class DatasetConfig(_Model):
     """One declared relation of a source."""
 
     relation: Text
-    """The table, stream or endpoint read; defaults to the dataset name."""
+    """The table, stream or endpoint read; defaults to the dataset name.
+
+    ``stream:`` is accepted as the same setting (a Singer stream's name).
+    """
     key: Columns | None = None
     strategy: Strategy = "snapshot"
     sync_mode: SyncMode = "incremental"
@@ -470,6 +473,15 @@ class DatasetConfig(_Model):
         return self
 
 
+def _stream_as_relation(body: dict[str, Any]) -> dict[str, Any]:
+    # ``stream:`` names a Singer stream: the same setting as ``relation:``. Given
+    # both, ``stream`` stays and is refused as an unknown key.
+    if "stream" in body and "relation" not in body:
+        body = dict(body)
+        body["relation"] = body.pop("stream")
+    return body
+
+
 class SourceConfig(_Model):
     """A configured connection to a provider system and its declared datasets."""
 
@@ -488,7 +500,9 @@ class SourceConfig(_Model):
         # enclosing mapping knows.
         if isinstance(data, dict) and isinstance(data.get("datasets"), dict):
             datasets = {
-                name: {"relation": name, **body} if isinstance(body, dict) else body
+                name: {"relation": name, **_stream_as_relation(body)}
+                if isinstance(body, dict)
+                else body
                 for name, body in data["datasets"].items()
             }
             return {**data, "datasets": datasets}

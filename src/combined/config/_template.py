@@ -96,11 +96,33 @@ sources:
 #          lookback: 1000
 #          trust: "auto_increment; a later insert can take a smaller id, hence the lookback"
 # END mariadb example
+
+# BEGIN singer example
+#  github:
+#    connector: singer            # any Singer tap (see docs/singer.md)
+#    config:
+#      command: tap-github        # a name on PATH or a path; or an argv list
+#      config:                    # the tap's own settings, given to it in a private file
+#        repositories: [meltano/meltano]
+#        start_date: "2024-01-01T00:00:00Z"
+#        auth_token: {secret: "env:GITHUB_TOKEN"}
+#      idle_timeout: 600          # seconds without a line from the tap before it is stopped
+#    datasets:
+#      repositories:              # a stream, read whole each run
+#        key: [id]                # the stream's key_properties (`combined discover github`)
+#      issues:
+#        stream: issues           # the stream's tap_stream_id (default: the dataset name)
+#        key: [id]
+#        strategy: cursor         # the tap resumes from its own STATE, committed with the data
+#        cursor:
+#          column: updated_at     # the stream's replication_key
+#          trust: "tap-github bookmarks issues by updated_at; deletes are not seen"
+# END singer example
 """
 """A commented ``combined.yaml`` that loads as it is.
 
 The lines between ``# BEGIN postgres example`` and ``# END postgres example``
-(and the ``mariadb`` ones) are a source that loads too once their leading
+(and the ``mariadb`` and ``singer`` ones) are a source that loads too once their leading
 ``#`` is removed.
 """
 

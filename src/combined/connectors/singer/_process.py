@@ -1,0 +1,225 @@
+"""A tap as a child process: bounded pipes, its own process group, always reaped.
+
+The tap runs in a new session (``start_new_session``), so it leads its own
+process group and :meth:`TapProcess.stop` can end every process it started
+(a tap that spawns helpers leaves no orphan). Standard output is read by one
+thread into a bounded queue (back-pressure: memory is bounded by the queue,
+never by what the tap writes); standard error by another thread that keeps
+only a bounded tail, so a tap that logs without end can never block on a
+full pipe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import IO
+
+#: How much of the tap's standard error is kept for error messages.
+STDERR_TAIL_BYTES = 8 * 1024
+#: Lines read ahead of the consumer (each line is one Singer message).
+QUEUE_LINES = 256
+#: How long a tap gets to exit after SIGTERM before SIGKILL.
+STOP_GRACE_S = 5.0
+
+_EOF = object()
+_STOPPED = object()
+
+
+class LineTooLong(Exception):
+    """The tap wrote a line longer than the limit (its number is ``line``)."""
+
+    def __init__(self, line: int, limit: int) -> None:
+        super().__init__(f"line {line} is longer than {limit} bytes")
+        self.line = line
+        self.limit = limit
+
+
+class Stopped(Exception):
+    """The tap was stopped (:meth:`TapProcess.stop`) while its output was read."""
+
+
+class Timeout(Exception):
+    """The tap wrote nothing for the given number of seconds."""
+
+
+class TapProcess:
+    """One run of a tap: ``argv`` started at once, read line by line, stopped for sure.
+
+    ``scrub`` masks credentials in the standard error tail before anyone sees it.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        scrub: Callable[[str], str],
+        max_line_bytes: int,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self._scrub = scrub
+        self._max_line = max_line_bytes
+        self._lines: queue.Queue[object] = queue.Queue(maxsize=QUEUE_LINES)
+        self._stopping = threading.Event()
+        self._tail: deque[bytes] = deque()
+        self._tail_bytes = 0
+        self._tail_lock = threading.Lock()
+        self._reaped = False
+        self.returncode: int | None = None
+        self.proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            env=env,
+        )
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self._out = threading.Thread(
+            target=self._read_stdout, args=(self.proc.stdout,), name="tap-stdout", daemon=True
+        )
+        self._err = threading.Thread(
+            target=self._read_stderr, args=(self.proc.stderr,), name="tap-stderr", daemon=True
+        )
+        self._out.start()
+        self._err.start()
+
+    @property
+    def pid(self) -> int:
+        """The tap's process id (also its process group id)."""
+        return self.proc.pid
+
+    # -- reader threads -----------------------------------------------------------------
+
+    def _put(self, item: object) -> bool:
+        while not self._stopping.is_set():
+            try:
+                self._lines.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _read_stdout(self, pipe: IO[bytes]) -> None:
+        number = 0
+        try:
+            while True:
+                line = pipe.readline(self._max_line + 1)
+                if not line:
+                    break
+                number += 1
+                if len(line) > self._max_line and not line.endswith(b"\n"):
+                    self._put(LineTooLong(number, self._max_line))
+                    return
+                if not self._put(line):
+                    return
+        except (OSError, ValueError) as exc:  # the pipe closed under us: stop() ran
+            self._put(exc)
+            return
+        self._put(_EOF)
+
+    def _read_stderr(self, pipe: IO[bytes]) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            while True:
+                chunk = os.read(pipe.fileno(), 64 * 1024)
+                if not chunk:
+                    return
+                with self._tail_lock:
+                    self._tail.append(chunk)
+                    self._tail_bytes += len(chunk)
+                    while self._tail_bytes - len(self._tail[0]) >= STDERR_TAIL_BYTES:
+                        self._tail_bytes -= len(self._tail.popleft())
+
+    # -- consuming --------------------------------------------------------------------
+
+    def next_line(self, timeout: float | None) -> bytes | None:
+        """The next line of standard output; None at its end.
+
+        Raises :class:`Timeout` when the tap wrote nothing for ``timeout``
+        seconds, :class:`LineTooLong` for a line beyond the limit.
+        """
+        try:
+            item = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise Timeout(timeout) from None
+        if item is _EOF:
+            return None
+        if item is _STOPPED:
+            raise Stopped()
+        if isinstance(item, BaseException):
+            raise item
+        assert isinstance(item, bytes)
+        return item
+
+    def stderr_tail(self) -> str:
+        """The last few KiB of the tap's standard error, decoded and scrubbed."""
+        self._err.join(timeout=1.0)
+        with self._tail_lock:
+            data = b"".join(self._tail)
+        text = data[-STDERR_TAIL_BYTES:].decode("utf-8", errors="replace")
+        if len(data) > STDERR_TAIL_BYTES:
+            text = "..." + text[text.find("\n") + 1 :] if "\n" in text else "..." + text
+        return self._scrub(text.strip())
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """Wait for the tap to exit on its own, then end its group; None if it does not."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._exited():
+                self._finish_group()
+                return self.returncode
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
+
+    def _exited(self) -> bool:
+        # Peek without reaping: while the leader is a zombie its pid (the group id)
+        # cannot be reused, so the group can still be signalled safely.
+        try:
+            info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return info is not None
+
+    def _finish_group(self) -> None:
+        # Any helper the tap left behind goes with it: no orphan outlives a read.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self._reap()
+
+    def _reap(self) -> None:
+        if not self._reaped:
+            self.returncode = self.proc.wait()
+            self._reaped = True
+        self._stopping.set()
+        for thread, pipe in ((self._out, self.proc.stdout), (self._err, self.proc.stderr)):
+            thread.join(timeout=2.0)
+            # A pipe still held open by a process outside the group keeps its reader
+            # blocked; closing it under that reader would block too: leave it be.
+            if pipe is not None and not thread.is_alive():
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        # Wake a consumer waiting for a line: nothing more will come.
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._lines.get_nowait()
+        self._lines.put_nowait(_STOPPED)
+
+    def stop(self) -> None:
+        """End the tap and its whole process group (SIGTERM, then SIGKILL) and reap it."""
+        if self._reaped:
+            return
+        if not self._exited():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_GRACE_S
+            while not self._exited() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        self._finish_group()

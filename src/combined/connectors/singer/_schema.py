@@ -1,0 +1,302 @@
+"""JSON Schema (as Singer taps write it) to Arrow, and records to Arrow columns.
+
+| JSON Schema | Arrow |
+| --- | --- |
+| ``integer`` | ``int64`` |
+| ``number`` | ``double``; ``decimal128(38, s)`` when ``multipleOf`` is ``10^-s`` or finer |
+| ``integer`` and ``number`` together | as ``number`` |
+| ``string`` | ``string`` |
+| ``string`` with ``format: date-time`` | ``timestamp[us, tz=UTC]`` (RFC 3339, an offset required) |
+| ``string`` with ``format: date`` | ``date32`` |
+| ``boolean`` | ``bool`` |
+| ``object``, ``array``, several types, no type | ``string`` holding the value's JSON text |
+
+``["null", T]`` and ``anyOf: [{...}, {"type": "null"}]`` make a field
+nullable; a field that is not nullable refuses an explicit ``null``. A
+missing property is null. Every value is checked against its field's type:
+one that does not fit is an error naming the field, never a silent null.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+#: The widest decimal the lake keeps exactly (Delta's limit).
+MAX_PRECISION = 38
+
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+
+class BadValue(Exception):
+    """Value ``index`` of a column does not fit its field: ``expected`` says what would."""
+
+    def __init__(self, index: int, expected: str) -> None:
+        super().__init__(expected)
+        self.index = index
+        self.expected = expected
+
+
+class BadSchema(Exception):
+    """A property's schema has no faithful Arrow type."""
+
+
+@dataclass(frozen=True, slots=True)
+class FieldPlan:
+    """How one property of a stream becomes one Arrow column."""
+
+    name: str
+    kind: str
+    arrow: pa.DataType
+    source_type: str
+    nullable: bool
+
+    def column(self, values: list[Any]) -> pa.Array:
+        """The values as one Arrow array; raises :class:`BadValue` for the first misfit.
+
+        ``None`` is null (an explicit null in a field that is not nullable is
+        refused where the record is read, since only there is it told apart
+        from a missing property).
+        """
+        return _CONVERT[self.kind](self, values)
+
+
+def _decimal_scale(multiple: Any) -> int | None:
+    """The decimals a ``multipleOf`` step needs (0.01 -> 2, 0.25 -> 2, 5 -> 0); None if invalid."""
+    try:
+        d = Decimal(str(multiple)).normalize()
+    except ArithmeticError:
+        return None
+    exponent = d.as_tuple().exponent
+    if not d.is_finite() or d <= 0 or not isinstance(exponent, int):
+        return None
+    return max(0, -exponent)
+
+
+def _types(schema: Mapping[str, Any]) -> tuple[set[str], bool, Mapping[str, Any]]:
+    """The non-null JSON types of ``schema``, whether null is allowed, and the branch used."""
+    branches = schema.get("anyOf") or schema.get("oneOf")
+    if isinstance(branches, list) and branches:
+        kinds: set[str] = set()
+        nullable = False
+        chosen: Mapping[str, Any] = {}
+        for branch in branches:
+            if not isinstance(branch, Mapping):
+                continue
+            sub, sub_null, picked = _types(branch)
+            nullable = nullable or sub_null
+            if sub:
+                kinds |= sub
+                chosen = picked
+        if len([b for b in branches if isinstance(b, Mapping) and _types(b)[0]]) > 1:
+            return kinds | {"__several__"}, nullable, schema
+        return kinds, nullable, chosen
+    declared = schema.get("type")
+    if declared is None:
+        return set(), True, schema
+    names = [declared] if isinstance(declared, str) else list(declared)
+    return {str(t) for t in names if t != "null"}, "null" in names, schema
+
+
+def plan_field(name: str, schema: Any) -> FieldPlan:
+    """The column plan of one property; raises :class:`BadSchema` when none is faithful."""
+    if not isinstance(schema, Mapping):
+        schema = {}
+    kinds, nullable, branch = _types(schema)
+    if kinds == {"integer", "number"}:
+        kinds = {"number"}
+    if len(kinds) != 1:
+        label = "json (" + ("|".join(sorted(k for k in kinds if k != "__several__")) or "any") + ")"
+        return FieldPlan(name, "json", pa.string(), label, nullable)
+    (kind,) = kinds
+    suffix = ""
+    if kind == "integer":
+        return FieldPlan(name, "int", pa.int64(), "integer", nullable)
+    if kind == "number":
+        multiple = branch.get("multipleOf")
+        if multiple is not None:
+            scale = _decimal_scale(multiple)
+            if scale is None:
+                raise BadSchema(f"multipleOf {multiple!r} is not a positive number")
+            if scale > MAX_PRECISION:
+                raise BadSchema(
+                    f"multipleOf {multiple!r} needs {scale} decimals, "
+                    f"more than the {MAX_PRECISION} an exact decimal holds"
+                )
+            return FieldPlan(
+                name,
+                "decimal",
+                pa.decimal128(MAX_PRECISION, scale),
+                f"number (multipleOf {multiple})",
+                nullable,
+            )
+        return FieldPlan(name, "float", pa.float64(), "number", nullable)
+    if kind == "boolean":
+        return FieldPlan(name, "bool", pa.bool_(), "boolean", nullable)
+    if kind == "string":
+        fmt = branch.get("format")
+        if fmt == "date-time":
+            return FieldPlan(name, "timestamp", _TIMESTAMP, "string (date-time)", nullable)
+        if fmt == "date":
+            return FieldPlan(name, "date", pa.date32(), "string (date)", nullable)
+        suffix = f" ({fmt})" if isinstance(fmt, str) else ""
+        return FieldPlan(name, "string", pa.string(), "string" + suffix, nullable)
+    if kind in ("object", "array"):
+        return FieldPlan(name, "json", pa.string(), f"{kind} (json text)", nullable)
+    raise BadSchema(f"type {kind!r} is not a JSON Schema type")
+
+
+def plan_stream(schema: Any) -> tuple[FieldPlan, ...]:
+    """The column plans of a stream's schema (its ``properties``, in order)."""
+    if not isinstance(schema, Mapping):
+        raise BadSchema("the schema is not an object")
+    properties = schema.get("properties")
+    if properties is None:
+        properties = {}
+    if not isinstance(properties, Mapping):
+        raise BadSchema("the schema's properties are not an object")
+    plans = []
+    for name, sub in properties.items():
+        try:
+            plans.append(plan_field(str(name), sub))
+        except BadSchema as exc:
+            raise BadSchema(f"property {name!r}: {exc}") from None
+    return tuple(plans)
+
+
+# -- conversions --------------------------------------------------------------------------
+
+
+def _first(values: Sequence[Any], fits: Callable[[Any], bool]) -> int | None:
+    for i, v in enumerate(values):
+        if v is not None and not fits(v):
+            return i
+    return None
+
+
+def _checked(
+    plan: FieldPlan, values: list[Any], fits: Callable[[Any], bool], expected: str
+) -> pa.Array:
+    bad = _first(values, fits)
+    if bad is not None:
+        raise BadValue(bad, expected)
+    try:
+        return pa.array(values, type=plan.arrow)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        # Only the value that does not fit is worth naming: find it one by one.
+        for i, v in enumerate(values):
+            try:
+                pa.array([v], type=plan.arrow)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                raise BadValue(i, f"{expected} that fits {plan.arrow}") from None
+        raise
+
+
+def _integral(v: Any) -> bool:
+    if type(v) is int:
+        return True
+    if isinstance(v, Decimal):
+        return v.is_finite() and v == v.to_integral_value()
+    return type(v) is float and math.isfinite(v) and v.is_integer()
+
+
+def _int(plan: FieldPlan, values: list[Any]) -> pa.Array:
+    bad = _first(values, _integral)
+    if bad is not None:
+        raise BadValue(bad, "an integer")
+    ints = [v if v is None or type(v) is int else int(v) for v in values]
+    return _checked(plan, ints, lambda v: True, "an integer")
+
+
+def _is_number(v: Any) -> bool:
+    return type(v) in (int, float) or isinstance(v, Decimal)
+
+
+def _float(plan: FieldPlan, values: list[Any]) -> pa.Array:
+    bad = _first(values, _is_number)
+    if bad is not None:
+        raise BadValue(bad, "a number")
+    return pa.array([None if v is None else float(v) for v in values], type=pa.float64())
+
+
+def _decimal(plan: FieldPlan, values: list[Any]) -> pa.Array:
+    # Numbers arrive as Decimal parsed from the line's text: never through a float.
+    return _checked(
+        plan, values, lambda v: type(v) is int or isinstance(v, Decimal), "an exact number"
+    )
+
+
+def _bool(plan: FieldPlan, values: list[Any]) -> pa.Array:
+    return _checked(plan, values, lambda v: type(v) is bool, "true or false")
+
+
+def _string(plan: FieldPlan, values: list[Any]) -> pa.Array:
+    return _checked(plan, values, lambda v: type(v) is str, "a string")
+
+
+def _parsed(plan: FieldPlan, values: list[Any], expected: str) -> pa.Array:
+    text = _checked(
+        FieldPlan(plan.name, "string", pa.string(), plan.source_type, True),
+        values,
+        lambda v: type(v) is str,
+        expected,
+    )
+    try:
+        return pc.cast(text, plan.arrow)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        for i, v in enumerate(values):
+            if v is None:
+                continue
+            try:
+                pc.cast(pa.array([v]), plan.arrow)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise BadValue(i, expected) from None
+        raise
+
+
+def _timestamp(plan: FieldPlan, values: list[Any]) -> pa.Array:
+    return _parsed(
+        plan, values, "an RFC 3339 date-time with an offset (2024-05-01T12:00:00Z), microseconds"
+    )
+
+
+def _date(plan: FieldPlan, values: list[Any]) -> pa.Array:
+    return _parsed(plan, values, "a date (2024-05-01)")
+
+
+def json_default(value: Any) -> Any:
+    """``json.dumps``'s fallback for exact numbers: an integral ``Decimal`` as int, else float."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _json(plan: FieldPlan, values: list[Any]) -> pa.Array:
+    return pa.array(
+        [
+            None
+            if v is None
+            else json.dumps(v, separators=(",", ":"), ensure_ascii=False, default=json_default)
+            for v in values
+        ],
+        type=pa.string(),
+    )
+
+
+_CONVERT: Mapping[str, Callable[[FieldPlan, list[Any]], pa.Array]] = {
+    "int": _int,
+    "float": _float,
+    "decimal": _decimal,
+    "bool": _bool,
+    "string": _string,
+    "timestamp": _timestamp,
+    "date": _date,
+    "json": _json,
+}

@@ -1,0 +1,243 @@
+"""The singer source: any Singer tap, run as a child process."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any, ClassVar, Literal
+
+from combined.connectors._shared import select_plans
+from combined.connectors.abc import BaseSource, Discovery, Extraction, ReadRequest, refuse_bounds
+from combined.connectors.singer._catalog import (
+    Stream,
+    describe,
+    field_plans,
+    find_stream,
+    parse_catalog,
+    selected_catalog,
+)
+from combined.connectors.singer._process import LineTooLong, TapProcess, Timeout
+from combined.connectors.singer._read import SingerExtraction
+from combined.connectors.singer._settings import (
+    CONFIG_KEYS,
+    PrivateDir,
+    Settings,
+    load_json,
+)
+from combined.errors import ConfigError, NotFoundError, SourceError, SourceUnavailable
+
+
+def _too_slow(timeout: float) -> SourceUnavailable:
+    return SourceUnavailable(
+        f"the tap's discovery did not finish within {timeout:g} s; it was stopped",
+        hint="raise `discover_timeout`, or give a `catalog:` file",
+    )
+
+
+class SingerSource(BaseSource):
+    """A Singer tap (tap-github, tap-stripe, tap-postgres, ...) run as a child process.
+
+    Configuration:
+
+    ``command``
+        The tap's executable (a name on PATH or a path), or an argv list
+        (``[python, -m, tap_x]``). A string is one executable, never split.
+    ``config`` (optional)
+        The tap's own configuration. Values may be secret references; they
+        are resolved when the tap runs and written, with everything else, to
+        a private file (mode 0600, in a 0700 directory) that is removed when
+        the tap ends. The file's path is the only thing on the command line.
+    ``catalog`` (optional)
+        A catalog file to use instead of running the tap's ``--discover``.
+    ``discover_timeout`` (seconds, default 300)
+        How long discovery may take.
+    ``idle_timeout`` (seconds, default 600)
+        How long a read waits for the tap's next line before stopping it.
+    ``batch_rows``, ``batch_bytes`` (default 16 MiB), ``max_line_bytes`` (default 64 MiB)
+        Bounds on each batch and on one line of the tap's output.
+
+    Datasets are streams: ``relation`` (or ``stream``) is the stream's
+    ``tap_stream_id``, defaulting to the dataset name. Strategies:
+    ``snapshot`` (the tap reads the whole stream, ``FULL_TABLE``, no state)
+    and ``cursor`` (``INCREMENTAL`` by the stream's ``replication_key``, the
+    tap resuming from the STATE committed with the dataset's last capture).
+    """
+
+    name: ClassVar[str] = "singer"
+    revision: ClassVar[str] = "1"
+    SUPPORTS_SNAPSHOT: ClassVar[bool] = True
+    SUPPORTS_CURSOR: ClassVar[bool] = True
+    SUPPORTS_CDC: ClassVar[bool] = False
+    SUPPORTS_PARTITIONS: ClassVar[bool] = False
+    CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = CONFIG_KEYS
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        super().__init__(config)
+        self.settings = Settings.parse(self.config)
+        self._scrub = self.settings.scrubber()
+        self._streams: list[Stream] | None = None
+
+    # -- discovery ----------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Find the tap and read its catalog (its discovery, or the catalog file)."""
+        self.settings.executable()
+        self._catalog(refresh=True)
+
+    def discover(self) -> Discovery:
+        """Every stream of the tap's catalog, with fields, key_properties and replication key."""
+        streams = self._catalog(refresh=True)
+        return Discovery(
+            connector=self.name,
+            revision=self.revision,
+            datasets=tuple(describe(s) for s in streams),
+        )
+
+    def _catalog(self, *, refresh: bool = False) -> list[Stream]:
+        if self._streams is not None and not refresh:
+            return self._streams
+        if self.settings.catalog is not None:
+            origin = self.settings.catalog
+            document = load_json(self.settings.catalog)
+        else:
+            origin = "the tap's --discover output"
+            document = self._run_discovery()
+        self._streams = parse_catalog(document, origin)
+        return self._streams
+
+    def _run_discovery(self) -> Any:
+        argv = self.settings.executable()
+        files = PrivateDir()
+        proc: TapProcess | None = None
+        timeout = self.settings.discover_timeout
+        try:
+            argv += ["--config", files.write("config.json", self.settings.tap_config)]
+            try:
+                proc = TapProcess(
+                    [*argv, "--discover"],
+                    scrub=self._scrub,
+                    max_line_bytes=self.settings.max_line_bytes,
+                )
+            except OSError as exc:
+                raise SourceError(
+                    f"the tap {argv[0]!r} could not be started: {exc.strerror or exc}",
+                    hint="check that `command:` names an executable Singer tap",
+                ) from None
+            deadline = time.monotonic() + timeout
+            chunks = self._drain(proc, deadline, timeout)
+            code = proc.wait_exit(max(0.0, deadline - time.monotonic()))
+            if code is None:
+                raise _too_slow(timeout)
+            if code != 0:
+                raise self._failed(proc, f"the tap's discovery exited with status {code}")
+            text = b"".join(chunks).decode("utf-8", errors="replace")
+            try:
+                return json.loads(text, parse_float=Decimal)
+            except ValueError as exc:
+                raise self._failed(
+                    proc, f"the tap's discovery printed no valid JSON catalog ({exc})"
+                ) from None
+        finally:
+            if proc is not None:
+                proc.stop()
+            files.remove()
+
+    def _drain(self, proc: TapProcess, deadline: float, timeout: float) -> list[bytes]:
+        # ``discover_timeout`` bounds the whole discovery, not each line of it.
+        chunks: list[bytes] = []
+        try:
+            while (line := proc.next_line(max(0.0, deadline - time.monotonic()))) is not None:
+                chunks.append(line)
+        except Timeout:
+            raise _too_slow(timeout) from None
+        except LineTooLong as exc:
+            raise self._failed(
+                proc, f"the tap's discovery wrote a line over {exc.limit} bytes"
+            ) from None
+        return chunks
+
+    def _failed(self, proc: TapProcess, message: str) -> SourceError:
+        tail = proc.stderr_tail()
+        if tail:
+            message = f"{message}; the tap's last log lines:\n{tail}"
+        return SourceError(
+            message,
+            hint="run the tap with --config and --discover yourself to see why; "
+            "or give a `catalog:` file",
+        )
+
+    # -- reading ------------------------------------------------------------------------
+
+    def read(self, request: ReadRequest) -> Extraction:
+        """Prepare a read of one stream; the tap runs only once the result is iterated."""
+        if request.strategy not in ("snapshot", "cursor"):
+            raise ConfigError(
+                f"the singer connector cannot read with strategy {request.strategy!r}",
+                hint="use the snapshot or cursor strategy",
+                dataset=request.dataset,
+            )
+        refuse_bounds(self.name, request, "drop the bounds: a tap reads its stream whole")
+        if request.batch_rows < 1:
+            raise ConfigError("batch_rows must be positive", hint="e.g. 65536")
+        streams = self._catalog()
+        stream = find_stream(streams, request.relation)
+        if stream is None:
+            known = ", ".join(s.tap_stream_id for s in streams) or "none"
+            raise NotFoundError(
+                f"the tap has no stream {request.relation!r}",
+                hint=f"the tap's streams: {known}",
+                dataset=request.dataset,
+            )
+        if request.strategy == "cursor":
+            self._check_cursor(request, stream)
+        select_plans(field_plans(stream), request, stream.tap_stream_id, noun="stream")
+        columns = None
+        if request.columns is not None:
+            columns = [*request.columns, *request.key]
+            if stream.replication_key:
+                columns.append(stream.replication_key)
+        strategy: Literal["snapshot", "cursor"] = (
+            "cursor" if request.strategy == "cursor" else "snapshot"
+        )
+        return SingerExtraction(
+            settings=self.settings,
+            argv=self.settings.executable(),
+            stream=stream,
+            catalog=selected_catalog(stream, strategy, columns),
+            request=request,
+            batch_rows=min(request.batch_rows, self.settings.batch_rows or request.batch_rows),
+            scrub=self._scrub,
+        )
+
+    def _check_cursor(self, request: ReadRequest, stream: Stream) -> None:
+        spec = request.cursor
+        if spec is None:
+            raise ConfigError(
+                f"dataset {request.dataset!r} uses the cursor strategy without a cursor",
+                hint="declare `cursor: {column: <the stream's replication_key>, trust: ...}`",
+                dataset=request.dataset,
+            )
+        if stream.replication_key is None:
+            raise ConfigError(
+                f"stream {stream.tap_stream_id!r} has no replication_key, so the tap "
+                "cannot read it incrementally",
+                hint="use `strategy: snapshot` for this dataset",
+                dataset=request.dataset,
+            )
+        if spec.column != stream.replication_key:
+            raise ConfigError(
+                f"dataset {request.dataset!r} declares cursor {spec.column!r}, but the tap "
+                f"bookmarks stream {stream.tap_stream_id!r} by {stream.replication_key!r}",
+                hint=f"set cursor.column to {stream.replication_key}",
+                dataset=request.dataset,
+            )
+        lookback = spec.lookback
+        if lookback not in (None, 0) and getattr(lookback, "total_seconds", lambda: 1)() != 0:
+            raise ConfigError(
+                f"dataset {request.dataset!r} declares a lookback, but a tap keeps its own "
+                "bookmark and cannot re-read a window",
+                hint="remove cursor.lookback (use the tap's own setting, if it has one)",
+                dataset=request.dataset,
+            )

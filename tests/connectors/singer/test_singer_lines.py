@@ -1,0 +1,189 @@
+"""Exact lines from a scripted tap: number exactness, STATE placement, a stream never read."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.connectors.singer.test_singer_errors import gone
+
+from combined.connectors.abc import CursorSpec, ReadRequest
+from combined.connectors.singer import SingerSource
+from combined.errors import SourceError, SourceUnavailable
+from combined.protocol import Message, RecordBatchMessage, StateMessage
+
+Scripted = Callable[..., dict[str, Any]]
+
+SCHEMA = {
+    "type": "SCHEMA",
+    "stream": "s",
+    "schema": {
+        "type": "object",
+        "properties": {"id": {"type": "integer"}, "u": {"type": ["null", "integer"]}},
+    },
+    "key_properties": ["id"],
+}
+
+
+def out(message: dict[str, Any] | str) -> dict[str, str]:
+    """A step writing ``message`` (a dict as JSON, a str as it is) as one line."""
+    return {"out": message if isinstance(message, str) else json.dumps(message)}
+
+
+def record(i: int) -> dict[str, str]:
+    return out({"type": "RECORD", "stream": "s", "record": {"id": i, "u": i}})
+
+
+def state(i: int) -> dict[str, str]:
+    return out({"type": "STATE", "value": {"bookmarks": {"s": {"replication_key_value": i}}}})
+
+
+def read(
+    config: dict[str, Any], strategy: str = "snapshot", batch_rows: int = 1000
+) -> list[Message]:
+    request = ReadRequest(
+        dataset="s",
+        relation="s",
+        key=("id",),
+        strategy=strategy,  # type: ignore[arg-type]
+        cursor=CursorSpec("u", 0, "the tap's bookmark") if strategy == "cursor" else None,
+        batch_rows=batch_rows,
+    )
+    extraction = SingerSource(config).read(request)
+    try:
+        return list(extraction)
+    finally:
+        extraction.finish("success")
+
+
+def rows(messages: list[Message]) -> list[dict[str, Any]]:
+    return [r for m in messages if isinstance(m, RecordBatchMessage) for r in m.batch.to_pylist()]
+
+
+def test_integers_written_with_a_fraction_or_exponent_stay_exact(scripted: Scripted) -> None:
+    line = '{"type":"RECORD","stream":"s","record":{"id":9007199254740993.0,"u":1e3}}'
+    got = rows(read(scripted([out(SCHEMA), out(line)])))
+    # never through a float: 2**53 + 1 is not a float
+    assert got == [{"id": 9007199254740993, "u": 1000}]
+
+
+def _shape(messages: list[Message]) -> list[str]:
+    return [
+        f"rows {[r['id'] for r in m.batch.to_pylist()]}"
+        if isinstance(m, RecordBatchMessage)
+        else f"state {m.position}{' final' if m.final else ''}"
+        for m in messages
+        if isinstance(m, RecordBatchMessage | StateMessage)
+    ]
+
+
+def test_a_state_after_every_record_does_not_cut_the_batches(scripted: Scripted) -> None:
+    steps = [out(SCHEMA)]
+    for i in range(1, 6):
+        steps += [record(i), state(i)]
+    # one batch, not five of one row (each batch is a Parquet row group downstream),
+    # and the newest state after the records it covers
+    assert _shape(read(scripted(steps), "cursor")) == [
+        "rows [1, 2, 3, 4, 5]",
+        "state 5",
+        "state 5 final",
+    ]
+    # batches bounded by batch_rows: each state comes after every record before it
+    assert _shape(read(scripted(steps), "cursor", batch_rows=2)) == [
+        "rows [1, 2]",
+        "state 1",
+        "state 2",
+        "rows [3, 4]",
+        "state 3",
+        "state 4",
+        "rows [5]",
+        "state 5",
+        "state 5 final",
+    ]
+
+
+def test_a_state_before_any_record_and_records_after_the_last_state(scripted: Scripted) -> None:
+    steps = [state(0), out(SCHEMA), record(1), state(1), record(2)]
+    # record 2 comes after the last STATE: the checkpoint stays at the state before it
+    assert _shape(read(scripted(steps), "cursor")) == [
+        "state 0",
+        "rows [1, 2]",
+        "state 1",
+        "state 1 final",
+    ]
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [],
+        [
+            out({**SCHEMA, "stream": "other"}),
+            out({"type": "RECORD", "stream": "other", "record": {}}),
+        ],
+    ],
+    ids=["silent", "another stream only"],
+)
+def test_a_snapshot_of_a_stream_the_tap_never_wrote_is_refused(
+    scripted: Scripted, steps: list[dict[str, str]]
+) -> None:
+    # An empty snapshot deletes every row of the dataset: a tap that did not read
+    # the stream (it ignored the selection, or names it otherwise) must not do that.
+    with pytest.raises(SourceError, match="wrote no SCHEMA for stream 's'"):
+        read(scripted(steps))
+
+
+def test_an_empty_stream_is_an_empty_snapshot(scripted: Scripted) -> None:
+    messages = read(scripted([out(SCHEMA)]))
+    assert rows(messages) == [] and _shape(messages) == ["state None final"]
+
+
+ABANDON = """
+import sys
+import time
+from combined.connectors.abc import ReadRequest
+from combined.connectors.singer import SingerSource
+source = SingerSource({config!r})
+request = ReadRequest(dataset="s", relation="s", key=("id",), strategy="snapshot", batch_rows=1)
+extraction = source.read(request)
+messages = iter(extraction)
+next(messages)
+print(extraction.pid, flush=True)
+sys.exit(0)  # never finished: the interpreter exits with the read part way
+"""
+
+
+def test_interpreter_exit_mid_read_stops_the_tap_and_removes_its_files(
+    scripted: Scripted, tmp_path: Path
+) -> None:
+    config = scripted([out(SCHEMA), record(1), record(2), {"sleep": 60}])
+    private = tmp_path / "tmp"
+    private.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", ABANDON.format(config=config)],
+        env={**os.environ, "TMPDIR": str(private)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # no crash in the interpreter's finalisation, no configuration (secrets) left behind
+    assert done.returncode == 0, done.stderr
+    assert list(private.iterdir()) == []
+    assert gone(int(done.stdout))  # the tap (sleeping 60 s) was stopped
+
+
+def test_discover_timeout_bounds_the_whole_discovery(scripted: Scripted) -> None:
+    # a line every 0.3 s never trips a per-line timeout: the 1 s limit is for all of it
+    trickle = [{"out": " "}, {"sleep": 0.3}] * 10
+    source = SingerSource(scripted([], discover_steps=trickle, discover_timeout=1))
+    started = time.monotonic()
+    with pytest.raises(SourceUnavailable, match="did not finish within 1 s"):
+        source.discover()
+    assert time.monotonic() - started < 2.5

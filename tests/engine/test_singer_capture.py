@@ -1,0 +1,147 @@
+"""The engine over a real Singer tap (a Python script run as a subprocess) into a real lake."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.connectors.singer.fixtures import EVENTS, TAPS, TOKEN, USERS, write_data
+
+from combined.connectors import known_connectors
+from combined.engine import Engine
+
+pytestmark = pytest.mark.skipif(
+    "singer" not in known_connectors(),
+    reason="the installed metadata predates the singer entry point: `pip install -e .` again",
+)
+
+PROJECT = """\
+version: 1
+lake: ./lake
+sources:
+  gh:
+    connector: singer
+    config:
+      command: [{python}, {tap}]
+      config:
+        data_file: {data}
+        probe_file: {probe}
+        api_token: {{secret: "env:COMBINED_TEST_SINGER_TOKEN"}}
+        state_every: 2
+    datasets:
+      users:
+        key: [id]
+        strategy: cursor
+        cursor: {{column: updated_at, trust: "the tap's bookmark"}}
+      events:
+        key: [id]
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("COMBINED_TEST_SINGER_TOKEN", TOKEN)
+    write_data(tmp_path / "data.json", USERS, EVENTS)
+    (tmp_path / "combined.yaml").write_text(
+        PROJECT.format(
+            python=json.dumps(sys.executable),
+            tap=json.dumps(str(TAPS / "good_tap.py")),
+            data=json.dumps(str(tmp_path / "data.json")),
+            probe=json.dumps(str(tmp_path / "probe.jsonl")),
+        )
+    )
+    return tmp_path
+
+
+def _probes(project: Path) -> list[dict[str, Any]]:
+    lines = (project / "probe.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def _ids(engine: Engine, table: str) -> list[int]:
+    result = engine.sql(f"SELECT id FROM {table} ORDER BY id")
+    return [int(r["id"]) for r in result.to_pylist()]
+
+
+def test_capture_then_recapture_resumes_from_the_committed_state(project: Path) -> None:
+    engine = Engine.open(project / "combined.yaml")
+    try:
+        (run,) = engine.capture(["gh.users", "gh.events"])
+        assert run.state == "succeeded", run.error
+        assert _ids(engine, "gh.users") == [1, 2, 3, 4, 5]
+        assert _ids(engine, "gh.events") == [1, 2, 3]
+        ada = engine.sql("SELECT * FROM gh.users WHERE id = 1").to_pylist()[0]
+        assert str(ada["balance"]) == "12345678901234567890.12"
+        assert ada["_combined_producer"].startswith("singer@1")
+        assert len(ada["_combined_id"]) == 32 and ada["_combined_run_id"] == run.id
+        assert ada["_combined_source_position"] == "2024-05-04T09:00:00Z"
+        checkpoint = engine.committed_checkpoint("gh", "users")
+        assert checkpoint is not None
+        assert checkpoint["singer"]["bookmarks"]["users"]["replication_key_value"] == (
+            "2024-05-04T09:00:00Z"
+        )
+        assert engine.committed_checkpoint("gh", "events") == {}
+        mar = {r["dataset"]: r["mar"] for r in engine.usage()}
+        assert mar == {"users": 5, "events": 3}
+
+        users = [dict(u) for u in USERS]
+        users[4]["name"] = "barbara l."
+        users[4]["updated_at"] = "2024-05-05T09:00:00Z"
+        users.append({"id": 6, "name": "edsger", "updated_at": "2024-05-06T09:00:00Z"})
+        write_data(project / "data.json", users, EVENTS[:2])
+        (run,) = engine.capture(["gh.users", "gh.events"])
+        assert run.state == "succeeded", run.error
+        # the tap got the committed STATE and sent only what changed since
+        last_users = [p for p in _probes(project) if "--state" in p["argv"]][-1]
+        assert last_users["state"] == checkpoint["singer"]
+        assert run.stats is not None
+        assert run.stats["users"]["captured"] == 2
+        assert (run.stats["users"]["inserts"], run.stats["users"]["updates"]) == (1, 1)
+        assert run.stats["users"]["deletes"] == 0  # a cursor read never sees deletes
+        # the snapshot of events is complete: the missing event is an explicit delete
+        assert run.stats["events"]["deletes"] == 1
+        assert _ids(engine, "gh.users") == [1, 2, 3, 4, 5, 6]
+        assert _ids(engine, "gh.events") == [1, 2]
+        name = engine.sql("SELECT name FROM gh.users WHERE id = 5").to_pylist()[0]["name"]
+        assert name == "barbara l."
+        mar = {r["dataset"]: r["mar"] for r in engine.usage()}
+        assert mar == {"users": 6, "events": 3}  # ids 5 and 6 this month already counted 5
+    finally:
+        engine.close()
+
+
+def test_a_failed_tap_commits_nothing_and_keeps_the_checkpoint(project: Path) -> None:
+    engine = Engine.open(project / "combined.yaml")
+    try:
+        (run,) = engine.capture(["gh.users"])
+        assert run.state == "succeeded", run.error
+        before = engine.committed_checkpoint("gh", "users")
+        history = engine.history("gh.users")
+        lake_log = sorted((project / "lake" / "gh" / "users" / "_delta_log").iterdir())
+
+        users = [
+            *USERS,
+            *({"id": i, "updated_at": f"2024-06-0{i - 5}T00:00:00Z"} for i in (6, 7, 8)),
+        ]
+        # the tap sends the record at its bookmark, two new ones and a STATE, then dies
+        write_data(project / "data.json", users, EVENTS, fail_after=3)
+        (run,) = engine.capture(["gh.users"])
+        assert run.state == "failed"
+        assert run.error is not None and "exited with status 1" in run.error
+        assert "the provider went away mid-stream" in run.error
+        assert TOKEN not in run.error
+        assert engine.committed_checkpoint("gh", "users") == before
+        assert engine.history("gh.users") == history
+        assert sorted((project / "lake" / "gh" / "users" / "_delta_log").iterdir()) == lake_log
+        assert _ids(engine, "gh.users") == [1, 2, 3, 4, 5]
+
+        write_data(project / "data.json", users, EVENTS)
+        (run,) = engine.capture(["gh.users"])
+        assert run.state == "succeeded", run.error
+        assert _ids(engine, "gh.users") == [1, 2, 3, 4, 5, 6, 7, 8]
+        assert _probes(project)[-1]["state"] == before["singer"]  # type: ignore[index]
+    finally:
+        engine.close()
