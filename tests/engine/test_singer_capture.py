@@ -145,3 +145,23 @@ def test_a_failed_tap_commits_nothing_and_keeps_the_checkpoint(project: Path) ->
         assert _probes(project)[-1]["state"] == before["singer"]  # type: ignore[index]
     finally:
         engine.close()
+
+
+def test_appending_a_cursor_stream_is_refused_before_the_tap_runs(project: Path) -> None:
+    # The tap re-sends the record at its bookmark on every run: appended, it
+    # would be stored once per run.
+    text = (project / "combined.yaml").read_text()
+    (project / "combined.yaml").write_text(
+        text.replace(
+            "        strategy: cursor\n", "        strategy: cursor\n        sync_mode: append\n"
+        )
+    )
+    engine = Engine.open(project / "combined.yaml")
+    try:
+        (run,) = engine.capture(["gh.users"])
+        assert run.state != "succeeded"
+        assert "stored twice" in (run.error or "") and "sync_mode: incremental" in (run.error or "")
+        probes = _probes(project) if (project / "probe.jsonl").exists() else []
+        assert all("--discover" in p["argv"] for p in probes)  # the tap never read
+    finally:
+        engine.close()

@@ -164,6 +164,10 @@ class Source(Protocol):
     #: Whether a read given ``options["control_totals"]`` (True or a column to sum)
     #: reports :attr:`BaseExtraction.control_totals` counted in the read's snapshot.
     SUPPORTS_CONTROL_TOTALS: ClassVar[bool]
+    #: Whether a cursor read may hand over again records an earlier read handed
+    #: over (at least once: a Singer tap resumes at its bookmark, inclusive).
+    #: Such records merge by key; appended, they would be stored twice.
+    REDELIVERS: ClassVar[bool]
     #: The configuration keys the connector takes. Any other key is refused by
     #: :func:`check_config` before the configuration is stored or used; None
     #: leaves every check to the connector's constructor.
@@ -320,6 +324,7 @@ class BaseSource(abc.ABC):
     SUPPORTS_CDC: ClassVar[bool] = False
     SUPPORTS_PARTITIONS: ClassVar[bool] = False
     SUPPORTS_CONTROL_TOTALS: ClassVar[bool] = False
+    REDELIVERS: ClassVar[bool] = False
     CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, config: Mapping[str, Any]) -> None:

@@ -25,6 +25,7 @@ from combined.catalog import data as cat
 from combined.connectors.abc import Extraction, ReadRequest, Source
 from combined.delivery import PartWriter, StagedDelivery, StagingArea, part_schema
 from combined.errors import (
+    ConfigError,
     DriftQuarantined,
     DriftRejected,
     LakeError,
@@ -181,6 +182,13 @@ def stage(
             if plan.cursor.get("lookback_is_duration")
             else plan.cursor.get("lookback"),
             trust=plan.cursor.get("trust", "declared"),
+        )
+    if plan.sync_mode == "append" and plan.strategy == "cursor" and type(source).REDELIVERS:
+        raise ConfigError(
+            f"{plan.source}.{plan.name} appends what a {type(source).name} cursor read hands "
+            "over, and such a read may hand over again records an earlier read already did "
+            "(it resumes at its bookmark, inclusive): they would be stored twice",
+            hint="use sync_mode: incremental, which merges them by key",
         )
     request = ReadRequest(
         dataset=plan.name,

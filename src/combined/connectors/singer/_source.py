@@ -71,6 +71,8 @@ class SingerSource(BaseSource):
     SUPPORTS_CURSOR: ClassVar[bool] = True
     SUPPORTS_CDC: ClassVar[bool] = False
     SUPPORTS_PARTITIONS: ClassVar[bool] = False
+    #: A tap resumes at its bookmark, inclusive, and re-sends what followed its last STATE.
+    REDELIVERS: ClassVar[bool] = True
     CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = CONFIG_KEYS
 
     def __init__(self, config: Mapping[str, Any]) -> None:
