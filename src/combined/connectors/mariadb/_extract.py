@@ -20,7 +20,9 @@ Cursor reads page by keyset over (cursor, key...) inside the snapshot:
 the snapshot before the first page; the checkpoint is that maximum, never
 moved below the previous checkpoint. Without a unique NOT NULL key among
 those columns, rows may tie (NULLs, repeats, collation-equal text): a page
-then ends at an edge row's values and takes every row tied with it.
+then ends at an edge row's values and takes every row tied with it. So does
+a read whose zero dates become NULLs: only the server's text of an edge row
+says where the next page starts.
 
 Only transactional engines (InnoDB) honour the snapshot. A MyISAM, Aria or
 MEMORY table, or a view that reads one, is read as it changes; its receipt
@@ -369,12 +371,19 @@ class MariaDBExtraction(SessionRead[Session]):
         primary, unique = catalog.keys(
             indexes.get(work.relation.table, []), list(work.by_name.values())
         )
-        exact = tie_free(
+        # A zero date read as NULL (zero_dates: null) cannot start the next
+        # page: only an edge row's own text can.
+        zero_nulls = self._options.zero_dates == "null" and any(
+            work.by_name[c].temporal for c in order
+        )
+        exact = not zero_nulls and tie_free(
             order, [primary, *unique], lambda c: exprs[order.index(c)] == quote_ident(c)
         )
 
         def keyset(values: list[Any], *, after: bool) -> str:
-            # ORDER BY's ascending order puts NULLs first.
+            # ORDER BY's ascending order puts NULLs first. NULL tests are
+            # spelled `<=> NULL`: in a WHERE clause `d IS NULL` also holds
+            # for a zero date in a NOT NULL DATE or DATETIME column.
             terms = keyset_terms(values, after=after, nulls_first=True)
             if not terms:
                 return "FALSE"
@@ -383,7 +392,11 @@ class MariaDBExtraction(SessionRead[Session]):
                 + " OR ".join(
                     "("
                     + " AND ".join(
-                        f"{exprs[i]} {op.upper()}"
+                        (
+                            f"{exprs[i]} <=> NULL"
+                            if op == "is null"
+                            else f"NOT ({exprs[i]} <=> NULL)"
+                        )
                         if value is None
                         else f"{exprs[i]} {op} {session.literal(value)}"
                         for i, op, value in term
