@@ -338,3 +338,21 @@ def test_zero_dates_read_as_nulls_at_page_edges_are_read_once_each(
             source, make_request, mt, relation, ["id", "v"], key=key, options=options
         )
         assert rows == expected, relation
+
+
+def test_keys_longer_than_the_servers_sort_prefix_are_read_once_each(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    # ORDER BY sorts strings by their first max_sort_length (1024) bytes only,
+    # while a comparison reads them whole: pages of a unique key sharing a
+    # 1200-byte prefix ended at a row that was not their largest, and the
+    # next page read rows again and skipped others (10 rows read as 0, 0, 1, 1, 2).
+    admin.sql(
+        "CREATE TABLE s (id INT PRIMARY KEY, k VARCHAR(760) NOT NULL UNIQUE,"
+        " b VARBINARY(2000) NOT NULL, v INT NOT NULL) CHARSET utf8mb4",
+        "INSERT INTO s SELECT seq, CONCAT(REPEAT('é', 600), 9 - seq),"
+        " CONCAT(REPEAT('x', 1100), 9 - seq), 1 FROM seq_0_to_9",
+    )
+    for key in (("k",), ("b", "id")):
+        rows = _cursor_rows(source, make_request, mt, "s", ["id"], key=key)
+        assert rows == [(i,) for i in range(10)], key

@@ -19,8 +19,9 @@ Cursor reads page by keyset over (cursor, key...) inside the snapshot:
 ``cursor > last - lookback AND cursor <= MAX(cursor)``, the maximum read in
 the snapshot before the first page; the checkpoint is that maximum, never
 moved below the previous checkpoint. Without a unique NOT NULL key among
-those columns, rows may tie (NULLs, repeats, collation-equal text): a page
-then ends at an edge row's values and takes every row tied with it. So does
+those columns, rows may tie (NULLs, repeats, collation-equal text, strings
+equal in the ``max_sort_length`` bytes ``ORDER BY`` sorts by): a page then
+ends at an edge row's values and takes every row tied with it. So does
 a read whose zero dates become NULLs: only the server's text of an edge row
 says where the next page starts.
 
@@ -368,16 +369,26 @@ class MariaDBExtraction(SessionRead[Session]):
         page_rows = self._options.page_rows
         with self._lock:
             indexes = catalog.indexes(session, work.relation.database, [work.relation.table])
+            ((sort_bytes,),) = session.rows("SELECT @@max_sort_length", "reading the sort limit")
         primary, unique = catalog.keys(
             indexes.get(work.relation.table, []), list(work.by_name.values())
         )
         # A zero date read as NULL (zero_dates: null) cannot start the next
-        # page: only an edge row's own text can.
+        # page: only an edge row's own text can. ORDER BY sorts a string by
+        # its first max_sort_length bytes while a comparison reads it whole:
+        # a page's last row is its largest only if no value is longer.
         zero_nulls = self._options.zero_dates == "null" and any(
             work.by_name[c].temporal for c in order
         )
-        exact = not zero_nulls and tie_free(
-            order, [primary, *unique], lambda c: exprs[order.index(c)] == quote_ident(c)
+        sorted_whole = all(
+            (n := work.by_name[c].octets) is None or n <= int(sort_bytes) for c in order
+        )
+        exact = (
+            sorted_whole
+            and not zero_nulls
+            and tie_free(
+                order, [primary, *unique], lambda c: exprs[order.index(c)] == quote_ident(c)
+            )
         )
 
         def keyset(values: list[Any], *, after: bool) -> str:
