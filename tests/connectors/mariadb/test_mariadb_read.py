@@ -356,3 +356,23 @@ def test_keys_longer_than_the_servers_sort_prefix_are_read_once_each(
     for key in (("k",), ("b", "id")):
         rows = _cursor_rows(source, make_request, mt, "s", ["id"], key=key)
         assert rows == [(i,) for i in range(10)], key
+
+
+def test_a_fractional_lookback_on_a_large_integer_cursor_keeps_its_window(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    # 2**63 - 200 minus 2.0 was computed in floating point: 2**63, above the
+    # checkpoint, so this read and every later one read nothing (row 3 lost).
+    top = 2**63
+    admin.sql(
+        "CREATE TABLE big (id INT PRIMARY KEY, v BIGINT NOT NULL)",
+        f"INSERT INTO big VALUES (1, {top - 300}), (2, {top - 200}), (3, {top - 100})",
+    )
+    spec = CursorSpec("v", lookback=2.0)
+    ext = source.read(
+        make_request("big", strategy="cursor", cursor=spec, state={"cursor": top - 200})
+    )
+    msgs = list(ext)
+    ext.finish("success")
+    assert sorted(mt.table_of(msgs).column("id").to_pylist()) == [2, 3]
+    assert mt.states(msgs)[0].state["cursor"] == top - 100

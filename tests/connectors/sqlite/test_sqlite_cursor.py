@@ -241,3 +241,16 @@ def test_next_state_rules() -> None:
         "9",
     )
     assert next_state(None, None, 0, spec) == ({}, None)
+
+
+def test_a_fractional_lookback_on_a_large_integer_cursor_keeps_its_window(tmp_path: Path) -> None:
+    # 2**53 + 3 minus 1.0 was computed in floating point: 2**53 + 4, above the
+    # checkpoint, so the window was empty and the new row 2**53 + 4 was lost.
+    path = tmp_path / "big.db"
+    base = 2**53
+    with closing(sqlite3.connect(path)) as conn:
+        run(conn, "CREATE TABLE events (id INTEGER PRIMARY KEY, seq INT NOT NULL)")
+        run(conn, "INSERT INTO events VALUES (?, ?)", [(1, base + 1), (2, base + 3), (3, base + 4)])
+    table, final = read(path, {"cursor": base + 3}, CursorSpec("seq", lookback=1.0))
+    assert ids(table) == [2, 3]
+    assert final.state["cursor"] == base + 4

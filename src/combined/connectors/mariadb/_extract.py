@@ -35,7 +35,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -47,6 +46,7 @@ from combined.connectors._shared import (
     final_state,
     keyset_pages,
     keyset_terms,
+    lower_by,
     numeric_lookback,
     select_plans,
     sql_read_options,
@@ -487,7 +487,4 @@ def _lower_bound(plan: ColumnPlan, last: Any, lookback: Any) -> Any:
             return last - window
         if isinstance(last, date):  # whole days, rounded up: a wider window is the safe side
             return last - timedelta(days=-(-window // timedelta(days=1)))
-    step = numeric_lookback(plan.name, lookback)
-    if isinstance(last, Decimal):
-        return last - Decimal(str(step))
-    return last - step
+    return lower_by(last, numeric_lookback(plan.name, lookback))

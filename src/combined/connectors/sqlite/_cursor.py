@@ -6,7 +6,8 @@ the last committed cursor value minus the lookback (strictly greater: with no
 lookback an integer cursor resumes right after the last value it saw). The
 lookback re-reads the window ``(last - lookback, last]`` so that rows which
 became visible late are not missed; the dataset's key makes that overlap
-harmless. Numeric cursors take a numeric lookback; ISO-8601 text cursors take
+harmless. Numeric cursors take a numeric lookback, subtracted without
+rounding the bound up (``lower_by``); ISO-8601 text cursors take
 a :class:`datetime.timedelta`.
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from combined.connectors._shared import lower_by
 from combined.connectors.abc import CursorSpec
 from combined.errors import ConfigError
 
@@ -55,7 +57,7 @@ def lower_bound(last: Any, lookback: Any, column: str) -> Any:
                 column=column,
             )
         if _is_number(last):
-            return last - lookback
+            return lower_by(last, lookback)
         raise ConfigError(
             f"cursor {column!r} holds text, so its lookback must be a timedelta",
             hint="state the lookback as a duration, e.g. timedelta(minutes=5)",
