@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from decimal import Decimal, localcontext
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from combined.connectors._shared import keyset_pages, keyset_terms
-from combined.errors import ProtocolViolation
+from combined.connectors._shared import keyset_pages, keyset_terms, lower_by
+from combined.errors import ConfigError, ProtocolViolation
 
 _VALUES = [None, 1, 2]
 
@@ -57,3 +60,36 @@ def test_an_empty_page_at_an_edge_is_refused_rather_than_looped_on() -> None:
     pages = keyset_pages(page, ["k"], 5, "d", edge=lambda after: [7])
     with pytest.raises(ProtocolViolation, match="edge row"):
         list(pages)
+
+
+_STEPS = st.one_of(
+    st.integers(0, 10**6),
+    st.floats(0, 1e6, allow_nan=False),
+    st.decimals(0, 10**6, allow_nan=False, allow_infinity=False, places=3),
+)
+
+
+@given(
+    last=st.one_of(
+        st.integers(-(2**64), 2**64),
+        st.floats(-1e300, 1e300, allow_nan=False),
+        st.decimals(-(10**30), 10**30, allow_nan=False, allow_infinity=False, places=6),
+    ),
+    step=_STEPS,
+)
+def test_a_numeric_lookback_never_narrows_the_window(last: Any, step: Any) -> None:
+    # A bound above last - step would skip rows the lookback promises to re-read
+    # (near 2**63 floating point rounded the bound above the checkpoint itself).
+    lower = lower_by(last, step)
+    assert type(lower) is type(last)
+    with localcontext(prec=2000):  # exact for these values
+        exact = Decimal(last) - Decimal(str(step))
+        assert Decimal(lower) <= exact
+        if isinstance(last, int):
+            assert Decimal(lower) > exact - 1
+
+
+def test_a_lookback_that_is_not_finite_is_refused() -> None:
+    for step in (float("nan"), float("inf"), Decimal("NaN")):
+        with pytest.raises(ConfigError, match="finite"):
+            lower_by(10, step)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from decimal import Decimal
+from decimal import ROUND_FLOOR, Decimal, localcontext
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import pyarrow as pa
@@ -313,6 +314,33 @@ def numeric_lookback(column: str, lookback: Any) -> Any:
     return lookback
 
 
+def lower_by(last: int | float | Decimal, step: int | float | Decimal) -> int | float | Decimal:
+    """``last - step`` for a numeric cursor, never above the exact difference.
+
+    Floating point would round ``2**63 - 200 - 2.0`` up to ``2**63``: a bound
+    above the checkpoint, an empty window and a cursor that never moves. An
+    integer cursor stays an integer (the step rounded up, a window at least as
+    wide as declared), a decimal one a decimal, and a float is stepped down
+    past any rounding.
+    """
+    if not isinstance(step, int) and not (
+        step.is_finite() if isinstance(step, Decimal) else math.isfinite(step)
+    ):
+        raise ConfigError(
+            f"the cursor lookback {step!r} is not a finite number",
+            hint="state the lookback as a finite window in the cursor's own unit",
+        )
+    if isinstance(last, int) and not isinstance(last, bool):
+        return last - (step if isinstance(step, int) else math.ceil(step))
+    # Decimal arithmetic rounds to its context: rounded down, never above.
+    with localcontext(prec=100, rounding=ROUND_FLOOR):
+        if isinstance(last, Decimal):
+            return last - Decimal(str(step))
+        exact = Decimal(last) - Decimal(str(step))
+        lower = float(exact)  # the nearest float: one step down at most
+        return math.nextafter(lower, -math.inf) if Decimal(lower) > exact else lower
+
+
 #: One condition on one ordering column: (column position, operator, value);
 #: the operator is one of ``=``, ``>``, ``<``, ``is null``, ``is not null``
 #: (``value`` is None for the last two).
@@ -459,6 +487,7 @@ __all__ = [
     "KeysetAtom",
     "keyset_pages",
     "keyset_terms",
+    "lower_by",
     "tie_free",
     "numeric_lookback",
     "select_plans",

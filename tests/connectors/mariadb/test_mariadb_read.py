@@ -262,19 +262,17 @@ def test_a_view_claims_a_snapshot_only_over_transactional_tables(
 def _cursor_rows(
     source: MariaDBSource, make_request: Any, mt: Any, table: str, columns: list[str], **kw: Any
 ) -> list[tuple[Any, ...]]:
-    req = make_request(
-        table,
-        strategy="cursor",
-        cursor=CursorSpec("v"),
-        batch_rows=4,
-        options={"page_rows": 5},
-        **kw,
-    )
+    kw.setdefault("options", {"page_rows": 5})
+    req = make_request(table, strategy="cursor", cursor=CursorSpec("v"), batch_rows=4, **kw)
     ext = source.read(req)
+    messages = []
     try:
-        table_ = mt.table_of(list(ext))
+        for message in ext:
+            messages.append(message)
+            assert len(messages) < 1_000, "the read pages forever"
     finally:
         ext.finish("success")
+    table_ = mt.table_of(messages)
     return sorted(zip(*(table_.column(c).to_pylist() for c in columns), strict=True), key=repr)
 
 
@@ -312,3 +310,69 @@ def test_keys_that_tie_or_hold_nulls_at_page_edges_are_read_once_each(
     # A view has no index to prove its keys unique: it pages the same way.
     admin.sql("CREATE VIEW tv AS SELECT * FROM t")
     assert _cursor_rows(source, make_request, mt, "tv", ["id", "n"]) == rows
+
+
+@pytest.mark.parametrize("null", ["NOT NULL", "NULL"])
+def test_zero_dates_read_as_nulls_at_page_edges_are_read_once_each(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any, null: str
+) -> None:
+    # A zero date read as NULL made the next page start "after NULL", which
+    # the server does not hold: the same page was read forever. And in a
+    # WHERE clause `d IS NULL` is true of a zero date in a NOT NULL DATE or
+    # DATETIME column: a page's upper edge took every zero date, read again
+    # by the next pages.
+    zero = ["'0000-00-00'", "'2020-00-01'", "'2020-01-00'", "'2024-01-01'"]
+    admin.sql(
+        "SET SESSION sql_mode = ''",
+        f"CREATE TABLE z (id INT PRIMARY KEY, v DATETIME {null}, d DATE {null})",
+        "INSERT INTO z VALUES "
+        + ", ".join(f"({i}, {zero[i % 2 * 3]}, {zero[i % 4]})" for i in range(24)),
+        "CREATE VIEW zv AS SELECT * FROM z",
+    )
+    options = {"page_rows": 5, "zero_dates": "null"}
+    expected = sorted(
+        ((i, None if i % 2 == 0 else datetime(2024, 1, 1)) for i in range(24)), key=repr
+    )
+    for relation, key in (("z", ("id",)), ("zv", ("d", "id"))):
+        rows = _cursor_rows(
+            source, make_request, mt, relation, ["id", "v"], key=key, options=options
+        )
+        assert rows == expected, relation
+
+
+def test_keys_longer_than_the_servers_sort_prefix_are_read_once_each(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    # ORDER BY sorts strings by their first max_sort_length (1024) bytes only,
+    # while a comparison reads them whole: pages of a unique key sharing a
+    # 1200-byte prefix ended at a row that was not their largest, and the
+    # next page read rows again and skipped others (10 rows read as 0, 0, 1, 1, 2).
+    admin.sql(
+        "CREATE TABLE s (id INT PRIMARY KEY, k VARCHAR(760) NOT NULL UNIQUE,"
+        " b VARBINARY(2000) NOT NULL, v INT NOT NULL) CHARSET utf8mb4",
+        "INSERT INTO s SELECT seq, CONCAT(REPEAT('é', 600), 9 - seq),"
+        " CONCAT(REPEAT('x', 1100), 9 - seq), 1 FROM seq_0_to_9",
+    )
+    for key in (("k",), ("b", "id")):
+        rows = _cursor_rows(source, make_request, mt, "s", ["id"], key=key)
+        assert rows == [(i,) for i in range(10)], key
+
+
+def test_a_fractional_lookback_on_a_large_integer_cursor_keeps_its_window(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    # 2**63 - 200 minus 2.0 was computed in floating point: 2**63, above the
+    # checkpoint, so this read and every later one read nothing (row 3 lost).
+    top = 2**63
+    admin.sql(
+        "CREATE TABLE big (id INT PRIMARY KEY, v BIGINT NOT NULL)",
+        f"INSERT INTO big VALUES (1, {top - 300}), (2, {top - 200}), (3, {top - 100})",
+    )
+    spec = CursorSpec("v", lookback=2.0)
+    ext = source.read(
+        make_request("big", strategy="cursor", cursor=spec, state={"cursor": top - 200})
+    )
+    msgs = list(ext)
+    ext.finish("success")
+    assert sorted(mt.table_of(msgs).column("id").to_pylist()) == [2, 3]
+    assert mt.states(msgs)[0].state["cursor"] == top - 100

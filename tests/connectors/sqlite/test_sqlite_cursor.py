@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from combined.connectors.abc import CursorSpec, ReadRequest
 from combined.connectors.sqlite import SQLiteSource
 from combined.connectors.sqlite._cursor import lower_bound, next_state, shift_iso_text
-from combined.errors import ConfigError
+from combined.errors import ConfigError, SchemaMismatch
 from combined.protocol import RecordBatchMessage, StateMessage
 
 
@@ -29,17 +29,26 @@ def run(conn: sqlite3.Connection, sql: str, rows: list[tuple[Any, ...]] | None =
     conn.commit()
 
 
+def database(path: Path, create: str, insert: str, rows: list[tuple[Any, ...]]) -> Path:
+    with closing(sqlite3.connect(path)) as conn:
+        run(conn, create)
+        run(conn, insert, rows)
+    return path
+
+
+def change(path: Path, sql: str) -> None:
+    with closing(sqlite3.connect(path)) as conn:
+        run(conn, sql)
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
-    path = tmp_path / "events.db"
-    with closing(sqlite3.connect(path)) as conn:
-        run(conn, "CREATE TABLE events (id INTEGER PRIMARY KEY, seq INT NOT NULL, body TEXT)")
-        run(
-            conn,
-            "INSERT INTO events VALUES (?, ?, ?)",
-            [(i, i // 2, f"e{i}") for i in range(1, 11)],
-        )
-    return path
+    return database(
+        tmp_path / "events.db",
+        "CREATE TABLE events (id INTEGER PRIMARY KEY, seq INT NOT NULL, body TEXT)",
+        "INSERT INTO events VALUES (?, ?, ?)",
+        [(i, i // 2, f"e{i}") for i in range(1, 11)],
+    )
 
 
 def read(
@@ -50,6 +59,7 @@ def read(
     relation: str = "events",
     key: tuple[str, ...] = ("id",),
     batch_rows: int = 3,
+    columns: tuple[str, ...] | None = None,
 ) -> tuple[Any, StateMessage]:
     source = SQLiteSource({"path": str(path)})
     extraction = source.read(
@@ -61,6 +71,7 @@ def read(
             cursor=cursor,
             state=state,
             batch_rows=batch_rows,
+            columns=columns,
         )
     )
     batches = []
@@ -241,3 +252,41 @@ def test_next_state_rules() -> None:
         "9",
     )
     assert next_state(None, None, 0, spec) == ({}, None)
+
+
+def test_a_fractional_lookback_on_a_large_integer_cursor_keeps_its_window(tmp_path: Path) -> None:
+    # 2**53 + 3 minus 1.0 was computed in floating point: 2**53 + 4, above the
+    # checkpoint, so the window was empty and the new row 2**53 + 4 was lost.
+    base = 2**53
+    path = database(
+        tmp_path / "big.db",
+        "CREATE TABLE events (id INTEGER PRIMARY KEY, seq INT NOT NULL)",
+        "INSERT INTO events VALUES (?, ?)",
+        [(1, base + 1), (2, base + 3), (3, base + 4)],
+    )
+    table, final = read(path, {"cursor": base + 3}, CursorSpec("seq", lookback=1.0))
+    assert ids(table) == [2, 3]
+    assert final.state["cursor"] == base + 4
+
+
+def test_a_cursor_holding_numbers_and_text_is_refused(tmp_path: Path) -> None:
+    # SQLite sorts every number before any text: max() was the text, and no
+    # number written later was ever read again (the checkpoint stayed on it).
+    path = database(
+        tmp_path / "mixed.db",
+        "CREATE TABLE events (id INTEGER PRIMARY KEY, at DATETIME, seq INT, body TEXT)",
+        "INSERT INTO events VALUES (?, ?, ?, ?)",
+        [(1, 1_700_000_000, 1, "a"), (2, "2024-01-01 00:00:00", 2, "b")],
+    )
+    with pytest.raises(SchemaMismatch, match="'at'.*both numbers and text"):
+        read(path, None, CursorSpec("at"))
+    # Not selected, the cursor's text was never checked at all.
+    change(path, "UPDATE events SET seq = 'n/a' WHERE id = 2")
+    with pytest.raises(SchemaMismatch, match="'seq'.*both numbers and text"):
+        read(path, None, CursorSpec("seq"), columns=("id", "body"))
+    # A text checkpoint left by an earlier read finds no number after it.
+    change(path, "UPDATE events SET seq = 2 WHERE id = 2")
+    with pytest.raises(SchemaMismatch, match="checkpoint 'n/a'"):
+        read(path, {"cursor": "n/a"}, CursorSpec("seq"))
+    table, final = read(path, {"cursor": 1}, CursorSpec("seq"))
+    assert ids(table) == [2] and final.state["cursor"] == 2

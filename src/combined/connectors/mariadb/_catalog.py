@@ -150,13 +150,13 @@ def columns(
     names = ", ".join(session.literal(t) for t in tables)
     q = (
         "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE,"
-        " NUMERIC_PRECISION, NUMERIC_SCALE, COLUMN_DEFAULT, EXTRA"
+        " NUMERIC_PRECISION, NUMERIC_SCALE, COLUMN_DEFAULT, EXTRA, CHARACTER_OCTET_LENGTH"
         " FROM information_schema.COLUMNS"
         f" WHERE TABLE_SCHEMA = {session.literal(database)} AND TABLE_NAME IN ({names})"
         " ORDER BY TABLE_NAME, ORDINAL_POSITION"
     )
     out: dict[str, list[SourceColumn]] = defaultdict(list)
-    for table, name, dt, ct, nullable, prec, scale, default, extra in session.rows(
+    for table, name, dt, ct, nullable, prec, scale, default, extra, octets in session.rows(
         q, "reading columns"
     ):
         out[str(table)].append(
@@ -169,6 +169,7 @@ def columns(
                 scale=int(scale) if scale is not None else None,
                 default=default,
                 extra=str(extra or ""),
+                octets=int(octets) if octets is not None else None,
             )
         )
     return out

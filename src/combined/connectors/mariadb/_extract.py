@@ -19,8 +19,11 @@ Cursor reads page by keyset over (cursor, key...) inside the snapshot:
 ``cursor > last - lookback AND cursor <= MAX(cursor)``, the maximum read in
 the snapshot before the first page; the checkpoint is that maximum, never
 moved below the previous checkpoint. Without a unique NOT NULL key among
-those columns, rows may tie (NULLs, repeats, collation-equal text): a page
-then ends at an edge row's values and takes every row tied with it.
+those columns, rows may tie (NULLs, repeats, collation-equal text, strings
+equal in the ``max_sort_length`` bytes ``ORDER BY`` sorts by): a page then
+ends at an edge row's values and takes every row tied with it. So does
+a read whose zero dates become NULLs: only the server's text of an edge row
+says where the next page starts.
 
 Only transactional engines (InnoDB) honour the snapshot. A MyISAM, Aria or
 MEMORY table, or a view that reads one, is read as it changes; its receipt
@@ -32,7 +35,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -44,6 +46,7 @@ from combined.connectors._shared import (
     final_state,
     keyset_pages,
     keyset_terms,
+    lower_by,
     numeric_lookback,
     select_plans,
     sql_read_options,
@@ -366,15 +369,32 @@ class MariaDBExtraction(SessionRead[Session]):
         page_rows = self._options.page_rows
         with self._lock:
             indexes = catalog.indexes(session, work.relation.database, [work.relation.table])
+            ((sort_bytes,),) = session.rows("SELECT @@max_sort_length", "reading the sort limit")
         primary, unique = catalog.keys(
             indexes.get(work.relation.table, []), list(work.by_name.values())
         )
-        exact = tie_free(
-            order, [primary, *unique], lambda c: exprs[order.index(c)] == quote_ident(c)
+        # A zero date read as NULL (zero_dates: null) cannot start the next
+        # page: only an edge row's own text can. ORDER BY sorts a string by
+        # its first max_sort_length bytes while a comparison reads it whole:
+        # a page's last row is its largest only if no value is longer.
+        zero_nulls = self._options.zero_dates == "null" and any(
+            work.by_name[c].temporal for c in order
+        )
+        sorted_whole = all(
+            (n := work.by_name[c].octets) is None or n <= int(sort_bytes) for c in order
+        )
+        exact = (
+            sorted_whole
+            and not zero_nulls
+            and tie_free(
+                order, [primary, *unique], lambda c: exprs[order.index(c)] == quote_ident(c)
+            )
         )
 
         def keyset(values: list[Any], *, after: bool) -> str:
-            # ORDER BY's ascending order puts NULLs first.
+            # ORDER BY's ascending order puts NULLs first. NULL tests are
+            # spelled `<=> NULL`: in a WHERE clause `d IS NULL` also holds
+            # for a zero date in a NOT NULL DATE or DATETIME column.
             terms = keyset_terms(values, after=after, nulls_first=True)
             if not terms:
                 return "FALSE"
@@ -383,7 +403,11 @@ class MariaDBExtraction(SessionRead[Session]):
                 + " OR ".join(
                     "("
                     + " AND ".join(
-                        f"{exprs[i]} {op.upper()}"
+                        (
+                            f"{exprs[i]} <=> NULL"
+                            if op == "is null"
+                            else f"NOT ({exprs[i]} <=> NULL)"
+                        )
                         if value is None
                         else f"{exprs[i]} {op} {session.literal(value)}"
                         for i, op, value in term
@@ -463,7 +487,4 @@ def _lower_bound(plan: ColumnPlan, last: Any, lookback: Any) -> Any:
             return last - window
         if isinstance(last, date):  # whole days, rounded up: a wider window is the safe side
             return last - timedelta(days=-(-window // timedelta(days=1)))
-    step = numeric_lookback(plan.name, lookback)
-    if isinstance(last, Decimal):
-        return last - Decimal(str(step))
-    return last - step
+    return lower_by(last, numeric_lookback(plan.name, lookback))

@@ -112,6 +112,7 @@ class SourceColumn:
     scale: int | None
     default: str | None = None
     extra: str = ""
+    octets: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,8 @@ class ColumnPlan:
     expr: str
     nullable: bool = True
     reason: str | None = None
+    #: The most bytes a value of a string or binary column holds (None: unknown or fixed).
+    octets: int | None = None
 
     @property
     def arrow_type_text(self) -> str:
@@ -184,9 +187,13 @@ def plan_column(col: SourceColumn, cast: str | None = None) -> ColumnPlan:
             return ColumnPlan(col.name, source, "bool", pa.bool_(), f"({q} + 0)", col.nullable)
         return ColumnPlan(col.name, source, "bits", pa.uint64(), f"({q} + 0)", col.nullable)
     if dt in _STRINGS:
-        return ColumnPlan(col.name, source, "string", pa.string(), q, col.nullable)
+        return ColumnPlan(
+            col.name, source, "string", pa.string(), q, col.nullable, octets=col.octets
+        )
     if dt in _BINARIES:
-        return ColumnPlan(col.name, source, "binary", pa.binary(), q, col.nullable)
+        return ColumnPlan(
+            col.name, source, "binary", pa.binary(), q, col.nullable, octets=col.octets
+        )
     if dt == "date":
         return ColumnPlan(col.name, source, "date", pa.date32(), q, col.nullable)
     if dt == "datetime":

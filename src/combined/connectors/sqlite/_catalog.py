@@ -195,8 +195,10 @@ def cursor_candidates(
             )
         else:
             evidence = (
-                "integer primary key: rowid alias, assigned increasing on insert unless rows "
-                "are inserted with explicit ids"
+                "integer primary key: rowid alias; sqlite assigns a new row max(rowid) + 1 "
+                "unless it is inserted with an explicit id, so once the rows with the largest "
+                "ids are deleted new rows reuse the ids of deleted rows, at or below the "
+                "checkpoint, and a cursor never reads them (AUTOINCREMENT prevents the reuse)"
             )
         out.append(CursorCandidate(alias, evidence))
     leading = {i.columns[0]: i.name for i in idx if i.columns and not i.partial and i.columns[0]}

@@ -6,8 +6,15 @@ the last committed cursor value minus the lookback (strictly greater: with no
 lookback an integer cursor resumes right after the last value it saw). The
 lookback re-reads the window ``(last - lookback, last]`` so that rows which
 became visible late are not missed; the dataset's key makes that overlap
-harmless. Numeric cursors take a numeric lookback; ISO-8601 text cursors take
+harmless. Numeric cursors take a numeric lookback, subtracted without
+rounding the bound up (``lower_by``); ISO-8601 text cursors take
 a :class:`datetime.timedelta`.
+
+SQLite does not enforce declared types, and it sorts every number before
+any text: a cursor column holding both (epoch integers next to ISO text, a
+stray ``'n/a'`` in an ``INTEGER`` column), or a checkpoint of another class
+than the column, is refused with :class:`~combined.errors.SchemaMismatch`
+rather than read with a checkpoint no later number would pass.
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from combined.connectors._shared import lower_by
 from combined.connectors.abc import CursorSpec
-from combined.errors import ConfigError
+from combined.errors import ConfigError, SchemaMismatch
 
 _FRACTION = re.compile(r"[T ]\d{2}:\d{2}:\d{2}\.(\d+)")
 
@@ -55,7 +63,7 @@ def lower_bound(last: Any, lookback: Any, column: str) -> Any:
                 column=column,
             )
         if _is_number(last):
-            return last - lookback
+            return lower_by(last, lookback)
         raise ConfigError(
             f"cursor {column!r} holds text, so its lookback must be a timedelta",
             hint="state the lookback as a duration, e.g. timedelta(minutes=5)",
@@ -100,6 +108,39 @@ def shift_iso_text(text: str, delta: timedelta, column: str) -> str:
     if text.endswith("Z") and out.endswith("+00:00"):
         out = out[: -len("+00:00")] + "Z"
     return out
+
+
+def storage_class(value: Any) -> str:
+    """The class SQLite orders ``value`` in: ``numbers`` before ``text`` before ``blobs``."""
+    if isinstance(value, bytes):
+        return "blobs"
+    return "text" if isinstance(value, str) else "numbers"
+
+
+def check_one_order(column: str, low: Any, upper: Any, last: Any) -> None:
+    """Refuse a cursor whose values, or checkpoint, fall in more than one storage class.
+
+    SQLite sorts every number before any text and any text before any blob:
+    with both in the column, ``max`` is the text and a number written later
+    is never above the checkpoint, so it would never be read. ``low`` and
+    ``upper`` are the column's ``min`` and ``max``, ``last`` the checkpoint.
+    """
+    low_class, high_class = storage_class(low), storage_class(upper)
+    if low_class != high_class:
+        raise SchemaMismatch(
+            f"cursor column {column!r} holds both {low_class} and {high_class}: sqlite sorts "
+            f"all {low_class} before any {high_class}, so new {low_class} would never be read",
+            hint="have the rows fixed at the source so that the column holds one kind of value, "
+            "or capture a view that casts the cursor to one type",
+            column=column,
+        )
+    if last is not None and storage_class(last) != high_class:
+        raise SchemaMismatch(
+            f"the checkpoint {last!r} of cursor {column!r} is {storage_class(last)} but the "
+            f"column holds {high_class}: no row compares above it",
+            hint="reset the dataset's cursor state to read the relation again",
+            column=column,
+        )
 
 
 def next_state(

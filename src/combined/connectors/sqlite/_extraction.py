@@ -21,7 +21,7 @@ from combined.connectors.sqlite._connection import (
     scalar,
     translate,
 )
-from combined.connectors.sqlite._cursor import lower_bound, next_state
+from combined.connectors.sqlite._cursor import check_one_order, lower_bound, next_state
 from combined.connectors.sqlite._types import ColumnPlan, Projection, quote_ident
 from combined.errors import ConfigError, ProtocolViolation
 from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome
@@ -180,9 +180,11 @@ class SQLiteExtraction(BaseExtraction):
         upper = scalar(conn, f"SELECT max({q}) FROM {quote_ident(rel.name)}")
         if upper is None:
             return _Plan(projection, None, None, None)
+        last = (request.state or {}).get("cursor")
+        low = scalar(conn, f"SELECT min({q}) FROM {quote_ident(rel.name)}")
+        check_one_order(spec.column, low, upper, last)
         where = [f"{q} <= ?"]
         params: list[Any] = [upper]
-        last = (request.state or {}).get("cursor")
         if last is not None:
             where.append(f"{q} > ?")
             params.append(lower_bound(last, spec.lookback, spec.column))
