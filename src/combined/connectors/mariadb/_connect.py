@@ -26,6 +26,7 @@ import pymysql
 import pymysql.converters
 import pymysql.cursors
 
+from combined.connectors._shared import casts_by_relation
 from combined.connectors._shared import close_quietly as shared_close_quietly
 from combined.connectors.abc import refuse_unknown_keys
 from combined.errors import (
@@ -171,7 +172,7 @@ class Settings:
             connect_timeout=_seconds(config, "connect_timeout", 10, name),
             read_timeout=_seconds(config, "read_timeout", 600, name),
             batch_rows=_positive(config.get("batch_rows"), "batch_rows", name),
-            casts=_casts(config.get("casts"), name),
+            casts=casts_by_relation(config.get("casts"), name),
             zero_dates=zero_dates_option(config.get("zero_dates", "error")),
         )
 
@@ -243,27 +244,6 @@ def _positive(value: Any, key: str, name: str) -> int | None:
             hint=f"for example {key}: 10000",
         )
     return value
-
-
-def _casts(value: Any, name: str) -> dict[str, dict[str, str]]:
-    """``{"table.column": "text"}`` grouped by table: ``{table: {column: "text"}}``."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(
-            f"{name} `casts` must map table.column to a type",
-            hint='for example casts: {"orders.legacy_date": "text"}',
-        )
-    out: dict[str, dict[str, str]] = {}
-    for key, cast in value.items():
-        table, dot, column = str(key).rpartition(".")
-        if not dot or not table or not column or not isinstance(cast, str):
-            raise ConfigError(
-                f"{name} cast {key!r} must be written table.column: type",
-                hint='for example casts: {"orders.legacy_date": "text"}',
-            )
-        out.setdefault(table, {})[column] = cast
-    return out
 
 
 # -- errors -------------------------------------------------------------------
