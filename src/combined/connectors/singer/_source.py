@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
 from combined.connectors._shared import select_plans
+from combined.connectors._subprocess._process import ChildProcess
+from combined.connectors._subprocess._run import call, with_log
+from combined.connectors._subprocess._settings import PrivateDir
 from combined.connectors.abc import BaseSource, Discovery, Extraction, ReadRequest, refuse_bounds
 from combined.connectors.singer._catalog import (
     Stream,
@@ -18,14 +20,8 @@ from combined.connectors.singer._catalog import (
     parse_catalog,
     selected_catalog,
 )
-from combined.connectors.singer._process import LineTooLong, TapProcess, Timeout
 from combined.connectors.singer._read import SingerExtraction
-from combined.connectors.singer._settings import (
-    CONFIG_KEYS,
-    PrivateDir,
-    Settings,
-    load_json,
-)
+from combined.connectors.singer._settings import CONFIG_KEYS, Settings, load_json
 from combined.errors import ConfigError, NotFoundError, SourceError, SourceUnavailable
 
 
@@ -108,62 +104,38 @@ class SingerSource(BaseSource):
         return self._streams
 
     def _run_discovery(self) -> Any:
-        argv = self.settings.executable()
-        files = PrivateDir()
-        proc: TapProcess | None = None
-        timeout = self.settings.discover_timeout
-        try:
-            argv += ["--config", files.write("config.json", self.settings.tap_config)]
-            try:
-                proc = TapProcess(
-                    [*argv, "--discover"],
-                    scrub=self._scrub,
-                    max_line_bytes=self.settings.max_line_bytes,
-                )
-            except OSError as exc:
-                raise SourceError(
-                    f"the tap {argv[0]!r} could not be started: {exc.strerror or exc}",
-                    hint="check that `command:` names an executable Singer tap",
-                ) from None
-            deadline = time.monotonic() + timeout
-            chunks = self._drain(proc, deadline, timeout)
-            code = proc.wait_exit(max(0.0, deadline - time.monotonic()))
-            if code is None:
-                raise _too_slow(timeout)
-            if code != 0:
-                raise self._failed(proc, f"the tap's discovery exited with status {code}")
-            text = b"".join(chunks).decode("utf-8", errors="replace")
-            try:
-                return json.loads(text, parse_float=Decimal)
-            except ValueError as exc:
-                raise self._failed(
-                    proc, f"the tap's discovery printed no valid JSON catalog ({exc})"
-                ) from None
-        finally:
-            if proc is not None:
-                proc.stop()
-            files.remove()
-
-    def _drain(self, proc: TapProcess, deadline: float, timeout: float) -> list[bytes]:
-        # ``discover_timeout`` bounds the whole discovery, not each line of it.
         chunks: list[bytes] = []
-        try:
-            while (line := proc.next_line(max(0.0, deadline - time.monotonic()))) is not None:
-                chunks.append(line)
-        except Timeout:
-            raise _too_slow(timeout) from None
-        except LineTooLong as exc:
-            raise self._failed(
-                proc, f"the tap's discovery wrote a line over {exc.limit} bytes"
-            ) from None
-        return chunks
 
-    def _failed(self, proc: TapProcess, message: str) -> SourceError:
-        tail = proc.stderr_tail()
-        if tail:
-            message = f"{message}; the tap's last log lines:\n{tail}"
+        def arguments(files: PrivateDir) -> list[str]:
+            return [
+                "--config",
+                files.write("config.json", self.settings.program_config),
+                "--discover",
+            ]
+
+        proc, code = call(
+            self.settings,
+            self._scrub,
+            arguments,
+            lambda proc, number, line: chunks.append(line),
+            too_slow=lambda: _too_slow(self.settings.discover_timeout),
+            too_long=lambda proc, exc: self._failed(
+                proc, f"the tap's discovery wrote a line over {exc.limit} bytes"
+            ),
+        )
+        if code != 0:
+            raise self._failed(proc, f"the tap's discovery exited with status {code}")
+        text = b"".join(chunks).decode("utf-8", errors="replace")
+        try:
+            return json.loads(text, parse_float=Decimal)
+        except ValueError as exc:
+            raise self._failed(
+                proc, f"the tap's discovery printed no valid JSON catalog ({exc})"
+            ) from None
+
+    def _failed(self, proc: ChildProcess, message: str) -> SourceError:
         return SourceError(
-            message,
+            with_log(proc, message, "tap"),
             hint="run the tap with --config and --discover yourself to see why; "
             "or give a `catalog:` file",
         )
