@@ -15,16 +15,31 @@ import contextlib
 import json
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from combined.connectors._shared import SessionRead
 from combined.connectors._subprocess._process import ChildProcess, LineTooLong, Stopped, Timeout
 from combined.connectors._subprocess._rows import DECODER, Rows
-from combined.connectors._subprocess._settings import PrivateDir, ProgramSettings
-from combined.connectors.abc import ReadRequest
-from combined.errors import CombinedError, ProtocolViolation, SourceError, SourceUnavailable
-from combined.protocol import ExtractionAuthority, Message, RecordBatchMessage, TerminalOutcome
+from combined.connectors._subprocess._settings import Flavour, PrivateDir, ProgramSettings
+from combined.connectors.abc import ReadRequest, refuse_bounds
+from combined.errors import (
+    CombinedError,
+    ConfigError,
+    ProtocolViolation,
+    SourceError,
+    SourceUnavailable,
+)
+from combined.protocol import (
+    ExtractionAuthority,
+    Message,
+    RecordBatchMessage,
+    StateMessage,
+    TerminalOutcome,
+)
+
+#: In an argv item, the private directory of the run (to mount it into a container).
+FILES_PLACEHOLDER = "{files}"
 
 
 class ProgramRun:
@@ -74,11 +89,42 @@ def _close_quietly(run: ProgramRun | None, primary: BaseException | None) -> Bas
     return failure
 
 
+def check_request(flavour: Flavour, request: ReadRequest) -> None:
+    """Refuse what no program-run read does: cdc, partitions, a batch of no rows."""
+    if request.strategy not in ("snapshot", "cursor"):
+        raise ConfigError(
+            f"the {flavour.connector} connector cannot read with strategy {request.strategy!r}",
+            hint="use the snapshot or cursor strategy",
+            dataset=request.dataset,
+        )
+    refuse_bounds(
+        flavour.connector, request, f"drop the bounds: a {flavour.noun} reads its stream whole"
+    )
+    if request.batch_rows < 1:
+        raise ConfigError("batch_rows must be positive", hint="e.g. 65536")
+
+
+def refuse_lookback(flavour: Flavour, request: ReadRequest) -> None:
+    """Refuse a cursor lookback: the program keeps its own state and cannot re-read a window."""
+    lookback = request.cursor.lookback if request.cursor is not None else None
+    if lookback not in (None, 0) and getattr(lookback, "total_seconds", lambda: 1)() != 0:
+        raise ConfigError(
+            f"dataset {request.dataset!r} declares a lookback, but a {flavour.noun} keeps its "
+            "own bookmark and cannot re-read a window",
+            hint=f"remove cursor.lookback (use the {flavour.noun}'s own setting, if it has one)",
+            dataset=request.dataset,
+        )
+
+
 def start(
-    settings: ProgramSettings, argv: Sequence[str], scrub: Callable[[str], str]
+    settings: ProgramSettings,
+    argv: Sequence[str],
+    scrub: Callable[[str], str],
+    files: PrivateDir,
 ) -> ChildProcess:
-    """Start ``argv``; a program that cannot be started is a ``SourceError``."""
+    """Start ``argv`` (``{files}`` in it naming ``files``); failing to is a ``SourceError``."""
     flavour = settings.flavour
+    argv = [a.replace(FILES_PLACEHOLDER, str(files.path)) for a in argv]
     try:
         return ChildProcess(argv, scrub=scrub, max_line_bytes=settings.max_line_bytes)
     except OSError as exc:
@@ -115,7 +161,7 @@ def call(
     proc: ChildProcess | None = None
     timeout = settings.discover_timeout
     try:
-        proc = start(settings, [*argv, *arguments(files)], scrub)
+        proc = start(settings, [*argv, *arguments(files)], scrub, files)
         deadline = time.monotonic() + timeout
         number = 0
         try:
@@ -182,7 +228,7 @@ class ProgramExtraction(SessionRead[ProgramRun]):
             raise ProtocolViolation("the extraction is finished", hint="start a new read")
         files = PrivateDir(f"combined-{self._flavour.connector}-")
         try:
-            proc = start(self._settings, [*self._argv, *self._arguments(files)], self._scrub)
+            proc = start(self._settings, [*self._argv, *self._arguments(files)], self._scrub, files)
         except BaseException:
             files.remove()
             raise
@@ -324,6 +370,22 @@ class ProgramExtraction(SessionRead[ProgramRun]):
         yield self._batch(rows)
         if pending is not None:
             yield pending
+
+    def _final_state(
+        self, latest: StateMessage | None, position: Callable[[Mapping[str, Any]], str | None]
+    ) -> StateMessage:
+        """The read's last state: none for a snapshot, else the latest one seen.
+
+        A cursor read that saw no state keeps the previous checkpoint (its
+        ``position`` computed from it).
+        """
+        request = self._request
+        if request.strategy != "cursor":
+            return StateMessage(request.dataset, {}, final=True)
+        if latest is not None:
+            return StateMessage(request.dataset, latest.state, position=latest.position, final=True)
+        previous = dict(request.state or {})
+        return StateMessage(request.dataset, previous, position=position(previous), final=True)
 
     def _batch(self, rows: Rows) -> RecordBatchMessage:
         batch = rows.take()

@@ -90,8 +90,7 @@ class SingerExtraction(ProgramExtraction):
         names = stream.names()
         cursor = request.strategy == "cursor"
         rows: Rows | None = None
-        last_state: Any = None
-        seen_state = False
+        latest: StateMessage | None = None
         pending: StateMessage | None = None
         number = 0
         while True:
@@ -105,11 +104,9 @@ class SingerExtraction(ProgramExtraction):
             kind = msg["type"]
             if kind == "STATE":
                 if cursor:
-                    last_state, seen_state = msg.get("value"), True
-                    pending = StateMessage(
-                        request.dataset,
-                        self._state(last_state),
-                        position=bookmark(last_state, stream),
+                    value = msg.get("value")
+                    pending = latest = StateMessage(
+                        request.dataset, self._state(value), position=bookmark(value, stream)
                     )
                     # A STATE never ends a batch (a tap may write one per record): it is
                     # handed over after the batch holding the records before it, or now
@@ -193,23 +190,7 @@ class SingerExtraction(ProgramExtraction):
                 "stream (run it with --catalog yourself); nothing was committed",
             )
         self.authority.complete()
-        if not cursor:
-            yield StateMessage(request.dataset, {}, final=True)
-        elif seen_state:
-            yield StateMessage(
-                request.dataset,
-                self._state(last_state),
-                position=bookmark(last_state, stream),
-                final=True,
-            )
-        else:
-            previous = dict(request.state or {})
-            yield StateMessage(
-                request.dataset,
-                previous,
-                position=bookmark(previous.get("singer"), stream),
-                final=True,
-            )
+        yield self._final_state(latest, lambda previous: bookmark(previous.get("singer"), stream))
 
     def _schema(self, schema: Any, number: int) -> tuple[FieldPlan, ...]:
         try:

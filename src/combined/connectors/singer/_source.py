@@ -9,9 +9,9 @@ from typing import Any, ClassVar, Literal
 
 from combined.connectors._shared import select_plans
 from combined.connectors._subprocess._process import ChildProcess
-from combined.connectors._subprocess._run import call, with_log
+from combined.connectors._subprocess._run import call, check_request, refuse_lookback, with_log
 from combined.connectors._subprocess._settings import PrivateDir
-from combined.connectors.abc import BaseSource, Discovery, Extraction, ReadRequest, refuse_bounds
+from combined.connectors.abc import BaseSource, Discovery, Extraction, ReadRequest
 from combined.connectors.singer._catalog import (
     Stream,
     describe,
@@ -21,7 +21,7 @@ from combined.connectors.singer._catalog import (
     selected_catalog,
 )
 from combined.connectors.singer._read import SingerExtraction
-from combined.connectors.singer._settings import CONFIG_KEYS, Settings, load_json
+from combined.connectors.singer._settings import CONFIG_KEYS, FLAVOUR, Settings, load_json
 from combined.errors import ConfigError, NotFoundError, SourceError, SourceUnavailable
 
 
@@ -144,15 +144,7 @@ class SingerSource(BaseSource):
 
     def read(self, request: ReadRequest) -> Extraction:
         """Prepare a read of one stream; the tap runs only once the result is iterated."""
-        if request.strategy not in ("snapshot", "cursor"):
-            raise ConfigError(
-                f"the singer connector cannot read with strategy {request.strategy!r}",
-                hint="use the snapshot or cursor strategy",
-                dataset=request.dataset,
-            )
-        refuse_bounds(self.name, request, "drop the bounds: a tap reads its stream whole")
-        if request.batch_rows < 1:
-            raise ConfigError("batch_rows must be positive", hint="e.g. 65536")
+        check_request(FLAVOUR, request)
         streams = self._catalog()
         stream = find_stream(streams, request.relation)
         if stream is None:
@@ -205,11 +197,4 @@ class SingerSource(BaseSource):
                 hint=f"set cursor.column to {stream.replication_key}",
                 dataset=request.dataset,
             )
-        lookback = spec.lookback
-        if lookback not in (None, 0) and getattr(lookback, "total_seconds", lambda: 1)() != 0:
-            raise ConfigError(
-                f"dataset {request.dataset!r} declares a lookback, but a tap keeps its own "
-                "bookmark and cannot re-read a window",
-                hint="remove cursor.lookback (use the tap's own setting, if it has one)",
-                dataset=request.dataset,
-            )
+        refuse_lookback(FLAVOUR, request)
