@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from combined.connectors._subprocess._process import ChildProcess
@@ -11,10 +11,8 @@ from combined.connectors._subprocess._rows import Rows, shown
 from combined.connectors._subprocess._run import ProgramExtraction
 from combined.connectors._subprocess._schema import FieldPlan, json_default
 from combined.connectors._subprocess._settings import PrivateDir
-from combined.connectors.abc import ReadRequest
 from combined.connectors.airbyte._catalog import Stream
 from combined.connectors.airbyte._messages import descriptor, log, trace_error
-from combined.connectors.airbyte._settings import Settings
 from combined.protocol import Message, StateMessage
 
 _FIX = "the connector must declare every property it writes in the stream's json_schema"
@@ -38,24 +36,13 @@ class AirbyteExtraction(ProgramExtraction):
     def __init__(
         self,
         *,
-        settings: Settings,
-        argv: Sequence[str],
         stream: Stream,
         plans: Sequence[FieldPlan],
         catalog: Mapping[str, Any],
         cursor: str | None,
-        request: ReadRequest,
-        batch_rows: int,
-        scrub: Callable[[str], str],
+        **common: Any,
     ) -> None:
-        super().__init__(
-            settings=settings,
-            argv=argv,
-            label=stream.qualified,
-            request=request,
-            batch_rows=batch_rows,
-            scrub=scrub,
-        )
+        super().__init__(label=stream.qualified, **common)
         self._stream = stream
         self._plans = tuple(plans)
         self._catalog = catalog

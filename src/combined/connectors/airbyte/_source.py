@@ -10,7 +10,8 @@ from combined.connectors._subprocess._process import ChildProcess, LineTooLong
 from combined.connectors._subprocess._rows import DECODER
 from combined.connectors._subprocess._run import call, check_request, refuse_lookback
 from combined.connectors._subprocess._settings import PrivateDir
-from combined.connectors.abc import BaseSource, Discovery, Extraction, ReadRequest
+from combined.connectors._subprocess._source import ProgramSource
+from combined.connectors.abc import Discovery, Extraction, ReadRequest
 from combined.connectors.airbyte._catalog import (
     Stream,
     configured_catalog,
@@ -27,7 +28,7 @@ from combined.errors import ConfigError, SourceError, SourceUnavailable
 _RERUN = "run the connector's `{command} --config <file>` yourself to see what it writes"
 
 
-class AirbyteSource(BaseSource):
+class AirbyteSource(ProgramSource[Settings]):
     """An Airbyte-protocol source (source-faker, source-github, ...) run as a child process.
 
     Configuration:
@@ -58,17 +59,12 @@ class AirbyteSource(BaseSource):
 
     name: ClassVar[str] = "airbyte"
     revision: ClassVar[str] = "1"
-    SUPPORTS_SNAPSHOT: ClassVar[bool] = True
-    SUPPORTS_CURSOR: ClassVar[bool] = True
-    SUPPORTS_CDC: ClassVar[bool] = False
-    SUPPORTS_PARTITIONS: ClassVar[bool] = False
     CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = CONFIG_KEYS
+    _streams: list[Stream] | None = None
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
-        super().__init__(config)
-        self.settings = Settings.parse(self.config)
-        self._scrub = self.settings.scrubber()
-        self._streams: list[Stream] | None = None
+    @classmethod
+    def _parse(cls, config: Mapping[str, Any]) -> Settings:
+        return Settings.parse(config)
 
     # -- one-shot commands --------------------------------------------------------------
 
@@ -184,25 +180,15 @@ class AirbyteSource(BaseSource):
             "cursor" if request.strategy == "cursor" else "snapshot"
         )
         return AirbyteExtraction(
-            settings=self.settings,
-            argv=self.settings.executable(),
             stream=stream,
             plans=plans,
             catalog=configured_catalog(stream, strategy, cursor, request.key),
             cursor=cursor,
-            request=request,
-            batch_rows=min(request.batch_rows, self.settings.batch_rows or request.batch_rows),
-            scrub=self._scrub,
+            **self._run_options(request),
         )
 
     def _check_cursor(self, request: ReadRequest, stream: Stream) -> str:
-        spec = request.cursor
-        if spec is None:
-            raise ConfigError(
-                f"dataset {request.dataset!r} uses the cursor strategy without a cursor",
-                hint="declare `cursor: {column: <the stream's cursor field>, trust: ...}`",
-                dataset=request.dataset,
-            )
+        spec = self._declared_cursor(request, "cursor field")
         if "incremental" not in stream.sync_modes:
             raise ConfigError(
                 f"stream {stream.qualified!r} does not support incremental reads",

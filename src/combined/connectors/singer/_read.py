@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from combined.connectors._subprocess._process import ChildProcess
@@ -16,9 +16,7 @@ from combined.connectors._subprocess._schema import (
     plan_stream,
 )
 from combined.connectors._subprocess._settings import PrivateDir
-from combined.connectors.abc import ReadRequest
 from combined.connectors.singer._catalog import Stream
-from combined.connectors.singer._settings import Settings
 from combined.errors import UnsupportedType
 from combined.protocol import Message, StateMessage
 
@@ -47,25 +45,8 @@ class SingerExtraction(ProgramExtraction):
     or after :meth:`finish`, is a :class:`~combined.errors.ProtocolViolation`.
     """
 
-    def __init__(
-        self,
-        *,
-        settings: Settings,
-        argv: Sequence[str],
-        stream: Stream,
-        catalog: Mapping[str, Any],
-        request: ReadRequest,
-        batch_rows: int,
-        scrub: Callable[[str], str],
-    ) -> None:
-        super().__init__(
-            settings=settings,
-            argv=argv,
-            label=stream.tap_stream_id,
-            request=request,
-            batch_rows=batch_rows,
-            scrub=scrub,
-        )
+    def __init__(self, *, stream: Stream, catalog: Mapping[str, Any], **common: Any) -> None:
+        super().__init__(label=stream.tap_stream_id, **common)
         self._stream = stream
         self._catalog = catalog
 

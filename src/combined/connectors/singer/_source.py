@@ -11,7 +11,8 @@ from combined.connectors._shared import select_plans
 from combined.connectors._subprocess._process import ChildProcess
 from combined.connectors._subprocess._run import call, check_request, refuse_lookback, with_log
 from combined.connectors._subprocess._settings import PrivateDir
-from combined.connectors.abc import BaseSource, Discovery, Extraction, ReadRequest
+from combined.connectors._subprocess._source import ProgramSource
+from combined.connectors.abc import Discovery, Extraction, ReadRequest
 from combined.connectors.singer._catalog import (
     Stream,
     describe,
@@ -32,7 +33,7 @@ def _too_slow(timeout: float) -> SourceUnavailable:
     )
 
 
-class SingerSource(BaseSource):
+class SingerSource(ProgramSource[Settings]):
     """A Singer tap (tap-github, tap-stripe, tap-postgres, ...) run as a child process.
 
     Configuration:
@@ -63,17 +64,12 @@ class SingerSource(BaseSource):
 
     name: ClassVar[str] = "singer"
     revision: ClassVar[str] = "1"
-    SUPPORTS_SNAPSHOT: ClassVar[bool] = True
-    SUPPORTS_CURSOR: ClassVar[bool] = True
-    SUPPORTS_CDC: ClassVar[bool] = False
-    SUPPORTS_PARTITIONS: ClassVar[bool] = False
     CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = CONFIG_KEYS
+    _streams: list[Stream] | None = None
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
-        super().__init__(config)
-        self.settings = Settings.parse(self.config)
-        self._scrub = self.settings.scrubber()
-        self._streams: list[Stream] | None = None
+    @classmethod
+    def _parse(cls, config: Mapping[str, Any]) -> Settings:
+        return Settings.parse(config)
 
     # -- discovery ----------------------------------------------------------------------
 
@@ -166,23 +162,13 @@ class SingerSource(BaseSource):
             "cursor" if request.strategy == "cursor" else "snapshot"
         )
         return SingerExtraction(
-            settings=self.settings,
-            argv=self.settings.executable(),
             stream=stream,
             catalog=selected_catalog(stream, strategy, columns),
-            request=request,
-            batch_rows=min(request.batch_rows, self.settings.batch_rows or request.batch_rows),
-            scrub=self._scrub,
+            **self._run_options(request),
         )
 
     def _check_cursor(self, request: ReadRequest, stream: Stream) -> None:
-        spec = request.cursor
-        if spec is None:
-            raise ConfigError(
-                f"dataset {request.dataset!r} uses the cursor strategy without a cursor",
-                hint="declare `cursor: {column: <the stream's replication_key>, trust: ...}`",
-                dataset=request.dataset,
-            )
+        spec = self._declared_cursor(request, "replication_key")
         if stream.replication_key is None:
             raise ConfigError(
                 f"stream {stream.tap_stream_id!r} has no replication_key, so the tap "
