@@ -43,6 +43,14 @@ def test_example_loads_with_the_documented_datasets(tmp_path: Path) -> None:
             "issues",
             "cursor",
         ),
+        (
+            "airbyte",
+            "gh",
+            "airbyte",
+            ("config.credentials.personal_access_token", "env:GITHUB_TOKEN"),
+            "issues",
+            "cursor",
+        ),
     ],
 )
 def test_a_commented_source_loads_once_uncommented(

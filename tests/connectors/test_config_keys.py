@@ -9,6 +9,7 @@ import pytest
 
 from combined.connectors import check_config, connector_class, known_connectors
 from combined.connectors.abc import Source
+from combined.connectors.airbyte import AirbyteSource
 from combined.connectors.singer import SingerSource
 from combined.errors import ConfigError
 from combined.testing import InMemorySource
@@ -23,6 +24,7 @@ CASES: dict[str, tuple[type[Source], dict[str, Any], str, str]] = {
     "mysql": (connector_class("mysql"), {"dsn": "mysql://u@h/d"}, "read_timout", "read_timeout"),
     "scripted": (connector_class("scripted"), {"script": []}, "state_fiel", "state_file"),
     "singer": (SingerSource, {"command": "tap-x"}, "idle_timout", "idle_timeout"),
+    "airbyte": (AirbyteSource, {"command": "source-x"}, "max_line_byte", "max_line_bytes"),
     "memory": (InMemorySource, {"tables": {}}, "key", "keys"),
 }
 

@@ -118,12 +118,36 @@ sources:
 #          column: updated_at     # the stream's replication_key
 #          trust: "tap-github bookmarks issues by updated_at; deletes are not seen"
 # END singer example
+
+# BEGIN airbyte example
+#  gh:
+#    connector: airbyte           # any Airbyte-protocol source (see docs/airbyte.md)
+#    config:
+#      command: source-github     # `pipx install airbyte-source-github`; or an argv, e.g.
+#      # [docker, run, --rm, -i, -v, "{files}:{files}", airbyte/source-github]
+#      config:                    # the connector's own settings, given to it in a private file
+#        repositories: [airbytehq/airbyte]
+#        start_date: "2024-01-01T00:00:00Z"
+#        credentials:
+#          personal_access_token: {secret: "env:GITHUB_TOKEN"}
+#      idle_timeout: 600          # seconds without a line from the connector before it is stopped
+#    datasets:
+#      repositories:              # a stream, read whole each run (full_refresh)
+#        key: [id]                # its source_defined_primary_key (`combined discover gh`)
+#      issues:
+#        stream: issues           # the stream's name, or namespace.name (default: the dataset name)
+#        key: [id]
+#        strategy: cursor         # incremental, resuming from its per-stream STATE
+#        cursor:
+#          column: updated_at     # the stream's cursor field
+#          trust: "source-github's issues cursor is updated_at; deletes are not seen"
+# END airbyte example
 """
 """A commented ``combined.yaml`` that loads as it is.
 
 The lines between ``# BEGIN postgres example`` and ``# END postgres example``
-(and the ``mariadb`` and ``singer`` ones) are a source that loads too once their leading
-``#`` is removed.
+(and the ``mariadb``, ``singer`` and ``airbyte`` ones) are a source that loads too once
+their leading ``#`` is removed.
 """
 
 

@@ -15,10 +15,10 @@ import pyarrow as pa
 import pytest
 from tests.connectors.singer.fixtures import TOKEN
 
+from combined.connectors._subprocess._process import STDERR_TAIL_BYTES
+from combined.connectors._subprocess._schema import BadValue, plan_field
 from combined.connectors.abc import ReadRequest
 from combined.connectors.singer import SingerSource
-from combined.connectors.singer._process import STDERR_TAIL_BYTES
-from combined.connectors.singer._schema import BadValue, plan_field
 from combined.errors import (
     CombinedError,
     ConfigError,
@@ -134,7 +134,7 @@ def test_huge_stderr_neither_blocks_nor_grows_the_error(bad_config: BadConfig) -
 
 
 def test_huge_stderr_keeps_only_a_bounded_tail(bad_config: BadConfig, tmp_path: Path) -> None:
-    from combined.connectors.singer._process import TapProcess
+    from combined.connectors._subprocess._process import ChildProcess
 
     script = tmp_path / "noisy.py"
     script.write_text(
@@ -144,7 +144,7 @@ def test_huge_stderr_keeps_only_a_bounded_tail(bad_config: BadConfig, tmp_path: 
     )
     import sys
 
-    proc = TapProcess([sys.executable, str(script)], scrub=str, max_line_bytes=1024)
+    proc = ChildProcess([sys.executable, str(script)], scrub=str, max_line_bytes=1024)
     assert proc.next_line(30) is None
     assert proc.wait_exit(30) == 0
     tail = proc.stderr_tail()

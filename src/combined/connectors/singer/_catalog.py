@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from combined.connectors._subprocess._schema import BadSchema, FieldPlan, plan_stream
 from combined.connectors.abc import CursorCandidate, DatasetDiscovery, FieldInfo, Strategy
-from combined.connectors.singer._schema import BadSchema, FieldPlan, plan_stream
 from combined.errors import SourceError, UnsupportedType
 
 _CURSOR_EVIDENCE = (

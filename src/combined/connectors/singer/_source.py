@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
 from combined.connectors._shared import select_plans
-from combined.connectors.abc import BaseSource, Discovery, Extraction, ReadRequest, refuse_bounds
+from combined.connectors._subprocess._process import ChildProcess
+from combined.connectors._subprocess._run import call, check_request, refuse_lookback, with_log
+from combined.connectors._subprocess._settings import PrivateDir
+from combined.connectors._subprocess._source import ProgramSource
+from combined.connectors.abc import Discovery, Extraction, ReadRequest
 from combined.connectors.singer._catalog import (
     Stream,
     describe,
@@ -18,14 +21,8 @@ from combined.connectors.singer._catalog import (
     parse_catalog,
     selected_catalog,
 )
-from combined.connectors.singer._process import LineTooLong, TapProcess, Timeout
 from combined.connectors.singer._read import SingerExtraction
-from combined.connectors.singer._settings import (
-    CONFIG_KEYS,
-    PrivateDir,
-    Settings,
-    load_json,
-)
+from combined.connectors.singer._settings import CONFIG_KEYS, FLAVOUR, Settings, load_json
 from combined.errors import ConfigError, NotFoundError, SourceError, SourceUnavailable
 
 
@@ -36,7 +33,7 @@ def _too_slow(timeout: float) -> SourceUnavailable:
     )
 
 
-class SingerSource(BaseSource):
+class SingerSource(ProgramSource[Settings]):
     """A Singer tap (tap-github, tap-stripe, tap-postgres, ...) run as a child process.
 
     Configuration:
@@ -67,19 +64,12 @@ class SingerSource(BaseSource):
 
     name: ClassVar[str] = "singer"
     revision: ClassVar[str] = "1"
-    SUPPORTS_SNAPSHOT: ClassVar[bool] = True
-    SUPPORTS_CURSOR: ClassVar[bool] = True
-    SUPPORTS_CDC: ClassVar[bool] = False
-    SUPPORTS_PARTITIONS: ClassVar[bool] = False
-    #: A tap resumes at its bookmark, inclusive, and re-sends what followed its last STATE.
-    REDELIVERS: ClassVar[bool] = True
     CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = CONFIG_KEYS
+    _streams: list[Stream] | None = None
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
-        super().__init__(config)
-        self.settings = Settings.parse(self.config)
-        self._scrub = self.settings.scrubber()
-        self._streams: list[Stream] | None = None
+    @classmethod
+    def _parse(cls, config: Mapping[str, Any]) -> Settings:
+        return Settings.parse(config)
 
     # -- discovery ----------------------------------------------------------------------
 
@@ -110,62 +100,38 @@ class SingerSource(BaseSource):
         return self._streams
 
     def _run_discovery(self) -> Any:
-        argv = self.settings.executable()
-        files = PrivateDir()
-        proc: TapProcess | None = None
-        timeout = self.settings.discover_timeout
-        try:
-            argv += ["--config", files.write("config.json", self.settings.tap_config)]
-            try:
-                proc = TapProcess(
-                    [*argv, "--discover"],
-                    scrub=self._scrub,
-                    max_line_bytes=self.settings.max_line_bytes,
-                )
-            except OSError as exc:
-                raise SourceError(
-                    f"the tap {argv[0]!r} could not be started: {exc.strerror or exc}",
-                    hint="check that `command:` names an executable Singer tap",
-                ) from None
-            deadline = time.monotonic() + timeout
-            chunks = self._drain(proc, deadline, timeout)
-            code = proc.wait_exit(max(0.0, deadline - time.monotonic()))
-            if code is None:
-                raise _too_slow(timeout)
-            if code != 0:
-                raise self._failed(proc, f"the tap's discovery exited with status {code}")
-            text = b"".join(chunks).decode("utf-8", errors="replace")
-            try:
-                return json.loads(text, parse_float=Decimal)
-            except ValueError as exc:
-                raise self._failed(
-                    proc, f"the tap's discovery printed no valid JSON catalog ({exc})"
-                ) from None
-        finally:
-            if proc is not None:
-                proc.stop()
-            files.remove()
-
-    def _drain(self, proc: TapProcess, deadline: float, timeout: float) -> list[bytes]:
-        # ``discover_timeout`` bounds the whole discovery, not each line of it.
         chunks: list[bytes] = []
-        try:
-            while (line := proc.next_line(max(0.0, deadline - time.monotonic()))) is not None:
-                chunks.append(line)
-        except Timeout:
-            raise _too_slow(timeout) from None
-        except LineTooLong as exc:
-            raise self._failed(
-                proc, f"the tap's discovery wrote a line over {exc.limit} bytes"
-            ) from None
-        return chunks
 
-    def _failed(self, proc: TapProcess, message: str) -> SourceError:
-        tail = proc.stderr_tail()
-        if tail:
-            message = f"{message}; the tap's last log lines:\n{tail}"
+        def arguments(files: PrivateDir) -> list[str]:
+            return [
+                "--config",
+                files.write("config.json", self.settings.program_config),
+                "--discover",
+            ]
+
+        proc, code = call(
+            self.settings,
+            self._scrub,
+            arguments,
+            lambda proc, number, line: chunks.append(line),
+            too_slow=lambda: _too_slow(self.settings.discover_timeout),
+            too_long=lambda proc, exc: self._failed(
+                proc, f"the tap's discovery wrote a line over {exc.limit} bytes"
+            ),
+        )
+        if code != 0:
+            raise self._failed(proc, f"the tap's discovery exited with status {code}")
+        text = b"".join(chunks).decode("utf-8", errors="replace")
+        try:
+            return json.loads(text, parse_float=Decimal)
+        except ValueError as exc:
+            raise self._failed(
+                proc, f"the tap's discovery printed no valid JSON catalog ({exc})"
+            ) from None
+
+    def _failed(self, proc: ChildProcess, message: str) -> SourceError:
         return SourceError(
-            message,
+            with_log(proc, message, "tap"),
             hint="run the tap with --config and --discover yourself to see why; "
             "or give a `catalog:` file",
         )
@@ -174,15 +140,7 @@ class SingerSource(BaseSource):
 
     def read(self, request: ReadRequest) -> Extraction:
         """Prepare a read of one stream; the tap runs only once the result is iterated."""
-        if request.strategy not in ("snapshot", "cursor"):
-            raise ConfigError(
-                f"the singer connector cannot read with strategy {request.strategy!r}",
-                hint="use the snapshot or cursor strategy",
-                dataset=request.dataset,
-            )
-        refuse_bounds(self.name, request, "drop the bounds: a tap reads its stream whole")
-        if request.batch_rows < 1:
-            raise ConfigError("batch_rows must be positive", hint="e.g. 65536")
+        check_request(FLAVOUR, request)
         streams = self._catalog()
         stream = find_stream(streams, request.relation)
         if stream is None:
@@ -204,23 +162,13 @@ class SingerSource(BaseSource):
             "cursor" if request.strategy == "cursor" else "snapshot"
         )
         return SingerExtraction(
-            settings=self.settings,
-            argv=self.settings.executable(),
             stream=stream,
             catalog=selected_catalog(stream, strategy, columns),
-            request=request,
-            batch_rows=min(request.batch_rows, self.settings.batch_rows or request.batch_rows),
-            scrub=self._scrub,
+            **self._run_options(request),
         )
 
     def _check_cursor(self, request: ReadRequest, stream: Stream) -> None:
-        spec = request.cursor
-        if spec is None:
-            raise ConfigError(
-                f"dataset {request.dataset!r} uses the cursor strategy without a cursor",
-                hint="declare `cursor: {column: <the stream's replication_key>, trust: ...}`",
-                dataset=request.dataset,
-            )
+        spec = self._declared_cursor(request, "replication_key")
         if stream.replication_key is None:
             raise ConfigError(
                 f"stream {stream.tap_stream_id!r} has no replication_key, so the tap "
@@ -235,11 +183,4 @@ class SingerSource(BaseSource):
                 hint=f"set cursor.column to {stream.replication_key}",
                 dataset=request.dataset,
             )
-        lookback = spec.lookback
-        if lookback not in (None, 0) and getattr(lookback, "total_seconds", lambda: 1)() != 0:
-            raise ConfigError(
-                f"dataset {request.dataset!r} declares a lookback, but a tap keeps its own "
-                "bookmark and cannot re-read a window",
-                hint="remove cursor.lookback (use the tap's own setting, if it has one)",
-                dataset=request.dataset,
-            )
+        refuse_lookback(FLAVOUR, request)

@@ -1,16 +1,19 @@
-"""JSON Schema (as Singer taps write it) to Arrow, and records to Arrow columns.
+"""JSON Schema (as Singer taps and Airbyte sources write it) to Arrow, and records to Arrow columns.
 
 | JSON Schema | Arrow |
 | --- | --- |
-| ``integer`` | ``int64`` |
+| ``integer`` (or ``number`` with ``airbyte_type: integer``) | ``int64`` |
 | ``number`` | ``double``; ``decimal128(38, s)`` when ``multipleOf`` is ``10^-s`` or finer |
 | ``integer`` and ``number`` together | as ``number`` |
 | ``string`` | ``string`` |
 | ``string`` with ``format: date-time`` | ``timestamp[us, tz=UTC]`` (RFC 3339, an offset required) |
+| ... and ``airbyte_type: timestamp_without_timezone`` | ``timestamp[us]`` (no offset allowed) |
 | ``string`` with ``format: date`` | ``date32`` |
 | ``boolean`` | ``bool`` |
 | ``object``, ``array``, several types, no type | ``string`` holding the value's JSON text |
 
+Airbyte's well-known types (``$ref: WellKnownTypes.json#/definitions/Integer``,
+``TimestampWithTimezone``, ...) read as the plain schema they stand for.
 ``["null", T]`` and ``anyOf: [{...}, {"type": "null"}]`` make a field
 nullable; a field that is not nullable refuses an explicit ``null``. A
 missing property is null. Every value is checked against its field's type:
@@ -33,6 +36,26 @@ import pyarrow.compute as pc
 MAX_PRECISION = 38
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
+_NAIVE_TIMESTAMP = pa.timestamp("us")
+
+# Airbyte protocol v1's well-known types, as the plain JSON Schema each stands for.
+_WELL_KNOWN: Mapping[str, Mapping[str, Any]] = {
+    "String": {"type": "string"},
+    "BinaryData": {"type": "string"},
+    "Boolean": {"type": "boolean"},
+    "Integer": {"type": "integer"},
+    "Number": {"type": "number"},
+    "Date": {"type": "string", "format": "date"},
+    "TimestampWithTimezone": {"type": "string", "format": "date-time"},
+    "TimestampWithoutTimezone": {
+        "type": "string",
+        "format": "date-time",
+        "airbyte_type": "timestamp_without_timezone",
+    },
+    "TimeWithTimezone": {"type": "string", "format": "time"},
+    "TimeWithoutTimezone": {"type": "string", "format": "time"},
+}
+_WELL_KNOWN_PREFIX = "WellKnownTypes.json#/definitions/"
 
 
 class BadValue(Exception):
@@ -80,8 +103,18 @@ def _decimal_scale(multiple: Any) -> int | None:
     return max(0, -exponent)
 
 
+def _resolved(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith(_WELL_KNOWN_PREFIX):
+        known = _WELL_KNOWN.get(ref[len(_WELL_KNOWN_PREFIX) :])
+        if known is not None:
+            return {**{k: v for k, v in schema.items() if k != "$ref"}, **known}
+    return schema
+
+
 def _types(schema: Mapping[str, Any]) -> tuple[set[str], bool, Mapping[str, Any]]:
     """The non-null JSON types of ``schema``, whether null is allowed, and the branch used."""
+    schema = _resolved(schema)
     branches = schema.get("anyOf") or schema.get("oneOf")
     if isinstance(branches, list) and branches:
         kinds: set[str] = set()
@@ -102,7 +135,10 @@ def _types(schema: Mapping[str, Any]) -> tuple[set[str], bool, Mapping[str, Any]
     if declared is None:
         return set(), True, schema
     names = [declared] if isinstance(declared, str) else list(declared)
-    return {str(t) for t in names if t != "null"}, "null" in names, schema
+    kinds = {str(t) for t in names if t != "null"}
+    if kinds == {"number"} and schema.get("airbyte_type") == "integer":
+        kinds = {"integer"}
+    return kinds, "null" in names, schema
 
 
 def plan_field(name: str, schema: Any) -> FieldPlan:
@@ -142,6 +178,10 @@ def plan_field(name: str, schema: Any) -> FieldPlan:
         return FieldPlan(name, "bool", pa.bool_(), "boolean", nullable)
     if kind == "string":
         fmt = branch.get("format")
+        if fmt == "date-time" and branch.get("airbyte_type") == "timestamp_without_timezone":
+            return FieldPlan(
+                name, "naive_timestamp", _NAIVE_TIMESTAMP, "string (date-time, no zone)", nullable
+            )
         if fmt == "date-time":
             return FieldPlan(name, "timestamp", _TIMESTAMP, "string (date-time)", nullable)
         if fmt == "date":
@@ -267,6 +307,10 @@ def _timestamp(plan: FieldPlan, values: list[Any]) -> pa.Array:
     )
 
 
+def _naive_timestamp(plan: FieldPlan, values: list[Any]) -> pa.Array:
+    return _parsed(plan, values, "a date-time without offset (2024-05-01T12:00:00), microseconds")
+
+
 def _date(plan: FieldPlan, values: list[Any]) -> pa.Array:
     return _parsed(plan, values, "a date (2024-05-01)")
 
@@ -297,6 +341,7 @@ _CONVERT: Mapping[str, Callable[[FieldPlan, list[Any]], pa.Array]] = {
     "bool": _bool,
     "string": _string,
     "timestamp": _timestamp,
+    "naive_timestamp": _naive_timestamp,
     "date": _date,
     "json": _json,
 }

@@ -1,12 +1,14 @@
-"""A tap as a child process: bounded pipes, its own process group, always reaped.
+"""A connector program (a Singer tap, an Airbyte source) as a child process.
 
-The tap runs in a new session (``start_new_session``), so it leads its own
-process group and :meth:`TapProcess.stop` can end every process it started
-(a tap that spawns helpers leaves no orphan). Standard output is read by one
-thread into a bounded queue (back-pressure: memory is bounded by the queue,
-never by what the tap writes); standard error by another thread that keeps
-only a bounded tail, so a tap that logs without end can never block on a
-full pipe.
+Bounded pipes, its own process group, always reaped. The program runs in a
+new session (``start_new_session``), so it leads its own process group and
+:meth:`ChildProcess.stop` can end every process it started (a program that
+spawns helpers leaves no orphan). Standard output is read by one thread into
+a bounded queue (back-pressure: memory is bounded by the queue, never by what
+the program writes); standard error by another thread that keeps only a
+bounded tail, so a program that logs without end can never block on a full
+pipe. Log lines the program writes as protocol messages (Airbyte ``LOG``)
+join the same tail through :meth:`ChildProcess.log`.
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import IO
 
-#: How much of the tap's standard error is kept for error messages.
+#: How much of the program's log (standard error, LOG messages) is kept for error messages.
 STDERR_TAIL_BYTES = 8 * 1024
-#: Lines read ahead of the consumer (each line is one Singer message).
+#: Lines read ahead of the consumer (each line is one protocol message).
 QUEUE_LINES = 256
-#: How long a tap gets to exit after SIGTERM before SIGKILL.
+#: How long a program gets to exit after SIGTERM before SIGKILL.
 STOP_GRACE_S = 5.0
 
 _EOF = object()
@@ -34,7 +36,7 @@ _STOPPED = object()
 
 
 class LineTooLong(Exception):
-    """The tap wrote a line longer than the limit (its number is ``line``)."""
+    """The program wrote a line longer than the limit (its number is ``line``)."""
 
     def __init__(self, line: int, limit: int) -> None:
         super().__init__(f"line {line} is longer than {limit} bytes")
@@ -43,15 +45,15 @@ class LineTooLong(Exception):
 
 
 class Stopped(Exception):
-    """The tap was stopped (:meth:`TapProcess.stop`) while its output was read."""
+    """The program was stopped (:meth:`ChildProcess.stop`) while its output was read."""
 
 
 class Timeout(Exception):
-    """The tap wrote nothing for the given number of seconds."""
+    """The program wrote nothing for the given number of seconds."""
 
 
-class TapProcess:
-    """One run of a tap: ``argv`` started at once, read line by line, stopped for sure.
+class ChildProcess:
+    """One run of a program: ``argv`` started at once, read line by line, stopped for sure.
 
     ``scrub`` masks credentials in the standard error tail before anyone sees it.
     """
@@ -83,17 +85,17 @@ class TapProcess:
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self._out = threading.Thread(
-            target=self._read_stdout, args=(self.proc.stdout,), name="tap-stdout", daemon=True
+            target=self._read_stdout, args=(self.proc.stdout,), name="child-stdout", daemon=True
         )
         self._err = threading.Thread(
-            target=self._read_stderr, args=(self.proc.stderr,), name="tap-stderr", daemon=True
+            target=self._read_stderr, args=(self.proc.stderr,), name="child-stderr", daemon=True
         )
         self._out.start()
         self._err.start()
 
     @property
     def pid(self) -> int:
-        """The tap's process id (also its process group id)."""
+        """The program's process id (also its process group id)."""
         return self.proc.pid
 
     # -- reader threads -----------------------------------------------------------------
@@ -131,18 +133,25 @@ class TapProcess:
                 chunk = os.read(pipe.fileno(), 64 * 1024)
                 if not chunk:
                     return
-                with self._tail_lock:
-                    self._tail.append(chunk)
-                    self._tail_bytes += len(chunk)
-                    while self._tail_bytes - len(self._tail[0]) >= STDERR_TAIL_BYTES:
-                        self._tail_bytes -= len(self._tail.popleft())
+                self._keep(chunk)
+
+    def _keep(self, chunk: bytes) -> None:
+        with self._tail_lock:
+            self._tail.append(chunk)
+            self._tail_bytes += len(chunk)
+            while self._tail_bytes - len(self._tail[0]) >= STDERR_TAIL_BYTES:
+                self._tail_bytes -= len(self._tail.popleft())
+
+    def log(self, text: str) -> None:
+        """Add one log line the program wrote as a message (not on standard error) to the tail."""
+        self._keep(text.rstrip("\n").encode("utf-8", errors="replace")[-STDERR_TAIL_BYTES:] + b"\n")
 
     # -- consuming --------------------------------------------------------------------
 
     def next_line(self, timeout: float | None) -> bytes | None:
         """The next line of standard output; None at its end.
 
-        Raises :class:`Timeout` when the tap wrote nothing for ``timeout``
+        Raises :class:`Timeout` when the program wrote nothing for ``timeout``
         seconds, :class:`LineTooLong` for a line beyond the limit.
         """
         try:
@@ -159,7 +168,7 @@ class TapProcess:
         return item
 
     def stderr_tail(self) -> str:
-        """The last few KiB of the tap's standard error, decoded and scrubbed."""
+        """The last few KiB of the program's log, decoded and scrubbed."""
         self._err.join(timeout=1.0)
         with self._tail_lock:
             data = b"".join(self._tail)
@@ -169,7 +178,7 @@ class TapProcess:
         return self._scrub(text.strip())
 
     def wait_exit(self, timeout: float) -> int | None:
-        """Wait for the tap to exit on its own, then end its group; None if it does not."""
+        """Wait for the program to exit on its own, then end its group; None if it does not."""
         deadline = time.monotonic() + timeout
         while True:
             if self._exited():
@@ -189,7 +198,7 @@ class TapProcess:
         return info is not None
 
     def _finish_group(self) -> None:
-        # Any helper the tap left behind goes with it: no orphan outlives a read.
+        # Any helper the program left behind goes with it: no orphan outlives a read.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self._reap()
@@ -213,7 +222,7 @@ class TapProcess:
         self._lines.put_nowait(_STOPPED)
 
     def stop(self) -> None:
-        """End the tap and its whole process group (SIGTERM, then SIGKILL) and reap it."""
+        """End the program and its whole process group (SIGTERM, then SIGKILL) and reap it."""
         if self._reaped:
             return
         if not self._exited():

@@ -1,0 +1,111 @@
+"""Records of one stream gathered into bounded Arrow batches, each value checked."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+
+from combined.connectors._subprocess._schema import BadValue, FieldPlan
+from combined.errors import SchemaMismatch
+
+# Every number is parsed from its text as a Decimal: an integer written with a
+# fraction or an exponent (9007199254740993.0) stays exact, a double column
+# rounds once (float(Decimal) is correctly rounded, as float parsing is).
+DECODER = json.JSONDecoder(parse_float=Decimal)
+_SHOWN = 80
+
+
+def shown(value: Any) -> str:
+    """``repr(value)``, cut to a length an error message can hold."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
+class Rows:
+    """Records of one schema gathered column by column, with the line of each row.
+
+    ``fix`` ends the hint of an undeclared property: who must declare it.
+    """
+
+    def __init__(
+        self,
+        stream: str,
+        plans: Sequence[FieldPlan],
+        selected: Sequence[str] | None,
+        unsupported: frozenset[str],
+        *,
+        fix: str,
+    ) -> None:
+        self.stream = stream
+        self.plans = tuple(plans)
+        self._fix = fix
+        keep = None if selected is None else set(selected)
+        self.kept = tuple(
+            p for p in self.plans if (keep is None or p.name in keep) and p.name not in unsupported
+        )
+        self.known = frozenset(p.name for p in self.plans)
+        self.strict = tuple(p.name for p in self.kept if not p.nullable)
+        self.columns: dict[str, list[Any]] = {p.name: [] for p in self.kept}
+        self.lines: list[int] = []
+        self.nbytes = 0
+        self.schema = pa.schema([pa.field(p.name, p.arrow) for p in self.kept])
+
+    def add(self, record: Mapping[str, Any], line: int, nbytes: int) -> None:
+        """Add one record read on ``line``; refuse an undeclared property or a wrong null."""
+        extra = [k for k in record if k not in self.known]
+        if extra:
+            raise SchemaMismatch(
+                f"line {line}: a record of stream {self.stream!r} holds field {extra[0]!r}, "
+                "which the stream's schema does not declare",
+                hint=f"{self._fix}; nothing was committed for this dataset",
+                stream=self.stream,
+                field=extra[0],
+                line=line,
+            )
+        for name in self.strict:
+            if name in record and record[name] is None:
+                raise SchemaMismatch(
+                    f"line {line}: field {name!r} of stream {self.stream!r} is null, "
+                    "but its schema does not allow null",
+                    hint="the stream's schema must list \"null\" among the field's types; "
+                    "nothing was committed for this dataset",
+                    stream=self.stream,
+                    field=name,
+                    line=line,
+                )
+        for name, values in self.columns.items():
+            values.append(record.get(name))
+        self.lines.append(line)
+        self.nbytes += nbytes
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def take(self) -> pa.RecordBatch:
+        """The gathered rows as one batch, and start afresh."""
+        arrays = []
+        for plan in self.kept:
+            values = self.columns[plan.name]
+            try:
+                arrays.append(plan.column(values))
+            except BadValue as bad:
+                line = self.lines[bad.index]
+                raise SchemaMismatch(
+                    f"line {line}: field {plan.name!r} of stream {self.stream!r} holds "
+                    f"{shown(values[bad.index])}, which is not {bad.expected} "
+                    f"(declared {plan.source_type})",
+                    hint="fix the value in the source or the stream's schema for the field; "
+                    "nothing was committed for this dataset",
+                    stream=self.stream,
+                    field=plan.name,
+                    line=line,
+                ) from None
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        self.columns = {p.name: [] for p in self.kept}
+        self.lines = []
+        self.nbytes = 0
+        return batch

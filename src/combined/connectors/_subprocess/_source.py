@@ -1,0 +1,63 @@
+"""The base of a source whose connector is a program (a Singer tap, an Airbyte source)."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import Any, ClassVar, Generic, TypeVar
+
+from combined.connectors._subprocess._settings import ProgramSettings
+from combined.connectors.abc import BaseSource, CursorSpec, ReadRequest
+from combined.errors import ConfigError
+
+SettingsT = TypeVar("SettingsT", bound=ProgramSettings)
+
+
+class ProgramSource(BaseSource, Generic[SettingsT]):
+    """A source read by running a program: snapshot and cursor reads, no cdc, no partitions.
+
+    Subclasses parse their settings (:meth:`_parse`); the credential scrubber
+    of every log tail and message is built from them.
+    """
+
+    SUPPORTS_SNAPSHOT: ClassVar[bool] = True
+    SUPPORTS_CURSOR: ClassVar[bool] = True
+    SUPPORTS_CDC: ClassVar[bool] = False
+    SUPPORTS_PARTITIONS: ClassVar[bool] = False
+    #: A program resumes at its bookmark, inclusive (a Singer tap, an Airbyte
+    #: source's cursor), and re-sends what followed its last state.
+    REDELIVERS: ClassVar[bool] = True
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        super().__init__(config)
+        self.settings: SettingsT = self._parse(self.config)
+        self._scrub = self.settings.scrubber()
+
+    @classmethod
+    @abc.abstractmethod
+    def _parse(cls, config: Mapping[str, Any]) -> SettingsT:
+        """The validated settings of ``config``; raises ``ConfigError``."""
+
+    def _run_options(self, request: ReadRequest) -> dict[str, Any]:
+        """What every read's extraction takes: settings, argv, request, batch rows, scrubber.
+
+        The batch rows are the request's, capped by the source's ``batch_rows``.
+        """
+        return {
+            "settings": self.settings,
+            "argv": self.settings.executable(),
+            "request": request,
+            "batch_rows": min(request.batch_rows, self.settings.batch_rows or request.batch_rows),
+            "scrub": self._scrub,
+        }
+
+    @staticmethod
+    def _declared_cursor(request: ReadRequest, field: str) -> CursorSpec:
+        """The cursor a cursor read declares; ``ConfigError`` naming ``field`` when none."""
+        if request.cursor is None:
+            raise ConfigError(
+                f"dataset {request.dataset!r} uses the cursor strategy without a cursor",
+                hint=f"declare `cursor: {{column: <the stream's {field}>, trust: ...}}`",
+                dataset=request.dataset,
+            )
+        return request.cursor
