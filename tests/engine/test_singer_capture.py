@@ -31,6 +31,7 @@ sources:
         probe_file: {probe}
         api_token: {{secret: "env:COMBINED_TEST_SINGER_TOKEN"}}
         state_every: 2
+      env: {{TAP_REGION: eu}}
     datasets:
       users:
         key: [id]
@@ -165,3 +166,24 @@ def test_appending_a_cursor_stream_is_refused_before_the_tap_runs(project: Path)
         assert all("--discover" in p["argv"] for p in probes)  # the tap never read
     finally:
         engine.close()
+
+
+def test_the_tap_sees_no_credential_from_the_environment_only_what_env_gives_it(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Combined's environment holds other sources' secrets (the token this
+    # project reads by reference, a DSN with a password): the tap gets its
+    # token through its config file, and only `env:` adds variables.
+    monkeypatch.setenv("WAREHOUSE_URL", "postgresql://loader:hunter2@db/warehouse")
+    monkeypatch.setenv("COMBINED_TEST_PLAIN", "kept")
+    engine = Engine.open(project / "combined.yaml")
+    try:
+        (run,) = engine.capture(["gh.users"])
+        assert run.state == "succeeded", run.error
+    finally:
+        engine.close()
+    for probe in _probes(project):
+        assert "COMBINED_TEST_SINGER_TOKEN" not in probe["env"]
+        assert "WAREHOUSE_URL" not in probe["env"]
+        assert "COMBINED_TEST_PLAIN" in probe["env"] and "PATH" in probe["env"]
+        assert probe["tap_region"] == "eu"

@@ -126,7 +126,9 @@ def start(
     flavour = settings.flavour
     argv = [a.replace(FILES_PLACEHOLDER, str(files.path)) for a in argv]
     try:
-        return ChildProcess(argv, scrub=scrub, max_line_bytes=settings.max_line_bytes)
+        return ChildProcess(
+            argv, scrub=scrub, max_line_bytes=settings.max_line_bytes, env=settings.environment()
+        )
     except OSError as exc:
         raise SourceError(
             f"the {flavour.noun} {argv[0]!r} could not be started: {exc.strerror or exc}",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from combined._credentials import walk
+from combined._credentials import has_inline_credential, is_credential_key, walk
 from combined.connectors._subprocess._schema import json_default
 from combined.errors import ConfigError, redact
 
@@ -24,6 +24,7 @@ COMMON_KEYS = (
     "batch_rows",
     "batch_bytes",
     "max_line_bytes",
+    "env",
 )
 
 DEFAULT_DISCOVER_TIMEOUT_S = 300.0
@@ -87,6 +88,8 @@ class ProgramSettings:
     batch_rows: int | None
     batch_bytes: int
     max_line_bytes: int
+    #: Variables set for the program, on top of the environment it inherits.
+    env: Mapping[str, str]
 
     @classmethod
     def common(cls, flavour: Flavour, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -112,9 +115,19 @@ class ProgramSettings:
                 hint=f"write the {flavour.noun}'s settings under `config:`, "
                 "secrets as {secret: env:NAME}",
             )
+        env = config.get("env", {})
+        if not isinstance(env, Mapping) or not all(
+            isinstance(k, str) and k and "=" not in k and isinstance(v, str | int | float)
+            for k, v in env.items()
+        ):
+            raise ConfigError(
+                f"the {flavour.connector} source's `env` must map variable names to values",
+                hint='e.g. env: {GITHUB_TOKEN: {secret: "env:GITHUB_TOKEN"}, TZ: UTC}',
+            )
         return {
             "flavour": flavour,
             "command": argv,
+            "env": {str(k): str(v) for k, v in env.items()},
             "program_config": dict(program_config),
             "discover_timeout": _seconds(
                 flavour, config, "discover_timeout", DEFAULT_DISCOVER_TIMEOUT_S
@@ -140,12 +153,27 @@ class ProgramSettings:
             )
         return [found, *self.command[1:]]
 
+    def environment(self) -> dict[str, str]:
+        """The program's environment: Combined's, less what may be a credential, plus ``env``.
+
+        A variable whose name says it holds a credential (``*_PASSWORD``,
+        ``*_TOKEN``, ``*_SECRET_ACCESS_KEY``, ...) or whose value carries one
+        (a URL with a password) is another source's or the lake's, never the
+        program's: it gets what ``env`` gives it, secrets by reference.
+        """
+        kept = {
+            name: value
+            for name, value in os.environ.items()
+            if not is_credential_key(name) and not has_inline_credential(value)
+        }
+        return {**kept, **self.env}
+
     def scrubber(self) -> Callable[[str], str]:
         """A function masking the program config's credential values, then any credential shape."""
         values = sorted(
             {
                 str(value)
-                for _, value, under in walk(self.program_config)
+                for _, value, under in walk({**self.program_config, "env": dict(self.env)})
                 if under and isinstance(value, str | int) and not isinstance(value, bool)
                 if len(str(value)) >= 4
             },

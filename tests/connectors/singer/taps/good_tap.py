@@ -134,6 +134,8 @@ def main() -> int:
                 "argv": sys.argv[1:],
                 "state": state,
                 "catalog": json.load(open(args.catalog)) if args.catalog else None,
+                "env": sorted(os.environ),
+                "tap_region": os.environ.get("TAP_REGION"),
             }
             f.write(json.dumps(probe) + "\n")
     print("tap starting", file=sys.stderr)
