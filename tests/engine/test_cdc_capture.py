@@ -353,3 +353,26 @@ def test_a_first_capture_never_drops_a_slot_that_a_process_holds(
     finally:
         holder.close()
         engine.close()
+
+
+def test_a_key_change_under_replica_identity_full_removes_the_old_key(
+    cdc_project: tuple[Path, str, str],
+) -> None:
+    # Every update under FULL sends the old row; one that changed the key
+    # left the old key's row in the lake next to the new one.
+    root, dsn, _ = cdc_project
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE items REPLICA IDENTITY FULL")
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        engine.capture()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET id = id + 1000 WHERE id <= 3")
+            conn.execute("UPDATE items SET qty = -1 WHERE id = 4")
+            conn.execute("DELETE FROM items WHERE id = 5")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["items"]["deletes"] == 4
+        assert _lake(engine) == _source(dsn)
+    finally:
+        engine.close()
