@@ -376,3 +376,37 @@ def test_a_key_change_under_replica_identity_full_removes_the_old_key(
         assert _lake(engine) == _source(dsn)
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize(
+    "statements",
+    [
+        [
+            "DROP TABLE items",
+            "CREATE TABLE items (id bigint PRIMARY KEY, qty int, note text, body text)",
+        ],
+        ["ALTER PUBLICATION {slot} DROP TABLE items"],
+        ["DROP PUBLICATION {slot}"],
+    ],
+    ids=["dropped_and_created_again", "removed_from_publication", "publication_dropped"],
+)
+def test_a_table_the_slot_no_longer_streams_fails_instead_of_losing_its_changes(
+    cdc_project: tuple[Path, str, str], statements: list[str]
+) -> None:
+    # The slot streams only what its publication covers: captures went on
+    # succeeding with no changes while the table's new rows never arrived.
+    root, dsn, slot = cdc_project
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        engine.capture()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for statement in statements:
+                conn.execute(statement.format(slot=slot))
+            conn.execute("INSERT INTO items VALUES (9001, 1, 'unseen', NULL)")
+        (run,) = engine.capture()
+        assert run.state == "failed"
+        assert "teardown" in (run.error or "") and slot in (run.error or "")
+        assert len(engine.run(run.id)["attempts"]) == 1  # a person decides: no blind retry
+        assert engine.sql("SELECT count(*) AS n FROM pg.items").column("n")[0].as_py() == 500
+    finally:
+        engine.close()

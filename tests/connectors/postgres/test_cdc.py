@@ -420,6 +420,17 @@ def test_a_renamed_table_fails_the_capture() -> None:
         asm.feed(renamed)
 
 
+def test_a_table_dropped_and_created_again_fails_the_capture() -> None:
+    # The old table's rows were never deleted; streaming on left them in the lake.
+    asm = _Assembler({"t": "cdc_fx_t"}, {"t": 0}, resolve_types=_enum_as_text)
+    asm.feed(TXN)
+    asm.feed(T_REL)
+    again = Relation(T_REL.oid + 1, T_REL.namespace, T_REL.name, "d", T_REL.columns)
+    with pytest.raises(SourceError, match="dropped and created again") as err:
+        asm.feed(again)
+    assert "teardown" in (err.value.hint or "")
+
+
 def test_a_key_that_deletes_do_not_carry_fails() -> None:
     asm = _Assembler(
         {"t": "cdc_fx_t"}, {"t": 0}, keys={"t": ("name",)}, resolve_types=_enum_as_text

@@ -459,12 +459,17 @@ class _Assembler:
             )
         if t is None:
             return []
-        out: list[Message] = []
         if t.oid is not None and t.oid != msg.oid:
-            out += self._cut(t)  # the table was dropped and created again
-            self._by_oid.pop(t.oid, None)
-            t.batcher = None
-        if t.batcher is None or changed or t.oid != msg.oid:
+            # The table was dropped and created again: its old rows were never
+            # deleted, and the new one's may have been published only later.
+            raise SourceError(
+                f"captured table {t.relation!r} was dropped and created again",
+                hint="run `combined cdc teardown` then `combined cdc setup` for the source: "
+                "a new slot and a new snapshot close the gap",
+                dataset=t.dataset,
+            )
+        out: list[Message] = []
+        if t.batcher is None or changed:
             self._check_key(t, msg)
             if t.batcher is not None:
                 out += self._cut(t)  # rows of the old shape end the batch
