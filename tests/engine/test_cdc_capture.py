@@ -410,3 +410,41 @@ def test_a_table_the_slot_no_longer_streams_fails_instead_of_losing_its_changes(
         assert engine.sql("SELECT count(*) AS n FROM pg.items").column("n")[0].as_py() == 500
     finally:
         engine.close()
+
+
+def test_a_key_change_keeps_the_unchanged_toast_values_of_the_row(
+    cdc_project: tuple[Path, str, str],
+) -> None:
+    # An update that changes the key sends the old key and, for an
+    # out-of-line value it leaves alone, nothing: the new key has no earlier
+    # value to take, and the lake wrote null there.
+    root, dsn, _ = cdc_project
+    body = "(SELECT string_agg(md5(random()::text || g), '') FROM generate_series(1, 400) g)"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"UPDATE items SET body = {body} WHERE id <= 6")
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        engine.capture()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET id = 1001 WHERE id = 1")  # moved from the lake
+            conn.execute("UPDATE items SET id = 2001, qty = -1 WHERE id = 1001")  # and again
+            conn.execute("UPDATE items SET qty = -2 WHERE id = 2001")  # then changed in place
+            conn.execute("UPDATE items SET id = 3000 WHERE id = 2")  # a key left free ...
+            conn.execute("UPDATE items SET id = 2 WHERE id = 3")  # ... taken by another row
+            conn.execute("INSERT INTO items VALUES (7000, 7, 'new', repeat(md5('x'), 300))")
+            conn.execute("UPDATE items SET id = 7001 WHERE id = 7000")  # inserted, then moved
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET id = 4004 WHERE id = 4")  # alone in its capture
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        moved = "2, 5, 2001, 3000, 4004, 7001"
+        digests = f"SELECT id, qty, md5(body) AS b FROM {{}} WHERE id IN ({moved}) ORDER BY id"
+        lake = [tuple(r.values()) for r in engine.sql(digests.format("pg.items")).to_pylist()]
+        with psycopg.connect(dsn) as conn:
+            source = list(conn.execute(digests.format("items")))
+        assert len(source) == 6 and all(r[2] is not None for r in source)
+        assert lake == source
+    finally:
+        engine.close()

@@ -25,7 +25,10 @@ The contract with the engine:
   are in earlier batches, rows after it in later ones.
 * ``_combined_unchanged`` lists, per update row, the columns whose TOAST
   value was not sent: the batch holds null there, and the lake keeps its
-  current value. Rows in a batch are in log order; one key may appear more
+  current value. An update that changed the key is the old key's delete,
+  then the new key's update at the next row: when the update left values
+  unchanged, the delete names the same columns, whose values then come from
+  the old key. Rows in a batch are in log order; one key may appear more
   than once, the last occurrence wins.
 """
 
@@ -236,8 +239,9 @@ class ChangeBatcher:
                     unchanged.append(self._names[i])
             values = tuple(filled)
         if old is not None and self._key_changed(change.old_kind, old, new):
-            # The old key's row is gone.
-            self._row(old.values, "delete", None, commit_lsn, commit_time)
+            # The old key's row is gone. When the update left values unchanged,
+            # the delete names them: they move with the row, from its old key.
+            self._row(old.values, "delete", unchanged, commit_lsn, commit_time)
         self._row(values, "update", unchanged, commit_lsn, commit_time)
 
     def _key_changed(self, old_kind: str | None, old: TupleData, new: TupleData) -> bool:
