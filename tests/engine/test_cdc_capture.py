@@ -353,3 +353,98 @@ def test_a_first_capture_never_drops_a_slot_that_a_process_holds(
     finally:
         holder.close()
         engine.close()
+
+
+def test_a_key_change_under_replica_identity_full_removes_the_old_key(
+    cdc_project: tuple[Path, str, str],
+) -> None:
+    # Every update under FULL sends the old row; one that changed the key
+    # left the old key's row in the lake next to the new one.
+    root, dsn, _ = cdc_project
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE items REPLICA IDENTITY FULL")
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        engine.capture()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET id = id + 1000 WHERE id <= 3")
+            conn.execute("UPDATE items SET qty = -1 WHERE id = 4")
+            conn.execute("DELETE FROM items WHERE id = 5")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["items"]["deletes"] == 4
+        assert _lake(engine) == _source(dsn)
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    "statements",
+    [
+        [
+            "DROP TABLE items",
+            "CREATE TABLE items (id bigint PRIMARY KEY, qty int, note text, body text)",
+        ],
+        ["ALTER PUBLICATION {slot} DROP TABLE items"],
+        ["DROP PUBLICATION {slot}"],
+    ],
+    ids=["dropped_and_created_again", "removed_from_publication", "publication_dropped"],
+)
+def test_a_table_the_slot_no_longer_streams_fails_instead_of_losing_its_changes(
+    cdc_project: tuple[Path, str, str], statements: list[str]
+) -> None:
+    # The slot streams only what its publication covers: captures went on
+    # succeeding with no changes while the table's new rows never arrived.
+    root, dsn, slot = cdc_project
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        engine.capture()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for statement in statements:
+                conn.execute(statement.format(slot=slot))
+            conn.execute("INSERT INTO items VALUES (9001, 1, 'unseen', NULL)")
+        (run,) = engine.capture()
+        assert run.state == "failed"
+        assert "teardown" in (run.error or "") and slot in (run.error or "")
+        assert len(engine.run(run.id)["attempts"]) == 1  # a person decides: no blind retry
+        assert engine.sql("SELECT count(*) AS n FROM pg.items").column("n")[0].as_py() == 500
+    finally:
+        engine.close()
+
+
+def test_a_key_change_keeps_the_unchanged_toast_values_of_the_row(
+    cdc_project: tuple[Path, str, str],
+) -> None:
+    # An update that changes the key sends the old key and, for an
+    # out-of-line value it leaves alone, nothing: the new key has no earlier
+    # value to take, and the lake wrote null there.
+    root, dsn, _ = cdc_project
+    body = "(SELECT string_agg(md5(random()::text || g), '') FROM generate_series(1, 400) g)"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"UPDATE items SET body = {body} WHERE id <= 6")
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        engine.capture()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET id = 1001 WHERE id = 1")  # moved from the lake
+            conn.execute("UPDATE items SET id = 2001, qty = -1 WHERE id = 1001")  # and again
+            conn.execute("UPDATE items SET qty = -2 WHERE id = 2001")  # then changed in place
+            conn.execute("UPDATE items SET id = 3000 WHERE id = 2")  # a key left free ...
+            conn.execute("UPDATE items SET id = 2 WHERE id = 3")  # ... taken by another row
+            conn.execute("INSERT INTO items VALUES (7000, 7, 'new', repeat(md5('x'), 300))")
+            conn.execute("UPDATE items SET id = 7001 WHERE id = 7000")  # inserted, then moved
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET id = 4004 WHERE id = 4")  # alone in its capture
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        moved = "2, 5, 2001, 3000, 4004, 7001"
+        digests = f"SELECT id, qty, md5(body) AS b FROM {{}} WHERE id IN ({moved}) ORDER BY id"
+        lake = [tuple(r.values()) for r in engine.sql(digests.format("pg.items")).to_pylist()]
+        with psycopg.connect(dsn) as conn:
+            source = list(conn.execute(digests.format("items")))
+        assert len(source) == 6 and all(r[2] is not None for r in source)
+        assert lake == source
+    finally:
+        engine.close()

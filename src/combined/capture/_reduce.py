@@ -318,6 +318,10 @@ class Reducer:
         capture, else from the lake's current row. A capture in which no
         value is marked (most are: only an update that leaves an out-of-line
         value alone marks it) reads as staged, without the window or the lake.
+
+        A row can change its key: the stream then marks the old key's delete
+        with the columns that move with it (see :meth:`_lineage`), and the
+        values come from the row's history under its old keys.
         """
         rows = f"(SELECT *, {id_expr} AS _cid FROM {_STAGED}) r"
         rest = ", ".join(
@@ -331,9 +335,13 @@ class Reducer:
             as_staged = ", ".join(f"r.{quote_ident(c)}" for c in self.payload)
             self.con.execute(f"CREATE VIEW res AS SELECT {as_staged}, {rest}, r._cid FROM {rows}")
             return
+        op = quote_ident(prov.OP)
+        # A delete names columns only when its row moved to another key.
         marked = {
-            c: f"coalesce(list_contains(r.{UNCHANGED}, {_lit(c)}), false)" for c in self.payload
+            c: f"(r.{op} <> 'delete' AND coalesce(list_contains(r.{UNCHANGED}, {_lit(c)}), false))"
+            for c in self.payload
         }
+        rows = self._lineage(rows)
         lake = f"read_parquet({_files(current_files)}, union_by_name = true)"
         # The lake's own columns only: one the capture added has no lake value.
         in_lake = (
@@ -345,11 +353,12 @@ class Reducer:
         for c in self.payload:
             q = quote_ident(c)
             prev = (
-                f"last_value(CASE WHEN NOT {marked[c]} THEN struct_pack(v := r.{q}) END "
-                "IGNORE NULLS) OVER (PARTITION BY r._cid ORDER BY r._combined_ordinal "
+                f"last_value(CASE WHEN NOT {marked[c]} AND r.{op} NOT IN ('delete', 'truncate') "
+                f"THEN struct_pack(v := r.{q}) END IGNORE NULLS) "
+                "OVER (PARTITION BY r._lin, r._lin_ord ORDER BY r._combined_ordinal "
                 "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
             )
-            fallback = f"l.{q}" if c in in_lake else "NULL"
+            fallback = f"CASE WHEN r._lin_ord < 0 THEN l.{q} END" if c in in_lake else "NULL"
             cols.append(
                 f"CASE WHEN {marked[c]} THEN (CASE WHEN {prev} IS NOT NULL THEN ({prev}).v "
                 f"ELSE {fallback} END) ELSE r.{q} END AS {q}"
@@ -359,9 +368,59 @@ class Reducer:
             wanted = "".join(f", {quote_ident(c)}" for c in self.payload if c in in_lake)
             rows = (
                 f"(SELECT _combined_id{wanted} FROM {lake}) l "
-                f"RIGHT JOIN {rows} ON l._combined_id = r._cid"
+                f"RIGHT JOIN {rows} ON l._combined_id = r._lin"
             )
         self.con.execute(f"CREATE VIEW res AS SELECT {', '.join(cols)}, {rest}, r._cid FROM {rows}")
+
+    def _lineage(self, rows: str) -> str:
+        """``rows`` with ``_lin``, ``_lin_ord``: the history each row's values continue.
+
+        A row's lineage starts at its id's last insert in the capture
+        (``_lin_ord``, the insert's ordinal), or in the lake (``-1``); a row
+        that moved to another key (a delete of the old key naming columns,
+        then at the next ordinal the update of the new key) continues the old
+        key's lineage, through any number of moves. Unchanged values resolve
+        within a lineage, and from the lake by its first id (``_lin``).
+        """
+        op, ordinal = quote_ident(prov.OP), "_combined_ordinal"
+        (moved,) = self.con.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM {_STAGED} WHERE {op} = 'delete' "
+            f"AND coalesce(len({UNCHANGED}), 0) > 0 LIMIT 1)"
+        ).fetchall()[0]
+        if not moved:
+            return f"(SELECT r.*, r._cid AS _lin, -1 AS _lin_ord FROM {rows}) r"
+        self.con.execute(f"CREATE VIEW lin_rows AS SELECT r.* FROM {rows}")
+        # Where a lineage of an id starts: its inserts, and the updates a move lands on.
+        self.con.execute(
+            f"CREATE TABLE lin_moves AS SELECT d.{ordinal} + 1 AS k, d._cid AS old "
+            f"FROM lin_rows d WHERE d.{op} = 'delete' AND coalesce(len(d.{UNCHANGED}), 0) > 0"
+        )
+        self.con.execute(
+            f"CREATE TABLE lin_starts AS SELECT _cid, {ordinal} AS ord, NULL::VARCHAR AS old "
+            f"FROM lin_rows WHERE {op} = 'insert' UNION ALL "
+            f"SELECT r._cid, r.{ordinal}, m.old FROM lin_rows r "
+            f"JOIN lin_moves m ON r.{ordinal} = m.k"
+        )
+        # Each move's old key, and where that key's own lineage started before the move.
+        self.con.execute(
+            "CREATE TABLE lin_prev AS SELECT m.k, m.old, s.ord AS pk, s.old IS NOT NULL AS pmove "
+            "FROM lin_moves m ASOF LEFT JOIN lin_starts s ON m.old = s._cid AND m.k - 1 >= s.ord"
+        )
+        self.con.execute(
+            "CREATE TABLE lin_roots AS WITH RECURSIVE walk(k, old, pk, pmove) AS ("
+            "SELECT k, old, pk, pmove FROM lin_prev UNION ALL "
+            "SELECT w.k, p.old, p.pk, p.pmove FROM walk w JOIN lin_prev p ON p.k = w.pk "
+            "WHERE w.pmove) "
+            "SELECT k, old AS lin, coalesce(pk, -1) AS lin_ord FROM walk "
+            "WHERE NOT coalesce(pmove, false)"
+        )
+        return (
+            "(SELECT r.*, CASE WHEN s.ord IS NULL THEN r._cid WHEN s.old IS NULL THEN r._cid "
+            "ELSE t.lin END AS _lin, CASE WHEN s.ord IS NULL THEN -1 WHEN s.old IS NULL THEN s.ord "
+            "ELSE t.lin_ord END AS _lin_ord "
+            "FROM lin_rows r ASOF LEFT JOIN lin_starts s "
+            f"ON r._cid = s._cid AND r.{ordinal} >= s.ord LEFT JOIN lin_roots t ON t.k = s.ord) r"
+        )
 
     def close(self) -> None:
         """Close the DuckDB connection (and its spill files)."""

@@ -249,6 +249,32 @@ def test_key_change_is_a_delete_of_the_old_key_then_an_update() -> None:
     assert all(r["amount"] is None for r in (rows[0], rows[2]))  # deletes carry only the key
 
 
+def test_full_identity_key_change_deletes_the_old_key() -> None:
+    # Under REPLICA IDENTITY FULL every update sends the whole old row ("O"):
+    # one that moved the row to another key left the old key in the lake.
+    rel = Relation(
+        1,
+        "public",
+        "full_t",
+        "f",
+        (RelationColumn("id", 23, -1, True), RelationColumn("v", 25, -1, True)),
+    )
+    b = ChangeBatcher(rel, key=("id",))
+    old = TupleData("tt", (b"1", b"a"))
+    _add(
+        b,
+        Update(1, TupleData("tt", (b"101", b"a")), old, "O"),
+        Update(1, TupleData("tt", (b"101", b"b")), TupleData("tt", (b"101", b"a")), "O"),
+    )
+    batch = b.flush()
+    assert batch is not None
+    assert [(r[OP_COLUMN], r["id"], r["v"]) for r in batch.to_pylist()] == [
+        ("delete", 1, "a"),
+        ("update", 101, "a"),
+        ("update", 101, "b"),
+    ]
+
+
 def test_batches_are_bounded_by_rows_and_bytes() -> None:
     insert = next(m for m in _changes(T_REL) if isinstance(m, Insert))
     b = _batcher(batch_rows=2)
@@ -392,6 +418,17 @@ def test_a_renamed_table_fails_the_capture() -> None:
     renamed = Relation(T_REL.oid, "public", "other", "d", T_REL.columns)
     with pytest.raises(SchemaMismatch, match="renamed"):
         asm.feed(renamed)
+
+
+def test_a_table_dropped_and_created_again_fails_the_capture() -> None:
+    # The old table's rows were never deleted; streaming on left them in the lake.
+    asm = _Assembler({"t": "cdc_fx_t"}, {"t": 0}, resolve_types=_enum_as_text)
+    asm.feed(TXN)
+    asm.feed(T_REL)
+    again = Relation(T_REL.oid + 1, T_REL.namespace, T_REL.name, "d", T_REL.columns)
+    with pytest.raises(SourceError, match="dropped and created again") as err:
+        asm.feed(again)
+    assert "teardown" in (err.value.hint or "")
 
 
 def test_a_key_that_deletes_do_not_carry_fails() -> None:

@@ -25,7 +25,10 @@ The contract with the engine:
   are in earlier batches, rows after it in later ones.
 * ``_combined_unchanged`` lists, per update row, the columns whose TOAST
   value was not sent: the batch holds null there, and the lake keeps its
-  current value. Rows in a batch are in log order; one key may appear more
+  current value. An update that changed the key is the old key's delete,
+  then the new key's update at the next row: when the update left values
+  unchanged, the delete names the same columns, whose values then come from
+  the old key. Rows in a batch are in log order; one key may appear more
   than once, the last occurrence wins.
 """
 
@@ -57,6 +60,7 @@ from combined.connectors.postgres._pgoutput import (
     StreamStart,
     StreamStop,
     Truncate,
+    TupleData,
     Type,
     Update,
     arrow_type,
@@ -131,7 +135,10 @@ class ChangeBatcher:
     sent whole (``REPLICA IDENTITY FULL``) the value is taken from it instead.
     A delete carries the replica identity columns; the others are null. An
     update that changes the key is a delete of the old key followed by an
-    update of the new one.
+    update of the new one. ``key`` names the dataset's key columns: with it,
+    an update whose old row was sent (a changed replica identity, or every
+    update under ``REPLICA IDENTITY FULL``) is such a pair exactly when a key
+    value differs; without it, only a changed replica identity is.
 
     ``type_overrides`` maps a user-defined type OID to the built-in OID to
     read it as (an enum as ``text``, a domain as its base type).
@@ -144,6 +151,7 @@ class ChangeBatcher:
         batch_rows: int = 65_536,
         batch_bytes: int = 64 << 20,
         type_overrides: Mapping[int, tuple[int, int]] | None = None,
+        key: tuple[str, ...] | None = None,
     ) -> None:
         if batch_rows < 1 or batch_bytes < 1:
             raise ProtocolViolation("batch limits must be positive", hint="pass batch_rows >= 1")
@@ -157,6 +165,12 @@ class ChangeBatcher:
             types.append(arrow_type(oid, mod if mod >= 0 else c.type_modifier, column=c.name))
         self._types = tuple(types)
         self._names = tuple(c.name for c in relation.columns)
+        #: Positions of the dataset's key columns (None: the key is not known here).
+        self._key_at = (
+            tuple(self._names.index(k) for k in key)
+            if key and all(k in self._names for k in key)
+            else None
+        )
         fields = [pa.field(n, t) for n, t in zip(self._names, self._types, strict=True)]
         fields += [
             pa.field(OP_COLUMN, pa.string(), nullable=False),
@@ -224,10 +238,24 @@ class ChangeBatcher:
                     unchanged = unchanged or []
                     unchanged.append(self._names[i])
             values = tuple(filled)
-        if change.old_kind == "K" and old is not None:
-            # The replica identity changed: the old key's row is gone.
-            self._row(old.values, "delete", None, commit_lsn, commit_time)
+        if old is not None and self._key_changed(change.old_kind, old, new):
+            # The old key's row is gone. When the update left values unchanged,
+            # the delete names them: they move with the row, from its old key.
+            self._row(old.values, "delete", unchanged, commit_lsn, commit_time)
         self._row(values, "update", unchanged, commit_lsn, commit_time)
+
+    def _key_changed(self, old_kind: str | None, old: TupleData, new: TupleData) -> bool:
+        """Whether an update whose old row was sent moves the row to another key.
+
+        Under ``REPLICA IDENTITY FULL`` every update sends the whole old row
+        (``O``), whether the key changed or not: only the key's values tell.
+        """
+        if self._key_at is None:
+            return old_kind == "K"
+        return any(
+            new.kinds[i] != "u" and old.kinds[i] != "u" and old.values[i] != new.values[i]
+            for i in self._key_at
+        )
 
     def _row(
         self,
@@ -435,12 +463,17 @@ class _Assembler:
             )
         if t is None:
             return []
-        out: list[Message] = []
         if t.oid is not None and t.oid != msg.oid:
-            out += self._cut(t)  # the table was dropped and created again
-            self._by_oid.pop(t.oid, None)
-            t.batcher = None
-        if t.batcher is None or changed or t.oid != msg.oid:
+            # The table was dropped and created again: its old rows were never
+            # deleted, and the new one's may have been published only later.
+            raise SourceError(
+                f"captured table {t.relation!r} was dropped and created again",
+                hint="run `combined cdc teardown` then `combined cdc setup` for the source: "
+                "a new slot and a new snapshot close the gap",
+                dataset=t.dataset,
+            )
+        out: list[Message] = []
+        if t.batcher is None or changed:
             self._check_key(t, msg)
             if t.batcher is not None:
                 out += self._cut(t)  # rows of the old shape end the batch
@@ -449,6 +482,7 @@ class _Assembler:
                 batch_rows=self._batch_rows,
                 batch_bytes=self._batch_bytes,
                 type_overrides=self._overrides(msg),
+                key=t.key,
             )
         t.oid = msg.oid
         self._by_oid[msg.oid] = t

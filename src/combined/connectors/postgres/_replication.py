@@ -75,6 +75,7 @@ __all__ = [
     "drop_slot",
     "emit_heartbeat",
     "ensure_publication",
+    "require_published",
     "require_slot",
     "resolve_user_types",
     "slot_status",
@@ -370,6 +371,47 @@ def _check_identity(conn: psycopg.Connection[Any], table: str) -> None:
         raise SourceError(
             f"table {table!r} has no replica identity",
             hint=f"add a primary key, or ALTER TABLE {table} REPLICA IDENTITY FULL",
+        )
+
+
+def require_published(settings: Settings, name: str, table: str) -> None:
+    """Raise :class:`SourceError` unless publication ``name`` still publishes ``table``.
+
+    The slot streams only the tables its publication covers: a table dropped
+    (and perhaps created again), or taken out of the publication, sends no
+    further change, and a stream read past that point would lose its rows'
+    changes without a word. Only a new snapshot closes that gap.
+    """
+    schema, relation = _split(table)
+    with _control(settings, "read the publication") as conn:
+        row = conn.execute(
+            "SELECT pubinsert AND pubupdate AND pubdelete AND pubtruncate, "
+            "EXISTS (SELECT 1 FROM pg_publication_tables t WHERE t.pubname = p.pubname "
+            "AND t.schemaname = %s AND t.tablename = %s) "
+            "FROM pg_publication p WHERE p.pubname = %s",
+            (schema, relation, name),
+        ).fetchone()
+    if row is None:
+        raise SourceError(
+            f"publication {name!r} of the captured table {table!r} does not exist: "
+            "the slot streams none of its changes",
+            hint=_RECOVER,
+            publication=name,
+        )
+    every_kind, covered = row
+    if not covered:
+        raise SourceError(
+            f"publication {name!r} no longer publishes {table!r} (the table was dropped, "
+            "renamed or removed from the publication): changes since then were not streamed",
+            hint=_RECOVER,
+            publication=name,
+        )
+    if not every_kind:
+        raise SourceError(
+            f"publication {name!r} no longer publishes every kind of change of {table!r}",
+            hint=f"ALTER PUBLICATION {name} SET (publish = 'insert, update, delete, truncate'), "
+            f"then {_RECOVER}",
+            publication=name,
         )
 
 

@@ -45,6 +45,7 @@ from combined.connectors.postgres._replication import (
     create_slot,
     drop_slot,
     ensure_publication,
+    require_published,
     require_slot,
 )
 from combined.errors import ConfigError, SourceError
@@ -87,8 +88,10 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
     lsn = lsn_from_state(request.state)
     if lsn is None:
         return StitchedSnapshot(settings, request, slot=name, publication=name)
-    # Never resume silently with a gap: the slot must exist and hold its WAL.
+    # Never resume silently with a gap: the slot must exist and hold its WAL,
+    # and its publication must still stream the table.
     require_slot(settings, name)
+    require_published(settings, name, qualified(request.relation))
     stop = None
     max_changes = request.options.get("max_changes")
     ext: CdcExtraction
