@@ -387,8 +387,19 @@ def test_a_key_change_under_replica_identity_full_removes_the_old_key(
         ],
         ["ALTER PUBLICATION {slot} DROP TABLE items"],
         ["DROP PUBLICATION {slot}"],
+        [
+            "DROP TABLE items",
+            "CREATE TABLE items (id bigint PRIMARY KEY, qty int, note text, body text)",
+            "INSERT INTO items VALUES (9000, 1, 'before it is published again', NULL)",
+            "ALTER PUBLICATION {slot} ADD TABLE items",
+        ],
     ],
-    ids=["dropped_and_created_again", "removed_from_publication", "publication_dropped"],
+    ids=[
+        "dropped_and_created_again",
+        "removed_from_publication",
+        "publication_dropped",
+        "created_again_and_published_again",
+    ],
 )
 def test_a_table_the_slot_no_longer_streams_fails_instead_of_losing_its_changes(
     cdc_project: tuple[Path, str, str], statements: list[str]

@@ -366,7 +366,8 @@ def test_each_transaction_yields_its_rows_then_its_state() -> None:
         ("f", "state", final),
     ]
     states = [m for m in out if isinstance(m, StateMessage)]
-    assert states[0].state == {"lsn": ends[0], "dataset": "t"}
+    # The table's oid rides with its checkpoint: the next read refuses another table.
+    assert states[0].state == {"lsn": ends[0], "dataset": "t", "relid": T_REL.oid}
     assert states[0].position == lsn_to_text(COMMITS[0].commit_lsn)
     assert states[0].emitted_at == COMMITS[0].commit_time.isoformat()
     assert [s.final for s in states[-2:]] == [True, True] and states[-1].emitted_at is None
@@ -827,3 +828,17 @@ def test_values_of_every_mapped_type_arrive_typed(env: Env) -> None:
     finally:
         env.conn.execute(f"DROP TABLE IF EXISTS {env.a}")
         env.conn.execute(f"DROP TYPE IF EXISTS {mood}")
+
+
+def test_a_relation_under_another_oid_than_the_checkpoints_is_refused() -> None:
+    # The checkpoint was committed for the table under another oid: it was
+    # dropped and created again since, whatever the stream says next.
+    asm = _Assembler(
+        {"t": "cdc_fx_t", "f": "public.cdc_fx_f"},
+        {"t": 0, "f": 0},
+        oids={"t": T_REL.oid + 1},
+        resolve_types=lambda oids: {ENUM.oid: (25, -1)} if ENUM.oid in oids else {},
+    )
+    with pytest.raises(SourceError, match="dropped and created again"):
+        for m in V1:
+            asm.feed(m)

@@ -360,6 +360,14 @@ class _Target:
     touched: bool = False  # the current transaction changed this dataset
 
 
+def _state_value(lsn: str, t: _Target) -> dict[str, Any]:
+    """A dataset's checkpoint: the LSN, and its table's oid when known (``relid``)."""
+    value: dict[str, Any] = {"lsn": lsn, "dataset": t.dataset}
+    if t.oid is not None:
+        value["relid"] = t.oid
+    return value
+
+
 class _Assembler:
     """Turns decoded pgoutput messages into protocol messages (no I/O).
 
@@ -375,12 +383,18 @@ class _Assembler:
         starts: Mapping[str, int],
         *,
         keys: Mapping[str, tuple[str, ...]] | None = None,
+        oids: Mapping[str, int] | None = None,
         batch_rows: int = 65_536,
         batch_bytes: int = 64 << 20,
         resolve_types: Callable[[Iterable[int]], Mapping[int, tuple[int, int]]] | None = None,
     ) -> None:
+        # ``oids``: each table's oid when its checkpoint was committed; a
+        # relation message under another oid is the table dropped and created
+        # again since, whose rows the lake's copy no longer describes.
         self._targets = {
-            _qualified(rel): _Target(d, _qualified(rel), starts[d], (keys or {}).get(d))
+            _qualified(rel): _Target(
+                d, _qualified(rel), starts[d], (keys or {}).get(d), (oids or {}).get(d)
+            )
             for d, rel in datasets.items()
         }
         for t in self._targets.values():
@@ -538,7 +552,7 @@ class _Assembler:
         t.emitted = commit.end_lsn
         return StateMessage(
             t.dataset,
-            {"lsn": lsn_to_text(commit.end_lsn), "dataset": t.dataset},
+            _state_value(lsn_to_text(commit.end_lsn), t),
             position=lsn_to_text(commit.commit_lsn),
             emitted_at=commit.commit_time.isoformat(),
         )
@@ -565,9 +579,7 @@ class _Assembler:
             if at > t.emitted or final:
                 t.emitted = at
                 text = lsn_to_text(at)
-                out.append(
-                    StateMessage(t.dataset, {"lsn": text, "dataset": t.dataset}, text, None, final)
-                )
+                out.append(StateMessage(t.dataset, _state_value(text, t), text, None, final))
         return out
 
 
@@ -615,6 +627,7 @@ class CdcExtraction(BaseExtraction):
         start_lsn: int | str | Mapping[str, int | str],
         end_lsn: int | str | None = None,
         keys: Mapping[str, tuple[str, ...]] | None = None,
+        oids: Mapping[str, int] | None = None,
         batch_rows: int = 65_536,
         batch_bytes: int = 64 << 20,
         stop: Callable[[], bool] | None = None,
@@ -638,6 +651,7 @@ class CdcExtraction(BaseExtraction):
         }
         self._end = end_lsn
         self._keys = keys
+        self._oids = oids
         self._limits = (batch_rows, batch_bytes)
         self._stop, self._timeout = stop, timeout
         self._flush_interval, self._heartbeat_interval = flush_interval, heartbeat_interval
@@ -666,6 +680,7 @@ class CdcExtraction(BaseExtraction):
             self.datasets,
             self._starts,
             keys=self._keys,
+            oids=self._oids,
             batch_rows=self._limits[0],
             batch_bytes=self._limits[1],
             resolve_types=self._resolve_types,

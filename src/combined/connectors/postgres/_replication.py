@@ -62,6 +62,7 @@ from combined.errors import (
 )
 
 __all__ = [
+    "RECOVER_HINT",
     "SESSION_SETTINGS",
     "Publication",
     "ReplicationStream",
@@ -75,6 +76,7 @@ __all__ = [
     "drop_slot",
     "emit_heartbeat",
     "ensure_publication",
+    "relation_oid",
     "require_published",
     "require_slot",
     "resolve_user_types",
@@ -92,7 +94,7 @@ SESSION_SETTINGS: dict[str, str] = {
 }
 
 _SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
-_RECOVER = (
+RECOVER_HINT = (
     "run `combined cdc teardown` then `combined cdc setup` for the source: "
     "a new slot and a new snapshot close the gap"
 )
@@ -374,6 +376,18 @@ def _check_identity(conn: psycopg.Connection[Any], table: str) -> None:
         )
 
 
+def relation_oid(settings: Settings, table: str) -> int | None:
+    """The oid of ``table`` (``schema.table``) now; None when there is no such table."""
+    schema, relation = _split(table)
+    with _control(settings, "read the captured table's oid") as conn:
+        row = conn.execute(
+            "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s",
+            (schema, relation),
+        ).fetchone()
+    return None if row is None else int(row[0])
+
+
 def require_published(settings: Settings, name: str, table: str) -> None:
     """Raise :class:`SourceError` unless publication ``name`` still publishes ``table``.
 
@@ -395,7 +409,7 @@ def require_published(settings: Settings, name: str, table: str) -> None:
         raise SourceError(
             f"publication {name!r} of the captured table {table!r} does not exist: "
             "the slot streams none of its changes",
-            hint=_RECOVER,
+            hint=RECOVER_HINT,
             publication=name,
         )
     every_kind, covered = row
@@ -403,14 +417,14 @@ def require_published(settings: Settings, name: str, table: str) -> None:
         raise SourceError(
             f"publication {name!r} no longer publishes {table!r} (the table was dropped, "
             "renamed or removed from the publication): changes since then were not streamed",
-            hint=_RECOVER,
+            hint=RECOVER_HINT,
             publication=name,
         )
     if not every_kind:
         raise SourceError(
             f"publication {name!r} no longer publishes every kind of change of {table!r}",
             hint=f"ALTER PUBLICATION {name} SET (publish = 'insert, update, delete, truncate'), "
-            f"then {_RECOVER}",
+            f"then {RECOVER_HINT}",
             publication=name,
         )
 
@@ -562,11 +576,11 @@ def require_slot(settings: Settings, slot: str) -> SlotStatus:
     """The slot's status; raise :class:`SlotLost` unless it exists and retains its WAL."""
     status = slot_status(settings, slot)
     if not status.exists:
-        raise SlotLost(f"replication slot {slot!r} does not exist", hint=_RECOVER, slot=slot)
+        raise SlotLost(f"replication slot {slot!r} does not exist", hint=RECOVER_HINT, slot=slot)
     if status.lost:
         raise SlotLost(
             f"replication slot {slot!r} lost the wal it needs (wal_status {status.wal_status})",
-            hint=_RECOVER,
+            hint=RECOVER_HINT,
             slot=slot,
         )
     if status.plugin != "pgoutput":
@@ -651,7 +665,7 @@ def advance_slot(
     with _control(settings, "advance the replication slot") as conn:
         status = slot_status(settings, slot)
         if status.lost:
-            raise SlotLost(f"replication slot {slot!r} is lost", hint=_RECOVER, slot=slot)
+            raise SlotLost(f"replication slot {slot!r} is lost", hint=RECOVER_HINT, slot=slot)
         if status.confirmed_flush_lsn is not None and status.confirmed_flush_lsn >= lsn:
             return status.confirmed_flush_lsn
         deadline = time.monotonic() + wait_seconds

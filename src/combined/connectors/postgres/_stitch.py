@@ -41,10 +41,12 @@ from combined.connectors.postgres._cdc import CdcExtraction, lsn_from_state
 from combined.connectors.postgres._connect import Session, Settings
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
 from combined.connectors.postgres._replication import (
+    RECOVER_HINT,
     SlotHandle,
     create_slot,
     drop_slot,
     ensure_publication,
+    relation_oid,
     require_published,
     require_slot,
 )
@@ -92,6 +94,16 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
     # and its publication must still stream the table.
     require_slot(settings, name)
     require_published(settings, name, qualified(request.relation))
+    relid = (request.state or {}).get("relid")
+    oid = relation_oid(settings, qualified(request.relation))
+    if relid is not None and oid != int(relid):
+        raise SourceError(
+            f"captured table {qualified(request.relation)!r} was dropped and created again "
+            f"since the last capture (slot {name}): the lake holds the old table's rows, and "
+            "the new one's changes before it was published again were never streamed",
+            hint=RECOVER_HINT,
+            dataset=request.dataset,
+        )
     stop = None
     max_changes = request.options.get("max_changes")
     ext: CdcExtraction
@@ -108,6 +120,7 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
         start_lsn=lsn,
         end_lsn=request.options.get("end_lsn", "current"),
         keys={request.dataset: tuple(request.key)},
+        oids={request.dataset: oid} if oid is not None else None,
         batch_rows=request.batch_rows,
         stop=stop,
         timeout=request.options.get("timeout"),
@@ -175,7 +188,10 @@ class StitchedSnapshot(BaseExtraction):
         inner.finish("success")
         handle.release_snapshot()
         lsn = handle.consistent_point_text
-        yield StateMessage(req.dataset, {"lsn": lsn, "stitched": True}, position=lsn, final=True)
+        state: dict[str, Any] = {"lsn": lsn, "stitched": True}
+        if (oid := relation_oid(s, qualified(req.relation))) is not None:
+            state["relid"] = oid
+        yield StateMessage(req.dataset, state, position=lsn, final=True)
 
     def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
         if self._inner is not None:
