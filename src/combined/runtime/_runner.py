@@ -197,6 +197,14 @@ class Runner:
                         hint="wait for that run to finish, or run `combined repair` if it died",
                     )
                 held.append(plan)
+                # A Run that held the dataset before may have died between its
+                # lake commit and its projection after this process last
+                # repaired: building on a catalog behind the lake would
+                # parent the next version on a stale one and, its sequence
+                # then known, leave that commit's Deliveries and MAR out for
+                # good. Under the lease, nothing else moves the dataset.
+                for note in self._catch_up(plan.source, plan.name):
+                    self.reporter.note(note)
             keeper.start()
             return self._execute(run, admission, selected, keeper, backfill)
         except CombinedError as exc:
