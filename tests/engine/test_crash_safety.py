@@ -150,3 +150,35 @@ def test_a_run_taking_a_dataset_whose_holder_died_after_its_commit_projects_that
         assert not list((tmp_path / "lake" / "_staging").iterdir())
     finally:
         engine.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("boundary", ["after_commit", "after_projection"])
+def test_changes_committed_by_a_killed_run_are_told_by_the_publication_that_shows_them(
+    tmp_path: Path, tools, boundary: str
+) -> None:
+    tools.make(tmp_path, orders=300)
+    assert tools.cli(tmp_path, "capture").returncode == 0
+    tools.sql(tmp_path, "UPDATE orders SET status = 'shipped' WHERE id <= 10;")
+    killed = tools.cli(tmp_path, "capture", env={"COMBINED_FAULT": boundary})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    # nothing changes in the source since: this capture only publishes what the killed one did
+    again = tools.cli(tmp_path, "capture")
+    assert again.returncode == 0, again.stderr
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        latest, first = engine.publications(2)
+        members = {m["dataset"]: m for m in latest["member_rows"]}
+        before = {m["dataset"]: m for m in first["member_rows"]}
+        assert members["orders"]["dataset_version"] != before["orders"]["dataset_version"]
+        assert members["orders"]["changed"] is True
+        assert members["customers"]["changed"] is False
+        from combined.catalog import data as cat
+
+        with engine.catalog.begin() as conn:
+            told = cat.activity(conn, kind="dataset.changed", run_id=latest["run_id"])
+        assert [(e.dataset, e.body["version"]) for e in told] == [
+            ("orders", members["orders"]["dataset_version"])
+        ]
+    finally:
+        engine.close()

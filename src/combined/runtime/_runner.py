@@ -350,6 +350,17 @@ class Runner:
             for p in prepared:  # no publication from a Run that lost a dataset
                 leases.require(p.staged.plan.source, p.staged.plan.name)
             with self.catalog.begin() as conn:
+                # Changed since the dataset's last publication, not merely by this
+                # Run: a commit of a Run that died before publishing is published
+                # (and told) by the next one, which may itself change nothing.
+                members = [
+                    dataclasses.replace(
+                        m,
+                        changed=m.dataset_version
+                        != cat.published_version(conn, m.source, m.dataset),
+                    )
+                    for m in members
+                ]
                 pub = cat.publish(conn, run.id, members)
                 for m in members:
                     if m.changed:
@@ -491,8 +502,7 @@ class Runner:
             source_position=p.staged.position,
             extraction_receipt=p.staged.receipt.to_json(),
             committed_at=committed_at,
-            changed=bool(p.deliveries)
-            and p.metadata["version"]["id"] != p.metadata["version"]["parent"],
+            changed=False,  # decided against the last publication, when publishing
         )
 
     def _drift_held(self, run: Run, plan: DatasetPlan, exc: DriftRejected) -> DriftRejected:
