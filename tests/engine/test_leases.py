@@ -606,3 +606,64 @@ def test_staging_of_a_run_the_catalog_does_not_know_is_left_alone(
         assert not engine.layout.staging(run.id).exists()
     finally:
         engine.close()
+
+
+#: A capture of shop.orders that, once admitted, waits before taking the dataset's
+#: lease until the file ``go`` exists (it writes ``admitted`` when it gets there).
+_CAPTURE_HELD_BEFORE_ITS_LEASE = """
+import sys, time
+from pathlib import Path
+from combined.catalog import Catalog
+from combined.engine import Engine
+
+root = Path(sys.argv[1])
+take = Catalog.acquire_lease
+
+def held(self, *args, **kwargs):
+    (root / "admitted").touch()
+    while not (root / "go").exists():
+        time.sleep(0.05)
+    return take(self, *args, **kwargs)
+
+Catalog.acquire_lease = held
+engine = Engine.open(root / "combined.yaml")
+(run,) = engine.capture(["shop.orders"])
+print(run.state, run.error)
+"""
+
+
+def test_recovery_leaves_alone_a_run_admitted_by_a_live_process_before_its_lease(
+    tmp_path: Path, tools: Any
+) -> None:
+    import subprocess
+    import sys
+
+    tools.make(tmp_path, orders=10)
+    assert tools.cli(tmp_path, "capture").returncode == 0
+    tools.sql(tmp_path, "INSERT INTO orders VALUES (11, 1, 'placed', 99.0);")
+    capture = subprocess.Popen(
+        [sys.executable, "-c", _CAPTURE_HELD_BEFORE_ITS_LEASE, str(tmp_path)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "admitted").exists():
+            assert capture.poll() is None and time.monotonic() < deadline, capture.stderr
+            time.sleep(0.05)
+        repaired = tools.cli(tmp_path, "repair")  # another process recovers meanwhile
+        assert repaired.returncode == 0, repaired.stderr
+    finally:
+        (tmp_path / "go").touch()
+        out, err = capture.communicate(timeout=120)
+    assert capture.returncode == 0, err
+    assert out.split()[0] == "succeeded", out
+    assert "interrupted" not in repaired.stdout
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        assert _lake_ids(engine) == list(range(1, 12))
+        assert [r.state for r in engine.runs(5)] == ["succeeded", "succeeded"]
+    finally:
+        engine.close()

@@ -29,6 +29,7 @@ from combined.errors import (
     redact,
 )
 from combined.lake import LakeLayout
+from combined.protocol import utcnow
 from combined.quality import Reconciliation, range_totals, reconcile, same_sum
 from combined.runtime._backfill import BackfillSpec, stage_partitioned
 from combined.runtime._faults import fault
@@ -566,7 +567,14 @@ class Runner:
             stuck = runs_repo.list_runs(
                 conn, limit=1000, states=["queued", "extracting", "committing"]
             )
+        admitting = utcnow() - timedelta(seconds=self.settings.lease_ttl_s)
         for run in stuck:
+            if run.state == "queued" and run.created_at > admitting:
+                # Admitted, its leases not taken yet: the process that admitted
+                # it may be about to take them. It holds nothing (no lease, no
+                # staging, no commit), so it is closed only once it is older
+                # than a lease's time to live.
+                continue
             if any(self.catalog.lease_holder(run.source, d) == run.id for d in run.datasets):
                 continue  # a live process still holds it
             if not self.catalog.break_leases(run.source, run.datasets, run.id):
