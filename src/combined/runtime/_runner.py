@@ -7,6 +7,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -58,6 +59,10 @@ class Settings:
     #: How long a dataset's lease outlives its last renewal; a running Run
     #: renews it every fifth of this, so only a stalled or dead one loses it.
     lease_ttl_s: float = 300.0
+
+
+#: The lease holder prefix of a recovery projecting a dataset's lake commits.
+REPAIR = "repair:"
 
 
 def plans_from_admission(admission: Admission) -> dict[str, DatasetPlan]:
@@ -191,7 +196,7 @@ class Runner:
         )
         try:
             for plan in selected:
-                if not self.catalog.acquire_lease(plan.source, plan.name, run.id, keeper.ttl):
+                if not self._acquire(plan, run.id, keeper.ttl):
                     holder = self.catalog.lease_holder(plan.source, plan.name)
                     raise ProtocolViolation(
                         f"{plan.source}.{plan.name} is being captured by run {holder}",
@@ -216,6 +221,16 @@ class Runner:
             keeper.stop()
             for plan in held:
                 self.catalog.release_lease(plan.source, plan.name, run.id)
+
+    def _acquire(self, plan: DatasetPlan, run_id: str, ttl: timedelta) -> bool:
+        """Take the dataset's lease; waits (up to a minute) while a repair projects it."""
+        deadline = time.monotonic() + 60
+        while not self.catalog.acquire_lease(plan.source, plan.name, run_id, ttl):
+            holder = self.catalog.lease_holder(plan.source, plan.name) or ""
+            if not holder.startswith(REPAIR) or time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return True
 
     def _fail(self, run_id: str, exc: BaseException) -> Run:
         state = exc.run_state if isinstance(exc, CombinedError) else "failed"
@@ -636,16 +651,49 @@ class Runner:
             notes.append(f"run {run.id} ({run.state}): its staging was erased")
 
     def _try_catch_up(self, source: str, name: str, notes: list[str]) -> bool:
-        """:meth:`_catch_up`, its failure told (note, alert) instead of raised."""
+        """:meth:`_catch_up` under the dataset's lease, its failure told (note, alert).
+
+        False when it failed, or when a live Run holds the dataset: that Run
+        projects the lake's commits itself (any it finds when it takes the
+        lease, then its own), and two projections of one commit at once would
+        bill its changes twice.
+        """
+        try:
+            if not self._behind(source, name):
+                return True
+        except Exception as exc:  # noqa: BLE001 - one dataset never blocks the others
+            return self._not_projected(source, name, notes, exc)
+        repairer = f"{REPAIR}{uuid.uuid4().hex[:12]}"
+        ttl = timedelta(seconds=self.settings.lease_ttl_s)
+        if not self.catalog.acquire_lease(source, name, repairer, ttl):
+            holder = self.catalog.lease_holder(source, name)
+            notes.append(f"{source}.{name}: left to run {holder}, which holds it")
+            return False
         try:
             notes.extend(self._catch_up(source, name))
         except Exception as exc:  # noqa: BLE001 - one dataset never blocks the others
-            error = exc.describe() if isinstance(exc, CombinedError) else redact(repr(exc))
-            notes.append(f"{source}.{name}: its lake commits could not be projected: {error}")
-            with self.catalog.begin() as conn:
-                cat.emit(conn, "alert.recovery_failed", source=source, dataset=name, error=error)
-            return False
+            return self._not_projected(source, name, notes, exc)
+        finally:
+            self.catalog.release_lease(source, name, repairer)
         return True
+
+    def _behind(self, source: str, name: str) -> bool:
+        """Whether the lake holds commits of the dataset that the catalog lacks."""
+        with self.catalog.begin() as conn:
+            try:
+                row = cat.get_dataset(conn, source, name)
+            except NotFoundError:
+                return False
+        table = self.layout.dataset_table(source, name)
+        return table.committed_sequence() > int(row.last_sequence or 0)
+
+    def _not_projected(self, source: str, name: str, notes: list[str], exc: Exception) -> bool:
+        """Tell (note, alert) that a dataset's lake commits could not be projected; False."""
+        error = exc.describe() if isinstance(exc, CombinedError) else redact(repr(exc))
+        notes.append(f"{source}.{name}: its lake commits could not be projected: {error}")
+        with self.catalog.begin() as conn:
+            cat.emit(conn, "alert.recovery_failed", source=source, dataset=name, error=error)
+        return False
 
     def _catch_up(self, source: str, name: str) -> list[str]:
         table = self.layout.dataset_table(source, name)
