@@ -635,30 +635,14 @@ print(run.state, run.error)
 def test_recovery_leaves_alone_a_run_admitted_by_a_live_process_before_its_lease(
     tmp_path: Path, tools: Any
 ) -> None:
-    import subprocess
-    import sys
-
     tools.make(tmp_path, orders=10)
     assert tools.cli(tmp_path, "capture").returncode == 0
     tools.sql(tmp_path, "INSERT INTO orders VALUES (11, 1, 'placed', 99.0);")
-    capture = subprocess.Popen(
-        [sys.executable, "-c", _CAPTURE_HELD_BEFORE_ITS_LEASE, str(tmp_path)],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    # another process recovers while the capture is admitted, its lease not taken yet
+    out, repaired = tools.while_held(
+        tmp_path, _CAPTURE_HELD_BEFORE_ITS_LEASE, "admitted", lambda: tools.cli(tmp_path, "repair")
     )
-    try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "admitted").exists():
-            assert capture.poll() is None and time.monotonic() < deadline, capture.stderr
-            time.sleep(0.05)
-        repaired = tools.cli(tmp_path, "repair")  # another process recovers meanwhile
-        assert repaired.returncode == 0, repaired.stderr
-    finally:
-        (tmp_path / "go").touch()
-        out, err = capture.communicate(timeout=120)
-    assert capture.returncode == 0, err
+    assert repaired.returncode == 0, repaired.stderr
     assert out.split()[0] == "succeeded", out
     assert "interrupted" not in repaired.stdout
     engine = Engine.open(tmp_path / "combined.yaml")

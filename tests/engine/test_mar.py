@@ -279,35 +279,17 @@ print(run.state, run.error)
 def test_a_repair_while_a_capture_bills_its_commit_never_bills_it_twice(
     shop: Path, tools: Any
 ) -> None:
-    import subprocess
-    import sys
-    import time
-
     assert tools.cli(shop, "capture").returncode == 0
     tools.sql(
         shop,
         "UPDATE orders SET status = 'shipped' WHERE id <= 10;"
         "INSERT INTO orders VALUES (500, 3, 'placed', 1.0), (501, 3, 'placed', 2.0);",
     )
-    capture = subprocess.Popen(
-        [sys.executable, "-c", _CAPTURE_HELD_IN_ITS_BILLING, str(shop)],
-        cwd=shop,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    # another process repairs while the capture bills its lake commit
+    out, repaired = tools.while_held(
+        shop, _CAPTURE_HELD_IN_ITS_BILLING, "billing", lambda: tools.cli(shop, "repair")
     )
-    try:
-        deadline = time.monotonic() + 120
-        while not (shop / "billing").exists():
-            assert capture.poll() is None and time.monotonic() < deadline, capture.stderr
-            time.sleep(0.05)
-        # another process repairs while the capture bills its lake commit
-        repaired = tools.cli(shop, "repair")
-        assert repaired.returncode == 0, repaired.stderr
-    finally:
-        (shop / "go").touch()
-        out, err = capture.communicate(timeout=120)
-    assert capture.returncode == 0, err
+    assert repaired.returncode == 0, repaired.stderr
     assert out.split()[0] == "succeeded", out
     engine = Engine.open(shop / "combined.yaml")
     try:
