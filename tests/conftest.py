@@ -184,6 +184,37 @@ def add_pg_source(root: Path, name: str, dsn: str, password_env: str) -> None:
     project.write_text(project.read_text() + source)
 
 
+def while_held(
+    root: Path, code: str, reached: str, action: Callable[[], subprocess.CompletedProcess[str]]
+) -> tuple[str, subprocess.CompletedProcess[str]]:
+    """Run ``code`` (argv[1]: ``root``) in a child process and ``action`` while it waits.
+
+    The child writes the file ``root/reached`` when it gets to its waiting
+    point and waits there until ``root/go`` exists. Returns its output (once
+    it ended with status 0) and what ``action`` returned.
+    """
+    import time
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(root)],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (root / reached).exists():
+            assert child.poll() is None and time.monotonic() < deadline, child.stderr
+            time.sleep(0.05)
+        done = action()
+    finally:
+        (root / "go").touch()
+        out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err
+    return out, done
+
+
 class ShopTools:
     """The shop helpers, handed to tests as a fixture (tests are not a package)."""
 
@@ -192,6 +223,7 @@ class ShopTools:
     rows = staticmethod(shop_rows)
     cli = staticmethod(cli)
     add_pg_source = staticmethod(add_pg_source)
+    while_held = staticmethod(while_held)
 
 
 @pytest.fixture

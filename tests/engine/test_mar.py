@@ -250,3 +250,55 @@ def test_usage_cli_shows_mar_and_operations_per_dataset_for_a_month(shop: Path, 
     assert empty.returncode == 0, empty.stderr
     assert "MAR" in empty.stdout  # the table is there, with no rows
     assert _table_rows(empty.stdout) == []
+
+
+#: A capture of shop.orders that stops in its MAR billing, once it has read the
+#: identities already billed, until the file ``go`` exists (``billing`` says it got there).
+_CAPTURE_HELD_IN_ITS_BILLING = """
+import sys, time
+from pathlib import Path
+import combined.usage as usage
+from combined.engine import Engine
+
+root = Path(sys.argv[1])
+counts = usage._committed_counts
+
+def held(*args, **kwargs):
+    (root / "billing").touch()
+    while not (root / "go").exists():
+        time.sleep(0.05)
+    return counts(*args, **kwargs)
+
+usage._committed_counts = held
+engine = Engine.open(root / "combined.yaml")
+(run,) = engine.capture(["shop.orders"])
+print(run.state, run.error)
+"""
+
+
+def test_a_repair_while_a_capture_bills_its_commit_never_bills_it_twice(
+    shop: Path, tools: Any
+) -> None:
+    assert tools.cli(shop, "capture").returncode == 0
+    tools.sql(
+        shop,
+        "UPDATE orders SET status = 'shipped' WHERE id <= 10;"
+        "INSERT INTO orders VALUES (500, 3, 'placed', 1.0), (501, 3, 'placed', 2.0);",
+    )
+    # another process repairs while the capture bills its lake commit
+    out, repaired = tools.while_held(
+        shop, _CAPTURE_HELD_IN_ITS_BILLING, "billing", lambda: tools.cli(shop, "repair")
+    )
+    assert repaired.returncode == 0, repaired.stderr
+    assert out.split()[0] == "succeeded", out
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        usage = _usage(engine, "orders")
+        assert (usage["mar"], usage["inserts"], usage["updates"], usage["deletes"]) == (
+            202,
+            202,
+            10,
+            0,
+        )
+    finally:
+        engine.close()

@@ -301,6 +301,19 @@ def publish(conn: Connection, run_id: str | None, members: Sequence[Member]) -> 
     return pub_id
 
 
+def published_version(conn: Connection, source: str, dataset: str) -> str | None:
+    """The dataset version of a dataset's newest publication (None: never published)."""
+    pm, p = t.publication_members, t.publications
+    row = conn.execute(
+        sa.select(pm.c.dataset_version)
+        .join(p, p.c.id == pm.c.publication_id)
+        .where(pm.c.source == source, pm.c.dataset == dataset)
+        .order_by(p.c.seq.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else row.dataset_version
+
+
 def get_publication(
     conn: Connection, *, publication_id: str | None = None, as_of: datetime | None = None
 ) -> sa.Row[Any] | None:

@@ -7,6 +7,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -29,6 +30,7 @@ from combined.errors import (
     redact,
 )
 from combined.lake import LakeLayout
+from combined.protocol import utcnow
 from combined.quality import Reconciliation, range_totals, reconcile, same_sum
 from combined.runtime._backfill import BackfillSpec, stage_partitioned
 from combined.runtime._faults import fault
@@ -57,6 +59,10 @@ class Settings:
     #: How long a dataset's lease outlives its last renewal; a running Run
     #: renews it every fifth of this, so only a stalled or dead one loses it.
     lease_ttl_s: float = 300.0
+
+
+#: The lease holder prefix of a recovery projecting a dataset's lake commits.
+REPAIR = "repair:"
 
 
 def plans_from_admission(admission: Admission) -> dict[str, DatasetPlan]:
@@ -190,13 +196,21 @@ class Runner:
         )
         try:
             for plan in selected:
-                if not self.catalog.acquire_lease(plan.source, plan.name, run.id, keeper.ttl):
+                if not self._acquire(plan, run.id, keeper.ttl):
                     holder = self.catalog.lease_holder(plan.source, plan.name)
                     raise ProtocolViolation(
                         f"{plan.source}.{plan.name} is being captured by run {holder}",
                         hint="wait for that run to finish, or run `combined repair` if it died",
                     )
                 held.append(plan)
+                # A Run that held the dataset before may have died between its
+                # lake commit and its projection after this process last
+                # repaired: building on a catalog behind the lake would
+                # parent the next version on a stale one and, its sequence
+                # then known, leave that commit's Deliveries and MAR out for
+                # good. Under the lease, nothing else moves the dataset.
+                for note in self._catch_up(plan.source, plan.name):
+                    self.reporter.note(note)
             keeper.start()
             return self._execute(run, admission, selected, keeper, backfill)
         except CombinedError as exc:
@@ -207,6 +221,16 @@ class Runner:
             keeper.stop()
             for plan in held:
                 self.catalog.release_lease(plan.source, plan.name, run.id)
+
+    def _acquire(self, plan: DatasetPlan, run_id: str, ttl: timedelta) -> bool:
+        """Take the dataset's lease; waits (up to a minute) while a repair projects it."""
+        deadline = time.monotonic() + 60
+        while not self.catalog.acquire_lease(plan.source, plan.name, run_id, ttl):
+            holder = self.catalog.lease_holder(plan.source, plan.name) or ""
+            if not holder.startswith(REPAIR) or time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return True
 
     def _fail(self, run_id: str, exc: BaseException) -> Run:
         state = exc.run_state if isinstance(exc, CombinedError) else "failed"
@@ -342,6 +366,17 @@ class Runner:
             for p in prepared:  # no publication from a Run that lost a dataset
                 leases.require(p.staged.plan.source, p.staged.plan.name)
             with self.catalog.begin() as conn:
+                # Changed since the dataset's last publication, not merely by this
+                # Run: a commit of a Run that died before publishing is published
+                # (and told) by the next one, which may itself change nothing.
+                members = [
+                    dataclasses.replace(
+                        m,
+                        changed=m.dataset_version
+                        != cat.published_version(conn, m.source, m.dataset),
+                    )
+                    for m in members
+                ]
                 pub = cat.publish(conn, run.id, members)
                 for m in members:
                     if m.changed:
@@ -483,8 +518,7 @@ class Runner:
             source_position=p.staged.position,
             extraction_receipt=p.staged.receipt.to_json(),
             committed_at=committed_at,
-            changed=bool(p.deliveries)
-            and p.metadata["version"]["id"] != p.metadata["version"]["parent"],
+            changed=False,  # decided against the last publication, when publishing
         )
 
     def _drift_held(self, run: Run, plan: DatasetPlan, exc: DriftRejected) -> DriftRejected:
@@ -548,7 +582,14 @@ class Runner:
             stuck = runs_repo.list_runs(
                 conn, limit=1000, states=["queued", "extracting", "committing"]
             )
+        admitting = utcnow() - timedelta(seconds=self.settings.lease_ttl_s)
         for run in stuck:
+            if run.state == "queued" and run.created_at > admitting:
+                # Admitted, its leases not taken yet: the process that admitted
+                # it may be about to take them. It holds nothing (no lease, no
+                # staging, no commit), so it is closed only once it is older
+                # than a lease's time to live.
+                continue
             if any(self.catalog.lease_holder(run.source, d) == run.id for d in run.datasets):
                 continue  # a live process still holds it
             if not self.catalog.break_leases(run.source, run.datasets, run.id):
@@ -610,16 +651,49 @@ class Runner:
             notes.append(f"run {run.id} ({run.state}): its staging was erased")
 
     def _try_catch_up(self, source: str, name: str, notes: list[str]) -> bool:
-        """:meth:`_catch_up`, its failure told (note, alert) instead of raised."""
+        """:meth:`_catch_up` under the dataset's lease, its failure told (note, alert).
+
+        False when it failed, or when a live Run holds the dataset: that Run
+        projects the lake's commits itself (any it finds when it takes the
+        lease, then its own), and two projections of one commit at once would
+        bill its changes twice.
+        """
+        try:
+            if not self._behind(source, name):
+                return True
+        except Exception as exc:  # noqa: BLE001 - one dataset never blocks the others
+            return self._not_projected(source, name, notes, exc)
+        repairer = f"{REPAIR}{uuid.uuid4().hex[:12]}"
+        ttl = timedelta(seconds=self.settings.lease_ttl_s)
+        if not self.catalog.acquire_lease(source, name, repairer, ttl):
+            holder = self.catalog.lease_holder(source, name)
+            notes.append(f"{source}.{name}: left to run {holder}, which holds it")
+            return False
         try:
             notes.extend(self._catch_up(source, name))
         except Exception as exc:  # noqa: BLE001 - one dataset never blocks the others
-            error = exc.describe() if isinstance(exc, CombinedError) else redact(repr(exc))
-            notes.append(f"{source}.{name}: its lake commits could not be projected: {error}")
-            with self.catalog.begin() as conn:
-                cat.emit(conn, "alert.recovery_failed", source=source, dataset=name, error=error)
-            return False
+            return self._not_projected(source, name, notes, exc)
+        finally:
+            self.catalog.release_lease(source, name, repairer)
         return True
+
+    def _behind(self, source: str, name: str) -> bool:
+        """Whether the lake holds commits of the dataset that the catalog lacks."""
+        with self.catalog.begin() as conn:
+            try:
+                row = cat.get_dataset(conn, source, name)
+            except NotFoundError:
+                return False
+        table = self.layout.dataset_table(source, name)
+        return table.committed_sequence() > int(row.last_sequence or 0)
+
+    def _not_projected(self, source: str, name: str, notes: list[str], exc: Exception) -> bool:
+        """Tell (note, alert) that a dataset's lake commits could not be projected; False."""
+        error = exc.describe() if isinstance(exc, CombinedError) else redact(repr(exc))
+        notes.append(f"{source}.{name}: its lake commits could not be projected: {error}")
+        with self.catalog.begin() as conn:
+            cat.emit(conn, "alert.recovery_failed", source=source, dataset=name, error=error)
+        return False
 
     def _catch_up(self, source: str, name: str) -> list[str]:
         table = self.layout.dataset_table(source, name)

@@ -46,8 +46,12 @@ def record_usage(
     """
     table = _usage_table(layout, source, dataset)
     schema = pa.schema([("month", pa.string()), ("_combined_id", pa.string()), ("op", pa.string())])
-    known = table.files()  # none before the first usage commit
-    counts = _committed_counts(table)
+    # The billed identities and their counts from one table version: counts
+    # newer than the identities they were read with would count again
+    # whatever a concurrent usage commit added in between.
+    version = table.version()
+    known = table.files(version)  # none before the first usage commit
+    counts = _committed_counts(table, version)
     if month not in counts and known:
         counts[month] = month_counts(layout, source, dataset, month)  # written before counts
     current = counts[month] if month in counts else _no_usage()
@@ -176,8 +180,11 @@ def _first_usage(
     return counts[month]
 
 
-def _committed_counts(table: Any) -> dict[str, dict[str, int]]:
-    meta = table.latest_commit()
+def _committed_counts(table: LakeTable, version: int | None) -> dict[str, dict[str, int]]:
+    """The cumulative counts carried by the usage commit at ``version``."""
+    if version is None:
+        return {}
+    meta = next((m for m in table.commits() if m["lake_version"] <= version), None)
     if not meta or "counts" not in meta:
         return {}
     return {m: dict(c) for m, c in meta["counts"].items()}
