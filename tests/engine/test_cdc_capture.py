@@ -459,3 +459,28 @@ def test_a_key_change_keeps_the_unchanged_toast_values_of_the_row(
         assert lake == source
     finally:
         engine.close()
+
+
+def test_a_column_dropped_while_streaming_meets_the_drift_policy(
+    cdc_project: tuple[Path, str, str],
+) -> None:
+    # Changes before the drop carry the column, changes after it do not: the
+    # capture used to fill it with nulls and commit, the drop (policy: fail)
+    # judged only by the next capture, after the fact.
+    root, dsn, _ = cdc_project
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        engine.capture()
+        version = engine.history("pg.items")[0]
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET qty = -1 WHERE id = 1")
+            conn.execute("ALTER TABLE items DROP COLUMN note")
+            conn.execute("UPDATE items SET qty = -2 WHERE id = 2")
+        (run,) = engine.capture()
+        assert run.state == "needs_review"
+        assert "drop on field 'note' (policy: fail)" in (run.error or "")
+        assert engine.history("pg.items")[0] == version  # nothing committed
+        rows = engine.sql("SELECT qty, note FROM pg.items WHERE id <= 2 ORDER BY id").to_pylist()
+        assert rows == [{"qty": 1, "note": "n1"}, {"qty": 2, "note": "n2"}]
+    finally:
+        engine.close()

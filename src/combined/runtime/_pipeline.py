@@ -247,6 +247,8 @@ def _consume(
 ) -> Staged:
     barrier = CheckpointBarrier()
     schema: pa.Schema | None = None
+    #: Fields an earlier batch had and a later one lacks: dropped while streaming.
+    dropped: set[str] = set()
     rows = nbytes = 0
     stager = CaptureStager(writer, key=plan.key, hash_rows=plan.strategy != "cdc")
     try:
@@ -261,7 +263,10 @@ def _consume(
                 schema = batch.schema
             elif batch.schema != schema:
                 # A field that appears mid-read (a column added while streaming) widens
-                # the capture's schema; the drift policy judges it once the read is done.
+                # the capture's schema; one that disappears (dropped while streaming)
+                # stays in it, null from then on. The drift policy judges both once
+                # the read is done.
+                dropped.update(n for n in schema.names if n not in batch.schema.names)
                 for f in batch.schema:
                     if f.name not in schema.names:
                         schema = schema.append(f)
@@ -280,7 +285,8 @@ def _consume(
     finally:
         # Give the read's buffers back before the reduction allocates its own.
         release_memory()
-    drift = judge_drift(plan, committed_schema, schema, parts)
+    final = pa.schema([f for f in schema if f.name not in dropped])  # the source's shape now
+    drift = judge_drift(plan, committed_schema, final, parts)
     checkpoint = barrier.committable(through_records=rows)
     return Staged(
         plan=plan,
