@@ -521,3 +521,28 @@ def test_a_failed_control_statement_is_a_source_error_not_the_drivers(
         resolve_user_types(names.pg, [2**40])
     assert not isinstance(info.value, psycopg.Error)
     assert "resolve the source's user-defined types" in info.value.message
+
+
+@pytest.mark.postgres
+def test_a_publication_dropped_while_streaming_is_not_retried_as_transient(names: Names) -> None:
+    # The slot can stream nothing more of the table without its publication:
+    # retrying the attempt cannot help, only a new slot and snapshot can.
+    t = names.table("t")
+    pub, slot = names.pub(), names.slot()
+    ensure_publication(names.pg, pub, [t])
+    with create_slot(names.pg, slot) as handle:
+        start = handle.consistent_point
+    names.conn.execute(f"INSERT INTO {t} VALUES (1, 'before')")
+    drop_publication(names.pg, pub)
+    names.conn.execute(f"INSERT INTO {t} VALUES (2, 'after')")
+    stream = ReplicationStream(names.pg, slot, pub, start)
+    try:
+        with pytest.raises(SourceError) as info:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                stream.read(0.5)
+        assert not isinstance(info.value, SourceUnavailable), info.value
+        assert "teardown" in (info.value.hint or "")
+        assert pub in info.value.message
+    finally:
+        stream.close()

@@ -376,6 +376,18 @@ def _check_identity(conn: psycopg.Connection[Any], table: str) -> None:
         )
 
 
+def _publication_exists(settings: Settings, name: str) -> bool:
+    """Whether publication ``name`` exists; True when that cannot be told."""
+    try:
+        with _control(settings, "read the publication") as conn:
+            return (
+                conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
+                is not None
+            )
+    except SourceError:
+        return True  # unreachable: the original failure is the one to report
+
+
 def relation_oid(settings: Settings, table: str) -> int | None:
     """The oid of ``table`` (``schema.table``) now; None when there is no such table."""
     schema, relation = _split(table)
@@ -757,6 +769,7 @@ class ReplicationStream:
     ) -> None:
         _check_slot_name(slot)
         self.slot = slot
+        self.publication = publication
         self._settings = settings
         self._conn = _replication_connect(settings)
         self._cur = self._conn.cursor()
@@ -837,6 +850,15 @@ class ReplicationStream:
             return lost
         except SourceError:
             pass  # the server is unreachable: report the original failure
+        else:
+            if not _publication_exists(self._settings, self.publication):
+                # Dropped while streaming: no attempt can stream its tables again.
+                return SourceError(
+                    f"publication {self.publication!r} was dropped while its slot streamed: "
+                    "the slot streams none of its tables' changes",
+                    hint=RECOVER_HINT,
+                    publication=self.publication,
+                )
         if getattr(exc, "pgcode", None) == psycopg2.errorcodes.OBJECT_IN_USE:
             return SourceUnavailable(
                 f"replication slot {self.slot!r} is in use by another process",
