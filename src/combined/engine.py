@@ -109,7 +109,14 @@ class Engine:
                 out.setdefault(source, []).append(dataset)
             return out
         for name in names:
-            source, _, dataset = name.partition(".")
+            source, dot, dataset = name.partition(".")
+            if not source or (dot and not dataset):
+                # "shop." would otherwise select every dataset of shop: a typo
+                # must not widen what is captured.
+                raise ConfigError(
+                    f"{name!r} is not SOURCE or SOURCE.DATASET",
+                    hint="e.g. shop or shop.orders; `combined status` lists the datasets",
+                )
             src = self.project.source(source)
             if dataset:
                 self.project.dataset(source, dataset)

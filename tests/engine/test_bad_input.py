@@ -147,6 +147,9 @@ def test_an_unusable_secret_is_named_and_the_run_fails(
     [
         ("nosuch", "unknown source 'nosuch'", "known sources: shop"),
         ("shop.nosuch", "unknown dataset 'nosuch' in source 'shop'", "customers, orders"),
+        # a trailing dot must not widen the capture to every dataset of shop
+        ("shop.", "'shop.' is not SOURCE or SOURCE.DATASET", "e.g. shop or shop.orders"),
+        (".orders", "'.orders' is not SOURCE or SOURCE.DATASET", "e.g. shop or shop.orders"),
     ],
 )
 def test_unknown_selector_lists_known_names(
