@@ -376,6 +376,7 @@ class Engine:
 
     def runs(self, limit: int = 20) -> list[Run]:
         """Newest Runs first."""
+        _check_limit(limit)
         with self.catalog.begin() as conn:
             return runs_repo.list_runs(conn, limit=limit)
 
@@ -466,6 +467,7 @@ class Engine:
 
     def publications(self, limit: int = 20) -> list[dict[str, Any]]:
         """Newest publications with their members."""
+        _check_limit(limit)
         with self.catalog.begin() as conn:
             return [
                 {
@@ -517,6 +519,12 @@ class Engine:
         for note in notes:
             self.reporter.note(note)
         return notes
+
+
+def _check_limit(limit: int) -> None:
+    # SQLite reads LIMIT -1 as "no limit", PostgreSQL refuses it: neither is what was asked.
+    if limit < 0:
+        raise ConfigError(f"--limit must be 0 or more, not {limit}", hint="e.g. --limit 20")
 
 
 def _jsonable(value: Any) -> Any:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from combined.engine import Engine
+from combined.errors import ConfigError
 
 ORDERS_QUERY = "SELECT count(*) AS n FROM shop.orders"
 
@@ -280,5 +281,18 @@ def test_transient_failure_succeeds_on_the_second_attempt_once(
         assert result == ROWS  # every row landed exactly once
         deliveries = engine.run(run.id)["deliveries"]
         assert [(d.state, d.record_count) for d in deliveries] == [("committed", 5)]
+    finally:
+        engine.close()
+
+
+def test_a_negative_limit_is_refused_not_read_as_no_limit(captured: Path, tools: Any) -> None:
+    assert tools.cli(captured, "capture").returncode == 0
+    engine = Engine.open(captured / "combined.yaml")
+    try:
+        assert len(engine.runs(1)) == 1 and len(engine.publications(1)) == 1
+        for listing in (engine.runs, engine.publications):
+            with pytest.raises(ConfigError, match="--limit must be 0 or more, not -1") as caught:
+                listing(-1)  # SQLite took LIMIT -1 as every row
+            assert caught.value.hint == "e.g. --limit 20"
     finally:
         engine.close()
