@@ -490,7 +490,12 @@ class Engine:
         """Quarantine entries awaiting a decision (or every one), newest first."""
         from combined.quality import quarantine
 
-        return quarantine.entries(self.catalog, source=source, include_decided=include_decided)
+        rows = quarantine.entries(self.catalog, source=source, include_decided=include_decided)
+        if not rows and source is not None and source not in self.project.sources:
+            # A misspelt source would read as "nothing awaits review". A source
+            # since removed from the file still lists the entries it left.
+            self.project.source(source)
+        return rows
 
     def quarantine_records(
         self, quarantine_id: str, limit: int = 20

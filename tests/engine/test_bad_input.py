@@ -296,3 +296,14 @@ def test_a_negative_limit_is_refused_not_read_as_no_limit(captured: Path, tools:
             assert caught.value.hint == "e.g. --limit 20"
     finally:
         engine.close()
+
+
+def test_quarantine_list_of_an_unknown_source_is_refused(captured: Path, tools: Any) -> None:
+    result = tools.cli(captured, "quarantine", "list", "--source", "shpo")
+    assert result.returncode == 2, result.stdout  # not "nothing awaits review"
+    assert "unknown source 'shpo'" in result.stderr and "known sources: shop" in result.stderr
+    engine = Engine.open(captured / "combined.yaml")
+    try:
+        assert engine.quarantine("shop") == []  # a declared source with no entries is fine
+    finally:
+        engine.close()
