@@ -279,7 +279,10 @@ class Engine:
                     hint="retry a run once it has failed; `combined repair` closes dead runs",
                 )
             if old.state == "succeeded":
-                raise ProtocolViolation(f"run {old.id} succeeded; there is nothing to retry")
+                raise ProtocolViolation(
+                    f"run {old.id} succeeded; there is nothing to retry",
+                    hint=f"run `combined capture {old.source}` to read the source again",
+                )
             admission = runs_repo.get_admission(conn, old.admission_id)
         self._ready()
         run = admit(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -307,3 +308,11 @@ def test_quarantine_list_of_an_unknown_source_is_refused(captured: Path, tools: 
         assert engine.quarantine("shop") == []  # a declared source with no entries is fine
     finally:
         engine.close()
+
+
+def test_retrying_a_succeeded_run_says_what_to_do_instead(captured: Path, tools: Any) -> None:
+    (run_id,) = re.findall(r"\br\d{14}-[0-9a-f]{8}\b", tools.cli(captured, "runs").stdout)
+    result = tools.cli(captured, "run", "retry", run_id)
+    assert result.returncode == 2, result.stdout
+    assert f"run {run_id} succeeded; there is nothing to retry" in result.stderr
+    assert "hint: run `combined capture shop` to read the source again" in result.stderr
