@@ -14,7 +14,8 @@ decides:
 
 * a credential word, alone or ending a run-together word: ``password``,
   ``sslpassword``, ``passwd``, ``pwd``, ``passphrase``, ``secret``,
-  ``clientsecret``, ``token``, ``authtoken``, ``authorization``; ``pass``
+  ``clientsecret``, ``token``, ``authtoken``, ``authorization``, ``bearer``,
+  ``cookie``, ``jwt``; ``pass``
   only as a word of its own (``bypass`` is not one); a near miss of a long
   one (``pasword``);
 * ``key`` or ``keys`` after a word that makes it a credential: ``api_key``,
@@ -55,6 +56,11 @@ _CREDENTIAL_ENDINGS = (
     "secrets",
     "token",
     "authorization",
+    # A bearer value, a session cookie and a JWT each sign a request on their own.
+    "bearer",
+    "cookie",
+    "cookies",
+    "jwt",
 )
 # Matched as whole words only: as endings they end ordinary words (bypass, compass).
 _WHOLE_WORDS = frozenset({"pass"})

@@ -109,7 +109,14 @@ class Engine:
                 out.setdefault(source, []).append(dataset)
             return out
         for name in names:
-            source, _, dataset = name.partition(".")
+            source, dot, dataset = name.partition(".")
+            if not source or (dot and not dataset):
+                # "shop." would otherwise select every dataset of shop: a typo
+                # must not widen what is captured.
+                raise ConfigError(
+                    f"{name!r} is not SOURCE or SOURCE.DATASET",
+                    hint="e.g. shop or shop.orders; `combined status` lists the datasets",
+                )
             src = self.project.source(source)
             if dataset:
                 self.project.dataset(source, dataset)
@@ -272,7 +279,10 @@ class Engine:
                     hint="retry a run once it has failed; `combined repair` closes dead runs",
                 )
             if old.state == "succeeded":
-                raise ProtocolViolation(f"run {old.id} succeeded; there is nothing to retry")
+                raise ProtocolViolation(
+                    f"run {old.id} succeeded; there is nothing to retry",
+                    hint=f"run `combined capture {old.source}` to read the source again",
+                )
             admission = runs_repo.get_admission(conn, old.admission_id)
         self._ready()
         run = admit(
@@ -369,6 +379,7 @@ class Engine:
 
     def runs(self, limit: int = 20) -> list[Run]:
         """Newest Runs first."""
+        _check_limit(limit)
         with self.catalog.begin() as conn:
             return runs_repo.list_runs(conn, limit=limit)
 
@@ -459,6 +470,7 @@ class Engine:
 
     def publications(self, limit: int = 20) -> list[dict[str, Any]]:
         """Newest publications with their members."""
+        _check_limit(limit)
         with self.catalog.begin() as conn:
             return [
                 {
@@ -481,7 +493,12 @@ class Engine:
         """Quarantine entries awaiting a decision (or every one), newest first."""
         from combined.quality import quarantine
 
-        return quarantine.entries(self.catalog, source=source, include_decided=include_decided)
+        rows = quarantine.entries(self.catalog, source=source, include_decided=include_decided)
+        if not rows and source is not None and source not in self.project.sources:
+            # A misspelt source would read as "nothing awaits review". A source
+            # since removed from the file still lists the entries it left.
+            self.project.source(source)
+        return rows
 
     def quarantine_records(
         self, quarantine_id: str, limit: int = 20
@@ -510,6 +527,12 @@ class Engine:
         for note in notes:
             self.reporter.note(note)
         return notes
+
+
+def _check_limit(limit: int) -> None:
+    # SQLite reads LIMIT -1 as "no limit", PostgreSQL refuses it: neither is what was asked.
+    if limit < 0:
+        raise ConfigError(f"--limit must be 0 or more, not {limit}", hint="e.g. --limit 20")
 
 
 def _jsonable(value: Any) -> Any:

@@ -569,3 +569,44 @@ def test_parse_project_reports_like_load_project(tmp_path: Path) -> None:
 
 def test_project_built_directly_lives_in_cwd(tmp_path: Path) -> None:
     assert Project(version=1).path == Path(os.getcwd()) / "combined.yaml"
+
+
+def test_keys_are_the_text_written_not_yaml_booleans_or_numbers(tmp_path: Path) -> None:
+    # YAML 1.1 reads an unquoted on, yes, no, true or null as a boolean or
+    # nothing; every key of the project file is a name, so it stays as written.
+    text = """\
+    version: 1
+    sources:
+      yes:
+        connector: sqlite
+        config: {1: one}
+        datasets:
+          on: {key: id}
+          true: {key: [id], relation: orders}
+          null: &base {key: id, relation: orders}
+          off:
+            <<: *base
+            relation: items
+    """
+    project = load_project(write(tmp_path, text))
+    assert list(project.sources) == ["yes"]
+    datasets = project.source("yes").datasets
+    assert list(datasets) == ["on", "true", "null", "off"]
+    assert datasets["on"].relation == "on" and datasets["true"].relation == "orders"
+    assert datasets["off"].relation == "items" and datasets["off"].key == ["id"]
+    assert project.source("yes").config == {"1": "one"}
+
+
+def test_a_key_written_twice_in_two_spellings_is_refused(tmp_path: Path) -> None:
+    error = load_error(
+        tmp_path, MINIMAL.replace("      orders:", '      "on": {key: id}\n      on:')
+    )
+    assert "combined.yaml:7:7: invalid YAML: duplicate key 'on'" in str(error)
+
+
+def test_a_yaml_boolean_where_a_name_belongs_says_to_quote_it(tmp_path: Path) -> None:
+    error = load_error(tmp_path, MINIMAL.replace("key: id", "key: [no]\n        relation: off"))
+    assert "combined.yaml:7:15: sources.shop.datasets.orders.key[0] must be a column" in str(error)
+    assert "combined.yaml:8:9: sources.shop.datasets.orders.relation must be" in str(error)
+    for problem in error.context["problems"]:
+        assert problem["hint"].startswith("quote it: YAML reads an unquoted yes, no, on"), problem

@@ -206,6 +206,10 @@ CREDENTIAL_KEYS = [
     "password_value",
     "credentials",
     "Authorization",
+    "bearer",
+    "session_cookie",
+    "Cookie",
+    "jwt",
 ]
 
 # Keys the connectors, the tests and the docs use, and look-alikes that name
@@ -240,6 +244,8 @@ PLAIN_KEYS = [
     "bypass",
     "passport",
     "max_tokens",
+    "cookie_domain",
+    "jwt_audience",
 ]
 
 

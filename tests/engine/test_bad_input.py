@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from combined.engine import Engine
+from combined.errors import ConfigError
 
 ORDERS_QUERY = "SELECT count(*) AS n FROM shop.orders"
 
@@ -147,6 +149,9 @@ def test_an_unusable_secret_is_named_and_the_run_fails(
     [
         ("nosuch", "unknown source 'nosuch'", "known sources: shop"),
         ("shop.nosuch", "unknown dataset 'nosuch' in source 'shop'", "customers, orders"),
+        # a trailing dot must not widen the capture to every dataset of shop
+        ("shop.", "'shop.' is not SOURCE or SOURCE.DATASET", "e.g. shop or shop.orders"),
+        (".orders", "'.orders' is not SOURCE or SOURCE.DATASET", "e.g. shop or shop.orders"),
     ],
 )
 def test_unknown_selector_lists_known_names(
@@ -279,3 +284,35 @@ def test_transient_failure_succeeds_on_the_second_attempt_once(
         assert [(d.state, d.record_count) for d in deliveries] == [("committed", 5)]
     finally:
         engine.close()
+
+
+def test_a_negative_limit_is_refused_not_read_as_no_limit(captured: Path, tools: Any) -> None:
+    assert tools.cli(captured, "capture").returncode == 0
+    engine = Engine.open(captured / "combined.yaml")
+    try:
+        assert len(engine.runs(1)) == 1 and len(engine.publications(1)) == 1
+        for listing in (engine.runs, engine.publications):
+            with pytest.raises(ConfigError, match="--limit must be 0 or more, not -1") as caught:
+                listing(-1)  # SQLite took LIMIT -1 as every row
+            assert caught.value.hint == "e.g. --limit 20"
+    finally:
+        engine.close()
+
+
+def test_quarantine_list_of_an_unknown_source_is_refused(captured: Path, tools: Any) -> None:
+    result = tools.cli(captured, "quarantine", "list", "--source", "shpo")
+    assert result.returncode == 2, result.stdout  # not "nothing awaits review"
+    assert "unknown source 'shpo'" in result.stderr and "known sources: shop" in result.stderr
+    engine = Engine.open(captured / "combined.yaml")
+    try:
+        assert engine.quarantine("shop") == []  # a declared source with no entries is fine
+    finally:
+        engine.close()
+
+
+def test_retrying_a_succeeded_run_says_what_to_do_instead(captured: Path, tools: Any) -> None:
+    (run_id,) = re.findall(r"\br\d{14}-[0-9a-f]{8}\b", tools.cli(captured, "runs").stdout)
+    result = tools.cli(captured, "run", "retry", run_id)
+    assert result.returncode == 2, result.stdout
+    assert f"run {run_id} succeeded; there is nothing to retry" in result.stderr
+    assert "hint: run `combined capture shop` to read the source again" in result.stderr

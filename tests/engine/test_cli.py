@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from combined.engine import Engine
+from combined.errors import CombinedError
 
 WIDE = {"COLUMNS": "250"}  # rich tables must not truncate what we assert on
 
@@ -172,6 +173,45 @@ def test_sql_errors_and_values_are_printed_as_written(captured: Path, tools: Any
 
     out = _ok(tools, captured, "sql", "SELECT ':cat: [red]x[/red]' AS \"[b]h\"")
     assert ":cat: [red]x[/red]" in out and "[b]h" in out
+
+
+def test_sql_only_reads_the_published_basis(captured: Path, tools: Any) -> None:
+    outside = captured / "outside.csv"
+    outside.write_text("secret\n")
+    engine = Engine.open(captured / "combined.yaml")
+    try:
+        lake = captured / "lake"
+        data_file = next((lake / "shop" / "orders").glob("*.parquet"))
+        refused = {
+            f"COPY (SELECT 1 AS x) TO '{captured / 'written.csv'}'": "not COPY",
+            f"COPY (SELECT 1 AS x) TO '{data_file}' (FORMAT csv, USE_TMP_FILE false)": "not COPY",
+            f"ATTACH '{captured / 'new.db'}' AS x": "not ATTACH",
+            "CREATE TABLE t AS SELECT 1": "not CREATE",
+            "SELECT 1; SELECT 2": "2 statements",
+            "  ": "the query is empty",
+            f"SELECT * FROM read_csv('{outside}')": "Permission Error",
+            f"SELECT count(*) FROM read_parquet('{lake}/_deliveries/**/*.parquet')": (
+                "Permission Error"
+            ),
+            "SET enable_external_access = true": "not SET",
+        }
+        for query, said in refused.items():
+            with pytest.raises(CombinedError) as caught:
+                engine.sql(query)
+            assert said in caught.value.message, (query, caught.value.message)
+            assert caught.value.hint
+        assert not (captured / "written.csv").exists() and not (captured / "new.db").exists()
+        # the lake's own file is untouched: the published rows are all still there
+        rows = engine.sql("SELECT count(*) AS n FROM shop.orders").to_pylist()
+        assert rows == [{"n": 200}]
+        described = engine.sql("DESCRIBE shop.orders").column("column_name").to_pylist()
+        assert "id" in described
+    finally:
+        engine.close()
+    result = tools.cli(captured, "sql", f"COPY (SELECT 1) TO '{captured / 'cli.csv'}'")
+    assert result.returncode == 2, result.stderr
+    assert "not COPY" in result.stderr and "hint:" in result.stderr
+    assert not (captured / "cli.csv").exists()
 
 
 def test_discovered_names_are_printed_as_written(shop: Path, tools: Any) -> None:

@@ -11,7 +11,7 @@ import difflib
 import os
 import re
 import types
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple, Union, get_args, get_origin
 
@@ -48,24 +48,41 @@ class _DuplicateKey(yaml.constructor.ConstructorError):
 
 
 class _Loader(yaml.SafeLoader):
-    """A safe loader that refuses duplicate keys and keeps dates as text.
+    """A safe loader that refuses duplicate keys and keeps dates and keys as text.
 
     Connector configurations are free-form and hashed as JSON, so a value
-    like ``2024-01-01`` stays the string the user wrote.
+    like ``2024-01-01`` stays the string the user wrote. Every key of the
+    project file is a name (a setting, source, dataset or connector key), so
+    a plain key is the text written: YAML 1.1 would read a dataset ``on:`` or
+    ``no:`` as a boolean, ``null:`` as nothing and ``123:`` as a number.
     """
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
-        """Build a mapping, refusing a key written twice (merged keys may repeat)."""
-        seen: set[tuple[str, str]] = set()
+        """Build a mapping with text keys, refusing a key written twice (merged keys may repeat)."""
+        seen: set[str] = set()
         for key_node, _ in node.value:
             if isinstance(key_node, ScalarNode) and key_node.tag != _MERGE_TAG:
-                ident = (key_node.tag, key_node.value)
-                if ident in seen:
+                if key_node.value in seen:
                     raise _DuplicateKey(
                         None, None, f"duplicate key {key_node.value!r}", key_node.start_mark
                     )
-                seen.add(ident)
-        return super().construct_mapping(node, deep=deep)
+                seen.add(key_node.value)
+        self.flatten_mapping(node)  # resolves `<<` merge keys; explicit keys come last
+        mapping: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if isinstance(key_node, ScalarNode):
+                key: Any = key_node.value
+            else:
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, Hashable):
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        "found unhashable key",
+                        key_node.start_mark,
+                    )
+            mapping[key] = self.construct_object(value_node, deep=deep)
+        return mapping
 
 
 _Loader.yaml_implicit_resolvers = {

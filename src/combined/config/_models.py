@@ -232,9 +232,13 @@ def _count(value: object) -> int:
     return value
 
 
+_BOOLEAN_HINT = "quote it: YAML reads an unquoted yes, no, on, off, true or false as a boolean"
+
+
 def _text(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise _error(f"must be non-empty text, not {value!r}", "write a value, quoted if needed")
+        hint = _BOOLEAN_HINT if isinstance(value, bool) else "write a value, quoted if needed"
+        raise _error(f"must be non-empty text, not {value!r}", hint)
     return value
 
 
@@ -291,7 +295,8 @@ def _columns(value: object) -> list[str]:
     seen: set[str] = set()
     for index, column in enumerate(value):
         if not isinstance(column, str) or not column.strip():
-            raise _error(f"must be a column name, not {column!r}", hint, at=(index,))
+            why = _BOOLEAN_HINT if isinstance(column, bool) else hint
+            raise _error(f"must be a column name, not {column!r}", why, at=(index,))
         if column in seen:
             raise _error(f"names column {column!r} twice", "list each column once")
         seen.add(column)

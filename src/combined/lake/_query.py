@@ -4,6 +4,11 @@ Each member is opened at its recorded lake table version. Its data files are
 read directly with ``read_parquet`` (tables are written without deletion
 vectors or column mapping, so a version's files are exactly its rows); no
 pyarrow dataset is left open, so the process exits cleanly.
+
+A query reads the published basis and nothing else: it is one ``SELECT``
+(a ``COPY ... TO`` could overwrite a lake file, an ``ATTACH`` create one),
+and DuckDB may open no file but the basis's own, locked so that the query
+cannot lift that (no ``read_csv('/etc/...')``, no unpublished Deliveries).
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ class QueryError(CombinedError):
 
 
 def run_query(layout: LakeLayout, members: Sequence[Member], query: str) -> pa.Table:
-    """Expose each member as ``<source>.<dataset>`` and run ``query``."""
+    """Expose each member as ``<source>.<dataset>`` and run ``query``, a single SELECT."""
     import duckdb
 
+    _check_read_only(query)
     con = duckdb.connect()
     try:
+        allowed: list[str] = []
         for m in members:
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(m.source)}")
             name = f"{quote_ident(m.source)}.{quote_ident(m.dataset)}"
@@ -39,6 +46,7 @@ def run_query(layout: LakeLayout, members: Sequence[Member], query: str) -> pa.T
             table = LakeTable(layout.table(m.source, m.dataset), "")
             files = table.files(m.lake_version)
             if files:
+                allowed.extend(files)
                 listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
                 con.execute(
                     f"CREATE VIEW {name} AS SELECT * FROM "
@@ -51,6 +59,13 @@ def run_query(layout: LakeLayout, members: Sequence[Member], query: str) -> pa.T
                 con.register("_empty", empty)
                 con.execute(f"CREATE TABLE {name} AS SELECT * FROM _empty")
                 con.unregister("_empty")
+        # From here DuckDB opens only the basis's files, extensions included,
+        # and the query cannot change that.
+        con.execute("SET allowed_paths = ?", [allowed])
+        con.execute("SET enable_external_access = false")
+        con.execute("SET autoinstall_known_extensions = false")
+        con.execute("SET autoload_known_extensions = false")
+        con.execute("SET lock_configuration = true")
         try:
             return con.sql(query).to_arrow_table()
         except duckdb.Error as exc:
@@ -60,3 +75,32 @@ def run_query(layout: LakeLayout, members: Sequence[Member], query: str) -> pa.T
             ) from exc
     finally:
         con.close()
+
+
+_READ_ONLY_HINT = (
+    "write one SELECT (WITH, FROM, DESCRIBE and SHOW read too) over tables named "
+    "<source>.<dataset>; the lake changes only through `combined capture`"
+)
+
+
+def _check_read_only(query: str) -> None:
+    """Refuse anything but one statement that only reads."""
+    import duckdb
+
+    try:
+        statements = duckdb.extract_statements(query)
+    except duckdb.Error as exc:
+        raise QueryError(
+            f"the query failed: {exc}",
+            hint="tables are named <source>.<dataset>; list them with `combined status`",
+        ) from None
+    if not statements:
+        raise QueryError("the query is empty", hint=_READ_ONLY_HINT)
+    if len(statements) > 1:
+        raise QueryError(
+            f"the query holds {len(statements)} statements; one is run at a time",
+            hint=_READ_ONLY_HINT,
+        )
+    kind = statements[0].type
+    if kind != duckdb.StatementType.SELECT:
+        raise QueryError(f"only a query that reads is run, not {kind.name}", hint=_READ_ONLY_HINT)
