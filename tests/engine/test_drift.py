@@ -187,3 +187,26 @@ def test_the_same_drift_is_held_once_while_it_awaits_review(tmp_path: Path, tool
         assert fresh["id"] not in (entry["id"], first.id)
     finally:
         engine.close()
+
+
+def test_an_evolved_column_still_null_everywhere_is_published(tmp_path: Path, tools: Any) -> None:
+    # No row changes (a null column is absent to the payload hash), yet the
+    # published table must have the column the capture evolved to.
+    project = _captured(tmp_path, tools, orders=20)
+    tools.sql(tmp_path, "ALTER TABLE orders ADD COLUMN channel TEXT;")
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["orders"]["updates"] == 0
+        assert engine.sql(
+            "SELECT count(*) AS n, count(channel) AS web FROM shop.orders"
+        ).to_pylist() == [{"n": 20, "web": 0}]
+        assert _drifts(engine) == [("new_field", "channel", "evolve")]
+        assert len(engine.history("shop.orders")) == 1  # the parent version, re-admitted
+        usage = engine.usage()
+        (again,) = engine.capture(["shop.orders"])  # and then nothing more is written
+        assert again.state == "succeeded" and engine.run(again.id)["deliveries"] == []
+        assert engine.usage() == usage
+    finally:
+        engine.close()
