@@ -210,3 +210,41 @@ def test_an_evolved_column_still_null_everywhere_is_published(tmp_path: Path, to
         assert engine.usage() == usage
     finally:
         engine.close()
+
+
+def test_a_column_widened_to_real_keeps_its_fractions(tmp_path: Path, tools: Any) -> None:
+    # integer -> real is a widening (evolve by default): the lake's column
+    # stayed bigint and 2.5 landed as 2, silently, in the merged and the
+    # appended table alike.
+    project = tools.make(tmp_path, orders=3)
+    project.write_text(project.read_text() + "      events:\n        sync_mode: append\n")
+    tools.sql(
+        tmp_path, "CREATE TABLE events (id INTEGER, qty INTEGER); INSERT INTO events VALUES (1, 1);"
+    )
+    engine = Engine.open(project)
+    try:
+        (first,) = engine.capture(["shop.orders", "shop.events"])
+        assert first.state == "succeeded", first.error
+        tools.sql(
+            tmp_path,
+            "CREATE TABLE o2 (id INTEGER PRIMARY KEY, customer_id REAL, status TEXT, total REAL);"
+            "INSERT INTO o2 SELECT * FROM orders; DROP TABLE orders;"
+            "ALTER TABLE o2 RENAME TO orders;"
+            "UPDATE orders SET customer_id = 2.5 WHERE id = 2;"
+            "DROP TABLE events; CREATE TABLE events (id INTEGER, qty REAL);"
+            "INSERT INTO events VALUES (2, 3.5);",
+        )
+        (widened,) = engine.capture(["shop.orders", "shop.events"])
+        assert widened.state == "succeeded", widened.error
+        assert engine.sql("SELECT id, customer_id FROM shop.orders ORDER BY id").to_pylist() == [
+            {"id": 1, "customer_id": 2.0},
+            {"id": 2, "customer_id": 2.5},
+            {"id": 3, "customer_id": 4.0},
+        ]
+        assert engine.sql("SELECT id, qty FROM shop.events ORDER BY id").to_pylist() == [
+            {"id": 1, "qty": 1.0},
+            {"id": 2, "qty": 3.5},
+        ]
+        assert ("widened_type", "customer_id", "evolve") in _drifts(engine)
+    finally:
+        engine.close()
