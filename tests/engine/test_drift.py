@@ -248,3 +248,31 @@ def test_a_column_widened_to_real_keeps_its_fractions(tmp_path: Path, tools: Any
         assert ("widened_type", "customer_id", "evolve") in _drifts(engine)
     finally:
         engine.close()
+
+
+def test_a_row_updated_after_its_column_was_dropped_does_not_keep_the_old_value(
+    tmp_path: Path, tools: Any
+) -> None:
+    # drop: evolve keeps the column in the lake (Delta drops none); a row that
+    # changes afterwards is a new version without it, as its Delivery (and a
+    # replay of it) says, not the old value under the new payload hash.
+    project = tools.make(tmp_path, orders=3)
+    _policy(project, drop="evolve")
+    engine = Engine.open(project)
+    try:
+        engine.capture(["shop.orders"])
+        tools.sql(
+            tmp_path,
+            "ALTER TABLE orders DROP COLUMN status; UPDATE orders SET total = 9 WHERE id = 1;",
+        )
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+        assert engine.sql(
+            "SELECT id, status, total, _combined_op AS op FROM shop.orders ORDER BY id"
+        ).to_pylist() == [
+            {"id": 1, "status": None, "total": 9.0, "op": "update"},
+            {"id": 2, "status": None, "total": 3.0, "op": "update"},  # (its status went)
+            {"id": 3, "status": None, "total": 4.5, "op": "update"},
+        ]
+    finally:
+        engine.close()

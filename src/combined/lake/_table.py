@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 
 from combined.errors import CommitAmbiguous, LakeError, ProtocolViolation
 from combined.lake._files import link_data_files, rewrite_actions, write_data_files
+from combined.lake._types import to_lake
 from combined.protocol import utcnow
 
 CommitMode = Literal["merge", "append", "overwrite"]
@@ -146,6 +147,12 @@ class LakeTable:
             app_transactions=[Transaction(app_id=self.app_id, version=last_sequence)],
         )
         dt = self._open()
+        if dt is not None and mode == "merge":
+            # A column the source dropped stays in the table (Delta drops none):
+            # a row the transition replaces holds null there, as its Delivery
+            # says, never the old value (delta-rs' update keeps columns the
+            # source lacks).
+            data = _conformed(dt, data)
         try:
             if before_write is not None:
                 before_write()
@@ -231,12 +238,7 @@ class LakeTable:
         """
         from deltalake import Schema
 
-        current = pa.schema(dt.schema().to_arrow())
-        incoming = data().schema
-        types = {f.name: f.type for f in incoming}
-        fields = [pa.field(f.name, types.get(f.name, f.type), True) for f in current]
-        fields += [f for f in incoming if f.name not in current.names]
-        target = pa.schema(fields)
+        target = _union(pa.schema(dt.schema().to_arrow()), data().schema)
         try:
             actions = rewrite_actions(
                 self.path, self.files(), target, data, every_file=True, keyed=mode == "merge"
@@ -345,6 +347,29 @@ class LakeTable:
                 )
         version = self.version()
         return CommitResult(lake_version=version or 0, skipped=True, committed_at=utcnow())
+
+
+def _union(current: pa.Schema, incoming: pa.Schema) -> pa.Schema:
+    """The table's columns in its order (in ``incoming``'s types), then ``incoming``'s new ones."""
+    types = {f.name: f.type for f in incoming}
+    fields = [pa.field(f.name, types.get(f.name, f.type), True) for f in current]
+    return pa.schema(fields + [f for f in incoming if f.name not in current.names])
+
+
+def _conformed(
+    dt: Any, data: Callable[[], pa.RecordBatchReader]
+) -> Callable[[], pa.RecordBatchReader]:
+    """``data`` with every column of the table, null where the Deliveries lack it."""
+    current = pa.schema(dt.schema().to_arrow())
+
+    def conformed() -> pa.RecordBatchReader:
+        reader = data()
+        if all(name in reader.schema.names for name in current.names):
+            return reader
+        target = _union(current, reader.schema)
+        return pa.RecordBatchReader.from_batches(target, (to_lake(b, target) for b in reader))
+
+    return conformed
 
 
 def _retyped(dt: Any, schema: pa.Schema) -> bool:
