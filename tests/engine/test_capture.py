@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, timedelta
 from pathlib import Path
 
 import pytest
 
 from combined.engine import Engine
-from combined.errors import ProtocolViolation
+from combined.errors import NotFoundError, ProtocolViolation
 
 
 def _count(engine: Engine, table: str) -> int:
@@ -124,6 +125,22 @@ def test_as_of_and_publication_select_the_earlier_state(shop: Path, tools) -> No
             .as_py()
             == 200
         )
+    finally:
+        engine.close()
+
+
+def test_a_naive_as_of_is_read_as_utc_like_the_cli_does(shop: Path) -> None:
+    # The Python API handed a naive instant to the catalog, which refused it
+    # with a database StatementError instead of answering.
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        engine.capture(["shop.customers"])
+        published = engine.publications(1)[0]["published_at"]
+        query = "SELECT count(*) AS n FROM shop.customers"
+        naive = published.astimezone(UTC).replace(tzinfo=None)
+        assert engine.sql(query, as_of=naive).to_pylist() == [{"n": 20}]
+        with pytest.raises(NotFoundError, match="nothing was published at or before"):
+            engine.sql(query, as_of=naive - timedelta(microseconds=1))
     finally:
         engine.close()
 
