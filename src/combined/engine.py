@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -360,8 +360,14 @@ class Engine:
     def sql(
         self, query: str, *, as_of: datetime | None = None, publication: str | None = None
     ) -> pa.Table:
-        """Run DuckDB SQL over a published basis (latest, by id, or as of an instant)."""
+        """Run DuckDB SQL over a published basis (latest, by id, or as of an instant).
+
+        A naive ``as_of`` is read as UTC, as ``combined sql --as-of`` reads it.
+        """
         from combined.lake._query import run_query
+
+        if as_of is not None and as_of.tzinfo is None:
+            as_of = as_of.replace(tzinfo=UTC)
 
         with self.catalog.begin() as conn:
             pub = cat.get_publication(conn, publication_id=publication, as_of=as_of)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, timedelta
 from pathlib import Path
 
 import pytest
 
 from combined.engine import Engine
-from combined.errors import ProtocolViolation
+from combined.errors import NotFoundError, ProtocolViolation
 
 
 def _count(engine: Engine, table: str) -> int:
@@ -124,6 +125,22 @@ def test_as_of_and_publication_select_the_earlier_state(shop: Path, tools) -> No
             .as_py()
             == 200
         )
+    finally:
+        engine.close()
+
+
+def test_a_naive_as_of_is_read_as_utc_like_the_cli_does(shop: Path) -> None:
+    # The Python API handed a naive instant to the catalog, which refused it
+    # with a database StatementError instead of answering.
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        engine.capture(["shop.customers"])
+        published = engine.publications(1)[0]["published_at"]
+        query = "SELECT count(*) AS n FROM shop.customers"
+        naive = published.astimezone(UTC).replace(tzinfo=None)
+        assert engine.sql(query, as_of=naive).to_pylist() == [{"n": 20}]
+        with pytest.raises(NotFoundError, match="nothing was published at or before"):
+            engine.sql(query, as_of=naive - timedelta(microseconds=1))
     finally:
         engine.close()
 
@@ -304,3 +321,39 @@ def test_a_dataset_named_like_a_credential_keeps_its_settings_in_the_admission(
         assert admission.config["datasets"]["secrets"]["relation"] == "orders"
         digests.append(admission.config_digest)
     assert digests[0] != digests[1]  # a dataset's name is not a credential's
+
+
+@pytest.mark.parametrize("column", ["_combined_note", "_combined_op", "_combined_id"])
+def test_a_source_column_named_like_provenance_is_refused_not_dropped(
+    tmp_path: Path, tools, column: str
+) -> None:
+    # Names starting with `_combined_` are Combined's own: such a source
+    # column was left out of the payload hash and the lake without a word.
+    tools.make(tmp_path)
+    tools.sql(tmp_path, f"ALTER TABLE customers ADD COLUMN {column} TEXT DEFAULT 'kept';")
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        (run,) = engine.capture(["shop.customers"])
+        assert run.state == "needs_review"
+        assert run.error is not None and repr(column) in run.error
+        assert "_combined_" in run.error and "view" in run.error
+        assert engine.publications(1) == []
+    finally:
+        engine.close()
+
+
+def test_columns_differing_only_in_case_are_refused_clearly(tmp_path: Path, tools) -> None:
+    # SQLite cannot hold such a pair: a renamed column meets the lake's old
+    # name (Delta and DuckDB compare column names without case).
+    tools.make(tmp_path)
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        engine.capture(["shop.customers"])
+        tools.sql(tmp_path, "ALTER TABLE customers RENAME COLUMN city TO City;")
+        (run,) = engine.capture(["shop.customers"])
+        assert run.state == "needs_review"
+        assert run.error is not None and "'city' and 'City'" in run.error
+        assert "differ only in case" in run.error
+        assert len(engine.publications(10)) == 1
+    finally:
+        engine.close()

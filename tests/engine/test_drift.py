@@ -187,3 +187,92 @@ def test_the_same_drift_is_held_once_while_it_awaits_review(tmp_path: Path, tool
         assert fresh["id"] not in (entry["id"], first.id)
     finally:
         engine.close()
+
+
+def test_an_evolved_column_still_null_everywhere_is_published(tmp_path: Path, tools: Any) -> None:
+    # No row changes (a null column is absent to the payload hash), yet the
+    # published table must have the column the capture evolved to.
+    project = _captured(tmp_path, tools, orders=20)
+    tools.sql(tmp_path, "ALTER TABLE orders ADD COLUMN channel TEXT;")
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["orders"]["updates"] == 0
+        assert engine.sql(
+            "SELECT count(*) AS n, count(channel) AS web FROM shop.orders"
+        ).to_pylist() == [{"n": 20, "web": 0}]
+        assert _drifts(engine) == [("new_field", "channel", "evolve")]
+        assert len(engine.history("shop.orders")) == 1  # the parent version, re-admitted
+        usage = engine.usage()
+        (again,) = engine.capture(["shop.orders"])  # and then nothing more is written
+        assert again.state == "succeeded" and engine.run(again.id)["deliveries"] == []
+        assert engine.usage() == usage
+    finally:
+        engine.close()
+
+
+def test_a_column_widened_to_real_keeps_its_fractions(tmp_path: Path, tools: Any) -> None:
+    # integer -> real is a widening (evolve by default): the lake's column
+    # stayed bigint and 2.5 landed as 2, silently, in the merged and the
+    # appended table alike.
+    project = tools.make(tmp_path, orders=3)
+    project.write_text(project.read_text() + "      events:\n        sync_mode: append\n")
+    tools.sql(
+        tmp_path, "CREATE TABLE events (id INTEGER, qty INTEGER); INSERT INTO events VALUES (1, 1);"
+    )
+    engine = Engine.open(project)
+    try:
+        (first,) = engine.capture(["shop.orders", "shop.events"])
+        assert first.state == "succeeded", first.error
+        tools.sql(
+            tmp_path,
+            "CREATE TABLE o2 (id INTEGER PRIMARY KEY, customer_id REAL, status TEXT, total REAL);"
+            "INSERT INTO o2 SELECT * FROM orders; DROP TABLE orders;"
+            "ALTER TABLE o2 RENAME TO orders;"
+            "UPDATE orders SET customer_id = 2.5 WHERE id = 2;"
+            "DROP TABLE events; CREATE TABLE events (id INTEGER, qty REAL);"
+            "INSERT INTO events VALUES (2, 3.5);",
+        )
+        (widened,) = engine.capture(["shop.orders", "shop.events"])
+        assert widened.state == "succeeded", widened.error
+        assert engine.sql("SELECT id, customer_id FROM shop.orders ORDER BY id").to_pylist() == [
+            {"id": 1, "customer_id": 2.0},
+            {"id": 2, "customer_id": 2.5},
+            {"id": 3, "customer_id": 4.0},
+        ]
+        assert engine.sql("SELECT id, qty FROM shop.events ORDER BY id").to_pylist() == [
+            {"id": 1, "qty": 1.0},
+            {"id": 2, "qty": 3.5},
+        ]
+        assert ("widened_type", "customer_id", "evolve") in _drifts(engine)
+    finally:
+        engine.close()
+
+
+def test_a_row_updated_after_its_column_was_dropped_does_not_keep_the_old_value(
+    tmp_path: Path, tools: Any
+) -> None:
+    # drop: evolve keeps the column in the lake (Delta drops none); a row that
+    # changes afterwards is a new version without it, as its Delivery (and a
+    # replay of it) says, not the old value under the new payload hash.
+    project = tools.make(tmp_path, orders=3)
+    _policy(project, drop="evolve")
+    engine = Engine.open(project)
+    try:
+        engine.capture(["shop.orders"])
+        tools.sql(
+            tmp_path,
+            "ALTER TABLE orders DROP COLUMN status; UPDATE orders SET total = 9 WHERE id = 1;",
+        )
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+        assert engine.sql(
+            "SELECT id, status, total, _combined_op AS op FROM shop.orders ORDER BY id"
+        ).to_pylist() == [
+            {"id": 1, "status": None, "total": 9.0, "op": "update"},
+            {"id": 2, "status": None, "total": 3.0, "op": "update"},  # (its status went)
+            {"id": 3, "status": None, "total": 4.5, "op": "update"},
+        ]
+    finally:
+        engine.close()

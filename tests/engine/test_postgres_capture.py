@@ -153,3 +153,58 @@ def test_a_column_without_an_arrow_type_is_captured_through_a_declared_cast(
         ]
     finally:
         engine.close()
+
+
+def test_a_widened_integer_column_evolves_the_table_and_keeps_every_row(
+    tmp_path: Path, pg_database: str
+) -> None:
+    # int -> bigint -> numeric is a widening (policy: evolve by default) that
+    # keeps every id and payload hash; Delta cannot widen a column in place,
+    # and a value past the old type's range was refused on every capture.
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY, qty int, note text)")
+        conn.execute("INSERT INTO orders SELECT g, g, 'n' || g FROM generate_series(1, 50) g")
+    (tmp_path / "combined.yaml").write_text(
+        PROJECT.split("      events:")[0].format(dsn=pg_database)
+    )
+    engine = Engine.open(tmp_path / "combined.yaml")
+
+    def changes_after(*statements: str) -> tuple[int, int]:
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            for statement in statements:
+                conn.execute(statement)
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None
+        return run.stats["orders"]["inserts"], run.stats["orders"]["updates"]
+
+    try:
+        engine.capture()
+        widened = changes_after(
+            "ALTER TABLE orders ALTER COLUMN id TYPE bigint",
+            "ALTER TABLE orders ALTER COLUMN qty TYPE bigint",
+        )
+        assert widened == (0, 0)
+        big = changes_after(
+            "UPDATE orders SET qty = 1099511627776 WHERE id = 1",
+            "INSERT INTO orders VALUES (5000000000, 3, 'big')",
+        )
+        assert big == (1, 1)
+        numeric = changes_after(
+            "ALTER TABLE orders ALTER COLUMN qty TYPE numeric(30,0)",
+            "UPDATE orders SET qty = 10::numeric ^ 25 WHERE id = 2",
+        )
+        assert numeric == (0, 1)
+        rows = engine.sql(
+            "SELECT count(*) AS n, sum(qty) AS total, max(id) AS top FROM pg.orders"
+        ).to_pylist()
+        assert rows == [
+            {
+                "n": 51,
+                "total": Decimal(sum(range(3, 51)) + 1099511627776 + 10**25 + 3),
+                "top": 5000000000,
+            }
+        ]
+        assert len(engine.history("pg.orders")) == 3  # the widening alone changed no row
+    finally:
+        engine.close()

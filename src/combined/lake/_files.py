@@ -306,6 +306,9 @@ def rewrite_actions(
     files: list[str],
     schema: pa.Schema,
     data: Any,
+    *,
+    every_file: bool = False,
+    keyed: bool = True,
 ) -> list[Any]:
     """Copy-on-write of a keyed transition: the add and remove actions of one commit.
 
@@ -314,15 +317,22 @@ def rewrite_actions(
     transition updates or deletes is rewritten without those rows (streamed,
     ``REWRITE_BATCH_ROWS`` at a time); the transition's puts go to new files. Memory
     holds the changed ids and one batch, never a table or a file.
+
+    With ``every_file`` (a table whose column types widen), every file is
+    rewritten in ``schema`` and no remove action is returned: the commit
+    overwrites the table. Unless ``keyed``, ``data()`` is an event stream: no
+    row is replaced and every one (deletes included) is added as it is.
     """
     from deltalake.transaction import RemoveAction
 
     changed: list[pa.Array] = []
-    for batch in data():
+    for batch in data() if keyed else ():
         ops = batch.column(batch.schema.get_field_index("_combined_op"))
         ids = batch.column(batch.schema.get_field_index("_combined_id"))
         changed.append(pc.filter(ids, pc.is_in(ops, pa.array(["update", "delete"]))))
     gone = pa.concat_arrays([c.cast(pa.string()) for c in changed]) if changed else None
+    if gone is None and every_file:
+        gone = pa.array([], pa.string())
     actions: list[Any] = []
 
     def rewrite(local: str) -> list[Any]:  # a path, as LakeTable.files() gives them
@@ -338,8 +348,8 @@ def rewrite_actions(
                 ],
                 pa.bool_(),
             )
-            if pc.all(keep).as_py() is not False:  # every row kept (null: no rows)
-                return []
+            if not every_file and pc.all(keep).as_py() is not False:
+                return []  # every row kept (null: no rows)
             # Small batches (two files are rewritten at once, each holding a
             # batch, its filtered copy and a row group gathering): the
             # writer gathers them back into full row groups.
@@ -348,6 +358,8 @@ def rewrite_actions(
                 for offset, b in _offsets(pf.iter_batches(batch_size=REWRITE_BATCH_ROWS))
             )
             out = write_data_files(table, schema, kept)
+        if every_file:
+            return out  # (the overwrite removes every file)
         out.append(
             RemoveAction(
                 path=os.path.relpath(local, table),
@@ -359,7 +371,7 @@ def rewrite_actions(
         )
         return out
 
-    if gone is not None and len(gone):
+    if gone is not None and (len(gone) or every_file):
         # Files are rewritten two at a time: decoding and encoding release the GIL.
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="rewrite") as pool:
             for done in pool.map(rewrite, files):
@@ -370,7 +382,8 @@ def rewrite_actions(
 
         release_memory()
     puts = (
-        to_lake(b.filter(pc.not_equal(b.column("_combined_op"), "delete")), schema) for b in data()
+        to_lake(b.filter(pc.not_equal(b.column("_combined_op"), "delete")) if keyed else b, schema)
+        for b in data()
     )
     actions.extend(write_data_files(table, schema, puts))
     return actions

@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
+#: The schema holding each member's (empty) table of its version's columns.
+_SHAPES = "_combined_shapes"
+
+
 class QueryError(CombinedError):
     """DuckDB rejected the query."""
 
@@ -38,6 +42,7 @@ def run_query(layout: LakeLayout, members: Sequence[Member], query: str) -> pa.T
     con = duckdb.connect()
     try:
         allowed: list[str] = []
+        con.execute(f"CREATE SCHEMA {_SHAPES}")
         for m in members:
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(m.source)}")
             name = f"{quote_ident(m.source)}.{quote_ident(m.dataset)}"
@@ -45,20 +50,21 @@ def run_query(layout: LakeLayout, members: Sequence[Member], query: str) -> pa.T
                 continue
             table = LakeTable(layout.table(m.source, m.dataset), "")
             files = table.files(m.lake_version)
+            schema = table.schema(m.lake_version)
+            assert schema is not None
+            # The version's schema, not its files', is the member's shape: a
+            # column the table evolved to is there before any file holds it.
+            shape = name if not files else f"{_SHAPES}.{quote_ident(f'{m.source}.{m.dataset}')}"
+            con.register("_empty", schema.empty_table())
+            con.execute(f"CREATE TABLE {shape} AS SELECT * FROM _empty")
+            con.unregister("_empty")
             if files:
                 allowed.extend(files)
                 listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
                 con.execute(
-                    f"CREATE VIEW {name} AS SELECT * FROM "
-                    f"read_parquet([{listing}], union_by_name = true)"
+                    f"CREATE VIEW {name} AS SELECT * FROM {shape} UNION ALL BY NAME "
+                    f"SELECT * FROM read_parquet([{listing}], union_by_name = true)"
                 )
-            else:
-                schema = table.schema(m.lake_version)
-                assert schema is not None
-                empty = schema.empty_table()
-                con.register("_empty", empty)
-                con.execute(f"CREATE TABLE {name} AS SELECT * FROM _empty")
-                con.unregister("_empty")
         # From here DuckDB opens only the basis's files, extensions included,
         # and the query cannot change that.
         con.execute("SET allowed_paths = ?", [allowed])

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 
 from combined.errors import CommitAmbiguous, LakeError, ProtocolViolation
 from combined.lake._files import link_data_files, rewrite_actions, write_data_files
+from combined.lake._types import to_lake
 from combined.protocol import utcnow
 
 CommitMode = Literal["merge", "append", "overwrite"]
@@ -146,11 +147,24 @@ class LakeTable:
             app_transactions=[Transaction(app_id=self.app_id, version=last_sequence)],
         )
         dt = self._open()
+        if dt is not None and mode == "merge":
+            # A column the source dropped stays in the table (Delta drops none):
+            # a row the transition replaces holds null there, as its Delivery
+            # says, never the old value (delta-rs' update keeps columns the
+            # source lacks).
+            data = _conformed(dt, data)
         try:
             if before_write is not None:
                 before_write()
-            if mode != "overwrite" and (dt is None or not needs_merge):
-                schema = pq.read_schema(str(files[0][0])) if files else None
+            # (the Deliveries' own schema when given: linking them reads no row)
+            schema = pq.read_schema(str(files[0][0])) if files else None
+            if (
+                mode != "overwrite"
+                and dt is not None
+                and _retyped(dt, schema if schema is not None else data().schema)
+            ):
+                self._retype(dt, data, mode, properties)
+            elif mode != "overwrite" and (dt is None or not needs_merge):
                 if files and schema is not None and (dt is None or self._same_schema(dt, schema)):
                     self._add(dt, schema, link_data_files(self.path, files), properties)
                 else:
@@ -206,6 +220,40 @@ class LakeTable:
             skipped=False,
             committed_at=utcnow(),
             run_id=None if run_id is None else str(run_id),
+        )
+
+    def _retype(
+        self,
+        dt: Any,
+        data: Callable[[], pa.RecordBatchReader],
+        mode: CommitMode,
+        properties: Any,
+    ) -> None:
+        """Commit a transition whose columns change type: every file rewritten in the new types.
+
+        Delta (delta-rs) widens no column in place, so the table is
+        overwritten in one commit: its rows cast to the widened schema (less
+        the ones a keyed transition replaces or deletes), then the transition's
+        rows (an event stream's all kept).
+        """
+        from deltalake import Schema
+
+        target = _union(pa.schema(dt.schema().to_arrow()), data().schema)
+        try:
+            actions = rewrite_actions(
+                self.path, self.files(), target, data, every_file=True, keyed=mode == "merge"
+            )
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise LakeError(
+                f"the rows of {self.app_id} cannot be stored in the new column types: {exc}",
+                hint="set the dataset's drift policy for this change to `fail`, or capture "
+                "a view that casts the column to its former type",
+            ) from exc
+        dt.create_write_transaction(
+            actions,
+            mode="overwrite",
+            schema=Schema.from_arrow(target),
+            commit_properties=properties,
         )
 
     @staticmethod
@@ -299,6 +347,35 @@ class LakeTable:
                 )
         version = self.version()
         return CommitResult(lake_version=version or 0, skipped=True, committed_at=utcnow())
+
+
+def _union(current: pa.Schema, incoming: pa.Schema) -> pa.Schema:
+    """The table's columns in its order (in ``incoming``'s types), then ``incoming``'s new ones."""
+    types = {f.name: f.type for f in incoming}
+    fields = [pa.field(f.name, types.get(f.name, f.type), True) for f in current]
+    return pa.schema(fields + [f for f in incoming if f.name not in current.names])
+
+
+def _conformed(
+    dt: Any, data: Callable[[], pa.RecordBatchReader]
+) -> Callable[[], pa.RecordBatchReader]:
+    """``data`` with every column of the table, null where the Deliveries lack it."""
+    current = pa.schema(dt.schema().to_arrow())
+
+    def conformed() -> pa.RecordBatchReader:
+        reader = data()
+        if all(name in reader.schema.names for name in current.names):
+            return reader
+        target = _union(current, reader.schema)
+        return pa.RecordBatchReader.from_batches(target, (to_lake(b, target) for b in reader))
+
+    return conformed
+
+
+def _retyped(dt: Any, schema: pa.Schema) -> bool:
+    """Whether ``schema`` gives a column of the table another type."""
+    current = {f.name: f.type for f in pa.schema(dt.schema().to_arrow())}
+    return any(f.name in current and current[f.name] != f.type for f in schema)
 
 
 def _append_properties(metadata: Mapping[str, Any]) -> Any:

@@ -39,11 +39,12 @@ from combined.lake import (
     link_or_copy,
 )
 from combined.protocol import ExtractionReceipt, RecordBatchMessage, StateMessage
+from combined.protocol import _provenance as prov
 from combined.runtime._barrier import CheckpointBarrier
 from combined.runtime._faults import arm_commit_watchdog
 from combined.runtime._memory import release_memory
 from combined.runtime._reporter import Reporter
-from combined.runtime._schema_check import check_batch, family, parse_type
+from combined.runtime._schema_check import check_batch, check_names, family, parse_type
 from combined.runtime._stager import CaptureStager
 
 
@@ -259,6 +260,17 @@ def _consume(
             assert isinstance(msg, RecordBatchMessage)
             batch = msg.batch
             check_batch(f"{plan.source}.{plan.name}", batch, declared)
+            if schema is None or batch.schema.names != schema.names:
+                check_names(
+                    f"{plan.source}.{plan.name}",
+                    batch.schema.names,
+                    # Only a change stream's reader adds its control columns.
+                    control=prov.CONTROL_COLUMNS if plan.strategy == "cdc" else (),
+                    # (a full refresh replaces the table's columns with the read's)
+                    committed=committed_schema.names
+                    if committed_schema is not None and plan.sync_mode != "full_refresh"
+                    else (),
+                )
             if schema is None:
                 schema = batch.schema
             elif batch.schema != schema:

@@ -95,10 +95,19 @@ def prepare(
         # its position (an empty Delivery), so the slot can be confirmed past it.
         # A first capture creates the table even when the source is empty, so
         # the dataset is queryable (and empty) once published.
-        moved = baseline or (
-            plan.strategy == "cdc"
-            and staged.state is not None
-            and dict(staged.state) != dict(staged.prior_state or {})
+        # A column the drift policy let the table evolve to is published even
+        # while every row holds null there (no row changed): an empty Delivery
+        # carries the widened schema.
+        committed = table.schema()
+        grown = committed is not None and any(f.name not in committed.names for f in payload)
+        moved = (
+            baseline
+            or grown
+            or (
+                plan.strategy == "cdc"
+                and staged.state is not None
+                and dict(staged.state) != dict(staged.prior_state or {})
+            )
         )
         if (
             transition.changes

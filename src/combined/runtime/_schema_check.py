@@ -11,7 +11,7 @@ when the whole column is null.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -69,6 +69,47 @@ def _type_family(t: pa.DataType) -> str | None:
     if pa.types.is_dictionary(t):
         return _type_family(t.value_type)
     return family(str(t))
+
+
+#: The prefix of Combined's own columns (provenance and control): never a source's.
+RESERVED_PREFIX = "_combined_"
+
+
+def check_names(
+    dataset: str,
+    names: Sequence[str],
+    *,
+    control: Collection[str] = frozenset(),
+    committed: Sequence[str] = (),
+) -> None:
+    """Raise SchemaMismatch when a source column cannot be stored under its own name.
+
+    A name starting with ``_combined_`` (other than the ``control`` columns the
+    reader itself adds) would be dropped from the payload or overwritten by
+    provenance. Two names that differ only in case (in the read, or against
+    the lake table's columns) are one column to Delta and to DuckDB.
+    """
+    seen: dict[str, str] = {n.lower(): n for n in committed if not n.startswith(RESERVED_PREFIX)}
+    for name in names:
+        if name.startswith(RESERVED_PREFIX) and name not in control:
+            raise SchemaMismatch(
+                f"column {name!r} of dataset {dataset} starts with {RESERVED_PREFIX!r}, "
+                "the prefix of the columns Combined adds: it would not be stored as read",
+                hint="capture a view that renames the column; nothing was committed "
+                "for this dataset",
+                dataset=dataset,
+                column=name,
+            )
+        other = seen.setdefault(name.lower(), name)
+        if other != name:
+            raise SchemaMismatch(
+                f"columns {other!r} and {name!r} of dataset {dataset} differ only in case, "
+                "and the lake (Delta, DuckDB) does not tell them apart",
+                hint="capture a view that renames one of them; nothing was committed "
+                "for this dataset",
+                dataset=dataset,
+                column=name,
+            )
 
 
 def check_batch(dataset: str, batch: pa.RecordBatch, declared: Mapping[str, str] | None) -> None:
