@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -311,7 +310,12 @@ def test_quarantine_list_of_an_unknown_source_is_refused(captured: Path, tools: 
 
 
 def test_retrying_a_succeeded_run_says_what_to_do_instead(captured: Path, tools: Any) -> None:
-    (run_id,) = re.findall(r"\br\d{14}-[0-9a-f]{8}\b", tools.cli(captured, "runs").stdout)
+    engine = Engine.open(captured / "combined.yaml")
+    try:
+        (run,) = engine.runs()
+    finally:
+        engine.close()
+    run_id = run.id
     result = tools.cli(captured, "run", "retry", run_id)
     assert result.returncode == 2, result.stdout
     assert f"run {run_id} succeeded; there is nothing to retry" in result.stderr
