@@ -15,7 +15,13 @@ import pyarrow as pa
 
 from combined.connectors.abc import BaseExtraction, ReadRequest
 from combined.errors import CombinedError, ConfigError, NotFoundError, ProtocolViolation
-from combined.protocol import ExtractionAuthority, Message, RecordBatchMessage, StateMessage
+from combined.protocol import (
+    ExtractionAuthority,
+    Message,
+    RecordBatchMessage,
+    StateMessage,
+    TerminalOutcome,
+)
 
 
 class Closable(Protocol):
@@ -263,6 +269,19 @@ class SessionRead(BaseExtraction, Generic[S]):
         failure = self._close_session_quietly(session, primary)
         if failure is not None:
             self._cleanup_failure = failure
+
+    def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
+        """Finish: close the session if the read left it open, then report cleanup."""
+        with self._lock:
+            self._finished = True
+            session, self._session = self._session, None
+        if session is not None:
+            failure = session.close()  # an open read ends with its session
+            if failure is not None:
+                raise failure
+        if self._cleanup_failure is not None:
+            raise self._cleanup_failure
+        return ()  # a read keeps no file evidence
 
     def _commit_and_close(self, session: Transaction) -> None:
         """Commit the read transaction and close ``session``: every row is read.

@@ -35,7 +35,6 @@ from combined.protocol import (
     Message,
     RecordBatchMessage,
     StateMessage,
-    TerminalOutcome,
 )
 
 #: In an argv item, the private directory of the run (to mount it into a container).
@@ -237,18 +236,6 @@ class ProgramExtraction(SessionRead[ProgramRun]):
         self._session = ProgramRun(proc, files)
         self.pid = proc.pid
         return proc
-
-    def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
-        with self._lock:
-            self._finished = True
-            run, self._session = self._session, None
-        if run is not None:
-            failure = run.close()
-            if failure is not None:
-                raise failure
-        if self._cleanup_failure is not None:
-            raise self._cleanup_failure
-        return ()  # a read keeps no file evidence
 
     def _messages(self) -> Iterator[Message]:
         self._claim()

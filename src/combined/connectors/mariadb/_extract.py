@@ -83,7 +83,6 @@ from combined.protocol import (
     Message,
     RecordBatchMessage,
     StateMessage,
-    TerminalOutcome,
 )
 
 #: The clock that issues every window timestamp of a MariaDB read.
@@ -170,18 +169,6 @@ class MariaDBExtraction(SessionRead[Session]):
         return self._control
 
     # -- lifecycle -----------------------------------------------------------
-
-    def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
-        with self._lock:
-            self._finished = True
-            session, self._session = self._session, None
-        if session is not None:
-            failure = session.close()  # drops the socket: the server rolls back
-            if failure is not None:
-                raise failure
-        if self._cleanup_failure is not None:
-            raise self._cleanup_failure
-        return ()  # a read keeps no file evidence
 
     # -- reading -------------------------------------------------------------
 
