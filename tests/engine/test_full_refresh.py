@@ -47,3 +47,64 @@ def test_a_new_column_evolves_the_replaced_table(tmp_path: Path, tools) -> None:
         assert rows == [{"n": 200, "web": 200}]
     finally:
         engine.close()
+
+
+def _raw_files(root: Path) -> list[Path]:
+    return sorted((root / "lake" / "_deliveries" / "shop" / "orders").glob("*"))
+
+
+def test_an_unchanged_replacement_commits_and_stores_nothing(tmp_path: Path, tools) -> None:
+    # Replacing the projection with the rows it already holds would write a
+    # whole copy of the table into the lake and the raw layer every capture.
+    engine = Engine.open(_project(tmp_path, tools))
+    try:
+        (first,) = engine.capture(["shop.orders"])
+        assert first.state == "succeeded", first.error
+        table = engine.layout.dataset_table("shop", "orders")
+        version, raw = table.version(), _raw_files(tmp_path)
+        assert version is not None
+        usage = engine.usage()
+        (again,) = engine.capture(["shop.orders"])
+        assert again.state == "succeeded", again.error
+        assert again.stats is not None
+        assert again.stats["orders"]["deliveries"] == 0
+        assert table.version() == version
+        assert _raw_files(tmp_path) == raw
+        assert engine.usage() == usage
+        assert engine.sql("SELECT count(*) AS n FROM shop.orders").to_pylist() == [{"n": 200}]
+
+        # a change still replaces the projection, with every row of the source
+        tools.sql(tmp_path, "UPDATE orders SET status = 'shipped' WHERE id = 1;")
+        (changed,) = engine.capture(["shop.orders"])
+        assert changed.state == "succeeded", changed.error
+        assert table.version() == version + 1
+        rows = engine.sql(
+            "SELECT count(*) AS n, count(*) FILTER (WHERE status = 'shipped') AS shipped "
+            "FROM shop.orders"
+        ).to_pylist()
+        assert rows == [{"n": 200, "shipped": 1}]
+    finally:
+        engine.close()
+
+
+def test_a_dropped_column_replaces_the_table_even_when_no_value_changed(
+    tmp_path: Path, tools
+) -> None:
+    project = _project(tmp_path, tools)
+    project.write_text(
+        project.read_text().replace(
+            "sync_mode: full_refresh\n", "sync_mode: full_refresh\n        drift: {drop: evolve}\n"
+        )
+    )
+    engine = Engine.open(project)
+    try:
+        tools.sql(tmp_path, "ALTER TABLE orders ADD COLUMN channel TEXT;")
+        (first,) = engine.capture(["shop.orders"])
+        assert first.state == "succeeded", first.error
+        tools.sql(tmp_path, "ALTER TABLE orders DROP COLUMN channel;")
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+        columns = engine.sql("SELECT * FROM shop.orders LIMIT 1").schema.names
+        assert "channel" not in columns
+    finally:
+        engine.close()

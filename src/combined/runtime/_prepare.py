@@ -100,20 +100,29 @@ def prepare(
         # carries the widened schema.
         committed = table.schema()
         grown = committed is not None and any(f.name not in committed.names for f in payload)
+        # A replacement follows the source's columns: one it no longer has
+        # leaves the table, even where it held only nulls (which no row's
+        # payload hash tells apart from an absent column).
+        names = {f.name for f in payload}
+        shrunk = (
+            plan.sync_mode == "full_refresh"
+            and committed is not None
+            and any(not n.startswith("_combined_") and n not in names for n in committed.names)
+        )
         moved = (
             baseline
             or grown
+            or shrunk
             or (
                 plan.strategy == "cdc"
                 and staged.state is not None
                 and dict(staged.state) != dict(staged.prior_state or {})
             )
         )
-        if (
-            transition.changes
-            or (plan.sync_mode == "full_refresh" and transition.captured)
-            or moved
-        ):
+        # A replacement that changes no row is not written: the projection
+        # already holds every row it would deliver, and another copy of the
+        # table in the lake and the raw layer would record nothing new.
+        if transition.changes or moved:
             observed = staged.receipt.snapshot_acquired_at or staged.receipt.extraction_started_at
             constants = {
                 "observed_at": (observed or accepted_at).isoformat(),
