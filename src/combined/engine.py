@@ -283,6 +283,20 @@ class Engine:
                     f"run {old.id} succeeded; there is nothing to retry",
                     hint=f"run `combined capture {old.source}` to read the source again",
                 )
+            first = old
+            while first.retry_of is not None:
+                first = runs_repo.get_run(conn, first.retry_of)
+            for later in runs_repo.retries(conn, first.id):
+                # A retry of the same failure already did (or is doing) what
+                # this one would: another would read again under the old
+                # admission, to no end.
+                if later.state == "succeeded" or not later.terminal:
+                    done = "succeeded" if later.state == "succeeded" else f"is {later.state}"
+                    raise ProtocolViolation(
+                        f"run {old.id} was retried by run {later.id}, which {done}",
+                        hint=f"see `combined run show {later.id}`; capture again with "
+                        f"`combined capture {old.source}`",
+                    )
             admission = runs_repo.get_admission(conn, old.admission_id)
         self._ready()
         run = admit(

@@ -192,6 +192,31 @@ def test_retry_executes_under_the_original_admission(shop: Path, tools) -> None:
         engine.close()
 
 
+def test_a_run_whose_retry_succeeded_is_not_retried_again(
+    shop: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    monkeypatch.setenv("COMBINED_RETRY_BACKOFF_S", "0")
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        shutil.move(shop / "shop.db", shop / "away.db")
+        (failed,) = engine.capture(["shop.orders"])
+        assert failed.state == "failed"
+        # a retry that fails too leaves the run to retry again
+        first = engine.retry(failed.id)
+        assert first.state == "failed"
+        shutil.move(shop / "away.db", shop / "shop.db")
+        second = engine.retry(failed.id)
+        assert second.state == "succeeded", second.error
+        for again in (failed.id, first.id):
+            with pytest.raises(ProtocolViolation, match=f"retried by run {second.id}, which succ"):
+                engine.retry(again)
+        assert len(engine.runs(limit=10)) == 3
+    finally:
+        engine.close()
+
+
 def test_duplicate_keys_go_to_quarantine_and_commit_nothing(tmp_path: Path, tools) -> None:
     tools.make(tmp_path)
     tools.sql(

@@ -224,6 +224,21 @@ def get_run(conn: Connection, run_id: str) -> Run:
     return _run(row)
 
 
+def retries(conn: Connection, run_id: str) -> list[Run]:
+    """Every Run that retried ``run_id``, directly or by retrying one of its retries."""
+    found: list[Run] = []
+    pending = [run_id]
+    while pending:
+        rows = conn.execute(
+            sa.select(t.runs)
+            .where(t.runs.c.retry_of.in_(pending))
+            .order_by(t.runs.c.created_at, t.runs.c.id)
+        ).fetchall()
+        found.extend(_run(r) for r in rows)
+        pending = [r.id for r in rows]
+    return found
+
+
 def list_runs(
     conn: Connection, *, limit: int = 20, states: Sequence[RunState] | None = None
 ) -> list[Run]:
