@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,6 +62,32 @@ def _state(state: str) -> Text:
     return Text(state, style="green" if state == "succeeded" else "red")
 
 
+#: Exit statuses of commands that execute Runs, for schedulers to tell apart
+#: what to do next (documented in the README): 1 retry later, 3 review the
+#: quarantine or drift, 4 fix the credentials. 2 is an error before any Run.
+RUN_FAILED, ERROR, RUN_NEEDS_REVIEW, RUN_NEEDS_AUTH = 1, 2, 3, 4
+
+
+def _run_status(states: Iterable[str]) -> int:
+    """The exit status for Runs that ended in ``states``: 0 when all succeeded.
+
+    What needs a person outranks what a retry may fix: credentials first
+    (nothing reads until they work), then a review.
+    """
+    seen = set(states)
+    for state, status in (("needs_auth", RUN_NEEDS_AUTH), ("needs_review", RUN_NEEDS_REVIEW)):
+        if state in seen:
+            return status
+    return RUN_FAILED if seen - {"succeeded"} else 0
+
+
+def _exit_for(states: Iterable[str]) -> None:
+    """Exit with :func:`_run_status` unless every Run succeeded."""
+    status = _run_status(states)
+    if status:
+        raise typer.Exit(status)
+
+
 def _fail(exc: BaseException) -> NoReturn:
     from combined.errors import CombinedError, redact
 
@@ -69,7 +95,7 @@ def _fail(exc: BaseException) -> NoReturn:
     err.print(Text.assemble(_red("error:"), " ", message), highlight=False)
     if isinstance(exc, CombinedError) and exc.hint:
         err.print(f"  hint: {exc.hint}", highlight=False)
-    raise typer.Exit(2)
+    raise typer.Exit(ERROR)
 
 
 def _engine(project: Path | None, reporter: Any = None) -> Engine:
@@ -224,7 +250,6 @@ def capture(
 
     with _session(project, _Progress()) as engine:
         runs = engine.capture(selectors or [])
-    bad = False
     for run in runs:
         console.print(Text.assemble(f"run {run.id} ", _state(run.state)))
         if run.stats:
@@ -235,9 +260,7 @@ def capture(
                 )
         if run.error:
             err.print(f"  {run.error}", highlight=False)
-        bad = bad or run.state != "succeeded"
-    if bad:
-        raise typer.Exit(1)
+    _exit_for(run.state for run in runs)
 
 
 @app.command()
@@ -279,8 +302,7 @@ def backfill(
         )
     if run.error:
         err.print(f"  {run.error}", highlight=False)
-    if run.state != "succeeded":
-        raise typer.Exit(1)
+    _exit_for([run.state])
 
 
 @app.command()
@@ -349,8 +371,9 @@ def run_retry(run_id: str, project: ProjectOpt = None) -> None:
     with _session(project, _Progress()) as engine:
         run = engine.retry(run_id)
     console.print(f"run {run.id} {run.state} (retry of {run.retry_of})")
-    if run.state != "succeeded":
-        raise typer.Exit(1)
+    if run.error:
+        err.print(f"  {run.error}", highlight=False)
+    _exit_for([run.state])
 
 
 @app.command()
@@ -667,8 +690,7 @@ def cdc_setup(
     console.print(f"initial capture: run {run.id} {run.state}")
     if run.error:
         err.print(f"  {run.error}", highlight=False)
-    if run.state != "succeeded":
-        raise typer.Exit(1)
+    _exit_for([run.state])
 
 
 @cdc_app.command("status")
@@ -748,7 +770,7 @@ def cdc_follow(
             if run.state != "succeeded":
                 if run.error:
                     err.print(f"  {run.error}", highlight=False)
-                raise typer.Exit(1)
+                _exit_for([run.state])
     except CombinedError as exc:
         _fail(exc)
     except KeyboardInterrupt:

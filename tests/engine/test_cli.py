@@ -296,3 +296,56 @@ def test_an_unanticipated_error_is_one_redacted_line_and_exit_70(
     assert "internal error (RuntimeError): boom at postgresql://app:***@db/x" in err
     assert "COMBINED_DEBUG=1" in err
     assert "hunter2" not in err and "Traceback" not in err
+
+
+def test_exit_status_tells_what_a_run_needs(shop: Path, tools: Any) -> None:
+    # A scheduler acts on the status alone: 1 retry later, 3 review, 4 credentials.
+    tools.sql(
+        shop,
+        "CREATE TABLE people (id INTEGER, name TEXT);INSERT INTO people VALUES (1, 'a'), (1, 'b');",
+    )
+    project = shop / "combined.yaml"
+    project.write_text(project.read_text() + "      people:\n        key: [id]\n")
+    review = tools.cli(shop, "capture", "shop.people")
+    assert review.returncode == 3, (review.stdout, review.stderr)
+    assert "needs_review" in review.stdout
+
+    ok = tools.cli(shop, "capture", "shop.orders")
+    assert ok.returncode == 0, ok.stderr
+    # one run succeeds, one needs review: the review decides
+    both = tools.cli(shop, "capture")
+    assert both.returncode == 3, (both.stdout, both.stderr)
+
+    (shop / "shop.db").rename(shop / "away.db")
+    failed = tools.cli(shop, "capture", "shop.orders")
+    assert failed.returncode == 1, (failed.stdout, failed.stderr)
+    assert "failed" in failed.stdout
+    (shop / "away.db").rename(shop / "shop.db")
+
+    api = shop / "api"
+    api.mkdir()
+    (api / "combined.yaml").write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "lake": "./lake",
+                "sources": {
+                    "api": {
+                        "connector": "scripted",
+                        "config": {
+                            "datasets": {"orders": {"fields": {"id": "int64"}, "key": ["id"]}},
+                            "script": [{"rows": [{"id": 1}], "fail": "auth"}],
+                            "state_file": str(api / "reads.json"),
+                        },
+                        "datasets": {"orders": {"key": ["id"]}},
+                    }
+                },
+            }
+        )
+    )
+    auth = tools.cli(api, "capture")
+    assert auth.returncode == 4, (auth.stdout, auth.stderr)
+    assert "needs_auth" in auth.stdout
+
+    usage = tools.cli(shop, "capture", "nosuch")
+    assert usage.returncode == 2, (usage.stdout, usage.stderr)
