@@ -151,6 +151,7 @@ class Engine:
                     else d.cursor.lookback,
                     "lookback_is_duration": hasattr(d.cursor.lookback, "total_seconds"),
                     "trust": d.cursor.trust,
+                    "nulls": d.cursor.nulls,
                 },
                 "columns": list(d.columns) if d.columns else None,
                 "batch_rows": d.batch_rows,

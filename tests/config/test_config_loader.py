@@ -101,6 +101,7 @@ def test_full_file_loads_with_every_value(tmp_path: Path) -> None:
     assert orders.relation == "main.orders"
     assert orders.cursor is not None
     assert orders.cursor.lookback == timedelta(minutes=5)
+    assert orders.cursor.nulls == "fail"  # a NULL cursor is never silently left out
     assert orders.delivery.max_bytes == 8 * 1024**2
     assert orders.drift.drop == "evolve"
     assert orders.quarantine.review_every == timedelta(days=3)
@@ -343,6 +344,24 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
         ),
         f"{ORDERS}.cursor.lookback",
         "sync_mode: incremental",
+    ),
+    (
+        # Rows with a NULL cursor are read again every run: an append stream
+        # would keep each of them once more per capture.
+        "append of null cursors",
+        source(
+            strategy="cursor",
+            sync_mode="append",
+            cursor={"column": "id", "trust": "t", "nulls": "include"},
+        ),
+        f"{ORDERS}.cursor.nulls",
+        "sync_mode: incremental",
+    ),
+    (
+        "cursor nulls",
+        source(strategy="cursor", cursor={"column": "id", "trust": "t", "nulls": "keep"}),
+        f"{ORDERS}.cursor.nulls",
+        "include",
     ),
     (
         "full refresh of a cursor",

@@ -60,6 +60,40 @@ def test_unchanged_recapture_writes_nothing_and_bills_nothing(shop: Path) -> Non
         engine.close()
 
 
+def test_null_cursor_rows_included_are_reread_without_changing_or_billing_anything(
+    shop: Path, tools
+) -> None:
+    tools.sql(
+        shop,
+        "CREATE TABLE log (id INTEGER PRIMARY KEY, seq INT, v TEXT);"
+        "INSERT INTO log VALUES (1, 10, 'a'), (2, NULL, 'b'), (3, 30, 'c'), (4, NULL, 'd');",
+    )
+    project = shop / "combined.yaml"
+    project.write_text(
+        project.read_text() + "      log:\n        key: [id]\n        strategy: cursor\n"
+        "        cursor: {column: seq, trust: 'a sequence', nulls: include}\n"
+    )
+    engine = Engine.open(project)
+    try:
+        engine.capture()
+        assert _lake_rows(engine, "shop.log", "id, seq") == [(1, 10), (2, None), (3, 30), (4, None)]
+        lake = shop / "lake" / "shop" / "log" / "_delta_log"
+        logs_before = sorted(p.name for p in lake.iterdir())
+        usage_before = engine.usage()
+        (run,) = engine.capture(["shop.log"])
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["log"]["captured"] == 2
+        assert sorted(p.name for p in lake.iterdir()) == logs_before
+        assert engine.usage() == usage_before
+        assert len(engine.history("shop.log")) == 1
+        tools.sql(shop, "UPDATE log SET v = 'changed' WHERE id = 4")
+        (run,) = engine.capture(["shop.log"])
+        assert run.stats is not None and run.stats["log"]["updates"] == 1
+        assert _lake_rows(engine, "shop.log", "id, v")[3] == (4, "changed")
+    finally:
+        engine.close()
+
+
 def test_updates_deletes_and_inserts_propagate(shop: Path, tools) -> None:
     engine = Engine.open(shop / "combined.yaml")
     try:

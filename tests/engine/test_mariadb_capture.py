@@ -105,3 +105,113 @@ def test_snapshot_and_cursor_captures_from_mariadb(
     finally:
         engine.close()
         _sql(mariadb_database, f"DROP USER IF EXISTS '{user}'@'%'")
+
+
+NULL_CURSOR_PROJECT = """\
+version: 1
+lake: ./lake
+sources:
+  shop:
+    connector: mariadb
+    config:
+      dsn: {dsn}
+      zero_dates: "null"
+    datasets:
+      items:
+        key: [id]
+        strategy: cursor
+        cursor: {{column: updated_at, trust: "ON UPDATE CURRENT_TIMESTAMP"{nulls}}}
+"""
+
+
+def _null_cursor_items(dsn: str, tmp_path: Path, nulls: str | None) -> Engine:
+    # 12 rows: 6 dated, 3 zero dates (2, 6, 10), 3 NULLs (4, 8, 12). A zero
+    # date is a value to the server (the lowest), read by the window and held
+    # as null in the lake (zero_dates: null); only the NULLs are in no window.
+    _sql(
+        dsn,
+        "SET SESSION sql_mode = ''",
+        "CREATE TABLE items (id INT PRIMARY KEY, updated_at DATETIME(6) NULL, v VARCHAR(10))",
+        "INSERT INTO items SELECT seq, CASE seq % 4 WHEN 0 THEN NULL"
+        " WHEN 2 THEN '0000-00-00 00:00:00'"
+        " ELSE TIMESTAMP('2026-01-01') + INTERVAL seq MINUTE END,"
+        " CONCAT('v', seq) FROM seq_1_to_12",
+    )
+    setting = "" if nulls is None else f", nulls: {nulls}"
+    (tmp_path / "combined.yaml").write_text(NULL_CURSOR_PROJECT.format(dsn=dsn, nulls=setting))
+    return Engine.open(tmp_path / "combined.yaml")
+
+
+def _control_rows(engine: Engine) -> int:
+    from combined.catalog import data as cat
+
+    with engine.catalog.begin() as conn:
+        event = cat.activity(conn, kind="reconciliation.control", limit=1)[0]
+    return int(event.body["control"]["rows"])
+
+
+def test_a_null_cursor_fails_the_capture_by_default_and_zero_dates_are_not_nulls(
+    tmp_path: Path, mariadb_database: str
+) -> None:
+    engine = _null_cursor_items(mariadb_database, tmp_path, None)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "needs_review"
+        assert "3 rows of 'items' hold null in cursor column 'updated_at'" in (run.error or "")
+        assert "cursor.nulls: include" in (run.error or "")
+        assert len(engine.run(run.id)["attempts"]) == 1
+        # Without NULLs, zero dates alone are values the window reads.
+        _sql(mariadb_database, "DELETE FROM items WHERE updated_at IS NULL")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert engine.sql("SELECT count(*) AS n FROM shop.items").to_pylist() == [{"n": 9}]
+    finally:
+        engine.close()
+        _sql(mariadb_database, "DROP TABLE items")
+
+
+def test_null_cursor_rows_included_are_read_every_capture_and_reconciled(
+    tmp_path: Path, mariadb_database: str
+) -> None:
+    engine = _null_cursor_items(mariadb_database, tmp_path, "include")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None
+        assert run.stats["items"]["inserts"] == 12
+        assert run.stats["items"]["reconciliation"] == "reconciled"
+        assert _control_rows(engine) == 12
+        nulls = "SELECT count(*) AS n FROM shop.items WHERE updated_at IS NULL"
+        assert engine.sql(nulls).to_pylist() == [{"n": 6}]  # NULLs and zero dates
+        billed = engine.usage()
+        (again,) = engine.capture()
+        assert again.state == "succeeded", again.error
+        assert again.stats is not None
+        assert again.stats["items"]["captured"] == 3  # the NULLs; zero dates lie below
+        assert (again.stats["items"]["inserts"], again.stats["items"]["updates"]) == (0, 0)
+        assert again.stats["items"]["reconciliation"] == "reconciled"
+        assert engine.usage() == billed
+        _sql(mariadb_database, "UPDATE items SET v = 'changed' WHERE id = 8")
+        (third,) = engine.capture()
+        assert third.stats is not None
+        assert (third.stats["items"]["inserts"], third.stats["items"]["updates"]) == (0, 1)
+        assert _control_rows(engine) == 12
+    finally:
+        engine.close()
+        _sql(mariadb_database, "DROP TABLE items")
+
+
+def test_null_cursor_rows_excluded_are_left_out_and_not_counted(
+    tmp_path: Path, mariadb_database: str
+) -> None:
+    engine = _null_cursor_items(mariadb_database, tmp_path, "exclude")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None
+        assert run.stats["items"]["reconciliation"] == "reconciled"
+        assert _control_rows(engine) == 9
+        assert engine.sql("SELECT count(*) AS n FROM shop.items").to_pylist() == [{"n": 9}]
+    finally:
+        engine.close()
+        _sql(mariadb_database, "DROP TABLE items")

@@ -208,3 +208,122 @@ def test_a_widened_integer_column_evolves_the_table_and_keeps_every_row(
         assert len(engine.history("pg.orders")) == 3  # the widening alone changed no row
     finally:
         engine.close()
+
+
+NULL_CURSOR_PROJECT = """\
+version: 1
+lake: ./lake
+sources:
+  pg:
+    connector: postgres
+    config:
+      dsn: {dsn}
+    datasets:
+      items:
+        relation: public.items
+        key: [id]
+        strategy: cursor
+        cursor: {{column: updated_at, trust: "the application stamps every write"{nulls}}}
+"""
+
+
+def _null_cursor_items(dsn: str, tmp_path: Path, nulls: str | None) -> Engine:
+    # 30 rows, every third one without an updated_at: a cursor window
+    # (updated_at <= max) never reaches them, and control totals bounded the
+    # same way counted 20 of 20, "reconciled", with 10 rows lost.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, updated_at timestamptz, v text)")
+        conn.execute(
+            "INSERT INTO items SELECT g, CASE WHEN g % 3 = 0 THEN NULL ELSE "
+            "'2026-01-01'::timestamptz + g * interval '1 minute' END, 'v' || g "
+            "FROM generate_series(1, 30) g"
+        )
+    setting = "" if nulls is None else f", nulls: {nulls}"
+    (tmp_path / "combined.yaml").write_text(NULL_CURSOR_PROJECT.format(dsn=dsn, nulls=setting))
+    return Engine.open(tmp_path / "combined.yaml")
+
+
+def _control_rows(engine: Engine) -> int:
+    from combined.catalog import data as cat
+
+    with engine.catalog.begin() as conn:
+        event = cat.activity(conn, kind="reconciliation.control", limit=1)[0]
+    return int(event.body["control"]["rows"])
+
+
+def test_a_null_cursor_fails_the_capture_by_default(tmp_path: Path, pg_database: str) -> None:
+    engine = _null_cursor_items(pg_database, tmp_path, None)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "needs_review"
+        assert "10 rows of 'public.items' hold null in cursor column 'updated_at'" in (
+            run.error or ""
+        )
+        assert "cursor.nulls: include" in (run.error or "")
+        assert "cursor.nulls: exclude" in (run.error or "")
+        assert engine.publications(1) == []
+        assert len(engine.run(run.id)["attempts"]) == 1  # not retried: a person decides
+    finally:
+        engine.close()
+
+
+def test_null_cursor_rows_included_are_read_every_capture_and_reconciled(
+    tmp_path: Path, pg_database: str
+) -> None:
+    engine = _null_cursor_items(pg_database, tmp_path, "include")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None
+        assert run.stats["items"]["inserts"] == 30
+        assert run.stats["items"]["reconciliation"] == "reconciled"
+        assert _control_rows(engine) == 30
+        nulls = "SELECT count(*) AS n FROM pg.items WHERE updated_at IS NULL"
+        assert engine.sql(nulls).to_pylist() == [{"n": 10}]
+        billed = engine.usage()
+        versions = len(engine.history("pg.items"))
+        # Read again, unchanged: nothing changes, nothing is billed.
+        (again,) = engine.capture()
+        assert again.state == "succeeded", again.error
+        assert again.stats is not None
+        assert again.stats["items"]["captured"] == 10  # only the NULL rows: no window moved
+        assert (again.stats["items"]["inserts"], again.stats["items"]["updates"]) == (0, 0)
+        assert again.stats["items"]["deliveries"] == 0
+        assert again.stats["items"]["reconciliation"] == "reconciled"
+        assert engine.usage() == billed
+        assert len(engine.history("pg.items")) == versions
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute("UPDATE items SET v = 'changed' WHERE id = 3")  # still NULL
+            conn.execute("UPDATE items SET updated_at = '2027-01-01' WHERE id = 6")
+            conn.execute("INSERT INTO items VALUES (31, NULL, 'new')")
+        (third,) = engine.capture()
+        assert third.state == "succeeded", third.error
+        assert third.stats is not None
+        assert (third.stats["items"]["inserts"], third.stats["items"]["updates"]) == (1, 2)
+        assert third.stats["items"]["reconciliation"] == "reconciled"
+        rows = engine.sql(
+            "SELECT id, v, updated_at IS NULL AS missing FROM pg.items WHERE id IN (3, 6, 31) "
+            "ORDER BY id"
+        ).to_pylist()
+        assert rows == [
+            {"id": 3, "v": "changed", "missing": True},
+            {"id": 6, "v": "v6", "missing": False},
+            {"id": 31, "v": "new", "missing": True},
+        ]
+    finally:
+        engine.close()
+
+
+def test_null_cursor_rows_excluded_are_left_out_and_not_counted(
+    tmp_path: Path, pg_database: str
+) -> None:
+    engine = _null_cursor_items(pg_database, tmp_path, "exclude")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None
+        assert run.stats["items"]["reconciliation"] == "reconciled"
+        assert _control_rows(engine) == 20
+        assert engine.sql("SELECT count(*) AS n FROM pg.items").to_pylist() == [{"n": 20}]
+    finally:
+        engine.close()

@@ -54,6 +54,7 @@ DEFAULT_CATALOG = "sqlite:///.combined/catalog.db"
 Strategy = Literal["snapshot", "cursor", "cdc"]
 SyncMode = Literal["incremental", "append", "full_refresh"]
 DriftOutcome = Literal["evolve", "quarantine", "fail"]
+CursorNulls = Literal["fail", "include", "exclude"]
 
 KiB = 1024
 MiB = 1024**2
@@ -384,6 +385,16 @@ class CursorConfig(_Model):
     """Overlap re-read each run: cursor units for a number, time for a duration."""
     trust: Text
     """Why the column only grows: recorded with every capture, never inferred."""
+    nulls: CursorNulls = "fail"
+    """Rows whose cursor is NULL, which no window reaches.
+
+    ``fail`` (the default): a capture whose source holds any fails, saying
+    how many. ``include``: they are read in every capture (no checkpoint
+    passes them) and counted by reconciliation; unchanged, they change
+    nothing and bill nothing. ``exclude``: they are left out of the dataset.
+    A column the source declares NOT NULL is not checked. Honoured by the
+    SQL connectors; a Singer tap or Airbyte source chooses what it emits.
+    """
 
 
 class DatasetConfig(_Model):
@@ -448,6 +459,21 @@ class DatasetConfig(_Model):
                     "re-reads rows every run, which sync_mode append would keep twice",
                     "use `sync_mode: incremental` (its key merges the re-read rows), "
                     "or `lookback: 0`",
+                )
+            )
+        if (
+            self.sync_mode == "append"
+            and self.cursor is not None
+            and self.cursor.nulls == "include"
+        ):
+            # Rows with a NULL cursor are read every run: an append stream
+            # would keep each of them once more per capture.
+            problems.append(
+                (
+                    ("cursor", "nulls"),
+                    "re-reads rows every run, which sync_mode append would keep again each time",
+                    "use `sync_mode: incremental` (its key merges the re-read rows), "
+                    "or `nulls: exclude`",
                 )
             )
         if self.sync_mode == "full_refresh" and self.strategy != "snapshot":

@@ -95,6 +95,16 @@ sources:
 #          column: id
 #          lookback: 1000
 #          trust: "auto_increment; a later insert can take a smaller id, hence the lookback"
+#      refunds:
+#        key: [id]
+#        strategy: cursor
+#        cursor:
+#          column: updated_at
+#          trust: "ON UPDATE CURRENT_TIMESTAMP"
+#          # No window reaches a row whose cursor is NULL: fail (the default)
+#          # stops the capture, include reads them in every capture, exclude
+#          # leaves them out. A NOT NULL column is not checked.
+#          nulls: include
 # END mariadb example
 
 # BEGIN singer example

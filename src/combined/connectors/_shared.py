@@ -14,7 +14,13 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 import pyarrow as pa
 
 from combined.connectors.abc import BaseExtraction, ReadRequest
-from combined.errors import CombinedError, ConfigError, NotFoundError, ProtocolViolation
+from combined.errors import (
+    CombinedError,
+    ConfigError,
+    NotFoundError,
+    ProtocolViolation,
+    SchemaMismatch,
+)
 from combined.protocol import (
     ExtractionAuthority,
     Message,
@@ -318,6 +324,24 @@ def check_lookback(column: str, lookback: Any) -> None:
         )
 
 
+def null_cursor_error(relation: str, column: str, rows: int) -> SchemaMismatch:
+    """The error of a cursor read (``nulls: fail``) over a relation with NULL cursor values.
+
+    No window ``lower < cursor <= upper`` ever reaches such a row: read on,
+    the capture would lose it, and control totals bounded the same way would
+    not notice.
+    """
+    some = f"1 row of {relation!r} holds" if rows == 1 else f"{rows} rows of {relation!r} hold"
+    return SchemaMismatch(
+        f"{some} null in cursor column {column!r}, which no cursor read reaches: nothing was read",
+        hint="set cursor.nulls: include to read them in every capture, or cursor.nulls: "
+        "exclude to leave them out (or make the column NOT NULL at the source)",
+        relation=relation,
+        column=column,
+        rows=rows,
+    )
+
+
 def time_window(lookback: timedelta | float | Decimal) -> timedelta:
     """A checked lookback of a time cursor as a window (a number counts seconds)."""
     return lookback if isinstance(lookback, timedelta) else timedelta(seconds=float(lookback))
@@ -508,6 +532,7 @@ __all__ = [
     "keyset_terms",
     "lower_by",
     "tie_free",
+    "null_cursor_error",
     "numeric_lookback",
     "select_plans",
     "sql_read_options",

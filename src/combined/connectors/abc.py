@@ -33,6 +33,9 @@ from combined.protocol import (
 
 Strategy = Literal["snapshot", "cursor", "cdc"]
 SyncMode = Literal["incremental", "append", "full_refresh"]
+#: What a cursor read does with rows whose cursor is NULL (no keyset window reaches them):
+#: ``fail`` the read, ``include`` them in every read, or ``exclude`` them.
+CursorNulls = Literal["fail", "include", "exclude"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +91,20 @@ class Discovery:
 
 @dataclass(frozen=True, slots=True)
 class CursorSpec:
-    """A declared cursor: the column, its overlap window and its trust basis."""
+    """A declared cursor: the column, its overlap window, its trust basis, its NULL policy.
+
+    ``nulls`` says what a read does with rows whose cursor is NULL, which no
+    window ``lower < cursor <= upper`` reaches: ``fail`` raises
+    :class:`~combined.errors.SchemaMismatch` when the relation holds any (a
+    column the catalog proves NOT NULL is not checked), ``include`` reads
+    them in every read, in the same snapshot, and counts them in the control
+    totals, ``exclude`` leaves them out of the read and of the totals.
+    """
 
     column: str
     lookback: Any = None
     trust: str = "declared"
+    nulls: CursorNulls = "fail"
 
 
 @dataclass(frozen=True, slots=True)

@@ -183,6 +183,8 @@ def stage(
             if plan.cursor.get("lookback_is_duration")
             else plan.cursor.get("lookback"),
             trust=plan.cursor.get("trust", "declared"),
+            # An admission frozen before the setting existed takes its default.
+            nulls=plan.cursor.get("nulls", "fail"),
         )
     if plan.sync_mode == "append" and plan.strategy == "cursor" and type(source).REDELIVERS:
         raise ConfigError(

@@ -179,6 +179,16 @@ def test_unknown_stream_names_the_known_ones(good_config: dict[str, Any]) -> Non
             ReadRequest("users", "users", ("id",), "cursor", cursor=CursorSpec("updated_at", 5)),
             "declares a lookback",
         ),
+        (
+            ReadRequest(
+                "users",
+                "users",
+                ("id",),
+                "cursor",
+                cursor=CursorSpec("updated_at", nulls="exclude"),
+            ),
+            "cursor.nulls: exclude",
+        ),
         (ReadRequest("users", "users", ("id",), "cdc"), "strategy 'cdc'"),
     ],
 )

@@ -8,8 +8,13 @@ from typing import Any
 import pytest
 
 from combined.connectors.abc import CursorSpec
-from combined.connectors.mariadb import CONSISTENT_SNAPSHOT, SERVER_CLOCK, MariaDBSource
-from combined.errors import ConfigError, NotFoundError, ProtocolViolation
+from combined.connectors.mariadb import (
+    CONSISTENT_SNAPSHOT,
+    SERVER_CLOCK,
+    ControlTotals,
+    MariaDBSource,
+)
+from combined.errors import ConfigError, NotFoundError, ProtocolViolation, SchemaMismatch
 from combined.protocol import RecordBatchMessage
 
 
@@ -376,3 +381,69 @@ def test_a_fractional_lookback_on_a_large_integer_cursor_keeps_its_window(
     ext.finish("success")
     assert sorted(mt.table_of(msgs).column("id").to_pylist()) == [2, 3]
     assert mt.states(msgs)[0].state["cursor"] == top - 100
+
+
+def _gaps(admin: Any) -> None:
+    # Every fifth row has a NULL cursor, every fifth from 3 a zero date: a
+    # value to the server, the lowest, which zero_dates: null reads as NULL.
+    admin.sql(
+        "SET SESSION sql_mode = ''",
+        "CREATE TABLE g (id INT PRIMARY KEY, v DATETIME NULL, n INT NOT NULL)",
+        "INSERT INTO g SELECT seq, CASE seq % 5 WHEN 0 THEN NULL"
+        " WHEN 3 THEN '0000-00-00 00:00:00'"
+        " ELSE TIMESTAMP('2024-01-01') + INTERVAL seq DIV 4 MINUTE END, seq FROM seq_1_to_40",
+    )
+
+
+def _null_policy_read(
+    source: MariaDBSource, make_request: Any, mt: Any, nulls: Any, state: Any = None
+) -> tuple[list[int], Any, Any]:
+    req = make_request(
+        "g",
+        strategy="cursor",
+        cursor=CursorSpec("v", nulls=nulls),
+        state=state,
+        batch_rows=4,
+        options={"page_rows": 7, "zero_dates": "null", "control_totals": "n"},
+    )
+    ext = source.read(req)
+    try:
+        msgs = list(ext)
+    finally:
+        ext.finish("success")
+    return sorted(mt.table_of(msgs).column("id").to_pylist()), mt.states(msgs)[0], ext
+
+
+def test_a_null_cursor_fails_the_read_and_a_zero_date_is_not_one(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    _gaps(admin)
+    with pytest.raises(SchemaMismatch, match="8 rows of 'g' hold null in cursor column 'v'"):
+        _null_policy_read(source, make_request, mt, "fail")
+    admin.sql("DELETE FROM g WHERE v IS NULL")
+    ids, _, _ = _null_policy_read(source, make_request, mt, "fail")
+    assert ids == [i for i in range(1, 41) if i % 5]
+
+
+def test_null_cursor_rows_included_are_read_and_counted_every_read(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    _gaps(admin)
+    ids, final, ext = _null_policy_read(source, make_request, mt, "include")
+    assert ids == list(range(1, 41))
+    assert ext.control_totals == ControlTotals(40, "n", str(sum(range(1, 41))))
+    assert final.state["cursor"] == "2024-01-01T00:09:00"
+    ids, again, ext = _null_policy_read(source, make_request, mt, "include", final.state)
+    assert ids == list(range(5, 41, 5))  # the window is empty; zero dates lie below it
+    assert again.state == final.state
+    assert ext.control_totals == ControlTotals(40, "n", str(sum(range(1, 41))))
+
+
+def test_null_cursor_rows_excluded_are_neither_read_nor_counted(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    _gaps(admin)
+    ids, _, ext = _null_policy_read(source, make_request, mt, "exclude")
+    assert ids == [i for i in range(1, 41) if i % 5]
+    kept = [i for i in range(1, 41) if i % 5]
+    assert ext.control_totals == ControlTotals(32, "n", str(sum(kept)))

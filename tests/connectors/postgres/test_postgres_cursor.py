@@ -18,7 +18,12 @@ def _read_table(source, make_request, pgt, table="t", state=None, lookback=None,
     req = make_request(
         table,
         strategy="cursor",
-        cursor=CursorSpec(column, lookback=lookback, trust=kw.pop("trust", "declared")),
+        cursor=CursorSpec(
+            column,
+            lookback=lookback,
+            trust=kw.pop("trust", "declared"),
+            nulls=kw.pop("nulls", "fail"),
+        ),
         state=state,
         **kw,
     )
@@ -342,3 +347,82 @@ def test_a_unique_index_under_another_collation_does_not_prove_keys_tie_free(
     )
     rows = _rows(source, make_request, pgt, "t", ["v"], key=("k",))
     assert sorted(v for (v,) in rows) == list(range(1, 41))
+
+
+@pytest.fixture
+def gaps(admin, schema):
+    """A table whose cursor is NULL on every fifth row (no window reaches those)."""
+    admin.execute(f"CREATE TABLE {schema}.t (id int PRIMARY KEY, updated_at timestamptz, v int)")
+    admin.execute(
+        f"INSERT INTO {schema}.t SELECT g, CASE WHEN g % 5 = 0 THEN NULL ELSE"
+        f" timestamptz '2024-01-01 00:00:00+00' + (g / 10) * interval '1 minute' END, g"
+        f" FROM generate_series(1, 40) g"
+    )
+    return schema
+
+
+def test_a_null_cursor_fails_the_read_by_default(gaps, source, make_request, pgt):
+    with pytest.raises(SchemaMismatch, match="8 rows of .* hold null in cursor column") as info:
+        _cursor_read(source, make_request, pgt)
+    assert info.value.context["rows"] == 8 and info.value.context["column"] == "updated_at"
+    assert "cursor.nulls: include" in (info.value.hint or "")
+
+
+def test_null_cursor_rows_included_are_read_in_the_snapshot_and_counted(
+    gaps, admin, source, make_request, pgt
+):
+    req = make_request(
+        "t",
+        strategy="cursor",
+        cursor=CursorSpec("updated_at", nulls="include"),
+        batch_rows=4,
+        options={"page_rows": 7, "control_totals": "v"},
+    )
+    ext = source.read(req)
+    it = iter(ext)
+    first = [next(it)]
+    # Committed after the read's snapshot: neither read nor counted.
+    admin.execute(f"INSERT INTO {gaps}.t VALUES (100, NULL, 100)")
+    messages = first + list(it)
+    ext.finish("success")
+    ids = sorted(pgt.table_of(messages).column("id").to_pylist())
+    assert ids == list(range(1, 41))
+    assert ext.control_totals == ControlTotals(40, "v", str(sum(range(1, 41))))
+    (final,) = pgt.states(messages)
+    assert final.state["cursor"] == "2024-01-01T00:03:00+00:00"  # row 39 (40 is NULL)
+    # A resumed read holds no window row, but every NULL row again (100 too).
+    ids, _, again = _cursor_read(
+        source,
+        make_request,
+        pgt,
+        state=final.state,
+        nulls="include",
+        options={"control_totals": True},
+    )
+    assert ids == [5, 10, 15, 20, 25, 30, 35, 40, 100]
+    assert again.control_totals == ControlTotals(41)
+
+
+def test_a_relation_whose_cursor_is_all_null_is_read_when_included(
+    admin, schema, source, make_request, pgt
+):
+    admin.execute(f"CREATE TABLE {schema}.t (id int PRIMARY KEY, updated_at timestamptz)")
+    admin.execute(f"INSERT INTO {schema}.t VALUES (1, NULL), (2, NULL)")
+    ids, (final,), ext = _cursor_read(
+        source, make_request, pgt, nulls="include", options={"control_totals": True}
+    )
+    assert ids == [1, 2] and final.state == {}
+    assert ext.control_totals == ControlTotals(2)
+    ids, (final,), ext = _cursor_read(
+        source, make_request, pgt, nulls="exclude", options={"control_totals": True}
+    )
+    assert ids == [] and final.state == {}
+    assert ext.control_totals == ControlTotals(0)
+
+
+def test_null_cursor_rows_excluded_are_neither_read_nor_counted(gaps, source, make_request, pgt):
+    ids, _, ext = _cursor_read(
+        source, make_request, pgt, nulls="exclude", options={"control_totals": True}
+    )
+    assert ids == [i for i in range(1, 41) if i % 5]
+    assert ext.control_totals == ControlTotals(32)

@@ -247,6 +247,7 @@ def test_stream_alias_finds_by_stream_name(good_config: dict[str, Any]) -> None:
         ("events", CursorSpec("id", 0, TRUST), "has no replication_key"),
         ("users", CursorSpec("id", 0, TRUST), "bookmarks stream 'users' by 'updated_at'"),
         ("users", CursorSpec("updated_at", 5, TRUST), "declares a lookback"),
+        ("users", CursorSpec("updated_at", 0, TRUST, "include"), "cursor.nulls: include"),
     ],
 )
 def test_cursor_declarations_the_tap_cannot_honour_are_refused(

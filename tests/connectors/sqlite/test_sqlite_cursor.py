@@ -290,3 +290,59 @@ def test_a_cursor_holding_numbers_and_text_is_refused(tmp_path: Path) -> None:
         read(path, {"cursor": "n/a"}, CursorSpec("seq"))
     table, final = read(path, {"cursor": 1}, CursorSpec("seq"))
     assert ids(table) == [2] and final.state["cursor"] == 2
+
+
+@pytest.fixture
+def gaps(tmp_path: Path) -> Path:
+    # seq is NULL on rows 3 and 6: no window `lower < seq <= max(seq)` holds them.
+    return database(
+        tmp_path / "gaps.db",
+        "CREATE TABLE events (id INTEGER PRIMARY KEY, seq INT, body TEXT)",
+        "INSERT INTO events VALUES (?, ?, ?)",
+        [(i, None if i % 3 == 0 else i * 10, f"e{i}") for i in range(1, 8)],
+    )
+
+
+def test_a_null_cursor_fails_the_read_by_default(gaps: Path) -> None:
+    with pytest.raises(SchemaMismatch, match="2 rows of 'events' hold null in cursor column 'seq'"):
+        read(gaps, None, CursorSpec("seq"))
+    # Only SQL NULL is missing: text such as 'null' is a value (and a column
+    # mixing it with numbers is refused as such).
+    change(gaps, "UPDATE events SET seq = 'null' WHERE seq IS NULL")
+    with pytest.raises(SchemaMismatch, match="both numbers and text"):
+        read(gaps, None, CursorSpec("seq"))
+
+
+def test_null_cursor_rows_included_are_read_by_every_read(gaps: Path) -> None:
+    spec = CursorSpec("seq", nulls="include")
+    table, first = read(gaps, None, spec)
+    assert sorted(ids(table)) == list(range(1, 8))
+    assert first.state["cursor"] == 70  # the NULLs move no checkpoint
+    change(gaps, "INSERT INTO events VALUES (8, 80, 'e8'), (9, NULL, 'e9')")
+    table, final = read(gaps, first.state, spec)
+    assert sorted(ids(table)) == [3, 6, 8, 9]
+    assert final.state["cursor"] == 80
+    table, again = read(gaps, final.state, spec)
+    assert sorted(ids(table)) == [3, 6, 9] and again.state == final.state
+
+
+def test_a_relation_whose_cursor_is_all_null_reads_them_and_keeps_no_checkpoint(
+    tmp_path: Path,
+) -> None:
+    path = database(
+        tmp_path / "nulls.db",
+        "CREATE TABLE events (id INTEGER PRIMARY KEY, seq INT)",
+        "INSERT INTO events VALUES (?, ?)",
+        [(1, None), (2, None)],
+    )
+    table, final = read(path, None, CursorSpec("seq", nulls="include"))
+    assert ids(table) == [1, 2]
+    assert final.state == {} and final.position is None
+    table, final = read(path, None, CursorSpec("seq", nulls="exclude"))
+    assert table is None and final.state == {}
+
+
+def test_null_cursor_rows_excluded_are_never_read(gaps: Path) -> None:
+    table, final = read(gaps, None, CursorSpec("seq", nulls="exclude"))
+    assert ids(table) == [1, 2, 4, 5, 7]
+    assert final.state["cursor"] == 70

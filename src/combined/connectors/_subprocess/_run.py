@@ -104,13 +104,26 @@ def check_request(flavour: Flavour, request: ReadRequest) -> None:
 
 
 def refuse_lookback(flavour: Flavour, request: ReadRequest) -> None:
-    """Refuse a cursor lookback: the program keeps its own state and cannot re-read a window."""
+    """Refuse a cursor lookback or NULL policy: the program chooses what it reads.
+
+    It keeps its own bookmark and cannot re-read a window, and it decides
+    itself whether records with a null cursor are emitted: ``cursor.nulls``
+    other than its default would be a promise nothing keeps.
+    """
     lookback = request.cursor.lookback if request.cursor is not None else None
     if lookback not in (None, 0) and getattr(lookback, "total_seconds", lambda: 1)() != 0:
         raise ConfigError(
             f"dataset {request.dataset!r} declares a lookback, but a {flavour.noun} keeps its "
             "own bookmark and cannot re-read a window",
             hint=f"remove cursor.lookback (use the {flavour.noun}'s own setting, if it has one)",
+            dataset=request.dataset,
+        )
+    nulls = request.cursor.nulls if request.cursor is not None else "fail"
+    if nulls != "fail":
+        raise ConfigError(
+            f"dataset {request.dataset!r} declares cursor.nulls: {nulls}, but a "
+            f"{flavour.noun} itself chooses whether records with a null cursor are emitted",
+            hint="remove cursor.nulls",
             dataset=request.dataset,
         )
 

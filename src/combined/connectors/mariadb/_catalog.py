@@ -28,6 +28,13 @@ _TABLE_REF = re.compile(r"\b(?:from|join)\s*\(*\s*`((?:[^`]|``)+)`\.`((?:[^`]|``
 _VIEW_DEPTH = 16
 
 
+#: A nullable cursor candidate: what becomes of its NULLs is the dataset's choice.
+_NULLABLE_EVIDENCE = (
+    "nullable: a row with a null is in no cursor window, cursor.nulls decides "
+    "(fail, include or exclude)"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Relation:
     """One readable table or view."""
@@ -259,7 +266,7 @@ def cursor_evidence(
         facts.append(f"default {col.default}: set when an insert omits the column")
     if not facts:
         return None
-    facts.append("not null" if not col.nullable else "nullable: rows with a null are never read")
+    facts.append("not null" if not col.nullable else _NULLABLE_EVIDENCE)
     leading = [i.name for i in idx if i.columns[:1] == (col.name,)]
     facts.append(f"leads index {leading[0]}" if leading else "no index leads with it")
     facts.append(

@@ -18,7 +18,14 @@ of at most ``batch_rows`` rows whose size adapts so that a batch stays near
 Cursor reads page by keyset over (cursor, key...) inside the snapshot:
 ``cursor > last - lookback AND cursor <= MAX(cursor)``, the maximum read in
 the snapshot before the first page; the checkpoint is that maximum, never
-moved below the previous checkpoint. Without a unique NOT NULL key among
+moved below the previous checkpoint. A NULL cursor is in no window: the
+cursor's ``nulls`` policy fails the read when the snapshot holds one
+(``fail``, the default; not checked for a NOT NULL column), reads them after
+the keyset pages and counts them in the control totals (``include``), or
+leaves them out (``exclude``). They are tested with ``<=> NULL``, which, unlike
+``IS NULL``, no zero date of a NOT NULL column satisfies: a zero date is a
+value to the server, the lowest, read by the window (``zero_dates: null``
+turns it into NULL in the batch only). Without a unique NOT NULL key among
 those columns, rows may tie (NULLs, repeats, collation-equal text, strings
 equal in the ``max_sort_length`` bytes ``ORDER BY`` sorts by): a page then
 ends at an edge row's values and takes every row tied with it. So does
@@ -47,6 +54,7 @@ from combined.connectors._shared import (
     keyset_pages,
     keyset_terms,
     lower_by,
+    null_cursor_error,
     numeric_lookback,
     select_plans,
     sql_read_options,
@@ -328,6 +336,18 @@ class MariaDBExtraction(SessionRead[Session]):
             )
         session = self._live()
         col = quote_ident(spec.column)
+        # No window reaches a NULL cursor; a NOT NULL column holds none to count or read.
+        is_null = f"{col} <=> NULL"
+        nulls = spec.nulls if plan.nullable else "exclude"
+        if nulls == "fail":
+            with self._lock:
+                (count,) = session.rows(
+                    f"SELECT COUNT(*) FROM {work.relation.ident} WHERE {is_null}",
+                    "counting null cursor values",
+                )[0]
+            if int(count):
+                raise null_cursor_error(work.relation.table, spec.column, int(count))
+        include = nulls == "include"
         last_raw = (request.state or {}).get("cursor")
         last = None if last_raw is None else from_state(last_raw, plan)
         with self._lock:
@@ -339,12 +359,14 @@ class MariaDBExtraction(SessionRead[Session]):
             )[0]
         upper = typed_value(top, plan)
         if upper is None:
-            work.control_where = "FALSE"
+            work.control_where = is_null if include else "FALSE"
+            if include:
+                yield from self._null_cursor_rows(work, is_null)
             return
         below = f"{col} <= {session.literal(upper)}"
         # Control totals cover every row up to the bound (what the projection
         # should hold after this read), not only the window read again.
-        work.control_where = below
+        work.control_where = f"({below} OR {is_null})" if include else below
         work.where = below
         if last is not None:
             lower = _lower_bound(plan, last, spec.lookback)
@@ -440,9 +462,17 @@ class MariaDBExtraction(SessionRead[Session]):
         total = yield from keyset_pages(
             page, order, page_rows, request.dataset, edge=None if exact else edge
         )
+        if include:
+            yield from self._null_cursor_rows(work, is_null)
         if total:
             # Never move the checkpoint backwards (rows above it may have been deleted).
             work.checkpoint = upper if last is None or upper >= last else last
+
+    def _null_cursor_rows(self, work: _Work, is_null: str) -> Iterator[Message]:
+        """Every row whose cursor is NULL (``nulls: include``): no checkpoint covers them."""
+        q = f"SELECT {work.layout.select_list()} FROM {work.relation.ident} WHERE {is_null}"
+        for batch in self._stream(q, work.layout):
+            yield RecordBatchMessage(self._request.dataset, batch)
 
     def _ordered(self, plan: ColumnPlan) -> str:
         """The expression that orders and compares ``plan``'s column in keyset pages.

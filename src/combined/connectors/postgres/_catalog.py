@@ -55,6 +55,13 @@ def relation_name(schema: str, table: str) -> str:
     return f"{part(schema)}.{part(table)}"
 
 
+#: A nullable cursor candidate: what becomes of its NULLs is the dataset's choice.
+_NULLABLE_EVIDENCE = (
+    "nullable: a row with a null is in no cursor window, cursor.nulls decides "
+    "(fail, include or exclude)"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Relation:
     """One readable relation."""
@@ -300,7 +307,7 @@ def cursor_evidence(
                 )
     if not facts:
         return None
-    facts.append("not null" if col.notnull else "nullable: rows with a null value are never read")
+    facts.append("not null" if col.notnull else _NULLABLE_EVIDENCE)
     leading = [i.name for i in idx if i.method == "btree" and i.columns[:1] == (col.name,)]
     facts.append(f"leads btree index {leading[0]}" if leading else "no btree index leads with it")
     facts.append(

@@ -27,7 +27,11 @@ checkpoint is never read (the documented limit of the strategy), and an
 update that does not move the cursor is never seen (control totals over
 the relation reveal it to reconciliation). A NaN or infinity in the cursor
 column (above every value) is refused, never checkpointed: no later row
-would compare above it. Pages are ordered and compared on
+would compare above it. A NULL cursor is in no window: the cursor's
+``nulls`` policy either fails the read (``fail``, after counting them in the
+snapshot: the default, skipped when the column is NOT NULL), reads them in
+every read after the keyset pages (``include``, counted by the control
+totals too) or leaves them out (``exclude``). Pages are ordered and compared on
 the relation's own columns, NULLs where ``ORDER BY`` puts them (last). Where a
 unique index over NOT NULL columns lies within (cursor, key...), no two rows
 tie and a page is the next ``page_rows`` rows; otherwise (a view, a nullable
@@ -61,6 +65,7 @@ from combined.connectors._shared import (
     final_state,
     keyset_pages,
     keyset_terms,
+    null_cursor_error,
     numeric_lookback,
     select_plans,
     sql_read_options,
@@ -116,7 +121,8 @@ class ReadOptions:
     for a count, or a column name for a count and that column's exact sum,
     read in the same snapshot after the last row: over the bounds or
     partition of a snapshot read, and over every row up to the upper bound
-    of a cursor read, which is what the projection should then hold).
+    of a cursor read, with ``nulls: include`` every row whose cursor is NULL
+    too, which is what the projection should then hold).
     """
 
     lifecycle: Lifecycle = "whole"
@@ -480,6 +486,20 @@ class PostgresExtraction(SessionRead[Session]):
                 column=spec.column,
             )
         col = sql.Identifier(spec.column)
+        # No window reaches a NULL cursor; a NOT NULL column holds none to count or read.
+        is_null = sql.SQL("{} IS NULL").format(col)
+        nulls = spec.nulls if spec.column not in work.not_null else "exclude"
+        if nulls == "fail":
+            with self._lock:
+                (count,) = self._live().rows(
+                    sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
+                        work.relation.ident, is_null
+                    ),
+                    "counting null cursor values",
+                )[0]
+            if count:
+                raise null_cursor_error(work.relation.name, spec.column, int(count))
+        include = nulls == "include"
         last = (request.state or {}).get("cursor")
         lower = None if last is None else self._lower_bound(plan, last, spec.lookback)
         with self._lock:
@@ -499,12 +519,14 @@ class PostgresExtraction(SessionRead[Session]):
         work.upper = _cursor_value(upper_text, plan)
         best = _cursor_value(best_text, plan)  # a stored NaN or infinity is refused too
         if work.upper is None:
-            work.control_where = sql.SQL("false")
+            work.control_where = is_null if include else sql.SQL("false")
+            if include:
+                yield from self._null_cursor_rows(work, is_null)
             return
         below = sql.SQL("{} <= {}").format(col, literal(upper_text, plan))
         # Control totals cover every row up to the bound (what the projection
         # should hold after this read), not only the window read again.
-        work.control_where = below
+        work.control_where = sql.SQL("({} OR {})").format(below, is_null) if include else below
         work.where = below
         if lower is not None:
             work.where = sql.SQL("{} AND {} > {}").format(below, col, lower)
@@ -602,9 +624,19 @@ class PostgresExtraction(SessionRead[Session]):
         total = yield from keyset_pages(
             page, order, page_rows, request.dataset, edge=None if exact else edge
         )
+        if include:
+            yield from self._null_cursor_rows(work, is_null)
         if total:
             # Never move the checkpoint backwards (rows above it may have been deleted).
             work.checkpoint = best if last is not None else work.upper
+
+    def _null_cursor_rows(self, work: _Work, is_null: sql.Composable) -> Iterator[Message]:
+        """Every row whose cursor is NULL (``nulls: include``): no checkpoint covers them."""
+        q = sql.SQL("SELECT {} FROM {} WHERE {}").format(
+            work.layout.select_list(), work.relation.ident, is_null
+        )
+        for batch in self._stream(q, work.layout):
+            yield RecordBatchMessage(self._request.dataset, batch)
 
     def _lower_bound(self, plan: ColumnPlan, last: Any, lookback: Any) -> sql.Composable:
         """``last`` minus the lookback: rows above it are read again (the key dedups them)."""

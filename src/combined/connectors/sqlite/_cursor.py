@@ -10,6 +10,12 @@ harmless. Numeric cursors take a numeric lookback, subtracted without
 rounding the bound up (``lower_by``); ISO-8601 text cursors take
 a :class:`datetime.timedelta`.
 
+A NULL cursor is in no window. The cursor's ``nulls`` policy decides:
+``fail`` (the default) refuses a read whose transaction sees one, ``include``
+reads them in every read, after the window in the same transaction,
+``exclude`` leaves them out. A column the catalog proves NOT NULL (a
+``NOT NULL`` constraint, a rowid alias) is not checked.
+
 SQLite does not enforce declared types, and it sorts every number before
 any text: a cursor column holding both (epoch integers next to ISO text, a
 stray ``'n/a'`` in an ``INTEGER`` column), or a checkpoint of another class

@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from combined.connectors._shared import select_plans
+from combined.connectors._shared import null_cursor_error, select_plans
 from combined.connectors.abc import BaseExtraction, ReadRequest
 from combined.connectors.sqlite import _catalog as catalog
 from combined.connectors.sqlite._connection import (
@@ -33,6 +33,8 @@ class _Plan:
     sql: str | None
     params: tuple[Any, ...] | None
     upper: Any
+    #: The rows whose cursor is NULL (``nulls: include``), read after ``sql``.
+    null_sql: str | None = None
 
 
 def select_columns(
@@ -112,10 +114,15 @@ class SQLiteExtraction(BaseExtraction):
             execute(conn, "BEGIN")
             in_transaction = True
             plan = self._plan(conn)
-            rows = 0
-            if plan.sql is not None:
+            rows = 0  # of the window: NULL cursors move no checkpoint
+            for window, sql, params in (
+                (True, plan.sql, plan.params),
+                (False, plan.null_sql, None),
+            ):
+                if sql is None:
+                    continue
                 cursor = conn.cursor(adbc_stmt_kwargs={BATCH_ROWS_OPTION: str(self._batch_rows)})
-                cursor.execute(plan.sql, parameters=plan.params)
+                cursor.execute(sql, parameters=params)
                 reader = cursor.fetch_record_batch()
                 while True:
                     self._live()
@@ -127,7 +134,7 @@ class SQLiteExtraction(BaseExtraction):
                     for offset in range(0, batch.num_rows, self._batch_rows):
                         piece = batch.slice(offset, self._batch_rows)
                         self.authority.count(piece.num_rows, piece.nbytes)
-                        rows += piece.num_rows
+                        rows += piece.num_rows if window else 0
                         yield RecordBatchMessage(request.dataset, piece)
                         self._live()
                 cursor.close()
@@ -177,11 +184,23 @@ class SQLiteExtraction(BaseExtraction):
                 column=spec.column,
             )
         q = quote_ident(spec.column)
-        upper = scalar(conn, f"SELECT max({q}) FROM {quote_ident(rel.name)}")
+        table = quote_ident(rel.name)
+        # No window reaches a NULL cursor (SQL NULL only: text such as 'null'
+        # is a value, and a column mixing it with numbers is refused below).
+        # A column the catalog proves NOT NULL holds none to count or read.
+        nulls = spec.nulls if kind.nullable else "exclude"
+        if nulls == "fail":
+            count = scalar(conn, f"SELECT count(*) FROM {table} WHERE {q} IS NULL")
+            if count:
+                raise null_cursor_error(rel.name, spec.column, int(count))
+        # Read by their own statement in the same transaction: or-ed into the
+        # window's, they would make sqlite sort the whole window.
+        null_sql = f"{base} WHERE {q} IS NULL" if nulls == "include" else None
+        upper = scalar(conn, f"SELECT max({q}) FROM {table}")
         if upper is None:
-            return _Plan(projection, None, None, None)
+            return _Plan(projection, None, None, None, null_sql)
         last = (request.state or {}).get("cursor")
-        low = scalar(conn, f"SELECT min({q}) FROM {quote_ident(rel.name)}")
+        low = scalar(conn, f"SELECT min({q}) FROM {table}")
         check_one_order(spec.column, low, upper, last)
         where = [f"{q} <= ?"]
         params: list[Any] = [upper]
@@ -190,4 +209,4 @@ class SQLiteExtraction(BaseExtraction):
             params.append(lower_bound(last, spec.lookback, spec.column))
         order = ", ".join(quote_ident(c) for c in dict.fromkeys((spec.column, *request.key)))
         sql = f"{base} WHERE {' AND '.join(where)} ORDER BY {order}"
-        return _Plan(projection, sql, tuple(params), upper)
+        return _Plan(projection, sql, tuple(params), upper, null_sql)
