@@ -105,6 +105,8 @@ def test_snapshot_and_cursor_captures_from_mariadb(
     finally:
         engine.close()
         _sql(mariadb_database, f"DROP USER IF EXISTS '{user}'@'%'")
+        # The database is the session's: later tests create tables of these names.
+        _sql(mariadb_database, "DROP TABLE IF EXISTS orders, events")
 
 
 NULL_CURSOR_PROJECT = """\
