@@ -16,6 +16,7 @@ from tests.connectors.singer.fixtures import EVENTS, TAPS, TOKEN, USERS, dead, w
 
 from combined.connectors import known_connectors
 from combined.engine import Engine
+from combined.errors import ConfigError
 
 pytestmark = pytest.mark.skipif(
     "singer" not in known_connectors(),
@@ -191,6 +192,53 @@ def test_the_tap_sees_no_credential_from_the_environment_only_what_env_gives_it(
         assert "WAREHOUSE_URL" not in probe["env"]
         assert "COMBINED_TEST_PLAIN" in probe["env"] and "PATH" in probe["env"]
         assert probe["tap_region"] == "eu"
+
+
+def _token_on_the_command_line(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COMBINED_TEST_ARGV_TOKEN", "argv-token-4b3c2d1e")
+    text = (project / "combined.yaml").read_text()
+    command = next(line for line in text.splitlines() if "command:" in line)
+    argv = command.rstrip("]") + ', --token, {secret: "env:COMBINED_TEST_ARGV_TOKEN"}]'
+    (project / "combined.yaml").write_text(text.replace(command, argv))
+
+
+def test_a_secret_reference_in_the_command_is_refused_before_any_secret_is_resolved(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On the command line the token would be readable by every user of the machine (ps).
+    _token_on_the_command_line(project, monkeypatch)
+    engine = Engine.open(project / "combined.yaml")
+    try:
+        with pytest.raises(ConfigError) as info:
+            engine.capture(["gh.users"])
+        assert info.value.message.startswith(
+            "sources.gh.config.command[3] holds a secret reference"
+        )
+        assert "argv-token-4b3c2d1e" not in info.value.describe()
+        assert engine.runs(10) == []
+    finally:
+        engine.close()
+    assert not (project / "probe.jsonl").exists()  # the tap never ran
+
+
+def test_a_run_admitted_with_a_secret_reference_in_the_command_never_runs_the_tap(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An admission frozen before the check existed (a retry runs under it):
+    # the runner checks again before it resolves the secret.
+    import combined.engine
+
+    _token_on_the_command_line(project, monkeypatch)
+    monkeypatch.setattr(combined.engine, "check_config", lambda *args, **kwargs: None)
+    engine = Engine.open(project / "combined.yaml")
+    try:
+        (run,) = engine.capture(["gh.users"])
+        assert run.state == "failed"
+        assert "sources.gh.config.command[3] holds a secret reference" in (run.error or "")
+        assert "argv-token-4b3c2d1e" not in (run.error or "")
+    finally:
+        engine.close()
+    assert not (project / "probe.jsonl").exists()
 
 
 SCRIPTED_PROJECT = """\
