@@ -795,6 +795,40 @@ def demo(
 
 #: Exit status of an error Combined did not anticipate (sysexits' EX_SOFTWARE).
 INTERNAL_ERROR = 70
+#: Exit status after SIGTERM: what a shell reports for a process SIGTERM ended (128 + 15).
+TERMINATED = 143
+
+
+class Terminated(SystemExit):
+    """Raised in the main thread by SIGTERM: the command unwinds as after Ctrl-C.
+
+    A ``SystemExit``, so no ``except Exception`` takes it for a failure.
+    """
+
+
+def _stop_on_sigterm() -> None:
+    """Make SIGTERM unwind the command, so every ``finally`` and terminal outcome runs.
+
+    Killed by the default action instead, Combined would leave its program's
+    private files (secrets) behind and the program running. A Run so stopped
+    stays unfinished with its leases released, and the next capture (or
+    ``combined repair``) marks it failed at once, as after Ctrl-C: its lake
+    commits, if any, are projected from the lake. A second SIGTERM during
+    that clean-up is ignored (SIGKILL still ends it at once). A SIGTERM that
+    whoever started Combined ignores or handles stays theirs.
+    """
+    import signal
+
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        # A handler, not SIG_IGN: an ignored signal would be inherited by the
+        # programs started meanwhile, which SIGTERM must still stop.
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        raise Terminated(TERMINATED)
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def main() -> None:
@@ -803,11 +837,16 @@ def main() -> None:
     An exception Combined did not anticipate is a bug: it is told in one
     line, redacted like every error, with exit status 70. Its traceback,
     which can quote values (secrets among them), only with COMBINED_DEBUG=1.
+    SIGTERM stops the command in order (:func:`_stop_on_sigterm`), exit status 143.
     """
     import os
 
+    _stop_on_sigterm()
     try:
         app()
+    except Terminated:
+        err.print("stopped by SIGTERM", highlight=False)
+        raise
     except Exception as exc:
         if os.environ.get("COMBINED_DEBUG"):
             raise

@@ -19,7 +19,7 @@ from combined.config import (
     redact_config,
     resolve_secrets,
 )
-from combined.connectors import check_config, connector_class
+from combined.connectors import check_config, connector_class, sweep_private_dirs
 from combined.delivery import Limits
 from combined.errors import ConfigError, NotFoundError, ProtocolViolation
 from combined.lake import LakeLayout
@@ -311,8 +311,13 @@ class Engine:
         return self.runner.execute(run)
 
     def _ready(self) -> None:
-        """Before any Run: a writable lake, a catalog that matches it, overdue reviews told."""
+        """Before any Run: a writable lake, a catalog that matches it, overdue reviews told.
+
+        Private files (a program's resolved configuration) that a Combined
+        process killed outright left on this machine are removed too.
+        """
         self.layout.ensure_writable()
+        sweep_private_dirs()
         self.repair()
         self.remind_quarantine()
 

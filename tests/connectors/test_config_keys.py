@@ -60,3 +60,26 @@ def test_the_engine_check_names_the_dotted_path_and_every_unknown_key() -> None:
     )
     assert (info.value.hint or "").startswith("did you mean 'password' for 'pasword'? ")
     check_config(cls, {"dsn": "host=h", "password": {"secret": "env:PW"}}, where="x")
+
+
+@pytest.mark.parametrize("cls", [SingerSource, AirbyteSource])
+@pytest.mark.parametrize(
+    ("command", "at"),
+    [
+        (["tap-x", "--token", {"secret": "env:TAP_TOKEN"}], "command[2]"),
+        ({"secret": "env:TAP_COMMAND"}, "command"),
+    ],
+)
+def test_a_secret_reference_in_a_programs_command_is_refused(
+    cls: type[Source], command: Any, at: str
+) -> None:
+    # The command line of a process is readable by every user of the machine (ps).
+    with pytest.raises(ConfigError) as info:
+        check_config(cls, {"command": command}, where="sources.gh.config")
+    error = info.value
+    assert error.message.startswith(f"sources.gh.config.{at} holds a secret reference: ")
+    assert "command line" in error.message and "(ps)" in error.message
+    assert "`config:`" in (error.hint or "") and "`env:`" in (error.hint or "")
+    # where a secret belongs, a reference is taken
+    ref = {"secret": "env:TAP_TOKEN"}
+    check_config(cls, {"command": "tap-x", "config": {"token": ref}, "env": {"T": ref}})

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import tempfile
 from datetime import UTC, timedelta
 from pathlib import Path
 
 import pytest
 
+from combined.connectors._subprocess._private import current_owner
 from combined.engine import Engine
 from combined.errors import NotFoundError, ProtocolViolation
 
@@ -416,3 +420,28 @@ def test_columns_differing_only_in_case_are_refused_clearly(tmp_path: Path, tool
         assert len(engine.publications(10)) == 1
     finally:
         engine.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads owners in /proc")
+def test_a_capture_first_removes_the_private_files_a_killed_combined_left(
+    shop: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Singer or Airbyte read's resolved configuration, left by a process killed
+    # outright: any later Run on the machine removes it, whatever it captures.
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    me = current_owner()
+    private = tmp_path / "tmp"
+    left = private / f"combined-singer-{ended.pid}-{me.start}-{me.host}-left0001"
+    left.mkdir(parents=True)
+    (left / "config.json").write_text('{"token": "left-behind"}')
+    mine = private / f"combined-singer-{me.tag()}-mine0001"
+    mine.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+    finally:
+        engine.close()
+    assert list(private.iterdir()) == [mine]  # its owner (this process) is alive

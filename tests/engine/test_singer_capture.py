@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.connectors.singer.fixtures import EVENTS, TAPS, TOKEN, USERS, write_data
+from tests.connectors.singer.fixtures import EVENTS, TAPS, TOKEN, USERS, dead, write_data
 
 from combined.connectors import known_connectors
 from combined.engine import Engine
+from combined.errors import ConfigError
 
 pytestmark = pytest.mark.skipif(
     "singer" not in known_connectors(),
@@ -187,3 +192,135 @@ def test_the_tap_sees_no_credential_from_the_environment_only_what_env_gives_it(
         assert "WAREHOUSE_URL" not in probe["env"]
         assert "COMBINED_TEST_PLAIN" in probe["env"] and "PATH" in probe["env"]
         assert probe["tap_region"] == "eu"
+
+
+def _token_on_the_command_line(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COMBINED_TEST_ARGV_TOKEN", "argv-token-4b3c2d1e")
+    text = (project / "combined.yaml").read_text()
+    command = next(line for line in text.splitlines() if "command:" in line)
+    argv = command.rstrip("]") + ', --token, {secret: "env:COMBINED_TEST_ARGV_TOKEN"}]'
+    (project / "combined.yaml").write_text(text.replace(command, argv))
+
+
+def test_a_secret_reference_in_the_command_is_refused_before_any_secret_is_resolved(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On the command line the token would be readable by every user of the machine (ps).
+    _token_on_the_command_line(project, monkeypatch)
+    engine = Engine.open(project / "combined.yaml")
+    try:
+        with pytest.raises(ConfigError) as info:
+            engine.capture(["gh.users"])
+        assert info.value.message.startswith(
+            "sources.gh.config.command[3] holds a secret reference"
+        )
+        assert "argv-token-4b3c2d1e" not in info.value.describe()
+        assert engine.runs(10) == []
+    finally:
+        engine.close()
+    assert not (project / "probe.jsonl").exists()  # the tap never ran
+
+
+def test_a_run_admitted_with_a_secret_reference_in_the_command_never_runs_the_tap(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An admission frozen before the check existed (a retry runs under it):
+    # the runner checks again before it resolves the secret.
+    import combined.engine
+
+    _token_on_the_command_line(project, monkeypatch)
+    monkeypatch.setattr(combined.engine, "check_config", lambda *args, **kwargs: None)
+    engine = Engine.open(project / "combined.yaml")
+    try:
+        (run,) = engine.capture(["gh.users"])
+        assert run.state == "failed"
+        assert "sources.gh.config.command[3] holds a secret reference" in (run.error or "")
+        assert "argv-token-4b3c2d1e" not in (run.error or "")
+    finally:
+        engine.close()
+    assert not (project / "probe.jsonl").exists()
+
+
+SCRIPTED_PROJECT = """\
+version: 1
+lake: ./lake
+sources:
+  t:
+    connector: singer
+    config:
+      command: [{python}, {tap}]
+      config: {{script: {script}}}
+    datasets:
+      s:
+        key: [id]
+"""
+
+
+def test_sigterm_stops_a_capture_in_order_and_the_next_capture_closes_its_run(
+    tmp_path: Path, tools: Any
+) -> None:
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}}}
+    lines = [
+        {"type": "SCHEMA", "stream": "s", "schema": schema, "key_properties": ["id"]},
+        {"type": "RECORD", "stream": "s", "record": {"id": 1}},
+    ]
+    pid_file = tmp_path / "tap.pid"
+    script: dict[str, Any] = {
+        "catalog": {
+            "streams": [{"tap_stream_id": "s", "schema": schema, "key_properties": ["id"]}]
+        },
+        "steps": [
+            *({"out": json.dumps(line)} for line in lines),
+            {"pid_file": str(pid_file)},
+            {"sleep": 120},
+        ],
+    }
+    (tmp_path / "script.json").write_text(json.dumps(script))
+    (tmp_path / "combined.yaml").write_text(
+        SCRIPTED_PROJECT.format(
+            python=json.dumps(sys.executable),
+            tap=json.dumps(str(TAPS / "script_tap.py")),
+            script=json.dumps(str(tmp_path / "script.json")),
+        )
+    )
+    private = tmp_path / "tmp"
+    private.mkdir()
+    cli = subprocess.Popen(
+        [sys.executable, "-c", "from combined.cli import main; main()", "capture"],
+        cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(private)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text().strip()):
+            assert time.monotonic() < deadline and cli.poll() is None, cli.stderr
+            time.sleep(0.05)
+        tap = int(pid_file.read_text())
+        assert len(list(private.iterdir())) == 1  # the tap's config, read mid-capture
+        cli.send_signal(signal.SIGTERM)
+        _, stderr = cli.communicate(timeout=60)
+    finally:
+        cli.kill()
+        cli.wait()
+    # finally blocks ran: the tap was stopped, its files (secrets) removed
+    assert cli.returncode == 143, stderr
+    assert "stopped by SIGTERM" in stderr
+    assert dead(tap)
+    assert list(private.iterdir()) == []
+
+    # The Run released its leases: the next capture closes it at once, then succeeds.
+    script["steps"] = script["steps"][:2]
+    (tmp_path / "script.json").write_text(json.dumps(script))
+    again = tools.cli(tmp_path, "capture")
+    assert again.returncode == 0, again.stderr
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        latest, stopped = engine.runs(2)
+        assert latest.state == "succeeded"
+        assert stopped.state == "failed" and "interrupted" in (stopped.error or "")
+        assert _ids(engine, "t.s") == [1]
+    finally:
+        engine.close()

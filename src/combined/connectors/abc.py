@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
+from combined._credentials import is_secret_ref, walk
 from combined.errors import ConfigError
 from combined.protocol import (
     ExtractionAuthority,
@@ -184,6 +185,10 @@ class Source(Protocol):
     #: :func:`check_config` before the configuration is stored or used; None
     #: leaves every check to the connector's constructor.
     CONFIG_KEYS: ClassVar[tuple[str, ...] | None]
+    #: The configuration keys whose values others can read (a program's
+    #: command line, shown by ``ps``), each with (why, where a secret goes
+    #: instead): :func:`check_config` refuses a secret reference under them.
+    PUBLIC_KEYS: ClassVar[Mapping[str, tuple[str, str]]]
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         """Build the source from its configuration, secrets already resolved.
@@ -338,6 +343,7 @@ class BaseSource(abc.ABC):
     SUPPORTS_CONTROL_TOTALS: ClassVar[bool] = False
     REDELIVERS: ClassVar[bool] = False
     CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = None
+    PUBLIC_KEYS: ClassVar[Mapping[str, tuple[str, str]]] = {}
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         check_config(type(self), config)
@@ -371,14 +377,26 @@ class BaseSource(abc.ABC):
 
 
 def check_config(connector: type[Source], config: Mapping[str, Any], *, where: str = "") -> None:
-    """Refuse the keys of ``config`` that ``connector`` does not take (its ``CONFIG_KEYS``).
+    """Refuse the keys of ``config`` that ``connector`` does not take (its ``CONFIG_KEYS``),
+    and a secret reference under a key whose value others can read (its ``PUBLIC_KEYS``).
 
     Needs no secret: the engine calls it with references unresolved, before it
-    stores the configuration. ``where`` is the dotted path of ``config`` in the
-    project file (``sources.shop.config``), used in the error.
+    stores the configuration or resolves a secret. ``where`` is the dotted path
+    of ``config`` in the project file (``sources.shop.config``), used in errors.
     """
     if connector.CONFIG_KEYS is not None:
         refuse_unknown_keys(connector.name, config, connector.CONFIG_KEYS, where=where)
+    public = getattr(connector, "PUBLIC_KEYS", {})
+    for loc, value, _ in walk(config):
+        if loc[0] in public and is_secret_ref(value):
+            why, fix = public[str(loc[0])]
+            path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
+            raise ConfigError(
+                f"{where or 'config'}{path} holds a secret reference: {why}",
+                hint=fix,
+                connector=connector.name,
+                option=str(loc[0]),
+            )
 
 
 def refuse_unknown_keys(

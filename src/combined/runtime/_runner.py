@@ -17,7 +17,7 @@ from typing import Any
 from combined.catalog import Admission, Catalog, Member, Run, Trigger
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
-from combined.connectors import connector_class
+from combined.connectors import check_config, connector_class
 from combined.connectors.abc import Source
 from combined.delivery import Limits, StagingArea
 from combined.errors import (
@@ -275,7 +275,16 @@ class Runner:
             source: Source | None = None
             opened: list[Staged] = []
             try:
-                source = connector_class(admission.connector)(self.resolve(admission.config))
+                cls = connector_class(admission.connector)
+                # Checked again before its secrets are resolved: a Run retried
+                # under an admission frozen before a check existed (a secret
+                # reference in a program's command line) is refused too.
+                check_config(
+                    cls,
+                    admission.config["config"],
+                    where=f"sources.{admission.config['source']}.config",
+                )
+                source = cls(self.resolve(admission.config))
                 prepared = []
                 discovery = source.discover()
                 for plan in plans:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -60,6 +61,16 @@ def test_missing_executable_is_a_config_error_with_an_install_hint() -> None:
     with pytest.raises(ConfigError, match="'tap-does-not-exist-anywhere' is not on PATH") as info:
         source.check()
     assert "pipx install tap-does-not-exist-anywhere" in (info.value.hint or "")
+
+
+def test_a_tap_that_cannot_be_executed_is_a_source_error(tmp_path: Path) -> None:
+    tap = tmp_path / "tap-no-interpreter"
+    tap.write_text("no #! line: the kernel cannot run this\n")
+    tap.chmod(0o700)
+    with pytest.raises(SourceError, match="could not be started: Exec format error") as info:
+        SingerSource({"command": str(tap)}).discover()
+    assert "executable Singer tap" in (info.value.hint or "")
+    assert list(Path(tempfile.gettempdir()).glob(f"combined-singer-{os.getpid()}-*")) == []
 
 
 @pytest.mark.parametrize(

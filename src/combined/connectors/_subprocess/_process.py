@@ -1,13 +1,14 @@
 """A connector program (a Singer tap, an Airbyte source) as a child process.
 
-Bounded pipes, its own process group, always reaped. The program runs in a
-new session (``start_new_session``), so it leads its own process group and
+Bounded pipes, its own process group, always reaped, killed with Combined.
+The program runs in a new session, so it leads its own process group and
 :meth:`ChildProcess.stop` can end every process it started (a program that
-spawns helpers leaves no orphan). Standard output is read by one thread into
-a bounded queue (back-pressure: memory is bounded by the queue, never by what
-the program writes); standard error by another thread that keeps only a
-bounded tail, so a program that logs without end can never block on a full
-pipe. Log lines the program writes as protocol messages (Airbyte ``LOG``)
+spawns helpers leaves no orphan); on Linux the kernel kills the program
+when Combined dies, even by SIGKILL (:mod:`._spawn`). Standard output is
+read by one thread into a bounded queue (back-pressure: memory is bounded
+by the queue, never by what the program writes); standard error by another
+thread that keeps only a bounded tail, so a program that logs without end
+can never block on a full pipe. Log lines the program writes as protocol messages (Airbyte ``LOG``)
 join the same tail through :meth:`ChildProcess.log`.
 """
 
@@ -17,12 +18,13 @@ import contextlib
 import os
 import queue
 import signal
-import subprocess
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import IO
+
+from combined.connectors._subprocess._spawn import spawn
 
 #: How much of the program's log (standard error, LOG messages) is kept for error messages.
 STDERR_TAIL_BYTES = 8 * 1024
@@ -75,14 +77,7 @@ class ChildProcess:
         self._tail_lock = threading.Lock()
         self._reaped = False
         self.returncode: int | None = None
-        self.proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            env=env,
-        )
+        self.proc = spawn(argv, env)
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self._out = threading.Thread(
             target=self._read_stdout, args=(self.proc.stdout,), name="child-stdout", daemon=True

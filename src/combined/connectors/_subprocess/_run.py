@@ -19,9 +19,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from combined.connectors._shared import SessionRead
+from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess, LineTooLong, Stopped, Timeout
 from combined.connectors._subprocess._rows import DECODER, Rows
-from combined.connectors._subprocess._settings import Flavour, PrivateDir, ProgramSettings
+from combined.connectors._subprocess._settings import Flavour, ProgramSettings
 from combined.connectors.abc import ReadRequest, refuse_bounds
 from combined.errors import (
     CombinedError,

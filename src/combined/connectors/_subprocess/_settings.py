@@ -1,18 +1,15 @@
-"""What every program-run connector is configured with, and the private files a run reads."""
+"""What every program-run connector is configured with (its private files: :mod:`._private`)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from combined._credentials import has_inline_credential, is_credential_key, walk
-from combined.connectors._subprocess._schema import json_default
 from combined.errors import ConfigError, redact
 
 #: The configuration keys every program-run connector takes.
@@ -191,29 +188,3 @@ class ProgramSettings:
 
 def _runnable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
-
-
-class PrivateDir:
-    """A directory only this user can read (0700), for the files a program run reads.
-
-    The program's configuration (secrets resolved) is written to
-    ``config.json`` with mode 0600; :meth:`remove` deletes everything,
-    whatever happened.
-    """
-
-    def __init__(self, prefix: str = "combined-") -> None:
-        self.path = Path(tempfile.mkdtemp(prefix=prefix))
-        os.chmod(self.path, 0o700)
-
-    def write(self, name: str, data: Any) -> str:
-        """Write ``data`` as JSON to a new 0600 file; return its path."""
-        path = self.path / name
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            os.fchmod(f.fileno(), 0o600)
-            json.dump(data, f, default=json_default)
-        return str(path)
-
-    def remove(self) -> None:
-        """Delete the directory and every file in it."""
-        shutil.rmtree(self.path, ignore_errors=True)

@@ -27,6 +27,15 @@ class ProgramSource(BaseSource, Generic[SettingsT]):
     #: A program resumes at its bookmark, inclusive (a Singer tap, an Airbyte
     #: source's cursor), and re-sends what followed its last state.
     REDELIVERS: ClassVar[bool] = True
+    #: The argv is the program's command line: any user of the machine reads it.
+    PUBLIC_KEYS: ClassVar[Mapping[str, tuple[str, str]]] = {
+        "command": (
+            "`command` becomes the program's command line, which any user of the machine "
+            "can read (ps)",
+            "give the secret in the program's `config:` (written to a private 0600 file) or "
+            'in `env:`, e.g. env: {API_TOKEN: {secret: "env:API_TOKEN"}}',
+        )
+    }
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__(config)

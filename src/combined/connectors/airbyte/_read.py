@@ -6,11 +6,11 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess
 from combined.connectors._subprocess._rows import Rows, shown
 from combined.connectors._subprocess._run import ProgramExtraction
 from combined.connectors._subprocess._schema import FieldPlan, json_default
-from combined.connectors._subprocess._settings import PrivateDir
 from combined.connectors.airbyte._catalog import Stream
 from combined.connectors.airbyte._messages import descriptor, log, trace_error
 from combined.protocol import Message, StateMessage

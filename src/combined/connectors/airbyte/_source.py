@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from combined.connectors._shared import select_plans
+from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess, LineTooLong
 from combined.connectors._subprocess._rows import DECODER
 from combined.connectors._subprocess._run import call, check_request, refuse_lookback
-from combined.connectors._subprocess._settings import PrivateDir
 from combined.connectors._subprocess._source import ProgramSource
 from combined.connectors.abc import Discovery, Extraction, ReadRequest
 from combined.connectors.airbyte._catalog import (

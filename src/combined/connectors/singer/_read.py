@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess
 from combined.connectors._subprocess._rows import Rows, shown
 from combined.connectors._subprocess._run import ProgramExtraction
@@ -15,7 +16,6 @@ from combined.connectors._subprocess._schema import (
     json_default,
     plan_stream,
 )
-from combined.connectors._subprocess._settings import PrivateDir
 from combined.connectors.singer._catalog import Stream
 from combined.errors import UnsupportedType
 from combined.protocol import Message, StateMessage

@@ -8,9 +8,9 @@ from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
 from combined.connectors._shared import select_plans
+from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess
 from combined.connectors._subprocess._run import call, check_request, refuse_lookback, with_log
-from combined.connectors._subprocess._settings import PrivateDir
 from combined.connectors._subprocess._source import ProgramSource
 from combined.connectors.abc import Discovery, Extraction, ReadRequest
 from combined.connectors.singer._catalog import (
