@@ -80,7 +80,8 @@ def _drop(server: str, name: str, dsn: str, prefix: str) -> None:
     import psycopg
 
     from combined.connectors.postgres._connect import Settings
-    from combined.connectors.postgres._replication import drop_publication, drop_slot
+    from combined.connectors.postgres._publication import drop_publication
+    from combined.connectors.postgres._replication import drop_slot
     from combined.connectors.postgres._stitch import slot_name
 
     slot = slot_name(prefix, "public.events")

@@ -257,7 +257,8 @@ class CdcDatabase:
 
     def drop(self) -> None:
         """Drop every slot and publication handed out (a leaked slot retains WAL forever)."""
-        from combined.connectors.postgres._replication import drop_publication, drop_slot
+        from combined.connectors.postgres._publication import drop_publication
+        from combined.connectors.postgres._replication import drop_slot
 
         for name in self._slots:
             drop_slot(self.settings, name)

@@ -237,6 +237,8 @@ def discover(
         console.print(t)
         for c in d.cursor_candidates:
             console.print(f"  cursor candidate {c.column}: {c.evidence}")
+        for note in d.notes:
+            console.print(f"  note: {note}")
 
 
 @app.command()

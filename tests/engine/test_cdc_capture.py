@@ -8,11 +8,11 @@ import psycopg
 import pytest
 
 from combined.connectors.postgres._connect import Settings
+from combined.connectors.postgres._publication import ensure_publication
 from combined.connectors.postgres._replication import (
     ReplicationStream,
     create_slot,
     drop_slot,
-    ensure_publication,
     slot_status,
 )
 from combined.engine import Engine

@@ -71,6 +71,9 @@ class DatasetDiscovery:
     strategies: tuple[Strategy, ...] = ("snapshot",)
     sync_modes: tuple[SyncMode, ...] = ("incremental", "append", "full_refresh")
     estimated_rows: int | None = None
+    #: What a user should know before capturing it (e.g. that a read of it
+    #: includes another listed relation's rows), one sentence each.
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

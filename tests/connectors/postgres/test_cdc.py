@@ -53,12 +53,11 @@ from combined.connectors.postgres._pgoutput import (
     text_to_arrow,
     text_to_lsn,
 )
+from combined.connectors.postgres._publication import drop_publication, ensure_publication
 from combined.connectors.postgres._replication import (
     SlotLost,
     create_slot,
-    drop_publication,
     drop_slot,
-    ensure_publication,
     slot_status,
 )
 from combined.errors import (

@@ -128,3 +128,56 @@ def test_check_confirms_the_schemas(pg_dsn, schema):
     PostgresSource({"dsn": pg_dsn, "schemas": [schema]}).check()
     with pytest.raises(ConfigError, match="no_such_schema"):
         PostgresSource({"dsn": pg_dsn, "schemas": [schema, "no_such_schema"]}).check()
+
+
+FAMILY = """
+CREATE TABLE {s}.measures (id int, day date NOT NULL, v int, PRIMARY KEY (id, day))
+  PARTITION BY RANGE (day);
+CREATE TABLE {s}.measures_2024 PARTITION OF {s}.measures
+  FOR VALUES FROM ('2024-01-01') TO ('2025-01-01') PARTITION BY RANGE (day);
+CREATE TABLE {s}.measures_2024_h1 PARTITION OF {s}.measures_2024
+  FOR VALUES FROM ('2024-01-01') TO ('2024-07-01');
+CREATE TABLE {s}.measures_2024_h2 PARTITION OF {s}.measures_2024
+  FOR VALUES FROM ('2024-07-01') TO ('2025-01-01');
+CREATE TABLE {s}.measures_rest PARTITION OF {s}.measures DEFAULT;
+INSERT INTO {s}.measures SELECT g, DATE '2024-01-01' + g, g FROM generate_series(1, 500) g;
+CREATE TABLE {s}.animals (id int PRIMARY KEY, name text);
+CREATE TABLE {s}."dogs.old" (breed text) INHERITS ({s}.animals);
+CREATE TABLE {s}.cats () INHERITS ({s}.animals);
+INSERT INTO {s}.animals VALUES (1, 'generic');
+INSERT INTO {s}."dogs.old" SELECT g, 'd', 'b' FROM generate_series(2, 21) g;
+INSERT INTO {s}.cats VALUES (30, 'tom');
+-- what autovacuum does: it never analyzes a partitioned table itself
+ANALYZE {s}.measures_2024_h1, {s}.measures_2024_h2, {s}.measures_rest;
+ANALYZE {s}.animals, {s}."dogs.old", {s}.cats;
+"""
+
+
+def test_partitioned_and_inheritance_parents_say_what_their_reads_include(admin, schema, source):
+    # Every table's estimate was its own reltuples: -1 (no estimate) for a
+    # partitioned table, and the parent's own rows for an inheritance parent,
+    # whose reads return its children's; nothing said a child's rows are
+    # captured twice when it is captured next to its parent.
+    admin.execute(FAMILY.format(s=schema))
+    found = {d.name: d for d in source.discover().datasets}
+    assert set(found) == {
+        f"{schema}.measures",
+        f"{schema}.animals",
+        f'{schema}."dogs.old"',
+        f"{schema}.cats",
+    }
+    measures = found[f"{schema}.measures"]
+    assert measures.kind == "table" and measures.primary_key == ("id", "day")
+    assert measures.estimated_rows == 500
+    assert measures.notes == (
+        "partitioned table: a read returns the rows of its 2 partitions, "
+        "which are not listed on their own",
+    )
+    animals = found[f"{schema}.animals"]
+    assert animals.estimated_rows == 22
+    (note,) = animals.notes
+    assert note.startswith(f'inheritance parent of {schema}.cats, {schema}."dogs.old": ')
+    assert "capture it or them, not both" in note and "cdc is refused" in note
+    (note,) = found[f'{schema}."dogs.old"'].notes
+    assert note.startswith(f"inherits from {schema}.animals, whose reads return")
+    assert found[f"{schema}.cats"].estimated_rows == 1

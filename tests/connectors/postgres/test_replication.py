@@ -26,6 +26,7 @@ from combined.connectors.postgres._pgoutput import (
     PgoutputDecoder,
     lsn_to_text,
 )
+from combined.connectors.postgres._publication import drop_publication, ensure_publication
 from combined.connectors.postgres._replication import (
     SESSION_SETTINGS,
     ReplicationStream,
@@ -35,10 +36,8 @@ from combined.connectors.postgres._replication import (
     advance_slot,
     create_slot,
     current_wal_lsn,
-    drop_publication,
     drop_slot,
     emit_heartbeat,
-    ensure_publication,
     require_slot,
     resolve_user_types,
     slot_status,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from psycopg import sql
 
@@ -64,13 +65,21 @@ _NULLABLE_EVIDENCE = (
 
 @dataclass(frozen=True, slots=True)
 class Relation:
-    """One readable relation."""
+    """One readable relation.
+
+    ``reltuples`` is the estimate of what a read returns: for a table with
+    partitions or inheritance children, theirs included. ``parents`` are the
+    tables it inherits from (never a partitioned table: discovery leaves
+    partitions out), ``children`` the tables directly below it.
+    """
 
     oid: int
     schema: str
     table: str
     kind: str
     reltuples: float
+    parents: tuple[str, ...] = ()
+    children: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -104,11 +113,44 @@ def _oid_array(oids: Iterable[int]) -> sql.Composable:
     return sql.SQL("CAST({} AS oid[])").format(sql.Literal(text))
 
 
+# A read of a table with partitions or inheritance children returns theirs
+# too: its estimate sums every table below it that holds rows (a partitioned
+# table holds none; its own reltuples, once analyzed, already is the total).
+_TABLES_BELOW = (
+    "WITH RECURSIVE d(oid, depth) AS (SELECT c.oid, 0 UNION ALL"
+    " SELECT i.inhrelid, d.depth + 1 FROM pg_inherits i JOIN d ON i.inhparent = d.oid"
+    " WHERE d.depth < 64)"
+)
+
+
+def _part(expr: str) -> str:
+    """SQL of :func:`relation_name`'s quoting of one name part."""
+    quoted = f"""'"' || replace({expr}, '"', '""') || '"'"""
+    return f"""CASE WHEN {expr} ~ '[."]' THEN {quoted} ELSE {expr} END"""
+
+
+_NAME_OF_K = f"{_part('kn.nspname::text')} || '.' || {_part('k.relname::text')}"
 _RELATION_COLUMNS = sql.SQL(
     "SELECT c.oid::bigint, n.nspname::text, c.relname::text, c.relkind::text,"
-    " c.reltuples::float8 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " CASE WHEN c.relhassubclass THEN (" + _TABLES_BELOW + " SELECT COALESCE(sum(k.reltuples)"
+    "   FILTER (WHERE k.reltuples >= 0 AND k.relkind <> 'p'), -1)"
+    "   FROM d JOIN pg_class k ON k.oid = d.oid) ELSE c.reltuples END::float8,"
+    " ARRAY(SELECT " + _NAME_OF_K + " FROM pg_inherits i"
+    "   JOIN pg_class k ON k.oid = i.inhparent JOIN pg_namespace kn ON kn.oid = k.relnamespace"
+    "   WHERE i.inhrelid = c.oid AND NOT c.relispartition ORDER BY i.inhseqno),"
+    " ARRAY(SELECT " + _NAME_OF_K + " FROM pg_inherits i"
+    "   JOIN pg_class k ON k.oid = i.inhrelid JOIN pg_namespace kn ON kn.oid = k.relnamespace"
+    "   WHERE i.inhparent = c.oid ORDER BY kn.nspname, k.relname)"
+    " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
     " WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')"
 )
+
+
+def _relation(row: Sequence[Any]) -> Relation:
+    oid, schema, table, kind, reltuples, parents, children = row
+    return Relation(
+        oid, schema, table, kind, reltuples, tuple(parents or ()), tuple(children or ())
+    )
 
 
 def find_relation(session: Session, name: str) -> Relation:
@@ -124,7 +166,7 @@ def find_relation(session: Session, name: str) -> Relation:
             hint="run discovery to see the relations (names are case-sensitive)",
             relation=relation_name(schema, table),
         )
-    return Relation(*rows[0])
+    return _relation(rows[0])
 
 
 def list_relations(session: Session, schemas: Sequence[str]) -> list[Relation]:
@@ -136,7 +178,7 @@ def list_relations(session: Session, schemas: Sequence[str]) -> list[Relation]:
         " AND n.nspname = ANY(CAST({} AS text[])) AND NOT c.relispartition"
         " AND has_table_privilege(c.oid, 'SELECT') ORDER BY 2, 3"
     ).format(sql.Literal(list(schemas)))
-    return [Relation(*r) for r in session.rows(q, "listing relations")]
+    return [_relation(r) for r in session.rows(q, "listing relations")]
 
 
 def columns(session: Session, relids: Iterable[int]) -> dict[int, list[Column]]:
@@ -351,4 +393,37 @@ def describe(
         # reltuples is -1 until the relation is first vacuumed or analyzed; a
         # view has no storage to estimate.
         estimated_rows=int(rel.reltuples) if rel.reltuples >= 0 and rel.kind in "rpmf" else None,
+        notes=notes(rel),
     )
+
+
+def _listed(names: Sequence[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def notes(rel: Relation) -> tuple[str, ...]:
+    """What reading ``rel`` means when other tables' rows are involved.
+
+    A read of a partitioned table or of an inheritance parent returns the
+    rows of every table below it. Partitions are not listed (the table reads
+    them); inheritance children are, since they are tables of their own: a
+    child captured next to its parent is captured twice.
+    """
+    out: list[str] = []
+    if rel.kind == "p":
+        out.append(
+            f"partitioned table: a read returns the rows of its {len(rel.children)} "
+            "partitions, which are not listed on their own"
+        )
+    elif rel.children:
+        out.append(
+            f"inheritance parent of {_listed(rel.children)}: a read returns their rows too, "
+            "so capture it or them, not both; its change stream carries only its own rows, "
+            "so strategy cdc is refused"
+        )
+    if rel.parents:
+        out.append(
+            f"inherits from {_listed(rel.parents)}, whose reads return this table's rows "
+            "too: capture one or the other, not both"
+        )
+    return tuple(out)

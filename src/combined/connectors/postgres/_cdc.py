@@ -1,9 +1,10 @@
 """PostgreSQL change capture: row changes to Arrow batches, and the extraction.
 
-:class:`ChangeBatcher` turns the decoded row changes of one relation into
-bounded Arrow record batches. :class:`CdcExtraction` streams a pgoutput slot
-and yields, in commit order, record batches and, after the records of each
-committed transaction, one ``StateMessage`` per dataset it touched.
+:class:`ChangeBatcher` (in ``_batch``) turns the decoded row changes of one
+relation into bounded Arrow record batches; ``_assemble`` orders them with
+their checkpoints. :class:`CdcExtraction` streams a pgoutput slot and yields,
+in commit order, record batches and, after the records of each committed
+transaction, one ``StateMessage`` per dataset it touched.
 
 The contract with the engine:
 
@@ -37,37 +38,26 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pyarrow as pa
-
 from combined.connectors.abc import BaseExtraction
+from combined.connectors.postgres._assemble import _Assembler
+from combined.connectors.postgres._batch import (
+    CHANGE_COLUMNS,
+    OP_TRUNCATE,
+    UNCHANGED_COLUMN,
+    ChangeBatcher,
+)
 from combined.connectors.postgres._connect import Settings
 from combined.connectors.postgres._pgoutput import (
     Begin,
     Commit,
-    Delete,
-    Insert,
     PgoutputDecoder,
-    PgoutputMessage,
-    Relation,
-    RelationCache,
-    RowChange,
-    StreamAbort,
-    StreamCommit,
-    StreamStart,
-    StreamStop,
-    Truncate,
-    TupleData,
-    Type,
-    Update,
     arrow_type,
     lsn_to_text,
-    text_to_arrow,
     text_to_lsn,
 )
+from combined.connectors.postgres._publication import partition_ancestors, verify_tree
 from combined.connectors.postgres._replication import (
     ReplicationStream,
     advance_slot,
@@ -76,20 +66,13 @@ from combined.connectors.postgres._replication import (
     require_slot,
     resolve_user_types,
 )
-from combined.errors import (
-    ConfigError,
-    ProtocolViolation,
-    SchemaMismatch,
-    SourceError,
-)
+from combined.connectors.postgres._tree import Tree
+from combined.errors import ConfigError, ProtocolViolation, SourceError
 from combined.protocol import (
-    EMITTED_AT_COLUMN,
     OP_COLUMN,
-    POSITION_COLUMN,
     ExtractionAuthority,
     Message,
     RecordBatchMessage,
-    StateMessage,
     TerminalOutcome,
 )
 
@@ -99,233 +82,10 @@ __all__ = [
     "UNCHANGED_COLUMN",
     "CdcExtraction",
     "ChangeBatcher",
+    "_Assembler",
     "arrow_type",
     "lsn_from_state",
 ]
-
-
-#: The op of the one-row marker batch that states a TRUNCATE of the relation.
-OP_TRUNCATE = "truncate"
-#: Per row, the columns whose TOAST value an update left unchanged (and that
-#: the batch therefore holds as null): the lake keeps its value for them.
-UNCHANGED_COLUMN = "_combined_unchanged"
-#: The control columns every change batch carries after the relation's columns.
-CHANGE_COLUMNS = (OP_COLUMN, EMITTED_AT_COLUMN, POSITION_COLUMN, UNCHANGED_COLUMN)
-
-_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_EMITTED_TYPE = pa.timestamp("us", tz="UTC")
-
-
-class ChangeBatcher:
-    """Collect the row changes of one relation into bounded Arrow record batches.
-
-    Values are kept per column in their wire form and converted one column
-    at a time when the batch is built (``pyarrow.compute`` casts of the text
-    form), so memory is bounded by ``batch_rows`` and ``batch_bytes``, never
-    by the size of a transaction. Rows keep log order; the caller flushes when
-    :attr:`full` is true and at the boundaries it needs (commit, truncate,
-    relation change).
-
-    The batch holds the relation's columns, then ``_combined_op``
-    (``insert``/``update``/``delete``), ``_combined_emitted_at`` (commit
-    time), ``_combined_source_position`` (commit LSN as text) and
-    ``_combined_unchanged``. An update that leaves a TOAST value unchanged
-    carries null in that column and names it in ``_combined_unchanged``: the
-    value was not sent and must not overwrite the lake's. When the old row is
-    sent whole (``REPLICA IDENTITY FULL``) the value is taken from it instead.
-    A delete carries the replica identity columns; the others are null. An
-    update that changes the key is a delete of the old key followed by an
-    update of the new one. ``key`` names the dataset's key columns: with it,
-    an update whose old row was sent (a changed replica identity, or every
-    update under ``REPLICA IDENTITY FULL``) is such a pair exactly when a key
-    value differs; without it, only a changed replica identity is.
-
-    ``type_overrides`` maps a user-defined type OID to the built-in OID to
-    read it as (an enum as ``text``, a domain as its base type).
-    """
-
-    def __init__(
-        self,
-        relation: Relation,
-        *,
-        batch_rows: int = 65_536,
-        batch_bytes: int = 64 << 20,
-        type_overrides: Mapping[int, tuple[int, int]] | None = None,
-        key: tuple[str, ...] | None = None,
-    ) -> None:
-        if batch_rows < 1 or batch_bytes < 1:
-            raise ProtocolViolation("batch limits must be positive", hint="pass batch_rows >= 1")
-        self.relation = relation
-        self.batch_rows = batch_rows
-        self.batch_bytes = batch_bytes
-        overrides = type_overrides or {}
-        types = []
-        for c in relation.columns:
-            oid, mod = overrides.get(c.type_oid, (c.type_oid, c.type_modifier))
-            types.append(arrow_type(oid, mod if mod >= 0 else c.type_modifier, column=c.name))
-        self._types = tuple(types)
-        self._names = tuple(c.name for c in relation.columns)
-        #: Positions of the dataset's key columns (None: the key is not known here).
-        self._key_at = (
-            tuple(self._names.index(k) for k in key)
-            if key and all(k in self._names for k in key)
-            else None
-        )
-        fields = [pa.field(n, t) for n, t in zip(self._names, self._types, strict=True)]
-        fields += [
-            pa.field(OP_COLUMN, pa.string(), nullable=False),
-            pa.field(EMITTED_AT_COLUMN, _EMITTED_TYPE),
-            pa.field(POSITION_COLUMN, pa.string()),
-            pa.field(UNCHANGED_COLUMN, pa.list_(pa.string())),
-        ]
-        self.schema = pa.schema(fields)
-        self._reset()
-        self._time_key: datetime | None = None
-        self._time_us = 0
-        self._lsn_key = -1
-        self._lsn_text = ""
-
-    def _reset(self) -> None:
-        self._columns: list[list[bytes | None]] = [[] for _ in self._names]
-        self._ops: list[str] = []
-        self._emitted: list[int] = []
-        self._positions: list[str] = []
-        self._unchanged: list[list[str] | None] = []
-        self._bytes = 0
-
-    @property
-    def rows(self) -> int:
-        """Rows collected since the last flush."""
-        return len(self._ops)
-
-    @property
-    def nbytes(self) -> int:
-        """Wire bytes of the values collected since the last flush."""
-        return self._bytes
-
-    @property
-    def full(self) -> bool:
-        """Whether a row or byte limit is reached and the batch should be flushed."""
-        return len(self._ops) >= self.batch_rows or self._bytes >= self.batch_bytes
-
-    def add(self, change: RowChange, *, commit_lsn: int, commit_time: datetime) -> None:
-        """Append one decoded row change of this relation."""
-        if change.relation_oid != self.relation.oid:
-            raise ProtocolViolation(
-                f"change for relation oid {change.relation_oid} given to the batcher of "
-                f"{self.relation.qualified_name}",
-                hint="route changes by relation oid",
-            )
-        if isinstance(change, Insert):
-            self._row(change.new.values, "insert", None, commit_lsn, commit_time)
-        elif isinstance(change, Delete):
-            self._row(change.old.values, "delete", None, commit_lsn, commit_time)
-        else:
-            self._update(change, commit_lsn, commit_time)
-
-    def _update(self, change: Update, commit_lsn: int, commit_time: datetime) -> None:
-        new, old = change.new, change.old
-        values = new.values
-        unchanged: list[str] | None = None
-        if "u" in new.kinds:
-            filled = list(values)
-            for i, kind in enumerate(new.kinds):
-                if kind != "u":
-                    continue
-                if change.old_kind == "O" and old is not None and old.kinds[i] in "tb":
-                    filled[i] = old.values[i]  # the whole old row was sent: the value is known
-                else:
-                    unchanged = unchanged or []
-                    unchanged.append(self._names[i])
-            values = tuple(filled)
-        if old is not None and self._key_changed(change.old_kind, old, new):
-            # The old key's row is gone. When the update left values unchanged,
-            # the delete names them: they move with the row, from its old key.
-            self._row(old.values, "delete", unchanged, commit_lsn, commit_time)
-        self._row(values, "update", unchanged, commit_lsn, commit_time)
-
-    def _key_changed(self, old_kind: str | None, old: TupleData, new: TupleData) -> bool:
-        """Whether an update whose old row was sent moves the row to another key.
-
-        Under ``REPLICA IDENTITY FULL`` every update sends the whole old row
-        (``O``), whether the key changed or not: only the key's values tell.
-        """
-        if self._key_at is None:
-            return old_kind == "K"
-        return any(
-            new.kinds[i] != "u" and old.kinds[i] != "u" and old.values[i] != new.values[i]
-            for i in self._key_at
-        )
-
-    def _row(
-        self,
-        values: tuple[bytes | None, ...],
-        op: str,
-        unchanged: list[str] | None,
-        commit_lsn: int,
-        commit_time: datetime,
-    ) -> None:
-        if len(values) != len(self._columns):
-            raise SchemaMismatch(
-                f"a row of {self.relation.qualified_name} has {len(values)} columns, "
-                f"its relation message {len(self._columns)}",
-                hint="restart the capture; the stream and its relation cache disagree",
-            )
-        nbytes = 0
-        for column, value in zip(self._columns, values, strict=True):
-            column.append(value)
-            if value is not None:
-                nbytes += len(value)
-        self._bytes += nbytes
-        self._ops.append(op)
-        self._unchanged.append(unchanged)
-        if commit_time is not self._time_key:
-            self._time_key = commit_time
-            self._time_us = (commit_time - _UNIX_EPOCH) // timedelta(microseconds=1)
-        self._emitted.append(self._time_us)
-        if commit_lsn != self._lsn_key:
-            self._lsn_key, self._lsn_text = commit_lsn, lsn_to_text(commit_lsn)
-        self._positions.append(self._lsn_text)
-
-    def flush(self) -> pa.RecordBatch | None:
-        """Build the collected rows into one record batch (``None`` when empty)."""
-        if not self._ops:
-            return None
-        arrays = [
-            text_to_arrow(values, type_, name)
-            for values, type_, name in zip(self._columns, self._types, self._names, strict=True)
-        ]
-        arrays += [
-            pa.array(self._ops, pa.string()),
-            pa.array(self._emitted, pa.int64()).cast(_EMITTED_TYPE),
-            pa.array(self._positions, pa.string()),
-            pa.array(self._unchanged, pa.list_(pa.string())),
-        ]
-        self._reset()
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-
-    def truncate_batch(self, *, commit_lsn: int, commit_time: datetime) -> pa.RecordBatch:
-        """The one-row marker batch of a TRUNCATE: op ``truncate``, every column null.
-
-        Flush the rows collected before it first: the marker's place in the
-        order of batches is the place of the truncate in the log.
-        """
-        n = len(self._names)
-        arrays = [pa.nulls(1, t) for t in self._types]
-        micros = (commit_time - _UNIX_EPOCH) // timedelta(microseconds=1)
-        arrays += [
-            pa.array([OP_TRUNCATE], pa.string()),
-            pa.array([micros], pa.int64()).cast(_EMITTED_TYPE),
-            pa.array([lsn_to_text(commit_lsn)], pa.string()),
-            pa.nulls(1, pa.list_(pa.string())),
-        ]
-        assert len(arrays) == n + len(CHANGE_COLUMNS)
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-
-
-# --------------------------------------------------------------------------
-# Decoded messages -> record batches and state messages, in commit order
-# --------------------------------------------------------------------------
 
 
 def lsn_from_state(state: Mapping[str, Any] | None) -> int | None:
@@ -336,251 +96,6 @@ def lsn_from_state(state: Mapping[str, Any] | None) -> int | None:
     if not isinstance(lsn, str):
         raise ProtocolViolation("a cdc checkpoint state has no lsn", hint='expected {"lsn": "X/Y"}')
     return text_to_lsn(lsn)
-
-
-def _qualified(relation: str) -> str:
-    schema, dot, name = relation.partition(".")
-    return f"{schema}.{name}" if dot else f"public.{schema}"
-
-
-@dataclass(eq=False)
-class _Target:
-    """One captured dataset and what the stream has done for it."""
-
-    dataset: str
-    relation: str
-    start: int  # transactions committed before this LSN are already in the lake
-    key: tuple[str, ...] | None = None
-    oid: int | None = None
-    batcher: ChangeBatcher | None = None
-    committed_rows: int = 0  # leading rows of the batcher whose commit was read
-    pending: Commit | None = None  # the last commit whose state was not emitted yet
-    emitted: int = 0  # LSN of the last state emitted
-    skip: bool = False  # the current transaction is already in the lake
-    touched: bool = False  # the current transaction changed this dataset
-
-
-def _state_value(lsn: str, t: _Target) -> dict[str, Any]:
-    """A dataset's checkpoint: the LSN, and its table's oid when known (``relid``)."""
-    value: dict[str, Any] = {"lsn": lsn, "dataset": t.dataset}
-    if t.oid is not None:
-        value["relid"] = t.oid
-    return value
-
-
-class _Assembler:
-    """Turns decoded pgoutput messages into protocol messages (no I/O).
-
-    Rows accumulate per dataset across transactions; :meth:`drain` flushes
-    them with the state of the last commit. A full batcher is cut at the last
-    commit boundary it holds: committed rows, their state, then the rows of
-    the transaction in progress.
-    """
-
-    def __init__(
-        self,
-        datasets: Mapping[str, str],
-        starts: Mapping[str, int],
-        *,
-        keys: Mapping[str, tuple[str, ...]] | None = None,
-        oids: Mapping[str, int] | None = None,
-        batch_rows: int = 65_536,
-        batch_bytes: int = 64 << 20,
-        resolve_types: Callable[[Iterable[int]], Mapping[int, tuple[int, int]]] | None = None,
-    ) -> None:
-        # ``oids``: each table's oid when its checkpoint was committed; a
-        # relation message under another oid is the table dropped and created
-        # again since, whose rows the lake's copy no longer describes.
-        self._targets = {
-            _qualified(rel): _Target(
-                d, _qualified(rel), starts[d], (keys or {}).get(d), (oids or {}).get(d)
-            )
-            for d, rel in datasets.items()
-        }
-        for t in self._targets.values():
-            t.emitted = t.start
-        self._by_oid: dict[int, _Target] = {}
-        self._cache = RelationCache()
-        self._batch_rows, self._batch_bytes = batch_rows, batch_bytes
-        self._resolve_types = resolve_types
-        self._txn: Begin | None = None
-        #: End LSN of the last commit read (the lowest start before any).
-        self.position = min(starts.values())
-
-    @property
-    def in_transaction(self) -> bool:
-        """Whether a ``Begin`` was read without its ``Commit``."""
-        return self._txn is not None
-
-    def emitted(self, dataset: str) -> int:
-        """The LSN of the last state emitted for ``dataset``."""
-        return next(t.emitted for t in self._targets.values() if t.dataset == dataset)
-
-    def feed(self, msg: PgoutputMessage) -> list[Message]:
-        """Apply one decoded message; return what is ready to be yielded."""
-        if isinstance(msg, Insert | Update | Delete):  # nearly every message: tested first
-            return self._change(msg)
-        if isinstance(msg, Begin):
-            self._txn = msg
-            for t in self._targets.values():
-                t.skip = msg.final_lsn < t.start
-            return []
-        if isinstance(msg, Commit):
-            return self._commit(msg)
-        if isinstance(msg, Relation):
-            return self._relation(msg)
-        if isinstance(msg, Truncate):
-            return self._truncate(msg)
-        if isinstance(msg, Type):
-            self._cache.add_type(msg)
-        elif isinstance(msg, StreamStart | StreamStop | StreamCommit | StreamAbort):
-            raise SourceError(
-                "the slot streams transactions in progress",
-                hint="start replication with proto_version 1 (no streaming option)",
-            )
-        return []  # Origin and logical messages carry nothing to capture
-
-    def _txn_or_fail(self) -> Begin:
-        if self._txn is None:
-            raise SourceError("a change outside a transaction", hint="restart the capture")
-        return self._txn
-
-    def _change(self, msg: RowChange) -> list[Message]:
-        t = self._by_oid.get(msg.relation_oid)
-        if t is None or t.skip:
-            return []
-        txn = self._txn_or_fail()
-        assert t.batcher is not None
-        t.batcher.add(msg, commit_lsn=txn.final_lsn, commit_time=txn.commit_time)
-        t.touched = True
-        return self._cut(t) if t.batcher.full else []
-
-    def _commit(self, msg: Commit) -> list[Message]:
-        for t in self._targets.values():
-            if t.touched:
-                t.pending = msg
-                t.committed_rows = t.batcher.rows if t.batcher else 0
-                t.touched = False
-        self._txn = None
-        self.position = max(self.position, msg.end_lsn)
-        return []
-
-    def _relation(self, msg: Relation) -> list[Message]:
-        changed = self._cache.update(msg)
-        bound = self._by_oid.get(msg.oid)
-        t = self._targets.get(msg.qualified_name)
-        if bound is not None and bound is not t:
-            raise SchemaMismatch(
-                f"captured table {bound.relation!r} was renamed to {msg.qualified_name!r}",
-                hint="declare the dataset under its new name and rerun cdc setup",
-                dataset=bound.dataset,
-            )
-        if t is None:
-            return []
-        if t.oid is not None and t.oid != msg.oid:
-            # The table was dropped and created again: its old rows were never
-            # deleted, and the new one's may have been published only later.
-            raise SourceError(
-                f"captured table {t.relation!r} was dropped and created again",
-                hint="run `combined cdc teardown` then `combined cdc setup` for the source: "
-                "a new slot and a new snapshot close the gap",
-                dataset=t.dataset,
-            )
-        out: list[Message] = []
-        if t.batcher is None or changed:
-            self._check_key(t, msg)
-            if t.batcher is not None:
-                out += self._cut(t)  # rows of the old shape end the batch
-            t.batcher = ChangeBatcher(
-                msg,
-                batch_rows=self._batch_rows,
-                batch_bytes=self._batch_bytes,
-                type_overrides=self._overrides(msg),
-                key=t.key,
-            )
-        t.oid = msg.oid
-        self._by_oid[msg.oid] = t
-        return out
-
-    def _check_key(self, t: _Target, msg: Relation) -> None:
-        if not t.key or msg.replica_identity == "f":
-            return
-        missing = [k for k in t.key if k not in msg.key]
-        if missing:
-            raise SchemaMismatch(
-                f"dataset {t.dataset!r} is keyed on {', '.join(missing)}, "
-                "which deletes do not carry",
-                hint="make the key the replica identity, "
-                f"or ALTER TABLE {t.relation} REPLICA IDENTITY FULL",
-                dataset=t.dataset,
-            )
-
-    def _overrides(self, msg: Relation) -> Mapping[int, tuple[int, int]]:
-        unknown = {c.type_oid for c in msg.columns if c.type_oid >= 16384}
-        if not unknown or self._resolve_types is None:
-            return {}
-        return self._resolve_types(sorted(unknown))
-
-    def _truncate(self, msg: Truncate) -> list[Message]:
-        txn = self._txn_or_fail()
-        out: list[Message] = []
-        for oid in msg.relation_oids:
-            t = self._by_oid.get(oid)
-            if t is None or t.skip or t.batcher is None:
-                continue
-            out += self._cut(t)
-            marker = t.batcher.truncate_batch(commit_lsn=txn.final_lsn, commit_time=txn.commit_time)
-            out.append(RecordBatchMessage(t.dataset, marker))
-            t.touched = True
-        return out
-
-    def _cut(self, t: _Target) -> list[Message]:
-        """Yield ``t``'s rows: committed ones, their state, then the open transaction's."""
-        batch = t.batcher.flush() if t.batcher is not None else None
-        m, out = t.committed_rows, list[Message]()
-        if batch is not None and m > 0:
-            out.append(RecordBatchMessage(t.dataset, batch.slice(0, m)))
-        if t.pending is not None:
-            out.append(self._state(t, t.pending))
-        if batch is not None and batch.num_rows > m:
-            out.append(RecordBatchMessage(t.dataset, batch.slice(m)))
-        t.committed_rows = 0
-        return out
-
-    def _state(self, t: _Target, commit: Commit) -> StateMessage:
-        t.pending = None
-        t.emitted = commit.end_lsn
-        return StateMessage(
-            t.dataset,
-            _state_value(lsn_to_text(commit.end_lsn), t),
-            position=lsn_to_text(commit.commit_lsn),
-            emitted_at=commit.commit_time.isoformat(),
-        )
-
-    def drain(self) -> list[Message]:
-        """Everything committed so far, each dataset's rows followed by its state."""
-        out: list[Message] = []
-        for t in self._targets.values():
-            if t.committed_rows or t.pending is not None:
-                out += self._cut(t)
-        return out
-
-    def states(self, lsn: int, *, final: bool = False) -> list[Message]:
-        """Drain, then a state at ``lsn`` for every dataset not already there.
-
-        ``lsn`` must be a position no unread commit precedes (a commit end, a
-        keepalive's position between transactions, or a bounded run's end).
-        """
-        if self.in_transaction:
-            raise ProtocolViolation("a heartbeat state inside a transaction", hint="a bug")
-        out = self.drain()
-        for t in self._targets.values():
-            at = max(lsn, t.emitted)
-            if at > t.emitted or final:
-                t.emitted = at
-                text = lsn_to_text(at)
-                out.append(StateMessage(t.dataset, _state_value(text, t), text, None, final))
-        return out
 
 
 # --------------------------------------------------------------------------
@@ -605,6 +120,14 @@ class CdcExtraction(BaseExtraction):
     dataset) are checked against the replica identity, which is all a delete
     carries.
 
+    ``trees`` (per dataset) are the tables as :func:`~._publication.verify_tree`
+    found them in step with the checkpoint when the read started. A
+    partitioned table's changes are read from its partitions; before its
+    final state, the run checks again that no partition was attached,
+    detached or dropped meanwhile (and that no table gained inheritance
+    children), and fails otherwise: those move rows without a change in the
+    stream.
+
     While following, a dataset without changes gets a heartbeat state every
     ``heartbeat_interval`` seconds, so that its acknowledgement lets the slot
     move. Rows are flushed when a batch is full, when the stream is idle and
@@ -628,6 +151,7 @@ class CdcExtraction(BaseExtraction):
         end_lsn: int | str | None = None,
         keys: Mapping[str, tuple[str, ...]] | None = None,
         oids: Mapping[str, int] | None = None,
+        trees: Mapping[str, Tree] | None = None,
         batch_rows: int = 65_536,
         batch_bytes: int = 64 << 20,
         stop: Callable[[], bool] | None = None,
@@ -652,6 +176,7 @@ class CdcExtraction(BaseExtraction):
         self._end = end_lsn
         self._keys = keys
         self._oids = oids
+        self._trees = dict(trees or {})
         self._limits = (batch_rows, batch_bytes)
         self._stop, self._timeout = stop, timeout
         self._flush_interval, self._heartbeat_interval = flush_interval, heartbeat_interval
@@ -684,6 +209,8 @@ class CdcExtraction(BaseExtraction):
             batch_rows=self._limits[0],
             batch_bytes=self._limits[1],
             resolve_types=self._resolve_types,
+            trees=self._trees,
+            ancestors=self._ancestors,
         )
         stream = self._stream = ReplicationStream(
             self._settings,
@@ -734,8 +261,33 @@ class CdcExtraction(BaseExtraction):
             if isinstance(msg, Commit) and idle_since - last_flush >= self._flush_interval:
                 yield from self._emit(asm.drain())
                 last_flush = idle_since
+        self._check_trees(asm)
         yield from self._emit(asm.states(final, final=True))
         self.authority.complete()
+
+    def _check_trees(self, asm: _Assembler) -> None:
+        """Fail unless each table's partitions are still those its stream covered.
+
+        The final state records the partitions as they are now: a partition
+        created meanwhile by ``CREATE TABLE ... PARTITION OF`` is known from
+        then on.
+        """
+        for t in asm.targets():
+            if t.tree is None:
+                continue
+            now = verify_tree(
+                self._settings,
+                t.relation,
+                t.tree.record(),
+                when="while the capture streamed",
+                streamed=t.leaves,
+            )
+            if now is not None:
+                t.tree = now
+
+    def _ancestors(self, oid: int) -> tuple[int, ...]:
+        """The partitioned tables above relation ``oid``."""
+        return partition_ancestors(self._settings, oid)
 
     def _nudge(self) -> None:
         """Write a WAL record past a bounded run's end when the server is idle.

@@ -12,7 +12,7 @@ carry an extra transaction id). :class:`RelationCache` keeps the latest
 Column values stay exactly as the wire states them: :class:`TupleData` holds
 one kind per column (``n`` null, ``u`` unchanged TOAST value, ``t`` text,
 ``b`` binary) and the raw bytes of ``t``/``b`` columns. Converting text to
-typed Arrow columns is the job of ``_cdc.ChangeBatcher``, one column at a
+typed Arrow columns is the job of ``_batch.ChangeBatcher``, one column at a
 time. LSNs are plain ints; :func:`lsn_to_text` and :func:`text_to_lsn`
 convert to and from PostgreSQL's ``X/Y`` notation.
 """
@@ -103,7 +103,8 @@ def pg_timestamp(micros: int) -> datetime:
 # The row messages (``TupleData``, ``Insert``, ``Update``, ``Delete``) are not
 # frozen, unlike the others: one is made for every row change, and a frozen
 # dataclass's ``__init__`` (an ``object.__setattr__`` a field) cost ~11% of a
-# change backlog's reading CPU. Nothing changes them after decoding.
+# change backlog's reading CPU. Only the change assembler changes one after
+# decoding: a partition's row becomes its partitioned table's.
 
 
 @dataclass(slots=True, eq=True)

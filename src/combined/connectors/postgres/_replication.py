@@ -1,11 +1,12 @@
 """Logical replication stand-up and management for PostgreSQL change capture.
 
-Everything that talks to the server about publications and slots lives here:
-ordinary SQL through psycopg 3, and the streaming replication protocol
-through psycopg2's ``LogicalReplicationConnection`` (the maintained client of
-that protocol).
+Everything that talks to the server about slots lives here: ordinary SQL
+through psycopg 3, and the streaming replication protocol through
+psycopg2's ``LogicalReplicationConnection`` (the maintained client of that
+protocol). Publications are in :mod:`~combined.connectors.postgres._publication`,
+on this module's connections.
 
-Stand-up order (DESIGN.md section 5): :func:`ensure_publication`, then
+Stand-up order (DESIGN.md section 5): ``ensure_publication``, then
 :func:`create_slot`, which returns a :class:`SlotHandle` holding the slot's
 consistent LSN and its exported snapshot, and has already confirmed that the
 slot retains WAL. The snapshot is read (by the snapshot source, inside
@@ -29,7 +30,7 @@ from __future__ import annotations
 import re
 import select
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -56,7 +57,6 @@ from combined.errors import (
     AuthRejected,
     CombinedError,
     ConfigError,
-    NotFoundError,
     SourceError,
     SourceUnavailable,
 )
@@ -64,7 +64,6 @@ from combined.errors import (
 __all__ = [
     "RECOVER_HINT",
     "SESSION_SETTINGS",
-    "Publication",
     "ReplicationStream",
     "SlotHandle",
     "SlotLost",
@@ -72,12 +71,8 @@ __all__ = [
     "advance_slot",
     "create_slot",
     "current_wal_lsn",
-    "drop_publication",
     "drop_slot",
     "emit_heartbeat",
-    "ensure_publication",
-    "relation_oid",
-    "require_published",
     "require_slot",
     "resolve_user_types",
     "slot_status",
@@ -105,15 +100,6 @@ class SlotLost(SourceError):
 
     Never resumed silently: recovery is a new slot and a new snapshot.
     """
-
-
-@dataclass(frozen=True, slots=True)
-class Publication:
-    """A publication that covers the captured tables."""
-
-    name: str
-    tables: tuple[str, ...]
-    created: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,14 +256,6 @@ def _replication_connect(settings: Settings) -> Any:
         raise _classify(exc, settings, "open a replication connection", connecting=True) from None
 
 
-#: What to do when the role may not create or alter the publication.
-_PUBLICATION_HINT = (
-    "creating a publication takes CREATE on the database and ownership of its tables "
-    "(or a superuser): have such a role run CREATE PUBLICATION for the tables, or grant "
-    "them; setup then verifies the existing publication instead of creating it"
-)
-
-
 def _split(table: str) -> tuple[str, str]:
     schema, dot, name = table.partition(".")
     return (schema, name) if dot else ("public", schema)
@@ -292,90 +270,6 @@ def _check_wal_level(conn: psycopg.Connection[Any]) -> None:
         )
 
 
-def ensure_publication(
-    settings: Settings,
-    name: str,
-    tables: Sequence[str],
-    *,
-    add_missing: bool = False,
-) -> Publication:
-    """Create publication ``name`` for ``tables`` or verify that it covers them.
-
-    ``tables`` are ``schema.table`` (``public`` when no schema is given).
-    Every table needs a replica identity (a primary key, an identity index or
-    ``FULL``): without one the server rejects the application's updates and
-    deletes once the table is published. An existing publication must
-    publish inserts, updates, deletes and truncates; tables it lacks are
-    added only with ``add_missing`` (a table added to a live slot has no
-    snapshot: rerun setup to take one).
-    """
-    wanted = tuple(dict.fromkeys(f"{s}.{t}" for s, t in map(_split, tables)))
-    if not wanted:
-        raise ConfigError("a publication needs at least one table", hint="declare a cdc dataset")
-    with _control(settings, "set up the publication", denied_hint=_PUBLICATION_HINT) as conn:
-        _check_wal_level(conn)
-        for table in wanted:
-            _check_identity(conn, table)
-        row = conn.execute(
-            "SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate "
-            "FROM pg_publication WHERE pubname = %s",
-            (name,),
-        ).fetchone()
-        idents = sql.SQL(", ").join(sql.Identifier(*_split(t)) for t in wanted)
-        if row is None:
-            conn.execute(
-                sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(sql.Identifier(name), idents)
-            )
-            return Publication(name, wanted, created=True)
-        all_tables, *actions = row
-        if not all(actions):
-            raise SourceError(
-                f"publication {name!r} does not publish every kind of change",
-                hint=f"ALTER PUBLICATION {name} SET (publish = 'insert, update, delete, truncate')",
-            )
-        if not all_tables:
-            have = {
-                f"{s}.{t}"
-                for s, t in conn.execute(
-                    "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
-                    (name,),
-                )
-            }
-            missing = [t for t in wanted if t not in have]
-            if missing and not add_missing:
-                raise SourceError(
-                    f"publication {name!r} does not cover {', '.join(missing)}",
-                    hint=f"ALTER PUBLICATION {name} ADD TABLE {', '.join(missing)}; "
-                    "then rerun cdc setup so the added tables get a snapshot",
-                )
-            if missing:
-                conn.execute(
-                    sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
-                        sql.Identifier(name),
-                        sql.SQL(", ").join(sql.Identifier(*_split(t)) for t in missing),
-                    )
-                )
-        return Publication(name, wanted, created=False)
-
-
-def _check_identity(conn: psycopg.Connection[Any], table: str) -> None:
-    row = conn.execute(
-        "SELECT c.relreplident, EXISTS (SELECT 1 FROM pg_index i "
-        "WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident)) "
-        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
-        _split(table),
-    ).fetchone()
-    if row is None:
-        raise NotFoundError(f"table {table!r} not found", hint="check the dataset's relation")
-    identity, has_index = row
-    if identity == "n" or (identity in ("d", "i") and not has_index):
-        raise SourceError(
-            f"table {table!r} has no replica identity",
-            hint=f"add a primary key, or ALTER TABLE {table} REPLICA IDENTITY FULL",
-        )
-
-
 def _publication_exists(settings: Settings, name: str) -> bool:
     """Whether publication ``name`` exists; True when that cannot be told."""
     try:
@@ -386,73 +280,6 @@ def _publication_exists(settings: Settings, name: str) -> bool:
             )
     except SourceError:
         return True  # unreachable: the original failure is the one to report
-
-
-def relation_oid(settings: Settings, table: str) -> int | None:
-    """The oid of ``table`` (``schema.table``) now; None when there is no such table."""
-    schema, relation = _split(table)
-    with _control(settings, "read the captured table's oid") as conn:
-        row = conn.execute(
-            "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relname = %s",
-            (schema, relation),
-        ).fetchone()
-    return None if row is None else int(row[0])
-
-
-def require_published(settings: Settings, name: str, table: str) -> None:
-    """Raise :class:`SourceError` unless publication ``name`` still publishes ``table``.
-
-    The slot streams only the tables its publication covers: a table dropped
-    (and perhaps created again), or taken out of the publication, sends no
-    further change, and a stream read past that point would lose its rows'
-    changes without a word. Only a new snapshot closes that gap.
-    """
-    schema, relation = _split(table)
-    with _control(settings, "read the publication") as conn:
-        row = conn.execute(
-            "SELECT pubinsert AND pubupdate AND pubdelete AND pubtruncate, "
-            "EXISTS (SELECT 1 FROM pg_publication_tables t WHERE t.pubname = p.pubname "
-            "AND t.schemaname = %s AND t.tablename = %s) "
-            "FROM pg_publication p WHERE p.pubname = %s",
-            (schema, relation, name),
-        ).fetchone()
-    if row is None:
-        raise SourceError(
-            f"publication {name!r} of the captured table {table!r} does not exist: "
-            "the slot streams none of its changes",
-            hint=RECOVER_HINT,
-            publication=name,
-        )
-    every_kind, covered = row
-    if not covered:
-        raise SourceError(
-            f"publication {name!r} no longer publishes {table!r} (the table was dropped, "
-            "renamed or removed from the publication): changes since then were not streamed",
-            hint=RECOVER_HINT,
-            publication=name,
-        )
-    if not every_kind:
-        raise SourceError(
-            f"publication {name!r} no longer publishes every kind of change of {table!r}",
-            hint=f"ALTER PUBLICATION {name} SET (publish = 'insert, update, delete, truncate'), "
-            f"then {RECOVER_HINT}",
-            publication=name,
-        )
-
-
-def drop_publication(settings: Settings, name: str) -> bool:
-    """Drop publication ``name``; return whether it existed."""
-    with _control(
-        settings,
-        "drop the publication",
-        denied_hint="drop the publication as its owner or a superuser",
-    ) as conn:
-        row = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
-        if row is None:
-            return False
-        conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(name)))
-        return True
 
 
 class SlotHandle:

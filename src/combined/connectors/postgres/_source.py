@@ -155,7 +155,7 @@ class PostgresSource(BaseSource):
 
     def cdc_setup(self, relation: str) -> str:
         """Create (or verify) the relation's publication; the slot comes with the first read."""
-        from combined.connectors.postgres._replication import ensure_publication
+        from combined.connectors.postgres._publication import ensure_publication
 
         name = slot_name(self.slot_prefix, relation)
         pub = ensure_publication(self.settings, name, [qualified(relation)], add_missing=True)
@@ -172,7 +172,8 @@ class PostgresSource(BaseSource):
 
     def cdc_teardown(self, relation: str) -> str:
         """Drop the relation's slot and publication (WAL is no longer retained for it)."""
-        from combined.connectors.postgres._replication import drop_publication, drop_slot
+        from combined.connectors.postgres._publication import drop_publication
+        from combined.connectors.postgres._replication import drop_slot
 
         name = slot_name(self.slot_prefix, relation)
         slot = drop_slot(self.settings, name)

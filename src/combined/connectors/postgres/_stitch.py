@@ -40,16 +40,19 @@ from combined.connectors.postgres._catalog import parse_relation
 from combined.connectors.postgres._cdc import CdcExtraction, lsn_from_state
 from combined.connectors.postgres._connect import Session, Settings
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
+from combined.connectors.postgres._publication import (
+    ensure_publication,
+    require_published,
+    verify_tree,
+)
 from combined.connectors.postgres._replication import (
     RECOVER_HINT,
     SlotHandle,
     create_slot,
     drop_slot,
-    ensure_publication,
-    relation_oid,
-    require_published,
     require_slot,
 )
+from combined.connectors.postgres._tree import Tree, read_tree
 from combined.errors import ConfigError, SourceError
 from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome
 
@@ -95,7 +98,15 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
     require_slot(settings, name)
     require_published(settings, name, qualified(request.relation))
     relid = (request.state or {}).get("relid")
-    oid = relation_oid(settings, qualified(request.relation))
+    # Partitions attached, detached or dropped since the checkpoint moved rows
+    # that no change in the stream carries.
+    tree = verify_tree(
+        settings,
+        qualified(request.relation),
+        (request.state or {}).get("partitions"),
+        when="since the last capture",
+    )
+    oid = tree.oid if tree is not None else None
     if relid is not None and oid != int(relid):
         raise SourceError(
             f"captured table {qualified(request.relation)!r} was dropped and created again "
@@ -121,6 +132,7 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
         end_lsn=request.options.get("end_lsn", "current"),
         keys={request.dataset: tuple(request.key)},
         oids={request.dataset: oid} if oid is not None else None,
+        trees={request.dataset: tree} if tree is not None else None,
         batch_rows=request.batch_rows,
         stop=stop,
         timeout=request.options.get("timeout"),
@@ -165,7 +177,7 @@ class StitchedSnapshot(BaseExtraction):
                 f"replication slot {self.slot!r} exported no snapshot",
                 hint="the server must support exported snapshots (PostgreSQL 10 or newer)",
             )
-        snapshot_text = _snapshot_text(s, snapshot_id)
+        snapshot_text, tree = _probe_snapshot(s, snapshot_id, qualified(req.relation))
         snap_req = replace(req, strategy="snapshot", state=None, cursor=None)
         self._inner = inner = PostgresExtraction(
             s,
@@ -189,8 +201,10 @@ class StitchedSnapshot(BaseExtraction):
         handle.release_snapshot()
         lsn = handle.consistent_point_text
         state: dict[str, Any] = {"lsn": lsn, "stitched": True}
-        if (oid := relation_oid(s, qualified(req.relation))) is not None:
-            state["relid"] = oid
+        if tree is not None:
+            state["relid"] = tree.oid
+            if tree.partitioned:
+                state["partitions"] = tree.record()
         yield StateMessage(req.dataset, state, position=lsn, final=True)
 
     def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
@@ -201,8 +215,12 @@ class StitchedSnapshot(BaseExtraction):
         return ()
 
 
-def _snapshot_text(settings: Settings, snapshot_id: str) -> str:
-    """``pg_current_snapshot()`` as seen by a session that imports ``snapshot_id``."""
+def _probe_snapshot(settings: Settings, snapshot_id: str, relation: str) -> tuple[str, Tree | None]:
+    """``pg_current_snapshot()`` and ``relation``'s partitions, as the exported snapshot sees them.
+
+    The partitions recorded with the first checkpoint are those the snapshot
+    read: the catalog is read in the same snapshot.
+    """
     from psycopg import sql
 
     session = Session(settings)
@@ -215,7 +233,12 @@ def _snapshot_text(settings: Settings, snapshot_id: str) -> str:
         text: Any = session.rows(
             "SELECT CAST(pg_current_snapshot() AS text)", "reading the snapshot"
         )[0][0]
+
+        def rows(query: sql.Composed) -> list[tuple[Any, ...]]:
+            return session.rows(query, "reading the table's partitions")
+
+        tree = read_tree(rows, *parse_relation(relation))
         session.run("ROLLBACK", "closing the probe")
-        return str(text)
+        return str(text), tree
     finally:
         session.close()

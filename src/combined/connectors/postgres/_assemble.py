@@ -1,0 +1,423 @@
+"""Decoded pgoutput messages into record batches and checkpoints, in commit order.
+
+:class:`_Assembler` does no I/O: :class:`~combined.connectors.postgres._cdc.CdcExtraction`
+reads the stream and feeds it, and hands over what it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from combined.connectors.postgres._batch import ChangeBatcher
+from combined.connectors.postgres._pgoutput import (
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    PgoutputMessage,
+    Relation,
+    RelationCache,
+    RowChange,
+    StreamAbort,
+    StreamCommit,
+    StreamStart,
+    StreamStop,
+    Truncate,
+    TupleData,
+    Type,
+    Update,
+    lsn_to_text,
+)
+from combined.connectors.postgres._tree import Tree, precedes
+from combined.errors import ProtocolViolation, SchemaMismatch, SourceError
+from combined.protocol import Message, RecordBatchMessage, StateMessage
+
+__all__ = ["_Assembler"]
+
+
+def _same_columns(a: Relation, b: Relation) -> bool:
+    """Whether two relations' rows build the same batch (names, types, modifiers)."""
+    return [(c.name, c.type_oid, c.type_modifier) for c in a.columns] == [
+        (c.name, c.type_oid, c.type_modifier) for c in b.columns
+    ]
+
+
+def _reorder(row: TupleData, positions: tuple[int, ...]) -> TupleData:
+    return TupleData(
+        "".join(row.kinds[i] for i in positions), tuple(row.values[i] for i in positions)
+    )
+
+
+def _as_table_row(change: RowChange, oid: int, positions: tuple[int, ...] | None) -> None:
+    """Make a partition's row change the partitioned table's (its oid, its column order).
+
+    Changes the decoded message in place: it is made for this one use.
+    """
+    change.relation_oid = oid
+    if positions is None:
+        return
+    if isinstance(change, Delete):
+        change.old = _reorder(change.old, positions)
+        return
+    change.new = _reorder(change.new, positions)
+    if isinstance(change, Update) and change.old is not None:
+        change.old = _reorder(change.old, positions)
+
+
+def _qualified(relation: str) -> str:
+    schema, dot, name = relation.partition(".")
+    return f"{schema}.{name}" if dot else f"public.{schema}"
+
+
+@dataclass(eq=False)
+class _Target:
+    """One captured dataset and what the stream has done for it."""
+
+    dataset: str
+    relation: str
+    start: int  # transactions committed before this LSN are already in the lake
+    key: tuple[str, ...] | None = None
+    oid: int | None = None
+    batcher: ChangeBatcher | None = None
+    committed_rows: int = 0  # leading rows of the batcher whose commit was read
+    pending: Commit | None = None  # the last commit whose state was not emitted yet
+    emitted: int = 0  # LSN of the last state emitted
+    skip: bool = False  # the current transaction is already in the lake
+    touched: bool = False  # the current transaction changed this dataset
+    tree: Tree | None = None  # the table and its partitions when the read started
+    #: Partitions the stream sent changes of, each with the positions of the
+    #: table's columns in its rows (None: the table's own order).
+    leaves: dict[int, tuple[int, ...] | None] = field(default_factory=dict)
+
+
+def _state_value(lsn: str, t: _Target) -> dict[str, Any]:
+    """A dataset's checkpoint: the LSN, its table's oid when known (``relid``), and,
+    for a partitioned table, its partitions (``partitions``, :meth:`Tree.record`)."""
+    value: dict[str, Any] = {"lsn": lsn, "dataset": t.dataset}
+    if t.oid is not None:
+        value["relid"] = t.oid
+    if t.tree is not None and t.tree.partitioned:
+        value["partitions"] = t.tree.record()
+    return value
+
+
+class _Assembler:
+    """Turns decoded pgoutput messages into protocol messages (no I/O).
+
+    Rows accumulate per dataset across transactions; :meth:`drain` flushes
+    them with the state of the last commit. A full batcher is cut at the last
+    commit boundary it holds: committed rows, their state, then the rows of
+    the transaction in progress.
+
+    A partitioned table's changes come under its partitions' oids and in
+    their column order (``publish_via_partition_root`` off): ``trees`` gives
+    each dataset's table and partitions when the read started, and
+    ``ancestors`` names the partitioned tables above a relation the stream
+    shows that is not among them (a partition created since). Their rows
+    are put in the table's column order, under the table's oid, into the
+    dataset's one batcher.
+    """
+
+    def __init__(
+        self,
+        datasets: Mapping[str, str],
+        starts: Mapping[str, int],
+        *,
+        keys: Mapping[str, tuple[str, ...]] | None = None,
+        oids: Mapping[str, int] | None = None,
+        batch_rows: int = 65_536,
+        batch_bytes: int = 64 << 20,
+        resolve_types: Callable[[Iterable[int]], Mapping[int, tuple[int, int]]] | None = None,
+        trees: Mapping[str, Tree] | None = None,
+        ancestors: Callable[[int], tuple[int, ...]] | None = None,
+    ) -> None:
+        # ``oids``: each table's oid when its checkpoint was committed; a
+        # relation message under another oid is the table dropped and created
+        # again since, whose rows the lake's copy no longer describes.
+        self._targets = {
+            _qualified(rel): _Target(
+                d,
+                _qualified(rel),
+                starts[d],
+                (keys or {}).get(d),
+                (oids or {}).get(d),
+                tree=(trees or {}).get(d),
+            )
+            for d, rel in datasets.items()
+        }
+        self._partitioned: dict[int, _Target] = {}
+        for t in self._targets.values():
+            t.emitted = t.start
+            if t.tree is not None and t.tree.partitioned:
+                t.oid = t.oid if t.oid is not None else t.tree.oid
+                self._partitioned[t.tree.oid] = t
+        self._ancestors = ancestors
+        self._by_oid: dict[int, _Target] = {}
+        self._cache = RelationCache()
+        self._batch_rows, self._batch_bytes = batch_rows, batch_bytes
+        self._resolve_types = resolve_types
+        self._txn: Begin | None = None
+        #: End LSN of the last commit read (the lowest start before any).
+        self.position = min(starts.values())
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether a ``Begin`` was read without its ``Commit``."""
+        return self._txn is not None
+
+    def emitted(self, dataset: str) -> int:
+        """The LSN of the last state emitted for ``dataset``."""
+        return next(t.emitted for t in self._targets.values() if t.dataset == dataset)
+
+    def targets(self) -> list[_Target]:
+        """The captured datasets."""
+        return list(self._targets.values())
+
+    def feed(self, msg: PgoutputMessage) -> list[Message]:
+        """Apply one decoded message; return what is ready to be yielded."""
+        if isinstance(msg, Insert | Update | Delete):  # nearly every message: tested first
+            return self._change(msg)
+        if isinstance(msg, Begin):
+            self._txn = msg
+            for t in self._targets.values():
+                t.skip = msg.final_lsn < t.start
+            return []
+        if isinstance(msg, Commit):
+            return self._commit(msg)
+        if isinstance(msg, Relation):
+            return self._relation(msg)
+        if isinstance(msg, Truncate):
+            return self._truncate(msg)
+        if isinstance(msg, Type):
+            self._cache.add_type(msg)
+        elif isinstance(msg, StreamStart | StreamStop | StreamCommit | StreamAbort):
+            raise SourceError(
+                "the slot streams transactions in progress",
+                hint="start replication with proto_version 1 (no streaming option)",
+            )
+        return []  # Origin and logical messages carry nothing to capture
+
+    def _txn_or_fail(self) -> Begin:
+        if self._txn is None:
+            raise SourceError("a change outside a transaction", hint="restart the capture")
+        return self._txn
+
+    def _change(self, msg: RowChange) -> list[Message]:
+        t = self._by_oid.get(msg.relation_oid)
+        if t is None or t.skip:
+            return []
+        txn = self._txn_or_fail()
+        assert t.batcher is not None
+        if t.leaves and msg.relation_oid in t.leaves:
+            _as_table_row(msg, t.batcher.relation.oid, t.leaves[msg.relation_oid])
+        t.batcher.add(msg, commit_lsn=txn.final_lsn, commit_time=txn.commit_time)
+        t.touched = True
+        return self._cut(t) if t.batcher.full else []
+
+    def _commit(self, msg: Commit) -> list[Message]:
+        for t in self._targets.values():
+            if t.touched:
+                t.pending = msg
+                t.committed_rows = t.batcher.rows if t.batcher else 0
+                t.touched = False
+        self._txn = None
+        self.position = max(self.position, msg.end_lsn)
+        return []
+
+    def _relation(self, msg: Relation) -> list[Message]:
+        changed = self._cache.update(msg)
+        bound = self._by_oid.get(msg.oid)
+        t = self._targets.get(msg.qualified_name)
+        if t is None or t.tree is None or t.tree.partitioned:
+            partitioned = self._partition_of(msg, bound)
+            if partitioned is not None:
+                return self._partition(partitioned, msg)
+        if bound is not None and bound is not t:
+            raise SchemaMismatch(
+                f"captured table {bound.relation!r} was renamed to {msg.qualified_name!r}",
+                hint="declare the dataset under its new name and rerun cdc setup",
+                dataset=bound.dataset,
+            )
+        if t is None:
+            return []
+        if t.oid is not None and t.oid != msg.oid:
+            # The table was dropped and created again: its old rows were never
+            # deleted, and the new one's may have been published only later.
+            raise SourceError(
+                f"captured table {t.relation!r} was dropped and created again",
+                hint="run `combined cdc teardown` then `combined cdc setup` for the source: "
+                "a new slot and a new snapshot close the gap",
+                dataset=t.dataset,
+            )
+        out: list[Message] = []
+        if t.batcher is None or changed:
+            self._check_key(t, msg)
+            if t.batcher is not None:
+                out += self._cut(t)  # rows of the old shape end the batch
+            t.batcher = ChangeBatcher(
+                msg,
+                batch_rows=self._batch_rows,
+                batch_bytes=self._batch_bytes,
+                type_overrides=self._overrides(msg),
+                key=t.key,
+            )
+        t.oid = msg.oid
+        self._by_oid[msg.oid] = t
+        return out
+
+    def _partition_of(self, msg: Relation, bound: _Target | None) -> _Target | None:
+        """The partitioned dataset ``msg`` is a partition of, if any."""
+        if bound is not None:
+            return bound if msg.oid in bound.leaves else None
+        if not self._partitioned or msg.oid in self._partitioned:
+            return None
+        for t in self._partitioned.values():
+            if t.tree is not None and msg.oid in t.tree.leaves:
+                return t
+        if self._ancestors is None:
+            return None
+        # A partition created since the read started, or no partition of ours.
+        return next(
+            (self._partitioned[o] for o in self._ancestors(msg.oid) if o in self._partitioned),
+            None,
+        )
+
+    def _partition(self, t: _Target, msg: Relation) -> list[Message]:
+        """Route partition ``msg`` to ``t``: its columns in the table's order, one batcher."""
+        assert t.tree is not None and t.oid is not None
+        self._check_key(t, msg)
+        names = [c.name for c in msg.columns]
+        # The table's order; a column the read did not know yet (added since) at the end.
+        order = [n for n in t.tree.columns if n in names] + [
+            n for n in names if n not in t.tree.columns
+        ]
+        at = {n: i for i, n in enumerate(names)}
+        positions = tuple(at[n] for n in order)
+        schema, _, table = t.relation.partition(".")
+        shaped = Relation(
+            t.oid, schema, table, msg.replica_identity, tuple(msg.columns[i] for i in positions)
+        )
+        out: list[Message] = []
+        if t.batcher is None or not _same_columns(t.batcher.relation, shaped):
+            if t.batcher is not None:
+                out += self._cut(t)  # rows of the old shape end the batch
+            t.batcher = ChangeBatcher(
+                shaped,
+                batch_rows=self._batch_rows,
+                batch_bytes=self._batch_bytes,
+                type_overrides=self._overrides(shaped),
+                key=t.key,
+            )
+        t.leaves[msg.oid] = None if positions == tuple(range(len(names))) else positions
+        self._by_oid[msg.oid] = t
+        return out
+
+    def _check_key(self, t: _Target, msg: Relation) -> None:
+        if not t.key or msg.replica_identity == "f":
+            return
+        missing = [k for k in t.key if k not in msg.key]
+        if missing:
+            raise SchemaMismatch(
+                f"dataset {t.dataset!r} is keyed on {', '.join(missing)}, "
+                "which deletes do not carry",
+                hint="make the key the replica identity, "
+                f"or ALTER TABLE {msg.qualified_name} REPLICA IDENTITY FULL",
+                dataset=t.dataset,
+            )
+
+    def _overrides(self, msg: Relation) -> Mapping[int, tuple[int, int]]:
+        unknown = {c.type_oid for c in msg.columns if c.type_oid >= 16384}
+        if not unknown or self._resolve_types is None:
+            return {}
+        return self._resolve_types(sorted(unknown))
+
+    def _truncate(self, msg: Truncate) -> list[Message]:
+        txn = self._txn_or_fail()
+        out: list[Message] = []
+        hit: dict[str, _Target] = {}
+        for oid in msg.relation_oids:
+            t = self._by_oid.get(oid)
+            if t is not None and not t.skip and t.batcher is not None:
+                hit.setdefault(t.dataset, t)
+        for t in hit.values():
+            assert t.batcher is not None
+            if t.leaves and t.oid not in msg.relation_oids:
+                self._check_whole(t, set(msg.relation_oids), txn)
+            out += self._cut(t)
+            marker = t.batcher.truncate_batch(commit_lsn=txn.final_lsn, commit_time=txn.commit_time)
+            out.append(RecordBatchMessage(t.dataset, marker))
+            t.touched = True
+        return out
+
+    def _check_whole(self, t: _Target, truncated: set[int], txn: Begin) -> None:
+        """Raise unless a truncate of ``t``'s partitions emptied the whole table.
+
+        ``TRUNCATE`` of a partitioned table names every partition; one that
+        leaves a partition out truncated some partitions only, whose rows
+        the lake cannot tell apart. Partitions linked after the truncating
+        transaction began (by xid) may be missing from it.
+        """
+        assert t.tree is not None
+        required = {
+            link.child for link in t.tree.links if link.kind != "p" and precedes(link.xmin, txn.xid)
+        }
+        missing = (required | set(t.leaves)) - truncated
+        if missing:
+            raise SourceError(
+                f"a partition of captured table {t.relation!r} was truncated on its own: "
+                "the lake cannot tell its rows from the other partitions'",
+                hint="run `combined cdc teardown` then `combined cdc setup` for the source: "
+                "a new snapshot takes the table as it is now; truncate the partitioned "
+                "table itself, or delete the partition's rows, to keep streaming",
+                dataset=t.dataset,
+            )
+
+    def _cut(self, t: _Target) -> list[Message]:
+        """Yield ``t``'s rows: committed ones, their state, then the open transaction's."""
+        batch = t.batcher.flush() if t.batcher is not None else None
+        m, out = t.committed_rows, list[Message]()
+        if batch is not None and m > 0:
+            out.append(RecordBatchMessage(t.dataset, batch.slice(0, m)))
+        if t.pending is not None:
+            out.append(self._state(t, t.pending))
+        if batch is not None and batch.num_rows > m:
+            out.append(RecordBatchMessage(t.dataset, batch.slice(m)))
+        t.committed_rows = 0
+        return out
+
+    def _state(self, t: _Target, commit: Commit) -> StateMessage:
+        t.pending = None
+        t.emitted = commit.end_lsn
+        return StateMessage(
+            t.dataset,
+            _state_value(lsn_to_text(commit.end_lsn), t),
+            position=lsn_to_text(commit.commit_lsn),
+            emitted_at=commit.commit_time.isoformat(),
+        )
+
+    def drain(self) -> list[Message]:
+        """Everything committed so far, each dataset's rows followed by its state."""
+        out: list[Message] = []
+        for t in self._targets.values():
+            if t.committed_rows or t.pending is not None:
+                out += self._cut(t)
+        return out
+
+    def states(self, lsn: int, *, final: bool = False) -> list[Message]:
+        """Drain, then a state at ``lsn`` for every dataset not already there.
+
+        ``lsn`` must be a position no unread commit precedes (a commit end, a
+        keepalive's position between transactions, or a bounded run's end).
+        """
+        if self.in_transaction:
+            raise ProtocolViolation("a heartbeat state inside a transaction", hint="a bug")
+        out = self.drain()
+        for t in self._targets.values():
+            at = max(lsn, t.emitted)
+            if at > t.emitted or final:
+                t.emitted = at
+                text = lsn_to_text(at)
+                out.append(StateMessage(t.dataset, _state_value(text, t), text, None, final))
+        return out

@@ -1,0 +1,247 @@
+"""Decoded row changes of one relation into bounded Arrow record batches.
+
+See :mod:`~combined.connectors.postgres._cdc` for what the batches mean to
+the engine (ops, truncate markers, ``_combined_unchanged``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+
+from combined.connectors.postgres._pgoutput import (
+    Delete,
+    Insert,
+    Relation,
+    RowChange,
+    TupleData,
+    Update,
+    arrow_type,
+    lsn_to_text,
+    text_to_arrow,
+)
+from combined.errors import ProtocolViolation, SchemaMismatch
+from combined.protocol import EMITTED_AT_COLUMN, OP_COLUMN, POSITION_COLUMN
+
+__all__ = ["CHANGE_COLUMNS", "OP_TRUNCATE", "UNCHANGED_COLUMN", "ChangeBatcher"]
+
+
+#: The op of the one-row marker batch that states a TRUNCATE of the relation.
+OP_TRUNCATE = "truncate"
+#: Per row, the columns whose TOAST value an update left unchanged (and that
+#: the batch therefore holds as null): the lake keeps its value for them.
+UNCHANGED_COLUMN = "_combined_unchanged"
+#: The control columns every change batch carries after the relation's columns.
+CHANGE_COLUMNS = (OP_COLUMN, EMITTED_AT_COLUMN, POSITION_COLUMN, UNCHANGED_COLUMN)
+
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EMITTED_TYPE = pa.timestamp("us", tz="UTC")
+
+
+class ChangeBatcher:
+    """Collect the row changes of one relation into bounded Arrow record batches.
+
+    Values are kept per column in their wire form and converted one column
+    at a time when the batch is built (``pyarrow.compute`` casts of the text
+    form), so memory is bounded by ``batch_rows`` and ``batch_bytes``, never
+    by the size of a transaction. Rows keep log order; the caller flushes when
+    :attr:`full` is true and at the boundaries it needs (commit, truncate,
+    relation change).
+
+    The batch holds the relation's columns, then ``_combined_op``
+    (``insert``/``update``/``delete``), ``_combined_emitted_at`` (commit
+    time), ``_combined_source_position`` (commit LSN as text) and
+    ``_combined_unchanged``. An update that leaves a TOAST value unchanged
+    carries null in that column and names it in ``_combined_unchanged``: the
+    value was not sent and must not overwrite the lake's. When the old row is
+    sent whole (``REPLICA IDENTITY FULL``) the value is taken from it instead.
+    A delete carries the replica identity columns; the others are null. An
+    update that changes the key is a delete of the old key followed by an
+    update of the new one. ``key`` names the dataset's key columns: with it,
+    an update whose old row was sent (a changed replica identity, or every
+    update under ``REPLICA IDENTITY FULL``) is such a pair exactly when a key
+    value differs; without it, only a changed replica identity is.
+
+    ``type_overrides`` maps a user-defined type OID to the built-in OID to
+    read it as (an enum as ``text``, a domain as its base type).
+    """
+
+    def __init__(
+        self,
+        relation: Relation,
+        *,
+        batch_rows: int = 65_536,
+        batch_bytes: int = 64 << 20,
+        type_overrides: Mapping[int, tuple[int, int]] | None = None,
+        key: tuple[str, ...] | None = None,
+    ) -> None:
+        if batch_rows < 1 or batch_bytes < 1:
+            raise ProtocolViolation("batch limits must be positive", hint="pass batch_rows >= 1")
+        self.relation = relation
+        self.batch_rows = batch_rows
+        self.batch_bytes = batch_bytes
+        overrides = type_overrides or {}
+        types = []
+        for c in relation.columns:
+            oid, mod = overrides.get(c.type_oid, (c.type_oid, c.type_modifier))
+            types.append(arrow_type(oid, mod if mod >= 0 else c.type_modifier, column=c.name))
+        self._types = tuple(types)
+        self._names = tuple(c.name for c in relation.columns)
+        #: Positions of the dataset's key columns (None: the key is not known here).
+        self._key_at = (
+            tuple(self._names.index(k) for k in key)
+            if key and all(k in self._names for k in key)
+            else None
+        )
+        fields = [pa.field(n, t) for n, t in zip(self._names, self._types, strict=True)]
+        fields += [
+            pa.field(OP_COLUMN, pa.string(), nullable=False),
+            pa.field(EMITTED_AT_COLUMN, _EMITTED_TYPE),
+            pa.field(POSITION_COLUMN, pa.string()),
+            pa.field(UNCHANGED_COLUMN, pa.list_(pa.string())),
+        ]
+        self.schema = pa.schema(fields)
+        self._reset()
+        self._time_key: datetime | None = None
+        self._time_us = 0
+        self._lsn_key = -1
+        self._lsn_text = ""
+
+    def _reset(self) -> None:
+        self._columns: list[list[bytes | None]] = [[] for _ in self._names]
+        self._ops: list[str] = []
+        self._emitted: list[int] = []
+        self._positions: list[str] = []
+        self._unchanged: list[list[str] | None] = []
+        self._bytes = 0
+
+    @property
+    def rows(self) -> int:
+        """Rows collected since the last flush."""
+        return len(self._ops)
+
+    @property
+    def nbytes(self) -> int:
+        """Wire bytes of the values collected since the last flush."""
+        return self._bytes
+
+    @property
+    def full(self) -> bool:
+        """Whether a row or byte limit is reached and the batch should be flushed."""
+        return len(self._ops) >= self.batch_rows or self._bytes >= self.batch_bytes
+
+    def add(self, change: RowChange, *, commit_lsn: int, commit_time: datetime) -> None:
+        """Append one decoded row change of this relation."""
+        if change.relation_oid != self.relation.oid:
+            raise ProtocolViolation(
+                f"change for relation oid {change.relation_oid} given to the batcher of "
+                f"{self.relation.qualified_name}",
+                hint="route changes by relation oid",
+            )
+        if isinstance(change, Insert):
+            self._row(change.new.values, "insert", None, commit_lsn, commit_time)
+        elif isinstance(change, Delete):
+            self._row(change.old.values, "delete", None, commit_lsn, commit_time)
+        else:
+            self._update(change, commit_lsn, commit_time)
+
+    def _update(self, change: Update, commit_lsn: int, commit_time: datetime) -> None:
+        new, old = change.new, change.old
+        values = new.values
+        unchanged: list[str] | None = None
+        if "u" in new.kinds:
+            filled = list(values)
+            for i, kind in enumerate(new.kinds):
+                if kind != "u":
+                    continue
+                if change.old_kind == "O" and old is not None and old.kinds[i] in "tb":
+                    filled[i] = old.values[i]  # the whole old row was sent: the value is known
+                else:
+                    unchanged = unchanged or []
+                    unchanged.append(self._names[i])
+            values = tuple(filled)
+        if old is not None and self._key_changed(change.old_kind, old, new):
+            # The old key's row is gone. When the update left values unchanged,
+            # the delete names them: they move with the row, from its old key.
+            self._row(old.values, "delete", unchanged, commit_lsn, commit_time)
+        self._row(values, "update", unchanged, commit_lsn, commit_time)
+
+    def _key_changed(self, old_kind: str | None, old: TupleData, new: TupleData) -> bool:
+        """Whether an update whose old row was sent moves the row to another key.
+
+        Under ``REPLICA IDENTITY FULL`` every update sends the whole old row
+        (``O``), whether the key changed or not: only the key's values tell.
+        """
+        if self._key_at is None:
+            return old_kind == "K"
+        return any(
+            new.kinds[i] != "u" and old.kinds[i] != "u" and old.values[i] != new.values[i]
+            for i in self._key_at
+        )
+
+    def _row(
+        self,
+        values: tuple[bytes | None, ...],
+        op: str,
+        unchanged: list[str] | None,
+        commit_lsn: int,
+        commit_time: datetime,
+    ) -> None:
+        if len(values) != len(self._columns):
+            raise SchemaMismatch(
+                f"a row of {self.relation.qualified_name} has {len(values)} columns, "
+                f"its relation message {len(self._columns)}",
+                hint="restart the capture; the stream and its relation cache disagree",
+            )
+        nbytes = 0
+        for column, value in zip(self._columns, values, strict=True):
+            column.append(value)
+            if value is not None:
+                nbytes += len(value)
+        self._bytes += nbytes
+        self._ops.append(op)
+        self._unchanged.append(unchanged)
+        if commit_time is not self._time_key:
+            self._time_key = commit_time
+            self._time_us = (commit_time - _UNIX_EPOCH) // timedelta(microseconds=1)
+        self._emitted.append(self._time_us)
+        if commit_lsn != self._lsn_key:
+            self._lsn_key, self._lsn_text = commit_lsn, lsn_to_text(commit_lsn)
+        self._positions.append(self._lsn_text)
+
+    def flush(self) -> pa.RecordBatch | None:
+        """Build the collected rows into one record batch (``None`` when empty)."""
+        if not self._ops:
+            return None
+        arrays = [
+            text_to_arrow(values, type_, name)
+            for values, type_, name in zip(self._columns, self._types, self._names, strict=True)
+        ]
+        arrays += [
+            pa.array(self._ops, pa.string()),
+            pa.array(self._emitted, pa.int64()).cast(_EMITTED_TYPE),
+            pa.array(self._positions, pa.string()),
+            pa.array(self._unchanged, pa.list_(pa.string())),
+        ]
+        self._reset()
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def truncate_batch(self, *, commit_lsn: int, commit_time: datetime) -> pa.RecordBatch:
+        """The one-row marker batch of a TRUNCATE: op ``truncate``, every column null.
+
+        Flush the rows collected before it first: the marker's place in the
+        order of batches is the place of the truncate in the log.
+        """
+        n = len(self._names)
+        arrays = [pa.nulls(1, t) for t in self._types]
+        micros = (commit_time - _UNIX_EPOCH) // timedelta(microseconds=1)
+        arrays += [
+            pa.array([OP_TRUNCATE], pa.string()),
+            pa.array([micros], pa.int64()).cast(_EMITTED_TYPE),
+            pa.array([lsn_to_text(commit_lsn)], pa.string()),
+            pa.nulls(1, pa.list_(pa.string())),
+        ]
+        assert len(arrays) == n + len(CHANGE_COLUMNS)
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
