@@ -227,7 +227,8 @@ def discover(
     with _session(project) as engine:
         found = engine.discover(source)
     for d in found.datasets:
-        t = Table(title=f"{d.name} ({d.kind}, ~{d.estimated_rows} rows)", title_justify="left")
+        rows = "" if d.estimated_rows is None else f", ~{d.estimated_rows} rows"
+        t = Table(title=f"{d.name} ({d.kind}{rows})", title_justify="left")
         t.add_column("field")
         t.add_column("type")
         t.add_column("source type")
@@ -235,10 +236,12 @@ def discover(
         for f in d.fields:
             t.add_row(f.name, f.arrow_type, f.source_type, "pk" if f.name in d.primary_key else "")
         console.print(t)
+        for note in d.notes:
+            console.print(f"  note: {note}", markup=False)
+        for k in d.key_candidates:
+            console.print(f"  key candidate {', '.join(k.columns)}: {k.evidence}", markup=False)
         for c in d.cursor_candidates:
             console.print(f"  cursor candidate {c.column}: {c.evidence}")
-        for note in d.notes:
-            console.print(f"  note: {note}")
 
 
 @app.command()

@@ -19,7 +19,7 @@ from combined.config import (
     redact_config,
     resolve_secrets,
 )
-from combined.connectors import check_config, connector_class, sweep_private_dirs
+from combined.connectors import check_config, check_strategy, connector_class, sweep_private_dirs
 from combined.delivery import Limits
 from combined.errors import ConfigError, NotFoundError, ProtocolViolation
 from combined.lake import LakeLayout
@@ -179,6 +179,9 @@ class Engine:
         src = self.project.source(source)
         cls = connector_class(src.connector)
         check_config(cls, src.config, where=f"sources.{source}.config")
+        for name, d in src.datasets.items():
+            # Refused at check time, not at the read: capabilities are class constants.
+            check_strategy(cls, d.strategy, where=f"sources.{source}.datasets.{name}")
         return cls
 
     def _declare(self, source: str) -> None:

@@ -83,6 +83,26 @@ def test_a_commented_source_loads_once_uncommented(
     assert project.dataset(source, dataset).strategy == strategy
 
 
+def test_the_files_example_loads_once_uncommented(tmp_path: Path) -> None:
+    from combined.connectors import check_config, check_strategy, connector_class
+
+    block = re.search(
+        r"^# BEGIN files example\n(.*?)^# END files example\n",
+        EXAMPLE_PROJECT,
+        flags=re.DOTALL | re.MULTILINE,
+    )
+    assert block is not None
+    uncommented = "".join(line[1:] + "\n" for line in block.group(1).splitlines())
+    (tmp_path / "combined.yaml").write_text(EXAMPLE_PROJECT.replace(block.group(0), uncommented))
+    project = load_project(tmp_path)
+    found = project.source("exports")
+    cls = connector_class("files")
+    check_config(cls, found.config)
+    for name, dataset in found.datasets.items():
+        check_strategy(cls, dataset.strategy, where=name)
+    cls(found.config).close()  # the declared types are ones DuckDB knows
+
+
 def test_write_example_refuses_to_overwrite(tmp_path: Path) -> None:
     path = tmp_path / "combined.yaml"
     path.write_text("mine\n")

@@ -26,6 +26,7 @@ CASES: dict[str, tuple[type[Source], dict[str, Any], str, str]] = {
     "singer": (SingerSource, {"command": "tap-x"}, "idle_timout", "idle_timeout"),
     "airbyte": (AirbyteSource, {"command": "source-x"}, "max_line_byte", "max_line_bytes"),
     "memory": (InMemorySource, {"tables": {}}, "key", "keys"),
+    "files": (connector_class("files"), {"path": "exports"}, "delimeter", "delimiter"),
 }
 
 

@@ -152,11 +152,34 @@ sources:
 #          column: updated_at     # the stream's cursor field
 #          trust: "source-github's issues cursor is updated_at; deletes are not seen"
 # END airbyte example
+
+# BEGIN files example
+#  exports:
+#    connector: files             # local CSV, Parquet or JSON files (see docs/files.md)
+#    config:
+#      path: ./exports            # the directory, relative to this file
+#      files:                     # named file sets; a dataset's relation names one
+#        orders:
+#          glob: "orders/*.csv"   # format from the extension, or `format: csv`
+#          delimiter: ";"
+#          # Declared types do not change with the data; undeclared ones are
+#          # inferred at each capture, and a change is drift under the policy.
+#          columns: {id: BIGINT, zip: VARCHAR, total: "DECIMAL(12,2)"}
+#        events:
+#          glob: "events/**/*.parquet"
+#          allow_empty: true      # no file is a real state (else no file is refused)
+#    datasets:
+#      orders:
+#        key: [id]                # files enforce no key: `combined discover exports` shows evidence
+#      events:
+#        key: [event_id]
+#        control_sum: amount      # parquet row counts come from the footers; this sums a column
+# END files example
 """
 """A commented ``combined.yaml`` that loads as it is.
 
 The lines between ``# BEGIN postgres example`` and ``# END postgres example``
-(and the ``mariadb``, ``singer`` and ``airbyte`` ones) are a source that loads too once
+(and the ``mariadb``, ``singer``, ``airbyte`` and ``files`` ones) are a source that loads too once
 their leading ``#`` is removed.
 """
 

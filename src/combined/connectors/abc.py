@@ -58,6 +58,14 @@ class CursorCandidate:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyCandidate:
+    """Columns that could serve as a key where the source declares none, with the evidence."""
+
+    columns: tuple[str, ...]
+    evidence: str
+
+
+@dataclass(frozen=True, slots=True)
 class DatasetDiscovery:
     """What a connector knows about one relation of the source."""
 
@@ -71,8 +79,10 @@ class DatasetDiscovery:
     strategies: tuple[Strategy, ...] = ("snapshot",)
     sync_modes: tuple[SyncMode, ...] = ("incremental", "append", "full_refresh")
     estimated_rows: int | None = None
-    #: What a user should know before capturing it (e.g. that a read of it
-    #: includes another listed relation's rows), one sentence each.
+    #: Keys the data suggests where the source enforces none (files), with evidence.
+    key_candidates: tuple[KeyCandidate, ...] = ()
+    #: What a user should know before capturing it, one sentence each: that a
+    #: read of it includes another listed relation's rows, the files it matched.
     notes: tuple[str, ...] = ()
 
 
@@ -369,14 +379,32 @@ class BaseSource(abc.ABC):
 
     def strategies(self) -> Sequence[Strategy]:
         """The strategies this connector's capabilities allow."""
-        out: list[Strategy] = []
-        if self.SUPPORTS_SNAPSHOT:
-            out.append("snapshot")
-        if self.SUPPORTS_CURSOR:
-            out.append("cursor")
-        if self.SUPPORTS_CDC:
-            out.append("cdc")
-        return out
+        return list(supported_strategies(type(self)))
+
+
+def supported_strategies(connector: type[Source]) -> tuple[Strategy, ...]:
+    """The capture strategies ``connector``'s capability constants allow."""
+    flags: tuple[tuple[Strategy, bool], ...] = (
+        ("snapshot", connector.SUPPORTS_SNAPSHOT),
+        ("cursor", connector.SUPPORTS_CURSOR),
+        ("cdc", connector.SUPPORTS_CDC),
+    )
+    return tuple(strategy for strategy, supported in flags if supported)
+
+
+def check_strategy(connector: type[Source], strategy: str, *, where: str) -> None:
+    """Refuse a dataset whose strategy ``connector`` does not implement, before any read.
+
+    ``where`` names the dataset in the project file (``sources.shop.datasets.orders``).
+    """
+    allowed = supported_strategies(connector)
+    if strategy not in allowed:
+        raise ConfigError(
+            f"{where}.strategy is {strategy}, which the {connector.name} connector does not read",
+            hint=f"use strategy: {' or '.join(allowed)}",
+            connector=connector.name,
+            strategy=strategy,
+        )
 
 
 def check_config(connector: type[Source], config: Mapping[str, Any], *, where: str = "") -> None:

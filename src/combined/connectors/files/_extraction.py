@@ -1,0 +1,202 @@
+"""One read of a file set: list, stream exactly that list, prove it unchanged."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from combined.connectors._shared import ControlTotals
+from combined.connectors.abc import BaseExtraction, ReadRequest
+from combined.connectors.files import _scan
+from combined.connectors.files._listing import LISTING_AUTHORITY, Listing, list_files
+from combined.connectors.files._settings import FileSet, Format
+from combined.errors import ConfigError, ProtocolViolation, SchemaMismatch, SourceError
+from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome, utcnow
+
+
+def empty_match(file_set: FileSet, root: Path, dataset: str) -> SourceError:
+    """The refusal of a read whose glob matched no file (it may not be empty)."""
+    where = f"files.{file_set.name}" if file_set.declared else "a file set under config.files"
+    return SourceError(
+        f"{file_set.glob!r} matches no file under {str(root)!r}: an empty snapshot would "
+        f"delete every row of dataset {dataset!r}, so nothing was read",
+        hint=f"check the glob and the source's path; if no file is a real state, set "
+        f"`allow_empty: true` in {where}",
+        relation=file_set.name,
+        glob=file_set.glob,
+    )
+
+
+class FilesExtraction(BaseExtraction):
+    """A snapshot read of one file set through DuckDB, in bounded Arrow batches.
+
+    Iterating lists the files, reads exactly that list and stats it again
+    once every row is read: a changed or vanished file fails the read as
+    transient before its final state, so nothing of it is committed. The
+    verified listing is the read's snapshot: its digest is the receipt's
+    source token. Iterating twice, or after :meth:`finish`, is a
+    :class:`~combined.errors.ProtocolViolation`.
+    """
+
+    def __init__(
+        self, *, root: Path, file_set: FileSet, request: ReadRequest, control: bool | str
+    ) -> None:
+        super().__init__()
+        self._root = root
+        self._set = file_set
+        self._request = request
+        self._control_ask = control
+        self._control: ControlTotals | None = None
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._guard = threading.Lock()
+        self._started = False
+        self._finished = False
+
+    @property
+    def control_totals(self) -> ControlTotals | None:
+        """Rows counted from Parquet footers (and a sum when asked), once the read ends.
+
+        None for CSV and JSON without a ``control_sum``: counting their rows
+        would parse every file a second time with the same reader.
+        """
+        return self._control
+
+    def _claim(self) -> duckdb.DuckDBPyConnection:
+        with self._guard:
+            if self._finished:
+                raise ProtocolViolation(
+                    "the extraction is finished", hint="start a new read to read again"
+                )
+            if self._started:
+                raise ProtocolViolation(
+                    "the extraction was already read", hint="start a new read for another pass"
+                )
+            self._started = True
+            self._con = _scan.connect()
+            return self._con
+
+    def _live(self) -> None:
+        if self._finished:
+            raise ProtocolViolation(
+                "the extraction is finished", hint="start a new read to read again"
+            )
+
+    def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
+        with self._guard:
+            self._finished = True
+            con, self._con = self._con, None
+        if con is not None:
+            con.close()
+        return ()
+
+    def _messages(self) -> Iterator[Message]:
+        con = self._claim()
+        request = self._request
+        relation = self._set.name
+        self.authority.acquire()
+        listed_at = utcnow()
+        listing = list_files(self._root, self._set.glob, relation)
+        fmt: Format = "csv"
+        try:
+            if not listing.entries:
+                if not self._set.allow_empty:
+                    raise empty_match(self._set, self._root, request.dataset)
+            else:
+                fmt = self._set.format_for([e.name for e in listing.entries])
+                yield from self._batches(con, fmt, listing)
+                self._control = self._totals(con, fmt, listing)
+        except (*_scan.DUCKDB_ERRORS, pa.ArrowException, OSError) as exc:
+            # A file that changed under the reader explains any parse failure.
+            listing.verify(relation)
+            error = _scan.translate(exc, listing, relation)
+            if isinstance(error, SchemaMismatch) and "file" not in error.context:
+                # Some failures (a JSON line that is no object) name no file.
+                name = _scan.locate(con, self._set, fmt, listing)
+                if name is not None:
+                    error = SchemaMismatch(
+                        f"file {name!r}: {error.message}",
+                        hint=error.hint,
+                        **{**error.context, "file": name},
+                    )
+            raise error from exc
+        except SourceError:
+            listing.verify(relation)
+            raise
+        listing.verify(relation)
+        self.authority.acquire_snapshot(LISTING_AUTHORITY, listing.token(), at=listed_at)
+        self.authority.complete()
+        yield StateMessage(request.dataset, {}, final=True)
+
+    def _batches(
+        self, con: duckdb.DuckDBPyConnection, fmt: Format, listing: Listing
+    ) -> Iterator[Message]:
+        request = self._request
+        if fmt == "parquet":
+            _scan.check_parquet(listing, self._set.name)
+        query = _scan.select(self._set, fmt, listing, self._columns(con, fmt, listing))
+        reader: pa.RecordBatchReader = con.sql(query).to_arrow_reader(request.batch_rows)
+        for batch in reader:
+            for offset in range(0, batch.num_rows, request.batch_rows):
+                piece = batch.slice(offset, request.batch_rows)
+                self.authority.count(piece.num_rows, piece.nbytes)
+                yield RecordBatchMessage(request.dataset, piece)
+                self._live()
+
+    def _columns(
+        self, con: duckdb.DuckDBPyConnection, fmt: Format, listing: Listing
+    ) -> list[str] | None:
+        """The read's columns (all when none are named); refuse names the files lack."""
+        request = self._request
+        wanted = [*(request.columns or ()), *request.key]
+        if not wanted:
+            return None
+        have = [n for n, _ in _scan.describe(con, _scan.select(self._set, fmt, listing))]
+        missing = [c for c in wanted if c not in have]
+        if missing:
+            from combined.errors import NotFoundError
+
+            raise NotFoundError(
+                f"column {missing[0]!r} is in no file of {self._set.name!r}",
+                hint="run `combined discover` to see the files' columns; fix the key or columns",
+                relation=self._set.name,
+                column=missing[0],
+            )
+        return None if request.columns is None else list(dict.fromkeys(request.columns))
+
+    def _totals(
+        self, con: duckdb.DuckDBPyConnection, fmt: Format, listing: Listing
+    ) -> ControlTotals | None:
+        ask = self._control_ask
+        if not ask:
+            return None
+        column = ask if isinstance(ask, str) else None
+        if fmt != "parquet" and column is None:
+            return None
+        rows: int | None = (
+            _scan.check_parquet(listing, self._set.name) if fmt == "parquet" else None
+        )
+        total: Any = None
+        if column is not None:
+            query = _scan.select(self._set, fmt, listing)
+            col = _scan.quote_ident(column)
+            if not any(n == column for n, _ in _scan.describe(con, query)):
+                raise ConfigError(
+                    f"control_sum column {column!r} is in no file of {self._set.name!r}",
+                    hint="name a numeric column of the files, or remove control_sum",
+                )
+            row = con.execute(
+                f"SELECT count(*), CAST(sum({col}) AS VARCHAR) FROM ({query})"
+            ).fetchone()
+            assert row is not None
+            rows = int(row[0]) if rows is None else rows
+            total = row[1]
+        assert rows is not None
+        return ControlTotals(rows=rows, sum_column=column, sum=total)
+
+
+__all__ = ["FilesExtraction", "empty_match"]

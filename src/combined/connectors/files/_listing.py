@@ -1,0 +1,149 @@
+"""The files a read covers: listed once, read exactly, checked unchanged afterwards.
+
+A directory offers no snapshot: a writer may replace a file while it is
+read. So a read lists its files with their size and modification time,
+reads exactly that list, and stats them again once every row is read. A
+file that changed or vanished meanwhile makes the read fail as transient
+(:class:`~combined.errors.SourceUnavailable`, retried as another Attempt):
+a half-changed file set is never committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from combined.errors import SourceError, SourceUnavailable
+
+#: The snapshot authority receipts name: a listing verified unchanged by stat.
+LISTING_AUTHORITY = "files:listing(size,mtime_ns)"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One listed file: its path relative to the root, size and modification time."""
+
+    name: str
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """The files of one read, in name order, under ``root``."""
+
+    root: Path
+    entries: tuple[Entry, ...]
+
+    def paths(self) -> list[str]:
+        """The absolute paths, in listing order."""
+        return [str(self.root / e.name) for e in self.entries]
+
+    @property
+    def bytes(self) -> int:
+        """The listed files' total size."""
+        return sum(e.size for e in self.entries)
+
+    def token(self) -> str:
+        """The canonical text of the listing (the receipt publishes its digest)."""
+        return json.dumps(
+            [[e.name, e.size, e.mtime_ns] for e in self.entries], separators=(",", ":")
+        )
+
+    def digest(self) -> str:
+        """A short digest of the listing."""
+        return hashlib.sha256(self.token().encode()).hexdigest()[:32]
+
+    def changed(self) -> list[str]:
+        """The listed files that changed or vanished since they were listed."""
+        out = []
+        for e in self.entries:
+            try:
+                st = (self.root / e.name).stat()
+            except OSError:
+                out.append(e.name)
+                continue
+            if st.st_size != e.size or st.st_mtime_ns != e.mtime_ns:
+                out.append(e.name)
+        return out
+
+    def verify(self, relation: str) -> None:
+        """Raise :class:`~combined.errors.SourceUnavailable` if a listed file changed."""
+        changed = self.changed()
+        if changed:
+            more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+            raise SourceUnavailable(
+                f"file {changed[0]!r}{more} of {relation!r} changed or vanished during the "
+                "read: nothing of it was committed",
+                hint="the read is retried; if it keeps failing, have the writer write to a "
+                "hidden temporary name (.name) and rename it when done",
+                relation=relation,
+                files=changed[:20],
+            )
+
+
+def check_root(path: str) -> Path:
+    """The source's directory; raises if it is missing, not a directory or unreadable."""
+    root = Path(path)
+    if not root.exists():
+        raise SourceUnavailable(
+            f"the files directory {path!r} does not exist",
+            hint="check the source's path, or mount the volume that holds it",
+            path=path,
+        )
+    if not root.is_dir():
+        raise SourceError(
+            f"{path!r} is not a directory",
+            hint="point the files source's path at the directory that holds the files",
+            path=path,
+        )
+    if not os.access(root, os.R_OK | os.X_OK):
+        raise SourceError(
+            f"the files directory {path!r} is not readable by this process",
+            hint="grant read and search (r-x) permission on it to the user Combined runs as",
+            path=path,
+        )
+    return root
+
+
+def _hidden(rel: Path) -> bool:
+    # A writer's temporary file (.orders.csv.tmp) and a tool's marker
+    # (_SUCCESS) are not data: skipping them lets a writer rename into place.
+    return any(part.startswith((".", "_")) for part in rel.parts)
+
+
+def list_files(root: Path, glob: str, relation: str) -> Listing:
+    """List the regular files under ``root`` that ``glob`` matches, stat each once.
+
+    Hidden names (a leading ``.`` or ``_`` in any part) are skipped. A name
+    holding glob characters is refused: DuckDB would expand it as a pattern.
+    """
+    entries = []
+    for path in root.glob(glob):
+        rel = path.relative_to(root)
+        if _hidden(rel):
+            continue
+        try:
+            st = path.stat()
+        except OSError:
+            continue  # vanished between the glob and the stat: not part of this listing
+        if not path.is_file():
+            continue
+        name = rel.as_posix()
+        if set("*?[") & set(name):
+            raise SourceError(
+                f"file {name!r} of {relation!r} has a glob character (* ? [) in its name, "
+                "which the reader would expand as a pattern",
+                hint="rename the file, or narrow the glob so that it does not match it",
+                relation=relation,
+                file=name,
+            )
+        entries.append(Entry(name, st.st_size, st.st_mtime_ns))
+    entries.sort(key=lambda e: e.name)
+    return Listing(root, tuple(entries))
+
+
+__all__ = ["LISTING_AUTHORITY", "Entry", "Listing", "check_root", "list_files"]

@@ -1,0 +1,289 @@
+"""Reading a listed file set with DuckDB: the scan, its schema, and its failures named.
+
+The CSV dialect is pinned (header, delimiter, quote, escape, no comment
+lines, no skipped lines) instead of sniffed: a sniffer that guesses may
+read a malformed file as another dialect and lose rows without an error.
+Column types are inferred once per read over every listed file
+(``union_by_name``), unless declared.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from combined.connectors.files._listing import Listing
+from combined.connectors.files._settings import FileSet, Format
+from combined.errors import CombinedError, NotFoundError, SchemaMismatch, SourceError
+
+#: Errors DuckDB raises while binding or scanning files.
+DUCKDB_ERRORS: tuple[type[BaseException], ...] = (duckdb.Error,)
+
+
+def quote_ident(name: str) -> str:
+    """``name`` as a DuckDB identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def literal(text: str) -> str:
+    """``text`` as a DuckDB string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def connect() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB for one read: UTC session, no extension downloads."""
+    con = duckdb.connect(config={"autoinstall_known_extensions": False})
+    # Zoned timestamps come out in UTC whatever the host's zone.
+    con.execute("SET TimeZone = 'UTC'")
+    return con
+
+
+def scan(file_set: FileSet, fmt: Format, listing: Listing) -> str:
+    """The DuckDB table expression reading exactly ``listing``'s files."""
+    files = "[" + ", ".join(literal(p) for p in listing.paths()) + "]"
+    d = file_set.dialect
+    if fmt == "csv":
+        tab = file_set.glob.lower().removesuffix(".gz").removesuffix(".zst").endswith(".tsv")
+        delimiter = d.delimiter or ("\t" if tab else ",")
+        quote = d.quote or '"'
+        opts = [
+            f"header = {'true' if d.header is not False else 'false'}",
+            f"delim = {literal(delimiter)}",
+            f"quote = {literal(quote)}",
+            f"escape = {literal(quote)}",
+            "comment = ''",
+            "skip = 0",
+            "strict_mode = true",
+            "null_padding = false",
+            "union_by_name = true",
+        ]
+        if d.encoding:
+            opts.append(f"encoding = {literal(d.encoding)}")
+        if file_set.columns:
+            types = ", ".join(f"{literal(n)}: {literal(t)}" for n, t in file_set.columns)
+            opts.append(f"types = {{{types}}}")
+        return f"read_csv({files}, {', '.join(opts)})"
+    if fmt == "json":
+        return f"read_json({files}, format = 'auto', records = true, union_by_name = true)"
+    return f"read_parquet({files}, union_by_name = true)"
+
+
+def select(
+    file_set: FileSet, fmt: Format, listing: Listing, columns: Sequence[str] | None = None
+) -> str:
+    """The query of a read: the scan, declared types cast, the named columns only."""
+    source = scan(file_set, fmt, listing)
+    cast = {n: t for n, t in file_set.columns} if fmt != "csv" else {}
+    if columns is None:
+        if not cast:
+            return f"SELECT * FROM {source}"
+        replaced = ", ".join(
+            f"CAST({quote_ident(n)} AS {t}) AS {quote_ident(n)}" for n, t in cast.items()
+        )
+        return f"SELECT * REPLACE ({replaced}) FROM {source}"
+    items = [
+        f"CAST({quote_ident(c)} AS {cast[c]}) AS {quote_ident(c)}" if c in cast else quote_ident(c)
+        for c in columns
+    ]
+    return f"SELECT {', '.join(items)} FROM {source}"
+
+
+def describe(con: duckdb.DuckDBPyConnection, query: str) -> list[tuple[str, str]]:
+    """The (column, DuckDB type) pairs ``query`` returns, without reading its rows."""
+    rows = con.execute(f"DESCRIBE {query}").fetchall()
+    return [(str(r[0]), str(r[1])) for r in rows]
+
+
+def arrow_schema(con: duckdb.DuckDBPyConnection, query: str) -> pa.Schema:
+    """The Arrow schema ``query``'s batches will have (binds the scan, reads no row)."""
+    reader: pa.RecordBatchReader = con.sql(f"SELECT * FROM ({query}) LIMIT 0").to_arrow_reader()
+    return reader.schema
+
+
+def check_parquet(listing: Listing, relation: str) -> int:
+    """Check the Parquet footers agree on each shared column's type; return their rows.
+
+    DuckDB would unify a column that is BIGINT in one file and VARCHAR in
+    another into VARCHAR, silently changing every value's type. The footer
+    row counts are the read's control total: counted by another reader than
+    the one that reads the rows.
+    """
+    seen: dict[str, tuple[pa.DataType, str]] = {}
+    rows = 0
+    for entry, path in zip(listing.entries, listing.paths(), strict=True):
+        try:
+            meta = pq.read_metadata(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise SchemaMismatch(
+                f"file {entry.name!r} of {relation!r} is not a readable parquet file: "
+                f"{_first_line(exc)}",
+                hint="replace or remove the file; nothing was committed",
+                relation=relation,
+                file=entry.name,
+            ) from None
+        rows += meta.num_rows
+        for f in meta.schema.to_arrow_schema():
+            first = seen.setdefault(f.name, (f.type, entry.name))
+            if first[0] != f.type:
+                raise SchemaMismatch(
+                    f"column {f.name!r} is {f.type} in file {entry.name!r} but {first[0]} in "
+                    f"{first[1]!r} (file set {relation!r})",
+                    hint="rewrite the odd file with the set's schema, or narrow the glob; "
+                    "nothing was committed",
+                    relation=relation,
+                    file=entry.name,
+                    column=f.name,
+                )
+    return rows
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+_FILE_PATTERNS = (
+    re.compile(r"^\s*file = (.+?)\s*$", re.MULTILINE),
+    re.compile(r'file "([^"]+)"'),
+    re.compile(r"[Ff]ile '([^']+)'"),
+)
+_LINE_PATTERNS = (
+    re.compile(r"CSV Error on Line: (\d+)"),
+    re.compile(r"\bin line (\d+)"),
+    re.compile(r"\bLine: (\d+)"),
+)
+
+
+def _find(patterns: Sequence[re.Pattern[str]], text: str) -> str | None:
+    for p in patterns:
+        m = p.search(text)
+        if m:
+            return m.group(1)
+    return None
+
+
+_KIND = re.compile(r"^\s*([A-Za-z ]+?) Error: ", re.MULTILINE)
+
+
+def translate(exc: BaseException, listing: Listing, relation: str) -> CombinedError:
+    """The Combined error for a DuckDB failure reading ``listing``, naming file and line.
+
+    Failures met while streaming reach Python as Arrow's ``OSError`` with
+    DuckDB's text, so the kind is read from the text (``Conversion Error:``),
+    not from the exception's type.
+    """
+    if isinstance(exc, CombinedError):
+        return exc
+    text = str(exc)
+    found = _KIND.search(text)
+    kind = found.group(1).lower() if found else ""
+    path = _find(_FILE_PATTERNS, text)
+    name = path
+    if path is not None:
+        name = path.removeprefix(str(listing.root).rstrip("/") + "/")
+    line = _find(_LINE_PATTERNS, text)
+    where = f"file {name!r}" if name else f"file set {relation!r}"
+    if name and line:
+        where += f" line {line}"
+    detail = _detail(text)
+    context: dict[str, Any] = {"relation": relation}
+    if name:
+        context["file"] = name
+    if line:
+        context["line"] = int(line)
+    if kind == "binder" and "do not exist" in text:
+        return NotFoundError(
+            f"{where}: a declared column is not in the files: {detail}",
+            hint="fix the column names under `columns:` (run `combined discover`)",
+            **context,
+        )
+    if kind == "binder" and "Referenced column" in text:
+        return NotFoundError(
+            f"a column the read needs is not in the files of {relation!r}: {detail}",
+            hint="run `combined discover` to see the files' columns; fix the key or columns",
+            **context,
+        )
+    if kind == "io" and "No files found" in text:
+        return SourceError(
+            f"{where} vanished before it was read",
+            hint="the read is retried on the next capture",
+            **context,
+        )
+    if "Error when sniffing file" in text:
+        # The dialect is pinned: the sniffer failing means rows that do not fit it.
+        return SchemaMismatch(
+            f"{where} does not parse as the declared dialect: a row with more or fewer "
+            "fields than the header, an unclosed quote, or text in another encoding",
+            hint="fix the file, or set the file set's delimiter, quote or encoding; "
+            "nothing was committed",
+            **context,
+        )
+    if kind in ("conversion", "invalid input", "binder") or "CSV Error" in text:
+        hint = "fix or remove the file; nothing was committed"
+        lower = text.lower()
+        if kind == "conversion":
+            hint = (
+                "fix the value, or declare the column's type under `columns:` "
+                "(VARCHAR reads anything); nothing was committed"
+            )
+        elif "unicode" in lower or "utf-8" in lower:
+            hint = "set `encoding:` (utf-16 or latin-1) or convert the file to utf-8"
+        elif "non-record" in text:
+            hint = "write one JSON object per line (or one array of objects)"
+        return SchemaMismatch(f"{where} cannot be read: {detail}", hint=hint, **context)
+    return SourceError(
+        f"reading {where} failed: {detail}",
+        hint="check the files with `duckdb` directly",
+        **context,
+    )
+
+
+def locate(
+    con: duckdb.DuckDBPyConnection, file_set: FileSet, fmt: Format, listing: Listing
+) -> str | None:
+    """The first listed file DuckDB cannot bind alone (for a failure naming no file)."""
+    for entry in listing.entries:
+        one = Listing(listing.root, (entry,))
+        try:
+            describe(con, select(file_set, fmt, one))
+        except DUCKDB_ERRORS:
+            return entry.name
+    return None
+
+
+def _detail(text: str) -> str:
+    # DuckDB's message: a kind prefix, then advice and the reader's settings
+    # over many lines. The offending line's content is left out: a value of
+    # the source has no place in the catalog's error text.
+    keep = []
+    for ln in (ln.strip() for ln in text.strip().splitlines()):
+        if not ln or ln.startswith(("Possible", "*", "Original Line", "LINE ", "^", "Try ")):
+            continue
+        if re.match(r"^[a-z_]+ = ", ln) or ln.startswith(("This type", "Column ")):
+            continue
+        ln = _KIND.sub("", ln)
+        ln = re.sub(r"^CSV Error on Line: \d+", "", ln).strip()
+        if ln:
+            keep.append(ln)
+        if len(keep) == 2:
+            break
+    return "; ".join(keep)[:400] or "unknown failure"
+
+
+__all__ = [
+    "DUCKDB_ERRORS",
+    "arrow_schema",
+    "check_parquet",
+    "connect",
+    "describe",
+    "literal",
+    "locate",
+    "quote_ident",
+    "scan",
+    "select",
+    "translate",
+]

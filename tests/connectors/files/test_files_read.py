@@ -1,0 +1,320 @@
+"""The files connector read directly: real files, real DuckDB, no engine."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from combined.connectors.abc import ReadRequest
+from combined.connectors.files import FilesSource
+from combined.errors import (
+    ConfigError,
+    NotFoundError,
+    SchemaMismatch,
+    SourceError,
+    SourceUnavailable,
+)
+from combined.protocol import RecordBatchMessage, StateMessage
+
+
+def _write(root: Path, name: str, text: str | bytes) -> Path:
+    path = root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+def _source(root: Path, **config: Any) -> FilesSource:
+    return FilesSource({"path": str(root), **config})
+
+
+def _request(relation: str, **kw: Any) -> ReadRequest:
+    return ReadRequest(
+        dataset="orders", relation=relation, key=kw.pop("key", ("id",)), strategy="snapshot", **kw
+    )
+
+
+def _read(source: FilesSource, request: ReadRequest) -> tuple[pa.Table | None, Any]:
+    extraction = source.read(request)
+    batches = []
+    states = []
+    try:
+        for msg in extraction:
+            if isinstance(msg, RecordBatchMessage):
+                batches.append(msg.batch)
+            else:
+                assert isinstance(msg, StateMessage)
+                states.append(msg)
+    finally:
+        extraction.finish("abort")
+    assert len(states) == 1 and states[0].final
+    table = pa.Table.from_batches(batches) if batches else None
+    return table, extraction
+
+
+def _fails(source: FilesSource, request: ReadRequest) -> BaseException:
+    extraction = source.read(request)
+    try:
+        with pytest.raises(Exception) as info:
+            for _ in extraction:
+                pass
+    finally:
+        extraction.finish("abort")
+    return info.value
+
+
+def test_a_csv_set_is_read_across_files_with_one_schema_and_a_listing_receipt(
+    tmp_path: Path,
+) -> None:
+    _write(tmp_path, "orders/a.csv", "id,name,amount\n1,a,1.5\n2,b,2\n")
+    _write(tmp_path, "orders/b.csv", "id,name,amount\n3,c,3\n")
+    _write(tmp_path, "orders/.c.csv.tmp", "id,name,amount\n9,partial")  # a writer's temp file
+    _write(tmp_path, "orders/.hidden.csv", "id,name,amount\n9,hidden,1\n")
+    table, extraction = _read(_source(tmp_path), _request("orders/*.csv", batch_rows=2))
+    assert table is not None
+    assert table.schema.names == ["id", "name", "amount"]
+    assert table.schema.field("id").type == pa.int64()
+    assert sorted(table.column("id").to_pylist()) == [1, 2, 3]
+    receipt = extraction.receipt
+    assert receipt.completed and receipt.rows == 3
+    assert receipt.snapshot_authority is not None and receipt.snapshot_authority.startswith("files")
+    assert receipt.source_token is not None and len(receipt.source_token) == 32
+    # the same files give the same token; an edited file another one
+    _, again = _read(_source(tmp_path), _request("orders/*.csv"))
+    assert again.receipt.source_token == receipt.source_token
+    _write(tmp_path, "orders/b.csv", "id,name,amount\n3,c,4\n")
+    os.utime(tmp_path / "orders/b.csv", ns=(1, 1))
+    _, edited = _read(_source(tmp_path), _request("orders/*.csv"))
+    assert edited.receipt.source_token != receipt.source_token
+
+
+def test_no_matching_file_is_refused_not_read_as_an_empty_snapshot(tmp_path: Path) -> None:
+    (tmp_path / "orders").mkdir()
+    source = _source(tmp_path, files={"orders": {"glob": "orders/*.csv"}})
+    error = _fails(source, _request("orders"))
+    assert isinstance(error, SourceError) and not error.transient
+    assert "matches no file" in error.message and "delete every row" in error.message
+    assert error.hint is not None and "allow_empty: true" in error.hint
+    allowed = _source(
+        tmp_path,
+        files={"orders": {"glob": "orders/*.csv", "allow_empty": True, "columns": {"id": "INT"}}},
+    )
+    table, extraction = _read(allowed, _request("orders"))
+    assert table is None and extraction.receipt.completed
+
+
+def test_a_file_changed_during_the_read_fails_as_transient(tmp_path: Path) -> None:
+    _write(tmp_path, "orders/a.csv", "id,v\n" + "".join(f"{i},x\n" for i in range(100)))
+    _write(tmp_path, "orders/b.csv", "id,v\n1000,y\n")
+    extraction = _source(tmp_path).read(_request("orders/*.csv", batch_rows=10))
+    seen = 0
+    try:
+        with pytest.raises(SourceUnavailable) as info:
+            for msg in extraction:
+                if isinstance(msg, RecordBatchMessage):
+                    seen += 1
+                    if seen == 1:  # a writer rewrites a file while the read is under way
+                        _write(tmp_path, "orders/b.csv", "id,v\n1000,z\n1001,z\n")
+                else:
+                    pytest.fail("a final state followed a changed file")
+    finally:
+        extraction.finish("abort")
+    assert info.value.transient
+    assert "'orders/b.csv'" in info.value.message and "changed or vanished" in info.value.message
+    assert not extraction.receipt.completed
+
+
+def test_a_vanished_file_fails_as_transient(tmp_path: Path) -> None:
+    _write(tmp_path, "orders/a.csv", "id,v\n" + "".join(f"{i},x\n" for i in range(100)))
+    _write(tmp_path, "orders/b.csv", "id,v\n1000,y\n")
+    extraction = _source(tmp_path).read(_request("orders/*.csv", batch_rows=10))
+    try:
+        with pytest.raises(SourceUnavailable, match="orders/b.csv"):
+            for msg in extraction:
+                if isinstance(msg, RecordBatchMessage) and (tmp_path / "orders/b.csv").exists():
+                    (tmp_path / "orders/b.csv").unlink()
+    finally:
+        extraction.finish("abort")
+
+
+def test_a_csv_row_with_too_many_fields_names_the_file(tmp_path: Path) -> None:
+    _write(tmp_path, "orders/a.csv", "id,name\n1,a\n")
+    _write(tmp_path, "orders/bad.csv", "id,name\n2,b\n3,c,extra\n4,d\n")
+    error = _fails(_source(tmp_path), _request("orders/*.csv"))
+    assert isinstance(error, SchemaMismatch), error
+    assert "orders/bad.csv" in error.message
+    assert error.context["file"] == "orders/bad.csv"
+
+
+def test_a_malformed_row_far_past_the_sniffed_sample_names_file_and_line(tmp_path: Path) -> None:
+    rows = "".join(f"{i},x\n" for i in range(30_000))
+    _write(tmp_path, "orders/big.csv", "id,name\n" + rows + "30000,y,extra\n")
+    error = _fails(_source(tmp_path), _request("orders/*.csv"))
+    assert isinstance(error, SchemaMismatch), error
+    assert "orders/big.csv" in error.message
+    assert error.context.get("line") == 30_002
+
+
+def test_bad_utf8_names_the_file_and_hints_at_the_encoding(tmp_path: Path) -> None:
+    _write(tmp_path, "orders/a.csv", b"id,name\n1,caf\xe9\n")
+    error = _fails(_source(tmp_path), _request("orders/*.csv"))
+    assert isinstance(error, SchemaMismatch), error
+    assert "orders/a.csv" in error.message
+    assert error.hint is not None and "encoding" in error.hint
+    table, _ = _read(_source(tmp_path, encoding="latin-1"), _request("orders/*.csv"))
+    assert table is not None and table.column("name").to_pylist() == ["café"]
+
+
+def test_a_json_line_that_is_not_an_object_is_refused(tmp_path: Path) -> None:
+    _write(tmp_path, "orders/a.jsonl", '{"id": 0}\n')
+    _write(tmp_path, "orders/b.jsonl", '{"id": 1, "v": "a"}\n[1, 2]\n')
+    error = _fails(_source(tmp_path), _request("orders/*.jsonl"))
+    assert isinstance(error, SchemaMismatch), error
+    assert error.hint is not None and "JSON object" in error.hint
+    assert error.context["file"] == "orders/b.jsonl"
+    (tmp_path / "orders/b.jsonl").unlink()
+    _write(tmp_path, "orders/a.jsonl", '{"id": 1, "v": "a"}\n{"id": 2, "v": "b", "w": 3}\n')
+    table, _ = _read(_source(tmp_path), _request("orders/*.jsonl"))
+    assert table is not None and table.to_pylist() == [
+        {"id": 1, "v": "a", "w": None},
+        {"id": 2, "v": "b", "w": 3},
+    ]
+
+
+def test_a_parquet_file_with_another_schema_names_the_file_and_column(tmp_path: Path) -> None:
+    (tmp_path / "orders").mkdir()
+    pq.write_table(pa.table({"id": [1, 2], "v": ["a", "b"]}), tmp_path / "orders/a.parquet")
+    pq.write_table(pa.table({"id": ["x"], "v": ["c"]}), tmp_path / "orders/b.parquet")
+    error = _fails(_source(tmp_path), _request("orders/*.parquet"))
+    assert isinstance(error, SchemaMismatch), error
+    assert "'id'" in error.message and "orders/b.parquet" in error.message
+    (tmp_path / "orders/b.parquet").write_text("not parquet at all")
+    error = _fails(_source(tmp_path), _request("orders/*.parquet"))
+    assert isinstance(error, SchemaMismatch) and "orders/b.parquet" in error.message
+
+
+def test_parquet_control_totals_come_from_the_footers(tmp_path: Path) -> None:
+    (tmp_path / "orders").mkdir()
+    pq.write_table(pa.table({"id": [1, 2], "total": [10, 20]}), tmp_path / "orders/a.parquet")
+    pq.write_table(pa.table({"id": [3], "total": [5]}), tmp_path / "orders/b.parquet")
+    source = _source(tmp_path)
+    _, extraction = _read(source, _request("orders/*.parquet", options={"control_totals": True}))
+    assert extraction.control_totals.rows == 3 and extraction.control_totals.sum is None
+    _, summed = _read(source, _request("orders/*.parquet", options={"control_totals": "total"}))
+    assert (summed.control_totals.rows, summed.control_totals.sum) == (3, "35")
+    # CSV rows would only be counted by parsing every file again: not offered
+    _write(tmp_path, "csv/a.csv", "id\n1\n")
+    _, csv = _read(source, _request("csv/*.csv", options={"control_totals": True}))
+    assert csv.control_totals is None
+
+
+def test_declared_types_are_kept_and_a_value_that_does_not_fit_names_file_and_line(
+    tmp_path: Path,
+) -> None:
+    _write(tmp_path, "orders/a.csv", "id,zip,total\n1,01234,1.50\n2,75001,2\n")
+    files = {
+        "orders": {"glob": "orders/*.csv", "columns": {"zip": "VARCHAR", "total": "DECIMAL(10,2)"}}
+    }
+    source = _source(tmp_path, files=files)
+    table, _ = _read(source, _request("orders"))
+    assert table is not None
+    assert table.schema.field("zip").type == pa.string()
+    assert table.column("zip").to_pylist() == ["01234", "75001"]
+    assert table.schema.field("total").type == pa.decimal128(10, 2)
+    _write(tmp_path, "orders/b.csv", "id,zip,total\n3,1,lots\n")
+    error = _fails(source, _request("orders"))
+    assert isinstance(error, SchemaMismatch), error
+    assert "orders/b.csv" in error.message and error.context.get("line") == 2
+    # parquet and json columns are cast to the declared type
+    (tmp_path / "pq").mkdir()
+    pq.write_table(pa.table({"id": [1], "n": [7]}), tmp_path / "pq/a.parquet")
+    cast = _source(tmp_path, files={"p": {"glob": "pq/*.parquet", "columns": {"n": "VARCHAR"}}})
+    table, _ = _read(cast, _request("p"))
+    assert table is not None and table.column("n").to_pylist() == ["7"]
+
+
+def test_configuration_mistakes_are_refused_before_any_read(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="needs a path"):
+        FilesSource({})
+    with pytest.raises(ConfigError, match="not a known key"):
+        _source(tmp_path, delimeter=";")
+    with pytest.raises(ConfigError, match="not a known key"):
+        _source(tmp_path, files={"o": {"glob": "*.csv", "type": "csv"}})
+    with pytest.raises(ConfigError, match="leaves the source's directory"):
+        _source(tmp_path, files={"o": {"glob": "../other/*.csv"}})
+    with pytest.raises(ConfigError, match="not a DuckDB type name"):
+        _source(tmp_path, files={"o": {"glob": "*.csv", "columns": {"id": "INT); DROP"}}})
+    with pytest.raises(ConfigError, match="DuckDB does not know"):
+        _source(tmp_path, files={"o": {"glob": "*.csv", "columns": {"id": "BIGNUMBER"}}})
+    with pytest.raises(ConfigError, match="must be csv, parquet or json"):
+        _source(tmp_path, format="xlsx")
+    with pytest.raises(ConfigError, match="encoding"):
+        _source(tmp_path, encoding="ebcdic")
+    with pytest.raises(ConfigError, match="strategy 'cursor'"):
+        _source(tmp_path).read(
+            ReadRequest(dataset="o", relation="*.csv", key=("id",), strategy="cursor")
+        )
+    with pytest.raises(NotFoundError, match="neither a file set"):
+        _source(tmp_path).read(_request("orders"))
+
+
+def test_an_ambiguous_format_is_refused_unless_declared(tmp_path: Path) -> None:
+    _write(tmp_path, "mixed/a.csv", "id\n1\n")
+    _write(tmp_path, "mixed/b.jsonl", '{"id": 2}\n')
+    error = _fails(_source(tmp_path), _request("mixed/*"))
+    assert isinstance(error, ConfigError) and "cannot be inferred" in error.message
+    _write(tmp_path, "plain/a.data", "id;v\n1;x\n")
+    source = _source(
+        tmp_path, files={"plain": {"glob": "plain/*", "format": "csv", "delimiter": ";"}}
+    )
+    table, _ = _read(source, _request("plain"))
+    assert table is not None and table.to_pylist() == [{"id": 1, "v": "x"}]
+
+
+def test_a_missing_key_column_is_named(tmp_path: Path) -> None:
+    _write(tmp_path, "orders/a.csv", "ident,v\n1,x\n")
+    error = _fails(_source(tmp_path), _request("orders/*.csv"))
+    assert isinstance(error, NotFoundError) and "'id'" in error.message
+
+
+def test_check_needs_a_readable_directory(tmp_path: Path) -> None:
+    _source(tmp_path).check()
+    with pytest.raises(SourceUnavailable, match="does not exist"):
+        _source(tmp_path / "nope").check()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SourceError, match="not a directory"):
+        _source(tmp_path / "file").check()
+
+
+def test_discovery_reports_files_types_and_modest_candidates(tmp_path: Path) -> None:
+    _write(tmp_path, "orders/a.csv", "id,name,placed\n1,a,2024-01-01\n2,a,2024-01-02\n")
+    _write(tmp_path, "orders/b.csv", "id,name,placed\n3,b,2024-01-03\n")
+    files = {
+        "orders": {"glob": "orders/*.csv", "columns": {"id": "INTEGER"}},
+        "later": {"glob": "later/*.csv"},
+    }
+    found = _source(tmp_path, files=files).discover()
+    orders = found.dataset("orders")
+    assert orders is not None and orders.kind == "csv files"
+    types = {f.name: (f.arrow_type, f.source_type) for f in orders.fields}
+    assert types == {
+        "id": ("int32", "INTEGER"),
+        "name": ("string", "VARCHAR (inferred)"),
+        "placed": ("date32[day]", "DATE (inferred)"),
+    }
+    assert orders.primary_key == ()  # files enforce none
+    assert [k.columns for k in orders.key_candidates] == [("id",), ("placed",)]
+    assert "enforce no key" in orders.key_candidates[0].evidence
+    assert {c.column for c in orders.cursor_candidates} == {"id", "placed"}
+    assert orders.notes == ("'orders/*.csv' matches 2 files (75 B): orders/a.csv, orders/b.csv",)
+    later = found.dataset("later")
+    assert later is not None and later.fields == ()
+    assert "matches no file" in later.notes[0] and "refused" in later.notes[0]

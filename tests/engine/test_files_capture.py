@@ -1,0 +1,285 @@
+"""End-to-end captures of local files (real DuckDB) into a real Delta lake."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from combined.catalog import data as cat
+from combined.engine import Engine
+from combined.errors import ConfigError
+from combined.runtime._reporter import NullReporter
+
+PROJECT = """\
+version: 1
+lake: ./lake
+sources:
+  exports:
+    connector: files
+    config:
+      path: ./data
+      files:
+        orders:
+          glob: "orders/*.csv"
+{extra}
+    datasets:
+      orders:
+        key: [id]
+        batch_rows: {batch_rows}
+"""
+
+
+def _project(root: Path, extra: str = "", batch_rows: int = 65536) -> Path:
+    path = root / "combined.yaml"
+    path.write_text(PROJECT.format(extra=extra, batch_rows=batch_rows))
+    return path
+
+
+def _csv(
+    root: Path, name: str, rows: list[tuple[Any, ...]], header: str = "id,status,total"
+) -> None:
+    path = root / "data" / "orders" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + "\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
+
+
+def _rows(engine: Engine, cols: str = "id, status, total") -> list[tuple[Any, ...]]:
+    return [
+        tuple(r.values())
+        for r in engine.sql(f"SELECT {cols} FROM exports.orders ORDER BY id").to_pylist()
+    ]
+
+
+def _mar(engine: Engine) -> tuple[int, int, int, int]:
+    (u,) = [u for u in engine.usage() if u["dataset"] == "orders"]
+    return u["mar"], u["inserts"], u["updates"], u["deletes"]
+
+
+@pytest.fixture
+def shipped(tmp_path: Path) -> Path:
+    """Two monthly CSV exports of orders and a project reading them."""
+    _csv(tmp_path, "2024-01.csv", [(i, "placed", i * 10) for i in range(1, 6)])
+    _csv(tmp_path, "2024-02.csv", [(i, "placed", i * 10) for i in range(6, 11)])
+    return _project(tmp_path)
+
+
+def test_capture_edit_and_recapture_lands_exactly_the_changes(shipped: Path) -> None:
+    root = shipped.parent
+    engine = Engine.open(shipped)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert _rows(engine) == [(i, "placed", i * 10) for i in range(1, 11)]
+        row = engine.sql("SELECT * FROM exports.orders WHERE id = 3").to_pylist()[0]
+        assert row["_combined_op"] == "snapshot" and row["_combined_producer"].startswith("files@")
+        receipt = engine.run(run.id)["deliveries"]
+        assert receipt and {d.state for d in receipt} == {"committed"}
+        assert _mar(engine) == (10, 10, 0, 0)
+        # February's export is re-issued: one order shipped, one gone, one new
+        _csv(
+            root,
+            "2024-02.csv",
+            [(6, "shipped", 60), *((i, "placed", i * 10) for i in range(7, 10)), (11, "placed", 1)],
+        )
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["orders"] == {
+            "captured": 10,
+            "inserts": 1,
+            "updates": 1,
+            "deletes": 1,
+            "deliveries": 1,
+            "reconciliation": "reconciled",
+        }
+        assert _rows(engine) == [
+            *((i, "placed", i * 10) for i in range(1, 6)),
+            (6, "shipped", 60),
+            *((i, "placed", i * 10) for i in range(7, 10)),
+            (11, "placed", 1),
+        ]
+        # only the changes bill: 10 first seen + 1 insert; the update and delete were active
+        assert _mar(engine) == (11, 11, 1, 1)
+    finally:
+        engine.close()
+
+
+def test_an_unchanged_recapture_writes_nothing_and_bills_nothing(shipped: Path) -> None:
+    engine = Engine.open(shipped)
+    try:
+        engine.capture()
+        log = shipped.parent / "lake" / "exports" / "orders" / "_delta_log"
+        before = sorted(p.name for p in log.iterdir())
+        usage = engine.usage()
+        # touched, not changed: a new listing, the same rows
+        os.utime(shipped.parent / "data/orders/2024-01.csv", ns=(1, 1))
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert sorted(p.name for p in log.iterdir()) == before
+        assert engine.usage() == usage
+        assert engine.run(run.id)["deliveries"] == []
+        assert len(engine.history("exports.orders")) == 1
+    finally:
+        engine.close()
+
+
+class _Rewriter(NullReporter):
+    """Rewrites a file of the set on the first batch of the first attempt only."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.done = False
+
+    def progress(self, dataset: str, rows: int, nbytes: int, deliveries: int) -> None:
+        if not self.done and rows:
+            self.done = True
+            self.path.write_text(self.path.read_text() + "300,late,1\n")
+
+
+def test_a_file_changed_during_the_read_fails_the_attempt_and_the_retry_reads_it_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COMBINED_RETRY_BACKOFF_S", "0")
+    _csv(tmp_path, "2024-01.csv", [(i, "placed", i) for i in range(1, 101)])
+    _csv(tmp_path, "2024-02.csv", [(200, "placed", 1)])
+    project = _project(tmp_path, batch_rows=10)
+    reporter = _Rewriter(tmp_path / "data/orders/2024-02.csv")
+    engine = Engine.open(project, reporter=reporter)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        attempts = engine.run(run.id)["attempts"]
+        assert [a.outcome for a in attempts] == [
+            "failed",
+            "staged",
+        ]  # the retry staged what committed
+        assert attempts[0].error is not None and "2024-02.csv" in attempts[0].error
+        assert "changed or vanished during the read" in attempts[0].error
+        # the committed capture is the retry's: every row of the rewritten file
+        assert [r[0] for r in _rows(engine)] == [*range(1, 101), 200, 300]
+    finally:
+        engine.close()
+
+
+def test_an_empty_match_fails_the_run_and_deletes_nothing(shipped: Path) -> None:
+    engine = Engine.open(shipped)
+    try:
+        engine.capture()
+        for f in (shipped.parent / "data/orders").iterdir():
+            f.rename(shipped.parent / "data" / f.name)  # the exports moved elsewhere
+        (run,) = engine.capture()
+        assert run.state == "failed"
+        assert run.error is not None and "matches no file" in run.error
+        assert len(engine.run(run.id)["attempts"]) == 1  # not transient: no retry
+        assert len(_rows(engine)) == 10
+    finally:
+        engine.close()
+
+
+def test_allow_empty_makes_no_file_an_empty_snapshot(tmp_path: Path) -> None:
+    (tmp_path / "data/orders").mkdir(parents=True)
+    _csv(tmp_path, "2024-01.csv", [(1, "placed", 1)])
+    project = _project(tmp_path, extra="          allow_empty: true")
+    engine = Engine.open(project)
+    try:
+        engine.capture()
+        (tmp_path / "data/orders/2024-01.csv").unlink()
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["orders"]["deletes"] == 1
+        assert _rows(engine) == []
+    finally:
+        engine.close()
+
+
+def test_malformed_input_needs_review_naming_the_file(shipped: Path) -> None:
+    engine = Engine.open(shipped)
+    try:
+        engine.capture()
+        bad = shipped.parent / "data/orders/2024-03.csv"
+        bad.write_text("id,status,total\n20,placed,1\n21,placed,1,surplus\n")
+        (run,) = engine.capture()
+        assert run.state == "needs_review"
+        assert run.error is not None and "file 'orders/2024-03.csv'" in run.error
+        assert "more or fewer fields than the header" in run.error
+        assert "Traceback" not in run.error
+        assert len(_rows(engine)) == 10
+    finally:
+        engine.close()
+
+
+def test_declared_types_hold_when_the_data_would_infer_another(tmp_path: Path) -> None:
+    _csv(tmp_path, "2024-01.csv", [(1, "placed", "00012")], header="id,status,code")
+    columns = "          columns: {id: BIGINT, code: VARCHAR}"
+    engine = Engine.open(_project(tmp_path, extra=columns))
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert _rows(engine, "id, code") == [(1, "00012")]  # not 12
+        _csv(tmp_path, "2024-02.csv", [(2, "placed", "A7")], header="id,status,code")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert _rows(engine, "id, code") == [(1, "00012"), (2, "A7")]
+        with engine.catalog.begin() as conn:
+            assert cat.activity(conn, kind="drift") == []
+    finally:
+        engine.close()
+
+
+def test_a_column_appearing_in_a_new_file_is_drift_under_its_policy(shipped: Path) -> None:
+    engine = Engine.open(shipped)
+    try:
+        engine.capture()
+        _csv(shipped.parent, "2024-03.csv", [(30, "placed", 1, "web")], "id,status,total,channel")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        with engine.catalog.begin() as conn:
+            drift = [
+                (d.body["class"], d.body["field"], d.body["outcome"])
+                for d in cat.activity(conn, kind="drift")
+            ]
+        assert drift == [("new_field", "channel", "evolve")]
+        assert _rows(engine, "id, channel")[-1] == (30, "web")
+        assert _rows(engine, "id, channel")[0] == (1, None)
+    finally:
+        engine.close()
+
+
+def test_a_strategy_the_connector_does_not_read_is_refused_at_check(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    project.write_text(
+        project.read_text().replace(
+            "        key: [id]\n",
+            "        key: [id]\n        strategy: cursor\n"
+            "        cursor: {column: id, trust: 'ids only grow'}\n",
+        )
+    )
+    engine = Engine.open(project)
+    try:
+        with pytest.raises(ConfigError, match="strategy is cursor, which the files connector"):
+            engine.check("exports")
+    finally:
+        engine.close()
+
+
+def test_the_cli_discovers_and_captures_a_file_set(shipped: Path, tools: Any) -> None:
+    root = shipped.parent
+    found = tools.cli(root, "discover", "exports")
+    assert found.returncode == 0, found.stderr
+    assert "orders (csv files)" in found.stdout
+    assert "'orders/*.csv' matches 2 files" in found.stdout
+    assert "key candidate id" in found.stdout and "enforce no key" in found.stdout
+    checked = tools.cli(root, "check")
+    assert checked.returncode == 0 and "ok" in checked.stdout
+    captured = tools.cli(root, "capture")
+    assert captured.returncode == 0, captured.stdout + captured.stderr
+    out = tools.cli(root, "sql", "--format", "json", "SELECT count(*) AS n FROM exports.orders")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [{"n": 10}]
+    (root / "data/orders/2024-01.csv").write_text("id,status,total\n1,placed\n")
+    failed = tools.cli(root, "capture")
+    assert failed.returncode == 3, failed.stdout  # needs review
+    assert "2024-01.csv" in failed.stdout + failed.stderr
