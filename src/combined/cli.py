@@ -178,6 +178,11 @@ def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
 
+def _instant_text(value: datetime) -> str:
+    """An instant to the microsecond, in UTC, as ``--as-of`` reads it back."""
+    return value.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
 @app.command()
 def init(
     path: Annotated[Path, typer.Argument(help="where to write the project file")] = Path(
@@ -490,7 +495,9 @@ def publications(
             f"{m['source']}.{m['dataset']}@{m['lake_version']}" + ("*" if m["changed"] else "")
             for m in p["member_rows"]
         )
-        t.add_row(p["id"], _when(p["published_at"]), p["run_id"] or "-", members)
+        # The exact instant, as --as-of takes it: a publication made within
+        # the second a shorter form shows would lie after that form's instant.
+        t.add_row(p["id"], _instant_text(p["published_at"]), p["run_id"] or "-", members)
     console.print(t)
 
 

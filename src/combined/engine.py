@@ -387,10 +387,12 @@ class Engine:
         with self.catalog.begin() as conn:
             pub = cat.get_publication(conn, publication_id=publication, as_of=as_of)
             if pub is None:
-                if as_of is not None:
+                first = cat.first_publication(conn)
+                if as_of is not None and first is not None:
                     raise NotFoundError(
-                        f"nothing was published at or before {as_of.isoformat()}",
-                        hint="list publications with `combined publications`",
+                        f"nothing was published at or before {as_of.isoformat()}: the first "
+                        f"publication, {first.id}, is at {first.published_at.isoformat()}",
+                        hint=f"give an instant at or after it, or --publication {first.id}",
                     )
                 raise NotFoundError(
                     "nothing has been published yet", hint="run `combined capture` first"

@@ -338,6 +338,11 @@ def get_publication(
     return conn.execute(q).first()
 
 
+def first_publication(conn: Connection) -> sa.Row[Any] | None:
+    """The oldest publication (None before the first one)."""
+    return conn.execute(sa.select(t.publications).order_by(t.publications.c.seq).limit(1)).first()
+
+
 def published_basis(conn: Connection, publication_seq: int) -> list[Member]:
     """Each dataset's newest member published at or before publication ``seq``."""
     pm, p = t.publication_members, t.publications
