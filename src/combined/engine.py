@@ -381,6 +381,12 @@ class Engine:
         """
         from combined.lake._query import run_query
 
+        if as_of is not None and publication is not None:
+            # One of them would be ignored, and which basis the rows came from unsaid.
+            raise ConfigError(
+                "a query reads one published basis: give an instant or a publication, not both",
+                hint="drop --as-of or --publication",
+            )
         if as_of is not None and as_of.tzinfo is None:
             as_of = as_of.replace(tzinfo=UTC)
 

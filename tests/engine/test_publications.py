@@ -1,4 +1,4 @@
-"""Selecting a publication by the instant `combined publications` shows."""
+"""Selecting a publication: by the instant `combined publications` shows, by id, by prefix."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from combined.engine import Engine
+from combined.errors import ConfigError, NotFoundError
 
 ORDERS_COUNT = "SELECT count(*) AS n FROM shop.orders"
 
@@ -58,3 +61,24 @@ def test_as_of_before_the_first_publication_names_it(shop: Path, tools: Any) -> 
     assert "nothing was published at or before 2000-01-01" in early.stderr
     # the way out: the first publication's id and instant
     assert first in early.stderr and at.isoformat() in early.stderr
+
+
+def test_a_publication_prefix_must_name_one_publication(shop: Path, tools: Any) -> None:
+    first, second = _two_publications(shop, tools)
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        assert engine.sql(ORDERS_COUNT, publication=first[:7]).to_pylist() == [{"n": 200}]
+        # "p00000" is the start of both ids: which one was meant is unknown
+        with pytest.raises(NotFoundError, match="matches 2 publications") as ambiguous:
+            engine.sql(ORDERS_COUNT, publication="p00000")
+        assert first in str(ambiguous.value) and second in str(ambiguous.value)
+        # a LIKE wildcard is a character of an id, never a pattern
+        for pattern in ("%", "_", "p_00001"):
+            with pytest.raises(NotFoundError, match="no publication"):
+                engine.sql(ORDERS_COUNT, publication=pattern)
+        # an instant and a publication together: one of them would be ignored
+        at = engine.publications(1)[0]["published_at"]
+        with pytest.raises(ConfigError, match="not both"):
+            engine.sql(ORDERS_COUNT, publication=first, as_of=at)
+    finally:
+        engine.close()
