@@ -468,8 +468,10 @@ class Runner:
         assert control is not None
         table = table_of(self.layout, plan)
         files = table.files(m.lake_version) if m.lake_version is not None else []
-        rows, total = range_totals(files, p.staged.current_filter, control.get("sum_column"))
-        ok = rows == control["rows"] and same_sum(total, control.get("sum"))
+        rows, total, tolerance = range_totals(
+            files, p.staged.current_filter, control.get("sum_column")
+        )
+        ok = rows == control["rows"] and same_sum(total, control.get("sum"), tolerance)
         with self.catalog.begin() as conn:
             cat.emit(
                 conn,
@@ -478,7 +480,7 @@ class Runner:
                 dataset=plan.name,
                 run_id=run.id,
                 control=dict(control),
-                landed={"rows": rows, "sum": total},
+                landed={"rows": rows, "sum": total, "tolerance": tolerance},
                 ok=ok,
             )
         if not ok and p.staged.full:
