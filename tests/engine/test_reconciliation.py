@@ -47,14 +47,30 @@ def test_a_lake_changed_behind_the_catalog_is_not_published(shop: Path) -> None:
         write_deltalake(str(path), stray, mode="append")  # a writer that is not Combined
         (run,) = engine.capture(["shop.orders"])
         assert run.state == "needs_review"
+        # caught before anything is read or committed: the version chain still
+        # describes what Combined committed, so restoring the table mends it
         assert "does not reconcile" in (run.error or "")
-        # the stray row was reduced away as a delete, so the lake holds the source's 200
-        # rows while the version chain, which never saw the stray row, claims 199
-        assert "the lake holds 200 rows, its version claims 199" in (run.error or "")
+        assert "the lake holds 201 rows at lake version 1" in (run.error or "")
+        assert "claims 200" in (run.error or "")
+        assert "lake version 1 was written outside Combined" in (run.error or "")
+        assert "restore(0)" in (run.error or "")
+        assert DeltaTable(str(path)).version() == 1  # nothing committed
         assert engine.publications(1)[0]["id"] == first.publication_id
         with engine.catalog.begin() as conn:
             alerts = cat.activity(conn, kind="alert.reconciliation_failed")
-        assert len(alerts) == 1 and alerts[0].body["version_rows"] == 199
+        assert len(alerts) == 1
+        assert (alerts[0].body["lake_rows"], alerts[0].body["version_rows"]) == (201, 200)
+        assert alerts[0].body["foreign_lake_versions"] == [1]
+        # capturing again changes nothing while the table holds the stray row
+        (again,) = engine.capture(["shop.orders"])
+        assert again.state == "needs_review" and "201 rows" in (again.error or "")
+        # the way out the message gives: restore the table, capture again
+        DeltaTable(str(path)).restore(0)
+        (mended,) = engine.capture(["shop.orders"])
+        assert mended.state == "succeeded", mended.error
+        assert engine.sql("SELECT count(*) AS n FROM shop.orders").to_pylist() == [{"n": 200}]
+        assert mended.stats is not None
+        assert mended.stats["orders"]["reconciliation"] == "reconciled"
     finally:
         engine.close()
 
