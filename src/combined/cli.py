@@ -411,18 +411,31 @@ def status(project: ProjectOpt = None) -> None:
             lag = f"{slot.get('lag_bytes')} B" + (f", {secs:.1f} s" if secs is not None else "")
         else:
             lag = "-"
+        lake_v: str | Text = str(s["lake_version"] if s["lake_version"] is not None else "-")
+        if s["unpublished"]:
+            lake_v = _red(f"{lake_v} ({s['unpublished']['lake_version']} unpublished)")
         t.add_row(
             s["dataset"],
             s["strategy"],
             s["sync_mode"],
             (s["version"] or "-")[:12],
-            str(s["lake_version"] if s["lake_version"] is not None else "-"),
+            lake_v,
             (s["position"] or "-")[:30],
             _when(s["published_at"]),
             fresh,
             lag,
         )
     console.print(t)
+    for s in rows:
+        if s["unpublished"]:
+            console.print(
+                Text(
+                    f"{s['dataset']}: lake version {s['unpublished']['lake_version']} is "
+                    "committed, not published (queries read the published one); the next "
+                    f"capture of {s['dataset']} publishes it"
+                ),
+                highlight=False,
+            )
     if waiting:
         overdue = sum(1 for q in waiting if q["overdue"])
         line = f"{len(waiting)} quarantine entr{'y' if len(waiting) == 1 else 'ies'} await review"

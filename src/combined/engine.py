@@ -425,26 +425,53 @@ class Engine:
             }
 
     def status(self) -> list[dict[str, Any]]:
-        """Freshness and last position per declared dataset."""
+        """Freshness and published position per declared dataset.
+
+        ``version``, ``lake_version`` and ``position`` are those of the
+        dataset's newest publication: what a query reads. A commit made
+        since and not published yet (its Run died or did not reconcile) is
+        told apart, under ``unpublished``.
+        """
         from combined.protocol import utcnow
 
         out = []
         with self.catalog.begin() as conn:
             rows = {(r.source, r.name): r for r in cat.list_datasets(conn)}
+            members = cat.newest_members(conn)
         now = utcnow()
         for source, name, d in self.project.datasets():
             r = rows.get((source, name))
+            m = members.get((source, name))
             published = r.published_at if r is not None else None
             target = d.freshness
             age = (now - published) if published else None
+            committed = (
+                None
+                if r is None or r.lake_version is None
+                else {
+                    "position": r.source_position,
+                    "version": r.current_version,
+                    "lake_version": r.lake_version,
+                }
+            )
+            shown = (
+                None
+                if m is None
+                else {
+                    "position": m.source_position,
+                    "version": m.dataset_version,
+                    "lake_version": m.lake_version,
+                }
+            )
             out.append(
                 {
                     "dataset": f"{source}.{name}",
                     "strategy": d.strategy,
                     "sync_mode": d.sync_mode,
-                    "version": r.current_version if r is not None else None,
-                    "lake_version": r.lake_version if r is not None else None,
-                    "position": r.source_position if r is not None else None,
+                    "version": shown["version"] if shown else None,
+                    "lake_version": shown["lake_version"] if shown else None,
+                    "position": shown["position"] if shown else None,
+                    "unpublished": committed if committed != shown else None,
                     "published_at": published,
                     "age": age,
                     "target": target,

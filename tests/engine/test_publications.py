@@ -82,3 +82,58 @@ def test_a_publication_prefix_must_name_one_publication(shop: Path, tools: Any) 
             engine.sql(ORDERS_COUNT, publication=first, as_of=at)
     finally:
         engine.close()
+
+
+def test_status_reports_the_published_position_not_one_committed_after_it(
+    shop: Path, tools: Any
+) -> None:
+    tools.sql(
+        shop,
+        "CREATE TABLE log (id INTEGER PRIMARY KEY, v TEXT);"
+        "INSERT INTO log (v) VALUES ('a'), ('b');",
+    )
+    project = shop / "combined.yaml"
+    project.write_text(
+        project.read_text()
+        + "      log:\n        key: [id]\n        strategy: cursor\n"
+        + "        cursor: {column: id, trust: 'rowid alias'}\n"
+    )
+    assert tools.cli(shop, "capture", "shop.log").returncode == 0
+    tools.sql(shop, "INSERT INTO log (v) VALUES ('c'), ('d');")
+    # the capture commits and projects rows 3 and 4, and dies before publishing them
+    killed = tools.cli(shop, "capture", "shop.log", env={"COMBINED_FAULT": "after_projection"})
+    assert killed.returncode != 0
+    engine = Engine.open(project)
+    try:
+        (published,) = engine.publications(1)
+        (member,) = published["member_rows"]
+        (row,) = [s for s in engine.status() if s["dataset"] == "shop.log"]
+        # what a query reads is what status says is published
+        assert engine.sql("SELECT count(*) AS n FROM shop.log").to_pylist() == [{"n": 2}]
+        assert (row["position"], row["version"], row["lake_version"]) == (
+            "2",
+            member["dataset_version"],
+            member["lake_version"],
+        )
+        # and the commit not published yet is told as such
+        assert row["unpublished"] == {
+            "position": "4",
+            "version": row["unpublished"]["version"],
+            "lake_version": member["lake_version"] + 1,
+        }
+        assert row["unpublished"]["version"] != member["dataset_version"]
+    finally:
+        engine.close()
+    shown = tools.cli(shop, "status", env={"COLUMNS": "250"})
+    assert shown.returncode == 0, shown.stderr
+    (line,) = [r for r in _table_rows(shown.stdout) if r[0] == "shop.log"]
+    assert line[5] == "2" and "unpublished" in " ".join(line)
+    # the next capture publishes it
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture(["shop.log"])
+        assert run.state == "succeeded", run.error
+        (row,) = [s for s in engine.status() if s["dataset"] == "shop.log"]
+        assert row["position"] == "4" and row["unpublished"] is None
+    finally:
+        engine.close()

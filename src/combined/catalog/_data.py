@@ -400,6 +400,14 @@ def published_basis(conn: Connection, publication_seq: int) -> list[Member]:
     ]
 
 
+def newest_members(conn: Connection) -> dict[tuple[str, str], Member]:
+    """Each published dataset's member in its newest publication."""
+    seq = conn.execute(sa.select(sa.func.max(t.publications.c.seq))).scalar()
+    if seq is None:
+        return {}
+    return {(m.source, m.dataset): m for m in published_basis(conn, int(seq))}
+
+
 def list_publications(conn: Connection, limit: int = 20) -> list[sa.Row[Any]]:
     """Newest publications first, with their member counts."""
     pm, p = t.publication_members, t.publications
