@@ -178,6 +178,11 @@ def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
 
+def _instant_text(value: datetime) -> str:
+    """An instant to the microsecond, in UTC, as ``--as-of`` reads it back."""
+    return value.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
 @app.command()
 def init(
     path: Annotated[Path, typer.Argument(help="where to write the project file")] = Path(
@@ -411,18 +416,31 @@ def status(project: ProjectOpt = None) -> None:
             lag = f"{slot.get('lag_bytes')} B" + (f", {secs:.1f} s" if secs is not None else "")
         else:
             lag = "-"
+        lake_v: str | Text = str(s["lake_version"] if s["lake_version"] is not None else "-")
+        if s["unpublished"]:
+            lake_v = _red(f"{lake_v} ({s['unpublished']['lake_version']} unpublished)")
         t.add_row(
             s["dataset"],
             s["strategy"],
             s["sync_mode"],
             (s["version"] or "-")[:12],
-            str(s["lake_version"] if s["lake_version"] is not None else "-"),
+            lake_v,
             (s["position"] or "-")[:30],
             _when(s["published_at"]),
             fresh,
             lag,
         )
     console.print(t)
+    for s in rows:
+        if s["unpublished"]:
+            console.print(
+                Text(
+                    f"{s['dataset']}: lake version {s['unpublished']['lake_version']} is "
+                    "committed, not published (queries read the published one); the next "
+                    f"capture of {s['dataset']} publishes it"
+                ),
+                highlight=False,
+            )
     if waiting:
         overdue = sum(1 for q in waiting if q["overdue"])
         line = f"{len(waiting)} quarantine entr{'y' if len(waiting) == 1 else 'ies'} await review"
@@ -495,7 +513,9 @@ def publications(
             f"{m['source']}.{m['dataset']}@{m['lake_version']}" + ("*" if m["changed"] else "")
             for m in p["member_rows"]
         )
-        t.add_row(p["id"], _when(p["published_at"]), p["run_id"] or "-", members)
+        # The exact instant, as --as-of takes it: a publication made within
+        # the second a shorter form shows would lie after that form's instant.
+        t.add_row(p["id"], _instant_text(p["published_at"]), p["run_id"] or "-", members)
     console.print(t)
 
 

@@ -389,16 +389,24 @@ class Engine:
         """
         from combined.lake._query import run_query
 
+        if as_of is not None and publication is not None:
+            # One of them would be ignored, and which basis the rows came from unsaid.
+            raise ConfigError(
+                "a query reads one published basis: give an instant or a publication, not both",
+                hint="drop --as-of or --publication",
+            )
         if as_of is not None and as_of.tzinfo is None:
             as_of = as_of.replace(tzinfo=UTC)
 
         with self.catalog.begin() as conn:
             pub = cat.get_publication(conn, publication_id=publication, as_of=as_of)
             if pub is None:
-                if as_of is not None:
+                first = cat.first_publication(conn)
+                if as_of is not None and first is not None:
                     raise NotFoundError(
-                        f"nothing was published at or before {as_of.isoformat()}",
-                        hint="list publications with `combined publications`",
+                        f"nothing was published at or before {as_of.isoformat()}: the first "
+                        f"publication, {first.id}, is at {first.published_at.isoformat()}",
+                        hint=f"give an instant at or after it, or --publication {first.id}",
                     )
                 raise NotFoundError(
                     "nothing has been published yet", hint="run `combined capture` first"
@@ -425,26 +433,53 @@ class Engine:
             }
 
     def status(self) -> list[dict[str, Any]]:
-        """Freshness and last position per declared dataset."""
+        """Freshness and published position per declared dataset.
+
+        ``version``, ``lake_version`` and ``position`` are those of the
+        dataset's newest publication: what a query reads. A commit made
+        since and not published yet (its Run died or did not reconcile) is
+        told apart, under ``unpublished``.
+        """
         from combined.protocol import utcnow
 
         out = []
         with self.catalog.begin() as conn:
             rows = {(r.source, r.name): r for r in cat.list_datasets(conn)}
+            members = cat.newest_members(conn)
         now = utcnow()
         for source, name, d in self.project.datasets():
             r = rows.get((source, name))
+            m = members.get((source, name))
             published = r.published_at if r is not None else None
             target = d.freshness
             age = (now - published) if published else None
+            committed = (
+                None
+                if r is None or r.lake_version is None
+                else {
+                    "position": r.source_position,
+                    "version": r.current_version,
+                    "lake_version": r.lake_version,
+                }
+            )
+            shown = (
+                None
+                if m is None
+                else {
+                    "position": m.source_position,
+                    "version": m.dataset_version,
+                    "lake_version": m.lake_version,
+                }
+            )
             out.append(
                 {
                     "dataset": f"{source}.{name}",
                     "strategy": d.strategy,
                     "sync_mode": d.sync_mode,
-                    "version": r.current_version if r is not None else None,
-                    "lake_version": r.lake_version if r is not None else None,
-                    "position": r.source_position if r is not None else None,
+                    "version": shown["version"] if shown else None,
+                    "lake_version": shown["lake_version"] if shown else None,
+                    "position": shown["position"] if shown else None,
+                    "unpublished": committed if committed != shown else None,
                     "published_at": published,
                     "age": age,
                     "target": target,

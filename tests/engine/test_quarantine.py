@@ -203,3 +203,36 @@ def test_the_cli_lists_shows_and_decides(tmp_path: Path, tools: Any) -> None:
     assert "discarded by" in every.stdout
     missing = cli("quarantine", "show", "q-nope")
     assert missing.returncode == 2 and "no quarantine entry" in missing.stderr
+
+
+def test_the_same_duplicates_are_held_once_while_their_entry_awaits_review(
+    tmp_path: Path, tools: Any
+) -> None:
+    engine = Engine.open(_with_duplicates(tmp_path, tools))
+    try:
+        (first,) = engine.capture(["shop.people"])
+        (entry,) = engine.quarantine()
+        assert first.state == "needs_review"
+        assert f"quarantine entry {entry['id']}" in (first.error or "")  # named where to look
+        # the source still holds the same duplicates: a scheduled capture must not
+        # add an entry (and a file, and a reminder) per run
+        for _ in range(2):
+            (again,) = engine.capture(["shop.people"])
+            assert again.state == "needs_review"
+            assert f"await review in quarantine entry {entry['id']}" in (again.error or "")
+        assert [q["id"] for q in engine.quarantine()] == [entry["id"]]
+        area = engine.layout.quarantine("shop", "people")
+        assert [p.name for p in area.iterdir()] == [Path(entry["path"]).name]
+        # other duplicates are other evidence: held in an entry of their own
+        tools.sql(tmp_path, "INSERT INTO people VALUES (5, 'g'), (5, 'h');")
+        (other,) = engine.capture(["shop.people"])
+        assert other.state == "needs_review"
+        assert len(engine.quarantine()) == 2
+        # once reviewed, the same rows seen again are new evidence for a new review
+        for q in engine.quarantine():
+            engine.decide_quarantine(q["id"], "released", by="ana", reason="seen")
+        (later,) = engine.capture(["shop.people"])
+        assert later.state == "needs_review"
+        assert len(engine.quarantine()) == 1
+    finally:
+        engine.close()

@@ -47,13 +47,85 @@ def test_a_lake_changed_behind_the_catalog_is_not_published(shop: Path) -> None:
         write_deltalake(str(path), stray, mode="append")  # a writer that is not Combined
         (run,) = engine.capture(["shop.orders"])
         assert run.state == "needs_review"
+        # caught before anything is read or committed: the version chain still
+        # describes what Combined committed, so restoring the table mends it
         assert "does not reconcile" in (run.error or "")
-        # the stray row was reduced away as a delete, so the lake holds the source's 200
-        # rows while the version chain, which never saw the stray row, claims 199
-        assert "the lake holds 200 rows, its version claims 199" in (run.error or "")
+        assert "the lake holds 201 rows at lake version 1" in (run.error or "")
+        assert "claims 200" in (run.error or "")
+        assert "lake version 1 was written outside Combined" in (run.error or "")
+        assert "restore(0)" in (run.error or "")
+        assert DeltaTable(str(path)).version() == 1  # nothing committed
         assert engine.publications(1)[0]["id"] == first.publication_id
         with engine.catalog.begin() as conn:
             alerts = cat.activity(conn, kind="alert.reconciliation_failed")
-        assert len(alerts) == 1 and alerts[0].body["version_rows"] == 199
+        assert len(alerts) == 1
+        assert (alerts[0].body["lake_rows"], alerts[0].body["version_rows"]) == (201, 200)
+        assert alerts[0].body["foreign_lake_versions"] == [1]
+        # capturing again changes nothing while the table holds the stray row
+        (again,) = engine.capture(["shop.orders"])
+        assert again.state == "needs_review" and "201 rows" in (again.error or "")
+        # the way out the message gives: restore the table, capture again
+        DeltaTable(str(path)).restore(0)
+        (mended,) = engine.capture(["shop.orders"])
+        assert mended.state == "succeeded", mended.error
+        assert engine.sql("SELECT count(*) AS n FROM shop.orders").to_pylist() == [{"n": 200}]
+        assert mended.stats is not None
+        assert mended.stats["orders"]["reconciliation"] == "reconciled"
     finally:
         engine.close()
+
+
+PG_PROJECT = """\
+version: 1
+lake: ./lake
+sources:
+  pg:
+    connector: postgres
+    config:
+      dsn: {dsn}
+    datasets:
+      readings:
+        relation: public.readings
+        key: [id]
+        control_sum: {column}
+"""
+
+
+def test_a_float_control_sum_summed_in_another_order_still_reconciles(
+    tmp_path: Path, pg_database: str
+) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE readings (id int PRIMARY KEY, v float8, w float8)")
+        for row in ((1, 1e16), (3, 1.0), (2, -1e16)):
+            conn.execute("INSERT INTO readings VALUES (%s, %s, 1)", row)
+    (tmp_path / "combined.yaml").write_text(PG_PROJECT.format(dsn=pg_database, column="v"))
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            # Rewriting the heap in key order changes no row, but the order
+            # PostgreSQL sums them in: 1e16 - 1e16 + 1.0 is 1.0, where the
+            # lake's order (the former heap's) rounds the 1.0 away: 0.0.
+            conn.execute("CLUSTER readings USING readings_pkey")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["readings"]["reconciliation"] == "reconciled"
+        with engine.catalog.begin() as conn:
+            event = cat.activity(conn, kind="reconciliation.control")[0]
+        assert (event.body["control"]["sum"], event.body["landed"]["sum"]) == ("1", "0.0")
+        assert event.body["ok"]
+    finally:
+        engine.close()
+
+
+def test_a_float_sum_may_differ_by_its_rounding_only() -> None:
+    from combined.quality import same_sum
+
+    # the rounding allowed for float sums is no licence for a real difference
+    assert same_sum("1.0000000001", "1.0", tolerance=1e-6)
+    assert not same_sum("3.0", "1.0", tolerance=1e-6)
+    assert not same_sum("1.0000000001", "1.0")  # exact types: exact sums
+    assert same_sum("1.50", "1.5") and same_sum(None, None) and not same_sum("0", None)

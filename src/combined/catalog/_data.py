@@ -320,22 +320,46 @@ def get_publication(
     """The latest publication, one by id or prefix, or the newest at or before ``as_of``."""
     q = sa.select(t.publications).order_by(t.publications.c.seq.desc()).limit(1)
     if publication_id is not None:
-        q = q.where(
-            sa.or_(
-                t.publications.c.id == publication_id,
-                t.publications.c.id.like(f"{publication_id}%"),
-            )
-        )
-        row = conn.execute(q).first()
-        if row is None:
-            raise NotFoundError(
-                f"no publication {publication_id!r}",
-                hint="list them with `combined publications`",
-            )
-        return row
+        return _publication_by_id(conn, publication_id)
     if as_of is not None:
         q = q.where(t.publications.c.published_at <= as_of)
     return conn.execute(q).first()
+
+
+def _publication_by_id(conn: Connection, publication_id: str) -> sa.Row[Any]:
+    """The publication of that id, or the only one whose id starts with it."""
+    p = t.publications
+    exact = conn.execute(sa.select(p).where(p.c.id == publication_id)).first()
+    if exact is not None:
+        return exact
+    # A prefix names a publication only when it names one (the newest of
+    # several would be a guess), and its characters are matched as they are:
+    # a ``%`` or ``_`` in it is no pattern.
+    found = list(
+        conn.execute(
+            sa.select(p.c.id)
+            .where(p.c.id.startswith(publication_id, autoescape=True))
+            .order_by(p.c.seq)
+            .limit(6)
+        ).scalars()
+    )
+    if not found:
+        raise NotFoundError(
+            f"no publication {publication_id!r}", hint="list them with `combined publications`"
+        )
+    if len(found) > 1:
+        many = f"{len(found)}" if len(found) <= 5 else "more than 5"
+        listed = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+        raise NotFoundError(
+            f"publication prefix {publication_id!r} matches {many} publications ({listed})",
+            hint="give more of the id; `combined publications` lists them",
+        )
+    return conn.execute(sa.select(p).where(p.c.id == found[0])).one()
+
+
+def first_publication(conn: Connection) -> sa.Row[Any] | None:
+    """The oldest publication (None before the first one)."""
+    return conn.execute(sa.select(t.publications).order_by(t.publications.c.seq).limit(1)).first()
 
 
 def published_basis(conn: Connection, publication_seq: int) -> list[Member]:
@@ -374,6 +398,14 @@ def published_basis(conn: Connection, publication_seq: int) -> list[Member]:
         )
         for r in rows
     ]
+
+
+def newest_members(conn: Connection) -> dict[tuple[str, str], Member]:
+    """Each published dataset's member in its newest publication."""
+    seq = conn.execute(sa.select(sa.func.max(t.publications.c.seq))).scalar()
+    if seq is None:
+        return {}
+    return {(m.source, m.dataset): m for m in published_basis(conn, int(seq))}
 
 
 def list_publications(conn: Connection, limit: int = 20) -> list[sa.Row[Any]]:

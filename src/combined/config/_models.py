@@ -416,10 +416,12 @@ class DatasetConfig(_Model):
     quarantine: QuarantinePolicy = Field(default_factory=QuarantinePolicy)
     freshness: Duration | None = None
     control_sum: Text | None = None
-    """A numeric column whose exact sum the source reports in the capture's snapshot.
+    """A numeric column whose sum the source reports in the capture's snapshot.
 
     Reconciliation compares it with the sum the lake holds, next to the row
-    count, where the connector supports control totals.
+    count, where the connector supports control totals: exactly for integer
+    and decimal columns, within the rounding of the order of addition for
+    float columns.
     """
 
     @model_validator(mode="after")

@@ -106,6 +106,17 @@ class LakeTable:
             out.append(meta)
         return out
 
+    def foreign_versions(self, after: int | None) -> list[int]:
+        """Table versions newer than ``after`` that no Combined commit made, oldest first."""
+        dt = self._open()
+        if dt is None:
+            return []
+        return sorted(
+            int(entry["version"])
+            for entry in dt.history()
+            if (after is None or int(entry["version"]) > after) and METADATA_KEY not in entry
+        )
+
     def latest_commit(self) -> dict[str, Any] | None:
         """The newest commit made by Combined: the authoritative checkpoint."""
         for meta in self.commits():

@@ -80,36 +80,56 @@ def reconcile(
     )
 
 
+#: The unit roundoff of each floating type DuckDB reports (``typeof``).
+_ROUNDOFF = {"DOUBLE": 2.0**-53, "FLOAT": 2.0**-24}
+
+
 def range_totals(
     files: list[str], where: str | None, sum_column: str | None
-) -> tuple[int, str | None]:
-    """Rows (and the exact sum of a column) the lake holds inside a range."""
+) -> tuple[int, str | None, float]:
+    """Rows (and the sum of a column) the lake holds inside a range.
+
+    The third value is how far two sums of those values may differ by
+    rounding alone: 0 for an exact type (integer, decimal), whose sums are
+    equal or not. A float sum depends on the order it adds in, which the
+    source's scan (its heap, after a ``CLUSTER`` or ``VACUUM FULL``) and the
+    lake's files do not share: each side may be off the exact sum by up to
+    ``(n - 1) * u * sum(|v|)`` (u: the type's unit roundoff).
+    """
     import duckdb
 
     from combined.protocol.identity import quote_ident
 
     if not files:
-        return 0, None
+        return 0, None, 0.0
     listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-    total = f"CAST(sum({quote_ident(sum_column)}) AS VARCHAR)" if sum_column else "NULL"
+    column = quote_ident(sum_column) if sum_column else "NULL"
     con = duckdb.connect()
     try:
         row = con.execute(
-            f"SELECT count(*), {total} FROM read_parquet([{listing}], union_by_name = true)"
+            f"SELECT count(*), CAST(sum({column}) AS VARCHAR), "
+            f"sum(abs(CAST({column} AS DOUBLE))), any_value(typeof({column})) "
+            f"FROM read_parquet([{listing}], union_by_name = true)"
             + (f" WHERE {where}" if where else "")
         ).fetchall()[0]
     finally:
         con.close()
-    return int(row[0]), row[1]
+    rows, total, magnitude, kind = int(row[0]), row[1], row[2], row[3]
+    roundoff = _ROUNDOFF.get(str(kind), 0.0) if sum_column else 0.0
+    # Both sides round: twice one side's bound, and twice again for the
+    # source's text form of its sum.
+    tolerance = 4.0 * max(rows - 1, 1) * roundoff * float(magnitude or 0.0)
+    return rows, total if sum_column else None, tolerance
 
 
-def same_sum(a: str | None, b: str | None) -> bool:
-    """Whether two exact decimal sums (as text) are equal; None equals None."""
+def same_sum(a: str | None, b: str | None, tolerance: float = 0.0) -> bool:
+    """Whether two sums (as text) are equal, or within ``tolerance``; None equals None."""
     from decimal import Decimal, InvalidOperation
 
     if a is None or b is None:
         return a is None and b is None
     try:
-        return Decimal(a) == Decimal(b)
+        gap = abs(Decimal(a) - Decimal(b))
     except InvalidOperation:
         return a == b
+    return bool(gap <= Decimal(repr(tolerance))) if tolerance else gap == 0

@@ -20,7 +20,7 @@ from combined.capture._reduce import Reducer, Transition
 from combined.catalog import Catalog, VersionTotals, version_id
 from combined.catalog import data as cat
 from combined.delivery import StagedDelivery, StagingArea, write_deliveries
-from combined.errors import NotFoundError
+from combined.errors import DuplicateKeys, NotFoundError
 from combined.lake import (
     ROW_GROUP_ROWS,
     LakeLayout,
@@ -76,8 +76,24 @@ def prepare(
     pending: Future[Transition] | None = None
     try:
         if reducer.duplicates(limit=1):
-            quarantine_duplicates(reducer, staged, run_id=run_id, layout=layout, catalog=catalog)
-            reducer.check_duplicates(f"{plan.source}.{plan.name}")
+            qid, held = quarantine_duplicates(
+                reducer, staged, run_id=run_id, layout=layout, catalog=catalog
+            )
+            try:
+                reducer.check_duplicates(f"{plan.source}.{plan.name}")
+            except DuplicateKeys as exc:
+                where = (
+                    f"its rows are held in quarantine entry {qid}"
+                    if held
+                    else f"the same rows already await review in quarantine entry {qid}, "
+                    "so this capture was not held again"
+                )
+                raise DuplicateKeys(
+                    f"{exc.message}; {where}",
+                    hint="fix the key in the source or declare a key that is unique "
+                    f"(`combined quarantine show {qid}` lists the rows)",
+                    **exc.context,
+                ) from None
         # A first baseline's counts are known from its staged parts; its
         # digests follow on a second connection while its Deliveries are
         # encoded (neither needs the other).
@@ -335,21 +351,73 @@ def _split(digest: str | None) -> tuple[int, int]:
 
 def quarantine_duplicates(
     reducer: Reducer, staged: Staged, *, run_id: str, layout: LakeLayout, catalog: Catalog
-) -> None:
-    """Put the rows of duplicated keys in quarantine, with their ordinals."""
+) -> tuple[str, bool]:
+    """Put the rows of duplicated keys in quarantine, with their ordinals.
+
+    Returns the entry's id and whether this capture was held: while an entry
+    of the same rows awaits review, another copy is not held (nothing was
+    committed, so the source still has them), and that entry's id is returned.
+    """
     plan = staged.plan
     rows = reducer.duplicate_rows()
+    reason = f"duplicate key ({', '.join(plan.key)})"
+    waiting = _waiting_with_same_rows(catalog, plan, reason, rows)
+    if waiting is not None:
+        return waiting, False
     path = _quarantine_path(layout, plan, run_id)
-    pq.write_table(rows, str(path))
-    _register_quarantine(
-        catalog,
-        plan,
-        run_id,
-        path,
-        records=rows.num_rows,
-        reason=f"duplicate key ({', '.join(plan.key)})",
-        kind="duplicate key",
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        pq.write_table(rows, str(partial))
+        partial.replace(path)  # whole or absent: never a torn file under an entry
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    qid = _register_quarantine(
+        catalog, plan, run_id, path, records=rows.num_rows, reason=reason, kind="duplicate key"
     )
+    return qid, True
+
+
+def _waiting_with_same_rows(
+    catalog: Catalog, plan: DatasetPlan, reason: str, rows: pa.Table
+) -> str | None:
+    """An undecided entry of the dataset, for ``reason``, holding the same rows (in any order)."""
+    import duckdb
+
+    with catalog.begin() as conn:
+        candidates = [
+            q
+            for q in cat.quarantined(conn, plan.source)
+            if q.dataset == plan.name
+            and q.decision is None
+            and q.reason == reason
+            and q.record_count == rows.num_rows
+        ]
+    # Where a row sat in the read is not part of what it is.
+    mine = rows.drop_columns([c for c in (ORDINAL,) if c in rows.column_names])
+    for entry in candidates:
+        try:
+            held = pq.read_table(entry.path)
+        except OSError:
+            continue  # its file is gone: not the same evidence
+        held = held.drop_columns([c for c in (ORDINAL,) if c in held.column_names])
+        if held.schema != mine.schema:
+            continue
+        con = duckdb.connect()
+        try:
+            con.register("mine", mine)
+            con.register("held", held)
+            differ = con.execute(
+                "SELECT (SELECT count(*) FROM (SELECT * FROM mine EXCEPT ALL SELECT * FROM held))"
+                " + (SELECT count(*) FROM (SELECT * FROM held EXCEPT ALL SELECT * FROM mine))"
+            ).fetchone()
+        except duckdb.Error:
+            continue  # rows DuckDB cannot compare: held again rather than guessed the same
+        finally:
+            con.close()
+        if differ is not None and differ[0] == 0:
+            return str(entry.id)
+    return None
 
 
 def quarantine_capture(

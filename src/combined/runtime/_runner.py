@@ -31,7 +31,7 @@ from combined.errors import (
 )
 from combined.lake import LakeLayout
 from combined.protocol import utcnow
-from combined.quality import Reconciliation, range_totals, reconcile, same_sum
+from combined.quality import Reconciliation, lake_rows, range_totals, reconcile, same_sum
 from combined.runtime._backfill import BackfillSpec, stage_partitioned
 from combined.runtime._faults import fault
 from combined.runtime._pipeline import (
@@ -262,6 +262,8 @@ class Runner:
             run = runs_repo.move_run(conn, run.id, "extracting")
             cat.emit(conn, "run.extracting", source=run.source, run_id=run.id)
         self.reporter.run_started(run.id, run.source, list(run.datasets))
+        for plan in plans:
+            self._check_lake_untouched(run, plan)
         area = StagingArea(self.layout.staging(run.id), self.settings.limits)
         producer = f"{admission.connector}@{admission.revision}#{admission.id[:12]}"
         prepared: list[Prepared] = []
@@ -469,6 +471,65 @@ class Runner:
                 )
         return out
 
+    def _check_lake_untouched(self, run: Run, plan: DatasetPlan) -> None:
+        """Refuse a capture over a table whose rows its dataset version does not account for.
+
+        A table that another writer changed (a Spark job appending to it, a
+        manual delete) would be reduced against rows no version holds: the
+        transition would count their deletes, and every later version would
+        claim a row count the lake never holds again, unpublishable for good.
+        Caught before the read, nothing is committed and the version chain
+        stays right: restoring the table to its last Combined version mends it.
+        """
+        with self.catalog.begin() as conn:
+            row = cat.get_dataset(conn, plan.source, plan.name)
+            version = cat.get_version(conn, row.current_version) if row.current_version else None
+        table = table_of(self.layout, plan)
+        newest = table.version()
+        if version is None or newest is None:
+            return
+        held = lake_rows(table.path, newest)
+        if held == int(version.row_count):
+            return
+        name = f"{plan.source}.{plan.name}"
+        ours = row.lake_version
+        foreign = table.foreign_versions(ours)
+        with self.catalog.begin() as conn:
+            cat.emit(
+                conn,
+                "alert.reconciliation_failed",
+                source=plan.source,
+                dataset=plan.name,
+                run_id=run.id,
+                lake_rows=held,
+                version_rows=int(version.row_count),
+                source_rows=None,
+                lake_status="mismatch",
+                source_status="not_reconciled",
+                lake_version=newest,
+                foreign_lake_versions=foreign,
+            )
+        what = (
+            f"{name} does not reconcile: the lake holds {held} rows at lake version {newest}, "
+            f"but its dataset version {version.id[:12]} (lake version {ours}) claims "
+            f"{version.row_count}"
+        )
+        if foreign and ours is not None:
+            listed = ", ".join(str(v) for v in foreign)
+            raise ReconciliationFailed(
+                f"{what}: lake version{'s' if len(foreign) > 1 else ''} {listed} "
+                f"{'were' if len(foreign) > 1 else 'was'} written outside Combined; nothing "
+                "was read or committed",
+                hint=f"restore the table to lake version {ours} (with the deltalake package: "
+                f"DeltaTable('{table.path}').restore({ours})), then capture again",
+            )
+        raise ReconciliationFailed(
+            f"{what}; nothing was read or committed",
+            hint=f"see `combined history {name}` and the activity feed; restore the table "
+            "to the last lake version whose rows its dataset version accounts for, then "
+            "capture again",
+        )
+
     def _check_control(
         self, run: Run, p: Prepared, m: Member, result: Reconciliation
     ) -> Reconciliation:
@@ -477,8 +538,10 @@ class Runner:
         assert control is not None
         table = table_of(self.layout, plan)
         files = table.files(m.lake_version) if m.lake_version is not None else []
-        rows, total = range_totals(files, p.staged.current_filter, control.get("sum_column"))
-        ok = rows == control["rows"] and same_sum(total, control.get("sum"))
+        rows, total, tolerance = range_totals(
+            files, p.staged.current_filter, control.get("sum_column")
+        )
+        ok = rows == control["rows"] and same_sum(total, control.get("sum"), tolerance)
         with self.catalog.begin() as conn:
             cat.emit(
                 conn,
@@ -487,7 +550,7 @@ class Runner:
                 dataset=plan.name,
                 run_id=run.id,
                 control=dict(control),
-                landed={"rows": rows, "sum": total},
+                landed={"rows": rows, "sum": total, "tolerance": tolerance},
                 ok=ok,
             )
         if not ok and p.staged.full:
