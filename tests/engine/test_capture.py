@@ -445,3 +445,30 @@ def test_a_capture_first_removes_the_private_files_a_killed_combined_left(
     finally:
         engine.close()
     assert list(private.iterdir()) == [mine]  # its owner (this process) is alive
+
+
+def test_a_keyless_event_table_keeps_equal_rows_in_every_snapshot(tmp_path: Path, tools) -> None:
+    # An append stream replaces nothing: two equal rows are two events, not a
+    # key that cannot choose between them.
+    tools.make(tmp_path)
+    tools.sql(
+        tmp_path,
+        "CREATE TABLE clicks (page TEXT, n INTEGER);"
+        "INSERT INTO clicks VALUES ('home', 1), ('home', 1), ('cart', 2);",
+    )
+    project = tmp_path / "combined.yaml"
+    project.write_text(project.read_text() + "      clicks:\n        sync_mode: append\n")
+    engine = Engine.open(project)
+    try:
+        for _ in range(2):
+            (run,) = engine.capture(["shop.clicks"])
+            assert run.state == "succeeded", run.error
+        rows = engine.sql(
+            "SELECT page, count(*) AS n FROM shop.clicks GROUP BY page ORDER BY page"
+        ).to_pylist()
+        # every snapshot appended whole: a history of what each capture saw
+        assert rows == [{"page": "cart", "n": 2}, {"page": "home", "n": 4}]
+        (usage,) = [u for u in engine.usage() if u["dataset"] == "clicks"]
+        assert usage["mar"] == 2  # two distinct identities, billed once in the month
+    finally:
+        engine.close()

@@ -427,7 +427,14 @@ class Reducer:
         self.con.close()
 
     def duplicates(self, limit: int = 1000) -> list[tuple[str, int, list[int]]]:
-        """Ids present more than once in a full-row capture, with their ordinals."""
+        """Ids present more than once in a full-row capture, with their ordinals.
+
+        An event stream (``append``) has none: it keeps every row it reads and
+        replaces none, so two equal rows (a keyless event read twice, the same
+        event repeated) are two events, not a key that cannot choose a row.
+        """
+        if self.sync_mode == "append":
+            return []
         if self.has_op or not self.full or self.same_as_current():
             return []  # (see same_as_current: an unchanged capture holds each id once)
         # A snapshot's staged columns as they are (no narrow table of its size).
