@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -318,3 +319,31 @@ def test_discovery_reports_files_types_and_modest_candidates(tmp_path: Path) -> 
     later = found.dataset("later")
     assert later is not None and later.fields == ()
     assert "matches no file" in later.notes[0] and "refused" in later.notes[0]
+
+
+@pytest.mark.parametrize("ext", ["csv", "jsonl", "parquet"])
+def test_a_directory_named_like_a_partition_never_changes_the_rows(
+    tmp_path: Path, ext: str
+) -> None:
+    # A directory called year=2024 is a name, not data: the files' own columns
+    # and values are what a capture reads, whatever another file's place.
+    def put(name: str, row: dict[str, int]) -> None:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if ext == "csv":
+            path.write_text(",".join(row) + "\n" + ",".join(map(str, row.values())) + "\n")
+        elif ext == "jsonl":
+            path.write_text(json.dumps(row) + "\n")
+        else:
+            pq.write_table(pa.Table.from_pylist([row]), path)
+
+    put(f"events/year=2024/a.{ext}", {"id": 1, "year": 1999})
+    table, _ = _read(_source(tmp_path), _request(f"events/**/*.{ext}"))
+    assert table is not None and table.to_pylist() == [{"id": 1, "year": 1999}]
+    put(f"events/region=eu/b.{ext}", {"id": 2})
+    table, _ = _read(_source(tmp_path), _request(f"events/**/*.{ext}"))
+    assert table is not None
+    assert sorted(table.to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "year": 1999},
+        {"id": 2, "year": None},
+    ]

@@ -43,6 +43,12 @@ def connect() -> duckdb.DuckDBPyConnection:
     return con
 
 
+# DuckDB would otherwise detect key=value directory names (year=2024/) and
+# add them as columns, overriding a file's own column of that name and
+# appearing or vanishing with the layout of the other files listed.
+_NO_HIVE = "hive_partitioning = false"
+
+
 def scan(file_set: FileSet, fmt: Format, listing: Listing) -> str:
     """The DuckDB table expression reading exactly ``listing``'s files."""
     files = "[" + ", ".join(literal(p) for p in listing.paths()) + "]"
@@ -61,6 +67,7 @@ def scan(file_set: FileSet, fmt: Format, listing: Listing) -> str:
             "strict_mode = true",
             "null_padding = false",
             "union_by_name = true",
+            _NO_HIVE,
         ]
         if d.encoding:
             opts.append(f"encoding = {literal(d.encoding)}")
@@ -69,8 +76,10 @@ def scan(file_set: FileSet, fmt: Format, listing: Listing) -> str:
             opts.append(f"types = {{{types}}}")
         return f"read_csv({files}, {', '.join(opts)})"
     if fmt == "json":
-        return f"read_json({files}, format = 'auto', records = true, union_by_name = true)"
-    return f"read_parquet({files}, union_by_name = true)"
+        return (
+            f"read_json({files}, format = 'auto', records = true, union_by_name = true, {_NO_HIVE})"
+        )
+    return f"read_parquet({files}, union_by_name = true, {_NO_HIVE})"
 
 
 def select(
