@@ -347,3 +347,22 @@ def test_a_directory_named_like_a_partition_never_changes_the_rows(
         {"id": 1, "year": 1999},
         {"id": 2, "year": None},
     ]
+
+
+def test_a_value_that_does_not_fit_is_named_by_its_column_never_quoted(tmp_path: Path) -> None:
+    # The error lands in the Run, the Activity feed and the logs: a value of
+    # the source (an address, a token) has no place there.
+    secret = "tok_live_4242"
+    _write(tmp_path, "c/a.csv", f"id,v\n1,5\n2,{secret}\n")
+    _write(tmp_path, "j/a.jsonl", f'{{"id": 1, "v": 1}}\n{{"id": 2, "v": "{secret}"}}\n')
+    _write(tmp_path, "i/a.csv", "id,v\n" + "".join(f"{i},x\n" for i in range(30_000)) + secret)
+    (tmp_path / "p").mkdir()
+    pq.write_table(pa.table({"id": [1, 2], "v": ["3", secret]}), tmp_path / "p/a.parquet")
+    typed = {"columns": {"v": "BIGINT"}}
+    files = {k: {"glob": f"{k}/*.*", **typed} for k in ("c", "j", "p")}
+    source = _source(tmp_path, files=files)
+    for relation in ("c", "j", "p", "i/*.csv"):
+        error = _fails(source, _request(relation))
+        assert isinstance(error, SchemaMismatch), error
+        assert secret not in str(error) and secret not in repr(error.context), error
+        assert error.hint is not None and secret not in error.hint

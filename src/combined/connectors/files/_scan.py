@@ -264,6 +264,13 @@ def locate(
     return None
 
 
+# DuckDB quotes the value that failed a cast: keep the type, drop the value.
+_VALUES = (
+    (re.compile(r"\bstring ([\"']).*\1 to "), "a value to "),
+    (re.compile(r"(\bto \w+): ([\"']).*\2"), r"\1"),
+)
+
+
 def _detail(text: str) -> str:
     # DuckDB's message: a kind prefix, then advice and the reader's settings
     # over many lines. The offending line's content is left out: a value of
@@ -276,6 +283,8 @@ def _detail(text: str) -> str:
             continue
         ln = _KIND.sub("", ln)
         ln = re.sub(r"^CSV Error on Line: \d+", "", ln).strip()
+        for pattern, replacement in _VALUES:
+            ln = pattern.sub(replacement, ln)
         if ln:
             keep.append(ln)
         if len(keep) == 2:
