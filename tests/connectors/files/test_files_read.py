@@ -366,3 +366,17 @@ def test_a_value_that_does_not_fit_is_named_by_its_column_never_quoted(tmp_path:
         assert isinstance(error, SchemaMismatch), error
         assert secret not in str(error) and secret not in repr(error.context), error
         assert error.hint is not None and secret not in error.hint
+
+
+def test_a_glob_the_lister_cannot_expand_is_refused_by_check_with_the_fix(tmp_path: Path) -> None:
+    # DuckDB and shells accept orders/**.csv; the listing does not, and a
+    # project that `combined check` passes must not fail every capture.
+    _write(tmp_path, "orders/2024/a.csv", "id\n1\n")
+    with pytest.raises(ConfigError, match="whole path component") as declared:
+        _source(tmp_path, files={"o": {"glob": "orders/**.csv"}})
+    with pytest.raises(ConfigError, match="whole path component") as relation:
+        _source(tmp_path).read(_request("orders/**.csv"))
+    for info in (declared, relation):
+        assert info.value.hint is not None and "orders/**/*.csv" in info.value.hint
+    table, _ = _read(_source(tmp_path), _request("orders/**/*.csv"))
+    assert table is not None and table.to_pylist() == [{"id": 1}]
