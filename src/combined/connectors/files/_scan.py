@@ -252,13 +252,24 @@ def translate(exc: BaseException, listing: Listing, relation: str) -> CombinedEr
 
 
 def locate(
-    con: duckdb.DuckDBPyConnection, file_set: FileSet, fmt: Format, listing: Listing
+    con: duckdb.DuckDBPyConnection,
+    file_set: FileSet,
+    fmt: Format,
+    listing: Listing,
+    columns: Sequence[str] | None = None,
 ) -> str | None:
-    """The first listed file DuckDB cannot bind alone (for a failure naming no file)."""
+    """The first listed file DuckDB cannot read alone (for a failure naming no file).
+
+    Each file is bound, then its columns evaluated (a cast to a declared
+    type fails only there): a second read, paid on a failed read only, and
+    only up to the file that fails.
+    """
     for entry in listing.entries:
-        one = Listing(listing.root, (entry,))
+        query = select(file_set, fmt, Listing(listing.root, (entry,)), columns)
         try:
-            describe(con, select(file_set, fmt, one))
+            describe(con, query)
+            # count(COLUMNS(*)) evaluates every column; count(*) would skip the casts.
+            con.execute(f"SELECT count(COLUMNS(*)) FROM ({query})").fetchall()
         except DUCKDB_ERRORS:
             return entry.name
     return None
