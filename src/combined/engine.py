@@ -275,6 +275,9 @@ class Engine:
 
     def retry(self, run_id: str) -> Run:
         """Execute a failed Run again, as a new Run under the same admission."""
+        # First close the Runs whose process died (a retry stopped by SIGTERM
+        # stays unfinished until then): none of them is still retrying.
+        self._ready()
         with self.catalog.begin() as conn:
             old = runs_repo.get_run(conn, run_id)
             if not old.terminal:
@@ -302,7 +305,6 @@ class Engine:
                         f"`combined capture {old.source}`",
                     )
             admission = runs_repo.get_admission(conn, old.admission_id)
-        self._ready()
         run = admit(
             self.catalog,
             source=old.source,

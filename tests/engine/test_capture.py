@@ -255,6 +255,45 @@ def test_a_run_whose_retry_succeeded_is_not_retried_again(
         engine.close()
 
 
+def test_a_retry_whose_process_died_does_not_block_retrying_again(
+    shop: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A retry stopped by SIGTERM (or killed) stays "extracting", its leases
+    # released, until a repair closes it. `run retry` then refused the
+    # original failure, "retried by run ..., which is extracting", for a run
+    # that nothing was running.
+    import shutil
+
+    from combined.catalog import runs as runs_repo
+    from combined.runtime._runner import admit
+
+    monkeypatch.setenv("COMBINED_RETRY_BACKOFF_S", "0")
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        shutil.move(shop / "shop.db", shop / "away.db")
+        (failed,) = engine.capture(["shop.orders"])
+        assert failed.state == "failed"
+        shutil.move(shop / "away.db", shop / "shop.db")
+        with engine.catalog.begin() as conn:
+            admission = runs_repo.get_admission(conn, failed.admission_id)
+        dead = admit(
+            engine.catalog,
+            source=failed.source,
+            datasets=failed.datasets,
+            trigger="retry",
+            admission=admission,
+            retry_of=failed.id,
+        )
+        with engine.catalog.begin() as conn:
+            runs_repo.move_run(conn, dead.id, "extracting")  # then its process died
+        retried = engine.retry(failed.id)
+        assert retried.state == "succeeded", retried.error
+        assert engine.run(dead.id)["run"].state == "failed"
+        assert _count(engine, "shop.orders") == 200
+    finally:
+        engine.close()
+
+
 def test_duplicate_keys_go_to_quarantine_and_commit_nothing(tmp_path: Path, tools) -> None:
     tools.make(tmp_path)
     tools.sql(

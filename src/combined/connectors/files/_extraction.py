@@ -116,7 +116,8 @@ class FilesExtraction(BaseExtraction):
             error = _scan.translate(exc, listing, relation)
             if isinstance(error, SchemaMismatch) and "file" not in error.context:
                 # Some failures (a JSON line that is no object) name no file.
-                name = _scan.locate(con, self._set, fmt, listing)
+                columns = None if request.columns is None else list(dict.fromkeys(request.columns))
+                name = _scan.locate(con, self._set, fmt, listing, columns)
                 if name is not None:
                     error = SchemaMismatch(
                         f"file {name!r}: {error.message}",

@@ -43,6 +43,12 @@ def connect() -> duckdb.DuckDBPyConnection:
     return con
 
 
+# DuckDB would otherwise detect key=value directory names (year=2024/) and
+# add them as columns, overriding a file's own column of that name and
+# appearing or vanishing with the layout of the other files listed.
+_NO_HIVE = "hive_partitioning = false"
+
+
 def scan(file_set: FileSet, fmt: Format, listing: Listing) -> str:
     """The DuckDB table expression reading exactly ``listing``'s files."""
     files = "[" + ", ".join(literal(p) for p in listing.paths()) + "]"
@@ -61,6 +67,7 @@ def scan(file_set: FileSet, fmt: Format, listing: Listing) -> str:
             "strict_mode = true",
             "null_padding = false",
             "union_by_name = true",
+            _NO_HIVE,
         ]
         if d.encoding:
             opts.append(f"encoding = {literal(d.encoding)}")
@@ -69,8 +76,10 @@ def scan(file_set: FileSet, fmt: Format, listing: Listing) -> str:
             opts.append(f"types = {{{types}}}")
         return f"read_csv({files}, {', '.join(opts)})"
     if fmt == "json":
-        return f"read_json({files}, format = 'auto', records = true, union_by_name = true)"
-    return f"read_parquet({files}, union_by_name = true)"
+        return (
+            f"read_json({files}, format = 'auto', records = true, union_by_name = true, {_NO_HIVE})"
+        )
+    return f"read_parquet({files}, union_by_name = true, {_NO_HIVE})"
 
 
 def select(
@@ -243,16 +252,34 @@ def translate(exc: BaseException, listing: Listing, relation: str) -> CombinedEr
 
 
 def locate(
-    con: duckdb.DuckDBPyConnection, file_set: FileSet, fmt: Format, listing: Listing
+    con: duckdb.DuckDBPyConnection,
+    file_set: FileSet,
+    fmt: Format,
+    listing: Listing,
+    columns: Sequence[str] | None = None,
 ) -> str | None:
-    """The first listed file DuckDB cannot bind alone (for a failure naming no file)."""
+    """The first listed file DuckDB cannot read alone (for a failure naming no file).
+
+    Each file is bound, then its columns evaluated (a cast to a declared
+    type fails only there): a second read, paid on a failed read only, and
+    only up to the file that fails.
+    """
     for entry in listing.entries:
-        one = Listing(listing.root, (entry,))
+        query = select(file_set, fmt, Listing(listing.root, (entry,)), columns)
         try:
-            describe(con, select(file_set, fmt, one))
+            describe(con, query)
+            # count(COLUMNS(*)) evaluates every column; count(*) would skip the casts.
+            con.execute(f"SELECT count(COLUMNS(*)) FROM ({query})").fetchall()
         except DUCKDB_ERRORS:
             return entry.name
     return None
+
+
+# DuckDB quotes the value that failed a cast: keep the type, drop the value.
+_VALUES = (
+    (re.compile(r"\bstring ([\"']).*\1 to "), "a value to "),
+    (re.compile(r"(\bto \w+): ([\"']).*\2"), r"\1"),
+)
 
 
 def _detail(text: str) -> str:
@@ -267,6 +294,8 @@ def _detail(text: str) -> str:
             continue
         ln = _KIND.sub("", ln)
         ln = re.sub(r"^CSV Error on Line: \d+", "", ln).strip()
+        for pattern, replacement in _VALUES:
+            ln = pattern.sub(replacement, ln)
         if ln:
             keep.append(ln)
         if len(keep) == 2:

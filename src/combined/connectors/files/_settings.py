@@ -199,6 +199,16 @@ def _relative_glob(value: Any, where: str) -> str:
             hint="write the glob relative to the source's path, without .. (move `path` up "
             "instead)",
         )
+    if any("**" in part and part != "**" for part in parts):
+        # The listing (pathlib) only expands ** as a whole path component.
+        fixed = "/".join(
+            "**/" + p.replace("**", "*") if "**" in p and p != "**" else p for p in parts
+        )
+        raise ConfigError(
+            f"{where} {value!r} uses ** inside a name: ** matches directories only as a "
+            "whole path component",
+            hint=f"write {fixed!r}",
+        )
     return value
 
 

@@ -53,9 +53,11 @@ _ROOT = sql.SQL(
 )
 
 # Every pg_inherits row below the root (depth-bounded against a cycle), with
-# what decides whether a new one is harmless: whether the child's row type
-# (made with the table, touched by little else) came from the same
-# transaction as the link, i.e. CREATE TABLE ... PARTITION OF.
+# what decides whether a new one is harmless: whether the child's table came
+# from the same transaction as the link, i.e. CREATE TABLE ... PARTITION OF.
+# The child's creation is told by the pg_depend row tying its row type to it,
+# written with the table and never updated; the pg_type row itself is
+# rewritten by ALTER TABLE ... RENAME, OWNER TO and SET SCHEMA.
 _LINKS = sql.SQL(
     "WITH RECURSIVE links(child, parent, link_xmin, link_cmin, depth) AS ("
     " SELECT i.inhrelid, i.inhparent, i.xmin::text::bigint, i.cmin::text::bigint, 1"
@@ -65,12 +67,15 @@ _LINKS = sql.SQL(
     "  FROM pg_inherits i JOIN links l ON i.inhparent = l.child WHERE l.depth < 64)"
     " SELECT l.child::bigint, l.parent::bigint, l.link_xmin, l.link_cmin, n.nspname::text,"
     " c.relname::text, c.relkind::text,"
-    " COALESCE(t.xmin::text::bigint = l.link_xmin, false),"
+    " COALESCE((SELECT d.xmin::text::bigint = l.link_xmin FROM pg_depend d"
+    "   WHERE d.classid = 'pg_type'::regclass AND d.objid = c.reltype"
+    "   AND d.refclassid = 'pg_class'::regclass AND d.refobjid = c.oid AND d.deptype = 'i'"
+    "   LIMIT 1), false),"
     " c.relreplident = 'f' OR (c.relreplident IN ('d', 'i') AND EXISTS ("
     "   SELECT FROM pg_index x WHERE x.indrelid = c.oid"
     "   AND CASE c.relreplident WHEN 'd' THEN x.indisprimary ELSE x.indisreplident END))"
     " FROM links l JOIN pg_class c ON c.oid = l.child"
-    " JOIN pg_namespace n ON n.oid = c.relnamespace LEFT JOIN pg_type t ON t.oid = c.reltype"
+    " JOIN pg_namespace n ON n.oid = c.relnamespace"
     " ORDER BY 1"
 )
 
