@@ -51,6 +51,7 @@ def test_example_loads_with_the_documented_datasets(tmp_path: Path) -> None:
             "issues",
             "cursor",
         ),
+        ("http", "api", "http", ("auth.token", "env:API_TOKEN"), "orders", "cursor"),
     ],
 )
 def test_a_commented_source_loads_once_uncommented(

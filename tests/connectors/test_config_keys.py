@@ -27,6 +27,7 @@ CASES: dict[str, tuple[type[Source], dict[str, Any], str, str]] = {
     "airbyte": (AirbyteSource, {"command": "source-x"}, "max_line_byte", "max_line_bytes"),
     "memory": (InMemorySource, {"tables": {}}, "key", "keys"),
     "files": (connector_class("files"), {"path": "exports"}, "delimeter", "delimiter"),
+    "http": (connector_class("http"), {"base_url": "https://api.x"}, "time_out", "timeout"),
 }
 
 

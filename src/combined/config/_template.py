@@ -153,6 +153,32 @@ sources:
 #          trust: "source-github's issues cursor is updated_at; deletes are not seen"
 # END airbyte example
 
+# BEGIN http example
+#  api:
+#    connector: http              # a REST/JSON API (see docs/http.md)
+#    config:
+#      base_url: https://api.example.com/v1
+#      # The only place a secret goes; it never reaches an error, log or the catalog.
+#      auth: {type: bearer, token: {secret: "env:API_TOKEN"}}
+#      rate_limit: 5              # requests per second
+#      endpoints:                 # named endpoints; a dataset's relation names one
+#        orders:
+#          path: /orders
+#          records: data          # where the list is in the body (the body itself if unset)
+#          # cursor or link paging is safe over changing data; page/offset can skip rows
+#          paginate: {style: cursor, param: page_token, next: meta.next_token}
+#          fields: {total: "decimal(2)", updated_at: timestamp}   # others are inferred
+#          since: {param: updated_since, format: iso}             # for strategy cursor
+#    datasets:
+#      orders:
+#        key: [id]                # `combined discover api` shows key candidates
+#        strategy: cursor
+#        cursor:
+#          column: updated_at
+#          lookback: 5m           # re-read a window; the key merges the overlap
+#          trust: "the API documents updated_at as set on every change"
+# END http example
+
 # BEGIN files example
 #  exports:
 #    connector: files             # local CSV, Parquet or JSON files (see docs/files.md)
@@ -179,8 +205,8 @@ sources:
 """A commented ``combined.yaml`` that loads as it is.
 
 The lines between ``# BEGIN postgres example`` and ``# END postgres example``
-(and the ``mariadb``, ``singer``, ``airbyte`` and ``files`` ones) are a source that loads too once
-their leading ``#`` is removed.
+(and the ``mariadb``, ``singer``, ``airbyte``, ``http`` and ``files`` ones) are a
+source that loads too once their leading ``#`` is removed.
 """
 
 

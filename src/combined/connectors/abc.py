@@ -194,6 +194,12 @@ class Source(Protocol):
     #: over (at least once: a Singer tap resumes at its bookmark, inclusive).
     #: Such records merge by key; appended, they would be stored twice.
     REDELIVERS: ClassVar[bool]
+    #: Whether :meth:`discover` reads the provider's records (an API's first
+    #: pages) rather than a catalog. The engine then does not discover before
+    #: a capture: it would spend requests, and a failing endpoint of another
+    #: dataset would fail this one. The read checks each value against the
+    #: dataset's declared fields itself.
+    DISCOVERY_READS_RECORDS: ClassVar[bool]
     #: The configuration keys the connector takes. Any other key is refused by
     #: :func:`check_config` before the configuration is stored or used; None
     #: leaves every check to the connector's constructor.
@@ -355,6 +361,7 @@ class BaseSource(abc.ABC):
     SUPPORTS_PARTITIONS: ClassVar[bool] = False
     SUPPORTS_CONTROL_TOTALS: ClassVar[bool] = False
     REDELIVERS: ClassVar[bool] = False
+    DISCOVERY_READS_RECORDS: ClassVar[bool] = False
     CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = None
     PUBLIC_KEYS: ClassVar[Mapping[str, tuple[str, str]]] = {}
 

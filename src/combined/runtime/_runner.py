@@ -288,10 +288,20 @@ class Runner:
                 )
                 source = cls(self.resolve(admission.config))
                 prepared = []
-                discovery = source.discover()
+                # A discovery that reads records (an API's pages) is not spent before
+                # each capture: the read checks values against declared fields itself.
+                discovery = (
+                    None
+                    if getattr(type(source), "DISCOVERY_READS_RECORDS", False)
+                    else source.discover()
+                )
                 for plan in plans:
                     self.reporter.phase(plan.name, "extracting")
-                    found = discovery.dataset(plan.relation) or discovery.dataset(plan.name)
+                    found = (
+                        discovery.dataset(plan.relation) or discovery.dataset(plan.name)
+                        if discovery is not None
+                        else None
+                    )
                     declared = {f.name: f.arrow_type for f in found.fields} if found else None
                     try:
                         if backfill is not None:

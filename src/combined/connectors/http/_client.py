@@ -1,0 +1,300 @@
+"""One HTTP session of a read: auth, rate limit, same-host redirects, in-attempt waits, errors.
+
+Every request goes through :meth:`Session.get`, which is the only place that
+knows the secret: it adds the auth header or query parameter to a request
+to the base URL's own host, and never to another (a redirect or a next-page
+link elsewhere is refused before anything is sent). What a status means is
+decided here, by type (see ``combined.errors``):
+
+* 429 and 5xx, timeouts and connection failures are transient
+  (:class:`~combined.errors.SourceUnavailable`, retried as another Attempt);
+  a 429 or 503 whose ``Retry-After`` is within ``max_retry_wait`` is waited
+  out inside the Attempt, a few times at most;
+* 401 and 403 are :class:`~combined.errors.AuthRejected` (the Run needs auth);
+* 404 and any other 4xx are terminal :class:`~combined.errors.SourceError`.
+
+No error quotes a response body: an API may echo the token it was given.
+URLs in errors are shown with the API key parameter masked, and every shown
+text is scrubbed of the secret's value.
+"""
+
+from __future__ import annotations
+
+import base64
+import email.utils
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from urllib.parse import quote, quote_plus
+
+import httpx
+
+from combined.connectors.http._settings import Settings
+from combined.errors import AuthRejected, SourceError, SourceUnavailable, redact
+
+#: How many times one request waits out a 429 or 503 inside an Attempt.
+MAX_WAITS = 5
+#: How many redirects one request follows (each within the base URL's host).
+MAX_REDIRECTS = 5
+_REDIRECTS = (301, 302, 303, 307, 308)
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A successful response, read whole (within ``max_response_bytes``)."""
+
+    url: httpx.URL
+    status: int
+    headers: httpx.Headers
+    content: bytes
+
+    @property
+    def content_type(self) -> str:
+        """The media type the server declared, or ``none``."""
+        return self.headers.get("content-type", "none").split(";")[0].strip() or "none"
+
+
+def scrubber(settings: Settings) -> Callable[[str], str]:
+    """A function masking the auth secret (as written, URL-encoded, in basic form)."""
+    values: set[str] = set()
+    auth = settings.auth
+    for secret in auth.secrets():
+        values.update({secret, quote(secret, safe=""), quote_plus(secret)})
+        if auth.type == "basic":
+            pair = f"{auth.username}:{secret}".encode()
+            values.add(base64.b64encode(pair).decode())
+    ordered = sorted((v for v in values if len(v) >= 3), key=len, reverse=True)
+
+    def scrub(text: str) -> str:
+        for value in ordered:
+            text = text.replace(value, "***")
+        return redact(text)
+
+    return scrub
+
+
+class RateLimit:
+    """At most ``per_second`` requests a second: each waits for its slot."""
+
+    def __init__(self, per_second: float | None) -> None:
+        self._interval = 1.0 / per_second if per_second else 0.0
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    def wait(self) -> None:
+        """Sleep until the next request may go."""
+        if not self._interval:
+            return
+        with self._lock:
+            now = time.monotonic()
+            slot = max(now, self._next)
+            self._next = slot + self._interval
+        if slot > now:
+            time.sleep(slot - now)
+
+
+def retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds a ``Retry-After`` asks to wait (seconds or an HTTP date); None if unreadable."""
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    return max(0.0, seconds)
+
+
+class Session:
+    """The HTTP client of one read (or one check or discovery); close it when done."""
+
+    def __init__(self, settings: Settings, scrub: Callable[[str], str]) -> None:
+        self.settings = settings
+        self.scrub = scrub
+        self._base = httpx.URL(settings.base_url)
+        self._rate = RateLimit(settings.rate_limit)
+        headers = {"Accept": "application/json", **settings.headers}
+        self._client = httpx.Client(
+            timeout=settings.timeout, follow_redirects=False, headers=headers
+        )
+
+    def close(self) -> None:
+        """Close the connection pool; idempotent."""
+        self._client.close()
+
+    # -- URLs -------------------------------------------------------------------------------
+
+    def url(self, path: str, params: Mapping[str, str] | None = None) -> httpx.URL:
+        """The URL of ``path`` under the base URL, with ``params`` (no auth added)."""
+        base = str(self._base).rstrip("/")
+        url = httpx.URL(f"{base}/{path.lstrip('/')}")
+        return url.copy_merge_params(dict(params)) if params else url
+
+    def shown(self, url: httpx.URL | str) -> str:
+        """``url`` as errors show it: the API key parameter masked, secrets scrubbed."""
+        url = httpx.URL(str(url))
+        auth = self.settings.auth
+        if auth.place == "query" and auth.name is not None and auth.name in url.params:
+            url = url.copy_set_param(auth.name, "***")
+        return self.scrub(str(url)).replace("%2A%2A%2A", "***")
+
+    def same_host(self, url: httpx.URL) -> bool:
+        """Whether ``url`` is on the base URL's host (where the credentials may go)."""
+        base = self._base
+        if url.host.lower() != base.host.lower():
+            return False
+        if url.scheme == base.scheme:
+            return url.port == base.port
+        return base.scheme == "http" and url.scheme == "https"  # an upgrade only
+
+    def refuse_elsewhere(self, url: httpx.URL, why: str) -> None:
+        """Raise when ``url`` leaves the base URL's host: the credentials never go there."""
+        if not self.same_host(url):
+            raise SourceError(
+                f"{why} leads to another host ({url.scheme}://{url.host}), where the source's "
+                "credentials are never sent: nothing more was read",
+                hint=f"set base_url to the host the API really answers on (base_url is "
+                f"{self._base.scheme}://{self._base.host})",
+                host=url.host,
+            )
+
+    def _signed(self, url: httpx.URL) -> tuple[httpx.URL, dict[str, str]]:
+        auth = self.settings.auth
+        headers: dict[str, str] = {}
+        if auth.type == "bearer" and auth.value:
+            headers["Authorization"] = f"Bearer {auth.value}"
+        elif auth.type == "basic" and auth.value:
+            pair = f"{auth.username}:{auth.value}".encode()
+            headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+        elif auth.type == "api_key" and auth.value and auth.name:
+            if auth.place == "header":
+                headers[auth.name] = auth.value
+            else:
+                url = url.copy_set_param(auth.name, auth.value)
+        return url, headers
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def get(self, url: httpx.URL) -> Response:
+        """GET ``url`` (on the base URL's host), following same-host redirects.
+
+        Raises the error its outcome means; waits out a short ``Retry-After``.
+        """
+        self.refuse_elsewhere(url, f"the request for {self.shown(url)}")
+        waits = 0
+        redirects = 0
+        while True:
+            response = self._send(url)
+            status = response.status_code
+            if status in _REDIRECTS:
+                location = response.headers.get("location")
+                redirects += 1
+                if not location or redirects > MAX_REDIRECTS:
+                    raise SourceError(
+                        f"GET {self.shown(url)} redirected "
+                        + (
+                            "without a Location"
+                            if not location
+                            else f"more than {MAX_REDIRECTS} times"
+                        ),
+                        hint="check base_url and the endpoint's path",
+                        status=status,
+                    )
+                target = url.join(location)
+                self.refuse_elsewhere(target, f"a redirect of {self.shown(url)}")
+                url = target
+                continue
+            if status in (429, 503):
+                wait = retry_after(response.headers.get("retry-after"))
+                if wait is not None and wait <= self.settings.max_retry_wait and waits < MAX_WAITS:
+                    waits += 1
+                    time.sleep(wait)
+                    continue
+            if status >= 400:
+                raise self._status_error(url, status, response.reason_phrase, waits)
+            return Response(url, status, response.headers, response.content)
+
+    def _send(self, url: httpx.URL) -> httpx.Response:
+        signed, headers = self._signed(url)
+        shown = self.shown(url)
+        self._rate.wait()
+        try:
+            with self._client.stream("GET", signed, headers=headers) as response:
+                if response.status_code >= 300:
+                    # Never read an error's body: it may echo the token.
+                    return httpx.Response(
+                        response.status_code, headers=response.headers, request=response.request
+                    )
+                declared = response.headers.get("content-length")
+                limit = self.settings.max_response_bytes
+                if declared is not None and declared.isdigit() and int(declared) > limit:
+                    raise self._too_large(shown, limit)
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > limit:
+                        raise self._too_large(shown, limit)
+                    chunks.append(chunk)
+                return httpx.Response(
+                    response.status_code,
+                    headers=response.headers,
+                    content=b"".join(chunks),
+                    request=response.request,
+                )
+        except httpx.TimeoutException as exc:
+            raise SourceUnavailable(
+                f"GET {shown} timed out after {self.settings.timeout:g} s ({type(exc).__name__})",
+                hint="raise `timeout` if the API is slow to answer; the capture is retried",
+            ) from None
+        except httpx.TransportError as exc:
+            raise SourceUnavailable(
+                f"GET {shown} failed: {type(exc).__name__}: {self.scrub(str(exc)) or 'no detail'}",
+                hint="check that base_url is reachable from here; the capture is retried",
+            ) from None
+
+    def _too_large(self, shown: str, limit: int) -> SourceError:
+        return SourceError(
+            f"GET {shown} answered with a body over {limit} bytes",
+            hint="ask for smaller pages (paginate.size), or raise `max_response_bytes`",
+        )
+
+    def _status_error(self, url: httpx.URL, status: int, reason: str, waits: int) -> SourceError:
+        shown = self.shown(url)
+        what = f"GET {shown} answered {status} {reason}".rstrip()
+        if status in (401, 403):
+            return AuthRejected(
+                f"{what}: the credentials were refused",
+                hint="check the secret the source's `auth` references, and that it may read "
+                "this endpoint; then capture again",
+                status=status,
+            )
+        if status == 429 or status >= 500:
+            waited = f" (after waiting {waits} times)" if waits else ""
+            return SourceUnavailable(
+                f"{what}{waited}: the API is busy or failing",
+                hint="the capture is retried; lower `rate_limit` if the API keeps limiting it",
+                status=status,
+            )
+        if status == 404:
+            return SourceError(
+                f"{what}: the endpoint does not exist",
+                hint="check base_url and the endpoint's path",
+                status=status,
+            )
+        return SourceError(
+            f"{what}: the API refused the request",
+            hint="check the endpoint's path and params against the API's documentation",
+            status=status,
+        )
+
+
+__all__ = ["MAX_WAITS", "RateLimit", "Response", "Session", "retry_after", "scrubber"]

@@ -1,0 +1,219 @@
+"""The pages of one endpoint: where the records are, and when paging safely stops.
+
+Styles: ``none`` (one request), ``page`` (a page number, until an empty
+page), ``offset`` (an offset advanced by the records read, until an empty
+page), ``cursor`` (a next token from the body, passed back as a parameter,
+until there is none) and ``link`` (the next URL from an RFC 8288 ``Link:
+<...>; rel="next"`` header or a body path, until there is none).
+
+Stopping is checked, never assumed: a next token or URL seen before, or a
+page whose records repeat the previous page's (an API that ignores the page
+parameter), fails the read instead of looping; so does a read past
+``max_pages``. A short page never ends a read: an API may cap the page size
+below the one asked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from combined.connectors._subprocess._rows import DECODER
+from combined.connectors._subprocess._schema import json_default
+from combined.connectors.http._client import Response, Session
+from combined.connectors.http._settings import Endpoint
+from combined.errors import SchemaMismatch, SourceError
+
+_MISSING = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page read: its number (from 1), URL, records and the digest of its body."""
+
+    number: int
+    url: httpx.URL
+    records: list[Any]
+    digest: str
+
+
+def dig(body: Any, path: str) -> Any:
+    """The value at dotted ``path`` in ``body`` (``_MISSING`` when a step is absent)."""
+    value = body
+    for step in path.split("."):
+        if isinstance(value, Mapping) and step in value:
+            value = value[step]
+        elif isinstance(value, list) and step.isdigit() and int(step) < len(value):
+            value = value[int(step)]
+        else:
+            return _MISSING
+    return value
+
+
+def decode(session: Session, response: Response) -> Any:
+    """The JSON body of ``response``; SchemaMismatch naming the URL, type and length if not JSON."""
+    try:
+        return DECODER.decode(response.content.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise SchemaMismatch(
+            f"GET {session.shown(response.url)} answered a body that is not JSON "
+            f"(content type {response.content_type}, {len(response.content)} bytes)",
+            hint="check the endpoint's path: it must answer JSON; nothing was committed",
+            content_type=response.content_type,
+        ) from None
+
+
+def records_of(session: Session, endpoint: Endpoint, response: Response, body: Any) -> list[Any]:
+    """The records of a decoded body, where ``endpoint.records`` says they are."""
+    shown = session.shown(response.url)
+    keys = ""
+    if isinstance(body, Mapping):
+        names = [str(k) for k in list(body)[:8]]
+        keys = f" (its keys: {session.scrub(', '.join(names))})" if names else " (no keys)"
+    where = f"config.endpoints.{endpoint.name}.records" if endpoint.declared else "`records`"
+    if endpoint.records is None:
+        if isinstance(body, list):
+            return body
+        raise SchemaMismatch(
+            f"GET {shown} answered a JSON {type(body).__name__}, not a list of records{keys}",
+            hint=f"set {where} to the dotted path of the list in the body (e.g. data.items)",
+            path=None,
+        )
+    found = dig(body, endpoint.records)
+    if found is None:
+        return []  # an explicit null: an API's way of writing no record
+    if found is _MISSING or not isinstance(found, list):
+        what = "holds no" if found is _MISSING else "does not hold a list at"
+        raise SchemaMismatch(
+            f"GET {shown} answered a body that {what} records path {endpoint.records!r}{keys}",
+            hint=f"fix {where} (run `combined discover` to see the body's shape); nothing was "
+            "committed",
+            path=endpoint.records,
+        )
+    return found
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _records_digest(records: list[Any]) -> str:
+    text = json.dumps(records, sort_keys=True, default=json_default, separators=(",", ":"))
+    return _digest(text.encode())
+
+
+def _loop(session: Session, endpoint: Endpoint, page: int, what: str) -> SourceError:
+    return SourceError(
+        f"endpoint {endpoint.name!r}: page {page} {what}: paging would never end, so nothing "
+        "was committed",
+        hint="check the endpoint's `paginate` settings (the parameter the API reads, the path "
+        "of its next token); `cursor` or `link` paging is the safe choice when the API offers it",
+        endpoint=endpoint.name,
+        page=page,
+    )
+
+
+def pages(
+    session: Session, endpoint: Endpoint, params: Mapping[str, str], max_pages: int
+) -> Iterator[Page]:
+    """Read the endpoint's pages in order, with ``params`` on the first request."""
+    paging = endpoint.paginate
+    style = paging.style
+    query = dict(params)
+    position = paging.start
+    if style in ("page", "offset"):
+        assert paging.param is not None
+        query[paging.param] = str(position)
+        if paging.size_param and paging.size:
+            query[paging.size_param] = str(paging.size)
+    url = session.url(endpoint.path, query)
+    seen_tokens: set[str] = set()
+    seen_urls = {str(url)}
+    previous: str | None = None
+    number = 0
+    while True:
+        number += 1
+        if number > max_pages:
+            raise SourceError(
+                f"endpoint {endpoint.name!r} has more than {max_pages} pages: the read stopped "
+                "there and nothing was committed",
+                hint=f"raise `max_pages` (under config or config.endpoints.{endpoint.name}."
+                "paginate) if the endpoint really is that long",
+                endpoint=endpoint.name,
+            )
+        response = session.get(url)
+        body = decode(session, response)
+        records = records_of(session, endpoint, response, body)
+        yield Page(number, response.url, records, _digest(response.content))
+        if style == "none":
+            return
+        if style in ("page", "offset"):
+            if not records:
+                return
+            digest = _records_digest(records)
+            if digest == previous:
+                raise _loop(
+                    session,
+                    endpoint,
+                    number,
+                    f"holds the same records as page {number - 1} (the API may ignore "
+                    f"parameter {paging.param!r})",
+                )
+            previous = digest
+            position += 1 if style == "page" else len(records)
+            assert paging.param is not None
+            url = url.copy_set_param(paging.param, str(position))
+            continue
+        if style == "cursor":
+            assert paging.next is not None and paging.param is not None
+            token = dig(body, paging.next)
+            if token is _MISSING or token is None or token == "" or token is False:
+                return
+            if isinstance(token, dict | list):
+                raise SchemaMismatch(
+                    f"endpoint {endpoint.name!r}: the next token at {paging.next!r} on page "
+                    f"{number} is a JSON {type(token).__name__}, not a value",
+                    hint=f"point config.endpoints.{endpoint.name}.paginate.next at the token",
+                    endpoint=endpoint.name,
+                )
+            text = str(json_default(token) if not isinstance(token, str | int) else token)
+            if text in seen_tokens:
+                raise _loop(session, endpoint, number, "repeats a next token seen before")
+            seen_tokens.add(text)
+            url = url.copy_set_param(paging.param, text)
+            continue
+        nxt = _next_link(endpoint, response, body, number)
+        if nxt is None:
+            return
+        target = response.url.join(nxt)
+        session.refuse_elsewhere(target, f"the next page of endpoint {endpoint.name!r}")
+        if str(target) in seen_urls:
+            raise _loop(session, endpoint, number, "links to a page read before")
+        seen_urls.add(str(target))
+        url = target
+
+
+def _next_link(endpoint: Endpoint, response: Response, body: Any, number: int) -> str | None:
+    paging = endpoint.paginate
+    if paging.next is not None:
+        found = dig(body, paging.next)
+        if found is not _MISSING and found not in (None, ""):
+            if not isinstance(found, str):
+                raise SchemaMismatch(
+                    f"endpoint {endpoint.name!r}: the next link at {paging.next!r} on page "
+                    f"{number} is not text",
+                    hint=f"point config.endpoints.{endpoint.name}.paginate.next at the next URL",
+                    endpoint=endpoint.name,
+                )
+            return found
+    links = httpx.Response(200, headers=response.headers).links
+    url = links.get("next", {}).get("url")
+    return url or None
+
+
+__all__ = ["Page", "decode", "dig", "pages", "records_of"]

@@ -1,0 +1,189 @@
+"""A real HTTP server on 127.0.0.1, in the test process, serving a small mutable API.
+
+Every endpoint serves the same orders (``api.orders``, by id), paged in
+another style, behind a bearer token. Tests mutate the orders between
+captures, queue faults (``api.fail``) and read what was requested
+(``api.requests``). An error response echoes the Authorization header it got,
+as careless APIs do: no error of Combined may carry it on.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+TOKEN = "tok-7f3a9c1e5b2d4068"
+
+
+@dataclass
+class Request:
+    """One request the server saw."""
+
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+
+
+@dataclass
+class FakeAPI:
+    """The server's state: orders, the token it accepts, queued faults, requests seen."""
+
+    port: int = 0
+    token: str = TOKEN
+    page_size: int = 2
+    orders: dict[int, dict[str, Any]] = field(default_factory=dict)
+    faults: list[tuple[str, int, dict[str, str]]] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def base_url(self) -> str:
+        """The API's root."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def fail(
+        self, path: str, status: int, times: int = 1, headers: dict[str, str] | None = None
+    ) -> None:
+        """Answer the next ``times`` requests of ``path`` with ``status`` (and headers)."""
+        with self.lock:
+            self.faults.extend([(path, status, dict(headers or {}))] * times)
+
+    def seen(self, path: str) -> list[Request]:
+        """The requests of ``path`` so far."""
+        with self.lock:
+            return [r for r in self.requests if r.path == path]
+
+    def rows(self, since: str | None = None) -> list[dict[str, Any]]:
+        """The orders by id; with ``since``, those updated at or after it (inclusive)."""
+        out = [self.orders[k] for k in sorted(self.orders)]
+        if since is not None:
+            out = [o for o in out if o.get("updated_at") is None or o["updated_at"] >= since]
+        return out
+
+
+def order(i: int, status: str = "placed", day: int = 1, **extra: Any) -> dict[str, Any]:
+    """One order record as the API writes it."""
+    return {
+        "id": i,
+        "status": status,
+        "total": i * 10,
+        "updated_at": f"2024-05-{day:02d}T00:00:{i:02d}Z",
+        "customer": {"name": f"c{i}", "tags": ["a"]},
+        **extra,
+    }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    api: FakeAPI
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(status)
+        content_type = "application/json"
+        for name, value in (headers or {}).items():
+            if name.lower() == "content-type":
+                content_type = value
+            else:
+                self.send_header(name, value)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        api = self.api
+        parts = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        path = parts.path
+        with api.lock:
+            api.requests.append(
+                Request(path, query, {k.lower(): v for k, v in self.headers.items()})
+            )
+            fault = next((f for f in api.faults if f[0] == path), None)
+            if fault is not None:
+                api.faults.remove(fault)
+        given = self.headers.get("Authorization", "")
+        if fault is not None:
+            _, status, headers = fault
+            # Careless APIs echo what they were sent: the token must not travel on.
+            self._send(status, {"error": "injected", "you_sent": given, "q": self.path}, headers)
+            return
+        if path != "/v1/public" and given != f"Bearer {api.token}":
+            self._send(401, {"error": "bad token", "you_sent": given})
+            return
+        since = query.get("updated_since")
+        with api.lock:
+            rows = api.rows(since)
+        # The API caps the page size: asked for more, it answers short pages.
+        size = min(int(query.get("per_page", query.get("limit", api.page_size))), api.page_size)
+        base = f"http://127.0.0.1:{api.port}"
+        if path in ("/v1/me", "/v1/public"):
+            self._send(200, {"ok": True})
+        elif path == "/v1/orders/plain":
+            self._send(200, rows)
+        elif path == "/v1/orders/page":
+            page = int(query.get("page", "1"))
+            chunk = rows[(page - 1) * size : page * size]
+            self._send(200, {"data": {"items": chunk}, "meta": {"page": page}})
+        elif path == "/v1/orders/stuck":  # ignores the page parameter
+            self._send(200, {"data": {"items": rows[:size]}})
+        elif path == "/v1/orders/offset":
+            offset = int(query.get("offset", "0"))
+            self._send(200, {"results": rows[offset : offset + size]})
+        elif path == "/v1/orders/cursor":
+            start = int(query.get("cursor", "0"))
+            chunk = rows[start : start + size]
+            nxt = str(start + size) if start + size < len(rows) else None
+            self._send(200, {"items": chunk, "next_cursor": nxt})
+        elif path == "/v1/orders/loop":  # always the same next token
+            self._send(200, {"items": rows[:size], "next_cursor": "same"})
+        elif path == "/v1/orders/link":
+            start = int(query.get("from", "0"))
+            headers = {}
+            if start + size < len(rows):
+                nxt = f"{base}/v1/orders/link?from={start + size}"
+                headers["Link"] = f'<{nxt}>; rel="next", <{base}/v1/orders/link>; rel="first"'
+            self._send(200, rows[start : start + size], headers)
+        elif path == "/v1/orders/bodylink":
+            start = int(query.get("from", "0"))
+            nxt = f"/v1/orders/bodylink?from={start + size}" if start + size < len(rows) else None
+            self._send(200, {"results": rows[start : start + size], "links": {"next": nxt}})
+        elif path == "/v1/orders/elsewhere":  # a next link to another host
+            self._send(
+                200,
+                rows[:size],
+                {"Link": f'<http://localhost:{api.port}/v1/orders/link?from=2>; rel="next"'},
+            )
+        elif path == "/v1/moved":
+            self._send(302, b"", {"Location": "/v1/orders/plain"})
+        elif path == "/v1/away":
+            self._send(302, b"", {"Location": f"http://localhost:{api.port}/v1/orders/plain"})
+        elif path == "/v1/html":
+            self._send(200, b"<html>hello</html>", {"Content-Type": "text/html"})
+        else:
+            self._send(404, {"error": "no such path", "you_sent": given})
+
+
+def serve() -> Iterator[FakeAPI]:
+    """Run a fake API on 127.0.0.1 (a free port) in a thread; stop it afterwards."""
+    api = FakeAPI()
+    handler = type("Handler", (_Handler,), {"api": api})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    api.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield api
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
