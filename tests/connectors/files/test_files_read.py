@@ -133,6 +133,36 @@ def test_a_file_changed_during_the_read_fails_as_transient(tmp_path: Path) -> No
     assert not extraction.receipt.completed
 
 
+def test_a_file_renamed_into_place_with_the_old_size_and_time_is_seen(tmp_path: Path) -> None:
+    # A writer that renames a new file over a listed one and keeps its size
+    # and modification time (rsync -t, a copy with preserved times) leaves
+    # only a new inode behind.
+    _write(tmp_path, "orders/a.csv", "id,v\n" + "".join(f"{i},x\n" for i in range(100)))
+    _write(tmp_path, "orders/b.csv", "id,v\n1000,y\n")
+    listed = os.stat(tmp_path / "orders/b.csv")
+    extraction = _source(tmp_path).read(_request("orders/*.csv", batch_rows=10))
+    seen = 0
+    try:
+        with pytest.raises(SourceUnavailable) as info:
+            for msg in extraction:
+                if isinstance(msg, RecordBatchMessage):
+                    seen += 1
+                    if seen == 1:
+                        _write(tmp_path, "orders/.b.csv.tmp", "id,v\n1000,z\n")
+                        os.utime(
+                            tmp_path / "orders/.b.csv.tmp",
+                            ns=(listed.st_atime_ns, listed.st_mtime_ns),
+                        )
+                        os.replace(tmp_path / "orders/.b.csv.tmp", tmp_path / "orders/b.csv")
+                else:
+                    pytest.fail("a final state followed a replaced file")
+    finally:
+        extraction.finish("abort")
+    replaced = os.stat(tmp_path / "orders/b.csv")
+    assert (replaced.st_size, replaced.st_mtime_ns) == (listed.st_size, listed.st_mtime_ns)
+    assert "'orders/b.csv'" in info.value.message and "changed or vanished" in info.value.message
+
+
 def test_a_vanished_file_fails_as_transient(tmp_path: Path) -> None:
     _write(tmp_path, "orders/a.csv", "id,v\n" + "".join(f"{i},x\n" for i in range(100)))
     _write(tmp_path, "orders/b.csv", "id,v\n1000,y\n")

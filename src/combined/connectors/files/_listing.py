@@ -19,16 +19,23 @@ from pathlib import Path
 from combined.errors import SourceError, SourceUnavailable
 
 #: The snapshot authority receipts name: a listing verified unchanged by stat.
-LISTING_AUTHORITY = "files:listing(size,mtime_ns)"
+LISTING_AUTHORITY = "files:listing(size,mtime_ns,inode,ctime_ns)"
 
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One listed file: its path relative to the root, size and modification time."""
+    """One listed file: its path relative to the root, size, times and inode.
+
+    The inode and the status-change time catch what size and modification
+    time miss: a file renamed into place over another (a new inode) whose
+    writer kept the old size and set the old modification time.
+    """
 
     name: str
     size: int
     mtime_ns: int
+    inode: int = 0
+    ctime_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +57,8 @@ class Listing:
     def token(self) -> str:
         """The canonical text of the listing (the receipt publishes its digest)."""
         return json.dumps(
-            [[e.name, e.size, e.mtime_ns] for e in self.entries], separators=(",", ":")
+            [[e.name, e.size, e.mtime_ns, e.inode] for e in self.entries],
+            separators=(",", ":"),
         )
 
     def digest(self) -> str:
@@ -66,7 +74,12 @@ class Listing:
             except OSError:
                 out.append(e.name)
                 continue
-            if st.st_size != e.size or st.st_mtime_ns != e.mtime_ns:
+            if (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns) != (
+                e.size,
+                e.mtime_ns,
+                e.inode,
+                e.ctime_ns,
+            ):
                 out.append(e.name)
         return out
 
@@ -141,7 +154,7 @@ def list_files(root: Path, glob: str, relation: str) -> Listing:
                 relation=relation,
                 file=name,
             )
-        entries.append(Entry(name, st.st_size, st.st_mtime_ns))
+        entries.append(Entry(name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns))
     entries.sort(key=lambda e: e.name)
     return Listing(root, tuple(entries))
 
