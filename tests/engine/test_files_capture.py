@@ -283,3 +283,23 @@ def test_the_cli_discovers_and_captures_a_file_set(shipped: Path, tools: Any) ->
     failed = tools.cli(root, "capture")
     assert failed.returncode == 3, failed.stdout  # needs review
     assert "2024-01.csv" in failed.stdout + failed.stderr
+
+
+def test_a_bad_file_of_another_file_set_does_not_fail_this_capture(tmp_path: Path) -> None:
+    # Discovery reads every file set: spent before each capture, one set's
+    # broken file would fail the capture of every other dataset of the source.
+    _csv(tmp_path, "2024-01.csv", [(i, "placed", i * 10) for i in range(1, 6)])
+    bad = tmp_path / "data" / "refunds" / "r.csv"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"id,amount\n1,\xff\xfe\n")
+    project = _project(tmp_path, extra='        refunds:\n          glob: "refunds/*.csv"')
+    project.write_text(project.read_text() + "      refunds:\n        key: [id]\n")
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture(["exports.orders"])
+        assert run.state == "succeeded", run.error
+        assert len(_rows(engine)) == 5
+        (broken,) = engine.capture(["exports.refunds"])
+        assert broken.state == "needs_review" and "r.csv" in (broken.error or "")
+    finally:
+        engine.close()

@@ -60,6 +60,10 @@ class FilesSource(BaseSource):
     SUPPORTS_CDC: ClassVar[bool] = False
     SUPPORTS_PARTITIONS: ClassVar[bool] = False
     SUPPORTS_CONTROL_TOTALS: ClassVar[bool] = True
+    #: Discovery samples every file set and scans rows for key evidence: not
+    #: spent before each capture, where one set's bad file would also fail
+    #: the others' captures. A read types its own rows (declared or inferred).
+    DISCOVERY_READS_RECORDS: ClassVar[bool] = True
     CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = SOURCE_KEYS
 
     def __init__(self, config: Mapping[str, Any]) -> None:
