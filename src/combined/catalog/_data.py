@@ -252,6 +252,7 @@ def publish(conn: Connection, run_id: str | None, members: Sequence[Member]) -> 
     stalled while another published the dataset after it).
     """
     pm, p = t.publication_members, t.publications
+    _one_publisher(conn)
     for m in members:
         if m.lake_version is None:
             continue
@@ -299,6 +300,25 @@ def publish(conn: Connection, run_id: str | None, members: Sequence[Member]) -> 
             .values(published_at=now)
         )
     return pub_id
+
+
+#: The PostgreSQL advisory lock that publishers take in turn ("combined" in ASCII).
+_PUBLISH_LOCK = 0x636F6D62696E6564
+
+
+def _one_publisher(conn: Connection) -> None:
+    """Make publishing one at a time until the transaction ends.
+
+    Publications are numbered (``seq``) and stamped in order: two processes
+    publishing at once (two workers, two captures of different sources) must
+    not read the same newest number. PostgreSQL: a transaction-scoped
+    advisory lock. SQLite: a write that changes nothing, which takes the
+    database's one write lock (every read after it sees the newest rows).
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PUBLISH_LOCK})
+    else:
+        conn.execute(t.publications.update().where(sa.false()).values(seq=t.publications.c.seq))
 
 
 def published_version(conn: Connection, source: str, dataset: str) -> str | None:
@@ -484,14 +504,21 @@ def emit(
 
 
 def activity(
-    conn: Connection, *, limit: int = 50, kind: str | None = None, run_id: str | None = None
+    conn: Connection,
+    *,
+    limit: int = 50,
+    kind: str | None = None,
+    run_id: str | None = None,
+    source: str | None = None,
+    dataset: str | None = None,
 ) -> list[sa.Row[Any]]:
     """Newest Activity events first."""
     q = sa.select(t.activity).order_by(t.activity.c.id.desc()).limit(limit)
-    if kind is not None:
-        q = q.where(t.activity.c.kind == kind)
-    if run_id is not None:
-        q = q.where(t.activity.c.run_id == run_id)
+    for column, value in (("kind", kind), ("run_id", run_id), ("source", source)):
+        if value is not None:
+            q = q.where(t.activity.c[column] == value)
+    if dataset is not None:
+        q = q.where(t.activity.c.dataset == dataset)
     return list(conn.execute(q))
 
 

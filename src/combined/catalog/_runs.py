@@ -117,6 +117,10 @@ class Run:
     error_type: str | None
     stats: Mapping[str, Any] | None
     publication_id: str | None
+    #: Who took the Run to execute it (``host:pid:start``); None while it waits
+    #: in the queue for a worker.
+    claimed_by: str | None = None
+    claimed_at: datetime | None = None
 
     @property
     def terminal(self) -> bool:
@@ -140,6 +144,8 @@ def _run(row: sa.Row[Any]) -> Run:
         error_type=row.error_type,
         stats=row.stats,
         publication_id=row.publication_id,
+        claimed_by=row.claimed_by,
+        claimed_at=row.claimed_at,
     )
 
 
@@ -192,10 +198,16 @@ def create_run(
     trigger: Trigger,
     admission: Admission,
     retry_of: str | None = None,
+    claimed_by: str | None = None,
 ) -> Run:
-    """Admit a new queued Run under ``admission``."""
+    """Admit a new queued Run under ``admission``.
+
+    ``claimed_by`` names the process that will execute it at once; without
+    one, the Run waits in the queue until a worker takes it.
+    """
     save_admission(conn, admission)
     run_id = new_run_id()
+    now = utcnow()
     conn.execute(
         t.runs.insert().values(
             id=run_id,
@@ -205,7 +217,9 @@ def create_run(
             state="queued",
             admission_id=admission.id,
             retry_of=retry_of,
-            created_at=utcnow(),
+            created_at=now,
+            claimed_by=claimed_by,
+            claimed_at=now if claimed_by is not None else None,
         )
     )
     return get_run(conn, run_id)
