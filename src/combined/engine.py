@@ -311,7 +311,10 @@ class Engine:
     def take_run(self) -> Run | None:
         """Take the oldest queued Run for this process to execute; None when none waits."""
         with self.catalog.begin() as conn:
-            return queue.take(conn, worker_identity())
+            run = queue.take(conn, worker_identity())
+            if run is not None:
+                cat.emit(conn, "run.taken", source=run.source, run_id=run.id, by=run.claimed_by)
+            return run
 
     def execute_taken(self, run: Run) -> Run:
         """Execute a Run :meth:`take_run` took, as a capture executes its own.

@@ -314,3 +314,25 @@ def test_runs_of_a_catalog_older_than_the_queue_are_not_left_waiting_for_a_worke
         assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
             (_head_revision(),)
         ]
+
+
+def test_processes_opening_one_new_sqlite_catalog_at_once_all_succeed(tmp_path: Path) -> None:
+    # Workers started together on a new project: the SQLite driver ran each
+    # CREATE TABLE on its own, so the second process saw half a schema.
+    import subprocess
+    import sys
+
+    code = "import sys; from combined.catalog import Catalog; Catalog.open(sys.argv[1]).close()"
+    for i in range(4):
+        url = f"sqlite:///{tmp_path / f'new{i}.db'}"
+        procs = [
+            subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE, text=True)
+            for _ in range(3)
+        ]
+        for proc in procs:
+            _, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err
+        with sqlite3.connect(tmp_path / f"new{i}.db") as conn:
+            assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
+                (_head_revision(),)
+            ]

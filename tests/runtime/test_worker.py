@@ -61,6 +61,8 @@ def test_an_enqueued_capture_reads_nothing_until_a_worker_executes_it(
         assert done.publication_id is not None
         (attempt,) = _attempts(engine, run.id)
         assert attempt.worker.startswith("worker:")
+        (taken,) = engine.activity(kind="run.taken", run_id=run.id)
+        assert taken["body"]["by"].split(":")[1] == str(attempt.pid)
         assert _count(engine, "shop.orders") == 200
         assert engine.queued() == []
     finally:
