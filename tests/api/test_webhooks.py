@@ -152,26 +152,52 @@ def test_deliveries_while_a_capture_waits_join_it(
     assert later["joined"] is False and later["run_id"] != first["run_id"]
 
 
-def test_concurrent_deliveries_queue_one_run(hooked: Path) -> None:
-    engine = Engine.open(hooked / "combined.yaml")
-    results: list[tuple[str, bool]] = []
+def _deliver_at_once(root: Path) -> None:
+    """Deliveries for two datasets at the same moment: one Run each, the others join it.
+
+    Both Runs are admitted under the same admission, and the first ones
+    declare the source and its datasets: none of it may be stored twice.
+    """
+    engine = Engine.open(root / "combined.yaml")
+    results: list[tuple[str, str, bool]] = []
     _ = engine.catalog  # created once, as the API does before serving
     try:
 
-        def deliver() -> None:
-            run, joined = engine.enqueue_dataset("shop", "customers")
-            results.append((run.id, joined))
+        def deliver(dataset: str) -> None:
+            run, joined = engine.enqueue_dataset("shop", dataset)
+            results.append((dataset, run.id, joined))
 
-        threads = [threading.Thread(target=deliver) for _ in range(8)]
+        threads = [threading.Thread(target=deliver, args=(d,)) for d in ["customers", "orders"] * 4]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
     finally:
         engine.close()
-    assert len({run_id for run_id, _ in results}) == 1
-    assert sorted(joined for _, joined in results) == [False] + [True] * 7
-    assert len(_runs(hooked)) == 1
+    assert len(results) == 8
+    for dataset in ("customers", "orders"):
+        mine = [(run_id, joined) for d, run_id, joined in results if d == dataset]
+        assert len({run_id for run_id, _ in mine}) == 1
+        assert sorted(joined for _, joined in mine) == [False, True, True, True]
+    runs = _runs(root)
+    assert sorted(r.datasets for r in runs) == [("customers",), ("orders",)]
+    assert runs[0].admission_id == runs[1].admission_id
+
+
+def test_concurrent_deliveries_queue_one_run(hooked: Path) -> None:
+    _deliver_at_once(hooked)
+
+
+@pytest.mark.postgres
+def test_concurrent_deliveries_queue_one_run_on_a_postgresql_catalog(
+    hooked: Path, pg_database: str
+) -> None:
+    project = hooked / "combined.yaml"
+    project.write_text(
+        project.read_text().replace("lake: ./lake\n", f"lake: ./lake\ncatalog: {pg_database}\n")
+    )
+    _deliver_at_once(hooked)
+    assert not (hooked / ".combined" / "catalog.db").exists()
 
 
 @pytest.mark.parametrize(

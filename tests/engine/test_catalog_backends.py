@@ -263,12 +263,13 @@ def test_a_new_catalog_has_the_schema_the_migrations_build(tmp_path: Path) -> No
     assert _schema_of(f"sqlite:///{partial}").keys() == _schema_of(direct).keys()
 
 
-def test_runs_of_a_catalog_older_than_the_queue_are_not_left_waiting_for_a_worker(
-    tmp_path: Path,
-) -> None:
-    # Revision 0002 added the queue. A Run of an older catalog was admitted by
-    # the process that executed it: after the upgrade it must not wait for a
-    # worker forever, and recovery must close it as it did before.
+def _upgraded_from_0001(url: str) -> None:
+    """Build a revision-0001 catalog at ``url`` holding a queued Run, then open it.
+
+    Revision 0002 added the queue. A Run of an older catalog was admitted by
+    the process that executed it: after the upgrade it must not wait for a
+    worker forever, and recovery must close it as it did before.
+    """
     from datetime import timedelta
 
     import sqlalchemy as sa
@@ -277,12 +278,11 @@ def test_runs_of_a_catalog_older_than_the_queue_are_not_left_waiting_for_a_worke
 
     from combined.catalog import Catalog, queue
     from combined.catalog import runs as runs_repo
-    from combined.catalog._catalog import _MIGRATIONS
+    from combined.catalog._catalog import _MIGRATIONS, _engine_url
 
-    url = f"sqlite:///{tmp_path / 'old.db'}"
     cfg = Config()
     cfg.set_main_option("script_location", str(_MIGRATIONS))
-    engine = sa.create_engine(url)
+    engine = sa.create_engine(_engine_url(url))
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "0001")
@@ -307,13 +307,24 @@ def test_runs_of_a_catalog_older_than_the_queue_are_not_left_waiting_for_a_worke
             assert run.claimed_by == "" and run.claimed_at == run.created_at
             assert queue.queued(conn) == []
             assert queue.take(conn, "someone") is None
+            version = conn.execute(sa.text("SELECT version_num FROM alembic_version")).all()
+            assert [tuple(v) for v in version] == [(_head_revision(),)]
         assert not queue.taker_live(run, timedelta(seconds=300))
     finally:
         catalog.close()
-    with sqlite3.connect(tmp_path / "old.db") as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
-            (_head_revision(),)
-        ]
+
+
+def test_runs_of_a_sqlite_catalog_older_than_the_queue_do_not_wait_for_a_worker(
+    tmp_path: Path,
+) -> None:
+    _upgraded_from_0001(f"sqlite:///{tmp_path / 'old.db'}")
+
+
+@pytest.mark.postgres
+def test_runs_of_a_postgresql_catalog_older_than_the_queue_do_not_wait_for_a_worker(
+    pg_database: str,
+) -> None:
+    _upgraded_from_0001(pg_database)
 
 
 def test_processes_opening_one_new_sqlite_catalog_at_once_all_succeed(tmp_path: Path) -> None:

@@ -26,12 +26,41 @@ def upsert_source(
     conn: Connection, name: str, connector: str, config: Mapping[str, Any], digest: str
 ) -> None:
     """Record a source's redacted configuration (never a secret)."""
-    values = {"connector": connector, "config": dict(config), "config_digest": digest}
-    updated = conn.execute(
-        t.sources.update().where(t.sources.c.name == name).values(updated_at=utcnow(), **values)
-    )
-    if updated.rowcount == 0:
-        conn.execute(t.sources.insert().values(name=name, updated_at=utcnow(), **values))
+    values = {
+        "connector": connector,
+        "config": dict(config),
+        "config_digest": digest,
+        "updated_at": utcnow(),
+    }
+    _upsert(conn, t.sources, {"name": name}, {}, values)
+
+
+def _upsert(
+    conn: Connection,
+    table: sa.Table,
+    key: Mapping[str, Any],
+    new: Mapping[str, Any],
+    values: Mapping[str, Any],
+) -> None:
+    """Update the row at ``key`` with ``values``, or insert it (with ``new`` too).
+
+    Two processes declaring one source at once (two API requests, two
+    workers) must not both insert it. PostgreSQL: one ``ON CONFLICT``
+    statement. SQLite: the update, the transaction's first write, holds the
+    database's one write lock until the insert commits.
+    """
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+
+        conn.execute(
+            insert(table)
+            .values(**key, **new, **values)
+            .on_conflict_do_update(index_elements=list(key), set_=dict(values))
+        )
+        return
+    where = [table.c[k] == v for k, v in key.items()]
+    if conn.execute(table.update().where(*where).values(**values)).rowcount == 0:
+        conn.execute(table.insert().values(**key, **new, **values))
 
 
 def record_discovery(
@@ -77,7 +106,6 @@ def ensure_dataset(
     freshness_target_s: int | None,
 ) -> sa.Row[Any]:
     """Create or refresh the declaration part of a dataset row."""
-    where = (t.datasets.c.source == source, t.datasets.c.name == name)
     values = {
         "relation": relation,
         "key": list(key),
@@ -85,12 +113,13 @@ def ensure_dataset(
         "sync_mode": sync_mode,
         "freshness_target_s": freshness_target_s,
     }
-    if conn.execute(t.datasets.update().where(*where).values(**values)).rowcount == 0:
-        conn.execute(
-            t.datasets.insert().values(
-                source=source, name=name, schema_revision=0, last_sequence=0, **values
-            )
-        )
+    _upsert(
+        conn,
+        t.datasets,
+        {"source": source, "name": name},
+        {"schema_revision": 0, "last_sequence": 0},
+        values,
+    )
     return get_dataset(conn, source, name)
 
 

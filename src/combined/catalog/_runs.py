@@ -155,23 +155,29 @@ def new_run_id() -> str:
 
 
 def save_admission(conn: Connection, admission: Admission) -> None:
-    """Store an admission once (its id is its content digest)."""
-    exists = conn.execute(
-        sa.select(t.admissions.c.id).where(t.admissions.c.id == admission.id)
-    ).first()
-    if exists is None:
-        conn.execute(
-            t.admissions.insert().values(
-                id=admission.id,
-                connector=admission.connector,
-                revision=admission.revision,
-                config_digest=admission.config_digest,
-                config=dict(admission.config),
-                billing_policy=admission.billing_policy,
-                venue=admission.venue,
-                created_at=utcnow(),
-            )
+    """Store an admission once (its id is its content digest).
+
+    Two processes admitting under the same admission at once (two webhooks
+    for two datasets of a source) both find it missing: the insert skips a
+    row that another one stored meanwhile.
+    """
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    conn.execute(
+        dialect.insert(t.admissions)
+        .values(
+            id=admission.id,
+            connector=admission.connector,
+            revision=admission.revision,
+            config_digest=admission.config_digest,
+            config=dict(admission.config),
+            billing_policy=admission.billing_policy,
+            venue=admission.venue,
+            created_at=utcnow(),
         )
+        .on_conflict_do_nothing(index_elements=["id"])
+    )
 
 
 def get_admission(conn: Connection, admission_id: str) -> Admission:
