@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from combined.catalog import Admission, Catalog, Run, Trigger
+from combined.catalog import Admission, Catalog, Run, RunState, Trigger, queue, worker_identity
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
 from combined.config import (
@@ -30,6 +31,7 @@ from combined.runtime._runner import Runner, Settings, admit
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from combined.config import WebhookConfig
     from combined.connectors.abc import Discovery, Source
 
 
@@ -48,6 +50,8 @@ class Engine:
             )
         self.layout = LakeLayout(Path(lake))
         self._catalog: Catalog | None = None
+        # The API serves requests from threads: the catalog is opened once.
+        self._opening = threading.Lock()
 
     @classmethod
     def open(cls, path: str | Path | None = None, reporter: Reporter | None = None) -> Engine:
@@ -57,11 +61,12 @@ class Engine:
     @property
     def catalog(self) -> Catalog:
         """The catalog, opened (and migrated) on first use."""
-        if self._catalog is None:
-            self._catalog = Catalog.open(
-                self.project.catalog_url(), password=self.project.catalog_secret()
-            )
-        return self._catalog
+        with self._opening:
+            if self._catalog is None:
+                self._catalog = Catalog.open(
+                    self.project.catalog_url(), password=self.project.catalog_secret()
+                )
+            return self._catalog
 
     def close(self) -> None:
         """Release the catalog's connections."""
@@ -74,7 +79,9 @@ class Engine:
         """The Run executor over this project's catalog and lake."""
         return self._runner()
 
-    def _runner(self, read_options: dict[str, Any] | None = None) -> Runner:
+    def _runner(
+        self, read_options: dict[str, Any] | None = None, worker: str = "embedded"
+    ) -> Runner:
         staging = self.project.staging
         settings = Settings(
             root=self.project.root,
@@ -87,6 +94,7 @@ class Engine:
             memory_limit=self.project.reduction_memory,
             backoff_s=float(os.environ.get("COMBINED_RETRY_BACKOFF_S", "0.5")),
             lease_ttl_s=_lease_ttl(),
+            worker=worker,
         )
         return Runner(
             self.catalog, self.layout, settings, self._resolve, self.reporter, read_options
@@ -216,23 +224,148 @@ class Engine:
         """Capture the selected datasets: one Run per source."""
         selected = self.selectors(names)
         self._ready()
-        out = []
-        for source, datasets in selected.items():
-            self._declare(source)
-            admission = self._admission(source)
-            with self.catalog.begin() as conn:
-                fresh = all(
-                    cat.get_dataset(conn, source, d).current_version is None for d in datasets
+        return [
+            self._runner(read_options).execute(self._admit(source, datasets, trigger))
+            for source, datasets in selected.items()
+        ]
+
+    def _admit(
+        self, source: str, datasets: list[str], trigger: Trigger | None, enqueue: bool = False
+    ) -> Run:
+        """Declare ``source`` and admit a Run of ``datasets`` under its current configuration."""
+        self._declare(source)
+        admission = self._admission(source)
+        with self.catalog.begin() as conn:
+            fresh = all(cat.get_dataset(conn, source, d).current_version is None for d in datasets)
+        return admit(
+            self.catalog,
+            source=source,
+            datasets=datasets,
+            trigger=trigger or ("first_sync" if fresh else "manual"),
+            admission=admission,
+            enqueue=enqueue,
+        )
+
+    # -- the queue ------------------------------------------------------------------
+
+    def enqueue(self, names: Sequence[str] = (), trigger: Trigger | None = None) -> list[Run]:
+        """Admit captures of the selected datasets to the queue: one Run per source.
+
+        Nothing is read here: a worker (``combined worker``) takes each Run
+        and executes it as ``capture`` would, under this admission.
+        """
+        selected = self.selectors(names)
+        return [
+            self._admit(source, datasets, trigger, enqueue=True)
+            for source, datasets in selected.items()
+        ]
+
+    def enqueue_dataset(
+        self, source: str, dataset: str, trigger: Trigger = "webhook"
+    ) -> tuple[Run, bool]:
+        """Queue one capture of exactly ``source.dataset``; ``(run, joined)``.
+
+        While a capture of the dataset waits in the queue (no worker took it
+        yet), another request joins it (``joined`` is True) instead of
+        queueing a second one: that Run reads the source after both requests.
+        """
+        self.project.dataset(source, dataset)
+        self._declare(source)
+        admission = self._admission(source)
+        with self.catalog.begin() as conn:
+            queue.lock_dataset(conn, source, dataset)
+            waiting = queue.waiting(conn, source, dataset)
+            if waiting is not None:
+                cat.emit(
+                    conn,
+                    "run.joined",
+                    source=source,
+                    dataset=dataset,
+                    run_id=waiting.id,
+                    trigger=trigger,
                 )
-            run = admit(
-                self.catalog,
+                return waiting, True
+            run = runs_repo.create_run(
+                conn,
                 source=source,
-                datasets=datasets,
-                trigger=trigger or ("first_sync" if fresh else "manual"),
+                datasets=[dataset],
+                trigger=trigger,
                 admission=admission,
             )
-            out.append(self._runner(read_options).execute(run))
-        return out
+            cat.emit(
+                conn,
+                "run.queued",
+                source=source,
+                run_id=run.id,
+                trigger=trigger,
+                waits_for="worker",
+            )
+        return run, False
+
+    def queued(self, limit: int = 100) -> list[Run]:
+        """Runs waiting for a worker, oldest first."""
+        _check_limit(limit)
+        with self.catalog.begin() as conn:
+            return queue.queued(conn, limit)
+
+    def take_run(self) -> Run | None:
+        """Take the oldest queued Run for this process to execute; None when none waits."""
+        with self.catalog.begin() as conn:
+            run = queue.take(conn, worker_identity())
+            if run is not None:
+                cat.emit(conn, "run.taken", source=run.source, run_id=run.id, by=run.claimed_by)
+            return run
+
+    def execute_taken(self, run: Run) -> Run:
+        """Execute a Run :meth:`take_run` took, as a capture executes its own.
+
+        A Run whose dataset another Run holds goes back to the queue (it is
+        returned still queued).
+        """
+        try:
+            self._ready()
+        except BaseException:
+            with self.catalog.begin() as conn:  # it holds nothing yet: another worker may
+                queue.give_back(conn, run.id, run.claimed_by or "")
+            raise
+        return self._runner(worker="worker").execute(run, give_back=True)
+
+    def work(
+        self,
+        stopping: Callable[[], bool],
+        *,
+        poll_s: float = 2.0,
+        once: bool = False,
+        max_runs: int | None = None,
+    ) -> Iterator[Run]:
+        """Be a worker: execute queued Runs one at a time, yielding each once it ended.
+
+        ``stopping`` is asked between Runs and while idle; ``once`` stops
+        when the queue is empty; ``max_runs`` after that many Runs.
+        """
+        from combined.runtime._worker import work
+
+        if poll_s <= 0 or max_runs is not None and max_runs < 1:
+            raise ConfigError(
+                "--poll must be more than 0 seconds and --max-runs at least 1",
+                hint="e.g. --poll 2 --max-runs 10",
+            )
+        # Runs a dead worker left are closed before this one waits for more.
+        self._ready()
+        yield from work(
+            self.take_run,
+            self.execute_taken,
+            stopping,
+            lambda: bool(self.queued(1)),
+            poll_s=poll_s,
+            once=once,
+            max_runs=max_runs,
+        )
+
+    def webhook(self, source: str, dataset: str) -> WebhookConfig | None:
+        """The webhook setting of a dataset (its own, else its source's); None if unset."""
+        d = self.project.dataset(source, dataset)
+        return d.webhook or self.project.source(source).webhook
 
     def backfill(
         self,
@@ -273,11 +406,17 @@ class Engine:
         )
         return self.runner.execute(run, backfill=spec)
 
-    def retry(self, run_id: str) -> Run:
-        """Execute a failed Run again, as a new Run under the same admission."""
+    def retry(self, run_id: str, *, enqueue: bool = False) -> Run:
+        """Execute a failed Run again, as a new Run under the same admission.
+
+        With ``enqueue``, the new Run waits in the queue for a worker.
+        """
         # First close the Runs whose process died (a retry stopped by SIGTERM
         # stays unfinished until then): none of them is still retrying.
-        self._ready()
+        if enqueue:
+            self.repair()
+        else:
+            self._ready()
         with self.catalog.begin() as conn:
             old = runs_repo.get_run(conn, run_id)
             if not old.terminal:
@@ -312,8 +451,9 @@ class Engine:
             trigger="retry",
             admission=admission,
             retry_of=old.id,
+            enqueue=enqueue,
         )
-        return self.runner.execute(run)
+        return run if enqueue else self.runner.execute(run)
 
     def _ready(self) -> None:
         """Before any Run: a writable lake, a catalog that matches it, overdue reviews told.
@@ -416,11 +556,28 @@ class Engine:
             members = cat.published_basis(conn, pub.seq)
         return run_query(self.layout, members, query)
 
-    def runs(self, limit: int = 20) -> list[Run]:
-        """Newest Runs first."""
+    def runs(self, limit: int = 20, states: Sequence[RunState] | None = None) -> list[Run]:
+        """Newest Runs first (only those in ``states`` when given)."""
         _check_limit(limit)
         with self.catalog.begin() as conn:
-            return runs_repo.list_runs(conn, limit=limit)
+            return runs_repo.list_runs(conn, limit=limit, states=states)
+
+    def activity(
+        self,
+        limit: int = 50,
+        *,
+        kind: str | None = None,
+        run_id: str | None = None,
+        source: str | None = None,
+        dataset: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """The Activity feed, newest first, filtered by kind, Run, source or dataset."""
+        _check_limit(limit)
+        with self.catalog.begin() as conn:
+            rows = cat.activity(
+                conn, limit=limit, kind=kind, run_id=run_id, source=source, dataset=dataset
+            )
+        return [dict(r._mapping) for r in rows]
 
     def run(self, run_id: str) -> dict[str, Any]:
         """One Run with its admission, attempts and deliveries."""
@@ -434,8 +591,11 @@ class Engine:
                 "activity": cat.activity(conn, run_id=run.id, limit=200),
             }
 
-    def status(self) -> list[dict[str, Any]]:
+    def status(self, *, slots: bool = True) -> list[dict[str, Any]]:
         """Freshness and published position per declared dataset.
+
+        ``slots`` adds each cdc dataset's replication slot lag, which asks
+        the source; without it, only the catalog is read.
 
         ``version``, ``lake_version`` and ``position`` are those of the
         dataset's newest publication: what a query reads. A commit made
@@ -489,7 +649,8 @@ class Engine:
                     "slot": None,
                 }
             )
-        self._slot_lag(out)
+        if slots:
+            self._slot_lag(out)
         return out
 
     def _slot_lag(self, rows: list[dict[str, Any]]) -> None:

@@ -261,3 +261,89 @@ def test_a_new_catalog_has_the_schema_the_migrations_build(tmp_path: Path) -> No
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
     assert _schema_of(f"sqlite:///{partial}").keys() == _schema_of(direct).keys()
+
+
+def _upgraded_from_0001(url: str) -> None:
+    """Build a revision-0001 catalog at ``url`` holding a queued Run, then open it.
+
+    Revision 0002 added the queue. A Run of an older catalog was admitted by
+    the process that executed it: after the upgrade it must not wait for a
+    worker forever, and recovery must close it as it did before.
+    """
+    from datetime import timedelta
+
+    import sqlalchemy as sa
+    from alembic import command
+    from alembic.config import Config
+
+    from combined.catalog import Catalog, queue
+    from combined.catalog import runs as runs_repo
+    from combined.catalog._catalog import _MIGRATIONS, _engine_url
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    engine = sa.create_engine(_engine_url(url))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+        conn.execute(
+            sa.text(
+                "INSERT INTO admissions VALUES ('a1', 'sqlite', '1', 'd', '{}', 'standard', "
+                "'embedded', '2026-01-01 00:00:00.000000')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO runs (id, source, datasets, trigger, state, admission_id, "
+                "created_at) VALUES ('r1', 'shop', '[\"orders\"]', 'manual', 'queued', 'a1', "
+                "'2026-01-01 00:00:00.000000')"
+            )
+        )
+    engine.dispose()
+    catalog = Catalog.open(url)  # upgraded to the newest revision
+    try:
+        with catalog.begin() as conn:
+            run = runs_repo.get_run(conn, "r1")
+            assert run.claimed_by == "" and run.claimed_at == run.created_at
+            assert queue.queued(conn) == []
+            assert queue.take(conn, "someone") is None
+            version = conn.execute(sa.text("SELECT version_num FROM alembic_version")).all()
+            assert [tuple(v) for v in version] == [(_head_revision(),)]
+        assert not queue.taker_live(run, timedelta(seconds=300))
+    finally:
+        catalog.close()
+
+
+def test_runs_of_a_sqlite_catalog_older_than_the_queue_do_not_wait_for_a_worker(
+    tmp_path: Path,
+) -> None:
+    _upgraded_from_0001(f"sqlite:///{tmp_path / 'old.db'}")
+
+
+@pytest.mark.postgres
+def test_runs_of_a_postgresql_catalog_older_than_the_queue_do_not_wait_for_a_worker(
+    pg_database: str,
+) -> None:
+    _upgraded_from_0001(pg_database)
+
+
+def test_processes_opening_one_new_sqlite_catalog_at_once_all_succeed(tmp_path: Path) -> None:
+    # Workers started together on a new project: the SQLite driver ran each
+    # CREATE TABLE on its own, so the second process saw half a schema.
+    import subprocess
+    import sys
+
+    code = "import sys; from combined.catalog import Catalog; Catalog.open(sys.argv[1]).close()"
+    for i in range(4):
+        url = f"sqlite:///{tmp_path / f'new{i}.db'}"
+        procs = [
+            subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE, text=True)
+            for _ in range(3)
+        ]
+        for proc in procs:
+            _, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err
+        with sqlite3.connect(tmp_path / f"new{i}.db") as conn:
+            assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
+                (_head_revision(),)
+            ]

@@ -1,6 +1,7 @@
 """The control plane: tables, migrations and repositories (SQLite or PostgreSQL)."""
 
 from combined.catalog import _data as data
+from combined.catalog import _queue as queue
 from combined.catalog import _runs as runs
 from combined.catalog._catalog import Catalog, worker_identity
 from combined.catalog._data import Member, VersionTotals, version_id
@@ -30,6 +31,7 @@ __all__ = [
     "VersionTotals",
     "check_transition",
     "data",
+    "queue",
     "runs",
     "version_id",
     "worker_identity",

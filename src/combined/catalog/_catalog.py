@@ -143,6 +143,11 @@ class Catalog:
         with self._connect() as conn:
             try:
                 with conn.begin():
+                    if conn.dialect.name == "sqlite":
+                        # The driver runs DDL outside any transaction: without
+                        # this, a second process starting at the same moment
+                        # (two workers on a new project) sees half the tables.
+                        conn.exec_driver_sql("BEGIN IMMEDIATE")
                     present = set(sa.inspect(conn).get_table_names())
                     if present & {*t.metadata.tables, "alembic_version"}:
                         return False

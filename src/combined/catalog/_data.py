@@ -26,12 +26,41 @@ def upsert_source(
     conn: Connection, name: str, connector: str, config: Mapping[str, Any], digest: str
 ) -> None:
     """Record a source's redacted configuration (never a secret)."""
-    values = {"connector": connector, "config": dict(config), "config_digest": digest}
-    updated = conn.execute(
-        t.sources.update().where(t.sources.c.name == name).values(updated_at=utcnow(), **values)
-    )
-    if updated.rowcount == 0:
-        conn.execute(t.sources.insert().values(name=name, updated_at=utcnow(), **values))
+    values = {
+        "connector": connector,
+        "config": dict(config),
+        "config_digest": digest,
+        "updated_at": utcnow(),
+    }
+    _upsert(conn, t.sources, {"name": name}, {}, values)
+
+
+def _upsert(
+    conn: Connection,
+    table: sa.Table,
+    key: Mapping[str, Any],
+    new: Mapping[str, Any],
+    values: Mapping[str, Any],
+) -> None:
+    """Update the row at ``key`` with ``values``, or insert it (with ``new`` too).
+
+    Two processes declaring one source at once (two API requests, two
+    workers) must not both insert it. PostgreSQL: one ``ON CONFLICT``
+    statement. SQLite: the update, the transaction's first write, holds the
+    database's one write lock until the insert commits.
+    """
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+
+        conn.execute(
+            insert(table)
+            .values(**key, **new, **values)
+            .on_conflict_do_update(index_elements=list(key), set_=dict(values))
+        )
+        return
+    where = [table.c[k] == v for k, v in key.items()]
+    if conn.execute(table.update().where(*where).values(**values)).rowcount == 0:
+        conn.execute(table.insert().values(**key, **new, **values))
 
 
 def record_discovery(
@@ -77,7 +106,6 @@ def ensure_dataset(
     freshness_target_s: int | None,
 ) -> sa.Row[Any]:
     """Create or refresh the declaration part of a dataset row."""
-    where = (t.datasets.c.source == source, t.datasets.c.name == name)
     values = {
         "relation": relation,
         "key": list(key),
@@ -85,12 +113,13 @@ def ensure_dataset(
         "sync_mode": sync_mode,
         "freshness_target_s": freshness_target_s,
     }
-    if conn.execute(t.datasets.update().where(*where).values(**values)).rowcount == 0:
-        conn.execute(
-            t.datasets.insert().values(
-                source=source, name=name, schema_revision=0, last_sequence=0, **values
-            )
-        )
+    _upsert(
+        conn,
+        t.datasets,
+        {"source": source, "name": name},
+        {"schema_revision": 0, "last_sequence": 0},
+        values,
+    )
     return get_dataset(conn, source, name)
 
 
@@ -252,6 +281,7 @@ def publish(conn: Connection, run_id: str | None, members: Sequence[Member]) -> 
     stalled while another published the dataset after it).
     """
     pm, p = t.publication_members, t.publications
+    _one_publisher(conn)
     for m in members:
         if m.lake_version is None:
             continue
@@ -299,6 +329,25 @@ def publish(conn: Connection, run_id: str | None, members: Sequence[Member]) -> 
             .values(published_at=now)
         )
     return pub_id
+
+
+#: The PostgreSQL advisory lock that publishers take in turn ("combined" in ASCII).
+_PUBLISH_LOCK = 0x636F6D62696E6564
+
+
+def _one_publisher(conn: Connection) -> None:
+    """Make publishing one at a time until the transaction ends.
+
+    Publications are numbered (``seq``) and stamped in order: two processes
+    publishing at once (two workers, two captures of different sources) must
+    not read the same newest number. PostgreSQL: a transaction-scoped
+    advisory lock. SQLite: a write that changes nothing, which takes the
+    database's one write lock (every read after it sees the newest rows).
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PUBLISH_LOCK})
+    else:
+        conn.execute(t.publications.update().where(sa.false()).values(seq=t.publications.c.seq))
 
 
 def published_version(conn: Connection, source: str, dataset: str) -> str | None:
@@ -484,14 +533,21 @@ def emit(
 
 
 def activity(
-    conn: Connection, *, limit: int = 50, kind: str | None = None, run_id: str | None = None
+    conn: Connection,
+    *,
+    limit: int = 50,
+    kind: str | None = None,
+    run_id: str | None = None,
+    source: str | None = None,
+    dataset: str | None = None,
 ) -> list[sa.Row[Any]]:
     """Newest Activity events first."""
     q = sa.select(t.activity).order_by(t.activity.c.id.desc()).limit(limit)
-    if kind is not None:
-        q = q.where(t.activity.c.kind == kind)
-    if run_id is not None:
-        q = q.where(t.activity.c.run_id == run_id)
+    for column, value in (("kind", kind), ("run_id", run_id), ("source", source)):
+        if value is not None:
+            q = q.where(t.activity.c[column] == value)
+    if dataset is not None:
+        q = q.where(t.activity.c.dataset == dataset)
     return list(conn.execute(q))
 
 

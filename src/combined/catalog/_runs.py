@@ -117,6 +117,10 @@ class Run:
     error_type: str | None
     stats: Mapping[str, Any] | None
     publication_id: str | None
+    #: Who took the Run to execute it (``host:pid:start``); None while it waits
+    #: in the queue for a worker.
+    claimed_by: str | None = None
+    claimed_at: datetime | None = None
 
     @property
     def terminal(self) -> bool:
@@ -140,6 +144,8 @@ def _run(row: sa.Row[Any]) -> Run:
         error_type=row.error_type,
         stats=row.stats,
         publication_id=row.publication_id,
+        claimed_by=row.claimed_by,
+        claimed_at=row.claimed_at,
     )
 
 
@@ -149,23 +155,29 @@ def new_run_id() -> str:
 
 
 def save_admission(conn: Connection, admission: Admission) -> None:
-    """Store an admission once (its id is its content digest)."""
-    exists = conn.execute(
-        sa.select(t.admissions.c.id).where(t.admissions.c.id == admission.id)
-    ).first()
-    if exists is None:
-        conn.execute(
-            t.admissions.insert().values(
-                id=admission.id,
-                connector=admission.connector,
-                revision=admission.revision,
-                config_digest=admission.config_digest,
-                config=dict(admission.config),
-                billing_policy=admission.billing_policy,
-                venue=admission.venue,
-                created_at=utcnow(),
-            )
+    """Store an admission once (its id is its content digest).
+
+    Two processes admitting under the same admission at once (two webhooks
+    for two datasets of a source) both find it missing: the insert skips a
+    row that another one stored meanwhile.
+    """
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    conn.execute(
+        dialect.insert(t.admissions)
+        .values(
+            id=admission.id,
+            connector=admission.connector,
+            revision=admission.revision,
+            config_digest=admission.config_digest,
+            config=dict(admission.config),
+            billing_policy=admission.billing_policy,
+            venue=admission.venue,
+            created_at=utcnow(),
         )
+        .on_conflict_do_nothing(index_elements=["id"])
+    )
 
 
 def get_admission(conn: Connection, admission_id: str) -> Admission:
@@ -192,10 +204,16 @@ def create_run(
     trigger: Trigger,
     admission: Admission,
     retry_of: str | None = None,
+    claimed_by: str | None = None,
 ) -> Run:
-    """Admit a new queued Run under ``admission``."""
+    """Admit a new queued Run under ``admission``.
+
+    ``claimed_by`` names the process that will execute it at once; without
+    one, the Run waits in the queue until a worker takes it.
+    """
     save_admission(conn, admission)
     run_id = new_run_id()
+    now = utcnow()
     conn.execute(
         t.runs.insert().values(
             id=run_id,
@@ -205,7 +223,9 @@ def create_run(
             state="queued",
             admission_id=admission.id,
             retry_of=retry_of,
-            created_at=utcnow(),
+            created_at=now,
+            claimed_by=claimed_by,
+            claimed_at=now if claimed_by is not None else None,
         )
     )
     return get_run(conn, run_id)

@@ -110,6 +110,10 @@ runs = sa.Table(
     sa.Column("error_type", sa.String(128), nullable=True),
     sa.Column("stats", sa.JSON, nullable=True),
     sa.Column("publication_id", sa.String(64), nullable=True),
+    # Who took the Run to execute it (``host:pid:start``, as a lease holder),
+    # and when. NULL while a queued Run waits for a worker (revision 0002).
+    sa.Column("claimed_by", sa.String(256), nullable=True),
+    sa.Column("claimed_at", UTCDateTime, nullable=True),
 )
 
 attempts = sa.Table(

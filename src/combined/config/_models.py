@@ -342,6 +342,29 @@ class SecretRef(_Model):
         return resolve_secret(self.secret, root, where=where)
 
 
+_HEADER = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+
+
+def _header(value: object) -> str:
+    text = _text(value)
+    if not _HEADER.match(text):
+        raise _error(f"is not an HTTP header name: {text!r}", "e.g. X-Signature-256")
+    return text
+
+
+class WebhookConfig(_Model):
+    """A provider's signed notification that a dataset changed (``POST /webhooks/S/D``).
+
+    The provider signs the raw request body with HMAC-SHA256 under a shared
+    secret, given here by reference only, and sends the hex digest, after
+    ``prefix``, in the ``header`` header.
+    """
+
+    secret: SecretRef
+    header: Annotated[str, PlainValidator(_header)] = "X-Signature-256"
+    prefix: str = "sha256="
+
+
 class StagingLimits(_Model):
     """Run-scoped limits on the files a capture stages before commit."""
 
@@ -415,6 +438,8 @@ class DatasetConfig(_Model):
     drift: DriftPolicy = Field(default_factory=DriftPolicy)
     quarantine: QuarantinePolicy = Field(default_factory=QuarantinePolicy)
     freshness: Duration | None = None
+    webhook: WebhookConfig | None = None
+    """Accept signed webhooks for this dataset (else its source's ``webhook``, if any)."""
     control_sum: Text | None = None
     """A numeric column whose sum the source reports in the capture's snapshot.
 
@@ -524,6 +549,8 @@ class SourceConfig(_Model):
     """Passed to the connector once secret references are resolved."""
     billing_policy: Text = "standard"
     venue: Text = "embedded"
+    webhook: WebhookConfig | None = None
+    """Accept signed webhooks for every dataset of the source that sets none itself."""
     datasets: dict[DatasetName, DatasetConfig] = Field(default_factory=dict)
 
     @model_validator(mode="before")

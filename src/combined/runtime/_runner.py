@@ -14,7 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from combined.catalog import Admission, Catalog, Member, Run, Trigger
+from combined.catalog import Admission, Catalog, Member, Run, Trigger, queue, worker_identity
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
 from combined.connectors import check_config, connector_class
@@ -30,7 +30,6 @@ from combined.errors import (
     redact,
 )
 from combined.lake import LakeLayout
-from combined.protocol import utcnow
 from combined.quality import Reconciliation, lake_rows, range_totals, reconcile, same_sum
 from combined.runtime._backfill import BackfillSpec, stage_partitioned
 from combined.runtime._faults import fault
@@ -59,6 +58,9 @@ class Settings:
     #: How long a dataset's lease outlives its last renewal; a running Run
     #: renews it every fifth of this, so only a stalled or dead one loses it.
     lease_ttl_s: float = 300.0
+    #: What executes Runs, as Attempts record it: ``embedded`` (a command that
+    #: executes the Runs it admits) or ``worker`` (a queue worker).
+    worker: str = "embedded"
 
 
 #: The lease holder prefix of a recovery projecting a dataset's lake commits.
@@ -184,8 +186,15 @@ class Runner:
 
     # -- execution ------------------------------------------------------------
 
-    def execute(self, run: Run, backfill: BackfillSpec | None = None) -> Run:
-        """Execute a queued Run to a final state (a partitioned backfill when given one)."""
+    def execute(
+        self, run: Run, backfill: BackfillSpec | None = None, *, give_back: bool = False
+    ) -> Run:
+        """Execute a queued Run to a final state (a partitioned backfill when given one).
+
+        With ``give_back`` (a worker's Run), a Run whose dataset another Run
+        holds goes back to the queue, still queued, instead of failing: it
+        waited for a worker and can wait for the dataset too.
+        """
         with self.catalog.begin() as conn:
             admission = runs_repo.get_admission(conn, run.admission_id)
         plans = plans_from_admission(admission)
@@ -198,6 +207,10 @@ class Runner:
             for plan in selected:
                 if not self._acquire(plan, run.id, keeper.ttl):
                     holder = self.catalog.lease_holder(plan.source, plan.name)
+                    if give_back and run.claimed_by is not None:
+                        with self.catalog.begin() as conn:
+                            if queue.give_back(conn, run.id, run.claimed_by):
+                                return runs_repo.get_run(conn, run.id)
                     raise ProtocolViolation(
                         f"{plan.source}.{plan.name} is being captured by run {holder}",
                         hint="wait for that run to finish, or run `combined repair` if it died",
@@ -272,7 +285,11 @@ class Runner:
             attempt += 1
             with self.catalog.begin() as conn:
                 number = runs_repo.start_attempt(
-                    conn, run.id, f"embedded:{os.getpid()}", socket.gethostname(), os.getpid()
+                    conn,
+                    run.id,
+                    f"{self.settings.worker}:{os.getpid()}",
+                    socket.gethostname(),
+                    os.getpid(),
                 )
             source: Source | None = None
             opened: list[Staged] = []
@@ -664,13 +681,15 @@ class Runner:
             stuck = runs_repo.list_runs(
                 conn, limit=1000, states=["queued", "extracting", "committing"]
             )
-        admitting = utcnow() - timedelta(seconds=self.settings.lease_ttl_s)
+        ttl = timedelta(seconds=self.settings.lease_ttl_s)
         for run in stuck:
-            if run.state == "queued" and run.created_at > admitting:
-                # Admitted, its leases not taken yet: the process that admitted
+            if run.state == "queued" and queue.taker_live(run, ttl):
+                # Waiting in the queue for a worker (for minutes, if need be),
+                # or taken and its leases not taken yet: the process that took
                 # it may be about to take them. It holds nothing (no lease, no
-                # staging, no commit), so it is closed only once it is older
-                # than a lease's time to live.
+                # staging, no commit), so it is closed only once its taker is
+                # dead (on this host) or took it longer ago than a lease's
+                # time to live (elsewhere).
                 continue
             if any(self.catalog.lease_holder(run.source, d) == run.id for d in run.datasets):
                 continue  # a live process still holds it
@@ -814,8 +833,13 @@ def admit(
     trigger: Trigger,
     admission: Admission,
     retry_of: str | None = None,
+    enqueue: bool = False,
 ) -> Run:
-    """Create a queued Run under ``admission``."""
+    """Create a queued Run under ``admission``.
+
+    The Run is taken by this process, which executes it next, unless
+    ``enqueue``: then it waits in the queue until a worker takes it.
+    """
     with catalog.begin() as conn:
         run = runs_repo.create_run(
             conn,
@@ -824,6 +848,14 @@ def admit(
             trigger=trigger,
             admission=admission,
             retry_of=retry_of,
+            claimed_by=None if enqueue else worker_identity(),
         )
-        cat.emit(conn, "run.queued", source=source, run_id=run.id, trigger=trigger)
+        cat.emit(
+            conn,
+            "run.queued",
+            source=source,
+            run_id=run.id,
+            trigger=trigger,
+            **({"waits_for": "worker"} if enqueue else {}),
+        )
     return run

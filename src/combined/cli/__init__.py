@@ -254,10 +254,18 @@ def capture(
     selectors: Annotated[
         list[str] | None, typer.Argument(help="SOURCE or SOURCE.DATASET (all when omitted)")
     ] = None,
+    enqueue: Annotated[
+        bool, typer.Option("--enqueue", help="queue the runs for a worker instead of running them")
+    ] = False,
     project: ProjectOpt = None,
 ) -> None:
-    """Capture datasets into the lake and publish them."""
-
+    """Capture datasets into the lake and publish them (or queue them for `combined worker`)."""
+    if enqueue:
+        with _session(project) as engine:
+            queued = engine.enqueue(selectors or [])
+        for run in queued:
+            console.print(f"run {run.id} queued: {run.source} ({', '.join(run.datasets)})")
+        return
     with _session(project, _Progress()) as engine:
         runs = engine.capture(selectors or [])
     for run in runs:
@@ -375,9 +383,19 @@ def run_show(run_id: str, project: ProjectOpt = None) -> None:
 
 
 @run_app.command("retry")
-def run_retry(run_id: str, project: ProjectOpt = None) -> None:
+def run_retry(
+    run_id: str,
+    enqueue: Annotated[
+        bool, typer.Option("--enqueue", help="queue the retry for a worker instead of running it")
+    ] = False,
+    project: ProjectOpt = None,
+) -> None:
     """Retry a failed run as a new run under the original admission."""
-
+    if enqueue:
+        with _session(project) as engine:
+            run = engine.retry(run_id, enqueue=True)
+        console.print(f"run {run.id} queued (retry of {run.retry_of})")
+        return
     with _session(project, _Progress()) as engine:
         run = engine.retry(run_id)
     console.print(f"run {run.id} {run.state} (retry of {run.retry_of})")
@@ -889,3 +907,8 @@ def main() -> None:
             highlight=False,
         )
         raise SystemExit(INTERNAL_ERROR) from None
+
+
+# The long-running commands (worker, serve) live in their own module; importing
+# it registers them on ``app``.
+from combined.cli import _serve as _serve  # noqa: E402

@@ -1,0 +1,272 @@
+"""The FastAPI application: authentication, error statuses, read endpoints and actions.
+
+Every endpoint is a thin call into :class:`combined.engine.Engine`. Actions
+that capture only queue a Run (``202 Accepted``): a worker executes it, so
+no request ever reads a source or waits for one.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, FastAPI, Query, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from combined.api._json import jsonable
+from combined.api._webhooks import webhook_router
+from combined.catalog import RunState
+from combined.engine import Engine
+from combined.errors import (
+    CatalogError,
+    CombinedError,
+    ConfigError,
+    NotFoundError,
+    ProtocolViolation,
+    SecretError,
+    redact,
+)
+
+#: The HTTP status of each kind of engine error, most specific first.
+STATUS: tuple[tuple[type[CombinedError], int], ...] = (
+    (NotFoundError, 404),
+    (SecretError, 503),  # the server's own secret reference cannot be resolved
+    (ConfigError, 400),
+    (ProtocolViolation, 409),
+    (CatalogError, 503),
+)
+
+#: Paths open without the bearer token: the health check, and the webhooks,
+#: which their provider's signature authenticates instead.
+_OPEN = ("/health",)
+_OPEN_PREFIXES = ("/webhooks/",)
+
+
+def status_of(exc: CombinedError) -> int:
+    """The HTTP status an engine error answers with (500 when it is not the caller's doing)."""
+    for cls, status in STATUS:
+        if isinstance(exc, cls):
+            return status
+    return 500
+
+
+def error_body(kind: str, message: str, hint: str | None = None) -> dict[str, Any]:
+    """The JSON body of every error answer."""
+    return {"error": {"type": kind, "message": message, "hint": hint}}
+
+
+def build(project_path: str | Path | None, token: str | None) -> FastAPI:
+    """The application over one project; ``token`` None serves without authentication."""
+    from combined import __version__
+
+    engine = Engine.open(project_path)
+    _ = engine.catalog  # opened (and migrated) once, before requests race to open it
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            engine.close()
+
+    app = FastAPI(
+        title="Combined",
+        version=__version__,
+        summary="Governed capture into a Delta Lake you own: status, runs, queue, webhooks.",
+        lifespan=lifespan,
+    )
+    app.state.engine = engine
+    _authenticate(app, token)
+    _map_errors(app)
+
+    @app.get("/health", tags=["service"], summary="Liveness (no token needed)")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    app.include_router(_router(engine), prefix="/v1")
+    app.include_router(webhook_router(engine))
+    return app
+
+
+def _authenticate(app: FastAPI, token: str | None) -> None:
+    expected = None if token is None else token.encode()
+
+    @app.middleware("http")
+    async def bearer(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        path = request.url.path
+        if expected is None or path in _OPEN or path.startswith(_OPEN_PREFIXES):
+            return await call_next(request)
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        # Compared in constant time: the answer's timing tells nothing of the token.
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+            return JSONResponse(
+                error_body(
+                    "Unauthorized",
+                    "a valid bearer token is required",
+                    "send `Authorization: Bearer $COMBINED_API_TOKEN`",
+                ),
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        return await call_next(request)
+
+
+def _map_errors(app: FastAPI) -> None:
+    @app.exception_handler(CombinedError)
+    async def combined_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, CombinedError)
+        return JSONResponse(
+            error_body(type(exc).__name__, exc.message, exc.hint), status_code=status_of(exc)
+        )
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        # A defect: told in one redacted line, as the CLI tells it (values in a
+        # traceback may be secrets).
+        return JSONResponse(
+            error_body(
+                "InternalError",
+                f"internal error ({type(exc).__name__}): {redact(str(exc))}",
+                "this is a bug in Combined: report it",
+            ),
+            status_code=500,
+        )
+
+
+class Decision(BaseModel):
+    """A quarantine decision: who decides and why (both recorded with it)."""
+
+    reason: Annotated[str, Field(min_length=1, max_length=2000)]
+    by: Annotated[str, Field(min_length=1, max_length=128)]
+
+
+Limit = Annotated[int, Query(ge=0, le=1000, description="how many (0: none)")]
+_MONTH = r"^\d{4}-(0[1-9]|1[0-2])$"
+
+
+def _router(engine: Engine) -> APIRouter:
+    r = APIRouter()
+
+    @r.get("/datasets", tags=["datasets"], summary="Every dataset's freshness and position")
+    def datasets(
+        slots: Annotated[
+            bool, Query(description="also ask cdc sources for their slot lag")
+        ] = False,
+    ) -> dict[str, Any]:
+        return {"datasets": jsonable(engine.status(slots=slots))}
+
+    @r.get("/datasets/{source}/{dataset}", tags=["datasets"], summary="One dataset's status")
+    def dataset(source: str, dataset: str, slots: bool = False) -> dict[str, Any]:
+        engine.project.dataset(source, dataset)
+        name = f"{source}.{dataset}"
+        (row,) = [s for s in engine.status(slots=slots) if s["dataset"] == name]
+        waiting = [r.id for r in engine.queued() if r.source == source and dataset in r.datasets]
+        return {**jsonable(row), "queued_runs": waiting}
+
+    @r.get(
+        "/datasets/{source}/{dataset}/history",
+        tags=["datasets"],
+        summary="A dataset's versions with their publications",
+    )
+    def history(source: str, dataset: str) -> dict[str, Any]:
+        return {"versions": jsonable(engine.history(f"{source}.{dataset}"))}
+
+    @r.post(
+        "/datasets/{source}/{dataset}/captures",
+        status_code=202,
+        tags=["captures"],
+        summary="Queue a capture of one dataset (a worker executes it)",
+    )
+    def capture_dataset(source: str, dataset: str) -> dict[str, Any]:
+        engine.project.dataset(source, dataset)
+        (run,) = engine.enqueue([f"{source}.{dataset}"])
+        return {"run_id": run.id, "run": jsonable(run)}
+
+    @r.post(
+        "/sources/{source}/captures",
+        status_code=202,
+        tags=["captures"],
+        summary="Queue a capture of every dataset of a source (a worker executes it)",
+    )
+    def capture_source(source: str) -> dict[str, Any]:
+        engine.project.source(source)
+        (run,) = engine.enqueue([source])
+        return {"run_id": run.id, "run": jsonable(run)}
+
+    @r.get("/runs", tags=["runs"], summary="Newest runs first")
+    def runs(
+        limit: Limit = 20,
+        state: Annotated[list[RunState] | None, Query(description="only these states")] = None,
+    ) -> dict[str, Any]:
+        return {"runs": jsonable(engine.runs(limit, states=state))}
+
+    @r.get("/runs/{run_id}", tags=["runs"], summary="One run: admission, attempts, deliveries")
+    def run(run_id: str) -> dict[str, Any]:
+        return dict(jsonable(engine.run(run_id)))
+
+    @r.post(
+        "/runs/{run_id}/retry",
+        status_code=202,
+        tags=["runs"],
+        summary="Queue a retry of a failed run under its admission",
+    )
+    def retry(run_id: str) -> dict[str, Any]:
+        new = engine.retry(run_id, enqueue=True)
+        return {"run_id": new.id, "run": jsonable(new)}
+
+    @r.get("/queue", tags=["runs"], summary="Runs waiting for a worker, oldest first")
+    def queued(limit: Limit = 100) -> dict[str, Any]:
+        return {"runs": jsonable(engine.queued(limit))}
+
+    @r.get("/publications", tags=["publications"], summary="Newest publications with members")
+    def publications(limit: Limit = 20) -> dict[str, Any]:
+        return {"publications": jsonable(engine.publications(limit))}
+
+    @r.get("/usage", tags=["usage"], summary="Monthly active rows per source and dataset")
+    def usage(
+        month: Annotated[str | None, Query(pattern=_MONTH, description="YYYY-MM")] = None,
+    ) -> dict[str, Any]:
+        return {"usage": jsonable(engine.usage(month))}
+
+    @r.get("/quarantine", tags=["quarantine"], summary="Entries awaiting review")
+    def quarantine(
+        source: str | None = None,
+        all: Annotated[bool, Query(description="also decided entries")] = False,  # noqa: A002
+    ) -> dict[str, Any]:
+        return {"entries": jsonable(engine.quarantine(source, include_decided=all))}
+
+    @r.get("/quarantine/{entry}", tags=["quarantine"], summary="One entry and its records")
+    def quarantine_show(entry: str, limit: Limit = 20) -> dict[str, Any]:
+        q, table = engine.quarantine_records(entry, limit)
+        return {"entry": jsonable(q), "records": jsonable(table.to_pylist())}
+
+    def decide(entry: str, decision: Literal["released", "discarded"], body: Decision) -> Any:
+        q = engine.decide_quarantine(entry, decision, by=body.by, reason=body.reason)
+        return {"entry": jsonable(q)}
+
+    @r.post("/quarantine/{entry}/release", tags=["quarantine"], summary="Release an entry")
+    def release(entry: str, body: Decision) -> dict[str, Any]:
+        return dict(decide(entry, "released", body))
+
+    @r.post("/quarantine/{entry}/discard", tags=["quarantine"], summary="Discard an entry")
+    def discard(entry: str, body: Decision) -> dict[str, Any]:
+        return dict(decide(entry, "discarded", body))
+
+    @r.get("/activity", tags=["activity"], summary="The activity feed, newest first")
+    def activity(
+        limit: Limit = 50,
+        kind: str | None = None,
+        run_id: str | None = None,
+        source: str | None = None,
+        dataset: str | None = None,
+    ) -> dict[str, Any]:
+        rows = engine.activity(limit, kind=kind, run_id=run_id, source=source, dataset=dataset)
+        return {"events": jsonable(rows)}
+
+    return r

@@ -1,0 +1,136 @@
+"""The Run queue: queued Runs wait for a worker, and exactly one worker takes each.
+
+A Run admitted to be executed at once (``combined capture``) is taken at
+admission by the process that admitted it. A Run admitted to the queue
+(``combined capture --enqueue``, the API, a webhook) has no taker until a
+worker takes it with :func:`take`; that move is atomic across processes and
+hosts, so two workers never execute the same Run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from combined.catalog import _schema as t
+from combined.catalog._catalog import _live
+from combined.catalog._runs import Run, get_run
+from combined.protocol import utcnow
+
+#: Lease holders that are a recovery projecting a dataset: a Run waits for them.
+_REPAIR = "repair:"
+
+
+def take(conn: Connection, holder: str, *, scan: int = 20) -> Run | None:
+    """Take the oldest queued Run whose datasets no live Run holds; None when none waits.
+
+    On PostgreSQL the candidates are read ``FOR UPDATE SKIP LOCKED``: a
+    worker never waits on, nor takes, a candidate another worker is looking
+    at. On SQLite (no row locks) the conditional update decides: of two
+    takers of one Run only the first still finds it untaken. A Run whose
+    dataset another Run holds is left queued for a later turn rather than
+    failed for being busy.
+    """
+    rows = conn.execute(
+        sa.select(t.runs.c.id, t.runs.c.source, t.runs.c.datasets)
+        .where(t.runs.c.state == "queued", t.runs.c.claimed_by.is_(None))
+        .order_by(t.runs.c.created_at, t.runs.c.id)
+        .limit(scan)
+        .with_for_update(skip_locked=True)
+    ).all()
+    for row in rows:
+        if _held(conn, row.source, list(row.datasets)):
+            continue
+        taken = conn.execute(
+            t.runs.update()
+            .where(
+                t.runs.c.id == row.id,
+                t.runs.c.state == "queued",
+                t.runs.c.claimed_by.is_(None),
+            )
+            .values(claimed_by=holder, claimed_at=utcnow())
+        )
+        if taken.rowcount == 1:
+            return get_run(conn, row.id)
+    return None
+
+
+def _held(conn: Connection, source: str, datasets: Sequence[str]) -> bool:
+    """Whether a live Run (not a repair, which a Run waits for) leases one of ``datasets``."""
+    rows = conn.execute(
+        sa.select(t.leases).where(t.leases.c.source == source, t.leases.c.dataset.in_(datasets))
+    ).all()
+    return any(
+        not str(r.run_id).startswith(_REPAIR) and _live(r.holder, r.expires_at) for r in rows
+    )
+
+
+def give_back(conn: Connection, run_id: str, holder: str) -> bool:
+    """Put a Run ``holder`` took, still queued, back in the queue; False when it moved on."""
+    result = conn.execute(
+        t.runs.update()
+        .where(
+            t.runs.c.id == run_id,
+            t.runs.c.state == "queued",
+            t.runs.c.claimed_by == holder,
+        )
+        .values(claimed_by=None, claimed_at=None)
+    )
+    return bool(result.rowcount == 1)
+
+
+def lock_dataset(conn: Connection, source: str, dataset: str) -> None:
+    """Serialize admissions of one dataset until the transaction ends.
+
+    A write that changes nothing: on PostgreSQL it locks the dataset's row,
+    on SQLite it starts the write transaction (one writer at a time), so a
+    check for a waiting Run and the admission that follows it are atomic.
+    """
+    conn.execute(
+        t.datasets.update()
+        .where(t.datasets.c.source == source, t.datasets.c.name == dataset)
+        .values(name=t.datasets.c.name)
+    )
+
+
+def waiting(conn: Connection, source: str, dataset: str) -> Run | None:
+    """The oldest queued Run no worker took yet that captures ``source.dataset``."""
+    rows = conn.execute(
+        sa.select(t.runs.c.id, t.runs.c.datasets)
+        .where(
+            t.runs.c.source == source,
+            t.runs.c.state == "queued",
+            t.runs.c.claimed_by.is_(None),
+        )
+        .order_by(t.runs.c.created_at, t.runs.c.id)
+    ).all()
+    for row in rows:
+        if dataset in row.datasets:
+            return get_run(conn, row.id)
+    return None
+
+
+def queued(conn: Connection, limit: int = 100) -> list[Run]:
+    """Runs waiting for a worker, oldest first."""
+    rows = conn.execute(
+        sa.select(t.runs.c.id)
+        .where(t.runs.c.state == "queued", t.runs.c.claimed_by.is_(None))
+        .order_by(t.runs.c.created_at, t.runs.c.id)
+        .limit(limit)
+    ).all()
+    return [get_run(conn, r.id) for r in rows]
+
+
+def taker_live(run: Run, ttl: timedelta) -> bool:
+    """Whether the process that took a queued Run may still take its leases.
+
+    On this host: while that process lives. Elsewhere: for a lease's time
+    to live after it took the Run. A Run nobody took is waiting, not dead.
+    """
+    if run.claimed_by is None:
+        return True
+    taken = run.claimed_at or run.created_at
+    return _live(run.claimed_by, taken + ttl)

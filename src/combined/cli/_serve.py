@@ -1,0 +1,136 @@
+"""The long-running commands: ``combined worker`` and ``combined serve``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from combined.cli import TERMINATED, ProjectOpt, Terminated, _engine, _fail, _state, app, err
+
+#: Hosts ``--insecure-no-auth`` accepts: only this machine can reach them.
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+class _Log:
+    """A reporter for a long-running process: one line per event, no progress bars."""
+
+    def run_started(self, run_id: str, source: str, datasets: list[str]) -> None:
+        err.print(f"run {run_id}: capturing {source} ({', '.join(datasets)})", highlight=False)
+
+    def progress(self, dataset: str, rows: int, nbytes: int, deliveries: int) -> None:
+        """Too many lines for a log: the Run's end says what it read."""
+
+    def phase(self, dataset: str, phase: str) -> None:
+        """Too many lines for a log."""
+
+    def note(self, message: str) -> None:
+        err.print(Text(message), highlight=False)
+
+    def run_finished(self, run_id: str, state: str) -> None:
+        """Told by the worker loop, with the Run's numbers."""
+
+
+@app.command()
+def worker(
+    once: Annotated[
+        bool, typer.Option("--once", help="stop when the queue is empty instead of waiting")
+    ] = False,
+    poll: Annotated[
+        float, typer.Option("--poll", help="seconds between looks at an empty queue")
+    ] = 2.0,
+    max_runs: Annotated[
+        int | None, typer.Option("--max-runs", help="stop after executing N runs")
+    ] = None,
+    project: ProjectOpt = None,
+) -> None:
+    """Execute queued runs, one at a time, as `combined capture` executes its own.
+
+    Start as many workers as you like, on as many machines as share the
+    catalog: each queued run is executed by exactly one. SIGTERM stops the
+    worker after its current run (exit status 143); a second SIGTERM stops
+    the run too, as it stops `combined capture`.
+    """
+    import signal
+
+    from combined.errors import CombinedError
+
+    stop: list[int] = []
+
+    def on_term(signum: int, frame: object) -> None:
+        if stop:
+            # A second SIGTERM: unwind the Run as `capture` does (leases
+            # released, the Run closed by the next repair).
+            signal.signal(signal.SIGTERM, lambda signum, frame: None)
+            raise Terminated(TERMINATED)
+        stop.append(signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    engine = _engine(project, _Log())
+    try:
+        err.print(f"worker started on {engine.catalog.url}", highlight=False)
+        for run in engine.work(lambda: bool(stop), poll_s=poll, once=once, max_runs=max_runs):
+            line = Text.assemble(f"run {run.id} ", _state(run.state))
+            for ds, s in (run.stats or {}).items():
+                line.append(
+                    f"  {run.source}.{ds}: {s['captured']} read, +{s['inserts']} "
+                    f"~{s['updates']} -{s['deletes']}"
+                )
+            err.print(line, highlight=False)
+            if run.error:
+                err.print(f"  {run.error}", highlight=False)
+            if stop:
+                err.print("SIGTERM: stopping after this run", highlight=False)
+    except CombinedError as exc:
+        _fail(exc)
+    finally:
+        engine.close()
+    if stop:
+        err.print("worker stopped by SIGTERM", highlight=False)
+        raise typer.Exit(TERMINATED)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="the address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="the port to listen on (0: any free port)")] = 8000,
+    insecure_no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-no-auth",
+            help="serve without COMBINED_API_TOKEN (only on a loopback address)",
+        ),
+    ] = False,
+    project: ProjectOpt = None,
+) -> None:
+    """Serve the HTTP API and webhooks (captures are queued for `combined worker`).
+
+    Every endpoint but /health takes `Authorization: Bearer $COMBINED_API_TOKEN`;
+    webhooks are verified by their provider's signature instead. Serving never
+    reads a source by itself: captures wait in the queue for a worker.
+    """
+    import os
+
+    from combined.errors import CombinedError, ConfigError
+
+    if insecure_no_auth and host not in LOOPBACK:
+        _fail(
+            ConfigError(
+                f"--insecure-no-auth serves anyone who can reach {host}",
+                hint="bind to 127.0.0.1, or set COMBINED_API_TOKEN and drop --insecure-no-auth",
+            )
+        )
+    try:
+        from combined.api import create_app
+
+        application = create_app(
+            project,
+            token=os.environ.get("COMBINED_API_TOKEN") or None,
+            allow_no_auth=insecure_no_auth,
+        )
+    except CombinedError as exc:
+        _fail(exc)
+    import uvicorn
+
+    uvicorn.run(application, host=host, port=port, log_level="info", access_log=True)

@@ -1,0 +1,52 @@
+"""The worker loop: take queued Runs from the catalog one at a time and execute them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from combined.catalog import Run
+
+
+def work(
+    take: Callable[[], Run | None],
+    execute: Callable[[Run], Run],
+    stopping: Callable[[], bool],
+    waiting: Callable[[], bool],
+    *,
+    poll_s: float = 2.0,
+    once: bool = False,
+    max_runs: int | None = None,
+) -> Iterator[Run]:
+    """Execute queued Runs as they come; yields each Run once it reached a final state.
+
+    ``stopping`` is asked between Runs and while idle: a stop request ends
+    the loop after the current Run, never inside it. ``once`` ends the loop
+    when no Run is ``waiting`` in the queue (one whose dataset another Run
+    holds still waits) instead of waiting ``poll_s`` for more;
+    ``max_runs`` ends it after that many Runs.
+    """
+    done = 0
+    while not stopping() and (max_runs is None or done < max_runs):
+        run = take()
+        if run is not None:
+            ended = execute(run)
+            if ended.state != "queued":
+                done += 1
+                yield ended
+                continue
+            # Given back: another Run holds its dataset. Waiting a poll keeps
+            # this worker from taking it again and again meanwhile.
+        elif once and not waiting():
+            return
+        _sleep(poll_s, stopping)
+
+
+def _sleep(seconds: float, stopping: Callable[[], bool]) -> None:
+    """Sleep ``seconds``, waking early when a stop is requested."""
+    deadline = time.monotonic() + seconds
+    while not stopping():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.1))

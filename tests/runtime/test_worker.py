@@ -1,0 +1,284 @@
+"""Queued Runs and workers: enqueue, take exactly once across processes, stop, recover."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from combined.catalog import runs as runs_repo
+from combined.engine import Engine
+
+WORKER = "from combined.cli import main; main()"
+
+
+def _spawn(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """A ``combined`` process started in ``root`` (not waited for)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", WORKER, *args],
+        cwd=root,
+        env={**os.environ, "COMBINED_RETRY_BACKOFF_S": "0", **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _attempts(engine: Engine, run_id: str) -> list[Any]:
+    with engine.catalog.begin() as conn:
+        return runs_repo.list_attempts(conn, run_id)
+
+
+def _count(engine: Engine, table: str) -> int:
+    return int(engine.sql(f"SELECT count(*) AS n FROM {table}").to_pylist()[0]["n"])
+
+
+def test_an_enqueued_capture_reads_nothing_until_a_worker_executes_it(
+    shop: Path, tools: Any
+) -> None:
+    queued = tools.cli(shop, "capture", "--enqueue", "shop.orders")
+    assert queued.returncode == 0, queued.stderr
+    assert "queued" in queued.stdout
+    assert not (shop / "lake" / "shop" / "orders").exists()  # nothing was read
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        (run,) = engine.runs()
+        assert (run.state, run.trigger, run.datasets) == ("queued", "first_sync", ("orders",))
+        assert run.claimed_by is None  # waiting for a worker
+        assert [r.id for r in engine.queued()] == [run.id]
+
+        worked = tools.cli(shop, "worker", "--once")
+        assert worked.returncode == 0, worked.stderr
+        assert f"run {run.id} succeeded" in worked.stderr
+        done = engine.run(run.id)["run"]
+        assert done.state == "succeeded", done.error
+        assert done.publication_id is not None
+        (attempt,) = _attempts(engine, run.id)
+        assert attempt.worker.startswith("worker:")
+        (taken,) = engine.activity(kind="run.taken", run_id=run.id)
+        assert taken["body"]["by"].split(":")[1] == str(attempt.pid)
+        assert _count(engine, "shop.orders") == 200
+        assert engine.queued() == []
+    finally:
+        engine.close()
+
+
+def test_a_worker_with_an_empty_queue_and_once_exits_at_once(shop: Path, tools: Any) -> None:
+    worked = tools.cli(shop, "worker", "--once")
+    assert worked.returncode == 0, worked.stderr
+    assert "succeeded" not in worked.stderr
+
+
+def test_a_queued_run_waiting_longer_than_a_lease_survives_repair(shop: Path, tools: Any) -> None:
+    # Runs wait in the queue for minutes when the workers are busy: recovery,
+    # which closes Runs whose process died, must not take them for dead.
+    env = {"COMBINED_LEASE_TTL_S": "1"}
+    assert tools.cli(shop, "capture", "--enqueue", "shop.orders", env=env).returncode == 0
+    time.sleep(1.5)
+    repaired = tools.cli(shop, "repair", env=env)
+    assert repaired.returncode == 0, repaired.stderr
+    assert "interrupted" not in repaired.stdout
+    captured = tools.cli(shop, "capture", "shop.customers", env=env)  # repairs too
+    assert captured.returncode == 0, captured.stderr
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        waiting = [r for r in engine.runs() if r.datasets == ("orders",)]
+        assert [r.state for r in waiting] == ["queued"]
+    finally:
+        engine.close()
+    worked = tools.cli(shop, "worker", "--once", env=env)
+    assert worked.returncode == 0, worked.stderr
+    assert "succeeded" in worked.stderr
+
+
+_TAKE_AND_DIE = """
+import os, sys
+from combined.engine import Engine
+engine = Engine.open(sys.argv[1] + "/combined.yaml")
+run = engine.take_run()
+print(run.id, flush=True)
+os._exit(0)  # taken, its leases never taken: the process died in between
+"""
+
+
+def test_a_run_taken_by_a_worker_that_died_before_its_leases_is_closed(
+    shop: Path, tools: Any
+) -> None:
+    assert tools.cli(shop, "capture", "--enqueue", "shop.orders").returncode == 0
+    taker = subprocess.run(
+        [sys.executable, "-c", _TAKE_AND_DIE, str(shop)], capture_output=True, text=True
+    )
+    assert taker.returncode == 0, taker.stderr
+    run_id = taker.stdout.strip()
+    repaired = tools.cli(shop, "repair")
+    assert f"run {run_id} was interrupted" in repaired.stdout
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        assert engine.run(run_id)["run"].state == "failed"
+    finally:
+        engine.close()
+
+
+def test_a_worker_killed_mid_run_leaves_it_to_recovery_and_a_retry_completes_it(
+    shop: Path, tools: Any
+) -> None:
+    assert tools.cli(shop, "capture", "--enqueue", "shop.orders").returncode == 0
+    killed = tools.cli(shop, "worker", "--once", env={"COMBINED_FAULT": "after_staging"})
+    assert killed.returncode == -signal.SIGKILL
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        (run,) = engine.runs()
+        assert run.state == "extracting"
+        # the next worker repairs before its Run: the dead one is closed
+        assert tools.cli(shop, "worker", "--once").returncode == 0
+        assert engine.run(run.id)["run"].state == "failed"
+        retried = tools.cli(shop, "run", "retry", "--enqueue", run.id)
+        assert retried.returncode == 0, retried.stderr
+        assert "queued" in retried.stdout
+        worked = tools.cli(shop, "worker", "--once")
+        assert worked.returncode == 0, worked.stderr
+        (retry,) = [r for r in engine.runs() if r.retry_of == run.id]
+        assert retry.state == "succeeded", retry.error
+        assert retry.trigger == "retry"
+        assert _count(engine, "shop.orders") == 200
+    finally:
+        engine.close()
+
+
+def _race(root: Path, env: dict[str, str] | None = None) -> None:
+    """Queue eight Runs (two datasets), let two worker processes race: each runs once."""
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        for _ in range(4):
+            engine.enqueue(["shop.orders"])
+            engine.enqueue(["shop.customers"])
+    finally:
+        engine.close()
+    workers = [_spawn(root, "worker", "--once", "--poll", "0.1", env=env) for _ in range(2)]
+    outputs = [w.communicate(timeout=300) for w in workers]
+    for w, (_, err) in zip(workers, outputs, strict=True):
+        assert w.returncode == 0, err
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        runs = engine.runs(50)
+        assert len(runs) == 8
+        executed: dict[int, set[str]] = {w.pid: set() for w in workers}
+        for run in runs:
+            assert run.state == "succeeded", (run.id, run.error)
+            (attempt,) = _attempts(engine, run.id)  # executed once, by one worker
+            assert attempt.worker == f"worker:{attempt.pid}"
+            executed[attempt.pid].add(run.id)
+        assert set().union(*executed.values()) == {r.id for r in runs}
+        # each worker printed exactly the Runs the catalog says it executed
+        for w, (_, err) in zip(workers, outputs, strict=True):
+            told = {
+                words[1]
+                for words in map(str.split, err.splitlines())
+                if words[:1] == ["run"] and words[2:3] == ["succeeded"]
+            }
+            assert told == executed[w.pid]
+        assert _count(engine, "shop.orders") == 200
+    finally:
+        engine.close()
+
+
+def test_two_workers_never_execute_the_same_run_on_a_sqlite_catalog(shop: Path, tools: Any) -> None:
+    _race(shop)
+
+
+@pytest.mark.postgres
+def test_two_workers_never_execute_the_same_run_on_a_postgresql_catalog(
+    tmp_path: Path, tools: Any, pg_database: str
+) -> None:
+    tools.make(tmp_path, catalog=pg_database)
+    _race(tmp_path)
+    assert not (tmp_path / ".combined" / "catalog.db").exists()
+
+
+_HELD_WORKER = """
+import sys, time
+from pathlib import Path
+from combined.catalog import Catalog
+from combined.cli import main
+
+root = Path(sys.argv[1])
+take = Catalog.acquire_lease
+
+def held(self, *args, **kwargs):
+    (root / "reached").touch()
+    while not (root / "go").exists():
+        time.sleep(0.05)
+    return take(self, *args, **kwargs)
+
+Catalog.acquire_lease = held
+sys.argv = ["combined", "worker", "--poll", "0.1"]
+main()
+"""
+
+
+def test_sigterm_stops_a_worker_after_its_current_run_with_status_143(
+    shop: Path, tools: Any
+) -> None:
+    assert tools.cli(shop, "capture", "--enqueue", "shop.orders").returncode == 0
+    assert tools.cli(shop, "capture", "--enqueue", "shop.customers").returncode == 0
+    child = subprocess.Popen(
+        [sys.executable, "-c", _HELD_WORKER, str(shop)],
+        cwd=shop,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (shop / "reached").exists():
+            assert child.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        child.send_signal(signal.SIGTERM)  # mid-Run: the Run goes on
+        time.sleep(0.5)
+        assert child.poll() is None
+        (shop / "go").touch()
+        _, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 143, err
+    assert "stopped by SIGTERM" in err
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        states = {r.datasets: r.state for r in engine.runs()}
+        # the Run it was executing finished; the next one still waits
+        assert states == {("orders",): "succeeded", ("customers",): "queued"}
+    finally:
+        engine.close()
+
+
+def test_sigterm_stops_an_idle_worker_at_once(shop: Path) -> None:
+    child = _spawn(shop, "worker", "--poll", "30")
+    try:
+        deadline = time.monotonic() + 60
+        assert child.stderr is not None
+        line = child.stderr.readline()
+        assert "worker started" in line, line
+        assert time.monotonic() < deadline
+        started = time.monotonic()
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=20)
+        assert time.monotonic() - started < 5  # not after its 30 s poll
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 143, err
+    assert "worker stopped by SIGTERM" in err
+
+
+def test_worker_options_are_checked(shop: Path, tools: Any) -> None:
+    bad = tools.cli(shop, "worker", "--poll", "0")
+    assert bad.returncode == 2
+    assert "--poll" in bad.stderr
