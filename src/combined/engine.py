@@ -432,6 +432,10 @@ class Engine:
             first = old
             while first.retry_of is not None:
                 first = runs_repo.get_run(conn, first.retry_of)
+            # Two retries of one failure at once (a request sent again) must not
+            # both find it not retried yet: the second waits for the first's
+            # admission, in this transaction, and then finds its retry.
+            runs_repo.lock_run(conn, first.id)
             for later in runs_repo.retries(conn, first.id):
                 # A retry of the same failure already did (or is doing) what
                 # this one would: another would read again under the old
@@ -444,15 +448,16 @@ class Engine:
                         f"`combined capture {old.source}`",
                     )
             admission = runs_repo.get_admission(conn, old.admission_id)
-        run = admit(
-            self.catalog,
-            source=old.source,
-            datasets=old.datasets,
-            trigger="retry",
-            admission=admission,
-            retry_of=old.id,
-            enqueue=enqueue,
-        )
+            run = admit(
+                self.catalog,
+                source=old.source,
+                datasets=old.datasets,
+                trigger="retry",
+                admission=admission,
+                retry_of=old.id,
+                enqueue=enqueue,
+                conn=conn,
+            )
         return run if enqueue else self.runner.execute(run)
 
     def _ready(self) -> None:

@@ -322,3 +322,55 @@ def test_the_command_line_does_not_load_the_api_layer() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _retry_at_once(root: Path, requests: int = 3, rounds: int = 4) -> None:
+    """Fail a capture, then send its retry ``requests`` times at once: one Run is queued."""
+    for _ in range(rounds):
+        _retry_round(root, requests)
+
+
+def _retry_round(root: Path, requests: int) -> None:
+    import threading
+
+    from combined.engine import Engine
+
+    (root / "shop.db").rename(root / "away.db")
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        (failed,) = engine.capture(["shop.orders"])
+    finally:
+        engine.close()
+    (root / "away.db").rename(root / "shop.db")
+    assert failed.state == "failed"
+    start = threading.Barrier(requests)
+    answers: list[int] = []
+    with TestClient(create_app(root / "combined.yaml", token=TOKEN), headers=AUTH) as c:
+
+        def retry() -> None:
+            start.wait()
+            answers.append(c.post(f"/v1/runs/{failed.id}/retry").status_code)
+
+        threads = [threading.Thread(target=retry) for _ in range(requests)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        queued = c.get("/v1/queue").json()["runs"]
+    assert sorted(answers) == [202] + [409] * (requests - 1)
+    assert len([r for r in queued if r["retry_of"] == failed.id]) == 1
+
+
+def test_a_retry_sent_again_at_once_queues_one_run(shop: Path) -> None:
+    # A client that sent POST /v1/runs/RUN/retry again (its first request was
+    # slow: a retry repairs first) got two or three retries queued, each
+    # reading the source again under the old admission.
+    _retry_at_once(shop)
+
+
+@pytest.mark.postgres
+def test_a_retry_sent_again_at_once_queues_one_run_on_a_postgresql_catalog(
+    tmp_path: Path, tools: Any, pg_database: str
+) -> None:
+    tools.make(tmp_path, catalog=pg_database)
+    _retry_at_once(tmp_path)

@@ -347,3 +347,111 @@ def test_processes_opening_one_new_sqlite_catalog_at_once_all_succeed(tmp_path: 
             assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
                 (_head_revision(),)
             ]
+
+
+def _at_0001(url: str) -> None:
+    """Build a catalog at revision 0001 (before the queue) at ``url``."""
+    import sqlalchemy as sa
+    from alembic import command
+    from alembic.config import Config
+
+    from combined.catalog._catalog import _MIGRATIONS, _engine_url
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    engine = sa.create_engine(_engine_url(url))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+    engine.dispose()
+
+
+def _open_together(url: str, hold: Any, release: Any, processes: int = 3) -> None:
+    """Open the catalog at ``url`` in ``processes`` processes while ``hold`` blocks them.
+
+    ``hold()`` takes a lock the upgrade needs and returns once every process
+    waits on it; ``release()`` lets them go. Each process must open the
+    catalog, upgraded once, at the newest revision.
+    """
+    import subprocess
+    import sys
+
+    code = "import sys; from combined.catalog import Catalog; Catalog.open(sys.argv[1]).close()"
+    procs = hold(
+        lambda: [
+            subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE, text=True)
+            for _ in range(processes)
+        ]
+    )
+    release()
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+
+
+def test_processes_upgrading_one_sqlite_catalog_at_once_all_succeed(tmp_path: Path) -> None:
+    # Workers restarted together on a newer Combined: each read revision 0001
+    # and added the queue's columns, and all but the first failed with
+    # "cannot open the catalog: duplicate column name: claimed_by".
+    import time
+
+    for i in range(3):
+        path = tmp_path / f"old{i}.db"
+        _at_0001(f"sqlite:///{path}")
+        held = sqlite3.connect(path, isolation_level=None)
+        held.execute("PRAGMA journal_mode=WAL")  # as every catalog Combined opened is
+
+        def hold(start: Any, held: sqlite3.Connection = held) -> Any:
+            held.execute("BEGIN IMMEDIATE")  # the upgrade's writes wait for it
+            procs = start()
+            time.sleep(3)  # each process reads the revision, then waits to write
+            return procs
+
+        def release(held: sqlite3.Connection = held) -> None:
+            held.execute("ROLLBACK")
+            held.close()
+
+        _open_together(f"sqlite:///{path}", hold, release, processes=4)
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
+                (_head_revision(),)
+            ]
+
+
+@pytest.mark.postgres
+def test_processes_upgrading_one_postgresql_catalog_at_once_all_succeed(
+    pg_database: str,
+) -> None:
+    # Each process read revision 0001, then waited for the first one's
+    # ALTER TABLE: all but that one failed with "column claimed_by of
+    # relation runs already exists".
+    import time
+
+    import psycopg
+
+    _at_0001(pg_database)
+    held = psycopg.connect(pg_database)
+
+    def hold(start: Any) -> Any:
+        held.execute("LOCK TABLE runs IN ACCESS EXCLUSIVE MODE")
+        procs = start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with psycopg.connect(pg_database, autocommit=True) as watcher:
+                waiting = watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type IN ('Lock', 'Advisory')"
+                ).fetchone()
+            if waiting is not None and waiting[0] == len(procs):
+                break
+            time.sleep(0.1)
+        return procs
+
+    def release() -> None:
+        held.rollback()
+        held.close()
+
+    _open_together(pg_database, hold, release)
+    with psycopg.connect(pg_database) as conn:
+        version = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+    assert version == [(_head_revision(),)]

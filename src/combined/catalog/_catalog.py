@@ -36,6 +36,9 @@ def _head_revision() -> str:
     return head
 
 
+#: The PostgreSQL advisory lock a catalog upgrade holds ("cmbmigra" in ASCII).
+_UPGRADE_LOCK = 0x636D626D69677261
+
 _URL_HINT = "set `catalog:` in combined.yaml to sqlite:///PATH or postgresql://USER@HOST/DB"
 
 
@@ -112,6 +115,15 @@ class Catalog:
         cfg.set_main_option("script_location", str(_MIGRATIONS))
         try:
             with self._connect() as conn, conn.begin():
+                # One process upgrades at a time, and Alembic reads the revision
+                # only under the lock: workers started together on an older
+                # catalog would each read the old revision and apply it again.
+                if conn.dialect.name == "sqlite":
+                    # The driver would run each DDL statement on its own, outside
+                    # the transaction; the whole upgrade is one transaction.
+                    conn.exec_driver_sql("BEGIN IMMEDIATE")
+                else:
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _UPGRADE_LOCK})
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, "head")
         except sa.exc.DBAPIError as exc:

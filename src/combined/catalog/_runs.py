@@ -244,6 +244,17 @@ def get_run(conn: Connection, run_id: str) -> Run:
     return _run(row)
 
 
+def lock_run(conn: Connection, run_id: str) -> None:
+    """Serialize what is decided about ``run_id`` (a retry of it) until the transaction ends.
+
+    A write that changes nothing: on PostgreSQL it locks the Run's row, on
+    SQLite it starts the write transaction (one writer at a time), so a check
+    that nothing retried the Run yet and the retry admitted after it are
+    atomic.
+    """
+    conn.execute(t.runs.update().where(t.runs.c.id == run_id).values(state=t.runs.c.state))
+
+
 def retries(conn: Connection, run_id: str) -> list[Run]:
     """Every Run that retried ``run_id``, directly or by retrying one of its retries."""
     found: list[Run] = []

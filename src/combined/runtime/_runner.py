@@ -14,6 +14,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.engine import Connection
+
 from combined.catalog import Admission, Catalog, Member, Run, Trigger, queue, worker_identity
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
@@ -834,28 +836,42 @@ def admit(
     admission: Admission,
     retry_of: str | None = None,
     enqueue: bool = False,
+    conn: Connection | None = None,
 ) -> Run:
     """Create a queued Run under ``admission``.
 
     The Run is taken by this process, which executes it next, unless
-    ``enqueue``: then it waits in the queue until a worker takes it.
+    ``enqueue``: then it waits in the queue until a worker takes it. Given
+    ``conn``, the Run is admitted in that transaction (with the checks the
+    caller made in it).
     """
-    with catalog.begin() as conn:
-        run = runs_repo.create_run(
-            conn,
-            source=source,
-            datasets=datasets,
-            trigger=trigger,
-            admission=admission,
-            retry_of=retry_of,
-            claimed_by=None if enqueue else worker_identity(),
-        )
-        cat.emit(
-            conn,
-            "run.queued",
-            source=source,
-            run_id=run.id,
-            trigger=trigger,
-            **({"waits_for": "worker"} if enqueue else {}),
-        )
+    if conn is None:
+        with catalog.begin() as conn:
+            return admit(
+                catalog,
+                source=source,
+                datasets=datasets,
+                trigger=trigger,
+                admission=admission,
+                retry_of=retry_of,
+                enqueue=enqueue,
+                conn=conn,
+            )
+    run = runs_repo.create_run(
+        conn,
+        source=source,
+        datasets=datasets,
+        trigger=trigger,
+        admission=admission,
+        retry_of=retry_of,
+        claimed_by=None if enqueue else worker_identity(),
+    )
+    cat.emit(
+        conn,
+        "run.queued",
+        source=source,
+        run_id=run.id,
+        trigger=trigger,
+        **({"waits_for": "worker"} if enqueue else {}),
+    )
     return run
