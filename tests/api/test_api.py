@@ -374,3 +374,23 @@ def test_a_retry_sent_again_at_once_queues_one_run_on_a_postgresql_catalog(
 ) -> None:
     tools.make(tmp_path, catalog=pg_database)
     _retry_at_once(tmp_path)
+
+
+def test_a_defect_is_one_redacted_line_and_the_server_logs_no_traceback(
+    shop: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Starlette re-raises what its outermost layer handles, and the server
+    # then logs the traceback: a DSN with its password among its values.
+    app = create_app(shop / "combined.yaml", token=TOKEN)
+
+    @app.get("/v1/boom")
+    def boom() -> None:
+        raise RuntimeError("cannot reach postgresql://app:s3cr3t-pw@db.internal/shop")
+
+    with TestClient(app, headers=AUTH) as c, caplog.at_level("DEBUG"):
+        answer = c.get("/v1/boom")
+    assert answer.status_code == 500
+    body = answer.json()
+    assert "s3cr3t-pw" not in json.dumps(body) and "RuntimeError" in json.dumps(body)
+    assert caplog.records, "the defect is logged"
+    assert all("s3cr3t-pw" not in r.getMessage() and r.exc_info is None for r in caplog.records)
