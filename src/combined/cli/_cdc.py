@@ -1,0 +1,132 @@
+"""``combined cdc``: set up, inspect, follow and tear down PostgreSQL change capture."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from combined.cli import (
+    ProjectOpt,
+    _engine,
+    _exit_for,
+    _fail,
+    _Progress,
+    _red,
+    _session,
+    _when,
+    cdc_app,
+    console,
+    err,
+)
+
+
+@cdc_app.command("setup")
+def cdc_setup(
+    source: Annotated[str, typer.Argument(help="the source whose cdc datasets to set up")],
+    project: ProjectOpt = None,
+) -> None:
+    """Create the publications, then the slot with its exported snapshot, and capture it.
+
+    The first capture of each cdc dataset creates its replication slot, takes
+    the slot's exported snapshot, records the slot's consistent LSN and reads
+    the table inside that snapshot; later captures stream from that LSN.
+    """
+    from combined import cdc
+
+    with _session(project, _Progress()) as engine:
+        notes, run = cdc.setup(engine, source)
+    for note in notes:
+        console.print(note)
+    console.print(f"initial capture: run {run.id} {run.state}")
+    if run.error:
+        err.print(f"  {run.error}", highlight=False)
+    _exit_for([run.state])
+
+
+@cdc_app.command("status")
+def cdc_status(
+    source: Annotated[str, typer.Argument(help="the source")], project: ProjectOpt = None
+) -> None:
+    """Each cdc dataset's slot: confirmed position, lag in bytes and time, WAL status."""
+    from combined import cdc
+
+    with _session(project) as engine:
+        rows = cdc.status(engine, source)
+    t = Table("dataset", "slot", "exists", "committed", "confirmed", "lag bytes", "lag s", "wal")
+    for r in rows:
+        t.add_row(
+            r["dataset"],
+            r["slot"],
+            "yes" if r.get("exists") else _red("no"),
+            str(r.get("committed_lsn") or "-"),
+            str(r.get("confirmed_flush_lsn") or "-"),
+            str(r.get("lag_bytes") if r.get("lag_bytes") is not None else "-"),
+            str(r.get("lag_seconds") if r.get("lag_seconds") is not None else "-"),
+            str(r.get("wal_status") or "-"),
+        )
+    console.print(t)
+
+
+@cdc_app.command("teardown")
+def cdc_teardown(
+    source: Annotated[str, typer.Argument(help="the source")],
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask before dropping")] = False,
+    project: ProjectOpt = None,
+) -> None:
+    """Drop the replication slots and publications, and void the checkpoints.
+
+    The server stops retaining WAL for the slots. The lake keeps every row;
+    the next capture takes a new snapshot and reconciles it with the lake.
+    """
+    from combined import cdc
+
+    with _session(project) as engine:
+        names = cdc.cdc_datasets(engine, source)
+        if not yes:
+            listing = ", ".join(f"{source}.{n}" for n, _ in names)
+            if not sys.stdin.isatty() or not typer.confirm(
+                f"drop the replication slots and publications of {listing}?", default=False
+            ):
+                err.print("nothing dropped (pass --yes to drop without asking)")
+                raise typer.Exit(1)
+        notes = cdc.teardown(engine, source)
+    for note in notes:
+        console.print(note)
+
+
+@cdc_app.command("follow")
+def cdc_follow(
+    source: Annotated[str, typer.Argument(help="the source")],
+    every: Annotated[float, typer.Option(help="publish at least every N seconds")] = 5.0,
+    max_changes: Annotated[
+        int | None, typer.Option(help="publish as soon as M changes were read")
+    ] = None,
+    iterations: Annotated[int | None, typer.Option(help="stop after N captures")] = None,
+    project: ProjectOpt = None,
+) -> None:
+    """Capture the change stream continuously, publishing every N seconds or M changes."""
+    from combined import cdc
+    from combined.errors import CombinedError
+
+    engine = _engine(project)
+    try:
+        for run in cdc.follow(
+            engine, source, every=every, max_changes=max_changes, iterations=iterations
+        ):
+            changes = sum(
+                s["inserts"] + s["updates"] + s["deletes"] for s in (run.stats or {}).values()
+            )
+            console.print(f"{_when(run.ended_at)} run {run.id} {run.state}: {changes} changes")
+            if run.state != "succeeded":
+                if run.error:
+                    err.print(f"  {run.error}", highlight=False)
+                _exit_for([run.state])
+    except CombinedError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        console.print("stopped")
+    finally:
+        engine.close()
