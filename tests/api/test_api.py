@@ -34,6 +34,7 @@ def client(shop: Path) -> Iterator[TestClient]:
 def test_every_endpoint_but_health_needs_the_token(shop: Path) -> None:
     with TestClient(create_app(shop / "combined.yaml", token=TOKEN)) as anon:
         assert anon.get("/health").json() == {"status": "ok"}
+        assert anon.head("/health").status_code == 200
         for path in ("/v1/runs", "/v1/datasets", "/openapi.json", "/docs", "/v1/nowhere"):
             refused = anon.get(path)
             assert refused.status_code == 401, path

@@ -91,6 +91,11 @@ def build(project_path: str | Path | None, token: str | None) -> FastAPI:
     def health() -> dict[str, str]:
         return {"status": "ok"}
 
+    # HEAD too: load balancers and uptime probes often ask with it.
+    @app.head("/health", include_in_schema=False)
+    def health_head() -> Response:
+        return Response(status_code=200)
+
     app.include_router(_router(engine), prefix="/v1")
     app.include_router(webhook_router(engine))
     return app
