@@ -285,20 +285,14 @@ class Engine:
                     trigger=trigger,
                 )
                 return waiting, True
-            run = runs_repo.create_run(
-                conn,
+            run = admit(
+                self.catalog,
                 source=source,
                 datasets=[dataset],
                 trigger=trigger,
                 admission=admission,
-            )
-            cat.emit(
-                conn,
-                "run.queued",
-                source=source,
-                run_id=run.id,
-                trigger=trigger,
-                waits_for="worker",
+                enqueue=True,
+                conn=conn,
             )
         return run, False
 
