@@ -34,7 +34,7 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 SECRET_KEY = "secret"
@@ -574,6 +574,24 @@ def redact(text: str) -> str:
     return _masked(
         text, ((start, f"{key}=", end) for start, key, _, end in _credential_pairs(text))
     )
+
+
+def masking(secrets: Iterable[str]) -> Callable[[str], str]:
+    """A function that masks each of ``secrets`` in a text, then applies :func:`redact`.
+
+    For the values a component knows to be secret (a resolved password, a
+    token and its encoded forms), which no credential shape would find. The
+    longest are masked first, so that none is left half shown by a shorter
+    one it contains.
+    """
+    ordered = sorted(set(secrets), key=len, reverse=True)
+
+    def mask(text: str) -> str:
+        for value in ordered:
+            text = text.replace(value, "***")
+        return redact(text)
+
+    return mask
 
 
 def _masked(text: str, spans: Iterator[tuple[int, str, int]]) -> str:

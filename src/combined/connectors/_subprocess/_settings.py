@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from combined._credentials import has_inline_credential, is_credential_key, walk
-from combined.errors import ConfigError, redact
+from combined._credentials import has_inline_credential, is_credential_key, masking, walk
+from combined.errors import ConfigError
 
 #: The configuration keys every program-run connector takes.
 COMMON_KEYS = (
@@ -167,23 +167,12 @@ class ProgramSettings:
 
     def scrubber(self) -> Callable[[str], str]:
         """A function masking the program config's credential values, then any credential shape."""
-        values = sorted(
-            {
-                str(value)
-                for _, value, under in walk({**self.program_config, "env": dict(self.env)})
-                if under and isinstance(value, str | int) and not isinstance(value, bool)
-                if len(str(value)) >= 4
-            },
-            key=len,
-            reverse=True,
+        return masking(
+            str(value)
+            for _, value, under in walk({**self.program_config, "env": dict(self.env)})
+            if under and isinstance(value, str | int) and not isinstance(value, bool)
+            if len(str(value)) >= 4
         )
-
-        def scrub(text: str) -> str:
-            for value in values:
-                text = text.replace(value, "***")
-            return redact(text)
-
-        return scrub
 
 
 def _runnable(path: str) -> bool:

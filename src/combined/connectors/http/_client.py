@@ -31,8 +31,9 @@ from urllib.parse import quote, quote_plus
 
 import httpx
 
+from combined._credentials import masking
 from combined.connectors.http._settings import Settings
-from combined.errors import AuthRejected, SourceError, SourceUnavailable, redact
+from combined.errors import AuthRejected, SourceError, SourceUnavailable
 
 #: How many times one request waits out a 429 or 503 inside an Attempt.
 MAX_WAITS = 5
@@ -65,14 +66,7 @@ def scrubber(settings: Settings) -> Callable[[str], str]:
         if auth.type == "basic":
             pair = f"{auth.username}:{secret}".encode()
             values.add(base64.b64encode(pair).decode())
-    ordered = sorted((v for v in values if len(v) >= 3), key=len, reverse=True)
-
-    def scrub(text: str) -> str:
-        for value in ordered:
-            text = text.replace(value, "***")
-        return redact(text)
-
-    return scrub
+    return masking(v for v in values if len(v) >= 3)
 
 
 class RateLimit:
