@@ -52,6 +52,9 @@ class FilesExtraction(BaseExtraction):
         self._request = request
         self._control_ask = control
         self._control: ControlTotals | None = None
+        #: The Parquet footers' row count, read once before the rows (the
+        #: listing, verified unchanged after them, says it still holds).
+        self._footer_rows: int | None = None
         self._con: duckdb.DuckDBPyConnection | None = None
         self._guard = threading.Lock()
         self._started = False
@@ -138,7 +141,7 @@ class FilesExtraction(BaseExtraction):
     ) -> Iterator[Message]:
         request = self._request
         if fmt == "parquet":
-            _scan.check_parquet(listing, self._set.name)
+            self._footer_rows = _scan.check_parquet(listing, self._set.name)
         query = _scan.select(self._set, fmt, listing, self._columns(con, fmt, listing))
         reader: pa.RecordBatchReader = con.sql(query).to_arrow_reader(request.batch_rows)
         for batch in reader:
@@ -178,9 +181,7 @@ class FilesExtraction(BaseExtraction):
         column = ask if isinstance(ask, str) else None
         if fmt != "parquet" and column is None:
             return None
-        rows: int | None = (
-            _scan.check_parquet(listing, self._set.name) if fmt == "parquet" else None
-        )
+        rows = self._footer_rows if fmt == "parquet" else None
         total: Any = None
         if column is not None:
             query = _scan.select(self._set, fmt, listing)
