@@ -513,9 +513,11 @@ class Runner:
         with self.catalog.begin() as conn:
             row = cat.get_dataset(conn, plan.source, plan.name)
             version = cat.get_version(conn, row.current_version) if row.current_version else None
+        if version is None:
+            return  # a first capture: no version to account for the rows
         table = table_of(self.layout, plan)
         newest = table.version()
-        if version is None or newest is None:
+        if newest is None:
             return
         held = lake_rows(table.path, newest)
         if held == int(version.row_count):
