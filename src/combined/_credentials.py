@@ -33,7 +33,10 @@ from __future__ import annotations
 
 import difflib
 import functools
+import json
 import re
+import threading
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
@@ -556,15 +559,72 @@ def has_inline_credential(text: str) -> bool:
     )
 
 
+# -- secret values known to this process ------------------------------------------
+
+MIN_KNOWN_LENGTH = 4
+"""How long a known secret must be to be masked everywhere: a shorter one would
+mask ordinary words (a one-letter password, every occurrence of that letter)."""
+
+_known: set[str] = set()
+_known_pattern: re.Pattern[str] | None = None
+_reserved_env: set[str] = set()
+_known_lock = threading.Lock()
+
+
+def remember_secret(value: str) -> None:
+    """Mask ``value`` from now on in every text :func:`redact` cleans, in this process.
+
+    Every secret Combined resolves passes here, so an error, a log line or a
+    program's output that echoes one (an API returning the token it was sent,
+    a tap printing its configuration) is masked wherever it is stored or
+    shown, whatever shape surrounds it. Its escaped forms (in a URL, in JSON,
+    in a repr) and each line of a multi-line secret (a PEM key) are masked too.
+    """
+    forms = {value, *value.splitlines()}
+    forms |= {urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value)}
+    forms |= {json.dumps(value)[1:-1], repr(value)[1:-1]}
+    fresh = {form for form in forms if len(form.strip()) >= MIN_KNOWN_LENGTH} - _known
+    if not fresh:
+        return
+    global _known_pattern
+    with _known_lock:
+        _known.update(fresh)
+        ordered = sorted(_known, key=len, reverse=True)  # none left half shown
+        _known_pattern = re.compile("|".join(re.escape(form) for form in ordered))
+
+
+def reserve_env(name: str) -> None:
+    """Record that a secret reference names the environment variable ``name``.
+
+    A program Combined runs never inherits such a variable: it gets a secret
+    only as its own configuration gives it one.
+    """
+    with _known_lock:
+        _reserved_env.add(name)
+
+
+def reserved_env() -> frozenset[str]:
+    """The environment variables secret references of this process's projects name."""
+    return frozenset(_reserved_env)
+
+
+def _mask_known(text: str) -> str:
+    pattern = _known_pattern
+    return pattern.sub(MASK, text) if pattern is not None else text
+
+
 def redact(text: str) -> str:
     """``text`` with credentials masked: in URLs, reprs, calls and ``name=value`` pairs.
 
-    Each kind is masked in turn, on the text the previous ones left. Calls
+    Secret values this process resolved (:func:`remember_secret`) are masked
+    first, wherever they stand. Then each kind is masked in turn, on the text
+    the previous ones left. Calls
     come after the reprs: a credential word before ``('`` may be prose, and
     its guessed argument must not hide a mapping's key from them. They come
     before the ``name=value`` pairs, so that ``password=Secret('a b')`` is
     masked whole.
     """
+    text = _mask_known(text)
     text = _masked(text, ((m.start(), f"{m['head']}:", m.end("pw")) for m in _url_passwords(text)))
     text = _masked(
         text, ((start, text[start:kept], end) for start, kept, end in _quoted_pairs(text))

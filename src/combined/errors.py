@@ -80,7 +80,13 @@ class ConfigError(CombinedError):
 
 
 class SecretError(ConfigError):
-    """A secret reference cannot be resolved; names the reference, never a value."""
+    """A secret reference cannot be resolved; names the reference, never a value.
+
+    Inside a Run it is a credential the operator must provide (a variable
+    unset or empty, a file missing): the Run ends ``needs_auth``, not retried.
+    """
+
+    run_state: ClassVar[FailureState] = "needs_auth"
 
 
 class NotFoundError(CombinedError):

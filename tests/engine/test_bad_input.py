@@ -122,7 +122,7 @@ def test_literal_secrets_under_any_credential_name_are_refused_at_load(
 @pytest.mark.parametrize(
     ("value", "predicate"), [(None, "is not set"), ("", "is empty")], ids=["unset", "empty"]
 )
-def test_an_unusable_secret_is_named_and_the_run_fails(
+def test_an_unusable_secret_is_named_and_the_run_needs_auth(
     captured: Path,
     tools: Any,
     pg_server_dsn: str,
@@ -135,11 +135,12 @@ def test_an_unusable_secret_is_named_and_the_run_fails(
     # Set but empty must not silently mean "no password".
     env = {} if value is None else {"NOPE_PW": value}
     result = tools.cli(captured, "capture", "crm", env=env)
-    assert result.returncode != 0
+    # A credential the operator must provide: needs_auth, exit 4, not "retry later".
+    assert result.returncode == 4
     # The run's error is printed with the run (stdout).
     output = result.stdout + result.stderr
     assert f"secret env:NOPE_PW at sources.crm.config.password {predicate}" in output
-    assert "failed" in result.stdout
+    assert "needs_auth" in result.stdout
     assert _orders(captured) == 200  # the earlier publication still answers
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from combined._credentials import remember_secret
 from combined.catalog import _schema as t
 from combined.config import CATALOG_DRIVERS, catalog_kind
 from combined.errors import CatalogError, redact
@@ -91,6 +92,8 @@ class Catalog:
                     hint="set `catalog:` in combined.yaml to a writable location",
                 ) from exc
         if password is not None:
+            # A server may echo the password it was sent in its error: masked there too.
+            remember_secret(password)
             sa_url = sa_url.set(password=password)
         kwargs: dict[str, Any] = {}
         if path is not None:

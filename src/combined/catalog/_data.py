@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from combined.catalog import _schema as t
-from combined.errors import NotFoundError, ProtocolViolation
+from combined.errors import NotFoundError, ProtocolViolation, redact
 from combined.protocol import utcnow
 
 DeliveryState = Literal["staged", "committed", "rejected", "retained"]
@@ -524,12 +524,28 @@ def emit(
     run_id: str | None = None,
     **body: Any,
 ) -> None:
-    """Append one event to the Activity feed."""
+    """Append one event to the Activity feed (its body's text redacted, as every error is)."""
     conn.execute(
         t.activity.insert().values(
-            at=utcnow(), kind=kind, source=source, dataset=dataset, run_id=run_id, body=body
+            at=utcnow(),
+            kind=kind,
+            source=source,
+            dataset=dataset,
+            run_id=run_id,
+            body=_redacted_text(body),
         )
     )
+
+
+def _redacted_text(value: Any) -> Any:
+    """``value`` with each text in it passed through :func:`redact` (keys and numbers kept)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {key: _redacted_text(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted_text(item) for item in value]
+    return value
 
 
 def activity(

@@ -302,7 +302,7 @@ def move_run(
         from combined.errors import CombinedError, redact
 
         if isinstance(error, CombinedError):
-            values["error"] = error.describe()
+            values["error"] = redact(error.describe())
         else:
             values["error"] = redact(str(error))
         values["error_type"] = type(error).__name__ if isinstance(error, BaseException) else None

@@ -23,7 +23,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from combined._credentials import is_credential_key
 from combined.config._models import PROJECT_ENV, PROJECT_FILE, Project
-from combined.config._secrets import join_path
+from combined.config._secrets import find_secret_refs, join_path, remember_project_secrets
 from combined.errors import ConfigError, redact
 
 Loc = tuple[str | int, ...]
@@ -220,10 +220,15 @@ def _validate(data: Any, file: Path, marks: dict[Loc, Mark]) -> Project:
             file=str(file),
         )
     try:
-        return Project.model_validate(data, context={"path": file})
+        project = Project.model_validate(data, context={"path": file})
     except ValidationError as exc:
         problems = [p for error in exc.errors() for p in _translate(error)]
-    raise _config_error(problems, file, marks)
+        raise _config_error(problems, file, marks) from None
+    # Every reference, wherever it stands (a source's settings, the catalog's
+    # password, a webhook's key), is known before any of them is used.
+    references = [ref for _, ref in find_secret_refs(project.model_dump())]
+    remember_project_secrets(references, project.root)
+    return project
 
 
 def _config_error(problems: list[_Problem], file: Path, marks: dict[Loc, Mark]) -> ConfigError:

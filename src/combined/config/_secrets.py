@@ -23,6 +23,8 @@ from combined._credentials import (
     is_literal,
     is_secret_ref,
     redact_data,
+    remember_secret,
+    reserve_env,
     walk,
 )
 from combined.errors import SecretError
@@ -136,6 +138,7 @@ def resolve_secret(reference: str, root: Path, *, where: str = "") -> str:
             f"{where or 'the value'} {exc}", hint=REFERENCE_HINT, path=where
         ) from None
     if scheme == "env":
+        reserve_env(target)
         value = os.environ.get(target)
         if value is None:
             raise SecretError(
@@ -157,7 +160,39 @@ def resolve_secret(reference: str, root: Path, *, where: str = "") -> str:
             reference=reference,
             path=where,
         )
+    if "\0" in value:
+        # A C library (libpq, a TLS stack) would read it only up to the NUL:
+        # a shorter secret than the one written, refused rather than truncated.
+        raise SecretError(
+            f"secret {reference}{at} holds a NUL byte",
+            hint=f"{fill} without the NUL byte (a secret is text)",
+            reference=reference,
+            path=where,
+        )
+    remember_secret(value)
     return value
+
+
+def remember_project_secrets(references: Sequence[str], root: Path) -> None:
+    """Reserve the variables ``references`` name and mask the values they hold now.
+
+    Called with every reference of a project when it is loaded, so that a
+    program Combined runs inherits none of them, and an error or a program's
+    output that echoes any of them (another source's password included) is
+    masked, even before that source's own secrets are resolved. A reference
+    that cannot be resolved now is left for its own use to report.
+    """
+    for reference in references:
+        try:
+            scheme, target = parse_secret_ref(reference)
+        except ValueError:
+            continue
+        if scheme == "env":
+            reserve_env(target)
+        try:
+            resolve_secret(reference, root)
+        except SecretError:
+            continue
 
 
 def _read_file_secret(reference: str, file: Path, at: str, where: str) -> str:

@@ -1,4 +1,4 @@
-"""The provenance columns every projected row carries (DESIGN.md section 4)."""
+"""The provenance columns every projected row carries (docs/architecture.md, section 4)."""
 
 from __future__ import annotations
 

@@ -296,7 +296,7 @@ def test_declared_fields_hold_their_types(api: FakeAPI) -> None:
     }
     with pytest.raises(SchemaMismatch) as info:
         _read(_source(api, endpoints=endpoints), "plain")
-    assert "field 'total' holds '12.50' on page 1" in info.value.message
+    assert "field 'total' holds text of 5 characters on page 1" in info.value.message
     api.orders[2]["total"] = 12.5
     table, _, _ = _read(_source(api, endpoints=endpoints), "plain")
     assert table is not None
@@ -309,7 +309,7 @@ def test_an_inferred_integer_meeting_a_fraction_later_names_the_fix(api: FakeAPI
     api.orders[5]["total"] = 50.5
     with pytest.raises(SchemaMismatch) as info:
         _read(_source(api), "page", batch_rows=2)
-    assert "field 'total' holds Decimal('50.5') on page 3" in info.value.message
+    assert "field 'total' holds a number of 4 characters on page 3" in info.value.message
     assert "fields: {total: number}" in (info.value.hint or "")
     table, _, _ = _read(_source(api), "page")  # one batch sees both: a double
     assert table is not None and table.schema.field("total").type == pa.float64()

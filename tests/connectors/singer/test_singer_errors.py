@@ -120,7 +120,7 @@ def test_record_before_schema(bad_config: BadConfig) -> None:
 
 def test_value_that_does_not_fit_names_stream_field_and_line(bad_config: BadConfig) -> None:
     exc = fail_read(bad_config("type_mismatch"), SchemaMismatch)
-    assert exc.message.startswith("line 4: field 'id' of stream 'items' holds 'abc'")
+    assert exc.message.startswith("line 4: field 'id' of stream 'items' holds text of 3 characters")
     assert "not an integer" in exc.message
     assert exc.context == {"stream": "items", "field": "id", "line": 4}
 

@@ -16,13 +16,28 @@ from combined.errors import SchemaMismatch
 # fraction or an exponent (9007199254740993.0) stays exact, a double column
 # rounds once (float(Decimal) is correctly rounded, as float parsing is).
 DECODER = json.JSONDecoder(parse_float=Decimal)
-_SHOWN = 80
 
 
-def shown(value: Any) -> str:
-    """``repr(value)``, cut to a length an error message can hold."""
-    text = repr(value)
-    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+def described(value: Any) -> str:
+    """What ``value`` is, by its type and length, never the value itself.
+
+    A record's value may echo a credential (an API returning the token it
+    was sent), and an error is stored, logged and served: it names what it
+    found, not what it holds.
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float | Decimal):
+        return f"a number of {len(str(value))} characters"
+    if isinstance(value, str):
+        return f"text of {len(value)} characters"
+    if isinstance(value, Mapping):
+        return f"an object of {len(value)} fields"
+    if isinstance(value, Sequence):
+        return f"a list of {len(value)} items"
+    return f"a {type(value).__name__}"
 
 
 class Rows:
@@ -96,7 +111,7 @@ class Rows:
                 line = self.lines[bad.index]
                 raise SchemaMismatch(
                     f"line {line}: field {plan.name!r} of stream {self.stream!r} holds "
-                    f"{shown(values[bad.index])}, which is not {bad.expected} "
+                    f"{described(values[bad.index])}, which is not {bad.expected} "
                     f"(declared {plan.source_type})",
                     hint="fix the value in the source or the stream's schema for the field; "
                     "nothing was committed for this dataset",

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from combined._credentials import has_inline_credential, is_credential_key, masking, walk
+from combined._credentials import (
+    has_inline_credential,
+    is_credential_key,
+    masking,
+    reserved_env,
+    walk,
+)
 from combined.errors import ConfigError
 
 #: The configuration keys every program-run connector takes.
@@ -22,7 +29,33 @@ COMMON_KEYS = (
     "batch_bytes",
     "max_line_bytes",
     "env",
+    "inherit_env",
 )
+
+#: What a program inherits of Combined's environment, besides its ``inherit_env``:
+#: where to find programs and files, the locale and time zone, proxies and CAs.
+INHERITED_ENV = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "TMP",
+        "TEMP",
+        *(f"{name}_PROXY" for name in ("HTTP", "HTTPS", "ALL", "NO")),
+        *(f"{name}_proxy" for name in ("http", "https", "all", "no")),
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS",
+    }
+)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 DEFAULT_DISCOVER_TIMEOUT_S = 300.0
 DEFAULT_IDLE_TIMEOUT_S = 600.0
@@ -87,6 +120,8 @@ class ProgramSettings:
     max_line_bytes: int
     #: Variables set for the program, on top of the environment it inherits.
     env: Mapping[str, str]
+    #: Variables of Combined's environment the program inherits besides :data:`INHERITED_ENV`.
+    inherit_env: frozenset[str]
 
     @classmethod
     def common(cls, flavour: Flavour, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -125,6 +160,7 @@ class ProgramSettings:
             "flavour": flavour,
             "command": argv,
             "env": {str(k): str(v) for k, v in env.items()},
+            "inherit_env": _inherit_env(flavour, config),
             "program_config": dict(program_config),
             "discover_timeout": _seconds(
                 flavour, config, "discover_timeout", DEFAULT_DISCOVER_TIMEOUT_S
@@ -151,17 +187,23 @@ class ProgramSettings:
         return [found, *self.command[1:]]
 
     def environment(self) -> dict[str, str]:
-        """The program's environment: Combined's, less what may be a credential, plus ``env``.
+        """The program's environment: an allow-list of Combined's, plus ``env``.
 
-        A variable whose name says it holds a credential (``*_PASSWORD``,
-        ``*_TOKEN``, ``*_SECRET_ACCESS_KEY``, ...) or whose value carries one
-        (a URL with a password) is another source's or the lake's, never the
-        program's: it gets what ``env`` gives it, secrets by reference.
+        A program inherits only :data:`INHERITED_ENV` and the names its
+        ``inherit_env`` lists, never a variable a secret reference of the
+        project names (another source's password, the catalog's), nor one
+        whose value carries a credential (a proxy URL with a password): it
+        gets a secret only as ``env`` gives it one, by reference.
         """
+        wanted = INHERITED_ENV | self.inherit_env
+        reserved = reserved_env()
         kept = {
             name: value
             for name, value in os.environ.items()
-            if not is_credential_key(name) and not has_inline_credential(value)
+            if (name in wanted or name.startswith("LC_"))
+            and name not in reserved
+            and not is_credential_key(name)
+            and not has_inline_credential(value)
         }
         return {**kept, **self.env}
 
@@ -173,6 +215,29 @@ class ProgramSettings:
             if under and isinstance(value, str | int) and not isinstance(value, bool)
             if len(str(value)) >= 4
         )
+
+
+def _inherit_env(flavour: Flavour, config: Mapping[str, Any]) -> frozenset[str]:
+    """The validated ``inherit_env``: names of variables that hold no credential."""
+    names = config.get("inherit_env", [])
+    hint = "e.g. inherit_env: [JAVA_HOME, PYTHONPATH]"
+    if not isinstance(names, list) or not all(
+        isinstance(n, str) and _ENV_NAME.match(n) for n in names
+    ):
+        raise ConfigError(
+            f"the {flavour.connector} source's `inherit_env` must list environment variable names",
+            hint=hint,
+        )
+    reserved = reserved_env()
+    for name in names:
+        if is_credential_key(name) or name in reserved:
+            raise ConfigError(
+                f"the {flavour.connector} source's `inherit_env` names {name}, which holds a "
+                "secret: a program is given a secret only by reference",
+                hint=f'give it as env: {{{name}: {{secret: "env:{name}"}}}}',
+                variable=name,
+            )
+    return frozenset(names)
 
 
 def _runnable(path: str) -> bool:

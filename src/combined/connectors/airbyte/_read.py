@@ -8,7 +8,7 @@ from typing import Any
 
 from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess
-from combined.connectors._subprocess._rows import Rows, shown
+from combined.connectors._subprocess._rows import Rows, described
 from combined.connectors._subprocess._run import ProgramExtraction
 from combined.connectors._subprocess._schema import FieldPlan, json_default
 from combined.connectors.airbyte._catalog import Stream
@@ -97,7 +97,7 @@ class AirbyteExtraction(ProgramExtraction):
             elif kind not in _IGNORED:
                 raise self._fail(
                     proc,
-                    f"line {number}: unknown Airbyte message type {shown(kind)}: expected "
+                    f"line {number}: unknown Airbyte message type {described(kind)}: expected "
                     "RECORD, STATE, LOG, TRACE",
                     "run a connector that speaks the Airbyte protocol",
                     line=number,
@@ -138,7 +138,7 @@ class AirbyteExtraction(ProgramExtraction):
                 other = f"{record.get('namespace')}.{other}"
             raise self._fail(
                 proc,
-                f"line {number}: a RECORD of stream {shown(other)}, which the configured "
+                f"line {number}: a RECORD of stream {other!r}, which the configured "
                 f"catalog does not select (it selects {self._stream.qualified!r} alone)",
                 "the connector must read only the streams of its configured catalog; "
                 "nothing was committed",
@@ -176,7 +176,7 @@ class AirbyteExtraction(ProgramExtraction):
         if kind != "STREAM" or not isinstance(stream, Mapping):
             raise self._fail(
                 proc,
-                f"line {number}: a STATE of unknown type {shown(kind)}: expected STREAM, "
+                f"line {number}: a STATE of unknown type {described(kind)}: expected STREAM, "
                 "GLOBAL or LEGACY",
                 "run a connector that speaks the Airbyte protocol",
                 line=number,

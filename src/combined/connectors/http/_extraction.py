@@ -23,7 +23,7 @@ from decimal import Decimal
 from typing import Any
 
 from combined.connectors._shared import numeric_lookback, time_window
-from combined.connectors._subprocess._rows import shown
+from combined.connectors._subprocess._rows import described
 from combined.connectors._subprocess._schema import json_default
 from combined.connectors.abc import BaseExtraction, CursorSpec, ReadRequest
 from combined.connectors.http._client import Session
@@ -80,7 +80,8 @@ def since_value(spec: CursorSpec, last: Any, fmt: str) -> str:
         when = instant(text)
         if when is None:
             raise SchemaMismatch(
-                f"the checkpoint {shown(text)} of cursor {spec.column!r} is not an ISO-8601 time",
+                f"the checkpoint ({described(text)}) of cursor {spec.column!r} is not an "
+                "ISO-8601 time",
                 hint="reset the dataset's checkpoint, or use since.format: raw",
             )
         if window:
@@ -242,7 +243,8 @@ class HTTPExtraction(BaseExtraction):
         if key is None:
             raise SchemaMismatch(
                 f"endpoint {self._endpoint.name!r}: cursor {cursor.column!r} holds "
-                f"{shown(value)} on page {page}, which is neither a number nor an ISO-8601 time",
+                f"{described(value)} on page {page}, which is neither a number nor an "
+                "ISO-8601 time",
                 hint="choose a cursor field that holds numbers or RFC 3339 times; nothing was "
                 "committed",
                 endpoint=self._endpoint.name,

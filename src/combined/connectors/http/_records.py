@@ -31,7 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from combined.connectors._subprocess._rows import shown
+from combined.connectors._subprocess._rows import described
 from combined.connectors._subprocess._schema import BadValue, FieldPlan, plan_field
 from combined.connectors.http._settings import FIELD_TYPES, field_schema
 from combined.errors import SchemaMismatch
@@ -157,7 +157,8 @@ class Records:
                 )
                 raise SchemaMismatch(
                     f"endpoint {self.endpoint!r}: field {name!r} holds "
-                    f"{shown(values[bad.index])} on page {self._where[bad.index]}, which is not "
+                    f"{described(values[bad.index])} on page {self._where[bad.index]}, "
+                    "which is not "
                     f"{bad.expected} ({how})",
                     hint=(
                         "fix the value at the source or the field's declared type"

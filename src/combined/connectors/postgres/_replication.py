@@ -6,7 +6,7 @@ psycopg2's ``LogicalReplicationConnection`` (the maintained client of that
 protocol). Publications are in :mod:`~combined.connectors.postgres._publication`,
 on this module's connections.
 
-Stand-up order (DESIGN.md section 5): ``ensure_publication``, then
+Stand-up order (docs/architecture.md, section 5): ``ensure_publication``, then
 :func:`create_slot`, which returns a :class:`SlotHandle` holding the slot's
 consistent LSN and its exported snapshot, and has already confirmed that the
 slot retains WAL. The snapshot is read (by the snapshot source, inside

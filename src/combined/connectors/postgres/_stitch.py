@@ -1,6 +1,6 @@
 """CDC reads for the engine: the stitched first snapshot, then the stream.
 
-Stand-up order (DESIGN.md section 5): the publication exists, the slot is
+Stand-up order (docs/architecture.md, section 5): the publication exists, the slot is
 created with its exported snapshot and confirmed to retain WAL, its
 consistent LSN is recorded, and only then is the relation read, inside that
 exported snapshot. The snapshot's final state carries the consistent LSN, so

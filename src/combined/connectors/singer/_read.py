@@ -8,7 +8,7 @@ from typing import Any
 
 from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess
-from combined.connectors._subprocess._rows import Rows, shown
+from combined.connectors._subprocess._rows import Rows, described
 from combined.connectors._subprocess._run import ProgramExtraction
 from combined.connectors._subprocess._schema import (
     BadSchema,
@@ -150,7 +150,7 @@ class SingerExtraction(ProgramExtraction):
             else:
                 raise self._fail(
                     proc,
-                    f"line {number}: unknown Singer message type {shown(kind)}: expected "
+                    f"line {number}: unknown Singer message type {described(kind)}: expected "
                     "SCHEMA, RECORD, STATE, ACTIVATE_VERSION",
                     "run a tap that speaks the Singer specification",
                     line=number,

@@ -11,6 +11,9 @@ A read plays ``steps`` in order, each one of:
 - ``{"ignore_term": true}``: ignore SIGTERM from here on
 - ``{"close_stdout": true}``: close standard output (the process keeps running)
 - ``{"pid_file": path}``: write the process id to ``path``
+- ``{"env_file": path}``: write the process's environment to ``path`` as JSON
+- ``{"env_err": true}``: print the process's environment on standard error, as
+  a careless tap does
 - ``{"exit": status}``
 """
 
@@ -59,6 +62,13 @@ def main() -> int:
         elif "pid_file" in step:
             with open(step["pid_file"], "w") as f:
                 f.write(str(os.getpid()))
+        elif "env_file" in step:
+            with open(step["env_file"], "w") as f:
+                json.dump(dict(os.environ), f)
+        elif step.get("env_err"):
+            for name, value in os.environ.items():
+                sys.stderr.write(f"{name}={value}\n")
+            sys.stderr.flush()
         elif "exit" in step:
             return int(step["exit"])
     return 0
