@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from combined.connectors.postgres._connect import Settings
 
 REQUIRE = os.environ.get("COMBINED_REQUIRE_SERVICES") == "1"
+# The test doubles (``connector: scripted``) are found only where this is set,
+# here and in every CLI process a test starts.
+os.environ["COMBINED_TEST_CONNECTORS"] = "1"
 
 
 def _service_dsn(var: str) -> str:

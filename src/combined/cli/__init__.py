@@ -20,6 +20,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from combined._status import ERROR, exit_status
+
 if TYPE_CHECKING:
     from combined.engine import Engine
 
@@ -62,28 +64,13 @@ def _state(state: str) -> Text:
     return Text(state, style="green" if state == "succeeded" else "red")
 
 
-#: Exit statuses of commands that execute Runs, for schedulers to tell apart
-#: what to do next (documented in the README): 1 retry later, 3 review the
-#: quarantine or drift, 4 fix the credentials. 2 is an error before any Run.
-RUN_FAILED, ERROR, RUN_NEEDS_REVIEW, RUN_NEEDS_AUTH = 1, 2, 3, 4
-
-
-def _run_status(states: Iterable[str]) -> int:
-    """The exit status for Runs that ended in ``states``: 0 when all succeeded.
-
-    What needs a person outranks what a retry may fix: credentials first
-    (nothing reads until they work), then a review.
-    """
-    seen = set(states)
-    for state, status in (("needs_auth", RUN_NEEDS_AUTH), ("needs_review", RUN_NEEDS_REVIEW)):
-        if state in seen:
-            return status
-    return RUN_FAILED if seen - {"succeeded"} else 0
-
-
 def _exit_for(states: Iterable[str]) -> None:
-    """Exit with :func:`_run_status` unless every Run succeeded."""
-    status = _run_status(states)
+    """Exit with :func:`~combined.exit_status` unless every Run succeeded.
+
+    Schedulers tell apart what to do next (README): 1 retry later, 3 review
+    the quarantine or drift, 4 fix the credentials; 2 is an error before any Run.
+    """
+    status = exit_status(states)
     if status:
         raise typer.Exit(status)
 
