@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.connectors.http.fake_api import TOKEN, FakeAPI, order, serve
+from tests.connectors.http.fake_api import TOKEN, FakeAPI, order, serve_orders
 
 from combined.connectors import known_connectors
 from combined.engine import Engine
@@ -53,10 +53,7 @@ sources:
 
 @pytest.fixture
 def api() -> Iterator[FakeAPI]:
-    for fake in serve():
-        for i in range(1, 6):
-            fake.orders[i] = order(i, day=i)
-        yield fake
+    yield from serve_orders()
 
 
 @pytest.fixture

@@ -39,6 +39,8 @@ class FakeAPI:
     orders: dict[int, dict[str, Any]] = field(default_factory=dict)
     faults: list[tuple[str, int, dict[str, str]]] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
+    #: The origin ``/v1/orders/origin`` links its next page to (a test sets it).
+    next_origin: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -162,6 +164,9 @@ class _Handler(BaseHTTPRequestHandler):
                 rows[:size],
                 {"Link": f'<http://localhost:{api.port}/v1/orders/link?from=2>; rel="next"'},
             )
+        elif path == "/v1/orders/origin":  # a next link to the origin a test chose
+            nxt = f"{api.next_origin}/v1/orders/link?from={size}"
+            self._send(200, rows[:size], {"Link": f'<{nxt}>; rel="next"'})
         elif path == "/v1/moved":
             self._send(302, b"", {"Location": "/v1/orders/plain"})
         elif path == "/v1/away":
@@ -187,3 +192,11 @@ def serve() -> Iterator[FakeAPI]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def serve_orders() -> Iterator[FakeAPI]:
+    """A fake API (see :func:`serve`) serving orders 1 to 5, one a day from May 1st."""
+    for fake in serve():
+        for i in range(1, 6):
+            fake.orders[i] = order(i, day=i)
+        yield fake

@@ -1,8 +1,9 @@
-"""One HTTP session of a read: auth, rate limit, same-host redirects, in-attempt waits, errors.
+"""One HTTP session of a read: auth, rate limit, same-origin redirects, in-attempt waits, errors.
 
 Every request goes through :meth:`Session.get`, which is the only place that
 knows the secret: it adds the auth header or query parameter to a request
-to the base URL's own host, and never to another (a redirect or a next-page
+to the base URL's own origin (scheme, host and port exactly) or one listed
+under ``credential_hosts``, and never to another (a redirect or a next-page
 link elsewhere is refused before anything is sent). What a status means is
 decided here, by type (see ``combined.errors``):
 
@@ -37,7 +38,7 @@ from combined.errors import AuthRejected, SourceError, SourceUnavailable
 
 #: How many times one request waits out a 429 or 503 inside an Attempt.
 MAX_WAITS = 5
-#: How many redirects one request follows (each within the base URL's host).
+#: How many redirects one request follows (each to an origin the credentials may go to).
 MAX_REDIRECTS = 5
 _REDIRECTS = (301, 302, 303, 307, 308)
 
@@ -67,6 +68,12 @@ def scrubber(settings: Settings) -> Callable[[str], str]:
             pair = f"{auth.username}:{secret}".encode()
             values.add(base64.b64encode(pair).decode())
     return masking(v for v in values if len(v) >= 3)
+
+
+def origin_of(url: httpx.URL) -> tuple[str, str, int]:
+    """The scheme, lower-cased host and port (the scheme's default when unwritten)."""
+    port = url.port if url.port is not None else (443 if url.scheme == "https" else 80)
+    return url.scheme, url.host.lower(), port
 
 
 class RateLimit:
@@ -114,6 +121,7 @@ class Session:
         self.settings = settings
         self.scrub = scrub
         self._base = httpx.URL(settings.base_url)
+        self._origins = {origin_of(self._base), *settings.credential_hosts}
         self._rate = RateLimit(settings.rate_limit)
         headers = {"Accept": "application/json", **settings.headers}
         self._client = httpx.Client(
@@ -140,24 +148,26 @@ class Session:
             url = url.copy_set_param(auth.name, "***")
         return self.scrub(str(url)).replace("%2A%2A%2A", "***")
 
-    def same_host(self, url: httpx.URL) -> bool:
-        """Whether ``url`` is on the base URL's host (where the credentials may go)."""
-        base = self._base
-        if url.host.lower() != base.host.lower():
-            return False
-        if url.scheme == base.scheme:
-            return url.port == base.port
-        return base.scheme == "http" and url.scheme == "https"  # an upgrade only
+    def may_receive(self, url: httpx.URL) -> bool:
+        """Whether ``url``'s origin may receive the credentials: base_url's, or one allowed.
+
+        Scheme, host and port must match exactly: an ``https`` link to another
+        port of base_url's host is another server, which gets nothing.
+        """
+        return origin_of(url) in self._origins
 
     def refuse_elsewhere(self, url: httpx.URL, why: str) -> None:
-        """Raise when ``url`` leaves the base URL's host: the credentials never go there."""
-        if not self.same_host(url):
+        """Raise when ``url`` leaves the origins the credentials may go to."""
+        if not self.may_receive(url):
+            scheme, host, port = origin_of(url)
             raise SourceError(
-                f"{why} leads to another host ({url.scheme}://{url.host}), where the source's "
-                "credentials are never sent: nothing more was read",
-                hint=f"set base_url to the host the API really answers on (base_url is "
-                f"{self._base.scheme}://{self._base.host})",
-                host=url.host,
+                f"{why} leads to another host or port ({scheme}://{host}:{port}), where the "
+                "source's credentials are never sent: nothing more was read",
+                hint="set base_url to the origin the API really answers on (base_url is "
+                f"{self._base.scheme}://{self._base.host}:{origin_of(self._base)[2]}), or list "
+                "that origin under credential_hosts if it is the same API",
+                host=host,
+                port=port,
             )
 
     def _signed(self, url: httpx.URL) -> tuple[httpx.URL, dict[str, str]]:
@@ -178,7 +188,7 @@ class Session:
     # -- requests ---------------------------------------------------------------------------
 
     def get(self, url: httpx.URL) -> Response:
-        """GET ``url`` (on the base URL's host), following same-host redirects.
+        """GET ``url`` (on an allowed origin), following redirects to allowed origins.
 
         Raises the error its outcome means; waits out a short ``Retry-After``.
         """
@@ -291,4 +301,12 @@ class Session:
         )
 
 
-__all__ = ["MAX_WAITS", "RateLimit", "Response", "Session", "retry_after", "scrubber"]
+__all__ = [
+    "MAX_WAITS",
+    "RateLimit",
+    "Response",
+    "Session",
+    "origin_of",
+    "retry_after",
+    "scrubber",
+]

@@ -40,6 +40,7 @@ SOURCE_KEYS = (
     "max_retry_wait",
     "max_response_bytes",
     "check_path",
+    "credential_hosts",
     "endpoints",
 )
 ENDPOINT_KEYS = ("path", "params", "records", "paginate", "fields", "allow_empty", "since")
@@ -353,6 +354,39 @@ def _endpoint(name: str, body: Any, where: str) -> Endpoint:
     )
 
 
+def _origins(value: Any) -> tuple[tuple[str, str, int], ...]:
+    """``credential_hosts``: origins written ``https://host[:port]``, normalised."""
+    if value is None:
+        return ()
+    example = 'for example credential_hosts: ["https://files.example.com:8443"]'
+    if not isinstance(value, list):
+        raise ConfigError("config.credential_hosts must be a list of origins", hint=example)
+    out = []
+    for item in value:
+        parts = urlsplit(item) if isinstance(item, str) else None
+        try:
+            port = None if parts is None else parts.port
+        except ValueError:
+            parts = None
+        if (
+            parts is None
+            or parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or parts.username
+            or parts.password
+            or parts.path not in ("", "/")
+            or parts.query
+            or parts.fragment
+        ):
+            raise ConfigError(
+                f"config.credential_hosts: {item!r} is not an origin (scheme://host[:port])",
+                hint=example,
+            )
+        default = 443 if parts.scheme == "https" else 80
+        out.append((parts.scheme, parts.hostname.lower(), port or default))
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """The validated configuration of one http source (the auth secret resolved)."""
@@ -367,6 +401,8 @@ class Settings:
     max_response_bytes: int
     check_path: str | None
     endpoints: Mapping[str, Endpoint]
+    #: Origins (scheme, host, port) besides base_url's that may receive the credentials.
+    credential_hosts: tuple[tuple[str, str, int], ...] = ()
 
     @classmethod
     def parse(cls, config: Mapping[str, Any]) -> Settings:
@@ -428,6 +464,7 @@ class Settings:
                 )
             ),
             check_path=None if check_path is None else _path(check_path, "config.check_path"),
+            credential_hosts=_origins(config.get("credential_hosts")),
             endpoints={
                 str(n): _endpoint(str(n), b, f"config.endpoints.{n}") for n, b in endpoints.items()
             },
