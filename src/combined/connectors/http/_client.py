@@ -33,6 +33,7 @@ from urllib.parse import quote, quote_plus
 import httpx
 
 from combined._credentials import masking
+from combined.connectors.http._deadline import bounded_client
 from combined.connectors.http._settings import Settings
 from combined.errors import AuthRejected, SourceError, SourceUnavailable
 
@@ -124,9 +125,7 @@ class Session:
         self._origins = {origin_of(self._base), *settings.credential_hosts}
         self._rate = RateLimit(settings.rate_limit)
         headers = {"Accept": "application/json", **settings.headers}
-        self._client = httpx.Client(
-            timeout=settings.timeout, follow_redirects=False, headers=headers
-        )
+        self._client, self._deadline = bounded_client(settings.timeout, headers)
 
     def close(self) -> None:
         """Close the connection pool; idempotent."""
@@ -231,7 +230,10 @@ class Session:
         shown = self.shown(url)
         self._rate.wait()
         try:
-            with self._client.stream("GET", signed, headers=headers) as response:
+            with (
+                self._deadline.within(self.settings.timeout),
+                self._client.stream("GET", signed, headers=headers) as response,
+            ):
                 if response.status_code >= 300:
                     # Never read an error's body: it may echo the token.
                     return httpx.Response(
@@ -256,8 +258,10 @@ class Session:
                 )
         except httpx.TimeoutException as exc:
             raise SourceUnavailable(
-                f"GET {shown} timed out after {self.settings.timeout:g} s ({type(exc).__name__})",
-                hint="raise `timeout` if the API is slow to answer; the capture is retried",
+                f"GET {shown} did not complete within {self.settings.timeout:g} s "
+                f"({type(exc).__name__}): `timeout` bounds the whole request, its body included",
+                hint="raise `timeout` if the API is slow to answer (or ask for smaller pages); "
+                "the capture is retried",
             ) from None
         except httpx.TransportError as exc:
             raise SourceUnavailable(
