@@ -30,6 +30,7 @@ from combined.protocol import (
     TerminalReceipt,
 )
 from combined.protocol.identity import quote_ident
+from combined.runtime._deadline import overtime, watch
 from combined.runtime._pipeline import (
     DatasetPlan,
     Staged,
@@ -204,7 +205,7 @@ def stage_partitioned(
     )
     try:
         count = len(parts_plan.partitions)
-        extractions = [source.read_partition(parts_plan, i) for i in range(count)]
+        extractions = [watch(source.read_partition(parts_plan, i)) for i in range(count)]
         group = PartitionGroup(extractions)
         progress = [0] * count
 
@@ -247,8 +248,9 @@ def stage_partitioned(
         try:
             with ThreadPoolExecutor(max_workers=count, thread_name_prefix="partition") as pool:
                 results = list(pool.map(read, range(count)))
-        except BaseException:
+        except BaseException as exc:
             group.finish("abort")
+            overtime(exc)
             raise
         control = parts_plan.control
     finally:

@@ -41,6 +41,7 @@ from combined.lake import (
 from combined.protocol import ExtractionReceipt, RecordBatchMessage, StateMessage
 from combined.protocol import _provenance as prov
 from combined.runtime._barrier import CheckpointBarrier
+from combined.runtime._deadline import overtime, watch
 from combined.runtime._faults import arm_commit_watchdog
 from combined.runtime._memory import release_memory
 from combined.runtime._reporter import Reporter
@@ -204,7 +205,7 @@ def stage(
         batch_rows=plan.batch_rows,
         options=_read_options(plan, source, options),
     )
-    extraction = source.read(request)
+    extraction = watch(source.read(request))  # under the Attempt's deadline
     writer = PartWriter(
         area, f"{plan.source}/{plan.name}/capture", max_rows=plan.max_rows, max_bytes=plan.max_bytes
     )
@@ -212,8 +213,9 @@ def stage(
         return _consume(
             plan, extraction, writer, committed_schema, last, prior_state, reporter, declared
         )
-    except BaseException:
+    except BaseException as exc:
         extraction.finish("abort")
+        overtime(exc)
         raise
 
 
