@@ -163,6 +163,20 @@ def test_a_500_is_retried_as_another_attempt(api: FakeAPI, engine: Engine) -> No
     assert TOKEN not in attempts[0].error  # the server echoed it in its body
 
 
+def test_an_expired_page_token_restarts_the_pages_within_the_attempt(
+    api: FakeAPI, engine: Engine
+) -> None:
+    """Reproduction: the API expires the second page's token (410 Gone). The
+    Run failed, its error telling to check the endpoint's path. Now the read
+    starts its pages over inside the one Attempt and lands each order once."""
+    api.fail("/v1/orders/cursor", 410, query={"cursor": "2"})
+    (run,) = engine.capture(["shop.orders"])
+    assert run.state == "succeeded", run.error
+    assert len(engine.run(run.id)["attempts"]) == 1
+    assert _rows(engine) == [(i, "placed", i * 10) for i in range(1, 6)]
+    assert _mar(engine) == (5, 5, 0, 0)
+
+
 def test_a_refused_token_needs_auth_and_is_not_retried(api: FakeAPI, engine: Engine) -> None:
     engine.capture(["shop.orders"])
     api.token = "rotated-by-the-provider"

@@ -23,18 +23,20 @@ from __future__ import annotations
 
 import base64
 import email.utils
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import quote, quote_plus
 
 import httpx
 
 from combined._credentials import masking
 from combined.connectors.http._deadline import bounded_client
-from combined.connectors.http._settings import Settings
+from combined.connectors.http._settings import Expiry, Settings
 from combined.errors import AuthRejected, SourceError, SourceUnavailable
 
 #: How many times one request waits out a 429 or 503 inside an Attempt.
@@ -42,6 +44,12 @@ MAX_WAITS = 5
 #: How many redirects one request follows (each to an origin the credentials may go to).
 MAX_REDIRECTS = 5
 _REDIRECTS = (301, 302, 303, 307, 308)
+#: The most of an error body read to match an expiry declaration (never shown).
+_PROBE_BYTES = 64 * 1024
+
+
+class PageExpired(SourceUnavailable):
+    """The API says a page token (or next link) expired: the read may start its pages over."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +123,36 @@ def retry_after(value: str | None, now: datetime | None = None) -> float | None:
     return max(0.0, seconds)
 
 
+def _head(response: httpx.Response, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``response``'s body."""
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            break
+    return b"".join(chunks)[:limit]
+
+
+def _says_expired(expiry: Expiry, response: httpx.Response) -> bool:
+    """Whether an error answer is the expiry ``expiry`` declares (its status, its field)."""
+    if response.status_code not in expiry.status:
+        return False
+    if expiry.field is None:
+        return True
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        return False
+    value: Any = body
+    for step in expiry.field.split("."):
+        if not isinstance(value, dict) or step not in value:
+            return False
+        value = value[step]
+    return isinstance(value, str | int) and str(value) in expiry.values
+
+
 class Session:
     """The HTTP client of one read (or one check or discovery); close it when done."""
 
@@ -186,16 +224,17 @@ class Session:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def get(self, url: httpx.URL) -> Response:
+    def get(self, url: httpx.URL, expiry: Expiry | None = None) -> Response:
         """GET ``url`` (on an allowed origin), following redirects to allowed origins.
 
         Raises the error its outcome means; waits out a short ``Retry-After``.
+        An answer ``expiry`` describes raises :class:`PageExpired`.
         """
         self.refuse_elsewhere(url, f"the request for {self.shown(url)}")
         waits = 0
         redirects = 0
         while True:
-            response = self._send(url)
+            response = self._send(url, expiry)
             status = response.status_code
             if status in _REDIRECTS:
                 location = response.headers.get("location")
@@ -221,11 +260,18 @@ class Session:
                     waits += 1
                     time.sleep(wait)
                     continue
+            if status >= 400 and expiry is not None and _says_expired(expiry, response):
+                what = f"GET {self.shown(url)} answered {status} {response.reason_phrase}"
+                raise PageExpired(
+                    f"{what.rstrip()}: the page token expired",
+                    hint="the read starts its pages over (paginate.restarts)",
+                    status=status,
+                )
             if status >= 400:
                 raise self._status_error(url, status, response.reason_phrase, waits)
             return Response(url, status, response.headers, response.content)
 
-    def _send(self, url: httpx.URL) -> httpx.Response:
+    def _send(self, url: httpx.URL, expiry: Expiry | None = None) -> httpx.Response:
         signed, headers = self._signed(url)
         shown = self.shown(url)
         self._rate.wait()
@@ -235,9 +281,14 @@ class Session:
                 self._client.stream("GET", signed, headers=headers) as response,
             ):
                 if response.status_code >= 300:
-                    # Never read an error's body: it may echo the token.
+                    # An error's body is read only to match an expiry declaration,
+                    # never shown: it may echo the token.
+                    probe = expiry is not None and expiry.field is not None
                     return httpx.Response(
-                        response.status_code, headers=response.headers, request=response.request
+                        response.status_code,
+                        headers=response.headers,
+                        content=_head(response, _PROBE_BYTES) if probe else b"",
+                        request=response.request,
                     )
                 declared = response.headers.get("content-length")
                 limit = self.settings.max_response_bytes
@@ -307,6 +358,7 @@ class Session:
 
 __all__ = [
     "MAX_WAITS",
+    "PageExpired",
     "RateLimit",
     "Response",
     "Session",

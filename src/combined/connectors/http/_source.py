@@ -56,8 +56,10 @@ class HTTPSource(BaseSource):
         Named endpoints: ``{orders: {path: /orders, params: {...}, records:
         data.items, paginate: {style: cursor, param: page_token, next:
         meta.next}, fields: {id: integer, updated_at: timestamp}, allow_empty:
-        false, since: {param: updated_since, format: iso}}}``. A dataset's
-        ``relation`` names one (it defaults to the dataset's name).
+        false, since: {param: updated_since, format: iso}}}``; ``paginate``
+        also takes ``expired`` (the API's expired-token answer, 410 by
+        default) and ``restarts``. A dataset's ``relation`` names one (it
+        defaults to the dataset's name).
 
     Strategies: ``snapshot`` (every page, reduced against the lake by key)
     and ``cursor`` (the checkpoint passed in ``since``); see ``docs/http.md``.
