@@ -30,7 +30,7 @@ from combined.protocol import (
     TerminalReceipt,
 )
 from combined.protocol.identity import quote_ident
-from combined.runtime._deadline import overtime, watch
+from combined.runtime._deadline import reading
 from combined.runtime._pipeline import (
     DatasetPlan,
     Staged,
@@ -205,7 +205,7 @@ def stage_partitioned(
     )
     try:
         count = len(parts_plan.partitions)
-        extractions = [watch(source.read_partition(parts_plan, i)) for i in range(count)]
+        extractions = [source.read_partition(parts_plan, i) for i in range(count)]
         group = PartitionGroup(extractions)
         progress = [0] * count
 
@@ -245,13 +245,11 @@ def stage_partitioned(
                 stager.abort()
                 raise
 
-        try:
-            with ThreadPoolExecutor(max_workers=count, thread_name_prefix="partition") as pool:
-                results = list(pool.map(read, range(count)))
-        except BaseException as exc:
-            group.finish("abort")
-            overtime(exc)
-            raise
+        with (
+            reading(group),  # aborted if it fails; under the Attempt's deadline
+            ThreadPoolExecutor(max_workers=count, thread_name_prefix="partition") as pool,
+        ):
+            results = list(pool.map(read, range(count)))
         control = parts_plan.control
     finally:
         parts_plan.close()

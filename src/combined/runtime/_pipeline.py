@@ -41,7 +41,7 @@ from combined.lake import (
 from combined.protocol import ExtractionReceipt, RecordBatchMessage, StateMessage
 from combined.protocol import _provenance as prov
 from combined.runtime._barrier import CheckpointBarrier
-from combined.runtime._deadline import overtime, watch
+from combined.runtime._deadline import reading
 from combined.runtime._faults import arm_commit_watchdog
 from combined.runtime._memory import release_memory
 from combined.runtime._reporter import Reporter
@@ -205,18 +205,14 @@ def stage(
         batch_rows=plan.batch_rows,
         options=_read_options(plan, source, options),
     )
-    extraction = watch(source.read(request))  # under the Attempt's deadline
+    extraction = source.read(request)
     writer = PartWriter(
         area, f"{plan.source}/{plan.name}/capture", max_rows=plan.max_rows, max_bytes=plan.max_bytes
     )
-    try:
+    with reading(extraction):  # aborted if it fails; under the Attempt's deadline
         return _consume(
             plan, extraction, writer, committed_schema, last, prior_state, reporter, declared
         )
-    except BaseException as exc:
-        extraction.finish("abort")
-        overtime(exc)
-        raise
 
 
 def _read_options(
