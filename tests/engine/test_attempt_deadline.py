@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from tests.connectors.http.drip import dripping
+from tests.connectors.singer.fixtures import TAPS, TOKEN, dead
 
 from combined.engine import Engine
 from combined.errors import ConfigError
@@ -70,3 +73,53 @@ def test_an_attempt_deadline_that_is_not_a_number_of_seconds_is_refused(
             engine.capture(["slow.orders"])
     finally:
         engine.close()
+
+
+TAP_PROJECT = """\
+version: 1
+lake: ./lake
+sources:
+  tap:
+    connector: singer
+    config:
+      command: [{python}, {tap}]
+      config:
+        mode: hang
+        pid_file: {pids}
+        api_token: {{secret: "env:COMBINED_TEST_SINGER_TOKEN"}}
+      idle_timeout: 300
+    datasets:
+      items:
+        key: [id]
+"""
+
+
+def test_a_tap_that_hangs_under_a_long_idle_timeout_is_ended_at_the_attempt_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Singer tap that writes its SCHEMA and then sleeps (with a child of its
+    own) under ``idle_timeout: 300`` held the Attempt for five minutes a try.
+    The Attempt deadline ends the tap's process group and the Run moves on."""
+    monkeypatch.setenv("COMBINED_ATTEMPT_TIMEOUT_S", "2")
+    monkeypatch.setenv("COMBINED_RETRY_BACKOFF_S", "0")
+    monkeypatch.setenv("COMBINED_TEST_SINGER_TOKEN", TOKEN)
+    pids = tmp_path / "pids"
+    (tmp_path / "combined.yaml").write_text(
+        TAP_PROJECT.format(
+            python=json.dumps(sys.executable),
+            tap=json.dumps(str(TAPS / "bad_tap.py")),
+            pids=json.dumps(str(pids)),
+        )
+    )
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        started = time.monotonic()
+        (run,) = engine.capture(["tap.items"])
+        elapsed = time.monotonic() - started
+        attempts = engine.run(run.id)["attempts"]
+    finally:
+        engine.close()
+    assert elapsed < 60 and run.state == "failed"
+    assert all("ran past its deadline (2 s)" in (a.error or "") for a in attempts)
+    tap, child = (int(p) for p in pids.read_text().split())
+    assert dead(tap) and dead(child)
