@@ -24,6 +24,7 @@ from combined.connectors import check_config, check_strategy, connector_class, s
 from combined.delivery import Limits
 from combined.errors import ConfigError, NotFoundError, ProtocolViolation
 from combined.lake import LakeLayout
+from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, env_seconds
 from combined.runtime._memory import tune_allocators
 from combined.runtime._reporter import NullReporter, Reporter
 from combined.runtime._runner import Runner, Settings, admit
@@ -95,6 +96,7 @@ class Engine:
             backoff_s=float(os.environ.get("COMBINED_RETRY_BACKOFF_S", "0.5")),
             lease_ttl_s=_lease_ttl(),
             worker=worker,
+            attempt_timeout_s=env_seconds("COMBINED_ATTEMPT_TIMEOUT_S", DEFAULT_ATTEMPT_TIMEOUT_S),
         )
         return Runner(
             self.catalog, self.layout, settings, self._resolve, self.reporter, read_options
@@ -773,14 +775,4 @@ def _jsonable(value: Any) -> Any:
 
 def _lease_ttl() -> float:
     """Seconds a dataset lease outlives its last renewal (``COMBINED_LEASE_TTL_S``, 300)."""
-    text = os.environ.get("COMBINED_LEASE_TTL_S", "300")
-    try:
-        ttl = float(text)
-    except ValueError:
-        ttl = float("nan")
-    if not ttl >= 1 or ttl == float("inf"):
-        raise ConfigError(
-            f"COMBINED_LEASE_TTL_S is {text!r}, not a number of seconds of at least 1",
-            hint="unset it (300 s) or give a number of seconds of at least 1",
-        )
-    return ttl
+    return env_seconds("COMBINED_LEASE_TTL_S", 300.0)

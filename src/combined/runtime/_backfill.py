@@ -30,6 +30,7 @@ from combined.protocol import (
     TerminalReceipt,
 )
 from combined.protocol.identity import quote_ident
+from combined.runtime._deadline import reading
 from combined.runtime._pipeline import (
     DatasetPlan,
     Staged,
@@ -244,12 +245,11 @@ def stage_partitioned(
                 stager.abort()
                 raise
 
-        try:
-            with ThreadPoolExecutor(max_workers=count, thread_name_prefix="partition") as pool:
-                results = list(pool.map(read, range(count)))
-        except BaseException:
-            group.finish("abort")
-            raise
+        with (
+            reading(group),  # aborted if it fails; under the Attempt's deadline
+            ThreadPoolExecutor(max_workers=count, thread_name_prefix="partition") as pool,
+        ):
+            results = list(pool.map(read, range(count)))
         control = parts_plan.control
     finally:
         parts_plan.close()

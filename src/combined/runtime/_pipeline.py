@@ -41,6 +41,7 @@ from combined.lake import (
 from combined.protocol import ExtractionReceipt, RecordBatchMessage, StateMessage
 from combined.protocol import _provenance as prov
 from combined.runtime._barrier import CheckpointBarrier
+from combined.runtime._deadline import reading
 from combined.runtime._faults import arm_commit_watchdog
 from combined.runtime._memory import release_memory
 from combined.runtime._reporter import Reporter
@@ -208,13 +209,10 @@ def stage(
     writer = PartWriter(
         area, f"{plan.source}/{plan.name}/capture", max_rows=plan.max_rows, max_bytes=plan.max_bytes
     )
-    try:
+    with reading(extraction):  # aborted if it fails; under the Attempt's deadline
         return _consume(
             plan, extraction, writer, committed_schema, last, prior_state, reporter, declared
         )
-    except BaseException:
-        extraction.finish("abort")
-        raise
 
 
 def _read_options(
