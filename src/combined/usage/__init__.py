@@ -8,9 +8,11 @@ never bill twice. Counts are read back from that table.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +61,7 @@ def record_usage(
     if unique and not known:
         # The dataset's first usage, one row per identity: every row is new.
         return {month: _first_usage(table, schema, files, month, deliveries, counts, current)}
-    con = _duck()
-    try:
+    with _duck() as con:
         month_lit = "'" + month.replace("'", "''") + "'"
         listed = ", ".join(f"'{_q(f)}'" for f in files)
         op = (
@@ -119,8 +120,6 @@ def record_usage(
                 create=not table.exists(),
                 metadata={"counts": counts},
             )
-    finally:
-        con.close()
     return {month: current}
 
 
@@ -190,22 +189,33 @@ def _committed_counts(table: LakeTable, version: int | None) -> dict[str, dict[s
     return {m: dict(c) for m, c in meta["counts"].items()}
 
 
-_SPILL = Path(tempfile.gettempdir()) / "combined-usage-spill"
+@contextmanager
+def _duck() -> Iterator[Any]:
+    """A DuckDB connection with bounded memory that spills to a private temp directory.
 
-
-def _duck() -> Any:
-    """A DuckDB connection with bounded memory that spills to a temp directory."""
+    The directory is this connection's own (``mkdtemp``: created 0700, a new
+    name nobody else can have prepared or linked elsewhere) and is removed
+    with the connection: a shared, fixed name could be a symlink another
+    user planted, and the spilled identities would land where they chose.
+    """
     import duckdb
 
-    _SPILL.mkdir(parents=True, exist_ok=True)
-    return duckdb.connect(
-        config={
-            "memory_limit": "128MB",
-            "threads": 2,
-            "temp_directory": str(_SPILL),
-            "preserve_insertion_order": False,
-        }
-    )
+    spill = tempfile.mkdtemp(prefix="combined-usage-spill-")
+    try:
+        con = duckdb.connect(
+            config={
+                "memory_limit": "128MB",
+                "threads": 2,
+                "temp_directory": spill,
+                "preserve_insertion_order": False,
+            }
+        )
+        try:
+            yield con
+        finally:
+            con.close()
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
 
 
 def _no_usage() -> dict[str, int]:
@@ -227,8 +237,7 @@ def month_counts(layout: LakeLayout, source: str, dataset: str, month: str) -> d
     files = _usage_table(layout, source, dataset).files()
     if not files:
         return _no_usage()
-    con = _duck()
-    try:
+    with _duck() as con:
         row = con.execute(
             "SELECT count(DISTINCT _combined_id), "
             "count(DISTINCT _combined_id) FILTER (WHERE op = 'insert'), "
@@ -237,6 +246,4 @@ def month_counts(layout: LakeLayout, source: str, dataset: str, month: str) -> d
             "FROM read_parquet(?) WHERE month = ?",
             [files, month],
         ).fetchall()[0]
-    finally:
-        con.close()
     return {"mar": row[0], "inserts": row[1], "updates": row[2], "deletes": row[3]}
