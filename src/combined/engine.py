@@ -496,10 +496,13 @@ class Engine:
             config["path"] = os.path.abspath(self.project.root / config["path"])
         return cls(config)
 
-    def check(self, source: str) -> None:
-        """Connect to a source and authenticate."""
+    def check(self, source: str, warn: Callable[[str], object] | None = None) -> None:
+        """Connect to a source and authenticate; ``warn`` hears its configuration's risks first."""
         conn = self._source(source)
         try:
+            if warn is not None:
+                for why in getattr(conn, "warnings", tuple)():  # optional in the Source protocol
+                    warn(why)
             conn.check()
         finally:
             conn.close()

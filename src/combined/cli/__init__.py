@@ -209,8 +209,12 @@ def check(project: ProjectOpt = None) -> None:
     engine = _engine(project)
     failed = False
     for name in engine.project.sources:
+
+        def warn(why: str, name: str = name) -> None:
+            console.print(Text.assemble(("warn", "yellow"), f" {name}: {why}"))
+
         try:
-            engine.check(name)
+            engine.check(name, warn)
             console.print(Text.assemble(("ok", "green"), f"   {name}"))
         except CombinedError as exc:
             failed = True
