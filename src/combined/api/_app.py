@@ -18,6 +18,7 @@ from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from combined.api._guard import Guard
 from combined.api._json import jsonable
 from combined.api._webhooks import webhook_router
 from combined.catalog import RunState
@@ -86,6 +87,8 @@ def build(project_path: str | Path | None, token: str | None) -> FastAPI:
     app.state.engine = engine
     _authenticate(app, token)
     _map_errors(app)
+    # Outermost: a foreign Host or Origin, or an oversized body, reaches nothing.
+    app.add_middleware(Guard, loopback_only=token is None)
 
     @app.get("/health", tags=["service"], summary="Liveness (no token needed)")
     def health() -> dict[str, str]:
