@@ -730,12 +730,12 @@ class Engine:
         return rows
 
     def quarantine_records(
-        self, quarantine_id: str, limit: int = 20
+        self, quarantine_id: str, limit: int = 20, offset: int = 0
     ) -> tuple[dict[str, Any], pa.Table]:
-        """A quarantine entry and its first ``limit`` records (every one for 0)."""
+        """A quarantine entry and ``limit`` of its records from ``offset`` (all for 0)."""
         from combined.quality import quarantine
 
-        return quarantine.records(self.catalog, self.layout, quarantine_id, limit)
+        return quarantine.records(self.catalog, self.layout, quarantine_id, limit, offset)
 
     def decide_quarantine(
         self, quarantine_id: str, decision: str, *, by: str, reason: str

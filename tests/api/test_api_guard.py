@@ -1,4 +1,4 @@
-"""A real server refuses foreign Hosts, cross-site writes and oversized bodies."""
+"""A real server refuses foreign Hosts, cross-site writes and oversized bodies, and pages."""
 
 from __future__ import annotations
 
@@ -91,3 +91,40 @@ def test_an_oversized_body_is_refused_before_the_application(shop: Path, tools: 
         assert streamed.status_code == 413, streamed.text
         small = httpx.post(url, json={"reason": "r", "by": "ana"})
         assert small.status_code == 404  # read, validated, and the entry does not exist
+
+
+def test_quarantine_records_come_in_capped_pages(shop: Path, tools: Any) -> None:
+    """An entry's records are served a page at a time, never the whole entry.
+
+    Reproduction: `GET /v1/quarantine/{entry}?limit=0` loaded every record of
+    the entry into one answer (841 MB for 600k rows). Now `limit` is 1 to
+    1000 (0 or more is refused with 422) and each page says the
+    `next_offset` to ask for, None after the last; the pages hold every
+    record exactly once.
+    """
+    pairs = ",".join(f"({i}, 'a{i}'), ({i}, 'b{i}')" for i in range(1, 1201))
+    tools.sql(
+        shop, f"CREATE TABLE people (id INTEGER, name TEXT); INSERT INTO people VALUES {pairs};"
+    )
+    project = shop / "combined.yaml"
+    project.write_text(project.read_text() + "      people:\n        key: [id]\n")
+    assert tools.cli(shop, "capture", "shop.people").returncode == 3  # needs review
+    with tools.serving(shop, "--insecure-no-auth", env=NO_TOKEN) as (base, _):
+        (entry,) = httpx.get(f"{base}/v1/quarantine").json()["entries"]
+        assert entry["record_count"] == 2400
+        url = f"{base}/v1/quarantine/{entry['id']}"
+        for limit in (0, 1001, 100_000):
+            refused = httpx.get(url, params={"limit": limit})
+            assert refused.status_code == 422, (limit, refused.text)
+        first = httpx.get(url).json()
+        assert (len(first["records"]), first["offset"], first["next_offset"]) == (20, 0, 20)
+        names: list[str] = []
+        offset: int | None = 0
+        while offset is not None:
+            page = httpx.get(url, params={"limit": 1000, "offset": offset}).json()
+            assert len(page["records"]) <= 1000
+            names += [r["name"] for r in page["records"]]
+            offset = page["next_offset"]
+        assert len(names) == 2400 and len(set(names)) == 2400
+        assert httpx.get(url, params={"offset": 2400}).json()["records"] == []
+        assert httpx.get(url, params={"offset": -1}).status_code == 422
