@@ -525,11 +525,18 @@ class Engine:
     # -- reading ----------------------------------------------------------------------
 
     def sql(
-        self, query: str, *, as_of: datetime | None = None, publication: str | None = None
+        self,
+        query: str,
+        *,
+        as_of: datetime | None = None,
+        publication: str | None = None,
+        **bounds: Any,
     ) -> pa.Table:
         """Run DuckDB SQL over a published basis (latest, by id, or as of an instant).
 
         A naive ``as_of`` is read as UTC, as ``combined sql --as-of`` reads it.
+        ``bounds`` are :func:`~combined.lake._query.run_query`'s ``timeout_s``
+        and ``memory_limit``.
         """
         from combined.lake._query import run_query
 
@@ -556,7 +563,7 @@ class Engine:
                     "nothing has been published yet", hint="run `combined capture` first"
                 )
             members = cat.published_basis(conn, pub.seq)
-        return run_query(self.layout, members, query)
+        return run_query(self.layout, members, query, **bounds)
 
     def runs(self, limit: int = 20, states: Sequence[RunState] | None = None) -> list[Run]:
         """Newest Runs first (only those in ``states`` when given)."""
