@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from combined._owner_only import restrict_umask
 from combined.catalog import Admission, Catalog, Run, RunState, Trigger, queue, worker_identity
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
@@ -42,6 +43,7 @@ class Engine:
         self.project = project
         self.reporter = reporter or NullReporter()
         tune_allocators()
+        restrict_umask()  # what it writes (lake, catalog, spill) is the owner's alone
         lake = project.lake_uri()
         if "://" in lake:
             raise ConfigError(
