@@ -19,7 +19,6 @@ interrupted and the signal's exception goes on unwinding the caller.
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -62,13 +61,18 @@ def run_query(
     ``timeout_s`` (None or 0: none) bounds how long it runs, ``memory_limit``
     (DuckDB's form: ``2GB``, ``512MB``) how much memory it holds.
     """
+    from combined.connectors._subprocess._private import PrivateDir
+
     _check_read_only(query)
-    with tempfile.TemporaryDirectory(prefix="combined-sql-spill-") as spill:
-        con = _connect(memory_limit, spill)
+    spill = PrivateDir("combined-sql-")  # 0700, removed after; swept if this process is killed
+    try:
+        con = _connect(memory_limit, str(spill.path))
         try:
             return _run(con, layout, members, query, timeout_s, memory_limit)
         finally:
             con.close()
+    finally:
+        spill.remove()
 
 
 def _connect(memory_limit: str, spill: str) -> Any:

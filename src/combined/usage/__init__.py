@@ -8,8 +8,6 @@ never bill twice. Counts are read back from that table.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -193,20 +191,23 @@ def _committed_counts(table: LakeTable, version: int | None) -> dict[str, dict[s
 def _duck() -> Iterator[Any]:
     """A DuckDB connection with bounded memory that spills to a private temp directory.
 
-    The directory is this connection's own (``mkdtemp``: created 0700, a new
-    name nobody else can have prepared or linked elsewhere) and is removed
-    with the connection: a shared, fixed name could be a symlink another
-    user planted, and the spilled identities would land where they chose.
+    The directory is this connection's own (a :class:`PrivateDir`: created
+    0700 under a new name nobody else can have prepared or linked elsewhere),
+    removed with the connection, and swept by the next Run if this process
+    is killed first. A shared, fixed name could be a symlink another user
+    planted, and the spilled identities would land where they chose.
     """
     import duckdb
 
-    spill = tempfile.mkdtemp(prefix="combined-usage-spill-")
+    from combined.connectors._subprocess._private import PrivateDir
+
+    spill = PrivateDir("combined-usage-")
     try:
         con = duckdb.connect(
             config={
                 "memory_limit": "128MB",
                 "threads": 2,
-                "temp_directory": spill,
+                "temp_directory": str(spill.path),
                 "preserve_insertion_order": False,
             }
         )
@@ -215,7 +216,7 @@ def _duck() -> Iterator[Any]:
         finally:
             con.close()
     finally:
-        shutil.rmtree(spill, ignore_errors=True)
+        spill.remove()
 
 
 def _no_usage() -> dict[str, int]:
