@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from combined._owner_only import restrict_umask
 from combined.catalog import Admission, Catalog, Run, RunState, Trigger, queue, worker_identity
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
@@ -43,6 +44,7 @@ class Engine:
         self.project = project
         self.reporter = reporter or NullReporter()
         tune_allocators()
+        restrict_umask()  # what it writes (lake, catalog, spill) is the owner's alone
         lake = project.lake_uri()
         if "://" in lake:
             raise ConfigError(
@@ -498,10 +500,13 @@ class Engine:
             config["path"] = os.path.abspath(self.project.root / config["path"])
         return cls(config)
 
-    def check(self, source: str) -> None:
-        """Connect to a source and authenticate."""
+    def check(self, source: str, warn: Callable[[str], object] | None = None) -> None:
+        """Connect to a source and authenticate; ``warn`` hears its configuration's risks first."""
         conn = self._source(source)
         try:
+            if warn is not None:
+                for why in getattr(conn, "warnings", tuple)():  # optional in the Source protocol
+                    warn(why)
             conn.check()
         finally:
             conn.close()
@@ -524,11 +529,18 @@ class Engine:
     # -- reading ----------------------------------------------------------------------
 
     def sql(
-        self, query: str, *, as_of: datetime | None = None, publication: str | None = None
+        self,
+        query: str,
+        *,
+        as_of: datetime | None = None,
+        publication: str | None = None,
+        **bounds: Any,
     ) -> pa.Table:
         """Run DuckDB SQL over a published basis (latest, by id, or as of an instant).
 
         A naive ``as_of`` is read as UTC, as ``combined sql --as-of`` reads it.
+        ``bounds`` are :func:`~combined.lake._query.run_query`'s ``timeout_s``
+        and ``memory_limit``.
         """
         from combined.lake._query import run_query
 
@@ -555,7 +567,7 @@ class Engine:
                     "nothing has been published yet", hint="run `combined capture` first"
                 )
             members = cat.published_basis(conn, pub.seq)
-        return run_query(self.layout, members, query)
+        return run_query(self.layout, members, query, **bounds)
 
     def runs(self, limit: int = 20, states: Sequence[RunState] | None = None) -> list[Run]:
         """Newest Runs first (only those in ``states`` when given)."""
@@ -729,12 +741,12 @@ class Engine:
         return rows
 
     def quarantine_records(
-        self, quarantine_id: str, limit: int = 20
+        self, quarantine_id: str, limit: int = 20, offset: int = 0
     ) -> tuple[dict[str, Any], pa.Table]:
-        """A quarantine entry and its first ``limit`` records (every one for 0)."""
+        """A quarantine entry and ``limit`` of its records from ``offset`` (all for 0)."""
         from combined.quality import quarantine
 
-        return quarantine.records(self.catalog, self.layout, quarantine_id, limit)
+        return quarantine.records(self.catalog, self.layout, quarantine_id, limit, offset)
 
     def decide_quarantine(
         self, quarantine_id: str, decision: str, *, by: str, reason: str

@@ -196,8 +196,12 @@ def check(project: ProjectOpt = None) -> None:
     engine = _engine(project)
     failed = False
     for name in engine.project.sources:
+
+        def warn(why: str, name: str = name) -> None:
+            console.print(Text.assemble(("warn", "yellow"), f" {name}: {why}"))
+
         try:
-            engine.check(name)
+            engine.check(name, warn)
             console.print(Text.assemble(("ok", "green"), f"   {name}"))
         except CombinedError as exc:
             failed = True
@@ -477,17 +481,38 @@ def sql(
     as_of: Annotated[str | None, typer.Option("--as-of", help="an ISO-8601 instant")] = None,
     publication: Annotated[str | None, typer.Option(help="a publication id")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="seconds before the query is stopped (0: none)")
+    ] = 600.0,
+    memory_limit: Annotated[
+        str, typer.Option("--memory-limit", help="DuckDB's memory limit, e.g. 2GB or 512MB")
+    ] = "2GB",
     project: ProjectOpt = None,
 ) -> None:
-    """Query the lake at a published basis with DuckDB."""
+    """Query the lake's published files at a published basis with DuckDB.
+
+    It reads only the Parquet files of the basis's published table versions:
+    nothing unpublished, no other file. SIGINT or SIGTERM stops the query at once.
+    """
     from combined.errors import ConfigError
 
     if fmt not in ("table", "csv", "json"):
         _fail(ConfigError(f"unknown format {fmt!r}", hint="use table, csv or json"))
-    with _session(project) as engine:
-        result = engine.sql(
-            query, as_of=_instant(as_of) if as_of else None, publication=publication
-        )
+    if timeout < 0:
+        _fail(ConfigError(f"--timeout must be 0 or more, not {timeout:g}", hint="0: no limit"))
+    when = _instant(as_of) if as_of else None
+    try:
+        with _session(project) as engine:
+            result = engine.sql(
+                query,
+                as_of=when,
+                publication=publication,
+                timeout_s=timeout or None,
+                memory_limit=memory_limit,
+            )
+    except KeyboardInterrupt:
+        err.print("stopped by SIGINT: the query was interrupted", highlight=False)
+        raise typer.Exit(INTERRUPTED) from None
     rows = result.to_pylist()
     if fmt == "json":
         sys.stdout.write(json.dumps(rows, default=str) + "\n")
@@ -608,6 +633,8 @@ def demo(
 INTERNAL_ERROR = 70
 #: Exit status after SIGTERM: what a shell reports for a process SIGTERM ended (128 + 15).
 TERMINATED = 143
+#: Exit status after SIGINT (Ctrl-C): 128 + 2.
+INTERRUPTED = 130
 
 
 class Terminated(SystemExit):

@@ -388,6 +388,10 @@ class BaseSource(abc.ABC):
         """The strategies this connector's capabilities allow."""
         return list(supported_strategies(type(self)))
 
+    def warnings(self) -> Sequence[str]:
+        """Risks in the configuration that do not stop a read (``combined check`` tells them)."""
+        return ()
+
 
 def supported_strategies(connector: type[Source]) -> tuple[Strategy, ...]:
     """The capture strategies ``connector``'s capability constants allow."""

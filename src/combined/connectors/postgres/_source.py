@@ -21,6 +21,7 @@ from combined.connectors.postgres._connect import Session, Settings
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
 from combined.connectors.postgres._partition import PartitionPlan, check_open, create_plan
 from combined.connectors.postgres._stitch import cdc_read, qualified, slot_name
+from combined.connectors.postgres._tls import cleartext_password_warning
 from combined.errors import ConfigError
 from combined.protocol import utcnow
 
@@ -74,6 +75,11 @@ class PostgresSource(BaseSource):
         self._lock = threading.Lock()
         self._extractions: weakref.WeakSet[PostgresExtraction] = weakref.WeakSet()
         self._plans: weakref.WeakSet[PartitionPlan] = weakref.WeakSet()
+
+    def warnings(self) -> list[str]:
+        """A password that may cross the network in clear text (no TLS required)."""
+        why = cleartext_password_warning(self.settings.dsn, self.settings.password)
+        return [] if why is None else [why]
 
     def check(self) -> None:
         """Connect and authenticate; confirm the configured schemas exist.
