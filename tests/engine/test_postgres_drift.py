@@ -101,3 +101,32 @@ def test_a_second_schema_evolution_keeps_the_dataset_capturable(
         assert len(_drifts(engine)) == 2
     finally:
         engine.close()
+
+
+def test_a_widened_type_evolves_the_table_while_no_row_changes(
+    tmp_path: Path, pg_database: str
+) -> None:
+    """Capture dx(id pk, a int, c text), then ALTER a TYPE bigint and capture:
+    no row changed, so nothing was committed; the lake kept int32 and the
+    widening was in no drift event until some row changed.
+    """
+    _sql(
+        pg_database,
+        "CREATE TABLE dx (id int PRIMARY KEY, a int, c text)",
+        "INSERT INTO dx SELECT g, g, 'c' || g FROM generate_series(1, 20) g",
+    )
+    engine = _open(tmp_path, pg_database)
+    try:
+        _capture(engine)
+        _sql(pg_database, "ALTER TABLE dx ALTER COLUMN a TYPE bigint")
+        run = _capture(engine)
+        assert run.stats["dx"]["updates"] == 0
+        assert _drifts(engine) == [("widened_type", "a", "evolve")]
+        schema = engine.layout.dataset_table("pg", "dx").schema()
+        assert schema is not None and str(schema.field("a").type) == "int64"
+        assert engine.sql("SELECT sum(a) AS s FROM pg.dx").to_pylist() == [{"s": 210}]
+        again = _capture(engine)  # and then nothing more is written
+        assert engine.run(again.id)["deliveries"] == []
+        assert _drifts(engine) == [("widened_type", "a", "evolve")]
+    finally:
+        engine.close()
