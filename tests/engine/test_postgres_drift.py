@@ -130,3 +130,43 @@ def test_a_widened_type_evolves_the_table_while_no_row_changes(
         assert _drifts(engine) == [("widened_type", "a", "evolve")]
     finally:
         engine.close()
+
+
+def test_a_renamed_column_meets_the_rename_policy(tmp_path: Path, pg_database: str) -> None:
+    """With drift {rename: quarantine, drop: evolve, new_field: evolve}, a
+    RENAME COLUMN evolved silently as a drop and a new field: `drift.rename`
+    was read nowhere. PostgreSQL keeps a renamed column's attnum, which tells
+    it from a column dropped and another added (a new attnum).
+    """
+    _sql(
+        pg_database,
+        "CREATE TABLE dx (id int PRIMARY KEY, a int, c text)",
+        "INSERT INTO dx SELECT g, g, 'c' || g FROM generate_series(1, 20) g",
+    )
+    policy = "{rename: quarantine, drop: evolve, new_field: evolve}"
+    engine = _open(tmp_path, pg_database, policy)
+    try:
+        _capture(engine)
+        _sql(pg_database, "ALTER TABLE dx RENAME COLUMN c TO label")
+        (run,) = engine.capture()
+        assert run.state == "needs_review"
+        assert "rename on field 'label' (was 'c') (policy: quarantine)" in (run.error or "")
+        assert _drifts(engine) == [("rename", "label", "quarantine")]
+        (entry,) = engine.quarantine()
+        assert entry["reason"] == "schema drift: rename 'label'"
+        # A column dropped and another added is no rename, even of the same type.
+        _sql(pg_database, "ALTER TABLE dx DROP COLUMN a", "ALTER TABLE dx ADD COLUMN b int")
+        (other,) = engine.capture()
+        assert ("drop", "a", "evolve") in _drifts(engine)
+        assert ("new_field", "b", "evolve") in _drifts(engine)
+        assert other.state == "needs_review"  # the rename still awaits its review
+    finally:
+        engine.close()
+    engine = _open(tmp_path, pg_database, "{rename: evolve, drop: evolve, new_field: evolve}")
+    try:
+        _capture(engine)
+        assert ("rename", "label", "evolve") in _drifts(engine)
+        rows = engine.sql("SELECT id, label, b FROM pg.dx ORDER BY id LIMIT 1").to_pylist()
+        assert rows == [{"id": 1, "label": "c1", "b": None}]
+    finally:
+        engine.close()

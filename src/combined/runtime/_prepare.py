@@ -330,6 +330,7 @@ def _finish_prepare(
             "content_digest": totals.content_digest,
         },
         "drift": staged.drift,
+        "fields": dict(staged.fields) if staged.fields else None,
         "schema": commit_schema_fields(deliveries[0].path) if deliveries else None,
         "ingested_at": accepted_at.isoformat(),
     }

@@ -34,6 +34,7 @@ from combined.errors import (
 from combined.lake import LakeLayout
 from combined.quality import Reconciliation, lake_rows, range_totals, reconcile, same_sum
 from combined.runtime._backfill import BackfillSpec, stage_partitioned
+from combined.runtime._drift import declared_fields
 from combined.runtime._faults import fault
 from combined.runtime._finish import after_failed_commit, end_reads, publish_run
 from combined.runtime._pipeline import (
@@ -323,7 +324,7 @@ class Runner:
                         if discovery is not None
                         else None
                     )
-                    declared = {f.name: f.arrow_type for f in found.fields} if found else None
+                    declared = declared_fields(found)
                     try:
                         if backfill is not None:
                             staged = stage_partitioned(
