@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from combined._credentials import has_inline_credential, is_credential_key, masking, walk
+from combined.connectors._subprocess._typing import KEYS as TYPING_KEYS
+from combined.connectors._subprocess._typing import Typing
 from combined.errors import ConfigError
 
 #: The configuration keys every program-run connector takes.
@@ -22,6 +24,7 @@ COMMON_KEYS = (
     "batch_bytes",
     "max_line_bytes",
     "env",
+    *TYPING_KEYS,
 )
 
 DEFAULT_DISCOVER_TIMEOUT_S = 300.0
@@ -87,6 +90,8 @@ class ProgramSettings:
     max_line_bytes: int
     #: Variables set for the program, on top of the environment it inherits.
     env: Mapping[str, str]
+    #: The declared field types and naive-timestamp policy, over the streams' schemas.
+    typing: Typing
 
     @classmethod
     def common(cls, flavour: Flavour, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -126,6 +131,7 @@ class ProgramSettings:
             "command": argv,
             "env": {str(k): str(v) for k, v in env.items()},
             "program_config": dict(program_config),
+            "typing": Typing.parse(flavour.connector, config),
             "discover_timeout": _seconds(
                 flavour, config, "discover_timeout", DEFAULT_DISCOVER_TIMEOUT_S
             ),
