@@ -47,6 +47,9 @@ class FieldInfo:
     arrow_type: str
     source_type: str
     nullable: bool = True
+    #: What identifies the column at the source across renames (PostgreSQL's
+    #: attnum; MariaDB's position and type), or None: renames are not told apart.
+    identity: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,11 +31,11 @@ from combined.protocol import (
 )
 from combined.protocol.identity import quote_ident
 from combined.runtime._deadline import reading
+from combined.runtime._drift import judge_drift
 from combined.runtime._pipeline import (
     DatasetPlan,
     Staged,
     _empty_schema,
-    judge_drift,
     table_of,
 )
 from combined.runtime._reporter import Reporter

@@ -26,8 +26,6 @@ from combined.connectors.abc import Extraction, ReadRequest, Source
 from combined.delivery import PartWriter, StagedDelivery, StagingArea, part_schema
 from combined.errors import (
     ConfigError,
-    DriftQuarantined,
-    DriftRejected,
     LakeError,
     ProtocolViolation,
     SchemaMismatch,
@@ -35,13 +33,13 @@ from combined.errors import (
 from combined.lake import (
     LakeLayout,
     LakeTable,
-    lake_schema,
     link_or_copy,
 )
 from combined.protocol import ExtractionReceipt, RecordBatchMessage, StateMessage
 from combined.protocol import _provenance as prov
 from combined.runtime._barrier import CheckpointBarrier
 from combined.runtime._deadline import reading
+from combined.runtime._drift import judge_drift
 from combined.runtime._faults import arm_commit_watchdog
 from combined.runtime._memory import release_memory
 from combined.runtime._reporter import Reporter
@@ -91,6 +89,8 @@ class Staged:
     current_filter: str | None = None
     #: Control totals read in the capture's snapshot (rows, optional column sum).
     control: Mapping[str, Any] | None = None
+    #: Each column's identity at the source (for renames), as the commit records it.
+    fields: Mapping[str, str] | None = None
 
 
 @dataclass
@@ -112,47 +112,6 @@ def table_of(layout: LakeLayout, plan: DatasetPlan) -> LakeTable:
 
 
 # -- extraction -------------------------------------------------------------------------
-
-
-def _drift(plan: DatasetPlan, committed: pa.Schema | None, seen: pa.Schema) -> list[dict[str, Any]]:
-    """Classify differences between the committed payload schema and a new one."""
-    if committed is None:
-        return []
-    events: list[dict[str, Any]] = []
-    old = {f.name: f.type for f in committed if not f.name.startswith("_combined_")}
-    new = {f.name: f.type for f in lake_schema(seen) if not f.name.startswith("_combined_")}
-    for name in new.keys() - old.keys():
-        events.append({"class": "new_field", "field": name, "type": str(new[name])})
-    for name in old.keys() - new.keys():
-        events.append({"class": "drop", "field": name, "type": str(old[name])})
-    for name in old.keys() & new.keys():
-        if old[name] != new[name]:
-            wider = _widens(old[name], new[name])
-            events.append(
-                {
-                    "class": "widened_type" if wider else "narrowed_type",
-                    "field": name,
-                    "from": str(old[name]),
-                    "to": str(new[name]),
-                }
-            )
-    for e in events:
-        e["outcome"] = plan.drift.get(e["class"], "fail")
-    return events
-
-
-def _widens(old: pa.DataType, new: pa.DataType) -> bool:
-    if pa.types.is_integer(old) and pa.types.is_integer(new):
-        return bool(new.bit_width >= old.bit_width)
-    if pa.types.is_floating(old) and pa.types.is_floating(new):
-        return bool(new.bit_width >= old.bit_width)
-    if pa.types.is_integer(old) and (pa.types.is_floating(new) or pa.types.is_decimal(new)):
-        return True
-    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
-        return bool(
-            new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
-        )
-    return False
 
 
 def stage(
@@ -298,7 +257,9 @@ def _consume(
         # Give the read's buffers back before the reduction allocates its own.
         release_memory()
     final = pa.schema([f for f in schema if f.name not in dropped])  # the source's shape now
-    drift = judge_drift(plan, committed_schema, final, parts)
+    before = last.get("fields") if last else None
+    now = getattr(declared, "identity", None) or before
+    drift = judge_drift(plan, committed_schema, final, parts, before, now)
     checkpoint = barrier.committable(through_records=rows)
     return Staged(
         plan=plan,
@@ -316,41 +277,8 @@ def _consume(
         ),
         prior_state=prior_state,
         control=_control(extraction),
+        fields=now,
     )
-
-
-def judge_drift(
-    plan: DatasetPlan, committed: pa.Schema | None, seen: pa.Schema, parts: list[Path]
-) -> list[dict[str, Any]]:
-    """The capture's drift events against the committed schema, each with its outcome.
-
-    Raises for drift whose policy is not ``evolve``: ``fail`` first, then
-    ``quarantine`` (the error carries the events and the staged ``parts``).
-    """
-    drift = _drift(plan, committed, seen)
-    held = [e for e in drift if e["outcome"] != "evolve"]
-    if not held:
-        return drift
-    failing = [e for e in held if e["outcome"] == "fail"]
-    first = (failing or held)[0]
-    what = (
-        f"schema drift in {plan.source}.{plan.name}: {first['class']} "
-        f"on field {first['field']!r} (policy: {first['outcome']})"
-    )
-    accept = f"set drift.{first['class']}: evolve for this dataset in combined.yaml"
-    exc = (
-        DriftRejected(what, hint=f"{accept} if the change is expected, then capture again")
-        if failing
-        else DriftQuarantined(
-            f"{what}; nothing was committed and the capture is held in quarantine",
-            hint=f"review it (`combined quarantine list`); to accept the change, {accept} "
-            "and capture again",
-        )
-    )
-    exc.drift = tuple(drift)
-    exc.parts = tuple(parts)
-    exc.what = what
-    raise exc
 
 
 def _empty_schema(committed: pa.Schema | None, declared: Mapping[str, str] | None) -> pa.Schema:

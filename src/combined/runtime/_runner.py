@@ -34,7 +34,9 @@ from combined.lake import LakeLayout
 from combined.quality import Reconciliation, lake_rows, range_totals, reconcile, same_sum
 from combined.runtime._backfill import BackfillSpec, stage_partitioned
 from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, AttemptDeadline
+from combined.runtime._drift import declared_fields
 from combined.runtime._faults import fault
+from combined.runtime._finish import after_failed_commit, end_reads, publish_run
 from combined.runtime._leases import LeaseKeeper
 from combined.runtime._pipeline import (
     DatasetPlan,
@@ -226,6 +228,7 @@ class Runner:
             source: Source | None = None
             opened: list[Staged] = []
             deadline = AttemptDeadline(self.settings.attempt_timeout_s, attempt).start()
+            staged_all = False
             try:
                 cls = connector_class(admission.connector)
                 # Checked again before its secrets are resolved: a Run retried
@@ -252,7 +255,7 @@ class Runner:
                         if discovery is not None
                         else None
                     )
-                    declared = {f.name: f.arrow_type for f in found.fields} if found else None
+                    declared = declared_fields(found)
                     try:
                         if backfill is not None:
                             staged = stage_partitioned(
@@ -286,10 +289,10 @@ class Runner:
                     )
                 with self.catalog.begin() as conn:
                     runs_repo.end_attempt(conn, run.id, number, "staged")
+                staged_all = True
                 break
             except CombinedError as exc:
-                for st in opened:
-                    st.extraction.finish("abort")
+                end_reads(self.catalog, run.id, opened, ["abort"] * len(opened))
                 with self.catalog.begin() as conn:
                     runs_repo.end_attempt(conn, run.id, number, "failed", exc.describe())
                 if exc.transient and attempt < self.settings.max_attempts:
@@ -301,16 +304,26 @@ class Runner:
                 area.erase_all()
                 raise
             except Exception as exc:
-                for st in opened:
-                    st.extraction.finish("abort")
+                end_reads(self.catalog, run.id, opened, ["abort"] * len(opened))
                 with self.catalog.begin() as conn:
                     runs_repo.end_attempt(conn, run.id, number, "failed", redact(repr(exc)))
                 area.erase_all()
                 raise
             finally:
                 deadline.cancel()
-                if source is not None:
+                # A staged source stays open until its reads' outcomes are known.
+                if source is not None and not staged_all:
                     source.close()
+        assert source is not None
+        try:
+            return self._commit_all(run, prepared, area, leases)
+        finally:
+            source.close()
+
+    def _commit_all(
+        self, run: Run, prepared: list[Prepared], area: StagingArea, leases: LeaseKeeper
+    ) -> Run:
+        """Commit, reconcile and publish a staged Run; each read ends by what the lake holds."""
         fault("after_staging")
         with self.catalog.begin() as conn:
             run = runs_repo.move_run(conn, run.id, "committing")
@@ -319,18 +332,9 @@ class Runner:
             for p in prepared:
                 members.append(self._commit_one(run, p, area, leases))
         except BaseException as exc:
-            # Each read ends by what the lake holds of it: those committed
-            # succeeded; the failing one is unknown, unless it was refused
-            # before or instead of its commit (a lost lease, sequences another
-            # run committed); the rest never committed.
             refused = isinstance(exc, ProtocolViolation)
-            for i, p in enumerate(prepared):
-                if i < len(members):
-                    p.staged.extraction.finish("success")
-                elif i == len(members) and not refused:
-                    p.staged.extraction.finish("retain_commit_unknown")
-                else:
-                    p.staged.extraction.finish("abort")
+            outcomes = after_failed_commit(len(prepared), len(members), refused)
+            end_reads(self.catalog, run.id, [p.staged for p in prepared], outcomes)
             raise
         try:
             checks = self._reconcile(run, prepared, members)
@@ -338,53 +342,18 @@ class Runner:
             for p in prepared:  # no publication from a Run that lost a dataset
                 leases.require(p.staged.plan.source, p.staged.plan.name)
             with self.catalog.begin() as conn:
-                # Changed since the dataset's last publication, not merely by this
-                # Run: a commit of a Run that died before publishing is published
-                # (and told) by the next one, which may itself change nothing.
-                members = [
-                    dataclasses.replace(
-                        m,
-                        changed=m.dataset_version
-                        != cat.published_version(conn, m.source, m.dataset),
-                    )
-                    for m in members
-                ]
-                pub = cat.publish(conn, run.id, members)
-                for m in members:
-                    if m.changed:
-                        cat.emit(
-                            conn,
-                            "dataset.changed",
-                            source=m.source,
-                            dataset=m.dataset,
-                            run_id=run.id,
-                            publication=pub,
-                            version=m.dataset_version,
-                        )
-                cat.emit(conn, "publication", source=run.source, run_id=run.id, publication=pub)
-                stats = {
-                    p.staged.plan.name: {
-                        "captured": p.transition.captured,
-                        "inserts": p.transition.inserts,
-                        "updates": p.transition.updates,
-                        "deletes": p.transition.deletes,
-                        "deliveries": len(p.deliveries),
-                        "reconciliation": checks[p.staged.plan.name].source_status,
-                    }
-                    for p in prepared
-                }
-                run = runs_repo.move_run(conn, run.id, "succeeded", stats=stats, publication_id=pub)
-                cat.emit(conn, "run.succeeded", source=run.source, run_id=run.id, publication=pub)
+                run = publish_run(conn, run, prepared, members, checks)
         except BaseException:
             # Committed, not published (a reconciliation that blocks, a Run
             # recovery closed meanwhile): the reads end, nothing is acknowledged.
-            for p in prepared:
-                p.staged.extraction.finish("success")
+            end_reads(
+                self.catalog, run.id, [p.staged for p in prepared], ["success"] * len(prepared)
+            )
             raise
         for p in prepared:
             if p.staged.state is not None:
                 p.staged.extraction.acknowledge(p.staged.state)
-            p.staged.extraction.finish("success")
+        end_reads(self.catalog, run.id, [p.staged for p in prepared], ["success"] * len(prepared))
         area.erase_all()
         self.reporter.run_finished(run.id, run.state)
         return run
@@ -421,9 +390,7 @@ class Runner:
             blocking = result.lake_status == "mismatch" or (
                 result.source_status == "mismatch" and p.staged.full
             )
-            if blocking:
-                for q in prepared:
-                    q.staged.extraction.finish("success")  # committed, just not published
+            if blocking:  # (committed, just not published: the reads succeeded)
                 raise ReconciliationFailed(
                     f"{result.dataset} does not reconcile: the lake holds {result.lake_rows} "
                     f"rows, its version claims {result.version_rows}, the source read "

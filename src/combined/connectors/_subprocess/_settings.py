@@ -17,6 +17,8 @@ from combined._credentials import (
     reserved_env,
     walk,
 )
+from combined.connectors._subprocess._typing import KEYS as TYPING_KEYS
+from combined.connectors._subprocess._typing import Typing
 from combined.errors import ConfigError
 
 #: The configuration keys every program-run connector takes.
@@ -30,6 +32,7 @@ COMMON_KEYS = (
     "max_line_bytes",
     "env",
     "inherit_env",
+    *TYPING_KEYS,
 )
 
 #: What a program inherits of Combined's environment, besides its ``inherit_env``:
@@ -122,6 +125,8 @@ class ProgramSettings:
     env: Mapping[str, str]
     #: Variables of Combined's environment the program inherits besides :data:`INHERITED_ENV`.
     inherit_env: frozenset[str]
+    #: The declared field types and naive-timestamp policy, over the streams' schemas.
+    typing: Typing
 
     @classmethod
     def common(cls, flavour: Flavour, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -162,6 +167,7 @@ class ProgramSettings:
             "env": {str(k): str(v) for k, v in env.items()},
             "inherit_env": _inherit_env(flavour, config),
             "program_config": dict(program_config),
+            "typing": Typing.parse(flavour.connector, config),
             "discover_timeout": _seconds(
                 flavour, config, "discover_timeout", DEFAULT_DISCOVER_TIMEOUT_S
             ),

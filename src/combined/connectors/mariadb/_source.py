@@ -97,8 +97,15 @@ class MariaDBSource(BaseSource):
             tables = [r.table for r in rels]
             cols = catalog.columns(session, db, tables)
             idx = catalog.indexes(session, db, tables)
+            casts = self.settings.casts
             datasets = tuple(
-                catalog.describe(r, cols.get(r.table, []), idx.get(r.table, [])) for r in rels
+                catalog.describe(
+                    r,
+                    cols.get(r.table, []),
+                    idx.get(r.table, []),
+                    casts.get(r.table) or casts.get(f"{db}.{r.table}"),
+                )
+                for r in rels
             )
         finally:
             session.close()

@@ -365,11 +365,14 @@ def describe(
     types: Mapping[int, PgType],
     idx: Sequence[Index],
     trig: Sequence[Trigger],
+    casts: Mapping[str, str] | None = None,
 ) -> DatasetDiscovery:
-    """The discovery of one relation."""
-    plans = column_plans(cols, types)
+    """The discovery of one relation, its declared casts applied to its fields' types."""
+    plans = column_plans(cols, types, casts)
     fields = tuple(
-        FieldInfo(c.name, p.arrow_type_text, c.source_type, nullable=not c.notnull)
+        FieldInfo(
+            c.name, p.arrow_type_text, c.source_type, not c.notnull, identity=f"attnum {c.num}"
+        )
         for c, p in zip(cols, plans, strict=True)
     )
     primary, unique = keys(idx)

@@ -122,7 +122,12 @@ class PostgresSource(BaseSource):
             trig = catalog.triggers(session, oids) if oids else {}
             datasets = tuple(
                 catalog.describe(
-                    r, cols.get(r.oid, []), types, idx.get(r.oid, []), trig.get(r.oid, [])
+                    r,
+                    cols.get(r.oid, []),
+                    types,
+                    idx.get(r.oid, []),
+                    trig.get(r.oid, []),
+                    self.settings.casts_for(r.name),
                 )
                 for r in rels
             )

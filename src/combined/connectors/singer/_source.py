@@ -84,7 +84,7 @@ class SingerSource(ProgramSource[Settings]):
         return Discovery(
             connector=self.name,
             revision=self.revision,
-            datasets=tuple(describe(s) for s in streams),
+            datasets=tuple(describe(s, self.settings.typing) for s in streams),
         )
 
     def _catalog(self, *, refresh: bool = False) -> list[Stream]:
@@ -152,7 +152,9 @@ class SingerSource(ProgramSource[Settings]):
             )
         if request.strategy == "cursor":
             self._check_cursor(request, stream)
-        select_plans(field_plans(stream), request, stream.tap_stream_id, noun="stream")
+        select_plans(
+            field_plans(stream, self.settings.typing), request, stream.tap_stream_id, noun="stream"
+        )
         columns = None
         if request.columns is not None:
             columns = [*request.columns, *request.key]
