@@ -44,7 +44,13 @@ from combined.runtime._barrier import CheckpointBarrier
 from combined.runtime._faults import arm_commit_watchdog
 from combined.runtime._memory import release_memory
 from combined.runtime._reporter import Reporter
-from combined.runtime._schema_check import check_batch, check_names, family, parse_type
+from combined.runtime._schema_check import (
+    RESERVED_PREFIX,
+    check_batch,
+    check_names,
+    family,
+    parse_type,
+)
 from combined.runtime._stager import CaptureStager
 
 
@@ -202,7 +208,7 @@ def stage(
         cursor=cursor,
         columns=plan.columns,
         batch_rows=plan.batch_rows,
-        options=_read_options(plan, source, options),
+        options=_read_options(plan, source, options, committed_schema),
     )
     extraction = source.read(request)
     writer = PartWriter(
@@ -218,10 +224,18 @@ def stage(
 
 
 def _read_options(
-    plan: DatasetPlan, source: Source, options: Mapping[str, Any] | None
+    plan: DatasetPlan, source: Source, options: Mapping[str, Any] | None, lake: pa.Schema | None
 ) -> dict[str, Any]:
-    """The read's options; asks for control totals where the source can count them."""
+    """The read's options; asks for control totals where the source can count them.
+
+    A change stream is told the columns the lake holds (``lake_columns``):
+    one it then sees arrive was added since, and the rows no change carries
+    take their value from the source. An event stream (``append``) is not:
+    its events happened before the column existed.
+    """
     out = dict(options or {})
+    if plan.strategy == "cdc" and plan.sync_mode != "append" and lake is not None:
+        out["lake_columns"] = [n for n in lake.names if not n.startswith(RESERVED_PREFIX)]
     if (
         type(source).SUPPORTS_CONTROL_TOTALS
         and plan.strategy in ("snapshot", "cursor")

@@ -6,7 +6,7 @@ reads the stream and feeds it, and hands over what it returns.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +87,9 @@ class _Target:
     skip: bool = False  # the current transaction is already in the lake
     touched: bool = False  # the current transaction changed this dataset
     tree: Tree | None = None  # the table and its partitions when the read started
+    #: Columns the lake (or an earlier relation message) holds: one that
+    #: arrives beyond them was added since (None: unknown, nothing is filled).
+    known: set[str] | None = None
     #: Partitions the stream sent changes of, each with the positions of the
     #: table's columns in its rows (None: the table's own order).
     leaves: dict[int, tuple[int, ...] | None] = field(default_factory=dict)
@@ -132,7 +135,11 @@ class _Assembler:
         resolve_types: Callable[[Iterable[int]], Mapping[int, tuple[int, int]]] | None = None,
         trees: Mapping[str, Tree] | None = None,
         ancestors: Callable[[int], tuple[int, ...]] | None = None,
+        known: Mapping[str, Sequence[str]] | None = None,
+        fill: Callable[[str, Sequence[str]], Iterator[tuple[bytes | None, ...]]] | None = None,
     ) -> None:
+        # ``known``: the columns each dataset's lake table holds; ``fill``
+        # reads the given columns of every row of a table (:mod:`._fill`).
         # ``oids``: each table's oid when its checkpoint was committed; a
         # relation message under another oid is the table dropped and created
         # again since, whose rows the lake's copy no longer describes.
@@ -144,9 +151,11 @@ class _Assembler:
                 (keys or {}).get(d),
                 (oids or {}).get(d),
                 tree=(trees or {}).get(d),
+                known=set(known[d]) if known and d in known else None,
             )
             for d, rel in datasets.items()
         }
+        self._fill = fill
         self._partitioned: dict[int, _Target] = {}
         for t in self._targets.values():
             t.emitted = t.start
@@ -265,6 +274,35 @@ class _Assembler:
             )
         t.oid = msg.oid
         self._by_oid[msg.oid] = t
+        return out + self._fill_added(t, msg)
+
+    def _fill_added(self, t: _Target, msg: Relation) -> list[Message]:
+        """The rows of columns added since the lake's schema, as updates of those alone.
+
+        The stream carries a column added with a default only on the rows
+        changed after the ALTER; every other row gets its value from the
+        source (:mod:`._fill`), placed before this transaction's changes.
+        """
+        names = [c.name for c in msg.columns]
+        if t.known is None:
+            return []
+        added = [n for n in names if n not in t.known]
+        t.known.update(names)
+        if not added or self._fill is None or self._txn is None or t.skip:
+            return []
+        assert t.batcher is not None
+        key = list(t.key or msg.key)
+        at = [names.index(n) for n in key + added]
+        txn, out = self._txn, []
+        for row in self._fill(t.relation, key + added):
+            kinds = ["u"] * len(names)
+            values: list[bytes | None] = [None] * len(names)
+            for i, value in zip(at, row, strict=True):
+                kinds[i], values[i] = ("n" if value is None else "t"), value
+            change = Update(msg.oid, TupleData("".join(kinds), tuple(values)))
+            t.batcher.add(change, commit_lsn=txn.final_lsn, commit_time=txn.commit_time)
+            t.touched = True
+            out += self._cut(t) if t.batcher.full else []
         return out
 
     def _partition_of(self, msg: Relation, bound: _Target | None) -> _Target | None:

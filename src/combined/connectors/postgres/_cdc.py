@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from combined.connectors.abc import BaseExtraction
@@ -49,6 +49,7 @@ from combined.connectors.postgres._batch import (
     ChangeBatcher,
 )
 from combined.connectors.postgres._connect import Settings
+from combined.connectors.postgres._fill import ColumnFill
 from combined.connectors.postgres._pgoutput import (
     Begin,
     Commit,
@@ -160,6 +161,7 @@ class CdcExtraction(BaseExtraction):
         heartbeat_interval: float = 30.0,
         status_interval: float = 10.0,
         authority: ExtractionAuthority | None = None,
+        lake_columns: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         super().__init__(authority)
         if not datasets:
@@ -177,6 +179,8 @@ class CdcExtraction(BaseExtraction):
         self._keys = keys
         self._oids = oids
         self._trees = dict(trees or {})
+        self._lake_columns = lake_columns
+        self._fill = ColumnFill(settings)
         self._limits = (batch_rows, batch_bytes)
         self._stop, self._timeout = stop, timeout
         self._flush_interval, self._heartbeat_interval = flush_interval, heartbeat_interval
@@ -211,6 +215,8 @@ class CdcExtraction(BaseExtraction):
             resolve_types=self._resolve_types,
             trees=self._trees,
             ancestors=self._ancestors,
+            known=self._lake_columns,
+            fill=self._fill,
         )
         stream = self._stream = ReplicationStream(
             self._settings,
@@ -258,6 +264,8 @@ class CdcExtraction(BaseExtraction):
                 final = end_lsn  # this transaction committed after the run's end
                 break
             yield from self._emit(asm.feed(msg))
+            if end_lsn is not None and self._fill.lsn > end_lsn:
+                end_lsn = self._fill.lsn  # filled values hold once the stream reaches their read
             if isinstance(msg, Commit) and idle_since - last_flush >= self._flush_interval:
                 yield from self._emit(asm.drain())
                 last_flush = idle_since
