@@ -37,6 +37,8 @@ class Reconciliation:
     #: Rows the lake holds that the source no longer does, where the capture
     #: cannot see deletes (a cursor): a known limit, not a defect.
     expected_variance: int | None = None
+    #: Nulls the lake holds per column the source declares NOT NULL.
+    not_null_violations: dict[str, int] | None = None
 
     @property
     def ok(self) -> bool:

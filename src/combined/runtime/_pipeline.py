@@ -96,6 +96,8 @@ class Staged:
     current_filter: str | None = None
     #: Control totals read in the capture's snapshot (rows, optional column sum).
     control: Mapping[str, Any] | None = None
+    #: Columns the source declares NOT NULL, where a change stream told them.
+    not_null: tuple[str, ...] = ()
 
 
 @dataclass
@@ -332,6 +334,10 @@ def _consume(
         ),
         prior_state=prior_state,
         control=_control(extraction),
+        # An event stream keeps events from before a column existed: no check.
+        not_null=tuple(getattr(extraction, "not_null_columns", {}).get(plan.name, ()))
+        if plan.sync_mode != "append"
+        else (),
     )
 
 

@@ -33,6 +33,7 @@ from combined.errors import (
 )
 from combined.lake import LakeLayout
 from combined.quality import Reconciliation, lake_rows, range_totals, reconcile, same_sum
+from combined.quality._nulls import null_check
 from combined.quality._variance import expected_variance, record_reconciliation
 from combined.runtime._backfill import BackfillSpec, stage_partitioned
 from combined.runtime._faults import fault
@@ -477,6 +478,9 @@ class Runner:
             )
             if p.staged.control is not None:
                 result = expected_variance(self._check_control(run, p, m, result), plan.strategy)
+            if p.staged.not_null and m.lake_version is not None:
+                files = table_of(self.layout, plan).files(m.lake_version)
+                result = null_check(result, files, p.staged.not_null)
             out[plan.name] = result
             with self.catalog.begin() as conn:
                 record_reconciliation(

@@ -49,7 +49,7 @@ from combined.connectors.postgres._batch import (
     ChangeBatcher,
 )
 from combined.connectors.postgres._connect import Settings
-from combined.connectors.postgres._fill import ColumnFill
+from combined.connectors.postgres._fill import ColumnFill, not_null_columns
 from combined.connectors.postgres._pgoutput import (
     Begin,
     Commit,
@@ -181,6 +181,8 @@ class CdcExtraction(BaseExtraction):
         self._trees = dict(trees or {})
         self._lake_columns = lake_columns
         self._fill = ColumnFill(settings)
+        #: Per dataset, the columns the source declares NOT NULL when the run ended.
+        self.not_null_columns: dict[str, tuple[str, ...]] = {}
         self._limits = (batch_rows, batch_bytes)
         self._stop, self._timeout = stop, timeout
         self._flush_interval, self._heartbeat_interval = flush_interval, heartbeat_interval
@@ -270,6 +272,9 @@ class CdcExtraction(BaseExtraction):
                 yield from self._emit(asm.drain())
                 last_flush = idle_since
         self._check_trees(asm)
+        self.not_null_columns = {
+            t.dataset: not_null_columns(self._settings, t.relation) for t in asm.targets()
+        }
         yield from self._emit(asm.states(final, final=True))
         self.authority.complete()
 

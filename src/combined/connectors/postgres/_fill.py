@@ -27,7 +27,7 @@ from combined.connectors.postgres._connect import Settings, connect_error, query
 from combined.connectors.postgres._pgoutput import text_to_lsn
 from combined.connectors.postgres._replication import SESSION_SETTINGS
 
-__all__ = ["ColumnFill"]
+__all__ = ["ColumnFill", "not_null_columns"]
 
 _FETCH = 10_000
 
@@ -71,3 +71,18 @@ class ColumnFill:
             raise query_error(
                 exc, self._settings, f"reading the columns added to {relation}"
             ) from None
+
+
+def not_null_columns(settings: Settings, relation: str) -> tuple[str, ...]:
+    """The columns of ``relation`` the source declares NOT NULL (reconciliation checks them)."""
+    schema, _, table = relation.partition(".")
+    try:
+        with psycopg.connect(settings.conninfo(), autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass "
+                "AND attnum > 0 AND NOT attisdropped AND attnotnull ORDER BY attnum",
+                (sql.Identifier(schema, table).as_string(None),),
+            ).fetchall()
+    except psycopg.Error as exc:
+        raise query_error(exc, settings, f"reading the NOT NULL columns of {relation}") from None
+    return tuple(str(r[0]) for r in rows)
