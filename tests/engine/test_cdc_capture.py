@@ -490,8 +490,10 @@ def _added_project(tmp_path: Path, cdc_db) -> str:
     with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int)")
         conn.execute("INSERT INTO t SELECT g, g FROM generate_series(1, 100) g")
+    # small batches: the fill hands over full batches as it reads
+    project = PROJECT.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix, table="t")
     (tmp_path / "combined.yaml").write_text(
-        PROJECT.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix, table="t")
+        project.replace("strategy: cdc", "strategy: cdc\n        batch_rows: 16")
     )
     cdc_db.slot("public.t")
     return str(cdc_db.dsn)

@@ -156,6 +156,7 @@ class _Assembler:
             for d, rel in datasets.items()
         }
         self._fill = fill
+        self._pending_fill: tuple[_Target, Relation, list[str]] | None = None
         self._partitioned: dict[int, _Target] = {}
         for t in self._targets.values():
             t.emitted = t.start
@@ -274,26 +275,36 @@ class _Assembler:
             )
         t.oid = msg.oid
         self._by_oid[msg.oid] = t
-        return out + self._fill_added(t, msg)
+        self._note_added(t, msg)
+        return out
 
-    def _fill_added(self, t: _Target, msg: Relation) -> list[Message]:
+    def _note_added(self, t: _Target, msg: Relation) -> None:
+        """Ask for a fill (:meth:`fill_pending`) when ``msg`` shows columns the lake lacks."""
+        names = [c.name for c in msg.columns]
+        if t.known is None:
+            return
+        added = [n for n in names if n not in t.known]
+        t.known.update(names)
+        if added and self._fill is not None and self._txn is not None and not t.skip:
+            self._pending_fill = (t, msg, added)
+
+    def fill_pending(self) -> Iterator[Message]:
         """The rows of columns added since the lake's schema, as updates of those alone.
 
         The stream carries a column added with a default only on the rows
         changed after the ALTER; every other row gets its value from the
-        source (:mod:`._fill`), placed before this transaction's changes.
+        source (:mod:`._fill`), placed before the changes that follow the
+        relation message. Full batches are handed over as the read goes.
         """
-        names = [c.name for c in msg.columns]
-        if t.known is None:
-            return []
-        added = [n for n in names if n not in t.known]
-        t.known.update(names)
-        if not added or self._fill is None or self._txn is None or t.skip:
-            return []
+        pending, self._pending_fill = self._pending_fill, None
+        if pending is None or self._fill is None or self._txn is None:
+            return
+        t, msg, added = pending
         assert t.batcher is not None
+        names = [c.name for c in msg.columns]
         key = list(t.key or msg.key)
         at = [names.index(n) for n in key + added]
-        txn, out = self._txn, []
+        txn = self._txn
         for row in self._fill(t.relation, key + added):
             kinds = ["u"] * len(names)
             values: list[bytes | None] = [None] * len(names)
@@ -302,8 +313,8 @@ class _Assembler:
             change = Update(msg.oid, TupleData("".join(kinds), tuple(values)))
             t.batcher.add(change, commit_lsn=txn.final_lsn, commit_time=txn.commit_time)
             t.touched = True
-            out += self._cut(t) if t.batcher.full else []
-        return out
+            if t.batcher.full:
+                yield from self._cut(t)
 
     def _partition_of(self, msg: Relation, bound: _Target | None) -> _Target | None:
         """The partitioned dataset ``msg`` is a partition of, if any."""

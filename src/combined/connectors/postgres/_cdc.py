@@ -266,6 +266,7 @@ class CdcExtraction(BaseExtraction):
                 final = end_lsn  # this transaction committed after the run's end
                 break
             yield from self._emit(asm.feed(msg))
+            yield from self._emit(asm.fill_pending())
             if end_lsn is not None and self._fill.lsn > end_lsn:
                 end_lsn = self._fill.lsn  # filled values hold once the stream reaches their read
             if isinstance(msg, Commit) and idle_since - last_flush >= self._flush_interval:
@@ -318,7 +319,7 @@ class CdcExtraction(BaseExtraction):
             return True
         return self._stop is not None and self._stop()
 
-    def _emit(self, messages: list[Message]) -> Iterator[Message]:
+    def _emit(self, messages: Iterable[Message]) -> Iterator[Message]:
         for m in messages:
             if isinstance(m, RecordBatchMessage):
                 op = m.batch.column(OP_COLUMN)
