@@ -1,6 +1,7 @@
 """Decoded pgoutput messages into record batches and checkpoints, in commit order.
 
-:class:`_Assembler` does no I/O: :class:`~combined.connectors.postgres._cdc.CdcExtraction`
+:class:`_Assembler` does no I/O of its own (types and added columns are read
+through callbacks): :class:`~combined.connectors.postgres._cdc.CdcExtraction`
 reads the stream and feeds it, and hands over what it returns.
 """
 

@@ -31,6 +31,11 @@ The contract with the engine:
   unchanged, the delete names the same columns, whose values then come from
   the old key. Rows in a batch are in log order; one key may appear more
   than once, the last occurrence wins.
+* A column that a relation message shows and the lake does not hold
+  (``lake_columns``) was added since: every row's value is read from the
+  source (:mod:`._fill`) and yielded as updates of the new columns alone (the
+  others in ``_combined_unchanged``) before the changes that follow; a
+  bounded run then reads on at least to the WAL position of that read.
 """
 
 from __future__ import annotations
