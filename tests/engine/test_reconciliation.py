@@ -204,3 +204,26 @@ def test_a_cursor_that_cannot_see_deletes_states_its_variance_and_alerts_once(
         assert len(alerts()) == 2
     finally:
         engine.close()
+
+
+def test_lake_nulls_count_from_the_log_or_the_files(tmp_path: Path) -> None:
+    """Nulls per column: from the log's statistics, or read where a file has none."""
+    from deltalake import write_deltalake
+
+    from combined.lake import LakeTable
+    from combined.quality._nulls import lake_nulls
+
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"id": [1, 2, 3]}))  # before `flag` existed
+    write_deltalake(
+        str(path),
+        pa.table({"id": [4, 5], "flag": pa.array([True, None])}),
+        mode="append",
+        schema_mode="merge",
+    )
+    table = LakeTable(path, "t")
+    assert lake_nulls(path, 1, table.files(1), ["id", "flag", "gone"]) == {"flag": 4}
+    write_deltalake(
+        str(path), pa.table({"id": [6], "flag": pa.array([None], pa.bool_())}), mode="overwrite"
+    )
+    assert lake_nulls(path, 2, table.files(2), ["id", "flag"]) == {"flag": 1}

@@ -478,9 +478,8 @@ class Runner:
             )
             if p.staged.control is not None:
                 result = expected_variance(self._check_control(run, p, m, result), plan.strategy)
-            if p.staged.not_null and m.lake_version is not None:
-                files = table_of(self.layout, plan).files(m.lake_version)
-                result = null_check(result, files, p.staged.not_null)
+            lake = table_of(self.layout, plan)
+            result = null_check(result, lake, m.lake_version, p.staged.not_null)
             out[plan.name] = result
             with self.catalog.begin() as conn:
                 record_reconciliation(
