@@ -43,7 +43,13 @@ from combined.runtime._drift import judge_drift
 from combined.runtime._faults import arm_commit_watchdog
 from combined.runtime._memory import release_memory
 from combined.runtime._reporter import Reporter
-from combined.runtime._schema_check import check_batch, check_names, family, parse_type
+from combined.runtime._schema_check import (
+    RESERVED_PREFIX,
+    check_batch,
+    check_names,
+    family,
+    parse_type,
+)
 from combined.runtime._stager import CaptureStager
 
 
@@ -91,6 +97,8 @@ class Staged:
     control: Mapping[str, Any] | None = None
     #: Each column's identity at the source (for renames), as the commit records it.
     fields: Mapping[str, str] | None = None
+    #: Columns the source declares NOT NULL, where a change stream told them.
+    not_null: tuple[str, ...] = ()
 
 
 @dataclass
@@ -162,7 +170,7 @@ def stage(
         cursor=cursor,
         columns=plan.columns,
         batch_rows=plan.batch_rows,
-        options=_read_options(plan, source, options),
+        options=_read_options(plan, source, options, committed_schema),
     )
     extraction = source.read(request)
     writer = PartWriter(
@@ -175,10 +183,18 @@ def stage(
 
 
 def _read_options(
-    plan: DatasetPlan, source: Source, options: Mapping[str, Any] | None
+    plan: DatasetPlan, source: Source, options: Mapping[str, Any] | None, lake: pa.Schema | None
 ) -> dict[str, Any]:
-    """The read's options; asks for control totals where the source can count them."""
+    """The read's options; asks for control totals where the source can count them.
+
+    A change stream is told the columns the lake holds (``lake_columns``):
+    one it then sees arrive was added since, and the rows no change carries
+    take their value from the source. An event stream (``append``) is not:
+    its events happened before the column existed.
+    """
     out = dict(options or {})
+    if plan.strategy == "cdc" and plan.sync_mode != "append" and lake is not None:
+        out["lake_columns"] = [n for n in lake.names if not n.startswith(RESERVED_PREFIX)]
     if (
         type(source).SUPPORTS_CONTROL_TOTALS
         and plan.strategy in ("snapshot", "cursor")
@@ -278,6 +294,10 @@ def _consume(
         prior_state=prior_state,
         control=_control(extraction),
         fields=now,
+        # An event stream keeps events from before a column existed: no check.
+        not_null=tuple(getattr(extraction, "not_null_columns", {}).get(plan.name, ()))
+        if plan.sync_mode != "append"
+        else (),
     )
 
 

@@ -32,6 +32,8 @@ from combined.errors import (
 )
 from combined.lake import LakeLayout
 from combined.quality import Reconciliation, lake_rows, range_totals, reconcile, same_sum
+from combined.quality._nulls import null_check
+from combined.quality._variance import expected_variance, record_reconciliation
 from combined.runtime._backfill import BackfillSpec, stage_partitioned
 from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, AttemptDeadline
 from combined.runtime._drift import declared_fields
@@ -376,16 +378,13 @@ class Runner:
                 p.staged.rows if whole else None,
             )
             if p.staged.control is not None:
-                result = self._check_control(run, p, m, result)
+                result = expected_variance(self._check_control(run, p, m, result), plan.strategy)
+            lake = table_of(self.layout, plan)
+            result = null_check(result, lake, m.lake_version, p.staged.not_null)
             out[plan.name] = result
             with self.catalog.begin() as conn:
-                cat.emit(
-                    conn,
-                    "reconciliation" if result.ok else "alert.reconciliation_failed",
-                    source=plan.source,
-                    dataset=plan.name,
-                    run_id=run.id,
-                    **{k: v for k, v in result.to_json().items() if k != "dataset"},
+                record_reconciliation(
+                    conn, result, source=plan.source, dataset=plan.name, run_id=run.id
                 )
             blocking = result.lake_status == "mismatch" or (
                 result.source_status == "mismatch" and p.staged.full
