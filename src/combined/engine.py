@@ -372,16 +372,22 @@ class Engine:
         sum_column: str | None = None,
     ) -> Run:
         """Capture ``[lower, upper)`` of one dataset in parallel partitions under one snapshot."""
-        from combined.runtime._backfill import BackfillSpec
+        from combined.runtime._backfill import BackfillSpec, check_backfill
 
         source, _, dataset = name.partition(".")
         if not dataset:
             raise ConfigError(
                 f"backfill takes SOURCE.DATASET, not {name!r}", hint="e.g. shop.orders"
             )
-        if partitions < 1:
-            raise ConfigError("--partitions must be at least 1", hint="e.g. --partitions 4")
-        self.project.dataset(source, dataset)
+        spec = BackfillSpec(partitions, column, lower, upper, sum_column)
+        d = self.project.dataset(source, dataset)
+        check_backfill(  # before any Run: what the dataset cannot take is refused (exit 2)
+            name,
+            self._connector(source),
+            (d.strategy, d.sync_mode, tuple(d.key or ())),
+            self.layout.dataset_table(source, dataset).schema(),
+            spec,
+        )
         self._ready()
         self._declare(source)
         run = admit(
@@ -390,13 +396,6 @@ class Engine:
             datasets=[dataset],
             trigger="manual",
             admission=self._admission(source),
-        )
-        spec = BackfillSpec(
-            partitions=partitions,
-            column=column,
-            lower=lower,
-            upper=upper,
-            sum_column=sum_column,
         )
         return self.runner.execute(run, backfill=spec)
 

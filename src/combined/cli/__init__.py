@@ -286,9 +286,11 @@ def backfill(
     dataset: Annotated[str, typer.Argument(help="SOURCE.DATASET")],
     partitions: Annotated[int, typer.Option(help="partitions read in parallel")] = 4,
     lower: Annotated[
-        str | None, typer.Option("--from", help="inclusive lower bound of the range")
+        str | None, typer.Option("--from", help="inclusive lower bound of the range (required)")
     ] = None,
-    upper: Annotated[str | None, typer.Option("--to", help="exclusive upper bound")] = None,
+    upper: Annotated[
+        str | None, typer.Option("--to", help="exclusive upper bound (required)")
+    ] = None,
     column: Annotated[
         str | None, typer.Option(help="the key or time column to partition on (default: key)")
     ] = None,
@@ -300,7 +302,8 @@ def backfill(
     """Capture a range of one dataset in parallel partitions under one exported snapshot.
 
     Bounds and control totals (row count, and the sum of --sum-column) are read
-    inside the snapshot, then compared with what landed before publishing.
+    inside the snapshot, then compared with what landed in the same range: a
+    mismatch publishes nothing (exit 3).
     """
 
     with _session(project, _Progress()) as engine:

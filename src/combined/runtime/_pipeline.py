@@ -90,6 +90,10 @@ class Staged:
     current_filter: str | None = None
     #: Control totals read in the capture's snapshot (rows, optional column sum).
     control: Mapping[str, Any] | None = None
+    #: For a backfill: SQL over the lake's columns selecting the range, whatever its column.
+    landed_filter: str | None = None
+    #: Whether control totals that differ from what landed block publication (a backfill).
+    bounded: bool = False
 
 
 @dataclass

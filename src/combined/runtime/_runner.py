@@ -570,7 +570,7 @@ class Runner:
         table = table_of(self.layout, plan)
         files = table.files(m.lake_version) if m.lake_version is not None else []
         rows, total, tolerance = range_totals(
-            files, p.staged.current_filter, control.get("sum_column")
+            files, p.staged.landed_filter, control.get("sum_column")
         )
         ok = rows == control["rows"] and same_sum(total, control.get("sum"), tolerance)
         with self.catalog.begin() as conn:
@@ -584,12 +584,12 @@ class Runner:
                 landed={"rows": rows, "sum": total, "tolerance": tolerance},
                 ok=ok,
             )
-        if not ok and p.staged.full:
+        if not ok and (p.staged.full or p.staged.bounded):
             raise ReconciliationFailed(
                 f"{plan.source}.{plan.name}: the source's control totals ({control['rows']} "
                 f"rows, sum {control.get('sum')}) differ from what landed ({rows} rows, "
                 f"sum {total}); nothing was published",
-                hint="inspect the activity feed; capture the range again",
+                hint=f"a whole `combined capture {result.dataset}` carries rows gone from range",
             )
         # A delta capture (cursor) cannot see deletes or updates that leave its
         # cursor alone: a mismatch is that limit showing, reported and published.
