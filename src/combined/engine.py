@@ -25,6 +25,7 @@ from combined.delivery import Limits
 from combined.errors import ConfigError, NotFoundError, ProtocolViolation
 from combined.lake import LakeLayout
 from combined.runtime._memory import tune_allocators
+from combined.runtime._preflight import preflight
 from combined.runtime._reporter import NullReporter, Reporter
 from combined.runtime._runner import Runner, Settings, admit
 
@@ -189,7 +190,9 @@ class Engine:
         check_config(cls, src.config, where=f"sources.{source}.config")
         for name, d in src.datasets.items():
             # Refused at check time, not at the read: capabilities are class constants.
-            check_strategy(cls, d.strategy, where=f"sources.{source}.datasets.{name}")
+            check_strategy(
+                cls, d.strategy, where=f"sources.{source}.datasets.{name}", key=d.key or []
+            )
         return cls
 
     def _declare(self, source: str) -> None:
@@ -223,6 +226,8 @@ class Engine:
     ) -> list[Run]:
         """Capture the selected datasets: one Run per source."""
         selected = self.selectors(names)
+        for source, datasets in selected.items():  # what a source shows cannot be read: exit 2
+            preflight(self.project, source, datasets, self._source)
         self._ready()
         return [
             self._runner(read_options).execute(self._admit(source, datasets, trigger))
@@ -388,6 +393,7 @@ class Engine:
             self.layout.dataset_table(source, dataset).schema(),
             spec,
         )
+        preflight(self.project, source, [dataset], self._source)
         self._ready()
         self._declare(source)
         run = admit(
@@ -502,6 +508,7 @@ class Engine:
             conn.check()
         finally:
             conn.close()
+        preflight(self.project, source, list(self.project.source(source).datasets), self._source)
 
     def discover(self, source: str) -> Discovery:
         """Run discovery on a source and store it as the next version."""
