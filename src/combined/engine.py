@@ -26,6 +26,7 @@ from combined.errors import ConfigError, NotFoundError, ProtocolViolation
 from combined.lake import LakeLayout
 from combined.runtime._memory import tune_allocators
 from combined.runtime._preflight import preflight
+from combined.runtime._publish import HeldPublications
 from combined.runtime._reporter import NullReporter, Reporter
 from combined.runtime._runner import Runner, Settings, admit
 
@@ -229,10 +230,12 @@ class Engine:
         for source, datasets in selected.items():  # what a source shows cannot be read: exit 2
             preflight(self.project, source, datasets, self._source)
         self._ready()
-        return [
-            self._runner(read_options).execute(self._admit(source, datasets, trigger))
-            for source, datasets in selected.items()
-        ]
+        # Several sources' Runs publish together, once all ended: no reader sees half of it.
+        with HeldPublications(self.catalog, together=len(selected) > 1) as held:
+            for source, datasets in selected.items():
+                run = self._admit(source, datasets, trigger)
+                held.runs.append(held.hold(self._runner(read_options)).execute(run))
+        return held.runs
 
     def _admit(
         self, source: str, datasets: list[str], trigger: Trigger | None, enqueue: bool = False

@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from combined.catalog import Run
     from combined.engine import Engine
 
 app = typer.Typer(
@@ -278,7 +279,21 @@ def capture(
                 )
         if run.error:
             err.print(f"  {run.error}", highlight=False)
+    _say_published(runs)
     _exit_for(run.state for run in runs)
+
+
+def _say_published(runs: list[Run]) -> None:
+    """What a capture of several sources published together, and what it did not."""
+    if len(runs) < 2:
+        return
+    published = [r for r in runs if r.publication_id]
+    if published:
+        names = ", ".join(f"{r.source} ({', '.join(r.datasets)})" for r in published)
+        console.print(f"published {published[0].publication_id}: {names}")
+    withheld = [f"{r.source} (run {r.id} {r.state})" for r in runs if not r.publication_id]
+    if withheld:
+        err.print(f"not published: {', '.join(withheld)}", highlight=False)
 
 
 @app.command()

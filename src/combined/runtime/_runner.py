@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -45,6 +45,7 @@ from combined.runtime._pipeline import (
     table_of,
 )
 from combined.runtime._prepare import prepare, quarantine_capture
+from combined.runtime._publish import publish_now
 from combined.runtime._reporter import NullReporter, Reporter
 
 
@@ -185,6 +186,8 @@ class Runner:
         self.reporter = reporter or NullReporter()
         #: Options handed to every read (e.g. ``max_changes`` for a follow loop).
         self.read_options = dict(read_options or {})
+        #: Publishes a succeeding Run's members (a capture of several sources holds them).
+        self.publish: Callable[[Connection, Run, list[Member]], str | None] = publish_now
 
     # -- execution ------------------------------------------------------------
 
@@ -417,19 +420,7 @@ class Runner:
                     )
                     for m in members
                 ]
-                pub = cat.publish(conn, run.id, members)
-                for m in members:
-                    if m.changed:
-                        cat.emit(
-                            conn,
-                            "dataset.changed",
-                            source=m.source,
-                            dataset=m.dataset,
-                            run_id=run.id,
-                            publication=pub,
-                            version=m.dataset_version,
-                        )
-                cat.emit(conn, "publication", source=run.source, run_id=run.id, publication=pub)
+                pub = self.publish(conn, run, members)  # or held for the capture's publication
                 stats = {
                     p.staged.plan.name: {
                         "captured": p.transition.captured,
