@@ -243,8 +243,12 @@ class Engine:
         """Declare ``source`` and admit a Run of ``datasets`` under its current configuration."""
         self._declare(source)
         admission = self._admission(source)
-        with self.catalog.begin() as conn:
-            fresh = all(cat.get_dataset(conn, source, d).current_version is None for d in datasets)
+        with self.catalog.begin() as conn:  # a lake that holds a table is no first sync
+            fresh = all(
+                cat.get_dataset(conn, source, d).current_version is None
+                and not self.layout.dataset_table(source, d).exists()
+                for d in datasets
+            )
         return admit(
             self.catalog,
             source=source,
@@ -562,7 +566,7 @@ class Engine:
                     "nothing has been published yet", hint="run `combined capture` first"
                 )
             members = cat.published_basis(conn, pub.seq)
-        return run_query(self.layout, members, query)
+        return run_query(self.layout, members, query, pub)
 
     def runs(self, limit: int = 20, states: Sequence[RunState] | None = None) -> list[Run]:
         """Newest Runs first (only those in ``states`` when given)."""

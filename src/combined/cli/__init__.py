@@ -242,6 +242,10 @@ def discover(
         for f in d.fields:
             t.add_row(f.name, f.arrow_type, f.source_type, "pk" if f.name in d.primary_key else "")
         console.print(t)
+        console.print(
+            f"  strategies: {', '.join(d.strategies)}; sync modes: {', '.join(d.sync_modes)}",
+            markup=False,
+        )
         for note in d.notes:
             console.print(f"  note: {note}", markup=False)
         for k in d.key_candidates:
@@ -525,7 +529,7 @@ def sql(
     elif fmt == "csv":
         import csv
 
-        w = csv.writer(sys.stdout)
+        w = csv.writer(sys.stdout, lineterminator="\n")  # as every other line it prints
         w.writerow(result.column_names)
         for row in rows:
             w.writerow(["" if v is None else v for v in row.values()])

@@ -14,7 +14,7 @@ cannot lift that (no ``read_csv('/etc/...')``, no unpublished Deliveries).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from combined.catalog import Member
 from combined.errors import CombinedError
@@ -23,6 +23,7 @@ from combined.lake._table import LakeTable
 from combined.protocol.identity import quote_ident
 
 if TYPE_CHECKING:
+    import duckdb
     import pyarrow as pa
 
 
@@ -34,8 +35,13 @@ class QueryError(CombinedError):
     """DuckDB rejected the query."""
 
 
-def run_query(layout: LakeLayout, members: Sequence[Member], query: str) -> pa.Table:
-    """Expose each member as ``<source>.<dataset>`` and run ``query``, a single SELECT."""
+def run_query(
+    layout: LakeLayout, members: Sequence[Member], query: str, publication: Any = None
+) -> pa.Table:
+    """Expose each member as ``<source>.<dataset>`` and run ``query``, a single SELECT.
+
+    ``publication`` (its ``id`` and ``published_at``) names the basis in errors.
+    """
     import duckdb
 
     _check_read_only(query)
@@ -74,6 +80,11 @@ def run_query(layout: LakeLayout, members: Sequence[Member], query: str) -> pa.T
         con.execute("SET lock_configuration = true")
         try:
             return con.sql(query).to_arrow_table()
+        except duckdb.CatalogException as exc:
+            raise _absent(con, query, members, publication) or QueryError(
+                f"the query failed: {exc}",
+                hint="tables are named <source>.<dataset>; list them with `combined status`",
+            ) from exc
         except duckdb.Error as exc:
             raise QueryError(
                 f"the query failed: {exc}",
@@ -110,3 +121,35 @@ def _check_read_only(query: str) -> None:
     kind = statements[0].type
     if kind != duckdb.StatementType.SELECT:
         raise QueryError(f"only a query that reads is run, not {kind.name}", hint=_READ_ONLY_HINT)
+
+
+def _absent(
+    con: duckdb.DuckDBPyConnection, query: str, members: Sequence[Member], publication: Any
+) -> QueryError | None:
+    """A ``<source>.<dataset>`` the query names that the basis does not hold, said as such.
+
+    DuckDB would suggest an unrelated system table ("Did you mean
+    information_schema.schemata"): a dataset first published after the
+    basis (an ``--as-of`` before it existed) is simply not in it.
+    """
+    try:
+        names = con.get_table_names(query, qualified=True)
+    except Exception:  # noqa: BLE001 - the query's own error stands
+        return None
+    held = {f"{m.source}.{m.dataset}" for m in members if m.lake_version is not None}
+    for raw in sorted(names):
+        name = raw.split(" AS ")[0].replace('"', "")
+        if "." in name and name not in held:
+            when = (
+                ""
+                if publication is None
+                else f" ({publication.id}, published {publication.published_at.isoformat()})"
+            )
+            return QueryError(
+                f"{name} is not in the published basis read{when}: it had no publication "
+                "at that time (or is no dataset)",
+                hint="query a later instant or publication (`combined publications` lists "
+                "them; `combined history SOURCE.DATASET` shows when a dataset was published)",
+                dataset=name,
+            )
+    return None
