@@ -27,6 +27,8 @@ from combined.errors import ConfigError, NotFoundError, ProtocolViolation
 from combined.lake import LakeLayout
 from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, env_seconds
 from combined.runtime._memory import tune_allocators
+from combined.runtime._preflight import preflight
+from combined.runtime._publish import HeldPublications
 from combined.runtime._reporter import NullReporter, Reporter
 from combined.runtime._runner import Runner, Settings, admit
 
@@ -96,7 +98,8 @@ class Engine:
             ),
             memory_limit=self.project.reduction_memory,
             backoff_s=float(os.environ.get("COMBINED_RETRY_BACKOFF_S", "0.5")),
-            lease_ttl_s=_lease_ttl(),
+            # Seconds a dataset lease outlives its last renewal.
+            lease_ttl_s=env_seconds("COMBINED_LEASE_TTL_S", 300.0),
             worker=worker,
             attempt_timeout_s=env_seconds("COMBINED_ATTEMPT_TIMEOUT_S", DEFAULT_ATTEMPT_TIMEOUT_S),
         )
@@ -193,7 +196,9 @@ class Engine:
         check_config(cls, src.config, where=f"sources.{source}.config")
         for name, d in src.datasets.items():
             # Refused at check time, not at the read: capabilities are class constants.
-            check_strategy(cls, d.strategy, where=f"sources.{source}.datasets.{name}")
+            check_strategy(
+                cls, d.strategy, where=f"sources.{source}.datasets.{name}", key=d.key or []
+            )
         return cls
 
     def _declare(self, source: str) -> None:
@@ -227,11 +232,15 @@ class Engine:
     ) -> list[Run]:
         """Capture the selected datasets: one Run per source."""
         selected = self.selectors(names)
+        for source, datasets in selected.items():  # what a source shows cannot be read: exit 2
+            preflight(self.project, source, datasets, self._source)
         self._ready()
-        return [
-            self._runner(read_options).execute(self._admit(source, datasets, trigger))
-            for source, datasets in selected.items()
-        ]
+        # Several sources' Runs publish together, once all ended: no reader sees half of it.
+        with HeldPublications(self.catalog, together=len(selected) > 1) as held:
+            for source, datasets in selected.items():
+                run = self._admit(source, datasets, trigger)
+                held.runs.append(held.hold(self._runner(read_options)).execute(run))
+        return held.runs
 
     def _admit(
         self, source: str, datasets: list[str], trigger: Trigger | None, enqueue: bool = False
@@ -239,8 +248,12 @@ class Engine:
         """Declare ``source`` and admit a Run of ``datasets`` under its current configuration."""
         self._declare(source)
         admission = self._admission(source)
-        with self.catalog.begin() as conn:
-            fresh = all(cat.get_dataset(conn, source, d).current_version is None for d in datasets)
+        with self.catalog.begin() as conn:  # a lake that holds a table is no first sync
+            fresh = all(
+                cat.get_dataset(conn, source, d).current_version is None
+                and not self.layout.dataset_table(source, d).exists()
+                for d in datasets
+            )
         return admit(
             self.catalog,
             source=source,
@@ -376,16 +389,23 @@ class Engine:
         sum_column: str | None = None,
     ) -> Run:
         """Capture ``[lower, upper)`` of one dataset in parallel partitions under one snapshot."""
-        from combined.runtime._backfill import BackfillSpec
+        from combined.runtime._backfill import BackfillSpec, check_backfill
 
         source, _, dataset = name.partition(".")
         if not dataset:
             raise ConfigError(
                 f"backfill takes SOURCE.DATASET, not {name!r}", hint="e.g. shop.orders"
             )
-        if partitions < 1:
-            raise ConfigError("--partitions must be at least 1", hint="e.g. --partitions 4")
-        self.project.dataset(source, dataset)
+        spec = BackfillSpec(partitions, column, lower, upper, sum_column)
+        d = self.project.dataset(source, dataset)
+        check_backfill(  # before any Run: what the dataset cannot take is refused (exit 2)
+            name,
+            self._connector(source),
+            (d.strategy, d.sync_mode, tuple(d.key or ())),
+            self.layout.dataset_table(source, dataset).schema(),
+            spec,
+        )
+        preflight(self.project, source, [dataset], self._source)
         self._ready()
         self._declare(source)
         run = admit(
@@ -394,13 +414,6 @@ class Engine:
             datasets=[dataset],
             trigger="manual",
             admission=self._admission(source),
-        )
-        spec = BackfillSpec(
-            partitions=partitions,
-            column=column,
-            lower=lower,
-            upper=upper,
-            sum_column=sum_column,
         )
         return self.runner.execute(run, backfill=spec)
 
@@ -510,6 +523,7 @@ class Engine:
             conn.check()
         finally:
             conn.close()
+        preflight(self.project, source, list(self.project.source(source).datasets), self._source)
 
     def discover(self, source: str) -> Discovery:
         """Run discovery on a source and store it as the next version."""
@@ -567,7 +581,7 @@ class Engine:
                     "nothing has been published yet", hint="run `combined capture` first"
                 )
             members = cat.published_basis(conn, pub.seq)
-        return run_query(self.layout, members, query, **bounds)
+        return run_query(self.layout, members, query, pub, **bounds)
 
     def runs(self, limit: int = 20, states: Sequence[RunState] | None = None) -> list[Run]:
         """Newest Runs first (only those in ``states`` when given)."""
@@ -783,8 +797,3 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     return value
-
-
-def _lease_ttl() -> float:
-    """Seconds a dataset lease outlives its last renewal (``COMBINED_LEASE_TTL_S``, 300)."""
-    return env_seconds("COMBINED_LEASE_TTL_S", 300.0)

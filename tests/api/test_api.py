@@ -87,7 +87,7 @@ def test_a_capture_queued_through_the_api_is_executed_by_a_worker_and_visible(
     assert run["run"]["state"] == "succeeded", run["run"]["error"]
     assert run["run"]["stats"]["orders"]["inserts"] == 200
     (attempt,) = run["attempts"]
-    assert attempt["worker"].startswith("worker:") and attempt["outcome"] == "staged"
+    assert attempt["worker"].startswith("worker:") and attempt["outcome"] == "succeeded"
     assert {d["state"] for d in run["deliveries"]} == {"committed"}
     assert run["admission"]["config"]["source"] == "shop"
     assert client.get("/v1/queue").json() == {"runs": []}

@@ -151,7 +151,8 @@ def test_inherit_env_refuses_a_variable_a_secret_reference_names(tmp_path: Path)
     text = project.read_text().replace("[COMBINED_TEST_PASSED]", "[PGPW]")
     project.write_text(text)
     result = cli(tmp_path, "capture", "gh.s", env={"PGPW": PGPW})
-    assert result.returncode != 0, result.stderr  # TODO(merge h-config): exit 2 before a Run
+    assert result.returncode == 2, result.stdout + result.stderr  # before any Run
+    assert "run r" not in result.stdout
     assert "inherit_env` names PGPW, which holds a secret" in result.stderr
     assert PGPW not in result.stdout + result.stderr
 

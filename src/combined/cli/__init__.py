@@ -23,6 +23,7 @@ from rich.text import Text
 from combined._status import ERROR, exit_status
 
 if TYPE_CHECKING:
+    from combined.catalog import Run
     from combined.engine import Engine
 
 app = typer.Typer(
@@ -232,6 +233,10 @@ def discover(
         for f in d.fields:
             t.add_row(f.name, f.arrow_type, f.source_type, "pk" if f.name in d.primary_key else "")
         console.print(t)
+        console.print(
+            f"  strategies: {', '.join(d.strategies)}; sync modes: {', '.join(d.sync_modes)}",
+            markup=False,
+        )
         for note in d.notes:
             console.print(f"  note: {note}", markup=False)
         for k in d.key_candidates:
@@ -269,7 +274,21 @@ def capture(
                 )
         if run.error:
             err.print(f"  {run.error}", highlight=False)
+    _say_published(runs)
     _exit_for(run.state for run in runs)
+
+
+def _say_published(runs: list[Run]) -> None:
+    """What a capture of several sources published together, and what it did not."""
+    if len(runs) < 2:
+        return
+    published = [r for r in runs if r.publication_id]
+    if published:
+        names = ", ".join(f"{r.source} ({', '.join(r.datasets)})" for r in published)
+        console.print(f"published {published[0].publication_id}: {names}")
+    withheld = [f"{r.source} (run {r.id} {r.state})" for r in runs if not r.publication_id]
+    if withheld:
+        err.print(f"not published: {', '.join(withheld)}", highlight=False)
 
 
 @app.command()
@@ -277,9 +296,11 @@ def backfill(
     dataset: Annotated[str, typer.Argument(help="SOURCE.DATASET")],
     partitions: Annotated[int, typer.Option(help="partitions read in parallel")] = 4,
     lower: Annotated[
-        str | None, typer.Option("--from", help="inclusive lower bound of the range")
+        str | None, typer.Option("--from", help="inclusive lower bound of the range (required)")
     ] = None,
-    upper: Annotated[str | None, typer.Option("--to", help="exclusive upper bound")] = None,
+    upper: Annotated[
+        str | None, typer.Option("--to", help="exclusive upper bound (required)")
+    ] = None,
     column: Annotated[
         str | None, typer.Option(help="the key or time column to partition on (default: key)")
     ] = None,
@@ -291,7 +312,8 @@ def backfill(
     """Capture a range of one dataset in parallel partitions under one exported snapshot.
 
     Bounds and control totals (row count, and the sum of --sum-column) are read
-    inside the snapshot, then compared with what landed before publishing.
+    inside the snapshot, then compared with what landed in the same range: a
+    mismatch publishes nothing (exit 3).
     """
 
     with _session(project, _Progress()) as engine:
@@ -519,7 +541,7 @@ def sql(
     elif fmt == "csv":
         import csv
 
-        w = csv.writer(sys.stdout)
+        w = csv.writer(sys.stdout, lineterminator="\n")  # as every other line it prints
         w.writerow(result.column_names)
         for row in rows:
             w.writerow(["" if v is None else v for v in row.values()])

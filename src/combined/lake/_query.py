@@ -31,6 +31,7 @@ from combined.lake._table import LakeTable
 from combined.protocol.identity import quote_ident
 
 if TYPE_CHECKING:
+    import duckdb
     import pyarrow as pa
 
 
@@ -52,12 +53,14 @@ def run_query(
     layout: LakeLayout,
     members: Sequence[Member],
     query: str,
+    publication: Any = None,
     *,
     timeout_s: float | None = DEFAULT_TIMEOUT_S,
     memory_limit: str = DEFAULT_MEMORY_LIMIT,
 ) -> pa.Table:
     """Expose each member as ``<source>.<dataset>`` and run ``query``, a single SELECT.
 
+    ``publication`` (its ``id`` and ``published_at``) names the basis in errors.
     ``timeout_s`` (None or 0: none) bounds how long it runs, ``memory_limit``
     (DuckDB's form: ``2GB``, ``512MB``) how much memory it holds.
     """
@@ -68,7 +71,7 @@ def run_query(
     try:
         con = _connect(memory_limit, str(spill.path))
         try:
-            return _run(con, layout, members, query, timeout_s, memory_limit)
+            return _run(con, layout, members, query, publication, timeout_s, memory_limit)
         finally:
             con.close()
     finally:
@@ -93,6 +96,7 @@ def _run(
     layout: LakeLayout,
     members: Sequence[Member],
     query: str,
+    publication: Any,
     timeout_s: float | None,
     memory_limit: str,
 ) -> pa.Table:
@@ -137,6 +141,11 @@ def _run(
             f"the query needs more memory than its limit of {memory_limit}",
             hint="narrow the query (fewer columns or rows), or raise --memory-limit",
         ) from None
+    except duckdb.CatalogException as exc:
+        raise _absent(con, query, members, publication) or QueryError(
+            f"the query failed: {exc}",
+            hint="tables are named <source>.<dataset>; list them with `combined status`",
+        ) from exc
     except duckdb.Error as exc:
         raise QueryError(
             f"the query failed: {exc}",
@@ -213,3 +222,35 @@ def _check_read_only(query: str) -> None:
     kind = statements[0].type
     if kind != duckdb.StatementType.SELECT:
         raise QueryError(f"only a query that reads is run, not {kind.name}", hint=_READ_ONLY_HINT)
+
+
+def _absent(
+    con: duckdb.DuckDBPyConnection, query: str, members: Sequence[Member], publication: Any
+) -> QueryError | None:
+    """A ``<source>.<dataset>`` the query names that the basis does not hold, said as such.
+
+    DuckDB would suggest an unrelated system table ("Did you mean
+    information_schema.schemata"): a dataset first published after the
+    basis (an ``--as-of`` before it existed) is simply not in it.
+    """
+    try:
+        names = con.get_table_names(query, qualified=True)
+    except Exception:  # noqa: BLE001 - the query's own error stands
+        return None
+    held = {f"{m.source}.{m.dataset}" for m in members if m.lake_version is not None}
+    for raw in sorted(names):
+        name = raw.split(" AS ")[0].replace('"', "")
+        if "." in name and name not in held:
+            when = (
+                ""
+                if publication is None
+                else f" ({publication.id}, published {publication.published_at.isoformat()})"
+            )
+            return QueryError(
+                f"{name} is not in the published basis read{when}: it had no publication "
+                "at that time (or is no dataset)",
+                hint="query a later instant or publication (`combined publications` lists "
+                "them; `combined history SOURCE.DATASET` shows when a dataset was published)",
+                dataset=name,
+            )
+    return None

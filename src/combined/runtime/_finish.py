@@ -11,7 +11,7 @@ every read as ``abort``). Each decision is an Activity event
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sqlalchemy.engine import Connection
 
@@ -68,12 +68,14 @@ def publish_run(
     prepared: Sequence[Prepared],
     members: Sequence[Member],
     checks: dict[str, Reconciliation],
+    publish: Callable[[Connection, Run, list[Member]], str | None],
 ) -> Run:
-    """Publish a Run's committed members together; the Run succeeds with its stats.
+    """Publish a Run's committed members (``publish``: now, or held for its capture).
 
-    A member counts as changed since the dataset's last publication, not
-    merely by this Run: a commit of a Run that died before publishing is
-    published (and told) by the next one, which may itself change nothing.
+    The Run succeeds with its stats. A member counts as changed since the
+    dataset's last publication, not merely by this Run: a commit of a Run that
+    died before publishing is published (and told) by the next one, which may
+    itself change nothing.
     """
     members = [
         dataclasses.replace(
@@ -81,19 +83,7 @@ def publish_run(
         )
         for m in members
     ]
-    pub = cat.publish(conn, run.id, list(members))
-    for m in members:
-        if m.changed:
-            cat.emit(
-                conn,
-                "dataset.changed",
-                source=m.source,
-                dataset=m.dataset,
-                run_id=run.id,
-                publication=pub,
-                version=m.dataset_version,
-            )
-    cat.emit(conn, "publication", source=run.source, run_id=run.id, publication=pub)
+    pub = publish(conn, run, list(members))
     stats = {
         p.staged.plan.name: {
             "captured": p.transition.captured,

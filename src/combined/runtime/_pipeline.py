@@ -99,6 +99,10 @@ class Staged:
     fields: Mapping[str, str] | None = None
     #: Columns the source declares NOT NULL, where a change stream told them.
     not_null: tuple[str, ...] = ()
+    #: For a backfill: SQL over the lake's columns selecting the range, whatever its column.
+    landed_filter: str | None = None
+    #: Whether control totals that differ from what landed block publication (a backfill).
+    bounded: bool = False
 
 
 @dataclass

@@ -7,7 +7,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -50,6 +50,7 @@ from combined.runtime._pipeline import (
     table_of,
 )
 from combined.runtime._prepare import prepare, quarantine_capture
+from combined.runtime._publish import publish_now
 from combined.runtime._reporter import NullReporter, Reporter
 
 
@@ -119,6 +120,8 @@ class Runner:
         self.reporter = reporter or NullReporter()
         #: Options handed to every read (e.g. ``max_changes`` for a follow loop).
         self.read_options = dict(read_options or {})
+        #: Publishes a succeeding Run's members (a capture of several sources holds them).
+        self.publish: Callable[[Connection, Run, list[Member]], str | None] = publish_now
 
     # -- execution ------------------------------------------------------------
 
@@ -344,7 +347,7 @@ class Runner:
             for p in prepared:  # no publication from a Run that lost a dataset
                 leases.require(p.staged.plan.source, p.staged.plan.name)
             with self.catalog.begin() as conn:
-                run = publish_run(conn, run, prepared, members, checks)
+                run = publish_run(conn, run, prepared, members, checks, self.publish)
         except BaseException:
             # Committed, not published (a reconciliation that blocks, a Run
             # recovery closed meanwhile): the reads end, nothing is acknowledged.
@@ -468,7 +471,7 @@ class Runner:
         table = table_of(self.layout, plan)
         files = table.files(m.lake_version) if m.lake_version is not None else []
         rows, total, tolerance = range_totals(
-            files, p.staged.current_filter, control.get("sum_column")
+            files, p.staged.landed_filter, control.get("sum_column")
         )
         ok = rows == control["rows"] and same_sum(total, control.get("sum"), tolerance)
         with self.catalog.begin() as conn:
@@ -482,12 +485,12 @@ class Runner:
                 landed={"rows": rows, "sum": total, "tolerance": tolerance},
                 ok=ok,
             )
-        if not ok and p.staged.full:
+        if not ok and (p.staged.full or p.staged.bounded):
             raise ReconciliationFailed(
                 f"{plan.source}.{plan.name}: the source's control totals ({control['rows']} "
                 f"rows, sum {control.get('sum')}) differ from what landed ({rows} rows, "
                 f"sum {total}); nothing was published",
-                hint="inspect the activity feed; capture the range again",
+                hint=f"a whole `combined capture {result.dataset}` carries rows gone from range",
             )
         # A delta capture (cursor) cannot see deletes or updates that leave its
         # cursor alone: a mismatch is that limit showing, reported and published.

@@ -63,6 +63,7 @@ class MariaDBSource(BaseSource):
     SUPPORTS_SNAPSHOT: ClassVar[bool] = True
     SUPPORTS_CURSOR: ClassVar[bool] = True
     SUPPORTS_CDC: ClassVar[bool] = False
+    CURSOR_NEEDS_KEY: ClassVar[bool] = True
     SUPPORTS_PARTITIONS: ClassVar[bool] = False
     SUPPORTS_CONTROL_TOTALS: ClassVar[bool] = True
     CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = Settings.KEYS
