@@ -326,7 +326,11 @@ def prepare_backfill(args: argparse.Namespace) -> Callable[[], Outcome]:
         try:
             engine = Engine.open(project, reporter=phases)
             try:
-                r = engine.backfill(dataset, partitions=args.partitions)
+                # The whole key range: a backfill reads a declared range, and
+                # these bounds hold every id the workload writes.
+                r = engine.backfill(
+                    dataset, partitions=args.partitions, lower=str(-(2**63)), upper=str(2**63 - 1)
+                )
             finally:
                 engine.close()
         finally:

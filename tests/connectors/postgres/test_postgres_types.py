@@ -74,7 +74,7 @@ EXPECTED_TYPES = {
     "d": pa.date32(),
     "tm": pa.time64("us"),
     "ttz": pa.string(),
-    "iv": pa.month_day_nano_interval(),
+    "iv": pa.string(),  # read through its cast: an interval has no identity encoding
     "u": pa.string(),
     "j": pa.string(),
     "jb": pa.string(),
@@ -117,7 +117,7 @@ EXPECTED_ROW = {
     "d": date(2024, 2, 29),
     "tm": time(23, 59, 59, 999999),
     "ttz": "03:04:05+02",
-    "iv": pa.scalar((14, 3, 14_706_789_000_000), pa.month_day_nano_interval()).as_py(),
+    "iv": "1 year 2 mons 3 days 04:05:06.789",
     "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
     "j": '{"b":1,  "a":2}',
     "jb": '{"a": 2, "b": 1}',
@@ -153,7 +153,8 @@ def _read(source, make_request, table="t", **kw):
 
 def test_every_common_type_round_trips_exactly(admin, schema, source, make_request, pgt):
     admin.execute(SETUP.format(s=schema))
-    table = pgt.table_of(_read(source, make_request)).sort_by("id")
+    table = pgt.table_of(_read(source, make_request, options={"casts": {"iv": "text"}}))
+    table = table.sort_by("id")
     assert {f.name: f.type for f in table.schema} == EXPECTED_TYPES
     rows = table.to_pylist()
     assert rows[0] == EXPECTED_ROW
@@ -167,8 +168,10 @@ def test_discovery_reports_the_types_a_read_produces(admin, schema, source):
     admin.execute(SETUP.format(s=schema))
     found = source.discover().dataset(f"{schema}.t")
     assert found is not None
+    # The interval as its own type: the read refuses it unless cast (as the round trip does).
     assert {f.name: f.arrow_type for f in found.fields} == {
-        k: str(v) for k, v in EXPECTED_TYPES.items()
+        **{k: str(v) for k, v in EXPECTED_TYPES.items()},
+        "iv": "month_day_nano_interval",
     }
     by_name = {f.name: f for f in found.fields}
     assert by_name["n2"].source_type == "numeric(20,4)"
@@ -199,7 +202,6 @@ def test_timestamps_before_the_common_era_keep_their_instant(admin, schema, sour
         ("time", "24:00:00", "24:00:00", "24:00:00"),
         ("integer[]", "{{1,2},{3,4}}", "{{1,2},{3,4}}", "2-dimensional"),
         ("numeric(10,2)", "NaN", "NaN", "NaN"),
-        ("interval", "3000000 hours", "3000000:00:00", "does not fit"),
     ],
 )
 def test_values_arrow_cannot_hold_fail_unless_cast(
@@ -210,10 +212,20 @@ def test_values_arrow_cannot_hold_fail_unless_cast(
     with pytest.raises(SchemaMismatch) as info:
         _read(source, make_request)
     assert expected in info.value.message and "casts" in (info.value.hint or "")
-    if decl != "interval":  # the driver's own overflow check cannot name the column
-        assert "'v'" in info.value.message
+    assert "'v'" in info.value.message
     messages = _read(source, make_request, options={"casts": {"v": "text"}})
     assert messages[0].batch.column("v").to_pylist() == [cast]
+
+
+def test_an_interval_read_as_itself_is_refused_naming_the_cast(admin, schema, source, make_request):
+    """Its Arrow type has no identity encoding: a capture would fail after reading it all."""
+    admin.execute(f"CREATE TABLE {schema}.t (id int, v interval)")
+    admin.execute(f"INSERT INTO {schema}.t VALUES (1, '3000000 hours')")
+    with pytest.raises(ConfigError) as info:
+        _read(source, make_request)
+    assert "column 'v'" in info.value.message and "casts" in (info.value.hint or "")
+    messages = _read(source, make_request, options={"casts": {"v": "text"}})
+    assert messages[0].batch.column("v").to_pylist() == ["3000000:00:00"]
 
 
 @pytest.mark.parametrize(
