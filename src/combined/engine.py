@@ -252,13 +252,18 @@ class Engine:
         """Admit captures of the selected datasets to the queue: one Run per source.
 
         Nothing is read here: a worker (``combined worker``) takes each Run
-        and executes it as ``capture`` would, under this admission.
+        and executes it as ``capture`` would, under this admission. A dataset
+        whose capture is queued or running already joins it: the Run given
+        for a source is then that one, unless others of its datasets needed
+        a new Run.
         """
-        selected = self.selectors(names)
-        return [
-            self._admit(source, datasets, trigger, enqueue=True)
-            for source, datasets in selected.items()
-        ]
+        from combined.runtime._scheduler import enqueue
+
+        runs: dict[str, Run] = {}
+        for part in enqueue(self, names, trigger):
+            if not part.joined or part.run.source not in runs:
+                runs[part.run.source] = part.run
+        return list(runs.values())
 
     def enqueue_dataset(
         self, source: str, dataset: str, trigger: Trigger = "webhook"
@@ -569,12 +574,19 @@ class Engine:
         run_id: str | None = None,
         source: str | None = None,
         dataset: str | None = None,
+        since: datetime | None = None,
     ) -> list[dict[str, Any]]:
-        """The Activity feed, newest first, filtered by kind, Run, source or dataset."""
+        """The Activity feed, newest first, filtered by kind, Run, source, dataset or time."""
         _check_limit(limit)
         with self.catalog.begin() as conn:
             rows = cat.activity(
-                conn, limit=limit, kind=kind, run_id=run_id, source=source, dataset=dataset
+                conn,
+                limit=limit,
+                kind=kind,
+                run_id=run_id,
+                source=source,
+                dataset=dataset,
+                since=since,
             )
         return [dict(r._mapping) for r in rows]
 
