@@ -385,7 +385,7 @@ def run_show(run_id: str, project: ProjectOpt = None) -> None:
     console.print(t)
     from combined.cli._activity import events_table
 
-    console.print(events_table([dict(e._mapping) for e in info["activity"]]))
+    console.print(events_table([dict(e._mapping) for e in info["activity"]], runs=False))
 
 
 @run_app.command("retry")

@@ -40,13 +40,23 @@ def _body(body: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={json.dumps(v, default=str)}" for k, v in body.items())
 
 
-def events_table(events: Sequence[Mapping[str, Any]]) -> Table:
-    """The events as a table, oldest first (the feed is read newest first)."""
-    table = Table("at", "kind", "dataset", "run", "details")
+def events_table(events: Sequence[Mapping[str, Any]], *, runs: bool = True) -> Table:
+    """The events as a table, oldest first (the feed is read newest first).
+
+    ``runs``: with a column naming each event's Run (``run show`` leaves it out).
+    """
+    table = Table()
+    table.add_column("at", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("dataset", overflow="fold")
+    if runs:
+        table.add_column("run", no_wrap=True)
+    table.add_column("details", overflow="fold")  # a narrow terminal folds it, cuts nothing
     for e in reversed(events):
         kind = Text(e["kind"], style="red" if str(e["kind"]).startswith("alert") else "")
         where = ".".join(str(p) for p in (e["source"], e["dataset"]) if p) or "-"
-        table.add_row(_when(e["at"]), kind, where, e["run_id"] or "-", _body(e["body"]))
+        run = [e["run_id"] or "-"] if runs else []
+        table.add_row(_when(e["at"]), kind, where, *run, _body(e["body"]))
     return table
 
 
