@@ -297,3 +297,21 @@ def test_schedule_once_queues_what_is_due_and_exits(tmp_path: Path, tools: Any) 
     assert "(cron 0 3 * * * (Europe/Paris)): run " in result.stderr
     again = tools.cli(tmp_path, "schedule", "--once")
     assert again.returncode == 0 and "queued" not in again.stderr, again.stderr
+
+
+def test_serve_runs_the_scheduler(tmp_path: Path, tools: Any) -> None:
+    """`combined serve` queues scheduled captures (a worker executes them)."""
+    pytest.importorskip("uvicorn")
+    _project_with_interval(tmp_path, tools, None)
+    server = _spawn(tmp_path, "serve", "--insecure-no-auth", "--port", "0")
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        deadline = time.monotonic() + 90
+        while not any(r.trigger == "schedule" for r in engine.queued()):
+            assert time.monotonic() < deadline and server.poll() is None, server.stderr
+            time.sleep(0.2)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=120)
+        engine.close()
+    assert "scheduler started" in err and "queued: shop (customers, orders)" in err, err
