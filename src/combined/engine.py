@@ -251,19 +251,13 @@ class Engine:
     def enqueue(self, names: Sequence[str] = (), trigger: Trigger | None = None) -> list[Run]:
         """Admit captures of the selected datasets to the queue: one Run per source.
 
-        Nothing is read here: a worker (``combined worker``) takes each Run
-        and executes it as ``capture`` would, under this admission. A dataset
-        whose capture is queued or running already joins it: the Run given
-        for a source is then that one, unless others of its datasets needed
-        a new Run.
+        Nothing is read here: a worker (``combined worker``) takes each Run.
+        A dataset whose capture is queued or running joins it: a source's Run
+        is then that one, unless its other datasets needed a new Run.
         """
-        from combined.runtime._scheduler import enqueue
+        from combined.runtime._scheduler import enqueue, per_source
 
-        runs: dict[str, Run] = {}
-        for part in enqueue(self, names, trigger):
-            if not part.joined or part.run.source not in runs:
-                runs[part.run.source] = part.run
-        return list(runs.values())
+        return per_source(enqueue(self, names, trigger))
 
     def enqueue_dataset(
         self, source: str, dataset: str, trigger: Trigger = "webhook"

@@ -76,13 +76,17 @@ def test_a_tick_queues_one_run_of_the_source_with_trigger_schedule(
         engine.close()
 
 
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
 def test_a_tick_another_scheduler_queued_is_not_queued_again_after_its_run_ended(
-    tmp_path: Path, tools: Any
+    tmp_path: Path, tools: Any, request: pytest.FixtureRequest, backend: str
 ) -> None:
     """Scheduler A queues the 12:00 tick and a worker executes it; scheduler B,
     late (it read the catalog before A wrote), comes to the same tick: without
     the tick's record B found no capture to join and queued a second Run."""
-    project = _scheduled(tmp_path, tools, "{interval: 1h}")
+    catalog = request.getfixturevalue("pg_database") if backend == "postgresql" else None
+    project = _scheduled(tmp_path, tools, "{interval: 1h}", catalog)
     first, late = Engine.open(project), Engine.open(project)
     try:
         ((_, (part,)),) = Scheduler(first).tick(T0)
@@ -315,3 +319,10 @@ def test_serve_runs_the_scheduler(tmp_path: Path, tools: Any) -> None:
         _, err = server.communicate(timeout=120)
         engine.close()
     assert "scheduler started" in err and "queued: shop (customers, orders)" in err, err
+
+
+def test_schedule_without_any_schedule_says_what_to_declare(tmp_path: Path, tools: Any) -> None:
+    tools.make(tmp_path, orders=5)
+    result = tools.cli(tmp_path, "schedule")
+    assert result.returncode == 2
+    assert "declares a schedule" in result.stderr and "schedule: {interval: 1h}" in result.stderr

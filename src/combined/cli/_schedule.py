@@ -48,7 +48,7 @@ def schedule(
     """
     import signal
 
-    from combined.errors import CombinedError
+    from combined.errors import CombinedError, ConfigError
     from combined.runtime._scheduler import Scheduler
 
     stop: list[int] = []
@@ -56,6 +56,12 @@ def schedule(
     engine = _engine(project)
     try:
         count = _scheduled(engine)
+        if not count:
+            raise ConfigError(
+                f"no source or dataset in {engine.project.path} declares a schedule",
+                hint="add e.g. `schedule: {interval: 1h}` to a source or a dataset "
+                "(docs/schedules.md)",
+            )
         err.print(
             f"scheduler started on {engine.catalog.url}: {count} scheduled datasets",
             highlight=False,

@@ -161,6 +161,15 @@ def enqueue(engine: Engine, names: Sequence[str], trigger: Trigger | None = None
     return parts
 
 
+def per_source(parts: Iterable[Part]) -> list[Run]:
+    """One Run per source: its new Run, else the first it joined."""
+    runs: dict[str, Run] = {}
+    for part in parts:
+        if not part.joined or part.run.source not in runs:
+            runs[part.run.source] = part.run
+    return list(runs.values())
+
+
 class Scheduler:
     """Queues the due captures of an engine's project."""
 
