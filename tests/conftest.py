@@ -10,6 +10,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
     from combined.connectors.postgres._connect import Settings
 
 REQUIRE = os.environ.get("COMBINED_REQUIRE_SERVICES") == "1"
+# The test doubles (``connector: scripted``) are found only where this is set,
+# here and in every CLI process a test starts.
+os.environ["COMBINED_TEST_CONNECTORS"] = "1"
 
 
 def _service_dsn(var: str) -> str:
@@ -239,6 +243,52 @@ print(run.state, run.error)
 """
 
 
+@contextmanager
+def serving(
+    root: Path, *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """``combined serve --port 0 ARGS`` in ``root``: yields its base URL and process.
+
+    ``env`` is added to this process's environment (a value of None's key
+    removed: pass ``{"COMBINED_API_TOKEN": ""}`` for none). The server is
+    stopped (SIGTERM, then SIGKILL) on the way out unless it already ended.
+    """
+    import re
+    import signal
+    import time
+
+    full_env = {**os.environ, **(env or {})}
+    server = subprocess.Popen(
+        [sys.executable, "-c", "from combined.cli import main; main()", "serve", "--port", "0"]
+        + list(args),
+        cwd=root,
+        env={k: v for k, v in full_env.items() if v},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stderr is not None
+        deadline = time.monotonic() + 60
+        port = None
+        while port is None and time.monotonic() < deadline:
+            line = server.stderr.readline()
+            assert line, "the server ended before it listened"
+            found = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+            port = int(found.group(1)) if found else None
+        assert port is not None
+        yield f"http://127.0.0.1:{port}", server
+    finally:
+        if server.poll() is None:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.communicate(timeout=30)
+            finally:
+                if server.poll() is None:
+                    server.kill()
+                    server.communicate()
+
+
 class ShopTools:
     """The shop helpers, handed to tests as a fixture (tests are not a package)."""
 
@@ -249,6 +299,7 @@ class ShopTools:
     add_pg_source = staticmethod(add_pg_source)
     while_held = staticmethod(while_held)
     capture_held = CAPTURE_HELD_BEFORE_ITS_LEASE
+    serving = staticmethod(serving)
 
 
 @pytest.fixture

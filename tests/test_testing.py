@@ -161,6 +161,26 @@ DATASETS = {"orders": {"fields": {"id": "int64", "name": "string"}, "key": ["id"
 ROWS = [{"id": i, "name": f"n{i}"} for i in range(5)]
 
 
+def test_the_test_doubles_are_found_only_where_the_switch_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reproduction: `scripted` was registered among the production connectors.
+
+    Any project could name ``connector: scripted`` and capture a script's rows
+    into a real lake; ``combined discover`` listed it beside postgres.
+    """
+    from combined.connectors import known_connectors
+    from combined.errors import ConfigError
+
+    monkeypatch.delenv("COMBINED_TEST_CONNECTORS")
+    assert "scripted" not in known_connectors()
+    with pytest.raises(ConfigError) as info:
+        connector_class("scripted")
+    assert "it is found only where COMBINED_TEST_CONNECTORS=1" in (info.value.hint or "")
+    monkeypatch.setenv("COMBINED_TEST_CONNECTORS", "1")
+    assert "scripted" in known_connectors()
+
+
 def test_scripted_is_registered_and_discovers_the_declared_schema() -> None:
     assert connector_class("scripted") is ScriptedSource
     source = ScriptedSource({"datasets": DATASETS, "script": [{"rows": ROWS}]})
@@ -295,3 +315,65 @@ def test_scripted_check_can_fail() -> None:
 def test_scripted_refuses_a_broken_script(config: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
         ScriptedSource(config)
+
+
+# -- the conformance suite ------------------------------------------------------------
+
+
+def _memory_case(connector: type[InMemorySource]) -> Any:
+    from combined.testing.conformance import ConformanceCase
+
+    rows = [{"id": i, "name": f"n{i}"} for i in range(40)]
+    return ConformanceCase(
+        connector=connector,
+        config={"tables": {"t": rows}, "keys": {"t": ["id"]}},
+        relation="t",
+        key=("id",),
+        rows=40,
+        secrets=("tok-leaky-0a1b2c",),
+        # Only the leaky double refuses a credential; the in-memory source takes none.
+        bad_config={"tables": {"t": rows}, "keys": {"t": ["id"]}} if connector is _Leaky else None,
+    )
+
+
+def test_the_in_memory_source_passes_the_conformance_suite() -> None:
+    from combined.testing.conformance import SourceConformance
+
+    suite, case = SourceConformance(), _memory_case(InMemorySource)
+    for name in dir(suite):
+        if name.startswith("test_"):
+            getattr(suite, name)(case)
+
+
+class _Unbounded(InMemorySource):
+    """Hands the whole table over as one batch, whatever ``batch_rows`` says."""
+
+    def read(self, request: Any) -> Any:
+        from dataclasses import replace
+
+        return super().read(replace(request, batch_rows=1_000_000))
+
+
+class _Leaky(InMemorySource):
+    """Refuses every credential, quoting the token in its message."""
+
+    def check(self) -> None:
+        from combined.errors import AuthRejected
+
+        raise AuthRejected("the API refused tok-leaky-0a1b2c")
+
+
+@pytest.mark.parametrize(
+    ("connector", "test", "says"),
+    [
+        (_Unbounded, "test_a_read_follows_the_extraction_protocol", "a batch over the bound"),
+        (_Leaky, "test_refused_credentials_leave_no_secret_in_any_text", "credential value"),
+    ],
+)
+def test_the_conformance_suite_fails_a_connector_that_breaks_the_contract(
+    connector: type[InMemorySource], test: str, says: str
+) -> None:
+    from combined.testing.conformance import SourceConformance
+
+    with pytest.raises(AssertionError, match=says):
+        getattr(SourceConformance(), test)(_memory_case(connector))

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from combined._owner_only import restrict_umask
 from combined.catalog import Admission, Catalog, Run, RunState, Trigger, queue, worker_identity
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
@@ -24,7 +25,11 @@ from combined.connectors import check_config, check_strategy, connector_class, s
 from combined.delivery import Limits
 from combined.errors import ConfigError, NotFoundError, ProtocolViolation
 from combined.lake import LakeLayout
+from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, env_seconds
+from combined.runtime._leases import lease_ttl
 from combined.runtime._memory import tune_allocators
+from combined.runtime._preflight import preflight
+from combined.runtime._publish import HeldPublications
 from combined.runtime._reporter import NullReporter, Reporter
 from combined.runtime._runner import Runner, Settings, admit
 
@@ -42,6 +47,7 @@ class Engine:
         self.project = project
         self.reporter = reporter or NullReporter()
         tune_allocators()
+        restrict_umask()  # what it writes (lake, catalog, spill) is the owner's alone
         lake = project.lake_uri()
         if "://" in lake:
             raise ConfigError(
@@ -93,8 +99,9 @@ class Engine:
             ),
             memory_limit=self.project.reduction_memory,
             backoff_s=float(os.environ.get("COMBINED_RETRY_BACKOFF_S", "0.5")),
-            lease_ttl_s=_lease_ttl(),
+            lease_ttl_s=lease_ttl(),
             worker=worker,
+            attempt_timeout_s=env_seconds("COMBINED_ATTEMPT_TIMEOUT_S", DEFAULT_ATTEMPT_TIMEOUT_S),
         )
         return Runner(
             self.catalog, self.layout, settings, self._resolve, self.reporter, read_options
@@ -189,7 +196,9 @@ class Engine:
         check_config(cls, src.config, where=f"sources.{source}.config")
         for name, d in src.datasets.items():
             # Refused at check time, not at the read: capabilities are class constants.
-            check_strategy(cls, d.strategy, where=f"sources.{source}.datasets.{name}")
+            check_strategy(
+                cls, d.strategy, where=f"sources.{source}.datasets.{name}", key=d.key or []
+            )
         return cls
 
     def _declare(self, source: str) -> None:
@@ -223,11 +232,15 @@ class Engine:
     ) -> list[Run]:
         """Capture the selected datasets: one Run per source."""
         selected = self.selectors(names)
+        for source, datasets in selected.items():  # what a source shows cannot be read: exit 2
+            preflight(self.project, source, datasets, self._source)
         self._ready()
-        return [
-            self._runner(read_options).execute(self._admit(source, datasets, trigger))
-            for source, datasets in selected.items()
-        ]
+        # Several sources' Runs publish together, once all ended: no reader sees half of it.
+        with HeldPublications(self.catalog, together=len(selected) > 1) as held:
+            for source, datasets in selected.items():
+                run = self._admit(source, datasets, trigger)
+                held.runs.append(held.hold(self._runner(read_options)).execute(run))
+        return held.runs
 
     def _admit(
         self, source: str, datasets: list[str], trigger: Trigger | None, enqueue: bool = False
@@ -235,8 +248,12 @@ class Engine:
         """Declare ``source`` and admit a Run of ``datasets`` under its current configuration."""
         self._declare(source)
         admission = self._admission(source)
-        with self.catalog.begin() as conn:
-            fresh = all(cat.get_dataset(conn, source, d).current_version is None for d in datasets)
+        with self.catalog.begin() as conn:  # a lake that holds a table is no first sync
+            fresh = all(
+                cat.get_dataset(conn, source, d).current_version is None
+                and not self.layout.dataset_table(source, d).exists()
+                for d in datasets
+            )
         return admit(
             self.catalog,
             source=source,
@@ -371,16 +388,23 @@ class Engine:
         sum_column: str | None = None,
     ) -> Run:
         """Capture ``[lower, upper)`` of one dataset in parallel partitions under one snapshot."""
-        from combined.runtime._backfill import BackfillSpec
+        from combined.runtime._backfill import BackfillSpec, check_backfill
 
         source, _, dataset = name.partition(".")
         if not dataset:
             raise ConfigError(
                 f"backfill takes SOURCE.DATASET, not {name!r}", hint="e.g. shop.orders"
             )
-        if partitions < 1:
-            raise ConfigError("--partitions must be at least 1", hint="e.g. --partitions 4")
-        self.project.dataset(source, dataset)
+        spec = BackfillSpec(partitions, column, lower, upper, sum_column)
+        d = self.project.dataset(source, dataset)
+        check_backfill(  # before any Run: what the dataset cannot take is refused (exit 2)
+            name,
+            self._connector(source),
+            (d.strategy, d.sync_mode, tuple(d.key or ())),
+            self.layout.dataset_table(source, dataset).schema(),
+            spec,
+        )
+        preflight(self.project, source, [dataset], self._source)
         self._ready()
         self._declare(source)
         run = admit(
@@ -389,13 +413,6 @@ class Engine:
             datasets=[dataset],
             trigger="manual",
             admission=self._admission(source),
-        )
-        spec = BackfillSpec(
-            partitions=partitions,
-            column=column,
-            lower=lower,
-            upper=upper,
-            sum_column=sum_column,
         )
         return self.runner.execute(run, backfill=spec)
 
@@ -495,13 +512,17 @@ class Engine:
             config["path"] = os.path.abspath(self.project.root / config["path"])
         return cls(config)
 
-    def check(self, source: str) -> None:
-        """Connect to a source and authenticate."""
+    def check(self, source: str, warn: Callable[[str], object] | None = None) -> None:
+        """Connect to a source and authenticate; ``warn`` hears its configuration's risks first."""
         conn = self._source(source)
         try:
+            if warn is not None:
+                for why in getattr(conn, "warnings", tuple)():  # optional in the Source protocol
+                    warn(why)
             conn.check()
         finally:
             conn.close()
+        preflight(self.project, source, list(self.project.source(source).datasets), self._source)
 
     def discover(self, source: str) -> Discovery:
         """Run discovery on a source and store it as the next version."""
@@ -521,11 +542,18 @@ class Engine:
     # -- reading ----------------------------------------------------------------------
 
     def sql(
-        self, query: str, *, as_of: datetime | None = None, publication: str | None = None
+        self,
+        query: str,
+        *,
+        as_of: datetime | None = None,
+        publication: str | None = None,
+        **bounds: Any,
     ) -> pa.Table:
         """Run DuckDB SQL over a published basis (latest, by id, or as of an instant).
 
         A naive ``as_of`` is read as UTC, as ``combined sql --as-of`` reads it.
+        ``bounds`` are :func:`~combined.lake._query.run_query`'s ``timeout_s``
+        and ``memory_limit``.
         """
         from combined.lake._query import run_query
 
@@ -552,7 +580,7 @@ class Engine:
                     "nothing has been published yet", hint="run `combined capture` first"
                 )
             members = cat.published_basis(conn, pub.seq)
-        return run_query(self.layout, members, query)
+        return run_query(self.layout, members, query, pub, **bounds)
 
     def runs(self, limit: int = 20, states: Sequence[RunState] | None = None) -> list[Run]:
         """Newest Runs first (only those in ``states`` when given)."""
@@ -597,87 +625,17 @@ class Engine:
             }
 
     def status(self, *, slots: bool = True) -> list[dict[str, Any]]:
-        """Freshness and published position per declared dataset.
+        """Freshness and published position per declared dataset (see :mod:`._freshness`).
 
         ``slots`` adds each cdc dataset's replication slot lag, which asks
         the source; without it, only the catalog is read.
-
-        ``version``, ``lake_version`` and ``position`` are those of the
-        dataset's newest publication: what a query reads. A commit made
-        since and not published yet (its Run died or did not reconcile) is
-        told apart, under ``unpublished``.
         """
-        from combined.protocol import utcnow
+        from combined._freshness import add_slot_lag, dataset_status
 
-        out = []
-        with self.catalog.begin() as conn:
-            rows = {(r.source, r.name): r for r in cat.list_datasets(conn)}
-            members = cat.newest_members(conn)
-        now = utcnow()
-        for source, name, d in self.project.datasets():
-            r = rows.get((source, name))
-            m = members.get((source, name))
-            published = r.published_at if r is not None else None
-            target = d.freshness
-            age = (now - published) if published else None
-            committed = (
-                None
-                if r is None or r.lake_version is None
-                else {
-                    "position": r.source_position,
-                    "version": r.current_version,
-                    "lake_version": r.lake_version,
-                }
-            )
-            shown = (
-                None
-                if m is None
-                else {
-                    "position": m.source_position,
-                    "version": m.dataset_version,
-                    "lake_version": m.lake_version,
-                }
-            )
-            out.append(
-                {
-                    "dataset": f"{source}.{name}",
-                    "strategy": d.strategy,
-                    "sync_mode": d.sync_mode,
-                    "version": shown["version"] if shown else None,
-                    "lake_version": shown["lake_version"] if shown else None,
-                    "position": shown["position"] if shown else None,
-                    "unpublished": committed if committed != shown else None,
-                    "published_at": published,
-                    "age": age,
-                    "target": target,
-                    "fresh": None if target is None or age is None else age <= target,
-                    "slot": None,
-                }
-            )
+        rows = dataset_status(self.catalog, self.project)
         if slots:
-            self._slot_lag(out)
-        return out
-
-    def _slot_lag(self, rows: list[dict[str, Any]]) -> None:
-        """Add each cdc dataset's slot lag (bytes and seconds) to its status row."""
-        from combined import cdc
-        from combined.errors import CombinedError
-
-        by_name = {r["dataset"]: r for r in rows}
-        sources = {r["dataset"].split(".")[0] for r in rows if r["strategy"] == "cdc"}
-        for source in sorted(sources):
-            try:
-                for st in cdc.status(self, source):
-                    by_name[st["dataset"]]["slot"] = {
-                        "exists": st.get("exists"),
-                        "lag_bytes": st.get("lag_bytes"),
-                        "lag_seconds": st.get("lag_seconds"),
-                        "wal_status": st.get("wal_status"),
-                    }
-            except CombinedError as exc:
-                for r in rows:
-                    if r["dataset"].startswith(f"{source}.") and r["strategy"] == "cdc":
-                        r["slot"] = {"error": exc.message}
+            add_slot_lag(self, rows)
+        return rows
 
     def history(self, name: str) -> list[dict[str, Any]]:
         """A dataset's versions with their publications."""
@@ -733,12 +691,12 @@ class Engine:
         return rows
 
     def quarantine_records(
-        self, quarantine_id: str, limit: int = 20
+        self, quarantine_id: str, limit: int = 20, offset: int = 0
     ) -> tuple[dict[str, Any], pa.Table]:
-        """A quarantine entry and its first ``limit`` records (every one for 0)."""
+        """A quarantine entry and ``limit`` of its records from ``offset`` (all for 0)."""
         from combined.quality import quarantine
 
-        return quarantine.records(self.catalog, self.layout, quarantine_id, limit)
+        return quarantine.records(self.catalog, self.layout, quarantine_id, limit, offset)
 
     def decide_quarantine(
         self, quarantine_id: str, decision: str, *, by: str, reason: str
@@ -775,18 +733,3 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     return value
-
-
-def _lease_ttl() -> float:
-    """Seconds a dataset lease outlives its last renewal (``COMBINED_LEASE_TTL_S``, 300)."""
-    text = os.environ.get("COMBINED_LEASE_TTL_S", "300")
-    try:
-        ttl = float(text)
-    except ValueError:
-        ttl = float("nan")
-    if not ttl >= 1 or ttl == float("inf"):
-        raise ConfigError(
-            f"COMBINED_LEASE_TTL_S is {text!r}, not a number of seconds of at least 1",
-            hint="unset it (300 s) or give a number of seconds of at least 1",
-        )
-    return ttl

@@ -13,6 +13,7 @@ import pytest
 
 from combined.catalog import data as cat
 from combined.engine import Engine
+from combined.errors import ConfigError
 
 PROJECT = """\
 version: 1
@@ -55,7 +56,17 @@ def test_partitioned_backfill_lands_the_table_and_checks_control_totals(
 ) -> None:
     _make(tmp_path, pg_database, 20_000)
     result = tools.cli(
-        tmp_path, "backfill", "pg.orders", "--partitions", "4", "--sum-column", "total"
+        tmp_path,
+        "backfill",
+        "pg.orders",
+        "--partitions",
+        "4",
+        "--sum-column",
+        "total",
+        "--from",
+        "1",
+        "--to",
+        "20001",
     )
     assert result.returncode == 0, result.stderr
     assert "20000 read in 4 partitions" in result.stdout and "control reconciled" in result.stdout
@@ -185,34 +196,131 @@ def test_a_bulk_update_the_cursor_cannot_see_is_reported_by_reconciliation(
             Decimal(control.body["control"]["sum"]) - Decimal(control.body["landed"]["sum"]) == 100
         )
         # a backfill recaptures what the cursor missed, and reconciles
-        run = engine.backfill("pg.orders", partitions=2, sum_column="total")
+        run = engine.backfill(
+            "pg.orders", partitions=2, lower="1", upper="1002", sum_column="total"
+        )
         assert run.state == "succeeded", run.error
         assert run.stats is not None and run.stats["orders"]["updates"] == 100
     finally:
         engine.close()
 
 
-def test_a_backfill_over_a_changeable_column_upserts_and_never_duplicates(
-    tmp_path: Path, pg_database: str
-) -> None:
-    project = _make(tmp_path, pg_database, 1000)
-    with psycopg.connect(pg_database, autocommit=True) as conn:
+def _ranked(tmp_path: Path, dsn: str) -> Engine:
+    """1000 orders with a changeable ``rank`` (id % 100), captured once."""
+    project = _make(tmp_path, dsn, 1000)
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ALTER TABLE orders ADD COLUMN rank int")
         conn.execute("UPDATE orders SET rank = id % 100")
     engine = Engine.open(project)
+    engine.capture()
+    return engine
+
+
+def test_a_backfill_over_a_changeable_column_upserts_and_never_duplicates(
+    tmp_path: Path, pg_database: str
+) -> None:
+    engine = _ranked(tmp_path, pg_database)
     try:
-        engine.capture()
         with psycopg.connect(pg_database, autocommit=True) as conn:
             conn.execute("UPDATE orders SET rank = 15, note = 'moved in' WHERE id = 5")  # 5 -> 15
-            conn.execute("UPDATE orders SET rank = 95 WHERE id = 10")  # 10 -> 95: moved out
         run = engine.backfill("pg.orders", partitions=2, column="rank", lower="10", upper="20")
         assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["orders"]["reconciliation"] == "reconciled"
         counts = engine.sql(
             "SELECT count(*) AS n, count(DISTINCT id) AS ids FROM pg.orders"
         ).to_pylist()
         assert counts == [{"n": 1000, "ids": 1000}]  # no id twice, none lost
         moved = engine.sql("SELECT note FROM pg.orders WHERE id = 5").to_pylist()
         assert moved == [{"note": "moved in"}]
+    finally:
+        engine.close()
+
+
+def test_a_backfill_whose_range_the_lake_holds_more_of_is_not_published(
+    tmp_path: Path, pg_database: str
+) -> None:
+    """A row that left the range is still in the lake's range: the backfill is held back.
+
+    Reproduction: capture orders (rank = id % 100), move id 10 from rank 10 to
+    95, backfill --column rank --from 10 --to 20. The source's range holds 99
+    rows, the lake's 100 (id 10 at its old rank: a range over a changeable
+    column cannot tell a row that moved out from a deleted one). It was
+    published with reconciliation "mismatch"; now nothing is published
+    (needs_review) until a whole capture carries the change.
+    """
+    engine = _ranked(tmp_path, pg_database)
+    try:
+        published = len(engine.publications(100))
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute("UPDATE orders SET rank = 95 WHERE id = 10")  # 10 -> 95: moved out
+        run = engine.backfill("pg.orders", partitions=2, column="rank", lower="10", upper="20")
+        assert run.state == "needs_review", run.error
+        assert "(99 rows, sum None) differ from what landed (100 rows" in (run.error or "")
+        assert "combined capture pg.orders` carries rows gone from range" in (run.error or "")
+        assert len(engine.publications(100)) == published
+        (run,) = engine.capture()  # the whole capture carries the move and publishes
+        assert run.state == "succeeded", run.error
+        ranks = engine.sql("SELECT count(*) AS n FROM pg.orders WHERE rank = 95").to_pylist()
+        assert ranks == [{"n": 11}]
+    finally:
+        engine.close()
+
+
+def test_a_backfill_over_a_time_column_compares_its_range_with_what_landed_in_it(
+    tmp_path: Path, pg_database: str
+) -> None:
+    """The control totals of a range over a non-key column are compared with the same range.
+
+    Reproduction: capture orders (1000 rows, created_at one hour apart), then
+    backfill --column created_at --from 2024-01-02 --to 2024-01-03
+    --sum-column total: the source's 24 rows were compared with the whole
+    lake's 1000 ("control mismatch", published anyway).
+    """
+    project = _make(tmp_path, pg_database, 1000)
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("ALTER TABLE orders ADD COLUMN created_at timestamptz")
+        conn.execute(
+            "UPDATE orders SET created_at = "
+            "timestamptz '2024-01-01 00:00+00' + id * interval '1 hour'"
+        )
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        run = engine.backfill(
+            "pg.orders",
+            partitions=2,
+            column="created_at",
+            lower="2024-01-02",
+            upper="2024-01-03",
+            sum_column="total",
+        )
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["orders"]["reconciliation"] == "reconciled"
+        with engine.catalog.begin() as conn:
+            event = cat.activity(conn, kind="reconciliation.control", limit=1)[0]
+        assert event.body["control"]["rows"] == 24 and event.body["landed"]["rows"] == 24
+        assert Decimal(event.body["landed"]["sum"]) == sum(Decimal(i) / 4 for i in range(24, 48))
+    finally:
+        engine.close()
+
+
+def test_a_backfill_without_both_bounds_is_refused_before_a_run(
+    tmp_path: Path, pg_database: str, tools
+) -> None:
+    """A backfill names its range: without --from and --to it is an exit-2 error, no Run.
+
+    Reproduction: `combined backfill pg.orders --to 100` read from the
+    table's start with no stated lower bound, in a Run.
+    """
+    _make(tmp_path, pg_database, 10)
+    for bounds in ((), ("--to", "100"), ("--from", "1")):
+        result = tools.cli(tmp_path, "backfill", "pg.orders", *bounds)
+        assert result.returncode == 2, result.stderr
+        assert "--from and --to are both required" in result.stderr
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        assert engine.runs() == []
     finally:
         engine.close()
 
@@ -228,7 +336,7 @@ def test_a_backfill_meets_the_drift_policy_as_a_capture_does(
         with psycopg.connect(pg_database, autocommit=True) as conn:
             conn.execute("ALTER TABLE orders DROP COLUMN note")
         # a dropped column fails by default: nothing is committed, the drift is in the feed
-        run = engine.backfill("pg.orders", partitions=2)
+        run = engine.backfill("pg.orders", partitions=2, lower="1", upper="101")
         assert run.state == "needs_review", run.error
         assert "drop on field 'note' (policy: fail)" in (run.error or "")
         with engine.catalog.begin() as conn:
@@ -241,7 +349,7 @@ def test_a_backfill_meets_the_drift_policy_as_a_capture_does(
     project.write_text(project.read_text() + "        drift: {drop: evolve}\n")
     engine = Engine.open(project)
     try:
-        run = engine.backfill("pg.orders", partitions=2)
+        run = engine.backfill("pg.orders", partitions=2, lower="1", upper="101")
         assert run.state == "succeeded", run.error
         with engine.catalog.begin() as conn:
             outcomes = [e.body["outcome"] for e in cat.activity(conn, kind="drift")]
@@ -324,7 +432,7 @@ def test_a_range_backfill_over_numbers_the_lake_keeps_as_text_is_refused(
 ) -> None:
     # numeric without a precision lands as text, which orders '1500' between
     # '100' and '200': a range 100..200 took 1000..1999 for its own and
-    # deleted them from the lake, reconciled.
+    # deleted them from the lake, reconciled. Refused before any Run.
     engine = _keyed(
         tmp_path,
         pg_database,
@@ -333,12 +441,14 @@ def test_a_range_backfill_over_numbers_the_lake_keeps_as_text_is_refused(
         "id",
     )
     try:
-        run = engine.backfill("pg.t", partitions=2, lower="100", upper="200")
-        assert run.state == "failed" and run.stats is None
-        assert "does not compare in the source's order" in (run.error or "")
-        assert "omit --from/--to" in (run.error or "")
+        runs = len(engine.runs())
+        with pytest.raises(ConfigError) as refused:
+            engine.backfill("pg.t", partitions=2, lower="100", upper="200")
+        assert "does not compare in the source's order" in refused.value.describe()
+        assert "--column" in refused.value.describe()
+        assert len(engine.runs()) == runs
         assert engine.sql("SELECT count(*) AS n FROM pg.t").to_pylist() == [{"n": 3000}]
-        run = engine.backfill("pg.t", partitions=2)  # the whole table is still fine
+        run = engine.backfill("pg.t", partitions=2, column="v", lower="100", upper="200")
         assert run.state == "succeeded", run.error
     finally:
         engine.close()

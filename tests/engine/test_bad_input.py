@@ -23,13 +23,6 @@ def _orders(root: Path) -> int:
         engine.close()
 
 
-@pytest.fixture
-def captured(shop: Path, tools: Any) -> Path:
-    result = tools.cli(shop, "capture")
-    assert result.returncode == 0, result.stderr
-    return shop
-
-
 def test_malformed_yaml_names_the_file_and_loses_nothing(captured: Path, tools: Any) -> None:
     project = captured / "combined.yaml"
     good = project.read_text()

@@ -484,3 +484,68 @@ def test_a_column_dropped_while_streaming_meets_the_drift_policy(
         assert rows == [{"qty": 1, "note": "n1"}, {"qty": 2, "note": "n2"}]
     finally:
         engine.close()
+
+
+def _added_project(tmp_path: Path, cdc_db) -> str:
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int)")
+        conn.execute("INSERT INTO t SELECT g, g FROM generate_series(1, 100) g")
+    # small batches: the fill hands over full batches as it reads
+    project = PROJECT.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix, table="t")
+    (tmp_path / "combined.yaml").write_text(
+        project.replace("strategy: cdc", "strategy: cdc\n        batch_rows: 16")
+    )
+    cdc_db.slot("public.t")
+    return str(cdc_db.dsn)
+
+
+def _lake_added(engine: Engine, column: str) -> list[tuple[object, ...]]:
+    rows = engine.sql(f"SELECT id, v, {column} AS c FROM pg.items ORDER BY id").to_pylist()
+    return [(r["id"], r["v"], r["c"]) for r in rows]
+
+
+def _source_added(dsn: str, column: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return list(conn.execute(f"SELECT id, v, {column} FROM t ORDER BY id"))
+
+
+def test_a_column_added_with_a_default_is_filled_on_every_row(tmp_path: Path, cdc_db) -> None:
+    """The rows the default filled get its value, though the stream sends none of them.
+
+    Reproduction (issue 23, #26): ``t (id int primary key, v int)`` with 100
+    rows, first capture, then ``ALTER TABLE t ADD COLUMN flag boolean NOT
+    NULL DEFAULT false; UPDATE t SET v = -1 WHERE id = 1``, capture: exit 0,
+    the source had ``false`` on 100 rows, the lake ``false`` on 1 row and
+    NULL on 99, and reconciliation passed.
+    """
+    dsn = _added_project(tmp_path, cdc_db)
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE t ADD COLUMN flag boolean NOT NULL DEFAULT false")
+            conn.execute("UPDATE t SET v = -1 WHERE id = 1")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert _lake_added(engine, "flag") == _source_added(dsn, "flag")
+        assert engine.sql("SELECT count(*) AS n FROM pg.items WHERE flag IS NULL").to_pylist() == [
+            {"n": 0}
+        ]
+
+        # a volatile default rewrites the table, and the changes after the
+        # ALTER (an insert, a delete, an update of the new column) still win
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE t ADD COLUMN w int NOT NULL DEFAULT (random() * 0)::int + 7")
+            conn.execute("UPDATE t SET w = 8 WHERE id = 2")
+            conn.execute("DELETE FROM t WHERE id = 3")
+            conn.execute("INSERT INTO t VALUES (101, 101, true, 9)")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert _lake_added(engine, "w") == _source_added(dsn, "w")
+        assert _lake_added(engine, "flag") == _source_added(dsn, "flag")
+        (run,) = engine.capture()  # nothing new: nothing filled again
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["items"]["updates"] == 0
+    finally:
+        engine.close()

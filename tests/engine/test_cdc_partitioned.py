@@ -378,3 +378,35 @@ def test_an_inheritance_parent_is_refused_for_cdc(tmp_path: Path, cdc_db: Any) -
         )
     finally:
         engine.close()
+
+
+def test_nulls_in_a_not_null_column_the_stream_never_filled_fail_reconciliation(
+    project: tuple[Path, str, str],
+) -> None:
+    """Reconciliation catches a column's values the stream never sent (issue 23, #26).
+
+    Reproduction: after ``ALTER TABLE ... ADD COLUMN flag boolean NOT NULL
+    DEFAULT false`` and an update of one row, the capture exited 0 with the
+    lake holding NULL in ``flag`` on every other row, and reconciliation said
+    ``not_reconciled`` since it compared counts only. A partitioned table is
+    not filled from the source (docs/cdc.md), so its lake shows the class.
+    """
+    from combined.catalog import data as cat
+
+    root, dsn, _ = project
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        _captured(engine, dsn)
+        _run(
+            dsn,
+            "ALTER TABLE m ADD COLUMN flag boolean NOT NULL DEFAULT false",
+            "UPDATE m SET qty = -1 WHERE id = 1",
+        )
+        (run,) = engine.capture()
+        assert run.stats is not None and run.stats["m"]["reconciliation"] == "mismatch"
+        with engine.catalog.begin() as conn:
+            (alert,) = cat.activity(conn, kind="alert.reconciliation_failed")
+        assert alert.body["not_null_violations"] == {"flag": 99}
+        assert alert.body["source_status"] == "mismatch"
+    finally:
+        engine.close()

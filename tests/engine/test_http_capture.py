@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.connectors.http.fake_api import TOKEN, FakeAPI, order, serve
+from tests.connectors.http.fake_api import TOKEN, FakeAPI, order, serve_orders
 
 from combined.connectors import known_connectors
 from combined.engine import Engine
@@ -53,10 +53,7 @@ sources:
 
 @pytest.fixture
 def api() -> Iterator[FakeAPI]:
-    for fake in serve():
-        for i in range(1, 6):
-            fake.orders[i] = order(i, day=i)
-        yield fake
+    yield from serve_orders()
 
 
 @pytest.fixture
@@ -161,9 +158,23 @@ def test_a_500_is_retried_as_another_attempt(api: FakeAPI, engine: Engine) -> No
     (run,) = engine.capture(["shop.orders"])
     assert run.state == "succeeded", run.error
     attempts = engine.run(run.id)["attempts"]
-    assert [a.outcome for a in attempts] == ["failed", "staged"]
+    assert [a.outcome for a in attempts] == ["failed", "succeeded"]
     assert attempts[0].error is not None and "500" in attempts[0].error
     assert TOKEN not in attempts[0].error  # the server echoed it in its body
+
+
+def test_an_expired_page_token_restarts_the_pages_within_the_attempt(
+    api: FakeAPI, engine: Engine
+) -> None:
+    """Reproduction: the API expires the second page's token (410 Gone). The
+    Run failed, its error telling to check the endpoint's path. Now the read
+    starts its pages over inside the one Attempt and lands each order once."""
+    api.fail("/v1/orders/cursor", 410, query={"cursor": "2"})
+    (run,) = engine.capture(["shop.orders"])
+    assert run.state == "succeeded", run.error
+    assert len(engine.run(run.id)["attempts"]) == 1
+    assert _rows(engine) == [(i, "placed", i * 10) for i in range(1, 6)]
+    assert _mar(engine) == (5, 5, 0, 0)
 
 
 def test_a_refused_token_needs_auth_and_is_not_retried(api: FakeAPI, engine: Engine) -> None:

@@ -94,7 +94,9 @@ def test_a_partitioned_parent_lands_every_partitions_rows_once(
     finally:
         engine.close()
 
-    backfill = tools.cli(tmp_path, "backfill", "pg.measures", "--partitions", "3")
+    backfill = tools.cli(
+        tmp_path, "backfill", "pg.measures", "--partitions", "3", "--from", "1", "--to", "3003"
+    )
     assert backfill.returncode == 0, backfill.stderr
     engine = Engine.open(tmp_path / "combined.yaml")
     try:

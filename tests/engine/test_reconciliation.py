@@ -129,3 +129,101 @@ def test_a_float_sum_may_differ_by_its_rounding_only() -> None:
     assert not same_sum("3.0", "1.0", tolerance=1e-6)
     assert not same_sum("1.0000000001", "1.0")  # exact types: exact sums
     assert same_sum("1.50", "1.5") and same_sum(None, None) and not same_sum("0", None)
+
+
+CURSOR_PROJECT = """\
+version: 1
+lake: ./lake
+sources:
+  pg:
+    connector: postgres
+    config:
+      dsn: {dsn}
+    datasets:
+      events:
+        relation: public.events
+        key: [id]
+        strategy: cursor
+        cursor: {{column: id, trust: "ids come from a sequence"}}
+"""
+
+
+def test_a_cursor_that_cannot_see_deletes_states_its_variance_and_alerts_once(
+    tmp_path: Path, pg_database: str
+) -> None:
+    """Deleted rows are the cursor's expected variance, alerted when it changes (issue 23, #28).
+
+    Reproduction: a cursor dataset whose source deleted rows raised
+    ``alert.reconciliation_failed`` on every capture, for ever (126 alerts in
+    125 runs), while the Run succeeded: capture, delete 3 rows, capture three
+    times: three alerts, each a plain ``mismatch`` with no cause or remedy.
+    """
+    import psycopg
+
+    with psycopg.connect(pg_database, autocommit=True) as pg:
+        pg.execute("CREATE TABLE events (id int PRIMARY KEY, v text)")
+        pg.execute("INSERT INTO events SELECT g, 'e' || g FROM generate_series(1, 20) g")
+    (tmp_path / "combined.yaml").write_text(CURSOR_PROJECT.format(dsn=pg_database))
+    engine = Engine.open(tmp_path / "combined.yaml")
+
+    def alerts() -> list[dict[str, object]]:
+        with engine.catalog.begin() as conn:
+            return [a.body for a in cat.activity(conn, kind="alert.reconciliation_failed")]
+
+    try:
+        (run,) = engine.capture()
+        assert run.stats is not None and run.stats["events"]["reconciliation"] == "reconciled"
+        with psycopg.connect(pg_database, autocommit=True) as pg:
+            pg.execute("DELETE FROM events WHERE id <= 3")
+        for _ in range(3):
+            (run,) = engine.capture()
+            assert run.state == "succeeded", run.error
+            assert run.stats is not None
+            assert run.stats["events"]["reconciliation"] == "expected_variance"
+        (alert,) = alerts()  # once, not on every capture
+        assert alert["expected_variance"] == 3 and alert["previous_variance"] is None
+        assert alert["source_status"] == "expected_variance"
+        assert "cannot see deletes" in str(alert["remedy"])
+        assert "strategy: cdc" in str(alert["remedy"])
+        with engine.catalog.begin() as conn:
+            last = cat.activity(conn, kind="reconciliation", limit=1)[0].body
+        assert (last["lake_rows"], last["source_rows"], last["expected_variance"]) == (20, 17, 3)
+
+        # the variance changes: one more alert, then quiet again
+        with psycopg.connect(pg_database, autocommit=True) as pg:
+            pg.execute("DELETE FROM events WHERE id = 10")
+        engine.capture()
+        engine.capture()
+        assert [a["expected_variance"] for a in alerts()] == [4, 3]
+
+        # the remedy the alert gives: a whole range read deletes what the source lost
+        run = engine.backfill("pg.events", partitions=1, column="id", lower="1", upper="1000")
+        assert run.state == "succeeded", run.error
+        (run,) = engine.capture()
+        assert run.stats is not None and run.stats["events"]["reconciliation"] == "reconciled"
+        assert len(alerts()) == 2
+    finally:
+        engine.close()
+
+
+def test_lake_nulls_count_from_the_log_or_the_files(tmp_path: Path) -> None:
+    """Nulls per column: from the log's statistics, or read where a file has none."""
+    from deltalake import write_deltalake
+
+    from combined.lake import LakeTable
+    from combined.quality._nulls import lake_nulls
+
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"id": [1, 2, 3]}))  # before `flag` existed
+    write_deltalake(
+        str(path),
+        pa.table({"id": [4, 5], "flag": pa.array([True, None])}),
+        mode="append",
+        schema_mode="merge",
+    )
+    table = LakeTable(path, "t")
+    assert lake_nulls(path, 1, table.files(1), ["id", "flag", "gone"]) == {"flag": 4}
+    write_deltalake(
+        str(path), pa.table({"id": [6], "flag": pa.array([None], pa.bool_())}), mode="overwrite"
+    )
+    assert lake_nulls(path, 2, table.files(2), ["id", "flag"]) == {"flag": 1}

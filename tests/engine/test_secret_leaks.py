@@ -7,10 +7,7 @@ Regression tests of the adversarial review's secret findings (issue 23, items
 from __future__ import annotations
 
 import json
-import socket
-import struct
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +16,7 @@ import pytest
 from tests.conftest import cli
 from tests.connectors.http.fake_api import FakeAPI, order, serve
 from tests.connectors.singer.fixtures import TAPS
+from tests.echo_postgres import echoing_postgres
 
 from combined.engine import Engine
 
@@ -153,7 +151,8 @@ def test_inherit_env_refuses_a_variable_a_secret_reference_names(tmp_path: Path)
     text = project.read_text().replace("[COMBINED_TEST_PASSED]", "[PGPW]")
     project.write_text(text)
     result = cli(tmp_path, "capture", "gh.s", env={"PGPW": PGPW})
-    assert result.returncode != 0, result.stderr  # TODO(merge h-config): exit 2 before a Run
+    assert result.returncode == 2, result.stdout + result.stderr  # before any Run
+    assert "run r" not in result.stdout
     assert "inherit_env` names PGPW, which holds a secret" in result.stderr
     assert PGPW not in result.stdout + result.stderr
 
@@ -228,72 +227,13 @@ sources:
     assert api.token not in everything
 
 
-# -- the catalog's password -----------------------------------------------------------
-
-
-def _echoing_postgres() -> tuple[int, threading.Thread]:
-    """A server speaking PostgreSQL's protocol that asks for the password and echoes it.
-
-    It answers the SSL request with ``N``, asks for a cleartext password,
-    then fails the login with a message quoting the password it got, as a
-    careless proxy does.
-    """
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(4)
-    listener.settimeout(20)
-
-    def read(conn: socket.socket, size: int) -> bytes:
-        data = b""
-        while len(data) < size:
-            chunk = conn.recv(size - len(data))
-            if not chunk:
-                raise ConnectionError("closed")
-            data += chunk
-        return data
-
-    def serve() -> None:
-        with listener:
-            for _ in range(4):
-                try:
-                    conn, _ = listener.accept()
-                except OSError:
-                    return
-                with conn:
-                    try:
-                        while True:
-                            (length,) = struct.unpack("!I", read(conn, 4))
-                            body = read(conn, length - 4)
-                            if body[:4] in (b"\x04\xd2\x16\x2f", b"\x04\xd2\x16\x30"):
-                                conn.sendall(b"N")  # no SSL, no GSS
-                                continue
-                            break
-                        conn.sendall(b"R" + struct.pack("!II", 8, 3))  # cleartext password
-                        kind = read(conn, 1)
-                        (length,) = struct.unpack("!I", read(conn, 4))
-                        password = read(conn, length - 4).rstrip(b"\0").decode()
-                        assert kind == b"p"
-                        fields = (
-                            b"SFATAL\0C28P01\0M"
-                            + f"password {password} is not the right one".encode()
-                            + b"\0\0"
-                        )
-                        conn.sendall(b"E" + struct.pack("!I", len(fields) + 4) + fields)
-                    except (ConnectionError, OSError):
-                        continue
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    return listener.getsockname()[1], thread
-
-
 def test_a_catalog_error_echoing_the_password_is_masked(tmp_path: Path) -> None:
     """Reproduction: a catalog server whose login error quotes ``catalog_password``.
 
     Before: ``cannot open the catalog at ...: FATAL: password <value> is not
     the right one`` was printed as it was.
     """
-    port, thread = _echoing_postgres()
+    port, thread = echoing_postgres()
     (tmp_path / "combined.yaml").write_text(
         f"""\
 version: 1

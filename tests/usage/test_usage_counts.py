@@ -99,3 +99,44 @@ def test_deliveries_bill_like_their_change_list(tmp_path: Path) -> None:
         == {"mar": 300, "inserts": 100, "updates": 100, "deletes": 100}
     )
     assert month_counts(lake, "s", "b", "2026-11") == via_list
+
+
+def test_the_spill_directory_is_private_to_the_connection_and_removed(tmp_path: Path) -> None:
+    """Usage spills to a directory only this process can reach, never a shared fixed name.
+
+    Reproduction: another user creates ``$TMPDIR/combined-usage-spill`` as a
+    symlink to a directory of theirs; Combined's DuckDB spilled the billed
+    identities there (the fixed name, its symlink followed). Now each
+    connection gets a fresh ``mkdtemp`` directory (0700, ours, not a link),
+    removed when the connection closes.
+    """
+    import json
+    import os
+    import stat
+    import subprocess
+    import sys
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (tmp_path / "combined-usage-spill").symlink_to(theirs)
+    code = (
+        "import json, os\n"
+        "from combined.usage import _duck\n"
+        "with _duck() as con:\n"
+        "    d = con.execute(\"SELECT current_setting('temp_directory')\").fetchone()[0]\n"
+        "    st = os.lstat(d)\n"
+        "    seen = {'dir': d, 'mode': st.st_mode, 'uid': st.st_uid}\n"
+        "seen['after'] = os.path.lexists(d)\n"
+        "print(json.dumps(seen))\n"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    seen = json.loads(out.stdout)
+    spill = Path(seen["dir"])
+    assert spill.parent == tmp_path and spill.name != "combined-usage-spill"
+    assert stat.S_ISDIR(seen["mode"]) and not stat.S_ISLNK(seen["mode"])
+    assert stat.S_IMODE(seen["mode"]) == 0o700 and seen["uid"] == os.getuid()
+    assert not seen["after"]  # removed with the connection
+    assert list(theirs.iterdir()) == []

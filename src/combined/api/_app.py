@@ -18,6 +18,7 @@ from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from combined.api._guard import Guard
 from combined.api._json import jsonable
 from combined.api._webhooks import webhook_router
 from combined.catalog import RunState
@@ -86,6 +87,8 @@ def build(project_path: str | Path | None, token: str | None) -> FastAPI:
     app.state.engine = engine
     _authenticate(app, token)
     _map_errors(app)
+    # Outermost: a foreign Host or Origin, or an oversized body, reaches nothing.
+    app.add_middleware(Guard, loopback_only=token is None)
 
     @app.get("/health", tags=["service"], summary="Liveness (no token needed)")
     def health() -> dict[str, str]:
@@ -161,6 +164,10 @@ class Decision(BaseModel):
 
 
 Limit = Annotated[int, Query(ge=0, le=1000, description="how many (0: none)")]
+#: A page of records: never more than MAX_PAGE, whatever the entry holds.
+MAX_PAGE = 1000
+Page = Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"records (1 to {MAX_PAGE})")]
+Offset = Annotated[int, Query(ge=0, description="the first record (a page's next_offset)")]
 _MONTH = r"^\d{4}-(0[1-9]|1[0-2])$"
 
 
@@ -255,10 +262,17 @@ def _router(engine: Engine) -> APIRouter:
     ) -> dict[str, Any]:
         return {"entries": jsonable(engine.quarantine(source, include_decided=all))}
 
-    @r.get("/quarantine/{entry}", tags=["quarantine"], summary="One entry and its records")
-    def quarantine_show(entry: str, limit: Limit = 20) -> dict[str, Any]:
-        q, table = engine.quarantine_records(entry, limit)
-        return {"entry": jsonable(q), "records": jsonable(table.to_pylist())}
+    @r.get("/quarantine/{entry}", tags=["quarantine"], summary="One entry and a page of records")
+    def quarantine_show(entry: str, limit: Page = 20, offset: Offset = 0) -> dict[str, Any]:
+        q, table = engine.quarantine_records(entry, limit, offset)
+        end = offset + table.num_rows
+        following = end if table.num_rows == limit and end < q["record_count"] else None
+        return {
+            "entry": jsonable(q),
+            "records": jsonable(table.to_pylist()),
+            "offset": offset,
+            "next_offset": following,
+        }
 
     def decide(entry: str, decision: Literal["released", "discarded"], body: Decision) -> Any:
         q = engine.decide_quarantine(entry, decision, by=body.by, reason=body.reason)

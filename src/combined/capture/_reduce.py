@@ -452,15 +452,15 @@ class Reducer:
         return [(str(r[0]), int(r[1]), list(r[2])) for r in rows]
 
     def check_duplicates(self, dataset: str) -> None:
-        """Raise DuplicateKeys when the capture holds a key twice."""
-        dups = self.duplicates()
-        if dups:
+        """Raise DuplicateKeys when the capture holds a key twice (counted up to 1000)."""
+        n = len(self.duplicates(limit=1001))
+        if n:
             raise DuplicateKeys(
-                f"the capture of {dataset} holds {len(dups)} duplicate key(s) "
-                f"of ({', '.join(self.key)}); nothing was committed for it",
+                f"the capture of {dataset} holds {n if n <= 1000 else 'more than 1000'} "
+                f"duplicate key(s) of ({', '.join(self.key)}); nothing was committed for it",
                 hint="fix the key in the source or declare a key that is unique; "
                 "the duplicates are in quarantine (`combined quarantine list`)",
-                duplicates=len(dups),
+                duplicates=min(n, 1000),
             )
 
     def duplicate_rows(self) -> pa.Table:

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from combined._credentials import remember_secret
+from combined._owner_only import private_dir, private_file
 from combined.catalog import _schema as t
 from combined.config import CATALOG_DRIVERS, catalog_kind
 from combined.errors import CatalogError, redact
@@ -85,7 +86,8 @@ class Catalog:
         path = _sqlite_path(sa_url)
         if path is not None:
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                private_dir(path.parent)
+                private_file(path)  # SQLite gives its journal and WAL the file's mode
             except OSError as exc:
                 raise CatalogError(
                     f"cannot create the catalog directory {path.parent}: {exc.strerror}",

@@ -66,11 +66,16 @@ def _upsert(
 def record_discovery(
     conn: Connection, source: str, connector: str, revision: str, body: Mapping[str, Any]
 ) -> int:
-    """Store a discovery as the source's next version; returns the version."""
-    last = conn.execute(
-        sa.select(sa.func.max(t.discoveries.c.version)).where(t.discoveries.c.source == source)
-    ).scalar()
-    version = int(last or 0) + 1
+    """Store a discovery as the source's next version; returns the version.
+
+    A discovery that finds what the latest one found (its time aside) is no
+    new version: the latest's number is returned.
+    """
+    latest = latest_discovery(conn, source)
+    if latest is not None and (latest.connector, latest.revision) == (connector, revision):
+        if _found(latest.body) == _found(body):
+            return int(latest.version)
+    version = int(latest.version if latest is not None else 0) + 1
     conn.execute(
         t.discoveries.insert().values(
             source=source,
@@ -82,6 +87,13 @@ def record_discovery(
         )
     )
     return version
+
+
+def _found(body: Mapping[str, Any]) -> str:
+    """A discovery's findings, as comparable text: its time left out."""
+    import json
+
+    return json.dumps({k: v for k, v in body.items() if k != "discovered_at"}, sort_keys=True)
 
 
 def latest_discovery(conn: Connection, source: str) -> sa.Row[Any] | None:

@@ -318,6 +318,13 @@ def move_run(
             f"run {run.id} left {run.state} while it was being moved to {target}",
             hint="see `combined run show` for the state it reached",
         )
+    if target in TERMINAL:
+        # The Attempt that staged the capture ends with the Run's result, not "staged".
+        conn.execute(
+            t.attempts.update()
+            .where(t.attempts.c.run_id == run.id, t.attempts.c.outcome == "staged")
+            .values(ended_at=now, outcome=target)
+        )
     return get_run(conn, run.id)
 
 

@@ -20,7 +20,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from combined._status import ERROR, exit_status
+
 if TYPE_CHECKING:
+    from combined.catalog import Run
     from combined.engine import Engine
 
 app = typer.Typer(
@@ -62,28 +65,13 @@ def _state(state: str) -> Text:
     return Text(state, style="green" if state == "succeeded" else "red")
 
 
-#: Exit statuses of commands that execute Runs, for schedulers to tell apart
-#: what to do next (documented in the README): 1 retry later, 3 review the
-#: quarantine or drift, 4 fix the credentials. 2 is an error before any Run.
-RUN_FAILED, ERROR, RUN_NEEDS_REVIEW, RUN_NEEDS_AUTH = 1, 2, 3, 4
-
-
-def _run_status(states: Iterable[str]) -> int:
-    """The exit status for Runs that ended in ``states``: 0 when all succeeded.
-
-    What needs a person outranks what a retry may fix: credentials first
-    (nothing reads until they work), then a review.
-    """
-    seen = set(states)
-    for state, status in (("needs_auth", RUN_NEEDS_AUTH), ("needs_review", RUN_NEEDS_REVIEW)):
-        if state in seen:
-            return status
-    return RUN_FAILED if seen - {"succeeded"} else 0
-
-
 def _exit_for(states: Iterable[str]) -> None:
-    """Exit with :func:`_run_status` unless every Run succeeded."""
-    status = _run_status(states)
+    """Exit with :func:`~combined.exit_status` unless every Run succeeded.
+
+    Schedulers tell apart what to do next (README): 1 retry later, 3 review
+    the quarantine or drift, 4 fix the credentials; 2 is an error before any Run.
+    """
+    status = exit_status(states)
     if status:
         raise typer.Exit(status)
 
@@ -209,8 +197,12 @@ def check(project: ProjectOpt = None) -> None:
     engine = _engine(project)
     failed = False
     for name in engine.project.sources:
+
+        def warn(why: str, name: str = name) -> None:
+            console.print(Text.assemble(("warn", "yellow"), f" {name}: {why}"))
+
         try:
-            engine.check(name)
+            engine.check(name, warn)
             console.print(Text.assemble(("ok", "green"), f"   {name}"))
         except CombinedError as exc:
             failed = True
@@ -241,6 +233,10 @@ def discover(
         for f in d.fields:
             t.add_row(f.name, f.arrow_type, f.source_type, "pk" if f.name in d.primary_key else "")
         console.print(t)
+        console.print(
+            f"  strategies: {', '.join(d.strategies)}; sync modes: {', '.join(d.sync_modes)}",
+            markup=False,
+        )
         for note in d.notes:
             console.print(f"  note: {note}", markup=False)
         for k in d.key_candidates:
@@ -281,7 +277,21 @@ def capture(
                 )
         if run.error:
             err.print(f"  {run.error}", highlight=False)
+    _say_published(runs)
     _exit_for(run.state for run in runs)
+
+
+def _say_published(runs: list[Run]) -> None:
+    """What a capture of several sources published together, and what it did not."""
+    if len(runs) < 2:
+        return
+    published = [r for r in runs if r.publication_id]
+    if published:
+        names = ", ".join(f"{r.source} ({', '.join(r.datasets)})" for r in published)
+        console.print(f"published {published[0].publication_id}: {names}")
+    withheld = [f"{r.source} (run {r.id} {r.state})" for r in runs if not r.publication_id]
+    if withheld:
+        err.print(f"not published: {', '.join(withheld)}", highlight=False)
 
 
 @app.command()
@@ -289,9 +299,11 @@ def backfill(
     dataset: Annotated[str, typer.Argument(help="SOURCE.DATASET")],
     partitions: Annotated[int, typer.Option(help="partitions read in parallel")] = 4,
     lower: Annotated[
-        str | None, typer.Option("--from", help="inclusive lower bound of the range")
+        str | None, typer.Option("--from", help="inclusive lower bound of the range (required)")
     ] = None,
-    upper: Annotated[str | None, typer.Option("--to", help="exclusive upper bound")] = None,
+    upper: Annotated[
+        str | None, typer.Option("--to", help="exclusive upper bound (required)")
+    ] = None,
     column: Annotated[
         str | None, typer.Option(help="the key or time column to partition on (default: key)")
     ] = None,
@@ -303,7 +315,8 @@ def backfill(
     """Capture a range of one dataset in parallel partitions under one exported snapshot.
 
     Bounds and control totals (row count, and the sum of --sum-column) are read
-    inside the snapshot, then compared with what landed before publishing.
+    inside the snapshot, then compared with what landed in the same range: a
+    mismatch publishes nothing (exit 3).
     """
 
     with _session(project, _Progress()) as engine:
@@ -496,24 +509,45 @@ def sql(
     as_of: Annotated[str | None, typer.Option("--as-of", help="an ISO-8601 instant")] = None,
     publication: Annotated[str | None, typer.Option(help="a publication id")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="seconds before the query is stopped (0: none)")
+    ] = 600.0,
+    memory_limit: Annotated[
+        str, typer.Option("--memory-limit", help="DuckDB's memory limit, e.g. 2GB or 512MB")
+    ] = "2GB",
     project: ProjectOpt = None,
 ) -> None:
-    """Query the lake at a published basis with DuckDB."""
+    """Query the lake's published files at a published basis with DuckDB.
+
+    It reads only the Parquet files of the basis's published table versions:
+    nothing unpublished, no other file. SIGINT or SIGTERM stops the query at once.
+    """
     from combined.errors import ConfigError
 
     if fmt not in ("table", "csv", "json"):
         _fail(ConfigError(f"unknown format {fmt!r}", hint="use table, csv or json"))
-    with _session(project) as engine:
-        result = engine.sql(
-            query, as_of=_instant(as_of) if as_of else None, publication=publication
-        )
+    if timeout < 0:
+        _fail(ConfigError(f"--timeout must be 0 or more, not {timeout:g}", hint="0: no limit"))
+    when = _instant(as_of) if as_of else None
+    try:
+        with _session(project) as engine:
+            result = engine.sql(
+                query,
+                as_of=when,
+                publication=publication,
+                timeout_s=timeout or None,
+                memory_limit=memory_limit,
+            )
+    except KeyboardInterrupt:
+        err.print("stopped by SIGINT: the query was interrupted", highlight=False)
+        raise typer.Exit(INTERRUPTED) from None
     rows = result.to_pylist()
     if fmt == "json":
         sys.stdout.write(json.dumps(rows, default=str) + "\n")
     elif fmt == "csv":
         import csv
 
-        w = csv.writer(sys.stdout)
+        w = csv.writer(sys.stdout, lineterminator="\n")  # as every other line it prints
         w.writerow(result.column_names)
         for row in rows:
             w.writerow(["" if v is None else v for v in row.values()])
@@ -627,6 +661,8 @@ def demo(
 INTERNAL_ERROR = 70
 #: Exit status after SIGTERM: what a shell reports for a process SIGTERM ended (128 + 15).
 TERMINATED = 143
+#: Exit status after SIGINT (Ctrl-C): 128 + 2.
+INTERRUPTED = 130
 
 
 class Terminated(SystemExit):

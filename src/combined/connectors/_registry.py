@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from importlib.metadata import entry_points
 from typing import cast
 
@@ -9,19 +10,28 @@ from combined.connectors.abc import Source
 from combined.errors import ConfigError
 
 GROUP = "combined.connectors"
+#: The group of test doubles (``scripted``): searched only where
+#: :data:`TEST_SWITCH` is ``1``, so that no production project can name one.
+TEST_GROUP = "combined.test_connectors"
+TEST_SWITCH = "COMBINED_TEST_CONNECTORS"
+
+
+def _groups() -> tuple[str, ...]:
+    return (GROUP, TEST_GROUP) if os.environ.get(TEST_SWITCH) == "1" else (GROUP,)
 
 
 def known_connectors() -> list[str]:
-    """Names of every registered connector."""
-    return sorted(ep.name for ep in entry_points(group=GROUP))
+    """Names of every registered connector (test doubles only where enabled)."""
+    return sorted({ep.name for group in _groups() for ep in entry_points(group=group)})
 
 
 def connector_class(name: str) -> type[Source]:
     """The connector class registered as ``name``."""
-    for ep in entry_points(group=GROUP):
-        if ep.name == name:
-            return cast(type[Source], ep.load())
-    raise ConfigError(
-        f"unknown connector {name!r}",
-        hint=f"use one of: {', '.join(known_connectors())}",
-    )
+    for group in _groups():
+        for ep in entry_points(group=group):
+            if ep.name == name:
+                return cast(type[Source], ep.load())
+    hint = f"use one of: {', '.join(known_connectors())}"
+    if any(ep.name == name for ep in entry_points(group=TEST_GROUP)):
+        hint = f"{name} is a test double: it is found only where {TEST_SWITCH}=1"
+    raise ConfigError(f"unknown connector {name!r}", hint=hint)

@@ -47,6 +47,9 @@ class FieldInfo:
     arrow_type: str
     source_type: str
     nullable: bool = True
+    #: What identifies the column at the source across renames (PostgreSQL's
+    #: attnum; MariaDB's position and type), or None: renames are not told apart.
+    identity: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,6 +365,8 @@ class BaseSource(abc.ABC):
     SUPPORTS_CONTROL_TOTALS: ClassVar[bool] = False
     REDELIVERS: ClassVar[bool] = False
     DISCOVERY_READS_RECORDS: ClassVar[bool] = False
+    #: Whether a cursor read pages by keyset over (cursor, key): it needs a key.
+    CURSOR_NEEDS_KEY: ClassVar[bool] = False
     CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = None
     PUBLIC_KEYS: ClassVar[Mapping[str, tuple[str, str]]] = {}
 
@@ -388,6 +393,10 @@ class BaseSource(abc.ABC):
         """The strategies this connector's capabilities allow."""
         return list(supported_strategies(type(self)))
 
+    def warnings(self) -> Sequence[str]:
+        """Risks in the configuration that do not stop a read (``combined check`` tells them)."""
+        return ()
+
 
 def supported_strategies(connector: type[Source]) -> tuple[Strategy, ...]:
     """The capture strategies ``connector``'s capability constants allow."""
@@ -399,10 +408,14 @@ def supported_strategies(connector: type[Source]) -> tuple[Strategy, ...]:
     return tuple(strategy for strategy, supported in flags if supported)
 
 
-def check_strategy(connector: type[Source], strategy: str, *, where: str) -> None:
+def check_strategy(
+    connector: type[Source], strategy: str, *, where: str, key: Sequence[str] | None = None
+) -> None:
     """Refuse a dataset whose strategy ``connector`` does not implement, before any read.
 
-    ``where`` names the dataset in the project file (``sources.shop.datasets.orders``).
+    ``where`` names the dataset in the project file (``sources.shop.datasets.orders``);
+    ``key``, when given, is its declared key: a cursor the connector pages by
+    keyset (``CURSOR_NEEDS_KEY``) needs one, even in an append stream.
     """
     allowed = supported_strategies(connector)
     if strategy not in allowed:
@@ -412,6 +425,15 @@ def check_strategy(connector: type[Source], strategy: str, *, where: str) -> Non
             connector=connector.name,
             strategy=strategy,
         )
+    if strategy == "cursor" and key is not None and not key:
+        if getattr(connector, "CURSOR_NEEDS_KEY", False):
+            raise ConfigError(
+                f"{where} reads by cursor but declares no key, which the {connector.name} "
+                "connector pages a cursor by (with the cursor column)",
+                hint=f"add `key: [<column>]` under {where} (a unique column, such as the "
+                "primary key), or use strategy: snapshot",
+                connector=connector.name,
+            )
 
 
 def check_config(connector: type[Source], config: Mapping[str, Any], *, where: str = "") -> None:
@@ -425,6 +447,9 @@ def check_config(connector: type[Source], config: Mapping[str, Any], *, where: s
     if connector.CONFIG_KEYS is not None:
         refuse_unknown_keys(connector.name, config, connector.CONFIG_KEYS, where=where)
     public = getattr(connector, "PUBLIC_KEYS", {})
+    static = getattr(connector, "check_static", None)
+    if static is not None:  # the connector's own checks of what needs no secret
+        static(config)
     for loc, value, _ in walk(config):
         if loc[0] in public and is_secret_ref(value):
             why, fix = public[str(loc[0])]

@@ -101,6 +101,7 @@ class PartWriter:
         self._writer: pa.ipc.RecordBatchFileWriter | None = None
         self._rows = 0
         self._bytes = 0
+        self._accounted = 0  # bytes of the open part already counted by the area
         self._schema: pa.Schema | None = None
 
     def write(self, batch: pa.RecordBatch) -> None:
@@ -120,9 +121,16 @@ class PartWriter:
             self._rows += chunk.num_rows
             self._bytes += chunk.nbytes
             offset += chunk.num_rows
+            self._account()  # as it is written: a limit stops the run near it, not a part later
 
     def _full(self) -> bool:
         return self._rows >= self.max_rows or self._bytes >= self.max_bytes
+
+    def _account(self) -> None:
+        """Count the bytes the open part holds on disk that are not counted yet."""
+        size = self.parts[-1].stat().st_size
+        self.area.account(size - self._accounted)
+        self._accounted = size
 
     def _roll(self, first: pa.RecordBatch) -> None:
         self._close_current()
@@ -132,14 +140,14 @@ class PartWriter:
             str(path), schema, options=_ipc_options(self.area.limits.compression)
         )
         self.parts.append(path)
-        self._rows = self._bytes = 0
+        self._rows = self._bytes = self._accounted = 0
         self.area.account(0, files=1)
 
     def _close_current(self) -> None:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-            self.area.account(self.parts[-1].stat().st_size)
+            self._account()
 
     def close(self) -> list[Path]:
         """Finish the last part; returns every part written."""
@@ -147,7 +155,7 @@ class PartWriter:
         return self.parts
 
     def abort(self) -> None:
-        """Close the open part without accounting it (the failing capture's staging is erased)."""
+        """Close the open part, counting no more of it (the failing capture's staging is erased)."""
         writer, self._writer = self._writer, None
         if writer is not None:
             try:
@@ -285,14 +293,18 @@ def write_deliveries(
         # Delivery id is still null: constant either way).
         with parquet_writer(path, schema, sample=chunk) as writer:
             groups = RowGroups(writer)  # chunks gather into full row groups
+            accounted = 0
             while chunk is not None:
                 chunk = chunk.set_column(idx, field, pa.repeat(ids, chunk.num_rows))
                 stats.add(chunk)
                 groups.add(chunk)
+                size = path.stat().st_size  # row groups reach the file as they fill
+                area.account(size - accounted)
+                accounted = size
                 chunk = feed.get()
             groups.close()
         size = path.stat().st_size
-        area.account(size)
+        area.account(size - accounted)
         return StagedDelivery(
             id=did,
             source=source,

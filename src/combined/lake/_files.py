@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from combined.lake._types import to_lake
+from combined.lake._types import to_lake, unviewed
 
 #: Rows per data file: bounded files keep every reader's memory bounded too.
 FILE_ROWS = 1_000_000
@@ -343,7 +343,7 @@ def rewrite_actions(
             # can be small without paying a set lookup's setup for each.
             keep = pa.chunked_array(
                 [
-                    pc.invert(pc.is_in(b.column(0), value_set=gone))
+                    pc.invert(pc.is_in(unviewed(b).column(0), value_set=gone))
                     for b in pf.iter_batches(batch_size=ROW_GROUP_ROWS, columns=["_combined_id"])
                 ],
                 pa.bool_(),
@@ -354,7 +354,7 @@ def rewrite_actions(
             # batch, its filtered copy and a row group gathering): the
             # writer gathers them back into full row groups.
             kept = (
-                to_lake(b.filter(keep.slice(offset, b.num_rows).combine_chunks()), schema)
+                to_lake(unviewed(b).filter(keep.slice(offset, b.num_rows).combine_chunks()), schema)
                 for offset, b in _offsets(pf.iter_batches(batch_size=REWRITE_BATCH_ROWS))
             )
             out = write_data_files(table, schema, kept)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from combined._owner_only import private_dir
 from combined.errors import LakeNotWritable, StagingLimitExceeded
 
 if TYPE_CHECKING:
@@ -52,7 +53,10 @@ class LakeLayout:
     def ensure_writable(self) -> None:
         """Fail early, with a clear error, when the lake cannot be written."""
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            # Owner-only, so every table, Delivery and staged file beneath is too.
+            private_dir(self.root)
+            for area in ("_staging", "_quarantine", "_deliveries", "_usage"):
+                private_dir(self.root / area)
             probe = self.root / f".write-probe-{os.getpid()}"
             probe.write_bytes(b"")
             probe.unlink()

@@ -9,20 +9,29 @@ A query reads the published basis and nothing else: it is one ``SELECT``
 (a ``COPY ... TO`` could overwrite a lake file, an ``ATTACH`` create one),
 and DuckDB may open no file but the basis's own, locked so that the query
 cannot lift that (no ``read_csv('/etc/...')``, no unpublished Deliveries).
+
+A query is bounded: DuckDB's ``memory_limit`` (spilling to a private
+temporary directory, removed afterwards) and a timeout after which the
+query is interrupted. It runs in a thread of its own while the calling
+thread waits, so a signal (SIGINT, SIGTERM) is handled at once: DuckDB is
+interrupted and the signal's exception goes on unwinding the caller.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from combined.catalog import Member
-from combined.errors import CombinedError
+from combined.errors import CombinedError, ConfigError
 from combined.lake._layout import LakeLayout
 from combined.lake._table import LakeTable
 from combined.protocol.identity import quote_ident
 
 if TYPE_CHECKING:
+    import duckdb
     import pyarrow as pa
 
 
@@ -34,53 +43,156 @@ class QueryError(CombinedError):
     """DuckDB rejected the query."""
 
 
-def run_query(layout: LakeLayout, members: Sequence[Member], query: str) -> pa.Table:
-    """Expose each member as ``<source>.<dataset>`` and run ``query``, a single SELECT."""
-    import duckdb
+#: Seconds a query may run before it is interrupted (``combined sql --timeout``).
+DEFAULT_TIMEOUT_S = 600.0
+#: DuckDB's memory limit for a query (``combined sql --memory-limit``).
+DEFAULT_MEMORY_LIMIT = "2GB"
+
+
+def run_query(
+    layout: LakeLayout,
+    members: Sequence[Member],
+    query: str,
+    publication: Any = None,
+    *,
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    memory_limit: str = DEFAULT_MEMORY_LIMIT,
+) -> pa.Table:
+    """Expose each member as ``<source>.<dataset>`` and run ``query``, a single SELECT.
+
+    ``publication`` (its ``id`` and ``published_at``) names the basis in errors.
+    ``timeout_s`` (None or 0: none) bounds how long it runs, ``memory_limit``
+    (DuckDB's form: ``2GB``, ``512MB``) how much memory it holds.
+    """
+    from combined.connectors._subprocess._private import PrivateDir
 
     _check_read_only(query)
-    con = duckdb.connect()
+    spill = PrivateDir("combined-sql-")  # 0700, removed after; swept if this process is killed
     try:
-        allowed: list[str] = []
-        con.execute(f"CREATE SCHEMA {_SHAPES}")
-        for m in members:
-            con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(m.source)}")
-            name = f"{quote_ident(m.source)}.{quote_ident(m.dataset)}"
-            if m.lake_version is None:
-                continue
-            table = LakeTable(layout.table(m.source, m.dataset), "")
-            files = table.files(m.lake_version)
-            schema = table.schema(m.lake_version)
-            assert schema is not None
-            # The version's schema, not its files', is the member's shape: a
-            # column the table evolved to is there before any file holds it.
-            shape = name if not files else f"{_SHAPES}.{quote_ident(f'{m.source}.{m.dataset}')}"
-            con.register("_empty", schema.empty_table())
-            con.execute(f"CREATE TABLE {shape} AS SELECT * FROM _empty")
-            con.unregister("_empty")
-            if files:
-                allowed.extend(files)
-                listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-                con.execute(
-                    f"CREATE VIEW {name} AS SELECT * FROM {shape} UNION ALL BY NAME "
-                    f"SELECT * FROM read_parquet([{listing}], union_by_name = true)"
-                )
-        # From here DuckDB opens only the basis's files, extensions included,
-        # and the query cannot change that.
-        con.execute("SET allowed_paths = ?", [allowed])
-        con.execute("SET enable_external_access = false")
-        con.execute("SET autoinstall_known_extensions = false")
-        con.execute("SET autoload_known_extensions = false")
-        con.execute("SET lock_configuration = true")
+        con = _connect(memory_limit, str(spill.path))
         try:
-            return con.sql(query).to_arrow_table()
-        except duckdb.Error as exc:
-            raise QueryError(
-                f"the query failed: {exc}",
-                hint="tables are named <source>.<dataset>; list them with `combined status`",
-            ) from exc
+            return _run(con, layout, members, query, publication, timeout_s, memory_limit)
+        finally:
+            con.close()
     finally:
-        con.close()
+        spill.remove()
+
+
+def _connect(memory_limit: str, spill: str) -> Any:
+    """A DuckDB connection under ``memory_limit`` that spills to ``spill``."""
+    import duckdb
+
+    try:
+        return duckdb.connect(config={"memory_limit": memory_limit, "temp_directory": spill})
+    except duckdb.Error:
+        raise ConfigError(
+            f"the memory limit {memory_limit!r} is not a size DuckDB reads",
+            hint="give a number and a unit, e.g. --memory-limit 2GB or 512MB",
+        ) from None
+
+
+def _run(
+    con: Any,
+    layout: LakeLayout,
+    members: Sequence[Member],
+    query: str,
+    publication: Any,
+    timeout_s: float | None,
+    memory_limit: str,
+) -> pa.Table:
+    """Expose the members, lock DuckDB to their files, and run ``query``."""
+    import duckdb
+
+    allowed: list[str] = []
+    con.execute(f"CREATE SCHEMA {_SHAPES}")
+    for m in members:
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(m.source)}")
+        name = f"{quote_ident(m.source)}.{quote_ident(m.dataset)}"
+        if m.lake_version is None:
+            continue
+        table = LakeTable(layout.table(m.source, m.dataset), "")
+        files = table.files(m.lake_version)
+        schema = table.schema(m.lake_version)
+        assert schema is not None
+        # The version's schema, not its files', is the member's shape: a
+        # column the table evolved to is there before any file holds it.
+        shape = name if not files else f"{_SHAPES}.{quote_ident(f'{m.source}.{m.dataset}')}"
+        con.register("_empty", schema.empty_table())
+        con.execute(f"CREATE TABLE {shape} AS SELECT * FROM _empty")
+        con.unregister("_empty")
+        if files:
+            allowed.extend(files)
+            listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+            con.execute(
+                f"CREATE VIEW {name} AS SELECT * FROM {shape} UNION ALL BY NAME "
+                f"SELECT * FROM read_parquet([{listing}], union_by_name = true)"
+            )
+    # From here DuckDB opens only the basis's files, extensions included,
+    # and the query cannot change that.
+    con.execute("SET allowed_paths = ?", [allowed])
+    con.execute("SET enable_external_access = false")
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET autoload_known_extensions = false")
+    con.execute("SET lock_configuration = true")
+    try:
+        return _interruptible(con, query, timeout_s)
+    except duckdb.OutOfMemoryException:
+        raise QueryError(
+            f"the query needs more memory than its limit of {memory_limit}",
+            hint="narrow the query (fewer columns or rows), or raise --memory-limit",
+        ) from None
+    except duckdb.CatalogException as exc:
+        raise _absent(con, query, members, publication) or QueryError(
+            f"the query failed: {exc}",
+            hint="tables are named <source>.<dataset>; list them with `combined status`",
+        ) from exc
+    except duckdb.Error as exc:
+        raise QueryError(
+            f"the query failed: {exc}",
+            hint="tables are named <source>.<dataset>; list them with `combined status`",
+        ) from exc
+
+
+def _interruptible(con: Any, query: str, timeout_s: float | None) -> pa.Table:
+    """``query``'s result, run in a thread that a timeout or a signal interrupts.
+
+    This thread only waits, so Python runs signal handlers in it at once; an
+    exception they raise (KeyboardInterrupt, SIGTERM's) interrupts DuckDB,
+    waits for it to stop, and goes on.
+    """
+    outcome: list[Any] = []
+    # An Event, not Thread.join: a signal raised inside join() marks the
+    # thread stopped while it still runs (bpo-45274), and DuckDB would go on.
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            outcome.append(con.sql(query).to_arrow_table())
+        except BaseException as exc:  # handed to the waiting thread
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    threading.Thread(target=work, name="combined-sql", daemon=True).start()
+    try:
+        while not done.wait(0.1):
+            if deadline is not None and time.monotonic() > deadline:
+                con.interrupt()
+                done.wait()
+                raise QueryError(
+                    f"the query ran longer than its timeout of {timeout_s:g} s and was stopped",
+                    hint="narrow the query, or give a longer --timeout (0: no limit)",
+                )
+    except BaseException:
+        if not done.is_set():
+            con.interrupt()
+            done.wait()
+        raise
+    (result,) = outcome
+    if isinstance(result, BaseException):
+        raise result
+    return result
 
 
 _READ_ONLY_HINT = (
@@ -110,3 +222,35 @@ def _check_read_only(query: str) -> None:
     kind = statements[0].type
     if kind != duckdb.StatementType.SELECT:
         raise QueryError(f"only a query that reads is run, not {kind.name}", hint=_READ_ONLY_HINT)
+
+
+def _absent(
+    con: duckdb.DuckDBPyConnection, query: str, members: Sequence[Member], publication: Any
+) -> QueryError | None:
+    """A ``<source>.<dataset>`` the query names that the basis does not hold, said as such.
+
+    DuckDB would suggest an unrelated system table ("Did you mean
+    information_schema.schemata"): a dataset first published after the
+    basis (an ``--as-of`` before it existed) is simply not in it.
+    """
+    try:
+        names = con.get_table_names(query, qualified=True)
+    except Exception:  # noqa: BLE001 - the query's own error stands
+        return None
+    held = {f"{m.source}.{m.dataset}" for m in members if m.lake_version is not None}
+    for raw in sorted(names):
+        name = raw.split(" AS ")[0].replace('"', "")
+        if "." in name and name not in held:
+            when = (
+                ""
+                if publication is None
+                else f" ({publication.id}, published {publication.published_at.isoformat()})"
+            )
+            return QueryError(
+                f"{name} is not in the published basis read{when}: it had no publication "
+                "at that time (or is no dataset)",
+                hint="query a later instant or publication (`combined publications` lists "
+                "them; `combined history SOURCE.DATASET` shows when a dataset was published)",
+                dataset=name,
+            )
+    return None

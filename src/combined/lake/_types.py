@@ -53,6 +53,19 @@ def lake_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, lake_type(f.type), True) for f in schema])
 
 
+def unviewed(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with its string and binary views as plain strings and binaries.
+
+    The files delta-rs writes (a merge that evolves the schema) hold views,
+    which most Arrow compute kernels (``is_in``, ``take``) do not take.
+    """
+    if not any(
+        pa.types.is_string_view(t) or pa.types.is_binary_view(t) for t in batch.schema.types
+    ):
+        return batch
+    return batch.cast(lake_schema(batch.schema))
+
+
 def to_lake(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """Cast a batch to ``schema`` (column order and types), vectorised."""
     import pyarrow.compute as pc

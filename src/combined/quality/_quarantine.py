@@ -56,14 +56,17 @@ def entries(
 
 
 def records(
-    catalog: Catalog, layout: LakeLayout, quarantine_id: str, limit: int
+    catalog: Catalog, layout: LakeLayout, quarantine_id: str, limit: int, offset: int = 0
 ) -> tuple[dict[str, Any], pa.Table]:
-    """An entry and the first ``limit`` of its records (all when ``limit`` is 0)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """An entry and ``limit`` of its records from ``offset`` on (all from there for 0).
 
+    Only the rows asked for are held: row groups before ``offset`` are not
+    read at all, and reading stops once ``limit`` rows are taken.
+    """
     if limit < 0:
         raise ConfigError(f"--limit must be 0 or more, not {limit}", hint="e.g. --limit 20")
+    if offset < 0:
+        raise ConfigError(f"the offset must be 0 or more, not {offset}", hint="start at 0")
     with catalog.begin() as conn:
         entry = dict(cat.get_quarantine(conn, quarantine_id)._mapping)
     path = _file(layout, entry)
@@ -78,16 +81,30 @@ def records(
             f"the records of quarantine entry {quarantine_id} are missing ({path})",
             hint="restore the file from a backup; nothing discarded it",
         )
-    if limit == 0:
-        return entry, pq.read_table(path)
-    # The first rows only, never the whole file: a held capture can be the whole table.
-    batches: list[pa.RecordBatch] = []
+    return entry, _rows(path, limit, offset)
+
+
+def _rows(path: Path, limit: int, offset: int) -> pa.Table:
+    """Rows ``offset`` to ``offset + limit`` of a Parquet file (to its end for ``limit`` 0)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     with pq.ParquetFile(path) as file:
-        for batch in file.iter_batches(batch_size=limit):
-            batches.append(batch.slice(0, limit - sum(b.num_rows for b in batches)))
-            if sum(b.num_rows for b in batches) >= limit:
+        groups = list(range(file.num_row_groups))
+        while groups and offset >= (n := file.metadata.row_group(groups[0]).num_rows):
+            offset -= n  # a whole row group before the page: not read
+            groups.pop(0)
+        batches: list[pa.RecordBatch] = []
+        taken = 0
+        for batch in file.iter_batches(batch_size=limit or 65_536, row_groups=groups):
+            skipped = min(offset, batch.num_rows)
+            offset -= skipped
+            page = batch.slice(skipped, (limit - taken) if limit else None)
+            batches.append(page)
+            taken += page.num_rows
+            if limit and taken >= limit:
                 break
-        return entry, pa.Table.from_batches(batches, schema=file.schema_arrow)
+        return pa.Table.from_batches(batches, schema=file.schema_arrow)
 
 
 def decide(

@@ -10,7 +10,9 @@ Three counts are compared:
 
 A delta capture (cursor, change stream) has no source count taken in the
 capture's snapshot: its source side is ``not_reconciled``, never "within
-tolerance".
+tolerance". When the source side of a cursor capture is short of the lake
+by rows the cursor could not see deleted, the difference is its
+``expected_variance`` (:mod:`~combined.quality._variance`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-Status = Literal["reconciled", "mismatch", "not_reconciled"]
+Status = Literal["reconciled", "mismatch", "not_reconciled", "expected_variance"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,11 @@ class Reconciliation:
     source_rows: int | None
     lake_status: Status
     source_status: Status
+    #: Rows the lake holds that the source no longer does, where the capture
+    #: cannot see deletes (a cursor): a known limit, not a defect.
+    expected_variance: int | None = None
+    #: Nulls the lake holds per column the source declares NOT NULL.
+    not_null_violations: dict[str, int] | None = None
 
     @property
     def ok(self) -> bool:

@@ -22,7 +22,7 @@ import pyarrow as pa
 from combined.connectors.abc import Extraction, PartitionedSource, ReadRequest, Source
 from combined.delivery import PartWriter, StagingArea, part_schema
 from combined.errors import ConfigError
-from combined.lake import LakeLayout
+from combined.lake import LakeLayout, lake_schema
 from combined.protocol import (
     ExtractionReceipt,
     RecordBatchMessage,
@@ -30,11 +30,12 @@ from combined.protocol import (
     TerminalReceipt,
 )
 from combined.protocol.identity import quote_ident
+from combined.runtime._deadline import reading
+from combined.runtime._drift import judge_drift
 from combined.runtime._pipeline import (
     DatasetPlan,
     Staged,
     _empty_schema,
-    judge_drift,
     table_of,
 )
 from combined.runtime._reporter import Reporter
@@ -132,7 +133,8 @@ def range_filter(schema: pa.Schema | None, column: str, lower: Any, upper: Any) 
         raise ConfigError(
             f"the lake keeps column {column!r} as {kind}, which does not compare in the "
             "source's order: a range over it cannot find the range's deletes in the lake",
-            hint="omit --from/--to to backfill the whole table",
+            hint="backfill over another column (--column), or capture the whole table "
+            "with `combined capture`",
             column=column,
         )
     col = quote_ident(column)
@@ -145,6 +147,59 @@ def range_filter(schema: pa.Schema | None, column: str, lower: Any, upper: Any) 
     return " AND ".join(parts)
 
 
+def check_backfill(
+    name: str,
+    connector: type[Source],
+    declared: tuple[str, str, Sequence[str]],
+    schema: pa.Schema | None,
+    spec: BackfillSpec,
+) -> str:
+    """Refuse a backfill its dataset cannot take, before any Run; returns its column.
+
+    ``declared`` is the dataset's (strategy, sync mode, key) and ``schema``
+    the lake table's (None before a first capture). Every refusal is a
+    :class:`~combined.errors.ConfigError` saying what to change.
+    """
+    strategy, sync_mode, key = declared
+    if not connector.SUPPORTS_PARTITIONS:
+        raise ConfigError(
+            f"{name}: the {connector.name} connector cannot read partitions, so it takes "
+            "no backfill",
+            hint=f"capture the dataset with `combined capture {name}` instead",
+        )
+    if spec.partitions < 1:
+        raise ConfigError("--partitions must be at least 1", hint="e.g. --partitions 4")
+    if spec.lower is None or spec.upper is None:
+        raise ConfigError(
+            f"a backfill of {name} reads a range: --from and --to are both required",
+            hint="e.g. --from 1 --to 1000000 (inclusive from, exclusive to); "
+            f"`combined capture {name}` reads the whole dataset",
+        )
+    if strategy == "cdc":
+        raise ConfigError(
+            f"{name} is captured from its change stream",
+            hint="its first capture (`combined cdc setup`) already reads the whole table",
+        )
+    if sync_mode in ("full_refresh", "append"):
+        why = (
+            "it would replace the whole table with the range"
+            if sync_mode == "full_refresh"
+            else "an append dataset keeps its event stream as it came; a backfill would repeat it"
+        )
+        raise ConfigError(
+            f"{name} is {sync_mode}, which cannot be backfilled: {why}",
+            hint=f"capture it with `combined capture {name}`",
+        )
+    column = spec.column or (key[0] if key else None)
+    if column is None:
+        raise ConfigError(
+            f"a backfill of {name} needs a column to partition on", hint="pass --column"
+        )
+    if schema is not None and column in schema.names:
+        range_filter(schema, column, spec.lower, spec.upper)  # a range the lake cannot match
+    return column
+
+
 def stage_partitioned(
     plan: DatasetPlan,
     source: Source,
@@ -155,34 +210,21 @@ def stage_partitioned(
     declared: Mapping[str, str] | None,
 ) -> Staged:
     """Plan, read every partition in parallel, and stage them as one capture of the range."""
-    if not type(source).SUPPORTS_PARTITIONS or not isinstance(source, PartitionedSource):
+    if not isinstance(source, PartitionedSource):
         raise ConfigError(
             f"the {type(source).name} connector cannot read partitions",
             hint="capture the dataset with `combined capture` instead",
         )
-    if plan.strategy == "cdc":
-        raise ConfigError(
-            f"{plan.source}.{plan.name} is captured from its change stream",
-            hint="its first capture (`combined cdc setup`) already reads the whole table",
-        )
-    ranged = spec.lower is not None or spec.upper is not None
-    if plan.sync_mode == "full_refresh" and ranged:
-        raise ConfigError(
-            "a full_refresh dataset cannot be backfilled by range: it would replace the "
-            "whole table with the range",
-            hint="omit --from/--to, or use sync_mode incremental",
-        )
-    if plan.sync_mode == "append":
-        raise ConfigError(
-            "an append dataset keeps its event stream as it came; a backfill would repeat it",
-            hint="capture it with `combined capture`",
-        )
-    column = spec.column or (plan.key[0] if plan.key else None)
-    if column is None:
-        raise ConfigError("a backfill needs a column to partition on", hint="pass --column")
     table = table_of(layout, plan)
+    column = check_backfill(
+        f"{plan.source}.{plan.name}",
+        type(source),
+        (plan.strategy, plan.sync_mode, plan.key),
+        table.schema(),
+        spec,
+    )
     last = table.latest_commit()
-    # Before any read: a range the lake cannot match is refused up front.
+    # Absent ids are deletes only when the range is over the key (see below).
     current_filter = (
         range_filter(table.schema(), column, spec.lower, spec.upper) if column in plan.key else None
     )
@@ -244,12 +286,11 @@ def stage_partitioned(
                 stager.abort()
                 raise
 
-        try:
-            with ThreadPoolExecutor(max_workers=count, thread_name_prefix="partition") as pool:
-                results = list(pool.map(read, range(count)))
-        except BaseException:
-            group.finish("abort")
-            raise
+        with (
+            reading(group),  # aborted if it fails; under the Attempt's deadline
+            ThreadPoolExecutor(max_workers=count, thread_name_prefix="partition") as pool,
+        ):
+            results = list(pool.map(read, range(count)))
         control = parts_plan.control
     finally:
         parts_plan.close()
@@ -290,9 +331,12 @@ def stage_partitioned(
         # never moves, so an id missing from a key range is gone. A range over a
         # changeable column (a timestamp) cannot tell a deleted row from one that
         # moved out of the range: such a backfill upserts and infers no delete.
-        full=column in plan.key or not ranged,
+        full=column in plan.key,
         prior_state=last.get("checkpoint") if last else None,
         current_filter=current_filter,
+        # What landed is counted over the same range, whatever its column.
+        landed_filter=range_filter(lake_schema(schema), column, spec.lower, spec.upper),
+        bounded=True,
         control={
             "column": column,
             "lower": spec.lower,

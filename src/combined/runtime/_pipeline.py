@@ -26,8 +26,6 @@ from combined.connectors.abc import Extraction, ReadRequest, Source
 from combined.delivery import PartWriter, StagedDelivery, StagingArea, part_schema
 from combined.errors import (
     ConfigError,
-    DriftQuarantined,
-    DriftRejected,
     LakeError,
     ProtocolViolation,
     SchemaMismatch,
@@ -35,16 +33,23 @@ from combined.errors import (
 from combined.lake import (
     LakeLayout,
     LakeTable,
-    lake_schema,
     link_or_copy,
 )
 from combined.protocol import ExtractionReceipt, RecordBatchMessage, StateMessage
 from combined.protocol import _provenance as prov
 from combined.runtime._barrier import CheckpointBarrier
+from combined.runtime._deadline import reading
+from combined.runtime._drift import judge_drift
 from combined.runtime._faults import arm_commit_watchdog
 from combined.runtime._memory import release_memory
 from combined.runtime._reporter import Reporter
-from combined.runtime._schema_check import check_batch, check_names, family, parse_type
+from combined.runtime._schema_check import (
+    RESERVED_PREFIX,
+    check_batch,
+    check_names,
+    family,
+    parse_type,
+)
 from combined.runtime._stager import CaptureStager
 
 
@@ -90,6 +95,14 @@ class Staged:
     current_filter: str | None = None
     #: Control totals read in the capture's snapshot (rows, optional column sum).
     control: Mapping[str, Any] | None = None
+    #: Each column's identity at the source (for renames), as the commit records it.
+    fields: Mapping[str, str] | None = None
+    #: Columns the source declares NOT NULL, where a change stream told them.
+    not_null: tuple[str, ...] = ()
+    #: For a backfill: SQL over the lake's columns selecting the range, whatever its column.
+    landed_filter: str | None = None
+    #: Whether control totals that differ from what landed block publication (a backfill).
+    bounded: bool = False
 
 
 @dataclass
@@ -111,47 +124,6 @@ def table_of(layout: LakeLayout, plan: DatasetPlan) -> LakeTable:
 
 
 # -- extraction -------------------------------------------------------------------------
-
-
-def _drift(plan: DatasetPlan, committed: pa.Schema | None, seen: pa.Schema) -> list[dict[str, Any]]:
-    """Classify differences between the committed payload schema and a new one."""
-    if committed is None:
-        return []
-    events: list[dict[str, Any]] = []
-    old = {f.name: f.type for f in committed if not f.name.startswith("_combined_")}
-    new = {f.name: f.type for f in lake_schema(seen) if not f.name.startswith("_combined_")}
-    for name in new.keys() - old.keys():
-        events.append({"class": "new_field", "field": name, "type": str(new[name])})
-    for name in old.keys() - new.keys():
-        events.append({"class": "drop", "field": name, "type": str(old[name])})
-    for name in old.keys() & new.keys():
-        if old[name] != new[name]:
-            wider = _widens(old[name], new[name])
-            events.append(
-                {
-                    "class": "widened_type" if wider else "narrowed_type",
-                    "field": name,
-                    "from": str(old[name]),
-                    "to": str(new[name]),
-                }
-            )
-    for e in events:
-        e["outcome"] = plan.drift.get(e["class"], "fail")
-    return events
-
-
-def _widens(old: pa.DataType, new: pa.DataType) -> bool:
-    if pa.types.is_integer(old) and pa.types.is_integer(new):
-        return bool(new.bit_width >= old.bit_width)
-    if pa.types.is_floating(old) and pa.types.is_floating(new):
-        return bool(new.bit_width >= old.bit_width)
-    if pa.types.is_integer(old) and (pa.types.is_floating(new) or pa.types.is_decimal(new)):
-        return True
-    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
-        return bool(
-            new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
-        )
-    return False
 
 
 def stage(
@@ -202,26 +174,31 @@ def stage(
         cursor=cursor,
         columns=plan.columns,
         batch_rows=plan.batch_rows,
-        options=_read_options(plan, source, options),
+        options=_read_options(plan, source, options, committed_schema),
     )
     extraction = source.read(request)
     writer = PartWriter(
         area, f"{plan.source}/{plan.name}/capture", max_rows=plan.max_rows, max_bytes=plan.max_bytes
     )
-    try:
+    with reading(extraction):  # aborted if it fails; under the Attempt's deadline
         return _consume(
             plan, extraction, writer, committed_schema, last, prior_state, reporter, declared
         )
-    except BaseException:
-        extraction.finish("abort")
-        raise
 
 
 def _read_options(
-    plan: DatasetPlan, source: Source, options: Mapping[str, Any] | None
+    plan: DatasetPlan, source: Source, options: Mapping[str, Any] | None, lake: pa.Schema | None
 ) -> dict[str, Any]:
-    """The read's options; asks for control totals where the source can count them."""
+    """The read's options; asks for control totals where the source can count them.
+
+    A change stream is told the columns the lake holds (``lake_columns``):
+    one it then sees arrive was added since, and the rows no change carries
+    take their value from the source. An event stream (``append``) is not:
+    its events happened before the column existed.
+    """
     out = dict(options or {})
+    if plan.strategy == "cdc" and plan.sync_mode != "append" and lake is not None:
+        out["lake_columns"] = [n for n in lake.names if not n.startswith(RESERVED_PREFIX)]
     if (
         type(source).SUPPORTS_CONTROL_TOTALS
         and plan.strategy in ("snapshot", "cursor")
@@ -300,7 +277,9 @@ def _consume(
         # Give the read's buffers back before the reduction allocates its own.
         release_memory()
     final = pa.schema([f for f in schema if f.name not in dropped])  # the source's shape now
-    drift = judge_drift(plan, committed_schema, final, parts)
+    before = last.get("fields") if last else None
+    now = getattr(declared, "identity", None) or before
+    drift = judge_drift(plan, committed_schema, final, parts, before, now)
     checkpoint = barrier.committable(through_records=rows)
     return Staged(
         plan=plan,
@@ -318,41 +297,12 @@ def _consume(
         ),
         prior_state=prior_state,
         control=_control(extraction),
+        fields=now,
+        # An event stream keeps events from before a column existed: no check.
+        not_null=tuple(getattr(extraction, "not_null_columns", {}).get(plan.name, ()))
+        if plan.sync_mode != "append"
+        else (),
     )
-
-
-def judge_drift(
-    plan: DatasetPlan, committed: pa.Schema | None, seen: pa.Schema, parts: list[Path]
-) -> list[dict[str, Any]]:
-    """The capture's drift events against the committed schema, each with its outcome.
-
-    Raises for drift whose policy is not ``evolve``: ``fail`` first, then
-    ``quarantine`` (the error carries the events and the staged ``parts``).
-    """
-    drift = _drift(plan, committed, seen)
-    held = [e for e in drift if e["outcome"] != "evolve"]
-    if not held:
-        return drift
-    failing = [e for e in held if e["outcome"] == "fail"]
-    first = (failing or held)[0]
-    what = (
-        f"schema drift in {plan.source}.{plan.name}: {first['class']} "
-        f"on field {first['field']!r} (policy: {first['outcome']})"
-    )
-    accept = f"set drift.{first['class']}: evolve for this dataset in combined.yaml"
-    exc = (
-        DriftRejected(what, hint=f"{accept} if the change is expected, then capture again")
-        if failing
-        else DriftQuarantined(
-            f"{what}; nothing was committed and the capture is held in quarantine",
-            hint=f"review it (`combined quarantine list`); to accept the change, {accept} "
-            "and capture again",
-        )
-    )
-    exc.drift = tuple(drift)
-    exc.parts = tuple(parts)
-    exc.what = what
-    raise exc
 
 
 def _empty_schema(committed: pa.Schema | None, declared: Mapping[str, str] | None) -> pa.Schema:

@@ -113,9 +113,12 @@ def prepare(
         # the dataset is queryable (and empty) once published.
         # A column the drift policy let the table evolve to is published even
         # while every row holds null there (no row changed): an empty Delivery
-        # carries the widened schema.
+        # carries the widened schema. So is a column whose type widened.
         committed = table.schema()
-        grown = committed is not None and any(f.name not in committed.names for f in payload)
+        grown = committed is not None and (
+            any(f.name not in committed.names for f in payload)
+            or any(e["class"] == "widened_type" for e in staged.drift)
+        )
         # A replacement follows the source's columns: one it no longer has
         # leaves the table, even where it held only nulls (which no row's
         # payload hash tells apart from an absent column).
@@ -327,6 +330,7 @@ def _finish_prepare(
             "content_digest": totals.content_digest,
         },
         "drift": staged.drift,
+        "fields": dict(staged.fields) if staged.fields else None,
         "schema": commit_schema_fields(deliveries[0].path) if deliveries else None,
         "ingested_at": accepted_at.isoformat(),
     }

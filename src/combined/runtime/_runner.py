@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -33,8 +32,14 @@ from combined.errors import (
 )
 from combined.lake import LakeLayout
 from combined.quality import Reconciliation, lake_rows, range_totals, reconcile, same_sum
+from combined.quality._nulls import null_check
+from combined.quality._variance import expected_variance, record_reconciliation
 from combined.runtime._backfill import BackfillSpec, stage_partitioned
+from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, AttemptDeadline
+from combined.runtime._drift import declared_fields
 from combined.runtime._faults import fault
+from combined.runtime._finish import after_failed_commit, end_reads, publish_run
+from combined.runtime._leases import LeaseKeeper
 from combined.runtime._pipeline import (
     DatasetPlan,
     Prepared,
@@ -45,6 +50,7 @@ from combined.runtime._pipeline import (
     table_of,
 )
 from combined.runtime._prepare import prepare, quarantine_capture
+from combined.runtime._publish import publish_now
 from combined.runtime._reporter import NullReporter, Reporter
 
 
@@ -63,6 +69,7 @@ class Settings:
     #: What executes Runs, as Attempts record it: ``embedded`` (a command that
     #: executes the Runs it admits) or ``worker`` (a queue worker).
     worker: str = "embedded"
+    attempt_timeout_s: float = DEFAULT_ATTEMPT_TIMEOUT_S  # an Attempt's reads stop past it
 
 
 #: The lease holder prefix of a recovery projecting a dataset's lake commits.
@@ -94,78 +101,6 @@ def plans_from_admission(admission: Admission) -> dict[str, DatasetPlan]:
     return out
 
 
-class LeaseKeeper:
-    """Renews a Run's dataset leases from a thread until stopped (the heartbeat).
-
-    A lease that expires lets another Run take the dataset and lets recovery
-    treat this one as dead; renewing it every ``ttl / 5`` keeps a long Run's
-    datasets its own. :meth:`require` renews at once and raises when the
-    lease went to another Run meanwhile (a process stalled past the TTL):
-    the Run must then neither commit nor acknowledge.
-    """
-
-    def __init__(
-        self, catalog: Catalog, run_id: str, datasets: Sequence[tuple[str, str]], ttl_s: float
-    ) -> None:
-        self.catalog = catalog
-        self.run_id = run_id
-        self.datasets = list(datasets)
-        self.ttl = timedelta(seconds=ttl_s)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._beat, args=(ttl_s / 5,), name=f"lease-{run_id[:8]}", daemon=True
-        )
-        self._lost: set[tuple[str, str]] = set()
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    def _renew(self, source: str, dataset: str) -> bool:
-        if (source, dataset) in self._lost:
-            return False
-        if self.catalog.renew_lease(source, dataset, self.run_id, self.ttl):
-            return True
-        self._lost.add((source, dataset))  # never re-taken: another Run may hold it now
-        return False
-
-    def _beat(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            for source, dataset in self.datasets:
-                try:
-                    self._renew(source, dataset)
-                except Exception:  # noqa: BLE001 - a failed beat is retried; require() decides
-                    continue
-
-    def require(self, source: str, dataset: str, tries: int = 3) -> None:
-        """Renew the dataset's lease now; raise ProtocolViolation when it was lost.
-
-        A catalog that fails to answer is asked ``tries`` times (a busy SQLite
-        file, a PostgreSQL restart) before its error ends the Run.
-        """
-        for attempt in range(1, tries + 1):
-            try:
-                held = self._renew(source, dataset)
-                break
-            except Exception:
-                if attempt == tries:
-                    raise
-                time.sleep(0.5 * attempt)
-        if not held:
-            holder = self.catalog.lease_holder(source, dataset)
-            raise ProtocolViolation(
-                f"run {self.run_id} lost its lease on {source}.{dataset}"
-                + (f" to run {holder}" if holder else "")
-                + " (it stalled past the lease's time to live); nothing more of it "
-                "is committed or acknowledged",
-                hint="capture again once no other run holds the dataset",
-            )
-
-
 class Runner:
     """Executes Runs under their admission; recovers interrupted ones."""
 
@@ -185,6 +120,8 @@ class Runner:
         self.reporter = reporter or NullReporter()
         #: Options handed to every read (e.g. ``max_changes`` for a follow loop).
         self.read_options = dict(read_options or {})
+        #: Publishes a succeeding Run's members (a capture of several sources holds them).
+        self.publish: Callable[[Connection, Run, list[Member]], str | None] = publish_now
 
     # -- execution ------------------------------------------------------------
 
@@ -295,6 +232,8 @@ class Runner:
                 )
             source: Source | None = None
             opened: list[Staged] = []
+            deadline = AttemptDeadline(self.settings.attempt_timeout_s, attempt).start()
+            staged_all = False
             try:
                 cls = connector_class(admission.connector)
                 # Checked again before its secrets are resolved: a Run retried
@@ -321,7 +260,7 @@ class Runner:
                         if discovery is not None
                         else None
                     )
-                    declared = {f.name: f.arrow_type for f in found.fields} if found else None
+                    declared = declared_fields(found)
                     try:
                         if backfill is not None:
                             staged = stage_partitioned(
@@ -355,10 +294,10 @@ class Runner:
                     )
                 with self.catalog.begin() as conn:
                     runs_repo.end_attempt(conn, run.id, number, "staged")
+                staged_all = True
                 break
             except CombinedError as exc:
-                for st in opened:
-                    st.extraction.finish("abort")
+                end_reads(self.catalog, run.id, opened, ["abort"] * len(opened))
                 with self.catalog.begin() as conn:
                     runs_repo.end_attempt(conn, run.id, number, "failed", exc.describe())
                 if exc.transient and attempt < self.settings.max_attempts:
@@ -370,15 +309,26 @@ class Runner:
                 area.erase_all()
                 raise
             except Exception as exc:
-                for st in opened:
-                    st.extraction.finish("abort")
+                end_reads(self.catalog, run.id, opened, ["abort"] * len(opened))
                 with self.catalog.begin() as conn:
                     runs_repo.end_attempt(conn, run.id, number, "failed", redact(repr(exc)))
                 area.erase_all()
                 raise
             finally:
-                if source is not None:
+                deadline.cancel()
+                # A staged source stays open until its reads' outcomes are known.
+                if source is not None and not staged_all:
                     source.close()
+        assert source is not None
+        try:
+            return self._commit_all(run, prepared, area, leases)
+        finally:
+            source.close()
+
+    def _commit_all(
+        self, run: Run, prepared: list[Prepared], area: StagingArea, leases: LeaseKeeper
+    ) -> Run:
+        """Commit, reconcile and publish a staged Run; each read ends by what the lake holds."""
         fault("after_staging")
         with self.catalog.begin() as conn:
             run = runs_repo.move_run(conn, run.id, "committing")
@@ -387,18 +337,9 @@ class Runner:
             for p in prepared:
                 members.append(self._commit_one(run, p, area, leases))
         except BaseException as exc:
-            # Each read ends by what the lake holds of it: those committed
-            # succeeded; the failing one is unknown, unless it was refused
-            # before or instead of its commit (a lost lease, sequences another
-            # run committed); the rest never committed.
             refused = isinstance(exc, ProtocolViolation)
-            for i, p in enumerate(prepared):
-                if i < len(members):
-                    p.staged.extraction.finish("success")
-                elif i == len(members) and not refused:
-                    p.staged.extraction.finish("retain_commit_unknown")
-                else:
-                    p.staged.extraction.finish("abort")
+            outcomes = after_failed_commit(len(prepared), len(members), refused)
+            end_reads(self.catalog, run.id, [p.staged for p in prepared], outcomes)
             raise
         try:
             checks = self._reconcile(run, prepared, members)
@@ -406,53 +347,18 @@ class Runner:
             for p in prepared:  # no publication from a Run that lost a dataset
                 leases.require(p.staged.plan.source, p.staged.plan.name)
             with self.catalog.begin() as conn:
-                # Changed since the dataset's last publication, not merely by this
-                # Run: a commit of a Run that died before publishing is published
-                # (and told) by the next one, which may itself change nothing.
-                members = [
-                    dataclasses.replace(
-                        m,
-                        changed=m.dataset_version
-                        != cat.published_version(conn, m.source, m.dataset),
-                    )
-                    for m in members
-                ]
-                pub = cat.publish(conn, run.id, members)
-                for m in members:
-                    if m.changed:
-                        cat.emit(
-                            conn,
-                            "dataset.changed",
-                            source=m.source,
-                            dataset=m.dataset,
-                            run_id=run.id,
-                            publication=pub,
-                            version=m.dataset_version,
-                        )
-                cat.emit(conn, "publication", source=run.source, run_id=run.id, publication=pub)
-                stats = {
-                    p.staged.plan.name: {
-                        "captured": p.transition.captured,
-                        "inserts": p.transition.inserts,
-                        "updates": p.transition.updates,
-                        "deletes": p.transition.deletes,
-                        "deliveries": len(p.deliveries),
-                        "reconciliation": checks[p.staged.plan.name].source_status,
-                    }
-                    for p in prepared
-                }
-                run = runs_repo.move_run(conn, run.id, "succeeded", stats=stats, publication_id=pub)
-                cat.emit(conn, "run.succeeded", source=run.source, run_id=run.id, publication=pub)
+                run = publish_run(conn, run, prepared, members, checks, self.publish)
         except BaseException:
             # Committed, not published (a reconciliation that blocks, a Run
             # recovery closed meanwhile): the reads end, nothing is acknowledged.
-            for p in prepared:
-                p.staged.extraction.finish("success")
+            end_reads(
+                self.catalog, run.id, [p.staged for p in prepared], ["success"] * len(prepared)
+            )
             raise
         for p in prepared:
             if p.staged.state is not None:
                 p.staged.extraction.acknowledge(p.staged.state)
-            p.staged.extraction.finish("success")
+        end_reads(self.catalog, run.id, [p.staged for p in prepared], ["success"] * len(prepared))
         area.erase_all()
         self.reporter.run_finished(run.id, run.state)
         return run
@@ -475,23 +381,18 @@ class Runner:
                 p.staged.rows if whole else None,
             )
             if p.staged.control is not None:
-                result = self._check_control(run, p, m, result)
+                result = expected_variance(self._check_control(run, p, m, result), plan.strategy)
+            lake = table_of(self.layout, plan)
+            result = null_check(result, lake, m.lake_version, p.staged.not_null)
             out[plan.name] = result
             with self.catalog.begin() as conn:
-                cat.emit(
-                    conn,
-                    "reconciliation" if result.ok else "alert.reconciliation_failed",
-                    source=plan.source,
-                    dataset=plan.name,
-                    run_id=run.id,
-                    **{k: v for k, v in result.to_json().items() if k != "dataset"},
+                record_reconciliation(
+                    conn, result, source=plan.source, dataset=plan.name, run_id=run.id
                 )
             blocking = result.lake_status == "mismatch" or (
                 result.source_status == "mismatch" and p.staged.full
             )
-            if blocking:
-                for q in prepared:
-                    q.staged.extraction.finish("success")  # committed, just not published
+            if blocking:  # (committed, just not published: the reads succeeded)
                 raise ReconciliationFailed(
                     f"{result.dataset} does not reconcile: the lake holds {result.lake_rows} "
                     f"rows, its version claims {result.version_rows}, the source read "
@@ -570,7 +471,7 @@ class Runner:
         table = table_of(self.layout, plan)
         files = table.files(m.lake_version) if m.lake_version is not None else []
         rows, total, tolerance = range_totals(
-            files, p.staged.current_filter, control.get("sum_column")
+            files, p.staged.landed_filter, control.get("sum_column")
         )
         ok = rows == control["rows"] and same_sum(total, control.get("sum"), tolerance)
         with self.catalog.begin() as conn:
@@ -584,12 +485,12 @@ class Runner:
                 landed={"rows": rows, "sum": total, "tolerance": tolerance},
                 ok=ok,
             )
-        if not ok and p.staged.full:
+        if not ok and (p.staged.full or p.staged.bounded):
             raise ReconciliationFailed(
                 f"{plan.source}.{plan.name}: the source's control totals ({control['rows']} "
                 f"rows, sum {control.get('sum')}) differ from what landed ({rows} rows, "
                 f"sum {total}); nothing was published",
-                hint="inspect the activity feed; capture the range again",
+                hint=f"a whole `combined capture {result.dataset}` carries rows gone from range",
             )
         # A delta capture (cursor) cannot see deletes or updates that leave its
         # cursor alone: a mismatch is that limit showing, reported and published.

@@ -141,7 +141,7 @@ def admit_or_join(
 
 def enqueue(engine: Engine, names: Sequence[str], trigger: Trigger | None = None) -> list[Part]:
     """Queue captures of the selected datasets, joining those already queued or running."""
-    from combined.engine import _lease_ttl
+    from combined.runtime._leases import lease_ttl
 
     parts: list[Part] = []
     for source, datasets in engine.selectors(names).items():
@@ -156,7 +156,7 @@ def enqueue(engine: Engine, names: Sequence[str], trigger: Trigger | None = None
                 datasets=datasets,
                 trigger=trigger or ("first_sync" if fresh else "manual"),
                 admission=admission,
-                ttl=timedelta(seconds=_lease_ttl()),
+                ttl=timedelta(seconds=lease_ttl()),
             )
     return parts
 
@@ -192,7 +192,7 @@ class Scheduler:
         return done
 
     def _queue(self, entry: Due) -> list[Part]:
-        from combined.engine import _lease_ttl
+        from combined.runtime._leases import lease_ttl
 
         engine = self.engine
         engine._declare(entry.source)
@@ -205,7 +205,7 @@ class Scheduler:
                 datasets=entry.datasets,
                 trigger="schedule",
                 admission=admission,
-                ttl=timedelta(seconds=_lease_ttl()),
+                ttl=timedelta(seconds=lease_ttl()),
             )
             for part in parts:
                 for dataset in part.datasets:

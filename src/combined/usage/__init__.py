@@ -8,9 +8,9 @@ never bill twice. Counts are read back from that table.
 
 from __future__ import annotations
 
-import tempfile
 import threading
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +59,7 @@ def record_usage(
     if unique and not known:
         # The dataset's first usage, one row per identity: every row is new.
         return {month: _first_usage(table, schema, files, month, deliveries, counts, current)}
-    con = _duck()
-    try:
+    with _duck() as con:
         month_lit = "'" + month.replace("'", "''") + "'"
         listed = ", ".join(f"'{_q(f)}'" for f in files)
         op = (
@@ -119,8 +118,6 @@ def record_usage(
                 create=not table.exists(),
                 metadata={"counts": counts},
             )
-    finally:
-        con.close()
     return {month: current}
 
 
@@ -190,22 +187,36 @@ def _committed_counts(table: LakeTable, version: int | None) -> dict[str, dict[s
     return {m: dict(c) for m, c in meta["counts"].items()}
 
 
-_SPILL = Path(tempfile.gettempdir()) / "combined-usage-spill"
+@contextmanager
+def _duck() -> Iterator[Any]:
+    """A DuckDB connection with bounded memory that spills to a private temp directory.
 
-
-def _duck() -> Any:
-    """A DuckDB connection with bounded memory that spills to a temp directory."""
+    The directory is this connection's own (a :class:`PrivateDir`: created
+    0700 under a new name nobody else can have prepared or linked elsewhere),
+    removed with the connection, and swept by the next Run if this process
+    is killed first. A shared, fixed name could be a symlink another user
+    planted, and the spilled identities would land where they chose.
+    """
     import duckdb
 
-    _SPILL.mkdir(parents=True, exist_ok=True)
-    return duckdb.connect(
-        config={
-            "memory_limit": "128MB",
-            "threads": 2,
-            "temp_directory": str(_SPILL),
-            "preserve_insertion_order": False,
-        }
-    )
+    from combined.connectors._subprocess._private import PrivateDir
+
+    spill = PrivateDir("combined-usage-")
+    try:
+        con = duckdb.connect(
+            config={
+                "memory_limit": "128MB",
+                "threads": 2,
+                "temp_directory": str(spill.path),
+                "preserve_insertion_order": False,
+            }
+        )
+        try:
+            yield con
+        finally:
+            con.close()
+    finally:
+        spill.remove()
 
 
 def _no_usage() -> dict[str, int]:
@@ -227,8 +238,7 @@ def month_counts(layout: LakeLayout, source: str, dataset: str, month: str) -> d
     files = _usage_table(layout, source, dataset).files()
     if not files:
         return _no_usage()
-    con = _duck()
-    try:
+    with _duck() as con:
         row = con.execute(
             "SELECT count(DISTINCT _combined_id), "
             "count(DISTINCT _combined_id) FILTER (WHERE op = 'insert'), "
@@ -237,6 +247,4 @@ def month_counts(layout: LakeLayout, source: str, dataset: str, month: str) -> d
             "FROM read_parquet(?) WHERE month = ?",
             [files, month],
         ).fetchall()[0]
-    finally:
-        con.close()
     return {"mar": row[0], "inserts": row[1], "updates": row[2], "deletes": row[3]}

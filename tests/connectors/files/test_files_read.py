@@ -431,3 +431,58 @@ def test_a_value_that_does_not_fit_its_declared_type_names_the_file(
     assert isinstance(error, SchemaMismatch), error
     assert error.context.get("file") == f"p/c.{ext}", error
     assert f"p/c.{ext}" in error.message
+
+
+def test_a_symlinked_file_leading_out_of_the_directory_is_refused_not_read(
+    tmp_path: Path,
+) -> None:
+    """Reproduction: another source's owner-only secret file sits next to the
+    files source's directory; a symbolic link ``orders/z.csv`` inside the
+    directory points at it. The listing followed the link and the secret's
+    line landed in the lake as a row. The read must refuse the link, naming
+    the listed path, never quoting what the target holds."""
+    secret = _write(tmp_path, "other/secret.csv", "id,v\n1,hunter2-secret-value\n")
+    secret.chmod(0o600)
+    root = tmp_path / "exports"
+    _write(root, "orders/a.csv", "id,v\n1,fine\n")
+    (root / "orders/z.csv").symlink_to(secret)
+    error = _fails(_source(root), _request("orders/*.csv"))
+    assert isinstance(error, SourceError) and not error.transient
+    assert "'orders/z.csv'" in error.message and "outside the source's directory" in error.message
+    assert error.hint is not None and "copy the file" in error.hint
+    assert "hunter2" not in str(error) + repr(error.context)
+    # discovery lists through the same check
+    declared = _source(root, files={"orders": {"glob": "orders/*.csv"}})
+    with pytest.raises(SourceError, match="outside the source's directory"):
+        declared.discover()
+
+
+def test_a_symlinked_system_directory_is_refused(tmp_path: Path) -> None:
+    """Reproduction: ``ln -s /etc exports/etc`` and a dataset whose relation is
+    the glob ``etc/passwd`` read as CSV with ``:`` as delimiter put the host's
+    account list into the lake. The listed path resolves outside the
+    directory: refused, and no line of the file appears in the error."""
+    root = tmp_path / "exports"
+    root.mkdir()
+    (root / "etc").symlink_to("/etc")
+    source = _source(root, format="csv", delimiter=":", header=False)
+    error = _fails(source, _request("etc/passwd", key=("column0",)))
+    assert isinstance(error, SourceError)
+    assert "'etc/passwd'" in error.message and "/etc/passwd" in error.message
+    assert "root:" not in str(error) + repr(error.context)
+
+
+def test_links_inside_the_directory_are_followed_unless_follow_symlinks_is_never(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "exports"
+    _write(root, "data/2024.csv", "id,v\n1,a\n2,b\n")
+    (root / "orders").mkdir()
+    (root / "orders/current.csv").symlink_to(root / "data/2024.csv")
+    table, _ = _read(_source(root), _request("orders/*.csv"))
+    assert table is not None and table.num_rows == 2
+    strict = _source(root, follow_symlinks="never")
+    error = _fails(strict, _request("orders/*.csv"))
+    assert isinstance(error, SourceError) and "follow_symlinks is never" in error.message
+    with pytest.raises(ConfigError, match="within or never"):
+        _source(root, follow_symlinks="yes")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -37,8 +37,12 @@ class FakeAPI:
     token: str = TOKEN
     page_size: int = 2
     orders: dict[int, dict[str, Any]] = field(default_factory=dict)
-    faults: list[tuple[str, int, dict[str, str]]] = field(default_factory=list)
+    faults: list[tuple[str, int, dict[str, str], dict[str, str]]] = field(default_factory=list)
+    #: Called (with the lock held) each time a fault is served: a change mid-read.
+    on_fault: Callable[[], None] | None = None
     requests: list[Request] = field(default_factory=list)
+    #: The origin ``/v1/orders/origin`` links its next page to (a test sets it).
+    next_origin: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -47,11 +51,16 @@ class FakeAPI:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def fail(
-        self, path: str, status: int, times: int = 1, headers: dict[str, str] | None = None
+        self,
+        path: str,
+        status: int,
+        times: int = 1,
+        headers: dict[str, str] | None = None,
+        query: dict[str, str] | None = None,
     ) -> None:
-        """Answer the next ``times`` requests of ``path`` with ``status`` (and headers)."""
+        """Answer the next ``times`` requests of ``path`` (with ``query``) with ``status``."""
         with self.lock:
-            self.faults.extend([(path, status, dict(headers or {}))] * times)
+            self.faults.extend([(path, status, dict(headers or {}), dict(query or {}))] * times)
 
     def seen(self, path: str) -> list[Request]:
         """The requests of ``path`` so far."""
@@ -107,12 +116,21 @@ class _Handler(BaseHTTPRequestHandler):
             api.requests.append(
                 Request(path, query, {k.lower(): v for k, v in self.headers.items()})
             )
-            fault = next((f for f in api.faults if f[0] == path), None)
+            fault = next(
+                (
+                    f
+                    for f in api.faults
+                    if f[0] == path and all(query.get(k) == v for k, v in f[3].items())
+                ),
+                None,
+            )
             if fault is not None:
                 api.faults.remove(fault)
+                if api.on_fault is not None:
+                    api.on_fault()
         given = self.headers.get("Authorization", "")
         if fault is not None:
-            _, status, headers = fault
+            _, status, headers, _ = fault
             # Careless APIs echo what they were sent: the token must not travel on.
             self._send(status, {"error": "injected", "you_sent": given, "q": self.path}, headers)
             return
@@ -162,6 +180,9 @@ class _Handler(BaseHTTPRequestHandler):
                 rows[:size],
                 {"Link": f'<http://localhost:{api.port}/v1/orders/link?from=2>; rel="next"'},
             )
+        elif path == "/v1/orders/origin":  # a next link to the origin a test chose
+            nxt = f"{api.next_origin}/v1/orders/link?from={size}"
+            self._send(200, rows[:size], {"Link": f'<{nxt}>; rel="next"'})
         elif path == "/v1/moved":
             self._send(302, b"", {"Location": "/v1/orders/plain"})
         elif path == "/v1/away":
@@ -187,3 +208,11 @@ def serve() -> Iterator[FakeAPI]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def serve_orders() -> Iterator[FakeAPI]:
+    """A fake API (see :func:`serve`) serving orders 1 to 5, one a day from May 1st."""
+    for fake in serve():
+        for i in range(1, 6):
+            fake.orders[i] = order(i, day=i)
+        yield fake

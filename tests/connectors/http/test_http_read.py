@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pickle
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from tests.connectors.http.fake_api import TOKEN, FakeAPI, order, serve
+from tests.connectors.http.fake_api import TOKEN, FakeAPI, order
 
 from combined.connectors import check_config
 from combined.connectors.abc import CursorSpec, ReadRequest
@@ -25,15 +24,6 @@ from combined.errors import (
     SourceUnavailable,
 )
 from combined.protocol import RecordBatchMessage, StateMessage
-
-
-@pytest.fixture
-def api() -> Iterator[FakeAPI]:
-    for fake in serve():
-        for i in range(1, 6):
-            fake.orders[i] = order(i, day=i)
-        yield fake
-
 
 ENDPOINTS: dict[str, Any] = {
     "plain": {"path": "/orders/plain"},

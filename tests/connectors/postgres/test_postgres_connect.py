@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import pickle
 import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
 from psycopg import sql
@@ -199,3 +201,34 @@ def _request(relation: str = "public.t"):
     from combined.connectors.abc import ReadRequest
 
     return ReadRequest(dataset="t", relation=relation, key=(), strategy="snapshot")
+
+
+def test_check_warns_when_the_password_may_cross_the_network_in_clear_text(
+    pg_dsn: str, tools: Any, tmp_path: Path
+) -> None:
+    """`combined check` warns of a password sent without TLS to another machine.
+
+    Reproduction: a source with a password and a dsn naming a remote host
+    without `sslmode` (libpq's default `prefer` falls back to no TLS, and a
+    server answering in the real one's place asks for the password in clear
+    text); `combined check` said nothing. The same dsn with
+    `sslmode=verify-full`, or a loopback host, draws no warning.
+    """
+    tools.make(tmp_path)
+    remote = "postgresql://reader@192.0.2.10:5432/shop"  # TEST-NET-1: never answers
+    tools.add_pg_source(tmp_path, "near", pg_dsn, "PGPW")
+    tools.add_pg_source(tmp_path, "far", remote, "PGPW")
+    tools.add_pg_source(tmp_path, "far_tls", remote + "?sslmode=verify-full", "PGPW")
+    tools.add_pg_source(tmp_path, "far_scram", remote + "?require_auth=scram-sha-256", "PGPW")
+    project = tmp_path / "combined.yaml"
+    project.write_text(
+        project.read_text().replace("password:", "connect_timeout: 1\n      password:")
+    )
+    done = tools.cli(tmp_path, "check", env={"PGPW": PASSWORD})
+    out = " ".join(done.stdout.split())  # the console wraps long lines
+    assert done.returncode == 1, done.stdout + done.stderr  # the remote hosts cannot answer
+    assert "ok near" in out
+    assert "warn far: the password may be sent in clear text to 192.0.2.10" in out
+    assert "sslmode=verify-full" in out and "require_auth=scram-sha-256" in out
+    assert "warn near" not in out and "warn far_tls" not in out and "warn far_scram" not in out
+    assert PASSWORD not in done.stdout + done.stderr

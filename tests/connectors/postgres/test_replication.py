@@ -545,3 +545,61 @@ def test_a_publication_dropped_while_streaming_is_not_retried_as_transient(names
         assert pub in info.value.message
     finally:
         stream.close()
+
+
+def _read_for(stream: ReplicationStream, seconds: float) -> list[tuple[bytes, int]]:
+    """Every message within ``seconds``, asking for keepalives as a capture does."""
+    got: list[tuple[bytes, int]] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        stream.request_reply()
+        message = stream.read(0.2)
+        if message is not None:
+            got.append(message)
+    return got
+
+
+@pytest.mark.postgres
+def test_the_stream_never_confirms_a_position_it_was_not_given(names: Names) -> None:
+    """Keepalives never move the slot: only ``confirm`` does (issue 23, item 27).
+
+    Reproduction: psycopg2's ReplicationCursor forwarded the flush position
+    to a keepalive's walEnd whenever the last delivered message had been
+    confirmed, or before any message arrived, and reported it to the server.
+    Stream a slot while WAL moves past it (unpublished writes, heartbeats):
+    confirmed_flush_lsn went to the server's position although nothing was
+    confirmed; then confirm one delivered commit and keep reading: it went
+    past that commit. A run killed then left the slot ahead of the lake.
+    """
+    t, other = names.table("t"), names.table("other")
+    pub, slot = names.pub(), names.slot()
+    ensure_publication(names.pg, pub, [t])
+    create_slot(names.pg, slot).release_snapshot()
+    start = slot_status(names.pg, slot).confirmed_flush_lsn
+    assert start is not None
+    stream = ReplicationStream(names.pg, slot, pub, start, status_interval=1)
+    try:
+        names.conn.execute(f"INSERT INTO {other} VALUES (1, 'not published')")
+        emit_heartbeat(names.pg)
+        assert _read_for(stream, 2.5) == []
+        assert stream.wal_end > start  # the server did report a later position
+        assert slot_status(names.pg, slot).confirmed_flush_lsn == start
+
+        names.conn.execute(f"INSERT INTO {t} VALUES (1, 'published')")
+        decoder, commit = PgoutputDecoder(), None
+        deadline = time.monotonic() + 10
+        while commit is None and time.monotonic() < deadline:
+            got = stream.read(0.5)
+            msg = decoder.decode(got[0]) if got is not None else None
+            commit = msg if isinstance(msg, Commit) else None
+        assert commit is not None
+        stream.confirm(commit.end_lsn)
+        names.conn.execute(f"INSERT INTO {other} VALUES (2, 'not published')")
+        emit_heartbeat(names.pg)
+        assert _read_for(stream, 2.5) == []
+        assert stream.wal_end > commit.end_lsn
+        assert slot_status(names.pg, slot).confirmed_flush_lsn == commit.end_lsn
+    finally:
+        stream.close()
+    time.sleep(0.5)  # the walsender's last status arrives before it exits
+    assert slot_status(names.pg, slot).confirmed_flush_lsn == commit.end_lsn

@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 
 from combined.connectors._subprocess._schema import BadValue, FieldPlan
+from combined.connectors._subprocess._typing import remedy
 from combined.errors import SchemaMismatch
 
 # Every number is parsed from its text as a Decimal: an integer written with a
@@ -113,8 +114,8 @@ class Rows:
                     f"line {line}: field {plan.name!r} of stream {self.stream!r} holds "
                     f"{described(values[bad.index])}, which is not {bad.expected} "
                     f"(declared {plan.source_type})",
-                    hint="fix the value in the source or the stream's schema for the field; "
-                    "nothing was committed for this dataset",
+                    hint="fix the value in the source or the stream's schema for the field, "
+                    f"{remedy(self.stream, plan)}; nothing was committed for this dataset",
                     stream=self.stream,
                     field=plan.name,
                     line=line,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -36,7 +37,7 @@ import pyarrow.compute as pc
 MAX_PRECISION = 38
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
-_NAIVE_TIMESTAMP = pa.timestamp("us")
+NAIVE_TIMESTAMP = pa.timestamp("us")
 
 # Airbyte protocol v1's well-known types, as the plain JSON Schema each stands for.
 _WELL_KNOWN: Mapping[str, Mapping[str, Any]] = {
@@ -180,7 +181,7 @@ def plan_field(name: str, schema: Any) -> FieldPlan:
         fmt = branch.get("format")
         if fmt == "date-time" and branch.get("airbyte_type") == "timestamp_without_timezone":
             return FieldPlan(
-                name, "naive_timestamp", _NAIVE_TIMESTAMP, "string (date-time, no zone)", nullable
+                name, "naive_timestamp", NAIVE_TIMESTAMP, "string (date-time, no zone)", nullable
             )
         if fmt == "date-time":
             return FieldPlan(name, "timestamp", _TIMESTAMP, "string (date-time)", nullable)
@@ -307,6 +308,16 @@ def _timestamp(plan: FieldPlan, values: list[Any]) -> pa.Array:
     )
 
 
+#: How a date-time's text ends when it has an offset (or Z).
+_OFFSET = re.compile(r"(?:[Zz]|[+-]\d\d(?::?\d\d)?)$")
+
+
+def _timestamp_utc(plan: FieldPlan, values: list[Any]) -> pa.Array:
+    # (a date-time without an offset read as UTC, as the source's naive_timestamps says)
+    zoned = [v + "Z" if type(v) is str and not _OFFSET.search(v) else v for v in values]
+    return _parsed(plan, zoned, "a date-time (2024-05-01T12:00:00, or with an offset)")
+
+
 def _naive_timestamp(plan: FieldPlan, values: list[Any]) -> pa.Array:
     return _parsed(plan, values, "a date-time without offset (2024-05-01T12:00:00), microseconds")
 
@@ -341,6 +352,7 @@ _CONVERT: Mapping[str, Callable[[FieldPlan, list[Any]], pa.Array]] = {
     "bool": _bool,
     "string": _string,
     "timestamp": _timestamp,
+    "timestamp_utc": _timestamp_utc,
     "naive_timestamp": _naive_timestamp,
     "date": _date,
     "json": _json,

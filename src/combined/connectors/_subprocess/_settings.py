@@ -17,6 +17,8 @@ from combined._credentials import (
     reserved_env,
     walk,
 )
+from combined.connectors._subprocess._typing import KEYS as TYPING_KEYS
+from combined.connectors._subprocess._typing import Typing
 from combined.errors import ConfigError
 
 #: The configuration keys every program-run connector takes.
@@ -30,6 +32,7 @@ COMMON_KEYS = (
     "max_line_bytes",
     "env",
     "inherit_env",
+    *TYPING_KEYS,
 )
 
 #: What a program inherits of Combined's environment, besides its ``inherit_env``:
@@ -122,6 +125,8 @@ class ProgramSettings:
     env: Mapping[str, str]
     #: Variables of Combined's environment the program inherits besides :data:`INHERITED_ENV`.
     inherit_env: frozenset[str]
+    #: The declared field types and naive-timestamp policy, over the streams' schemas.
+    typing: Typing
 
     @classmethod
     def common(cls, flavour: Flavour, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -160,8 +165,9 @@ class ProgramSettings:
             "flavour": flavour,
             "command": argv,
             "env": {str(k): str(v) for k, v in env.items()},
-            "inherit_env": _inherit_env(flavour, config),
+            "inherit_env": inherit_env(flavour.connector, config),
             "program_config": dict(program_config),
+            "typing": Typing.parse(flavour.connector, config),
             "discover_timeout": _seconds(
                 flavour, config, "discover_timeout", DEFAULT_DISCOVER_TIMEOUT_S
             ),
@@ -217,7 +223,7 @@ class ProgramSettings:
         )
 
 
-def _inherit_env(flavour: Flavour, config: Mapping[str, Any]) -> frozenset[str]:
+def inherit_env(connector: str, config: Mapping[str, Any]) -> frozenset[str]:
     """The validated ``inherit_env``: names of variables that hold no credential."""
     names = config.get("inherit_env", [])
     hint = "e.g. inherit_env: [JAVA_HOME, PYTHONPATH]"
@@ -225,14 +231,14 @@ def _inherit_env(flavour: Flavour, config: Mapping[str, Any]) -> frozenset[str]:
         isinstance(n, str) and _ENV_NAME.match(n) for n in names
     ):
         raise ConfigError(
-            f"the {flavour.connector} source's `inherit_env` must list environment variable names",
+            f"the {connector} source's `inherit_env` must list environment variable names",
             hint=hint,
         )
     reserved = reserved_env()
     for name in names:
         if is_credential_key(name) or name in reserved:
             raise ConfigError(
-                f"the {flavour.connector} source's `inherit_env` names {name}, which holds a "
+                f"the {connector} source's `inherit_env` names {name}, which holds a "
                 "secret: a program is given a secret only by reference",
                 hint=f'give it as env: {{{name}: {{secret: "env:{name}"}}}}',
                 variable=name,

@@ -6,7 +6,7 @@ import abc
 from collections.abc import Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
-from combined.connectors._subprocess._settings import ProgramSettings
+from combined.connectors._subprocess._settings import ProgramSettings, inherit_env
 from combined.connectors.abc import BaseSource, CursorSpec, ReadRequest
 from combined.errors import ConfigError
 
@@ -36,6 +36,11 @@ class ProgramSource(BaseSource, Generic[SettingsT]):
             'in `env:`, e.g. env: {API_TOKEN: {secret: "env:API_TOKEN"}}',
         )
     }
+
+    @classmethod
+    def check_static(cls, config: Mapping[str, Any]) -> None:
+        """Refuse, before any Run, an ``inherit_env`` naming a secret's variable."""
+        inherit_env(cls.name, config)
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__(config)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from combined.connectors._subprocess._schema import BadSchema, FieldPlan, plan_stream
+from combined.connectors._subprocess._typing import Typing
 from combined.connectors.abc import CursorCandidate, DatasetDiscovery, FieldInfo, Strategy
 from combined.errors import ConfigError, NotFoundError, SourceError, UnsupportedType
 
@@ -123,10 +124,11 @@ def find_stream(streams: Sequence[Stream], relation: str, dataset: str) -> Strea
     )
 
 
-def field_plans(stream: Stream) -> tuple[FieldPlan, ...]:
-    """The stream's column plans; ``UnsupportedType`` names a property without one."""
+def field_plans(stream: Stream, typing: Typing) -> tuple[FieldPlan, ...]:
+    """The stream's column plans, as ``typing`` types them; ``UnsupportedType`` names a
+    property without one."""
     try:
-        return plan_stream(stream.json_schema)
+        return typing.apply((stream.qualified, stream.name), plan_stream(stream.json_schema))
     except BadSchema as exc:
         raise UnsupportedType(
             f"stream {stream.qualified!r}: {exc}",
@@ -135,9 +137,9 @@ def field_plans(stream: Stream) -> tuple[FieldPlan, ...]:
         ) from None
 
 
-def describe(stream: Stream, name: str) -> DatasetDiscovery:
+def describe(stream: Stream, name: str, typing: Typing) -> DatasetDiscovery:
     """The discovery of one stream, reported as dataset ``name``."""
-    plans = field_plans(stream)
+    plans = field_plans(stream, typing)
     strategies: list[Strategy] = []
     if "full_refresh" in stream.sync_modes:
         strategies.append("snapshot")

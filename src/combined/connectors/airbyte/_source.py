@@ -141,7 +141,10 @@ class AirbyteSource(ProgramSource[Settings]):
             connector=self.name,
             revision=self.revision,
             datasets=tuple(
-                describe(s, s.name if names.count(s.name) == 1 else s.qualified) for s in streams
+                describe(
+                    s, s.name if names.count(s.name) == 1 else s.qualified, self.settings.typing
+                )
+                for s in streams
             ),
         )
 
@@ -164,7 +167,7 @@ class AirbyteSource(ProgramSource[Settings]):
         """Prepare a read of one stream; the connector runs only once the result is iterated."""
         check_request(FLAVOUR, request)
         stream = find_stream(self._catalog(), request.relation, request.dataset)
-        plans = field_plans(stream)
+        plans = field_plans(stream, self.settings.typing)
         cursor: str | None = None
         if request.strategy == "cursor":
             cursor = self._check_cursor(request, stream)

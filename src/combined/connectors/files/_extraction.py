@@ -13,7 +13,12 @@ import pyarrow as pa
 from combined.connectors._shared import ControlTotals
 from combined.connectors.abc import BaseExtraction, ReadRequest
 from combined.connectors.files import _scan
-from combined.connectors.files._listing import LISTING_AUTHORITY, Listing, list_files
+from combined.connectors.files._listing import (
+    LISTING_AUTHORITY,
+    FollowSymlinks,
+    Listing,
+    list_files,
+)
 from combined.connectors.files._settings import FileSet, Format
 from combined.errors import ConfigError, ProtocolViolation, SchemaMismatch, SourceError
 from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome, utcnow
@@ -44,10 +49,17 @@ class FilesExtraction(BaseExtraction):
     """
 
     def __init__(
-        self, *, root: Path, file_set: FileSet, request: ReadRequest, control: bool | str
+        self,
+        *,
+        root: Path,
+        file_set: FileSet,
+        request: ReadRequest,
+        control: bool | str,
+        follow_symlinks: FollowSymlinks = "within",
     ) -> None:
         super().__init__()
         self._root = root
+        self._follow_symlinks: FollowSymlinks = follow_symlinks
         self._set = file_set
         self._request = request
         self._control_ask = control
@@ -103,7 +115,7 @@ class FilesExtraction(BaseExtraction):
         relation = self._set.name
         self.authority.acquire()
         listed_at = utcnow()
-        listing = list_files(self._root, self._set.glob, relation)
+        listing = list_files(self._root, self._set.glob, relation, self._follow_symlinks)
         fmt: Format = "csv"
         try:
             if not listing.entries:

@@ -15,11 +15,16 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from combined.errors import SourceError, SourceUnavailable
 
 #: The snapshot authority receipts name: a listing verified unchanged by stat.
 LISTING_AUTHORITY = "files:listing(size,mtime_ns,inode,ctime_ns)"
+
+#: Which symbolic links a listing follows: those that stay inside the directory, or none.
+FollowSymlinks = Literal["within", "never"]
+FOLLOW_SYMLINKS: tuple[FollowSymlinks, ...] = ("within", "never")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,12 +133,47 @@ def _hidden(rel: Path) -> bool:
     return any(part.startswith((".", "_")) for part in rel.parts)
 
 
-def list_files(root: Path, glob: str, relation: str) -> Listing:
+def _refuse_escape(
+    path: Path, name: str, inside: Path, follow_symlinks: FollowSymlinks, relation: str
+) -> None:
+    """Refuse a listed file reached through a symbolic link the source does not allow.
+
+    ``inside`` is the source's directory, resolved. With ``within`` a link
+    may lead anywhere inside it; with ``never`` no link below it is followed.
+    The message names the listed path and where it leads, never what it holds.
+    """
+    real = path.resolve()
+    if real == inside / name:
+        return  # no symbolic link between the directory and the file
+    if follow_symlinks == "within" and real.is_relative_to(inside):
+        return
+    why = (
+        "leads outside the source's directory"
+        if not real.is_relative_to(inside)
+        else "is reached through a symbolic link, and follow_symlinks is never"
+    )
+    raise SourceError(
+        f"file {name!r} of {relation!r} {why} (it resolves to {str(real)!r}): it was not read",
+        hint="Combined reads only files inside the source's directory: copy the file into "
+        "it, point the source's path at a directory that holds it, or narrow the glob so "
+        "that it does not match the link",
+        relation=relation,
+        file=name,
+    )
+
+
+def list_files(
+    root: Path, glob: str, relation: str, follow_symlinks: FollowSymlinks = "within"
+) -> Listing:
     """List the regular files under ``root`` that ``glob`` matches, stat each once.
 
     Hidden names (a leading ``.`` or ``_`` in any part) are skipped. A name
     holding glob characters is refused: DuckDB would expand it as a pattern.
+    A file that a symbolic link leads to outside ``root`` is refused (or any
+    linked file, when ``follow_symlinks`` is ``never``): a link planted in
+    the directory must not read another file of the host into the lake.
     """
+    inside = root.resolve()
     entries = []
     for path in root.glob(glob):
         rel = path.relative_to(root)
@@ -154,9 +194,18 @@ def list_files(root: Path, glob: str, relation: str) -> Listing:
                 relation=relation,
                 file=name,
             )
+        _refuse_escape(path, name, inside, follow_symlinks, relation)
         entries.append(Entry(name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns))
     entries.sort(key=lambda e: e.name)
     return Listing(root, tuple(entries))
 
 
-__all__ = ["LISTING_AUTHORITY", "Entry", "Listing", "check_root", "list_files"]
+__all__ = [
+    "FOLLOW_SYMLINKS",
+    "LISTING_AUTHORITY",
+    "Entry",
+    "FollowSymlinks",
+    "Listing",
+    "check_root",
+    "list_files",
+]

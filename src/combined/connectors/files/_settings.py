@@ -16,6 +16,7 @@ from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from combined.connectors.abc import refuse_unknown_keys
+from combined.connectors.files._listing import FOLLOW_SYMLINKS, FollowSymlinks
 from combined.errors import ConfigError, NotFoundError
 
 Format = Literal["csv", "parquet", "json"]
@@ -26,7 +27,7 @@ ENCODINGS = ("utf-8", "utf-16", "latin-1")
 
 #: The options a file set and the source share (the source's are the defaults).
 DIALECT_KEYS = ("format", "delimiter", "header", "quote", "encoding")
-SOURCE_KEYS = ("path", *DIALECT_KEYS, "files")
+SOURCE_KEYS = ("path", *DIALECT_KEYS, "files", "follow_symlinks")
 FILE_SET_KEYS = ("glob", *DIALECT_KEYS, "columns", "allow_empty")
 
 _EXTENSIONS: dict[str, Format] = {
@@ -212,6 +213,17 @@ def _relative_glob(value: Any, where: str) -> str:
     return value
 
 
+def _follow_symlinks(value: Any) -> FollowSymlinks:
+    for known in FOLLOW_SYMLINKS:
+        if value == known:
+            return known
+    raise ConfigError(
+        f"config.follow_symlinks must be within or never, not {value!r}",
+        hint="within (the default) follows a symbolic link only to a file inside the "
+        "source's directory; never follows none",
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """The validated configuration of one files source."""
@@ -219,6 +231,7 @@ class Settings:
     path: str
     defaults: Dialect
     file_sets: Mapping[str, FileSet]
+    follow_symlinks: FollowSymlinks = "within"
 
     @classmethod
     def parse(cls, config: Mapping[str, Any]) -> Settings:
@@ -259,7 +272,12 @@ class Settings:
                 columns=_columns(body.get("columns"), where),
                 allow_empty=allow,
             )
-        return cls(path=path, defaults=defaults, file_sets=sets)
+        return cls(
+            path=path,
+            defaults=defaults,
+            file_sets=sets,
+            follow_symlinks=_follow_symlinks(config.get("follow_symlinks", "within")),
+        )
 
     def file_set(self, relation: str) -> FileSet:
         """The file set a dataset's relation names: declared, or the relation as a glob.

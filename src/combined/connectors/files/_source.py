@@ -48,6 +48,9 @@ class FilesSource(BaseSource):
         BIGINT}, allow_empty: false, ...}}``. A dataset's ``relation``
         names a set (it defaults to the dataset's name), or is a glob read
         with the source's defaults.
+    ``follow_symlinks`` (optional)
+        ``within`` (the default) reads a file a symbolic link leads to only
+        when it lies inside ``path``; ``never`` refuses every linked file.
 
     Strategy: ``snapshot`` only. Every read lists the matched files, reads
     exactly them and checks them unchanged afterwards; see ``docs/files.md``.
@@ -96,7 +99,7 @@ class FilesSource(BaseSource):
         return Discovery(connector=self.name, revision=self.revision, datasets=tuple(datasets))
 
     def _describe(self, root: Path, file_set: FileSet) -> DatasetDiscovery:
-        listing = list_files(root, file_set.glob, file_set.name)
+        listing = list_files(root, file_set.glob, file_set.name, self.settings.follow_symlinks)
         if not listing.entries:
             fields = tuple(FieldInfo(n, str(_arrow_of(t)), t) for n, t in file_set.columns)
             return DatasetDiscovery(
@@ -174,7 +177,11 @@ class FilesSource(BaseSource):
         file_set = self.settings.file_set(request.relation)
         _check_types(file_set)
         return FilesExtraction(
-            root=self._root(), file_set=file_set, request=request, control=control
+            root=self._root(),
+            file_set=file_set,
+            request=request,
+            control=control,
+            follow_symlinks=self.settings.follow_symlinks,
         )
 
 

@@ -1,8 +1,9 @@
-"""One HTTP session of a read: auth, rate limit, same-host redirects, in-attempt waits, errors.
+"""One HTTP session of a read: auth, rate limit, same-origin redirects, in-attempt waits, errors.
 
 Every request goes through :meth:`Session.get`, which is the only place that
 knows the secret: it adds the auth header or query parameter to a request
-to the base URL's own host, and never to another (a redirect or a next-page
+to the base URL's own origin (scheme, host and port exactly) or one listed
+under ``credential_hosts``, and never to another (a redirect or a next-page
 link elsewhere is refused before anything is sent). What a status means is
 decided here, by type (see ``combined.errors``):
 
@@ -22,24 +23,33 @@ from __future__ import annotations
 
 import base64
 import email.utils
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import quote, quote_plus
 
 import httpx
 
 from combined._credentials import masking
-from combined.connectors.http._settings import Settings
+from combined.connectors.http._deadline import bounded_client
+from combined.connectors.http._settings import Expiry, Settings
 from combined.errors import AuthRejected, SourceError, SourceUnavailable
 
 #: How many times one request waits out a 429 or 503 inside an Attempt.
 MAX_WAITS = 5
-#: How many redirects one request follows (each within the base URL's host).
+#: How many redirects one request follows (each to an origin the credentials may go to).
 MAX_REDIRECTS = 5
 _REDIRECTS = (301, 302, 303, 307, 308)
+#: The most of an error body read to match an expiry declaration (never shown).
+_PROBE_BYTES = 64 * 1024
+
+
+class PageExpired(SourceUnavailable):
+    """The API says a page token (or next link) expired: the read may start its pages over."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +77,12 @@ def scrubber(settings: Settings) -> Callable[[str], str]:
             pair = f"{auth.username}:{secret}".encode()
             values.add(base64.b64encode(pair).decode())
     return masking(v for v in values if len(v) >= 3)
+
+
+def origin_of(url: httpx.URL) -> tuple[str, str, int]:
+    """The scheme, lower-cased host and port (the scheme's default when unwritten)."""
+    port = url.port if url.port is not None else (443 if url.scheme == "https" else 80)
+    return url.scheme, url.host.lower(), port
 
 
 class RateLimit:
@@ -107,6 +123,36 @@ def retry_after(value: str | None, now: datetime | None = None) -> float | None:
     return max(0.0, seconds)
 
 
+def _head(response: httpx.Response, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``response``'s body."""
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            break
+    return b"".join(chunks)[:limit]
+
+
+def _says_expired(expiry: Expiry, response: httpx.Response) -> bool:
+    """Whether an error answer is the expiry ``expiry`` declares (its status, its field)."""
+    if response.status_code not in expiry.status:
+        return False
+    if expiry.field is None:
+        return True
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        return False
+    value: Any = body
+    for step in expiry.field.split("."):
+        if not isinstance(value, dict) or step not in value:
+            return False
+        value = value[step]
+    return isinstance(value, str | int) and str(value) in expiry.values
+
+
 class Session:
     """The HTTP client of one read (or one check or discovery); close it when done."""
 
@@ -114,11 +160,10 @@ class Session:
         self.settings = settings
         self.scrub = scrub
         self._base = httpx.URL(settings.base_url)
+        self._origins = {origin_of(self._base), *settings.credential_hosts}
         self._rate = RateLimit(settings.rate_limit)
         headers = {"Accept": "application/json", **settings.headers}
-        self._client = httpx.Client(
-            timeout=settings.timeout, follow_redirects=False, headers=headers
-        )
+        self._client, self._deadline = bounded_client(settings.timeout, headers)
 
     def close(self) -> None:
         """Close the connection pool; idempotent."""
@@ -140,24 +185,26 @@ class Session:
             url = url.copy_set_param(auth.name, "***")
         return self.scrub(str(url)).replace("%2A%2A%2A", "***")
 
-    def same_host(self, url: httpx.URL) -> bool:
-        """Whether ``url`` is on the base URL's host (where the credentials may go)."""
-        base = self._base
-        if url.host.lower() != base.host.lower():
-            return False
-        if url.scheme == base.scheme:
-            return url.port == base.port
-        return base.scheme == "http" and url.scheme == "https"  # an upgrade only
+    def may_receive(self, url: httpx.URL) -> bool:
+        """Whether ``url``'s origin may receive the credentials: base_url's, or one allowed.
+
+        Scheme, host and port must match exactly: an ``https`` link to another
+        port of base_url's host is another server, which gets nothing.
+        """
+        return origin_of(url) in self._origins
 
     def refuse_elsewhere(self, url: httpx.URL, why: str) -> None:
-        """Raise when ``url`` leaves the base URL's host: the credentials never go there."""
-        if not self.same_host(url):
+        """Raise when ``url`` leaves the origins the credentials may go to."""
+        if not self.may_receive(url):
+            scheme, host, port = origin_of(url)
             raise SourceError(
-                f"{why} leads to another host ({url.scheme}://{url.host}), where the source's "
-                "credentials are never sent: nothing more was read",
-                hint=f"set base_url to the host the API really answers on (base_url is "
-                f"{self._base.scheme}://{self._base.host})",
-                host=url.host,
+                f"{why} leads to another host or port ({scheme}://{host}:{port}), where the "
+                "source's credentials are never sent: nothing more was read",
+                hint="set base_url to the origin the API really answers on (base_url is "
+                f"{self._base.scheme}://{self._base.host}:{origin_of(self._base)[2]}), or list "
+                "that origin under credential_hosts if it is the same API",
+                host=host,
+                port=port,
             )
 
     def _signed(self, url: httpx.URL) -> tuple[httpx.URL, dict[str, str]]:
@@ -177,16 +224,17 @@ class Session:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def get(self, url: httpx.URL) -> Response:
-        """GET ``url`` (on the base URL's host), following same-host redirects.
+    def get(self, url: httpx.URL, expiry: Expiry | None = None) -> Response:
+        """GET ``url`` (on an allowed origin), following redirects to allowed origins.
 
         Raises the error its outcome means; waits out a short ``Retry-After``.
+        An answer ``expiry`` describes raises :class:`PageExpired`.
         """
         self.refuse_elsewhere(url, f"the request for {self.shown(url)}")
         waits = 0
         redirects = 0
         while True:
-            response = self._send(url)
+            response = self._send(url, expiry)
             status = response.status_code
             if status in _REDIRECTS:
                 location = response.headers.get("location")
@@ -212,20 +260,35 @@ class Session:
                     waits += 1
                     time.sleep(wait)
                     continue
+            if status >= 400 and expiry is not None and _says_expired(expiry, response):
+                what = f"GET {self.shown(url)} answered {status} {response.reason_phrase}"
+                raise PageExpired(
+                    f"{what.rstrip()}: the page token expired",
+                    hint="the read starts its pages over (paginate.restarts)",
+                    status=status,
+                )
             if status >= 400:
                 raise self._status_error(url, status, response.reason_phrase, waits)
             return Response(url, status, response.headers, response.content)
 
-    def _send(self, url: httpx.URL) -> httpx.Response:
+    def _send(self, url: httpx.URL, expiry: Expiry | None = None) -> httpx.Response:
         signed, headers = self._signed(url)
         shown = self.shown(url)
         self._rate.wait()
         try:
-            with self._client.stream("GET", signed, headers=headers) as response:
+            with (
+                self._deadline.within(self.settings.timeout),
+                self._client.stream("GET", signed, headers=headers) as response,
+            ):
                 if response.status_code >= 300:
-                    # Never read an error's body: it may echo the token.
+                    # An error's body is read only to match an expiry declaration,
+                    # never shown: it may echo the token.
+                    probe = expiry is not None and expiry.field is not None
                     return httpx.Response(
-                        response.status_code, headers=response.headers, request=response.request
+                        response.status_code,
+                        headers=response.headers,
+                        content=_head(response, _PROBE_BYTES) if probe else b"",
+                        request=response.request,
                     )
                 declared = response.headers.get("content-length")
                 limit = self.settings.max_response_bytes
@@ -246,8 +309,10 @@ class Session:
                 )
         except httpx.TimeoutException as exc:
             raise SourceUnavailable(
-                f"GET {shown} timed out after {self.settings.timeout:g} s ({type(exc).__name__})",
-                hint="raise `timeout` if the API is slow to answer; the capture is retried",
+                f"GET {shown} did not complete within {self.settings.timeout:g} s "
+                f"({type(exc).__name__}): `timeout` bounds the whole request, its body included",
+                hint="raise `timeout` if the API is slow to answer (or ask for smaller pages); "
+                "the capture is retried",
             ) from None
         except httpx.TransportError as exc:
             raise SourceUnavailable(
@@ -291,4 +356,13 @@ class Session:
         )
 
 
-__all__ = ["MAX_WAITS", "RateLimit", "Response", "Session", "retry_after", "scrubber"]
+__all__ = [
+    "MAX_WAITS",
+    "PageExpired",
+    "RateLimit",
+    "Response",
+    "Session",
+    "origin_of",
+    "retry_after",
+    "scrubber",
+]

@@ -11,6 +11,9 @@ A cursor read passes its checkpoint (less the lookback) in the endpoint's
 ``since`` parameter; the next checkpoint is the largest cursor value among
 the records read, never below the previous one, handed over in the read's
 only state message, after every record: the engine commits it with them.
+
+A page token the API expired mid-read starts the pages over from the read's
+start, handing over only keys not handed over yet (see ``_restart``).
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ from combined.connectors._shared import numeric_lookback, time_window
 from combined.connectors._subprocess._rows import described
 from combined.connectors._subprocess._schema import json_default
 from combined.connectors.abc import BaseExtraction, CursorSpec, ReadRequest
-from combined.connectors.http._client import Session
-from combined.connectors.http._pages import pages
+from combined.connectors.http._client import PageExpired, Session
+from combined.connectors.http._pages import Page, pages
 from combined.connectors.http._records import Records
+from combined.connectors.http._restart import Delivered
 from combined.connectors.http._settings import Endpoint, Settings
 from combined.connectors.sqlite._cursor import shift_iso_text
 from combined.errors import ConfigError, ProtocolViolation, SchemaMismatch, SourceError
@@ -112,6 +116,9 @@ class HTTPExtraction(BaseExtraction):
         self._endpoint = endpoint
         self._request = request
         self._session: Session | None = None
+        #: The largest cursor value handed over (its order key and value), and the count.
+        self._top: tuple[tuple[str, Any], Any] | None = None
+        self._total = 0
         self._guard = threading.Lock()
         self._started = False
         self._finished = False
@@ -164,47 +171,30 @@ class HTTPExtraction(BaseExtraction):
                 selected.append(request.cursor.column)
         where = f"config.endpoints.{endpoint.name}" if endpoint.declared else "an endpoint"
         records = Records(endpoint.name, endpoint.fields, known or {}, selected, where)
-        cursor = request.cursor if request.strategy == "cursor" else None
-        top: tuple[tuple[str, Any], Any] | None = None
+        delivered = Delivered(request.key, endpoint)
         digests: list[str] = []
-        total = 0
         self.authority.acquire()
         started = utcnow()
         try:
             params = self._params()
-            for page in pages(session, endpoint, params, self._settings.max_pages_of(endpoint)):
-                digests.append(page.digest)
-                for index, record in enumerate(page.records):
-                    if not isinstance(record, dict):
-                        raise SchemaMismatch(
-                            f"endpoint {endpoint.name!r}: record {index + 1} of page "
-                            f"{page.number} is a JSON {type(record).__name__}, not an object",
-                            hint="point `records` at the list of record objects; nothing was "
-                            "committed",
-                            endpoint=endpoint.name,
-                            page=page.number,
-                        )
-                    if cursor is not None:
-                        value = record.get(cursor.column)
-                        if value is None:
-                            if cursor.nulls == "exclude":
-                                continue
-                            if cursor.nulls == "fail":
-                                raise self._null_cursor(cursor, page.number)
-                        else:
-                            key = self._order(cursor, value, page.number)
-                            if top is None or self._above(cursor, key, top[0]):
-                                top = (key, value)
-                    records.add(record, page.number)
-                    total += 1
-                    if len(records) >= request.batch_rows:
-                        yield self._batch(records)
-                self._live()
+            limit = self._settings.max_pages_of(endpoint)
+            while True:
+                number = 0  # the last page read in this pass
+                try:
+                    for page in pages(session, endpoint, params, limit):
+                        number = page.number
+                        digests.append(page.digest)
+                        yield from self._take(page, records, delivered)
+                        self._live()
+                    break
+                except PageExpired as exc:
+                    # Start over from where the read started (the committed checkpoint).
+                    delivered.restart(endpoint, exc, number + 1)
             if len(records):
                 yield self._batch(records)
         finally:
             self._release_session()
-        if total == 0 and request.strategy == "snapshot" and not endpoint.allow_empty:
+        if self._total == 0 and request.strategy == "snapshot" and not endpoint.allow_empty:
             raise SourceError(
                 f"endpoint {endpoint.name!r} answered no record: an empty snapshot would delete "
                 f"every row of dataset {request.dataset!r}, so nothing was read",
@@ -215,7 +205,42 @@ class HTTPExtraction(BaseExtraction):
         token = json.dumps(digests, separators=(",", ":"))
         self.authority.acquire_snapshot(PAGES_AUTHORITY, token, at=started)
         self.authority.complete()
-        yield self._final(state, records, top)
+        # A record that changed across a restart kept its first version: the
+        # checkpoint stays where it was, so that the next read asks for it again.
+        yield self._final(state, records, None if delivered.changed else self._top)
+
+    def _take(
+        self, page: Page, records: Records, delivered: Delivered
+    ) -> Iterator[RecordBatchMessage]:
+        """Hand over the page's records (those not handed over before a restart)."""
+        endpoint, request = self._endpoint, self._request
+        cursor = request.cursor if request.strategy == "cursor" else None
+        for index, record in enumerate(page.records):
+            if not isinstance(record, dict):
+                raise SchemaMismatch(
+                    f"endpoint {endpoint.name!r}: record {index + 1} of page "
+                    f"{page.number} is a JSON {type(record).__name__}, not an object",
+                    hint="point `records` at the list of record objects; nothing was committed",
+                    endpoint=endpoint.name,
+                    page=page.number,
+                )
+            if not delivered.admit(record):
+                continue
+            if cursor is not None:
+                value = record.get(cursor.column)
+                if value is None:
+                    if cursor.nulls == "exclude":
+                        continue
+                    if cursor.nulls == "fail":
+                        raise self._null_cursor(cursor, page.number)
+                else:
+                    key = self._order(cursor, value, page.number)
+                    if self._top is None or self._above(cursor, key, self._top[0]):
+                        self._top = (key, value)
+            records.add(record, page.number)
+            self._total += 1
+            if len(records) >= request.batch_rows:
+                yield self._batch(records)
 
     def _release_session(self) -> None:
         with self._guard:

@@ -146,7 +146,9 @@ def pages(
                 "paginate) if the endpoint really is that long",
                 endpoint=endpoint.name,
             )
-        response = session.get(url)
+        # A token (or next link) the API expired is told apart from a refusal.
+        tokened = number > 1 and style in ("cursor", "link")
+        response = session.get(url, paging.expired if tokened else None)
         body = decode(session, response)
         records = records_of(session, endpoint, response, body)
         yield Page(number, response.url, records, _digest(response.content))

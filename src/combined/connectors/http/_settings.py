@@ -40,10 +40,24 @@ SOURCE_KEYS = (
     "max_retry_wait",
     "max_response_bytes",
     "check_path",
+    "credential_hosts",
     "endpoints",
 )
 ENDPOINT_KEYS = ("path", "params", "records", "paginate", "fields", "allow_empty", "since")
-PAGINATE_KEYS = ("style", "param", "start", "size_param", "size", "next", "max_pages")
+PAGINATE_KEYS = (
+    "style",
+    "param",
+    "start",
+    "size_param",
+    "size",
+    "next",
+    "max_pages",
+    "expired",
+    "restarts",
+)
+EXPIRED_KEYS = ("status", "field", "values")
+#: How many times a read restarts after its page token expired, by default.
+DEFAULT_RESTARTS = 3
 SINCE_KEYS = ("param", "format")
 AUTH_KEYS: Mapping[str, tuple[str, ...]] = {
     "none": ("type",),
@@ -102,6 +116,17 @@ class Auth:
 
 
 @dataclass(frozen=True, slots=True)
+class Expiry:
+    """How an API says a page token (or next link) expired: a status, maybe a body field."""
+
+    status: tuple[int, ...] = (410,)
+    #: The dotted path of the body field that says so (e.g. ``error.code``), if any.
+    field: str | None = None
+    #: The field's values that mean "expired".
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Paginate:
     """How an endpoint pages: the style and its parameters."""
 
@@ -116,6 +141,10 @@ class Paginate:
     #: ``cursor``: the body path of the next token; ``link``: of the next URL (else the header).
     next: str | None = None
     max_pages: int | None = None
+    #: What a page token's expiry looks like (``cursor`` and ``link`` paging).
+    expired: Expiry = field(default_factory=Expiry)
+    #: How many times a read starts its pages over after an expiry.
+    restarts: int = DEFAULT_RESTARTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +303,48 @@ def _paginate(value: Any, where: str) -> Paginate:
         )
     if style == "offset" and size_param is None:
         size_param = "limit"
-    return Paginate(style, param, start, size_param, size, nxt, pages)
+    restarts = value.get("restarts", DEFAULT_RESTARTS)
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+        raise ConfigError(
+            f"{where}.restarts must be a whole number, not {restarts!r}",
+            hint="restarts: 3 (0 fails the read at the first expired page token)",
+        )
+    expired = _expiry(value.get("expired"), f"{where}.expired")
+    return Paginate(style, param, start, size_param, size, nxt, pages, expired, restarts)
+
+
+def _expiry(value: Any, where: str) -> Expiry:
+    if value is None:
+        return Expiry()
+    example = "for example expired: {status: 400, field: error.code, values: [cursor_expired]}"
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where} must be a mapping with a status", hint=example)
+    refuse_unknown_keys("http", value, EXPIRED_KEYS, where=where)
+    status = value.get("status", 410)
+    codes = status if isinstance(status, list) else [status]
+    if not codes or not all(
+        isinstance(c, int) and not isinstance(c, bool) and 400 <= c <= 499 for c in codes
+    ):
+        raise ConfigError(
+            f"{where}.status must be a 4xx status or a list of them, not {status!r}",
+            hint=example,
+        )
+    path = value.get("field")
+    values = value.get("values")
+    if path is not None:
+        path = _text(path, f"{where}.field", "a dotted path into the error body")
+    if (path is None) != (values is None) or (
+        values is not None
+        and (
+            not isinstance(values, list)
+            or not values
+            or not all(isinstance(v, str | int) and not isinstance(v, bool) for v in values)
+        )
+    ):
+        raise ConfigError(
+            f"{where}: `field` and `values` (a list of texts) go together", hint=example
+        )
+    return Expiry(tuple(codes), path, tuple(str(v) for v in values or ()))
 
 
 def _fields(value: Any, where: str) -> tuple[tuple[str, str], ...]:
@@ -353,6 +423,39 @@ def _endpoint(name: str, body: Any, where: str) -> Endpoint:
     )
 
 
+def _origins(value: Any) -> tuple[tuple[str, str, int], ...]:
+    """``credential_hosts``: origins written ``https://host[:port]``, normalised."""
+    if value is None:
+        return ()
+    example = 'for example credential_hosts: ["https://files.example.com:8443"]'
+    if not isinstance(value, list):
+        raise ConfigError("config.credential_hosts must be a list of origins", hint=example)
+    out = []
+    for item in value:
+        parts = urlsplit(item) if isinstance(item, str) else None
+        try:
+            port = None if parts is None else parts.port
+        except ValueError:
+            parts = None
+        if (
+            parts is None
+            or parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or parts.username
+            or parts.password
+            or parts.path not in ("", "/")
+            or parts.query
+            or parts.fragment
+        ):
+            raise ConfigError(
+                f"config.credential_hosts: {item!r} is not an origin (scheme://host[:port])",
+                hint=example,
+            )
+        default = 443 if parts.scheme == "https" else 80
+        out.append((parts.scheme, parts.hostname.lower(), port or default))
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """The validated configuration of one http source (the auth secret resolved)."""
@@ -367,6 +470,8 @@ class Settings:
     max_response_bytes: int
     check_path: str | None
     endpoints: Mapping[str, Endpoint]
+    #: Origins (scheme, host, port) besides base_url's that may receive the credentials.
+    credential_hosts: tuple[tuple[str, str, int], ...] = ()
 
     @classmethod
     def parse(cls, config: Mapping[str, Any]) -> Settings:
@@ -428,6 +533,7 @@ class Settings:
                 )
             ),
             check_path=None if check_path is None else _path(check_path, "config.check_path"),
+            credential_hosts=_origins(config.get("credential_hosts")),
             endpoints={
                 str(n): _endpoint(str(n), b, f"config.endpoints.{n}") for n, b in endpoints.items()
             },
@@ -456,6 +562,7 @@ class Settings:
 __all__ = [
     "ENDPOINT_KEYS",
     "FIELD_TYPES",
+    "Expiry",
     "SOURCE_KEYS",
     "Auth",
     "Endpoint",

@@ -42,20 +42,24 @@ class HTTPSource(BaseSource):
 
     ``base_url``
         The API's root (``https://api.example.com/v1``). Every request, every
-        redirect followed and every next-page link stays on its host.
+        redirect followed and every next-page link stays on its origin
+        (scheme, host and port), or on one listed in ``credential_hosts``.
     ``auth`` (optional)
         ``{type: bearer, token: ...}``, ``{type: basic, username, password}``
         or ``{type: api_key, name: X-Api-Key, in: header | query, api_key:
         ...}``, each secret a reference. The only place a secret may go.
     ``headers``, ``timeout`` (s, 30), ``rate_limit`` (requests/s), ``max_pages``
-    (10000), ``max_retry_wait`` (s, 60), ``max_response_bytes`` (64 MiB), ``check_path``
+    (10000), ``max_retry_wait`` (s, 60), ``max_response_bytes`` (64 MiB), ``check_path``,
+    ``credential_hosts`` (origins besides base_url's the credentials may go to)
         Request settings and guards.
     ``endpoints``
         Named endpoints: ``{orders: {path: /orders, params: {...}, records:
         data.items, paginate: {style: cursor, param: page_token, next:
         meta.next}, fields: {id: integer, updated_at: timestamp}, allow_empty:
-        false, since: {param: updated_since, format: iso}}}``. A dataset's
-        ``relation`` names one (it defaults to the dataset's name).
+        false, since: {param: updated_since, format: iso}}}``; ``paginate``
+        also takes ``expired`` (the API's expired-token answer, 410 by
+        default) and ``restarts``. A dataset's ``relation`` names one (it
+        defaults to the dataset's name).
 
     Strategies: ``snapshot`` (every page, reduced against the lake by key)
     and ``cursor`` (the checkpoint passed in ``since``); see ``docs/http.md``.
@@ -66,6 +70,7 @@ class HTTPSource(BaseSource):
     SUPPORTS_SNAPSHOT: ClassVar[bool] = True
     SUPPORTS_CURSOR: ClassVar[bool] = True
     SUPPORTS_CDC: ClassVar[bool] = False
+    CURSOR_NEEDS_KEY: ClassVar[bool] = True
     SUPPORTS_PARTITIONS: ClassVar[bool] = False
     SUPPORTS_CONTROL_TOTALS: ClassVar[bool] = False
     #: An API's ``since`` filter is often inclusive, and a lookback re-reads a window.
@@ -75,7 +80,7 @@ class HTTPSource(BaseSource):
     CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = SOURCE_KEYS
     PUBLIC_KEYS: ClassVar[Mapping[str, tuple[str, str]]] = {
         key: (f"`{key}` {_PUBLIC_WHY}", _PUBLIC_FIX)
-        for key in ("base_url", "headers", "endpoints", "check_path")
+        for key in ("base_url", "headers", "endpoints", "check_path", "credential_hosts")
     }
 
     def __init__(self, config: Mapping[str, Any]) -> None:

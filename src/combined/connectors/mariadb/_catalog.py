@@ -276,12 +276,19 @@ def cursor_evidence(
     return CursorCandidate(col.name, "; ".join(facts))
 
 
-def describe(rel: Relation, cols: Sequence[SourceColumn], idx: Sequence[Index]) -> DatasetDiscovery:
-    """The discovery of one relation."""
-    plans = column_plans(cols)
+def describe(
+    rel: Relation,
+    cols: Sequence[SourceColumn],
+    idx: Sequence[Index],
+    casts: Mapping[str, str] | None = None,
+) -> DatasetDiscovery:
+    """The discovery of one relation, its declared casts applied to its fields' types."""
+    plans = column_plans(cols, casts)
     fields = tuple(
-        FieldInfo(c.name, p.arrow_type_text, c.column_type, nullable=c.nullable)
-        for c, p in zip(cols, plans, strict=True)
+        FieldInfo(
+            c.name, p.arrow_type_text, c.column_type, c.nullable, f"position {i} {c.column_type}"
+        )
+        for i, (c, p) in enumerate(zip(cols, plans, strict=True), 1)
     )
     primary, unique = keys(idx, plans)
     candidates = tuple(

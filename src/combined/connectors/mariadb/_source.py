@@ -63,6 +63,7 @@ class MariaDBSource(BaseSource):
     SUPPORTS_SNAPSHOT: ClassVar[bool] = True
     SUPPORTS_CURSOR: ClassVar[bool] = True
     SUPPORTS_CDC: ClassVar[bool] = False
+    CURSOR_NEEDS_KEY: ClassVar[bool] = True
     SUPPORTS_PARTITIONS: ClassVar[bool] = False
     SUPPORTS_CONTROL_TOTALS: ClassVar[bool] = True
     CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = Settings.KEYS
@@ -97,8 +98,15 @@ class MariaDBSource(BaseSource):
             tables = [r.table for r in rels]
             cols = catalog.columns(session, db, tables)
             idx = catalog.indexes(session, db, tables)
+            casts = self.settings.casts
             datasets = tuple(
-                catalog.describe(r, cols.get(r.table, []), idx.get(r.table, [])) for r in rels
+                catalog.describe(
+                    r,
+                    cols.get(r.table, []),
+                    idx.get(r.table, []),
+                    casts.get(r.table) or casts.get(f"{db}.{r.table}"),
+                )
+                for r in rels
             )
         finally:
             session.close()

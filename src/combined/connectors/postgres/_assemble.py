@@ -1,12 +1,13 @@
 """Decoded pgoutput messages into record batches and checkpoints, in commit order.
 
-:class:`_Assembler` does no I/O: :class:`~combined.connectors.postgres._cdc.CdcExtraction`
+:class:`_Assembler` does no I/O of its own (types and added columns are read
+through callbacks): :class:`~combined.connectors.postgres._cdc.CdcExtraction`
 reads the stream and feeds it, and hands over what it returns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +88,9 @@ class _Target:
     skip: bool = False  # the current transaction is already in the lake
     touched: bool = False  # the current transaction changed this dataset
     tree: Tree | None = None  # the table and its partitions when the read started
+    #: Columns the lake (or an earlier relation message) holds: one that
+    #: arrives beyond them was added since (None: unknown, nothing is filled).
+    known: set[str] | None = None
     #: Partitions the stream sent changes of, each with the positions of the
     #: table's columns in its rows (None: the table's own order).
     leaves: dict[int, tuple[int, ...] | None] = field(default_factory=dict)
@@ -132,7 +136,11 @@ class _Assembler:
         resolve_types: Callable[[Iterable[int]], Mapping[int, tuple[int, int]]] | None = None,
         trees: Mapping[str, Tree] | None = None,
         ancestors: Callable[[int], tuple[int, ...]] | None = None,
+        known: Mapping[str, Sequence[str]] | None = None,
+        fill: Callable[[str, Sequence[str]], Iterator[tuple[bytes | None, ...]]] | None = None,
     ) -> None:
+        # ``known``: the columns each dataset's lake table holds; ``fill``
+        # reads the given columns of every row of a table (:mod:`._fill`).
         # ``oids``: each table's oid when its checkpoint was committed; a
         # relation message under another oid is the table dropped and created
         # again since, whose rows the lake's copy no longer describes.
@@ -144,9 +152,12 @@ class _Assembler:
                 (keys or {}).get(d),
                 (oids or {}).get(d),
                 tree=(trees or {}).get(d),
+                known=set(known[d]) if known and d in known else None,
             )
             for d, rel in datasets.items()
         }
+        self._fill = fill
+        self._pending_fill: tuple[_Target, Relation, list[str]] | None = None
         self._partitioned: dict[int, _Target] = {}
         for t in self._targets.values():
             t.emitted = t.start
@@ -265,7 +276,46 @@ class _Assembler:
             )
         t.oid = msg.oid
         self._by_oid[msg.oid] = t
+        self._note_added(t, msg)
         return out
+
+    def _note_added(self, t: _Target, msg: Relation) -> None:
+        """Ask for a fill (:meth:`fill_pending`) when ``msg`` shows columns the lake lacks."""
+        names = [c.name for c in msg.columns]
+        if t.known is None:
+            return
+        added = [n for n in names if n not in t.known]
+        t.known.update(names)
+        if added and self._fill is not None and self._txn is not None and not t.skip:
+            self._pending_fill = (t, msg, added)
+
+    def fill_pending(self) -> Iterator[Message]:
+        """The rows of columns added since the lake's schema, as updates of those alone.
+
+        The stream carries a column added with a default only on the rows
+        changed after the ALTER; every other row gets its value from the
+        source (:mod:`._fill`), placed before the changes that follow the
+        relation message. Full batches are handed over as the read goes.
+        """
+        pending, self._pending_fill = self._pending_fill, None
+        if pending is None or self._fill is None or self._txn is None:
+            return
+        t, msg, added = pending
+        assert t.batcher is not None
+        names = [c.name for c in msg.columns]
+        key = list(t.key or msg.key)
+        at = [names.index(n) for n in key + added]
+        txn = self._txn
+        for row in self._fill(t.relation, key + added):
+            kinds = ["u"] * len(names)
+            values: list[bytes | None] = [None] * len(names)
+            for i, value in zip(at, row, strict=True):
+                kinds[i], values[i] = ("n" if value is None else "t"), value
+            change = Update(msg.oid, TupleData("".join(kinds), tuple(values)))
+            t.batcher.add(change, commit_lsn=txn.final_lsn, commit_time=txn.commit_time)
+            t.touched = True
+            if t.batcher.full:
+                yield from self._cut(t)
 
     def _partition_of(self, msg: Relation, bound: _Target | None) -> _Target | None:
         """The partitioned dataset ``msg`` is a partition of, if any."""

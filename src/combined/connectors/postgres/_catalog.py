@@ -16,7 +16,7 @@ from typing import Any
 from psycopg import sql
 
 from combined.connectors._shared import split_qualified
-from combined.connectors.abc import CursorCandidate, DatasetDiscovery, FieldInfo
+from combined.connectors.abc import CursorCandidate, DatasetDiscovery, FieldInfo, Strategy
 from combined.connectors.postgres._connect import Session
 from combined.connectors.postgres._types import (
     ColumnPlan,
@@ -365,11 +365,14 @@ def describe(
     types: Mapping[int, PgType],
     idx: Sequence[Index],
     trig: Sequence[Trigger],
+    casts: Mapping[str, str] | None = None,
 ) -> DatasetDiscovery:
-    """The discovery of one relation."""
-    plans = column_plans(cols, types)
+    """The discovery of one relation, its declared casts applied to its fields' types."""
+    plans = column_plans(cols, types, casts)
     fields = tuple(
-        FieldInfo(c.name, p.arrow_type_text, c.source_type, nullable=not c.notnull)
+        FieldInfo(
+            c.name, p.arrow_type_text, c.source_type, not c.notnull, identity=f"attnum {c.num}"
+        )
         for c, p in zip(cols, plans, strict=True)
     )
     primary, unique = keys(idx)
@@ -381,6 +384,10 @@ def describe(
     # The cursor strategy needs one orderable column; a declared key (not
     # only a discovered one) serves incremental merges, so every sync mode stays.
     cursor_ok = any(p.orderable_number or p.temporal for p in plans)
+    # A change stream carries a table's own rows (not an inheritance child's),
+    # and its updates and deletes name a row by the primary key.
+    cdc_ok = rel.kind in ("r", "p") and not rel.children and bool(primary)
+    strategies: tuple[Strategy, ...] = ("snapshot", "cursor") if cursor_ok else ("snapshot",)
     return DatasetDiscovery(
         name=rel.name,
         relation=rel.name,
@@ -389,7 +396,7 @@ def describe(
         primary_key=primary,
         unique_keys=unique,
         cursor_candidates=candidates,
-        strategies=("snapshot", "cursor") if cursor_ok else ("snapshot",),
+        strategies=(*strategies, "cdc") if cdc_ok else strategies,
         # reltuples is -1 until the relation is first vacuumed or analyzed; a
         # view has no storage to estimate.
         estimated_rows=int(rel.reltuples) if rel.reltuples >= 0 and rel.kind in "rpmf" else None,

@@ -31,13 +31,18 @@ The contract with the engine:
   unchanged, the delete names the same columns, whose values then come from
   the old key. Rows in a batch are in log order; one key may appear more
   than once, the last occurrence wins.
+* A column that a relation message shows and the lake does not hold
+  (``lake_columns``) was added since: every row's value is read from the
+  source (:mod:`._fill`) and yielded as updates of the new columns alone (the
+  others in ``_combined_unchanged``) before the changes that follow; a
+  bounded run then reads on at least to the WAL position of that read.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from combined.connectors.abc import BaseExtraction
@@ -49,6 +54,7 @@ from combined.connectors.postgres._batch import (
     ChangeBatcher,
 )
 from combined.connectors.postgres._connect import Settings
+from combined.connectors.postgres._fill import ColumnFill, not_null_columns
 from combined.connectors.postgres._pgoutput import (
     Begin,
     Commit,
@@ -160,6 +166,7 @@ class CdcExtraction(BaseExtraction):
         heartbeat_interval: float = 30.0,
         status_interval: float = 10.0,
         authority: ExtractionAuthority | None = None,
+        lake_columns: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         super().__init__(authority)
         if not datasets:
@@ -177,6 +184,10 @@ class CdcExtraction(BaseExtraction):
         self._keys = keys
         self._oids = oids
         self._trees = dict(trees or {})
+        self._lake_columns = lake_columns
+        self._fill = ColumnFill(settings)
+        #: Per dataset, the columns the source declares NOT NULL when the run ended.
+        self.not_null_columns: dict[str, tuple[str, ...]] = {}
         self._limits = (batch_rows, batch_bytes)
         self._stop, self._timeout = stop, timeout
         self._flush_interval, self._heartbeat_interval = flush_interval, heartbeat_interval
@@ -211,6 +222,8 @@ class CdcExtraction(BaseExtraction):
             resolve_types=self._resolve_types,
             trees=self._trees,
             ancestors=self._ancestors,
+            known=self._lake_columns,
+            fill=self._fill,
         )
         stream = self._stream = ReplicationStream(
             self._settings,
@@ -258,10 +271,16 @@ class CdcExtraction(BaseExtraction):
                 final = end_lsn  # this transaction committed after the run's end
                 break
             yield from self._emit(asm.feed(msg))
+            yield from self._emit(asm.fill_pending())
+            if end_lsn is not None and self._fill.lsn > end_lsn:
+                end_lsn = self._fill.lsn  # filled values hold once the stream reaches their read
             if isinstance(msg, Commit) and idle_since - last_flush >= self._flush_interval:
                 yield from self._emit(asm.drain())
                 last_flush = idle_since
         self._check_trees(asm)
+        self.not_null_columns = {
+            t.dataset: not_null_columns(self._settings, t.relation) for t in asm.targets()
+        }
         yield from self._emit(asm.states(final, final=True))
         self.authority.complete()
 
@@ -305,7 +324,7 @@ class CdcExtraction(BaseExtraction):
             return True
         return self._stop is not None and self._stop()
 
-    def _emit(self, messages: list[Message]) -> Iterator[Message]:
+    def _emit(self, messages: Iterable[Message]) -> Iterator[Message]:
         for m in messages:
             if isinstance(m, RecordBatchMessage):
                 op = m.batch.column(OP_COLUMN)

@@ -42,6 +42,9 @@ DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
 DEFAULT_APPLICATION_NAME = "combined"
 DEFAULT_SLOT_PREFIX = "combined"
 
+#: The ``sslmode`` values libpq takes.
+SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
 #: Everything the driver stack raises for a failed statement or stream.
 DRIVER_ERRORS: tuple[type[BaseException], ...] = (
     adbc_driver_manager.Error,
@@ -128,6 +131,13 @@ class Settings:
             raise ConfigError(
                 f"the postgres dsn holds a password ({', '.join(inline)})",
                 hint="remove it from the dsn and pass it as `password` from a secret reference",
+            )
+        sslmode = parts.get("sslmode")
+        if sslmode is not None and sslmode not in SSLMODES:
+            raise ConfigError(
+                f"the postgres dsn's sslmode is {sslmode!r}, which libpq does not take",
+                hint=f"use sslmode={' / '.join(SSLMODES)} (verify-full checks the "
+                "server's certificate and host name)",
             )
         password = config.get("password")
         if password is not None and not isinstance(password, str):

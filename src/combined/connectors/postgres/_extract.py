@@ -82,6 +82,7 @@ from combined.connectors.postgres._connect import (
     close_quietly,
     query_error,
 )
+from combined.connectors.postgres._preflight import refuse_intervals
 from combined.connectors.postgres._types import ColumnPlan, Layout, jsonable, value_from_text
 from combined.errors import (
     CombinedError,
@@ -381,6 +382,7 @@ class PostgresExtraction(SessionRead[Session]):
         part = self._partition
         also = () if part is None else (part.column,)
         by_name, selected = select_plans(plans, request, rel.name, also=also)
+        refuse_intervals(request.dataset, rel.name, selected, cdc=False)
         for p in selected:
             if p.route == "unsupported":
                 raise UnsupportedType(

@@ -1,10 +1,12 @@
 """Logical replication stand-up and management for PostgreSQL change capture.
 
 Everything that talks to the server about slots lives here: ordinary SQL
-through psycopg 3, and the streaming replication protocol through
-psycopg2's ``LogicalReplicationConnection`` (the maintained client of that
-protocol). Publications are in :mod:`~combined.connectors.postgres._publication`,
-on this module's connections.
+through psycopg 3, slot creation through psycopg2's
+``LogicalReplicationConnection``, and streaming through
+:class:`~combined.connectors.postgres._walstream.WalChannel` (psycopg 3's
+libpq binding), which reports only the positions it is told to confirm.
+Publications are in :mod:`~combined.connectors.postgres._publication`, on
+this module's connections.
 
 Stand-up order (docs/architecture.md, section 5): ``ensure_publication``, then
 :func:`create_slot`, which returns a :class:`SlotHandle` holding the slot's
@@ -28,7 +30,6 @@ theirs are (:func:`~combined.connectors.postgres._connect.connect_failure`).
 from __future__ import annotations
 
 import re
-import select
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -53,6 +54,7 @@ from combined.connectors.postgres._connect import (
     sqlstate_of,
 )
 from combined.connectors.postgres._pgoutput import array_type_of, lsn_to_text, text_to_lsn
+from combined.connectors.postgres._walstream import WalChannel
 from combined.errors import (
     AuthRejected,
     CombinedError,
@@ -575,12 +577,15 @@ def _resolve_type(
 
 
 class ReplicationStream:
-    """One ``START_REPLICATION`` session of a pgoutput slot (psycopg2).
+    """One ``START_REPLICATION`` session of a pgoutput slot.
 
     :meth:`read` returns the next message payload and the WAL position of
     its record, or ``None`` when nothing arrived within the timeout.
-    :meth:`confirm` tells the server a position is durable; psycopg2 repeats
-    the last confirmation every ``status_interval`` seconds while reading.
+    :meth:`confirm` tells the server a position is durable; the stream
+    repeats the last confirmation every ``status_interval`` seconds while
+    reading, and never reports a position it was not given
+    (:class:`~._walstream.WalChannel`): the slot is confirmed only as far as
+    the lake holds.
     """
 
     def __init__(
@@ -598,76 +603,66 @@ class ReplicationStream:
         self.slot = slot
         self.publication = publication
         self._settings = settings
-        self._conn = _replication_connect(settings)
-        self._cur = self._conn.cursor()
         options = {"proto_version": str(proto_version), "publication_names": publication}
         options.update(extra_options)
+        rendered = ", ".join(f'"{k}" {sql.Literal(v).as_string(None)}' for k, v in options.items())
+        command = f'START_REPLICATION SLOT "{slot}" LOGICAL {lsn_to_text(start_lsn)} ({rendered})'
         try:
-            self._cur.start_replication(
-                slot_name=slot,
-                decode=False,
-                start_lsn=start_lsn,
-                options=options,
-                status_interval=status_interval,
+            conn = psycopg.connect(
+                settings.conninfo(),
+                autocommit=True,
+                replication="database",
+                options=_options(settings.dsn),
             )
-        except psycopg2.Error as exc:
-            self.close()
+        except psycopg.Error as exc:
+            raise _classify(
+                exc, settings, "open a replication connection", connecting=True
+            ) from None
+        try:
+            self._channel = WalChannel(conn, command, status_interval)
+        except psycopg.Error as exc:
+            conn.close()
             raise self._failure(exc, "start streaming") from None
-        self._confirmed = 0
 
     @property
     def wal_end(self) -> int:
         """The server's position from the last message or keepalive."""
-        return int(self._cur.wal_end)
+        return self._channel.wal_end
 
     @property
     def confirmed(self) -> int:
         """The highest position confirmed through :meth:`confirm`."""
-        return self._confirmed
+        return self._channel.confirmed
 
     @property
     def closed(self) -> bool:
         """Whether the connection is closed."""
-        return self._conn is None or bool(self._conn.closed)
+        return self._channel.closed
 
     def read(self, timeout: float) -> tuple[bytes, int] | None:
         """The next message (payload, WAL position), or ``None`` after ``timeout`` seconds."""
         try:
-            msg = self._cur.read_message()
-            if msg is None and timeout > 0:
-                select.select([self._conn], [], [], timeout)
-                msg = self._cur.read_message()
-        except psycopg2.Error as exc:
+            return self._channel.read(timeout)
+        except psycopg.Error as exc:
             raise self._failure(exc, "read the replication stream") from None
-        if msg is None:
-            return None
-        return bytes(msg.payload), int(msg.data_start)
 
     def confirm(self, lsn: int) -> None:
         """Report ``lsn`` as written and flushed (durable in the lake); never moves back."""
-        if lsn <= self._confirmed:
-            return
         try:
-            self._cur.send_feedback(write_lsn=lsn, flush_lsn=lsn, force=True)
-        except psycopg2.Error as exc:
+            self._channel.confirm(lsn)
+        except psycopg.Error as exc:
             raise self._failure(exc, "confirm the flush position") from None
-        self._confirmed = lsn
 
     def request_reply(self) -> None:
         """Ask the server for a keepalive, which refreshes :attr:`wal_end`."""
         try:
-            self._cur.send_feedback(reply=True)
-        except psycopg2.Error as exc:
+            self._channel.request_reply()
+        except psycopg.Error as exc:
             raise self._failure(exc, "ping the replication stream") from None
 
     def close(self) -> None:
         """Close the connection (the slot stays, at its confirmed position)."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except psycopg2.Error:
-                pass  # closing a broken connection has nothing left to release
+        self._channel.close()
 
     def _failure(self, exc: Exception, action: str) -> CombinedError:
         """A lost slot when the slot is gone, otherwise a transient failure."""
@@ -686,7 +681,7 @@ class ReplicationStream:
                     hint=RECOVER_HINT,
                     publication=self.publication,
                 )
-        if getattr(exc, "pgcode", None) == psycopg2.errorcodes.OBJECT_IN_USE:
+        if sqlstate_of(exc) == psycopg2.errorcodes.OBJECT_IN_USE:
             return SourceUnavailable(
                 f"replication slot {self.slot!r} is in use by another process",
                 hint="another capture streams from this slot; the run is retried",

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from psycopg import sql
 
+from combined._credentials import is_secret_ref
 from combined.connectors.abc import (
     BaseExtraction,
     BaseSource,
@@ -20,7 +21,9 @@ from combined.connectors.postgres import _catalog as catalog
 from combined.connectors.postgres._connect import Session, Settings
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
 from combined.connectors.postgres._partition import PartitionPlan, check_open, create_plan
+from combined.connectors.postgres._preflight import refuse_intervals
 from combined.connectors.postgres._stitch import cdc_read, qualified, slot_name
+from combined.connectors.postgres._tls import cleartext_password_warning
 from combined.errors import ConfigError
 from combined.protocol import utcnow
 
@@ -62,6 +65,7 @@ class PostgresSource(BaseSource):
     SUPPORTS_SNAPSHOT: ClassVar[bool] = True
     SUPPORTS_CURSOR: ClassVar[bool] = True
     SUPPORTS_CDC: ClassVar[bool] = True
+    CURSOR_NEEDS_KEY: ClassVar[bool] = True
     SUPPORTS_PARTITIONS: ClassVar[bool] = True
     SUPPORTS_CONTROL_TOTALS: ClassVar[bool] = True
     CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = Settings.KEYS
@@ -74,6 +78,18 @@ class PostgresSource(BaseSource):
         self._lock = threading.Lock()
         self._extractions: weakref.WeakSet[PostgresExtraction] = weakref.WeakSet()
         self._plans: weakref.WeakSet[PartitionPlan] = weakref.WeakSet()
+
+    def warnings(self) -> list[str]:
+        """A password that may cross the network in clear text (no TLS required)."""
+        why = cleartext_password_warning(self.settings.dsn, self.settings.password)
+        return [] if why is None else [why]
+
+    @classmethod
+    def check_static(cls, config: Mapping[str, Any]) -> None:
+        """Validate the configuration as :meth:`__init__` would, its secrets unresolved."""
+        if any(is_secret_ref(v) for k, v in config.items() if k != "password"):
+            return  # a dsn from a secret is validated when it is resolved
+        Settings.from_config({k: v for k, v in config.items() if k != "password"})
 
     def check(self) -> None:
         """Connect and authenticate; confirm the configured schemas exist.
@@ -103,6 +119,22 @@ class PostgresSource(BaseSource):
         finally:
             session.close()
 
+    def preflight(self, requests: Sequence[ReadRequest]) -> None:
+        """Refuse, before any Run, a read the catalog shows cannot succeed (an uncast interval)."""
+        session = Session(self.settings)
+        try:
+            for r in requests:
+                rel = catalog.find_relation(session, r.relation)
+                cols = catalog.columns(session, [rel.oid]).get(rel.oid, [])
+                types = catalog.load_types(session, {c.typoid for c in cols})
+                cdc = r.strategy == "cdc"
+                casts = {} if cdc else self.settings.casts_for(r.relation)
+                plans = catalog.column_plans(cols, types, casts)
+                chosen = [p for p in plans if r.columns is None or p.name in r.columns]
+                refuse_intervals(r.dataset, rel.name, chosen, cdc)
+        finally:
+            session.close()
+
     def discover(self) -> Discovery:
         """Relations of the configured schemas with columns, keys and cursor evidence."""
         session = Session(self.settings)
@@ -116,7 +148,12 @@ class PostgresSource(BaseSource):
             trig = catalog.triggers(session, oids) if oids else {}
             datasets = tuple(
                 catalog.describe(
-                    r, cols.get(r.oid, []), types, idx.get(r.oid, []), trig.get(r.oid, [])
+                    r,
+                    cols.get(r.oid, []),
+                    types,
+                    idx.get(r.oid, []),
+                    trig.get(r.oid, []),
+                    self.settings.casts_for(r.name),
                 )
                 for r in rels
             )

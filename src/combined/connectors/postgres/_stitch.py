@@ -136,6 +136,11 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
         batch_rows=request.batch_rows,
         stop=stop,
         timeout=request.options.get("timeout"),
+        lake_columns=(
+            {request.dataset: list(request.options["lake_columns"])}
+            if request.options.get("lake_columns")
+            else None
+        ),
     )
     return ext
 

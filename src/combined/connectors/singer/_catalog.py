@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from combined.connectors._subprocess._schema import BadSchema, FieldPlan, plan_stream
+from combined.connectors._subprocess._typing import Typing
 from combined.connectors.abc import CursorCandidate, DatasetDiscovery, FieldInfo, Strategy
 from combined.errors import SourceError, UnsupportedType
 
@@ -120,10 +121,11 @@ def find_stream(streams: Sequence[Stream], name: str) -> Stream | None:
     return None
 
 
-def field_plans(stream: Stream) -> tuple[FieldPlan, ...]:
-    """The stream's column plans; ``UnsupportedType`` names a property without one."""
+def field_plans(stream: Stream, typing: Typing) -> tuple[FieldPlan, ...]:
+    """The stream's column plans, as ``typing`` types them; ``UnsupportedType`` names a
+    property without one."""
     try:
-        plans = plan_stream(stream.schema)
+        plans = typing.apply(stream.names(), plan_stream(stream.schema))
     except BadSchema as exc:
         raise UnsupportedType(
             f"stream {stream.tap_stream_id!r}: {exc}",
@@ -134,9 +136,9 @@ def field_plans(stream: Stream) -> tuple[FieldPlan, ...]:
     return tuple(p for p in plans if p.name not in dropped)
 
 
-def describe(stream: Stream) -> DatasetDiscovery:
+def describe(stream: Stream, typing: Typing) -> DatasetDiscovery:
     """The discovery of one stream: fields, key_properties, replication_key, strategies."""
-    plans = field_plans(stream)
+    plans = field_plans(stream, typing)
     strategies: tuple[Strategy, ...] = ("snapshot",)
     candidates: tuple[CursorCandidate, ...] = ()
     kind = "singer stream"

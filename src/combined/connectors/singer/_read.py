@@ -175,7 +175,7 @@ class SingerExtraction(ProgramExtraction):
 
     def _schema(self, schema: Any, number: int) -> tuple[FieldPlan, ...]:
         try:
-            plans = plan_stream(schema)
+            plans = self._settings.typing.apply(self._stream.names(), plan_stream(schema))
         except BadSchema as exc:
             raise UnsupportedType(
                 f"line {number}: the SCHEMA of stream {self._stream.tap_stream_id!r}: {exc}",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
@@ -84,7 +84,7 @@ class SingerSource(ProgramSource[Settings]):
         return Discovery(
             connector=self.name,
             revision=self.revision,
-            datasets=tuple(describe(s) for s in streams),
+            datasets=tuple(describe(s, self.settings.typing) for s in streams),
         )
 
     def _catalog(self, *, refresh: bool = False) -> list[Stream]:
@@ -152,7 +152,9 @@ class SingerSource(ProgramSource[Settings]):
             )
         if request.strategy == "cursor":
             self._check_cursor(request, stream)
-        select_plans(field_plans(stream), request, stream.tap_stream_id, noun="stream")
+        select_plans(
+            field_plans(stream, self.settings.typing), request, stream.tap_stream_id, noun="stream"
+        )
         columns = None
         if request.columns is not None:
             columns = [*request.columns, *request.key]
@@ -167,12 +169,21 @@ class SingerSource(ProgramSource[Settings]):
             **self._run_options(request),
         )
 
+    def preflight(self, requests: Sequence[ReadRequest]) -> None:
+        """Refuse, before any Run, a cursor read of a stream the tap cannot read incrementally."""
+        cursors = [r for r in requests if r.strategy == "cursor"]
+        streams = self._catalog() if cursors else []
+        for request in cursors:
+            stream = find_stream(streams, request.relation)
+            if stream is not None:
+                self._check_cursor(request, stream)
+
     def _check_cursor(self, request: ReadRequest, stream: Stream) -> None:
         spec = self._declared_cursor(request, "replication_key")
         if stream.replication_key is None:
             raise ConfigError(
-                f"stream {stream.tap_stream_id!r} has no replication_key, so the tap "
-                "cannot read it incrementally",
+                f"dataset {request.dataset!r} reads stream {stream.tap_stream_id!r} by cursor, "
+                "but the stream has no replication_key, so the tap cannot read it incrementally",
                 hint="use `strategy: snapshot` for this dataset",
                 dataset=request.dataset,
             )

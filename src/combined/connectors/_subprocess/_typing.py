@@ -1,0 +1,123 @@
+"""What a program-run source's configuration says of its streams' types, over their schemas.
+
+``types: {"<stream>.<field>": <type>}`` reads one field as another type than
+its schema declares (the stream is everything before the last dot);
+``naive_timestamps`` says what a date-time declared with a zone holds when
+its value has no offset: ``fail`` (the default: an error naming these
+options), ``utc`` (read it as UTC; a value with an offset keeps its own) or
+``keep`` (the column is a timestamp without zone: values must have no offset).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from combined.connectors._subprocess._schema import NAIVE_TIMESTAMP, FieldPlan, plan_field
+from combined.errors import ConfigError
+
+#: The types a field can be declared as, with the JSON Schema each one reads as.
+TYPES: Mapping[str, Mapping[str, Any]] = {
+    "string": {"type": "string"},
+    "integer": {"type": "integer"},
+    "number": {"type": "number"},
+    "boolean": {"type": "boolean"},
+    "date": {"type": "string", "format": "date"},
+    "timestamp": {"type": "string", "format": "date-time"},
+    "timestamp_without_timezone": {
+        "type": "string",
+        "format": "date-time",
+        "airbyte_type": "timestamp_without_timezone",
+    },
+    "json": {},
+}
+NAIVE_POLICIES = ("fail", "utc", "keep")
+KEYS = ("types", "naive_timestamps")
+
+
+@dataclass(frozen=True, slots=True)
+class Typing:
+    """The declared field types (by stream) and the naive-timestamp policy."""
+
+    types: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
+    naive_timestamps: str = "fail"
+
+    @classmethod
+    def parse(cls, connector: str, config: Mapping[str, Any]) -> Typing:
+        """The ``types`` and ``naive_timestamps`` options of ``config``; raises ``ConfigError``."""
+        types = _by_stream(connector, config.get("types"))
+        naive = config.get("naive_timestamps", "fail")
+        if naive not in NAIVE_POLICIES:
+            raise ConfigError(
+                f"{connector} naive_timestamps must be one of {', '.join(NAIVE_POLICIES)}, "
+                f"not {naive!r}",
+                hint="utc reads a date-time without an offset as UTC; keep stores the "
+                "column as a timestamp without zone",
+                option="naive_timestamps",
+            )
+        return cls(types, naive)
+
+    def apply(self, names: Sequence[str], plans: Sequence[FieldPlan]) -> tuple[FieldPlan, ...]:
+        """The plans of the stream known by ``names``, as this configuration types them."""
+        own: dict[str, str] = {}
+        for name in names:
+            own.update(self.types.get(name, {}))
+        unknown = sorted(set(own) - {p.name for p in plans})
+        if unknown:
+            raise ConfigError(
+                f"types: stream {names[0]!r} has no field {unknown[0]!r}",
+                hint="its fields: " + ", ".join(p.name for p in plans),
+                option="types",
+            )
+        return tuple(self._typed(p, own.get(p.name)) for p in plans)
+
+    def _typed(self, plan: FieldPlan, declared: str | None) -> FieldPlan:
+        if declared is not None:
+            typed = plan_field(plan.name, TYPES[declared])
+            label = f"{declared} (by `types`, the schema says {plan.source_type})"
+            return dataclasses.replace(typed, source_type=label, nullable=plan.nullable)
+        if plan.kind != "timestamp" or self.naive_timestamps == "fail":
+            return plan
+        if self.naive_timestamps == "utc":
+            label = f"{plan.source_type}, without an offset read as UTC"
+            return dataclasses.replace(plan, kind="timestamp_utc", source_type=label)
+        label = f"{plan.source_type}, kept without zone"
+        return dataclasses.replace(
+            plan, kind="naive_timestamp", arrow=NAIVE_TIMESTAMP, source_type=label
+        )
+
+
+def _by_stream(connector: str, value: Any) -> dict[str, dict[str, str]]:
+    """``{"stream.field": type}`` grouped by stream; raises ``ConfigError``."""
+    example = 'e.g. types: {"purchases.created_at": timestamp_without_timezone}'
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{connector} `types` must map stream.field to a type", hint=example, option="types"
+        )
+    out: dict[str, dict[str, str]] = {}
+    for key, type_ in value.items():
+        stream, dot, name = str(key).rpartition(".")
+        if not dot or not stream or not name or type_ not in TYPES:
+            raise ConfigError(
+                f"{connector} types: {key!r}: {type_!r} must be written stream.field: type, "
+                "the type one of " + ", ".join(TYPES),
+                hint=example,
+                option="types",
+            )
+        out.setdefault(stream, {})[name] = str(type_)
+    return out
+
+
+def remedy(stream: str, plan: FieldPlan) -> str:
+    """What the configuration can declare for a value of ``plan`` that does not fit."""
+    text = f'or declare its type: types: {{"{stream}.{plan.name}": string}} in the source'
+    if plan.kind == "timestamp":
+        text += (
+            "; for date-times sent without an offset, declare naive_timestamps: utc "
+            "(read them as UTC) or naive_timestamps: keep (a timestamp without zone)"
+        )
+    return text

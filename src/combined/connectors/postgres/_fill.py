@@ -1,0 +1,88 @@
+"""Values of columns a change stream shows arriving, for the rows it will never send.
+
+``ALTER TABLE ... ADD COLUMN ... DEFAULT`` gives every existing row a value
+without a change in the stream: only rows changed afterwards carry it. When
+a relation message shows a column the lake does not hold, the assembler
+reads the key and the new columns of every row from the source
+(:class:`ColumnFill`) and puts each in the stream as an update that leaves
+every other column unchanged (as a TOAST value the server did not send), at
+the place of the first change that showed the column.
+
+The read happens later than that place, at some position ``T``. It is
+anchored by reading the stream on to ``T`` (:attr:`ColumnFill.lsn`) before
+the run ends: a row changed between the ALTER and ``T`` has that change in
+the stream after the filled value, and the last change wins; a row the
+read does not hold was deleted meanwhile, and its delete follows too.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+
+import psycopg
+from psycopg import sql
+
+from combined.connectors.postgres._connect import Settings, connect_error, query_error
+from combined.connectors.postgres._pgoutput import text_to_lsn
+from combined.connectors.postgres._replication import SESSION_SETTINGS
+
+__all__ = ["ColumnFill", "not_null_columns"]
+
+_FETCH = 10_000
+
+
+class ColumnFill:
+    """Reads columns of every row as pgoutput renders them (its session settings, as text).
+
+    :attr:`lsn` is the server's WAL position after the last read: the
+    stream must be read at least that far for the filled values to hold.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self.lsn = 0
+
+    def __call__(self, relation: str, columns: Sequence[str]) -> Iterator[tuple[bytes | None, ...]]:
+        """Each row's ``columns`` in the wire's text form (``None`` for null)."""
+        schema, _, table = relation.partition(".")
+        query = sql.SQL("SELECT {} FROM {}").format(
+            sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c)) for c in columns),
+            sql.Identifier(schema, table),
+        )
+        try:
+            conn = psycopg.connect(self._settings.conninfo())
+        except psycopg.Error as exc:
+            raise connect_error(exc, self._settings) from None
+        try:
+            with conn:
+                for name, value in SESSION_SETTINGS.items():
+                    conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+                conn.commit()
+                with conn.transaction(), conn.cursor(name=f"fill_{uuid.uuid4().hex}") as cur:
+                    cur.execute(query)
+                    while rows := cur.fetchmany(_FETCH):
+                        for row in rows:
+                            yield tuple(None if v is None else str(v).encode() for v in row)
+                at = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+                assert at is not None
+                self.lsn = max(self.lsn, text_to_lsn(at[0]))
+        except psycopg.Error as exc:
+            raise query_error(
+                exc, self._settings, f"reading the columns added to {relation}"
+            ) from None
+
+
+def not_null_columns(settings: Settings, relation: str) -> tuple[str, ...]:
+    """The columns of ``relation`` the source declares NOT NULL (reconciliation checks them)."""
+    schema, _, table = relation.partition(".")
+    try:
+        with psycopg.connect(settings.conninfo(), autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass "
+                "AND attnum > 0 AND NOT attisdropped AND attnotnull ORDER BY attnum",
+                (sql.Identifier(schema, table).as_string(None),),
+            ).fetchall()
+    except psycopg.Error as exc:
+        raise query_error(exc, settings, f"reading the NOT NULL columns of {relation}") from None
+    return tuple(str(r[0]) for r in rows)

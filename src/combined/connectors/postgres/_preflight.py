@@ -1,0 +1,46 @@
+"""What a PostgreSQL read cannot take, found from the catalog before any row is read."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from combined.connectors.postgres._types import ColumnPlan
+from combined.errors import ConfigError
+
+
+def _interval(t: pa.DataType | None) -> bool:
+    if t is None:
+        return False
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _interval(t.value_type)
+    return bool(pa.types.is_interval(t))
+
+
+def refuse_intervals(dataset: str, relation: str, plans: Sequence[ColumnPlan], cdc: bool) -> None:
+    """Refuse a read selecting an ``interval`` column read as itself.
+
+    Its Arrow type (month_day_nano_interval) has no canonical identity
+    encoding, so no row holding it could be identified or hashed: the
+    capture failed after reading, as if retrying could help.
+    """
+    for p in plans:
+        if _interval(p.arrow_type):
+            fix = (
+                "change data capture reads each column as its own type: leave it out "
+                "with the dataset's `columns:`, or capture it with strategy snapshot or "
+                "cursor and a cast"
+                if cdc
+                else f'declare casts: {{"{relation}.{p.name}": "text"}} in the source '
+                "configuration (or leave it out with the dataset's `columns:`)"
+            )
+            raise ConfigError(
+                f"dataset {dataset!r}: column {p.name!r} of {relation!r} has type "
+                f"{p.source_type}, which Combined cannot read as itself (its Arrow type, "
+                f"{p.arrow_type}, has no canonical identity encoding)",
+                hint=fix,
+                dataset=dataset,
+                column=p.name,
+                source_type=p.source_type,
+            )

@@ -1,0 +1,145 @@
+"""Schema drift: how a capture's columns differ from the committed ones, and each policy.
+
+Classes: ``new_field``, ``drop``, ``widened_type``, ``narrowed_type`` and
+``rename``. A rename is told apart from a drop and a new field only by the
+source's own evidence of a column's identity (:attr:`FieldInfo.identity`:
+PostgreSQL's ``attnum``, which a rename keeps and a new column never
+reuses; MariaDB's column position with its type), recorded in every lake
+commit's metadata (``fields``) and compared at the next capture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from combined.connectors.abc import DatasetDiscovery
+from combined.errors import DriftQuarantined, DriftRejected
+from combined.lake import lake_schema
+
+if TYPE_CHECKING:
+    from combined.runtime._pipeline import DatasetPlan
+
+
+class Declared(dict[str, str]):
+    """The discovered Arrow type of each column, with its ``identity`` at the source."""
+
+    identity: dict[str, str]
+
+
+def declared_fields(found: DatasetDiscovery | None) -> Declared | None:
+    """What discovery declares of a dataset's columns (None: it declares nothing)."""
+    if found is None:
+        return None
+    declared = Declared((f.name, f.arrow_type) for f in found.fields)
+    declared.identity = {f.name: f.identity for f in found.fields if f.identity is not None}
+    return declared
+
+
+def _renames(
+    old: list[str], new: list[str], before: Mapping[str, str], now: Mapping[str, str]
+) -> list[tuple[str, str]]:
+    """(old, new) names of the columns whose identity the source kept under a new name."""
+    by_identity = {now[n]: n for n in new if n in now}
+    return [(o, by_identity[before[o]]) for o in old if before.get(o) in by_identity]
+
+
+def classify(
+    plan: DatasetPlan,
+    committed: pa.Schema | None,
+    seen: pa.Schema,
+    before: Mapping[str, str] | None = None,
+    now: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """Classify differences between the committed payload schema and a new one.
+
+    ``before`` and ``now`` are the columns' identities at the source when
+    last committed and now (a rename is recognised only where both are known).
+    """
+    if committed is None:
+        return []
+    events: list[dict[str, Any]] = []
+    old = {f.name: f.type for f in committed if not f.name.startswith("_combined_")}
+    new = {f.name: f.type for f in lake_schema(seen) if not f.name.startswith("_combined_")}
+    added = [n for n in new if n not in old]
+    gone = [n for n in old if n not in new]
+    for was, name in _renames(gone, added, before or {}, now or {}):
+        events.append({"class": "rename", "field": name, "from": was, "type": str(new[name])})
+        added.remove(name)
+        gone.remove(was)
+    for name in added:
+        events.append({"class": "new_field", "field": name, "type": str(new[name])})
+    for name in gone:
+        events.append({"class": "drop", "field": name, "type": str(old[name])})
+    for name in old.keys() & new.keys():
+        if old[name] != new[name]:
+            wider = _widens(old[name], new[name])
+            events.append(
+                {
+                    "class": "widened_type" if wider else "narrowed_type",
+                    "field": name,
+                    "from": str(old[name]),
+                    "to": str(new[name]),
+                }
+            )
+    for e in events:
+        e["outcome"] = plan.drift.get(e["class"], "fail")
+    return events
+
+
+def _widens(old: pa.DataType, new: pa.DataType) -> bool:
+    if pa.types.is_integer(old) and pa.types.is_integer(new):
+        return bool(new.bit_width >= old.bit_width)
+    if pa.types.is_floating(old) and pa.types.is_floating(new):
+        return bool(new.bit_width >= old.bit_width)
+    if pa.types.is_integer(old) and (pa.types.is_floating(new) or pa.types.is_decimal(new)):
+        return True
+    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
+        return bool(
+            new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
+        )
+    return False
+
+
+def judge_drift(
+    plan: DatasetPlan,
+    committed: pa.Schema | None,
+    seen: pa.Schema,
+    parts: list[Path],
+    before: Mapping[str, str] | None = None,
+    now: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The capture's drift events against the committed schema, each with its outcome.
+
+    Raises for drift whose policy is not ``evolve``: ``fail`` first, then
+    ``quarantine`` (the error carries the events and the staged ``parts``).
+    """
+    drift = classify(plan, committed, seen, before, now)
+    held = [e for e in drift if e["outcome"] != "evolve"]
+    if not held:
+        return drift
+    failing = [e for e in held if e["outcome"] == "fail"]
+    first = (failing or held)[0]
+    what = (
+        f"schema drift in {plan.source}.{plan.name}: {first['class']} "
+        f"on field {first['field']!r}"
+        + (f" (was {first['from']!r})" if first["class"] == "rename" else "")
+        + f" (policy: {first['outcome']})"
+    )
+    accept = f"set drift.{first['class']}: evolve for this dataset in combined.yaml"
+    exc = (
+        DriftRejected(what, hint=f"{accept} if the change is expected, then capture again")
+        if failing
+        else DriftQuarantined(
+            f"{what}; nothing was committed and the capture is held in quarantine",
+            hint=f"review it (`combined quarantine list`); to accept the change, {accept} "
+            "and capture again",
+        )
+    )
+    exc.drift = tuple(drift)
+    exc.parts = tuple(parts)
+    exc.what = what
+    raise exc

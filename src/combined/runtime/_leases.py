@@ -1,0 +1,92 @@
+"""A Run's dataset leases, renewed from a thread while the Run executes (the heartbeat)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+
+from combined.catalog import Catalog
+from combined.errors import ProtocolViolation
+from combined.runtime._deadline import env_seconds
+
+
+class LeaseKeeper:
+    """Renews a Run's dataset leases from a thread until stopped (the heartbeat).
+
+    A lease that expires lets another Run take the dataset and lets recovery
+    treat this one as dead; renewing it every ``ttl / 5`` keeps a long Run's
+    datasets its own. :meth:`require` renews at once and raises when the
+    lease went to another Run meanwhile (a process stalled past the TTL):
+    the Run must then neither commit nor acknowledge.
+    """
+
+    def __init__(
+        self, catalog: Catalog, run_id: str, datasets: Sequence[tuple[str, str]], ttl_s: float
+    ) -> None:
+        self.catalog = catalog
+        self.run_id = run_id
+        self.datasets = list(datasets)
+        self.ttl = timedelta(seconds=ttl_s)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, args=(ttl_s / 5,), name=f"lease-{run_id[:8]}", daemon=True
+        )
+        self._lost: set[tuple[str, str]] = set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _renew(self, source: str, dataset: str) -> bool:
+        if (source, dataset) in self._lost:
+            return False
+        if self.catalog.renew_lease(source, dataset, self.run_id, self.ttl):
+            return True
+        self._lost.add((source, dataset))  # never re-taken: another Run may hold it now
+        return False
+
+    def _beat(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            for source, dataset in self.datasets:
+                try:
+                    self._renew(source, dataset)
+                except Exception:  # noqa: BLE001 - a failed beat is retried; require() decides
+                    continue
+
+    def require(self, source: str, dataset: str, tries: int = 3) -> None:
+        """Renew the dataset's lease now; raise ProtocolViolation when it was lost.
+
+        A catalog that fails to answer is asked ``tries`` times (a busy SQLite
+        file, a PostgreSQL restart) before its error ends the Run.
+        """
+        for attempt in range(1, tries + 1):
+            try:
+                held = self._renew(source, dataset)
+                break
+            except Exception:
+                if attempt == tries:
+                    raise
+                time.sleep(0.5 * attempt)
+        if not held:
+            holder = self.catalog.lease_holder(source, dataset)
+            raise ProtocolViolation(
+                f"run {self.run_id} lost its lease on {source}.{dataset}"
+                + (f" to run {holder}" if holder else "")
+                + " (it stalled past the lease's time to live); nothing more of it "
+                "is committed or acknowledged",
+                hint="capture again once no other run holds the dataset",
+            )
+
+
+__all__ = ["LeaseKeeper"]
+
+
+def lease_ttl() -> float:
+    """Seconds a dataset lease outlives its last renewal (``COMBINED_LEASE_TTL_S``, 300)."""
+    return env_seconds("COMBINED_LEASE_TTL_S", 300.0)

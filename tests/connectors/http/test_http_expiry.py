@@ -1,0 +1,98 @@
+"""A page token that expires mid-read: the read starts its pages over, handing no key twice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tests.connectors.http.fake_api import FakeAPI, order
+from tests.connectors.http.test_http_read import ENDPOINTS, _ids, _read, _source
+
+from combined.connectors.http import HTTPSource
+from combined.errors import ConfigError, SourceError, SourceUnavailable
+
+CURSOR = "/v1/orders/cursor"
+
+
+def _endpoints(**paginate: Any) -> dict[str, Any]:
+    cursor = ENDPOINTS["cursor"]
+    return {**ENDPOINTS, "cursor": {**cursor, "paginate": {**cursor["paginate"], **paginate}}}
+
+
+def test_a_410_mid_read_starts_the_pages_over_and_hands_each_key_once(api: FakeAPI) -> None:
+    """Reproduction: cursor paging over 5 orders, 2 a page; the API answers
+    the second page's token with 410 Gone (expired). The read failed with
+    "the API refused the request: check the endpoint's path and params",
+    advice that cannot help. It must start over from the read's start and
+    hand over orders 1 to 5 exactly once."""
+    api.fail(CURSOR, 410, query={"cursor": "2"})
+    table, states, receipt = _read(_source(api), "cursor")
+    assert _ids(table) == [1, 2, 3, 4, 5]
+    assert receipt.completed and states[-1].final
+    assert [r.query.get("cursor") for r in api.seen(CURSOR)] == [None, "2", None, "2", "4"]
+
+
+def test_a_cursor_read_restarts_from_its_checkpoint_and_holds_it_when_a_record_changed(
+    api: FakeAPI,
+) -> None:
+    api.fail(CURSOR, 410, query={"cursor": "2"})
+
+    def change() -> None:  # order 1 changes between the expiry and the restart
+        api.orders[1] = order(1, "shipped", day=9)
+
+    api.on_fault = change
+    checkpoint = {"cursor": "2024-05-01T00:00:00Z"}
+    table, states, _ = _read(
+        _source(api), "cursor", strategy="cursor", state=checkpoint, cursor=_cursor()
+    )
+    assert _ids(table) == [1, 2, 3, 4, 5]
+    assert table is not None and table.column("status").to_pylist()[0] == "placed"
+    since = [r.query.get("updated_since") for r in api.seen(CURSOR)]
+    assert since[0] == since[2] == "2024-05-01T00:00:00Z"  # the restart asked from the checkpoint
+    # the first version of order 1 went out: the checkpoint stays, so the next read asks again
+    assert states[-1].state["cursor"] == "2024-05-01T00:00:00Z"
+    table, states, _ = _read(
+        _source(api), "cursor", strategy="cursor", state=states[-1].state, cursor=_cursor()
+    )
+    assert table is not None and table.column("status").to_pylist()[0] == "shipped"
+    assert states[-1].state["cursor"] == "2024-05-09T00:00:01Z"
+
+
+def _cursor() -> Any:
+    from combined.connectors.abc import CursorSpec
+
+    return CursorSpec(column="updated_at", trust="the API filters by updated_at")
+
+
+def test_an_expiry_the_endpoint_declares_in_the_body_restarts_too(api: FakeAPI) -> None:
+    declared = {"status": [400], "field": "error", "values": ["injected"]}
+    api.fail(CURSOR, 400, query={"cursor": "2"})
+    table, _, _ = _read(_source(api, endpoints=_endpoints(expired=declared)), "cursor")
+    assert _ids(table) == [1, 2, 3, 4, 5]
+    api.fail(CURSOR, 400, query={"cursor": "2"})  # undeclared, a 400 is a refusal
+    with pytest.raises(SourceError, match="refused the request"):
+        _read(_source(api), "cursor")
+
+
+def test_restarts_are_bounded_and_the_failure_says_so_not_check_the_path(api: FakeAPI) -> None:
+    api.fail(CURSOR, 410, times=2, query={"cursor": "2"})
+    with pytest.raises(SourceUnavailable) as info:
+        _read(_source(api, endpoints=_endpoints(restarts=1)), "cursor")
+    error = info.value
+    assert error.transient and "expired before the read ended" in error.message
+    assert "starting over 1 times" in error.message
+    assert "paginate.restarts" in (error.hint or "") and "path" not in (error.hint or "")
+
+
+@pytest.mark.parametrize(
+    ("expired", "message"),
+    [
+        ({"status": 500}, "4xx status"),
+        ({"status": 400, "field": "error"}, "go together"),
+        ({"status": 400, "values": ["x"]}, "go together"),
+        ({"code": 400}, "code"),
+    ],
+)
+def test_a_bad_expiry_declaration_is_refused(expired: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        HTTPSource({"base_url": "http://127.0.0.1:9", "endpoints": _endpoints(expired=expired)})

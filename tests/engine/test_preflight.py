@@ -1,0 +1,140 @@
+"""Configuration problems are refused before any Run (exit 2), not as retryable failed Runs.
+
+Each of these became a Run that ended ``failed`` (exit 1, "retry later"),
+which a retry met again; `combined check` passed most of them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import psycopg
+import pymysql
+import pytest
+from tests.connectors.singer.fixtures import EVENTS, TAPS, TOKEN, USERS, write_data
+from tests.engine.test_singer_capture import PROJECT as SINGER_PROJECT
+
+from combined.connectors.mariadb._connect import Settings as MariaSettings
+from combined.engine import Engine
+
+
+def _pg(root: Path, dsn: str, datasets: str) -> None:
+    """A project of one PostgreSQL source ``pg`` with ``datasets`` (YAML, indented 6)."""
+    head = "version: 1\nlake: ./lake\nsources:\n  pg:\n    connector: postgres\n"
+    body = f"    config:\n      dsn: {dsn}\n    datasets:\n{datasets}\n"
+    (root / "combined.yaml").write_text(head + body)
+
+
+def _no_runs(root: Path) -> None:
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        assert engine.runs() == []
+    finally:
+        engine.close()
+
+
+def _refused(root: Path, tools, *args: str, says: str) -> None:
+    result = tools.cli(root, *args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert says in " ".join(result.stderr.split()), result.stderr
+    _no_runs(root)
+
+
+def test_an_invalid_sslmode_is_refused_before_a_run(
+    tmp_path: Path, pg_database: str, tools
+) -> None:
+    """Reproduction: dsn ...?sslmode=bogus; `combined capture` retried the connection
+    twice and ended failed (exit 1) with "cannot reach the postgres source" and a
+    network hint."""
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    dsn = pg_database + ("&" if "?" in pg_database else "?") + "sslmode=bogus"
+    datasets = "      t:\n        key: [id]"
+    _pg(tmp_path, dsn, datasets)
+    _refused(tmp_path, tools, "capture", says="sslmode is 'bogus', which libpq does not take")
+    check = tools.cli(tmp_path, "check")
+    assert check.returncode != 0 and "verify-full" in check.stdout + check.stderr
+
+
+def test_a_keyless_cursor_append_dataset_is_refused_before_a_run(
+    tmp_path: Path, pg_database: str, tools
+) -> None:
+    """Reproduction: an append dataset with a cursor and no key passed `combined check`,
+    then every capture failed (exit 1) with "reads by cursor but declares no key"."""
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE ev (id int, at timestamptz, v int)")
+        conn.execute("INSERT INTO ev VALUES (1, now(), 1)")
+    datasets = (
+        "      ev:\n        relation: public.ev\n        strategy: cursor\n"
+        "        sync_mode: append\n"
+        '        cursor: {column: at, trust: "set on insert"}'
+    )
+    _pg(tmp_path, pg_database, datasets)
+    says = "sources.pg.datasets.ev reads by cursor but declares no key"
+    _refused(tmp_path, tools, "capture", says=says)
+    check = tools.cli(tmp_path, "check")
+    assert check.returncode != 0 and says in " ".join(check.stdout.split())
+
+
+def test_an_uncast_interval_column_is_refused_before_a_run(
+    tmp_path: Path, pg_database: str, tools
+) -> None:
+    """Reproduction: a table with an `interval` column; `combined capture` read it and
+    failed (exit 1, "retry later") on "month_day_nano_interval, which has no canonical
+    identity encoding"; `combined check` said ok."""
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE iv (id int PRIMARY KEY, d interval, n int)")
+        conn.execute("INSERT INTO iv VALUES (1, '1 day 2 hours', 1), (2, '3 months', 2)")
+    datasets = "      iv:\n        key: [id]"
+    _pg(tmp_path, pg_database, datasets)
+    _refused(tmp_path, tools, "capture", says="column 'd' of 'public.iv' has type interval")
+    result = tools.cli(tmp_path, "capture")
+    assert 'declare casts: {"public.iv.d": "text"}' in " ".join(result.stderr.split())
+    check = tools.cli(tmp_path, "check")
+    assert check.returncode != 0 and "has type interval" in " ".join(check.stdout.split())
+    # Left out of the dataset, the rest of the table reads.
+    datasets += "\n        columns: [id, n]"
+    _pg(tmp_path, pg_database, datasets)
+    assert tools.cli(tmp_path, "capture").returncode == 0
+
+
+def test_a_backfill_of_a_mariadb_dataset_is_refused_before_a_run(
+    tmp_path: Path, mariadb_database: str, tools
+) -> None:
+    """Reproduction: `combined backfill my.t --from 1 --to 10` on a MariaDB dataset
+    admitted a Run that failed (exit 1) with "cannot read partitions"."""
+    kwargs = MariaSettings.from_config({"dsn": mariadb_database}).connect_kwargs()
+    with pymysql.connect(**kwargs) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE bt (id int PRIMARY KEY)")
+    (tmp_path / "combined.yaml").write_text(
+        "version: 1\nlake: ./lake\nsources:\n  my:\n    connector: mariadb\n"
+        f"    config:\n      dsn: {mariadb_database}\n"
+        "    datasets:\n      bt:\n        key: [id]\n"
+    )
+    says = "the mariadb connector cannot read partitions, so it takes no backfill"
+    _refused(tmp_path, tools, "backfill", "my.bt", "--from", "1", "--to", "10", says=says)
+
+
+def test_a_singer_cursor_on_a_stream_without_a_replication_key_is_refused_before_a_run(
+    tmp_path: Path, tools, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reproduction: `strategy: cursor` on the tap's `events` stream, which declares no
+    replication_key: the capture's Run failed (exit 1) and `combined check` said ok."""
+    monkeypatch.setenv("COMBINED_TEST_SINGER_TOKEN", TOKEN)
+    write_data(tmp_path / "data.json", USERS, EVENTS)
+    (tmp_path / "combined.yaml").write_text(
+        SINGER_PROJECT.format(
+            python=json.dumps(sys.executable),
+            tap=json.dumps(str(TAPS / "good_tap.py")),
+            data=json.dumps(str(tmp_path / "data.json")),
+            probe=json.dumps(str(tmp_path / "probe.jsonl")),
+        ).split("    datasets:")[0]
+        + "    datasets:\n      events:\n        key: [id]\n        strategy: cursor\n"
+        + '        cursor: {column: id, trust: "ids grow"}\n'
+    )
+    says = "reads stream 'events' by cursor, but the stream has no replication_key"
+    _refused(tmp_path, tools, "capture", says=says)
+    check = tools.cli(tmp_path, "check")
+    assert check.returncode != 0 and says in " ".join(check.stdout.split())
