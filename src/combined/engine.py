@@ -497,10 +497,18 @@ class Engine:
         return cls(config)
 
     def check(self, source: str) -> None:
-        """Connect to a source and authenticate."""
+        """Connect to a source and authenticate; verify what its cdc datasets need."""
         conn = self._source(source)
         try:
             conn.check()
+            relations = [
+                d.relation
+                for d in self.project.source(source).datasets.values()
+                if d.strategy == "cdc"
+            ]
+            cdc_check = getattr(conn, "cdc_check", None)
+            if relations and cdc_check is not None:
+                cdc_check(relations)
         finally:
             conn.close()
 

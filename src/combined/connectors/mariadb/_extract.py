@@ -170,6 +170,9 @@ class MariaDBExtraction(SessionRead[Session]):
         self._batch_rows = min(request.batch_rows, settings.batch_rows or request.batch_rows)
         self._control: ControlTotals | None = None
         self.connection_id: int | None = None
+        #: The binlog position (``file:offset``) and time pinned to the snapshot,
+        #: when the snapshot covers the relation (``None`` otherwise).
+        self.snapshot_pin: dict[str, str] | None = None
 
     @property
     def control_totals(self) -> ControlTotals | None:
@@ -236,6 +239,7 @@ class MariaDBExtraction(SessionRead[Session]):
                 f"{binlog.get('Binlog_snapshot_position', '')}"
             )
             token = f"server_id={server_id};connection_id={conn_id};at={now};binlog={position}"
+            self.snapshot_pin = {"binlog": position, "at": at.isoformat()}
             self.authority.acquire_snapshot(CONSISTENT_SNAPSHOT, token, at=at)
         return self._prepare(session, rel)
 
