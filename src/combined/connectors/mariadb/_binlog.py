@@ -179,6 +179,7 @@ class BinlogExtraction(SessionRead[Session]):
             key=request.key,
             batch_rows=request.batch_rows,
             batch_bytes=self._batch_bytes,
+            zero_dates=self._settings.zero_dates,
         )
         return rel, rows
 
@@ -300,12 +301,14 @@ class BinlogExtraction(SessionRead[Session]):
             if isinstance(event, UpdateRowsEvent):
                 before, after = row["before_values"], row["after_values"]
                 if any(before.get(k) != after.get(k) for k in key):
-                    yield rows.add("delete", before, event.columns, when, here)
-                yield rows.add("update", after, event.columns, when, here)
-            elif isinstance(event, DeleteRowsEvent):
-                yield rows.add("delete", row["values"], event.columns, when, here)
+                    nones = row.get("before_none_sources")
+                    yield rows.add("delete", before, event.columns, when, here, nones)
+                nones = row.get("after_none_sources")
+                yield rows.add("update", after, event.columns, when, here, nones)
             else:
-                yield rows.add("insert", row["values"], event.columns, when, here)
+                op = "delete" if isinstance(event, DeleteRowsEvent) else "insert"
+                nones = row.get("none_sources")
+                yield rows.add(op, row["values"], event.columns, when, here, nones)
             if rows.full:
                 yield rows.flush()
 

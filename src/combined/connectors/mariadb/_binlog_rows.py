@@ -29,8 +29,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from combined.connectors.mariadb._connect import ZeroDates
 from combined.connectors.mariadb._types import ColumnPlan, Layout
-from combined.errors import SourceError
+from combined.errors import SchemaMismatch, SourceError
 from combined.protocol import EMITTED_AT_COLUMN, OP_COLUMN, POSITION_COLUMN
 
 OP_TRUNCATE = "truncate"
@@ -48,7 +49,10 @@ def server_text(value: Any, plan: ColumnPlan, column: Any = None) -> Any:
         return None
     kind = plan.kind
     if kind == "binary":
-        return value if isinstance(value, bytes) else str(value).encode("utf-8")
+        raw = value if isinstance(value, bytes) else str(value).encode("utf-8")
+        if plan.source_type.lower().startswith("binary(") and plan.octets:
+            return raw.ljust(plan.octets, b"\0")  # the log drops a BINARY(n)'s padding
+        return raw
     if kind in ("bool", "bits"):
         return str(int(value, 2)) if isinstance(value, str) else str(int(value))
     if kind == "time" and isinstance(value, timedelta):
@@ -72,11 +76,13 @@ def server_text(value: Any, plan: ColumnPlan, column: Any = None) -> Any:
 
 
 def _bytes_text(value: bytes, plan: ColumnPlan) -> str:
+    # The log drops the trailing zero bytes of these fixed-size binary values.
     source = plan.source_type.lower()
-    if source == "uuid" and len(value) == 16:
-        return str(uuid.UUID(bytes=value))
-    if source in ("inet4", "inet6") and len(value) in (4, 16):
-        return str(ipaddress.ip_address(value))
+    if source in ("uuid", "inet6") and len(value) <= 16:
+        value = value.ljust(16, b"\0")
+        return str(uuid.UUID(bytes=value) if source == "uuid" else ipaddress.ip_address(value))
+    if source == "inet4" and len(value) <= 4:
+        return str(ipaddress.ip_address(value.ljust(4, b"\0")))
     return value.decode("utf-8", errors="replace")
 
 
@@ -118,8 +124,10 @@ class ChangeRows:
         key: Sequence[str],
         batch_rows: int,
         batch_bytes: int,
+        zero_dates: ZeroDates = "error",
     ) -> None:
         self._plans = {p.name: p for p in plans}
+        self._zero_dates = zero_dates
         self._dataset = dataset
         self._key = tuple(key)
         self._limits = (max(1, batch_rows), max(1, batch_bytes))
@@ -158,8 +166,15 @@ class ChangeRows:
         columns: Sequence[Any],
         at: datetime,
         position: str,
+        nones: Mapping[str, str] | None = None,
     ) -> list[pa.RecordBatch]:
-        """Add one row change; returns the batch flushed first when the shape changed."""
+        """Add one row change; returns the batch flushed first when the shape changed.
+
+        ``nones`` says why the library decoded a value as None: an empty SET
+        is the empty text, a zero date follows the ``zero_dates`` policy.
+        """
+        if nones:
+            values = self._resolve_nones(values, nones)
         names = [str(c.name) for c in columns]
         flushed: list[pa.RecordBatch] = []
         if self._layout is None or [p.name for p in self._layout.plans] != [
@@ -175,6 +190,22 @@ class ChangeRows:
         self._pos.append(position)
         self._bytes += sum(len(v) for v in row if isinstance(v, str | bytes)) + 16
         return flushed
+
+    def _resolve_nones(self, values: Mapping[str, Any], nones: Mapping[str, str]) -> dict[str, Any]:
+        out = dict(values)
+        for name, why in nones.items():
+            if why == "empty set":
+                out[name] = ""
+            elif why.startswith("out of date") and self._zero_dates != "null":
+                plan = self._plans.get(name)
+                raise SchemaMismatch(
+                    f"column {name!r} ({plan.source_type if plan else '?'}) of dataset "
+                    f"{self._dataset!r} holds a zero date in the binlog, which is not a date",
+                    hint="set zero_dates: null to read zero dates as nulls",
+                    dataset=self._dataset,
+                    column=name,
+                )
+        return out
 
     def truncate(self, at: datetime, position: str) -> list[pa.RecordBatch]:
         """The pending rows, then the one-row marker that empties the table at this point."""
