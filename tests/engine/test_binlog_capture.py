@@ -400,14 +400,24 @@ def test_the_cdc_commands_drive_a_binlog_source(binlog: Binlog, tools: Any) -> N
     assert binlog.checkpoint()["stitched"] is True
 
 
-def test_writers_during_the_first_snapshot_land_exactly_once(binlog: Binlog) -> None:
+@pytest.mark.parametrize("anchor", ["pinned", "table_lock"])
+def test_writers_during_the_first_snapshot_land_exactly_once(
+    binlog: Binlog, anchor: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Transactions committed while the stitched snapshot is read are in it or in the stream.
 
-    Each transaction committed before the pinned position is in the snapshot, every later one
-    in the binlog from that position: the lake equals the source, nothing twice. Before this
-    change the mariadb connector refused ``strategy: cdc`` outright.
+    Each transaction committed before the anchored position is in the snapshot, every later
+    one in the binlog from that position: the lake equals the source, nothing twice. The
+    position is MariaDB's pinned one, or (``table_lock``, what a MySQL server gets) the one
+    read under a brief read lock on the table while the snapshot opens. Before this change
+    the mariadb connector refused ``strategy: cdc`` outright.
     """
     import threading
+
+    from combined.connectors.mariadb import _binlog_stitch
+
+    if anchor == "table_lock":  # the MySQL path, on this MariaDB server
+        monkeypatch.setattr(_binlog_stitch, "pins_snapshots", lambda settings: False)
 
     binlog.sql("INSERT INTO {t} SELECT seq, seq, 'bulk' FROM seq_501_to_40000")
     stop = threading.Event()

@@ -15,7 +15,8 @@ requirements:
 - ``server_id`` not 0: the server streams its log only then;
 - the account holds ``REPLICATION SLAVE`` (stream the log) and
   ``REPLICATION CLIENT`` (``SHOW BINARY LOGS``; ``BINLOG MONITOR`` on
-  MariaDB 10.5 and later, which ``REPLICATION CLIENT`` grants).
+  MariaDB 10.5 and later, which ``REPLICATION CLIENT`` grants), and on MySQL
+  ``LOCK TABLES`` (``_binlog_anchor``).
 
 A position is ``file:offset`` text (``binlog.000042:1337``): the end of the
 last transaction the lake holds. :func:`require_retained` refuses one whose
@@ -146,11 +147,12 @@ def preconditions(session: Session, user: str) -> list[Problem]:
                 f"server_id=1 {_CONFIG}",
             )
         )
-    out.extend(_grant_problems(session, user))
+    mariadb = "mariadb" in (v.get("version", "") + v.get("version_comment", "")).lower()
+    out.extend(_grant_problems(session, user, mariadb=mariadb))
     return out
 
 
-def _grant_problems(session: Session, user: str) -> list[Problem]:
+def _grant_problems(session: Session, user: str, *, mariadb: bool) -> list[Problem]:
     grants = " ".join(
         str(r[0]).upper() for r in session.rows("SHOW GRANTS", "reading the account's grants")
     )
@@ -163,6 +165,9 @@ def _grant_problems(session: Session, user: str) -> list[Problem]:
     client = ("REPLICATION CLIENT", "BINLOG MONITOR", "SUPER")
     if not everything and not any(c in grants for c in client):
         missing.append("REPLICATION CLIENT")
+    # MySQL pins no binlog position to a snapshot: a brief LOCK TABLES anchors it.
+    if not mariadb and not everything and "LOCK TABLES" not in grants:
+        missing.append("LOCK TABLES")
     if not missing:
         return []
     return [

@@ -11,8 +11,9 @@ that follows starts exactly where the snapshot ends; the key resolves any
 row both hold.
 
 A MySQL server pins no binlog position to a snapshot (and reading ``SHOW
-BINARY LOG STATUS`` beside one can miss or repeat a transaction in flight),
-so ``strategy: cdc`` is refused there with the way out.
+BINARY LOG STATUS`` beside one can miss a transaction in flight): there the
+position is anchored by a brief read lock on the table while the snapshot
+opens (:mod:`~._binlog_anchor`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from combined.connectors.abc import BaseExtraction, ReadRequest
 from combined.connectors.mariadb._binlog import BinlogExtraction
+from combined.connectors.mariadb._binlog_anchor import TableLock, pins_snapshots
 from combined.connectors.mariadb._binlog_setup import acknowledged, position_of, require_binlog
 from combined.connectors.mariadb._connect import Session, Settings
 from combined.connectors.mariadb._extract import MariaDBExtraction, ReadOptions
@@ -80,6 +82,8 @@ class StitchedSnapshot(BaseExtraction):
         check_server(s, req.relation)
         snap = replace(req, strategy="snapshot", state=None, cursor=None)
         self._inner = inner = MariaDBExtraction(s, snap, ReadOptions.of(snap, s))
+        if not pins_snapshots(s):
+            inner.anchor = TableLock(s, req.relation)
         self._authority = inner.authority  # one receipt: the snapshot read's
         for msg in inner:
             if isinstance(msg, RecordBatchMessage):
@@ -114,10 +118,8 @@ def _pinned(token: Mapping[str, str] | None, req: ReadRequest) -> tuple[str, str
     if not name or not offset.isdigit():
         raise ConfigError(
             f"the server pins no binlog position to the snapshot of {req.relation} "
-            "(Binlog_snapshot_file is empty or unknown): binlog change capture needs "
-            "MariaDB, whose consistent snapshot carries its position, with log_bin on",
-            hint="capture this table with the snapshot or cursor strategy; on MariaDB, "
-            "turn log_bin on (`combined check` names the settings)",
+            "(Binlog_snapshot_file is empty): the binary log is off",
+            hint="turn log_bin on (`combined check` names the settings)",
             dataset=req.dataset,
         )
     at = token.get("at") or datetime.now(UTC).isoformat()
