@@ -35,6 +35,11 @@ if TYPE_CHECKING:
     from combined.connectors.abc import Discovery, Source
 
 
+#: What ``status(slots=True)`` shows of a replication slot, and of a binlog stream.
+_SLOT_KEYS = ("exists", "lag_bytes", "lag_seconds", "wal_status")
+_BINLOG_KEYS = ("committed_retained", "retention_seconds", "may_stay_down_seconds")
+
+
 class Engine:
     """Everything Combined does, over one project."""
 
@@ -670,12 +675,9 @@ class Engine:
         for source in sorted(sources):
             try:
                 for st in cdc.status(self, source):
-                    by_name[st["dataset"]]["slot"] = {
-                        "exists": st.get("exists"),
-                        "lag_bytes": st.get("lag_bytes"),
-                        "lag_seconds": st.get("lag_seconds"),
-                        "wal_status": st.get("wal_status"),
-                    }
+                    # A slot's lag, or a binlog's retention and margin (MariaDB).
+                    keys = _SLOT_KEYS if "slot" in st else _BINLOG_KEYS
+                    by_name[st["dataset"]]["slot"] = {k: st.get(k) for k in keys}
             except CombinedError as exc:
                 for r in rows:
                     if r["dataset"].startswith(f"{source}.") and r["strategy"] == "cdc":

@@ -263,7 +263,8 @@ def test_a_large_transaction_streams_in_bounded_batches(binlog: Binlog) -> None:
 def test_status_shows_the_retention_and_how_long_to_stay_down(binlog: Binlog) -> None:
     """`cdc status` reports the committed position, the server's retention and the margin.
 
-    Before this change `cdc status` knew only replication slots.
+    Before this change `cdc status` knew only replication slots (and `status` showed a binlog
+    dataset's "slot" as all nulls).
     """
     ((old,),) = binlog.sql("SELECT @@binlog_expire_logs_seconds")
     engine = Engine.open(binlog.project())
@@ -275,6 +276,9 @@ def test_status_shows_the_retention_and_how_long_to_stay_down(binlog: Binlog) ->
         assert status["retention_seconds"] == 86400
         assert status["committed_retained"] is True
         assert 0 < status["may_stay_down_seconds"] <= 86400
+        (row,) = engine.status()
+        assert row["slot"]["retention_seconds"] == 86400
+        assert row["slot"]["committed_retained"] is True
         assert "binlog" in cdc.setup(engine, "db")[0][0]
     finally:
         binlog.sql(f"SET GLOBAL binlog_expire_logs_seconds = {int(old)}")
