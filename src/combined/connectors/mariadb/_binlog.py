@@ -28,8 +28,9 @@ Statements in the log that touch the table:
 
 - ``TRUNCATE`` is a ``truncate`` marker batch: every row of the dataset
   committed before it is removed;
-- ``DROP TABLE`` or ``RENAME TABLE`` of it fails the read: later rows would
-  belong to another table (take a new snapshot);
+- ``DROP TABLE`` or ``RENAME TABLE`` naming it, or an ``ALTER TABLE`` that
+  renames it or truncates, drops or exchanges a partition, fails the read:
+  rows left or moved without a row event (take a new snapshot);
 - ``ALTER TABLE`` goes by: the row images name their columns, and the
   engine's drift rules judge the columns the capture saw;
 - a data-changing statement logged as a statement (``binlog_format`` other
@@ -69,7 +70,7 @@ from combined.connectors.mariadb._connect import (
     error_code,
     query_error,
 )
-from combined.errors import CombinedError, SourceError
+from combined.errors import CombinedError, NotFoundError, SourceError
 from combined.protocol import (
     OP_COLUMN,
     ExtractionAuthority,
@@ -83,9 +84,15 @@ _PURGED_CODES = {1236}
 _WORD = r"(?:`(?:[^`]|``)+`|[\w$]+)"
 _NAME = rf"({_WORD}(?:\s*\.\s*{_WORD})?)"
 _DDL = re.compile(
-    rf"^\s*(truncate|drop|rename|alter)\s+(?:temporary\s+)?table\s+(?:if\s+exists\s+)?{_NAME}",
+    r"^\s*(truncate|drop|rename|alter)\s+(?:temporary\s+)?tables?\s+(?:if\s+exists\s+)?(.*)$",
+    re.IGNORECASE | re.DOTALL,
+)
+#: ALTER TABLE clauses that remove or move rows, or the table, without row events.
+_ALTER_MOVES = re.compile(
+    r"\b(rename(?!\s+(?:column|index|key)\b)|(?:truncate|drop|exchange)\s+partition)\b",
     re.IGNORECASE,
 )
+_KEYWORDS = {"to", "if", "exists", "restrict", "cascade", "wait", "nowait", "force"}
 _DML = re.compile(r"^\s*(insert|update|delete|replace|load)\b", re.IGNORECASE)
 
 
@@ -166,7 +173,15 @@ class BinlogExtraction(SessionRead[Session]):
     def _open(self) -> tuple[catalog.Relation, ChangeRows]:
         self._session = session = Session(self._settings)
         request = self._request
-        rel = catalog.find_relation(session, request.relation, self._settings.database)
+        try:
+            rel = catalog.find_relation(session, request.relation, self._settings.database)
+        except NotFoundError as exc:
+            raise SourceError(
+                f"{exc.message}: the table of cdc dataset {request.dataset} was dropped or "
+                "renamed since the last capture, and its changes cannot be followed",
+                hint=f"once the table exists again, take a new snapshot: {RESNAPSHOT}",
+                dataset=request.dataset,
+            ) from None
         require_binlog(session, f"{rel.database}.{rel.table}")
         require_retained(session, (self._file, self._offset), request.dataset)
         cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
@@ -325,14 +340,21 @@ class BinlogExtraction(SessionRead[Session]):
                     f"a new snapshot: {RESNAPSHOT}",
                 )
             return False
-        verb = ddl.group(1).lower()
-        db, table = _names(ddl.group(2))
-        if (db or schema) != rel.database or table != rel.table:
+        verb, rest = ddl.group(1).lower(), ddl.group(2)
+        found = [m.group(1) for m in re.finditer(_NAME, rest)]
+        if verb in ("truncate", "alter"):
+            found = found[:1]  # the statement's one table; the rest are its clauses
+        names = [_names(n) for n in found if n.lower() not in _KEYWORDS]
+        if not any((db or schema) == rel.database and t == rel.table for db, t in names):
             return False
-        if verb in ("drop", "rename"):
+        moved = _ALTER_MOVES.search(rest) if verb == "alter" else None
+        if verb in ("drop", "rename") or moved is not None:
+            what = {"drop": "dropped", "rename": "renamed"}.get(verb) or (
+                f"altered ({moved.group(1) if moved else ''})"
+            )
             raise SourceError(
-                f"table {rel.database}.{rel.table} was {'dropped' if verb == 'drop' else 'renamed'}"
-                " since the last capture: the rows after it belong to another table",
+                f"table {rel.database}.{rel.table} was {what} since the last capture: rows "
+                "left or moved without a change in the binlog, and the lake cannot follow",
                 hint=f"take a new snapshot: {RESNAPSHOT}",
             )
         return verb == "truncate"
