@@ -488,3 +488,40 @@ def test_a_table_renamed_or_dropped_in_the_log_needs_a_new_snapshot(
         assert engine.sql("SELECT count(*) AS n FROM db.items").column("n")[0].as_py() == 500
     finally:
         engine.close()
+
+
+def test_max_changes_ends_a_read_at_a_transaction_boundary(binlog: Binlog) -> None:
+    """`follow --max-changes` reads end after the transaction that reaches the limit, whole.
+
+    Before this change the mariadb connector refused ``strategy: cdc`` outright.
+    """
+    from combined.connectors.abc import ReadRequest
+    from combined.connectors.mariadb import MariaDBSource
+    from combined.protocol import RecordBatchMessage, StateMessage
+
+    engine = Engine.open(binlog.project())
+    try:
+        engine.capture()
+        state = binlog.checkpoint()
+    finally:
+        engine.close()
+    binlog.sql(
+        "UPDATE {t} SET qty = -qty WHERE id <= 10",
+        "UPDATE {t} SET qty = -qty WHERE id BETWEEN 11 AND 20",
+    )
+    source = MariaDBSource({"dsn": binlog.dsn})
+
+    def read(state: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        request = ReadRequest(
+            "items", binlog.table, ("id",), "cdc", state=state, options={"max_changes": 5}
+        )
+        messages = list(source.read(request))
+        last = messages[-1]
+        assert isinstance(last, StateMessage) and last.final
+        rows = sum(m.batch.num_rows for m in messages if isinstance(m, RecordBatchMessage))
+        return rows, dict(last.state)
+
+    first, state = read(state)
+    second, state = read(state)
+    third, _ = read(state)
+    assert (first, second, third) == (10, 10, 0)
