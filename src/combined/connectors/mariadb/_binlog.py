@@ -270,18 +270,13 @@ class BinlogExtraction(SessionRead[Session]):
                     continue
                 end = isinstance(event, XidEvent)
                 if isinstance(event, QueryEvent):
-                    query = event.query if isinstance(event.query, str) else str(event.query)
-                    verb = query.strip().upper()
+                    verb, marker = self._query(event, rel, rows, when, here)
                     if verb == "BEGIN":
                         in_txn = True
                         continue
                     end = verb in ("COMMIT", "ROLLBACK") or not in_txn
-                    schema = event.schema
-                    schema = schema.decode() if isinstance(schema, bytes) else str(schema)
-                    if self._touches(query, schema, rel):
-                        touched = True
-                        if query.lstrip()[:8].lower() == "truncate":
-                            yield from self._emit(rows.truncate(when, here))
+                    touched = touched or bool(marker)
+                    yield from self._emit(marker)
                 if not end:
                     continue
                 in_txn = False
@@ -326,6 +321,17 @@ class BinlogExtraction(SessionRead[Session]):
                 yield rows.add(op, row["values"], event.columns, when, here, nones)
             if rows.full:
                 yield rows.flush()
+
+    def _query(
+        self, event: Any, rel: catalog.Relation, rows: ChangeRows, when: datetime, here: str
+    ) -> tuple[str, list[Any]]:
+        """A statement's verb (upper case), and the truncate marker when it empties the table."""
+        query = event.query if isinstance(event.query, str) else str(event.query)
+        schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema)
+        verb = query.strip().upper()
+        if verb in ("BEGIN", "COMMIT", "ROLLBACK") or not self._touches(query, schema, rel):
+            return verb, []
+        return verb, rows.truncate(when, here)  # the only statement _touches lets through
 
     def _touches(self, query: str, schema: str, rel: catalog.Relation) -> bool:
         """Whether a statement in the log acts on the table; fail on the ones that cannot pass."""
