@@ -172,20 +172,29 @@ def test_truncate_empties_the_table_and_a_new_column_evolves(binlog: Binlog) -> 
         engine.close()
 
 
-def test_a_partial_row_image_is_refused_with_the_fix(binlog: Binlog) -> None:
-    """A writer with binlog_row_image=MINIMAL logs part of the row: the capture fails, naming FULL.
+@pytest.mark.parametrize(
+    ("setting", "fix"),
+    [
+        ("binlog_row_image = 'MINIMAL'", "SET GLOBAL binlog_row_image = 'FULL'"),
+        ("binlog_format = 'STATEMENT'", "SET GLOBAL binlog_format = 'ROW'"),
+    ],
+)
+def test_a_writer_logging_less_than_full_rows_is_refused_with_the_fix(
+    binlog: Binlog, setting: str, fix: str
+) -> None:
+    """A writer session with a partial row image, or logging statements, fails the capture.
 
-    Before this change the mariadb connector refused ``strategy: cdc`` outright.
+    Neither says what the rows hold after the change; the error names the global setting that
+    fixes it, and nothing is committed. Before this change the mariadb connector refused
+    ``strategy: cdc`` outright.
     """
     engine = Engine.open(binlog.project())
     try:
         engine.capture()
-        binlog.sql(
-            "SET SESSION binlog_row_image = 'MINIMAL'", "UPDATE {t} SET qty = 7 WHERE id = 2"
-        )
+        binlog.sql(f"SET SESSION {setting}", "UPDATE {t} SET qty = 7 WHERE id = 2")
         (run,) = engine.capture()
         assert run.state == "failed"
-        assert "binlog_row_image" in (run.error or "") and "FULL" in (run.error or "")
+        assert fix in (run.error or "")
         assert engine.sql("SELECT qty FROM db.items WHERE id = 2").column("qty")[0].as_py() == 2
     finally:
         engine.close()
