@@ -330,6 +330,12 @@ def test_check_names_each_missing_grant_and_setting_with_its_fix(
         assert password not in str(err.value) + (err.value.hint or "")
         binlog.sql(f"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{user}'@'%'")
         engine.check("db")
+        # those grants and SELECT are all a capture needs
+        for change in ("DELETE FROM {t} WHERE id = 3", "UPDATE {t} SET qty = 0 WHERE id = 4"):
+            binlog.sql(change)
+            (run,) = engine.capture()
+            assert run.state == "succeeded", run.error
+        assert lake(engine) == binlog.source()
         binlog.sql("SET GLOBAL binlog_row_image = 'NOBLOB'")
         try:
             with pytest.raises(ConfigError) as err:
