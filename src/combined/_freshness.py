@@ -19,6 +19,9 @@ from combined.protocol import utcnow
 if TYPE_CHECKING:
     from combined.engine import Engine
 
+_SLOT_KEYS = ("exists", "lag_bytes", "lag_seconds", "wal_status")
+_BINLOG_KEYS = ("committed_retained", "retention_seconds", "may_stay_down_seconds")
+
 
 def dataset_status(catalog: Catalog, project: Project) -> list[dict[str, Any]]:
     """One row per declared dataset, from the catalog alone."""
@@ -79,12 +82,9 @@ def add_slot_lag(engine: Engine, rows: list[dict[str, Any]]) -> None:
     for source in sorted(sources):
         try:
             for st in cdc.status(engine, source):
-                by_name[st["dataset"]]["slot"] = {
-                    "exists": st.get("exists"),
-                    "lag_bytes": st.get("lag_bytes"),
-                    "lag_seconds": st.get("lag_seconds"),
-                    "wal_status": st.get("wal_status"),
-                }
+                # A slot's lag, or a binlog's retention and margin (MariaDB).
+                keys = _SLOT_KEYS if "slot" in st else _BINLOG_KEYS
+                by_name[st["dataset"]]["slot"] = {k: st.get(k) for k in keys}
         except CombinedError as exc:
             for r in rows:
                 if r["dataset"].startswith(f"{source}.") and r["strategy"] == "cdc":

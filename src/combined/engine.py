@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from combined.connectors.abc import Discovery, Source
 
 
+#: What ``status(slots=True)`` shows of a replication slot, and of a binlog stream.
+
+
 class Engine:
     """Everything Combined does, over one project."""
 
@@ -513,13 +516,24 @@ class Engine:
         return cls(config)
 
     def check(self, source: str, warn: Callable[[str], object] | None = None) -> None:
-        """Connect to a source and authenticate; ``warn`` hears its configuration's risks first."""
+        """Connect to a source and authenticate; verify what its cdc datasets need.
+
+        ``warn`` hears the configuration's risks first.
+        """
         conn = self._source(source)
         try:
             if warn is not None:
                 for why in getattr(conn, "warnings", tuple)():  # optional in the Source protocol
                     warn(why)
             conn.check()
+            relations = [
+                d.relation
+                for d in self.project.source(source).datasets.values()
+                if d.strategy == "cdc"
+            ]
+            cdc_check = getattr(conn, "cdc_check", None)
+            if relations and cdc_check is not None:
+                cdc_check(relations)
         finally:
             conn.close()
         preflight(self.project, source, list(self.project.source(source).datasets), self._source)
