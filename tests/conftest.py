@@ -219,6 +219,30 @@ def while_held(
     return out, done
 
 
+#: A capture of shop.orders that, once admitted, waits before taking the dataset's
+#: lease until the file ``go`` exists (it writes ``admitted`` when it gets there).
+CAPTURE_HELD_BEFORE_ITS_LEASE = """
+import sys, time
+from pathlib import Path
+from combined.catalog import Catalog
+from combined.engine import Engine
+
+root = Path(sys.argv[1])
+take = Catalog.acquire_lease
+
+def held(self, *args, **kwargs):
+    (root / "admitted").touch()
+    while not (root / "go").exists():
+        time.sleep(0.05)
+    return take(self, *args, **kwargs)
+
+Catalog.acquire_lease = held
+engine = Engine.open(root / "combined.yaml")
+(run,) = engine.capture(["shop.orders"])
+print(run.state, run.error)
+"""
+
+
 @contextmanager
 def serving(
     root: Path, *args: str, env: dict[str, str] | None = None
@@ -274,6 +298,7 @@ class ShopTools:
     cli = staticmethod(cli)
     add_pg_source = staticmethod(add_pg_source)
     while_held = staticmethod(while_held)
+    capture_held = CAPTURE_HELD_BEFORE_ITS_LEASE
     serving = staticmethod(serving)
 
 

@@ -53,7 +53,7 @@ def setup(engine: Engine, source: str) -> tuple[list[str], Run]:
 
 
 def status(engine: Engine, source: str) -> list[dict[str, Any]]:
-    """Each cdc dataset's slot status next to the lake's committed position."""
+    """Each cdc dataset's stream status next to the lake's committed position."""
     datasets = cdc_datasets(engine, source)
     conn = _change_source(engine, source)
     try:
@@ -61,11 +61,7 @@ def status(engine: Engine, source: str) -> list[dict[str, Any]]:
         for name, relation in datasets:
             committed = engine.committed_checkpoint(source, name)
             out.append(
-                {
-                    "dataset": f"{source}.{name}",
-                    "committed_lsn": (committed or {}).get("lsn"),
-                    **conn.cdc_status(relation),
-                }
+                {"dataset": f"{source}.{name}", **conn.cdc_status(relation, committed=committed)}
             )
         return out
     finally:

@@ -26,6 +26,7 @@ from combined.delivery import Limits
 from combined.errors import ConfigError, NotFoundError, ProtocolViolation
 from combined.lake import LakeLayout
 from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, env_seconds
+from combined.runtime._leases import lease_ttl
 from combined.runtime._memory import tune_allocators
 from combined.runtime._preflight import preflight
 from combined.runtime._publish import HeldPublications
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 
     from combined.config import WebhookConfig
     from combined.connectors.abc import Discovery, Source
+
+
+#: What ``status(slots=True)`` shows of a replication slot, and of a binlog stream.
 
 
 class Engine:
@@ -98,8 +102,7 @@ class Engine:
             ),
             memory_limit=self.project.reduction_memory,
             backoff_s=float(os.environ.get("COMBINED_RETRY_BACKOFF_S", "0.5")),
-            # Seconds a dataset lease outlives its last renewal.
-            lease_ttl_s=env_seconds("COMBINED_LEASE_TTL_S", 300.0),
+            lease_ttl_s=lease_ttl(),
             worker=worker,
             attempt_timeout_s=env_seconds("COMBINED_ATTEMPT_TIMEOUT_S", DEFAULT_ATTEMPT_TIMEOUT_S),
         )
@@ -268,14 +271,13 @@ class Engine:
     def enqueue(self, names: Sequence[str] = (), trigger: Trigger | None = None) -> list[Run]:
         """Admit captures of the selected datasets to the queue: one Run per source.
 
-        Nothing is read here: a worker (``combined worker``) takes each Run
-        and executes it as ``capture`` would, under this admission.
+        Nothing is read here: a worker (``combined worker``) takes each Run.
+        A dataset whose capture is queued or running joins it: a source's Run
+        is then that one, unless its other datasets needed a new Run.
         """
-        selected = self.selectors(names)
-        return [
-            self._admit(source, datasets, trigger, enqueue=True)
-            for source, datasets in selected.items()
-        ]
+        from combined.runtime._scheduler import enqueue, per_source
+
+        return per_source(enqueue(self, names, trigger))
 
     def enqueue_dataset(
         self, source: str, dataset: str, trigger: Trigger = "webhook"
@@ -514,13 +516,24 @@ class Engine:
         return cls(config)
 
     def check(self, source: str, warn: Callable[[str], object] | None = None) -> None:
-        """Connect to a source and authenticate; ``warn`` hears its configuration's risks first."""
+        """Connect to a source and authenticate; verify what its cdc datasets need.
+
+        ``warn`` hears the configuration's risks first.
+        """
         conn = self._source(source)
         try:
             if warn is not None:
                 for why in getattr(conn, "warnings", tuple)():  # optional in the Source protocol
                     warn(why)
             conn.check()
+            relations = [
+                d.relation
+                for d in self.project.source(source).datasets.values()
+                if d.strategy == "cdc"
+            ]
+            cdc_check = getattr(conn, "cdc_check", None)
+            if relations and cdc_check is not None:
+                cdc_check(relations)
         finally:
             conn.close()
         preflight(self.project, source, list(self.project.source(source).datasets), self._source)
@@ -597,12 +610,19 @@ class Engine:
         run_id: str | None = None,
         source: str | None = None,
         dataset: str | None = None,
+        since: datetime | None = None,
     ) -> list[dict[str, Any]]:
-        """The Activity feed, newest first, filtered by kind, Run, source or dataset."""
+        """The Activity feed, newest first, filtered by kind, Run, source, dataset or time."""
         _check_limit(limit)
         with self.catalog.begin() as conn:
             rows = cat.activity(
-                conn, limit=limit, kind=kind, run_id=run_id, source=source, dataset=dataset
+                conn,
+                limit=limit,
+                kind=kind,
+                run_id=run_id,
+                source=source,
+                dataset=dataset,
+                since=since,
             )
         return [dict(r._mapping) for r in rows]
 
@@ -619,87 +639,17 @@ class Engine:
             }
 
     def status(self, *, slots: bool = True) -> list[dict[str, Any]]:
-        """Freshness and published position per declared dataset.
+        """Freshness and published position per declared dataset (see :mod:`._freshness`).
 
         ``slots`` adds each cdc dataset's replication slot lag, which asks
         the source; without it, only the catalog is read.
-
-        ``version``, ``lake_version`` and ``position`` are those of the
-        dataset's newest publication: what a query reads. A commit made
-        since and not published yet (its Run died or did not reconcile) is
-        told apart, under ``unpublished``.
         """
-        from combined.protocol import utcnow
+        from combined._freshness import add_slot_lag, dataset_status
 
-        out = []
-        with self.catalog.begin() as conn:
-            rows = {(r.source, r.name): r for r in cat.list_datasets(conn)}
-            members = cat.newest_members(conn)
-        now = utcnow()
-        for source, name, d in self.project.datasets():
-            r = rows.get((source, name))
-            m = members.get((source, name))
-            published = r.published_at if r is not None else None
-            target = d.freshness
-            age = (now - published) if published else None
-            committed = (
-                None
-                if r is None or r.lake_version is None
-                else {
-                    "position": r.source_position,
-                    "version": r.current_version,
-                    "lake_version": r.lake_version,
-                }
-            )
-            shown = (
-                None
-                if m is None
-                else {
-                    "position": m.source_position,
-                    "version": m.dataset_version,
-                    "lake_version": m.lake_version,
-                }
-            )
-            out.append(
-                {
-                    "dataset": f"{source}.{name}",
-                    "strategy": d.strategy,
-                    "sync_mode": d.sync_mode,
-                    "version": shown["version"] if shown else None,
-                    "lake_version": shown["lake_version"] if shown else None,
-                    "position": shown["position"] if shown else None,
-                    "unpublished": committed if committed != shown else None,
-                    "published_at": published,
-                    "age": age,
-                    "target": target,
-                    "fresh": None if target is None or age is None else age <= target,
-                    "slot": None,
-                }
-            )
+        rows = dataset_status(self.catalog, self.project)
         if slots:
-            self._slot_lag(out)
-        return out
-
-    def _slot_lag(self, rows: list[dict[str, Any]]) -> None:
-        """Add each cdc dataset's slot lag (bytes and seconds) to its status row."""
-        from combined import cdc
-        from combined.errors import CombinedError
-
-        by_name = {r["dataset"]: r for r in rows}
-        sources = {r["dataset"].split(".")[0] for r in rows if r["strategy"] == "cdc"}
-        for source in sorted(sources):
-            try:
-                for st in cdc.status(self, source):
-                    by_name[st["dataset"]]["slot"] = {
-                        "exists": st.get("exists"),
-                        "lag_bytes": st.get("lag_bytes"),
-                        "lag_seconds": st.get("lag_seconds"),
-                        "wal_status": st.get("wal_status"),
-                    }
-            except CombinedError as exc:
-                for r in rows:
-                    if r["dataset"].startswith(f"{source}.") and r["strategy"] == "cdc":
-                        r["slot"] = {"error": exc.message}
+            add_slot_lag(self, rows)
+        return rows
 
     def history(self, name: str) -> list[dict[str, Any]]:
         """A dataset's versions with their publications."""

@@ -608,30 +608,6 @@ def test_staging_of_a_run_the_catalog_does_not_know_is_left_alone(
         engine.close()
 
 
-#: A capture of shop.orders that, once admitted, waits before taking the dataset's
-#: lease until the file ``go`` exists (it writes ``admitted`` when it gets there).
-_CAPTURE_HELD_BEFORE_ITS_LEASE = """
-import sys, time
-from pathlib import Path
-from combined.catalog import Catalog
-from combined.engine import Engine
-
-root = Path(sys.argv[1])
-take = Catalog.acquire_lease
-
-def held(self, *args, **kwargs):
-    (root / "admitted").touch()
-    while not (root / "go").exists():
-        time.sleep(0.05)
-    return take(self, *args, **kwargs)
-
-Catalog.acquire_lease = held
-engine = Engine.open(root / "combined.yaml")
-(run,) = engine.capture(["shop.orders"])
-print(run.state, run.error)
-"""
-
-
 def test_recovery_leaves_alone_a_run_admitted_by_a_live_process_before_its_lease(
     tmp_path: Path, tools: Any
 ) -> None:
@@ -640,7 +616,7 @@ def test_recovery_leaves_alone_a_run_admitted_by_a_live_process_before_its_lease
     tools.sql(tmp_path, "INSERT INTO orders VALUES (11, 1, 'placed', 99.0);")
     # another process recovers while the capture is admitted, its lease not taken yet
     out, repaired = tools.while_held(
-        tmp_path, _CAPTURE_HELD_BEFORE_ITS_LEASE, "admitted", lambda: tools.cli(tmp_path, "repair")
+        tmp_path, tools.capture_held, "admitted", lambda: tools.cli(tmp_path, "repair")
     )
     assert repaired.returncode == 0, repaired.stderr
     assert out.split()[0] == "succeeded", out

@@ -152,12 +152,16 @@ def test_a_worker_killed_mid_run_leaves_it_to_recovery_and_a_retry_completes_it(
 
 
 def _race(root: Path, env: dict[str, str] | None = None) -> None:
-    """Queue eight Runs (two datasets), let two worker processes race: each runs once."""
+    """Queue eight Runs (two datasets), let two worker processes race: each runs once.
+
+    A capture request joins a queued capture of its dataset: these Runs are
+    admitted to the queue directly, as eight requests that did not join would be.
+    """
     engine = Engine.open(root / "combined.yaml")
     try:
         for _ in range(4):
-            engine.enqueue(["shop.orders"])
-            engine.enqueue(["shop.customers"])
+            engine._admit("shop", ["orders"], None, enqueue=True)
+            engine._admit("shop", ["customers"], None, enqueue=True)
     finally:
         engine.close()
     workers = [_spawn(root, "worker", "--once", "--poll", "0.1", env=env) for _ in range(2)]

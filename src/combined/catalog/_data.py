@@ -568,14 +568,25 @@ def activity(
     run_id: str | None = None,
     source: str | None = None,
     dataset: str | None = None,
+    since: datetime | None = None,
 ) -> list[sa.Row[Any]]:
-    """Newest Activity events first."""
+    """Newest Activity events first.
+
+    ``kind`` matches that kind and the kinds below it (``alert`` matches
+    ``alert.freshness``); ``since`` keeps the events at or after that instant.
+    """
     q = sa.select(t.activity).order_by(t.activity.c.id.desc()).limit(limit)
-    for column, value in (("kind", kind), ("run_id", run_id), ("source", source)):
+    for column, value in (("run_id", run_id), ("source", source), ("dataset", dataset)):
         if value is not None:
             q = q.where(t.activity.c[column] == value)
-    if dataset is not None:
-        q = q.where(t.activity.c.dataset == dataset)
+    if kind is not None:
+        q = q.where(
+            sa.or_(
+                t.activity.c.kind == kind, t.activity.c.kind.startswith(f"{kind}.", autoescape=True)
+            )
+        )
+    if since is not None:
+        q = q.where(t.activity.c.at >= since)
     return list(conn.execute(q))
 
 

@@ -10,7 +10,7 @@ hosts, so two workers never execute the same Run.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -134,3 +134,69 @@ def taker_live(run: Run, ttl: timedelta) -> bool:
         return True
     taken = run.claimed_at or run.created_at
     return _live(run.claimed_by, taken + ttl)
+
+
+def live(conn: Connection, source: str, dataset: str, ttl: timedelta) -> Run | None:
+    """The oldest capture of ``source.dataset`` waiting in the queue or running; None if none.
+
+    A Run not finished whose process died (it neither waits for a worker
+    nor holds a live lease, nor is its taker alive) does not count: the
+    next repair closes it.
+    """
+    rows = conn.execute(
+        sa.select(t.runs.c.id, t.runs.c.datasets)
+        .where(
+            t.runs.c.source == source, t.runs.c.state.in_(("queued", "extracting", "committing"))
+        )
+        .order_by(t.runs.c.created_at, t.runs.c.id)
+    ).all()
+    for row in rows:
+        if dataset not in row.datasets:
+            continue
+        run = get_run(conn, row.id)
+        if run.state == "queued" and run.claimed_by is None or _leased(conn, run.id):
+            return run
+        if run.claimed_by and taker_live(run, ttl):
+            return run
+    return None
+
+
+def _leased(conn: Connection, run_id: str) -> bool:
+    rows = conn.execute(sa.select(t.leases).where(t.leases.c.run_id == run_id)).all()
+    return any(_live(r.holder, r.expires_at) for r in rows)
+
+
+def last_ticks(conn: Connection) -> dict[tuple[str, str], datetime]:
+    """The newest scheduled tick recorded for each (source, dataset)."""
+    ticks = t.schedule_ticks
+    rows = conn.execute(
+        sa.select(
+            ticks.c.source, ticks.c.dataset, sa.func.max(ticks.c.tick).label("tick")
+        ).group_by(ticks.c.source, ticks.c.dataset)
+    ).all()
+    # max() reads the stored text on SQLite: the column type turns it back.
+    return {(r.source, r.dataset): _as_time(r.tick) for r in rows}
+
+
+def _as_time(value: object) -> datetime:
+    return t.UTCDateTime().process_result_value(value, None)  # type: ignore[arg-type,return-value]
+
+
+def record_tick(
+    conn: Connection, source: str, dataset: str, tick: datetime, run_id: str, *, joined: bool
+) -> None:
+    """Record that ``tick`` of ``source.dataset`` queued (or joined) ``run_id``.
+
+    Raises :class:`sqlalchemy.exc.IntegrityError` when another scheduler
+    recorded that tick first: its transaction queued the tick's Run.
+    """
+    conn.execute(
+        t.schedule_ticks.insert().values(
+            source=source,
+            dataset=dataset,
+            tick=tick,
+            run_id=run_id,
+            joined=joined,
+            created_at=utcnow(),
+        )
+    )

@@ -246,3 +246,17 @@ leases = sa.Table(
     sa.Column("run_id", sa.String(64), nullable=False),
     sa.Column("expires_at", UTCDateTime, nullable=False),
 )
+
+schedule_ticks = sa.Table(
+    "schedule_ticks",
+    metadata,
+    # One row per scheduled tick of a dataset, written in the transaction that
+    # queues (or joins) its Run: a second scheduler's row for the same tick
+    # breaks the primary key, so a tick queues exactly one Run (revision 0003).
+    sa.Column("source", sa.String(128), primary_key=True),
+    sa.Column("dataset", sa.String(128), primary_key=True),
+    sa.Column("tick", UTCDateTime, primary_key=True),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("joined", sa.Boolean, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)

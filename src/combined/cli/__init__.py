@@ -257,10 +257,13 @@ def capture(
 ) -> None:
     """Capture datasets into the lake and publish them (or queue them for `combined worker`)."""
     if enqueue:
+        from combined.runtime._scheduler import describe
+        from combined.runtime._scheduler import enqueue as enqueue_parts
+
         with _session(project) as engine:
-            queued = engine.enqueue(selectors or [])
-        for run in queued:
-            console.print(f"run {run.id} queued: {run.source} ({', '.join(run.datasets)})")
+            parts = enqueue_parts(engine, selectors or [])
+        for line in describe(parts):
+            console.print(line)
         return
     with _session(project, _Progress()) as engine:
         runs = engine.capture(selectors or [])
@@ -359,7 +362,7 @@ def runs(
 
 @run_app.command("show")
 def run_show(run_id: str, project: ProjectOpt = None) -> None:
-    """Show one run: admission, attempts, deliveries, activity."""
+    """Show one run: admission, attempts, deliveries, and its events, oldest first."""
 
     with _session(project) as engine:
         info = engine.run(run_id)
@@ -393,6 +396,9 @@ def run_show(run_id: str, project: ProjectOpt = None) -> None:
             str(d.lake_version),
         )
     console.print(t)
+    from combined.cli._activity import events_table
+
+    console.print(events_table([dict(e._mapping) for e in info["activity"]], runs=False))
 
 
 @run_app.command("retry")
@@ -728,6 +734,8 @@ def main() -> None:
 
 # The long-running commands (worker, serve) live in their own module; importing
 # it registers them on ``app``.
+from combined.cli import _activity as _activity  # noqa: E402
 from combined.cli import _cdc as _cdc  # noqa: E402
 from combined.cli import _quarantine as _quarantine  # noqa: E402
+from combined.cli import _schedule as _schedule  # noqa: E402
 from combined.cli import _serve as _serve  # noqa: E402

@@ -1,9 +1,9 @@
-"""``combined cdc``: set up, inspect, follow and tear down PostgreSQL change capture."""
+"""``combined cdc``: set up, inspect, follow and tear down change capture (PostgreSQL, MariaDB)."""
 
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -55,6 +55,9 @@ def cdc_status(
 
     with _session(project) as engine:
         rows = cdc.status(engine, source)
+    if rows and "slot" not in rows[0]:
+        _binlog_status(rows)
+        return
     t = Table("dataset", "slot", "exists", "committed", "confirmed", "lag bytes", "lag s", "wal")
     for r in rows:
         t.add_row(
@@ -66,6 +69,29 @@ def cdc_status(
             str(r.get("lag_bytes") if r.get("lag_bytes") is not None else "-"),
             str(r.get("lag_seconds") if r.get("lag_seconds") is not None else "-"),
             str(r.get("wal_status") or "-"),
+        )
+    console.print(t)
+
+
+def _binlog_status(rows: list[dict[str, Any]]) -> None:
+    """A binlog source's rows: positions, the server's retention, how long to stay down."""
+
+    def text(value: Any) -> str:
+        return "-" if value is None else str(value)
+
+    t = Table(
+        "dataset", "committed", "server at", "oldest binlog", "retention s", "may stay down s"
+    )
+    for r in rows:
+        retention = r.get("retention_seconds")
+        down = r.get("may_stay_down_seconds")
+        t.add_row(
+            r["dataset"],
+            text(r.get("committed_position")),
+            text(r.get("current_position")),
+            text(r.get("oldest_binlog")),
+            "kept for ever" if retention is None else str(retention),
+            _red("0: take a new snapshot") if down == 0 else text(down),
         )
     console.print(t)
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Annotated
 
 import typer
 from rich.text import Text
 
 from combined.cli import TERMINATED, ProjectOpt, Terminated, _engine, _fail, _state, app, err
+from combined.cli._schedule import in_background
 
 #: Hosts ``--insecure-no-auth`` accepts: only this machine can reach them.
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -43,6 +45,9 @@ def worker(
     max_runs: Annotated[
         int | None, typer.Option("--max-runs", help="stop after executing N runs")
     ] = None,
+    schedule: Annotated[
+        bool, typer.Option("--schedule", help="also queue the captures schedules make due")
+    ] = False,
     project: ProjectOpt = None,
 ) -> None:
     """Execute queued runs, one at a time, as `combined capture` executes its own.
@@ -68,6 +73,9 @@ def worker(
 
     signal.signal(signal.SIGTERM, on_term)
     engine = _engine(project, _Log())
+    scheduling = threading.Event()
+    if schedule:
+        in_background(project, scheduling)
     try:
         err.print(f"worker started on {engine.catalog.url}", highlight=False)
         for run in engine.work(lambda: bool(stop), poll_s=poll, once=once, max_runs=max_runs):
@@ -85,6 +93,7 @@ def worker(
     except CombinedError as exc:
         _fail(exc)
     finally:
+        scheduling.set()
         engine.close()
     if stop:
         err.print("worker stopped by SIGTERM", highlight=False)
@@ -102,9 +111,15 @@ def serve(
             help="serve without COMBINED_API_TOKEN (only on a loopback address)",
         ),
     ] = False,
+    no_schedule: Annotated[
+        bool, typer.Option("--no-schedule", help="do not run the scheduler in this process")
+    ] = False,
     project: ProjectOpt = None,
 ) -> None:
     """Serve the HTTP API and webhooks (captures are queued for `combined worker`).
+
+    The scheduler runs in the server too (unless --no-schedule): it queues
+    the captures `schedule:` makes due, as `combined schedule` does.
 
     Every endpoint but /health takes `Authorization: Bearer $COMBINED_API_TOKEN`;
     webhooks are verified by their provider's signature instead. Serving never
@@ -133,4 +148,10 @@ def serve(
         _fail(exc)
     import uvicorn
 
-    uvicorn.run(application, host=host, port=port, log_level="info", access_log=True)
+    scheduling = threading.Event()
+    if not no_schedule:
+        in_background(project, scheduling)
+    try:
+        uvicorn.run(application, host=host, port=port, log_level="info", access_log=True)
+    finally:
+        scheduling.set()

@@ -275,8 +275,10 @@ class ChangeSource(Protocol):
         """Create or verify what the stream needs (publication); say what was done."""
         ...
 
-    def cdc_status(self, relation: str) -> Mapping[str, Any]:
-        """The stream's state: slot existence, confirmed position, lag in bytes and time."""
+    def cdc_status(
+        self, relation: str, committed: Mapping[str, Any] | None = None
+    ) -> Mapping[str, Any]:
+        """The stream's state next to ``committed`` (the lake's checkpoint): position, lag."""
         ...
 
     def cdc_teardown(self, relation: str) -> str:

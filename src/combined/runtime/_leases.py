@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from combined.catalog import Catalog
 from combined.errors import ProtocolViolation
+from combined.runtime._deadline import env_seconds
 
 
 class LeaseKeeper:
@@ -84,3 +85,8 @@ class LeaseKeeper:
 
 
 __all__ = ["LeaseKeeper"]
+
+
+def lease_ttl() -> float:
+    """Seconds a dataset lease outlives its last renewal (``COMBINED_LEASE_TTL_S``, 300)."""
+    return env_seconds("COMBINED_LEASE_TTL_S", 300.0)

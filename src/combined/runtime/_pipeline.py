@@ -293,7 +293,9 @@ def _consume(
         drift=drift,
         full=plan.strategy == "snapshot"
         or bool(
-            checkpoint and checkpoint[0].get("stitched") and not (prior_state or {}).get("lsn")
+            checkpoint
+            and checkpoint[0].get("stitched")
+            and not any((prior_state or {}).get(k) for k in ("lsn", "binlog"))
         ),
         prior_state=prior_state,
         control=_control(extraction),

@@ -12,6 +12,7 @@ from combined.connectors.mariadb import (
     CONSISTENT_SNAPSHOT,
     SERVER_CLOCK,
     ControlTotals,
+    MariaDBExtraction,
     MariaDBSource,
 )
 from combined.errors import ConfigError, NotFoundError, ProtocolViolation, SchemaMismatch
@@ -177,8 +178,10 @@ def test_a_read_is_lazy_single_use_and_refuses_what_it_cannot_read(
     with pytest.raises(ProtocolViolation):
         list(ext)
     ext.finish("success")
-    with pytest.raises(ConfigError, match="cdc"):
-        source.read(make_request("orders", strategy="cdc"))
+    with pytest.raises(ConfigError, match="cdc dataset orders needs a key"):
+        source.read(make_request("orders", strategy="cdc", key=()))
+    with pytest.raises(ConfigError, match="strategy 'nope'"):
+        source.read(make_request("orders", strategy="nope"))
     with pytest.raises(ConfigError, match="declares none"):
         source.read(make_request("orders", strategy="cursor"))
     with pytest.raises(NotFoundError, match="'nope'"):
@@ -193,6 +196,7 @@ def test_an_abandoned_read_closes_its_session(
 ) -> None:
     _orders(admin, 1000)
     ext = source.read(make_request("orders", batch_rows=10))
+    assert isinstance(ext, MariaDBExtraction)
     it = iter(ext)
     next(it)
     conn_id = ext.connection_id

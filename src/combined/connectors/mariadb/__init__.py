@@ -2,7 +2,8 @@
 
 Reads tables and views through PyMySQL's unbuffered cursor as bounded Arrow
 batches, each read in one ``START TRANSACTION WITH CONSISTENT SNAPSHOT, READ
-ONLY`` transaction. Strategies: ``snapshot`` and ``cursor``. See
+ONLY`` transaction. Strategies: ``snapshot``, ``cursor`` and ``cdc`` (the
+row-based binary log, through ``mysql-replication``). See
 ``docs/mariadb.md``.
 """
 

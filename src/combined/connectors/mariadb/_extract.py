@@ -170,6 +170,12 @@ class MariaDBExtraction(SessionRead[Session]):
         self._batch_rows = min(request.batch_rows, settings.batch_rows or request.batch_rows)
         self._control: ControlTotals | None = None
         self.connection_id: int | None = None
+        #: The binlog position (``file:offset``) and time pinned to the snapshot,
+        #: when the snapshot covers the relation (``None`` otherwise).
+        self.snapshot_pin: dict[str, str] | None = None
+        #: Anchors the binlog position where the server pins none (MySQL):
+        #: held while the snapshot opens (``_binlog_anchor.TableLock``).
+        self.anchor: Any = None
 
     @property
     def control_totals(self) -> ControlTotals | None:
@@ -218,8 +224,16 @@ class MariaDBExtraction(SessionRead[Session]):
         if self._finished:
             raise ProtocolViolation("the extraction is finished", hint="start a new read")
         self._session = session = Session(self._settings)
-        for statement in _BEGIN:
-            session.run(statement, "opening the consistent snapshot")
+        anchor = self.anchor
+        if anchor is not None:
+            anchor.hold()
+        try:
+            for statement in _BEGIN:
+                session.run(statement, "opening the consistent snapshot")
+            anchored = anchor.position() if anchor is not None else None
+        finally:
+            if anchor is not None:
+                anchor.release()
         server_id, conn_id, now = session.rows(
             "SELECT @@server_id, CONNECTION_ID(), UTC_TIMESTAMP(6)", "reading the snapshot"
         )[0]
@@ -231,11 +245,12 @@ class MariaDBExtraction(SessionRead[Session]):
             binlog = dict(
                 session.rows("SHOW STATUS LIKE 'binlog_snapshot_%'", "reading the snapshot")
             )
-            position = (
+            position = anchored or (
                 f"{binlog.get('Binlog_snapshot_file', '')}:"
                 f"{binlog.get('Binlog_snapshot_position', '')}"
             )
             token = f"server_id={server_id};connection_id={conn_id};at={now};binlog={position}"
+            self.snapshot_pin = {"binlog": position, "at": at.isoformat()}
             self.authority.acquire_snapshot(CONSISTENT_SNAPSHOT, token, at=at)
         return self._prepare(session, rel)
 

@@ -199,13 +199,15 @@ class PostgresSource(BaseSource):
         verb = "created" if pub.created else "verified"
         return f"publication {name} {verb} for {qualified(relation)}"
 
-    def cdc_status(self, relation: str) -> Mapping[str, Any]:
+    def cdc_status(
+        self, relation: str, committed: Mapping[str, Any] | None = None
+    ) -> Mapping[str, Any]:
         """The relation's slot: existence, confirmed position, lag in bytes and seconds."""
         from combined.connectors.postgres._replication import slot_status
 
         name = slot_name(self.slot_prefix, relation)
         status = slot_status(self.settings, name)
-        return {"slot": name, **status.to_json()}
+        return {"committed_lsn": (committed or {}).get("lsn"), "slot": name, **status.to_json()}
 
     def cdc_teardown(self, relation: str) -> str:
         """Drop the relation's slot and publication (WAL is no longer retained for it)."""

@@ -1,0 +1,91 @@
+"""What ``combined status`` shows: freshness and the published position of each dataset.
+
+``version``, ``lake_version`` and ``position`` are those of the dataset's
+newest publication: what a query reads. A commit made since and not
+published yet (its Run died or did not reconcile) is told apart, under
+``unpublished``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from combined.catalog import Catalog
+from combined.catalog import data as cat
+from combined.config import Project
+from combined.errors import CombinedError
+from combined.protocol import utcnow
+
+if TYPE_CHECKING:
+    from combined.engine import Engine
+
+_SLOT_KEYS = ("exists", "lag_bytes", "lag_seconds", "wal_status")
+_BINLOG_KEYS = ("committed_retained", "retention_seconds", "may_stay_down_seconds")
+
+
+def dataset_status(catalog: Catalog, project: Project) -> list[dict[str, Any]]:
+    """One row per declared dataset, from the catalog alone."""
+    out = []
+    with catalog.begin() as conn:
+        rows = {(r.source, r.name): r for r in cat.list_datasets(conn)}
+        members = cat.newest_members(conn)
+    now = utcnow()
+    for source, name, d in project.datasets():
+        r = rows.get((source, name))
+        m = members.get((source, name))
+        published = r.published_at if r is not None else None
+        target = d.freshness
+        age = (now - published) if published else None
+        committed = (
+            None
+            if r is None or r.lake_version is None
+            else {
+                "position": r.source_position,
+                "version": r.current_version,
+                "lake_version": r.lake_version,
+            }
+        )
+        shown = (
+            None
+            if m is None
+            else {
+                "position": m.source_position,
+                "version": m.dataset_version,
+                "lake_version": m.lake_version,
+            }
+        )
+        out.append(
+            {
+                "dataset": f"{source}.{name}",
+                "strategy": d.strategy,
+                "sync_mode": d.sync_mode,
+                "version": shown["version"] if shown else None,
+                "lake_version": shown["lake_version"] if shown else None,
+                "position": shown["position"] if shown else None,
+                "unpublished": committed if committed != shown else None,
+                "published_at": published,
+                "age": age,
+                "target": target,
+                "fresh": None if target is None or age is None else age <= target,
+                "slot": None,
+            }
+        )
+    return out
+
+
+def add_slot_lag(engine: Engine, rows: list[dict[str, Any]]) -> None:
+    """Add each cdc dataset's slot lag (bytes and seconds) to its status row."""
+    from combined import cdc
+
+    by_name = {r["dataset"]: r for r in rows}
+    sources = {r["dataset"].split(".")[0] for r in rows if r["strategy"] == "cdc"}
+    for source in sorted(sources):
+        try:
+            for st in cdc.status(engine, source):
+                # A slot's lag, or a binlog's retention and margin (MariaDB).
+                keys = _SLOT_KEYS if "slot" in st else _BINLOG_KEYS
+                by_name[st["dataset"]]["slot"] = {k: st.get(k) for k in keys}
+        except CombinedError as exc:
+            for r in rows:
+                if r["dataset"].startswith(f"{source}.") and r["strategy"] == "cdc":
+                    r["slot"] = {"error": exc.message}

@@ -1,0 +1,397 @@
+"""MariaDB/MySQL change capture: the row-based binary log streamed into change batches.
+
+:class:`BinlogExtraction` streams the binlog with ``mysql-replication``
+(``COM_BINLOG_DUMP`` from a file and offset) from the committed position up
+to the end of the log when the read starts, and yields, in log order,
+change batches (:mod:`~._binlog_rows`) and, after each committed
+transaction that touched the table, a ``StateMessage`` whose state is the
+checkpoint:
+
+``{"binlog": "<file>:<offset>", "at": "<time of its last event>"}``
+
+``binlog`` is the end of the last transaction whose changes were yielded
+before the message: resuming there replays nothing the lake holds and
+skips nothing it lacks. The engine commits the state with the lake commit
+of the rows before it; rows after the last state belong to a transaction
+whose end was not read yet (a large transaction is yielded as it streams,
+in batches, so memory stays bounded) and are never committed without a
+state covering them. A read never ends inside a transaction, and its last
+message is a ``final`` state at the last transaction boundary read.
+
+Nothing on the server remembers a consumer: the position lives only in the
+lake's checkpoint, so :meth:`acknowledge` has nothing to confirm, and the
+server's binlog retention alone decides how long a consumer may stay away
+(``combined cdc status``). A position the server purged fails the read
+(:class:`~._binlog_setup.BinlogGone`), never skipped.
+
+Statements in the log that touch the table:
+
+- ``TRUNCATE`` is a ``truncate`` marker batch: every row of the dataset
+  committed before it is removed;
+- ``DROP TABLE`` or ``RENAME TABLE`` naming it, or an ``ALTER TABLE`` that
+  renames it or truncates, drops or exchanges a partition, fails the read:
+  rows left or moved without a row event (take a new snapshot);
+- ``ALTER TABLE`` goes by: the row images name their columns, and the
+  engine's drift rules judge the columns the capture saw;
+- a data-changing statement logged as a statement (``binlog_format`` other
+  than ROW in the writing session) fails the read: it names no rows.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import warnings
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import Any
+
+from combined.connectors._shared import SessionRead
+from combined.connectors.abc import ReadRequest
+from combined.connectors.mariadb import _catalog as catalog
+from combined.connectors.mariadb._binlog_rows import (
+    OP_TRUNCATE,
+    ChangeRows,
+    event_time,
+    require_full_image,
+)
+from combined.connectors.mariadb._binlog_setup import (
+    RESNAPSHOT,
+    BinlogGone,
+    acknowledged,
+    require_binlog,
+    require_retained,
+)
+from combined.connectors.mariadb._connect import (
+    DRIVER_ERRORS,
+    Session,
+    Settings,
+    close_quietly,
+    error_code,
+    query_error,
+)
+from combined.errors import CombinedError, NotFoundError, SourceError
+from combined.protocol import (
+    OP_COLUMN,
+    ExtractionAuthority,
+    Message,
+    RecordBatchMessage,
+    StateMessage,
+)
+
+#: Server errors of a dump request whose start the server no longer holds.
+_PURGED_CODES = {1236}
+_WORD = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+_NAME = rf"({_WORD}(?:\s*\.\s*{_WORD})?)"
+_DDL = re.compile(
+    r"^\s*(truncate|drop|rename|alter)\s+(?:temporary\s+)?tables?\s+(?:if\s+exists\s+)?(.*)$",
+    re.IGNORECASE | re.DOTALL,
+)
+#: ALTER TABLE clauses that remove or move rows, or the table, without row events.
+_ALTER_MOVES = re.compile(
+    r"\b(rename(?!\s+(?:column|index|key)\b)|(?:truncate|drop|exchange)\s+partition)\b",
+    re.IGNORECASE,
+)
+_KEYWORDS = {"to", "if", "exists", "restrict", "cascade", "wait", "nowait", "force"}
+_DML = re.compile(r"^\s*(insert|update|delete|replace|load)\b", re.IGNORECASE)
+
+
+def _names(text: str) -> tuple[str | None, str]:
+    parts = [
+        p.strip().strip("`").replace("``", "`") for p in re.split(r"`?\s*\.\s*`?", text, maxsplit=1)
+    ]
+    return (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+
+
+def _fetch(stream: Any) -> Any:
+    """The next event, or None at the log's end.
+
+    ``mysql-replication`` opens its control connection with PyMySQL's
+    deprecated ``db`` argument: that warning is the library's, not ours.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "'db' is deprecated", DeprecationWarning)
+        return stream.fetchone()
+
+
+class BinlogExtraction(SessionRead[Session]):
+    """Stream a table's changes from ``start`` (the committed position) to the log's end.
+
+    ``max_changes`` ends the read at the first transaction boundary after that
+    many rows. ``server_id`` identifies the stream to the server as a
+    replica; it must differ from every other replica's (a random one by
+    default).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        request: ReadRequest,
+        *,
+        start: tuple[str, int],
+        max_changes: int | None = None,
+        batch_bytes: int = 16 << 20,
+        server_id: int | None = None,
+    ) -> None:
+        super().__init__(ExtractionAuthority(), close_quietly)
+        self._settings = settings
+        self._request = request
+        self._file, self._offset = start
+        self._max_changes = max_changes
+        self._batch_bytes = batch_bytes
+        self._server_id = server_id or random.randint(1 << 20, (1 << 31) - 1)
+        self._stream: Any = None
+        self._seen = 0
+
+    def _messages(self) -> Iterator[Message]:
+        self._claim()
+        failure: CombinedError | None = None
+        try:
+            yield from self._read()
+        except GeneratorExit:
+            self._abandon(None)
+            raise
+        except CombinedError as exc:
+            self._abandon(exc)
+            raise
+        except DRIVER_ERRORS as exc:
+            failure = self._failure(exc)
+            self._abandon(failure)
+        if failure is not None:  # raised outside the handler: no driver exception in context
+            raise failure
+
+    def _failure(self, exc: BaseException) -> CombinedError:
+        if error_code(exc) in _PURGED_CODES:
+            return BinlogGone(
+                f"the server cannot stream the binary log from {self._file}:{self._offset} for "
+                f"dataset {self._request.dataset}: {self._settings.scrub(str(exc))[:300]}",
+                hint=f"take a new snapshot: {RESNAPSHOT}",
+                dataset=self._request.dataset,
+            )
+        return query_error(exc, self._settings, "streaming the binary log")
+
+    def _open(self) -> tuple[catalog.Relation, ChangeRows]:
+        self._session = session = Session(self._settings)
+        request = self._request
+        try:
+            rel = catalog.find_relation(session, request.relation, self._settings.database)
+        except NotFoundError as exc:
+            raise SourceError(
+                f"{exc.message}: the table of cdc dataset {request.dataset} was dropped or "
+                "renamed since the last capture, and its changes cannot be followed",
+                hint=f"once the table exists again, take a new snapshot: {RESNAPSHOT}",
+                dataset=request.dataset,
+            ) from None
+        require_binlog(session, f"{rel.database}.{rel.table}")
+        require_retained(session, (self._file, self._offset), request.dataset)
+        cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
+        plans = [p for p in catalog.column_plans(cols) if p.arrow_type is not None]
+        if request.columns is not None:
+            plans = [p for p in plans if p.name in request.columns or p.name in request.key]
+        rows = ChangeRows(
+            plans,
+            request.dataset,
+            key=request.key,
+            batch_rows=request.batch_rows,
+            batch_bytes=self._batch_bytes,
+            zero_dates=self._settings.zero_dates,
+        )
+        return rel, rows
+
+    def _reader(self, rel: catalog.Relation) -> Any:
+        from pymysqlreplication import BinLogStreamReader
+        from pymysqlreplication.event import (
+            GtidEvent,
+            MariadbGtidEvent,
+            QueryEvent,
+            RotateEvent,
+            XidEvent,
+        )
+        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+        kwargs = self._settings.connect_kwargs()
+        connection = {
+            k: kwargs[k]
+            for k in ("host", "port", "user", "password", "connect_timeout", "read_timeout")
+        }
+        for k in ("unix_socket", "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_identity"):
+            if k in kwargs:
+                connection[k] = kwargs[k]
+        return BinLogStreamReader(
+            connection_settings=connection,
+            server_id=self._server_id,
+            log_file=self._file,
+            log_pos=self._offset,
+            resume_stream=True,
+            blocking=False,
+            only_events=[
+                WriteRowsEvent,
+                UpdateRowsEvent,
+                DeleteRowsEvent,
+                QueryEvent,
+                XidEvent,
+                RotateEvent,
+                GtidEvent,
+                MariadbGtidEvent,
+            ],
+            only_schemas=[rel.database],
+            only_tables=[rel.table],
+            enable_logging=False,
+        )
+
+    def _read(self) -> Iterator[Message]:
+        from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
+        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+        with self._lock:
+            rel, rows = self._open()
+        self.authority.acquire()
+        name = f"{rel.database}.{rel.table}"
+        boundary = f"{self._file}:{self._offset}"
+        at: datetime | None = None
+        touched = in_txn = False
+        self._stream = stream = self._reader(rel)
+        try:
+            for event in iter(lambda: _fetch(stream), None):
+                here = f"{stream.log_file}:{stream.log_pos}"
+                when = event_time(event.timestamp)
+                if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
+                    if event.schema != rel.database or event.table != rel.table:
+                        continue
+                    require_full_image(event, name)
+                    touched = True
+                    for batches in self._rows(event, rows, when, here):
+                        yield from self._emit(batches)
+                    continue
+                if isinstance(event, MariadbGtidEvent):
+                    in_txn = not (int(event.flags) & 1)  # FL_STANDALONE: one event, no COMMIT
+                    continue
+                if isinstance(event, GtidEvent):
+                    continue
+                end = isinstance(event, XidEvent)
+                if isinstance(event, QueryEvent):
+                    verb, marker = self._query(event, rel, rows, when, here)
+                    if verb == "BEGIN":
+                        in_txn = True
+                        continue
+                    end = verb in ("COMMIT", "ROLLBACK") or not in_txn
+                    touched = touched or bool(marker)
+                    yield from self._emit(marker)
+                if not end:
+                    continue
+                in_txn = False
+                boundary, at = here, when
+                if touched:
+                    touched = False
+                    yield from self._emit(rows.flush())
+                    yield self._state(boundary, at, final=False)
+                if self._max_changes and self._seen >= self._max_changes:
+                    break
+        finally:
+            stream.close()
+            self._stream = None
+        if in_txn:  # the log ended inside a transaction: should not happen, never commit it
+            raise SourceError(
+                f"the binary log of {name} ended inside a transaction at {boundary}",
+                hint="capture again: the read resumes from the last whole transaction",
+            )
+        yield from self._emit(rows.flush())
+        yield self._state(boundary, at, final=True)
+        self.authority.complete()
+        with self._lock:
+            self._abandon(None)
+
+    def _rows(self, event: Any, rows: ChangeRows, when: datetime, here: str) -> Iterator[list[Any]]:
+        """The batches one rows event fills, a batch as soon as it is full."""
+        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
+
+        key = self._request.key
+        for row in event.rows:
+            self._seen += 1
+            if isinstance(event, UpdateRowsEvent):
+                before, after = row["before_values"], row["after_values"]
+                if any(before.get(k) != after.get(k) for k in key):
+                    nones = row.get("before_none_sources")
+                    yield rows.add("delete", before, event.columns, when, here, nones)
+                nones = row.get("after_none_sources")
+                yield rows.add("update", after, event.columns, when, here, nones)
+            else:
+                op = "delete" if isinstance(event, DeleteRowsEvent) else "insert"
+                nones = row.get("none_sources")
+                yield rows.add(op, row["values"], event.columns, when, here, nones)
+            if rows.full:
+                yield rows.flush()
+
+    def _query(
+        self, event: Any, rel: catalog.Relation, rows: ChangeRows, when: datetime, here: str
+    ) -> tuple[str, list[Any]]:
+        """A statement's verb (upper case), and the truncate marker when it empties the table."""
+        query = event.query if isinstance(event.query, str) else str(event.query)
+        schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema)
+        verb = query.strip().upper()
+        if verb in ("BEGIN", "COMMIT", "ROLLBACK") or not self._touches(query, schema, rel):
+            return verb, []
+        return verb, rows.truncate(when, here)  # the only statement _touches lets through
+
+    def _touches(self, query: str, schema: str, rel: catalog.Relation) -> bool:
+        """Whether a statement in the log acts on the table; fail on the ones that cannot pass."""
+        ddl = _DDL.match(query)
+        if ddl is None:
+            if _DML.match(query) and re.search(rf"\b{re.escape(rel.table)}\b", query):
+                raise SourceError(
+                    f"a statement changing {rel.database}.{rel.table} was logged as a statement, "
+                    "not as rows (binlog_format other than ROW in the writing session): "
+                    "its rows cannot be known",
+                    hint="SET GLOBAL binlog_format = 'ROW' and reconnect the writers, then take "
+                    f"a new snapshot: {RESNAPSHOT}",
+                )
+            return False
+        verb, rest = ddl.group(1).lower(), ddl.group(2)
+        found = [m.group(1) for m in re.finditer(_NAME, rest)]
+        if verb in ("truncate", "alter"):
+            found = found[:1]  # the statement's one table; the rest are its clauses
+        names = [_names(n) for n in found if n.lower() not in _KEYWORDS]
+        if not any((db or schema) == rel.database and t == rel.table for db, t in names):
+            return False
+        moved = _ALTER_MOVES.search(rest) if verb == "alter" else None
+        if verb in ("drop", "rename") or moved is not None:
+            what = {"drop": "dropped", "rename": "renamed"}.get(verb) or (
+                f"altered ({moved.group(1) if moved else ''})"
+            )
+            raise SourceError(
+                f"table {rel.database}.{rel.table} was {what} since the last capture: rows "
+                "left or moved without a change in the binlog, and the lake cannot follow",
+                hint=f"take a new snapshot: {RESNAPSHOT}",
+            )
+        return verb == "truncate"
+
+    def _emit(self, batches: list[Any]) -> Iterator[Message]:
+        for batch in batches:
+            ops = batch.column(OP_COLUMN)
+            if not (batch.num_rows == 1 and ops[0].as_py() == OP_TRUNCATE):
+                self.authority.count(batch.num_rows, batch.nbytes)
+            yield RecordBatchMessage(self._request.dataset, batch)
+
+    def _state(self, position: str, at: datetime | None, *, final: bool) -> StateMessage:
+        state: dict[str, Any] = {"binlog": position}
+        if at is not None:
+            state["at"] = at.isoformat()
+        elif (self._request.state or {}).get("at"):
+            state["at"] = self._request.state["at"]  # type: ignore[index]
+        return StateMessage(
+            self._request.dataset,
+            state,
+            position=position,
+            emitted_at=at.isoformat() if at is not None else None,
+            final=final,
+        )
+
+    def acknowledge(self, state: Mapping[str, Any]) -> None:
+        """Nothing to confirm: the position lives in the lake's checkpoint only."""
+        acknowledged(state)
+
+    def _release(self, outcome: Any) -> tuple[str, ...]:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
+        return super()._release(outcome)

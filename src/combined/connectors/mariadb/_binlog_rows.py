@@ -1,0 +1,252 @@
+"""Binlog row images into bounded Arrow change batches, typed as the snapshot types them.
+
+``mysql-replication`` decodes each row image into Python values. They are
+written back as the text the server writes for the column (the form
+:mod:`~combined.connectors.mariadb._types` parses), so that a change batch
+converts through the same :class:`~._types.Layout` as a snapshot read and a
+column has one Arrow type whichever way its rows arrived.
+
+A batch holds the table's columns as the catalog has them when the read
+starts (a column the log names but the table no longer has is left out; a
+column the table has but an older row image lacks is absent from that
+batch, and the engine adds it from the batch that first carries it), then
+``_combined_op`` (``insert``/``update``/``delete``, or ``truncate`` for the
+one-row marker of a ``TRUNCATE``), ``_combined_emitted_at`` (the event's
+time) and ``_combined_source_position`` (``file:position`` of the event's
+end). Rows keep log order; an update that changes the key is the old key's
+delete followed by the new key's update.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+
+from combined.connectors.mariadb._connect import ZeroDates
+from combined.connectors.mariadb._types import ColumnPlan, Layout
+from combined.errors import SchemaMismatch, SourceError
+from combined.protocol import EMITTED_AT_COLUMN, OP_COLUMN, POSITION_COLUMN
+
+OP_TRUNCATE = "truncate"
+_EMITTED = pa.timestamp("us", tz="UTC")
+_ROW_IMAGE_FIX = (
+    "SET GLOBAL binlog_row_image = 'FULL' on the server and set binlog_row_image=FULL in its "
+    "configuration file; sessions opened before the change keep the old value, so reconnect "
+    "the writers, then take a new snapshot: `combined cdc teardown` then `combined cdc setup`"
+)
+
+
+def server_text(value: Any, plan: ColumnPlan, column: Any = None) -> Any:
+    """``value`` as decoded by ``mysql-replication``, written as the server writes it."""
+    if value is None:
+        return None
+    kind = plan.kind
+    if kind == "binary":
+        raw = value if isinstance(value, bytes) else str(value).encode("utf-8")
+        if plan.source_type.lower().startswith("binary(") and plan.octets:
+            return raw.ljust(plan.octets, b"\0")  # the log drops a BINARY(n)'s padding
+        return raw
+    if kind in ("bool", "bits"):
+        return str(int(value, 2)) if isinstance(value, str) else str(int(value))
+    if kind == "time" and isinstance(value, timedelta):
+        return str((value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds)
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int | Decimal):
+        return str(value)
+    if isinstance(value, set | frozenset):
+        order = list(getattr(column, "set_values", None) or sorted(value))
+        return ",".join(v for v in order if v in value)
+    if isinstance(value, bytes):
+        return _bytes_text(value, plan)
+    if isinstance(value, dict | list):  # MySQL's binary JSON
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def _bytes_text(value: bytes, plan: ColumnPlan) -> str:
+    # The log drops the trailing zero bytes of these fixed-size binary values.
+    source = plan.source_type.lower()
+    if source in ("uuid", "inet6") and len(value) <= 16:
+        value = value.ljust(16, b"\0")
+        return str(uuid.UUID(bytes=value) if source == "uuid" else ipaddress.ip_address(value))
+    if source == "inet4" and len(value) <= 4:
+        return str(ipaddress.ip_address(value.ljust(4, b"\0")))
+    return value.decode("utf-8", errors="replace")
+
+
+def require_full_image(event: Any, relation: str) -> None:
+    """Refuse a row image that leaves columns out (``binlog_row_image`` not FULL)."""
+    total = int(event.number_of_columns)
+    images = [event.columns_present_bitmap]
+    if hasattr(event, "columns_present_bitmap2"):
+        images.append(event.columns_present_bitmap2)
+    for bitmap in images:
+        present = bin(int.from_bytes(bytes(bitmap), "little")).count("1")
+        if present < total:
+            raise SourceError(
+                f"the binlog holds a partial row image of {relation} ({present} of {total} "
+                "columns): the server or the writing session has binlog_row_image other "
+                "than FULL, so the change cannot be applied faithfully",
+                hint=_ROW_IMAGE_FIX,
+                relation=relation,
+            )
+
+
+class ChangeRows:
+    """Collect the row changes of one table into bounded Arrow batches.
+
+    ``plans`` are the table's columns (the catalog's, at the read's start).
+    Rows are kept as server text per column and converted a batch at a
+    time, so memory is bounded by ``batch_rows`` and ``batch_bytes``, never
+    by a transaction. A batch holds the columns of one row image shape:
+    :meth:`add` flushes before a row whose columns differ from the pending
+    ones. The caller flushes when :attr:`full` is true and at the
+    boundaries it needs.
+    """
+
+    def __init__(
+        self,
+        plans: Sequence[ColumnPlan],
+        dataset: str,
+        *,
+        key: Sequence[str],
+        batch_rows: int,
+        batch_bytes: int,
+        zero_dates: ZeroDates = "error",
+    ) -> None:
+        self._plans = {p.name: p for p in plans}
+        self._zero_dates = zero_dates
+        self._dataset = dataset
+        self._key = tuple(key)
+        self._limits = (max(1, batch_rows), max(1, batch_bytes))
+        self._layout: Layout | None = None
+        self._rows: list[list[Any]] = []
+        self._ops: list[str] = []
+        self._at: list[datetime] = []
+        self._pos: list[str] = []
+        self._bytes = 0
+
+    @property
+    def pending(self) -> int:
+        """Rows collected and not yet flushed."""
+        return len(self._rows)
+
+    @property
+    def full(self) -> bool:
+        """Whether the pending rows reached a batch limit."""
+        return len(self._rows) >= self._limits[0] or self._bytes >= self._limits[1]
+
+    def _shape(self, names: Sequence[str]) -> Layout:
+        kept = [self._plans[n] for n in names if n in self._plans]
+        missing = [k for k in self._key if k not in {p.name for p in kept}]
+        if missing:
+            raise SourceError(
+                f"a binlog row image of dataset {self._dataset} lacks key column {missing[0]!r}",
+                hint="the key must be a column of the table; fix `key:` and take a new "
+                "snapshot (`combined cdc teardown` then `combined cdc setup`)",
+            )
+        return Layout.of(kept)
+
+    def add(
+        self,
+        op: str,
+        values: Mapping[str, Any],
+        columns: Sequence[Any],
+        at: datetime,
+        position: str,
+        nones: Mapping[str, str] | None = None,
+    ) -> list[pa.RecordBatch]:
+        """Add one row change; returns the batch flushed first when the shape changed.
+
+        ``nones`` says why the library decoded a value as None: an empty SET
+        is the empty text, a zero date follows the ``zero_dates`` policy.
+        """
+        if nones:
+            values = self._resolve_nones(values, nones)
+        names = [str(c.name) for c in columns]
+        flushed: list[pa.RecordBatch] = []
+        if self._layout is None or [p.name for p in self._layout.plans] != [
+            n for n in names if n in self._plans
+        ]:
+            flushed = self.flush()
+            self._layout = self._shape(names)
+        by_name = {str(c.name): c for c in columns}
+        row = [server_text(values.get(p.name), p, by_name.get(p.name)) for p in self._layout.plans]
+        self._rows.append(row)
+        self._ops.append(op)
+        self._at.append(at)
+        self._pos.append(position)
+        self._bytes += sum(len(v) for v in row if isinstance(v, str | bytes)) + 16
+        return flushed
+
+    def _resolve_nones(self, values: Mapping[str, Any], nones: Mapping[str, str]) -> dict[str, Any]:
+        out = dict(values)
+        for name, why in nones.items():
+            if why == "empty set":
+                out[name] = ""
+            elif why.startswith("out of date") and self._zero_dates != "null":
+                plan = self._plans.get(name)
+                raise SchemaMismatch(
+                    f"column {name!r} ({plan.source_type if plan else '?'}) of dataset "
+                    f"{self._dataset!r} holds a zero date in the binlog, which is not a date",
+                    hint="set zero_dates: null to read zero dates as nulls",
+                    dataset=self._dataset,
+                    column=name,
+                )
+        return out
+
+    def truncate(self, at: datetime, position: str) -> list[pa.RecordBatch]:
+        """The pending rows, then the one-row marker that empties the table at this point."""
+        out = self.flush()
+        layout = self._layout or Layout.of(list(self._plans.values()))
+        marker = [None] * len(layout.plans)
+        out.append(self._build(layout, [marker], [OP_TRUNCATE], [at], [position]))
+        return out
+
+    def flush(self) -> list[pa.RecordBatch]:
+        """The pending rows as one batch (none when nothing is pending)."""
+        if not self._rows or self._layout is None:
+            return []
+        batch = self._build(self._layout, self._rows, self._ops, self._at, self._pos)
+        self._rows, self._ops, self._at, self._pos, self._bytes = [], [], [], [], 0
+        return [batch]
+
+    def _build(
+        self,
+        layout: Layout,
+        rows: list[list[Any]],
+        ops: list[str],
+        at: list[datetime],
+        pos: list[str],
+    ) -> pa.RecordBatch:
+        data = layout.convert(rows, self._dataset)
+        arrays = [
+            *data.columns,
+            pa.array(ops, pa.string()),
+            pa.array(at, _EMITTED),
+            pa.array(pos, pa.string()),
+        ]
+        fields = [
+            *data.schema,
+            pa.field(OP_COLUMN, pa.string(), nullable=False),
+            pa.field(EMITTED_AT_COLUMN, _EMITTED),
+            pa.field(POSITION_COLUMN, pa.string()),
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def event_time(timestamp: int) -> datetime:
+    """An event header's time (whole seconds since the epoch) as UTC."""
+    return datetime.fromtimestamp(int(timestamp), UTC)

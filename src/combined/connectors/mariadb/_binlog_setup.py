@@ -1,0 +1,263 @@
+"""What binlog change capture needs from the server, and where a stream stands.
+
+:func:`preconditions` lists every unmet requirement with the exact fix;
+:func:`require_binlog` raises them as one error before any read, and
+``combined check`` reports them for a source with ``cdc`` datasets. The
+requirements:
+
+- ``log_bin`` on: the server writes a binary log at all;
+- ``binlog_format=ROW``: statements would have to be re-executed to know
+  which rows they changed;
+- ``binlog_row_image=FULL``: an update or delete must carry the whole row,
+  so the lake can be written without reading the source again;
+- ``binlog_row_metadata=FULL``: the log names each column, so a change
+  logged before a later ``ALTER TABLE`` is read with its own columns;
+- ``server_id`` not 0: the server streams its log only then;
+- the account holds ``REPLICATION SLAVE`` (stream the log) and
+  ``REPLICATION CLIENT`` (``SHOW BINARY LOGS``; ``BINLOG MONITOR`` on
+  MariaDB 10.5 and later, which ``REPLICATION CLIENT`` grants), and on MySQL
+  ``LOCK TABLES`` (``_binlog_anchor``).
+
+A position is ``file:offset`` text (``binlog.000042:1337``): the end of the
+last transaction the lake holds. :func:`require_retained` refuses one whose
+file the server no longer has (purged by ``binlog_expire_logs_seconds`` or
+by hand): the changes in between are gone, never silently skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from combined.connectors.mariadb._connect import Session
+from combined.errors import ConfigError, ProtocolViolation, SourceError
+
+#: The command pair that takes a new snapshot after a gap.
+RESNAPSHOT = (
+    "run `combined cdc teardown <source>` then `combined cdc setup <source>`: the checkpoint "
+    "is voided and a new consistent snapshot is reconciled with the lake"
+)
+_CONFIG = "in the [mariadbd] (MySQL: [mysqld]) section of the server's configuration file"
+
+
+class BinlogGone(SourceError):
+    """The server no longer holds the binlog position the lake's checkpoint names."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One unmet requirement and the exact fix."""
+
+    what: str
+    fix: str
+
+
+def parse_position(text: str) -> tuple[str, int]:
+    """``binlog.000042:1337`` as (file, offset)."""
+    name, sep, offset = str(text).rpartition(":")
+    if not sep or not name or not offset.isdigit():
+        raise ProtocolViolation(
+            f"a binlog checkpoint names no position: {text!r}",
+            hint="expected `file:offset`, such as binlog.000042:1337",
+        )
+    return name, int(offset)
+
+
+def position_of(state: Mapping[str, Any] | None) -> tuple[str, int] | None:
+    """The position of a committed cdc checkpoint (``None`` before the first)."""
+    if not state or not state.get("binlog"):
+        return None
+    return parse_position(str(state["binlog"]))
+
+
+def acknowledged(state: Mapping[str, Any]) -> None:
+    """Check an acknowledged state; nothing is confirmed to the server.
+
+    Nothing on the server remembers a binlog consumer: the position lives in
+    the lake's checkpoint only, durable once the commit holding it is.
+    """
+    if position_of(state) is None:
+        raise ProtocolViolation(
+            f"not a checkpoint state of this extraction: {dict(state)!r}",
+            hint="acknowledge the state of a StateMessage this extraction yielded",
+        )
+
+
+def _variables(session: Session) -> dict[str, str]:
+    rows = session.rows(
+        "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', "
+        "'binlog_row_image', 'binlog_row_metadata', 'server_id', 'expire_logs_days', "
+        "'binlog_expire_logs_seconds', 'gtid_mode', 'version', 'version_comment')",
+        "reading the binary log settings",
+    )
+    return {str(k).lower(): str(v) for k, v in rows}
+
+
+def preconditions(session: Session, user: str) -> list[Problem]:
+    """Every unmet requirement of binlog capture, each with its fix."""
+    v = _variables(session)
+    out: list[Problem] = []
+    if v.get("log_bin", "OFF").upper() not in ("ON", "1"):
+        out.append(
+            Problem(
+                "the binary log is off (log_bin=OFF)",
+                f"add log_bin=mysql-bin {_CONFIG} and restart the server",
+            )
+        )
+    fmt = v.get("binlog_format", "").upper()
+    if fmt != "ROW":
+        out.append(
+            Problem(
+                f"binlog_format is {fmt or 'unset'}, not ROW",
+                f"SET GLOBAL binlog_format = 'ROW' and add binlog_format=ROW {_CONFIG}",
+            )
+        )
+    image = v.get("binlog_row_image", "FULL").upper()
+    if image != "FULL":
+        out.append(
+            Problem(
+                f"binlog_row_image is {image}, not FULL: updates and deletes would carry "
+                "only part of the row",
+                f"SET GLOBAL binlog_row_image = 'FULL' and add binlog_row_image=FULL {_CONFIG}",
+            )
+        )
+    meta = v.get("binlog_row_metadata")
+    if meta is None:
+        out.append(
+            Problem(
+                "the server has no binlog_row_metadata: it logs no column names",
+                "upgrade to MariaDB 10.5 or MySQL 8.0.14 or later",
+            )
+        )
+    elif meta.upper() != "FULL":
+        out.append(
+            Problem(
+                f"binlog_row_metadata is {meta}, not FULL: the log names no columns",
+                f"SET GLOBAL binlog_row_metadata = 'FULL' and add binlog_row_metadata=FULL "
+                f"{_CONFIG}",
+            )
+        )
+    if v.get("server_id", "0") == "0":
+        out.append(
+            Problem(
+                "server_id is 0: the server streams no binary log",
+                f"SET GLOBAL server_id = 1 (any value other replicas do not use) and add "
+                f"server_id=1 {_CONFIG}",
+            )
+        )
+    mariadb = "mariadb" in (v.get("version", "") + v.get("version_comment", "")).lower()
+    out.extend(_grant_problems(session, user, mariadb=mariadb))
+    return out
+
+
+def _grant_problems(session: Session, user: str, *, mariadb: bool) -> list[Problem]:
+    grants = " ".join(
+        str(r[0]).upper() for r in session.rows("SHOW GRANTS", "reading the account's grants")
+    )
+    everything = "GRANT ALL PRIVILEGES ON *.*" in grants
+    missing = []
+    if not everything and not any(
+        r in grants for r in ("REPLICATION SLAVE", "REPLICATION REPLICA")
+    ):
+        missing.append("REPLICATION SLAVE")
+    client = ("REPLICATION CLIENT", "BINLOG MONITOR", "SUPER")
+    if not everything and not any(c in grants for c in client):
+        missing.append("REPLICATION CLIENT")
+    # MySQL pins no binlog position to a snapshot: a brief LOCK TABLES anchors it.
+    if not mariadb and not everything and "LOCK TABLES" not in grants:
+        missing.append("LOCK TABLES")
+    if not missing:
+        return []
+    return [
+        Problem(
+            f"the account {user!r} lacks {' and '.join(missing)}",
+            f"GRANT {', '.join(missing)} ON *.* TO '{user}'@'<host>' (as an administrator)",
+        )
+    ]
+
+
+def require_binlog(session: Session, relation: str) -> None:
+    """Raise one error naming every unmet requirement and its fix."""
+    problems = preconditions(session, session.settings.user)
+    if problems:
+        raise ConfigError(
+            f"change capture of {relation} from the binary log cannot start: "
+            + "; ".join(p.what for p in problems),
+            hint="; ".join(p.fix for p in problems),
+            relation=relation,
+        )
+
+
+def binary_logs(session: Session) -> list[tuple[str, int]]:
+    """The binlog files the server holds, oldest first, with their sizes."""
+    rows = session.rows("SHOW BINARY LOGS", "listing the binary logs")
+    return [(str(r[0]), int(r[1])) for r in rows]
+
+
+def require_retained(session: Session, position: tuple[str, int], dataset: str) -> None:
+    """Raise :class:`BinlogGone` unless the server still holds ``position``."""
+    logs = dict(binary_logs(session))
+    name, offset = position
+    if name in logs and offset <= logs[name]:
+        return
+    oldest = next(iter(logs), "none")
+    raise BinlogGone(
+        f"the binary log position {name}:{offset} of dataset {dataset} is no longer on the "
+        f"server (its oldest binlog is {oldest}): the changes since the last capture were "
+        "purged, and capturing on would skip them",
+        hint=f"take a new snapshot: {RESNAPSHOT}; keep the binlog longer "
+        "(binlog_expire_logs_seconds) than the consumer may stay down",
+        dataset=dataset,
+        position=f"{name}:{offset}",
+    )
+
+
+def retention_seconds(session: Session) -> int | None:
+    """How long the server keeps a closed binlog file (``None``: for ever)."""
+    v = _variables(session)
+    seconds = int(float(v.get("binlog_expire_logs_seconds", "0") or 0))
+    if not seconds:
+        seconds = int(float(v.get("expire_logs_days", "0") or 0) * 86_400)
+    return seconds or None
+
+
+def stream_status(session: Session, committed: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The server's binlog position and retention, and how long the consumer may stay down.
+
+    A closed binlog file is purged ``retention`` seconds after it was closed,
+    which is no earlier than the time of the last event the lake holds
+    (``at`` in the checkpoint). So the consumer may stay down at least the
+    retention while the committed file is still the server's current one,
+    else at least the retention minus the time since that event.
+    """
+    logs = binary_logs(session)
+    retention = retention_seconds(session)
+    out: dict[str, Any] = {
+        "committed_position": (committed or {}).get("binlog"),
+        "current_position": f"{logs[-1][0]}:{logs[-1][1]}" if logs else None,
+        "oldest_binlog": logs[0][0] if logs else None,
+        "retention_seconds": retention,
+        "committed_retained": None,
+        "may_stay_down_seconds": None,
+    }
+    position = position_of(committed)
+    if position is None:
+        return out
+    held = dict(logs)
+    out["committed_retained"] = position[0] in held and position[1] <= held[position[0]]
+    if not out["committed_retained"]:
+        out["may_stay_down_seconds"] = 0
+    elif retention is not None:
+        if logs and position[0] == logs[-1][0]:
+            out["may_stay_down_seconds"] = retention
+        else:
+            at = (committed or {}).get("at")
+            since = (
+                (datetime.now(UTC) - datetime.fromisoformat(str(at))).total_seconds()
+                if at
+                else float(retention)
+            )
+            out["may_stay_down_seconds"] = max(0, int(retention - since))
+    return out
