@@ -48,7 +48,7 @@ def run_query(layout: LakeLayout, members: Sequence[Member], query: str) -> pa.T
             name = f"{quote_ident(m.source)}.{quote_ident(m.dataset)}"
             if m.lake_version is None:
                 continue
-            table = LakeTable(layout.table(m.source, m.dataset), "")
+            table = LakeTable(layout.table(m.source, m.dataset), "", layout.store)
             files = table.files(m.lake_version)
             schema = table.schema(m.lake_version)
             assert schema is not None
@@ -59,11 +59,16 @@ def run_query(layout: LakeLayout, members: Sequence[Member], query: str) -> pa.T
             con.execute(f"CREATE TABLE {shape} AS SELECT * FROM _empty")
             con.unregister("_empty")
             if files:
-                allowed.extend(files)
-                listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+                if layout.store.remote:
+                    scan = layout.store.arrow_source(
+                        con, f"_lake_{m.source}.{m.dataset}", files, schema
+                    )
+                else:
+                    allowed.extend(files)
+                    scan = layout.store.duck_source(con, files)
                 con.execute(
                     f"CREATE VIEW {name} AS SELECT * FROM {shape} UNION ALL BY NAME "
-                    f"SELECT * FROM read_parquet([{listing}], union_by_name = true)"
+                    f"SELECT * FROM {scan}"
                 )
         # From here DuckDB opens only the basis's files, extensions included,
         # and the query cannot change that.

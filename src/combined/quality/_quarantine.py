@@ -67,7 +67,7 @@ def records(
     with catalog.begin() as conn:
         entry = dict(cat.get_quarantine(conn, quarantine_id)._mapping)
     path = _file(layout, entry)
-    if not path.exists():
+    if not layout.store.exists(path):
         if entry["decision"] == "discarded":
             raise ProtocolViolation(
                 f"quarantine entry {quarantine_id} was discarded by {entry['decided_by']} "
@@ -79,10 +79,10 @@ def records(
             hint="restore the file from a backup; nothing discarded it",
         )
     if limit == 0:
-        return entry, pq.read_table(path)
+        return entry, layout.store.read_table(path)
     # The first rows only, never the whole file: a held capture can be the whole table.
     batches: list[pa.RecordBatch] = []
-    with pq.ParquetFile(path) as file:
+    with pq.ParquetFile(layout.store.open_input(path)) as file:
         for batch in file.iter_batches(batch_size=limit):
             batches.append(batch.slice(0, limit - sum(b.num_rows for b in batches)))
             if sum(b.num_rows for b in batches) >= limit:
@@ -142,7 +142,7 @@ def decide(
             previous=before,
         )
     if decision == "discarded":
-        path.unlink(missing_ok=True)
+        layout.store.delete(path)
     with catalog.begin() as conn:
         return dict(cat.get_quarantine(conn, quarantine_id)._mapping)
 
@@ -187,11 +187,16 @@ def remind(
     return notes
 
 
-def _file(layout: LakeLayout, entry: dict[str, Any]) -> Path:
+def _file(layout: LakeLayout, entry: dict[str, Any]) -> str:
     """The entry's records file, which must lie in the dataset's quarantine area."""
-    path = Path(entry["path"])
-    area = layout.quarantine(entry["source"], entry["dataset"]).resolve()
-    if not path.is_absolute() or not path.resolve().is_relative_to(area):
+    path, area = str(entry["path"]), layout.quarantine(entry["source"], entry["dataset"])
+    if layout.store.remote:
+        inside = path.startswith(area + "/") and ".." not in path.split("/")
+    else:
+        inside = Path(path).is_absolute() and Path(path).resolve().is_relative_to(
+            Path(area).resolve()
+        )
+    if not inside:
         raise LakeError(
             f"quarantine entry {entry['id']} names {path}, outside its quarantine area {area}",
             hint="the catalog entry was altered; restore it before deciding",

@@ -70,6 +70,7 @@ def prepare(
         baseline=baseline,
         full=staged.full,
         current_filter=staged.current_filter,
+        lake=layout.store,
     )
     # At most one task beside this thread (a first baseline's digests and change list).
     side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transition")
@@ -361,17 +362,13 @@ def quarantine_duplicates(
     plan = staged.plan
     rows = reducer.duplicate_rows()
     reason = f"duplicate key ({', '.join(plan.key)})"
-    waiting = _waiting_with_same_rows(catalog, plan, reason, rows)
+    waiting = _waiting_with_same_rows(catalog, layout, plan, reason, rows)
     if waiting is not None:
         return waiting, False
     path = _quarantine_path(layout, plan, run_id)
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        pq.write_table(rows, str(partial))
-        partial.replace(path)  # whole or absent: never a torn file under an entry
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    # whole or absent: never a torn file under an entry
+    with layout.store.written(path) as (target, filesystem):
+        pq.write_table(rows, target, filesystem=filesystem)
     qid = _register_quarantine(
         catalog, plan, run_id, path, records=rows.num_rows, reason=reason, kind="duplicate key"
     )
@@ -379,7 +376,7 @@ def quarantine_duplicates(
 
 
 def _waiting_with_same_rows(
-    catalog: Catalog, plan: DatasetPlan, reason: str, rows: pa.Table
+    catalog: Catalog, layout: LakeLayout, plan: DatasetPlan, reason: str, rows: pa.Table
 ) -> str | None:
     """An undecided entry of the dataset, for ``reason``, holding the same rows (in any order)."""
     import duckdb
@@ -397,7 +394,7 @@ def _waiting_with_same_rows(
     mine = rows.drop_columns([c for c in (ORDINAL,) if c in rows.column_names])
     for entry in candidates:
         try:
-            held = pq.read_table(entry.path)
+            held = layout.store.read_table(entry.path)
         except OSError:
             continue  # its file is gone: not the same evidence
         held = held.drop_columns([c for c in (ORDINAL,) if c in held.column_names])
@@ -438,33 +435,30 @@ def quarantine_capture(
     path = _quarantine_path(layout, plan, run_id)
     records = 0
     stream = StagedParts(list(parts), part_schema(parts[-1]))  # the last part has every field
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        with parquet_writer(partial, stream.schema) as writer:
-            for batch in stream.batches():
-                writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
-                records += batch.num_rows
-        partial.replace(path)  # whole or absent: never a torn file under an entry
-    except BaseException:
-        # No entry names it yet: it was never quarantined, and nothing keeps it.
-        partial.unlink(missing_ok=True)
-        raise
+    # Whole or absent: never a torn file under an entry (no entry names it yet).
+    with (
+        layout.store.written(path) as (target, filesystem),
+        parquet_writer(target, stream.schema, filesystem=filesystem) as writer,
+    ):
+        for batch in stream.batches():
+            writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
+            records += batch.num_rows
     return _register_quarantine(
         catalog, plan, run_id, path, records=records, reason=reason, kind="schema drift"
     )
 
 
-def _quarantine_path(layout: LakeLayout, plan: DatasetPlan, run_id: str) -> Path:
+def _quarantine_path(layout: LakeLayout, plan: DatasetPlan, run_id: str) -> str:
     qdir = layout.quarantine(plan.source, plan.name)
-    qdir.mkdir(parents=True, exist_ok=True)
-    return qdir / f"q-{run_id}-{plan.name}.parquet"
+    layout.store.makedirs(qdir)
+    return layout.store.child(qdir, f"q-{run_id}-{plan.name}.parquet")
 
 
 def _register_quarantine(
     catalog: Catalog,
     plan: DatasetPlan,
     run_id: str,
-    path: Path,
+    path: str,
     *,
     records: int,
     reason: str,
@@ -473,7 +467,7 @@ def _register_quarantine(
     """Record a quarantined file with its reader and review due date; returns its id."""
     from combined.protocol import utcnow
 
-    qid = path.stem
+    qid = Path(path).stem
     with catalog.begin() as conn:
         cat.add_quarantine(
             conn,
