@@ -297,8 +297,8 @@ def test_a_commit_landing_after_recovery_erased_its_staging_still_reaches_the_ra
     erased: list[bool] = []
     fired: list[bool] = []
 
-    def stalled_link(table: Path, files: Any) -> list[Any]:
-        actions = link(table, files)
+    def stalled_link(table: str, files: Any, store: Any = None) -> list[Any]:
+        actions = link(table, files, store)
         if not fired:  # once, for A's commit (the other capture commits too)
             fired.append(True)
             _expire_leases(engine)
