@@ -45,7 +45,8 @@ _REASONS = (
     ),
     (
         ("ACCESS_DENIED", "AccessDenied", "Forbidden", "403", "AuthorizationPermissionMismatch"),
-        "permission to write objects under it (PutObject) and delete them (DeleteObject)",
+        "the credentials lack permission to write (PutObject) and delete (DeleteObject) "
+        "objects under it",
         "grant the credentials' principal write and delete permission on the lake's prefix",
     ),
 )
@@ -70,11 +71,28 @@ def check_store(store: LakeStore) -> None:
             ((what, hint) for signs, what, hint in _REASONS if any(s in text for s in signs)),
             ("the store refused the write", "check the lake's URL, credentials and permissions"),
         )
+        if store.scheme == "s3" and not _aws_credentials() and missing.startswith("the store"):
+            missing, hint = _REASONS[1][1:]
+            missing = "no credentials were found in the environment (AWS_ACCESS_KEY_ID)"
         mask = masking(v for k in _SECRET_ENV if (v := os.environ.get(k)))
         raise LakeNotWritable(
             f"the lake at {store.root} cannot be written: {missing} ({mask(_first_line(text))})",
             hint=f"{hint}; nothing was captured",
         ) from None
+
+
+def _aws_credentials() -> bool:
+    """Whether the environment names AWS credentials (keys, a profile or a web identity)."""
+    return any(
+        os.environ.get(k)
+        for k in (
+            "AWS_ACCESS_KEY_ID",
+            "AWS_PROFILE",
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        )
+    )
 
 
 def _first_line(text: str) -> str:
