@@ -206,3 +206,17 @@ def test_a_commit_a_killed_run_made_is_projected_from_the_raw_layer(
     finally:
         engine.close()
     assert os.environ.get("COMBINED_FAULT") is None
+
+
+def test_a_file_url_lake_is_the_local_directory_it_names(tmp_path: Path, tools: Any) -> None:
+    """``lake: file:///...`` was refused as an unsupported scheme."""
+    lake = tmp_path / "elsewhere" / "lake"
+    engine = Engine.open(_project(tmp_path, tools, lake.as_uri()))
+    try:
+        assert engine.project.lake_uri() == str(lake)
+        (run,) = engine.capture(["shop.customers"])
+        assert run.state == "succeeded", run.error
+        assert (lake / "shop" / "customers" / "_delta_log").is_dir()
+        assert _rows(engine, "SELECT count(*) AS n FROM shop.customers") == [{"n": 20}]
+    finally:
+        engine.close()
