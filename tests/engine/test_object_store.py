@@ -220,3 +220,30 @@ def test_a_file_url_lake_is_the_local_directory_it_names(tmp_path: Path, tools: 
         assert _rows(engine, "SELECT count(*) AS n FROM shop.customers") == [{"n": 20}]
     finally:
         engine.close()
+
+
+def test_a_drift_held_in_quarantine_is_a_whole_file_of_the_lake(
+    tmp_path: Path, tools: Any, lake_url: str
+) -> None:
+    project = _project(tmp_path, tools, lake_url)
+    project.write_text(
+        project.read_text().replace(
+            "      orders:\n        key: [id]\n",
+            "      orders:\n        key: [id]\n        drift: {drop: quarantine}\n",
+        )
+    )
+    engine = Engine.open(project)
+    try:
+        (first,) = engine.capture(["shop.orders"])
+        assert first.state == "succeeded", first.error
+        tools.sql(tmp_path, "ALTER TABLE orders DROP COLUMN total;")
+        (held,) = engine.capture(["shop.orders"])
+        assert held.state == "needs_review", held.error
+        (entry,) = engine.quarantine()
+        assert entry["record_count"] == 200
+        _, records = engine.quarantine_records(entry["id"], limit=5)
+        assert records.num_rows == 5 and "total" not in records.column_names
+        engine.decide_quarantine(entry["id"], "released", by="ana", reason="expected")
+        assert engine.layout.store.exists(entry["path"])  # kept as evidence
+    finally:
+        engine.close()
