@@ -301,3 +301,39 @@ def test_cdc_lands_every_change_once_and_keeps_unchanged_toast_values(
             assert [tuple(r.values()) for r in _rows(engine, lake)] == source()
     finally:
         engine.close()
+
+
+def test_a_range_backfill_reconciles_its_control_totals_against_the_lake(
+    tmp_path: Path, pg_database: str, lake_url: str
+) -> None:
+    """The control totals are summed over the lake's files, wherever they are."""
+    import psycopg
+
+    from combined.catalog import data as cat
+
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id bigint PRIMARY KEY, total numeric(12,2))")
+        conn.execute("INSERT INTO orders SELECT g, g * 0.25 FROM generate_series(1, 1000) g")
+    project = tmp_path / "combined.yaml"
+    project.write_text(
+        f"version: 1\nlake: {lake_url}\nsources:\n  pg:\n    connector: postgres\n"
+        f"    config:\n      dsn: {pg_database}\n    datasets:\n      orders:\n"
+        "        relation: public.orders\n        key: [id]\n"
+    )
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute("DELETE FROM orders WHERE id BETWEEN 100 AND 149")
+        run = engine.backfill(
+            "pg.orders", partitions=2, lower="100", upper="200", sum_column="total"
+        )
+        assert run.state == "succeeded", run.error
+        with engine.catalog.begin() as conn:
+            events = cat.activity(conn, kind="reconciliation.control")
+        assert events and all(e.body["ok"] for e in events)
+        assert events[0].body["landed"]["rows"] == events[0].body["control"]["rows"] == 50
+        assert _rows(engine, "SELECT count(*) AS n FROM pg.orders") == [{"n": 950}]
+    finally:
+        engine.close()
