@@ -20,7 +20,7 @@ from combined.capture._reduce import Reducer, Transition
 from combined.catalog import Catalog, VersionTotals, version_id
 from combined.catalog import data as cat
 from combined.delivery import StagedDelivery, StagingArea, write_deliveries
-from combined.errors import DuplicateKeys, NotFoundError
+from combined.errors import DeliveryAltered, DuplicateKeys, NotFoundError
 from combined.lake import (
     ROW_GROUP_ROWS,
     LakeLayout,
@@ -494,6 +494,44 @@ def _register_quarantine(
             path=str(path),
         )
     return qid
+
+
+def verified(prepared: Sequence[Prepared]) -> Sequence[Prepared]:
+    """``prepared``, once every staged Delivery of the Run is still what was recorded.
+
+    Each Delivery's bytes are checked against its recorded size and sha256,
+    and its rows against its record count, before the Run's first commit: an
+    altered one (bytes changed, rows added) raises DeliveryAltered naming it,
+    and the Run commits nothing.
+    """
+    for p in prepared:
+        for d in p.deliveries:
+            problem = _alteration(d)
+            if problem is not None:
+                raise DeliveryAltered(
+                    f"{d.source}.{d.dataset}: Delivery {d.id} (sequence {d.sequence}, "
+                    f"{d.path.name}) {problem} since it was staged; this run committed nothing",
+                    hint="find what changed the run's staging directory, then capture again: "
+                    "the next capture stages the rows anew",
+                )
+    return prepared
+
+
+def _alteration(d: StagedDelivery) -> str | None:
+    """How a staged Delivery differs from its record, or None."""
+    from combined.delivery._staging import file_hash
+
+    try:
+        if d.path.stat().st_size != d.byte_count or file_hash(d.path) != d.content_hash:
+            return "no longer holds the bytes it was recorded with (size and sha256)"
+        rows = pq.read_metadata(d.path).num_rows
+    except FileNotFoundError:
+        return "is gone from the run's staging"
+    except (OSError, pa.ArrowInvalid):
+        return "is no longer a readable Parquet file"
+    if rows != d.record_count:
+        return f"holds {rows} records, not the {d.record_count} recorded"
+    return None
 
 
 # -- commit and projection -----------------------------------------------------------------

@@ -44,7 +44,7 @@ from combined.runtime._pipeline import (
     stage,
     table_of,
 )
-from combined.runtime._prepare import prepare, quarantine_capture
+from combined.runtime._prepare import prepare, quarantine_capture, verified
 from combined.runtime._reporter import NullReporter, Reporter
 
 
@@ -384,7 +384,7 @@ class Runner:
             run = runs_repo.move_run(conn, run.id, "committing")
         members: list[Member] = []
         try:
-            for p in prepared:
+            for p in verified(prepared):
                 members.append(self._commit_one(run, p, area, leases))
         except BaseException as exc:
             # Each read ends by what the lake holds of it: those committed
