@@ -3,7 +3,9 @@
 Each member is opened at its recorded lake table version. Its data files are
 read directly with ``read_parquet`` (tables are written without deletion
 vectors or column mapping, so a version's files are exactly its rows); no
-pyarrow dataset is left open, so the process exits cleanly.
+pyarrow dataset is left open, so the process exits cleanly. An object-store
+lake's files are handed to DuckDB as Arrow datasets over the store instead
+(DuckDB itself opens no file of it).
 
 A query reads the published basis and nothing else: it is one ``SELECT``
 (a ``COPY ... TO`` could overwrite a lake file, an ``ATTACH`` create one),

@@ -16,7 +16,8 @@ import os
 import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -39,7 +40,6 @@ class LakeStore:
     """The lake's root and how to reach it."""
 
     root: str
-    _fs: list[Any] = field(default_factory=list, compare=False, repr=False)
 
     @classmethod
     def at(cls, root: str | Path) -> LakeStore:
@@ -91,13 +91,10 @@ class LakeStore:
 
     # -- files -------------------------------------------------------------------
 
-    @property
+    @cached_property
     def fs(self) -> pafs.FileSystem:
         """The Arrow filesystem holding the lake (built once, from the environment)."""
-        if not self._fs:
-            self._fs.append(_filesystem(self.scheme, self.root))
-        fs: pafs.FileSystem = self._fs[0]
-        return fs
+        return _filesystem(self.scheme, self.root)
 
     def path(self, location: str | Path) -> str:
         """``location`` as a path of :attr:`fs` (an object store's ``bucket/key``)."""
