@@ -205,7 +205,7 @@ class Reducer:
         if lake is not None:
             lake.attach(self.con)
         self.capture_schema, self.sync_mode, self.baseline = capture_schema, sync_mode, baseline
-        # ``current_filter`` (SQL over the lake's columns) narrows the current state: a backfill.
+        # ``current_filter`` (SQL over the lake's columns): a backfill's range of the current state.
         self._has_keys = False
         self._same: bool | None = None
         self._current_count: int | None = None
