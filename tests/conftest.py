@@ -420,3 +420,80 @@ def silent_server() -> Iterator[SilentServer]:
         yield server
     finally:
         server.close()
+
+
+# -- an S3-compatible object store on 127.0.0.1 ---------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real S3-compatible server (moto's standalone server) on a free port of 127.0.0.1.
+
+    In a process of its own: delta-rs calls that hold the GIL would otherwise
+    stall a server thread of the test process that must answer them.
+    """
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path_factory.mktemp("s3") / "server.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, log.read_text()
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+#: The environment an object-store lake is reached with (the store's usual variables).
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "combined-test",
+    "AWS_SECRET_ACCESS_KEY": "combined-test-secret",
+    "AWS_REGION": "us-east-1",
+    "AWS_ALLOW_HTTP": "true",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh bucket on the S3 server, the environment set to reach it; yields its name."""
+    import boto3
+
+    for key, value in {**S3_ENV, "AWS_ENDPOINT_URL": s3_endpoint}.items():
+        monkeypatch.setenv(key, value)
+    name = f"lake-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=name)
+    return name
+
+
+def s3_objects(endpoint: str, bucket: str, prefix: str = "") -> list[str]:
+    """The keys of a bucket under ``prefix``."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=endpoint)
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+
+@pytest.fixture(params=["local", "s3"])
+def lake_url(request: pytest.FixtureRequest) -> str:
+    """A lake location: ``./lake`` on disk, or ``s3://<fresh bucket>/lake`` on the S3 server."""
+    if request.param == "local":
+        return "./lake"
+    return f"s3://{request.getfixturevalue('s3_bucket')}/lake"

@@ -51,13 +51,10 @@ class Engine:
         self.reporter = reporter or NullReporter()
         tune_allocators()
         restrict_umask()  # what it writes (lake, catalog, spill) is the owner's alone
-        lake = project.lake_uri()
-        if "://" in lake:
-            raise ConfigError(
-                f"object-store lakes ({lake}) are not supported by this build yet",
-                hint="use a local lake path for now",
-            )
-        self.layout = LakeLayout(Path(lake))
+        # An object-store lake stages its Runs on this machine, under the project.
+        self.layout = LakeLayout(
+            project.lake_uri(), staging_root=project.root / ".combined" / "staging"
+        )
         self._catalog: Catalog | None = None
         # The API serves requests from threads: the catalog is opened once.
         self._opening = threading.Lock()

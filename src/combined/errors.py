@@ -19,6 +19,7 @@ Every error the engine raises derives from :class:`CombinedError`::
      |    +-- StagingLimitExceeded   a run-scoped staging limit was breached
      |    +-- ReconciliationFailed   landed counts disagree with the source (needs_review)
      +-- ProtocolViolation           sequence contiguity, checkpoint barrier, illegal state move
+     |    +-- DeliveryAltered        a staged Delivery differs from its record (needs_review)
      +-- LakeError                   the lake refused a write
      |    +-- LakeNotWritable        the lake location cannot be written
      +-- CommitAmbiguous             a lake commit may or may not have landed (transient)
@@ -163,6 +164,12 @@ class ReconciliationFailed(CaptureError):
 
 class ProtocolViolation(CombinedError):
     """An invariant of the commit protocol would be broken."""
+
+
+class DeliveryAltered(ProtocolViolation):
+    """A staged Delivery's bytes or record count differ from what was recorded at staging."""
+
+    run_state = "needs_review"
 
 
 class LakeError(CombinedError):

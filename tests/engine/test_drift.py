@@ -147,7 +147,7 @@ def test_a_quarantine_file_that_cannot_be_written_leaves_no_torn_file_and_no_ent
                 layout=engine.layout,
                 catalog=engine.catalog,
             )
-        area = engine.layout.quarantine("shop", "orders")
+        area = Path(engine.layout.quarantine("shop", "orders"))
         assert list(area.iterdir()) == []
         assert engine.quarantine() == []
     finally:
@@ -169,7 +169,7 @@ def test_the_same_drift_is_held_once_while_it_awaits_review(tmp_path: Path, tool
         assert f"awaits review in quarantine entry {entry['id']}" in (again.error or "")
         assert "not held again" in (again.error or "")
         assert [q["id"] for q in engine.quarantine()] == [entry["id"]]
-        held = engine.layout.quarantine("shop", "orders")
+        held = Path(engine.layout.quarantine("shop", "orders"))
         assert [p.name for p in held.glob("*.parquet")] == [Path(entry["path"]).name]
         assert not engine.layout.staging(again.id).exists()
         assert _drifts(engine) == [("drop", "total", "quarantine")] * 2  # each in the feed

@@ -202,7 +202,7 @@ def test_a_stalled_run_overtaken_by_another_commits_bills_and_acknowledges_nothi
             assert cat.deliveries(conn, run_id=a.id) == []  # recorded once the lake holds one
             assert a.id not in {v.run_id for v in cat.versions(conn, "shop", "orders")}
         assert engine.publications(1)[0]["run_id"] == seen["b"].id
-        raw = sorted(p.name for p in engine.layout.deliveries("shop", "orders").iterdir())
+        raw = sorted(p.name for p in Path(engine.layout.deliveries("shop", "orders")).iterdir())
         assert len(raw) == 2  # the first capture's and B's: A's never reached the raw layer
     finally:
         engine.close()
@@ -297,8 +297,8 @@ def test_a_commit_landing_after_recovery_erased_its_staging_still_reaches_the_ra
     erased: list[bool] = []
     fired: list[bool] = []
 
-    def stalled_link(table: Path, files: Any) -> list[Any]:
-        actions = link(table, files)
+    def stalled_link(table: str, files: Any, store: Any = None) -> list[Any]:
+        actions = link(table, files, store)
         if not fired:  # once, for A's commit (the other capture commits too)
             fired.append(True)
             _expire_leases(engine)
@@ -319,7 +319,7 @@ def test_a_commit_landing_after_recovery_erased_its_staging_still_reaches_the_ra
         a = engine.runner.execute(queued)
         assert erased == [True]
         assert a.state == "failed"  # recovery closed it; its commit is published next time
-        raw = engine.layout.deliveries("shop", "orders")
+        raw = Path(engine.layout.deliveries("shop", "orders"))
         assert sorted(p.name[:9] for p in raw.iterdir()) == ["000000001", "000000002"]
     finally:
         engine.close()
@@ -343,7 +343,7 @@ def test_projecting_a_commit_whose_delivery_is_gone_restores_it_or_says_what_is_
         engine.capture(["shop.orders"])
         meta = engine.layout.dataset_table("shop", "orders").latest_commit()
         assert meta is not None and len(meta["deliveries"]) == 1
-        raw = engine.layout.deliveries("shop", "orders") / meta["deliveries"][0]["file"]
+        raw = Path(engine.layout.deliveries("shop", "orders")) / meta["deliveries"][0]["file"]
         kept = raw.read_bytes()
         raw.unlink()  # the loss under test: staging erased before promotion
 
@@ -559,7 +559,7 @@ def test_an_ended_run_keeps_its_staging_until_its_lake_commit_is_projected_then_
         notes = engine.repair()
         assert f"run {staging.name} (failed): its staging was erased" in notes, notes
         assert not staging.exists()
-        raw = engine.layout.deliveries("shop", "orders")
+        raw = Path(engine.layout.deliveries("shop", "orders"))
         assert set(staged) <= {p.name for p in raw.iterdir()}  # promoted before the erasure
         with engine.catalog.begin() as conn:
             (event,) = cat.activity(conn, kind="run.staging_erased")

@@ -221,7 +221,7 @@ def test_the_same_duplicates_are_held_once_while_their_entry_awaits_review(
             assert again.state == "needs_review"
             assert f"await review in quarantine entry {entry['id']}" in (again.error or "")
         assert [q["id"] for q in engine.quarantine()] == [entry["id"]]
-        area = engine.layout.quarantine("shop", "people")
+        area = Path(engine.layout.quarantine("shop", "people"))
         assert [p.name for p in area.iterdir()] == [Path(entry["path"]).name]
         # other duplicates are other evidence: held in an entry of their own
         tools.sql(tmp_path, "INSERT INTO people VALUES (5, 'g'), (5, 'h');")

@@ -10,6 +10,7 @@ import pytest
 from deltalake import DeltaTable, Schema
 from deltalake.transaction import create_table_with_add_actions
 
+from combined.lake import LakeTable
 from combined.lake._files import write_data_files
 from combined.quality._reconcile import lake_rows
 
@@ -27,7 +28,7 @@ def test_non_finite_floats_and_far_timestamps_keep_their_row_counts(tmp_path: Pa
     )
     actions = write_data_files(tmp_path / "t", schema, [batch])
     create_table_with_add_actions(str(tmp_path / "t"), Schema.from_arrow(schema), actions)
-    assert lake_rows(tmp_path / "t", 0) == 3
+    assert lake_rows(LakeTable(tmp_path / "t", ""), 0) == 3
     stats = pa.table(DeltaTable(str(tmp_path / "t")).get_add_actions(flatten=True))
     assert stats.column("num_records").to_pylist() == [3]
     assert stats.column("min.n").to_pylist() == [1]  # bounds are kept where they exist

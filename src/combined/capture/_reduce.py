@@ -179,12 +179,13 @@ class Reducer:
         baseline: bool,
         full: bool | None = None,
         current_filter: str | None = None,
+        lake: Any = None,
     ) -> None:
         import duckdb
 
-        # In memory, spilling to the run's staging past ``memory_limit``: the
-        # narrow tables it materialises are evicted to disk when they must be,
-        # so a table several times larger than the limit still reduces.
+        # In memory, spilling to the run's staging past ``memory_limit``: the narrow tables
+        # it materialises are evicted to disk when they must be, so a table several times
+        # larger than the limit still reduces. ``lake`` (a LakeStore) reads ``current_files``.
         self.memory_limit = memory_limit
         self.con = duckdb.connect(
             ":memory:",
@@ -201,11 +202,10 @@ class Reducer:
                 "allocator_flush_threshold": "32MB",
             },
         )
-        self.capture_schema = capture_schema
-        self.sync_mode = sync_mode
-        self.baseline = baseline
-        # ``current_filter`` (SQL over the lake's columns) narrows the current
-        # state to the range a bounded capture (a backfill) covers.
+        if lake is not None:
+            lake.attach(self.con)
+        self.capture_schema, self.sync_mode, self.baseline = capture_schema, sync_mode, baseline
+        # ``current_filter`` (SQL over the lake's columns): a backfill's range of the current state.
         self._has_keys = False
         self._same: bool | None = None
         self._current_count: int | None = None

@@ -392,7 +392,7 @@ class SourceConfig(_Model):
 
 
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$", re.DOTALL)
-_LAKE_SCHEMES = ("s3", "gs", "az")
+_LAKE_SCHEMES = ("s3", "gs", "az", "file")
 _CATALOG_HINT = "use sqlite:///PATH or postgresql://USER@HOST/DB (Combined chooses the driver)"
 
 CatalogKind = Literal["sqlite", "postgresql"]
@@ -407,10 +407,14 @@ CATALOG_DRIVERS: dict[CatalogKind, str] = {"sqlite": "pysqlite", "postgresql": "
 
 
 def _lake(value: object) -> str:
-    hint = "use a local path or an s3://, gs:// or az:// URL"
+    hint = "use a local path or a file://, s3://, gs:// or az:// URL"
     text = _text(value)
     url = _URL.match(text)
     if url is None:
+        return text
+    if url.group(1).lower() == "file":
+        if not url.group(2).startswith("/"):
+            raise _error("is a file:// URL without an absolute path", "e.g. file:///data/lake")
         return text
     if url.group(1).lower() not in _LAKE_SCHEMES:
         raise _error(f"uses an unsupported scheme: {url.group(1)}://", hint)
@@ -556,6 +560,8 @@ class Project(_Model):
 
     def lake_uri(self) -> str:
         """The lake location: an object-store URL as written, or an absolute local path."""
+        if self.lake.lower().startswith("file://"):
+            return os.path.abspath(self.lake[len("file://") :])
         if _URL.match(self.lake):
             return self.lake.rstrip("/")
         return os.path.abspath(self.root / Path(self.lake).expanduser())

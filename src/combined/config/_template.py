@@ -12,7 +12,10 @@ EXAMPLE_PROJECT = """\
 # Relative paths are relative to this file's directory.
 version: 1
 
-# The lake: a local directory, or an s3://, gs:// or az:// URL.
+# The lake: a local directory, or a file://, s3://, gs:// or az:// URL. An
+# object store's credentials come from its usual environment (AWS_ACCESS_KEY_ID,
+# AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL, ...), never from this
+# file; see docs/object-stores.md.
 lake: ./lake
 
 # The catalog (control plane). The default is an embedded SQLite file; at

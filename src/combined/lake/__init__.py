@@ -9,6 +9,7 @@ from combined.lake._files import (
     parquet_writer,
 )
 from combined.lake._layout import LakeLayout, confined
+from combined.lake._store import LakeStore
 from combined.lake._table import METADATA_KEY, CommitMode, CommitResult, LakeTable
 from combined.lake._types import lake_schema, lake_type, to_lake
 
@@ -19,6 +20,7 @@ __all__ = [
     "CommitResult",
     "FileStats",
     "LakeLayout",
+    "LakeStore",
     "LakeTable",
     "RowGroups",
     "confined",

@@ -17,13 +17,17 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from combined.lake._store import LakeStore
 from combined.lake._types import to_lake, unviewed
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 #: Rows per data file: bounded files keep every reader's memory bounded too.
 FILE_ROWS = 1_000_000
@@ -116,15 +120,18 @@ class FileStats:
 
 
 def write_data_files(
-    table: Path, schema: pa.Schema, batches: Iterable[pa.RecordBatch]
+    table: str | Path,
+    schema: pa.Schema,
+    batches: Iterable[pa.RecordBatch],
+    store: LakeStore | None = None,
 ) -> list[Any]:
     """Stream ``batches`` into new data files of ``table``; return their add actions.
 
     The files are invisible until a commit adds them; a crash before it leaves
     only unreferenced files, which ``vacuum`` removes.
     """
-
-    table.mkdir(parents=True, exist_ok=True)
+    store = store or LakeStore.at(table)
+    store.makedirs(table)
     actions: list[Any] = []
     writer: pq.ParquetWriter | None = None
     groups: RowGroups | None = None
@@ -137,7 +144,8 @@ def write_data_files(
             return
         groups.close()
         writer.close()
-        actions.append(_add_action(table, name, stats.to_json()))
+        size = store.size(store.child(table, name))
+        actions.append(_add_action(name, size, stats.to_json()))
         writer, groups, stats = None, None, None
 
     for batch in batches:
@@ -145,7 +153,12 @@ def write_data_files(
         while offset < batch.num_rows:
             if writer is None:
                 name = _data_file_name()
-                writer = parquet_writer(table / name, schema, sample=batch.slice(offset))
+                writer = parquet_writer(
+                    store.path(store.child(table, name)),
+                    schema,
+                    sample=batch.slice(offset),
+                    filesystem=store.fs if store.remote else None,
+                )
                 groups, stats = RowGroups(writer), FileStats(schema)
             assert groups is not None and stats is not None
             # A file ends at FILE_ROWS rows exactly, whatever the batches' sizes.
@@ -194,21 +207,24 @@ def dictionary_columns(schema: pa.Schema, sample: pa.RecordBatch | None) -> bool
 
 
 def parquet_writer(
-    path: Path,
+    path: str | Path,
     schema: pa.Schema,
     compression: str = "zstd",
     sample: pa.RecordBatch | None = None,
+    filesystem: pafs.FileSystem | None = None,
 ) -> pq.ParquetWriter:
     """A Parquet writer for lake and staging files, dictionaries only where they pay.
 
     ``sample`` (the first batch the file will hold) decides which columns get
-    a dictionary (see :func:`dictionary_columns`).
+    a dictionary (see :func:`dictionary_columns`). ``path`` is a path of
+    ``filesystem`` when one is given (an object store's ``bucket/key``).
     """
     return pq.ParquetWriter(
         str(path),
         schema,
         compression=compression,
         use_dictionary=dictionary_columns(schema, sample),
+        filesystem=filesystem,
     )
 
 
@@ -250,22 +266,25 @@ def _data_file_name() -> str:
     return f"part-{uuid.uuid4()}-c000.zstd.parquet"
 
 
-def link_data_files(table: Path, files: Sequence[tuple[Path, str]]) -> list[Any]:
+def link_data_files(
+    table: str | Path, files: Sequence[tuple[Path, str]], store: LakeStore | None = None
+) -> list[Any]:
     """Register finished Parquet files as new data files of ``table``; return their add actions.
 
     Each ``(file, stats_json)`` is hard-linked into the table directory, so its
-    rows are neither read nor rewritten; across filesystems it is copied. Files
-    without rows are skipped: an add action for them would only cost readers.
+    rows are neither read nor rewritten; across filesystems it is copied, and
+    to an object store uploaded as it is. Files without rows are skipped: an
+    add action for them would only cost readers.
     """
-
-    table.mkdir(parents=True, exist_ok=True)
+    store = store or LakeStore.at(table)
+    store.makedirs(table)
     actions: list[Any] = []
     for file, stats in files:
         if json.loads(stats)["numRecords"] == 0:
             continue
         name = _data_file_name()
-        link_or_copy(file, table / name)
-        actions.append(_add_action(table, name, stats))
+        store.put(file, store.child(table, name))
+        actions.append(_add_action(name, os.path.getsize(file), stats))
     return actions
 
 
@@ -280,12 +299,12 @@ def link_or_copy(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
-def _add_action(table: Path, name: str, stats: str) -> Any:
+def _add_action(name: str, size: int, stats: str) -> Any:
     from deltalake.transaction import AddAction
 
     return AddAction(
         path=name,
-        size=(table / name).stat().st_size,
+        size=size,
         partition_values={},
         modification_time=int(time.time() * 1000),
         data_change=True,
@@ -302,13 +321,14 @@ def _offsets(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[int, pa.Record
 
 
 def rewrite_actions(
-    table: Path,
+    table: str | Path,
     files: list[str],
     schema: pa.Schema,
     data: Any,
     *,
     every_file: bool = False,
     keyed: bool = True,
+    store: LakeStore | None = None,
 ) -> list[Any]:
     """Copy-on-write of a keyed transition: the add and remove actions of one commit.
 
@@ -325,6 +345,7 @@ def rewrite_actions(
     """
     from deltalake.transaction import RemoveAction
 
+    lake = store or LakeStore.at(table)
     changed: list[pa.Array] = []
     for batch in data() if keyed else ():
         ops = batch.column(batch.schema.get_field_index("_combined_op"))
@@ -335,9 +356,9 @@ def rewrite_actions(
         gone = pa.array([], pa.string())
     actions: list[Any] = []
 
-    def rewrite(local: str) -> list[Any]:  # a path, as LakeTable.files() gives them
+    def rewrite(local: str) -> list[Any]:  # a path or URL, as LakeTable.files() gives them
         assert gone is not None
-        with pq.ParquetFile(local) as pf:
+        with pq.ParquetFile(lake.open_input(local)) as pf:
             # Which rows stay, decided once per file from its ids alone (a bit
             # a row): the pass over the rows then only filters, so its batches
             # can be small without paying a set lookup's setup for each.
@@ -357,15 +378,15 @@ def rewrite_actions(
                 to_lake(unviewed(b).filter(keep.slice(offset, b.num_rows).combine_chunks()), schema)
                 for offset, b in _offsets(pf.iter_batches(batch_size=REWRITE_BATCH_ROWS))
             )
-            out = write_data_files(table, schema, kept)
+            out = write_data_files(table, schema, kept, lake)
         if every_file:
             return out  # (the overwrite removes every file)
         out.append(
             RemoveAction(
-                path=os.path.relpath(local, table),
+                path=_relative(local, table, lake),
                 data_change=True,
                 deletion_timestamp=int(time.time() * 1000),
-                size=os.path.getsize(local),
+                size=lake.size(local),
                 partition_values={},
             )
         )
@@ -385,5 +406,12 @@ def rewrite_actions(
         to_lake(b.filter(pc.not_equal(b.column("_combined_op"), "delete")) if keyed else b, schema)
         for b in data()
     )
-    actions.extend(write_data_files(table, schema, puts))
+    actions.extend(write_data_files(table, schema, puts, lake))
     return actions
+
+
+def _relative(file: str, table: str | Path, store: LakeStore) -> str:
+    """A data file's path relative to its table, as its remove action names it."""
+    if store.remote:
+        return file.removeprefix(str(table).rstrip("/") + "/")
+    return os.path.relpath(file, table)

@@ -3,66 +3,90 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from combined._owner_only import private_dir
 from combined.errors import LakeNotWritable, StagingLimitExceeded
+from combined.lake._probe import check_store
+from combined.lake._store import LakeStore
 
 if TYPE_CHECKING:
     from combined.lake._table import LakeTable
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class LakeLayout:
-    """Paths of the projection tables, the raw layer, quarantine, usage and staging.
+    """Locations of the projection tables, the raw layer, quarantine, usage and staging.
 
-    ``root`` is a local directory (an absolute path). Object stores are the
-    same layout under a URL; the commit protocol relies on their conditional put.
+    ``root`` is a local directory (an absolute path) or an object-store URL
+    (see :class:`LakeStore`); locations are strings under it. Run staging is
+    always local: under the lake for a local lake, else under ``staging_root``
+    (the project's ``.combined/staging``).
     """
 
-    root: Path
+    root: str | Path
+    staging_root: Path | None = None
+    store: LakeStore = field(init=False, compare=False, repr=False)
 
-    def table(self, source: str, dataset: str) -> Path:
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "store", LakeStore.at(self.root))
+
+    def table(self, source: str, dataset: str) -> str:
         """The Delta table of a dataset's current projection."""
-        return self.root / source / dataset
+        return self.store.join(source, dataset)
 
     def dataset_table(self, source: str, dataset: str) -> LakeTable:
         """The dataset's Delta table with its commit protocol (app id ``combined:<s>/<d>``)."""
         from combined.lake._table import LakeTable
 
-        return LakeTable(self.table(source, dataset), f"combined:{source}/{dataset}")
+        return LakeTable(self.table(source, dataset), f"combined:{source}/{dataset}", self.store)
 
-    def deliveries(self, source: str, dataset: str) -> Path:
+    def deliveries(self, source: str, dataset: str) -> str:
         """The raw layer: committed Deliveries of a dataset."""
-        return self.root / "_deliveries" / source / dataset
+        return self.store.join("_deliveries", source, dataset)
 
-    def quarantine(self, source: str, dataset: str) -> Path:
+    def quarantine(self, source: str, dataset: str) -> str:
         """Quarantined records of a dataset."""
-        return self.root / "_quarantine" / source / dataset
+        return self.store.join("_quarantine", source, dataset)
 
-    def usage(self, source: str, dataset: str) -> Path:
+    def usage(self, source: str, dataset: str) -> str:
         """The Delta table of a dataset's billed identities (MAR)."""
-        return self.root / "_usage" / source / dataset
+        return self.store.join("_usage", source, dataset)
+
+    def staging_area(self) -> Path:
+        """The local directory holding every Run's staging."""
+        if not self.store.remote:
+            return Path(self.store.root) / "_staging"
+        if self.staging_root is None:
+            raise LakeNotWritable(
+                f"the lake at {self.store.root} is in an object store and no local "
+                "staging directory was given"
+            )
+        return self.staging_root
 
     def staging(self, run_id: str) -> Path:
-        """The run-scoped staging directory."""
-        return self.root / "_staging" / run_id
+        """The run-scoped staging directory (always on this machine)."""
+        return self.staging_area() / run_id
 
     def ensure_writable(self) -> None:
         """Fail early, with a clear error, when the lake cannot be written."""
+        if self.store.remote:
+            check_store(self.store)
+            return
+        root = Path(self.store.root)
         try:
             # Owner-only, so every table, Delivery and staged file beneath is too.
-            private_dir(self.root)
+            private_dir(root)
             for area in ("_staging", "_quarantine", "_deliveries", "_usage"):
-                private_dir(self.root / area)
-            probe = self.root / f".write-probe-{os.getpid()}"
+                private_dir(root / area)
+            probe = root / f".write-probe-{os.getpid()}"
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as exc:
             raise LakeNotWritable(
-                f"the lake at {self.root} is not writable: {exc.strerror}",
+                f"the lake at {root} is not writable: {exc.strerror}",
                 hint="set `lake:` in combined.yaml to a directory you can write, "
                 "or fix its permissions",
             ) from exc

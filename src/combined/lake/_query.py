@@ -3,7 +3,9 @@
 Each member is opened at its recorded lake table version. Its data files are
 read directly with ``read_parquet`` (tables are written without deletion
 vectors or column mapping, so a version's files are exactly its rows); no
-pyarrow dataset is left open, so the process exits cleanly.
+pyarrow dataset is left open, so the process exits cleanly. An object-store
+lake's files are handed to DuckDB as Arrow datasets over the store instead
+(DuckDB itself opens no file of it).
 
 A query reads the published basis and nothing else: it is one ``SELECT``
 (a ``COPY ... TO`` could overwrite a lake file, an ``ATTACH`` create one),
@@ -110,7 +112,7 @@ def _run(
         name = f"{quote_ident(m.source)}.{quote_ident(m.dataset)}"
         if m.lake_version is None:
             continue
-        table = LakeTable(layout.table(m.source, m.dataset), "")
+        table = LakeTable(layout.table(m.source, m.dataset), "", layout.store)
         files = table.files(m.lake_version)
         schema = table.schema(m.lake_version)
         assert schema is not None
@@ -121,11 +123,16 @@ def _run(
         con.execute(f"CREATE TABLE {shape} AS SELECT * FROM _empty")
         con.unregister("_empty")
         if files:
-            allowed.extend(files)
-            listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+            if layout.store.remote:
+                scan = layout.store.arrow_source(
+                    con, f"_lake_{m.source}.{m.dataset}", files, schema
+                )
+            else:
+                allowed.extend(files)
+                scan = layout.store.duck_source(con, files)
             con.execute(
                 f"CREATE VIEW {name} AS SELECT * FROM {shape} UNION ALL BY NAME "
-                f"SELECT * FROM read_parquet([{listing}], union_by_name = true)"
+                f"SELECT * FROM {scan}"
             )
     # From here DuckDB opens only the basis's files, extensions included,
     # and the query cannot change that.

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 
 from combined.errors import CommitAmbiguous, LakeError, ProtocolViolation
 from combined.lake._files import link_data_files, rewrite_actions, write_data_files
+from combined.lake._store import LakeStore
 from combined.lake._types import to_lake
 from combined.protocol import utcnow
 
@@ -45,16 +46,19 @@ class LakeTable:
     resolved by reading the transaction version again.
     """
 
-    def __init__(self, path: Path, app_id: str) -> None:
-        self.path = path
+    def __init__(self, path: str | Path, app_id: str, store: LakeStore | None = None) -> None:
+        #: The table's location: a local path or an object-store URL.
+        self.path = str(path)
         self.app_id = app_id
+        self.store = store or LakeStore.at(path)
+        self._options = self.store.storage_options()
 
     def _open(self, version: int | None = None) -> Any:
         from deltalake import DeltaTable
 
-        if not DeltaTable.is_deltatable(str(self.path)):
+        if not DeltaTable.is_deltatable(self.path, storage_options=self._options):
             return None
-        return DeltaTable(str(self.path), version=version)
+        return DeltaTable(self.path, version=version, storage_options=self._options)
 
     def exists(self) -> bool:
         """Whether the table has been created."""
@@ -168,7 +172,7 @@ class LakeTable:
             if before_write is not None:
                 before_write()
             # (the Deliveries' own schema when given: linking them reads no row)
-            schema = pq.read_schema(str(files[0][0])) if files else None
+            schema = pq.read_schema(files[0][0]) if files else None
             if (
                 mode != "overwrite"
                 and dt is not None
@@ -177,12 +181,12 @@ class LakeTable:
                 self._retype(dt, data, mode, properties)
             elif mode != "overwrite" and (dt is None or not needs_merge):
                 if files and schema is not None and (dt is None or self._same_schema(dt, schema)):
-                    self._add(dt, schema, link_data_files(self.path, files), properties)
+                    self._add(dt, schema, link_data_files(self.path, files, self.store), properties)
                 else:
                     self._append(dt, data(), properties)
             elif dt is None or mode in ("append", "overwrite") or not needs_merge:
                 write_deltalake(
-                    str(self.path) if dt is None else dt,
+                    self.path if dt is None else dt,
                     data(),
                     mode="overwrite" if mode == "overwrite" else "append",
                     # The drift policy approved the capture's schema before this point.
@@ -191,10 +195,15 @@ class LakeTable:
                     else ("overwrite" if mode == "overwrite" else "merge"),
                     configuration=TABLE_CONFIGURATION if dt is None else None,
                     commit_properties=properties,
+                    storage_options=self._options if dt is None else None,
                 )
             elif self._same_schema(dt, data().schema):
                 actions = rewrite_actions(
-                    self.path, self.files(), pa.schema(dt.schema().to_arrow()), data
+                    self.path,
+                    self.files(),
+                    pa.schema(dt.schema().to_arrow()),
+                    data,
+                    store=self.store,
                 )
                 dt.create_write_transaction(
                     actions, mode="append", schema=dt.schema(), commit_properties=properties
@@ -252,7 +261,13 @@ class LakeTable:
         target = _union(pa.schema(dt.schema().to_arrow()), data().schema)
         try:
             actions = rewrite_actions(
-                self.path, self.files(), target, data, every_file=True, keyed=mode == "merge"
+                self.path,
+                self.files(),
+                target,
+                data,
+                every_file=True,
+                keyed=mode == "merge",
+                store=self.store,
             )
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise LakeError(
@@ -306,7 +321,9 @@ class LakeTable:
             raise ValueError(f"{self.path}: appended rows must have the table's schema")
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="append") as pool:
             written = list(
-                pool.map(lambda rows: write_data_files(self.path, schema, rows), streams)
+                pool.map(
+                    lambda rows: write_data_files(self.path, schema, rows, self.store), streams
+                )
             )
         actions = [a for file_actions in written for a in file_actions]
         self._add(dt, schema, actions, _append_properties(metadata()))
@@ -322,7 +339,7 @@ class LakeTable:
                 dt, reader, mode="append", schema_mode="merge", commit_properties=properties
             )
             return
-        self._add(dt, schema, write_data_files(self.path, schema, reader), properties)
+        self._add(dt, schema, write_data_files(self.path, schema, reader, self.store), properties)
 
     def _add(self, dt: Any, schema: pa.Schema, actions: list[Any], properties: Any) -> None:
         """Commit add actions, creating the table from ``schema`` on its first commit."""
@@ -333,11 +350,12 @@ class LakeTable:
             return  # nothing to add and no checkpoint to carry: no commit
         if dt is None:
             create_table_with_add_actions(
-                str(self.path),
+                self.path,
                 Schema.from_arrow(schema),
                 actions,
                 mode="error",
                 configuration=TABLE_CONFIGURATION,
+                storage_options=self._options,
                 commit_properties=properties,
             )
         else:

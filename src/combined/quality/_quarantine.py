@@ -70,7 +70,7 @@ def records(
     with catalog.begin() as conn:
         entry = dict(cat.get_quarantine(conn, quarantine_id)._mapping)
     path = _file(layout, entry)
-    if not path.exists():
+    if not layout.store.exists(path):
         if entry["decision"] == "discarded":
             raise ProtocolViolation(
                 f"quarantine entry {quarantine_id} was discarded by {entry['decided_by']} "
@@ -81,15 +81,18 @@ def records(
             f"the records of quarantine entry {quarantine_id} are missing ({path})",
             hint="restore the file from a backup; nothing discarded it",
         )
-    return entry, _rows(path, limit, offset)
+    return entry, _rows(layout.store.open_input(path), limit, offset)
 
 
-def _rows(path: Path, limit: int, offset: int) -> pa.Table:
-    """Rows ``offset`` to ``offset + limit`` of a Parquet file (to its end for ``limit`` 0)."""
+def _rows(source: Any, limit: int, offset: int) -> pa.Table:
+    """Rows ``offset`` to ``offset + limit`` of a Parquet file (to its end for ``limit`` 0).
+
+    ``source`` is the file opened for reading, on a local disk or in the store.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    with pq.ParquetFile(path) as file:
+    with pq.ParquetFile(source) as file:
         groups = list(range(file.num_row_groups))
         while groups and offset >= (n := file.metadata.row_group(groups[0]).num_rows):
             offset -= n  # a whole row group before the page: not read
@@ -159,7 +162,7 @@ def decide(
             previous=before,
         )
     if decision == "discarded":
-        path.unlink(missing_ok=True)
+        layout.store.delete(path)
     with catalog.begin() as conn:
         return dict(cat.get_quarantine(conn, quarantine_id)._mapping)
 
@@ -204,11 +207,16 @@ def remind(
     return notes
 
 
-def _file(layout: LakeLayout, entry: dict[str, Any]) -> Path:
+def _file(layout: LakeLayout, entry: dict[str, Any]) -> str:
     """The entry's records file, which must lie in the dataset's quarantine area."""
-    path = Path(entry["path"])
-    area = layout.quarantine(entry["source"], entry["dataset"]).resolve()
-    if not path.is_absolute() or not path.resolve().is_relative_to(area):
+    path, area = str(entry["path"]), layout.quarantine(entry["source"], entry["dataset"])
+    if layout.store.remote:
+        inside = path.startswith(area + "/") and ".." not in path.split("/")
+    else:
+        inside = Path(path).is_absolute() and Path(path).resolve().is_relative_to(
+            Path(area).resolve()
+        )
+    if not inside:
         raise LakeError(
             f"quarantine entry {entry['id']} names {path}, outside its quarantine area {area}",
             hint="the catalog entry was altered; restore it before deciding",

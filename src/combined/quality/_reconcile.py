@@ -18,8 +18,12 @@ by rows the cursor could not see deleted, the difference is its
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from combined.lake._store import LakeStore
+
+if TYPE_CHECKING:
+    from combined.lake import LakeTable
 
 Status = Literal["reconciled", "mismatch", "not_reconciled", "expected_variance"]
 
@@ -50,13 +54,14 @@ class Reconciliation:
         return asdict(self)
 
 
-def lake_rows(path: Path, version: int) -> int:
+def lake_rows(table: LakeTable, version: int) -> int:
     """Rows of a Delta table version, from the log's record counts."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
-    actions = pa.table(DeltaTable(str(path), version=version).get_add_actions(flatten=True))
+    dt = DeltaTable(table.path, version=version, storage_options=table.store.storage_options())
+    actions = pa.table(dt.get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return 0
     total = pc.sum(actions.column("num_records")).as_py()
@@ -65,13 +70,13 @@ def lake_rows(path: Path, version: int) -> int:
 
 def reconcile(
     dataset: str,
-    path: Path,
+    table: LakeTable,
     lake_version: int | None,
     version_rows: int,
     source_rows: int | None,
 ) -> Reconciliation:
     """Compare the lake, the dataset version and (when known) the source."""
-    held = lake_rows(path, lake_version) if lake_version is not None else 0
+    held = lake_rows(table, lake_version) if lake_version is not None and table.exists() else 0
     lake_status: Status = "reconciled" if held == version_rows else "mismatch"
     if source_rows is None:
         source_status: Status = "not_reconciled"
@@ -92,7 +97,7 @@ _ROUNDOFF = {"DOUBLE": 2.0**-53, "FLOAT": 2.0**-24}
 
 
 def range_totals(
-    files: list[str], where: str | None, sum_column: str | None
+    files: list[str], where: str | None, sum_column: str | None, store: LakeStore | None = None
 ) -> tuple[int, str | None, float]:
     """Rows (and the sum of a column) the lake holds inside a range.
 
@@ -109,14 +114,13 @@ def range_totals(
 
     if not files:
         return 0, None, 0.0
-    listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
     column = quote_ident(sum_column) if sum_column else "NULL"
     con = duckdb.connect()
     try:
+        scan = (store or LakeStore.at(files[0])).duck_source(con, files)
         row = con.execute(
             f"SELECT count(*), CAST(sum({column}) AS VARCHAR), "
-            f"sum(abs(CAST({column} AS DOUBLE))), any_value(typeof({column})) "
-            f"FROM read_parquet([{listing}], union_by_name = true)"
+            f"sum(abs(CAST({column} AS DOUBLE))), any_value(typeof({column})) FROM {scan}"
             + (f" WHERE {where}" if where else "")
         ).fetchall()[0]
     finally:

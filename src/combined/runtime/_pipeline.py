@@ -8,7 +8,6 @@ repair of a catalog that lags the lake.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -403,22 +402,25 @@ def _read(paths: list[Path]) -> Iterator[pa.RecordBatch]:
             pf.close()
 
 
-def raw_location(layout: LakeLayout, source: str, dataset: str, file: str) -> Path:
+def raw_location(layout: LakeLayout, source: str, dataset: str, file: str) -> str:
     """Where a committed Delivery (or transition file) lives in the raw layer."""
-    return layout.deliveries(source, dataset) / file
+    return layout.store.child(layout.deliveries(source, dataset), file)
 
 
 def promote(
     layout: LakeLayout, staging_root: Path, source: str, dataset: str, files: list[str]
 ) -> None:
-    """Move committed files from the run's staging into the raw layer (idempotent)."""
-    target_dir = layout.deliveries(source, dataset)
-    target_dir.mkdir(parents=True, exist_ok=True)
+    """Move committed files from the run's staging into the raw layer (idempotent).
+
+    Into an object store they are uploaded (each object whole or absent).
+    """
+    store = layout.store
+    store.makedirs(layout.deliveries(source, dataset))
     for name in files:
         src = staging_root / source / dataset / "deliveries" / name
-        dst = target_dir / name
-        if src.exists() and not dst.exists():
-            shutil.move(str(src), str(dst))
+        dst = raw_location(layout, source, dataset, name)
+        if src.exists() and not store.exists(dst):
+            store.move_in(src, dst)
 
 
 def _restore_from_table(
@@ -432,17 +434,18 @@ def _restore_from_table(
     linked into the raw layer under the Delivery's name. False when no table
     file holds its bytes (a rewrite commit re-encoded its rows).
     """
-    from combined.delivery._staging import file_hash
-
+    store = layout.store
     dst = raw_location(layout, source, dataset, d["file"])
     for file in layout.dataset_table(source, dataset).files(lake_version):
-        path = Path(file)
         try:
-            if path.stat().st_size != int(d["bytes"]) or file_hash(path) != d["content_hash"]:
+            if store.size(file) != int(d["bytes"]) or store.sha256(file) != d["content_hash"]:
                 continue
         except OSError:
             continue
-        partial = dst.with_name(f".{dst.name}.restoring")
+        if store.remote:
+            store.copy(file, dst)  # server-side; an object is whole or absent
+            return True
+        path, partial = Path(file), Path(dst).with_name(f".{Path(dst).name}.restoring")
         partial.unlink(missing_ok=True)  # an interrupted restore's
         link_or_copy(path, partial)
         os.replace(partial, dst)
@@ -462,13 +465,13 @@ def _complete_raw_layer(
     missing = [
         d
         for d in meta.get("deliveries") or []
-        if not raw_location(layout, source, dataset, d["file"]).exists()
+        if not layout.store.exists(raw_location(layout, source, dataset, d["file"]))
         and not _restore_from_table(layout, source, dataset, d, int(meta["lake_version"]))
     ]
     empty = {d["file"] for d in missing if int(d["records"]) == 0}
     names = [d["file"] for d in missing if d["file"] not in empty]
     changes = meta.get("changes_file")
-    if changes and not raw_location(layout, source, dataset, changes).exists():
+    if changes and not layout.store.exists(raw_location(layout, source, dataset, changes)):
         names.append(changes)
     if names:
         raise LakeError(
@@ -541,7 +544,7 @@ def project_commit(
                 byte_count=d["bytes"],
                 content_hash=d["content_hash"],
                 state="staged",
-                path=str(raw_location(layout, source, dataset, d["file"])),
+                path=raw_location(layout, source, dataset, d["file"]),
             )
         cat.mark_deliveries(
             conn,

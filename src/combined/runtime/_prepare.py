@@ -20,7 +20,7 @@ from combined.capture._reduce import Reducer, Transition
 from combined.catalog import Catalog, VersionTotals, version_id
 from combined.catalog import data as cat
 from combined.delivery import StagedDelivery, StagingArea, write_deliveries
-from combined.errors import DuplicateKeys, NotFoundError
+from combined.errors import DeliveryAltered, DuplicateKeys, NotFoundError
 from combined.lake import (
     ROW_GROUP_ROWS,
     LakeLayout,
@@ -70,6 +70,7 @@ def prepare(
         baseline=baseline,
         full=staged.full,
         current_filter=staged.current_filter,
+        lake=layout.store,
     )
     # At most one task beside this thread (a first baseline's digests and change list).
     side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transition")
@@ -365,17 +366,13 @@ def quarantine_duplicates(
     plan = staged.plan
     rows = reducer.duplicate_rows()
     reason = f"duplicate key ({', '.join(plan.key)})"
-    waiting = _waiting_with_same_rows(catalog, plan, reason, rows)
+    waiting = _waiting_with_same_rows(catalog, layout, plan, reason, rows)
     if waiting is not None:
         return waiting, False
     path = _quarantine_path(layout, plan, run_id)
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        pq.write_table(rows, str(partial))
-        partial.replace(path)  # whole or absent: never a torn file under an entry
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    # whole or absent: never a torn file under an entry
+    with layout.store.written(path) as (target, filesystem):
+        pq.write_table(rows, target, filesystem=filesystem)
     qid = _register_quarantine(
         catalog, plan, run_id, path, records=rows.num_rows, reason=reason, kind="duplicate key"
     )
@@ -383,7 +380,7 @@ def quarantine_duplicates(
 
 
 def _waiting_with_same_rows(
-    catalog: Catalog, plan: DatasetPlan, reason: str, rows: pa.Table
+    catalog: Catalog, layout: LakeLayout, plan: DatasetPlan, reason: str, rows: pa.Table
 ) -> str | None:
     """An undecided entry of the dataset, for ``reason``, holding the same rows (in any order)."""
     import duckdb
@@ -401,7 +398,7 @@ def _waiting_with_same_rows(
     mine = rows.drop_columns([c for c in (ORDINAL,) if c in rows.column_names])
     for entry in candidates:
         try:
-            held = pq.read_table(entry.path)
+            held = layout.store.read_table(entry.path)
         except OSError:
             continue  # its file is gone: not the same evidence
         held = held.drop_columns([c for c in (ORDINAL,) if c in held.column_names])
@@ -442,33 +439,30 @@ def quarantine_capture(
     path = _quarantine_path(layout, plan, run_id)
     records = 0
     stream = StagedParts(list(parts), part_schema(parts[-1]))  # the last part has every field
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        with parquet_writer(partial, stream.schema) as writer:
-            for batch in stream.batches():
-                writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
-                records += batch.num_rows
-        partial.replace(path)  # whole or absent: never a torn file under an entry
-    except BaseException:
-        # No entry names it yet: it was never quarantined, and nothing keeps it.
-        partial.unlink(missing_ok=True)
-        raise
+    # Whole or absent: never a torn file under an entry (no entry names it yet).
+    with (
+        layout.store.written(path) as (target, filesystem),
+        parquet_writer(target, stream.schema, filesystem=filesystem) as writer,
+    ):
+        for batch in stream.batches():
+            writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
+            records += batch.num_rows
     return _register_quarantine(
         catalog, plan, run_id, path, records=records, reason=reason, kind="schema drift"
     )
 
 
-def _quarantine_path(layout: LakeLayout, plan: DatasetPlan, run_id: str) -> Path:
+def _quarantine_path(layout: LakeLayout, plan: DatasetPlan, run_id: str) -> str:
     qdir = layout.quarantine(plan.source, plan.name)
-    qdir.mkdir(parents=True, exist_ok=True)
-    return qdir / f"q-{run_id}-{plan.name}.parquet"
+    layout.store.makedirs(qdir)
+    return layout.store.child(qdir, f"q-{run_id}-{plan.name}.parquet")
 
 
 def _register_quarantine(
     catalog: Catalog,
     plan: DatasetPlan,
     run_id: str,
-    path: Path,
+    path: str,
     *,
     records: int,
     reason: str,
@@ -477,7 +471,7 @@ def _register_quarantine(
     """Record a quarantined file with its reader and review due date; returns its id."""
     from combined.protocol import utcnow
 
-    qid = path.stem
+    qid = Path(path).stem
     with catalog.begin() as conn:
         cat.add_quarantine(
             conn,
@@ -504,6 +498,44 @@ def _register_quarantine(
             path=str(path),
         )
     return qid
+
+
+def verified(prepared: Sequence[Prepared]) -> Sequence[Prepared]:
+    """``prepared``, once every staged Delivery of the Run is still what was recorded.
+
+    Each Delivery's bytes are checked against its recorded size and sha256,
+    and its rows against its record count, before the Run's first commit: an
+    altered one (bytes changed, rows added) raises DeliveryAltered naming it,
+    and the Run commits nothing.
+    """
+    for p in prepared:
+        for d in p.deliveries:
+            problem = _alteration(d)
+            if problem is not None:
+                raise DeliveryAltered(
+                    f"{d.source}.{d.dataset}: Delivery {d.id} (sequence {d.sequence}, "
+                    f"{d.path.name}) {problem} since it was staged; this run committed nothing",
+                    hint="find what changed the run's staging directory, then capture again: "
+                    "the next capture stages the rows anew",
+                )
+    return prepared
+
+
+def _alteration(d: StagedDelivery) -> str | None:
+    """How a staged Delivery differs from its record, or None."""
+    from combined.delivery._staging import file_hash
+
+    try:
+        if d.path.stat().st_size != d.byte_count or file_hash(d.path) != d.content_hash:
+            return "no longer holds the bytes it was recorded with (size and sha256)"
+        rows = pq.read_metadata(d.path).num_rows
+    except FileNotFoundError:
+        return "is gone from the run's staging"
+    except (OSError, pa.ArrowInvalid):
+        return "is no longer a readable Parquet file"
+    if rows != d.record_count:
+        return f"holds {rows} records, not the {d.record_count} recorded"
+    return None
 
 
 # -- commit and projection -----------------------------------------------------------------

@@ -49,7 +49,7 @@ from combined.runtime._pipeline import (
     stage,
     table_of,
 )
-from combined.runtime._prepare import prepare, quarantine_capture
+from combined.runtime._prepare import prepare, quarantine_capture, verified
 from combined.runtime._publish import publish_now
 from combined.runtime._reporter import NullReporter, Reporter
 
@@ -334,7 +334,7 @@ class Runner:
             run = runs_repo.move_run(conn, run.id, "committing")
         members: list[Member] = []
         try:
-            for p in prepared:
+            for p in verified(prepared):
                 members.append(self._commit_one(run, p, area, leases))
         except BaseException as exc:
             refused = isinstance(exc, ProtocolViolation)
@@ -375,8 +375,8 @@ class Runner:
             whole = p.staged.full and plan.sync_mode != "append"
             result = reconcile(
                 f"{plan.source}.{plan.name}",
-                self.layout.table(plan.source, plan.name),
-                m.lake_version if self.layout.table(plan.source, plan.name).exists() else None,
+                self.layout.dataset_table(plan.source, plan.name),
+                m.lake_version,
                 int(version.row_count) if version is not None else 0,
                 p.staged.rows if whole else None,
             )
@@ -420,7 +420,7 @@ class Runner:
         newest = table.version()
         if newest is None:
             return
-        held = lake_rows(table.path, newest)
+        held = lake_rows(table, newest)
         if held == int(version.row_count):
             return
         name = f"{plan.source}.{plan.name}"
@@ -471,7 +471,7 @@ class Runner:
         table = table_of(self.layout, plan)
         files = table.files(m.lake_version) if m.lake_version is not None else []
         rows, total, tolerance = range_totals(
-            files, p.staged.landed_filter, control.get("sum_column")
+            files, p.staged.landed_filter, control.get("sum_column"), table.store
         )
         ok = rows == control["rows"] and same_sum(total, control.get("sum"), tolerance)
         with self.catalog.begin() as conn:
@@ -636,7 +636,7 @@ class Runner:
         need, and goes, recorded as ``run.staging_erased``. A directory of a
         Run this catalog does not know, or of a Run still going, stays.
         """
-        root = self.layout.root / "_staging"
+        root = self.layout.staging_area()
         if not root.is_dir():
             return
         for path in sorted(p for p in root.iterdir() if p.is_dir()):

@@ -23,7 +23,7 @@ def record_usage(
     layout: LakeLayout,
     source: str,
     dataset: str,
-    changes: Path | Sequence[Path],
+    changes: str | Path | Sequence[str | Path],
     *,
     month: str,
     unique: bool = False,
@@ -55,13 +55,13 @@ def record_usage(
     if month not in counts and known:
         counts[month] = month_counts(layout, source, dataset, month)  # written before counts
     current = counts[month] if month in counts else _no_usage()
-    files = [changes] if isinstance(changes, Path) else list(changes)
+    files = [str(changes)] if isinstance(changes, str | Path) else [str(f) for f in changes]
+    store = layout.store
     if unique and not known:
         # The dataset's first usage, one row per identity: every row is new.
         return {month: _first_usage(table, schema, files, month, deliveries, counts, current)}
     with _duck() as con:
         month_lit = "'" + month.replace("'", "''") + "'"
-        listed = ", ".join(f"'{_q(f)}'" for f in files)
         op = (
             "CASE WHEN _combined_op = 'snapshot' THEN 'insert' "
             "ELSE CAST(_combined_op AS VARCHAR) END"
@@ -70,17 +70,16 @@ def record_usage(
         )
         new = (
             f"SELECT {month_lit} AS month, CAST(_combined_id AS VARCHAR) AS _combined_id, "
-            f"{op} AS op FROM read_parquet([{listed}], union_by_name = true)"
+            f"{op} AS op FROM {store.duck_source(con, files)}"
         )
         existing = (
             "SELECT NULL::VARCHAR AS month, NULL::VARCHAR AS _combined_id, "
             "NULL::VARCHAR AS op WHERE false"
         )
         if known:
-            listing = ", ".join(f"'{_q(f)}'" for f in known)
             existing = (
-                f"SELECT month, _combined_id, op FROM read_parquet([{listing}]) "
-                f"WHERE month = {month_lit}"
+                "SELECT month, _combined_id, op FROM "
+                f"{store.duck_source(con, known)} WHERE month = {month_lit}"
             )
         # The month's rows for the identities this transition touches (a semi
         # join: a hash table of the transition's ids, not of the month's),
@@ -124,7 +123,7 @@ def record_usage(
 def _first_usage(
     table: LakeTable,
     schema: pa.Schema,
-    files: list[Path],
+    files: list[str],
     month: str,
     deliveries: bool,
     counts: dict[str, dict[str, int]],
@@ -139,16 +138,17 @@ def _first_usage(
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    if not sum(pq.read_metadata(f).num_rows for f in files):
+    store = table.store
+    if not sum(pq.ParquetFile(store.open_input(f)).metadata.num_rows for f in files):
         return current  # nothing to bill
     op_column = "_combined_op" if deliveries else "op"
     tally: dict[str, int] = {"insert": 0, "update": 0, "delete": 0}
     lock = threading.Lock()
     month_value = pa.scalar(month, pa.string())
 
-    def rows(paths: list[Path]) -> Iterator[pa.RecordBatch]:
+    def rows(paths: list[str]) -> Iterator[pa.RecordBatch]:
         for path in paths:
-            with pq.ParquetFile(path) as pf:
+            with pq.ParquetFile(store.open_input(path)) as pf:
                 columns = ["_combined_id", op_column]
                 for b in pf.iter_batches(batch_size=65_536, columns=columns):
                     ops = b.column(1).cast(pa.string())
@@ -226,16 +226,15 @@ def _no_usage() -> dict[str, int]:
 
 def _usage_table(layout: LakeLayout, source: str, dataset: str) -> LakeTable:
     """The dataset's MAR table (its files: none before the first usage commit)."""
-    return LakeTable(layout.usage(source, dataset), f"combined-usage:{source}/{dataset}")
-
-
-def _q(path: object) -> str:
-    return str(path).replace("'", "''")
+    return LakeTable(
+        layout.usage(source, dataset), f"combined-usage:{source}/{dataset}", layout.store
+    )
 
 
 def month_counts(layout: LakeLayout, source: str, dataset: str, month: str) -> dict[str, int]:
     """MAR and its per-operation breakdown for one dataset and month."""
-    files = _usage_table(layout, source, dataset).files()
+    table = _usage_table(layout, source, dataset)
+    files = table.files()
     if not files:
         return _no_usage()
     with _duck() as con:
@@ -244,7 +243,7 @@ def month_counts(layout: LakeLayout, source: str, dataset: str, month: str) -> d
             "count(DISTINCT _combined_id) FILTER (WHERE op = 'insert'), "
             "count(DISTINCT _combined_id) FILTER (WHERE op = 'update'), "
             "count(DISTINCT _combined_id) FILTER (WHERE op = 'delete') "
-            "FROM read_parquet(?) WHERE month = ?",
-            [files, month],
+            f"FROM {layout.store.duck_source(con, files)} WHERE month = ?",
+            [month],
         ).fetchall()[0]
     return {"mar": row[0], "inserts": row[1], "updates": row[2], "deletes": row[3]}

@@ -1,0 +1,99 @@
+"""Checking, before any Run, that an object-store lake can be written."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import TYPE_CHECKING
+
+from combined._credentials import masking
+from combined.errors import LakeNotWritable
+
+if TYPE_CHECKING:
+    from combined.lake._store import LakeStore
+
+#: Environment variables whose values never appear in an error.
+_SECRET_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+)
+
+#: (what the store's error says, what is missing, what to do).
+_REASONS = (
+    (
+        ("NO_SUCH_BUCKET", "NoSuchBucket", "bucket does not exist", "ContainerNotFound"),
+        "its bucket or container does not exist",
+        "create it, or correct the bucket in `lake:`",
+    ),
+    (
+        (
+            "INVALID_ACCESS_KEY_ID",
+            "InvalidAccessKeyId",
+            "SIGNATURE_DOES_NOT_MATCH",
+            "SignatureDoesNotMatch",
+            "credentials",
+            "Credentials",
+            "AuthenticationFailed",
+        ),
+        "the store refused the credentials (none, or not valid)",
+        "set the store's credentials in the environment (AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY, GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_ACCOUNT_KEY)",
+    ),
+    (
+        ("ACCESS_DENIED", "AccessDenied", "Forbidden", "403", "AuthorizationPermissionMismatch"),
+        "the credentials lack permission to write (PutObject) and delete (DeleteObject) "
+        "objects under it",
+        "grant the credentials' principal write and delete permission on the lake's prefix",
+    ),
+)
+
+
+def check_store(store: LakeStore) -> None:
+    """Write and delete a probe object at the lake's root, or raise LakeNotWritable.
+
+    The message names the lake and what is missing (the bucket, the
+    credentials, a permission); no credential value appears in it.
+    """
+    probe = store.join(f".write-probe-{uuid.uuid4().hex}")
+    try:
+        with store.fs.open_output_stream(store.path(probe)) as out:
+            out.write(b"")
+        store.delete(probe)
+    except LakeNotWritable:
+        raise
+    except (OSError, ValueError) as exc:
+        text = str(exc)
+        missing, hint = next(
+            ((what, hint) for signs, what, hint in _REASONS if any(s in text for s in signs)),
+            ("the store refused the write", "check the lake's URL, credentials and permissions"),
+        )
+        if store.scheme == "s3" and not _aws_credentials() and missing.startswith("the store"):
+            missing, hint = _REASONS[1][1:]
+            missing = "no credentials were found in the environment (AWS_ACCESS_KEY_ID)"
+        mask = masking(v for k in _SECRET_ENV if (v := os.environ.get(k)))
+        raise LakeNotWritable(
+            f"the lake at {store.root} cannot be written: {missing} ({mask(_first_line(text))})",
+            hint=f"{hint}; nothing was captured",
+        ) from None
+
+
+def _aws_credentials() -> bool:
+    """Whether the environment names AWS credentials (keys, a profile or a web identity)."""
+    return any(
+        os.environ.get(k)
+        for k in (
+            "AWS_ACCESS_KEY_ID",
+            "AWS_PROFILE",
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        )
+    )
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0][:300] if text.strip() else "no detail"

@@ -1,0 +1,295 @@
+"""Where the lake's bytes live: a local directory or an object store.
+
+A :class:`LakeStore` names the lake's root as a local path or an
+``s3://``, ``gs://`` or ``az://`` URL. Locations inside it are strings (a
+path, or a URL under the root's). Delta tables are opened by delta-rs with
+:meth:`LakeStore.storage_options`; other lake files (the raw layer,
+quarantine) go through a :class:`pyarrow.fs.FileSystem`; DuckDB reads remote
+files through Arrow datasets (it fetches no extension). Credentials come
+from the store's usual environment (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``),
+never from combined.yaml.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+#: Object-store schemes and the delta-rs names they go by.
+SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class LakeStore:
+    """The lake's root and how to reach it."""
+
+    root: str
+
+    @classmethod
+    def at(cls, root: str | Path) -> LakeStore:
+        """The store of ``root``: a ``file://`` URL or a path is local."""
+        text = str(root)
+        if text.startswith("file://"):
+            text = text.removeprefix("file://")
+        return cls(text.rstrip("/") if "://" in text else text)
+
+    @property
+    def scheme(self) -> str:
+        """The URL scheme, or ``file`` for a local lake."""
+        return urlsplit(self.root).scheme.lower() if "://" in self.root else "file"
+
+    @property
+    def remote(self) -> bool:
+        """Whether the lake is in an object store."""
+        return self.scheme != "file"
+
+    def join(self, *parts: str) -> str:
+        """The location of ``parts`` under the root."""
+        return (
+            "/".join([self.root.rstrip("/"), *parts])
+            if self.remote
+            else str(Path(self.root, *parts))
+        )
+
+    def child(self, location: str | Path, name: str) -> str:
+        """The location of ``name`` under ``location``."""
+        return f"{str(location).rstrip('/')}/{name}" if self.remote else str(Path(location, name))
+
+    # -- delta-rs ------------------------------------------------------------------
+
+    def storage_options(self) -> dict[str, str] | None:
+        """delta-rs options: safe concurrent commits through the store's conditional put.
+
+        Everything else (keys, region, endpoint, ``AWS_ALLOW_HTTP``) delta-rs
+        reads from the environment itself.
+        """
+        if self.scheme not in ("s3", "s3a"):
+            return None
+        options: dict[str, str] = {}
+        if not any(
+            os.environ.get(k)
+            for k in ("AWS_CONDITIONAL_PUT", "AWS_S3_LOCKING_PROVIDER", "aws_conditional_put")
+        ):
+            options["conditional_put"] = "etag"
+        return options
+
+    # -- files -------------------------------------------------------------------
+
+    @cached_property
+    def fs(self) -> pafs.FileSystem:
+        """The Arrow filesystem holding the lake (built once, from the environment)."""
+        return _filesystem(self.scheme, self.root)
+
+    def path(self, location: str | Path) -> str:
+        """``location`` as a path of :attr:`fs` (an object store's ``bucket/key``)."""
+        text = str(location)
+        if not self.remote:
+            return text
+        parts = urlsplit(text)
+        return f"{parts.netloc}{parts.path}"
+
+    def exists(self, location: str | Path) -> bool:
+        """Whether a file is at ``location``."""
+        if not self.remote:
+            return os.path.exists(location)
+        import pyarrow.fs as pafs
+
+        return bool(self.fs.get_file_info(self.path(location)).type == pafs.FileType.File)
+
+    def size(self, location: str | Path) -> int:
+        """The byte size of the file at ``location``."""
+        if not self.remote:
+            return os.path.getsize(location)
+        return int(self.fs.get_file_info(self.path(location)).size)
+
+    def makedirs(self, location: str | Path) -> None:
+        """Create a local directory (object stores have none to create)."""
+        if not self.remote:
+            Path(location).mkdir(parents=True, exist_ok=True)
+
+    def put(self, local: Path, location: str | Path) -> None:
+        """Place the local file ``local`` at ``location``: a hard link, else a copy or upload."""
+        if not self.remote:
+            try:
+                os.link(local, location)
+            except OSError:
+                shutil.copyfile(local, location)
+            return
+        import pyarrow.fs as pafs
+
+        pafs.copy_files(
+            str(local),
+            self.path(location),
+            source_filesystem=pafs.LocalFileSystem(),
+            destination_filesystem=self.fs,
+        )
+
+    def copy(self, source: str | Path, target: str | Path) -> None:
+        """Copy a lake file to another lake location (server-side on an object store)."""
+        if not self.remote:
+            self.put(Path(source), target)
+            return
+        self.fs.copy_file(self.path(source), self.path(target))
+
+    def move_in(self, local: Path, location: str | Path) -> None:
+        """Move the local file ``local`` to ``location`` (uploaded, then removed locally)."""
+        if not self.remote:
+            shutil.move(str(local), str(location))
+            return
+        self.put(local, location)
+        local.unlink()
+
+    def delete(self, location: str | Path) -> None:
+        """Remove the file at ``location`` when it is there."""
+        if not self.remote:
+            Path(location).unlink(missing_ok=True)
+            return
+        import pyarrow.fs as pafs
+
+        info = self.fs.get_file_info(self.path(location))
+        if info.type == pafs.FileType.File:
+            self.fs.delete_file(self.path(location))
+
+    def sha256(self, location: str | Path) -> str:
+        """The sha256 of a lake file's bytes (read as a stream)."""
+        import hashlib
+
+        h = hashlib.sha256()
+        if not self.remote:
+            with open(location, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+            return h.hexdigest()
+        with self.fs.open_input_stream(self.path(location)) as stream:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                h.update(block)
+        return h.hexdigest()
+
+    @contextmanager
+    def written(self, location: str | Path) -> Iterator[tuple[str, pafs.FileSystem | None]]:
+        """Write a file at ``location`` whole or not at all: yields (path, filesystem).
+
+        Locally the writer fills a hidden partial file that replaces
+        ``location`` once written; an object only appears when its upload completes.
+        """
+        if self.remote:
+            try:
+                yield self.path(location), self.fs
+            except BaseException:
+                self.delete(location)
+                raise
+            return
+        target = Path(location)
+        partial = target.with_name(f".{target.name}.partial")
+        try:
+            yield str(partial), None
+            partial.replace(target)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+
+    def open_input(self, location: str | Path) -> Any:
+        """A random-access file over ``location`` (for :class:`pyarrow.parquet.ParquetFile`)."""
+        if not self.remote:
+            return str(location)
+        return self.fs.open_input_file(self.path(location))
+
+    def parquet_schema(self, location: str | Path) -> pa.Schema:
+        """The Arrow schema in a Parquet file's footer."""
+        import pyarrow.parquet as pq
+
+        if not self.remote:
+            return pq.read_schema(str(location))
+        return pq.read_schema(self.path(location), filesystem=self.fs)
+
+    def read_table(self, location: str | Path) -> pa.Table:
+        """A whole (small) Parquet file of the lake."""
+        import pyarrow.parquet as pq
+
+        if not self.remote:
+            return pq.read_table(str(location))
+        return pq.read_table(self.path(location), filesystem=self.fs)
+
+    # -- DuckDB ------------------------------------------------------------------
+
+    def attach(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Let ``con`` read this store's URLs (``read_parquet('s3://...')``) through :attr:`fs`.
+
+        DuckDB fetches no extension here: an object store's files are read by
+        Arrow, wrapped as an fsspec filesystem. Nothing to do for a local lake.
+        """
+        if not self.remote or self.scheme in con.list_filesystems():
+            return
+        from fsspec.implementations.arrow import ArrowFSWrapper
+
+        wrapper = type("LakeFS", (ArrowFSWrapper,), {"protocol": (self.scheme,)})
+        con.register_filesystem(wrapper(self.fs))
+
+    def duck_source(self, con: duckdb.DuckDBPyConnection, files: Sequence[str]) -> str:
+        """A ``FROM`` item over Parquet ``files`` of the lake, columns matched by name."""
+        self.attach(con)
+        listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+        return f"read_parquet([{listing}], union_by_name = true)"
+
+    def arrow_source(
+        self, con: duckdb.DuckDBPyConnection, name: str, files: Sequence[str], schema: pa.Schema
+    ) -> str:
+        """``files`` of ``schema`` as an Arrow dataset registered as ``name`` in ``con``.
+
+        For a connection that may open no file itself (a locked query): Arrow
+        reads the store, DuckDB scans what it hands over.
+        """
+        import pyarrow.dataset as ds
+
+        paths = [self.path(f) for f in files]
+        con.register(name, ds.dataset(paths, schema=schema, filesystem=self.fs, format="parquet"))
+        return '"' + name.replace('"', '""') + '"'
+
+
+def _filesystem(scheme: str, root: str) -> pafs.FileSystem:
+    """The Arrow filesystem for ``scheme``, configured from the store's usual environment."""
+    import pyarrow.fs as pafs
+
+    env = os.environ
+    if scheme in ("s3", "s3a"):
+        options: dict[str, Any] = {}
+        endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+        if endpoint:
+            parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
+            options["endpoint_override"] = parts.netloc
+            options["scheme"] = parts.scheme
+        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+        if region:
+            options["region"] = region
+        if _truthy(env.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST")):
+            options["force_virtual_addressing"] = True
+        return pafs.S3FileSystem(**options)
+    if scheme in ("gs", "gcs"):
+        return pafs.GcsFileSystem()
+    account = env.get("AZURE_STORAGE_ACCOUNT_NAME") or env.get("AZURE_STORAGE_ACCOUNT")
+    if not account:
+        from combined.errors import LakeNotWritable
+
+        raise LakeNotWritable(
+            f"the lake at {root} names no Azure storage account",
+            hint="set AZURE_STORAGE_ACCOUNT_NAME (and AZURE_STORAGE_ACCOUNT_KEY, or sign in "
+            "with the Azure CLI) in the environment",
+        )
+    key = env.get("AZURE_STORAGE_ACCOUNT_KEY") or env.get("AZURE_STORAGE_KEY")
+    return pafs.AzureFileSystem(account_name=account, account_key=key)
