@@ -222,8 +222,8 @@ def test_lake_nulls_count_from_the_log_or_the_files(tmp_path: Path) -> None:
         schema_mode="merge",
     )
     table = LakeTable(path, "t")
-    assert lake_nulls(path, 1, table.files(1), ["id", "flag", "gone"]) == {"flag": 4}
+    assert lake_nulls(table, 1, table.files(1), ["id", "flag", "gone"]) == {"flag": 4}
     write_deltalake(
         str(path), pa.table({"id": [6], "flag": pa.array([None], pa.bool_())}), mode="overwrite"
     )
-    assert lake_nulls(path, 2, table.files(2), ["id", "flag"]) == {"flag": 1}
+    assert lake_nulls(table, 2, table.files(2), ["id", "flag"]) == {"flag": 1}

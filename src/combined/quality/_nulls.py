@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from combined.quality._reconcile import Reconciliation
@@ -25,7 +24,7 @@ __all__ = ["lake_nulls", "null_check"]
 
 
 def lake_nulls(
-    path: Path, version: int, files: Sequence[str], columns: Sequence[str]
+    table: LakeTable, version: int, files: Sequence[str], columns: Sequence[str]
 ) -> dict[str, int]:
     """Rows holding null in each of ``columns`` the table has (absent columns are left out).
 
@@ -38,7 +37,9 @@ def lake_nulls(
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
-    actions = pa.table(DeltaTable(str(path), version=version).get_add_actions(flatten=True))
+    options = table.store.storage_options()
+    dt = DeltaTable(str(table.path), version=version, storage_options=options)
+    actions = pa.table(dt.get_add_actions(flatten=True))
     out: dict[str, int] = {}
     scan: list[str] = []
     for c in columns:
@@ -47,20 +48,21 @@ def lake_nulls(
             scan.append(c)
         elif n := int(pc.sum(actions.column(stat)).as_py() or 0):
             out[c] = n
-    return out | _scanned_nulls(files, scan)
+    return out | _scanned_nulls(table, files, scan)
 
 
-def _scanned_nulls(files: Sequence[str], columns: Sequence[str]) -> dict[str, int]:
+def _scanned_nulls(
+    table: LakeTable, files: Sequence[str], columns: Sequence[str]
+) -> dict[str, int]:
     import duckdb
 
     from combined.protocol.identity import quote_ident
 
     if not files or not columns:
         return {}
-    listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-    source = f"read_parquet([{listing}], union_by_name = true)"
     con = duckdb.connect()
     try:
+        source = table.store.duck_source(con, files)
         held = {str(r[0]) for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
         wanted = [c for c in columns if c in held]
         if not wanted:
@@ -78,7 +80,7 @@ def null_check(
     """``result``, a source mismatch when the lake holds nulls the source cannot have."""
     if not not_null or version is None:
         return result
-    nulls = lake_nulls(table.path, version, table.files(version), not_null)
+    nulls = lake_nulls(table, version, table.files(version), not_null)
     if not nulls:
         return result
     return dataclasses.replace(result, source_status="mismatch", not_null_violations=nulls)
