@@ -569,17 +569,21 @@ def activity(
     source: str | None = None,
     dataset: str | None = None,
     since: datetime | None = None,
+    exact: bool = False,
 ) -> list[sa.Row[Any]]:
     """Newest Activity events first.
 
     ``kind`` matches that kind and the kinds below it (``alert`` matches
-    ``alert.freshness``); ``since`` keeps the events at or after that instant.
+    ``alert.freshness``), or that kind alone when ``exact``; ``since`` keeps
+    the events at or after that instant.
     """
     q = sa.select(t.activity).order_by(t.activity.c.id.desc()).limit(limit)
     for column, value in (("run_id", run_id), ("source", source), ("dataset", dataset)):
         if value is not None:
             q = q.where(t.activity.c[column] == value)
-    if kind is not None:
+    if kind is not None and exact:
+        q = q.where(t.activity.c.kind == kind)
+    elif kind is not None:
         q = q.where(
             sa.or_(
                 t.activity.c.kind == kind, t.activity.c.kind.startswith(f"{kind}.", autoescape=True)

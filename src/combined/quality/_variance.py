@@ -57,10 +57,10 @@ def record_reconciliation(
     body: dict[str, Any] = {k: v for k, v in result.to_json().items() if k != "dataset"}
     kinds = ["reconciliation" if result.ok else "alert.reconciliation_failed"]
     if result.expected_variance is not None:
-        # The kind matches its sub-kinds too (``reconciliation.control``): the
-        # newest plain ``reconciliation`` holds the variance last stated.
-        recent = cat.activity(conn, kind="reconciliation", source=source, dataset=dataset, limit=20)
-        last = [a for a in recent if a.kind == "reconciliation"]
+        # Not ``reconciliation.control``: the newest plain one states the variance.
+        last = cat.activity(
+            conn, kind="reconciliation", source=source, dataset=dataset, limit=1, exact=True
+        )
         before = last[0].body.get("expected_variance") if last else None
         body["remedy"] = variance_remedy(result.dataset)
         if before != result.expected_variance:
