@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from combined.config import WebhookConfig
     from combined.connectors.abc import Discovery, Source
+    from combined.evidence import Explanation
 
 
 #: What ``status(slots=True)`` shows of a replication slot, and of a binlog stream.
@@ -668,6 +669,13 @@ class Engine:
                 ).scalars()
                 out.append({**dict(v._mapping), "publications": list(pubs)})
         return out
+
+    def explain(self, name: str, key: Sequence[str]) -> Explanation:
+        """Every version of one row of ``SOURCE.DATASET`` by its key values, read from the
+        raw layer, with its evidence; and why a key not in the projection is not there."""
+        from combined.evidence import explain
+
+        return explain(self, name, key)
 
     def publications(self, limit: int = 20) -> list[dict[str, Any]]:
         """Newest publications with their members."""

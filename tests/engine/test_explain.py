@@ -1,0 +1,155 @@
+"""``combined explain DATASET KEY...``: every version of one row, from the raw layer (issue 22).
+
+Each version names its operation, Run, Delivery, lake and dataset version,
+source position, extraction receipt, publication and acceptance time; a key
+not in the projection says why (deleted, left out by a replacement,
+quarantined, not yet published, never captured).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from combined import Engine
+
+
+def _explain(tools: Any, root: Path, *args: str) -> dict[str, Any]:
+    result = tools.cli(root, "explain", *args, "--json")
+    assert result.returncode == 0, result.stderr
+    found: dict[str, Any] = json.loads(result.stdout)
+    return found
+
+
+def _capture(tools: Any, root: Path, expect: int = 0) -> None:
+    result = tools.cli(root, "capture")
+    assert result.returncode == expect, result.stderr
+
+
+def _use_lake(root: Path, lake_url: str, extra: str = "") -> None:
+    project = root / "combined.yaml"
+    project.write_text(project.read_text().replace("lake: ./lake", f"lake: {lake_url}") + extra)
+
+
+def test_a_rows_life_insert_update_delete(tmp_path: Path, tools: Any, lake_url: str) -> None:
+    """Every version of a row, with the evidence of the commit and publication behind it."""
+    tools.make(tmp_path)
+    _use_lake(tmp_path, lake_url)
+    _capture(tools, tmp_path)
+    tools.sql(tmp_path, "UPDATE orders SET status = 'shipped' WHERE id = 5")
+    _capture(tools, tmp_path)
+    tools.sql(tmp_path, "DELETE FROM orders WHERE id = 5")
+    _capture(tools, tmp_path)
+
+    found = _explain(tools, tmp_path, "shop.orders", "5")
+    assert found["status"] == "deleted"
+    assert [v["op"] for v in found["versions"]] == ["snapshot", "update", "delete"]
+    first, second, gone = found["versions"]
+    assert first["values"]["status"] == "placed" and second["values"]["status"] == "shipped"
+    assert gone["values"] == {}
+    assert first["identity"] == second["identity"] == gone["identity"]
+    assert first["payload_hash"] != second["payload_hash"]
+
+    # The evidence agrees with what run show, history and publications say.
+    assert len({v["run_id"] for v in found["versions"]}) == 3
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        versions = {v["id"]: v for v in engine.history("shop.orders")}
+        for v in found["versions"]:
+            assert v["accepted_at"] and v["receipt"]["extraction_started_at"]
+            run = engine.run(v["run_id"])
+            assert v["delivery_id"] in {d.id for d in run["deliveries"]}
+            assert run["run"].publication_id == v["publication"]
+            assert versions[v["dataset_version"]]["run_id"] == v["run_id"]
+            assert v["publication"] in versions[v["dataset_version"]]["publications"]
+    finally:
+        engine.close()
+    assert [v["lake_version"] for v in found["versions"]] == [0, 1, 2]
+    assert "deleted by run " + gone["run_id"] in found["reason"]
+
+    present = _explain(tools, tmp_path, "shop.orders", "6")
+    assert present["status"] == "present"
+    assert [v["op"] for v in present["versions"]] == ["snapshot"]
+    assert present["current"][0]["id"] == 6 and present["current"][0]["status"] == "placed"
+
+    text = tools.cli(tmp_path, "explain", "shop.orders", "5")
+    assert text.returncode == 0
+    assert "deleted" in text.stdout and gone["run_id"] in text.stdout
+
+
+def test_a_key_never_captured_and_a_dataset_never_captured(tmp_path: Path, tools: Any) -> None:
+    tools.make(tmp_path)
+    before = _explain(tools, tmp_path, "shop.orders", "5")
+    assert before["status"] == "never" and before["versions"] == []
+    assert "no published capture" in before["reason"]
+    _capture(tools, tmp_path)
+    after = _explain(tools, tmp_path, "shop.orders", "100000")
+    assert after["status"] == "never"
+    assert "no capture up to the newest publication" in after["reason"]
+
+
+def test_a_full_refresh_says_which_observations_changed(tmp_path: Path, tools: Any) -> None:
+    """A replacement delivers unchanged rows too: only the changes are versions."""
+    tools.make(tmp_path)
+    project = tmp_path / "combined.yaml"
+    project.write_text(
+        project.read_text().replace(
+            "      orders:\n        key: [id]",
+            "      orders:\n        key: [id]\n        sync_mode: full_refresh",
+        )
+    )
+    _capture(tools, tmp_path)
+    _capture(tools, tmp_path)  # unchanged: no version
+    tools.sql(tmp_path, "UPDATE orders SET total = 99 WHERE id = 7")
+    _capture(tools, tmp_path)
+    tools.sql(tmp_path, "DELETE FROM orders WHERE id = 7")
+    _capture(tools, tmp_path)
+    found = _explain(tools, tmp_path, "shop.orders", "7")
+    assert [v["op"] for v in found["versions"]] == ["insert", "update", "delete"]
+    assert found["versions"][1]["values"]["total"] == 99
+    assert found["status"] == "deleted"
+    kept = _explain(tools, tmp_path, "shop.orders", "8")
+    assert [v["op"] for v in kept["versions"]] == ["insert"]
+    assert kept["status"] == "present"
+
+
+def test_a_quarantined_key_says_where_it_waits(tmp_path: Path, tools: Any) -> None:
+    tools.make(tmp_path)
+    tools.sql(
+        tmp_path,
+        "CREATE TABLE tags (id INTEGER, label TEXT); "
+        "INSERT INTO tags VALUES (1, 'a'), (2, 'b'), (2, 'c');",
+    )
+    project = tmp_path / "combined.yaml"
+    project.write_text(project.read_text() + "      tags:\n        key: [id]\n")
+    result = tools.cli(tmp_path, "capture", "shop.tags")
+    assert result.returncode != 0  # duplicate keys: the Run needs review
+    found = _explain(tools, tmp_path, "shop.tags", "2")
+    assert found["status"] == "quarantined", found
+    (entry,) = found["quarantined"]
+    assert sorted(r["label"] for r in entry["rows"]) == ["b", "c"]
+    assert entry["decision"] is None and "awaiting review" in found["reason"]
+    clean = _explain(tools, tmp_path, "shop.tags", "1")
+    assert clean["quarantined"] == []
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["shop.orders"], "give one value for each"),
+        (["shop.orders", "1", "2"], "key has 1 column (id)"),
+        (["shop.orders", "abc"], "is not a BIGINT value"),
+        (["shop.nope", "1"], "unknown dataset 'nope'"),
+        (["orders", "1"], "does not name a dataset"),
+    ],
+)
+def test_bad_input_is_exit_2_with_the_key_columns(
+    shop: Path, tools: Any, args: list[str], says: str
+) -> None:
+    _capture(tools, shop)
+    result = tools.cli(shop, "explain", *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert says in result.stderr
