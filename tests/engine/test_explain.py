@@ -153,3 +153,60 @@ def test_bad_input_is_exit_2_with_the_key_columns(
     result = tools.cli(shop, "explain", *args)
     assert result.returncode == 2, result.stdout + result.stderr
     assert says in result.stderr
+
+
+CDC_PROJECT = """\
+version: 1
+lake: ./lake
+sources:
+  pg:
+    connector: postgres
+    config:
+      dsn: {dsn}
+      slot_prefix: {prefix}
+    datasets:
+      items:
+        relation: public.items
+        key: [id, region]
+        strategy: cdc
+"""
+
+
+def test_a_change_streams_versions_carry_their_positions(
+    tmp_path: Path, tools: Any, cdc_db: Any
+) -> None:
+    """CDC: a composite key, each version at its LSN; a TRUNCATE ends the row."""
+    import psycopg
+
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE items (id bigint, region text, qty int, PRIMARY KEY (id, region))"
+        )
+        conn.execute("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 20) g")
+    (tmp_path / "combined.yaml").write_text(
+        CDC_PROJECT.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix)
+    )
+    cdc_db.slot("public.items")
+    _capture(tools, tmp_path)
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute("UPDATE items SET qty = 100 WHERE id = 3")
+        conn.execute("UPDATE items SET qty = 200 WHERE id = 3")
+    _capture(tools, tmp_path)
+    found = _explain(tools, tmp_path, "pg.items", "3", "eu")
+    assert found["status"] == "present" and found["current"][0]["qty"] == 200
+    ops = [v["op"] for v in found["versions"]]
+    assert ops[0] in ("snapshot", "insert") and ops[-1] == "update"
+    streamed = [v for v in found["versions"] if v["op"] == "update"]
+    assert all(v["source_position"] for v in streamed)  # an LSN per change
+    assert streamed[-1]["values"]["qty"] == 200
+
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE items")
+    _capture(tools, tmp_path)
+    gone = _explain(tools, tmp_path, "pg.items", "3", "eu")
+    # The stream's TRUNCATE is committed as a delete of every row it emptied.
+    assert gone["versions"][-1]["op"] in ("delete", "truncate")
+    assert gone["status"] in ("deleted", "truncated") and gone["current"] == []
+
+    arity = tools.cli(tmp_path, "explain", "pg.items", "3")
+    assert arity.returncode == 2 and "(id, region)" in arity.stderr
