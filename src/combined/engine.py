@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from combined.config import WebhookConfig
     from combined.connectors.abc import Discovery, Source
-    from combined.evidence import Explanation
+    from combined.evidence import Explanation, Replay
 
 
 #: What ``status(slots=True)`` shows of a replication slot, and of a binlog stream.
@@ -676,6 +676,15 @@ class Engine:
         from combined.evidence import explain
 
         return explain(self, name, key)
+
+    def replay(
+        self, name: str, *, to_version: str | None = None, into: str | None = None
+    ) -> Replay:
+        """Rebuild ``SOURCE.DATASET``'s projection from its raw Deliveries alone (to
+        ``to_version``), compare it row by row with the table, and write it ``into``."""
+        from combined.evidence import replay
+
+        return replay(self, name, to_version=to_version, into=into)
 
     def publications(self, limit: int = 20) -> list[dict[str, Any]]:
         """Newest publications with their members."""

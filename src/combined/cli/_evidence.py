@@ -1,4 +1,4 @@
-"""``combined explain``: every version of one row, with its evidence (docs/explain.md)."""
+"""``combined explain`` and ``combined replay``: evidence from the raw layer (docs/explain.md)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from combined._status import RUN_NEEDS_REVIEW
 from combined.cli import ProjectOpt, _session, _when, app, console
 
 if TYPE_CHECKING:
@@ -80,3 +81,55 @@ def explain(
             f"{len(q['rows'])} record(s)"
         )
         console.print(line, markup=False, soft_wrap=True)
+
+
+@app.command()
+def replay(
+    dataset: Annotated[str, typer.Argument(help="SOURCE.DATASET")],
+    to_version: Annotated[
+        str | None,
+        typer.Option(help="replay up to this lake version, or dataset version id (prefix)"),
+    ] = None,
+    into: Annotated[
+        str | None, typer.Option(help="also write the replay as a new Delta table here")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="the comparison as JSON")] = False,
+    project: ProjectOpt = None,
+) -> None:
+    """Rebuild a dataset's projection from its raw Deliveries alone (no source contacted)
+    and compare it row by row with the table; exit 3 when they differ."""
+    with _session(project) as engine:
+        done = engine.replay(dataset, to_version=to_version, into=into)
+    if as_json:
+        typer.echo(json.dumps(done.to_json()))
+    else:
+        console.print(
+            f"replayed {done.dataset} ({done.sync_mode}) to lake version {done.lake_version} "
+            f"from {done.commits} commits and {done.deliveries} Deliveries: "
+            f"{done.replayed_rows} rows; the projection holds {done.projection_rows}",
+            markup=False,
+            soft_wrap=True,
+        )
+        if done.foreign_versions:
+            versions = ", ".join(str(v) for v in done.foreign_versions)
+            console.print(
+                f"lake versions {versions} were committed outside Combined",
+                markup=False,
+                soft_wrap=True,
+            )
+        if done.into:
+            console.print(f"written to {done.into}", markup=False, soft_wrap=True)
+        if done.equal:
+            console.print("equal: every identity and payload hash matches", markup=False)
+        else:
+            console.print(
+                f"DIFFERENT: {done.only_in_replay} only in the replay, "
+                f"{done.only_in_projection} only in the projection, "
+                f"{done.other_payload} with another payload",
+                markup=False,
+                soft_wrap=True,
+            )
+            for d in done.differences:
+                console.print(f"  {d['kind']}: {d['id']}", markup=False, soft_wrap=True)
+    if not done.equal:
+        raise typer.Exit(RUN_NEEDS_REVIEW)

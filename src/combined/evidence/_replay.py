@@ -1,0 +1,299 @@
+"""``combined replay``: rebuild a projection from the raw layer alone, and compare.
+
+The raw layer holds every committed Delivery; each lake commit's metadata
+lists the Deliveries it committed and the dataset's sync mode says how they
+shape the projection. Replaying needs neither the source nor the table: it
+is independent evidence that the projection is what the Deliveries say.
+
+- ``incremental``: per identity, its last row in commit order (lake
+  version, Delivery sequence, row); a delete, or a truncate after it, leaves
+  the identity out.
+- ``append``: every row of every Delivery, as delivered.
+- ``full_refresh``: the rows of the newest commit that delivered a
+  replacement (an emptied source delivers an empty one).
+
+The comparison is row by row on (identity, payload hash): rows only in the
+replay, only in the projection, or with another payload.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from combined.errors import ConfigError, LakeError, NotFoundError
+from combined.evidence._explain import _Commit, _commits, _raw_files
+from combined.protocol import _provenance as prov
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from combined.engine import Engine
+    from combined.lake._layout import LakeLayout
+
+#: Differences listed in full; the counts cover every one.
+SHOWN = 20
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What a replay rebuilt, and how it compares with the projection."""
+
+    dataset: str
+    sync_mode: str
+    lake_version: int
+    commits: int
+    deliveries: int
+    replayed_rows: int
+    projection_rows: int
+    only_in_replay: int
+    only_in_projection: int
+    other_payload: int
+    differences: list[dict[str, Any]] = field(default_factory=list)
+    into: str | None = None
+    foreign_versions: list[int] = field(default_factory=list)  # commits not made by Combined
+
+    @property
+    def equal(self) -> bool:
+        """Whether the replay and the projection hold the same rows."""
+        return not (self.only_in_replay or self.only_in_projection or self.other_payload)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dictionary, ``equal`` included."""
+        from dataclasses import asdict
+
+        from combined.api._json import jsonable
+
+        return {**dict(jsonable(asdict(self))), "equal": self.equal}
+
+
+# -- which commits --------------------------------------------------------------------------
+
+
+def _upto(commits: Sequence[_Commit], to_version: str | None) -> tuple[list[_Commit], int]:
+    """The commits up to ``to_version`` (a lake version, or a dataset version id or prefix)."""
+    if not commits:
+        raise NotFoundError(
+            "the dataset has no commit in the lake to replay",
+            hint="capture it first: `combined capture SOURCE.DATASET`",
+        )
+    if to_version is None:
+        return list(commits), commits[-1].lake_version
+    if to_version.isdigit():
+        target = int(to_version)
+        known = {c.lake_version for c in commits}
+        if target not in known:
+            raise ConfigError(
+                f"lake version {target} is not a commit of this dataset",
+                hint=f"its commits: lake versions {', '.join(str(v) for v in sorted(known))}",
+            )
+    else:
+        found = [
+            c
+            for c in commits
+            if str((c.meta.get("version") or {}).get("id", "")).startswith(to_version)
+        ]
+        if not found:
+            raise ConfigError(
+                f"no dataset version starts with {to_version!r}",
+                hint="give a lake version, or a dataset version id from `combined history`",
+            )
+        target = found[0].lake_version
+    return [c for c in commits if c.lake_version <= target], target
+
+
+# -- the replay -----------------------------------------------------------------------------
+
+
+def _connect(layout: LakeLayout, spill: Path) -> duckdb.DuckDBPyConnection:
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET memory_limit = '1GB'")
+    con.execute("SET temp_directory = ?", [str(spill)])
+    con.execute("SET preserve_insertion_order = false")
+    layout.store.attach(con)
+    return con
+
+
+def _order_table(
+    con: duckdb.DuckDBPyConnection, files: dict[str, tuple[_Commit, dict[str, Any]]]
+) -> None:
+    """Each raw file's place in commit order, to join onto its rows."""
+    import pyarrow as pa
+
+    names = list(files)
+    con.register(
+        "_files",
+        pa.table(
+            {
+                "filename": names,
+                "lake_version": [files[n][0].lake_version for n in names],
+                "sequence": [int(files[n][1]["sequence"]) for n in names],
+            }
+        ),
+    )
+
+
+def _rows_sql(scan: str) -> str:
+    """Every raw row with its place: (lake version, Delivery sequence, row)."""
+    return (
+        f"SELECT r.* EXCLUDE (filename, file_row_number), f.lake_version AS _lv, "
+        f"f.sequence AS _seq, r.file_row_number AS _row "
+        f"FROM {scan} r JOIN _files f USING (filename)"
+    )
+
+
+def _replay_sql(sync_mode: str, scan: str, commits: Sequence[_Commit]) -> str:
+    """The replayed projection of ``sync_mode`` (with its three ordering columns)."""
+    rows = _rows_sql(scan)
+    if sync_mode == "append":
+        return rows
+    if sync_mode == "full_refresh":
+        replacements = [c.lake_version for c in commits if c.meta.get("deliveries")]
+        last = replacements[-1] if replacements else -1
+        return f"SELECT * FROM ({rows}) WHERE _lv = {last} AND {prov.OP} <> 'delete'"
+    ordered = "(_lv, _seq, _row)"
+    return (
+        f"WITH r AS ({rows}), "
+        f"cut AS (SELECT max({ordered}) AS at FROM r WHERE {prov.OP} = 'truncate'), "
+        f"latest AS (SELECT r.*, row_number() OVER (PARTITION BY {prov.ID} "
+        f"ORDER BY _lv DESC, _seq DESC, _row DESC) AS _n FROM r, cut "
+        f"WHERE cut.at IS NULL OR {ordered} > cut.at) "
+        f"SELECT * EXCLUDE (_n) FROM latest WHERE _n = 1 "
+        f"AND {prov.OP} NOT IN ('delete', 'truncate')"
+    )
+
+
+def _projection_sql(
+    engine: Engine, con: duckdb.DuckDBPyConnection, source: str, dataset: str, version: int
+) -> str:
+    """The dataset's Delta table at lake version ``version``, as a FROM item."""
+    layout = engine.layout
+    table = layout.dataset_table(source, dataset)
+    schema = table.schema(version)
+    assert schema is not None
+    files = table.files(version)
+    if not files:
+        con.register("_projection", schema.empty_table())
+        return "_projection"
+    if layout.store.remote:
+        return layout.store.arrow_source(con, "_projection", files, schema)
+    return layout.store.duck_source(con, files)
+
+
+# -- the comparison -------------------------------------------------------------------------
+
+
+def _counts(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
+    (replayed,) = con.execute("SELECT count(*) FROM _replay").fetchall()[0]
+    (projected,) = con.execute("SELECT count(*) FROM _current").fetchall()[0]
+    return int(replayed), int(projected)
+
+
+def _differences(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """Counts by kind of difference, and the first :data:`SHOWN` of them."""
+    ident, payload = prov.ID, prov.PAYLOAD_HASH
+    con.execute(
+        "CREATE TEMP TABLE _diff AS "
+        f"WITH r AS (SELECT {ident} AS id, {payload} AS h, count(*) AS n "
+        "FROM _replay GROUP BY ALL), "
+        f"p AS (SELECT {ident} AS id, {payload} AS h, count(*) AS n "
+        "FROM _current GROUP BY ALL) "
+        "SELECT coalesce(r.id, p.id) AS id, r.h AS replay_hash, p.h AS projection_hash, "
+        "coalesce(r.n, 0) AS replay_rows, coalesce(p.n, 0) AS projection_rows "
+        "FROM r FULL OUTER JOIN p ON r.id = p.id AND r.h IS NOT DISTINCT FROM p.h "
+        "WHERE r.n IS DISTINCT FROM p.n"
+    )
+    # One identity with a row on each side under other hashes is one changed payload.
+    con.execute(
+        "CREATE TEMP TABLE _kinds AS SELECT id, CASE "
+        "WHEN bool_or(replay_rows > projection_rows) AND bool_or(projection_rows > replay_rows) "
+        "THEN 'other_payload' WHEN bool_or(replay_rows > projection_rows) THEN 'only_in_replay' "
+        "ELSE 'only_in_projection' END AS kind, "
+        "max(replay_hash) AS replay_hash, max(projection_hash) AS projection_hash "
+        "FROM _diff GROUP BY id"
+    )
+    counts = dict(con.execute("SELECT kind, count(*) FROM _kinds GROUP BY kind").fetchall())
+    shown = con.sql(f"SELECT * FROM _kinds ORDER BY kind, id LIMIT {SHOWN}").to_arrow_table()
+    return {str(k): int(v) for k, v in counts.items()}, shown.to_pylist()
+
+
+def _write_into(engine: Engine, con: duckdb.DuckDBPyConnection, into: str) -> str:
+    """The replayed rows as a new Delta table at ``into`` (which must not hold one)."""
+    from deltalake import DeltaTable, write_deltalake
+
+    from combined.lake._store import LakeStore
+
+    store = LakeStore.at(into if "://" in into else Path(into).resolve())
+    target = str(store.root)
+    if DeltaTable.is_deltatable(target, storage_options=store.storage_options()):
+        raise ConfigError(
+            f"{into} already holds a Delta table: replay writes only a new one",
+            hint="give another --into, or remove that table first",
+        )
+    reader = con.sql("SELECT * EXCLUDE (_lv, _seq, _row) FROM _replay").to_arrow_reader(65_536)
+    write_deltalake(target, reader, storage_options=store.storage_options())
+    return target
+
+
+def replay(
+    engine: Engine, name: str, *, to_version: str | None = None, into: str | None = None
+) -> Replay:
+    """Rebuild ``SOURCE.DATASET``'s projection from its raw Deliveries and compare it."""
+    from combined.evidence._explain import _scan
+
+    source, dot, dataset = name.partition(".")
+    if not dot or not source or not dataset:
+        raise ConfigError(f"{name!r} does not name a dataset", hint="name it SOURCE.DATASET")
+    sync_mode = engine.project.dataset(source, dataset).sync_mode
+    layout = engine.layout
+    commits, version = _upto(_commits(layout, source, dataset), to_version)
+    table = layout.dataset_table(source, dataset)
+    if to_version is None:
+        version = table.version() or version  # the table as readers see it now
+    foreign = [v for v in table.foreign_versions(None) if v <= version]
+    files = _raw_files(layout, source, dataset, commits)
+    spill = layout.staging_area() / f"replay-{uuid.uuid4().hex[:12]}"
+    spill.mkdir(parents=True, mode=0o700)
+    con = _connect(layout, spill)
+    try:
+        if files:
+            _order_table(con, files)
+            query = _replay_sql(sync_mode, _scan(list(files)), commits)
+        else:
+            query = (
+                f"SELECT NULL::VARCHAR AS {prov.ID}, NULL::VARCHAR AS {prov.PAYLOAD_HASH} LIMIT 0"
+            )
+        con.execute(f"CREATE TEMP TABLE _replay AS {query}")
+        current = _projection_sql(engine, con, source, dataset, version)
+        con.execute(
+            f"CREATE TEMP TABLE _current AS SELECT {prov.ID}, {prov.PAYLOAD_HASH} FROM {current}"
+        )
+        replayed, projected = _counts(con)
+        counts, shown = _differences(con)
+        target = _write_into(engine, con, into) if into is not None else None
+    except OSError as exc:
+        raise LakeError(f"the replay of {name} could not read or write: {exc}") from exc
+    finally:
+        con.close()
+        shutil.rmtree(spill, ignore_errors=True)
+    return Replay(
+        dataset=name,
+        sync_mode=sync_mode,
+        lake_version=version,
+        commits=len(commits),
+        deliveries=len(files),
+        replayed_rows=replayed,
+        projection_rows=projected,
+        only_in_replay=counts.get("only_in_replay", 0),
+        only_in_projection=counts.get("only_in_projection", 0),
+        other_payload=counts.get("other_payload", 0),
+        differences=shown,
+        into=target,
+        foreign_versions=foreign,
+    )
