@@ -289,6 +289,16 @@ def serving(
                     server.communicate()
 
 
+def pg_cdc_project(dsn: str, prefix: str, relation: str, key: list[str]) -> str:
+    """A project file with one PostgreSQL ``cdc`` dataset ``pg.items`` over ``relation``."""
+    return (
+        f"version: 1\nlake: ./lake\nsources:\n  pg:\n    connector: postgres\n"
+        f"    config:\n      dsn: {dsn}\n      slot_prefix: {prefix}\n"
+        f"    datasets:\n      items:\n        relation: {relation}\n"
+        f"        key: [{', '.join(key)}]\n        strategy: cdc\n"
+    )
+
+
 class ShopTools:
     """The shop helpers, handed to tests as a fixture (tests are not a package)."""
 
@@ -300,6 +310,7 @@ class ShopTools:
     while_held = staticmethod(while_held)
     capture_held = CAPTURE_HELD_BEFORE_ITS_LEASE
     serving = staticmethod(serving)
+    pg_cdc_project = staticmethod(pg_cdc_project)
 
 
 @pytest.fixture

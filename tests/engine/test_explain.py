@@ -155,23 +155,6 @@ def test_bad_input_is_exit_2_with_the_key_columns(
     assert says in result.stderr
 
 
-CDC_PROJECT = """\
-version: 1
-lake: ./lake
-sources:
-  pg:
-    connector: postgres
-    config:
-      dsn: {dsn}
-      slot_prefix: {prefix}
-    datasets:
-      items:
-        relation: public.items
-        key: [id, region]
-        strategy: cdc
-"""
-
-
 def test_a_change_streams_versions_carry_their_positions(
     tmp_path: Path, tools: Any, cdc_db: Any
 ) -> None:
@@ -184,7 +167,7 @@ def test_a_change_streams_versions_carry_their_positions(
         )
         conn.execute("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 20) g")
     (tmp_path / "combined.yaml").write_text(
-        CDC_PROJECT.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix)
+        tools.pg_cdc_project(cdc_db.dsn, cdc_db.prefix, "public.items", ["id", "region"])
     )
     cdc_db.slot("public.items")
     _capture(tools, tmp_path)

@@ -148,23 +148,6 @@ def test_bad_input_is_exit_2(shop: Path, tools: Any, args: list[str], says: str)
     assert says in result.stderr
 
 
-CDC_PROJECT = """\
-version: 1
-lake: ./lake
-sources:
-  pg:
-    connector: postgres
-    config:
-      dsn: {dsn}
-      slot_prefix: {prefix}
-    datasets:
-      items:
-        relation: public.items
-        key: [id]
-        strategy: cdc
-"""
-
-
 def test_replay_equals_a_change_streams_projection_across_a_truncate(
     tmp_path: Path, tools: Any, cdc_db: Any
 ) -> None:
@@ -174,7 +157,7 @@ def test_replay_equals_a_change_streams_projection_across_a_truncate(
         conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, qty int)")
         conn.execute("INSERT INTO items SELECT g, g FROM generate_series(1, 50) g")
     (tmp_path / "combined.yaml").write_text(
-        CDC_PROJECT.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix)
+        tools.pg_cdc_project(cdc_db.dsn, cdc_db.prefix, "public.items", ["id"])
     )
     cdc_db.slot("public.items")
     _capture(tools, tmp_path)
