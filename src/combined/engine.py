@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from combined.config import WebhookConfig
     from combined.connectors.abc import Discovery, Source
-    from combined.evidence import Explanation, Replay
+    from combined.evidence import Explanation, Replay, SourcePlan
 
 
 #: What ``status(slots=True)`` shows of a replication slot, and of a binlog stream.
@@ -676,6 +676,12 @@ class Engine:
         from combined.evidence import explain
 
         return explain(self, name, key)
+
+    def plan(self, sources: Sequence[str] = ()) -> list[SourcePlan]:
+        """Each source's ingestion design, every claim with its evidence (``combined plan``)."""
+        from combined.evidence import plans
+
+        return plans(self, sources)
 
     def replay(
         self, name: str, *, to_version: str | None = None, into: str | None = None

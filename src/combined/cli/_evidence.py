@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -133,3 +134,31 @@ def replay(
                 console.print(f"  {d['kind']}: {d['id']}", markup=False, soft_wrap=True)
     if not done.equal:
         raise typer.Exit(RUN_NEEDS_REVIEW)
+
+
+@app.command()
+def plan(
+    source: Annotated[str | None, typer.Argument(help="one source (all when omitted)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="the plans as JSON")] = False,
+    output: Annotated[
+        Path | None, typer.Option(help="write one SOURCE.md per source into this directory")
+    ] = None,
+    project: ProjectOpt = None,
+) -> None:
+    """Each source's ingestion design, built from evidence: every claim names the query,
+    Run or setting it rests on, and what cannot be supported is marked unproven."""
+    from combined.evidence import render
+
+    with _session(project) as engine:
+        found = engine.plan([source] if source else [])
+    if as_json:
+        typer.echo(json.dumps([p.to_json() for p in found]))
+        return
+    if output is None:
+        typer.echo("\n".join(render(p) for p in found))
+        return
+    output.mkdir(parents=True, exist_ok=True)
+    for p in found:
+        path = output / f"{p.source}.md"
+        path.write_text(render(p))
+        console.print(f"wrote {path}", markup=False, soft_wrap=True)

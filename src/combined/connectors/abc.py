@@ -58,6 +58,25 @@ class CursorCandidate:
 
     column: str
     evidence: str
+    #: Whether the source maintains the column when a row is updated (a trigger
+    #: that sets it), False when nothing does, None when the connector cannot tell.
+    maintained_on_update: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyMeasure:
+    """What one query measured about a declared key: is it unique in the relation now."""
+
+    rows: int
+    distinct: int  # distinct complete keys (rows with a null key part left out)
+    null_keys: int
+    query: str
+    measured_at: datetime = field(default_factory=utcnow)
+
+    @property
+    def unique(self) -> bool:
+        """Whether every row has its own complete key."""
+        return self.rows == self.distinct and self.null_keys == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,6 +417,16 @@ class BaseSource(abc.ABC):
     def warnings(self) -> Sequence[str]:
         """Risks in the configuration that do not stop a read (``combined check`` tells them)."""
         return ()
+
+    # -- evidence for ``combined plan`` (optional: None where the source cannot say) --------
+
+    def measure_key(self, relation: str, key: Sequence[str]) -> KeyMeasure | None:
+        """Rows, distinct key values and rows with a null key part of ``relation``."""
+        return None
+
+    def feed_retention(self) -> Mapping[str, Any] | None:
+        """How long the source keeps its change feed for a stopped consumer (CDC sources)."""
+        return None
 
 
 def supported_strategies(connector: type[Source]) -> tuple[Strategy, ...]:

@@ -273,7 +273,8 @@ def cursor_evidence(
         "values are assigned when a row is written, not when its transaction commits: "
         "a row can become visible after a larger value, so declare a lookback"
     )
-    return CursorCandidate(col.name, "; ".join(facts))
+    on_update = plan.temporal and "on update current_timestamp" in extra
+    return CursorCandidate(col.name, "; ".join(facts), maintained_on_update=on_update)
 
 
 def describe(

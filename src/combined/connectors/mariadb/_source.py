@@ -11,6 +11,7 @@ from combined.connectors.abc import (
     BaseExtraction,
     BaseSource,
     Discovery,
+    KeyMeasure,
     ReadRequest,
     refuse_bounds,
     require_cursor_and_key,
@@ -88,6 +89,37 @@ class MariaDBSource(BaseSource):
             session.rows("SELECT 1", "checking the session")
         finally:
             session.close()
+
+    def measure_key(self, relation: str, key: Sequence[str]) -> KeyMeasure:
+        """Rows, distinct key values and rows with a null key part of ``relation``."""
+        cols = [f"`{k.replace('`', '``')}`" for k in key]
+        table = ".".join(f"`{p.replace('`', '``')}`" for p in relation.split(".", 1))
+        query = (
+            f"SELECT COUNT(*), COUNT(DISTINCT {', '.join(cols)}), "
+            f"COALESCE(SUM({' OR '.join(f'{c} IS NULL' for c in cols)}), 0) FROM {table}"
+        )
+        session = Session(self.settings)
+        try:
+            ((rows, distinct, nulls),) = session.rows(query, f"measuring the key of {relation}")
+        finally:
+            session.close()
+        # COUNT(DISTINCT) leaves out a key with a null part, as the measure wants.
+        return KeyMeasure(int(rows), int(distinct), int(nulls), query)
+
+    def feed_retention(self) -> Mapping[str, Any]:
+        """How long the server keeps a closed binlog file."""
+        from combined.connectors.mariadb._binlog_setup import retention_seconds
+
+        session = Session(self.settings)
+        try:
+            seconds = retention_seconds(session)
+        finally:
+            session.close()
+        return {
+            "kind": "binlog",
+            "retention_seconds": seconds,
+            "query": "SELECT @@binlog_expire_logs_seconds, @@expire_logs_days",
+        }
 
     def discover(self) -> Discovery:
         """Tables and views of the dsn's database with columns, keys and cursor evidence."""

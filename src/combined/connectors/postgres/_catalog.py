@@ -339,9 +339,11 @@ def cursor_evidence(
             f"default {default}: set when an insert omits the column; "
             "no default maintains it on update"
         )
+    on_update = False
     if plan.temporal:
         for t in trig:
             if t.enabled and t.tgtype & _ROW and t.tgtype & _BEFORE and t.tgtype & _UPDATE:
+                on_update = True
                 events = "INSERT OR UPDATE" if t.tgtype & _INSERT else "UPDATE"
                 facts.append(
                     f"BEFORE {events} row trigger {t.name} (function {t.function}) may "
@@ -356,7 +358,7 @@ def cursor_evidence(
         "values are assigned when a row is written, not when its transaction commits: "
         "a row can become visible after a larger value, so declare a lookback"
     )
-    return CursorCandidate(col.name, "; ".join(facts))
+    return CursorCandidate(col.name, "; ".join(facts), maintained_on_update=on_update)
 
 
 def describe(

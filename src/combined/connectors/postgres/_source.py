@@ -14,6 +14,7 @@ from combined.connectors.abc import (
     BaseExtraction,
     BaseSource,
     Discovery,
+    KeyMeasure,
     ReadRequest,
     require_cursor_and_key,
 )
@@ -221,6 +222,18 @@ class PostgresSource(BaseSource):
             f"slot {name} {'dropped' if slot else 'was absent'}, "
             f"publication {name} {'dropped' if pub else 'was absent'}"
         )
+
+    def measure_key(self, relation: str, key: Sequence[str]) -> KeyMeasure:
+        """Rows, distinct key values and rows with a null key part of ``relation``."""
+        from combined.connectors.postgres._evidence import measure_key
+
+        return measure_key(self.settings, relation, key)
+
+    def feed_retention(self) -> Mapping[str, Any]:
+        """The server's WAL keep settings for slots and its average WAL rate."""
+        from combined.connectors.postgres._evidence import wal_retention
+
+        return wal_retention(self.settings)
 
     def plan_partitions(
         self,

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from combined.connectors.abc import BaseSource, Discovery, Extraction, ReadRequest, refuse_bounds
+from combined.connectors.abc import (
+    BaseSource,
+    Discovery,
+    Extraction,
+    KeyMeasure,
+    ReadRequest,
+    refuse_bounds,
+)
 from combined.connectors.sqlite import _catalog as catalog
 from combined.connectors.sqlite._connection import (
     DRIVER_ERRORS,
     Connection,
     execute,
+    fetch,
     open_readonly,
     scalar,
     translate,
@@ -98,6 +106,25 @@ class SQLiteSource(BaseSource):
             raise translate(exc, self.path) from exc
         finally:
             conn.close()
+
+    def measure_key(self, relation: str, key: Sequence[str]) -> KeyMeasure:
+        """Rows, distinct key values and rows with a null key part of ``relation``."""
+        cols = ", ".join('"' + k.replace('"', '""') + '"' for k in key)
+        nulls = " OR ".join('"' + k.replace('"', '""') + '" IS NULL' for k in key)
+        table = '"' + relation.replace('"', '""') + '"'
+        query = (
+            f"SELECT (SELECT count(*) FROM {table}), "
+            f"(SELECT count(*) FROM (SELECT DISTINCT {cols} FROM {table} WHERE NOT ({nulls}))), "
+            f"(SELECT count(*) FROM {table} WHERE {nulls})"
+        )
+        conn = self._open()
+        try:
+            rows, distinct, null_keys = fetch(conn, query)[0].values()
+        except DRIVER_ERRORS as exc:
+            raise translate(exc, self.path) from exc
+        finally:
+            conn.close()
+        return KeyMeasure(int(rows), int(distinct), int(null_keys), query)
 
     def discover(self) -> Discovery:
         """Report every table and view with fields, keys and cursor evidence."""
