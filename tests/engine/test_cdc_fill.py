@@ -178,3 +178,29 @@ def test_an_append_dataset_is_not_filled_and_an_alert_says_why(tmp_path: Path, c
         assert len(_events(engine, "alert.column_not_filled")) == 1
     finally:
         engine.close()
+
+
+def test_a_count_knows_which_transactions_its_snapshot_saw(tmp_path: Path, cdc_db: Any) -> None:
+    """The check is skipped when a write races the count: the count tells which it saw.
+
+    A transaction committed before the count is in it; one still open while
+    the count read (committed after, before the count's WAL position) is
+    not, though the stream shows it before that position: the lake's commit
+    would hold it and the count not, so the run drops that dataset's counts.
+    """
+    from combined.connectors.postgres._fill import count_nulls
+
+    dsn = _project(tmp_path, cdc_db)
+    with psycopg.connect(dsn) as before, psycopg.connect(dsn) as racing:
+        before.execute("UPDATE t SET v = NULL WHERE id = 1")
+        seen = before.execute("SELECT pg_current_xact_id()::text").fetchone()
+        before.commit()
+        racing.execute("UPDATE t SET v = NULL WHERE id = 2")
+        unseen = racing.execute("SELECT pg_current_xact_id()::text").fetchone()
+        count = count_nulls(Settings(dsn), "public.t", ["v"])
+        racing.commit()
+    assert seen is not None and unseen is not None
+    assert count.nulls == {"v": 1} and count.rows == 100
+    assert count.sees(int(seen[0]) & 0xFFFFFFFF)
+    assert not count.sees(int(unseen[0]) & 0xFFFFFFFF)
+    assert not count.sees((int(unseen[0]) + 5) & 0xFFFFFFFF)  # began after the count

@@ -115,9 +115,9 @@ class FillCount:
 
     def sees(self, xid: int) -> bool:
         """Whether the snapshot sees the (committed) transaction of 32-bit ``xid``."""
-        full = (self.xmax & ~0xFFFFFFFF) | (xid & 0xFFFFFFFF)
-        if full > self.xmax:
-            full -= 1 << 32  # from the epoch before
+        # The full id nearest ``xmax`` (32-bit ids compare within 2^31 of each other).
+        diff = (xid - self.xmax) & 0xFFFFFFFF
+        full = self.xmax + (diff - (1 << 32) if diff >= 1 << 31 else diff)
         return full < self.xmin or (full < self.xmax and full not in self.running)
 
 
