@@ -204,3 +204,51 @@ def test_a_count_knows_which_transactions_its_snapshot_saw(tmp_path: Path, cdc_d
     assert count.sees(int(seen[0]) & 0xFFFFFFFF)
     assert not count.sees(int(unseen[0]) & 0xFFFFFFFF)
     assert not count.sees((int(unseen[0]) + 5) & 0xFFFFFFFF)  # began after the count
+
+
+def test_writes_racing_the_count_never_make_a_false_mismatch(tmp_path: Path, cdc_db: Any) -> None:
+    """Under a steady stream of writes the filled columns' check is exact or skipped.
+
+    A writer toggles the new columns between a value and null, one row per
+    transaction, throughout several captures that each fill a new column:
+    the count and the lake's commit must describe the same transactions, or
+    the run must skip the check (``filled_nulls`` null), never report a
+    mismatch the lake does not have.
+    """
+    import threading
+
+    dsn = _project(tmp_path, cdc_db)
+    engine = Engine.open(tmp_path / "combined.yaml")
+    done = threading.Event()
+    columns: list[str] = []
+
+    def write() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            i = 0
+            while not done.is_set():
+                for c in list(columns):
+                    conn.execute(
+                        f"UPDATE t SET {c} = CASE WHEN {c} IS NULL THEN 1 END WHERE id = %s",
+                        (i % 100 + 1,),
+                    )
+                i += 1
+
+    writer = threading.Thread(target=write, daemon=True)
+    try:
+        _captured_then(engine, dsn)
+        writer.start()
+        for n in range(3):
+            _captured_then(engine, dsn, f"ALTER TABLE t ADD COLUMN x{n} int DEFAULT {n}")
+            columns.append(f"x{n}")
+            (run,) = engine.capture()
+            assert run.state == "succeeded", run.error
+            assert run.stats is not None and run.stats["t"]["reconciliation"] != "mismatch"
+            checked = _events(engine, "reconciliation")[0]["filled_nulls"]
+            if checked is not None:
+                assert all(v["source"] == v["lake"] for v in checked.values()), checked
+        assert not _events(engine, "alert.reconciliation_failed")
+    finally:
+        done.set()
+        if writer.is_alive():
+            writer.join()
+        engine.close()
