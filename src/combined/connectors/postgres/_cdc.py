@@ -230,20 +230,7 @@ class CdcExtraction(BaseExtraction):
         if end == "current":
             end = current_wal_lsn(self._settings)
         end_lsn = None if end is None else _lsn(end)
-        asm = self._assembler = _Assembler(
-            self.datasets,
-            self._starts,
-            keys=self._keys,
-            oids=self._oids,
-            batch_rows=self._limits[0],
-            batch_bytes=self._limits[1],
-            resolve_types=self._resolve_types,
-            trees=self._trees,
-            ancestors=self._ancestors,
-            known=self._lake_columns,
-            fill=self._fill,
-            events=self._events,
-        )
+        asm = self._assembler = self._new_assembler()
         stream = self._stream = ReplicationStream(
             self._settings,
             self.slot,
@@ -301,6 +288,26 @@ class CdcExtraction(BaseExtraction):
             if isinstance(msg, Commit) and idle_since - last_flush >= self._flush_interval:
                 yield from self._emit(asm.drain())
                 last_flush = idle_since
+        yield from self._finish(asm, final)
+
+    def _new_assembler(self) -> _Assembler:
+        return _Assembler(
+            self.datasets,
+            self._starts,
+            keys=self._keys,
+            oids=self._oids,
+            batch_rows=self._limits[0],
+            batch_bytes=self._limits[1],
+            resolve_types=self._resolve_types,
+            trees=self._trees,
+            ancestors=self._ancestors,
+            known=self._lake_columns,
+            fill=self._fill,
+            events=self._events,
+        )
+
+    def _finish(self, asm: _Assembler, final: int) -> Iterator[Message]:
+        """The checks of a run's end, then its final states (at ``final``)."""
         self._check_trees(asm)
         self.not_null_columns = {
             t.dataset: not_null_columns(self._settings, t.relation) for t in asm.targets()
