@@ -380,16 +380,17 @@ def test_an_inheritance_parent_is_refused_for_cdc(tmp_path: Path, cdc_db: Any) -
         engine.close()
 
 
-def test_nulls_in_a_not_null_column_the_stream_never_filled_fail_reconciliation(
+def test_a_column_added_to_a_partitioned_table_is_filled_in_every_partition(
     project: tuple[Path, str, str],
 ) -> None:
-    """Reconciliation catches a column's values the stream never sent (issue 23, #26).
+    """Every partition's rows get the added column's value (issue 23, #26).
 
-    Reproduction: after ``ALTER TABLE ... ADD COLUMN flag boolean NOT NULL
-    DEFAULT false`` and an update of one row, the capture exited 0 with the
-    lake holding NULL in ``flag`` on every other row, and reconciliation said
-    ``not_reconciled`` since it compared counts only. A partitioned table is
-    not filled from the source (docs/cdc.md), so its lake shows the class.
+    Reproduction: after ``ALTER TABLE m ADD COLUMN flag boolean NOT NULL
+    DEFAULT false`` and an update of one row, the capture of the partitioned
+    table ``m`` published NULL in ``flag`` on the 99 other rows (only a
+    plain table was filled) and reconciliation reported ``not_null_violations
+    {"flag": 99}``. The partition attached with its columns in another order
+    (``m_as``) and the sub-partitioned one (``m_af``) are filled too.
     """
     from combined.catalog import data as cat
 
@@ -400,13 +401,21 @@ def test_nulls_in_a_not_null_column_the_stream_never_filled_fail_reconciliation(
         _run(
             dsn,
             "ALTER TABLE m ADD COLUMN flag boolean NOT NULL DEFAULT false",
-            "UPDATE m SET qty = -1 WHERE id = 1",
+            "ALTER TABLE m ADD COLUMN x int DEFAULT 5",
+            "UPDATE m SET qty = -1, x = NULL WHERE id = 1",
+            "INSERT INTO m VALUES (101, 'as', 1, 'new', true, 6)",
         )
-        (run,) = engine.capture()
-        assert run.stats is not None and run.stats["m"]["reconciliation"] == "mismatch"
+        _captured(engine, dsn)
+        query = "SELECT id, region, flag, x FROM {} ORDER BY id, region"
+        lake = [tuple(r.values()) for r in engine.sql(query.format("pg.m")).to_pylist()]
+        with psycopg.connect(dsn) as conn:
+            assert lake == list(conn.execute(query.format("m")))
         with engine.catalog.begin() as conn:
-            (alert,) = cat.activity(conn, kind="alert.reconciliation_failed")
-        assert alert.body["not_null_violations"] == {"flag": 99}
-        assert alert.body["source_status"] == "mismatch"
+            assert not cat.activity(conn, kind="alert.reconciliation_failed")
+            (event, *_) = cat.activity(conn, kind="reconciliation", exact=True)
+        assert event.body["filled_nulls"] == {
+            "flag": {"source": 0, "lake": 0},
+            "x": {"source": 1, "lake": 1},
+        }
     finally:
         engine.close()

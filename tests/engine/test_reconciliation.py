@@ -227,3 +227,34 @@ def test_lake_nulls_count_from_the_log_or_the_files(tmp_path: Path) -> None:
         str(path), pa.table({"id": [6], "flag": pa.array([None], pa.bool_())}), mode="overwrite"
     )
     assert lake_nulls(table, 2, table.files(2), ["id", "flag"]) == {"flag": 1}
+
+
+def test_nulls_the_source_cannot_have_make_the_source_side_a_mismatch(tmp_path: Path) -> None:
+    """A NOT NULL column with nulls in the lake, and a filled column whose nulls differ.
+
+    Reproduction (issue 23, #26): reconciliation compared counts only, so a
+    lake holding NULL where the source had a value (a column added with a
+    default the stream never carried) passed. End to end, the fill now
+    leaves no such lake (tests/engine/test_cdc_fill.py); this checks the
+    comparison itself on a real Delta table holding the defect.
+    """
+    from deltalake import write_deltalake
+
+    from combined.lake import LakeTable
+    from combined.quality._nulls import filled_check, null_check
+    from combined.quality._reconcile import reconcile
+
+    path = tmp_path / "t"
+    write_deltalake(
+        str(path), pa.table({"id": [1, 2, 3], "flag": pa.array([None, None, False], pa.bool_())})
+    )
+    table = LakeTable(path, "t")
+    base = reconcile("pg.t", table, 0, 3, None)
+    assert base.ok
+    held = null_check(base, table, 0, ["id", "flag"])
+    assert held.source_status == "mismatch" and held.not_null_violations == {"flag": 2}
+    same = filled_check(base, table, 0, {"flag": 2})
+    assert same.ok and same.filled_nulls == {"flag": {"source": 2, "lake": 2}}
+    differ = filled_check(base, table, 0, {"flag": 0})
+    assert differ.source_status == "mismatch"
+    assert differ.filled_nulls == {"flag": {"source": 0, "lake": 2}}

@@ -1,4 +1,4 @@
-"""Nulls the lake holds in columns the source declares NOT NULL: values a change stream missed.
+"""Nulls the lake holds where the source has values: values a change stream missed.
 
 A change stream's reconciliation has no source count taken at its
 position, so counts alone pass a capture whose rows lack a value the
@@ -7,20 +7,30 @@ NULL DEFAULT``, before the fill that now reads them). A null in a column
 the source declares NOT NULL is such a value, whenever the lake holds it:
 the capture's source side is then a ``mismatch`` (alerted), naming the
 columns and how many rows.
+
+A column the stream filled (:mod:`combined.connectors.postgres._fill`) is
+checked whether or not it is NOT NULL: its nulls in the lake are compared
+with the source's, counted in a snapshot that holds the same transactions
+as the lake's commit (:func:`filled_check`). An event stream's added
+column is not filled: :func:`record_unfilled` says so, with the rows that
+hold a value no event carries.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from combined.catalog import data as cat
 from combined.quality._reconcile import Reconciliation
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from combined.lake import LakeTable
 
-__all__ = ["lake_nulls", "null_check"]
+__all__ = ["filled_check", "lake_nulls", "null_check", "record_unfilled"]
 
 
 def lake_nulls(
@@ -84,3 +94,36 @@ def null_check(
     if not nulls:
         return result
     return dataclasses.replace(result, source_status="mismatch", not_null_violations=nulls)
+
+
+def filled_check(
+    result: Reconciliation, table: LakeTable, version: int | None, filled: Mapping[str, int] | None
+) -> Reconciliation:
+    """``result`` with the filled columns' nulls, a source mismatch where lake and source differ."""
+    if not filled or version is None:
+        return result
+    held = lake_nulls(table, version, table.files(version), list(filled))
+    counts = {c: {"source": n, "lake": held.get(c, 0)} for c, n in filled.items()}
+    differ = any(v["source"] != v["lake"] for v in counts.values())
+    return dataclasses.replace(
+        result,
+        filled_nulls=counts,
+        source_status="mismatch" if differ else result.source_status,
+    )
+
+
+def record_unfilled(
+    conn: Connection, unfilled: Mapping[str, int], *, source: str, dataset: str, run_id: str
+) -> None:
+    """Emit ``alert.column_not_filled``: an event stream's added columns left without values."""
+    listed = ", ".join(f"{c} ({n} rows)" for c, n in unfilled.items())
+    body = {
+        "columns": dict(unfilled),
+        "message": f"{source}.{dataset} is an event stream (sync_mode: append): the column(s) "
+        f"{listed} were added with a value on rows no event since then changed, and no event "
+        "records it: an append dataset keeps the events the source sent, and a value the "
+        "source gave without a change is not one",
+        "remedy": "read the rows' current values from an incremental dataset of the same "
+        "table (sync_mode: incremental), which fills them",
+    }
+    cat.emit(conn, "alert.column_not_filled", source=source, dataset=dataset, run_id=run_id, **body)

@@ -43,6 +43,9 @@ class Reconciliation:
     expected_variance: int | None = None
     #: Nulls the lake holds per column the source declares NOT NULL.
     not_null_violations: dict[str, int] | None = None
+    #: Per column a change stream filled from the source: its nulls in the
+    #: source and in the lake at the same position (``{"source": n, "lake": m}``).
+    filled_nulls: dict[str, dict[str, int]] | None = None
 
     @property
     def ok(self) -> bool:

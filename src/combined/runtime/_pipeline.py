@@ -98,6 +98,11 @@ class Staged:
     fields: Mapping[str, str] | None = None
     #: Columns the source declares NOT NULL, where a change stream told them.
     not_null: tuple[str, ...] = ()
+    #: Columns a change stream filled from the source, with the source's nulls in each
+    #: at the lake's checkpoint (reconciliation compares the lake's).
+    filled_nulls: Mapping[str, int] | None = None
+    #: An event stream's columns that arrived unfilled, with the source's rows holding a value.
+    unfilled: Mapping[str, int] | None = None
     #: For a backfill: SQL over the lake's columns selecting the range, whatever its column.
     landed_filter: str | None = None
     #: Whether control totals that differ from what landed block publication (a backfill).
@@ -192,12 +197,15 @@ def _read_options(
 
     A change stream is told the columns the lake holds (``lake_columns``):
     one it then sees arrive was added since, and the rows no change carries
-    take their value from the source. An event stream (``append``) is not:
-    its events happened before the column existed.
+    take their value from the source. An event stream (``append``) is told
+    too, but is not filled (``event_stream``): its events happened before
+    the column existed, and the read counts the rows no event gives a value.
     """
     out = dict(options or {})
-    if plan.strategy == "cdc" and plan.sync_mode != "append" and lake is not None:
+    if plan.strategy == "cdc" and lake is not None:
         out["lake_columns"] = [n for n in lake.names if not n.startswith(RESERVED_PREFIX)]
+        if plan.sync_mode == "append":
+            out["event_stream"] = True
     if (
         type(source).SUPPORTS_CONTROL_TOTALS
         and plan.strategy in ("snapshot", "cursor")
@@ -303,6 +311,8 @@ def _consume(
         not_null=tuple(getattr(extraction, "not_null_columns", {}).get(plan.name, ()))
         if plan.sync_mode != "append"
         else (),
+        filled_nulls=getattr(extraction, "filled_nulls", {}).get(plan.name),
+        unfilled=getattr(extraction, "unfilled_columns", {}).get(plan.name),
     )
 
 

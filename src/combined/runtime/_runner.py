@@ -32,7 +32,7 @@ from combined.errors import (
 )
 from combined.lake import LakeLayout
 from combined.quality import Reconciliation, lake_rows, range_totals, reconcile, same_sum
-from combined.quality._nulls import null_check
+from combined.quality._nulls import filled_check, null_check, record_unfilled
 from combined.quality._variance import expected_variance, record_reconciliation
 from combined.runtime._backfill import BackfillSpec, stage_partitioned
 from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, AttemptDeadline
@@ -384,11 +384,20 @@ class Runner:
                 result = expected_variance(self._check_control(run, p, m, result), plan.strategy)
             lake = table_of(self.layout, plan)
             result = null_check(result, lake, m.lake_version, p.staged.not_null)
+            result = filled_check(result, lake, m.lake_version, p.staged.filled_nulls)
             out[plan.name] = result
             with self.catalog.begin() as conn:
                 record_reconciliation(
                     conn, result, source=plan.source, dataset=plan.name, run_id=run.id
                 )
+                if p.staged.unfilled:
+                    record_unfilled(
+                        conn,
+                        p.staged.unfilled,
+                        source=plan.source,
+                        dataset=plan.name,
+                        run_id=run.id,
+                    )
             blocking = result.lake_status == "mismatch" or (
                 result.source_status == "mismatch" and p.staged.full
             )

@@ -7,7 +7,7 @@ reads the stream and feeds it, and hands over what it returns.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +94,13 @@ class _Target:
     #: Partitions the stream sent changes of, each with the positions of the
     #: table's columns in its rows (None: the table's own order).
     leaves: dict[int, tuple[int, ...] | None] = field(default_factory=dict)
+    #: Columns filled from the source in this read (:meth:`_Assembler.fill_pending`).
+    filled: list[str] = field(default_factory=list)
+    #: Whether added columns are left unfilled (an event stream): noted in ``unfilled``.
+    events: bool = False
+    unfilled: list[str] = field(default_factory=list)
+    #: Transactions that changed the dataset, by xid, since a watch began (None: no watch).
+    watch: list[int] | None = None
 
 
 def _state_value(lsn: str, t: _Target) -> dict[str, Any]:
@@ -138,9 +145,12 @@ class _Assembler:
         ancestors: Callable[[int], tuple[int, ...]] | None = None,
         known: Mapping[str, Sequence[str]] | None = None,
         fill: Callable[[str, Sequence[str]], Iterator[tuple[bytes | None, ...]]] | None = None,
+        events: Collection[str] = (),
     ) -> None:
         # ``known``: the columns each dataset's lake table holds; ``fill``
-        # reads the given columns of every row of a table (:mod:`._fill`).
+        # reads the given columns of every row of a table (:mod:`._fill`),
+        # except for ``events`` (append datasets), whose added columns are
+        # only noted (``_Target.unfilled``).
         # ``oids``: each table's oid when its checkpoint was committed; a
         # relation message under another oid is the table dropped and created
         # again since, whose rows the lake's copy no longer describes.
@@ -153,6 +163,7 @@ class _Assembler:
                 (oids or {}).get(d),
                 tree=(trees or {}).get(d),
                 known=set(known[d]) if known and d in known else None,
+                events=d in events,
             )
             for d, rel in datasets.items()
         }
@@ -230,6 +241,8 @@ class _Assembler:
     def _commit(self, msg: Commit) -> list[Message]:
         for t in self._targets.values():
             if t.touched:
+                if t.watch is not None and self._txn is not None:
+                    t.watch.append(self._txn.xid)
                 t.pending = msg
                 t.committed_rows = t.batcher.rows if t.batcher else 0
                 t.touched = False
@@ -286,7 +299,11 @@ class _Assembler:
             return
         added = [n for n in names if n not in t.known]
         t.known.update(names)
-        if added and self._fill is not None and self._txn is not None and not t.skip:
+        if not added or self._txn is None or t.skip:
+            return
+        if t.events:
+            t.unfilled += added
+        elif self._fill is not None:
             self._pending_fill = (t, msg, added)
 
     def fill_pending(self) -> Iterator[Message]:
@@ -306,6 +323,7 @@ class _Assembler:
         key = list(t.key or msg.key)
         at = [names.index(n) for n in key + added]
         txn = self._txn
+        t.filled += added
         for row in self._fill(t.relation, key + added):
             kinds = ["u"] * len(names)
             values: list[bytes | None] = [None] * len(names)
@@ -362,6 +380,8 @@ class _Assembler:
             )
         t.leaves[msg.oid] = None if positions == tuple(range(len(names))) else positions
         self._by_oid[msg.oid] = t
+        # A column added to the table reaches every partition: the first to show it fills all.
+        self._note_added(t, shaped)
         return out
 
     def _check_key(self, t: _Target, msg: Relation) -> None:

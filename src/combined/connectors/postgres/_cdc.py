@@ -34,8 +34,12 @@ The contract with the engine:
 * A column that a relation message shows and the lake does not hold
   (``lake_columns``) was added since: every row's value is read from the
   source (:mod:`._fill`) and yielded as updates of the new columns alone (the
-  others in ``_combined_unchanged``) before the changes that follow; a
-  bounded run then reads on at least to the WAL position of that read.
+  others in ``_combined_unchanged``) before the changes that follow; every
+  run, one stopped early too, then reads on at least to the WAL position of
+  that read, then to that of a count of the filled columns' nulls
+  (``filled_nulls``, which reconciliation compares with the lake's). An
+  event stream's (``events``) added columns are not filled: the rows that
+  hold a value are counted (``unfilled_columns``).
 """
 
 from __future__ import annotations
@@ -54,7 +58,12 @@ from combined.connectors.postgres._batch import (
     ChangeBatcher,
 )
 from combined.connectors.postgres._connect import Settings
-from combined.connectors.postgres._fill import ColumnFill, not_null_columns
+from combined.connectors.postgres._fill import (
+    ColumnFill,
+    FillCount,
+    count_nulls,
+    not_null_columns,
+)
 from combined.connectors.postgres._pgoutput import (
     Begin,
     Commit,
@@ -167,6 +176,7 @@ class CdcExtraction(BaseExtraction):
         status_interval: float = 10.0,
         authority: ExtractionAuthority | None = None,
         lake_columns: Mapping[str, Sequence[str]] | None = None,
+        events: Iterable[str] = (),
     ) -> None:
         super().__init__(authority)
         if not datasets:
@@ -188,6 +198,14 @@ class CdcExtraction(BaseExtraction):
         self._fill = ColumnFill(settings)
         #: Per dataset, the columns the source declares NOT NULL when the run ended.
         self.not_null_columns: dict[str, tuple[str, ...]] = {}
+        #: Per filled dataset, the source's nulls in each filled column where
+        #: the lake's commit holds the same transactions (reconciliation compares).
+        self.filled_nulls: dict[str, dict[str, int]] = {}
+        self._counts: dict[str, FillCount] = {}
+        #: Per event-stream dataset, the columns that arrived unfilled and how
+        #: many of the source's rows hold a value in each (none: left out).
+        self.unfilled_columns: dict[str, dict[str, int]] = {}
+        self._events = frozenset(events)
         self._limits = (batch_rows, batch_bytes)
         self._stop, self._timeout = stop, timeout
         self._flush_interval, self._heartbeat_interval = flush_interval, heartbeat_interval
@@ -212,19 +230,7 @@ class CdcExtraction(BaseExtraction):
         if end == "current":
             end = current_wal_lsn(self._settings)
         end_lsn = None if end is None else _lsn(end)
-        asm = self._assembler = _Assembler(
-            self.datasets,
-            self._starts,
-            keys=self._keys,
-            oids=self._oids,
-            batch_rows=self._limits[0],
-            batch_bytes=self._limits[1],
-            resolve_types=self._resolve_types,
-            trees=self._trees,
-            ancestors=self._ancestors,
-            known=self._lake_columns,
-            fill=self._fill,
-        )
+        asm = self._assembler = self._new_assembler()
         stream = self._stream = ReplicationStream(
             self._settings,
             self.slot,
@@ -235,16 +241,20 @@ class CdcExtraction(BaseExtraction):
         decoder = PgoutputDecoder()
         started = time.monotonic()
         last_flush = last_beat = last_ping = idle_since = started
+        stopped = False
         while True:
             now = time.monotonic()
             if not asm.in_transaction:
                 # Between transactions, every commit before the server's reported
                 # position (a commit end or a keepalive) has been read.
                 final = max(asm.position, stream.wal_end)
+                if not stopped and self._stopping(now - started):
+                    stopped, end_lsn = True, final  # the run ends here, or at an anchor past it
                 if end_lsn is not None and final >= end_lsn:
-                    break
-                if self._stopping(now - started):
-                    break
+                    later = self._read_on(asm, end_lsn)
+                    if later is None:
+                        break
+                    end_lsn = later
             with self._lock:
                 got = stream.read(0.0)
             if got is None:
@@ -268,21 +278,83 @@ class CdcExtraction(BaseExtraction):
             idle_since = time.monotonic()
             msg = decoder.decode(got[0])
             if end_lsn is not None and isinstance(msg, Begin) and msg.final_lsn >= end_lsn:
-                final = end_lsn  # this transaction committed after the run's end
-                break
+                later = self._read_on(asm, end_lsn)
+                if later is None or msg.final_lsn >= later:
+                    final = end_lsn  # this transaction committed after the run's end
+                    break
+                end_lsn = later
             yield from self._emit(asm.feed(msg))
             yield from self._emit(asm.fill_pending())
-            if end_lsn is not None and self._fill.lsn > end_lsn:
-                end_lsn = self._fill.lsn  # filled values hold once the stream reaches their read
             if isinstance(msg, Commit) and idle_since - last_flush >= self._flush_interval:
                 yield from self._emit(asm.drain())
                 last_flush = idle_since
+        yield from self._finish(asm, final)
+
+    def _new_assembler(self) -> _Assembler:
+        return _Assembler(
+            self.datasets,
+            self._starts,
+            keys=self._keys,
+            oids=self._oids,
+            batch_rows=self._limits[0],
+            batch_bytes=self._limits[1],
+            resolve_types=self._resolve_types,
+            trees=self._trees,
+            ancestors=self._ancestors,
+            known=self._lake_columns,
+            fill=self._fill,
+            events=self._events,
+        )
+
+    def _finish(self, asm: _Assembler, final: int) -> Iterator[Message]:
+        """The checks of a run's end, then its final states (at ``final``)."""
         self._check_trees(asm)
         self.not_null_columns = {
             t.dataset: not_null_columns(self._settings, t.relation) for t in asm.targets()
         }
+        self._settle_counts(asm)
         yield from self._emit(asm.states(final, final=True))
         self.authority.complete()
+
+    def _read_on(self, asm: _Assembler, end: int) -> int | None:
+        """A later end when the stream must be read on past ``end``, else None.
+
+        Filled values hold once the stream reaches the WAL position of their
+        read (:attr:`ColumnFill.lsn`): no run, even one stopped early, ends
+        before it. Then each filled dataset's nulls are counted in a snapshot
+        of the source (:func:`count_nulls`) and the stream read on to that
+        count's position, so that the lake's commit and the count describe
+        the same transactions (:meth:`_settle_counts` checks that they do).
+        """
+        if self._fill.lsn > end:
+            return self._fill.lsn
+        later = end
+        for t in asm.targets():
+            if t.filled and t.dataset not in self._counts:
+                count = count_nulls(self._settings, t.relation, t.filled)
+                self._counts[t.dataset] = count
+                t.watch = []
+                later = max(later, count.lsn)
+        return later if later > end else None
+
+    def _settle_counts(self, asm: _Assembler) -> None:
+        """Keep each filled dataset's source counts where the lake's commit matches them;
+        count what an event stream's added columns hold in the source.
+
+        A transaction that changed the dataset after the count began and that
+        the count's snapshot does not see is in the lake but not in the
+        count: that dataset's counts are dropped (its check is skipped).
+        """
+        self.filled_nulls = {}
+        for t in asm.targets():
+            count = self._counts.get(t.dataset)
+            if count is not None and all(count.sees(x) for x in t.watch or ()):
+                self.filled_nulls[t.dataset] = dict(count.nulls)
+            if t.unfilled:  # an event stream's: how many rows hold a value no event carries
+                now = count_nulls(self._settings, t.relation, t.unfilled)
+                self.unfilled_columns[t.dataset] = {
+                    c: now.rows - n for c, n in now.nulls.items() if now.rows - n
+                }
 
     def _check_trees(self, asm: _Assembler) -> None:
         """Fail unless each table's partitions are still those its stream covered.

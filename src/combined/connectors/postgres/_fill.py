@@ -12,13 +12,20 @@ The read happens later than that place, at some position ``T``. It is
 anchored by reading the stream on to ``T`` (:attr:`ColumnFill.lsn`) before
 the run ends: a row changed between the ALTER and ``T`` has that change in
 the stream after the filled value, and the last change wins; a row the
-read does not hold was deleted meanwhile, and its delete follows too.
+read does not hold was deleted meanwhile, and its delete follows too. A row
+the read holds that was inserted after the ALTER is filled before its
+insert: the run ends only past ``T``, so the insert lands in the same commit.
+
+:func:`count_nulls` counts the filled columns' nulls in one snapshot, for
+reconciliation, with what it needs to tell whether the lake's commit holds
+the same transactions.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
@@ -27,7 +34,7 @@ from combined.connectors.postgres._connect import Settings, connect_error, query
 from combined.connectors.postgres._pgoutput import text_to_lsn
 from combined.connectors.postgres._replication import SESSION_SETTINGS
 
-__all__ = ["ColumnFill", "not_null_columns"]
+__all__ = ["ColumnFill", "FillCount", "count_nulls", "not_null_columns"]
 
 _FETCH = 10_000
 
@@ -86,3 +93,57 @@ def not_null_columns(settings: Settings, relation: str) -> tuple[str, ...]:
     except psycopg.Error as exc:
         raise query_error(exc, settings, f"reading the NOT NULL columns of {relation}") from None
     return tuple(str(r[0]) for r in rows)
+
+
+@dataclass(frozen=True, slots=True)
+class FillCount:
+    """Nulls of each filled column in one snapshot of the source, and where it stands.
+
+    ``lsn`` is the WAL position read after the snapshot: every transaction
+    the snapshot sees committed before it. ``xmax`` and ``running`` (full
+    transaction ids) say which transactions the snapshot does not see, so
+    that a transaction the stream shows before ``lsn`` can be checked
+    against it (:meth:`sees`).
+    """
+
+    nulls: dict[str, int]
+    rows: int
+    lsn: int
+    xmin: int
+    xmax: int
+    running: frozenset[int]
+
+    def sees(self, xid: int) -> bool:
+        """Whether the snapshot sees the (committed) transaction of 32-bit ``xid``."""
+        # The full id nearest ``xmax`` (32-bit ids compare within 2^31 of each other).
+        diff = (xid - self.xmax) & 0xFFFFFFFF
+        full = self.xmax + (diff - (1 << 32) if diff >= 1 << 31 else diff)
+        return full < self.xmin or (full < self.xmax and full not in self.running)
+
+
+def count_nulls(settings: Settings, relation: str, columns: Sequence[str]) -> FillCount:
+    """Count the rows of ``relation`` and the nulls of ``columns`` in one snapshot."""
+    schema, _, table = relation.partition(".")
+    counts = sql.SQL(", ").join(
+        sql.SQL("count(*) FILTER (WHERE {} IS NULL)").format(sql.Identifier(c)) for c in columns
+    )
+    query = sql.SQL("SELECT pg_current_snapshot()::text, count(*), {} FROM {}").format(
+        counts, sql.Identifier(schema, table)
+    )
+    try:
+        with psycopg.connect(settings.conninfo()) as conn:
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            row = conn.execute(query).fetchone()
+            at = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    except psycopg.Error as exc:
+        raise query_error(exc, settings, f"counting the filled columns of {relation}") from None
+    assert row is not None and at is not None
+    xmin, xmax, running = str(row[0]).split(":")
+    return FillCount(
+        nulls={c: int(n) for c, n in zip(columns, row[2:], strict=True)},
+        rows=int(row[1]),
+        lsn=text_to_lsn(at[0]),
+        xmin=int(xmin),
+        xmax=int(xmax),
+        running=frozenset(int(x) for x in running.split(",") if x),
+    )

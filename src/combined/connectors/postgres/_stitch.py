@@ -141,6 +141,7 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
             if request.options.get("lake_columns")
             else None
         ),
+        events=(request.dataset,) if request.options.get("event_stream") else (),
     )
     return ext
 
