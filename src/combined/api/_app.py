@@ -18,6 +18,8 @@ from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from combined.api import _console as console
+from combined.api._console._docs import is_docs_path
 from combined.api._guard import Guard
 from combined.api._json import jsonable
 from combined.api._webhooks import webhook_router
@@ -46,6 +48,8 @@ STATUS: tuple[tuple[type[CombinedError], int], ...] = (
 #: which their provider's signature authenticates instead.
 _OPEN = ("/health",)
 _OPEN_PREFIXES = ("/webhooks/",)
+#: The OpenAPI schema: the bearer token or a console session (for /docs) reads it.
+_SCHEMA = "/openapi.json"
 
 #: Where the API tells a defect (one redacted line; the server logs nothing more).
 _log = logging.getLogger("combined.api")
@@ -83,10 +87,16 @@ def build(project_path: str | Path | None, token: str | None) -> FastAPI:
         version=__version__,
         summary="Governed capture into a Delta Lake you own: status, runs, queue, webhooks.",
         lifespan=lifespan,
+        # /docs is the console's, its assets served here (no CDN); no /redoc.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.engine = engine
     _authenticate(app, token)
     _map_errors(app)
+    # The console's session cookie is read before the bearer check (above):
+    # it also admits its holder to /openapi.json, which /docs reads.
+    console.install(app, engine, token)
     # Outermost: a foreign Host or Origin, or an oversized body, reaches nothing.
     app.add_middleware(Guard, loopback_only=token is None)
 
@@ -114,6 +124,11 @@ def _authenticate(app: FastAPI, token: str | None) -> None:
         path = request.url.path
         if expected is None or path in _OPEN or path.startswith(_OPEN_PREFIXES):
             return await call_next(request)
+        # The console's pages and /docs ask for their session (a login) themselves.
+        if console.is_console_path(path) or is_docs_path(path):
+            return await call_next(request)
+        if path == _SCHEMA and request.session.get("auth") is True:
+            return await call_next(request)
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         # Compared in constant time: the answer's timing tells nothing of the token.
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
@@ -131,8 +146,14 @@ def _authenticate(app: FastAPI, token: str | None) -> None:
 
 def _map_errors(app: FastAPI) -> None:
     @app.exception_handler(CombinedError)
-    async def combined_error(request: Request, exc: Exception) -> JSONResponse:
+    async def combined_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, CombinedError)
+        if console.is_console_path(request.url.path):
+            hint = f" ({exc.hint})" if exc.hint else ""
+            shown: console.Console = request.app.state.console
+            return shown.error_page(
+                request, status_of(exc), type(exc).__name__, f"{exc.message}{hint}"
+            )
         return JSONResponse(
             error_body(type(exc).__name__, exc.message, exc.hint), status_code=status_of(exc)
         )
