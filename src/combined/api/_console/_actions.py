@@ -51,23 +51,28 @@ def _told(request: Request, exc: CombinedError) -> None:
     _session.flash(request, f"{exc.message}{hint}", "error")
 
 
+async def checked(request: Request) -> Form:
+    """The form's fields, once its session and CSRF token are good."""
+    console: Console = request.app.state.console
+    console.require(request)
+    form = await read_form(request)
+    if not _session.csrf_ok(request, form.get("csrf")):
+        raise Forbidden(
+            "this form does not carry your session's CSRF token: "
+            "reload the page and submit it again"
+        )
+    return form
+
+
+#: A posted form whose session and CSRF token were checked.
+Checked = Annotated[Form, Depends(checked)]
+
+
 def router(console: Console) -> APIRouter:
     """The forms over ``console``'s engine."""
     r = APIRouter(include_in_schema=False)
     engine = console.engine
 
-    async def checked(request: Request) -> Form:
-        """The form's fields, once its session and CSRF token are good."""
-        console.require(request)
-        form = await read_form(request)
-        if not _session.csrf_ok(request, form.get("csrf")):
-            raise Forbidden(
-                "this form does not carry your session's CSRF token: "
-                "reload the page and submit it again"
-            )
-        return form
-
-    Checked = Annotated[Form, Depends(checked)]
     login_routes(r, console)
 
     @r.post("/console/logout")
