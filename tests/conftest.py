@@ -68,8 +68,8 @@ def artifacts(request: pytest.FixtureRequest) -> Path:
     """Where a browser test keeps its screenshots: ``test-artifacts/console/<test>/``
     under the repository (gitignored), or under $COMBINED_TEST_ARTIFACTS."""
     base = os.environ.get("COMBINED_TEST_ARTIFACTS")
-    root = Path(base) if base else request.config.rootpath / "test-artifacts"
-    folder = root / "console" / request.node.name
+    root = Path(base) if base else Path(request.config.rootpath) / "test-artifacts"
+    folder: Path = root / "console" / str(request.node.name)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     return folder

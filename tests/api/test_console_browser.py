@@ -325,7 +325,11 @@ def test_a_forged_form_post_is_refused(
         log_in(page, base)
         target = f"{base}/console/datasets/shop/orders/capture"
         # a post with this session's cookie but without its CSRF token
-        for form in ({"csrf": "forged", "next": "/"}, {"next": "/"}):
+        forms: list[dict[str, str | float | bool]] = [
+            {"csrf": "forged", "next": "/"},
+            {"next": "/"},
+        ]
+        for form in forms:
             refused = page.request.post(target, form=form, max_redirects=0)
             assert refused.status == 403, form
             assert "CSRF token" in refused.text()
