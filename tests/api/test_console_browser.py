@@ -163,6 +163,19 @@ def test_pages_load_after_login_and_a_request_without_a_session_goes_to_the_logi
         assert page.inner_text(".swagger-ui .info .title").startswith("Combined")
         page.locator(".opblock-summary-path", has_text="/v1/datasets").first.wait_for()
         page.screenshot(path=artifacts / "08-docs.png")
+        # its calls still need the bearer token: given to its Authorize button, they work
+        page.click(".swagger-ui button.authorize")
+        page.fill(".swagger-ui .auth-container input", TOKEN)
+        page.click(".swagger-ui .auth-btn-wrapper button.authorize")
+        page.click(".swagger-ui .btn-done")
+        queue = page.locator(".opblock-get", has_text="/v1/queue")
+        queue.locator(".opblock-summary").click()
+        queue.locator("button.try-out__btn").click()
+        with page.expect_response(f"{base}/v1/queue?limit=100") as called:
+            queue.locator("button.execute").click()
+        assert called.value.status == 200 and called.value.json() == {"runs": []}
+        assert called.value.request.headers["authorization"] == f"Bearer {TOKEN}"
+        page.screenshot(path=artifacts / "09-docs-called.png")
 
         page.goto(base + "/")
         page.click("header form.logout button")

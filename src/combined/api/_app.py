@@ -14,8 +14,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, FastAPI, Query, Request, Response
+from fastapi import APIRouter, FastAPI, Query, Request, Response, Security
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPBearer
 from pydantic import BaseModel, Field
 
 from combined.api import _console as console
@@ -109,7 +110,9 @@ def build(project_path: str | Path | None, token: str | None) -> FastAPI:
     def health_head() -> Response:
         return Response(status_code=200)
 
-    app.include_router(_router(engine), prefix="/v1")
+    # Declared (the bearer middleware checks it): /docs offers its Authorize button.
+    bearer = HTTPBearer(auto_error=False, description="the server's COMBINED_API_TOKEN")
+    app.include_router(_router(engine), prefix="/v1", dependencies=[Security(bearer)])
     app.include_router(webhook_router(engine))
     return app
 

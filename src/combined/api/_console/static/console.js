@@ -10,7 +10,6 @@ function refresh(element, seconds) {
       const answer = await fetch(window.location.href, {
         credentials: "same-origin",
         cache: "no-store",
-        headers: { "X-Console-Refresh": element.id },
       });
       if (answer.redirected && new URL(answer.url).pathname === "/console/login") {
         window.location.reload();
