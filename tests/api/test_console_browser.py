@@ -274,6 +274,14 @@ def test_a_quarantine_entry_is_released_from_the_page_with_a_name_and_a_reason(
         article = page.locator(f"article[data-entry='{entry['id']}']")
         assert "2 records" in article.inner_text()
         page.screenshot(path=artifacts / "01-awaiting.png", full_page=True)
+        article.locator("h2 a").click()  # its records, to decide on
+        page.wait_for_url(f"{base}/console/quarantine/{entry['id']}")
+        assert page.locator("table.records tbody tr").count() == 2
+        cells = page.locator("table.records tbody td").all_inner_texts()
+        assert cells[:2] == ["1", "a"] and cells[4:6] == ["1", "b"]
+        page.screenshot(path=artifacts / "01-records.png", full_page=True)
+        page.go_back()
+        article = page.locator(f"article[data-entry='{entry['id']}']")
 
         release = article.locator("form.release")
         release.locator("button").click()  # the browser asks for the name first

@@ -48,6 +48,13 @@ def compact(value: Any, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def cell(value: Any, limit: int = 120) -> str:
+    """A record's value in a table cell: text as it is, anything else as JSON."""
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[: limit - 1] + "…"
+    return compact(value, limit)
+
+
 def register(env: Environment) -> None:
     """Give ``env`` the console's filters."""
-    env.filters.update(when=when, duration=duration, compact=compact, took=took)
+    env.filters.update(when=when, duration=duration, compact=compact, took=took, cell=cell)

@@ -16,11 +16,19 @@ if TYPE_CHECKING:
 #: How many Runs, events and versions a page lists.
 RUNS_SHOWN = 50
 EVENTS_SHOWN = 100
+RECORDS_SHOWN = 50
 
 
 def router(console: Console) -> APIRouter:
     """The pages over ``console``'s engine."""
     r = APIRouter(include_in_schema=False)
+    _dataset_pages(r, console)
+    _run_pages(r, console)
+    _feed_pages(r, console)
+    return r
+
+
+def _dataset_pages(r: APIRouter, console: Console) -> None:
     engine = console.engine
 
     @r.get("/")
@@ -53,6 +61,10 @@ def router(console: Console) -> APIRouter:
             runs=runs,
         )
 
+
+def _run_pages(r: APIRouter, console: Console) -> None:
+    engine = console.engine
+
     @r.get("/console/runs")
     def runs(request: Request, state: Annotated[list[RunState] | None, Query()] = None) -> Response:
         console.require(request)
@@ -73,6 +85,10 @@ def router(console: Console) -> APIRouter:
         shown = engine.run(run_id)
         return console.page(request, "run.html", **shown, progress=_progress(shown))
 
+
+def _feed_pages(r: APIRouter, console: Console) -> None:
+    engine = console.engine
+
     @r.get("/console/quarantine")
     def quarantine(
         request: Request,
@@ -81,6 +97,16 @@ def router(console: Console) -> APIRouter:
         console.require(request)
         entries = engine.quarantine(include_decided=all)
         return console.page(request, "quarantine.html", entries=entries, all=all)
+
+    @r.get("/console/quarantine/{entry}")
+    def quarantine_entry(request: Request, entry: str) -> Response:
+        console.require(request)
+        shown, table = engine.quarantine_records(entry, RECORDS_SHOWN)
+        records = table.to_pylist()
+        columns = list(records[0]) if records else []
+        return console.page(
+            request, "entry.html", q=shown, columns=columns, records=records, shown=RECORDS_SHOWN
+        )
 
     @r.get("/console/activity")
     def activity(
@@ -106,8 +132,6 @@ def router(console: Console) -> APIRouter:
         chart = _charts.bar_chart(sorted(months.items()), "monthly active rows")
         newest_first = sorted(rows, key=lambda r: (r["month"], r["source"], r["dataset"]))[::-1]
         return console.page(request, "usage.html", rows=newest_first, chart=chart, months=months)
-
-    return r
 
 
 def _covers(run: Any, source: str, dataset: str) -> bool:
