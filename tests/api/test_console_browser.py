@@ -374,5 +374,6 @@ def test_a_forged_form_post_is_refused(
             page.screenshot(path=artifacts / "02-cross-site.png")
         finally:
             site.shutdown()
+            site.server_close()
         context.close()
         assert httpx.get(f"{base}/v1/queue", headers=AUTH).json() == {"runs": []}
