@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
@@ -28,20 +28,18 @@ REQUIRE = os.environ.get("COMBINED_REQUIRE_SERVICES") == "1"
 os.environ["COMBINED_TEST_CONNECTORS"] = "1"
 
 
+def _missing(message: str) -> NoReturn:
+    """A service a test needs is missing: fail under COMBINED_REQUIRE_SERVICES=1, else skip."""
+    if REQUIRE:
+        pytest.fail(f"{message}, and COMBINED_REQUIRE_SERVICES=1 requires it")
+    pytest.skip(message)
+
+
 def _service_dsn(var: str) -> str:
     dsn = os.environ.get(var)
     if not dsn:
-        if REQUIRE:
-            pytest.fail(f"{var} is not set but COMBINED_REQUIRE_SERVICES=1")
-        pytest.skip(f"{var} is not set: no real server to test against")
+        _missing(f"{var} is not set: no real server to test against")
     return dsn
-
-
-def _missing(message: str) -> None:
-    """A service a test needs is missing: fail under COMBINED_REQUIRE_SERVICES=1, else skip."""
-    if REQUIRE:
-        pytest.fail(f"{message} but COMBINED_REQUIRE_SERVICES=1")
-    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")

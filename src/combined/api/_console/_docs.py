@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI, Request, Response
 from fastapi.openapi.docs import get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
 from fastapi.staticfiles import StaticFiles
+from swagger_ui_bundle import swagger_ui_path
 
 if TYPE_CHECKING:
     from combined.api._console import Console
@@ -32,8 +33,6 @@ def is_docs_path(path: str) -> bool:
 
 def install(app: FastAPI, console: Console) -> None:
     """Serve Swagger UI at ``/docs`` from the files the package ships."""
-    from swagger_ui_bundle import swagger_ui_path
-
     app.mount(ASSETS, StaticFiles(directory=Path(str(swagger_ui_path))), name="docs-assets")
 
     @app.get(DOCS, include_in_schema=False)
