@@ -6,6 +6,11 @@
 
 function refresh(element, seconds) {
   const tick = async () => {
+    if (document.hidden) {
+      // A tab nobody looks at asks for nothing; it catches up when shown again.
+      window.setTimeout(tick, seconds * 1000);
+      return;
+    }
     try {
       const answer = await fetch(window.location.href, {
         credentials: "same-origin",
