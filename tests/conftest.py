@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -12,11 +13,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
 if TYPE_CHECKING:
+    from playwright.sync_api import Browser
+
     from combined.connectors.postgres._connect import Settings
 
 REQUIRE = os.environ.get("COMBINED_REQUIRE_SERVICES") == "1"
@@ -25,13 +28,49 @@ REQUIRE = os.environ.get("COMBINED_REQUIRE_SERVICES") == "1"
 os.environ["COMBINED_TEST_CONNECTORS"] = "1"
 
 
+def _missing(message: str) -> NoReturn:
+    """A service a test needs is missing: fail under COMBINED_REQUIRE_SERVICES=1, else skip."""
+    if REQUIRE:
+        pytest.fail(f"{message}, and COMBINED_REQUIRE_SERVICES=1 requires it")
+    pytest.skip(message)
+
+
 def _service_dsn(var: str) -> str:
     dsn = os.environ.get(var)
     if not dsn:
-        if REQUIRE:
-            pytest.fail(f"{var} is not set but COMBINED_REQUIRE_SERVICES=1")
-        pytest.skip(f"{var} is not set: no real server to test against")
+        _missing(f"{var} is not set: no real server to test against")
     return dsn
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    """A real headless Chromium: Debian's ``chromium`` (or $COMBINED_TEST_CHROMIUM),
+    driven by Playwright through its executable path (``.ci/run`` installs it)."""
+    path = os.environ.get("COMBINED_TEST_CHROMIUM") or shutil.which("chromium")
+    if not path:
+        _missing("chromium is not installed (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("the playwright package is not installed (the dev extra)")
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=path, headless=True)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def artifacts(request: pytest.FixtureRequest) -> Path:
+    """Where a browser test keeps its screenshots: ``test-artifacts/console/<test>/``
+    under the repository (gitignored), or under $COMBINED_TEST_ARTIFACTS."""
+    base = os.environ.get("COMBINED_TEST_ARTIFACTS")
+    root = Path(base) if base else Path(request.config.rootpath) / "test-artifacts"
+    folder: Path = root / "console" / str(request.node.name)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -33,10 +33,15 @@ def test_every_endpoint_but_health_needs_the_token(shop: Path) -> None:
     with TestClient(create_app(shop / "combined.yaml", token=TOKEN)) as anon:
         assert anon.get("/health").json() == {"status": "ok"}
         assert anon.head("/health").status_code == 200
-        for path in ("/v1/runs", "/v1/datasets", "/openapi.json", "/docs", "/v1/nowhere"):
+        for path in ("/v1/runs", "/v1/datasets", "/openapi.json", "/redoc", "/v1/nowhere"):
             refused = anon.get(path)
             assert refused.status_code == 401, path
             assert refused.headers["www-authenticate"] == "Bearer"
+        # The console's pages and /docs ask a browser to log in (tests/api/test_console*.py).
+        for path in ("/", "/docs", "/console/runs"):
+            sent = anon.get(path, follow_redirects=False)
+            assert sent.status_code == 303, path
+            assert sent.headers["location"].startswith("/console/login?next="), path
         wrong = anon.get("/v1/runs", headers={"Authorization": f"Bearer {TOKEN}x"})
         assert wrong.status_code == 401
         basic = anon.get("/v1/runs", headers={"Authorization": f"Basic {TOKEN}"})

@@ -14,10 +14,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, FastAPI, Query, Request, Response
+from fastapi import APIRouter, FastAPI, Query, Request, Response, Security
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPBearer
 from pydantic import BaseModel, Field
 
+from combined.api import _console as console
+from combined.api._console._docs import is_docs_path
 from combined.api._guard import Guard
 from combined.api._json import jsonable
 from combined.api._webhooks import webhook_router
@@ -46,6 +49,8 @@ STATUS: tuple[tuple[type[CombinedError], int], ...] = (
 #: which their provider's signature authenticates instead.
 _OPEN = ("/health",)
 _OPEN_PREFIXES = ("/webhooks/",)
+#: The OpenAPI schema: the bearer token or a console session (for /docs) reads it.
+_SCHEMA = "/openapi.json"
 
 #: Where the API tells a defect (one redacted line; the server logs nothing more).
 _log = logging.getLogger("combined.api")
@@ -83,10 +88,16 @@ def build(project_path: str | Path | None, token: str | None) -> FastAPI:
         version=__version__,
         summary="Governed capture into a Delta Lake you own: status, runs, queue, webhooks.",
         lifespan=lifespan,
+        # /docs is the console's, its assets served here (no CDN); no /redoc.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.engine = engine
     _authenticate(app, token)
     _map_errors(app)
+    # The console's session cookie is read before the bearer check (above):
+    # it also admits its holder to /openapi.json, which /docs reads.
+    console.install(app, engine, token)
     # Outermost: a foreign Host or Origin, or an oversized body, reaches nothing.
     app.add_middleware(Guard, loopback_only=token is None)
 
@@ -99,7 +110,9 @@ def build(project_path: str | Path | None, token: str | None) -> FastAPI:
     def health_head() -> Response:
         return Response(status_code=200)
 
-    app.include_router(_router(engine), prefix="/v1")
+    # Declared (the bearer middleware checks it): /docs offers its Authorize button.
+    bearer = HTTPBearer(auto_error=False, description="the server's COMBINED_API_TOKEN")
+    app.include_router(_router(engine), prefix="/v1", dependencies=[Security(bearer)])
     app.include_router(webhook_router(engine))
     return app
 
@@ -113,6 +126,11 @@ def _authenticate(app: FastAPI, token: str | None) -> None:
     ) -> Response:
         path = request.url.path
         if expected is None or path in _OPEN or path.startswith(_OPEN_PREFIXES):
+            return await call_next(request)
+        # The console's pages and /docs ask for their session (a login) themselves.
+        if console.is_console_path(path) or is_docs_path(path):
+            return await call_next(request)
+        if path == _SCHEMA and request.session.get("auth") is True:
             return await call_next(request)
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         # Compared in constant time: the answer's timing tells nothing of the token.
@@ -131,8 +149,14 @@ def _authenticate(app: FastAPI, token: str | None) -> None:
 
 def _map_errors(app: FastAPI) -> None:
     @app.exception_handler(CombinedError)
-    async def combined_error(request: Request, exc: Exception) -> JSONResponse:
+    async def combined_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, CombinedError)
+        if console.is_console_path(request.url.path):
+            hint = f" ({exc.hint})" if exc.hint else ""
+            shown: console.Console = request.app.state.console
+            return shown.error_page(
+                request, status_of(exc), type(exc).__name__, f"{exc.message}{hint}"
+            )
         return JSONResponse(
             error_body(type(exc).__name__, exc.message, exc.hint), status_code=status_of(exc)
         )

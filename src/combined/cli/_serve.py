@@ -116,13 +116,14 @@ def serve(
     ] = False,
     project: ProjectOpt = None,
 ) -> None:
-    """Serve the HTTP API and webhooks (captures are queued for `combined worker`).
+    """Serve the HTTP API, webhooks and the web console at / (captures queue for `combined worker`).
 
     The scheduler runs in the server too (unless --no-schedule): it queues
     the captures `schedule:` makes due, as `combined schedule` does.
 
     Every endpoint but /health takes `Authorization: Bearer $COMBINED_API_TOKEN`;
-    webhooks are verified by their provider's signature instead. Serving never
+    webhooks are verified by their provider's signature instead, and the
+    console's pages by a session its login opens with the same token. Serving never
     reads a source by itself: captures wait in the queue for a worker.
     """
     import os
