@@ -312,11 +312,11 @@ class Engine:
             )
         return run, False
 
-    def queued(self, limit: int = 100) -> list[Run]:
-        """Runs waiting for a worker, oldest first."""
+    def queued(self, limit: int = 100, *, due: bool = False) -> list[Run]:
+        """Runs waiting for a worker, oldest first (``due``: only those takeable now)."""
         _check_limit(limit)
         with self.catalog.begin() as conn:
-            return queue.queued(conn, limit)
+            return queue.queued(conn, limit, due=due)
 
     def take_run(self) -> Run | None:
         """Take the oldest queued Run for this process to execute; None when none waits."""
@@ -366,7 +366,7 @@ class Engine:
             self.take_run,
             self.execute_taken,
             stopping,
-            lambda: bool(self.queued(1)),
+            lambda: bool(self.queued(1, due=True)),
             poll_s=poll_s,
             once=once,
             max_runs=max_runs,
