@@ -470,6 +470,18 @@ class Engine:
             )
         return run if enqueue else self.runner.execute(run)
 
+    def cancel(self, run_id: str, *, by: str, reason: str | None = None) -> Run:
+        """Cancel a queued Run now, or ask a running one (any process) to stop.
+
+        A running Run stops its reads at its next poll, commits and
+        acknowledges nothing, and ends ``canceled``; the Run is returned as
+        it is now. A finished or committing Run cannot be canceled.
+        """
+        from combined.runtime._cancel import request_cancel
+
+        with self.catalog.begin() as conn:
+            return request_cancel(conn, run_id, by, reason)
+
     def _ready(self) -> None:
         """Before any Run: a writable lake, a catalog that matches it, overdue reviews told.
 

@@ -315,8 +315,9 @@ class Runner:
                 break
             except CombinedError as exc:
                 end_reads(self.catalog, run.id, opened, ["abort"] * len(opened))
+                ended = "canceled" if isinstance(exc, RunCanceled) else "failed"
                 with self.catalog.begin() as conn:
-                    runs_repo.end_attempt(conn, run.id, number, "failed", exc.describe())
+                    runs_repo.end_attempt(conn, run.id, number, ended, exc.describe())
                 retry = not isinstance(exc, RetryLater) and watch.error is None
                 if exc.transient and retry and attempt < self.settings.max_attempts:
                     self.reporter.note(f"attempt {attempt} failed ({exc.message}); retrying")
