@@ -200,3 +200,23 @@ def test_cancel_a_queued_run_and_the_cli_exit_statuses(shop: Path, tools: Any) -
     finished = captured.stdout.split()[1]
     refused = tools.cli(shop, "run", "cancel", finished)
     assert refused.returncode == 2 and "already ended succeeded" in refused.stderr
+
+
+def test_a_run_asked_to_stop_whose_process_died_ends_canceled_at_repair(
+    shop: Path, tools: Any
+) -> None:
+    killed = tools.cli(shop, "capture", "shop.orders", env={"COMBINED_FAULT": "after_staging"})
+    assert killed.returncode == -9, killed.stderr
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        (run,) = engine.runs()
+        assert run.state == "extracting"
+        asked = tools.cli(shop, "run", "cancel", run.id, "--by", "carol")
+        assert asked.returncode == 0, asked.stderr
+        assert "asked to stop (by carol)" in asked.stdout
+        assert tools.cli(shop, "repair").returncode == 0
+        (ended,) = engine.runs()
+        assert ended.state == "canceled" and ended.canceled_by == "carol"
+        assert ended.error is not None and "canceled by carol;" in ended.error
+    finally:
+        engine.close()

@@ -633,11 +633,15 @@ class Runner:
                     continue
                 staged = cat.deliveries(conn, run_id=run.id, states=["staged"])
                 cat.mark_deliveries(conn, [d.id for d in staged], "rejected")
+                # One asked to stop before it died ends as asked: it never committed.
+                asked = current.cancel_requested_at is not None and current.state == "extracting"
                 runs_repo.move_run(
                     conn,
                     run.id,
-                    "failed",
-                    error="the run was interrupted; its committed deliveries were projected "
+                    "canceled" if asked else "failed",
+                    error=runs_repo.canceled(current)
+                    if asked
+                    else "the run was interrupted; its committed deliveries were projected "
                     "from the lake and the next capture publishes them",
                 )
                 cat.emit(conn, "run.recovered", source=run.source, run_id=run.id)
