@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from tests.engine import test_binlog_capture as mariadb
 from tests.engine.test_cdc_capture import PROJECT
 
 from combined.catalog import Run
@@ -18,16 +19,19 @@ from combined.connectors.postgres._replication import slot_status
 from combined.engine import Engine
 from combined.runtime._reporter import NullReporter
 
+binlog = mariadb.binlog  # the MariaDB binlog tests' fixture: a table of 500 rows
+
 
 class SlowReader(NullReporter):
-    """Tells when the read is under way, and consumes it slowly (a slow destination would),
-    so that a cancel from another process finds it in progress."""
+    """Tells when the read is under way, then holds it (as a slow destination would) until
+    the cancel was asked, and consumes the rest slowly: the cancel finds it in progress."""
 
     def __init__(self, delay: float) -> None:
         self.delay = delay
         self.run_id = ""
         self.rows = 0
         self.reading = threading.Event()
+        self.asked = threading.Event()
 
     def run_started(self, run_id: str, source: str, datasets: list[str]) -> None:
         self.run_id = run_id
@@ -35,6 +39,7 @@ class SlowReader(NullReporter):
     def progress(self, dataset: str, rows: int, nbytes: int, deliveries: int) -> None:
         self.rows = rows
         self.reading.set()
+        self.asked.wait(120)
         time.sleep(self.delay)
 
 
@@ -76,6 +81,7 @@ def _cancel_while_reading(path: Path, tools: Any, total: int) -> tuple[Run, Slow
     asked = tools.cli(
         path.parent, "run", "cancel", reader.run_id, "--reason", "wrong window", "--by", "alice"
     )
+    reader.asked.set()
     worker.join(120)
     assert not worker.is_alive()
     assert asked.returncode == 0, asked.stderr
@@ -85,8 +91,10 @@ def _cancel_while_reading(path: Path, tools: Any, total: int) -> tuple[Run, Slow
     return run, reader
 
 
-def _lake_state(engine: Engine) -> tuple[int, int, list[tuple[int, int, int, int]]]:
-    count = engine.sql("SELECT count(*) AS n FROM pg.items").to_pylist()[0]["n"]
+def _lake_state(
+    engine: Engine, table: str = "pg.items"
+) -> tuple[int, int, list[tuple[int, int, int, int]]]:
+    count = engine.sql(f"SELECT count(*) AS n FROM {table}").to_pylist()[0]["n"]
     (status,) = engine.status(slots=False)
     usage = [(u["mar"], u["inserts"], u["updates"], u["deletes"]) for u in engine.usage()]
     return count, status["lake_version"], usage
@@ -218,5 +226,40 @@ def test_a_run_asked_to_stop_whose_process_died_ends_canceled_at_repair(
         (ended,) = engine.runs()
         assert ended.state == "canceled" and ended.canceled_by == "carol"
         assert ended.error is not None and "canceled by carol;" in ended.error
+    finally:
+        engine.close()
+
+
+def test_a_running_binlog_capture_is_canceled_and_its_position_is_not_checkpointed(
+    binlog: mariadb.Binlog, tools: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COMBINED_CANCEL_POLL_S", "0.2")
+    path = binlog.project()
+    path.write_text(
+        path.read_text().replace("strategy: cdc", "strategy: cdc\n        batch_rows: 500")
+    )
+    assert _capture_once(path).state == "succeeded"
+    position = binlog.checkpoint()
+    changes = 40_000
+    binlog.sql(
+        *[
+            "INSERT INTO {t} SELECT seq, seq, CONCAT('n', seq) "
+            + f"FROM seq_{start}_to_{start + 199}"
+            for start in range(501, 501 + changes, 200)  # a batch per transaction
+        ]
+    )
+    engine = Engine.open(path)
+    try:
+        before = _lake_state(engine, "db.items")
+        run, _ = _cancel_while_reading(path, tools, changes)
+        assert binlog.checkpoint() == position  # the binlog position was not checkpointed
+        assert _lake_state(engine, "db.items") == before
+        _assert_canceled(engine, run, tools, binlog.root)
+        (again,) = engine.capture()
+        assert again.state == "succeeded", again.error
+        assert binlog.checkpoint() != position
+        assert mariadb.lake(engine) == binlog.source()
+        ((_, inserts, updates, deletes),) = _lake_state(engine, "db.items")[2]
+        assert (inserts, updates, deletes) == (500 + changes, 0, 0)
     finally:
         engine.close()
