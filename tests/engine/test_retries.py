@@ -4,6 +4,7 @@ and a longer one deferring the Run's retry instead of asking the source again ea
 from __future__ import annotations
 
 import email.utils
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -147,3 +148,30 @@ def test_a_retry_after_beyond_the_ceiling_defers_the_run_retry_and_spares_the_so
     assert ended.state == "succeeded", ended.error
     first, second = api.seen(PATH)[:2]
     assert second.at - first.at >= 4.0
+
+
+def test_a_cancel_ends_the_backoff_between_attempts(
+    api: FakeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COMBINED_RETRY_BACKOFF_S", "30")
+    monkeypatch.setenv("COMBINED_CANCEL_POLL_S", "0.1")
+    api.fail(PATH, 500, times=3)
+    engine = _engine(api, tmp_path)
+    ended: list[Run] = []
+    capture = threading.Thread(target=lambda: ended.extend(engine.capture(["shop.orders"])))
+    try:
+        capture.start()
+        while not api.seen(PATH):
+            time.sleep(0.05)
+        time.sleep(0.5)  # attempt 1 failed: the Run waits out its backoff
+        (running,) = engine.runs()
+        started = time.monotonic()
+        engine.cancel(running.id, by="dana", reason="source down")
+        capture.join(20)
+        assert time.monotonic() - started < 5, "the backoff was waited out"
+    finally:
+        capture.join(60)
+        engine.close()
+    (run,) = ended
+    assert run.state == "canceled" and run.canceled_by == "dana"
+    assert len(api.seen(PATH)) == 1  # never asked again

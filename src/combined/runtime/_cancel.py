@@ -96,6 +96,7 @@ class CancelWatch(Beating):
         self.error: RunCanceled | None = None
         self._deadline: AttemptDeadline | None = None
         self._lock = threading.Lock()
+        self._seen = threading.Event()
 
     def attach(self, deadline: AttemptDeadline) -> None:
         """Stop ``deadline``'s reads on a cancel (at once if one was seen already)."""
@@ -104,6 +105,11 @@ class CancelWatch(Beating):
             error = self.error
         if error is not None:
             deadline.interrupt(error)
+
+    def pause(self, seconds: float) -> None:
+        """Wait ``seconds`` (a backoff between Attempts); a cancel ends the wait and is raised."""
+        self._seen.wait(seconds)
+        self.check()
 
     def check(self) -> None:
         """Raise the Run's cancel if one was seen."""
@@ -125,6 +131,7 @@ class CancelWatch(Beating):
         with self._lock:
             self.error = runs_repo.canceled(run)
             deadline = self._deadline
+        self._seen.set()
         if deadline is not None:
             deadline.interrupt(self.error)
         return True

@@ -323,7 +323,7 @@ class Runner:
                     self.reporter.note(f"attempt {attempt} failed ({exc.message}); retrying")
                     area.erase_all()
                     area = StagingArea(self.layout.staging(run.id), self.settings.limits)
-                    time.sleep(backoff(self.settings.backoff_s, attempt, exc))
+                    watch.pause(backoff(self.settings.backoff_s, attempt, exc))
                     continue
                 area.erase_all()
                 watch.check()  # a read stopped by a cancel may fail in its own way
