@@ -313,11 +313,11 @@ class Engine:
             )
         return run, False
 
-    def queued(self, limit: int = 100) -> list[Run]:
-        """Runs waiting for a worker, oldest first."""
+    def queued(self, limit: int = 100, *, due: bool = False) -> list[Run]:
+        """Runs waiting for a worker, oldest first (``due``: only those takeable now)."""
         _check_limit(limit)
         with self.catalog.begin() as conn:
-            return queue.queued(conn, limit)
+            return queue.queued(conn, limit, due=due)
 
     def take_run(self) -> Run | None:
         """Take the oldest queued Run for this process to execute; None when none waits."""
@@ -367,7 +367,7 @@ class Engine:
             self.take_run,
             self.execute_taken,
             stopping,
-            lambda: bool(self.queued(1)),
+            lambda: bool(self.queued(1, due=True)),
             poll_s=poll_s,
             once=once,
             max_runs=max_runs,
@@ -470,6 +470,18 @@ class Engine:
                 conn=conn,
             )
         return run if enqueue else self.runner.execute(run)
+
+    def cancel(self, run_id: str, *, by: str, reason: str | None = None) -> Run:
+        """Cancel a queued Run now, or ask a running one (any process) to stop.
+
+        A running Run stops its reads at its next poll, commits and
+        acknowledges nothing, and ends ``canceled``; the Run is returned as
+        it is now. A finished or committing Run cannot be canceled.
+        """
+        from combined.runtime._cancel import request_cancel
+
+        with self.catalog.begin() as conn:
+            return request_cancel(conn, run_id, by, reason)
 
     def _ready(self) -> None:
         """Before any Run: a writable lake, a catalog that matches it, overdue reviews told.

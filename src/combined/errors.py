@@ -9,6 +9,7 @@ Every error the engine raises derives from :class:`CombinedError`::
      +-- CatalogError                the control plane is unusable or behind
      +-- SourceError                 the provider failed
      |    +-- SourceUnavailable      cannot reach the source (transient: retried as Attempts)
+     |         +-- RetryLater        the source asked to wait past the ceiling: a later Run retries
      |    +-- AuthRejected           credentials refused (Run -> needs_auth, no retry)
      |    +-- SchemaMismatch         a record does not fit the declared schema (needs_review)
      |    +-- UnsupportedType        a source type has no faithful Arrow mapping
@@ -23,6 +24,7 @@ Every error the engine raises derives from :class:`CombinedError`::
      +-- LakeError                   the lake refused a write
      |    +-- LakeNotWritable        the lake location cannot be written
      +-- CommitAmbiguous             a lake commit may or may not have landed (transient)
+     +-- RunCanceled                 a person canceled the Run (Run -> canceled)
 
 Whether an error is retried is decided from its type alone: ``transient`` is a
 class constant, and so is ``run_state``, the Run state it leads to.
@@ -36,7 +38,7 @@ from typing import Any, ClassVar, Literal
 from combined._credentials import redact as redact
 from combined._credentials import redact_data
 
-FailureState = Literal["failed", "needs_auth", "needs_review"]
+FailureState = Literal["failed", "needs_auth", "needs_review", "canceled"]
 
 
 class CombinedError(Exception):
@@ -106,6 +108,15 @@ class SourceUnavailable(SourceError):
     """The source cannot be reached now; retried as another Attempt."""
 
     transient = True
+
+
+class RetryLater(SourceUnavailable):
+    """The source asked (``Retry-After``) to wait longer than its ceiling allows.
+
+    The Attempt ends at once rather than waiting or asking again; the Run
+    fails and a retry is queued that no worker takes before ``not_before``
+    (seconds from now: the ``retry_after_s`` in its context).
+    """
 
 
 class AuthRejected(SourceError):
@@ -184,3 +195,9 @@ class CommitAmbiguous(CombinedError):
     """A lake commit may or may not have landed; resolved by reading the lake."""
 
     transient = True
+
+
+class RunCanceled(CombinedError):
+    """A person canceled the Run: nothing more of it is committed or acknowledged."""
+
+    run_state = "canceled"

@@ -141,6 +141,34 @@ def test_a_source_capture_and_a_retry_are_queued_not_run(
     assert done["state"] == "succeeded", done["error"]
 
 
+def test_a_queued_run_is_canceled_through_the_api(
+    shop: Path, tools: Any, client: TestClient
+) -> None:
+    run_id = client.post("/v1/datasets/shop/orders/captures").json()["run_id"]
+    anon = client.post(f"/v1/runs/{run_id}/cancel", headers={"Authorization": ""})
+    assert anon.status_code == 401
+    canceled = client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "wrong day"})
+    assert canceled.status_code == 202, canceled.text
+    run = canceled.json()["run"]
+    assert run["state"] == "canceled"
+    assert (run["canceled_by"], run["cancel_reason"]) == ("api", "wrong day")
+    assert client.get("/v1/queue").json() == {"runs": []}
+    assert tools.cli(shop, "worker", "--once").returncode == 0  # nothing to take
+    assert client.get(f"/v1/runs/{run_id}").json()["run"]["state"] == "canceled"
+    events = client.get("/v1/activity", params={"run_id": run_id, "kind": "run.canceled"})
+    (event,) = events.json()["events"]
+    assert event["body"]["by"] == "api" and event["body"]["reason"] == "wrong day"
+    again = client.post(f"/v1/runs/{run_id}/cancel")
+    assert again.status_code == 409
+    assert again.json()["error"]["message"] == (
+        f"run {run_id} already ended canceled: there is nothing to cancel"
+    )
+    assert client.post("/v1/runs/r-nope/cancel").status_code == 404
+    named = client.post("/v1/datasets/shop/customers/captures").json()["run_id"]
+    by = client.post(f"/v1/runs/{named}/cancel", json={"by": "ops-bot"}).json()["run"]
+    assert (by["canceled_by"], by["cancel_reason"]) == ("ops-bot", None)
+
+
 def test_engine_errors_answer_with_a_status_a_message_and_a_hint(client: TestClient) -> None:
     missing = client.get("/v1/runs/r-nope")
     assert missing.status_code == 404

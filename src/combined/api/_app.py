@@ -187,6 +187,13 @@ class Decision(BaseModel):
     by: Annotated[str, Field(min_length=1, max_length=128)]
 
 
+class Cancel(BaseModel):
+    """A cancel request: why, and who asks (``api`` when not said); both optional."""
+
+    reason: Annotated[str | None, Field(max_length=2000)] = None
+    by: Annotated[str | None, Field(min_length=1, max_length=128)] = None
+
+
 Limit = Annotated[int, Query(ge=0, le=1000, description="how many (0: none)")]
 #: A page of records: never more than MAX_PAGE, whatever the entry holds.
 MAX_PAGE = 1000
@@ -264,6 +271,17 @@ def _router(engine: Engine) -> APIRouter:
     def retry(run_id: str) -> dict[str, Any]:
         new = engine.retry(run_id, enqueue=True)
         return {"run_id": new.id, "run": jsonable(new)}
+
+    @r.post(
+        "/runs/{run_id}/cancel",
+        status_code=202,
+        tags=["runs"],
+        summary="Cancel a queued run now, or ask a running one to stop (it ends canceled)",
+    )
+    def cancel(run_id: str, body: Cancel | None = None) -> dict[str, Any]:
+        asked = body or Cancel()
+        run = engine.cancel(run_id, by=asked.by or "api", reason=asked.reason)
+        return {"run_id": run.id, "run": jsonable(run)}
 
     @r.get("/queue", tags=["runs"], summary="Runs waiting for a worker, oldest first")
     def queued(limit: Limit = 100) -> dict[str, Any]:

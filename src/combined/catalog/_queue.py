@@ -36,7 +36,7 @@ def take(conn: Connection, holder: str, *, scan: int = 20) -> Run | None:
     """
     rows = conn.execute(
         sa.select(t.runs.c.id, t.runs.c.source, t.runs.c.datasets)
-        .where(t.runs.c.state == "queued", t.runs.c.claimed_by.is_(None))
+        .where(t.runs.c.state == "queued", t.runs.c.claimed_by.is_(None), _due())
         .order_by(t.runs.c.created_at, t.runs.c.id)
         .limit(scan)
         .with_for_update(skip_locked=True)
@@ -56,6 +56,11 @@ def take(conn: Connection, holder: str, *, scan: int = 20) -> Run | None:
         if taken.rowcount == 1:
             return get_run(conn, row.id)
     return None
+
+
+def _due() -> sa.ColumnElement[bool]:
+    """A queued Run's ``not_before`` (a source's Retry-After) has passed, or it has none."""
+    return sa.or_(t.runs.c.not_before.is_(None), t.runs.c.not_before <= utcnow())
 
 
 def _held(conn: Connection, source: str, datasets: Sequence[str]) -> bool:
@@ -113,14 +118,15 @@ def waiting(conn: Connection, source: str, dataset: str) -> Run | None:
     return None
 
 
-def queued(conn: Connection, limit: int = 100) -> list[Run]:
-    """Runs waiting for a worker, oldest first."""
-    rows = conn.execute(
-        sa.select(t.runs.c.id)
-        .where(t.runs.c.state == "queued", t.runs.c.claimed_by.is_(None))
-        .order_by(t.runs.c.created_at, t.runs.c.id)
-        .limit(limit)
-    ).all()
+def queued(conn: Connection, limit: int = 100, *, due: bool = False) -> list[Run]:
+    """Runs waiting for a worker, oldest first (with ``due``: only those a worker may take now).
+
+    A retry held back until a source's ``Retry-After`` is not ``due`` before that time.
+    """
+    query = sa.select(t.runs.c.id).where(t.runs.c.state == "queued", t.runs.c.claimed_by.is_(None))
+    if due:
+        query = query.where(_due())
+    rows = conn.execute(query.order_by(t.runs.c.created_at, t.runs.c.id).limit(limit)).all()
     return [get_run(conn, r.id) for r in rows]
 
 

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from combined.catalog import _schema as t
-from combined.errors import NotFoundError, ProtocolViolation
+from combined.errors import NotFoundError, ProtocolViolation, RunCanceled
 from combined.protocol import utcnow
 
 RunState = Literal[
@@ -121,6 +121,12 @@ class Run:
     #: in the queue for a worker.
     claimed_by: str | None = None
     claimed_at: datetime | None = None
+    #: A cancel request (``combined run cancel``): when, by whom, why.
+    cancel_requested_at: datetime | None = None
+    canceled_by: str | None = None
+    cancel_reason: str | None = None
+    #: No worker takes the queued Run before this time (a source's Retry-After).
+    not_before: datetime | None = None
 
     @property
     def terminal(self) -> bool:
@@ -146,6 +152,10 @@ def _run(row: sa.Row[Any]) -> Run:
         publication_id=row.publication_id,
         claimed_by=row.claimed_by,
         claimed_at=row.claimed_at,
+        cancel_requested_at=row.cancel_requested_at,
+        canceled_by=row.canceled_by,
+        cancel_reason=row.cancel_reason,
+        not_before=row.not_before,
     )
 
 
@@ -205,6 +215,7 @@ def create_run(
     admission: Admission,
     retry_of: str | None = None,
     claimed_by: str | None = None,
+    not_before: datetime | None = None,
 ) -> Run:
     """Admit a new queued Run under ``admission``.
 
@@ -226,6 +237,7 @@ def create_run(
             created_at=now,
             claimed_by=claimed_by,
             claimed_at=now if claimed_by is not None else None,
+            not_before=not_before,
         )
     )
     return get_run(conn, run_id)
@@ -310,9 +322,14 @@ def move_run(
         values["stats"] = dict(stats)
     if publication_id is not None:
         values["publication_id"] = publication_id
-    moved = conn.execute(
-        t.runs.update().where(t.runs.c.id == run.id, t.runs.c.state == run.state).values(**values)
-    )
+    where = [t.runs.c.id == run.id, t.runs.c.state == run.state]
+    if target == "committing":  # past it, a cancel request comes too late: decided atomically
+        where.append(t.runs.c.cancel_requested_at.is_(None))
+    moved = conn.execute(t.runs.update().where(*where).values(**values))
+    if moved.rowcount != 1 and target == "committing":
+        asked = get_run(conn, run.id)
+        if asked.cancel_requested_at is not None:
+            raise canceled(asked)
     if moved.rowcount != 1:  # another process moved it meanwhile (recovery, say)
         raise ProtocolViolation(
             f"run {run.id} left {run.state} while it was being moved to {target}",
@@ -326,6 +343,18 @@ def move_run(
             .values(ended_at=now, outcome=target)
         )
     return get_run(conn, run.id)
+
+
+def canceled(run: Run) -> RunCanceled:
+    """The error a Run whose cancel was requested ends with: who canceled it, and why."""
+    why = f": {run.cancel_reason}" if run.cancel_reason else ""
+    return RunCanceled(
+        f"run {run.id} was canceled by {run.canceled_by or 'someone'}{why}; nothing of it was "
+        "committed, acknowledged or billed",
+        hint=f"capture again with `combined capture {run.source}` when wanted",
+        canceled_by=run.canceled_by,
+        reason=run.cancel_reason,
+    )
 
 
 def start_attempt(conn: Connection, run_id: str, worker: str, host: str, pid: int) -> int:

@@ -114,6 +114,12 @@ runs = sa.Table(
     # and when. NULL while a queued Run waits for a worker (revision 0002).
     sa.Column("claimed_by", sa.String(256), nullable=True),
     sa.Column("claimed_at", UTCDateTime, nullable=True),
+    # A cancel request: when, by whom, why; and the earliest time a queued
+    # retry may be taken (a source's Retry-After) (revision 0004).
+    sa.Column("cancel_requested_at", UTCDateTime, nullable=True),
+    sa.Column("canceled_by", sa.String(256), nullable=True),
+    sa.Column("cancel_reason", sa.Text, nullable=True),
+    sa.Column("not_before", UTCDateTime, nullable=True),
 )
 
 attempts = sa.Table(

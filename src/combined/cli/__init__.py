@@ -33,7 +33,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-run_app = typer.Typer(help="Inspect and retry one run.", no_args_is_help=True)
+run_app = typer.Typer(help="Inspect, retry or cancel one run.", no_args_is_help=True)
 app.add_typer(run_app, name="run")
 cdc_app = typer.Typer(
     help="Manage change data capture (PostgreSQL logical replication).", no_args_is_help=True
@@ -377,6 +377,11 @@ def run_show(run_id: str, project: ProjectOpt = None) -> None:
         f"  admission {adm.id}: {adm.connector}@{adm.revision} "
         f"config {adm.config_digest[:12]} billing={adm.billing_policy} venue={adm.venue}"
     )
+    if r.canceled_by:
+        why = f": {r.cancel_reason}" if r.cancel_reason else ""
+        console.print(f"  cancel asked by {r.canceled_by} {_when(r.cancel_requested_at)}{why}")
+    if r.not_before:
+        console.print(f"  waits until {_when(r.not_before)} (the source's Retry-After)")
     if r.error:
         console.print(f"  error: {r.error}")
     for a in info["attempts"]:
@@ -738,5 +743,6 @@ from combined.cli import _activity as _activity  # noqa: E402
 from combined.cli import _cdc as _cdc  # noqa: E402
 from combined.cli import _evidence as _evidence  # noqa: E402
 from combined.cli import _quarantine as _quarantine  # noqa: E402
+from combined.cli import _run as _run  # noqa: E402
 from combined.cli import _schedule as _schedule  # noqa: E402
 from combined.cli import _serve as _serve  # noqa: E402

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from combined.errors import ConfigError, SourceUnavailable
+from combined.errors import CombinedError, ConfigError, SourceUnavailable
 
 #: An Attempt's default deadline (``COMBINED_ATTEMPT_TIMEOUT_S``): six hours.
 DEFAULT_ATTEMPT_TIMEOUT_S = 6 * 3600.0
@@ -65,6 +65,8 @@ class AttemptDeadline:
         self.seconds = seconds
         self.attempt = attempt
         self.expired = False
+        #: Why the reads were stopped before the deadline (a cancel), if they were.
+        self.reason: CombinedError | None = None
         self._watched: list[Finishable] = []
         self._lock = threading.Lock()
         self._timer = threading.Timer(seconds, self._expire)
@@ -82,8 +84,19 @@ class AttemptDeadline:
         if getattr(_current, "deadline", None) is self:
             _current.deadline = None
 
-    def error(self, cause: BaseException) -> SourceUnavailable:
-        """The error an Attempt whose deadline passed ends with (``cause``: the read's)."""
+    def interrupt(self, reason: CombinedError) -> None:
+        """Stop the Attempt's reads now, from any thread; they end with ``reason`` (a cancel)."""
+        self._timer.cancel()
+        with self._lock:
+            if self.expired:
+                return
+            self.reason = reason
+        self._expire()
+
+    def error(self, cause: BaseException) -> CombinedError:
+        """The error an Attempt whose reads were stopped ends with (``cause``: the read's)."""
+        if self.reason is not None:
+            return self.reason
         return SourceUnavailable(
             f"attempt {self.attempt} ran past its deadline ({self.seconds:g} s): its reads "
             f"were stopped ({type(cause).__name__}) and nothing of it was committed",

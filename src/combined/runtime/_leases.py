@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Sequence
 from datetime import timedelta
 
 from combined.catalog import Catalog
 from combined.errors import ProtocolViolation
+from combined.runtime._beat import Beating
 from combined.runtime._deadline import env_seconds
 
 
-class LeaseKeeper:
+class LeaseKeeper(Beating):
     """Renews a Run's dataset leases from a thread until stopped (the heartbeat).
 
     A lease that expires lets another Run take the dataset and lets recovery
@@ -25,23 +24,12 @@ class LeaseKeeper:
     def __init__(
         self, catalog: Catalog, run_id: str, datasets: Sequence[tuple[str, str]], ttl_s: float
     ) -> None:
+        super().__init__(f"lease-{run_id[:8]}", ttl_s / 5)
         self.catalog = catalog
         self.run_id = run_id
         self.datasets = list(datasets)
         self.ttl = timedelta(seconds=ttl_s)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._beat, args=(ttl_s / 5,), name=f"lease-{run_id[:8]}", daemon=True
-        )
         self._lost: set[tuple[str, str]] = set()
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
 
     def _renew(self, source: str, dataset: str) -> bool:
         if (source, dataset) in self._lost:
@@ -51,13 +39,14 @@ class LeaseKeeper:
         self._lost.add((source, dataset))  # never re-taken: another Run may hold it now
         return False
 
-    def _beat(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            for source, dataset in self.datasets:
-                try:
-                    self._renew(source, dataset)
-                except Exception:  # noqa: BLE001 - a failed beat is retried; require() decides
-                    continue
+    def beat(self) -> bool:
+        """Renew every lease of the Run (a failed renewal is tried again next beat)."""
+        for source, dataset in self.datasets:
+            try:
+                self._renew(source, dataset)
+            except Exception:  # noqa: BLE001 - a failed beat is retried; require() decides
+                continue
+        return False
 
     def require(self, source: str, dataset: str, tries: int = 3) -> None:
         """Renew the dataset's lease now; raise ProtocolViolation when it was lost.
@@ -65,14 +54,9 @@ class LeaseKeeper:
         A catalog that fails to answer is asked ``tries`` times (a busy SQLite
         file, a PostgreSQL restart) before its error ends the Run.
         """
-        for attempt in range(1, tries + 1):
-            try:
-                held = self._renew(source, dataset)
-                break
-            except Exception:
-                if attempt == tries:
-                    raise
-                time.sleep(0.5 * attempt)
+        from combined.runtime._retry import retrying
+
+        held = retrying(tries)(self._renew, source, dataset)
         if not held:
             holder = self.catalog.lease_holder(source, dataset)
             raise ProtocolViolation(

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from combined.catalog import Admission, Catalog, Member, Run, Trigger, queue, worker_identity
+from combined.catalog import Admission, Catalog, Member, Run, queue
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
 from combined.connectors import check_config, connector_class
@@ -28,13 +28,17 @@ from combined.errors import (
     NotFoundError,
     ProtocolViolation,
     ReconciliationFailed,
+    RetryLater,
+    RunCanceled,
     redact,
 )
 from combined.lake import LakeLayout
 from combined.quality import Reconciliation, lake_rows, range_totals, reconcile, same_sum
 from combined.quality._nulls import filled_check, null_check, record_unfilled
 from combined.quality._variance import expected_variance, record_reconciliation
+from combined.runtime._admit import admit as admit
 from combined.runtime._backfill import BackfillSpec, stage_partitioned
+from combined.runtime._cancel import CancelWatch
 from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, AttemptDeadline
 from combined.runtime._drift import declared_fields
 from combined.runtime._faults import fault
@@ -52,6 +56,7 @@ from combined.runtime._pipeline import (
 from combined.runtime._prepare import prepare, quarantine_capture, verified
 from combined.runtime._publish import publish_now
 from combined.runtime._reporter import NullReporter, Reporter
+from combined.runtime._retry import backoff, defer_retry
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +147,7 @@ class Runner:
         keeper = LeaseKeeper(
             self.catalog, run.id, [(p.source, p.name) for p in selected], self.settings.lease_ttl_s
         )
+        watch = CancelWatch(self.catalog, run.id)
         try:
             for plan in selected:
                 if not self._acquire(plan, run.id, keeper.ttl):
@@ -164,12 +170,14 @@ class Runner:
                 for note in self._catch_up(plan.source, plan.name):
                     self.reporter.note(note)
             keeper.start()
-            return self._execute(run, admission, selected, keeper, backfill)
+            watch.start()
+            return self._execute(run, admission, selected, keeper, watch, backfill)
         except CombinedError as exc:
             return self._fail(run.id, exc)
         except Exception as exc:  # a defect still ends the Run, with its evidence
             return self._fail(run.id, exc)
         finally:
+            watch.stop()
             keeper.stop()
             for plan in held:
                 self.catalog.release_lease(plan.source, plan.name, run.id)
@@ -198,7 +206,13 @@ class Runner:
                 run_id=run.id,
                 error=run.error,
                 error_type=type(exc).__name__,
+                **({"by": run.canceled_by, "reason": run.cancel_reason} if run.canceled_by else {}),
             )
+            later = (
+                defer_retry(self.catalog, conn, run, exc) if isinstance(exc, RetryLater) else None
+            )
+        if later is not None:
+            self.reporter.note(f"retry {later.id} queued, not before {later.not_before:%H:%M:%S}Z")
         self.reporter.run_finished(run.id, run.state)
         return run
 
@@ -208,6 +222,7 @@ class Runner:
         admission: Admission,
         plans: list[DatasetPlan],
         leases: LeaseKeeper,
+        watch: CancelWatch,
         backfill: BackfillSpec | None = None,
     ) -> Run:
         with self.catalog.begin() as conn:
@@ -233,6 +248,7 @@ class Runner:
             source: Source | None = None
             opened: list[Staged] = []
             deadline = AttemptDeadline(self.settings.attempt_timeout_s, attempt).start()
+            watch.attach(deadline)
             staged_all = False
             try:
                 cls = connector_class(admission.connector)
@@ -292,27 +308,32 @@ class Runner:
                             reporter=self.reporter,
                         )
                     )
+                watch.check()  # a cancel seen between reads: nothing staged is committed
                 with self.catalog.begin() as conn:
                     runs_repo.end_attempt(conn, run.id, number, "staged")
                 staged_all = True
                 break
             except CombinedError as exc:
                 end_reads(self.catalog, run.id, opened, ["abort"] * len(opened))
+                ended = "canceled" if isinstance(exc, RunCanceled) else "failed"
                 with self.catalog.begin() as conn:
-                    runs_repo.end_attempt(conn, run.id, number, "failed", exc.describe())
-                if exc.transient and attempt < self.settings.max_attempts:
+                    runs_repo.end_attempt(conn, run.id, number, ended, exc.describe())
+                retry = not isinstance(exc, RetryLater) and watch.error is None
+                if exc.transient and retry and attempt < self.settings.max_attempts:
                     self.reporter.note(f"attempt {attempt} failed ({exc.message}); retrying")
                     area.erase_all()
                     area = StagingArea(self.layout.staging(run.id), self.settings.limits)
-                    time.sleep(self.settings.backoff_s * attempt)
+                    watch.pause(backoff(self.settings.backoff_s, attempt, exc))
                     continue
                 area.erase_all()
+                watch.check()  # a read stopped by a cancel may fail in its own way
                 raise
             except Exception as exc:
                 end_reads(self.catalog, run.id, opened, ["abort"] * len(opened))
                 with self.catalog.begin() as conn:
                     runs_repo.end_attempt(conn, run.id, number, "failed", redact(repr(exc)))
                 area.erase_all()
+                watch.check()  # a read stopped by a cancel may fail in its own way
                 raise
             finally:
                 deadline.cancel()
@@ -330,14 +351,14 @@ class Runner:
     ) -> Run:
         """Commit, reconcile and publish a staged Run; each read ends by what the lake holds."""
         fault("after_staging")
-        with self.catalog.begin() as conn:
-            run = runs_repo.move_run(conn, run.id, "committing")
         members: list[Member] = []
         try:
+            with self.catalog.begin() as conn:  # refused (RunCanceled) once a cancel was asked
+                run = runs_repo.move_run(conn, run.id, "committing")
             for p in verified(prepared):
                 members.append(self._commit_one(run, p, area, leases))
         except BaseException as exc:
-            refused = isinstance(exc, ProtocolViolation)
+            refused = isinstance(exc, ProtocolViolation | RunCanceled)
             outcomes = after_failed_commit(len(prepared), len(members), refused)
             end_reads(self.catalog, run.id, [p.staged for p in prepared], outcomes)
             raise
@@ -621,11 +642,15 @@ class Runner:
                     continue
                 staged = cat.deliveries(conn, run_id=run.id, states=["staged"])
                 cat.mark_deliveries(conn, [d.id for d in staged], "rejected")
+                # One asked to stop before it died ends as asked: it never committed.
+                asked = current.cancel_requested_at is not None and current.state == "extracting"
                 runs_repo.move_run(
                     conn,
                     run.id,
-                    "failed",
-                    error="the run was interrupted; its committed deliveries were projected "
+                    "canceled" if asked else "failed",
+                    error=runs_repo.canceled(current)
+                    if asked
+                    else "the run was interrupted; its committed deliveries were projected "
                     "from the lake and the next capture publishes them",
                 )
                 cat.emit(conn, "run.recovered", source=run.source, run_id=run.id)
@@ -737,53 +762,3 @@ def _erase_private(path: Path) -> None:
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)
-
-
-def admit(
-    catalog: Catalog,
-    *,
-    source: str,
-    datasets: Sequence[str],
-    trigger: Trigger,
-    admission: Admission,
-    retry_of: str | None = None,
-    enqueue: bool = False,
-    conn: Connection | None = None,
-) -> Run:
-    """Create a queued Run under ``admission``.
-
-    The Run is taken by this process, which executes it next, unless
-    ``enqueue``: then it waits in the queue until a worker takes it. Given
-    ``conn``, the Run is admitted in that transaction (with the checks the
-    caller made in it).
-    """
-    if conn is None:
-        with catalog.begin() as conn:
-            return admit(
-                catalog,
-                source=source,
-                datasets=datasets,
-                trigger=trigger,
-                admission=admission,
-                retry_of=retry_of,
-                enqueue=enqueue,
-                conn=conn,
-            )
-    run = runs_repo.create_run(
-        conn,
-        source=source,
-        datasets=datasets,
-        trigger=trigger,
-        admission=admission,
-        retry_of=retry_of,
-        claimed_by=None if enqueue else worker_identity(),
-    )
-    cat.emit(
-        conn,
-        "run.queued",
-        source=source,
-        run_id=run.id,
-        trigger=trigger,
-        **({"waits_for": "worker"} if enqueue else {}),
-    )
-    return run

@@ -26,7 +26,7 @@ from combined.catalog import Admission, Catalog, Run, Trigger, queue
 from combined.catalog import data as cat
 from combined.config import Project
 from combined.protocol import utcnow
-from combined.runtime._runner import admit
+from combined.runtime._admit import admit
 from combined.runtime._worker import _sleep
 
 if TYPE_CHECKING:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,6 +28,8 @@ class Request:
     path: str
     query: dict[str, str]
     headers: dict[str, str]
+    #: When the server got it (``time.monotonic()``).
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass

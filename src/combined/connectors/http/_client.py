@@ -10,7 +10,9 @@ decided here, by type (see ``combined.errors``):
 * 429 and 5xx, timeouts and connection failures are transient
   (:class:`~combined.errors.SourceUnavailable`, retried as another Attempt);
   a 429 or 503 whose ``Retry-After`` is within ``max_retry_wait`` is waited
-  out inside the Attempt, a few times at most;
+  out inside the Attempt, a few times at most; one past it raises
+  :class:`~combined.errors.RetryLater` at once (the Run's retry is queued for
+  that time, and the API is not asked again before);
 * 401 and 403 are :class:`~combined.errors.AuthRejected` (the Run needs auth);
 * 404 and any other 4xx are terminal :class:`~combined.errors.SourceError`.
 
@@ -37,7 +39,7 @@ import httpx
 from combined._credentials import masking
 from combined.connectors.http._deadline import bounded_client
 from combined.connectors.http._settings import Expiry, Settings
-from combined.errors import AuthRejected, SourceError, SourceUnavailable
+from combined.errors import AuthRejected, RetryLater, SourceError, SourceUnavailable
 
 #: How many times one request waits out a 429 or 503 inside an Attempt.
 MAX_WAITS = 5
@@ -254,9 +256,11 @@ class Session:
                 self.refuse_elsewhere(target, f"a redirect of {self.shown(url)}")
                 url = target
                 continue
+            wait = retry_after(response.headers.get("retry-after"))
             if status in (429, 503):
-                wait = retry_after(response.headers.get("retry-after"))
-                if wait is not None and wait <= self.settings.max_retry_wait and waits < MAX_WAITS:
+                if wait is not None and wait > self.settings.max_retry_wait:
+                    raise self._retry_later(url, status, response.reason_phrase, wait)
+                if wait is not None and waits < MAX_WAITS:
                     waits += 1
                     time.sleep(wait)
                     continue
@@ -268,7 +272,7 @@ class Session:
                     status=status,
                 )
             if status >= 400:
-                raise self._status_error(url, status, response.reason_phrase, waits)
+                raise self._status_error(url, status, response.reason_phrase, waits, wait)
             return Response(url, status, response.headers, response.content)
 
     def _send(self, url: httpx.URL, expiry: Expiry | None = None) -> httpx.Response:
@@ -320,13 +324,27 @@ class Session:
                 hint="check that base_url is reachable from here; the capture is retried",
             ) from None
 
+    def _retry_later(self, url: httpx.URL, status: int, reason: str, wait: float) -> RetryLater:
+        """A ``Retry-After`` past the ceiling: the Attempt ends, a later Run asks again."""
+        what = f"GET {self.shown(url)} answered {status} {reason}".rstrip()
+        return RetryLater(
+            f"{what} asking to retry after {wait:g} s, more than max_retry_wait "
+            f"({self.settings.max_retry_wait:g} s): the source is not asked again before then",
+            hint="a retry of the Run is queued for that time; raise max_retry_wait to wait "
+            "inside the Attempt instead",
+            status=status,
+            retry_after_s=wait,
+        )
+
     def _too_large(self, shown: str, limit: int) -> SourceError:
         return SourceError(
             f"GET {shown} answered with a body over {limit} bytes",
             hint="ask for smaller pages (paginate.size), or raise `max_response_bytes`",
         )
 
-    def _status_error(self, url: httpx.URL, status: int, reason: str, waits: int) -> SourceError:
+    def _status_error(
+        self, url: httpx.URL, status: int, reason: str, waits: int, wait: float | None = None
+    ) -> SourceError:
         shown = self.shown(url)
         what = f"GET {shown} answered {status} {reason}".rstrip()
         if status in (401, 403):
@@ -342,6 +360,8 @@ class Session:
                 f"{what}{waited}: the API is busy or failing",
                 hint="the capture is retried; lower `rate_limit` if the API keeps limiting it",
                 status=status,
+                # The next Attempt waits at least this long (its Retry-After).
+                **({"retry_after_s": wait} if wait is not None else {}),
             )
         if status == 404:
             return SourceError(

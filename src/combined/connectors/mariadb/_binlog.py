@@ -70,7 +70,7 @@ from combined.connectors.mariadb._connect import (
     error_code,
     query_error,
 )
-from combined.errors import CombinedError, NotFoundError, SourceError
+from combined.errors import CombinedError, NotFoundError, SourceError, SourceUnavailable
 from combined.protocol import (
     OP_COLUMN,
     ExtractionAuthority,
@@ -253,6 +253,12 @@ class BinlogExtraction(SessionRead[Session]):
         self._stream = stream = self._reader(rel)
         try:
             for event in iter(lambda: _fetch(stream), None):
+                if self._stream is not stream:  # finished from another thread (a cancel, the
+                    # Attempt's deadline): the library would reconnect and read on
+                    raise SourceUnavailable(
+                        f"the binary log read of {name} was stopped at {boundary}",
+                        hint="capture again: the read resumes from the last committed position",
+                    )
                 here = f"{stream.log_file}:{stream.log_pos}"
                 when = event_time(event.timestamp)
                 if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
