@@ -256,6 +256,26 @@ def test_a_failed_run_is_retried_from_its_page(
         page.screenshot(path=artifacts / "02-retried.png", full_page=True)
 
 
+def test_a_queued_run_is_canceled_from_its_page(
+    shop: Path, tools: Any, offline: Any, artifacts: Path
+) -> None:
+    """No worker runs: the queued Run waits, and its Cancel button ends it at once."""
+    with tools.serving(shop, "--no-schedule", env=WITH_TOKEN) as (base, _):
+        page = offline(base).page()
+        log_in(page, base, "/console/datasets/shop/orders")
+        page.click("button[data-capture='shop.orders']")
+        run_id = re.search(r"run (r[\w-]+) queued", flash(page)).group(1)  # type: ignore[union-attr]
+        page.goto(f"{base}/console/runs/{run_id}")
+        page.fill("input[name='reason']", "wrong dataset")
+        page.click(f"button[data-cancel='{run_id}']")
+        assert f"run {run_id} canceled by console" in flash(page)
+        page.locator("#run-state .state-canceled").wait_for(timeout=SETTLE_MS)
+        assert page.locator(f"button[data-cancel='{run_id}']").count() == 0
+        page.screenshot(path=artifacts / "01-canceled.png", full_page=True)
+    shown = tools.cli(shop, "run", "show", run_id)
+    assert "canceled" in shown.stdout and "wrong dataset" in shown.stdout
+
+
 def test_a_quarantine_entry_is_released_from_the_page_with_a_name_and_a_reason(
     shop: Path, tools: Any, offline: Any, artifacts: Path
 ) -> None:

@@ -1,4 +1,5 @@
-"""The console's forms: log in and out, queue a capture, retry a Run, decide on quarantine.
+"""The console's forms: log in and out, queue a capture, retry or cancel a Run, decide on
+quarantine.
 
 A form is a ``POST`` of ``application/x-www-form-urlencoded`` fields that
 carries the session's CSRF token (field ``csrf``): without a session the
@@ -100,10 +101,18 @@ def router(console: Console) -> APIRouter:
         _session.flash(request, f"run {new.id} queued: a retry of {run_id} under its admission")
         return _back(f"/console/runs/{new.id}")
 
-    # The cancel form (POST /console/runs/{run_id}/cancel, calling the engine's
-    # cancel that `combined run cancel` and POST /v1/runs/{run_id}/cancel use)
-    # belongs here, beside retry; its button has its place in
-    # templates/_run_actions.html.
+    @r.post("/console/runs/{run_id}/cancel")
+    def cancel(request: Request, run_id: str, form: Checked) -> Response:
+        by = form.get("by", "").strip() or "console"
+        reason = form.get("reason", "").strip() or None
+
+        def ask() -> str:
+            run = engine.cancel(run_id, by=by, reason=reason)
+            if run.state == "canceled":
+                return f"run {run_id} canceled by {by}"
+            return f"run {run_id} asked to stop: it ends canceled at its next check"
+
+        return _attempt(request, f"/console/runs/{run_id}", ask)
 
     @r.post("/console/quarantine/{entry}/{decision}")
     def decide(request: Request, entry: str, decision: str, form: Checked) -> Response:
