@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from combined.protocol._digest import HEX, Digest, md5_sql
 from combined.protocol._identity_types import (
     _NAN_BITS,
     _NULL,
@@ -300,9 +301,9 @@ def identity_text_sql(key: Sequence[str], schema: pa.Schema) -> str:
     return _concat([f"'{IDENTITY_ENCODING}'", *parts])
 
 
-def identity_sql(key: Sequence[str], schema: pa.Schema) -> str:
-    """A DuckDB expression for ``_combined_id``: 32 lowercase hex digits."""
-    return f"md5({identity_text_sql(key, schema)})"
+def identity_sql(key: Sequence[str], schema: pa.Schema, digest: Digest = HEX) -> str:
+    """A DuckDB expression for ``_combined_id``: 32 lowercase hex digits, or 16 bytes (v2)."""
+    return md5_sql(identity_text_sql(key, schema), digest)
 
 
 def payload_text_sql(columns: Sequence[str], schema: pa.Schema) -> str:
@@ -320,9 +321,9 @@ def payload_text_sql(columns: Sequence[str], schema: pa.Schema) -> str:
     return _concat([f"'{IDENTITY_ENCODING}'", *parts])
 
 
-def payload_hash_sql(columns: Sequence[str], schema: pa.Schema) -> str:
-    """A DuckDB expression for ``_combined_payload_hash``: 32 lowercase hex digits."""
-    return f"md5({payload_text_sql(columns, schema)})"
+def payload_hash_sql(columns: Sequence[str], schema: pa.Schema, digest: Digest = HEX) -> str:
+    """A DuckDB expression for ``_combined_payload_hash``: 32 hex digits, or 16 bytes (v2)."""
+    return md5_sql(payload_text_sql(columns, schema), digest)
 
 
 def payload_columns(schema: pa.Schema) -> list[str]:

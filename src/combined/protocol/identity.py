@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from combined.protocol._digest import HEX, Digest
 from combined.protocol._identity_python import (
     identity_python,
     identity_text_python,
@@ -128,6 +129,7 @@ def with_identity(
     key: Sequence[str],
     schema: pa.Schema,
     payload_columns: Sequence[str] | None = None,
+    digest: Digest = HEX,
 ) -> str:
     """A SELECT of ``relation_sql`` with ``_combined_id`` and ``_combined_payload_hash`` added.
 
@@ -136,11 +138,12 @@ def with_identity(
     is used to check, without reading rows, that every key and payload
     column exists with a DuckDB type of its Arrow type's family; existing
     ``_combined_id``/``_combined_payload_hash`` columns are replaced.
+    ``digest`` is the format of both (``"binary"``: identity encoding v2).
     """
     relation = _as_relation(relation_sql)
     names = _source_columns(schema) if payload_columns is None else list(payload_columns)
-    id_expr = identity_sql(key, schema)
-    hash_expr = payload_hash_sql(names, schema)
+    id_expr = identity_sql(key, schema, digest)
+    hash_expr = payload_hash_sql(names, schema, digest)
     described = con.sql(f"DESCRIBE SELECT * FROM {relation}").fetchall()
     actual = {str(row[0]): str(row[1]) for row in described}
     for name in dict.fromkeys([*key, *names]):
@@ -233,21 +236,25 @@ def compute_identity(
     payload_columns: Sequence[str] | None = None,
     *,
     con: duckdb.DuckDBPyConnection | None = None,
+    digest: Digest = HEX,
 ) -> tuple[pa.Array, pa.Array]:
     """Compute ``_combined_id`` and ``_combined_payload_hash`` for every row of ``data``.
 
     The work runs vectorised in DuckDB over the Arrow data: on ``con`` when
-    given, else on an in-memory connection kept per thread. The two string
-    arrays are in input order. ``payload_columns`` defaults to the source
-    columns (names not starting with ``_combined_``).
+    given, else on an in-memory connection kept per thread. The two arrays
+    are in input order: strings of 32 hex digits, or with ``digest="binary"``
+    (identity encoding v2) the 16 digest bytes. ``payload_columns`` defaults
+    to the source columns (names not starting with ``_combined_``).
     """
     table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
     names = _source_columns(table.schema) if payload_columns is None else list(payload_columns)
     used = list(dict.fromkeys([*_checked_key(key), *names]))
     schema = pa.schema([table.schema.field(_field_index(table.schema, n)) for n in used])
     # Build the SQL first: an unsupported type fails before any data moves.
-    id_expr = identity_sql(key, schema)
-    hash_expr = payload_hash_sql(names, schema)
+    id_expr, hash_expr = identity_text_sql(key, schema), payload_text_sql(names, schema)
+    # v2: md5_number's 128 bits reach Arrow as they are (_raw_digests), without
+    # the 32 hex digits md5 prints and unhex would parse again.
+    md5 = "md5" if digest == HEX else "md5_number"
 
     ordinal = "__combined_identity_ordinal"
     if ordinal in used:
@@ -271,13 +278,32 @@ def compute_identity(
     con.register(view, scan)
     try:
         result = con.sql(
-            f"SELECT {id_expr} AS id, {hash_expr} AS payload_hash FROM {quote_ident(view)}{order}"
+            f"SELECT {md5}({id_expr}) AS id, {md5}({hash_expr}) AS payload_hash "
+            f"FROM {quote_ident(view)}{order}"
         ).to_arrow_table()
     finally:
         con.unregister(view)
     ids = result.column("id").combine_chunks()
     hashes = result.column("payload_hash").combine_chunks()
-    return ids.cast(pa.string()), hashes.cast(pa.string())
+    if digest == HEX:
+        return ids.cast(pa.string()), hashes.cast(pa.string())
+    return _raw_digests(ids), _raw_digests(hashes)
+
+
+def _raw_digests(numbers: pa.Array) -> pa.Array:
+    """md5_number's values as the 16 digest bytes each (binary), without a copy per value.
+
+    DuckDB hands a UHUGEINT to Arrow as a 128-bit decimal holding its bits,
+    which for md5_number are the md5 digest's 16 bytes in order; the
+    buffer is read as fixed-size binary (tests check every byte against
+    hashlib). Nothing here is null: every canonical text is a string.
+    """
+    if not pa.types.is_decimal128(numbers.type) or numbers.null_count:
+        raise AssertionError(f"md5_number reached Arrow as {numbers.type}, not its 16 bytes")
+    raw = pa.Array.from_buffers(
+        pa.binary(16), len(numbers), [None, numbers.buffers()[1]], offset=numbers.offset
+    )
+    return raw.cast(pa.binary())
 
 
 _local = threading.local()
