@@ -26,16 +26,8 @@ import pyarrow as pa
 
 from combined.delivery import StagedParts, read_part
 from combined.errors import DuplicateKeys
+from combined.protocol import _digest as dg
 from combined.protocol import _provenance as prov
-from combined.protocol._digest import (
-    HEX,
-    Digest,
-    digest_of,
-    digest_sql_type,
-    digest_text,
-    empty_sql,
-    pair_term_sql,
-)
 from combined.protocol.identity import (
     duckdb_scannable_schema,
     identity_sql,
@@ -107,13 +99,13 @@ JOIN_BYTES_PER_ROW = 768
 MAX_JOIN_PASSES = 6
 
 
-def _id_ranges(passes: int, digest: Digest = HEX) -> list[tuple[str | None, str | None]]:
+def _id_ranges(passes: int, digest: dg.Digest = dg.HEX) -> list[tuple[str | None, str | None]]:
     """``passes`` contiguous ranges (SQL literals) that together cover every digest once.
 
     The bounds split the first hex digit (v1) or byte (v2) evenly, so
     digests spread evenly.
     """
-    if digest == HEX:
+    if digest == dg.HEX:
         bounds = [_lit(format(i * 16 // passes, "x")) for i in range(1, passes)]
     else:
         bounds = [f"'\\x{i * 256 // passes:02x}'::BLOB" for i in range(1, passes)]
@@ -193,15 +185,15 @@ class Reducer:
         full: bool | None = None,
         current_filter: str | None = None,
         lake: Any = None,
-        digest: Digest | None = None,
+        digest: dg.Digest | None = None,
     ) -> None:
         import duckdb
 
         #: The table's digest format (v1 hex, v2 binary); staged digests tell it.
-        self.digest: Digest = digest or (
-            digest_of(capture_schema) if prov.ID in capture_schema.names else HEX
+        self.digest: dg.Digest = digest or (
+            dg.digest_of(capture_schema) if prov.ID in capture_schema.names else dg.HEX
         )
-        self._t = digest_sql_type(self.digest)
+        self._t = dg.digest_sql_type(self.digest)
 
         # In memory, spilling to the run's staging past ``memory_limit``: the narrow tables
         # it materialises are evicted to disk when they must be, so a table several times
@@ -469,7 +461,7 @@ class Reducer:
             f"FROM {keys} WHERE hash(_cid) IN ({meet}) "
             f"GROUP BY _cid HAVING count(*) > 1 ORDER BY _cid LIMIT {int(limit)}"
         ).fetchall()
-        return [(digest_text(r[0]), int(r[1]), list(r[2])) for r in rows]
+        return [(dg.digest_text(r[0]), int(r[1]), list(r[2])) for r in rows]
 
     def check_duplicates(self, dataset: str) -> None:
         """Raise DuplicateKeys when the capture holds a key twice (counted up to 1000)."""
@@ -697,7 +689,10 @@ class Reducer:
         # moves by both. The transition digest reuses ``n`` (see
         # :func:`transition_digest`): only a delete needs a term of its own.
         ordinal = "'|' || ord::VARCHAR" if self.sync_mode == "append" else "''"
-        d, empty = self.digest, empty_sql(self.digest)
+        d, empty = self.digest, dg.empty_sql(self.digest)
+        gone = dg.pair_term_sql(
+            f"coalesce(id, {empty})", f"coalesce(new_hash, {empty})", d, ordinal
+        )
         folds = ", ".join(
             f"bit_xor({'x' if op in ('delete', 'truncate') else 'n'}) FILTER (WHERE op = '{op}')"
             for op in DIGEST_CLASSES
@@ -705,12 +700,11 @@ class Reducer:
         row = self.con.execute(
             "WITH d AS (SELECT op, "
             "CASE WHEN op IN ('update', 'delete') THEN "
-            f"{pair_term_sql('id', 'old_hash', d)} ELSE 0::UHUGEINT END AS o, "
+            f"{dg.pair_term_sql('id', 'old_hash', d)} ELSE 0::UHUGEINT END AS o, "
             "CASE WHEN op IN ('insert', 'snapshot', 'update') THEN "
-            f"{pair_term_sql('id', 'new_hash', d, ordinal)} ELSE 0::UHUGEINT END AS n, "
+            f"{dg.pair_term_sql('id', 'new_hash', d, ordinal)} ELSE 0::UHUGEINT END AS n, "
             "CASE WHEN op IN ('delete', 'truncate') THEN "
-            f"{pair_term_sql(f'coalesce(id, {empty})', f'coalesce(new_hash, {empty})', d, ordinal)}"
-            " END AS x "
+            f"{gone} END AS x "
             "FROM tr) SELECT "
             "count(*) FILTER (WHERE op IN ('insert', 'snapshot')), "
             "count(*) FILTER (WHERE op = 'update'), "
@@ -745,7 +739,7 @@ class Reducer:
         # md5 per row gives both digests. ``con`` may be a cursor of this
         # reduction's database, used from another thread.
         i, h = prov.ID, prov.PAYLOAD_HASH
-        sql = f"SELECT count(*), bit_xor({pair_term_sql(i, h, self.digest)}) FROM pay"
+        sql = f"SELECT count(*), bit_xor({dg.pair_term_sql(i, h, self.digest)}) FROM pay"
         rows, n = (con or self.con).execute(sql).fetchall()[0]
         self.transition = Transition(
             inserts=int(rows),
@@ -758,7 +752,7 @@ class Reducer:
     def full_content_xor(self) -> tuple[int, int]:
         """The content digest of the whole capture (full refresh)."""
         (value,) = self.con.execute(
-            f"SELECT bit_xor({pair_term_sql('_cid', '_chash', self.digest)}) FROM {self._keys()}"
+            f"SELECT bit_xor({dg.pair_term_sql('_cid', '_chash', self.digest)}) FROM {self._keys()}"
         ).fetchall()[0]
         return _halves(int(value or 0))
 
