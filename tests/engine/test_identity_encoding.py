@@ -113,3 +113,19 @@ def test_v1_and_v2_lakes_of_one_source_compare_id_for_id(
         "_combined_payload_hash"
     ).to_pylist()
     assert v1.column("_combined_id")[6].as_py() == identity_python([7], [pa.int64()])
+
+
+def test_a_table_replaced_in_the_other_format_during_a_capture_is_refused() -> None:
+    from types import SimpleNamespace
+
+    from combined.errors import LakeError
+    from combined.runtime._prepare import _digest
+
+    plan = SimpleNamespace(source="shop", name="orders")
+    hexed = pa.schema([("id", pa.int64()), ("_combined_id", pa.string())])
+    raw = pa.schema([("id", pa.int64()), ("_combined_id", pa.binary())])
+    assert _digest(plan, hexed, hexed) == "hex"  # type: ignore[arg-type]
+    assert _digest(plan, None, raw) == "binary"  # type: ignore[arg-type]
+    assert _digest(plan, hexed, pa.schema([("id", pa.int64())])) == "hex"  # type: ignore[arg-type]
+    with pytest.raises(LakeError, match="identity encoding changed during the capture"):
+        _digest(plan, hexed, raw)  # type: ignore[arg-type]
