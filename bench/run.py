@@ -184,6 +184,11 @@ class Context:
     changes: dict[str, dict[str, int]] = field(default_factory=dict)
     log: Any = None
 
+    @property
+    def table(self) -> str:
+        """The benchmark table of the run's shape (``orders``, ``narrow``, ``wide``)."""
+        return workload.SHAPES[self.args.shape].table
+
     def say(self, text: str) -> None:
         """Progress on stderr (stdout carries the report)."""
         print(text, file=sys.stderr, flush=True)
@@ -311,7 +316,7 @@ def project_path(ctx: Context) -> Path:
     directory = ctx.workdir / "combined"
     path = directory / "combined.yaml"
     if not path.exists():
-        write_project(directory, ctx.dsn, workload.TABLE, ctx.args.reduction_memory)
+        write_project(directory, ctx.dsn, ctx.table, ctx.args.reduction_memory)
     return path
 
 
@@ -360,7 +365,7 @@ def kept_deleted(ctx: Context, table_path: Path) -> int | None:
         from deltalake import DeltaTable
 
         ids = DeltaTable(str(table_path)).to_pyarrow_table(columns=["id"]).column("id")
-        source = pa.array(workload.source_ids(ctx.dsn), pa.int64())
+        source = pa.array(workload.source_ids(ctx.dsn, ctx.table), pa.int64())
         missing = pc.invert(pc.is_in(ids, value_set=source))
         return int(pc.sum(missing).as_py() or 0)
     except Exception as exc:
@@ -370,25 +375,25 @@ def kept_deleted(ctx: Context, table_path: Path) -> int | None:
 
 def do_db(ctx: Context, step: Step) -> None:
     """Database work in this process (not measured)."""
-    rows = ctx.args.rows
+    rows, shape, table = ctx.args.rows, ctx.args.shape, ctx.table
     started = time.perf_counter()
     if step.name == "create":
         ctx.dsn = workload.reset_database(ctx.args.dsn, ctx.args.database)
         ctx.env["BENCH_DSN"] = ctx.dsn
-        workload.create_orders(ctx.dsn, rows)
-        what = f"created {workload.TABLE} with {rows:,} rows"
+        workload.create_orders(ctx.dsn, rows, table, shape)
+        what = f"created {table} with {rows:,} rows"
     elif step.name == "mutate":
-        change = workload.mutate(ctx.dsn, rows)
+        change = workload.mutate(ctx.dsn, rows, table, shape)
         ctx.changes["mutate"] = change.as_dict()
-        what = f"changed {workload.TABLE}: {change.as_dict()}"
+        what = f"changed {table}: {change.as_dict()}"
     elif step.name == "append":
-        change = workload.append(ctx.dsn, rows)
+        change = workload.append(ctx.dsn, rows, table, shape)
         ctx.changes["append"] = change.as_dict()
         what = f"appended {change.inserted:,} rows"
     elif step.name == "create_scale":
         if not ctx.dsn:
             ctx.dsn = workload.reset_database(ctx.args.dsn, ctx.args.database)
-        workload.create_orders(ctx.dsn, step.arg, scale_table(step.arg))
+        workload.create_orders(ctx.dsn, step.arg, scale_table(step.arg), shape)
         what = f"created {scale_table(step.arg)} with {step.arg:,} rows"
     else:
         raise ValueError(step.name)
@@ -434,7 +439,7 @@ def do_case(ctx: Context, step: Step) -> None:
 
 def _measured(ctx: Context, name: str, label: str, title: str) -> CaseResult:
     work = ctx.workdir
-    table = ["--dsn", ctx.dsn, "--table", workload.TABLE]
+    table = ["--dsn", ctx.dsn, "--table", ctx.table]
     if name in (report.FLOOR, "warmup"):
         return run_op(ctx, name, label, title, "floor", table, work / name)
     if name == report.DLT_REPLACE:
@@ -472,9 +477,9 @@ def _measured(ctx: Context, name: str, label: str, title: str) -> CaseResult:
         return res
     if name == report.PARTITIONED:
         directory = work / "partitioned"
-        project = write_project(directory, ctx.dsn, workload.TABLE, ctx.args.reduction_memory)
+        project = write_project(directory, ctx.dsn, ctx.table, ctx.args.reduction_memory)
         extra = ["--partitions", str(ctx.args.partitions)]
-        args = [*combined_args(ctx, project, "orders", workload.TABLE), *extra]
+        args = [*combined_args(ctx, project, "orders", ctx.table), *extra]
         res = run_op(ctx, name, label, title, "combined_backfill", args, directory / "lake")
         if res.ok:
             res.notes += stats_note(res, "orders") + lake_notes(res)
@@ -488,14 +493,14 @@ def _measured(ctx: Context, name: str, label: str, title: str) -> CaseResult:
             label,
             title,
             "combined",
-            combined_args(ctx, project, "orders", workload.TABLE),
+            combined_args(ctx, project, "orders", ctx.table),
             lake,
         )
         if res.ok:
             res.notes += stats_note(res, "orders") + lake_notes(res)
             if name == report.CHANGED:
                 projected = lake_count(lake / "pg" / "orders")
-                source = workload.count_rows(ctx.dsn)
+                source = workload.count_rows(ctx.dsn, ctx.table)
                 res.extra["projection_rows"] = projected
                 res.notes.append(
                     f"projection {projected:,} rows = source {source:,}"
@@ -510,7 +515,7 @@ def _measured(ctx: Context, name: str, label: str, title: str) -> CaseResult:
             label,
             title,
             "combined",
-            combined_args(ctx, project, "orders_cursor", workload.TABLE),
+            combined_args(ctx, project, "orders_cursor", ctx.table),
             lake,
         )
         if res.ok:
@@ -605,6 +610,7 @@ def machine(ctx: Context) -> list[str]:
         "versions: " + ", ".join(versions),
         "source tree: " + source_tree(ctx.env),
         "reduction_memory: " + (ctx.args.reduction_memory or "project default"),
+        f"table shape: {ctx.args.shape} ({ctx.table}: {workload.SHAPES[ctx.args.shape].columns})",
     ]
 
 
@@ -660,7 +666,15 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--rows", type=int, default=2_000_000, help="rows of the orders table")
+    p.add_argument(
+        "--shape",
+        choices=sorted(workload.SHAPES),
+        default="orders",
+        help="the table: orders (7 columns), narrow (4), wide (jsonb, arrays, out-of-line text)",
+    )
+    p.add_argument(
+        "--rows", type=int, default=None, help="rows of the table (default: the shape's full size)"
+    )
     p.add_argument(
         "--cases", nargs="*", default=["all"], help="case names or numbers (default: all)"
     )
@@ -702,6 +716,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", default=None, help="also write the raw results to this file")
     args = p.parse_args(argv)
     args.case_names = select(args.cases)
+    if args.rows is None:
+        args.rows = workload.SHAPES[args.shape].rows
     args.scale = [int(x) for x in str(args.scale_rows).replace(",", " ").split()]
     return args
 

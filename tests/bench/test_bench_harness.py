@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # `bench` lives at the repository root, next to `src`
     sys.path.insert(0, str(REPO))
 
-from bench import case, measure, report, run  # noqa: E402
+from bench import case, measure, report, run, workload  # noqa: E402
 
 MB = 1024 * 1024
 
@@ -496,3 +496,37 @@ def test_tiny_run_of_every_case(tmp_path: Path, pg_server_dsn: str) -> None:
     if by_label["6"][3] != "-":
         assert "keeps 2 rows the source deleted (of 2 deleted)" in by_label["6"][12]
     assert "Memory scaling: peak RSS" in text
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("shape", ["narrow", "wide"])
+def test_tiny_run_of_a_table_shape_lands_the_source_in_the_lake(
+    tmp_path: Path, pg_server_dsn: str, shape: str
+) -> None:
+    text = _tiny(
+        tmp_path,
+        pg_server_dsn,
+        ["floor", "snapshot_initial", "snapshot_unchanged", "snapshot_changed"],
+        "--shape",
+        shape,
+    )
+    rows = _rows_of(text, report.HEADER)
+    by_label = {r[0]: r for r in rows}
+    assert list(by_label) == ["1", "3", "4", "5"]
+    for r in rows:
+        assert r[3] != "-" and float(r[4]) > 0, r  # wall time and CPU seconds, side by side
+    assert "+2,000 ~0 -0" in by_label["3"][12] and "+0 ~0 -0" in by_label["4"][12]
+    assert "+10 ~20 -2" in by_label["5"][12]
+    assert "projection 2,008 rows = source 2,008" in by_label["5"][12]
+    assert f"table shape: {shape} ({shape}: id bigint PRIMARY KEY" in text
+
+
+def test_every_shape_has_its_full_size_and_an_update_that_bumps_the_cursor() -> None:
+    assert {n: s.rows for n, s in workload.SHAPES.items()} == {
+        "orders": 2_000_000,
+        "narrow": 5_000_000,
+        "wide": 1_000_000,
+    }
+    assert all("updated_at = now()" in s.update for s in workload.SHAPES.values())
+    assert run.parse(["--shape", "narrow"]).rows == 5_000_000
+    assert run.parse(["--shape", "wide", "--rows", "300"]).rows == 300

@@ -34,7 +34,8 @@ def test_first_capture_lands_every_row_with_provenance(shop: Path) -> None:
         row = engine.sql("SELECT * FROM shop.orders WHERE id = 7").to_pylist()[0]
         assert row["_combined_op"] == "snapshot"
         assert row["_combined_run_id"] == run.id
-        assert len(row["_combined_id"]) == 32 and len(row["_combined_payload_hash"]) == 32
+        # identity encoding v2: the 16 bytes of each md5 digest
+        assert len(row["_combined_id"]) == 16 and len(row["_combined_payload_hash"]) == 16
         assert row["_combined_delivery_id"] and row["_combined_ingested_at"] is not None
         assert row["_combined_observed_at"] is not None
         assert row["_combined_emitted_at"] is None  # a snapshot has no provider emission time

@@ -172,6 +172,9 @@ def test_identity_vector(case: dict[str, Any]) -> None:
     assert duckdb_texts(table, names, names)[0][0] == case["text"]
     ids, _ = compute_identity(table, names)
     assert ids.to_pylist() == [case["id"]]
+    # Identity encoding v2: the same md5, its 16 bytes.
+    ids, _ = compute_identity(table, names, digest="binary")
+    assert ids.type == pa.binary() and ids.to_pylist() == [bytes.fromhex(case["id"])]
 
 
 @pytest.mark.parametrize("case", VECTORS["payload"], ids=lambda c: c["name"])
@@ -186,6 +189,8 @@ def test_payload_vector(case: dict[str, Any]) -> None:
     assert duckdb_texts(table, names[:1], names)[0][1] == case["text"]
     _, hashes = compute_identity(table, names[:1])
     assert hashes.to_pylist() == [case["hash"]]
+    _, hashes = compute_identity(table, names[:1], digest="binary")
+    assert hashes.to_pylist() == [bytes.fromhex(case["hash"])]
 
 
 def test_vector_ids_are_md5_of_their_texts() -> None:
@@ -620,6 +625,42 @@ def test_with_identity_on_a_table_and_on_a_query() -> None:
             assert result.column("_combined_id").to_pylist() == ids.to_pylist(), relation
             assert result.column("_combined_payload_hash").to_pylist() == hashes.to_pylist()
             assert result.column_names.count("_combined_id") == 1
+    finally:
+        con.close()
+
+
+def test_binary_digests_are_the_md5_bytes_of_every_row_in_sql_and_in_arrow() -> None:
+    import hashlib
+
+    n = 5000
+    data = pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "v": pa.array([None if i % 7 == 0 else "é" * (i % 90) for i in range(n)]),
+        }
+    )
+    # Offsets into the buffers, several chunks: the bytes still line up row by row.
+    data = pa.concat_tables([data.slice(0, 1234), data.slice(1234)])
+    ids, hashes = compute_identity(data.slice(3), ["id"], digest="binary")
+    rows = data.slice(3).to_pylist()
+    assert ids.to_pylist() == [
+        hashlib.md5(identity_text_python([r["id"]], [pa.int64()]).encode()).digest() for r in rows
+    ]
+    assert hashes.to_pylist() == [
+        hashlib.md5(payload_text_python(r, data.schema).encode()).digest() for r in rows
+    ]
+    con = duckdb.connect()
+    try:
+        con.register("src", data.slice(3))
+        sql = with_identity(con, "src", ["id"], data.schema, digest="binary")
+        result = con.sql(f"SELECT * FROM ({sql}) ORDER BY id").to_arrow_table()
+        assert result.column("_combined_id").to_pylist() == ids.to_pylist()
+        assert result.column("_combined_payload_hash").to_pylist() == hashes.to_pylist()
+        hexed = con.sql(
+            f"SELECT {identity_sql(['id'], data.schema, 'binary')} AS b, "
+            f"{identity_sql(['id'], data.schema)} AS h FROM src"
+        ).fetchall()
+        assert all(b.hex() == h for b, h in hexed)  # a v1 id is the hex of the v2 id
     finally:
         con.close()
 

@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from combined.delivery import StagedParts, read_part
 from combined.errors import DuplicateKeys
+from combined.protocol import _digest as dg
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import (
     duckdb_scannable_schema,
@@ -98,21 +99,25 @@ JOIN_BYTES_PER_ROW = 768
 MAX_JOIN_PASSES = 6
 
 
-def _id_ranges(passes: int) -> list[tuple[str | None, str | None]]:
-    """``passes`` contiguous ranges of text that together cover every string once.
+def _id_ranges(passes: int, digest: dg.Digest = dg.HEX) -> list[tuple[str | None, str | None]]:
+    """``passes`` contiguous ranges (SQL literals) that together cover every digest once.
 
-    The bounds split the first hex digit evenly, so digests spread evenly.
+    The bounds split the first hex digit (v1) or byte (v2) evenly, so
+    digests spread evenly.
     """
-    bounds: list[str | None] = [format(i * 16 // passes, "x") for i in range(1, passes)]
-    edges = [None, *bounds, None]
+    if digest == dg.HEX:
+        bounds = [_lit(format(i * 16 // passes, "x")) for i in range(1, passes)]
+    else:
+        bounds = [f"'\\x{i * 256 // passes:02x}'::BLOB" for i in range(1, passes)]
+    edges: list[str | None] = [None, *bounds, None]
     return list(zip(edges, edges[1:], strict=False))
 
 
 def _in_range(column: str, low: str | None, high: str | None) -> str:
-    """SQL: ``column`` lies in [low, high) (an open end when None)."""
+    """SQL: ``column`` lies in [low, high) (SQL literals; an open end when None)."""
     terms = [
-        f"{column} >= {_lit(low)}" if low is not None else "",
-        f"{column} < {_lit(high)}" if high is not None else "",
+        f"{column} >= {low}" if low is not None else "",
+        f"{column} < {high}" if high is not None else "",
     ]
     return " AND ".join(t for t in terms if t) or "true"
 
@@ -180,8 +185,15 @@ class Reducer:
         full: bool | None = None,
         current_filter: str | None = None,
         lake: Any = None,
+        digest: dg.Digest | None = None,
     ) -> None:
         import duckdb
+
+        #: The table's digest format (v1 hex, v2 binary); staged digests tell it.
+        self.digest: dg.Digest = digest or (
+            dg.digest_of(capture_schema) if prov.ID in capture_schema.names else dg.HEX
+        )
+        self._t = dg.digest_sql_type(self.digest)
 
         # In memory, spilling to the run's staging past ``memory_limit``: the narrow tables
         # it materialises are evicted to disk when they must be, so a table several times
@@ -237,8 +249,8 @@ class Reducer:
         #: new. A first delta whose ids are distinct joins them (below).
         self.all_new = self.streamed and not current_files
         op_expr = f"{quote_ident(prov.OP)}" if has_op else "'upsert'"
-        id_expr = identity_sql(key, capture_schema)
-        hash_expr = payload_hash_sql(self.payload, capture_schema)
+        id_expr = identity_sql(key, capture_schema, self.digest)
+        hash_expr = payload_hash_sql(self.payload, capture_schema, self.digest)
         if not capture_files:
             raise ValueError("a reduction needs at least one staged part (it may be empty)")
         self.capture_files = list(capture_files)
@@ -271,7 +283,7 @@ class Reducer:
             )
         else:
             self.con.execute(
-                "CREATE VIEW cur AS SELECT NULL::VARCHAR AS _kid, NULL::VARCHAR AS _khash "
+                f"CREATE VIEW cur AS SELECT NULL::{self._t} AS _kid, NULL::{self._t} AS _khash "
                 "WHERE false"
             )
         if (
@@ -396,7 +408,7 @@ class Reducer:
             f"FROM lin_rows d WHERE d.{op} = 'delete' AND coalesce(len(d.{UNCHANGED}), 0) > 0"
         )
         self.con.execute(
-            f"CREATE TABLE lin_starts AS SELECT _cid, {ordinal} AS ord, NULL::VARCHAR AS old "
+            f"CREATE TABLE lin_starts AS SELECT _cid, {ordinal} AS ord, NULL::{self._t} AS old "
             f"FROM lin_rows WHERE {op} = 'insert' UNION ALL "
             f"SELECT r._cid, r.{ordinal}, m.old FROM lin_rows r "
             f"JOIN lin_moves m ON r.{ordinal} = m.k"
@@ -449,7 +461,7 @@ class Reducer:
             f"FROM {keys} WHERE hash(_cid) IN ({meet}) "
             f"GROUP BY _cid HAVING count(*) > 1 ORDER BY _cid LIMIT {int(limit)}"
         ).fetchall()
-        return [(str(r[0]), int(r[1]), list(r[2])) for r in rows]
+        return [(dg.digest_text(r[0]), int(r[1]), list(r[2])) for r in rows]
 
     def check_duplicates(self, dataset: str) -> None:
         """Raise DuplicateKeys when the capture holds a key twice (counted up to 1000)."""
@@ -496,9 +508,9 @@ class Reducer:
         first_op = self._first_op
         if self.same_as_current():
             # No changes: an empty transition table, for whatever reads it next.
+            t = self._t
             con.execute(
-                "CREATE TABLE tr (id VARCHAR, op VARCHAR, new_hash VARCHAR, "
-                "old_hash VARCHAR, ord BIGINT)"
+                f"CREATE TABLE tr (id {t}, op VARCHAR, new_hash {t}, old_hash {t}, ord BIGINT)"
             )
             rows = self._staged.count_rows()  # (a snapshot's pay is its staged parts)
             self.transition = Transition(unchanged=int(rows), captured=int(rows))
@@ -516,7 +528,7 @@ class Reducer:
             con.execute(
                 "CREATE TABLE tr AS SELECT _cid AS id, "
                 f"CASE WHEN _cop = 'upsert' THEN {first_op} ELSE _cop END AS op, "
-                f"_chash AS new_hash, NULL::VARCHAR AS old_hash, ord FROM {keys}"
+                f"_chash AS new_hash, NULL::{self._t} AS old_hash, ord FROM {keys}"
             )
             return self._stats()
         # A truncate in a change stream empties the table at that point: only
@@ -538,7 +550,7 @@ class Reducer:
                 "CREATE TABLE tr AS SELECT _cid AS id, CASE WHEN _cop = 'delete' THEN 'same' "
                 f"ELSE {first_op} END AS op, "
                 "CASE WHEN _cop = 'delete' THEN NULL ELSE _chash END AS new_hash, "
-                f"NULL::VARCHAR AS old_hash, ord FROM ({last})"
+                f"NULL::{self._t} AS old_hash, ord FROM ({last})"
             )
             return self._stats()
         # Both sides are plain tables before they meet: computed identities
@@ -654,7 +666,7 @@ class Reducer:
             "FROM ({last}) c {join} {current} k ON c._cid = k._kid)"
             + (" WHERE op <> 'same'" if only_changes else "")
         )
-        ranges = _id_ranges(passes)
+        ranges = _id_ranges(passes, self.digest)
         for n, (low, high) in enumerate(ranges):
             if len(ranges) == 1:
                 sides = {"last": last, "current": current}
@@ -677,18 +689,22 @@ class Reducer:
         # moves by both. The transition digest reuses ``n`` (see
         # :func:`transition_digest`): only a delete needs a term of its own.
         ordinal = "'|' || ord::VARCHAR" if self.sync_mode == "append" else "''"
+        d, empty = self.digest, dg.empty_sql(self.digest)
+        gone = dg.pair_term_sql(
+            f"coalesce(id, {empty})", f"coalesce(new_hash, {empty})", d, ordinal
+        )
         folds = ", ".join(
             f"bit_xor({'x' if op in ('delete', 'truncate') else 'n'}) FILTER (WHERE op = '{op}')"
             for op in DIGEST_CLASSES
         )
         row = self.con.execute(
             "WITH d AS (SELECT op, "
-            "CASE WHEN op IN ('update', 'delete') THEN md5_number(id || '|' || old_hash) "
-            "ELSE 0::UHUGEINT END AS o, "
+            "CASE WHEN op IN ('update', 'delete') THEN "
+            f"{dg.pair_term_sql('id', 'old_hash', d)} ELSE 0::UHUGEINT END AS o, "
             "CASE WHEN op IN ('insert', 'snapshot', 'update') THEN "
-            f"md5_number(id || '|' || new_hash || {ordinal}) ELSE 0::UHUGEINT END AS n, "
+            f"{dg.pair_term_sql('id', 'new_hash', d, ordinal)} ELSE 0::UHUGEINT END AS n, "
             "CASE WHEN op IN ('delete', 'truncate') THEN "
-            f"md5_number(coalesce(id, '') || '|' || coalesce(new_hash, '') || {ordinal}) END AS x "
+            f"{gone} END AS x "
             "FROM tr) SELECT "
             "count(*) FILTER (WHERE op IN ('insert', 'snapshot')), "
             "count(*) FILTER (WHERE op = 'update'), "
@@ -723,7 +739,7 @@ class Reducer:
         # md5 per row gives both digests. ``con`` may be a cursor of this
         # reduction's database, used from another thread.
         i, h = prov.ID, prov.PAYLOAD_HASH
-        sql = f"SELECT count(*), bit_xor(md5_number({i} || '|' || {h})) FROM pay"
+        sql = f"SELECT count(*), bit_xor({dg.pair_term_sql(i, h, self.digest)}) FROM pay"
         rows, n = (con or self.con).execute(sql).fetchall()[0]
         self.transition = Transition(
             inserts=int(rows),
@@ -736,7 +752,7 @@ class Reducer:
     def full_content_xor(self) -> tuple[int, int]:
         """The content digest of the whole capture (full refresh)."""
         (value,) = self.con.execute(
-            f"SELECT bit_xor(md5_number(_cid || '|' || _chash)) FROM {self._keys()}"
+            f"SELECT bit_xor({dg.pair_term_sql('_cid', '_chash', self.digest)}) FROM {self._keys()}"
         ).fetchall()[0]
         return _halves(int(value or 0))
 

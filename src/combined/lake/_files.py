@@ -172,7 +172,17 @@ def write_data_files(
     return actions
 
 
-#: Hex digests: every value differs, so a dictionary page only costs time.
+def _id_type(schema: pa.Schema) -> pa.DataType:
+    """The plain type of ``schema``'s ``_combined_id``: string (v1 digests) or binary (v2)."""
+    if "_combined_id" not in schema.names:
+        return pa.string()
+    t = schema.field("_combined_id").type
+    if pa.types.is_binary(t) or pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
+        return pa.binary()
+    return pa.string()
+
+
+#: Digests: every value differs, so a dictionary page only costs time.
 _NO_DICTIONARY = frozenset({"_combined_id", "_combined_payload_hash"})
 #: Rows of the first batch that decide which columns get a dictionary (counting
 #: distinct values costs ~2 us a row: 16k-row samples cost ~30 ms a file).
@@ -351,9 +361,11 @@ def rewrite_actions(
         ops = batch.column(batch.schema.get_field_index("_combined_op"))
         ids = batch.column(batch.schema.get_field_index("_combined_id"))
         changed.append(pc.filter(ids, pc.is_in(ops, pa.array(["update", "delete"]))))
-    gone = pa.concat_arrays([c.cast(pa.string()) for c in changed]) if changed else None
+    # The ids in the table's own type: text (identity encoding v1) or bytes (v2).
+    id_type = _id_type(schema)
+    gone = pa.concat_arrays([c.cast(id_type) for c in changed]) if changed else None
     if gone is None and every_file:
-        gone = pa.array([], pa.string())
+        gone = pa.array([], id_type)
     actions: list[Any] = []
 
     def rewrite(local: str) -> list[Any]:  # a path or URL, as LakeTable.files() gives them

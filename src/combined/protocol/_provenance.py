@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from combined.protocol._digest import Digest
+
 ID = "_combined_id"
 OP = "_combined_op"
 EMITTED_AT = "_combined_emitted_at"
@@ -37,10 +39,13 @@ CONTROL_COLUMNS: frozenset[str] = frozenset(
 )
 
 
-def provenance_fields() -> list[pa.Field]:
-    """The Arrow fields of the provenance columns, in order."""
+def provenance_fields(digest: Digest = "hex") -> list[pa.Field]:
+    """The Arrow fields of the provenance columns, in order, with digests in ``digest`` format."""
     import pyarrow as pa
+
+    from combined.protocol._digest import digest_type
 
     ts = pa.timestamp("us", tz="UTC")
     types = {EMITTED_AT: ts, OBSERVED_AT: ts, INGESTED_AT: ts}
+    types |= {ID: digest_type(digest), PAYLOAD_HASH: digest_type(digest)}
     return [pa.field(name, types.get(name, pa.string())) for name in PROVENANCE_COLUMNS]

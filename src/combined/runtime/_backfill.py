@@ -29,6 +29,7 @@ from combined.protocol import (
     TerminalOutcome,
     TerminalReceipt,
 )
+from combined.protocol._digest import digest_of
 from combined.protocol.identity import quote_ident
 from combined.runtime._deadline import reading
 from combined.runtime._drift import judge_drift
@@ -224,6 +225,7 @@ def stage_partitioned(
         spec,
     )
     last = table.latest_commit()
+    digest = digest_of(table.schema())
     # Absent ids are deletes only when the range is over the key (see below).
     current_filter = (
         range_filter(table.schema(), column, spec.lower, spec.upper) if column in plan.key else None
@@ -264,6 +266,7 @@ def stage_partitioned(
                 hash_rows=True,
                 first_ordinal=index << PARTITION_SHIFT,
                 threads=1,
+                digest=digest,
             )
             rows = 0
             schema: pa.Schema | None = None
@@ -307,7 +310,7 @@ def stage_partitioned(
         writer = PartWriter(
             area, f"{plan.source}/{plan.name}/capture/empty", plan.max_rows, plan.max_bytes
         )
-        empty = CaptureStager(writer, key=plan.key, hash_rows=True)
+        empty = CaptureStager(writer, key=plan.key, hash_rows=True, digest=digest)
         parts = empty.close(_empty_schema(table.schema(), declared))
         schemas = {part_schema(parts[0])}
     schema = schemas.pop()

@@ -36,6 +36,7 @@ from combined.lake import (
 )
 from combined.protocol import ExtractionReceipt, RecordBatchMessage, StateMessage
 from combined.protocol import _provenance as prov
+from combined.protocol._digest import digest_of
 from combined.runtime._barrier import CheckpointBarrier
 from combined.runtime._deadline import reading
 from combined.runtime._drift import judge_drift
@@ -237,7 +238,9 @@ def _consume(
     #: Fields an earlier batch had and a later one lacks: dropped while streaming.
     dropped: set[str] = set()
     rows = nbytes = 0
-    stager = CaptureStager(writer, key=plan.key, hash_rows=plan.strategy != "cdc")
+    stager = CaptureStager(
+        writer, key=plan.key, hash_rows=plan.strategy != "cdc", digest=digest_of(committed_schema)
+    )
     try:
         for msg in extraction:
             if isinstance(msg, StateMessage):

@@ -20,7 +20,7 @@ from combined.capture._reduce import Reducer, Transition
 from combined.catalog import Catalog, VersionTotals, version_id
 from combined.catalog import data as cat
 from combined.delivery import StagedDelivery, StagingArea, write_deliveries
-from combined.errors import DeliveryAltered, DuplicateKeys, NotFoundError
+from combined.errors import DeliveryAltered, DuplicateKeys, LakeError, NotFoundError
 from combined.lake import (
     ROW_GROUP_ROWS,
     LakeLayout,
@@ -29,6 +29,7 @@ from combined.lake import (
     to_lake,
 )
 from combined.protocol import _provenance as prov
+from combined.protocol._digest import Digest, digest_of
 from combined.runtime._memory import release_memory
 from combined.runtime._pipeline import DatasetPlan, Prepared, Staged, commit_schema_fields, table_of
 from combined.runtime._reporter import Reporter
@@ -58,6 +59,7 @@ def prepare(
     # stamped on the Delivery rows and recorded in the lake commit's metadata.
     accepted_at = datetime.now(UTC)
     row = _dataset_row(catalog, plan)
+    digest = _digest(plan, table.schema(), staged.schema)
     reducer = Reducer(
         capture_files=staged.parts,
         capture_schema=staged.schema,
@@ -71,6 +73,7 @@ def prepare(
         full=staged.full,
         current_filter=staged.current_filter,
         lake=layout.store,
+        digest=digest,
     )
     # At most one task beside this thread (a first baseline's digests and change list).
     side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transition")
@@ -104,7 +107,7 @@ def prepare(
             f for f in staged.schema if not f.name.startswith("_combined_") and f.name != ORDINAL
         ]
         schema = lake_schema(pa.schema(payload))
-        for pf in prov.provenance_fields():
+        for pf in prov.provenance_fields(digest):
             schema = schema.append(pf)
         deliveries: list[StagedDelivery] = []
         changes_path: Path | None = None
@@ -224,6 +227,23 @@ def _digests(reducer: Reducer) -> Transition:
         return reducer.reduce(con)
     finally:
         con.close()
+
+
+def _digest(plan: DatasetPlan, lake: pa.Schema | None, staged: pa.Schema) -> Digest:
+    """The digest format of the dataset's table (v1 hex or v2 binary), as staging used it.
+
+    A table keeps the format it was created with; staging read it from the
+    same table when the capture began. A table created or replaced in
+    between with the other format is refused, never written in two formats.
+    """
+    digest = digest_of(lake)
+    if prov.ID in staged.names and digest_of(staged) != digest:
+        raise LakeError(
+            f"{plan.source}.{plan.name}: the lake table's identity encoding changed during "
+            "the capture (another writer created or replaced it); nothing was committed",
+            hint="capture again",
+        )
+    return digest
 
 
 def _dataset_row(catalog: Catalog, plan: DatasetPlan) -> Any | None:

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from combined.capture._reduce import UNCHANGED
 from combined.delivery import PartWriter
 from combined.protocol import _provenance as prov
+from combined.protocol._digest import DEFAULT_DIGEST, Digest, digest_type
 from combined.protocol.identity import compute_identity
 
 if TYPE_CHECKING:
@@ -93,8 +94,11 @@ class CaptureStager:
         hash_rows: bool,
         first_ordinal: int = 0,
         threads: int = 2,
+        digest: Digest = DEFAULT_DIGEST,
     ) -> None:
         self.writer = writer
+        #: The lake table's digest format (identity encoding v1 or v2).
+        self.digest = digest
         self.key = list(key)
         # A keyless dataset's identity covers every payload column: a column
         # added mid-read would give rows read before it other ids, so its rows
@@ -233,9 +237,11 @@ class CaptureStager:
         payload = [n for n in names if not n.startswith("_combined_")]
         table = pa.Table.from_batches(group)
         if table.num_rows == 0:  # every part carries the columns, an empty one too
-            ids = hashes = pa.array([], pa.string())
+            ids = hashes = pa.array([], digest_type(self.digest))
         else:
-            ids, hashes = compute_identity(table, self.key, payload, con=self._duck())
+            ids, hashes = compute_identity(
+                table, self.key, payload, con=self._duck(), digest=self.digest
+            )
         out, offset = [], 0
         for batch in group:
             n = batch.num_rows

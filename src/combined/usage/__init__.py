@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from combined.lake import LakeLayout, LakeTable
+from combined.protocol._digest import Digest, as_sql, digest_of, digest_sql_type, digest_type
 
 
 def record_usage(
@@ -45,7 +46,15 @@ def record_usage(
     holds each identity once (a keyed transition, not an event stream).
     """
     table = _usage_table(layout, source, dataset)
-    schema = pa.schema([("month", pa.string()), ("_combined_id", pa.string()), ("op", pa.string())])
+    files = [str(changes)] if isinstance(changes, str | Path) else [str(f) for f in changes]
+    store = layout.store
+    # The identities keep the usage table's digest format (the dataset's own
+    # when it was first billed); a v1 id is exactly the hex of its v2 id.
+    have = _files_digest(store, files)
+    want = digest_of(table.schema()) if table.exists() else have
+    schema = pa.schema(
+        [("month", pa.string()), ("_combined_id", digest_type(want)), ("op", pa.string())]
+    )
     # The billed identities and their counts from one table version: counts
     # newer than the identities they were read with would count again
     # whatever a concurrent usage commit added in between.
@@ -55,8 +64,6 @@ def record_usage(
     if month not in counts and known:
         counts[month] = month_counts(layout, source, dataset, month)  # written before counts
     current = counts[month] if month in counts else _no_usage()
-    files = [str(changes)] if isinstance(changes, str | Path) else [str(f) for f in changes]
-    store = layout.store
     if unique and not known:
         # The dataset's first usage, one row per identity: every row is new.
         return {month: _first_usage(table, schema, files, month, deliveries, counts, current)}
@@ -68,12 +75,14 @@ def record_usage(
             if deliveries
             else "CAST(op AS VARCHAR)"
         )
+        t = digest_sql_type(want)
         new = (
-            f"SELECT {month_lit} AS month, CAST(_combined_id AS VARCHAR) AS _combined_id, "
+            f"SELECT {month_lit} AS month, "
+            f"CAST({as_sql('_combined_id', have, want)} AS {t}) AS _combined_id, "
             f"{op} AS op FROM {store.duck_source(con, files)}"
         )
         existing = (
-            "SELECT NULL::VARCHAR AS month, NULL::VARCHAR AS _combined_id, "
+            f"SELECT NULL::VARCHAR AS month, NULL::{t} AS _combined_id, "
             "NULL::VARCHAR AS op WHERE false"
         )
         if known:
@@ -158,7 +167,7 @@ def _first_usage(
                     with lock:
                         for item in found:
                             tally[item["values"]] = tally.get(item["values"], 0) + item["counts"]
-                    ids = b.column(0).cast(pa.string())
+                    ids = b.column(0).cast(schema.field("_combined_id").type)
                     yield pa.record_batch(
                         [pa.repeat(month_value, b.num_rows), ids, ops], schema=schema
                     )
@@ -175,6 +184,14 @@ def _first_usage(
     streams = [rows(files[n::2]) for n in range(min(2, len(files)))]
     table.append_streams(schema, streams, create=not table.exists(), metadata=metadata)
     return counts[month]
+
+
+def _files_digest(store: Any, files: list[str]) -> Digest:
+    """The digest format of the change list or Deliveries ``files`` (from the first footer)."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(store.open_input(files[0])) as pf:
+        return digest_of(pf.schema_arrow)
 
 
 def _committed_counts(table: LakeTable, version: int | None) -> dict[str, dict[str, int]]:

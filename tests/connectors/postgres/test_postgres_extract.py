@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import re
 import threading
+import time
 
 import pytest
 
@@ -291,6 +292,42 @@ def test_control_totals_are_read_in_the_same_snapshot(admin, schema, source, mak
     list(it)
     ext.finish("success")
     assert ext.control_totals == ControlTotals(100)
+
+
+def _scans(admin, schema: str, table: str) -> int:
+    row = admin.execute(
+        "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_user_tables "
+        "WHERE schemaname = %s AND relname = %s",
+        (schema, table),
+    ).fetchone()
+    return int(row[0])
+
+
+def test_a_snapshots_row_count_comes_from_its_own_read_without_a_second_scan(
+    admin, schema, source, make_request, pgt
+):
+    _fill(admin, schema, 300)
+    before = _scans(admin, schema, "t")
+    ext = source.read(make_request("t", batch_rows=64, options={"control_totals": True}))
+    rows = sum(m.batch.num_rows for m in ext if isinstance(m, RecordBatchMessage))
+    pid = ext.backend_pid
+    ext.finish("success")
+    assert ext.control_totals == ControlTotals(300) and rows == 300
+    # A backend flushes its table statistics when it exits: every scan of
+    # the read arrives at once.
+    assert pid is not None and pgt.wait_backend_gone(admin, pid)
+    deadline = time.monotonic() + 10
+    while _scans(admin, schema, "t") == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _scans(admin, schema, "t") - before == 1  # the read itself, no count(*)
+
+
+def test_a_control_sum_still_reads_its_own_totals(admin, schema, source, make_request):
+    _fill(admin, schema, 40)
+    ext = source.read(make_request("t", options={"control_totals": "amount"}))
+    assert sum(m.batch.num_rows for m in ext if isinstance(m, RecordBatchMessage)) == 40
+    ext.finish("success")
+    assert ext.control_totals == ControlTotals(40, "amount", f"{sum(range(1, 41)) * 1.25:.2f}")
 
 
 def test_the_source_keeps_no_secret_and_errors_pickle(pg_dsn, schema):

@@ -232,6 +232,9 @@ class _Work:
     control_where: sql.Composable | None = None
     upper: Any = None
     checkpoint: Any = None
+    #: Rows the one statement over ``control_where`` returned (None: the
+    #: read was not one such statement, e.g. a cursor's pages).
+    rows_read: int | None = None
 
 
 class PostgresExtraction(SessionRead[Session]):
@@ -311,7 +314,9 @@ class PostgresExtraction(SessionRead[Session]):
                 q = sql.SQL("SELECT {} FROM {}{}").format(
                     work.layout.select_list(), work.relation.ident, _and([work.where])
                 )
+                work.rows_read = 0
                 for batch in self._stream(q, work.layout):
+                    work.rows_read += batch.num_rows
                     yield RecordBatchMessage(request.dataset, batch)
             with self._lock:
                 final = self._end(work)
@@ -463,6 +468,11 @@ class PostgresExtraction(SessionRead[Session]):
                 f"control_totals names column {column!r}, which the relation does not have",
                 hint="name a numeric column",
             )
+        if column is None and work.rows_read is not None:
+            # The read was one statement over the control predicate in this
+            # REPEATABLE READ snapshot: the rows it returned are the count a
+            # second ``count(*)`` scan would give, without that scan.
+            return ControlTotals(work.rows_read)
         total = (
             sql.SQL("CAST(sum({}) AS text)").format(sql.Identifier(column))
             if column

@@ -1,0 +1,93 @@
+"""How a lake table stores its digests: identity encoding v1 (hex) or v2 (binary).
+
+Both are the md5 of the same canonical text (``docs/identity.md``, encoding
+``c1``): v1 writes its 32 lowercase hex digits, v2 its 16 bytes. So the v1
+digest of a row is exactly the hex of its v2 digest, and a lake written
+before v2 stays comparable with one written after. A table records its
+format in its own schema (the type of ``_combined_id``): a table that
+exists keeps the format it was created with; a new table is v2.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pyarrow as pa
+
+from combined.protocol._identity_types import ID_COLUMN
+
+#: A digest format: ``"hex"`` (identity encoding v1) or ``"binary"`` (v2).
+Digest = Literal["hex", "binary"]
+
+HEX: Digest = "hex"
+BINARY: Digest = "binary"
+
+#: The format of a new table.
+DEFAULT_DIGEST: Digest = BINARY
+
+#: The identity encoding version of each format (``docs/identity.md``, section 7).
+ENCODING_VERSION: dict[Digest, int] = {HEX: 1, BINARY: 2}
+
+
+def digest_of(schema: pa.Schema | None) -> Digest:
+    """The digest format of a lake table of ``schema`` (None: no table yet, so the default).
+
+    A ``_combined_id`` of a string type is v1 (hex); of a binary type, v2.
+    A table without the column (none written by Combined) takes the default.
+    """
+    if schema is None or ID_COLUMN not in schema.names:
+        return DEFAULT_DIGEST
+    t = schema.field(ID_COLUMN).type
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return HEX
+    return BINARY
+
+
+def digest_type(digest: Digest) -> pa.DataType:
+    """The Arrow type of a digest column in ``digest`` format."""
+    return pa.string() if digest == HEX else pa.binary()
+
+
+def digest_sql_type(digest: Digest) -> str:
+    """The DuckDB type of a digest column in ``digest`` format."""
+    return "VARCHAR" if digest == HEX else "BLOB"
+
+
+def md5_sql(text: str, digest: Digest) -> str:
+    """A DuckDB expression: the md5 of the VARCHAR expression ``text`` in ``digest`` format."""
+    return f"md5({text})" if digest == HEX else f"unhex(md5({text}))"
+
+
+def pair_term_sql(first: str, second: str, digest: Digest, extra: str = "''") -> str:
+    """A DuckDB UHUGEINT: the md5 of a pair of digests (a transition digest's term).
+
+    v1 hashes ``first|second`` followed by the VARCHAR ``extra`` (as it
+    always did: a table's running content digest continues across
+    versions of the code). v2 hashes the two digests' 32 bytes followed by
+    ``extra``'s bytes: one md5 block, where the hex text took two.
+    """
+    if digest == HEX:
+        return f"md5_number({first} || '|' || {second} || {extra})"
+    return f"md5_number({first} || {second} || CAST({extra} AS BLOB))"
+
+
+def empty_sql(digest: Digest) -> str:
+    """A DuckDB literal: the empty value of a digest column (for coalesce)."""
+    return "''" if digest == HEX else "''::BLOB"
+
+
+def as_sql(column: str, have: Digest, want: Digest) -> str:
+    """SQL converting the digest ``column`` from format ``have`` to ``want``.
+
+    Exact both ways: a v1 digest is the lowercase hex of the v2 one.
+    """
+    if have == want:
+        return column
+    return f"lower(hex({column}))" if want == HEX else f"unhex({column})"
+
+
+def digest_text(value: object) -> str:
+    """A digest read back from DuckDB or Arrow, as text: v2's bytes in hex, v1's as they are."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    return str(value)
