@@ -119,3 +119,10 @@ def test_the_schema_command_prints_and_writes_it(tmp_path: Path) -> None:
     assert (tmp_path / "ref.md").read_text() == reference_markdown()
     version = combined("--version")
     assert version.returncode == 0 and re.fullmatch(r"combined \d+\.\d+\.\d+\S*\n", version.stdout)
+
+
+def test_init_into_a_directory_not_made_yet(tmp_path: Path) -> None:
+    project = write_example(tmp_path / "mine")
+    assert project == tmp_path / "mine" / "combined.yaml" and project.is_file()
+    assert (tmp_path / "mine" / SCHEMA_FILE).is_file()
+    assert write_example(tmp_path / "other.yml") == tmp_path / "other.yml"  # a file, as named

@@ -56,7 +56,9 @@ def test_piped_tables_show_every_id_whole(captured: Path, tools: Any) -> None:
 def test_listing_commands_print_json_and_csv(captured: Path, tools: Any) -> None:
     runs = json.loads(_ok(tools, captured, "runs", "--format", "json"))
     assert [r["state"] for r in runs] == ["succeeded", "succeeded"]
-    assert runs[0]["datasets"] == ["customers", "orders"] and runs[0]["created_at"].endswith("+00:00")
+    assert runs[0]["datasets"] == ["customers", "orders"] and runs[0]["created_at"].endswith(
+        "+00:00"
+    )
     table = list(csv.DictReader(io.StringIO(_ok(tools, captured, "runs", "--format", "csv"))))
     assert [r["id"] for r in table] == [r["id"] for r in runs]
     assert table[0]["error"] == "" and json.loads(table[0]["datasets"]) == ["customers", "orders"]

@@ -169,9 +169,9 @@ def _instant_text(value: datetime) -> str:
 
 @app.command()
 def init(
-    path: Annotated[Path, typer.Argument(help="where to write the project file")] = Path(
-        "combined.yaml"
-    ),
+    path: Annotated[
+        Path, typer.Argument(help="the project file, or a directory to write combined.yaml in")
+    ] = Path("combined.yaml"),
     force: Annotated[bool, typer.Option(help="overwrite an existing file")] = False,
 ) -> None:
     """Write a commented example project file."""

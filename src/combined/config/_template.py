@@ -220,16 +220,17 @@ source that loads too once their leading ``#`` is removed.
 def write_example(path: Path, *, force: bool = False) -> Path:
     """Write :data:`EXAMPLE_PROJECT` to ``path`` and return its absolute path.
 
-    ``path`` may be a directory, in which case ``combined.yaml`` is written in
-    it. An existing file is only replaced when ``force`` is true. The JSON
+    ``path`` may be a directory (or a path that does not exist yet and does
+    not end in ``.yaml`` or ``.yml``), in which case ``combined.yaml`` is
+    written in it. An existing file is only replaced when ``force`` is true. The JSON
     Schema the file's first line names, ``combined.schema.json``, is written
     (or refreshed) next to it: generated, it holds nothing of the user's.
     """
     from combined.config._reference import SCHEMA_FILE, schema_text
 
     path = Path(path).expanduser()
-    if path.is_dir():
-        path = path / "combined.yaml"
+    if path.is_dir() or (not path.exists() and path.suffix not in (".yaml", ".yml")):
+        path = path / "combined.yaml"  # a directory, made if need be
     path = Path(os.path.abspath(path))
     if path.exists() and not force:
         raise ConfigError(
