@@ -1,4 +1,4 @@
-"""Output for scripts: whole ids in tables, ``--format json|csv``, and query values without reprs."""
+"""Output for scripts: whole ids in tables, ``--format json|csv``, query values without reprs."""
 
 from __future__ import annotations
 
