@@ -187,11 +187,15 @@ def init(
 
 @app.command()
 def check(project: ProjectOpt = None) -> None:
-    """Validate the project file and connect to every source."""
-    from combined.errors import CombinedError
+    """Validate the project file, connect to every source and check each dataset there.
+
+    Exit 2 when a dataset cannot be read as declared (a relation or column
+    the source lacks, a type it cannot take), else 1 when a source failed.
+    """
+    from combined.errors import CombinedError, ConfigError
 
     engine = _engine(project)
-    failed = False
+    status = 0
     for name in engine.project.sources:
 
         def warn(why: str, name: str = name) -> None:
@@ -201,13 +205,13 @@ def check(project: ProjectOpt = None) -> None:
             engine.check(name, warn)
             console.print(Text.assemble(("ok", "green"), f"   {name}"))
         except CombinedError as exc:
-            failed = True
+            status = max(status, ERROR if isinstance(exc, ConfigError) else 1)
             console.print(Text.assemble(_red("fail"), f" {name}: {exc.message}"))
             if exc.hint:
                 console.print(f"     hint: {exc.hint}")
     engine.close()
-    if failed:
-        raise typer.Exit(1)
+    if status:
+        raise typer.Exit(status)
 
 
 @app.command()
