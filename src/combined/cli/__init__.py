@@ -93,8 +93,12 @@ def _engine(project: Path | None, reporter: Any = None) -> Engine:
 
 
 @contextmanager
-def _session(project: Path | None, reporter: Any = None) -> Iterator[Engine]:
-    """An engine for one command: errors become a clear message and exit 2; always closed."""
+def _session(project: Path | None, reporter: Any = None, *, stopped: str = "") -> Iterator[Engine]:
+    """An engine for one command: errors become a clear message and exit 2; always closed.
+
+    SIGINT (Ctrl-C) ends it with exit status 130, saying what became of the
+    Runs in flight (``stopped`` adds what became of the command's own work).
+    """
     from combined.errors import CombinedError
 
     engine = _engine(project, reporter)
@@ -102,60 +106,20 @@ def _session(project: Path | None, reporter: Any = None) -> Iterator[Engine]:
         yield engine
     except CombinedError as exc:
         _fail(exc)
+    except KeyboardInterrupt:
+        from combined.cli._progress import say_interrupted
+
+        say_interrupted("SIGINT", stopped)
+        raise typer.Exit(INTERRUPTED) from None
     finally:
         engine.close()
 
 
-class _Progress:
-    """Rich progress bars: rows, bytes and deliveries per dataset."""
+def _progress() -> Any:
+    """The reporter of a command that executes Runs: bars on a terminal, lines elsewhere."""
+    from combined.cli._progress import reporter
 
-    def __init__(self) -> None:
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        self.bars = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}", markup=False),
-            TextColumn("{task.fields[phase]}", markup=False),
-            TextColumn("{task.fields[rows]:>10,} rows", markup=False),
-            TextColumn("{task.fields[mb]:>8.1f} MB", markup=False),
-            TextColumn("{task.fields[deliveries]} deliveries", markup=False),
-            TimeElapsedColumn(),
-            console=err,
-            transient=False,
-        )
-        self.tasks: dict[str, Any] = {}
-
-    def _task(self, dataset: str) -> Any:
-        if dataset not in self.tasks:
-            self.tasks[dataset] = self.bars.add_task(
-                dataset, total=None, phase="", rows=0, mb=0.0, deliveries=0
-            )
-        return self.tasks[dataset]
-
-    def run_started(self, run_id: str, source: str, datasets: list[str]) -> None:
-        self.bars.start()
-        err.print(f"run {run_id}: capturing {source} ({', '.join(datasets)})")
-        for d in datasets:
-            self._task(d)
-
-    def progress(self, dataset: str, rows: int, nbytes: int, deliveries: int) -> None:
-        fields: dict[str, Any] = {"rows": rows, "deliveries": deliveries}
-        if nbytes:
-            fields["mb"] = nbytes / 1e6
-        self.bars.update(self._task(dataset), **fields)
-
-    def phase(self, dataset: str, phase: str) -> None:
-        self.bars.update(self._task(dataset), phase=phase)
-
-    def note(self, message: str) -> None:
-        # An engine note quotes errors, paths and values: text, never markup.
-        self.bars.console.print(Text(message), highlight=False)
-
-    def run_finished(self, run_id: str, state: str) -> None:
-        for task in self.tasks.values():
-            self.bars.update(task, phase="done" if state == "succeeded" else state)
-        self.bars.stop()
-        self.tasks.clear()
+    return reporter()
 
 
 def _when(value: datetime | None) -> str:
@@ -234,7 +198,7 @@ def capture(
         for line in describe(parts):
             console.print(line)
         return
-    with _session(project, _Progress()) as engine:
+    with _session(project, _progress()) as engine:
         runs = engine.capture(selectors or [])
     for run in runs:
         console.print(Text.assemble(f"run {run.id} ", _state(run.state)))
@@ -288,7 +252,7 @@ def backfill(
     mismatch publishes nothing (exit 3).
     """
 
-    with _session(project, _Progress()) as engine:
+    with _session(project, _progress()) as engine:
         run = engine.backfill(
             dataset,
             partitions=partitions,
@@ -322,7 +286,7 @@ def run_retry(
             run = engine.retry(run_id, enqueue=True)
         console.print(f"run {run.id} queued (retry of {run.retry_of})")
         return
-    with _session(project, _Progress()) as engine:
+    with _session(project, _progress()) as engine:
         run = engine.retry(run_id)
     console.print(f"run {run.id} {run.state} (retry of {run.retry_of})")
     if run.error:
@@ -371,18 +335,14 @@ def sql(
     if timeout < 0:
         _fail(ConfigError(f"--timeout must be 0 or more, not {timeout:g}", hint="0: no limit"))
     when = _instant(as_of) if as_of else None
-    try:
-        with _session(project) as engine:
-            result = engine.sql(
-                query,
-                as_of=when,
-                publication=publication,
-                timeout_s=timeout or None,
-                memory_limit=memory_limit,
-            )
-    except KeyboardInterrupt:
-        err.print("stopped by SIGINT: the query was interrupted", highlight=False)
-        raise typer.Exit(INTERRUPTED) from None
+    with _session(project, stopped=": the query was interrupted") as engine:
+        result = engine.sql(
+            query,
+            as_of=when,
+            publication=publication,
+            timeout_s=timeout or None,
+            memory_limit=memory_limit,
+        )
     _print_result(result, fmt)
 
 
@@ -481,7 +441,9 @@ def main() -> None:
     try:
         app()
     except Terminated:
-        err.print("stopped by SIGTERM", highlight=False)
+        from combined.cli._progress import say_interrupted
+
+        say_interrupted("SIGTERM")
         raise
     except Exception as exc:
         if os.environ.get("COMBINED_DEBUG"):
