@@ -107,7 +107,7 @@ def _session(project: Path | None, reporter: Any = None, *, stopped: str = "") -
     except CombinedError as exc:
         _fail(exc)
     except KeyboardInterrupt:
-        from combined.cli._progress import say_interrupted
+        from combined.cli._reporting import say_interrupted
 
         say_interrupted("SIGINT", stopped)
         raise typer.Exit(INTERRUPTED) from None
@@ -117,7 +117,7 @@ def _session(project: Path | None, reporter: Any = None, *, stopped: str = "") -
 
 def _progress() -> Any:
     """The reporter of a command that executes Runs: bars on a terminal, lines elsewhere."""
-    from combined.cli._progress import reporter
+    from combined.cli._reporting import reporter
 
     return reporter()
 
@@ -146,7 +146,7 @@ def init(
         written = write_example(path, force=force)
     except CombinedError as exc:
         _fail(exc)
-    console.print(f"wrote {written}")
+    console.print(f"wrote {written} and, for editors, its JSON Schema combined.schema.json")
 
 
 @app.command()
@@ -441,7 +441,7 @@ def main() -> None:
     try:
         app()
     except Terminated:
-        from combined.cli._progress import say_interrupted
+        from combined.cli._reporting import say_interrupted
 
         say_interrupted("SIGTERM")
         raise
