@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
 import sqlite3
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -140,6 +143,23 @@ def _show(console: Console, title: str, rows: Any) -> None:
     console.print(table)
 
 
+def reach_combined() -> str:
+    """What to type before ``combined`` is on the PATH: nothing when it already is.
+
+    ``make demo`` installs the command in ``.venv/bin``, which a new shell
+    does not search: the hint then starts by activating that environment.
+    """
+    here = Path(sys.executable).parent
+    mine = here / "combined"
+    found = shutil.which("combined")
+    if found is not None and mine.exists() and os.path.samefile(found, mine):
+        return ""
+    activate = here / "activate"
+    if activate.is_file():
+        return f"source {shlex.quote(os.path.relpath(activate))} && "
+    return f'export PATH={shlex.quote(str(here))}:"$PATH" && '
+
+
 def run_demo(directory: Path, console: Console) -> None:
     """Build the demo shop in ``directory`` and walk through two captures."""
     from combined.engine import Engine
@@ -209,7 +229,11 @@ def run_demo(directory: Path, console: Console) -> None:
         _step(console, "9. monthly active rows")
         console.print(usage)
         console.print(
-            Text(f'try: cd {directory} && combined sql "SELECT * FROM shop.customers LIMIT 5"')
+            Text(
+                f"try: {reach_combined()}cd {shlex.quote(str(directory))} && "
+                'combined sql "SELECT * FROM shop.customers LIMIT 5"'
+            ),
+            soft_wrap=True,  # one line, to copy as it is
         )
     finally:
         engine.close()

@@ -28,7 +28,7 @@ from combined.lake import LakeLayout
 from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, env_seconds
 from combined.runtime._leases import lease_ttl
 from combined.runtime._memory import tune_allocators
-from combined.runtime._preflight import preflight
+from combined.runtime._preflight import preflight, verify_declared
 from combined.runtime._publish import HeldPublications
 from combined.runtime._reporter import NullReporter, Reporter
 from combined.runtime._runner import Runner, Settings, admit
@@ -526,7 +526,10 @@ class Engine:
         return cls(config)
 
     def check(self, source: str, warn: Callable[[str], object] | None = None) -> None:
-        """Connect to a source and authenticate; verify what its cdc datasets need.
+        """Connect to a source and authenticate; verify what its datasets need.
+
+        Every declared relation, key, cursor and ``columns:`` must exist with a
+        type the dataset can take (:func:`~combined.runtime._preflight.verify_declared`).
 
         ``warn`` hears the configuration's risks first.
         """
@@ -547,6 +550,7 @@ class Engine:
         finally:
             conn.close()
         preflight(self.project, source, list(self.project.source(source).datasets), self._source)
+        verify_declared(self.project, source, self._source)
 
     def discover(self, source: str) -> Discovery:
         """Run discovery on a source and store it as the next version."""

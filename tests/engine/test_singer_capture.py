@@ -257,49 +257,67 @@ sources:
 """
 
 
-def test_sigterm_stops_a_capture_in_order_and_the_next_capture_closes_its_run(
-    tmp_path: Path, tools: Any
-) -> None:
+def hanging_tap(root: Path) -> dict[str, Any]:
+    """A Singer project under ``root`` whose tap writes one record, then hangs for 120 s.
+
+    Returns the tap's script; the tap writes its pid to ``root/tap.pid`` before it hangs.
+    """
     schema = {"type": "object", "properties": {"id": {"type": "integer"}}}
     lines = [
         {"type": "SCHEMA", "stream": "s", "schema": schema, "key_properties": ["id"]},
         {"type": "RECORD", "stream": "s", "record": {"id": 1}},
     ]
-    pid_file = tmp_path / "tap.pid"
     script: dict[str, Any] = {
         "catalog": {
             "streams": [{"tap_stream_id": "s", "schema": schema, "key_properties": ["id"]}]
         },
         "steps": [
             *({"out": json.dumps(line)} for line in lines),
-            {"pid_file": str(pid_file)},
+            {"pid_file": str(root / "tap.pid")},
             {"sleep": 120},
         ],
     }
-    (tmp_path / "script.json").write_text(json.dumps(script))
-    (tmp_path / "combined.yaml").write_text(
+    (root / "script.json").write_text(json.dumps(script))
+    (root / "combined.yaml").write_text(
         SCRIPTED_PROJECT.format(
             python=json.dumps(sys.executable),
             tap=json.dumps(str(TAPS / "script_tap.py")),
-            script=json.dumps(str(tmp_path / "script.json")),
+            script=json.dumps(str(root / "script.json")),
         )
     )
-    private = tmp_path / "tmp"
-    private.mkdir()
+    return script
+
+
+def capture_until_the_tap_hangs(
+    root: Path, env: dict[str, str]
+) -> tuple[subprocess.Popen[str], int]:
+    """``combined capture`` of :func:`hanging_tap`'s project, once the tap hangs; its pid."""
+    pid_file = root / "tap.pid"
     cli = subprocess.Popen(
         [sys.executable, "-c", "from combined.cli import main; main()", "capture"],
-        cwd=tmp_path,
-        env={**os.environ, "TMPDIR": str(private)},
+        cwd=root,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text().strip()):
+        if time.monotonic() > deadline or cli.poll() is not None:
+            cli.kill()
+            raise AssertionError(cli.communicate()[1])
+        time.sleep(0.05)
+    return cli, int(pid_file.read_text())
+
+
+def test_sigterm_stops_a_capture_in_order_and_the_next_capture_closes_its_run(
+    tmp_path: Path, tools: Any
+) -> None:
+    script = hanging_tap(tmp_path)
+    private = tmp_path / "tmp"
+    private.mkdir()
+    cli, tap = capture_until_the_tap_hangs(tmp_path, {**os.environ, "TMPDIR": str(private)})
     try:
-        deadline = time.monotonic() + 60
-        while not (pid_file.exists() and pid_file.read_text().strip()):
-            assert time.monotonic() < deadline and cli.poll() is None, cli.stderr
-            time.sleep(0.05)
-        tap = int(pid_file.read_text())
         assert len(list(private.iterdir())) == 1  # the tap's config, read mid-capture
         cli.send_signal(signal.SIGTERM)
         _, stderr = cli.communicate(timeout=60)

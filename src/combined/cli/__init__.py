@@ -6,9 +6,6 @@ commands so that ``combined --help`` starts instantly.
 
 from __future__ import annotations
 
-import json
-import re
-import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -17,7 +14,6 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from combined._status import ERROR, exit_status
@@ -97,8 +93,12 @@ def _engine(project: Path | None, reporter: Any = None) -> Engine:
 
 
 @contextmanager
-def _session(project: Path | None, reporter: Any = None) -> Iterator[Engine]:
-    """An engine for one command: errors become a clear message and exit 2; always closed."""
+def _session(project: Path | None, reporter: Any = None, *, stopped: str = "") -> Iterator[Engine]:
+    """An engine for one command: errors become a clear message and exit 2; always closed.
+
+    SIGINT (Ctrl-C) ends it with exit status 130, saying what became of the
+    Runs in flight (``stopped`` adds what became of the command's own work).
+    """
     from combined.errors import CombinedError
 
     engine = _engine(project, reporter)
@@ -106,60 +106,20 @@ def _session(project: Path | None, reporter: Any = None) -> Iterator[Engine]:
         yield engine
     except CombinedError as exc:
         _fail(exc)
+    except KeyboardInterrupt:
+        from combined.cli._reporting import say_interrupted
+
+        say_interrupted("SIGINT", stopped)
+        raise typer.Exit(INTERRUPTED) from None
     finally:
         engine.close()
 
 
-class _Progress:
-    """Rich progress bars: rows, bytes and deliveries per dataset."""
+def _progress() -> Any:
+    """The reporter of a command that executes Runs: bars on a terminal, lines elsewhere."""
+    from combined.cli._reporting import reporter
 
-    def __init__(self) -> None:
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        self.bars = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}", markup=False),
-            TextColumn("{task.fields[phase]}", markup=False),
-            TextColumn("{task.fields[rows]:>10,} rows", markup=False),
-            TextColumn("{task.fields[mb]:>8.1f} MB", markup=False),
-            TextColumn("{task.fields[deliveries]} deliveries", markup=False),
-            TimeElapsedColumn(),
-            console=err,
-            transient=False,
-        )
-        self.tasks: dict[str, Any] = {}
-
-    def _task(self, dataset: str) -> Any:
-        if dataset not in self.tasks:
-            self.tasks[dataset] = self.bars.add_task(
-                dataset, total=None, phase="", rows=0, mb=0.0, deliveries=0
-            )
-        return self.tasks[dataset]
-
-    def run_started(self, run_id: str, source: str, datasets: list[str]) -> None:
-        self.bars.start()
-        err.print(f"run {run_id}: capturing {source} ({', '.join(datasets)})")
-        for d in datasets:
-            self._task(d)
-
-    def progress(self, dataset: str, rows: int, nbytes: int, deliveries: int) -> None:
-        fields: dict[str, Any] = {"rows": rows, "deliveries": deliveries}
-        if nbytes:
-            fields["mb"] = nbytes / 1e6
-        self.bars.update(self._task(dataset), **fields)
-
-    def phase(self, dataset: str, phase: str) -> None:
-        self.bars.update(self._task(dataset), phase=phase)
-
-    def note(self, message: str) -> None:
-        # An engine note quotes errors, paths and values: text, never markup.
-        self.bars.console.print(Text(message), highlight=False)
-
-    def run_finished(self, run_id: str, state: str) -> None:
-        for task in self.tasks.values():
-            self.bars.update(task, phase="done" if state == "succeeded" else state)
-        self.bars.stop()
-        self.tasks.clear()
+    return reporter()
 
 
 def _when(value: datetime | None) -> str:
@@ -173,9 +133,9 @@ def _instant_text(value: datetime) -> str:
 
 @app.command()
 def init(
-    path: Annotated[Path, typer.Argument(help="where to write the project file")] = Path(
-        "combined.yaml"
-    ),
+    path: Annotated[
+        Path, typer.Argument(help="the project file, or a directory to write combined.yaml in")
+    ] = Path("combined.yaml"),
     force: Annotated[bool, typer.Option(help="overwrite an existing file")] = False,
 ) -> None:
     """Write a commented example project file."""
@@ -186,16 +146,20 @@ def init(
         written = write_example(path, force=force)
     except CombinedError as exc:
         _fail(exc)
-    console.print(f"wrote {written}")
+    console.print(f"wrote {written} and, for editors, its JSON Schema combined.schema.json")
 
 
 @app.command()
 def check(project: ProjectOpt = None) -> None:
-    """Validate the project file and connect to every source."""
-    from combined.errors import CombinedError
+    """Validate the project file, connect to every source and check each dataset there.
+
+    Exit 2 when a dataset cannot be read as declared (a relation or column
+    the source lacks, a type it cannot take), else 1 when a source failed.
+    """
+    from combined.errors import CombinedError, ConfigError
 
     engine = _engine(project)
-    failed = False
+    status = 0
     for name in engine.project.sources:
 
         def warn(why: str, name: str = name) -> None:
@@ -205,44 +169,13 @@ def check(project: ProjectOpt = None) -> None:
             engine.check(name, warn)
             console.print(Text.assemble(("ok", "green"), f"   {name}"))
         except CombinedError as exc:
-            failed = True
+            status = max(status, ERROR if isinstance(exc, ConfigError) else 1)
             console.print(Text.assemble(_red("fail"), f" {name}: {exc.message}"))
             if exc.hint:
                 console.print(f"     hint: {exc.hint}")
     engine.close()
-    if failed:
-        raise typer.Exit(1)
-
-
-@app.command()
-def discover(
-    source: Annotated[str, typer.Argument(help="the source to discover")],
-    project: ProjectOpt = None,
-) -> None:
-    """Report the datasets, fields, keys and cursor candidates of a source."""
-
-    with _session(project) as engine:
-        found = engine.discover(source)
-    for d in found.datasets:
-        rows = "" if d.estimated_rows is None else f", ~{d.estimated_rows} rows"
-        t = Table(title=f"{d.name} ({d.kind}{rows})", title_justify="left")
-        t.add_column("field")
-        t.add_column("type")
-        t.add_column("source type")
-        t.add_column("key")
-        for f in d.fields:
-            t.add_row(f.name, f.arrow_type, f.source_type, "pk" if f.name in d.primary_key else "")
-        console.print(t)
-        console.print(
-            f"  strategies: {', '.join(d.strategies)}; sync modes: {', '.join(d.sync_modes)}",
-            markup=False,
-        )
-        for note in d.notes:
-            console.print(f"  note: {note}", markup=False)
-        for k in d.key_candidates:
-            console.print(f"  key candidate {', '.join(k.columns)}: {k.evidence}", markup=False)
-        for c in d.cursor_candidates:
-            console.print(f"  cursor candidate {c.column}: {c.evidence}")
+    if status:
+        raise typer.Exit(status)
 
 
 @app.command()
@@ -265,7 +198,7 @@ def capture(
         for line in describe(parts):
             console.print(line)
         return
-    with _session(project, _Progress()) as engine:
+    with _session(project, _progress()) as engine:
         runs = engine.capture(selectors or [])
     for run in runs:
         console.print(Text.assemble(f"run {run.id} ", _state(run.state)))
@@ -319,7 +252,7 @@ def backfill(
     mismatch publishes nothing (exit 3).
     """
 
-    with _session(project, _Progress()) as engine:
+    with _session(project, _progress()) as engine:
         run = engine.backfill(
             dataset,
             partitions=partitions,
@@ -339,73 +272,6 @@ def backfill(
     _exit_for([run.state])
 
 
-@app.command()
-def runs(
-    limit: Annotated[int, typer.Option(help="how many")] = 20, project: ProjectOpt = None
-) -> None:
-    """List the newest runs."""
-    with _session(project) as engine:
-        rows = engine.runs(limit)
-    t = Table("run", "source", "trigger", "state", "created", "datasets", "error")
-    for r in rows:
-        t.add_row(
-            r.id,
-            r.source,
-            r.trigger,
-            r.state,
-            _when(r.created_at),
-            ",".join(r.datasets),
-            (r.error or "").splitlines()[0][:60] if r.error else "",
-        )
-    console.print(t)
-
-
-@run_app.command("show")
-def run_show(run_id: str, project: ProjectOpt = None) -> None:
-    """Show one run: admission, attempts, deliveries, and its events, oldest first."""
-
-    with _session(project) as engine:
-        info = engine.run(run_id)
-    r, adm = info["run"], info["admission"]
-    console.print(f"run {r.id}  {r.state}  trigger={r.trigger}  source={r.source}")
-    console.print(
-        f"  created {_when(r.created_at)}  started {_when(r.started_at)}  ended {_when(r.ended_at)}"
-    )
-    if r.retry_of:
-        console.print(f"  retry of {r.retry_of}")
-    console.print(
-        f"  admission {adm.id}: {adm.connector}@{adm.revision} "
-        f"config {adm.config_digest[:12]} billing={adm.billing_policy} venue={adm.venue}"
-    )
-    if r.canceled_by:
-        why = f": {r.cancel_reason}" if r.cancel_reason else ""
-        console.print(f"  cancel asked by {r.canceled_by} {_when(r.cancel_requested_at)}{why}")
-    if r.not_before:
-        console.print(f"  waits until {_when(r.not_before)} (the source's Retry-After)")
-    if r.error:
-        console.print(f"  error: {r.error}")
-    for a in info["attempts"]:
-        console.print(
-            f"  attempt {a.number} on {a.worker}: {a.outcome or 'running'}"
-            + (f" ({a.error})" if a.error else "")
-        )
-    t = Table("delivery", "dataset", "seq", "records", "bytes", "state", "lake version")
-    for d in info["deliveries"]:
-        t.add_row(
-            d.id[:12],
-            d.dataset,
-            str(d.sequence),
-            str(d.record_count),
-            str(d.byte_count),
-            d.state,
-            str(d.lake_version),
-        )
-    console.print(t)
-    from combined.cli._activity import events_table
-
-    console.print(events_table([dict(e._mapping) for e in info["activity"]], runs=False))
-
-
 @run_app.command("retry")
 def run_retry(
     run_id: str,
@@ -420,77 +286,12 @@ def run_retry(
             run = engine.retry(run_id, enqueue=True)
         console.print(f"run {run.id} queued (retry of {run.retry_of})")
         return
-    with _session(project, _Progress()) as engine:
+    with _session(project, _progress()) as engine:
         run = engine.retry(run_id)
     console.print(f"run {run.id} {run.state} (retry of {run.retry_of})")
     if run.error:
         err.print(f"  {run.error}", highlight=False)
     _exit_for([run.state])
-
-
-@app.command()
-def status(project: ProjectOpt = None) -> None:
-    """Freshness and last source position per dataset."""
-    with _session(project) as engine:
-        rows = engine.status()
-        waiting = engine.quarantine()
-    t = Table(
-        "dataset",
-        "strategy",
-        "mode",
-        "version",
-        "lake v",
-        "position",
-        "published",
-        "fresh",
-        "slot lag",
-    )
-    for s in rows:
-        fresh: str | Text = "-" if s["fresh"] is None else ("yes" if s["fresh"] else _red("stale"))
-        slot = s.get("slot") or {}
-        lag: str | Text
-        if "error" in slot:
-            lag = _red(slot["error"])
-        elif slot and not slot.get("exists"):
-            lag = _red("no slot")
-        elif slot:
-            secs = slot.get("lag_seconds")
-            lag = f"{slot.get('lag_bytes')} B" + (f", {secs:.1f} s" if secs is not None else "")
-        else:
-            lag = "-"
-        lake_v: str | Text = str(s["lake_version"] if s["lake_version"] is not None else "-")
-        if s["unpublished"]:
-            lake_v = _red(f"{lake_v} ({s['unpublished']['lake_version']} unpublished)")
-        t.add_row(
-            s["dataset"],
-            s["strategy"],
-            s["sync_mode"],
-            (s["version"] or "-")[:12],
-            lake_v,
-            (s["position"] or "-")[:30],
-            _when(s["published_at"]),
-            fresh,
-            lag,
-        )
-    console.print(t)
-    for s in rows:
-        if s["unpublished"]:
-            console.print(
-                Text(
-                    f"{s['dataset']}: lake version {s['unpublished']['lake_version']} is "
-                    "committed, not published (queries read the published one); the next "
-                    f"capture of {s['dataset']} publishes it"
-                ),
-                highlight=False,
-            )
-    if waiting:
-        overdue = sum(1 for q in waiting if q["overdue"])
-        line = f"{len(waiting)} quarantine entr{'y' if len(waiting) == 1 else 'ies'} await review"
-        console.print(
-            _red(f"{line} ({overdue} overdue): combined quarantine list")
-            if overdue
-            else f"{line}: combined quarantine list"
-        )
 
 
 def _instant(text: str) -> datetime:
@@ -534,107 +335,31 @@ def sql(
     if timeout < 0:
         _fail(ConfigError(f"--timeout must be 0 or more, not {timeout:g}", hint="0: no limit"))
     when = _instant(as_of) if as_of else None
-    try:
-        with _session(project) as engine:
-            result = engine.sql(
-                query,
-                as_of=when,
-                publication=publication,
-                timeout_s=timeout or None,
-                memory_limit=memory_limit,
-            )
-    except KeyboardInterrupt:
-        err.print("stopped by SIGINT: the query was interrupted", highlight=False)
-        raise typer.Exit(INTERRUPTED) from None
+    with _session(project, stopped=": the query was interrupted") as engine:
+        result = engine.sql(
+            query,
+            as_of=when,
+            publication=publication,
+            timeout_s=timeout or None,
+            memory_limit=memory_limit,
+        )
+    _print_result(result, fmt)
+
+
+def _print_result(result: Any, fmt: str) -> None:
+    """A query's rows as a table, strict JSON or CSV (``_output.plain`` says how values read)."""
+    from combined.cli._output import emit_csv, emit_json, print_table, table
+
     rows = result.to_pylist()
     if fmt == "json":
-        sys.stdout.write(json.dumps(rows, default=str) + "\n")
+        emit_json(rows)
     elif fmt == "csv":
-        import csv
-
-        w = csv.writer(sys.stdout, lineterminator="\n")  # as every other line it prints
-        w.writerow(result.column_names)
-        for row in rows:
-            w.writerow(["" if v is None else v for v in row.values()])
+        emit_csv(result.column_names, (row.values() for row in rows))
     else:
-        t = Table(*result.column_names)
+        t = table(*result.column_names)
         for row in rows:
             t.add_row(*["" if v is None else str(v) for v in row.values()])
-        console.print(t)
-
-
-@app.command()
-def publications(
-    limit: Annotated[int, typer.Option(help="how many")] = 20, project: ProjectOpt = None
-) -> None:
-    """List publications and their members."""
-    with _session(project) as engine:
-        rows = engine.publications(limit)
-    t = Table("publication", "published", "run", "members")
-    for p in rows:
-        members = ", ".join(
-            f"{m['source']}.{m['dataset']}@{m['lake_version']}" + ("*" if m["changed"] else "")
-            for m in p["member_rows"]
-        )
-        # The exact instant, as --as-of takes it: a publication made within
-        # the second a shorter form shows would lie after that form's instant.
-        t.add_row(p["id"], _instant_text(p["published_at"]), p["run_id"] or "-", members)
-    console.print(t)
-
-
-@app.command()
-def history(
-    dataset: Annotated[str, typer.Argument(help="SOURCE.DATASET")], project: ProjectOpt = None
-) -> None:
-    """List a dataset's versions."""
-    from combined.errors import ConfigError
-
-    source, _, name = dataset.partition(".")
-    if not source or not name:
-        _fail(
-            ConfigError(f"history takes SOURCE.DATASET, not {dataset!r}", hint="e.g. shop.orders")
-        )
-    with _session(project) as engine:
-        rows = engine.history(dataset)
-    t = Table("version", "parent", "+ins", "~upd", "-del", "rows", "run", "lake v", "publications")
-    for v in rows:
-        t.add_row(
-            v["id"][:12],
-            (v["parent_id"] or "-")[:12],
-            str(v["inserts"]),
-            str(v["updates"]),
-            str(v["deletes"]),
-            str(v["row_count"]),
-            v["run_id"],
-            str(v["lake_version"]),
-            ", ".join(v["publications"]),
-        )
-    console.print(t)
-
-
-@app.command()
-def usage(
-    month: Annotated[str | None, typer.Option(help="YYYY-MM")] = None, project: ProjectOpt = None
-) -> None:
-    """Monthly active rows per source and dataset."""
-    from combined.errors import ConfigError
-
-    if month is not None and not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month):
-        _fail(ConfigError(f"--month {month!r} is not a month", hint="use YYYY-MM, e.g. 2026-11"))
-    with _session(project) as engine:
-        rows = engine.usage(month)
-    t = Table("month", "source", "dataset", "MAR", "inserts", "updates", "deletes")
-    for u in rows:
-        t.add_row(
-            u["month"],
-            u["source"],
-            u["dataset"],
-            str(u["mar"]),
-            str(u["inserts"]),
-            str(u["updates"]),
-            str(u["deletes"]),
-        )
-    console.print(t)
+        print_table(t)
 
 
 @app.command()
@@ -716,7 +441,9 @@ def main() -> None:
     try:
         app()
     except Terminated:
-        err.print("stopped by SIGTERM", highlight=False)
+        from combined.cli._reporting import say_interrupted
+
+        say_interrupted("SIGTERM")
         raise
     except Exception as exc:
         if os.environ.get("COMBINED_DEBUG"):
@@ -742,6 +469,8 @@ def main() -> None:
 from combined.cli import _activity as _activity  # noqa: E402
 from combined.cli import _cdc as _cdc  # noqa: E402
 from combined.cli import _evidence as _evidence  # noqa: E402
+from combined.cli import _listing as _listing  # noqa: E402
+from combined.cli import _meta as _meta  # noqa: E402
 from combined.cli import _quarantine as _quarantine  # noqa: E402
 from combined.cli import _run as _run  # noqa: E402
 from combined.cli import _schedule as _schedule  # noqa: E402

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from combined.cli import ProjectOpt, _fail, _session, _when, app, console
+from combined.cli import ProjectOpt, _fail, _session, _when, app
 
 
 def _since(text: str) -> datetime:
@@ -47,10 +47,10 @@ def events_table(events: Sequence[Mapping[str, Any]], *, runs: bool = True) -> T
     """
     table = Table()
     table.add_column("at", no_wrap=True)
-    table.add_column("kind", no_wrap=True)
+    table.add_column("kind", overflow="fold")
     table.add_column("dataset", overflow="fold")
     if runs:
-        table.add_column("run", no_wrap=True)
+        table.add_column("run", overflow="fold")  # folded, never cut
     table.add_column("details", overflow="fold")  # a narrow terminal folds it, cuts nothing
     for e in reversed(events):
         kind = Text(e["kind"], style="red" if str(e["kind"]).startswith("alert") else "")
@@ -95,4 +95,6 @@ def activity(
 
         typer.echo(json.dumps(jsonable(events)))
         return
-    console.print(events_table(events))
+    from combined.cli._output import print_table
+
+    print_table(events_table(events))

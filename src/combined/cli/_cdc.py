@@ -13,7 +13,7 @@ from combined.cli import (
     _engine,
     _exit_for,
     _fail,
-    _Progress,
+    _progress,
     _red,
     _session,
     _when,
@@ -36,7 +36,7 @@ def cdc_setup(
     """
     from combined import cdc
 
-    with _session(project, _Progress()) as engine:
+    with _session(project, _progress()) as engine:
         notes, run = cdc.setup(engine, source)
     for note in notes:
         console.print(note)

@@ -10,6 +10,23 @@ from rich.table import Table
 from rich.text import Text
 
 from combined.cli import ProjectOpt, _red, _session, _when, console, quarantine_app
+from combined.cli._output import FormatOpt, check_format, emit_records, print_table, table
+
+_FIELDS = (
+    "id",
+    "source",
+    "dataset",
+    "run_id",
+    "reason",
+    "record_count",
+    "reader",
+    "review_due_at",
+    "overdue",
+    "created_at",
+    "decision",
+    "decided_by",
+    "decided_at",
+)
 
 
 @quarantine_app.command("list")
@@ -18,12 +35,16 @@ def quarantine_list(
     all_: Annotated[
         bool, typer.Option("--all", help="also the entries already released or discarded")
     ] = False,
+    fmt: FormatOpt = "table",
     project: ProjectOpt = None,
 ) -> None:
     """Quarantine entries awaiting review (or every one), newest first."""
+    check_format(fmt)
     with _session(project) as engine:
         rows = engine.quarantine(source, include_decided=all_)
-    t = Table("id", "dataset", "reason", "records", "reader", "review due", "decision")
+    if emit_records(fmt, [{k: q.get(k) for k in _FIELDS} for q in rows], header=_FIELDS):
+        return
+    t = table("id", "dataset", "reason", "records", "reader", "review due", "decision")
     for q in rows:
         due: str | Text = _when(q["review_due_at"])
         if q["overdue"]:
@@ -42,7 +63,7 @@ def quarantine_list(
             due,
             decision,
         )
-    console.print(t)
+    print_table(t)
     if not rows:
         console.print("nothing awaits review" if not all_ else "nothing was ever quarantined")
 

@@ -23,6 +23,7 @@ from pydantic import (
     Field,
     PlainValidator,
     PrivateAttr,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -39,6 +40,7 @@ from combined.config._secrets import (
 )
 from combined.config._values import (
     _BOOLEAN_HINT,
+    TEXT_SCHEMA,
     ByteSize,
     Count,
     Duration,
@@ -93,8 +95,10 @@ def _name_of(kind: str) -> Any:
     return PlainValidator(check)
 
 
-SourceName = Annotated[str, _name_of("source")]
-DatasetName = Annotated[str, _name_of("dataset")]
+NAME_PATTERN = _NAME.pattern
+_NAME_SCHEMA = WithJsonSchema({"type": "string", "pattern": NAME_PATTERN})
+SourceName = Annotated[str, _name_of("source"), _NAME_SCHEMA]
+DatasetName = Annotated[str, _name_of("dataset"), _NAME_SCHEMA]
 
 
 def _columns(value: object) -> list[str]:
@@ -114,7 +118,18 @@ def _columns(value: object) -> list[str]:
     return value
 
 
-Columns = Annotated[list[str], PlainValidator(_columns)]
+Columns = Annotated[
+    list[str],
+    PlainValidator(_columns),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                TEXT_SCHEMA,
+                {"type": "array", "items": TEXT_SCHEMA, "minItems": 1, "uniqueItems": True},
+            ]
+        }
+    ),
+]
 
 # ---------------------------------------------------------------------------
 # models
@@ -123,13 +138,16 @@ Columns = Annotated[list[str], PlainValidator(_columns)]
 class _Model(BaseModel):
     # hide_input_in_errors keeps configuration values (possibly secrets) out
     # of the text of a raw pydantic ValidationError.
-    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, hide_input_in_errors=True, use_attribute_docstrings=True
+    )
 
 
 class SecretRef(_Model):
     """A reference to a secret held elsewhere: ``{secret: "env:NAME"}`` or ``file:PATH``."""
 
     secret: str
+    """``env:NAME`` (an environment variable) or ``file:PATH`` (relative to the project file)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -171,49 +189,67 @@ class WebhookConfig(_Model):
     """
 
     secret: SecretRef
-    header: Annotated[str, PlainValidator(_header)] = "X-Signature-256"
+    """The shared HMAC key, by reference."""
+    header: Annotated[
+        str, PlainValidator(_header), WithJsonSchema({"type": "string", "pattern": _HEADER.pattern})
+    ] = "X-Signature-256"
+    """The request header carrying the signature."""
     prefix: str = "sha256="
+    """Text before the hex digest in the header."""
 
 
 class StagingLimits(_Model):
     """Run-scoped limits on the files a capture stages before commit."""
 
     max_bytes: ByteSize = 20 * GiB
+    """Bytes one Run may stage on this machine before it commits."""
     max_files: Count = 10_000
+    """Files one Run may stage."""
     max_path_length: Count = 240
-    #: Codec of the private staging parts: ``none`` spends the least CPU (the
-    #: read is CPU-bound); ``lz4`` or ``zstd`` stage text-heavy tables in less disk.
+    """Longest staged file path."""
     compression: Literal["none", "lz4", "zstd"] = "none"
+    """Codec of the private staging parts: ``none`` spends the least CPU (the
+    read is CPU-bound); ``lz4`` or ``zstd`` stage text-heavy tables in less disk."""
 
 
 class DeliveryLimits(_Model):
     """Bounds of one Delivery file: it is cut when either limit is reached."""
 
     max_rows: Count = 100_000
+    """Rows of one Delivery file."""
     max_bytes: ByteSize = 64 * MiB
+    """Bytes of one Delivery file."""
 
 
 class DriftPolicy(_Model):
     """The outcome of each class of schema drift."""
 
     new_field: DriftOutcome = "evolve"
+    """A column the lake does not hold yet."""
     widened_type: DriftOutcome = "evolve"
+    """A column whose type now takes more values (the lake takes the wider type)."""
     narrowed_type: DriftOutcome = "fail"
+    """A column whose type now takes fewer values."""
     rename: DriftOutcome = "fail"
+    """A column renamed, as the source's own evidence shows."""
     drop: DriftOutcome = "fail"
+    """A column the source no longer has (``evolve`` keeps it, null in later rows)."""
 
 
 class QuarantinePolicy(_Model):
     """Who reads a dataset's quarantine and how often it must be reviewed."""
 
     reader: Text = "owner"
+    """Who reviews the dataset's quarantine entries."""
     review_every: Duration = timedelta(days=7)
+    """An entry still undecided after this raises ``alert.quarantine_overdue``."""
 
 
 class CursorConfig(_Model):
     """The keyset cursor of a ``cursor`` strategy dataset."""
 
     column: Text
+    """The column that only grows: a number, a date or a time."""
     lookback: Lookback = 0
     """Overlap re-read each run: cursor units for a number, time for a duration."""
     trust: Text
@@ -239,15 +275,32 @@ class DatasetConfig(_Model):
     ``stream:`` is accepted as the same setting (a Singer stream's name).
     """
     key: Columns | None = None
+    """The columns that identify a row.
+
+    Required unless ``sync_mode`` is ``append``: ``incremental`` merges by it
+    and ``full_refresh`` needs it too.
+    """
     strategy: Strategy = "snapshot"
+    """How it is read: whole (``snapshot``), past a ``cursor``, or its change stream (``cdc``)."""
     sync_mode: SyncMode = "incremental"
+    """What captured rows do to the projection: merge by key, replace it, or append."""
     cursor: CursorConfig | None = None
+    """The keyset cursor; required by, and only used by, ``strategy: cursor``."""
     columns: Columns | None = None
+    """The columns read, when not every one; must include the key and cursor columns."""
     delivery: DeliveryLimits = Field(default_factory=DeliveryLimits)
+    """Bounds of each Delivery file the capture writes."""
     batch_rows: Count = 65_536
+    """Rows per batch read from the source (bounds the memory of a read)."""
     drift: DriftPolicy = Field(default_factory=DriftPolicy)
+    """What each class of schema drift does to a capture."""
     quarantine: QuarantinePolicy = Field(default_factory=QuarantinePolicy)
+    """Who reviews held-back records, and how often."""
     freshness: Duration | None = None
+    """Older than this since its last publication, the dataset is stale (``combined status``).
+
+    Unset: never stale.
+    """
     webhook: WebhookConfig | None = None
     """Accept signed webhooks for this dataset (else its source's ``webhook``, if any)."""
     schedule: ScheduleConfig | None = None
@@ -360,12 +413,15 @@ class SourceConfig(_Model):
     config: dict[str, Any] = Field(default_factory=dict)
     """Passed to the connector once secret references are resolved."""
     billing_policy: Text = "standard"
+    """Recorded with each Run's admission."""
     venue: Text = "embedded"
+    """Where the source's Runs execute, recorded with each Run's admission."""
     webhook: WebhookConfig | None = None
     """Accept signed webhooks for every dataset of the source that sets none itself."""
     schedule: ScheduleConfig | None = None
     """When the scheduler captures the datasets of the source that set none themselves."""
     datasets: dict[DatasetName, DatasetConfig] = Field(default_factory=dict)
+    """The source's datasets by name (lower-case letters, digits and ``_``)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -484,13 +540,20 @@ class Project(_Model):
     through the validation context ``{"path": ...}``.
     """
 
-    version: Annotated[Literal[1], PlainValidator(_version)]
-    lake: Annotated[str, PlainValidator(_lake)] = "./lake"
-    catalog: Annotated[str, PlainValidator(_catalog)] = DEFAULT_CATALOG
+    version: Annotated[Literal[1], PlainValidator(_version), WithJsonSchema({"const": 1})]
+    """The project file's format: 1."""
+    lake: Annotated[str, PlainValidator(_lake), WithJsonSchema(TEXT_SCHEMA)] = "./lake"
+    """A local directory, or a ``file://``, ``s3://``, ``gs://`` or ``az://`` URL."""
+    catalog: Annotated[str, PlainValidator(_catalog), WithJsonSchema(TEXT_SCHEMA)] = DEFAULT_CATALOG
+    """The catalog database: ``sqlite:///PATH`` or ``postgresql://USER@HOST/DB``."""
     catalog_password: SecretRef | None = None
+    """The password of a ``postgresql://`` catalog, by reference."""
     staging: StagingLimits = Field(default_factory=StagingLimits)
+    """Limits on what one Run may stage before it commits."""
     reduction_memory: ByteSize = 256 * MiB
+    """Memory a snapshot's reduction against the lake may use before it spills to disk."""
     sources: dict[SourceName, SourceConfig] = Field(default_factory=dict)
+    """The sources by name (lower-case letters, digits and ``_``)."""
 
     _path: Path = PrivateAttr(default_factory=lambda: Path.cwd() / PROJECT_FILE)
 

@@ -15,9 +15,9 @@ from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
-from pydantic import BaseModel, ConfigDict, PlainValidator, model_validator
+from pydantic import BaseModel, ConfigDict, PlainValidator, WithJsonSchema, model_validator
 
-from combined.config._values import Duration, _error, _text, format_duration
+from combined.config._values import TEXT_SCHEMA, Duration, _error, _text, format_duration
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DST_MARGIN = timedelta(hours=2)
@@ -52,11 +52,13 @@ def _zone(value: object) -> str:
 class ScheduleConfig(BaseModel):
     """A cron expression in a time zone, or an interval: exactly one of the two."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, hide_input_in_errors=True, use_attribute_docstrings=True
+    )
 
-    cron: Annotated[str, PlainValidator(_cron)] | None = None
+    cron: Annotated[str, PlainValidator(_cron), WithJsonSchema(TEXT_SCHEMA)] | None = None
     """Five cron fields, matched against the wall clock of ``timezone``."""
-    timezone: Annotated[str, PlainValidator(_zone)] | None = None
+    timezone: Annotated[str, PlainValidator(_zone), WithJsonSchema(TEXT_SCHEMA)] | None = None
     """An IANA time zone name for ``cron``; UTC when omitted."""
     interval: Duration | None = None
     """A fixed period such as ``15m``: ticks at its multiples since the epoch, in UTC."""

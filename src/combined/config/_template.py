@@ -8,7 +8,11 @@ from pathlib import Path
 from combined.errors import ConfigError
 
 EXAMPLE_PROJECT = """\
+# yaml-language-server: $schema=./combined.schema.json
 # combined.yaml: what Combined captures, from where, into which lake.
+# Every key, its type and default: docs/configuration.md. Editors complete and
+# check this file with combined.schema.json, written next to it by
+# `combined init` (refresh it after an upgrade: combined schema -o combined.schema.json).
 # Relative paths are relative to this file's directory.
 version: 1
 
@@ -216,12 +220,17 @@ source that loads too once their leading ``#`` is removed.
 def write_example(path: Path, *, force: bool = False) -> Path:
     """Write :data:`EXAMPLE_PROJECT` to ``path`` and return its absolute path.
 
-    ``path`` may be a directory, in which case ``combined.yaml`` is written in
-    it. An existing file is only replaced when ``force`` is true.
+    ``path`` may be a directory (or a path that does not exist yet and does
+    not end in ``.yaml`` or ``.yml``), in which case ``combined.yaml`` is
+    written in it. An existing file is only replaced when ``force`` is true. The JSON
+    Schema the file's first line names, ``combined.schema.json``, is written
+    (or refreshed) next to it: generated, it holds nothing of the user's.
     """
+    from combined.config._reference import SCHEMA_FILE, schema_text
+
     path = Path(path).expanduser()
-    if path.is_dir():
-        path = path / "combined.yaml"
+    if path.is_dir() or (not path.exists() and path.suffix not in (".yaml", ".yml")):
+        path = path / "combined.yaml"  # a directory, made if need be
     path = Path(os.path.abspath(path))
     if path.exists() and not force:
         raise ConfigError(
@@ -232,6 +241,7 @@ def write_example(path: Path, *, force: bool = False) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(EXAMPLE_PROJECT, encoding="utf-8")
+        (path.parent / SCHEMA_FILE).write_text(schema_text(), encoding="utf-8")
     except OSError as exc:
         raise ConfigError(
             f"cannot write {path}: {exc.strerror or type(exc).__name__}",

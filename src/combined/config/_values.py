@@ -14,7 +14,7 @@ from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Annotated
 
-from pydantic import PlainSerializer, PlainValidator
+from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from combined.config._secrets import Problem, join_path
@@ -206,13 +206,31 @@ def _text(value: object) -> str:
     return value
 
 
-ByteSize = Annotated[int, PlainValidator(_size)]
+# What editors see of each value (the JSON Schema, ``combined schema``): the
+# validators above stay the authority, these only describe what they take.
+SIZE_PATTERN = r"^\s*\d+(\.\d+)?\s*([bB]|[kKmMgGtT][iI]?[bB])?\s*$"
+DURATION_PATTERN = r"^\s*(\d+(\.\d+)?\s*(ms|s|m|h|d|w)\s*)+$"
+_SIZE_SCHEMA = {
+    "anyOf": [
+        {"type": "integer", "exclusiveMinimum": 0},
+        {"type": "string", "pattern": SIZE_PATTERN},
+    ],
+    "examples": ["64MiB", "20GB"],
+}
+_DURATION_SCHEMA = {"type": "string", "pattern": DURATION_PATTERN, "examples": ["30s", "1h", "7d"]}
+_LOOKBACK_SCHEMA = {
+    "anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": DURATION_PATTERN}]
+}
+TEXT_SCHEMA = {"type": "string", "minLength": 1, "pattern": r"\S"}
+
+ByteSize = Annotated[int, PlainValidator(_size), WithJsonSchema(_SIZE_SCHEMA)]
 """A positive number of bytes, written as an int or text with a unit."""
 
 Duration = Annotated[
     timedelta,
     PlainValidator(_duration),
     PlainSerializer(format_duration, return_type=str, when_used="json"),
+    WithJsonSchema(_DURATION_SCHEMA),
 ]
 """A positive time span, written as text such as ``"1h"``."""
 
@@ -220,6 +238,7 @@ Lookback = Annotated[
     int | float | timedelta,
     PlainValidator(_lookback),
     PlainSerializer(_format_lookback, when_used="json"),
+    WithJsonSchema(_LOOKBACK_SCHEMA),
 ]
-Count = Annotated[int, PlainValidator(_count)]
-Text = Annotated[str, PlainValidator(_text)]
+Count = Annotated[int, PlainValidator(_count), WithJsonSchema({"type": "integer", "minimum": 1})]
+Text = Annotated[str, PlainValidator(_text), WithJsonSchema(TEXT_SCHEMA)]

@@ -11,11 +11,13 @@ is left to the Run, which retries or classifies it.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 
-from combined.config import Project
-from combined.connectors.abc import CursorSpec, ReadRequest, Source
-from combined.errors import CombinedError, ConfigError, SecretError
+from combined.config import Project, format_duration
+from combined.connectors.abc import CursorSpec, DatasetDiscovery, ReadRequest, Source
+from combined.errors import CombinedError, ConfigError, NotFoundError, SecretError
 
 
 def requests_of(project: Project, source: str, datasets: Sequence[str]) -> list[ReadRequest]:
@@ -57,3 +59,86 @@ def preflight(
         return  # unreachable, refused: the Run retries or classifies it
     finally:
         conn.close()
+
+
+# What no cursor can order by, and the numbers a time lookback cannot step.
+_UNORDERED = (
+    "bool",
+    "binary",
+    "large_binary",
+    "fixed_size_binary",
+    "list",
+    "large_list",
+    "struct",
+    "map",
+    "null",
+    "dictionary",
+)
+_NUMERIC = ("int", "uint", "float", "double", "halffloat", "decimal")
+
+
+def verify_declared(project: Project, source: str, open_source: Callable[[str], Source]) -> None:
+    """Raise :class:`ConfigError` unless every dataset's relation and columns exist as declared.
+
+    For a connector that describes one relation (``describe_relation``: the
+    SQL connectors): each relation exists; its key, cursor and ``columns:``
+    name columns it has; the cursor's type can be ordered, and a lookback
+    given as a duration steps a date or time, not a number. ``combined
+    check`` calls it: a name misspelt, or a table dropped since discovery,
+    is told with the dataset's name before any capture.
+    """
+    conn = open_source(source)
+    try:
+        describe = getattr(conn, "describe_relation", None)
+        if describe is None:
+            return
+        for request in requests_of(project, source, list(project.source(source).datasets)):
+            where = f"dataset {source}.{request.dataset}"
+            try:
+                found = describe(request.relation)
+            except NotFoundError as exc:
+                raise ConfigError(
+                    f"{where} reads {request.relation!r}, which the source does not have: "
+                    f"{exc.message}",
+                    hint=f"fix `relation:` (or the dataset's name); `combined discover {source}` "
+                    "lists the relations",
+                    source=source,
+                    dataset=request.dataset,
+                ) from None
+            _check_columns(where, request, found)
+    finally:
+        conn.close()
+
+
+def _check_columns(where: str, request: ReadRequest, found: DatasetDiscovery) -> None:
+    types = {f.name: f.arrow_type for f in found.fields}
+    named = [("key column", c) for c in request.key]
+    named += [("column", c) for c in request.columns or ()]
+    if request.cursor is not None:
+        named.append(("cursor column", request.cursor.column))
+    for what, column in named:
+        if column not in types:
+            close = difflib.get_close_matches(column, list(types), n=1)
+            raise ConfigError(
+                f"{where}: {what} {column!r} is not a column of {found.relation!r}",
+                hint=(f"did you mean {close[0]!r}? " if close else "")
+                + f"its columns: {', '.join(types)}",
+                dataset=request.dataset,
+            )
+    if request.cursor is not None:
+        _check_cursor_type(where, request.cursor, types[request.cursor.column])
+
+
+def _check_cursor_type(where: str, cursor: CursorSpec, arrow_type: str) -> None:
+    if arrow_type.startswith(_UNORDERED):
+        raise ConfigError(
+            f"{where}: cursor column {cursor.column!r} has type {arrow_type}, "
+            "which no cursor can order by",
+            hint="choose a number, date, time or text column that only grows",
+        )
+    if isinstance(cursor.lookback, timedelta) and arrow_type.startswith(_NUMERIC):
+        raise ConfigError(
+            f"{where}: cursor column {cursor.column!r} holds numbers ({arrow_type}), "
+            f"but its lookback is the duration {format_duration(cursor.lookback)}",
+            hint="state the lookback in the column's own units (a number), or use a time column",
+        )

@@ -204,7 +204,7 @@ def _request(relation: str = "public.t"):
 
 
 def test_check_warns_when_the_password_may_cross_the_network_in_clear_text(
-    pg_dsn: str, tools: Any, tmp_path: Path
+    pg_dsn: str, tools: Any, tmp_path: Path, admin: Any, schema: str
 ) -> None:
     """`combined check` warns of a password sent without TLS to another machine.
 
@@ -221,8 +221,12 @@ def test_check_warns_when_the_password_may_cross_the_network_in_clear_text(
     tools.add_pg_source(tmp_path, "far_tls", remote + "?sslmode=verify-full", "PGPW")
     tools.add_pg_source(tmp_path, "far_scram", remote + "?require_auth=scram-sha-256", "PGPW")
     project = tmp_path / "combined.yaml"
+    # `check` verifies the declared relation too: near's must exist.
+    admin.execute(f'CREATE TABLE "{schema}".customers (id int PRIMARY KEY)')
     project.write_text(
-        project.read_text().replace("password:", "connect_timeout: 1\n      password:")
+        project.read_text()
+        .replace("password:", "connect_timeout: 1\n      password:")
+        .replace("relation: public.customers", f"relation: {schema}.customers")
     )
     done = tools.cli(tmp_path, "check", env={"PGPW": PASSWORD})
     out = " ".join(done.stdout.split())  # the console wraps long lines

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 from combined.connectors.abc import (
     BaseExtraction,
     BaseSource,
+    DatasetDiscovery,
     Discovery,
     KeyMeasure,
     ReadRequest,
@@ -144,6 +145,21 @@ class MariaDBSource(BaseSource):
         finally:
             session.close()
         return Discovery(self.name, self.revision, datasets, discovered_at=at)
+
+    def describe_relation(self, relation: str) -> DatasetDiscovery:
+        """What discovery reports of one relation; :class:`NotFoundError` when it is gone."""
+        session = Session(self.settings)
+        try:
+            rel = catalog.find_relation(session, relation, self.settings.database)
+            casts = self.settings.casts
+            return catalog.describe(
+                rel,
+                catalog.columns(session, rel.database, [rel.table]).get(rel.table, []),
+                catalog.indexes(session, rel.database, [rel.table]).get(rel.table, []),
+                casts.get(rel.table) or casts.get(f"{rel.database}.{rel.table}"),
+            )
+        finally:
+            session.close()
 
     def read(self, request: ReadRequest) -> BaseExtraction:
         """A lazy read of one relation; nothing touches the server until iterated.

@@ -13,6 +13,7 @@ from combined._credentials import is_secret_ref
 from combined.connectors.abc import (
     BaseExtraction,
     BaseSource,
+    DatasetDiscovery,
     Discovery,
     KeyMeasure,
     ReadRequest,
@@ -161,6 +162,24 @@ class PostgresSource(BaseSource):
         finally:
             session.close()
         return Discovery(self.name, self.revision, datasets, discovered_at=at)
+
+    def describe_relation(self, relation: str) -> DatasetDiscovery:
+        """What discovery reports of one relation; :class:`NotFoundError` when it is gone."""
+        session = Session(self.settings)
+        try:
+            rel = catalog.find_relation(session, relation)
+            cols = catalog.columns(session, [rel.oid]).get(rel.oid, [])
+            types = catalog.load_types(session, {c.typoid for c in cols})
+            return catalog.describe(
+                rel,
+                cols,
+                types,
+                catalog.indexes(session, [rel.oid]).get(rel.oid, []),
+                catalog.triggers(session, [rel.oid]).get(rel.oid, []),
+                self.settings.casts_for(rel.name),
+            )
+        finally:
+            session.close()
 
     def read(self, request: ReadRequest) -> BaseExtraction:
         """A lazy read of one relation; nothing touches the server until iterated.

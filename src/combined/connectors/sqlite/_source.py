@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from combined.connectors.abc import (
     BaseSource,
+    DatasetDiscovery,
     Discovery,
     Extraction,
     KeyMeasure,
@@ -138,6 +139,19 @@ class SQLiteSource(BaseSource):
         finally:
             conn.close()
         return Discovery(connector=self.name, revision=self.revision, datasets=datasets)
+
+    def describe_relation(self, relation: str) -> DatasetDiscovery:
+        """What discovery reports of one relation; :class:`NotFoundError` when it is gone."""
+        conn = self._open()
+        try:
+            execute(conn, "BEGIN")
+            found = catalog.describe(conn, catalog.find_relation(conn, relation))
+            execute(conn, "COMMIT")
+        except DRIVER_ERRORS as exc:
+            raise translate(exc, self.path) from exc
+        finally:
+            conn.close()
+        return found
 
     def read(self, request: ReadRequest) -> Extraction:
         """Prepare a read of one relation; rows are read only once it is iterated.

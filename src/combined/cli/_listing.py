@@ -1,0 +1,400 @@
+"""The commands that list what Combined holds: runs, one run, status, publications, history, usage.
+
+Each takes ``--format table|json|csv`` (:mod:`combined.cli._output`); a
+table shows every id whole.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from combined.cli import (
+    ProjectOpt,
+    _fail,
+    _instant_text,
+    _red,
+    _session,
+    _when,
+    app,
+    console,
+    run_app,
+)
+from combined.cli._output import (
+    FormatOpt,
+    JsonFormatOpt,
+    check_format,
+    emit_csv,
+    emit_json,
+    emit_records,
+    plain,
+    print_table,
+    table,
+)
+
+_RUN_FIELDS = ("id", "source", "trigger", "state", "created_at", "started_at", "ended_at")
+
+
+_RUN_HEADER = (*_RUN_FIELDS, "datasets", "error", "retry_of", "publication_id")
+
+
+def _run_record(r: Any) -> dict[str, Any]:
+    record: dict[str, Any] = {k: getattr(r, k) for k in _RUN_FIELDS}
+    record.update(
+        datasets=list(r.datasets),
+        error=r.error,
+        retry_of=r.retry_of,
+        publication_id=r.publication_id,
+        canceled_by=r.canceled_by,
+        cancel_reason=r.cancel_reason,
+        cancel_requested_at=r.cancel_requested_at,
+        not_before=r.not_before,
+    )
+    return record
+
+
+@app.command()
+def runs(
+    limit: Annotated[int, typer.Option(help="how many")] = 20,
+    fmt: FormatOpt = "table",
+    project: ProjectOpt = None,
+) -> None:
+    """List the newest runs."""
+    check_format(fmt)
+    with _session(project) as engine:
+        rows = engine.runs(limit)
+    if emit_records(fmt, [_run_record(r) for r in rows], header=_RUN_HEADER):
+        return
+    t = table("run", "source", "trigger", "state", "created", "datasets", "error")
+    for r in rows:
+        t.add_row(
+            r.id,
+            r.source,
+            r.trigger,
+            r.state,
+            _when(r.created_at),
+            ",".join(r.datasets),
+            (r.error or "").splitlines()[0][:60] if r.error else "",
+        )
+    print_table(t)
+
+
+@run_app.command("show")
+def run_show(
+    run_id: str,
+    fmt: JsonFormatOpt = "table",
+    project: ProjectOpt = None,
+) -> None:
+    """Show one run: admission, attempts, deliveries, and its events, oldest first."""
+    check_format(fmt, ("table", "json"))
+    with _session(project) as engine:
+        info = engine.run(run_id)
+    r, adm = info["run"], info["admission"]
+    if fmt == "json":
+        emit_json(
+            {
+                "run": {**_run_record(r), "stats": r.stats},
+                "admission": {k: getattr(adm, k) for k in _ADMISSION_FIELDS},
+                "attempts": info["attempts"],
+                "deliveries": info["deliveries"],
+                "activity": info["activity"],
+            }
+        )
+        return
+    _print_run(r, adm, info)
+
+
+_ADMISSION_FIELDS = ("id", "connector", "revision", "config_digest", "billing_policy", "venue")
+
+
+def _print_run(r: Any, adm: Any, info: dict[str, Any]) -> None:
+    console.print(f"run {r.id}  {r.state}  trigger={r.trigger}  source={r.source}")
+    console.print(
+        f"  created {_when(r.created_at)}  started {_when(r.started_at)}  ended {_when(r.ended_at)}"
+    )
+    if r.retry_of:
+        console.print(f"  retry of {r.retry_of}")
+    console.print(
+        f"  admission {adm.id}: {adm.connector}@{adm.revision} "
+        f"config {adm.config_digest} billing={adm.billing_policy} venue={adm.venue}"
+    )
+    if r.canceled_by:
+        why = f": {r.cancel_reason}" if r.cancel_reason else ""
+        console.print(f"  cancel asked by {r.canceled_by} {_when(r.cancel_requested_at)}{why}")
+    if r.not_before:
+        console.print(f"  waits until {_when(r.not_before)} (the source's Retry-After)")
+    if r.error:
+        console.print(f"  error: {r.error}")
+    for a in info["attempts"]:
+        console.print(
+            f"  attempt {a.number} on {a.worker}: {a.outcome or 'running'}"
+            + (f" ({a.error})" if a.error else "")
+        )
+    t = table("delivery", "dataset", "seq", "records", "bytes", "state", "lake version")
+    for d in info["deliveries"]:
+        t.add_row(
+            d.id,
+            d.dataset,
+            str(d.sequence),
+            str(d.record_count),
+            str(d.byte_count),
+            d.state,
+            str(d.lake_version),
+        )
+    print_table(t)
+    from combined.cli._activity import events_table
+
+    print_table(events_table([dict(e._mapping) for e in info["activity"]], runs=False))
+
+
+_STATUS_FIELDS = (
+    "dataset",
+    "strategy",
+    "sync_mode",
+    "version",
+    "lake_version",
+    "position",
+    "published_at",
+    "fresh",
+)
+
+
+def _slot_lag(slot: dict[str, Any]) -> str | Text:
+    if "error" in slot:
+        return _red(slot["error"])
+    if slot and not slot.get("exists"):
+        return _red("no slot")
+    if slot:
+        secs = slot.get("lag_seconds")
+        return f"{slot.get('lag_bytes')} B" + (f", {secs:.1f} s" if secs is not None else "")
+    return "-"
+
+
+@app.command()
+def status(fmt: FormatOpt = "table", project: ProjectOpt = None) -> None:
+    """Freshness and last source position per dataset."""
+    check_format(fmt)
+    with _session(project) as engine:
+        rows = engine.status()
+        waiting = engine.quarantine()
+    if fmt == "json":
+        emit_json(rows)
+        return
+    if fmt == "csv":
+        emit_csv(
+            [*_STATUS_FIELDS, "unpublished_lake_version"],
+            (
+                [s.get(k) for k in _STATUS_FIELDS] + [(s["unpublished"] or {}).get("lake_version")]
+                for s in rows
+            ),
+        )
+        return
+    _status_table(rows)
+    _say_waiting(waiting)
+
+
+def _status_table(rows: list[dict[str, Any]]) -> None:
+    t = table(
+        "dataset",
+        "strategy",
+        "mode",
+        "version",
+        "lake v",
+        "position",
+        "published",
+        "fresh",
+        "slot lag",
+    )
+    for s in rows:
+        fresh: str | Text = "-" if s["fresh"] is None else ("yes" if s["fresh"] else _red("stale"))
+        lake_v: str | Text = str(s["lake_version"] if s["lake_version"] is not None else "-")
+        if s["unpublished"]:
+            lake_v = _red(f"{lake_v} ({s['unpublished']['lake_version']} unpublished)")
+        t.add_row(
+            s["dataset"],
+            s["strategy"],
+            s["sync_mode"],
+            s["version"] or "-",
+            lake_v,
+            s["position"] or "-",
+            _when(s["published_at"]),
+            fresh,
+            _slot_lag(s.get("slot") or {}),
+        )
+    print_table(t)
+    for s in rows:
+        if s["unpublished"]:
+            console.print(
+                Text(
+                    f"{s['dataset']}: lake version {s['unpublished']['lake_version']} is "
+                    "committed, not published (queries read the published one); the next "
+                    f"capture of {s['dataset']} publishes it"
+                ),
+                highlight=False,
+            )
+
+
+def _say_waiting(waiting: list[dict[str, Any]]) -> None:
+    if waiting:
+        overdue = sum(1 for q in waiting if q["overdue"])
+        line = f"{len(waiting)} quarantine entr{'y' if len(waiting) == 1 else 'ies'} await review"
+        console.print(
+            _red(f"{line} ({overdue} overdue): combined quarantine list")
+            if overdue
+            else f"{line}: combined quarantine list"
+        )
+
+
+@app.command()
+def publications(
+    limit: Annotated[int, typer.Option(help="how many")] = 20,
+    fmt: FormatOpt = "table",
+    as_json: Annotated[bool, typer.Option("--json", help="the same as --format json")] = False,
+    project: ProjectOpt = None,
+) -> None:
+    """List publications and their members."""
+    fmt = check_format("json" if as_json else fmt)
+    with _session(project) as engine:
+        rows = engine.publications(limit)
+    members = [
+        ", ".join(
+            f"{m['source']}.{m['dataset']}@{m['lake_version']}" + ("*" if m["changed"] else "")
+            for m in p["member_rows"]
+        )
+        for p in rows
+    ]
+    if fmt == "json":
+        emit_json(
+            [
+                {k: v for k, v in p.items() if k != "member_rows"} | {"members": p["member_rows"]}
+                for p in rows
+            ]
+        )
+        return
+    if fmt == "csv":
+        emit_csv(
+            ["id", "published_at", "run_id", "members"],
+            (
+                [p["id"], p["published_at"], p["run_id"], m]
+                for p, m in zip(rows, members, strict=True)
+            ),
+        )
+        return
+    t = table("publication", "published", "run", "members")
+    for p, m in zip(rows, members, strict=True):
+        # The exact instant, as --as-of takes it: a publication made within
+        # the second a shorter form shows would lie after that form's instant.
+        t.add_row(p["id"], _instant_text(p["published_at"]), p["run_id"] or "-", m)
+    print_table(t)
+
+
+_HISTORY_FIELDS = (
+    "id",
+    "parent_id",
+    "inserts",
+    "updates",
+    "deletes",
+    "row_count",
+    "run_id",
+    "lake_version",
+    "created_at",
+    "publications",
+)
+
+
+@app.command()
+def history(
+    dataset: Annotated[str, typer.Argument(help="SOURCE.DATASET")],
+    fmt: FormatOpt = "table",
+    project: ProjectOpt = None,
+) -> None:
+    """List a dataset's versions."""
+    from combined.errors import ConfigError
+
+    check_format(fmt)
+    source, _, name = dataset.partition(".")
+    if not source or not name:
+        _fail(
+            ConfigError(f"history takes SOURCE.DATASET, not {dataset!r}", hint="e.g. shop.orders")
+        )
+    with _session(project) as engine:
+        rows = engine.history(dataset)
+    records = [{k: v.get(k) for k in _HISTORY_FIELDS} for v in rows]
+    if emit_records(fmt, records, header=_HISTORY_FIELDS):
+        return
+    t = table("version", "parent", "+ins", "~upd", "-del", "rows", "run", "lake v", "publications")
+    for v in rows:
+        t.add_row(
+            v["id"],
+            v["parent_id"] or "-",
+            str(v["inserts"]),
+            str(v["updates"]),
+            str(v["deletes"]),
+            str(v["row_count"]),
+            v["run_id"],
+            str(v["lake_version"]),
+            ", ".join(v["publications"]),
+        )
+    print_table(t)
+
+
+_USAGE_FIELDS = ("month", "source", "dataset", "mar", "inserts", "updates", "deletes")
+
+
+@app.command()
+def usage(
+    month: Annotated[str | None, typer.Option(help="YYYY-MM")] = None,
+    fmt: FormatOpt = "table",
+    project: ProjectOpt = None,
+) -> None:
+    """Monthly active rows per source and dataset."""
+    from combined.errors import ConfigError
+
+    check_format(fmt)
+    if month is not None and not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month):
+        _fail(ConfigError(f"--month {month!r} is not a month", hint="use YYYY-MM, e.g. 2026-11"))
+    with _session(project) as engine:
+        rows = engine.usage(month)
+    records = [{k: u[k] for k in _USAGE_FIELDS} for u in rows]
+    if emit_records(fmt, records, header=_USAGE_FIELDS):
+        return
+    t = table("month", "source", "dataset", "MAR", "inserts", "updates", "deletes")
+    for u in records:
+        t.add_row(*(str(v) for v in u.values()))
+    print_table(t)
+
+
+@app.command()
+def discover(
+    source: Annotated[str, typer.Argument(help="the source to discover")],
+    fmt: JsonFormatOpt = "table",
+    project: ProjectOpt = None,
+) -> None:
+    """Report the datasets, fields, keys and cursor candidates of a source."""
+    from dataclasses import asdict
+
+    check_format(fmt, ("table", "json"))
+    with _session(project) as engine:
+        found = engine.discover(source)
+    if fmt == "json":
+        emit_json(plain(asdict(found)))
+        return
+    for d in found.datasets:
+        rows = "" if d.estimated_rows is None else f", ~{d.estimated_rows} rows"
+        t = table("field", "type", "source type", "key", title=f"{d.name} ({d.kind}{rows})")
+        for f in d.fields:
+            t.add_row(f.name, f.arrow_type, f.source_type, "pk" if f.name in d.primary_key else "")
+        print_table(t)
+        console.print(
+            f"  strategies: {', '.join(d.strategies)}; sync modes: {', '.join(d.sync_modes)}",
+            markup=False,
+        )
+        for note in d.notes:
+            console.print(f"  note: {note}", markup=False)
+        for k in d.key_candidates:
+            console.print(f"  key candidate {', '.join(k.columns)}: {k.evidence}", markup=False)
+        for c in d.cursor_candidates:
+            console.print(f"  cursor candidate {c.column}: {c.evidence}")
