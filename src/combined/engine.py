@@ -6,6 +6,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
     from combined.config import WebhookConfig
     from combined.connectors.abc import Discovery, Source
+    from combined.runtime._notify import Sender
 
 
 #: What ``status(slots=True)`` shows of a replication slot, and of a binlog stream.
@@ -240,7 +242,41 @@ class Engine:
             for source, datasets in selected.items():
                 run = self._admit(source, datasets, trigger)
                 held.runs.append(held.hold(self._runner(read_options)).execute(run))
+        self._after(held.runs)
         return held.runs
+
+    def _after(self, runs: Sequence[Run]) -> None:
+        """After Runs: the CDC streams they read checked for risk, alerts sent in the background."""
+        from combined.runtime._alerts import check_slots
+
+        cdc = {r.source for r in runs if r.state == "succeeded"} & {
+            s for s, _, d in self.project.datasets() if d.strategy == "cdc"
+        }
+        if cdc:
+            for note in check_slots(self, cdc):
+                self.reporter.note(note)
+        self.sender.soon()
+
+    @cached_property
+    def sender(self) -> Sender:
+        """Sends alerts to the project's notification targets, from a background thread."""
+        from combined.runtime._notify import Sender
+
+        return Sender(self)
+
+    def check_alerts(self, *, slots: bool = True, now: datetime | None = None) -> list[str]:
+        """Check freshness, overdue reviews and (``slots``: asking each source) CDC streams.
+
+        Each breach raises its alert once (see :mod:`combined.runtime._alerts`);
+        pending alerts are then sent in the background. Returns what was raised.
+        """
+        from combined.runtime._alerts import check_freshness, check_slots
+
+        notes = check_freshness(self.catalog, self.project, now) + self.remind_quarantine(now)
+        if slots:
+            notes += check_slots(self)
+        self.sender.soon()
+        return notes
 
     def _admit(
         self, source: str, datasets: list[str], trigger: Trigger | None, enqueue: bool = False
@@ -338,7 +374,10 @@ class Engine:
             with self.catalog.begin() as conn:  # it holds nothing yet: another worker may
                 queue.give_back(conn, run.id, run.claimed_by or "")
             raise
-        return self._runner(worker="worker").execute(run, give_back=True)
+        run = self._runner(worker="worker").execute(run, give_back=True)
+        if run.terminal:
+            self._after([run])
+        return run
 
     def work(
         self,

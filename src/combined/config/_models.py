@@ -175,6 +175,81 @@ class WebhookConfig(_Model):
     prefix: str = "sha256="
 
 
+AlertKind = Literal[
+    "freshness",
+    "run_failed",
+    "run_needs_review",
+    "run_needs_auth",
+    "quarantine_overdue",
+    "reconciliation_failed",
+    "cdc_slot_at_risk",
+    "recovery_failed",
+]
+
+
+class NotificationTarget(_Model):
+    """Where alerts are sent (``notifications:``), optionally only some kinds or datasets.
+
+    ``type: webhook`` POSTs the alert as JSON, its body signed with
+    HMAC-SHA256 under ``secret`` (hex digest in ``header`` after
+    ``sha256=``). ``type: slack`` POSTs ``{"text": ...}`` to a
+    Slack-compatible incoming webhook whose URL is itself the credential.
+    Both URLs are secret references, so no text Combined keeps shows them.
+    """
+
+    name: Annotated[str, _name_of("notification")]
+    type: Literal["webhook", "slack"]
+    url: SecretRef
+    secret: SecretRef | None = None
+    header: Annotated[str, PlainValidator(_header)] = "X-Combined-Signature"
+    kinds: list[AlertKind] | None = None
+    datasets: list[Text] | None = None
+    #: How many times one alert is tried (with exponential backoff) before it is recorded failed.
+    attempts: Count = 5
+
+    @model_validator(mode="after")
+    def _check_secret(self) -> NotificationTarget:
+        if self.type == "webhook" and self.secret is None:
+            raise _error(
+                "needs a signing secret",
+                'add `secret: {secret: "env:NAME"}`: the receiver checks the signature with it',
+            )
+        return self
+
+    def wants(self, kind: str, source: str | None, dataset: str | None) -> bool:
+        """Whether this target is sent the alert ``kind`` (``alert.<kind>``) of a dataset."""
+        short = kind.removeprefix("alert.")
+        if self.kinds is not None and short not in self.kinds:
+            return False
+        if self.datasets is None:
+            return True
+        return source is not None and (
+            source in self.datasets or f"{source}.{dataset}" in self.datasets
+        )
+
+
+class AlertSettings(_Model):
+    """When a CDC stream is at risk (``alerts:``).
+
+    A slot is at risk when the source would drop the WAL it needs within
+    ``slot_horizon`` at the current WAL rate (``max_slot_wal_keep_size``
+    set), when it retains more than ``slot_max_lag`` of WAL with no such
+    limit (the disk fills instead), or when its WAL is ``unreserved`` or
+    ``lost``. A binlog is at risk when the oldest binlog the stream needs
+    is purged within ``slot_horizon``.
+    """
+
+    slot_horizon: Duration = timedelta(hours=24)
+    slot_max_lag: ByteSize = GiB
+
+
+class LoggingSettings(_Model):
+    """How every command logs (``logging:``); ``--log-format``/``--log-level`` override it."""
+
+    format: Literal["text", "json"] = "text"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
+
+
 class StagingLimits(_Model):
     """Run-scoped limits on the files a capture stages before commit."""
 
@@ -491,6 +566,9 @@ class Project(_Model):
     staging: StagingLimits = Field(default_factory=StagingLimits)
     reduction_memory: ByteSize = 256 * MiB
     sources: dict[SourceName, SourceConfig] = Field(default_factory=dict)
+    notifications: list[NotificationTarget] = Field(default_factory=list)
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
 
     _path: Path = PrivateAttr(default_factory=lambda: Path.cwd() / PROJECT_FILE)
 
