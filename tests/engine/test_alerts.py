@@ -278,3 +278,102 @@ def test_a_bad_notification_target_is_refused_at_load(tmp_path: Path, tools: Any
     )
     result = tools.cli(path.parent, "status")
     assert result.returncode == 2 and "hooks.example" not in result.stderr
+
+
+CURSOR_PROJECT = """\
+version: 1
+lake: ./lake
+sources:
+  pg:
+    connector: postgres
+    config:
+      dsn: {dsn}
+    datasets:
+      events:
+        relation: public.events
+        key: [id]
+        strategy: cursor
+        cursor: {{column: id, trust: "ids come from a sequence"}}
+"""
+
+
+def test_a_capture_whose_reconciliation_disagrees_says_so_and_exits_5(
+    tmp_path: Path, pg_database: str, tools: Any
+) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_database, autocommit=True) as pg:
+        pg.execute("CREATE TABLE events (id int PRIMARY KEY, v text)")
+        pg.execute("INSERT INTO events SELECT g, 'e' || g FROM generate_series(1, 20) g")
+    (tmp_path / "combined.yaml").write_text(CURSOR_PROJECT.format(dsn=pg_database))
+    first = tools.cli(tmp_path, "capture")
+    assert first.returncode == 0, first.stderr
+    assert "disagrees" not in first.stderr
+    with psycopg.connect(pg_database, autocommit=True) as pg:
+        pg.execute("DELETE FROM events WHERE id <= 3")
+    result = tools.cli(tmp_path, "capture")
+    assert result.returncode == 5, result.stderr
+    assert "succeeded" in result.stdout
+    assert "reconciliation disagrees: pg.events: the lake holds 20 rows, the source 17" in (
+        result.stderr
+    )
+    assert "3 rows the source deleted" in result.stderr
+
+
+SLOT_PROJECT = """\
+version: 1
+lake: ./lake
+alerts: {{slot_max_lag: 1}}
+sources:
+  pg:
+    connector: postgres
+    config:
+      dsn: {dsn}
+      slot_prefix: {prefix}
+    datasets:
+      items:
+        relation: public.items
+        key: [id]
+        strategy: cdc
+"""
+
+
+def test_a_cdc_slot_at_risk_alerts_once_and_says_how_long_the_source_keeps_it(
+    tmp_path: Path, cdc_db: Any
+) -> None:
+    import psycopg
+
+    from combined.config._models import AlertSettings
+    from combined.runtime._alerts import slot_risk
+
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, qty int)")
+        conn.execute("INSERT INTO items SELECT g, g FROM generate_series(1, 50) g")
+    cdc_db.slot("public.items")
+    path = tmp_path / "combined.yaml"
+    path.write_text(SLOT_PROJECT.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix))
+    engine = Engine.open(path)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO items SELECT g, g FROM generate_series(51, 500) g")
+        # raised by the capture (it checks the stream it read) or by this check: once
+        engine.check_alerts()
+        assert not [n for n in engine.check_alerts() if "at risk" in n]
+        (alert,) = _events(engine, "alert.cdc_slot_at_risk")
+        assert "until its disk fills" in alert.body["why"]
+        body = alert.body
+        assert body["lag_bytes"] > 1 and body["wal_keep_limit"] is None
+        assert body["wal_rate"] is not None and body["wal_rate"] > 0  # pg_stat_wal, PG 14+
+        # the same status under a max_slot_wal_keep_size: how long the source keeps it
+        limited = {**body, "wal_keep_limit": 64 << 20, "safe_wal_size": 1 << 20}
+        limited["keeps_for_seconds"] = (1 << 20) / body["wal_rate"]
+        why = slot_risk(limited, AlertSettings(slot_horizon=timedelta(days=3650)))
+        assert why is not None and "keeps this slot's WAL for about" in why
+        assert slot_risk({**body, "wal_status": "unreserved"}, AlertSettings()) is not None
+        # caught up: cleared, so the next breach is told again
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+    finally:
+        engine.close()

@@ -125,6 +125,21 @@ def _span(seconds: float) -> str:
     return format_duration(timedelta(seconds=max(int(seconds), 1)))
 
 
+#: How often a CDC stream's status is kept in the feed (``cdc.slot_status``, for /metrics).
+OBSERVE_EVERY = timedelta(minutes=1)
+
+
+def observe(catalog: Catalog, source: str, dataset: str, status: Mapping[str, Any]) -> None:
+    """Keep a stream's status (``cdc.slot_status``), at most once per :data:`OBSERVE_EVERY`."""
+    with catalog.begin() as conn:
+        last = cat.activity(
+            conn, kind="cdc.slot_status", source=source, dataset=dataset, limit=1, exact=True
+        )
+        if last and last[0].at > utcnow() - OBSERVE_EVERY:
+            return
+        cat.emit(conn, "cdc.slot_status", source=source, dataset=dataset, **status)
+
+
 def check_slots(engine: Engine, sources: Iterable[str] | None = None) -> list[str]:
     """Alert (once per change) on each CDC stream at risk; this asks each CDC source."""
     from combined import cdc
@@ -144,6 +159,7 @@ def check_slots(engine: Engine, sources: Iterable[str] | None = None) -> list[st
             name = st["dataset"].partition(".")[2]
             why = slot_risk(st, engine.project.alerts)
             keep = {k: v for k, v in st.items() if k != "dataset"}
+            observe(engine.catalog, source, name, keep)
             told = raise_once(
                 engine.catalog,
                 "alert.cdc_slot_at_risk",

@@ -332,6 +332,7 @@ class Runner:
         fault("after_staging")
         with self.catalog.begin() as conn:
             run = runs_repo.move_run(conn, run.id, "committing")
+            cat.emit(conn, "run.committing", source=run.source, run_id=run.id)
         members: list[Member] = []
         try:
             for p in verified(prepared):
