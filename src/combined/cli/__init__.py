@@ -88,11 +88,15 @@ def _fail(exc: BaseException) -> NoReturn:
 
 
 def _engine(project: Path | None, reporter: Any = None) -> Engine:
+    from combined._logging import configure
     from combined.engine import Engine
     from combined.errors import CombinedError
 
     try:
-        return Engine.open(project, reporter)
+        engine = Engine.open(project, reporter)
+        settings = engine.project.logging
+        configure(settings.format, settings.level, explicit=False)
+        return engine
     except CombinedError as exc:
         _fail(exc)
 
@@ -767,6 +771,7 @@ def main() -> None:
 # it registers them on ``app``.
 from combined.cli import _activity as _activity  # noqa: E402
 from combined.cli import _cdc as _cdc  # noqa: E402
+from combined.cli import _options as _options  # noqa: E402
 from combined.cli import _quarantine as _quarantine  # noqa: E402
 from combined.cli import _schedule as _schedule  # noqa: E402
 from combined.cli import _serve as _serve  # noqa: E402
