@@ -19,7 +19,7 @@ def test_json_logs_carry_run_fields_and_never_a_secret(tmp_path: Path, tools: An
     receiver = Receiver()
     slack = "/services/T000/B000/xyzzy-secret-path"
     try:
-        path = _project(
+        _project(
             tmp_path,
             "notifications:\n"
             "  - {name: chat, type: slack, url: {secret: env:SLACK_URL}}\n"
