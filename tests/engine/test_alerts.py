@@ -377,3 +377,24 @@ def test_a_cdc_slot_at_risk_alerts_once_and_says_how_long_the_source_keeps_it(
         assert run.state == "succeeded", run.error
     finally:
         engine.close()
+
+
+def test_the_scheduler_checks_freshness_each_round_and_tells_each_change_once(
+    tmp_path: Path,
+) -> None:
+    from combined.runtime._scheduler import Scheduler
+
+    engine = Engine.open(_project(tmp_path, ""))
+    try:
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+        later = utcnow() + timedelta(hours=2)
+        for _ in range(2):
+            Scheduler(engine).run(lambda: False, clock=lambda: later, once=True)
+        assert len(_events(engine, "alert.freshness")) == 1
+        Scheduler(engine).run(lambda: False, clock=utcnow, once=True)  # fresh again
+        assert len(_events(engine, "freshness.restored")) == 1
+        Scheduler(engine).run(lambda: False, clock=lambda: later, once=True)
+        assert len(_events(engine, "alert.freshness")) == 2  # a new breach, told again
+    finally:
+        engine.close()

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.engine import Connection
+
 from combined.catalog import Catalog, queue
 from combined.catalog import data as cat
 from combined.config import Project
@@ -47,19 +49,25 @@ def raise_once(
     The dataset's row is locked first, so two checkers at once tell a
     change once.
     """
-    clear = CLEARS[kind]
+    with catalog.begin() as conn:  # read first: most checks change nothing, and write nothing
+        if breached == _raised(conn, kind, source, dataset):
+            return False
     with catalog.begin() as conn:
         queue.lock_dataset(conn, source, dataset)
-        last = [
-            e
-            for k in (kind, clear)
-            for e in cat.activity(conn, kind=k, source=source, dataset=dataset, limit=1, exact=True)
-        ]
-        newest = max(last, key=lambda e: e.id).kind if last else clear
-        if breached == (newest == kind):
-            return False
-        cat.emit(conn, kind if breached else clear, source=source, dataset=dataset, **body)
+        if breached == _raised(conn, kind, source, dataset):
+            return False  # another checker told it meanwhile
+        cat.emit(conn, kind if breached else CLEARS[kind], source=source, dataset=dataset, **body)
         return breached
+
+
+def _raised(conn: Connection, kind: str, source: str, dataset: str) -> bool:
+    """Whether the state alert ``kind`` is raised (its newest event is not its clearing one)."""
+    last = [
+        e
+        for k in (kind, CLEARS[kind])
+        for e in cat.activity(conn, kind=k, source=source, dataset=dataset, limit=1, exact=True)
+    ]
+    return bool(last) and max(last, key=lambda e: e.id).kind == kind
 
 
 def check_freshness(catalog: Catalog, project: Project, now: datetime | None = None) -> list[str]:
