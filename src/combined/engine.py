@@ -453,7 +453,9 @@ class Engine:
             trigger="manual",
             admission=self._admission(source),
         )
-        return self.runner.execute(run, backfill=spec)
+        run = self.runner.execute(run, backfill=spec)
+        self.sender.soon()
+        return run
 
     def retry(self, run_id: str, *, enqueue: bool = False) -> Run:
         """Execute a failed Run again, as a new Run under the same admission.
@@ -507,7 +509,11 @@ class Engine:
                 enqueue=enqueue,
                 conn=conn,
             )
-        return run if enqueue else self.runner.execute(run)
+        if enqueue:
+            return run
+        run = self.runner.execute(run)
+        self.sender.soon()
+        return run
 
     def _ready(self) -> None:
         """Before any Run: a writable lake, a catalog that matches it, overdue reviews told.

@@ -460,7 +460,11 @@ def run_retry(
 
 @app.command()
 def status(project: ProjectOpt = None) -> None:
-    """Freshness and last source position per dataset."""
+    """Freshness and last source position per dataset.
+
+    ``read at`` is when the source was at the published position, which
+    freshness is measured from (not the publication's time).
+    """
     with _session(project) as engine:
         rows = engine.status()
         waiting = engine.quarantine()
@@ -471,7 +475,7 @@ def status(project: ProjectOpt = None) -> None:
         "version",
         "lake v",
         "position",
-        "published",
+        "read at",
         "fresh",
         "slot lag",
     )
@@ -498,7 +502,7 @@ def status(project: ProjectOpt = None) -> None:
             (s["version"] or "-")[:12],
             lake_v,
             (s["position"] or "-")[:30],
-            _when(s["published_at"]),
+            _when(s["position_at"]),
             fresh,
             lag,
         )
