@@ -87,11 +87,15 @@ def configure(fmt: str | None = None, level: str | None = None, *, explicit: boo
     the environment chose.
     """
     global _explicit
-    from_env = os.environ.get(FORMAT_ENV) or os.environ.get(LEVEL_ENV)
-    if not explicit and (_explicit or from_env):
+    if not explicit and _explicit:
         return
-    _explicit = _explicit or explicit and (fmt is not None or level is not None)
-    chosen = check(fmt or os.environ.get(FORMAT_ENV) or "text", level or os.environ.get(LEVEL_ENV))
+    env_fmt, env_level = os.environ.get(FORMAT_ENV), os.environ.get(LEVEL_ENV)
+    if explicit:
+        _explicit = _explicit or bool(fmt or level or env_fmt or env_level)
+        fmt, level = fmt or env_fmt, level or env_level
+    else:  # the environment outranks the project file
+        fmt, level = env_fmt or fmt, env_level or level
+    chosen = check(fmt or "text", level)
     root = logging.getLogger()
     for handler in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
         root.removeHandler(handler)
@@ -101,6 +105,14 @@ def configure(fmt: str | None = None, level: str | None = None, *, explicit: boo
     handler.setFormatter(_formatter(chosen[0]))
     root.addHandler(handler)
     root.setLevel(chosen[1])
+
+
+def current_format() -> Format:
+    """The format the root logger's Combined handler writes (text when none is set)."""
+    for handler in logging.getLogger().handlers:
+        if handler.get_name() == _HANDLER_NAME and type(handler.formatter) is not logging.Formatter:
+            return "json"
+    return "text"
 
 
 def check(fmt: str, level: str | None) -> tuple[Format, str]:

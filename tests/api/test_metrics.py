@@ -56,3 +56,24 @@ def test_metrics_count_what_other_processes_did(shop: Path, tools: Any) -> None:
     months = [k for k in got if k[0] == "combined_mar" and ("dataset", "orders") in k[1]]
     assert [got[k] for k in months] == [201]
     assert not [k for k in got if k[0] == "combined_quarantine_entries"]
+
+
+def test_serve_answers_metrics_and_logs_json_lines(shop: Path, tools: Any) -> None:
+    import json
+
+    import httpx
+
+    env = {"COMBINED_API_TOKEN": TOKEN, "COMBINED_LOG_FORMAT": "json", "COMBINED_LOG_LEVEL": "INFO"}
+    with tools.serving(shop, env=env) as (base, server):
+        assert httpx.get(f"{base}/metrics").status_code == 401
+        answer = httpx.get(f"{base}/metrics", headers=AUTH)
+        assert answer.status_code == 200 and "combined_runs" in answer.text
+        lines: list[dict[str, Any]] = []
+        while not any("/metrics" in x.get("message", "") for x in lines if x["level"] == "INFO"):
+            line = server.stderr.readline()
+            assert line, "the server ended"
+            if line.startswith("{"):
+                lines.append(json.loads(line))
+    access = [x for x in lines if x["logger"] == "uvicorn.access"]
+    assert access and all({"timestamp", "level", "message"} <= set(x) for x in access)
+    assert TOKEN not in json.dumps(lines)
