@@ -27,10 +27,12 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from combined._status import (
         ERROR,
+        RECONCILIATION_DISAGREES,
         RUN_FAILED,
         RUN_NEEDS_AUTH,
         RUN_NEEDS_REVIEW,
         SUCCEEDED,
+        disagreements,
         exit_status,
     )
     from combined.catalog import Run, RunState, Trigger
@@ -62,6 +64,8 @@ _PUBLIC = {
     "ERROR": "combined._status",
     "RUN_NEEDS_REVIEW": "combined._status",
     "RUN_NEEDS_AUTH": "combined._status",
+    "RECONCILIATION_DISAGREES": "combined._status",
+    "disagreements": "combined._status",
     **{
         name: "combined.errors"
         for name in (
@@ -80,6 +84,7 @@ _PUBLIC = {
 
 __all__ = [
     "ERROR",
+    "RECONCILIATION_DISAGREES",
     "RUN_FAILED",
     "RUN_NEEDS_AUTH",
     "RUN_NEEDS_REVIEW",
@@ -100,6 +105,7 @@ __all__ = [
     "SourceUnavailable",
     "Trigger",
     "__version__",
+    "disagreements",
     "exit_status",
 ]
 

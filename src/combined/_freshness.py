@@ -4,10 +4,18 @@
 newest publication: what a query reads. A commit made since and not
 published yet (its Run died or did not reconcile) is told apart, under
 ``unpublished``.
+
+Freshness is the age of the newest published source position: the time
+the source was read at that position (the extraction receipt's snapshot
+time, else the time its read started), not when the capture was
+published. A capture that took an hour to land reads an hour older than
+it was published, as the data it holds is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from combined.catalog import Catalog
@@ -23,19 +31,32 @@ _SLOT_KEYS = ("exists", "lag_bytes", "lag_seconds", "wal_status")
 _BINLOG_KEYS = ("committed_retained", "retention_seconds", "may_stay_down_seconds")
 
 
-def dataset_status(catalog: Catalog, project: Project) -> list[dict[str, Any]]:
+def position_time(receipt: Mapping[str, Any] | None) -> datetime | None:
+    """When the source was at a published position: its read's snapshot, else its start."""
+    for key in ("snapshot_acquired_at", "extraction_started_at"):
+        value = (receipt or {}).get(key)
+        if value:
+            return datetime.fromisoformat(value) if isinstance(value, str) else value
+    return None
+
+
+def dataset_status(
+    catalog: Catalog, project: Project, now: datetime | None = None
+) -> list[dict[str, Any]]:
     """One row per declared dataset, from the catalog alone."""
     out = []
     with catalog.begin() as conn:
         rows = {(r.source, r.name): r for r in cat.list_datasets(conn)}
         members = cat.newest_members(conn)
-    now = utcnow()
+    now = now or utcnow()
     for source, name, d in project.datasets():
         r = rows.get((source, name))
         m = members.get((source, name))
         published = r.published_at if r is not None else None
         target = d.freshness
-        age = (now - published) if published else None
+        at = position_time(m.extraction_receipt) if m is not None else None
+        at = at or published  # a publication made before receipts were kept
+        age = (now - at) if at else None
         committed = (
             None
             if r is None or r.lake_version is None
@@ -64,6 +85,7 @@ def dataset_status(catalog: Catalog, project: Project) -> list[dict[str, Any]]:
                 "position": shown["position"] if shown else None,
                 "unpublished": committed if committed != shown else None,
                 "published_at": published,
+                "position_at": at,
                 "age": age,
                 "target": target,
                 "fresh": None if target is None or age is None else age <= target,

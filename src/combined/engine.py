@@ -6,6 +6,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from combined.config import WebhookConfig
     from combined.connectors.abc import Discovery, Source
     from combined.evidence import Explanation, Replay, SourcePlan
+    from combined.runtime._notify import Sender
 
 
 #: What ``status(slots=True)`` shows of a replication slot, and of a binlog stream.
@@ -241,7 +243,41 @@ class Engine:
             for source, datasets in selected.items():
                 run = self._admit(source, datasets, trigger)
                 held.runs.append(held.hold(self._runner(read_options)).execute(run))
+        self._after(held.runs)
         return held.runs
+
+    def _after(self, runs: Sequence[Run]) -> None:
+        """After Runs: the CDC streams they read checked for risk, alerts sent in the background."""
+        from combined.runtime._alerts import check_slots
+
+        cdc = {r.source for r in runs if r.state == "succeeded"} & {
+            s for s, _, d in self.project.datasets() if d.strategy == "cdc"
+        }
+        if cdc:
+            for note in check_slots(self, cdc):
+                self.reporter.note(note)
+        self.sender.soon()
+
+    @cached_property
+    def sender(self) -> Sender:
+        """Sends alerts to the project's notification targets, from a background thread."""
+        from combined.runtime._notify import Sender
+
+        return Sender(self)
+
+    def check_alerts(self, *, slots: bool = True, now: datetime | None = None) -> list[str]:
+        """Check freshness, overdue reviews and (``slots``: asking each source) CDC streams.
+
+        Each breach raises its alert once (see :mod:`combined.runtime._alerts`);
+        pending alerts are then sent in the background. Returns what was raised.
+        """
+        from combined.runtime._alerts import check_freshness, check_slots
+
+        notes = check_freshness(self.catalog, self.project, now) + self.remind_quarantine(now)
+        if slots:
+            notes += check_slots(self)
+        self.sender.soon()
+        return notes
 
     def _admit(
         self, source: str, datasets: list[str], trigger: Trigger | None, enqueue: bool = False
@@ -339,7 +375,10 @@ class Engine:
             with self.catalog.begin() as conn:  # it holds nothing yet: another worker may
                 queue.give_back(conn, run.id, run.claimed_by or "")
             raise
-        return self._runner(worker="worker").execute(run, give_back=True)
+        run = self._runner(worker="worker").execute(run, give_back=True)
+        if run.terminal:
+            self._after([run])
+        return run
 
     def work(
         self,
@@ -415,7 +454,9 @@ class Engine:
             trigger="manual",
             admission=self._admission(source),
         )
-        return self.runner.execute(run, backfill=spec)
+        run = self.runner.execute(run, backfill=spec)
+        self.sender.soon()
+        return run
 
     def retry(self, run_id: str, *, enqueue: bool = False) -> Run:
         """Execute a failed Run again, as a new Run under the same admission.
@@ -469,7 +510,11 @@ class Engine:
                 enqueue=enqueue,
                 conn=conn,
             )
-        return run if enqueue else self.runner.execute(run)
+        if enqueue:
+            return run
+        run = self.runner.execute(run)
+        self.sender.soon()
+        return run
 
     def cancel(self, run_id: str, *, by: str, reason: str | None = None) -> Run:
         """Cancel a queued Run now, or ask a running one (any process) to stop.

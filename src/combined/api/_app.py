@@ -110,6 +110,13 @@ def build(project_path: str | Path | None, token: str | None) -> FastAPI:
     def health_head() -> Response:
         return Response(status_code=200)
 
+    @app.get("/metrics", tags=["service"], summary="Prometheus metrics, read from the catalog")
+    def metrics() -> Response:
+        from combined.api._metrics import metrics_body
+
+        body, kind = metrics_body(engine)
+        return Response(body, media_type=kind)
+
     # Declared (the bearer middleware checks it): /docs offers its Authorize button.
     bearer = HTTPBearer(auto_error=False, description="the server's COMBINED_API_TOKEN")
     app.include_router(_router(engine), prefix="/v1", dependencies=[Security(bearer)])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ from sqlalchemy.engine import Connection
 from combined.catalog import _schema as t
 from combined.errors import NotFoundError, ProtocolViolation, redact
 from combined.protocol import utcnow
+
+_log = logging.getLogger("combined.activity")
 
 DeliveryState = Literal["staged", "committed", "rejected", "retained"]
 
@@ -536,7 +539,11 @@ def emit(
     run_id: str | None = None,
     **body: Any,
 ) -> None:
-    """Append one event to the Activity feed (its body's text redacted, as every error is)."""
+    """Append one event to the Activity feed (its body's text redacted, as every error is).
+
+    It is logged too (``combined.activity``, INFO), with its fields.
+    """
+    redacted = _redacted_text(body)
     conn.execute(
         t.activity.insert().values(
             at=utcnow(),
@@ -544,9 +551,19 @@ def emit(
             source=source,
             dataset=dataset,
             run_id=run_id,
-            body=_redacted_text(body),
+            body=redacted,
         )
     )
+    if _log.isEnabledFor(logging.INFO):
+        where = ".".join(p for p in (source, dataset) if p)
+        extra = {"event": kind, "source": source, "dataset": dataset, "run_id": run_id}
+        _log.info(
+            "%s%s%s",
+            kind,
+            f" {where}" if where else "",
+            f" run {run_id}" if run_id else "",
+            extra={**{k: v for k, v in extra.items() if v is not None}, "body": redacted},
+        )
 
 
 def _redacted_text(value: Any) -> Any:

@@ -292,6 +292,10 @@ def list_runs(
     return [_run(r) for r in conn.execute(q.limit(limit))]
 
 
+#: The end states that raise an alert (``alert.run_failed``, ...): each needs someone.
+ALERTED = ("failed", "needs_review", "needs_auth")
+
+
 def move_run(
     conn: Connection,
     run_id: str,
@@ -334,6 +338,18 @@ def move_run(
         raise ProtocolViolation(
             f"run {run.id} left {run.state} while it was being moved to {target}",
             hint="see `combined run show` for the state it reached",
+        )
+    if target in ALERTED:
+        from combined.catalog._data import emit
+
+        emit(
+            conn,
+            f"alert.run_{target}",
+            source=run.source,
+            run_id=run.id,
+            datasets=list(run.datasets),
+            trigger=run.trigger,
+            error=values.get("error"),
         )
     if target in TERMINAL:
         # The Attempt that staged the capture ends with the Run's result, not "staged".

@@ -266,3 +266,19 @@ schedule_ticks = sa.Table(
     sa.Column("joined", sa.Boolean, nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
 )
+
+notifications = sa.Table(
+    "notifications",
+    metadata,
+    # One row per alert (an Activity event) and notification target: the
+    # sender claims it by inserting it (``sending``, until ``claimed_until``),
+    # so two senders never send one alert twice; it ends ``sent`` or
+    # ``failed`` once its attempts are spent (revision 0005).
+    sa.Column("target", sa.String(128), primary_key=True),
+    sa.Column("event_id", sa.Integer, primary_key=True),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("claimed_until", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("error", sa.Text, nullable=True),
+)

@@ -61,13 +61,14 @@ def _state(state: str) -> Text:
     return Text(state, style="green" if state == "succeeded" else "red")
 
 
-def _exit_for(states: Iterable[str]) -> None:
+def _exit_for(states: Iterable[str], *, disagrees: bool = False) -> None:
     """Exit with :func:`~combined.exit_status` unless every Run succeeded.
 
     Schedulers tell apart what to do next (README): 1 retry later, 3 review
-    the quarantine or drift, 4 fix the credentials; 2 is an error before any Run.
+    the quarantine or drift, 4 fix the credentials, 5 a published capture's
+    reconciliation disagrees with the source; 2 is an error before any Run.
     """
-    status = exit_status(states)
+    status = exit_status(states, disagrees=disagrees)
     if status:
         raise typer.Exit(status)
 
@@ -83,11 +84,15 @@ def _fail(exc: BaseException) -> NoReturn:
 
 
 def _engine(project: Path | None, reporter: Any = None) -> Engine:
+    from combined._logging import configure
     from combined.engine import Engine
     from combined.errors import CombinedError
 
     try:
-        return Engine.open(project, reporter)
+        engine = Engine.open(project, reporter)
+        settings = engine.project.logging
+        configure(settings.format, settings.level, explicit=False)
+        return engine
     except CombinedError as exc:
         _fail(exc)
 
@@ -210,8 +215,38 @@ def capture(
                 )
         if run.error:
             err.print(f"  {run.error}", highlight=False)
+    disagree = [_say_disagrees(run) for run in runs]
     _say_published(runs)
-    _exit_for(run.state for run in runs)
+    _exit_for((run.state for run in runs), disagrees=any(disagree))
+
+
+def _say_disagrees(run: Run) -> bool:
+    """Tell each dataset of a Run whose reconciliation disagrees with the source; any?"""
+    from combined._status import disagreements
+
+    found = disagreements(run.stats)
+    for ds in found:
+        s = (run.stats or {})[ds]
+        gap = s.get("expected_variance")
+        why = (
+            f"{gap} rows the source deleted are still in the lake (a cursor cannot see deletes)"
+            if gap is not None
+            else "published, but the counts differ"
+        )
+        err.print(
+            Text.assemble(
+                _red("reconciliation disagrees:"),
+                f" {run.source}.{ds}: the lake holds {s.get('lake_rows')} rows, the source "
+                f"{s.get('source_rows')}; {why}",
+            ),
+            highlight=False,
+        )
+        err.print(
+            f"  hint: `combined activity --kind alert.reconciliation_failed --dataset "
+            f"{run.source}.{ds}` shows the remedy",
+            highlight=False,
+        )
+    return bool(found)
 
 
 def _say_published(runs: list[Run]) -> None:
@@ -471,6 +506,7 @@ from combined.cli import _cdc as _cdc  # noqa: E402
 from combined.cli import _evidence as _evidence  # noqa: E402
 from combined.cli import _listing as _listing  # noqa: E402
 from combined.cli import _meta as _meta  # noqa: E402
+from combined.cli import _options as _options  # noqa: E402
 from combined.cli import _quarantine as _quarantine  # noqa: E402
 from combined.cli import _run as _run  # noqa: E402
 from combined.cli import _schedule as _schedule  # noqa: E402

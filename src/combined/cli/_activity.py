@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from combined.cli import ProjectOpt, _fail, _session, _when, app
+from combined.cli import ProjectOpt, _fail, _session, _when, app, console
 
 
 def _since(text: str) -> datetime:
@@ -98,3 +98,25 @@ def activity(
     from combined.cli._output import print_table
 
     print_table(events_table(events))
+
+
+@app.command()
+def alerts(
+    slots: Annotated[
+        bool, typer.Option("--slots/--no-slots", help="also ask each CDC source for its stream")
+    ] = True,
+    project: ProjectOpt = None,
+) -> None:
+    """Check freshness targets, overdue reviews and CDC streams now; send pending alerts.
+
+    Each breach is raised once (`combined activity --kind alert` lists them);
+    the scheduler checks all but the CDC streams on its own. Waits until the
+    alerts are sent (or their attempts spent), so it suits a cron job.
+    """
+    with _session(project) as engine:
+        notes = engine.check_alerts(slots=slots)
+        engine.sender.wait()
+    for note in notes:
+        console.print(Text(note), highlight=False)
+    if not notes:
+        console.print("no new alert")

@@ -157,6 +157,7 @@ _STATUS_FIELDS = (
     "version",
     "lake_version",
     "position",
+    "position_at",
     "published_at",
     "fresh",
 )
@@ -175,7 +176,11 @@ def _slot_lag(slot: dict[str, Any]) -> str | Text:
 
 @app.command()
 def status(fmt: FormatOpt = "table", project: ProjectOpt = None) -> None:
-    """Freshness and last source position per dataset."""
+    """Freshness and last source position per dataset.
+
+    ``read at`` is when the source was at the published position, which
+    freshness is measured from (not the publication's time).
+    """
     check_format(fmt)
     with _session(project) as engine:
         rows = engine.status()
@@ -204,7 +209,7 @@ def _status_table(rows: list[dict[str, Any]]) -> None:
         "version",
         "lake v",
         "position",
-        "published",
+        "read at",
         "fresh",
         "slot lag",
     )
@@ -220,7 +225,7 @@ def _status_table(rows: list[dict[str, Any]]) -> None:
             s["version"] or "-",
             lake_v,
             s["position"] or "-",
-            _when(s["published_at"]),
+            _when(s["position_at"]),
             fresh,
             _slot_lag(s.get("slot") or {}),
         )

@@ -87,7 +87,10 @@ def in_background(project: Path | None, stop: threading.Event) -> threading.Thre
     from combined.runtime._scheduler import Scheduler
 
     engine = _engine(project)
-    if not _scheduled(engine):
+    watched = engine.project.notifications or any(
+        d.freshness for _, _, d in engine.project.datasets()
+    )
+    if not _scheduled(engine) and not watched:
         engine.close()
         return None
 

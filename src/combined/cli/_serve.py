@@ -138,6 +138,7 @@ def serve(
             )
         )
     try:
+        from combined._logging import configure, current_format
         from combined.api import create_app
 
         application = create_app(
@@ -145,6 +146,8 @@ def serve(
             token=os.environ.get("COMBINED_API_TOKEN") or None,
             allow_no_auth=insecure_no_auth,
         )
+        settings = application.state.engine.project.logging
+        configure(settings.format, settings.level, explicit=False)
     except CombinedError as exc:
         _fail(exc)
     import uvicorn
@@ -152,7 +155,13 @@ def serve(
     scheduling = threading.Event()
     if not no_schedule:
         in_background(project, scheduling)
+    # JSON logs: uvicorn's own records go through the redacting JSON handler too.
+    from uvicorn.config import LOGGING_CONFIG
+
+    logs = LOGGING_CONFIG if current_format() == "text" else None
     try:
-        uvicorn.run(application, host=host, port=port, log_level="info", access_log=True)
+        uvicorn.run(
+            application, host=host, port=port, log_level="info", access_log=True, log_config=logs
+        )
     finally:
         scheduling.set()

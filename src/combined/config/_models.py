@@ -198,6 +198,92 @@ class WebhookConfig(_Model):
     """Text before the hex digest in the header."""
 
 
+AlertKind = Literal[
+    "freshness",
+    "run_failed",
+    "run_needs_review",
+    "run_needs_auth",
+    "quarantine_overdue",
+    "reconciliation_failed",
+    "cdc_slot_at_risk",
+    "recovery_failed",
+]
+
+
+class NotificationTarget(_Model):
+    """Where alerts are sent (``notifications:``), optionally only some kinds or datasets.
+
+    ``type: webhook`` POSTs the alert as JSON, its body signed with
+    HMAC-SHA256 under ``secret`` (hex digest in ``header`` after
+    ``sha256=``). ``type: slack`` POSTs ``{"text": ...}`` to a
+    Slack-compatible incoming webhook whose URL is itself the credential.
+    Both URLs are secret references, so no text Combined keeps shows them.
+    """
+
+    name: Annotated[str, _name_of("notification")]
+    """The target's name, as notification events record it."""
+    type: Literal["webhook", "slack"]
+    """``webhook``: signed JSON; ``slack``: a Slack-compatible incoming webhook."""
+    url: SecretRef
+    """The URL to POST to, by reference (a webhook URL is a credential)."""
+    secret: SecretRef | None = None
+    """The HMAC-SHA256 key that signs a webhook's body, by reference."""
+    header: Annotated[str, PlainValidator(_header)] = "X-Combined-Signature"
+    """The header carrying a webhook's signature (``sha256=<hex>``)."""
+    kinds: list[AlertKind] | None = None
+    """Only these alert kinds (all when omitted)."""
+    datasets: list[Text] | None = None
+    """Only alerts of these ``SOURCE.DATASET`` (all when omitted)."""
+    attempts: Count = 5
+    """How many times one alert is tried (with exponential backoff) before it is recorded failed."""
+
+    @model_validator(mode="after")
+    def _check_secret(self) -> NotificationTarget:
+        if self.type == "webhook" and self.secret is None:
+            raise _error(
+                "needs a signing secret",
+                'add `secret: {secret: "env:NAME"}`: the receiver checks the signature with it',
+            )
+        return self
+
+    def wants(self, kind: str, source: str | None, dataset: str | None) -> bool:
+        """Whether this target is sent the alert ``kind`` (``alert.<kind>``) of a dataset."""
+        short = kind.removeprefix("alert.")
+        if self.kinds is not None and short not in self.kinds:
+            return False
+        if self.datasets is None:
+            return True
+        return source is not None and (
+            source in self.datasets or f"{source}.{dataset}" in self.datasets
+        )
+
+
+class AlertSettings(_Model):
+    """When a CDC stream is at risk (``alerts:``).
+
+    A slot is at risk when the source would drop the WAL it needs within
+    ``slot_horizon`` at the current WAL rate (``max_slot_wal_keep_size``
+    set), when it retains more than ``slot_max_lag`` of WAL with no such
+    limit (the disk fills instead), or when its WAL is ``unreserved`` or
+    ``lost``. A binlog is at risk when the oldest binlog the stream needs
+    is purged within ``slot_horizon``.
+    """
+
+    slot_horizon: Duration = timedelta(hours=24)
+    """A slot the source would drop within this time at its WAL rate is at risk."""
+    slot_max_lag: ByteSize = GiB
+    """A slot this far behind the server's WAL position is at risk."""
+
+
+class LoggingSettings(_Model):
+    """How every command logs (``logging:``); ``--log-format``/``--log-level`` override it."""
+
+    format: Literal["text", "json"] = "text"
+    """``text`` lines, or one JSON object a line."""
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
+    """The least severe level written."""
+
+
 class StagingLimits(_Model):
     """Run-scoped limits on the files a capture stages before commit."""
 
@@ -554,6 +640,12 @@ class Project(_Model):
     """Memory a snapshot's reduction against the lake may use before it spills to disk."""
     sources: dict[SourceName, SourceConfig] = Field(default_factory=dict)
     """The sources by name (lower-case letters, digits and ``_``)."""
+    notifications: list[NotificationTarget] = Field(default_factory=list)
+    """Where alerts are sent: signed JSON webhooks and Slack-compatible incoming webhooks."""
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
+    """When a CDC stream counts as at risk."""
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    """How every command logs; ``--log-format`` and ``--log-level`` override it."""
 
     _path: Path = PrivateAttr(default_factory=lambda: Path.cwd() / PROJECT_FILE)
 

@@ -91,10 +91,20 @@ def publish_run(
             "updates": p.transition.updates,
             "deletes": p.transition.deletes,
             "deliveries": len(p.deliveries),
-            "reconciliation": checks[p.staged.plan.name].source_status,
+            **_checked(checks[p.staged.plan.name]),
         }
         for p in prepared
     }
     run = runs_repo.move_run(conn, run.id, "succeeded", stats=stats, publication_id=pub)
     cat.emit(conn, "run.succeeded", source=run.source, run_id=run.id, publication=pub)
     return run
+
+
+def _checked(result: Reconciliation) -> dict[str, object]:
+    """A dataset's reconciliation in a Run's stats: its status, and counts when it disagrees."""
+    out: dict[str, object] = {"reconciliation": result.source_status}
+    if result.source_status in ("mismatch", "expected_variance"):
+        out.update(lake_rows=result.lake_rows, source_rows=result.source_rows)
+        if result.expected_variance is not None:
+            out["expected_variance"] = result.expected_variance
+    return out

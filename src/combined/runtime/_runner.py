@@ -355,6 +355,7 @@ class Runner:
         try:
             with self.catalog.begin() as conn:  # refused (RunCanceled) once a cancel was asked
                 run = runs_repo.move_run(conn, run.id, "committing")
+                cat.emit(conn, "run.committing", source=run.source, run_id=run.id)
             for p in verified(prepared):
                 members.append(self._commit_one(run, p, area, leases))
         except BaseException as exc:

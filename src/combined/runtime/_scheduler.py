@@ -225,13 +225,17 @@ class Scheduler:
     ) -> None:
         """Queue due captures until ``stopping`` (after one round with ``once``).
 
-        Between rounds it sleeps until the next tick, waking at least every
-        ``max_wait_s`` (so a changed clock is noticed) and when asked to stop.
+        Each round also checks freshness targets and overdue quarantine
+        reviews, and sends pending alerts. Between rounds it sleeps until
+        the next tick, waking at least every ``max_wait_s`` (so a changed
+        clock is noticed) and when asked to stop.
         """
         while not stopping():
             now = clock()
             for entry, parts in self.tick(now):
                 report(entry, parts)
+            # Catalog-only checks (freshness, overdue reviews); alerts sent in the background.
+            self.engine.check_alerts(slots=False, now=now)
             if once:
                 return
             wake = next_tick(self.engine.project, now)

@@ -127,6 +127,20 @@ class SlotStatus:
     current_lsn: int | None = None
     lag_bytes: int | None = None
     lag_seconds: float | None = None
+    wal_keep_limit: int | None = None
+    wal_rate: float | None = None
+
+    @property
+    def keeps_for_seconds(self) -> float | None:
+        """How long the source keeps this slot's WAL at the current rate (None: no limit).
+
+        ``safe_wal_size`` (what may still be written before the slot loses
+        WAL, under ``max_slot_wal_keep_size``) over the server's average WAL
+        rate since its statistics were reset (``pg_stat_wal``).
+        """
+        if self.safe_wal_size is None or not self.wal_rate:
+            return None
+        return max(self.safe_wal_size, 0) / self.wal_rate
 
     @property
     def lost(self) -> bool:
@@ -141,6 +155,7 @@ class SlotStatus:
             if name.endswith("_lsn") and isinstance(value, int):
                 value = lsn_to_text(value)
             out[name] = value
+        out["keeps_for_seconds"] = self.keeps_for_seconds
         return out
 
 
@@ -381,7 +396,8 @@ SELECT s.plugin, s.database, s.active, s.active_pid,
        w.lsn::text,
        pg_wal_lsn_diff(w.lsn, s.confirmed_flush_lsn)::bigint,
        (SELECT EXTRACT(epoch FROM r.flush_lag)::float8
-          FROM pg_stat_replication r WHERE r.pid = s.active_pid)
+          FROM pg_stat_replication r WHERE r.pid = s.active_pid),
+       pg_size_bytes(current_setting('max_slot_wal_keep_size'))
 FROM pg_replication_slots s,
      LATERAL (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn()
                           ELSE pg_current_wal_lsn() END AS lsn) w
@@ -389,13 +405,22 @@ WHERE s.slot_name = %s
 """
 
 
+# The server's average WAL rate (bytes a second) since its statistics were reset.
+_RATE_SQL = """
+SELECT wal_bytes::float8 / GREATEST(EXTRACT(epoch FROM now() - stats_reset)::float8, 1)
+FROM pg_stat_wal
+"""
+
+
 def slot_status(settings: Settings, slot: str) -> SlotStatus:
     """The slot's state, retention and lag (``exists`` false when it is missing)."""
     with _control(settings, "read the replication slot's status") as conn:
         row = conn.execute(_STATUS_SQL, (slot,)).fetchone()
+        rate = conn.execute(_RATE_SQL).fetchone() if conn.info.server_version >= 140000 else None
     if row is None:
         return SlotStatus(slot=slot, exists=False)
-    plugin, database, active, pid, restart, flushed, wal_status, safe, current, lag, secs = row
+    plugin, database, active, pid, restart, flushed, wal_status, safe, current, lag, secs = row[:11]
+    limit = int(row[11])
     return SlotStatus(
         slot=slot,
         exists=True,
@@ -410,6 +435,8 @@ def slot_status(settings: Settings, slot: str) -> SlotStatus:
         current_lsn=text_to_lsn(current) if current else None,
         lag_bytes=lag,
         lag_seconds=secs,
+        wal_keep_limit=None if limit < 0 else limit,
+        wal_rate=float(rate[0]) if rate and rate[0] is not None else None,
     )
 
 
