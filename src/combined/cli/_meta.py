@@ -11,27 +11,13 @@ import typer
 from combined.cli import _fail, app, console
 
 
-def _print_version(value: bool) -> None:
+def print_version(value: bool) -> None:
+    """``--version``: print it and stop (an eager option of the app's callback)."""
     if value:
         from combined import __version__
 
         console.print(f"combined {__version__}")
         raise typer.Exit()
-
-
-@app.callback()
-def _options(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version",
-            help="print the version and exit",
-            callback=_print_version,
-            is_eager=True,
-        ),
-    ] = False,
-) -> None:
-    """Capture data you do not own into a Delta Lake you do own, governed."""
 
 
 @app.command()

@@ -1,4 +1,5 @@
-"""The options every command takes: how it logs (``--log-format``, ``--log-level``)."""
+"""The options every command takes: how it logs (``--log-format``, ``--log-level``), and
+``--version``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Annotated
 import typer
 
 from combined.cli import _fail, app
+from combined.cli._meta import print_version
 
 
 @app.callback()
@@ -27,6 +29,15 @@ def _global_options(
             "[env COMBINED_LOG_LEVEL; combined.yaml logging.level]",
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="print the version and exit",
+            callback=print_version,
+            is_eager=True,
+        ),
+    ] = False,
 ) -> None:
     """Capture data you do not own into a Delta Lake you do own, governed."""
     from combined._logging import configure

@@ -16,10 +16,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from combined.config._models import (
+    AlertSettings,
     CursorConfig,
     DatasetConfig,
     DeliveryLimits,
     DriftPolicy,
+    LoggingSettings,
+    NotificationTarget,
     Project,
     QuarantinePolicy,
     SecretRef,
@@ -90,6 +93,14 @@ def schema_text() -> str:
 _SECTIONS: tuple[tuple[str, type[BaseModel], str], ...] = (
     ("Top level", Project, "The keys at the top of `combined.yaml`."),
     ("staging", StagingLimits, "Limits on what one Run stages on this machine."),
+    (
+        "notifications",
+        NotificationTarget,
+        "Each target alerts are sent to (docs/operations.md): a signed JSON webhook, or a "
+        "Slack-compatible incoming webhook.",
+    ),
+    ("alerts", AlertSettings, "When a CDC stream counts as at risk (docs/operations.md)."),
+    ("logging", LoggingSettings, "How every command logs (docs/operations.md)."),
     (
         "sources.NAME",
         SourceConfig,
