@@ -289,6 +289,11 @@ class _Assembler:
         if added and self._fill is not None and self._txn is not None and not t.skip:
             self._pending_fill = (t, msg, added)
 
+    @property
+    def fill_waits(self) -> bool:
+        """Whether a relation message left rows to fill (see :meth:`fill_pending`)."""
+        return self._pending_fill is not None
+
     def fill_pending(self) -> Iterator[Message]:
         """The rows of columns added since the lake's schema, as updates of those alone.
 
