@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from combined.errors import LakeError
 from combined.lake._store import LakeStore
 from combined.lake._types import to_lake, unviewed
 
@@ -431,7 +432,14 @@ def _doomed_rows(files: Sequence[str], gone: pa.Array, lake: LakeStore) -> dict[
         ).fetchall()
     finally:
         con.close()
-    return {str(name): list(numbers) for name, numbers in rows}
+    doomed = {str(name): list(numbers) for name, numbers in rows}
+    strange = set(doomed) - set(files)
+    if strange:  # a file the commit would keep whole though rows of it must go
+        raise LakeError(
+            f"the lake named its data file {sorted(strange)[0]!r} otherwise than its log does",
+            hint="nothing was committed; report this with the lake's URL scheme",
+        )
+    return doomed
 
 
 def _keep_mask(rows: int, doomed: Sequence[int]) -> pa.BooleanArray:
