@@ -8,7 +8,14 @@ with ``wal_level=logical``:
    while nothing reads the slot; one ``combined capture`` in a fresh process
    drains them into the lake. Reported: changes/s, peak RSS, and that the lake
    equals the source.
-2. **latency**: ``combined cdc follow --every 0.5`` runs in a fresh process
+2. **wide backlog** (issue 25): a wide table (numeric(14,4), text[] with
+   NULL elements, jsonb, uuid, date, timestamptz, every 20th row a 2-4 KB
+   text stored out of line) of ``--wide-rows`` rows is captured first; then
+   every row is updated beside its out-of-line text (pgoutput marks it
+   unchanged) and one capture drains the backlog at the default settings.
+   Reported: changes/s, CPU-seconds, peak RSS, and that the lake equals the
+   source (the out-of-line text compared by its md5).
+3. **latency**: ``combined cdc follow --every 0.5`` runs in a fresh process
    while M single-row transactions commit 200 ms apart; each row's latency is
    the time from its source commit to the first publication whose basis holds
    it. Reported: p50 and p95.
@@ -51,20 +58,26 @@ sources:
 
 def _cli(root: Path, *args: str) -> tuple[int, float, float, str]:
     """Run the CLI in a child; return exit code, wall seconds, peak RSS MB, stderr tail."""
+    rc, wall, rss, _, err = _cli_cpu(root, *args)
+    return rc, wall, rss, err
+
+
+def _cli_cpu(root: Path, *args: str) -> tuple[int, float, float, float, str]:
+    """:func:`_cli`, with the child's CPU-seconds (user + system) before the stderr tail."""
     code = (
         "import resource, subprocess, sys, time;"
         "t = time.monotonic();"
         "r = subprocess.run([sys.executable, '-c', 'from combined.cli import main; main()',"
         " *sys.argv[1:]], capture_output=True, text=True);"
-        "print(r.returncode, time.monotonic() - t,"
-        " resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024);"
+        "u = resource.getrusage(resource.RUSAGE_CHILDREN);"
+        "print(r.returncode, time.monotonic() - t, u.ru_maxrss / 1024, u.ru_utime + u.ru_stime);"
         "sys.stderr.write(r.stderr[-2000:])"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, *args], cwd=root, capture_output=True, text=True
     )
-    rc, wall, rss = out.stdout.split()
-    return int(rc), float(wall), float(rss), out.stderr
+    rc, wall, rss, cpu = out.stdout.split()
+    return int(rc), float(wall), float(rss), float(cpu), out.stderr
 
 
 def _database(server: str) -> tuple[str, str]:
@@ -154,6 +167,73 @@ def backlog(server: str, changes: int) -> dict[str, Any]:
         _drop(server, name, dsn, prefix)
 
 
+WIDE = """\
+CREATE TABLE events (id bigint PRIMARY KEY, amount numeric(14,4), tags text[], doc jsonb,
+  uid uuid, d date, ts timestamptz, n int, body text);
+ALTER TABLE events ALTER COLUMN body SET STORAGE EXTERNAL"""
+
+#: Every 20th row holds a 2-4 KB text, stored out of line (EXTERNAL: never inline).
+WIDE_ROWS = """\
+INSERT INTO events SELECT g, (g * 1.2345)::numeric(14,4), ARRAY['a' || g, NULL, 'b'],
+  jsonb_build_object('k', g, 'v', 'x' || g, 'l', jsonb_build_array(1, 2, g)),
+  md5(g::text)::uuid, date '2020-01-01' + (g %% 1000)::int,
+  timestamptz '2024-01-01' + g * interval '1 second', 0,
+  CASE WHEN g %% 20 = 0
+    THEN (SELECT string_agg(md5(g::text || i::text), '') FROM generate_series(1, 64 + g %% 64) i)
+    ELSE 'short ' || g END
+FROM generate_series(%s::bigint, %s::bigint) g"""
+
+
+def wide_backlog(server: str, rows: int) -> dict[str, Any]:
+    """Drain a backlog of updates that leave each wide row's out-of-line text unchanged."""
+    import psycopg
+
+    name, dsn = _database(server)
+    prefix = f"cw_{uuid.uuid4().hex[:6]}"
+    root = Path(tempfile.mkdtemp(prefix="cdc-wide-"))
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(WIDE)
+            for lo in range(0, rows, 50_000):
+                conn.execute(WIDE_ROWS, (lo + 1, min(lo + 50_000, rows)))
+        (root / "combined.yaml").write_text(PROJECT.format(dsn=dsn, prefix=prefix))
+        for step in (("cdc", "setup", "pg"), ("capture",)):  # the stitched snapshot
+            rc, _, _, err = _cli(root, *step)
+            if rc != 0:
+                raise SystemExit(f"{' '.join(step)} failed: {err}")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for lo in range(0, rows, 50_000):
+                conn.execute(
+                    "UPDATE events SET n = n + 1 WHERE id > %s AND id <= %s",
+                    (lo, min(lo + 50_000, rows)),
+                )
+        rc, wall, rss, cpu, err = _cli_cpu(root, "capture")
+        if rc != 0:
+            raise SystemExit(f"capture failed: {err}")
+        from combined.engine import Engine
+
+        check = "SELECT count(*) AS n, sum(n) AS s, count(DISTINCT md5(body)) AS b"
+        engine = Engine.open(root / "combined.yaml")
+        try:
+            lake = engine.sql(f"{check}, sum(length(body)) AS l FROM pg.events").to_pylist()[0]
+        finally:
+            engine.close()
+        with psycopg.connect(dsn) as conn:
+            src = conn.execute(f"{check}, sum(length(body)) AS l FROM events").fetchone()
+        assert src is not None
+        return {
+            "changes": rows,
+            "wall_s": round(wall, 2),
+            "cpu_s": round(cpu, 2),
+            "changes_per_s": round(rows / wall),
+            "changes_per_cpu_s": round(rows / cpu),
+            "peak_rss_mb": round(rss),
+            "lake_equals_source": tuple(lake.values()) == tuple(src),
+        }
+    finally:
+        _drop(server, name, dsn, prefix)
+
+
 def latency(server: str, samples: int) -> dict[str, Any]:
     """Source commit to publication, in follow mode."""
     import psycopg
@@ -213,6 +293,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=500_000)
     parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument("--wide-rows", type=int, default=500_000)
     parser.add_argument(
         "--dsn",
         default=os.environ.get(
@@ -221,8 +302,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     b = backlog(args.dsn, args.changes)
+    w = wide_backlog(args.dsn, args.wide_rows)
     lat = latency(args.dsn, args.samples)
-    print(json.dumps({"backlog": b, "latency": lat}, indent=2))
+    print(json.dumps({"backlog": b, "wide_backlog": w, "latency": lat}, indent=2))
     print()
     print("| measure | figure |")
     print("|---|---:|")
@@ -230,6 +312,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"| backlog throughput | {b['changes_per_s']:,} changes/s |")
     print(f"| backlog capture peak RSS | {b['peak_rss_mb']} MB |")
     print(f"| lake equals source after the backlog | {b['lake_equals_source']} |")
+    print(
+        f"| wide backlog of {w['changes']:,} TOAST-unchanged updates | {w['wall_s']} s, "
+        f"{w['cpu_s']} CPU-s |"
+    )
+    print(f"| wide backlog throughput | {w['changes_per_s']:,} changes/s |")
+    print(f"| wide backlog throughput per CPU-second | {w['changes_per_cpu_s']:,} changes |")
+    print(f"| wide backlog capture peak RSS | {w['peak_rss_mb']} MB |")
+    print(f"| lake equals source after the wide backlog | {w['lake_equals_source']} |")
     print(f"| follow mode, commit to publication, p50 ({lat['samples']} rows) | {lat['p50_s']} s |")
     print(f"| follow mode, commit to publication, p95 | {lat['p95_s']} s |")
 

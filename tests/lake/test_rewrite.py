@@ -10,6 +10,7 @@ import pytest
 
 from combined.lake import _files
 from combined.lake._files import rewrite_actions, write_data_files
+from combined.lake._store import LakeStore
 
 SCHEMA = pa.schema(
     [("_combined_id", pa.string()), ("_combined_op", pa.string()), ("n", pa.int64())]
@@ -62,3 +63,34 @@ def test_rewritten_files_keep_every_row_but_the_changed_ones_across_batches(
     )
     assert all(ops[i] == "update" for i in updated)
     assert all(ops[i] == "insert" for i in ops if i not in updated)
+
+
+def test_the_changed_ids_meet_every_file_once_and_untouched_files_are_not_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The set of changed ids is built once per commit, for every file at once
+    # (it was rebuilt for each 65,536-row batch of each file): a file none of
+    # whose ids changed is left alone without being read.
+    table = tmp_path / "t"
+    written = [write_data_files(table, SCHEMA, [_rows(list(range(k, k + 50)))]) for k in (0, 100)]
+    files = [str(table / a.path) for actions in written for a in actions]
+    opened: list[str] = []
+    real = LakeStore.open_input
+
+    def recording(self: LakeStore, path: str) -> object:
+        opened.append(path)
+        return real(self, path)
+
+    monkeypatch.setattr(LakeStore, "open_input", recording)
+    change = pa.Table.from_batches([_rows([120, 121], "update"), _rows([130], "delete")])
+
+    def data() -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(SCHEMA, change.to_batches())
+
+    actions = rewrite_actions(table, files, SCHEMA, data)
+    assert opened == [files[1]]
+    removed = [a.path for a in actions if not hasattr(a, "stats")]
+    assert removed == [written[1][0].path]
+    added = [a for a in actions if hasattr(a, "stats")]
+    got = pa.concat_tables([pq.read_table(table / a.path) for a in added])
+    assert sorted(got.column("n").to_pylist()) == [n for n in range(100, 150) if n != 130]

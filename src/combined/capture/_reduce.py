@@ -15,16 +15,26 @@ DuckDB spills to the run's staging directory past ``memory_limit``.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from combined.delivery import StagedParts, read_part
+from combined.capture._output import (
+    OUTPUT_BATCH_ROWS,
+    _Constants,
+    constant_columns,
+    staged_rows,
+)
+from combined.capture._transition import (
+    DIGEST_CLASSES,
+    Transition,
+    _halves,
+    transition_digest,
+)
+from combined.capture._unchanged import UNCHANGED, files_sql, lit, resolve_unchanged
+from combined.delivery import StagedParts
 from combined.errors import DuplicateKeys
 from combined.protocol import _digest as dg
 from combined.protocol import _provenance as prov
@@ -38,56 +48,17 @@ from combined.protocol.identity import (
 if TYPE_CHECKING:
     import duckdb
 
-#: Rows per output batch. DuckDB's reader runs several batches ahead of its
-#: consumer: 64k-row batches of a typical table held ~150 MB, 16k-row ones
-#: ~80 MB. The Delivery writer gathers them back into full row groups.
-OUTPUT_BATCH_ROWS = 16_384
+__all__ = [
+    "DIGEST_CLASSES",
+    "OUTPUT_BATCH_ROWS",
+    "UNCHANGED",
+    "Reducer",
+    "Transition",
+    "transition_digest",
+]
 
 #: The name the staged parts are registered under in a reduction's connection.
 _STAGED = "staged_capture"
-
-#: Provenance columns holding instants (given as ISO 8601 text in the constants).
-_TIMES = frozenset({prov.EMITTED_AT, prov.OBSERVED_AT, prov.INGESTED_AT})
-
-_LOW64 = (1 << 64) - 1
-
-#: A change stream's list of columns whose (TOAST) value the change left as it was.
-UNCHANGED = "_combined_unchanged"
-
-
-@dataclass(frozen=True, slots=True)
-class Transition:
-    """The counts and digests of one reduced transition."""
-
-    inserts: int = 0
-    updates: int = 0
-    deletes: int = 0
-    unchanged: int = 0
-    captured: int = 0
-    digest: str = "0" * 32
-    content_xor: tuple[int, int] = (0, 0)
-
-    @property
-    def changes(self) -> int:
-        """How many identities the transition changes."""
-        return self.inserts + self.updates + self.deletes
-
-
-class _Constants:
-    """Columns holding one value, built once and sliced for each batch (zero-copy)."""
-
-    def __init__(self, scalars: dict[str, pa.Scalar], rows: int) -> None:
-        self.scalars = scalars
-        self.arrays = {name: pa.repeat(scalar, rows) for name, scalar in scalars.items()}
-
-    def add(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """``batch`` with every constant column appended."""
-        n = batch.num_rows
-        for name, array in self.arrays.items():
-            if n > len(array):  # a longer batch than promised: built for it alone
-                array = pa.repeat(self.scalars[name], n)
-            batch = batch.append_column(name, array.slice(0, n))
-        return batch
 
 
 #: Reduction memory per row of a snapshot re-capture's join pass (a pass
@@ -106,7 +77,7 @@ def _id_ranges(passes: int, digest: dg.Digest = dg.HEX) -> list[tuple[str | None
     digests spread evenly.
     """
     if digest == dg.HEX:
-        bounds = [_lit(format(i * 16 // passes, "x")) for i in range(1, passes)]
+        bounds = [lit(format(i * 16 // passes, "x")) for i in range(1, passes)]
     else:
         bounds = [f"'\\x{i * 256 // passes:02x}'::BLOB" for i in range(1, passes)]
     edges: list[str | None] = [None, *bounds, None]
@@ -120,51 +91,6 @@ def _in_range(column: str, low: str | None, high: str | None) -> str:
         f"{column} < {high}" if high is not None else "",
     ]
     return " AND ".join(t for t in terms if t) or "true"
-
-
-def _hex128(value: int) -> str:
-    """A 128-bit digest as 32 hex digits, high half first."""
-    return f"{value >> 64:016x}{value & _LOW64:016x}"
-
-
-def _halves(value: int) -> tuple[int, int]:
-    """A 128-bit value as its (low, high) 64-bit halves."""
-    return value & _LOW64, value >> 64
-
-
-#: The operations a transition digest folds apart, in the order its text lists them.
-DIGEST_CLASSES = ("insert", "snapshot", "update", "delete", "truncate")
-
-
-def transition_digest(folds: dict[str, int | None]) -> str:
-    """The digest of a transition from the xor of its rows' terms, one fold per operation.
-
-    ``folds`` maps an operation to the bit_xor of its rows' md5 terms: for a
-    put (insert, snapshot, update), md5 of ``id|new hash`` (the term the
-    content digest adds, so a first baseline hashes each row once); for a
-    delete (or an event stream's truncate), md5 of ``id|hash`` of its own
-    row (empty when it has none). Each operation folds apart, so an insert
-    and an update of the same row differ; the digest is the md5 of the
-    labelled folds (``t2|insert:<32 hex>|snapshot:...``). No changes digest
-    to 32 zeros.
-    """
-    values = [int(folds.get(op) or 0) for op in DIGEST_CLASSES]
-    if not any(values):
-        return "0" * 32
-    text = "t2|" + "|".join(
-        f"{op}:{_hex128(v)}" for op, v in zip(DIGEST_CLASSES, values, strict=True)
-    )
-    return hashlib.md5(text.encode("ascii"), usedforsecurity=False).hexdigest()
-
-
-def _lit(value: str | None) -> str:
-    if value is None:
-        return "NULL"
-    return "'" + value.replace("'", "''") + "'"
-
-
-def _files(paths: Sequence[str | Path]) -> str:
-    return "[" + ", ".join(_lit(str(p)) for p in paths) + "]"
 
 
 class Reducer:
@@ -260,7 +186,14 @@ class Reducer:
         self._staged = StagedParts(self.capture_files, duckdb_scannable_schema(capture_schema))
         self.con.register(_STAGED, self._staged)
         if UNCHANGED in capture_schema.names:
-            self._resolve_unchanged(id_expr, current_files)
+            resolve_unchanged(
+                self.con,
+                staged=_STAGED,
+                names=capture_schema.names,
+                payload=self.payload,
+                id_expr=id_expr,
+                current_files=current_files,
+            )
             self.con.execute("CREATE VIEW pay AS SELECT * FROM res")
             source = "res"
         else:
@@ -278,7 +211,7 @@ class Reducer:
         if current_files:
             self.con.execute(
                 "CREATE VIEW cur AS SELECT _combined_id AS _kid, _combined_payload_hash AS _khash "
-                f"FROM read_parquet({_files(current_files)}, union_by_name = true)"
+                f"FROM read_parquet({files_sql(current_files)}, union_by_name = true)"
                 + (f" WHERE {current_filter}" if current_filter else "")
             )
         else:
@@ -322,117 +255,6 @@ class Reducer:
         con = self.con.cursor()
         con.register(_STAGED, self._staged)
         return con
-
-    def _resolve_unchanged(self, id_expr: str, current_files: Sequence[str]) -> None:
-        """Fill TOAST values a change stream marked unchanged, never writing them as nulls.
-
-        The value comes from the newest earlier change of the same row in this
-        capture, else from the lake's current row. A capture in which no
-        value is marked (most are: only an update that leaves an out-of-line
-        value alone marks it) reads as staged, without the window or the lake.
-
-        A row can change its key: the stream then marks the old key's delete
-        with the columns that move with it (see :meth:`_lineage`), and the
-        values come from the row's history under its old keys.
-        """
-        rows = f"(SELECT *, {id_expr} AS _cid FROM {_STAGED}) r"
-        rest = ", ".join(
-            f"r.{quote_ident(n)}" for n in self.capture_schema.names if n not in self.payload
-        )
-        (any_marked,) = self.con.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM {_STAGED} "
-            f"WHERE coalesce(len({UNCHANGED}), 0) > 0 LIMIT 1)"
-        ).fetchall()[0]
-        if not any_marked:
-            as_staged = ", ".join(f"r.{quote_ident(c)}" for c in self.payload)
-            self.con.execute(f"CREATE VIEW res AS SELECT {as_staged}, {rest}, r._cid FROM {rows}")
-            return
-        op = quote_ident(prov.OP)
-        # A delete names columns only when its row moved to another key.
-        marked = {
-            c: f"(r.{op} <> 'delete' AND coalesce(list_contains(r.{UNCHANGED}, {_lit(c)}), false))"
-            for c in self.payload
-        }
-        rows = self._lineage(rows)
-        lake = f"read_parquet({_files(current_files)}, union_by_name = true)"
-        # The lake's own columns only: one the capture added has no lake value.
-        in_lake = (
-            {str(row[0]) for row in self.con.execute(f"DESCRIBE SELECT * FROM {lake}").fetchall()}
-            if current_files
-            else set()
-        )
-        cols = []
-        for c in self.payload:
-            q = quote_ident(c)
-            prev = (
-                f"last_value(CASE WHEN NOT {marked[c]} AND r.{op} NOT IN ('delete', 'truncate') "
-                f"THEN struct_pack(v := r.{q}) END IGNORE NULLS) "
-                "OVER (PARTITION BY r._lin, r._lin_ord ORDER BY r._combined_ordinal "
-                "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
-            )
-            fallback = f"CASE WHEN r._lin_ord < 0 THEN l.{q} END" if c in in_lake else "NULL"
-            cols.append(
-                f"CASE WHEN {marked[c]} THEN (CASE WHEN {prev} IS NOT NULL THEN ({prev}).v "
-                f"ELSE {fallback} END) ELSE r.{q} END AS {q}"
-            )
-        if current_files:
-            # The hash table holds the changes, the lake's rows stream past it.
-            wanted = "".join(f", {quote_ident(c)}" for c in self.payload if c in in_lake)
-            rows = (
-                f"(SELECT _combined_id{wanted} FROM {lake}) l "
-                f"RIGHT JOIN {rows} ON l._combined_id = r._lin"
-            )
-        self.con.execute(f"CREATE VIEW res AS SELECT {', '.join(cols)}, {rest}, r._cid FROM {rows}")
-
-    def _lineage(self, rows: str) -> str:
-        """``rows`` with ``_lin``, ``_lin_ord``: the history each row's values continue.
-
-        A row's lineage starts at its id's last insert in the capture
-        (``_lin_ord``, the insert's ordinal), or in the lake (``-1``); a row
-        that moved to another key (a delete of the old key naming columns,
-        then at the next ordinal the update of the new key) continues the old
-        key's lineage, through any number of moves. Unchanged values resolve
-        within a lineage, and from the lake by its first id (``_lin``).
-        """
-        op, ordinal = quote_ident(prov.OP), "_combined_ordinal"
-        (moved,) = self.con.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM {_STAGED} WHERE {op} = 'delete' "
-            f"AND coalesce(len({UNCHANGED}), 0) > 0 LIMIT 1)"
-        ).fetchall()[0]
-        if not moved:
-            return f"(SELECT r.*, r._cid AS _lin, -1 AS _lin_ord FROM {rows}) r"
-        self.con.execute(f"CREATE VIEW lin_rows AS SELECT r.* FROM {rows}")
-        # Where a lineage of an id starts: its inserts, and the updates a move lands on.
-        self.con.execute(
-            f"CREATE TABLE lin_moves AS SELECT d.{ordinal} + 1 AS k, d._cid AS old "
-            f"FROM lin_rows d WHERE d.{op} = 'delete' AND coalesce(len(d.{UNCHANGED}), 0) > 0"
-        )
-        self.con.execute(
-            f"CREATE TABLE lin_starts AS SELECT _cid, {ordinal} AS ord, NULL::{self._t} AS old "
-            f"FROM lin_rows WHERE {op} = 'insert' UNION ALL "
-            f"SELECT r._cid, r.{ordinal}, m.old FROM lin_rows r "
-            f"JOIN lin_moves m ON r.{ordinal} = m.k"
-        )
-        # Each move's old key, and where that key's own lineage started before the move.
-        self.con.execute(
-            "CREATE TABLE lin_prev AS SELECT m.k, m.old, s.ord AS pk, s.old IS NOT NULL AS pmove "
-            "FROM lin_moves m ASOF LEFT JOIN lin_starts s ON m.old = s._cid AND m.k - 1 >= s.ord"
-        )
-        self.con.execute(
-            "CREATE TABLE lin_roots AS WITH RECURSIVE walk(k, old, pk, pmove) AS ("
-            "SELECT k, old, pk, pmove FROM lin_prev UNION ALL "
-            "SELECT w.k, p.old, p.pk, p.pmove FROM walk w JOIN lin_prev p ON p.k = w.pk "
-            "WHERE w.pmove) "
-            "SELECT k, old AS lin, coalesce(pk, -1) AS lin_ord FROM walk "
-            "WHERE NOT coalesce(pmove, false)"
-        )
-        return (
-            "(SELECT r.*, CASE WHEN s.ord IS NULL THEN r._cid WHEN s.old IS NULL THEN r._cid "
-            "ELSE t.lin END AS _lin, CASE WHEN s.ord IS NULL THEN -1 WHEN s.old IS NULL THEN s.ord "
-            "ELSE t.lin_ord END AS _lin_ord "
-            "FROM lin_rows r ASOF LEFT JOIN lin_starts s "
-            f"ON r._cid = s._cid AND r.{ordinal} >= s.ord LEFT JOIN lin_roots t ON t.k = s.ord) r"
-        )
 
     def close(self) -> None:
         """Close the DuckDB connection (and its spill files)."""
@@ -805,36 +627,14 @@ class Reducer:
         self, constants: dict[str, Any], batch_rows: int = OUTPUT_BATCH_ROWS
     ) -> Iterator[pa.RecordBatch]:
         """Stream the rows to deliver: source columns plus provenance."""
-        # Columns constant over the transition are added to each batch as
-        # Arrow constants: DuckDB would print the same strings into every row.
-        types = {f.name: f.type for f in prov.provenance_fields()}
-        fixed: dict[str, Any] = {
-            prov.OBSERVED_AT: constants["observed_at"],
-            prov.INGESTED_AT: constants.get("ingested_at"),
-            prov.RUN_ID: constants["run_id"],
-            prov.DELIVERY_ID: None,  # each Delivery's writer stamps its own
-            prov.PRODUCER: constants["producer"],
-        }
-        provenance = ""
-        for name in (prov.EMITTED_AT, prov.SOURCE_POSITION):
-            if name in self.capture_schema.names:
-                provenance += f", c.{quote_ident(name)} AS {name}"
-            else:
-                fixed[name] = constants.get("position") if name == prov.SOURCE_POSITION else None
-        scalars = {
-            name: pa.scalar(
-                datetime.fromisoformat(value)
-                if isinstance(value, str) and name in _TIMES
-                else value,
-                types[name],
-            )
-            for name, value in fixed.items()
-        }
+        provenance, scalars = constant_columns(self.capture_schema, constants)
         if self.all_new:
             # A first baseline delivers its staged parts as they are: read
             # straight into Arrow (DuckDB would convert every value, strings
             # included, and read ahead of the writers).
-            yield from self._staged_rows(scalars, batch_rows)
+            yield from staged_rows(
+                self.capture_files, self.payload, self._first_op.strip("'"), scalars, batch_rows
+            )
             return
         sql = self._output_sql(provenance)
         reader: pa.RecordBatchReader = self.con.sql(sql).to_arrow_reader(batch_rows)
@@ -872,21 +672,3 @@ class Reducer:
             if self.sync_mode == "append":
                 sql += " ORDER BY tr.ord"  # an event stream keeps source order
         return sql
-
-    def _staged_rows(
-        self, scalars: dict[str, pa.Scalar], batch_rows: int
-    ) -> Iterator[pa.RecordBatch]:
-        """Every staged row, part by part, with its operation and the constant provenance.
-
-        A part staged before a column appeared lacks it, and a widened
-        column keeps its narrower type there: the lake conversion that
-        follows fills and casts them, as it does any batch.
-        """
-        wanted = {*self.payload, prov.ID, prov.PAYLOAD_HASH, prov.EMITTED_AT, prov.SOURCE_POSITION}
-        op = pa.scalar(self._first_op.strip("'"), pa.string())
-        constants = _Constants({prov.OP: op, **scalars}, batch_rows)
-        for path in self.capture_files:
-            for batch in read_part(path):
-                batch = batch.select([n for n in batch.schema.names if n in wanted])
-                for offset in range(0, batch.num_rows, batch_rows):
-                    yield constants.add(batch.slice(offset, batch_rows))

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from combined.errors import LakeError
 from combined.lake._store import LakeStore
 from combined.lake._types import to_lake, unviewed
 
@@ -368,26 +369,22 @@ def rewrite_actions(
         gone = pa.array([], id_type)
     actions: list[Any] = []
 
+    # Which rows go, found for every file at once: one set of the changed ids
+    # per commit (a set built per batch cost more than the lookups).
+    doomed = _doomed_rows(files, gone, lake) if gone is not None and len(gone) else {}
+
     def rewrite(local: str) -> list[Any]:  # a path or URL, as LakeTable.files() gives them
-        assert gone is not None
+        if local not in doomed and not every_file:
+            return []  # every row kept: the file is not even opened
         with pq.ParquetFile(lake.open_input(local)) as pf:
-            # Which rows stay, decided once per file from its ids alone (a bit
-            # a row): the pass over the rows then only filters, so its batches
-            # can be small without paying a set lookup's setup for each.
-            keep = pa.chunked_array(
-                [
-                    pc.invert(pc.is_in(unviewed(b).column(0), value_set=gone))
-                    for b in pf.iter_batches(batch_size=ROW_GROUP_ROWS, columns=["_combined_id"])
-                ],
-                pa.bool_(),
-            )
-            if not every_file and pc.all(keep).as_py() is not False:
-                return []  # every row kept (null: no rows)
+            # A bit a row: the pass over the rows then only filters, so its
+            # batches can be small.
+            keep = _keep_mask(pf.metadata.num_rows, doomed.get(local, []))
             # Small batches (two files are rewritten at once, each holding a
             # batch, its filtered copy and a row group gathering): the
             # writer gathers them back into full row groups.
             kept = (
-                to_lake(unviewed(b).filter(keep.slice(offset, b.num_rows).combine_chunks()), schema)
+                to_lake(unviewed(b).filter(keep.slice(offset, b.num_rows)), schema)
                 for offset, b in _offsets(pf.iter_batches(batch_size=REWRITE_BATCH_ROWS))
             )
             out = write_data_files(table, schema, kept, lake)
@@ -420,6 +417,51 @@ def rewrite_actions(
     )
     actions.extend(write_data_files(table, schema, puts, lake))
     return actions
+
+
+def _doomed_rows(files: Sequence[str], gone: pa.Array, lake: LakeStore) -> dict[str, list[int]]:
+    """The rows (file row numbers) of each of ``files`` whose id is in ``gone``.
+
+    One DuckDB query: the hash table of ``gone`` is built once, and only the
+    files' id columns are scanned (files without such a row are left out).
+    """
+    import duckdb
+
+    if not files:
+        return {}
+    con = duckdb.connect(
+        ":memory:",
+        config={"threads": 2, "memory_limit": "128MB", "preserve_insertion_order": False},
+    )
+    try:
+        lake.attach(con)
+        con.register("gone", pa.table({"id": gone}))
+        listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+        rows = con.execute(
+            "SELECT filename, list(file_row_number ORDER BY file_row_number) "
+            f"FROM read_parquet([{listing}], filename = true, file_row_number = true) "
+            "WHERE _combined_id IN (SELECT id FROM gone) GROUP BY filename"
+        ).fetchall()
+    finally:
+        con.close()
+    doomed = {str(name): list(numbers) for name, numbers in rows}
+    strange = set(doomed) - set(files)
+    if strange:  # a file the commit would keep whole though rows of it must go
+        raise LakeError(
+            f"the lake named its data file {sorted(strange)[0]!r} otherwise than its log does",
+            hint="nothing was committed; report this with the lake's URL scheme",
+        )
+    return doomed
+
+
+def _keep_mask(rows: int, doomed: Sequence[int]) -> pa.BooleanArray:
+    """A mask of ``rows`` rows, false at the (row numbers) ``doomed``."""
+    keep = bytearray(b"\x01") * rows
+    for i in doomed:
+        keep[i] = 0
+    flags = pa.Array.from_buffers(pa.uint8(), rows, [None, pa.py_buffer(bytes(keep))])
+    mask: pa.BooleanArray = pc.not_equal(flags, 0)
+    return mask
 
 
 def _relative(file: str, table: str | Path, store: LakeStore) -> str:

@@ -306,6 +306,11 @@ class _Assembler:
         elif self._fill is not None:
             self._pending_fill = (t, msg, added)
 
+    @property
+    def fill_waits(self) -> bool:
+        """Whether a relation message left rows to fill (see :meth:`fill_pending`)."""
+        return self._pending_fill is not None
+
     def fill_pending(self) -> Iterator[Message]:
         """The rows of columns added since the lake's schema, as updates of those alone.
 

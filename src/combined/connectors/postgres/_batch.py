@@ -110,7 +110,9 @@ class ChangeBatcher:
         self._lsn_text = ""
 
     def _reset(self) -> None:
-        self._columns: list[list[bytes | None]] = [[] for _ in self._names]
+        # Each row's wire values as the decoder gave them: transposed into
+        # columns once per batch (in C), never value by value in Python.
+        self._rows: list[tuple[bytes | None, ...]] = []
         self._ops: list[str] = []
         self._emitted: list[int] = []
         self._positions: list[str] = []
@@ -189,18 +191,14 @@ class ChangeBatcher:
         commit_lsn: int,
         commit_time: datetime,
     ) -> None:
-        if len(values) != len(self._columns):
+        if len(values) != len(self._names):
             raise SchemaMismatch(
                 f"a row of {self.relation.qualified_name} has {len(values)} columns, "
-                f"its relation message {len(self._columns)}",
+                f"its relation message {len(self._names)}",
                 hint="restart the capture; the stream and its relation cache disagree",
             )
-        nbytes = 0
-        for column, value in zip(self._columns, values, strict=True):
-            column.append(value)
-            if value is not None:
-                nbytes += len(value)
-        self._bytes += nbytes
+        self._rows.append(values)
+        self._bytes += sum(map(len, filter(None, values)))
         self._ops.append(op)
         self._unchanged.append(unchanged)
         if commit_time is not self._time_key:
@@ -215,9 +213,10 @@ class ChangeBatcher:
         """Build the collected rows into one record batch (``None`` when empty)."""
         if not self._ops:
             return None
+        columns = zip(*self._rows, strict=True) if self._names else iter(())
         arrays = [
             text_to_arrow(values, type_, name)
-            for values, type_, name in zip(self._columns, self._types, self._names, strict=True)
+            for values, type_, name in zip(columns, self._types, self._names, strict=True)
         ]
         arrays += [
             pa.array(self._ops, pa.string()),

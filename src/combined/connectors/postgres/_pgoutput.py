@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -679,7 +680,7 @@ def arrow_type(type_oid: int, type_modifier: int = -1, *, column: str = "?") -> 
     )
 
 
-def text_to_arrow(values: list[bytes | None], type_: pa.DataType, column: str) -> pa.Array:
+def text_to_arrow(values: Sequence[bytes | None], type_: pa.DataType, column: str) -> pa.Array:
     """One column's wire text values as an Arrow array of ``type_``, vectorised.
 
     Scalars convert with Arrow casts over the whole column; bytea, interval
@@ -731,7 +732,7 @@ def _interval(text: bytes) -> tuple[int, int, int]:
     return int(years or 0) * 12 + int(months or 0), int(days or 0), micros * 1000
 
 
-def _arrays(values: list[bytes | None], type_: pa.ListType, column: str) -> pa.Array:
+def _arrays(values: Sequence[bytes | None], type_: pa.ListType, column: str) -> pa.Array:
     """One-dimensional array literals as a list array (elements converted as a column)."""
     offsets, flat, mask = [0], list[bytes | None](), []
     for v in values:

@@ -1,0 +1,251 @@
+"""Fill the TOAST values a change stream marked unchanged, out of core.
+
+An update that leaves an out-of-line (TOAST) value alone does not carry it:
+the stream names the column in ``_combined_unchanged`` instead. Before the
+capture is reduced, each marked value is filled from the newest earlier
+change of the same row in the capture, else from the lake's current row;
+it is never written as null.
+
+Only the marked rows' values are materialised: a narrow table of every
+staged row's (ordinal, id, operation, marks, lineage), then, per marked
+column, the values it takes (one as-of join within a lineage, one lookup of
+the lake's rows of those ids). The staged rows then stream past one table
+of the fills, joined by ordinal. Memory holds the fills (the values the
+stream left out), never the capture's full rows: a backlog of any size
+drains within the reduction's memory, spilling past it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from combined.protocol import _provenance as prov
+from combined.protocol.identity import quote_ident
+
+if TYPE_CHECKING:
+    import duckdb
+
+#: A change stream's list of columns whose (TOAST) value the change left as it was.
+UNCHANGED = "_combined_unchanged"
+
+_ORD = "_combined_ordinal"
+
+
+def lit(value: str | None) -> str:
+    """``value`` as a SQL string literal (NULL for None)."""
+    if value is None:
+        return "NULL"
+    return "'" + value.replace("'", "''") + "'"
+
+
+def files_sql(paths: Sequence[object]) -> str:
+    """A SQL list of the file paths ``paths``."""
+    return "[" + ", ".join(lit(str(p)) for p in paths) + "]"
+
+
+def any_marked(con: duckdb.DuckDBPyConnection, staged: str, *, deletes: bool = False) -> bool:
+    """Whether a staged row (a delete, with ``deletes``: a key's move) names columns."""
+    where = f"{quote_ident(prov.OP)} = 'delete' AND " if deletes else ""
+    (found,) = con.execute(
+        f"SELECT count(*) FROM (SELECT 1 FROM {staged} "
+        f"WHERE {where}coalesce(len({UNCHANGED}), 0) > 0 LIMIT 1)"
+    ).fetchall()[0]
+    return bool(found)
+
+
+def resolve_unchanged(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    staged: str,
+    names: Sequence[str],
+    payload: Sequence[str],
+    id_expr: str,
+    current_files: Sequence[str],
+) -> None:
+    """Create the view ``res``: the staged rows with their marked values filled.
+
+    ``staged`` is the staged rows' relation (of columns ``names``),
+    ``payload`` the source's columns, ``id_expr`` the SQL of a row's id. The
+    view holds ``payload``, the other staged columns and ``_cid``.
+    """
+    rows = f"(SELECT *, {id_expr} AS _cid FROM {staged}) r"
+    rest = ", ".join(f"r.{quote_ident(n)}" for n in names if n not in payload)
+    if not any_marked(con, staged):
+        as_staged = ", ".join(f"r.{quote_ident(c)}" for c in payload)
+        con.execute(f"CREATE VIEW res AS SELECT {as_staged}, {rest}, r._cid FROM {rows}")
+        return
+    _lineage_table(con, staged, id_expr)
+    lake = f"read_parquet({files_sql(current_files)}, union_by_name = true)"
+    # The lake's own columns only: one the capture added has no lake value.
+    in_lake = (
+        {str(row[0]) for row in con.execute(f"DESCRIBE SELECT * FROM {lake}").fetchall()}
+        if current_files
+        else set()
+    )
+    marked = [
+        str(row[0])
+        for row in con.execute(
+            "SELECT DISTINCT c FROM (SELECT unnest(unc) AS c FROM unc_lin "
+            "WHERE op <> 'delete') ORDER BY c"
+        ).fetchall()
+    ]
+    marked = [c for c in marked if c in payload]
+    fills = [
+        _fill_column(con, n, c, staged=staged, lake=lake if c in in_lake else None)
+        for n, c in enumerate(marked)
+    ]
+    _fill_table(con, fills)
+    filled = set(marked)
+    cols = []
+    for c in payload:
+        q = quote_ident(c)
+        if c in filled:
+            v = f"v{marked.index(c)}"
+            cols.append(
+                f"CASE WHEN f.ord IS NOT NULL AND list_contains(f.unc, {lit(c)}) "
+                f"THEN f.{v} ELSE r.{q} END AS {q}"
+            )
+        else:
+            cols.append(f"r.{q}")
+    # The hash table holds the fills; the staged rows stream past it.
+    con.execute(
+        f"CREATE VIEW res AS SELECT {', '.join(cols)}, {rest}, r._cid FROM {rows} "
+        f"LEFT JOIN unc_fill f ON f.ord = r.{_ORD}"
+    )
+
+
+def _lineage_table(con: duckdb.DuckDBPyConnection, staged: str, id_expr: str) -> None:
+    """``unc_lin``: each staged row's (ord, _cid, op, unc, _lin, _lin_ord), narrow.
+
+    ``unc_need`` holds the (ord, _lin, _lin_ord, col) of each marked value.
+    """
+    op = quote_ident(prov.OP)
+    con.execute(
+        f"CREATE TABLE unc_rows AS SELECT {_ORD}, {op}, {UNCHANGED}, {id_expr} AS _cid "
+        f"FROM {staged}"
+    )
+    lineage = lineage_sql(con, "unc_rows r", any_marked(con, staged, deletes=True))
+    con.execute(
+        f"CREATE TABLE unc_lin AS SELECT r.{_ORD} AS ord, r._cid, r.{op} AS op, "
+        f"r.{UNCHANGED} AS unc, r._lin, r._lin_ord FROM {lineage}"
+    )
+    con.execute("DROP VIEW IF EXISTS lin_rows")
+    con.execute("DROP TABLE unc_rows")
+
+
+def _fill_column(
+    con: duckdb.DuckDBPyConnection, n: int, column: str, *, staged: str, lake: str | None
+) -> str:
+    """``unc_fill_<n>(ord, v)``: the value of each marked ``column``; returns its name.
+
+    The newest earlier change in the row's lineage that carries the value
+    (neither marked nor a delete), else (a lineage that starts in the lake)
+    the lake's value, else null.
+    """
+    q, c = quote_ident(column), lit(column)
+    carries = f"op NOT IN ('delete', 'truncate') AND NOT coalesce(list_contains(unc, {c}), false)"
+    need = (
+        f"SELECT ord, _lin, _lin_ord FROM unc_lin WHERE op <> 'delete' AND list_contains(unc, {c})"
+    )
+    con.execute(f"CREATE TABLE unc_need AS {need}")
+    # Earlier changes of the same lineages that carry the value: narrow first,
+    # then their values (the hash tables hold ordinals and ids, not values).
+    con.execute(
+        "CREATE TABLE unc_cand AS SELECT l.ord, l._lin, l._lin_ord FROM unc_lin l "
+        "SEMI JOIN unc_need n ON l._lin = n._lin AND l._lin_ord = n._lin_ord "
+        f"WHERE {carries}"
+    )
+    values = (
+        f"SELECT k.ord, k._lin, k._lin_ord, s.v FROM unc_cand k JOIN "
+        f"(SELECT {_ORD} AS ord, {q} AS v FROM {staged} "
+        f"WHERE {_ORD} IN (SELECT ord FROM unc_cand)) s USING (ord)"
+    )
+    picked = (
+        "SELECT n.ord, n._lin, n._lin_ord, p.ord AS pord, p.v FROM unc_need n "
+        f"ASOF LEFT JOIN ({values}) p "
+        "ON n._lin = p._lin AND n._lin_ord = p._lin_ord AND n.ord > p.ord"
+    )
+    name = f"unc_fill_{n}"
+    if lake is None:
+        con.execute(
+            f"CREATE TABLE {name} AS SELECT ord, "
+            f"CASE WHEN pord IS NOT NULL THEN v END AS v FROM ({picked})"
+        )
+    else:
+        from_lake = (
+            f"SELECT _combined_id, {q} AS v FROM {lake} WHERE _combined_id IN "
+            "(SELECT _lin FROM unc_need WHERE _lin_ord < 0)"
+        )
+        con.execute(
+            f"CREATE TABLE {name} AS SELECT p.ord, CASE WHEN p.pord IS NOT NULL THEN p.v "
+            "WHEN p._lin_ord < 0 THEN l.v END AS v "
+            f"FROM ({picked}) p LEFT JOIN ({from_lake}) l ON l._combined_id = p._lin"
+        )
+    con.execute("DROP TABLE unc_need")
+    con.execute("DROP TABLE unc_cand")
+    return name
+
+
+def _fill_table(con: duckdb.DuckDBPyConnection, fills: Sequence[str]) -> None:
+    """``unc_fill(ord, unc, v0, v1, ...)``: one row per marked change, its fills side by side."""
+    values = ", ".join(f"f{n}.v AS v{n}" for n in range(len(fills)))
+    joins = " ".join(f"LEFT JOIN {t} f{n} ON f{n}.ord = m.ord" for n, t in enumerate(fills))
+    con.execute(
+        f"CREATE TABLE unc_fill AS SELECT m.ord, m.unc{', ' + values if values else ''} "
+        f"FROM (SELECT ord, unc FROM unc_lin WHERE op <> 'delete' "
+        f"AND coalesce(len(unc), 0) > 0) m {joins}"
+    )
+    for t in fills:
+        con.execute(f"DROP TABLE {t}")
+    con.execute("DROP TABLE unc_lin")
+
+
+def lineage_sql(con: duckdb.DuckDBPyConnection, rows: str, moved: bool) -> str:
+    """``rows`` with ``_lin``, ``_lin_ord``: the history each row's values continue.
+
+    A row's lineage starts at its id's last insert in the capture
+    (``_lin_ord``, the insert's ordinal), or in the lake (``-1``); a row
+    that moved to another key (a delete of the old key naming columns,
+    then at the next ordinal the update of the new key) continues the old
+    key's lineage, through any number of moves. Unchanged values resolve
+    within a lineage, and from the lake by its first id (``_lin``).
+    ``moved``: whether any delete names columns (else no row moved).
+    """
+    op, ordinal = quote_ident(prov.OP), _ORD
+    if not moved:
+        return f"(SELECT r.*, r._cid AS _lin, -1 AS _lin_ord FROM {rows}) r"
+    con.execute(f"CREATE VIEW lin_rows AS SELECT r.* FROM {rows}")
+    # Where a lineage of an id starts: its inserts, and the updates a move lands on.
+    con.execute(
+        f"CREATE TABLE lin_moves AS SELECT d.{ordinal} + 1 AS k, d._cid AS old "
+        f"FROM lin_rows d WHERE d.{op} = 'delete' AND coalesce(len(d.{UNCHANGED}), 0) > 0"
+    )
+    con.execute(
+        # (a null of the ids' own type: text in a v1 table, binary in a v2 one)
+        f"CREATE TABLE lin_starts AS SELECT _cid, {ordinal} AS ord, "
+        "CASE WHEN false THEN _cid END AS old "
+        f"FROM lin_rows WHERE {op} = 'insert' UNION ALL "
+        f"SELECT r._cid, r.{ordinal}, m.old FROM lin_rows r "
+        f"JOIN lin_moves m ON r.{ordinal} = m.k"
+    )
+    # Each move's old key, and where that key's own lineage started before the move.
+    con.execute(
+        "CREATE TABLE lin_prev AS SELECT m.k, m.old, s.ord AS pk, s.old IS NOT NULL AS pmove "
+        "FROM lin_moves m ASOF LEFT JOIN lin_starts s ON m.old = s._cid AND m.k - 1 >= s.ord"
+    )
+    con.execute(
+        "CREATE TABLE lin_roots AS WITH RECURSIVE walk(k, old, pk, pmove) AS ("
+        "SELECT k, old, pk, pmove FROM lin_prev UNION ALL "
+        "SELECT w.k, p.old, p.pk, p.pmove FROM walk w JOIN lin_prev p ON p.k = w.pk "
+        "WHERE w.pmove) "
+        "SELECT k, old AS lin, coalesce(pk, -1) AS lin_ord FROM walk "
+        "WHERE NOT coalesce(pmove, false)"
+    )
+    return (
+        "(SELECT r.*, CASE WHEN s.ord IS NULL THEN r._cid WHEN s.old IS NULL THEN r._cid "
+        "ELSE t.lin END AS _lin, CASE WHEN s.ord IS NULL THEN -1 WHEN s.old IS NULL THEN s.ord "
+        "ELSE t.lin_ord END AS _lin_ord "
+        "FROM lin_rows r ASOF LEFT JOIN lin_starts s "
+        f"ON r._cid = s._cid AND r.{ordinal} >= s.ord LEFT JOIN lin_roots t ON t.k = s.ord) r"
+    )
