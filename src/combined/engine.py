@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from combined._owner_only import restrict_umask
-from combined.catalog import Admission, Catalog, Run, RunState, Trigger, queue, worker_identity
+from combined._reading import Reading, _check_limit
+from combined.catalog import Admission, Catalog, Run, Trigger, queue, worker_identity
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
 from combined.config import (
@@ -24,7 +25,7 @@ from combined.config import (
 )
 from combined.connectors import check_config, check_strategy, connector_class, sweep_private_dirs
 from combined.delivery import Limits
-from combined.errors import ConfigError, NotFoundError, ProtocolViolation
+from combined.errors import ConfigError, ProtocolViolation
 from combined.lake import LakeLayout
 from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, env_seconds
 from combined.runtime._leases import lease_ttl
@@ -35,18 +36,15 @@ from combined.runtime._reporter import NullReporter, Reporter
 from combined.runtime._runner import Runner, Settings, admit
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from combined.config import WebhookConfig
     from combined.connectors.abc import Discovery, Source
-    from combined.evidence import Explanation, Replay, SourcePlan
     from combined.runtime._notify import Sender
 
 
 #: What ``status(slots=True)`` shows of a replication slot, and of a binlog stream.
 
 
-class Engine:
+class Engine(Reading):
     """Everything Combined does, over one project."""
 
     def __init__(self, project: Project, reporter: Reporter | None = None) -> None:
@@ -611,213 +609,6 @@ class Engine:
                 c, source, found.connector, found.revision, _jsonable(asdict(found))
             )
         return found
-
-    # -- reading ----------------------------------------------------------------------
-
-    def sql(
-        self,
-        query: str,
-        *,
-        as_of: datetime | None = None,
-        publication: str | None = None,
-        **bounds: Any,
-    ) -> pa.Table:
-        """Run DuckDB SQL over a published basis (latest, by id, or as of an instant).
-
-        A naive ``as_of`` is read as UTC, as ``combined sql --as-of`` reads it.
-        ``bounds`` are :func:`~combined.lake._query.run_query`'s ``timeout_s``
-        and ``memory_limit``.
-        """
-        from combined.lake._query import run_query
-
-        if as_of is not None and publication is not None:
-            # One of them would be ignored, and which basis the rows came from unsaid.
-            raise ConfigError(
-                "a query reads one published basis: give an instant or a publication, not both",
-                hint="drop --as-of or --publication",
-            )
-        if as_of is not None and as_of.tzinfo is None:
-            as_of = as_of.replace(tzinfo=UTC)
-
-        with self.catalog.begin() as conn:
-            pub = cat.get_publication(conn, publication_id=publication, as_of=as_of)
-            if pub is None:
-                first = cat.first_publication(conn)
-                if as_of is not None and first is not None:
-                    raise NotFoundError(
-                        f"nothing was published at or before {as_of.isoformat()}: the first "
-                        f"publication, {first.id}, is at {first.published_at.isoformat()}",
-                        hint=f"give an instant at or after it, or --publication {first.id}",
-                    )
-                raise NotFoundError(
-                    "nothing has been published yet", hint="run `combined capture` first"
-                )
-            members = cat.published_basis(conn, pub.seq)
-        return run_query(self.layout, members, query, pub, **bounds)
-
-    def runs(self, limit: int = 20, states: Sequence[RunState] | None = None) -> list[Run]:
-        """Newest Runs first (only those in ``states`` when given)."""
-        _check_limit(limit)
-        with self.catalog.begin() as conn:
-            return runs_repo.list_runs(conn, limit=limit, states=states)
-
-    def activity(
-        self,
-        limit: int = 50,
-        *,
-        kind: str | None = None,
-        run_id: str | None = None,
-        source: str | None = None,
-        dataset: str | None = None,
-        since: datetime | None = None,
-    ) -> list[dict[str, Any]]:
-        """The Activity feed, newest first, filtered by kind, Run, source, dataset or time."""
-        _check_limit(limit)
-        with self.catalog.begin() as conn:
-            rows = cat.activity(
-                conn,
-                limit=limit,
-                kind=kind,
-                run_id=run_id,
-                source=source,
-                dataset=dataset,
-                since=since,
-            )
-        return [dict(r._mapping) for r in rows]
-
-    def run(self, run_id: str) -> dict[str, Any]:
-        """One Run with its admission, attempts and deliveries."""
-        with self.catalog.begin() as conn:
-            run = runs_repo.get_run(conn, run_id)
-            return {
-                "run": run,
-                "admission": runs_repo.get_admission(conn, run.admission_id),
-                "attempts": runs_repo.list_attempts(conn, run.id),
-                "deliveries": cat.deliveries(conn, run_id=run.id),
-                "activity": cat.activity(conn, run_id=run.id, limit=200),
-            }
-
-    def status(self, *, slots: bool = True) -> list[dict[str, Any]]:
-        """Freshness and published position per declared dataset (see :mod:`._freshness`).
-
-        ``slots`` adds each cdc dataset's replication slot lag, which asks
-        the source; without it, only the catalog is read.
-        """
-        from combined._freshness import add_slot_lag, dataset_status
-
-        rows = dataset_status(self.catalog, self.project)
-        if slots:
-            add_slot_lag(self, rows)
-        return rows
-
-    def history(self, name: str) -> list[dict[str, Any]]:
-        """A dataset's versions with their publications."""
-        source, _, dataset = name.partition(".")
-        self.project.dataset(source, dataset)
-        import sqlalchemy as sa
-
-        from combined.catalog import _schema as t
-
-        with self.catalog.begin() as conn:
-            out = []
-            for v in cat.versions(conn, source, dataset):
-                pubs = conn.execute(
-                    sa.select(t.publication_members.c.publication_id).where(
-                        t.publication_members.c.source == source,
-                        t.publication_members.c.dataset == dataset,
-                        t.publication_members.c.dataset_version == v.id,
-                    )
-                ).scalars()
-                out.append({**dict(v._mapping), "publications": list(pubs)})
-        return out
-
-    def explain(self, name: str, key: Sequence[str]) -> Explanation:
-        """Every version of one row of ``SOURCE.DATASET`` by its key values, read from the
-        raw layer, with its evidence; and why a key not in the projection is not there."""
-        from combined.evidence import explain
-
-        return explain(self, name, key)
-
-    def plan(self, sources: Sequence[str] = ()) -> list[SourcePlan]:
-        """Each source's ingestion design, every claim with its evidence (``combined plan``)."""
-        from combined.evidence import plans
-
-        return plans(self, sources)
-
-    def replay(
-        self, name: str, *, to_version: str | None = None, into: str | None = None
-    ) -> Replay:
-        """Rebuild ``SOURCE.DATASET``'s projection from its raw Deliveries alone (to
-        ``to_version``), compare it row by row with the table, and write it ``into``."""
-        from combined.evidence import replay
-
-        return replay(self, name, to_version=to_version, into=into)
-
-    def publications(self, limit: int = 20) -> list[dict[str, Any]]:
-        """Newest publications with their members."""
-        _check_limit(limit)
-        with self.catalog.begin() as conn:
-            return [
-                {
-                    **dict(p._mapping),
-                    "member_rows": [dict(m._mapping) for m in cat.members_of(conn, p.id)],
-                }
-                for p in cat.list_publications(conn, limit)
-            ]
-
-    def usage(self, month: str | None = None) -> list[dict[str, Any]]:
-        """MAR per source and dataset (and month)."""
-        with self.catalog.begin() as conn:
-            return [dict(r._mapping) for r in cat.usage_rows(conn, month)]
-
-    # -- quarantine -------------------------------------------------------------------
-
-    def quarantine(
-        self, source: str | None = None, *, include_decided: bool = False
-    ) -> list[dict[str, Any]]:
-        """Quarantine entries awaiting a decision (or every one), newest first."""
-        from combined.quality import quarantine
-
-        rows = quarantine.entries(self.catalog, source=source, include_decided=include_decided)
-        if not rows and source is not None and source not in self.project.sources:
-            # A misspelt source would read as "nothing awaits review". A source
-            # since removed from the file still lists the entries it left.
-            self.project.source(source)
-        return rows
-
-    def quarantine_records(
-        self, quarantine_id: str, limit: int = 20, offset: int = 0
-    ) -> tuple[dict[str, Any], pa.Table]:
-        """A quarantine entry and ``limit`` of its records from ``offset`` (all for 0)."""
-        from combined.quality import quarantine
-
-        return quarantine.records(self.catalog, self.layout, quarantine_id, limit, offset)
-
-    def decide_quarantine(
-        self, quarantine_id: str, decision: str, *, by: str, reason: str
-    ) -> dict[str, Any]:
-        """Release (keep as evidence) or discard (delete) a quarantine entry, recorded."""
-        from combined.quality import quarantine
-
-        return quarantine.decide(
-            self.catalog, self.layout, quarantine_id, decision, by=by, reason=reason
-        )
-
-    def remind_quarantine(self, now: datetime | None = None) -> list[str]:
-        """Alert (once a review period) on quarantine entries whose review is overdue."""
-        from combined.quality import quarantine
-
-        cadence = {(s, n): d.quarantine.review_every for s, n, d in self.project.datasets()}
-        notes = quarantine.remind(self.catalog, lambda s, n: cadence.get((s, n)), now)
-        for note in notes:
-            self.reporter.note(note)
-        return notes
-
-
-def _check_limit(limit: int) -> None:
-    # SQLite reads LIMIT -1 as "no limit", PostgreSQL refuses it: neither is what was asked.
-    if limit < 0:
-        raise ConfigError(f"--limit must be 0 or more, not {limit}", hint="e.g. --limit 20")
 
 
 def _jsonable(value: Any) -> Any:
