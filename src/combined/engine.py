@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,6 +102,10 @@ class Engine:
             lease_ttl_s=lease_ttl(),
             worker=worker,
             attempt_timeout_s=env_seconds("COMBINED_ATTEMPT_TIMEOUT_S", DEFAULT_ATTEMPT_TIMEOUT_S),
+            compact_files={
+                (s, d): self.project.retention_of(s, d).compact_files
+                for s, d, _ in self.project.datasets()
+            },
         )
         return Runner(
             self.catalog, self.layout, settings, self._resolve, self.reporter, read_options
@@ -486,6 +490,15 @@ class Engine:
         pairs = [(s, d) for s, d, _ in self.project.datasets()]
         return self.runner.recover(pairs)
 
+    def maintain(self, names: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """Compact, vacuum and expire the raw layer of the named datasets (all by default)."""
+        from combined.maintain import maintain
+
+        pairs = [(s, d) for s, names_ in self.selectors(names).items() for d in names_]
+        self.layout.ensure_writable()
+        ttl = timedelta(seconds=lease_ttl())
+        return maintain(self.project, self.catalog, self.layout, pairs, ttl=ttl)
+
     # -- sources ----------------------------------------------------------------------
 
     def committed_checkpoint(self, source: str, dataset: str) -> dict[str, Any] | None:
@@ -566,7 +579,7 @@ class Engine:
         ``bounds`` are :func:`~combined.lake._query.run_query`'s ``timeout_s``
         and ``memory_limit``.
         """
-        from combined.lake._query import run_query
+        from combined.lake._query import FilesRemoved, run_query
 
         if as_of is not None and publication is not None:
             # One of them would be ignored, and which basis the rows came from unsaid.
@@ -591,7 +604,12 @@ class Engine:
                     "nothing has been published yet", hint="run `combined capture` first"
                 )
             members = cat.published_basis(conn, pub.seq)
-        return run_query(self.layout, members, query, pub, **bounds)
+        try:
+            return run_query(self.layout, members, query, pub, **bounds)
+        except FilesRemoved as exc:
+            from combined.maintain import explain_removed
+
+            raise explain_removed(self.catalog, self.project, exc, pub) from None
 
     def runs(self, limit: int = 20, states: Sequence[RunState] | None = None) -> list[Run]:
         """Newest Runs first (only those in ``states`` when given)."""

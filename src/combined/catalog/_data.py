@@ -16,7 +16,8 @@ from combined.catalog import _schema as t
 from combined.errors import NotFoundError, ProtocolViolation, redact
 from combined.protocol import utcnow
 
-DeliveryState = Literal["staged", "committed", "rejected", "retained"]
+#: ``expired``: committed, its raw file removed under ``retention.raw`` (a recorded decision).
+DeliveryState = Literal["staged", "committed", "rejected", "retained", "expired"]
 
 
 # -- sources and datasets ---------------------------------------------------
@@ -459,6 +460,28 @@ def published_basis(conn: Connection, publication_seq: int) -> list[Member]:
         )
         for r in rows
     ]
+
+
+def kept_lake_versions(
+    conn: Connection, source: str, dataset: str, since: datetime | None
+) -> set[int]:
+    """The dataset's lake versions a publication reads at ``since`` or after (None: ever).
+
+    The basis in force at ``since`` is kept too: ``--as-of`` any instant from
+    then on reads it until a newer publication of the dataset.
+    """
+    pm, p = t.publication_members, t.publications
+    q = sa.select(pm.c.lake_version).join(p, p.c.id == pm.c.publication_id)
+    q = q.where(pm.c.source == source, pm.c.dataset == dataset, pm.c.lake_version.is_not(None))
+    if since is None:
+        return {int(v) for v in conn.execute(q.distinct()).scalars()}
+    kept = {int(v) for v in conn.execute(q.where(p.c.published_at >= since)).scalars()}
+    at_horizon = conn.execute(
+        q.where(p.c.published_at < since).order_by(p.c.seq.desc()).limit(1)
+    ).scalar()
+    if at_horizon is not None:
+        kept.add(int(at_horizon))
+    return kept
 
 
 def newest_members(conn: Connection) -> dict[tuple[str, str], Member]:

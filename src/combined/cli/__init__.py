@@ -736,6 +736,7 @@ def main() -> None:
 # it registers them on ``app``.
 from combined.cli import _activity as _activity  # noqa: E402
 from combined.cli import _cdc as _cdc  # noqa: E402
+from combined.cli import _maintain as _maintain  # noqa: E402
 from combined.cli import _quarantine as _quarantine  # noqa: E402
 from combined.cli import _schedule as _schedule  # noqa: E402
 from combined.cli import _serve as _serve  # noqa: E402
