@@ -699,6 +699,16 @@ class Engine:
                 for p in cat.list_publications(conn, limit)
             ]
 
+    def publication_map(self, limit: int = 20, dataset: str | None = None) -> list[dict[str, Any]]:
+        """Per publication, each dataset's Delta version and table URI (``docs/readers.md``)."""
+        from combined._published import publication_map
+
+        _check_limit(limit)
+        if dataset is not None:
+            source, _, name = dataset.partition(".")
+            self.project.dataset(source, name)
+        return publication_map(self.catalog, self.layout, limit, dataset)
+
     def usage(self, month: str | None = None) -> list[dict[str, Any]]:
         """MAR per source and dataset (and month)."""
         with self.catalog.begin() as conn:

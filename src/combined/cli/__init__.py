@@ -559,25 +559,6 @@ def sql(
 
 
 @app.command()
-def publications(
-    limit: Annotated[int, typer.Option(help="how many")] = 20, project: ProjectOpt = None
-) -> None:
-    """List publications and their members."""
-    with _session(project) as engine:
-        rows = engine.publications(limit)
-    t = Table("publication", "published", "run", "members")
-    for p in rows:
-        members = ", ".join(
-            f"{m['source']}.{m['dataset']}@{m['lake_version']}" + ("*" if m["changed"] else "")
-            for m in p["member_rows"]
-        )
-        # The exact instant, as --as-of takes it: a publication made within
-        # the second a shorter form shows would lie after that form's instant.
-        t.add_row(p["id"], _instant_text(p["published_at"]), p["run_id"] or "-", members)
-    console.print(t)
-
-
-@app.command()
 def history(
     dataset: Annotated[str, typer.Argument(help="SOURCE.DATASET")], project: ProjectOpt = None
 ) -> None:
@@ -737,6 +718,7 @@ def main() -> None:
 from combined.cli import _activity as _activity  # noqa: E402
 from combined.cli import _cdc as _cdc  # noqa: E402
 from combined.cli import _maintain as _maintain  # noqa: E402
+from combined.cli import _publications as _publications  # noqa: E402
 from combined.cli import _quarantine as _quarantine  # noqa: E402
 from combined.cli import _schedule as _schedule  # noqa: E402
 from combined.cli import _serve as _serve  # noqa: E402
