@@ -25,6 +25,7 @@ from combined.connectors import check_config, check_strategy, connector_class, s
 from combined.delivery import Limits
 from combined.errors import ConfigError, NotFoundError, ProtocolViolation
 from combined.lake import LakeLayout
+from combined.lake._ledger import Ledger
 from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, env_seconds
 from combined.runtime._leases import lease_ttl
 from combined.runtime._memory import tune_allocators
@@ -72,6 +73,7 @@ class Engine:
                 self._catalog = Catalog.open(
                     self.project.catalog_url(), password=self.project.catalog_secret()
                 )
+                self._catalog.ledger = Ledger(self.layout)  # the lake first: lake/_ledger.py
             return self._catalog
 
     def close(self) -> None:
@@ -486,18 +488,27 @@ class Engine:
         self.remind_quarantine()
 
     def repair(self) -> list[str]:
-        """Rebuild the projection from the lake and close Runs whose process died."""
+        """Rebuild the projection from the lake and close Runs whose process died.
+
+        An empty catalog gets back, from the lake, its sources and datasets,
+        their versions, Deliveries and MAR, and every publication with its
+        Runs and their admissions (``lake/_ledger.py``).
+        """
+        from combined._restore import restore_publications
+
         pairs = [(s, d) for s, d, _ in self.project.datasets()]
-        return self.runner.recover(pairs)
+        notes = restore_publications(self.catalog, self.layout, self.project, self._declare)
+        return notes + self.runner.recover(pairs)
 
     def maintain(self, names: Sequence[str] = ()) -> list[dict[str, Any]]:
         """Compact, vacuum and expire the raw layer of the named datasets (all by default)."""
-        from combined.maintain import maintain
+        from combined.maintain import compact_ledger, maintain
 
         pairs = [(s, d) for s, names_ in self.selectors(names).items() for d in names_]
         self.layout.ensure_writable()
         ttl = timedelta(seconds=lease_ttl())
-        return maintain(self.project, self.catalog, self.layout, pairs, ttl=ttl)
+        reports = maintain(self.project, self.catalog, self.layout, pairs, ttl=ttl)
+        return reports if names else [*reports, compact_ledger(self.layout)]
 
     # -- sources ----------------------------------------------------------------------
 

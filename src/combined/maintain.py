@@ -197,3 +197,21 @@ def explain_removed(catalog: Catalog, project: Project, exc: Any, publication: A
         "lengthen retention.publications in combined.yaml to keep more from now on",
         **exc.context,
     )
+
+
+def compact_ledger(layout: LakeLayout) -> dict[str, Any]:
+    """Compact and vacuum the ledger's tables (``_combined/``): one file per record otherwise."""
+    compacted = vacuumed = 0
+    for name in ("publications", "quarantine"):
+        table = LakeTable(layout.store.join("_combined", name), "", layout.store)
+        done = compact(table, "combined maintain")
+        compacted += 0 if done is None else done.files_removed
+        vacuumed += len(vacuum(table, set(), "the ledger's newest version is kept"))
+    return {
+        "dataset": "_combined (ledger)",
+        "compacted": compacted,
+        "vacuumed": vacuumed,
+        "raw_removed": 0,
+        "usage_compacted": 0,
+        "usage_vacuumed": 0,
+    }

@@ -122,6 +122,12 @@ def test_by_default_every_publication_stays_readable(
         (c,) = engine.maintain(["shop.clicks"])
         assert c["compacted"] == 4 and c["raw_removed"] == 0
         assert [_count(engine, publication=p) for p in pubs] == answers
+        # every dataset, and the ledger of publications (one file per publication)
+        *_, ledger = engine.maintain()
+        assert ledger["dataset"] == "_combined (ledger)" and ledger["compacted"] == 4
+        from combined.lake._ledger import Ledger
+
+        assert [r["id"] for r in Ledger(engine.layout).records()] == pubs
     finally:
         engine.close()
 

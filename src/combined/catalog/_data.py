@@ -12,7 +12,9 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from combined.catalog import _governance
 from combined.catalog import _schema as t
+from combined.catalog._catalog import LEDGER
 from combined.errors import NotFoundError, ProtocolViolation, redact
 from combined.protocol import utcnow
 
@@ -286,7 +288,9 @@ class Member:
     changed: bool
 
 
-def publish(conn: Connection, run_id: str | None, members: Sequence[Member]) -> str:
+def publish(
+    conn: Connection, run_id: str | None, members: Sequence[Member], runs: Sequence[str] = ()
+) -> str:
     """Insert one publication and its member set (the caller's transaction makes it atomic).
 
     Raises ProtocolViolation when a member is older than the lake version its
@@ -317,11 +321,13 @@ def publish(conn: Connection, run_id: str | None, members: Sequence[Member]) -> 
     token = hashlib.sha256(
         "|".join(f"{m.source}.{m.dataset}@{m.lake_version}" for m in members).encode()
     ).hexdigest()[:32]
-    conn.execute(
-        t.publications.insert().values(
-            id=pub_id, seq=seq, run_id=run_id, published_at=now, snapshot_token=token
+    row = {"id": pub_id, "seq": seq, "run_id": run_id, "published_at": now, "snapshot_token": token}
+    ledger = conn.info.get(LEDGER)
+    if ledger is not None:  # the lake first: a publication the catalog holds is in the lake
+        ledger.publication(
+            _governance.record(conn, row, members, runs or ([run_id] if run_id else []))
         )
-    )
+    conn.execute(t.publications.insert().values(**row))
     for m in members:
         conn.execute(
             t.publication_members.insert().values(
@@ -619,7 +625,22 @@ def activity(
 
 def add_quarantine(conn: Connection, **values: Any) -> None:
     """Record a quarantined batch (its payload lives in the lake's quarantine area)."""
-    conn.execute(t.quarantine.insert().values(created_at=utcnow(), **values))
+    row = {"created_at": utcnow(), "decision": None, "decided_at": None, "decided_by": None}
+    row.update(values)
+    _to_ledger(conn, row)
+    conn.execute(t.quarantine.insert().values(**row))
+
+
+def _to_ledger(conn: Connection, row: Mapping[str, Any]) -> None:
+    """Give a quarantine entry, as it now is, to the lake's ledger (the lake first)."""
+    ledger = conn.info.get(LEDGER)
+    if ledger is not None:
+        ledger.quarantine(_governance.jsonable(dict(row)))
+
+
+def _quarantine_changed(conn: Connection, quarantine_id: str) -> None:
+    row = conn.execute(sa.select(t.quarantine).where(t.quarantine.c.id == quarantine_id)).one()
+    _to_ledger(conn, dict(row._mapping))
 
 
 def quarantined(conn: Connection, source: str | None = None) -> list[sa.Row[Any]]:
@@ -664,6 +685,8 @@ def decide_quarantine(
         )
         .values(decision=decision, decided_at=utcnow(), decided_by=by)
     )
+    if done.rowcount == 1:
+        _quarantine_changed(conn, quarantine_id)
     return bool(done.rowcount == 1)
 
 
@@ -689,4 +712,6 @@ def postpone_review(
         .where(q.c.id == quarantine_id, q.c.decision.is_(None), q.c.review_due_at == was)
         .values(review_due_at=until)
     )
+    if done.rowcount == 1:
+        _quarantine_changed(conn, quarantine_id)
     return bool(done.rowcount == 1)
