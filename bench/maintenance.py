@@ -6,7 +6,7 @@ each one inserting a row into an append stream (``events``, cursor capture)
 and updating one row of a keyed table of ``--rows`` rows (``items``):
 
 - **off**: ``retention: {compact_files: 1000000}``, no capture compacts;
-- **auto**: the default ``compact_files`` (100): captures compact themselves.
+- **auto**: the default ``compact_files`` (32): captures compact themselves.
 
 Then ``combined maintain`` compacts the *off* project (the **compacted**
 reference). Reported: total capture time of each project, data files of each
