@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from combined.catalog import Catalog
 from combined.catalog import _schema as t
-from combined.catalog._governance import restore, restore_quarantine
+from combined.catalog._governance import restore, restore_quarantine, restore_runs
 from combined.config import Project
 from combined.lake import LakeLayout
 from combined.lake._ledger import Ledger
@@ -36,9 +36,10 @@ def restore_publications(
     for source in project.sources:
         declare(source)
     with catalog.begin() as conn:
+        ended = restore_runs(conn, ledger.runs())  # as they ended: first
         publications, runs = restore(conn, records)
         held = restore_quarantine(conn, ledger.quarantine_entries())
     return [
-        f"restored {publications} publication(s) and {runs} run(s) with their admissions, "
-        f"and {held} quarantine entr{'y' if held == 1 else 'ies'}, from the lake"
+        f"restored {publications} publication(s) and {ended + runs} run(s) with their "
+        f"admissions, and {held} quarantine entr{'y' if held == 1 else 'ies'}, from the lake"
     ]

@@ -202,7 +202,7 @@ def explain_removed(catalog: Catalog, project: Project, exc: Any, publication: A
 def compact_ledger(layout: LakeLayout) -> dict[str, Any]:
     """Compact and vacuum the ledger's tables (``_combined/``): one file per record otherwise."""
     compacted = vacuumed = 0
-    for name in ("publications", "quarantine"):
+    for name in ("publications", "quarantine", "runs"):
         table = LakeTable(layout.store.join("_combined", name), "", layout.store)
         done = compact(table, "combined maintain")
         compacted += 0 if done is None else done.files_removed

@@ -65,10 +65,9 @@ def _state(engine: Engine, instants: list[datetime]) -> dict[str, Any]:
             answers.append(engine.sql(QUERY, as_of=at).to_pylist())
         except Exception as exc:  # noqa: BLE001 - before the first publication
             answers.append(type(exc).__name__)
-    published_runs = [
-        (r.id, r.source, r.trigger, r.admission_id, r.publication_id)
+    runs = [
+        (r.id, r.source, r.state, r.trigger, r.admission_id, r.publication_id, r.error)
         for r in engine.runs(1000)
-        if r.publication_id
     ]
     return {
         "publications": engine.publications(1000),
@@ -82,8 +81,8 @@ def _state(engine: Engine, instants: list[datetime]) -> dict[str, Any]:
         # (without the instant the catalog's row was last written)
         "usage": [{k: v for k, v in u.items() if k != "updated_at"} for u in engine.usage()],
         "answers": answers,
-        "runs": sorted(published_runs),
-        "admissions": sorted({engine.run(r[0])["admission"].config_digest for r in published_runs}),
+        "runs": sorted(runs, key=str),
+        "admissions": sorted({engine.run(r[0])["admission"].config_digest for r in runs}),
         "map": engine.publication_map(1000),
         "quarantine": sorted(
             ({k: v for k, v in e.items()} for e in engine.quarantine(include_decided=True)),
@@ -137,6 +136,8 @@ def test_a_deleted_catalog_is_rebuilt_with_its_publications(
     finally:
         engine.close()
     assert len(before["publications"]) >= 30
+    states = {r[2] for r in before["runs"]}
+    assert {"succeeded", "failed", "needs_review"} <= states  # the killed Run: failed
     assert len({str(a) for a in before["answers"]}) > 5  # the instants read different bases
 
     (tmp_path / ".combined" / "catalog.db").unlink()

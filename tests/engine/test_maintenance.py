@@ -122,9 +122,10 @@ def test_by_default_every_publication_stays_readable(
         (c,) = engine.maintain(["shop.clicks"])
         assert c["compacted"] == 4 and c["raw_removed"] == 0
         assert [_count(engine, publication=p) for p in pubs] == answers
-        # every dataset, and the ledger of publications (one file per publication)
+        # every dataset, and the ledger
         *_, ledger = engine.maintain()
-        assert ledger["dataset"] == "_combined (ledger)" and ledger["compacted"] == 4
+        # (four publications and four ended Runs: a file each)
+        assert ledger["dataset"] == "_combined (ledger)" and ledger["compacted"] == 8
         from combined.lake._ledger import Ledger
 
         assert [r["id"] for r in Ledger(engine.layout).records()] == pubs

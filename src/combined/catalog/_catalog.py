@@ -79,6 +79,9 @@ class LedgerSink(Protocol):
     def quarantine(self, row: Mapping[str, Any]) -> None:
         """A quarantine entry as it now is (created, decided, its review moved)."""
 
+    def run(self, record: Mapping[str, Any] | None) -> None:
+        """A Run that ended, with its admission."""
+
 
 class Catalog:
     """Connection management and migrations; repositories take a Connection.

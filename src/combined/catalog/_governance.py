@@ -34,6 +34,34 @@ def jsonable(row: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
 
 
+def run_record(conn: Connection, run_id: str) -> dict[str, Any] | None:
+    """A Run as it now is, with the admission it executes under (None: no such Run)."""
+    run = conn.execute(sa.select(t.runs).where(t.runs.c.id == run_id)).first()
+    if run is None:
+        return None
+    admission = conn.execute(
+        sa.select(t.admissions).where(t.admissions.c.id == run.admission_id)
+    ).one()
+    return {"run": jsonable(dict(run._mapping)), "admission": jsonable(dict(admission._mapping))}
+
+
+def restore_runs(conn: Connection, entries: Sequence[Mapping[str, Any]]) -> int:
+    """Insert the ended Runs (and their admissions) the catalog lacks; how many."""
+    added = 0
+    for entry in entries:
+        admission = _values(t.admissions, entry["admission"])
+        if not conn.execute(
+            sa.select(t.admissions.c.id).where(t.admissions.c.id == admission["id"])
+        ).first():
+            conn.execute(t.admissions.insert().values(**admission))
+        run = _values(t.runs, entry["run"])
+        if conn.execute(sa.select(t.runs.c.id).where(t.runs.c.id == run["id"])).first():
+            continue
+        conn.execute(t.runs.insert().values(**run))
+        added += 1
+    return added
+
+
 def record(
     conn: Connection,
     publication: Mapping[str, Any],
@@ -41,17 +69,7 @@ def record(
     runs: Sequence[str],
 ) -> dict[str, Any]:
     """The ledger record of a publication being inserted (its row, members, Runs, admissions)."""
-    out: list[dict[str, Any]] = []
-    for run_id in runs:
-        run = conn.execute(sa.select(t.runs).where(t.runs.c.id == run_id)).first()
-        if run is None:
-            continue
-        admission = conn.execute(
-            sa.select(t.admissions).where(t.admissions.c.id == run.admission_id)
-        ).one()
-        out.append(
-            {"run": jsonable(dict(run._mapping)), "admission": jsonable(dict(admission._mapping))}
-        )
+    out = [r for r in map(lambda run_id: run_record(conn, run_id), runs) if r is not None]
     return {
         **jsonable(publication),
         "members": [jsonable({k: getattr(m, k) for k in _MEMBER}) for m in members],
@@ -87,6 +105,12 @@ def restore(conn: Connection, records: Sequence[Mapping[str, Any]]) -> tuple[int
                 conn.execute(t.admissions.insert().values(**admission))
             run = _values(t.runs, entry["run"])
             if conn.execute(sa.select(t.runs.c.id).where(t.runs.c.id == run["id"])).first():
+                # (a capture's held publication names its Runs after they ended)
+                conn.execute(
+                    t.runs.update()
+                    .where(t.runs.c.id == run["id"], t.runs.c.publication_id.is_(None))
+                    .values(publication_id=rec["id"])
+                )
                 continue
             run.update(state="succeeded", publication_id=rec["id"])
             conn.execute(t.runs.insert().values(**run))

@@ -66,6 +66,15 @@ class Ledger:
         """Keep a quarantine entry as it now is (the newest record of an entry wins)."""
         self._append("quarantine", str(row["id"]), row)
 
+    def run(self, record: Mapping[str, Any] | None) -> None:
+        """Keep an ended Run with its admission (the newest record of a Run wins)."""
+        if record is not None:
+            self._append("runs", str(record["run"]["id"]), {**record, "id": record["run"]["id"]})
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every ended Run the lake holds, with its admission, as it last was."""
+        return list(self._latest("runs", "id").values())
+
     def records(self) -> list[dict[str, Any]]:
         """Every publication the lake holds, by number (the later row of a number wins)."""
         by_seq = self._latest("publications", "seq")
