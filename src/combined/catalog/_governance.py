@@ -45,17 +45,25 @@ def run_record(conn: Connection, run_id: str) -> dict[str, Any] | None:
     return {"run": jsonable(dict(run._mapping)), "admission": jsonable(dict(admission._mapping))}
 
 
+def _with_admission(conn: Connection, entry: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The entry's Run as insert values, its admission inserted if missing; None: Run known."""
+    admission = _values(t.admissions, entry["admission"])
+    if not conn.execute(
+        sa.select(t.admissions.c.id).where(t.admissions.c.id == admission["id"])
+    ).first():
+        conn.execute(t.admissions.insert().values(**admission))
+    run = _values(t.runs, entry["run"])
+    if conn.execute(sa.select(t.runs.c.id).where(t.runs.c.id == run["id"])).first():
+        return None
+    return run
+
+
 def restore_runs(conn: Connection, entries: Sequence[Mapping[str, Any]]) -> int:
     """Insert the ended Runs (and their admissions) the catalog lacks; how many."""
     added = 0
     for entry in entries:
-        admission = _values(t.admissions, entry["admission"])
-        if not conn.execute(
-            sa.select(t.admissions.c.id).where(t.admissions.c.id == admission["id"])
-        ).first():
-            conn.execute(t.admissions.insert().values(**admission))
-        run = _values(t.runs, entry["run"])
-        if conn.execute(sa.select(t.runs.c.id).where(t.runs.c.id == run["id"])).first():
+        run = _with_admission(conn, entry)
+        if run is None:
             continue
         conn.execute(t.runs.insert().values(**run))
         added += 1
@@ -98,17 +106,12 @@ def restore(conn: Connection, records: Sequence[Mapping[str, Any]]) -> tuple[int
     runs = 0
     for rec in records:
         for entry in rec["runs"]:
-            admission = _values(t.admissions, entry["admission"])
-            if not conn.execute(
-                sa.select(t.admissions.c.id).where(t.admissions.c.id == admission["id"])
-            ).first():
-                conn.execute(t.admissions.insert().values(**admission))
-            run = _values(t.runs, entry["run"])
-            if conn.execute(sa.select(t.runs.c.id).where(t.runs.c.id == run["id"])).first():
+            run = _with_admission(conn, entry)
+            if run is None:
                 # (a capture's held publication names its Runs after they ended)
                 conn.execute(
                     t.runs.update()
-                    .where(t.runs.c.id == run["id"], t.runs.c.publication_id.is_(None))
+                    .where(t.runs.c.id == entry["run"]["id"], t.runs.c.publication_id.is_(None))
                     .values(publication_id=rec["id"])
                 )
                 continue
