@@ -57,7 +57,7 @@ class Reading:
         ``bounds`` are :func:`~combined.lake._query.run_query`'s ``timeout_s``
         and ``memory_limit``.
         """
-        from combined.lake._query import run_query
+        from combined.lake._query import FilesRemoved, run_query
 
         if as_of is not None and publication is not None:
             # One of them would be ignored, and which basis the rows came from unsaid.
@@ -82,7 +82,12 @@ class Reading:
                     "nothing has been published yet", hint="run `combined capture` first"
                 )
             members = cat.published_basis(conn, pub.seq)
-        return run_query(self.layout, members, query, pub, **bounds)
+        try:
+            return run_query(self.layout, members, query, pub, **bounds)
+        except FilesRemoved as exc:
+            from combined.maintain import explain_removed
+
+            raise explain_removed(self.catalog, self.project, exc, pub) from None
 
     def runs(self, limit: int = 20, states: Sequence[RunState] | None = None) -> list[Run]:
         """Newest Runs first (only those in ``states`` when given)."""
@@ -193,6 +198,16 @@ class Reading:
                 }
                 for p in cat.list_publications(conn, limit)
             ]
+
+    def publication_map(self, limit: int = 20, dataset: str | None = None) -> list[dict[str, Any]]:
+        """Per publication, each dataset's Delta version and table URI (``docs/readers.md``)."""
+        from combined._published import publication_map
+
+        _check_limit(limit)
+        if dataset is not None:
+            source, _, name = dataset.partition(".")
+            self.project.dataset(source, name)
+        return publication_map(self.catalog, self.layout, limit, dataset)
 
     def usage(self, month: str | None = None) -> list[dict[str, Any]]:
         """MAR per source and dataset (and month)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +27,7 @@ from combined.connectors import check_config, check_strategy, connector_class, s
 from combined.delivery import Limits
 from combined.errors import ConfigError, ProtocolViolation
 from combined.lake import LakeLayout
+from combined.lake._ledger import Ledger
 from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, env_seconds
 from combined.runtime._leases import lease_ttl
 from combined.runtime._memory import tune_allocators
@@ -73,6 +74,7 @@ class Engine(Reading):
                 self._catalog = Catalog.open(
                     self.project.catalog_url(), password=self.project.catalog_secret()
                 )
+                self._catalog.ledger = Ledger(self.layout)  # the lake first: lake/_ledger.py
             return self._catalog
 
     def close(self) -> None:
@@ -103,6 +105,10 @@ class Engine(Reading):
             lease_ttl_s=lease_ttl(),
             worker=worker,
             attempt_timeout_s=env_seconds("COMBINED_ATTEMPT_TIMEOUT_S", DEFAULT_ATTEMPT_TIMEOUT_S),
+            compact_files={
+                (s, d): self.project.retention_of(s, d).compact_files
+                for s, d, _ in self.project.datasets()
+            },
         )
         return Runner(
             self.catalog, self.layout, settings, self._resolve, self.reporter, read_options
@@ -538,9 +544,27 @@ class Engine(Reading):
         self.remind_quarantine()
 
     def repair(self) -> list[str]:
-        """Rebuild the projection from the lake and close Runs whose process died."""
+        """Rebuild the projection from the lake and close Runs whose process died.
+
+        An empty catalog gets back, from the lake, its sources and datasets,
+        their versions, Deliveries and MAR, and every publication with its
+        Runs and their admissions (``lake/_ledger.py``).
+        """
+        from combined._restore import restore_publications
+
         pairs = [(s, d) for s, d, _ in self.project.datasets()]
-        return self.runner.recover(pairs)
+        notes = restore_publications(self.catalog, self.layout, self.project, self._declare)
+        return notes + self.runner.recover(pairs)
+
+    def maintain(self, names: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """Compact, vacuum and expire the raw layer of the named datasets (all by default)."""
+        from combined.maintain import compact_ledger, maintain
+
+        pairs = [(s, d) for s, names_ in self.selectors(names).items() for d in names_]
+        self.layout.ensure_writable()
+        ttl = timedelta(seconds=lease_ttl())
+        reports = maintain(self.project, self.catalog, self.layout, pairs, ttl=ttl)
+        return reports if names else [*reports, compact_ledger(self.layout)]
 
     # -- sources ----------------------------------------------------------------------
 

@@ -96,6 +96,10 @@ class NotFoundError(CombinedError):
     """An unknown source, dataset, run or publication was named."""
 
 
+class FilesExpired(NotFoundError):
+    """A publication reads files the lake no longer holds: a retention (or VACUUM) removed them."""
+
+
 class CatalogError(CombinedError):
     """The catalog cannot be used."""
 

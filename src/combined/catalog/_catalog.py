@@ -6,11 +6,11 @@ import functools
 import os
 import re
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -66,6 +66,23 @@ def _sqlite_path(url: sa.URL) -> Path | None:
     return Path(url.database)
 
 
+#: Where a transaction finds its catalog's ledger (``Connection.info``).
+LEDGER = "combined.ledger"
+
+
+class LedgerSink(Protocol):
+    """What keeps the catalog's governance records in the lake, ahead of the catalog."""
+
+    def publication(self, record: Mapping[str, Any]) -> None:
+        """A publication with its members, Runs and admissions."""
+
+    def quarantine(self, row: Mapping[str, Any]) -> None:
+        """A quarantine entry as it now is (created, decided, its review moved)."""
+
+    def run(self, record: Mapping[str, Any] | None) -> None:
+        """A Run that ended, with its admission."""
+
+
 class Catalog:
     """Connection management and migrations; repositories take a Connection.
 
@@ -75,6 +92,9 @@ class Catalog:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        #: Given each publication and quarantine entry before its transaction
+        #: commits (the lake's governance ledger, ``lake/_ledger.py``); None: none kept.
+        self.ledger: LedgerSink | None = None
         # As a person writes it: the driver is Combined's choice, the password hidden.
         url = engine.url.set(drivername=engine.url.get_backend_name())
         self.url = redact(url.render_as_string(hide_password=True))
@@ -198,6 +218,7 @@ class Catalog:
     def begin(self) -> Iterator[Connection]:
         """One catalog transaction."""
         with self.engine.begin() as conn:
+            conn.info[LEDGER] = self.ledger
             yield conn
 
     def close(self) -> None:

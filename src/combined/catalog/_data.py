@@ -13,13 +13,16 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from combined.catalog import _governance
 from combined.catalog import _schema as t
+from combined.catalog._catalog import LEDGER
 from combined.errors import NotFoundError, ProtocolViolation, redact
 from combined.protocol import utcnow
 
 _log = logging.getLogger("combined.activity")
 
-DeliveryState = Literal["staged", "committed", "rejected", "retained"]
+#: ``expired``: committed, its raw file removed under ``retention.raw`` (a recorded decision).
+DeliveryState = Literal["staged", "committed", "rejected", "retained", "expired"]
 
 
 # -- sources and datasets ---------------------------------------------------
@@ -288,7 +291,9 @@ class Member:
     changed: bool
 
 
-def publish(conn: Connection, run_id: str | None, members: Sequence[Member]) -> str:
+def publish(
+    conn: Connection, run_id: str | None, members: Sequence[Member], runs: Sequence[str] = ()
+) -> str:
     """Insert one publication and its member set (the caller's transaction makes it atomic).
 
     Raises ProtocolViolation when a member is older than the lake version its
@@ -319,11 +324,13 @@ def publish(conn: Connection, run_id: str | None, members: Sequence[Member]) -> 
     token = hashlib.sha256(
         "|".join(f"{m.source}.{m.dataset}@{m.lake_version}" for m in members).encode()
     ).hexdigest()[:32]
-    conn.execute(
-        t.publications.insert().values(
-            id=pub_id, seq=seq, run_id=run_id, published_at=now, snapshot_token=token
+    row = {"id": pub_id, "seq": seq, "run_id": run_id, "published_at": now, "snapshot_token": token}
+    ledger = conn.info.get(LEDGER)
+    if ledger is not None:  # the lake first: a publication the catalog holds is in the lake
+        ledger.publication(
+            _governance.record(conn, row, members, runs or ([run_id] if run_id else []))
         )
-    )
+    conn.execute(t.publications.insert().values(**row))
     for m in members:
         conn.execute(
             t.publication_members.insert().values(
@@ -462,6 +469,28 @@ def published_basis(conn: Connection, publication_seq: int) -> list[Member]:
         )
         for r in rows
     ]
+
+
+def kept_lake_versions(
+    conn: Connection, source: str, dataset: str, since: datetime | None
+) -> set[int]:
+    """The dataset's lake versions a publication reads at ``since`` or after (None: ever).
+
+    The basis in force at ``since`` is kept too: ``--as-of`` any instant from
+    then on reads it until a newer publication of the dataset.
+    """
+    pm, p = t.publication_members, t.publications
+    q = sa.select(pm.c.lake_version).join(p, p.c.id == pm.c.publication_id)
+    q = q.where(pm.c.source == source, pm.c.dataset == dataset, pm.c.lake_version.is_not(None))
+    if since is None:
+        return {int(v) for v in conn.execute(q.distinct()).scalars()}
+    kept = {int(v) for v in conn.execute(q.where(p.c.published_at >= since)).scalars()}
+    at_horizon = conn.execute(
+        q.where(p.c.published_at < since).order_by(p.c.seq.desc()).limit(1)
+    ).scalar()
+    if at_horizon is not None:
+        kept.add(int(at_horizon))
+    return kept
 
 
 def newest_members(conn: Connection) -> dict[tuple[str, str], Member]:
@@ -613,7 +642,22 @@ def activity(
 
 def add_quarantine(conn: Connection, **values: Any) -> None:
     """Record a quarantined batch (its payload lives in the lake's quarantine area)."""
-    conn.execute(t.quarantine.insert().values(created_at=utcnow(), **values))
+    row = {"created_at": utcnow(), "decision": None, "decided_at": None, "decided_by": None}
+    row.update(values)
+    _to_ledger(conn, row)
+    conn.execute(t.quarantine.insert().values(**row))
+
+
+def _to_ledger(conn: Connection, row: Mapping[str, Any]) -> None:
+    """Give a quarantine entry, as it now is, to the lake's ledger (the lake first)."""
+    ledger = conn.info.get(LEDGER)
+    if ledger is not None:
+        ledger.quarantine(_governance.jsonable(dict(row)))
+
+
+def _quarantine_changed(conn: Connection, quarantine_id: str) -> None:
+    row = conn.execute(sa.select(t.quarantine).where(t.quarantine.c.id == quarantine_id)).one()
+    _to_ledger(conn, dict(row._mapping))
 
 
 def quarantined(conn: Connection, source: str | None = None) -> list[sa.Row[Any]]:
@@ -658,6 +702,8 @@ def decide_quarantine(
         )
         .values(decision=decision, decided_at=utcnow(), decided_by=by)
     )
+    if done.rowcount == 1:
+        _quarantine_changed(conn, quarantine_id)
     return bool(done.rowcount == 1)
 
 
@@ -683,4 +729,6 @@ def postpone_review(
         .where(q.c.id == quarantine_id, q.c.decision.is_(None), q.c.review_due_at == was)
         .values(review_due_at=until)
     )
+    if done.rowcount == 1:
+        _quarantine_changed(conn, quarantine_id)
     return bool(done.rowcount == 1)

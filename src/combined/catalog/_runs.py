@@ -14,6 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from combined.catalog import _schema as t
+from combined.catalog._catalog import LEDGER
+from combined.catalog._governance import run_record
 from combined.errors import NotFoundError, ProtocolViolation, RunCanceled
 from combined.protocol import utcnow
 
@@ -358,6 +360,9 @@ def move_run(
             .where(t.attempts.c.run_id == run.id, t.attempts.c.outcome == "staged")
             .values(ended_at=now, outcome=target)
         )
+        ledger = conn.info.get(LEDGER)
+        if ledger is not None:  # the lake first: an ended Run is in the lake's ledger
+            ledger.run(run_record(conn, run.id))
     return get_run(conn, run.id)
 
 

@@ -505,6 +505,7 @@ from combined.cli import _activity as _activity  # noqa: E402
 from combined.cli import _cdc as _cdc  # noqa: E402
 from combined.cli import _evidence as _evidence  # noqa: E402
 from combined.cli import _listing as _listing  # noqa: E402
+from combined.cli import _maintain as _maintain  # noqa: E402
 from combined.cli import _meta as _meta  # noqa: E402
 from combined.cli import _options as _options  # noqa: E402
 from combined.cli import _quarantine as _quarantine  # noqa: E402

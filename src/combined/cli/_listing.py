@@ -255,45 +255,65 @@ def _say_waiting(waiting: list[dict[str, Any]]) -> None:
 
 @app.command()
 def publications(
+    dataset: Annotated[
+        str | None, typer.Argument(help="SOURCE.DATASET: only the publications holding it")
+    ] = None,
     limit: Annotated[int, typer.Option(help="how many")] = 20,
     fmt: FormatOpt = "table",
     as_json: Annotated[bool, typer.Option("--json", help="the same as --format json")] = False,
     project: ProjectOpt = None,
 ) -> None:
-    """List publications and their members."""
+    """List publications and their members, newest first.
+
+    Its JSON maps each publication to each dataset's Delta version and
+    table URI, for readers outside Combined (docs/readers.md): a table's
+    Delta head may be ahead of the newest publication.
+    """
     fmt = check_format("json" if as_json else fmt)
     with _session(project) as engine:
-        rows = engine.publications(limit)
-    members = [
-        ", ".join(
-            f"{m['source']}.{m['dataset']}@{m['lake_version']}" + ("*" if m["changed"] else "")
-            for m in p["member_rows"]
-        )
-        for p in rows
-    ]
+        rows = {p["id"]: p for p in engine.publications(limit)}
+        mapping = engine.publication_map(limit, dataset)
+    shown = [rows[m["publication"]] for m in mapping if m["publication"] in rows]
     if fmt == "json":
-        emit_json(
-            [
-                {k: v for k, v in p.items() if k != "member_rows"} | {"members": p["member_rows"]}
-                for p in rows
-            ]
-        )
+        emit_json([_publication_record(rows[m["publication"]], m, dataset) for m in mapping])
         return
+    members = [_members_text(p, dataset) for p in shown]
     if fmt == "csv":
         emit_csv(
             ["id", "published_at", "run_id", "members"],
             (
                 [p["id"], p["published_at"], p["run_id"], m]
-                for p, m in zip(rows, members, strict=True)
+                for p, m in zip(shown, members, strict=True)
             ),
         )
         return
     t = table("publication", "published", "run", "members")
-    for p, m in zip(rows, members, strict=True):
+    for p, m in zip(shown, members, strict=True):
         # The exact instant, as --as-of takes it: a publication made within
         # the second a shorter form shows would lie after that form's instant.
         t.add_row(p["id"], _instant_text(p["published_at"]), p["run_id"] or "-", m)
     print_table(t)
+
+
+def _in(member: dict[str, Any], dataset: str | None) -> bool:
+    return dataset is None or f"{member['source']}.{member['dataset']}" == dataset
+
+
+def _members_text(p: dict[str, Any], dataset: str | None) -> str:
+    return ", ".join(
+        f"{m['source']}.{m['dataset']}@{m['lake_version']}" + ("*" if m["changed"] else "")
+        for m in p["member_rows"]
+        if _in(m, dataset)
+    )
+
+
+def _publication_record(
+    p: dict[str, Any], mapped: dict[str, Any], dataset: str | None
+) -> dict[str, Any]:
+    """A publication, its members and (``datasets``) each dataset's Delta version and URI."""
+    record = {k: v for k, v in p.items() if k != "member_rows"}
+    members = [m for m in p["member_rows"] if _in(m, dataset)]
+    return record | {"members": members} | mapped
 
 
 _HISTORY_FIELDS = (

@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from combined._credentials import has_inline_credential
+from combined.config._retention import Retention, RetentionPolicy, effective
 from combined.config._schedule import ScheduleConfig
 from combined.config._secrets import (
     REFERENCE_HINT,
@@ -391,6 +392,8 @@ class DatasetConfig(_Model):
     """Accept signed webhooks for this dataset (else its source's ``webhook``, if any)."""
     schedule: ScheduleConfig | None = None
     """When the scheduler captures this dataset (else its source's ``schedule``, if any)."""
+    retention: RetentionPolicy | None = None
+    """What ``combined maintain`` keeps of this dataset (else the project's ``retention``)."""
     control_sum: Text | None = None
     """A numeric column whose sum the source reports in the capture's snapshot.
 
@@ -638,6 +641,8 @@ class Project(_Model):
     """Limits on what one Run may stage before it commits."""
     reduction_memory: ByteSize = 256 * MiB
     """Memory a snapshot's reduction against the lake may use before it spills to disk."""
+    retention: RetentionPolicy | None = None
+    """What ``combined maintain`` keeps, for every dataset that sets none itself."""
     sources: dict[SourceName, SourceConfig] = Field(default_factory=dict)
     """The sources by name (lower-case letters, digits and ``_``)."""
     notifications: list[NotificationTarget] = Field(default_factory=list)
@@ -712,6 +717,11 @@ class Project(_Model):
         for source_name, source in self.sources.items():
             for dataset_name, dataset in source.datasets.items():
                 yield source_name, dataset_name, dataset
+
+    def retention_of(self, source: str, dataset: str) -> Retention:
+        """A declared dataset's effective retention (its own, the project's, the defaults)."""
+        own = self.dataset(source, dataset).retention
+        return effective(self.retention, own, f"sources.{source}.datasets.{dataset}")
 
     def lake_uri(self) -> str:
         """The lake location: an object-store URL as written, or an absolute local path."""

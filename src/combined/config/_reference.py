@@ -30,6 +30,7 @@ from combined.config._models import (
     StagingLimits,
     WebhookConfig,
 )
+from combined.config._retention import RetentionPolicy
 from combined.config._schedule import ScheduleConfig
 from combined.config._values import (
     _DURATION_SCHEMA,
@@ -117,6 +118,13 @@ _SECTIONS: tuple[tuple[str, type[BaseModel], str], ...] = (
     ("delivery", DeliveryLimits, "A dataset's Delivery files: one is cut at either limit."),
     ("drift", DriftPolicy, "Each class of schema drift: `evolve`, `quarantine` or `fail`."),
     ("quarantine", QuarantinePolicy, "A dataset's quarantine review."),
+    (
+        "retention",
+        RetentionPolicy,
+        "What `combined maintain` keeps (docs/maintenance.md), for the project and per "
+        "dataset; a dataset's field wins. Unset: every publication and Delivery is kept, "
+        "and captures compact a table past 32 files.",
+    ),
     ("schedule", ScheduleConfig, "A source's or dataset's schedule (docs/schedules.md)."),
     ("webhook", WebhookConfig, "A source's or dataset's signed webhooks (docs/api.md)."),
     (

@@ -39,6 +39,13 @@ staging:
 # Memory the snapshot reduction may use before it spills to disk.
 reduction_memory: 256MiB
 
+# What `combined maintain` keeps (a dataset may set its own); unset, every
+# publication and Delivery is kept. See docs/maintenance.md.
+# retention:
+#   publications: 90d   # how long --as-of / --publication keep answering
+#   raw: 365d           # how long committed Deliveries stay in _deliveries/
+#   compact_files: 32   # a capture compacts its table past this many files
+
 sources:
   shop:
     connector: sqlite

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from combined.catalog import Member
 from combined.errors import CombinedError, ConfigError
 from combined.lake._layout import LakeLayout
+from combined.lake._maintain import reading_version
 from combined.lake._table import LakeTable
 from combined.protocol.identity import quote_ident
 
@@ -43,6 +44,14 @@ _SHAPES = "_combined_shapes"
 
 class QueryError(CombinedError):
     """DuckDB rejected the query."""
+
+
+class FilesRemoved(QueryError):
+    """A member of the basis reads files the lake no longer holds (a vacuum removed them).
+
+    Its context names the member (``source``, ``dataset``, ``lake_version``);
+    the engine says which retention removed them.
+    """
 
 
 #: Seconds a query may run before it is interrupted (``combined sql --timeout``).
@@ -106,6 +115,8 @@ def _run(
     import duckdb
 
     allowed: list[str] = []
+    read: list[tuple[Member, list[str]]] = []
+    gone: list[QueryError] = []
     con.execute(f"CREATE SCHEMA {_SHAPES}")
     for m in members:
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(m.source)}")
@@ -113,9 +124,10 @@ def _run(
         if m.lake_version is None:
             continue
         table = LakeTable(layout.table(m.source, m.dataset), "", layout.store)
-        files = table.files(m.lake_version)
-        schema = table.schema(m.lake_version)
-        assert schema is not None
+        # The same rows in fewer files, once a compaction followed the publication.
+        version = reading_version(table, m.lake_version)
+        files, schema = _version_files(table, m, version)
+        read.append((m, files))
         # The version's schema, not its files', is the member's shape: a
         # column the table evolved to is there before any file holds it.
         shape = name if not files else f"{_SHAPES}.{quote_ident(f'{m.source}.{m.dataset}')}"
@@ -124,16 +136,23 @@ def _run(
         con.unregister("_empty")
         if files:
             if layout.store.remote:
-                scan = layout.store.arrow_source(
-                    con, f"_lake_{m.source}.{m.dataset}", files, schema
-                )
+                try:
+                    scan = layout.store.arrow_source(
+                        con, f"_lake_{m.source}.{m.dataset}", files, schema
+                    )
+                except FileNotFoundError:
+                    raise _removed(m) from None
             else:
                 allowed.extend(files)
                 scan = layout.store.duck_source(con, files)
-            con.execute(
-                f"CREATE VIEW {name} AS SELECT * FROM {shape} UNION ALL BY NAME "
-                f"SELECT * FROM {scan}"
-            )
+            try:
+                con.execute(
+                    f"CREATE VIEW {name} AS SELECT * FROM {shape} UNION ALL BY NAME "
+                    f"SELECT * FROM {scan}"
+                )
+            except duckdb.IOException:
+                # Said only if the query reads it: no view, a FilesRemoved when named.
+                gone.append(_gone(layout, [(m, files)]) or _unreadable(m))
     # From here DuckDB opens only the basis's files, extensions included,
     # and the query cannot change that.
     con.execute("SET allowed_paths = ?", [allowed])
@@ -149,15 +168,55 @@ def _run(
             hint="narrow the query (fewer columns or rows), or raise --memory-limit",
         ) from None
     except duckdb.CatalogException as exc:
-        raise _absent(con, query, members, publication) or QueryError(
+        raise _absent(con, query, members, publication, gone) or QueryError(
             f"the query failed: {exc}",
             hint="tables are named <source>.<dataset>; list them with `combined status`",
         ) from exc
-    except duckdb.Error as exc:
-        raise QueryError(
+    except (duckdb.Error, OSError) as exc:
+        raise _gone(layout, read) or QueryError(
             f"the query failed: {exc}",
             hint="tables are named <source>.<dataset>; list them with `combined status`",
         ) from exc
+
+
+def _version_files(table: LakeTable, m: Member, version: int) -> tuple[list[str], pa.Schema]:
+    """The data files and schema of a member's table version; FilesRemoved when it is gone."""
+    try:
+        files = table.files(version)
+        schema = table.schema(version)
+    except Exception:  # noqa: BLE001 - a version whose log the lake no longer holds
+        if table.version() is None:
+            raise
+        raise _removed(m) from None
+    assert schema is not None
+    return files, schema
+
+
+def _removed(m: Member) -> FilesRemoved:
+    return FilesRemoved(
+        f"{m.source}.{m.dataset} at lake version {m.lake_version}: its files are no "
+        "longer in the lake",
+        source=m.source,
+        dataset=m.dataset,
+        lake_version=m.lake_version,
+    )
+
+
+def _gone(layout: LakeLayout, read: list[tuple[Member, list[str]]]) -> FilesRemoved | None:
+    """The first member whose files are not all in the lake any more, said as such."""
+    for m, files in read:
+        if not all(layout.store.exists(f) for f in files):
+            return _removed(m)
+    return None
+
+
+def _unreadable(m: Member) -> QueryError:
+    return QueryError(
+        f"the files of {m.source}.{m.dataset} at lake version {m.lake_version} cannot be read",
+        hint="check the lake's storage; `combined repair` reconciles the catalog with it",
+        source=m.source,
+        dataset=m.dataset,
+    )
 
 
 def _interruptible(con: Any, query: str, timeout_s: float | None) -> pa.Table:
@@ -232,7 +291,11 @@ def _check_read_only(query: str) -> None:
 
 
 def _absent(
-    con: duckdb.DuckDBPyConnection, query: str, members: Sequence[Member], publication: Any
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    members: Sequence[Member],
+    publication: Any,
+    gone: Sequence[QueryError] = (),
 ) -> QueryError | None:
     """A ``<source>.<dataset>`` the query names that the basis does not hold, said as such.
 
@@ -245,8 +308,11 @@ def _absent(
     except Exception:  # noqa: BLE001 - the query's own error stands
         return None
     held = {f"{m.source}.{m.dataset}" for m in members if m.lake_version is not None}
+    unreadable = {f"{e.context['source']}.{e.context['dataset']}": e for e in gone}
     for raw in sorted(names):
         name = raw.split(" AS ")[0].replace('"', "")
+        if name in unreadable:
+            return unreadable[name]
         if "." in name and name not in held:
             when = (
                 ""

@@ -181,6 +181,19 @@ class LakeStore:
                 h.update(block)
         return h.hexdigest()
 
+    def read_bytes(self, location: str | Path) -> bytes | None:
+        """The bytes of a (small) lake file, or None when nothing is there."""
+        if not self.remote:
+            try:
+                return Path(location).read_bytes()
+            except FileNotFoundError:
+                return None
+        try:
+            with self.fs.open_input_stream(self.path(location)) as stream:
+                return bytes(stream.read())
+        except FileNotFoundError:
+            return None
+
     @contextmanager
     def written(self, location: str | Path) -> Iterator[tuple[str, pafs.FileSystem | None]]:
         """Write a file at ``location`` whole or not at all: yields (path, filesystem).

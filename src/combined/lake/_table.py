@@ -20,6 +20,8 @@ from combined.protocol import utcnow
 
 CommitMode = Literal["merge", "append", "overwrite"]
 METADATA_KEY = "combined"
+#: The key of a maintenance commit's metadata (``compact``, ``vacuum``): it changes no row.
+MAINTENANCE = "maintenance"
 #: Tables stay readable by every Delta reader: no deletion vectors, no column mapping.
 TABLE_CONFIGURATION: dict[str, str | None] = {"delta.enableDeletionVectors": "false"}
 
@@ -52,6 +54,10 @@ class LakeTable:
         self.app_id = app_id
         self.store = store or LakeStore.at(path)
         self._options = self.store.storage_options()
+
+    def delta(self, version: int | None = None) -> Any:
+        """The ``deltalake.DeltaTable`` (at ``version``), or None before the first commit."""
+        return self._open(version)
 
     def _open(self, version: int | None = None) -> Any:
         from deltalake import DeltaTable
@@ -105,6 +111,8 @@ class LakeTable:
             if raw is None:
                 continue
             meta = json.loads(raw) if isinstance(raw, str) else dict(raw)
+            if MAINTENANCE in meta:
+                continue  # a compaction or vacuum: same rows, no checkpoint
             meta["lake_version"] = int(entry["version"])
             meta["lake_timestamp_ms"] = entry.get("timestamp")
             out.append(meta)

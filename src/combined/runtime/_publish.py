@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 
 def _publish(conn: Connection, by_run: Mapping[str, Sequence[Member]], run_id: str | None) -> str:
     """Publish every Run's members as one publication; tell each dataset that changed."""
-    pub = cat.publish(conn, run_id, [m for members in by_run.values() for m in members])
+    pub = cat.publish(
+        conn, run_id, [m for members in by_run.values() for m in members], runs=list(by_run)
+    )
     for changed_by, members in by_run.items():
         for m in members:
             if m.changed:

@@ -39,6 +39,7 @@ from combined.quality._variance import expected_variance, record_reconciliation
 from combined.runtime._admit import admit as admit
 from combined.runtime._backfill import BackfillSpec, stage_partitioned
 from combined.runtime._cancel import CancelWatch
+from combined.runtime._compaction import compact_if_due
 from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, AttemptDeadline
 from combined.runtime._drift import declared_fields
 from combined.runtime._faults import fault
@@ -75,6 +76,8 @@ class Settings:
     #: executes the Runs it admits) or ``worker`` (a queue worker).
     worker: str = "embedded"
     attempt_timeout_s: float = DEFAULT_ATTEMPT_TIMEOUT_S  # an Attempt's reads stop past it
+    #: Per (source, dataset): the file count past which a capture compacts its table.
+    compact_files: Mapping[tuple[str, str], int] = dataclasses.field(default_factory=dict)
 
 
 #: The lease holder prefix of a recovery projecting a dataset's lake commits.
@@ -382,6 +385,10 @@ class Runner:
                 p.staged.extraction.acknowledge(p.staged.state)
         end_reads(self.catalog, run.id, [p.staged for p in prepared], ["success"] * len(prepared))
         area.erase_all()
+        for key in {(p.staged.plan.source, p.staged.plan.name) for p in prepared}:
+            compact_if_due(
+                self.catalog, self.layout, *key, run.id, self.settings.compact_files.get(key)
+            )
         self.reporter.run_finished(run.id, run.state)
         return run
 

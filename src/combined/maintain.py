@@ -1,0 +1,217 @@
+"""``combined maintain``: compaction, vacuum and raw-layer retention, by declared policy.
+
+For each dataset, under its lease (no capture of it runs meanwhile):
+
+1. its table's small files are compacted (one maintenance commit, same rows);
+2. its table is vacuumed: the files no kept publication reads are deleted.
+   A publication is kept while it is newer than ``retention.publications``
+   (and the basis in force at that horizon, and every newest one);
+3. its committed Deliveries older than ``retention.raw`` leave the raw layer:
+   the decision (what, why, which policy) is recorded first, as an Activity
+   event ``maintenance.raw_removed`` with the Deliveries marked ``expired``;
+   only then are their files deleted;
+4. its MAR table (``_usage/``) is compacted and vacuumed.
+
+Each step that changed something writes an Activity event.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from combined.catalog import Catalog
+from combined.catalog import data as cat
+from combined.config import Project
+from combined.config._retention import FOREVER, Retention
+from combined.lake import LakeLayout
+from combined.lake._maintain import compact, reading_version, vacuum
+from combined.lake._table import LakeTable
+from combined.protocol import utcnow
+
+#: The lease holder prefix of a maintenance (a Run id never starts so).
+HOLDER = "maintain:"
+
+
+def maintain(
+    project: Project,
+    catalog: Catalog,
+    layout: LakeLayout,
+    datasets: Sequence[tuple[str, str]],
+    *,
+    ttl: timedelta,
+    now: datetime | None = None,
+) -> list[dict[str, Any]]:
+    """Maintain each dataset under its lease; one report per dataset."""
+    now = now or utcnow()
+    reports = []
+    for source, dataset in datasets:
+        holder = f"{HOLDER}{uuid.uuid4().hex[:12]}"
+        if not catalog.acquire_lease(source, dataset, holder, ttl):
+            run = catalog.lease_holder(source, dataset)
+            reports.append({"dataset": f"{source}.{dataset}", "skipped": f"run {run} holds it"})
+            continue
+        try:
+            retention = project.retention_of(source, dataset)
+            reports.append(_dataset(catalog, layout, source, dataset, retention, now))
+        finally:
+            catalog.release_lease(source, dataset, holder)
+    return reports
+
+
+def _dataset(
+    catalog: Catalog,
+    layout: LakeLayout,
+    source: str,
+    dataset: str,
+    retention: Retention,
+    now: datetime,
+) -> dict[str, Any]:
+    table = layout.dataset_table(source, dataset)
+    report: dict[str, Any] = {"dataset": f"{source}.{dataset}"}
+    done = compact(table, "combined maintain")
+    report["compacted"] = 0 if done is None else done.files_removed
+    if done is not None:
+        _emit(catalog, "maintenance.compacted", source, dataset, **vars(done))
+    report["vacuumed"] = _vacuum_table(catalog, table, source, dataset, retention, now)
+    report["raw_removed"] = expire_raw(catalog, layout, source, dataset, retention, now)
+    usage = LakeTable(layout.usage(source, dataset), "", layout.store)
+    used = compact(usage, "combined maintain")
+    report["usage_vacuumed"] = len(vacuum(usage, set(), "the newest MAR version is kept"))
+    report["usage_compacted"] = 0 if used is None else used.files_removed
+    return report
+
+
+def _vacuum_table(
+    catalog: Catalog,
+    table: LakeTable,
+    source: str,
+    dataset: str,
+    retention: Retention,
+    now: datetime,
+) -> int:
+    """Vacuum the files no kept publication reads; the decision told as Activity."""
+    keep = retention.publications
+    since = None if keep == FOREVER else now - keep
+    with catalog.begin() as conn:
+        published = cat.kept_lake_versions(conn, source, dataset, since)
+    # A kept publication is read through its compaction (the same rows, fewer files).
+    kept = published | {reading_version(table, v) for v in published}
+    policy = retention.describe("publications")
+    removed = vacuum(table, kept, policy)
+    if removed:
+        _emit(
+            catalog,
+            "maintenance.vacuumed",
+            source,
+            dataset,
+            files=len(removed),
+            policy=policy,
+            kept_since=None if since is None else since.isoformat(),
+            kept_lake_versions=sorted(kept),
+        )
+    return len(removed)
+
+
+def expire_raw(
+    catalog: Catalog,
+    layout: LakeLayout,
+    source: str,
+    dataset: str,
+    retention: Retention,
+    now: datetime,
+) -> int:
+    """Remove the dataset's Deliveries committed before ``retention.raw``; how many went.
+
+    The decision is recorded first (Deliveries ``expired``, a
+    ``maintenance.raw_removed`` event naming them and the policy), then the
+    files are deleted: a crash in between leaves files the next maintenance
+    deletes, never a removal nobody decided.
+    """
+    if retention.raw == FOREVER:
+        return 0
+    horizon = now - retention.raw
+    policy = retention.describe("raw")
+    with catalog.begin() as conn:
+        rows = [
+            d
+            for d in cat.deliveries(
+                conn, source=source, dataset=dataset, states=["committed", "expired"]
+            )
+            if d.committed_at is not None and d.committed_at < horizon
+        ]
+        fresh = [d for d in rows if d.state == "committed"]
+        if fresh:
+            cat.mark_deliveries(conn, [d.id for d in fresh], "expired")
+            cat.emit(
+                conn,
+                "maintenance.raw_removed",
+                source=source,
+                dataset=dataset,
+                deliveries=[d.id for d in fresh],
+                sequences=[min(d.sequence for d in fresh), max(d.sequence for d in fresh)],
+                committed_before=horizon.isoformat(),
+                reason=f"committed before {horizon.isoformat()}, older than {policy}",
+                policy=policy,
+            )
+    for d in rows:
+        layout.store.delete(d.path)
+    return len(fresh)
+
+
+def _emit(catalog: Catalog, kind: str, source: str, dataset: str, **body: Any) -> None:
+    with catalog.begin() as conn:
+        cat.emit(conn, kind, source=source, dataset=dataset, **body)
+
+
+def explain_removed(catalog: Catalog, project: Project, exc: Any, publication: Any) -> Any:
+    """A query's missing files (``exc``, a ``FilesRemoved``) said with what removed them."""
+    from combined.errors import FilesExpired
+
+    source, dataset = exc.context["source"], exc.context["dataset"]
+    version = exc.context["lake_version"]
+    with catalog.begin() as conn:
+        events = cat.activity(
+            conn, limit=1, kind="maintenance.vacuumed", source=source, dataset=dataset, exact=True
+        )
+    read = (
+        f"publication {publication.id} (published {publication.published_at.isoformat()}) "
+        f"reads {source}.{dataset} at lake version {version}"
+    )
+    if not events:
+        return FilesExpired(
+            f"{read}, whose files are no longer in the lake: they were removed outside "
+            "Combined (a VACUUM of the table, or the expiry of its Delta log)",
+            hint="query a later publication (`combined publications` lists them); remove "
+            "a table's files only with `combined maintain`, which keeps what publications read",
+            **exc.context,
+        )
+    body = events[0].body or {}
+    since = body.get("kept_since")
+    return FilesExpired(
+        f"{read}, whose files `combined maintain` removed on {events[0].at.isoformat()} under "
+        f"{body.get('policy')}" + (f": publications before {since} are not kept" if since else ""),
+        hint="query a newer publication or instant (`combined publications` lists them); "
+        "lengthen retention.publications in combined.yaml to keep more from now on",
+        **exc.context,
+    )
+
+
+def compact_ledger(layout: LakeLayout) -> dict[str, Any]:
+    """Compact and vacuum the ledger's tables (``_combined/``): one file per record otherwise."""
+    compacted = vacuumed = 0
+    for name in ("publications", "quarantine", "runs"):
+        table = LakeTable(layout.store.join("_combined", name), "", layout.store)
+        done = compact(table, "combined maintain")
+        compacted += 0 if done is None else done.files_removed
+        vacuumed += len(vacuum(table, set(), "the ledger's newest version is kept"))
+    return {
+        "dataset": "_combined (ledger)",
+        "compacted": compacted,
+        "vacuumed": vacuumed,
+        "raw_removed": 0,
+        "usage_compacted": 0,
+        "usage_vacuumed": 0,
+    }

@@ -1,0 +1,231 @@
+"""``combined maintain`` and compaction triggered by captures, on a local and an S3 lake.
+
+Before maintenance existed, nothing compacted or vacuumed a table (300
+captures left 300 files), the raw layer only grew, and a query of a
+publication whose files were vacuumed exited 70 ("this is a bug").
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from combined.engine import Engine
+from combined.lake._maintain import file_count, reading_version
+
+CLICKS = "      clicks:\n        sync_mode: append\n      people:\n        key: [id]\n"
+
+
+def _project(root: Path, tools: Any, lake_url: str, extra: str = "", top: str = "") -> Path:
+    tools.make(root)
+    project = root / "combined.yaml"
+    text = project.read_text().replace("lake: ./lake", f"lake: {lake_url}\n{top}".rstrip())
+    project.write_text(text + CLICKS + extra)
+    tools.sql(
+        root,
+        "CREATE TABLE clicks (page TEXT, n INTEGER);"
+        "CREATE TABLE people (id INTEGER PRIMARY KEY, name TEXT);"
+        "INSERT INTO people VALUES (1, 'a'), (2, 'b');",
+    )
+    return project
+
+
+def _capture(engine: Engine, tools: Any, root: Path, i: int) -> str:
+    """One small capture of clicks (a row more) and people (a row changed); its publication."""
+    tools.sql(
+        root,
+        f"INSERT INTO clicks VALUES ('p{i}', {i}); UPDATE people SET name = 'n{i}' WHERE id = 1;",
+    )
+    (run,) = engine.capture(["shop.clicks", "shop.people"])
+    assert run.state == "succeeded", run.error
+    return str(engine.publications(1)[0]["id"])
+
+
+def _deliveries(engine: Engine, dataset: str) -> list[Any]:
+    from combined.catalog import data as cat
+
+    with engine.catalog.begin() as conn:
+        return cat.deliveries(conn, source="shop", dataset=dataset)
+
+
+#: (A snapshot append keeps every capture's rows: count the pages, not the rows.)
+_COUNT = "SELECT count(DISTINCT page) AS n, max(n) AS top FROM shop.clicks"
+
+
+def _count(engine: Engine, **kw: Any) -> dict[str, Any]:
+    (row,) = engine.sql(_COUNT, **kw).to_pylist()
+    return dict(row)
+
+
+def test_maintain_compacts_and_vacuums_what_no_kept_publication_reads(
+    tmp_path: Path, tools: Any, lake_url: str
+) -> None:
+    project = _project(tmp_path, tools, lake_url, top="retention: {publications: 2s}")
+    engine = Engine.open(project)
+    try:
+        old = [_capture(engine, tools, tmp_path, i) for i in range(1, 6)]
+        answers = {p: _count(engine, publication=p) for p in old}
+        assert answers[old[2]] == {"n": 3, "top": 3}
+        clicks = engine.layout.dataset_table("shop", "clicks")
+        assert file_count(clicks) == 5
+        (c, p) = engine.maintain(["shop.clicks", "shop.people"])
+        # compacted; the newest publication reads every small file, so they stay
+        assert (c["compacted"], c["vacuumed"]) == (5, 0), c
+        assert file_count(clicks) == 1
+        between = datetime.now(UTC)
+        newest = _capture(engine, tools, tmp_path, 6)
+        answers[newest] = _count(engine, publication=newest)
+        time.sleep(2.5)  # every publication but the newest is past the retention
+        (c, p) = engine.maintain(["shop.clicks", "shop.people"])
+        assert c["compacted"] == 2 and c["vacuumed"] == 5, c  # the five small files
+        assert p["vacuumed"] >= 1, p  # files the merges replaced
+        # the newest publication reads the compacted version: the same rows
+        assert _count(engine) == answers[newest] == {"n": 6, "top": 6}
+        published = engine.publications(1)[0]["member_rows"]
+        version = {m["dataset"]: m["lake_version"] for m in published}["clicks"]
+        assert reading_version(clicks, version) > version
+        # a publication older than the retention: a clear error naming it, exit 2
+        out = tools.cli(tmp_path, "sql", _COUNT, "--publication", old[0])
+        assert out.returncode == 2, out.stderr
+        assert "retention.publications: 2s (retention)" in out.stderr
+        assert "combined maintain" in out.stderr and old[0] in out.stderr
+        # (its clicks are still read through their compaction; its people are gone)
+        assert _count(engine, as_of=between) == answers[old[4]]
+        people = "SELECT count(*) AS n FROM shop.people"
+        out = tools.cli(tmp_path, "sql", people, "--as-of", between.isoformat())
+        assert out.returncode == 2 and "retention.publications" in out.stderr, out.stderr
+        kinds = [a["kind"] for a in engine.activity(kind="maintenance")]
+        assert "maintenance.vacuumed" in kinds and "maintenance.compacted" in kinds
+        # a second maintenance has nothing left to do, and changes no answer
+        (c, p) = engine.maintain(["shop.clicks", "shop.people"])
+        assert (c["compacted"], c["vacuumed"], p["compacted"]) == (0, 0, 0)
+        assert _count(engine) == answers[newest]
+        tools.sql(tmp_path, "INSERT INTO clicks VALUES ('late', 7);")
+        (run,) = engine.capture(["shop.clicks"])  # a capture goes on after maintenance
+        assert run.state == "succeeded", run.error
+        assert _count(engine) == {"n": 7, "top": 7}
+    finally:
+        engine.close()
+
+
+def test_by_default_every_publication_stays_readable(
+    tmp_path: Path, tools: Any, lake_url: str
+) -> None:
+    """The default retention keeps every publication: maintain only compacts."""
+    engine = Engine.open(_project(tmp_path, tools, lake_url))
+    try:
+        pubs = [_capture(engine, tools, tmp_path, i) for i in range(1, 5)]
+        answers = [_count(engine, publication=p) for p in pubs]
+        (c,) = engine.maintain(["shop.clicks"])
+        assert c["compacted"] == 4 and c["raw_removed"] == 0
+        assert [_count(engine, publication=p) for p in pubs] == answers
+        # every dataset, and the ledger
+        *_, ledger = engine.maintain()
+        # (four publications and four ended Runs: a file each)
+        assert ledger["dataset"] == "_combined (ledger)" and ledger["compacted"] == 8
+        from combined.lake._ledger import Ledger
+
+        assert [r["id"] for r in Ledger(engine.layout).records()] == pubs
+    finally:
+        engine.close()
+
+
+def test_a_vacuum_outside_combined_is_a_clear_error(
+    tmp_path: Path, tools: Any, lake_url: str
+) -> None:
+    engine = Engine.open(_project(tmp_path, tools, lake_url))
+    try:
+        first = _capture(engine, tools, tmp_path, 1)
+        _capture(engine, tools, tmp_path, 2)
+        table = engine.layout.dataset_table("shop", "people")
+        table.delta().vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False)
+    finally:
+        engine.close()
+    out = tools.cli(tmp_path, "sql", "SELECT * FROM shop.people", "--publication", first)
+    assert out.returncode == 2, out.stderr
+    assert "removed outside Combined" in out.stderr and "internal error" not in out.stderr
+
+
+def test_raw_deliveries_past_retention_are_removed_by_a_recorded_decision(
+    tmp_path: Path, tools: Any, lake_url: str
+) -> None:
+    extra = "        retention: {raw: 1s}\n"  # on people only
+    engine = Engine.open(_project(tmp_path, tools, lake_url, extra))
+    try:
+        for i in range(1, 4):
+            _capture(engine, tools, tmp_path, i)
+        store = engine.layout.store
+        paths = {d: [r.path for r in _deliveries(engine, d)] for d in ("clicks", "people")}
+        assert all(store.exists(p) for ps in paths.values() for p in ps) and paths["people"]
+        time.sleep(1.2)
+        (c, p) = engine.maintain(["shop.clicks", "shop.people"])
+        assert c["raw_removed"] == 0 and p["raw_removed"] == len(paths["people"])
+        assert not any(store.exists(x) for x in paths["people"])
+        assert all(store.exists(x) for x in paths["clicks"])  # forever, by default
+        (event,) = engine.activity(kind="maintenance.raw_removed")
+        assert event["dataset"] == "people"
+        assert event["body"]["policy"] == (
+            "retention.raw: 1s (sources.shop.datasets.people.retention)"
+        )
+        assert len(event["body"]["deliveries"]) == len(paths["people"])
+        assert {r.state for r in _deliveries(engine, "people")} == {"expired"}
+        # the table's rows are untouched; nothing is decided twice
+        assert engine.sql("SELECT count(*) AS n FROM shop.people").to_pylist() == [{"n": 2}]
+        engine.maintain(["shop.people"])
+        assert len(engine.activity(kind="maintenance.raw_removed")) == 1
+    finally:
+        engine.close()
+
+
+def test_a_capture_compacts_its_table_past_the_threshold(
+    tmp_path: Path, tools: Any, lake_url: str
+) -> None:
+    top = "retention: {compact_files: 3}"
+    engine = Engine.open(_project(tmp_path, tools, lake_url, top=top))
+    try:
+        pubs = [_capture(engine, tools, tmp_path, i) for i in range(1, 9)]
+        clicks = engine.layout.dataset_table("shop", "clicks")
+        assert file_count(clicks) <= 3
+        events = engine.activity(kind="maintenance.compacted")
+        assert events and all(e["body"]["trigger"] == "capture" for e in events)
+        assert events[0]["run_id"] is not None
+        # nothing vacuumed: every publication still answers as it did
+        assert [_count(engine, publication=p)["n"] for p in pubs] == list(range(1, 9))
+    finally:
+        engine.close()
+
+
+def test_maintain_compacts_the_usage_tables_and_prints_json(
+    tmp_path: Path, tools: Any, lake_url: str
+) -> None:
+    engine = Engine.open(_project(tmp_path, tools, lake_url))
+    try:
+        for i in range(1, 5):
+            _capture(engine, tools, tmp_path, i)
+        billed = engine.usage()
+    finally:
+        engine.close()
+    out = tools.cli(tmp_path, "maintain", "shop.people", "--json")
+    assert out.returncode == 0, out.stderr
+    (report,) = json.loads(out.stdout)
+    assert report["dataset"] == "shop.people" and report["usage_compacted"] >= 2
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        assert engine.usage() == billed
+        tools.sql(tmp_path, "INSERT INTO people VALUES (3, 'c');")
+        (run,) = engine.capture(["shop.people"])
+        assert run.state == "succeeded", run.error
+        (usage,) = [u for u in engine.usage() if u["dataset"] == "people"]
+        assert usage["inserts"] == 3
+    finally:
+        engine.close()
+
+
+def test_a_bad_retention_is_refused(tmp_path: Path, tools: Any) -> None:
+    _project(tmp_path, tools, "./lake", top="retention: {publications: soon}")
+    out = tools.cli(tmp_path, "maintain")
+    assert out.returncode == 2
+    assert "retention.publications must be a duration or forever" in out.stderr
