@@ -264,7 +264,7 @@ class Written:
 
     bytes: int  # size of files that are new or changed
     files: int  # files that are new or changed
-    data_files: int  # new or changed .parquet files outside any _delta_log
+    data_files: int  # new or changed .parquet files outside any _delta_log and the ledger
     data_bytes: int
     net_bytes: int  # total size after minus total size before
     linked_bytes: int = 0  # new paths that are hard links of a file counted already
@@ -298,7 +298,10 @@ def written(before: Listing, after: Listing) -> Written:
         seen.add(ino)
         nbytes += size
         files += 1
-        if rel.endswith(".parquet") and "_delta_log" not in Path(rel).parts:
+        parts = Path(rel).parts
+        # The governance ledger (``_combined/``, docs/readers.md) records each
+        # publication and Run: bookkeeping, not the data a capture writes.
+        if rel.endswith(".parquet") and "_delta_log" not in parts and "_combined" not in parts:
             data_files += 1
             data_bytes += size
     net = sum(e[0] for e in after.values()) - sum(e[0] for e in before.values())

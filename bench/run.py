@@ -325,7 +325,7 @@ def lake_notes(res: CaseResult) -> list[str]:
     areas = res.extra.get("lake_areas") or {}
     if not areas:
         return []
-    names = {"pg": "table", "_deliveries": "raw", "_usage": "usage"}
+    names = {"pg": "table", "_deliveries": "raw", "_usage": "usage", "_combined": "ledger"}
 
     def name(area: str) -> str:
         top, _, linked = area.partition(" ")

@@ -6,6 +6,7 @@ import base64
 import csv
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +120,12 @@ def test_sql_csv_has_no_python_reprs(captured: Path, tools: Any) -> None:
     assert json.loads(row["l"]) == [1, None, 3] and json.loads(row["s"]) == {"a": 1, "b": "x"}
     assert row["yes"] == "true" and row["nothing"] == "" and "None" not in out
     assert row["t"].startswith("2026-11-29T") and "datetime" not in out
+
+
+def test_sql_tables_show_binary_digests_as_hex(captured: Path, tools: Any) -> None:
+    """A v2 identity is 16 bytes: a table showed it as a Python bytes repr (b'\\x..')."""
+    shown = _ok(
+        tools, captured, "sql", "SELECT _combined_id, _combined_payload_hash FROM shop.orders"
+    )
+    assert "b'" not in shown and 'b"' not in shown
+    assert len(re.findall(r"\b[0-9a-f]{32}\b", shown)) >= 2

@@ -60,10 +60,10 @@ def test_history_cli_lists_versions_with_parent_counts_totals_run_publication_la
     finally:
         engine.close()
     assert _table_rows(shown.stdout) == [
-        [v1["id"][:12], "-", "200", "0", "0", "200", first.id, "0", first.publication_id],
+        [v1["id"], "-", "200", "0", "0", "200", first.id, "0", first.publication_id],
         [
-            v2["id"][:12],
-            v1["id"][:12],
+            v2["id"],
+            v1["id"],
             "1",
             "10",
             "5",

@@ -127,6 +127,15 @@ def _progress() -> Any:
     return reporter()
 
 
+def _cell(value: Any) -> str:
+    """A query's value in a table: bytes (a v2 identity or payload hash) as hex."""
+    if value is None:
+        return ""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    return str(value)
+
+
 def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
@@ -393,7 +402,7 @@ def _print_result(result: Any, fmt: str) -> None:
     else:
         t = table(*result.column_names)
         for row in rows:
-            t.add_row(*["" if v is None else str(v) for v in row.values()])
+            t.add_row(*[_cell(v) for v in row.values()])
         print_table(t)
 
 
