@@ -28,6 +28,7 @@ from combined.delivery import Limits
 from combined.errors import ConfigError, ProtocolViolation
 from combined.lake import LakeLayout
 from combined.lake._ledger import Ledger
+from combined.runtime._admit import admit_retry
 from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, env_seconds
 from combined.runtime._leases import lease_ttl
 from combined.runtime._memory import tune_allocators
@@ -503,17 +504,7 @@ class Engine(Reading):
                         hint=f"see `combined run show {later.id}`; capture again with "
                         f"`combined capture {old.source}`",
                     )
-            admission = runs_repo.get_admission(conn, old.admission_id)
-            run = admit(
-                self.catalog,
-                source=old.source,
-                datasets=old.datasets,
-                trigger="retry",
-                admission=admission,
-                retry_of=old.id,
-                enqueue=enqueue,
-                conn=conn,
-            )
+            run = admit_retry(self.catalog, conn, old, enqueue=enqueue)
         if enqueue:
             return run
         run = self.runner.execute(run)

@@ -13,7 +13,7 @@ yet published, or never captured.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -73,14 +73,20 @@ class Explanation:
 # -- the key ---------------------------------------------------------------------------
 
 
-def _dataset(engine: Engine, name: str) -> tuple[str, str, list[str]]:
-    """(source, dataset, key columns) of ``SOURCE.DATASET``, or a clear error."""
+def split_name(name: str) -> tuple[str, str]:
+    """(source, dataset) of ``SOURCE.DATASET``, or a clear error."""
     source, dot, dataset = name.partition(".")
     if not dot or not source or not dataset:
         raise ConfigError(
             f"{name!r} does not name a dataset",
             hint="name it SOURCE.DATASET, e.g. shop.orders (see `combined status`)",
         )
+    return source, dataset
+
+
+def _dataset(engine: Engine, name: str) -> tuple[str, str, list[str]]:
+    """(source, dataset, key columns) of ``SOURCE.DATASET``, or a clear error."""
+    source, dataset = split_name(name)
     declared = engine.project.dataset(source, dataset)
     key = list(declared.key or [])
     if not key:
@@ -221,22 +227,32 @@ def _text(value: Any) -> str | None:
     return value.hex() if isinstance(value, bytes) else str(value)
 
 
+def _key_match(literals: Mapping[str, str]) -> str:
+    """SQL: the row's key columns equal the given (typed) values."""
+    return " AND ".join(f"{quote_ident(c)} = {lit}" for c, lit in literals.items())
+
+
+def _identities(scan: str, literals: Mapping[str, str]) -> str:
+    """SQL: the identities of the key's rows in ``scan``."""
+    return f"SELECT {prov.ID} FROM {scan} WHERE {_key_match(literals)}"
+
+
 def _matching(scan: str, literals: Mapping[str, str]) -> str:
     """The rows of the key in ``scan``, deletes (which carry only the identity) included."""
-    match = " AND ".join(f"{quote_ident(c)} = {lit}" for c, lit in literals.items())
     return (
-        f"SELECT * FROM {scan} WHERE ({match}) OR {prov.ID} IN "
-        f"(SELECT {prov.ID} FROM {scan} WHERE {match})"
+        f"SELECT * FROM {scan} WHERE ({_key_match(literals)}) OR {prov.ID} IN "
+        f"({_identities(scan, literals)})"
     )
 
 
 def _versions(
     con: duckdb.DuckDBPyConnection,
     files: Mapping[str, tuple[_Commit, dict[str, Any]]],
+    scan: str,
     literals: Mapping[str, str],
 ) -> list[RowVersion]:
-    """The key's rows in the raw layer, in commit order, with each commit's evidence."""
-    scan = _scan(list(files))
+    """The key's rows in ``scan`` (the raw ``files``), in commit order, with each commit's
+    evidence."""
     query = f"{_matching(scan, literals)} UNION ALL BY NAME "
     query += f"SELECT * FROM {scan} WHERE {prov.OP} = 'truncate'"
     found: list[tuple[int, int, int, RowVersion]] = []
@@ -284,22 +300,11 @@ def _replacements(
         ops = {_text(i): str(op) for i, op in rows}
         for v in mine:
             if v.identity in ops:
-                out.append(_with_op(v, ops.pop(v.identity)))
+                out.append(replace(v, op=ops.pop(v.identity)))
         for identity, op in ops.items():
             if op == "delete":
                 out.append(_version(commit, None, "delete", {prov.ID: identity}))
     return out
-
-
-def _identities(scan: str, literals: Mapping[str, str]) -> str:
-    match = " AND ".join(f"{quote_ident(c)} = {lit}" for c, lit in literals.items())
-    return f"SELECT {prov.ID} FROM {scan} WHERE {match}"
-
-
-def _with_op(v: RowVersion, op: str) -> RowVersion:
-    from dataclasses import replace
-
-    return replace(v, op=op)
 
 
 # -- publications and the projection -----------------------------------------------------
@@ -309,8 +314,6 @@ def _published(
     engine: Engine, source: str, dataset: str, versions: list[RowVersion]
 ) -> list[RowVersion]:
     """Each version with the first publication whose basis holds it."""
-    from dataclasses import replace
-
     import sqlalchemy as sa
 
     from combined.catalog import _schema as t
@@ -344,10 +347,10 @@ def _current(
         pub = cat.get_publication(conn, publication_id=None, as_of=None)
     if pub is None:
         return [], None
-    match = " AND ".join(f"{quote_ident(c)} = {lit}" for c, lit in literals.items())
     try:
         table = engine.sql(
-            f"SELECT * FROM {quote_ident(source)}.{quote_ident(dataset)} WHERE {match}",
+            f"SELECT * FROM {quote_ident(source)}.{quote_ident(dataset)} "
+            f"WHERE {_key_match(literals)}",
             publication=pub.id,
         )
     except NotFoundError:
@@ -469,10 +472,10 @@ def explain(engine: Engine, name: str, values: Sequence[str]) -> Explanation:
     try:
         layout.store.attach(con)
         if files:
-            types = _describe(con, _scan(list(files)))
-            literals = _typed_literals(con, types, key, values)
-            versions = _versions(con, files, literals)
-            ids = _identities(_scan(list(files)), literals)
+            scan = _scan(list(files))
+            literals = _typed_literals(con, _describe(con, scan), key, values)
+            versions = _versions(con, files, scan, literals)
+            ids = _identities(scan, literals)
             versions = _replacements(con, layout, source, dataset, commits, versions, ids)
             current, publication = _current(engine, source, dataset, literals)
         else:

@@ -193,11 +193,6 @@ def build(engine: Engine, source: str) -> SourcePlan:
     )
 
 
-def dataset_names(ev: _Evidence) -> Sequence[str]:
-    """The source's datasets, in the order the project declares them."""
-    return list(ev.datasets)
-
-
 # -- the document -------------------------------------------------------------------------
 
 _MARKS: dict[str, str] = {

@@ -245,11 +245,9 @@ def replay(
     engine: Engine, name: str, *, to_version: str | None = None, into: str | None = None
 ) -> Replay:
     """Rebuild ``SOURCE.DATASET``'s projection from its raw Deliveries and compare it."""
-    from combined.evidence._explain import _scan
+    from combined.evidence._explain import _scan, split_name
 
-    source, dot, dataset = name.partition(".")
-    if not dot or not source or not dataset:
-        raise ConfigError(f"{name!r} does not name a dataset", hint="name it SOURCE.DATASET")
+    source, dataset = split_name(name)
     sync_mode = engine.project.dataset(source, dataset).sync_mode
     layout = engine.layout
     commits, version = _upto(_commits(layout, source, dataset), to_version)

@@ -67,3 +67,25 @@ def admit(
 
 
 __all__ = ["admit"]
+
+
+def admit_retry(
+    catalog: Catalog,
+    conn: Connection,
+    run: Run,
+    *,
+    enqueue: bool,
+    not_before: datetime | None = None,
+) -> Run:
+    """A retry of ``run`` under its own admission, never a newer configuration."""
+    return admit(
+        catalog,
+        source=run.source,
+        datasets=run.datasets,
+        trigger="retry",
+        admission=runs_repo.get_admission(conn, run.admission_id),
+        retry_of=run.id,
+        enqueue=enqueue,
+        conn=conn,
+        not_before=not_before,
+    )

@@ -24,10 +24,9 @@ from sqlalchemy.engine import Connection
 
 from combined.catalog import Catalog, Run
 from combined.catalog import data as cat
-from combined.catalog import runs as runs_repo
 from combined.errors import CombinedError, RetryLater
 from combined.protocol import utcnow
-from combined.runtime._admit import admit
+from combined.runtime._admit import admit_retry
 
 #: The longest backoff between two Attempts (a source's own Retry-After aside).
 MAX_BACKOFF_S = 60.0
@@ -69,18 +68,7 @@ def retrying(tries: int, initial: float = 0.5) -> tenacity.Retrying:
 def defer_retry(catalog: Catalog, conn: Connection, run: Run, exc: RetryLater) -> Run:
     """Queue a retry of the failed ``run`` that no worker takes before the time the source asked."""
     not_before: datetime = utcnow() + timedelta(seconds=asked_wait(exc) or 0.0)
-    admission = runs_repo.get_admission(conn, run.admission_id)
-    later = admit(
-        catalog,
-        source=run.source,
-        datasets=run.datasets,
-        trigger="retry",
-        admission=admission,
-        retry_of=run.id,
-        enqueue=True,
-        conn=conn,
-        not_before=not_before,
-    )
+    later = admit_retry(catalog, conn, run, enqueue=True, not_before=not_before)
     cat.emit(
         conn,
         "run.retry_deferred",
