@@ -196,3 +196,24 @@ def test_sqlite_and_mariadb_keys_are_measured(
         refuted = _about(_claims(plan, "Idempotency"), "tags", "NOT unique")
         assert refuted["status"] == "refuted", plan["source"]
         assert "4 rows, 2 distinct keys, 1 with a null part" in refuted["text"]
+
+
+def test_an_unreachable_sources_plan_never_shows_its_password(
+    tmp_path: Path, tools: Any, monkeypatch: Any
+) -> None:
+    """The diagnostic quotes the source's error: the password it was given stays masked."""
+    secret = "pl4n-s3cret-value"
+    monkeypatch.setenv("COMBINED_TEST_PLAN_PASSWORD", secret)
+    dsn = f"postgresql://postgres:{secret}@127.0.0.1:{_closed_port()}/nowhere"
+    (tmp_path / "combined.yaml").write_text(
+        "version: 1\nlake: ./lake\nsources:\n  pg:\n    connector: postgres\n    config:\n"
+        '      dsn: {secret: "env:COMBINED_TEST_PLAN_DSN"}\n'
+        '      password: {secret: "env:COMBINED_TEST_PLAN_PASSWORD"}\n'
+        "    datasets:\n      orders:\n        relation: public.orders\n        key: [id]\n"
+    )
+    env = {"COMBINED_TEST_PLAN_DSN": dsn, "COMBINED_TEST_PLAN_PASSWORD": secret}
+    for args in (["plan", "pg"], ["plan", "pg", "--json"]):
+        result = tools.cli(tmp_path, *args, env=env)
+        assert result.returncode == 0, result.stderr
+        assert "could not be reached" in result.stdout
+        assert secret not in result.stdout + result.stderr
