@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import csv
 import io
 import json
@@ -105,8 +104,8 @@ def test_sql_json_is_strict_and_lossless(captured: Path, tools: Any) -> None:
 
     (row,) = json.loads(out, parse_constant=refuse)  # NaN or Infinity would fail here
     assert (row["nan"], row["inf"], row["ninf"], row["f"]) == ("NaN", "Infinity", "-Infinity", 1.5)
-    assert base64.b64decode(row["b"]) == b"\x00\xff"
-    assert row["l"] == [1, None, 3] and [base64.b64decode(x) for x in row["bl"]] == [b"\xaa"]
+    assert bytes.fromhex(row["b"]) == b"\x00\xff"
+    assert row["l"] == [1, None, 3] and [bytes.fromhex(x) for x in row["bl"]] == [b"\xaa"]
     assert row["s"] == {"a": 1, "b": "x"} and row["d"] == "12345678901234567890.12"
     assert row["t"].startswith("2026-11-29T") and row["yes"] is True and row["nothing"] is None
     assert row["n"] == 200
@@ -116,7 +115,7 @@ def test_sql_csv_has_no_python_reprs(captured: Path, tools: Any) -> None:
     out = _ok(tools, captured, "sql", "--format", "csv", QUERY)
     (row,) = list(csv.DictReader(io.StringIO(out)))
     assert (row["nan"], row["inf"], row["ninf"]) == ("NaN", "Infinity", "-Infinity")
-    assert base64.b64decode(row["b"]) == b"\x00\xff" and "b'" not in out
+    assert bytes.fromhex(row["b"]) == b"\x00\xff" and "b'" not in out
     assert json.loads(row["l"]) == [1, None, 3] and json.loads(row["s"]) == {"a": 1, "b": "x"}
     assert row["yes"] == "true" and row["nothing"] == "" and "None" not in out
     assert row["t"].startswith("2026-11-29T") and "datetime" not in out

@@ -30,7 +30,6 @@ from combined.cli._output import (
     emit_csv,
     emit_json,
     emit_records,
-    plain,
     print_table,
     table,
 )
@@ -405,7 +404,7 @@ def discover(
     with _session(project) as engine:
         found = engine.discover(source)
     if fmt == "json":
-        emit_json(plain(asdict(found)))
+        emit_json(asdict(found))
         return
     for d in found.datasets:
         rows = "" if d.estimated_rows is None else f", ~{d.estimated_rows} rows"

@@ -10,20 +10,16 @@ value is ``None``, ``True`` or a ``datetime(...)``.
 
 from __future__ import annotations
 
-import base64
 import csv
-import dataclasses
 import json
-import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import date, datetime, time, timedelta
-from decimal import Decimal
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
+from combined.api._json import jsonable
 from combined.cli import _fail, console
 
 FORMATS = ("table", "json", "csv")
@@ -69,44 +65,9 @@ def print_table(t: Table) -> None:
         wide.print(t)
 
 
-def plain(value: Any) -> Any:
-    """``value`` in JSON's types, for a query's values and the catalog's alike.
-
-    Non-finite floats are the strings ``"NaN"``, ``"Infinity"`` and
-    ``"-Infinity"`` (JSON has no such numbers, and null would read as SQL
-    NULL); bytes are base64; decimals are text (a JSON number would round
-    them in most readers); instants, dates and times ISO 8601; durations a
-    number of seconds; lists and structs arrays and objects, a map an array
-    of ``[key, value]`` pairs (its keys need not be text).
-    """
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return value
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, datetime | date | time):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if hasattr(value, "_mapping"):  # a catalog row
-        return plain(dict(value._mapping))
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [plain(v) for v in value]
-    return str(value)
-
-
 def cell(value: Any) -> str:
-    """One CSV field: empty for null, lists and objects as JSON, the rest as :func:`plain`."""
-    value = plain(value)
+    """One CSV field: empty for null, lists and objects as JSON, the rest as :func:`jsonable`."""
+    value = jsonable(value)
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -118,7 +79,7 @@ def cell(value: Any) -> str:
 
 def emit_json(value: Any) -> None:
     """``value`` as one line of strict JSON (no NaN) on stdout."""
-    sys.stdout.write(json.dumps(plain(value), ensure_ascii=False, allow_nan=False) + "\n")
+    sys.stdout.write(json.dumps(jsonable(value), ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def emit_csv(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
