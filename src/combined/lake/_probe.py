@@ -20,12 +20,19 @@ _SECRET_ENV = (
     "AZURE_STORAGE_ACCOUNT_KEY",
     "AZURE_STORAGE_KEY",
     "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_CONNECTION_STRING",
 )
 
 #: (what the store's error says, what is missing, what to do).
 _REASONS = (
     (
-        ("NO_SUCH_BUCKET", "NoSuchBucket", "bucket does not exist", "ContainerNotFound"),
+        (
+            "NO_SUCH_BUCKET",
+            "NoSuchBucket",
+            "bucket does not exist",
+            "ContainerNotFound",
+            "NOT_FOUND: ",  # Google's client: a write's only missing thing is its bucket
+        ),
         "its bucket or container does not exist",
         "create it, or correct the bucket in `lake:`",
     ),
@@ -38,6 +45,7 @@ _REASONS = (
             "credentials",
             "Credentials",
             "AuthenticationFailed",
+            "failed to authenticate",  # Azure's answer to a wrong account key
         ),
         "the store refused the credentials (none, or not valid)",
         "set the store's credentials in the environment (AWS_ACCESS_KEY_ID and "
@@ -58,6 +66,8 @@ def check_store(store: LakeStore) -> None:
     The message names the lake and what is missing (the bucket, the
     credentials, a permission); no credential value appears in it.
     """
+    from pyarrow.lib import ArrowException
+
     probe = store.join(f".write-probe-{uuid.uuid4().hex}")
     try:
         with store.fs.open_output_stream(store.path(probe)) as out:
@@ -65,7 +75,7 @@ def check_store(store: LakeStore) -> None:
         store.delete(probe)
     except LakeNotWritable:
         raise
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, ArrowException) as exc:
         text = str(exc)
         missing, hint = next(
             ((what, hint) for signs, what, hint in _REASONS if any(s in text for s in signs)),

@@ -12,6 +12,7 @@ never from combined.yaml.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator, Sequence
@@ -76,9 +77,13 @@ class LakeStore:
     def storage_options(self) -> dict[str, str] | None:
         """delta-rs options: safe concurrent commits through the store's conditional put.
 
-        Everything else (keys, region, endpoint, ``AWS_ALLOW_HTTP``) delta-rs
-        reads from the environment itself.
+        Everything else (keys, region, endpoint, ``AWS_ALLOW_HTTP``, Azure's
+        account and emulator) delta-rs reads from the environment itself; a
+        GCS emulator (``STORAGE_EMULATOR_HOST``) it is pointed at here.
         """
+        if self.scheme in ("gs", "gcs"):
+            emulator = _gcs_emulator()
+            return None if emulator is None else {"google_service_account_key": emulator[0]}
         if self.scheme not in ("s3", "s3a"):
             return None
         options: dict[str, str] = {}
@@ -249,10 +254,7 @@ class LakeStore:
         """
         if not self.remote or self.scheme in con.list_filesystems():
             return
-        from fsspec.implementations.arrow import ArrowFSWrapper
-
-        wrapper = type("LakeFS", (ArrowFSWrapper,), {"protocol": (self.scheme,)})
-        con.register_filesystem(wrapper(self.fs))
+        con.register_filesystem(_duck_filesystem(self.scheme)(self.fs))
 
     def duck_source(self, con: duckdb.DuckDBPyConnection, files: Sequence[str]) -> str:
         """A ``FROM`` item over Parquet ``files`` of the lake, columns matched by name."""
@@ -275,6 +277,27 @@ class LakeStore:
         return '"' + name.replace('"', '""') + '"'
 
 
+def _duck_filesystem(scheme: str) -> type:
+    """An fsspec class over an Arrow filesystem, for DuckDB's reads of ``scheme`` URLs.
+
+    Its paths are the store's ``bucket/key``: fsspec's Arrow wrapper would
+    drop an ``az://`` URL's container (it keeps only S3's and GCS's buckets).
+    """
+    from fsspec.implementations.arrow import ArrowFSWrapper
+
+    class LakeFS(ArrowFSWrapper):  # type: ignore[misc]
+        protocol = (scheme,)
+
+        @classmethod
+        def _strip_protocol(cls, path: Any) -> Any:
+            if isinstance(path, list):
+                return [cls._strip_protocol(p) for p in path]
+            text = str(path)
+            return (text.split("://", 1)[1] if "://" in text else text).rstrip("/")
+
+    return LakeFS
+
+
 def _filesystem(scheme: str, root: str) -> pafs.FileSystem:
     """The Arrow filesystem for ``scheme``, configured from the store's usual environment."""
     import pyarrow.fs as pafs
@@ -294,8 +317,93 @@ def _filesystem(scheme: str, root: str) -> pafs.FileSystem:
             options["force_virtual_addressing"] = True
         return pafs.S3FileSystem(**options)
     if scheme in ("gs", "gcs"):
-        return pafs.GcsFileSystem()
+        emulator = _gcs_emulator()
+        if emulator is None:
+            _require_google_credentials(root)
+            return pafs.GcsFileSystem()
+        parts = urlsplit(emulator[1])
+        return pafs.GcsFileSystem(
+            anonymous=True, endpoint_override=parts.netloc, scheme=parts.scheme
+        )
+    return _azure_filesystem(root)
+
+
+#: The Azure Storage emulator's (Azurite's) well-known account and key: public, not a secret.
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+
+def _gcs_emulator() -> tuple[str, str] | None:
+    """A GCS emulator named by ``STORAGE_EMULATOR_HOST``: delta-rs' key for it and its URL.
+
+    The variable Google's client libraries read; delta-rs reaches the emulator
+    through a service-account key that names it and turns OAuth off.
+    """
+    host = os.environ.get("STORAGE_EMULATOR_HOST", "").strip().rstrip("/")
+    if not host:
+        return None
+    url = host if "://" in host else f"http://{host}"
+    key = {
+        "gcs_base_url": url,
+        "disable_oauth": True,
+        "client_email": "",
+        "private_key": "",
+        "private_key_id": "",
+    }
+    return json.dumps(key), url
+
+
+def _require_google_credentials(root: str) -> None:
+    """Raise LakeNotWritable when GCS has no credentials to find.
+
+    Arrow would otherwise wait minutes for a metadata server that a machine
+    outside Google Cloud does not have.
+    """
+    env = os.environ
+    gcloud = env.get("CLOUDSDK_CONFIG") or os.path.join(
+        os.path.expanduser("~"), ".config", "gcloud"
+    )
+    if env.get("GOOGLE_APPLICATION_CREDENTIALS") or env.get("GCE_METADATA_HOST"):
+        return
+    if os.path.exists(os.path.join(gcloud, "application_default_credentials.json")):
+        return
+    import socket
+
+    try:
+        socket.getaddrinfo("metadata.google.internal", 80)
+        return  # on Google Cloud: the machine's own credentials
+    except OSError:
+        pass
+    from combined.errors import LakeNotWritable
+
+    raise LakeNotWritable(
+        f"the lake at {root} cannot be reached: no Google credentials were found in the "
+        "environment (GOOGLE_APPLICATION_CREDENTIALS)",
+        hint="set GOOGLE_APPLICATION_CREDENTIALS to a service account's key file, or run "
+        "`gcloud auth application-default login`; nothing was captured",
+    )
+
+
+def _azure_filesystem(root: str) -> pafs.FileSystem:
+    """Azure Blob Storage from ``AZURE_STORAGE_*``, or Azurite when it is the emulator."""
+    import pyarrow.fs as pafs
+
+    env = os.environ
     account = env.get("AZURE_STORAGE_ACCOUNT_NAME") or env.get("AZURE_STORAGE_ACCOUNT")
+    key = env.get("AZURE_STORAGE_ACCOUNT_KEY") or env.get("AZURE_STORAGE_KEY")
+    if _truthy(env.get("AZURE_STORAGE_USE_EMULATOR")):
+        url = env.get("AZURITE_BLOB_STORAGE_URL") or "http://127.0.0.1:10000"
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        return pafs.AzureFileSystem(
+            account_name=account or AZURITE_ACCOUNT,
+            account_key=key or AZURITE_KEY,
+            blob_storage_authority=parts.netloc,
+            dfs_storage_authority=parts.netloc,
+            blob_storage_scheme=parts.scheme,
+            dfs_storage_scheme=parts.scheme,
+        )
     if not account:
         from combined.errors import LakeNotWritable
 
@@ -304,5 +412,4 @@ def _filesystem(scheme: str, root: str) -> pafs.FileSystem:
             hint="set AZURE_STORAGE_ACCOUNT_NAME (and AZURE_STORAGE_ACCOUNT_KEY, or sign in "
             "with the Azure CLI) in the environment",
         )
-    key = env.get("AZURE_STORAGE_ACCOUNT_KEY") or env.get("AZURE_STORAGE_KEY")
     return pafs.AzureFileSystem(account_name=account, account_key=key)
