@@ -94,7 +94,8 @@ def _run(name: str, driver: str, scenarios: Any, cwd: Path, **env: str) -> tuple
         timeout=1800,
     )
     assert done.returncode == 0, done.stderr[-6000:]
-    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+    *log, results = done.stdout.strip().splitlines()
+    return json.loads(results), "\n".join(log) + done.stderr
 
 
 def test_dagster_materializes_the_capture_asset_each_exit_status_as_documented(
