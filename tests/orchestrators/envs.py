@@ -65,6 +65,10 @@ def _build(env: Path, name: str) -> None:
     log = env / "install.log"
     _pip(python, "--upgrade", "pip", log=log)
     _pip(python, str(ROOT), *PINS[name], log=log)
+    # Combined's pins and the orchestrator's hold together (docs/python.md says so).
+    check = subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True)
+    if check.returncode:
+        raise RuntimeError(f"{name}'s environment has broken requirements:\n{check.stdout}")
 
 
 def orchestrator_python(name: str) -> Path:
