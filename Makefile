@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export COMBINED_TEST_PG_DSN ?= postgresql://postgres@127.0.0.1:5432/postgres
 export COMBINED_TEST_MARIADB_DSN ?= mysql://root@127.0.0.1:3306/test
 
-.PHONY: demo test check bench fmt clean schema
+.PHONY: demo test check bench fmt clean schema orchestrators
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -29,6 +29,11 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
+# Dagster's and Airflow's own virtualenvs, for tests/orchestrators (built there
+# too when missing; minutes the first time, then reused: docs/python.md).
+orchestrators: $(STAMP)
+	$(BIN)/python -m tests.orchestrators.envs dagster airflow
+
 # The JSON Schema of combined.yaml and its reference, both from the models
 # (tests/config/test_config_reference.py fails when either is stale).
 schema: $(STAMP)
@@ -40,4 +45,4 @@ fmt: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .combined lake .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-orchestrators .combined lake .pytest_cache .mypy_cache .ruff_cache
