@@ -29,6 +29,7 @@ _XLOG_DATA = struct.Struct(">cQQq")  # 'w', dataStart, walEnd, sendTime
 _KEEPALIVE = struct.Struct(">cQqB")  # 'k', walEnd, sendTime, replyRequested
 _STATUS = struct.Struct(">cQQQqB")  # 'r', write, flush, apply, sendTime, replyRequested
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+_W, _K = ord("w"), ord("k")  # the first byte of an XLogData and of a keepalive
 
 
 def _now_micros() -> int:
@@ -88,13 +89,13 @@ class WalChannel:
                 continue
             if size < 0:
                 raise self._error(self._pg.get_result())
-            kind = data[:1]
-            if kind == b"w":  # the payload is copied once, out of libpq's buffer
+            kind = data[0]
+            if kind == _W:  # the payload is copied once, out of libpq's buffer
                 _, start, end, _ = _XLOG_DATA.unpack_from(data)
                 if end > self.wal_end:
                     self.wal_end = end
                 return bytes(data[_XLOG_DATA.size :]), start
-            if kind == b"k":
+            if kind == _K:
                 _, end, _, reply = _KEEPALIVE.unpack_from(data)
                 self.wal_end = max(self.wal_end, end)
                 if reply:
