@@ -157,11 +157,10 @@ class ChangeBatcher:
         elif tag == b"D" and marker in (b"K", b"O"):
             op = _DELETE
         else:
-            self.add(
-                cast(RowChange, decode_message(data)),
-                commit_lsn=commit_lsn,
-                commit_time=commit_time,
-            )
+            change = cast(RowChange, decode_message(data))
+            # Routed here by its oid: a partition's row (its table's column order) is the table's.
+            change.relation_oid = self.relation.oid
+            self.add(change, commit_lsn=commit_lsn, commit_time=commit_time)
             return
         self._push(data, 6, op, commit_lsn, commit_time)
 
