@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from struct import Struct
+from typing import Any, cast
 
 from combined.connectors.postgres._batch import ChangeBatcher
 from combined.connectors.postgres._pgoutput import (
@@ -29,6 +30,7 @@ from combined.connectors.postgres._pgoutput import (
     TupleData,
     Type,
     Update,
+    decode_message,
     lsn_to_text,
 )
 from combined.connectors.postgres._tree import Tree, precedes
@@ -36,6 +38,8 @@ from combined.errors import ProtocolViolation, SchemaMismatch, SourceError
 from combined.protocol import Message, RecordBatchMessage, StateMessage
 
 __all__ = ["_Assembler"]
+
+_OID = Struct("!I")
 
 
 def _same_columns(a: Relation, b: Relation) -> bool:
@@ -220,6 +224,30 @@ class _Assembler:
                 hint="start replication with proto_version 1 (no streaming option)",
             )
         return []  # Origin and logical messages carry nothing to capture
+
+    def feed_wire(self, data: bytes) -> list[Message]:
+        """:meth:`feed` of a row change (``I``, ``U``, ``D``) as the wire sent it.
+
+        Outside a streamed block only. The row reaches its batcher as bytes,
+        parsed with the batch's other rows (:mod:`._tuples`); a partition's
+        row in another column order than its table's is decoded here.
+        """
+        if len(data) < 6:
+            raise SourceError(
+                f"truncated pgoutput message {data[:1].decode(errors='replace')!r}",
+                hint="the replication stream was cut or corrupted; restart the capture",
+            )
+        (oid,) = _OID.unpack_from(data, 1)
+        t = self._by_oid.get(oid)
+        if t is None or t.skip:
+            return []
+        if t.leaves and t.leaves.get(oid) is not None:
+            return self._change(cast(RowChange, decode_message(data)))
+        txn = self._txn_or_fail()
+        assert t.batcher is not None
+        t.batcher.add_wire(data, commit_lsn=txn.final_lsn, commit_time=txn.commit_time)
+        t.touched = True
+        return self._cut(t) if t.batcher.full else []
 
     def _txn_or_fail(self) -> Begin:
         if self._txn is None:

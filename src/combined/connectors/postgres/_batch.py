@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
+import numpy as np
 import pyarrow as pa
 
 from combined.connectors.postgres._pgoutput import (
@@ -19,9 +21,11 @@ from combined.connectors.postgres._pgoutput import (
     TupleData,
     Update,
     arrow_type,
+    decode_message,
     lsn_to_text,
     text_to_arrow,
 )
+from combined.connectors.postgres._tuples import encode_tuple, parse_tuples
 from combined.errors import ProtocolViolation, SchemaMismatch
 from combined.protocol import EMITTED_AT_COLUMN, OP_COLUMN, POSITION_COLUMN
 
@@ -37,6 +41,11 @@ UNCHANGED_COLUMN = "_combined_unchanged"
 CHANGE_COLUMNS = (OP_COLUMN, EMITTED_AT_COLUMN, POSITION_COLUMN, UNCHANGED_COLUMN)
 
 _UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# A row's operation, one byte a row: a delete that moved a row to another key
+# (``_MOVED``) names the values the update left unchanged, as an update does.
+_INSERT, _UPDATE, _DELETE, _MOVED = 0, 1, 2, 3
+_OP_NAMES = pa.array(["insert", "update", "delete", "delete"], pa.string())
+_UNCHANGED_KIND = b"u"[0]
 _EMITTED_TYPE = pa.timestamp("us", tz="UTC")
 
 
@@ -104,20 +113,19 @@ class ChangeBatcher:
         ]
         self.schema = pa.schema(fields)
         self._reset()
-        self._time_key: datetime | None = None
-        self._time_us = 0
-        self._lsn_key = -1
-        self._lsn_text = ""
 
     def _reset(self) -> None:
-        # Each row's wire values as the decoder gave them: transposed into
-        # columns once per batch (in C), never value by value in Python.
-        self._rows: list[tuple[bytes | None, ...]] = []
-        self._ops: list[str] = []
-        self._emitted: list[int] = []
-        self._positions: list[str] = []
-        self._unchanged: list[list[str] | None] = []
+        # Each row as the wire states it: a message (or an encoded row) and
+        # where its tuple starts, parsed into columns once per batch (numpy,
+        # see _tuples), never value by value in Python.
+        self._messages: list[bytes] = []
+        self._starts: list[int] = []
+        self._ops = bytearray()
+        #: (first row, commit time in microseconds, commit LSN text) of each commit's rows.
+        self._runs: list[tuple[int, int, str]] = []
         self._bytes = 0
+        self._time_key: datetime | None = None
+        self._lsn_key = -1
 
     @property
     def rows(self) -> int:
@@ -126,13 +134,35 @@ class ChangeBatcher:
 
     @property
     def nbytes(self) -> int:
-        """Wire bytes of the values collected since the last flush."""
+        """Wire bytes of the rows collected since the last flush."""
         return self._bytes
 
     @property
     def full(self) -> bool:
         """Whether a row or byte limit is reached and the batch should be flushed."""
         return len(self._ops) >= self.batch_rows or self._bytes >= self.batch_bytes
+
+    def add_wire(self, data: bytes, *, commit_lsn: int, commit_time: datetime) -> None:
+        """Append the row change of pgoutput message ``data`` (``I``, ``U`` or ``D``).
+
+        An insert, a delete and an update that sent no old row are kept as
+        their bytes; an update with its old row is decoded here (its key may
+        have moved, its unchanged values may be in the old row).
+        """
+        tag, marker = data[:1], data[5:6]
+        if tag == b"I" and marker == b"N":
+            op = _INSERT
+        elif tag == b"U" and marker == b"N":
+            op = _UPDATE
+        elif tag == b"D" and marker in (b"K", b"O"):
+            op = _DELETE
+        else:
+            change = cast(RowChange, decode_message(data))
+            # Routed here by its oid: a partition's row (its table's column order) is the table's.
+            change.relation_oid = self.relation.oid
+            self.add(change, commit_lsn=commit_lsn, commit_time=commit_time)
+            return
+        self._push(data, 6, op, commit_lsn, commit_time)
 
     def add(self, change: RowChange, *, commit_lsn: int, commit_time: datetime) -> None:
         """Append one decoded row change of this relation."""
@@ -143,32 +173,38 @@ class ChangeBatcher:
                 hint="route changes by relation oid",
             )
         if isinstance(change, Insert):
-            self._row(change.new.values, "insert", None, commit_lsn, commit_time)
+            self._row(change.new, _INSERT, commit_lsn, commit_time)
         elif isinstance(change, Delete):
-            self._row(change.old.values, "delete", None, commit_lsn, commit_time)
+            self._row(change.old, _DELETE, commit_lsn, commit_time)
         else:
             self._update(change, commit_lsn, commit_time)
 
     def _update(self, change: Update, commit_lsn: int, commit_time: datetime) -> None:
         new, old = change.new, change.old
-        values = new.values
-        unchanged: list[str] | None = None
+        unchanged: list[int] = []
         if "u" in new.kinds:
-            filled = list(values)
+            kinds, values = list(new.kinds), list(new.values)
             for i, kind in enumerate(new.kinds):
                 if kind != "u":
                     continue
                 if change.old_kind == "O" and old is not None and old.kinds[i] in "tb":
-                    filled[i] = old.values[i]  # the whole old row was sent: the value is known
+                    # The whole old row was sent: the value is known.
+                    kinds[i], values[i] = old.kinds[i], old.values[i]
                 else:
-                    unchanged = unchanged or []
-                    unchanged.append(self._names[i])
-            values = tuple(filled)
+                    unchanged.append(i)
+            new = TupleData("".join(kinds), tuple(values))
         if old is not None and self._key_changed(change.old_kind, old, new):
             # The old key's row is gone. When the update left values unchanged,
             # the delete names them: they move with the row, from its old key.
-            self._row(old.values, "delete", unchanged, commit_lsn, commit_time)
-        self._row(values, "update", unchanged, commit_lsn, commit_time)
+            marks = set(unchanged)
+            moved = TupleData(
+                "".join(
+                    "u" if i in marks else ("n" if k == "u" else k) for i, k in enumerate(old.kinds)
+                ),
+                old.values,
+            )
+            self._row(moved, _MOVED if unchanged else _DELETE, commit_lsn, commit_time)
+        self._row(new, _UPDATE, commit_lsn, commit_time)
 
     def _key_changed(self, old_kind: str | None, old: TupleData, new: TupleData) -> bool:
         """Whether an update whose old row was sent moves the row to another key.
@@ -183,49 +219,64 @@ class ChangeBatcher:
             for i in self._key_at
         )
 
-    def _row(
-        self,
-        values: tuple[bytes | None, ...],
-        op: str,
-        unchanged: list[str] | None,
-        commit_lsn: int,
-        commit_time: datetime,
-    ) -> None:
-        if len(values) != len(self._names):
+    def _row(self, row: TupleData, op: int, commit_lsn: int, commit_time: datetime) -> None:
+        if len(row.kinds) != len(self._names):
             raise SchemaMismatch(
-                f"a row of {self.relation.qualified_name} has {len(values)} columns, "
+                f"a row of {self.relation.qualified_name} has {len(row.kinds)} columns, "
                 f"its relation message {len(self._names)}",
                 hint="restart the capture; the stream and its relation cache disagree",
             )
-        self._rows.append(values)
-        self._bytes += sum(map(len, filter(None, values)))
+        self._push(encode_tuple(row), 0, op, commit_lsn, commit_time)
+
+    def _push(
+        self, data: bytes, start: int, op: int, commit_lsn: int, commit_time: datetime
+    ) -> None:
+        self._messages.append(data)
+        self._starts.append(start)
+        if commit_lsn != self._lsn_key or commit_time is not self._time_key:
+            self._lsn_key, self._time_key = commit_lsn, commit_time
+            micros = (commit_time - _UNIX_EPOCH) // timedelta(microseconds=1)
+            self._runs.append((len(self._ops), micros, lsn_to_text(commit_lsn)))
         self._ops.append(op)
-        self._unchanged.append(unchanged)
-        if commit_time is not self._time_key:
-            self._time_key = commit_time
-            self._time_us = (commit_time - _UNIX_EPOCH) // timedelta(microseconds=1)
-        self._emitted.append(self._time_us)
-        if commit_lsn != self._lsn_key:
-            self._lsn_key, self._lsn_text = commit_lsn, lsn_to_text(commit_lsn)
-        self._positions.append(self._lsn_text)
+        self._bytes += len(data) - start
 
     def flush(self) -> pa.RecordBatch | None:
         """Build the collected rows into one record batch (``None`` when empty)."""
         if not self._ops:
             return None
-        columns = zip(*self._rows, strict=True) if self._names else iter(())
+        n = len(self._ops)
+        parsed = parse_tuples(
+            self._messages, self._starts, len(self._names), self.relation.qualified_name
+        )
         arrays = [
             text_to_arrow(values, type_, name)
-            for values, type_, name in zip(columns, self._types, self._names, strict=True)
+            for values, type_, name in zip(parsed.columns, self._types, self._names, strict=True)
         ]
+        ops = np.frombuffer(bytes(self._ops), np.uint8)
+        firsts = [r[0] for r in self._runs]
+        counts: np.ndarray = np.diff(np.array([*firsts, n], np.int64))
+        runs = np.repeat(np.arange(len(firsts)), counts.astype(np.int64))
+        emitted = pa.array([r[1] for r in self._runs], pa.int64()).take(runs)
         arrays += [
-            pa.array(self._ops, pa.string()),
-            pa.array(self._emitted, pa.int64()).cast(_EMITTED_TYPE),
-            pa.array(self._positions, pa.string()),
-            pa.array(self._unchanged, pa.list_(pa.string())),
+            _OP_NAMES.take(pa.array(ops)),
+            emitted.cast(_EMITTED_TYPE),
+            pa.array([r[2] for r in self._runs], pa.string()).take(runs),
+            self._unchanged(parsed.kinds, (ops == _UPDATE) | (ops == _MOVED)),
         ]
         self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _unchanged(self, kinds: np.ndarray, marked: np.ndarray) -> pa.Array:
+        """Per row, the names of its columns left unchanged (null when none, or not an update)."""
+        marks = (kinds == _UNCHANGED_KIND) & marked[:, None]
+        counts = marks.sum(axis=1)
+        _, columns = np.nonzero(marks)  # row by row, columns in order
+        offsets = np.zeros(len(counts) + 1, np.int32)
+        np.cumsum(counts, out=offsets[1:])
+        names = pa.array(self._names, pa.string()).take(pa.array(columns, pa.int64()))
+        return pa.ListArray.from_arrays(
+            pa.array(offsets), names, type=pa.list_(pa.string()), mask=pa.array(counts == 0)
+        )
 
     def truncate_batch(self, *, commit_lsn: int, commit_time: datetime) -> pa.RecordBatch:
         """The one-row marker batch of a TRUNCATE: op ``truncate``, every column null.

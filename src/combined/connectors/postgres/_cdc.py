@@ -91,6 +91,9 @@ from combined.protocol import (
     TerminalOutcome,
 )
 
+#: The tags of row change messages (insert, update, delete).
+_ROW_TAGS = frozenset((b"I", b"U", b"D"))
+
 __all__ = [
     "CHANGE_COLUMNS",
     "OP_TRUNCATE",
@@ -276,7 +279,14 @@ class CdcExtraction(BaseExtraction):
                 if got is None:
                     continue
             idle_since = time.monotonic()
-            msg = decoder.decode(got[0])
+            data = got[0]
+            if data[:1] in _ROW_TAGS and not decoder.in_stream:
+                # Nearly every message: kept as bytes, parsed a batch at a time.
+                ready = asm.feed_wire(data)
+                if ready:
+                    yield from self._emit(ready)
+                continue
+            msg = decoder.decode(data)
             if end_lsn is not None and isinstance(msg, Begin) and msg.final_lsn >= end_lsn:
                 later = self._read_on(asm, end_lsn)
                 if later is None or msg.final_lsn >= later:

@@ -29,6 +29,7 @@ _XLOG_DATA = struct.Struct(">cQQq")  # 'w', dataStart, walEnd, sendTime
 _KEEPALIVE = struct.Struct(">cQqB")  # 'k', walEnd, sendTime, replyRequested
 _STATUS = struct.Struct(">cQQQqB")  # 'r', write, flush, apply, sendTime, replyRequested
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+_W, _K = ord("w"), ord("k")  # the first byte of an XLogData and of a keepalive
 
 
 def _now_micros() -> int:
@@ -69,13 +70,16 @@ class WalChannel:
         Keepalives are consumed on the way: they move :attr:`wal_end` and
         answer the server when it asks, never moving :attr:`confirmed`.
         """
-        deadline = time.monotonic() + max(timeout, 0.0)
+        deadline: float | None = None
         waited = False
         while True:
-            if time.monotonic() - self._last_status >= self._interval:
+            now = time.monotonic()
+            if now - self._last_status >= self._interval:
                 self._send_status(reply=False)
             size, data = self._pg.get_copy_data(1)
             if size == 0:
+                if deadline is None:
+                    deadline = now + max(timeout, 0.0)
                 left = deadline - time.monotonic()
                 if left <= 0 or waited:
                     return None
@@ -85,13 +89,14 @@ class WalChannel:
                 continue
             if size < 0:
                 raise self._error(self._pg.get_result())
-            message = bytes(data)
-            if message[:1] == b"w":
-                _, start, end, _ = _XLOG_DATA.unpack_from(message)
-                self.wal_end = max(self.wal_end, end)
-                return message[_XLOG_DATA.size :], start
-            if message[:1] == b"k":
-                _, end, _, reply = _KEEPALIVE.unpack_from(message)
+            kind = data[0]
+            if kind == _W:  # the payload is copied once, out of libpq's buffer
+                _, start, end, _ = _XLOG_DATA.unpack_from(data)
+                if end > self.wal_end:
+                    self.wal_end = end
+                return bytes(data[_XLOG_DATA.size :]), start
+            if kind == _K:
+                _, end, _, reply = _KEEPALIVE.unpack_from(data)
                 self.wal_end = max(self.wal_end, end)
                 if reply:
                     self._send_status(reply=False)

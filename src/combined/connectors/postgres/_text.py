@@ -1,0 +1,222 @@
+"""The text form of PostgreSQL values (pgoutput's ``t`` columns) -> Arrow, a column at a time.
+
+Scalars convert with Arrow casts over the whole column. One-dimensional
+arrays split with Arrow compute when no element is quoted (the common
+case); a column with a quoted element, bounds or nesting is parsed value by
+value. bytea and interval values need a per-value parse.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from combined.errors import SchemaMismatch, UnsupportedType
+
+__all__ = ["array_type_of", "arrow_type", "text_to_arrow"]
+
+# Built-in type OIDs (pg_type.dat) whose text form has a faithful Arrow reading.
+_SIMPLE_TYPES: dict[int, pa.DataType] = {
+    16: pa.bool_(),  # bool
+    17: pa.binary(),  # bytea
+    20: pa.int64(),  # int8
+    21: pa.int16(),  # int2
+    23: pa.int32(),  # int4
+    26: pa.int64(),  # oid (unsigned 32-bit)
+    700: pa.float32(),  # float4
+    701: pa.float64(),  # float8
+    1082: pa.date32(),  # date
+    1083: pa.time64("us"),  # time
+    1114: pa.timestamp("us"),  # timestamp
+    1184: pa.timestamp("us", tz="UTC"),  # timestamptz (the session runs in UTC)
+    1186: pa.month_day_nano_interval(),  # interval (read from IntervalStyle=iso_8601)
+}
+# Kept as their PostgreSQL text: exact, and readable by every lake reader.
+# char, name, text, json, xml, cidr, macaddr8, macaddr, inet, bpchar, varchar,
+# timetz, bit, varbit, uuid, pg_lsn, jsonb, jsonpath.
+_TEXT_TYPES = frozenset(
+    {18, 19, 25, 114, 142, 650, 774, 829, 869, 1042, 1043, 1266, 1560, 1562, 2950, 3220, 3802, 4072}
+)
+# One-dimensional arrays of the types above: array type OID -> element type OID.
+_ARRAYS = {
+    1000: 16, 1001: 17, 1002: 18, 1003: 19, 1005: 21, 1007: 23, 1009: 25, 1014: 1042,
+    1015: 1043, 1016: 20, 1021: 700, 1022: 701, 1028: 26, 1040: 829, 1041: 869, 1115: 1114,
+    1182: 1082, 1183: 1083, 1185: 1184, 1187: 1186, 1231: 1700, 199: 114, 2951: 2950,
+    3807: 3802, 651: 650, 143: 142,
+}  # fmt: skip
+_NUMERIC = 1700
+
+
+def array_type_of(element_oid: int) -> int | None:
+    """The built-in one-dimensional array type OID whose elements are ``element_oid``."""
+    return next((a for a, e in _ARRAYS.items() if e == element_oid), None)
+
+
+def arrow_type(type_oid: int, type_modifier: int = -1, *, column: str = "?") -> pa.DataType:
+    """The Arrow type of a column of PostgreSQL type ``type_oid``.
+
+    ``numeric(p, s)`` becomes ``decimal128(p, s)`` (``decimal256`` above 38
+    digits); an unconstrained ``numeric`` has no fixed scale and stays text.
+    A one-dimensional array becomes a list of its element's type. Types
+    without a faithful mapping (``money``, ranges, geometric types,
+    unresolved user types) raise ``UnsupportedType`` naming the column.
+    """
+    if type_oid in _SIMPLE_TYPES:
+        return _SIMPLE_TYPES[type_oid]
+    if type_oid in _TEXT_TYPES:
+        return pa.string()
+    if type_oid in _ARRAYS:
+        return pa.list_(arrow_type(_ARRAYS[type_oid], type_modifier, column=column))
+    if type_oid == _NUMERIC:
+        if type_modifier < 4:
+            return pa.string()
+        precision = ((type_modifier - 4) >> 16) & 0xFFFF
+        scale = (type_modifier - 4) & 0x7FF
+        scale = scale - 0x800 if scale & 0x400 else scale  # 11-bit signed since PostgreSQL 15
+        return (
+            pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
+        )
+    raise UnsupportedType(
+        f"column {column!r} has postgresql type oid {type_oid} without an arrow mapping",
+        hint="exclude the column from the publication, or cast it in a view captured by snapshot",
+        column=column,
+        type_oid=type_oid,
+    )
+
+
+def text_to_arrow(
+    values: Sequence[bytes | None] | pa.Array, type_: pa.DataType, column: str
+) -> pa.Array:
+    """One column's wire text values (bytes, or a binary array) as an Arrow array of ``type_``.
+
+    Scalars convert with Arrow casts over the whole column; bytea and
+    interval values, and arrays with quoted elements, need a per-value parse.
+    """
+    wire = values if isinstance(values, pa.Array) else pa.array(values, pa.binary())
+    try:
+        if pa.types.is_list(type_):
+            return _arrays(wire, type_, column)
+        if pa.types.is_binary(type_):
+            # bytea text is '\x' + hex (bytea_output=hex); Arrow has no hex kernel.
+            hexed = [None if v is None else bytes.fromhex(v[2:].decode()) for v in wire.to_pylist()]
+            return pa.array(hexed, pa.binary())
+        if pa.types.is_interval(type_):
+            return pa.array([None if v is None else _interval(v) for v in wire.to_pylist()], type_)
+        text = wire.cast(pa.string())
+        if pa.types.is_string(type_):
+            return text
+        if pa.types.is_boolean(type_):
+            return pc.equal(text, "t")
+        if pa.types.is_time(type_):
+            stamped = pc.binary_join_element_wise("1970-01-01 ", text, "")
+            return stamped.cast(pa.timestamp("us")).cast(pa.int64()).cast(type_)
+        return text.cast(type_)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+        raise SchemaMismatch(
+            f"column {column!r} holds a value that is not a valid {type_}",
+            hint="infinite dates, NaN numerics and similar values have no arrow form; "
+            "exclude the column or clean the values",
+            column=column,
+            detail=str(exc)[:200],
+        ) from None
+
+
+_INTERVAL = re.compile(
+    rb"^P(?:(-?\d+)Y)?(?:(-?\d+)M)?(?:(-?\d+)D)?"
+    rb"(?:T(?:(-?\d+)H)?(?:(-?\d+)M)?(?:(-?)(\d+)(?:\.(\d{1,6}))?S)?)?$"
+)
+
+
+def _interval(text: bytes) -> tuple[int, int, int]:
+    """(months, days, nanoseconds) of an ISO 8601 interval as PostgreSQL writes it."""
+    m = _INTERVAL.match(text)
+    if m is None or text == b"P":
+        raise ValueError(f"not an iso 8601 interval: {text[:40]!r}")
+    years, months, days, hours, minutes, sign, secs, frac = m.groups()
+    micros = int(secs or 0) * 1_000_000 + int((frac or b"").ljust(6, b"0"))
+    micros = -micros if sign else micros
+    micros += (int(hours or 0) * 3600 + int(minutes or 0) * 60) * 1_000_000
+    return int(years or 0) * 12 + int(months or 0), int(days or 0), micros * 1000
+
+
+def _arrays(values: pa.Array, type_: pa.ListType, column: str) -> pa.Array:
+    """One-dimensional array literals as a list array (elements converted as a column)."""
+    plain = _plain_arrays(values)
+    if plain is not None:
+        offsets, flat = plain
+    else:
+        offset_list, items = [0], list[bytes | None]()
+        for v in values.to_pylist():
+            if v is not None:
+                items += _array_items(v)
+            offset_list.append(len(items))
+        offsets, flat = pa.array(offset_list, pa.int32()), pa.array(items, pa.binary())
+    converted = text_to_arrow(flat, type_.value_type, column)
+    return pa.ListArray.from_arrays(offsets, converted, type=type_, mask=values.is_null())
+
+
+def _plain_arrays(values: pa.Array) -> tuple[pa.Array, pa.Array] | None:
+    """(offsets, elements) of array literals without quotes, bounds or nesting; else None.
+
+    PostgreSQL quotes an element holding a comma, a brace, a quote, a
+    backslash, white space or the text NULL, and writes an empty array as
+    ``{}``: without a quote, the elements are the text between the commas,
+    and ``NULL`` is a null element.
+    """
+    text = values.cast(pa.string())
+    shaped = pc.and_(pc.starts_with(text, "{"), pc.ends_with(text, "}"))
+    inner = pc.utf8_slice_codeunits(text, 1, -1)
+    odd = pc.or_(pc.match_substring(inner, '"'), pc.match_substring_regex(inner, "[{}]"))
+    if pc.all(pc.and_(shaped, pc.invert(odd))).as_py() is False:
+        return None
+    parts = pc.split_pattern(inner, ",")
+    empty = np.asarray(pc.fill_null(pc.equal(inner, ""), True), dtype=bool)
+    lengths = np.asarray(pc.fill_null(pc.list_value_length(parts), 0), dtype=np.int64)
+    lengths[empty] = 0
+    offsets = np.zeros(len(lengths) + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    items = parts.flatten()
+    parents = np.asarray(pc.list_parent_indices(parts), dtype=np.int64)
+    items = items.filter(pa.array(~empty[parents])) if empty.any() else items
+    elements = pc.if_else(pc.equal(items, "NULL"), pa.scalar(None, pa.string()), items)
+    return pa.array(offsets), elements.cast(pa.binary())
+
+
+def _array_items(text: bytes) -> list[bytes | None]:
+    """The elements of ``{a,"b c",NULL}``; bounds (``[0:1]=``) are dropped."""
+    if text.startswith(b"["):
+        text = text[text.index(b"=") + 1 :]
+    if not (text.startswith(b"{") and text.endswith(b"}")):
+        raise ValueError(f"not an array literal: {text[:40]!r}")
+    body, out, i = text[1:-1], list[bytes | None](), 0
+    if not body:
+        return out
+    while True:
+        if body[i : i + 1] == b"{":
+            raise ValueError("multi-dimensional arrays have no arrow form here")
+        if body[i : i + 1] == b'"':
+            item, i = bytearray(), i + 1
+            while body[i : i + 1] != b'"':
+                if body[i : i + 1] == b"\\":
+                    i += 1
+                item += body[i : i + 1]
+                i += 1
+                if i >= len(body):
+                    raise ValueError("unterminated quoted array element")
+            out.append(bytes(item))
+            i += 1
+        else:
+            end = body.find(b",", i)
+            end = len(body) if end < 0 else end
+            raw = body[i:end]
+            out.append(None if raw == b"NULL" else raw)
+            i = end
+        if i >= len(body):
+            return out
+        if body[i : i + 1] != b",":
+            raise ValueError(f"unexpected {body[i : i + 1]!r} in an array literal")
+        i += 1
