@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from combined.engine import Engine
 from combined.lake._history import history_table, maintain_history
@@ -250,5 +251,46 @@ def test_a_crash_between_the_commits_leaves_the_history_consistent(
         # one history commit per lake commit with Deliveries, never two
         mirrored = [m["table_version"] for m in history.commits()]
         assert len(mirrored) == len(set(mirrored)) == 3
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("sync_mode", ["incremental", "full_refresh"])
+def test_history_follows_a_replacement_and_the_schemas_drift(
+    tmp_path: Path, pg_database: str, sync_mode: str
+) -> None:
+    """A full refresh's unchanged rows add no version; an added column and a widened type
+    reach the history, its earlier versions kept (null in the new column)."""
+    _items(pg_database)
+    text = SNAPSHOT.format(dsn=pg_database)
+    (tmp_path / "combined.yaml").write_text(
+        text.replace(
+            "        history: true\n", f"        history: true\n        sync_mode: {sync_mode}\n"
+        )
+    )
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        published, projections = [_capture(engine)], [_rows(engine, ROWS)]
+        for change in [
+            CHANGES[0],
+            "ALTER TABLE items ADD COLUMN extra text; UPDATE items SET extra = 'x' WHERE id = 8",
+            "ALTER TABLE items ALTER COLUMN qty TYPE bigint; UPDATE items SET qty = 5000000000 "
+            "WHERE id = 9; DELETE FROM items WHERE id = 10",
+        ]:
+            _source(pg_database, change)
+            published.append(_capture(engine))
+            projections.append(_rows(engine, ROWS))
+        _check_history(engine, published, projections)
+        versions = engine.sql(
+            "SELECT id, qty, extra, _combined_is_current AS c FROM pg.items__history "
+            "WHERE id IN (8, 9, 11) ORDER BY id, _combined_valid_from"
+        ).to_pylist()
+        assert [tuple(v.values()) for v in versions] == [
+            (8, 8, None, False),
+            (8, 8, "x", True),
+            (9, 9, None, False),
+            (9, 5_000_000_000, None, True),
+            (11, 11, None, True),  # never changed: one version, whatever was replaced
+        ]
     finally:
         engine.close()
