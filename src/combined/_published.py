@@ -15,7 +15,7 @@ from typing import Any
 from combined.catalog import Catalog
 from combined.catalog import data as cat
 from combined.lake import LakeLayout
-from combined.lake._history import history_version
+from combined.lake._history import history_table, history_version
 from combined.lake._maintain import reading_version
 
 
@@ -51,6 +51,9 @@ def publication_map(
                 members[name]["history"] = {
                     "delta_version": history,
                     "table_uri": layout.history(m.source, m.dataset),
+                    "read_version": reading_version(
+                        history_table(layout, m.source, m.dataset), history
+                    ),
                 }
         if dataset is None or members:
             out.append(

@@ -152,6 +152,10 @@ def test_snapshot_history_keeps_every_version_and_reads_as_of_any_publication(
         before = history_table(engine.layout, "pg", "items").version()
         assert maintain_history(engine.layout, "pg", "items") == []
         assert history_table(engine.layout, "pg", "items").version() == before
+        # compacted and vacuumed, it reads the same as of every publication
+        (report,) = engine.maintain(["pg.items"])
+        assert {"history_compacted", "history_vacuumed"} <= set(report), report
+        _check_history(engine, published, projections)
     finally:
         engine.close()
 

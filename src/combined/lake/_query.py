@@ -199,6 +199,7 @@ def _expose_history(con: Any, layout: LakeLayout, m: Member) -> list[str] | None
     if version is None:
         return None
     table = history_table(layout, m.source, m.dataset)
+    version = reading_version(table, version)  # past its compactions: the same versions
     files, schema = table.files(version), table.schema(version)
     assert schema is not None
     key = f"{m.source}.{m.dataset}{SUFFIX}"
