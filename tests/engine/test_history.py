@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
@@ -296,5 +297,42 @@ def test_history_follows_a_replacement_and_the_schemas_drift(
             (9, 5_000_000_000, None, True),
             (11, 11, None, True),  # never changed: one version, whatever was replaced
         ]
+    finally:
+        engine.close()
+
+
+def test_history_enabled_after_the_raw_layer_expired_starts_from_the_projection(
+    tmp_path: Path, pg_database: str
+) -> None:
+    """The Deliveries are gone (``retention.raw``): the history starts from the rows the
+    projection holds, each since its own acceptance, and goes on from the raw layer."""
+    _items(pg_database)
+    project = tmp_path / "combined.yaml"
+    kept = "        retention: {raw: 1s}\n"
+    project.write_text(SNAPSHOT.format(dsn=pg_database).replace("        history: true\n", kept))
+    engine = Engine.open(project)
+    try:
+        published, projections = [_capture(engine)], [_rows(engine, ROWS)]
+        _source(pg_database, CHANGES[0])
+        published.append(_capture(engine))
+        projections.append(_rows(engine, ROWS))
+        time.sleep(1.2)
+        (report,) = engine.maintain(["pg.items"])
+        assert report["raw_removed"] == 2
+    finally:
+        engine.close()
+    project.write_text(
+        SNAPSHOT.format(dsn=pg_database).replace("history: true\n", "history: true\n" + kept)
+    )
+    engine = Engine.open(project)
+    try:
+        _source(pg_database, CHANGES[1])
+        published.append(_capture(engine))
+        projections.append(_rows(engine, ROWS))
+        _check_history(engine, published[1:], projections[1:])
+        # before the second capture, only the versions it left alone are known
+        first = _rows(engine, AS_OF.format(t=published[0].isoformat()))
+        assert first and set(first) < set(projections[0])
+        assert (1, 1, "n1") not in first  # replaced by the second capture
     finally:
         engine.close()

@@ -74,6 +74,13 @@ def maintain_history(layout: LakeLayout, source: str, dataset: str) -> list[int]
         for meta in reversed(layout.dataset_table(source, dataset).commits())
         if int(meta.get("last_sequence") or 0) > done and meta.get("deliveries")
     ]
+    if not history.exists():
+        # A backfill: from the newest commit whose Deliveries the raw layer no
+        # longer holds (expired under ``retention.raw``), the projection seeds it.
+        gone = [n for n, m in enumerate(pending) if not _in_raw_layer(layout, source, dataset, m)]
+        if gone:
+            _seed(layout, history, source, dataset, pending[gone[-1]])
+            pending = pending[gone[-1] + 1 :]
     for meta in pending:
         _apply(layout, history, source, dataset, meta)
     return [int(m["lake_version"]) for m in pending]
@@ -108,27 +115,14 @@ def _apply(
     layout: LakeLayout, history: LakeTable, source: str, dataset: str, meta: Mapping[str, Any]
 ) -> None:
     """Apply one lake commit's transition to the history, in one history commit."""
-    from deltalake import CommitProperties, Transaction, write_deltalake
+    from deltalake import write_deltalake
     from deltalake.exceptions import CommitFailedError
 
     sequence = int(meta["last_sequence"])
     files = _raw_files(layout, source, dataset, meta)
     at = pa.scalar(datetime.fromisoformat(meta["ingested_at"]), _TIME)
     changes = _change_list(layout, source, dataset, meta)
-    properties = CommitProperties(
-        custom_metadata={
-            METADATA_KEY: json.dumps(
-                {
-                    "run_id": meta.get("run_id"),
-                    "table_version": int(meta["lake_version"]),
-                    "first_sequence": int(meta.get("first_sequence") or 0),
-                    "last_sequence": sequence,
-                    "ingested_at": meta["ingested_at"],
-                }
-            )
-        },
-        app_transactions=[Transaction(app_id=history.app_id, version=sequence)],
-    )
+    properties = _properties(history, meta)
     dt = history.delta()
     incoming = _schema(layout, files, dt)
     try:
@@ -165,6 +159,72 @@ def _apply(
         if history.committed_sequence() >= sequence:
             return  # a concurrent projection of the same commit won: it holds these versions
         raise LakeError(f"the history commit of {source}.{dataset} conflicted: {exc}") from exc
+
+
+def _in_raw_layer(layout: LakeLayout, source: str, dataset: str, meta: Mapping[str, Any]) -> bool:
+    """Whether the raw layer holds every Delivery with rows of the commit ``meta``."""
+    folder = layout.deliveries(source, dataset)
+    return all(
+        layout.store.exists(layout.store.child(folder, d["file"]))
+        for d in meta.get("deliveries") or []
+        if int(d["records"])
+    )
+
+
+def _seed(
+    layout: LakeLayout, history: LakeTable, source: str, dataset: str, meta: Mapping[str, Any]
+) -> None:
+    """Start the history from the projection at the commit ``meta`` (its own history gone).
+
+    Each row is the version current at that commit, since its own acceptance
+    (``_combined_ingested_at``, the commit that wrote it); the versions it
+    replaced are not known any more.
+    """
+    from deltalake import write_deltalake
+
+    table = layout.dataset_table(source, dataset)
+    version = int(meta["lake_version"])
+    schema = table.schema(version)
+    assert schema is not None
+    target = schema.append(pa.field(VALID_FROM, _TIME))
+    target = target.append(pa.field(VALID_TO, _TIME)).append(pa.field(IS_CURRENT, pa.bool_()))
+
+    files = table.files(version)  # (delta-rs is not called while it writes)
+
+    def rows() -> Iterator[pa.RecordBatch]:
+        for path in files:
+            with pq.ParquetFile(layout.store.open_input(path)) as pf:
+                for batch in pf.iter_batches(batch_size=65_536):
+                    since = batch.column("_combined_ingested_at").cast(_TIME)
+                    opened = _version(batch, target, pa.scalar(None, _TIME))
+                    yield opened.set_column(target.get_field_index(VALID_FROM), VALID_FROM, since)
+
+    write_deltalake(
+        history.path,
+        pa.RecordBatchReader.from_batches(target, rows()),
+        configuration=TABLE_CONFIGURATION,
+        commit_properties=_properties(history, meta, seeded=True),
+        storage_options=history.store.storage_options(),
+    )
+
+
+def _properties(history: LakeTable, meta: Mapping[str, Any], **extra: Any) -> Any:
+    """A history commit's properties: the lake commit it mirrors, keyed by its sequence."""
+    from deltalake import CommitProperties, Transaction
+
+    sequence = int(meta["last_sequence"])
+    mirrored = {
+        "run_id": meta.get("run_id"),
+        "table_version": int(meta["lake_version"]),
+        "first_sequence": int(meta.get("first_sequence") or 0),
+        "last_sequence": sequence,
+        "ingested_at": meta["ingested_at"],
+        **extra,
+    }
+    return CommitProperties(
+        custom_metadata={METADATA_KEY: json.dumps(mirrored)},
+        app_transactions=[Transaction(app_id=history.app_id, version=sequence)],
+    )
 
 
 def _raw_files(layout: LakeLayout, source: str, dataset: str, meta: Mapping[str, Any]) -> list[str]:
