@@ -120,10 +120,11 @@ def _check_history(engine: Engine, published: list[datetime], projections: list[
 
 
 def test_snapshot_history_keeps_every_version_and_reads_as_of_any_publication(
-    tmp_path: Path, pg_database: str
+    tmp_path: Path, pg_database: str, lake_url: str
 ) -> None:
     _items(pg_database)
-    (tmp_path / "combined.yaml").write_text(SNAPSHOT.format(dsn=pg_database))
+    text = SNAPSHOT.format(dsn=pg_database).replace("lake: ./lake", f"lake: {lake_url}")
+    (tmp_path / "combined.yaml").write_text(text)
     engine = Engine.open(tmp_path / "combined.yaml")
     try:
         published, projections = [_capture(engine)], [_rows(engine, ROWS)]

@@ -238,8 +238,8 @@ def _raw_files(layout: LakeLayout, source: str, dataset: str, meta: Mapping[str,
             raise LakeError(
                 f"{source}.{dataset}: the history cannot mirror lake version "
                 f"{meta['lake_version']}: its Delivery {d['file']} is not in the raw layer",
-                hint="restore the file into the raw layer from a backup (or run `combined "
-                "repair`), or turn `history:` off for this dataset",
+                hint="restore the file into the raw layer from a backup, then run "
+                "`combined repair`",
             )
     return out
 
