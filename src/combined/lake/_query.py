@@ -192,6 +192,8 @@ def _expose_history(con: Any, layout: LakeLayout, m: Member) -> list[str] | None
     Returns the files DuckDB may open for it (none from an object store),
     or None when the dataset keeps no history at that version.
     """
+    import duckdb
+
     from combined.lake._history import SUFFIX, history_table, history_version
 
     assert m.lake_version is not None
@@ -215,9 +217,12 @@ def _expose_history(con: Any, layout: LakeLayout, m: Member) -> list[str] | None
         scan = layout.store.arrow_source(con, f"_lake_{key}", files, schema)
     else:
         scan = layout.store.duck_source(con, files)
-    con.execute(
-        f"CREATE VIEW {name} AS SELECT * FROM {shape} UNION ALL BY NAME SELECT * FROM {scan}"
-    )
+    try:
+        con.execute(
+            f"CREATE VIEW {name} AS SELECT * FROM {shape} UNION ALL BY NAME SELECT * FROM {scan}"
+        )
+    except duckdb.IOException:
+        return None  # its files are gone (vacuumed): no history at this basis
     return [] if layout.store.remote else files
 
 
