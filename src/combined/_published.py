@@ -15,6 +15,7 @@ from typing import Any
 from combined.catalog import Catalog
 from combined.catalog import data as cat
 from combined.lake import LakeLayout
+from combined.lake._history import history_table, history_version
 from combined.lake._maintain import reading_version
 
 
@@ -45,6 +46,15 @@ def publication_map(
                 "dataset_version": m.dataset_version,
                 "changed": m.changed,
             }
+            history = history_version(layout, m.source, m.dataset, m.lake_version)
+            if history is not None:  # ``history: true``: its versions as of this publication
+                members[name]["history"] = {
+                    "delta_version": history,
+                    "table_uri": layout.history(m.source, m.dataset),
+                    "read_version": reading_version(
+                        history_table(layout, m.source, m.dataset), history
+                    ),
+                }
         if dataset is None or members:
             out.append(
                 {

@@ -6,7 +6,7 @@ the catalog, the lake layout and the reporter; nothing here starts a Run.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -179,13 +179,28 @@ class Reading:
         return plans(self._engine, sources)
 
     def replay(
-        self, name: str, *, to_version: str | None = None, into: str | None = None
+        self,
+        name: str,
+        *,
+        to_version: str | None = None,
+        into: str | None = None,
+        replace: bool = False,
+        compared: Callable[[Replay], None] | None = None,
     ) -> Replay:
         """Rebuild ``SOURCE.DATASET``'s projection from its raw Deliveries alone (to
-        ``to_version``), compare it row by row with the table, and write it ``into``."""
+        ``to_version``), compare it row by row with the table, and write it ``into``
+        a new table, or (``replace``, when they differ) as the table's newest version
+        once ``compared`` was told the comparison."""
         from combined.evidence import replay
 
-        return replay(self._engine, name, to_version=to_version, into=into)
+        return replay(
+            self._engine,
+            name,
+            to_version=to_version,
+            into=into,
+            replace=replace,
+            compared=compared,
+        )
 
     def publications(self, limit: int = 20) -> list[dict[str, Any]]:
         """Newest publications with their members."""

@@ -179,6 +179,8 @@ class Engine(Reading):
                 "columns": list(d.columns) if d.columns else None,
                 "batch_rows": d.batch_rows,
                 "control_sum": d.control_sum,
+                # (only when set: the digest of an admission without it is unchanged)
+                **({"history": True} if d.history else {}),
                 "delivery": {"max_rows": d.delivery.max_rows, "max_bytes": d.delivery.max_bytes},
                 "drift": d.drift.model_dump(),
                 "quarantine": {

@@ -10,7 +10,10 @@ For each dataset, under its lease (no capture of it runs meanwhile):
    the decision (what, why, which policy) is recorded first, as an Activity
    event ``maintenance.raw_removed`` with the Deliveries marked ``expired``;
    only then are their files deleted;
-4. its MAR table (``_usage/``) is compacted and vacuumed.
+4. its MAR table (``_usage/``) is compacted and vacuumed;
+5. its history table (``_history/``, ``history: true``) is compacted, and
+   vacuumed of the files no history version that a kept publication reads
+   holds.
 
 Each step that changed something writes an Activity event.
 """
@@ -81,7 +84,38 @@ def _dataset(
     used = compact(usage, "combined maintain")
     report["usage_vacuumed"] = len(vacuum(usage, set(), "the newest MAR version is kept"))
     report["usage_compacted"] = 0 if used is None else used.files_removed
+    report.update(_history(catalog, layout, source, dataset, retention, now))
     return report
+
+
+def _history(
+    catalog: Catalog,
+    layout: LakeLayout,
+    source: str,
+    dataset: str,
+    retention: Retention,
+    now: datetime,
+) -> dict[str, int]:
+    """Compact the dataset's history; vacuum what no kept publication's history version reads."""
+    from combined.lake._history import history_table, history_version
+
+    history = history_table(layout, source, dataset)
+    if not history.exists():
+        return {}
+    done = compact(history, "combined maintain")
+    keep = retention.publications
+    with catalog.begin() as conn:
+        published = cat.kept_lake_versions(
+            conn, source, dataset, None if keep == FOREVER else now - keep
+        )
+    mirrored = {history_version(layout, source, dataset, v) for v in published}
+    kept = {v for v in mirrored if v is not None}
+    kept |= {reading_version(history, v) for v in kept}
+    removed = vacuum(history, kept, retention.describe("publications"))
+    return {
+        "history_compacted": 0 if done is None else done.files_removed,
+        "history_vacuumed": len(removed),
+    }
 
 
 def _vacuum_table(

@@ -13,7 +13,7 @@ from combined._status import RUN_NEEDS_REVIEW
 from combined.cli import ProjectOpt, _session, _when, app, console
 
 if TYPE_CHECKING:
-    from combined.evidence import RowVersion
+    from combined.evidence import Replay, RowVersion
 
 
 def _values(v: RowVersion) -> str:
@@ -94,46 +94,74 @@ def replay(
     into: Annotated[
         str | None, typer.Option(help="also write the replay as a new Delta table here")
     ] = None,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            help="when they differ, write the replay as the table's newest version "
+            "(after the comparison is shown; recorded in Activity)",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="the comparison as JSON")] = False,
     project: ProjectOpt = None,
 ) -> None:
     """Rebuild a dataset's projection from its raw Deliveries alone (no source contacted)
-    and compare it row by row with the table; exit 3 when they differ."""
+    and compare it row by row with the table; exit 3 when they differ (with --replace,
+    once the replay was written)."""
     with _session(project) as engine:
-        done = engine.replay(dataset, to_version=to_version, into=into)
+        done = engine.replay(
+            dataset,
+            to_version=to_version,
+            into=into,
+            replace=replace,
+            compared=None if as_json else _print_replay,
+        )
     if as_json:
         typer.echo(json.dumps(done.to_json()))
-    else:
+    elif done.replaced_version is not None:
         console.print(
-            f"replayed {done.dataset} ({done.sync_mode}) to lake version {done.lake_version} "
-            f"from {done.commits} commits and {done.deliveries} Deliveries: "
-            f"{done.replayed_rows} rows; the projection holds {done.projection_rows}",
+            f"replaced: lake version {done.replaced_version} of {done.dataset} holds the "
+            f"replay (it held lake version {done.lake_version}'s rows); publications keep "
+            "the versions they pinned, and the next capture's publication reads this one",
             markup=False,
             soft_wrap=True,
         )
-        if done.foreign_versions:
-            versions = ", ".join(str(v) for v in done.foreign_versions)
-            console.print(
-                f"lake versions {versions} were committed outside Combined",
-                markup=False,
-                soft_wrap=True,
-            )
-        if done.into:
-            console.print(f"written to {done.into}", markup=False, soft_wrap=True)
-        if done.equal:
-            console.print("equal: every identity and payload hash matches", markup=False)
-        else:
-            console.print(
-                f"DIFFERENT: {done.only_in_replay} only in the replay, "
-                f"{done.only_in_projection} only in the projection, "
-                f"{done.other_payload} with another payload",
-                markup=False,
-                soft_wrap=True,
-            )
-            for d in done.differences:
-                console.print(f"  {d['kind']}: {d['id']}", markup=False, soft_wrap=True)
+    elif replace:
+        console.print("nothing replaced: the table already holds the replay", markup=False)
     if not done.equal:
         raise typer.Exit(RUN_NEEDS_REVIEW)
+
+
+def _print_replay(done: Replay) -> None:
+    """The comparison of a replay with the table, as ``combined replay`` shows it."""
+    console.print(
+        f"replayed {done.dataset} ({done.sync_mode}) to lake version {done.lake_version} "
+        f"from {done.commits} commits and {done.deliveries} Deliveries: "
+        f"{done.replayed_rows} rows; the projection holds {done.projection_rows}",
+        markup=False,
+        soft_wrap=True,
+    )
+    if done.foreign_versions:
+        versions = ", ".join(str(v) for v in done.foreign_versions)
+        console.print(
+            f"lake versions {versions} were committed outside Combined",
+            markup=False,
+            soft_wrap=True,
+        )
+    if done.into:
+        console.print(f"written to {done.into}", markup=False, soft_wrap=True)
+    if done.equal:
+        console.print("equal: every identity and payload hash matches", markup=False)
+        return
+    console.print(
+        f"DIFFERENT: {done.only_in_replay} only in the replay, "
+        f"{done.only_in_projection} only in the projection, "
+        f"{done.other_payload} with another payload",
+        markup=False,
+        soft_wrap=True,
+    )
+    for d in done.differences:
+        console.print(f"  {d['kind']}: {d['id']}", markup=False, soft_wrap=True)
 
 
 @app.command()

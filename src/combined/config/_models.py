@@ -402,10 +402,29 @@ class DatasetConfig(_Model):
     and decimal columns, within the rounding of the order of addition for
     float columns.
     """
+    history: bool = False
+    """Keep every version of every row in a second table, ``<source>.<dataset>__history``.
+
+    Each version carries ``_combined_valid_from`` (the lake's acceptance of
+    the commit that made it current), ``_combined_valid_to`` (null while
+    current) and ``_combined_is_current``; a delete closes the current
+    version. Maintained from the same transitions as the projection, in its
+    commit protocol; enabled on a dataset with commits, it is backfilled from
+    the raw layer (``docs/history.md``). Not for ``sync_mode: append``, whose
+    table keeps every event already.
+    """
 
     @model_validator(mode="after")
     def _check_shape(self) -> DatasetConfig:
         problems: list[Problem] = []
+        if self.history and self.sync_mode == "append":
+            problems.append(
+                (
+                    ("history",),
+                    "keeps versions of keyed rows, and sync_mode append keeps every event already",
+                    "remove `history: true`, or use `sync_mode: incremental`",
+                )
+            )
         if self.key is None and self.sync_mode != "append":
             problems.append(
                 (

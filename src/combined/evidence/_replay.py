@@ -18,9 +18,11 @@ replay, only in the projection, or with another payload.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import shutil
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,6 +58,8 @@ class Replay:
     differences: list[dict[str, Any]] = field(default_factory=list)
     into: str | None = None
     foreign_versions: list[int] = field(default_factory=list)  # commits not made by Combined
+    #: The lake version that now holds the replay (``--replace``), None when none was written.
+    replaced_version: int | None = None
 
     @property
     def equal(self) -> bool:
@@ -223,14 +227,22 @@ def _differences(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, int], list[d
     return {str(k): int(v) for k, v in counts.items()}, shown.to_pylist()
 
 
-def _write_into(engine: Engine, con: duckdb.DuckDBPyConnection, into: str) -> str:
-    """The replayed rows as a new Delta table at ``into`` (which must not hold one)."""
+def _write_into(con: duckdb.DuckDBPyConnection, into: str, own: str) -> str:
+    """The replayed rows as a new Delta table at ``into`` (which must not hold one).
+
+    ``own`` is the dataset's table: never written here (``--replace`` does).
+    """
     from deltalake import DeltaTable, write_deltalake
 
     from combined.lake._store import LakeStore
 
     store = LakeStore.at(into if "://" in into else Path(into).resolve())
     target = str(store.root)
+    if target == own or ("://" not in own and target == str(Path(own).resolve())):
+        raise ConfigError(
+            f"{into} is the dataset's own table: --into writes only a new table",
+            hint="give --replace instead, to write the replay as a new version of the table",
+        )
     if DeltaTable.is_deltatable(target, storage_options=store.storage_options()):
         raise ConfigError(
             f"{into} already holds a Delta table: replay writes only a new one",
@@ -242,11 +254,28 @@ def _write_into(engine: Engine, con: duckdb.DuckDBPyConnection, into: str) -> st
 
 
 def replay(
-    engine: Engine, name: str, *, to_version: str | None = None, into: str | None = None
+    engine: Engine,
+    name: str,
+    *,
+    to_version: str | None = None,
+    into: str | None = None,
+    replace: bool = False,
+    compared: Callable[[Replay], None] | None = None,
 ) -> Replay:
-    """Rebuild ``SOURCE.DATASET``'s projection from its raw Deliveries and compare it."""
+    """Rebuild ``SOURCE.DATASET``'s projection from its raw Deliveries and compare it.
+
+    ``replace`` then writes the replay as a new version of the dataset's own
+    table (:func:`_replace`), once ``compared`` was told the comparison.
+    """
     from combined.evidence._explain import _scan, split_name
 
+    if replace and (into is not None or to_version is not None):
+        raise ConfigError(
+            "--replace writes the replay of every commit as the table's newest version: "
+            "it takes neither --into nor --to-version",
+            hint="drop --into or --to-version (replay --to-version V --into PATH "
+            "writes an older state to a table of its own)",
+        )
     source, dataset = split_name(name)
     sync_mode = engine.project.dataset(source, dataset).sync_mode
     layout = engine.layout
@@ -274,24 +303,104 @@ def replay(
         )
         replayed, projected = _counts(con)
         counts, shown = _differences(con)
-        target = _write_into(engine, con, into) if into is not None else None
+        target = _write_into(con, into, layout.table(source, dataset)) if into else None
+        done = Replay(
+            dataset=name,
+            sync_mode=sync_mode,
+            lake_version=version,
+            commits=len(commits),
+            deliveries=len(files),
+            replayed_rows=replayed,
+            projection_rows=projected,
+            only_in_replay=counts.get("only_in_replay", 0),
+            only_in_projection=counts.get("only_in_projection", 0),
+            other_payload=counts.get("other_payload", 0),
+            differences=shown,
+            into=target,
+            foreign_versions=foreign,
+        )
+        if compared is not None:
+            compared(done)
+        if replace and not done.equal:
+            done = dataclasses.replace(
+                done, replaced_version=_replace(engine, con, source, dataset, done)
+            )
     except OSError as exc:
         raise LakeError(f"the replay of {name} could not read or write: {exc}") from exc
     finally:
         con.close()
         shutil.rmtree(spill, ignore_errors=True)
-    return Replay(
-        dataset=name,
-        sync_mode=sync_mode,
-        lake_version=version,
-        commits=len(commits),
-        deliveries=len(files),
-        replayed_rows=replayed,
-        projection_rows=projected,
-        only_in_replay=counts.get("only_in_replay", 0),
-        only_in_projection=counts.get("only_in_projection", 0),
-        other_payload=counts.get("other_payload", 0),
-        differences=shown,
-        into=target,
-        foreign_versions=foreign,
-    )
+    return done
+
+
+# -- the replacement ------------------------------------------------------------------------
+
+
+def _replace(
+    engine: Engine, con: duckdb.DuckDBPyConnection, source: str, dataset: str, done: Replay
+) -> int:
+    """Write the replay as the dataset's newest table version; returns that version.
+
+    Under the dataset's lease (no capture commits meanwhile), and only onto
+    the version the replay was compared with. The commit carries the
+    replacement's evidence, no checkpoint and no Delivery: the dataset's
+    checkpoint stays its last capture's, and publications keep the versions
+    they pinned. Recorded in Activity as ``dataset.replaced``.
+    """
+    from datetime import timedelta
+
+    import pyarrow as pa
+    from deltalake import CommitProperties, write_deltalake
+
+    from combined.catalog import data as cat
+    from combined.lake import METADATA_KEY, to_lake
+    from combined.lake._table import REPLACED
+
+    holder = f"replay-{uuid.uuid4().hex[:12]}"
+    if not engine.catalog.acquire_lease(source, dataset, holder, timedelta(minutes=10)):
+        raise LakeError(
+            f"{done.dataset} is being captured (run {engine.catalog.lease_holder(source, dataset)})"
+            ": its table was not replaced",
+            hint="run `combined replay --replace` again once that run has ended",
+        )
+    try:
+        table = engine.layout.dataset_table(source, dataset)
+        dt = table.delta()
+        if int(dt.version()) != done.lake_version:
+            raise LakeError(
+                f"{done.dataset} moved to lake version {dt.version()} after the replay compared "
+                f"it at {done.lake_version}: its table was not replaced",
+                hint="run `combined replay --replace` again",
+            )
+        schema = pa.schema(dt.schema().to_arrow())
+        evidence: dict[str, Any] = {
+            "replaced_version": done.lake_version,
+            "replayed_rows": done.replayed_rows,
+            "only_in_replay": done.only_in_replay,
+            "only_in_projection": done.only_in_projection,
+            "other_payload": done.other_payload,
+            "commits": done.commits,
+            "deliveries": done.deliveries,
+        }
+        rows = con.sql("SELECT * EXCLUDE (_lv, _seq, _row) FROM _replay").to_arrow_reader(65_536)
+        write_deltalake(
+            dt,
+            pa.RecordBatchReader.from_batches(schema, (to_lake(b, schema) for b in rows)),
+            mode="overwrite",
+            commit_properties=CommitProperties(
+                custom_metadata={METADATA_KEY: json.dumps({REPLACED: evidence})}
+            ),
+        )
+        version = int(table.version() or 0)
+        with engine.catalog.begin() as conn:
+            cat.emit(
+                conn,
+                "dataset.replaced",
+                source=source,
+                dataset=dataset,
+                lake_version=version,
+                **evidence,
+            )
+        return version
+    finally:
+        engine.catalog.release_lease(source, dataset, holder)

@@ -55,6 +55,10 @@ class LakeLayout:
         """The Delta table of a dataset's billed identities (MAR)."""
         return self.store.join("_usage", source, dataset)
 
+    def history(self, source: str, dataset: str) -> str:
+        """The Delta table of every version of a dataset's rows (``history: true``)."""
+        return self.store.join("_history", source, dataset)
+
     def staging_area(self) -> Path:
         """The local directory holding every Run's staging."""
         if not self.store.remote:
@@ -79,7 +83,7 @@ class LakeLayout:
         try:
             # Owner-only, so every table, Delivery and staged file beneath is too.
             private_dir(root)
-            for area in ("_staging", "_quarantine", "_deliveries", "_usage"):
+            for area in ("_staging", "_quarantine", "_deliveries", "_usage", "_history"):
                 private_dir(root / area)
             probe = root / f".write-probe-{os.getpid()}"
             probe.write_bytes(b"")

@@ -117,6 +117,7 @@ def _run(
     allowed: list[str] = []
     read: list[tuple[Member, list[str]]] = []
     gone: list[QueryError] = []
+    histories: list[str] = []
     con.execute(f"CREATE SCHEMA {_SHAPES}")
     for m in members:
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(m.source)}")
@@ -153,6 +154,10 @@ def _run(
             except duckdb.IOException:
                 # Said only if the query reads it: no view, a FilesRemoved when named.
                 gone.append(_gone(layout, [(m, files)]) or _unreadable(m))
+        history = _expose_history(con, layout, m)
+        if history is not None:
+            allowed.extend(history)
+            histories.append(f"{m.source}.{m.dataset}__history")
     # From here DuckDB opens only the basis's files, extensions included,
     # and the query cannot change that.
     con.execute("SET allowed_paths = ?", [allowed])
@@ -168,7 +173,7 @@ def _run(
             hint="narrow the query (fewer columns or rows), or raise --memory-limit",
         ) from None
     except duckdb.CatalogException as exc:
-        raise _absent(con, query, members, publication, gone) or QueryError(
+        raise _absent(con, query, members, publication, gone, histories) or QueryError(
             f"the query failed: {exc}",
             hint="tables are named <source>.<dataset>; list them with `combined status`",
         ) from exc
@@ -177,6 +182,48 @@ def _run(
             f"the query failed: {exc}",
             hint="tables are named <source>.<dataset>; list them with `combined status`",
         ) from exc
+
+
+def _expose_history(con: Any, layout: LakeLayout, m: Member) -> list[str] | None:
+    """Expose the member's history as ``<source>.<dataset>__history``, at its publication.
+
+    The history version read is the one mirroring the member's lake version,
+    so the history shows what the publication does and nothing later.
+    Returns the files DuckDB may open for it (none from an object store),
+    or None when the dataset keeps no history at that version.
+    """
+    import duckdb
+
+    from combined.lake._history import SUFFIX, history_table, history_version
+
+    assert m.lake_version is not None
+    version = history_version(layout, m.source, m.dataset, m.lake_version)
+    if version is None:
+        return None
+    table = history_table(layout, m.source, m.dataset)
+    version = reading_version(table, version)  # past its compactions: the same versions
+    files, schema = table.files(version), table.schema(version)
+    assert schema is not None
+    key = f"{m.source}.{m.dataset}{SUFFIX}"
+    name = f"{quote_ident(m.source)}.{quote_ident(m.dataset + SUFFIX)}"
+    shape = f"{_SHAPES}.{quote_ident(key)}"
+    con.register("_empty", schema.empty_table())
+    con.execute(f"CREATE TABLE {shape} AS SELECT * FROM _empty")
+    con.unregister("_empty")
+    if not files:
+        con.execute(f"CREATE VIEW {name} AS SELECT * FROM {shape}")
+        return []
+    if layout.store.remote:
+        scan = layout.store.arrow_source(con, f"_lake_{key}", files, schema)
+    else:
+        scan = layout.store.duck_source(con, files)
+    try:
+        con.execute(
+            f"CREATE VIEW {name} AS SELECT * FROM {shape} UNION ALL BY NAME SELECT * FROM {scan}"
+        )
+    except duckdb.IOException:
+        return None  # its files are gone (vacuumed): no history at this basis
+    return [] if layout.store.remote else files
 
 
 def _version_files(table: LakeTable, m: Member, version: int) -> tuple[list[str], pa.Schema]:
@@ -296,6 +343,7 @@ def _absent(
     members: Sequence[Member],
     publication: Any,
     gone: Sequence[QueryError] = (),
+    histories: Sequence[str] = (),
 ) -> QueryError | None:
     """A ``<source>.<dataset>`` the query names that the basis does not hold, said as such.
 
@@ -308,11 +356,20 @@ def _absent(
     except Exception:  # noqa: BLE001 - the query's own error stands
         return None
     held = {f"{m.source}.{m.dataset}" for m in members if m.lake_version is not None}
+    held.update(histories)
     unreadable = {f"{e.context['source']}.{e.context['dataset']}": e for e in gone}
     for raw in sorted(names):
         name = raw.split(" AS ")[0].replace('"', "")
         if name in unreadable:
             return unreadable[name]
+        if name.endswith("__history") and name.removesuffix("__history") in held:
+            return QueryError(
+                f"{name.removesuffix('__history')} keeps no history at the published basis "
+                "read: `history: true` was not set for it when that publication was made",
+                hint="set `history: true` on the dataset and capture it (docs/history.md); "
+                "its history is then backfilled from the raw layer",
+                dataset=name,
+            )
         if "." in name and name not in held:
             when = (
                 ""

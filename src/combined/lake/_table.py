@@ -22,6 +22,9 @@ CommitMode = Literal["merge", "append", "overwrite"]
 METADATA_KEY = "combined"
 #: The key of a maintenance commit's metadata (``compact``, ``vacuum``): it changes no row.
 MAINTENANCE = "maintenance"
+#: The key of a commit that replaced the rows with a replay's (``combined replay --replace``):
+#: it carries no checkpoint and commits no Delivery.
+REPLACED = "replaced"
 #: Tables stay readable by every Delta reader: no deletion vectors, no column mapping.
 TABLE_CONFIGURATION: dict[str, str | None] = {"delta.enableDeletionVectors": "false"}
 
@@ -111,8 +114,8 @@ class LakeTable:
             if raw is None:
                 continue
             meta = json.loads(raw) if isinstance(raw, str) else dict(raw)
-            if MAINTENANCE in meta:
-                continue  # a compaction or vacuum: same rows, no checkpoint
+            if MAINTENANCE in meta or REPLACED in meta:
+                continue  # a compaction, vacuum or replay's rows: no checkpoint, no Delivery
             meta["lake_version"] = int(entry["version"])
             meta["lake_timestamp_ms"] = entry.get("timestamp")
             out.append(meta)

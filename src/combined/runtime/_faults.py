@@ -7,6 +7,8 @@ itself with SIGKILL when it reaches it:
 - ``during_commit``: a watchdog kills the process ``COMBINED_FAULT_DELAY_MS``
   milliseconds (default 2) into the lake commit call;
 - ``after_commit``: the lake commit landed, the catalog projection did not;
+- ``after_history``: the lake commit and its history (``history: true``)
+  landed, the catalog projection did not;
 - ``after_projection``: the catalog projection landed, the publication did not.
 
 Nothing else reads these variables; unset, the functions do nothing.
@@ -18,7 +20,7 @@ import os
 import signal
 import threading
 
-POINTS = ("after_staging", "during_commit", "after_commit", "after_projection")
+POINTS = ("after_staging", "during_commit", "after_commit", "after_history", "after_projection")
 
 
 def _armed(point: str) -> bool:

@@ -40,7 +40,7 @@ from combined.protocol._digest import digest_of
 from combined.runtime._barrier import CheckpointBarrier
 from combined.runtime._deadline import reading
 from combined.runtime._drift import judge_drift
-from combined.runtime._faults import arm_commit_watchdog
+from combined.runtime._faults import arm_commit_watchdog, fault
 from combined.runtime._memory import release_memory
 from combined.runtime._reporter import Reporter
 from combined.runtime._schema_check import (
@@ -72,6 +72,8 @@ class DatasetPlan:
     quarantine_reader: str
     review_every_s: int
     control_sum: str | None = None
+    #: Whether every version of every row is kept (``history: true``).
+    history: bool = False
 
 
 @dataclass
@@ -507,6 +509,7 @@ def project_commit(
     staging_root: Path | None = None,
 ) -> None:
     """Make the catalog reflect one lake commit; idempotent, from lake evidence only."""
+    from combined.lake._history import maintain_history
     from combined.usage import record_usage
 
     deliveries = list(meta.get("deliveries") or [])
@@ -536,6 +539,11 @@ def project_commit(
             unique=bool(meta.get("changes_unique")),
             deliveries=from_deliveries,
         )
+    if meta.get("history"):
+        # Before the catalog moves: a crash in between leaves the catalog
+        # behind the lake, and its catch-up mirrors what the history lacks.
+        maintain_history(layout, source, dataset)
+        fault("after_history")
     version = meta["version"]
     tr = meta["transition"]
     with catalog.begin() as conn:

@@ -355,6 +355,9 @@ def _finish_prepare(
         "schema": commit_schema_fields(deliveries[0].path) if deliveries else None,
         "ingested_at": accepted_at.isoformat(),
     }
+    if plan.history:
+        # Its projection keeps the versions too (``lake/_history.py``).
+        metadata["history"] = True
     mode = {"incremental": "merge", "append": "append", "full_refresh": "overwrite"}[plan.sync_mode]
     needs_merge = not baseline and (transition.updates > 0 or transition.deletes > 0)
     return Prepared(

@@ -1,0 +1,346 @@
+"""History mode: every version of every row of a dataset, in a second Delta table.
+
+``<lake>/_history/<source>/<dataset>/`` holds, per version of a row, the
+row as its Delivery delivered it (payload and provenance columns) and:
+
+- ``_combined_valid_from``: the acceptance time of the lake commit that made
+  the version current (its ``ingested_at``, stamped on the row as
+  ``_combined_ingested_at``);
+- ``_combined_valid_to``: the acceptance time of the commit that replaced or
+  deleted it, null while it is current;
+- ``_combined_is_current``: whether it is the projection's row now.
+
+It is derived from the projection's own commits, in their order: each
+history commit mirrors one lake commit of the dataset, from the Deliveries
+that commit lists in the raw layer (and a full refresh's change list), and
+carries ``Transaction(app_id="combined-history:<source>/<dataset>",
+version=<its last Delivery sequence>)``. A commit whose sequence the history
+holds already is skipped, so a retried or repeated projection adds no
+version twice; one the history lacks (a crash between the two commits, or
+history enabled on a dataset with commits) is applied from the raw layer
+before anything is published. Readers pin the history version that mirrors
+a publication's lake version (:func:`history_version`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from combined.errors import LakeError
+from combined.lake._layout import LakeLayout
+from combined.lake._table import (
+    METADATA_KEY,
+    TABLE_CONFIGURATION,
+    LakeTable,
+    _retyped,
+    _union,
+)
+from combined.lake._types import to_lake
+
+VALID_FROM = "_combined_valid_from"
+VALID_TO = "_combined_valid_to"
+IS_CURRENT = "_combined_is_current"
+#: How ``combined sql`` names a dataset's history: ``<source>.<dataset>__history``.
+SUFFIX = "__history"
+_ID, _OP = "_combined_id", "_combined_op"
+_TIME = pa.timestamp("us", tz="UTC")
+#: Operations that end an identity's current version without a new one.
+_ENDS = ("delete", "truncate")
+
+
+def history_table(layout: LakeLayout, source: str, dataset: str) -> LakeTable:
+    """The dataset's history table (app id ``combined-history:<source>/<dataset>``)."""
+    return LakeTable(
+        layout.history(source, dataset), f"combined-history:{source}/{dataset}", layout.store
+    )
+
+
+def maintain_history(layout: LakeLayout, source: str, dataset: str) -> list[int]:
+    """Mirror every lake commit of the dataset the history lacks, oldest first.
+
+    Returns the lake versions applied (none when the history is up to date).
+    """
+    history = history_table(layout, source, dataset)
+    done = history.committed_sequence()
+    pending = [
+        meta
+        for meta in reversed(layout.dataset_table(source, dataset).commits())
+        if int(meta.get("last_sequence") or 0) > done and meta.get("deliveries")
+    ]
+    if not history.exists():
+        # A backfill: from the newest commit whose Deliveries the raw layer no
+        # longer holds (expired under ``retention.raw``), the projection seeds it.
+        gone = [n for n, m in enumerate(pending) if not _in_raw_layer(layout, source, dataset, m)]
+        if gone:
+            _seed(layout, history, source, dataset, pending[gone[-1]])
+            pending = pending[gone[-1] + 1 :]
+    for meta in pending:
+        _apply(layout, history, source, dataset, meta)
+    return [int(m["lake_version"]) for m in pending]
+
+
+def history_version(layout: LakeLayout, source: str, dataset: str, lake_version: int) -> int | None:
+    """The history table version mirroring the dataset's ``lake_version``.
+
+    None without a history table, or when the history does not hold every
+    commit up to that version (history was turned off since, or a commit's
+    mirror is still to be applied): readers are then not shown a history
+    that disagrees with the projection.
+    """
+    history = history_table(layout, source, dataset)
+    mirrored = [m for m in history.commits() if int(m.get("table_version", -1)) <= lake_version]
+    if not mirrored:
+        return None
+    newest = mirrored[0]
+    behind = any(
+        int(m["lake_version"]) <= lake_version
+        and m.get("deliveries")
+        and int(m.get("last_sequence") or 0) > int(newest.get("last_sequence") or 0)
+        for m in layout.dataset_table(source, dataset).commits()
+    )
+    return None if behind else int(newest["lake_version"])
+
+
+# -- one mirrored commit -------------------------------------------------------------------
+
+
+def _apply(
+    layout: LakeLayout, history: LakeTable, source: str, dataset: str, meta: Mapping[str, Any]
+) -> None:
+    """Apply one lake commit's transition to the history, in one history commit."""
+    from deltalake import write_deltalake
+    from deltalake.exceptions import CommitFailedError
+
+    sequence = int(meta["last_sequence"])
+    files = _raw_files(layout, source, dataset, meta)
+    at = pa.scalar(datetime.fromisoformat(meta["ingested_at"]), _TIME)
+    changes = _change_list(layout, source, dataset, meta)
+    properties = _properties(history, meta)
+    dt = history.delta()
+    incoming = _schema(layout, files, dt)
+    try:
+        if dt is None:
+            rows = _rows(layout, files, incoming, at, changes, closes=False)
+            write_deltalake(
+                history.path,
+                pa.RecordBatchReader.from_batches(incoming, rows),
+                configuration=TABLE_CONFIGURATION,
+                commit_properties=properties,
+                storage_options=history.store.storage_options(),
+            )
+            return
+        if _retyped(dt, incoming):
+            dt = _retype(history, dt, incoming)
+        rows = _rows(layout, files, incoming, at, changes, closes=True)
+        (
+            dt.merge(
+                source=pa.RecordBatchReader.from_batches(incoming, rows),
+                # Only a closing row (not current) meets the identity's current version.
+                predicate=f"t.{_ID} = s.{_ID} AND t.{IS_CURRENT} AND NOT s.{IS_CURRENT}",
+                source_alias="s",
+                target_alias="t",
+                merge_schema=True,
+                commit_properties=properties,
+            )
+            .when_matched_update(
+                updates={VALID_TO: f"s.{VALID_FROM}", IS_CURRENT: "false"},
+            )
+            .when_not_matched_insert_all(predicate=f"s.{IS_CURRENT}")
+            .execute()
+        )
+    except CommitFailedError as exc:
+        if history.committed_sequence() >= sequence:
+            return  # a concurrent projection of the same commit won: it holds these versions
+        raise LakeError(f"the history commit of {source}.{dataset} conflicted: {exc}") from exc
+
+
+def _in_raw_layer(layout: LakeLayout, source: str, dataset: str, meta: Mapping[str, Any]) -> bool:
+    """Whether the raw layer holds every Delivery with rows of the commit ``meta``."""
+    folder = layout.deliveries(source, dataset)
+    return all(
+        layout.store.exists(layout.store.child(folder, d["file"]))
+        for d in meta.get("deliveries") or []
+        if int(d["records"])
+    )
+
+
+def _seed(
+    layout: LakeLayout, history: LakeTable, source: str, dataset: str, meta: Mapping[str, Any]
+) -> None:
+    """Start the history from the projection at the commit ``meta`` (its own history gone).
+
+    Each row is the version current at that commit, since its own acceptance
+    (``_combined_ingested_at``, the commit that wrote it); the versions it
+    replaced are not known any more.
+    """
+    from deltalake import write_deltalake
+
+    table = layout.dataset_table(source, dataset)
+    version = int(meta["lake_version"])
+    schema = table.schema(version)
+    assert schema is not None
+    target = schema.append(pa.field(VALID_FROM, _TIME))
+    target = target.append(pa.field(VALID_TO, _TIME)).append(pa.field(IS_CURRENT, pa.bool_()))
+
+    files = table.files(version)  # (delta-rs is not called while it writes)
+
+    def rows() -> Iterator[pa.RecordBatch]:
+        for path in files:
+            with pq.ParquetFile(layout.store.open_input(path)) as pf:
+                for batch in pf.iter_batches(batch_size=65_536):
+                    since = batch.column("_combined_ingested_at").cast(_TIME)
+                    opened = _version(batch, target, pa.scalar(None, _TIME))
+                    yield opened.set_column(target.get_field_index(VALID_FROM), VALID_FROM, since)
+
+    write_deltalake(
+        history.path,
+        pa.RecordBatchReader.from_batches(target, rows()),
+        configuration=TABLE_CONFIGURATION,
+        commit_properties=_properties(history, meta, seeded=True),
+        storage_options=history.store.storage_options(),
+    )
+
+
+def _properties(history: LakeTable, meta: Mapping[str, Any], **extra: Any) -> Any:
+    """A history commit's properties: the lake commit it mirrors, keyed by its sequence."""
+    from deltalake import CommitProperties, Transaction
+
+    sequence = int(meta["last_sequence"])
+    mirrored = {
+        "run_id": meta.get("run_id"),
+        "table_version": int(meta["lake_version"]),
+        "first_sequence": int(meta.get("first_sequence") or 0),
+        "last_sequence": sequence,
+        "ingested_at": meta["ingested_at"],
+        **extra,
+    }
+    return CommitProperties(
+        custom_metadata={METADATA_KEY: json.dumps(mirrored)},
+        app_transactions=[Transaction(app_id=history.app_id, version=sequence)],
+    )
+
+
+def _raw_files(layout: LakeLayout, source: str, dataset: str, meta: Mapping[str, Any]) -> list[str]:
+    """The raw-layer files of the commit's Deliveries (an empty one may be gone)."""
+    out = []
+    for d in meta.get("deliveries") or []:
+        path = layout.store.child(layout.deliveries(source, dataset), d["file"])
+        if layout.store.exists(path):
+            out.append(path)
+        elif int(d["records"]):
+            raise LakeError(
+                f"{source}.{dataset}: the history cannot mirror lake version "
+                f"{meta['lake_version']}: its Delivery {d['file']} is not in the raw layer",
+                hint="restore the file into the raw layer from a backup, then run "
+                "`combined repair`",
+            )
+    return out
+
+
+def _change_list(
+    layout: LakeLayout, source: str, dataset: str, meta: Mapping[str, Any]
+) -> pa.Table | None:
+    """A full refresh's change list (id, op): its Deliveries hold unchanged rows too."""
+    name = meta.get("changes_file")
+    if not name:
+        return None
+    return layout.store.read_table(layout.store.child(layout.deliveries(source, dataset), name))
+
+
+def _schema(layout: LakeLayout, files: list[str], dt: Any) -> pa.Schema:
+    """The history's columns: the table's, then the Deliveries' new ones."""
+    delivered = pa.schema([])
+    for f in files:
+        delivered = _union(delivered, layout.store.parquet_schema(f))
+    if dt is not None:
+        return _union(pa.schema(dt.schema().to_arrow()), delivered)
+    return (
+        delivered.append(pa.field(VALID_FROM, _TIME))
+        .append(pa.field(VALID_TO, _TIME))
+        .append(pa.field(IS_CURRENT, pa.bool_()))
+    )
+
+
+def _rows(
+    layout: LakeLayout,
+    files: list[str],
+    schema: pa.Schema,
+    at: pa.Scalar,
+    changes: pa.Table | None,
+    *,
+    closes: bool,
+) -> Iterator[pa.RecordBatch]:
+    """The commit's new versions, and (``closes``) a closing row per identity it changes.
+
+    A closing row holds the identity, the commit's time and ``is_current``
+    false; a new version holds the delivered row, the commit's time, a null
+    ``valid_to`` and ``is_current`` true.
+    """
+    puts = ends = None
+    if changes is not None:  # a full refresh: only the rows its change list names changed
+        ops = changes.column("op").cast(pa.string())
+        puts = pc.filter(changes.column(_ID), pc.is_in(ops, pa.array(["insert", "update"])))
+        ends = pc.filter(changes.column(_ID), pc.is_in(ops, pa.array(["update", "delete"])))
+        if closes and len(ends):
+            yield _closing(ends, schema, at)
+    for path in files:
+        with pq.ParquetFile(layout.store.open_input(path)) as pf:
+            for batch in pf.iter_batches(batch_size=65_536):
+                op = batch.column(_OP).cast(pa.string())
+                if puts is None:
+                    keep = pc.invert(pc.is_in(op, pa.array(list(_ENDS))))
+                    if closes and batch.num_rows:
+                        yield _closing(batch.column(_ID), schema, at)
+                else:
+                    keep = pc.is_in(batch.column(_ID), puts.cast(batch.column(_ID).type))
+                kept = batch.filter(keep)
+                if kept.num_rows:
+                    yield _version(kept, schema, at)
+
+
+def _version(batch: pa.RecordBatch, schema: pa.Schema, at: pa.Scalar) -> pa.RecordBatch:
+    n = batch.num_rows
+    marks = {
+        VALID_FROM: pa.repeat(at, n),
+        VALID_TO: pa.nulls(n, _TIME),
+        IS_CURRENT: pa.repeat(pa.scalar(True), n),
+    }
+    arrays = [*batch.columns, *marks.values()]
+    names = [*batch.schema.names, *marks]
+    return to_lake(pa.RecordBatch.from_arrays(arrays, names=names), schema)
+
+
+def _closing(ids: pa.Array | pa.ChunkedArray, schema: pa.Schema, at: pa.Scalar) -> pa.RecordBatch:
+    ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+    n = len(ids)
+    closing = pa.RecordBatch.from_arrays(
+        [ids, pa.repeat(at, n), pa.repeat(pa.scalar(False), n)],
+        names=[_ID, VALID_FROM, IS_CURRENT],
+    )
+    return to_lake(closing, schema)
+
+
+def _retype(history: LakeTable, dt: Any, schema: pa.Schema) -> Any:
+    """Rewrite the history in the widened column types (the projection's were too).
+
+    Delta widens no column in place. This commit changes no version (it
+    carries no transaction): repeated after a crash, it rewrites the same rows.
+    """
+    from deltalake import write_deltalake
+
+    target = _union(pa.schema(dt.schema().to_arrow()), schema)
+    rows = (to_lake(b, target) for b in dt.to_pyarrow_dataset().to_batches())
+    write_deltalake(
+        dt,
+        pa.RecordBatchReader.from_batches(target, rows),
+        mode="overwrite",
+        schema_mode="overwrite",
+    )
+    return history.delta()
