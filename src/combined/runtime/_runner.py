@@ -105,6 +105,7 @@ def plans_from_admission(admission: Admission) -> dict[str, DatasetPlan]:
             quarantine_reader=d["quarantine"]["reader"],
             review_every_s=int(d["quarantine"]["review_every_s"]),
             control_sum=d.get("control_sum"),
+            deletes=d.get("deletes"),
         )
     return out
 
