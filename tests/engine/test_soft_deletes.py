@@ -340,7 +340,8 @@ def test_a_flag_needs_a_keyed_incremental_dataset(
     tmp_path: Path, tools: Any, dataset: str, said: str
 ) -> None:
     _sqlite_app(tmp_path)
-    (tmp_path / "combined.yaml").write_text(
+    project = tmp_path / "combined.yaml"
+    project.write_text(
         "version: 1\nlake: ./lake\nsources:\n  app:\n    connector: sqlite\n"
         f"    config:\n      path: ./app.db\n    datasets:\n      accounts:\n        {dataset}\n"
     )
@@ -348,3 +349,8 @@ def test_a_flag_needs_a_keyed_incremental_dataset(
     assert result.returncode == 2, result.stdout + result.stderr
     told = " ".join((result.stdout + result.stderr).split())
     assert said in told, told
+    # Declared as the error says, the flag is taken.
+    fixed = "key: [id]\n        deletes: {flag: deleted_at}"
+    project.write_text(project.read_text().replace(dataset, fixed))
+    result = tools.cli(tmp_path, "check")
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -498,11 +498,15 @@ class DatasetConfig(_Model):
             problems.append(
                 (
                     ("deletes",),
-                    f"needs sync_mode incremental, not {self.sync_mode}: a delete removes "
-                    "its key from the projection"
-                    + (", which an event stream has none of" if self.sync_mode == "append" else ""),
+                    f"needs sync_mode incremental, not {self.sync_mode}: "
+                    + (
+                        "an event stream keeps every row it reads, with no key to delete"
+                        if self.sync_mode == "append"
+                        else "a delete removes its key from a merged projection"
+                    ),
                     "set `sync_mode: incremental` with a `key:` (a snapshot's flagged rows "
-                    "then leave the projection), or remove `deletes:` to keep flagged rows",
+                    "then leave the projection), or remove `deletes:` to keep flagged rows "
+                    "as they are",
                 )
             )
         if self.columns is not None:
