@@ -213,6 +213,12 @@ def test_snapshot_with_a_boolean_flag(tmp_path: Path, pg_database: str) -> None:
         assert _ids(engine, "pg.users") == [1, 2, 3, 4]
         _replays_equal(engine, "pg.users")
         assert _usage(engine, "users") == {"mar": 4, "inserts": 4, "updates": 0, "deletes": 1}
+        back = engine.explain("pg.users", ["1"])
+        assert [(v.op, v.soft_delete) for v in back.versions] == [
+            ("snapshot", None),
+            ("delete", "is_deleted = True"),
+            ("insert", None),
+        ]
 
         (plan,) = engine.plan(["pg"])
         claims = [c.text for s in plan.sections if s.title == "Deletes" for c in s.claims]
@@ -279,8 +285,13 @@ def test_cdc_update_setting_the_flag_is_a_delete(tmp_path: Path, cdc_db: Any) ->
         assert [(r["id"], r["qty"]) for r in rows] == [(1, 1), (2, 20), (3, 30), (6, 6)]
         _replays_equal(engine, "pg.items")
         assert _usage(engine, "items")["deletes"] == 2
+        # A hard delete is no soft one; an UPDATE setting the flag is.
         gone = engine.explain("pg.items", ["4"])
         assert gone.status == "deleted" and gone.versions[-1].soft_delete is None
+        flagged_then_back = engine.explain("pg.items", ["2"])
+        ops = [v.op for v in flagged_then_back.versions]
+        assert ops == ["snapshot", "delete", "insert"]
+        assert str(flagged_then_back.versions[1].soft_delete).startswith("deleted_at = 2")
     finally:
         engine.close()
     flagged = [r for r in _raw(tmp_path, "pg", "items") if r["_combined_op"] == "delete"]

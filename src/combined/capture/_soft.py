@@ -107,6 +107,14 @@ def deleted_sql(spec: Mapping[str, Any], schema: pa.Schema, where: str) -> str:
     return f"{column} IS NOT NULL"
 
 
+def says_deleted(spec: Mapping[str, Any], value: object) -> bool:
+    """Whether a flag's ``value`` (as read back from the raw layer) marks its row deleted."""
+    wanted = spec.get("value")
+    if wanted is not None:
+        return value is not None and _value_text(value) == _value_text(wanted)
+    return value is True or (value is not None and not isinstance(value, bool))
+
+
 def describe(spec: Mapping[str, Any] | None) -> str | None:
     """The rule in words (``plan``, ``explain``), or None without one."""
     if not spec:

@@ -204,18 +204,21 @@ def _version(
     delivery: Mapping[str, Any] | None,
     op: str,
     row: Mapping[str, Any],
-    flag: str | None = None,
+    flag: Mapping[str, Any] | None = None,
 ) -> RowVersion:
     """One version of the row; ``flag`` is the dataset's soft-delete flag, if any."""
+    from combined.capture._soft import says_deleted
+
     values = {k: v for k, v in row.items() if not k.startswith("_combined_")}
     values.pop("filename", None)
     values.pop("file_row_number", None)
     meta = commit.meta
     # A delete its flag made is the row as read, flag included; any other has no values.
-    soft = op == "delete" and flag is not None and values.get(flag) is not None
+    column = str(flag["flag"]) if flag else ""
+    soft = op == "delete" and flag is not None and says_deleted(flag, values.get(column))
     return RowVersion(
         op=op,
-        soft_delete=f"{flag} = {values[flag]}" if soft and flag is not None else None,
+        soft_delete=f"{column} = {values[column]}" if soft else None,
         values=values if op not in ("delete", "truncate") or soft else {},
         identity=_text(row.get(prov.ID)),
         payload_hash=_text(row.get(prov.PAYLOAD_HASH)),
@@ -261,7 +264,7 @@ def _versions(
     files: Mapping[str, tuple[_Commit, dict[str, Any]]],
     scan: str,
     literals: Mapping[str, str],
-    flag: str | None = None,
+    flag: Mapping[str, Any] | None = None,
 ) -> list[RowVersion]:
     """The key's rows in ``scan`` (the raw ``files``), in commit order, with each commit's
     evidence (``flag``: the dataset's soft-delete flag)."""
@@ -476,6 +479,8 @@ def explain(engine: Engine, name: str, values: Sequence[str]) -> Explanation:
     """Every version of the row of ``name`` whose key is ``values``, and where it stands."""
     import duckdb
 
+    from combined.capture._soft import spec_of
+
     source, dataset, key = _dataset(engine, name)
     _check_arity(name, key, values)
     layout = engine.layout
@@ -487,8 +492,7 @@ def explain(engine: Engine, name: str, values: Sequence[str]) -> Explanation:
         if files:
             scan = _scan(list(files))
             literals = _typed_literals(con, _describe(con, scan), key, values)
-            deletes = engine.project.dataset(source, dataset).deletes
-            flag = deletes.flag if deletes is not None else None
+            flag = spec_of(engine.project.dataset(source, dataset).deletes)
             versions = _versions(con, files, scan, literals, flag)
             ids = _identities(scan, literals)
             versions = _replacements(con, layout, source, dataset, commits, versions, ids)
