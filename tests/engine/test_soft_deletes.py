@@ -193,14 +193,17 @@ def test_snapshot_with_a_boolean_flag(tmp_path: Path, pg_database: str) -> None:
     (tmp_path / "combined.yaml").write_text(SNAPSHOT_PROJECT.format(dsn=pg_database))
     engine = Engine.open(tmp_path / "combined.yaml")
     try:
-        # NULL and false are live; true is deleted.
-        assert _capture(engine)["inserts"] == 3
+        # NULL and false are live; true is deleted. The source's count, less
+        # its flagged rows, reconciles with the lake's (control totals included).
+        first = _capture(engine)
+        assert (first["inserts"], first["reconciliation"]) == (3, "reconciled")
         assert _ids(engine, "pg.users") == [1, 2, 4]
 
         with psycopg.connect(pg_database, autocommit=True) as conn:
             conn.execute("UPDATE users SET is_deleted = true WHERE id = 1")
         stats = _capture(engine)
         assert (stats["inserts"], stats["updates"], stats["deletes"]) == (0, 0, 1)
+        assert stats["reconciliation"] == "reconciled"
         assert _ids(engine, "pg.users") == [2, 4]
         # Still flagged next time: nothing changes, nothing is billed again.
         again = _capture(engine)
