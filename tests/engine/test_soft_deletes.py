@@ -154,7 +154,7 @@ def test_cursor_capture_deletes_a_flagged_row_and_inserts_it_again_when_cleared(
     ]
 
 
-def test_a_flag_equal_to_a_value_marks_deletes(tmp_path: Path) -> None:
+def test_a_flag_equal_to_a_value_marks_deletes(tmp_path: Path, tools: Any) -> None:
     engine = Engine.open(_sqlite_app(tmp_path, "{flag: status, value: deleted}"))
     try:
         _capture(engine)
@@ -165,6 +165,10 @@ def test_a_flag_equal_to_a_value_marks_deletes(tmp_path: Path) -> None:
         _replays_equal(engine, "app.accounts")
     finally:
         engine.close()
+    shown = tools.cli(tmp_path, "explain", "app.accounts", "4", env={"COLUMNS": "300"})
+    assert shown.returncode == 0, shown.stderr
+    assert "deleted (soft-delete flag status = deleted) by run" in shown.stdout
+    assert "2. delete (soft-delete flag status = deleted)  run" in shown.stdout
 
 
 SNAPSHOT_PROJECT = """\
