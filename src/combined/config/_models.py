@@ -416,8 +416,9 @@ class DatasetConfig(_Model):
 
     They are projected and billed as deletes of their key; a later row of the
     key without the flag inserts it again. Needs ``sync_mode: incremental``
-    (an event stream keeps every row; a replacement holds only live rows the
-    same way, with ``strategy: snapshot`` and ``incremental``).
+    and a key: leave it out of an ``append`` stream to keep flagged rows as
+    events; for ``full_refresh``, a snapshot with ``incremental`` projects the
+    same live rows.
     """
     control_sum: Text | None = None
     """A numeric column whose sum the source reports in the capture's snapshot.
