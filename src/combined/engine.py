@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from combined._owner_only import restrict_umask
 from combined._reading import Reading, _check_limit
+from combined.capture._soft import spec_of
 from combined.catalog import Admission, Catalog, Run, Trigger, queue, worker_identity
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
@@ -188,6 +189,8 @@ class Engine(Reading):
                     "review_every_s": int(d.quarantine.review_every.total_seconds()),
                 },
             }
+            if d.deletes is not None:  # (absent otherwise: earlier admissions digest alike)
+                datasets[name]["deletes"] = spec_of(d.deletes)
         body = {"source": source, "config": config, "datasets": datasets}
         return Admission.freeze(
             connector=src.connector,

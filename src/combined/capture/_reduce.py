@@ -15,7 +15,7 @@ DuckDB spills to the run's staging directory past ``memory_limit``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from combined.capture._output import (
     constant_columns,
     staged_rows,
 )
+from combined.capture._soft import deleted_sql
 from combined.capture._transition import (
     DIGEST_CLASSES,
     Transition,
@@ -112,6 +113,8 @@ class Reducer:
         current_filter: str | None = None,
         lake: Any = None,
         digest: dg.Digest | None = None,
+        deletes: Mapping[str, Any] | None = None,
+        dataset: str = "the dataset",
     ) -> None:
         import duckdb
 
@@ -159,6 +162,8 @@ class Reducer:
         key = list(key) or self.payload
         self.key = key
         has_op = prov.OP in capture_schema.names
+        #: SQL: whether a row's soft-delete flag says deleted (None: no flag declared).
+        self.soft = deleted_sql(deletes, capture_schema, dataset) if deletes else None
         #: Whether the staged parts carry each row's id and payload hash already.
         self.prehashed = (
             prov.ID in capture_schema.names
@@ -170,11 +175,23 @@ class Reducer:
         #: duplicates are refused, so no row needs deduplicating, and its
         #: staged (ordinal, id, hash) columns are read as they are, never
         #: materialised as a table of the capture's size.
-        self.streamed = self.prehashed and not has_op and self.full and sync_mode == "incremental"
+        self.streamed = (
+            self.prehashed
+            and not has_op
+            and self.soft is None
+            and self.full
+            and sync_mode == "incremental"
+        )
         #: ... and nothing to compare it with (a first baseline): every row is
         #: new. A first delta whose ids are distinct joins them (below).
         self.all_new = self.streamed and not current_files
         op_expr = f"{quote_ident(prov.OP)}" if has_op else "'upsert'"
+        if self.soft is not None:
+            # A flagged row (a CDC update setting the flag included) deletes its key.
+            op_expr = (
+                f"CASE WHEN {op_expr} <> 'truncate' AND {self.soft} THEN 'delete' "
+                f"ELSE {op_expr} END"
+            )
         id_expr = identity_sql(key, capture_schema, self.digest)
         hash_expr = payload_hash_sql(self.payload, capture_schema, self.digest)
         if not capture_files:
@@ -223,6 +240,7 @@ class Reducer:
             not self.streamed
             and self.prehashed
             and not has_op
+            and self.soft is None
             and sync_mode == "incremental"
             and not current_files
             and not self._may_repeat_ids()
@@ -550,6 +568,20 @@ class Reducer:
         )
         return self.transition
 
+    def flagged(self, sum_column: str | None = None) -> tuple[int, Any]:
+        """The staged rows the soft-delete flag marks, and their sum of ``sum_column``.
+
+        A whole capture's source counts less these are the live rows it
+        read: what the lake, which holds no flagged row, is reconciled with.
+        """
+        if self.soft is None:
+            return 0, None
+        column = quote_ident(sum_column) if sum_column else "NULL"
+        rows, total = self.con.execute(
+            f"SELECT count(*), sum({column}) FROM pay WHERE {self.soft}"
+        ).fetchall()[0]
+        return int(rows), total
+
     def counts_all_new(self) -> Transition:
         """A first baseline's counts, from the staged parts' batch headers (no digests yet)."""
         rows = self._staged.count_rows()
@@ -588,6 +620,8 @@ class Reducer:
         if self.all_new:
             return True
         if not self.prehashed or self.has_op or self.sync_mode != "incremental":
+            return False
+        if self.soft is not None:
             return False
         t = self.transition
         return t is not None and t.inserts == t.captured and not (t.updates or t.deletes)

@@ -26,8 +26,9 @@ def _version_lines(n: int, v: RowVersion) -> list[str]:
     published = (
         f"{v.publication} at {_when(v.published_at)}" if v.publication else "not published yet"
     )
+    op = f"{v.op} (soft-delete flag {v.soft_delete})" if v.soft_delete else v.op
     return [
-        f"{n}. {v.op}  run {v.run_id}  delivery {delivery}  lake version {v.lake_version}",
+        f"{n}. {op}  run {v.run_id}  delivery {delivery}  lake version {v.lake_version}",
         f"   observed {_when(v.observed_at)}  accepted {_when(v.accepted_at)}  "
         f"published {published}",
         f"   dataset version {v.dataset_version or '-'}  source position "

@@ -353,6 +353,23 @@ class CursorConfig(_Model):
     """
 
 
+class DeletesConfig(_Model):
+    """A soft-delete flag: a row carrying it is projected as a delete of its key."""
+
+    flag: Text
+    """The column that marks a row deleted.
+
+    Without ``value``: a boolean column (``true`` means deleted) or a date or
+    time column (any value means deleted, NULL means live). The raw layer
+    keeps the row as read, flag included.
+    """
+    value: str | bool | int | None = None
+    """The value of ``flag`` that means deleted (``status: 'deleted'``), compared as text.
+
+    Unset: see ``flag``.
+    """
+
+
 class DatasetConfig(_Model):
     """One declared relation of a source."""
 
@@ -394,6 +411,15 @@ class DatasetConfig(_Model):
     """When the scheduler captures this dataset (else its source's ``schedule``, if any)."""
     retention: RetentionPolicy | None = None
     """What ``combined maintain`` keeps of this dataset (else the project's ``retention``)."""
+    deletes: DeletesConfig | None = None
+    """A soft-delete flag (``{flag: deleted_at}``): rows carrying it leave the projection.
+
+    They are projected and billed as deletes of their key; a later row of the
+    key without the flag inserts it again. Needs ``sync_mode: incremental``
+    and a key: leave it out of an ``append`` stream to keep flagged rows as
+    events; for ``full_refresh``, a snapshot with ``incremental`` projects the
+    same live rows.
+    """
     control_sum: Text | None = None
     """A numeric column whose sum the source reports in the capture's snapshot.
 
@@ -486,16 +512,36 @@ class DatasetConfig(_Model):
                     "use `strategy: snapshot`, or sync_mode incremental or append",
                 )
             )
+        if self.deletes is not None and self.sync_mode != "incremental":
+            # A delete removes a key from a merged projection: an event stream
+            # has no key to remove, a replacement none to keep apart.
+            problems.append(
+                (
+                    ("deletes",),
+                    f"needs sync_mode incremental, not {self.sync_mode}: "
+                    + (
+                        "an event stream keeps every row it reads, with no key to delete"
+                        if self.sync_mode == "append"
+                        else "a delete removes its key from a merged projection"
+                    ),
+                    "set `sync_mode: incremental` with a `key:` (a snapshot's flagged rows "
+                    "then leave the projection), or remove `deletes:` to keep flagged rows "
+                    "as they are",
+                )
+            )
         if self.columns is not None:
             needed = list(self.key or [])
             if self.cursor is not None:
                 needed.append(self.cursor.column)
+            if self.deletes is not None:
+                needed.append(self.deletes.flag)
             for column in dict.fromkeys(needed):
                 if column not in self.columns:
                     problems.append(
                         (
                             ("columns",),
-                            f"leaves out {column!r}, which the key or cursor needs",
+                            f"leaves out {column!r}, which the key, cursor or soft-delete "
+                            "flag needs",
                             f"add {column} to columns",
                         )
                     )

@@ -19,6 +19,7 @@ from combined.config._models import (
     AlertSettings,
     CursorConfig,
     DatasetConfig,
+    DeletesConfig,
     DeliveryLimits,
     DriftPolicy,
     LoggingSettings,
@@ -115,6 +116,12 @@ _SECTIONS: tuple[tuple[str, type[BaseModel], str], ...] = (
         "A dataset: one relation of the source and how it is captured.",
     ),
     ("cursor", CursorConfig, "The cursor of a dataset with `strategy: cursor`."),
+    (
+        "deletes",
+        DeletesConfig,
+        "A dataset's soft-delete flag: a row carrying it is projected as a delete of its key "
+        '(docs/architecture.md, "Soft deletes").',
+    ),
     ("delivery", DeliveryLimits, "A dataset's Delivery files: one is cut at either limit."),
     ("drift", DriftPolicy, "Each class of schema drift: `evolve`, `quarantine` or `fail`."),
     ("quarantine", QuarantinePolicy, "A dataset's quarantine review."),
@@ -250,7 +257,11 @@ _RULES = """\
 - `sync_mode: full_refresh` needs `strategy: snapshot`.
 - `sync_mode: append` refuses a cursor `lookback` or `nulls: include`, which
   would keep re-read rows again.
-- `columns`, when given, must include the key and cursor columns.
+- `columns`, when given, must include the key and cursor columns (and the
+  `deletes` flag).
+- `deletes` (a soft-delete flag) needs `sync_mode: incremental` and a `key`;
+  `combined check` verifies the flag is a boolean or date/time column of the
+  relation, or a column that holds its `value:` (docs/architecture.md, "Soft deletes").
 - `catalog_password` is only for a `postgresql://` catalog.
 - A schedule is `cron` (with an optional `timezone`) or `interval`, not both.
 - `combined check` verifies that each dataset's relation, key, cursor and

@@ -119,6 +119,9 @@ sources:
 #          # stops the capture, include reads them in every capture, exclude
 #          # leaves them out. A NOT NULL column is not checked.
 #          nulls: include
+#        # Rows whose deleted_at is set leave the projection as deletes (billed
+#        # as such); the raw layer keeps them as read. A boolean flag works too.
+#        deletes: {flag: deleted_at}
 # END mariadb example
 
 # BEGIN singer example

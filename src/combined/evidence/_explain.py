@@ -48,6 +48,9 @@ class RowVersion:
     receipt: dict[str, Any] | None
     publication: str | None = None
     published_at: datetime | None = None
+    #: A delete the dataset's soft-delete flag made: the flag and its value
+    #: (``deleted_at = 2026-11-30 10:00:00``); its ``values`` are the row as read.
+    soft_delete: str | None = None
 
 
 @dataclass(frozen=True)
@@ -197,15 +200,26 @@ def _describe(con: duckdb.DuckDBPyConnection, scan: str) -> dict[str, str]:
 
 
 def _version(
-    commit: _Commit, delivery: Mapping[str, Any] | None, op: str, row: Mapping[str, Any]
+    commit: _Commit,
+    delivery: Mapping[str, Any] | None,
+    op: str,
+    row: Mapping[str, Any],
+    flag: Mapping[str, Any] | None = None,
 ) -> RowVersion:
+    """One version of the row; ``flag`` is the dataset's soft-delete flag, if any."""
+    from combined.capture._soft import says_deleted
+
     values = {k: v for k, v in row.items() if not k.startswith("_combined_")}
     values.pop("filename", None)
     values.pop("file_row_number", None)
     meta = commit.meta
+    # A delete its flag made is the row as read, flag included; any other has no values.
+    column = str(flag["flag"]) if flag else ""
+    soft = op == "delete" and flag is not None and says_deleted(flag, values.get(column))
     return RowVersion(
         op=op,
-        values=values if op not in ("delete", "truncate") else {},
+        soft_delete=f"{column} = {values[column]}" if soft else None,
+        values=values if op not in ("delete", "truncate") or soft else {},
         identity=_text(row.get(prov.ID)),
         payload_hash=_text(row.get(prov.PAYLOAD_HASH)),
         run_id=str(meta["run_id"]),
@@ -250,9 +264,10 @@ def _versions(
     files: Mapping[str, tuple[_Commit, dict[str, Any]]],
     scan: str,
     literals: Mapping[str, str],
+    flag: Mapping[str, Any] | None = None,
 ) -> list[RowVersion]:
     """The key's rows in ``scan`` (the raw ``files``), in commit order, with each commit's
-    evidence."""
+    evidence (``flag``: the dataset's soft-delete flag)."""
     query = f"{_matching(scan, literals)} UNION ALL BY NAME "
     query += f"SELECT * FROM {scan} WHERE {prov.OP} = 'truncate'"
     found: list[tuple[int, int, int, RowVersion]] = []
@@ -260,7 +275,7 @@ def _versions(
         commit, delivery = files[str(row["filename"])]
         op = str(row.get(prov.OP) or "put")
         order = (commit.lake_version, int(delivery["sequence"]), int(row["file_row_number"]))
-        found.append((*order, _version(commit, delivery, op, row)))
+        found.append((*order, _version(commit, delivery, op, row, flag)))
     found.sort(key=lambda f: f[:3])
     versions = [f[3] for f in found]
     first = next((i for i, v in enumerate(versions) if v.op != "truncate"), len(versions))
@@ -415,8 +430,9 @@ def _standing(
     if last is not None and last.op in ("delete", "truncate"):
         what = "deleted" if last.op == "delete" else "truncated"
         where = f" at source position {last.source_position}" if last.source_position else ""
+        flagged = f" (soft-delete flag {last.soft_delete})" if last.soft_delete else ""
         return what, (
-            f"{what} by run {last.run_id}{where}, accepted at {last.accepted_at} "
+            f"{what}{flagged} by run {last.run_id}{where}, accepted at {last.accepted_at} "
             f"(lake version {last.lake_version})"
         )
     if last is not None and last.publication is None:
@@ -463,6 +479,8 @@ def explain(engine: Engine, name: str, values: Sequence[str]) -> Explanation:
     """Every version of the row of ``name`` whose key is ``values``, and where it stands."""
     import duckdb
 
+    from combined.capture._soft import spec_of
+
     source, dataset, key = _dataset(engine, name)
     _check_arity(name, key, values)
     layout = engine.layout
@@ -474,7 +492,8 @@ def explain(engine: Engine, name: str, values: Sequence[str]) -> Explanation:
         if files:
             scan = _scan(list(files))
             literals = _typed_literals(con, _describe(con, scan), key, values)
-            versions = _versions(con, files, scan, literals)
+            flag = spec_of(engine.project.dataset(source, dataset).deletes)
+            versions = _versions(con, files, scan, literals, flag)
             ids = _identities(scan, literals)
             versions = _replacements(con, layout, source, dataset, commits, versions, ids)
             current, publication = _current(engine, source, dataset, literals)

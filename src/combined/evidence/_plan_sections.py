@@ -317,8 +317,25 @@ def deletes(ev: _Evidence) -> Section:
             )
         else:
             text = DELETES[d.strategy]
+        if d.deletes is not None:
+            _soft_deletes(ev, section, name, d)
+            if d.strategy == "cursor":
+                text = "a row the source hard-deletes is not seen by the cursor, only flagged ones"
         section.add(f"{name}: {text}", "fact", _setting(ev, name, "strategy"))
     return section
+
+
+def _soft_deletes(ev: _Evidence, section: Section, name: str, d: DatasetConfig) -> None:
+    """The declared soft-delete flag: a flagged row is a delete of its key."""
+    from combined.capture._soft import describe, spec_of
+
+    section.add(
+        f"{name}: {describe(spec_of(d.deletes))}: a row carrying it leaves the "
+        "projection as a delete of its key (billed as one); the raw layer keeps it as read; "
+        "a later row of the key without it inserts the key again",
+        "declared",
+        _setting(ev, name, "deletes"),
+    )
 
 
 def _uniqueness(ev: _Evidence, section: Section, name: str, key: list[str]) -> None:

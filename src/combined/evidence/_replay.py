@@ -12,6 +12,11 @@ is independent evidence that the projection is what the Deliveries say.
 - ``full_refresh``: the rows of the newest commit that delivered a
   replacement (an emptied source delivers an empty one).
 
+A soft delete (a row its dataset's flag marks deleted) is in the raw layer
+as the row read, with the operation ``delete`` the capture gave it: the
+replay applies the same rule by reading that operation, so a flag declared
+later never rewrites what earlier commits projected.
+
 The comparison is row by row on (identity, payload hash): rows only in the
 replay, only in the projection, or with another payload.
 """

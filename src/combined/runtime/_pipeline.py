@@ -74,6 +74,8 @@ class DatasetPlan:
     control_sum: str | None = None
     #: Whether every version of every row is kept (``history: true``).
     history: bool = False
+    #: The soft-delete flag (``{"flag": COLUMN, "value": V or None}``), when declared.
+    deletes: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -213,6 +215,9 @@ def _read_options(
         type(source).SUPPORTS_CONTROL_TOTALS
         and plan.strategy in ("snapshot", "cursor")
         and plan.sync_mode == "incremental"  # an event stream's rows are not the table's
+        # A cursor's control totals count the whole relation, flagged rows
+        # included, which its delta cannot take away (a snapshot's can: _prepare).
+        and (plan.deletes is None or plan.strategy == "snapshot")
     ):
         out["control_totals"] = plan.control_sum or True
     return out

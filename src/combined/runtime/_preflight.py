@@ -15,7 +15,8 @@ import difflib
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 
-from combined.config import Project, format_duration
+from combined.capture._soft import fix_hint, misfit
+from combined.config import DeletesConfig, Project, format_duration
 from combined.connectors.abc import CursorSpec, DatasetDiscovery, ReadRequest, Source
 from combined.errors import CombinedError, ConfigError, NotFoundError, SecretError
 
@@ -53,6 +54,7 @@ def preflight(
     try:
         if check is not None:
             check(requests_of(project, source, datasets))
+        _check_flags(project, source, datasets, conn)
     except ConfigError:
         raise
     except CombinedError:
@@ -106,8 +108,47 @@ def verify_declared(project: Project, source: str, open_source: Callable[[str], 
                     dataset=request.dataset,
                 ) from None
             _check_columns(where, request, found)
+            _check_flag(where, project.dataset(source, request.dataset).deletes, found)
     finally:
         conn.close()
+
+
+def _check_flags(project: Project, source: str, datasets: Sequence[str], conn: Source) -> None:
+    """Refuse a soft-delete flag the relation lacks, or whose type cannot mark deletes.
+
+    Asked before every capture of a dataset that declares one (a relation
+    described is one catalog query): a flag read the wrong way would delete
+    live rows.
+    """
+    describe = getattr(conn, "describe_relation", None)
+    if describe is None:
+        return
+    for name in datasets:
+        d = project.dataset(source, name)
+        if d.deletes is not None:
+            _check_flag(f"dataset {source}.{name}", d.deletes, describe(d.relation))
+
+
+def _check_flag(where: str, deletes: DeletesConfig | None, found: DatasetDiscovery) -> None:
+    if deletes is None:
+        return
+    fields = {f.name: f for f in found.fields}
+    flag = deletes.flag
+    if flag not in fields:
+        close = difflib.get_close_matches(flag, list(fields), n=1)
+        raise ConfigError(
+            f"{where}: soft-delete flag {flag!r} is not a column of {found.relation!r}",
+            hint=(f"did you mean {close[0]!r}? " if close else "")
+            + f"fix `deletes: {{flag: ...}}`; its columns: {', '.join(fields)}",
+        )
+    field = fields[flag]
+    problem = misfit(field.arrow_type, field.source_type, deletes.value)
+    if problem:
+        raise ConfigError(
+            f"{where}: soft-delete flag {flag!r} has type {field.source_type} "
+            f"({field.arrow_type}): {problem}",
+            hint=fix_hint(flag),
+        )
 
 
 def _check_columns(where: str, request: ReadRequest, found: DatasetDiscovery) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,25 @@ from combined.runtime._memory import release_memory
 from combined.runtime._pipeline import DatasetPlan, Prepared, Staged, commit_schema_fields, table_of
 from combined.runtime._reporter import Reporter
 from combined.runtime._stager import ORDINAL
+
+
+def _count_live(staged: Staged, reducer: Reducer) -> None:
+    """A whole (or bounded) capture's source counts less its flagged rows: the live rows.
+
+    Reconciliation compares the source's rows (and control totals, read in
+    the same snapshot) with the lake's, which holds no row a soft-delete flag marks.
+    """
+    control = staged.control
+    column = control.get("sum_column") if control else None
+    rows, total = reducer.flagged(column)
+    if not rows:
+        return
+    staged.rows -= rows
+    if control is not None:
+        live = {**control, "rows": int(control["rows"]) - rows}
+        if column and control.get("sum") is not None and total is not None:
+            live["sum"] = str(Decimal(str(control["sum"])) - Decimal(str(total)))
+        staged.control = live
 
 
 def prepare(
@@ -74,6 +94,8 @@ def prepare(
         current_filter=staged.current_filter,
         lake=layout.store,
         digest=digest,
+        deletes=plan.deletes,
+        dataset=f"{plan.source}.{plan.name}",
     )
     # At most one task beside this thread (a first baseline's digests and change list).
     side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transition")
@@ -102,6 +124,8 @@ def prepare(
         # digests follow on a second connection while its Deliveries are
         # encoded (neither needs the other).
         transition = reducer.counts_all_new() if reducer.all_new else reducer.reduce()
+        if reducer.soft is not None and (staged.full or staged.bounded) and not reducer.has_op:
+            _count_live(staged, reducer)
         first_seq = table.committed_sequence() + 1
         payload = [
             f for f in staged.schema if not f.name.startswith("_combined_") and f.name != ORDINAL

@@ -106,6 +106,7 @@ def plans_from_admission(admission: Admission) -> dict[str, DatasetPlan]:
             review_every_s=int(d["quarantine"]["review_every_s"]),
             control_sum=d.get("control_sum"),
             history=bool(d.get("history")),
+            deletes=d.get("deletes"),
         )
     return out
 
