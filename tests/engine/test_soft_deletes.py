@@ -421,3 +421,28 @@ def test_a_flag_needs_a_keyed_incremental_dataset(
     project.write_text(project.read_text().replace(dataset, fixed))
     result = tools.cli(tmp_path, "check")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_soft_delete_closes_the_rows_history_version(tmp_path: Path) -> None:
+    """``history: true`` beside ``deletes:``: a flagged row ends its current
+    version (as a hard delete does) rather than adding a "deleted" version."""
+    path = _sqlite_app(tmp_path)
+    path.write_text(path.read_text() + "        history: true\n")
+    engine = Engine.open(path)
+    try:
+        _capture(engine)
+        _app_sql(
+            tmp_path,
+            "UPDATE accounts SET deleted_at = '2026-11-02 10:00:00', updated_at = 10 WHERE id = 2",
+        )
+        _capture(engine)
+        rows = engine.sql(
+            "SELECT id, _combined_is_current AS cur, _combined_valid_to IS NULL AS open "
+            "FROM app.accounts__history ORDER BY id, _combined_valid_from"
+        ).to_pylist()
+    finally:
+        engine.close()
+    two = [r for r in rows if r["id"] == 2]
+    assert two == [{"id": 2, "cur": False, "open": False}], rows
+    assert all(r["cur"] and r["open"] for r in rows if r["id"] != 2)
+    assert sorted({r["id"] for r in rows}) == [1, 2, 3, 4]
