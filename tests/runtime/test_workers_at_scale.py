@@ -183,7 +183,7 @@ def test_three_workers_sharing_only_the_catalog_and_the_lake_survive_a_killed_on
         victim = _victim(engine, pids, time.monotonic() + 240)
         killed = next(w for w in workers if w.pid == _pid(victim))
         killed.send_signal(signal.SIGKILL)
-        killed.wait(timeout=30)
+        killed.communicate(timeout=30)  # (its pipes closed)
         survivors = [w for w in workers if w is not killed]
         # The dead Run holds its lease until it expires; then the next repair
         # (a survivor's, before each Run; here the retry's) closes it once,
