@@ -500,7 +500,8 @@ def test_tiny_run_of_every_case(tmp_path: Path, pg_server_dsn: str) -> None:
     for label in ("10 (local)", "10 (S3)"):
         assert "lake = source (2,000 rows" in by_label[label][12], by_label[label]
     assert "counted at a relay" in by_label["10 (S3)"][12]
-    assert "the bucket holds: raw " in by_label["10 (S3)"][12]
+    held = by_label["10 (S3)"][12].split("the bucket holds: ")[1]
+    assert "raw " in held and "table " in held and "usage " in held
     assert "+10 ~20 -2" in by_label["5"][12]
     assert "+2,000 ~0 -0" in by_label["9"][12]
     assert "projection 2,008 rows = source 2,008" in by_label["5"][12]
