@@ -20,6 +20,9 @@ Cases (names or numbers; default: all):
 8. ``scale``: Combined initial snapshots at ``--scale-rows`` (1M and 4M), peak RSS ratio.
 9. ``partitioned``: Combined partitioned snapshot (``Engine.backfill``, ``--partitions``
    workers, 2 by default) of the same table into a fresh lake.
+10. ``s3``: Combined's initial snapshot into a local lake, then the same into an S3
+    lake on 127.0.0.1 (moto's server; bytes uploaded counted), each checked
+    against the source (``bench/objectstore.py``).
 
 Cases that need earlier state (a baseline, the change) get it from untimed
 setup steps when the case that would have produced it is not selected.
@@ -44,7 +47,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import report, workload
+from bench import objectstore, report, workload
 from bench.measure import TreeSampler
 from bench.report import CaseResult
 
@@ -61,6 +64,7 @@ CASES: dict[str, tuple[str, str]] = {
     report.CURSOR: ("7", "combined cursor capture of 1% appended rows"),
     "scale": ("8", "combined initial snapshot (memory scaling)"),
     report.PARTITIONED: ("9", "combined partitioned snapshot (backfill)"),
+    "s3": ("10", "combined initial snapshot: an S3 lake on 127.0.0.1 next to a local lake"),
 }
 ALIASES = {number: name for name, (number, _) in CASES.items()}
 
@@ -75,7 +79,7 @@ def select(names: Sequence[str]) -> list[str]:
                 continue
             name = ALIASES.get(name, name)
             if name not in CASES:
-                raise SystemExit(f"unknown case {name!r}; choose from {', '.join(CASES)} or 1-9")
+                raise SystemExit(f"unknown case {name!r}; choose from {', '.join(CASES)} or 1-10")
             wanted.add(name)
     return [name for name in CASES if name in wanted]
 
@@ -108,6 +112,8 @@ def plan(cases: Sequence[str], scale_rows: Sequence[int]) -> list[Step]:
             steps.append(Step("case", report.UNCHANGED))
         if report.PARTITIONED in chosen:
             steps.append(Step("case", report.PARTITIONED))
+        if "s3" in chosen:
+            steps.append(Step("case", "s3"))
         if report.DLT_MERGE in chosen:
             steps.append(Step("setup", "dlt_merge_initial"))
         if chosen & {report.CHANGED, report.DLT_MERGE}:
@@ -198,6 +204,8 @@ class Context:
 WORK_ENTRIES = (
     "combined",
     "partitioned",
+    objectstore.LOCAL,
+    objectstore.REMOTE,
     "floor",
     "warmup",
     "dlt_replace",
@@ -430,6 +438,9 @@ def do_case(ctx: Context, step: Step) -> None:
         )
         res.notes += lake_notes(res) if res.ok else []
         ctx.results.append(res)
+        return
+    if step.name == "s3":
+        ctx.results += objectstore.run_pair(ctx)
         return
     number, title = CASES[step.name]
     if step.name == report.PARTITIONED:

@@ -291,6 +291,9 @@ def test_plan_adds_the_setup_a_case_needs() -> None:
     # the partitioned snapshot reads the pristine table, before any change
     names = [(s.kind, s.name) for s in steps]
     assert names.index(("case", "partitioned")) < names.index(("db", "mutate"))
+    # so do the S3 lake and its local twin (case 10)
+    assert names.index(("case", "s3")) < names.index(("db", "mutate"))
+    assert run.select(["10"]) == ["s3"]
 
 
 def test_a_reused_workdir_starts_from_nothing(tmp_path: Path) -> None:
@@ -486,10 +489,19 @@ def test_tiny_run_of_every_case(tmp_path: Path, pg_server_dsn: str) -> None:
     text = _tiny(tmp_path, pg_server_dsn, ["all"], "--scale-rows", "1000,4000")
     rows = _rows_of(text, report.HEADER)
     labels = [r[0] for r in rows]
-    assert labels == ["1", "2", "3", "4", "5", "6", "7", "8 (1k)", "8 (4k)", "9"]
+    assert labels == [
+        *["1", "2", "3", "4", "5", "6", "7", "8 (1k)", "8 (4k)", "9"],
+        *["10 (local)", "10 (S3)"],
+    ]
     by_label = {r[0]: r for r in rows}
-    for label in ("1", "3", "4", "5", "7", "8 (1k)", "8 (4k)", "9"):
+    for label in ("1", "3", "4", "5", "7", "8 (1k)", "8 (4k)", "9", "10 (local)", "10 (S3)"):
         assert by_label[label][3] != "-", by_label[label]
+    # the S3 lake and the local one each hold the source; the upload is counted
+    for label in ("10 (local)", "10 (S3)"):
+        assert "lake = source (2,000 rows" in by_label[label][12], by_label[label]
+    assert "counted at a relay" in by_label["10 (S3)"][12]
+    held = by_label["10 (S3)"][12].split("the bucket holds: ")[1]
+    assert "raw " in held and "table " in held and "usage " in held
     assert "+10 ~20 -2" in by_label["5"][12]
     assert "+2,000 ~0 -0" in by_label["9"][12]
     assert "projection 2,008 rows = source 2,008" in by_label["5"][12]

@@ -6,6 +6,7 @@ from combined.lake._files import (
     RowGroups,
     link_data_files,
     link_or_copy,
+    linked_name,
     parquet_writer,
 )
 from combined.lake._layout import LakeLayout, confined
@@ -28,6 +29,7 @@ __all__ = [
     "lake_type",
     "link_data_files",
     "link_or_copy",
+    "linked_name",
     "parquet_writer",
     "to_lake",
 ]

@@ -277,24 +277,43 @@ def _data_file_name() -> str:
     return f"part-{uuid.uuid4()}-c000.zstd.parquet"
 
 
+#: A linked file: (path, Delta statistics JSON), and the sha256 of its bytes when known.
+LinkedFile = tuple[Path, str] | tuple[Path, str, str]
+
+
+def linked_name(content_hash: str) -> str:
+    """The table's name for a linked file whose bytes have the sha256 ``content_hash``.
+
+    Named after its bytes, the table file of a Delivery is found by name: the
+    raw layer copies it (server-side on an object store) instead of uploading
+    the same bytes again, and a Delivery lost from the raw layer is restored
+    from it without reading every table file.
+    """
+    return f"part-{content_hash[:32]}-c000.zstd.parquet"
+
+
 def link_data_files(
-    table: str | Path, files: Sequence[tuple[Path, str]], store: LakeStore | None = None
+    table: str | Path, files: Sequence[LinkedFile], store: LakeStore | None = None
 ) -> list[Any]:
     """Register finished Parquet files as new data files of ``table``; return their add actions.
 
-    Each ``(file, stats_json)`` is hard-linked into the table directory, so its
-    rows are neither read nor rewritten; across filesystems it is copied, and
-    to an object store uploaded as it is. Files without rows are skipped: an
-    add action for them would only cost readers.
+    Each ``(file, stats_json[, sha256])`` is hard-linked into the table
+    directory, so its rows are neither read nor rewritten; across filesystems
+    it is copied, and to an object store uploaded as it is. A file given its
+    sha256 is named after it (:func:`linked_name`). Files without rows are
+    skipped: an add action for them would only cost readers.
     """
     store = store or LakeStore.at(table)
     store.makedirs(table)
     actions: list[Any] = []
-    for file, stats in files:
+    for file, stats, *digest in files:
         if json.loads(stats)["numRecords"] == 0:
             continue
-        name = _data_file_name()
-        store.put(file, store.child(table, name))
+        name = linked_name(digest[0]) if digest else _data_file_name()
+        target = store.child(table, name)
+        # (named after its bytes: a retried commit's upload is already there)
+        if not (digest and store.exists(target) and store.size(target) == file.stat().st_size):
+            store.put(file, target)
         actions.append(_add_action(name, os.path.getsize(file), stats))
     return actions
 

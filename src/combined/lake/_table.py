@@ -13,7 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from combined.errors import CommitAmbiguous, LakeError, ProtocolViolation
-from combined.lake._files import link_data_files, rewrite_actions, write_data_files
+from combined.lake._files import (
+    LinkedFile,
+    link_data_files,
+    rewrite_actions,
+    write_data_files,
+)
 from combined.lake._store import LakeStore
 from combined.lake._types import to_lake
 from combined.protocol import utcnow
@@ -148,12 +153,12 @@ class LakeTable:
         metadata: Mapping[str, Any],
         needs_merge: bool = True,
         before_write: Callable[[], None] | None = None,
-        files: Sequence[tuple[Path, str]] | None = None,
+        files: Sequence[LinkedFile] | None = None,
     ) -> CommitResult:
         """Commit sequences ``first..last`` once; skip them when already committed.
 
         ``files`` are the finished Parquet files of the sequences with their
-        Delta statistics: an append with the table's schema links them into the
+        Delta statistics (and sha256): an append with the table's schema links them into the
         table instead of rewriting their rows. Any other commit reads ``data()``.
         """
         from deltalake import CommitProperties, Transaction, write_deltalake

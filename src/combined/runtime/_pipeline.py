@@ -33,6 +33,7 @@ from combined.lake import (
     LakeLayout,
     LakeTable,
     link_or_copy,
+    linked_name,
 )
 from combined.protocol import ExtractionReceipt, RecordBatchMessage, StateMessage
 from combined.protocol import _provenance as prov
@@ -382,15 +383,14 @@ def commit(prepared: Prepared, layout: LakeLayout) -> tuple[int | None, datetime
     def reader() -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(schema, _read(paths))
 
-    stats = [d.stats for d in prepared.deliveries]
     result = table.commit(
         first_sequence=prepared.deliveries[0].sequence,
         last_sequence=prepared.deliveries[-1].sequence,
         mode=prepared.mode,  # type: ignore[arg-type]
         data=reader,
         # Delivery files are final: an append commits them as the table's files.
-        files=[(p, s) for p, s in zip(paths, stats, strict=True) if s is not None]
-        if all(s is not None for s in stats)
+        files=[(d.path, d.stats, d.content_hash) for d in prepared.deliveries if d.stats]
+        if all(d.stats is not None for d in prepared.deliveries)
         else None,
         metadata=prepared.metadata,
         needs_merge=prepared.needs_merge,
@@ -428,19 +428,49 @@ def raw_location(layout: LakeLayout, source: str, dataset: str, file: str) -> st
 
 
 def promote(
-    layout: LakeLayout, staging_root: Path, source: str, dataset: str, files: list[str]
+    layout: LakeLayout,
+    staging_root: Path,
+    source: str,
+    dataset: str,
+    files: list[str],
+    hashes: Mapping[str, str] | None = None,
 ) -> None:
     """Move committed files from the run's staging into the raw layer (idempotent).
 
-    Into an object store they are uploaded (each object whole or absent).
+    Into an object store a file is copied server-side from the table file
+    holding the same bytes (``hashes``: a file's sha256, the name of its
+    linked table file), else uploaded; each object whole or absent.
     """
     store = layout.store
     store.makedirs(layout.deliveries(source, dataset))
     for name in files:
         src = staging_root / source / dataset / "deliveries" / name
         dst = raw_location(layout, source, dataset, name)
-        if src.exists() and not store.exists(dst):
+        if not src.exists() or store.exists(dst):
+            continue
+        digest = (hashes or {}).get(name)
+        if store.remote and digest and _copy_linked(layout, source, dataset, digest, src):
+            src.unlink()
+        else:
             store.move_in(src, dst)
+
+
+def _copy_linked(layout: LakeLayout, source: str, dataset: str, digest: str, src: Path) -> bool:
+    """Copy the table file holding ``src``'s bytes into the raw layer, server-side.
+
+    That file is named after the bytes' sha256 ``digest`` (:func:`linked_name`)
+    and must have ``src``'s size; False when no such file is there (the
+    commit rewrote the rows, or the table was compacted and vacuumed since).
+    """
+    store = layout.store
+    table_file = store.child(layout.table(source, dataset), linked_name(digest))
+    try:
+        if not store.exists(table_file) or store.size(table_file) != src.stat().st_size:
+            return False
+        store.copy(table_file, raw_location(layout, source, dataset, src.name))
+    except OSError:
+        return False
+    return True
 
 
 def _restore_from_table(
@@ -451,12 +481,15 @@ def _restore_from_table(
     A Delivery committed by linking is a table data file byte for byte: when
     its staging copy is gone (recovery erased the staging of a Run that had
     stalled inside its commit), the table file with its size and sha256 is
-    linked into the raw layer under the Delivery's name. False when no table
-    file holds its bytes (a rewrite commit re-encoded its rows).
+    linked into the raw layer under the Delivery's name (found by name when
+    it is named after its bytes, else by reading the table's files). False
+    when no table file holds its bytes (a rewrite commit re-encoded its rows).
     """
     store = layout.store
     dst = raw_location(layout, source, dataset, d["file"])
-    for file in layout.dataset_table(source, dataset).files(lake_version):
+    named = store.child(layout.table(source, dataset), linked_name(d["content_hash"]))
+    files = layout.dataset_table(source, dataset).files(lake_version)
+    for file in sorted(files, key=lambda f: f != named):
         try:
             if store.size(file) != int(d["bytes"]) or store.sha256(file) != d["content_hash"]:
                 continue
@@ -523,7 +556,8 @@ def project_commit(
         files.append(meta["changes_file"])
     if staging_root is None:
         staging_root = layout.staging(meta["run_id"])
-    promote(layout, staging_root, source, dataset, files)
+    hashes = {d["file"]: d["content_hash"] for d in deliveries if d.get("content_hash")}
+    promote(layout, staging_root, source, dataset, files, hashes)
     gone_empty = _complete_raw_layer(layout, source, dataset, meta)
     lake_version = int(meta["lake_version"])
     ingested_at = datetime.fromisoformat(meta["ingested_at"])
