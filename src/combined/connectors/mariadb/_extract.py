@@ -62,6 +62,7 @@ from combined.connectors._shared import (
     time_window,
 )
 from combined.connectors.abc import ReadRequest
+from combined.connectors.mariadb import _arrow_read as bulk
 from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._connect import (
     DRIVER_ERRORS,
@@ -176,6 +177,11 @@ class MariaDBExtraction(SessionRead[Session]):
         #: Anchors the binlog position where the server pins none (MySQL):
         #: held while the snapshot opens (``_binlog_anchor.TableLock``).
         self.anchor: Any = None
+        #: Whether a whole-relation read may take the bulk path (``_arrow_read``).
+        self.bulk = True
+        #: How the rows were read: ``bulk`` (into Arrow by connectorx) or ``rows``.
+        self.path = "rows"
+        self._twin: bulk.SnapshotTwin | None = None
 
     @property
     def control_totals(self) -> ControlTotals | None:
@@ -196,24 +202,23 @@ class MariaDBExtraction(SessionRead[Session]):
             if request.strategy == "cursor":
                 yield from self._cursor_pages(work)
             else:
-                q = (
-                    f"SELECT {work.layout.select_list()} FROM {work.relation.ident}"
-                    f"{_where([work.where])}"
-                )
-                for batch in self._stream(q, work.layout):
-                    yield RecordBatchMessage(request.dataset, batch)
+                yield from self._whole(work)
             with self._lock:
                 final = self._end(work)
         except GeneratorExit:
+            self._drop_twin()
             self._abandon(None)
             raise
         except CombinedError as exc:
+            self._drop_twin()
             self._abandon(exc)
             raise
         except DRIVER_ERRORS as exc:
+            self._drop_twin()
             failure = query_error(exc, self._settings, "reading")
             self._abandon(failure)
         except BaseException as exc:
+            self._drop_twin()
             self._abandon(exc)
             raise
         if failure is not None:  # raised outside the handler: no driver exception in context
@@ -225,14 +230,18 @@ class MariaDBExtraction(SessionRead[Session]):
             raise ProtocolViolation("the extraction is finished", hint="start a new read")
         self._session = session = Session(self._settings)
         anchor = self.anchor
-        if anchor is not None:
+        twin = self._hold_twin(anchor)
+        if twin is None and anchor is not None:
             anchor.hold()
         try:
             for statement in _BEGIN:
                 session.run(statement, "opening the consistent snapshot")
             anchored = anchor.position() if anchor is not None else None
+        except BaseException:
+            self._drop_twin()
+            raise
         finally:
-            if anchor is not None:
+            if twin is None and anchor is not None:
                 anchor.release()
         server_id, conn_id, now = session.rows(
             "SELECT @@server_id, CONNECTION_ID(), UTC_TIMESTAMP(6)", "reading the snapshot"
@@ -253,6 +262,45 @@ class MariaDBExtraction(SessionRead[Session]):
             self.snapshot_pin = {"binlog": position, "at": at.isoformat()}
             self.authority.acquire_snapshot(CONSISTENT_SNAPSHOT, token, at=at)
         return self._prepare(session, rel)
+
+    def _hold_twin(self, anchor: Any) -> bulk.SnapshotTwin | None:
+        """Lock the table for the bulk path's twin snapshot; ``None``: the row path reads."""
+        request = self._request
+        if not (self.bulk and request.strategy == "snapshot" and bulk.available(self._settings)):
+            return None
+        twin = bulk.SnapshotTwin(self._settings, request.relation, anchor)
+        self._twin = twin if twin.hold() else None
+        return self._twin
+
+    def _drop_twin(self) -> None:
+        twin, self._twin = self._twin, None
+        if twin is not None:
+            twin.release()
+
+    def _whole(self, work: _Work) -> Iterator[Message]:
+        """Every row of the relation: in bulk when the twin snapshot is held, else by rows."""
+        request = self._request
+        where = _where([work.where])
+        twin = self._twin
+        if twin is None:
+            q = f"SELECT {work.layout.select_list()} FROM {work.relation.ident}{where}"
+            for batch in self._stream(q, work.layout):
+                yield RecordBatchMessage(request.dataset, batch)
+            return
+        with self._lock:
+            ((avg,),) = self._live().rows(
+                "SELECT AVG_ROW_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
+                f"{self._live().literal(work.relation.database)} AND TABLE_NAME = "
+                f"{self._live().literal(work.relation.table)}",
+                "reading the table's row length",
+            ) or ((None,),)
+        self.path = "bulk"
+        rows = bulk.batch_rows(self._batch_rows, self._options.batch_bytes, avg)
+        q = f"SELECT {bulk.select_list(work.layout)} FROM {work.relation.ident}{where}"
+        for batch in bulk.stream(self._settings, q, work.layout, request.dataset, rows, twin):
+            self._live()  # a cancelled or finished read stops here, between batches
+            self.authority.count(batch.num_rows, batch.nbytes)
+            yield RecordBatchMessage(request.dataset, batch)
 
     def _prepare(self, session: Session, rel: catalog.Relation) -> _Work:
         request = self._request
