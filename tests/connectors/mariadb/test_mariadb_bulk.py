@@ -239,3 +239,47 @@ def test_an_aborted_bulk_read_stops_at_its_next_batch_and_ends_its_connection(
             break
         time.sleep(0.05)
     assert not bulk_sessions()
+
+
+def test_bulk_rows_and_control_totals_share_one_snapshot_under_steady_writes(
+    admin: Any, mariadb_database: str, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    """A writer commits every few milliseconds while the read opens its two snapshots.
+
+    Without the table lock the bulk connection's snapshot opens later than
+    the controlling one's and holds rows the control totals do not count.
+    """
+    import threading
+
+    from tests.connectors.mariadb.conftest import admin_connection
+
+    admin.sql(
+        "CREATE TABLE o (id BIGINT PRIMARY KEY, n INT) ENGINE=InnoDB",
+        "INSERT INTO o SELECT seq, 0 FROM seq_1_to_2000",
+    )
+    stop = threading.Event()
+
+    def write() -> None:
+        conn = admin_connection(mariadb_database)
+        i = 10_000
+        try:
+            with conn.cursor() as cur:
+                while not stop.is_set():
+                    i += 1
+                    cur.execute(f"INSERT INTO o VALUES ({i}, 1)")
+        finally:
+            conn.close()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        for _ in range(3):
+            time.sleep(0.2)
+            ext, msgs = _read(source, make_request("o", options={"control_totals": True}))
+            assert ext.path == "bulk" and ext.control_totals is not None
+            assert mt.table_of(msgs).num_rows == ext.control_totals.rows
+    finally:
+        stop.set()
+        writer.join()
+    (count,) = admin.rows("SELECT COUNT(*) FROM o")[0]
+    assert count > 2000  # the writer did write between the reads
