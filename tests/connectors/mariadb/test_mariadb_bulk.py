@@ -283,3 +283,24 @@ def test_bulk_rows_and_control_totals_share_one_snapshot_under_steady_writes(
         writer.join()
     (count,) = admin.rows("SELECT COUNT(*) FROM o")[0]
     assert count > 2000  # the writer did write between the reads
+
+
+def test_a_bulk_read_that_cannot_connect_is_read_by_rows_in_the_same_snapshot(
+    admin: Any, mariadb_database: str, account: tuple[str, str], make_request: Any, mt: Any
+) -> None:
+    """Two connections allowed: the read's and the lock's; connectorx's third is refused."""
+    user, password = account
+    admin.sql("CREATE TABLE o (id INT PRIMARY KEY) ENGINE=InnoDB", "INSERT INTO o VALUES (1), (2)")
+    _grant(admin, user, "SELECT, LOCK TABLES")
+    for host in ("%", "localhost"):
+        admin.sql(f"ALTER USER '{user}'@'{host}' WITH MAX_USER_CONNECTIONS 2")
+    dsn = mariadb_database.replace("//root@", f"//{user}@")
+    src = MariaDBSource({"dsn": dsn, "password": password})
+    try:
+        ext, msgs = _read(src, make_request("o", options={"control_totals": True}))
+    finally:
+        src.close()
+    assert ext.path == "rows" and ext.bulk_failure is not None
+    assert "connections" in ext.bulk_failure and password not in ext.bulk_failure
+    assert mt.table_of(msgs).num_rows == 2
+    assert ext.control_totals is not None and ext.control_totals.rows == 2

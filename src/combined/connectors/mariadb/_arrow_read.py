@@ -29,6 +29,7 @@ TLS or socket options connectorx would not honour, and the account may
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -133,10 +134,16 @@ class SnapshotTwin:
 def stream(
     settings: Settings, query: str, layout: Layout, dataset: str, rows: int, twin: SnapshotTwin
 ) -> Iterator[pa.RecordBatch]:
-    """Run ``query`` in a consistent snapshot of its own connection; yield converted batches.
+    """Run ``query`` in a consistent snapshot of its own connection; yield converted batches."""
+    yield from converted(settings, start(settings, query, rows, twin), layout, dataset)
 
-    ``twin`` is released once the first batch (or the end) arrives: the bulk
-    connection's snapshot was open by then.
+
+def start(settings: Settings, query: str, rows: int, twin: SnapshotTwin) -> Started:
+    """Start the bulk read and take its first batch; ``twin`` is released either way.
+
+    The bulk connection's snapshot was open once the first batch (or the
+    end) arrived. A failure here hands over nothing: the caller may read the
+    rows another way in its own snapshot.
     """
     import connectorx as cx
 
@@ -147,31 +154,50 @@ def stream(
     ]
     failure: CombinedError | None = None
     try:
-        try:
-            reader = cx.read_sql(
-                _url(settings),
-                query,
-                return_type="arrow_stream",
-                batch_size=rows,
-                pre_execution_query=pre,
-            )
-            batches = iter(reader)
-            first = next(batches, None)
-        finally:
-            twin.release()
-        try:
-            while first is not None:
-                yield _convert(first, layout, dataset)
-                first = next(batches, None)
-        finally:
-            reader.close()  # an abandoned read ends its connection
-    except CombinedError:
-        raise
+        reader = cx.read_sql(
+            _url(settings),
+            query,
+            return_type="arrow_stream",
+            batch_size=rows,
+            pre_execution_query=pre,
+        )
+        batches = iter(reader)
+        return Started(reader, batches, next(batches, None))
     except BaseException as exc:  # connectorx raises RuntimeError and Rust panics
-        if isinstance(exc, GeneratorExit | KeyboardInterrupt | SystemExit):
+        if not isinstance(exc, Exception):
             raise
         failure = bulk_error(exc, settings)
-    if failure is not None:  # outside the handler: the driver's text stays out of the chain
+    finally:
+        twin.release()
+    raise failure  # outside the handler: the driver's text stays out of the chain
+
+
+@dataclass(slots=True)
+class Started:
+    """A started bulk read: connectorx's reader and its first batch (None: no rows)."""
+
+    reader: Any
+    batches: Iterator[pa.RecordBatch]
+    first: pa.RecordBatch | None
+
+
+def converted(
+    settings: Settings, started: Started, layout: Layout, dataset: str
+) -> Iterator[pa.RecordBatch]:
+    """The started read's batches in the read's schema; closing it ends the connection."""
+    failure: CombinedError | None = None
+    batch = started.first
+    try:
+        while batch is not None:
+            yield _convert(batch, layout, dataset)
+            batch = next(started.batches, None)
+    except CombinedError:
+        raise
+    except Exception as exc:  # connectorx raises RuntimeError and Rust panics
+        failure = bulk_error(exc, settings)
+    finally:
+        started.reader.close()  # an abandoned read ends its connection
+    if failure is not None:
         raise failure
 
 

@@ -181,6 +181,8 @@ class MariaDBExtraction(SessionRead[Session]):
         self.bulk = True
         #: How the rows were read: ``bulk`` (into Arrow by connectorx) or ``rows``.
         self.path = "rows"
+        #: Why a bulk read that could not start left the rows to the row path.
+        self.bulk_failure: str | None = None
         self._twin: bulk.SnapshotTwin | None = None
 
     @property
@@ -294,10 +296,17 @@ class MariaDBExtraction(SessionRead[Session]):
                 f"{self._live().literal(work.relation.table)}",
                 "reading the table's row length",
             ) or ((None,),)
-        self.path = "bulk"
         rows = bulk.batch_rows(self._batch_rows, self._options.batch_bytes, avg)
         q = f"SELECT {bulk.select_list(work.layout)} FROM {work.relation.ident}{where}"
-        for batch in bulk.stream(self._settings, q, work.layout, request.dataset, rows, twin):
+        try:
+            started = bulk.start(self._settings, q, rows, twin)
+        except CombinedError as exc:  # nothing handed over: this snapshot reads the rows
+            self.bulk_failure = exc.message
+            self._twin = None
+            yield from self._whole(work)
+            return
+        self.path = "bulk"
+        for batch in bulk.converted(self._settings, started, work.layout, request.dataset):
             self._live()  # a cancelled or finished read stops here, between batches
             self.authority.count(batch.num_rows, batch.nbytes)
             yield RecordBatchMessage(request.dataset, batch)
