@@ -15,6 +15,12 @@ Rows are read with an unbuffered (server-side streaming) cursor, in chunks
 of at most ``batch_rows`` rows whose size adapts so that a batch stays near
 ``batch_bytes``: memory is bounded by the batch, never by the table.
 
+A whole-relation read takes the bulk path when it can
+(:mod:`~combined.connectors.mariadb._arrow_read`): connectorx reads the rows
+into Arrow on a connection of its own whose snapshot a brief table read lock
+makes equal to this transaction's; without that lock (no grant), or when the
+bulk read cannot start, this transaction reads the rows itself.
+
 Cursor reads page by keyset over (cursor, key...) inside the snapshot:
 ``cursor > last - lookback AND cursor <= MAX(cursor)``, the maximum read in
 the snapshot before the first page; the checkpoint is that maximum, never
