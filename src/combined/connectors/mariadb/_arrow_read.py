@@ -16,9 +16,11 @@ waits for every transaction writing ``t`` to end and admits no new one)
 while the controlling transaction opens its snapshot and while the bulk
 connection runs ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` as a
 ``pre_execution_query`` (connectorx runs those on the connection that then
-runs the query). The lock is released when the bulk read hands over its
-first batch or its end (its snapshot was open before its query ran), so
-writers of ``t`` wait for that long. Nothing else is held.
+runs the query). The lock is released once the bulk connection takes a user
+lock (``GET_LOCK``) named for the read, the pre-execution statement after
+its snapshot opened, seen by polling ``IS_USED_LOCK`` every 10 ms; or, at
+the latest, when the first batch (or the end) arrives. Writers of ``t`` wait
+that long. Nothing else is held.
 
 The path is taken only when it keeps every guarantee: connectorx is
 installed, the read is a whole-relation snapshot, the connection needs no
@@ -28,6 +30,9 @@ TLS or socket options connectorx would not honour, and the account may
 
 from __future__ import annotations
 
+import threading
+import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -103,16 +108,20 @@ def bulk_error(exc: BaseException, settings: Settings) -> CombinedError:
 
 
 class SnapshotTwin:
-    """The table lock that makes the bulk connection's snapshot equal the controlling one's."""
+    """The table lock that makes the bulk connection's snapshot equal the controlling one's.
+
+    :meth:`watch` releases it as soon as the bulk connection holds the user
+    lock :attr:`signal` (taken in its pre-execution, right after its
+    snapshot opened), polled every 10 ms on the lock's own session; the
+    first batch releases it in any case.
+    """
 
     def __init__(self, settings: Settings, relation: str, lock: TableLock | None = None) -> None:
         self._lock = lock or TableLock(settings, relation)
         self._held = False
-
-    @property
-    def lock(self) -> TableLock:
-        """The held lock (its session also reads MySQL's binlog position)."""
-        return self._lock
+        self._mutex = threading.Lock()
+        #: The user lock the bulk connection takes once its snapshot is open.
+        self.signal = f"combined-bulk-{uuid.uuid4().hex}"
 
     def hold(self) -> bool:
         """Take the lock; ``False`` when the account may not (the row path then reads)."""
@@ -124,11 +133,32 @@ class SnapshotTwin:
         self._held = True
         return True
 
+    def watch(self) -> None:
+        """Release the lock from a thread once the bulk connection shows :attr:`signal`."""
+        threading.Thread(target=self._watch, name="combined-bulk-twin", daemon=True).start()
+
+    def _watch(self) -> None:
+        query = f"SELECT IS_USED_LOCK('{self.signal}')"
+        while True:
+            with self._mutex:
+                session = self._lock.session
+                if not self._held or session is None:
+                    return
+                try:
+                    ((holder,),) = session.rows(query, "watching the bulk read's snapshot")
+                except CombinedError:
+                    return  # the first batch releases the lock
+            if holder is not None:
+                self.release()
+                return
+            time.sleep(0.01)
+
     def release(self) -> None:
-        """Let the writers of the table go on (idempotent)."""
-        if self._held:
-            self._held = False
-            self._lock.release()
+        """Let the writers of the table go on (idempotent, from either thread)."""
+        with self._mutex:
+            if self._held:
+                self._held = False
+                self._lock.release()
 
 
 def stream(
@@ -151,8 +181,10 @@ def start(settings: Settings, query: str, rows: int, twin: SnapshotTwin) -> Star
         f"SET time_zone = '+00:00', net_write_timeout = {int(settings.read_timeout)}",
         "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
         "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
+        f"DO GET_LOCK('{twin.signal}', 0)",  # the snapshot is open: the twin may let go
     ]
     failure: CombinedError | None = None
+    twin.watch()
     try:
         reader = cx.read_sql(
             _url(settings),
