@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export COMBINED_TEST_PG_DSN ?= postgresql://postgres@127.0.0.1:5432/postgres
 export COMBINED_TEST_MARIADB_DSN ?= mysql://root@127.0.0.1:3306/test
 
-.PHONY: demo test check bench fmt clean schema orchestrators
+.PHONY: demo test check bench bench-mariadb fmt clean schema orchestrators
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,6 +33,12 @@ bench: $(STAMP)
 # too when missing; minutes the first time, then reused: docs/python.md).
 orchestrators: $(STAMP)
 	$(BIN)/python -m tests.orchestrators.envs dagster airflow
+
+# MariaDB's figures (bench/mariadb.py): floor, Combined and dlt side by side,
+# the binlog backlog, and follow latency next to PostgreSQL's.
+bench-mariadb: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	$(BIN)/python -m bench.mariadb $(BENCH_ARGS)
 
 # The JSON Schema of combined.yaml and its reference, both from the models
 # (tests/config/test_config_reference.py fails when either is stale).

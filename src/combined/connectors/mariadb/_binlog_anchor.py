@@ -30,6 +30,11 @@ class TableLock:
         self._relation = relation
         self._session: Session | None = None
 
+    @property
+    def session(self) -> Session | None:
+        """The session holding the lock (``None`` when not held)."""
+        return self._session
+
     def hold(self) -> None:
         """Lock the table for reading (waits for the transactions writing it to end)."""
         db, table = catalog.parse_relation(self._relation, self._settings.database)

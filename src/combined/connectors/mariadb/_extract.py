@@ -15,6 +15,12 @@ Rows are read with an unbuffered (server-side streaming) cursor, in chunks
 of at most ``batch_rows`` rows whose size adapts so that a batch stays near
 ``batch_bytes``: memory is bounded by the batch, never by the table.
 
+A whole-relation read takes the bulk path when it can
+(:mod:`~combined.connectors.mariadb._arrow_read`): connectorx reads the rows
+into Arrow on a connection of its own whose snapshot a brief table read lock
+makes equal to this transaction's; without that lock (no grant), or when the
+bulk read cannot start, this transaction reads the rows itself.
+
 Cursor reads page by keyset over (cursor, key...) inside the snapshot:
 ``cursor > last - lookback AND cursor <= MAX(cursor)``, the maximum read in
 the snapshot before the first page; the checkpoint is that maximum, never
@@ -62,6 +68,7 @@ from combined.connectors._shared import (
     time_window,
 )
 from combined.connectors.abc import ReadRequest
+from combined.connectors.mariadb import _arrow_read as bulk
 from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._connect import (
     DRIVER_ERRORS,
@@ -176,6 +183,13 @@ class MariaDBExtraction(SessionRead[Session]):
         #: Anchors the binlog position where the server pins none (MySQL):
         #: held while the snapshot opens (``_binlog_anchor.TableLock``).
         self.anchor: Any = None
+        #: Whether a whole-relation read may take the bulk path (``_arrow_read``).
+        self.bulk = True
+        #: How the rows were read: ``bulk`` (into Arrow by connectorx) or ``rows``.
+        self.path = "rows"
+        #: Why a bulk read that could not start left the rows to the row path.
+        self.bulk_failure: str | None = None
+        self._twin: bulk.SnapshotTwin | None = None
 
     @property
     def control_totals(self) -> ControlTotals | None:
@@ -196,24 +210,23 @@ class MariaDBExtraction(SessionRead[Session]):
             if request.strategy == "cursor":
                 yield from self._cursor_pages(work)
             else:
-                q = (
-                    f"SELECT {work.layout.select_list()} FROM {work.relation.ident}"
-                    f"{_where([work.where])}"
-                )
-                for batch in self._stream(q, work.layout):
-                    yield RecordBatchMessage(request.dataset, batch)
+                yield from self._whole(work)
             with self._lock:
                 final = self._end(work)
         except GeneratorExit:
+            self._drop_twin()
             self._abandon(None)
             raise
         except CombinedError as exc:
+            self._drop_twin()
             self._abandon(exc)
             raise
         except DRIVER_ERRORS as exc:
+            self._drop_twin()
             failure = query_error(exc, self._settings, "reading")
             self._abandon(failure)
         except BaseException as exc:
+            self._drop_twin()
             self._abandon(exc)
             raise
         if failure is not None:  # raised outside the handler: no driver exception in context
@@ -225,14 +238,18 @@ class MariaDBExtraction(SessionRead[Session]):
             raise ProtocolViolation("the extraction is finished", hint="start a new read")
         self._session = session = Session(self._settings)
         anchor = self.anchor
-        if anchor is not None:
+        twin = self._hold_twin(anchor)
+        if twin is None and anchor is not None:
             anchor.hold()
         try:
             for statement in _BEGIN:
                 session.run(statement, "opening the consistent snapshot")
             anchored = anchor.position() if anchor is not None else None
+        except BaseException:
+            self._drop_twin()
+            raise
         finally:
-            if anchor is not None:
+            if twin is None and anchor is not None:
                 anchor.release()
         server_id, conn_id, now = session.rows(
             "SELECT @@server_id, CONNECTION_ID(), UTC_TIMESTAMP(6)", "reading the snapshot"
@@ -253,6 +270,52 @@ class MariaDBExtraction(SessionRead[Session]):
             self.snapshot_pin = {"binlog": position, "at": at.isoformat()}
             self.authority.acquire_snapshot(CONSISTENT_SNAPSHOT, token, at=at)
         return self._prepare(session, rel)
+
+    def _hold_twin(self, anchor: Any) -> bulk.SnapshotTwin | None:
+        """Lock the table for the bulk path's twin snapshot; ``None``: the row path reads."""
+        request = self._request
+        if not (self.bulk and request.strategy == "snapshot" and bulk.available(self._settings)):
+            return None
+        twin = bulk.SnapshotTwin(self._settings, request.relation, anchor)
+        self._twin = twin if twin.hold() else None
+        return self._twin
+
+    def _drop_twin(self) -> None:
+        twin, self._twin = self._twin, None
+        if twin is not None:
+            twin.release()
+
+    def _whole(self, work: _Work) -> Iterator[Message]:
+        """Every row of the relation: in bulk when the twin snapshot is held, else by rows."""
+        request = self._request
+        where = _where([work.where])
+        twin = self._twin
+        if twin is None:
+            q = f"SELECT {work.layout.select_list()} FROM {work.relation.ident}{where}"
+            for batch in self._stream(q, work.layout):
+                yield RecordBatchMessage(request.dataset, batch)
+            return
+        with self._lock:
+            ((avg,),) = self._live().rows(
+                "SELECT AVG_ROW_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
+                f"{self._live().literal(work.relation.database)} AND TABLE_NAME = "
+                f"{self._live().literal(work.relation.table)}",
+                "reading the table's row length",
+            ) or ((None,),)
+        rows = bulk.batch_rows(self._batch_rows, self._options.batch_bytes, avg)
+        q = f"SELECT {bulk.select_list(work.layout)} FROM {work.relation.ident}{where}"
+        try:
+            started = bulk.start(self._settings, q, rows, twin)
+        except CombinedError as exc:  # nothing handed over: this snapshot reads the rows
+            self.bulk_failure = exc.message
+            self._twin = None
+            yield from self._whole(work)
+            return
+        self.path = "bulk"
+        for batch in bulk.converted(self._settings, started, work.layout, request.dataset):
+            self._live()  # a cancelled or finished read stops here, between batches
+            self.authority.count(batch.num_rows, batch.nbytes)
+            yield RecordBatchMessage(request.dataset, batch)
 
     def _prepare(self, session: Session, rel: catalog.Relation) -> _Work:
         request = self._request

@@ -244,14 +244,22 @@ class Layout:
 
 
 def convert_column(
-    values: Sequence[Any], plan: ColumnPlan, dataset: str, zero_dates: ZeroDates = "error"
+    values: Sequence[Any] | pa.Array,
+    plan: ColumnPlan,
+    dataset: str,
+    zero_dates: ZeroDates = "error",
 ) -> pa.Array:
     """One column of server text as an Arrow array of ``plan.arrow_type``."""
     target = plan.arrow_type
     assert target is not None and plan.kind is not None
-    if plan.kind == "binary":
+    if isinstance(values, pa.Array):  # the bulk path's columns are Arrow already
+        text = values
+        if plan.kind == "binary":
+            return text
+    elif plan.kind == "binary":
         return pa.array(values, pa.binary())
-    text = pa.array(values, pa.string())
+    else:
+        text = pa.array(values, pa.string())
     if plan.kind == "string":
         return text
     try:

@@ -1,0 +1,430 @@
+"""MariaDB figures (issue 24, item 3), side by side in one run, each in a fresh process.
+
+``python -m bench.mariadb [--rows N] [--changes N] [--samples M]`` against a
+real MariaDB (``COMBINED_TEST_MARIADB_DSN``, binlog ROW/FULL) and PostgreSQL
+(``COMBINED_TEST_PG_DSN``, for the latency next to it):
+
+1. **snapshot** of an ``orders`` table of N rows (the bench's shape:
+   ``bench/workload.py``, in MariaDB types): the *floor* (connectorx to Arrow
+   to one zstd Parquet file, nothing else), ``combined capture`` (snapshot
+   strategy: the bulk path, lake commit included), dlt ``sql_table``
+   (pyarrow backend) into a Delta table, and the reader alone on both of its
+   paths (``rows``: PyMySQL; ``bulk``: connectorx), batches counted, not kept.
+2. **binlog backlog**: a stitched first capture of an empty table, then N
+   changes (60% inserts, 30% updates, 10% deletes, 10,000 a transaction)
+   while nothing reads; one ``combined capture`` drains them. Reported:
+   changes/s, CPU-seconds, peak RSS, and that the lake equals the source.
+3. **latency**: ``combined cdc follow --every 0.5`` while M single-row
+   transactions commit 200 ms apart; commit to publication p50/p95, and
+   PostgreSQL's (``bench.cdc.latency``) measured the same way in the same run.
+
+Every figure is wall time with the child's CPU-seconds beside it: on a
+shared machine the wall time also holds waits for the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from bench.cdc import _cli_cpu
+
+ORDERS = """CREATE TABLE orders (id BIGINT PRIMARY KEY, customer_id INT NOT NULL,
+  status VARCHAR(16) NOT NULL, total DECIMAL(12,2) NOT NULL, note TEXT NULL,
+  created_at TIMESTAMP(6) NOT NULL DEFAULT '2020-01-01',
+  updated_at TIMESTAMP(6) NOT NULL DEFAULT '2020-01-01', KEY (updated_at)) ENGINE=InnoDB"""
+ORDERS_ROWS = """INSERT INTO orders SELECT seq, seq % 10007,
+  ELT(1 + seq % 4, 'new', 'paid', 'shipped', 'cancelled'), (seq % 100000) / 100 + 0.01,
+  IF(seq % 10 = 0, NULL, CONCAT('note ', seq)),
+  TIMESTAMP'2024-01-01 00:00:00' + INTERVAL seq SECOND,
+  TIMESTAMP'2024-01-01 01:00:00' + INTERVAL seq SECOND FROM seq_{lo}_to_{hi}"""
+EVENTS = """CREATE TABLE events (id BIGINT PRIMARY KEY, kind VARCHAR(8),
+  amount DECIMAL(12,2), at TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB"""
+
+PROJECT = """\
+version: 1
+lake: ./lake
+sources:
+  my:
+    connector: mariadb
+    config:
+      dsn: {dsn}
+    datasets:
+      {table}:
+        relation: {table}
+        key: [id]
+        strategy: {strategy}
+"""
+
+
+def _connect(dsn: str) -> Any:
+    from combined.connectors.mariadb._connect import Settings
+
+    kwargs = Settings.from_config({"dsn": dsn}).connect_kwargs()
+    for key in ("conv", "cursorclass", "read_timeout", "write_timeout"):
+        kwargs.pop(key)
+    import pymysql
+
+    return pymysql.connect(**kwargs)
+
+
+def _database(server: str) -> tuple[str, str]:
+    name = f"combined_my_bench_{uuid.uuid4().hex[:6]}"
+    conn = _connect(server)
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{name}`")
+    conn.close()
+    parts = urlsplit(server)
+    return name, f"{parts.scheme}://{parts.netloc}/{name}"
+
+
+def _drop(server: str, name: str) -> None:
+    conn = _connect(server)
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    conn.close()
+
+
+def _sql(dsn: str, *statements: str) -> list[Any]:
+    conn = _connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+            return list(cur.fetchall())
+    finally:
+        conn.close()
+
+
+def _child(*args: str) -> dict[str, Any]:
+    """Run ``python -m bench.mariadb ARGS`` fresh: its JSON, wall, CPU-seconds, peak RSS."""
+    code = (
+        "import resource, subprocess, sys, time;"
+        "t = time.monotonic();"
+        "r = subprocess.run([sys.executable, '-m', 'bench.mariadb', *sys.argv[1:]],"
+        " capture_output=True, text=True);"
+        "u = resource.getrusage(resource.RUSAGE_CHILDREN);"
+        "print(r.returncode, time.monotonic() - t, u.ru_maxrss / 1024, u.ru_utime + u.ru_stime);"
+        "print(r.stdout.strip().splitlines()[-1] if r.stdout.strip() else '{}');"
+        "sys.stderr.write(r.stderr[-2000:])"
+    )
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    head, body = out.stdout.splitlines()[:2]
+    rc, wall, rss, cpu = head.split()
+    if int(rc) != 0:
+        raise SystemExit(f"{args[0]} failed: {out.stderr}")
+    return {
+        **json.loads(body),
+        "wall_s": round(float(wall), 2),
+        "cpu_s": round(float(cpu), 2),
+        "peak_rss_mb": round(float(rss)),
+    }
+
+
+# -- what the children run ---------------------------------------------------------------------
+
+
+def run_floor(dsn: str, out: str) -> dict[str, Any]:
+    """connectorx -> Arrow -> one Parquet file: the fastest read of the rows we know of."""
+    import connectorx as cx
+    import pyarrow.parquet as pq
+
+    reader = cx.read_sql(dsn, "SELECT * FROM orders", return_type="arrow_stream", batch_size=65_536)
+    rows, writer = 0, None
+    try:
+        for batch in reader:
+            if writer is None:
+                writer = pq.ParquetWriter(out, batch.schema, compression="zstd")
+            writer.write_batch(batch)
+            rows += batch.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    return {"rows": rows}
+
+
+def run_reader(dsn: str, path: str) -> dict[str, Any]:
+    """The MariaDB reader alone on one of its paths: every batch counted, none kept."""
+    from combined.connectors.abc import ReadRequest
+    from combined.connectors.mariadb import MariaDBExtraction, MariaDBSource
+    from combined.protocol import RecordBatchMessage
+
+    src = MariaDBSource({"dsn": dsn})
+    try:
+        ext = src.read(
+            ReadRequest(dataset="orders", relation="orders", key=("id",), strategy="snapshot")
+        )
+        assert isinstance(ext, MariaDBExtraction)
+        ext.bulk = path == "bulk"
+        rows = sum(m.batch.num_rows for m in ext if isinstance(m, RecordBatchMessage))
+        ext.finish("success")
+        return {"rows": rows, "path": ext.path}
+    finally:
+        src.close()
+
+
+def run_dlt(dsn: str, work: str) -> dict[str, Any]:
+    """dlt ``sql_table`` (pyarrow backend) into a filesystem Delta table."""
+    os.environ.setdefault("RUNTIME__DLTHUB_TELEMETRY", "false")
+    os.environ.setdefault("RUNTIME__LOG_LEVEL", "WARNING")
+    import deltalake  # noqa: F401
+    import dlt
+    from dlt.destinations import filesystem
+    from dlt.sources.sql_database import sql_table
+
+    url = dsn.replace("mysql://", "mysql+pymysql://", 1)
+    lake = Path(work) / "dlt_lake"
+    pipeline = dlt.pipeline(
+        pipeline_name="bench_mariadb",
+        destination=filesystem(bucket_url=lake.resolve().as_uri()),
+        dataset_name="bench",
+        pipelines_dir=str(Path(work) / "dlt_pipelines"),
+    )
+    resource_ = sql_table(credentials=url, table="orders", backend="pyarrow")
+    pipeline.run(resource_, write_disposition="replace", table_format="delta")
+    trace = pipeline.last_trace
+    info = trace.last_normalize_info if trace is not None else None
+    return {"rows": int(dict(info.row_counts).get("orders", 0)) if info else 0}
+
+
+# -- the measurements --------------------------------------------------------------------------
+
+
+def snapshot(server: str, rows: int) -> dict[str, Any]:
+    """Floor, Combined, dlt and the reader's two paths over the same ``orders`` rows."""
+    name, dsn = _database(server)
+    root = Path(tempfile.mkdtemp(prefix="my-bench-"))
+    try:
+        _sql(dsn, ORDERS)
+        for lo in range(1, rows + 1, 250_000):
+            _sql(dsn, ORDERS_ROWS.format(lo=lo, hi=min(lo + 249_999, rows)))
+        _sql(dsn, "ANALYZE TABLE orders")
+        (root / "combined.yaml").write_text(
+            PROJECT.format(dsn=dsn, table="orders", strategy="snapshot")
+        )
+        out: dict[str, Any] = {"rows": rows}
+        out["floor"] = _child("floor", dsn, str(root / "floor.parquet"))
+        rc, wall, rss, cpu, err = _cli_cpu(root, "capture")
+        if rc != 0:
+            raise SystemExit(f"capture failed: {err}")
+        out["combined"] = {
+            "wall_s": round(wall, 2),
+            "cpu_s": round(cpu, 2),
+            "peak_rss_mb": round(rss),
+        }
+        out["reader_bulk"] = _child("reader", dsn, "bulk")
+        out["reader_rows"] = _child("reader", dsn, "rows")
+        try:
+            out["dlt"] = _child("dlt", dsn, str(root))
+        except SystemExit as exc:
+            out["dlt"] = {"unavailable": str(exc)[:300]}
+        return out
+    finally:
+        _drop(server, name)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _cdc_project(server: str) -> tuple[str, str, Path]:
+    name, dsn = _database(server)
+    root = Path(tempfile.mkdtemp(prefix="my-cdc-"))
+    _sql(dsn, EVENTS)
+    (root / "combined.yaml").write_text(PROJECT.format(dsn=dsn, table="events", strategy="cdc"))
+    for step in (("cdc", "setup", "my"), ("capture",)):  # the stitched first capture
+        rc, _, _, _, err = _cli_cpu(root, *step)
+        if rc != 0:
+            raise SystemExit(f"{' '.join(step)} failed: {err}")
+    return name, dsn, root
+
+
+def backlog(server: str, changes: int) -> dict[str, Any]:
+    """Drain a binlog backlog of ``changes`` changes with one capture."""
+    name, dsn, root = _cdc_project(server)
+    try:
+        inserts, updates, deletes = int(changes * 0.6), int(changes * 0.3), int(changes * 0.1)
+        conn = _connect(dsn)
+        with conn.cursor() as cur:
+            for lo in range(0, inserts, 10_000):
+                cur.execute(
+                    "INSERT INTO events (id, kind, amount) SELECT seq, CONCAT('k', seq % 7), "
+                    f"seq * 0.5 FROM seq_{lo + 1}_to_{min(lo + 10_000, inserts)}"
+                )
+            for lo in range(0, updates, 10_000):
+                cur.execute(
+                    "UPDATE events SET amount = amount + 1 "
+                    f"WHERE id > {lo} AND id <= {min(lo + 10_000, updates)}"
+                )
+            for lo in range(inserts - deletes, inserts, 10_000):
+                cur.execute(f"DELETE FROM events WHERE id > {lo} AND id <= {lo + 10_000}")
+        conn.close()
+        rc, wall, rss, cpu, err = _cli_cpu(root, "capture")
+        if rc != 0:
+            raise SystemExit(f"capture failed: {err}")
+        from combined.engine import Engine
+
+        engine = Engine.open(root / "combined.yaml")
+        try:
+            lake = engine.sql("SELECT count(*) AS n, sum(amount) AS s FROM my.events").to_pylist()
+        finally:
+            engine.close()
+        ((n, s),) = _sql(dsn, "SELECT COUNT(*), SUM(amount) FROM events")
+        total = inserts + updates + deletes
+        return {
+            "changes": total,
+            "wall_s": round(wall, 2),
+            "cpu_s": round(cpu, 2),
+            "changes_per_s": round(total / wall),
+            "peak_rss_mb": round(rss),
+            "lake_equals_source": lake[0]["n"] == n and lake[0]["s"] == s,
+        }
+    finally:
+        _drop(server, name)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def latency(server: str, samples: int) -> dict[str, Any]:
+    """Source commit to publication, in follow mode."""
+    from combined.engine import Engine
+
+    name, dsn, root = _cdc_project(server)
+    try:
+        follow = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from combined.cli import main; main()",
+                "cdc",
+                "follow",
+                "my",
+                "--every",
+                "0.5",
+                "--iterations",
+                str(int(samples * 0.2 / 0.5) + 40),
+            ],
+            cwd=root,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        committed: dict[int, datetime] = {}
+        time.sleep(2.0)
+        conn = _connect(dsn)
+        with conn.cursor() as cur:
+            for i in range(1, samples + 1):
+                cur.execute(f"INSERT INTO events (id, kind, amount) VALUES ({i}, 'x', 1)")
+                committed[i] = datetime.now(UTC)
+                time.sleep(0.2)
+        conn.close()
+        follow.wait(timeout=900)
+        engine = Engine.open(root / "combined.yaml")
+        seen: dict[int, datetime] = {}
+        try:
+            for pub in reversed(engine.publications(limit=100_000)):
+                ids = engine.sql("SELECT id FROM my.events", publication=pub["id"]).column("id")
+                for i in ids.to_pylist():
+                    seen.setdefault(int(i), pub["published_at"])
+        finally:
+            engine.close()
+        lat = sorted((seen[i] - committed[i]).total_seconds() for i in committed if i in seen)
+        if not lat:
+            raise SystemExit("no sample was published")
+        return {
+            "samples": len(lat),
+            "p50_s": round(statistics.median(lat), 2),
+            "p95_s": round(lat[max(0, int(len(lat) * 0.95) - 1)], 2),
+            "max_s": round(lat[-1], 2),
+            "missing": samples - len(lat),
+        }
+    finally:
+        _drop(server, name)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _table(r: dict[str, Any]) -> list[str]:
+    s = r.get("snapshot", {})
+    lines = ["| measure | wall | CPU-s | peak RSS |", "|---|---:|---:|---:|"]
+    for key, label in (
+        ("floor", "floor: connectorx -> one Parquet file"),
+        ("combined", "combined capture (snapshot, bulk path)"),
+        ("dlt", "dlt sql_table (pyarrow) -> Delta"),
+        ("reader_bulk", "reader alone, bulk path"),
+        ("reader_rows", "reader alone, row path (PyMySQL)"),
+    ):
+        f = s.get(key)
+        if f and "wall_s" in f:
+            lines.append(
+                f"| {label}, {s['rows']:,} rows | {f['wall_s']} s | {f['cpu_s']} "
+                f"| {f['peak_rss_mb']} MB |"
+            )
+    b = r.get("backlog")
+    if b:
+        lines.append(
+            f"| binlog backlog of {b['changes']:,} changes, one capture | {b['wall_s']} s "
+            f"({b['changes_per_s']:,}/s) | {b['cpu_s']} | {b['peak_rss_mb']} MB |"
+        )
+        lines.append(f"| lake equals source after the backlog | {b['lake_equals_source']} | | |")
+    for key in ("latency_mariadb", "latency_postgres"):
+        lat = r.get(key)
+        if lat:
+            lines.append(
+                f"| {key}: commit to publication p50 / p95 ({lat['samples']} rows) "
+                f"| {lat['p50_s']} s / {lat['p95_s']} s | | |"
+            )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the children's subcommands, or every measurement (JSON and a markdown table)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    children = {"floor": run_floor, "reader": run_reader, "dlt": run_dlt}
+    if argv and argv[0] in children:
+        print(json.dumps(children[argv[0]](*argv[1:])))
+        return
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=2_000_000)
+    p.add_argument("--changes", type=int, default=500_000)
+    p.add_argument("--samples", type=int, default=100)
+    p.add_argument("--only", nargs="*", default=["snapshot", "backlog", "latency"])
+    p.add_argument(
+        "--mariadb",
+        default=os.environ.get("COMBINED_TEST_MARIADB_DSN", "mysql://root@127.0.0.1:3306/test"),
+    )
+    p.add_argument(
+        "--pg",
+        default=os.environ.get(
+            "COMBINED_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
+        ),
+    )
+    args = p.parse_args(argv)
+    out: dict[str, Any] = {
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load_avg": os.getloadavg(),
+    }
+    if "snapshot" in args.only:
+        out["snapshot"] = snapshot(args.mariadb, args.rows)
+    if "backlog" in args.only:
+        out["backlog"] = backlog(args.mariadb, args.changes)
+    if "latency" in args.only:
+        out["latency_mariadb"] = latency(args.mariadb, args.samples)
+        from bench.cdc import latency as pg_latency
+
+        out["latency_postgres"] = pg_latency(args.pg, args.samples)
+    out["self_rusage_cpu_s"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_utime, 2)
+    print(json.dumps(out, indent=2))
+    print()
+    print("\n".join(_table(out)))
+
+
+if __name__ == "__main__":
+    main()

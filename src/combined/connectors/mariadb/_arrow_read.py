@@ -1,0 +1,244 @@
+"""The bulk path of a snapshot read: the server's rows straight into Arrow (connectorx).
+
+PyMySQL hands every value to Python before Arrow sees it; connectorx reads
+the result set in Rust into Arrow builders, and this module turns its
+columns into the read's schema with the same vectorised casts the row path
+uses (:func:`~combined.connectors.mariadb._types.convert_column`): every
+column but a binary one is selected as the server's text (``CAST(... AS
+CHAR)``), so exact decimals, zero dates, the session's ``+00:00`` time zone
+and casts keep the meaning they have on the row path.
+
+The bulk read runs on a connection of its own. It must see the snapshot of
+the transaction that reads the catalog, the binlog position and the control
+totals, so the two snapshots are made equal for the relation
+(:class:`SnapshotTwin`): a third session holds ``LOCK TABLES t READ`` (which
+waits for every transaction writing ``t`` to end and admits no new one)
+while the controlling transaction opens its snapshot and while the bulk
+connection runs ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` as a
+``pre_execution_query`` (connectorx runs those on the connection that then
+runs the query). The lock is released once the bulk connection takes a user
+lock (``GET_LOCK``) named for the read, the pre-execution statement after
+its snapshot opened, seen by polling ``IS_USED_LOCK`` every 10 ms; or, at
+the latest, when the first batch (or the end) arrives. Writers of ``t`` wait
+that long. Nothing else is held.
+
+The path is taken only when it keeps every guarantee: connectorx is
+installed, the read is a whole-relation snapshot, the connection needs no
+TLS or socket options connectorx would not honour, and the account may
+``LOCK TABLES``. Otherwise the read keeps the row path.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import pyarrow as pa
+
+from combined.connectors.mariadb._binlog_anchor import TableLock
+from combined.connectors.mariadb._connect import Settings
+from combined.connectors.mariadb._types import Layout, convert_column
+from combined.errors import AuthRejected, CombinedError, SourceError, SourceUnavailable
+
+#: The bytes of a row assumed before the server's table statistics say more.
+_ROW_GUESS = 256
+
+
+def available(settings: Settings) -> bool:
+    """Whether a snapshot read of ``settings``' source can take the bulk path."""
+    try:
+        import connectorx  # noqa: F401
+    except ImportError:
+        return False
+    q = settings.query
+    return not any(k in q for k in ("unix_socket", "ssl_ca", "ssl_cert", "ssl_key"))
+
+
+def select_list(layout: Layout) -> str:
+    """The select list of the bulk read: every column as server text, binaries as bytes."""
+    from combined.connectors.mariadb._connect import quote_ident
+
+    return ", ".join(
+        f"{p.expr if p.kind == 'binary' else f'CAST({p.expr} AS CHAR)'} AS {quote_ident(p.name)}"
+        for p in layout.plans
+    )
+
+
+def batch_rows(limit: int, batch_bytes: int, avg_row_length: Any) -> int:
+    """Rows per bulk batch: at most ``limit``, near ``batch_bytes`` by the table's row length."""
+    width = int(avg_row_length or 0) or _ROW_GUESS
+    return max(1, min(limit, batch_bytes // max(width, 1)))
+
+
+def _url(settings: Settings) -> str:
+    auth = quote(settings.user or "root", safe="")
+    if settings.password:
+        auth += ":" + quote(settings.password, safe="")
+    return f"mysql://{auth}@{settings.host}:{settings.port}/{quote(settings.database, safe='')}"
+
+
+def bulk_error(exc: BaseException, settings: Settings) -> CombinedError:
+    """A failure of the bulk read as a Combined error, the password scrubbed."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if settings.password:
+        text = text.replace(quote(settings.password, safe=""), "***")
+    detail = settings.scrub(text)[:300]
+    if "Access denied" in detail or "denied to user" in detail:
+        return AuthRejected(
+            f"the mariadb account may not do this while reading in bulk: {detail}",
+            hint="grant the account SELECT on the table (GRANT SELECT ON db.table TO user)",
+            detail=detail,
+        )
+    if "onnect" in detail or "timed out" in detail or "broken pipe" in detail.lower():
+        return SourceUnavailable(
+            f"the mariadb connection failed while reading in bulk: {detail}",
+            hint="the source or the network was interrupted; the attempt can be retried",
+            detail=detail,
+        )
+    return SourceError(
+        f"the mariadb source failed while reading in bulk: {detail}",
+        hint="see the detail; the statement failed on the server",
+        detail=detail,
+    )
+
+
+class SnapshotTwin:
+    """The table lock that makes the bulk connection's snapshot equal the controlling one's.
+
+    :meth:`watch` releases it as soon as the bulk connection holds the user
+    lock :attr:`signal` (taken in its pre-execution, right after its
+    snapshot opened), polled every 10 ms on the lock's own session; the
+    first batch releases it in any case.
+    """
+
+    def __init__(self, settings: Settings, relation: str, lock: TableLock | None = None) -> None:
+        self._lock = lock or TableLock(settings, relation)
+        self._held = False
+        self._mutex = threading.Lock()
+        #: The user lock the bulk connection takes once its snapshot is open.
+        self.signal = f"combined-bulk-{uuid.uuid4().hex}"
+
+    def hold(self) -> bool:
+        """Take the lock; ``False`` when the account may not (the row path then reads)."""
+        try:
+            self._lock.hold()
+        except CombinedError:  # no LOCK TABLES grant, no such table: the row path says
+            self._lock.release()
+            return False
+        self._held = True
+        return True
+
+    def watch(self) -> None:
+        """Release the lock from a thread once the bulk connection shows :attr:`signal`."""
+        threading.Thread(target=self._watch, name="combined-bulk-twin", daemon=True).start()
+
+    def _watch(self) -> None:
+        query = f"SELECT IS_USED_LOCK('{self.signal}')"
+        while True:
+            with self._mutex:
+                session = self._lock.session
+                if not self._held or session is None:
+                    return
+                try:
+                    ((holder,),) = session.rows(query, "watching the bulk read's snapshot")
+                except CombinedError:
+                    return  # the first batch releases the lock
+            if holder is not None:
+                self.release()
+                return
+            time.sleep(0.01)
+
+    def release(self) -> None:
+        """Let the writers of the table go on (idempotent, from either thread)."""
+        with self._mutex:
+            if self._held:
+                self._held = False
+                self._lock.release()
+
+
+def stream(
+    settings: Settings, query: str, layout: Layout, dataset: str, rows: int, twin: SnapshotTwin
+) -> Iterator[pa.RecordBatch]:
+    """Run ``query`` in a consistent snapshot of its own connection; yield converted batches."""
+    yield from converted(settings, start(settings, query, rows, twin), layout, dataset)
+
+
+def start(settings: Settings, query: str, rows: int, twin: SnapshotTwin) -> Started:
+    """Start the bulk read and take its first batch; ``twin`` is released either way.
+
+    The bulk connection's snapshot was open once the first batch (or the
+    end) arrived. A failure here hands over nothing: the caller may read the
+    rows another way in its own snapshot.
+    """
+    import connectorx as cx
+
+    pre = [
+        f"SET time_zone = '+00:00', net_write_timeout = {int(settings.read_timeout)}",
+        "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+        "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
+        f"DO GET_LOCK('{twin.signal}', 0)",  # the snapshot is open: the twin may let go
+    ]
+    failure: CombinedError | None = None
+    twin.watch()
+    try:
+        reader = cx.read_sql(
+            _url(settings),
+            query,
+            return_type="arrow_stream",
+            batch_size=rows,
+            pre_execution_query=pre,
+        )
+        batches = iter(reader)
+        return Started(reader, batches, next(batches, None))
+    except BaseException as exc:  # connectorx raises RuntimeError and Rust panics
+        if not isinstance(exc, Exception):
+            raise
+        failure = bulk_error(exc, settings)
+    finally:
+        twin.release()
+    raise failure  # outside the handler: the driver's text stays out of the chain
+
+
+@dataclass(slots=True)
+class Started:
+    """A started bulk read: connectorx's reader and its first batch (None: no rows)."""
+
+    reader: Any
+    batches: Iterator[pa.RecordBatch]
+    first: pa.RecordBatch | None
+
+
+def converted(
+    settings: Settings, started: Started, layout: Layout, dataset: str
+) -> Iterator[pa.RecordBatch]:
+    """The started read's batches in the read's schema; closing it ends the connection."""
+    failure: CombinedError | None = None
+    batch = started.first
+    try:
+        while batch is not None:
+            yield _convert(batch, layout, dataset)
+            batch = next(started.batches, None)
+    except CombinedError:
+        raise
+    except Exception as exc:  # connectorx raises RuntimeError and Rust panics
+        failure = bulk_error(exc, settings)
+    finally:
+        started.reader.close()  # an abandoned read ends its connection
+    if failure is not None:
+        raise failure
+
+
+def _convert(batch: pa.RecordBatch, layout: Layout, dataset: str) -> pa.RecordBatch:
+    arrays = []
+    for i, plan in enumerate(layout.plans):
+        column = batch.column(i)
+        wanted = pa.binary() if plan.kind == "binary" else pa.string()
+        if not column.type.equals(wanted):
+            column = column.cast(wanted)
+        arrays.append(convert_column(column, plan, dataset, layout.zero_dates))
+    return pa.RecordBatch.from_arrays(arrays, schema=layout.schema)

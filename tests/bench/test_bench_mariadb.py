@@ -1,0 +1,19 @@
+"""bench.mariadb: a tiny snapshot measurement runs every side and renders its table."""
+
+from __future__ import annotations
+
+from bench import mariadb
+
+
+def test_a_tiny_snapshot_measures_floor_combined_and_both_reader_paths(
+    mariadb_server_dsn: str,
+) -> None:
+    out = mariadb.snapshot(mariadb_server_dsn, 300)
+    assert out["floor"]["rows"] == 300
+    assert out["reader_bulk"] == {**out["reader_bulk"], "rows": 300, "path": "bulk"}
+    assert out["reader_rows"] == {**out["reader_rows"], "rows": 300, "path": "rows"}
+    assert out["combined"]["wall_s"] > 0 and out["combined"]["cpu_s"] > 0
+    assert "rows" in out["dlt"] or "unavailable" in out["dlt"]
+    lines = mariadb._table({"snapshot": out})
+    assert any(line.startswith("| floor: connectorx") for line in lines)
+    assert any("reader alone, bulk path, 300 rows" in line for line in lines)
