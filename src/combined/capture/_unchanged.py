@@ -78,11 +78,8 @@ def resolve_unchanged(
     _lineage_table(con, staged, id_expr)
     lake = f"read_parquet({files_sql(current_files)}, union_by_name = true)"
     # The lake's own columns only: one the capture added has no lake value.
-    in_lake = (
-        {str(row[0]) for row in con.execute(f"DESCRIBE SELECT * FROM {lake}").fetchall()}
-        if current_files
-        else set()
-    )
+    in_lake = _types(con, lake) if current_files else {}
+    staged_types = _types(con, staged)
     marked = [
         str(row[0])
         for row in con.execute(
@@ -92,7 +89,14 @@ def resolve_unchanged(
     ]
     marked = [c for c in marked if c in payload]
     fills = [
-        _fill_column(con, n, c, staged=staged, lake=lake if c in in_lake else None)
+        _fill_column(
+            con,
+            n,
+            c,
+            staged=staged,
+            lake=lake if c in in_lake else None,
+            cast=_cast_to(staged_types[c], in_lake.get(c)),
+        )
         for n, c in enumerate(marked)
     ]
     _fill_table(con, fills)
@@ -115,6 +119,17 @@ def resolve_unchanged(
     )
 
 
+def _types(con: duckdb.DuckDBPyConnection, relation: str) -> dict[str, str]:
+    """Each column of ``relation`` with its DuckDB type (``TIME``, ``VARCHAR[]``, ...)."""
+    described = con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()
+    return {str(row[0]): str(row[1]) for row in described}
+
+
+def _cast_to(staged: str, lake: str | None) -> str | None:
+    """The staged type ``staged``, when the lake holds the column as another type ``lake``."""
+    return staged if lake is not None and lake != staged else None
+
+
 def _lineage_table(con: duckdb.DuckDBPyConnection, staged: str, id_expr: str) -> None:
     """``unc_lin``: each staged row's (ord, _cid, op, unc, _lin, _lin_ord), narrow.
 
@@ -135,13 +150,22 @@ def _lineage_table(con: duckdb.DuckDBPyConnection, staged: str, id_expr: str) ->
 
 
 def _fill_column(
-    con: duckdb.DuckDBPyConnection, n: int, column: str, *, staged: str, lake: str | None
+    con: duckdb.DuckDBPyConnection,
+    n: int,
+    column: str,
+    *,
+    staged: str,
+    lake: str | None,
+    cast: str | None = None,
 ) -> str:
     """``unc_fill_<n>(ord, v)``: the value of each marked ``column``; returns its name.
 
     The newest earlier change in the row's lineage that carries the value
     (neither marked nor a delete), else (a lineage that starts in the lake)
-    the lake's value, else null.
+    the lake's value, else null. ``cast``: the staged type, when the lake
+    stores the column as another (a ``time`` as its text: Delta has no time
+    of day); the lake's value is read back as the staged type, which the
+    reduction hashes and writes to the lake as every staged value.
     """
     q, c = quote_ident(column), lit(column)
     carries = f"op NOT IN ('delete', 'truncate') AND NOT coalesce(list_contains(unc, {c}), false)"
@@ -174,7 +198,8 @@ def _fill_column(
         )
     else:
         from_lake = (
-            f"SELECT _combined_id, {q} AS v FROM {lake} WHERE _combined_id IN "
+            f"SELECT _combined_id, {f'CAST({q} AS {cast})' if cast else q} AS v "
+            f"FROM {lake} WHERE _combined_id IN "
             "(SELECT _lin FROM unc_need WHERE _lin_ord < 0)"
         )
         con.execute(
