@@ -17,8 +17,21 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/combined demo
 
+# Two independent groups at once (the machine's second core): the long
+# end-to-end tests that mostly wait on other processes (Dagster and Airflow in
+# their own virtualenvs, three workers sharing a catalog) run beside the rest
+# of the suite; their output follows it (test-artifacts/side-tests.log).
+SIDE_TESTS := tests/orchestrators tests/runtime/test_workers_at_scale.py
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	@mkdir -p test-artifacts
+	@$(BIN)/python -m pytest -q -p no:cacheprovider $(SIDE_TESTS) \
+	  >test-artifacts/side-tests.log 2>&1 & side=$$!; \
+	trap 'kill $$side 2>/dev/null' INT TERM; \
+	$(BIN)/python -m pytest -q $(addprefix --ignore=,$(SIDE_TESTS)); main=$$?; \
+	wait $$side; side_rc=$$?; \
+	echo "== beside it: $(SIDE_TESTS)"; cat test-artifacts/side-tests.log; \
+	test $$main -eq 0 && test $$side_rc -eq 0
 
 check: $(STAMP)
 	$(BIN)/ruff format --check .

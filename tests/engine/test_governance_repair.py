@@ -14,6 +14,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from combined.engine import Engine
 
 CRM = """\
@@ -91,6 +93,9 @@ def _state(engine: Engine, instants: list[datetime]) -> dict[str, Any]:
     }
 
 
+# 30+ captures, a crash and a repair on each lake: minutes on a loaded machine.
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_a_deleted_catalog_is_rebuilt_with_its_publications(
     tmp_path: Path, tools: Any, lake_url: str
 ) -> None:
