@@ -234,6 +234,22 @@ def wide_backlog(server: str, rows: int) -> dict[str, Any]:
         _drop(server, name, dsn, prefix)
 
 
+def latency_summary(
+    seen: dict[int, datetime], committed: dict[int, datetime], samples: int
+) -> dict[str, Any]:
+    """p50/p95/max of commit-to-publication latency of the ``committed`` samples ``seen``."""
+    lat = sorted((seen[i] - committed[i]).total_seconds() for i in committed if i in seen)
+    if not lat:
+        raise SystemExit("no sample was published")
+    return {
+        "samples": len(lat),
+        "p50_s": round(statistics.median(lat), 2),
+        "p95_s": round(lat[max(0, int(len(lat) * 0.95) - 1)], 2),
+        "max_s": round(lat[-1], 2),
+        "missing": samples - len(lat),
+    }
+
+
 def latency(server: str, samples: int) -> dict[str, Any]:
     """Source commit to publication, in follow mode."""
     import psycopg
@@ -274,16 +290,7 @@ def latency(server: str, samples: int) -> dict[str, Any]:
                     seen.setdefault(int(i), pub["published_at"])
         finally:
             engine.close()
-        lat = sorted((seen[i] - committed[i]).total_seconds() for i in committed if i in seen)
-        if not lat:
-            raise SystemExit("no sample was published")
-        return {
-            "samples": len(lat),
-            "p50_s": round(statistics.median(lat), 2),
-            "p95_s": round(lat[max(0, int(len(lat) * 0.95) - 1)], 2),
-            "max_s": round(lat[-1], 2),
-            "missing": samples - len(lat),
-        }
+        return latency_summary(seen, committed, samples)
     finally:
         _drop(server, name, dsn, prefix)
 

@@ -29,7 +29,6 @@ import json
 import os
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,7 +39,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.cdc import _cli_cpu
+from bench.cdc import _cli_cpu, latency_summary
 
 ORDERS = """CREATE TABLE orders (id BIGINT PRIMARY KEY, customer_id INT NOT NULL,
   status VARCHAR(16) NOT NULL, total DECIMAL(12,2) NOT NULL, note TEXT NULL,
@@ -336,16 +335,7 @@ def latency(server: str, samples: int) -> dict[str, Any]:
                     seen.setdefault(int(i), pub["published_at"])
         finally:
             engine.close()
-        lat = sorted((seen[i] - committed[i]).total_seconds() for i in committed if i in seen)
-        if not lat:
-            raise SystemExit("no sample was published")
-        return {
-            "samples": len(lat),
-            "p50_s": round(statistics.median(lat), 2),
-            "p95_s": round(lat[max(0, int(len(lat) * 0.95) - 1)], 2),
-            "max_s": round(lat[-1], 2),
-            "missing": samples - len(lat),
-        }
+        return latency_summary(seen, committed, samples)
     finally:
         _drop(server, name)
         shutil.rmtree(root, ignore_errors=True)

@@ -6,6 +6,12 @@ ledger holds some, the project's sources and datasets are declared again and
 the publications, Runs and admissions inserted; the recovery that follows
 projects the datasets' lake commits (versions, Deliveries, checkpoints, MAR)
 as it always does.
+
+A catalog that holds no publication is not always a lost one: a new
+project's first publication may be in flight in another process (the lake,
+its ledger, is written first). A catalog is taken as lost only when no Run in
+it has left the queue, checked again under the publishing lock right before
+the restore: a publication in flight ends before the check looks.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import sqlalchemy as sa
 
 from combined.catalog import Catalog
 from combined.catalog import _schema as t
+from combined.catalog._data import one_publisher
 from combined.catalog._governance import restore, restore_quarantine, restore_runs
 from combined.config import Project
 from combined.lake import LakeLayout
@@ -27,7 +34,7 @@ def restore_publications(
 ) -> list[str]:
     """Restore the ledger's publications into a catalog that holds none; the notes."""
     with catalog.begin() as conn:
-        if conn.execute(sa.select(t.publications.c.id).limit(1)).first() is not None:
+        if not _lost(conn):
             return []
     ledger = Ledger(layout)
     records = ledger.records()
@@ -36,6 +43,9 @@ def restore_publications(
     for source in project.sources:
         declare(source)
     with catalog.begin() as conn:
+        one_publisher(conn)
+        if not _lost(conn):
+            return []
         ended = restore_runs(conn, ledger.runs())  # as they ended: first
         publications, runs = restore(conn, records)
         held = restore_quarantine(conn, ledger.quarantine_entries())
@@ -43,3 +53,11 @@ def restore_publications(
         f"restored {publications} publication(s) and {ended + runs} run(s) with their "
         f"admissions, and {held} quarantine entr{'y' if held == 1 else 'ies'}, from the lake"
     ]
+
+
+def _lost(conn: sa.Connection) -> bool:
+    """Whether the catalog holds no publication and no Run that left the queue."""
+    if conn.execute(sa.select(t.publications.c.id).limit(1)).first() is not None:
+        return False
+    moved = sa.select(t.runs.c.id).where(t.runs.c.state != "queued").limit(1)
+    return conn.execute(moved).first() is None

@@ -9,7 +9,7 @@ import pytest
 
 from combined.engine import Engine
 
-BOUNDARIES = ["after_staging", "during_commit", "after_commit", "after_projection"]
+BOUNDARIES = ["after_staging", "during_commit", "after_commit", "after_projection", "after_ledger"]
 
 
 def _lake(engine: Engine, table: str) -> list[tuple[object, ...]]:

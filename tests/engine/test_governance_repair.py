@@ -156,3 +156,30 @@ def test_a_deleted_catalog_is_rebuilt_with_its_publications(
         engine.close()
     for key in before:
         assert after[key] == before[key], key
+
+
+def test_a_publication_in_flight_is_not_taken_for_a_lost_catalog(
+    tmp_path: Path, tools: Any
+) -> None:
+    """A catalog with no publication yet, whose first one is in the lake's
+    ledger but not committed to the catalog (another process publishing, or
+    one killed there), is not rebuilt from the ledger: restoring it would
+    collide with, or double, that process's own publication."""
+    from combined.lake._ledger import Ledger
+
+    project = _project(tmp_path, tools, "./lake")
+    killed = tools.cli(tmp_path, "capture", "crm.people", env={"COMBINED_FAULT": "after_ledger"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    engine = Engine.open(project)
+    try:
+        assert [r["seq"] for r in Ledger(engine.layout).records()] == [1]
+        engine.repair()
+        assert engine.publications(10) == []  # not restored: a Run had left the queue
+        (run,) = engine.capture(["crm.people"])
+        assert run.state == "succeeded", run.error
+        (pub,) = engine.publications(10)
+        assert pub["seq"] == 1 and pub["run_id"] == run.id
+        # The ledger's later record of number 1 wins: a lost catalog gets this one back.
+        assert [r["id"] for r in Ledger(engine.layout).records()] == [pub["id"]]
+    finally:
+        engine.close()

@@ -125,9 +125,16 @@ def _types(con: duckdb.DuckDBPyConnection, relation: str) -> dict[str, str]:
     return {str(row[0]): str(row[1]) for row in described}
 
 
+#: (staged type, lake type) pairs whose lake value reads back into the staged
+#: type exactly: the lake keeps a time of day as its text (Delta has no such
+#: type). Any other mismatch is left to fail loudly rather than be cast with
+#: a loss (a narrower decimal rounds, a coarser timestamp truncates).
+_EXACT_READBACK = {("TIME", "VARCHAR"), ("TIME[]", "VARCHAR[]")}
+
+
 def _cast_to(staged: str, lake: str | None) -> str | None:
-    """The staged type ``staged``, when the lake holds the column as another type ``lake``."""
-    return staged if lake is not None and lake != staged else None
+    """The staged type ``staged``, when the lake holds the column as its text ``lake``."""
+    return staged if (staged, lake) in _EXACT_READBACK else None
 
 
 def _lineage_table(con: duckdb.DuckDBPyConnection, staged: str, id_expr: str) -> None:

@@ -301,7 +301,7 @@ def publish(
     stalled while another published the dataset after it).
     """
     pm, p = t.publication_members, t.publications
-    _one_publisher(conn)
+    one_publisher(conn)
     for m in members:
         if m.lake_version is None:
             continue
@@ -330,6 +330,9 @@ def publish(
         ledger.publication(
             _governance.record(conn, row, members, runs or ([run_id] if run_id else []))
         )
+        from combined.runtime._faults import fault
+
+        fault("after_ledger")
     conn.execute(t.publications.insert().values(**row))
     for m in members:
         conn.execute(
@@ -357,7 +360,7 @@ def publish(
 _PUBLISH_LOCK = 0x636F6D62696E6564
 
 
-def _one_publisher(conn: Connection) -> None:
+def one_publisher(conn: Connection) -> None:
     """Make publishing one at a time until the transaction ends.
 
     Publications are numbered (``seq``) and stamped in order: two processes

@@ -84,9 +84,8 @@ def check_store(store: LakeStore) -> None:
         if store.scheme == "s3" and not _aws_credentials() and missing.startswith("the store"):
             missing, hint = _REASONS[1][1:]
             missing = "no credentials were found in the environment (AWS_ACCESS_KEY_ID)"
-        mask = masking(v for k in _SECRET_ENV if (v := os.environ.get(k)))
         raise LakeNotWritable(
-            f"the lake at {store.root} cannot be written: {missing} ({mask(_first_line(text))})",
+            f"the lake at {store.root} cannot be written: {missing} ({store_detail(text)})",
             hint=f"{hint}; nothing was captured",
         ) from None
 
@@ -105,5 +104,10 @@ def _aws_credentials() -> bool:
     )
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0][:300] if text.strip() else "no detail"
+def store_detail(text: str) -> str:
+    """The first line of a store's error, at most 300 characters, its secrets masked.
+
+    Masked before it is cut: a secret cut in two would no longer be recognised.
+    """
+    text = masking(v for k in _SECRET_ENV if (v := os.environ.get(k)))(text).strip()
+    return text.splitlines()[0][:300] if text else "no detail"

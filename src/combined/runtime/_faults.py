@@ -9,7 +9,9 @@ itself with SIGKILL when it reaches it:
 - ``after_commit``: the lake commit landed, the catalog projection did not;
 - ``after_history``: the lake commit and its history (``history: true``)
   landed, the catalog projection did not;
-- ``after_projection``: the catalog projection landed, the publication did not.
+- ``after_projection``: the catalog projection landed, the publication did not;
+- ``after_ledger``: the publication is in the lake's ledger, its catalog
+  transaction not committed.
 
 Nothing else reads these variables; unset, the functions do nothing.
 """
@@ -20,7 +22,14 @@ import os
 import signal
 import threading
 
-POINTS = ("after_staging", "during_commit", "after_commit", "after_history", "after_projection")
+POINTS = (
+    "after_staging",
+    "during_commit",
+    "after_commit",
+    "after_history",
+    "after_projection",
+    "after_ledger",
+)
 
 
 def _armed(point: str) -> bool:
