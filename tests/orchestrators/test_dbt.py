@@ -142,7 +142,8 @@ def test_dbt_duckdb_reads_exactly_what_a_publication_published(tmp_path: Path, t
     _dbt(root, "run")
 
     assert _show(root, "published_orders") == published != head
-    # as_of_version: 0 is taken as unset: the plugin reads the head
+    # as_of_version: 0 is taken as unset: the plugin reads the head (docs/readers.md's
+    # caution; when this fails, the plugin reads version 0 and the caution is stale)
     assert _show(root, "orders_at_zero") == head
     # the Python model reads version 0, the first publication
     assert _show(root, "first_orders") == first_published != published
