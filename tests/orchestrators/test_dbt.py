@@ -3,7 +3,9 @@
 A real dbt project (dbt-core and dbt-duckdb in their own virtualenv,
 ``envs.py``: built on first use, minutes, then reused) over a lake that went
 through two publications and a commit killed before its publication, so the
-table's head is ahead of the newest publication. The ``delta`` plugin's source
+table's head is ahead of the newest publication; on disk and on a real
+S3-compatible server on 127.0.0.1 (deltalake takes its credentials from the
+environment). The ``delta`` plugin's source
 at the newest publication's ``delta_version`` sees exactly what ``combined sql
 --publication`` sees; at version 0 the plugin reads the head instead (it tests
 the value's truth), and the Python model docs/readers.md gives for that case
@@ -121,11 +123,13 @@ def _show(root: Path, model: str) -> list[tuple[Any, ...]]:
     raise AssertionError(f"dbt show printed no rows:\n{done.stdout[-3000:]}")
 
 
-def test_dbt_duckdb_reads_exactly_what_a_publication_published(tmp_path: Path, tools: Any) -> None:
+def test_dbt_duckdb_reads_exactly_what_a_publication_published(
+    tmp_path: Path, tools: Any, lake_url: str
+) -> None:
     from deltalake import DeltaTable
 
     orchestrator_python("dbt")  # built first when missing (minutes), outside the timings below
-    newest, first = _published(tmp_path / "combined", tools, "./lake")
+    newest, first = _published(tmp_path / "combined", tools, lake_url)
     orders = newest["datasets"]["shop.orders"]
     uri, version = orders["table_uri"], orders["delta_version"]
     assert version > 0 and first["datasets"]["shop.orders"]["delta_version"] == 0
