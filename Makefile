@@ -42,10 +42,10 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
-# Dagster's and Airflow's own virtualenvs, for tests/orchestrators (built there
+# Dagster's, Airflow's and dbt's own virtualenvs, for tests/orchestrators (built there
 # too when missing; minutes the first time, then reused: docs/python.md).
 orchestrators: $(STAMP)
-	$(BIN)/python -m tests.orchestrators.envs dagster airflow
+	$(BIN)/python -m tests.orchestrators.envs dagster airflow dbt
 
 # MariaDB's figures (bench/mariadb.py): floor, Combined and dlt side by side,
 # the binlog backlog, and follow latency next to PostgreSQL's.

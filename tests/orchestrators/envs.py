@@ -1,14 +1,15 @@
 """An isolated virtualenv per orchestrator, with Combined's dependencies and the orchestrator.
 
-Dagster and Airflow pin their own dependencies (Airflow strictly), so neither
-joins Combined's ``.venv``: each gets a virtualenv of its own, built once and
-kept while its key holds (pyproject.toml's dependencies and entry points, the
+Dagster and Airflow pin their own dependencies (Airflow strictly), and so
+does dbt (dbt-core with dbt-duckdb, an outside reader: docs/readers.md), so
+none joins Combined's ``.venv``: each gets a virtualenv of its own, built once
+and kept while its key holds (pyproject.toml's dependencies and entry points, the
 orchestrator's pin, the Python version). Combined is installed into it from
 the worktree as a wheel, for its dependencies and its entry points; the tests
 run it with ``src`` first on ``PYTHONPATH``, so the code under test is the
 worktree's, not the copy.
 
-``python -m tests.orchestrators.envs dagster airflow`` builds them ahead
+``python -m tests.orchestrators.envs dagster airflow dbt`` builds them ahead
 (``make orchestrators``). ``COMBINED_ORCHESTRATOR_ENVS`` moves them out of the
 worktree (CI keeps them across clones); the default is ``.venv-orchestrators``.
 """
@@ -28,10 +29,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: Each orchestrator and the release the examples are tested with (docs/python.md).
+#: Each orchestrator and the release the examples are tested with (docs/python.md);
+#: dbt and the releases its reading of a publication is tested with (docs/readers.md).
+#: dbt-duckdb's ``delta`` plugin imports deltalake, which Combined's own pin brings.
 PINS = {
     "dagster": ["dagster==1.13.29"],
     "airflow": ["apache-airflow==3.3.2"],
+    "dbt": ["dbt-core>=1.11.16,<1.12", "dbt-duckdb>=1.11.1,<1.12"],
 }
 
 
