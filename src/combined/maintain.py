@@ -9,7 +9,8 @@ For each dataset, under its lease (no capture of it runs meanwhile):
 3. its committed Deliveries older than ``retention.raw`` leave the raw layer:
    the decision (what, why, which policy) is recorded first, as an Activity
    event ``maintenance.raw_removed`` with the Deliveries marked ``expired``;
-   only then are their files deleted;
+   only then are their files deleted (with ``history: true``, not those of
+   commits the history has still to mirror);
 4. its MAR table (``_usage/``) is compacted and vacuumed;
 5. its history table (``_history/``, ``history: true``) is compacted, and
    vacuumed of the files no history version that a kept publication reads

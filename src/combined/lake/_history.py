@@ -18,8 +18,11 @@ version=<its last Delivery sequence>)``. A commit whose sequence the history
 holds already is skipped, so a retried or repeated projection adds no
 version twice; one the history lacks (a crash between the two commits, or
 history enabled on a dataset with commits) is applied from the raw layer
-before anything is published. Readers pin the history version that mirrors
-a publication's lake version (:func:`history_version`).
+before anything is published. Where the raw layer no longer holds a pending
+commit's Deliveries (``retention.raw``), the history (re)starts from the
+projection at the oldest readable version after them (``history.restarted``).
+Readers pin the history version that mirrors a publication's lake version
+(:func:`history_version`).
 """
 
 from __future__ import annotations
