@@ -9,7 +9,8 @@ For each dataset, under its lease (no capture of it runs meanwhile):
 3. its committed Deliveries older than ``retention.raw`` leave the raw layer:
    the decision (what, why, which policy) is recorded first, as an Activity
    event ``maintenance.raw_removed`` with the Deliveries marked ``expired``;
-   only then are their files deleted;
+   only then are their files deleted (with ``history: true``, not those of
+   commits the history has still to mirror);
 4. its MAR table (``_usage/``) is compacted and vacuumed;
 5. its history table (``_history/``, ``history: true``) is compacted, and
    vacuumed of the files no history version that a kept publication reads
@@ -176,6 +177,9 @@ def expire_raw(
             )
             if d.committed_at is not None and d.committed_at < horizon
         ]
+        # Kept: the Deliveries of commits the history has still to mirror.
+        mirrored = _history_mirrored(layout, source, dataset)
+        rows = [d for d in rows if d.state == "expired" or d.sequence <= mirrored]
         fresh = [d for d in rows if d.state == "committed"]
         if fresh:
             cat.mark_deliveries(conn, [d.id for d in fresh], "expired")
@@ -193,6 +197,21 @@ def expire_raw(
     for d in rows:
         layout.store.delete(d.path)
     return len(fresh)
+
+
+def _history_mirrored(layout: LakeLayout, source: str, dataset: str) -> float:
+    """The last Delivery sequence the history mirrors, where the history is on; else infinity.
+
+    On: the dataset's newest commit with Deliveries was made with ``history: true``.
+    """
+    from combined.lake._history import history_table
+
+    newest = next(
+        (m for m in layout.dataset_table(source, dataset).commits() if m.get("deliveries")), None
+    )
+    if newest is None or not newest.get("history"):
+        return float("inf")
+    return history_table(layout, source, dataset).committed_sequence()
 
 
 def _emit(catalog: Catalog, kind: str, source: str, dataset: str, **body: Any) -> None:

@@ -337,3 +337,135 @@ def test_history_enabled_after_the_raw_layer_expired_starts_from_the_projection(
         assert (1, 1, "n1") not in first  # replaced by the second capture
     finally:
         engine.close()
+
+
+def _restarts(engine: Engine) -> list[Any]:
+    from combined.catalog import data as cat
+
+    with engine.catalog.begin() as conn:
+        return list(cat.activity(conn, kind="history.restarted"))
+
+
+def _history_on(project: Path, dsn: str, on: bool, extra: str) -> None:
+    text = SNAPSHOT.format(dsn=dsn)
+    line = "        history: true\n"
+    project.write_text(text.replace(line, (line if on else "") + extra))
+
+
+def test_history_enabled_after_the_old_versions_were_vacuumed_starts_from_a_readable_one(
+    tmp_path: Path, pg_database: str
+) -> None:
+    """The newest commit whose Deliveries expired is old: `combined maintain` vacuumed its
+    files. The history starts from the oldest version still readable after it."""
+    from combined.lake._history import _in_raw_layer
+
+    _items(pg_database)
+    project = tmp_path / "combined.yaml"
+    kept = "        retention: {raw: 6s, publications: 1s}\n"
+    _history_on(project, pg_database, False, kept)
+    engine = Engine.open(project)
+    try:
+        published, projections = [_capture(engine)], [_rows(engine, ROWS)]
+        for change in CHANGES[:2]:
+            _source(pg_database, change)
+            published.append(_capture(engine))
+            projections.append(_rows(engine, ROWS))
+        time.sleep(6.2)  # the first three captures' Deliveries are past retention.raw
+        _source(pg_database, "UPDATE items SET qty = 7 WHERE id <= 3")
+        published.append(_capture(engine))
+        projections.append(_rows(engine, ROWS))
+        time.sleep(1.2)  # the fourth publication is the basis in force at the horizon
+        _source(pg_database, "UPDATE items SET note = 'five' WHERE id <= 3")
+        published.append(_capture(engine))
+        projections.append(_rows(engine, ROWS))
+        (report,) = engine.maintain(["pg.items"])
+        assert report["raw_removed"] and report["vacuumed"], report
+        table = engine.layout.dataset_table("pg", "items")
+        third, fourth = [m for m in reversed(table.commits()) if m.get("deliveries")][2:4]
+        assert not _in_raw_layer(engine.layout, "pg", "items", third)
+        assert _in_raw_layer(engine.layout, "pg", "items", fourth)
+        # the newest commit whose Deliveries are gone can no longer be read
+        lost = table.files(int(third["lake_version"]))
+        assert not all(engine.layout.store.exists(f) for f in lost)
+    finally:
+        engine.close()
+    _history_on(project, pg_database, True, kept)
+    engine = Engine.open(project)
+    try:
+        for _ in range(2):  # not stuck: every capture publishes
+            _source(pg_database, "UPDATE items SET qty = qty + 1 WHERE id = 20")
+            published.append(_capture(engine))
+            projections.append(_rows(engine, ROWS))
+        # started at the fourth commit (kept by its publication), then mirrored
+        _check_history(engine, published[3:], projections[3:])
+        seeded = [m for m in history_table(engine.layout, "pg", "items").commits()]
+        assert [bool(m.get("seeded")) for m in seeded] == [False, False, False, True]
+    finally:
+        engine.close()
+
+
+def test_history_off_then_on_after_raw_expiry_restarts_and_expiry_waits_for_it(
+    tmp_path: Path, pg_database: str, tools: Any
+) -> None:
+    """History on, off, Deliveries expired, on again: the history restarts from the
+    projection (told as Activity). While a commit is not mirrored, its Deliveries stay."""
+    from combined.lake._history import _in_raw_layer
+
+    _items(pg_database)
+    project = tmp_path / "combined.yaml"
+    kept = "        retention: {raw: 1s}\n"
+    _history_on(project, pg_database, True, kept)
+    engine = Engine.open(project)
+    try:
+        _capture(engine)
+        _source(pg_database, CHANGES[0])
+        _capture(engine)
+    finally:
+        engine.close()
+    _history_on(project, pg_database, False, kept)
+    engine = Engine.open(project)
+    try:
+        _source(pg_database, CHANGES[1])
+        _capture(engine)
+        time.sleep(1.2)
+        (report,) = engine.maintain(["pg.items"])
+        assert report["raw_removed"] == 3, report
+    finally:
+        engine.close()
+    _history_on(project, pg_database, True, kept)
+    engine = Engine.open(project)
+    try:
+        _source(pg_database, CHANGES[2])
+        published, projections = [_capture(engine)], [_rows(engine, ROWS)]
+        (event,) = _restarts(engine)
+        assert event.body["restart"] and "retention.raw" in event.body["reason"]
+        _check_history(engine, published, projections)
+    finally:
+        engine.close()
+    # off again for one capture; on, killed after the lake commit: the history has still
+    # to mirror both, and maintain keeps their Deliveries
+    _history_on(project, pg_database, False, kept)
+    engine = Engine.open(project)
+    try:
+        _source(pg_database, "UPDATE items SET qty = 800 WHERE id = 8")
+        published.append(_capture(engine))
+        projections.append(_rows(engine, ROWS))
+        unmirrored = engine.layout.dataset_table("pg", "items").commits()[0]
+    finally:
+        engine.close()
+    _history_on(project, pg_database, True, kept)
+    _source(pg_database, "UPDATE items SET qty = 900 WHERE id = 9")
+    killed = tools.cli(tmp_path, "capture", env={"COMBINED_FAULT": "after_commit"})
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    time.sleep(1.2)
+    engine = Engine.open(project)
+    try:
+        (report,) = engine.maintain(["pg.items"])
+        assert _in_raw_layer(engine.layout, "pg", "items", unmirrored), report
+        engine.repair()
+        published.append(_capture(engine))
+        projections.append(_rows(engine, ROWS))
+        _check_history(engine, published, projections)
+        assert len(_restarts(engine)) == 1  # mirrored from the raw layer, not restarted
+    finally:
+        engine.close()

@@ -18,14 +18,18 @@ version=<its last Delivery sequence>)``. A commit whose sequence the history
 holds already is skipped, so a retried or repeated projection adds no
 version twice; one the history lacks (a crash between the two commits, or
 history enabled on a dataset with commits) is applied from the raw layer
-before anything is published. Readers pin the history version that mirrors
-a publication's lake version (:func:`history_version`).
+before anything is published. Where the raw layer no longer holds a pending
+commit's Deliveries (``retention.raw``), the history (re)starts from the
+projection at the oldest readable version after them (``history.restarted``).
+Readers pin the history version that mirrors a publication's lake version
+(:func:`history_version`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+import logging
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -35,6 +39,7 @@ import pyarrow.parquet as pq
 
 from combined.errors import LakeError
 from combined.lake._layout import LakeLayout
+from combined.lake._maintain import reading_version
 from combined.lake._table import (
     METADATA_KEY,
     TABLE_CONFIGURATION,
@@ -53,6 +58,7 @@ _ID, _OP = "_combined_id", "_combined_op"
 _TIME = pa.timestamp("us", tz="UTC")
 #: Operations that end an identity's current version without a new one.
 _ENDS = ("delete", "truncate")
+_log = logging.getLogger("combined.history")
 
 
 def history_table(layout: LakeLayout, source: str, dataset: str) -> LakeTable:
@@ -62,10 +68,19 @@ def history_table(layout: LakeLayout, source: str, dataset: str) -> LakeTable:
     )
 
 
-def maintain_history(layout: LakeLayout, source: str, dataset: str) -> list[int]:
+def maintain_history(
+    layout: LakeLayout,
+    source: str,
+    dataset: str,
+    told: Callable[[dict[str, Any]], None] | None = None,
+) -> list[int]:
     """Mirror every lake commit of the dataset the history lacks, oldest first.
 
     Returns the lake versions applied (none when the history is up to date).
+    Where the raw layer no longer holds a pending commit's Deliveries
+    (``retention.raw`` expired them while the history was off or behind),
+    the history (re)starts from the projection after them; ``told`` receives
+    that decision (the ``history.restarted`` event's body), which is logged too.
     """
     history = history_table(layout, source, dataset)
     done = history.committed_sequence()
@@ -74,16 +89,48 @@ def maintain_history(layout: LakeLayout, source: str, dataset: str) -> list[int]
         for meta in reversed(layout.dataset_table(source, dataset).commits())
         if int(meta.get("last_sequence") or 0) > done and meta.get("deliveries")
     ]
-    if not history.exists():
-        # A backfill: from the newest commit whose Deliveries the raw layer no
-        # longer holds (expired under ``retention.raw``), the projection seeds it.
-        gone = [n for n, m in enumerate(pending) if not _in_raw_layer(layout, source, dataset, m)]
-        if gone:
-            _seed(layout, history, source, dataset, pending[gone[-1]])
-            pending = pending[gone[-1] + 1 :]
+    gone = [n for n, m in enumerate(pending) if not _in_raw_layer(layout, source, dataset, m)]
+    if gone:
+        start, files = _readable(layout, source, dataset, pending, gone[-1])
+        restart = history.exists()
+        _seed(layout, history, source, dataset, pending[start], files, restart=restart)
+        at = int(pending[start]["lake_version"])
+        decision = {
+            "history_restarted_at": at,
+            "restart": restart,
+            "reason": f"the history {'re' if restart else ''}starts at lake version {at}, "
+            f"from the projection: the Deliveries of lake version "
+            f"{pending[gone[-1]]['lake_version']} and before are no longer in the raw layer "
+            "(removed by retention.raw), so the versions they replaced are not known",
+        }
+        _log.warning("%s.%s: %s", source, dataset, decision["reason"])
+        if told is not None:
+            told(decision)
+        pending = pending[start + 1 :]
     for meta in pending:
         _apply(layout, history, source, dataset, meta)
     return [int(m["lake_version"]) for m in pending]
+
+
+def _readable(
+    layout: LakeLayout, source: str, dataset: str, pending: list[dict[str, Any]], first: int
+) -> tuple[int, list[str]]:
+    """The oldest pending commit from ``first`` on whose rows are still in the lake.
+
+    An old version's files may have been vacuumed by ``combined maintain``
+    (unless a kept publication reads it): the newest version always reads.
+    Returns its index and the files holding its rows (past maintenance commits).
+    """
+    table = layout.dataset_table(source, dataset)
+    for n in range(first, len(pending)):
+        files = table.files(reading_version(table, int(pending[n]["lake_version"])))
+        if all(layout.store.exists(f) for f in files):
+            return n, files
+    raise LakeError(
+        f"{source}.{dataset}: the history cannot start: no version of the table from lake "
+        f"version {pending[first]['lake_version']} on has all its files",
+        hint="run `combined repair`, then capture again",
+    )
 
 
 def history_version(layout: LakeLayout, source: str, dataset: str, lake_version: int) -> int | None:
@@ -172,24 +219,28 @@ def _in_raw_layer(layout: LakeLayout, source: str, dataset: str, meta: Mapping[s
 
 
 def _seed(
-    layout: LakeLayout, history: LakeTable, source: str, dataset: str, meta: Mapping[str, Any]
+    layout: LakeLayout,
+    history: LakeTable,
+    source: str,
+    dataset: str,
+    meta: Mapping[str, Any],
+    files: list[str],
+    *,
+    restart: bool,
 ) -> None:
-    """Start the history from the projection at the commit ``meta`` (its own history gone).
+    """Start the history from the projection at the commit ``meta`` (its ``files``).
 
     Each row is the version current at that commit, since its own acceptance
     (``_combined_ingested_at``, the commit that wrote it); the versions it
-    replaced are not known any more.
+    replaced are not known any more. A ``restart`` replaces the history's
+    rows (its earlier versions stay readable at their Delta versions).
     """
     from deltalake import write_deltalake
 
-    table = layout.dataset_table(source, dataset)
-    version = int(meta["lake_version"])
-    schema = table.schema(version)
+    schema = layout.dataset_table(source, dataset).schema(int(meta["lake_version"]))
     assert schema is not None
     target = schema.append(pa.field(VALID_FROM, _TIME))
     target = target.append(pa.field(VALID_TO, _TIME)).append(pa.field(IS_CURRENT, pa.bool_()))
-
-    files = table.files(version)  # (delta-rs is not called while it writes)
 
     def rows() -> Iterator[pa.RecordBatch]:
         for path in files:
@@ -202,8 +253,10 @@ def _seed(
     write_deltalake(
         history.path,
         pa.RecordBatchReader.from_batches(target, rows()),
+        mode="overwrite" if restart else "error",
+        schema_mode="overwrite" if restart else None,
         configuration=TABLE_CONFIGURATION,
-        commit_properties=_properties(history, meta, seeded=True),
+        commit_properties=_properties(history, meta, seeded=True, restarted=restart),
         storage_options=history.store.storage_options(),
     )
 

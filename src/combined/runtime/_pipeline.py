@@ -537,6 +537,16 @@ def _complete_raw_layer(
     return empty
 
 
+def _history_told(catalog: Catalog, source: str, dataset: str) -> Any:
+    """Record a history's restart from the projection as Activity (``history.restarted``)."""
+
+    def told(body: dict[str, Any]) -> None:
+        with catalog.begin() as conn:
+            cat.emit(conn, "history.restarted", source=source, dataset=dataset, **body)
+
+    return told
+
+
 def project_commit(
     catalog: Catalog,
     layout: LakeLayout,
@@ -581,7 +591,7 @@ def project_commit(
     if meta.get("history"):
         # Before the catalog moves: a crash in between leaves the catalog
         # behind the lake, and its catch-up mirrors what the history lacks.
-        maintain_history(layout, source, dataset)
+        maintain_history(layout, source, dataset, _history_told(catalog, source, dataset))
         fault("after_history")
     version = meta["version"]
     tr = meta["transition"]
