@@ -22,6 +22,16 @@ its snapshot opened, seen by polling ``IS_USED_LOCK`` every 10 ms; or, at
 the latest, when the first batch (or the end) arrives. Writers of ``t`` wait
 that long. Nothing else is held.
 
+Both waits are bounded. The lock waits at most
+:data:`~combined.connectors.mariadb._binlog_anchor.LOCK_WAIT_SECONDS` for the
+transactions writing ``t``; when it is not granted the row path reads. And
+connectorx may prepare the query on a connection of its pool before the
+pre-execution runs, which a writer queued behind the lock (a ``TRUNCATE``, a
+``RENAME``, a ``LOCK TABLES t WRITE``) blocks: the lock is let go after
+:data:`TWIN_DEADLINE_SECONDS` whether or not ``GET_LOCK`` was seen. A bulk
+snapshot not seen open under the lock is not known equal to the controlling
+one: its reader is closed and the row path reads, in the controlling snapshot.
+
 The path is taken only when it keeps every guarantee: connectorx is
 installed, the read is a whole-relation snapshot, the connection needs no
 TLS or socket options connectorx would not honour, and the account may
@@ -30,6 +40,9 @@ TLS or socket options connectorx would not honour, and the account may
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import math
 import threading
 import time
 import uuid
@@ -47,6 +60,12 @@ from combined.errors import AuthRejected, CombinedError, SourceError, SourceUnav
 
 #: The bytes of a row assumed before the server's table statistics say more.
 _ROW_GUESS = 256
+
+#: Seconds the twin's table lock waits for the bulk connection's snapshot to
+#: open; later, the lock is let go and the bulk read is dropped for the row path.
+TWIN_DEADLINE_SECONDS = 5.0
+
+_log = logging.getLogger(__name__)
 
 
 def available(settings: Settings) -> bool:
@@ -113,33 +132,52 @@ class SnapshotTwin:
     :meth:`watch` releases it as soon as the bulk connection holds the user
     lock :attr:`signal` (taken in its pre-execution, right after its
     snapshot opened), polled every 10 ms on the lock's own session; the
-    first batch releases it in any case.
+    first batch releases it in any case (:meth:`settle`). After
+    :data:`TWIN_DEADLINE_SECONDS` without the signal the watcher lets go:
+    the twin is then not known equal.
     """
 
     def __init__(self, settings: Settings, relation: str, lock: TableLock | None = None) -> None:
         self._lock = lock or TableLock(settings, relation)
+        self.relation = relation
         self._held = False
+        self._equal = False
         self._mutex = threading.Lock()
         #: The user lock the bulk connection takes once its snapshot is open.
         self.signal = f"combined-bulk-{uuid.uuid4().hex}"
+        #: Why the lock could not be taken (the row path then reads).
+        self.refusal: str | None = None
 
     def hold(self) -> bool:
-        """Take the lock; ``False`` when the account may not (the row path then reads)."""
+        """Take the lock; ``False`` when the account may not or in time (the row path reads)."""
         try:
             self._lock.hold()
-        except CombinedError:  # no LOCK TABLES grant, no such table: the row path says
+        except CombinedError as exc:  # no grant, no such table, a long writer: the row path
             self._lock.release()
+            self.refusal = exc.message
             return False
         self._held = True
         return True
 
     def watch(self) -> None:
-        """Release the lock from a thread once the bulk connection shows :attr:`signal`."""
+        """Release the lock from a thread once the bulk connection shows :attr:`signal`.
+
+        connectorx may hold the GIL while it waits on the server, so the
+        deadline is the server's too: the lock's session gets a
+        ``wait_timeout`` of :data:`TWIN_DEADLINE_SECONDS`, after which the
+        server closes it (and its lock) unless the watcher kept it busy.
+        """
+        with self._mutex:
+            session = self._lock.session
+            if self._held and session is not None:
+                wait = max(1, math.ceil(TWIN_DEADLINE_SECONDS))
+                session.run(f"SET SESSION wait_timeout = {wait}", "bounding the table lock")
         threading.Thread(target=self._watch, name="combined-bulk-twin", daemon=True).start()
 
     def _watch(self) -> None:
         query = f"SELECT IS_USED_LOCK('{self.signal}')"
-        while True:
+        deadline = time.monotonic() + TWIN_DEADLINE_SECONDS
+        while time.monotonic() < deadline:
             with self._mutex:
                 session = self._lock.session
                 if not self._held or session is None:
@@ -147,18 +185,34 @@ class SnapshotTwin:
                 try:
                     ((holder,),) = session.rows(query, "watching the bulk read's snapshot")
                 except CombinedError:
-                    return  # the first batch releases the lock
+                    break  # the lock's session failed: its lock may be gone
             if holder is not None:
-                self.release()
+                self._let_go(equal=True)
                 return
             time.sleep(0.01)
+        self._let_go(equal=False)
+
+    def _let_go(self, *, equal: bool) -> bool:
+        with self._mutex:
+            session = self._lock.session
+            if self._held and session is not None:
+                self._held = False
+                if equal:  # held all along only if the server did not close the session
+                    try:
+                        session.rows("SELECT 1", "checking the table lock")
+                    except CombinedError:
+                        equal = False
+                self._equal = equal
+                self._lock.release()
+            return self._equal
+
+    def settle(self) -> bool:
+        """At the first batch: release the lock; whether the bulk snapshot opened under it."""
+        return self._let_go(equal=True)
 
     def release(self) -> None:
         """Let the writers of the table go on (idempotent, from either thread)."""
-        with self._mutex:
-            if self._held:
-                self._held = False
-                self._lock.release()
+        self._let_go(equal=False)
 
 
 def stream(
@@ -184,8 +238,10 @@ def start(settings: Settings, query: str, rows: int, twin: SnapshotTwin) -> Star
         f"DO GET_LOCK('{twin.signal}', 0)",  # the snapshot is open: the twin may let go
     ]
     failure: CombinedError | None = None
-    twin.watch()
+    reader: Any = None
+    started: Started | None = None
     try:
+        twin.watch()
         reader = cx.read_sql(
             _url(settings),
             query,
@@ -194,13 +250,31 @@ def start(settings: Settings, query: str, rows: int, twin: SnapshotTwin) -> Star
             pre_execution_query=pre,
         )
         batches = iter(reader)
-        return Started(reader, batches, next(batches, None))
+        first = next(batches, None)
+        if twin.settle():
+            started = Started(reader, batches, first)
+            return started
+        _log.warning(
+            "the bulk read of %s had not opened its snapshot within %.0f s of the table lock: "
+            "the rows are read on the row path (the bulk snapshot is not known equal)",
+            twin.relation,
+            TWIN_DEADLINE_SECONDS,
+        )
+        failure = SourceError(
+            f"the bulk read's snapshot was not seen open within {TWIN_DEADLINE_SECONDS:.0f} s "
+            "of the table lock (a writer queued behind it?): it is not known equal to the "
+            "read's snapshot",
+            hint="nothing to do: the row path reads the rows in the read's own snapshot",
+        )
     except BaseException as exc:  # connectorx raises RuntimeError and Rust panics
         if not isinstance(exc, Exception):
             raise
-        failure = bulk_error(exc, settings)
+        failure = exc if isinstance(exc, CombinedError) else bulk_error(exc, settings)
     finally:
         twin.release()
+        if started is None and reader is not None:
+            with contextlib.suppress(Exception):
+                reader.close()  # a dropped read ends its connection
     raise failure  # outside the handler: the driver's text stays out of the chain
 
 

@@ -12,6 +12,11 @@ Every transaction that wrote ``t`` before the position is then in the
 snapshot, every later one commits after it. Writers of ``t`` wait for the
 time the snapshot takes to open (milliseconds); other tables are not held.
 
+The lock waits at most :data:`LOCK_WAIT_SECONDS` for the transactions
+writing the table (the server's ``lock_wait_timeout`` is a day on MariaDB, a
+year on MySQL): behind a long writer the request fails instead, so new
+writers of the table never queue behind a waiting read lock for longer.
+
 The account needs ``LOCK TABLES`` on the database besides ``SELECT``.
 """
 
@@ -19,7 +24,15 @@ from __future__ import annotations
 
 from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._connect import Session, Settings, quote_ident
-from combined.errors import SourceError
+from combined.errors import CombinedError, SourceError, SourceUnavailable
+
+#: Seconds ``LOCK TABLES t READ`` waits for the transactions writing ``t``
+#: (the session's ``lock_wait_timeout``); every new writer of ``t`` queues
+#: behind the waiting request meanwhile.
+LOCK_WAIT_SECONDS = 5
+
+#: The server's error for a lock wait that timed out.
+_LOCK_WAIT = 1205
 
 
 class TableLock:
@@ -36,13 +49,35 @@ class TableLock:
         return self._session
 
     def hold(self) -> None:
-        """Lock the table for reading (waits for the transactions writing it to end)."""
+        """Lock the table for reading; waits :data:`LOCK_WAIT_SECONDS` for its writers at most.
+
+        Raises :class:`~combined.errors.SourceUnavailable` when a transaction
+        writing the table (or another lock on it) outlasts the wait; nothing
+        stays open on any failure.
+        """
         db, table = catalog.parse_relation(self._relation, self._settings.database)
         self._session = session = Session(self._settings)
-        session.run(
-            f"LOCK TABLES {quote_ident(db)}.{quote_ident(table)} READ",
-            "locking the table to anchor the binlog position (needs the LOCK TABLES grant)",
-        )
+        failure: CombinedError | None = None
+        try:
+            session.run(
+                f"SET SESSION lock_wait_timeout = {LOCK_WAIT_SECONDS}", "bounding the lock's wait"
+            )
+            session.run(
+                f"LOCK TABLES {quote_ident(db)}.{quote_ident(table)} READ",
+                "locking the table to anchor the binlog position (needs the LOCK TABLES grant)",
+            )
+        except BaseException as exc:
+            self.release()
+            if not isinstance(exc, CombinedError) or exc.context.get("code") != _LOCK_WAIT:
+                raise
+            failure = SourceUnavailable(
+                f"the read lock on {self._relation} was not granted within "
+                f"{LOCK_WAIT_SECONDS} s: a transaction writing the table (or a lock on it) is open",
+                hint="the attempt can be retried once that transaction ends",
+                detail=exc.context.get("detail"),
+            )
+        if failure is not None:
+            raise failure
 
     def position(self) -> str:
         """The server's binlog position while the lock is held, as ``file:offset``."""

@@ -98,6 +98,7 @@ from combined.protocol import (
     Message,
     RecordBatchMessage,
     StateMessage,
+    TerminalOutcome,
 )
 
 #: The clock that issues every window timestamp of a MariaDB read.
@@ -278,7 +279,12 @@ class MariaDBExtraction(SessionRead[Session]):
             return None
         twin = bulk.SnapshotTwin(self._settings, request.relation, anchor)
         self._twin = twin if twin.hold() else None
+        self.bulk_failure = twin.refusal
         return self._twin
+
+    def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
+        self._drop_twin()  # a read cancelled while the bulk read starts lets the table go
+        return super()._release(outcome)
 
     def _drop_twin(self) -> None:
         twin, self._twin = self._twin, None
