@@ -83,7 +83,8 @@ def _lake_totals(table: str, env: dict[str, str]) -> tuple[int, int] | None:
     done = subprocess.run(
         [sys.executable, "-c", code, table], env=env, capture_output=True, text=True, check=False
     )
-    if done.returncode != 0:
+    if done.returncode != 0:  # said, so that a failed read is not only "None"
+        print(f"reading the lake at {table} failed: {done.stderr.strip()[-500:]}", file=sys.stderr)
         return None
     rows, ids = json.loads(done.stdout)
     return int(rows), int(ids)
