@@ -9,7 +9,6 @@ connect time only with :meth:`Project.resolved_config` or
 from combined._credentials import is_secret_ref
 from combined.config._loader import load_project, parse_project
 from combined.config._models import (
-    CATALOG_DRIVERS,
     DEFAULT_CATALOG,
     PROJECT_ENV,
     PROJECT_FILE,
@@ -28,7 +27,6 @@ from combined.config._models import (
     Strategy,
     SyncMode,
     WebhookConfig,
-    catalog_kind,
     format_duration,
     parse_duration,
     parse_size,
@@ -42,6 +40,7 @@ from combined.config._secrets import (
     resolve_secrets,
 )
 from combined.config._template import EXAMPLE_PROJECT, write_example
+from combined.config._urls import CATALOG_DRIVERS, catalog_kind
 
 __all__ = [
     "CATALOG_DRIVERS",
