@@ -83,10 +83,12 @@ class Adapter(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # a reply's headers and body are two writes: no 40 ms wait
     server: Adapter
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # the server's own log says enough
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        if int(code) >= 400:  # a refusal, in the adapter's log
+            sys.stderr.write(f"{self.command} {self.path} {code}\n")
 
     # -- the exchange ------------------------------------------------------------------
 

@@ -522,9 +522,18 @@ def s3_objects(endpoint: str, bucket: str, prefix: str = "") -> list[str]:
 @pytest.fixture(params=["local", "s3"])
 def lake_url(request: pytest.FixtureRequest) -> str:
     """A lake location: ``./lake`` on disk, or ``s3://<fresh bucket>/lake`` on the S3 server."""
-    if request.param == "local":
+    return lake_at(request, request.param)
+
+
+def lake_at(request: pytest.FixtureRequest, store: str) -> str:
+    """A fresh lake in ``store`` (``local``, ``s3``, ``az``, ``gs``), its environment set.
+
+    For a module's own ``lake_url`` over more stores than the default's.
+    """
+    if store == "local":
         return "./lake"
-    return f"s3://{request.getfixturevalue('s3_bucket')}/lake"
+    bucket = {"s3": "s3_bucket", "az": "az_container", "gs": "gs_bucket"}[store]
+    return f"{store}://{request.getfixturevalue(bucket)}/lake"
 
 
 # -- Azure Blob Storage (Azurite) and Google Cloud Storage (fake-gcs-server) on 127.0.0.1 --
@@ -674,6 +683,4 @@ def gs_bucket(fake_gcs: str, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture(params=["az", "gs"])
 def cloud_lake_url(request: pytest.FixtureRequest) -> str:
     """``az://<fresh container>/lake`` on Azurite, or ``gs://<fresh bucket>/lake`` on fake-gcs."""
-    if request.param == "az":
-        return f"az://{request.getfixturevalue('az_container')}/lake"
-    return f"gs://{request.getfixturevalue('gs_bucket')}/lake"
+    return lake_at(request, request.param)

@@ -1,9 +1,13 @@
 """Every command on an object-store lake exactly as on a local one.
 
-Each test runs twice (the ``lake_url`` fixture): on a local lake and on an
-``s3://`` lake served by a real S3-compatible server on 127.0.0.1. Before
-object-store lakes were supported, every S3 variant failed at
-``Engine.open`` ("object-store lakes ... are not supported by this build yet").
+Each test runs three times (this module's ``lake_url``): on a local lake, on
+an ``s3://`` lake served by a real S3-compatible server on 127.0.0.1, and on
+a ``gs://`` lake served by fake-gcs-server behind the adapter that adds GCS's
+XML uploads (``tests/_gcs_xml.py``). Before object-store lakes were
+supported, every S3 variant failed at ``Engine.open`` ("object-store lakes
+... are not supported by this build yet"); before the adapter, every ``gs://``
+capture failed at its first commit (fake-gcs-server answered delta-rs'
+upload ``400 invalid uploadType``).
 """
 
 from __future__ import annotations
@@ -14,8 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import lake_at
 
 from combined.engine import Engine
+
+
+@pytest.fixture(params=["local", "s3", "gs"])
+def lake_url(request: pytest.FixtureRequest) -> str:
+    """A local lake, an ``s3://`` one, or a ``gs://`` one."""
+    return lake_at(request, request.param)
 
 
 def _project(root: Path, tools: Any, lake_url: str, extra: str = "") -> Path:
