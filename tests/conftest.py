@@ -521,15 +521,19 @@ def s3_objects(endpoint: str, bucket: str, prefix: str = "") -> list[str]:
 
 @pytest.fixture(params=["local", "s3"])
 def lake_url(request: pytest.FixtureRequest) -> str:
-    """A lake location: ``./lake`` on disk, or ``s3://<fresh bucket>/lake`` on the S3 server."""
+    """A lake location: ``./lake`` on disk, or ``s3://<fresh bucket>/lake`` on the S3 server.
+
+    ``@ON_EVERY_STORE`` runs a test on a ``gs://`` lake too.
+    """
     return lake_at(request, request.param)
 
 
-def lake_at(request: pytest.FixtureRequest, store: str) -> str:
-    """A fresh lake in ``store`` (``local``, ``s3``, ``az``, ``gs``), its environment set.
+#: A test taking ``lake_url`` runs on a local, an ``s3://`` and a ``gs://`` lake.
+ON_EVERY_STORE = pytest.mark.parametrize("lake_url", ["local", "s3", "gs"], indirect=True)
 
-    For a module's own ``lake_url`` over more stores than the default's.
-    """
+
+def lake_at(request: pytest.FixtureRequest, store: str) -> str:
+    """A fresh lake in ``store`` (``local``, ``s3``, ``az``, ``gs``), its environment set."""
     if store == "local":
         return "./lake"
     bucket = {"s3": "s3_bucket", "az": "az_container", "gs": "gs_bucket"}[store]
