@@ -114,3 +114,21 @@ def test_a_listing_starts_after_its_offset_and_goes_page_by_page(
     query["continuation-token"] = token
     second = _request(fake_gcs, "GET", f"/{gs_bucket}?{urlencode(query)}")[2].decode()
     assert re.findall(r"<Key>(.*?)</Key>", second) == ["other"]
+
+
+def test_delta_rs_writes_and_reads_a_large_file_in_parts(gs_bucket: str) -> None:
+    """A data file past delta-rs' 5 MiB part size goes up by XML multipart upload."""
+    import numpy as np
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from combined.lake import LakeStore
+
+    url = f"gs://{gs_bucket}/lake/big"
+    options = LakeStore.at(url).storage_options()
+    values = np.random.default_rng(20).random(2_000_000)  # 16 MB that do not compress
+    write_deltalake(url, pa.table({"x": values}), storage_options=options)
+    table = DeltaTable(url, storage_options=options)
+    (file,) = table.file_uris()
+    assert LakeStore.at(url).fs.get_file_info(LakeStore.at(url).path(file)).size > 10 * 2**20
+    assert np.array_equal(table.to_pyarrow_table().column("x").to_numpy(), values)
