@@ -128,7 +128,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", length)
         self.end_headers()
         if self.command != "HEAD":
-            self.wfile.write(body)
+            try:
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True  # the client read no further (a cut-short read)
 
     def _xml(self, status: int, body: str, headers: list[tuple[str, str]] | None = None) -> None:
         document = f'<?xml version="1.0" encoding="UTF-8"?>\n{body}'.encode()
@@ -170,13 +173,15 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body()
         if "uploadId" in query:
             return self._put_part(query["uploadId"], int(query["partNumber"]), body)
+        content_type = self.headers.get("Content-Type")
         source = self.headers.get("x-goog-copy-source")
         if source is not None:
             from_bucket, _, from_name = unquote(source).lstrip("/").partition("/")
             status, headers, body = self._upstream("GET", _object_path(from_bucket, from_name))
             if status != 200:
                 return self._reply(status, headers, body)
-        content_type = self.headers.get("Content-Type") or "application/octet-stream"
+            content_type = next((v for k, v in headers if k.lower() == "content-type"), None)
+        content_type = content_type or "application/octet-stream"
         self._answer_upload(self._upload(bucket, name, content_type, body))
 
     def do_POST(self) -> None:
