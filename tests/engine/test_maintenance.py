@@ -1,5 +1,7 @@
 """``combined maintain`` and compaction triggered by captures, on a local and an S3 lake.
 
+(A compaction, a vacuum and the raw layer's retention on a ``gs://`` lake too.)
+
 Before maintenance existed, nothing compacted or vacuumed a table (300
 captures left 300 files), the raw layer only grew, and a query of a
 publication whose files were vacuumed exited 70 ("this is a bug").
@@ -12,6 +14,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from tests.conftest import ON_EVERY_STORE
 
 from combined.engine import Engine
 from combined.lake._maintain import file_count, reading_version
@@ -60,6 +64,7 @@ def _count(engine: Engine, **kw: Any) -> dict[str, Any]:
     return dict(row)
 
 
+@ON_EVERY_STORE
 def test_maintain_compacts_and_vacuums_what_no_kept_publication_reads(
     tmp_path: Path, tools: Any, lake_url: str
 ) -> None:
@@ -149,6 +154,7 @@ def test_a_vacuum_outside_combined_is_a_clear_error(
     assert "removed outside Combined" in out.stderr and "internal error" not in out.stderr
 
 
+@ON_EVERY_STORE
 def test_raw_deliveries_past_retention_are_removed_by_a_recorded_decision(
     tmp_path: Path, tools: Any, lake_url: str
 ) -> None:

@@ -1,9 +1,13 @@
 """Every command on an object-store lake exactly as on a local one.
 
-Each test runs twice (the ``lake_url`` fixture): on a local lake and on an
-``s3://`` lake served by a real S3-compatible server on 127.0.0.1. Before
-object-store lakes were supported, every S3 variant failed at
-``Engine.open`` ("object-store lakes ... are not supported by this build yet").
+Each test runs three times (``ON_EVERY_STORE``): on a local lake, on
+an ``s3://`` lake served by a real S3-compatible server on 127.0.0.1, and on
+a ``gs://`` lake served by fake-gcs-server behind the adapter that adds GCS's
+XML uploads (``tests/_gcs_xml.py``). Before object-store lakes were
+supported, every S3 variant failed at ``Engine.open`` ("object-store lakes
+... are not supported by this build yet"); before the adapter, every ``gs://``
+capture failed at its first commit (fake-gcs-server answered delta-rs'
+upload ``400 invalid uploadType``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import ON_EVERY_STORE
 
 from combined.engine import Engine
 
@@ -41,6 +46,7 @@ def _check_staging_is_local(root: Path, lake_url: str) -> None:
     assert staging.is_dir()
 
 
+@ON_EVERY_STORE
 def test_snapshot_recapture_with_updates_and_deletes_then_as_of_publication_history_usage(
     tmp_path: Path, tools: Any, lake_url: str
 ) -> None:
@@ -80,6 +86,7 @@ def test_snapshot_recapture_with_updates_and_deletes_then_as_of_publication_hist
         engine.close()
 
 
+@ON_EVERY_STORE
 def test_cursor_append_and_full_refresh(tmp_path: Path, tools: Any, lake_url: str) -> None:
     extra = (
         "      log:\n        key: [id]\n        strategy: cursor\n"
@@ -122,6 +129,7 @@ def test_cursor_append_and_full_refresh(tmp_path: Path, tools: Any, lake_url: st
         engine.close()
 
 
+@ON_EVERY_STORE
 def test_quarantine_holds_duplicates_in_the_lake_and_a_discard_deletes_them(
     tmp_path: Path, tools: Any, lake_url: str
 ) -> None:
@@ -150,6 +158,7 @@ def test_quarantine_holds_duplicates_in_the_lake_and_a_discard_deletes_them(
         engine.close()
 
 
+@ON_EVERY_STORE
 def test_a_deleted_catalog_is_rebuilt_from_the_lake(
     tmp_path: Path, tools: Any, lake_url: str
 ) -> None:
@@ -179,6 +188,7 @@ def test_a_deleted_catalog_is_rebuilt_from_the_lake(
         engine.close()
 
 
+@ON_EVERY_STORE
 @pytest.mark.parametrize("boundary", ["after_commit"])
 def test_a_commit_a_killed_run_made_is_projected_from_the_raw_layer(
     tmp_path: Path, tools: Any, lake_url: str, boundary: str
@@ -222,6 +232,7 @@ def test_a_file_url_lake_is_the_local_directory_it_names(tmp_path: Path, tools: 
         engine.close()
 
 
+@ON_EVERY_STORE
 def test_a_drift_held_in_quarantine_is_a_whole_file_of_the_lake(
     tmp_path: Path, tools: Any, lake_url: str
 ) -> None:
@@ -266,6 +277,7 @@ sources:
 """
 
 
+@ON_EVERY_STORE
 def test_cdc_lands_every_change_once_and_keeps_unchanged_toast_values(
     tmp_path: Path, cdc_db: Any, lake_url: str
 ) -> None:
@@ -303,6 +315,7 @@ def test_cdc_lands_every_change_once_and_keeps_unchanged_toast_values(
         engine.close()
 
 
+@ON_EVERY_STORE
 def test_a_range_backfill_reconciles_its_control_totals_against_the_lake(
     tmp_path: Path, pg_database: str, lake_url: str
 ) -> None:

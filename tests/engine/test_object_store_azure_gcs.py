@@ -1,11 +1,14 @@
-"""Every command on an ``az://`` lake, served by a real Azurite on 127.0.0.1.
+"""Every command on an ``az://`` and a ``gs://`` lake, on emulators on 127.0.0.1.
 
-Reached only through the store's usual environment
-(``AZURE_STORAGE_USE_EMULATOR``, ``AZURITE_BLOB_STORAGE_URL``); nothing in
-``combined.yaml`` but the URL. Before Azurite was supported, every capture
-failed at the write probe: "the lake at az://... names no Azure storage
-account" (Arrow's filesystem was built for Azure's cloud, not the emulator);
-and DuckDB's reads of the lake dropped an ``az://`` URL's container.
+``az://`` on Azurite, ``gs://`` on fake-gcs-server behind the adapter that
+adds GCS's XML uploads (``tests/_gcs_xml.py``; the ``cloud_lake_url``
+fixture). Reached only through each store's usual environment
+(``AZURE_STORAGE_USE_EMULATOR``, ``AZURITE_BLOB_STORAGE_URL``;
+``STORAGE_EMULATOR_HOST``); nothing in ``combined.yaml`` but the URL. Before
+Azurite was supported, every capture failed at the write probe: "the lake at
+az://... names no Azure storage account" (Arrow's filesystem was built for
+Azure's cloud, not the emulator); and DuckDB's reads of the lake dropped an
+``az://`` URL's container.
 """
 
 from __future__ import annotations
@@ -48,10 +51,10 @@ def _captured_twice(tools: Any, root: Path, lake: str) -> str:
     return between
 
 
-def test_capture_sql_history_repair_and_replay_on_an_azurite_lake(
-    tmp_path: Path, tools: Any, az_container: str
+def test_capture_sql_history_repair_and_replay_on_an_azure_or_gcs_lake(
+    tmp_path: Path, tools: Any, cloud_lake_url: str
 ) -> None:
-    lake = f"az://{az_container}/lake"
+    lake = cloud_lake_url
     between = _captured_twice(tools, tmp_path, lake)
     (row,) = json.loads(
         _cli(tools, tmp_path, "sql", ORDERS, "--as-of", between, "--format", "json").stdout
