@@ -147,6 +147,8 @@ class BinlogExtraction(SessionRead[Session]):
         self._stream: Any = None
         self._seen = 0
         self._library_rows = library_rows
+        #: Rows events decoded by ``mysql-replication`` (the rest: from their bytes).
+        self.library_events = 0
         self._decoders: dict[int, tuple[Any, RowDecoder | None]] = {}
 
     def _messages(self) -> Iterator[Message]:
@@ -332,6 +334,7 @@ class BinlogExtraction(SessionRead[Session]):
             self._seen += len(changed) - ops.count("delete") if op == "update" else len(changed)
             yield rows.add_decoded(decoder, ops, changed, when, here, len(body))
             return
+        self.library_events += 1
         for row in event.rows:
             self._seen += 1
             if isinstance(event, UpdateRowsEvent):

@@ -27,6 +27,7 @@ as before (:func:`row_decoder` returns ``None``).
 
 from __future__ import annotations
 
+import codecs
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -132,7 +133,7 @@ def _encoding(column: Any) -> str | None:
         return "utf-8"  # the library's default when the log names no charset
     encoding = str(RowsEvent.charset_to_encoding(name))
     try:
-        b"".decode(encoding)
+        codecs.lookup(encoding)
     except LookupError:
         return None  # the library keeps these values as bytes
     return encoding
