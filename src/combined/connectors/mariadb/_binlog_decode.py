@@ -14,8 +14,9 @@ flush turns their columns into Arrow arrays typed as
 :mod:`~combined.connectors.mariadb._types` types a snapshot's.
 
 Each value takes the form its Arrow conversion reads fastest: numbers as
-Python numbers, TIMESTAMP as microseconds since the epoch, strings decoded
-with the column's charset, DECIMAL, DATE and DATETIME as the server's text
+Python numbers, DECIMAL as its unscaled integer (written into the decimal
+array's buffer as is), TIMESTAMP as microseconds since the epoch, strings
+decoded with the column's charset, DATE and DATETIME as the server's text
 (cast by Arrow, zero dates judged as a snapshot judges them).
 
 A table map with a column this module does not read (the pre-5.6 temporal
@@ -152,7 +153,10 @@ def _binary(raw: Callable[[bytes, int], tuple[bytes, int]], plan: ColumnPlan) ->
 
 
 def _decimal(precision: int, scale: int) -> Reader:
-    """DECIMAL's binary form (digit groups of 9 in 4 bytes, big-endian, sign-flipped)."""
+    """DECIMAL's binary form (digit groups of 9 in 4 bytes, big-endian, sign-flipped).
+
+    The value is its unscaled integer (``-12.34`` in a DECIMAL(10,2) is -1234).
+    """
     whole = precision - scale
     groups: list[tuple[int, int]] = []  # (bytes, decimal digits) of each field, in order
     if whole % 9:
@@ -168,19 +172,33 @@ def _decimal(precision: int, scale: int) -> Reader:
         shifts.append((left, (1 << (nbytes * 8)) - 1, 10**digits))
     everything = (1 << (size * 8)) - 1
     top = 1 << (size * 8 - 1)
+    unscaled = _digits(shifts)
 
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
         packed = int.from_bytes(buf[pos : pos + size], "big")
-        negative = not packed & top
-        packed = (packed ^ everything if negative else packed) ^ top
+        if packed & top:
+            return unscaled(packed ^ top), pos + size
+        return -unscaled(packed ^ everything ^ top), pos + size
+
+    return read
+
+
+def _digits(shifts: list[tuple[int, int, int]]) -> Callable[[int], int]:
+    """The number a DECIMAL's fields spell (each field: its shift, mask and digit count)."""
+    if len(shifts) == 2:  # most DECIMALs up to 18 digits: unrolled
+        (s1, m1, _), (s2, m2, u2) = shifts
+        return lambda packed: ((packed >> s1) & m1) * u2 + ((packed >> s2) & m2)
+    if len(shifts) == 3:
+        (s1, m1, _), (s2, m2, u2), (s3, m3, u3) = shifts
+        return lambda p: (((p >> s1) & m1) * u2 + ((p >> s2) & m2)) * u3 + ((p >> s3) & m3)
+
+    def spelled(packed: int) -> int:
         number = 0
         for shift, mask, scale_up in shifts:
             number = number * scale_up + ((packed >> shift) & mask)
-        digits = str(number).rjust(scale + 1, "0")
-        text = f"{digits[:-scale]}.{digits[-scale:]}" if scale else digits
-        return ("-" + text if negative else text), pos + size
+        return number
 
-    return read
+    return spelled
 
 
 def _fraction(fsp: int) -> tuple[int, int]:
@@ -441,7 +459,9 @@ class RowDecoder:
 def _array(values: list[Any], plan: ColumnPlan, dataset: str, zero_dates: ZeroDates) -> pa.Array:
     kind, target = plan.kind, plan.arrow_type
     assert target is not None
-    if kind in ("decimal", "date", "datetime"):
+    if kind == "decimal":
+        return _decimals(values, target)
+    if kind in ("date", "datetime"):
         return convert_column(values, plan, dataset, zero_dates)
     if kind == "time":
         return convert_column(pa.array(values, pa.string()), plan, dataset, zero_dates)
@@ -456,6 +476,15 @@ def _array(values: list[Any], plan: ColumnPlan, dataset: str, zero_dates: ZeroDa
             )
         values = [None if v is ZERO else v for v in values]
     return pa.array(values, target)
+
+
+def _decimals(values: list[Any], target: pa.DataType) -> pa.Array:
+    """Unscaled integers as a decimal array: their two's complement, little-endian, as is."""
+    width = target.byte_width
+    zero = bytes(width)
+    data = b"".join(zero if v is None else v.to_bytes(width, "little", signed=True) for v in values)
+    valid = pa.array([v is not None for v in values]).buffers()[1] if None in values else None
+    return pa.Array.from_buffers(target, len(values), [valid, pa.py_buffer(data)])
 
 
 def row_decoder(event: Any, plans: Mapping[str, ColumnPlan]) -> RowDecoder | None:
