@@ -22,7 +22,8 @@ from combined.protocol import OP_COLUMN, POSITION_COLUMN, RecordBatchMessage, St
 COLUMNS = (
     "t TINYINT, ut TINYINT UNSIGNED, sm SMALLINT, usm SMALLINT UNSIGNED, md MEDIUMINT, "
     "umd MEDIUMINT UNSIGNED, i INT, ui INT UNSIGNED, big BIGINT, ubig BIGINT UNSIGNED, "
-    "d DECIMAL(10,2), d3 DECIMAL(12,2), dl DECIMAL(30,10), dh DECIMAL(65,30), d0 DECIMAL(5,0), df DECIMAL(4,4), "
+    "d DECIMAL(10,2), d3 DECIMAL(12,2), dl DECIMAL(30,10), dh DECIMAL(65,30), d0 DECIMAL(5,0), "
+    "df DECIMAL(4,4), "
     "f FLOAT, g DOUBLE, b BIT(1), bb BIT(13), s VARCHAR(20), sl VARCHAR(300), c CHAR(5), "
     "l1 VARCHAR(10) CHARACTER SET latin1, e ENUM('a','bé','c'), st SET('x','y','z'), j JSON, "
     "vb VARBINARY(10), fb BINARY(4), bl BLOB, tx TEXT, mt MEDIUMTEXT, dt DATETIME(3), "
@@ -32,7 +33,8 @@ COLUMNS = (
 )
 FULL = (
     "-128, 255, -32768, 65535, -8388608, 16777215, -2147483648, 4294967295, "
-    "-9223372036854775808, 18446744073709551615, -12345678.91, -9876543210.98, -12345678901234567890.0123456789, "
+    "-9223372036854775808, 18446744073709551615, -12345678.91, -9876543210.98, "
+    "-12345678901234567890.0123456789, "
     "-12345678901234567890123456789012345.123456789012345678901234567891, -99999, -0.0001, "
     "-1.5e-20, 2.5e-300, 1, 8191, 'héllo wörld 😀', REPEAT('ü', 280), 'ab', 'café', 'bé', "
     "'z,x', '{\"a\": [1, 2.5, \"é\"], \"b\": null}', x'00ff00', x'0100', x'deadbeef00', "
@@ -42,7 +44,8 @@ FULL = (
     "2024, '123e4567-e89b-12d3-a456-426614174000', '10.0.0.0', '2001:db8::', POINT(1, 2)"
 )
 OTHER = (
-    "0, 0, 1, 1, 0, 0, 7, 7, 0, 0, 0.00, 0.01, 0.0000000001, 1.5, 0, 0.9999, 0, -0.0, 0, 0, '', '', "
+    "0, 0, 1, 1, 0, 0, 7, 7, 0, 0, 0.00, 0.01, 0.0000000001, 1.5, 0, 0.9999, 0, -0.0, 0, 0, "
+    "'', '', "
     "'', '', 'a', '', '[]', x'', x'', x'', '', '', '1000-01-01 00:00:00.001', "
     "'2000-02-29 00:00:00', '2000-01-01 00:00:00.000001', '1970-01-02 00:00:01.000001', "
     "'2020-01-01 00:00:00', '2001-01-01 00:00:00.01', '1000-01-01', '00:00:00', '00:00:01', "
