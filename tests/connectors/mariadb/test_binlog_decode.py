@@ -150,3 +150,28 @@ def test_zero_dates_years_and_timestamps_read_as_a_snapshot_reads_them(
     assert row["y"] == 0 and row["ts"] is None and row["da"] is None and row["dt"] is None
     with pytest.raises(Exception, match="zero date"):
         _read(admin.dsn, request, library=False)
+
+
+def test_a_change_logged_before_a_type_change_goes_through_the_library(
+    admin: Any, make_request: Any
+) -> None:
+    """A DECIMAL whose scale changed since the change was logged keeps its value.
+
+    The log's DECIMAL(10,2) is not the catalog's DECIMAL(12,4): written into
+    the new type's buffer as is, 12.34 would read 0.1234. Before this change
+    there was no native decoder (no ``library_events``).
+    """
+    _needs_binlog(admin)
+    admin.sql("CREATE TABLE altered (id INT PRIMARY KEY, d DECIMAL(10,2)) ENGINE=InnoDB")
+    state = _here(admin)
+    admin.sql(
+        "INSERT INTO altered VALUES (1, 12.34)",
+        "ALTER TABLE altered MODIFY d DECIMAL(12,4)",
+        "INSERT INTO altered VALUES (2, 5.6789)",
+    )
+    settings = Settings.from_config({"dsn": admin.dsn})
+    request = make_request("altered", strategy="cdc", state=state)
+    read = BinlogExtraction(settings, request, start=position_of(state) or ("", 0))
+    rows = [r for m in read if isinstance(m, RecordBatchMessage) for r in m.batch.to_pylist()]
+    assert [(r["id"], str(r["d"])) for r in rows] == [(1, "12.3400"), (2, "5.6789")]
+    assert read.library_events == 1

@@ -149,7 +149,9 @@ class BinlogExtraction(SessionRead[Session]):
         self._library_rows = library_rows
         #: Rows events decoded by ``mysql-replication`` (the rest: from their bytes).
         self.library_events = 0
-        self._decoders: dict[int, tuple[Any, RowDecoder | None]] = {}
+        self._decoders: dict[str, RowDecoder | None] = {}
+        self._table: Any = None
+        self._current: RowDecoder | None = None
 
     def _messages(self) -> Iterator[Message]:
         self._claim()
@@ -352,15 +354,24 @@ class BinlogExtraction(SessionRead[Session]):
                 yield rows.flush()
 
     def _decoder(self, event: Any, rows: ChangeRows) -> RowDecoder | None:
-        """The decoder of the event's table map (built once per table map), or None."""
+        """The decoder of the event's table map, or None (the library decodes).
+
+        Every transaction logs its own table map: a decoder is kept per
+        distinct column list, so it is built once per table shape.
+        """
         if self._library_rows:
             return None
         table = event.table_map.get(event.table_id)
         if table is None:
             return None
-        if self._decoders.get(id(table), (None, None))[0] is not table:
-            self._decoders = {id(table): (table, row_decoder(event, rows.plans))}
-        return self._decoders[id(table)][1]
+        if table is not self._table:
+            shape = repr([c.data for c in table.columns])
+            if shape not in self._decoders:
+                if len(self._decoders) >= 16:  # shapes seen in one read: a few at most
+                    self._decoders.clear()
+                self._decoders[shape] = row_decoder(table.columns, rows.plans)
+            self._table, self._current = table, self._decoders[shape]
+        return self._current
 
     def _query(
         self, event: Any, rel: catalog.Relation, rows: ChangeRows, when: datetime, here: str

@@ -22,8 +22,8 @@ decoded with the column's charset, DATE and DATETIME as the server's text
 A table map with a column this module does not read (the pre-5.6 temporal
 formats, the old DECIMAL, a column whose type changed since the catalog was
 read, a label list the log lacks), or an event it cannot take the bytes of
-(a partial JSON update), has no decoder: its events go through the library,
-as before (:func:`row_decoder` returns ``None``).
+(a partial JSON update), goes through the library, as before
+(:func:`row_decoder` or :func:`event_body` returns ``None``).
 """
 
 from __future__ import annotations
@@ -329,6 +329,8 @@ def column_reader(column: Any, plan: ColumnPlan | None) -> Reader | None:
     A column the dataset leaves out (``plan`` None) is read past.
     """
     t = column.type
+    if plan is not None and not _fits(column, plan):
+        return None
     if plan is None:
         if t == _JSON:
             return _length_prefixed(int(column.length_size))
@@ -348,6 +350,35 @@ def column_reader(column: Any, plan: ColumnPlan | None) -> Reader | None:
     return make(column, plan) if make is not None else None
 
 
+def _fits(column: Any, plan: ColumnPlan) -> bool:
+    """Whether a number in the log has the plan's type (not so after some ALTER TABLEs).
+
+    A value converts as is only then; otherwise the library's value is cast
+    from its text, as before.
+    """
+    t, target = column.type, plan.arrow_type
+    if plan.kind == "int" and (t in _INTS or t in (_INT24, _YEAR)):
+        signed, unsigned = _INT_TYPES[t]
+        return bool(target == (unsigned if column.unsigned and t != _YEAR else signed))
+    if plan.kind == "float" and t in (_FLOAT, _DOUBLE):
+        return bool(target == (pa.float32() if t == _FLOAT else pa.float64()))
+    if (
+        plan.kind == "decimal"
+        and t == _NEWDECIMAL
+        and isinstance(target, pa.Decimal128Type | pa.Decimal256Type)
+    ):
+        return (target.precision, target.scale) == (int(column.precision), int(column.decimals))
+    return plan.kind not in ("int", "float", "decimal")
+
+
+_INT_TYPES = {
+    _TINY: (pa.int8(), pa.uint8()),
+    _SHORT: (pa.int16(), pa.uint16()),
+    _INT24: (pa.int32(), pa.uint32()),
+    _LONG: (pa.int32(), pa.uint32()),
+    _LONGLONG: (pa.int64(), pa.uint64()),
+    _YEAR: (pa.int16(), pa.int16()),
+}
 _STRINGS = {_VARCHAR, _STRING, _BLOB, _GEOMETRY}
 _KINDS = {
     **{t: "int" for t in (*_INTS, _INT24, _YEAR)},
@@ -487,12 +518,10 @@ def _decimals(values: list[Any], target: pa.DataType) -> pa.Array:
     return pa.Array.from_buffers(target, len(values), [valid, pa.py_buffer(data)])
 
 
-def row_decoder(event: Any, plans: Mapping[str, ColumnPlan]) -> RowDecoder | None:
-    """The decoder of ``event``'s table map, or ``None`` when the library must decode it."""
-    if int(event.event_type) == _PARTIAL_UPDATE_ROWS:
-        return None
+def row_decoder(columns: Sequence[Any], plans: Mapping[str, ColumnPlan]) -> RowDecoder | None:
+    """The decoder of a table map's ``columns``, or ``None`` when the library must decode."""
     names, readers, kept = [], [], []
-    for column in event.columns:
+    for column in columns:
         name = str(column.name)
         plan = plans.get(name)
         reader = column_reader(column, plan)
@@ -508,8 +537,11 @@ def event_body(event: Any) -> bytes | None:
     """The bytes of a rows event after its header and column bitmaps (its row images).
 
     The library has read the header from its packet and decodes rows from
-    there lazily; ``None`` when that packet is not in the expected state.
+    there lazily; ``None`` when that packet is not in the expected state, or
+    for a partial JSON update.
     """
+    if int(event.event_type) == _PARTIAL_UPDATE_ROWS:
+        return None  # MySQL's partial JSON updates: the library reads their diffs
     wrapper = getattr(event, "packet", None)
     raw = getattr(wrapper, "packet", None)
     data, start = getattr(raw, "_data", None), getattr(raw, "_position", None)
