@@ -9,7 +9,7 @@ the library has already read the header and the column bitmaps) with one
 precomputed reader per column: ``struct`` for fixed widths, a length prefix
 for strings and blobs, exact digit groups for DECIMAL, the packed fields of
 DATE, DATETIME2, TIMESTAMP2 and TIME2, the index of an ENUM, the mask of a
-SET, the big-endian bits of BIT. Rows come out as tuples in log order; a
+SET, the big-endian bits of BIT. Rows come out as lists in log order; a
 flush turns their columns into Arrow arrays typed as
 :mod:`~combined.connectors.mariadb._types` types a snapshot's.
 
@@ -422,44 +422,42 @@ class RowDecoder:
         self.names = tuple(names)
         self._readers = tuple(readers)
         self._null_bytes = (len(readers) + 7) // 8
+        self._flagged = tuple((1 << i, r) for i, r in enumerate(readers))
         #: The kept columns: (index in the row, plan), in the log's order.
         self.kept = tuple((i, p) for i, p in enumerate(plans) if p is not None)
 
-    def image(self, buf: bytes, pos: int) -> tuple[tuple[Any, ...], int]:
-        """One row image at ``pos``: its values, and the position after it."""
-        end = pos + self._null_bytes
-        nulls = int.from_bytes(buf[pos:end], "little")
-        pos = end
-        out: list[Any] = []
-        put = out.append
-        if not nulls:
-            for read in self._readers:
-                value, pos = read(buf, pos)
-                put(value)
-            return tuple(out), pos
-        bit = 1
-        for read in self._readers:
-            if nulls & bit:
-                put(None)
-            else:
-                value, pos = read(buf, pos)
-                put(value)
-            bit <<= 1
-        return tuple(out), pos
+    def images(self, body: bytes) -> list[list[Any]]:
+        """Every row image of an event's body, in order (an update's: before, after, ...).
 
-    def images(self, body: bytes) -> list[tuple[Any, ...]]:
-        """Every row image of an event's body, in order (an update's: before, after, ...)."""
-        out: list[tuple[Any, ...]] = []
-        pos, end = 0, len(body)
-        image = self.image
+        An image is its NULL bitmap (every column present: the image is
+        FULL), then the values of the columns not NULL.
+        """
+        out: list[list[Any]] = []
+        keep = out.append
+        pos, end, size = 0, len(body), self._null_bytes
+        readers, flagged, from_bytes = self._readers, self._flagged, int.from_bytes
         while pos < end:
-            row, pos = image(body, pos)
-            out.append(row)
+            nulls = from_bytes(body[pos : pos + size], "little")
+            pos += size
+            row: list[Any] = []
+            put = row.append
+            if nulls:
+                for bit, read in flagged:
+                    if nulls & bit:
+                        put(None)
+                    else:
+                        value, pos = read(body, pos)
+                        put(value)
+            else:
+                for read in readers:
+                    value, pos = read(body, pos)
+                    put(value)
+            keep(row)
         return out
 
     def changes(
         self, body: bytes, op: str, key: Sequence[str]
-    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+    ) -> tuple[list[str], list[list[Any]]]:
         """The changes of an event's body: their ops and rows, in log order.
 
         An update's images come in pairs; one that changes the key is the old
@@ -470,7 +468,7 @@ class RowDecoder:
             return [op] * len(images), images
         where = [self.names.index(k) for k in key if k in self.names]
         ops: list[str] = []
-        rows: list[tuple[Any, ...]] = []
+        rows: list[list[Any]] = []
         for before, after in zip(images[::2], images[1::2], strict=True):
             if any(before[i] != after[i] for i in where):
                 ops.append("delete")

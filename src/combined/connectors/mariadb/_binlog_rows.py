@@ -207,7 +207,7 @@ class ChangeRows:
         self,
         decoder: RowDecoder,
         ops: Sequence[str],
-        rows: Sequence[tuple[Any, ...]],
+        rows: Sequence[Sequence[Any]],
         at: datetime,
         position: str,
         nbytes: int,
