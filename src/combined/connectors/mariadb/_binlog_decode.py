@@ -108,8 +108,9 @@ def _length_prefixed(size: int) -> Callable[[bytes, int], tuple[bytes, int]]:
     return read
 
 
-def _text(raw: Callable[[bytes, int], tuple[bytes, int]], column: Any, plan: ColumnPlan) -> Reader:
+def _text(size: int, column: Any, plan: ColumnPlan) -> Reader:
     """A string column's reader: decoded as the library decodes it (its charset, strict)."""
+    raw = _length_prefixed(size)
     encoding = _encoding(column)
     if encoding is None:  # a binary charset: UUID, INET4/6, or bytes read as text
 
@@ -118,6 +119,13 @@ def _text(raw: Callable[[bytes, int], tuple[bytes, int]], column: Any, plan: Col
             return bytes_text(value, plan), end
 
         return read_bytes
+    if size == 1:  # VARCHAR up to 255 bytes, TINYTEXT: the common case, in one call
+
+        def read1(buf: bytes, pos: int) -> tuple[Any, int]:
+            end = pos + 1 + buf[pos]
+            return buf[pos + 1 : end].decode(encoding), end
+
+        return read1
 
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
         value, end = raw(buf, pos)
@@ -172,33 +180,27 @@ def _decimal(precision: int, scale: int) -> Reader:
         shifts.append((left, (1 << (nbytes * 8)) - 1, 10**digits))
     everything = (1 << (size * 8)) - 1
     top = 1 << (size * 8 - 1)
-    unscaled = _digits(shifts)
+    if len(shifts) == 3:  # DECIMAL(11..18, 1..8): unrolled
+        (s1, m1, _), (s2, m2, u2), (s3, m3, u3) = shifts
+
+        def read3(buf: bytes, pos: int) -> tuple[Any, int]:
+            p = int.from_bytes(buf[pos : pos + size], "big")
+            sign, p = (1, p ^ top) if p & top else (-1, p ^ everything ^ top)
+            return sign * (
+                (((p >> s1) & m1) * u2 + ((p >> s2) & m2)) * u3 + ((p >> s3) & m3)
+            ), pos + size
+
+        return read3
 
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
         packed = int.from_bytes(buf[pos : pos + size], "big")
-        if packed & top:
-            return unscaled(packed ^ top), pos + size
-        return -unscaled(packed ^ everything ^ top), pos + size
-
-    return read
-
-
-def _digits(shifts: list[tuple[int, int, int]]) -> Callable[[int], int]:
-    """The number a DECIMAL's fields spell (each field: its shift, mask and digit count)."""
-    if len(shifts) == 2:  # most DECIMALs up to 18 digits: unrolled
-        (s1, m1, _), (s2, m2, u2) = shifts
-        return lambda packed: ((packed >> s1) & m1) * u2 + ((packed >> s2) & m2)
-    if len(shifts) == 3:
-        (s1, m1, _), (s2, m2, u2), (s3, m3, u3) = shifts
-        return lambda p: (((p >> s1) & m1) * u2 + ((p >> s2) & m2)) * u3 + ((p >> s3) & m3)
-
-    def spelled(packed: int) -> int:
+        sign, packed = (1, packed ^ top) if packed & top else (-1, packed ^ everything ^ top)
         number = 0
         for shift, mask, scale_up in shifts:
             number = number * scale_up + ((packed >> shift) & mask)
-        return number
+        return sign * number, pos + size
 
-    return spelled
+    return read
 
 
 def _fraction(fsp: int) -> tuple[int, int]:
@@ -231,14 +233,14 @@ def _datetime2(fsp: int) -> Reader:
 
 def _timestamp2(fsp: int) -> Reader:
     nbytes, unit = _fraction(fsp)
-    size = 4 + nbytes
+    size, bits = 4 + nbytes, nbytes * 8
+    mask = (1 << bits) - 1
 
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
-        seconds = int.from_bytes(buf[pos : pos + 4], "big")
-        frac = int.from_bytes(buf[pos + 4 : pos + size], "big") * unit if nbytes else 0
-        if not seconds and not frac:
+        v = int.from_bytes(buf[pos : pos + size], "big")
+        if not v:
             return ZERO, pos + size
-        return seconds * 1_000_000 + frac, pos + size
+        return (v >> bits) * 1_000_000 + (v & mask) * unit, pos + size
 
     return read
 
@@ -311,15 +313,15 @@ def _bits(column: Any, plan: ColumnPlan) -> Reader:
 def _strings(column: Any, plan: ColumnPlan) -> Reader | None:
     t = column.type
     if t in (_VARCHAR, _STRING):
-        raw = _length_prefixed(2 if int(column.max_length) > 255 else 1)
+        size = 2 if int(column.max_length) > 255 else 1
     else:
-        raw = _length_prefixed(int(column.length_size))
+        size = int(column.length_size)
     if plan is _PAST:
-        return raw
+        return _length_prefixed(size)
     if plan.kind == "string" and t != _GEOMETRY:
-        return _text(raw, column, plan)
+        return _text(size, column, plan)
     if plan.kind == "binary" and t != _GEOMETRY and _encoding(column) is None:
-        return _binary(raw, plan)
+        return _binary(_length_prefixed(size), plan)
     return None
 
 
