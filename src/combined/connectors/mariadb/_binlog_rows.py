@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 OP_TRUNCATE = "truncate"
 _EMITTED = pa.timestamp("us", tz="UTC")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 _ROW_IMAGE_FIX = (
     "SET GLOBAL binlog_row_image = 'FULL' on the server and set binlog_row_image=FULL in its "
     "configuration file; sessions opened before the change keep the old value, so reconnect "
@@ -137,7 +139,7 @@ class ChangeRows:
         self._layout: Layout | None = None
         self._rows: list[Sequence[Any]] = []
         self._ops: list[str] = []
-        self._at: list[datetime] = []
+        self._at: list[datetime | int] = []  # a decoded row's: microseconds since the epoch
         self._pos: list[str] = []
         self._bytes = 0
         #: The decoder of the pending rows when they came decoded from the event's bytes.
@@ -221,6 +223,7 @@ class ChangeRows:
             flushed = self.flush()
             self._layout, self._decoder = self._shape(decoder.names), decoder
         each = max(1, nbytes // max(1, len(rows)))
+        stamp = (at - _EPOCH) // _MICROSECOND  # an int converts faster than a datetime
         done = 0
         while done < len(rows):
             room = min(
@@ -230,7 +233,7 @@ class ChangeRows:
             taken = len(rows[done:end])
             self._rows.extend(rows[done:end])
             self._ops.extend(ops[done:end])
-            self._at.extend([at] * taken)
+            self._at.extend([stamp] * taken)
             self._pos.extend([position] * taken)
             self._bytes += each * taken
             done = end
@@ -279,7 +282,7 @@ class ChangeRows:
         layout: Layout,
         rows: Sequence[Sequence[Any]],
         ops: list[str],
-        at: list[datetime],
+        at: Sequence[datetime | int],
         pos: list[str],
     ) -> pa.RecordBatch:
         data = layout.convert(rows, self._dataset)
@@ -290,7 +293,7 @@ class ChangeRows:
         schema: pa.Schema,
         columns: Sequence[pa.Array],
         ops: list[str],
-        at: list[datetime],
+        at: Sequence[datetime | int],
         pos: list[str],
     ) -> pa.RecordBatch:
         arrays = [
