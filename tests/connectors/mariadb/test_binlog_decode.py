@@ -54,15 +54,6 @@ OTHER = (
 )
 
 
-def _needs_binlog(admin: Any) -> None:
-    from tests.conftest import REQUIRE
-
-    if str(admin.rows("SELECT @@log_bin")[0][0]) != "1":
-        if REQUIRE:
-            pytest.fail("the MariaDB server has log_bin OFF (.ci/run turns it on)")
-        pytest.skip("the MariaDB server has log_bin OFF (.ci/run turns it on)")
-
-
 def _read(dsn: str, request: Any, *, library: bool, **config: Any) -> list[pa.RecordBatch]:
     settings = Settings.from_config({"dsn": dsn, **config})
     start = position_of(request.state)
@@ -79,13 +70,13 @@ def _here(admin: Any) -> dict[str, Any]:
     return {"binlog": f"{name}:{offset}"}
 
 
+@pytest.mark.usefixtures("binlog_on")
 def test_the_native_decoder_equals_the_library_on_every_type(admin: Any, make_request: Any) -> None:
     """Every supported type, NULLs, negative and extreme values, a key change, a large transaction.
 
     Before this change every row went through the library (no ``library_rows``
     switch, no native decoder).
     """
-    _needs_binlog(admin)
     admin.sql(f"CREATE TABLE every (id INT PRIMARY KEY, {COLUMNS}) ENGINE=InnoDB")
     state = _here(admin)
     admin.sql(
@@ -118,6 +109,7 @@ def test_the_native_decoder_equals_the_library_on_every_type(admin: Any, make_re
     assert str(row["dh"]).startswith("-12345678901234567890123456789012345.1234")
 
 
+@pytest.mark.usefixtures("binlog_on")
 def test_zero_dates_years_and_timestamps_read_as_a_snapshot_reads_them(
     admin: Any, source: MariaDBSource, make_request: Any
 ) -> None:
@@ -126,7 +118,6 @@ def test_zero_dates_years_and_timestamps_read_as_a_snapshot_reads_them(
     Before this change the library read YEAR 0000 as 1900 and a zero
     TIMESTAMP as 1970-01-01 00:00:00, which the snapshot does not.
     """
-    _needs_binlog(admin)
     admin.sql(
         "CREATE TABLE zy (id INT PRIMARY KEY, y YEAR, ts TIMESTAMP NULL, da DATE, "
         "dt DATETIME(2)) ENGINE=InnoDB"
@@ -152,6 +143,7 @@ def test_zero_dates_years_and_timestamps_read_as_a_snapshot_reads_them(
         _read(admin.dsn, request, library=False)
 
 
+@pytest.mark.usefixtures("binlog_on")
 def test_a_change_logged_before_a_type_change_goes_through_the_library(
     admin: Any, make_request: Any
 ) -> None:
@@ -161,7 +153,6 @@ def test_a_change_logged_before_a_type_change_goes_through_the_library(
     the new type's buffer as is, 12.34 would read 0.1234. Before this change
     there was no native decoder (no ``library_events``).
     """
-    _needs_binlog(admin)
     admin.sql("CREATE TABLE altered (id INT PRIMARY KEY, d DECIMAL(10,2)) ENGINE=InnoDB")
     state = _here(admin)
     admin.sql(
