@@ -3,7 +3,7 @@
 ``mysql-replication`` parses each event's header and the table map (the
 column types, their metadata, names, charsets, ENUM and SET labels), but
 decoding rows through it costs several Python calls per value and a dict per
-row image. A :class:`RowDecoder`, built once per table map, reads the body of
+row image. A :class:`RowDecoder`, built once per table shape, reads the body of
 a ``WRITE``/``UPDATE``/``DELETE_ROWS`` event (v1 or v2, MariaDB's or MySQL's:
 the library has already read the header and the column bitmaps) with one
 precomputed reader per column: ``struct`` for fixed widths, a length prefix
@@ -59,7 +59,7 @@ class _Zero:
     __slots__ = ()
 
 
-ZERO = _Zero()
+_ZERO = _Zero()
 
 
 def _fixed(fmt: str, size: int) -> Reader:
@@ -239,7 +239,7 @@ def _timestamp2(fsp: int) -> Reader:
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
         v = int.from_bytes(buf[pos : pos + size], "big")
         if not v:
-            return ZERO, pos + size
+            return _ZERO, pos + size
         return (v >> bits) * 1_000_000 + (v & mask) * unit, pos + size
 
     return read
@@ -416,7 +416,7 @@ _PLANS = {k: ColumnPlan("", "", k, pa.null(), "") for k in set(_KINDS.values())}
 
 
 class RowDecoder:
-    """Decode one table map's row images into tuples, and their columns into Arrow arrays."""
+    """Decode one table shape's row images into lists, and their columns into Arrow arrays."""
 
     def __init__(
         self, names: Sequence[str], readers: Sequence[Reader], plans: Sequence[ColumnPlan | None]
@@ -496,7 +496,7 @@ def _array(values: list[Any], plan: ColumnPlan, dataset: str, zero_dates: ZeroDa
         return convert_column(values, plan, dataset, zero_dates)
     if kind == "time":
         return convert_column(pa.array(values, pa.string()), plan, dataset, zero_dates)
-    if kind == "ts" and any(v is ZERO for v in values):
+    if kind == "ts" and any(v is _ZERO for v in values):
         if zero_dates != "null":
             raise SchemaMismatch(
                 f"column {plan.name!r} ({plan.source_type}) of dataset {dataset!r} holds a "
@@ -505,7 +505,7 @@ def _array(values: list[Any], plan: ColumnPlan, dataset: str, zero_dates: ZeroDa
                 dataset=dataset,
                 column=plan.name,
             )
-        values = [None if v is ZERO else v for v in values]
+        values = [None if v is _ZERO else v for v in values]
     return pa.array(values, target)
 
 
