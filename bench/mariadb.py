@@ -13,7 +13,9 @@ real MariaDB (``COMBINED_TEST_MARIADB_DSN``, binlog ROW/FULL) and PostgreSQL
 2. **binlog backlog**: a stitched first capture of an empty table, then N
    changes (60% inserts, 30% updates, 10% deletes, 10,000 a transaction)
    while nothing reads; one ``combined capture`` drains them. Reported:
-   changes/s, CPU-seconds, peak RSS, and that the lake equals the source.
+   changes/s, CPU-seconds, peak RSS, and that the lake equals the source;
+   then the binlog reader alone over the same changes, decoding rows from the
+   events' bytes (``native``) and through ``mysql-replication`` (``library``).
 3. **latency**: ``combined cdc follow --every 0.5`` while M single-row
    transactions commit 200 ms apart; commit to publication p50/p95, and
    PostgreSQL's (``bench.cdc.latency``) measured the same way in the same run.
@@ -34,6 +36,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -175,6 +178,31 @@ def run_reader(dsn: str, path: str) -> dict[str, Any]:
         src.close()
 
 
+def run_binlog(dsn: str, position: str, decoder: str) -> dict[str, Any]:
+    """The binlog reader alone from ``position`` to the log's end: batches counted, none kept.
+
+    ``decoder`` is ``native`` (rows decoded from the events' bytes) or
+    ``library`` (every row through ``mysql-replication``, as before).
+    """
+    from combined.connectors.abc import ReadRequest
+    from combined.connectors.mariadb._binlog import BinlogExtraction
+    from combined.connectors.mariadb._binlog_setup import parse_position
+    from combined.connectors.mariadb._connect import Settings
+    from combined.protocol import RecordBatchMessage
+
+    request = ReadRequest(
+        dataset="events", relation="events", key=("id",), strategy="cdc", state={"binlog": position}
+    )
+    read = BinlogExtraction(
+        Settings.from_config({"dsn": dsn}),
+        request,
+        start=parse_position(position),
+        library_rows=decoder == "library",
+    )
+    rows = sum(m.batch.num_rows for m in read if isinstance(m, RecordBatchMessage))
+    return {"rows": rows, "library_events": read.library_events}
+
+
 def run_dlt(dsn: str, work: str) -> dict[str, Any]:
     """dlt ``sql_table`` (pyarrow backend) into a filesystem Delta table."""
     os.environ.setdefault("RUNTIME__DLTHUB_TELEMETRY", "false")
@@ -252,6 +280,7 @@ def backlog(server: str, changes: int) -> dict[str, Any]:
     """Drain a binlog backlog of ``changes`` changes with one capture."""
     name, dsn, root = _cdc_project(server)
     try:
+        ((log, offset, *_),) = _sql(dsn, "SHOW MASTER STATUS")
         inserts, updates, deletes = int(changes * 0.6), int(changes * 0.3), int(changes * 0.1)
         conn = _connect(dsn)
         with conn.cursor() as cur:
@@ -280,6 +309,7 @@ def backlog(server: str, changes: int) -> dict[str, Any]:
             engine.close()
         ((n, s),) = _sql(dsn, "SELECT COUNT(*), SUM(amount) FROM events")
         total = inserts + updates + deletes
+        readers = {d: _child("binlog", dsn, f"{log}:{offset}", d) for d in ("native", "library")}
         return {
             "changes": total,
             "wall_s": round(wall, 2),
@@ -287,6 +317,7 @@ def backlog(server: str, changes: int) -> dict[str, Any]:
             "changes_per_s": round(total / wall),
             "peak_rss_mb": round(rss),
             "lake_equals_source": lake[0]["n"] == n and lake[0]["s"] == s,
+            **{f"reader_{d}": r for d, r in readers.items()},
         }
     finally:
         _drop(server, name)
@@ -364,6 +395,13 @@ def _table(r: dict[str, Any]) -> list[str]:
             f"({b['changes_per_s']:,}/s) | {b['cpu_s']} | {b['peak_rss_mb']} MB |"
         )
         lines.append(f"| lake equals source after the backlog | {b['lake_equals_source']} | | |")
+        for d in ("native", "library"):
+            f = b.get(f"reader_{d}")
+            if f:
+                lines.append(
+                    f"| binlog reader alone, {d} decoding, {f['rows']:,} rows | {f['wall_s']} s "
+                    f"| {f['cpu_s']} | {f['peak_rss_mb']} MB |"
+                )
     for key in ("latency_mariadb", "latency_postgres"):
         lat = r.get(key)
         if lat:
@@ -377,7 +415,12 @@ def _table(r: dict[str, Any]) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     """Run the children's subcommands, or every measurement (JSON and a markdown table)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    children = {"floor": run_floor, "reader": run_reader, "dlt": run_dlt}
+    children: dict[str, Callable[..., dict[str, Any]]] = {
+        "floor": run_floor,
+        "reader": run_reader,
+        "dlt": run_dlt,
+        "binlog": run_binlog,
+    }
     if argv and argv[0] in children:
         print(json.dumps(children[argv[0]](*argv[1:])))
         return

@@ -17,3 +17,17 @@ def test_a_tiny_snapshot_measures_floor_combined_and_both_reader_paths(
     lines = mariadb._table({"snapshot": out})
     assert any(line.startswith("| floor: connectorx") for line in lines)
     assert any("reader alone, bulk path, 300 rows" in line for line in lines)
+
+
+def test_a_tiny_backlog_is_drained_and_read_by_both_decoders(mariadb_server_dsn: str) -> None:
+    """The backlog case: one capture, then the binlog reader alone with each decoder.
+
+    Before this change the backlog case measured the capture only.
+    """
+    out = mariadb.backlog(mariadb_server_dsn, 100)
+    assert out["changes"] == 100 and out["lake_equals_source"] is True
+    native, library = out["reader_native"], out["reader_library"]
+    assert native["rows"] == library["rows"] == 100
+    assert native["library_events"] == 0 < library["library_events"]
+    lines = mariadb._table({"backlog": out})
+    assert any("binlog reader alone, native decoding, 100 rows" in line for line in lines)

@@ -63,6 +63,17 @@ def admin(mariadb_database: str) -> Iterator[Admin]:
 
 
 @pytest.fixture
+def binlog_on(admin: Admin) -> None:
+    """The server writes a binary log: else the test fails (services required) or is skipped."""
+    from tests.conftest import REQUIRE
+
+    if str(admin.rows("SELECT @@log_bin")[0][0]) != "1":
+        if REQUIRE:
+            pytest.fail("the MariaDB server has log_bin OFF (.ci/run turns it on)")
+        pytest.skip("the MariaDB server has log_bin OFF (.ci/run turns it on)")
+
+
+@pytest.fixture
 def source(mariadb_database: str) -> Iterator[MariaDBSource]:
     """A source on the session's test database."""
     src = MariaDBSource({"dsn": mariadb_database})

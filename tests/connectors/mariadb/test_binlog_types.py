@@ -24,15 +24,6 @@ VALUES = (
 )
 
 
-def _needs_binlog(admin: Any) -> None:
-    from tests.conftest import REQUIRE
-
-    if str(admin.rows("SELECT @@log_bin")[0][0]) != "1":
-        if REQUIRE:
-            pytest.fail("the MariaDB server has log_bin OFF (.ci/run turns it on)")
-        pytest.skip("the MariaDB server has log_bin OFF (.ci/run turns it on)")
-
-
 def _rows(messages: list[Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for m in messages:
@@ -41,6 +32,7 @@ def _rows(messages: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
+@pytest.mark.usefixtures("binlog_on")
 def test_a_change_row_has_the_snapshot_types_and_values(
     admin: Any, source: MariaDBSource, make_request: Any
 ) -> None:
@@ -51,7 +43,6 @@ def test_a_change_row_has_the_snapshot_types_and_values(
 
     Before this change the mariadb connector refused ``strategy: cdc`` outright.
     """
-    _needs_binlog(admin)
     admin.sql(
         f"CREATE TABLE typed (id INT PRIMARY KEY, {COLUMNS}) ENGINE=InnoDB",
         f"INSERT INTO typed VALUES (1, {VALUES})",
@@ -77,6 +68,7 @@ def test_a_change_row_has_the_snapshot_types_and_values(
         assert streamed[key][OP_COLUMN] == "insert"
 
 
+@pytest.mark.usefixtures("binlog_on")
 def test_a_zero_date_in_the_binlog_follows_zero_dates(
     admin: Any, source: MariaDBSource, make_request: Any
 ) -> None:
@@ -84,7 +76,6 @@ def test_a_zero_date_in_the_binlog_follows_zero_dates(
 
     Before this change the mariadb connector refused ``strategy: cdc`` outright.
     """
-    _needs_binlog(admin)
     admin.sql("CREATE TABLE zd (id INT PRIMARY KEY, da DATE) ENGINE=InnoDB")
     first = list(source.read(make_request("zd", strategy="cdc")))
     (state,) = [m for m in first if isinstance(m, StateMessage)]

@@ -49,6 +49,7 @@ from typing import Any
 from combined.connectors._shared import SessionRead
 from combined.connectors.abc import ReadRequest
 from combined.connectors.mariadb import _catalog as catalog
+from combined.connectors.mariadb._binlog_decode import RowDecoder, event_body, row_decoder
 from combined.connectors.mariadb._binlog_rows import (
     OP_TRUNCATE,
     ChangeRows,
@@ -118,9 +119,11 @@ class BinlogExtraction(SessionRead[Session]):
     """Stream a table's changes from ``start`` (the committed position) to the log's end.
 
     ``max_changes`` ends the read at the first transaction boundary after that
-    many rows. ``server_id`` identifies the stream to the server as a
-    replica; it must differ from every other replica's (a random one by
-    default).
+    many rows. Rows are decoded from the events' bytes (:mod:`~._binlog_decode`);
+    ``library_rows`` decodes every event with ``mysql-replication`` instead
+    (as for a table map that module does not read). ``server_id`` identifies
+    the stream to the server as a replica; it must differ from every other
+    replica's (a random one by default).
     """
 
     def __init__(
@@ -132,6 +135,7 @@ class BinlogExtraction(SessionRead[Session]):
         max_changes: int | None = None,
         batch_bytes: int = 16 << 20,
         server_id: int | None = None,
+        library_rows: bool = False,
     ) -> None:
         super().__init__(ExtractionAuthority(), close_quietly)
         self._settings = settings
@@ -142,6 +146,12 @@ class BinlogExtraction(SessionRead[Session]):
         self._server_id = server_id or random.randint(1 << 20, (1 << 31) - 1)
         self._stream: Any = None
         self._seen = 0
+        self._library_rows = library_rows
+        #: Rows events decoded by ``mysql-replication`` (the rest: from their bytes).
+        self.library_events = 0
+        self._decoders: dict[str, RowDecoder | None] = {}
+        self._table: Any = None
+        self._current: RowDecoder | None = None
 
     def _messages(self) -> Iterator[Message]:
         self._claim()
@@ -312,6 +322,21 @@ class BinlogExtraction(SessionRead[Session]):
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
 
         key = self._request.key
+        op = (
+            "update"
+            if isinstance(event, UpdateRowsEvent)
+            else "delete"
+            if isinstance(event, DeleteRowsEvent)
+            else "insert"
+        )
+        decoder = self._decoder(event, rows)
+        body = event_body(event) if decoder is not None else None
+        if decoder is not None and body is not None:
+            ops, changed = decoder.changes(body, op, key)
+            self._seen += len(changed) - ops.count("delete") if op == "update" else len(changed)
+            yield rows.add_decoded(decoder, ops, changed, when, here, len(body))
+            return
+        self.library_events += 1
         for row in event.rows:
             self._seen += 1
             if isinstance(event, UpdateRowsEvent):
@@ -327,6 +352,26 @@ class BinlogExtraction(SessionRead[Session]):
                 yield rows.add(op, row["values"], event.columns, when, here, nones)
             if rows.full:
                 yield rows.flush()
+
+    def _decoder(self, event: Any, rows: ChangeRows) -> RowDecoder | None:
+        """The decoder of the event's table map, or None (the library decodes).
+
+        Every transaction logs its own table map: a decoder is kept per
+        distinct column list, so it is built once per table shape.
+        """
+        if self._library_rows:
+            return None
+        table = event.table_map.get(event.table_id)
+        if table is None:
+            return None
+        if table is not self._table:
+            shape = repr([c.data for c in table.columns])
+            if shape not in self._decoders:
+                if len(self._decoders) >= 16:  # shapes seen in one read: a few at most
+                    self._decoders.clear()
+                self._decoders[shape] = row_decoder(table.columns, rows.plans)
+            self._table, self._current = table, self._decoders[shape]
+        return self._current
 
     def _query(
         self, event: Any, rel: catalog.Relation, rows: ChangeRows, when: datetime, here: str

@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -34,8 +34,13 @@ from combined.connectors.mariadb._types import ColumnPlan, Layout
 from combined.errors import SchemaMismatch, SourceError
 from combined.protocol import EMITTED_AT_COLUMN, OP_COLUMN, POSITION_COLUMN
 
+if TYPE_CHECKING:
+    from combined.connectors.mariadb._binlog_decode import RowDecoder
+
 OP_TRUNCATE = "truncate"
 _EMITTED = pa.timestamp("us", tz="UTC")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 _ROW_IMAGE_FIX = (
     "SET GLOBAL binlog_row_image = 'FULL' on the server and set binlog_row_image=FULL in its "
     "configuration file; sessions opened before the change keep the old value, so reconnect "
@@ -69,13 +74,13 @@ def server_text(value: Any, plan: ColumnPlan, column: Any = None) -> Any:
         order = list(getattr(column, "set_values", None) or sorted(value))
         return ",".join(v for v in order if v in value)
     if isinstance(value, bytes):
-        return _bytes_text(value, plan)
+        return bytes_text(value, plan)
     if isinstance(value, dict | list):  # MySQL's binary JSON
         return json.dumps(value, ensure_ascii=False)
     return str(value)
 
 
-def _bytes_text(value: bytes, plan: ColumnPlan) -> str:
+def bytes_text(value: bytes, plan: ColumnPlan) -> str:
     # The log drops the trailing zero bytes of these fixed-size binary values.
     source = plan.source_type.lower()
     if source in ("uuid", "inet6") and len(value) <= 16:
@@ -132,11 +137,18 @@ class ChangeRows:
         self._key = tuple(key)
         self._limits = (max(1, batch_rows), max(1, batch_bytes))
         self._layout: Layout | None = None
-        self._rows: list[list[Any]] = []
+        self._rows: list[Sequence[Any]] = []
         self._ops: list[str] = []
-        self._at: list[datetime] = []
+        self._at: list[datetime | int] = []  # a decoded row's: microseconds since the epoch
         self._pos: list[str] = []
         self._bytes = 0
+        #: The decoder of the pending rows when they came decoded from the event's bytes.
+        self._decoder: RowDecoder | None = None
+
+    @property
+    def plans(self) -> Mapping[str, ColumnPlan]:
+        """The table's columns by name (the catalog's, at the read's start)."""
+        return self._plans
 
     @property
     def pending(self) -> int:
@@ -177,11 +189,13 @@ class ChangeRows:
             values = self._resolve_nones(values, nones)
         names = [str(c.name) for c in columns]
         flushed: list[pa.RecordBatch] = []
-        if self._layout is None or [p.name for p in self._layout.plans] != [
-            n for n in names if n in self._plans
-        ]:
+        if (
+            self._layout is None
+            or self._decoder is not None
+            or [p.name for p in self._layout.plans] != [n for n in names if n in self._plans]
+        ):
             flushed = self.flush()
-            self._layout = self._shape(names)
+            self._layout, self._decoder = self._shape(names), None
         by_name = {str(c.name): c for c in columns}
         row = [server_text(values.get(p.name), p, by_name.get(p.name)) for p in self._layout.plans]
         self._rows.append(row)
@@ -189,6 +203,42 @@ class ChangeRows:
         self._at.append(at)
         self._pos.append(position)
         self._bytes += sum(len(v) for v in row if isinstance(v, str | bytes)) + 16
+        return flushed
+
+    def add_decoded(
+        self,
+        decoder: RowDecoder,
+        ops: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        at: datetime,
+        position: str,
+        nbytes: int,
+    ) -> list[pa.RecordBatch]:
+        """Add the rows of one event decoded by ``decoder``; returns the batches they filled.
+
+        ``nbytes`` is the event's size, shared by its rows for the byte limit.
+        """
+        flushed: list[pa.RecordBatch] = []
+        if self._decoder is not decoder or self._layout is None:
+            flushed = self.flush()
+            self._layout, self._decoder = self._shape(decoder.names), decoder
+        each = max(1, nbytes // max(1, len(rows)))
+        stamp = (at - _EPOCH) // _MICROSECOND  # an int converts faster than a datetime
+        done = 0
+        while done < len(rows):
+            room = min(
+                self._limits[0] - len(self._rows), -(-(self._limits[1] - self._bytes) // each)
+            )
+            end = done + max(1, room)
+            taken = len(rows[done:end])
+            self._rows.extend(rows[done:end])
+            self._ops.extend(ops[done:end])
+            self._at.extend([stamp] * taken)
+            self._pos.extend([position] * taken)
+            self._bytes += each * taken
+            done = end
+            if self.full:
+                flushed += self.flush()
         return flushed
 
     def _resolve_nones(self, values: Mapping[str, Any], nones: Mapping[str, str]) -> dict[str, Any]:
@@ -219,27 +269,41 @@ class ChangeRows:
         """The pending rows as one batch (none when nothing is pending)."""
         if not self._rows or self._layout is None:
             return []
-        batch = self._build(self._layout, self._rows, self._ops, self._at, self._pos)
+        if self._decoder is not None:
+            data = self._decoder.arrays(self._rows, self._dataset, self._zero_dates)
+            batch = self._batch(self._layout.schema, data, self._ops, self._at, self._pos)
+        else:
+            batch = self._build(self._layout, self._rows, self._ops, self._at, self._pos)
         self._rows, self._ops, self._at, self._pos, self._bytes = [], [], [], [], 0
         return [batch]
 
     def _build(
         self,
         layout: Layout,
-        rows: list[list[Any]],
+        rows: Sequence[Sequence[Any]],
         ops: list[str],
-        at: list[datetime],
+        at: Sequence[datetime | int],
         pos: list[str],
     ) -> pa.RecordBatch:
         data = layout.convert(rows, self._dataset)
+        return self._batch(data.schema, data.columns, ops, at, pos)
+
+    def _batch(
+        self,
+        schema: pa.Schema,
+        columns: Sequence[pa.Array],
+        ops: list[str],
+        at: Sequence[datetime | int],
+        pos: list[str],
+    ) -> pa.RecordBatch:
         arrays = [
-            *data.columns,
+            *columns,
             pa.array(ops, pa.string()),
             pa.array(at, _EMITTED),
             pa.array(pos, pa.string()),
         ]
         fields = [
-            *data.schema,
+            *schema,
             pa.field(OP_COLUMN, pa.string(), nullable=False),
             pa.field(EMITTED_AT_COLUMN, _EMITTED),
             pa.field(POSITION_COLUMN, pa.string()),

@@ -1,0 +1,168 @@
+"""Row events decoded from their bytes equal the library's decoding, type for type.
+
+Both decoders read the same stretch of a real server's binlog: the native
+one (``_binlog_decode``) and ``mysql-replication``'s rows, as every change
+was read before (``library_rows=True``). Their change batches must hold the
+same rows, ops and positions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from combined.connectors.mariadb import MariaDBSource
+from combined.connectors.mariadb._binlog import BinlogExtraction
+from combined.connectors.mariadb._binlog_setup import position_of
+from combined.connectors.mariadb._connect import Settings
+from combined.protocol import OP_COLUMN, POSITION_COLUMN, RecordBatchMessage, StateMessage
+
+COLUMNS = (
+    "t TINYINT, ut TINYINT UNSIGNED, sm SMALLINT, usm SMALLINT UNSIGNED, md MEDIUMINT, "
+    "umd MEDIUMINT UNSIGNED, i INT, ui INT UNSIGNED, big BIGINT, ubig BIGINT UNSIGNED, "
+    "d DECIMAL(10,2), d3 DECIMAL(12,2), dl DECIMAL(30,10), dh DECIMAL(65,30), d0 DECIMAL(5,0), "
+    "df DECIMAL(4,4), "
+    "f FLOAT, g DOUBLE, b BIT(1), bb BIT(13), s VARCHAR(20), sl VARCHAR(300), c CHAR(5), "
+    "l1 VARCHAR(10) CHARACTER SET latin1, e ENUM('a','bé','c'), st SET('x','y','z'), j JSON, "
+    "vb VARBINARY(10), fb BINARY(4), bl BLOB, tx TEXT, mt MEDIUMTEXT, dt DATETIME(3), "
+    "dt0 DATETIME, dt6 DATETIME(6), ts TIMESTAMP(6) NULL, ts0 TIMESTAMP NULL, "
+    "ts2 TIMESTAMP(2) NULL, da DATE, tm TIME(2), tm0 TIME, tm5 TIME(5), y YEAR, u UUID, "
+    "v4 INET4, v6 INET6, pt POINT NULL"
+)
+FULL = (
+    "-128, 255, -32768, 65535, -8388608, 16777215, -2147483648, 4294967295, "
+    "-9223372036854775808, 18446744073709551615, -12345678.91, -9876543210.98, "
+    "-12345678901234567890.0123456789, "
+    "-12345678901234567890123456789012345.123456789012345678901234567891, -99999, -0.0001, "
+    "-1.5e-20, 2.5e-300, 1, 8191, 'héllo wörld 😀', REPEAT('ü', 280), 'ab', 'café', 'bé', "
+    "'z,x', '{\"a\": [1, 2.5, \"é\"], \"b\": null}', x'00ff00', x'0100', x'deadbeef00', "
+    "'long text ✓', REPEAT('abc', 1000), '2024-01-02 03:04:05.123', '1000-01-01 00:00:00', "
+    "'9999-12-31 23:59:59.999999', '2038-01-18 03:14:07.999999', '1970-01-02 00:00:01', "
+    "'2024-02-29 12:00:00.25', '2024-02-29', '12:34:56.78', '23:59:59', '00:00:00.00001', "
+    "2024, '123e4567-e89b-12d3-a456-426614174000', '10.0.0.0', '2001:db8::', POINT(1, 2)"
+)
+OTHER = (
+    "0, 0, 1, 1, 0, 0, 7, 7, 0, 0, 0.00, 0.01, 0.0000000001, 1.5, 0, 0.9999, 0, -0.0, 0, 0, "
+    "'', '', "
+    "'', '', 'a', '', '[]', x'', x'', x'', '', '', '1000-01-01 00:00:00.001', "
+    "'2000-02-29 00:00:00', '2000-01-01 00:00:00.000001', '1970-01-02 00:00:01.000001', "
+    "'2020-01-01 00:00:00', '2001-01-01 00:00:00.01', '1000-01-01', '00:00:00', '00:00:01', "
+    "'00:00:00', 1901, "
+    "'00000000-0000-0000-0000-000000000001', '0.0.0.1', '::1', NULL"
+)
+
+
+def _read(dsn: str, request: Any, *, library: bool, **config: Any) -> list[pa.RecordBatch]:
+    settings = Settings.from_config({"dsn": dsn, **config})
+    start = position_of(request.state)
+    assert start is not None
+    read = BinlogExtraction(settings, request, start=start, library_rows=library)
+    out = [m.batch for m in read if isinstance(m, RecordBatchMessage)]
+    assert (read.library_events > 0) if library else (read.library_events == 0)
+    return out
+
+
+def _here(admin: Any) -> dict[str, Any]:
+    """The server's binlog position now, as a checkpoint (the POINT column has no snapshot)."""
+    ((name, offset, *_),) = admin.rows("SHOW MASTER STATUS")
+    return {"binlog": f"{name}:{offset}"}
+
+
+@pytest.mark.usefixtures("binlog_on")
+def test_the_native_decoder_equals_the_library_on_every_type(admin: Any, make_request: Any) -> None:
+    """Every supported type, NULLs, negative and extreme values, a key change, a large transaction.
+
+    Before this change every row went through the library (no ``library_rows``
+    switch, no native decoder).
+    """
+    admin.sql(f"CREATE TABLE every (id INT PRIMARY KEY, {COLUMNS}) ENGINE=InnoDB")
+    state = _here(admin)
+    admin.sql(
+        f"INSERT INTO every VALUES (1, {FULL}), (2, {OTHER})",
+        "INSERT INTO every (id) VALUES (3)",
+        "UPDATE every SET d = -d, s = 'ñ', id = 4 WHERE id = 1",
+        "UPDATE every SET tx = 'x' WHERE id = 2",
+        "DELETE FROM every WHERE id = 3",
+        "START TRANSACTION",
+        "INSERT INTO every (id, s, d, dl, ts, tx) SELECT 100 + seq, CONCAT('ß', seq), "
+        "seq / 7 - 500, -seq / 3, FROM_UNIXTIME(1700000000 + seq), REPEAT('é', seq % 50) "
+        "FROM seq_1_to_5000",
+        "UPDATE every SET d = d + 1, d3 = -d, s = NULL WHERE id > 100",
+        "COMMIT",
+    )
+    request = make_request("every", strategy="cdc", state=state, batch_rows=700)
+    native = _read(admin.dsn, request, library=False)
+    library = _read(admin.dsn, request, library=True)
+    assert all(b.num_rows <= 700 for b in native)
+    got, want = pa.Table.from_batches(native), pa.Table.from_batches(library)
+    assert got.schema == want.schema
+    assert got.num_rows == want.num_rows == 4 + 1 + 1 + 5000 + 5000 + 1
+    assert got.column(POSITION_COLUMN).to_pylist() == want.column(POSITION_COLUMN).to_pylist()
+    for name in got.column_names:
+        assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
+    ops = got.column(OP_COLUMN).to_pylist()
+    assert ops[:7] == ["insert", "insert", "insert", "delete", "update", "update", "delete"]
+    row = got.slice(0, 1).to_pylist()[0]
+    assert row["s"] == "héllo wörld 😀" and row["e"] == "bé" and row["st"] == "x,z"
+    assert str(row["dh"]).startswith("-12345678901234567890123456789012345.1234")
+
+
+@pytest.mark.usefixtures("binlog_on")
+def test_zero_dates_years_and_timestamps_read_as_a_snapshot_reads_them(
+    admin: Any, source: MariaDBSource, make_request: Any
+) -> None:
+    """YEAR 0000 is 0 and a zero TIMESTAMP is a zero date, in the binlog as in a snapshot.
+
+    Before this change the library read YEAR 0000 as 1900 and a zero
+    TIMESTAMP as 1970-01-01 00:00:00, which the snapshot does not.
+    """
+    admin.sql(
+        "CREATE TABLE zy (id INT PRIMARY KEY, y YEAR, ts TIMESTAMP NULL, da DATE, "
+        "dt DATETIME(2)) ENGINE=InnoDB"
+    )
+    values = "2, 0, '0000-00-00 00:00:00', '0000-00-00', '0000-00-00 00:00:00'"
+    admin.sql("SET SESSION sql_mode = ''", f"INSERT INTO zy VALUES ({values})")
+    lenient = MariaDBSource({"dsn": admin.dsn, "zero_dates": "null"})
+    try:
+        first = list(lenient.read(make_request("zy", strategy="cdc")))
+    finally:
+        lenient.close()
+    (state,) = [m for m in first if isinstance(m, StateMessage)]
+    snapshot = pa.Table.from_batches(
+        [m.batch for m in first if isinstance(m, RecordBatchMessage)]
+    ).to_pylist()
+    admin.sql(f"INSERT INTO zy VALUES (1{values[1:]})")
+    request = make_request("zy", strategy="cdc", state=state.state)
+    (batch,) = _read(admin.dsn, request, library=False, zero_dates="null")
+    (row,) = batch.to_pylist()
+    assert {k: v for k, v in row.items() if not k.startswith("_")} == snapshot[0] | {"id": 1}
+    assert row["y"] == 0 and row["ts"] is None and row["da"] is None and row["dt"] is None
+    with pytest.raises(Exception, match="zero date"):
+        _read(admin.dsn, request, library=False)
+
+
+@pytest.mark.usefixtures("binlog_on")
+def test_a_change_logged_before_a_type_change_goes_through_the_library(
+    admin: Any, make_request: Any
+) -> None:
+    """A DECIMAL whose scale changed since the change was logged keeps its value.
+
+    The log's DECIMAL(10,2) is not the catalog's DECIMAL(12,4): written into
+    the new type's buffer as is, 12.34 would read 0.1234. Before this change
+    there was no native decoder (no ``library_events``).
+    """
+    admin.sql("CREATE TABLE altered (id INT PRIMARY KEY, d DECIMAL(10,2)) ENGINE=InnoDB")
+    state = _here(admin)
+    admin.sql(
+        "INSERT INTO altered VALUES (1, 12.34)",
+        "ALTER TABLE altered MODIFY d DECIMAL(12,4)",
+        "INSERT INTO altered VALUES (2, 5.6789)",
+    )
+    settings = Settings.from_config({"dsn": admin.dsn})
+    request = make_request("altered", strategy="cdc", state=state)
+    read = BinlogExtraction(settings, request, start=position_of(state) or ("", 0))
+    rows = [r for m in read if isinstance(m, RecordBatchMessage) for r in m.batch.to_pylist()]
+    assert [(r["id"], str(r["d"])) for r in rows] == [(1, "12.3400"), (2, "5.6789")]
+    assert read.library_events == 1
