@@ -200,6 +200,39 @@ def test_a_writer_logging_less_than_full_rows_is_refused_with_the_fix(
         engine.close()
 
 
+def test_compressed_binlog_events_are_refused_never_skipped(binlog: Binlog) -> None:
+    """``log_bin_compress=ON`` is a precondition ``check`` names; a compressed event fails a read.
+
+    The binlog library maps MariaDB's compressed events to an event it does not
+    parse, and a read listing the events it wants used to drop them unseen: a
+    change logged while compression was on was silently lost.
+    """
+    from combined.errors import ConfigError
+
+    binlog.sql("ALTER TABLE {t} MODIFY note VARCHAR(2000)")
+    engine = Engine.open(binlog.project())
+    try:
+        engine.capture()
+        ((old,),) = binlog.sql("SELECT @@GLOBAL.log_bin_compress")
+        binlog.sql("SET GLOBAL log_bin_compress = ON")
+        try:
+            with pytest.raises(ConfigError) as err:
+                engine.check("db")
+            # rows far past log_bin_compress_min_len: MariaDB 10.11 logs them compressed
+            binlog.sql("INSERT INTO {t} SELECT seq, seq, REPEAT('c', 2000) FROM seq_501_to_503")
+        finally:
+            binlog.sql(f"SET GLOBAL log_bin_compress = {int(old)}")
+        assert "log_bin_compress is ON" in str(err.value)
+        assert "SET GLOBAL log_bin_compress = OFF" in (err.value.hint or "")
+        (run,) = engine.capture()
+        assert run.state == "failed"
+        assert "compressed event" in (run.error or "")
+        assert "cdc teardown" in (run.error or "")
+        assert engine.sql("SELECT count(*) AS n FROM db.items").column("n")[0].as_py() == 500
+    finally:
+        engine.close()
+
+
 def test_a_purged_position_needs_a_new_snapshot_and_is_never_skipped(binlog: Binlog) -> None:
     """Binlogs purged past the checkpoint fail the capture, naming teardown then setup.
 

@@ -13,6 +13,9 @@ requirements:
 - ``binlog_row_metadata=FULL``: the log names each column, so a change
   logged before a later ``ALTER TABLE`` is read with its own columns;
 - ``server_id`` not 0: the server streams its log only then;
+- ``log_bin_compress`` off (MariaDB): the reader cannot decode compressed
+  events, and a change it cannot decode must fail the read, not be skipped
+  (``_binlog.py`` fails on any compressed event it meets);
 - the account holds ``REPLICATION SLAVE`` (stream the log) and
   ``REPLICATION CLIENT`` (``SHOW BINARY LOGS``; ``BINLOG MONITOR`` on
   MariaDB 10.5 and later, which ``REPLICATION CLIENT`` grants), and on MySQL
@@ -89,7 +92,8 @@ def _variables(session: Session) -> dict[str, str]:
     rows = session.rows(
         "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', "
         "'binlog_row_image', 'binlog_row_metadata', 'server_id', 'expire_logs_days', "
-        "'binlog_expire_logs_seconds', 'gtid_mode', 'version', 'version_comment')",
+        "'binlog_expire_logs_seconds', 'gtid_mode', 'version', 'version_comment', "
+        "'log_bin_compress')",
         "reading the binary log settings",
     )
     return {str(k).lower(): str(v) for k, v in rows}
@@ -139,6 +143,15 @@ def preconditions(session: Session, user: str) -> list[Problem]:
                 f"{_CONFIG}",
             )
         )
+    out.extend(_server_problems(v))
+    mariadb = "mariadb" in (v.get("version", "") + v.get("version_comment", "")).lower()
+    out.extend(_grant_problems(session, user, mariadb=mariadb))
+    return out
+
+
+def _server_problems(v: Mapping[str, str]) -> list[Problem]:
+    """What the server's identity and its log's encoding keep from streaming it."""
+    out: list[Problem] = []
     if v.get("server_id", "0") == "0":
         out.append(
             Problem(
@@ -147,8 +160,15 @@ def preconditions(session: Session, user: str) -> list[Problem]:
                 f"server_id=1 {_CONFIG}",
             )
         )
-    mariadb = "mariadb" in (v.get("version", "") + v.get("version_comment", "")).lower()
-    out.extend(_grant_problems(session, user, mariadb=mariadb))
+    if v.get("log_bin_compress", "OFF").upper() in ("ON", "1"):
+        out.append(
+            Problem(
+                "log_bin_compress is ON: the server compresses its binary log's events, which "
+                "the binlog reader cannot decode",
+                f"SET GLOBAL log_bin_compress = OFF and add log_bin_compress=OFF {_CONFIG}; "
+                f"changes logged compressed since the last capture cannot be read: then {RESNAPSHOT}",
+            )
+        )
     return out
 
 
