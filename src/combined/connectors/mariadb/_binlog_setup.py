@@ -166,7 +166,8 @@ def _server_problems(v: Mapping[str, str]) -> list[Problem]:
                 "log_bin_compress is ON: the server compresses its binary log's events, which "
                 "the binlog reader cannot decode",
                 f"SET GLOBAL log_bin_compress = OFF and add log_bin_compress=OFF {_CONFIG}; "
-                f"changes logged compressed since the last capture cannot be read: then {RESNAPSHOT}",
+                "changes logged compressed since the last capture cannot be read: then "
+                + RESNAPSHOT,
             )
         )
     return out
