@@ -31,12 +31,13 @@ from combined.lake import LakeLayout
 from combined.lake._ledger import Ledger
 from combined.runtime._admit import admit_retry
 from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, env_seconds
-from combined.runtime._leases import lease_ttl
+from combined.runtime._lease import lease_ttl
 from combined.runtime._memory import tune_allocators
+from combined.runtime._plan import Settings
 from combined.runtime._preflight import preflight, verify_declared
 from combined.runtime._publish import HeldPublications
 from combined.runtime._reporter import NullReporter, Reporter
-from combined.runtime._runner import Runner, Settings, admit
+from combined.runtime._runner import Runner, admit
 
 if TYPE_CHECKING:
     from combined.config import WebhookConfig
@@ -571,7 +572,7 @@ class Engine(Reading):
 
     def reset_checkpoint(self, source: str, dataset: str, reason: str) -> int | None:
         """Void a dataset's checkpoint by a recorded lake commit; returns its lake version."""
-        from combined.runtime._pipeline import commit_reset
+        from combined.runtime._project import commit_reset
 
         self.project.dataset(source, dataset)
         self._declare(source)

@@ -218,7 +218,7 @@ class Reducer:
             self.con.execute(f"CREATE VIEW pay AS SELECT * FROM {_STAGED}")
             source = f"(SELECT *, {id_expr} AS _cid FROM pay)"
             if self.prehashed:
-                # Staging hashed every row as it streamed by (see runtime._stager).
+                # Staging hashed every row as it streamed by (see runtime._stage).
                 source = f"(SELECT *, {prov.ID} AS _cid FROM pay)"
                 hash_expr = prov.PAYLOAD_HASH
         self.con.execute(

@@ -33,15 +33,11 @@ from combined.protocol._digest import digest_of
 from combined.protocol.identity import quote_ident
 from combined.runtime._deadline import reading
 from combined.runtime._drift import judge_drift
-from combined.runtime._pipeline import (
-    DatasetPlan,
-    Staged,
-    _empty_schema,
-    table_of,
-)
+from combined.runtime._extract import empty_schema
+from combined.runtime._plan import DatasetPlan, Staged, table_of
 from combined.runtime._reporter import Reporter
 from combined.runtime._schema_check import check_batch
-from combined.runtime._stager import CaptureStager
+from combined.runtime._stage import CaptureStager
 
 #: Ordinals of partition ``i`` start at ``i << PARTITION_SHIFT``: unique across partitions.
 PARTITION_SHIFT = 40
@@ -311,7 +307,7 @@ def stage_partitioned(
             area, f"{plan.source}/{plan.name}/capture/empty", plan.max_rows, plan.max_bytes
         )
         empty = CaptureStager(writer, key=plan.key, hash_rows=True, digest=digest)
-        parts = empty.close(_empty_schema(table.schema(), declared))
+        parts = empty.close(empty_schema(table.schema(), declared))
         schemas = {part_schema(parts[0])}
     schema = schemas.pop()
     # The range meets the dataset's drift policy as any capture does.
