@@ -26,7 +26,7 @@ from combined.delivery import Limits
 from combined.errors import ConfigError
 from combined.lake import LakeLayout
 from combined.lake._ledger import Ledger
-from combined.runtime._admit import admit_or_join, admit_retry_of, freeze_admission
+from combined.runtime._admit import admit, admit_or_join, admit_retry_of, freeze_admission
 from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, env_seconds
 from combined.runtime._lease import lease_ttl
 from combined.runtime._memory import tune_allocators
@@ -34,7 +34,7 @@ from combined.runtime._plan import Settings
 from combined.runtime._preflight import preflight, verify_declared
 from combined.runtime._publish import HeldPublications
 from combined.runtime._reporter import NullReporter, Reporter
-from combined.runtime._runner import Runner, admit
+from combined.runtime._runner import Runner
 
 if TYPE_CHECKING:
     from combined.config import WebhookConfig

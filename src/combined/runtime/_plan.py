@@ -1,5 +1,9 @@
-"""What every lifecycle step shares: the Run's settings, a dataset's plan, what staging and
-preparing leave for the next step (:class:`Staged`, :class:`Prepared`)."""
+"""What the lifecycle steps hand each other: settings, plans, staged and prepared captures.
+
+The Run's :class:`Settings`; each dataset's :class:`DatasetPlan`, frozen in
+its admission; what extraction leaves in staging (:class:`Staged`) and what
+reducing and delivering leave ready to commit (:class:`Prepared`).
+"""
 
 from __future__ import annotations
 

@@ -32,7 +32,6 @@ from combined.errors import (
     redact,
 )
 from combined.lake import LakeLayout
-from combined.runtime._admit import admit as admit
 from combined.runtime._backfill import BackfillSpec, stage_partitioned
 from combined.runtime._cancel import CancelWatch
 from combined.runtime._commit import commit, verified
@@ -41,10 +40,8 @@ from combined.runtime._deadline import AttemptDeadline
 from combined.runtime._drift import declared_fields
 from combined.runtime._extract import extract
 from combined.runtime._faults import fault
-from combined.runtime._lease import REPAIR as REPAIR
 from combined.runtime._lease import LeaseKeeper, acquire
-from combined.runtime._plan import DatasetPlan, Prepared, Settings, Staged
-from combined.runtime._plan import plans_from_admission as plans_from_admission
+from combined.runtime._plan import DatasetPlan, Prepared, Settings, Staged, plans_from_admission
 from combined.runtime._project import project_commit
 from combined.runtime._publish import after_failed_commit, end_reads, publish_now, publish_run
 from combined.runtime._quarantine import drift_held
@@ -54,7 +51,7 @@ from combined.runtime._reduce import prepare
 from combined.runtime._reporter import NullReporter, Reporter
 from combined.runtime._retry import backoff, defer_retry
 
-__all__ = ["REPAIR", "Runner", "Settings", "admit", "plans_from_admission"]
+__all__ = ["Runner"]
 
 
 @dataclass
