@@ -58,17 +58,6 @@ def extract(
     # The checkpoint lives with the data: the lake's newest commit is authoritative.
     prior_state = last.get("checkpoint") if last else None
     committed_schema = table.schema()
-    cursor = None
-    if plan.cursor is not None:
-        cursor = CursorSpec(
-            column=plan.cursor["column"],
-            lookback=timedelta(seconds=float(plan.cursor["lookback"]))
-            if plan.cursor.get("lookback_is_duration")
-            else plan.cursor.get("lookback"),
-            trust=plan.cursor.get("trust", "declared"),
-            # An admission frozen before the setting existed takes its default.
-            nulls=plan.cursor.get("nulls", "fail"),
-        )
     if plan.sync_mode == "append" and plan.strategy == "cursor" and type(source).REDELIVERS:
         raise ConfigError(
             f"{plan.source}.{plan.name} appends what a {type(source).name} cursor read hands "
@@ -82,7 +71,7 @@ def extract(
         key=plan.key,
         strategy=plan.strategy,  # type: ignore[arg-type]
         state=prior_state,
-        cursor=cursor,
+        cursor=_cursor(plan),
         columns=plan.columns,
         batch_rows=plan.batch_rows,
         options=_read_options(plan, source, options, committed_schema),
@@ -95,6 +84,21 @@ def extract(
         return _consume(
             plan, extraction, writer, committed_schema, last, prior_state, reporter, declared
         )
+
+
+def _cursor(plan: DatasetPlan) -> CursorSpec | None:
+    """The cursor a cursor read resumes from, as the admission froze it."""
+    if plan.cursor is None:
+        return None
+    return CursorSpec(
+        column=plan.cursor["column"],
+        lookback=timedelta(seconds=float(plan.cursor["lookback"]))
+        if plan.cursor.get("lookback_is_duration")
+        else plan.cursor.get("lookback"),
+        trust=plan.cursor.get("trust", "declared"),
+        # An admission frozen before the setting existed takes its default.
+        nulls=plan.cursor.get("nulls", "fail"),
+    )
 
 
 def _read_options(
