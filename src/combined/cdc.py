@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from combined.catalog import Run
 from combined.connectors.abc import ChangeSource
-from combined.engine import Engine
 from combined.errors import ConfigError
+
+if TYPE_CHECKING:
+    from combined.engine import Engine
 
 
 def cdc_datasets(engine: Engine, source: str) -> list[tuple[str, str]]:

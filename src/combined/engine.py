@@ -12,13 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from combined._owner_only import restrict_umask
 from combined._reading import Reading, _check_limit
-from combined.capture._soft import spec_of
 from combined.catalog import Admission, Catalog, Run, Trigger, queue, worker_identity
 from combined.catalog import data as cat
-from combined.catalog import runs as runs_repo
 from combined.config import (
     Project,
-    canonical_digest,
     config_digest,
     load_project,
     redact_config,
@@ -26,17 +23,18 @@ from combined.config import (
 )
 from combined.connectors import check_config, check_strategy, connector_class, sweep_private_dirs
 from combined.delivery import Limits
-from combined.errors import ConfigError, ProtocolViolation
+from combined.errors import ConfigError
 from combined.lake import LakeLayout
 from combined.lake._ledger import Ledger
-from combined.runtime._admit import admit_retry
+from combined.runtime._admit import admit, admit_or_join, admit_retry_of, freeze_admission
 from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, env_seconds
-from combined.runtime._leases import lease_ttl
+from combined.runtime._lease import lease_ttl
 from combined.runtime._memory import tune_allocators
+from combined.runtime._plan import Settings
 from combined.runtime._preflight import preflight, verify_declared
 from combined.runtime._publish import HeldPublications
 from combined.runtime._reporter import NullReporter, Reporter
-from combined.runtime._runner import Runner, Settings, admit
+from combined.runtime._runner import Runner
 
 if TYPE_CHECKING:
     from combined.config import WebhookConfig
@@ -153,54 +151,8 @@ class Engine(Reading):
         return out
 
     def _admission(self, source: str) -> Admission:
-        src = self.project.source(source)
-        cls = connector_class(src.connector)
-        config = redact_config(src.config)
-        if isinstance(config.get("path"), str) and "://" not in config["path"]:
-            # Frozen absolute: a retry reads the same file whatever the cwd.
-            config["path"] = os.path.abspath(self.project.root / config["path"])
-        datasets = {}
-        for name, d in src.datasets.items():
-            datasets[name] = {
-                "relation": d.relation,
-                "key": list(d.key or []),
-                "strategy": d.strategy,
-                "sync_mode": d.sync_mode,
-                "cursor": None
-                if d.cursor is None
-                else {
-                    "column": d.cursor.column,
-                    "lookback": d.cursor.lookback.total_seconds()
-                    if hasattr(d.cursor.lookback, "total_seconds")
-                    else d.cursor.lookback,
-                    "lookback_is_duration": hasattr(d.cursor.lookback, "total_seconds"),
-                    "trust": d.cursor.trust,
-                    "nulls": d.cursor.nulls,
-                },
-                "columns": list(d.columns) if d.columns else None,
-                "batch_rows": d.batch_rows,
-                "control_sum": d.control_sum,
-                # (only when set: the digest of an admission without it is unchanged)
-                **({"history": True} if d.history else {}),
-                "delivery": {"max_rows": d.delivery.max_rows, "max_bytes": d.delivery.max_bytes},
-                "drift": d.drift.model_dump(),
-                "quarantine": {
-                    "reader": d.quarantine.reader,
-                    "review_every_s": int(d.quarantine.review_every.total_seconds()),
-                },
-            }
-            if d.deletes is not None:  # (absent otherwise: earlier admissions digest alike)
-                datasets[name]["deletes"] = spec_of(d.deletes)
-        body = {"source": source, "config": config, "datasets": datasets}
-        return Admission.freeze(
-            connector=src.connector,
-            revision=str(cls.revision),
-            # ``config`` is redacted already; dataset names are not setting names.
-            config_digest=canonical_digest(body),
-            config=body,
-            billing_policy=src.billing_policy,
-            venue=src.venue,
-        )
+        """``source``'s configuration as it stands, frozen for a Run (``runtime/_admit.py``)."""
+        return freeze_admission(self.project, source)
 
     def _connector(self, source: str) -> type[Source]:
         """The connector class of ``source``, once it accepts the configuration's keys."""
@@ -335,29 +287,7 @@ class Engine(Reading):
         self.project.dataset(source, dataset)
         self._declare(source)
         admission = self._admission(source)
-        with self.catalog.begin() as conn:
-            queue.lock_dataset(conn, source, dataset)
-            waiting = queue.waiting(conn, source, dataset)
-            if waiting is not None:
-                cat.emit(
-                    conn,
-                    "run.joined",
-                    source=source,
-                    dataset=dataset,
-                    run_id=waiting.id,
-                    trigger=trigger,
-                )
-                return waiting, True
-            run = admit(
-                self.catalog,
-                source=source,
-                datasets=[dataset],
-                trigger=trigger,
-                admission=admission,
-                enqueue=True,
-                conn=conn,
-            )
-        return run, False
+        return admit_or_join(self.catalog, source, dataset, trigger, admission)
 
     def queued(self, limit: int = 100, *, due: bool = False) -> list[Run]:
         """Runs waiting for a worker, oldest first (``due``: only those takeable now)."""
@@ -479,37 +409,7 @@ class Engine(Reading):
             self.repair()
         else:
             self._ready()
-        with self.catalog.begin() as conn:
-            old = runs_repo.get_run(conn, run_id)
-            if not old.terminal:
-                raise ProtocolViolation(
-                    f"run {old.id} is still {old.state}",
-                    hint="retry a run once it has failed; `combined repair` closes dead runs",
-                )
-            if old.state == "succeeded":
-                raise ProtocolViolation(
-                    f"run {old.id} succeeded; there is nothing to retry",
-                    hint=f"run `combined capture {old.source}` to read the source again",
-                )
-            first = old
-            while first.retry_of is not None:
-                first = runs_repo.get_run(conn, first.retry_of)
-            # Two retries of one failure at once (a request sent again) must not
-            # both find it not retried yet: the second waits for the first's
-            # admission, in this transaction, and then finds its retry.
-            runs_repo.lock_run(conn, first.id)
-            for later in runs_repo.retries(conn, first.id):
-                # A retry of the same failure already did (or is doing) what
-                # this one would: another would read again under the old
-                # admission, to no end.
-                if later.state == "succeeded" or not later.terminal:
-                    done = "succeeded" if later.state == "succeeded" else f"is {later.state}"
-                    raise ProtocolViolation(
-                        f"run {old.id} was retried by run {later.id}, which {done}",
-                        hint=f"see `combined run show {later.id}`; capture again with "
-                        f"`combined capture {old.source}`",
-                    )
-            run = admit_retry(self.catalog, conn, old, enqueue=enqueue)
+        run = admit_retry_of(self.catalog, run_id, enqueue=enqueue)
         if enqueue:
             return run
         run = self.runner.execute(run)
@@ -571,7 +471,7 @@ class Engine(Reading):
 
     def reset_checkpoint(self, source: str, dataset: str, reason: str) -> int | None:
         """Void a dataset's checkpoint by a recorded lake commit; returns its lake version."""
-        from combined.runtime._pipeline import commit_reset
+        from combined.runtime._project import commit_reset
 
         self.project.dataset(source, dataset)
         self._declare(source)

@@ -266,7 +266,7 @@ def test_a_retry_whose_process_died_does_not_block_retrying_again(
     import shutil
 
     from combined.catalog import runs as runs_repo
-    from combined.runtime._runner import admit
+    from combined.runtime._admit import admit
 
     monkeypatch.setenv("COMBINED_RETRY_BACKOFF_S", "0")
     engine = Engine.open(shop / "combined.yaml")
@@ -382,12 +382,12 @@ def test_a_first_capture_commits_its_raw_deliveries_as_the_table_files(shop: Pat
 def test_a_first_baselines_digests_failing_on_their_side_thread_fail_the_capture(
     shop: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from combined.runtime import _prepare
+    from combined.runtime import _deliver
 
     def broken(*args: object, **kwargs: object) -> None:
         raise OSError("disk full while spilling the digests")
 
-    monkeypatch.setattr(_prepare, "_digests", broken)
+    monkeypatch.setattr(_deliver, "_digests", broken)
     engine = Engine.open(shop / "combined.yaml")
     try:
         (run,) = engine.capture(["shop.orders"])

@@ -126,8 +126,8 @@ def test_a_quarantine_file_that_cannot_be_written_leaves_no_torn_file_and_no_ent
     import pyarrow as pa
     import pytest
 
-    from combined.runtime._prepare import quarantine_capture
-    from combined.runtime._runner import plans_from_admission
+    from combined.runtime._plan import plans_from_admission
+    from combined.runtime._quarantine import quarantine_capture
 
     engine = Engine.open(tools.make(tmp_path, orders=5))
     try:

@@ -119,7 +119,7 @@ def test_a_table_replaced_in_the_other_format_during_a_capture_is_refused() -> N
     from types import SimpleNamespace
 
     from combined.errors import LakeError
-    from combined.runtime._prepare import _digest
+    from combined.runtime._reduce import _digest
 
     plan = SimpleNamespace(source="shop", name="orders")
     hexed = pa.schema([("id", pa.int64()), ("_combined_id", pa.string())])

@@ -21,9 +21,9 @@ from combined.catalog import runs as runs_repo
 from combined.engine import Engine
 from combined.errors import ConfigError, LakeError, ProtocolViolation
 from combined.protocol import utcnow
-from combined.runtime._pipeline import project_commit
+from combined.runtime._admit import admit
+from combined.runtime._project import project_commit
 from combined.runtime._reporter import NullReporter
-from combined.runtime._runner import admit
 
 OTHER = """\
   other:

@@ -12,7 +12,7 @@ import pytest
 from combined.catalog import data as cat
 from combined.engine import Engine
 from combined.lake import LakeTable
-from combined.runtime._pipeline import project_commit
+from combined.runtime._project import project_commit
 
 
 def _usage(engine: Engine, dataset: str) -> dict[str, Any]:

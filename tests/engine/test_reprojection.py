@@ -7,7 +7,7 @@ from pathlib import Path
 from combined.catalog import data as cat
 from combined.engine import Engine
 from combined.lake import LakeTable
-from combined.runtime._pipeline import project_commit
+from combined.runtime._project import project_commit
 
 
 def test_reprojecting_old_commits_moves_no_checkpoint_and_tells_no_event_twice(

@@ -15,7 +15,7 @@ from combined.capture._reduce import Reducer, Transition, _id_ranges, _in_range
 from combined.delivery import PartWriter, StagingArea, part_schema, read_part
 from combined.delivery._staging import Limits
 from combined.protocol.identity import identity_python
-from combined.runtime._stager import CaptureStager
+from combined.runtime._stage import CaptureStager
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 

@@ -14,8 +14,8 @@ from combined.delivery import PartWriter, StagedParts, StagingArea, part_schema,
 from combined.delivery._staging import Limits
 from combined.errors import StagingLimitExceeded
 from combined.protocol.identity import identity_python, payload_hash_python
-from combined.runtime import _stager as stager_module
-from combined.runtime._stager import GROUP_ROWS, ORDINAL, CaptureStager, Handoff
+from combined.runtime import _stage as stager_module
+from combined.runtime._stage import GROUP_ROWS, ORDINAL, CaptureStager, Handoff
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64())])
 

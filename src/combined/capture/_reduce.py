@@ -94,8 +94,39 @@ def _in_range(column: str, low: str | None, high: str | None) -> str:
     return " AND ".join(t for t in terms if t) or "true"
 
 
+def _connect(memory_limit: int, spill_dir: Path) -> duckdb.DuckDBPyConnection:
+    """A reduction's connection: in memory, spilling to ``spill_dir`` past ``memory_limit``."""
+    import duckdb
+
+    return duckdb.connect(
+        ":memory:",
+        config={
+            "memory_limit": f"{max(memory_limit // 2**20, 64)}MB",
+            "temp_directory": str(spill_dir),
+            "threads": 2,
+            "preserve_insertion_order": False,
+            # Every join here builds its hash table on the side written on
+            # its right, chosen for its size: DuckDB knows no row count for
+            # the staged parts' stream (it takes it for one row), and would
+            # build on the whole capture instead.
+            "disabled_optimizers": "build_side_probe_side",
+            "allocator_flush_threshold": "32MB",
+        },
+    )
+
+
 class Reducer:
     """One dataset's reduction, in its own DuckDB connection."""
+
+    # How the capture reduces (set by _modes).
+    full: bool
+    payload: list[str]
+    key: list[str]
+    has_op: bool
+    soft: str | None
+    prehashed: bool
+    streamed: bool
+    all_new: bool
 
     def __init__(
         self,
@@ -116,8 +147,6 @@ class Reducer:
         deletes: Mapping[str, Any] | None = None,
         dataset: str = "the dataset",
     ) -> None:
-        import duckdb
-
         #: The table's digest format (v1 hex, v2 binary); staged digests tell it.
         self.digest: dg.Digest = digest or (
             dg.digest_of(capture_schema) if prov.ID in capture_schema.names else dg.HEX
@@ -128,21 +157,7 @@ class Reducer:
         # it materialises are evicted to disk when they must be, so a table several times
         # larger than the limit still reduces. ``lake`` (a LakeStore) reads ``current_files``.
         self.memory_limit = memory_limit
-        self.con = duckdb.connect(
-            ":memory:",
-            config={
-                "memory_limit": f"{max(memory_limit // 2**20, 64)}MB",
-                "temp_directory": str(spill_dir),
-                "threads": 2,
-                "preserve_insertion_order": False,
-                # Every join here builds its hash table on the side written on
-                # its right, chosen for its size: DuckDB knows no row count for
-                # the staged parts' stream (it takes it for one row), and would
-                # build on the whole capture instead.
-                "disabled_optimizers": "build_side_probe_side",
-                "allocator_flush_threshold": "32MB",
-            },
-        )
+        self.con = _connect(memory_limit, spill_dir)
         if lake is not None:
             lake.attach(self.con)
         self.capture_schema, self.sync_mode, self.baseline = capture_schema, sync_mode, baseline
@@ -152,47 +167,9 @@ class Reducer:
         self._current_count: int | None = None
         self.transition: Transition | None = None
         self._has_current = bool(current_files)
-        #: Whether the capture is the whole relation (absent ids are deletes).
-        self.full = strategy == "snapshot" if full is None else full
-        self.payload = [
-            f.name
-            for f in capture_schema
-            if f.name not in prov.CONTROL_COLUMNS and not f.name.startswith("_combined_")
-        ]
-        key = list(key) or self.payload
-        self.key = key
-        has_op = prov.OP in capture_schema.names
-        #: SQL: whether a row's soft-delete flag says deleted (None: no flag declared).
-        self.soft = deleted_sql(deletes, capture_schema, dataset) if deletes else None
-        #: Whether the staged parts carry each row's id and payload hash already.
-        self.prehashed = (
-            prov.ID in capture_schema.names
-            and prov.PAYLOAD_HASH in capture_schema.names
-            and UNCHANGED not in capture_schema.names
-        )
-        self.has_op = has_op
-        #: A whole, pre-hashed capture without operations (a snapshot): its
-        #: duplicates are refused, so no row needs deduplicating, and its
-        #: staged (ordinal, id, hash) columns are read as they are, never
-        #: materialised as a table of the capture's size.
-        self.streamed = (
-            self.prehashed
-            and not has_op
-            and self.soft is None
-            and self.full
-            and sync_mode == "incremental"
-        )
-        #: ... and nothing to compare it with (a first baseline): every row is
-        #: new. A first delta whose ids are distinct joins them (below).
-        self.all_new = self.streamed and not current_files
-        op_expr = f"{quote_ident(prov.OP)}" if has_op else "'upsert'"
-        if self.soft is not None:
-            # A flagged row (a CDC update setting the flag included) deletes its key.
-            op_expr = (
-                f"CASE WHEN {op_expr} <> 'truncate' AND {self.soft} THEN 'delete' "
-                f"ELSE {op_expr} END"
-            )
-        id_expr = identity_sql(key, capture_schema, self.digest)
+        self._modes(key, strategy, full, deletes, dataset)
+        op_expr = self._op_sql()
+        id_expr = identity_sql(self.key, capture_schema, self.digest)
         hash_expr = payload_hash_sql(self.payload, capture_schema, self.digest)
         if not capture_files:
             raise ValueError("a reduction needs at least one staged part (it may be empty)")
@@ -202,11 +179,88 @@ class Reducer:
         # a registered object is the connection's own (see cursor()).
         self._staged = StagedParts(self.capture_files, duckdb_scannable_schema(capture_schema))
         self.con.register(_STAGED, self._staged)
-        if UNCHANGED in capture_schema.names:
+        self._capture_views(id_expr, hash_expr, op_expr, current_files)
+        self._current_view(current_files, current_filter)
+        if self._first_delta():
+            # A first delta (a cursor's first read) that holds each id once
+            # needs no deduplicating either: it is a first baseline too.
+            self.streamed = self.all_new = True
+
+    def _first_delta(self) -> bool:
+        """Whether the capture is a pre-hashed first delta whose ids are distinct."""
+        return (
+            not self.streamed
+            and self.prehashed
+            and not self.has_op
+            and self.soft is None
+            and self.sync_mode == "incremental"
+            and not self._has_current
+            and not self._may_repeat_ids()
+        )
+
+    def _modes(
+        self,
+        key: Sequence[str],
+        strategy: str,
+        full: bool | None,
+        deletes: Mapping[str, Any] | None,
+        dataset: str,
+    ) -> None:
+        """How the capture reduces: whole or delta, its key, flag, hashes and operations."""
+        capture_schema = self.capture_schema
+        #: Whether the capture is the whole relation (absent ids are deletes).
+        self.full = strategy == "snapshot" if full is None else full
+        self.payload = [
+            f.name
+            for f in capture_schema
+            if f.name not in prov.CONTROL_COLUMNS and not f.name.startswith("_combined_")
+        ]
+        self.key = list(key) or self.payload
+        self.has_op = prov.OP in capture_schema.names
+        #: SQL: whether a row's soft-delete flag says deleted (None: no flag declared).
+        self.soft = deleted_sql(deletes, capture_schema, dataset) if deletes else None
+        #: Whether the staged parts carry each row's id and payload hash already.
+        self.prehashed = (
+            prov.ID in capture_schema.names
+            and prov.PAYLOAD_HASH in capture_schema.names
+            and UNCHANGED not in capture_schema.names
+        )
+        #: A whole, pre-hashed capture without operations (a snapshot): its
+        #: duplicates are refused, so no row needs deduplicating, and its
+        #: staged (ordinal, id, hash) columns are read as they are, never
+        #: materialised as a table of the capture's size.
+        self.streamed = (
+            self.prehashed
+            and not self.has_op
+            and self.soft is None
+            and self.full
+            and self.sync_mode == "incremental"
+        )
+        #: ... and nothing to compare it with (a first baseline): every row is
+        #: new. A first delta whose ids are distinct joins them (below).
+        self.all_new = self.streamed and not self._has_current
+
+    def _op_sql(self) -> str:
+        """SQL: a captured row's operation (``upsert`` where the capture carries none)."""
+        op_expr = f"{quote_ident(prov.OP)}" if self.has_op else "'upsert'"
+        if self.soft is not None:
+            # A flagged row (a CDC update setting the flag included) deletes its key.
+            op_expr = (
+                f"CASE WHEN {op_expr} <> 'truncate' AND {self.soft} THEN 'delete' "
+                f"ELSE {op_expr} END"
+            )
+        return op_expr
+
+    def _capture_views(
+        self, id_expr: str, hash_expr: str, op_expr: str, current_files: Sequence[str]
+    ) -> None:
+        """Views ``pay`` (the payload as staged) and ``cap`` (with id, hash and operation)."""
+        names = self.capture_schema.names
+        if UNCHANGED in names:
             resolve_unchanged(
                 self.con,
                 staged=_STAGED,
-                names=capture_schema.names,
+                names=names,
                 payload=self.payload,
                 id_expr=id_expr,
                 current_files=current_files,
@@ -218,13 +272,16 @@ class Reducer:
             self.con.execute(f"CREATE VIEW pay AS SELECT * FROM {_STAGED}")
             source = f"(SELECT *, {id_expr} AS _cid FROM pay)"
             if self.prehashed:
-                # Staging hashed every row as it streamed by (see runtime._stager).
+                # Staging hashed every row as it streamed by (see runtime._stage).
                 source = f"(SELECT *, {prov.ID} AS _cid FROM pay)"
                 hash_expr = prov.PAYLOAD_HASH
         self.con.execute(
             f"CREATE VIEW cap AS SELECT *, {hash_expr} AS _chash, {op_expr} AS _cop "
             f"FROM {source} AS s0"
         )
+
+    def _current_view(self, current_files: Sequence[str], current_filter: str | None) -> None:
+        """View ``cur``: the lake's current (id, payload hash) pairs, in a backfill's range."""
         if current_files:
             self.con.execute(
                 "CREATE VIEW cur AS SELECT _combined_id AS _kid, _combined_payload_hash AS _khash "
@@ -236,18 +293,6 @@ class Reducer:
                 f"CREATE VIEW cur AS SELECT NULL::{self._t} AS _kid, NULL::{self._t} AS _khash "
                 "WHERE false"
             )
-        if (
-            not self.streamed
-            and self.prehashed
-            and not has_op
-            and self.soft is None
-            and sync_mode == "incremental"
-            and not current_files
-            and not self._may_repeat_ids()
-        ):
-            # A first delta (a cursor's first read) that holds each id once
-            # needs no deduplicating either: it is a first baseline too.
-            self.streamed = self.all_new = True
 
     def _may_repeat_ids(self) -> bool:
         """Whether two staged rows may share an id (their ids' 64-bit hashes meet)."""
@@ -344,17 +389,8 @@ class Reducer:
         """
         if self.all_new:
             return self._stats_all_new(con)
-        con = self.con
-        first_op = self._first_op
         if self.same_as_current():
-            # No changes: an empty transition table, for whatever reads it next.
-            t = self._t
-            con.execute(
-                f"CREATE TABLE tr (id {t}, op VARCHAR, new_hash {t}, old_hash {t}, ord BIGINT)"
-            )
-            rows = self._staged.count_rows()  # (a snapshot's pay is its staged parts)
-            self.transition = Transition(unchanged=int(rows), captured=int(rows))
-            return self.transition
+            return self._unchanged()
         if self.streamed:
             # A snapshot re-capture: its staged (id, hash) columns meet the
             # lake's as they are (plain columns, nothing computed in the join).
@@ -365,12 +401,27 @@ class Reducer:
             return self._join_current(last, "cur", cut=None)
         keys = self._keys()
         if self.sync_mode == "append":
-            con.execute(
+            self.con.execute(
                 "CREATE TABLE tr AS SELECT _cid AS id, "
-                f"CASE WHEN _cop = 'upsert' THEN {first_op} ELSE _cop END AS op, "
+                f"CASE WHEN _cop = 'upsert' THEN {self._first_op} ELSE _cop END AS op, "
                 f"_chash AS new_hash, NULL::{self._t} AS old_hash, ord FROM {keys}"
             )
             return self._stats()
+        return self._reduce_changes(keys)
+
+    def _unchanged(self) -> Transition:
+        """No changes: an empty transition table, for whatever reads it next."""
+        t = self._t
+        self.con.execute(
+            f"CREATE TABLE tr (id {t}, op VARCHAR, new_hash {t}, old_hash {t}, ord BIGINT)"
+        )
+        rows = self._staged.count_rows()  # (a snapshot's pay is its staged parts)
+        self.transition = Transition(unchanged=int(rows), captured=int(rows))
+        return self.transition
+
+    def _reduce_changes(self, keys: str) -> Transition:
+        """The transition of keyed changes: each id's last one, against the current rows."""
+        con = self.con
         # A truncate in a change stream empties the table at that point: only
         # changes after the last truncate survive, and every other row goes.
         cut = None
@@ -388,7 +439,7 @@ class Reducer:
             # Nothing to compare with: every row is new (a delete of an absent row is moot).
             con.execute(
                 "CREATE TABLE tr AS SELECT _cid AS id, CASE WHEN _cop = 'delete' THEN 'same' "
-                f"ELSE {first_op} END AS op, "
+                f"ELSE {self._first_op} END AS op, "
                 "CASE WHEN _cop = 'delete' THEN NULL ELSE _chash END AS new_hash, "
                 f"NULL::{self._t} AS old_hash, ord FROM ({last})"
             )

@@ -170,7 +170,7 @@ def _raw_files(
     layout: LakeLayout, source: str, dataset: str, commits: Sequence[_Commit]
 ) -> dict[str, tuple[_Commit, dict[str, Any]]]:
     """Each committed Delivery's raw-layer location, with its commit and record."""
-    from combined.runtime._pipeline import raw_location
+    from combined.runtime._commit import raw_location
 
     files: dict[str, tuple[_Commit, dict[str, Any]]] = {}
     for commit in commits:
@@ -298,7 +298,7 @@ def _replacements(
     the replacement holds no row for, is added from the list. ``ids`` is a
     query of the key's identities.
     """
-    from combined.runtime._pipeline import raw_location
+    from combined.runtime._commit import raw_location
 
     out: list[RowVersion] = []
     for commit in commits:

@@ -29,19 +29,15 @@ from combined.protocol import (
     TerminalOutcome,
     TerminalReceipt,
 )
-from combined.protocol._digest import digest_of
+from combined.protocol._digest import Digest, digest_of
 from combined.protocol.identity import quote_ident
 from combined.runtime._deadline import reading
 from combined.runtime._drift import judge_drift
-from combined.runtime._pipeline import (
-    DatasetPlan,
-    Staged,
-    _empty_schema,
-    table_of,
-)
+from combined.runtime._extract import empty_schema
+from combined.runtime._plan import DatasetPlan, Staged, table_of
 from combined.runtime._reporter import Reporter
 from combined.runtime._schema_check import check_batch
-from combined.runtime._stager import CaptureStager
+from combined.runtime._stage import CaptureStager
 
 #: Ordinals of partition ``i`` start at ``i << PARTITION_SHIFT``: unique across partitions.
 PARTITION_SHIFT = 40
@@ -211,109 +207,21 @@ def stage_partitioned(
     declared: Mapping[str, str] | None,
 ) -> Staged:
     """Plan, read every partition in parallel, and stage them as one capture of the range."""
-    if not isinstance(source, PartitionedSource):
-        raise ConfigError(
-            f"the {type(source).name} connector cannot read partitions",
-            hint="capture the dataset with `combined capture` instead",
-        )
     table = table_of(layout, plan)
-    column = check_backfill(
-        f"{plan.source}.{plan.name}",
-        type(source),
-        (plan.strategy, plan.sync_mode, plan.key),
-        table.schema(),
-        spec,
-    )
+    reader, column = _partitioned(source, plan, table.schema(), spec)
     last = table.latest_commit()
-    digest = digest_of(table.schema())
+    partitions = _Partitions(plan, area, reporter, declared, digest_of(table.schema()))
     # Absent ids are deletes only when the range is over the key (see below).
     current_filter = (
         range_filter(table.schema(), column, spec.lower, spec.upper) if column in plan.key else None
     )
-    request = ReadRequest(
-        dataset=plan.name,
-        relation=plan.relation,
-        key=plan.key,
-        strategy="snapshot",
-        columns=plan.columns,
-        batch_rows=plan.batch_rows,
-    )
-    parts_plan = source.plan_partitions(
-        request,
-        spec.partitions,
-        column=column,
-        lower=spec.lower,
-        upper=spec.upper,
-        sum_column=spec.sum_column,
-    )
+    parts_plan = _plan_range(reader, plan, spec, column)
     try:
-        count = len(parts_plan.partitions)
-        extractions = [source.read_partition(parts_plan, i) for i in range(count)]
-        group = PartitionGroup(extractions)
-        progress = [0] * count
-
-        def read(index: int) -> tuple[list[Path], int]:
-            writer = PartWriter(
-                area,
-                f"{plan.source}/{plan.name}/capture/p{index:04d}",
-                max_rows=plan.max_rows,
-                max_bytes=plan.max_bytes,
-            )
-            # The partitions share the machine's cores: one hashing thread each.
-            stager = CaptureStager(
-                writer,
-                key=plan.key,
-                hash_rows=True,
-                first_ordinal=index << PARTITION_SHIFT,
-                threads=1,
-                digest=digest,
-            )
-            rows = 0
-            schema: pa.Schema | None = None
-            try:
-                for msg in extractions[index]:
-                    if not isinstance(msg, RecordBatchMessage):
-                        continue
-                    batch = msg.batch
-                    check_batch(f"{plan.source}.{plan.name}", batch, declared)
-                    schema = schema or batch.schema
-                    stager.put(batch)
-                    rows += batch.num_rows
-                    progress[index] = rows
-                    reporter.progress(plan.name, sum(progress), 0, 0)
-                if schema is None:  # an empty partition stages nothing
-                    stager.abort()
-                    return [], 0
-                return stager.close(schema), rows
-            except BaseException:
-                stager.abort()
-                raise
-
-        with (
-            reading(group),  # aborted if it fails; under the Attempt's deadline
-            ThreadPoolExecutor(max_workers=count, thread_name_prefix="partition") as pool,
-        ):
-            results = list(pool.map(read, range(count)))
+        group, results = partitions.read(reader, parts_plan)
         control = parts_plan.control
     finally:
         parts_plan.close()
-    parts = [p for paths, _ in results for p in paths]
-    schemas = {part_schema(p) for p in parts}
-    if len(schemas) > 1:
-        # Every partition reads the same relation: different schemas mean a
-        # partition handed over a value that does not fit.
-        raise ConfigError(
-            f"the partitions of {plan.source}.{plan.name} staged different schemas",
-            hint="declare casts for the differing columns",
-        )
-    if not parts:  # an empty range is still a capture of it: stage its schema alone
-        writer = PartWriter(
-            area, f"{plan.source}/{plan.name}/capture/empty", plan.max_rows, plan.max_bytes
-        )
-        empty = CaptureStager(writer, key=plan.key, hash_rows=True, digest=digest)
-        parts = empty.close(_empty_schema(table.schema(), declared))
-        schemas = {part_schema(parts[0])}
-    schema = schemas.pop()
+    parts, schema = partitions.one_schema(results, table.schema())
     # The range meets the dataset's drift policy as any capture does.
     try:
         drift = judge_drift(plan, table.schema(), schema, parts)
@@ -349,3 +257,139 @@ def stage_partitioned(
             "sum": control.sum,
         },
     )
+
+
+def _partitioned(
+    source: Source, plan: DatasetPlan, schema: pa.Schema | None, spec: BackfillSpec
+) -> tuple[PartitionedSource, str]:
+    """The source, once it reads partitions and the dataset takes the backfill; its column."""
+    if not isinstance(source, PartitionedSource):
+        raise ConfigError(
+            f"the {type(source).name} connector cannot read partitions",
+            hint="capture the dataset with `combined capture` instead",
+        )
+    column = check_backfill(
+        f"{plan.source}.{plan.name}",
+        type(source),
+        (plan.strategy, plan.sync_mode, plan.key),
+        schema,
+        spec,
+    )
+    return source, column
+
+
+def _plan_range(
+    source: PartitionedSource, plan: DatasetPlan, spec: BackfillSpec, column: str
+) -> Any:
+    """The source's partitions of the range, planned in one exported snapshot."""
+    request = ReadRequest(
+        dataset=plan.name,
+        relation=plan.relation,
+        key=plan.key,
+        strategy="snapshot",
+        columns=plan.columns,
+        batch_rows=plan.batch_rows,
+    )
+    return source.plan_partitions(
+        request,
+        spec.partitions,
+        column=column,
+        lower=spec.lower,
+        upper=spec.upper,
+        sum_column=spec.sum_column,
+    )
+
+
+class _Partitions:
+    """A backfill's partitions read in parallel, each staged in its own directory."""
+
+    def __init__(
+        self,
+        plan: DatasetPlan,
+        area: StagingArea,
+        reporter: Reporter,
+        declared: Mapping[str, str] | None,
+        digest: Digest,
+    ) -> None:
+        self.plan = plan
+        self.area = area
+        self.reporter = reporter
+        self.declared = declared
+        self.digest = digest
+        self.progress: list[int] = []
+
+    def read(
+        self, source: PartitionedSource, parts_plan: Any
+    ) -> tuple[PartitionGroup, list[tuple[list[Path], int]]]:
+        """Every partition of ``parts_plan`` read, a thread each: the group, parts and rows."""
+        count = len(parts_plan.partitions)
+        extractions = [source.read_partition(parts_plan, i) for i in range(count)]
+        group = PartitionGroup(extractions)
+        self.progress = [0] * count
+        with (
+            reading(group),  # aborted if it fails; under the Attempt's deadline
+            ThreadPoolExecutor(max_workers=count, thread_name_prefix="partition") as pool,
+        ):
+            results = list(pool.map(self._read_one, extractions, range(count)))
+        return group, results
+
+    def _read_one(self, extraction: Extraction, index: int) -> tuple[list[Path], int]:
+        plan = self.plan
+        writer = PartWriter(
+            self.area,
+            f"{plan.source}/{plan.name}/capture/p{index:04d}",
+            max_rows=plan.max_rows,
+            max_bytes=plan.max_bytes,
+        )
+        # The partitions share the machine's cores: one hashing thread each.
+        stager = CaptureStager(
+            writer,
+            key=plan.key,
+            hash_rows=True,
+            first_ordinal=index << PARTITION_SHIFT,
+            threads=1,
+            digest=self.digest,
+        )
+        rows = 0
+        schema: pa.Schema | None = None
+        try:
+            for msg in extraction:
+                if not isinstance(msg, RecordBatchMessage):
+                    continue
+                batch = msg.batch
+                check_batch(f"{plan.source}.{plan.name}", batch, self.declared)
+                schema = schema or batch.schema
+                stager.put(batch)
+                rows += batch.num_rows
+                self.progress[index] = rows
+                self.reporter.progress(plan.name, sum(self.progress), 0, 0)
+            if schema is None:  # an empty partition stages nothing
+                stager.abort()
+                return [], 0
+            return stager.close(schema), rows
+        except BaseException:
+            stager.abort()
+            raise
+
+    def one_schema(
+        self, results: list[tuple[list[Path], int]], lake: pa.Schema | None
+    ) -> tuple[list[Path], pa.Schema]:
+        """The partitions' parts and their one schema (an empty range's: the lake's)."""
+        plan = self.plan
+        parts = [p for paths, _ in results for p in paths]
+        schemas = {part_schema(p) for p in parts}
+        if len(schemas) > 1:
+            # Every partition reads the same relation: different schemas mean a
+            # partition handed over a value that does not fit.
+            raise ConfigError(
+                f"the partitions of {plan.source}.{plan.name} staged different schemas",
+                hint="declare casts for the differing columns",
+            )
+        if not parts:  # an empty range is still a capture of it: stage its schema alone
+            writer = PartWriter(
+                self.area, f"{plan.source}/{plan.name}/capture/empty", plan.max_rows, plan.max_bytes
+            )
+            empty = CaptureStager(writer, key=plan.key, hash_rows=True, digest=self.digest)
+            parts = empty.close(empty_schema(lake, self.declared))
+            schemas = {part_schema(parts[0])}
+        return parts, schemas.pop()

@@ -21,7 +21,7 @@ from combined.errors import DriftQuarantined, DriftRejected
 from combined.lake import lake_schema
 
 if TYPE_CHECKING:
-    from combined.runtime._pipeline import DatasetPlan
+    from combined.runtime._plan import DatasetPlan
 
 
 class Declared(dict[str, str]):

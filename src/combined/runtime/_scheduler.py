@@ -141,7 +141,7 @@ def admit_or_join(
 
 def enqueue(engine: Engine, names: Sequence[str], trigger: Trigger | None = None) -> list[Part]:
     """Queue captures of the selected datasets, joining those already queued or running."""
-    from combined.runtime._leases import lease_ttl
+    from combined.runtime._lease import lease_ttl
 
     parts: list[Part] = []
     for source, datasets in engine.selectors(names).items():
@@ -192,7 +192,7 @@ class Scheduler:
         return done
 
     def _queue(self, entry: Due) -> list[Part]:
-        from combined.runtime._leases import lease_ttl
+        from combined.runtime._lease import lease_ttl
 
         engine = self.engine
         engine._declare(entry.source)

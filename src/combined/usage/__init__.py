@@ -68,57 +68,10 @@ def record_usage(
         # The dataset's first usage, one row per identity: every row is new.
         return {month: _first_usage(table, schema, files, month, deliveries, counts, current)}
     with _duck() as con:
-        month_lit = "'" + month.replace("'", "''") + "'"
-        op = (
-            "CASE WHEN _combined_op = 'snapshot' THEN 'insert' "
-            "ELSE CAST(_combined_op AS VARCHAR) END"
-            if deliveries
-            else "CAST(op AS VARCHAR)"
-        )
-        t = digest_sql_type(want)
-        new = (
-            f"SELECT {month_lit} AS month, "
-            f"CAST({as_sql('_combined_id', have, want)} AS {t}) AS _combined_id, "
-            f"{op} AS op FROM {store.duck_source(con, files)}"
-        )
-        existing = (
-            f"SELECT NULL::VARCHAR AS month, NULL::{t} AS _combined_id, "
-            "NULL::VARCHAR AS op WHERE false"
-        )
-        if known:
-            existing = (
-                "SELECT month, _combined_id, op FROM "
-                f"{store.duck_source(con, known)} WHERE month = {month_lit}"
-            )
-        # The month's rows for the identities this transition touches (a semi
-        # join: a hash table of the transition's ids, not of the month's),
-        # then the pairs not billed yet; repeated pairs fold.
-        con.execute(f"CREATE TABLE pairs AS SELECT DISTINCT * FROM ({new})")
-        con.execute(
-            f"CREATE TABLE seen AS SELECT e._combined_id, e.op FROM ({existing}) e "
-            "SEMI JOIN pairs n ON e._combined_id IS NOT DISTINCT FROM n._combined_id"
-        )
-        con.execute(
-            "CREATE TABLE added AS SELECT * FROM pairs n ANTI JOIN seen s "
-            "ON n._combined_id IS NOT DISTINCT FROM s._combined_id "
-            "AND n.op IS NOT DISTINCT FROM s.op"
-        )
-        fresh = (
-            "SELECT count(DISTINCT a._combined_id) FROM added a ANTI JOIN seen e "
-            "ON a._combined_id IS NOT DISTINCT FROM e._combined_id"
-        )
-        row = con.execute(
-            "SELECT count(*) FILTER (WHERE op = 'insert'), count(*) FILTER (WHERE op = 'update'), "
-            f"count(*) FILTER (WHERE op = 'delete'), ({fresh}), count(*) FROM added"
-        ).fetchall()[0]
+        new, existing = _pair_queries(con, store, files, known, month, deliveries, (have, want))
+        row = _count_added(con, new, existing)
         if row[4]:
-            current = {
-                "mar": current["mar"] + int(row[3]),
-                "inserts": current["inserts"] + int(row[0]),
-                "updates": current["updates"] + int(row[1]),
-                "deletes": current["deletes"] + int(row[2]),
-            }
-            counts[month] = current
+            current = counts[month] = _plus(current, row)
             reader = con.sql("SELECT month, _combined_id, op FROM added").to_arrow_reader(65_536)
             table.append_batches(
                 schema,
@@ -127,6 +80,78 @@ def record_usage(
                 metadata={"counts": counts},
             )
     return {month: current}
+
+
+def _plus(current: dict[str, int], row: Any) -> dict[str, int]:
+    """The month's counts with the added pairs' (inserts, updates, deletes, new ids)."""
+    return {
+        "mar": current["mar"] + int(row[3]),
+        "inserts": current["inserts"] + int(row[0]),
+        "updates": current["updates"] + int(row[1]),
+        "deletes": current["deletes"] + int(row[2]),
+    }
+
+
+def _pair_queries(
+    con: Any,
+    store: Any,
+    files: list[str],
+    known: list[str],
+    month: str,
+    deliveries: bool,
+    digests: tuple[Digest, Digest],
+) -> tuple[str, str]:
+    """SQL of the transition's (month, id, op) pairs, and of the month's billed ones.
+
+    ``digests``: the changes' identity format, and the usage table's.
+    """
+    have, want = digests
+    month_lit = "'" + month.replace("'", "''") + "'"
+    op = (
+        "CASE WHEN _combined_op = 'snapshot' THEN 'insert' ELSE CAST(_combined_op AS VARCHAR) END"
+        if deliveries
+        else "CAST(op AS VARCHAR)"
+    )
+    t = digest_sql_type(want)
+    new = (
+        f"SELECT {month_lit} AS month, "
+        f"CAST({as_sql('_combined_id', have, want)} AS {t}) AS _combined_id, "
+        f"{op} AS op FROM {store.duck_source(con, files)}"
+    )
+    existing = (
+        f"SELECT NULL::VARCHAR AS month, NULL::{t} AS _combined_id, NULL::VARCHAR AS op WHERE false"
+    )
+    if known:
+        existing = (
+            "SELECT month, _combined_id, op FROM "
+            f"{store.duck_source(con, known)} WHERE month = {month_lit}"
+        )
+    return new, existing
+
+
+def _count_added(con: Any, new: str, existing: str) -> Any:
+    """Table ``added``: the pairs not billed yet; (inserts, updates, deletes, new ids, pairs)."""
+    # The month's rows for the identities this transition touches (a semi
+    # join: a hash table of the transition's ids, not of the month's),
+    # then the pairs not billed yet; repeated pairs fold.
+    con.execute(f"CREATE TABLE pairs AS SELECT DISTINCT * FROM ({new})")
+    con.execute(
+        f"CREATE TABLE seen AS SELECT e._combined_id, e.op FROM ({existing}) e "
+        "SEMI JOIN pairs n ON e._combined_id IS NOT DISTINCT FROM n._combined_id"
+    )
+    con.execute(
+        "CREATE TABLE added AS SELECT * FROM pairs n ANTI JOIN seen s "
+        "ON n._combined_id IS NOT DISTINCT FROM s._combined_id "
+        "AND n.op IS NOT DISTINCT FROM s.op"
+    )
+    fresh = (
+        "SELECT count(DISTINCT a._combined_id) FROM added a ANTI JOIN seen e "
+        "ON a._combined_id IS NOT DISTINCT FROM e._combined_id"
+    )
+    return con.execute(
+        "SELECT count(*) FILTER (WHERE op = 'insert'), count(*) FILTER (WHERE op = 'update'), "
+        f"count(*) FILTER (WHERE op = 'delete'), ({fresh}), count(*) FROM added"
+    ).fetchall()[0]
 
 
 def _first_usage(

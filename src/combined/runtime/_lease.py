@@ -1,7 +1,12 @@
-"""A Run's dataset leases, renewed from a thread while the Run executes (the heartbeat)."""
+"""Lease: a Run takes its datasets' leases, renewed from a thread while it executes (the heartbeat).
+
+Only the Run that holds a dataset's lease commits to it; a recovery that
+projects a dataset's lake commits holds it under a ``repair:`` name.
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -9,6 +14,20 @@ from combined.catalog import Catalog
 from combined.errors import ProtocolViolation
 from combined.runtime._beat import Beating
 from combined.runtime._deadline import env_seconds
+
+#: The lease holder prefix of a recovery projecting a dataset's lake commits.
+REPAIR = "repair:"
+
+
+def acquire(catalog: Catalog, source: str, dataset: str, run_id: str, ttl: timedelta) -> bool:
+    """Take the dataset's lease; waits (up to a minute) while a repair projects it."""
+    deadline = time.monotonic() + 60
+    while not catalog.acquire_lease(source, dataset, run_id, ttl):
+        holder = catalog.lease_holder(source, dataset) or ""
+        if not holder.startswith(REPAIR) or time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 class LeaseKeeper(Beating):
@@ -68,7 +87,7 @@ class LeaseKeeper(Beating):
             )
 
 
-__all__ = ["LeaseKeeper"]
+__all__ = ["REPAIR", "LeaseKeeper", "acquire"]
 
 
 def lease_ttl() -> float:

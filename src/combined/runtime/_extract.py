@@ -1,0 +1,312 @@
+"""Extract: read one dataset from its source into private staging, batch by batch.
+
+Each batch is checked against the declared and committed schemas, numbered,
+identified and hashed (:mod:`combined.runtime._stage`) and staged in bounded
+parts; the read's checkpoint is what the barrier lets commit. The drift
+policy judges the capture's schema once the read is done. A partitioned
+backfill reads its range in :mod:`combined.runtime._backfill`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from combined.connectors.abc import CursorSpec, Extraction, ReadRequest, Source
+from combined.delivery import PartWriter, StagingArea, part_schema
+from combined.errors import ConfigError, SchemaMismatch
+from combined.lake import LakeLayout
+from combined.protocol import RecordBatchMessage, StateMessage
+from combined.protocol import _provenance as prov
+from combined.protocol._digest import digest_of
+from combined.runtime._barrier import CheckpointBarrier
+from combined.runtime._deadline import reading
+from combined.runtime._drift import judge_drift
+from combined.runtime._memory import release_memory
+from combined.runtime._plan import DatasetPlan, Staged, table_of
+from combined.runtime._reporter import Reporter
+from combined.runtime._schema_check import (
+    RESERVED_PREFIX,
+    check_batch,
+    check_names,
+    family,
+    parse_type,
+)
+from combined.runtime._stage import CaptureStager
+
+
+def extract(
+    plan: DatasetPlan,
+    source: Source,
+    area: StagingArea,
+    layout: LakeLayout,
+    reporter: Reporter,
+    declared: Mapping[str, str] | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> Staged:
+    """Read one dataset into private, ordinal-keyed staging under the run's limits.
+
+    ``declared`` maps column names to their discovered Arrow types: every
+    batch is checked against it, the first one included.
+    """
+    table = table_of(layout, plan)
+    last = table.latest_commit()
+    # The checkpoint lives with the data: the lake's newest commit is authoritative.
+    prior_state = last.get("checkpoint") if last else None
+    committed_schema = table.schema()
+    if plan.sync_mode == "append" and plan.strategy == "cursor" and type(source).REDELIVERS:
+        raise ConfigError(
+            f"{plan.source}.{plan.name} appends what a {type(source).name} cursor read hands "
+            "over, and such a read may hand over again records an earlier read already did "
+            "(it resumes at its bookmark, inclusive): they would be stored twice",
+            hint="use sync_mode: incremental, which merges them by key",
+        )
+    request = ReadRequest(
+        dataset=plan.name,
+        relation=plan.relation,
+        key=plan.key,
+        strategy=plan.strategy,  # type: ignore[arg-type]
+        state=prior_state,
+        cursor=_cursor(plan),
+        columns=plan.columns,
+        batch_rows=plan.batch_rows,
+        options=_read_options(plan, source, options, committed_schema),
+    )
+    extraction = source.read(request)
+    writer = PartWriter(
+        area, f"{plan.source}/{plan.name}/capture", max_rows=plan.max_rows, max_bytes=plan.max_bytes
+    )
+    with reading(extraction):  # aborted if it fails; under the Attempt's deadline
+        return _consume(
+            plan, extraction, writer, committed_schema, last, prior_state, reporter, declared
+        )
+
+
+def _cursor(plan: DatasetPlan) -> CursorSpec | None:
+    """The cursor a cursor read resumes from, as the admission froze it."""
+    if plan.cursor is None:
+        return None
+    return CursorSpec(
+        column=plan.cursor["column"],
+        lookback=timedelta(seconds=float(plan.cursor["lookback"]))
+        if plan.cursor.get("lookback_is_duration")
+        else plan.cursor.get("lookback"),
+        trust=plan.cursor.get("trust", "declared"),
+        # An admission frozen before the setting existed takes its default.
+        nulls=plan.cursor.get("nulls", "fail"),
+    )
+
+
+def _read_options(
+    plan: DatasetPlan, source: Source, options: Mapping[str, Any] | None, lake: pa.Schema | None
+) -> dict[str, Any]:
+    """The read's options; asks for control totals where the source can count them.
+
+    A change stream is told the columns the lake holds (``lake_columns``):
+    one it then sees arrive was added since, and the rows no change carries
+    take their value from the source. An event stream (``append``) is told
+    too, but is not filled (``event_stream``): its events happened before
+    the column existed, and the read counts the rows no event gives a value.
+    """
+    out = dict(options or {})
+    if plan.strategy == "cdc" and lake is not None:
+        out["lake_columns"] = [n for n in lake.names if not n.startswith(RESERVED_PREFIX)]
+        if plan.sync_mode == "append":
+            out["event_stream"] = True
+    if (
+        type(source).SUPPORTS_CONTROL_TOTALS
+        and plan.strategy in ("snapshot", "cursor")
+        and plan.sync_mode == "incremental"  # an event stream's rows are not the table's
+        # A cursor's control totals count the whole relation, flagged rows
+        # included, which its delta cannot take away (a snapshot's can: _reduce).
+        and (plan.deletes is None or plan.strategy == "snapshot")
+    ):
+        out["control_totals"] = plan.control_sum or True
+    return out
+
+
+def _control(extraction: Extraction) -> dict[str, Any] | None:
+    totals = getattr(extraction, "control_totals", None)
+    if totals is None:
+        return None
+    return {"rows": totals.rows, "sum_column": totals.sum_column, "sum": totals.sum}
+
+
+def _consume(
+    plan: DatasetPlan,
+    extraction: Extraction,
+    writer: PartWriter,
+    committed_schema: pa.Schema | None,
+    last: Mapping[str, Any] | None,
+    prior_state: Mapping[str, Any] | None,
+    reporter: Reporter,
+    declared: Mapping[str, str] | None,
+) -> Staged:
+    barrier = CheckpointBarrier()
+    shape = _Shape(plan, committed_schema, declared)
+    rows = nbytes = 0
+    stager = CaptureStager(
+        writer, key=plan.key, hash_rows=plan.strategy != "cdc", digest=digest_of(committed_schema)
+    )
+    try:
+        for msg in extraction:
+            if isinstance(msg, StateMessage):
+                barrier.state(msg.state, position=msg.position)
+                continue
+            assert isinstance(msg, RecordBatchMessage)
+            batch = shape.fit(msg.batch)
+            stager.put(batch)
+            barrier.records(batch.num_rows)
+            rows += batch.num_rows
+            nbytes += batch.nbytes
+            reporter.progress(plan.name, rows, nbytes, 0)
+        if shape.schema is None:
+            shape.schema = empty_schema(committed_schema, declared)
+        parts = stager.close(shape.schema)
+    except BaseException:
+        stager.abort()
+        raise
+    finally:
+        # Give the read's buffers back before the reduction allocates its own.
+        release_memory()
+    before = last.get("fields") if last else None
+    now = getattr(declared, "identity", None) or before
+    drift = judge_drift(plan, committed_schema, shape.final(), parts, before, now)
+    checkpoint = barrier.committable(through_records=rows)
+    return Staged(
+        plan=plan,
+        extraction=extraction,
+        parts=parts,
+        schema=part_schema(parts[-1]),  # the last part has every field
+        state=checkpoint[0] if checkpoint else prior_state,
+        position=checkpoint[1] if checkpoint else (last.get("source_position") if last else None),
+        receipt=extraction.receipt,
+        rows=rows,
+        drift=drift,
+        full=_whole(plan, checkpoint, prior_state),
+        prior_state=prior_state,
+        fields=now,
+        **_told(plan, extraction),
+    )
+
+
+def _told(plan: DatasetPlan, extraction: Extraction) -> dict[str, Any]:
+    """What the read told beside its rows: control totals, NOT NULL, filled, unfilled columns."""
+    return {
+        "control": _control(extraction),
+        # An event stream keeps events from before a column existed: no check.
+        "not_null": tuple(getattr(extraction, "not_null_columns", {}).get(plan.name, ()))
+        if plan.sync_mode != "append"
+        else (),
+        "filled_nulls": getattr(extraction, "filled_nulls", {}).get(plan.name),
+        "unfilled": getattr(extraction, "unfilled_columns", {}).get(plan.name),
+    }
+
+
+def _whole(
+    plan: DatasetPlan,
+    checkpoint: tuple[Mapping[str, Any], str | None] | None,
+    prior_state: Mapping[str, Any] | None,
+) -> bool:
+    """Whether the capture is the whole relation: a snapshot, or a change stream's first read."""
+    return plan.strategy == "snapshot" or bool(
+        checkpoint
+        and checkpoint[0].get("stitched")
+        and not any((prior_state or {}).get(k) for k in ("lsn", "binlog"))
+    )
+
+
+class _Shape:
+    """The capture's schema as its batches arrive: each checked, later ones fitted to it."""
+
+    def __init__(
+        self,
+        plan: DatasetPlan,
+        committed: pa.Schema | None,
+        declared: Mapping[str, str] | None,
+    ) -> None:
+        self.plan = plan
+        self.committed = committed
+        self.declared = declared
+        self.schema: pa.Schema | None = None
+        #: Fields an earlier batch had and a later one lacks: dropped while streaming.
+        self.dropped: set[str] = set()
+
+    def fit(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch``, checked and cast to the capture's schema (widened by any new field)."""
+        plan, schema = self.plan, self.schema
+        check_batch(f"{plan.source}.{plan.name}", batch, self.declared)
+        if schema is None or batch.schema.names != schema.names:
+            check_names(
+                f"{plan.source}.{plan.name}",
+                batch.schema.names,
+                # Only a change stream's reader adds its control columns.
+                control=prov.CONTROL_COLUMNS if plan.strategy == "cdc" else (),
+                # (a full refresh replaces the table's columns with the read's)
+                committed=self.committed.names
+                if self.committed is not None and plan.sync_mode != "full_refresh"
+                else (),
+            )
+        if schema is None:
+            self.schema = batch.schema
+        elif batch.schema != schema:
+            # A field that appears mid-read (a column added while streaming) widens
+            # the capture's schema; one that disappears (dropped while streaming)
+            # stays in it, null from then on. The drift policy judges both once
+            # the read is done.
+            self.dropped.update(n for n in schema.names if n not in batch.schema.names)
+            for f in batch.schema:
+                if f.name not in schema.names:
+                    schema = schema.append(f)
+            self.schema = schema
+            batch = _conform(plan, batch, schema)
+        return batch
+
+    def final(self) -> pa.Schema:
+        """The source's shape now: the capture's schema less the fields dropped meanwhile."""
+        assert self.schema is not None
+        return pa.schema([f for f in self.schema if f.name not in self.dropped])
+
+
+def empty_schema(committed: pa.Schema | None, declared: Mapping[str, str] | None) -> pa.Schema:
+    # An empty read has no batch to take a schema from: the lake's, else the declared one.
+    if committed is not None:
+        return pa.schema([f for f in committed if not f.name.startswith("_combined_")])
+    return pa.schema([pa.field(n, parse_type(t)) for n, t in (declared or {}).items()])
+
+
+def _conform(plan: DatasetPlan, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """Cast a later batch to the capture's first schema, or say which column does not fit."""
+    arrays = []
+    for f in schema:
+        idx = batch.schema.get_field_index(f.name)
+        if idx < 0:
+            arrays.append(pa.nulls(batch.num_rows, f.type))
+            continue
+        col = batch.column(idx)
+        if col.type != f.type:
+            before, now = family(str(f.type)), family(str(col.type))
+            # A cast across families (int64 to string) would "fit" by rewriting values.
+            fits = (
+                before == now
+                or now == "null"
+                or (before in ("float", "decimal") and now == "integer")
+            )
+            try:
+                if not fits:
+                    raise pa.ArrowInvalid(f"{col.type} is not {f.type}")
+                col = pc.cast(col, f.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SchemaMismatch(
+                    f"a record of {plan.source}.{plan.name} does not fit the schema of the "
+                    f"capture: column {f.name!r} holds {f.type} in earlier records and "
+                    f"{col.type} in this one",
+                    hint="fix the source value or declare the column's type; "
+                    "nothing was committed for this dataset",
+                ) from exc
+        arrays.append(col)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

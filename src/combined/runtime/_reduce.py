@@ -1,0 +1,269 @@
+"""Reduce: one dataset's staged capture against the lake's current state, to its transition.
+
+The reduction (``combined.capture._reduce``, out of core) yields the
+transition: inserts, updates and deletes by stable identity. A capture with
+duplicated keys is held in quarantine instead. :func:`prepare` then has the
+transition written as Deliveries (:mod:`combined.runtime._deliver`) and
+names the dataset version it makes, ready to commit.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+
+from combined.capture._reduce import Reducer, Transition
+from combined.catalog import Catalog, VersionTotals, version_id
+from combined.catalog import data as cat
+from combined.delivery import StagingArea
+from combined.errors import DuplicateKeys, LakeError, NotFoundError
+from combined.lake import LakeLayout, LakeTable
+from combined.protocol import _provenance as prov
+from combined.protocol._digest import Digest, digest_of
+from combined.runtime._deliver import Writing, Written, commit_metadata, deliver
+from combined.runtime._memory import release_memory
+from combined.runtime._plan import DatasetPlan, Prepared, Staged, table_of
+from combined.runtime._quarantine import quarantine_duplicates
+from combined.runtime._reporter import Reporter
+
+
+def prepare(
+    staged: Staged,
+    *,
+    run_id: str,
+    admission_id: str,
+    producer: str,
+    area: StagingArea,
+    layout: LakeLayout,
+    memory_limit: int,
+    catalog: Catalog,
+    reporter: Reporter,
+) -> Prepared:
+    """Reduce the staged capture to its transition and write it as Deliveries."""
+    plan = staged.plan
+    table = table_of(layout, plan)
+    reporter.phase(plan.name, "reducing")
+    w = Writing(
+        area=area,
+        run_id=run_id,
+        producer=producer,
+        accepted_at=datetime.now(UTC),
+        row=_dataset_row(catalog, plan),
+        baseline=not table.exists(),
+        digest=_digest(plan, table.schema(), staged.schema),
+    )
+    reducer = _reducer(staged, table, layout, memory_limit, w)
+    # At most one task beside this thread (a first baseline's digests and change list).
+    side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transition")
+    try:
+        if reducer.duplicates(limit=1):
+            _hold_duplicates(reducer, staged, run_id=run_id, layout=layout, catalog=catalog)
+        # A first baseline's counts are known from its staged parts; its
+        # digests follow on a second connection while its Deliveries are
+        # encoded (neither needs the other).
+        transition = reducer.counts_all_new() if reducer.all_new else reducer.reduce()
+        if reducer.soft is not None and (staged.full or staged.bounded) and not reducer.has_op:
+            _count_live(staged, reducer)
+        written = deliver(reducer, staged, transition, table, w, side, reporter)
+        if reducer.all_new:
+            transition = (
+                written.pending.result() if written.pending is not None else reducer.reduce()
+            )
+        content = reducer.full_content_xor() if plan.sync_mode == "full_refresh" else None
+    finally:
+        side.shutdown(wait=True)  # before its connection closes, whatever failed
+        reducer.close()
+        # Give the batches' buffers back before the commit allocates its own.
+        release_memory()
+    return _prepared(staged, transition, written, content, admission_id, catalog, w)
+
+
+def _reducer(
+    staged: Staged,
+    table: LakeTable,
+    layout: LakeLayout,
+    memory_limit: int,
+    w: Writing,
+) -> Reducer:
+    """The reduction of the staged capture against the table's current files."""
+    plan = staged.plan
+    spill = w.area.path(f"{plan.source}/{plan.name}/spill/.keep").parent
+    return Reducer(
+        capture_files=staged.parts,
+        capture_schema=staged.schema,
+        current_files=table.files() if plan.sync_mode != "append" else [],
+        key=plan.key,
+        strategy=plan.strategy,
+        sync_mode=plan.sync_mode,
+        memory_limit=memory_limit,
+        spill_dir=spill,
+        baseline=w.baseline,
+        full=staged.full,
+        current_filter=staged.current_filter,
+        lake=layout.store,
+        digest=w.digest,
+        deletes=plan.deletes,
+        dataset=f"{plan.source}.{plan.name}",
+    )
+
+
+def _hold_duplicates(
+    reducer: Reducer, staged: Staged, *, run_id: str, layout: LakeLayout, catalog: Catalog
+) -> None:
+    """Hold the rows of duplicated keys in quarantine; raise DuplicateKeys naming the entry."""
+    plan = staged.plan
+    qid, held = quarantine_duplicates(
+        reducer, staged, run_id=run_id, layout=layout, catalog=catalog
+    )
+    try:
+        reducer.check_duplicates(f"{plan.source}.{plan.name}")
+    except DuplicateKeys as exc:
+        where = (
+            f"its rows are held in quarantine entry {qid}"
+            if held
+            else f"the same rows already await review in quarantine entry {qid}, "
+            "so this capture was not held again"
+        )
+        raise DuplicateKeys(
+            f"{exc.message}; {where}",
+            hint="fix the key in the source or declare a key that is unique "
+            f"(`combined quarantine show {qid}` lists the rows)",
+            **exc.context,
+        ) from None
+
+
+def _count_live(staged: Staged, reducer: Reducer) -> None:
+    """A whole (or bounded) capture's source counts less its flagged rows: the live rows.
+
+    Reconciliation compares the source's rows (and control totals, read in
+    the same snapshot) with the lake's, which holds no row a soft-delete flag marks.
+    """
+    control = staged.control
+    column = control.get("sum_column") if control else None
+    rows, total = reducer.flagged(column)
+    if not rows:
+        return
+    staged.rows -= rows
+    if control is not None:
+        live = {**control, "rows": int(control["rows"]) - rows}
+        if column and control.get("sum") is not None and total is not None:
+            live["sum"] = str(Decimal(str(control["sum"])) - Decimal(str(total)))
+        staged.control = live
+
+
+def _digest(plan: DatasetPlan, lake: pa.Schema | None, staged: pa.Schema) -> Digest:
+    """The digest format of the dataset's table (v1 hex or v2 binary), as staging used it.
+
+    A table keeps the format it was created with; staging read it from the
+    same table when the capture began. A table created or replaced in
+    between with the other format is refused, never written in two formats.
+    """
+    digest = digest_of(lake)
+    if prov.ID in staged.names and digest_of(staged) != digest:
+        raise LakeError(
+            f"{plan.source}.{plan.name}: the lake table's identity encoding changed during "
+            "the capture (another writer created or replaced it); nothing was committed",
+            hint="capture again",
+        )
+    return digest
+
+
+def _dataset_row(catalog: Catalog, plan: DatasetPlan) -> Any | None:
+    """The dataset's catalog row (None before its first capture registers it).
+
+    Read once per prepare: the dataset's lease keeps every other writer of it
+    away until the commit, so neither its schema nor its version moves meanwhile.
+    """
+    with catalog.begin() as conn:
+        try:
+            return cat.get_dataset(conn, plan.source, plan.name)
+        except NotFoundError:
+            return None
+
+
+def _prepared(
+    staged: Staged,
+    transition: Transition,
+    written: Written,
+    content: tuple[int, int] | None,
+    admission_id: str,
+    catalog: Catalog,
+    w: Writing,
+) -> Prepared:
+    """The transition, its Deliveries and its commit's metadata, ready to commit."""
+    plan = staged.plan
+    version = _next_version(catalog, w.row, plan, transition, bool(written.deliveries), content)
+    metadata = commit_metadata(
+        staged,
+        transition,
+        written,
+        version,
+        run_id=w.run_id,
+        admission_id=admission_id,
+        accepted_at=w.accepted_at,
+    )
+    mode = {"incremental": "merge", "append": "append", "full_refresh": "overwrite"}[plan.sync_mode]
+    needs_merge = not w.baseline and (transition.updates > 0 or transition.deletes > 0)
+    return Prepared(
+        staged=staged,
+        transition=transition,
+        deliveries=written.deliveries,
+        changes_path=written.changes_path,
+        metadata=metadata,
+        mode=mode,
+        needs_merge=needs_merge,
+    )
+
+
+def _next_version(
+    catalog: Catalog,
+    row: Any | None,
+    plan: DatasetPlan,
+    transition: Transition,
+    delivered: bool,
+    content: tuple[int, int] | None,
+) -> dict[str, Any]:
+    """The dataset version the transition makes: its parent's totals moved by the transition.
+
+    ``content`` is a replacement's whole content digest (its rows are the
+    version's); a transition that changes nothing keeps the parent version.
+    """
+    parent_id = row.current_version if row is not None else None
+    with catalog.begin() as conn:
+        parent = cat.get_version(conn, parent_id) if parent_id else None
+    parent_count = int(parent.row_count) if parent is not None else 0
+    parent_lo, parent_hi = _split(parent.content_digest if parent is not None else None)
+    if content is not None:
+        lo, hi = content
+        row_count = transition.captured
+    else:
+        lo = parent_lo ^ transition.content_xor[0]
+        hi = parent_hi ^ transition.content_xor[1]
+        row_count = parent_count + transition.inserts - transition.deletes
+        if plan.sync_mode == "append":
+            row_count = parent_count + transition.captured  # every event is kept
+    totals = VersionTotals(row_count=row_count, content_digest=f"{hi:016x}{lo:016x}")
+    changed = delivered and (transition.changes > 0 or content is not None)
+    if content is not None and transition.changes == 0 and parent is not None:
+        changed = False
+    vid = (
+        version_id(f"{plan.source}.{plan.name}", parent_id, transition.digest, totals)
+        if changed
+        else parent_id
+    )
+    return {
+        "id": vid,
+        "parent": parent_id,
+        "row_count": totals.row_count,
+        "content_digest": totals.content_digest,
+    }
+
+
+def _split(digest: str | None) -> tuple[int, int]:
+    if not digest:
+        return 0, 0
+    return int(digest[16:], 16), int(digest[:16], 16)
