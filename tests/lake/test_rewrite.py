@@ -9,7 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from combined.lake import _files
-from combined.lake._files import rewrite_actions, write_data_files
+from combined.lake._files import write_data_files
+from combined.lake._rewrite import rewrite_actions
 from combined.lake._store import LakeStore
 
 SCHEMA = pa.schema(
