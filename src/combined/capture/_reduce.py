@@ -23,8 +23,13 @@ import pyarrow as pa
 
 from combined.capture._output import (
     OUTPUT_BATCH_ROWS,
+    Delivered,
+    PartRange,
     _Constants,
     constant_columns,
+    in_order,
+    part_ranges,
+    part_rows,
     staged_rows,
 )
 from combined.capture._soft import deleted_sql
@@ -34,7 +39,13 @@ from combined.capture._transition import (
     _halves,
     transition_digest,
 )
-from combined.capture._unchanged import UNCHANGED, files_sql, lit, resolve_unchanged
+from combined.capture._unchanged import (
+    UNCHANGED,
+    Resolved,
+    files_sql,
+    lit,
+    resolve_unchanged,
+)
 from combined.delivery import StagedParts
 from combined.errors import DuplicateKeys
 from combined.protocol import _digest as dg
@@ -202,8 +213,9 @@ class Reducer:
         # a registered object is the connection's own (see cursor()).
         self._staged = StagedParts(self.capture_files, duckdb_scannable_schema(capture_schema))
         self.con.register(_STAGED, self._staged)
+        self._resolved: Resolved | None = None
         if UNCHANGED in capture_schema.names:
-            resolve_unchanged(
+            self._resolved = resolve_unchanged(
                 self.con,
                 staged=_STAGED,
                 names=capture_schema.names,
@@ -670,11 +682,37 @@ class Reducer:
                 self.capture_files, self.payload, self._first_op.strip("'"), scalars, batch_rows
             )
             return
+        fixed_columns = _Constants(scalars, batch_rows)
+        ranges = [] if self._every_row_new() else part_ranges(self.capture_files)
+        ordered = self.sync_mode == "append"
+        if ranges and (in_order(ranges) or not ordered):
+            yield from self._ranged_output(ranges, provenance, fixed_columns, batch_rows)
+            return
         sql = self._output_sql(provenance)
         reader: pa.RecordBatchReader = self.con.sql(sql).to_arrow_reader(batch_rows)
-        fixed_columns = _Constants(scalars, batch_rows)
         for batch in reader:
             yield fixed_columns.add(batch)
+
+    def _ranged_output(
+        self, ranges: list[PartRange], provenance: str, fixed: _Constants, batch_rows: int
+    ) -> Iterator[pa.RecordBatch]:
+        """:meth:`output` of a transition or a full refresh, one staged part at a time."""
+        refresh = self.sync_mode == "full_refresh"
+        yield from part_rows(
+            self.con,
+            ranges,
+            self._staged.schema,
+            Delivered(
+                payload=self.payload,
+                provenance=provenance,
+                resolved=self._resolved,
+                keys=self._keys() if refresh else None,
+                staged=_STAGED,
+            ),
+            ordered=self.sync_mode == "append",
+            fixed=fixed,
+            batch_rows=batch_rows,
+        )
 
     def _output_sql(self, provenance: str = "") -> str:
         """The query of the rows to deliver when the staged rows do not stream as they are.

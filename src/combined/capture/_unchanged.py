@@ -18,6 +18,7 @@ drains within the reduction's memory, spilling past it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from combined.protocol import _provenance as prov
@@ -54,6 +55,32 @@ def any_marked(con: duckdb.DuckDBPyConnection, staged: str, *, deletes: bool = F
     return bool(found)
 
 
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """How staged rows read with their marked values filled (the view ``res``)."""
+
+    #: The SELECT list over the rows ``r`` and their fills ``f``.
+    columns: str
+    #: The SQL of a row's id.
+    id_expr: str
+    #: Whether any value was filled (the table ``unc_fill`` exists).
+    filled: bool
+
+    def sql(self, relation: str, ordinals: tuple[int, int] | None = None) -> str:
+        """The rows of ``relation`` filled; ``ordinals``: the (lowest, highest) they hold.
+
+        Given ``ordinals``, the fills' hash table holds only theirs: a part
+        of the capture meets its own fills, never the whole backlog's.
+        """
+        rows = f"(SELECT *, {self.id_expr} AS _cid FROM {relation}) r"
+        if not self.filled:
+            return f"SELECT {self.columns} FROM {rows}"
+        fills = "unc_fill"
+        if ordinals is not None:
+            fills = f"(SELECT * FROM unc_fill WHERE ord BETWEEN {ordinals[0]} AND {ordinals[1]})"
+        return f"SELECT {self.columns} FROM {rows} LEFT JOIN {fills} f ON f.ord = r.{_ORD}"
+
+
 def resolve_unchanged(
     con: duckdb.DuckDBPyConnection,
     *,
@@ -62,19 +89,20 @@ def resolve_unchanged(
     payload: Sequence[str],
     id_expr: str,
     current_files: Sequence[str],
-) -> None:
+) -> Resolved:
     """Create the view ``res``: the staged rows with their marked values filled.
 
     ``staged`` is the staged rows' relation (of columns ``names``),
     ``payload`` the source's columns, ``id_expr`` the SQL of a row's id. The
-    view holds ``payload``, the other staged columns and ``_cid``.
+    view holds ``payload``, the other staged columns and ``_cid``; the
+    returned :class:`Resolved` reads any part of the staged rows the same way.
     """
-    rows = f"(SELECT *, {id_expr} AS _cid FROM {staged}) r"
     rest = ", ".join(f"r.{quote_ident(n)}" for n in names if n not in payload)
     if not any_marked(con, staged):
         as_staged = ", ".join(f"r.{quote_ident(c)}" for c in payload)
-        con.execute(f"CREATE VIEW res AS SELECT {as_staged}, {rest}, r._cid FROM {rows}")
-        return
+        resolved = Resolved(f"{as_staged}, {rest}, r._cid", id_expr, filled=False)
+        con.execute(f"CREATE VIEW res AS {resolved.sql(staged)}")
+        return resolved
     _lineage_table(con, staged, id_expr)
     lake = f"read_parquet({files_sql(current_files)}, union_by_name = true)"
     # The lake's own columns only: one the capture added has no lake value.
@@ -113,10 +141,9 @@ def resolve_unchanged(
         else:
             cols.append(f"r.{q}")
     # The hash table holds the fills; the staged rows stream past it.
-    con.execute(
-        f"CREATE VIEW res AS SELECT {', '.join(cols)}, {rest}, r._cid FROM {rows} "
-        f"LEFT JOIN unc_fill f ON f.ord = r.{_ORD}"
-    )
+    resolved = Resolved(f"{', '.join(cols)}, {rest}, r._cid", id_expr, filled=True)
+    con.execute(f"CREATE VIEW res AS {resolved.sql(staged)}")
+    return resolved
 
 
 def _types(con: duckdb.DuckDBPyConnection, relation: str) -> dict[str, str]:
