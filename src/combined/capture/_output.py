@@ -6,7 +6,7 @@ constants: DuckDB would print the same strings into every row.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -134,6 +134,32 @@ def part_ranges(paths: Sequence[Path]) -> list[PartRange]:
 def in_order(ranges: Sequence[PartRange]) -> bool:
     """Whether the parts' ordinals increase from one part to the next (none overlap)."""
     return all(a[1][1] < b[1][0] for a, b in zip(ranges, ranges[1:], strict=False))
+
+
+def by_part(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    ranges: Sequence[PartRange],
+    schema: pa.Schema,
+    select: Callable[[str, tuple[int, int]], str],
+    *,
+    whole: str,
+) -> None:
+    """Create ``table`` from ``select(part, ordinals)`` of each staged part, one at a time.
+
+    Without parts (an empty capture), from ``whole``, the same over every staged row.
+    """
+    if not ranges:
+        con.execute(f"CREATE TABLE {table} AS {whole}")
+    for n, (path, ordinals) in enumerate(ranges):
+        con.register(_PART, StagedParts([path], schema))
+        try:
+            sql = select(_PART, ordinals)
+            con.execute(
+                f"CREATE TABLE {table} AS {sql}" if n == 0 else f"INSERT INTO {table} {sql}"
+            )
+        finally:
+            con.unregister(_PART)
 
 
 @dataclass(frozen=True, slots=True)

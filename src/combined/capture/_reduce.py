@@ -26,6 +26,7 @@ from combined.capture._output import (
     Delivered,
     PartRange,
     _Constants,
+    by_part,
     constant_columns,
     in_order,
     part_ranges,
@@ -233,6 +234,7 @@ class Reducer:
                 # Staging hashed every row as it streamed by (see runtime._stager).
                 source = f"(SELECT *, {prov.ID} AS _cid FROM pay)"
                 hash_expr = prov.PAYLOAD_HASH
+        self._cap = f"{hash_expr} AS _chash, {op_expr} AS _cop"
         self.con.execute(
             f"CREATE VIEW cap AS SELECT *, {hash_expr} AS _chash, {op_expr} AS _cop "
             f"FROM {source} AS s0"
@@ -342,9 +344,23 @@ class Reducer:
     def _keys(self) -> str:
         """The narrow (ordinal, id, hash, op) table: every row hashed exactly once."""
         if not self._has_keys:
-            self.con.execute(
-                "CREATE TABLE keys AS SELECT _combined_ordinal AS ord, _cid, _chash, _cop FROM cap"
-            )
+            keys = "SELECT _combined_ordinal AS ord, _cid, _chash, _cop FROM {}"
+            resolved = self._resolved
+            if resolved is not None and resolved.filled:
+                # One staged part at a time: its fills' hash tables hold its own.
+                ranges = part_ranges(self.capture_files)
+                by_part(
+                    self.con,
+                    "keys",
+                    ranges,
+                    self._staged.schema,
+                    lambda rows, o: keys.format(
+                        f"(SELECT *, {self._cap} FROM ({resolved.sql(rows, o)}))"
+                    ),
+                    whole=keys.format("cap"),
+                )
+            else:
+                self.con.execute(f"CREATE TABLE keys AS {keys.format('cap')}")
             self._has_keys = True
         return "keys"
 

@@ -59,26 +59,31 @@ def any_marked(con: duckdb.DuckDBPyConnection, staged: str, *, deletes: bool = F
 class Resolved:
     """How staged rows read with their marked values filled (the view ``res``)."""
 
-    #: The SELECT list over the rows ``r`` and their fills ``f``.
+    #: The SELECT list over the rows ``r`` and their fills ``f0``, ``f1``, ...
     columns: str
     #: The SQL of a row's id.
     id_expr: str
-    #: Whether any value was filled (the table ``unc_fill`` exists).
-    filled: bool
+    #: The tables of the filled values, one a marked column: ``unc_fill_<n>(ord, v)``.
+    fills: tuple[str, ...] = ()
+
+    @property
+    def filled(self) -> bool:
+        """Whether any value was filled."""
+        return bool(self.fills)
 
     def sql(self, relation: str, ordinals: tuple[int, int] | None = None) -> str:
         """The rows of ``relation`` filled; ``ordinals``: the (lowest, highest) they hold.
 
-        Given ``ordinals``, the fills' hash table holds only theirs: a part
-        of the capture meets its own fills, never the whole backlog's.
+        Each join builds its hash table on a column's fills (the rows stream
+        past them); given ``ordinals``, on the fills of those rows only: a
+        part of the capture meets its own fills, never the whole backlog's.
         """
-        rows = f"(SELECT *, {self.id_expr} AS _cid FROM {relation}) r"
-        if not self.filled:
-            return f"SELECT {self.columns} FROM {rows}"
-        fills = "unc_fill"
-        if ordinals is not None:
-            fills = f"(SELECT * FROM unc_fill WHERE ord BETWEEN {ordinals[0]} AND {ordinals[1]})"
-        return f"SELECT {self.columns} FROM {rows} LEFT JOIN {fills} f ON f.ord = r.{_ORD}"
+        sql = f"SELECT {self.columns} FROM (SELECT *, {self.id_expr} AS _cid FROM {relation}) r"
+        for n, table in enumerate(self.fills):
+            if ordinals is not None:
+                table = f"(SELECT * FROM {table} WHERE ord BETWEEN {ordinals[0]} AND {ordinals[1]})"
+            sql += f" LEFT JOIN {table} f{n} ON f{n}.ord = r.{_ORD}"
+        return sql
 
 
 def resolve_unchanged(
@@ -100,7 +105,7 @@ def resolve_unchanged(
     rest = ", ".join(f"r.{quote_ident(n)}" for n in names if n not in payload)
     if not any_marked(con, staged):
         as_staged = ", ".join(f"r.{quote_ident(c)}" for c in payload)
-        resolved = Resolved(f"{as_staged}, {rest}, r._cid", id_expr, filled=False)
+        resolved = Resolved(f"{as_staged}, {rest}, r._cid", id_expr)
         con.execute(f"CREATE VIEW res AS {resolved.sql(staged)}")
         return resolved
     _lineage_table(con, staged, id_expr)
@@ -127,21 +132,17 @@ def resolve_unchanged(
         )
         for n, c in enumerate(marked)
     ]
-    _fill_table(con, fills)
-    filled = set(marked)
+    con.execute("DROP TABLE unc_lin")
     cols = []
     for c in payload:
         q = quote_ident(c)
-        if c in filled:
-            v = f"v{marked.index(c)}"
-            cols.append(
-                f"CASE WHEN f.ord IS NOT NULL AND list_contains(f.unc, {lit(c)}) "
-                f"THEN f.{v} ELSE r.{q} END AS {q}"
-            )
+        if c in marked:
+            # A column's fills hold a row for each change that marks it, and only those.
+            n = marked.index(c)
+            cols.append(f"CASE WHEN f{n}.ord IS NOT NULL THEN f{n}.v ELSE r.{q} END AS {q}")
         else:
             cols.append(f"r.{q}")
-    # The hash table holds the fills; the staged rows stream past it.
-    resolved = Resolved(f"{', '.join(cols)}, {rest}, r._cid", id_expr, filled=True)
+    resolved = Resolved(f"{', '.join(cols)}, {rest}, r._cid", id_expr, tuple(fills))
     con.execute(f"CREATE VIEW res AS {resolved.sql(staged)}")
     return resolved
 
@@ -196,68 +197,61 @@ def _fill_column(
 
     The newest earlier change in the row's lineage that carries the value
     (neither marked nor a delete), else (a lineage that starts in the lake)
-    the lake's value, else null. ``cast``: the staged type, when the lake
-    stores the column as another (a ``time`` as its text: Delta has no time
-    of day); the lake's value is read back as the staged type, which the
-    reduction hashes and writes to the lake as every staged value.
+    the lake's value, else null: one row for each change that marks the
+    column. ``cast``: the staged type, when the lake stores the column as
+    another (a ``time`` as its text: Delta has no time of day); the lake's
+    value is read back as the staged type, which the reduction hashes and
+    writes to the lake as every staged value.
+
+    Every join builds its hash table on ordinals and ids, never on values:
+    the values (the capture's, the lake's) stream past, so a backlog whose
+    fills are many times the reduction's memory fills all the same.
     """
     q, c = quote_ident(column), lit(column)
     carries = f"op NOT IN ('delete', 'truncate') AND NOT coalesce(list_contains(unc, {c}), false)"
-    need = (
-        f"SELECT ord, _lin, _lin_ord FROM unc_lin WHERE op <> 'delete' AND list_contains(unc, {c})"
+    con.execute(
+        "CREATE TABLE unc_need AS SELECT ord, _lin, _lin_ord FROM unc_lin "
+        f"WHERE op <> 'delete' AND list_contains(unc, {c})"
     )
-    con.execute(f"CREATE TABLE unc_need AS {need}")
-    # Earlier changes of the same lineages that carry the value: narrow first,
-    # then their values (the hash tables hold ordinals and ids, not values).
+    # Earlier changes of the same lineages that carry the value, and for
+    # each marked change the newest of them before it (pord).
     con.execute(
         "CREATE TABLE unc_cand AS SELECT l.ord, l._lin, l._lin_ord FROM unc_lin l "
         "SEMI JOIN unc_need n ON l._lin = n._lin AND l._lin_ord = n._lin_ord "
         f"WHERE {carries}"
     )
-    values = (
-        f"SELECT k.ord, k._lin, k._lin_ord, s.v FROM unc_cand k JOIN "
-        f"(SELECT {_ORD} AS ord, {q} AS v FROM {staged} "
-        f"WHERE {_ORD} IN (SELECT ord FROM unc_cand)) s USING (ord)"
-    )
-    picked = (
-        "SELECT n.ord, n._lin, n._lin_ord, p.ord AS pord, p.v FROM unc_need n "
-        f"ASOF LEFT JOIN ({values}) p "
+    con.execute(
+        "CREATE TABLE unc_pick AS SELECT n.ord, n._lin, n._lin_ord, p.ord AS pord "
+        "FROM unc_need n ASOF LEFT JOIN unc_cand p "
         "ON n._lin = p._lin AND n._lin_ord = p._lin_ord AND n.ord > p.ord"
     )
-    name = f"unc_fill_{n}"
-    if lake is None:
-        con.execute(
-            f"CREATE TABLE {name} AS SELECT ord, "
-            f"CASE WHEN pord IS NOT NULL THEN v END AS v FROM ({picked})"
-        )
-    else:
-        from_lake = (
+    # From the capture: the staged values of the picked changes.
+    parts = [
+        f"SELECT p.ord, s.v FROM (SELECT {_ORD} AS ord, {q} AS v FROM {staged} "
+        f"WHERE {_ORD} IN (SELECT pord FROM unc_pick)) s "
+        "RIGHT JOIN (SELECT ord, pord FROM unc_pick WHERE pord IS NOT NULL) p ON s.ord = p.pord"
+    ]
+    from_lake = "false"
+    if lake is not None:
+        from_lake = "_lin_ord < 0"
+        values = (
             f"SELECT _combined_id, {f'CAST({q} AS {cast})' if cast else q} AS v "
             f"FROM {lake} WHERE _combined_id IN "
-            "(SELECT _lin FROM unc_need WHERE _lin_ord < 0)"
+            "(SELECT _lin FROM unc_pick WHERE pord IS NULL AND _lin_ord < 0)"
         )
-        con.execute(
-            f"CREATE TABLE {name} AS SELECT p.ord, CASE WHEN p.pord IS NOT NULL THEN p.v "
-            "WHEN p._lin_ord < 0 THEN l.v END AS v "
-            f"FROM ({picked}) p LEFT JOIN ({from_lake}) l ON l._combined_id = p._lin"
+        parts.append(
+            f"SELECT p.ord, l.v FROM ({values}) l RIGHT JOIN "
+            "(SELECT ord, _lin FROM unc_pick WHERE pord IS NULL AND _lin_ord < 0) p "
+            "ON l._combined_id = p._lin"
         )
-    con.execute("DROP TABLE unc_need")
-    con.execute("DROP TABLE unc_cand")
+    # Neither: null (a lineage that starts in the capture with the value unknown).
+    parts.append(f"SELECT ord, NULL AS v FROM unc_pick WHERE pord IS NULL AND NOT ({from_lake})")
+    name = f"unc_fill_{n}"
+    # (one statement: the values take the type both sources fit, as a CASE over them would)
+    con.execute(f"CREATE TABLE {name} AS " + " UNION ALL ".join(f"({p})" for p in parts))
+    for table in ("unc_need", "unc_cand", "unc_pick"):
+        con.execute(f"DROP TABLE {table}")
     return name
-
-
-def _fill_table(con: duckdb.DuckDBPyConnection, fills: Sequence[str]) -> None:
-    """``unc_fill(ord, unc, v0, v1, ...)``: one row per marked change, its fills side by side."""
-    values = ", ".join(f"f{n}.v AS v{n}" for n in range(len(fills)))
-    joins = " ".join(f"LEFT JOIN {t} f{n} ON f{n}.ord = m.ord" for n, t in enumerate(fills))
-    con.execute(
-        f"CREATE TABLE unc_fill AS SELECT m.ord, m.unc{', ' + values if values else ''} "
-        f"FROM (SELECT ord, unc FROM unc_lin WHERE op <> 'delete' "
-        f"AND coalesce(len(unc), 0) > 0) m {joins}"
-    )
-    for t in fills:
-        con.execute(f"DROP TABLE {t}")
-    con.execute("DROP TABLE unc_lin")
 
 
 def lineage_sql(con: duckdb.DuckDBPyConnection, rows: str, moved: bool) -> str:
