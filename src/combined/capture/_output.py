@@ -6,6 +6,7 @@ constants: DuckDB would print the same strings into every row.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -112,10 +113,12 @@ _PART = "staged_part"
 PartRange = tuple[Path, tuple[int, int]]
 
 
-def part_ranges(paths: Sequence[Path]) -> list[PartRange]:
+def part_ranges(paths: Sequence[Path], cuts: Sequence[int] = ()) -> list[PartRange]:
     """Each staged part that holds rows, with its (lowest, highest) ordinal.
 
-    Read from the mapped parts' ordinal column alone.
+    Read from the mapped parts' ordinal column alone. ``cuts``: ordinals
+    where a part's range is split (a window of fills starts there): a part
+    then appears once for each of its windows, in ordinal order.
     """
     out: list[PartRange] = []
     for path in paths:
@@ -127,8 +130,15 @@ def part_ranges(paths: Sequence[Path]) -> list[PartRange]:
             lo, hi = int(bounds["min"].as_py()), int(bounds["max"].as_py())
             low, high = lo if low is None else min(low, lo), hi if high is None else max(high, hi)
         if low is not None and high is not None:
-            out.append((path, (low, high)))
+            out.extend((path, window) for window in _windows(low, high, cuts))
     return out
+
+
+def _windows(low: int, high: int, cuts: Sequence[int]) -> list[tuple[int, int]]:
+    """[low, high] split at every cut inside it."""
+    inside = cuts[bisect.bisect_right(cuts, low) : bisect.bisect_right(cuts, high)]
+    starts = [low, *inside]
+    return list(zip(starts, [c - 1 for c in inside] + [high], strict=True))
 
 
 def in_order(ranges: Sequence[PartRange]) -> bool:

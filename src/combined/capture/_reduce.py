@@ -82,6 +82,21 @@ _STAGED = "staged_capture"
 JOIN_BYTES_PER_ROW = 768
 MAX_JOIN_PASSES = 6
 
+#: A change stream's reduction (rows with operations) gives DuckDB this share
+#: of the reduction memory: it materialises narrow tables that it scans (the
+#: lineage, the fills, the keys, the transition), which spill cheaply, and
+#: builds its joins on ids and ordinals. At a half, a backlog of 500k wide
+#: TOAST-unchanged updates peaked ~100 MB lower (541 -> 441 MB) for the same
+#: CPU-seconds (bench/RESULTS.md).
+CHANGE_STREAM_SHARE = 2
+#: The least DuckDB memory a reduction is given, in MB.
+MIN_DUCK_MB = 64
+
+
+def _duck_mb(nbytes: int) -> int:
+    """A DuckDB memory limit in MB for ``nbytes``, at least ``MIN_DUCK_MB``."""
+    return max(nbytes // 2**20, MIN_DUCK_MB)
+
 
 def _id_ranges(passes: int, digest: dg.Digest = dg.HEX) -> list[tuple[str | None, str | None]]:
     """``passes`` contiguous ranges (SQL literals) that together cover every digest once.
@@ -140,10 +155,11 @@ class Reducer:
         # it materialises are evicted to disk when they must be, so a table several times
         # larger than the limit still reduces. ``lake`` (a LakeStore) reads ``current_files``.
         self.memory_limit = memory_limit
+        share = CHANGE_STREAM_SHARE if prov.OP in capture_schema.names else 1
         self.con = duckdb.connect(
             ":memory:",
             config={
-                "memory_limit": f"{max(memory_limit // 2**20, 64)}MB",
+                "memory_limit": f"{_duck_mb(memory_limit // share)}MB",
                 "temp_directory": str(spill_dir),
                 "threads": 2,
                 "preserve_insertion_order": False,
@@ -348,7 +364,7 @@ class Reducer:
             resolved = self._resolved
             if resolved is not None and resolved.filled:
                 # One staged part at a time: its fills' hash tables hold its own.
-                ranges = part_ranges(self.capture_files)
+                ranges = part_ranges(self.capture_files, resolved.cuts)
                 by_part(
                     self.con,
                     "keys",
@@ -699,7 +715,8 @@ class Reducer:
             )
             return
         fixed_columns = _Constants(scalars, batch_rows)
-        ranges = [] if self._every_row_new() else part_ranges(self.capture_files)
+        cuts = self._resolved.cuts if self._resolved is not None else ()
+        ranges = [] if self._every_row_new() else part_ranges(self.capture_files, cuts)
         ordered = self.sync_mode == "append"
         if ranges and (in_order(ranges) or not ordered):
             yield from self._ranged_output(ranges, provenance, fixed_columns, batch_rows)

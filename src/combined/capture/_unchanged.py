@@ -65,6 +65,8 @@ class Resolved:
     id_expr: str
     #: The tables of the filled values, one a marked column: ``unc_fill_<n>(ord, v)``.
     fills: tuple[str, ...] = ()
+    #: The ordinals where a window of at most ``FILL_WINDOW_BYTES`` of fills starts.
+    cuts: tuple[int, ...] = ()
 
     @property
     def filled(self) -> bool:
@@ -78,7 +80,11 @@ class Resolved:
         past them); given ``ordinals``, on the fills of those rows only: a
         part of the capture meets its own fills, never the whole backlog's.
         """
-        sql = f"SELECT {self.columns} FROM (SELECT *, {self.id_expr} AS _cid FROM {relation}) r"
+        within = ""
+        if ordinals is not None:
+            within = f" WHERE {_ORD} BETWEEN {ordinals[0]} AND {ordinals[1]}"
+        rows = f"(SELECT *, {self.id_expr} AS _cid FROM {relation}{within}) r"
+        sql = f"SELECT {self.columns} FROM {rows}"
         for n, table in enumerate(self.fills):
             if ordinals is not None:
                 table = f"(SELECT * FROM {table} WHERE ord BETWEEN {ordinals[0]} AND {ordinals[1]})"
@@ -142,9 +148,30 @@ def resolve_unchanged(
             cols.append(f"CASE WHEN f{n}.ord IS NOT NULL THEN f{n}.v ELSE r.{q} END AS {q}")
         else:
             cols.append(f"r.{q}")
-    resolved = Resolved(f"{', '.join(cols)}, {rest}, r._cid", id_expr, tuple(fills))
+    resolved = Resolved(
+        f"{', '.join(cols)}, {rest}, r._cid", id_expr, tuple(fills), _cuts(con, fills)
+    )
     con.execute(f"CREATE VIEW res AS {resolved.sql(staged)}")
     return resolved
+
+
+#: The fill values (as text) a join by ordinal holds at a time: each staged part
+#: meets its fills in windows of ordinals holding at most this much of them
+#: (a part of small staged rows may hold many large unchanged values).
+FILL_WINDOW_BYTES = 8 << 20
+
+
+def _cuts(con: duckdb.DuckDBPyConnection, fills: Sequence[str]) -> tuple[int, ...]:
+    """The ordinals where each window of at most ``FILL_WINDOW_BYTES`` of fills starts."""
+    sizes = " UNION ALL ".join(
+        f"SELECT ord, coalesce(strlen(CAST(v AS VARCHAR)), 0) + 16 AS n FROM {t}" for t in fills
+    )
+    rows = con.execute(
+        f"SELECT min(ord) FROM (SELECT ord, sum(n) OVER (ORDER BY ord) AS cum FROM "
+        f"(SELECT ord, sum(n) AS n FROM ({sizes}) GROUP BY ord)) "
+        f"GROUP BY cum // {FILL_WINDOW_BYTES} ORDER BY 1"
+    ).fetchall()
+    return tuple(int(r[0]) for r in rows)
 
 
 def _types(con: duckdb.DuckDBPyConnection, relation: str) -> dict[str, str]:
@@ -248,7 +275,14 @@ def _fill_column(
     parts.append(f"SELECT ord, NULL AS v FROM unc_pick WHERE pord IS NULL AND NOT ({from_lake})")
     name = f"unc_fill_{n}"
     # (one statement: the values take the type both sources fit, as a CASE over them would)
-    con.execute(f"CREATE TABLE {name} AS " + " UNION ALL ".join(f"({p})" for p in parts))
+    # One thread: a lake file's row group of large values is read whole, and
+    # two of them at once did not fit a small reduction's memory.
+    (threads,) = con.execute("SELECT current_setting('threads')").fetchall()[0]
+    con.execute("SET threads = 1")
+    try:
+        con.execute(f"CREATE TABLE {name} AS " + " UNION ALL ".join(f"({p})" for p in parts))
+    finally:
+        con.execute(f"SET threads = {int(threads)}")
     for table in ("unc_need", "unc_cand", "unc_pick"):
         con.execute(f"DROP TABLE {table}")
     return name

@@ -246,20 +246,19 @@ def _doomed_rows(files: Sequence[str], gone: pa.Array, lake: LakeStore) -> dict[
         lake.attach(con)
         con.register("gone", pa.table({"id": gone}))
         listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+        # One row a file, its row numbers as a list: no file name repeated for each row.
         found: pa.Table = con.sql(
-            "SELECT filename, file_row_number "
+            "SELECT filename, list(file_row_number) AS numbers "
             f"FROM read_parquet([{listing}], filename = true, file_row_number = true) "
-            "WHERE _combined_id IN (SELECT id FROM gone) ORDER BY filename"
+            "WHERE _combined_id IN (SELECT id FROM gone) GROUP BY filename"
         ).to_arrow_table()
     finally:
         con.close()
-    names = found.column("filename").to_numpy(zero_copy_only=False)
-    numbers = found.column("file_row_number").to_numpy()
-    doomed: dict[str, np.ndarray] = {}
-    if len(names):
-        cuts = np.flatnonzero(names[1:] != names[:-1]) + 1
-        for lo, hi in zip([0, *cuts], [*cuts, len(names)], strict=True):
-            doomed[str(names[lo])] = numbers[lo:hi]
+    names = found.column("filename").to_pylist()
+    numbers = found.column("numbers").combine_chunks()
+    doomed = {
+        str(name): numbers[i].values.to_numpy(zero_copy_only=False) for i, name in enumerate(names)
+    }
     strange = set(doomed) - set(files)
     if strange:  # a file the commit would keep whole though rows of it must go
         raise LakeError(
