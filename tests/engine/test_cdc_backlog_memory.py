@@ -128,9 +128,7 @@ def test_a_backlog_whose_unchanged_values_outgrow_the_reduction_memory_drains(
             f"FROM generate_series(1, {BIG_ROWS}) g"
         )
     project = PROJECT.replace("wide:", "big:").replace("public.wide", "public.big")
-    (tmp_path / "combined.yaml").write_text(
-        project.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix)
-    )
+    (tmp_path / "combined.yaml").write_text(project.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix))
     cdc_db.slot("public.big")
     engine = Engine.open(tmp_path / "combined.yaml")
     try:
