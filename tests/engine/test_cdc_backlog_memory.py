@@ -105,3 +105,46 @@ def test_a_backlog_of_toast_unchanged_updates_drains_in_a_small_reduction_memory
         engine.close()
     assert len(lake) == ROWS
     assert lake == source
+
+
+#: Rows whose out-of-line text (4 KB each, ~100 MB in all) outgrows a 64 MiB reduction.
+BIG_ROWS = 24_000
+
+
+def test_a_backlog_whose_unchanged_values_outgrow_the_reduction_memory_drains(
+    tmp_path: Path, cdc_db
+) -> None:
+    # Every row's 4 KB text is left unchanged by the backlog, so every one is
+    # filled from the lake: the fills alone are larger than the reduction's
+    # memory. They once sat on the build side of the fill's hash joins (the
+    # lake's values, then the fills joined to every staged row), and the
+    # capture failed with DuckDB's "Out of Memory"; the joins now build on
+    # ids and ordinals and the values stream past them.
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE big (id bigint PRIMARY KEY, n int, body text)")
+        conn.execute("ALTER TABLE big ALTER COLUMN body SET STORAGE EXTERNAL")
+        conn.execute(
+            "INSERT INTO big SELECT g, 0, repeat(md5(g::text), 128) "
+            f"FROM generate_series(1, {BIG_ROWS}) g"
+        )
+    project = PROJECT.replace("wide:", "big:").replace("public.wide", "public.big")
+    (tmp_path / "combined.yaml").write_text(project.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix))
+    cdc_db.slot("public.big")
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        (run,) = engine.capture()  # the stitched snapshot
+        assert run.state == "succeeded", run.error
+        with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+            conn.execute("UPDATE big SET n = n + 1")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["big"]["updates"] == BIG_ROWS
+        check = "SELECT count(*), sum(n), count(DISTINCT md5(body)), sum(length(body))"
+        (lake,) = [tuple(r.values()) for r in engine.sql(f"{check} FROM pg.big").to_pylist()]
+    finally:
+        engine.close()
+    with psycopg.connect(cdc_db.dsn) as conn:
+        source = conn.execute(f"{check} FROM big").fetchone()
+    assert source is not None
+    assert tuple(int(v) for v in lake) == tuple(int(v) for v in source)
+    assert lake[0] == BIG_ROWS and lake[2] == BIG_ROWS

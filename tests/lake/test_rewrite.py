@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from combined.lake import _files
-from combined.lake._files import rewrite_actions, write_data_files
+from combined.lake._files import write_data_files
+from combined.lake._rewrite import rewrite_actions
 from combined.lake._store import LakeStore
 
 SCHEMA = pa.schema(
@@ -94,3 +96,59 @@ def test_the_changed_ids_meet_every_file_once_and_untouched_files_are_not_opened
     added = [a for a in actions if hasattr(a, "stats")]
     got = pa.concat_tables([pq.read_table(table / a.path) for a in added])
     assert sorted(got.column("n").to_pylist()) == [n for n in range(100, 150) if n != 130]
+
+
+def test_a_file_every_row_of_which_goes_is_not_read_and_a_delivery_without_deletes_is_linked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A backlog that updates every row of the table: the old files only go
+    # (removed unread), and the Deliveries become the table's files as they
+    # are; one that deletes a row is streamed without its deletes.
+    import hashlib
+    import json
+
+    from combined.lake._files import FileStats
+
+    table = tmp_path / "t"
+    written = [write_data_files(table, SCHEMA, [_rows(list(range(k, k + 50)))]) for k in (0, 100)]
+    files = [str(table / a.path) for actions in written for a in actions]
+    deliveries = []
+    for n, batch in enumerate(
+        [
+            pa.concat_batches([_rows(list(range(50)), "update"), _rows([500], "insert")]),
+            pa.concat_batches([_rows(list(range(100, 149)), "update"), _rows([149], "delete")]),
+        ]
+    ):
+        path = tmp_path / f"delivery-{n}.parquet"
+        pq.write_table(pa.Table.from_batches([batch]), path)
+        stats = FileStats(SCHEMA)
+        stats.add(batch)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        deliveries.append((path, stats.to_json(), digest))
+    whole: list[int] = []  # reads of every column: a file's rows, not only its ids
+    real = pq.ParquetFile.iter_batches
+
+    def recording(self: pq.ParquetFile, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("columns") is None:
+            whole.append(self.metadata.num_rows)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", recording)
+
+    def data() -> pa.RecordBatchReader:
+        batches = [b for path, *_ in deliveries for b in pq.read_table(path).to_batches()]
+        return pa.RecordBatchReader.from_batches(SCHEMA, batches)
+
+    actions = rewrite_actions(table, files, SCHEMA, data, linked=deliveries)
+    # Every row of both table files goes: neither is read; only the Delivery
+    # holding a delete is read whole (to leave its delete out).
+    assert whole == [50]
+    removed = {a.path for a in actions if not hasattr(a, "stats")}
+    assert removed == {a.path for actions in written for a in actions}
+    added = [a for a in actions if hasattr(a, "stats")]
+    assert f"part-{deliveries[0][2][:32]}-c000.zstd.parquet" in {a.path for a in added}
+    assert (table / added[0].path).stat().st_ino == deliveries[0][0].stat().st_ino  # linked
+    got = pa.concat_tables([pq.read_table(table / a.path) for a in added])
+    assert sorted(got.column("n").to_pylist()) == [*range(50), *range(100, 149), 500]
+    assert set(got.column("_combined_op").to_pylist()) == {"update", "insert"}
+    assert all(json.loads(a.stats)["numRecords"] for a in added)

@@ -6,16 +6,23 @@ constants: DuckDB would print the same strings into every row.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import bisect
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from combined.delivery import read_part
+from combined.capture._unchanged import Resolved
+from combined.delivery import StagedParts, read_part
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import quote_ident
+
+if TYPE_CHECKING:
+    import duckdb
 
 #: Rows per output batch. DuckDB's reader runs several batches ahead of its
 #: consumer: 64k-row batches of a typical table held ~150 MB, 16k-row ones
@@ -96,3 +103,158 @@ def staged_rows(
             batch = batch.select([n for n in batch.schema.names if n in wanted])
             for offset in range(0, batch.num_rows, batch_rows):
                 yield constants.add(batch.slice(offset, batch_rows))
+
+
+_ORDINAL = "_combined_ordinal"
+#: The name one staged part is registered under while its rows are delivered.
+_PART = "staged_part"
+
+#: A staged part with the lowest and highest ordinal it holds.
+PartRange = tuple[Path, tuple[int, int]]
+
+
+def part_ranges(paths: Sequence[Path], cuts: Sequence[int] = ()) -> list[PartRange]:
+    """Each staged part that holds rows, with its (lowest, highest) ordinal.
+
+    Read from the mapped parts' ordinal column alone. ``cuts``: ordinals
+    where a part's range is split (a window of fills starts there): a part
+    then appears once for each of its windows, in ordinal order.
+    """
+    out: list[PartRange] = []
+    for path in paths:
+        low = high = None
+        for batch in read_part(path):
+            if not batch.num_rows:
+                continue
+            bounds = pc.min_max(batch.column(_ORDINAL))
+            lo, hi = int(bounds["min"].as_py()), int(bounds["max"].as_py())
+            low, high = lo if low is None else min(low, lo), hi if high is None else max(high, hi)
+        if low is not None and high is not None:
+            out.extend((path, window) for window in _windows(low, high, cuts))
+    return out
+
+
+def _windows(low: int, high: int, cuts: Sequence[int]) -> list[tuple[int, int]]:
+    """[low, high] split at every cut inside it."""
+    inside = cuts[bisect.bisect_right(cuts, low) : bisect.bisect_right(cuts, high)]
+    starts = [low, *inside]
+    return list(zip(starts, [c - 1 for c in inside] + [high], strict=True))
+
+
+def in_order(ranges: Sequence[PartRange]) -> bool:
+    """Whether the parts' ordinals increase from one part to the next (none overlap)."""
+    return all(a[1][1] < b[1][0] for a, b in zip(ranges, ranges[1:], strict=False))
+
+
+def by_part(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    ranges: Sequence[PartRange],
+    schema: pa.Schema,
+    select: Callable[[str, tuple[int, int]], str],
+    *,
+    whole: str,
+) -> None:
+    """Create ``table`` from ``select(part, ordinals)`` of each staged part, one at a time.
+
+    Without parts (an empty capture), from ``whole``, the same over every staged row.
+    """
+    if not ranges:
+        con.execute(f"CREATE TABLE {table} AS {whole}")
+    for n, (path, ordinals) in enumerate(ranges):
+        con.register(_PART, StagedParts([path], schema))
+        try:
+            sql = select(_PART, ordinals)
+            con.execute(
+                f"CREATE TABLE {table} AS {sql}" if n == 0 else f"INSERT INTO {table} {sql}"
+            )
+        finally:
+            con.unregister(_PART)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """What a reduction delivers of each staged part: its columns and which rows."""
+
+    #: The source's columns.
+    payload: Sequence[str]
+    #: The SQL of the staged provenance columns (see :func:`constant_columns`).
+    provenance: str
+    #: How the staged rows read with their unchanged values filled (None: as staged).
+    resolved: Resolved | None
+    #: A full refresh's table of every row's (ord, _cid, _chash); None: the transition ``tr``.
+    keys: str | None
+    #: The name of the whole capture's staged rows (for the columns' types).
+    staged: str
+
+    def select(self) -> str:
+        """The output's columns over ``c`` (the staged rows) and ``tr`` (the chosen)."""
+        cols = ", ".join(f"c.{quote_ident(n)}" for n in self.payload)
+        return (
+            f"{cols}, tr.id AS {prov.ID}, tr.op AS {prov.OP}, "
+            f"tr.new_hash AS {prov.PAYLOAD_HASH}{self.provenance}"
+        )
+
+    def rows(self, relation: str, ordinals: tuple[int, int]) -> str:
+        """The SQL of the rows of ``relation`` (ordinals in ``ordinals``), filled."""
+        if self.resolved is None:
+            return f"SELECT * FROM {relation}"
+        return self.resolved.sql(relation, ordinals)
+
+    def chosen(self, ordinals: tuple[int, int]) -> str:
+        """The SQL of the rows to deliver whose ordinals lie in ``ordinals``."""
+        within = f"ord BETWEEN {ordinals[0]} AND {ordinals[1]}"
+        if self.keys is not None:
+            return (
+                "SELECT ord, _cid AS id, 'snapshot' AS op, _chash AS new_hash "
+                f"FROM {self.keys} WHERE {within}"
+            )
+        return f"SELECT ord, id, op, new_hash FROM tr WHERE op <> 'same' AND {within}"
+
+    def unstaged(self) -> str | None:
+        """The SQL of the deletes of ids no staged row holds (a whole capture's), if any."""
+        if self.keys is not None:
+            return None
+        none = self.rows(f"(SELECT * FROM {self.staged} LIMIT 0)", (0, -1))
+        return (
+            f"SELECT {self.select()} FROM ({none}) c RIGHT JOIN "
+            "(SELECT * FROM tr WHERE ord IS NULL AND op <> 'same') tr "
+            f"ON c.{_ORDINAL} = tr.ord"
+        )
+
+
+def part_rows(
+    con: duckdb.DuckDBPyConnection,
+    ranges: Sequence[PartRange],
+    schema: pa.Schema,
+    delivered: Delivered,
+    *,
+    ordered: bool,
+    fixed: _Constants,
+    batch_rows: int,
+) -> Iterator[pa.RecordBatch]:
+    """The rows to deliver, one staged part (of ``schema``) at a time, in the parts' order.
+
+    Each part's rows meet the transition's rows (or a full refresh's keys)
+    and the fills of their own ordinal range: each join builds its hash table
+    on a part's share, never on the whole backlog's, and no part is read
+    ahead of the next. ``ordered``: each part's rows in ordinal order (an
+    event stream's; the parts' own order is the ordinals').
+    """
+    select = delivered.select()
+    for path, ordinals in ranges:
+        con.register(_PART, StagedParts([path], schema))
+        try:
+            sql = (
+                f"SELECT {select} FROM ({delivered.rows(_PART, ordinals)}) c "
+                f"JOIN ({delivered.chosen(ordinals)}) tr ON c.{_ORDINAL} = tr.ord"
+                + (" ORDER BY tr.ord" if ordered else "")
+            )
+            for batch in con.sql(sql).to_arrow_reader(batch_rows):
+                yield fixed.add(batch)
+        finally:
+            con.unregister(_PART)
+    unstaged = delivered.unstaged()
+    if unstaged is not None:
+        for batch in con.sql(unstaged).to_arrow_reader(batch_rows):
+            yield fixed.add(batch)

@@ -21,10 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from combined.capture._duplicates import DuplicateChecks
 from combined.capture._output import (
     OUTPUT_BATCH_ROWS,
+    Delivered,
+    PartRange,
     _Constants,
+    by_part,
     constant_columns,
+    in_order,
+    part_ranges,
+    part_rows,
     staged_rows,
 )
 from combined.capture._soft import deleted_sql
@@ -34,9 +41,14 @@ from combined.capture._transition import (
     _halves,
     transition_digest,
 )
-from combined.capture._unchanged import UNCHANGED, files_sql, lit, resolve_unchanged
+from combined.capture._unchanged import (
+    UNCHANGED,
+    Resolved,
+    files_sql,
+    lit,
+    resolve_unchanged,
+)
 from combined.delivery import StagedParts
-from combined.errors import DuplicateKeys
 from combined.protocol import _digest as dg
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import (
@@ -70,6 +82,21 @@ _STAGED = "staged_capture"
 JOIN_BYTES_PER_ROW = 768
 MAX_JOIN_PASSES = 6
 
+#: A change stream's reduction (rows with operations) gives DuckDB this share
+#: of the reduction memory: it materialises narrow tables that it scans (the
+#: lineage, the fills, the keys, the transition), which spill cheaply, and
+#: builds its joins on ids and ordinals. At a half, a backlog of 500k wide
+#: TOAST-unchanged updates peaked ~100 MB lower (541 -> 441 MB) for the same
+#: CPU-seconds (bench/RESULTS.md).
+CHANGE_STREAM_SHARE = 2
+#: The least DuckDB memory a reduction is given, in MB.
+MIN_DUCK_MB = 64
+
+
+def _duck_mb(nbytes: int) -> int:
+    """A DuckDB memory limit in MB for ``nbytes``, at least ``MIN_DUCK_MB``."""
+    return max(nbytes // 2**20, MIN_DUCK_MB)
+
 
 def _id_ranges(passes: int, digest: dg.Digest = dg.HEX) -> list[tuple[str | None, str | None]]:
     """``passes`` contiguous ranges (SQL literals) that together cover every digest once.
@@ -101,7 +128,7 @@ def _connect(memory_limit: int, spill_dir: Path) -> duckdb.DuckDBPyConnection:
     return duckdb.connect(
         ":memory:",
         config={
-            "memory_limit": f"{max(memory_limit // 2**20, 64)}MB",
+            "memory_limit": f"{_duck_mb(memory_limit)}MB",
             "temp_directory": str(spill_dir),
             "threads": 2,
             "preserve_insertion_order": False,
@@ -115,7 +142,7 @@ def _connect(memory_limit: int, spill_dir: Path) -> duckdb.DuckDBPyConnection:
     )
 
 
-class Reducer:
+class Reducer(DuplicateChecks):
     """One dataset's reduction, in its own DuckDB connection."""
 
     # How the capture reduces (set by _modes).
@@ -157,7 +184,8 @@ class Reducer:
         # it materialises are evicted to disk when they must be, so a table several times
         # larger than the limit still reduces. ``lake`` (a LakeStore) reads ``current_files``.
         self.memory_limit = memory_limit
-        self.con = _connect(memory_limit, spill_dir)
+        share = CHANGE_STREAM_SHARE if prov.OP in capture_schema.names else 1
+        self.con = _connect(memory_limit // share, spill_dir)
         if lake is not None:
             lake.attach(self.con)
         self.capture_schema, self.sync_mode, self.baseline = capture_schema, sync_mode, baseline
@@ -256,8 +284,9 @@ class Reducer:
     ) -> None:
         """Views ``pay`` (the payload as staged) and ``cap`` (with id, hash and operation)."""
         names = self.capture_schema.names
+        self._resolved: Resolved | None = None
         if UNCHANGED in names:
-            resolve_unchanged(
+            self._resolved = resolve_unchanged(
                 self.con,
                 staged=_STAGED,
                 names=names,
@@ -275,6 +304,7 @@ class Reducer:
                 # Staging hashed every row as it streamed by (see runtime._stage).
                 source = f"(SELECT *, {prov.ID} AS _cid FROM pay)"
                 hash_expr = prov.PAYLOAD_HASH
+        self._cap = f"{hash_expr} AS _chash, {op_expr} AS _cop"
         self.con.execute(
             f"CREATE VIEW cap AS SELECT *, {hash_expr} AS _chash, {op_expr} AS _cop "
             f"FROM {source} AS s0"
@@ -294,25 +324,6 @@ class Reducer:
                 "WHERE false"
             )
 
-    def _may_repeat_ids(self) -> bool:
-        """Whether two staged rows may share an id (their ids' 64-bit hashes meet)."""
-        rows = self.con.execute(f"SELECT 1 FROM ({self._meeting_hashes('pay', prov.ID)}) LIMIT 1")
-        return bool(rows.fetchall())
-
-    @staticmethod
-    def _meeting_hashes(rows: str, column: str) -> str:
-        """SQL: the 64-bit hashes of ``column`` that two of ``rows`` share.
-
-        Sorted neighbours that are equal: several times cheaper than grouping
-        the ids' text, and half the memory of a hash table over them (~60
-        against ~130 MB for 2M ids). Equal ids always meet; the exact ids are
-        compared wherever two hashes do.
-        """
-        return (
-            "SELECT h FROM (SELECT h, lag(h) OVER (ORDER BY h) AS p "
-            f"FROM (SELECT hash({column}) AS h FROM {rows})) WHERE h = p"
-        )
-
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor of this reduction's database that sees its views, for another thread."""
         con = self.con.cursor()
@@ -323,61 +334,26 @@ class Reducer:
         """Close the DuckDB connection (and its spill files)."""
         self.con.close()
 
-    def duplicates(self, limit: int = 1000) -> list[tuple[str, int, list[int]]]:
-        """Ids present more than once in a full-row capture, with their ordinals.
-
-        An event stream (``append``) has none: it keeps every row it reads and
-        replaces none, so two equal rows (a keyless event read twice, the same
-        event repeated) are two events, not a key that cannot choose a row.
-        """
-        if self.sync_mode == "append":
-            return []
-        if self.has_op or not self.full or self.same_as_current():
-            return []  # (see same_as_current: an unchanged capture holds each id once)
-        # A snapshot's staged columns as they are (no narrow table of its size).
-        keys = (
-            f"(SELECT _combined_ordinal AS ord, {prov.ID} AS _cid FROM pay)"
-            if self.streamed
-            else self._keys()
-        )
-        meet = self._meeting_hashes(keys, "_cid")
-        rows = self.con.execute(
-            "SELECT _cid, count(*), list(ord ORDER BY ord) "
-            f"FROM {keys} WHERE hash(_cid) IN ({meet}) "
-            f"GROUP BY _cid HAVING count(*) > 1 ORDER BY _cid LIMIT {int(limit)}"
-        ).fetchall()
-        return [(dg.digest_text(r[0]), int(r[1]), list(r[2])) for r in rows]
-
-    def check_duplicates(self, dataset: str) -> None:
-        """Raise DuplicateKeys when the capture holds a key twice (counted up to 1000)."""
-        n = len(self.duplicates(limit=1001))
-        if n:
-            raise DuplicateKeys(
-                f"the capture of {dataset} holds {n if n <= 1000 else 'more than 1000'} "
-                f"duplicate key(s) of ({', '.join(self.key)}); nothing was committed for it",
-                hint="fix the key in the source or declare a key that is unique; "
-                "the duplicates are in quarantine (`combined quarantine list`)",
-                duplicates=min(n, 1000),
-            )
-
-    def duplicate_rows(self) -> pa.Table:
-        """The full rows whose key is duplicated (for quarantine)."""
-        cols = ", ".join(
-            quote_ident(n)
-            for n in self.capture_schema.names
-            if n not in (prov.ID, prov.PAYLOAD_HASH)
-        )
-        return self.con.sql(
-            f"SELECT {cols}, _cid AS _combined_id FROM cap WHERE _cid IN "
-            "(SELECT _cid FROM cap GROUP BY _cid HAVING count(*) > 1) ORDER BY _combined_ordinal"
-        ).to_arrow_table()
-
     def _keys(self) -> str:
         """The narrow (ordinal, id, hash, op) table: every row hashed exactly once."""
         if not self._has_keys:
-            self.con.execute(
-                "CREATE TABLE keys AS SELECT _combined_ordinal AS ord, _cid, _chash, _cop FROM cap"
-            )
+            keys = "SELECT _combined_ordinal AS ord, _cid, _chash, _cop FROM {}"
+            resolved = self._resolved
+            if resolved is not None and resolved.filled:
+                # One staged part at a time: its fills' hash tables hold its own.
+                ranges = part_ranges(self.capture_files, resolved.cuts)
+                by_part(
+                    self.con,
+                    "keys",
+                    ranges,
+                    self._staged.schema,
+                    lambda rows, o: keys.format(
+                        f"(SELECT *, {self._cap} FROM ({resolved.sql(rows, o)}))"
+                    ),
+                    whole=keys.format("cap"),
+                )
+            else:
+                self.con.execute(f"CREATE TABLE keys AS {keys.format('cap')}")
             self._has_keys = True
         return "keys"
 
@@ -721,11 +697,38 @@ class Reducer:
                 self.capture_files, self.payload, self._first_op.strip("'"), scalars, batch_rows
             )
             return
+        fixed_columns = _Constants(scalars, batch_rows)
+        cuts = self._resolved.cuts if self._resolved is not None else ()
+        ranges = [] if self._every_row_new() else part_ranges(self.capture_files, cuts)
+        ordered = self.sync_mode == "append"
+        if ranges and (in_order(ranges) or not ordered):
+            yield from self._ranged_output(ranges, provenance, fixed_columns, batch_rows)
+            return
         sql = self._output_sql(provenance)
         reader: pa.RecordBatchReader = self.con.sql(sql).to_arrow_reader(batch_rows)
-        fixed_columns = _Constants(scalars, batch_rows)
         for batch in reader:
             yield fixed_columns.add(batch)
+
+    def _ranged_output(
+        self, ranges: list[PartRange], provenance: str, fixed: _Constants, batch_rows: int
+    ) -> Iterator[pa.RecordBatch]:
+        """:meth:`output` of a transition or a full refresh, one staged part at a time."""
+        refresh = self.sync_mode == "full_refresh"
+        yield from part_rows(
+            self.con,
+            ranges,
+            self._staged.schema,
+            Delivered(
+                payload=self.payload,
+                provenance=provenance,
+                resolved=self._resolved,
+                keys=self._keys() if refresh else None,
+                staged=_STAGED,
+            ),
+            ordered=self.sync_mode == "append",
+            fixed=fixed,
+            batch_rows=batch_rows,
+        )
 
     def _output_sql(self, provenance: str = "") -> str:
         """The query of the rows to deliver when the staged rows do not stream as they are.

@@ -18,6 +18,7 @@ drains within the reduction's memory, spilling past it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from combined.protocol import _provenance as prov
@@ -54,6 +55,43 @@ def any_marked(con: duckdb.DuckDBPyConnection, staged: str, *, deletes: bool = F
     return bool(found)
 
 
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """How staged rows read with their marked values filled (the view ``res``)."""
+
+    #: The SELECT list over the rows ``r`` and their fills ``f0``, ``f1``, ...
+    columns: str
+    #: The SQL of a row's id.
+    id_expr: str
+    #: The tables of the filled values, one a marked column: ``unc_fill_<n>(ord, v)``.
+    fills: tuple[str, ...] = ()
+    #: The ordinals where a window of at most ``FILL_WINDOW_BYTES`` of fills starts.
+    cuts: tuple[int, ...] = ()
+
+    @property
+    def filled(self) -> bool:
+        """Whether any value was filled."""
+        return bool(self.fills)
+
+    def sql(self, relation: str, ordinals: tuple[int, int] | None = None) -> str:
+        """The rows of ``relation`` filled; ``ordinals``: the (lowest, highest) they hold.
+
+        Each join builds its hash table on a column's fills (the rows stream
+        past them); given ``ordinals``, on the fills of those rows only: a
+        part of the capture meets its own fills, never the whole backlog's.
+        """
+        within = ""
+        if ordinals is not None:
+            within = f" WHERE {_ORD} BETWEEN {ordinals[0]} AND {ordinals[1]}"
+        rows = f"(SELECT *, {self.id_expr} AS _cid FROM {relation}{within}) r"
+        sql = f"SELECT {self.columns} FROM {rows}"
+        for n, table in enumerate(self.fills):
+            if ordinals is not None:
+                table = f"(SELECT * FROM {table} WHERE ord BETWEEN {ordinals[0]} AND {ordinals[1]})"
+            sql += f" LEFT JOIN {table} f{n} ON f{n}.ord = r.{_ORD}"
+        return sql
+
+
 def resolve_unchanged(
     con: duckdb.DuckDBPyConnection,
     *,
@@ -62,19 +100,20 @@ def resolve_unchanged(
     payload: Sequence[str],
     id_expr: str,
     current_files: Sequence[str],
-) -> None:
+) -> Resolved:
     """Create the view ``res``: the staged rows with their marked values filled.
 
     ``staged`` is the staged rows' relation (of columns ``names``),
     ``payload`` the source's columns, ``id_expr`` the SQL of a row's id. The
-    view holds ``payload``, the other staged columns and ``_cid``.
+    view holds ``payload``, the other staged columns and ``_cid``; the
+    returned :class:`Resolved` reads any part of the staged rows the same way.
     """
-    rows = f"(SELECT *, {id_expr} AS _cid FROM {staged}) r"
     rest = ", ".join(f"r.{quote_ident(n)}" for n in names if n not in payload)
     if not any_marked(con, staged):
         as_staged = ", ".join(f"r.{quote_ident(c)}" for c in payload)
-        con.execute(f"CREATE VIEW res AS SELECT {as_staged}, {rest}, r._cid FROM {rows}")
-        return
+        resolved = Resolved(f"{as_staged}, {rest}, r._cid", id_expr)
+        con.execute(f"CREATE VIEW res AS {resolved.sql(staged)}")
+        return resolved
     _lineage_table(con, staged, id_expr)
     lake = f"read_parquet({files_sql(current_files)}, union_by_name = true)"
     # The lake's own columns only: one the capture added has no lake value.
@@ -99,24 +138,40 @@ def resolve_unchanged(
         )
         for n, c in enumerate(marked)
     ]
-    _fill_table(con, fills)
-    filled = set(marked)
+    con.execute("DROP TABLE unc_lin")
     cols = []
     for c in payload:
         q = quote_ident(c)
-        if c in filled:
-            v = f"v{marked.index(c)}"
-            cols.append(
-                f"CASE WHEN f.ord IS NOT NULL AND list_contains(f.unc, {lit(c)}) "
-                f"THEN f.{v} ELSE r.{q} END AS {q}"
-            )
+        if c in marked:
+            # A column's fills hold a row for each change that marks it, and only those.
+            n = marked.index(c)
+            cols.append(f"CASE WHEN f{n}.ord IS NOT NULL THEN f{n}.v ELSE r.{q} END AS {q}")
         else:
             cols.append(f"r.{q}")
-    # The hash table holds the fills; the staged rows stream past it.
-    con.execute(
-        f"CREATE VIEW res AS SELECT {', '.join(cols)}, {rest}, r._cid FROM {rows} "
-        f"LEFT JOIN unc_fill f ON f.ord = r.{_ORD}"
+    resolved = Resolved(
+        f"{', '.join(cols)}, {rest}, r._cid", id_expr, tuple(fills), _cuts(con, fills)
     )
+    con.execute(f"CREATE VIEW res AS {resolved.sql(staged)}")
+    return resolved
+
+
+#: The fill values (as text) a join by ordinal holds at a time: each staged part
+#: meets its fills in windows of ordinals holding at most this much of them
+#: (a part of small staged rows may hold many large unchanged values).
+FILL_WINDOW_BYTES = 8 << 20
+
+
+def _cuts(con: duckdb.DuckDBPyConnection, fills: Sequence[str]) -> tuple[int, ...]:
+    """The ordinals where each window of at most ``FILL_WINDOW_BYTES`` of fills starts."""
+    sizes = " UNION ALL ".join(
+        f"SELECT ord, coalesce(strlen(CAST(v AS VARCHAR)), 0) + 16 AS n FROM {t}" for t in fills
+    )
+    rows = con.execute(
+        f"SELECT min(ord) FROM (SELECT ord, sum(n) OVER (ORDER BY ord) AS cum FROM "
+        f"(SELECT ord, sum(n) AS n FROM ({sizes}) GROUP BY ord)) "
+        f"GROUP BY cum // {FILL_WINDOW_BYTES} ORDER BY 1"
+    ).fetchall()
+    return tuple(int(r[0]) for r in rows)
 
 
 def _types(con: duckdb.DuckDBPyConnection, relation: str) -> dict[str, str]:
@@ -169,68 +224,68 @@ def _fill_column(
 
     The newest earlier change in the row's lineage that carries the value
     (neither marked nor a delete), else (a lineage that starts in the lake)
-    the lake's value, else null. ``cast``: the staged type, when the lake
-    stores the column as another (a ``time`` as its text: Delta has no time
-    of day); the lake's value is read back as the staged type, which the
-    reduction hashes and writes to the lake as every staged value.
+    the lake's value, else null: one row for each change that marks the
+    column. ``cast``: the staged type, when the lake stores the column as
+    another (a ``time`` as its text: Delta has no time of day); the lake's
+    value is read back as the staged type, which the reduction hashes and
+    writes to the lake as every staged value.
+
+    Every join builds its hash table on ordinals and ids, never on values:
+    the values (the capture's, the lake's) stream past, so a backlog whose
+    fills are many times the reduction's memory fills all the same.
     """
     q, c = quote_ident(column), lit(column)
     carries = f"op NOT IN ('delete', 'truncate') AND NOT coalesce(list_contains(unc, {c}), false)"
-    need = (
-        f"SELECT ord, _lin, _lin_ord FROM unc_lin WHERE op <> 'delete' AND list_contains(unc, {c})"
+    con.execute(
+        "CREATE TABLE unc_need AS SELECT ord, _lin, _lin_ord FROM unc_lin "
+        f"WHERE op <> 'delete' AND list_contains(unc, {c})"
     )
-    con.execute(f"CREATE TABLE unc_need AS {need}")
-    # Earlier changes of the same lineages that carry the value: narrow first,
-    # then their values (the hash tables hold ordinals and ids, not values).
+    # Earlier changes of the same lineages that carry the value, and for
+    # each marked change the newest of them before it (pord).
     con.execute(
         "CREATE TABLE unc_cand AS SELECT l.ord, l._lin, l._lin_ord FROM unc_lin l "
         "SEMI JOIN unc_need n ON l._lin = n._lin AND l._lin_ord = n._lin_ord "
         f"WHERE {carries}"
     )
-    values = (
-        f"SELECT k.ord, k._lin, k._lin_ord, s.v FROM unc_cand k JOIN "
-        f"(SELECT {_ORD} AS ord, {q} AS v FROM {staged} "
-        f"WHERE {_ORD} IN (SELECT ord FROM unc_cand)) s USING (ord)"
-    )
-    picked = (
-        "SELECT n.ord, n._lin, n._lin_ord, p.ord AS pord, p.v FROM unc_need n "
-        f"ASOF LEFT JOIN ({values}) p "
+    con.execute(
+        "CREATE TABLE unc_pick AS SELECT n.ord, n._lin, n._lin_ord, p.ord AS pord "
+        "FROM unc_need n ASOF LEFT JOIN unc_cand p "
         "ON n._lin = p._lin AND n._lin_ord = p._lin_ord AND n.ord > p.ord"
     )
-    name = f"unc_fill_{n}"
-    if lake is None:
-        con.execute(
-            f"CREATE TABLE {name} AS SELECT ord, "
-            f"CASE WHEN pord IS NOT NULL THEN v END AS v FROM ({picked})"
-        )
-    else:
-        from_lake = (
+    # From the capture: the staged values of the picked changes.
+    parts = [
+        f"SELECT p.ord, s.v FROM (SELECT {_ORD} AS ord, {q} AS v FROM {staged} "
+        f"WHERE {_ORD} IN (SELECT pord FROM unc_pick)) s "
+        "RIGHT JOIN (SELECT ord, pord FROM unc_pick WHERE pord IS NOT NULL) p ON s.ord = p.pord"
+    ]
+    from_lake = "false"
+    if lake is not None:
+        from_lake = "_lin_ord < 0"
+        values = (
             f"SELECT _combined_id, {f'CAST({q} AS {cast})' if cast else q} AS v "
             f"FROM {lake} WHERE _combined_id IN "
-            "(SELECT _lin FROM unc_need WHERE _lin_ord < 0)"
+            "(SELECT _lin FROM unc_pick WHERE pord IS NULL AND _lin_ord < 0)"
         )
-        con.execute(
-            f"CREATE TABLE {name} AS SELECT p.ord, CASE WHEN p.pord IS NOT NULL THEN p.v "
-            "WHEN p._lin_ord < 0 THEN l.v END AS v "
-            f"FROM ({picked}) p LEFT JOIN ({from_lake}) l ON l._combined_id = p._lin"
+        parts.append(
+            f"SELECT p.ord, l.v FROM ({values}) l RIGHT JOIN "
+            "(SELECT ord, _lin FROM unc_pick WHERE pord IS NULL AND _lin_ord < 0) p "
+            "ON l._combined_id = p._lin"
         )
-    con.execute("DROP TABLE unc_need")
-    con.execute("DROP TABLE unc_cand")
+    # Neither: null (a lineage that starts in the capture with the value unknown).
+    parts.append(f"SELECT ord, NULL AS v FROM unc_pick WHERE pord IS NULL AND NOT ({from_lake})")
+    name = f"unc_fill_{n}"
+    # (one statement: the values take the type both sources fit, as a CASE over them would)
+    # One thread: a lake file's row group of large values is read whole, and
+    # two of them at once did not fit a small reduction's memory.
+    (threads,) = con.execute("SELECT current_setting('threads')").fetchall()[0]
+    con.execute("SET threads = 1")
+    try:
+        con.execute(f"CREATE TABLE {name} AS " + " UNION ALL ".join(f"({p})" for p in parts))
+    finally:
+        con.execute(f"SET threads = {int(threads)}")
+    for table in ("unc_need", "unc_cand", "unc_pick"):
+        con.execute(f"DROP TABLE {table}")
     return name
-
-
-def _fill_table(con: duckdb.DuckDBPyConnection, fills: Sequence[str]) -> None:
-    """``unc_fill(ord, unc, v0, v1, ...)``: one row per marked change, its fills side by side."""
-    values = ", ".join(f"f{n}.v AS v{n}" for n in range(len(fills)))
-    joins = " ".join(f"LEFT JOIN {t} f{n} ON f{n}.ord = m.ord" for n, t in enumerate(fills))
-    con.execute(
-        f"CREATE TABLE unc_fill AS SELECT m.ord, m.unc{', ' + values if values else ''} "
-        f"FROM (SELECT ord, unc FROM unc_lin WHERE op <> 'delete' "
-        f"AND coalesce(len(unc), 0) > 0) m {joins}"
-    )
-    for t in fills:
-        con.execute(f"DROP TABLE {t}")
-    con.execute("DROP TABLE unc_lin")
 
 
 def lineage_sql(con: duckdb.DuckDBPyConnection, rows: str, moved: bool) -> str:

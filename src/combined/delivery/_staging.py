@@ -256,6 +256,104 @@ def file_hash(path: Path) -> str:
 FEED_CHUNKS = 4
 
 
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """Where and how a run's Deliveries of one dataset are written."""
+
+    area: StagingArea
+    run_id: str
+    source: str
+    dataset: str
+    schema: pa.Schema
+    schema_revision: int
+
+
+def _write_delivery(
+    target: _Target, seq: int, feed: queue.Queue[pa.RecordBatch | None]
+) -> StagedDelivery:
+    """Write Delivery ``seq`` from the chunks ``feed`` brings until its ``None``."""
+    area, schema = target.area, target.schema
+    did = delivery_id(target.run_id, target.source, target.dataset, seq)
+    path = area.path(f"{target.source}/{target.dataset}/deliveries/{seq:09d}-{did}.parquet")
+    area.account(0, files=1)
+    stats = FileStats(schema)
+    idx = schema.get_field_index(prov.DELIVERY_ID)
+    field = schema.field(idx)
+    ids = pa.scalar(did, field.type)
+    chunk = feed.get()
+    # The first chunk decides which columns get a dictionary (its
+    # Delivery id is still null: constant either way).
+    with parquet_writer(path, schema, sample=chunk) as writer:
+        groups = RowGroups(writer)  # chunks gather into full row groups
+        accounted = 0
+        while chunk is not None:
+            chunk = chunk.set_column(idx, field, pa.repeat(ids, chunk.num_rows))
+            stats.add(chunk)
+            groups.add(chunk)
+            size = path.stat().st_size  # row groups reach the file as they fill
+            area.account(size - accounted)
+            accounted = size
+            chunk = feed.get()
+        groups.close()
+    size = path.stat().st_size
+    area.account(size - accounted)
+    return StagedDelivery(
+        id=did,
+        source=target.source,
+        dataset=target.dataset,
+        sequence=seq,
+        schema_revision=target.schema_revision,
+        record_count=stats.rows,
+        byte_count=size,
+        content_hash=file_hash(path),
+        path=path,
+        stats=stats.to_json(),
+    )
+
+
+class _Writers:
+    """At most two Deliveries written at once, each fed its chunks through a bounded queue."""
+
+    def __init__(self, pool: ThreadPoolExecutor, target: _Target, first_sequence: int) -> None:
+        self.pool, self.target, self.first_sequence = pool, target, first_sequence
+        #: Deliveries being written, oldest first: their chunk feed and their result.
+        self.active: list[tuple[queue.Queue[pa.RecordBatch | None], Future[StagedDelivery]]] = []
+        self.done: list[StagedDelivery] = []
+        self.opened = 0
+
+    def open(self) -> None:
+        """Start the next Delivery (waiting for the older of two to finish first)."""
+        if len(self.active) == 2:
+            self.done.append(self.active.pop(0)[1].result())
+        feed: queue.Queue[pa.RecordBatch | None] = queue.Queue(maxsize=FEED_CHUNKS)
+        seq = self.first_sequence + self.opened
+        self.active.append((feed, self.pool.submit(_write_delivery, self.target, seq, feed)))
+        self.opened += 1
+
+    def send(self, item: pa.RecordBatch | None, i: int = -1, *, quiet: bool = False) -> None:
+        """Give the Delivery ``i`` (the newest) a chunk, or its end (``None``)."""
+        feed, result = self.active[i]
+        while True:
+            try:
+                feed.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                if result.done():  # the writer failed: its error, not a wait
+                    if not quiet:
+                        result.result()
+                    return
+
+    def finish(self) -> list[StagedDelivery]:
+        """Every Delivery written, in sequence order."""
+        return self.done + [result.result() for _, result in self.active]
+
+    def abandon(self) -> None:
+        """End the feeds of writers still running (a failed stream's staging is erased)."""
+        for i in range(len(self.active)):
+            if not self.active[i][1].done():
+                self.send(None, i, quiet=True)
+
+
 def write_deliveries(
     area: StagingArea,
     batches: Iterable[pa.RecordBatch],
@@ -279,99 +377,32 @@ def write_deliveries(
     ``allow_empty``, a stream without rows still yields one empty Delivery
     (a commit that only carries a checkpoint).
     """
-    idx = schema.get_field_index(prov.DELIVERY_ID)
-    field = schema.field(idx)
-
-    def write(seq: int, feed: queue.Queue[pa.RecordBatch | None]) -> StagedDelivery:
-        did = delivery_id(run_id, source, dataset, seq)
-        path = area.path(f"{source}/{dataset}/deliveries/{seq:09d}-{did}.parquet")
-        area.account(0, files=1)
-        stats = FileStats(schema)
-        ids = pa.scalar(did, field.type)
-        chunk = feed.get()
-        # The first chunk decides which columns get a dictionary (its
-        # Delivery id is still null: constant either way).
-        with parquet_writer(path, schema, sample=chunk) as writer:
-            groups = RowGroups(writer)  # chunks gather into full row groups
-            accounted = 0
-            while chunk is not None:
-                chunk = chunk.set_column(idx, field, pa.repeat(ids, chunk.num_rows))
-                stats.add(chunk)
-                groups.add(chunk)
-                size = path.stat().st_size  # row groups reach the file as they fill
-                area.account(size - accounted)
-                accounted = size
-                chunk = feed.get()
-            groups.close()
-        size = path.stat().st_size
-        area.account(size - accounted)
-        return StagedDelivery(
-            id=did,
-            source=source,
-            dataset=dataset,
-            sequence=seq,
-            schema_revision=schema_revision,
-            record_count=stats.rows,
-            byte_count=size,
-            content_hash=file_hash(path),
-            path=path,
-            stats=stats.to_json(),
-        )
-
-    out: list[StagedDelivery] = []
-    # Deliveries being written, oldest first: their chunk feed and their result.
-    active: list[tuple[queue.Queue[pa.RecordBatch | None], Future[StagedDelivery]]] = []
-    opened = rows = nbytes = 0
-
-    def send(i: int, item: pa.RecordBatch | None, *, quiet: bool = False) -> None:
-        feed, result = active[i]
-        while True:
-            try:
-                feed.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                if result.done():  # the writer failed: its error, not a wait
-                    if not quiet:
-                        result.result()
-                    return
-
+    target = _Target(area, run_id, source, dataset, schema, schema_revision)
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="delivery") as pool:
-
-        def open_next() -> None:
-            nonlocal opened
-            if len(active) == 2:
-                out.append(active.pop(0)[1].result())
-            feed: queue.Queue[pa.RecordBatch | None] = queue.Queue(maxsize=FEED_CHUNKS)
-            active.append((feed, pool.submit(write, first_sequence + opened, feed)))
-            opened += 1
-
+        writers = _Writers(pool, target, first_sequence)
         current = False  # whether the newest active Delivery still takes chunks
+        rows = nbytes = 0
         try:
             for batch in batches:
                 offset = 0
                 while offset < batch.num_rows:
                     if not current:
-                        open_next()
+                        writers.open()
                         current, rows, nbytes = True, 0, 0
                     chunk = batch.slice(offset, max_rows - rows)
-                    send(len(active) - 1, chunk)
+                    writers.send(chunk)
                     rows += chunk.num_rows
                     nbytes += chunk.nbytes
                     offset += chunk.num_rows
                     if rows >= max_rows or nbytes >= max_bytes:
-                        send(len(active) - 1, None)
+                        writers.send(None)
                         current = False
-            if not current and allow_empty and opened == 0:
-                open_next()
+            if not current and allow_empty and writers.opened == 0:
+                writers.open()
                 current = True
             if current:
-                send(len(active) - 1, None)
+                writers.send(None)
                 current = False
-            out.extend(result.result() for _, result in active)
+            return writers.finish()
         finally:
-            for i in range(len(active)):
-                if not active[i][1].done():
-                    send(
-                        i, None, quiet=True
-                    )  # a failed stream: the run's staging is erased, not committed
-    return out
+            writers.abandon()

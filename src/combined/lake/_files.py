@@ -14,8 +14,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,9 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from combined.errors import LakeError
 from combined.lake._store import LakeStore
-from combined.lake._types import to_lake, unviewed
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -33,6 +30,8 @@ if TYPE_CHECKING:
 #: Rows per data file: bounded files keep every reader's memory bounded too.
 FILE_ROWS = 1_000_000
 ROW_GROUP_ROWS = 65_536
+#: Arrow bytes at which a row group closes before its rows (see :class:`RowGroups`).
+ROW_GROUP_BYTES = 16 << 20
 #: Rows read at a time when a file is rewritten without some of its rows.
 REWRITE_BATCH_ROWS = 8_192
 
@@ -173,16 +172,6 @@ def write_data_files(
     return actions
 
 
-def _id_type(schema: pa.Schema) -> pa.DataType:
-    """The plain type of ``schema``'s ``_combined_id``: string (v1 digests) or binary (v2)."""
-    if "_combined_id" not in schema.names:
-        return pa.string()
-    t = schema.field("_combined_id").type
-    if pa.types.is_binary(t) or pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
-        return pa.binary()
-    return pa.string()
-
-
 #: Digests: every value differs, so a dictionary page only costs time.
 _NO_DICTIONARY = frozenset({"_combined_id", "_combined_payload_hash"})
 #: Rows of the first batch that decide which columns get a dictionary (counting
@@ -240,26 +229,36 @@ def parquet_writer(
 
 
 class RowGroups:
-    """Gathers a writer's batches into full row groups of ``rows`` rows.
+    """Gathers a writer's batches into full row groups of ``rows`` rows, or ``max_bytes``.
 
     Each ``write_table`` call is a row group of its own, so batches written
     as they come make as many row groups as batches. Here small batches wait
     until a whole row group is there (memory holds at most one row group of
-    them); ``close`` writes the remainder.
+    them); ``close`` writes the remainder. Wide rows close a row group at
+    ``max_bytes`` of Arrow data before its ``rows``: two writers each
+    gathering 65,536 rows of a wide table held ~60 MB more at a Deliveries'
+    peak (a CDC backlog of 500k wide rows).
     """
 
-    def __init__(self, writer: pq.ParquetWriter, rows: int | None = None) -> None:
+    def __init__(
+        self, writer: pq.ParquetWriter, rows: int | None = None, max_bytes: int | None = None
+    ) -> None:
         self.writer = writer
         self.rows = rows or ROW_GROUP_ROWS
+        self.max_bytes = max_bytes or ROW_GROUP_BYTES
         self._group: list[pa.RecordBatch] = []
         self._grouped = 0
+        self._bytes = 0
 
     def add(self, batch: pa.RecordBatch) -> None:
         """Take ``batch``; write every row group it completes."""
         self._group.append(batch)
         self._grouped += batch.num_rows
+        self._bytes += batch.nbytes
         if self._grouped >= self.rows:
             self._write(self._grouped - self._grouped % self.rows)
+        elif self._bytes >= self.max_bytes:
+            self._write(self._grouped)
 
     def close(self) -> None:
         """Write what is left (a last, shorter row group)."""
@@ -271,6 +270,7 @@ class RowGroups:
         self.writer.write_table(table.slice(0, rows), row_group_size=self.rows)
         self._group = table.slice(rows).to_batches()
         self._grouped -= rows
+        self._bytes = sum(b.nbytes for b in self._group)
 
 
 def _data_file_name() -> str:
@@ -340,151 +340,3 @@ def _add_action(name: str, size: int, stats: str) -> Any:
         data_change=True,
         stats=stats,
     )
-
-
-def _offsets(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """Each batch with the number of rows before it."""
-    offset = 0
-    for batch in batches:
-        yield offset, batch
-        offset += batch.num_rows
-
-
-def rewrite_actions(
-    table: str | Path,
-    files: list[str],
-    schema: pa.Schema,
-    data: Any,
-    *,
-    every_file: bool = False,
-    keyed: bool = True,
-    store: LakeStore | None = None,
-) -> list[Any]:
-    """Copy-on-write of a keyed transition: the add and remove actions of one commit.
-
-    ``data()`` returns a fresh reader over the transition's rows (with
-    ``_combined_id`` and ``_combined_op``). Every data file holding an id the
-    transition updates or deletes is rewritten without those rows (streamed,
-    ``REWRITE_BATCH_ROWS`` at a time); the transition's puts go to new files. Memory
-    holds the changed ids and one batch, never a table or a file.
-
-    With ``every_file`` (a table whose column types widen), every file is
-    rewritten in ``schema`` and no remove action is returned: the commit
-    overwrites the table. Unless ``keyed``, ``data()`` is an event stream: no
-    row is replaced and every one (deletes included) is added as it is.
-    """
-    from deltalake.transaction import RemoveAction
-
-    lake = store or LakeStore.at(table)
-    changed: list[pa.Array] = []
-    for batch in data() if keyed else ():
-        ops = batch.column(batch.schema.get_field_index("_combined_op"))
-        ids = batch.column(batch.schema.get_field_index("_combined_id"))
-        changed.append(pc.filter(ids, pc.is_in(ops, pa.array(["update", "delete"]))))
-    # The ids in the table's own type: text (identity encoding v1) or bytes (v2).
-    id_type = _id_type(schema)
-    gone = pa.concat_arrays([c.cast(id_type) for c in changed]) if changed else None
-    if gone is None and every_file:
-        gone = pa.array([], id_type)
-    actions: list[Any] = []
-
-    # Which rows go, found for every file at once: one set of the changed ids
-    # per commit (a set built per batch cost more than the lookups).
-    doomed = _doomed_rows(files, gone, lake) if gone is not None and len(gone) else {}
-
-    def rewrite(local: str) -> list[Any]:  # a path or URL, as LakeTable.files() gives them
-        if local not in doomed and not every_file:
-            return []  # every row kept: the file is not even opened
-        with pq.ParquetFile(lake.open_input(local)) as pf:
-            # A bit a row: the pass over the rows then only filters, so its
-            # batches can be small.
-            keep = _keep_mask(pf.metadata.num_rows, doomed.get(local, []))
-            # Small batches (two files are rewritten at once, each holding a
-            # batch, its filtered copy and a row group gathering): the
-            # writer gathers them back into full row groups.
-            kept = (
-                to_lake(unviewed(b).filter(keep.slice(offset, b.num_rows)), schema)
-                for offset, b in _offsets(pf.iter_batches(batch_size=REWRITE_BATCH_ROWS))
-            )
-            out = write_data_files(table, schema, kept, lake)
-        if every_file:
-            return out  # (the overwrite removes every file)
-        out.append(
-            RemoveAction(
-                path=_relative(local, table, lake),
-                data_change=True,
-                deletion_timestamp=int(time.time() * 1000),
-                size=lake.size(local),
-                partition_values={},
-            )
-        )
-        return out
-
-    if gone is not None and (len(gone) or every_file):
-        # Files are rewritten two at a time: decoding and encoding release the GIL.
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="rewrite") as pool:
-            for done in pool.map(rewrite, files):
-                actions.extend(done)
-        # The threads' small buffers stay in their heaps until trimmed: ~130 MB
-        # after 2M rows, which the usage step would otherwise stack on.
-        from combined.runtime._memory import release_memory
-
-        release_memory()
-    puts = (
-        to_lake(b.filter(pc.not_equal(b.column("_combined_op"), "delete")) if keyed else b, schema)
-        for b in data()
-    )
-    actions.extend(write_data_files(table, schema, puts, lake))
-    return actions
-
-
-def _doomed_rows(files: Sequence[str], gone: pa.Array, lake: LakeStore) -> dict[str, list[int]]:
-    """The rows (file row numbers) of each of ``files`` whose id is in ``gone``.
-
-    One DuckDB query: the hash table of ``gone`` is built once, and only the
-    files' id columns are scanned (files without such a row are left out).
-    """
-    import duckdb
-
-    if not files:
-        return {}
-    con = duckdb.connect(
-        ":memory:",
-        config={"threads": 2, "memory_limit": "128MB", "preserve_insertion_order": False},
-    )
-    try:
-        lake.attach(con)
-        con.register("gone", pa.table({"id": gone}))
-        listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
-        rows = con.execute(
-            "SELECT filename, list(file_row_number ORDER BY file_row_number) "
-            f"FROM read_parquet([{listing}], filename = true, file_row_number = true) "
-            "WHERE _combined_id IN (SELECT id FROM gone) GROUP BY filename"
-        ).fetchall()
-    finally:
-        con.close()
-    doomed = {str(name): list(numbers) for name, numbers in rows}
-    strange = set(doomed) - set(files)
-    if strange:  # a file the commit would keep whole though rows of it must go
-        raise LakeError(
-            f"the lake named its data file {sorted(strange)[0]!r} otherwise than its log does",
-            hint="nothing was committed; report this with the lake's URL scheme",
-        )
-    return doomed
-
-
-def _keep_mask(rows: int, doomed: Sequence[int]) -> pa.BooleanArray:
-    """A mask of ``rows`` rows, false at the (row numbers) ``doomed``."""
-    keep = bytearray(b"\x01") * rows
-    for i in doomed:
-        keep[i] = 0
-    flags = pa.Array.from_buffers(pa.uint8(), rows, [None, pa.py_buffer(bytes(keep))])
-    mask: pa.BooleanArray = pc.not_equal(flags, 0)
-    return mask
-
-
-def _relative(file: str, table: str | Path, store: LakeStore) -> str:
-    """A data file's path relative to its table, as its remove action names it."""
-    if store.remote:
-        return file.removeprefix(str(table).rstrip("/") + "/")
-    return os.path.relpath(file, table)

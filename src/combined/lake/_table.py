@@ -13,12 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from combined.errors import CommitAmbiguous, LakeError, ProtocolViolation
-from combined.lake._files import (
-    LinkedFile,
-    link_data_files,
-    rewrite_actions,
-    write_data_files,
-)
+from combined.lake._files import LinkedFile, link_data_files, write_data_files
+from combined.lake._rewrite import rewrite_actions
 from combined.lake._store import LakeStore
 from combined.lake._types import to_lake
 from combined.protocol import utcnow
@@ -161,7 +157,7 @@ class LakeTable:
         Delta statistics (and sha256): an append with the table's schema links them into the
         table instead of rewriting their rows. Any other commit reads ``data()``.
         """
-        from deltalake import CommitProperties, Transaction, write_deltalake
+        from deltalake import CommitProperties, Transaction
         from deltalake.exceptions import CommitFailedError
 
         done = self.committed_sequence()
@@ -187,58 +183,7 @@ class LakeTable:
         try:
             if before_write is not None:
                 before_write()
-            # (the Deliveries' own schema when given: linking them reads no row)
-            schema = pq.read_schema(files[0][0]) if files else None
-            if (
-                mode != "overwrite"
-                and dt is not None
-                and _retyped(dt, schema if schema is not None else data().schema)
-            ):
-                self._retype(dt, data, mode, properties)
-            elif mode != "overwrite" and (dt is None or not needs_merge):
-                if files and schema is not None and (dt is None or self._same_schema(dt, schema)):
-                    self._add(dt, schema, link_data_files(self.path, files, self.store), properties)
-                else:
-                    self._append(dt, data(), properties)
-            elif dt is None or mode in ("append", "overwrite") or not needs_merge:
-                write_deltalake(
-                    self.path if dt is None else dt,
-                    data(),
-                    mode="overwrite" if mode == "overwrite" else "append",
-                    # The drift policy approved the capture's schema before this point.
-                    schema_mode=None
-                    if dt is None
-                    else ("overwrite" if mode == "overwrite" else "merge"),
-                    configuration=TABLE_CONFIGURATION if dt is None else None,
-                    commit_properties=properties,
-                    storage_options=self._options if dt is None else None,
-                )
-            elif self._same_schema(dt, data().schema):
-                actions = rewrite_actions(
-                    self.path,
-                    self.files(),
-                    pa.schema(dt.schema().to_arrow()),
-                    data,
-                    store=self.store,
-                )
-                dt.create_write_transaction(
-                    actions, mode="append", schema=dt.schema(), commit_properties=properties
-                )
-            else:  # a widened schema: delta-rs merges and evolves the table's metadata
-                (
-                    dt.merge(
-                        source=data(),
-                        predicate="t._combined_id = s._combined_id",
-                        source_alias="s",
-                        target_alias="t",
-                        merge_schema=True,
-                        commit_properties=properties,
-                    )
-                    .when_matched_delete(predicate="s._combined_op = 'delete'")
-                    .when_matched_update_all(predicate="s._combined_op <> 'delete'")
-                    .when_not_matched_insert_all(predicate="s._combined_op <> 'delete'")
-                    .execute()
-                )
+            self._write(dt, mode, data, properties, needs_merge=needs_merge, files=files)
         except CommitFailedError as exc:
             if self.committed_sequence() >= last_sequence:
                 return self._skipped(last_sequence)
@@ -256,6 +201,90 @@ class LakeTable:
             skipped=False,
             committed_at=utcnow(),
             run_id=None if run_id is None else str(run_id),
+        )
+
+    def _write(
+        self,
+        dt: Any,
+        mode: CommitMode,
+        data: Callable[[], pa.RecordBatchReader],
+        properties: Any,
+        *,
+        needs_merge: bool,
+        files: Sequence[LinkedFile] | None,
+    ) -> None:
+        """Write the commit's rows by the cheapest way its mode and schema allow."""
+        from deltalake import write_deltalake
+
+        # (the Deliveries' own schema when given: linking them reads no row)
+        schema = pq.read_schema(files[0][0]) if files else None
+        if (
+            mode != "overwrite"
+            and dt is not None
+            and _retyped(dt, schema if schema is not None else data().schema)
+        ):
+            self._retype(dt, data, mode, properties)
+        elif mode != "overwrite" and (dt is None or not needs_merge):
+            if files and schema is not None and (dt is None or self._same_schema(dt, schema)):
+                self._add(dt, schema, link_data_files(self.path, files, self.store), properties)
+            else:
+                self._append(dt, data(), properties)
+        elif dt is None or mode in ("append", "overwrite") or not needs_merge:
+            write_deltalake(
+                self.path if dt is None else dt,
+                data(),
+                mode="overwrite" if mode == "overwrite" else "append",
+                # The drift policy approved the capture's schema before this point.
+                schema_mode=None
+                if dt is None
+                else ("overwrite" if mode == "overwrite" else "merge"),
+                configuration=TABLE_CONFIGURATION if dt is None else None,
+                commit_properties=properties,
+                storage_options=self._options if dt is None else None,
+            )
+        elif self._same_schema(dt, data().schema):
+            self._rewrite(dt, data, properties, files, schema)
+        else:  # a widened schema: delta-rs merges and evolves the table's metadata
+            (
+                dt.merge(
+                    source=data(),
+                    predicate="t._combined_id = s._combined_id",
+                    source_alias="s",
+                    target_alias="t",
+                    merge_schema=True,
+                    commit_properties=properties,
+                )
+                .when_matched_delete(predicate="s._combined_op = 'delete'")
+                .when_matched_update_all(predicate="s._combined_op <> 'delete'")
+                .when_not_matched_insert_all(predicate="s._combined_op <> 'delete'")
+                .execute()
+            )
+
+    def _rewrite(
+        self,
+        dt: Any,
+        data: Callable[[], pa.RecordBatchReader],
+        properties: Any,
+        files: Sequence[LinkedFile] | None,
+        schema: pa.Schema | None,
+    ) -> None:
+        """A keyed merge in the table's schema: copy-on-write of the files it touches.
+
+        Deliveries whose own columns are the table's are read by their ids
+        and operations alone, and become table files as they are where they
+        delete nothing (see :func:`rewrite_actions`).
+        """
+        linked = files if files and schema is not None and self._same_schema(dt, schema) else None
+        actions = rewrite_actions(
+            self.path,
+            self.files(),
+            pa.schema(dt.schema().to_arrow()),
+            data,
+            store=self.store,
+            linked=linked,
+        )
+        dt.create_write_transaction(
+            actions, mode="append", schema=dt.schema(), commit_properties=properties
         )
 
     def _retype(

@@ -1,0 +1,286 @@
+"""Copy-on-write of a keyed transition: the add and remove actions of one commit, streamed.
+
+A data file holding an id the transition updates or deletes is rewritten
+without those rows (one small batch at a time), or only removed when every
+one of its rows goes; the transition's puts are the Deliveries' own files,
+linked into the table, where a Delivery holds no delete, and are streamed
+into new files otherwise. Memory holds the changed ids and a few batches,
+never a table, a file or a whole row group of wide rows per writer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from combined.errors import LakeError
+from combined.lake import _files
+from combined.lake._files import LinkedFile, link_data_files, write_data_files
+from combined.lake._store import LakeStore
+from combined.lake._types import to_lake, unviewed
+
+_ID, _OP = "_combined_id", "_combined_op"
+#: The operations whose id's current row leaves the table.
+_REPLACING = ("update", "delete")
+
+
+@dataclass(slots=True)
+class _Changes:
+    """What a transition changes: the ids whose current rows go, and which Deliveries delete."""
+
+    gone: pa.Array | None
+    #: The Deliveries (by position in the linked files) holding at least one delete.
+    deleting: set[int]
+
+
+def rewrite_actions(
+    table: str | Path,
+    files: list[str],
+    schema: pa.Schema,
+    data: Callable[[], pa.RecordBatchReader],
+    *,
+    every_file: bool = False,
+    keyed: bool = True,
+    store: LakeStore | None = None,
+    linked: Sequence[LinkedFile] | None = None,
+) -> list[Any]:
+    """Copy-on-write of a keyed transition: the add and remove actions of one commit.
+
+    ``data()`` returns a fresh reader over the transition's rows (with
+    ``_combined_id`` and ``_combined_op``). Every data file holding an id the
+    transition updates or deletes is rewritten without those rows (streamed,
+    ``REWRITE_BATCH_ROWS`` at a time; a file all of whose rows go is only
+    removed); the transition's puts go to new files. ``linked``: the
+    Deliveries ``data()`` reads, in its order, with their statistics, when
+    their columns are the table's: their ids and operations are read alone,
+    and one that deletes nothing becomes a table file as it is (linked, not
+    rewritten).
+
+    With ``every_file`` (a table whose column types widen), every file is
+    rewritten in ``schema`` and no remove action is returned: the commit
+    overwrites the table. Unless ``keyed``, ``data()`` is an event stream: no
+    row is replaced and every one (deletes included) is added as it is.
+    """
+    lake = store or LakeStore.at(table)
+    if every_file or not keyed:
+        linked = None  # (every row is rewritten in the new types, or added as it is)
+    changes = _changed(data, schema, linked) if keyed else _Changes(None, set())
+    gone = changes.gone
+    if gone is None and every_file:
+        gone = pa.array([], _id_type(schema))
+    actions: list[Any] = []
+    if gone is not None and (len(gone) or every_file):
+        # Which rows go, found for every file at once: one set of the changed ids per commit.
+        doomed = _doomed_rows(files, gone, lake) if len(gone) else {}
+        actions.extend(_rewritten(table, files, schema, doomed, every_file, lake))
+    actions.extend(_puts(table, schema, data, keyed, lake, linked, changes.deleting))
+    return actions
+
+
+def _changed(
+    data: Callable[[], pa.RecordBatchReader],
+    schema: pa.Schema,
+    linked: Sequence[LinkedFile] | None,
+) -> _Changes:
+    """The ids the transition updates or deletes, in the table's id type (text or bytes)."""
+    changed: list[pa.Array] = []
+    deleting: set[int] = set()
+    if linked is not None:
+        for n, (path, *_) in enumerate(linked):
+            with pq.ParquetFile(str(path)) as pf:
+                for batch in pf.iter_batches(batch_size=65_536, columns=[_ID, _OP]):
+                    ops = batch.column(1)
+                    changed.append(pc.filter(batch.column(0), pc.is_in(ops, pa.array(_REPLACING))))
+                    if pc.any(pc.equal(ops, "delete")).as_py():
+                        deleting.add(n)
+    else:
+        for batch in data():
+            ops = batch.column(batch.schema.get_field_index(_OP))
+            ids = batch.column(batch.schema.get_field_index(_ID))
+            changed.append(pc.filter(ids, pc.is_in(ops, pa.array(_REPLACING))))
+    id_type = _id_type(schema)
+    gone = pa.concat_arrays([c.cast(id_type) for c in changed]) if changed else None
+    return _Changes(gone, deleting)
+
+
+def _id_type(schema: pa.Schema) -> pa.DataType:
+    """The plain type of ``schema``'s ``_combined_id``: string (v1 digests) or binary (v2)."""
+    if _ID not in schema.names:
+        return pa.string()
+    t = schema.field(_ID).type
+    if pa.types.is_binary(t) or pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
+        return pa.binary()
+    return pa.string()
+
+
+def _rewritten(
+    table: str | Path,
+    files: Sequence[str],
+    schema: pa.Schema,
+    doomed: dict[str, np.ndarray],
+    every_file: bool,
+    lake: LakeStore,
+) -> list[Any]:
+    """The actions of the files that lose rows (or of every file, with ``every_file``)."""
+    from deltalake.transaction import RemoveAction
+
+    def rewrite(local: str) -> list[Any]:  # a path or URL, as LakeTable.files() gives them
+        if local not in doomed and not every_file:
+            return []  # every row kept: the file is not even opened
+        out = _kept_rows(table, local, schema, doomed.get(local), every_file, lake)
+        if every_file:
+            return out  # (the overwrite removes every file)
+        out.append(
+            RemoveAction(
+                path=_relative(local, table, lake),
+                data_change=True,
+                deletion_timestamp=int(time.time() * 1000),
+                size=lake.size(local),
+                partition_values={},
+            )
+        )
+        return out
+
+    actions: list[Any] = []
+    # Files are rewritten two at a time: decoding and encoding release the GIL.
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="rewrite") as pool:
+        for done in pool.map(rewrite, files):
+            actions.extend(done)
+    # The threads' small buffers stay in their heaps until trimmed: ~130 MB
+    # after 2M rows, which the usage step would otherwise stack on.
+    from combined.runtime._memory import release_memory
+
+    release_memory()
+    return actions
+
+
+def _kept_rows(
+    table: str | Path,
+    local: str,
+    schema: pa.Schema,
+    doomed: np.ndarray | None,
+    every_file: bool,
+    lake: LakeStore,
+) -> list[Any]:
+    """The add actions of ``local``'s rows but ``doomed`` (row numbers): none when all go."""
+    with pq.ParquetFile(lake.open_input(local)) as pf:
+        rows = pf.metadata.num_rows
+        if doomed is not None and len(doomed) >= rows and not every_file:
+            return []  # every row goes (a backlog that updates them all): nothing to read
+        keep = _keep_mask(rows, doomed)
+        # Small batches (two files are rewritten at once, each holding a
+        # batch, its filtered copy and a row group gathering): the writer
+        # gathers them back into full row groups.
+        kept = (
+            to_lake(unviewed(b).filter(keep.slice(offset, b.num_rows)), schema)
+            for offset, b in _offsets(pf.iter_batches(batch_size=_files.REWRITE_BATCH_ROWS))
+        )
+        return write_data_files(table, schema, kept, lake)
+
+
+def _puts(
+    table: str | Path,
+    schema: pa.Schema,
+    data: Callable[[], pa.RecordBatchReader],
+    keyed: bool,
+    lake: LakeStore,
+    linked: Sequence[LinkedFile] | None,
+    deleting: set[int],
+) -> list[Any]:
+    """The add actions of the transition's puts (its rows but the deletes)."""
+    if linked is None:
+        puts = (
+            to_lake(b.filter(pc.not_equal(b.column(_OP), "delete")) if keyed else b, schema)
+            for b in data()
+        )
+        return write_data_files(table, schema, puts, lake)
+    whole = [f for n, f in enumerate(linked) if n not in deleting]
+    actions = link_data_files(table, whole, lake)
+    filtered = [f[0] for n, f in enumerate(linked) if n in deleting]
+    if filtered:
+        actions.extend(write_data_files(table, schema, _without_deletes(filtered, schema), lake))
+    return actions
+
+
+def _without_deletes(paths: Sequence[Path], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The rows of the Deliveries ``paths`` that are not deletes."""
+    for path in paths:
+        with pq.ParquetFile(str(path)) as pf:
+            for b in pf.iter_batches(batch_size=_files.REWRITE_BATCH_ROWS):
+                yield to_lake(b.filter(pc.not_equal(b.column(_OP), "delete")), schema)
+
+
+def _offsets(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """Each batch with the number of rows before it."""
+    offset = 0
+    for batch in batches:
+        yield offset, batch
+        offset += batch.num_rows
+
+
+def _doomed_rows(files: Sequence[str], gone: pa.Array, lake: LakeStore) -> dict[str, np.ndarray]:
+    """The rows (file row numbers) of each of ``files`` whose id is in ``gone``.
+
+    One DuckDB query: the hash table of ``gone`` is built once, and only the
+    files' id columns are scanned (files without such a row are left out).
+    The row numbers come back as Arrow arrays, never a Python int each.
+    """
+    import duckdb
+
+    if not files:
+        return {}
+    con = duckdb.connect(
+        ":memory:",
+        config={"threads": 2, "memory_limit": "128MB", "preserve_insertion_order": False},
+    )
+    try:
+        lake.attach(con)
+        con.register("gone", pa.table({"id": gone}))
+        listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+        # One row a file, its row numbers as a list: no file name repeated for each row.
+        found: pa.Table = con.sql(
+            "SELECT filename, list(file_row_number) AS numbers "
+            f"FROM read_parquet([{listing}], filename = true, file_row_number = true) "
+            "WHERE _combined_id IN (SELECT id FROM gone) GROUP BY filename"
+        ).to_arrow_table()
+    finally:
+        con.close()
+    names = found.column("filename").to_pylist()
+    numbers = found.column("numbers").combine_chunks()
+    doomed = {
+        str(name): numbers[i].values.to_numpy(zero_copy_only=False) for i, name in enumerate(names)
+    }
+    strange = set(doomed) - set(files)
+    if strange:  # a file the commit would keep whole though rows of it must go
+        raise LakeError(
+            f"the lake named its data file {sorted(strange)[0]!r} otherwise than its log does",
+            hint="nothing was committed; report this with the lake's URL scheme",
+        )
+    return doomed
+
+
+def _keep_mask(rows: int, doomed: np.ndarray | None) -> pa.BooleanArray:
+    """A mask of ``rows`` rows, false at the (row numbers) ``doomed``."""
+    keep = np.ones(rows, dtype=bool)
+    if doomed is not None and len(doomed):
+        keep[doomed] = False
+    mask: pa.BooleanArray = pa.array(keep)
+    return mask
+
+
+def _relative(file: str, table: str | Path, store: LakeStore) -> str:
+    """A data file's path relative to its table, as its remove action names it."""
+    import os
+
+    if store.remote:
+        return file.removeprefix(str(table).rstrip("/") + "/")
+    return os.path.relpath(file, table)
