@@ -78,12 +78,18 @@ def available(settings: Settings) -> bool:
     return not any(k in q for k in ("unix_socket", "ssl_ca", "ssl_cert", "ssl_key"))
 
 
-def select_list(layout: Layout) -> str:
-    """The select list of the bulk read: every column as server text, binaries as bytes."""
+def select_list(layout: Layout, *, named: bool = True) -> str:
+    """The select list of the bulk read: every column as server text, binaries as bytes.
+
+    ``named=False`` leaves the expressions unnamed, so that an ``ORDER BY``
+    of a bare column name sorts by the table's column, not by its text
+    (the batches' columns are taken by position).
+    """
     from combined.connectors.mariadb._connect import quote_ident
 
     return ", ".join(
-        f"{p.expr if p.kind == 'binary' else f'CAST({p.expr} AS CHAR)'} AS {quote_ident(p.name)}"
+        (p.expr if p.kind == "binary" else f"CAST({p.expr} AS CHAR)")
+        + (f" AS {quote_ident(p.name)}" if named else "")
         for p in layout.plans
     )
 

@@ -308,11 +308,12 @@ class MariaDBExtraction(SessionRead[Session]):
         for batch in batches:
             yield RecordBatchMessage(request.dataset, batch)
 
-    def _bulk_start(self, work: _Work, where: str) -> bulk.Started | None:
+    def _bulk_start(self, work: _Work, where: str, order: str = "") -> bulk.Started | None:
         """Start reading the rows ``where`` holds in the twin snapshot; ``None``: the row path.
 
-        A bulk read that cannot start hands over nothing (``bulk_failure``
-        says why): this transaction's snapshot then reads the rows itself.
+        ``order`` (SQL expressions) orders them. A bulk read that cannot
+        start hands over nothing (``bulk_failure`` says why): this
+        transaction's snapshot then reads the rows itself.
         """
         twin = self._twin
         if twin is None:
@@ -326,7 +327,8 @@ class MariaDBExtraction(SessionRead[Session]):
                 "reading the table's row length",
             ) or ((None,),)
         rows = bulk.batch_rows(self._batch_rows, self._options.batch_bytes, avg)
-        q = f"SELECT {bulk.select_list(work.layout)} FROM {rel.ident}{where}"
+        listed = bulk.select_list(work.layout, named=not order)
+        q = f"SELECT {listed} FROM {rel.ident}{where}{f' ORDER BY {order}' if order else ''}"
         try:
             started = bulk.start(self._settings, q, rows, twin)
         except CombinedError as exc:
@@ -428,7 +430,14 @@ class MariaDBExtraction(SessionRead[Session]):
         last_raw = (self._request.state or {}).get("cursor")
         last = None if last_raw is None else from_state(last_raw, plan)
         upper = self._window(work, plan, last, is_null if include else None)
-        started = None if upper is None else self._bulk_start(work, _where([work.where]))
+        # The bulk path reads the window as one statement, in the pages' order
+        # (the keyset pages of one snapshot partition it): no edge, no page.
+        exprs = [self._ordered(work.by_name[c]) for c in order]
+        started = (
+            None
+            if upper is None
+            else self._bulk_start(work, _where([work.where]), ", ".join(exprs))
+        )
         self._drop_twin()  # the bulk read started (or never will): writers go on
         try:
             if nulls == "fail":
@@ -443,7 +452,7 @@ class MariaDBExtraction(SessionRead[Session]):
                 total += batch.num_rows
                 yield RecordBatchMessage(self._request.dataset, batch)
         elif upper is not None:
-            total = yield from self._keyset_pages(work, order)
+            total = yield from self._keyset_pages(work, order, exprs)
         if include:
             yield from self._null_cursor_rows(work, is_null)
         if total:
@@ -521,11 +530,15 @@ class MariaDBExtraction(SessionRead[Session]):
             work.where = f"{below} AND {col} > {session.literal(lower)}"
         return upper
 
-    def _keyset_pages(self, work: _Work, order: list[str]) -> Generator[Message, None, int]:
-        """The window on the row path, by keyset pages of ``page_rows``; returns the row count."""
-        # Pages are ordered and compared on one expression per column: ORDER
-        # BY a bare name would sort by the select list's column of that name.
-        exprs = [self._ordered(work.by_name[c]) for c in order]
+    def _keyset_pages(
+        self, work: _Work, order: list[str], exprs: list[str]
+    ) -> Generator[Message, None, int]:
+        """The window on the row path, by keyset pages of ``page_rows``; returns the row count.
+
+        Pages are ordered and compared on ``exprs``, one per ``order`` column
+        (:meth:`_ordered`): ORDER BY a bare name would sort by the select
+        list's column of that name.
+        """
         exact = self._tie_free(work, order, exprs)
         return (
             yield from keyset_pages(
