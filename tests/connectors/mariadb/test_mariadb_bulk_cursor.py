@@ -188,7 +188,8 @@ def test_a_cursor_read_of_an_empty_window_hands_over_no_batch(
     ext, msgs = _read(source, req, use_bulk=True)
     assert mt.batches(msgs) == [] and mt.states(msgs)[0].state["cursor"] == 5
     admin.sql("DELETE FROM o WHERE v = 5")  # no cursor left: no bound, no bulk read
-    ext = source.read(make_request("o", strategy="cursor", cursor=spec))
-    msgs = list(ext)
-    ext.finish("success")
-    assert ext.path == "rows" and mt.batches(msgs) == []
+    empty = source.read(make_request("o", strategy="cursor", cursor=spec))
+    assert isinstance(empty, MariaDBExtraction)
+    msgs = list(empty)
+    empty.finish("success")
+    assert empty.path == "rows" and mt.batches(msgs) == []
