@@ -7,6 +7,7 @@ hand over the same rows in the same order, the same state and the same totals.
 
 from __future__ import annotations
 
+import secrets
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -193,3 +194,38 @@ def test_a_cursor_read_of_an_empty_window_hands_over_no_batch(
     msgs = list(empty)
     empty.finish("success")
     assert empty.path == "rows" and mt.batches(msgs) == []
+
+
+def test_a_cursor_read_without_lock_tables_pages_on_the_row_path(
+    admin: Any, mariadb_database: str, make_request: Any, mt: Any
+) -> None:
+    """No grant to hold the twin snapshot: the keyset pages read, and say why."""
+    from tests.connectors.mariadb.test_mariadb_bulk import _grant
+
+    user = f"cbulkcur_{secrets.token_hex(4)}"
+    admin.sql(
+        f"DROP USER IF EXISTS '{user}'@'%'",
+        f"DROP USER IF EXISTS '{user}'@'localhost'",
+        f"CREATE USER '{user}'@'%'",
+        f"CREATE USER '{user}'@'localhost'",
+        "CREATE TABLE o (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB",
+        "INSERT INTO o SELECT seq, seq DIV 3 FROM seq_1_to_20",
+    )
+    try:
+        _grant(admin, user, "SELECT")
+        src = MariaDBSource({"dsn": mariadb_database.replace("//root@", f"//{user}@")})
+        req = make_request("o", strategy="cursor", cursor=CursorSpec("v"), options={"page_rows": 4})
+        try:
+            ext = src.read(req)
+            assert isinstance(ext, MariaDBExtraction)
+            msgs = list(ext)
+            ext.finish("success")
+            assert ext.path == "rows" and ext.bulk_failure
+            assert sorted(mt.table_of(msgs).column("id").to_pylist()) == list(range(1, 21))
+            _grant(admin, user, "LOCK TABLES")
+            _, msgs = _read(src, req, use_bulk=True)
+            assert sorted(mt.table_of(msgs).column("id").to_pylist()) == list(range(1, 21))
+        finally:
+            src.close()
+    finally:
+        admin.sql(f"DROP USER IF EXISTS '{user}'@'%'", f"DROP USER IF EXISTS '{user}'@'localhost'")
