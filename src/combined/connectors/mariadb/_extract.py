@@ -50,6 +50,7 @@ then carries no snapshot.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -435,21 +436,15 @@ class MariaDBExtraction(SessionRead[Session]):
         last_raw = (self._request.state or {}).get("cursor")
         last = None if last_raw is None else from_state(last_raw, plan)
         upper = self._window(work, plan, last, is_null if include else None)
-        # The bulk path reads the window as one statement, in the pages' order
-        # (the keyset pages of one snapshot partition it): no edge, no page.
-        exprs = [self._ordered(work.by_name[c]) for c in order]
-        started = (
-            None
-            if upper is None
-            else self._bulk_start(work, _where([work.where]), ", ".join(exprs))
-        )
+        started = None if upper is None else self._bulk_window(work, plan)
         self._drop_twin()  # the bulk read started (or never will): writers go on
         try:
             if nulls == "fail":
                 self._refuse_null_cursors(work, spec.column, is_null)
         except BaseException:
             if started is not None:
-                started.reader.close()  # an abandoned bulk read ends its connection
+                with contextlib.suppress(Exception):
+                    started.reader.close()  # an abandoned bulk read ends its connection
             raise
         total = 0
         if started is not None:
@@ -457,12 +452,27 @@ class MariaDBExtraction(SessionRead[Session]):
                 total += batch.num_rows
                 yield RecordBatchMessage(self._request.dataset, batch)
         elif upper is not None:
-            total = yield from self._keyset_pages(work, order, exprs)
+            total = yield from self._keyset_pages(work, order)
         if include:
             yield from self._null_cursor_rows(work, is_null)
         if total:
             # Never move the checkpoint backwards (rows above it may have been deleted).
             work.checkpoint = upper if last is None or upper >= last else last
+
+    def _bulk_window(self, work: _Work, plan: ColumnPlan) -> bulk.Started | None:
+        """Start the window's bulk read in the twin snapshot; ``None``: the pages read it.
+
+        One statement reads the window: one snapshot's keyset pages partition
+        it. Where the declared key may repeat, the cursor orders it (the last
+        row of a key wins, as on the pages); else it is not ordered, so that
+        no server sort delays the first batch, which the twin's lock awaits.
+        """
+        if self._twin is None:
+            return None
+        casts = self._options.casts
+        keys = self._unique_keys(work)
+        repeats = not tie_free(self._request.key, keys, lambda c: c not in casts)
+        return self._bulk_start(work, _where([work.where]), self._ordered(plan) if repeats else "")
 
     @property
     def _lookback(self) -> Any:
@@ -535,16 +545,12 @@ class MariaDBExtraction(SessionRead[Session]):
             work.where = f"{below} AND {col} > {session.literal(lower)}"
         return upper
 
-    def _keyset_pages(
-        self, work: _Work, order: list[str], exprs: list[str]
-    ) -> Generator[Message, None, int]:
-        """The window on the row path, by keyset pages of ``page_rows``; returns the row count.
-
-        Pages are ordered and compared on ``exprs``, one per ``order`` column
-        (:meth:`_ordered`): ORDER BY a bare name would sort by the select
-        list's column of that name.
-        """
-        exact = self._tie_free(work, order, exprs)
+    def _keyset_pages(self, work: _Work, order: list[str]) -> Generator[Message, None, int]:
+        """The window on the row path, by keyset pages of ``page_rows``; returns the row count."""
+        # Pages are ordered and compared on one expression per column: ORDER
+        # BY a bare name would sort by the select list's column of that name.
+        exprs = [self._ordered(work.by_name[c]) for c in order]
+        exact = self._tie_free(work, order, exprs, self._unique_keys(work))
         return (
             yield from keyset_pages(
                 lambda after, upto: self._page(work, exprs, after, upto, exact=exact),
@@ -555,14 +561,22 @@ class MariaDBExtraction(SessionRead[Session]):
             )
         )
 
-    def _tie_free(self, work: _Work, order: list[str], exprs: list[str]) -> bool:
-        """Whether each page may be the next ``page_rows`` rows (else pages end at edge rows)."""
-        session = self._live()
+    def _unique_keys(self, work: _Work) -> list[tuple[str, ...]]:
+        """The relation's unique keys over NOT NULL columns, its primary key among them."""
         rel = work.relation
         with self._lock:
-            indexes = catalog.indexes(session, rel.database, [rel.table])
-            ((sort_bytes,),) = session.rows("SELECT @@max_sort_length", "reading the sort limit")
+            indexes = catalog.indexes(self._live(), rel.database, [rel.table])
         primary, unique = catalog.keys(indexes.get(rel.table, []), list(work.by_name.values()))
+        return [primary, *unique]
+
+    def _tie_free(
+        self, work: _Work, order: list[str], exprs: list[str], keys: list[tuple[str, ...]]
+    ) -> bool:
+        """Whether each page may be the next ``page_rows`` rows (else pages end at edge rows)."""
+        with self._lock:
+            ((sort_bytes,),) = self._live().rows(
+                "SELECT @@max_sort_length", "reading the sort limit"
+            )
         # A zero date read as NULL (zero_dates: null) cannot start the next
         # page: only an edge row's own text can. ORDER BY sorts a string by
         # its first max_sort_length bytes while a comparison reads it whole:
@@ -576,9 +590,7 @@ class MariaDBExtraction(SessionRead[Session]):
         return (
             sorted_whole
             and not zero_nulls
-            and tie_free(
-                order, [primary, *unique], lambda c: exprs[order.index(c)] == quote_ident(c)
-            )
+            and tie_free(order, keys, lambda c: exprs[order.index(c)] == quote_ident(c))
         )
 
     def _keyset(self, exprs: list[str], values: list[Any], *, after: bool) -> str:
