@@ -22,9 +22,9 @@ makes equal to this transaction's; without that lock (no grant), or when the
 bulk read cannot start, this transaction reads the rows itself.
 
 A cursor read holds the same lock; with the twin snapshot, connectorx reads
-the whole window as one statement ordered as the pages (one snapshot's pages
-partition it), the bound, the NULL cursors and the totals staying here;
-without it, the row path pages by keyset as below.
+the whole window as one statement (one snapshot's pages partition it),
+ordered by the cursor where the key may repeat; the bound, the NULL cursors
+and the totals stay here. Without it, the row path pages by keyset as below.
 
 Cursor reads page by keyset over (cursor, key...) inside the snapshot:
 ``cursor > last - lookback AND cursor <= MAX(cursor)``, the maximum read in
