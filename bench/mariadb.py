@@ -10,13 +10,16 @@ real MariaDB (``COMBINED_TEST_MARIADB_DSN``, binlog ROW/FULL) and PostgreSQL
    strategy: the bulk path, lake commit included), dlt ``sql_table``
    (pyarrow backend) into a Delta table, and the reader alone on both of its
    paths (``rows``: PyMySQL; ``bulk``: connectorx), batches counted, not kept.
-2. **binlog backlog**: a stitched first capture of an empty table, then N
+2. **cursor**: ``--base`` rows captured by a cursor on ``updated_at``, then
+   N more inserted and captured again (``combined capture``), and the
+   cursor reader alone over those N rows on both of its paths.
+3. **binlog backlog**: a stitched first capture of an empty table, then N
    changes (60% inserts, 30% updates, 10% deletes, 10,000 a transaction)
    while nothing reads; one ``combined capture`` drains them. Reported:
    changes/s, CPU-seconds, peak RSS, and that the lake equals the source;
    then the binlog reader alone over the same changes, decoding rows from the
    events' bytes (``native``) and through ``mysql-replication`` (``library``).
-3. **latency**: ``combined cdc follow --every 0.5`` while M single-row
+4. **latency**: ``combined cdc follow --every 0.5`` while M single-row
    transactions commit 200 ms apart; commit to publication p50/p95, and
    PostgreSQL's (``bench.cdc.latency``) measured the same way in the same run.
 
@@ -37,7 +40,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -203,6 +206,33 @@ def run_binlog(dsn: str, position: str, decoder: str) -> dict[str, Any]:
     return {"rows": rows, "library_events": read.library_events}
 
 
+def run_cursor_reader(dsn: str, path: str, last: str) -> dict[str, Any]:
+    """A cursor read of ``orders`` after ``last`` (``updated_at``) on one path, batches counted."""
+    from combined.connectors.abc import CursorSpec, ReadRequest
+    from combined.connectors.mariadb import MariaDBExtraction, MariaDBSource
+    from combined.protocol import RecordBatchMessage
+
+    src = MariaDBSource({"dsn": dsn})
+    try:
+        ext = src.read(
+            ReadRequest(
+                dataset="orders",
+                relation="orders",
+                key=("id",),
+                strategy="cursor",
+                cursor=CursorSpec("updated_at"),
+                state={"cursor": last},
+            )
+        )
+        assert isinstance(ext, MariaDBExtraction)
+        ext.bulk = path == "bulk"
+        rows = sum(m.batch.num_rows for m in ext if isinstance(m, RecordBatchMessage))
+        ext.finish("success")
+        return {"rows": rows, "path": ext.path}
+    finally:
+        src.close()
+
+
 def run_dlt(dsn: str, work: str) -> dict[str, Any]:
     """dlt ``sql_table`` (pyarrow backend) into a filesystem Delta table."""
     os.environ.setdefault("RUNTIME__DLTHUB_TELEMETRY", "false")
@@ -258,6 +288,42 @@ def snapshot(server: str, rows: int) -> dict[str, Any]:
             out["dlt"] = _child("dlt", dsn, str(root))
         except SystemExit as exc:
             out["dlt"] = {"unavailable": str(exc)[:300]}
+        return out
+    finally:
+        _drop(server, name)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def cursor(server: str, rows: int, base: int) -> dict[str, Any]:
+    """A cursor re-capture of ``rows`` new rows over ``base`` captured ones; the reader's paths."""
+    name, dsn = _database(server)
+    root = Path(tempfile.mkdtemp(prefix="my-bench-"))
+    try:
+        _sql(dsn, ORDERS, ORDERS_ROWS.format(lo=1, hi=base))
+        strategy = (
+            'cursor\n        cursor: {column: updated_at, trust: "bench: rows only inserted"}'
+        )
+        (root / "combined.yaml").write_text(
+            PROJECT.format(dsn=dsn, table="orders", strategy=strategy)
+        )
+        rc, _, _, _, err = _cli_cpu(root, "capture")
+        if rc != 0:
+            raise SystemExit(f"first capture failed: {err}")
+        for lo in range(base + 1, base + rows + 1, 250_000):
+            _sql(dsn, ORDERS_ROWS.format(lo=lo, hi=min(lo + 249_999, base + rows)))
+        _sql(dsn, "ANALYZE TABLE orders")
+        out: dict[str, Any] = {"rows": rows, "base": base}
+        rc, wall, rss, cpu, err = _cli_cpu(root, "capture")
+        if rc != 0:
+            raise SystemExit(f"re-capture failed: {err}")
+        out["combined"] = {
+            "wall_s": round(wall, 2),
+            "cpu_s": round(cpu, 2),
+            "peak_rss_mb": round(rss),
+        }
+        last = (datetime(2024, 1, 1, 1, tzinfo=UTC) + timedelta(seconds=base)).isoformat()
+        out["reader_bulk"] = _child("cursor-reader", dsn, "bulk", last)
+        out["reader_rows"] = _child("cursor-reader", dsn, "rows", last)
         return out
     finally:
         _drop(server, name)
@@ -388,6 +454,18 @@ def _table(r: dict[str, Any]) -> list[str]:
                 f"| {label}, {s['rows']:,} rows | {f['wall_s']} s | {f['cpu_s']} "
                 f"| {f['peak_rss_mb']} MB |"
             )
+    c = r.get("cursor")
+    for key, label in (
+        ("combined", "combined capture (cursor re-capture)"),
+        ("reader_bulk", "cursor reader alone, bulk path"),
+        ("reader_rows", "cursor reader alone, row path (PyMySQL)"),
+    ):
+        f = (c or {}).get(key)
+        if c and f and "wall_s" in f:
+            lines.append(
+                f"| {label}, {c['rows']:,} new rows over {c['base']:,} | {f['wall_s']} s "
+                f"| {f['cpu_s']} | {f['peak_rss_mb']} MB |"
+            )
     b = r.get("backlog")
     if b:
         lines.append(
@@ -418,6 +496,7 @@ def main(argv: list[str] | None = None) -> None:
     children: dict[str, Callable[..., dict[str, Any]]] = {
         "floor": run_floor,
         "reader": run_reader,
+        "cursor-reader": run_cursor_reader,
         "dlt": run_dlt,
         "binlog": run_binlog,
     }
@@ -427,6 +506,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=2_000_000)
     p.add_argument("--changes", type=int, default=500_000)
+    p.add_argument("--base", type=int, default=50_000, help="rows before a cursor re-capture")
     p.add_argument("--samples", type=int, default=100)
     p.add_argument("--only", nargs="*", default=["snapshot", "backlog", "latency"])
     p.add_argument(
@@ -446,6 +526,8 @@ def main(argv: list[str] | None = None) -> None:
     }
     if "snapshot" in args.only:
         out["snapshot"] = snapshot(args.mariadb, args.rows)
+    if "cursor" in args.only:
+        out["cursor"] = cursor(args.mariadb, args.rows, args.base)
     if "backlog" in args.only:
         out["backlog"] = backlog(args.mariadb, args.changes)
     if "latency" in args.only:

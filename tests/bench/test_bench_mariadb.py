@@ -31,3 +31,14 @@ def test_a_tiny_backlog_is_drained_and_read_by_both_decoders(mariadb_server_dsn:
     assert native["library_events"] == 0 < library["library_events"]
     lines = mariadb._table({"backlog": out})
     assert any("binlog reader alone, native decoding, 100 rows" in line for line in lines)
+
+
+def test_a_tiny_cursor_recapture_reads_the_new_rows_on_both_reader_paths(
+    mariadb_server_dsn: str,
+) -> None:
+    out = mariadb.cursor(mariadb_server_dsn, 200, 100)
+    assert out["reader_bulk"] == {**out["reader_bulk"], "rows": 200, "path": "bulk"}
+    assert out["reader_rows"] == {**out["reader_rows"], "rows": 200, "path": "rows"}
+    assert out["combined"]["wall_s"] > 0 and out["combined"]["cpu_s"] > 0
+    lines = mariadb._table({"cursor": out})
+    assert any("cursor reader alone, bulk path, 200 new rows over 100" in line for line in lines)

@@ -71,8 +71,9 @@ def test_a_snapshot_read_does_not_see_changes_committed_while_it_runs(
     ext.finish("success")
 
 
+@pytest.mark.parametrize("use_bulk", [True, False], ids=["bulk", "rows"])
 def test_cursor_pages_through_ties_and_resumes_after_the_checkpoint(
-    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any, use_bulk: bool
 ) -> None:
     admin.sql(
         "CREATE TABLE ev (id INT PRIMARY KEY, v INT NOT NULL, KEY (v))",
@@ -82,7 +83,10 @@ def test_cursor_pages_through_ties_and_resumes_after_the_checkpoint(
     spec = CursorSpec("v", trust="test")
     req = make_request("ev", strategy="cursor", cursor=spec, batch_rows=3, options={"page_rows": 7})
     ext = source.read(req)
+    assert isinstance(ext, MariaDBExtraction)
+    ext.bulk = use_bulk
     msgs = list(ext)
+    assert ext.path == ("bulk" if use_bulk else "rows")
     ids = mt.table_of(msgs).column("id").to_pylist()
     assert sorted(ids) == list(range(100)) and len(ids) == 100  # no row lost, none twice
     (state,) = mt.states(msgs)
@@ -218,8 +222,9 @@ def test_an_abandoned_read_closes_its_session(
     assert not alive
 
 
+@pytest.mark.parametrize("use_bulk", [True, False], ids=["bulk", "rows"])
 def test_a_key_read_as_text_pages_without_losing_rows(
-    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any, use_bulk: bool
 ) -> None:
     admin.sql(
         "CREATE TABLE k (id INT PRIMARY KEY, v INT NOT NULL)",
@@ -228,6 +233,8 @@ def test_a_key_read_as_text_pages_without_losing_rows(
     options = {"page_rows": 5, "casts": {"id": "text"}}
     req = make_request("k", strategy="cursor", cursor=CursorSpec("v"), options=options)
     ext = source.read(req)
+    assert isinstance(ext, MariaDBExtraction)
+    ext.bulk = use_bulk
     ids = mt.table_of(list(ext)).column("id").to_pylist()
     assert sorted(ids, key=int) == [str(i) for i in range(1, 21)]
     ext.finish("success")
@@ -271,18 +278,28 @@ def test_a_view_claims_a_snapshot_only_over_transactional_tables(
 def _cursor_rows(
     source: MariaDBSource, make_request: Any, mt: Any, table: str, columns: list[str], **kw: Any
 ) -> list[tuple[Any, ...]]:
+    """The rows read by the row path's keyset pages, equal to the bulk path's."""
     kw.setdefault("options", {"page_rows": 5})
     req = make_request(table, strategy="cursor", cursor=CursorSpec("v"), batch_rows=4, **kw)
-    ext = source.read(req)
-    messages = []
-    try:
-        for message in ext:
-            messages.append(message)
-            assert len(messages) < 1_000, "the read pages forever"
-    finally:
-        ext.finish("success")
-    table_ = mt.table_of(messages)
-    return sorted(zip(*(table_.column(c).to_pylist() for c in columns), strict=True), key=repr)
+    read: list[list[tuple[Any, ...]]] = []
+    for use_bulk in (False, True):
+        ext = source.read(req)
+        assert isinstance(ext, MariaDBExtraction)
+        ext.bulk = use_bulk
+        messages = []
+        try:
+            for message in ext:
+                messages.append(message)
+                assert len(messages) < 1_000, "the read pages forever"
+        finally:
+            ext.finish("success")
+        assert ext.path == ("bulk" if use_bulk else "rows")
+        table_ = mt.table_of(messages)
+        read.append(
+            sorted(zip(*(table_.column(c).to_pylist() for c in columns), strict=True), key=repr)
+        )
+    assert read[0] == read[1]
+    return read[0]
 
 
 def test_an_enum_key_pages_in_one_order(
@@ -410,12 +427,19 @@ def _null_policy_read(
         batch_rows=4,
         options={"page_rows": 7, "zero_dates": "null", "control_totals": "n"},
     )
-    ext = source.read(req)
-    try:
-        msgs = list(ext)
-    finally:
-        ext.finish("success")
-    return sorted(mt.table_of(msgs).column("id").to_pylist()), mt.states(msgs)[0], ext
+    read = []
+    for use_bulk in (False, True):  # the row path's pages, then the bulk path: the same
+        ext = source.read(req)
+        assert isinstance(ext, MariaDBExtraction)
+        ext.bulk = use_bulk
+        try:
+            msgs = list(ext)
+        finally:
+            ext.finish("success")
+        ids = sorted(mt.table_of(msgs).column("id").to_pylist())
+        read.append((ids, mt.states(msgs)[0].state, ext.control_totals))
+    assert read[0] == read[1]
+    return ids, mt.states(msgs)[0], ext
 
 
 def test_a_null_cursor_fails_the_read_and_a_zero_date_is_not_one(

@@ -1,4 +1,4 @@
-"""The bulk path of a snapshot read: the server's rows straight into Arrow (connectorx).
+"""The bulk path of a snapshot or cursor read: the server's rows straight into Arrow (connectorx).
 
 PyMySQL hands every value to Python before Arrow sees it; connectorx reads
 the result set in Rust into Arrow builders, and this module turns its
@@ -33,7 +33,8 @@ snapshot not seen open under the lock is not known equal to the controlling
 one: its reader is closed and the row path reads, in the controlling snapshot.
 
 The path is taken only when it keeps every guarantee: connectorx is
-installed, the read is a whole-relation snapshot, the connection needs no
+installed, the read is a whole-relation snapshot or a cursor read's
+window (one statement), the connection needs no
 TLS or socket options connectorx would not honour, and the account may
 ``LOCK TABLES``. Otherwise the read keeps the row path.
 """
@@ -78,12 +79,18 @@ def available(settings: Settings) -> bool:
     return not any(k in q for k in ("unix_socket", "ssl_ca", "ssl_cert", "ssl_key"))
 
 
-def select_list(layout: Layout) -> str:
-    """The select list of the bulk read: every column as server text, binaries as bytes."""
+def select_list(layout: Layout, *, named: bool = True) -> str:
+    """The select list of the bulk read: every column as server text, binaries as bytes.
+
+    ``named=False`` leaves the expressions unnamed, so that an ``ORDER BY``
+    of a bare column name sorts by the table's column, not by its text
+    (the batches' columns are taken by position).
+    """
     from combined.connectors.mariadb._connect import quote_ident
 
     return ", ".join(
-        f"{p.expr if p.kind == 'binary' else f'CAST({p.expr} AS CHAR)'} AS {quote_ident(p.name)}"
+        (p.expr if p.kind == "binary" else f"CAST({p.expr} AS CHAR)")
+        + (f" AS {quote_ident(p.name)}" if named else "")
         for p in layout.plans
     )
 

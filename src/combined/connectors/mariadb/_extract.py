@@ -21,6 +21,11 @@ into Arrow on a connection of its own whose snapshot a brief table read lock
 makes equal to this transaction's; without that lock (no grant), or when the
 bulk read cannot start, this transaction reads the rows itself.
 
+A cursor read holds the same lock; with the twin snapshot, connectorx reads
+the whole window as one statement (one snapshot's pages partition it),
+ordered by the cursor where the key may repeat; the bound, the NULL cursors
+and the totals stay here. Without it, the row path pages by keyset as below.
+
 Cursor reads page by keyset over (cursor, key...) inside the snapshot:
 ``cursor > last - lookback AND cursor <= MAX(cursor)``, the maximum read in
 the snapshot before the first page; the checkpoint is that maximum, never
@@ -45,7 +50,8 @@ then carries no snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import contextlib
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -275,7 +281,11 @@ class MariaDBExtraction(SessionRead[Session]):
     def _hold_twin(self, anchor: Any) -> bulk.SnapshotTwin | None:
         """Lock the table for the bulk path's twin snapshot; ``None``: the row path reads."""
         request = self._request
-        if not (self.bulk and request.strategy == "snapshot" and bulk.available(self._settings)):
+        if not (
+            self.bulk
+            and request.strategy in ("snapshot", "cursor")
+            and bulk.available(self._settings)
+        ):
             return None
         twin = bulk.SnapshotTwin(self._settings, request.relation, anchor)
         self._twin = twin if twin.hold() else None
@@ -295,33 +305,54 @@ class MariaDBExtraction(SessionRead[Session]):
         """Every row of the relation: in bulk when the twin snapshot is held, else by rows."""
         request = self._request
         where = _where([work.where])
+        started = self._bulk_start(work, where)
+        if started is None:
+            q = f"SELECT {work.layout.select_list()} FROM {work.relation.ident}{where}"
+            batches = self._stream(q, work.layout)
+        else:
+            batches = self._bulk_batches(work, started)
+        for batch in batches:
+            yield RecordBatchMessage(request.dataset, batch)
+
+    def _bulk_start(self, work: _Work, where: str, order: str = "") -> bulk.Started | None:
+        """Start reading the rows ``where`` holds in the twin snapshot; ``None``: the row path.
+
+        ``order`` (SQL expressions) orders them. A bulk read that cannot
+        start hands over nothing (``bulk_failure`` says why): this
+        transaction's snapshot then reads the rows itself.
+        """
         twin = self._twin
         if twin is None:
-            q = f"SELECT {work.layout.select_list()} FROM {work.relation.ident}{where}"
-            for batch in self._stream(q, work.layout):
-                yield RecordBatchMessage(request.dataset, batch)
-            return
+            return None
+        rel = work.relation
         with self._lock:
-            ((avg,),) = self._live().rows(
+            session = self._live()
+            ((avg,),) = session.rows(
                 "SELECT AVG_ROW_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
-                f"{self._live().literal(work.relation.database)} AND TABLE_NAME = "
-                f"{self._live().literal(work.relation.table)}",
+                f"{session.literal(rel.database)} AND TABLE_NAME = {session.literal(rel.table)}",
                 "reading the table's row length",
             ) or ((None,),)
         rows = bulk.batch_rows(self._batch_rows, self._options.batch_bytes, avg)
-        q = f"SELECT {bulk.select_list(work.layout)} FROM {work.relation.ident}{where}"
+        listed = bulk.select_list(work.layout, named=not order)
+        q = f"SELECT {listed} FROM {rel.ident}{where}{f' ORDER BY {order}' if order else ''}"
         try:
             started = bulk.start(self._settings, q, rows, twin)
-        except CombinedError as exc:  # nothing handed over: this snapshot reads the rows
+        except CombinedError as exc:
             self.bulk_failure = exc.message
             self._twin = None
-            yield from self._whole(work)
-            return
+            return None
         self.path = "bulk"
-        for batch in bulk.converted(self._settings, started, work.layout, request.dataset):
+        return started
+
+    def _bulk_batches(self, work: _Work, started: bulk.Started) -> Iterator[pa.RecordBatch]:
+        """The bulk read's batches; an empty one is not handed over (as on the row path)."""
+        dataset = self._request.dataset
+        for batch in bulk.converted(self._settings, started, work.layout, dataset):
             self._live()  # a cancelled or finished read stops here, between batches
+            if not batch.num_rows:
+                continue
             self.authority.count(batch.num_rows, batch.nbytes)
-            yield RecordBatchMessage(request.dataset, batch)
+            yield batch
 
     def _prepare(self, session: Session, rel: catalog.Relation) -> _Work:
         request = self._request
@@ -393,23 +424,78 @@ class MariaDBExtraction(SessionRead[Session]):
     # -- cursor strategy -----------------------------------------------------
 
     def _cursor_pages(self, work: _Work) -> Iterator[Message]:
-        request = self._request
-        spec = request.cursor
+        """The rows in the cursor's window, then (``nulls: include``) those with no cursor."""
+        spec = self._request.cursor
         assert spec is not None
         plan = work.by_name[spec.column]
+        order = self._cursor_order(work, plan)
+        # No window reaches a NULL cursor; a NOT NULL column holds none to count or read.
+        is_null = f"{quote_ident(spec.column)} <=> NULL"
+        nulls = spec.nulls if plan.nullable else "exclude"
+        include = nulls == "include"
+        last_raw = (self._request.state or {}).get("cursor")
+        last = None if last_raw is None else from_state(last_raw, plan)
+        upper = self._window(work, plan, last, is_null if include else None)
+        started = None if upper is None else self._bulk_window(work, plan)
+        self._drop_twin()  # the bulk read started (or never will): writers go on
+        try:
+            if nulls == "fail":
+                self._refuse_null_cursors(work, spec.column, is_null)
+        except BaseException:
+            if started is not None:
+                with contextlib.suppress(Exception):
+                    started.reader.close()  # an abandoned bulk read ends its connection
+            raise
+        total = 0
+        if started is not None:
+            for batch in self._bulk_batches(work, started):
+                total += batch.num_rows
+                yield RecordBatchMessage(self._request.dataset, batch)
+        elif upper is not None:
+            total = yield from self._keyset_pages(work, order)
+        if include:
+            yield from self._null_cursor_rows(work, is_null)
+        if total:
+            # Never move the checkpoint backwards (rows above it may have been deleted).
+            work.checkpoint = upper if last is None or upper >= last else last
+
+    def _bulk_window(self, work: _Work, plan: ColumnPlan) -> bulk.Started | None:
+        """Start the window's bulk read in the twin snapshot; ``None``: the pages read it.
+
+        One statement reads the window: one snapshot's keyset pages partition
+        it. Where the declared key may repeat, the cursor orders it (the last
+        row of a key wins, as on the pages); else it is not ordered, so that
+        no server sort delays the first batch, which the twin's lock awaits.
+        """
+        if self._twin is None:
+            return None
+        casts = self._options.casts
+        keys = self._unique_keys(work)
+        repeats = not tie_free(self._request.key, keys, lambda c: c not in casts)
+        return self._bulk_start(work, _where([work.where]), self._ordered(plan) if repeats else "")
+
+    @property
+    def _lookback(self) -> Any:
+        spec = self._request.cursor
+        return None if spec is None else spec.lookback
+
+    def _cursor_order(self, work: _Work, plan: ColumnPlan) -> list[str]:
+        """The columns that order the pages, cursor first; refused unless they can."""
+        request = self._request
+        name = plan.name
         if not plan.orderable:
             raise ConfigError(
-                f"column {spec.column!r} ({plan.source_type}) cannot serve as a cursor",
+                f"column {name!r} ({plan.source_type}) cannot serve as a cursor",
                 hint="choose a number, date, datetime or timestamp column; see discovery",
-                column=spec.column,
+                column=name,
             )
-        order = [spec.column, *[k for k in request.key if k != spec.column]]
-        for name in order:
-            if not work.by_name[name].keyable:
+        order = [name, *[k for k in request.key if k != name]]
+        for c in order:
+            if not work.by_name[c].keyable:
                 raise ConfigError(
-                    f"key column {name!r} ({work.by_name[name].source_type}) cannot order pages",
+                    f"key column {c!r} ({work.by_name[c].source_type}) cannot order pages",
                     hint="declare a key of numbers, text, dates, timestamps or bytes",
-                    column=name,
+                    column=c,
                 )
         absent = [c for c in order if c not in work.layout.schema.names]
         if absent:
@@ -418,22 +504,25 @@ class MariaDBExtraction(SessionRead[Session]):
                 hint="add it to the dataset's columns",
                 column=absent[0],
             )
+        return order
+
+    def _refuse_null_cursors(self, work: _Work, column: str, is_null: str) -> None:
+        """``nulls: fail``: fail the read when the snapshot holds a NULL cursor."""
+        with self._lock:
+            (count,) = self._live().rows(
+                f"SELECT COUNT(*) FROM {work.relation.ident} WHERE {is_null}",
+                "counting null cursor values",
+            )[0]
+        if int(count):
+            raise null_cursor_error(work.relation.table, column, int(count))
+
+    def _window(self, work: _Work, plan: ColumnPlan, last: Any, nulls: str | None) -> Any:
+        """Read the cursor's upper bound; set the window over ``last`` and the totals' filter.
+
+        Returns the bound (``None``: no row has a cursor). ``nulls`` is the
+        NULL test of included NULL cursors, which the control totals count.
+        """
         session = self._live()
-        col = quote_ident(spec.column)
-        # No window reaches a NULL cursor; a NOT NULL column holds none to count or read.
-        is_null = f"{col} <=> NULL"
-        nulls = spec.nulls if plan.nullable else "exclude"
-        if nulls == "fail":
-            with self._lock:
-                (count,) = session.rows(
-                    f"SELECT COUNT(*) FROM {work.relation.ident} WHERE {is_null}",
-                    "counting null cursor values",
-                )[0]
-            if int(count):
-                raise null_cursor_error(work.relation.table, spec.column, int(count))
-        include = nulls == "include"
-        last_raw = (request.state or {}).get("cursor")
-        last = None if last_raw is None else from_state(last_raw, plan)
         with self._lock:
             # The upper bound is read inside the data's snapshot: rows committed
             # after it are invisible to this read and wait for the next one.
@@ -443,29 +532,51 @@ class MariaDBExtraction(SessionRead[Session]):
             )[0]
         upper = typed_value(top, plan)
         if upper is None:
-            work.control_where = is_null if include else "FALSE"
-            if include:
-                yield from self._null_cursor_rows(work, is_null)
-            return
+            work.control_where = nulls or "FALSE"
+            return None
+        col = quote_ident(plan.name)
         below = f"{col} <= {session.literal(upper)}"
         # Control totals cover every row up to the bound (what the projection
         # should hold after this read), not only the window read again.
-        work.control_where = f"({below} OR {is_null})" if include else below
+        work.control_where = f"({below} OR {nulls})" if nulls else below
         work.where = below
         if last is not None:
-            lower = _lower_bound(plan, last, spec.lookback)
+            lower = _lower_bound(plan, last, self._lookback)
             work.where = f"{below} AND {col} > {session.literal(lower)}"
+        return upper
+
+    def _keyset_pages(self, work: _Work, order: list[str]) -> Generator[Message, None, int]:
+        """The window on the row path, by keyset pages of ``page_rows``; returns the row count."""
         # Pages are ordered and compared on one expression per column: ORDER
         # BY a bare name would sort by the select list's column of that name.
         exprs = [self._ordered(work.by_name[c]) for c in order]
-        order_sql = ", ".join(exprs)
-        page_rows = self._options.page_rows
-        with self._lock:
-            indexes = catalog.indexes(session, work.relation.database, [work.relation.table])
-            ((sort_bytes,),) = session.rows("SELECT @@max_sort_length", "reading the sort limit")
-        primary, unique = catalog.keys(
-            indexes.get(work.relation.table, []), list(work.by_name.values())
+        exact = self._tie_free(work, order, exprs, self._unique_keys(work))
+        return (
+            yield from keyset_pages(
+                lambda after, upto: self._page(work, exprs, after, upto, exact=exact),
+                order,
+                self._options.page_rows,
+                self._request.dataset,
+                edge=None if exact else lambda after: self._edge(work, order, exprs, after),
+            )
         )
+
+    def _unique_keys(self, work: _Work) -> list[tuple[str, ...]]:
+        """The relation's unique keys over NOT NULL columns, its primary key among them."""
+        rel = work.relation
+        with self._lock:
+            indexes = catalog.indexes(self._live(), rel.database, [rel.table])
+        primary, unique = catalog.keys(indexes.get(rel.table, []), list(work.by_name.values()))
+        return [primary, *unique]
+
+    def _tie_free(
+        self, work: _Work, order: list[str], exprs: list[str], keys: list[tuple[str, ...]]
+    ) -> bool:
+        """Whether each page may be the next ``page_rows`` rows (else pages end at edge rows)."""
+        with self._lock:
+            ((sort_bytes,),) = self._live().rows(
+                "SELECT @@max_sort_length", "reading the sort limit"
+            )
         # A zero date read as NULL (zero_dates: null) cannot start the next
         # page: only an edge row's own text can. ORDER BY sorts a string by
         # its first max_sort_length bytes while a comparison reads it whole:
@@ -476,41 +587,34 @@ class MariaDBExtraction(SessionRead[Session]):
         sorted_whole = all(
             (n := work.by_name[c].octets) is None or n <= int(sort_bytes) for c in order
         )
-        exact = (
+        return (
             sorted_whole
             and not zero_nulls
-            and tie_free(
-                order, [primary, *unique], lambda c: exprs[order.index(c)] == quote_ident(c)
-            )
+            and tie_free(order, keys, lambda c: exprs[order.index(c)] == quote_ident(c))
         )
 
-        def keyset(values: list[Any], *, after: bool) -> str:
-            # ORDER BY's ascending order puts NULLs first. NULL tests are
-            # spelled `<=> NULL`: in a WHERE clause `d IS NULL` also holds
-            # for a zero date in a NOT NULL DATE or DATETIME column.
-            terms = keyset_terms(values, after=after, nulls_first=True)
-            if not terms:
-                return "FALSE"
-            return (
-                "("
-                + " OR ".join(
-                    "("
-                    + " AND ".join(
-                        (
-                            f"{exprs[i]} <=> NULL"
-                            if op == "is null"
-                            else f"NOT ({exprs[i]} <=> NULL)"
-                        )
-                        if value is None
-                        else f"{exprs[i]} {op} {session.literal(value)}"
-                        for i, op, value in term
-                    )
-                    + ")"
-                    for term in terms
-                )
-                + ")"
-            )
+    def _keyset(self, exprs: list[str], values: list[Any], *, after: bool) -> str:
+        """The rows after (or at and before) ``values`` in the pages' order, as SQL."""
+        # ORDER BY's ascending order puts NULLs first. NULL tests are spelled
+        # `<=> NULL`: in a WHERE clause `d IS NULL` also holds for a zero
+        # date in a NOT NULL DATE or DATETIME column.
+        terms = keyset_terms(values, after=after, nulls_first=True)
+        if not terms:
+            return "FALSE"
+        literal = self._live().literal
 
+        def test(i: int, op: str, value: Any) -> str:
+            if value is not None:
+                return f"{exprs[i]} {op} {literal(value)}"
+            return f"{exprs[i]} <=> NULL" if op == "is null" else f"NOT ({exprs[i]} <=> NULL)"
+
+        ors = ["(" + " AND ".join(test(*t) for t in term) + ")" for term in terms]
+        return "(" + " OR ".join(ors) + ")"
+
+    def _edge(
+        self, work: _Work, order: list[str], exprs: list[str], after: list[Any] | None
+    ) -> list[Any] | None:
+        """The ``order`` values of the ``page_rows``-th row after ``after`` (None: fewer left)."""
         # The edge's values as text that compares exactly: a FLOAT through
         # DOUBLE (its own text has 6 digits), BIT and BOOL as numbers.
         edge_sql = ", ".join(
@@ -519,38 +623,36 @@ class MariaDBExtraction(SessionRead[Session]):
             else e
             for c, e in zip(order, exprs, strict=True)
         )
-
-        def edge(after: list[Any] | None) -> list[Any] | None:
-            where = [work.where, None if after is None else keyset(after, after=True)]
-            q = (
-                f"SELECT {edge_sql} FROM {work.relation.ident}{_where(where)}"
-                f" ORDER BY {order_sql} LIMIT 1 OFFSET {int(page_rows) - 1}"
-            )
-            with self._lock:
-                rows = self._live().rows(q, "finding the next page's edge")
-            return list(rows[0]) if rows else None
-
-        def page(after: list[Any] | None, upto: list[Any] | None) -> Iterator[pa.RecordBatch]:
-            where = [
-                work.where,
-                None if after is None else keyset(after, after=True),
-                None if upto is None else keyset(upto, after=False),
-            ]
-            limit = f" LIMIT {int(page_rows)}" if exact else ""
-            q = (
-                f"SELECT {work.layout.select_list()} FROM {work.relation.ident}"
-                f"{_where(where)} ORDER BY {order_sql}{limit}"
-            )
-            return self._stream(q, work.layout)
-
-        total = yield from keyset_pages(
-            page, order, page_rows, request.dataset, edge=None if exact else edge
+        where = [work.where, None if after is None else self._keyset(exprs, after, after=True)]
+        q = (
+            f"SELECT {edge_sql} FROM {work.relation.ident}{_where(where)}"
+            f" ORDER BY {', '.join(exprs)} LIMIT 1 OFFSET {int(self._options.page_rows) - 1}"
         )
-        if include:
-            yield from self._null_cursor_rows(work, is_null)
-        if total:
-            # Never move the checkpoint backwards (rows above it may have been deleted).
-            work.checkpoint = upper if last is None or upper >= last else last
+        with self._lock:
+            rows = self._live().rows(q, "finding the next page's edge")
+        return list(rows[0]) if rows else None
+
+    def _page(
+        self,
+        work: _Work,
+        exprs: list[str],
+        after: list[Any] | None,
+        upto: list[Any] | None,
+        *,
+        exact: bool,
+    ) -> Iterator[pa.RecordBatch]:
+        """The rows after ``after`` up to ``upto`` (or the next ``page_rows`` when ``exact``)."""
+        where = [
+            work.where,
+            None if after is None else self._keyset(exprs, after, after=True),
+            None if upto is None else self._keyset(exprs, upto, after=False),
+        ]
+        limit = f" LIMIT {int(self._options.page_rows)}" if exact else ""
+        q = (
+            f"SELECT {work.layout.select_list()} FROM {work.relation.ident}"
+            f"{_where(where)} ORDER BY {', '.join(exprs)}{limit}"
+        )
+        return self._stream(q, work.layout)
 
     def _null_cursor_rows(self, work: _Work, is_null: str) -> Iterator[Message]:
         """Every row whose cursor is NULL (``nulls: include``): no checkpoint covers them."""
