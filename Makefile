@@ -17,20 +17,22 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/combined demo
 
-# Two independent groups at once (the machine's second core): the long
-# end-to-end tests that mostly wait on other processes (Dagster and Airflow in
-# their own virtualenvs, three workers sharing a catalog) run beside the rest
-# of the suite; their output follows it (test-artifacts/side-tests.log).
-SIDE_TESTS := tests/orchestrators tests/runtime/test_workers_at_scale.py
+# The suite on two pytest-xdist workers (TEST_WORKERS), and beside it, one at a
+# time, the tests marked `beside` (tests/conftest.py): the long end-to-end ones
+# that mostly wait on other processes (Dagster, Airflow and dbt in their own
+# virtualenvs, three workers sharing a catalog) and those sharing MariaDB's
+# binary log. Their output follows (test-artifacts/side-tests.log); each group
+# names its slowest tests.
+TEST_WORKERS ?= 2
 
 test: $(STAMP)
 	@mkdir -p test-artifacts
-	@$(BIN)/python -m pytest -q -p no:cacheprovider $(SIDE_TESTS) \
+	@$(BIN)/python -m pytest -q -p no:cacheprovider -m beside --durations=15 \
 	  >test-artifacts/side-tests.log 2>&1 & side=$$!; \
 	trap 'kill $$side 2>/dev/null' INT TERM; \
-	$(BIN)/python -m pytest -q $(addprefix --ignore=,$(SIDE_TESTS)); main=$$?; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not beside" --durations=30; main=$$?; \
 	wait $$side; side_rc=$$?; \
-	echo "== beside it: $(SIDE_TESTS)"; cat test-artifacts/side-tests.log; \
+	echo "== beside it (-m beside)"; cat test-artifacts/side-tests.log; \
 	test $$main -eq 0 && test $$side_rc -eq 0
 
 check: $(STAMP)

@@ -28,6 +28,27 @@ REQUIRE = os.environ.get("COMBINED_REQUIRE_SERVICES") == "1"
 os.environ["COMBINED_TEST_CONNECTORS"] = "1"
 
 
+# ``make test`` runs the suite on two pytest-xdist workers, and beside them, one
+# at a time, the tests marked ``beside``: the long ones that mostly wait on other
+# processes (marked in their modules), and every test that reaches MariaDB. Tests
+# are independent (each its own database, slot prefix, directory and ports)
+# except there: the MariaDB tests change the binary log's server-wide settings
+# (``binlog_row_image``, its retention) and all read the one binary log.
+BESIDE_FIXTURES = ("mariadb_server_dsn",)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``beside`` each test that uses a server-wide setting others share.
+
+    ``tryfirst``: ``-m`` selects in the same hook, so the marks must be there first.
+    """
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if any(fixture in names for fixture in BESIDE_FIXTURES):
+            item.add_marker(pytest.mark.beside)
+
+
 def _missing(message: str) -> NoReturn:
     """A service a test needs is missing: fail under COMBINED_REQUIRE_SERVICES=1, else skip."""
     if REQUIRE:

@@ -26,7 +26,7 @@ from tests.orchestrators.envs import orchestrator_python
 
 from combined import Engine
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.slow, pytest.mark.beside, pytest.mark.timeout(2400)]
 
 PROFILES = """\
 lake:

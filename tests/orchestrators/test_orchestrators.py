@@ -22,7 +22,7 @@ from tests.orchestrators.envs import ROOT, orchestrator_env, orchestrator_python
 
 from combined import Engine
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.slow, pytest.mark.beside, pytest.mark.postgres, pytest.mark.timeout(2400)]
 
 HERE = Path(__file__).parent
 

@@ -163,6 +163,7 @@ def _ended_records(engine: Engine) -> dict[str, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.beside
 @pytest.mark.postgres
 def test_three_workers_sharing_only_the_catalog_and_the_lake_survive_a_killed_one(
     tmp_path: Path, pg_database: str, source_db: str, s3_bucket: str

@@ -85,6 +85,7 @@ def test_a_password_inside_the_dsn_is_refused_without_echoing_it(pg_dsn):
         f"host=h dbname=d sslpassword={PASSWORD}",
         f"postgresql://u@h/d?sslmode=require&sslpassword={PASSWORD}",
     ],
+    ids=["keywords", "url"],  # the password is random: ids that name it differ between workers
 )
 def test_any_password_keyword_in_the_dsn_is_refused_without_echoing_it(dsn):
     with pytest.raises(ConfigError) as info:
