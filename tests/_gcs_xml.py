@@ -78,6 +78,11 @@ class Adapter(ThreadingHTTPServer):
         self.page_size = page_size
         self.uploads: dict[str, _Upload] = {}
         self.lock = threading.Lock()
+        #: Held around each conditional upload: GCS checks a precondition and
+        #: writes atomically; fake-gcs-server 1.54 may let two uploads both pass
+        #: ``ifGenerationMatch=0`` (seen: two Delta writers both creating one log
+        #: entry), so the adapter, every writer's way in, makes it atomic.
+        self.conditional = threading.Lock()
         super().__init__(("127.0.0.1", port), _Handler)
 
 
@@ -231,7 +236,10 @@ class _Handler(BaseHTTPRequestHandler):
             query["ifGenerationMatch"] = match
         target = f"/upload/storage/v1/b/{quote(bucket, safe='')}/o?{urlencode(query)}"
         headers = {"Content-Type": f"multipart/related; boundary={boundary}"}
-        return self._upstream("POST", target, body, headers)
+        if match is None:
+            return self._upstream("POST", target, body, headers)
+        with self.server.conditional:
+            return self._upstream("POST", target, body, headers)
 
     def _answer_upload(self, reply: Reply) -> None:
         status, headers, body = reply

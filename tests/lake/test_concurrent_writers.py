@@ -132,3 +132,54 @@ def _read(table: LakeTable, file: str) -> list[pa.RecordBatch]:
 
     batches: list[pa.RecordBatch] = pq.ParquetFile(table.store.open_input(file)).read().to_batches()
     return batches
+
+
+def _commit_first_sequence(table: LakeTable, run_id: str) -> bool:
+    """Commit delivery sequence 1 as ``run_id``; whether it was skipped (already there)."""
+    rows = pa.record_batch([pa.array([run_id]), pa.array([1], pa.int64())], schema=SCHEMA)
+    result = table.commit(
+        first_sequence=1,
+        last_sequence=1,
+        mode="append",
+        data=lambda: pa.RecordBatchReader.from_batches(SCHEMA, [rows]),
+        metadata={
+            "run_id": run_id,
+            "first_sequence": 1,
+            "last_sequence": 1,
+            "ingested_at": "2026-01-01T00:00:00+00:00",
+        },
+        needs_merge=False,
+    )
+    return result.skipped
+
+
+def test_a_commit_landing_between_the_sequence_check_and_the_write_is_not_repeated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer commits the same sequence while this one opens the table to write.
+
+    The check of the committed sequence and the write now read one snapshot:
+    the write conflicts with the other commit and the sequence is skipped.
+    Before, the check read the table, then the write opened it again (seeing
+    the other commit as its base, so no conflict) and sequence 1 was
+    committed twice: the lake changed twice.
+    """
+    url = str(tmp_path / "lake" / "s" / "d")
+    _created(url)
+    racer = LakeTable(url, "combined:s/d")
+    opened = racer._open
+    calls = 0
+
+    def open_as_another_writer_commits(version: int | None = None) -> object:
+        nonlocal calls
+        calls += 1
+        snapshot = opened(version)
+        if calls == 1:  # this writer read the table; the other commits before it writes
+            assert _commit_first_sequence(LakeTable(url, "combined:s/d"), "other") is False
+        return snapshot
+
+    monkeypatch.setattr(racer, "_open", open_as_another_writer_commits)
+    assert _commit_first_sequence(racer, "racer") is True
+    table = LakeTable(url, "combined:s/d")
+    assert table.version() == 1
+    assert [m["run_id"] for m in table.commits() if "run_id" in m] == ["other"]

@@ -81,11 +81,7 @@ class LakeTable:
 
     def committed_sequence(self) -> int:
         """The last delivery sequence the lake holds for this dataset (0 if none)."""
-        dt = self._open()
-        if dt is None:
-            return 0
-        v = dt.transaction_version(self.app_id)
-        return int(v) if v is not None else 0
+        return _sequence_in(self._open(), self.app_id)
 
     def files(self, version: int | None = None) -> list[str]:
         """The data files of a table version (no deletion vectors, so files are the rows).
@@ -95,7 +91,7 @@ class LakeTable:
         is named.
         """
         dt = self._open(version)
-        return [] if dt is None else [_local(uri) for uri in dt.file_uris()]
+        return [] if dt is None else _files_of(dt)
 
     def schema(self, version: int | None = None) -> pa.Schema | None:
         """The table's Arrow schema."""
@@ -160,7 +156,12 @@ class LakeTable:
         from deltalake import CommitProperties, Transaction
         from deltalake.exceptions import CommitFailedError
 
-        done = self.committed_sequence()
+        # One snapshot decides both whether the sequences are new and what the
+        # write is based on: read apart, a writer that commits in between
+        # would be neither seen (the sequences look new) nor conflicted with
+        # (the write builds on its version), and the sequences land twice.
+        dt = self._open()
+        done = _sequence_in(dt, self.app_id)
         if last_sequence <= done:
             return self._skipped(last_sequence)
         if first_sequence != done + 1:
@@ -173,7 +174,6 @@ class LakeTable:
             custom_metadata={METADATA_KEY: json.dumps(dict(metadata), default=str)},
             app_transactions=[Transaction(app_id=self.app_id, version=last_sequence)],
         )
-        dt = self._open()
         if dt is not None and mode == "merge":
             # A column the source dropped stays in the table (Delta drops none):
             # a row the transition replaces holds null there, as its Delivery
@@ -277,7 +277,7 @@ class LakeTable:
         linked = files if files and schema is not None and self._same_schema(dt, schema) else None
         actions = rewrite_actions(
             self.path,
-            self.files(),
+            _files_of(dt),
             pa.schema(dt.schema().to_arrow()),
             data,
             store=self.store,
@@ -307,7 +307,7 @@ class LakeTable:
         try:
             actions = rewrite_actions(
                 self.path,
-                self.files(),
+                _files_of(dt),
                 target,
                 data,
                 every_file=True,
@@ -457,6 +457,19 @@ def _append_properties(metadata: Mapping[str, Any]) -> Any:
     from deltalake import CommitProperties
 
     return CommitProperties(custom_metadata={METADATA_KEY: json.dumps(dict(metadata))})
+
+
+def _sequence_in(dt: Any, app_id: str) -> int:
+    """The last delivery sequence a table snapshot holds for ``app_id`` (0 if none)."""
+    if dt is None:
+        return 0
+    v = dt.transaction_version(app_id)
+    return int(v) if v is not None else 0
+
+
+def _files_of(dt: Any) -> list[str]:
+    """A table snapshot's data files, local ones as plain paths (see :meth:`LakeTable.files`)."""
+    return [_local(uri) for uri in dt.file_uris()]
 
 
 def _local(uri: str) -> str:
