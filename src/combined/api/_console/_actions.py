@@ -72,9 +72,16 @@ Checked = Annotated[Form, Depends(checked)]
 def router(console: Console) -> APIRouter:
     """The forms over ``console``'s engine."""
     r = APIRouter(include_in_schema=False)
-    engine = console.engine
-
     login_routes(r, console)
+    _dataset_actions(r, console)
+    _run_actions(r, console)
+    _quarantine_actions(r, console)
+    return r
+
+
+def _dataset_actions(r: APIRouter, console: Console) -> None:
+    """Logging out and queuing a capture."""
+    engine = console.engine
 
     @r.post("/console/logout")
     def logout(request: Request, form: Checked) -> Response:
@@ -90,6 +97,11 @@ def router(console: Console) -> APIRouter:
             return "; ".join(describe(enqueue(engine, [f"{source}.{dataset}"])))
 
         return _attempt(request, _session.local_path(form.get("next")), queue)
+
+
+def _run_actions(r: APIRouter, console: Console) -> None:
+    """Retrying a run and canceling one."""
+    engine = console.engine
 
     @r.post("/console/runs/{run_id}/retry")
     def retry(request: Request, run_id: str, form: Checked) -> Response:
@@ -114,6 +126,11 @@ def router(console: Console) -> APIRouter:
 
         return _attempt(request, f"/console/runs/{run_id}", ask)
 
+
+def _quarantine_actions(r: APIRouter, console: Console) -> None:
+    """Releasing or discarding a quarantine entry."""
+    engine = console.engine
+
     @r.post("/console/quarantine/{entry}/{decision}")
     def decide(request: Request, entry: str, decision: str, form: Checked) -> Response:
         decided = {"release": "released", "discard": "discarded"}.get(decision)
@@ -131,8 +148,6 @@ def router(console: Console) -> APIRouter:
             return f"entry {entry} {decided} by {by}"
 
         return _attempt(request, "/console/quarantine", record)
-
-    return r
 
 
 def login_routes(r: APIRouter, console: Console) -> None:
