@@ -157,7 +157,6 @@ class LakeTable:
         Delta statistics (and sha256): an append with the table's schema links them into the
         table instead of rewriting their rows. Any other commit reads ``data()``.
         """
-        from deltalake import CommitProperties, Transaction
         from deltalake.exceptions import CommitFailedError
 
         done = self.committed_sequence()
@@ -169,10 +168,7 @@ class LakeTable:
                 f"sequence {done} of {self.app_id}",
                 hint="run `combined repair` to reconcile the catalog with the lake",
             )
-        properties = CommitProperties(
-            custom_metadata={METADATA_KEY: json.dumps(dict(metadata), default=str)},
-            app_transactions=[Transaction(app_id=self.app_id, version=last_sequence)],
-        )
+        properties = self._properties(metadata, last_sequence)
         dt = self._open()
         if dt is not None and mode == "merge":
             # A column the source dropped stays in the table (Delta drops none):
@@ -201,6 +197,15 @@ class LakeTable:
             skipped=False,
             committed_at=utcnow(),
             run_id=None if run_id is None else str(run_id),
+        )
+
+    def _properties(self, metadata: Mapping[str, Any], last_sequence: int) -> Any:
+        """The commit's metadata, and the transaction that marks ``last_sequence`` committed."""
+        from deltalake import CommitProperties, Transaction
+
+        return CommitProperties(
+            custom_metadata={METADATA_KEY: json.dumps(dict(metadata), default=str)},
+            app_transactions=[Transaction(app_id=self.app_id, version=last_sequence)],
         )
 
     def _write(
