@@ -79,6 +79,36 @@ def router(console: Console) -> APIRouter:
     return r
 
 
+def login_routes(r: APIRouter, console: Console) -> None:
+    """The login form: the API token, pasted once, opens a session (a signed cookie)."""
+    expected = None if console.token is None else console.token.encode()
+
+    @r.get("/console/login")
+    def login_form(request: Request, next: str = "/") -> Response:
+        if expected is None:  # served without a token: nothing to log in with
+            return _back(_session.local_path(next))
+        return console.page(request, "login.html", next=_session.local_path(next))
+
+    @r.post("/console/login")
+    async def login(request: Request) -> Response:
+        form = await read_form(request)
+        to = _session.local_path(form.get("next"))
+        if expected is None:
+            return _back(to)
+        given = form.get("token", "").strip().encode()
+        # Compared in constant time, as the API compares a bearer token.
+        if not hmac.compare_digest(given, expected):
+            return console.page(
+                request,
+                "login.html",
+                401,
+                next=to,
+                error="that is not this server's API token ($COMBINED_API_TOKEN)",
+            )
+        _session.open_session(request)
+        return _back(to)
+
+
 def _dataset_actions(r: APIRouter, console: Console) -> None:
     """Logging out and queuing a capture."""
     engine = console.engine
@@ -148,33 +178,3 @@ def _quarantine_actions(r: APIRouter, console: Console) -> None:
             return f"entry {entry} {decided} by {by}"
 
         return _attempt(request, "/console/quarantine", record)
-
-
-def login_routes(r: APIRouter, console: Console) -> None:
-    """The login form: the API token, pasted once, opens a session (a signed cookie)."""
-    expected = None if console.token is None else console.token.encode()
-
-    @r.get("/console/login")
-    def login_form(request: Request, next: str = "/") -> Response:
-        if expected is None:  # served without a token: nothing to log in with
-            return _back(_session.local_path(next))
-        return console.page(request, "login.html", next=_session.local_path(next))
-
-    @r.post("/console/login")
-    async def login(request: Request) -> Response:
-        form = await read_form(request)
-        to = _session.local_path(form.get("next"))
-        if expected is None:
-            return _back(to)
-        given = form.get("token", "").strip().encode()
-        # Compared in constant time, as the API compares a bearer token.
-        if not hmac.compare_digest(given, expected):
-            return console.page(
-                request,
-                "login.html",
-                401,
-                next=to,
-                error="that is not this server's API token ($COMBINED_API_TOKEN)",
-            )
-        _session.open_session(request)
-        return _back(to)
