@@ -8,14 +8,18 @@ import shutil
 import sqlite3
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from combined.errors import ConfigError
+
+if TYPE_CHECKING:
+    from combined.engine import Engine
 
 DEMO_PROJECT = """\
 # A demo project: a SQLite shop captured into ./lake.
@@ -174,60 +178,9 @@ def run_demo(directory: Path, console: Console) -> None:
     )
     engine = Engine.open(directory / "combined.yaml")
     try:
-        (first,) = engine.capture()
-        _step(console, "2. first capture", f": run {first.id} {first.state}")
-        for ds, s in (first.stats or {}).items():
-            console.print(f"   shop.{ds}: {s['captured']} rows read, {s['inserts']} new")
-        between = engine.publications(1)[0]["published_at"]
-        time.sleep(1.1)
-        _change_shop(directory / "shop.db")
-        _step(
-            console,
-            "3. the shop changes",
-            ": 20 orders shipped, 6 deleted, 2 placed, 1 customer moved, 20 events",
-        )
-        (second,) = engine.capture()
-        _step(console, "4. second capture", f": run {second.id} {second.state}")
-        for ds, s in (second.stats or {}).items():
-            console.print(
-                f"   shop.{ds}: {s['captured']} read -> +{s['inserts']} ~{s['updates']} "
-                f"-{s['deletes']} ({s['deliveries']} deliveries)"
-            )
-        runs = Table("run", "trigger", "state", "publication")
-        for r in engine.runs(5):
-            runs.add_row(r.id, r.trigger, r.state, r.publication_id or "-")
-        _step(console, "5. runs")
-        console.print(runs)
-        _show(
-            console,
-            "6. shipped orders, explained row by row (combined sql)",
-            engine.sql(
-                "SELECT id, status, _combined_op AS op, _combined_run_id AS run, "
-                "left(_combined_delivery_id, 12) AS delivery, _combined_ingested_at AS ingested "
-                "FROM shop.orders WHERE id IN (1, 2, 1001) ORDER BY id"
-            ),
-        )
-        query = (
-            "SELECT count(*) AS orders, count(*) FILTER (WHERE status = 'shipped') AS shipped, "
-            "max(id) AS max_id FROM shop.orders"
-        )
-        _show(console, "7. now", engine.sql(query))
-        _show(
-            console,
-            f"8. as of {between.isoformat(timespec='seconds')} (--as-of): the earlier state",
-            engine.sql(query, as_of=between),
-        )
-        usage = Table("dataset", "MAR", "inserts", "updates", "deletes")
-        for u in engine.usage():
-            usage.add_row(
-                f"{u['source']}.{u['dataset']}",
-                str(u["mar"]),
-                str(u["inserts"]),
-                str(u["updates"]),
-                str(u["deletes"]),
-            )
-        _step(console, "9. monthly active rows")
-        console.print(usage)
+        between = _two_captures(engine, directory, console)
+        _show_lake(engine, console, between)
+        _show_usage(engine, console)
         console.print(
             Text(
                 f"try: {reach_combined()}cd {shlex.quote(str(directory))} && "
@@ -237,3 +190,70 @@ def run_demo(directory: Path, console: Console) -> None:
         )
     finally:
         engine.close()
+
+
+def _two_captures(engine: Engine, directory: Path, console: Console) -> datetime:
+    """Steps 2 to 4: capture, change the shop, capture again; when the first was published."""
+    (first,) = engine.capture()
+    _step(console, "2. first capture", f": run {first.id} {first.state}")
+    for ds, s in (first.stats or {}).items():
+        console.print(f"   shop.{ds}: {s['captured']} rows read, {s['inserts']} new")
+    between: datetime = engine.publications(1)[0]["published_at"]
+    time.sleep(1.1)
+    _change_shop(directory / "shop.db")
+    _step(
+        console,
+        "3. the shop changes",
+        ": 20 orders shipped, 6 deleted, 2 placed, 1 customer moved, 20 events",
+    )
+    (second,) = engine.capture()
+    _step(console, "4. second capture", f": run {second.id} {second.state}")
+    for ds, s in (second.stats or {}).items():
+        console.print(
+            f"   shop.{ds}: {s['captured']} read -> +{s['inserts']} ~{s['updates']} "
+            f"-{s['deletes']} ({s['deliveries']} deliveries)"
+        )
+    return between
+
+
+def _show_lake(engine: Engine, console: Console, between: datetime) -> None:
+    """Steps 5 to 8: the runs, rows explained, the tables now and as of ``between``."""
+    runs = Table("run", "trigger", "state", "publication")
+    for r in engine.runs(5):
+        runs.add_row(r.id, r.trigger, r.state, r.publication_id or "-")
+    _step(console, "5. runs")
+    console.print(runs)
+    _show(
+        console,
+        "6. shipped orders, explained row by row (combined sql)",
+        engine.sql(
+            "SELECT id, status, _combined_op AS op, _combined_run_id AS run, "
+            "left(_combined_delivery_id, 12) AS delivery, _combined_ingested_at AS ingested "
+            "FROM shop.orders WHERE id IN (1, 2, 1001) ORDER BY id"
+        ),
+    )
+    query = (
+        "SELECT count(*) AS orders, count(*) FILTER (WHERE status = 'shipped') AS shipped, "
+        "max(id) AS max_id FROM shop.orders"
+    )
+    _show(console, "7. now", engine.sql(query))
+    _show(
+        console,
+        f"8. as of {between.isoformat(timespec='seconds')} (--as-of): the earlier state",
+        engine.sql(query, as_of=between),
+    )
+
+
+def _show_usage(engine: Engine, console: Console) -> None:
+    """Step 9: the monthly active rows the two captures billed."""
+    usage = Table("dataset", "MAR", "inserts", "updates", "deletes")
+    for u in engine.usage():
+        usage.add_row(
+            f"{u['source']}.{u['dataset']}",
+            str(u["mar"]),
+            str(u["inserts"]),
+            str(u["updates"]),
+            str(u["deletes"]),
+        )
+    _step(console, "9. monthly active rows")
+    console.print(usage)

@@ -210,7 +210,18 @@ _MONTH = r"^\d{4}-(0[1-9]|1[0-2])$"
 
 
 def _router(engine: Engine) -> APIRouter:
+    """Every JSON route, registered in the order the OpenAPI document lists them."""
     r = APIRouter()
+    _dataset_routes(r, engine)
+    _run_routes(r, engine)
+    _ledger_routes(r, engine)
+    _quarantine_routes(r, engine)
+    _activity_routes(r, engine)
+    return r
+
+
+def _dataset_routes(r: APIRouter, engine: Engine) -> None:
+    """Datasets: their status and history, and queuing their captures."""
 
     @r.get("/datasets", tags=["datasets"], summary="Every dataset's freshness and position")
     def datasets(
@@ -258,6 +269,10 @@ def _router(engine: Engine) -> APIRouter:
         (run,) = engine.enqueue([source])
         return {"run_id": run.id, "run": jsonable(run)}
 
+
+def _run_routes(r: APIRouter, engine: Engine) -> None:
+    """Runs: listing, showing, retrying and canceling them, and the queue."""
+
     @r.get("/runs", tags=["runs"], summary="Newest runs first")
     def runs(
         limit: Limit = 20,
@@ -294,6 +309,10 @@ def _router(engine: Engine) -> APIRouter:
     def queued(limit: Limit = 100) -> dict[str, Any]:
         return {"runs": jsonable(engine.queued(limit))}
 
+
+def _ledger_routes(r: APIRouter, engine: Engine) -> None:
+    """Publications and monthly active rows."""
+
     @r.get("/publications", tags=["publications"], summary="Newest publications with members")
     def publications(limit: Limit = 20) -> dict[str, Any]:
         return {"publications": jsonable(engine.publications(limit))}
@@ -303,6 +322,10 @@ def _router(engine: Engine) -> APIRouter:
         month: Annotated[str | None, Query(pattern=_MONTH, description="YYYY-MM")] = None,
     ) -> dict[str, Any]:
         return {"usage": jsonable(engine.usage(month))}
+
+
+def _quarantine_routes(r: APIRouter, engine: Engine) -> None:
+    """Quarantine: its entries, their records, and decisions on them."""
 
     @r.get("/quarantine", tags=["quarantine"], summary="Entries awaiting review")
     def quarantine(
@@ -335,6 +358,10 @@ def _router(engine: Engine) -> APIRouter:
     def discard(entry: str, body: Decision) -> dict[str, Any]:
         return dict(decide(entry, "discarded", body))
 
+
+def _activity_routes(r: APIRouter, engine: Engine) -> None:
+    """The activity feed."""
+
     @r.get("/activity", tags=["activity"], summary="The activity feed, newest first")
     def activity(
         limit: Limit = 50,
@@ -345,5 +372,3 @@ def _router(engine: Engine) -> APIRouter:
     ) -> dict[str, Any]:
         rows = engine.activity(limit, kind=kind, run_id=run_id, source=source, dataset=dataset)
         return {"events": jsonable(rows)}
-
-    return r

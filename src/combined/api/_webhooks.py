@@ -74,26 +74,15 @@ def webhook_router(engine: Engine) -> APIRouter:
             # The same answer for an unknown dataset and one without a webhook:
             # an unauthenticated caller learns nothing of the project.
             return _refuse(404, "NotFoundError", f"no webhook at /webhooks/{source}/{dataset}")
-        body = bytearray()
-        async for chunk in request.stream():
-            body.extend(chunk)
-            if len(body) > MAX_BODY:
-                return _refuse(
-                    413, "PayloadTooLarge", f"a webhook body is at most {MAX_BODY} bytes"
-                )
+        body = await _read_body(request)
+        if body is None:
+            return _refuse(413, "PayloadTooLarge", f"a webhook body is at most {MAX_BODY} bytes")
         try:
             secret = setting.secret.resolve(
                 engine.project.root, where=f"webhook of {source}.{dataset}"
             )
         except CombinedError:
-            # The server's misconfiguration, not the caller's: which reference
-            # failed is for the operator (`combined check`), not for anyone.
-            return _refuse(
-                503,
-                "SecretError",
-                "the webhook's secret cannot be resolved on this server",
-                "the operator should check the webhook's secret reference in combined.yaml",
-            )
+            return _unresolved_secret()
         why = verify(setting, secret, bytes(body), request.headers.get(setting.header))
         if why is not None:
             return _refuse(
@@ -115,3 +104,25 @@ def webhook_router(engine: Engine) -> APIRouter:
         )
 
     return r
+
+
+async def _read_body(request: Request) -> bytearray | None:
+    """The request's whole body; None as soon as it passes :data:`MAX_BODY` bytes."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body.extend(chunk)
+        if len(body) > MAX_BODY:
+            return None
+    return body
+
+
+def _unresolved_secret() -> JSONResponse:
+    """503: the webhook's secret reference does not resolve on this server."""
+    # The server's misconfiguration, not the caller's: which reference
+    # failed is for the operator (`combined check`), not for anyone.
+    return _refuse(
+        503,
+        "SecretError",
+        "the webhook's secret cannot be resolved on this server",
+        "the operator should check the webhook's secret reference in combined.yaml",
+    )

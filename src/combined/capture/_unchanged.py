@@ -119,14 +119,7 @@ def resolve_unchanged(
     # The lake's own columns only: one the capture added has no lake value.
     in_lake = _types(con, lake) if current_files else {}
     staged_types = _types(con, staged)
-    marked = [
-        str(row[0])
-        for row in con.execute(
-            "SELECT DISTINCT c FROM (SELECT unnest(unc) AS c FROM unc_lin "
-            "WHERE op <> 'delete') ORDER BY c"
-        ).fetchall()
-    ]
-    marked = [c for c in marked if c in payload]
+    marked = _marked(con, payload)
     fills = [
         _fill_column(
             con,
@@ -139,6 +132,26 @@ def resolve_unchanged(
         for n, c in enumerate(marked)
     ]
     con.execute("DROP TABLE unc_lin")
+    cols = _filled_columns(payload, marked)
+    resolved = Resolved(f"{cols}, {rest}, r._cid", id_expr, tuple(fills), _cuts(con, fills))
+    con.execute(f"CREATE VIEW res AS {resolved.sql(staged)}")
+    return resolved
+
+
+def _marked(con: duckdb.DuckDBPyConnection, payload: Sequence[str]) -> list[str]:
+    """The payload columns some staged change (not a delete) marks unchanged, in order."""
+    marked = [
+        str(row[0])
+        for row in con.execute(
+            "SELECT DISTINCT c FROM (SELECT unnest(unc) AS c FROM unc_lin "
+            "WHERE op <> 'delete') ORDER BY c"
+        ).fetchall()
+    ]
+    return [c for c in marked if c in payload]
+
+
+def _filled_columns(payload: Sequence[str], marked: list[str]) -> str:
+    """The select list of ``payload``: a marked column from its fill, any other as staged."""
     cols = []
     for c in payload:
         q = quote_ident(c)
@@ -148,11 +161,7 @@ def resolve_unchanged(
             cols.append(f"CASE WHEN f{n}.ord IS NOT NULL THEN f{n}.v ELSE r.{q} END AS {q}")
         else:
             cols.append(f"r.{q}")
-    resolved = Resolved(
-        f"{', '.join(cols)}, {rest}, r._cid", id_expr, tuple(fills), _cuts(con, fills)
-    )
-    con.execute(f"CREATE VIEW res AS {resolved.sql(staged)}")
-    return resolved
+    return ", ".join(cols)
 
 
 #: The fill values (as text) a join by ordinal holds at a time: each staged part
@@ -234,24 +243,8 @@ def _fill_column(
     the values (the capture's, the lake's) stream past, so a backlog whose
     fills are many times the reduction's memory fills all the same.
     """
-    q, c = quote_ident(column), lit(column)
-    carries = f"op NOT IN ('delete', 'truncate') AND NOT coalesce(list_contains(unc, {c}), false)"
-    con.execute(
-        "CREATE TABLE unc_need AS SELECT ord, _lin, _lin_ord FROM unc_lin "
-        f"WHERE op <> 'delete' AND list_contains(unc, {c})"
-    )
-    # Earlier changes of the same lineages that carry the value, and for
-    # each marked change the newest of them before it (pord).
-    con.execute(
-        "CREATE TABLE unc_cand AS SELECT l.ord, l._lin, l._lin_ord FROM unc_lin l "
-        "SEMI JOIN unc_need n ON l._lin = n._lin AND l._lin_ord = n._lin_ord "
-        f"WHERE {carries}"
-    )
-    con.execute(
-        "CREATE TABLE unc_pick AS SELECT n.ord, n._lin, n._lin_ord, p.ord AS pord "
-        "FROM unc_need n ASOF LEFT JOIN unc_cand p "
-        "ON n._lin = p._lin AND n._lin_ord = p._lin_ord AND n.ord > p.ord"
-    )
+    q = quote_ident(column)
+    _pick_carriers(con, column)
     # From the capture: the staged values of the picked changes.
     parts = [
         f"SELECT p.ord, s.v FROM (SELECT {_ORD} AS ord, {q} AS v FROM {staged} "
@@ -275,17 +268,48 @@ def _fill_column(
     parts.append(f"SELECT ord, NULL AS v FROM unc_pick WHERE pord IS NULL AND NOT ({from_lake})")
     name = f"unc_fill_{n}"
     # (one statement: the values take the type both sources fit, as a CASE over them would)
+    _one_thread(con, f"CREATE TABLE {name} AS " + " UNION ALL ".join(f"({p})" for p in parts))
+    for table in ("unc_need", "unc_cand", "unc_pick"):
+        con.execute(f"DROP TABLE {table}")
+    return name
+
+
+def _pick_carriers(con: duckdb.DuckDBPyConnection, column: str) -> None:
+    """``unc_pick(ord, _lin, _lin_ord, pord)``: each change marking ``column``, and its carrier.
+
+    ``pord`` is the newest earlier change of the same lineage that carries
+    the value (neither marked nor a delete), null when there is none.
+    """
+    c = lit(column)
+    carries = f"op NOT IN ('delete', 'truncate') AND NOT coalesce(list_contains(unc, {c}), false)"
+    con.execute(
+        "CREATE TABLE unc_need AS SELECT ord, _lin, _lin_ord FROM unc_lin "
+        f"WHERE op <> 'delete' AND list_contains(unc, {c})"
+    )
+    # Earlier changes of the same lineages that carry the value, and for
+    # each marked change the newest of them before it (pord).
+    con.execute(
+        "CREATE TABLE unc_cand AS SELECT l.ord, l._lin, l._lin_ord FROM unc_lin l "
+        "SEMI JOIN unc_need n ON l._lin = n._lin AND l._lin_ord = n._lin_ord "
+        f"WHERE {carries}"
+    )
+    con.execute(
+        "CREATE TABLE unc_pick AS SELECT n.ord, n._lin, n._lin_ord, p.ord AS pord "
+        "FROM unc_need n ASOF LEFT JOIN unc_cand p "
+        "ON n._lin = p._lin AND n._lin_ord = p._lin_ord AND n.ord > p.ord"
+    )
+
+
+def _one_thread(con: duckdb.DuckDBPyConnection, statement: str) -> None:
+    """Execute ``statement`` on one thread, then restore the connection's threads."""
     # One thread: a lake file's row group of large values is read whole, and
     # two of them at once did not fit a small reduction's memory.
     (threads,) = con.execute("SELECT current_setting('threads')").fetchall()[0]
     con.execute("SET threads = 1")
     try:
-        con.execute(f"CREATE TABLE {name} AS " + " UNION ALL ".join(f"({p})" for p in parts))
+        con.execute(statement)
     finally:
         con.execute(f"SET threads = {int(threads)}")
-    for table in ("unc_need", "unc_cand", "unc_pick"):
-        con.execute(f"DROP TABLE {table}")
-    return name
 
 
 def lineage_sql(con: duckdb.DuckDBPyConnection, rows: str, moved: bool) -> str:

@@ -300,24 +300,8 @@ def publish(
     dataset was last published at: the basis never moves back (a Run that
     stalled while another published the dataset after it).
     """
-    pm, p = t.publication_members, t.publications
     one_publisher(conn)
-    for m in members:
-        if m.lake_version is None:
-            continue
-        newest = conn.execute(
-            sa.select(pm.c.lake_version)
-            .join(p, p.c.id == pm.c.publication_id)
-            .where(pm.c.source == m.source, pm.c.dataset == m.dataset)
-            .order_by(p.c.seq.desc())
-            .limit(1)
-        ).scalar()
-        if newest is not None and int(newest) > int(m.lake_version):
-            raise ProtocolViolation(
-                f"{m.source}.{m.dataset} is published at lake version {newest}; run {run_id} "
-                f"would publish it at the older version {m.lake_version}: nothing was published",
-                hint="capture again: the next run publishes from the lake's newest version",
-            )
+    _refuse_older(conn, run_id, members)
     seq = int(conn.execute(sa.select(sa.func.max(t.publications.c.seq))).scalar() or 0) + 1
     pub_id = f"p{seq:06d}-{uuid.uuid4().hex[:6]}"
     now = utcnow()
@@ -354,6 +338,27 @@ def publish(
             .values(published_at=now)
         )
     return pub_id
+
+
+def _refuse_older(conn: Connection, run_id: str | None, members: Sequence[Member]) -> None:
+    """Raise if a member is older than the lake version its dataset was last published at."""
+    pm, p = t.publication_members, t.publications
+    for m in members:
+        if m.lake_version is None:
+            continue
+        newest = conn.execute(
+            sa.select(pm.c.lake_version)
+            .join(p, p.c.id == pm.c.publication_id)
+            .where(pm.c.source == m.source, pm.c.dataset == m.dataset)
+            .order_by(p.c.seq.desc())
+            .limit(1)
+        ).scalar()
+        if newest is not None and int(newest) > int(m.lake_version):
+            raise ProtocolViolation(
+                f"{m.source}.{m.dataset} is published at lake version {newest}; run {run_id} "
+                f"would publish it at the older version {m.lake_version}: nothing was published",
+                hint="capture again: the next run publishes from the lake's newest version",
+            )
 
 
 #: The PostgreSQL advisory lock that publishers take in turn ("combined" in ASCII).

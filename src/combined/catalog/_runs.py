@@ -317,13 +317,7 @@ def move_run(
     if target in TERMINAL:
         values["ended_at"] = now
     if error is not None:
-        from combined.errors import CombinedError, redact
-
-        if isinstance(error, CombinedError):
-            values["error"] = redact(error.describe())
-        else:
-            values["error"] = redact(str(error))
-        values["error_type"] = type(error).__name__ if isinstance(error, BaseException) else None
+        values.update(_error_values(error))
     if stats is not None:
         values["stats"] = dict(stats)
     if publication_id is not None:
@@ -342,28 +336,52 @@ def move_run(
             hint="see `combined run show` for the state it reached",
         )
     if target in ALERTED:
-        from combined.catalog._data import emit
-
-        emit(
-            conn,
-            f"alert.run_{target}",
-            source=run.source,
-            run_id=run.id,
-            datasets=list(run.datasets),
-            trigger=run.trigger,
-            error=values.get("error"),
-        )
+        _alert(conn, run, target, values.get("error"))
     if target in TERMINAL:
-        # The Attempt that staged the capture ends with the Run's result, not "staged".
-        conn.execute(
-            t.attempts.update()
-            .where(t.attempts.c.run_id == run.id, t.attempts.c.outcome == "staged")
-            .values(ended_at=now, outcome=target)
-        )
-        ledger = conn.info.get(LEDGER)
-        if ledger is not None:  # the lake first: an ended Run is in the lake's ledger
-            ledger.run(run_record(conn, run.id))
+        _ended(conn, run, target, now)
     return get_run(conn, run.id)
+
+
+def _error_values(error: BaseException | str) -> dict[str, Any]:
+    """A Run's ``error`` (redacted) and ``error_type`` columns for ``error``."""
+    from combined.errors import CombinedError, redact
+
+    if isinstance(error, CombinedError):
+        text = redact(error.describe())
+    else:
+        text = redact(str(error))
+    return {
+        "error": text,
+        "error_type": type(error).__name__ if isinstance(error, BaseException) else None,
+    }
+
+
+def _alert(conn: Connection, run: Run, target: RunState, error: str | None) -> None:
+    """Emit ``alert.run_<target>``: the Run ended in a state that needs someone."""
+    from combined.catalog._data import emit
+
+    emit(
+        conn,
+        f"alert.run_{target}",
+        source=run.source,
+        run_id=run.id,
+        datasets=list(run.datasets),
+        trigger=run.trigger,
+        error=error,
+    )
+
+
+def _ended(conn: Connection, run: Run, target: RunState, now: datetime) -> None:
+    """End the Attempt that staged the capture with the Run's result; ledger the Run."""
+    # The Attempt that staged the capture ends with the Run's result, not "staged".
+    conn.execute(
+        t.attempts.update()
+        .where(t.attempts.c.run_id == run.id, t.attempts.c.outcome == "staged")
+        .values(ended_at=now, outcome=target)
+    )
+    ledger = conn.info.get(LEDGER)
+    if ledger is not None:  # the lake first: an ended Run is in the lake's ledger
+        ledger.run(run_record(conn, run.id))
 
 
 def canceled(run: Run) -> RunCanceled:

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import threading
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.text import Text
 
 from combined.cli import TERMINATED, ProjectOpt, Terminated, _engine, _fail, _state, app, err
 from combined.cli._schedule import in_background
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from combined.catalog import Run
 
 #: Hosts ``--insecure-no-auth`` accepts: only this machine can reach them.
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -57,21 +63,9 @@ def worker(
     worker after its current run (exit status 143); a second SIGTERM stops
     the run too, as it stops `combined capture`.
     """
-    import signal
-
     from combined.errors import CombinedError
 
-    stop: list[int] = []
-
-    def on_term(signum: int, frame: object) -> None:
-        if stop:
-            # A second SIGTERM: unwind the Run as `capture` does (leases
-            # released, the Run closed by the next repair).
-            signal.signal(signal.SIGTERM, lambda signum, frame: None)
-            raise Terminated(TERMINATED)
-        stop.append(signum)
-
-    signal.signal(signal.SIGTERM, on_term)
+    stop = _stop_on_sigterm()
     engine = _engine(project, _Log())
     scheduling = threading.Event()
     if schedule:
@@ -79,13 +73,7 @@ def worker(
     try:
         err.print(f"worker started on {engine.catalog.url}", highlight=False)
         for run in engine.work(lambda: bool(stop), poll_s=poll, once=once, max_runs=max_runs):
-            line = Text.assemble(f"run {run.id} ", _state(run.state))
-            for ds, s in (run.stats or {}).items():
-                line.append(
-                    f"  {run.source}.{ds}: {s['captured']} read, +{s['inserts']} "
-                    f"~{s['updates']} -{s['deletes']}"
-                )
-            err.print(line, highlight=False)
+            err.print(_run_line(run), highlight=False)
             if run.error:
                 err.print(f"  {run.error}", highlight=False)
             if stop:
@@ -98,6 +86,35 @@ def worker(
     if stop:
         err.print("worker stopped by SIGTERM", highlight=False)
         raise typer.Exit(TERMINATED)
+
+
+def _stop_on_sigterm() -> list[int]:
+    """Catch SIGTERM: the first is noted in the list returned, a second one unwinds the Run."""
+    import signal
+
+    stop: list[int] = []
+
+    def on_term(signum: int, frame: object) -> None:
+        if stop:
+            # A second SIGTERM: unwind the Run as `capture` does (leases
+            # released, the Run closed by the next repair).
+            signal.signal(signal.SIGTERM, lambda signum, frame: None)
+            raise Terminated(TERMINATED)
+        stop.append(signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    return stop
+
+
+def _run_line(run: Run) -> Text:
+    """The log line of an executed run: its state and each dataset's numbers."""
+    line = Text.assemble(f"run {run.id} ", _state(run.state))
+    for ds, s in (run.stats or {}).items():
+        line.append(
+            f"  {run.source}.{ds}: {s['captured']} read, +{s['inserts']} "
+            f"~{s['updates']} -{s['deletes']}"
+        )
+    return line
 
 
 @app.command()
@@ -126,9 +143,7 @@ def serve(
     console's pages by a session its login opens with the same token. Serving never
     reads a source by itself: captures wait in the queue for a worker.
     """
-    import os
-
-    from combined.errors import CombinedError, ConfigError
+    from combined.errors import ConfigError
 
     if insecure_no_auth and host not in LOOPBACK:
         _fail(
@@ -137,20 +152,10 @@ def serve(
                 hint="bind to 127.0.0.1, or set COMBINED_API_TOKEN and drop --insecure-no-auth",
             )
         )
-    try:
-        from combined._logging import configure, current_format
-        from combined.api import create_app
-
-        application = create_app(
-            project,
-            token=os.environ.get("COMBINED_API_TOKEN") or None,
-            allow_no_auth=insecure_no_auth,
-        )
-        settings = application.state.engine.project.logging
-        configure(settings.format, settings.level, explicit=False)
-    except CombinedError as exc:
-        _fail(exc)
+    application = _application(project, insecure_no_auth)
     import uvicorn
+
+    from combined._logging import current_format
 
     scheduling = threading.Event()
     if not no_schedule:
@@ -165,3 +170,25 @@ def serve(
         )
     finally:
         scheduling.set()
+
+
+def _application(project: Path | None, insecure_no_auth: bool) -> FastAPI:
+    """The API application over ``project``, its logging configured as the project says."""
+    import os
+
+    from combined.errors import CombinedError
+
+    try:
+        from combined._logging import configure
+        from combined.api import create_app
+
+        application = create_app(
+            project,
+            token=os.environ.get("COMBINED_API_TOKEN") or None,
+            allow_no_auth=insecure_no_auth,
+        )
+        settings = application.state.engine.project.logging
+        configure(settings.format, settings.level, explicit=False)
+    except CombinedError as exc:
+        _fail(exc)
+    return application

@@ -37,6 +37,12 @@ from combined.config._secrets import (
     resolve_secret,
     resolve_secrets,
 )
+from combined.config._shape import (
+    column_problems,
+    cursor_problems,
+    key_problems,
+    mode_problems,
+)
 from combined.config._urls import (
     _URL,
     CatalogKind,
@@ -448,109 +454,12 @@ class DatasetConfig(_Model):
 
     @model_validator(mode="after")
     def _check_shape(self) -> DatasetConfig:
-        problems: list[Problem] = []
-        if self.history and self.sync_mode == "append":
-            problems.append(
-                (
-                    ("history",),
-                    "keeps versions of keyed rows, and sync_mode append keeps every event already",
-                    "remove `history: true`, or use `sync_mode: incremental`",
-                )
-            )
-        if self.key is None and self.sync_mode != "append":
-            problems.append(
-                (
-                    ("key",),
-                    f"is required when sync_mode is {self.sync_mode}",
-                    "add `key: [<column>]` naming the columns that identify a row, "
-                    "or set `sync_mode: append`",
-                )
-            )
-        if self.strategy == "cursor" and self.cursor is None:
-            problems.append(
-                (
-                    ("cursor",),
-                    "is required when strategy is cursor",
-                    'add `cursor: {column: <column>, trust: "<why it only grows>"}`',
-                )
-            )
-        if self.strategy != "cursor" and self.cursor is not None:
-            problems.append(
-                (
-                    ("cursor",),
-                    f"is only used by strategy cursor, not {self.strategy}",
-                    "remove `cursor:` or set `strategy: cursor`",
-                )
-            )
-        if self.sync_mode == "append" and self.cursor is not None and self.cursor.lookback:
-            # The window is read again every run: the key makes that harmless
-            # in a keyed merge, an append stream would keep each row once more.
-            problems.append(
-                (
-                    ("cursor", "lookback"),
-                    "re-reads rows every run, which sync_mode append would keep twice",
-                    "use `sync_mode: incremental` (its key merges the re-read rows), "
-                    "or `lookback: 0`",
-                )
-            )
-        if (
-            self.sync_mode == "append"
-            and self.cursor is not None
-            and self.cursor.nulls == "include"
-        ):
-            # Rows with a NULL cursor are read every run: an append stream
-            # would keep each of them once more per capture.
-            problems.append(
-                (
-                    ("cursor", "nulls"),
-                    "re-reads rows every run, which sync_mode append would keep again each time",
-                    "use `sync_mode: incremental` (its key merges the re-read rows), "
-                    "or `nulls: exclude`",
-                )
-            )
-        if self.sync_mode == "full_refresh" and self.strategy != "snapshot":
-            # A cursor or a change stream reads only what changed: replacing the
-            # projection with it would drop every row it did not read.
-            problems.append(
-                (
-                    ("sync_mode",),
-                    f"is full_refresh, which needs strategy snapshot, not {self.strategy}",
-                    "use `strategy: snapshot`, or sync_mode incremental or append",
-                )
-            )
-        if self.deletes is not None and self.sync_mode != "incremental":
-            # A delete removes a key from a merged projection: an event stream
-            # has no key to remove, a replacement none to keep apart.
-            problems.append(
-                (
-                    ("deletes",),
-                    f"needs sync_mode incremental, not {self.sync_mode}: "
-                    + (
-                        "an event stream keeps every row it reads, with no key to delete"
-                        if self.sync_mode == "append"
-                        else "a delete removes its key from a merged projection"
-                    ),
-                    "set `sync_mode: incremental` with a `key:` (a snapshot's flagged rows "
-                    "then leave the projection), or remove `deletes:` to keep flagged rows "
-                    "as they are",
-                )
-            )
-        if self.columns is not None:
-            needed = list(self.key or [])
-            if self.cursor is not None:
-                needed.append(self.cursor.column)
-            if self.deletes is not None:
-                needed.append(self.deletes.flag)
-            for column in dict.fromkeys(needed):
-                if column not in self.columns:
-                    problems.append(
-                        (
-                            ("columns",),
-                            f"leaves out {column!r}, which the key, cursor or soft-delete "
-                            "flag needs",
-                            f"add {column} to columns",
-                        )
-                    )
+        problems: list[Problem] = [
+            *key_problems(self),
+            *cursor_problems(self),
+            *mode_problems(self),
+            *column_problems(self),
+        ]
         if problems:
             raise _errors(problems)
         return self

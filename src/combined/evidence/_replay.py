@@ -275,12 +275,7 @@ def replay(
     from combined.evidence._explain import _scan, split_name
 
     if replace and (into is not None or to_version is not None):
-        raise ConfigError(
-            "--replace writes the replay of every commit as the table's newest version: "
-            "it takes neither --into nor --to-version",
-            hint="drop --into or --to-version (replay --to-version V --into PATH "
-            "writes an older state to a table of its own)",
-        )
+        raise _replace_takes_neither()
     source, dataset = split_name(name)
     sync_mode = engine.project.dataset(source, dataset).sync_mode
     layout = engine.layout
@@ -294,36 +289,14 @@ def replay(
     spill.mkdir(parents=True, mode=0o700)
     con = _connect(layout, spill)
     try:
+        replay_sql = None
         if files:
             _order_table(con, files)
-            query = _replay_sql(sync_mode, _scan(list(files)), commits)
-        else:
-            query = (
-                f"SELECT NULL::VARCHAR AS {prov.ID}, NULL::VARCHAR AS {prov.PAYLOAD_HASH} LIMIT 0"
-            )
-        con.execute(f"CREATE TEMP TABLE _replay AS {query}")
-        current = _projection_sql(engine, con, source, dataset, version)
-        con.execute(
-            f"CREATE TEMP TABLE _current AS SELECT {prov.ID}, {prov.PAYLOAD_HASH} FROM {current}"
-        )
-        replayed, projected = _counts(con)
-        counts, shown = _differences(con)
+            replay_sql = _replay_sql(sync_mode, _scan(list(files)), commits)
+        _load(con, replay_sql, _projection_sql(engine, con, source, dataset, version))
+        done = _compare(con, name, sync_mode, version, len(commits), len(files))
         target = _write_into(con, into, layout.table(source, dataset)) if into else None
-        done = Replay(
-            dataset=name,
-            sync_mode=sync_mode,
-            lake_version=version,
-            commits=len(commits),
-            deliveries=len(files),
-            replayed_rows=replayed,
-            projection_rows=projected,
-            only_in_replay=counts.get("only_in_replay", 0),
-            only_in_projection=counts.get("only_in_projection", 0),
-            other_payload=counts.get("other_payload", 0),
-            differences=shown,
-            into=target,
-            foreign_versions=foreign,
-        )
+        done = dataclasses.replace(done, into=target, foreign_versions=foreign)
         if compared is not None:
             compared(done)
         if replace and not done.equal:
@@ -336,6 +309,53 @@ def replay(
         con.close()
         shutil.rmtree(spill, ignore_errors=True)
     return done
+
+
+def _replace_takes_neither() -> ConfigError:
+    """``--replace`` with ``--into`` or ``--to-version``: refused."""
+    return ConfigError(
+        "--replace writes the replay of every commit as the table's newest version: "
+        "it takes neither --into nor --to-version",
+        hint="drop --into or --to-version (replay --to-version V --into PATH "
+        "writes an older state to a table of its own)",
+    )
+
+
+def _load(con: duckdb.DuckDBPyConnection, replay_sql: str | None, current: str) -> None:
+    """The replayed rows as ``_replay`` (none without raw files), the projection as ``_current``."""
+    query = replay_sql or (
+        f"SELECT NULL::VARCHAR AS {prov.ID}, NULL::VARCHAR AS {prov.PAYLOAD_HASH} LIMIT 0"
+    )
+    con.execute(f"CREATE TEMP TABLE _replay AS {query}")
+    con.execute(
+        f"CREATE TEMP TABLE _current AS SELECT {prov.ID}, {prov.PAYLOAD_HASH} FROM {current}"
+    )
+
+
+def _compare(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    sync_mode: str,
+    version: int,
+    commits: int,
+    deliveries: int,
+) -> Replay:
+    """Compare ``_replay`` with ``_current``: the counts and the differences shown."""
+    replayed, projected = _counts(con)
+    counts, shown = _differences(con)
+    return Replay(
+        dataset=name,
+        sync_mode=sync_mode,
+        lake_version=version,
+        commits=commits,
+        deliveries=deliveries,
+        replayed_rows=replayed,
+        projection_rows=projected,
+        only_in_replay=counts.get("only_in_replay", 0),
+        only_in_projection=counts.get("only_in_projection", 0),
+        other_payload=counts.get("other_payload", 0),
+        differences=shown,
+    )
 
 
 # -- the replacement ------------------------------------------------------------------------
@@ -354,12 +374,7 @@ def _replace(
     """
     from datetime import timedelta
 
-    import pyarrow as pa
-    from deltalake import CommitProperties, write_deltalake
-
     from combined.catalog import data as cat
-    from combined.lake import METADATA_KEY, to_lake
-    from combined.lake._table import REPLACED
 
     holder = f"replay-{uuid.uuid4().hex[:12]}"
     if not engine.catalog.acquire_lease(source, dataset, holder, timedelta(minutes=10)):
@@ -377,25 +392,8 @@ def _replace(
                 f"it at {done.lake_version}: its table was not replaced",
                 hint="run `combined replay --replace` again",
             )
-        schema = pa.schema(dt.schema().to_arrow())
-        evidence: dict[str, Any] = {
-            "replaced_version": done.lake_version,
-            "replayed_rows": done.replayed_rows,
-            "only_in_replay": done.only_in_replay,
-            "only_in_projection": done.only_in_projection,
-            "other_payload": done.other_payload,
-            "commits": done.commits,
-            "deliveries": done.deliveries,
-        }
-        rows = con.sql("SELECT * EXCLUDE (_lv, _seq, _row) FROM _replay").to_arrow_reader(65_536)
-        write_deltalake(
-            dt,
-            pa.RecordBatchReader.from_batches(schema, (to_lake(b, schema) for b in rows)),
-            mode="overwrite",
-            commit_properties=CommitProperties(
-                custom_metadata={METADATA_KEY: json.dumps({REPLACED: evidence})}
-            ),
-        )
+        evidence = _evidence(done)
+        _overwrite(con, dt, evidence)
         version = int(table.version() or 0)
         with engine.catalog.begin() as conn:
             cat.emit(
@@ -409,3 +407,36 @@ def _replace(
         return version
     finally:
         engine.catalog.release_lease(source, dataset, holder)
+
+
+def _evidence(done: Replay) -> dict[str, Any]:
+    """What the replacement's commit and its Activity event record of the replay."""
+    return {
+        "replaced_version": done.lake_version,
+        "replayed_rows": done.replayed_rows,
+        "only_in_replay": done.only_in_replay,
+        "only_in_projection": done.only_in_projection,
+        "other_payload": done.other_payload,
+        "commits": done.commits,
+        "deliveries": done.deliveries,
+    }
+
+
+def _overwrite(con: duckdb.DuckDBPyConnection, dt: Any, evidence: dict[str, Any]) -> None:
+    """Overwrite table ``dt`` with ``_replay``'s rows in its schema, ``evidence`` committed."""
+    import pyarrow as pa
+    from deltalake import CommitProperties, write_deltalake
+
+    from combined.lake import METADATA_KEY, to_lake
+    from combined.lake._table import REPLACED
+
+    schema = pa.schema(dt.schema().to_arrow())
+    rows = con.sql("SELECT * EXCLUDE (_lv, _seq, _row) FROM _replay").to_arrow_reader(65_536)
+    write_deltalake(
+        dt,
+        pa.RecordBatchReader.from_batches(schema, (to_lake(b, schema) for b in rows)),
+        mode="overwrite",
+        commit_properties=CommitProperties(
+            custom_metadata={METADATA_KEY: json.dumps({REPLACED: evidence})}
+        ),
+    )

@@ -24,6 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from combined.catalog import Member
@@ -102,6 +103,19 @@ def _connect(memory_limit: str, spill: str) -> Any:
         ) from None
 
 
+@dataclass
+class _Exposed:
+    """What the members' exposure gave: the files DuckDB may open, and what went missing."""
+
+    allowed: list[str] = field(default_factory=list)
+    #: Each member read, with its version's files.
+    read: list[tuple[Member, list[str]]] = field(default_factory=list)
+    #: Members whose files were gone (told only if the query names them).
+    gone: list[QueryError] = field(default_factory=list)
+    #: The ``<source>.<dataset>__history`` tables exposed.
+    histories: list[str] = field(default_factory=list)
+
+
 def _run(
     con: Any,
     layout: LakeLayout,
@@ -114,57 +128,11 @@ def _run(
     """Expose the members, lock DuckDB to their files, and run ``query``."""
     import duckdb
 
-    allowed: list[str] = []
-    read: list[tuple[Member, list[str]]] = []
-    gone: list[QueryError] = []
-    histories: list[str] = []
+    exposed = _Exposed()
     con.execute(f"CREATE SCHEMA {_SHAPES}")
     for m in members:
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(m.source)}")
-        name = f"{quote_ident(m.source)}.{quote_ident(m.dataset)}"
-        if m.lake_version is None:
-            continue
-        table = LakeTable(layout.table(m.source, m.dataset), "", layout.store)
-        # The same rows in fewer files, once a compaction followed the publication.
-        version = reading_version(table, m.lake_version)
-        files, schema = _version_files(table, m, version)
-        read.append((m, files))
-        # The version's schema, not its files', is the member's shape: a
-        # column the table evolved to is there before any file holds it.
-        shape = name if not files else f"{_SHAPES}.{quote_ident(f'{m.source}.{m.dataset}')}"
-        con.register("_empty", schema.empty_table())
-        con.execute(f"CREATE TABLE {shape} AS SELECT * FROM _empty")
-        con.unregister("_empty")
-        if files:
-            if layout.store.remote:
-                try:
-                    scan = layout.store.arrow_source(
-                        con, f"_lake_{m.source}.{m.dataset}", files, schema
-                    )
-                except FileNotFoundError:
-                    raise _removed(m) from None
-            else:
-                allowed.extend(files)
-                scan = layout.store.duck_source(con, files)
-            try:
-                con.execute(
-                    f"CREATE VIEW {name} AS SELECT * FROM {shape} UNION ALL BY NAME "
-                    f"SELECT * FROM {scan}"
-                )
-            except duckdb.IOException:
-                # Said only if the query reads it: no view, a FilesRemoved when named.
-                gone.append(_gone(layout, [(m, files)]) or _unreadable(m))
-        history = _expose_history(con, layout, m)
-        if history is not None:
-            allowed.extend(history)
-            histories.append(f"{m.source}.{m.dataset}__history")
-    # From here DuckDB opens only the basis's files, extensions included,
-    # and the query cannot change that.
-    con.execute("SET allowed_paths = ?", [allowed])
-    con.execute("SET enable_external_access = false")
-    con.execute("SET autoinstall_known_extensions = false")
-    con.execute("SET autoload_known_extensions = false")
-    con.execute("SET lock_configuration = true")
+        _expose(con, layout, m, exposed)
+    _lock(con, exposed.allowed)
     try:
         return _interruptible(con, query, timeout_s)
     except duckdb.OutOfMemoryException:
@@ -173,15 +141,70 @@ def _run(
             hint="narrow the query (fewer columns or rows), or raise --memory-limit",
         ) from None
     except duckdb.CatalogException as exc:
-        raise _absent(con, query, members, publication, gone, histories) or QueryError(
+        found = _absent(con, query, members, publication, exposed.gone, exposed.histories)
+        raise found or QueryError(
             f"the query failed: {exc}",
             hint="tables are named <source>.<dataset>; list them with `combined status`",
         ) from exc
     except (duckdb.Error, OSError) as exc:
-        raise _gone(layout, read) or QueryError(
+        raise _gone(layout, exposed.read) or QueryError(
             f"the query failed: {exc}",
             hint="tables are named <source>.<dataset>; list them with `combined status`",
         ) from exc
+
+
+def _expose(con: Any, layout: LakeLayout, m: Member, exposed: _Exposed) -> None:
+    """Expose member ``m`` as the view ``<source>.<dataset>`` (and its history, if kept)."""
+    import duckdb
+
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(m.source)}")
+    name = f"{quote_ident(m.source)}.{quote_ident(m.dataset)}"
+    if m.lake_version is None:
+        return
+    table = LakeTable(layout.table(m.source, m.dataset), "", layout.store)
+    # The same rows in fewer files, once a compaction followed the publication.
+    version = reading_version(table, m.lake_version)
+    files, schema = _version_files(table, m, version)
+    exposed.read.append((m, files))
+    # The version's schema, not its files', is the member's shape: a
+    # column the table evolved to is there before any file holds it.
+    shape = name if not files else f"{_SHAPES}.{quote_ident(f'{m.source}.{m.dataset}')}"
+    con.register("_empty", schema.empty_table())
+    con.execute(f"CREATE TABLE {shape} AS SELECT * FROM _empty")
+    con.unregister("_empty")
+    if files:
+        if layout.store.remote:
+            try:
+                scan = layout.store.arrow_source(
+                    con, f"_lake_{m.source}.{m.dataset}", files, schema
+                )
+            except FileNotFoundError:
+                raise _removed(m) from None
+        else:
+            exposed.allowed.extend(files)
+            scan = layout.store.duck_source(con, files)
+        try:
+            con.execute(
+                f"CREATE VIEW {name} AS SELECT * FROM {shape} UNION ALL BY NAME "
+                f"SELECT * FROM {scan}"
+            )
+        except duckdb.IOException:
+            # Said only if the query reads it: no view, a FilesRemoved when named.
+            exposed.gone.append(_gone(layout, [(m, files)]) or _unreadable(m))
+    history = _expose_history(con, layout, m)
+    if history is not None:
+        exposed.allowed.extend(history)
+        exposed.histories.append(f"{m.source}.{m.dataset}__history")
+
+
+def _lock(con: Any, allowed: list[str]) -> None:
+    """From here DuckDB opens only ``allowed`` files, and a query cannot change that."""
+    # Extensions included: none is installed or loaded on demand.
+    con.execute("SET allowed_paths = ?", [allowed])
+    con.execute("SET enable_external_access = false")
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET autoload_known_extensions = false")
+    con.execute("SET lock_configuration = true")
 
 
 def _expose_history(con: Any, layout: LakeLayout, m: Member) -> list[str] | None:

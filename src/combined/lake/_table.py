@@ -153,14 +153,9 @@ class LakeTable:
         Delta statistics (and sha256): an append with the table's schema links them into the
         table instead of rewriting their rows. Any other commit reads ``data()``.
         """
-        from deltalake import CommitProperties, Transaction
         from deltalake.exceptions import CommitFailedError
 
-        # One snapshot decides both whether the sequences are new and what the
-        # write is based on: read apart, a writer that commits in between
-        # would be neither seen (the sequences look new) nor conflicted with
-        # (the write builds on its version), and the sequences land twice.
-        dt = self._open()
+        dt = self._open()  # checked and written on: a commit between two reads would be missed
         done = _sequence_in(dt, self.app_id)
         if last_sequence <= done:
             return self._skipped(last_sequence)
@@ -170,10 +165,7 @@ class LakeTable:
                 f"sequence {done} of {self.app_id}",
                 hint="run `combined repair` to reconcile the catalog with the lake",
             )
-        properties = CommitProperties(
-            custom_metadata={METADATA_KEY: json.dumps(dict(metadata), default=str)},
-            app_transactions=[Transaction(app_id=self.app_id, version=last_sequence)],
-        )
+        properties = self._properties(metadata, last_sequence)
         if dt is not None and mode == "merge":
             # A column the source dropped stays in the table (Delta drops none):
             # a row the transition replaces holds null there, as its Delivery
@@ -201,6 +193,15 @@ class LakeTable:
             skipped=False,
             committed_at=utcnow(),
             run_id=None if run_id is None else str(run_id),
+        )
+
+    def _properties(self, metadata: Mapping[str, Any], last_sequence: int) -> Any:
+        """The commit's metadata, and the transaction that marks ``last_sequence`` committed."""
+        from deltalake import CommitProperties, Transaction
+
+        return CommitProperties(
+            custom_metadata={METADATA_KEY: json.dumps(dict(metadata), default=str)},
+            app_transactions=[Transaction(app_id=self.app_id, version=last_sequence)],
         )
 
     def _write(

@@ -72,66 +72,10 @@ Checked = Annotated[Form, Depends(checked)]
 def router(console: Console) -> APIRouter:
     """The forms over ``console``'s engine."""
     r = APIRouter(include_in_schema=False)
-    engine = console.engine
-
     login_routes(r, console)
-
-    @r.post("/console/logout")
-    def logout(request: Request, form: Checked) -> Response:
-        request.session.clear()
-        return _back(_session.LOGIN if console.token is not None else "/")
-
-    @r.post("/console/datasets/{source}/{dataset}/capture")
-    def capture(request: Request, source: str, dataset: str, form: Checked) -> Response:
-        from combined.runtime._scheduler import describe, enqueue
-
-        def queue() -> str:
-            engine.project.dataset(source, dataset)
-            return "; ".join(describe(enqueue(engine, [f"{source}.{dataset}"])))
-
-        return _attempt(request, _session.local_path(form.get("next")), queue)
-
-    @r.post("/console/runs/{run_id}/retry")
-    def retry(request: Request, run_id: str, form: Checked) -> Response:
-        try:
-            new = engine.retry(run_id, enqueue=True)
-        except CombinedError as exc:
-            _told(request, exc)
-            return _back(f"/console/runs/{run_id}")
-        _session.flash(request, f"run {new.id} queued: a retry of {run_id} under its admission")
-        return _back(f"/console/runs/{new.id}")
-
-    @r.post("/console/runs/{run_id}/cancel")
-    def cancel(request: Request, run_id: str, form: Checked) -> Response:
-        by = form.get("by", "").strip() or "console"
-        reason = form.get("reason", "").strip() or None
-
-        def ask() -> str:
-            run = engine.cancel(run_id, by=by, reason=reason)
-            if run.state == "canceled":
-                return f"run {run_id} canceled by {by}"
-            return f"run {run_id} asked to stop: it ends canceled at its next check"
-
-        return _attempt(request, f"/console/runs/{run_id}", ask)
-
-    @r.post("/console/quarantine/{entry}/{decision}")
-    def decide(request: Request, entry: str, decision: str, form: Checked) -> Response:
-        decided = {"release": "released", "discard": "discarded"}.get(decision)
-        if decided is None:
-            return console.error_page(request, 404, "Not found", f"no decision {decision!r}")
-        by, reason = form.get("by", "").strip(), form.get("reason", "").strip()
-
-        def record() -> str:
-            if not by or not reason:
-                raise ConfigError(
-                    f"entry {entry} was not {decided}: a decision needs your name and a reason",
-                    hint="fill in both fields",
-                )
-            engine.decide_quarantine(entry, decided, by=by, reason=reason)
-            return f"entry {entry} {decided} by {by}"
-
-        return _attempt(request, "/console/quarantine", record)
-
+    _dataset_actions(r, console)
+    _run_actions(r, console)
+    _quarantine_actions(r, console)
     return r
 
 
@@ -163,3 +107,74 @@ def login_routes(r: APIRouter, console: Console) -> None:
             )
         _session.open_session(request)
         return _back(to)
+
+
+def _dataset_actions(r: APIRouter, console: Console) -> None:
+    """Logging out and queuing a capture."""
+    engine = console.engine
+
+    @r.post("/console/logout")
+    def logout(request: Request, form: Checked) -> Response:
+        request.session.clear()
+        return _back(_session.LOGIN if console.token is not None else "/")
+
+    @r.post("/console/datasets/{source}/{dataset}/capture")
+    def capture(request: Request, source: str, dataset: str, form: Checked) -> Response:
+        from combined.runtime._scheduler import describe, enqueue
+
+        def queue() -> str:
+            engine.project.dataset(source, dataset)
+            return "; ".join(describe(enqueue(engine, [f"{source}.{dataset}"])))
+
+        return _attempt(request, _session.local_path(form.get("next")), queue)
+
+
+def _run_actions(r: APIRouter, console: Console) -> None:
+    """Retrying a run and canceling one."""
+    engine = console.engine
+
+    @r.post("/console/runs/{run_id}/retry")
+    def retry(request: Request, run_id: str, form: Checked) -> Response:
+        try:
+            new = engine.retry(run_id, enqueue=True)
+        except CombinedError as exc:
+            _told(request, exc)
+            return _back(f"/console/runs/{run_id}")
+        _session.flash(request, f"run {new.id} queued: a retry of {run_id} under its admission")
+        return _back(f"/console/runs/{new.id}")
+
+    @r.post("/console/runs/{run_id}/cancel")
+    def cancel(request: Request, run_id: str, form: Checked) -> Response:
+        by = form.get("by", "").strip() or "console"
+        reason = form.get("reason", "").strip() or None
+
+        def ask() -> str:
+            run = engine.cancel(run_id, by=by, reason=reason)
+            if run.state == "canceled":
+                return f"run {run_id} canceled by {by}"
+            return f"run {run_id} asked to stop: it ends canceled at its next check"
+
+        return _attempt(request, f"/console/runs/{run_id}", ask)
+
+
+def _quarantine_actions(r: APIRouter, console: Console) -> None:
+    """Releasing or discarding a quarantine entry."""
+    engine = console.engine
+
+    @r.post("/console/quarantine/{entry}/{decision}")
+    def decide(request: Request, entry: str, decision: str, form: Checked) -> Response:
+        decided = {"release": "released", "discard": "discarded"}.get(decision)
+        if decided is None:
+            return console.error_page(request, 404, "Not found", f"no decision {decision!r}")
+        by, reason = form.get("by", "").strip(), form.get("reason", "").strip()
+
+        def record() -> str:
+            if not by or not reason:
+                raise ConfigError(
+                    f"entry {entry} was not {decided}: a decision needs your name and a reason",
+                    hint="fill in both fields",
+                )
+            engine.decide_quarantine(entry, decided, by=by, reason=reason)
+            return f"entry {entry} {decided} by {by}"
+
+        return _attempt(request, "/console/quarantine", record)

@@ -16,6 +16,7 @@ import json
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from combined.connectors._shared import SessionRead
@@ -197,6 +198,21 @@ def call(
         files.remove()
 
 
+@dataclass
+class Gathered:
+    """A program's output so far: the batch being filled and the states read.
+
+    A state never ends a batch (a program may write one per record): it is
+    handed over after the batch holding the records before it, or at once
+    when they all are handed over already.
+    """
+
+    rows: Rows | None = None
+    #: The last state read, and the one still waiting for its batch.
+    latest: StateMessage | None = None
+    pending: StateMessage | None = None
+
+
 class ProgramExtraction(SessionRead[ProgramRun]):
     """A read of one stream: the program runs once, when iterated.
 
@@ -373,6 +389,19 @@ class ProgramExtraction(SessionRead[ProgramRun]):
         yield self._batch(rows)
         if pending is not None:
             yield pending
+
+    def _flush(self, out: Gathered) -> Iterator[Message]:
+        """Hand over the gathered rows, if any, and the state waiting for them."""
+        if out.rows is not None and len(out.rows):
+            yield from self._handover(out.rows, out.pending)
+            out.pending = None
+
+    def _on_state(self, out: Gathered, state: StateMessage) -> Iterator[Message]:
+        """Keep ``state`` as the latest; hand it over now unless rows wait before it."""
+        out.pending = out.latest = state
+        if out.rows is None or not len(out.rows):
+            yield state
+            out.pending = None
 
     def _final_state(
         self, latest: StateMessage | None, position: Callable[[Mapping[str, Any]], str | None]

@@ -9,7 +9,7 @@ from typing import Any
 from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess
 from combined.connectors._subprocess._rows import Rows, described
-from combined.connectors._subprocess._run import ProgramExtraction
+from combined.connectors._subprocess._run import Gathered, ProgramExtraction
 from combined.connectors._subprocess._schema import FieldPlan, json_default
 from combined.connectors.airbyte._catalog import Stream
 from combined.connectors.airbyte._messages import descriptor, log, trace_error
@@ -60,8 +60,7 @@ class AirbyteExtraction(ProgramExtraction):
         request, stream = self._request, self._stream
         cursor = request.strategy == "cursor"
         rows = Rows(stream.qualified, self._plans, self._selected(), frozenset(), fix=_FIX)
-        latest: StateMessage | None = None
-        pending: StateMessage | None = None
+        out = Gathered(rows)
         # An empty snapshot deletes every row: it needs the connector's word that it
         # read the stream (a record, a state or a status of it).
         read_it = False
@@ -76,20 +75,14 @@ class AirbyteExtraction(ProgramExtraction):
                 rows.add(self._record(proc, msg, number), number, len(raw))
                 read_it = True
                 if self._full(rows):
-                    yield from self._handover(rows, pending)
-                    pending = None
+                    yield from self._flush(out)
             elif kind == "STATE":
                 state = self._stream_state(proc, msg, number)
                 if state is None:
                     continue
                 read_it = True
                 if cursor:
-                    pending = latest = state
-                    # A STATE never ends a batch (a connector may write one per record):
-                    # it follows the batch holding the records before it, or goes now.
-                    if not len(rows):
-                        yield pending
-                        pending = None
+                    yield from self._on_state(out, state)
             elif kind == "TRACE":
                 read_it = self._trace(proc, msg, number) or read_it
             elif kind == "LOG":
@@ -102,8 +95,7 @@ class AirbyteExtraction(ProgramExtraction):
                     "run a connector that speaks the Airbyte protocol",
                     line=number,
                 )
-        if len(rows):
-            yield from self._handover(rows, pending)
+        yield from self._flush(out)
         self._exit(proc)
         if not read_it and not cursor:
             raise self._fail(
@@ -115,13 +107,12 @@ class AirbyteExtraction(ProgramExtraction):
                 "(run its `read` yourself); nothing was committed",
             )
         self.authority.complete()
-        yield self._final_state(
-            latest,
-            lambda previous: position(
-                (previous.get("airbyte") or {}).get("stream", {}).get("stream_state"),
-                self._cursor,
-            ),
-        )
+        yield self._final_state(out.latest, self._previous_position)
+
+    def _previous_position(self, previous: Mapping[str, Any]) -> str | None:
+        """The position of the previous checkpoint's stream state."""
+        stream_state = (previous.get("airbyte") or {}).get("stream", {}).get("stream_state")
+        return position(stream_state, self._cursor)
 
     def _record(self, proc: ChildProcess, msg: Mapping[str, Any], number: int) -> Any:
         record = msg.get("record")

@@ -190,20 +190,8 @@ def translate(exc: BaseException, listing: Listing, relation: str) -> CombinedEr
     text = str(exc)
     found = _KIND.search(text)
     kind = found.group(1).lower() if found else ""
-    path = _find(_FILE_PATTERNS, text)
-    name = path
-    if path is not None:
-        name = path.removeprefix(str(listing.root).rstrip("/") + "/")
-    line = _find(_LINE_PATTERNS, text)
-    where = f"file {name!r}" if name else f"file set {relation!r}"
-    if name and line:
-        where += f" line {line}"
+    where, context = _where(text, listing, relation)
     detail = _detail(text)
-    context: dict[str, Any] = {"relation": relation}
-    if name:
-        context["file"] = name
-    if line:
-        context["line"] = int(line)
     if kind == "binder" and "do not exist" in text:
         return NotFoundError(
             f"{where}: a declared column is not in the files: {detail}",
@@ -232,23 +220,46 @@ def translate(exc: BaseException, listing: Listing, relation: str) -> CombinedEr
             **context,
         )
     if kind in ("conversion", "invalid input", "binder") or "CSV Error" in text:
-        hint = "fix or remove the file; nothing was committed"
-        lower = text.lower()
-        if kind == "conversion":
-            hint = (
-                "fix the value, or declare the column's type under `columns:` "
-                "(VARCHAR reads anything); nothing was committed"
-            )
-        elif "unicode" in lower or "utf-8" in lower:
-            hint = "set `encoding:` (utf-16 or latin-1) or convert the file to utf-8"
-        elif "non-record" in text:
-            hint = "write one JSON object per line (or one array of objects)"
+        hint = _unreadable_hint(kind, text)
         return SchemaMismatch(f"{where} cannot be read: {detail}", hint=hint, **context)
     return SourceError(
         f"reading {where} failed: {detail}",
         hint="check the files with `duckdb` directly",
         **context,
     )
+
+
+def _where(text: str, listing: Listing, relation: str) -> tuple[str, dict[str, Any]]:
+    """Where DuckDB's ``text`` says it failed (file and line), and the error's context."""
+    path = _find(_FILE_PATTERNS, text)
+    name = path
+    if path is not None:
+        name = path.removeprefix(str(listing.root).rstrip("/") + "/")
+    line = _find(_LINE_PATTERNS, text)
+    where = f"file {name!r}" if name else f"file set {relation!r}"
+    if name and line:
+        where += f" line {line}"
+    context: dict[str, Any] = {"relation": relation}
+    if name:
+        context["file"] = name
+    if line:
+        context["line"] = int(line)
+    return where, context
+
+
+def _unreadable_hint(kind: str, text: str) -> str:
+    """What to do about a value or file DuckDB cannot read."""
+    lower = text.lower()
+    if kind == "conversion":
+        return (
+            "fix the value, or declare the column's type under `columns:` "
+            "(VARCHAR reads anything); nothing was committed"
+        )
+    if "unicode" in lower or "utf-8" in lower:
+        return "set `encoding:` (utf-16 or latin-1) or convert the file to utf-8"
+    if "non-record" in text:
+        return "write one JSON object per line (or one array of objects)"
+    return "fix or remove the file; nothing was committed"
 
 
 def locate(

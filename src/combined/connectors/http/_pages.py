@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -118,23 +118,25 @@ def _loop(session: Session, endpoint: Endpoint, page: int, what: str) -> SourceE
     )
 
 
+@dataclass
+class _Walk:
+    """Where paging stands, and what it has seen (to refuse a loop that never ends)."""
+
+    url: httpx.URL
+    #: The page number or record offset of ``page`` and ``offset`` paging.
+    position: int
+    seen_tokens: set[str] = field(default_factory=set)
+    seen_urls: set[str] = field(default_factory=set)
+    #: The digest of the last numbered page's records.
+    previous: str | None = None
+
+
 def pages(
     session: Session, endpoint: Endpoint, params: Mapping[str, str], max_pages: int
 ) -> Iterator[Page]:
     """Read the endpoint's pages in order, with ``params`` on the first request."""
     paging = endpoint.paginate
-    style = paging.style
-    query = dict(params)
-    position = paging.start
-    if style in ("page", "offset"):
-        assert paging.param is not None
-        query[paging.param] = str(position)
-        if paging.size_param and paging.size:
-            query[paging.size_param] = str(paging.size)
-    url = session.url(endpoint.path, query)
-    seen_tokens: set[str] = set()
-    seen_urls = {str(url)}
-    previous: str | None = None
+    walk = _first(session, endpoint, params)
     number = 0
     while True:
         number += 1
@@ -147,57 +149,95 @@ def pages(
                 endpoint=endpoint.name,
             )
         # A token (or next link) the API expired is told apart from a refusal.
-        tokened = number > 1 and style in ("cursor", "link")
-        response = session.get(url, paging.expired if tokened else None)
+        tokened = number > 1 and paging.style in ("cursor", "link")
+        response = session.get(walk.url, paging.expired if tokened else None)
         body = decode(session, response)
         records = records_of(session, endpoint, response, body)
         yield Page(number, response.url, records, _digest(response.content))
-        if style == "none":
+        if paging.style == "none":
             return
-        if style in ("page", "offset"):
-            if not records:
-                return
-            digest = _records_digest(records)
-            if digest == previous:
-                raise _loop(
-                    session,
-                    endpoint,
-                    number,
-                    f"holds the same records as page {number - 1} (the API may ignore "
-                    f"parameter {paging.param!r})",
-                )
-            previous = digest
-            position += 1 if style == "page" else len(records)
-            assert paging.param is not None
-            url = url.copy_set_param(paging.param, str(position))
-            continue
-        if style == "cursor":
-            assert paging.next is not None and paging.param is not None
-            token = dig(body, paging.next)
-            if token is _MISSING or token is None or token == "" or token is False:
-                return
-            if isinstance(token, dict | list):
-                raise SchemaMismatch(
-                    f"endpoint {endpoint.name!r}: the next token at {paging.next!r} on page "
-                    f"{number} is a JSON {type(token).__name__}, not a value",
-                    hint=f"point config.endpoints.{endpoint.name}.paginate.next at the token",
-                    endpoint=endpoint.name,
-                )
-            text = str(json_default(token) if not isinstance(token, str | int) else token)
-            if text in seen_tokens:
-                raise _loop(session, endpoint, number, "repeats a next token seen before")
-            seen_tokens.add(text)
-            url = url.copy_set_param(paging.param, text)
-            continue
-        nxt = _next_link(endpoint, response, body, number)
-        if nxt is None:
+        if paging.style in ("page", "offset"):
+            url = _numbered_next(session, endpoint, walk, records, number)
+        elif paging.style == "cursor":
+            url = _cursor_next(session, endpoint, walk, body, number)
+        else:
+            url = _link_next(session, endpoint, walk, response, body, number)
+        if url is None:
             return
-        target = response.url.join(nxt)
-        session.refuse_elsewhere(target, f"the next page of endpoint {endpoint.name!r}")
-        if str(target) in seen_urls:
-            raise _loop(session, endpoint, number, "links to a page read before")
-        seen_urls.add(str(target))
-        url = target
+        walk.url = url
+
+
+def _first(session: Session, endpoint: Endpoint, params: Mapping[str, str]) -> _Walk:
+    """The first page's URL: ``params``, and the numbered paging's first page and size."""
+    paging = endpoint.paginate
+    query = dict(params)
+    if paging.style in ("page", "offset"):
+        assert paging.param is not None
+        query[paging.param] = str(paging.start)
+        if paging.size_param and paging.size:
+            query[paging.size_param] = str(paging.size)
+    url = session.url(endpoint.path, query)
+    return _Walk(url, paging.start, seen_urls={str(url)})
+
+
+def _numbered_next(
+    session: Session, endpoint: Endpoint, walk: _Walk, records: list[Any], number: int
+) -> httpx.URL | None:
+    """``page`` or ``offset`` paging: the next page's URL; None after an empty page."""
+    paging = endpoint.paginate
+    if not records:
+        return None
+    digest = _records_digest(records)
+    if digest == walk.previous:
+        raise _loop(
+            session,
+            endpoint,
+            number,
+            f"holds the same records as page {number - 1} (the API may ignore "
+            f"parameter {paging.param!r})",
+        )
+    walk.previous = digest
+    walk.position += 1 if paging.style == "page" else len(records)
+    assert paging.param is not None
+    return walk.url.copy_set_param(paging.param, str(walk.position))
+
+
+def _cursor_next(
+    session: Session, endpoint: Endpoint, walk: _Walk, body: Any, number: int
+) -> httpx.URL | None:
+    """``cursor`` paging: the URL with the body's next token; None without one."""
+    paging = endpoint.paginate
+    assert paging.next is not None and paging.param is not None
+    token = dig(body, paging.next)
+    if token is _MISSING or token is None or token == "" or token is False:
+        return None
+    if isinstance(token, dict | list):
+        raise SchemaMismatch(
+            f"endpoint {endpoint.name!r}: the next token at {paging.next!r} on page "
+            f"{number} is a JSON {type(token).__name__}, not a value",
+            hint=f"point config.endpoints.{endpoint.name}.paginate.next at the token",
+            endpoint=endpoint.name,
+        )
+    text = str(json_default(token) if not isinstance(token, str | int) else token)
+    if text in walk.seen_tokens:
+        raise _loop(session, endpoint, number, "repeats a next token seen before")
+    walk.seen_tokens.add(text)
+    return walk.url.copy_set_param(paging.param, text)
+
+
+def _link_next(
+    session: Session, endpoint: Endpoint, walk: _Walk, response: Response, body: Any, number: int
+) -> httpx.URL | None:
+    """``link`` paging: the next link (body or Link header); None without one."""
+    nxt = _next_link(endpoint, response, body, number)
+    if nxt is None:
+        return None
+    target = response.url.join(nxt)
+    session.refuse_elsewhere(target, f"the next page of endpoint {endpoint.name!r}")
+    if str(target) in walk.seen_urls:
+        raise _loop(session, endpoint, number, "links to a page read before")
+    walk.seen_urls.add(str(target))
+    return target
 
 
 def _next_link(endpoint: Endpoint, response: Response, body: Any, number: int) -> str | None:

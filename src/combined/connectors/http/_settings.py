@@ -249,12 +249,17 @@ def _auth(value: Any) -> Auth:
     )
 
 
+_PAGINATE_EXAMPLE = (
+    "for example paginate: {style: cursor, param: page_token, next: meta.next_token}"
+)
+
+
 def _paginate(value: Any, where: str) -> Paginate:
     if value is None or value == "none":
         return Paginate()
     if isinstance(value, str):
         value = {"style": value}
-    example = "for example paginate: {style: cursor, param: page_token, next: meta.next_token}"
+    example = _PAGINATE_EXAMPLE
     if not isinstance(value, Mapping):
         raise ConfigError(f"{where} must be none or a mapping with a style", hint=example)
     refuse_unknown_keys("http", value, PAGINATE_KEYS, where=where)
@@ -281,6 +286,27 @@ def _paginate(value: Any, where: str) -> Paginate:
     pages = value.get("max_pages")
     if pages is not None:
         pages = int(_positive(pages, f"{where}.max_pages", "max_pages: 1000", whole=True))
+    param, size_param = _style_needs(style, param, nxt, size, size_param, where)
+    restarts = value.get("restarts", DEFAULT_RESTARTS)
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+        raise ConfigError(
+            f"{where}.restarts must be a whole number, not {restarts!r}",
+            hint="restarts: 3 (0 fails the read at the first expired page token)",
+        )
+    expired = _expiry(value.get("expired"), f"{where}.expired")
+    return Paginate(style, param, start, size_param, size, nxt, pages, expired, restarts)
+
+
+def _style_needs(
+    style: str,
+    param: str | None,
+    nxt: str | None,
+    size: int | None,
+    size_param: str | None,
+    where: str,
+) -> tuple[str | None, str | None]:
+    """The query parameter and size parameter a style needs (defaults, or refusals)."""
+    example = _PAGINATE_EXAMPLE
     if style in ("page", "offset", "cursor") and param is None:
         default = {"page": "page", "offset": "offset", "cursor": None}[style]
         if default is None:
@@ -303,14 +329,7 @@ def _paginate(value: Any, where: str) -> Paginate:
         )
     if style == "offset" and size_param is None:
         size_param = "limit"
-    restarts = value.get("restarts", DEFAULT_RESTARTS)
-    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
-        raise ConfigError(
-            f"{where}.restarts must be a whole number, not {restarts!r}",
-            hint="restarts: 3 (0 fails the read at the first expired page token)",
-        )
-    expired = _expiry(value.get("expired"), f"{where}.expired")
-    return Paginate(style, param, start, size_param, size, nxt, pages, expired, restarts)
+    return param, size_param
 
 
 def _expiry(value: Any, where: str) -> Expiry:
@@ -456,6 +475,32 @@ def _origins(value: Any) -> tuple[tuple[str, str, int], ...]:
     return tuple(out)
 
 
+def _base_url(base: Any) -> str:
+    """``config.base_url``: an http(s) URL without user info or query string."""
+    hint = "set `base_url` to the API's root, e.g. https://api.example.com/v1"
+    if not isinstance(base, str) or not base:
+        raise ConfigError("the http source needs a base_url", hint=hint)
+    parts = urlsplit(base)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"config.base_url {base!r} is not an http(s) URL", hint=hint)
+    if parts.username or parts.password or parts.query:
+        raise ConfigError(
+            "config.base_url holds user info or a query string",
+            hint="give credentials under `auth` and query parameters under an endpoint's `params`",
+        )
+    return base
+
+
+def _headers(headers: Any) -> dict[str, str]:
+    """``config.headers``: header names to text."""
+    if not isinstance(headers, Mapping) or not all(isinstance(v, str) for v in headers.values()):
+        raise ConfigError(
+            "config.headers must map header names to text",
+            hint="for example headers: {Accept: application/json}",
+        )
+    return {str(k): v for k, v in headers.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """The validated configuration of one http source (the auth secret resolved)."""
@@ -476,27 +521,8 @@ class Settings:
     @classmethod
     def parse(cls, config: Mapping[str, Any]) -> Settings:
         """Validate ``config``; raises :class:`~combined.errors.ConfigError`."""
-        base = config.get("base_url")
-        hint = "set `base_url` to the API's root, e.g. https://api.example.com/v1"
-        if not isinstance(base, str) or not base:
-            raise ConfigError("the http source needs a base_url", hint=hint)
-        parts = urlsplit(base)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"config.base_url {base!r} is not an http(s) URL", hint=hint)
-        if parts.username or parts.password or parts.query:
-            raise ConfigError(
-                "config.base_url holds user info or a query string",
-                hint="give credentials under `auth` and query parameters under an endpoint's "
-                "`params`",
-            )
-        headers = config.get("headers") or {}
-        if not isinstance(headers, Mapping) or not all(
-            isinstance(v, str) for v in headers.values()
-        ):
-            raise ConfigError(
-                "config.headers must map header names to text",
-                hint="for example headers: {Accept: application/json}",
-            )
+        base = _base_url(config.get("base_url"))
+        headers = _headers(config.get("headers") or {})
         rate = config.get("rate_limit")
         endpoints = config.get("endpoints") or {}
         if not isinstance(endpoints, Mapping):
@@ -508,7 +534,7 @@ class Settings:
         return cls(
             base_url=base.rstrip("/"),
             auth=_auth(config.get("auth")),
-            headers={str(k): v for k, v in headers.items()},
+            headers=headers,
             timeout=_positive(config.get("timeout", DEFAULT_TIMEOUT_S), "config.timeout", "30"),
             rate_limit=None if rate is None else _positive(rate, "config.rate_limit", "5"),
             max_pages=int(

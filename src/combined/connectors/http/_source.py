@@ -135,8 +135,7 @@ class HTTPSource(BaseSource):
             source = kind if name in declared else f"{kind} (inferred)"
             fields.append(FieldInfo(name, str(plan(name, kind).arrow), source))
             present = [v for v in values if v is not None]
-            scalar = all(isinstance(v, int | str) and not isinstance(v, bool) for v in present)
-            if n and scalar and len(present) == n and len({str(v) for v in present}) == n:
+            if _may_be_key(present, n):
                 keys.append(
                     KeyCandidate(
                         (name,),
@@ -144,31 +143,21 @@ class HTTPSource(BaseSource):
                         "enforces no key we can see, so declare it only if its documentation does",
                     )
                 )
-            order = [order_key(v) for v in present]
-            if n >= 2 and len(present) == n and all(o is not None for o in order):
-                kinds = {o[0] for o in order if o is not None}
-                seq = [o[1] for o in order if o is not None]
-                if len(kinds) == 1 and (seq == sorted(seq) or seq == sorted(seq, reverse=True)):
-                    what = "times" if kinds == {"time"} else "numbers"
-                    cursors.append(
-                        CursorCandidate(
-                            name,
-                            f"{what} in order across the {n} records of the first page: weak "
-                            "evidence; the API must filter by it (since) and say in its "
-                            "documentation that it only grows, as cursor.trust records",
-                        )
+            what = _ordered(present, n)
+            if what is not None:
+                cursors.append(
+                    CursorCandidate(
+                        name,
+                        f"{what} in order across the {n} records of the first page: weak "
+                        "evidence; the API must filter by it (since) and say in its "
+                        "documentation that it only grows, as cursor.trust records",
                     )
+                )
         strategies: tuple[Strategy, ...] = (
             ("snapshot", "cursor") if endpoint.since is not None else ("snapshot",)
         )
         notes = [f"first page: {len(page.records)} records from {session.shown(page.url)}"]
-        if endpoint.since is None:
-            notes.append("no `since` parameter is declared, so a cursor read is not possible")
-        if endpoint.paginate.style in ("page", "offset"):
-            notes.append(
-                f"{endpoint.paginate.style} paging over changing data can skip or repeat "
-                "records; cursor or link paging is safer where the API offers it"
-            )
+        notes += _paging_notes(endpoint)
         return DatasetDiscovery(
             name=endpoint.name,
             relation=endpoint.name,
@@ -206,6 +195,37 @@ class HTTPSource(BaseSource):
         return HTTPExtraction(
             settings=self.settings, scrub=self._scrub, endpoint=endpoint, request=request
         )
+
+
+def _may_be_key(present: list[Any], n: int) -> bool:
+    """Whether a field's sampled values (``n`` records) are scalars, never null and unique."""
+    scalar = all(isinstance(v, int | str) and not isinstance(v, bool) for v in present)
+    return bool(n) and scalar and len(present) == n and len({str(v) for v in present}) == n
+
+
+def _ordered(present: list[Any], n: int) -> str | None:
+    """``times`` or ``numbers`` when a field's ``n`` sampled values are all such and in order."""
+    order = [order_key(v) for v in present]
+    if n < 2 or len(present) != n or not all(o is not None for o in order):
+        return None
+    kinds = {o[0] for o in order if o is not None}
+    seq = [o[1] for o in order if o is not None]
+    if len(kinds) == 1 and (seq == sorted(seq) or seq == sorted(seq, reverse=True)):
+        return "times" if kinds == {"time"} else "numbers"
+    return None
+
+
+def _paging_notes(endpoint: Endpoint) -> list[str]:
+    """What discovery tells of the endpoint's cursor reads and paging."""
+    notes = []
+    if endpoint.since is None:
+        notes.append("no `since` parameter is declared, so a cursor read is not possible")
+    if endpoint.paginate.style in ("page", "offset"):
+        notes.append(
+            f"{endpoint.paginate.style} paging over changing data can skip or repeat "
+            "records; cursor or link paging is safer where the API offers it"
+        )
+    return notes
 
 
 __all__ = ["HTTPSource"]

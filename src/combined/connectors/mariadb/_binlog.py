@@ -288,12 +288,7 @@ class BinlogExtraction(SessionRead[Session]):
         self._stream = stream = self._reader(rel)
         try:
             for event in iter(lambda: _fetch(stream), None):
-                if self._stream is not stream:  # finished from another thread (a cancel, the
-                    # Attempt's deadline): the library would reconnect and read on
-                    raise SourceUnavailable(
-                        f"the binary log read of {name} was stopped at {boundary}",
-                        hint="capture again: the read resumes from the last committed position",
-                    )
+                self._still_reading(stream, name, boundary)
                 here = f"{stream.log_file}:{stream.log_pos}"
                 when = event_time(event.timestamp)
                 if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
@@ -304,13 +299,11 @@ class BinlogExtraction(SessionRead[Session]):
                     for batches in self._rows(event, rows, when, here):
                         yield from self._emit(batches)
                     continue
-                if isinstance(event, NotImplementedEvent):
-                    _refuse_compressed(event.event_type, name, here)
-                    continue
                 if isinstance(event, MariadbGtidEvent):
                     in_txn = not (int(event.flags) & 1)  # FL_STANDALONE: one event, no COMMIT
                     continue
-                if isinstance(event, GtidEvent):
+                if isinstance(event, NotImplementedEvent | GtidEvent):
+                    _refuse_compressed(event.event_type, name, here)  # (no GTID event is)
                     continue
                 end = isinstance(event, XidEvent)
                 if isinstance(event, QueryEvent):
@@ -334,6 +327,23 @@ class BinlogExtraction(SessionRead[Session]):
         finally:
             stream.close()
             self._stream = None
+        yield from self._end_read(rows, name, boundary, at, in_txn=in_txn)
+
+    def _still_reading(self, stream: Any, name: str, boundary: str) -> None:
+        """Fail the read when it was finished from another thread (a cancel, the deadline).
+
+        The library would otherwise reconnect and read on.
+        """
+        if self._stream is not stream:
+            raise SourceUnavailable(
+                f"the binary log read of {name} was stopped at {boundary}",
+                hint="capture again: the read resumes from the last committed position",
+            )
+
+    def _end_read(
+        self, rows: ChangeRows, name: str, boundary: str, at: datetime | None, *, in_txn: bool
+    ) -> Iterator[Message]:
+        """The read's last rows and its final state, at the last transaction boundary read."""
         if in_txn:  # the log ended inside a transaction: should not happen, never commit it
             raise SourceError(
                 f"the binary log of {name} ended inside a transaction at {boundary}",

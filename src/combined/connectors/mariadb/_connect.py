@@ -20,7 +20,7 @@ import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 import pymysql
 import pymysql.converters
@@ -123,26 +123,7 @@ class Settings:
                 f"the {name} source needs a dsn",
                 hint="set `dsn` such as mysql://user@host:3306/dbname",
             )
-        try:
-            url = urlsplit(dsn.strip())
-            port = url.port or DEFAULT_PORT
-        except ValueError:  # the parser's message may quote the dsn: keep it out
-            url = None
-        if url is None:  # raised outside the handler: the parser's error is not its context
-            raise ConfigError(
-                f"the {name} dsn cannot be parsed",
-                hint="use mysql://user@host:port/dbname (or mariadb://...)",
-            )
-        if url.scheme.lower() not in SCHEMES:
-            raise ConfigError(
-                f"the {name} dsn must start with mysql:// or mariadb://",
-                hint="use mysql://user@host:port/dbname",
-            )
-        if url.password is not None:
-            raise ConfigError(
-                f"the {name} dsn holds a password",
-                hint="remove it from the dsn and pass it as `password` from a secret reference",
-            )
+        url, port = _parsed_dsn(dsn, name)
         database = unquote(url.path.lstrip("/"))
         if not database or "/" in database:
             raise ConfigError(
@@ -223,6 +204,32 @@ def zero_dates_option(value: Any) -> ZeroDates:
             hint="'error' refuses 0000-00-00 values; 'null' reads them as nulls",
         )
     return "null" if value == "null" else "error"
+
+
+def _parsed_dsn(dsn: str, name: str) -> tuple[SplitResult, int]:
+    """The dsn split into its parts, and its port: refused unparsable, of another scheme,
+    or holding a password (which the error never quotes)."""
+    try:
+        url = urlsplit(dsn.strip())
+        port = url.port or DEFAULT_PORT
+    except ValueError:  # the parser's message may quote the dsn: keep it out
+        url = None
+    if url is None:  # raised outside the handler: the parser's error is not its context
+        raise ConfigError(
+            f"the {name} dsn cannot be parsed",
+            hint="use mysql://user@host:port/dbname (or mariadb://...)",
+        )
+    if url.scheme.lower() not in SCHEMES:
+        raise ConfigError(
+            f"the {name} dsn must start with mysql:// or mariadb://",
+            hint="use mysql://user@host:port/dbname",
+        )
+    if url.password is not None:
+        raise ConfigError(
+            f"the {name} dsn holds a password",
+            hint="remove it from the dsn and pass it as `password` from a secret reference",
+        )
+    return url, port
 
 
 def _seconds(config: Mapping[str, Any], key: str, default: int, name: str) -> int:

@@ -46,7 +46,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from combined.connectors.abc import BaseExtraction
@@ -119,6 +120,25 @@ def lsn_from_state(state: Mapping[str, Any] | None) -> int | None:
 # --------------------------------------------------------------------------
 # The extraction
 # --------------------------------------------------------------------------
+
+
+@dataclass
+class _Pace:
+    """The stream loop's clocks (monotonic seconds) and the run's end (LSNs)."""
+
+    started: float
+    #: Where the run ends (None: until stopped); it may move on to a later anchor.
+    end_lsn: int | None
+    last_flush: float = field(init=False)
+    last_beat: float = field(init=False)
+    last_ping: float = field(init=False)
+    idle_since: float = field(init=False)
+    stopped: bool = False
+    #: The position the run's final states are at, set when the loop ends.
+    final: int = 0
+
+    def __post_init__(self) -> None:
+        self.last_flush = self.last_beat = self.last_ping = self.idle_since = self.started
 
 
 class CdcExtraction(BaseExtraction):
@@ -226,59 +246,19 @@ class CdcExtraction(BaseExtraction):
 
     def _messages(self) -> Iterator[Message]:
         self.authority.acquire()
-        status = require_slot(self._settings, self.slot)
-        # PostgreSQL before 17 lets a lower flush move the slot back: never send one.
-        self._confirmed = max(self._confirmed, status.confirmed_flush_lsn or 0)
-        end = self._end
-        if end == "current":
-            end = current_wal_lsn(self._settings)
-        end_lsn = None if end is None else _lsn(end)
-        asm = self._assembler = self._new_assembler()
-        stream = self._stream = ReplicationStream(
-            self._settings,
-            self.slot,
-            self.publication,
-            min(self._starts.values()),
-            status_interval=self._status_interval,
-        )
+        asm, stream, pace = self._open()
         decoder = PgoutputDecoder()
-        started = time.monotonic()
-        last_flush = last_beat = last_ping = idle_since = started
-        stopped = False
         while True:
             now = time.monotonic()
-            if not asm.in_transaction:
-                # Between transactions, every commit before the server's reported
-                # position (a commit end or a keepalive) has been read.
-                final = max(asm.position, stream.wal_end)
-                if not stopped and self._stopping(now - started):
-                    stopped, end_lsn = True, final  # the run ends here, or at an anchor past it
-                if end_lsn is not None and final >= end_lsn:
-                    later = self._read_on(asm, end_lsn)
-                    if later is None:
-                        break
-                    end_lsn = later
+            if not asm.in_transaction and self._at_end(asm, stream, pace, now):
+                break
             with self._lock:
                 got = stream.read(0.0)
             if got is None:
-                yield from self._emit(asm.drain())  # idle: hand over what is committed
-                last_flush = now
-                if end_lsn is None and not asm.in_transaction:
-                    if now - last_beat >= self._heartbeat_interval:
-                        yield from self._emit(asm.states(max(asm.position, stream.wal_end)))
-                        last_beat = now
-                if now - last_ping >= 0.5:
-                    with self._lock:
-                        stream.request_reply()  # a keepalive brings the server's position
-                    last_ping = now
-                if end_lsn is not None and now - idle_since >= 2.0:
-                    self._nudge()
-                    idle_since = now
-                with self._lock:
-                    got = stream.read(0.2)
+                got = yield from self._idle(asm, stream, pace, now)
                 if got is None:
                     continue
-            idle_since = time.monotonic()
+            pace.idle_since = time.monotonic()
             data = got[0]
             if data[:1] in _ROW_TAGS and not decoder.in_stream:
                 # Nearly every message: kept as bytes, parsed a batch at a time.
@@ -287,12 +267,8 @@ class CdcExtraction(BaseExtraction):
                     yield from self._emit(ready)
                 continue
             msg = decoder.decode(data)
-            if end_lsn is not None and isinstance(msg, Begin) and msg.final_lsn >= end_lsn:
-                later = self._read_on(asm, end_lsn)
-                if later is None or msg.final_lsn >= later:
-                    final = end_lsn  # this transaction committed after the run's end
-                    break
-                end_lsn = later
+            if isinstance(msg, Begin) and self._begins_after_end(asm, msg, pace):
+                break
             # Nearly every message is a row change that yields nothing: no
             # generator is started for it (two a message cost ~10% of a drain).
             ready = asm.feed(msg)
@@ -300,10 +276,77 @@ class CdcExtraction(BaseExtraction):
                 yield from self._emit(ready)
             if asm.fill_waits:
                 yield from self._emit(asm.fill_pending())
-            if isinstance(msg, Commit) and idle_since - last_flush >= self._flush_interval:
+            if (
+                isinstance(msg, Commit)
+                and pace.idle_since - pace.last_flush >= self._flush_interval
+            ):
                 yield from self._emit(asm.drain())
-                last_flush = idle_since
-        yield from self._finish(asm, final)
+                pace.last_flush = pace.idle_since
+        yield from self._finish(asm, pace.final)
+
+    def _open(self) -> tuple[_Assembler, ReplicationStream, _Pace]:
+        """Check the slot, resolve the run's end and start streaming from the lowest start."""
+        status = require_slot(self._settings, self.slot)
+        # PostgreSQL before 17 lets a lower flush move the slot back: never send one.
+        self._confirmed = max(self._confirmed, status.confirmed_flush_lsn or 0)
+        end = self._end
+        if end == "current":
+            end = current_wal_lsn(self._settings)
+        asm = self._assembler = self._new_assembler()
+        stream = self._stream = ReplicationStream(
+            self._settings,
+            self.slot,
+            self.publication,
+            min(self._starts.values()),
+            status_interval=self._status_interval,
+        )
+        return asm, stream, _Pace(time.monotonic(), None if end is None else _lsn(end))
+
+    def _at_end(self, asm: _Assembler, stream: ReplicationStream, pace: _Pace, now: float) -> bool:
+        """Between transactions: whether the run ends here (else its end may move on)."""
+        # Between transactions, every commit before the server's reported
+        # position (a commit end or a keepalive) has been read.
+        final = max(asm.position, stream.wal_end)
+        if not pace.stopped and self._stopping(now - pace.started):
+            pace.stopped, pace.end_lsn = True, final  # the run ends here, or at an anchor past it
+        if pace.end_lsn is not None and final >= pace.end_lsn:
+            later = self._read_on(asm, pace.end_lsn)
+            if later is None:
+                pace.final = final
+                return True
+            pace.end_lsn = later
+        return False
+
+    def _begins_after_end(self, asm: _Assembler, msg: Begin, pace: _Pace) -> bool:
+        """Whether the transaction ``msg`` begins committed after the run's end."""
+        if pace.end_lsn is None or msg.final_lsn < pace.end_lsn:
+            return False
+        later = self._read_on(asm, pace.end_lsn)
+        if later is None or msg.final_lsn >= later:
+            pace.final = pace.end_lsn  # this transaction committed after the run's end
+            return True
+        pace.end_lsn = later
+        return False
+
+    def _idle(
+        self, asm: _Assembler, stream: ReplicationStream, pace: _Pace, now: float
+    ) -> Generator[Message, None, tuple[bytes, int] | None]:
+        """Nothing to read: hand over what is committed, beat, ping; then wait a little."""
+        yield from self._emit(asm.drain())
+        pace.last_flush = now
+        if pace.end_lsn is None and not asm.in_transaction:
+            if now - pace.last_beat >= self._heartbeat_interval:
+                yield from self._emit(asm.states(max(asm.position, stream.wal_end)))
+                pace.last_beat = now
+        if now - pace.last_ping >= 0.5:
+            with self._lock:
+                stream.request_reply()  # a keepalive brings the server's position
+            pace.last_ping = now
+        if pace.end_lsn is not None and now - pace.idle_since >= 2.0:
+            self._nudge()
+            pace.idle_since = now
+        with self._lock:
+            return stream.read(0.2)
 
     def _new_assembler(self) -> _Assembler:
         return _Assembler(

@@ -60,6 +60,7 @@ from psycopg import sql
 
 from combined.connectors._shared import (
     ControlTotals,
+    KeysetAtom,
     SessionRead,
     check_lookback,
     final_state,
@@ -235,6 +236,90 @@ class _Work:
     #: Rows the one statement over ``control_where`` returned (None: the
     #: read was not one such statement, e.g. a cursor's pages).
     rows_read: int | None = None
+
+
+def _cursor_plan(work: _Work, column: str) -> ColumnPlan:
+    """The cursor column's plan; refused unless it is a number, date or timestamp."""
+    plan = work.by_name[column]
+    if not (plan.orderable_number or plan.temporal):
+        raise ConfigError(
+            f"column {column!r} ({plan.source_type}) cannot serve as a cursor",
+            hint="choose a number, date or timestamp column; see discovery's candidates",
+            column=column,
+        )
+    return plan
+
+
+def _check_order(work: _Work, order: list[str]) -> None:
+    """Refuse a page order over a column that cannot be compared (nested, interval)."""
+    for name in order:
+        kind = work.by_name[name].arrow_type
+        if kind is None or pa.types.is_nested(kind) or pa.types.is_interval(kind):
+            raise ConfigError(
+                f"key column {name!r} ({work.by_name[name].source_type}) cannot order pages",
+                hint="declare a key of numbers, text, dates, timestamps, uuids or bytes",
+                column=name,
+            )
+
+
+@dataclass(frozen=True)
+class _Keyset:
+    """The (cursor, key...) order of pages, compared on the relation's own columns.
+
+    A bare name in ORDER BY would sort by the select list's column of that
+    name, which reads numeric, enum or cast columns as text ('10' < '9').
+    """
+
+    source: list[sql.Composable]
+    types: list[str]
+    #: No column of the order holds a NULL in the window.
+    never_null: bool
+
+    @classmethod
+    def of(cls, work: _Work, order: list[str], cursor: str) -> _Keyset:
+        """The order's qualified columns; the cursor is never NULL (``<=`` its upper bound)."""
+        rel = work.relation
+        return cls(
+            source=[sql.Identifier(rel.schema, rel.table, c) for c in order],
+            types=[work.by_name[c].source_type for c in order],
+            never_null=all(c in work.not_null or c == cursor for c in order),
+        )
+
+    @property
+    def order_sql(self) -> sql.Composable:
+        """The ORDER BY list."""
+        return sql.SQL(", ").join(self.source)
+
+    def typed(self, i: int, value: Any) -> sql.Composable:
+        """``value`` as a literal of the ``i``-th column's own type."""
+        return sql.SQL("CAST({} AS {})").format(sql.Literal(value), sql.SQL(self.types[i]))
+
+    def compare(self, values: list[Any], *, after: bool) -> sql.Composable:
+        """Rows strictly after ``values`` (``after``) or at or before them."""
+        if self.never_null and all(v is not None for v in values):
+            # A row comparison: what a btree index on (cursor, key...) serves.
+            return sql.SQL("({}) {} ({})").format(
+                self.order_sql,
+                sql.SQL(">" if after else "<="),
+                sql.SQL(", ").join(self.typed(i, v) for i, v in enumerate(values)),
+            )
+        # ORDER BY's ascending order puts NULLs last.
+        terms = keyset_terms(values, after=after, nulls_first=False)
+        if not terms:
+            return sql.SQL("false")
+        return sql.SQL("({})").format(
+            sql.SQL(" OR ").join(
+                sql.SQL("({})").format(sql.SQL(" AND ").join(self._term(term))) for term in terms
+            )
+        )
+
+    def _term(self, term: list[KeysetAtom]) -> Iterator[sql.Composable]:
+        """One conjunction of a keyset comparison: ``column op value`` or ``IS [NOT] NULL``."""
+        for i, op, value in term:
+            if value is None:
+                yield sql.SQL("{} {}").format(self.source[i], sql.SQL(op.upper()))
+            else:
+                yield sql.SQL("{} {} {}").format(self.source[i], sql.SQL(op), self.typed(i, value))
 
 
 class PostgresExtraction(SessionRead[Session]):
@@ -490,44 +575,17 @@ class PostgresExtraction(SessionRead[Session]):
         request = self._request
         spec = request.cursor
         assert spec is not None
-        plan = work.by_name[spec.column]
-        if not (plan.orderable_number or plan.temporal):
-            raise ConfigError(
-                f"column {spec.column!r} ({plan.source_type}) cannot serve as a cursor",
-                hint="choose a number, date or timestamp column; see discovery's candidates",
-                column=spec.column,
-            )
+        plan = _cursor_plan(work, spec.column)
         col = sql.Identifier(spec.column)
         # No window reaches a NULL cursor; a NOT NULL column holds none to count or read.
         is_null = sql.SQL("{} IS NULL").format(col)
         nulls = spec.nulls if spec.column not in work.not_null else "exclude"
         if nulls == "fail":
-            with self._lock:
-                (count,) = self._live().rows(
-                    sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
-                        work.relation.ident, is_null
-                    ),
-                    "counting null cursor values",
-                )[0]
-            if count:
-                raise null_cursor_error(work.relation.name, spec.column, int(count))
+            self._refuse_null_cursors(work, spec.column, is_null)
         include = nulls == "include"
         last = (request.state or {}).get("cursor")
         lower = None if last is None else self._lower_bound(plan, last, spec.lookback)
-        with self._lock:
-            session = self._live()
-            # The upper bound is read inside the data's snapshot: rows committed
-            # after it are invisible to this read and wait for the next one.
-            top = sql.SQL("CAST(max({}) AS text)").format(col)
-            greatest = (
-                sql.SQL("CAST(GREATEST(max({}), {}) AS text)").format(col, literal(str(last), plan))
-                if last is not None
-                else sql.SQL("NULL")
-            )
-            upper_text, best_text = session.rows(
-                sql.SQL("SELECT {}, {} FROM {}").format(top, greatest, work.relation.ident),
-                "reading the cursor's upper bound",
-            )[0]
+        upper_text, best_text = self._cursor_upper(work, col, plan, last)
         work.upper = _cursor_value(upper_text, plan)
         best = _cursor_value(best_text, plan)  # a stored NaN or infinity is refused too
         if work.upper is None:
@@ -543,21 +601,54 @@ class PostgresExtraction(SessionRead[Session]):
         if lower is not None:
             work.where = sql.SQL("{} AND {} > {}").format(below, col, lower)
         order = [spec.column, *[k for k in request.key if k != spec.column]]
-        for name in order:
-            kind = work.by_name[name].arrow_type
-            if kind is None or pa.types.is_nested(kind) or pa.types.is_interval(kind):
-                raise ConfigError(
-                    f"key column {name!r} ({work.by_name[name].source_type}) cannot order pages",
-                    hint="declare a key of numbers, text, dates, timestamps, uuids or bytes",
-                    column=name,
-                )
-        # Pages are ordered and compared on the relation's own columns: a bare
-        # name in ORDER BY would sort by the select list's column of that name,
-        # which reads numeric, enum or cast columns as text ('10' < '9').
-        rel = work.relation
-        source = [sql.Identifier(rel.schema, rel.table, c) for c in order]
-        order_sql = sql.SQL(", ").join(source)
-        page_rows = self._options.page_rows
+        _check_order(work, order)
+        keys = _Keyset.of(work, order, spec.column)
+        exact = self._tie_free(work, order)
+        total = yield from keyset_pages(
+            lambda after, upto: self._page(work, keys, exact, after, upto),
+            order,
+            self._options.page_rows,
+            request.dataset,
+            edge=None if exact else (lambda after: self._edge(work, keys, after)),
+        )
+        if include:
+            yield from self._null_cursor_rows(work, is_null)
+        if total:
+            # Never move the checkpoint backwards (rows above it may have been deleted).
+            work.checkpoint = best if last is not None else work.upper
+
+    def _refuse_null_cursors(self, work: _Work, column: str, is_null: sql.Composable) -> None:
+        """Count the NULL cursor values in the snapshot (``nulls: fail``); refuse any."""
+        with self._lock:
+            (count,) = self._live().rows(
+                sql.SQL("SELECT count(*) FROM {} WHERE {}").format(work.relation.ident, is_null),
+                "counting null cursor values",
+            )[0]
+        if count:
+            raise null_cursor_error(work.relation.name, column, int(count))
+
+    def _cursor_upper(
+        self, work: _Work, col: sql.Identifier, plan: ColumnPlan, last: Any
+    ) -> tuple[str | None, str | None]:
+        """The cursor's maximum and the greatest of it and ``last``, as the server's text."""
+        with self._lock:
+            session = self._live()
+            # The upper bound is read inside the data's snapshot: rows committed
+            # after it are invisible to this read and wait for the next one.
+            top = sql.SQL("CAST(max({}) AS text)").format(col)
+            greatest = (
+                sql.SQL("CAST(GREATEST(max({}), {}) AS text)").format(col, literal(str(last), plan))
+                if last is not None
+                else sql.SQL("NULL")
+            )
+            upper_text, best_text = session.rows(
+                sql.SQL("SELECT {}, {} FROM {}").format(top, greatest, work.relation.ident),
+                "reading the cursor's upper bound",
+            )[0]
+        return upper_text, best_text
+
+    def _tie_free(self, work: _Work, order: list[str]) -> bool:
+        """Whether no two rows tie on ``order`` and pages can end at their ``page_rows``-th row."""
         with self._lock:
             indexes = catalog.indexes(self._live(), [work.relation.oid])
         unique = [
@@ -569,78 +660,47 @@ class PostgresExtraction(SessionRead[Session]):
         # hands over its cast value (1.003 as 1.00), not the column's, so such
         # pages end at an edge row whose values are read as the column's text.
         casts = self._options.casts
-        exact = not any(c in casts for c in order) and tie_free(
+        return not any(c in casts for c in order) and tie_free(
             order, unique, lambda c: c in work.not_null
         )
-        # The cursor is never NULL in the window (``<=`` its upper bound).
-        never_null = all(c in work.not_null or c == spec.column for c in order)
 
-        def typed(i: int, value: Any) -> sql.Composable:
-            source_type = sql.SQL(work.by_name[order[i]].source_type)
-            return sql.SQL("CAST({} AS {})").format(sql.Literal(value), source_type)
-
-        def keyset(values: list[Any], *, after: bool) -> sql.Composable:
-            if never_null and all(v is not None for v in values):
-                # A row comparison: what a btree index on (cursor, key...) serves.
-                return sql.SQL("({}) {} ({})").format(
-                    order_sql,
-                    sql.SQL(">" if after else "<="),
-                    sql.SQL(", ").join(typed(i, v) for i, v in enumerate(values)),
-                )
-            # ORDER BY's ascending order puts NULLs last.
-            terms = keyset_terms(values, after=after, nulls_first=False)
-            if not terms:
-                return sql.SQL("false")
-            return sql.SQL("({})").format(
-                sql.SQL(" OR ").join(
-                    sql.SQL("({})").format(
-                        sql.SQL(" AND ").join(
-                            sql.SQL("{} {}").format(source[i], sql.SQL(op.upper()))
-                            if value is None
-                            else sql.SQL("{} {} {}").format(source[i], sql.SQL(op), typed(i, value))
-                            for i, op, value in term
-                        )
-                    )
-                    for term in terms
-                )
-            )
-
-        def edge(after: list[Any] | None) -> list[Any] | None:
-            where = [work.where, None if after is None else keyset(after, after=True)]
-            q = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT 1 OFFSET {}").format(
-                sql.SQL(", ").join(sql.SQL("CAST({} AS text)").format(c) for c in source),
-                work.relation.ident,
-                _and(where),
-                order_sql,
-                sql.Literal(page_rows - 1),
-            )
-            with self._lock:
-                rows = self._live().rows(q, "finding the next page's edge")
-            return list(rows[0]) if rows else None
-
-        def page(after: list[Any] | None, upto: list[Any] | None) -> Iterator[pa.RecordBatch]:
-            page_where: list[sql.Composable | None] = [work.where]
-            if after is not None:
-                page_where.append(keyset(after, after=True))
-            if upto is not None:
-                page_where.append(keyset(upto, after=False))
-            q = sql.SQL("SELECT {} FROM {}{} ORDER BY {}{}").format(
-                work.layout.select_list(),
-                work.relation.ident,
-                _and(page_where),
-                order_sql,
-                sql.SQL(" LIMIT {}").format(sql.Literal(page_rows)) if exact else sql.SQL(""),
-            )
-            return self._stream(q, work.layout)
-
-        total = yield from keyset_pages(
-            page, order, page_rows, request.dataset, edge=None if exact else edge
+    def _edge(self, work: _Work, keys: _Keyset, after: list[Any] | None) -> list[Any] | None:
+        """The order values of the ``page_rows``-th row after ``after`` (None: fewer remain)."""
+        where = [work.where, None if after is None else keys.compare(after, after=True)]
+        q = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT 1 OFFSET {}").format(
+            sql.SQL(", ").join(sql.SQL("CAST({} AS text)").format(c) for c in keys.source),
+            work.relation.ident,
+            _and(where),
+            keys.order_sql,
+            sql.Literal(self._options.page_rows - 1),
         )
-        if include:
-            yield from self._null_cursor_rows(work, is_null)
-        if total:
-            # Never move the checkpoint backwards (rows above it may have been deleted).
-            work.checkpoint = best if last is not None else work.upper
+        with self._lock:
+            rows = self._live().rows(q, "finding the next page's edge")
+        return list(rows[0]) if rows else None
+
+    def _page(
+        self,
+        work: _Work,
+        keys: _Keyset,
+        exact: bool,
+        after: list[Any] | None,
+        upto: list[Any] | None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream the rows after ``after`` and at or before ``upto`` (a full page when exact)."""
+        page_where: list[sql.Composable | None] = [work.where]
+        if after is not None:
+            page_where.append(keys.compare(after, after=True))
+        if upto is not None:
+            page_where.append(keys.compare(upto, after=False))
+        limit = sql.SQL(" LIMIT {}").format(sql.Literal(self._options.page_rows))
+        q = sql.SQL("SELECT {} FROM {}{} ORDER BY {}{}").format(
+            work.layout.select_list(),
+            work.relation.ident,
+            _and(page_where),
+            keys.order_sql,
+            limit if exact else sql.SQL(""),
+        )
+        return self._stream(q, work.layout)
 
     def _null_cursor_rows(self, work: _Work, is_null: sql.Composable) -> Iterator[Message]:
         """Every row whose cursor is NULL (``nulls: include``): no checkpoint covers them."""

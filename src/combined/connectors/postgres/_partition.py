@@ -199,16 +199,7 @@ def create_plan(
     """Open the coordinator, export its snapshot, resolve bounds and totals inside it."""
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
         raise ConfigError("partitions must be a positive integer", hint="e.g. --partitions 8")
-    if column is None:
-        if len(request.key) == 1:
-            column = request.key[0]
-        elif request.cursor is not None:
-            column = request.cursor.column
-        else:
-            raise ConfigError(
-                "a partitioned read needs a column to split on",
-                hint="name the column, or declare a single-column key or a cursor",
-            )
+    column = _split_column(request, column)
     session = Session(settings)
     try:
         session.run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "opening the coordinator")
@@ -218,36 +209,10 @@ def create_plan(
             "exporting the snapshot",
         )[0]
         rel = catalog.find_relation(session, request.relation)
-        cols = catalog.columns(session, [rel.oid]).get(rel.oid, [])
-        types = catalog.load_types(session, {c.typoid for c in cols})
-        by_name = {p.name: p for p in catalog.column_plans(cols, types)}
-        for name in (column, sum_column):
-            if name is not None and name not in by_name:
-                raise ConfigError(
-                    f"column {name!r} does not exist in {rel.name!r}",
-                    hint="run discovery to see the relation's columns",
-                )
-        plan = by_name[column]
-        _orderable(plan, "partition column")
-        if sum_column is not None and not by_name[sum_column].orderable_number:
-            raise ConfigError(
-                f"column {sum_column!r} is not numeric and cannot be summed",
-                hint="name a number column as the control sum",
-            )
+        plan = _split_plan(session, rel, column, sum_column)
         automatic = lower is None and upper is None
         where = range_predicate(plan, lower, upper, include_nulls=automatic)
-        col = sql.Identifier(column)
-        total = (
-            sql.SQL("CAST(sum({}) AS text)").format(sql.Identifier(sum_column))
-            if sum_column
-            else sql.SQL("NULL")
-        )
-        q = sql.SQL(
-            "SELECT CAST(min({c}) AS text), CAST(max({c}) AS text), count(*), {t} FROM {r}"
-        ).format(c=col, t=total, r=rel.ident)
-        if where is not None:
-            q = q + sql.SQL(" WHERE ") + where
-        lo_text, hi_text, rows, summed = session.rows(q, "resolving bounds and control totals")[0]
+        lo_text, hi_text, rows, summed = _bounds_and_totals(session, rel, column, sum_column, where)
         lo, hi = value_from_text(lo_text, plan), value_from_text(hi_text, plan)
         parts = make_partitions(split_points(lo, hi, partitions), lower, upper, automatic)
         return PartitionPlan(
@@ -268,6 +233,65 @@ def create_plan(
     except BaseException as exc:
         close_quietly(session, exc)
         raise
+
+
+def _split_column(request: ReadRequest, column: str | None) -> str:
+    """The column to split on: the one named, else the single-column key, else the cursor."""
+    if column is not None:
+        return column
+    if len(request.key) == 1:
+        return request.key[0]
+    if request.cursor is not None:
+        return request.cursor.column
+    raise ConfigError(
+        "a partitioned read needs a column to split on",
+        hint="name the column, or declare a single-column key or a cursor",
+    )
+
+
+def _split_plan(
+    session: Session, rel: catalog.Relation, column: str, sum_column: str | None
+) -> ColumnPlan:
+    """The split column's plan, once it and the control sum's column are checked."""
+    cols = catalog.columns(session, [rel.oid]).get(rel.oid, [])
+    types = catalog.load_types(session, {c.typoid for c in cols})
+    by_name = {p.name: p for p in catalog.column_plans(cols, types)}
+    for name in (column, sum_column):
+        if name is not None and name not in by_name:
+            raise ConfigError(
+                f"column {name!r} does not exist in {rel.name!r}",
+                hint="run discovery to see the relation's columns",
+            )
+    plan = by_name[column]
+    _orderable(plan, "partition column")
+    if sum_column is not None and not by_name[sum_column].orderable_number:
+        raise ConfigError(
+            f"column {sum_column!r} is not numeric and cannot be summed",
+            hint="name a number column as the control sum",
+        )
+    return plan
+
+
+def _bounds_and_totals(
+    session: Session,
+    rel: catalog.Relation,
+    column: str,
+    sum_column: str | None,
+    where: sql.Composable | None,
+) -> tuple[Any, ...]:
+    """The split column's min and max as text, the row count and the control sum."""
+    col = sql.Identifier(column)
+    total = (
+        sql.SQL("CAST(sum({}) AS text)").format(sql.Identifier(sum_column))
+        if sum_column
+        else sql.SQL("NULL")
+    )
+    q = sql.SQL(
+        "SELECT CAST(min({c}) AS text), CAST(max({c}) AS text), count(*), {t} FROM {r}"
+    ).format(c=col, t=total, r=rel.ident)
+    if where is not None:
+        q = q + sql.SQL(" WHERE ") + where
+    return tuple(session.rows(q, "resolving bounds and control totals")[0])
 
 
 def check_open(plan: PartitionPlan) -> None:

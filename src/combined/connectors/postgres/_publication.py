@@ -97,17 +97,8 @@ def ensure_publication(
             "FROM pg_publication WHERE pubname = %s",
             (name,),
         ).fetchone()
-        idents = sql.SQL(", ").join(sql.Identifier(*_split(t)) for t in wanted)
         if row is None:
-            conn.execute(
-                sql.SQL("CREATE PUBLICATION {} FOR TABLE {}{}").format(
-                    sql.Identifier(name),
-                    idents,
-                    sql.SQL(" WITH (publish_via_partition_root = false)")
-                    if partitioned
-                    else sql.SQL(""),
-                )
-            )
+            _create_publication(conn, name, wanted, partitioned)
             return Publication(name, wanted, created=True)
         all_tables, *actions, via_root = row
         if not all(actions):
@@ -124,22 +115,43 @@ def ensure_publication(
                 )
             )
         if not all_tables:
-            have = _published_tables(conn, name)
-            missing = [t for t in wanted if t not in have]
-            if missing and not add_missing:
-                raise SourceError(
-                    f"publication {name!r} does not cover {', '.join(missing)}",
-                    hint=f"ALTER PUBLICATION {name} ADD TABLE {', '.join(missing)}; "
-                    "then rerun cdc setup so the added tables get a snapshot",
-                )
-            if missing:
-                conn.execute(
-                    sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
-                        sql.Identifier(name),
-                        sql.SQL(", ").join(sql.Identifier(*_split(t)) for t in missing),
-                    )
-                )
+            _add_missing_tables(conn, name, wanted, add_missing)
         return Publication(name, wanted, created=False)
+
+
+def _create_publication(
+    conn: psycopg.Connection[Any], name: str, wanted: tuple[str, ...], partitioned: bool
+) -> None:
+    """CREATE PUBLICATION for ``wanted`` (partitions' changes under their own oids)."""
+    idents = sql.SQL(", ").join(sql.Identifier(*_split(t)) for t in wanted)
+    conn.execute(
+        sql.SQL("CREATE PUBLICATION {} FOR TABLE {}{}").format(
+            sql.Identifier(name),
+            idents,
+            sql.SQL(" WITH (publish_via_partition_root = false)") if partitioned else sql.SQL(""),
+        )
+    )
+
+
+def _add_missing_tables(
+    conn: psycopg.Connection[Any], name: str, wanted: tuple[str, ...], add_missing: bool
+) -> None:
+    """Add the ``wanted`` tables publication ``name`` lacks; refuse unless ``add_missing``."""
+    have = _published_tables(conn, name)
+    missing = [t for t in wanted if t not in have]
+    if missing and not add_missing:
+        raise SourceError(
+            f"publication {name!r} does not cover {', '.join(missing)}",
+            hint=f"ALTER PUBLICATION {name} ADD TABLE {', '.join(missing)}; "
+            "then rerun cdc setup so the added tables get a snapshot",
+        )
+    if missing:
+        conn.execute(
+            sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+                sql.Identifier(name),
+                sql.SQL(", ").join(sql.Identifier(*_split(t)) for t in missing),
+            )
+        )
 
 
 #: A publication that sends a partitioned table's changes under the root's oid.

@@ -93,28 +93,8 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
     lsn = lsn_from_state(request.state)
     if lsn is None:
         return StitchedSnapshot(settings, request, slot=name, publication=name)
-    # Never resume silently with a gap: the slot must exist and hold its WAL,
-    # and its publication must still stream the table.
-    require_slot(settings, name)
-    require_published(settings, name, qualified(request.relation))
-    relid = (request.state or {}).get("relid")
-    # Partitions attached, detached or dropped since the checkpoint moved rows
-    # that no change in the stream carries.
-    tree = verify_tree(
-        settings,
-        qualified(request.relation),
-        (request.state or {}).get("partitions"),
-        when="since the last capture",
-    )
+    tree = _resumable_tree(settings, request, name)
     oid = tree.oid if tree is not None else None
-    if relid is not None and oid != int(relid):
-        raise SourceError(
-            f"captured table {qualified(request.relation)!r} was dropped and created again "
-            f"since the last capture (slot {name}): the lake holds the old table's rows, and "
-            "the new one's changes before it was published again were never streamed",
-            hint=RECOVER_HINT,
-            dataset=request.dataset,
-        )
     stop = None
     max_changes = request.options.get("max_changes")
     ext: CdcExtraction
@@ -144,6 +124,33 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
         events=(request.dataset,) if request.options.get("event_stream") else (),
     )
     return ext
+
+
+def _resumable_tree(settings: Settings, request: ReadRequest, name: str) -> Tree | None:
+    """The captured table's tree, once resuming from slot ``name`` is proved gap-free."""
+    # Never resume silently with a gap: the slot must exist and hold its WAL,
+    # and its publication must still stream the table.
+    require_slot(settings, name)
+    require_published(settings, name, qualified(request.relation))
+    relid = (request.state or {}).get("relid")
+    # Partitions attached, detached or dropped since the checkpoint moved rows
+    # that no change in the stream carries.
+    tree = verify_tree(
+        settings,
+        qualified(request.relation),
+        (request.state or {}).get("partitions"),
+        when="since the last capture",
+    )
+    oid = tree.oid if tree is not None else None
+    if relid is not None and oid != int(relid):
+        raise SourceError(
+            f"captured table {qualified(request.relation)!r} was dropped and created again "
+            f"since the last capture (slot {name}): the lake holds the old table's rows, and "
+            "the new one's changes before it was published again were never streamed",
+            hint=RECOVER_HINT,
+            dataset=request.dataset,
+        )
+    return tree
 
 
 class StitchedSnapshot(BaseExtraction):

@@ -240,22 +240,34 @@ def check_links(
         )
     old = {(int(c), int(x)) for c, x in before}
     now = {(link.child, link.xmin): link for link in tree.links}
-    gone = sorted(old - now.keys())
-    if gone:
-        child = gone[0][0]
-        again = tree.link(child)
-        what = (
-            f"partition {again.name} was detached from {tree.name} and attached again"
-            if again is not None
-            else f"partition {_describe(rows, child)} was detached from or dropped out of "
-            f"{tree.name}"
-        )
-        raise SourceError(
-            f"{what} {when}: its rows left the table without a change in the stream, "
-            "so the lake still holds them",
-            hint=RECOVER_HINT,
-            relation=tree.name,
-        )
+    _refuse_gone(rows, tree, sorted(old - now.keys()), when)
+    _refuse_unstreamed(rows, tree, streamed, when)
+    added = {link.child: link for key, link in now.items() if key not in old}
+    for link in added.values():
+        _check_added(rows, tree, link, added, when)
+
+
+def _refuse_gone(rows: Rows, tree: Tree, gone: list[tuple[int, int]], when: str) -> None:
+    """Raise if a link the checkpoint recorded is gone (detached, dropped or re-attached)."""
+    if not gone:
+        return
+    child = gone[0][0]
+    again = tree.link(child)
+    what = (
+        f"partition {again.name} was detached from {tree.name} and attached again"
+        if again is not None
+        else f"partition {_describe(rows, child)} was detached from or dropped out of {tree.name}"
+    )
+    raise SourceError(
+        f"{what} {when}: its rows left the table without a change in the stream, "
+        "so the lake still holds them",
+        hint=RECOVER_HINT,
+        relation=tree.name,
+    )
+
+
+def _refuse_unstreamed(rows: Rows, tree: Tree, streamed: Iterable[int], when: str) -> None:
+    """Raise if a partition the stream sent changes of is no longer below ``tree``."""
     leaves = tree.leaves
     for oid in streamed:
         if oid not in leaves:
@@ -265,29 +277,31 @@ def check_links(
                 hint=RECOVER_HINT,
                 relation=tree.name,
             )
-    added = {link.child: link for key, link in now.items() if key not in old}
-    for link in added.values():
-        if link.kind == "p":
-            continue  # a partitioned partition holds no rows: its leaves are judged
-        if link.kind == "f":
+
+
+def _check_added(rows: Rows, tree: Tree, link: Link, added: dict[int, Link], when: str) -> None:
+    """Raise unless the new ``link`` (and those above it) brought no row the stream missed."""
+    if link.kind == "p":
+        return  # a partitioned partition holds no rows: its leaves are judged
+    if link.kind == "f":
+        raise SourceError(
+            f"partition {link.name} of {tree.name}, attached {when}, is a foreign table, "
+            "whose changes logical replication does not carry",
+            hint=f"{RECOVER_HINT}, or capture {tree.name} with strategy snapshot or cursor",
+            relation=tree.name,
+        )
+    # The new links from this leaf up to the first one the checkpoint knew.
+    node: Link | None = link
+    while node is not None and node.child in added:
+        if not node.made_with_table or _rows_before_link(rows, link, node):
             raise SourceError(
-                f"partition {link.name} of {tree.name}, attached {when}, is a foreign table, "
-                "whose changes logical replication does not carry",
-                hint=f"{RECOVER_HINT}, or capture {tree.name} with strategy snapshot or cursor",
+                f"partition {node.name} was attached to {tree.name} {when}: the rows "
+                "it held then were never in the change stream",
+                hint=f"{RECOVER_HINT}; create partitions with CREATE TABLE ... PARTITION OF "
+                "so that their rows stream from the start",
                 relation=tree.name,
             )
-        # The new links from this leaf up to the first one the checkpoint knew.
-        node: Link | None = link
-        while node is not None and node.child in added:
-            if not node.made_with_table or _rows_before_link(rows, link, node):
-                raise SourceError(
-                    f"partition {node.name} was attached to {tree.name} {when}: the rows "
-                    "it held then were never in the change stream",
-                    hint=f"{RECOVER_HINT}; create partitions with CREATE TABLE ... PARTITION OF "
-                    "so that their rows stream from the start",
-                    relation=tree.name,
-                )
-            node = tree.link(node.parent)
+        node = tree.link(node.parent)
 
 
 def _rows_before_link(rows: Rows, leaf: Link, step: Link) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess
 from combined.connectors._subprocess._rows import Rows, described
-from combined.connectors._subprocess._run import ProgramExtraction
+from combined.connectors._subprocess._run import Gathered, ProgramExtraction
 from combined.connectors._subprocess._schema import (
     BadSchema,
     FieldPlan,
@@ -17,10 +17,12 @@ from combined.connectors._subprocess._schema import (
     plan_stream,
 )
 from combined.connectors.singer._catalog import Stream
-from combined.errors import UnsupportedType
+from combined.errors import SourceError, UnsupportedType
 from combined.protocol import Message, StateMessage
 
 _FIX = "the tap must declare every property it writes; fix the tap or its catalog"
+#: The messages that name their stream (another stream's are skipped).
+_STREAM_KINDS = ("SCHEMA", "RECORD", "ACTIVATE_VERSION", "BATCH")
 
 
 def bookmark(state: Any, stream: Stream) -> str | None:
@@ -70,14 +72,9 @@ class SingerExtraction(ProgramExtraction):
         request, stream = self._request, self._stream
         names = stream.names()
         cursor = request.strategy == "cursor"
-        rows: Rows | None = None
-        latest: StateMessage | None = None
-        pending: StateMessage | None = None
+        out = Gathered()
         number = 0
-        while True:
-            raw = self._next(proc, number)
-            if raw is None:
-                break
+        while (raw := self._next(proc, number)) is not None:
             number += 1
             msg = self._decode(proc, raw, number)
             if msg is None:
@@ -86,92 +83,97 @@ class SingerExtraction(ProgramExtraction):
             if kind == "STATE":
                 if cursor:
                     value = msg.get("value")
-                    pending = latest = StateMessage(
+                    state = StateMessage(
                         request.dataset, self._state(value), position=bookmark(value, stream)
                     )
-                    # A STATE never ends a batch (a tap may write one per record): it is
-                    # handed over after the batch holding the records before it, or now
-                    # when they all are handed over already.
-                    if rows is None or not len(rows):
-                        yield pending
-                        pending = None
+                    yield from self._on_state(out, state)
                 continue
-            if msg.get("stream") not in names:
-                if kind in ("SCHEMA", "RECORD", "ACTIVATE_VERSION", "BATCH"):
-                    continue  # another stream's message: the tap may ignore the selection
+            if kind in _STREAM_KINDS and msg.get("stream") not in names:
+                continue  # another stream's message: the tap may ignore the selection
             if kind == "RECORD":
-                if rows is None:
-                    raise self._fail(
-                        proc,
-                        f"line {number}: a RECORD of stream {stream.tap_stream_id!r} came "
-                        "before its SCHEMA",
-                        "the tap must write a stream's SCHEMA before its records",
-                        line=number,
-                    )
-                record = msg.get("record")
-                if not isinstance(record, dict):
-                    raise self._fail(
-                        proc,
-                        f"line {number}: a RECORD without a `record` object",
-                        "the tap must write each record as a JSON object",
-                        line=number,
-                    )
-                rows.add(record, number, len(raw))
+                rows = self._add_record(proc, out.rows, msg, number, len(raw))
                 if self._full(rows):
-                    yield from self._handover(rows, pending)
-                    pending = None
+                    yield from self._flush(out)
             elif kind == "SCHEMA":
                 plans = self._schema(msg.get("schema"), number)
-                if rows is None or plans != rows.plans:
-                    if rows is not None and len(rows):
-                        yield from self._handover(rows, pending)
-                        pending = None
+                if out.rows is None or plans != out.rows.plans:
+                    yield from self._flush(out)
                     # A changed schema gives batches of the new shape: the engine's
                     # drift policy judges the difference.
-                    rows = Rows(
+                    out.rows = Rows(
                         stream.tap_stream_id,
                         plans,
                         self._selected(),
                         stream.unsupported(),
                         fix=_FIX,
                     )
-            elif kind == "ACTIVATE_VERSION":
-                # A full-table version switch: a snapshot capture replaces the whole
-                # stream already, and a cursor capture merges by key either way.
-                continue
-            elif kind == "BATCH":
-                raise self._fail(
-                    proc,
-                    f"line {number}: the tap wrote a BATCH message (records in files), "
-                    "which the singer connector does not read",
-                    "configure the tap without `batch_config` so that it writes RECORD messages",
-                    line=number,
-                )
-            else:
-                raise self._fail(
-                    proc,
-                    f"line {number}: unknown Singer message type {described(kind)}: expected "
-                    "SCHEMA, RECORD, STATE, ACTIVATE_VERSION",
-                    "run a tap that speaks the Singer specification",
-                    line=number,
-                )
-        if rows is not None and len(rows):
-            yield from self._handover(rows, pending)
+            elif kind != "ACTIVATE_VERSION":
+                # (A full-table version switch is ignored: a snapshot capture replaces
+                # the whole stream already, and a cursor capture merges by key either way.)
+                raise self._unexpected(proc, kind, number)
+        yield from self._flush(out)
         self._exit(proc)
-        if rows is None and not cursor:
-            # An empty snapshot deletes every row of the dataset. A tap writes a
-            # stream's SCHEMA even when it holds no record, so no SCHEMA means the
-            # tap did not read the stream (it ignored the catalog's selection).
+        if out.rows is None and not cursor:
+            raise self._no_schema(proc)
+        self.authority.complete()
+        yield self._final_state(
+            out.latest, lambda previous: bookmark(previous.get("singer"), stream)
+        )
+
+    def _add_record(
+        self, proc: ChildProcess, rows: Rows | None, msg: Mapping[str, Any], number: int, size: int
+    ) -> Rows:
+        """Add a RECORD's record to ``rows``; refuse one before its SCHEMA or not an object."""
+        if rows is None:
             raise self._fail(
                 proc,
-                f"the tap wrote no SCHEMA for stream {stream.tap_stream_id!r}: it did not "
-                "read the stream, and an empty snapshot would delete every row of "
-                f"dataset {request.dataset!r}",
-                "check that the tap honours the catalog's `selected` metadata for the "
-                "stream (run it with --catalog yourself); nothing was committed",
+                f"line {number}: a RECORD of stream {self._stream.tap_stream_id!r} came "
+                "before its SCHEMA",
+                "the tap must write a stream's SCHEMA before its records",
+                line=number,
             )
-        self.authority.complete()
-        yield self._final_state(latest, lambda previous: bookmark(previous.get("singer"), stream))
+        record = msg.get("record")
+        if not isinstance(record, dict):
+            raise self._fail(
+                proc,
+                f"line {number}: a RECORD without a `record` object",
+                "the tap must write each record as a JSON object",
+                line=number,
+            )
+        rows.add(record, number, size)
+        return rows
+
+    def _unexpected(self, proc: ChildProcess, kind: Any, number: int) -> SourceError:
+        """The error for a BATCH message (records in files) or an unknown message type."""
+        if kind == "BATCH":
+            return self._fail(
+                proc,
+                f"line {number}: the tap wrote a BATCH message (records in files), "
+                "which the singer connector does not read",
+                "configure the tap without `batch_config` so that it writes RECORD messages",
+                line=number,
+            )
+        return self._fail(
+            proc,
+            f"line {number}: unknown Singer message type {described(kind)}: expected "
+            "SCHEMA, RECORD, STATE, ACTIVATE_VERSION",
+            "run a tap that speaks the Singer specification",
+            line=number,
+        )
+
+    def _no_schema(self, proc: ChildProcess) -> SourceError:
+        """A snapshot's tap wrote no SCHEMA: it did not read the stream."""
+        # An empty snapshot deletes every row of the dataset. A tap writes a
+        # stream's SCHEMA even when it holds no record, so no SCHEMA means the
+        # tap did not read the stream (it ignored the catalog's selection).
+        return self._fail(
+            proc,
+            f"the tap wrote no SCHEMA for stream {self._stream.tap_stream_id!r}: it did not "
+            "read the stream, and an empty snapshot would delete every row of "
+            f"dataset {self._request.dataset!r}",
+            "check that the tap honours the catalog's `selected` metadata for the "
+            "stream (run it with --catalog yourself); nothing was committed",
+        )
 
     def _schema(self, schema: Any, number: int) -> tuple[FieldPlan, ...]:
         try:
