@@ -6,7 +6,7 @@ field by field)::
     retention:
       publications: 90d    # keep the files every publication of the last 90 days reads
       raw: 365d            # keep committed Deliveries (the raw layer) for a year
-      compact_files: 32    # a capture compacts a table holding more data files
+      compact_files: 32    # a capture compacts a table holding more small data files
 
 Unset, everything is kept (``forever``): ``combined maintain`` then removes
 only files no publication ever read, and no Delivery. ``combined maintain``
@@ -25,7 +25,7 @@ from combined.config._values import _count, _duration, _error, format_duration
 
 Forever = Literal["forever"]
 FOREVER: Forever = "forever"
-#: A capture compacts its table once it holds more data files than this.
+#: A capture compacts its table once it holds more small data files (under 1 MiB) than this.
 DEFAULT_COMPACT_FILES = 32
 
 _KEEP_HINT = "write a duration such as 90d or 52w, or `forever` to keep everything"
@@ -69,7 +69,7 @@ class RetentionPolicy(BaseModel):
     raw: Keep | None = None
     """How long a committed Delivery stays in the raw layer (``_deliveries/``)."""
     compact_files: Annotated[int, PlainValidator(_threshold)] | None = None
-    """The data-file count past which a capture compacts its table."""
+    """The count of small data files (under 1 MiB) past which a capture compacts its table."""
 
 
 @dataclass(frozen=True)

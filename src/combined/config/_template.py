@@ -44,7 +44,7 @@ reduction_memory: 256MiB
 # retention:
 #   publications: 90d   # how long --as-of / --publication keep answering
 #   raw: 365d           # how long committed Deliveries stay in _deliveries/
-#   compact_files: 32   # a capture compacts its table past this many files
+#   compact_files: 32   # a capture compacts its table past this many small files
 
 sources:
   shop:

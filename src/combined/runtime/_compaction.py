@@ -1,5 +1,8 @@
 """Compaction a capture triggers itself once its table holds too many small files.
 
+Small: under ``lake._maintain.SMALL_FILE_BYTES`` (1 MiB), what many small
+captures leave; a large snapshot's Deliveries are not, and never trigger it.
+
 It runs after the Run is published, under the dataset's lease, so readers
 already see the capture and no other Run of the dataset commits meanwhile:
 the capture is slower by the compaction's own cost and nothing else (a
@@ -14,7 +17,7 @@ from combined.catalog import Catalog
 from combined.catalog import data as cat
 from combined.config._retention import DEFAULT_COMPACT_FILES
 from combined.lake import LakeLayout
-from combined.lake._maintain import compact, file_count
+from combined.lake._maintain import compact, small_file_count
 
 
 def compact_if_due(
@@ -25,14 +28,16 @@ def compact_if_due(
     run_id: str,
     threshold: int | None,
 ) -> None:
-    """Compact the dataset's table when it holds more data files than ``threshold``."""
+    """Compact the dataset's table when it holds more small data files than ``threshold``."""
     limit = threshold or DEFAULT_COMPACT_FILES
     table = layout.dataset_table(source, dataset)
     try:
-        files = file_count(table)
+        files = small_file_count(table)
         if files <= limit:
             return
-        done = compact(table, f"{files} data files, more than retention.compact_files {limit}")
+        done = compact(
+            table, f"{files} small data files, more than retention.compact_files {limit}"
+        )
     except Exception as exc:  # noqa: BLE001 - the Run's own result stands
         _tell(catalog, "maintenance.compaction_failed", source, dataset, run_id, error=repr(exc))
         return
