@@ -164,14 +164,19 @@ def run_floor(dsn: str, out: str) -> dict[str, Any]:
 def run_reader(dsn: str, path: str) -> dict[str, Any]:
     """The MariaDB reader alone on one of its paths: every batch counted, none kept."""
     from combined.connectors.abc import ReadRequest
+
+    request = ReadRequest(dataset="orders", relation="orders", key=("id",), strategy="snapshot")
+    return _read_alone(dsn, request, path)
+
+
+def _read_alone(dsn: str, request: Any, path: str) -> dict[str, Any]:
+    """One read of ``request`` on ``path`` (``bulk`` or ``rows``): its rows counted, none kept."""
     from combined.connectors.mariadb import MariaDBExtraction, MariaDBSource
     from combined.protocol import RecordBatchMessage
 
     src = MariaDBSource({"dsn": dsn})
     try:
-        ext = src.read(
-            ReadRequest(dataset="orders", relation="orders", key=("id",), strategy="snapshot")
-        )
+        ext = src.read(request)
         assert isinstance(ext, MariaDBExtraction)
         ext.bulk = path == "bulk"
         rows = sum(m.batch.num_rows for m in ext if isinstance(m, RecordBatchMessage))
@@ -209,28 +214,16 @@ def run_binlog(dsn: str, position: str, decoder: str) -> dict[str, Any]:
 def run_cursor_reader(dsn: str, path: str, last: str) -> dict[str, Any]:
     """A cursor read of ``orders`` after ``last`` (``updated_at``) on one path, batches counted."""
     from combined.connectors.abc import CursorSpec, ReadRequest
-    from combined.connectors.mariadb import MariaDBExtraction, MariaDBSource
-    from combined.protocol import RecordBatchMessage
 
-    src = MariaDBSource({"dsn": dsn})
-    try:
-        ext = src.read(
-            ReadRequest(
-                dataset="orders",
-                relation="orders",
-                key=("id",),
-                strategy="cursor",
-                cursor=CursorSpec("updated_at"),
-                state={"cursor": last},
-            )
-        )
-        assert isinstance(ext, MariaDBExtraction)
-        ext.bulk = path == "bulk"
-        rows = sum(m.batch.num_rows for m in ext if isinstance(m, RecordBatchMessage))
-        ext.finish("success")
-        return {"rows": rows, "path": ext.path}
-    finally:
-        src.close()
+    request = ReadRequest(
+        dataset="orders",
+        relation="orders",
+        key=("id",),
+        strategy="cursor",
+        cursor=CursorSpec("updated_at"),
+        state={"cursor": last},
+    )
+    return _read_alone(dsn, request, path)
 
 
 def run_dlt(dsn: str, work: str) -> dict[str, Any]:
