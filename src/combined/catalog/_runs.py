@@ -174,7 +174,7 @@ def save_admission(conn: Connection, admission: Admission) -> None:
     for two datasets of a source) both find it missing: the insert skips a
     row that another one stored meanwhile.
     """
-    # Only the dialect in use: importing PostgreSQL's costs a SQLite catalog ~0.2 s.
+    # Only the dialect in use: importing PostgreSQL's costs a SQLite catalog 0.2-0.4 s.
     name = "postgresql" if conn.dialect.name == "postgresql" else "sqlite"
     dialect = importlib.import_module(f"sqlalchemy.dialects.{name}")
     conn.execute(
