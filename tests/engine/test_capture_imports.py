@@ -138,3 +138,27 @@ def test_the_connectors_import_no_dbapi(source: str) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_a_change_capture_does_not_import_polars(tmp_path: Path, cdc_db, tools) -> None:
+    assert importlib.util.find_spec("polars") is not None, "install the dev extra (polars)"
+    cdc_db.slot("public.items")  # dropped after the test
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, qty int, note text)")
+        conn.execute("INSERT INTO items SELECT g, g, 'n' || g FROM generate_series(1, 300) g")
+    (tmp_path / "combined.yaml").write_text(
+        tools.pg_cdc_project(cdc_db.dsn, cdc_db.prefix, "public.items", ["id"])
+    )
+    setup = tools.cli(tmp_path, "cdc", "setup", "pg")
+    assert setup.returncode == 0, setup.stderr
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute("UPDATE items SET qty = qty + 1 WHERE id <= 30")
+        conn.execute("DELETE FROM items WHERE id > 290")
+    modules = _capture(tmp_path)
+    assert "combined.connectors.postgres._cdc" in modules  # it drained the stream
+    needed = {
+        "psycopg2",
+        "combined.connectors.postgres._cdc",
+        "combined.connectors.postgres._walstream",
+    }
+    assert [name for name in _unneeded(modules) if name not in needed] == []
