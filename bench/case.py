@@ -96,8 +96,14 @@ def _typed(batch: Any) -> Any:
 
 
 def prepare_floor(args: argparse.Namespace) -> Callable[[], Outcome]:
-    """ADBC -> Arrow -> one Parquet file under ``--lake``."""
-    import adbc_driver_postgresql.dbapi as adbc_pg
+    """ADBC -> Arrow -> one Parquet file under ``--lake``.
+
+    Through ADBC's low-level API, as Combined reads: its DB-API module imports
+    polars when polars is installed, which neither process needs.
+    """
+    import adbc_driver_manager as adbc
+    import adbc_driver_postgresql
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     out = Path(args.lake) / "floor.parquet"
@@ -105,21 +111,29 @@ def prepare_floor(args: argparse.Namespace) -> Callable[[], Outcome]:
     def run() -> Outcome:
         out.parent.mkdir(parents=True, exist_ok=True)
         rows = 0
-        with adbc_pg.connect(args.dsn) as conn, conn.cursor() as cur:
-            cur.execute(f'SELECT * FROM "{args.table}"')  # noqa: S608 (a bench-owned name)
-            reader = cur.fetch_record_batch()
-            writer = None
-            try:
+        db = adbc_driver_postgresql.connect(args.dsn)
+        conn = adbc.AdbcConnection(db)
+        conn.set_autocommit(False)  # one read transaction, as the DB-API opens
+        stmt = adbc.AdbcStatement(conn)
+        writer = None
+        try:
+            stmt.set_sql_query(f'SELECT * FROM "{args.table}"')  # noqa: S608 (a bench-owned name)
+            stmt.prepare()
+            handle, _ = stmt.execute_query()
+            with pa.RecordBatchReader._import_from_c(handle.address) as reader:
                 for raw in reader:
                     batch = _typed(raw)
                     if writer is None:
                         writer = pq.ParquetWriter(str(out), batch.schema, compression="zstd")
                     writer.write_batch(batch)
                     rows += batch.num_rows
-            finally:
-                if writer is not None:
-                    writer.close()
             conn.commit()
+        finally:
+            if writer is not None:
+                writer.close()
+            stmt.close()
+            conn.close()
+            db.close()
         return rows, {"file": str(out)}
 
     return run
@@ -269,7 +283,7 @@ def prepare_combined(args: argparse.Namespace) -> Callable[[], Outcome]:
     # First, as the `combined` command imports it: the package picks Arrow's
     # allocator before pyarrow loads (combined._alloc).
     import combined  # noqa: F401, I001
-    import adbc_driver_postgresql.dbapi  # noqa: F401
+    import adbc_driver_postgresql  # noqa: F401
     import deltalake  # noqa: F401
     import duckdb  # noqa: F401
     import pyarrow.parquet  # noqa: F401
@@ -308,7 +322,7 @@ def prepare_backfill(args: argparse.Namespace) -> Callable[[], Outcome]:
     # First, as the `combined` command imports it: the package picks Arrow's
     # allocator before pyarrow loads (combined._alloc).
     import combined  # noqa: F401, I001
-    import adbc_driver_postgresql.dbapi  # noqa: F401
+    import adbc_driver_postgresql  # noqa: F401
     import deltalake  # noqa: F401
     import duckdb  # noqa: F401
     import pyarrow.parquet  # noqa: F401

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -173,9 +174,9 @@ def save_admission(conn: Connection, admission: Admission) -> None:
     for two datasets of a source) both find it missing: the insert skips a
     row that another one stored meanwhile.
     """
-    from sqlalchemy.dialects import postgresql, sqlite
-
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    # Only the dialect in use: importing PostgreSQL's costs a SQLite catalog 0.2-0.4 s.
+    name = "postgresql" if conn.dialect.name == "postgresql" else "sqlite"
+    dialect = importlib.import_module(f"sqlalchemy.dialects.{name}")
     conn.execute(
         dialect.insert(t.admissions)
         .values(

@@ -14,13 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import adbc_driver_manager
-import adbc_driver_postgresql.dbapi as adbc_pg
+import adbc_driver_postgresql
 import pyarrow as pa
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from combined._credentials import is_credential_key
+from combined.connectors import _adbc
 from combined.connectors._shared import casts_by_relation
 from combined.connectors._shared import close_quietly as shared_close_quietly
 from combined.connectors.abc import refuse_unknown_keys
@@ -47,7 +47,7 @@ SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 
 #: Everything the driver stack raises for a failed statement or stream.
 DRIVER_ERRORS: tuple[type[BaseException], ...] = (
-    adbc_driver_manager.Error,
+    _adbc.Error,
     OSError,
     pa.ArrowException,
 )
@@ -322,10 +322,11 @@ class Session:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         try:
-            self._conn = adbc_pg.connect(settings.conninfo(), autocommit=True)
+            database = adbc_driver_postgresql.connect(settings.conninfo())
+            self._conn: _adbc.Connection | None = _adbc.Connection(database)
         except DRIVER_ERRORS as exc:
             raise connect_error(exc, settings) from None
-        self._cursor: Any = None
+        self._cursor: _adbc.Cursor | None = None
         self._reader: pa.RecordBatchReader | None = None
         self.pid = 0
         try:
@@ -343,9 +344,14 @@ class Session:
     def transaction_status(self) -> str:
         """libpq's transaction status: ``idle``, ``intrans``, ``inerror``, ``active``."""
         try:
-            return str(self._conn.adbc_connection.get_option(_TXN_STATUS_OPTION))
+            return str(self._open()[0].handle.get_option(_TXN_STATUS_OPTION))
         except DRIVER_ERRORS:
             return "unknown"
+
+    def _open(self) -> tuple[_adbc.Connection, _adbc.Cursor]:
+        if self._conn is None or self._cursor is None:
+            raise _adbc.closed_error("the session")
+        return self._conn, self._cursor
 
     def _sql(self, query: str | sql.Composable) -> str:
         return query if isinstance(query, str) else query.as_string(None)
@@ -354,7 +360,7 @@ class Session:
         """Execute a statement that returns no rows (BEGIN, COMMIT, SET ...)."""
         self.end_stream()
         try:
-            self._cursor.execute(self._sql(query))
+            self._open()[1].execute(self._sql(query))
         except DRIVER_ERRORS as exc:
             raise query_error(exc, self.settings, doing) from None
 
@@ -362,8 +368,9 @@ class Session:
         """Execute a small query and return its rows as Python values."""
         self.end_stream()
         try:
-            self._cursor.execute(self._sql(query))
-            return list(self._cursor.fetchall())
+            cursor = self._open()[1]
+            cursor.execute(self._sql(query))
+            return cursor.fetchall()
         except DRIVER_ERRORS as exc:
             raise query_error(exc, self.settings, doing) from None
 
@@ -373,9 +380,10 @@ class Session:
         """Execute a query and return its Arrow stream (read lazily, in bounded batches)."""
         self.end_stream()
         try:
-            self._cursor.adbc_statement.set_options(**{BATCH_BYTES_OPTION: str(batch_bytes)})
-            self._cursor.execute(self._sql(query))
-            self._reader = self._cursor.fetch_record_batch()
+            cursor = self._open()[1]
+            cursor.set_options(**{BATCH_BYTES_OPTION: str(batch_bytes)})
+            cursor.execute(self._sql(query))
+            self._reader = cursor.fetch_record_batch()
         except DRIVER_ERRORS as exc:
             raise query_error(exc, self.settings, doing) from None
         return self._reader

@@ -24,7 +24,6 @@ from combined.connectors.postgres._connect import Session, Settings
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
 from combined.connectors.postgres._partition import PartitionPlan, check_open, create_plan
 from combined.connectors.postgres._preflight import refuse_intervals
-from combined.connectors.postgres._stitch import cdc_read, qualified, slot_name
 from combined.connectors.postgres._tls import cleartext_password_warning
 from combined.errors import ConfigError
 from combined.protocol import utcnow
@@ -203,6 +202,9 @@ class PostgresSource(BaseSource):
                     hint="change data capture reads every column as its own type; remove its "
                     "casts, or capture the relation with the snapshot or cursor strategy",
                 )
+            # Change capture's modules (psycopg2, the WAL decoder) load only for it.
+            from combined.connectors.postgres._stitch import cdc_read
+
             return cdc_read(self.settings, request, self.slot_prefix)
         options = self._validate(request)
         ext = PostgresExtraction(self.settings, request, options)
@@ -213,6 +215,7 @@ class PostgresSource(BaseSource):
     def cdc_setup(self, relation: str) -> str:
         """Create (or verify) the relation's publication; the slot comes with the first read."""
         from combined.connectors.postgres._publication import ensure_publication
+        from combined.connectors.postgres._stitch import qualified, slot_name
 
         name = slot_name(self.slot_prefix, relation)
         pub = ensure_publication(self.settings, name, [qualified(relation)], add_missing=True)
@@ -224,6 +227,7 @@ class PostgresSource(BaseSource):
     ) -> Mapping[str, Any]:
         """The relation's slot: existence, confirmed position, lag in bytes and seconds."""
         from combined.connectors.postgres._replication import slot_status
+        from combined.connectors.postgres._stitch import slot_name
 
         name = slot_name(self.slot_prefix, relation)
         status = slot_status(self.settings, name)
@@ -233,6 +237,7 @@ class PostgresSource(BaseSource):
         """Drop the relation's slot and publication (WAL is no longer retained for it)."""
         from combined.connectors.postgres._publication import drop_publication
         from combined.connectors.postgres._replication import drop_slot
+        from combined.connectors.postgres._stitch import slot_name
 
         name = slot_name(self.slot_prefix, relation)
         slot = drop_slot(self.settings, name)

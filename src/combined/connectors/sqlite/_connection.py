@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import adbc_driver_sqlite
-import adbc_driver_sqlite.dbapi as sqlite_dbapi
 
+from combined.connectors import _adbc
 from combined.errors import (
     CombinedError,
     NotFoundError,
@@ -16,14 +16,14 @@ from combined.errors import (
     SourceUnavailable,
 )
 
-Connection = sqlite_dbapi.Connection
+Connection = _adbc.Connection
 
 #: The statement option that sets rows per batch (and rows used for type inference).
 BATCH_ROWS_OPTION: str = adbc_driver_sqlite.StatementOptions.BATCH_ROWS.value
 
 #: Errors the driver raises: ``adbc_driver_manager`` errors, and ``OSError``
 #: from the Arrow stream when a step fails mid-read.
-DRIVER_ERRORS: tuple[type[BaseException], ...] = (sqlite_dbapi.Error, OSError)
+DRIVER_ERRORS: tuple[type[BaseException], ...] = (_adbc.Error, OSError)
 
 
 def open_readonly(path: str, *, busy_timeout_ms: int) -> Connection:
@@ -49,7 +49,7 @@ def open_readonly(path: str, *, busy_timeout_ms: int) -> Connection:
     # never be created and nothing may ever be written to it.
     uri = file.absolute().as_uri() + "?mode=ro"
     try:
-        conn = sqlite_dbapi.connect(uri, autocommit=True)
+        conn = _adbc.Connection(adbc_driver_sqlite.connect(uri))
     except DRIVER_ERRORS as exc:
         raise translate(exc, path) from exc
     try:
@@ -63,7 +63,7 @@ def open_readonly(path: str, *, busy_timeout_ms: int) -> Connection:
 def fetch(conn: Connection, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
     """Run a small catalog query and return its rows (never used for data)."""
     with conn.cursor() as cur:
-        cur.execute(sql, parameters=params)
+        cur.execute(sql, params)
         rows: list[dict[str, Any]] = cur.fetch_arrow_table().to_pylist()
     return rows
 

@@ -121,8 +121,8 @@ class SQLiteExtraction(BaseExtraction):
             ):
                 if sql is None:
                     continue
-                cursor = conn.cursor(adbc_stmt_kwargs={BATCH_ROWS_OPTION: str(self._batch_rows)})
-                cursor.execute(sql, parameters=params)
+                cursor = conn.cursor({BATCH_ROWS_OPTION: str(self._batch_rows)})
+                cursor.execute(sql, params)
                 reader = cursor.fetch_record_batch()
                 while True:
                     self._live()

@@ -1,0 +1,164 @@
+"""What a capture process imports: nothing it does not use.
+
+Every module a ``combined capture`` loads stays resident for the whole
+process, so it adds to every capture's peak memory. ADBC's DB-API module
+imported polars whenever polars was installed (about 50 MB), and a snapshot
+capture loaded change capture's modules (psycopg2, the WAL decoder).
+These tests run the real command in a fresh process and read its
+``sys.modules`` at the end; they bound names, not bytes, so they hold on any
+machine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+# Run the command as the `combined` script does, then report what was loaded.
+_PROBE = """
+import json, sys
+from combined.cli import main
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+print("MODULES", json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+#: Modules no capture needs; each costs megabytes or a noticeable import time.
+NOT_FOR_A_CAPTURE = (
+    "polars",  # through adbc_driver_manager.dbapi when it is installed
+    "adbc_driver_manager.dbapi",
+    "pyarrow.dataset",  # imported by the DB-API on first use
+    "pandas",
+    "psycopg2",  # change capture's replication connection
+    "combined.connectors.postgres._cdc",
+    "combined.connectors.postgres._walstream",
+    "sqlalchemy.dialects.postgresql",  # a SQLite catalog's capture
+    "alembic",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "jinja2",
+)
+
+PROJECT = """\
+version: 1
+lake: ./lake
+sources:
+  pg:
+    connector: postgres
+    config:
+      dsn: {dsn}
+    datasets:
+      orders:
+        relation: public.orders
+        key: [id]
+      events:
+        relation: public.events
+        key: [id]
+        strategy: cursor
+        cursor:
+          column: id
+          trust: "events.id is a bigserial assigned on insert"
+"""
+
+
+def _capture(root: Path, *selectors: str) -> set[str]:
+    """Run ``combined capture`` in a fresh process; the modules it had loaded at the end."""
+    env = {**os.environ, "COMBINED_RETRY_BACKOFF_S": "0"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, "capture", *selectors],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("MODULES ")), None)
+    assert line is not None, proc.stdout + proc.stderr
+    report = json.loads(line.removeprefix("MODULES "))
+    assert report["code"] in (0, None), proc.stdout + proc.stderr
+    return set(report["modules"])
+
+
+def _unneeded(modules: set[str]) -> list[str]:
+    return sorted(name for name in NOT_FOR_A_CAPTURE if name in modules)
+
+
+def test_a_postgres_capture_imports_neither_polars_nor_change_capture(
+    tmp_path: Path, pg_database: str
+) -> None:
+    # The defect only shows where polars is installed (the dev extra installs it).
+    assert importlib.util.find_spec("polars") is not None, "install the dev extra (polars)"
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id bigint PRIMARY KEY, note text, total numeric(10,2))")
+        conn.execute(
+            "INSERT INTO orders SELECT g, 'n' || g, g * 1.5 FROM generate_series(1, 500) g"
+        )
+        conn.execute("CREATE TABLE events (id bigserial PRIMARY KEY, kind text)")
+        conn.execute("INSERT INTO events (kind) SELECT 'e' || g FROM generate_series(1, 50) g")
+    (tmp_path / "combined.yaml").write_text(PROJECT.format(dsn=pg_database))
+
+    first = _capture(tmp_path)
+    assert "combined.connectors.postgres._extract" in first  # it did read through the connector
+    assert _unneeded(first) == []
+
+    # A changed re-capture: the keyed commit's rewrite, deletes, a cursor page.
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("UPDATE orders SET note = 'changed' WHERE id % 10 = 0")
+        conn.execute("DELETE FROM orders WHERE id > 490")
+        conn.execute("INSERT INTO events (kind) VALUES ('late')")
+    again = _capture(tmp_path)
+    assert _unneeded(again) == []
+
+
+def test_a_sqlite_capture_does_not_import_polars(shop: Path) -> None:
+    assert importlib.util.find_spec("polars") is not None, "install the dev extra (polars)"
+    modules = _capture(shop)
+    assert "combined.connectors.sqlite._extraction" in modules
+    assert _unneeded(modules) == []
+
+
+@pytest.mark.parametrize("source", ["postgres", "sqlite"])
+def test_the_connectors_import_no_dbapi(source: str) -> None:
+    # The connector modules alone, in a fresh interpreter: no DB-API, no polars.
+    code = (
+        f"import sys, combined.connectors.{source}; "
+        "print(sorted(m for m in ('polars', 'adbc_driver_manager.dbapi') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_change_capture_does_not_import_polars(tmp_path: Path, cdc_db, tools) -> None:
+    assert importlib.util.find_spec("polars") is not None, "install the dev extra (polars)"
+    cdc_db.slot("public.items")  # dropped after the test
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, qty int, note text)")
+        conn.execute("INSERT INTO items SELECT g, g, 'n' || g FROM generate_series(1, 300) g")
+    (tmp_path / "combined.yaml").write_text(
+        tools.pg_cdc_project(cdc_db.dsn, cdc_db.prefix, "public.items", ["id"])
+    )
+    setup = tools.cli(tmp_path, "cdc", "setup", "pg")
+    assert setup.returncode == 0, setup.stderr
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute("UPDATE items SET qty = qty + 1 WHERE id <= 30")
+        conn.execute("DELETE FROM items WHERE id > 290")
+    modules = _capture(tmp_path)
+    assert "combined.connectors.postgres._cdc" in modules  # it drained the stream
+    needed = {
+        "psycopg2",
+        "combined.connectors.postgres._cdc",
+        "combined.connectors.postgres._walstream",
+    }
+    assert [name for name in _unneeded(modules) if name not in needed] == []
