@@ -384,6 +384,19 @@ def md5_bytes(text: str) -> bytes:
     return hashlib.md5(text.encode("utf-8")).digest()
 
 
+def test_fast_texts_of_columns_named_like_their_inner_texts() -> None:
+    # The hot path names its inner texts __combined_t<i>; a source column may too.
+    table = pa.table(
+        {
+            "__combined_t1": pa.array([1, 2]),
+            "__combined_t0": pa.array(["a", None]),
+            "x": pa.array([[1], [2, None]]),
+        }
+    )
+    key, payload = ["__combined_t1"], ["__combined_t1", "__combined_t0", "x"]
+    assert fast_texts(table, key, payload) == duckdb_texts(table, key, payload)
+
+
 def test_fast_texts_read_a_null_dictionary_value_as_null() -> None:
     # A dictionary's null can sit in its values where its indices have none.
     values = pa.DictionaryArray.from_arrays(pa.array([0, 1, 0], pa.int32()), ["a", None])
