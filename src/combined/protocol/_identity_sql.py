@@ -162,21 +162,24 @@ def _refuse_wide_members(t: pa.DataType, where: str) -> None:
 
 def _nested_sql(v: str, t: pa.DataType, kind: str, depth: int, where: str) -> str:
     """SQL for ``<tag><n>:<text>`` of a list, struct or map ``v`` that is not NULL."""
+    return _tlv_once_sql(_TAGS[kind], _nested_text_sql(v, t, kind, depth, where), depth)
+
+
+def _nested_text_sql(v: str, t: pa.DataType, kind: str, depth: int, where: str) -> str:
+    """SQL for the ``<text>`` of a list, struct or map ``v`` not NULL (no tag, no length)."""
     _refuse_wide_members(t, where)
     if pa.types.is_dictionary(t):
         t = t.value_type
-    tag = _TAGS[kind]
     var = f"__combined_v{depth}"
     if kind == "list":
         item = _cell_sql(var, t.value_type, depth + 1, f"{where}[]")
-        text = f"array_to_string(list_transform({v}, lambda {var}: {item}), '')"
-        return _tlv_once_sql(tag, text, depth)
+        return f"array_to_string(list_transform({v}, lambda {var}: {item}), '')"
     if kind == "struct":
         parts = [
             _member_sql(f.name, f"struct_extract({v}, {_literal(f.name)})", f.type, depth, where)
             for f in _struct_fields(t)
         ]
-        return _tlv_once_sql(tag, _concat(parts), depth)
+        return _concat(parts)
     if kind == "map":
         key = _cell_sql(f"{var}['key']", t.key_type, depth + 1, f"{where}{{key}}")
         value = _cell_sql(f"{var}['value']", t.item_type, depth + 1, f"{where}{{value}}")
@@ -184,11 +187,10 @@ def _nested_sql(v: str, t: pa.DataType, kind: str, depth: int, where: str) -> st
         # connection's default collation, VARCHAR ordering would not.
         blob = f"__combined_b{depth}"
         encoded = f"list_transform(map_entries({v}), lambda {var}: encode({key} || {value}))"
-        text = (
+        return (
             f"array_to_string(list_transform(list_sort({encoded}), "
             f"lambda {blob}: decode({blob})), '')"
         )
-        return _tlv_once_sql(tag, text, depth)
     raise AssertionError(kind)  # pragma: no cover - _kind is exhaustive
 
 

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from combined.protocol._digest import HEX, Digest
+from combined.protocol._identity_fast import FastTexts
 from combined.protocol._identity_python import (
     identity_python,
     identity_text_python,
@@ -250,18 +251,24 @@ def compute_identity(
     names = _source_columns(table.schema) if payload_columns is None else list(payload_columns)
     used = list(dict.fromkeys([*_checked_key(key), *names]))
     schema = pa.schema([table.schema.field(_field_index(table.schema, n)) for n in used])
+    columns = duckdb_compatible(table.select(used)).columns
     # Build the SQL first: an unsupported type fails before any data moves.
-    id_expr, hash_expr = identity_text_sql(key, schema), payload_text_sql(names, schema)
+    # A column without a null in this batch skips its null test (same texts).
+    nonnull = [n for n, c in zip(used, columns, strict=True) if c.null_count == 0]
+    texts = FastTexts(key, names, schema, nonnull)
     # v2: md5_number's 128 bits reach Arrow as they are (_raw_digests), without
     # the 32 hex digits md5 prints and unhex would parse again.
     md5 = "md5" if digest == HEX else "md5_number"
+    outer = [
+        f"{md5}({texts.identity_text()}) AS id",
+        f"{md5}({texts.payload_text()}) AS payload_hash",
+    ]
 
     ordinal = "__combined_identity_ordinal"
     if ordinal in used:
         raise ValueError(f"column name {ordinal!r} is reserved")
     con = con if con is not None else _thread_connection()
-    columns = duckdb_compatible(table.select(used)).columns
-    order = ""
+    order = None
     # A projection of one table keeps its rows' order when the connection
     # preserves insertion order (DuckDB's default); otherwise the rows are
     # numbered and sorted back, which costs about a tenth of the hashing.
@@ -273,14 +280,11 @@ def compute_identity(
         ones = pa.nulls(table.num_rows, pa.int64()).fill_null(1)
         positions = pc.subtract(pc.cumulative_sum(ones), 1)
         scan = pa.Table.from_arrays([*columns, positions], names=[*used, ordinal])
-        order = f" ORDER BY {quote_ident(ordinal)}"
+        order = ordinal
     view = f"__combined_identity_{uuid.uuid4().hex}"
     con.register(view, scan)
     try:
-        result = con.sql(
-            f"SELECT {md5}({id_expr}) AS id, {md5}({hash_expr}) AS payload_hash "
-            f"FROM {quote_ident(view)}{order}"
-        ).to_arrow_table()
+        result = con.sql(texts.select(outer, quote_ident(view), order)).to_arrow_table()
     finally:
         con.unregister(view)
     ids = result.column("id").combine_chunks()
