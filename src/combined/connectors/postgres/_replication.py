@@ -74,6 +74,7 @@ __all__ = [
     "create_slot",
     "current_wal_lsn",
     "drop_slot",
+    "emit_end_marker",
     "emit_heartbeat",
     "require_slot",
     "resolve_user_types",
@@ -517,6 +518,38 @@ def emit_heartbeat(settings: Settings) -> int:
         row = conn.execute(
             "SELECT pg_logical_emit_message(false, 'combined.heartbeat', '')::text"
         ).fetchone()
+    assert row is not None
+    return text_to_lsn(row[0])
+
+
+#: The prefix of the logical message that marks where a bounded read ends.
+END_PREFIX = "combined.end"
+
+
+def emit_end_marker(settings: Settings, token: str) -> int | None:
+    """Write a read's end marker, a non-transactional logical message; its LSN, or None.
+
+    The slot's stream delivers it (pgoutput's ``messages`` option, PostgreSQL
+    14 and later) right after every transaction committed before it, so a
+    read that meets it has read all of them. None when the server is older
+    or refuses the message (a standby, ``EXECUTE`` revoked): the caller falls
+    back to the server's current WAL position.
+    """
+    try:
+        with _control(settings, "write the read's end marker") as conn:
+            version = conn.info.server_version
+            if version < 140000:
+                return None
+            # The message alone is not flushed before PostgreSQL 17, and the
+            # walsender reads only flushed WAL: the commit of a transaction
+            # with an xid flushes it at once, not a wal_writer_delay later.
+            with conn.transaction():
+                row = conn.execute(
+                    "SELECT pg_logical_emit_message(false, %s, %s)::text, pg_current_xact_id()",
+                    (END_PREFIX, token),
+                ).fetchone()
+    except SourceError:
+        return None
     assert row is not None
     return text_to_lsn(row[0])
 
