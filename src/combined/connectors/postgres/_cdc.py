@@ -98,6 +98,8 @@ from combined.protocol import (
 
 #: The tags of row change messages (insert, update, delete).
 _ROW_TAGS = frozenset((b"I", b"U", b"D"))
+#: At most this many row changes already received are fed at once.
+_ROWS_AT_ONCE = 4096
 
 __all__ = [
     "CHANGE_COLUMNS",
@@ -269,8 +271,12 @@ class CdcExtraction(BaseExtraction):
             pace.idle_since = time.monotonic()
             data = got[0]
             if data[:1] in _ROW_TAGS and not decoder.in_stream:
-                # Nearly every message: kept as bytes, parsed a batch at a time.
-                ready = asm.feed_wire(data)
+                # Nearly every message: kept as bytes, parsed a batch at a time;
+                # the row changes already received are taken along in one call.
+                with self._lock:
+                    rows = stream.read_rows(_ROWS_AT_ONCE)
+                rows.insert(0, data)
+                ready = asm.feed_rows(rows)
                 if ready:
                     yield from self._emit(ready)
                 continue

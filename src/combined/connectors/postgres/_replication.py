@@ -706,6 +706,13 @@ class ReplicationStream:
         except psycopg.Error as exc:
             raise self._failure(exc, "read the replication stream") from None
 
+    def read_rows(self, limit: int) -> list[bytes]:
+        """Row changes already received, up to ``limit`` (:meth:`WalChannel.read_rows`)."""
+        try:
+            return self._channel.read_rows(limit)
+        except psycopg.Error as exc:
+            raise self._failure(exc, "read the replication stream") from None
+
     def confirm(self, lsn: int) -> None:
         """Report ``lsn`` as written and flushed (durable in the lake); never moves back."""
         try:
