@@ -6,8 +6,10 @@ the engine (ops, truncate markers, ``_combined_unchanged``).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from itertools import repeat
 from typing import cast
 
 import numpy as np
@@ -142,7 +144,7 @@ class ChangeBatcher:
         # where its tuple starts, parsed into columns once per batch (numpy,
         # see _tuples), never value by value in Python.
         self._messages: list[bytes] = []
-        self._starts: list[int] = []
+        self._starts = array("q")
         self._ops = bytearray()
         #: (first row, commit time in microseconds, commit LSN text) of each commit's rows.
         self._runs: list[tuple[int, int, str]] = []
@@ -214,7 +216,7 @@ class ChangeBatcher:
             self._new_run(commit_lsn, commit_time)
         taken = rows[:k] if len(rows) > k else rows
         self._messages += taken
-        self._starts += [6] * k
+        self._starts.extend(repeat(6, k))
         self._ops += ops[:k].tobytes()
         self._bytes += int(tuple_bytes[k - 1])
         return k
