@@ -159,8 +159,10 @@ class CdcExtraction(BaseExtraction):
     all datasets or one per dataset (the slot's consistent LSN after a fresh
     setup): transactions committed before a dataset's start are skipped, so
     a replay after a crash lands each change once. ``end_lsn`` bounds the
-    run: an LSN, ``"current"`` (the server's position when streaming starts)
-    or ``None`` to follow. A run also ends when ``stop()`` returns true or
+    run: an LSN, ``"current"`` (an end marker written when streaming starts,
+    :func:`~._replication.emit_end_marker`, whose arrival ends the run; the
+    server's WAL position then when it cannot be written) or ``None`` to
+    follow. A run also ends when ``stop()`` returns true or
     ``timeout`` seconds passed; it never ends inside a transaction, and its
     last messages are a ``final`` state for every dataset. ``keys`` (per
     dataset) are checked against the replica identity, which is all a delete
