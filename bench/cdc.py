@@ -6,8 +6,8 @@ with ``wal_level=logical``:
 1. **backlog**: a stitched first capture of an empty table, then N changes
    (60% inserts, 30% updates, 10% deletes, in transactions of 10,000) committed
    while nothing reads the slot; one ``combined capture`` in a fresh process
-   drains them into the lake. Reported: changes/s, peak RSS, and that the lake
-   equals the source.
+   drains them into the lake. Reported: changes/s, CPU-seconds, peak RSS, and
+   that the lake equals the source.
 2. **wide backlog** (issue 25): a wide table (numeric(14,4), text[] with
    NULL elements, jsonb, uuid, date, timestamptz, every 20th row a 2-4 KB
    text stored out of line) of ``--wide-rows`` rows is captured first; then
@@ -142,7 +142,7 @@ def backlog(server: str, changes: int) -> dict[str, Any]:
                     (lo, min(lo + 10_000, updates)),
                 )
             conn.execute("DELETE FROM events WHERE id > %s", (inserts - deletes,))
-        rc, wall, rss, err = _cli(root, "capture")
+        rc, wall, rss, cpu, err = _cli_cpu(root, "capture")
         if rc != 0:
             raise SystemExit(f"capture failed: {err}")
         from combined.engine import Engine
@@ -159,7 +159,9 @@ def backlog(server: str, changes: int) -> dict[str, Any]:
         return {
             "changes": inserts + updates + deletes,
             "wall_s": round(wall, 2),
+            "cpu_s": round(cpu, 2),
             "changes_per_s": round((inserts + updates + deletes) / wall),
+            "changes_per_cpu_s": round((inserts + updates + deletes) / cpu),
             "peak_rss_mb": round(rss),
             "lake_equals_source": equal,
         }
@@ -316,7 +318,8 @@ def main(argv: list[str] | None = None) -> None:
     print("| measure | figure |")
     print("|---|---:|")
     print(f"| backlog of {b['changes']:,} changes drained by one capture | {b['wall_s']} s |")
-    print(f"| backlog throughput | {b['changes_per_s']:,} changes/s |")
+    print(f"| backlog throughput | {b['changes_per_s']:,} changes/s, {b['cpu_s']} CPU-s |")
+    print(f"| backlog throughput per CPU-second | {b['changes_per_cpu_s']:,} changes |")
     print(f"| backlog capture peak RSS | {b['peak_rss_mb']} MB |")
     print(f"| lake equals source after the backlog | {b['lake_equals_source']} |")
     print(

@@ -841,3 +841,53 @@ def test_a_relation_under_another_oid_than_the_checkpoints_is_refused() -> None:
     with pytest.raises(SourceError, match="dropped and created again"):
         for m in V1:
             asm.feed(m)
+
+
+RAW_V1 = [
+    bytes.fromhex(line.split()[1])
+    for line in (DATA / "pgoutput_v1.hex").read_text().splitlines()
+    if line and not line.startswith("#")
+]
+
+
+def _feed_raw(*, runs: bool, batch_rows: int, batch_bytes: int) -> list[Message]:
+    """The captured stream, its row changes fed one by one or in runs (``feed_rows``)."""
+    asm = _Assembler(
+        {"t": "cdc_fx_t", "f": "public.cdc_fx_f"},
+        {"t": 0, "f": 0},
+        batch_rows=batch_rows,
+        batch_bytes=batch_bytes,
+        resolve_types=lambda oids: {ENUM.oid: (25, -1)} if ENUM.oid in oids else {},
+    )
+    out: list[Message] = []
+    pending: list[bytes] = []
+    for data in [*RAW_V1, b""]:
+        if data[:1] in (b"I", b"U", b"D"):
+            pending.append(data)
+            continue
+        if runs:
+            out += asm.feed_rows(pending)
+        else:
+            for row in pending:
+                out += asm.feed_wire(row)
+        pending = []
+        if data:
+            out += asm.feed(decode_message(data))
+    return out + asm.states(asm.position, final=True)
+
+
+@pytest.mark.parametrize(
+    ("batch_rows", "batch_bytes"), [(1000, 64 << 20), (1, 64 << 20), (1000, 40)]
+)
+def test_rows_fed_in_runs_make_the_batches_rows_fed_one_by_one_make(
+    batch_rows: int, batch_bytes: int
+) -> None:
+    # Runs of several relations' rows, an update with its old row among them,
+    # batches cut by rows or by bytes inside a run: the same messages either way.
+    one = _feed_raw(runs=False, batch_rows=batch_rows, batch_bytes=batch_bytes)
+    many = _feed_raw(runs=True, batch_rows=batch_rows, batch_bytes=batch_bytes)
+    assert _describe(many) == _describe(one)
+    batches = [(m.batch for m in x if isinstance(m, RecordBatchMessage)) for x in (one, many)]
+    for a, b in zip(*batches, strict=True):
+        assert a.schema == b.schema and repr(a.to_pylist()) == repr(b.to_pylist())  # NaN too
+    assert len([m for m in one if isinstance(m, RecordBatchMessage)]) > 2

@@ -6,8 +6,10 @@ the engine (ops, truncate markers, ``_combined_unchanged``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from array import array
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from itertools import repeat
 from typing import cast
 
 import numpy as np
@@ -29,7 +31,14 @@ from combined.connectors.postgres._tuples import encode_tuple, parse_tuples
 from combined.errors import ProtocolViolation, SchemaMismatch
 from combined.protocol import EMITTED_AT_COLUMN, OP_COLUMN, POSITION_COLUMN
 
-__all__ = ["CHANGE_COLUMNS", "OP_TRUNCATE", "UNCHANGED_COLUMN", "ChangeBatcher"]
+__all__ = [
+    "CHANGE_COLUMNS",
+    "NOT_WIRE",
+    "OP_TRUNCATE",
+    "UNCHANGED_COLUMN",
+    "ChangeBatcher",
+    "wire_ops",
+]
 
 
 #: The op of the one-row marker batch that states a TRUNCATE of the relation.
@@ -47,6 +56,22 @@ _INSERT, _UPDATE, _DELETE, _MOVED = 0, 1, 2, 3
 _OP_NAMES = pa.array(["insert", "update", "delete", "delete"], pa.string())
 _UNCHANGED_KIND = b"u"[0]
 _EMITTED_TYPE = pa.timestamp("us", tz="UTC")
+#: A row change kept as its bytes, by its tag and the tuple marker after the
+#: relation oid (bytes 0 and 5): an insert, an update without its old row, a delete.
+_WIRE_OPS = {b"IN": _INSERT, b"UN": _UPDATE, b"DK": _DELETE, b"DO": _DELETE}
+#: :func:`wire_ops` of a row change that is decoded, not kept as its bytes.
+NOT_WIRE = 255
+
+
+def wire_ops(raw: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The op of each row change at offsets ``at`` of ``raw`` that is kept as its bytes,
+    :data:`NOT_WIRE` for the others (an update that sent its old row)."""
+    tag, marker = raw[at], raw[at + 5]
+    ops = np.full(len(at), NOT_WIRE, np.uint8)
+    ops[(tag == ord("I")) & (marker == ord("N"))] = _INSERT
+    ops[(tag == ord("U")) & (marker == ord("N"))] = _UPDATE
+    ops[(tag == ord("D")) & ((marker == ord("K")) | (marker == ord("O")))] = _DELETE
+    return ops
 
 
 class ChangeBatcher:
@@ -119,7 +144,7 @@ class ChangeBatcher:
         # where its tuple starts, parsed into columns once per batch (numpy,
         # see _tuples), never value by value in Python.
         self._messages: list[bytes] = []
-        self._starts: list[int] = []
+        self._starts = array("q")
         self._ops = bytearray()
         #: (first row, commit time in microseconds, commit LSN text) of each commit's rows.
         self._runs: list[tuple[int, int, str]] = []
@@ -142,27 +167,59 @@ class ChangeBatcher:
         """Whether a row or byte limit is reached and the batch should be flushed."""
         return len(self._ops) >= self.batch_rows or self._bytes >= self.batch_bytes
 
-    def add_wire(self, data: bytes, *, commit_lsn: int, commit_time: datetime) -> None:
+    def add_wire(self, data: bytes, *, commit_lsn: int, commit_time: datetime) -> bool:
         """Append the row change of pgoutput message ``data`` (``I``, ``U`` or ``D``).
 
         An insert, a delete and an update that sent no old row are kept as
         their bytes; an update with its old row is decoded here (its key may
-        have moved, its unchanged values may be in the old row).
+        have moved, its unchanged values may be in the old row). Returns
+        :attr:`full` (one call a row: this is the stream's hot path).
         """
-        tag, marker = data[:1], data[5:6]
-        if tag == b"I" and marker == b"N":
-            op = _INSERT
-        elif tag == b"U" and marker == b"N":
-            op = _UPDATE
-        elif tag == b"D" and marker in (b"K", b"O"):
-            op = _DELETE
-        else:
+        op = _WIRE_OPS.get(data[0:6:5])  # the tag and the tuple marker after the oid
+        if op is None:
             change = cast(RowChange, decode_message(data))
             # Routed here by its oid: a partition's row (its table's column order) is the table's.
             change.relation_oid = self.relation.oid
             self.add(change, commit_lsn=commit_lsn, commit_time=commit_time)
-            return
-        self._push(data, 6, op, commit_lsn, commit_time)
+            return self.full
+        self._messages.append(data)
+        self._starts.append(6)
+        if commit_lsn != self._lsn_key or commit_time is not self._time_key:
+            self._new_run(commit_lsn, commit_time)
+        ops = self._ops
+        ops.append(op)
+        self._bytes += len(data) - 6
+        return len(ops) >= self.batch_rows or self._bytes >= self.batch_bytes
+
+    def add_wires(
+        self,
+        rows: Sequence[bytes],
+        sizes: np.ndarray,
+        ops: np.ndarray,
+        *,
+        commit_lsn: int,
+        commit_time: datetime,
+    ) -> int:
+        """Append the first of ``rows`` until the batch is full; return how many.
+
+        Each row is an insert, an update without its old row or a delete
+        (:func:`wire_ops` of them is ``ops``), ``sizes`` their lengths.
+        :meth:`add_wire` of each of them, without a Python round a row; the row
+        that makes the batch full is the last one taken, as there.
+        """
+        k = min(len(rows), max(self.batch_rows - len(self._ops), 1))
+        tuple_bytes = np.cumsum(sizes[:k] - 6)
+        room = self.batch_bytes - self._bytes
+        if tuple_bytes[-1] >= room:
+            k = int(np.searchsorted(tuple_bytes, room, side="left")) + 1
+        if commit_lsn != self._lsn_key or commit_time is not self._time_key:
+            self._new_run(commit_lsn, commit_time)
+        taken = rows[:k] if len(rows) > k else rows
+        self._messages += taken
+        self._starts.extend(repeat(6, k))
+        self._ops += ops[:k].tobytes()
+        self._bytes += int(tuple_bytes[k - 1])
+        return k
 
     def add(self, change: RowChange, *, commit_lsn: int, commit_time: datetime) -> None:
         """Append one decoded row change of this relation."""
@@ -234,11 +291,15 @@ class ChangeBatcher:
         self._messages.append(data)
         self._starts.append(start)
         if commit_lsn != self._lsn_key or commit_time is not self._time_key:
-            self._lsn_key, self._time_key = commit_lsn, commit_time
-            micros = (commit_time - _UNIX_EPOCH) // timedelta(microseconds=1)
-            self._runs.append((len(self._ops), micros, lsn_to_text(commit_lsn)))
+            self._new_run(commit_lsn, commit_time)
         self._ops.append(op)
         self._bytes += len(data) - start
+
+    def _new_run(self, commit_lsn: int, commit_time: datetime) -> None:
+        """The rows from here on are another commit's."""
+        self._lsn_key, self._time_key = commit_lsn, commit_time
+        micros = (commit_time - _UNIX_EPOCH) // timedelta(microseconds=1)
+        self._runs.append((len(self._ops), micros, lsn_to_text(commit_lsn)))
 
     def flush(self) -> pa.RecordBatch | None:
         """Build the collected rows into one record batch (``None`` when empty)."""

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +69,7 @@ from combined.connectors.postgres._fill import (
 from combined.connectors.postgres._pgoutput import (
     Begin,
     Commit,
+    LogicalMessage,
     PgoutputDecoder,
     arrow_type,
     lsn_to_text,
@@ -75,9 +77,11 @@ from combined.connectors.postgres._pgoutput import (
 )
 from combined.connectors.postgres._publication import partition_ancestors, verify_tree
 from combined.connectors.postgres._replication import (
+    END_PREFIX,
     ReplicationStream,
     advance_slot,
     current_wal_lsn,
+    emit_end_marker,
     emit_heartbeat,
     require_slot,
     resolve_user_types,
@@ -94,6 +98,8 @@ from combined.protocol import (
 
 #: The tags of row change messages (insert, update, delete).
 _ROW_TAGS = frozenset((b"I", b"U", b"D"))
+#: At most this many row changes already received are fed at once.
+_ROWS_AT_ONCE = 4096
 
 __all__ = [
     "CHANGE_COLUMNS",
@@ -136,6 +142,8 @@ class _Pace:
     stopped: bool = False
     #: The position the run's final states are at, set when the loop ends.
     final: int = 0
+    #: The LSN of the latest end marker of this run the stream delivered.
+    marked: int = 0
 
     def __post_init__(self) -> None:
         self.last_flush = self.last_beat = self.last_ping = self.idle_since = self.started
@@ -151,8 +159,10 @@ class CdcExtraction(BaseExtraction):
     all datasets or one per dataset (the slot's consistent LSN after a fresh
     setup): transactions committed before a dataset's start are skipped, so
     a replay after a crash lands each change once. ``end_lsn`` bounds the
-    run: an LSN, ``"current"`` (the server's position when streaming starts)
-    or ``None`` to follow. A run also ends when ``stop()`` returns true or
+    run: an LSN, ``"current"`` (an end marker written when streaming starts,
+    :func:`~._replication.emit_end_marker`, whose arrival ends the run; the
+    server's WAL position then when it cannot be written) or ``None`` to
+    follow. A run also ends when ``stop()`` returns true or
     ``timeout`` seconds passed; it never ends inside a transaction, and its
     last messages are a ``final`` state for every dataset. ``keys`` (per
     dataset) are checked against the replica identity, which is all a delete
@@ -237,6 +247,8 @@ class CdcExtraction(BaseExtraction):
         self._stream: ReplicationStream | None = None
         self._acked = dict(self._starts)
         self._confirmed = 0
+        #: This run's end marker content (None: the run ends at WAL positions alone).
+        self._token: str | None = None
         self._assembler: _Assembler | None = None
 
     @property
@@ -261,14 +273,21 @@ class CdcExtraction(BaseExtraction):
             pace.idle_since = time.monotonic()
             data = got[0]
             if data[:1] in _ROW_TAGS and not decoder.in_stream:
-                # Nearly every message: kept as bytes, parsed a batch at a time.
-                ready = asm.feed_wire(data)
+                # Nearly every message: kept as bytes, parsed a batch at a time;
+                # the row changes already received are taken along in one call.
+                with self._lock:
+                    rows = stream.read_rows(_ROWS_AT_ONCE)
+                rows.insert(0, data)
+                ready = asm.feed_rows(rows)
                 if ready:
                     yield from self._emit(ready)
                 continue
             msg = decoder.decode(data)
             if isinstance(msg, Begin) and self._begins_after_end(asm, msg, pace):
                 break
+            if isinstance(msg, LogicalMessage) and self._is_marker(msg):
+                pace.marked = max(pace.marked, msg.lsn)
+                continue
             # Nearly every message is a row change that yields nothing: no
             # generator is started for it (two a message cost ~10% of a drain).
             ready = asm.feed(msg)
@@ -291,7 +310,11 @@ class CdcExtraction(BaseExtraction):
         self._confirmed = max(self._confirmed, status.confirmed_flush_lsn or 0)
         end = self._end
         if end == "current":
-            end = current_wal_lsn(self._settings)
+            self._token = uuid.uuid4().hex
+            end = emit_end_marker(self._settings, self._token)
+            if end is None:  # an older server, or one that refuses the message
+                self._token = None
+                end = current_wal_lsn(self._settings)
         asm = self._assembler = self._new_assembler()
         stream = self._stream = ReplicationStream(
             self._settings,
@@ -299,14 +322,34 @@ class CdcExtraction(BaseExtraction):
             self.publication,
             min(self._starts.values()),
             status_interval=self._status_interval,
+            extra_options=() if self._token is None else (("messages", "true"),),
         )
         return asm, stream, _Pace(time.monotonic(), None if end is None else _lsn(end))
+
+    def _is_marker(self, msg: LogicalMessage) -> bool:
+        """Whether ``msg`` is one of this run's end markers (not another run's or tool's)."""
+        return (
+            self._token is not None
+            and not msg.transactional
+            and msg.prefix == END_PREFIX
+            and msg.content == self._token.encode()
+        )
+
+    def _later_end(self, later: int) -> int:
+        """The run's end moved on to ``later``: a new marker past it, when the run uses them."""
+        if self._token is None:
+            return later
+        marker = emit_end_marker(self._settings, self._token)
+        if marker is None:  # refused now: the WAL position alone ends the run
+            self._token = None
+            return later
+        return max(marker, later)
 
     def _at_end(self, asm: _Assembler, stream: ReplicationStream, pace: _Pace, now: float) -> bool:
         """Between transactions: whether the run ends here (else its end may move on)."""
         # Between transactions, every commit before the server's reported
-        # position (a commit end or a keepalive) has been read.
-        final = max(asm.position, stream.wal_end)
+        # position (a commit end, a keepalive or an end marker) has been read.
+        final = max(asm.position, stream.wal_end, pace.marked)
         if not pace.stopped and self._stopping(now - pace.started):
             pace.stopped, pace.end_lsn = True, final  # the run ends here, or at an anchor past it
         if pace.end_lsn is not None and final >= pace.end_lsn:
@@ -314,7 +357,7 @@ class CdcExtraction(BaseExtraction):
             if later is None:
                 pace.final = final
                 return True
-            pace.end_lsn = later
+            pace.end_lsn = self._later_end(later)
         return False
 
     def _begins_after_end(self, asm: _Assembler, msg: Begin, pace: _Pace) -> bool:
@@ -325,7 +368,7 @@ class CdcExtraction(BaseExtraction):
         if later is None or msg.final_lsn >= later:
             pace.final = pace.end_lsn  # this transaction committed after the run's end
             return True
-        pace.end_lsn = later
+        pace.end_lsn = self._later_end(later)
         return False
 
     def _idle(
@@ -342,8 +385,8 @@ class CdcExtraction(BaseExtraction):
             with self._lock:
                 stream.request_reply()  # a keepalive brings the server's position
             pace.last_ping = now
-        if pace.end_lsn is not None and now - pace.idle_since >= 2.0:
-            self._nudge()
+        if pace.end_lsn is not None and self._token is None and now - pace.idle_since >= 2.0:
+            self._nudge()  # an end marker needs none: the stream delivers it
             pace.idle_since = now
         with self._lock:
             return stream.read(0.2)

@@ -74,6 +74,7 @@ __all__ = [
     "create_slot",
     "current_wal_lsn",
     "drop_slot",
+    "emit_end_marker",
     "emit_heartbeat",
     "require_slot",
     "resolve_user_types",
@@ -521,6 +522,38 @@ def emit_heartbeat(settings: Settings) -> int:
     return text_to_lsn(row[0])
 
 
+#: The prefix of the logical message that marks where a bounded read ends.
+END_PREFIX = "combined.end"
+
+
+def emit_end_marker(settings: Settings, token: str) -> int | None:
+    """Write a read's end marker, a non-transactional logical message; its LSN, or None.
+
+    The slot's stream delivers it (pgoutput's ``messages`` option, PostgreSQL
+    14 and later) right after every transaction committed before it, so a
+    read that meets it has read all of them. None when the server is older
+    or refuses the message (a standby, ``EXECUTE`` revoked): the caller falls
+    back to the server's current WAL position.
+    """
+    try:
+        with _control(settings, "write the read's end marker") as conn:
+            version = conn.info.server_version
+            if version < 140000:
+                return None
+            # The message alone is not flushed before PostgreSQL 17, and the
+            # walsender reads only flushed WAL: the commit of a transaction
+            # with an xid flushes it at once, not a wal_writer_delay later.
+            with conn.transaction():
+                row = conn.execute(
+                    "SELECT pg_logical_emit_message(false, %s, %s)::text, pg_current_xact_id()",
+                    (END_PREFIX, token),
+                ).fetchone()
+    except SourceError:
+        return None
+    assert row is not None
+    return text_to_lsn(row[0])
+
+
 def advance_slot(
     settings: Settings, slot: str, lsn: int, *, wait_seconds: float = 10.0
 ) -> int | None:
@@ -670,6 +703,13 @@ class ReplicationStream:
         """The next message (payload, WAL position), or ``None`` after ``timeout`` seconds."""
         try:
             return self._channel.read(timeout)
+        except psycopg.Error as exc:
+            raise self._failure(exc, "read the replication stream") from None
+
+    def read_rows(self, limit: int) -> list[bytes]:
+        """Row changes already received, up to ``limit`` (:meth:`WalChannel.read_rows`)."""
+        try:
+            return self._channel.read_rows(limit)
         except psycopg.Error as exc:
             raise self._failure(exc, "read the replication stream") from None
 

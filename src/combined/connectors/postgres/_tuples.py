@@ -17,6 +17,7 @@ message refuses it (:func:`._pgoutput.decode_message`).
 from __future__ import annotations
 
 import struct
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -62,11 +63,14 @@ def _truncated() -> SourceError:
 
 
 def _be32(raw: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """The big-endian signed int32 at each offset ``at`` of ``raw``."""
-    b = [raw[at + k].astype(np.int64) for k in range(4)]
-    value = (b[0] << 24) | (b[1] << 16) | (b[2] << 8) | b[3]
-    signed: np.ndarray = np.where(value >= 1 << 31, value - (1 << 32), value)
-    return signed
+    """The big-endian signed int32 at each offset ``at`` of ``raw`` (as int64)."""
+    # Four byte gathers into one aligned array read as big-endian int32: half
+    # the time of shifting and or-ing four int64 arrays (a wide batch's parse).
+    word = np.empty((len(at), 4), np.uint8)
+    for k in range(4):
+        np.take(raw, at + k, out=word[:, k])
+    value: np.ndarray = word.view(">i4").ravel().astype(np.int64)
+    return value
 
 
 def parse_tuples(
@@ -82,7 +86,12 @@ def parse_tuples(
     ends = np.cumsum(lens)
     joined = b"".join(messages)
     raw = np.frombuffer(joined, np.uint8)
-    pos = ends - lens + np.fromiter(starts, np.int64, n)
+    first = (
+        np.frombuffer(starts, np.int64)
+        if isinstance(starts, array) and starts.itemsize == 8
+        else np.fromiter(starts, np.int64, n)
+    )
+    pos = ends - lens + first
     if (pos + 2 > ends).any():
         raise _truncated()
     count = (raw[pos].astype(np.int64) << 8) | raw[pos + 1]
@@ -94,7 +103,7 @@ def parse_tuples(
         )
     pos = pos + 2
     data = pa.py_buffer(joined)
-    kinds = np.empty((n, columns), np.uint8)
+    kinds = np.empty((n, columns), np.uint8, order="F")  # written a column at a time
     out = []
     for j in range(columns):
         if (pos >= ends).any():

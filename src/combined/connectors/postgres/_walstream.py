@@ -30,6 +30,8 @@ _KEEPALIVE = struct.Struct(">cQqB")  # 'k', walEnd, sendTime, replyRequested
 _STATUS = struct.Struct(">cQQQqB")  # 'r', write, flush, apply, sendTime, replyRequested
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _W, _K = ord("w"), ord("k")  # the first byte of an XLogData and of a keepalive
+#: The first payload byte of a row change (insert, update, delete).
+_ROW_KINDS = frozenset(b"IUD")
 
 
 def _now_micros() -> int:
@@ -54,6 +56,10 @@ class WalChannel:
         self.wal_end = 0
         self.confirmed = 0
         self._last_status = time.monotonic()
+        #: An XLogData that :meth:`read_rows` received but does not return, for :meth:`read`.
+        self._held: tuple[bytes, int, int] | None = None
+        #: Whether :meth:`read_rows` met the end of the copy stream (:meth:`read` raises).
+        self._ended = False
         self._pg.send_query(command.encode())
         result = self._pg.get_result()
         if result is None or result.status != pq.ExecStatus.COPY_BOTH:
@@ -70,6 +76,14 @@ class WalChannel:
         Keepalives are consumed on the way: they move :attr:`wal_end` and
         answer the server when it asks, never moving :attr:`confirmed`.
         """
+        if self._held is not None:
+            payload, start, end = self._held
+            self._held = None
+            if end > self.wal_end:
+                self.wal_end = end
+            return payload, start
+        if self._ended:
+            raise self._error(self._pg.get_result())
         deadline: float | None = None
         waited = False
         while True:
@@ -100,6 +114,48 @@ class WalChannel:
                 self.wal_end = max(self.wal_end, end)
                 if reply:
                     self._send_status(reply=False)
+
+    def read_rows(self, limit: int) -> list[bytes]:
+        """Up to ``limit`` row changes (``I``, ``U``, ``D`` payloads) already received, in order.
+
+        Never waits: it stops at the first message that is not a row change
+        (kept for :meth:`read`, :attr:`wal_end` not moved past it), or when
+        nothing more arrived. A change stream is nearly all row changes: one
+        call takes many, where :meth:`read` costs a Python round a message.
+        """
+        out: list[bytes] = []
+        if self._held is not None or self._ended:
+            return out
+        get, polled, last = self._pg.get_copy_data, False, None
+        while len(out) < limit:
+            size, data = get(1)
+            if size <= 0:
+                if size < 0:
+                    self._ended = True
+                elif not polled:  # what the socket holds, without waiting
+                    self._pg.consume_input()
+                    polled = True
+                    continue
+                break
+            kind = data[0]
+            if kind == _W:
+                payload = bytes(data[_XLOG_DATA.size :])
+                if payload and payload[0] in _ROW_KINDS:
+                    out.append(payload)
+                    last = data  # its position is read once, for the last row
+                    continue
+                _, start, end, _ = _XLOG_DATA.unpack_from(data)
+                self._held = (payload, start, end)
+                break
+            if kind == _K:
+                _, end, _, reply = _KEEPALIVE.unpack_from(data)
+                self.wal_end = max(self.wal_end, end)
+                if reply:
+                    self._send_status(reply=False)
+        if last is not None:
+            _, _, end, _ = _XLOG_DATA.unpack_from(last)
+            self.wal_end = max(self.wal_end, end)
+        return out
 
     def confirm(self, lsn: int) -> None:
         """Report ``lsn`` as written, flushed and applied; never moves back."""
