@@ -136,3 +136,9 @@ def test_hex_digests_take_the_encoding_too_nested_schemas_do_not(tmp_path: Path)
     assert digest_encoding(hexed, ["n"]) == {"_combined_id": "DELTA_LENGTH_BYTE_ARRAY"}
     assert digest_encoding(hexed, True) is None  # exclusive with a dictionary on every column
     assert digest_encoding(pa.schema([("n", pa.int64())]), ["n"]) is None
+
+
+def test_a_schema_parquet_cannot_name_keeps_the_writer_default() -> None:
+    # An empty struct has no leaf: the probe that names the leaves fails, the choice does not.
+    schema = pa.schema([("s", pa.struct([])), ("l", pa.list_(pa.int64()))])
+    assert dictionary_columns(schema, None) is True

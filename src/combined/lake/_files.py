@@ -228,7 +228,10 @@ def _leaf_paths(schema: pa.Schema) -> list[list[str]] | None:
         return [[f.name] for f in schema]
     # The writer's own naming of nested leaves, from an empty file of the schema.
     sink = pa.BufferOutputStream()
-    pq.write_table(schema.empty_table(), sink)
+    try:
+        pq.write_table(schema.empty_table(), sink)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        return None  # (the file's own writer says why, with the writer default)
     parquet = pq.read_metadata(pa.BufferReader(sink.getvalue())).schema
     paths = [parquet.column(i).path for i in range(len(parquet))]
     return [[p for p in paths if p == f.name or p.startswith(f.name + ".")] for f in schema]
