@@ -182,28 +182,59 @@ DICTIONARY_MAX_DISTINCT = 0.25
 
 
 def dictionary_columns(schema: pa.Schema, sample: pa.RecordBatch | None) -> bool | list[str]:
-    """The columns worth a dictionary page, judged on ``sample`` (the file's first rows).
+    """The (leaf) columns worth a dictionary page, judged on ``sample`` (the file's first rows).
 
     A dictionary pays for repeated values (a status, the provenance columns
     constant over a Delivery) and costs time and bytes on nearly unique ones
     (keys, amounts, instants, digests): Parquet writers try it on every column
     and fall back page by page, encoding those twice. Without a sample, every
-    column but the digests gets one, as before.
+    column but the digests gets one, as before. A nested field's leaves keep
+    the writer's default (a dictionary each); its flat neighbours are judged
+    like any: on a 100k-row file of the bench's wide table, dictionaries tried
+    everywhere cost ~35% more CPU to write and ~17% more bytes.
     """
-    if any(pa.types.is_nested(f.type) for f in schema):
-        # The option names leaf columns, which nested fields rename: writer default.
-        return True
+    leaves = _leaf_paths(schema)
+    if leaves is None:
+        return True  # (a dotted name: leaf paths would be ambiguous; writer default)
     if sample is None or sample.num_rows == 0 or sample.schema.names != schema.names:
-        return [n for n in schema.names if n not in _NO_DICTIONARY]
+        return [
+            p
+            for f, paths in zip(schema, leaves, strict=True)
+            for p in paths
+            if f.name not in _NO_DICTIONARY
+        ]
     sample = sample.slice(0, DICTIONARY_SAMPLE_ROWS)
     limit = max(1, int(sample.num_rows * DICTIONARY_MAX_DISTINCT))
     chosen = []
-    for name, column in zip(schema.names, sample.columns, strict=True):
-        if name in _NO_DICTIONARY or pa.types.is_boolean(column.type):
+    for field, paths, column in zip(schema, leaves, sample.columns, strict=True):
+        if field.name in _NO_DICTIONARY or pa.types.is_boolean(column.type):
             continue
-        if pc.count_distinct(column, mode="all").as_py() <= limit:
-            chosen.append(name)
+        if pa.types.is_nested(field.type):
+            chosen.extend(paths)
+        elif pc.count_distinct(column, mode="all").as_py() <= limit:
+            chosen.append(field.name)
     return chosen
+
+
+def _leaf_paths(schema: pa.Schema) -> list[list[str]] | None:
+    """Each field's Parquet leaf columns, as the writer's options name them (``tags.list.element``).
+
+    A flat field is its own leaf. None when a name holds a dot (a leaf's
+    path would not tell its field).
+    """
+    if any("." in f.name for f in schema):
+        return None
+    if not any(pa.types.is_nested(f.type) for f in schema):
+        return [[f.name] for f in schema]
+    # The writer's own naming of nested leaves, from an empty file of the schema.
+    sink = pa.BufferOutputStream()
+    try:
+        pq.write_table(schema.empty_table(), sink)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        return None  # (the file's own writer says why, with the writer default)
+    parquet = pq.read_metadata(pa.BufferReader(sink.getvalue())).schema
+    paths = [parquet.column(i).path for i in range(len(parquet))]
+    return [[p for p in paths if p == f.name or p.startswith(f.name + ".")] for f in schema]
 
 
 def parquet_writer(
@@ -219,13 +250,47 @@ def parquet_writer(
     a dictionary (see :func:`dictionary_columns`). ``path`` is a path of
     ``filesystem`` when one is given (an object store's ``bucket/key``).
     """
+    dictionary = dictionary_columns(schema, sample)
     return pq.ParquetWriter(
         str(path),
         schema,
         compression=compression,
-        use_dictionary=dictionary_columns(schema, sample),
+        use_dictionary=dictionary,
+        column_encoding=digest_encoding(schema, dictionary),
         filesystem=filesystem,
     )
+
+
+def _byte_array(t: pa.DataType) -> bool:
+    """Whether Parquet stores ``t`` as BYTE_ARRAY (the only type DELTA_LENGTH_BYTE_ARRAY takes)."""
+    return bool(
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+    )
+
+
+def digest_encoding(schema: pa.Schema, dictionary: bool | list[str]) -> dict[str, str] | None:
+    """The digest columns' Parquet encoding: DELTA_LENGTH_BYTE_ARRAY (None: writer default).
+
+    PLAIN stores a 4-byte length before each 16-byte digest, which zstd then
+    works to squeeze out of random bytes; DELTA_LENGTH_BYTE_ARRAY stores the
+    lengths apart, delta-coded to almost nothing, and the digests back to
+    back. On 500k rows of both digest columns: 16.0 instead of 17.1 MB,
+    ~20% less CPU to write and ~40% less to read (a copy-on-write reads
+    and writes every digest of the files it rewrites). Every Parquet reader
+    the lake serves (DuckDB, delta-rs, pyarrow, Spark) decodes it. Not with
+    ``dictionary`` True (every column, nested schemas): the two are exclusive.
+    """
+    if dictionary is True:
+        return None
+    chosen = {
+        f.name: "DELTA_LENGTH_BYTE_ARRAY"
+        for f in schema
+        if f.name in _NO_DICTIONARY and _byte_array(f.type)
+    }
+    return chosen or None
 
 
 class RowGroups:
