@@ -213,3 +213,20 @@ def test_the_bulk_select_list_casts_to_text_only_what_connectorx_cannot_read_exa
     assert native.endswith(
         "IF(MONTH(`maybe`) = 0 OR DAYOFMONTH(`maybe`) = 0, NULL, `maybe`) AS `maybe`"
     )
+
+
+def test_the_pacer_sleeps_most_of_the_last_wait_and_halves_once_batches_are_there() -> None:
+    """connectorx holds the GIL while it waits: the pause before ``next()`` is spent without it."""
+    pacer = bulk.Pacer()
+    assert pacer.pause == 0.0  # the first batch is asked for at once
+    pacer.waited(0.1)  # the server took 100 ms: sleep 90 ms of the next one
+    assert pacer.pause == pytest.approx(0.09)
+    pacer.waited(0.02)  # 110 ms in all: the read's pace
+    assert pacer.pause == pytest.approx(0.099)
+    pacer.waited(0.0)  # the batch was there: the consumer is the slower, sleep less
+    assert pacer.pause == pytest.approx(0.0495)
+    for _ in range(20):
+        pacer.waited(0.0)
+    assert pacer.pause < 1e-6
+    pacer.waited(10.0)  # a slow server: the pause stays short
+    assert pacer.pause == bulk.Pacer.LONGEST

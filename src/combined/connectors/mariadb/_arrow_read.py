@@ -303,10 +303,14 @@ def converted(
     """The started read's batches in the read's schema; closing it ends the connection."""
     failure: CombinedError | None = None
     batch = started.first
+    pacer = Pacer()
     try:
         while batch is not None:
             yield _convert(batch, layout, dataset)
-            batch = next(started.batches, None)
+            time.sleep(pacer.pause)  # without the GIL: the capture's other threads run
+            waited = time.monotonic()
+            batch = next(started.batches, None)  # holds the GIL until the batch is there
+            pacer.waited(time.monotonic() - waited)
     except CombinedError:
         raise
     except Exception as exc:  # connectorx raises RuntimeError and Rust panics
@@ -315,6 +319,37 @@ def converted(
         started.reader.close()  # an abandoned read ends its connection
     if failure is not None:
         raise failure
+
+
+class Pacer:
+    """How long to sleep before asking connectorx for its next batch.
+
+    connectorx's ``next()`` holds the GIL until the batch is there, which
+    stalls every other Python thread of the capture (its staging) for as long
+    as the server takes. Its reader thread reads ahead of the consumer
+    without waiting for it, so a consumer that asks later never slows the
+    read: sleeping (GIL released) for most of the time the last batch took to
+    arrive turns that wait into time the other threads can use. A batch
+    found waiting halves the pause, so a consumer slower than the read
+    (its batches always there) soon sleeps not at all.
+    """
+
+    #: A wait shorter than this (seconds) found the batch there already.
+    READY = 0.002
+    #: The share of the last batch's arrival time slept before the next.
+    SHARE = 0.9
+    #: The longest pause (seconds), whatever the server's pace.
+    LONGEST = 0.5
+
+    def __init__(self) -> None:
+        self.pause = 0.0
+
+    def waited(self, seconds: float) -> None:
+        """Learn from a ``next()`` that held the GIL for ``seconds`` after :attr:`pause`."""
+        if seconds > self.READY:
+            self.pause = min(self.LONGEST, self.SHARE * (self.pause + seconds))
+        else:
+            self.pause /= 2
 
 
 def _convert(batch: pa.RecordBatch, layout: Layout, dataset: str) -> pa.RecordBatch:
