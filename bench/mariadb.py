@@ -259,6 +259,27 @@ def run_cursor_reader(dsn: str, path: str, last: str) -> dict[str, Any]:
     return _read_alone(dsn, request, path)
 
 
+def run_phases(project: str) -> dict[str, Any]:
+    """One capture of ``project`` through the engine, its phases marked (``bench.case``)."""
+    import combined  # noqa: F401, I001  (first: it picks Arrow's allocator)
+    from bench.case import PhaseRecorder
+    from combined.engine import Engine
+
+    phases = PhaseRecorder()
+    try:
+        engine = Engine.open(Path(project) / "combined.yaml", reporter=phases)
+        try:
+            runs = engine.capture([])
+        finally:
+            engine.close()
+    finally:
+        segments = phases.close()
+    failed = [r.error for r in runs if r.state != "succeeded"]
+    if failed:
+        raise SystemExit(f"capture failed: {failed}")
+    return {"phases": [(s["phase"], s["seconds"], s["cpu_seconds"]) for s in segments]}
+
+
 def run_dlt(dsn: str, work: str) -> dict[str, Any]:
     """dlt ``sql_table`` (pyarrow backend) into a filesystem Delta table."""
     os.environ.setdefault("RUNTIME__DLTHUB_TELEMETRY", "false")
@@ -301,6 +322,10 @@ def snapshot(server: str, rows: int) -> dict[str, Any]:
         out: dict[str, Any] = {"rows": rows}
         out["floor"] = _with_server(lambda: _child("floor", dsn, str(root / "floor.parquet")))
         out["combined"] = _with_server(lambda: _capture(root))
+        again = root / "phases"  # the same capture into a fresh lake, its phases marked
+        again.mkdir()
+        shutil.copy(root / "combined.yaml", again / "combined.yaml")
+        out["combined_phases"] = _with_server(lambda: _child("phases", str(again)))
         out["reader_bulk"] = _with_server(lambda: _child("reader", dsn, "bulk"))
         out["reader_rows"] = _with_server(lambda: _child("reader", dsn, "rows"))
         try:
@@ -484,6 +509,13 @@ def _table(r: dict[str, Any]) -> list[str]:
                 f"| {label}, {s['rows']:,} rows | {f['wall_s']} s | {f['cpu_s']} "
                 f"| {f.get('server_cpu_s', '-')} | {f['peak_rss_mb']} MB |"
             )
+    p = s.get("combined_phases")
+    if p and "phases" in p:
+        marked = ", ".join(f"{n} {w:.2f} s / {c:.2f} CPU-s" for n, w, c in p["phases"] if w)
+        lines.append(
+            f"| combined capture, phases marked: {marked} | {p['wall_s']} s | {p['cpu_s']} "
+            f"| {p.get('server_cpu_s', '-')} | {p['peak_rss_mb']} MB |"
+        )
     c = r.get("cursor")
     for key, label in (
         ("combined", "combined capture (cursor re-capture)"),
@@ -529,6 +561,7 @@ def main(argv: list[str] | None = None) -> None:
         "cursor-reader": run_cursor_reader,
         "dlt": run_dlt,
         "binlog": run_binlog,
+        "phases": run_phases,
     }
     if argv and argv[0] in children:
         print(json.dumps(children[argv[0]](*argv[1:])))

@@ -15,10 +15,12 @@ def test_a_tiny_snapshot_measures_floor_combined_and_both_reader_paths(
     assert out["combined"]["wall_s"] > 0 and out["combined"]["cpu_s"] > 0
     # The server runs on the same host: its CPU is measured next to each side's.
     assert all(out[k]["server_cpu_s"] >= 0 for k in ("floor", "combined", "reader_bulk"))
+    assert [p[0] for p in out["combined_phases"]["phases"]][:2] == ["open", "start"]
     assert "rows" in out["dlt"] or "unavailable" in out["dlt"]
     lines = mariadb._table({"snapshot": out})
     assert any(line.startswith("| floor: connectorx") for line in lines)
     assert any("reader alone, bulk path, 300 rows" in line for line in lines)
+    assert any("phases marked: open" in line for line in lines)
 
 
 def test_a_tiny_backlog_is_drained_and_read_by_both_decoders(mariadb_server_dsn: str) -> None:
@@ -44,5 +46,6 @@ def test_a_tiny_cursor_recapture_reads_the_new_rows_on_both_reader_paths(
     assert out["combined"]["wall_s"] > 0 and out["combined"]["cpu_s"] > 0
     # The server runs on the same host: its CPU is measured next to each side's.
     assert all(out[k]["server_cpu_s"] >= 0 for k in ("floor", "combined", "reader_bulk"))
+    assert [p[0] for p in out["combined_phases"]["phases"]][:2] == ["open", "start"]
     lines = mariadb._table({"cursor": out})
     assert any("cursor reader alone, bulk path, 200 new rows over 100" in line for line in lines)

@@ -30,7 +30,8 @@ _TYPES = """CREATE TABLE t (id INT PRIMARY KEY,
   bn BINARY(4), vb VARBINARY(8), bl BLOB, tm TIME(6),
   da DATE, dt DATETIME(6), ts TIMESTAMP(6) NULL,
   nda DATE NOT NULL DEFAULT '2000-01-01', ndt DATETIME NOT NULL DEFAULT '2000-01-01',
-  nts TIMESTAMP(3) NOT NULL DEFAULT '2000-01-01') ENGINE=InnoDB"""
+  nts TIMESTAMP(3) NOT NULL DEFAULT '2000-01-01', cb VARCHAR(10) COLLATE utf8mb4_bin,
+  eb ENUM('x','y') COLLATE utf8mb4_bin) ENGINE=InnoDB"""
 _COLUMNS = (
     "id, i8, b, u8, i16, u16, i24, u24, i32, u32, i64, u64, y, d122, d2810, d180, d1010, "
     "d190, d2911, d3810, d6530, du, f, g, bit1, bit8, bit64, c, vc, l1, tx, lt, e, st, j, uu, "
@@ -110,6 +111,7 @@ def test_every_type_and_edge_value_reads_in_bulk_as_on_the_row_path(
 ) -> None:
     admin.sql(_TYPES, f"INSERT INTO t ({_COLUMNS}) VALUES {_HIGH}, {_LOW}, {_MIDDLE}")
     admin.sql("INSERT INTO t (id) VALUES (8)")  # NULL wherever NULL is allowed
+    admin.sql("INSERT INTO t (id, cb, eb) VALUES (9, 'é🐬 B', 'y')")  # binary collations
     for zone, i, at in _DST:
         admin.sql(f"SET time_zone = '{zone}'", f"INSERT INTO t (id, ts) VALUES ({i}, '{at}')")
     admin.sql("SET time_zone = '+00:00'")
