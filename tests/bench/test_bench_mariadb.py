@@ -44,8 +44,5 @@ def test_a_tiny_cursor_recapture_reads_the_new_rows_on_both_reader_paths(
     assert out["reader_bulk"] == {**out["reader_bulk"], "rows": 200, "path": "bulk"}
     assert out["reader_rows"] == {**out["reader_rows"], "rows": 200, "path": "rows"}
     assert out["combined"]["wall_s"] > 0 and out["combined"]["cpu_s"] > 0
-    # The server runs on the same host: its CPU is measured next to each side's.
-    assert all(out[k]["server_cpu_s"] >= 0 for k in ("floor", "combined", "reader_bulk"))
-    assert [p[0] for p in out["combined_phases"]["phases"]][:2] == ["open", "start"]
     lines = mariadb._table({"cursor": out})
     assert any("cursor reader alone, bulk path, 200 new rows over 100" in line for line in lines)
