@@ -86,8 +86,41 @@ def _connect(dsn: str) -> Any:
     return pymysql.connect(**kwargs)
 
 
+def _server_cpu() -> float | None:
+    """CPU-seconds (user + system) of the MariaDB server on this host so far; None if none runs.
+
+    The server runs on the same cores as the bench, so its CPU counts next
+    to the client's. Every ``mariadbd``/``mysqld`` process on the host
+    counts (another server's too).
+    """
+    total, found = 0.0, False
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            raw = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        name, rest = raw[raw.index("(") + 1 : raw.rindex(")")], raw[raw.rindex(")") + 2 :]
+        if name in ("mariadbd", "mysqld"):
+            fields = rest.split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            found = True
+    return total if found else None
+
+
+def _with_server(run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``run()``'s figures with the server's CPU-seconds during it (``server_cpu_s``)."""
+    before = _server_cpu()
+    out = run()
+    after = _server_cpu()
+    if before is not None and after is not None:
+        out["server_cpu_s"] = round(after - before, 2)
+    return out
+
+
 def _database(server: str) -> tuple[str, str]:
-    name = f"combined_my_bench_{uuid.uuid4().hex[:6]}"
+    suffix = os.environ.get("BENCH_DATABASE_SUFFIX", "")
+    name = f"combined_my_bench_{uuid.uuid4().hex[:6]}{suffix}"
     conn = _connect(server)
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{name}`")
@@ -226,6 +259,27 @@ def run_cursor_reader(dsn: str, path: str, last: str) -> dict[str, Any]:
     return _read_alone(dsn, request, path)
 
 
+def run_phases(project: str) -> dict[str, Any]:
+    """One capture of ``project`` through the engine, its phases marked (``bench.case``)."""
+    import combined  # noqa: F401, I001  (first: it picks Arrow's allocator)
+    from bench.case import PhaseRecorder
+    from combined.engine import Engine
+
+    phases = PhaseRecorder()
+    try:
+        engine = Engine.open(Path(project) / "combined.yaml", reporter=phases)
+        try:
+            runs = engine.capture([])
+        finally:
+            engine.close()
+    finally:
+        segments = phases.close()
+    failed = [r.error for r in runs if r.state != "succeeded"]
+    if failed:
+        raise SystemExit(f"capture failed: {failed}")
+    return {"phases": [(s["phase"], s["seconds"], s["cpu_seconds"]) for s in segments]}
+
+
 def run_dlt(dsn: str, work: str) -> dict[str, Any]:
     """dlt ``sql_table`` (pyarrow backend) into a filesystem Delta table."""
     os.environ.setdefault("RUNTIME__DLTHUB_TELEMETRY", "false")
@@ -266,17 +320,14 @@ def snapshot(server: str, rows: int) -> dict[str, Any]:
             PROJECT.format(dsn=dsn, table="orders", strategy="snapshot")
         )
         out: dict[str, Any] = {"rows": rows}
-        out["floor"] = _child("floor", dsn, str(root / "floor.parquet"))
-        rc, wall, rss, cpu, err = _cli_cpu(root, "capture")
-        if rc != 0:
-            raise SystemExit(f"capture failed: {err}")
-        out["combined"] = {
-            "wall_s": round(wall, 2),
-            "cpu_s": round(cpu, 2),
-            "peak_rss_mb": round(rss),
-        }
-        out["reader_bulk"] = _child("reader", dsn, "bulk")
-        out["reader_rows"] = _child("reader", dsn, "rows")
+        out["floor"] = _with_server(lambda: _child("floor", dsn, str(root / "floor.parquet")))
+        out["combined"] = _with_server(lambda: _capture(root))
+        again = root / "phases"  # the same capture into a fresh lake, its phases marked
+        again.mkdir()
+        shutil.copy(root / "combined.yaml", again / "combined.yaml")
+        out["combined_phases"] = _with_server(lambda: _child("phases", str(again)))
+        out["reader_bulk"] = _with_server(lambda: _child("reader", dsn, "bulk"))
+        out["reader_rows"] = _with_server(lambda: _child("reader", dsn, "rows"))
         try:
             out["dlt"] = _child("dlt", dsn, str(root))
         except SystemExit as exc:
@@ -285,6 +336,14 @@ def snapshot(server: str, rows: int) -> dict[str, Any]:
     finally:
         _drop(server, name)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _capture(root: Path) -> dict[str, Any]:
+    """One ``combined capture`` of the project at ``root``: wall, CPU-seconds, peak RSS."""
+    rc, wall, rss, cpu, err = _cli_cpu(root, "capture")
+    if rc != 0:
+        raise SystemExit(f"capture failed: {err}")
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_rss_mb": round(rss)}
 
 
 def cursor(server: str, rows: int, base: int) -> dict[str, Any]:
@@ -433,7 +492,10 @@ def latency(server: str, samples: int) -> dict[str, Any]:
 
 def _table(r: dict[str, Any]) -> list[str]:
     s = r.get("snapshot", {})
-    lines = ["| measure | wall | CPU-s | peak RSS |", "|---|---:|---:|---:|"]
+    lines = [
+        "| measure | wall | CPU-s | server CPU-s | peak RSS |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for key, label in (
         ("floor", "floor: connectorx -> one Parquet file"),
         ("combined", "combined capture (snapshot, bulk path)"),
@@ -445,8 +507,15 @@ def _table(r: dict[str, Any]) -> list[str]:
         if f and "wall_s" in f:
             lines.append(
                 f"| {label}, {s['rows']:,} rows | {f['wall_s']} s | {f['cpu_s']} "
-                f"| {f['peak_rss_mb']} MB |"
+                f"| {f.get('server_cpu_s', '-')} | {f['peak_rss_mb']} MB |"
             )
+    p = s.get("combined_phases")
+    if p and "phases" in p:
+        marked = ", ".join(f"{n} {w:.2f} s / {c:.2f} CPU-s" for n, w, c in p["phases"] if w)
+        lines.append(
+            f"| combined capture, phases marked: {marked} | {p['wall_s']} s | {p['cpu_s']} "
+            f"| {p.get('server_cpu_s', '-')} | {p['peak_rss_mb']} MB |"
+        )
     c = r.get("cursor")
     for key, label in (
         ("combined", "combined capture (cursor re-capture)"),
@@ -457,28 +526,28 @@ def _table(r: dict[str, Any]) -> list[str]:
         if c and f and "wall_s" in f:
             lines.append(
                 f"| {label}, {c['rows']:,} new rows over {c['base']:,} | {f['wall_s']} s "
-                f"| {f['cpu_s']} | {f['peak_rss_mb']} MB |"
+                f"| {f['cpu_s']} | - | {f['peak_rss_mb']} MB |"
             )
     b = r.get("backlog")
     if b:
         lines.append(
             f"| binlog backlog of {b['changes']:,} changes, one capture | {b['wall_s']} s "
-            f"({b['changes_per_s']:,}/s) | {b['cpu_s']} | {b['peak_rss_mb']} MB |"
+            f"({b['changes_per_s']:,}/s) | {b['cpu_s']} | - | {b['peak_rss_mb']} MB |"
         )
-        lines.append(f"| lake equals source after the backlog | {b['lake_equals_source']} | | |")
+        lines.append(f"| lake equals source after the backlog | {b['lake_equals_source']} | | | |")
         for d in ("native", "library"):
             f = b.get(f"reader_{d}")
             if f:
                 lines.append(
                     f"| binlog reader alone, {d} decoding, {f['rows']:,} rows | {f['wall_s']} s "
-                    f"| {f['cpu_s']} | {f['peak_rss_mb']} MB |"
+                    f"| {f['cpu_s']} | - | {f['peak_rss_mb']} MB |"
                 )
     for key in ("latency_mariadb", "latency_postgres"):
         lat = r.get(key)
         if lat:
             lines.append(
                 f"| {key}: commit to publication p50 / p95 ({lat['samples']} rows) "
-                f"| {lat['p50_s']} s / {lat['p95_s']} s | | |"
+                f"| {lat['p50_s']} s / {lat['p95_s']} s | | | |"
             )
     return lines
 
@@ -492,6 +561,7 @@ def main(argv: list[str] | None = None) -> None:
         "cursor-reader": run_cursor_reader,
         "dlt": run_dlt,
         "binlog": run_binlog,
+        "phases": run_phases,
     }
     if argv and argv[0] in children:
         print(json.dumps(children[argv[0]](*argv[1:])))

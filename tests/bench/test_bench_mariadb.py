@@ -13,10 +13,14 @@ def test_a_tiny_snapshot_measures_floor_combined_and_both_reader_paths(
     assert out["reader_bulk"] == {**out["reader_bulk"], "rows": 300, "path": "bulk"}
     assert out["reader_rows"] == {**out["reader_rows"], "rows": 300, "path": "rows"}
     assert out["combined"]["wall_s"] > 0 and out["combined"]["cpu_s"] > 0
+    # The server runs on the same host: its CPU is measured next to each side's.
+    assert all(out[k]["server_cpu_s"] >= 0 for k in ("floor", "combined", "reader_bulk"))
+    assert [p[0] for p in out["combined_phases"]["phases"]][:2] == ["open", "start"]
     assert "rows" in out["dlt"] or "unavailable" in out["dlt"]
     lines = mariadb._table({"snapshot": out})
     assert any(line.startswith("| floor: connectorx") for line in lines)
     assert any("reader alone, bulk path, 300 rows" in line for line in lines)
+    assert any("phases marked: open" in line for line in lines)
 
 
 def test_a_tiny_backlog_is_drained_and_read_by_both_decoders(mariadb_server_dsn: str) -> None:

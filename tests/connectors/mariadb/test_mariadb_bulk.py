@@ -225,7 +225,7 @@ def test_an_aborted_bulk_read_stops_at_its_next_batch_and_ends_its_connection(
         return int(
             admin.rows(
                 "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
-                "WHERE INFO LIKE 'SELECT CAST(`id` AS CHAR) AS `id`, CAST(`pad` AS CHAR)%'"
+                "WHERE INFO LIKE 'SELECT `id` AS `id`, `pad` AS `pad`%'"
                 " AND ID <> CONNECTION_ID()"
             )[0][0]
         )

@@ -2,11 +2,13 @@
 
 PyMySQL hands every value to Python before Arrow sees it; connectorx reads
 the result set in Rust into Arrow builders, and this module turns its
-columns into the read's schema with the same vectorised casts the row path
-uses (:func:`~combined.connectors.mariadb._types.convert_column`): every
-column but a binary one is selected as the server's text (``CAST(... AS
-CHAR)``), so exact decimals, zero dates, the session's ``+00:00`` time zone
-and casts keep the meaning they have on the row path.
+columns into the read's schema. A column connectorx reads exactly
+(integers, floats, most decimals, strings, dates without zero dates) is
+selected as it is and cast to the read's type; any other is selected as the
+server's text (``CAST(... AS CHAR)``) and converted with the row path's
+vectorised casts (:mod:`~combined.connectors.mariadb._bulk_types`), so exact
+decimals, zero dates, the session's ``+00:00`` time zone and casts keep the
+meaning they have on the row path.
 
 The bulk read runs on a connection of its own. It must see the snapshot of
 the transaction that reads the catalog, the binlog position and the control
@@ -54,9 +56,10 @@ from urllib.parse import quote
 
 import pyarrow as pa
 
+from combined.connectors.mariadb import _bulk_types
 from combined.connectors.mariadb._binlog_anchor import TableLock
 from combined.connectors.mariadb._connect import Settings
-from combined.connectors.mariadb._types import Layout, convert_column
+from combined.connectors.mariadb._types import Layout
 from combined.errors import AuthRejected, CombinedError, SourceError, SourceUnavailable
 
 #: The bytes of a row assumed before the server's table statistics say more.
@@ -80,7 +83,7 @@ def available(settings: Settings) -> bool:
 
 
 def select_list(layout: Layout, *, named: bool = True) -> str:
-    """The select list of the bulk read: every column as server text, binaries as bytes.
+    """The select list of the bulk read: native values where exact, else the server's text.
 
     ``named=False`` leaves the expressions unnamed, so that an ``ORDER BY``
     of a bare column name sorts by the table's column, not by its text
@@ -89,7 +92,7 @@ def select_list(layout: Layout, *, named: bool = True) -> str:
     from combined.connectors.mariadb._connect import quote_ident
 
     return ", ".join(
-        (p.expr if p.kind == "binary" else f"CAST({p.expr} AS CHAR)")
+        _bulk_types.expression(p, layout.zero_dates)
         + (f" AS {quote_ident(p.name)}" if named else "")
         for p in layout.plans
     )
@@ -300,10 +303,14 @@ def converted(
     """The started read's batches in the read's schema; closing it ends the connection."""
     failure: CombinedError | None = None
     batch = started.first
+    pacer = Pacer()
     try:
         while batch is not None:
             yield _convert(batch, layout, dataset)
-            batch = next(started.batches, None)
+            time.sleep(pacer.pause)  # without the GIL: the capture's other threads run
+            waited = time.monotonic()
+            batch = next(started.batches, None)  # holds the GIL until the batch is there
+            pacer.waited(time.monotonic() - waited)
     except CombinedError:
         raise
     except Exception as exc:  # connectorx raises RuntimeError and Rust panics
@@ -314,12 +321,40 @@ def converted(
         raise failure
 
 
+class Pacer:
+    """How long to sleep before asking connectorx for its next batch.
+
+    connectorx's ``next()`` holds the GIL until the batch is there, which
+    stalls every other Python thread of the capture (its staging) for as long
+    as the server takes. Its reader thread reads ahead of the consumer
+    without waiting for it, so a consumer that asks later never slows the
+    read: sleeping (GIL released) for most of the time the last batch took to
+    arrive turns that wait into time the other threads can use. A batch
+    found waiting halves the pause, so a consumer slower than the read
+    (its batches always there) soon sleeps not at all.
+    """
+
+    #: A wait shorter than this (seconds) found the batch there already.
+    READY = 0.002
+    #: The share of the last batch's arrival time slept before the next.
+    SHARE = 0.9
+    #: The longest pause (seconds), whatever the server's pace.
+    LONGEST = 0.5
+
+    def __init__(self) -> None:
+        self.pause = 0.0
+
+    def waited(self, seconds: float) -> None:
+        """Learn from a ``next()`` that held the GIL for ``seconds`` after :attr:`pause`."""
+        if seconds > self.READY:
+            self.pause = min(self.LONGEST, self.SHARE * (self.pause + seconds))
+        else:
+            self.pause /= 2
+
+
 def _convert(batch: pa.RecordBatch, layout: Layout, dataset: str) -> pa.RecordBatch:
-    arrays = []
-    for i, plan in enumerate(layout.plans):
-        column = batch.column(i)
-        wanted = pa.binary() if plan.kind == "binary" else pa.string()
-        if not column.type.equals(wanted):
-            column = column.cast(wanted)
-        arrays.append(convert_column(column, plan, dataset, layout.zero_dates))
+    arrays = [
+        _bulk_types.convert(batch.column(i), plan, dataset, layout.zero_dates)
+        for i, plan in enumerate(layout.plans)
+    ]
     return pa.RecordBatch.from_arrays(arrays, schema=layout.schema)
