@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -35,6 +36,18 @@ os.environ["COMBINED_TEST_CONNECTORS"] = "1"
 # except there: the MariaDB tests change the binary log's server-wide settings
 # (``binlog_row_image``, its retention) and all read the one binary log.
 BESIDE_FIXTURES = ("mariadb_server_dsn",)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give this process a SIGINT handler when it was started with SIGINT ignored.
+
+    A suite started in the background by a script (``make test &``, ``nohup``)
+    inherits SIGINT ignored, and so would every command the tests start: the
+    tests that stop one with SIGINT then wait for it in vain. A handled
+    signal is reset in a child, so the children take Python's own handler.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(tryfirst=True)
