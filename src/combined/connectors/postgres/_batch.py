@@ -173,7 +173,7 @@ class ChangeBatcher:
         An insert, a delete and an update that sent no old row are kept as
         their bytes; an update with its old row is decoded here (its key may
         have moved, its unchanged values may be in the old row). Returns
-        :attr:`full` (one call a row: this is the stream's hot path).
+        :attr:`full`. Runs of row changes take :meth:`add_wires` instead.
         """
         op = _WIRE_OPS.get(data[0:6:5])  # the tag and the tuple marker after the oid
         if op is None:
@@ -181,15 +181,9 @@ class ChangeBatcher:
             # Routed here by its oid: a partition's row (its table's column order) is the table's.
             change.relation_oid = self.relation.oid
             self.add(change, commit_lsn=commit_lsn, commit_time=commit_time)
-            return self.full
-        self._messages.append(data)
-        self._starts.append(6)
-        if commit_lsn != self._lsn_key or commit_time is not self._time_key:
-            self._new_run(commit_lsn, commit_time)
-        ops = self._ops
-        ops.append(op)
-        self._bytes += len(data) - 6
-        return len(ops) >= self.batch_rows or self._bytes >= self.batch_bytes
+        else:
+            self._push(data, 6, op, commit_lsn, commit_time)
+        return self.full
 
     def add_wires(
         self,
