@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import threading
 import weakref
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 import adbc_driver_manager
 import pyarrow as pa
@@ -49,7 +50,27 @@ def closed_error(what: str) -> Error:
     )
 
 
-class Connection:
+class _Closing(ABC):
+    """Closed on leaving a ``with`` block, or when collected while still open."""
+
+    _closed: bool
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release what the object holds (idempotent)."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not self._closed:
+            self.close()
+
+
+class Connection(_Closing):
     """One ADBC database and connection, in autocommit mode."""
 
     def __init__(self, database: adbc_driver_manager.AdbcDatabase) -> None:
@@ -99,18 +120,8 @@ class Connection:
         if first is not None:
             raise first
 
-    def __enter__(self) -> Connection:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if not self._closed:
-            self.close()
-
-
-class Cursor:
+class Cursor(_Closing):
     """One ADBC statement: execute, then fetch rows, a table or the Arrow stream."""
 
     def __init__(
@@ -194,13 +205,3 @@ class Cursor:
             self._clear()
         finally:
             self._stmt.close()
-
-    def __enter__(self) -> Cursor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if not self._closed:
-            self.close()
