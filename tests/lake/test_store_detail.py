@@ -19,3 +19,25 @@ def test_a_secret_cut_by_the_quote_limit_is_still_masked(monkeypatch: pytest.Mon
 
 def test_an_empty_error_says_so() -> None:
     assert store_detail("  \n") == "no detail"
+
+
+@pytest.mark.parametrize(
+    ("text", "denied"),
+    [
+        # CI once read this probe's name as an HTTP 403 and blamed permissions
+        # when there were no credentials at all.
+        (
+            "When initiating multiple part upload for key 'lake/.write-probe-013fe7cfb4984e0f9661"
+            "ebf403256c3f' in bucket 'b': AWS Error INTERNAL_FAILURE during CreateMultipartUpload",
+            False,
+        ),
+        ("request id AB403CD failed: INTERNAL_FAILURE", False),
+        ("HTTP status client error (403 Forbidden) for url", True),
+        ("Server returned 403", True),
+        ("AWS Error ACCESS_DENIED during PutObject", True),
+    ],
+)
+def test_a_403_is_read_only_as_a_whole_word(text: str, denied: bool) -> None:
+    from combined.lake._probe import _REASONS, _shows
+
+    assert _shows(_REASONS[2][0], text) is denied
