@@ -31,6 +31,19 @@ def pg_dsn() -> str:
 
 
 @pytest.fixture
+def dsn(pg_server_dsn: str) -> Iterator[str]:
+    """The server DSN, once logical decoding is known to be available (slot tests)."""
+    with psycopg.connect(pg_server_dsn) as conn:
+        row = conn.execute("SHOW wal_level").fetchone()
+    if not row or row[0] != "logical":
+        reason = f"wal_level is {row[0] if row else '?'}, logical decoding needs 'logical'"
+        if os.environ.get("COMBINED_REQUIRE_SERVICES") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    yield pg_server_dsn
+
+
+@pytest.fixture
 def admin(pg_dsn: str) -> Iterator[psycopg.Connection[Any]]:
     """An autocommit psycopg connection for setting up and mutating test data."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:

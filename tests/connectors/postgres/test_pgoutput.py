@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -405,19 +404,6 @@ def test_relation_cache_reports_shape_changes() -> None:
 
 
 # -- live -------------------------------------------------------------------
-
-
-@pytest.fixture
-def dsn(pg_server_dsn: str) -> Iterator[str]:
-    """The server DSN, once logical decoding is known to be available."""
-    with psycopg.connect(pg_server_dsn) as conn:
-        row = conn.execute("SHOW wal_level").fetchone()
-    if not row or row[0] != "logical":
-        reason = f"wal_level is {row[0] if row else '?'}, logical decoding needs 'logical'"
-        if os.environ.get("COMBINED_REQUIRE_SERVICES") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    yield pg_server_dsn
 
 
 @pytest.mark.postgres

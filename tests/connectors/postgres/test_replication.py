@@ -83,19 +83,6 @@ def test_the_session_renders_values_the_way_the_batcher_parses_them() -> None:
 # -- live -------------------------------------------------------------------
 
 
-@pytest.fixture
-def dsn(pg_server_dsn: str) -> Iterator[str]:
-    """The server DSN, once logical decoding is known to be available."""
-    with psycopg.connect(pg_server_dsn) as conn:
-        row = conn.execute("SHOW wal_level").fetchone()
-    if not row or row[0] != "logical":
-        reason = f"wal_level is {row[0] if row else '?'}, logical decoding needs 'logical'"
-        if os.environ.get("COMBINED_REQUIRE_SERVICES") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    yield pg_server_dsn
-
-
 @dataclass
 class Names:
     """Unique object names for one test, and what it created."""
