@@ -152,3 +152,39 @@ def test_a_file_every_row_of_which_goes_is_not_read_and_a_delivery_without_delet
     assert sorted(got.column("n").to_pylist()) == [*range(50), *range(100, 149), 500]
     assert set(got.column("_combined_op").to_pylist()) == {"update", "insert"}
     assert all(json.loads(a.stats)["numRecords"] for a in added)
+
+
+def test_a_file_of_wide_rows_is_rewritten_a_few_rows_at_a_time(tmp_path: Path) -> None:
+    # 1 MB values (compressible: the file is small on disk). The rewrite read
+    # REWRITE_BATCH_ROWS (8,192) rows at a time whatever their width, so one
+    # batch was the whole 48 MB file, and two files at once held over 1 GB at a
+    # re-capture of 1,500 such rows. Reads now take about READ_BATCH_BYTES.
+    wide = pa.schema([*SCHEMA, ("body", pa.string())])
+    body = "".join(f"{i:08x}" for i in range(1 << 17))  # 1 MiB, no repeat inside a page
+
+    def batch(ns: list[int], op: str) -> pa.RecordBatch:
+        rows = _rows(ns, op)  # (a text of its own per row: no dictionary holds them)
+        return pa.record_batch([*rows.columns, pa.array([f"{n}{body}" for n in ns])], schema=wide)
+
+    table = tmp_path / "t"
+    rows = [batch(list(range(k, k + 4)), "insert") for k in range(0, 48, 4)]
+    written = write_data_files(table, wide, rows)
+    files = [str(table / a.path) for a in written]
+    on_disk, rows_bytes = Path(files[0]).stat().st_size, 48 << 20
+    assert on_disk < 8 << 20 and pq.ParquetFile(files[0]).metadata.num_rows << 20 == rows_bytes
+    change = pa.Table.from_batches([batch([5], "update")])
+
+    def data() -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(wide, change.to_batches())
+
+    pool = pa.proxy_memory_pool(pa.default_memory_pool())
+    previous = pa.default_memory_pool()
+    pa.set_memory_pool(pool)
+    try:
+        actions = rewrite_actions(table, files, wide, data)
+    finally:
+        pa.set_memory_pool(previous)
+    added = [a for a in actions if hasattr(a, "stats")]
+    got = pa.concat_tables([pq.read_table(table / a.path) for a in added])
+    assert sorted(got.column("n").to_pylist()) == list(range(48))
+    assert pool.max_memory() < 48 << 20, f"peak {pool.max_memory() >> 20} MiB"

@@ -34,6 +34,33 @@ ROW_GROUP_ROWS = 65_536
 ROW_GROUP_BYTES = 16 << 20
 #: Rows read at a time when a file is rewritten without some of its rows.
 REWRITE_BATCH_ROWS = 8_192
+#: About the Arrow bytes a batch read from a data file holds, whatever its rows' width.
+READ_BATCH_BYTES = 8 << 20
+
+
+def batch_rows(meta: pq.FileMetaData, rows: int, columns: Sequence[str] | None = None) -> int:
+    """Rows to read from a file at a time: ``rows``, fewer where they are wide.
+
+    About :data:`READ_BATCH_BYTES` a batch, by the file's uncompressed column
+    chunks (of ``columns`` alone when given) per row. A batch of a row count
+    alone held a whole file of wide rows: 8,192 rows of 1 MB texts.
+    """
+    chunks = (
+        meta.row_group(g).column(c)
+        for g in range(meta.num_row_groups)
+        for c in range(meta.num_columns)
+    )
+    size = sum(
+        chunk.total_uncompressed_size
+        for chunk in chunks
+        if columns is None
+        or any(
+            chunk.path_in_schema == c or chunk.path_in_schema.startswith(f"{c}.") for c in columns
+        )
+    )
+    if size <= 0 or int(meta.num_rows) <= 0:
+        return rows
+    return max(1, min(rows, READ_BATCH_BYTES * int(meta.num_rows) // int(size)))
 
 
 def _stat_value(value: Any) -> Any:
