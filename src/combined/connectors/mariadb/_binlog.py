@@ -211,7 +211,7 @@ class BinlogExtraction(SessionRead[Session]):
         require_binlog(session, f"{rel.database}.{rel.table}")
         require_retained(session, (self._file, self._offset), request.dataset)
         cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
-        plans = [p for p in catalog.column_plans(cols) if p.arrow_type is not None]
+        plans = [p for p in catalog.column_plans(cols, table=rel.table) if p.arrow_type is not None]
         if request.columns is not None:
             plans = [p for p in plans if p.name in request.columns or p.name in request.key]
         rows = ChangeRows(

@@ -107,8 +107,8 @@ def convert(column: pa.Array, plan: ColumnPlan, dataset: str, zero_dates: ZeroDa
         raise SchemaMismatch(
             f"column {plan.name!r} ({plan.source_type}) of dataset {dataset!r} holds a zero "
             "date (0000-00-00, or a month or day of 00), which is not a date",
-            hint=f"set zero_dates: null to read zero dates as nulls, or declare casts: "
-            f'{{"{plan.name}": "text"}} to keep them as text',
+            hint="set zero_dates: null to read zero dates as nulls, or "
+            + plan.cast_hint("keep them as text"),
             dataset=dataset,
             column=plan.name,
         )
@@ -122,7 +122,7 @@ def convert(column: pa.Array, plan: ColumnPlan, dataset: str, zero_dates: ZeroDa
         raise SchemaMismatch(
             f"column {plan.name!r} ({plan.source_type}) of dataset {dataset!r} came as "
             f"{column.type}, which does not fit {target}",
-            hint=f'declare casts: {{"{plan.name}": "text"}} to read the text the server writes',
+            hint=plan.cast_hint(),
             dataset=dataset,
             column=plan.name,
         ) from None

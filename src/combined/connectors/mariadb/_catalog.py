@@ -7,6 +7,7 @@ dsn's database) or ``database.table``; names are taken literally.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -203,9 +204,9 @@ def indexes(session: Session, database: str, tables: Sequence[str]) -> dict[str,
 
 
 def column_plans(
-    cols: Sequence[SourceColumn], casts: Mapping[str, str] | None = None
+    cols: Sequence[SourceColumn], casts: Mapping[str, str] | None = None, table: str | None = None
 ) -> list[ColumnPlan]:
-    """The read plan of every column (casts applied)."""
+    """The read plan of every column (casts applied) of ``table``."""
     casts = casts or {}
     unknown = sorted(set(casts) - {c.name for c in cols})
     if unknown:
@@ -214,7 +215,7 @@ def column_plans(
             hint="fix the casts option",
             column=unknown[0],
         )
-    return [plan_column(c, casts.get(c.name)) for c in cols]
+    return [dataclasses.replace(plan_column(c, casts.get(c.name)), table=table) for c in cols]
 
 
 def keys(
@@ -284,7 +285,7 @@ def describe(
     casts: Mapping[str, str] | None = None,
 ) -> DatasetDiscovery:
     """The discovery of one relation, its declared casts applied to its fields' types."""
-    plans = column_plans(cols, casts)
+    plans = column_plans(cols, casts, rel.table)
     fields = tuple(
         FieldInfo(
             c.name, p.arrow_type_text, c.column_type, c.nullable, f"position {i} {c.column_type}"

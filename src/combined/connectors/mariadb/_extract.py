@@ -357,7 +357,7 @@ class MariaDBExtraction(SessionRead[Session]):
     def _prepare(self, session: Session, rel: catalog.Relation) -> _Work:
         request = self._request
         cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
-        plans = catalog.column_plans(cols, self._options.casts)
+        plans = catalog.column_plans(cols, self._options.casts, rel.table)
         by_name, selected = select_plans(plans, request, rel.table, noun="table")
         for p in selected:
             if p.arrow_type is None:

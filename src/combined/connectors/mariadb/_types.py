@@ -128,6 +128,8 @@ class ColumnPlan:
     reason: str | None = None
     #: The most bytes a value of a string or binary column holds (None: unknown or fixed).
     octets: int | None = None
+    #: The table it belongs to, when known: how a cast of it is named in the source's config.
+    table: str | None = None
 
     @property
     def arrow_type_text(self) -> str:
@@ -143,6 +145,11 @@ class ColumnPlan:
     def temporal(self) -> bool:
         """Whether the column holds dates or timestamps."""
         return self.kind in ("date", "datetime", "ts")
+
+    def cast_hint(self, to: str = "read the text the server writes") -> str:
+        """How to read the column as text instead: the source's ``casts`` entry naming it."""
+        name = f"{self.table}.{self.name}" if self.table else f"<table>.{self.name}"
+        return f'declare casts: {{"{name}": "text"}} in the source\'s config to {to}'
 
     @property
     def keyable(self) -> bool:
@@ -277,7 +284,7 @@ def convert_column(
         raise SchemaMismatch(
             f"column {plan.name!r} ({plan.source_type}) of dataset {dataset!r} holds "
             f"{bad!r}, which {target} cannot hold",
-            hint=f'declare casts: {{"{plan.name}": "text"}} to read the text the server writes',
+            hint=plan.cast_hint(),
             dataset=dataset,
             column=plan.name,
         ) from None
@@ -297,8 +304,8 @@ def _temporal(text: pa.Array, plan: ColumnPlan, dataset: str, zero_dates: ZeroDa
             raise SchemaMismatch(
                 f"column {plan.name!r} ({plan.source_type}) of dataset {dataset!r} holds the "
                 f"zero date {pc.filter(text, zero)[0].as_py()!r}, which is not a date",
-                hint=f"set zero_dates: null to read zero dates as nulls, or declare casts: "
-                f'{{"{plan.name}": "text"}} to keep them as text',
+                hint="set zero_dates: null to read zero dates as nulls, or "
+                + plan.cast_hint("keep them as text"),
                 dataset=dataset,
                 column=plan.name,
             ) from None
@@ -315,7 +322,7 @@ def _check_time(micros: pa.Array, plan: ColumnPlan, dataset: str) -> None:
         raise SchemaMismatch(
             f"column {plan.name!r} ({plan.source_type}) of dataset {dataset!r} holds a "
             f"duration of {worst / 1e6:g} seconds, not a time of day",
-            hint=f'declare casts: {{"{plan.name}": "text"}} to read the text the server writes',
+            hint=plan.cast_hint(),
             dataset=dataset,
             column=plan.name,
         )
