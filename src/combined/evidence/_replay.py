@@ -240,6 +240,7 @@ def _write_into(con: duckdb.DuckDBPyConnection, into: str, own: str) -> str:
     from deltalake import DeltaTable, write_deltalake
 
     from combined.lake._store import LakeStore
+    from combined.lake._table import post_commit
 
     store = LakeStore.at(into if "://" in into else Path(into).resolve())
     target = str(store.root)
@@ -254,7 +255,12 @@ def _write_into(con: duckdb.DuckDBPyConnection, into: str, own: str) -> str:
             hint="give another --into, or remove that table first",
         )
     reader = con.sql("SELECT * EXCLUDE (_lv, _seq, _row) FROM _replay").to_arrow_reader(65_536)
-    write_deltalake(target, reader, storage_options=store.storage_options())
+    write_deltalake(
+        target,
+        reader,
+        storage_options=store.storage_options(),
+        post_commithook_properties=post_commit(),
+    )
     return target
 
 
@@ -428,7 +434,7 @@ def _overwrite(con: duckdb.DuckDBPyConnection, dt: Any, evidence: dict[str, Any]
     from deltalake import CommitProperties, write_deltalake
 
     from combined.lake import METADATA_KEY, to_lake
-    from combined.lake._table import REPLACED
+    from combined.lake._table import REPLACED, post_commit
 
     schema = pa.schema(dt.schema().to_arrow())
     rows = con.sql("SELECT * EXCLUDE (_lv, _seq, _row) FROM _replay").to_arrow_reader(65_536)
@@ -439,4 +445,5 @@ def _overwrite(con: duckdb.DuckDBPyConnection, dt: Any, evidence: dict[str, Any]
         commit_properties=CommitProperties(
             custom_metadata={METADATA_KEY: json.dumps({REPLACED: evidence})}
         ),
+        post_commithook_properties=post_commit(),
     )

@@ -47,6 +47,7 @@ from combined.lake._table import (
     LakeTable,
     _retyped,
     _union,
+    post_commit,
 )
 from combined.lake._types import to_lake
 
@@ -183,6 +184,7 @@ def _apply(
                 pa.RecordBatchReader.from_batches(incoming, rows),
                 configuration=TABLE_CONFIGURATION,
                 commit_properties=properties,
+                post_commithook_properties=post_commit(),
                 storage_options=history.store.storage_options(),
             )
             return
@@ -198,6 +200,7 @@ def _apply(
                 target_alias="t",
                 merge_schema=True,
                 commit_properties=properties,
+                post_commithook_properties=post_commit(),
             )
             .when_matched_update(
                 updates={VALID_TO: f"s.{VALID_FROM}", IS_CURRENT: "false"},
@@ -260,6 +263,7 @@ def _seed(
         schema_mode="overwrite" if restart else None,
         configuration=TABLE_CONFIGURATION,
         commit_properties=_properties(history, meta, seeded=True, restarted=restart),
+        post_commithook_properties=post_commit(),
         storage_options=history.store.storage_options(),
     )
 
@@ -398,5 +402,6 @@ def _retype(history: LakeTable, dt: Any, schema: pa.Schema) -> Any:
         pa.RecordBatchReader.from_batches(target, rows),
         mode="overwrite",
         schema_mode="overwrite",
+        post_commithook_properties=post_commit(),
     )
     return history.delta()

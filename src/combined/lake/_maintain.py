@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from combined.lake._table import MAINTENANCE, METADATA_KEY, LakeTable
+from combined.lake._table import MAINTENANCE, METADATA_KEY, LakeTable, post_commit
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,10 @@ def compact(table: LakeTable, reason: str) -> Compaction | None:
     before = len(dt.file_uris())
     if before < 2:
         return None
-    metrics = dt.optimize.compact(commit_properties=_properties("compact", reason=reason))
+    metrics = dt.optimize.compact(
+        commit_properties=_properties("compact", reason=reason),
+        post_commithook_properties=post_commit(),
+    )
     removed = int(metrics.get("numFilesRemoved", 0))
     if not removed:
         return None
@@ -113,6 +116,7 @@ def vacuum(table: LakeTable, keep_versions: set[int], policy: str) -> list[str]:
         enforce_retention_duration=False,
         keep_versions=keep,
         commit_properties=_properties("vacuum", policy=policy, kept_versions=keep),
+        post_commithook_properties=post_commit(),
     )
     return present
 

@@ -26,8 +26,27 @@ MAINTENANCE = "maintenance"
 #: The key of a commit that replaced the rows with a replay's (``combined replay --replace``):
 #: it carries no checkpoint and commits no Delivery.
 REPLACED = "replaced"
+#: A checkpoint every this many versions: a reader loads it and at most as many log entries.
+CHECKPOINT_EVERY = 10
 #: Tables stay readable by every Delta reader: no deletion vectors, no column mapping.
-TABLE_CONFIGURATION: dict[str, str | None] = {"delta.enableDeletionVectors": "false"}
+TABLE_CONFIGURATION: dict[str, str | None] = {
+    "delta.enableDeletionVectors": "false",
+    "delta.checkpointInterval": str(CHECKPOINT_EVERY),
+}
+
+
+def post_commit() -> Any:
+    """What delta-rs does after each of Combined's commits: checkpoint, never cut the log.
+
+    By default, each time delta-rs checkpoints it also removes the log entries
+    older than ``delta.logRetentionDuration`` (30 days) before the checkpoint,
+    and the versions they describe can no longer be read: a publication made
+    at one, or ``explain``'s and ``replay``'s evidence of its commit. Nothing
+    leaves the lake but by ``combined maintain``'s recorded decision.
+    """
+    from deltalake import PostCommitHookProperties
+
+    return PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,39 +120,49 @@ class LakeTable:
         return pa.schema(dt.schema().to_arrow())
 
     def commits(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """Combined commit metadata, newest first (each with its ``lake_version``)."""
+        """Combined commit metadata, newest first (each with its ``lake_version``).
+
+        ``limit``: of the newest log entries read (maintenance ones included).
+        """
+        dt = self._open()
+        return [] if dt is None else _combined_commits(dt.history(limit))
+
+    def newest_commit(
+        self, where: Callable[[dict[str, Any]], bool] | None = None
+    ) -> dict[str, Any] | None:
+        """The newest Combined commit (that ``where`` accepts), reading the log from its end.
+
+        The log is read a few entries at a time, not whole: reading a
+        table's every commit made each capture's requests grow with its age.
+        """
         dt = self._open()
         if dt is None:
-            return []
-        out = []
-        for entry in dt.history(limit):
-            raw = entry.get(METADATA_KEY)
-            if raw is None:
-                continue
-            meta = json.loads(raw) if isinstance(raw, str) else dict(raw)
-            if MAINTENANCE in meta or REPLACED in meta:
-                continue  # a compaction, vacuum or replay's rows: no checkpoint, no Delivery
-            meta["lake_version"] = int(entry["version"])
-            meta["lake_timestamp_ms"] = entry.get("timestamp")
-            out.append(meta)
-        return out
+            return None
+        window, versions = _NEWEST_WINDOW, int(dt.version()) + 1
+        while True:
+            metas = _combined_commits(dt.history(window))
+            found = next((m for m in metas if where is None or where(m)), None)
+            if found is not None or window >= versions:
+                return found
+            window *= 4
 
     def foreign_versions(self, after: int | None) -> list[int]:
         """Table versions newer than ``after`` that no Combined commit made, oldest first."""
         dt = self._open()
         if dt is None:
             return []
+        newer = None if after is None else max(int(dt.version()) - after, 0)
+        if newer == 0:
+            return []
         return sorted(
             int(entry["version"])
-            for entry in dt.history()
+            for entry in dt.history(newer)
             if (after is None or int(entry["version"]) > after) and METADATA_KEY not in entry
         )
 
     def latest_commit(self) -> dict[str, Any] | None:
         """The newest commit made by Combined: the authoritative checkpoint."""
-        for meta in self.commits():
-            return meta
-        return None
+        return self.newest_commit()
 
     def commit(
         self,
@@ -185,8 +214,7 @@ class LakeTable:
             ) from exc
         except OSError as exc:
             raise LakeError(f"the lake refused the commit of {self.app_id}: {exc}") from exc
-        version = self.version()
-        assert version is not None
+        version = self._checkpointed()
         run_id = metadata.get("run_id")
         return CommitResult(
             lake_version=version,
@@ -194,6 +222,21 @@ class LakeTable:
             committed_at=utcnow(),
             run_id=None if run_id is None else str(run_id),
         )
+
+    def _checkpointed(self) -> int:
+        """The newest version, checkpointed every :data:`CHECKPOINT_EVERY` versions.
+
+        At the versions delta-rs picks (9, 19, ...): tables created with the
+        interval in their configuration were checkpointed by it already; older
+        ones it would checkpoint every 100 versions.
+        """
+        dt = self._open()
+        assert dt is not None
+        version = int(dt.version())
+        interval = dt.metadata().configuration.get("delta.checkpointInterval")
+        if (version + 1) % CHECKPOINT_EVERY == 0 and interval != str(CHECKPOINT_EVERY):
+            dt.create_checkpoint()
+        return version
 
     def _properties(self, metadata: Mapping[str, Any], last_sequence: int) -> Any:
         """The commit's metadata, and the transaction that marks ``last_sequence`` committed."""
@@ -241,6 +284,7 @@ class LakeTable:
                 else ("overwrite" if mode == "overwrite" else "merge"),
                 configuration=TABLE_CONFIGURATION if dt is None else None,
                 commit_properties=properties,
+                post_commithook_properties=post_commit(),
                 storage_options=self._options if dt is None else None,
             )
         elif self._same_schema(dt, data().schema):
@@ -254,6 +298,7 @@ class LakeTable:
                     target_alias="t",
                     merge_schema=True,
                     commit_properties=properties,
+                    post_commithook_properties=post_commit(),
                 )
                 .when_matched_delete(predicate="s._combined_op = 'delete'")
                 .when_matched_update_all(predicate="s._combined_op <> 'delete'")
@@ -285,7 +330,11 @@ class LakeTable:
             linked=linked,
         )
         dt.create_write_transaction(
-            actions, mode="append", schema=dt.schema(), commit_properties=properties
+            actions,
+            mode="append",
+            schema=dt.schema(),
+            commit_properties=properties,
+            post_commithook_properties=post_commit(),
         )
 
     def _retype(
@@ -326,6 +375,7 @@ class LakeTable:
             mode="overwrite",
             schema=Schema.from_arrow(target),
             commit_properties=properties,
+            post_commithook_properties=post_commit(),
         )
 
     @staticmethod
@@ -382,7 +432,12 @@ class LakeTable:
         if dt is not None and not self._same_schema(dt, schema):
             # A widened schema goes through delta-rs, which evolves the table's metadata.
             write_deltalake(
-                dt, reader, mode="append", schema_mode="merge", commit_properties=properties
+                dt,
+                reader,
+                mode="append",
+                schema_mode="merge",
+                commit_properties=properties,
+                post_commithook_properties=post_commit(),
             )
             return
         self._add(dt, schema, write_data_files(self.path, schema, reader, self.store), properties)
@@ -403,23 +458,29 @@ class LakeTable:
                 configuration=TABLE_CONFIGURATION,
                 storage_options=self._options,
                 commit_properties=properties,
+                post_commithook_properties=post_commit(),
             )
         else:
             dt.create_write_transaction(
-                actions, mode="append", schema=dt.schema(), commit_properties=properties
+                actions,
+                mode="append",
+                schema=dt.schema(),
+                commit_properties=properties,
+                post_commithook_properties=post_commit(),
             )
 
     def _skipped(self, sequence: int) -> CommitResult:
-        for meta in self.commits():
-            if int(meta.get("last_sequence", 0)) >= sequence >= int(meta.get("first_sequence", 0)):
-                at = datetime.fromisoformat(meta["ingested_at"])
-                run_id = meta.get("run_id")
-                return CommitResult(
-                    lake_version=meta["lake_version"],
-                    skipped=True,
-                    committed_at=at,
-                    run_id=None if run_id is None else str(run_id),
-                )
+        meta = self.newest_commit(
+            lambda m: int(m.get("last_sequence", 0)) >= sequence >= int(m.get("first_sequence", 0))
+        )
+        if meta is not None:
+            run_id = meta.get("run_id")
+            return CommitResult(
+                lake_version=meta["lake_version"],
+                skipped=True,
+                committed_at=datetime.fromisoformat(meta["ingested_at"]),
+                run_id=None if run_id is None else str(run_id),
+            )
         version = self.version()
         return CommitResult(lake_version=version or 0, skipped=True, committed_at=utcnow())
 
@@ -458,6 +519,30 @@ def _append_properties(metadata: Mapping[str, Any]) -> Any:
     from deltalake import CommitProperties
 
     return CommitProperties(custom_metadata={METADATA_KEY: json.dumps(dict(metadata))})
+
+
+#: Log entries read at first when looking for the newest commit (then four times more).
+_NEWEST_WINDOW = 8
+
+
+def _combined_commits(entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The Combined commits among log entries (newest first), each with its ``lake_version``.
+
+    Maintenance commits (compaction, vacuum) and a replay's replacement
+    carry no checkpoint and commit no Delivery: left out.
+    """
+    out = []
+    for entry in entries:
+        raw = entry.get(METADATA_KEY)
+        if raw is None:
+            continue
+        meta = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        if MAINTENANCE in meta or REPLACED in meta:
+            continue
+        meta["lake_version"] = int(entry["version"])
+        meta["lake_timestamp_ms"] = entry.get("timestamp")
+        out.append(meta)
+    return out
 
 
 def _sequence_in(dt: Any, app_id: str) -> int:

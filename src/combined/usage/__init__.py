@@ -223,7 +223,7 @@ def _committed_counts(table: LakeTable, version: int | None) -> dict[str, dict[s
     """The cumulative counts carried by the usage commit at ``version``."""
     if version is None:
         return {}
-    meta = next((m for m in table.commits() if m["lake_version"] <= version), None)
+    meta = table.newest_commit(lambda m: m["lake_version"] <= version)
     if not meta or "counts" not in meta:
         return {}
     return {m: dict(c) for m, c in meta["counts"].items()}
