@@ -31,11 +31,9 @@ def _rows(n: int) -> pa.RecordBatchReader:
     return pa.RecordBatchReader.from_batches(SCHEMA, [pa.record_batch([pa.array([n])], SCHEMA)])
 
 
-def test_commits_checkpoint_the_table_but_never_remove_its_log(tmp_path: Path) -> None:
-    path = tmp_path / "t"
-    write_deltalake(path, _rows(0), configuration=EAGER)
-    table = LakeTable(path, "combined:s/d")
-    for seq in range(1, 12):
+def _commit(table: LakeTable, sequences: range) -> None:
+    """One Combined commit of one row for each delivery sequence."""
+    for seq in sequences:
         table.commit(
             first_sequence=seq,
             last_sequence=seq,
@@ -44,6 +42,13 @@ def test_commits_checkpoint_the_table_but_never_remove_its_log(tmp_path: Path) -
             metadata={"run_id": f"r{seq}", "first_sequence": seq, "last_sequence": seq},
             needs_merge=False,
         )
+
+
+def test_commits_checkpoint_the_table_but_never_remove_its_log(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    write_deltalake(path, _rows(0), configuration=EAGER)
+    table = LakeTable(path, "combined:s/d")
+    _commit(table, range(1, 12))
     log = path / "_delta_log"
     assert any(p.name.endswith(".checkpoint.parquet") for p in log.iterdir())
     assert (log / f"{0:020d}.json").exists()
@@ -61,15 +66,7 @@ def test_a_table_made_before_the_interval_was_configured_is_checkpointed_every_t
     path = tmp_path / "t"
     write_deltalake(path, _rows(0))  # delta-rs's defaults: a checkpoint every 100 versions
     table = LakeTable(path, "combined:s/d")
-    for seq in range(1, 11):
-        table.commit(
-            first_sequence=seq,
-            last_sequence=seq,
-            mode="append",
-            data=lambda seq=seq: _rows(seq),  # type: ignore[misc]
-            metadata={"run_id": f"r{seq}", "first_sequence": seq, "last_sequence": seq},
-            needs_merge=False,
-        )
+    _commit(table, range(1, 11))
     checkpoints = sorted(p.name for p in (path / "_delta_log").glob("*.checkpoint.parquet"))
     assert checkpoints == [f"{9:020d}.checkpoint.parquet"]  # where delta-rs puts them
 
@@ -89,15 +86,7 @@ def test_the_newest_commit_is_found_reading_the_log_from_its_end(
     # table's: both read every entry of the log before, however old the table.
     path = tmp_path / "t"
     table = LakeTable(path, "combined:s/d")
-    for seq in range(1, 31):
-        table.commit(
-            first_sequence=seq,
-            last_sequence=seq,
-            mode="append",
-            data=lambda seq=seq: _rows(seq),  # type: ignore[misc]
-            metadata={"run_id": f"r{seq}", "first_sequence": seq, "last_sequence": seq},
-            needs_merge=False,
-        )
+    _commit(table, range(1, 31))
     read: list[int | None] = []
     real = DeltaTable.history
 
