@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 _K1 = np.uint64(0x9E3779B97F4A7C15)
 _K2 = np.uint64(0xC2B2AE3D27D4EB4F)
 #: Value ranges the two sorted fingerprint arrays are merged in (bounds the merge's memory).
-_MERGE_CHUNKS = 8
+_MERGE_CHUNKS = 16
 #: Bits of a fingerprint that index the candidates' prefilter (2**22 bytes).
 _PREFILTER_BITS = 22
 
@@ -184,8 +184,11 @@ def candidates(
     same pairs (their check words fold differently): the caller joins
     every row instead.
     """
-    mine = _fill(((b.column(1), b.column(2)) for b in staged()), staged_rows)
+    from combined.runtime._memory import release_memory
+
     theirs = _fill(((b.column(0), b.column(1)) for b in current()), current_rows)
+    release_memory()  # (what the lake's reader leaves in the heaps: ~20 MB at 5M rows)
+    mine = _fill(((b.column(1), b.column(2)) for b in staged()), staged_rows)
     if mine is None or theirs is None:
         return None
     g = mine[1] ^ theirs[1]
