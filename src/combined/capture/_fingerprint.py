@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import pyarrow as pa
 
+from combined.delivery import part_schema, read_part
 from combined.protocol import _digest as dg
 from combined.protocol import _provenance as prov
 
@@ -294,10 +295,17 @@ class Fingerprints:
         """
         if self._fingerprinted is None:
             self._fingerprinted = False
-            if self.streamed and self._has_current and self.digest == dg.BINARY:
-                columns = ["_combined_ordinal", prov.ID, prov.PAYLOAD_HASH]
+            columns = ["_combined_ordinal", prov.ID, prov.PAYLOAD_HASH]
+            if (
+                self.streamed
+                and self._has_current
+                and self.digest == dg.BINARY
+                and all(set(columns) <= set(part_schema(p).names) for p in self._staged.paths)
+            ):
+                # The parts' own three columns (never the whole rows cast to the
+                # reduction's schema, which a wide table's parts may need).
                 found = candidates(
-                    lambda: (b.select(columns) for b in self._staged.batches()),
+                    lambda: (b.select(columns) for p in self._staged.paths for b in read_part(p)),
                     self._staged.count_rows(),
                     lambda: iter(
                         self.con.sql("SELECT _kid, _khash FROM cur").to_arrow_reader(65_536)
