@@ -197,6 +197,9 @@ class Reducer(DuplicateChecks, Fingerprints):
         self._current_count: int | None = None
         self.transition: Transition | None = None
         self._has_current = bool(current_files)
+        # (the fingerprints read a local lake's files without DuckDB: see _fingerprint)
+        local = not current_filter and not any("://" in str(f) for f in current_files)
+        self._lake_files = list(current_files) if local else None
         self._modes(key, strategy, full, deletes, dataset)
         op_expr = self._op_sql()
         id_expr = identity_sql(self.key, capture_schema, self.digest)
