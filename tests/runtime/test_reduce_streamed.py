@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from combined.capture import _reduce
+from combined.capture import _fingerprint, _reduce
 from combined.capture._reduce import Reducer, Transition, _id_ranges, _in_range
 from combined.delivery import PartWriter, StagingArea, part_schema, read_part
 from combined.delivery._staging import Limits
@@ -155,13 +155,30 @@ def test_duplicates_found_without_materialising(tmp_path: Path, stream: bool) ->
     assert found == {3: [7, 1000, 1002], 2: [500, 1001]}
 
 
-@pytest.mark.parametrize("passes", [1, 3, 4, 6])
+def without_fingerprints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reductions join every row (as when the fingerprints' checks refuse)."""
+    monkeypatch.setattr(_fingerprint, "candidates", lambda *args: None)
+
+
+@pytest.mark.parametrize("passes", [0, 1, 3, 4, 6])
 def test_streamed_recapture_matches_the_general_reduction(
     tmp_path: Path, passes: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The join runs in ``passes`` id ranges (sized by the reduction memory):
-    # every pass count gives the same transition.
-    monkeypatch.setattr(_reduce, "JOIN_BYTES_PER_ROW", 64 * 2**20 // (3000 // passes + 1))
+    # every pass count gives the same transition, and so do the fingerprints
+    # (``passes`` 0), which join only the rows that may have changed.
+    found: list[Any] = []
+    if passes:
+        without_fingerprints(monkeypatch)
+    else:
+        from combined.capture._fingerprint import candidates
+
+        def recorded(*args: Any) -> Any:
+            found.append(candidates(*args))
+            return found[-1]
+
+        monkeypatch.setattr(_fingerprint, "candidates", recorded)
+    monkeypatch.setattr(_reduce, "JOIN_BYTES_PER_ROW", 64 * 2**20 // (3000 // max(passes, 1) + 1))
     current, schema = baseline_lake(tmp_path)
     # Again, ids 100..3099: 0..99 deleted, 3000..3099 inserted; names of ids
     # that are multiples of 7 changed ("m"), the others as they were.
@@ -171,11 +188,15 @@ def test_streamed_recapture_matches_the_general_reduction(
     parts_b, _ = staged(tmp_path, changed, "m", first=len(again))  # one capture: ordinals go on
     probe = reducer(tmp_path, [*parts_a, *parts_b], schema, stream=True, current=[str(current)])
     probe.close()
-    assert probe._join_passes(len(again) + len(changed)) == passes
+    assert probe._join_passes(len(again) + len(changed)) == max(passes, 1)
     (t1, c1, o1), (t2, c2, o2) = both_paths(
         tmp_path, [*parts_a, *parts_b], schema, current=[str(current)]
     )
     assert t1 == t2
+    if not passes:  # the candidates: the changed rows of both sides, and no other
+        (only,) = found
+        assert only.staged.num_rows == t1.inserts + t1.updates
+        assert only.current.num_rows == t1.deletes + t1.updates
     unchanged_names = sum(1 for i in changed if i < 3000 and i % 5 == 0)  # null stays null
     assert (t1.inserts, t1.deletes) == (100, 100)
     assert t1.updates == sum(1 for i in changed if i < 3000) - unchanged_names
@@ -546,6 +567,7 @@ def test_a_capture_much_smaller_than_the_lake_still_joins_in_passes(
     # The join's hash table holds the lake's side: its passes are sized by
     # the larger side, here the lake (3000 ids) against a capture of 100.
     monkeypatch.setattr(_reduce, "JOIN_BYTES_PER_ROW", 64 * 2**20 // 1001)  # 1000 ids a pass
+    without_fingerprints(monkeypatch)
     current, schema = baseline_lake(tmp_path)
     parts, _ = staged(tmp_path, list(range(100)), "n")
     passes: list[int] = []

@@ -6,7 +6,7 @@ reduction's views (``pay``, ``cap``) through the reduction's connection.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from combined.errors import DuplicateKeys
 from combined.protocol import _digest as dg
@@ -45,6 +45,8 @@ class _Reduction(Protocol):
 
     def same_as_current(self) -> bool: ...
 
+    def by_fingerprints(self) -> Any: ...
+
     def _keys(self) -> str: ...
 
     def duplicates(self, limit: int = 1000) -> list[tuple[str, int, list[int]]]: ...
@@ -69,6 +71,8 @@ class DuplicateChecks:
             return []
         if self.has_op or not self.full or self.same_as_current():
             return []  # (see same_as_current: an unchanged capture holds each id once)
+        if self.by_fingerprints() is not None:
+            return []  # (its checks found each id once)
         # A snapshot's staged columns as they are (no narrow table of its size).
         keys = (
             f"(SELECT _combined_ordinal AS ord, {prov.ID} AS _cid FROM pay)"

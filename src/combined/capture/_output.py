@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -243,6 +244,11 @@ def part_rows(
     """
     select = delivered.select()
     for path, ordinals in ranges:
+        if delivered.resolved is None and delivered.keys is None and not ordered:
+            taken = _taken(con, path, ordinals, schema, delivered)
+            if taken is not None:
+                yield from (fixed.add(b) for b in taken.to_batches(max_chunksize=batch_rows))
+                continue
         con.register(_PART, StagedParts([path], schema))
         try:
             sql = (
@@ -258,3 +264,41 @@ def part_rows(
     if unstaged is not None:
         for batch in con.sql(unstaged).to_arrow_reader(batch_rows):
             yield fixed.add(batch)
+
+
+def _taken(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    ordinals: tuple[int, int],
+    schema: pa.Schema,
+    delivered: Delivered,
+) -> pa.Table | None:
+    """A part's rows to deliver, taken by position from the mapped part, or None.
+
+    A transition's rows of a part whose ordinals run one by one from its
+    first row are its rows at ``ord - first``: taken in Arrow, the part's
+    other rows (most of a re-capture's) are neither scanned nor converted
+    by DuckDB. None (the caller joins in DuckDB) where the part's ordinals
+    have gaps or its columns are not ``schema``'s (a part staged before a
+    column appeared or widened).
+    """
+    part = pa.Table.from_batches(list(read_part(path)))
+    staged = [n for n in (prov.EMITTED_AT, prov.SOURCE_POSITION) if n in schema.names]
+    names = [*delivered.payload, *staged]
+    if not part.num_rows or any(
+        n not in part.schema.names or part.schema.field(n).type != schema.field(n).type
+        for n in (*names, _ORDINAL)
+    ):
+        return None
+    first = int(part.column(_ORDINAL)[0].as_py())
+    expected = pa.array(np.arange(first, first + part.num_rows)).cast(
+        part.schema.field(_ORDINAL).type
+    )
+    if not part.column(_ORDINAL).equals(pa.chunked_array([expected])):
+        return None
+    chosen = con.sql(f"{delivered.chosen(ordinals)} ORDER BY ord").to_arrow_table()
+    rows = part.select(names).take(pc.subtract(chosen.column("ord"), first))
+    columns = {n: rows.column(n) for n in delivered.payload}
+    columns |= {prov.ID: chosen["id"], prov.OP: chosen["op"], prov.PAYLOAD_HASH: chosen["new_hash"]}
+    columns |= {n: rows.column(n) for n in staged}
+    return pa.table(columns)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from combined.capture._duplicates import DuplicateChecks
+from combined.capture._fingerprint import Fingerprints
 from combined.capture._output import (
     OUTPUT_BATCH_ROWS,
     Delivered,
@@ -142,7 +143,7 @@ def _connect(memory_limit: int, spill_dir: Path) -> duckdb.DuckDBPyConnection:
     )
 
 
-class Reducer(DuplicateChecks):
+class Reducer(DuplicateChecks, Fingerprints):
     """One dataset's reduction, in its own DuckDB connection."""
 
     # How the capture reduces (set by _modes).
@@ -192,9 +193,13 @@ class Reducer(DuplicateChecks):
         # ``current_filter`` (SQL over the lake's columns): a backfill's range of the current state.
         self._has_keys = False
         self._same: bool | None = None
+        self._fingerprinted = None
         self._current_count: int | None = None
         self.transition: Transition | None = None
         self._has_current = bool(current_files)
+        # (the fingerprints read a local lake's files without DuckDB: see _fingerprint)
+        local = not current_filter and not any("://" in str(f) for f in current_files)
+        self._lake_files = list(current_files) if local else None
         self._modes(key, strategy, full, deletes, dataset)
         op_expr = self._op_sql()
         id_expr = identity_sql(self.key, capture_schema, self.digest)
@@ -368,6 +373,9 @@ class Reducer(DuplicateChecks):
         if self.same_as_current():
             return self._unchanged()
         if self.streamed:
+            found = self.by_fingerprints()
+            if found is not None:
+                return found
             # A snapshot re-capture: its staged (id, hash) columns meet the
             # lake's as they are (plain columns, nothing computed in the join).
             last = (
@@ -490,7 +498,9 @@ class Reducer(DuplicateChecks):
         per_pass = max(self.memory_limit // JOIN_BYTES_PER_ROW, 1)
         return max(1, min(MAX_JOIN_PASSES, -(-rows // per_pass)))
 
-    def _join_current(self, last: str, current: str, cut: int | None) -> Transition:
+    def _join_current(
+        self, last: str, current: str, cut: int | None, passes: int | None = None
+    ) -> Transition:
         """The transition of the captured rows ``last`` against the current state.
 
         A snapshot re-capture that streams its staged columns joins in
@@ -513,7 +523,7 @@ class Reducer(DuplicateChecks):
             # by the larger side, so a capture much smaller than the lake
             # still builds the lake's ids in parts.
             kept = self._staged.count_rows()
-            passes = self._join_passes(max(kept, self._current_rows()))
+            passes = passes or self._join_passes(max(kept, self._current_rows()))
         else:
             kept = (
                 con.execute(f"SELECT count(*) FROM ({last})").fetchall()[0][0]
