@@ -10,6 +10,7 @@ DuckDB's "Out of Memory" (issue 25), and re-running failed the same way.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -111,6 +112,36 @@ def test_a_backlog_of_toast_unchanged_updates_drains_in_a_small_reduction_memory
 BIG_ROWS = 24_000
 
 
+def _drain(
+    root: Path, cdc_db, table: str, changes: list[str], check: str, *, default: bool = False
+) -> tuple[Any, tuple[int, ...], tuple[int, ...]]:
+    """Capture ``table``'s stitched snapshot, then ``changes``: the run, lake and source ``check``.
+
+    ``default``: at the default reduction memory (else 64 MiB).
+    """
+    project = PROJECT.replace("wide:", f"{table}:").replace("public.wide", f"public.{table}")
+    if default:
+        project = project.replace("reduction_memory: 64MiB\n", "")
+    (root / "combined.yaml").write_text(project.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix))
+    cdc_db.slot(f"public.{table}")
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        (run,) = engine.capture()  # the stitched snapshot
+        assert run.state == "succeeded", run.error
+        with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+            for statement in changes:
+                conn.execute(statement)
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        (lake,) = [tuple(r.values()) for r in engine.sql(f"{check} FROM pg.{table}").to_pylist()]
+    finally:
+        engine.close()
+    with psycopg.connect(cdc_db.dsn) as conn:
+        source = conn.execute(f"{check} FROM {table}").fetchone()
+    assert source is not None
+    return run, tuple(int(v) for v in lake), tuple(int(v) for v in source)
+
+
 def test_a_backlog_whose_unchanged_values_outgrow_the_reduction_memory_drains(
     tmp_path: Path, cdc_db
 ) -> None:
@@ -127,24 +158,33 @@ def test_a_backlog_whose_unchanged_values_outgrow_the_reduction_memory_drains(
             "INSERT INTO big SELECT g, 0, repeat(md5(g::text), 128) "
             f"FROM generate_series(1, {BIG_ROWS}) g"
         )
-    project = PROJECT.replace("wide:", "big:").replace("public.wide", "public.big")
-    (tmp_path / "combined.yaml").write_text(project.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix))
-    cdc_db.slot("public.big")
-    engine = Engine.open(tmp_path / "combined.yaml")
-    try:
-        (run,) = engine.capture()  # the stitched snapshot
-        assert run.state == "succeeded", run.error
-        with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
-            conn.execute("UPDATE big SET n = n + 1")
-        (run,) = engine.capture()
-        assert run.state == "succeeded", run.error
-        assert run.stats is not None and run.stats["big"]["updates"] == BIG_ROWS
-        check = "SELECT count(*), sum(n), count(DISTINCT md5(body)), sum(length(body))"
-        (lake,) = [tuple(r.values()) for r in engine.sql(f"{check} FROM pg.big").to_pylist()]
-    finally:
-        engine.close()
-    with psycopg.connect(cdc_db.dsn) as conn:
-        source = conn.execute(f"{check} FROM big").fetchone()
-    assert source is not None
-    assert tuple(int(v) for v in lake) == tuple(int(v) for v in source)
+    check = "SELECT count(*), sum(n), count(DISTINCT md5(body)), sum(length(body))"
+    run, lake, source = _drain(tmp_path, cdc_db, "big", ["UPDATE big SET n = n + 1"], check)
+    assert run.stats is not None and run.stats["big"]["updates"] == BIG_ROWS
+    assert lake == source
     assert lake[0] == BIG_ROWS and lake[2] == BIG_ROWS
+
+
+#: List columns of a table whose every row a capture fills in each of them.
+MANY_COLUMNS = 24
+
+
+def test_rows_filled_in_many_columns_drain_at_the_default_memory(tmp_path: Path, cdc_db) -> None:
+    # A column added with a default fills every other column of every row
+    # from the lake. Each filled column is one more join in every statement
+    # over the filled rows, and a join holds memory however few rows it
+    # builds on (~6 MB for a list): 24 of them failed with DuckDB's "Out of
+    # Memory" at the default reduction memory, for 50 rows.
+    columns = ", ".join(f"c{i} int[]" for i in range(MANY_COLUMNS))
+    values = ", ".join(f"ARRAY[g, {i}, NULL]" for i in range(MANY_COLUMNS))
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE many (id int PRIMARY KEY, {columns})")
+        conn.execute(f"INSERT INTO many SELECT g, {values} FROM generate_series(1, 50) g")
+    changes = [
+        "ALTER TABLE many ADD COLUMN x int NOT NULL DEFAULT 5",
+        "UPDATE many SET x = -1 WHERE id = 1",
+    ]
+    sums = ", ".join(f"sum(c{i}[1] + c{i}[2])" for i in range(MANY_COLUMNS))
+    check = f"SELECT count(*), sum(x), {sums}"
+    _, lake, source = _drain(tmp_path, cdc_db, "many", changes, check, default=True)
+    assert lake == source and lake[:2] == (50, 49 * 5 - 1)

@@ -14,6 +14,7 @@ import pytest
 from combined import _alloc
 from combined._alloc import POOL_VARIABLE
 from combined.runtime._memory import (
+    ARENA_VARIABLE,
     MMAP_VARIABLE,
     TRIM_VARIABLE,
     fix_mmap_threshold,
@@ -169,15 +170,54 @@ def test_freed_heap_memory_is_kept_for_reuse_until_a_phase_gives_it_back(mode: s
     env = {k: v for k, v in os.environ.items() if k not in (MMAP_VARIABLE, TRIM_VARIABLE)}
     if mode == "user":
         env[TRIM_VARIABLE] = str(128 << 10)  # the user's (glibc's default) wins
-    out = subprocess.run(
-        [sys.executable, "-c", _TRIM_PROBE, mode],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    out = _run(_TRIM_PROBE, mode, env)
     on_free, on_release = (int(v) for v in out.stdout.split())
     # Raised, a free leaves the pages for the next allocation (no fault to
     # take them back); the user's low threshold trims on every such free.
     assert on_free < 8 if mode == "raised" else on_free >= 56
     assert on_release >= 56  # release_memory() trims the heaps at a phase boundary
+
+
+_ARENA_PROBE = """
+import ctypes, sys, threading
+from combined.runtime._memory import limit_arenas
+print(limit_arenas() if sys.argv[1] != "default" else None)
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+start = threading.Barrier(8)
+def allocate():
+    start.wait()  # all at once: each new thread takes a heap of its own while it may
+    block = libc.malloc(1 << 20)
+    ctypes.memset(block, 1, 1 << 20)
+    start.wait()
+    libc.free(block)
+threads = [threading.Thread(target=allocate) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+libc.malloc_stats()  # one "Arena <n>:" line a heap, on stderr
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="a glibc setting")
+@pytest.mark.parametrize(
+    ("mode", "set_", "heaps"),
+    [("limited", "True", 2), ("default", "None", 9), ("user", "False", 5)],
+)  # glibc's default: a heap for each of the 8 threads and the main one, or more
+def test_threads_share_two_heaps_unless_the_user_chose(mode: str, set_: str, heaps: int) -> None:
+    env = {k: v for k, v in os.environ.items() if k != ARENA_VARIABLE}
+    if mode == "user":
+        env[ARENA_VARIABLE] = "5"  # the user's wins
+    out = _run(_ARENA_PROBE, mode, env)
+    assert out.stdout.strip() == set_
+    found = out.stderr.count("Arena ")
+    assert found >= heaps if mode == "default" else found == heaps
+
+
+def _run(probe: str, mode: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``probe`` run in a fresh interpreter with ``mode`` as its argument."""
+    return subprocess.run(
+        [sys.executable, "-c", probe, mode], env=env, capture_output=True, text=True, check=True
+    )

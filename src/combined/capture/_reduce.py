@@ -88,10 +88,17 @@ MAX_JOIN_PASSES = 6
 #: lineage, the fills, the keys, the transition), which spill cheaply, and
 #: builds its joins on ids and ordinals. At a half, a backlog of 500k wide
 #: TOAST-unchanged updates peaked ~100 MB lower (541 -> 441 MB) for the same
-#: CPU-seconds (bench/RESULTS.md).
-CHANGE_STREAM_SHARE = 2
+#: CPU-seconds; at a quarter (64 MB at the default), ~60 MB lower again
+#: (bench/RESULTS.md).
+CHANGE_STREAM_SHARE = 4
 #: The least DuckDB memory a reduction is given, in MB.
 MIN_DUCK_MB = 64
+#: DuckDB memory each column's fills add to a change stream's reduction, in
+#: MB: every statement over the filled rows joins each such column's fills,
+#: and a hash join holds its partitions however few rows it builds on (~2 MB
+#: for a scalar column, ~6 MB for a list): 40 rows filled in 14 columns
+#: failed at 64 MB, 50 rows in 24 list columns at 128 MB.
+FILL_JOIN_MB = 8
 
 
 def _duck_mb(nbytes: int) -> int:
@@ -186,7 +193,8 @@ class Reducer(DuplicateChecks, Fingerprints):
         # larger than the limit still reduces. ``lake`` (a LakeStore) reads ``current_files``.
         self.memory_limit = memory_limit
         share = CHANGE_STREAM_SHARE if prov.OP in capture_schema.names else 1
-        self.con = _connect(memory_limit // share, spill_dir)
+        self._duck_limit = memory_limit // share
+        self.con = _connect(self._duck_limit, spill_dir)
         if lake is not None:
             lake.attach(self.con)
         self.capture_schema, self.sync_mode, self.baseline = capture_schema, sync_mode, baseline
@@ -299,6 +307,9 @@ class Reducer(DuplicateChecks, Fingerprints):
                 id_expr=id_expr,
                 current_files=current_files,
             )
+            if self._resolved.fills:
+                mb = _duck_mb(self._duck_limit) + FILL_JOIN_MB * len(self._resolved.fills)
+                self.con.execute(f"SET memory_limit = '{mb}MB'")
             self.con.execute("CREATE VIEW pay AS SELECT * FROM res")
             source = "res"
         else:

@@ -1,6 +1,7 @@
 """The process's allocators, tuned for a capture's large, short-lived buffers.
 
-Two settings, each measured on the benchmark's 2M-row snapshot (bench/RESULTS.md):
+Three settings, measured on the benchmark's 2M-row snapshot and a CDC backlog
+(bench/RESULTS.md):
 
 - **Arrow's pool.** pyarrow allocates through mimalloc by default; the C
   library's allocator held less at every peak (initial snapshot ~-80 MB and
@@ -23,6 +24,8 @@ Two settings, each measured on the benchmark's 2M-row snapshot (bench/RESULTS.md
   peak (bench/RESULTS.md). What the heaps keep is given back at the phase
   boundaries instead (:func:`release_memory`). ``MALLOC_MMAP_THRESHOLD_`` and
   ``MALLOC_TRIM_THRESHOLD_``, when set, win (glibc read them at start-up).
+- **glibc's arenas.** At most two heaps for all threads (:func:`limit_arenas`):
+  each heap keeps its own freed memory between the phase boundaries.
 
 The engine applies these once per process (:func:`tune_allocators`).
 """
@@ -43,11 +46,14 @@ from combined import _alloc
 #: glibc's own environment forms of the mmap and trim thresholds.
 MMAP_VARIABLE = "MALLOC_MMAP_THRESHOLD_"
 TRIM_VARIABLE = "MALLOC_TRIM_THRESHOLD_"
+ARENA_VARIABLE = "MALLOC_ARENA_MAX"
 MMAP_THRESHOLD = 4 << 20
 TRIM_THRESHOLD = 256 << 20
+ARENA_MAX = 2
 # mallopt's parameter numbers, from glibc's malloc.h
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
 
 _lock = threading.Lock()
 
@@ -103,6 +109,19 @@ def raise_trim_threshold(threshold: int = TRIM_THRESHOLD) -> bool:
     return _mallopt(_M_TRIM_THRESHOLD, threshold, TRIM_VARIABLE)
 
 
+def limit_arenas(arenas: int = ARENA_MAX) -> bool:
+    """Let glibc's threads share at most ``arenas`` heaps; whether it was set.
+
+    Each heap keeps what its threads freed (up to the trim threshold) until
+    :func:`release_memory`: with a heap a thread (the reading, staging,
+    DuckDB's and the Delivery writers'), a phase held the sum of their
+    peaks. Two heaps: a CDC backlog's commit and MAR peaked ~20 MB lower,
+    its Deliveries ~15 MB (bench/RESULTS.md). Nothing happens on another C
+    library, or when ``MALLOC_ARENA_MAX`` chose a number already.
+    """
+    return _mallopt(_M_ARENA_MAX, arenas, ARENA_VARIABLE)
+
+
 def release_memory() -> None:
     """Give back what Arrow's pool and glibc's heaps hold unused (at a phase boundary).
 
@@ -120,3 +139,4 @@ def tune_allocators() -> None:
     use_system_allocator()
     fix_mmap_threshold()
     raise_trim_threshold()
+    limit_arenas()
