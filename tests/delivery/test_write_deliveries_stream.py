@@ -213,3 +213,33 @@ def test_the_older_delivery_is_encoded_while_the_newer_one_fills(
     out = write(area, (batch(i * 2, 2) for i in range(8)), max_rows=8)
     assert [d.record_count for d in out] == [8, 8]
     assert waited == [True]
+
+
+def test_constant_columns_are_written_from_one_dictionary_value(tmp_path: Path) -> None:
+    # The Delivery id and the transition's constants reach the file from a
+    # one-value dictionary (not hashed row by row): the file reads back as
+    # strings, with the Arrow schema a writer of plain strings stores.
+    schema = SCHEMA.append(pa.field("_combined_run_id", pa.string()))
+    rows = [
+        b.append_column("_combined_run_id", pa.repeat("run-1", b.num_rows))
+        for b in (batch(0, 40_000), batch(40_000, 30_000))
+    ]
+    constants = {"_combined_run_id": pa.scalar("run-1")}
+    area = StagingArea(tmp_path / "a", Limits())
+    (d,) = write(area, iter(rows), schema=schema, constants=constants)
+    pf = pq.ParquetFile(d.path)
+    assert pf.schema_arrow == schema
+    plain = tmp_path / "plain.parquet"
+    pq.write_table(schema.empty_table(), plain)
+    stored = pq.ParquetFile(plain).metadata.metadata
+    assert pf.metadata.metadata == stored
+    table = pq.read_table(d.path)
+    assert table.column("_combined_run_id").unique().to_pylist() == ["run-1"]
+    assert table.column("_combined_delivery_id").unique().to_pylist() == [d.id]
+    assert table.drop_columns(["_combined_delivery_id"]).equals(
+        pa.Table.from_batches(rows).drop_columns(["_combined_delivery_id"])
+    )
+    for rg in range(pf.metadata.num_row_groups):
+        for name in ("_combined_run_id", "_combined_delivery_id"):
+            i = schema.get_field_index(name)
+            assert "RLE_DICTIONARY" in pf.metadata.row_group(rg).column(i).encodings

@@ -142,3 +142,49 @@ def test_a_schema_parquet_cannot_name_keeps_the_writer_default() -> None:
     # An empty struct has no leaf: the probe that names the leaves fails, the choice does not.
     schema = pa.schema([("s", pa.struct([])), ("l", pa.list_(pa.int64()))])
     assert dictionary_columns(schema, None) is True
+
+
+def test_digests_are_stored_uncompressed_without_statistics(tmp_path: Path) -> None:
+    # Random bytes: zstd gains nothing on them and their min/max skips nothing.
+    rows = 5_000
+    batch = pa.record_batch(
+        {
+            "id": pa.array(range(rows), pa.int64()),
+            "_combined_id": pa.array([i.to_bytes(16, "big") for i in range(rows)], pa.binary()),
+            "_combined_payload_hash": pa.array([bytes(16)] * rows, pa.binary()),
+        }
+    )
+    path = tmp_path / "d.parquet"
+    with parquet_writer(path, batch.schema, sample=batch) as writer:
+        writer.write_batch(batch)
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    columns = {meta.column(i).path_in_schema: meta.column(i) for i in range(meta.num_columns)}
+    for name in ("_combined_id", "_combined_payload_hash"):
+        assert columns[name].compression == "UNCOMPRESSED"
+        assert not columns[name].is_stats_set
+    assert columns["id"].compression == "ZSTD" and columns["id"].is_stats_set
+    assert pq.read_table(path).equals(pa.Table.from_batches([batch]))
+    # hex digests (identity encoding v1) are text of half their bits' entropy: compressed
+    hexed = pa.record_batch({"_combined_id": pa.array([f"{i:032x}" for i in range(rows)])})
+    path = tmp_path / "h.parquet"
+    with parquet_writer(path, hexed.schema, sample=hexed) as writer:
+        writer.write_batch(hexed)
+    column = pq.ParquetFile(path).metadata.row_group(0).column(0)
+    assert column.compression == "ZSTD" and not column.is_stats_set
+
+
+def test_dictionary_given_columns_read_back_as_strings(tmp_path: Path) -> None:
+    schema = pa.schema([("id", pa.int64()), ("status", pa.string())])
+    status = pa.array(["open", "paid", "open"]).dictionary_encode()
+    given = pa.record_batch(
+        [pa.array([1, 2, 3]), status],
+        names=["id", "status"],
+    )
+    path = tmp_path / "s.parquet"
+    with parquet_writer(path, schema, sample=given, dictionaries=["status"]) as writer:
+        writer.write_batch(given)
+    assert pq.read_schema(path) == schema
+    assert pq.read_table(path).column("status").to_pylist() == ["open", "paid", "open"]
+    plain = tmp_path / "p.parquet"
+    pq.write_table(schema.empty_table(), plain)
+    assert pq.ParquetFile(path).metadata.metadata == pq.ParquetFile(plain).metadata.metadata

@@ -140,3 +140,21 @@ def test_the_spill_directory_is_private_to_the_connection_and_removed(tmp_path: 
     assert stat.S_IMODE(seen["mode"]) == 0o700 and seen["uid"] == os.getuid()
     assert not seen["after"]  # removed with the connection
     assert list(theirs.iterdir()) == []
+
+
+def test_snapshots_beside_inserts_in_one_file_bill_as_inserts(tmp_path: Path) -> None:
+    # The operations are mapped on the file's dictionary: two of its values
+    # becoming one must still bill (and store) each row once, as a string.
+    lake = LakeLayout(tmp_path / "lake")
+    ids = [f"id{i}" for i in range(90)]
+    ops = ["snapshot", "insert", "update"] * 30
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"_combined_id": ids, "_combined_op": ops}), str(path))
+    got = record_usage(lake, "s", "d", [path], month="2026-11", unique=True, deliveries=True)
+    assert got["2026-11"] == {"mar": 90, "inserts": 60, "updates": 30, "deletes": 0}
+    assert month_counts(lake, "s", "d", "2026-11") == got["2026-11"]
+    stored = LakeTable(lake.usage("s", "d"), "x")
+    table = pa.concat_tables(pq.read_table(f) for f in stored.files())
+    assert table.schema.field("op").type == pa.string()
+    assert table.schema.field("month").type == pa.string()
+    assert sorted(table.column("op").to_pylist()) == ["insert"] * 60 + ["update"] * 30

@@ -705,6 +705,13 @@ class Reducer(DuplicateChecks, Fingerprints):
         reader: pa.RecordBatchReader = self.con.sql(sql).to_arrow_reader(batch_rows)
         return reader
 
+    def constants(self, constants: dict[str, Any]) -> dict[str, pa.Scalar]:
+        """The columns :meth:`output` gives one value in every row, with that value."""
+        _, scalars = constant_columns(self.capture_schema, constants)
+        if self.all_new:
+            return {prov.OP: pa.scalar(self._first_op.strip("'"), pa.string()), **scalars}
+        return scalars
+
     def output(
         self, constants: dict[str, Any], batch_rows: int = OUTPUT_BATCH_ROWS
     ) -> Iterator[pa.RecordBatch]:

@@ -11,16 +11,25 @@ import hashlib
 import queue
 import shutil
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.ipc
+import pyarrow.parquet as pq
 
 from combined.errors import StagingLimitExceeded
-from combined.lake import FileStats, RowGroups, confined, parquet_writer, to_lake
+from combined.lake import (
+    FileStats,
+    RowGroups,
+    confined,
+    constant_dictionary,
+    dictionary_columns_taken,
+    parquet_writer,
+    to_lake,
+)
 from combined.protocol import _provenance as prov
 
 
@@ -258,6 +267,9 @@ FEED_CHUNKS = 4
 #: the feeds' chunks are what the writers hold beside their row groups, and
 #: four 16k-row batches of a wide table's backlog held ~25 MB a writer.
 CHUNK_BYTES = 2 << 20
+#: Rows of a constant column built once per Delivery and sliced for each chunk
+#: (the output's chunks are shorter; a longer one gets its own).
+FEED_ROWS = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +282,47 @@ class _Target:
     dataset: str
     schema: pa.Schema
     schema_revision: int
+    #: Columns every row holds one value of (the constant provenance), with that value.
+    constants: Mapping[str, pa.Scalar] = field(default_factory=dict)
+
+
+class _Stamp:
+    """Sets a Delivery's constant columns on each chunk: its id, and the transition's constants.
+
+    The string ones the file's writer takes as one-value dictionaries
+    (:func:`combined.lake.dictionary_columns_taken`) are given as such, sliced
+    from one array (their chunks share one dictionary); the others repeat
+    their value (only the Delivery id is set over what the chunk holds:
+    the other constants are the values its rows were given already).
+    """
+
+    def __init__(self, schema: pa.Schema, values: Mapping[str, pa.Scalar]) -> None:
+        self.schema = schema
+        self.values = values
+        self.dictionaries: dict[str, pa.Array] = {}
+
+    def start(self, writer: pq.ParquetWriter) -> None:
+        """Use the dictionaries ``writer`` takes."""
+        taken = dictionary_columns_taken(writer)
+        self.dictionaries = {
+            n: constant_dictionary(v, FEED_ROWS) for n, v in self.values.items() if n in taken
+        }
+
+    def __call__(self, chunk: pa.RecordBatch) -> pa.RecordBatch:
+        n = chunk.num_rows
+        for name, value in self.values.items():
+            array = self.dictionaries.get(name)
+            if array is None and name != prov.DELIVERY_ID:
+                continue
+            i = self.schema.get_field_index(name)
+            if array is None:
+                column: pa.Array = pa.repeat(value, n)
+            elif n <= len(array):
+                column = array.slice(0, n)
+            else:
+                column = constant_dictionary(value, n)
+            chunk = chunk.set_column(i, pa.field(name, column.type), column)
+        return chunk
 
 
 def _write_delivery(
@@ -281,17 +334,21 @@ def _write_delivery(
     path = area.path(f"{target.source}/{target.dataset}/deliveries/{seq:09d}-{did}.parquet")
     area.account(0, files=1)
     stats = FileStats(schema)
-    idx = schema.get_field_index(prov.DELIVERY_ID)
-    field = schema.field(idx)
-    ids = pa.scalar(did, field.type)
+    values = {
+        **target.constants,
+        prov.DELIVERY_ID: pa.scalar(did, schema.field(prov.DELIVERY_ID).type),
+    }
+    stamp = _Stamp(schema, {n: v for n, v in values.items() if n in schema.names})
     chunk = feed.get()
     # The first chunk decides which columns get a dictionary (its
     # Delivery id is still null: constant either way).
-    with parquet_writer(path, schema, sample=chunk) as writer:
+    constants = [n for n, v in stamp.values.items() if v.is_valid]
+    with parquet_writer(path, schema, sample=chunk, dictionaries=constants) as writer:
+        stamp.start(writer)
         groups = RowGroups(writer)  # chunks gather into full row groups
         accounted = 0
         while chunk is not None:
-            chunk = chunk.set_column(idx, field, pa.repeat(ids, chunk.num_rows))
+            chunk = stamp(chunk)
             stats.add(chunk)
             groups.add(chunk)
             size = path.stat().st_size  # row groups reach the file as they fill
@@ -377,6 +434,7 @@ def write_deliveries(
     max_rows: int,
     max_bytes: int,
     allow_empty: bool = False,
+    constants: Mapping[str, pa.Scalar] | None = None,
 ) -> list[StagedDelivery]:
     """Cut ``batches`` into bounded Delivery files with deterministic ids.
 
@@ -385,9 +443,10 @@ def write_deliveries(
     releases the GIL): memory holds a few chunks, never a whole Delivery.
     Each file's Delta statistics are gathered on the way. With
     ``allow_empty``, a stream without rows still yields one empty Delivery
-    (a commit that only carries a checkpoint).
+    (a commit that only carries a checkpoint). ``constants``: columns every
+    row of ``batches`` holds one value of, with that value (written from it).
     """
-    target = _Target(area, run_id, source, dataset, schema, schema_revision)
+    target = _Target(area, run_id, source, dataset, schema, schema_revision, constants or {})
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="delivery") as pool:
         writers = _Writers(pool, target, first_sequence)
         current = False  # whether the newest active Delivery still takes chunks

@@ -9,12 +9,13 @@ time), and the commit registers them as add actions with their statistics.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -151,11 +152,14 @@ def write_data_files(
     schema: pa.Schema,
     batches: Iterable[pa.RecordBatch],
     store: LakeStore | None = None,
+    dictionaries: Collection[str] = (),
 ) -> list[Any]:
     """Stream ``batches`` into new data files of ``table``; return their add actions.
 
     The files are invisible until a commit adds them; a crash before it leaves
-    only unreferenced files, which ``vacuum`` removes.
+    only unreferenced files, which ``vacuum`` removes. ``dictionaries``: string
+    columns of ``schema`` the batches give as dictionary arrays (see
+    :func:`parquet_writer`).
     """
     store = store or LakeStore.at(table)
     store.makedirs(table)
@@ -164,6 +168,8 @@ def write_data_files(
     groups: RowGroups | None = None
     stats: FileStats | None = None
     name = ""
+
+    dense: set[str] = set()
 
     def close() -> None:
         nonlocal writer, groups, stats
@@ -185,11 +191,15 @@ def write_data_files(
                     schema,
                     sample=batch.slice(offset),
                     filesystem=store.fs if store.remote else None,
+                    dictionaries=dictionaries,
                 )
                 groups, stats = RowGroups(writer), FileStats(schema)
+                dense = set(dictionaries) - dictionary_columns_taken(writer)
             assert groups is not None and stats is not None
             # A file ends at FILE_ROWS rows exactly, whatever the batches' sizes.
             chunk = batch.slice(offset, FILE_ROWS - stats.rows)
+            if dense:  # (given as dictionaries, written as strings)
+                chunk = chunk.cast(_with_strings(chunk.schema, dense))
             groups.add(chunk)
             stats.add(chunk)
             offset += chunk.num_rows
@@ -238,6 +248,8 @@ def dictionary_columns(schema: pa.Schema, sample: pa.RecordBatch | None) -> bool
             continue
         if pa.types.is_nested(field.type):
             chosen.extend(paths)
+        elif pa.types.is_dictionary(column.type):  # given as a dictionary already
+            chosen.append(field.name)
         elif pc.count_distinct(column, mode="all").as_py() <= limit:
             chosen.append(field.name)
     return chosen
@@ -270,21 +282,89 @@ def parquet_writer(
     compression: str = "zstd",
     sample: pa.RecordBatch | None = None,
     filesystem: pafs.FileSystem | None = None,
+    dictionaries: Collection[str] = (),
 ) -> pq.ParquetWriter:
     """A Parquet writer for lake and staging files, dictionaries only where they pay.
 
     ``sample`` (the first batch the file will hold) decides which columns get
     a dictionary (see :func:`dictionary_columns`). ``path`` is a path of
     ``filesystem`` when one is given (an object store's ``bucket/key``).
+    The digest columns are neither compressed nor given statistics
+    (:func:`digest_settings`). ``dictionaries`` name string columns the
+    batches may give as dictionary arrays (a constant as one value, see
+    :func:`constant_dictionary`): the writer takes their dictionary as it
+    is, where a column of strings has each value hashed into a dictionary
+    and compared for its statistics (the provenance constants cost half of
+    a narrow Delivery's encoding). The file's Arrow schema still says
+    ``schema``. Which ones the writer takes as dictionaries:
+    :func:`dictionary_columns_taken` (the batches give the others as strings).
     """
     dictionary = dictionary_columns(schema, sample)
-    return pq.ParquetWriter(
+    encoding = digest_encoding(schema, dictionary)
+    codecs, statistics = digest_settings(schema, compression, encoding)
+    taken = [n for n in dictionaries if pa.types.is_string(schema.field(n).type)]
+    if not taken or isinstance(dictionary, bool) or schema.metadata:
+        return pq.ParquetWriter(
+            str(path),
+            schema,
+            compression=codecs,
+            use_dictionary=dictionary,
+            column_encoding=encoding,
+            write_statistics=statistics,
+            filesystem=filesystem,
+        )
+    return _DictionaryWriter(
         str(path),
         schema,
-        compression=compression,
-        use_dictionary=dictionary,
-        column_encoding=digest_encoding(schema, dictionary),
+        taken,
+        compression=codecs,
+        use_dictionary=sorted({*dictionary, *taken}),
+        column_encoding=encoding,
+        write_statistics=statistics,
         filesystem=filesystem,
+    )
+
+
+class _DictionaryWriter(pq.ParquetWriter):  # type: ignore[misc]  # (pyarrow: no types)
+    """A writer whose ``taken`` columns arrive as dictionary arrays of ``schema``'s strings.
+
+    Its batches' schema types them as dictionaries; the file's Arrow schema
+    (``ARROW:schema``, added as it closes) is ``schema``'s own, byte for byte
+    what a writer of ``schema`` stores, so every reader sees strings.
+    """
+
+    def __init__(
+        self, where: str, schema: pa.Schema, taken: Collection[str], **options: Any
+    ) -> None:
+        fields = [
+            f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in taken else f for f in schema
+        ]
+        self._stored = base64.b64encode(schema.serialize().to_pybytes()).decode()
+        self.taken = frozenset(taken)
+        super().__init__(where, pa.schema(fields), store_schema=False, **options)
+
+    def close(self) -> None:
+        if self.is_open:
+            self.add_key_value_metadata({"ARROW:schema": self._stored})
+        super().close()
+
+
+def dictionary_columns_taken(writer: pq.ParquetWriter) -> frozenset[str]:
+    """The columns ``writer`` (from :func:`parquet_writer`) takes as dictionary arrays."""
+    return writer.taken if isinstance(writer, _DictionaryWriter) else frozenset()
+
+
+def constant_dictionary(value: pa.Scalar, rows: int) -> pa.DictionaryArray:
+    """``rows`` times the string ``value``, as a dictionary array of that one value."""
+    indices = pa.nulls(rows, pa.int32()).fill_null(0)
+    return pa.DictionaryArray.from_arrays(indices, pa.array([value.as_py()], value.type))
+
+
+def _with_strings(schema: pa.Schema, names: Collection[str]) -> pa.Schema:
+    """``schema`` with its dictionary columns ``names`` typed as their values."""
+    return pa.schema(
+        [f.with_type(f.type.value_type) if f.name in names else f for f in schema],
+        metadata=schema.metadata,
     )
 
 
@@ -318,6 +398,27 @@ def digest_encoding(schema: pa.Schema, dictionary: bool | list[str]) -> dict[str
         if f.name in _NO_DICTIONARY and _byte_array(f.type)
     }
     return chosen or None
+
+
+def digest_settings(
+    schema: pa.Schema, compression: str, encoding: dict[str, str] | None
+) -> tuple[str | dict[str, str], bool | list[str]]:
+    """Each leaf column's codec, and the columns given statistics: all but the digests.
+
+    Binary digests (identity encoding v2) are random bytes: zstd spends its
+    time on them for nothing (on a narrow Delivery, 16.00 MB either way);
+    hex ones (v1) stay compressed, their text holding half the bits. No
+    digest's min/max, compared value by value, lets a reader skip anything
+    (every row group spans nearly the whole range). ``encoding`` names the
+    digests (see :func:`digest_encoding`); without it, the writer's defaults.
+    """
+    leaves = _leaf_paths(schema) if encoding else None
+    if not encoding or leaves is None:
+        return compression, True
+    paths = [p for group in leaves for p in group]
+    raw = {n for n in encoding if pa.types.is_binary(schema.field(n).type)}
+    codecs = {p: "none" if p in raw else compression for p in paths}
+    return codecs, [p for p in paths if p not in encoding]
 
 
 class RowGroups:

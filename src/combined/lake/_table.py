@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -403,12 +403,14 @@ class LakeTable:
         *,
         create: bool,
         metadata: Callable[[], Mapping[str, Any]],
+        dictionaries: Collection[str] = (),
     ) -> None:
         """Append several streams of rows of ``schema`` in one commit, written two at a time.
 
         Each stream becomes data files of its own, encoded on its own thread
         (Parquet encoding releases the GIL). ``metadata`` is asked for once
         every stream is written, so it may describe what they held.
+        ``dictionaries``: string columns the streams give as dictionary arrays.
         """
         from concurrent.futures import ThreadPoolExecutor
 
@@ -418,7 +420,10 @@ class LakeTable:
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="append") as pool:
             written = list(
                 pool.map(
-                    lambda rows: write_data_files(self.path, schema, rows, self.store), streams
+                    lambda rows: write_data_files(
+                        self.path, schema, rows, self.store, dictionaries
+                    ),
+                    streams,
                 )
             )
         actions = [a for file_actions in written for a in file_actions]

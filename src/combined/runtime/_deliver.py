@@ -111,6 +111,7 @@ def deliver(
             max_rows=plan.max_rows,
             max_bytes=plan.max_bytes,
             allow_empty=moved or plan.sync_mode == "full_refresh",
+            constants=reducer.constants(constants),
         )
         reporter.progress(plan.name, staged.rows, 0, len(out.deliveries))
     return out

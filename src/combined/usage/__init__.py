@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from combined.lake import LakeLayout, LakeTable
+from combined.lake import LakeLayout, LakeTable, constant_dictionary
 from combined.protocol._digest import Digest, as_sql, digest_of, digest_sql_type, digest_type
 
 
@@ -179,23 +179,30 @@ def _first_usage(
     tally: dict[str, int] = {"insert": 0, "update": 0, "delete": 0}
     lock = threading.Lock()
     month_value = pa.scalar(month, pa.string())
+    # The month and the operation travel as dictionaries (the operation as
+    # the file's own): the writer takes them as they are, where strings
+    # would each be hashed into its dictionary again.
+    written = pa.schema(
+        [
+            f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name != "_combined_id" else f
+            for f in schema
+        ]
+    )
 
     def rows(paths: list[str]) -> Iterator[pa.RecordBatch]:
         for path in paths:
-            with pq.ParquetFile(store.open_input(path)) as pf:
+            with pq.ParquetFile(store.open_input(path), read_dictionary=[op_column]) as pf:
                 columns = ["_combined_id", op_column]
                 for b in pf.iter_batches(batch_size=65_536, columns=columns):
-                    ops = b.column(1).cast(pa.string())
-                    if deliveries:  # a baseline's rows bill as inserts
-                        ops = pc.if_else(pc.equal(ops, "snapshot"), "insert", ops)
-                    found = pc.value_counts(ops).to_pylist()
+                    ops = _billed_ops(b.column(1), deliveries)
+                    found = pc.value_counts(ops.indices).to_pylist()
                     with lock:
                         for item in found:
-                            tally[item["values"]] = tally.get(item["values"], 0) + item["counts"]
+                            op = ops.dictionary[item["values"]].as_py()
+                            tally[op] = tally.get(op, 0) + item["counts"]
                     ids = b.column(0).cast(schema.field("_combined_id").type)
-                    yield pa.record_batch(
-                        [pa.repeat(month_value, b.num_rows), ids, ops], schema=schema
-                    )
+                    months = constant_dictionary(month_value, b.num_rows)
+                    yield pa.record_batch([months, ids, ops], schema=written)
 
     def metadata() -> dict[str, Any]:
         counts[month] = {
@@ -207,8 +214,30 @@ def _first_usage(
         return {"counts": counts}
 
     streams = [rows(files[n::2]) for n in range(min(2, len(files)))]
-    table.append_streams(schema, streams, create=not table.exists(), metadata=metadata)
+    table.append_streams(
+        schema,
+        streams,
+        create=not table.exists(),
+        metadata=metadata,
+        dictionaries=["month", "op"],
+    )
     return counts[month]
+
+
+def _billed_ops(ops: pa.DictionaryArray, deliveries: bool) -> pa.DictionaryArray:
+    """A file's operations (a dictionary array) as billed: a Delivery's ``snapshot`` as an insert.
+
+    Mapped on the dictionary's few values, not on the rows.
+    """
+    import pyarrow.compute as pc
+
+    values = ops.dictionary.cast(pa.string())
+    if deliveries:  # a baseline's rows bill as inserts
+        values = pc.if_else(pc.equal(values, "snapshot"), "insert", values)
+    indices = ops.indices.cast(pa.int32())
+    if len(set(values.to_pylist())) < len(values):  # (snapshots beside inserts: one value each)
+        return values.take(indices).dictionary_encode()
+    return pa.DictionaryArray.from_arrays(indices, values)
 
 
 def _files_digest(store: Any, files: list[str]) -> Digest:
