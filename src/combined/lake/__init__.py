@@ -10,6 +10,7 @@ from combined.lake._files import (
     link_or_copy,
     linked_name,
     parquet_writer,
+    with_dictionaries,
 )
 from combined.lake._layout import LakeLayout, confined
 from combined.lake._store import LakeStore
@@ -34,6 +35,7 @@ __all__ = [
     "link_data_files",
     "link_or_copy",
     "linked_name",
+    "with_dictionaries",
     "parquet_writer",
     "to_lake",
 ]

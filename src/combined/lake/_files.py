@@ -15,7 +15,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,29 +39,18 @@ REWRITE_BATCH_ROWS = 8_192
 READ_BATCH_BYTES = 8 << 20
 
 
-def batch_rows(meta: pq.FileMetaData, rows: int, columns: Sequence[str] | None = None) -> int:
-    """Rows to read from a file at a time: ``rows``, fewer where they are wide.
+def read_batches(pf: pq.ParquetFile, rows: int) -> Iterator[pa.RecordBatch]:
+    """``pf``'s rows ``rows`` at a time, fewer where they are wide.
 
-    About :data:`READ_BATCH_BYTES` a batch, by the file's uncompressed column
-    chunks (of ``columns`` alone when given) per row. A batch of a row count
-    alone held a whole file of wide rows: 8,192 rows of 1 MB texts.
+    About :data:`READ_BATCH_BYTES` a batch, by the file's uncompressed row
+    groups per row. A batch of a row count alone held a whole file of wide
+    rows: 8,192 rows of 1 MB texts.
     """
-    chunks = (
-        meta.row_group(g).column(c)
-        for g in range(meta.num_row_groups)
-        for c in range(meta.num_columns)
-    )
-    size = sum(
-        chunk.total_uncompressed_size
-        for chunk in chunks
-        if columns is None
-        or any(
-            chunk.path_in_schema == c or chunk.path_in_schema.startswith(f"{c}.") for c in columns
-        )
-    )
-    if size <= 0 or int(meta.num_rows) <= 0:
-        return rows
-    return max(1, min(rows, READ_BATCH_BYTES * int(meta.num_rows) // int(size)))
+    meta = pf.metadata
+    size = sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
+    if size > 0 and meta.num_rows > 0:
+        rows = max(1, min(rows, READ_BATCH_BYTES * int(meta.num_rows) // int(size)))
+    return pf.iter_batches(batch_size=rows)  # type: ignore[no-any-return]
 
 
 def _stat_value(value: Any) -> Any:
@@ -336,12 +325,9 @@ class _DictionaryWriter(pq.ParquetWriter):  # type: ignore[misc]  # (pyarrow: no
     def __init__(
         self, where: str, schema: pa.Schema, taken: Collection[str], **options: Any
     ) -> None:
-        fields = [
-            f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in taken else f for f in schema
-        ]
         self._stored = base64.b64encode(schema.serialize().to_pybytes()).decode()
         self.taken = frozenset(taken)
-        super().__init__(where, pa.schema(fields), store_schema=False, **options)
+        super().__init__(where, with_dictionaries(schema, taken), store_schema=False, **options)
 
     def close(self) -> None:
         if self.is_open:
@@ -358,6 +344,13 @@ def constant_dictionary(value: pa.Scalar, rows: int) -> pa.DictionaryArray:
     """``rows`` times the string ``value``, as a dictionary array of that one value."""
     indices = pa.nulls(rows, pa.int32()).fill_null(0)
     return pa.DictionaryArray.from_arrays(indices, pa.array([value.as_py()], value.type))
+
+
+def with_dictionaries(schema: pa.Schema, names: Collection[str]) -> pa.Schema:
+    """``schema`` with its columns ``names`` typed as dictionaries (int32 indices) of their type."""
+    return pa.schema(
+        [f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in names else f for f in schema]
+    )
 
 
 def _with_strings(schema: pa.Schema, names: Collection[str]) -> pa.Schema:

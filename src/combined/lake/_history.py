@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from combined.errors import LakeError
-from combined.lake._files import batch_rows
+from combined.lake._files import read_batches
 from combined.lake._layout import LakeLayout
 from combined.lake._maintain import reading_version
 from combined.lake._table import (
@@ -251,7 +251,7 @@ def _seed(
     def rows() -> Iterator[pa.RecordBatch]:
         for path in files:
             with pq.ParquetFile(layout.store.open_input(path)) as pf:
-                for batch in pf.iter_batches(batch_size=batch_rows(pf.metadata, 65_536)):
+                for batch in read_batches(pf, 65_536):
                     since = batch.column("_combined_ingested_at").cast(_TIME)
                     opened = _version(batch, target, pa.scalar(None, _TIME))
                     yield opened.set_column(target.get_field_index(VALID_FROM), VALID_FROM, since)
@@ -352,7 +352,7 @@ def _rows(
             yield _closing(ends, schema, at)
     for path in files:
         with pq.ParquetFile(layout.store.open_input(path)) as pf:
-            for batch in pf.iter_batches(batch_size=batch_rows(pf.metadata, 65_536)):
+            for batch in read_batches(pf, 65_536):
                 op = batch.column(_OP).cast(pa.string())
                 if puts is None:
                     keep = pc.invert(pc.is_in(op, pa.array(list(_ENDS))))

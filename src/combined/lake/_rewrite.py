@@ -182,11 +182,7 @@ def _kept_rows(
         # gathers them back into full row groups.
         kept = (
             to_lake(unviewed(b).filter(keep.slice(offset, b.num_rows)), schema)
-            for offset, b in _offsets(
-                pf.iter_batches(
-                    batch_size=_files.batch_rows(pf.metadata, _files.REWRITE_BATCH_ROWS)
-                )
-            )
+            for offset, b in _offsets(_files.read_batches(pf, _files.REWRITE_BATCH_ROWS))
         )
         return write_data_files(table, schema, kept, lake)
 
@@ -219,9 +215,7 @@ def _without_deletes(paths: Sequence[Path], schema: pa.Schema) -> Iterator[pa.Re
     """The rows of the Deliveries ``paths`` that are not deletes."""
     for path in paths:
         with pq.ParquetFile(str(path)) as pf:
-            for b in pf.iter_batches(
-                batch_size=_files.batch_rows(pf.metadata, _files.REWRITE_BATCH_ROWS)
-            ):
+            for b in _files.read_batches(pf, _files.REWRITE_BATCH_ROWS):
                 yield to_lake(b.filter(pc.not_equal(b.column(_OP), "delete")), schema)
 
 

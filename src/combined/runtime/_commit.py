@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from combined.delivery import StagedDelivery
 from combined.errors import DeliveryAltered, LakeError, ProtocolViolation
 from combined.lake import LakeLayout, link_or_copy, linked_name
-from combined.lake._files import batch_rows
+from combined.lake._files import read_batches
 from combined.runtime._faults import arm_commit_watchdog
 from combined.runtime._plan import Prepared, table_of
 
@@ -111,7 +111,7 @@ def _read(paths: list[Path]) -> Iterator[pa.RecordBatch]:
     for path in paths:
         pf = pq.ParquetFile(str(path))
         try:
-            yield from pf.iter_batches(batch_size=batch_rows(pf.metadata, 65_536))
+            yield from read_batches(pf, 65_536)
         finally:
             pf.close()
 

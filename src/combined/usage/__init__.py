@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from combined.lake import LakeLayout, LakeTable, constant_dictionary
+from combined.lake import LakeLayout, LakeTable, constant_dictionary, with_dictionaries
 from combined.protocol._digest import Digest, as_sql, digest_of, digest_sql_type, digest_type
 
 
@@ -182,12 +182,7 @@ def _first_usage(
     # The month and the operation travel as dictionaries (the operation as
     # the file's own): the writer takes them as they are, where strings
     # would each be hashed into its dictionary again.
-    written = pa.schema(
-        [
-            f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name != "_combined_id" else f
-            for f in schema
-        ]
-    )
+    written = with_dictionaries(schema, ["month", "op"])
 
     def rows(paths: list[str]) -> Iterator[pa.RecordBatch]:
         for path in paths:
