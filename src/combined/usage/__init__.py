@@ -154,6 +154,10 @@ def _count_added(con: Any, new: str, existing: str) -> Any:
     ).fetchall()[0]
 
 
+#: The usage rows' columns of few values, written from dictionaries.
+_CONSTANT_COLUMNS = ("month", "op")
+
+
 def _first_usage(
     table: LakeTable,
     schema: pa.Schema,
@@ -182,7 +186,7 @@ def _first_usage(
     # The month and the operation travel as dictionaries (the operation as
     # the file's own): the writer takes them as they are, where strings
     # would each be hashed into its dictionary again.
-    written = with_dictionaries(schema, ["month", "op"])
+    written = with_dictionaries(schema, _CONSTANT_COLUMNS)
 
     def rows(paths: list[str]) -> Iterator[pa.RecordBatch]:
         for path in paths:
@@ -214,7 +218,7 @@ def _first_usage(
         streams,
         create=not table.exists(),
         metadata=metadata,
-        dictionaries=["month", "op"],
+        dictionaries=_CONSTANT_COLUMNS,
     )
     return counts[month]
 
