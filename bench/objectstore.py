@@ -76,9 +76,12 @@ def s3_server(log: Path) -> Iterator[str]:
 def _lake_totals(table: str, env: dict[str, str]) -> tuple[int, int] | None:
     """(rows, sum of ids) of the Delta table at ``table``, read in a process with ``env``."""
     code = (
-        "import json, sys, pyarrow.compute as pc\nfrom deltalake import DeltaTable\n"
+        "import json, os, sys, pyarrow.compute as pc\nfrom deltalake import DeltaTable\n"
         "t = DeltaTable(sys.argv[1]).to_pyarrow_table(columns=['id'])\n"
-        "print(json.dumps([t.num_rows, int(pc.sum(t.column('id')).as_py() or 0)]))"
+        "print(json.dumps([t.num_rows, int(pc.sum(t.column('id')).as_py() or 0)]), flush=True)\n"
+        # (the reader's native threads sometimes abort the interpreter's exit,
+        # "terminate called without an active exception", after the answer)
+        "os._exit(0)"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, table], env=env, capture_output=True, text=True, check=False
