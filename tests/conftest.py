@@ -518,7 +518,9 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """
     port, where = _free_port(), tmp_path_factory.mktemp("s3")
     argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    with _emulator(argv, port, where / "server.log") as url:
+    # (its request recorder, which tests read, writes here rather than in the work tree)
+    env = {**os.environ, "MOTO_RECORDER_FILEPATH": str(where / "recording")}
+    with _emulator(argv, port, where / "server.log", env) as url:
         yield url
 
 
@@ -585,12 +587,14 @@ def _free_port() -> int:
 
 
 @contextmanager
-def _emulator(argv: list[str], port: int, log: Path) -> Iterator[str]:
+def _emulator(
+    argv: list[str], port: int, log: Path, env: dict[str, str] | None = None
+) -> Iterator[str]:
     """Run an emulator's ``argv`` until it answers on ``port``; yields its URL."""
     import time
 
     with log.open("wb") as out:
-        server = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 120
         while True:

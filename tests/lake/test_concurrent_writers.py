@@ -167,7 +167,7 @@ def test_a_commit_landing_between_the_sequence_check_and_the_write_is_not_repeat
     url = str(tmp_path / "lake" / "s" / "d")
     _created(url)
     racer = LakeTable(url, "combined:s/d")
-    opened = racer._open
+    opened = racer._fresh
     calls = 0
 
     def open_as_another_writer_commits(version: int | None = None) -> object:
@@ -178,7 +178,7 @@ def test_a_commit_landing_between_the_sequence_check_and_the_write_is_not_repeat
             assert _commit_first_sequence(LakeTable(url, "combined:s/d"), "other") is False
         return snapshot
 
-    monkeypatch.setattr(racer, "_open", open_as_another_writer_commits)
+    monkeypatch.setattr(racer, "_fresh", open_as_another_writer_commits)
     assert _commit_first_sequence(racer, "racer") is True
     table = LakeTable(url, "combined:s/d")
     assert table.version() == 1

@@ -113,6 +113,26 @@ class LakeStore:
         """
         return {}
 
+    @cached_property
+    def opened(self) -> dict[str, Any]:
+        """The store's Parquet files DuckDB has opened, by :meth:`path` (see :class:`_OpenAt`).
+
+        Opening a file of an object store asks for its size (a HEAD request),
+        and DuckDB opens each file of a table several times in every query:
+        108 of a small capture's ~400 requests. The files never change, and
+        reads of an opened one by offset are safe from several threads.
+        """
+        return {}
+
+    @cached_property
+    def stamps(self) -> dict[str, Any]:
+        """The modification times DuckDB asked of the store's Parquet files, by :meth:`path`.
+
+        DuckDB asks at every open (to keep a file's footer cached); one HEAD
+        request each, for a file that never changes.
+        """
+        return {}
+
     def path(self, location: str | Path) -> str:
         """``location`` as a path of :attr:`fs` (an object store's ``bucket/key``)."""
         text = str(location)
@@ -272,7 +292,10 @@ class LakeStore:
         """
         if not self.remote or self.scheme in con.list_filesystems():
             return
-        con.register_filesystem(_duck_filesystem(self.scheme)(self.fs, sizes=self.sizes))
+        fs = _duck_filesystem(self.scheme)(
+            self.fs, sizes=self.sizes, opened=self.opened, stamps=self.stamps
+        )
+        con.register_filesystem(fs)
 
     def duck_source(self, con: duckdb.DuckDBPyConnection, files: Sequence[str]) -> str:
         """A ``FROM`` item over Parquet ``files`` of the lake, columns matched by name."""
@@ -301,15 +324,50 @@ def _duck_filesystem(scheme: str) -> type:
     Its paths are the store's ``bucket/key``: fsspec's Arrow wrapper would
     drop an ``az://`` URL's container (it keeps only S3's and GCS's buckets).
     """
-    from fsspec.implementations.arrow import ArrowFSWrapper
+    from fsspec.implementations.arrow import ArrowFile, ArrowFSWrapper
 
     class LakeFS(ArrowFSWrapper):  # type: ignore[misc]
         protocol = (scheme,)
         cachable = False  # (fsspec would hand one store's sizes to another's connection)
 
-        def __init__(self, fs: pafs.FileSystem, sizes: dict[str, int], **kwargs: Any) -> None:
+        def __init__(
+            self,
+            fs: pafs.FileSystem,
+            sizes: dict[str, int],
+            opened: dict[str, Any],
+            stamps: dict[str, Any],
+            **kwargs: Any,
+        ) -> None:
             super().__init__(fs, **kwargs)
             self.sizes = sizes
+            self.opened = opened
+            self.stamps = stamps
+
+        def _open(self, path: Any, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
+            key = self._strip_protocol(path)
+            if mode != "rb" or not key.endswith(".parquet"):
+                return super()._open(path, mode, *args, **kwargs)
+            if (shared := self.opened.get(key)) is None:
+                if len(self.opened) >= _OPENED_MAX:
+                    self.opened.clear()  # (a long-lived engine reads many tables' files)
+                shared = self.opened[key] = self.fs.open_input_file(key)
+                self.sizes.setdefault(key, int(shared.size()))
+            return ArrowFile(self, _OpenAt(shared), key, mode)
+
+        def exists(self, path: Any, **kwargs: Any) -> bool:
+            # DuckDB globs every file it is given: a file whose size is known is there.
+            if self._strip_protocol(path) in self.sizes:
+                return True
+            return bool(super().exists(path, **kwargs))
+
+        def modified(self, path: Any) -> Any:
+            # Asked at every open (DuckDB's cache of file footers); a Parquet file never changes.
+            key = self._strip_protocol(path)
+            if (when := self.stamps.get(key)) is None:
+                when = super().modified(path)
+                if key.endswith(".parquet"):
+                    self.stamps[key] = when
+            return when
 
         def info(self, path: Any, **kwargs: Any) -> Any:
             key = self._strip_protocol(path)
@@ -328,6 +386,61 @@ def _duck_filesystem(scheme: str) -> type:
             return (text.split("://", 1)[1] if "://" in text else text).rstrip("/")
 
     return LakeFS
+
+
+#: Files kept open for DuckDB's reads of one store (each a path and a size, no connection).
+_OPENED_MAX = 4096
+
+
+class _OpenAt:
+    """One open of a shared random-access file: a position of its own, reads by offset.
+
+    What fsspec's ``ArrowFile`` asks of its stream. Reads at an offset share
+    the file between DuckDB's threads; closing this open leaves the file open.
+    """
+
+    def __init__(self, shared: Any) -> None:
+        self._shared = shared
+        self._pos = 0
+        self.closed = False
+
+    def size(self) -> int:
+        return int(self._shared.size())
+
+    def read(self, nbytes: int | None = None) -> bytes:
+        if nbytes is None or nbytes < 0:
+            nbytes = max(self.size() - self._pos, 0)
+        data: bytes = self._shared.read_at(nbytes, self._pos)
+        self._pos += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self.size()}[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
 
 
 def _filesystem(scheme: str, root: str) -> pafs.FileSystem:

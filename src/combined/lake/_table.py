@@ -77,17 +77,49 @@ class LakeTable:
         self.app_id = app_id
         self.store = store or LakeStore.at(path)
         self._options = self.store.storage_options()
+        #: A pinned view's one load of the newest version (see :meth:`pinned`).
+        self._pin: list[Any] | None = None
+
+    def pinned(self) -> LakeTable:
+        """This table as one load of its newest version: every read of the view shares it.
+
+        For a step that reads the table several times (whether it exists, its
+        schema, files and committed sequence) and needs one version anyway:
+        on an object store each load is a few requests and grows with the
+        log since the last checkpoint. A read of an older version, and every
+        commit, still loads the table afresh.
+        """
+        view = LakeTable(self.path, self.app_id, self.store)
+        view._pin = []
+        return view
 
     def delta(self, version: int | None = None) -> Any:
         """The ``deltalake.DeltaTable`` (at ``version``), or None before the first commit."""
         return self._open(version)
 
     def _open(self, version: int | None = None) -> Any:
-        from deltalake import DeltaTable
+        if self._pin is None:
+            return self._fresh(version)
+        if not self._pin:
+            self._pin.append(self._fresh())
+        dt = self._pin[0]
+        if version is None or (dt is not None and int(dt.version()) == version):
+            return dt
+        return self._fresh(version)
 
-        if not DeltaTable.is_deltatable(self.path, storage_options=self._options):
+    def _fresh(self, version: int | None = None) -> Any:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        # Loaded first: asking whether the table exists before each load cost
+        # an object store a listing of the log, every time, for the one case
+        # (before the first commit) where the answer is no.
+        try:
+            return DeltaTable(self.path, version=version, storage_options=self._options)
+        except TableNotFoundError:
+            if DeltaTable.is_deltatable(self.path, storage_options=self._options):
+                raise  # there is a table, and it could not be read: not "no table"
             return None
-        return DeltaTable(self.path, version=version, storage_options=self._options)
 
     def exists(self) -> bool:
         """Whether the table has been created."""
@@ -184,7 +216,7 @@ class LakeTable:
         """
         from deltalake.exceptions import CommitFailedError
 
-        dt = self._open()  # checked and written on: a commit between two reads would be missed
+        dt = self._fresh()  # checked and written on: a commit between two reads would be missed
         done = _sequence_in(dt, self.app_id)
         if last_sequence <= done:
             return self._skipped(last_sequence)
@@ -206,7 +238,7 @@ class LakeTable:
                 before_write()
             self._write(dt, mode, data, properties, needs_merge=needs_merge, files=files)
         except CommitFailedError as exc:
-            if self.committed_sequence() >= last_sequence:
+            if _sequence_in(self._fresh(), self.app_id) >= last_sequence:
                 return self._skipped(last_sequence)
             raise CommitAmbiguous(
                 f"the lake commit of {self.app_id} conflicted: {exc}",
@@ -214,7 +246,7 @@ class LakeTable:
             ) from exc
         except OSError as exc:
             raise LakeError(f"the lake refused the commit of {self.app_id}: {exc}") from exc
-        version = self._checkpointed()
+        version = self._checkpointed(dt)
         run_id = metadata.get("run_id")
         return CommitResult(
             lake_version=version,
@@ -223,15 +255,19 @@ class LakeTable:
             run_id=None if run_id is None else str(run_id),
         )
 
-    def _checkpointed(self) -> int:
+    def _checkpointed(self, dt: Any) -> int:
         """The newest version, checkpointed every :data:`CHECKPOINT_EVERY` versions.
 
         At the versions delta-rs picks (9, 19, ...): tables created with the
         interval in their configuration were checkpointed by it already; older
-        ones it would checkpoint every 100 versions.
+        ones it would checkpoint every 100 versions. ``dt``, the table the
+        commit wrote on, reads only the log entries after it (None: the
+        commit created the table).
         """
-        dt = self._open()
-        assert dt is not None
+        if dt is None:
+            dt = self._fresh()
+        else:
+            dt.update_incremental()
         version = int(dt.version())
         interval = dt.metadata().configuration.get("delta.checkpointInterval")
         if (version + 1) % CHECKPOINT_EVERY == 0 and interval != str(CHECKPOINT_EVERY):
@@ -392,7 +428,7 @@ class LakeTable:
         metadata: Mapping[str, Any] | None = None,
     ) -> None:
         """Append rows outside the delivery protocol (no transaction version), streamed."""
-        dt = None if create else self._open()
+        dt = None if create else self._fresh()
         properties = _append_properties(metadata) if metadata is not None else None
         self._append(dt, pa.RecordBatchReader.from_batches(schema, batches), properties)
 
@@ -414,7 +450,7 @@ class LakeTable:
         """
         from concurrent.futures import ThreadPoolExecutor
 
-        dt = None if create else self._open()
+        dt = None if create else self._fresh()
         if dt is not None and not self._same_schema(dt, schema):
             raise ValueError(f"{self.path}: appended rows must have the table's schema")
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="append") as pool:

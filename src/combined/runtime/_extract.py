@@ -53,7 +53,7 @@ def extract(
     ``declared`` maps column names to their discovered Arrow types: every
     batch is checked against it, the first one included.
     """
-    table = table_of(layout, plan)
+    table = table_of(layout, plan).pinned()
     last = table.latest_commit()
     # The checkpoint lives with the data: the lake's newest commit is authoritative.
     prior_state = last.get("checkpoint") if last else None

@@ -32,9 +32,11 @@ def reconcile_run(
         with catalog.begin() as conn:
             version = cat.get_version(conn, m.dataset_version) if m.dataset_version else None
         whole = p.staged.full and plan.sync_mode != "append"
+        # One load of the table for the checks below (each reads the version committed).
+        lake = table_of(layout, plan).pinned()
         result = reconcile(
             f"{plan.source}.{plan.name}",
-            layout.dataset_table(plan.source, plan.name),
+            lake,
             m.lake_version,
             int(version.row_count) if version is not None else 0,
             p.staged.rows if whole else None,
@@ -43,7 +45,6 @@ def reconcile_run(
             result = expected_variance(
                 _check_control(catalog, layout, run, p, m, result), plan.strategy
             )
-        lake = table_of(layout, plan)
         result = null_check(result, lake, m.lake_version, p.staged.not_null)
         result = filled_check(result, lake, m.lake_version, p.staged.filled_nulls)
         out[plan.name] = result
@@ -126,7 +127,7 @@ def check_lake_untouched(catalog: Catalog, layout: LakeLayout, run: Run, plan: D
         version = cat.get_version(conn, row.current_version) if row.current_version else None
     if version is None:
         return  # a first capture: no version to account for the rows
-    table = table_of(layout, plan)
+    table = table_of(layout, plan).pinned()
     newest = table.version()
     if newest is None:
         return

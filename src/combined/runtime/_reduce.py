@@ -45,7 +45,7 @@ def prepare(
 ) -> Prepared:
     """Reduce the staged capture to its transition and write it as Deliveries."""
     plan = staged.plan
-    table = table_of(layout, plan)
+    table = table_of(layout, plan).pinned()
     reporter.phase(plan.name, "reducing")
     w = Writing(
         area=area,

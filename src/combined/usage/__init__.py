@@ -45,7 +45,8 @@ def record_usage(
     usage commit and the catalog cannot lose them. ``unique`` says the file
     holds each identity once (a keyed transition, not an event stream).
     """
-    table = _usage_table(layout, source, dataset)
+    # One load serves every read below (the commit loads afresh).
+    table = _usage_table(layout, source, dataset).pinned()
     files = [str(changes)] if isinstance(changes, str | Path) else [str(f) for f in changes]
     store = layout.store
     # The identities keep the usage table's digest format (the dataset's own
