@@ -78,7 +78,9 @@ class Engine(Reading):
             return self._catalog
 
     def close(self) -> None:
-        """Release the catalog's connections."""
+        """Release the alert sender's claims (:meth:`Sender.close`), then the catalog."""
+        if "sender" in self.__dict__:  # (a cached_property: only if this engine made one)
+            self.sender.close()
         if self._catalog is not None:
             self._catalog.close()
             self._catalog = None
