@@ -79,8 +79,9 @@ class Engine(Reading):
 
     def close(self) -> None:
         """Release the alert sender's claims (:meth:`Sender.close`), then the catalog."""
-        if "sender" in self.__dict__:  # (a cached_property: only if this engine made one)
-            self.sender.close()
+        sender = self.__dict__.pop("sender", None)  # (cached: a later use makes a new one)
+        if sender is not None:
+            sender.close()
         if self._catalog is not None:
             self._catalog.close()
             self._catalog = None

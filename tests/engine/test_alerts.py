@@ -232,7 +232,7 @@ def test_an_alert_a_closed_sender_was_sending_is_sent_at_once_by_the_next(
         (run,) = first.capture(["shop.customers"])
         assert run.state == "failed"
         assert receiver.arrived.wait(60)  # the sender thread is in its POST
-        started = time.monotonic()
+        sender, started = first.sender, time.monotonic()
         first.close()
         assert time.monotonic() - started < 10  # the grace, not the request's timeout
         from combined.runtime._notify import drain
@@ -243,8 +243,10 @@ def test_an_alert_a_closed_sender_was_sending_is_sent_at_once_by_the_next(
         (sent,) = _events(second, "notification.sent")
         assert sent.body["attempts"] == 1
         hold.set()
-        first.sender.wait(30)  # its held POST answered 503: a failure after close is no outcome
+        sender.wait(30)  # its held POST answered 503: a failure after close is no outcome
+        assert sender._thread is not None and not sender._thread.is_alive()
         assert _events(second, "notification.failed") == []
+        assert first.sender is not sender  # an engine used after close sends again
     finally:
         hold.set()
         first.close()
