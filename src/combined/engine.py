@@ -78,7 +78,10 @@ class Engine(Reading):
             return self._catalog
 
     def close(self) -> None:
-        """Release the catalog's connections."""
+        """Release the alert sender's claims (:meth:`Sender.close`), then the catalog."""
+        sender = self.__dict__.pop("sender", None)  # (cached: a later use makes a new one)
+        if sender is not None:
+            sender.close()
         if self._catalog is not None:
             self._catalog.close()
             self._catalog = None

@@ -24,20 +24,34 @@ from combined.engine import Engine
 from combined.protocol import utcnow
 
 KEY = "hook-signing-key-5f1c"
+#: One webhook target, its URL and key from the environment.
+OPS = (
+    "notifications:\n"
+    "  - {name: ops, type: webhook, url: {secret: env:HOOK_URL}, secret: {secret: env:HOOK_KEY}}\n"
+)
 
 
 class Receiver:
-    """A webhook receiver on 127.0.0.1: records each POST; answers 503 to the first ``fail``."""
+    """A webhook receiver on 127.0.0.1: records each POST; answers 503 to the first ``fail``.
 
-    def __init__(self, fail: int = 0) -> None:
+    With ``hold``, the first POST is held (``arrived`` set) until ``hold`` is
+    set, then answered 503.
+    """
+
+    def __init__(self, fail: int = 0, hold: threading.Event | None = None) -> None:
         self.received: list[tuple[str, dict[str, str], bytes]] = []
         self.fail = fail
+        self.arrived = threading.Event()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                if outer.fail > 0:
+                if hold is not None and not outer.arrived.is_set():
+                    outer.arrived.set()
+                    hold.wait(60)
+                    self.send_response(503)
+                elif outer.fail > 0:
                     outer.fail -= 1
                     self.send_response(503)
                 else:
@@ -199,16 +213,52 @@ def test_an_unreachable_target_is_retried_recorded_and_never_blocks_a_capture(
         engine.close()
 
 
+def test_an_alert_a_closed_sender_was_sending_is_sent_at_once_by_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A process ends (its engine closed) while its sender thread waits on the
+    # target: the next sender (here a second engine, as `combined alerts`)
+    # sends the alert now, not once the first claim has expired (10 minutes).
+    hold = threading.Event()
+    receiver = Receiver(hold=hold)
+    monkeypatch.setenv("HOOK_URL", receiver.url("/hook"))
+    monkeypatch.setenv("HOOK_KEY", KEY)
+    path = _project(tmp_path, OPS)
+    from tests.conftest import shop_sql
+
+    shop_sql(tmp_path, "DROP TABLE customers")
+    first, second = Engine.open(path), Engine.open(path)
+    try:
+        (run,) = first.capture(["shop.customers"])
+        assert run.state == "failed"
+        assert receiver.arrived.wait(60)  # the sender thread is in its POST
+        sender, started = first.sender, time.monotonic()
+        first.close()
+        assert time.monotonic() - started < 10  # the grace, not the request's timeout
+        from combined.runtime._notify import drain
+
+        assert drain(second) == 1
+        ((_, body),) = receiver.posts("/hook")
+        assert json.loads(body)["kind"] == "alert.run_failed"
+        (sent,) = _events(second, "notification.sent")
+        assert sent.body["attempts"] == 1
+        hold.set()
+        sender.wait(30)  # its held POST answered 503: a failure after close is no outcome
+        assert sender._thread is not None and not sender._thread.is_alive()
+        assert _events(second, "notification.failed") == []
+        assert first.sender is not sender  # an engine used after close sends again
+    finally:
+        hold.set()
+        first.close()
+        second.close()
+        receiver.close()
+
+
 def test_a_cli_capture_exits_at_once_when_the_target_hangs(
     tmp_path: Path, silent_server: Any, tools: Any
 ) -> None:
     port = silent_server.dsn.split("port=")[1].split()[0]
-    path = _project(
-        tmp_path,
-        "notifications:\n"
-        "  - {name: ops, type: webhook, url: {secret: env:HOOK_URL},"
-        " secret: {secret: env:HOOK_KEY}}\n",
-    )
+    path = _project(tmp_path, OPS)
     from tests.conftest import shop_sql
 
     shop_sql(tmp_path, "DROP TABLE customers")

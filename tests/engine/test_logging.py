@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.engine.test_alerts import KEY, Receiver, _project
+from tests.engine.test_alerts import KEY, OPS, Receiver, _project
 
 
 def _lines(stderr: str) -> list[dict[str, Any]]:
@@ -84,12 +84,7 @@ def test_a_resolved_secret_logged_by_any_code_is_masked(
 
     monkeypatch.setenv("HOOK_URL", "https://hooks.example/abc")
     monkeypatch.setenv("HOOK_KEY", KEY)
-    path = _project(
-        tmp_path,
-        "notifications:\n"
-        "  - {name: ops, type: webhook, url: {secret: env:HOOK_URL},"
-        " secret: {secret: env:HOOK_KEY}}\n",
-    )
+    path = _project(tmp_path, OPS)
     load_project(path)  # resolves (and so masks) every reference
     configure("json", "INFO")
     try:

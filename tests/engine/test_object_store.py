@@ -350,3 +350,36 @@ def test_a_range_backfill_reconciles_its_control_totals_against_the_lake(
         assert _rows(engine, "SELECT count(*) AS n FROM pg.orders") == [{"n": 950}]
     finally:
         engine.close()
+
+
+@ON_EVERY_STORE
+def test_a_widened_column_rewrites_the_history_in_its_new_type(
+    tmp_path: Path, tools: Any, lake_url: str
+) -> None:
+    # The history's rows are read back through the store's own Arrow
+    # filesystem (LakeStore.dataset) and rewritten in the widened type.
+    history = "      orders:\n        key: [id]\n        history: true\n"
+    project = _project(tmp_path, tools, lake_url)
+    project.write_text(project.read_text().replace("      orders:\n        key: [id]\n", history))
+    engine = Engine.open(project)
+    try:
+        (first,) = engine.capture(["shop.orders"])
+        assert first.state == "succeeded", first.error
+        tools.sql(
+            tmp_path,
+            "CREATE TABLE o2 (id INTEGER PRIMARY KEY, customer_id REAL, status TEXT, total REAL);"
+            "INSERT INTO o2 SELECT * FROM orders; DROP TABLE orders;"
+            "ALTER TABLE o2 RENAME TO orders; UPDATE orders SET customer_id = 2.5 WHERE id = 2;",
+        )
+        (widened,) = engine.capture(["shop.orders"])
+        assert widened.state == "succeeded", widened.error
+        versions = _rows(
+            engine,
+            "SELECT customer_id AS c, _combined_is_current AS current FROM shop.orders__history "
+            "WHERE id = 2 ORDER BY _combined_valid_from",
+        )
+        assert versions == [{"c": 3.0, "current": False}, {"c": 2.5, "current": True}]
+        current = "SELECT count(*) AS n FROM shop.orders__history WHERE _combined_is_current"
+        assert _rows(engine, current) == [{"n": 200}]
+    finally:
+        engine.close()

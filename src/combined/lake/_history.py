@@ -45,6 +45,7 @@ from combined.lake._table import (
     METADATA_KEY,
     TABLE_CONFIGURATION,
     LakeTable,
+    _files_of,
     _retyped,
     _union,
     post_commit,
@@ -395,8 +396,10 @@ def _retype(history: LakeTable, dt: Any, schema: pa.Schema) -> Any:
     """
     from deltalake import write_deltalake
 
-    target = _union(pa.schema(dt.schema().to_arrow()), schema)
-    rows = (to_lake(b, target) for b in dt.to_pyarrow_dataset().to_batches())
+    current = pa.schema(dt.schema().to_arrow())
+    target = _union(current, schema)
+    held = history.store.dataset(_files_of(dt), current)  # (see LakeStore.dataset)
+    rows = (to_lake(b, target) for b in held.to_batches())
     write_deltalake(
         dt,
         pa.RecordBatchReader.from_batches(target, rows),

@@ -311,11 +311,23 @@ class LakeStore:
         For a connection that may open no file itself (a locked query): Arrow
         reads the store, DuckDB scans what it hands over.
         """
+        con.register(name, self.dataset(files, schema))
+        return '"' + name.replace('"', '""') + '"'
+
+    def dataset(self, files: Sequence[str], schema: pa.Schema) -> Any:
+        """Parquet ``files`` of the lake as an Arrow dataset of ``schema``, read by Arrow itself.
+
+        Not delta-rs's ``to_pyarrow_dataset()``: it reads through a Python
+        filesystem, and an Arrow thread that drops the last of its files while
+        the interpreter exits aborts the process ("terminate called without
+        an active exception", exit 134), whatever the command had done.
+        """
         import pyarrow.dataset as ds
 
+        if not self.remote:
+            return ds.dataset(list(files), schema=schema, format="parquet")
         paths = [self.path(f) for f in files]
-        con.register(name, ds.dataset(paths, schema=schema, filesystem=self.fs, format="parquet"))
-        return '"' + name.replace('"', '""') + '"'
+        return ds.dataset(paths, schema=schema, filesystem=self.fs, format="parquet")
 
 
 def _duck_filesystem(scheme: str) -> type:

@@ -9,7 +9,12 @@ attempts it took; never the target's URL or secret. Senders run beside the
 work, never in it: a capture hands the sending to a background thread
 (:class:`Sender`) and ends at its normal speed whatever the target does;
 an alert left unsent by a process that ended is sent by the next sender
-(the scheduler, a worker, ``combined alerts``).
+(the scheduler, a worker, ``combined alerts``). A sender that is closed
+(the engine's end, before its process's) claims nothing more, gives what
+it is sending :data:`GRACE_S` to finish, and releases the claim of what it
+could not finish, so that the next sender sends it at once, not after
+:data:`CLAIM` (its POST may still have reached the target: a receiver
+tells a repeat by ``X-Combined-Event``).
 """
 
 from __future__ import annotations
@@ -44,6 +49,11 @@ WINDOW = timedelta(days=1)
 CLAIM = timedelta(minutes=10)
 #: Each HTTP request's time limit, in seconds.
 TIMEOUT_S = 10.0
+#: How long a closing sender waits for the alert it is sending, in seconds.
+GRACE_S = 2.0
+
+#: The claims a sender holds, (target, event id): released if it is closed first.
+Held = set[tuple[str, int]]
 
 
 class Refused(Exception):
@@ -103,6 +113,20 @@ def claim(catalog: Catalog, target: str, event_id: int, now: datetime) -> bool:
     return True
 
 
+def release(catalog: Catalog, held: Held) -> None:
+    """Give up the claims in ``held`` that are still sending: the next sender takes them."""
+    n = t.notifications
+    now = utcnow()
+    with catalog.begin() as conn:
+        for target, event_id in list(held):
+            conn.execute(
+                n.update()
+                .where(n.c.target == target, n.c.event_id == event_id, n.c.state == "sending")
+                .values(claimed_until=now, updated_at=now)
+            )
+    held.clear()
+
+
 def payload(event: Any) -> dict[str, Any]:
     """The JSON an alert is sent as (the Activity event as ``combined activity --json`` has it)."""
     return {
@@ -146,23 +170,28 @@ def request(
     return url, body, headers
 
 
-def post(url: str, body: bytes, headers: dict[str, str], attempts: int) -> tuple[int, str | None]:
+def post(
+    url: str, body: bytes, headers: dict[str, str], attempts: int, stop: threading.Event
+) -> tuple[int, str | None]:
     """POST with retries and exponential backoff; (attempts made, error or None).
 
     A connection error, a timeout, 429 and 5xx are retried; another status
     is final (a 4xx: the target refuses this request, a retry would not help).
+    Once ``stop`` is set, no further attempt is made (nor waited for).
     """
     import httpx
     from tenacity import (
         Retrying,
         retry_if_exception_type,
         stop_after_attempt,
+        stop_when_event_set,
         wait_exponential_jitter,
     )
 
     retrying = Retrying(
-        stop=stop_after_attempt(attempts),
+        stop=stop_after_attempt(attempts) | stop_when_event_set(stop),
         wait=wait_exponential_jitter(multiplier=0.5, max=30),
+        sleep=lambda seconds: _pause(stop, seconds),
         retry=retry_if_exception_type((httpx.TransportError, Refused)),
         reraise=True,
     )
@@ -182,15 +211,30 @@ def post(url: str, body: bytes, headers: dict[str, str], attempts: int) -> tuple
     return made, None
 
 
-def send_one(engine: Engine, target: NotificationTarget, event: Any) -> bool:
-    """Send one claimed alert to ``target`` and record the outcome; whether it was delivered."""
+def _pause(stop: threading.Event, seconds: float) -> None:
+    """A backoff between attempts, cut short when the sender is closed."""
+    stop.wait(seconds)
+
+
+def send_one(
+    engine: Engine, target: NotificationTarget, event: Any, stop: threading.Event | None = None
+) -> bool:
+    """Send one claimed alert to ``target`` and record the outcome; whether it was delivered.
+
+    An attempt that failed once ``stop`` was set is no outcome: the claim
+    is released for the next sender, which makes every attempt again.
+    """
+    stop = stop or threading.Event()
     error: str | None
     try:
         url, body, headers = request(target, event, engine.project.root)
     except CombinedError as exc:  # a secret not set: told, and not retried by this sender
         made, error = 0, exc.message
     else:
-        made, error = post(url, body, headers, target.attempts)
+        made, error = post(url, body, headers, target.attempts, stop)
+        if error is not None and stop.is_set():
+            release(engine.catalog, {(target.name, event.id)})
+            return False
     state = "sent" if error is None else "failed"
     now = utcnow()
     n = t.notifications
@@ -216,29 +260,40 @@ def send_one(engine: Engine, target: NotificationTarget, event: Any) -> bool:
     return error is None
 
 
-def drain(engine: Engine) -> int:
-    """Send every pending alert to every target it is meant for; how many were delivered."""
+def drain(engine: Engine, stop: threading.Event | None = None, held: Held | None = None) -> int:
+    """Send every pending alert to every target it is meant for; how many were delivered.
+
+    Once ``stop`` is set, nothing more is claimed; ``held`` keeps the
+    claims taken and not yet settled (see :class:`Sender`).
+    """
+    stop = stop or threading.Event()
+    held = set() if held is None else held
     sent = 0
     for target in engine.project.notifications:
-        sent += _drain_target(engine, target)
+        sent += _drain_target(engine, target, stop, held)
     return sent
 
 
-def _drain_target(engine: Engine, target: NotificationTarget) -> int:
+def _drain_target(
+    engine: Engine, target: NotificationTarget, stop: threading.Event, held: Held
+) -> int:
     sent = 0
-    while True:
+    while not stop.is_set():
         now = utcnow()
         with engine.catalog.begin() as conn:
             events = pending(conn, target.name, now)
         if not events:
             return sent
         for event in events:
-            if not claim(engine.catalog, target.name, event.id, now):
+            if stop.is_set() or not claim(engine.catalog, target.name, event.id, now):
                 continue
+            held.add((target.name, event.id))
             if not target.wants(event.kind, event.source, event.dataset):
                 _skip(engine.catalog, target.name, event.id)
-                continue
-            sent += send_one(engine, target, event)
+            else:
+                sent += send_one(engine, target, event, stop)
+            held.discard((target.name, event.id))
+    return sent
 
 
 def _skip(catalog: Catalog, target: str, event_id: int) -> None:
@@ -255,7 +310,9 @@ class Sender:
     """Sends pending alerts from a background thread, one drain at a time.
 
     :meth:`soon` returns at once: a drain already running drains again when
-    it ends, so an alert raised meanwhile is not left behind.
+    it ends, so an alert raised meanwhile is not left behind. The thread is
+    a daemon, which the interpreter's exit stops wherever it is: the engine's
+    :meth:`close` (before its process ends) releases what it had claimed.
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -263,12 +320,16 @@ class Sender:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._again = False
+        self._stop = threading.Event()
+        self._held: Held = set()
 
     def soon(self) -> None:
-        """Drain in the background (nothing when no target is configured)."""
+        """Drain in the background (nothing when no target is configured, or once closed)."""
         if not self.engine.project.notifications:
             return
         with self._lock:
+            if self._stop.is_set():
+                return
             if self._thread is not None and self._thread.is_alive():
                 self._again = True
                 return
@@ -282,10 +343,22 @@ class Sender:
         if thread is not None:
             thread.join(timeout)
 
+    def close(self, grace: float = GRACE_S) -> None:
+        """Claim nothing more; wait up to ``grace`` seconds, then release the claims left.
+
+        Without this, an alert claimed by a process that ended before sending
+        it waited out its claim (:data:`CLAIM`) before any sender took it.
+        """
+        with self._lock:
+            self._stop.set()
+        self.wait(grace)
+        if self._held:
+            release(self.engine.catalog, self._held)
+
     def _run(self) -> None:
         while True:
             try:
-                drain(self.engine)
+                drain(self.engine, self._stop, self._held)
             except Exception as exc:  # noqa: BLE001 - the next drain retries; the work goes on
                 log.warning("sending alerts failed, the next sender retries: %s", redact(repr(exc)))
             with self._lock:

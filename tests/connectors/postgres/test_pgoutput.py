@@ -406,18 +406,26 @@ def test_relation_cache_reports_shape_changes() -> None:
 # -- live -------------------------------------------------------------------
 
 
+# Each live capture runs in a database of its own (pg_database): a slot decodes
+# every logical message of its database, whatever the publication, so another
+# test's pg_logical_emit_message (another worker's capture, a CDC heartbeat)
+# would otherwise be decoded among the scripted changes.
+
+
 @pytest.mark.postgres
-def test_live_v1_capture_decodes_like_the_fixture(dsn: str) -> None:
+@pytest.mark.usefixtures("dsn")  # wal_level=logical
+def test_live_v1_capture_decodes_like_the_fixture(pg_database: str) -> None:
     suffix = f"t{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    raw = capture_v1(dsn, suffix)
+    raw = capture_v1(pg_database, suffix)
     live = check_v1(raw, suffix)
     fixture = check_v1(read_fixture(V1), FIXTURE_SUFFIX)
     assert _kinds(live) == _kinds(fixture)
 
 
 @pytest.mark.postgres
-def test_live_v2_capture_decodes(dsn: str) -> None:
-    check_v2(capture_v2(dsn, f"t{os.getpid()}_{uuid.uuid4().hex[:8]}"))
+@pytest.mark.usefixtures("dsn")
+def test_live_v2_capture_decodes(pg_database: str) -> None:
+    check_v2(capture_v2(pg_database, f"t{os.getpid()}_{uuid.uuid4().hex[:8]}"))
 
 
 if __name__ == "__main__":
