@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -190,8 +190,10 @@ class StitchedSnapshot(BaseExtraction):
                 f"replication slot {self.slot!r} exported no snapshot",
                 hint="the server must support exported snapshots (PostgreSQL 10 or newer)",
             )
-        snapshot_text, tree = _probe_snapshot(s, snapshot_id, qualified(req.relation))
-        snap_req = replace(req, strategy="snapshot", state=None, cursor=None)
+        snapshot_text, tree, columns = _probe_snapshot(s, snapshot_id, qualified(req.relation))
+        snap_req = replace(
+            req, strategy="snapshot", state=None, cursor=None, columns=_streamed(req, columns)
+        )
         self._inner = inner = PostgresExtraction(
             s,
             snap_req,
@@ -228,11 +230,37 @@ class StitchedSnapshot(BaseExtraction):
         return ()
 
 
-def _probe_snapshot(settings: Settings, snapshot_id: str, relation: str) -> tuple[str, Tree | None]:
-    """``pg_current_snapshot()`` and ``relation``'s partitions, as the exported snapshot sees them.
+def _streamed(request: ReadRequest, columns: Sequence[tuple[str, bool]]) -> tuple[str, ...] | None:
+    """The columns the snapshot reads: those the change stream carries.
 
-    The partitions recorded with the first checkpoint are those the snapshot
-    read: the catalog is read in the same snapshot.
+    pgoutput leaves out generated columns (PostgreSQL 18 sends them only
+    from a publication with ``publish_generated_columns``, which Combined
+    does not set): read in the snapshot, they would vanish from every row a
+    change rewrites and fail the next capture as a dropped column.
+    """
+    generated = [name for name, gen in columns if gen]
+    chosen = request.columns or tuple(name for name, _ in columns)
+    named = [c for c in chosen if c in generated]
+    if named and request.columns:
+        raise ConfigError(
+            f"column {named[0]!r} of {request.relation!r} is generated, and PostgreSQL's "
+            "logical replication does not stream generated columns",
+            hint=f"leave {named[0]!r} out of the dataset's `columns:` (the lake can compute it "
+            "from the others), or capture the relation with the snapshot or cursor strategy",
+            dataset=request.dataset,
+        )
+    if not generated:
+        return request.columns
+    return tuple(c for c in chosen if c not in generated)
+
+
+def _probe_snapshot(
+    settings: Settings, snapshot_id: str, relation: str
+) -> tuple[str, Tree | None, list[tuple[str, bool]]]:
+    """``pg_current_snapshot()``, ``relation``'s partitions and its columns (name, generated).
+
+    The exported snapshot sees them as the snapshot read does: the
+    partitions recorded with the first checkpoint are those it read.
     """
     from psycopg import sql
 
@@ -251,7 +279,17 @@ def _probe_snapshot(settings: Settings, snapshot_id: str, relation: str) -> tupl
             return session.rows(query, "reading the table's partitions")
 
         tree = read_tree(rows, *parse_relation(relation))
+        columns = session.rows(
+            sql.SQL(
+                "SELECT a.attname::text, a.attgenerated <> '' FROM pg_attribute a"
+                " JOIN pg_class c ON c.oid = a.attrelid"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = {} AND c.relname = {} AND a.attnum > 0"
+                " AND NOT a.attisdropped ORDER BY a.attnum"
+            ).format(*map(sql.Literal, parse_relation(relation))),
+            "reading the table's columns",
+        )
         session.run("ROLLBACK", "closing the probe")
-        return str(text), tree
+        return str(text), tree, [(str(n), bool(g)) for n, g in columns]
     finally:
         session.close()

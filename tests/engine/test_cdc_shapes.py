@@ -1,0 +1,144 @@
+"""Table shapes the change stream must carry as the snapshot reads them.
+
+Each test takes the stitched snapshot, changes the table, captures its
+stream and compares the lake with the source value by value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from combined.engine import Engine
+
+
+def _capture(engine: Engine) -> None:
+    (run,) = engine.capture()
+    assert run.state == "succeeded", run.error
+
+
+@pytest.fixture
+def opened(tmp_path: Path, cdc_db: Any, tools: Any) -> Callable[..., Engine]:
+    """Run the statements, then open a project capturing ``public.t`` by cdc."""
+
+    def open_(*statements: str) -> Engine:
+        with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+            for statement in statements:
+                conn.execute(statement)
+        project = tools.pg_cdc_project(cdc_db.dsn, cdc_db.prefix, "public.t", ["id"])
+        (tmp_path / "combined.yaml").write_text(project)
+        cdc_db.slot("public.t")
+        return Engine.open(tmp_path / "combined.yaml")
+
+    return open_
+
+
+def _capture_around(engine: Engine, dsn: str, *changes: str) -> None:
+    """Capture the snapshot, run ``changes`` in the source, capture them."""
+    _capture(engine)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for change in changes:
+            conn.execute(change)
+    _capture(engine)
+
+
+def _source(dsn: str, query: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return list(conn.execute(query))
+
+
+def _lake(engine: Engine, query: str) -> list[tuple[Any, ...]]:
+    return [tuple(r.values()) for r in engine.sql(query).to_pylist()]
+
+
+WIDE = "(g::numeric * 10 ^ 60 + g::numeric / 3)"
+
+
+def test_numerics_beyond_76_digits_stream_as_the_text_the_snapshot_reads(
+    opened: Callable[..., Engine], cdc_db: Any
+) -> None:
+    # decimal256 holds 76 digits: the snapshot reads numeric(100, 30) as its
+    # text. The stream built decimal256(100, 30) instead, and every capture
+    # after the snapshot failed ("precision should be between 1 and 76").
+    rows = (
+        "INSERT INTO t SELECT g, {w}, ARRAY[{w}, NULL, -{w}], g FROM generate_series({lo}, {hi}) g"
+    )
+    engine = opened(
+        "CREATE TABLE t (id int PRIMARY KEY, n numeric(100, 30), a numeric(100, 30)[], v int)",
+        rows.format(w=WIDE, lo=1, hi=20),
+    )
+    try:
+        _capture_around(
+            engine,
+            cdc_db.dsn,
+            rows.format(w=WIDE, lo=21, hi=40),
+            "UPDATE t SET n = -n, a = NULL, v = -v WHERE id % 3 = 0",
+            "DELETE FROM t WHERE id % 7 = 0",
+        )
+        assert engine.sql("SELECT n FROM pg.items LIMIT 1").schema.field("n").type == "string"
+        lake = _lake(engine, "SELECT id, n, a, v FROM pg.items ORDER BY id")
+        source = _source(cdc_db.dsn, "SELECT id, n::text, a::text[], v FROM t ORDER BY id")
+        assert len(lake) == 35 and lake == source
+    finally:
+        engine.close()
+
+
+def test_generated_columns_are_left_out_of_the_snapshot_as_the_stream_leaves_them_out(
+    opened: Callable[..., Engine], cdc_db: Any
+) -> None:
+    # pgoutput does not send a stored generated column. The snapshot read it,
+    # so the first capture after it failed the dataset as a dropped column.
+    engine = opened(
+        "CREATE TABLE t (id int PRIMARY KEY, a int,"
+        " twice int GENERATED ALWAYS AS (a * 2) STORED, note text)",
+        "INSERT INTO t (id, a, note) SELECT g, g, 'n' || g FROM generate_series(1, 20) g",
+    )
+    query = "SELECT id, a, note FROM {} ORDER BY id"
+    try:
+        _capture_around(
+            engine,
+            cdc_db.dsn,
+            "INSERT INTO t (id, a, note) VALUES (21, 5, NULL)",
+            "UPDATE t SET a = -a WHERE id % 3 = 0",
+            "UPDATE t SET id = id + 100 WHERE id = 4",
+            "DELETE FROM t WHERE id = 5",
+        )
+        names = engine.sql("SELECT * FROM pg.items LIMIT 1").schema.names
+        assert "twice" not in names and "a" in names
+        lake = _lake(engine, query.format("pg.items"))
+        assert len(lake) == 20 and lake == _source(cdc_db.dsn, query.format("t"))
+    finally:
+        engine.close()
+
+
+def test_a_generated_column_named_in_columns_is_refused_with_the_way_out(
+    opened: Callable[..., Engine], tmp_path: Path
+) -> None:
+    engine = opened(
+        "CREATE TABLE t (id int PRIMARY KEY, a int, twice int GENERATED ALWAYS AS (a * 2) STORED)",
+        "INSERT INTO t (id, a) VALUES (1, 1)",
+    )
+    engine.close()
+    path = tmp_path / "combined.yaml"
+    path.write_text(path.read_text() + "        columns: [id, a, twice]\n")
+    engine = Engine.open(path)
+    try:
+        (run,) = engine.capture()
+        assert run.state != "succeeded"
+        assert "twice" in str(run.error) and "generated" in str(run.error)
+        assert "columns" in str(run.error)
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("oid", [1700, 1231])  # numeric, numeric[]
+def test_a_numeric_wider_than_decimal256_reads_as_text(oid: int) -> None:
+    from combined.connectors.postgres._text import arrow_type
+
+    typmod = (100 << 16 | 30) + 4
+    wanted = "string" if oid == 1700 else "list<item: string>"
+    assert str(arrow_type(oid, typmod)) == wanted
