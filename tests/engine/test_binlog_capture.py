@@ -573,3 +573,38 @@ def test_max_changes_ends_a_read_at_a_transaction_boundary(binlog: Binlog) -> No
     second, state = read(state)
     third, _ = read(state)
     assert (first, second, third) == (10, 10, 0)
+
+
+@pytest.mark.parametrize(
+    ("clauses", "refused"),
+    [
+        ("ADD COLUMN c VARCHAR(10) DEFAULT 'dflt'", True),
+        ("ADD INDEX (qty), ADD c INT NOT NULL", True),
+        ("ADD COLUMN IF NOT EXISTS (a INT, b INT DEFAULT 3)", True),
+        ("ADD COLUMN g INT AS (qty * 2) PERSISTENT", True),
+        ("ADD COLUMN c INT DEFAULT NULL COMMENT 'x, not null', ADD INDEX (qty)", False),
+    ],
+)
+def test_a_column_added_with_a_value_for_the_rows_present_needs_a_new_snapshot(
+    binlog: Binlog, clauses: str, refused: bool
+) -> None:
+    """A column added with a value for every row present logs no row event for those rows.
+
+    Before this change the capture evolved the column and the lake held NULL
+    in the rows the ALTER gave 'dflt' (or 0, or qty * 2), unlike the source.
+    """
+    engine = Engine.open(binlog.project())
+    try:
+        engine.capture()
+        binlog.sql("UPDATE {t} SET qty = -qty WHERE id = 1", f"ALTER TABLE {{t}} {clauses}")
+        (run,) = engine.capture()
+        if refused:
+            assert run.state == "failed"
+            assert "without a change in the binlog" in (run.error or "")
+            assert "combined cdc teardown" in (run.error or "")
+            assert lake(engine)[0] == (1, 1, "n1")  # nothing of the run committed
+        else:
+            assert run.state == "succeeded", run.error
+            assert lake(engine) == binlog.source()
+    finally:
+        engine.close()

@@ -93,8 +93,47 @@ _ALTER_MOVES = re.compile(
     r"\b(rename(?!\s+(?:column|index|key)\b)|(?:truncate|drop|exchange)\s+partition)\b",
     re.IGNORECASE,
 )
+#: An ALTER TABLE clause adding a column (not an index, key, constraint or partition).
+_ADD_COLUMN = re.compile(
+    r"\badd\s+(?:column\s+)?(?:if\s+not\s+exists\s+)?(?!(?:index|key|constraint|primary|"
+    r"unique|foreign|fulltext|spatial|check|partition|period|system)\b)",
+    re.IGNORECASE,
+)
+#: What gives the rows an added column finds a value without a row event.
+_FILLED = re.compile(r"\bdefault\s+(?!null\b)|\bnot\s+null\b|\bas\s*\(", re.IGNORECASE)
 _KEYWORDS = {"to", "if", "exists", "restrict", "cascade", "wait", "nowait", "force"}
 _DML = re.compile(r"^\s*(insert|update|delete|replace|load)\b", re.IGNORECASE)
+
+
+def _clauses(text: str) -> list[str]:
+    """``text`` split at the commas outside parentheses and quotes."""
+    out, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"`":
+            quote = ch
+        elif ch in "()":
+            depth += 1 if ch == "(" else -1
+        elif ch == "," and depth == 0:
+            out.append(text[start:i])
+            start = i + 1
+    return [*out, text[start:]]
+
+
+def _filled_column(alter: str) -> str | None:
+    """The clause of an ALTER TABLE adding a column that existing rows hold a value of, if any.
+
+    MariaDB gives every row present a column added with a default, as ``NOT
+    NULL`` (its implicit default) or as a generated column, and logs no row
+    event for it: the lake would hold NULL where the source holds a value.
+    """
+    for clause in _clauses(alter):
+        bare = re.sub(r"'(?:[^'\\]|\\.|'')*'", "''", clause)  # no words inside literals
+        added = _ADD_COLUMN.search(bare)
+        if added is not None and _FILLED.search(bare, added.end()):
+            return " ".join(clause.split())[:120]
+    return None
 
 
 def _names(text: str) -> tuple[str | None, str]:
@@ -451,6 +490,15 @@ class BinlogExtraction(SessionRead[Session]):
                 f"table {rel.database}.{rel.table} was {what} since the last capture: rows "
                 "left or moved without a change in the binlog, and the lake cannot follow",
                 hint=f"take a new snapshot: {RESNAPSHOT}",
+            )
+        filled = _filled_column(rest) if verb == "alter" else None
+        if filled is not None:
+            raise SourceError(
+                f"table {rel.database}.{rel.table} was altered since the last capture with "
+                f"{filled!r}: the rows it held took the new column's value without a change in "
+                "the binlog, and the lake would hold NULL there",
+                hint="add a column without a default (NULL in every row present), then set its "
+                f"values with UPDATE; to capture this table now, take a new snapshot: {RESNAPSHOT}",
             )
         return verb == "truncate"
 
