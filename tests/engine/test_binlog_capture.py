@@ -608,3 +608,41 @@ def test_a_column_added_with_a_value_for_the_rows_present_needs_a_new_snapshot(
             assert lake(engine) == binlog.source()
     finally:
         engine.close()
+
+
+def test_text_of_every_unicode_and_latin1_charset_lands_as_the_server_reads_it(
+    binlog: Binlog,
+) -> None:
+    """UTF-16/32 and UCS-2 are big-endian in the log; latin1 is MariaDB's cp1252.
+
+    Before this change a utf16 column read 'ü' from the log as '\\ufc00' (Python's
+    utf16 took the machine's order), a utf32 or ucs2 one failed the capture, and so
+    did a latin1 value holding one of cp1252's unassigned bytes (0x81).
+    """
+    columns = ("u16", "u32", "u2", "u16le", "l1")
+    charsets = ("utf16", "utf32", "ucs2", "utf16le", "latin1")
+    binlog.sql(
+        "DROP TABLE {t}",
+        "CREATE TABLE {t} (id INT PRIMARY KEY, "
+        + ", ".join(
+            f"{c} VARCHAR(20) CHARACTER SET {s}" for c, s in zip(columns, charsets, strict=True)
+        )
+        + ") ENGINE=InnoDB",
+    )
+    row = "({id}, 'ü€😀', 'ü€😀', 'ü€', 'ü€😀', CONCAT('é€', CONVERT(x'819d' USING latin1)))"
+    binlog.sql("INSERT INTO {t} VALUES " + row.format(id=1))
+    query = f"SELECT id, {', '.join(columns)} FROM {{}} ORDER BY id"
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()
+        binlog.sql(
+            "INSERT INTO {t} VALUES " + row.format(id=2),
+            "UPDATE {t} SET id = 3, u16 = 'ÿ', l1 = 'Ÿ' WHERE id = 1",
+        )
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        rows = engine.sql(query.format("db.items")).to_pylist()
+        assert [tuple(r.values()) for r in rows] == binlog.sql(query.format("{t}"))
+        assert rows[0]["u32"] == "ü€😀" and rows[0]["l1"] == "é€\x81\x9d"
+    finally:
+        engine.close()
