@@ -646,3 +646,34 @@ def test_text_of_every_unicode_and_latin1_charset_lands_as_the_server_reads_it(
         assert rows[0]["u32"] == "ü€😀" and rows[0]["l1"] == "é€\x81\x9d"
     finally:
         engine.close()
+
+
+def test_zero_dates_null_as_yaml_spells_it_reads_zero_dates_as_nulls(binlog: Binlog) -> None:
+    """``zero_dates: null``, as the docs and the error's hint write it, is a YAML null.
+
+    Before this change it failed every capture: "zero_dates must be 'error' or 'null', not None".
+    """
+    binlog.sql(
+        "SET SESSION sql_mode = ''",
+        "ALTER TABLE {t} ADD COLUMN d DATE",
+        "UPDATE {t} SET d = IF(id % 2 = 0, '0000-00-00', '2024-02-29')",
+    )
+    path = binlog.project()
+    path.write_text(path.read_text().replace("      dsn:", "      zero_dates: null\n      dsn:"))
+    query = "SELECT id, CAST(d AS {}) AS d FROM {} WHERE id <= 4 ORDER BY id"
+    engine = Engine.open(path)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        binlog.sql("SET SESSION sql_mode = ''", "UPDATE {t} SET d = '0000-00-00' WHERE id = 1")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        lake_rows = engine.sql(query.format("varchar", "db.items")).to_pylist()
+        assert [tuple(r.values()) for r in lake_rows] == [
+            (1, None),
+            (2, None),
+            (3, "2024-02-29"),
+            (4, None),
+        ]
+    finally:
+        engine.close()
