@@ -677,3 +677,27 @@ def test_zero_dates_null_as_yaml_spells_it_reads_zero_dates_as_nulls(binlog: Bin
         ]
     finally:
         engine.close()
+
+
+def test_a_value_a_cdc_dataset_cannot_hold_names_columns_not_a_cast(binlog: Binlog) -> None:
+    """The snapshot's and the binlog's refusals named a cast, which a cdc dataset refuses."""
+    binlog.sql(
+        "SET SESSION sql_mode = ''",
+        "ALTER TABLE {t} ADD COLUMN tm TIME, ADD COLUMN d DATE",
+        "UPDATE {t} SET d = '0000-00-00' WHERE id = 3",
+    )
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()  # the snapshot meets the zero date
+        assert "set zero_dates: null" in (run.error or "")
+        assert "leave 'd' out of the dataset's `columns:`" in (run.error or "")
+        binlog.sql("UPDATE {t} SET d = NULL")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        binlog.sql("UPDATE {t} SET tm = '30:00:00' WHERE id = 2")
+        (run,) = engine.capture()  # the binlog meets the 30-hour TIME
+        assert run.state == "needs_review"
+        assert "leave 'tm' out of the dataset's `columns:`" in (run.error or "")
+        assert "declare casts" not in (run.error or "")
+    finally:
+        engine.close()

@@ -142,3 +142,60 @@ def test_a_numeric_wider_than_decimal256_reads_as_text(oid: int) -> None:
     typmod = (100 << 16 | 30) + 4
     wanted = "string" if oid == 1700 else "list<item: string>"
     assert str(arrow_type(oid, typmod)) == wanted
+
+
+def test_columns_left_out_of_a_cdc_dataset_stay_out_of_the_stream_too(
+    opened: Callable[..., Engine], cdc_db: Any, tmp_path: Path
+) -> None:
+    # `columns:` restricted the snapshot only: the stream converted every
+    # column, so an infinite timestamp in a column left out failed the capture,
+    # and any other column left out arrived in the lake as a new one.
+    engine = opened(
+        "CREATE TABLE t (id int PRIMARY KEY, x int, at timestamptz, v text, body text)",
+        "ALTER TABLE t ALTER COLUMN body SET STORAGE EXTERNAL",
+        "INSERT INTO t SELECT g, g, 'infinity', 'v' || g,"
+        " (SELECT string_agg(md5(g::text || i::text), '') FROM generate_series(1, 80) i)"
+        " FROM generate_series(1, 20) g",
+    )
+    engine.close()
+    path = tmp_path / "combined.yaml"
+    path.write_text(path.read_text() + "        columns: [id, v, body]\n")
+    engine = Engine.open(path)
+    query = "SELECT id, v, md5(body) AS body FROM {} ORDER BY id"
+    try:
+        _capture_around(
+            engine,
+            cdc_db.dsn,
+            "INSERT INTO t VALUES (21, 21, '-infinity', NULL, 'short')",
+            "UPDATE t SET v = 'u' || id, x = -x WHERE id % 3 = 0",  # body left unchanged
+            "UPDATE t SET id = id + 100, at = 'infinity' WHERE id % 5 = 0",
+            "DELETE FROM t WHERE id = 7",
+        )
+        assert engine.sql("SELECT * FROM pg.items LIMIT 1").schema.names[:3] == ["id", "v", "body"]
+        assert "x" not in engine.sql("SELECT * FROM pg.items LIMIT 1").schema.names
+        lake = _lake(engine, query.format("pg.items"))
+        assert len(lake) == 20 and lake == _source(cdc_db.dsn, query.format("t"))
+        with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+            conn.execute("TRUNCATE t")
+            conn.execute("INSERT INTO t VALUES (1, 1, 'infinity', 'after', 'b')")
+        _capture(engine)
+        assert _lake(engine, query.format("pg.items")) == _source(cdc_db.dsn, query.format("t"))
+    finally:
+        engine.close()
+
+
+def test_a_value_the_snapshot_cannot_hold_names_what_a_cdc_dataset_can_do(
+    opened: Callable[..., Engine],
+) -> None:
+    # The snapshot's hint said to declare a cast, which a cdc dataset refuses.
+    engine = opened(
+        "CREATE TABLE t (id int PRIMARY KEY, at timestamptz)",
+        "INSERT INTO t VALUES (1, 'infinity')",
+    )
+    try:
+        (run,) = engine.capture()
+        assert run.state == "needs_review"
+        assert "leave 'at' out of the dataset's `columns:`" in (run.error or "")
+        assert "declare casts" not in (run.error or "")
+    finally:
+        engine.close()

@@ -46,7 +46,7 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
-from combined.connectors._shared import SessionRead
+from combined.connectors._shared import SessionRead, cdc_values
 from combined.connectors.abc import ReadRequest
 from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._binlog_decode import RowDecoder, event_body, row_decoder
@@ -212,7 +212,7 @@ class BinlogExtraction(SessionRead[Session]):
         self._claim()
         failure: CombinedError | None = None
         try:
-            yield from self._read()
+            yield from cdc_values(self._read())
         except GeneratorExit:
             self._abandon(None)
             raise

@@ -23,6 +23,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from combined.connectors._shared import cdc_values
 from combined.connectors.abc import BaseExtraction, ReadRequest
 from combined.connectors.mariadb._binlog import BinlogExtraction
 from combined.connectors.mariadb._binlog_anchor import TableLock, pins_snapshots
@@ -85,7 +86,7 @@ class StitchedSnapshot(BaseExtraction):
         if not pins_snapshots(s):
             inner.anchor = TableLock(s, req.relation)
         self._authority = inner.authority  # one receipt: the snapshot read's
-        for msg in inner:
+        for msg in cdc_values(iter(inner)):
             if isinstance(msg, RecordBatchMessage):
                 yield msg
         inner.finish("success")

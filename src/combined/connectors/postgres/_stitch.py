@@ -35,6 +35,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from combined.connectors._shared import cdc_values
 from combined.connectors.abc import BaseExtraction, ReadRequest
 from combined.connectors.postgres._catalog import parse_relation
 from combined.connectors.postgres._cdc import CdcExtraction, lsn_from_state
@@ -122,6 +123,7 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
             else None
         ),
         events=(request.dataset,) if request.options.get("event_stream") else (),
+        columns=({request.dataset: (*request.columns, *request.key)} if request.columns else None),
     )
     return ext
 
@@ -209,7 +211,7 @@ class StitchedSnapshot(BaseExtraction):
             ),
         )
         self._authority = inner.authority  # one receipt: the snapshot read's
-        for msg in inner:
+        for msg in cdc_values(iter(inner)):
             if isinstance(msg, RecordBatchMessage):
                 yield msg
         inner.finish("success")

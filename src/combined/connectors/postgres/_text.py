@@ -122,7 +122,7 @@ def text_to_arrow(
         raise SchemaMismatch(
             f"column {column!r} holds a value that is not a valid {type_}",
             hint="infinite dates, NaN numerics and similar values have no arrow form; "
-            "exclude the column or clean the values",
+            "leave the column out of the dataset's `columns:`, or clean the values",
             column=column,
             detail=str(exc)[:200],
         ) from None
