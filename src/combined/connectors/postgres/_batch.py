@@ -332,7 +332,9 @@ class ChangeBatcher:
     def _unchanged(self, kinds: np.ndarray, marked: np.ndarray) -> pa.Array:
         """Per row, the names of its columns left unchanged (null when none, or not an update)."""
         kept = list(self._kept)
-        marks = (kinds[:, kept] == _UNCHANGED_KIND) & marked[:, None]
+        if len(kept) < len(self._names):  # else every column: no copy of the kinds
+            kinds = kinds[:, kept]
+        marks = (kinds == _UNCHANGED_KIND) & marked[:, None]
         counts = marks.sum(axis=1)
         _, columns = np.nonzero(marks)  # row by row, columns in order
         offsets = np.zeros(len(counts) + 1, np.int32)
