@@ -582,6 +582,7 @@ def test_max_changes_ends_a_read_at_a_transaction_boundary(binlog: Binlog) -> No
         ("ADD INDEX (qty), ADD c INT NOT NULL", True),
         ("ADD COLUMN IF NOT EXISTS (a INT, b INT DEFAULT 3)", True),
         ("ADD COLUMN g INT AS (qty * 2) PERSISTENT", True),
+        ("ADD COLUMN n SERIAL, ADD UNIQUE (n)", True),
         ("ADD COLUMN c INT DEFAULT NULL COMMENT 'x, not null', ADD INDEX (qty)", False),
     ],
 )

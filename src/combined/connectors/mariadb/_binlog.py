@@ -100,7 +100,10 @@ _ADD_COLUMN = re.compile(
     re.IGNORECASE,
 )
 #: What gives the rows an added column finds a value without a row event.
-_FILLED = re.compile(r"\bdefault\s+(?!null\b)|\bnot\s+null\b|\bas\s*\(", re.IGNORECASE)
+_FILLED = re.compile(
+    r"\bdefault\s+(?!null\b)|\bnot\s+null\b|\bas\s*\(|\bauto_increment\b|\bserial\b",
+    re.IGNORECASE,
+)
 _KEYWORDS = {"to", "if", "exists", "restrict", "cascade", "wait", "nowait", "force"}
 _DML = re.compile(r"^\s*(insert|update|delete|replace|load)\b", re.IGNORECASE)
 
