@@ -702,3 +702,31 @@ def test_a_value_a_cdc_dataset_cannot_hold_names_columns_not_a_cast(binlog: Binl
         assert "declare casts" not in (run.error or "")
     finally:
         engine.close()
+
+
+def test_a_system_versioned_table_is_refused_naming_the_way_out(binlog: Binlog) -> None:
+    """Its binlog logs a DELETE as an update closing the row's period.
+
+    Before this change a deleted row stayed in the lake and an update kept the old
+    value (the history row's insert came after it under the same key).
+    """
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        binlog.sql("ALTER TABLE {t} ADD SYSTEM VERSIONING", "DELETE FROM {t} WHERE id = 1")
+        (run,) = engine.capture()
+        assert run.state == "failed" and "system-versioned" in (run.error or "")
+        assert "snapshot or cursor strategy" in (run.error or "")
+        assert lake(engine)[0][0] == 1  # nothing committed: the refusal, not a silent loss
+    finally:
+        engine.close()
+    binlog.sql("DELETE FROM {t}")
+    (tmp := binlog.root / "again").mkdir()
+    binlog.root = tmp
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()  # a first snapshot of a versioned table
+        assert run.state == "failed" and "system-versioned" in (run.error or "")
+    finally:
+        engine.close()

@@ -62,6 +62,7 @@ from combined.connectors.mariadb._binlog_setup import (
     acknowledged,
     require_binlog,
     require_retained,
+    require_unversioned,
 )
 from combined.connectors.mariadb._connect import (
     DRIVER_ERRORS,
@@ -251,6 +252,7 @@ class BinlogExtraction(SessionRead[Session]):
                 dataset=request.dataset,
             ) from None
         require_binlog(session, f"{rel.database}.{rel.table}")
+        require_unversioned(session, rel.database, rel.table)
         require_retained(session, (self._file, self._offset), request.dataset)
         cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
         plans = [p for p in catalog.column_plans(cols, table=rel.table) if p.arrow_type is not None]

@@ -25,9 +25,15 @@ from typing import Any
 
 from combined.connectors._shared import cdc_values
 from combined.connectors.abc import BaseExtraction, ReadRequest
+from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._binlog import BinlogExtraction
 from combined.connectors.mariadb._binlog_anchor import TableLock, pins_snapshots
-from combined.connectors.mariadb._binlog_setup import acknowledged, position_of, require_binlog
+from combined.connectors.mariadb._binlog_setup import (
+    acknowledged,
+    position_of,
+    require_binlog,
+    require_unversioned,
+)
 from combined.connectors.mariadb._connect import Session, Settings
 from combined.connectors.mariadb._extract import MariaDBExtraction, ReadOptions
 from combined.errors import ConfigError, SourceError
@@ -42,8 +48,6 @@ def cdc_read(settings: Settings, request: ReadRequest) -> BaseExtraction:
             hint="declare `key:` with the table's primary key columns",
         )
     if settings.casts:
-        from combined.connectors.mariadb import _catalog as catalog
-
         _, table = catalog.parse_relation(request.relation, settings.database)
         if settings.casts.get(request.relation) or settings.casts.get(table):
             raise ConfigError(
@@ -65,6 +69,7 @@ def check_server(settings: Settings, relation: str) -> None:
     session = Session(settings)
     try:
         require_binlog(session, relation)
+        require_unversioned(session, *catalog.parse_relation(relation, settings.database))
     finally:
         session.close()
 
