@@ -199,3 +199,22 @@ def test_a_value_the_snapshot_cannot_hold_names_what_a_cdc_dataset_can_do(
         assert "declare casts" not in (run.error or "")
     finally:
         engine.close()
+
+
+def test_a_key_outside_the_replica_identity_is_refused_before_the_snapshot(
+    opened: Callable[..., Engine],
+) -> None:
+    # The stream refused it only at the first change after a snapshot that
+    # had already landed: the way out then took a teardown and a new snapshot.
+    engine = opened(
+        "CREATE TABLE t (pk int PRIMARY KEY, id int NOT NULL UNIQUE, v text)",
+        "INSERT INTO t VALUES (1, 10, 'a')",
+    )
+    try:
+        (run,) = engine.capture()
+        assert run.state == "needs_review"
+        assert "keyed on id, which deletes do not carry" in (run.error or "")
+        assert "the replica identity of public.t is pk" in (run.error or "")
+        assert "REPLICA IDENTITY FULL" in (run.error or "")
+    finally:
+        engine.close()

@@ -37,7 +37,7 @@ from typing import Any
 
 from combined.connectors._shared import cdc_values
 from combined.connectors.abc import BaseExtraction, ReadRequest
-from combined.connectors.postgres._catalog import parse_relation
+from combined.connectors.postgres._catalog import parse_relation, relation_name
 from combined.connectors.postgres._cdc import CdcExtraction, lsn_from_state
 from combined.connectors.postgres._connect import Session, Settings
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
@@ -54,7 +54,7 @@ from combined.connectors.postgres._replication import (
     require_slot,
 )
 from combined.connectors.postgres._tree import Tree, read_tree
-from combined.errors import ConfigError, SourceError
+from combined.errors import ConfigError, SchemaMismatch, SourceError
 from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome
 
 
@@ -185,6 +185,7 @@ class StitchedSnapshot(BaseExtraction):
             "captures the same table from this database, give the two different `slot_prefix` "
             "values",
         )
+        _require_key_identity(s, req)
         self._handle = handle = create_slot(s, self.slot)
         snapshot_id = handle.snapshot_name
         if snapshot_id is None:
@@ -230,6 +231,45 @@ class StitchedSnapshot(BaseExtraction):
         if self._handle is not None:
             self._handle.release_snapshot()
         return ()
+
+
+def _require_key_identity(settings: Settings, request: ReadRequest) -> None:
+    """Refuse, before the slot and the snapshot, a key the stream's deletes will not carry.
+
+    A delete (and a key change) sends the replica identity's columns only: a
+    key column outside them could never be matched. The stream checks this
+    too (its relation message), but only at the first change after the
+    snapshot.
+    """
+    from psycopg import sql
+
+    schema, table = parse_relation(qualified(request.relation))
+    session = Session(settings)
+    try:
+        rows = session.rows(
+            sql.SQL(
+                "SELECT c.relreplident::text, a.attname::text FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " LEFT JOIN pg_index i ON i.indrelid = c.oid AND CASE c.relreplident"
+                " WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END"
+                " LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey)"
+                " WHERE n.nspname = {} AND c.relname = {}"
+            ).format(sql.Literal(schema), sql.Literal(table)),
+            "reading the table's replica identity",
+        )
+    finally:
+        session.close()
+    identity = {str(name) for kind, name in rows if kind in ("d", "i") and name is not None}
+    missing = [k for k in request.key if identity and k not in identity]
+    if missing:
+        carried = ", ".join(sorted(identity))
+        raise SchemaMismatch(
+            f"dataset {request.dataset!r} is keyed on {', '.join(missing)}, which deletes do "
+            f"not carry (the replica identity of {schema}.{table} is {carried})",
+            hint="make the key the replica identity, "
+            f"or ALTER TABLE {relation_name(schema, table)} REPLICA IDENTITY FULL",
+            dataset=request.dataset,
+        )
 
 
 def _streamed(request: ReadRequest, columns: Sequence[tuple[str, bool]]) -> tuple[str, ...] | None:
