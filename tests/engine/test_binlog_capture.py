@@ -573,3 +573,160 @@ def test_max_changes_ends_a_read_at_a_transaction_boundary(binlog: Binlog) -> No
     second, state = read(state)
     third, _ = read(state)
     assert (first, second, third) == (10, 10, 0)
+
+
+@pytest.mark.parametrize(
+    ("clauses", "refused"),
+    [
+        ("ADD COLUMN c VARCHAR(10) DEFAULT 'dflt'", True),
+        ("ADD INDEX (qty), ADD c INT NOT NULL", True),
+        ("ADD COLUMN IF NOT EXISTS (a INT, b INT DEFAULT 3)", True),
+        ("ADD COLUMN g INT AS (qty * 2) PERSISTENT", True),
+        ("ADD COLUMN n SERIAL, ADD UNIQUE (n)", True),
+        ("ADD COLUMN c INT DEFAULT NULL COMMENT 'x, not null', ADD INDEX (qty)", False),
+    ],
+)
+def test_a_column_added_with_a_value_for_the_rows_present_needs_a_new_snapshot(
+    binlog: Binlog, clauses: str, refused: bool
+) -> None:
+    """A column added with a value for every row present logs no row event for those rows.
+
+    Before this change the capture evolved the column and the lake held NULL
+    in the rows the ALTER gave 'dflt' (or 0, or qty * 2), unlike the source.
+    """
+    engine = Engine.open(binlog.project())
+    try:
+        engine.capture()
+        binlog.sql("UPDATE {t} SET qty = -qty WHERE id = 1", f"ALTER TABLE {{t}} {clauses}")
+        (run,) = engine.capture()
+        if refused:
+            assert run.state == "failed"
+            assert "without a change in the binlog" in (run.error or "")
+            assert "combined cdc teardown" in (run.error or "")
+            assert lake(engine)[0] == (1, 1, "n1")  # nothing of the run committed
+        else:
+            assert run.state == "succeeded", run.error
+            assert lake(engine) == binlog.source()
+    finally:
+        engine.close()
+
+
+def test_text_of_every_unicode_and_latin1_charset_lands_as_the_server_reads_it(
+    binlog: Binlog,
+) -> None:
+    """UTF-16/32 and UCS-2 are big-endian in the log; latin1 is MariaDB's cp1252.
+
+    Before this change a utf16 column read 'ü' from the log as '\\ufc00' (Python's
+    utf16 took the machine's order), a utf32 or ucs2 one failed the capture, and so
+    did a latin1 value holding one of cp1252's unassigned bytes (0x81).
+    """
+    columns = ("u16", "u32", "u2", "u16le", "l1")
+    charsets = ("utf16", "utf32", "ucs2", "utf16le", "latin1")
+    binlog.sql(
+        "DROP TABLE {t}",
+        "CREATE TABLE {t} (id INT PRIMARY KEY, "
+        + ", ".join(
+            f"{c} VARCHAR(20) CHARACTER SET {s}" for c, s in zip(columns, charsets, strict=True)
+        )
+        + ") ENGINE=InnoDB",
+    )
+    row = "({id}, 'ü€😀', 'ü€😀', 'ü€', 'ü€😀', CONCAT('é€', CONVERT(x'819d' USING latin1)))"
+    binlog.sql("INSERT INTO {t} VALUES " + row.format(id=1))
+    query = f"SELECT id, {', '.join(columns)} FROM {{}} ORDER BY id"
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()
+        binlog.sql(
+            "INSERT INTO {t} VALUES " + row.format(id=2),
+            "UPDATE {t} SET id = 3, u16 = 'ÿ', l1 = 'Ÿ' WHERE id = 1",
+        )
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        rows = engine.sql(query.format("db.items")).to_pylist()
+        assert [tuple(r.values()) for r in rows] == binlog.sql(query.format("{t}"))
+        assert rows[0]["u32"] == "ü€😀" and rows[0]["l1"] == "é€\x81\x9d"
+    finally:
+        engine.close()
+
+
+def test_zero_dates_null_as_yaml_spells_it_reads_zero_dates_as_nulls(binlog: Binlog) -> None:
+    """``zero_dates: null``, as the docs and the error's hint write it, is a YAML null.
+
+    Before this change it failed every capture: "zero_dates must be 'error' or 'null', not None".
+    """
+    binlog.sql(
+        "SET SESSION sql_mode = ''",
+        "ALTER TABLE {t} ADD COLUMN d DATE",
+        "UPDATE {t} SET d = IF(id % 2 = 0, '0000-00-00', '2024-02-29')",
+    )
+    path = binlog.project()
+    path.write_text(path.read_text().replace("      dsn:", "      zero_dates: null\n      dsn:"))
+    query = "SELECT id, CAST(d AS {}) AS d FROM {} WHERE id <= 4 ORDER BY id"
+    engine = Engine.open(path)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        binlog.sql("SET SESSION sql_mode = ''", "UPDATE {t} SET d = '0000-00-00' WHERE id = 1")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        lake_rows = engine.sql(query.format("varchar", "db.items")).to_pylist()
+        assert [tuple(r.values()) for r in lake_rows] == [
+            (1, None),
+            (2, None),
+            (3, "2024-02-29"),
+            (4, None),
+        ]
+    finally:
+        engine.close()
+
+
+def test_a_value_a_cdc_dataset_cannot_hold_names_columns_not_a_cast(binlog: Binlog) -> None:
+    """The snapshot's and the binlog's refusals named a cast, which a cdc dataset refuses."""
+    binlog.sql(
+        "SET SESSION sql_mode = ''",
+        "ALTER TABLE {t} ADD COLUMN tm TIME, ADD COLUMN d DATE",
+        "UPDATE {t} SET d = '0000-00-00' WHERE id = 3",
+    )
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()  # the snapshot meets the zero date
+        assert "set zero_dates: null" in (run.error or "")
+        assert "leave 'd' out of the dataset's `columns:`" in (run.error or "")
+        binlog.sql("UPDATE {t} SET d = NULL")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        binlog.sql("UPDATE {t} SET tm = '30:00:00' WHERE id = 2")
+        (run,) = engine.capture()  # the binlog meets the 30-hour TIME
+        assert run.state == "needs_review"
+        assert "leave 'tm' out of the dataset's `columns:`" in (run.error or "")
+        assert "declare casts" not in (run.error or "")
+    finally:
+        engine.close()
+
+
+def test_a_system_versioned_table_is_refused_naming_the_way_out(binlog: Binlog) -> None:
+    """Its binlog logs a DELETE as an update closing the row's period.
+
+    Before this change a deleted row stayed in the lake and an update kept the old
+    value (the history row's insert came after it under the same key).
+    """
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        binlog.sql("ALTER TABLE {t} ADD SYSTEM VERSIONING", "DELETE FROM {t} WHERE id = 1")
+        (run,) = engine.capture()
+        assert run.state == "failed" and "system-versioned" in (run.error or "")
+        assert "snapshot or cursor strategy" in (run.error or "")
+        assert lake(engine)[0][0] == 1  # nothing committed: the refusal, not a silent loss
+    finally:
+        engine.close()
+    binlog.sql("DELETE FROM {t}")
+    (tmp := binlog.root / "again").mkdir()
+    binlog.root = tmp
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()  # a first snapshot of a versioned table
+        assert run.state == "failed" and "system-versioned" in (run.error or "")
+    finally:
+        engine.close()

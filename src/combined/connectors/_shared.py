@@ -100,6 +100,28 @@ def select_plans(
     return by_name, [by_name[c] for c in dict.fromkeys(request.columns)]
 
 
+def cdc_values(messages: Iterator[Message]) -> Iterator[Message]:
+    """A cdc dataset's read: a value it cannot hold names what cdc allows, not a cast.
+
+    A snapshot's refusal of a value (an infinite date, a 30-hour TIME, an
+    unmapped type) says to declare a cast; a cdc dataset refuses casts, since
+    its stream reads every column as its own type. Such a dataset can leave
+    the column out instead (its ``columns:``, which the stream honours too).
+    """
+    try:
+        yield from messages
+    except CombinedError as exc:
+        column = exc.context.get("column")
+        if column and exc.hint and "casts" in exc.hint:
+            zero = "zero_dates: null" in exc.hint  # MariaDB's zero dates: that option stays
+            exc.hint = (
+                ("set zero_dates: null to read zero dates as nulls; " if zero else "")
+                + f"a cdc dataset takes no casts: leave {column!r} out of the dataset's "
+                "`columns:`, or capture the relation with the snapshot or cursor strategy"
+            )
+        raise
+
+
 class SQLReadOptions(NamedTuple):
     """The read options the SQL connectors share, validated."""
 

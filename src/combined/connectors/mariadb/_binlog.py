@@ -46,7 +46,7 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
-from combined.connectors._shared import SessionRead
+from combined.connectors._shared import SessionRead, cdc_values
 from combined.connectors.abc import ReadRequest
 from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._binlog_decode import RowDecoder, event_body, row_decoder
@@ -62,6 +62,7 @@ from combined.connectors.mariadb._binlog_setup import (
     acknowledged,
     require_binlog,
     require_retained,
+    require_unversioned,
 )
 from combined.connectors.mariadb._connect import (
     DRIVER_ERRORS,
@@ -93,8 +94,50 @@ _ALTER_MOVES = re.compile(
     r"\b(rename(?!\s+(?:column|index|key)\b)|(?:truncate|drop|exchange)\s+partition)\b",
     re.IGNORECASE,
 )
+#: An ALTER TABLE clause adding a column (not an index, key, constraint or partition).
+_ADD_COLUMN = re.compile(
+    r"\badd\s+(?:column\s+)?(?:if\s+not\s+exists\s+)?(?!(?:index|key|constraint|primary|"
+    r"unique|foreign|fulltext|spatial|check|partition|period|system)\b)",
+    re.IGNORECASE,
+)
+#: What gives the rows an added column finds a value without a row event.
+_FILLED = re.compile(
+    r"\bdefault\s+(?!null\b)|\bnot\s+null\b|\bas\s*\(|\bauto_increment\b|\bserial\b",
+    re.IGNORECASE,
+)
 _KEYWORDS = {"to", "if", "exists", "restrict", "cascade", "wait", "nowait", "force"}
 _DML = re.compile(r"^\s*(insert|update|delete|replace|load)\b", re.IGNORECASE)
+
+
+def _clauses(text: str) -> list[str]:
+    """``text`` split at the commas outside parentheses and quotes."""
+    out, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"`":
+            quote = ch
+        elif ch in "()":
+            depth += 1 if ch == "(" else -1
+        elif ch == "," and depth == 0:
+            out.append(text[start:i])
+            start = i + 1
+    return [*out, text[start:]]
+
+
+def _filled_column(alter: str) -> str | None:
+    """The clause of an ALTER TABLE adding a column that existing rows hold a value of, if any.
+
+    MariaDB gives every row present a column added with a default, as ``NOT
+    NULL`` (its implicit default) or as a generated column, and logs no row
+    event for it: the lake would hold NULL where the source holds a value.
+    """
+    for clause in _clauses(alter):
+        bare = re.sub(r"'(?:[^'\\]|\\.|'')*'", "''", clause)  # no words inside literals
+        added = _ADD_COLUMN.search(bare)
+        if added is not None and _FILLED.search(bare, added.end()):
+            return " ".join(clause.split())[:120]
+    return None
 
 
 def _names(text: str) -> tuple[str | None, str]:
@@ -173,7 +216,7 @@ class BinlogExtraction(SessionRead[Session]):
         self._claim()
         failure: CombinedError | None = None
         try:
-            yield from self._read()
+            yield from cdc_values(self._read())
         except GeneratorExit:
             self._abandon(None)
             raise
@@ -209,6 +252,7 @@ class BinlogExtraction(SessionRead[Session]):
                 dataset=request.dataset,
             ) from None
         require_binlog(session, f"{rel.database}.{rel.table}")
+        require_unversioned(session, rel.database, rel.table)
         require_retained(session, (self._file, self._offset), request.dataset)
         cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
         plans = [p for p in catalog.column_plans(cols, table=rel.table) if p.arrow_type is not None]
@@ -451,6 +495,15 @@ class BinlogExtraction(SessionRead[Session]):
                 f"table {rel.database}.{rel.table} was {what} since the last capture: rows "
                 "left or moved without a change in the binlog, and the lake cannot follow",
                 hint=f"take a new snapshot: {RESNAPSHOT}",
+            )
+        filled = _filled_column(rest) if verb == "alter" else None
+        if filled is not None:
+            raise SourceError(
+                f"table {rel.database}.{rel.table} was altered since the last capture with "
+                f"{filled!r}: the rows it held took the new column's value without a change in "
+                "the binlog, and the lake would hold NULL there",
+                hint="add a column without a default (NULL in every row present), then set its "
+                f"values with UPDATE; to capture this table now, take a new snapshot: {RESNAPSHOT}",
             )
         return verb == "truncate"
 

@@ -53,6 +53,39 @@ _INTS = {_TINY: ("b", 1), _SHORT: ("h", 2), _LONG: ("i", 4), _LONGLONG: ("q", 8)
 _DIGITS_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 
 
+#: MariaDB's latin1 is cp1252 with its five unassigned bytes (0x81, 0x8D, 0x8F,
+#: 0x90, 0x9D) read as the C1 controls of the same number; Python's cp1252 refuses them.
+_LATIN1_TABLE = "".join(bytes([b]).decode("cp1252", errors="ignore") or chr(b) for b in range(256))
+_LATIN1 = "combined_mariadb_latin1"
+
+
+def _latin1_codec(name: str) -> codecs.CodecInfo | None:
+    if name != _LATIN1:
+        return None
+    encoding = codecs.charmap_build(_LATIN1_TABLE)
+    return codecs.CodecInfo(
+        name=_LATIN1,
+        encode=lambda text, errors="strict": codecs.charmap_encode(text, errors, encoding),
+        decode=lambda data, errors="strict": codecs.charmap_decode(data, errors, _LATIN1_TABLE),
+    )
+
+
+codecs.register(_latin1_codec)
+
+#: Charsets whose Python codec of the same name reads other bytes than the
+#: server writes: UTF-16, UTF-32 and UCS-2 are big-endian in MariaDB, while
+#: Python's utf16 and utf32 take the machine's order when no BOM leads (and
+#: Python has no ucs2).
+_CHARSETS = {
+    "utf16": "utf-16-be",
+    "utf32": "utf-32-be",
+    "ucs2": "utf-16-be",
+    "utf16le": "utf-16-le",
+    "latin1": _LATIN1,
+    "cp1252": _LATIN1,  # how the library names latin1 (the server has no other cp1252)
+}
+
+
 class _Zero:
     """A zero TIMESTAMP (``0000-00-00 00:00:00``) read from the log, judged when built."""
 
@@ -140,7 +173,7 @@ def _encoding(column: Any) -> str | None:
     name = getattr(column, "character_set_name", None)
     if name is None:
         return "utf-8"  # the library's default when the log names no charset
-    encoding = str(RowsEvent.charset_to_encoding(name))
+    encoding = _CHARSETS.get(str(name).lower()) or str(RowsEvent.charset_to_encoding(name))
     try:
         codecs.lookup(encoding)
     except LookupError:

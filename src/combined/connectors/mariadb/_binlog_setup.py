@@ -211,6 +211,30 @@ def require_binlog(session: Session, relation: str) -> None:
         )
 
 
+def require_unversioned(session: Session, database: str, table: str) -> None:
+    """Refuse a system-versioned table: its binlog does not say which rows left it.
+
+    MariaDB logs a ``DELETE`` of such a table as an update that closes the
+    row's period, and an ``UPDATE`` as the current row's update followed by
+    the insert of its history row, both under the same key.
+    """
+    rows = session.rows(
+        "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
+        f"{session.literal(database)} AND TABLE_NAME = {session.literal(table)}",
+        "reading the table's type",
+    )
+    if rows and str(rows[0][0]).upper() == "SYSTEM VERSIONED":
+        raise ConfigError(
+            f"table {database}.{table} is system-versioned: its binary log records a deleted "
+            "row as an update that ends its period and an update as an update plus the insert "
+            "of a history row, so a change capture would keep deleted rows and old values",
+            hint="capture the table with the snapshot or cursor strategy, or capture a table "
+            "without system versioning (ALTER TABLE ... DROP SYSTEM VERSIONING drops its "
+            "history)",
+            relation=f"{database}.{table}",
+        )
+
+
 def binary_logs(session: Session) -> list[tuple[str, int]]:
     """The binlog files the server holds, oldest first, with their sizes."""
     rows = session.rows("SHOW BINARY LOGS", "listing the binary logs")

@@ -23,10 +23,17 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from combined.connectors._shared import cdc_values
 from combined.connectors.abc import BaseExtraction, ReadRequest
+from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._binlog import BinlogExtraction
 from combined.connectors.mariadb._binlog_anchor import TableLock, pins_snapshots
-from combined.connectors.mariadb._binlog_setup import acknowledged, position_of, require_binlog
+from combined.connectors.mariadb._binlog_setup import (
+    acknowledged,
+    position_of,
+    require_binlog,
+    require_unversioned,
+)
 from combined.connectors.mariadb._connect import Session, Settings
 from combined.connectors.mariadb._extract import MariaDBExtraction, ReadOptions
 from combined.errors import ConfigError, SourceError
@@ -41,8 +48,6 @@ def cdc_read(settings: Settings, request: ReadRequest) -> BaseExtraction:
             hint="declare `key:` with the table's primary key columns",
         )
     if settings.casts:
-        from combined.connectors.mariadb import _catalog as catalog
-
         _, table = catalog.parse_relation(request.relation, settings.database)
         if settings.casts.get(request.relation) or settings.casts.get(table):
             raise ConfigError(
@@ -64,6 +69,7 @@ def check_server(settings: Settings, relation: str) -> None:
     session = Session(settings)
     try:
         require_binlog(session, relation)
+        require_unversioned(session, *catalog.parse_relation(relation, settings.database))
     finally:
         session.close()
 
@@ -85,7 +91,7 @@ class StitchedSnapshot(BaseExtraction):
         if not pins_snapshots(s):
             inner.anchor = TableLock(s, req.relation)
         self._authority = inner.authority  # one receipt: the snapshot read's
-        for msg in inner:
+        for msg in cdc_values(iter(inner)):
             if isinstance(msg, RecordBatchMessage):
                 yield msg
         inner.finish("success")

@@ -197,7 +197,13 @@ class Settings:
 
 
 def zero_dates_option(value: Any) -> ZeroDates:
-    """Validate the ``zero_dates`` policy: ``error`` (default) or ``null``."""
+    """Validate the ``zero_dates`` policy: ``error`` (default) or ``null``.
+
+    ``zero_dates: null`` in YAML, as the documentation and the errors spell it,
+    is a YAML null: it means the ``null`` policy, as the quoted ``"null"`` does.
+    """
+    if value is None:
+        return "null"
     if value not in ("error", "null"):
         raise ConfigError(
             f"zero_dates must be 'error' or 'null', not {value!r}",

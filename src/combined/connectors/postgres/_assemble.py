@@ -107,6 +107,8 @@ class _Target:
     unfilled: list[str] = field(default_factory=list)
     #: Transactions that changed the dataset, by xid, since a watch began (None: no watch).
     watch: list[int] | None = None
+    #: The columns the dataset holds (its ``columns:`` and key; None: every column).
+    columns: frozenset[str] | None = None
 
 
 def _state_value(lsn: str, t: _Target) -> dict[str, Any]:
@@ -152,7 +154,10 @@ class _Assembler:
         known: Mapping[str, Sequence[str]] | None = None,
         fill: Callable[[str, Sequence[str]], Iterator[tuple[bytes | None, ...]]] | None = None,
         events: Collection[str] = (),
+        columns: Mapping[str, Collection[str]] | None = None,
     ) -> None:
+        # ``columns``: each dataset's selected columns (``columns:`` and its
+        # key), when it selects; the stream's other columns are left out.
         # ``known``: the columns each dataset's lake table holds; ``fill``
         # reads the given columns of every row of a table (:mod:`._fill`),
         # except for ``events`` (append datasets), whose added columns are
@@ -170,6 +175,7 @@ class _Assembler:
                 tree=(trees or {}).get(d),
                 known=set(known[d]) if known and d in known else None,
                 events=d in events,
+                columns=frozenset(columns[d]) if columns and d in columns else None,
             )
             for d, rel in datasets.items()
         }
@@ -370,6 +376,7 @@ class _Assembler:
                 batch_bytes=self._batch_bytes,
                 type_overrides=self._overrides(msg),
                 key=t.key,
+                columns=t.columns,
             )
         t.oid = msg.oid
         self._by_oid[msg.oid] = t
@@ -378,7 +385,7 @@ class _Assembler:
 
     def _note_added(self, t: _Target, msg: Relation) -> None:
         """Ask for a fill (:meth:`fill_pending`) when ``msg`` shows columns the lake lacks."""
-        names = [c.name for c in msg.columns]
+        names = [c.name for c in msg.columns if t.columns is None or c.name in t.columns]
         if t.known is None:
             return
         added = [n for n in names if n not in t.known]
@@ -466,6 +473,7 @@ class _Assembler:
                 batch_bytes=self._batch_bytes,
                 type_overrides=self._overrides(shaped),
                 key=t.key,
+                columns=t.columns,
             )
         t.leaves[msg.oid] = None if positions == tuple(range(len(names))) else positions
         self._by_oid[msg.oid] = t

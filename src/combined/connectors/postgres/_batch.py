@@ -7,7 +7,7 @@ the engine (ops, truncate markers, ``_combined_unchanged``).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import repeat
 from typing import cast
@@ -99,7 +99,9 @@ class ChangeBatcher:
     value differs; without it, only a changed replica identity is.
 
     ``type_overrides`` maps a user-defined type OID to the built-in OID to
-    read it as (an enum as ``text``, a domain as its base type).
+    read it as (an enum as ``text``, a domain as its base type). ``columns``,
+    when given, are the columns the batches hold (the dataset's ``columns:``
+    and its key): the others are parsed past, never converted.
     """
 
     def __init__(
@@ -110,6 +112,7 @@ class ChangeBatcher:
         batch_bytes: int = 64 << 20,
         type_overrides: Mapping[int, tuple[int, int]] | None = None,
         key: tuple[str, ...] | None = None,
+        columns: Collection[str] | None = None,
     ) -> None:
         if batch_rows < 1 or batch_bytes < 1:
             raise ProtocolViolation("batch limits must be positive", hint="pass batch_rows >= 1")
@@ -117,19 +120,24 @@ class ChangeBatcher:
         self.batch_rows = batch_rows
         self.batch_bytes = batch_bytes
         overrides = type_overrides or {}
+        self._names = tuple(c.name for c in relation.columns)
+        #: Positions of the columns the batches hold.
+        self._kept = tuple(
+            i for i, c in enumerate(relation.columns) if columns is None or c.name in columns
+        )
         types = []
-        for c in relation.columns:
+        for c in (relation.columns[i] for i in self._kept):
             oid, mod = overrides.get(c.type_oid, (c.type_oid, c.type_modifier))
             types.append(arrow_type(oid, mod if mod >= 0 else c.type_modifier, column=c.name))
         self._types = tuple(types)
-        self._names = tuple(c.name for c in relation.columns)
+        kept_names = [self._names[i] for i in self._kept]
         #: Positions of the dataset's key columns (None: the key is not known here).
         self._key_at = (
             tuple(self._names.index(k) for k in key)
             if key and all(k in self._names for k in key)
             else None
         )
-        fields = [pa.field(n, t) for n, t in zip(self._names, self._types, strict=True)]
+        fields = [pa.field(n, t) for n, t in zip(kept_names, self._types, strict=True)]
         fields += [
             pa.field(OP_COLUMN, pa.string(), nullable=False),
             pa.field(EMITTED_AT_COLUMN, _EMITTED_TYPE),
@@ -304,8 +312,8 @@ class ChangeBatcher:
             self._messages, self._starts, len(self._names), self.relation.qualified_name
         )
         arrays = [
-            text_to_arrow(values, type_, name)
-            for values, type_, name in zip(parsed.columns, self._types, self._names, strict=True)
+            text_to_arrow(parsed.columns[i], type_, self._names[i])
+            for i, type_ in zip(self._kept, self._types, strict=True)
         ]
         ops = np.frombuffer(bytes(self._ops), np.uint8)
         firsts = [r[0] for r in self._runs]
@@ -323,12 +331,16 @@ class ChangeBatcher:
 
     def _unchanged(self, kinds: np.ndarray, marked: np.ndarray) -> pa.Array:
         """Per row, the names of its columns left unchanged (null when none, or not an update)."""
+        kept = list(self._kept)
+        if len(kept) < len(self._names):  # else every column: no copy of the kinds
+            kinds = kinds[:, kept]
         marks = (kinds == _UNCHANGED_KIND) & marked[:, None]
         counts = marks.sum(axis=1)
         _, columns = np.nonzero(marks)  # row by row, columns in order
         offsets = np.zeros(len(counts) + 1, np.int32)
         np.cumsum(counts, out=offsets[1:])
-        names = pa.array(self._names, pa.string()).take(pa.array(columns, pa.int64()))
+        held = pa.array([self._names[i] for i in kept], pa.string())
+        names = held.take(pa.array(columns, pa.int64()))
         return pa.ListArray.from_arrays(
             pa.array(offsets), names, type=pa.list_(pa.string()), mask=pa.array(counts == 0)
         )
@@ -339,7 +351,7 @@ class ChangeBatcher:
         Flush the rows collected before it first: the marker's place in the
         order of batches is the place of the truncate in the log.
         """
-        n = len(self._names)
+        n = len(self._types)
         arrays = [pa.nulls(1, t) for t in self._types]
         micros = (commit_time - _UNIX_EPOCH) // timedelta(microseconds=1)
         arrays += [

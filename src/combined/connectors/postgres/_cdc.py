@@ -47,7 +47,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,6 +210,7 @@ class CdcExtraction(BaseExtraction):
         authority: ExtractionAuthority | None = None,
         lake_columns: Mapping[str, Sequence[str]] | None = None,
         events: Iterable[str] = (),
+        columns: Mapping[str, Collection[str]] | None = None,
     ) -> None:
         super().__init__(authority)
         if not datasets:
@@ -228,6 +229,7 @@ class CdcExtraction(BaseExtraction):
         self._oids = oids
         self._trees = dict(trees or {})
         self._lake_columns = lake_columns
+        self._columns = columns
         self._fill = ColumnFill(settings)
         #: Per dataset, the columns the source declares NOT NULL when the run ended.
         self.not_null_columns: dict[str, tuple[str, ...]] = {}
@@ -403,6 +405,7 @@ class CdcExtraction(BaseExtraction):
             trees=self._trees,
             ancestors=self._ancestors,
             known=self._lake_columns,
+            columns=self._columns,
             fill=self._fill,
             events=self._events,
         )

@@ -31,12 +31,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from combined.connectors._shared import cdc_values
 from combined.connectors.abc import BaseExtraction, ReadRequest
-from combined.connectors.postgres._catalog import parse_relation
+from combined.connectors.postgres._catalog import parse_relation, relation_name
 from combined.connectors.postgres._cdc import CdcExtraction, lsn_from_state
 from combined.connectors.postgres._connect import Session, Settings
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
@@ -53,7 +54,7 @@ from combined.connectors.postgres._replication import (
     require_slot,
 )
 from combined.connectors.postgres._tree import Tree, read_tree
-from combined.errors import ConfigError, SourceError
+from combined.errors import ConfigError, SchemaMismatch, SourceError
 from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome
 
 
@@ -122,6 +123,7 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
             else None
         ),
         events=(request.dataset,) if request.options.get("event_stream") else (),
+        columns=({request.dataset: (*request.columns, *request.key)} if request.columns else None),
     )
     return ext
 
@@ -183,6 +185,7 @@ class StitchedSnapshot(BaseExtraction):
             "captures the same table from this database, give the two different `slot_prefix` "
             "values",
         )
+        _require_key_identity(s, req)
         self._handle = handle = create_slot(s, self.slot)
         snapshot_id = handle.snapshot_name
         if snapshot_id is None:
@@ -190,8 +193,10 @@ class StitchedSnapshot(BaseExtraction):
                 f"replication slot {self.slot!r} exported no snapshot",
                 hint="the server must support exported snapshots (PostgreSQL 10 or newer)",
             )
-        snapshot_text, tree = _probe_snapshot(s, snapshot_id, qualified(req.relation))
-        snap_req = replace(req, strategy="snapshot", state=None, cursor=None)
+        snapshot_text, tree, columns = _probe_snapshot(s, snapshot_id, qualified(req.relation))
+        snap_req = replace(
+            req, strategy="snapshot", state=None, cursor=None, columns=_streamed(req, columns)
+        )
         self._inner = inner = PostgresExtraction(
             s,
             snap_req,
@@ -207,7 +212,7 @@ class StitchedSnapshot(BaseExtraction):
             ),
         )
         self._authority = inner.authority  # one receipt: the snapshot read's
-        for msg in inner:
+        for msg in cdc_values(iter(inner)):
             if isinstance(msg, RecordBatchMessage):
                 yield msg
         inner.finish("success")
@@ -228,11 +233,76 @@ class StitchedSnapshot(BaseExtraction):
         return ()
 
 
-def _probe_snapshot(settings: Settings, snapshot_id: str, relation: str) -> tuple[str, Tree | None]:
-    """``pg_current_snapshot()`` and ``relation``'s partitions, as the exported snapshot sees them.
+def _require_key_identity(settings: Settings, request: ReadRequest) -> None:
+    """Refuse, before the slot and the snapshot, a key the stream's deletes will not carry.
 
-    The partitions recorded with the first checkpoint are those the snapshot
-    read: the catalog is read in the same snapshot.
+    A delete (and a key change) sends the replica identity's columns only: a
+    key column outside them could never be matched. The stream checks this
+    too (its relation message), but only at the first change after the
+    snapshot.
+    """
+    from psycopg import sql
+
+    schema, table = parse_relation(qualified(request.relation))
+    session = Session(settings)
+    try:
+        rows = session.rows(
+            sql.SQL(
+                "SELECT c.relreplident::text, a.attname::text FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " LEFT JOIN pg_index i ON i.indrelid = c.oid AND CASE c.relreplident"
+                " WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END"
+                " LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey)"
+                " WHERE n.nspname = {} AND c.relname = {}"
+            ).format(sql.Literal(schema), sql.Literal(table)),
+            "reading the table's replica identity",
+        )
+    finally:
+        session.close()
+    identity = {str(name) for kind, name in rows if kind in ("d", "i") and name is not None}
+    missing = [k for k in request.key if identity and k not in identity]
+    if missing:
+        carried = ", ".join(sorted(identity))
+        raise SchemaMismatch(
+            f"dataset {request.dataset!r} is keyed on {', '.join(missing)}, which deletes do "
+            f"not carry (the replica identity of {schema}.{table} is {carried})",
+            hint="make the key the replica identity, "
+            f"or ALTER TABLE {relation_name(schema, table)} REPLICA IDENTITY FULL",
+            dataset=request.dataset,
+        )
+
+
+def _streamed(request: ReadRequest, columns: Sequence[tuple[str, bool]]) -> tuple[str, ...] | None:
+    """The columns the snapshot reads: those the change stream carries.
+
+    pgoutput leaves out generated columns (PostgreSQL 18 sends them only
+    from a publication with ``publish_generated_columns``, which Combined
+    does not set): read in the snapshot, they would vanish from every row a
+    change rewrites and fail the next capture as a dropped column.
+    """
+    generated = [name for name, gen in columns if gen]
+    chosen = request.columns or tuple(name for name, _ in columns)
+    named = [c for c in chosen if c in generated]
+    if named and request.columns:
+        raise ConfigError(
+            f"column {named[0]!r} of {request.relation!r} is generated, and PostgreSQL's "
+            "logical replication does not stream generated columns",
+            hint=f"leave {named[0]!r} out of the dataset's `columns:` (the lake can compute it "
+            "from the others), or capture the relation with the snapshot or cursor strategy",
+            dataset=request.dataset,
+        )
+    if not generated:
+        return request.columns
+    return tuple(c for c in chosen if c not in generated)
+
+
+def _probe_snapshot(
+    settings: Settings, snapshot_id: str, relation: str
+) -> tuple[str, Tree | None, list[tuple[str, bool]]]:
+    """``pg_current_snapshot()``, ``relation``'s partitions and its columns (name, generated).
+
+    The exported snapshot sees them as the snapshot read does: the
+    partitions recorded with the first checkpoint are those it read.
     """
     from psycopg import sql
 
@@ -251,7 +321,17 @@ def _probe_snapshot(settings: Settings, snapshot_id: str, relation: str) -> tupl
             return session.rows(query, "reading the table's partitions")
 
         tree = read_tree(rows, *parse_relation(relation))
+        columns = session.rows(
+            sql.SQL(
+                "SELECT a.attname::text, a.attgenerated <> '' FROM pg_attribute a"
+                " JOIN pg_class c ON c.oid = a.attrelid"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = {} AND c.relname = {} AND a.attnum > 0"
+                " AND NOT a.attisdropped ORDER BY a.attnum"
+            ).format(*map(sql.Literal, parse_relation(relation))),
+            "reading the table's columns",
+        )
         session.run("ROLLBACK", "closing the probe")
-        return str(text), tree
+        return str(text), tree, [(str(n), bool(g)) for n, g in columns]
     finally:
         session.close()

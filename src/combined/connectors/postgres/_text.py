@@ -60,7 +60,8 @@ def arrow_type(type_oid: int, type_modifier: int = -1, *, column: str = "?") -> 
     """The Arrow type of a column of PostgreSQL type ``type_oid``.
 
     ``numeric(p, s)`` becomes ``decimal128(p, s)`` (``decimal256`` above 38
-    digits); an unconstrained ``numeric`` has no fixed scale and stays text.
+    digits); an unconstrained ``numeric``, or one of more than 76 digits
+    (beyond ``decimal256``), stays text, as the snapshot reads it.
     A one-dimensional array becomes a list of its element's type. Types
     without a faithful mapping (``money``, ranges, geometric types,
     unresolved user types) raise ``UnsupportedType`` naming the column.
@@ -77,6 +78,8 @@ def arrow_type(type_oid: int, type_modifier: int = -1, *, column: str = "?") -> 
         precision = ((type_modifier - 4) >> 16) & 0xFFFF
         scale = (type_modifier - 4) & 0x7FF
         scale = scale - 0x800 if scale & 0x400 else scale  # 11-bit signed since PostgreSQL 15
+        if precision > 76:
+            return pa.string()
         return (
             pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
         )
@@ -119,7 +122,7 @@ def text_to_arrow(
         raise SchemaMismatch(
             f"column {column!r} holds a value that is not a valid {type_}",
             hint="infinite dates, NaN numerics and similar values have no arrow form; "
-            "exclude the column or clean the values",
+            "leave the column out of the dataset's `columns:`, or clean the values",
             column=column,
             detail=str(exc)[:200],
         ) from None
