@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from combined.capture._reduce import Reducer
 from combined.engine import Engine
 
 PROJECT = """\
@@ -163,6 +164,64 @@ def test_a_backlog_whose_unchanged_values_outgrow_the_reduction_memory_drains(
     assert run.stats is not None and run.stats["big"]["updates"] == BIG_ROWS
     assert lake == source
     assert lake[0] == BIG_ROWS and lake[2] == BIG_ROWS
+
+
+def _big_table(dsn: str, rows: int, chars: int) -> None:
+    """``big(id, n, body)``: ``rows`` rows of ``chars``-character texts stored out of line."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE big (id bigint PRIMARY KEY, n int, body text)")
+        conn.execute("ALTER TABLE big ALTER COLUMN body SET STORAGE EXTERNAL")
+        conn.execute(
+            f"INSERT INTO big SELECT g, 0, repeat(md5(g::text), {chars // 32}) "
+            f"FROM generate_series(1, {rows}) g"
+        )
+
+
+def _held_after_output(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Bytes each reduction's DuckDB holds once its Deliveries' rows were all read."""
+    held: list[int] = []
+    output = Reducer.output
+
+    def observed(self: Reducer, *args: Any, **kwargs: Any) -> Any:
+        yield from output(self, *args, **kwargs)
+        sql = "SELECT sum(memory_usage_bytes) FROM duckdb_memory()"
+        held.append(int(self.con.execute(sql).fetchall()[0][0]))
+
+    monkeypatch.setattr(Reducer, "output", observed)
+    return held
+
+
+def test_delivering_filled_rows_holds_little_of_the_reduction_memory(
+    tmp_path: Path, cdc_db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ~100 MB of unchanged texts filled from the lake, at the default memory:
+    # the reduction gives DuckDB 72 MB, which its fills and transition filled
+    # as a cache while the Deliveries read them a window at a time (the
+    # process's peak: a 500k-row wide backlog peaked at 427 MB, over the 400
+    # the issue allows). The Deliveries now run with 40 MB and hold less.
+    _big_table(cdc_db.dsn, BIG_ROWS, 4096)
+    held = _held_after_output(monkeypatch)
+    check = "SELECT count(*), sum(n), count(DISTINCT md5(body)), sum(length(body))"
+    run, lake, source = _drain(
+        tmp_path, cdc_db, "big", ["UPDATE big SET n = n + 1"], check, default=True
+    )
+    assert run.stats is not None and run.stats["big"]["updates"] == BIG_ROWS
+    assert lake == source and lake[2] == BIG_ROWS
+    assert held[-1] <= 32 << 20, held  # (main: ~50 MB; here ~18)
+
+
+def test_a_row_filled_with_a_value_larger_than_a_window_drains_at_the_default_memory(
+    tmp_path: Path, cdc_db
+) -> None:
+    # A row's fills larger than a window of them (FILL_WINDOW_BYTES) are
+    # delivered with the reduction's memory: 15 MB texts failed at 40 MB.
+    _big_table(cdc_db.dsn, 3, 15 << 20)
+    check = "SELECT count(*), sum(n), count(DISTINCT md5(body)), sum(length(body))"
+    run, lake, source = _drain(
+        tmp_path, cdc_db, "big", ["UPDATE big SET n = n + 1"], check, default=True
+    )
+    assert run.stats is not None and run.stats["big"]["updates"] == 3
+    assert lake == source and lake[3] == 3 * (15 << 20)
 
 
 #: List columns of a table whose every row a capture fills in each of them.

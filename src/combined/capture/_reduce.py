@@ -730,6 +730,8 @@ class Reducer(DuplicateChecks, Fingerprints):
         ranges = [] if self._every_row_new() else part_ranges(self.capture_files, cuts)
         ordered = self.sync_mode == "append"
         if ranges and (in_order(ranges) or not ordered):
+            if self._resolved is not None and (mb := self._resolved.output_mb(FILL_JOIN_MB)):
+                self.con.execute(f"SET memory_limit = '{mb}MB'")  # part by part: less
             yield from self._ranged_output(ranges, provenance, fixed_columns, batch_rows)
             return
         sql = self._output_sql(provenance)

@@ -32,6 +32,20 @@ UNCHANGED = "_combined_unchanged"
 
 _ORD = "_combined_ordinal"
 
+#: DuckDB memory, in MB, while staged rows with filled values are delivered
+#: part by part (plus the reduction's ``FILL_JOIN_MB`` for each filled
+#: column): the rest of the reduction's memory only cached the tables their
+#: windows are read from (the fills, the transition). A backlog of 500k wide
+#: TOAST-unchanged updates peaked in its Deliveries with DuckDB at its 72 MB
+#: (412-429 MB); at 40 MB the process peaked at 384-393 MB, CPU-seconds
+#: within the noise, and at 24 MB its 8 MB windows of fills failed
+#: (bench/RESULTS.md).
+FILLED_OUTPUT_MB = 32
+#: One row's fills (bytes as text) past which its window is not bounded by
+#: ``FILL_WINDOW_BYTES``: the output keeps the reduction's memory (a row's
+#: 15 MB value failed at 40 MB).
+LARGE_FILL_BYTES = 1 << 20
+
 
 def lit(value: str | None) -> str:
     """``value`` as a SQL string literal (NULL for None)."""
@@ -67,11 +81,25 @@ class Resolved:
     fills: tuple[str, ...] = ()
     #: The ordinals where a window of at most ``FILL_WINDOW_BYTES`` of fills starts.
     cuts: tuple[int, ...] = ()
+    #: The largest fills (bytes as text) of one row: a window holds at most
+    #: ``FILL_WINDOW_BYTES`` and one row's more.
+    widest: int = 0
 
     @property
     def filled(self) -> bool:
         """Whether any value was filled."""
         return bool(self.fills)
+
+    def output_mb(self, per_column: int) -> int | None:
+        """DuckDB's memory (MB) for delivering the filled rows, or None: the reduction's.
+
+        Each staged part meets its own transition rows and, a column at a
+        time (``per_column`` MB for each join), one window of fills: at most
+        ``FILL_WINDOW_BYTES`` and one row's more.
+        """
+        if not self.fills or self.widest > LARGE_FILL_BYTES:
+            return None
+        return FILLED_OUTPUT_MB + per_column * len(self.fills)
 
     def sql(self, relation: str, ordinals: tuple[int, int] | None = None) -> str:
         """The rows of ``relation`` filled; ``ordinals``: the (lowest, highest) they hold.
@@ -133,7 +161,8 @@ def resolve_unchanged(
     ]
     con.execute("DROP TABLE unc_lin")
     cols = _filled_columns(payload, marked)
-    resolved = Resolved(f"{cols}, {rest}, r._cid", id_expr, tuple(fills), _cuts(con, fills))
+    cuts, widest = _cuts(con, fills)
+    resolved = Resolved(f"{cols}, {rest}, r._cid", id_expr, tuple(fills), cuts, widest)
     con.execute(f"CREATE VIEW res AS {resolved.sql(staged)}")
     return resolved
 
@@ -170,17 +199,18 @@ def _filled_columns(payload: Sequence[str], marked: list[str]) -> str:
 FILL_WINDOW_BYTES = 8 << 20
 
 
-def _cuts(con: duckdb.DuckDBPyConnection, fills: Sequence[str]) -> tuple[int, ...]:
-    """The ordinals where each window of at most ``FILL_WINDOW_BYTES`` of fills starts."""
+def _cuts(con: duckdb.DuckDBPyConnection, fills: Sequence[str]) -> tuple[tuple[int, ...], int]:
+    """The ordinals where each window of at most ``FILL_WINDOW_BYTES`` of fills starts,
+    and the largest fills of one row."""
     sizes = " UNION ALL ".join(
         f"SELECT ord, coalesce(strlen(CAST(v AS VARCHAR)), 0) + 16 AS n FROM {t}" for t in fills
     )
     rows = con.execute(
-        f"SELECT min(ord) FROM (SELECT ord, sum(n) OVER (ORDER BY ord) AS cum FROM "
+        f"SELECT min(ord), max(n) FROM (SELECT ord, n, sum(n) OVER (ORDER BY ord) AS cum FROM "
         f"(SELECT ord, sum(n) AS n FROM ({sizes}) GROUP BY ord)) "
         f"GROUP BY cum // {FILL_WINDOW_BYTES} ORDER BY 1"
     ).fetchall()
-    return tuple(int(r[0]) for r in rows)
+    return tuple(int(r[0]) for r in rows), max((int(r[1]) for r in rows), default=0)
 
 
 def _types(con: duckdb.DuckDBPyConnection, relation: str) -> dict[str, str]:
