@@ -43,7 +43,9 @@ from combined.capture._transition import (
     transition_digest,
 )
 from combined.capture._unchanged import (
+    LARGE_FILL_BYTES,
     UNCHANGED,
+    VALUE_MEMORY_FACTOR,
     Resolved,
     files_sql,
     lit,
@@ -309,6 +311,9 @@ class Reducer(DuplicateChecks, Fingerprints):
             )
             if self._resolved.fills:
                 mb = _duck_mb(self._duck_limit) + FILL_JOIN_MB * len(self._resolved.fills)
+                if self._resolved.widest > LARGE_FILL_BYTES:
+                    # Each statement over the filled rows holds a row's values whole.
+                    mb += VALUE_MEMORY_FACTOR * self._resolved.widest // 2**20
                 self.con.execute(f"SET memory_limit = '{mb}MB'")
             self.con.execute("CREATE VIEW pay AS SELECT * FROM res")
             source = "res"
