@@ -84,6 +84,8 @@ class Resolved:
     #: The largest fills (bytes as text) of one row: a window holds at most
     #: ``FILL_WINDOW_BYTES`` and one row's more.
     widest: int = 0
+    #: The columns filled, one a table of ``fills``.
+    marked: tuple[str, ...] = ()
 
     @property
     def filled(self) -> bool:
@@ -100,6 +102,10 @@ class Resolved:
         if not self.fills or self.widest > LARGE_FILL_BYTES:
             return None
         return FILLED_OUTPUT_MB + per_column * len(self.fills)
+
+    def large(self) -> tuple[str, ...]:
+        """The filled columns, where a row's fills exceed ``LARGE_FILL_BYTES`` (else none)."""
+        return self.marked if self.widest > LARGE_FILL_BYTES else ()
 
     def sql(self, relation: str, ordinals: tuple[int, int] | None = None) -> str:
         """The rows of ``relation`` filled; ``ordinals``: the (lowest, highest) they hold.
@@ -163,7 +169,9 @@ def resolve_unchanged(
     con.execute("DROP TABLE unc_lin")
     cols = _filled_columns(payload, marked)
     cuts, widest = _cuts(con, fills)
-    resolved = Resolved(f"{cols}, {rest}, r._cid", id_expr, tuple(fills), cuts, widest)
+    resolved = Resolved(
+        f"{cols}, {rest}, r._cid", id_expr, tuple(fills), cuts, widest, tuple(marked)
+    )
     con.execute(f"CREATE VIEW res AS {resolved.sql(staged)}")
     return resolved
 
