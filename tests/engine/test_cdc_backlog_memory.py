@@ -247,3 +247,38 @@ def test_rows_filled_in_many_columns_drain_at_the_default_memory(tmp_path: Path,
     check = f"SELECT count(*), sum(x), {sums}"
     _, lake, source = _drain(tmp_path, cdc_db, "many", changes, check, default=True)
     assert lake == source and lake[:2] == (50, 49 * 5 - 1)
+
+
+#: One out-of-line value of each kind, of 20 MB: larger than a quarter of the
+#: default reduction memory's DuckDB could read from a lake file.
+_MD5 = "md5(random()::text || i::text || g::text)"
+LARGE_VALUES = {
+    "text": f"(SELECT string_agg({_MD5}, '') FROM generate_series(1, {{n}} / 32) i)",
+    "bytea": f"(SELECT string_agg(decode({_MD5}, 'hex'), ''::bytea) "
+    "FROM generate_series(1, {n} / 16) i)",
+    "jsonb": f"(SELECT jsonb_build_object('a', string_agg({_MD5}, '')) "
+    "FROM generate_series(1, {n} / 32) i)",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(LARGE_VALUES))
+def test_a_value_larger_than_the_reductions_duckdb_memory_is_filled_at_the_default(
+    tmp_path: Path, cdc_db, kind: str
+) -> None:
+    # An update beside one 20 MB out-of-line value, filled from the lake:
+    # DuckDB's Parquet reader holds a value's page compressed, decompressed
+    # and as a vector (~4.4 times its bytes, 89 MB for 20 MB of bytea), and
+    # the fill failed with DuckDB's "Out of Memory" in its 64 MB. It now
+    # reads it again with room for the lake's largest value of the column.
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE large (id bigint PRIMARY KEY, n int, body {kind})")
+        conn.execute("ALTER TABLE large ALTER COLUMN body SET STORAGE EXTERNAL")
+        value = LARGE_VALUES[kind].format(n=20 << 20)
+        conn.execute(f"INSERT INTO large SELECT g, 0, {value} FROM generate_series(1, 2) g")
+    body = "body::text" if kind == "jsonb" else "body"
+    length = "octet_length" if kind == "bytea" else "length"
+    check = f"SELECT count(*), sum(n), count(DISTINCT md5({body})), sum({length}({body}))"
+    changes = ["UPDATE large SET n = n + 1"]
+    run, lake, source = _drain(tmp_path, cdc_db, "large", changes, check, default=True)
+    assert run.stats is not None and run.stats["large"]["updates"] == 2
+    assert lake == source and lake[:3] == (2, 2, 2)

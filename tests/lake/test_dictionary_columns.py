@@ -188,3 +188,20 @@ def test_dictionary_given_columns_read_back_as_strings(tmp_path: Path) -> None:
     plain = tmp_path / "p.parquet"
     pq.write_table(schema.empty_table(), plain)
     assert pq.ParquetFile(path).metadata.metadata == pq.ParquetFile(plain).metadata.metadata
+
+
+def test_columns_of_large_values_are_written_without_statistics(tmp_path: Path) -> None:
+    # pyarrow copies a column chunk's values to find its min and max, then
+    # drops any over 4 KB: one 50 MB string held ~300 MB more while written.
+    # A column the first rows (or the caller) say holds such values gets none.
+    batch = _batch(3).append_column("body", pa.array(["x" * 5000, "short", None]))
+    batch = batch.append_column("note", pa.array(["a", "b", "c"]))
+    path = tmp_path / "f.parquet"
+    with parquet_writer(path, batch.schema, sample=batch, large_values=["note"]) as writer:
+        writer.write_batch(batch)
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    stats = {
+        meta.column(c).path_in_schema: meta.column(c).statistics for c in range(len(batch.schema))
+    }
+    assert stats["body"] is None and stats["note"] is None
+    assert stats["status"] is not None and stats["id"] is not None

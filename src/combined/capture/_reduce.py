@@ -44,6 +44,7 @@ from combined.capture._transition import (
 )
 from combined.capture._unchanged import (
     UNCHANGED,
+    VALUE_MEMORY_FACTOR,
     Resolved,
     files_sql,
     lit,
@@ -162,6 +163,8 @@ class Reducer(DuplicateChecks, Fingerprints):
     prehashed: bool
     streamed: bool
     all_new: bool
+    #: Payload columns a row may hold a value of more than ``LARGE_FILL_BYTES`` in.
+    large_values: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -309,6 +312,10 @@ class Reducer(DuplicateChecks, Fingerprints):
             )
             if self._resolved.fills:
                 mb = _duck_mb(self._duck_limit) + FILL_JOIN_MB * len(self._resolved.fills)
+                self.large_values = self._resolved.large()
+                if self.large_values:
+                    # Each statement over the filled rows holds a row's values whole.
+                    mb += VALUE_MEMORY_FACTOR * self._resolved.widest // 2**20
                 self.con.execute(f"SET memory_limit = '{mb}MB'")
             self.con.execute("CREATE VIEW pay AS SELECT * FROM res")
             source = "res"

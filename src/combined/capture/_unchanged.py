@@ -17,7 +17,7 @@ drains within the reduction's memory, spilling past it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -84,6 +84,8 @@ class Resolved:
     #: The largest fills (bytes as text) of one row: a window holds at most
     #: ``FILL_WINDOW_BYTES`` and one row's more.
     widest: int = 0
+    #: The columns filled, one a table of ``fills``.
+    marked: tuple[str, ...] = ()
 
     @property
     def filled(self) -> bool:
@@ -100,6 +102,10 @@ class Resolved:
         if not self.fills or self.widest > LARGE_FILL_BYTES:
             return None
         return FILLED_OUTPUT_MB + per_column * len(self.fills)
+
+    def large(self) -> tuple[str, ...]:
+        """The filled columns, where a row's fills exceed ``LARGE_FILL_BYTES`` (else none)."""
+        return self.marked if self.widest > LARGE_FILL_BYTES else ()
 
     def sql(self, relation: str, ordinals: tuple[int, int] | None = None) -> str:
         """The rows of ``relation`` filled; ``ordinals``: the (lowest, highest) they hold.
@@ -156,13 +162,16 @@ def resolve_unchanged(
             staged=staged,
             lake=lake if c in in_lake else None,
             cast=_cast_to(staged_types[c], in_lake.get(c)),
+            current_files=current_files if c in in_lake else (),
         )
         for n, c in enumerate(marked)
     ]
     con.execute("DROP TABLE unc_lin")
     cols = _filled_columns(payload, marked)
     cuts, widest = _cuts(con, fills)
-    resolved = Resolved(f"{cols}, {rest}, r._cid", id_expr, tuple(fills), cuts, widest)
+    resolved = Resolved(
+        f"{cols}, {rest}, r._cid", id_expr, tuple(fills), cuts, widest, tuple(marked)
+    )
     con.execute(f"CREATE VIEW res AS {resolved.sql(staged)}")
     return resolved
 
@@ -202,8 +211,10 @@ FILL_WINDOW_BYTES = 8 << 20
 def _cuts(con: duckdb.DuckDBPyConnection, fills: Sequence[str]) -> tuple[tuple[int, ...], int]:
     """The ordinals where each window of at most ``FILL_WINDOW_BYTES`` of fills starts,
     and the largest fills of one row."""
+    # (a BLOB by its bytes: as text, a large one would be escaped whole)
     sizes = " UNION ALL ".join(
-        f"SELECT ord, coalesce(strlen(CAST(v AS VARCHAR)), 0) + 16 AS n FROM {t}" for t in fills
+        f"SELECT ord, coalesce({_size('v', _types(con, t)['v'])}, 0) + 16 AS n FROM {t}"
+        for t in fills
     )
     rows = con.execute(
         f"SELECT min(ord), max(n) FROM (SELECT ord, n, sum(n) OVER (ORDER BY ord) AS cum FROM "
@@ -211,6 +222,11 @@ def _cuts(con: duckdb.DuckDBPyConnection, fills: Sequence[str]) -> tuple[tuple[i
         f"GROUP BY cum // {FILL_WINDOW_BYTES} ORDER BY 1"
     ).fetchall()
     return tuple(int(r[0]) for r in rows), max((int(r[1]) for r in rows), default=0)
+
+
+def _size(value: str, kind: str) -> str:
+    """The SQL of the bytes of ``value`` (of DuckDB type ``kind``) as text, a BLOB's as stored."""
+    return f"octet_length({value})" if kind == "BLOB" else f"strlen(CAST({value} AS VARCHAR))"
 
 
 def _types(con: duckdb.DuckDBPyConnection, relation: str) -> dict[str, str]:
@@ -258,6 +274,7 @@ def _fill_column(
     staged: str,
     lake: str | None,
     cast: str | None = None,
+    current_files: Sequence[str] = (),
 ) -> str:
     """``unc_fill_<n>(ord, v)``: the value of each marked ``column``; returns its name.
 
@@ -298,7 +315,8 @@ def _fill_column(
     parts.append(f"SELECT ord, NULL AS v FROM unc_pick WHERE pord IS NULL AND NOT ({from_lake})")
     name = f"unc_fill_{n}"
     # (one statement: the values take the type both sources fit, as a CASE over them would)
-    _one_thread(con, f"CREATE TABLE {name} AS " + " UNION ALL ".join(f"({p})" for p in parts))
+    statement = f"CREATE TABLE {name} AS " + " UNION ALL ".join(f"({p})" for p in parts)
+    _within_largest(con, statement, lambda: _largest_value(con, column, staged, current_files))
     for table in ("unc_need", "unc_cand", "unc_pick"):
         con.execute(f"DROP TABLE {table}")
     return name
@@ -328,6 +346,69 @@ def _pick_carriers(con: duckdb.DuckDBPyConnection, column: str) -> None:
         "FROM unc_need n ASOF LEFT JOIN unc_cand p "
         "ON n._lin = p._lin AND n._lin_ord = p._lin_ord AND n.ord > p.ord"
     )
+
+
+#: DuckDB memory (MB) a statement that must hold one value of ``s`` bytes is
+#: given at least: ``VALUE_MEMORY_FACTOR * s`` more than its connection's
+#: limit. Its Parquet reader holds a value's page compressed, decompressed
+#: and as a vector: a lake file's one value of 20 MB (40 MB) needed 89 MB
+#: (177 MB) to be read into a table, ~4.4 times its bytes (bench/RESULTS.md).
+VALUE_MEMORY_FACTOR = 5
+
+
+_UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def _largest_value(
+    con: duckdb.DuckDBPyConnection, column: str, staged: str, current_files: Sequence[str]
+) -> int:
+    """An upper bound (bytes) of one value of ``column``, staged or in ``current_files``.
+
+    The staged values are measured (Arrow: one value at a time, as it is);
+    the lake's are bounded from the files' footers: a value lies whole in
+    one row group's column chunk, and the lake's writer closes a row group
+    at ``ROW_GROUP_BYTES`` of rows, so the largest chunk is about the
+    largest value (and one batch of rows), never the table.
+    """
+    q = quote_ident(column)
+    kind = _types(con, f"(SELECT {q} FROM {staged})")[column]
+    (largest,) = con.execute(f"SELECT coalesce(max({_size(q, kind)}), 0) FROM {staged}").fetchall()[
+        0
+    ]
+    if current_files:
+        (chunk,) = con.execute(
+            "SELECT coalesce(max(total_uncompressed_size), 0) FROM "
+            f"parquet_metadata({files_sql(current_files)}) "
+            f"WHERE split_part(path_in_schema, '.', 1) = {lit(column)}"
+        ).fetchall()[0]
+        largest = max(int(largest), int(chunk))
+    return int(largest)
+
+
+def _within_largest(
+    con: duckdb.DuckDBPyConnection, statement: str, largest: Callable[[], int]
+) -> None:
+    """Execute ``statement`` on one thread; past DuckDB's memory, again with room for a value.
+
+    A single value is never spilled or split: a statement that must hold
+    one larger than its connection's memory allows fails for memory. It
+    then runs once more with ``VALUE_MEMORY_FACTOR`` times ``largest()``
+    (bytes: the largest value it reads) more, which the connection keeps
+    (the reduction sets its own limit once the fills are sized).
+    """
+    import duckdb
+
+    try:
+        _one_thread(con, statement)
+        return
+    except duckdb.OutOfMemoryException:
+        pass
+    (limit,) = con.execute("SELECT current_setting('memory_limit')").fetchall()[0]
+    number, unit = str(limit).split()  # as DuckDB prints it: '61.0 MiB'
+    held = float(number) * _UNITS[unit]
+    # (kept: every later statement over the fills reads the value again)
+    con.execute(f"SET memory_limit = '{int(held + VALUE_MEMORY_FACTOR * largest())}B'")
+    _one_thread(con, statement)
 
 
 def _one_thread(con: duckdb.DuckDBPyConnection, statement: str) -> None:

@@ -11,7 +11,7 @@ import hashlib
 import queue
 import shutil
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -284,6 +284,8 @@ class _Target:
     schema_revision: int
     #: Columns every row holds one value of (the constant provenance), with that value.
     constants: Mapping[str, pa.Scalar] = field(default_factory=dict)
+    #: Columns whose values may be too large for Parquet statistics (see ``parquet_writer``).
+    large_values: Collection[str] = ()
 
 
 class _Stamp:
@@ -343,7 +345,9 @@ def _write_delivery(
     # The first chunk decides which columns get a dictionary (its
     # Delivery id is still null: constant either way).
     constants = [n for n, v in stamp.values.items() if v.is_valid]
-    with parquet_writer(path, schema, sample=chunk, dictionaries=constants) as writer:
+    with parquet_writer(
+        path, schema, sample=chunk, dictionaries=constants, large_values=target.large_values
+    ) as writer:
         stamp.start(writer)
         groups = RowGroups(writer)  # chunks gather into full row groups
         accounted = 0
@@ -435,6 +439,7 @@ def write_deliveries(
     max_bytes: int,
     allow_empty: bool = False,
     constants: Mapping[str, pa.Scalar] | None = None,
+    large_values: Collection[str] = (),
 ) -> list[StagedDelivery]:
     """Cut ``batches`` into bounded Delivery files with deterministic ids.
 
@@ -444,9 +449,12 @@ def write_deliveries(
     Each file's Delta statistics are gathered on the way. With
     ``allow_empty``, a stream without rows still yields one empty Delivery
     (a commit that only carries a checkpoint). ``constants``: columns every
-    row of ``batches`` holds one value of, with that value (written from it).
+    row of ``batches`` holds one value of, with that value (written from it);
+    ``large_values``: columns a row may hold a value of megabytes in.
     """
-    target = _Target(area, run_id, source, dataset, schema, schema_revision, constants or {})
+    target = _Target(
+        area, run_id, source, dataset, schema, schema_revision, constants or {}, large_values
+    )
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="delivery") as pool:
         writers = _Writers(pool, target, first_sequence)
         current = False  # whether the newest active Delivery still takes chunks

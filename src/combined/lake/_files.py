@@ -244,6 +244,41 @@ def dictionary_columns(schema: pa.Schema, sample: pa.RecordBatch | None) -> bool
     return chosen
 
 
+#: The longest min or max a Parquet writer stores (pyarrow's max_statistics_size):
+#: a column holding longer values is computed statistics it drops.
+STATISTICS_MAX_BYTES = 4096
+
+
+def _large(sample: pa.RecordBatch | None) -> list[str]:
+    """The string and binary columns of ``sample`` holding a value over ``STATISTICS_MAX_BYTES``."""
+    if sample is None:
+        return []
+    return [
+        f.name
+        for f, column in zip(sample.schema, sample.columns, strict=True)
+        if (pa.types.is_string(f.type) or pa.types.is_binary(f.type))
+        and (pc.max(pc.binary_length(column)).as_py() or 0) > STATISTICS_MAX_BYTES
+    ]
+
+
+def without_large_statistics(
+    schema: pa.Schema, statistics: bool | list[str], large: Collection[str]
+) -> bool | list[str]:
+    """``statistics`` (the columns given them) less the columns ``large``.
+
+    pyarrow computes a column chunk's min and max by copying its values,
+    then drops any longer than ``STATISTICS_MAX_BYTES``: one 50 MB string
+    held ~300 MB more while its row group was written (~84 MB more without
+    statistics), for statistics no reader ever saw.
+    """
+    leaves = _leaf_paths(schema)
+    if not large or leaves is None:
+        return statistics
+    paths = [(f.name, p) for f, group in zip(schema, leaves, strict=True) for p in group]
+    kept = statistics if isinstance(statistics, list) else [p for _, p in paths]
+    return [p for name, p in paths if p in kept and name not in large]
+
+
 def _leaf_paths(schema: pa.Schema) -> list[list[str]] | None:
     """Each field's Parquet leaf columns, as the writer's options name them (``tags.list.element``).
 
@@ -272,6 +307,7 @@ def parquet_writer(
     sample: pa.RecordBatch | None = None,
     filesystem: pafs.FileSystem | None = None,
     dictionaries: Collection[str] = (),
+    large_values: Collection[str] = (),
 ) -> pq.ParquetWriter:
     """A Parquet writer for lake and staging files, dictionaries only where they pay.
 
@@ -287,10 +323,13 @@ def parquet_writer(
     a narrow Delivery's encoding). The file's Arrow schema still says
     ``schema``. Which ones the writer takes as dictionaries:
     :func:`dictionary_columns_taken` (the batches give the others as strings).
+    ``large_values``: columns that may hold values of megabytes, written
+    without statistics (:func:`without_large_statistics`).
     """
     dictionary = dictionary_columns(schema, sample)
     encoding = digest_encoding(schema, dictionary)
     codecs, statistics = digest_settings(schema, compression, encoding)
+    statistics = without_large_statistics(schema, statistics, {*large_values, *_large(sample)})
     taken = [n for n in dictionaries if pa.types.is_string(schema.field(n).type)]
     if not taken or isinstance(dictionary, bool) or schema.metadata:
         return pq.ParquetWriter(

@@ -112,6 +112,7 @@ def deliver(
             max_bytes=plan.max_bytes,
             allow_empty=moved or plan.sync_mode == "full_refresh",
             constants=reducer.constants(constants),
+            large_values=reducer.large_values,
         )
         reporter.progress(plan.name, staged.rows, 0, len(out.deliveries))
     return out
