@@ -115,8 +115,10 @@ def pg_server_dsn() -> str:
 
 @pytest.fixture
 def pg_database(pg_server_dsn: str) -> Iterator[str]:
-    """A fresh, empty PostgreSQL database, dropped afterwards; yields its URL."""
+    """A fresh, empty PostgreSQL database; yields its URL. Dropped afterwards with every
+    replication slot in it, pass or fail (a slot keeps its database from being dropped)."""
     import psycopg
+    from tests.pg_cleanup import drop_database
 
     name = f"combined_test_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
@@ -125,8 +127,7 @@ def pg_database(pg_server_dsn: str) -> Iterator[str]:
     try:
         yield f"{base}/{name}"
     finally:
-        with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(pg_server_dsn, name)
 
 
 @pytest.fixture(scope="session")
@@ -393,12 +394,11 @@ def tools() -> ShopTools:
 
 
 class CdcDatabase:
-    """A fresh database on a server with logical replication, and its slots to drop."""
+    """A fresh database on a server with logical replication, and a slot prefix of its own."""
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
         self.prefix = f"ct_{uuid.uuid4().hex[:8]}"
-        self._slots: list[str] = []
 
     @property
     def settings(self) -> Settings:
@@ -411,18 +411,17 @@ class CdcDatabase:
         """The slot (and publication) name a cdc dataset over ``relation`` will use."""
         from combined.connectors.postgres._stitch import slot_name
 
-        name = slot_name(self.prefix, relation)
-        self._slots.append(name)
-        return name
+        return slot_name(self.prefix, relation)
 
     def drop(self) -> None:
-        """Drop every slot and publication handed out (a leaked slot retains WAL forever)."""
-        from combined.connectors.postgres._publication import drop_publication
-        from combined.connectors.postgres._replication import drop_slot
+        """Drop every slot of the database or of the prefix, and the prefix's publications,
+        named by :meth:`slot` or not (a leaked slot retains WAL until it is dropped)."""
+        from tests.pg_cleanup import database_of, drop_publications, drop_slots
 
-        for name in self._slots:
-            drop_slot(self.settings, name)
-            drop_publication(self.settings, name)
+        try:
+            drop_slots(self.dsn, database=database_of(self.dsn), prefix=self.prefix)
+        finally:
+            drop_publications(self.dsn, self.prefix)
 
 
 @pytest.fixture

@@ -455,14 +455,19 @@ class Engine(Reading):
         notes = restore_publications(self.catalog, self.layout, self.project, self._declare)
         return notes + self.runner.recover(pairs)
 
-    def maintain(self, names: Sequence[str] = ()) -> list[dict[str, Any]]:
-        """Compact, vacuum and expire the raw layer of the named datasets (all by default)."""
+    def maintain(
+        self, names: Sequence[str] = (), *, now: datetime | None = None
+    ) -> list[dict[str, Any]]:
+        """Compact, vacuum and expire the raw layer of the named datasets (all by default).
+
+        What is past its retention is judged as of ``now`` (the clock's time by default).
+        """
         from combined.maintain import compact_ledger, maintain
 
         pairs = [(s, d) for s, names_ in self.selectors(names).items() for d in names_]
         self.layout.ensure_writable()
         ttl = timedelta(seconds=lease_ttl())
-        reports = maintain(self.project, self.catalog, self.layout, pairs, ttl=ttl)
+        reports = maintain(self.project, self.catalog, self.layout, pairs, ttl=ttl, now=now)
         return reports if names else [*reports, compact_ledger(self.layout)]
 
     # -- sources ----------------------------------------------------------------------

@@ -201,8 +201,8 @@ def test_a_value_the_snapshot_cannot_hold_names_what_a_cdc_dataset_can_do(
         engine.close()
 
 
-def test_a_key_outside_the_replica_identity_is_refused_before_the_snapshot(
-    opened: Callable[..., Engine],
+def test_a_key_outside_the_replica_identity_is_refused_before_anything_is_created(
+    opened: Callable[..., Engine], cdc_db: Any
 ) -> None:
     # The stream refused it only at the first change after a snapshot that
     # had already landed: the way out then took a teardown and a new snapshot.
@@ -218,3 +218,8 @@ def test_a_key_outside_the_replica_identity_is_refused_before_the_snapshot(
         assert "REPLICA IDENTITY FULL" in (run.error or "")
     finally:
         engine.close()
+    # refused before anything was created on the server: no publication, no slot
+    with psycopg.connect(cdc_db.dsn) as conn:
+        assert conn.execute("SELECT pubname FROM pg_publication").fetchall() == []
+        slots = "SELECT slot_name FROM pg_replication_slots WHERE database = current_database()"
+        assert conn.execute(slots).fetchall() == []

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from collections import Counter
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +93,12 @@ def _capture(engine: Engine) -> datetime:
     assert newest["id"] == run.publication_id
     at: datetime = newest["published_at"]
     return at
+
+
+def _past_1s() -> datetime:
+    """Two seconds from now: as of it, every Delivery committed so far is past a
+    ``retention: {raw: 1s}`` (maintained as of it, a test waits for no clock)."""
+    return datetime.now(UTC) + timedelta(seconds=2)
 
 
 def _versions(engine: Engine) -> list[dict[str, Any]]:
@@ -317,8 +322,7 @@ def test_history_enabled_after_the_raw_layer_expired_starts_from_the_projection(
         _source(pg_database, CHANGES[0])
         published.append(_capture(engine))
         projections.append(_rows(engine, ROWS))
-        time.sleep(1.2)
-        (report,) = engine.maintain(["pg.items"])
+        (report,) = engine.maintain(["pg.items"], now=_past_1s())
         assert report["raw_removed"] == 2
     finally:
         engine.close()
@@ -352,6 +356,34 @@ def _history_on(project: Path, dsn: str, on: bool, extra: str) -> None:
     project.write_text(text.replace(line, (line if on else "") + extra))
 
 
+def _halfway(earlier: datetime, later: datetime) -> datetime:
+    assert earlier < later
+    return earlier + (later - earlier) / 2
+
+
+def _retention_between(engine: Engine, published: list[datetime]) -> tuple[datetime, str]:
+    """An instant and a retention under which, as of that instant, the first three captures'
+    Deliveries are past ``retention.raw`` and the fourth publication is the basis in force
+    at the horizon of ``retention.publications`` (the fifth is newer than it).
+
+    Read from the instants the catalog recorded, not waited for: a wait for the first
+    horizon to pass put the next captures in a race with the second (load failed it).
+    """
+    from combined.catalog import data as cat
+    from combined.config._values import format_duration
+
+    with engine.catalog.begin() as conn:
+        committed = [d.committed_at for d in cat.deliveries(conn, source="pg", dataset="items")]
+    # a capture's Deliveries are committed before it publishes, after the previous one did
+    third = max(c for c in committed if c <= published[2])
+    fourth = min(c for c in committed if c > published[2])
+    assert fourth < published[3]
+    raw_horizon = _halfway(third, fourth)
+    now = _halfway(published[3], published[4]) + timedelta(hours=1)
+    kept = f"raw: {format_duration(now - raw_horizon)}, publications: 1h"
+    return now, f"        retention: {{{kept}}}\n"
+
+
 def test_history_enabled_after_the_old_versions_were_vacuumed_starts_from_a_readable_one(
     tmp_path: Path, pg_database: str
 ) -> None:
@@ -361,25 +393,26 @@ def test_history_enabled_after_the_old_versions_were_vacuumed_starts_from_a_read
 
     _items(pg_database)
     project = tmp_path / "combined.yaml"
-    kept = "        retention: {raw: 6s, publications: 1s}\n"
-    _history_on(project, pg_database, False, kept)
+    _history_on(project, pg_database, False, "")
     engine = Engine.open(project)
     try:
         published, projections = [_capture(engine)], [_rows(engine, ROWS)]
-        for change in CHANGES[:2]:
+        for change in [
+            *CHANGES[:2],
+            "UPDATE items SET qty = 7 WHERE id <= 3",
+            "UPDATE items SET note = 'five' WHERE id <= 3",
+        ]:
             _source(pg_database, change)
             published.append(_capture(engine))
             projections.append(_rows(engine, ROWS))
-        time.sleep(6.2)  # the first three captures' Deliveries are past retention.raw
-        _source(pg_database, "UPDATE items SET qty = 7 WHERE id <= 3")
-        published.append(_capture(engine))
-        projections.append(_rows(engine, ROWS))
-        time.sleep(1.2)  # the fourth publication is the basis in force at the horizon
-        _source(pg_database, "UPDATE items SET note = 'five' WHERE id <= 3")
-        published.append(_capture(engine))
-        projections.append(_rows(engine, ROWS))
-        (report,) = engine.maintain(["pg.items"])
-        assert report["raw_removed"] and report["vacuumed"], report
+        now, kept = _retention_between(engine, published)
+    finally:
+        engine.close()
+    _history_on(project, pg_database, False, kept)
+    engine = Engine.open(project)
+    try:
+        (report,) = engine.maintain(["pg.items"], now=now)
+        assert report["raw_removed"] == 3 and report["vacuumed"], report
         table = engine.layout.dataset_table("pg", "items")
         third, fourth = [m for m in reversed(table.commits()) if m.get("deliveries")][2:4]
         assert not _in_raw_layer(engine.layout, "pg", "items", third)
@@ -427,8 +460,7 @@ def test_history_off_then_on_after_raw_expiry_restarts_and_expiry_waits_for_it(
     try:
         _source(pg_database, CHANGES[1])
         _capture(engine)
-        time.sleep(1.2)
-        (report,) = engine.maintain(["pg.items"])
+        (report,) = engine.maintain(["pg.items"], now=_past_1s())
         assert report["raw_removed"] == 3, report
     finally:
         engine.close()
@@ -457,10 +489,9 @@ def test_history_off_then_on_after_raw_expiry_restarts_and_expiry_waits_for_it(
     _source(pg_database, "UPDATE items SET qty = 900 WHERE id = 9")
     killed = tools.cli(tmp_path, "capture", env={"COMBINED_FAULT": "after_commit"})
     assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
-    time.sleep(1.2)
     engine = Engine.open(project)
     try:
-        (report,) = engine.maintain(["pg.items"])
+        (report,) = engine.maintain(["pg.items"], now=_past_1s())
         assert _in_raw_layer(engine.layout, "pg", "items", unmirrored), report
         engine.repair()
         published.append(_capture(engine))

@@ -10,8 +10,7 @@ publication whose files were vacuumed exited 70 ("this is a bug").
 from __future__ import annotations
 
 import json
-import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +82,9 @@ def test_maintain_compacts_and_vacuums_what_no_kept_publication_reads(
         between = datetime.now(UTC)
         newest = _capture(engine, tools, tmp_path, 6)
         answers[newest] = _count(engine, publication=newest)
-        time.sleep(2.5)  # every publication but the newest is past the retention
-        (c, p) = engine.maintain(["shop.clicks", "shop.people"])
+        # as of 2.5 s from now, every publication but the newest is past the retention
+        later = datetime.now(UTC) + timedelta(seconds=2.5)
+        (c, p) = engine.maintain(["shop.clicks", "shop.people"], now=later)
         assert c["compacted"] == 2 and c["vacuumed"] == 5, c  # the five small files
         assert p["vacuumed"] >= 1, p  # files the merges replaced
         # the newest publication reads the compacted version: the same rows
@@ -105,7 +105,7 @@ def test_maintain_compacts_and_vacuums_what_no_kept_publication_reads(
         kinds = [a["kind"] for a in engine.activity(kind="maintenance")]
         assert "maintenance.vacuumed" in kinds and "maintenance.compacted" in kinds
         # a second maintenance has nothing left to do, and changes no answer
-        (c, p) = engine.maintain(["shop.clicks", "shop.people"])
+        (c, p) = engine.maintain(["shop.clicks", "shop.people"], now=later)
         assert (c["compacted"], c["vacuumed"], p["compacted"]) == (0, 0, 0)
         assert _count(engine) == answers[newest]
         tools.sql(tmp_path, "INSERT INTO clicks VALUES ('late', 7);")
@@ -166,8 +166,8 @@ def test_raw_deliveries_past_retention_are_removed_by_a_recorded_decision(
         store = engine.layout.store
         paths = {d: [r.path for r in _deliveries(engine, d)] for d in ("clicks", "people")}
         assert all(store.exists(p) for ps in paths.values() for p in ps) and paths["people"]
-        time.sleep(1.2)
-        (c, p) = engine.maintain(["shop.clicks", "shop.people"])
+        later = datetime.now(UTC) + timedelta(seconds=1.2)  # past the 1 s retention as of it
+        (c, p) = engine.maintain(["shop.clicks", "shop.people"], now=later)
         assert c["raw_removed"] == 0 and p["raw_removed"] == len(paths["people"])
         assert not any(store.exists(x) for x in paths["people"])
         assert all(store.exists(x) for x in paths["clicks"])  # forever, by default
@@ -180,7 +180,7 @@ def test_raw_deliveries_past_retention_are_removed_by_a_recorded_decision(
         assert {r.state for r in _deliveries(engine, "people")} == {"expired"}
         # the table's rows are untouched; nothing is decided twice
         assert engine.sql("SELECT count(*) AS n FROM shop.people").to_pylist() == [{"n": 2}]
-        engine.maintain(["shop.people"])
+        engine.maintain(["shop.people"], now=later)
         assert len(engine.activity(kind="maintenance.raw_removed")) == 1
     finally:
         engine.close()

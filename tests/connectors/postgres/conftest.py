@@ -31,16 +31,20 @@ def pg_dsn() -> str:
 
 
 @pytest.fixture
-def dsn(pg_server_dsn: str) -> Iterator[str]:
-    """The server DSN, once logical decoding is known to be available (slot tests)."""
-    with psycopg.connect(pg_server_dsn) as conn:
+def dsn(pg_database: str) -> Iterator[str]:
+    """A fresh database, once logical decoding is known to be available (slot tests).
+
+    Its own database, not the server's shared one: whatever slot a failed
+    test left in it is dropped with it (``pg_database``).
+    """
+    with psycopg.connect(pg_database) as conn:
         row = conn.execute("SHOW wal_level").fetchone()
     if not row or row[0] != "logical":
         reason = f"wal_level is {row[0] if row else '?'}, logical decoding needs 'logical'"
         if os.environ.get("COMBINED_REQUIRE_SERVICES") == "1":
             pytest.fail(reason)
         pytest.skip(reason)
-    yield pg_server_dsn
+    yield pg_database
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Publication and slot stand-up and management against a real PostgreSQL.
 
 Needs ``COMBINED_TEST_PG_DSN`` and ``wal_level=logical``; every test uses its
-own table, publication and slot names and drops its slots in teardown.
+own database, table, publication and slot names and drops its slots in
+teardown (any it left are dropped with its database).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
+from tests.pg_cleanup import database_of
 
 from combined.connectors.postgres._connect import Settings
 from combined.connectors.postgres._pgoutput import (
@@ -482,8 +484,8 @@ def test_a_refused_control_statement_is_told_with_what_to_do(names: Names, plain
     assert "set up the publication" in info.value.message
     assert "permission denied" in info.value.message  # the server's words
     assert "CREATE PUBLICATION" in (info.value.hint or "")
-    role = sql.Identifier(plain_role)
-    names.conn.execute(sql.SQL("GRANT CREATE ON DATABASE postgres TO {}").format(role))
+    role, database = sql.Identifier(plain_role), sql.Identifier(database_of(names.dsn))
+    names.conn.execute(sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(database, role))
     pub = names.pub()
     try:
         with pytest.raises(AuthRejected, match="must be owner"):
@@ -495,7 +497,7 @@ def test_a_refused_control_statement_is_told_with_what_to_do(names: Names, plain
     finally:
         drop_publication(names.pg, pub)
         names.conn.execute(sql.SQL("REASSIGN OWNED BY {} TO postgres").format(role))
-        names.conn.execute(sql.SQL("REVOKE CREATE ON DATABASE postgres FROM {}").format(role))
+        names.conn.execute(sql.SQL("REVOKE CREATE ON DATABASE {} FROM {}").format(database, role))
 
 
 @pytest.mark.postgres

@@ -171,6 +171,9 @@ class StitchedSnapshot(BaseExtraction):
 
     def _messages(self) -> Iterator[Message]:
         s, req = self._settings, self._request
+        # Refused before anything is created: a refusal after the publication
+        # left an empty one behind on the server.
+        _require_key_identity(s, req)
         ensure_publication(s, self.publication, [qualified(req.relation)], add_missing=True)
         # No committed checkpoint refers to a slot of this name (we are here
         # because none exists): one that nothing streams from is a leftover of
@@ -185,7 +188,6 @@ class StitchedSnapshot(BaseExtraction):
             "captures the same table from this database, give the two different `slot_prefix` "
             "values",
         )
-        _require_key_identity(s, req)
         self._handle = handle = create_slot(s, self.slot)
         snapshot_id = handle.snapshot_name
         if snapshot_id is None:
@@ -234,7 +236,7 @@ class StitchedSnapshot(BaseExtraction):
 
 
 def _require_key_identity(settings: Settings, request: ReadRequest) -> None:
-    """Refuse, before the slot and the snapshot, a key the stream's deletes will not carry.
+    """Refuse, before the publication and the slot, a key the stream's deletes will not carry.
 
     A delete (and a key change) sends the replica identity's columns only: a
     key column outside them could never be matched. The stream checks this
