@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -167,6 +168,7 @@ def backlog(server: str, changes: int) -> dict[str, Any]:
         }
     finally:
         _drop(server, name, dsn, prefix)
+        shutil.rmtree(root, ignore_errors=True)  # (the project, its lake and staging)
 
 
 WIDE = """\
@@ -234,6 +236,7 @@ def wide_backlog(server: str, rows: int) -> dict[str, Any]:
         }
     finally:
         _drop(server, name, dsn, prefix)
+        shutil.rmtree(root, ignore_errors=True)  # (the project, its lake and staging)
 
 
 def latency_summary(
@@ -295,6 +298,7 @@ def latency(server: str, samples: int) -> dict[str, Any]:
         return latency_summary(seen, committed, samples)
     finally:
         _drop(server, name, dsn, prefix)
+        shutil.rmtree(root, ignore_errors=True)  # (the project, its lake and staging)
 
 
 def main(argv: list[str] | None = None) -> None:
