@@ -372,9 +372,8 @@ def _largest_value(
     """
     q = quote_ident(column)
     kind = _types(con, f"(SELECT {q} FROM {staged})")[column]
-    (largest,) = con.execute(f"SELECT coalesce(max({_size(q, kind)}), 0) FROM {staged}").fetchall()[
-        0
-    ]
+    measured = f"SELECT coalesce(max({_size(q, kind)}), 0) FROM {staged}"
+    (largest,) = con.execute(measured).fetchall()[0]
     if current_files:
         (chunk,) = con.execute(
             "SELECT coalesce(max(total_uncompressed_size), 0) FROM "

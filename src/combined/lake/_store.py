@@ -292,10 +292,7 @@ class LakeStore:
         """
         if not self.remote or self.scheme in con.list_filesystems():
             return
-        fs = _duck_filesystem(self.scheme)(
-            self.fs, sizes=self.sizes, opened=self.opened, stamps=self.stamps
-        )
-        con.register_filesystem(fs)
+        con.register_filesystem(_duck_filesystem(self.scheme)(self))
 
     def duck_source(self, con: duckdb.DuckDBPyConnection, files: Sequence[str]) -> str:
         """A ``FROM`` item over Parquet ``files`` of the lake, columns matched by name."""
@@ -342,18 +339,10 @@ def _duck_filesystem(scheme: str) -> type:
         protocol = (scheme,)
         cachable = False  # (fsspec would hand one store's sizes to another's connection)
 
-        def __init__(
-            self,
-            fs: pafs.FileSystem,
-            sizes: dict[str, int],
-            opened: dict[str, Any],
-            stamps: dict[str, Any],
-            **kwargs: Any,
-        ) -> None:
-            super().__init__(fs, **kwargs)
-            self.sizes = sizes
-            self.opened = opened
-            self.stamps = stamps
+        def __init__(self, store: LakeStore, **kwargs: Any) -> None:
+            super().__init__(store.fs, **kwargs)
+            # The store's own caches of its immutable Parquet files' facts.
+            self.sizes, self.opened, self.stamps = store.sizes, store.opened, store.stamps
 
         def _open(self, path: Any, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
             key = self._strip_protocol(path)
