@@ -349,6 +349,35 @@ def test_processes_opening_one_new_sqlite_catalog_at_once_all_succeed(tmp_path: 
             ]
 
 
+def test_a_catalog_opened_while_another_connection_writes_it_waits_for_the_write(
+    tmp_path: Path,
+) -> None:
+    # Switching a file to WAL needs it to itself, and SQLite answers "database
+    # is locked" at once while another connection holds a write lock, without
+    # waiting: a worker opening the catalog while another created it failed.
+    import threading
+
+    from combined.catalog import Catalog
+
+    path = tmp_path / "busy.db"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("CREATE TABLE other (x)")  # a file in the rollback journal's mode
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO other VALUES (1)")
+    release = threading.Timer(0.5, writer.execute, ["COMMIT"])
+    release.start()
+    try:
+        Catalog.open(f"sqlite:///{path}").close()
+    finally:
+        release.join()
+        writer.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
+            (_head_revision(),)
+        ]
+
+
 def _at_0001(url: str) -> None:
     """Build a catalog at revision 0001 (before the queue) at ``url``."""
     import sqlalchemy as sa

@@ -158,3 +158,23 @@ def test_a_small_recapture_on_s3_asks_the_store_a_bounded_number_of_things(
     heads = [p for m, p in requests if m == "HEAD" and p.endswith(".parquet")]
     assert len(heads) <= 30, heads
     assert len(requests) <= 220, sorted(requests)
+
+
+def test_a_long_lived_store_forgets_file_facts_past_its_limit_and_still_reads(
+    s3_endpoint: str, s3_bucket: str, monkeypatch: Any
+) -> None:
+    # A worker following a stream for weeks reads ever newer files: the store's
+    # facts about them (size, time, open handle) must not grow without end.
+    from combined.lake import _store
+
+    monkeypatch.setattr(_store, "_FACTS_MAX", 4)
+    monkeypatch.setattr(_store, "_OPENED_MAX", 4)
+    store = LakeStore.at(f"s3://{s3_bucket}/bounded")
+    files = _write(store, [f"part-{n}.parquet" for n in range(10)])
+    con = duckdb.connect()
+    for n, location in enumerate(files):
+        sql = f"SELECT sum(n) FROM {store.duck_source(con, [location])}"
+        assert con.execute(sql).fetchall() == [(sum(range(n * 10, n * 10 + 10)),)]
+        assert len(store.sizes) <= 4 and len(store.stamps) <= 4 and len(store.opened) <= 4
+    con.close()
+    assert store.size(files[0]) == store.fs.get_file_info(store.path(files[0])).size

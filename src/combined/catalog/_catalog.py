@@ -6,6 +6,7 @@ import functools
 import os
 import re
 import socket
+import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -40,6 +41,8 @@ def _head_revision() -> str:
 
 #: The PostgreSQL advisory lock a catalog upgrade holds ("cmbmigra" in ASCII).
 _UPGRADE_LOCK = 0x636D626D69677261
+#: How long a SQLite catalog waits for another connection's lock before "database is locked".
+_SQLITE_TIMEOUT_S = 30
 
 _URL_HINT = "set `catalog:` in combined.yaml to sqlite:///PATH or postgresql://USER@HOST/DB"
 
@@ -119,7 +122,7 @@ class Catalog:
             sa_url = sa_url.set(password=password)
         kwargs: dict[str, Any] = {}
         if path is not None:
-            kwargs["connect_args"] = {"timeout": 30}
+            kwargs["connect_args"] = {"timeout": _SQLITE_TIMEOUT_S}
         engine = sa.create_engine(sa_url, **kwargs)
         if path is not None:
             sa.event.listen(engine, "connect", _sqlite_pragmas)
@@ -356,10 +359,37 @@ class Catalog:
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
+    _write_ahead(cur)
     cur.execute("PRAGMA synchronous=FULL")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
+
+
+def _write_ahead(cur: Any) -> None:
+    """Put the catalog file in WAL mode, waiting out another connection's write.
+
+    Switching needs the file to itself, and SQLite answers "database is locked"
+    at once, without its busy timeout, while another connection holds a write
+    lock (a process creating the schema of a new catalog, say): waiting there
+    could deadlock, so SQLite leaves the wait to the caller.
+    """
+    from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
+
+    for attempt in Retrying(
+        retry=retry_if_exception(_sqlite_locked),
+        wait=wait_random(0.01, 0.1),
+        stop=stop_after_delay(_SQLITE_TIMEOUT_S),
+        reraise=True,
+    ):
+        with attempt:
+            (mode,) = cur.execute("PRAGMA journal_mode").fetchone()
+            if str(mode).lower() != "wal":
+                cur.execute("PRAGMA journal_mode=WAL")
+
+
+def _sqlite_locked(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
 
 
 def worker_identity() -> str:

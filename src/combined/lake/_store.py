@@ -111,7 +111,7 @@ class LakeStore:
         table several times in every query, each open a HEAD request (738 of
         them in one small capture of a 17-file table on S3).
         """
-        return {}
+        return _Bounded(_FACTS_MAX)
 
     @cached_property
     def opened(self) -> dict[str, Any]:
@@ -122,7 +122,7 @@ class LakeStore:
         108 of a small capture's ~400 requests. The files never change, and
         reads of an opened one by offset are safe from several threads.
         """
-        return {}
+        return _Bounded(_OPENED_MAX)
 
     @cached_property
     def stamps(self) -> dict[str, Any]:
@@ -131,7 +131,7 @@ class LakeStore:
         DuckDB asks at every open (to keep a file's footer cached); one HEAD
         request each, for a file that never changes.
         """
-        return {}
+        return _Bounded(_FACTS_MAX)
 
     def path(self, location: str | Path) -> str:
         """``location`` as a path of :attr:`fs` (an object store's ``bucket/key``)."""
@@ -349,10 +349,8 @@ def _duck_filesystem(scheme: str) -> type:
             if mode != "rb" or not key.endswith(".parquet"):
                 return super()._open(path, mode, *args, **kwargs)
             if (shared := self.opened.get(key)) is None:
-                if len(self.opened) >= _OPENED_MAX:
-                    self.opened.clear()  # (a long-lived engine reads many tables' files)
                 shared = self.opened[key] = self.fs.open_input_file(key)
-                self.sizes.setdefault(key, int(shared.size()))
+                self.sizes[key] = int(shared.size())
             return ArrowFile(self, _OpenAt(shared), key, mode)
 
         def exists(self, path: Any, **kwargs: Any) -> bool:
@@ -391,6 +389,26 @@ def _duck_filesystem(scheme: str) -> type:
 
 #: Files kept open for DuckDB's reads of one store (each a path and a size, no connection).
 _OPENED_MAX = 4096
+#: Parquet files whose size and time one store remembers (~200 bytes each).
+_FACTS_MAX = 65_536
+
+
+class _Bounded(dict[str, Any]):
+    """A cache of immutable files' facts that starts over once it holds ``limit`` of them.
+
+    A long-lived engine (a worker following CDC for weeks) reads ever newer
+    files: forgetting every fact at once costs one request a file again,
+    where keeping them all would grow without end.
+    """
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if len(self) >= self.limit and key not in self:
+            self.clear()
+        super().__setitem__(key, value)
 
 
 class _OpenAt:
