@@ -627,3 +627,34 @@ def test_recovery_leaves_alone_a_run_admitted_by_a_live_process_before_its_lease
         assert [r.state for r in engine.runs(5)] == ["succeeded", "succeeded"]
     finally:
         engine.close()
+
+
+@pytest.mark.postgres
+def test_two_processes_closing_one_dead_run_at_once_both_carry_on(
+    tmp_path: Path, tools: Any, pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Surviving workers each repair before their next Run: both found the dead
+    # Run open, and the one that moved it second stopped with "run ... left
+    # extracting while it was being moved to failed" (exit status 2).
+    project = tools.make(tmp_path, catalog=pg_database)
+    engine, other = Engine.open(project), Engine.open(project)
+    try:
+        dead = _queue(engine)
+        with engine.catalog.begin() as conn:
+            runs_repo.move_run(conn, dead.id, "extracting")  # then its process died
+        move = runs_repo.move_run
+
+        def after_the_other_closed_it(conn: Any, run_id: str, target: Any, **kw: Any) -> Run:
+            monkeypatch.setattr(runs_repo, "move_run", move)
+            assert any(dead.id in note for note in other.repair())  # committed first
+            return move(conn, run_id, target, **kw)
+
+        monkeypatch.setattr(runs_repo, "move_run", after_the_other_closed_it)
+        notes = engine.repair()  # read the Run open, then moved it second
+        assert not any(dead.id in note for note in notes)
+        with engine.catalog.begin() as conn:
+            assert runs_repo.get_run(conn, dead.id).state == "failed"
+        assert _run(engine).state == "succeeded"  # and the process carries on
+    finally:
+        other.close()
+        engine.close()

@@ -14,7 +14,13 @@ from combined.lake._files import (
 )
 from combined.lake._layout import LakeLayout, confined
 from combined.lake._store import LakeStore
-from combined.lake._table import METADATA_KEY, CommitMode, CommitResult, LakeTable
+from combined.lake._table import (
+    METADATA_KEY,
+    CommitMode,
+    CommitResult,
+    LakeTable,
+    shared_loads,
+)
 from combined.lake._types import lake_schema, lake_type, to_lake
 
 __all__ = [
@@ -37,5 +43,6 @@ __all__ = [
     "linked_name",
     "with_dictionaries",
     "parquet_writer",
+    "shared_loads",
     "to_lake",
 ]

@@ -68,6 +68,7 @@ def compact(table: LakeTable, reason: str) -> Compaction | None:
 
     None when there is nothing to compact (no table, or one file).
     """
+    table.forget_shared()
     dt = table.delta()
     if dt is None:
         return None
@@ -98,6 +99,7 @@ def vacuum(table: LakeTable, keep_versions: set[int], policy: str) -> list[str]:
     concurrent writer has not committed yet is never one. Returns the
     removed files (relative to the table).
     """
+    table.forget_shared()
     dt = table.delta()
     if dt is None:
         return []

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -33,6 +35,30 @@ TABLE_CONFIGURATION: dict[str, str | None] = {
     "delta.enableDeletionVectors": "false",
     "delta.checkpointInterval": str(CHECKPOINT_EVERY),
 }
+
+
+#: The table loads the pinned views of one block share, by table path (see :func:`shared_loads`).
+_SHARED: ContextVar[dict[str, list[Any]] | None] = ContextVar("combined_shared", default=None)
+
+
+@contextmanager
+def shared_loads() -> Iterator[None]:
+    """Within the block, the pinned views of a table share one load until a write to it.
+
+    For a Run under its datasets' leases: its steps (catching up, the
+    foreign-writer check, extraction, the reduction, reconciliation) each
+    ask for a pinned view, and each view cost an object store a listing of
+    the table's log and a read of every entry since its last checkpoint
+    (ten loads of each dataset's table a capture). A write through a
+    :class:`LakeTable` (a commit, an append) ends the shared load: views
+    asked for afterwards load the table again. A view already handed out
+    keeps its version, as every pinned view does.
+    """
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
 
 
 def post_commit() -> Any:
@@ -90,8 +116,14 @@ class LakeTable:
         commit, still loads the table afresh.
         """
         view = LakeTable(self.path, self.app_id, self.store)
-        view._pin = []
+        shared = _SHARED.get()
+        view._pin = [] if shared is None else shared.setdefault(self.path, [])
         return view
+
+    def forget_shared(self) -> None:
+        """End the block's shared load of this table (see :func:`shared_loads`): it is written."""
+        if (shared := _SHARED.get()) is not None:
+            shared.pop(self.path, None)
 
     def delta(self, version: int | None = None) -> Any:
         """The ``deltalake.DeltaTable`` (at ``version``), or None before the first commit."""
@@ -216,6 +248,7 @@ class LakeTable:
         """
         from deltalake.exceptions import CommitFailedError
 
+        self.forget_shared()
         dt = self._fresh()  # checked and written on: a commit between two reads would be missed
         done = _sequence_in(dt, self.app_id)
         if last_sequence <= done:
@@ -272,6 +305,8 @@ class LakeTable:
         interval = dt.metadata().configuration.get("delta.checkpointInterval")
         if (version + 1) % CHECKPOINT_EVERY == 0 and interval != str(CHECKPOINT_EVERY):
             dt.create_checkpoint()
+        if (shared := _SHARED.get()) is not None:
+            shared[self.path] = [dt]  # the block's later views read the table it committed
         return version
 
     def _properties(self, metadata: Mapping[str, Any], last_sequence: int) -> Any:
@@ -428,6 +463,7 @@ class LakeTable:
         metadata: Mapping[str, Any] | None = None,
     ) -> None:
         """Append rows outside the delivery protocol (no transaction version), streamed."""
+        self.forget_shared()
         dt = None if create else self._fresh()
         properties = _append_properties(metadata) if metadata is not None else None
         self._append(dt, pa.RecordBatchReader.from_batches(schema, batches), properties)
@@ -450,6 +486,7 @@ class LakeTable:
         """
         from concurrent.futures import ThreadPoolExecutor
 
+        self.forget_shared()
         dt = None if create else self._fresh()
         if dt is not None and not self._same_schema(dt, schema):
             raise ValueError(f"{self.path}: appended rows must have the table's schema")

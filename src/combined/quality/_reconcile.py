@@ -61,9 +61,10 @@ def lake_rows(table: LakeTable, version: int) -> int:
     """Rows of a Delta table version, from the log's record counts."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    from deltalake import DeltaTable
 
-    dt = DeltaTable(table.path, version=version, storage_options=table.store.storage_options())
+    dt = table.delta(version)  # (a pinned view at that version reads its own load)
+    if dt is None:
+        return 0
     actions = pa.table(dt.get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return 0

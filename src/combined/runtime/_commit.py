@@ -69,7 +69,7 @@ def commit(prepared: Prepared, layout: LakeLayout) -> tuple[int | None, datetime
     plan = prepared.staged.plan
     table = table_of(layout, plan)
     if not prepared.deliveries:
-        return table.version(), None
+        return table.pinned().version(), None  # (the version the Run's steps read)
     ingested_at = datetime.fromisoformat(prepared.metadata["ingested_at"])
     paths = [d.path for d in prepared.deliveries]
     schema = pq.read_schema(str(paths[0]))

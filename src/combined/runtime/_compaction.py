@@ -32,7 +32,7 @@ def compact_if_due(
     limit = threshold or DEFAULT_COMPACT_FILES
     table = layout.dataset_table(source, dataset)
     try:
-        files = small_file_count(table)
+        files = small_file_count(table.pinned())
         if files <= limit:
             return
         done = compact(

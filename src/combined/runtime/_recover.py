@@ -18,7 +18,7 @@ from pathlib import Path
 from combined.catalog import Catalog, Run, queue
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
-from combined.errors import CombinedError, NotFoundError, redact
+from combined.errors import CombinedError, NotFoundError, ProtocolViolation, redact
 from combined.lake import LakeLayout
 from combined.runtime._lease import REPAIR
 from combined.runtime._project import project_commit
@@ -72,10 +72,23 @@ class Recovery:
         # commit nothing more.
         if not all([self._try_catch_up(run.source, d, notes) for d in run.datasets]):
             return
+        try:
+            if not self._mark_closed(run):
+                return
+        except ProtocolViolation:
+            with self.catalog.begin() as conn:
+                if runs_repo.get_run(conn, run.id).terminal:
+                    return  # another process's recovery closed it first
+            raise
+        _erase_private(self.layout.staging(run.id))
+        notes.append(f"run {run.id} was interrupted: marked failed")
+
+    def _mark_closed(self, run: Run) -> bool:
+        """Move a dead Run to its end (its staged Deliveries rejected); False if it had one."""
         with self.catalog.begin() as conn:
             current = runs_repo.get_run(conn, run.id)
             if current.terminal:
-                return
+                return False
             staged = cat.deliveries(conn, run_id=run.id, states=["staged"])
             cat.mark_deliveries(conn, [d.id for d in staged], "rejected")
             # One asked to stop before it died ends as asked: it never committed.
@@ -90,8 +103,7 @@ class Recovery:
                 "from the lake and the next capture publishes them",
             )
             cat.emit(conn, "run.recovered", source=run.source, run_id=run.id)
-        _erase_private(self.layout.staging(run.id))
-        notes.append(f"run {run.id} was interrupted: marked failed")
+        return True
 
     def _sweep_staging(self, notes: list[str]) -> None:
         """Erase the staging that ended Runs left behind, once nothing in it is needed.
@@ -175,7 +187,7 @@ def catch_up(catalog: Catalog, layout: LakeLayout, source: str, name: str) -> li
 
     The caller holds the dataset's lease (a Run taking it, or a repair).
     """
-    table = layout.dataset_table(source, name)
+    table = layout.dataset_table(source, name).pinned()
     with catalog.begin() as conn:
         try:
             row = cat.get_dataset(conn, source, name)

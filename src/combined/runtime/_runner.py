@@ -31,7 +31,7 @@ from combined.errors import (
     RunCanceled,
     redact,
 )
-from combined.lake import LakeLayout
+from combined.lake import LakeLayout, shared_loads
 from combined.runtime._backfill import BackfillSpec, stage_partitioned
 from combined.runtime._cancel import CancelWatch
 from combined.runtime._commit import commit, verified
@@ -100,6 +100,12 @@ class Runner:
         holds goes back to the queue, still queued, instead of failing: it
         waited for a worker and can wait for the dataset too.
         """
+        # Under its leases, the Run's steps read each table's one load until
+        # the Run writes it (each load is a listing and reads of an object store).
+        with shared_loads():
+            return self._execute_held(run, backfill, give_back)
+
+    def _execute_held(self, run: Run, backfill: BackfillSpec | None, give_back: bool) -> Run:
         with self.catalog.begin() as conn:
             admission = runs_repo.get_admission(conn, run.admission_id)
         plans = plans_from_admission(admission)
