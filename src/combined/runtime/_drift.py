@@ -47,6 +47,19 @@ def _renames(
     return [(o, by_identity[before[o]]) for o in old if before.get(o) in by_identity]
 
 
+def _judged(name: str, before: Mapping[str, str] | None, now: Mapping[str, str] | None) -> bool:
+    """Whether a lake column the source lacks was already gone at the last commit.
+
+    A drop or rename that evolved keeps the old column in the lake (Delta
+    drops none); the last commit recorded the source's columns without it.
+    Judged again, it was a new ``drop`` at every later capture: under the
+    default ``drop: fail``, an evolved rename failed every capture after it.
+    """
+    if not before or not now:
+        return False  # the last commit or this read recorded no columns: judge it
+    return name not in before and name not in now
+
+
 def classify(
     plan: DatasetPlan,
     committed: pa.Schema | None,
@@ -65,7 +78,7 @@ def classify(
     old = {f.name: f.type for f in committed if not f.name.startswith("_combined_")}
     new = {f.name: f.type for f in lake_schema(seen) if not f.name.startswith("_combined_")}
     added = [n for n in new if n not in old]
-    gone = [n for n in old if n not in new]
+    gone = [n for n in old if n not in new and not _judged(n, before, now)]
     for was, name in _renames(gone, added, before or {}, now or {}):
         events.append({"class": "rename", "field": name, "from": was, "type": str(new[name])})
         added.remove(name)
