@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from combined.connectors.abc import DatasetDiscovery
-from combined.errors import DriftQuarantined, DriftRejected
+from combined.errors import ConfigError, DriftQuarantined, DriftRejected
 from combined.lake import lake_schema
 
 if TYPE_CHECKING:
@@ -156,3 +156,31 @@ def judge_drift(
     exc.parts = tuple(parts)
     exc.what = what
     raise exc
+
+
+def check_key(
+    plan: DatasetPlan, last: Mapping[str, Any] | None, now: Mapping[str, str] | None
+) -> None:
+    """Refuse a declared key other than the one the lake's ids were computed from.
+
+    An id is the digest of the key's values (``docs/identity.md``): under
+    another key every row gets a new id, so a cursor's re-read rows were
+    stored again beside their old versions, a snapshot's deleted and
+    inserted again, and both billed again. ``last`` is the lake's newest
+    commit (which records its key), ``now`` the columns' identities at the
+    source: a key column renamed there keeps its values, and its ids.
+    """
+    recorded = last.get("key") if last else None
+    if plan.sync_mode == "append" or recorded is None or list(recorded) == list(plan.key):
+        return
+    assert last is not None
+    renamed = dict(_renames(list(recorded), list(plan.key), last.get("fields") or {}, now or {}))
+    if [renamed.get(k, k) for k in recorded] == list(plan.key):
+        return
+    raise ConfigError(
+        f"{plan.source}.{plan.name} declares the key ({', '.join(plan.key)}), but the ids "
+        f"in its lake are of the key ({', '.join(recorded)}): every row would get a new id, "
+        "be stored or billed again",
+        hint=f"declare key: [{', '.join(recorded)}] again; to capture under the new key, "
+        "declare it on a dataset of another name",
+    )
