@@ -116,6 +116,46 @@ def test_a_numeric_wider_than_38_digits_is_captured_exactly_and_compared_by_valu
         engine.close()
 
 
+def test_numerics_with_a_negative_scale_or_a_scale_above_the_precision_are_captured_exactly(
+    tmp_path: Path, pg_database: str
+) -> None:
+    # PostgreSQL 15 takes numeric(5, -2) (integers rounded to hundreds, up to
+    # 7 digits) and numeric(3, 5) (five fractional digits, below 0.001). The
+    # read typed them decimal128(5, -2) and decimal128(3, 5), which neither
+    # the identity, DuckDB nor Delta holds: every capture failed at staging.
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE orders (id numeric(5, -2) PRIMARY KEY, "
+            "small numeric(3, 5), smalls numeric(3, 5)[], big numeric(37, -3))"
+        )
+        conn.execute(
+            "INSERT INTO orders VALUES (9999900, 0.00999, ARRAY[-0.00001, NULL], "
+            "9999999999999999999999999999999999999000), (-300, -0.00123, NULL, NULL), "
+            "(0, NULL, '{}', -1000)"
+        )
+    (tmp_path / "combined.yaml").write_text(
+        PROJECT.split("      events:")[0].format(dsn=pg_database)
+    )
+    # 40 digits: the lake keeps numeric(37, -3) as its plain text.
+    query = "SELECT id, small, smalls, CAST(big AS {}) FROM {} ORDER BY id"
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        with psycopg.connect(pg_database) as conn:
+            source = [tuple(r) for r in conn.execute(query.format("text", "orders"))]
+        lake = engine.sql(query.format("varchar", "pg.orders")).to_pylist()
+        assert [tuple(r.values()) for r in lake] == source and len(lake) == 3
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute("UPDATE orders SET small = 0.00998 WHERE id = -300")
+        (changed,) = engine.capture()
+        assert changed.stats is not None and changed.stats["orders"]["updates"] == 1
+        (again,) = engine.capture()
+        assert again.stats is not None and again.stats["orders"]["updates"] == 0
+    finally:
+        engine.close()
+
+
 def test_a_column_without_an_arrow_type_is_captured_through_a_declared_cast(
     tmp_path: Path, pg_database: str
 ) -> None:

@@ -170,3 +170,38 @@ def test_a_renamed_column_meets_the_rename_policy(tmp_path: Path, pg_database: s
         assert rows == [{"id": 1, "label": "c1", "b": None}]
     finally:
         engine.close()
+
+
+def test_a_rename_that_evolved_is_not_judged_again_as_a_drop(
+    tmp_path: Path, pg_database: str
+) -> None:
+    # An evolved rename keeps the old column in the lake (null in rows
+    # written since). Each later capture judged that column a new `drop`:
+    # under the default drop: fail, every capture after the rename failed.
+    _sql(
+        pg_database,
+        "CREATE TABLE dx (id int PRIMARY KEY, a int, c text)",
+        "INSERT INTO dx SELECT g, g, 'c' || g FROM generate_series(1, 20) g",
+    )
+    engine = _open(tmp_path, pg_database, "{rename: evolve}")
+    try:
+        _capture(engine)
+        _sql(pg_database, "ALTER TABLE dx RENAME COLUMN c TO label")
+        _capture(engine)
+        _sql(pg_database, "UPDATE dx SET label = 'changed' WHERE id = 3")
+        run = _capture(engine)
+        assert run.stats["dx"]["updates"] == 1
+        assert _capture(engine).stats["dx"]["updates"] == 0
+        assert _drifts(engine) == [("rename", "label", "evolve")]
+        rows = engine.sql("SELECT id, label, c FROM pg.dx WHERE id <= 3 ORDER BY id").to_pylist()
+        assert rows == [
+            {"id": 1, "label": "c1", "c": None},
+            {"id": 2, "label": "c2", "c": None},
+            {"id": 3, "label": "changed", "c": None},
+        ]
+        # A column dropped since is still judged.
+        _sql(pg_database, "ALTER TABLE dx DROP COLUMN a")
+        (dropped,) = engine.capture()
+        assert dropped.state == "needs_review" and "drop on field 'a'" in (dropped.error or "")
+    finally:
+        engine.close()

@@ -32,7 +32,7 @@ from combined.protocol import (
 from combined.protocol._digest import Digest, digest_of
 from combined.protocol.identity import quote_ident
 from combined.runtime._deadline import reading
-from combined.runtime._drift import judge_drift
+from combined.runtime._drift import check_key, judge_drift
 from combined.runtime._extract import empty_schema
 from combined.runtime._plan import DatasetPlan, Staged, table_of
 from combined.runtime._reporter import Reporter
@@ -208,8 +208,9 @@ def stage_partitioned(
 ) -> Staged:
     """Plan, read every partition in parallel, and stage them as one capture of the range."""
     table = table_of(layout, plan)
-    reader, column = _partitioned(source, plan, table.schema(), spec)
     last = table.latest_commit()
+    check_key(plan, last, getattr(declared, "identity", None))
+    reader, column = _partitioned(source, plan, table.schema(), spec)
     partitions = _Partitions(plan, area, reporter, declared, digest_of(table.schema()))
     # Absent ids are deletes only when the range is over the key (see below).
     current_filter = (

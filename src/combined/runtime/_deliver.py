@@ -216,6 +216,8 @@ def commit_metadata(
         "changes_from": "file" if changes_path else "deliveries",
         # A keyed transition changes each identity once; an event stream may repeat one.
         "changes_unique": plan.sync_mode != "append",
+        # The key the ids are of: another key declared later is refused (_drift.check_key).
+        "key": list(plan.key),
         "source_position": staged.position,
         "checkpoint": dict(staged.state) if staged.state is not None else None,
         "extraction_receipt": staged.receipt.to_json(),

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from combined.connectors.abc import DatasetDiscovery
-from combined.errors import DriftQuarantined, DriftRejected
+from combined.errors import ConfigError, DriftQuarantined, DriftRejected
 from combined.lake import lake_schema
 
 if TYPE_CHECKING:
@@ -47,6 +47,19 @@ def _renames(
     return [(o, by_identity[before[o]]) for o in old if before.get(o) in by_identity]
 
 
+def _judged(name: str, before: Mapping[str, str] | None, now: Mapping[str, str] | None) -> bool:
+    """Whether a lake column the source lacks was already gone at the last commit.
+
+    A drop or rename that evolved keeps the old column in the lake (Delta
+    drops none); the last commit recorded the source's columns without it.
+    Judged again, it was a new ``drop`` at every later capture: under the
+    default ``drop: fail``, an evolved rename failed every capture after it.
+    """
+    if not before or not now:
+        return False  # the last commit or this read recorded no columns: judge it
+    return name not in before and name not in now
+
+
 def classify(
     plan: DatasetPlan,
     committed: pa.Schema | None,
@@ -65,7 +78,7 @@ def classify(
     old = {f.name: f.type for f in committed if not f.name.startswith("_combined_")}
     new = {f.name: f.type for f in lake_schema(seen) if not f.name.startswith("_combined_")}
     added = [n for n in new if n not in old]
-    gone = [n for n in old if n not in new]
+    gone = [n for n in old if n not in new and not _judged(n, before, now)]
     for was, name in _renames(gone, added, before or {}, now or {}):
         events.append({"class": "rename", "field": name, "from": was, "type": str(new[name])})
         added.remove(name)
@@ -143,3 +156,31 @@ def judge_drift(
     exc.parts = tuple(parts)
     exc.what = what
     raise exc
+
+
+def check_key(
+    plan: DatasetPlan, last: Mapping[str, Any] | None, now: Mapping[str, str] | None
+) -> None:
+    """Refuse a declared key other than the one the lake's ids were computed from.
+
+    An id is the digest of the key's values (``docs/identity.md``): under
+    another key every row gets a new id, so a cursor's re-read rows were
+    stored again beside their old versions, a snapshot's deleted and
+    inserted again, and both billed again. ``last`` is the lake's newest
+    commit (which records its key), ``now`` the columns' identities at the
+    source: a key column renamed there keeps its values, and its ids.
+    """
+    recorded = last.get("key") if last else None
+    if plan.sync_mode == "append" or recorded is None or list(recorded) == list(plan.key):
+        return
+    assert last is not None
+    renamed = dict(_renames(list(recorded), list(plan.key), last.get("fields") or {}, now or {}))
+    if [renamed.get(k, k) for k in recorded] == list(plan.key):
+        return
+    raise ConfigError(
+        f"{plan.source}.{plan.name} declares the key ({', '.join(plan.key)}), but the ids "
+        f"in its lake are of the key ({', '.join(recorded)}): every row would get a new id, "
+        "be stored or billed again",
+        hint=f"declare key: [{', '.join(recorded)}] again; to capture under the new key, "
+        "declare it on a dataset of another name",
+    )

@@ -25,7 +25,7 @@ from combined.protocol import _provenance as prov
 from combined.protocol._digest import digest_of
 from combined.runtime._barrier import CheckpointBarrier
 from combined.runtime._deadline import reading
-from combined.runtime._drift import judge_drift
+from combined.runtime._drift import check_key, judge_drift
 from combined.runtime._memory import release_memory
 from combined.runtime._plan import DatasetPlan, Staged, table_of
 from combined.runtime._reporter import Reporter
@@ -57,6 +57,7 @@ def extract(
     last = table.latest_commit()
     # The checkpoint lives with the data: the lake's newest commit is authoritative.
     prior_state = last.get("checkpoint") if last else None
+    check_key(plan, last, getattr(declared, "identity", None))
     committed_schema = table.schema()
     if plan.sync_mode == "append" and plan.strategy == "cursor" and type(source).REDELIVERS:
         raise ConfigError(

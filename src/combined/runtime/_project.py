@@ -217,6 +217,7 @@ def commit_reset(
         "source_position": None,
         "checkpoint": None,
         "reset": reason,
+        "key": (table.latest_commit() or {}).get("key"),  # the ids' key still
         "extraction_receipt": None,
         "transition": {
             "inserts": 0,

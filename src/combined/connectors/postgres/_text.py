@@ -73,16 +73,12 @@ def arrow_type(type_oid: int, type_modifier: int = -1, *, column: str = "?") -> 
     if type_oid in _ARRAYS:
         return pa.list_(arrow_type(_ARRAYS[type_oid], type_modifier, column=column))
     if type_oid == _NUMERIC:
-        if type_modifier < 4:
-            return pa.string()
-        precision = ((type_modifier - 4) >> 16) & 0xFFFF
-        scale = (type_modifier - 4) & 0x7FF
-        scale = scale - 0x800 if scale & 0x400 else scale  # 11-bit signed since PostgreSQL 15
-        if precision > 76:
-            return pa.string()
-        return (
-            pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
-        )
+        # The snapshot's own mapping: the stream must type a column as it does.
+        from combined.connectors.postgres._types import decimal_type, numeric_typmod
+
+        typmod = numeric_typmod(type_modifier)
+        decimal = decimal_type(*typmod) if typmod else None
+        return pa.string() if decimal is None else decimal
     raise UnsupportedType(
         f"column {column!r} has postgresql type oid {type_oid} without an arrow mapping",
         hint="exclude the column from the publication, or cast it in a view captured by snapshot",

@@ -17,7 +17,9 @@ boolean                    bool                            native
 smallint/integer/bigint    int16/int32/int64               native
 real/double precision      float32/float64                 native (NaN, +-Infinity kept)
 numeric(p,s), p<=38        decimal128(p,s)                 text -> cast; NaN raises
-numeric(p,s), 38<p<=76     decimal256(p,s)                 text -> cast; NaN raises
+numeric(p,s), 38<p<=76     decimal256(p,s)                 text -> cast; NaN raises;
+                                                           s < 0 as (p-s, 0), s > p as
+                                                           (s, s) (decimal_type)
 numeric (no typmod), p>76  string (PostgreSQL text)        no fixed scale exists, so any
                                                            decimal would round or fail
                                                            on a later value; text is exact
@@ -193,7 +195,18 @@ def numeric_typmod(typmod: int) -> tuple[int, int] | None:
     return precision, scale
 
 
-def _decimal(precision: int, scale: int) -> pa.DataType | None:
+def decimal_type(precision: int, scale: int) -> pa.DataType | None:
+    """The Arrow decimal holding every value of ``numeric(precision, scale)``; None past 76 digits.
+
+    Since PostgreSQL 15 the scale may be negative (``numeric(5, -2)``:
+    integers rounded to hundreds, up to 7 digits) or above the precision
+    (``numeric(3, 5)``: five fractional digits, below 0.001). Their values
+    are exactly those of ``decimal(p - s, 0)`` and ``decimal(s, s)``: the
+    types DuckDB, Parquet and Delta hold, and the identity encodes.
+    """
+    if scale < 0:
+        precision, scale = precision - scale, 0
+    precision = max(precision, scale)
     if precision <= 38:
         return pa.decimal128(precision, scale)
     if precision <= 76:
@@ -208,7 +221,7 @@ def _scalar(oid: int, typmod: int, types: Mapping[int, PgType], domain: bool = F
         return _scalar(t.basetype, t.typmod if t.typmod >= 0 else typmod, types, True)
     if oid == NUMERIC:
         pm = numeric_typmod(typmod)
-        arrow = _decimal(*pm) if pm else None
+        arrow = decimal_type(*pm) if pm else None
         if arrow is None:
             return _Scalar("text", pa.string(), oid, domain)
         return _Scalar("decimal", arrow, oid, domain)
@@ -301,7 +314,7 @@ def _cast_plan(name: str, source_type: str, col: sql.Identifier, cast: str) -> C
             name, source_type, "text", pa.string(), sql.SQL("CAST({} AS text)").format(col)
         )
     precision, scale = int(m.group(2)), int(m.group(3))
-    arrow = _decimal(precision, scale)
+    arrow = decimal_type(precision, scale)
     if arrow is None or not 1 <= precision <= 1000 or abs(scale) > 1000:
         raise ConfigError(
             f"the cast {cast!r} of column {name!r} has no arrow decimal",
