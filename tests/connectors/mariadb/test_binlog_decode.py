@@ -166,3 +166,54 @@ def test_a_change_logged_before_a_type_change_goes_through_the_library(
     rows = [r for m in read if isinstance(m, RecordBatchMessage) for r in m.batch.to_pylist()]
     assert [(r["id"], str(r["d"])) for r in rows] == [(1, "12.3400"), (2, "5.6789")]
     assert read.library_events == 1
+
+
+#: Text columns of every charset whose bytes Python's codec of the same name misreads.
+TEXTS = (
+    ("u16", "VARCHAR(20) CHARACTER SET utf16"),
+    ("u32", "VARCHAR(20) CHARACTER SET utf32"),
+    ("u2", "VARCHAR(20) CHARACTER SET ucs2"),
+    ("u16le", "VARCHAR(20) CHARACTER SET utf16le"),
+    ("l1", "VARCHAR(20) CHARACTER SET latin1"),
+    ("c1", "CHAR(8) CHARACTER SET latin1"),
+    ("t1", "TEXT CHARACTER SET latin1"),
+    ("t16", "TEXT CHARACTER SET utf16"),
+    ("t32", "MEDIUMTEXT CHARACTER SET utf32"),
+)
+#: latin1's five bytes cp1252 leaves unassigned, among assigned ones.
+LATIN1_ODD = "CONCAT('é€', CONVERT(x'818d8f909d' USING latin1))"
+
+
+@pytest.mark.usefixtures("binlog_on")
+def test_the_library_path_reads_every_charset_as_the_native_one(
+    admin: Any, make_request: Any
+) -> None:
+    """Text that goes through the library (a change logged before a type change) reads right.
+
+    Before this change the library read utf16 and utf32 in the machine's order
+    ('ü' came back '\\ufc00'), kept ucs2 as bytes read as UTF-8, and failed the
+    read on latin1's byte 0x81.
+    """
+    columns = ", ".join(f"{n} {t}" for n, t in TEXTS)
+    admin.sql(f"CREATE TABLE cs (id INT PRIMARY KEY, d DECIMAL(10,2), {columns}) ENGINE=InnoDB")
+    state = _here(admin)
+    wide = "'ü€😀𝄞'"
+    values = [wide, wide, "'ü€ÿ'", wide, LATIN1_ODD, LATIN1_ODD, LATIN1_ODD, wide, wide]
+    admin.sql(
+        f"INSERT INTO cs VALUES (1, 1.5, {', '.join(values)})",
+        f"INSERT INTO cs VALUES (2, 2.5, {', '.join(values)})",
+        "UPDATE cs SET id = 3, u16 = 'ÿ', l1 = 'Ÿ', t1 = CONVERT(x'81' USING latin1) WHERE id = 1",
+        "ALTER TABLE cs MODIFY d DECIMAL(12,4)",  # the changes above: the library decodes them
+        f"INSERT INTO cs VALUES (4, 4.5, {', '.join(values)})",  # this one: the native decoder
+    )
+    names = [n for n, _ in TEXTS]
+    source = admin.rows(f"SELECT id, {', '.join(names)} FROM cs ORDER BY id")
+    settings = Settings.from_config({"dsn": admin.dsn})
+    request = make_request("cs", strategy="cdc", state=state)
+    read = BinlogExtraction(settings, request, start=position_of(state) or ("", 0))
+    got = pa.Table.from_batches([m.batch for m in read if isinstance(m, RecordBatchMessage)])
+    assert read.library_events == 3
+    last = {r["id"]: tuple(r[n] for n in ["id", *names]) for r in got.to_pylist()}
+    assert sorted(v for k, v in last.items() if k != 1) == [tuple(r) for r in source]
+    assert last[2][1:] == last[4][1:]
+    assert last[2][1] == "ü€😀𝄞" and last[2][5] == "é€\x81\x8d\x8f\x90\x9d"

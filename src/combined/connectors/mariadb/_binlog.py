@@ -49,7 +49,12 @@ from typing import Any
 from combined.connectors._shared import SessionRead, cdc_values
 from combined.connectors.abc import ReadRequest
 from combined.connectors.mariadb import _catalog as catalog
-from combined.connectors.mariadb._binlog_decode import RowDecoder, event_body, row_decoder
+from combined.connectors.mariadb._binlog_decode import (
+    RowDecoder,
+    event_body,
+    library_charsets,
+    row_decoder,
+)
 from combined.connectors.mariadb._binlog_rows import (
     OP_TRUNCATE,
     ChangeRows,
@@ -419,6 +424,7 @@ class BinlogExtraction(SessionRead[Session]):
             yield rows.add_decoded(decoder, ops, changed, when, here, len(body))
             return
         self.library_events += 1
+        library_charsets(event.columns)
         for row in event.rows:
             self._seen += 1
             if isinstance(event, UpdateRowsEvent):

@@ -181,6 +181,22 @@ def _encoding(column: Any) -> str | None:
     return encoding
 
 
+def library_charsets(columns: Sequence[Any]) -> None:
+    """Name each text column of a table map by the codec that reads it as the server writes it.
+
+    The library decodes a string with the Python codec of the charset's
+    name: utf16 and utf32 in the machine's order, ucs2 not at all (kept as
+    bytes), latin1 as Python's cp1252, which refuses 0x81. Named by the
+    codec :func:`_encoding` picks (a name the library passes through as
+    is), the library's per-value path reads what the native one reads.
+    Changes the table map's columns in place; naming them again is a no-op.
+    """
+    for column in columns:
+        name = getattr(column, "character_set_name", None)
+        if name is not None and str(name).lower() in _CHARSETS:
+            column.character_set_name = _CHARSETS[str(name).lower()]
+
+
 def _binary(raw: Callable[[bytes, int], tuple[bytes, int]], plan: ColumnPlan) -> Reader:
     if not (plan.source_type.lower().startswith("binary(") and plan.octets):
         return raw
