@@ -141,7 +141,7 @@ lake: ./lake
     datasets:
       orders:
         relation: public.{table}
-        key: [id]
+        key: [{key}]
       orders_cursor:
         relation: public.{table}
         key: [id]
@@ -152,13 +152,15 @@ lake: ./lake
 """
 
 
-def write_project(directory: Path, dsn: str, table: str, reduction_memory: str | None) -> Path:
+def write_project(
+    directory: Path, dsn: str, table: str, reduction_memory: str | None, key: str = "id"
+) -> Path:
     """A Combined project over the benchmark table; returns the project file."""
     directory.mkdir(parents=True, exist_ok=True)
     memory = f"reduction_memory: {reduction_memory}\n" if reduction_memory else ""
     path = directory / "combined.yaml"
     path.write_text(
-        PROJECT.format(dsn=json.dumps(dsn), table=table, memory=memory), encoding="utf-8"
+        PROJECT.format(dsn=json.dumps(dsn), table=table, memory=memory, key=key), encoding="utf-8"
     )
     return path
 
@@ -324,7 +326,8 @@ def project_path(ctx: Context) -> Path:
     directory = ctx.workdir / "combined"
     path = directory / "combined.yaml"
     if not path.exists():
-        write_project(directory, ctx.dsn, ctx.table, ctx.args.reduction_memory)
+        key = ", ".join(workload.SHAPES[ctx.args.shape].key)
+        write_project(directory, ctx.dsn, ctx.table, ctx.args.reduction_memory, key)
     return path
 
 

@@ -123,6 +123,9 @@ class Shape:
     fill: str
     update: str  # the SET list of an updated row (bumps updated_at)
     external: tuple[str, ...] = ()  # columns stored out of line, uncompressed
+    key: tuple[str, ...] = ("id",)  # the dataset's key
+    index: bool = True  # an index on updated_at (dlt's cursor)
+    partitions: int = 0  # hash partitions by id (0: a plain table)
 
 
 SHAPES: dict[str, Shape] = {
@@ -164,7 +167,16 @@ def create_orders(dsn: str, rows: int, table: str = TABLE, shape: str = "orders"
     spec = SHAPES[shape]
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(t))
-        conn.execute(sql.SQL("CREATE TABLE {} (" + spec.columns + ")").format(t))
+        parted = " PARTITION BY HASH (id)" if spec.partitions else ""
+        conn.execute(sql.SQL("CREATE TABLE {} (" + spec.columns + ")" + parted).format(t))
+        for i in range(spec.partitions):
+            conn.execute(
+                sql.SQL(
+                    "CREATE TABLE {} PARTITION OF {} FOR VALUES WITH (MODULUS {}, REMAINDER {})"
+                ).format(
+                    sql.Identifier(f"{table}_p{i}"), t, sql.Literal(spec.partitions), sql.Literal(i)
+                )
+            )
         for column in spec.external:  # out of line even when it would compress
             conn.execute(
                 sql.SQL("ALTER TABLE {} ALTER COLUMN {} SET STORAGE EXTERNAL").format(
@@ -172,11 +184,12 @@ def create_orders(dsn: str, rows: int, table: str = TABLE, shape: str = "orders"
                 )
             )
         conn.execute(sql.SQL(spec.fill).format(t=t, lo=sql.Literal(1), hi=sql.Literal(rows)))
-        conn.execute(
-            sql.SQL("CREATE INDEX {} ON {} (updated_at)").format(
-                sql.Identifier(f"{table}_updated_at_idx"), t
+        if spec.index:
+            conn.execute(
+                sql.SQL("CREATE INDEX {} ON {} (updated_at)").format(
+                    sql.Identifier(f"{table}_updated_at_idx"), t
+                )
             )
-        )
         conn.execute(sql.SQL("VACUUM ANALYZE {}").format(t))
 
 
@@ -258,3 +271,8 @@ def source_ids(dsn: str, table: str = TABLE) -> list[int]:
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(sql.SQL("SELECT id FROM {}").format(sql.Identifier(table))).fetchall()
     return [int(r[0]) for r in rows]
+
+
+from bench.shapes import CLIFF_SHAPES  # noqa: E402 (they are Shapes: defined above)
+
+SHAPES.update(CLIFF_SHAPES)

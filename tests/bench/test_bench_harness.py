@@ -536,12 +536,34 @@ def test_tiny_run_of_a_table_shape_lands_the_source_in_the_lake(
     assert f"table shape: {shape} ({shape}: id bigint PRIMARY KEY" in text
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("shape", ["compkey", "parted"])
+def test_a_shape_with_its_own_key_or_partitions_lands_the_source_in_the_lake(
+    tmp_path: Path, pg_server_dsn: str, shape: str
+) -> None:
+    text = _tiny(
+        tmp_path,
+        pg_server_dsn,
+        ["floor", "snapshot_initial", "snapshot_changed"],
+        "--shape",
+        shape,
+    )
+    by_label = {r[0]: r for r in _rows_of(text, report.HEADER)}
+    assert list(by_label) == ["1", "3", "5"]
+    assert "+2,000 ~0 -0" in by_label["3"][12]
+    assert "+10 ~20 -2" in by_label["5"][12]
+    assert "projection 2,008 rows = source 2,008" in by_label["5"][12]
+
+
 def test_every_shape_has_its_full_size_and_an_update_that_bumps_the_cursor() -> None:
-    assert {n: s.rows for n, s in workload.SHAPES.items()} == {
+    headline = ("orders", "narrow", "wide")
+    assert {n: workload.SHAPES[n].rows for n in headline} == {
         "orders": 2_000_000,
         "narrow": 5_000_000,
         "wide": 1_000_000,
     }
-    assert all("updated_at = now()" in s.update for s in workload.SHAPES.values())
+    # (every shape with the cursor's column bumps it; ``tiny`` has none)
+    assert all("updated_at = now()" in s.update for s in workload.SHAPES.values() if s.index)
+    assert [n for n, s in workload.SHAPES.items() if not s.index] == ["tiny"]
     assert run.parse(["--shape", "narrow"]).rows == 5_000_000
     assert run.parse(["--shape", "wide", "--rows", "300"]).rows == 300

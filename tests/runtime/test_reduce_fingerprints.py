@@ -24,7 +24,12 @@ from combined.capture import _fingerprint as fp
 from combined.capture import _output
 
 
-def test_a_recapture_joins_only_the_rows_whose_fingerprints_differ(tmp_path: Path) -> None:
+@pytest.mark.parametrize("row_bytes", [fp.PRINT_BYTES_PER_ROW, 2**20])  # at once; 64 buckets
+def test_a_recapture_joins_only_the_rows_whose_fingerprints_differ(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, row_bytes: int
+) -> None:
+    # (2**20 bytes a row: ~3,000 rows take 64 buckets of 64 MB of reduction memory)
+    monkeypatch.setattr(fp, "PRINT_BYTES_PER_ROW", row_bytes)
     current, schema = baseline_lake(tmp_path)
     # ids 0..2899 again (100 deleted), 290 of them renamed ("m"), 50 new
     kept = [i for i in range(2900) if i % 10 != 1]
@@ -37,6 +42,7 @@ def test_a_recapture_joins_only_the_rows_whose_fingerprints_differ(tmp_path: Pat
         assert r.duplicates() == []
         found = r.by_fingerprints()
         assert found is not None and r.reduce() == found
+        assert (r._spill(3000) is None) == (row_bytes < 2**20)
         # (neither the pass join nor the staged duplicate check ran: tr holds the changes)
         tables = r.con.execute("SELECT table_name, estimated_size FROM duckdb_tables()").fetchall()
     finally:

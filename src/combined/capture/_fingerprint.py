@@ -26,8 +26,10 @@ side) returns None, and the reduction joins every row as before.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -51,6 +53,9 @@ _K2 = np.uint64(0xC2B2AE3D27D4EB4F)
 _MERGE_CHUNKS = 16
 #: Bits of a fingerprint that index the candidates' prefilter (2**22 bytes).
 _PREFILTER_BITS = 22
+#: Reduction memory a row of a re-capture's fingerprints takes, both sides (8 bytes
+#: a side, and the room to read and sort them): past it, they are sorted by bucket.
+PRINT_BYTES_PER_ROW = 32
 
 Words = np.ndarray[Any, np.dtype[np.uint64]]
 
@@ -175,7 +180,7 @@ Reader = Callable[[], Iterator[pa.RecordBatch]]
 
 
 def candidates(
-    staged: Reader, staged_rows: int, current: Reader, current_rows: int
+    staged: Reader, staged_rows: int, current: Reader, current_rows: int, spill: Spill = None
 ) -> Candidates | None:
     """The rows of a snapshot re-capture and of the lake that may differ, or None.
 
@@ -184,20 +189,16 @@ def candidates(
     not 16 bytes, a fingerprint repeated within a side (a repeated row, or
     64 bits shared by two), or rows matched by fingerprint that are not the
     same pairs (their check words fold differently): the caller joins
-    every row instead.
+    every row instead. ``spill`` (a directory and the bits of a bucket)
+    sorts the fingerprints a bucket at a time (see :func:`_spread`).
     """
-    from combined.runtime._memory import release_memory
-
-    theirs = _fill(((b.column(0), b.column(1)) for b in current()), current_rows)
-    release_memory()  # (what the lake's reader leaves in the heaps: ~20 MB at 5M rows)
-    mine = _fill(((b.column(1), b.column(2)) for b in staged()), staged_rows)
-    if mine is None or theirs is None:
+    if spill is None:
+        found = _one_sided_at_once(staged, staged_rows, current, current_rows)
+    else:
+        found = _one_sided_by_bucket(staged, staged_rows, current, current_rows, *spill)
+    if found is None:
         return None
-    g = mine[1] ^ theirs[1]
-    alone = _one_sided_prints(mine[0], theirs[0])
-    del mine, theirs  # (the fingerprints: 8 bytes a row of each side)
-    if alone is None:
-        return None
+    alone, g = Members(found[0]), found[1]
     ours = _kept(staged(), alone, 1, None, _STAGED)
     if ours is None:
         return None
@@ -207,8 +208,78 @@ def candidates(
     return Candidates(ours[0], lake[0])
 
 
-def _one_sided_prints(mine: Words, theirs: Words) -> Members | None:
-    """Membership in the fingerprints of one side only (None: one repeated within a side).
+#: Where a large re-capture's fingerprints wait, by bucket: a directory and the bucket bits.
+Spill = tuple[Path, int] | None
+
+
+def _one_sided_at_once(
+    staged: Reader, staged_rows: int, current: Reader, current_rows: int
+) -> tuple[Words, int] | None:
+    """The one-sided fingerprints (sorted) and the xor of every check word, both sides at once."""
+    from combined.runtime._memory import release_memory
+
+    theirs = _fill(((b.column(0), b.column(1)) for b in current()), current_rows)
+    release_memory()  # (what the lake's reader leaves in the heaps: ~20 MB at 5M rows)
+    mine = _fill(((b.column(1), b.column(2)) for b in staged()), staged_rows)
+    if mine is None or theirs is None:
+        return None
+    alone = _one_sided_prints(mine[0], theirs[0])
+    return None if alone is None else (alone, mine[1] ^ theirs[1])
+
+
+def _one_sided_by_bucket(
+    staged: Reader, staged_rows: int, current: Reader, current_rows: int, spill: Path, bits: int
+) -> tuple[Words, int] | None:
+    """:func:`_one_sided_at_once`, holding one bucket of both sides' fingerprints at a time."""
+    with tempfile.TemporaryDirectory(dir=spill, prefix="prints-") as tmp:
+        theirs = _spread(
+            ((b.column(0), b.column(1)) for b in current()), current_rows, bits, Path(tmp, "c")
+        )
+        mine = _spread(
+            ((b.column(1), b.column(2)) for b in staged()), staged_rows, bits, Path(tmp, "s")
+        )
+        if mine is None or theirs is None:
+            return None
+        found: list[Words] = []
+        for bucket in range(1 << bits):  # (in order: the buckets are the top bits)
+            alone = _one_sided_prints(
+                np.fromfile(Path(tmp, f"s{bucket}"), np.uint64),
+                np.fromfile(Path(tmp, f"c{bucket}"), np.uint64),
+            )
+            if alone is None:
+                return None
+            found.append(alone)
+    return np.concatenate(found), mine ^ theirs
+
+
+def _spread(
+    batches: Iterable[tuple[pa.Array, pa.Array]], rows: int, bits: int, stem: Path
+) -> int | None:
+    """Write each row's fingerprint to the file of its bucket (its top ``bits``).
+
+    Returns the xor of the check words, or None (see :func:`_fill`). At 20M
+    rows both sides' arrays held 320 MB (over 580 MB at the peak); the files
+    are written once and read back a bucket at a time.
+    """
+    shift, g, seen = np.uint64(64 - bits), 0, 0
+    files = [open(f"{stem}{b}", "wb") for b in range(1 << bits)]  # noqa: SIM115 (closed below)
+    try:
+        for ids, hashes in batches:
+            p = prints(ids, hashes)
+            if p is None:
+                return None
+            seen, g = seen + len(p.f), g ^ _xor(p.g)
+            top = p.f >> shift
+            for bucket, out in enumerate(files):
+                p.f[top == bucket].tofile(out)
+    finally:
+        for out in files:
+            out.close()
+    return g if seen == rows else None
+
+
+def _one_sided_prints(mine: Words, theirs: Words) -> Words | None:
+    """The fingerprints of one side only, sorted (None: one repeated within a side).
 
     Sorts both arrays in place.
     """
@@ -216,7 +287,7 @@ def _one_sided_prints(mine: Words, theirs: Words) -> Members | None:
     theirs.sort()
     if _repeats(mine) or _repeats(theirs):
         return None
-    return Members(one_sided(mine, theirs))
+    return one_sided(mine, theirs)
 
 
 _STAGED = pa.schema([("ord", pa.int64()), ("_cid", pa.binary()), ("_chash", pa.binary())])
@@ -270,6 +341,7 @@ class _Reduction(Protocol):
     _has_current: bool
     _staged: StagedParts
     _lake_files: list[str] | None
+    memory_limit: int
 
     def _current_rows(self) -> int: ...
 
@@ -280,6 +352,8 @@ class _Reduction(Protocol):
     def _join_candidates(self, found: Candidates) -> bool: ...
 
     def _lake_digests(self) -> Iterator[pa.RecordBatch]: ...
+
+    def _spill(self, rows: int) -> Spill: ...
 
 
 class Fingerprints:
@@ -308,20 +382,33 @@ class Fingerprints:
             ):
                 # The parts' own three columns (never the whole rows cast to the
                 # reduction's schema, which a wide table's parts may need).
+                rows = self._staged.count_rows()
                 try:
                     found = candidates(
                         lambda: (
                             b.select(columns) for p in self._staged.paths for b in read_part(p)
                         ),
-                        self._staged.count_rows(),
+                        rows,
                         self._lake_digests,
                         self._current_rows(),
+                        self._spill(max(rows, self._current_rows())),
                     )
                 except (pa.ArrowInvalid, KeyError):
                     found = None  # (a lake file without the digest columns)
                 if found is not None:
                     self._fingerprinted = self._join_candidates(found)
         return self.transition if self._fingerprinted else None
+
+    def _spill(self: _Reduction, rows: int) -> Spill:
+        """Where and in how many buckets ``rows`` fingerprints a side are sorted (None: at once)."""
+        buckets = -(-rows * PRINT_BYTES_PER_ROW // max(self.memory_limit, 1))
+        if buckets <= 1:
+            return None
+        (directory,) = self.con.execute("SELECT current_setting('temp_directory')").fetchall()[0]
+        if not directory:
+            return None  # (nowhere to write them: at once, as smaller ones)
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        return Path(directory), (buckets - 1).bit_length()
 
     def _lake_digests(self: _Reduction) -> Iterator[pa.RecordBatch]:
         """The lake's (id, payload hash) batches.

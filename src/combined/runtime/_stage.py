@@ -42,6 +42,15 @@ _DONE = None
 GROUP_ROWS = 131_072
 #: ... and at most this many bytes of them: wide rows make smaller groups.
 GROUP_BYTES = 16 * 2**20
+#: DuckDB's hashing holds a multiple of the Arrow bytes of the rows in each of
+#: its 2,048-row vectors (bytes' hex text, a list's element texts, 300
+#: columns' texts: 2-12x), once per thread. Rows this wide on average ...
+WIDE_ROW_BYTES = 1024
+#: ... are hashed on one thread (reading such rows keeps the other core
+#: busy), and cells this large on average (big values, long lists) ...
+LARGE_CELL_BYTES = 256
+#: ... in slices of this many bytes (at least one row).
+HASH_SLICE_BYTES = 4 * 2**20
 
 
 _T = TypeVar("_T")
@@ -239,9 +248,7 @@ class CaptureStager:
         if table.num_rows == 0:  # every part carries the columns, an empty one too
             ids = hashes = pa.array([], digest_type(self.digest))
         else:
-            ids, hashes = compute_identity(
-                table, self.key, payload, con=self._duck(), digest=self.digest
-            )
+            ids, hashes = self._identify(table, payload)
         out, offset = [], 0
         for batch in group:
             n = batch.num_rows
@@ -249,3 +256,21 @@ class CaptureStager:
             out.append(batch.append_column(prov.PAYLOAD_HASH, hashes.slice(offset, n)))
             offset += n
         return out
+
+    def _identify(self, table: pa.Table, payload: list[str]) -> tuple[pa.Array, pa.Array]:
+        """Ids and payload hashes of ``table``'s rows, in slices where its rows are wide."""
+        con = self._duck()
+        row_bytes = table.nbytes // table.num_rows
+        wide = row_bytes >= WIDE_ROW_BYTES
+        con.execute(f"SET threads = {1 if wide else self.threads}")
+        if row_bytes // max(len(payload), 1) < LARGE_CELL_BYTES:
+            return compute_identity(table, self.key, payload, con=con, digest=self.digest)
+        step = max(1, HASH_SLICE_BYTES // row_bytes)
+        ids, hashes = [], []
+        for offset in range(0, table.num_rows, step):
+            i, h = compute_identity(
+                table.slice(offset, step), self.key, payload, con=con, digest=self.digest
+            )
+            ids.append(i)
+            hashes.append(h)
+        return pa.concat_arrays(ids), pa.concat_arrays(hashes)
