@@ -207,7 +207,7 @@ def stage_partitioned(
     declared: Mapping[str, str] | None,
 ) -> Staged:
     """Plan, read every partition in parallel, and stage them as one capture of the range."""
-    table = table_of(layout, plan)
+    table = table_of(layout, plan).pinned()  # (one load for its six reads, as extract's)
     last = table.latest_commit()
     check_key(plan, last, getattr(declared, "identity", None))
     reader, column = _partitioned(source, plan, table.schema(), spec)
