@@ -6,7 +6,8 @@ reduction's views (``pay``, ``cap``) through the reduction's connection.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -37,60 +38,94 @@ def meeting_hashes(rows: str, column: str) -> str:
     )
 
 
-#: Bytes of id prefixes sorted at once by :func:`distinct_prefixes` (a pass each).
+#: Bytes of id prefixes sorted at once by :func:`distinct_prefixes` (a bucket each).
 PREFIX_PASS_BYTES = 16 * 2**20
 _DIGEST_BYTES = 16
-_NONE = np.empty(0, np.uint64)
 
 
-def distinct_prefixes(parts: Sequence[Path]) -> bool:
+def distinct_prefixes(parts: Sequence[Path], spill: Path | None = None) -> bool:
     """Whether the staged binary ids of ``parts`` differ in their first 64 bits.
 
     True proves that no id is staged twice (equal ids share every bit); False
     only that two might be: the exact check decides. The ids are md5 digests
     (identity encoding v2), so their first 64 bits are uniform: a bucket of
-    the top bits holds its share of the rows, and each of the passes sorts
-    one bucket's prefixes, read from the parts' id columns alone. DuckDB's
-    sort of the ids' hashes held the whole reduction memory at 20M rows
-    (~250 MB) and took several times the CPU. Hex ids (v1) give False.
+    the top bits holds its share of the rows. The parts' id columns are read
+    once; past :data:`PREFIX_PASS_BYTES` of prefixes, each goes to its
+    bucket's file in ``spill`` (the parts' directory by default) and one
+    bucket is sorted at a time. DuckDB's sort of the ids' hashes held the
+    whole reduction memory at 20M rows (~250 MB) and took several times the
+    CPU. Hex ids (v1) give False.
     """
     rows = sum(b.num_rows for path in parts for b in read_part(path))  # (headers only)
     bits = max(0, int(np.ceil(np.log2(max(rows * 8 / PREFIX_PASS_BYTES, 1)))))
-    for bucket in range(1 << bits):
-        found: list[np.ndarray] = []
-        for path in parts:
-            if not _prefixes(path, bits, bucket, found):
-                return False
-        prefixes = np.concatenate(found) if found else _NONE
-        del found
-        prefixes.sort()  # in place: one copy of the bucket at a time
-        if bool(np.any(prefixes[1:] == prefixes[:-1])):
+    if not bits:
+        prefixes = np.empty(rows, np.uint64)
+        filled = _fill(prefixes, parts)
+        return filled == rows and _distinct(prefixes)
+    with tempfile.TemporaryDirectory(dir=spill or parts[0].parent, prefix="prefixes-") as tmp:
+        stems = [Path(tmp, str(bucket)) for bucket in range(1 << bits)]
+        if _spread(parts, bits, stems) != rows:
             return False
-    return True
+        return all(_distinct(np.fromfile(stem, np.uint64)) for stem in stems)
 
 
-def _prefixes(path: Path, bits: int, bucket: int, out: list[np.ndarray]) -> bool:
-    """Add to ``out`` the first 64 bits of a part's ids whose top ``bits`` are ``bucket``.
+def _distinct(prefixes: np.ndarray) -> bool:
+    """Whether no two of ``prefixes`` are equal (sorts them in place)."""
+    prefixes.sort()
+    return not bool(np.any(prefixes[1:] == prefixes[:-1]))
 
-    False when the part's ids are not v2 digests.
+
+def _fill(out: np.ndarray, parts: Sequence[Path]) -> int:
+    """Copy the parts' id prefixes into ``out``: how many (-1 for ids other than v2)."""
+    at = 0
+    for first in _first_words_of(parts):
+        if first is None or at + len(first) > len(out):
+            return -1
+        out[at : at + len(first)] = first
+        at += len(first)
+    return at
+
+
+def _spread(parts: Sequence[Path], bits: int, stems: Sequence[Path]) -> int:
+    """Append each id prefix to the file of its top ``bits``: how many (-1: not v2)."""
+    shift, seen = np.uint64(64 - bits), 0
+    files = [open(stem, "wb") for stem in stems]  # noqa: SIM115 (closed below)
+    try:
+        for first in _first_words_of(parts):
+            if first is None:
+                return -1
+            top = first >> shift
+            for bucket, out in enumerate(files):
+                first[top == bucket].tofile(out)
+            seen += len(first)
+    finally:
+        for out in files:
+            out.close()
+    return seen
+
+
+def _first_words_of(parts: Sequence[Path]) -> Iterator[np.ndarray | None]:
+    """Each batch's id prefixes (a copy), read from the parts' id columns alone.
+
+    Yields None (and stops) at a part whose ids are not v2 digests.
     """
     import pyarrow as pa
 
-    # Read, not mapped: a mapping's pages of ids would stay in the RSS.
-    with pa.OSFile(str(path)) as f:
-        names = pa.ipc.open_file(f).schema.names
-        if prov.ID not in names:
-            return False
-        # The id column alone: a compressed part's other columns are not decoded.
-        only = pa.ipc.IpcReadOptions(included_fields=[names.index(prov.ID)])
-        reader = pa.ipc.open_file(f, options=only)
-        for i in range(reader.num_record_batches):
-            ids = reader.get_batch(i).column(0)
-            first = _first_words(ids)
-            if first is None:
-                return False
-            out.append(first[(first >> np.uint64(64 - bits)) == bucket] if bits else first)
-    return True
+    for path in parts:
+        # Read, not mapped: a mapping's pages of ids would stay in the RSS.
+        with pa.OSFile(str(path)) as f:
+            names = pa.ipc.open_file(f).schema.names
+            if prov.ID not in names:
+                yield None
+                return
+            # The id column alone: a compressed part's other columns are not decoded.
+            only = pa.ipc.IpcReadOptions(included_fields=[names.index(prov.ID)])
+            reader = pa.ipc.open_file(f, options=only)
+            for i in range(reader.num_record_batches):
+                first = _first_words(reader.get_batch(i).column(0))
+                yield first
+                if first is None:
+                    return
 
 
 def _first_words(ids: pa.Array) -> np.ndarray | None:
@@ -125,15 +160,25 @@ class _Reduction(Protocol):
 
     def _keys(self) -> str: ...
 
+    def _prefixes_distinct(self) -> bool: ...
+
     def duplicates(self, limit: int = 1000) -> list[tuple[str, int, list[int]]]: ...
 
 
 class DuplicateChecks:
     """Duplicate keys of a full-row capture (a reduction's mixin)."""
 
+    def _prefixes_distinct(self: _Reduction) -> bool:
+        """:func:`distinct_prefixes` of the staged parts, spilling where the reduction does."""
+        (directory,) = self.con.execute("SELECT current_setting('temp_directory')").fetchall()[0]
+        spill = Path(directory) if directory else None
+        if spill is not None:
+            spill.mkdir(parents=True, exist_ok=True)
+        return distinct_prefixes(self.capture_files, spill)
+
     def _may_repeat_ids(self: _Reduction) -> bool:
         """Whether two staged rows may share an id (their ids' 64-bit hashes meet)."""
-        if distinct_prefixes(self.capture_files):
+        if self._prefixes_distinct():
             return False
         rows = self.con.execute(f"SELECT 1 FROM ({meeting_hashes('pay', prov.ID)}) LIMIT 1")
         return bool(rows.fetchall())
@@ -151,7 +196,7 @@ class DuplicateChecks:
             return []  # (see same_as_current: an unchanged capture holds each id once)
         if self.by_fingerprints() is not None:
             return []  # (its checks found each id once)
-        if self.streamed and distinct_prefixes(self.capture_files):
+        if self.streamed and self._prefixes_distinct():
             return []  # (the staged ids differ in their first 64 bits)
         # A snapshot's staged columns as they are (no narrow table of its size).
         keys = (
