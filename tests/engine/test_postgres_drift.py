@@ -205,3 +205,57 @@ def test_a_rename_that_evolved_is_not_judged_again_as_a_drop(
         assert dropped.state == "needs_review" and "drop on field 'a'" in (dropped.error or "")
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize(
+    ("create", "alter", "lake_type", "value"),
+    [
+        ("a int[]", "a TYPE bigint[]", "list<element: int64>", [1, 5000000000]),
+        (
+            "a numeric(30, 2)",
+            "a TYPE numeric(50, 2)",
+            "string",
+            "12345678901234567890123456789012345.25",
+        ),
+        ("a numeric(10, 2)", "a TYPE numeric(12, 4)", "decimal128(12, 4)", "12345678.2500"),
+        ("a real[]", "a TYPE double precision[]", "list<element: double>", [1.5, 0.1]),
+    ],
+    ids=["int-array-to-bigint-array", "numeric-past-38-digits", "numeric", "real-array"],
+)
+def test_a_type_that_takes_every_former_value_evolves_and_keeps_rows_unchanged(
+    tmp_path: Path, pg_database: str, create: str, alter: str, lake_type: str, value: Any
+) -> None:
+    """A wider element type of an array, and a numeric past Delta's 38 digits
+    (stored as its exact text), hold every value the column held: they widen.
+
+    Before this change int[] -> bigint[] and numeric(30,2) -> numeric(50,2)
+    were judged narrowed types, and the default policy failed every capture.
+    """
+    _sql(
+        pg_database,
+        f"CREATE TABLE dx (id int PRIMARY KEY, {create}, c text)",
+        "INSERT INTO dx SELECT g, NULL, 'c' || g FROM generate_series(1, 20) g",
+    )
+    first = "ARRAY[1, 2]" if "[]" in create else "1.25"
+    _sql(pg_database, f"UPDATE dx SET a = {first} WHERE id = 1")
+    engine = _open(tmp_path, pg_database)
+    try:
+        _capture(engine)
+        literal = f"ARRAY{value}" if isinstance(value, list) else f"'{value}'"
+        _sql(
+            pg_database,
+            f"ALTER TABLE dx ALTER COLUMN {alter}",
+            f"UPDATE dx SET a = {literal} WHERE id = 2",
+        )
+        run = _capture(engine)
+        assert run.stats["dx"]["updates"] == 1  # (row 1 is unchanged in its wider type)
+        assert _drifts(engine) == [("widened_type", "a", "evolve")]
+        schema = engine.layout.dataset_table("pg", "dx").schema()
+        assert schema is not None and str(schema.field("a").type) == lake_type
+        rows = engine.sql("SELECT id, a FROM pg.dx WHERE id <= 2 ORDER BY id").to_pylist()
+        assert [r["id"] for r in rows] == [1, 2]
+        assert str(rows[1]["a"]) == str(value) or rows[1]["a"] == value
+        again = _capture(engine)
+        assert engine.run(again.id)["deliveries"] == []
+    finally:
+        engine.close()

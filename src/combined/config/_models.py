@@ -326,7 +326,9 @@ class DriftPolicy(_Model):
     new_field: DriftOutcome = "evolve"
     """A column the lake does not hold yet."""
     widened_type: DriftOutcome = "evolve"
-    """A column whose type now takes more values (the lake takes the wider type)."""
+    """A column whose type now takes every value it took and more (the lake takes the wider
+    type: a wider integer, float or decimal, an array of wider elements, a decimal past 38
+    digits as its exact text)."""
     narrowed_type: DriftOutcome = "fail"
     """A column whose type now takes fewer values."""
     rename: DriftOutcome = "fail"

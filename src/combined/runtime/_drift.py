@@ -77,6 +77,7 @@ def classify(
     events: list[dict[str, Any]] = []
     old = {f.name: f.type for f in committed if not f.name.startswith("_combined_")}
     new = {f.name: f.type for f in lake_schema(seen) if not f.name.startswith("_combined_")}
+    source = {f.name: f.type for f in seen}
     added = [n for n in new if n not in old]
     gone = [n for n in old if n not in new and not _judged(n, before, now)]
     for was, name in _renames(gone, added, before or {}, now or {}):
@@ -89,7 +90,7 @@ def classify(
         events.append({"class": "drop", "field": name, "type": str(old[name])})
     for name in old.keys() & new.keys():
         if old[name] != new[name]:
-            wider = _widens(old[name], new[name])
+            wider = _widens(old[name], new[name], source[name])
             events.append(
                 {
                     "class": "widened_type" if wider else "narrowed_type",
@@ -103,7 +104,21 @@ def classify(
     return events
 
 
-def _widens(old: pa.DataType, new: pa.DataType) -> bool:
+def _widens(old: pa.DataType, new: pa.DataType, source: pa.DataType) -> bool:
+    """Whether the lake type ``new`` holds every value of ``old``.
+
+    ``source`` is the source's type that ``new`` stores: a decimal of more
+    than Delta's 38 digits is kept as its exact text, which holds every
+    value of a decimal or an integer it widens. A list, a large list or a
+    fixed-size list widens with its elements.
+    """
+    if pa.types.is_string(new) and pa.types.is_decimal(source) and not pa.types.is_string(old):
+        return _widens(old, source, source)
+    if _is_list(old) and _is_list(new):
+        inner = source.value_type if _is_list(source) else new.value_type
+        return _widens(old.value_type, new.value_type, inner)
+    if old == new:
+        return True
     if pa.types.is_integer(old) and pa.types.is_integer(new):
         return bool(new.bit_width >= old.bit_width)
     if pa.types.is_floating(old) and pa.types.is_floating(new):
@@ -115,6 +130,10 @@ def _widens(old: pa.DataType, new: pa.DataType) -> bool:
             new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
         )
     return False
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t))
 
 
 def judge_drift(
