@@ -452,3 +452,36 @@ def test_a_range_backfill_over_numbers_the_lake_keeps_as_text_is_refused(
         assert run.state == "succeeded", run.error
     finally:
         engine.close()
+
+
+def test_a_column_renamed_before_or_after_a_backfill_is_judged_a_rename(
+    tmp_path: Path, pg_database: str
+) -> None:
+    """A backfill judged drift without the columns' identities and recorded none.
+
+    A column renamed before it was judged a drop and a new column (under
+    ``rename: evolve`` the default ``drop: fail`` held the backfill), and one
+    renamed after it was judged so by the next capture.
+    """
+    project = _make(tmp_path, pg_database, 100)
+    project.write_text(project.read_text() + "        drift: {rename: evolve}\n")
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute("ALTER TABLE orders RENAME COLUMN note TO memo")
+        run = engine.backfill("pg.orders", partitions=2, lower="1", upper="101")
+        assert run.state == "succeeded", run.error
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute("ALTER TABLE orders RENAME COLUMN memo TO remark")
+            conn.execute("UPDATE orders SET remark = 'r' || id WHERE id <= 3")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        with engine.catalog.begin() as conn:
+            drift = [(e.body["class"], e.body["field"]) for e in cat.activity(conn, kind="drift")]
+        assert sorted(drift) == [("rename", "memo"), ("rename", "remark")]
+        lake = engine.sql("SELECT id, remark FROM pg.orders WHERE id <= 4 ORDER BY id").to_pylist()
+        assert [r["remark"] for r in lake] == ["r1", "r2", "r3", "n4"]
+    finally:
+        engine.close()

@@ -223,9 +223,12 @@ def stage_partitioned(
     finally:
         parts_plan.close()
     parts, schema = partitions.one_schema(results, table.schema())
-    # The range meets the dataset's drift policy as any capture does.
+    # The range meets the dataset's drift policy as any capture does, a rename
+    # told by the columns' identities at the source included (and recorded).
+    before = last.get("fields") if last else None
+    now = getattr(declared, "identity", None) or before
     try:
-        drift = judge_drift(plan, table.schema(), schema, parts)
+        drift = judge_drift(plan, table.schema(), schema, parts, before, now)
     except BaseException:
         group.finish("abort")
         raise
@@ -245,6 +248,7 @@ def stage_partitioned(
         # moved out of the range: such a backfill upserts and infers no delete.
         full=column in plan.key,
         prior_state=last.get("checkpoint") if last else None,
+        fields=now,
         current_filter=current_filter,
         # What landed is counted over the same range, whatever its column.
         landed_filter=range_filter(lake_schema(schema), column, spec.lower, spec.upper),
