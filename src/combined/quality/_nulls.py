@@ -64,14 +64,12 @@ def lake_nulls(
 def _scanned_nulls(
     table: LakeTable, files: Sequence[str], columns: Sequence[str]
 ) -> dict[str, int]:
-    import duckdb
 
     from combined.protocol.identity import quote_ident
 
     if not files or not columns:
         return {}
-    con = duckdb.connect()
-    try:
+    with table.store.duck() as con:
         source = table.store.duck_source(con, files)
         held = {str(r[0]) for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
         wanted = [c for c in columns if c in held]
@@ -79,8 +77,6 @@ def _scanned_nulls(
             return {}
         counts = ", ".join(f"count(*) FILTER (WHERE {quote_ident(c)} IS NULL)" for c in wanted)
         row = con.execute(f"SELECT {counts} FROM {source}").fetchall()[0]
-    finally:
-        con.close()
     return {c: int(n) for c, n in zip(wanted, row, strict=True) if n}
 
 

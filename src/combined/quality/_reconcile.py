@@ -112,23 +112,19 @@ def range_totals(
     lake's files do not share: each side may be off the exact sum by up to
     ``(n - 1) * u * sum(|v|)`` (u: the type's unit roundoff).
     """
-    import duckdb
 
     from combined.protocol.identity import quote_ident
 
     if not files:
         return 0, None, 0.0
     column = quote_ident(sum_column) if sum_column else "NULL"
-    con = duckdb.connect()
-    try:
-        scan = (store or LakeStore.at(files[0])).duck_source(con, files)
+    store = store or LakeStore.at(files[0])
+    with store.duck() as con:
         row = con.execute(
             f"SELECT count(*), CAST(sum({column}) AS VARCHAR), "
-            f"sum(abs(CAST({column} AS DOUBLE))), any_value(typeof({column})) FROM {scan}"
-            + (f" WHERE {where}" if where else "")
+            f"sum(abs(CAST({column} AS DOUBLE))), any_value(typeof({column})) "
+            f"FROM {store.duck_source(con, files)}" + (f" WHERE {where}" if where else "")
         ).fetchall()[0]
-    finally:
-        con.close()
     rows, total, magnitude, kind = int(row[0]), row[1], row[2], row[3]
     roundoff = _ROUNDOFF.get(str(kind), 0.0) if sum_column else 0.0
     # Both sides round: twice one side's bound, and twice again for the

@@ -310,6 +310,10 @@ SESSION_SETUP = (
 )
 
 
+#: The driver's databases, kept for the process (see _adbc.SharedDatabases).
+_DATABASES = _adbc.SharedDatabases(adbc_driver_postgresql.connect)
+
+
 class Session:
     """One ADBC connection in autocommit mode, whose transactions we issue ourselves.
 
@@ -322,8 +326,7 @@ class Session:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         try:
-            database = adbc_driver_postgresql.connect(settings.conninfo())
-            self._conn: _adbc.Connection | None = _adbc.Connection(database)
+            self._conn: _adbc.Connection | None = _DATABASES.connect(settings.conninfo())
         except DRIVER_ERRORS as exc:
             raise connect_error(exc, settings) from None
         self._cursor: _adbc.Cursor | None = None
