@@ -284,3 +284,24 @@ def test_sessions_of_one_source_open_the_drivers_database_once(
     _connect.Session(settings).close()
     second.close()
     assert len(opened) == 3
+
+
+def test_a_bare_name_found_only_in_another_schema_is_named_in_the_hint(
+    pg_dsn: str, admin: Any, schema: str
+) -> None:
+    """A bare name is read in schema public; one that lives only in another
+    schema (listed in `schemas:` or not) said only "run discovery"."""
+    table = f"only_{uuid.uuid4().hex[:8]}"
+    admin.execute(f"CREATE TABLE {schema}.{table} (id int PRIMARY KEY)")
+    source = PostgresSource({"dsn": pg_dsn, "schemas": [schema]})
+    ext = source.read(_request(table))
+    with pytest.raises(NotFoundError) as info:
+        list(ext)
+    ext.finish("abort")
+    assert f"public.{table}" in info.value.message
+    assert f"{schema}.{table}" in (info.value.hint or "")
+    ext = source.read(_request(f"public.{table}"))  # (a qualified name is taken as written)
+    with pytest.raises(NotFoundError) as info:
+        list(ext)
+    ext.finish("abort")
+    assert "run discovery" in (info.value.hint or "")

@@ -163,10 +163,27 @@ def find_relation(session: Session, name: str) -> Relation:
     if not rows:
         raise NotFoundError(
             f"relation {relation_name(schema, table)!r} does not exist",
-            hint="run discovery to see the relations (names are case-sensitive)",
+            hint=_elsewhere(session, name, table)
+            or "run discovery to see the relations (names are case-sensitive)",
             relation=relation_name(schema, table),
         )
     return _relation(rows[0])
+
+
+def _elsewhere(session: Session, name: str, table: str) -> str | None:
+    """For a bare name (read in ``public``): the relations of that name in other schemas."""
+    if len(split_qualified(name, '"', "")) != 1:
+        return None
+    q = _RELATION_COLUMNS + sql.SQL(" AND c.relname = {} ORDER BY n.nspname").format(
+        sql.Literal(table)
+    )
+    found = [relation_name(r[1], r[2]) for r in session.rows(q, "looking up the relation")]
+    if not found:
+        return None
+    return (
+        "a bare name is a relation of schema public; name the one to capture with its "
+        f"schema: {', '.join(found[:5])}"
+    )
 
 
 def list_relations(session: Session, schemas: Sequence[str]) -> list[Relation]:
