@@ -204,3 +204,34 @@ def test_a_table_altered_after_the_snapshot_began_is_retried_as_another_attempt(
     assert isinstance(err, SourceUnavailable) and err.transient
     other = query_error(pymysql.err.OperationalError(1064, "syntax"), settings, "reading rows")
     assert not isinstance(other, SourceUnavailable) and not other.transient
+
+
+def test_connections_without_tls_options_share_one_tls_context(
+    mariadb_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PyMySQL loaded the system's certificates into a new context for every
+    connection (~24 ms of CPU), for a TLS mode that verifies nothing."""
+    import ssl
+
+    from combined.connectors.mariadb._connect import DriverConnection, Session, Settings
+
+    made: list[Any] = []
+    create = ssl.create_default_context
+
+    def counted(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        made.append(kwargs)
+        return create(*args, **kwargs)
+
+    monkeypatch.setattr(DriverConnection, "_preferred", None)
+    monkeypatch.setattr(ssl, "create_default_context", counted)
+    settings = Settings.from_config({"dsn": mariadb_database})
+    for _ in range(3):
+        session = Session(settings)
+        assert session.rows("SELECT 1 + 1", "adding") == [("2",)]  # (as text)
+        session.close()
+    assert len(made) == 1
+    cafile = ssl.get_default_verify_paths().cafile
+    if cafile:  # options of the DSN's get a context of their own, each time
+        for _ in range(2):
+            DriverConnection(host="127.0.0.1", ssl_ca=cafile, defer_connect=True)
+        assert [m.get("cafile") for m in made] == [None, cafile, cafile]

@@ -71,6 +71,7 @@ from combined.connectors.mariadb._binlog_setup import (
 )
 from combined.connectors.mariadb._connect import (
     DRIVER_ERRORS,
+    DriverConnection,
     Session,
     Settings,
     close_quietly,
@@ -315,6 +316,7 @@ class BinlogExtraction(SessionRead[Session]):
             only_schemas=[rel.database],
             only_tables=[rel.table],
             enable_logging=False,
+            pymysql_wrapper=DriverConnection,  # (its TLS context made once)
         )
 
     def _read(self) -> Iterator[Message]:
