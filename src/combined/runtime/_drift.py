@@ -123,8 +123,13 @@ def _widens(old: pa.DataType, new: pa.DataType, source: pa.DataType) -> bool:
         return bool(new.bit_width >= old.bit_width)
     if pa.types.is_floating(old) and pa.types.is_floating(new):
         return bool(new.bit_width >= old.bit_width)
-    if pa.types.is_integer(old) and (pa.types.is_floating(new) or pa.types.is_decimal(new)):
+    if pa.types.is_integer(old) and pa.types.is_floating(new):
         return True
+    if pa.types.is_integer(old) and pa.types.is_decimal(new):
+        # (the digits of the type's largest value: int8 3, int16 5, int32 10, int64 19;
+        # an unsigned 64-bit 20)
+        digits = len(str(2 ** (old.bit_width - (0 if pa.types.is_unsigned_integer(old) else 1))))
+        return bool(new.precision - new.scale >= digits)
     if pa.types.is_decimal(old) and pa.types.is_decimal(new):
         return bool(
             new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
