@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from tests.engine.test_binlog_capture import Binlog, binlog
 
+from combined.catalog import data as cat
 from combined.engine import Engine
 
 __all__ = ["binlog"]
@@ -62,6 +63,15 @@ def test_a_column_added_with_a_value_for_the_rows_present_is_filled(
         got, want = rows(engine, binlog, columns)
         assert len(got) == 500 and got == want
         assert got[0][:3] == ("1", "-1", "n1") and ("9001", "5", "new") in [g[:3] for g in got]
+        # reconciliation compares the filled columns' nulls, counted in the source
+        with engine.catalog.begin() as conn:
+            (body, *_) = [e.body for e in cat.activity(conn, kind="reconciliation", exact=True)]
+        nulls = body["filled_nulls"]
+        if "DEFAULT NULL" in clauses:
+            assert nulls is None
+        else:
+            assert nulls and set(nulls) <= set(columns)
+            assert all(n["source"] == n["lake"] for n in nulls.values()), nulls
         binlog.sql("UPDATE {t} SET qty = 8 WHERE id = 4")
         (run,) = engine.capture()  # the next capture goes on from the fill's run
         assert run.state == "succeeded", run.error
@@ -113,6 +123,22 @@ def test_a_column_gone_again_before_the_read_needs_a_new_snapshot(binlog: Binlog
         (run,) = engine.capture()
         assert run.state == "failed"
         assert "'c'" in (run.error or "") and "no longer in the table" in (run.error or "")
+        assert "combined cdc teardown" in (run.error or "")
+    finally:
+        engine.close()
+
+
+def test_a_key_that_is_not_the_tables_needs_a_new_snapshot(binlog: Binlog) -> None:
+    """Without a PRIMARY KEY or UNIQUE NOT NULL key to match rows by, the fill is refused."""
+    binlog.sql("ALTER TABLE {t} DROP PRIMARY KEY")
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        binlog.sql("ALTER TABLE {t} ADD COLUMN c INT NOT NULL DEFAULT 7")
+        (run,) = engine.capture()
+        assert run.state == "failed"
+        assert "not a PRIMARY KEY or UNIQUE index" in (run.error or "")
         assert "combined cdc teardown" in (run.error or "")
     finally:
         engine.close()

@@ -179,6 +179,13 @@ class BinlogExtraction(SessionRead[Session]):
         self._table: Any = None
         self._current: RowDecoder | None = None
         self._filler = ColumnFill(settings, request)
+        #: Columns filled in this read, and their nulls counted at its end with the
+        #: count's binlog position (``{}``: no count, or one the read raced past).
+        self._filled: list[str] = []
+        self._count: tuple[dict[str, int], tuple[str, int]] | None = None
+        #: Per dataset, the source's nulls in each filled column, counted in a
+        #: snapshot holding the transactions the lake's commit holds.
+        self.filled_nulls: dict[str, dict[str, int]] = {}
 
     def _messages(self) -> Iterator[Message]:
         self._claim()
@@ -335,6 +342,7 @@ class BinlogExtraction(SessionRead[Session]):
                 boundary, at = here, when
                 if touched:
                     touched = False
+                    self._note_race(stream)
                     yield from self._emit(rows.flush())
                     yield self._state(boundary, at, final=False)
                 if self._max_changes and self._seen >= self._max_changes and self._past(stream):
@@ -354,13 +362,29 @@ class BinlogExtraction(SessionRead[Session]):
             start = (stream.log_file, stream.log_pos)
             yield from iter(lambda: _fetch(stream), None)
             if self._past(stream):
-                return
+                if not self._count_filled() or self._past(stream):
+                    return
+                continue  # on to the count's position
             if (stream.log_file, stream.log_pos) == start:  # pragma: no cover - a server fault
                 raise SourceError(
                     f"the binary log of {name} ends at {start[0]}:{start[1]}, before the "
                     f"position {self._filler.at} of the rows read to fill a new column",
                     hint="capture again: the read resumes from the last whole transaction",
                 )
+
+    def _count_filled(self) -> bool:
+        """Count the filled columns' nulls once, at the end of a read that filled; whether
+        counted now (the read then goes on to the count's binlog position)."""
+        if not self._filled or self._count is not None:
+            return False
+        self._count = self._filler.count_nulls(self._filled) or ({}, ("", 0))
+        self._filler.at = max(self._filler.at or self._count[1], self._count[1])
+        return True
+
+    def _note_race(self, stream: Any) -> None:
+        """A transaction changing the table that ends past the count is not in it."""
+        if self._count is not None and (str(stream.log_file), int(stream.log_pos)) > self._count[1]:
+            self._count = ({}, ("", 0))  # the lake and the count no longer hold the same rows
 
     def _past(self, stream: Any) -> bool:
         """Whether the stream has passed the binlog position of the last fill's read."""
@@ -376,6 +400,7 @@ class BinlogExtraction(SessionRead[Session]):
         if not wanted:
             return False
         yield from self._emit(rows.flush())
+        self._filled += [c for c in wanted if c not in self._filled]
         for read in self._filler(wanted):
             self._seen += read.num_rows
             yield from self._emit([rows.fill(read, added.names, when, here)])
@@ -402,6 +427,8 @@ class BinlogExtraction(SessionRead[Session]):
                 hint="capture again: the read resumes from the last whole transaction",
             )
         yield from self._emit(rows.flush())
+        if self._count is not None and self._count[0]:
+            self.filled_nulls = {self._request.dataset: self._count[0]}
         yield self._state(boundary, at, final=True)
         self.authority.complete()
         with self._lock:

@@ -18,6 +18,9 @@ before it ends: a row changed between the statement and ``T`` has that
 change after its filled value, and the last change wins; a row the snapshot
 does not hold was deleted meanwhile, and its delete follows; a row inserted
 meanwhile is filled before its insert, which lands in the same commit.
+
+:meth:`ColumnFill.count_nulls` counts the filled columns' nulls in one
+snapshot, with its binlog position, for reconciliation.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from combined.connectors.abc import ReadRequest
 from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._binlog_anchor import TableLock, pins_snapshots
 from combined.connectors.mariadb._binlog_setup import RESNAPSHOT
-from combined.connectors.mariadb._connect import Session, Settings
+from combined.connectors.mariadb._connect import Session, Settings, quote_ident
 from combined.errors import SourceError
 from combined.protocol import RecordBatchMessage
 
@@ -201,3 +204,31 @@ class ColumnFill:
         name, _, offset = position.rpartition(":")
         at = (name, int(offset))
         self.at = at if self.at is None else max(self.at, at)
+
+    def count_nulls(self, columns: Sequence[str]) -> tuple[dict[str, int], tuple[str, int]] | None:
+        """Nulls of each of ``columns`` in one consistent snapshot, and its binlog position.
+
+        ``None`` where the server pins no position to a snapshot (MySQL): the
+        count could not be tied to the transactions the lake holds.
+        """
+        from combined.connectors.mariadb._extract import BEGIN
+
+        s = self._settings
+        if not pins_snapshots(s):
+            return None
+        db, table = catalog.parse_relation(self._request.relation, s.database)
+        counts = ", ".join(f"COALESCE(SUM({quote_ident(c)} IS NULL), 0)" for c in columns)
+        session = Session(s)
+        try:
+            for statement in BEGIN:
+                session.run(statement, "opening a snapshot to count the filled columns")
+            pin = dict(session.rows("SHOW STATUS LIKE 'binlog_snapshot_%'", "reading the pin"))
+            ((*nulls,),) = session.rows(
+                f"SELECT {counts} FROM {quote_ident(db)}.{quote_ident(table)}",
+                f"counting the nulls of the filled columns of {db}.{table}",
+            )
+            session.run("COMMIT", "closing the snapshot")
+        finally:
+            session.close()
+        at = (str(pin["Binlog_snapshot_file"]), int(pin["Binlog_snapshot_position"]))
+        return {c: int(n) for c, n in zip(columns, nulls, strict=True)}, at
