@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.engine.test_binlog_capture import Binlog, binlog
+from tests.engine.test_binlog_capture import Binlog, binlog, lake
 
 from combined.catalog import data as cat
 from combined.engine import Engine
@@ -24,6 +24,14 @@ AFTER = (
     "UPDATE {t} SET qty = 77 WHERE id = 2",
     "DELETE FROM {t} WHERE id = 3",
 )
+
+
+def captured_then(engine: Engine, binlog: Binlog, *statements: str) -> Any:
+    """Capture (the first snapshot), run ``statements`` on the source, capture again: that run."""
+    engine.capture()
+    binlog.sql(*statements)
+    (run,) = engine.capture()
+    return run
 
 
 def rows(engine: Engine, binlog: Binlog, columns: tuple[str, ...]) -> tuple[list[Any], list[Any]]:
@@ -56,9 +64,8 @@ def test_a_column_added_with_a_value_for_the_rows_present_is_filled(
     """
     engine = Engine.open(binlog.project())
     try:
-        engine.capture()
-        binlog.sql("UPDATE {t} SET qty = -qty WHERE id = 1", f"ALTER TABLE {{t}} {clauses}", *AFTER)
-        (run,) = engine.capture()
+        alter = f"ALTER TABLE {{t}} {clauses}"
+        run = captured_then(engine, binlog, "UPDATE {t} SET qty = -qty WHERE id = 1", alter, *AFTER)
         assert run.state == "succeeded", run.error
         got, want = rows(engine, binlog, columns)
         assert len(got) == 500 and got == want
@@ -110,35 +117,52 @@ def test_a_read_stopped_early_goes_on_past_the_rows_it_filled(binlog: Binlog) ->
     assert all(r["c"] == 7 for r in seen)
 
 
-def test_a_column_gone_again_before_the_read_needs_a_new_snapshot(binlog: Binlog) -> None:
-    """The values the ALTER gave are no longer in the source to read: refused, naming the way."""
+@pytest.mark.parametrize(
+    ("before", "backlog", "said"),
+    [
+        (
+            (),
+            ("UPDATE {t} SET qty = 0 WHERE id = 1", "ALTER TABLE {t} DROP COLUMN c"),
+            "column 'c' ('ADD COLUMN c INT NOT NULL DEFAULT 7') is no longer in the table",
+        ),
+        (("ALTER TABLE {t} DROP PRIMARY KEY",), (), "not a PRIMARY KEY or UNIQUE index"),
+    ],
+)
+def test_a_fill_that_cannot_hold_needs_a_new_snapshot(
+    binlog: Binlog, before: tuple[str, ...], backlog: tuple[str, ...], said: str
+) -> None:
+    """A column gone again has no values to read; a key other than the table's cannot match
+    a row read to its lake row: refused, naming the way out, nothing committed."""
+    if before:
+        binlog.sql(*before)
     engine = Engine.open(binlog.project())
     try:
-        engine.capture()
-        binlog.sql(
-            "ALTER TABLE {t} ADD COLUMN c INT NOT NULL DEFAULT 7",
-            "UPDATE {t} SET qty = 0 WHERE id = 1",
-            "ALTER TABLE {t} DROP COLUMN c",
-        )
-        (run,) = engine.capture()
+        added = "ALTER TABLE {t} ADD COLUMN c INT NOT NULL DEFAULT 7"
+        run = captured_then(engine, binlog, added, *backlog)
         assert run.state == "failed"
-        assert "'c'" in (run.error or "") and "no longer in the table" in (run.error or "")
-        assert "combined cdc teardown" in (run.error or "")
+        assert said in (run.error or "") and "combined cdc teardown" in (run.error or "")
+        assert lake(engine)[0] == (1, 1, "n1")
     finally:
         engine.close()
 
 
-def test_a_key_that_is_not_the_tables_needs_a_new_snapshot(binlog: Binlog) -> None:
-    """Without a PRIMARY KEY or UNIQUE NOT NULL key to match rows by, the fill is refused."""
-    binlog.sql("ALTER TABLE {t} DROP PRIMARY KEY")
+def test_columns_whose_values_a_modify_rewrote_are_filled(binlog: Binlog) -> None:
+    """MODIFY cuts 'n123' to 'n1' and turns a NULL into NOT NULL's 0, logging no row event.
+
+    Before this change the lake kept 'n123' and NULL, unlike the source.
+    """
     engine = Engine.open(binlog.project())
     try:
-        (run,) = engine.capture()
+        run = captured_then(
+            engine,
+            binlog,
+            "SET SESSION sql_mode = ''",
+            "UPDATE {t} SET qty = NULL WHERE id = 6",
+            "ALTER TABLE {t} MODIFY note VARCHAR(2), CHANGE COLUMN qty qty INT NOT NULL",
+            *AFTER,
+        )
         assert run.state == "succeeded", run.error
-        binlog.sql("ALTER TABLE {t} ADD COLUMN c INT NOT NULL DEFAULT 7")
-        (run,) = engine.capture()
-        assert run.state == "failed"
-        assert "not a PRIMARY KEY or UNIQUE index" in (run.error or "")
-        assert "combined cdc teardown" in (run.error or "")
+        got = lake(engine)
+        assert got == binlog.source() and got[4] == (6, 0, "n6") and got[100][2] == "n1"
     finally:
         engine.close()

@@ -19,6 +19,10 @@ change after its filled value, and the last change wins; a row the snapshot
 does not hold was deleted meanwhile, and its delete follows; a row inserted
 meanwhile is filled before its insert, which lands in the same commit.
 
+A column an ``ALTER TABLE`` redefines (``MODIFY``, ``CHANGE``) is filled the
+same way: the table's copy may have cut, rounded or clamped its values, or
+turned its NULLs into a NOT NULL type's default, without a row event.
+
 :meth:`ColumnFill.count_nulls` counts the filled columns' nulls in one
 snapshot, with its binlog position, for reconciliation.
 """
@@ -54,6 +58,8 @@ _FILLED = re.compile(
     re.IGNORECASE,
 )
 _NAME = re.compile(r"\s*(`(?:[^`]|``)+`|[\w$]+)")
+#: An ALTER TABLE clause redefining a column (``CHANGE`` names the old column first).
+_MODIFY = re.compile(r"\b(modify|change)\s+(?:column\s+)?(?:if\s+exists\s+)?", re.IGNORECASE)
 
 
 def clauses(text: str) -> list[str]:
@@ -80,6 +86,9 @@ class Added:
     filled: tuple[str, ...]
     #: The first clause giving a value, as written (for messages).
     clause: str
+    #: Columns redefined (``MODIFY``/``CHANGE``): the server may have rewritten
+    #: their values (a type that rounds or cuts them) without a row event.
+    rewritten: tuple[str, ...] = ()
 
 
 def _definitions(bare: str, after: int) -> list[str]:
@@ -99,11 +108,13 @@ def added_columns(alter: str) -> Added | None:
     """
     names: list[str] = []
     filled: list[str] = []
+    rewritten: list[str] = []
     first = ""
     for clause in clauses(alter):
         bare = re.sub(r"'(?:[^'\\]|\\.|'')*'", "''", clause)  # no words inside literals
         add = _ADD_COLUMN.search(bare)
         if add is None:
+            rewritten += _redefined(bare)
             continue
         for definition in _definitions(bare, add.end()):
             name = _NAME.match(definition)
@@ -113,8 +124,21 @@ def added_columns(alter: str) -> Added | None:
             names.append(column)
             if _FILLED.search(definition, name.end()):
                 filled.append(column)
-                first = first or " ".join(clause.split())[:120]
-    return Added(tuple(names), tuple(filled), first) if filled else None
+                first = first or " ".join(clause[add.start() :].split())[:120]
+    if not filled and not rewritten:
+        return None
+    return Added(tuple(names + rewritten), tuple(filled), first, tuple(rewritten))
+
+
+def _redefined(bare: str) -> list[str]:
+    """The column a ``MODIFY`` or ``CHANGE`` clause leaves (none for another clause)."""
+    found = _MODIFY.search(bare)
+    if found is None:
+        return []
+    name = _NAME.match(bare, found.end())
+    if name is not None and found.group(1).lower() == "change":
+        name = _NAME.match(bare, name.end())
+    return [] if name is None else [name.group(1).strip("`").replace("``", "`")]
 
 
 def _refuse(relation: str, why: str, hint: str) -> SourceError:
@@ -155,6 +179,8 @@ class ColumnFill:
         wanted = [c for c in added.filled if chosen is None or c in chosen]
         present = {c.name for c in cols}
         gone = [c for c in wanted if c not in present]
+        # A column redefined then dropped again holds no values to fix.
+        wanted += [c for c in added.rewritten if c in present and (chosen is None or c in chosen)]
         if gone:
             raise _refuse(
                 relation,
