@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from combined.connectors.mariadb import MariaDBSource
@@ -61,6 +62,21 @@ def _read(dsn: str, request: Any, *, library: bool, **config: Any) -> list[pa.Re
     read = BinlogExtraction(settings, request, start=start, library_rows=library)
     out = [m.batch for m in read if isinstance(m, RecordBatchMessage)]
     assert (read.library_events > 0) if library else (read.library_events == 0)
+    return out
+
+
+def _logged(read: Any) -> list[pa.RecordBatch]:
+    """The read's batches less the rows filled from the source after an ALTER TABLE
+    (they name the columns they leave unchanged), as the log holds them."""
+    out = []
+    for m in read:
+        if not isinstance(m, RecordBatchMessage):
+            continue
+        batch = m.batch
+        if "_combined_unchanged" in batch.schema.names:
+            batch = batch.filter(pc.is_null(batch.column("_combined_unchanged")))
+            batch = batch.drop_columns(["_combined_unchanged"])
+        out.append(batch)
     return out
 
 
@@ -163,7 +179,7 @@ def test_a_change_logged_before_a_type_change_goes_through_the_library(
     settings = Settings.from_config({"dsn": admin.dsn})
     request = make_request("altered", strategy="cdc", state=state)
     read = BinlogExtraction(settings, request, start=position_of(state) or ("", 0))
-    rows = [r for m in read if isinstance(m, RecordBatchMessage) for r in m.batch.to_pylist()]
+    rows = [r for b in _logged(read) for r in b.to_pylist()]
     assert [(r["id"], str(r["d"])) for r in rows] == [(1, "12.3400"), (2, "5.6789")]
     assert read.library_events == 1
 
@@ -211,7 +227,7 @@ def test_the_library_path_reads_every_charset_as_the_native_one(
     settings = Settings.from_config({"dsn": admin.dsn})
     request = make_request("cs", strategy="cdc", state=state)
     read = BinlogExtraction(settings, request, start=position_of(state) or ("", 0))
-    got = pa.Table.from_batches([m.batch for m in read if isinstance(m, RecordBatchMessage)])
+    got = pa.Table.from_batches(_logged(read))
     assert read.library_events == 3
     last = {r["id"]: tuple(r[n] for n in ["id", *names]) for r in got.to_pylist()}
     assert sorted(v for k, v in last.items() if k != 1) == [tuple(r) for r in source]

@@ -32,7 +32,10 @@ Statements in the log that touch the table:
   renames it or truncates, drops or exchanges a partition, fails the read:
   rows left or moved without a row event (take a new snapshot);
 - ``ALTER TABLE`` goes by: the row images name their columns, and the
-  engine's drift rules judge the columns the capture saw;
+  engine's drift rules judge the columns the capture saw; one that adds a
+  column giving the rows present a value is followed by those rows' values,
+  read from the source (:mod:`~._binlog_fill`), and the read goes on past
+  that read's binlog position before it ends;
 - a data-changing statement logged as a statement (``binlog_format`` other
   than ROW in the writing session) fails the read: it names no rows.
 """
@@ -42,7 +45,7 @@ from __future__ import annotations
 import random
 import re
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -55,6 +58,7 @@ from combined.connectors.mariadb._binlog_decode import (
     library_charsets,
     row_decoder,
 )
+from combined.connectors.mariadb._binlog_fill import Added, ColumnFill, added_columns
 from combined.connectors.mariadb._binlog_rows import (
     OP_TRUNCATE,
     ChangeRows,
@@ -100,50 +104,8 @@ _ALTER_MOVES = re.compile(
     r"\b(rename(?!\s+(?:column|index|key)\b)|(?:truncate|drop|exchange)\s+partition)\b",
     re.IGNORECASE,
 )
-#: An ALTER TABLE clause adding a column (not an index, key, constraint or partition).
-_ADD_COLUMN = re.compile(
-    r"\badd\s+(?:column\s+)?(?:if\s+not\s+exists\s+)?(?!(?:index|key|constraint|primary|"
-    r"unique|foreign|fulltext|spatial|check|partition|period|system)\b)",
-    re.IGNORECASE,
-)
-#: What gives the rows an added column finds a value without a row event.
-_FILLED = re.compile(
-    r"\bdefault\s+(?!null\b)|\bnot\s+null\b|\bas\s*\(|\bauto_increment\b|\bserial\b",
-    re.IGNORECASE,
-)
 _KEYWORDS = {"to", "if", "exists", "restrict", "cascade", "wait", "nowait", "force"}
 _DML = re.compile(r"^\s*(insert|update|delete|replace|load)\b", re.IGNORECASE)
-
-
-def _clauses(text: str) -> list[str]:
-    """``text`` split at the commas outside parentheses and quotes."""
-    out, depth, quote, start = [], 0, "", 0
-    for i, ch in enumerate(text):
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"`":
-            quote = ch
-        elif ch in "()":
-            depth += 1 if ch == "(" else -1
-        elif ch == "," and depth == 0:
-            out.append(text[start:i])
-            start = i + 1
-    return [*out, text[start:]]
-
-
-def _filled_column(alter: str) -> str | None:
-    """The clause of an ALTER TABLE adding a column that existing rows hold a value of, if any.
-
-    MariaDB gives every row present a column added with a default, as ``NOT
-    NULL`` (its implicit default) or as a generated column, and logs no row
-    event for it: the lake would hold NULL where the source holds a value.
-    """
-    for clause in _clauses(alter):
-        bare = re.sub(r"'(?:[^'\\]|\\.|'')*'", "''", clause)  # no words inside literals
-        added = _ADD_COLUMN.search(bare)
-        if added is not None and _FILLED.search(bare, added.end()):
-            return " ".join(clause.split())[:120]
-    return None
 
 
 def _names(text: str) -> tuple[str | None, str]:
@@ -217,6 +179,14 @@ class BinlogExtraction(SessionRead[Session]):
         self._decoders: dict[str, RowDecoder | None] = {}
         self._table: Any = None
         self._current: RowDecoder | None = None
+        self._filler = ColumnFill(settings, request)
+        #: Columns filled in this read, and their nulls counted at its end with the
+        #: count's binlog position (``{}``: no count, or one the read raced past).
+        self._filled: list[str] = []
+        self._count: tuple[dict[str, int], tuple[str, int]] | None = None
+        #: Per dataset, the source's nulls in each filled column, counted in a
+        #: snapshot holding the transactions the lake's commit holds.
+        self.filled_nulls: dict[str, dict[str, int]] = {}
 
     def _messages(self) -> Iterator[Message]:
         self._claim()
@@ -338,7 +308,7 @@ class BinlogExtraction(SessionRead[Session]):
         touched = in_txn = False
         self._stream = stream = self._reader(rel)
         try:
-            for event in iter(lambda: _fetch(stream), None):
+            for event in self._events(stream, name):
                 self._still_reading(stream, name, boundary)
                 here = f"{stream.log_file}:{stream.log_pos}"
                 when = event_time(event.timestamp)
@@ -363,6 +333,9 @@ class BinlogExtraction(SessionRead[Session]):
                         in_txn = True
                         continue
                     end = verb in ("COMMIT", "ROLLBACK") or not in_txn
+                    if isinstance(marker, Added):
+                        touched = (yield from self._fill(marker, rows, name, when, here)) or touched
+                        marker = []
                     touched = touched or bool(marker)
                     yield from self._emit(marker)
                 if not end:
@@ -371,14 +344,69 @@ class BinlogExtraction(SessionRead[Session]):
                 boundary, at = here, when
                 if touched:
                     touched = False
+                    self._note_race(stream)
                     yield from self._emit(rows.flush())
                     yield self._state(boundary, at, final=False)
-                if self._max_changes and self._seen >= self._max_changes:
+                if self._max_changes and self._seen >= self._max_changes and self._past(stream):
                     break
         finally:
             stream.close()
             self._stream = None
         yield from self._end_read(rows, name, boundary, at, in_txn=in_txn)
+
+    def _events(self, stream: Any, name: str) -> Iterator[Any]:
+        """The log's events to its end, and on at least to the position of the last fill.
+
+        At the log's end the library closes the stream; asked again, it
+        reconnects where it stopped.
+        """
+        while True:
+            start = (stream.log_file, stream.log_pos)
+            yield from iter(lambda: _fetch(stream), None)
+            if self._past(stream):
+                if not self._count_filled() or self._past(stream):
+                    return
+                continue  # on to the count's position
+            if (stream.log_file, stream.log_pos) == start:  # pragma: no cover - a server fault
+                raise SourceError(
+                    f"the binary log of {name} ends at {start[0]}:{start[1]}, before the "
+                    f"position {self._filler.at} of the rows read to fill a new column",
+                    hint="capture again: the read resumes from the last whole transaction",
+                )
+
+    def _count_filled(self) -> bool:
+        """Count the filled columns' nulls once, at the end of a read that filled; whether
+        counted now (the read then goes on to the count's binlog position)."""
+        if not self._filled or self._count is not None:
+            return False
+        self._count = self._filler.count_nulls(self._filled) or ({}, ("", 0))
+        self._filler.at = max(self._filler.at or self._count[1], self._count[1])
+        return True
+
+    def _note_race(self, stream: Any) -> None:
+        """A transaction changing the table that ends past the count is not in it."""
+        if self._count is not None and (str(stream.log_file), int(stream.log_pos)) > self._count[1]:
+            self._count = ({}, ("", 0))  # the lake and the count no longer hold the same rows
+
+    def _past(self, stream: Any) -> bool:
+        """Whether the stream has passed the binlog position of the last fill's read."""
+        at = self._filler.at
+        return at is None or (str(stream.log_file), int(stream.log_pos)) >= at
+
+    def _fill(
+        self, added: Added, rows: ChangeRows, name: str, when: datetime, here: str
+    ) -> Generator[Message, None, bool]:
+        """The rows' values of columns an ALTER TABLE gave them, as updates of those alone;
+        whether there were any to fill."""
+        wanted = [c for c in self._filler.check(name, added) if c in rows.plans]
+        if not wanted:
+            return False
+        yield from self._emit(rows.flush())
+        self._filled += [c for c in wanted if c not in self._filled]
+        for read in self._filler(wanted):
+            self._seen += read.num_rows
+            yield from self._emit([rows.fill(read, added.names, when, here)])
+        return True
 
     def _still_reading(self, stream: Any, name: str, boundary: str) -> None:
         """Fail the read when it was finished from another thread (a cancel, the deadline).
@@ -401,6 +429,8 @@ class BinlogExtraction(SessionRead[Session]):
                 hint="capture again: the read resumes from the last whole transaction",
             )
         yield from self._emit(rows.flush())
+        if self._count is not None and self._count[0]:
+            self.filled_nulls = {self._request.dataset: self._count[0]}
         yield self._state(boundary, at, final=True)
         self.authority.complete()
         with self._lock:
@@ -465,17 +495,22 @@ class BinlogExtraction(SessionRead[Session]):
 
     def _query(
         self, event: Any, rel: catalog.Relation, rows: ChangeRows, when: datetime, here: str
-    ) -> tuple[str, list[Any]]:
-        """A statement's verb (upper case), and the truncate marker when it empties the table."""
+    ) -> tuple[str, list[Any] | Added]:
+        """A statement's verb (upper case), and the truncate marker when it empties the table
+        (the columns to fill when it gave the rows present values)."""
         query = event.query if isinstance(event.query, str) else str(event.query)
         schema = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema)
         verb = query.strip().upper()
-        if verb in ("BEGIN", "COMMIT", "ROLLBACK") or not self._touches(query, schema, rel):
+        if verb in ("BEGIN", "COMMIT", "ROLLBACK"):
             return verb, []
-        return verb, rows.truncate(when, here)  # the only statement _touches lets through
+        touches = self._touches(query, schema, rel)
+        if isinstance(touches, Added) or not touches:
+            return verb, touches or []
+        return verb, rows.truncate(when, here)  # the only other statement _touches lets through
 
-    def _touches(self, query: str, schema: str, rel: catalog.Relation) -> bool:
-        """Whether a statement in the log acts on the table; fail on the ones that cannot pass."""
+    def _touches(self, query: str, schema: str, rel: catalog.Relation) -> bool | Added:
+        """Whether a statement in the log acts on the table (what an ALTER TABLE adds
+        that must be filled); fail on the ones that cannot pass."""
         ddl = _DDL.match(query)
         if ddl is None:
             if _DML.match(query) and re.search(rf"\b{re.escape(rel.table)}\b", query):
@@ -504,16 +539,8 @@ class BinlogExtraction(SessionRead[Session]):
                 "left or moved without a change in the binlog, and the lake cannot follow",
                 hint=f"take a new snapshot: {RESNAPSHOT}",
             )
-        filled = _filled_column(rest) if verb == "alter" else None
-        if filled is not None:
-            raise SourceError(
-                f"table {rel.database}.{rel.table} was altered since the last capture with "
-                f"{filled!r}: the rows it held took the new column's value without a change in "
-                "the binlog, and the lake would hold NULL there",
-                hint="add a column without a default (NULL in every row present), then set its "
-                f"values with UPDATE; to capture this table now, take a new snapshot: {RESNAPSHOT}",
-            )
-        return verb == "truncate"
+        added = added_columns(rest) if verb == "alter" else None
+        return added if added is not None else verb == "truncate"
 
     def _emit(self, batches: list[Any]) -> Iterator[Message]:
         for batch in batches:

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 OP_TRUNCATE = "truncate"
 _EMITTED = pa.timestamp("us", tz="UTC")
+#: Per row, the columns a filled row leaves as they were (``capture._unchanged``).
+UNCHANGED = "_combined_unchanged"
+_MARKS = pa.list_(pa.string())
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _ROW_IMAGE_FIX = (
@@ -144,6 +147,8 @@ class ChangeRows:
         self._bytes = 0
         #: The decoder of the pending rows when they came decoded from the event's bytes.
         self._decoder: RowDecoder | None = None
+        #: Whether batches carry ``_combined_unchanged`` (from the first filled row on).
+        self._marks = False
 
     @property
     def plans(self) -> Mapping[str, ColumnPlan]:
@@ -257,6 +262,30 @@ class ChangeRows:
                 )
         return out
 
+    def fill(
+        self, read: pa.RecordBatch, added: Sequence[str], at: datetime, position: str
+    ) -> pa.RecordBatch:
+        """Rows read from the source as updates of their columns alone (the rest unchanged).
+
+        The batch holds the columns of the rows before it plus ``added`` (all
+        of the table's when no row came before), each column ``read`` lacks as
+        null and named in ``_combined_unchanged``: the engine fills it from the
+        row's earlier change in the capture, else from the lake.
+        """
+        before = {p.name for p in self._layout.plans} if self._layout else set(self._plans)
+        plans = [p for p in self._plans.values() if p.name in before or p.name in added]
+        schema = Layout.of(plans).schema
+        n = read.num_rows
+        columns = [
+            read.column(f.name).cast(f.type) if f.name in read.schema.names else pa.nulls(n, f.type)
+            for f in schema
+        ]
+        unchanged = [f.name for f in schema if f.name not in read.schema.names]
+        self._marks = True
+        marks = pa.array([unchanged] * n, pa.list_(pa.string()))
+        ops, pos = ["update"] * n, [position] * n
+        return self._batch(schema, columns, ops, [at] * n, pos, marks)
+
     def truncate(self, at: datetime, position: str) -> list[pa.RecordBatch]:
         """The pending rows, then the one-row marker that empties the table at this point."""
         out = self.flush()
@@ -295,6 +324,7 @@ class ChangeRows:
         ops: list[str],
         at: Sequence[datetime | int],
         pos: list[str],
+        marks: pa.Array | None = None,
     ) -> pa.RecordBatch:
         arrays = [
             *columns,
@@ -308,6 +338,9 @@ class ChangeRows:
             pa.field(EMITTED_AT_COLUMN, _EMITTED),
             pa.field(POSITION_COLUMN, pa.string()),
         ]
+        if self._marks:  # every batch after a fill names its unchanged columns (none)
+            arrays.append(marks if marks is not None else pa.nulls(len(ops), _MARKS))
+            fields.append(pa.field(UNCHANGED, _MARKS))
         return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 

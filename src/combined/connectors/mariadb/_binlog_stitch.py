@@ -95,7 +95,7 @@ class StitchedSnapshot(BaseExtraction):
             if isinstance(msg, RecordBatchMessage):
                 yield msg
         inner.finish("success")
-        position, at = _pinned(inner.snapshot_pin, req)
+        position, at = pinned(inner.snapshot_pin, req)
         state: dict[str, Any] = {"binlog": position, "at": at, "stitched": True}
         yield StateMessage(req.dataset, state, position=position, final=True)
 
@@ -109,7 +109,7 @@ class StitchedSnapshot(BaseExtraction):
         return ()
 
 
-def _pinned(token: Mapping[str, str] | None, req: ReadRequest) -> tuple[str, str]:
+def pinned(token: Mapping[str, str] | None, req: ReadRequest) -> tuple[str, str]:
     """The binlog position and time the snapshot read pinned, or the reason it has none."""
     if token is None:
         raise SourceError(

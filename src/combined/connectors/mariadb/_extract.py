@@ -114,7 +114,7 @@ CONSISTENT_SNAPSHOT = "mariadb:consistent_snapshot"
 DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
 DEFAULT_PAGE_ROWS = 1_000_000
 
-_BEGIN = (
+BEGIN = (
     "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
     "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
 )
@@ -249,7 +249,7 @@ class MariaDBExtraction(SessionRead[Session]):
         if twin is None and anchor is not None:
             anchor.hold()
         try:
-            for statement in _BEGIN:
+            for statement in BEGIN:
                 session.run(statement, "opening the consistent snapshot")
             anchored = anchor.position() if anchor is not None else None
         except BaseException:

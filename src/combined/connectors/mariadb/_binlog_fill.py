@@ -1,0 +1,259 @@
+"""Values of columns an ``ALTER TABLE`` gave the rows present, which the binlog never logs.
+
+``ALTER TABLE ... ADD COLUMN`` with a non-NULL ``DEFAULT``, as ``NOT NULL``
+(its implicit default), ``AUTO_INCREMENT``/``SERIAL`` or as a generated
+column gives every row present a value and logs no row event for them:
+only rows changed afterwards carry it. At such a statement the read takes
+the key and the new columns of every row from the source
+(:class:`ColumnFill`), in a consistent snapshot read as the first capture
+reads (:class:`~._extract.MariaDBExtraction`), and puts each row in the
+stream as an update of those columns alone: every other column is named in
+``_combined_unchanged``, and the engine fills it from the row's earlier
+change in the capture, else from the lake (``capture._unchanged``), as it
+does for PostgreSQL.
+
+The snapshot is later than the statement, at the binlog position ``T``
+pinned to it (:attr:`ColumnFill.at`). The read goes on at least to ``T``
+before it ends: a row changed between the statement and ``T`` has that
+change after its filled value, and the last change wins; a row the snapshot
+does not hold was deleted meanwhile, and its delete follows; a row inserted
+meanwhile is filled before its insert, which lands in the same commit.
+
+A column an ``ALTER TABLE`` redefines (``MODIFY``, ``CHANGE``) is filled the
+same way: the table's copy may have cut, rounded or clamped its values, or
+turned its NULLs into a NOT NULL type's default, without a row event.
+
+:meth:`ColumnFill.count_nulls` counts the filled columns' nulls in one
+snapshot, with its binlog position, for reconciliation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+import pyarrow as pa
+
+from combined.connectors.abc import ReadRequest
+from combined.connectors.mariadb import _catalog as catalog
+from combined.connectors.mariadb._binlog_anchor import TableLock, pins_snapshots
+from combined.connectors.mariadb._binlog_setup import RESNAPSHOT
+from combined.connectors.mariadb._connect import Session, Settings, quote_ident
+from combined.errors import SourceError
+from combined.protocol import RecordBatchMessage
+
+__all__ = ["Added", "ColumnFill", "added_columns", "clauses"]
+
+#: An ALTER TABLE clause adding a column (not an index, key, constraint or partition).
+_ADD_COLUMN = re.compile(
+    r"\badd\s+(?:column\s+)?(?:if\s+not\s+exists\s+)?(?!(?:index|key|constraint|primary|"
+    r"unique|foreign|fulltext|spatial|check|partition|period|system)\b)",
+    re.IGNORECASE,
+)
+#: What gives the rows an added column finds a value without a row event.
+_FILLED = re.compile(
+    r"\bdefault\s+(?!null\b)|\bnot\s+null\b|\bas\s*\(|\bauto_increment\b|\bserial\b",
+    re.IGNORECASE,
+)
+_NAME = re.compile(r"\s*(`(?:[^`]|``)+`|[\w$]+)")
+#: An ALTER TABLE clause redefining a column (``CHANGE`` names the old column first).
+_MODIFY = re.compile(r"\b(modify|change)\s+(?:column\s+)?(?:if\s+exists\s+)?", re.IGNORECASE)
+
+
+def clauses(text: str) -> list[str]:
+    """``text`` split at the commas outside parentheses and quotes."""
+    out, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"`":
+            quote = ch
+        elif ch in "()":
+            depth += 1 if ch == "(" else -1
+        elif ch == "," and depth == 0:
+            out.append(text[start:i])
+            start = i + 1
+    return [*out, text[start:]]
+
+
+@dataclass(frozen=True, slots=True)
+class Added:
+    """The columns an ALTER TABLE adds, and those it gives the rows present a value in."""
+
+    names: tuple[str, ...]
+    filled: tuple[str, ...]
+    #: The first clause giving a value, as written (for messages).
+    clause: str
+    #: Columns redefined (``MODIFY``/``CHANGE``): the server may have rewritten
+    #: their values (a type that rounds or cuts them) without a row event.
+    rewritten: tuple[str, ...] = ()
+
+
+def _definitions(bare: str, after: int) -> list[str]:
+    """The column definitions one ADD clause holds (``ADD (a INT, b INT)`` holds two)."""
+    rest = bare[after:].strip()
+    if rest.startswith("("):
+        return clauses(rest[1 : rest.rfind(")")])
+    return [rest]
+
+
+def added_columns(alter: str) -> Added | None:
+    """What an ALTER TABLE adds, when it gives the rows present a value in a column.
+
+    MariaDB gives every row present a column added with a default, as ``NOT
+    NULL`` (its implicit default) or as a generated column, and logs no row
+    event for it: those rows must be filled.
+    """
+    names: list[str] = []
+    filled: list[str] = []
+    rewritten: list[str] = []
+    first = ""
+    for clause in clauses(alter):
+        bare = re.sub(r"'(?:[^'\\]|\\.|'')*'", "''", clause)  # no words inside literals
+        add = _ADD_COLUMN.search(bare)
+        if add is None:
+            rewritten += _redefined(bare)
+            continue
+        for definition in _definitions(bare, add.end()):
+            name = _NAME.match(definition)
+            if name is None:
+                continue
+            column = name.group(1).strip("`").replace("``", "`")
+            names.append(column)
+            if _FILLED.search(definition, name.end()):
+                filled.append(column)
+                first = first or " ".join(clause[add.start() :].split())[:120]
+    if not filled and not rewritten:
+        return None
+    return Added(tuple(names + rewritten), tuple(filled), first, tuple(rewritten))
+
+
+def _redefined(bare: str) -> list[str]:
+    """The column a ``MODIFY`` or ``CHANGE`` clause leaves (none for another clause)."""
+    found = _MODIFY.search(bare)
+    if found is None:
+        return []
+    name = _NAME.match(bare, found.end())
+    if name is not None and found.group(1).lower() == "change":
+        name = _NAME.match(bare, name.end())
+    return [] if name is None else [name.group(1).strip("`").replace("``", "`")]
+
+
+def _refuse(relation: str, why: str, hint: str) -> SourceError:
+    return SourceError(
+        f"table {relation} was altered since the last capture with a column the rows present "
+        f"took a value in without a change in the binlog, and {why}",
+        hint=hint,
+    )
+
+
+class ColumnFill:
+    """Read the key and some columns of every row in one consistent snapshot.
+
+    :attr:`at` is the binlog position pinned to the last snapshot read
+    (``None`` before any): the read must go on at least that far.
+    """
+
+    def __init__(self, settings: Settings, request: ReadRequest) -> None:
+        self._settings = settings
+        self._request = request
+        self.at: tuple[str, int] | None = None
+
+    def check(self, relation: str, added: Added) -> list[str]:
+        """The captured columns of ``added`` to fill; refuse a fill that cannot hold.
+
+        A column gone again by now has no values to read; a key other than
+        the table's primary key or a unique key over NOT NULL columns cannot
+        match a row read to its lake row.
+        """
+        session = Session(self._settings)
+        try:
+            db, table = catalog.parse_relation(relation, self._settings.database)
+            cols = catalog.columns(session, db, [table]).get(table, [])
+            idx = catalog.indexes(session, db, [table]).get(table, [])
+        finally:
+            session.close()
+        chosen = self._request.columns
+        wanted = [c for c in added.filled if chosen is None or c in chosen]
+        present = {c.name for c in cols}
+        gone = [c for c in wanted if c not in present]
+        # A column redefined then dropped again holds no values to fix.
+        wanted += [c for c in added.rewritten if c in present and (chosen is None or c in chosen)]
+        if gone:
+            raise _refuse(
+                relation,
+                f"column {gone[0]!r} ({added.clause!r}) is no longer in the table to read "
+                "its values from",
+                f"take a new snapshot: {RESNAPSHOT}",
+            )
+        primary, uniques = catalog.keys(idx, catalog.column_plans(cols, table=table))
+        key = set(self._request.key)
+        if wanted and not any(set(k) == key for k in (primary, *uniques) if k):
+            raise _refuse(
+                relation,
+                f"the dataset's key ({', '.join(self._request.key)}) is not a PRIMARY KEY or "
+                "UNIQUE index over NOT NULL columns, so a row read cannot be matched to its "
+                "lake row",
+                f"key the dataset on the table's primary key, then take a new snapshot: "
+                f"{RESNAPSHOT}",
+            )
+        return wanted
+
+    def __call__(self, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+        """The key and ``columns`` of every row, in one consistent snapshot (sets :attr:`at`)."""
+        from combined.connectors.mariadb._binlog_stitch import pinned
+        from combined.connectors.mariadb._extract import MariaDBExtraction, ReadOptions
+
+        s, req = self._settings, self._request
+        snap = replace(
+            req,
+            strategy="snapshot",
+            state=None,
+            cursor=None,
+            columns=tuple(dict.fromkeys((*req.key, *columns))),
+            options={},
+        )
+        inner = MariaDBExtraction(s, snap, ReadOptions.of(snap, s))
+        if not pins_snapshots(s):
+            inner.anchor = TableLock(s, req.relation)
+        done = False
+        try:
+            for msg in inner:  # (the read that asked holds the cdc refusals' wording)
+                if isinstance(msg, RecordBatchMessage):
+                    yield msg.batch
+            done = True
+        finally:
+            inner.finish("success" if done else "abort")
+        position, _ = pinned(inner.snapshot_pin, snap)
+        name, _, offset = position.rpartition(":")
+        at = (name, int(offset))
+        self.at = at if self.at is None else max(self.at, at)
+
+    def count_nulls(self, columns: Sequence[str]) -> tuple[dict[str, int], tuple[str, int]] | None:
+        """Nulls of each of ``columns`` in one consistent snapshot, and its binlog position.
+
+        ``None`` where the server pins no position to a snapshot (MySQL): the
+        count could not be tied to the transactions the lake holds.
+        """
+        from combined.connectors.mariadb._extract import BEGIN
+
+        s = self._settings
+        if not pins_snapshots(s):
+            return None
+        db, table = catalog.parse_relation(self._request.relation, s.database)
+        counts = ", ".join(f"COALESCE(SUM({quote_ident(c)} IS NULL), 0)" for c in columns)
+        session = Session(s)
+        try:
+            for statement in BEGIN:
+                session.run(statement, "opening a snapshot to count the filled columns")
+            pin = dict(session.rows("SHOW STATUS LIKE 'binlog_snapshot_%'", "reading the pin"))
+            ((*nulls,),) = session.rows(
+                f"SELECT {counts} FROM {quote_ident(db)}.{quote_ident(table)}",
+                f"counting the nulls of the filled columns of {db}.{table}",
+            )
+            session.run("COMMIT", "closing the snapshot")
+        finally:
+            session.close()
+        at = (str(pin["Binlog_snapshot_file"]), int(pin["Binlog_snapshot_position"]))
+        return {c: int(n) for c, n in zip(columns, nulls, strict=True)}, at
