@@ -87,6 +87,14 @@ def make(root: Path, rows: int) -> None:
     (root / "done").touch()
 
 
+def _peak_mb() -> float:
+    """This process's peak RSS (``VmHWM``: ``ru_maxrss`` keeps the parent's across exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def step(root: Path, what: str) -> None:
     """Time one step in this process and print it."""
     from combined.capture._reduce import Reducer
@@ -109,7 +117,7 @@ def step(root: Path, what: str) -> None:
     cpu, wall = time.process_time(), time.perf_counter()
     found = r.by_fingerprints() if again else r.reduce()
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = _peak_mb()
     r.close()
     print(f"{what:8} {root.name:>10}: {cpu:6.2f} CPU-s {wall:6.2f} s wall, peak {peak:.0f} MB")
     print(f"{'':8} {found}")
