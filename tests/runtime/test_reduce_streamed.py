@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from combined.capture import _fingerprint, _reduce
+from combined.capture import _fingerprint, _join
 from combined.capture._reduce import Reducer, Transition, _id_ranges, _in_range
 from combined.delivery import PartWriter, StagingArea, part_schema, read_part
 from combined.delivery._staging import Limits
@@ -178,7 +178,7 @@ def test_streamed_recapture_matches_the_general_reduction(
             return found[-1]
 
         monkeypatch.setattr(_fingerprint, "candidates", recorded)
-    monkeypatch.setattr(_reduce, "JOIN_BYTES_PER_ROW", 64 * 2**20 // (3000 // max(passes, 1) + 1))
+    monkeypatch.setattr(_join, "JOIN_BYTES_PER_ROW", 64 * 2**20 // (3000 // max(passes, 1) + 1))
     current, schema = baseline_lake(tmp_path)
     # Again, ids 100..3099: 0..99 deleted, 3000..3099 inserted; names of ids
     # that are multiples of 7 changed ("m"), the others as they were.
@@ -566,7 +566,7 @@ def test_a_capture_much_smaller_than_the_lake_still_joins_in_passes(
 ) -> None:
     # The join's hash table holds the lake's side: its passes are sized by
     # the larger side, here the lake (3000 ids) against a capture of 100.
-    monkeypatch.setattr(_reduce, "JOIN_BYTES_PER_ROW", 64 * 2**20 // 1001)  # 1000 ids a pass
+    monkeypatch.setattr(_join, "JOIN_BYTES_PER_ROW", 64 * 2**20 // 1001)  # 1000 ids a pass
     without_fingerprints(monkeypatch)
     current, schema = baseline_lake(tmp_path)
     parts, _ = staged(tmp_path, list(range(100)), "n")

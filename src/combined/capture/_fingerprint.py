@@ -49,10 +49,15 @@ if TYPE_CHECKING:
 #: Odd multipliers mixing the payload hash's words into the id's (a bijection of 64 bits).
 _K1 = np.uint64(0x9E3779B97F4A7C15)
 _K2 = np.uint64(0xC2B2AE3D27D4EB4F)
-#: Value ranges the two sorted fingerprint arrays are merged in (bounds the merge's memory).
+#: Slices of one sorted fingerprint array looked up in the other (bounds the lookups' memory).
 _MERGE_CHUNKS = 16
-#: Bits of a fingerprint that index the candidates' prefilter (2**22 bytes).
+#: Bits of a fingerprint that index the candidates' prefilter: at least
+#: ``_PREFILTER_BITS`` (2**22 bytes), four more than the values' own up to
+#: ``_PREFILTER_MAX_BITS`` (16 MB). A fixed map filled with the changes of a
+#: larger table let more lookups through to the exact search: 20M lookups in
+#: 640k values took 1.17 CPU-s at 22 bits, 0.63 at 24 (0.10 at 5M in 160k).
 _PREFILTER_BITS = 22
+_PREFILTER_MAX_BITS = 24
 #: Reduction memory a row of a re-capture's fingerprints takes, both sides (8 bytes
 #: a side, and the room to read and sort them): past it, they are sorted by bucket.
 PRINT_BYTES_PER_ROW = 32
@@ -128,22 +133,29 @@ def _repeats(sorted_prints: Words) -> bool:
 def one_sided(mine: Words, theirs: Words) -> Words:
     """The (sorted) values of two sorted arrays of distinct values that only one of them holds.
 
-    Merged by value range, ``_MERGE_CHUNKS`` at a time: memory holds one
-    range of both, never a copy of both.
+    Each value of ``mine`` is looked up in ``theirs``, a slice of
+    ``_MERGE_CHUNKS`` at a time (sorted lookups: each starts where the last
+    one ended), and the values of ``theirs`` met are marked: linear in the
+    rows past the two sorts, and memory holds one slice's positions and a
+    byte a value of ``theirs``. Sorting both arrays again as one, a range
+    at a time, took 4.5 CPU-s at 20M rows a side, against 0.7.
     """
-    edges = np.array([(k << 64) // _MERGE_CHUNKS for k in range(1, _MERGE_CHUNKS)], np.uint64)
-    a = [0, *np.searchsorted(mine, edges).tolist(), len(mine)]
-    b = [0, *np.searchsorted(theirs, edges).tolist(), len(theirs)]
+    if not len(mine) or not len(theirs):
+        return np.concatenate([mine, theirs])  # (one is empty: the other, sorted)
+    met = np.zeros(len(theirs), np.bool_)
     found: list[Words] = []
-    for k in range(_MERGE_CHUNKS):
-        both = np.concatenate([mine[a[k] : a[k + 1]], theirs[b[k] : b[k + 1]]])
-        if not len(both):
-            continue
-        both.sort()
-        differs = both[1:] != both[:-1]
-        alone = np.concatenate([[True], differs]) & np.concatenate([differs, [True]])
-        found.append(both[alone])
-    return np.concatenate(found) if found else np.empty(0, np.uint64)
+    step = -(-len(mine) // _MERGE_CHUNKS)
+    for start in range(0, len(mine), step):
+        part = mine[start : start + step]
+        at = np.searchsorted(theirs, part)
+        np.minimum(at, len(theirs) - 1, out=at)
+        hit = theirs[at] == part
+        met[at[hit]] = True
+        found.append(part[~hit])
+    found.append(theirs[~met])
+    alone = np.concatenate(found)
+    alone.sort()  # (the values of one side only: the changes, a few percent)
+    return alone
 
 
 class Members:
@@ -151,9 +163,10 @@ class Members:
 
     def __init__(self, values: Words) -> None:
         self.values = values
-        shift = np.uint64(64 - _PREFILTER_BITS)
+        bits = min(max(_PREFILTER_BITS, len(values).bit_length() + 4), _PREFILTER_MAX_BITS)
+        shift = np.uint64(64 - bits)
         self._shift = shift
-        self._map = np.zeros(1 << _PREFILTER_BITS, np.bool_)
+        self._map = np.zeros(1 << bits, np.bool_)
         self._map[values >> shift] = True
 
     def __call__(self, f: Words) -> np.ndarray[Any, np.dtype[np.bool_]]:
@@ -269,13 +282,24 @@ def _spread(
             if p is None:
                 return None
             seen, g = seen + len(p.f), g ^ _xor(p.g)
-            top = p.f >> shift
-            for bucket, out in enumerate(files):
-                p.f[top == bucket].tofile(out)
+            _split(p.f, (p.f >> shift).astype(np.uint16), files)
     finally:
         for out in files:
             out.close()
     return g if seen == rows else None
+
+
+def _split(f: Words, top: np.ndarray[Any, np.dtype[np.uint16]], files: list[Any]) -> None:
+    """Append each of ``f`` to the file of its bucket ``top``: linear in the rows.
+
+    A stable sort of 16-bit keys is a radix sort: one pass whatever the
+    buckets, where a mask a bucket scanned the batch once for each.
+    """
+    order = np.argsort(top, kind="stable")
+    ends = np.cumsum(np.bincount(top, minlength=len(files))).tolist()
+    grouped = f[order]
+    for bucket, out in enumerate(files):
+        grouped[ends[bucket - 1] if bucket else 0 : ends[bucket]].tofile(out)
 
 
 def _one_sided_prints(mine: Words, theirs: Words) -> Words | None:

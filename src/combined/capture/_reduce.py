@@ -15,39 +15,33 @@ DuckDB spills to the run's staging directory past ``memory_limit``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from combined.capture._deliver import STAGED as _STAGED
+from combined.capture._deliver import Output
 from combined.capture._duplicates import DuplicateChecks
 from combined.capture._fingerprint import Fingerprints
-from combined.capture._output import (
-    OUTPUT_BATCH_ROWS,
-    Delivered,
-    PartRange,
-    _Constants,
-    by_part,
-    constant_columns,
-    in_order,
-    part_ranges,
-    part_rows,
-    staged_rows,
+from combined.capture._join import (
+    JOIN_BYTES_PER_ROW,
+    MAX_JOIN_PASSES,
+    Join,
+    _id_ranges,
+    _in_range,
 )
+from combined.capture._output import OUTPUT_BATCH_ROWS, by_part, part_ranges
 from combined.capture._soft import deleted_sql
-from combined.capture._transition import (
-    DIGEST_CLASSES,
-    Transition,
-    _halves,
-    transition_digest,
-)
+from combined.capture._stats import Stats
+from combined.capture._transition import DIGEST_CLASSES, Transition, transition_digest
 from combined.capture._unchanged import (
+    FILL_JOIN_MB,
     UNCHANGED,
     VALUE_MEMORY_FACTOR,
     Resolved,
     files_sql,
-    lit,
     resolve_unchanged,
 )
 from combined.delivery import StagedParts
@@ -65,24 +59,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DIGEST_CLASSES",
+    "JOIN_BYTES_PER_ROW",
+    "MAX_JOIN_PASSES",
     "OUTPUT_BATCH_ROWS",
     "UNCHANGED",
     "Reducer",
     "Transition",
+    "_id_ranges",
+    "_in_range",
     "transition_digest",
 ]
-
-#: The name the staged parts are registered under in a reduction's connection.
-_STAGED = "staged_capture"
-
-
-#: Reduction memory per row of a snapshot re-capture's join pass (a pass
-#: builds ~130 bytes per id; the rest is DuckDB's working room). At the
-#: default 256 MiB, 2M ids take six passes: four held ~17 MB more at the
-#: peak of the benchmark's 1%-changed re-capture (its reduce phase took
-#: ~0.4 s less), over the 400 MB the process must stay under.
-JOIN_BYTES_PER_ROW = 768
-MAX_JOIN_PASSES = 6
 
 #: A change stream's reduction (rows with operations) gives DuckDB this share
 #: of the reduction memory: it materialises narrow tables that it scans (the
@@ -94,40 +80,11 @@ MAX_JOIN_PASSES = 6
 CHANGE_STREAM_SHARE = 4
 #: The least DuckDB memory a reduction is given, in MB.
 MIN_DUCK_MB = 64
-#: DuckDB memory each column's fills add to a change stream's reduction, in
-#: MB: every statement over the filled rows joins each such column's fills,
-#: and a hash join holds its partitions however few rows it builds on (~2 MB
-#: for a scalar column, ~6 MB for a list): 40 rows filled in 14 columns
-#: failed at 64 MB, 50 rows in 24 list columns at 128 MB.
-FILL_JOIN_MB = 8
 
 
 def _duck_mb(nbytes: int) -> int:
     """A DuckDB memory limit in MB for ``nbytes``, at least ``MIN_DUCK_MB``."""
     return max(nbytes // 2**20, MIN_DUCK_MB)
-
-
-def _id_ranges(passes: int, digest: dg.Digest = dg.HEX) -> list[tuple[str | None, str | None]]:
-    """``passes`` contiguous ranges (SQL literals) that together cover every digest once.
-
-    The bounds split the first hex digit (v1) or byte (v2) evenly, so
-    digests spread evenly.
-    """
-    if digest == dg.HEX:
-        bounds = [lit(format(i * 16 // passes, "x")) for i in range(1, passes)]
-    else:
-        bounds = [f"'\\x{i * 256 // passes:02x}'::BLOB" for i in range(1, passes)]
-    edges: list[str | None] = [None, *bounds, None]
-    return list(zip(edges, edges[1:], strict=False))
-
-
-def _in_range(column: str, low: str | None, high: str | None) -> str:
-    """SQL: ``column`` lies in [low, high) (SQL literals; an open end when None)."""
-    terms = [
-        f"{column} >= {low}" if low is not None else "",
-        f"{column} < {high}" if high is not None else "",
-    ]
-    return " AND ".join(t for t in terms if t) or "true"
 
 
 def _connect(memory_limit: int, spill_dir: Path) -> duckdb.DuckDBPyConnection:
@@ -151,7 +108,7 @@ def _connect(memory_limit: int, spill_dir: Path) -> duckdb.DuckDBPyConnection:
     )
 
 
-class Reducer(DuplicateChecks, Fingerprints):
+class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
     """One dataset's reduction, in its own DuckDB connection."""
 
     # How the capture reduces (set by _modes).
@@ -491,309 +448,7 @@ class Reducer(DuplicateChecks, Fingerprints):
                     self._same = mine == theirs and mine[0] == captured
         return self._same
 
-    def _current_rows(self) -> int:
-        """The lake's current rows (``cur``), counted once (from the files' metadata)."""
-        if self._current_count is None:
-            (rows,) = self.con.execute("SELECT count(*) FROM cur").fetchall()[0]
-            self._current_count = int(rows)
-        return self._current_count
-
-    def _whole(self, cut: int | None) -> bool:
-        """Whether absent ids are deletes: the capture is the whole relation (a
-        snapshot, or a stream that truncated it); a delta leaves them alone."""
-        return self.full or cut is not None
-
-    def _join_passes(self, rows: int) -> int:
-        """Passes of a snapshot re-capture's join: each builds its share of the ids.
-
-        A hash join over 2M hex ids and hashes holds ~270 MB; in four passes
-        over id ranges, ~160 MB for the same time (scanning the narrow columns
-        again costs what the smaller tables save); in six, ~17 MB less again
-        for ~0.2 s a pass. Sized by the reduction's memory, at most
-        ``MAX_JOIN_PASSES`` (past that, DuckDB's own spilling is cheaper than
-        scanning again).
-        """
-        per_pass = max(self.memory_limit // JOIN_BYTES_PER_ROW, 1)
-        return max(1, min(MAX_JOIN_PASSES, -(-rows // per_pass)))
-
-    def _join_current(
-        self, last: str, current: str, cut: int | None, passes: int | None = None
-    ) -> Transition:
-        """The transition of the captured rows ``last`` against the current state.
-
-        A snapshot re-capture that streams its staged columns joins in
-        passes, one per range of ids (lexical ranges of the hex digests:
-        together they cover every id exactly once).
-        """
-        con = self.con
-        join = "FULL OUTER JOIN" if self._whole(cut) else "LEFT JOIN"
-        # A snapshot re-capture keeps only its changes: it is mostly unchanged
-        # rows, which materialised would only be counted (and spilled). A
-        # change stream's rows are mostly changes: counting its deduplicated
-        # rows again would cost more than keeping them.
-        only_changes = self.full and not self.has_op
-        # Captured rows: a snapshot's are counted once, for its passes and
-        # for its unchanged rows (every one is a change in tr or unchanged).
-        if self.streamed:
-            # ``last`` is every staged row and ``current`` is ``cur``: both
-            # were counted already (see same_as_current). The hash table holds
-            # the current side (written on the right): the passes are sized
-            # by the larger side, so a capture much smaller than the lake
-            # still builds the lake's ids in parts.
-            kept = self._staged.count_rows()
-            passes = passes or self._join_passes(max(kept, self._current_rows()))
-        else:
-            kept = (
-                con.execute(f"SELECT count(*) FROM ({last})").fetchall()[0][0]
-                if only_changes
-                else 0
-            )
-            passes = 1
-        select = (
-            "SELECT * FROM (SELECT coalesce(c._cid, k._kid) AS id, CASE "
-            "WHEN c._cid IS NULL THEN 'delete' "
-            "WHEN c._cop = 'delete' THEN (CASE WHEN k._kid IS NULL THEN 'same' "
-            "ELSE 'delete' END) "
-            f"WHEN k._kid IS NULL THEN {self._first_op} "
-            "WHEN c._chash = k._khash THEN 'same' ELSE 'update' END AS op, "
-            "CASE WHEN c._cid IS NULL OR c._cop = 'delete' THEN NULL ELSE c._chash END "
-            "AS new_hash, k._khash AS old_hash, c.ord "
-            "FROM ({last}) c {join} {current} k ON c._cid = k._kid)"
-            + (" WHERE op <> 'same'" if only_changes else "")
-        )
-        ranges = _id_ranges(passes, self.digest)
-        for n, (low, high) in enumerate(ranges):
-            if len(ranges) == 1:
-                sides = {"last": last, "current": current}
-            else:
-                sides = {
-                    "last": f"SELECT * FROM ({last}) WHERE {_in_range('_cid', low, high)}",
-                    "current": f"(SELECT * FROM {current} WHERE {_in_range('_kid', low, high)})",
-                }
-            query = select.format(join=join, **sides)
-            con.execute(f"CREATE TABLE tr AS {query}" if n == 0 else f"INSERT INTO tr {query}")
-        if not only_changes:
-            return self._stats()
-        (changed,) = con.execute("SELECT count(*) FROM tr WHERE ord IS NOT NULL").fetchall()[0]
-        return self._stats(unchanged=int(kept) - int(changed))
-
-    def _stats(self, unchanged: int | None = None) -> Transition:
-        # Per row, md5 terms folded by xor (bit_xor over 128-bit values, equal
-        # to md5_number_lower/_upper): ``n`` of each put's (id, new hash), ``o``
-        # of each replaced or deleted row's (id, old hash): the content digest
-        # moves by both. The transition digest reuses ``n`` (see
-        # :func:`transition_digest`): only a delete needs a term of its own.
-        ordinal = "'|' || ord::VARCHAR" if self.sync_mode == "append" else "''"
-        d, empty = self.digest, dg.empty_sql(self.digest)
-        gone = dg.pair_term_sql(
-            f"coalesce(id, {empty})", f"coalesce(new_hash, {empty})", d, ordinal
-        )
-        folds = ", ".join(
-            f"bit_xor({'x' if op in ('delete', 'truncate') else 'n'}) FILTER (WHERE op = '{op}')"
-            for op in DIGEST_CLASSES
-        )
-        row = self.con.execute(
-            "WITH d AS (SELECT op, "
-            "CASE WHEN op IN ('update', 'delete') THEN "
-            f"{dg.pair_term_sql('id', 'old_hash', d)} ELSE 0::UHUGEINT END AS o, "
-            "CASE WHEN op IN ('insert', 'snapshot', 'update') THEN "
-            f"{dg.pair_term_sql('id', 'new_hash', d, ordinal)} ELSE 0::UHUGEINT END AS n, "
-            "CASE WHEN op IN ('delete', 'truncate') THEN "
-            f"{gone} END AS x "
-            "FROM tr) SELECT "
-            "count(*) FILTER (WHERE op IN ('insert', 'snapshot')), "
-            "count(*) FILTER (WHERE op = 'update'), "
-            "count(*) FILTER (WHERE op = 'delete'), "
-            "count(*) FILTER (WHERE op = 'same'), "
-            f"xor(bit_xor(o), bit_xor(n)), {folds} FROM d"
-        ).fetchall()[0]
-        captured = (
-            self._staged.count_rows()
-            if self.streamed
-            else self.con.execute(f"SELECT count(*) FROM {self._keys()}").fetchall()[0][0]
-        )
-        self.transition = Transition(
-            inserts=int(row[0]),
-            updates=int(row[1]),
-            deletes=int(row[2]),
-            unchanged=int(row[3]) if unchanged is None else unchanged,
-            captured=int(captured),
-            digest=transition_digest(dict(zip(DIGEST_CLASSES, row[5:], strict=True))),
-            content_xor=_halves(int(row[4] or 0)),
-        )
-        return self.transition
-
-    def flagged(self, sum_column: str | None = None) -> tuple[int, Any]:
-        """The staged rows the soft-delete flag marks, and their sum of ``sum_column``.
-
-        A whole capture's source counts less these are the live rows it
-        read: what the lake, which holds no flagged row, is reconciled with.
-        """
-        if self.soft is None:
-            return 0, None
-        column = quote_ident(sum_column) if sum_column else "NULL"
-        rows, total = self.con.execute(
-            f"SELECT count(*), sum({column}) FROM pay WHERE {self.soft}"
-        ).fetchall()[0]
-        return int(rows), total
-
-    def counts_all_new(self) -> Transition:
-        """A first baseline's counts, from the staged parts' batch headers (no digests yet)."""
-        rows = self._staged.count_rows()
-        return Transition(inserts=int(rows), captured=int(rows))
-
-    def _stats_all_new(self, con: duckdb.DuckDBPyConnection | None = None) -> Transition:
-        # The terms _stats computes from tr, over the staged (id, hash) columns
-        # in one streaming pass: each row is a put of a first-seen id, so one
-        # md5 per row gives both digests. ``con`` may be a cursor of this
-        # reduction's database, used from another thread.
-        i, h = prov.ID, prov.PAYLOAD_HASH
-        sql = f"SELECT count(*), bit_xor({dg.pair_term_sql(i, h, self.digest)}) FROM pay"
-        rows, n = (con or self.con).execute(sql).fetchall()[0]
-        self.transition = Transition(
-            inserts=int(rows),
-            captured=int(rows),
-            digest=transition_digest({self._first_op.strip("'"): n}),
-            content_xor=_halves(int(n or 0)),
-        )
-        return self.transition
-
-    def full_content_xor(self) -> tuple[int, int]:
-        """The content digest of the whole capture (full refresh)."""
-        (value,) = self.con.execute(
-            f"SELECT bit_xor({dg.pair_term_sql('_cid', '_chash', self.digest)}) FROM {self._keys()}"
-        ).fetchall()[0]
-        return _halves(int(value or 0))
-
     @property
     def _first_op(self) -> str:
         """The SQL literal of a first-seen row's operation."""
         return "'snapshot'" if self.baseline else "'insert'"
-
-    def _every_row_new(self) -> bool:
-        """Whether the transition inserts every staged row, once each."""
-        if self.all_new:
-            return True
-        if not self.prehashed or self.has_op or self.sync_mode != "incremental":
-            return False
-        if self.soft is not None:
-            return False
-        t = self.transition
-        return t is not None and t.inserts == t.captured and not (t.updates or t.deletes)
-
-    def release(self) -> None:
-        """Drop the tables the output does not read, before it allocates its own.
-
-        A first baseline streams its staged rows and reads neither ``tr`` nor
-        ``keys``; any other output joins ``tr`` with the staged rows, and only
-        a full refresh reads ``keys`` again (its output and content digest).
-        The lake's rows a delta met (``curk``) are read by nothing after the join.
-        """
-        every_row_new = self._every_row_new()
-        if every_row_new:
-            self.con.execute("DROP TABLE IF EXISTS tr")
-        if every_row_new or self.sync_mode != "full_refresh":
-            self.con.execute("DROP TABLE IF EXISTS keys")
-            self._has_keys = False
-        self.con.execute("DROP TABLE IF EXISTS curk")
-
-    def changes(self, batch_rows: int = 65_536) -> pa.RecordBatchReader:
-        """(id, op) of every change, streamed: the identities MAR counts.
-
-        Written out where the Deliveries hold more than the changes (a full
-        refresh delivers its unchanged rows too); elsewhere MAR reads them there.
-        """
-        sql = (
-            f"SELECT {prov.ID} AS _combined_id, 'insert' AS op FROM pay"
-            if self.all_new
-            else "SELECT id AS _combined_id, CASE WHEN op = 'snapshot' THEN 'insert' ELSE op END "
-            "AS op FROM tr WHERE op <> 'same'"
-        )
-        reader: pa.RecordBatchReader = self.con.sql(sql).to_arrow_reader(batch_rows)
-        return reader
-
-    def constants(self, constants: dict[str, Any]) -> dict[str, pa.Scalar]:
-        """The columns :meth:`output` gives one value in every row, with that value."""
-        _, scalars = constant_columns(self.capture_schema, constants)
-        if self.all_new:
-            return {prov.OP: pa.scalar(self._first_op.strip("'"), pa.string()), **scalars}
-        return scalars
-
-    def output(
-        self, constants: dict[str, Any], batch_rows: int = OUTPUT_BATCH_ROWS
-    ) -> Iterator[pa.RecordBatch]:
-        """Stream the rows to deliver: source columns plus provenance."""
-        provenance, scalars = constant_columns(self.capture_schema, constants)
-        if self.all_new:
-            # A first baseline delivers its staged parts as they are: read
-            # straight into Arrow (DuckDB would convert every value, strings
-            # included, and read ahead of the writers).
-            yield from staged_rows(
-                self.capture_files, self.payload, self._first_op.strip("'"), scalars, batch_rows
-            )
-            return
-        fixed_columns = _Constants(scalars, batch_rows)
-        cuts = self._resolved.cuts if self._resolved is not None else ()
-        ranges = [] if self._every_row_new() else part_ranges(self.capture_files, cuts)
-        ordered = self.sync_mode == "append"
-        if ranges and (in_order(ranges) or not ordered):
-            if self._resolved is not None and (mb := self._resolved.output_mb(FILL_JOIN_MB)):
-                self.con.execute(f"SET memory_limit = '{mb}MB'")  # part by part: less
-            yield from self._ranged_output(ranges, provenance, fixed_columns, batch_rows)
-            return
-        sql = self._output_sql(provenance)
-        reader: pa.RecordBatchReader = self.con.sql(sql).to_arrow_reader(batch_rows)
-        for batch in reader:
-            yield fixed_columns.add(batch)
-
-    def _ranged_output(
-        self, ranges: list[PartRange], provenance: str, fixed: _Constants, batch_rows: int
-    ) -> Iterator[pa.RecordBatch]:
-        """:meth:`output` of a transition or a full refresh, one staged part at a time."""
-        refresh = self.sync_mode == "full_refresh"
-        yield from part_rows(
-            self.con,
-            ranges,
-            self._staged.schema,
-            Delivered(
-                payload=self.payload,
-                provenance=provenance,
-                resolved=self._resolved,
-                keys=self._keys() if refresh else None,
-                staged=_STAGED,
-            ),
-            ordered=self.sync_mode == "append",
-            fixed=fixed,
-            batch_rows=batch_rows,
-        )
-
-    def _output_sql(self, provenance: str = "") -> str:
-        """The query of the rows to deliver when the staged rows do not stream as they are.
-
-        Its join builds on the transition (or the keys), never on the staged
-        parts (see the connection's ``disabled_optimizers``).
-        """
-        cols = ", ".join(f"c.{quote_ident(n)}" for n in self.payload)
-        if self._every_row_new():
-            # Every staged row is an insert (a first baseline): no join, the
-            # staged parts stream straight to the Deliveries.
-            sql = (
-                f"SELECT {cols}, c._cid AS {prov.ID}, {self._first_op} AS {prov.OP}, "
-                f"c._chash AS {prov.PAYLOAD_HASH}{provenance} FROM cap c"
-            )
-        elif self.sync_mode == "full_refresh":
-            sql = (
-                f"SELECT {cols}, k._cid AS {prov.ID}, 'snapshot' AS {prov.OP}, "
-                f"k._chash AS {prov.PAYLOAD_HASH}{provenance} "
-                f"FROM pay c JOIN {self._keys()} k ON c._combined_ordinal = k.ord"
-            )
-        else:
-            sql = (
-                f"SELECT {cols}, tr.id AS {prov.ID}, tr.op AS {prov.OP}, "
-                f"tr.new_hash AS {prov.PAYLOAD_HASH}{provenance} "
-                "FROM pay c RIGHT JOIN tr ON c._combined_ordinal = tr.ord "
-                "WHERE tr.op <> 'same'"
-            )
-            if self.sync_mode == "append":
-                sql += " ORDER BY tr.ord"  # an event stream keeps source order
-        return sql

@@ -354,6 +354,12 @@ def _pick_carriers(con: duckdb.DuckDBPyConnection, column: str) -> None:
 #: and as a vector: a lake file's one value of 20 MB (40 MB) needed 89 MB
 #: (177 MB) to be read into a table, ~4.4 times its bytes (bench/RESULTS.md).
 VALUE_MEMORY_FACTOR = 5
+#: DuckDB memory each column's fills add to a change stream's reduction, in
+#: MB: every statement over the filled rows joins each such column's fills,
+#: and a hash join holds its partitions however few rows it builds on (~2 MB
+#: for a scalar column, ~6 MB for a list): 40 rows filled in 14 columns
+#: failed at 64 MB, 50 rows in 24 list columns at 128 MB.
+FILL_JOIN_MB = 8
 
 
 _UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
