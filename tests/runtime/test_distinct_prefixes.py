@@ -92,6 +92,9 @@ import sys, tempfile
 from pathlib import Path
 import numpy as np, pyarrow as pa
 from combined.capture._reduce import Reducer
+from combined.runtime._memory import tune_allocators
+
+tune_allocators()  # (as the engine does: two arenas, fixed thresholds)
 
 def status(name):
     for line in open("/proc/self/status"):

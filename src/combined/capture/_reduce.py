@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from combined.capture._databases import KEEP_STAGED_BYTES, close_database, open_database
 from combined.capture._deliver import STAGED as _STAGED
 from combined.capture._deliver import Output
 from combined.capture._duplicates import DuplicateChecks
@@ -87,27 +88,6 @@ def _duck_mb(nbytes: int) -> int:
     return max(nbytes // 2**20, MIN_DUCK_MB)
 
 
-def _connect(memory_limit: int, spill_dir: Path) -> duckdb.DuckDBPyConnection:
-    """A reduction's connection: in memory, spilling to ``spill_dir`` past ``memory_limit``."""
-    import duckdb
-
-    return duckdb.connect(
-        ":memory:",
-        config={
-            "memory_limit": f"{_duck_mb(memory_limit)}MB",
-            "temp_directory": str(spill_dir),
-            "threads": 2,
-            "preserve_insertion_order": False,
-            # Every join here builds its hash table on the side written on
-            # its right, chosen for its size: DuckDB knows no row count for
-            # the staged parts' stream (it takes it for one row), and would
-            # build on the whole capture instead.
-            "disabled_optimizers": "build_side_probe_side",
-            "allocator_flush_threshold": "32MB",
-        },
-    )
-
-
 class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
     """One dataset's reduction, in its own DuckDB connection."""
 
@@ -154,7 +134,12 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         self.memory_limit = memory_limit
         share = CHANGE_STREAM_SHARE if prov.OP in capture_schema.names else 1
         self._duck_limit = memory_limit // share
-        self.con = _connect(self._duck_limit, spill_dir)
+        # A small capture's database is kept for the next reduction (_databases).
+        self._database = open_database(_duck_mb(self._duck_limit), spill_dir)
+        self._keep = (lake is None or not lake.remote) and sum(
+            Path(p).stat().st_size for p in capture_files
+        ) <= KEEP_STAGED_BYTES
+        self.con = self._database.cursor()
         if lake is not None:
             lake.attach(self.con)
         self.capture_schema, self.sync_mode, self.baseline = capture_schema, sync_mode, baseline
@@ -311,8 +296,9 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         return con
 
     def close(self) -> None:
-        """Close the DuckDB connection (and its spill files)."""
+        """Close the DuckDB connection and its database (and its spill files)."""
         self.con.close()
+        close_database(self._database, self._keep)
 
     def _keys(self) -> str:
         """The narrow (ordinal, id, hash, op) table: every row hashed exactly once."""
