@@ -313,3 +313,33 @@ def test_wide_rows_hashed_in_slices_get_the_same_digests(tmp_path: Path) -> None
     whole = compute_identity(pa.Table.from_batches([rows]), ["id"], ["id", "v"], digest="binary")
     assert staged.column("_combined_id").to_pylist() == whole[0].to_pylist()
     assert staged.column("_combined_payload_hash").to_pylist() == whole[1].to_pylist()
+
+
+def test_stagers_of_small_tables_hash_on_one_database_and_a_large_ones_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Opening a DuckDB database costs ~14 ms of CPU, more than hashing a small
+    # table: a capture of 200 small tables opened 200.
+    import duckdb
+
+    monkeypatch.setattr(stager_module, "_kept", [])
+    opened: list[Any] = []
+    connect = duckdb.connect
+
+    def counted(*args: Any, **kwargs: Any) -> duckdb.DuckDBPyConnection:
+        opened.append(kwargs.get("config"))
+        return connect(*args, **kwargs)
+
+    monkeypatch.setattr(duckdb, "connect", counted)
+    for n in range(3):
+        s = stager(tmp_path / f"small{n}")
+        s.put(batch(n * 100, 100))
+        (part,) = s.close(SCHEMA)
+        row = part_table(part).slice(0, 1).to_pylist()[0]
+        assert row["_combined_id"].hex() == identity_python([n * 100], [pa.int64()])
+    assert len(opened) == 1 and len(stager_module._kept) == 1
+    monkeypatch.setattr(stager_module, "KEEP_HASHED_BYTES", 1000)  # (a large one, here)
+    s = stager(tmp_path / "large")
+    s.put(batch(0, 100))
+    s.close(SCHEMA)
+    assert len(opened) == 1 and stager_module._kept == []  # (it took the kept one, then closed it)
