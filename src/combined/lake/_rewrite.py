@@ -31,6 +31,11 @@ from combined.lake._types import to_lake, unviewed
 _ID, _OP = "_combined_id", "_combined_op"
 #: The operations whose id's current row leaves the table.
 _REPLACING = ("update", "delete")
+#: Files of rows this wide on average (uncompressed) are rewritten one at a
+#: time, on one thread: a file's reader and writer each hold a multiple of a
+#: row group of large values or long lists, and a second thread's heap keeps
+#: its own share (the 1%-changed commit of 50k int[1000] rows: +400 -> +175 MB).
+WIDE_ROW_BYTES = 1024
 
 
 @dataclass(slots=True)
@@ -133,12 +138,10 @@ def _rewritten(
     """The actions of the files that lose rows (or of every file, with ``every_file``)."""
     from deltalake.transaction import RemoveAction
 
-    def rewrite(local: str) -> list[Any]:  # a path or URL, as LakeTable.files() gives them
-        if local not in doomed and not every_file:
-            return []  # every row kept: the file is not even opened
-        out = _kept_rows(table, local, schema, doomed.get(local), every_file, lake)
+    def rewrite(local: str) -> tuple[list[Any], bool]:  # a path or URL, as files() gives them
+        out, wide = _kept_rows(table, local, schema, doomed.get(local), every_file, lake)
         if every_file:
-            return out  # (the overwrite removes every file)
+            return out, wide  # (the overwrite removes every file)
         out.append(
             RemoveAction(
                 path=_relative(local, table, lake),
@@ -148,13 +151,21 @@ def _rewritten(
                 partition_values={},
             )
         )
-        return out
+        return out, wide
 
-    actions: list[Any] = []
-    # Files are rewritten two at a time: decoding and encoding release the GIL.
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="rewrite") as pool:
-        for done in pool.map(rewrite, files):
-            actions.extend(done)
+    # A file none of whose rows goes is not even opened.
+    pending = [f for f in files if f in doomed or every_file]
+    if not pending:
+        return []
+    # The first file on this thread: its footer tells the rows' width.
+    actions, wide = rewrite(pending[0])
+    if wide:  # one at a time, on this thread (see WIDE_ROW_BYTES)
+        for local in pending[1:]:
+            actions.extend(rewrite(local)[0])
+    else:  # two at a time: decoding and encoding release the GIL
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="rewrite") as pool:
+            for done, _ in pool.map(rewrite, pending[1:]):
+                actions.extend(done)
     # The threads' small buffers stay in their heaps until trimmed: ~130 MB
     # after 2M rows, which the usage step would otherwise stack on.
     from combined.runtime._memory import release_memory
@@ -170,21 +181,38 @@ def _kept_rows(
     doomed: np.ndarray | None,
     every_file: bool,
     lake: LakeStore,
-) -> list[Any]:
-    """The add actions of ``local``'s rows but ``doomed`` (row numbers): none when all go."""
+) -> tuple[list[Any], bool]:
+    """The add actions of ``local``'s rows but ``doomed`` (row numbers): none when all go.
+
+    And whether its rows are wide (:func:`_wide`).
+    """
     with pq.ParquetFile(lake.open_input(local)) as pf:
-        rows = pf.metadata.num_rows
+        rows, wide = pf.metadata.num_rows, _wide(pf.metadata)
         if doomed is not None and len(doomed) >= rows and not every_file:
-            return []  # every row goes (a backlog that updates them all): nothing to read
-        keep = _keep_mask(rows, doomed)
-        # Small batches (two files are rewritten at once, each holding a
-        # batch, its filtered copy and a row group gathering): the writer
-        # gathers them back into full row groups.
-        kept = (
-            to_lake(unviewed(b).filter(keep.slice(offset, b.num_rows)), schema)
-            for offset, b in _offsets(_files.read_batches(pf, _files.REWRITE_BATCH_ROWS))
-        )
-        return write_data_files(table, schema, kept, lake)
+            return [], wide  # every row goes (a backlog that updates them all): nothing to read
+        return _kept(table, pf, schema, _keep_mask(rows, doomed), lake), wide
+
+
+def _wide(meta: pq.FileMetaData) -> bool:
+    """Whether a file's rows average ``WIDE_ROW_BYTES`` or more (uncompressed)."""
+    size = sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
+    rows = int(meta.num_rows)
+    return rows > 0 and int(size) // rows >= WIDE_ROW_BYTES
+
+
+def _kept(
+    table: str | Path, pf: pq.ParquetFile, schema: pa.Schema, keep: pa.BooleanArray, lake: LakeStore
+) -> list[Any]:
+    """The add actions of the rows of ``pf`` that ``keep`` marks."""
+    # Small batches (two files are rewritten at once, each holding a batch,
+    # its filtered copy and a row group gathering), decoded on the calling
+    # thread: the writer gathers them back into full row groups.
+    batches = _files.read_batches(pf, _files.REWRITE_BATCH_ROWS, threads=False)
+    kept = (
+        to_lake(unviewed(b).filter(keep.slice(offset, b.num_rows)), schema)
+        for offset, b in _offsets(batches)
+    )
+    return write_data_files(table, schema, kept, lake)
 
 
 def _puts(
@@ -215,7 +243,7 @@ def _without_deletes(paths: Sequence[Path], schema: pa.Schema) -> Iterator[pa.Re
     """The rows of the Deliveries ``paths`` that are not deletes."""
     for path in paths:
         with pq.ParquetFile(str(path)) as pf:
-            for b in _files.read_batches(pf, _files.REWRITE_BATCH_ROWS):
+            for b in _files.read_batches(pf, _files.REWRITE_BATCH_ROWS, threads=False):
                 yield to_lake(b.filter(pc.not_equal(b.column(_OP), "delete")), schema)
 
 
