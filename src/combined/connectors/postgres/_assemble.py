@@ -15,6 +15,7 @@ from typing import Any, cast
 import numpy as np
 
 from combined.connectors.postgres._batch import NOT_WIRE, ChangeBatcher, wire_ops
+from combined.connectors.postgres._catalog import parse_relation, relation_name
 from combined.connectors.postgres._pgoutput import (
     Begin,
     Commit,
@@ -74,8 +75,7 @@ def _as_table_row(change: RowChange, oid: int, positions: tuple[int, ...] | None
 
 
 def _qualified(relation: str) -> str:
-    schema, dot, name = relation.partition(".")
-    return f"{schema}.{name}" if dot else f"public.{schema}"
+    return relation_name(*parse_relation(relation))
 
 
 @dataclass(eq=False)
@@ -459,7 +459,7 @@ class _Assembler:
         ]
         at = {n: i for i, n in enumerate(names)}
         positions = tuple(at[n] for n in order)
-        schema, _, table = t.relation.partition(".")
+        schema, table = parse_relation(t.relation)
         shaped = Relation(
             t.oid, schema, table, msg.replica_identity, tuple(msg.columns[i] for i in positions)
         )

@@ -8,13 +8,13 @@ from typing import Any
 from psycopg import sql
 
 from combined.connectors.abc import KeyMeasure
+from combined.connectors.postgres._catalog import parse_relation
 from combined.connectors.postgres._connect import Session, Settings
-from combined.connectors.postgres._stitch import qualified
 
 
 def measure_key(settings: Settings, relation: str, key: Sequence[str]) -> KeyMeasure:
     """Rows, distinct complete keys and rows with a null key part, in one scan."""
-    schema, _, table = qualified(relation).partition(".")
+    schema, table = parse_relation(relation)
     cols = [sql.Identifier(k) for k in key]
     query = sql.SQL(
         "SELECT count(*), count(DISTINCT ({keys})) FILTER (WHERE NOT ({nulls})), "

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from combined.connectors.postgres._catalog import parse_relation
 from combined.connectors.postgres._connect import Settings, connect_error, query_error
 from combined.connectors.postgres._pgoutput import text_to_lsn
 from combined.connectors.postgres._replication import SESSION_SETTINGS
@@ -52,7 +53,7 @@ class ColumnFill:
 
     def __call__(self, relation: str, columns: Sequence[str]) -> Iterator[tuple[bytes | None, ...]]:
         """Each row's ``columns`` in the wire's text form (``None`` for null)."""
-        schema, _, table = relation.partition(".")
+        schema, table = parse_relation(relation)
         query = sql.SQL("SELECT {} FROM {}").format(
             sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c)) for c in columns),
             sql.Identifier(schema, table),
@@ -82,7 +83,7 @@ class ColumnFill:
 
 def not_null_columns(settings: Settings, relation: str) -> tuple[str, ...]:
     """The columns of ``relation`` the source declares NOT NULL (reconciliation checks them)."""
-    schema, _, table = relation.partition(".")
+    schema, table = parse_relation(relation)
     try:
         with psycopg.connect(settings.conninfo(), autocommit=True) as conn:
             rows = conn.execute(
@@ -123,7 +124,7 @@ class FillCount:
 
 def count_nulls(settings: Settings, relation: str, columns: Sequence[str]) -> FillCount:
     """Count the rows of ``relation`` and the nulls of ``columns`` in one snapshot."""
-    schema, _, table = relation.partition(".")
+    schema, table = parse_relation(relation)
     counts = sql.SQL(", ").join(
         sql.SQL("count(*) FILTER (WHERE {} IS NULL)").format(sql.Identifier(c)) for c in columns
     )

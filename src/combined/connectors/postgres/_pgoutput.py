@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from combined.connectors.postgres._catalog import relation_name
 from combined.connectors.postgres._text import array_type_of, arrow_type, text_to_arrow
 from combined.errors import ProtocolViolation, SourceError
 
@@ -187,8 +188,9 @@ class Relation:
 
     @property
     def qualified_name(self) -> str:
-        """``schema.table`` (unquoted)."""
-        return f"{self.namespace}.{self.name}"
+        """``schema.table``, a part quoted when it holds a dot or a quote (as a
+        dataset's relation is keyed: :func:`relation_name`)."""
+        return relation_name(self.namespace, self.name)
 
     @property
     def key(self) -> tuple[str, ...]:

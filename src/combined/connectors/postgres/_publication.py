@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from combined.connectors.postgres._catalog import relation_name
 from combined.connectors.postgres._connect import Settings
 from combined.connectors.postgres._replication import (
     RECOVER_HINT,
@@ -85,7 +86,7 @@ def ensure_publication(
     ``publish_via_partition_root``, only with ``add_missing`` (a table added
     to a live slot has no snapshot: rerun setup to take one).
     """
-    wanted = tuple(dict.fromkeys(f"{s}.{t}" for s, t in map(_split, tables)))
+    wanted = tuple(dict.fromkeys(relation_name(*_split(t)) for t in tables))
     if not wanted:
         raise ConfigError("a publication needs at least one table", hint="declare a cdc dataset")
     with _control(settings, "set up the publication", denied_hint=_PUBLICATION_HINT) as conn:

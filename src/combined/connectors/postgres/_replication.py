@@ -45,6 +45,7 @@ import psycopg2.extras
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from combined.connectors.postgres._catalog import parse_relation
 from combined.connectors.postgres._connect import (
     Settings,
     connect_failure,
@@ -275,8 +276,8 @@ def _replication_connect(settings: Settings) -> Any:
 
 
 def _split(table: str) -> tuple[str, str]:
-    schema, dot, name = table.partition(".")
-    return (schema, name) if dot else ("public", schema)
+    # As the snapshot reads it: a quoted part may hold dots and quotes.
+    return parse_relation(table)
 
 
 def _check_wal_level(conn: psycopg.Connection[Any]) -> None:
