@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from combined.connectors.postgres import PostgresSource
 from combined.connectors.postgres._types import (
     NUMERIC,
     PgType,
@@ -205,14 +206,21 @@ def test_timestamps_before_the_common_era_keep_their_instant(admin, schema, sour
     ],
 )
 def test_values_arrow_cannot_hold_fail_unless_cast(
-    admin, schema, source, make_request, decl, value, cast, expected
+    admin, schema, source, make_request, pg_dsn, decl, value, cast, expected
 ):
     admin.execute(f"CREATE TABLE {schema}.t (id int, v {decl})")
     admin.execute(f"INSERT INTO {schema}.t VALUES (1, %s)", (value,))
     with pytest.raises(SchemaMismatch) as info:
         _read(source, make_request)
-    assert expected in info.value.message and "casts" in (info.value.hint or "")
-    assert "'v'" in info.value.message
+    assert expected in info.value.message and "'v'" in info.value.message
+    # The hint's option as written works (it said casts: {"v": "text"}, which
+    # the source's `casts`, keyed table.column, refused).
+    assert f'casts: {{"{schema}.t.v": "text"}}' in (info.value.hint or "")
+    casting = PostgresSource(
+        {"dsn": pg_dsn, "schemas": [schema], "casts": {f"{schema}.t.v": "text"}}
+    )
+    messages = _read(casting, make_request)
+    assert messages[0].batch.column("v").to_pylist() == [cast]
     messages = _read(source, make_request, options={"casts": {"v": "text"}})
     assert messages[0].batch.column("v").to_pylist() == [cast]
 

@@ -523,7 +523,7 @@ class PostgresExtraction(SessionRead[Session]):
                     return
                 except DRIVER_ERRORS as exc:
                     raise query_error(exc, self._settings, "reading rows") from None
-                batch = layout.convert(raw)
+                batch = layout.convert(raw, self._request.relation)
             # Driver batches are bounded in bytes; slicing (zero-copy) bounds rows too.
             for offset in range(0, batch.num_rows, rows):
                 self._live()  # nothing is handed over after a terminal outcome

@@ -364,20 +364,25 @@ class Layout:
                 )
         return sql.SQL(", ").join(items)
 
-    def convert(self, raw: pa.RecordBatch) -> pa.RecordBatch:
-        """Turn a driver batch into the declared schema, vectorised, or raise."""
+    def convert(self, raw: pa.RecordBatch, relation: str = "table") -> pa.RecordBatch:
+        """Turn a driver batch of ``relation`` into the declared schema, vectorised, or raise."""
         columns: list[pa.Array] = []
         hidden = len(self.plans)
         for i, plan in enumerate(self.plans):
             arr = raw.column(i)
             if plan.ndims_check:
-                _check_ndims(raw.column(hidden), plan)
+                _check_ndims(raw.column(hidden), plan, relation)
                 hidden += 1
-            columns.append(_convert(arr, plan))
+            columns.append(_convert(arr, plan, relation))
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
-def _convert(arr: pa.Array, plan: ColumnPlan) -> pa.Array:
+def _cast_hint(plan: ColumnPlan, relation: str) -> str:
+    """The source option reading ``plan``'s column as text (``casts`` keys name the table)."""
+    return f'declare casts: {{"{relation}.{plan.name}": "text"}} to keep the text form'
+
+
+def _convert(arr: pa.Array, plan: ColumnPlan, relation: str) -> pa.Array:
     assert plan.arrow_type is not None
     if isinstance(arr, pa.ExtensionArray):  # the driver's json extension type
         arr = arr.storage
@@ -388,7 +393,7 @@ def _convert(arr: pa.Array, plan: ColumnPlan) -> pa.Array:
             raise SchemaMismatch(
                 f"column {plan.name!r} ({plan.source_type}) holds NaN or infinity, "
                 f"which {plan.arrow_type} cannot hold",
-                hint=f'declare casts: {{"{plan.name}": "text"}} to keep the text form',
+                hint=_cast_hint(plan, relation),
                 column=plan.name,
             ) from None
     if not arr.type.equals(plan.arrow_type):
@@ -398,11 +403,11 @@ def _convert(arr: pa.Array, plan: ColumnPlan) -> pa.Array:
             column=plan.name,
         )
     if plan.check is not None:
-        _check_range(arr, plan)
+        _check_range(arr, plan, relation)
     return arr
 
 
-def _check_range(arr: pa.Array, plan: ColumnPlan) -> None:
+def _check_range(arr: pa.Array, plan: ColumnPlan, relation: str) -> None:
     values = pc.list_flatten(arr) if plan.is_list else arr
     if len(values) == 0 or values.null_count == len(values):
         return
@@ -416,17 +421,17 @@ def _check_range(arr: pa.Array, plan: ColumnPlan) -> None:
         what = "24:00:00" if plan.check == "time" else "infinity or a value arrow cannot hold"
         raise SchemaMismatch(
             f"column {plan.name!r} ({plan.source_type}) holds {what}",
-            hint=f'declare casts: {{"{plan.name}": "text"}} to keep the text form',
+            hint=_cast_hint(plan, relation),
             column=plan.name,
         )
 
 
-def _check_ndims(ndims: pa.Array, plan: ColumnPlan) -> None:
+def _check_ndims(ndims: pa.Array, plan: ColumnPlan, relation: str) -> None:
     top = pc.max(ndims).as_py()
     if top is not None and top > 1:
         raise SchemaMismatch(
             f"column {plan.name!r} ({plan.source_type}) holds a {top}-dimensional array",
-            hint=f'declare casts: {{"{plan.name}": "text"}} to keep the text form',
+            hint=_cast_hint(plan, relation),
             column=plan.name,
         )
 
