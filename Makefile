@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export COMBINED_TEST_PG_DSN ?= postgresql://postgres@127.0.0.1:5432/postgres
 export COMBINED_TEST_MARIADB_DSN ?= mysql://root@127.0.0.1:3306/test
 
-.PHONY: demo test check bench bench-mariadb fmt clean schema orchestrators
+.PHONY: demo test check bench bench-mariadb bench-many fmt clean schema orchestrators
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -54,6 +54,12 @@ orchestrators: $(STAMP)
 bench-mariadb: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench.mariadb $(BENCH_ARGS)
+
+# Many small tables (bench/many.py): what a table costs besides its rows, on
+# PostgreSQL and MariaDB, next to a floor that reads every table into Parquet.
+bench-many: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	$(BIN)/python -m bench.many $(BENCH_ARGS)
 
 # The JSON Schema of combined.yaml and its reference, both from the models
 # (tests/config/test_config_reference.py fails when either is stale).
