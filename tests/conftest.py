@@ -107,6 +107,28 @@ def artifacts(request: pytest.FixtureRequest) -> Path:
     return folder
 
 
+@pytest.fixture
+def duck_opens(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The DuckDB databases opened from here on (``duckdb.connect``'s arguments).
+
+    The process's shared database (a local lake's) is opened afresh, once.
+    """
+    import duckdb
+
+    from combined.lake import _store
+
+    opened: list[object] = []
+    connect = duckdb.connect
+
+    def counted(*args: object, **kwargs: object) -> object:
+        opened.append(args)
+        return connect(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_store, "_DUCK", None)
+    monkeypatch.setattr(duckdb, "connect", counted)
+    return opened
+
+
 @pytest.fixture(scope="session")
 def pg_server_dsn() -> str:
     """DSN of the PostgreSQL server (CI sets COMBINED_TEST_PG_DSN)."""

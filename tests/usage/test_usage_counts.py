@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
+from combined import usage
 from combined.lake import LakeLayout, LakeTable
 from combined.usage import month_counts, record_usage
 
@@ -16,7 +18,12 @@ def _changes(path: Path, ids: list[str], ops: list[str]) -> Path:
     return path
 
 
-def test_counts_travel_with_the_rows_and_match_a_recount(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shared_bytes", [usage.SHARED_BYTES, 0], ids=["shared", "own"])
+def test_counts_travel_with_the_rows_and_match_a_recount(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_bytes: int
+) -> None:
+    # (Billed on the lake's shared DuckDB database, and on one of its own.)
+    monkeypatch.setattr(usage, "SHARED_BYTES", shared_bytes)
     lake = LakeLayout(tmp_path / "lake")
     first = _changes(tmp_path / "1.parquet", ["a", "b"], ["insert", "insert"])
     second = _changes(tmp_path / "2.parquet", ["a", "c", "b"], ["update", "insert", "delete"])
@@ -121,8 +128,10 @@ def test_the_spill_directory_is_private_to_the_connection_and_removed(tmp_path: 
     (tmp_path / "combined-usage-spill").symlink_to(theirs)
     code = (
         "import json, os\n"
-        "from combined.usage import _duck\n"
-        "with _duck() as con:\n"
+        "from combined import usage\n"
+        "from combined.lake._store import LakeStore\n"
+        "usage.SHARED_BYTES = -1\n"  # (a transition too large for the shared database)
+        "with usage._duck(LakeStore.at('.'), []) as con:\n"
         "    d = con.execute(\"SELECT current_setting('temp_directory')\").fetchone()[0]\n"
         "    st = os.lstat(d)\n"
         "    seen = {'dir': d, 'mode': st.st_mode, 'uid': st.st_uid}\n"
@@ -158,3 +167,20 @@ def test_snapshots_beside_inserts_in_one_file_bill_as_inserts(tmp_path: Path) ->
     assert table.schema.field("op").type == pa.string()
     assert table.schema.field("month").type == pa.string()
     assert sorted(table.column("op").to_pylist()) == ["insert"] * 60 + ["update"] * 30
+
+
+def test_small_transitions_are_billed_without_opening_a_database(
+    tmp_path: Path, duck_opens: list[object]
+) -> None:
+    # Opening a DuckDB database costs ~20 ms of CPU with its spill directory:
+    # a re-capture of 200 small tables, one row changed in each, opened one a
+    # table to bill it.
+    lake = LakeLayout(tmp_path / "lake")
+    first = _changes(tmp_path / "1.parquet", ["a", "b"], ["insert", "insert"])
+    second = _changes(tmp_path / "2.parquet", ["a", "c"], ["update", "insert"])
+    for dataset in ("d1", "d2"):
+        record_usage(lake, "s", dataset, first, month="2026-11")
+        got = record_usage(lake, "s", dataset, second, month="2026-11")["2026-11"]
+        assert got == {"mar": 3, "inserts": 3, "updates": 1, "deletes": 0}
+        assert month_counts(lake, "s", dataset, "2026-11") == got
+    assert len(duck_opens) == 1  # the lake's shared database, once

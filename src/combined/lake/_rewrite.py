@@ -13,9 +13,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +28,9 @@ from combined.lake import _files
 from combined.lake._files import LinkedFile, link_data_files, write_data_files
 from combined.lake._store import LakeStore
 from combined.lake._types import to_lake, unviewed
+
+if TYPE_CHECKING:
+    import duckdb
 
 _ID, _OP = "_combined_id", "_combined_op"
 #: The operations whose id's current row leaves the table.
@@ -262,16 +266,9 @@ def _doomed_rows(files: Sequence[str], gone: pa.Array, lake: LakeStore) -> dict[
     files' id columns are scanned (files without such a row are left out).
     The row numbers come back as Arrow arrays, never a Python int each.
     """
-    import duckdb
-
     if not files:
         return {}
-    con = duckdb.connect(
-        ":memory:",
-        # ids and row numbers only: 64 MB (128 held ~30 MB more at a backlog's commit)
-        config={"threads": 2, "memory_limit": "64MB", "preserve_insertion_order": False},
-    )
-    try:
+    with _doomed_duck(lake, len(gone)) as con:
         lake.attach(con)
         con.register("gone", pa.table({"id": gone}))
         listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
@@ -281,8 +278,6 @@ def _doomed_rows(files: Sequence[str], gone: pa.Array, lake: LakeStore) -> dict[
             f"FROM read_parquet([{listing}], filename = true, file_row_number = true) "
             "WHERE _combined_id IN (SELECT id FROM gone) GROUP BY filename"
         ).to_arrow_table()
-    finally:
-        con.close()
     names = found.column("filename").to_pylist()
     numbers = found.column("numbers").combine_chunks()
     doomed = {
@@ -295,6 +290,33 @@ def _doomed_rows(files: Sequence[str], gone: pa.Array, lake: LakeStore) -> dict[
             hint="nothing was committed; report this with the lake's URL scheme",
         )
     return doomed
+
+
+#: Ids to remove up to which a local lake's rows are found on its shared DuckDB
+#: database (:meth:`LakeStore.duck`): their hash table is a few MB, and a
+#: database of its own costs ~15 ms of CPU to open, more than finding the one
+#: row a small table's commit replaces.
+SHARED_GONE = 65_536
+
+
+@contextmanager
+def _doomed_duck(lake: LakeStore, gone: int) -> Iterator[duckdb.DuckDBPyConnection]:
+    """The connection :func:`_doomed_rows` queries: shared for a few ids, else its own."""
+    import duckdb
+
+    if not lake.remote and gone <= SHARED_GONE:
+        with lake.duck() as con:
+            yield con
+        return
+    con = duckdb.connect(
+        ":memory:",
+        # ids and row numbers only: 64 MB (128 held ~30 MB more at a backlog's commit)
+        config={"threads": 2, "memory_limit": "64MB", "preserve_insertion_order": False},
+    )
+    try:
+        yield con
+    finally:
+        con.close()
 
 
 def _keep_mask(rows: int, doomed: np.ndarray | None) -> pa.BooleanArray:

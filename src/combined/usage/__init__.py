@@ -68,7 +68,7 @@ def record_usage(
     if unique and not known:
         # The dataset's first usage, one row per identity: every row is new.
         return {month: _first_usage(table, schema, files, month, deliveries, counts, current)}
-    with _duck() as con:
+    with _duck(store, files) as con:
         new, existing = _pair_queries(con, store, files, known, month, deliveries, (have, want))
         row = _count_added(con, new, existing)
         if row[4]:
@@ -134,14 +134,15 @@ def _count_added(con: Any, new: str, existing: str) -> Any:
     """Table ``added``: the pairs not billed yet; (inserts, updates, deletes, new ids, pairs)."""
     # The month's rows for the identities this transition touches (a semi
     # join: a hash table of the transition's ids, not of the month's),
-    # then the pairs not billed yet; repeated pairs fold.
-    con.execute(f"CREATE TABLE pairs AS SELECT DISTINCT * FROM ({new})")
+    # then the pairs not billed yet; repeated pairs fold. (Temporary: the
+    # connection's own, where it is a cursor of a database others use too.)
+    con.execute(f"CREATE TEMP TABLE pairs AS SELECT DISTINCT * FROM ({new})")
     con.execute(
-        f"CREATE TABLE seen AS SELECT e._combined_id, e.op FROM ({existing}) e "
+        f"CREATE TEMP TABLE seen AS SELECT e._combined_id, e.op FROM ({existing}) e "
         "SEMI JOIN pairs n ON e._combined_id IS NOT DISTINCT FROM n._combined_id"
     )
     con.execute(
-        "CREATE TABLE added AS SELECT * FROM pairs n ANTI JOIN seen s "
+        "CREATE TEMP TABLE added AS SELECT * FROM pairs n ANTI JOIN seen s "
         "ON n._combined_id IS NOT DISTINCT FROM s._combined_id "
         "AND n.op IS NOT DISTINCT FROM s.op"
     )
@@ -258,9 +259,20 @@ def _committed_counts(table: LakeTable, version: int | None) -> dict[str, dict[s
     return {m: dict(c) for m, c in meta["counts"].items()}
 
 
+#: A transition whose change files hold at most this many bytes is billed on a
+#: local lake's shared DuckDB database (:meth:`LakeStore.duck`): its pairs are
+#: a few MB at most, and a database of its own costs ~20 ms of CPU to open and
+#: close, more than billing a small table's change (a re-capture of 200 small
+#: tables, one row changed in each, spent ~4 of its ~34 CPU-s there).
+SHARED_BYTES = 16 * 2**20
+
+
 @contextmanager
-def _duck() -> Iterator[Any]:
+def _duck(store: Any, files: Sequence[str]) -> Iterator[Any]:
     """A DuckDB connection with bounded memory that spills to a private temp directory.
+
+    Or, for a small transition of a local lake (:data:`SHARED_BYTES`), a
+    cursor of the lake's shared database.
 
     The directory is this connection's own (a :class:`PrivateDir`: created
     0700 under a new name nobody else can have prepared or linked elsewhere),
@@ -272,6 +284,10 @@ def _duck() -> Iterator[Any]:
 
     from combined.connectors._subprocess._private import PrivateDir
 
+    if not store.remote and sum(store.size(f) for f in files) <= SHARED_BYTES:
+        with store.duck() as shared:
+            yield shared
+        return
     spill = PrivateDir("combined-usage-")
     try:
         con = duckdb.connect(
@@ -310,7 +326,7 @@ def month_counts(layout: LakeLayout, source: str, dataset: str, month: str) -> d
     files = table.files()
     if not files:
         return _no_usage()
-    with _duck() as con:
+    with _duck(layout.store, files) as con:
         row = con.execute(
             "SELECT count(DISTINCT _combined_id), "
             "count(DISTINCT _combined_id) FILTER (WHERE op = 'insert'), "
