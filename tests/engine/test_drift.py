@@ -276,3 +276,36 @@ def test_a_row_updated_after_its_column_was_dropped_does_not_keep_the_old_value(
         ]
     finally:
         engine.close()
+
+
+def test_a_drift_in_one_dataset_names_the_datasets_it_held_back_and_how_to_capture_them(
+    tmp_path: Path, tools: Any
+) -> None:
+    """A Run publishes its datasets together: the error only named the drifted
+    one, and the source's other datasets went uncaptured without a word."""
+    project: Path = tools.make(tmp_path, orders=30)
+    engine = Engine.open(project)
+    try:
+        (first,) = engine.capture([])
+        assert first.state == "succeeded", first.error
+        tools.sql(tmp_path, "ALTER TABLE orders DROP COLUMN status;")
+        tools.sql(tmp_path, "INSERT INTO customers VALUES (99, 'new', 'Paris');")
+        (run,) = engine.capture([])
+        assert run.state == "needs_review"
+        error = run.error or ""
+        assert "drop on field 'status' (policy: fail)" in error
+        assert (
+            "this Run's other datasets (shop.customers) were not committed either (a Run "
+            "publishes its datasets together): `combined capture shop.customers` captures "
+            "them meanwhile" in error
+        )
+        assert engine.sql("SELECT count(*) AS n FROM shop.customers").to_pylist() == [{"n": 20}]
+        (alone,) = engine.capture(["shop.customers"])
+        assert alone.state == "succeeded", alone.error
+        assert engine.sql("SELECT count(*) AS n FROM shop.customers").to_pylist() == [{"n": 21}]
+        # A failure naming no dataset (or the only one) says nothing of others.
+        (again,) = engine.capture(["shop.orders"])
+        assert again.state == "needs_review"
+        assert "other datasets" not in (again.error or "")
+    finally:
+        engine.close()

@@ -10,6 +10,7 @@ admit (``_admit``) -> lease (``_lease``) -> in Attempts: extract and stage
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -239,6 +240,7 @@ class Runner:
                 return None
             a.area.erase_all()
             a.watch.check()  # a read stopped by a cancel may fail in its own way
+            name_held_back(a.run, exc)
             raise
         except Exception as exc:
             self._attempt_failed(a.run.id, number, opened, "failed", redact(repr(exc)))
@@ -431,3 +433,29 @@ class Runner:
         """
         recovery = Recovery(self.catalog, self.layout, self.settings.lease_ttl_s)
         return recovery.recover(datasets)
+
+
+def name_held_back(run: Run, exc: CombinedError) -> None:
+    """Name in ``exc``'s hint the Run's datasets it held back, and how to capture them alone.
+
+    A Run publishes its datasets together, so one dataset's failure before
+    any commit (a drift to review, a value to cast) leaves the others
+    uncommitted too; a person (or an alert) reading the error only saw the
+    dataset it names. Nothing is added when it names none of them (the
+    source itself failed) or every one.
+    """
+    named = {
+        d
+        for d in run.datasets
+        if re.search(rf"(?<![\w.]){re.escape(f'{run.source}.{d}')}(?![\w.])", exc.message)
+    }
+    others = [f"{run.source}.{d}" for d in run.datasets if d not in named]
+    if not named or not others:
+        return
+    shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    alone = " ".join(others) if len(others) <= 5 else "SOURCE.DATASET ..."
+    held = (
+        f"this Run's other datasets ({shown}) were not committed either (a Run publishes "
+        f"its datasets together): `combined capture {alone}` captures them meanwhile"
+    )
+    exc.hint = f"{exc.hint}; {held}" if exc.hint else held
