@@ -158,22 +158,33 @@ def _arrays(values: pa.Array, type_: pa.ListType, column: str) -> pa.Array:
     return pa.ListArray.from_arrays(offsets, converted, type=type_, mask=values.is_null())
 
 
+# A quoted array element whose text needs no unescaping: no quote, backslash,
+# comma or brace inside (a pair never spans a separator, which is a comma).
+_SIMPLY_QUOTED = r'"([^"\\,{}]*)"'
+
+
 def _plain_arrays(values: pa.Array) -> tuple[pa.Array, pa.Array] | None:
-    """(offsets, elements) of array literals without quotes, bounds or nesting; else None.
+    """(offsets, elements) of array literals without bounds, nesting or escapes; else None.
 
     PostgreSQL quotes an element holding a comma, a brace, a quote, a
     backslash, white space or the text NULL, and writes an empty array as
     ``{}``: without a quote, the elements are the text between the commas,
-    and ``NULL`` is a null element.
+    and ``NULL`` is a null element. A quoted element without a comma, brace
+    or backslash (a timestamp's or a phrase's space) is its text unquoted;
+    the quoted text ``"NULL"`` and every other quoted element go the slow way
+    (a ``timestamptz[]`` column streamed 4x slower per row than four
+    ``timestamptz`` columns, each of its values parsed in Python).
     """
     text = values.cast(pa.string())
     shaped = pc.and_(pc.starts_with(text, "{"), pc.ends_with(text, "}"))
-    inner = pc.utf8_slice_codeunits(text, 1, -1)
+    quoted = pc.utf8_slice_codeunits(text, 1, -1)
+    inner = pc.replace_substring_regex(quoted, _SIMPLY_QUOTED, r"\1")
     odd = pc.or_(pc.match_substring(inner, '"'), pc.match_substring_regex(inner, "[{}]"))
+    odd = pc.or_(odd, pc.match_substring(quoted, '"NULL"'))
     if pc.all(pc.and_(shaped, pc.invert(odd))).as_py() is False:
         return None
     parts = pc.split_pattern(inner, ",")
-    empty = np.asarray(pc.fill_null(pc.equal(inner, ""), True), dtype=bool)
+    empty = np.asarray(pc.fill_null(pc.equal(quoted, ""), True), dtype=bool)
     lengths = np.asarray(pc.fill_null(pc.list_value_length(parts), 0), dtype=np.int64)
     lengths[empty] = 0
     offsets = np.zeros(len(lengths) + 1, np.int32)
