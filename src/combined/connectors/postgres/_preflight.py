@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from combined.connectors._shared import cast_key
 from combined.connectors.postgres._types import ColumnPlan
 from combined.errors import ConfigError
 
@@ -32,7 +33,7 @@ def refuse_intervals(dataset: str, relation: str, plans: Sequence[ColumnPlan], c
                 "with the dataset's `columns:`, or capture it with strategy snapshot or "
                 "cursor and a cast"
                 if cdc
-                else f'declare casts: {{"{relation}.{p.name}": "text"}} in the source '
+                else f'declare casts: {{{cast_key(relation, p.name)}: "text"}} in the source '
                 "configuration (or leave it out with the dataset's `columns:`)"
             )
             raise ConfigError(
@@ -60,7 +61,7 @@ def refuse_unsupported(dataset: str, relation: str, plans: Sequence[ColumnPlan],
                 "with the dataset's `columns:`, or capture it with strategy snapshot or "
                 "cursor and a cast"
                 if cdc
-                else f'declare casts: {{"{relation}.{p.name}": "text"}} in the source '
+                else f'declare casts: {{{cast_key(relation, p.name)}: "text"}} in the source '
                 "configuration to read its text form (or leave it out with the dataset's "
                 "`columns:`)"
             )
