@@ -295,3 +295,36 @@ def test_dates_before_year_1_and_after_9999_stream_as_the_snapshot_reads_them(
         assert [r[1:] for r in lake[4:]] == [r[1:] for r in lake[1:3]]  # streamed = snapshot
     finally:
         engine.close()
+
+
+def test_rows_a_key_with_repeats_holds_under_replica_identity_full_are_held_not_merged(
+    opened: Callable[..., Engine], cdc_db: Any, tmp_path: Path
+) -> None:
+    # REPLICA IDENTITY FULL (docs/cdc.md's way to key a table on a column
+    # outside its identity) lets a table be keyed on a column with repeats.
+    # The stream merged two rows of one key into one lake row, the last
+    # written winning, and the run succeeded: the other row was lost.
+    engine = opened(
+        "CREATE TABLE t (id int, v text)",
+        "ALTER TABLE t REPLICA IDENTITY FULL",
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 10) g",
+    )
+    query = "SELECT id, v FROM pg.items ORDER BY id"
+    try:
+        _capture(engine)
+        with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO t VALUES (3, 'again'), (NULL, 'n1'), (NULL, 'n2')")
+            conn.execute("UPDATE t SET v = 'changed' WHERE id = 4")
+            conn.execute("DELETE FROM t WHERE id = 5")
+            conn.execute("INSERT INTO t VALUES (5, 'back')")  # a delete first: not a repeat
+        (run,) = engine.capture()
+        assert run.state == "needs_review", run.error
+        assert "holds 2 duplicate key(s) of (id)" in (run.error or "")
+        assert len(_lake(engine, query)) == 10  # nothing committed
+        (entry,) = engine.quarantine()
+        assert entry["record_count"] == 3  # the stream's rows of 3 and NULL; not of 4 or 5
+        (run,) = engine.capture()  # read again from the same checkpoint: held again
+        assert run.state == "needs_review"
+        assert len(_lake(engine, query)) == 10
+    finally:
+        engine.close()
