@@ -700,3 +700,33 @@ def test_a_system_versioned_table_is_refused_naming_the_way_out(binlog: Binlog) 
         assert run.state == "failed" and "system-versioned" in (run.error or "")
     finally:
         engine.close()
+
+
+def test_rows_a_nullable_unique_key_repeats_are_held_not_merged(binlog: Binlog) -> None:
+    # A UNIQUE key over a nullable column lets many rows hold NULL. The
+    # snapshot held such rows in quarantine; the stream merged them into one
+    # lake row, the last written winning, and the run succeeded: a row lost.
+    binlog.sql(
+        "DROP TABLE {t}",
+        "CREATE TABLE {t} (id INT NULL, qty INT, note TEXT, UNIQUE KEY (id))",
+        "INSERT INTO {t} VALUES (1, 1, 'a'), (2, 2, 'b')",
+    )
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        binlog.sql(
+            "INSERT INTO {t} VALUES (NULL, 3, 'c'), (NULL, 4, 'd')",
+            "UPDATE {t} SET qty = 20 WHERE id = 2",
+        )
+        (run,) = engine.capture()
+        assert run.state == "needs_review", run.error
+        assert "holds 1 duplicate key(s) of (id)" in (run.error or "")
+        assert lake(engine) == [(1, 1, "a"), (2, 2, "b")]  # nothing committed
+        (entry,) = engine.quarantine()
+        assert entry["record_count"] == 2  # the two NULL rows, not the update of id 2
+        binlog.sql("DELETE FROM {t} WHERE qty = 3")
+        (run,) = engine.capture()  # the key still repeated when the stream read it
+        assert run.state == "needs_review"
+    finally:
+        engine.close()

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import psycopg
 import pymysql
+import pytest
 
 from combined.connectors.mariadb._connect import Settings
 from combined.engine import Engine
+from combined.errors import ConfigError
 
 PROJECT = """\
 version: 1
@@ -75,5 +78,79 @@ def test_a_mariadb_time_cast_to_text_is_captured_as_text(
             {"id": 1, "dur": "26:03:04"},
             {"id": 2, "dur": None},
         ]
+    finally:
+        engine.close()
+
+
+def _project(
+    tmp_path: Path, connector: str, dsn: str, casts: dict[str, str], relation: str
+) -> Engine:
+    project = PROJECT.format(connector=connector, dsn=dsn, column="", relation=relation)
+    project = project.replace('casts: {"": "text"}', f"casts: {json.dumps(casts)}")
+    (tmp_path / "combined.yaml").write_text(project)
+    return Engine.open(tmp_path / "combined.yaml")
+
+
+def test_a_cast_names_a_column_whose_name_holds_a_dot_quoted(
+    tmp_path: Path, pg_database: str
+) -> None:
+    """A range column named "a.b": the key "public.spans.a.b" was cut at the
+    column's own dot, the cast filed under a relation "public.spans.a" and
+    silently unused, and the refusal's hint said to declare that same key."""
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute('CREATE TABLE spans (id int PRIMARY KEY, "a.b" int4range, "x""y" interval)')
+        conn.execute("INSERT INTO spans VALUES (1, '[1,5)', '1 day'), (2, NULL, NULL)")
+    casts = {"public.spans.a.b": "text", 'public.spans."x""y"': "text"}
+    engine = _project(tmp_path, "postgres", pg_database, casts, "public.spans")
+    try:
+        with pytest.raises(ConfigError) as info:
+            engine.capture()
+        assert info.value.hint is not None
+        assert 'declare casts: {"public.spans.\\"a.b\\"": "text"}' in info.value.hint
+    finally:
+        engine.close()
+    casts = {'public.spans."a.b"': "text", 'public.spans."x""y"': "text"}
+    engine = _project(tmp_path, "postgres", pg_database, casts, "public.spans")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        rows = engine.sql('SELECT id, "a.b", "x""y" FROM db.spans ORDER BY id').to_pylist()
+        assert rows == [
+            {"id": 1, "a.b": "[1,5)", 'x"y': "1 day"},
+            {"id": 2, "a.b": None, 'x"y': None},
+        ]
+    finally:
+        engine.close()
+
+
+def test_a_mariadb_cast_names_a_column_whose_name_holds_a_dot_in_backticks(
+    tmp_path: Path, mariadb_database: str
+) -> None:
+    """The MariaDB form of the above: a POINT column named `a.b`; its refusal was a
+    needs_review Run that `combined check` had passed, now an error before any Run."""
+    kwargs = Settings.from_config({"dsn": mariadb_database}).connect_kwargs()
+    kwargs.pop("conv")
+    kwargs.pop("cursorclass")
+    with pymysql.connect(**kwargs) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE pts (id INT PRIMARY KEY, `a.b` POINT)")
+        cur.execute("INSERT INTO pts VALUES (1, POINT(1, 2)), (2, NULL)")
+        conn.commit()
+    engine = _project(tmp_path, "mariadb", mariadb_database, {"pts.a.b": "text"}, "pts")
+    try:
+        # Refused before any Run (a needs_review Run, which `check` passed).
+        with pytest.raises(ConfigError) as info:
+            engine.capture()
+        assert 'declare casts: {"pts.`a.b`": "text"}' in (info.value.hint or "")
+        with pytest.raises(ConfigError, match="has type point"):
+            engine.check("db")
+        assert engine.runs() == []
+    finally:
+        engine.close()
+    engine = _project(tmp_path, "mariadb", mariadb_database, {"pts.`a.b`": "text"}, "pts")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        rows = engine.sql('SELECT id, "a.b" FROM db.spans ORDER BY id').to_pylist()
+        assert rows == [{"id": 1, "a.b": "POINT(1 2)"}, {"id": 2, "a.b": None}]
     finally:
         engine.close()

@@ -117,6 +117,43 @@ def test_follow_publishes_each_iteration(project: tuple[Path, str, str], tools) 
     assert _lake(root) == _source(dsn)
 
 
+def test_setup_of_a_relation_whose_names_need_quotes_captures_and_streams(
+    tmp_path: Path, cdc_db, tools
+) -> None:
+    """A table `it.ems "q"` in schema `Sch.em "a"`: setup created the publication,
+    then its first capture added the table again ("relation ... is already member
+    of publication"), and so did every capture after it: the publication's tables
+    were compared as unquoted text with the configuration's quoted names."""
+    schema, table = 'Sch.em "a"', 'it.ems "q" ' + "x" * 52  # 63 characters
+    assert len(table) == 63
+    name = sql.Identifier(schema, table)
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, qty int, note text)").format(name)
+        )
+        conn.execute(
+            sql.SQL("INSERT INTO {} SELECT g, g, 'n' FROM generate_series(1, 50) g").format(name)
+        )
+    quoted = '"' + schema.replace('"', '""') + '"."' + table.replace('"', '""') + '"'
+    relation = quoted.replace("\\", "\\\\").replace('"', '\\"')
+    project = PROJECT.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix)
+    (tmp_path / "combined.yaml").write_text(project.replace("public.items", f'"{relation}"'))
+    cdc_db.slot(quoted)
+    setup = tools.cli(tmp_path, "cdc", "setup", "pg")
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("UPDATE {} SET qty = -qty WHERE id % 3 = 0").format(name))
+        conn.execute(sql.SQL("DELETE FROM {} WHERE id > 45").format(name))
+    again = tools.cli(tmp_path, "capture")
+    assert again.returncode == 0, again.stdout + again.stderr
+    with psycopg.connect(cdc_db.dsn) as conn:
+        source = list(
+            conn.execute(sql.SQL("SELECT id, qty, note FROM {} ORDER BY id").format(name))
+        )
+    assert len(source) == 45 and _lake(tmp_path) == source
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "boundary", ["after_staging", "during_commit", "after_commit", "after_projection"]

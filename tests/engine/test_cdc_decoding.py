@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import psycopg
+import pyarrow as pa
 import pytest
 from psycopg.rows import dict_row
 
@@ -191,5 +192,61 @@ def test_key_changes_inside_partitions_land_as_the_source_holds_them(
         lake = [tuple(r.values()) for r in engine.sql(query.format("pg.parts")).to_pylist()]
         with psycopg.connect(cdc_db.dsn) as conn:
             assert lake == list(conn.execute(query.format("parts")))
+    finally:
+        engine.close()
+
+
+ARRAYS = """
+CREATE TABLE arrs (id int PRIMARY KEY, stamps timestamptz[], words text[], days date[]);
+"""
+ARRAY_ROWS = """
+INSERT INTO arrs SELECT g,
+  CASE g % 5 WHEN 0 THEN NULL WHEN 1 THEN '{}'
+    ELSE ARRAY[timestamptz '2024-06-30 22:00:00.5+02' + g * interval '1 s', NULL,
+               timestamptz '1999-12-31 23:59:59+00'] END,
+  CASE g % 4 WHEN 0 THEN ARRAY['', 'plain', NULL] WHEN 1 THEN '{}'
+    ELSE ARRAY['two words ' || g, 'tëxt', 'tab' || chr(9) || 'x'] END,
+  ARRAY[date '2000-02-29' + g]
+FROM generate_series({lo}, {hi}) g
+"""
+
+
+def test_arrays_of_quoted_elements_stream_split_by_arrow_as_the_source_holds_them(
+    tmp_path: Path, cdc_db
+) -> None:
+    # PostgreSQL quotes a timestamp element (its space) and a phrase: each
+    # such column was parsed value by value in Python, a timestamptz[] column
+    # streamed at 28 us a row against 7 for four timestamptz columns. An
+    # element quoted for a space alone is now split by Arrow like an unquoted one.
+    from combined.connectors.postgres._text import _plain_arrays
+
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute(ARRAYS)
+        conn.execute(ARRAY_ROWS.replace("{lo}", "1").replace("{hi}", "50"))
+    project = PROJECT.replace("mixed:", "arrs:").replace("public.mixed", "public.arrs")
+    (tmp_path / "combined.yaml").write_text(project.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix))
+    cdc_db.slot("public.arrs")
+    query = "SELECT id, stamps, words, days FROM {} ORDER BY id"
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        _capture(engine)
+        with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+            conn.execute(ARRAY_ROWS.replace("{lo}", "51").replace("{hi}", "400"))
+            conn.execute(
+                "UPDATE arrs SET words = ARRAY['a b', NULL], stamps = '{}' WHERE id % 3 = 0"
+            )
+            texts = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT stamps::text FROM arrs UNION ALL SELECT words::text FROM arrs"
+                )
+            ]
+        _capture(engine)
+        lake = [tuple(r.values()) for r in engine.sql(query.format("pg.arrs")).to_pylist()]
+        with psycopg.connect(cdc_db.dsn) as conn:
+            assert lake == list(conn.execute(query.format("arrs")))
+        assert len(lake) == 400
+        wire = pa.array([None if t is None else t.encode() for t in texts], pa.binary())
+        assert _plain_arrays(wire) is not None  # the stream's texts, split by Arrow
     finally:
         engine.close()

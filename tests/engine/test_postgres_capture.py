@@ -6,8 +6,10 @@ from decimal import Decimal
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from combined.engine import Engine
+from combined.errors import ConfigError
 
 PROJECT = """\
 version: 1
@@ -166,12 +168,13 @@ def test_a_column_without_an_arrow_type_is_captured_through_a_declared_cast(
     project.write_text(PROJECT.split("      events:")[0].format(dsn=pg_database))
     engine = Engine.open(project)
     try:
-        (run,) = engine.capture()
-        assert run.state == "needs_review"
-        # The hint is what to write, where to write it.
+        # Refused before any Run (test_preflight.py); the hint is what to write, where.
+        with pytest.raises(ConfigError) as info:
+            engine.capture()
         assert 'casts: {"public.orders.spot": "text"} in the source configuration' in (
-            run.error or ""
+            info.value.hint or ""
         )
+        assert engine.runs() == []
     finally:
         engine.close()
     text = PROJECT.split("      events:")[0].format(dsn=pg_database)

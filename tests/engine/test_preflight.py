@@ -100,6 +100,42 @@ def test_an_uncast_interval_column_is_refused_before_a_run(
     assert tools.cli(tmp_path, "capture").returncode == 0
 
 
+def test_a_range_or_composite_column_is_refused_before_a_run_and_leaves_no_slot(
+    tmp_path: Path, pg_database: str, tools
+) -> None:
+    """Reproduction: a `cdc` dataset over a table with an int4range column; the first
+    capture created the publication and the replication slot, then ended needs_review
+    on "no faithful arrow type for int4range", leaving both on the server (the slot
+    retaining WAL); `combined check` said ok. A snapshot dataset over a composite
+    column was the same needs_review Run that `check` had passed."""
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TYPE addr AS (street text, no int)")
+        conn.execute("CREATE TABLE rg (id int PRIMARY KEY, r int4range, a addr, n int)")
+        conn.execute("INSERT INTO rg VALUES (1, '[1,5)', ROW('main', 5), 1)")
+    _pg(tmp_path, pg_database, "      rg:\n        key: [id]\n        strategy: cdc")
+    _refused(tmp_path, tools, "capture", says="column 'r' of 'public.rg' has type int4range")
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        slots = conn.execute(
+            "SELECT slot_name FROM pg_replication_slots WHERE database = current_database()"
+        ).fetchall()
+        pubs = conn.execute("SELECT pubname FROM pg_publication").fetchall()
+    assert slots == [] and pubs == []
+    check = tools.cli(tmp_path, "check")
+    assert check.returncode == 2 and "leave it out" in " ".join(check.stdout.split())
+    _pg(tmp_path, pg_database, "      rg:\n        key: [id]\n        columns: [id, a, n]")
+    says = "column 'a' of 'public.rg' has type addr"
+    _refused(tmp_path, tools, "capture", says=says)
+    result = tools.cli(tmp_path, "check")
+    assert 'declare casts: {"public.rg.a": "text"}' in " ".join(result.stdout.split())
+    # Cast, the composite reads as its text.
+    _pg(
+        tmp_path,
+        pg_database + '\n      casts: {"public.rg.a": text}',
+        "      rg:\n        key: [id]\n        columns: [id, a, n]",
+    )
+    assert tools.cli(tmp_path, "capture").returncode == 0
+
+
 def test_a_backfill_of_a_mariadb_dataset_is_refused_before_a_run(
     tmp_path: Path, mariadb_database: str, tools
 ) -> None:

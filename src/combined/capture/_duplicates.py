@@ -162,6 +162,10 @@ class _Reduction(Protocol):
 
     def _prefixes_distinct(self) -> bool: ...
 
+    def _live_sql(self) -> str: ...
+
+    def _stream_duplicates(self, limit: int) -> list[tuple[str, int, list[int]]]: ...
+
     def duplicates(self, limit: int = 1000) -> list[tuple[str, int, list[int]]]: ...
 
 
@@ -192,7 +196,9 @@ class DuplicateChecks:
         """
         if self.sync_mode == "append":
             return []
-        if self.has_op or not self.full or self.same_as_current():
+        if self.has_op:
+            return self._stream_duplicates(limit)
+        if not self.full or self.same_as_current():
             return []  # (see same_as_current: an unchanged capture holds each id once)
         if self.by_fingerprints() is not None:
             return []  # (its checks found each id once)
@@ -209,6 +215,49 @@ class DuplicateChecks:
             "SELECT _cid, count(*), list(ord ORDER BY ord) "
             f"FROM {keys} WHERE hash(_cid) IN ({meet}) "
             f"GROUP BY _cid HAVING count(*) > 1 ORDER BY _cid LIMIT {int(limit)}"
+        ).fetchall()
+        return [(dg.digest_text(r[0]), int(r[1]), list(r[2])) for r in rows]
+
+    def _live_sql(self: _Reduction) -> str:
+        """SQL: each id a change stream inserts while a row of it is there, with its ordinals.
+
+        Counted in stream order from its lake row (none after a truncate): an
+        insert adds a row, a delete takes one; a key change is a delete of the
+        old id and an update of the new one. Only a key the source does not
+        keep unique (a nullable UNIQUE key's NULLs, a REPLICA IDENTITY FULL
+        table keyed on a column with repeats) inserts an id that is there:
+        the stream merged such rows into one lake row, the last change
+        winning, and a row was lost without a word. Only the ids inserted
+        while in the lake or inserted twice are counted in order.
+        """
+        keys = self._keys()
+        (cut,) = self.con.execute(
+            f"SELECT max(ord) FROM {keys} WHERE _cop = 'truncate'"
+        ).fetchall()[0]
+        after = "" if cut is None else f" AND ord > {int(cut)}"
+        changes = f"SELECT _cid, _cop, ord FROM {keys} WHERE _cop <> 'truncate'{after}"
+        inserted = f"SELECT _cid FROM ({changes}) WHERE _cop = 'insert'"
+        held = (
+            "SELECT _kid FROM cur WHERE false"
+            if cut is not None
+            else f"SELECT DISTINCT _kid FROM cur WHERE _kid IN ({inserted})"
+        )
+        return (
+            f"WITH k AS ({changes}), held AS ({held}), "
+            "c AS (SELECT _cid FROM k WHERE _cop = 'insert' GROUP BY _cid "
+            "HAVING count(*) > 1 OR _cid IN (SELECT _kid FROM held)), "
+            "r AS (SELECT _cid, _cop, ord, "
+            "CASE WHEN _cid IN (SELECT _kid FROM held) THEN 1 ELSE 0 END + "
+            "sum(CASE _cop WHEN 'insert' THEN 1 WHEN 'delete' THEN -1 ELSE 0 END) "
+            "OVER (PARTITION BY _cid ORDER BY ord) AS n FROM k WHERE _cid IN (SELECT _cid FROM c)) "
+            "SELECT _cid, max(n) AS n, list(ord ORDER BY ord) AS ords FROM r GROUP BY _cid "
+            "HAVING max(n) FILTER (WHERE _cop = 'insert') > 1"
+        )
+
+    def _stream_duplicates(self: _Reduction, limit: int) -> list[tuple[str, int, list[int]]]:
+        """Ids a change stream inserts while they are there (:meth:`_live_sql`), with ordinals."""
+        rows = self.con.execute(
+            f"SELECT _cid, n, ords FROM ({self._live_sql()}) ORDER BY _cid LIMIT {int(limit)}"
         ).fetchall()
         return [(dg.digest_text(r[0]), int(r[1]), list(r[2])) for r in rows]
 
@@ -231,7 +280,12 @@ class DuplicateChecks:
             for n in self.capture_schema.names
             if n not in (prov.ID, prov.PAYLOAD_HASH)
         )
+        repeated = (
+            f"SELECT _cid FROM ({self._live_sql()})"
+            if self.has_op
+            else "SELECT _cid FROM cap GROUP BY _cid HAVING count(*) > 1"
+        )
         return self.con.sql(
             f"SELECT {cols}, _cid AS _combined_id FROM cap WHERE _cid IN "
-            "(SELECT _cid FROM cap GROUP BY _cid HAVING count(*) > 1) ORDER BY _combined_ordinal"
+            f"({repeated}) ORDER BY _combined_ordinal"
         ).to_arrow_table()

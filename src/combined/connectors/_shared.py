@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -163,7 +164,9 @@ def casts_by_relation(value: Any, connector: str) -> dict[str, dict[str, str]]:
 
     The relation is everything before the last dot (``orders`` or
     ``sales.orders``), so ``{"sales.orders.total": "text"}`` gives
-    ``{"sales.orders": {"total": "text"}}``. Raises ConfigError for anything else.
+    ``{"sales.orders": {"total": "text"}}``; a column whose name holds a dot
+    is quoted (``sales.orders."unit.price"``, MariaDB's with backticks).
+    Raises ConfigError for anything else.
     """
     if value is None:
         return {}
@@ -171,14 +174,42 @@ def casts_by_relation(value: Any, connector: str) -> dict[str, dict[str, str]]:
     if not isinstance(value, Mapping):
         raise ConfigError(f"{connector} `casts` must map table.column to a type", hint=example)
     out: dict[str, dict[str, str]] = {}
+    quote = "`" if connector in ("mariadb", "mysql") else '"'
     for key, cast in value.items():
-        table, dot, column = str(key).rpartition(".")
+        table, dot, column = _split_cast_key(str(key), quote)
         if not dot or not table or not column or not isinstance(cast, str):
             raise ConfigError(
                 f"{connector} cast {key!r} must be written table.column: type", hint=example
             )
         out.setdefault(table, {})[column] = cast
     return out
+
+
+def _split_cast_key(key: str, quote: str) -> tuple[str, str, str]:
+    """``key`` as (relation, ".", column): the column after the last dot, or quoted.
+
+    A column name holding a dot was cut at its own dot and the cast silently
+    filed under a relation that does not exist.
+    """
+    at = key.find("." + quote)
+    while at >= 0:
+        rest = key[at + 1 :]
+        inner = rest[1:-1]
+        if len(rest) > 1 and rest.endswith(quote) and quote not in inner.replace(quote * 2, ""):
+            return key[:at], ".", inner.replace(quote * 2, quote)
+        at = key.find("." + quote, at + 1)
+    return key.rpartition(".")
+
+
+def cast_key(relation: str, column: str, quote: str = '"') -> str:
+    """The ``casts`` key of ``column`` of ``relation`` as a JSON string, for a hint.
+
+    A column holding a dot or starting with ``quote`` is quoted (``quote``
+    doubled inside), as :func:`casts_by_relation` reads it back.
+    """
+    if "." in column or column.startswith(quote):
+        column = quote + column.replace(quote, quote * 2) + quote
+    return json.dumps(f"{relation}.{column}", ensure_ascii=False)
 
 
 def split_qualified(text: str, quote: str, hint: str) -> list[str]:
@@ -545,6 +576,7 @@ __all__ = [
     "SessionRead",
     "SettingsSession",
     "Transaction",
+    "cast_key",
     "casts_by_relation",
     "check_lookback",
     "close_quietly",

@@ -61,6 +61,7 @@ import pyarrow as pa
 from combined.connectors._shared import (
     ControlTotals,
     SessionRead,
+    cast_key,
     check_lookback,
     final_state,
     keyset_pages,
@@ -363,8 +364,8 @@ class MariaDBExtraction(SessionRead[Session]):
             if p.arrow_type is None:
                 raise UnsupportedType(
                     f"column {p.name!r} of {rel.table!r} has type {p.source_type}: {p.reason}",
-                    hint=f'declare casts: {{"{rel.table}.{p.name}": "text"}} in the source '
-                    "configuration to read its text form",
+                    hint=f'declare casts: {{{cast_key(rel.table, p.name, "`")}: "text"}} in '
+                    "the source configuration to read its text form",
                     relation=rel.table,
                     column=p.name,
                     source_type=p.source_type,

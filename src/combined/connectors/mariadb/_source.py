@@ -7,6 +7,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from combined.connectors._shared import cast_key
 from combined.connectors.abc import (
     BaseExtraction,
     BaseSource,
@@ -122,6 +123,30 @@ class MariaDBSource(BaseSource):
             "query": "SELECT @@binlog_expire_logs_seconds, @@expire_logs_days",
         }
 
+    def preflight(self, requests: Sequence[ReadRequest]) -> None:
+        """Refuse, before any Run, a read selecting a column without an Arrow type.
+
+        A geometry column was a needs_review Run that `combined check` had passed.
+        """
+        session = Session(self.settings)
+        try:
+            for r in requests:
+                rel = catalog.find_relation(session, r.relation, self.settings.database)
+                cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
+                cdc = r.strategy == "cdc"
+                casts = {} if cdc else ReadOptions.of(r, self.settings).casts
+                for p in catalog.column_plans(cols, casts, rel.table):
+                    if p.arrow_type is None and (r.columns is None or p.name in r.columns):
+                        raise ConfigError(
+                            f"dataset {r.dataset!r}: column {p.name!r} of {rel.table!r} has "
+                            f"type {p.source_type}: {p.reason}",
+                            hint=_unsupported_hint(rel.table, p.name, cdc),
+                            dataset=r.dataset,
+                            column=p.name,
+                        )
+        finally:
+            session.close()
+
     def discover(self) -> Discovery:
         """Tables and views of the dsn's database with columns, keys and cursor evidence."""
         session = Session(self.settings)
@@ -228,6 +253,18 @@ class MariaDBSource(BaseSource):
             exts, self._extractions = list(self._extractions), weakref.WeakSet()
         for ext in exts:
             ext.finish("abort")
+
+
+def _unsupported_hint(table: str, column: str, cdc: bool) -> str:
+    if cdc:
+        return (
+            "change data capture reads each column as its own type: leave it out with the "
+            "dataset's `columns:`, or capture it with strategy snapshot or cursor and a cast"
+        )
+    return (
+        f'declare casts: {{{cast_key(table, column, "`")}: "text"}} in the source '
+        "configuration to read its text form (or leave it out with the dataset's `columns:`)"
+    )
 
 
 class MySQLSource(MariaDBSource):

@@ -54,6 +54,7 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from combined.connectors._shared import cast_key
 from combined.connectors.mariadb._connect import ZeroDates, quote_ident
 from combined.errors import ConfigError, SchemaMismatch
 
@@ -148,8 +149,8 @@ class ColumnPlan:
 
     def cast_hint(self, to: str = "read the text the server writes") -> str:
         """How to read the column as text instead: the source's ``casts`` entry naming it."""
-        name = f"{self.table}.{self.name}" if self.table else f"<table>.{self.name}"
-        return f'declare casts: {{"{name}": "text"}} in the source\'s config to {to}'
+        key = cast_key(self.table or "<table>", self.name, "`")
+        return f'declare casts: {{{key}: "text"}} in the source\'s config to {to}'
 
     @property
     def keyable(self) -> bool:

@@ -62,6 +62,7 @@ from combined.connectors._shared import (
     ControlTotals,
     KeysetAtom,
     SessionRead,
+    cast_key,
     check_lookback,
     final_state,
     keyset_pages,
@@ -481,7 +482,7 @@ class PostgresExtraction(SessionRead[Session]):
             if p.route == "unsupported":
                 raise UnsupportedType(
                     f"column {p.name!r} of {rel.name!r} has type {p.source_type}: {p.reason}",
-                    hint=f'declare casts: {{"{rel.name}.{p.name}": "text"}} in the source '
+                    hint=f'declare casts: {{{cast_key(rel.name, p.name)}: "text"}} in the source '
                     "configuration to read its text form",
                     relation=rel.name,
                     column=p.name,

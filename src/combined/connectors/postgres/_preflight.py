@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from combined.connectors._shared import cast_key
 from combined.connectors.postgres._types import ColumnPlan
 from combined.errors import ConfigError
 
@@ -32,13 +33,41 @@ def refuse_intervals(dataset: str, relation: str, plans: Sequence[ColumnPlan], c
                 "with the dataset's `columns:`, or capture it with strategy snapshot or "
                 "cursor and a cast"
                 if cdc
-                else f'declare casts: {{"{relation}.{p.name}": "text"}} in the source '
+                else f'declare casts: {{{cast_key(relation, p.name)}: "text"}} in the source '
                 "configuration (or leave it out with the dataset's `columns:`)"
             )
             raise ConfigError(
                 f"dataset {dataset!r}: column {p.name!r} of {relation!r} has type "
                 f"{p.source_type}, which Combined cannot read as itself (its Arrow type, "
                 f"{p.arrow_type}, has no canonical identity encoding)",
+                hint=fix,
+                dataset=dataset,
+                column=p.name,
+                source_type=p.source_type,
+            )
+
+
+def refuse_unsupported(dataset: str, relation: str, plans: Sequence[ColumnPlan], cdc: bool) -> None:
+    """Refuse a read selecting a column whose type has no Arrow type (a range, a composite).
+
+    The read refused it only once the Run had started: a needs_review Run
+    that `combined check` had passed, and for ``cdc`` after the publication
+    and the replication slot were created, left on the server retaining WAL.
+    """
+    for p in plans:
+        if p.route == "unsupported":
+            fix = (
+                "change data capture reads each column as its own type: leave it out "
+                "with the dataset's `columns:`, or capture it with strategy snapshot or "
+                "cursor and a cast"
+                if cdc
+                else f'declare casts: {{{cast_key(relation, p.name)}: "text"}} in the source '
+                "configuration to read its text form (or leave it out with the dataset's "
+                "`columns:`)"
+            )
+            raise ConfigError(
+                f"dataset {dataset!r}: column {p.name!r} of {relation!r} has type "
+                f"{p.source_type}: {p.reason}",
                 hint=fix,
                 dataset=dataset,
                 column=p.name,

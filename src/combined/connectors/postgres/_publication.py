@@ -139,7 +139,7 @@ def _add_missing_tables(
 ) -> None:
     """Add the ``wanted`` tables publication ``name`` lacks; refuse unless ``add_missing``."""
     have = _published_tables(conn, name)
-    missing = [t for t in wanted if t not in have]
+    missing = [t for t in wanted if _split(t) not in have]
     if missing and not add_missing:
         raise SourceError(
             f"publication {name!r} does not cover {', '.join(missing)}",
@@ -166,15 +166,17 @@ def _via_root_hint(name: str) -> str:
     return f"ALTER PUBLICATION {name} SET (publish_via_partition_root = false)"
 
 
-def _published_tables(conn: psycopg.Connection[Any], name: str) -> set[str]:
-    """``schema.table`` of every table publication ``name`` names or streams.
+def _published_tables(conn: psycopg.Connection[Any], name: str) -> set[tuple[str, str]]:
+    """(schema, table) of every table publication ``name`` names or streams.
 
     ``pg_publication_tables`` lists a partitioned table's partitions (with
     ``publish_via_partition_root`` off), not the table itself: the tables
-    the publication names are in ``pg_publication_rel``.
+    the publication names are in ``pg_publication_rel``. Pairs, not
+    ``schema.table`` text: a name holding a dot or a quote is quoted in the
+    configuration's text, and a table the publication had was added again.
     """
     return {
-        f"{s}.{t}"
+        (s, t)
         for s, t in conn.execute(
             "SELECT schemaname::text, tablename::text FROM pg_publication_tables "
             "WHERE pubname = %s UNION SELECT n.nspname::text, c.relname::text "
@@ -268,7 +270,7 @@ def require_published(settings: Settings, name: str, table: str) -> None:
             "FROM pg_publication p WHERE p.pubname = %s",
             (schema, relation, name),
         ).fetchone()
-        covered = row is not None and f"{schema}.{relation}" in _published_tables(conn, name)
+        covered = row is not None and (schema, relation) in _published_tables(conn, name)
     if row is None:
         raise SourceError(
             f"publication {name!r} of the captured table {table!r} does not exist: "

@@ -23,7 +23,7 @@ from combined.connectors.postgres import _catalog as catalog
 from combined.connectors.postgres._connect import Session, Settings
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
 from combined.connectors.postgres._partition import PartitionPlan, check_open, create_plan
-from combined.connectors.postgres._preflight import refuse_intervals
+from combined.connectors.postgres._preflight import refuse_intervals, refuse_unsupported
 from combined.connectors.postgres._tls import cleartext_password_warning
 from combined.errors import ConfigError
 from combined.protocol import utcnow
@@ -121,7 +121,8 @@ class PostgresSource(BaseSource):
             session.close()
 
     def preflight(self, requests: Sequence[ReadRequest]) -> None:
-        """Refuse, before any Run, a read the catalog shows cannot succeed (an uncast interval)."""
+        """Refuse, before any Run, a read the catalog shows cannot succeed (an uncast interval,
+        a range or composite column)."""
         session = Session(self.settings)
         try:
             for r in requests:
@@ -133,6 +134,7 @@ class PostgresSource(BaseSource):
                 plans = catalog.column_plans(cols, types, casts)
                 chosen = [p for p in plans if r.columns is None or p.name in r.columns]
                 refuse_intervals(r.dataset, rel.name, chosen, cdc)
+                refuse_unsupported(r.dataset, rel.name, chosen, cdc)
         finally:
             session.close()
 

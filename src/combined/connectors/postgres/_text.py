@@ -113,6 +113,8 @@ def text_to_arrow(
         if pa.types.is_time(type_):
             stamped = pc.binary_join_element_wise("1970-01-01 ", text, "")
             return stamped.cast(pa.timestamp("us")).cast(pa.int64()).cast(type_)
+        if pa.types.is_timestamp(type_) or pa.types.is_date(type_):
+            return _datetimes(text, type_)
         return text.cast(type_)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
         raise SchemaMismatch(
@@ -122,6 +124,57 @@ def text_to_arrow(
             column=column,
             detail=str(exc)[:200],
         ) from None
+
+
+_DATETIME = re.compile(
+    r"^(\d+)-(\d\d)-(\d\d)(?: (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?)?"
+    r"(?:([+-])(\d\d)(?::(\d\d))?(?::(\d\d))?)?( BC)?$"
+)
+
+
+def _datetimes(text: pa.Array, type_: pa.DataType) -> pa.Array:
+    """Dates and timestamps as Arrow casts them, and those it cannot parse in Python.
+
+    Arrow's cast takes neither a year before 1 (``0044-03-15 BC``) nor one
+    past 9999, which PostgreSQL writes so and the snapshot reads (binary):
+    the stream stopped on a value the snapshot of the same table had landed.
+    """
+    far = pc.fill_null(pc.match_substring_regex(text, r" BC$|^\d{5}"), False)
+    if not pc.any(far).as_py():
+        return text.cast(type_)
+    near = pc.if_else(far, pa.scalar(None, pa.string()), text).cast(type_)
+    values = [
+        _far_datetime(v, type_) if f else None
+        for v, f in zip(text.to_pylist(), far.to_pylist(), strict=True)
+    ]
+    date = pa.types.is_date(type_)
+    ints = pa.array(values, pa.int32() if date else pa.int64())
+    far_values = ints.cast(pa.date32() if date else pa.timestamp("us", tz=type_.tz))
+    return pc.if_else(far, far_values.cast(type_), near)
+
+
+def _far_datetime(text: str, type_: pa.DataType) -> int:
+    """Days (a date) or microseconds (a timestamp) since 1970 of PostgreSQL's ISO text."""
+    m = _DATETIME.match(text)
+    if m is None:
+        raise ValueError(f"not an iso date or timestamp: {text[:40]!r}")
+    year, month, day, hour, minute, sec, frac, sign, oh, om, os_, bc = m.groups()
+    days = _days_from_civil(1 - int(year) if bc else int(year), int(month), int(day))
+    if pa.types.is_date(type_):
+        return days
+    offset = int(oh or 0) * 3600 + int(om or 0) * 60 + int(os_ or 0)
+    seconds = days * 86400 + int(hour or 0) * 3600 + int(minute or 0) * 60 + int(sec or 0)
+    seconds -= -offset if sign == "-" else offset
+    return seconds * 1_000_000 + int((frac or "").ljust(6, "0"))
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (astronomical year: 0 is 1 BC)."""
+    year -= month <= 2
+    era = year // 400
+    yoe = year - era * 400
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    return era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
 
 
 _INTERVAL = re.compile(
@@ -158,22 +211,33 @@ def _arrays(values: pa.Array, type_: pa.ListType, column: str) -> pa.Array:
     return pa.ListArray.from_arrays(offsets, converted, type=type_, mask=values.is_null())
 
 
+# A quoted array element whose text needs no unescaping: no quote, backslash,
+# comma or brace inside (a pair never spans a separator, which is a comma).
+_SIMPLY_QUOTED = r'"([^"\\,{}]*)"'
+
+
 def _plain_arrays(values: pa.Array) -> tuple[pa.Array, pa.Array] | None:
-    """(offsets, elements) of array literals without quotes, bounds or nesting; else None.
+    """(offsets, elements) of array literals without bounds, nesting or escapes; else None.
 
     PostgreSQL quotes an element holding a comma, a brace, a quote, a
     backslash, white space or the text NULL, and writes an empty array as
     ``{}``: without a quote, the elements are the text between the commas,
-    and ``NULL`` is a null element.
+    and ``NULL`` is a null element. A quoted element without a comma, brace
+    or backslash (a timestamp's or a phrase's space) is its text unquoted;
+    the quoted text ``"NULL"`` and every other quoted element go the slow way
+    (a ``timestamptz[]`` column streamed 4x slower per row than four
+    ``timestamptz`` columns, each of its values parsed in Python).
     """
     text = values.cast(pa.string())
     shaped = pc.and_(pc.starts_with(text, "{"), pc.ends_with(text, "}"))
-    inner = pc.utf8_slice_codeunits(text, 1, -1)
+    quoted = pc.utf8_slice_codeunits(text, 1, -1)
+    inner = pc.replace_substring_regex(quoted, _SIMPLY_QUOTED, r"\1")
     odd = pc.or_(pc.match_substring(inner, '"'), pc.match_substring_regex(inner, "[{}]"))
+    odd = pc.or_(odd, pc.match_substring(quoted, '"NULL"'))
     if pc.all(pc.and_(shaped, pc.invert(odd))).as_py() is False:
         return None
     parts = pc.split_pattern(inner, ",")
-    empty = np.asarray(pc.fill_null(pc.equal(inner, ""), True), dtype=bool)
+    empty = np.asarray(pc.fill_null(pc.equal(quoted, ""), True), dtype=bool)
     lengths = np.asarray(pc.fill_null(pc.list_value_length(parts), 0), dtype=np.int64)
     lengths[empty] = 0
     offsets = np.zeros(len(lengths) + 1, np.int32)

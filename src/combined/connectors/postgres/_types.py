@@ -67,6 +67,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import sql
 
+from combined.connectors._shared import cast_key
 from combined.errors import ConfigError, SchemaMismatch
 
 BOOL, BYTEA, CHAR, NAME, INT8, INT2, INT4, TEXT, OID = 16, 17, 18, 19, 20, 21, 23, 25, 26
@@ -379,7 +380,7 @@ class Layout:
 
 def _cast_hint(plan: ColumnPlan, relation: str) -> str:
     """The source option reading ``plan``'s column as text (``casts`` keys name the table)."""
-    return f'declare casts: {{"{relation}.{plan.name}": "text"}} to keep the text form'
+    return f'declare casts: {{{cast_key(relation, plan.name)}: "text"}} to keep the text form'
 
 
 def _convert(arr: pa.Array, plan: ColumnPlan, relation: str) -> pa.Array:
