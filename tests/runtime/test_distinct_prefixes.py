@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -67,6 +68,49 @@ def test_the_ids_are_read_once_however_many_buckets_they_are_sorted_in(
     assert distinct_prefixes(parts, spill)
     assert sum(reads) == 12_000
     assert list(spill.iterdir()) == []  # (its bucket files are gone)
+
+
+class _Passes(np.ndarray):
+    """Prefixes that count the element-wise operations (ufuncs) run over them."""
+
+    calls: list[str] = []
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        _Passes.calls.append(ufunc.__name__)
+        plain = [x.view(np.ndarray) if isinstance(x, _Passes) else x for x in inputs]
+        result = getattr(ufunc, method)(*plain, **kwargs)
+        return result.view(_Passes) if isinstance(result, np.ndarray) else result
+
+
+def test_spreading_the_ids_to_buckets_passes_over_each_batch_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 16 buckets: a mask a bucket compared every batch's prefixes 16 times
+    # over (the passes growing with the rows, as the buckets do); a radix
+    # sort of the bucket numbers splits a batch in one pass.
+    monkeypatch.setattr(_duplicates, "PREFIX_PASS_BYTES", 8_000)
+    batches: list[int] = []
+    first_words = _duplicates._first_words
+
+    def counted(ids: pa.Array) -> np.ndarray | None:
+        words = first_words(ids)
+        batches.append(len(ids))
+        return None if words is None else words.view(_Passes)
+
+    monkeypatch.setattr(_duplicates, "_first_words", counted)
+    monkeypatch.setattr(_Passes, "calls", [])
+    ids = digests(12_000, seed=4)
+    parts = [
+        part(tmp_path / "a.arrow", ids.slice(0, 5000)),
+        part(tmp_path / "b.arrow", ids.slice(5000)),
+    ]
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    assert distinct_prefixes(parts, spill)
+    assert len(batches) == 12 and len(_Passes.calls) <= 2 * len(batches), _Passes.calls
+    # ... and the buckets still meet a repeated id.
+    again = part(tmp_path / "c.arrow", pa.concat_arrays([digests(50, 5), ids.slice(11_999, 1)]))
+    assert not distinct_prefixes([*parts, again], spill)
 
 
 def test_ids_sharing_only_their_first_64_bits_go_to_the_exact_check(tmp_path: Path) -> None:

@@ -107,6 +107,45 @@ def prints(ids: pa.Array, hashes: pa.Array) -> Prints | None:
     return Prints(i[:, 0] ^ (h[:, 0] * _K1), i[:, 1] ^ (h[:, 1] * _K2), i[:, 0])
 
 
+#: The murmur3 finalizer's multipliers: it mixes a 64-bit word bijectively and
+#: non-linearly, so the xor of mixed terms is no function of the xors of their parts.
+_M1 = np.uint64(0xFF51AFD7ED558CCD)
+_M2 = np.uint64(0xC4CEB9FE1A85EC53)
+_S = np.uint64(33)
+
+
+def _mixed(x: Words) -> Words:
+    """Each of ``x`` mixed (murmur3's fmix64); ``x`` is overwritten."""
+    x ^= x >> _S
+    x *= _M1
+    x ^= x >> _S
+    x *= _M2
+    x ^= x >> _S
+    return x
+
+
+def pair_folds(batches: Iterable[tuple[pa.Array, pa.Array]]) -> tuple[int, int, int] | None:
+    """The pairs of ``batches``' (id, payload hash) digests: how many, and two 64-bit folds.
+
+    The folds xor one term a pair each, a mix of the id's and the hash's
+    words (the first words for one fold, the second for the other): a
+    128-bit digest of the set of pairs that no reordering changes, and that
+    two different sets (a payload moved to another id, a row repeated in
+    place of another) share with a chance of ~2^-128. Read from the
+    digests' words in place, without the text DuckDB's ``hash(id || hash)``
+    concatenates for each row. None where a digest is null or not 16 bytes.
+    """
+    rows, a, b = 0, 0, 0
+    for ids, hashes in batches:
+        i, h = digest_words(ids), digest_words(hashes)
+        if i is None or h is None:
+            return None
+        rows += len(i)
+        a ^= _xor(_mixed(i[:, 0] ^ (h[:, 0] * _K1)))
+        b ^= _xor(_mixed(h[:, 1] ^ (i[:, 1] * _K2)))
+    return rows, a, b
+
+
 def _xor(words: Words) -> int:
     """The xor of ``words`` (0 for none)."""
     return int(np.bitwise_xor.reduce(words)) if len(words) else 0

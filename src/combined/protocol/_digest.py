@@ -65,10 +65,14 @@ def pair_term_sql(first: str, second: str, digest: Digest, extra: str = "''") ->
     always did: a table's running content digest continues across
     versions of the code). v2 hashes the two digests' 32 bytes followed by
     ``extra``'s bytes: one md5 block, where the hex text took two.
+    An empty ``extra`` (every sync mode but ``append``) is left out: the same
+    bytes, without a concatenation a row (a tenth of the term's CPU).
     """
     if digest == HEX:
-        return f"md5_number({first} || '|' || {second} || {extra})"
-    return f"md5_number({first} || {second} || CAST({extra} AS BLOB))"
+        tail = "" if extra == "''" else f" || {extra}"
+        return f"md5_number({first} || '|' || {second}{tail})"
+    tail = "" if extra == "''" else f" || CAST({extra} AS BLOB)"
+    return f"md5_number({first} || {second}{tail})"
 
 
 def empty_sql(digest: Digest) -> str:
