@@ -100,6 +100,8 @@ from combined.protocol import (
 _ROW_TAGS = frozenset((b"I", b"U", b"D"))
 #: At most this many row changes already received are fed at once.
 _ROWS_AT_ONCE = 4096
+#: ... and row changes are gathered, across reads, up to this many bytes.
+_GATHERED_BYTES = 4 * 2**20
 
 __all__ = [
     "CHANGE_COLUMNS",
@@ -262,8 +264,11 @@ class CdcExtraction(BaseExtraction):
         self.authority.acquire()
         asm, stream, pace = self._open()
         decoder = PgoutputDecoder()
+        rows = _Gathered()
         while True:
             now = time.monotonic()
+            if rows.held and not asm.in_transaction:  # (a row outside a transaction fails)
+                yield from self._emit(rows.feed(asm))
             if not asm.in_transaction and self._at_end(asm, stream, pace, now):
                 break
             with self._lock:
@@ -276,14 +281,15 @@ class CdcExtraction(BaseExtraction):
             data = got[0]
             if data[:1] in _ROW_TAGS and not decoder.in_stream:
                 # Nearly every message: kept as bytes, parsed a batch at a time;
-                # the row changes already received are taken along in one call.
+                # the row changes already received are taken along in one call,
+                # and fed once many are gathered (see _Gathered).
                 with self._lock:
-                    rows = stream.read_rows(_ROWS_AT_ONCE)
-                rows.insert(0, data)
-                ready = asm.feed_rows(rows)
-                if ready:
-                    yield from self._emit(ready)
+                    more = stream.read_rows(_ROWS_AT_ONCE)
+                if rows.add(data, more):
+                    yield from self._emit(rows.feed(asm))
                 continue
+            if rows.held:  # every other message follows the rows before it
+                yield from self._emit(rows.feed(asm))
             msg = decoder.decode(data)
             if isinstance(msg, Begin) and self._begins_after_end(asm, msg, pace):
                 break
@@ -556,6 +562,47 @@ class CdcExtraction(BaseExtraction):
             if stream is not None:
                 stream.close()
         return ()
+
+
+class _Gathered:
+    """Row changes received and not yet fed to the assembler, in order.
+
+    A walsender sends each change as it decodes it: a reader that caught up
+    with it reads a few changes a time (often one: the next one's bytes are
+    still on their way), and every feed costs the same numpy rounds however
+    few rows it takes (~35 us; 8,000-28,000 feeds for 500,000 changes on 2
+    shared cores, 0.3-1.0 CPU-s). The rows of an open transaction are
+    gathered across reads instead, and fed once ``_ROWS_AT_ONCE`` rows or
+    ``_GATHERED_BYTES`` bytes are held, or before any other message (a
+    commit among them) is handled. Nothing waits for them: rows an idle
+    stream holds are those of a transaction still open, which no state
+    covers until its commit arrives.
+    """
+
+    def __init__(self) -> None:
+        self.rows: list[bytes] = []
+        self.bytes = 0
+        #: How many feeds took them (what a test counts).
+        self.feeds = 0
+
+    @property
+    def held(self) -> bool:
+        """Whether rows wait to be fed."""
+        return bool(self.rows)
+
+    def add(self, first: bytes, more: list[bytes]) -> bool:
+        """Hold ``first`` and ``more``; whether enough are held to feed them."""
+        rows = self.rows
+        rows.append(first)
+        rows += more
+        self.bytes += len(first) + sum(map(len, more))
+        return len(rows) >= _ROWS_AT_ONCE or self.bytes >= _GATHERED_BYTES
+
+    def feed(self, asm: _Assembler) -> list[Message]:
+        """Feed the held rows to ``asm`` in one call; what it hands over."""
+        rows, self.rows, self.bytes = self.rows, [], 0
+        self.feeds += 1
+        return asm.feed_rows(rows)
 
 
 def _lsn(value: int | str) -> int:

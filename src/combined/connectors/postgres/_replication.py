@@ -20,6 +20,10 @@ A slot that is missing or whose WAL was removed raises :class:`SlotLost`:
 the changes in between are gone, and only a new slot plus a new snapshot
 (``combined cdc teardown`` then ``setup``) can close the gap.
 
+psycopg2 loads only where a slot is created: a capture that streams from its
+slot never imports it (its import cost ~80 ms of CPU: a third copy of libpq
+and of OpenSSL in the process).
+
 Every connection, the replication ones included, is opened from the
 source's :class:`~combined.connectors.postgres._connect.Settings`: the same
 connection string, password, ``connect_timeout`` and ``application_name``
@@ -38,10 +42,6 @@ from types import TracebackType
 from typing import Any
 
 import psycopg
-import psycopg2
-import psycopg2.errorcodes
-import psycopg2.extensions
-import psycopg2.extras
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
@@ -161,6 +161,10 @@ class SlotStatus:
         return out
 
 
+#: SQLSTATEs (psycopg2.errorcodes' DUPLICATE_OBJECT and OBJECT_IN_USE).
+_DUPLICATE_OBJECT, _OBJECT_IN_USE = "42710", "55006"
+
+
 def _check_slot_name(slot: str) -> None:
     if not _SLOT_NAME.match(slot):
         raise ConfigError(
@@ -171,7 +175,7 @@ def _check_slot_name(slot: str) -> None:
 
 def _options(dsn: str) -> str:
     """The ``options`` connection parameter: the DSN's own plus the session settings."""
-    own = psycopg2.extensions.parse_dsn(dsn).get("options", "")
+    own = conninfo_to_dict(dsn).get("options", "")
     settings = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
     return f"{own} {settings}".strip()
 
@@ -265,6 +269,9 @@ def _statement_failure(
 
 
 def _replication_connect(settings: Settings) -> Any:
+    import psycopg2
+    import psycopg2.extras
+
     try:
         return psycopg2.connect(
             settings.conninfo(),
@@ -360,6 +367,8 @@ def create_slot(settings: Settings, slot: str) -> SlotHandle:
     retains WAL (``restart_lsn`` set, ``wal_status`` not lost): no snapshot
     may be read before that. A slot that does not retain WAL is dropped again.
     """
+    import psycopg2
+
     _check_slot_name(slot)
     with _control(settings, "create a replication slot") as conn:
         _check_wal_level(conn)
@@ -376,7 +385,7 @@ def create_slot(settings: Settings, slot: str) -> SlotHandle:
         _, consistent_point, snapshot_name, _ = cur.fetchone()
     except psycopg2.Error as exc:
         rconn.close()
-        if getattr(exc, "pgcode", None) == psycopg2.errorcodes.DUPLICATE_OBJECT:
+        if getattr(exc, "pgcode", None) == _DUPLICATE_OBJECT:
             raise SourceError(
                 f"replication slot {slot!r} already exists",
                 hint="`combined cdc status` shows it; teardown drops it",
@@ -749,7 +758,7 @@ class ReplicationStream:
                     hint=RECOVER_HINT,
                     publication=self.publication,
                 )
-        if sqlstate_of(exc) == psycopg2.errorcodes.OBJECT_IN_USE:
+        if sqlstate_of(exc) == _OBJECT_IN_USE:
             return SourceUnavailable(
                 f"replication slot {self.slot!r} is in use by another process",
                 hint="another capture streams from this slot; the run is retried",
