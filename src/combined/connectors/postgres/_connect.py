@@ -246,6 +246,41 @@ def connect_failure(detail: str) -> CombinedError:
     )
 
 
+#: The server's wordings of its replication limits reached, and what lifts each.
+_LIMITS = (
+    (
+        "all replication slots are in use",
+        "every one of the server's max_replication_slots is taken: drop the slots no "
+        "longer used (SELECT slot_name, active FROM pg_replication_slots; then "
+        "SELECT pg_drop_replication_slot('NAME'); `combined cdc teardown` drops a "
+        "dataset's), or raise max_replication_slots (ALTER SYSTEM SET "
+        "max_replication_slots = N; it takes a server restart), then capture again",
+    ),
+    (
+        "number of requested standby connections exceeds max_wal_senders",
+        "every one of the server's max_wal_senders streams is in use (SELECT * FROM "
+        "pg_stat_replication shows them): stop a consumer no longer needed, or raise "
+        "max_wal_senders (ALTER SYSTEM SET max_wal_senders = N; it takes a server "
+        "restart), then capture again",
+    ),
+)
+
+
+def replication_limit(lines: list[str]) -> CombinedError | None:
+    """The error of a replication limit the server reached, with what lifts it; else None.
+
+    Not retried: another attempt meets the same limit until a person lifts it
+    (it said "check that the server is reachable", which it was).
+    """
+    for line in lines:
+        for wording, hint in _LIMITS:
+            if wording in line.lower():
+                return SourceError(
+                    f"postgresql refused a replication stream: {line}", hint=hint, detail=line
+                )
+    return None
+
+
 def query_error(exc: BaseException, settings: Settings, doing: str) -> CombinedError:
     """Classify a failure while ``doing`` something on an open session."""
     detail = detail_of(exc, settings)

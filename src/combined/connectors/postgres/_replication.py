@@ -52,6 +52,7 @@ from combined.connectors.postgres._connect import (
     detail_lines,
     detail_of,
     query_error,
+    replication_limit,
     sqlstate_of,
 )
 from combined.connectors.postgres._pgoutput import array_type_of, lsn_to_text, text_to_lsn
@@ -213,6 +214,9 @@ def _classify(
                 "or capture with a role that has it",
                 detail=line,
             )
+    limit = replication_limit(lines)
+    if limit is not None:
+        return limit
     if connecting:
         classified = (connect_failure(line) for line in lines)
         terminal = next((e for e in classified if not e.transient), None)
