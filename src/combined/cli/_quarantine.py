@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from combined.cli import ProjectOpt, _red, _session, _when, console, quarantine_app
+from combined.cli import ProjectOpt, _cell, _red, _session, _when, console, quarantine_app
 from combined.cli._output import FormatOpt, check_format, emit_records, print_table, table
 
 _FIELDS = (
@@ -91,7 +91,7 @@ def quarantine_show(
     console.print(f"  file {q['path']}")
     t = table(*records.column_names)
     for row in records.to_pylist():
-        t.add_row(*("null" if v is None else str(v) for v in row.values()))
+        t.add_row(*("null" if v is None else _cell(v) for v in row.values()))  # bytes as hex
     print_table(t)
     if records.num_rows < q["record_count"]:
         console.print(f"first {records.num_rows} of {q['record_count']} records (--limit 0: all)")
