@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import socket
 import threading
 import time
@@ -131,6 +132,8 @@ def test_each_alert_is_raised_once_and_sent_signed(
         later = utcnow() + timedelta(hours=2)
         (note,) = engine.check_alerts(slots=False, now=later)
         assert "shop.orders is stale" in note
+        # the age in whole seconds, as the target is given (not "2h0.31536s")
+        assert re.search(r"data is 2h(\d+s)? old, past its freshness target of 1h$", note), note
         assert engine.check_alerts(slots=False, now=later + timedelta(minutes=5)) == []
         (fresh,) = _events(engine, "alert.freshness")
         assert fresh.body["target_s"] == 3600 and fresh.body["age_s"] >= 7200

@@ -71,9 +71,11 @@ def test_setup_status_teardown_and_resnapshot(project: tuple[Path, str, str], to
     assert slot_status(Settings(dsn), slot).exists
     assert _lake(root) == _source(dsn)
 
-    status = tools.cli(root, "cdc", "status", "pg", env={"COLUMNS": "250"})
+    # a pipe gets the table at its full width, whatever the terminal's: no id cut
+    status = tools.cli(root, "cdc", "status", "pg", env={"COLUMNS": "80"})
     assert status.returncode == 0, status.stderr
     assert "pg.items" in status.stdout and slot in status.stdout
+    assert "…" not in status.stdout, status.stdout
 
     refused = tools.cli(root, "cdc", "teardown", "pg")  # no tty, no --yes: nothing dropped
     assert refused.returncode == 1 and "nothing dropped" in refused.stderr

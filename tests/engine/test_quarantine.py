@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -192,6 +193,8 @@ def test_the_cli_lists_shows_and_decides(tmp_path: Path, tools: Any) -> None:
     shown = cli("quarantine", "show", qid, "--limit", "2")
     assert shown.returncode == 0, shown.stderr
     assert "first 2 of 4 records" in shown.stdout and "awaiting a decision" in shown.stdout
+    # _combined_id as the 32 lowercase hex digits written everywhere, never b'...'
+    assert "b'" not in shown.stdout and re.search(r"\b[0-9a-f]{32}\b", shown.stdout), shown.stdout
     refused = cli("quarantine", "discard", qid, "--reason", " ", "--by", "ana")
     assert refused.returncode == 2 and "who took it and why" in refused.stderr
     assert Path(path).exists()

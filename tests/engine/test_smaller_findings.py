@@ -142,6 +142,11 @@ def test_an_as_of_before_a_dataset_existed_says_it_had_no_publication(
         assert "shop.orders is not in the published basis read" in said
         assert f"({first['id']}, published" in said and "had no publication at that time" in said
         assert "information_schema" not in said
+        # a misspelt name is told with the closest dataset of the basis
+        typo = tools.cli(tmp_path, "sql", "SELECT count(*) FROM shop.ordrs")
+        told = " ".join(typo.stderr.split())
+        assert typo.returncode == 2, typo.stderr
+        assert "hint: did you mean shop.orders? or query a later instant" in told, told
     finally:
         engine.close()
 

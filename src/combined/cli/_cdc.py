@@ -6,7 +6,6 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from combined.cli import (
     ProjectOpt,
@@ -21,6 +20,7 @@ from combined.cli import (
     console,
     err,
 )
+from combined.cli._output import print_table, table
 
 
 @cdc_app.command("setup")
@@ -58,7 +58,7 @@ def cdc_status(
     if rows and "slot" not in rows[0]:
         _binlog_status(rows)
         return
-    t = Table("dataset", "slot", "exists", "committed", "confirmed", "lag bytes", "lag s", "wal")
+    t = table("dataset", "slot", "exists", "committed", "confirmed", "lag bytes", "lag s", "wal")
     for r in rows:
         t.add_row(
             r["dataset"],
@@ -70,7 +70,7 @@ def cdc_status(
             str(r.get("lag_seconds") if r.get("lag_seconds") is not None else "-"),
             str(r.get("wal_status") or "-"),
         )
-    console.print(t)
+    print_table(t)
 
 
 def _binlog_status(rows: list[dict[str, Any]]) -> None:
@@ -79,7 +79,7 @@ def _binlog_status(rows: list[dict[str, Any]]) -> None:
     def text(value: Any) -> str:
         return "-" if value is None else str(value)
 
-    t = Table(
+    t = table(
         "dataset", "committed", "server at", "oldest binlog", "retention s", "may stay down s"
     )
     for r in rows:
@@ -93,7 +93,7 @@ def _binlog_status(rows: list[dict[str, Any]]) -> None:
             "kept for ever" if retention is None else str(retention),
             _red("0: take a new snapshot") if down == 0 else text(down),
         )
-    console.print(t)
+    print_table(t)
 
 
 @cdc_app.command("teardown")

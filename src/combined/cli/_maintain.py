@@ -7,9 +7,9 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from combined.cli import ProjectOpt, _session, app, console
+from combined.cli import ProjectOpt, _session, app
+from combined.cli._output import print_table, table
 
 
 @app.command()
@@ -30,7 +30,7 @@ def maintain(
     if as_json:
         sys.stdout.write(json.dumps(reports) + "\n")
         return
-    t = Table("dataset", "files compacted", "files vacuumed", "raw removed", "usage files")
+    t = table("dataset", "files compacted", "files vacuumed", "raw removed", "usage files")
     for r in reports:
         if "skipped" in r:
             t.add_row(r["dataset"], f"skipped: {r['skipped']}", "", "", "")
@@ -42,4 +42,4 @@ def maintain(
             str(r["raw_removed"]),
             f"{r['usage_compacted']} compacted, {r['usage_vacuumed']} vacuumed",
         )
-    console.print(t)
+    print_table(t)

@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
-from combined.cli import ProjectOpt, _red, _session, _when, console, quarantine_app
+from combined.cli import ProjectOpt, _cell, _red, _session, _when, console, quarantine_app
 from combined.cli._output import FormatOpt, check_format, emit_records, print_table, table
 
 _FIELDS = (
@@ -76,7 +75,7 @@ def quarantine_show(
 ) -> None:
     """One quarantine entry and its records."""
     with _session(project) as engine:
-        q, table = engine.quarantine_records(quarantine_id, limit)
+        q, records = engine.quarantine_records(quarantine_id, limit)
     console.print(
         f"quarantine {q['id']}  {q['source']}.{q['dataset']}  run {q['run_id']}  "
         f"{q['record_count']} records: {q['reason']}"
@@ -90,12 +89,12 @@ def quarantine_show(
         )
     )
     console.print(f"  file {q['path']}")
-    t = Table(*table.column_names)
-    for row in table.to_pylist():
-        t.add_row(*("null" if v is None else str(v) for v in row.values()))
-    console.print(t)
-    if table.num_rows < q["record_count"]:
-        console.print(f"first {table.num_rows} of {q['record_count']} records (--limit 0: all)")
+    t = table(*records.column_names)
+    for row in records.to_pylist():
+        t.add_row(*("null" if v is None else _cell(v) for v in row.values()))  # bytes as hex
+    print_table(t)
+    if records.num_rows < q["record_count"]:
+        console.print(f"first {records.num_rows} of {q['record_count']} records (--limit 0: all)")
 
 
 def _reviewer(by: str | None) -> str:

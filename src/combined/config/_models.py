@@ -415,9 +415,10 @@ class DatasetConfig(_Model):
     quarantine: QuarantinePolicy = Field(default_factory=QuarantinePolicy)
     """Who reviews held-back records, and how often."""
     freshness: Duration | None = None
-    """Older than this since its last publication, the dataset is stale (``combined status``).
+    """Published data older than this is stale (``combined status``, ``alert.freshness``).
 
-    Unset: never stale.
+    Its age is that of the newest published source position: the time the
+    source was at it, not the time of publication. Unset: never stale.
     """
     webhook: WebhookConfig | None = None
     """Accept signed webhooks for this dataset (else its source's ``webhook``, if any)."""

@@ -21,6 +21,7 @@ interrupted and the signal's exception goes on unwinding the caller.
 
 from __future__ import annotations
 
+import difflib
 import threading
 import time
 from collections.abc import Sequence
@@ -402,8 +403,15 @@ def _absent(
             return QueryError(
                 f"{name} is not in the published basis read{when}: it had no publication "
                 "at that time (or is no dataset)",
-                hint="query a later instant or publication (`combined publications` lists "
+                hint=_did_you_mean(name, held)
+                + "query a later instant or publication (`combined publications` lists "
                 "them; `combined history SOURCE.DATASET` shows when a dataset was published)",
                 dataset=name,
             )
     return None
+
+
+def _did_you_mean(name: str, held: set[str]) -> str:
+    """``"did you mean shop.orders? or "`` for a name one typo from a held dataset, else ``""``."""
+    close = difflib.get_close_matches(name, sorted(held), n=1, cutoff=0.8)
+    return f"did you mean {close[0]}? or " if close else ""

@@ -94,7 +94,8 @@ def check_freshness(catalog: Catalog, project: Project, now: datetime | None = N
         )
         if told:
             notes.append(
-                f"{row['dataset']} is stale: its published data is {format_duration(age)} "
+                f"{row['dataset']} is stale: its published data is "
+                f"{format_duration(timedelta(seconds=int(age.total_seconds())))} "
                 f"old, past its freshness target of {format_duration(target)}"
             )
     return notes

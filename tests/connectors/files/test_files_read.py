@@ -310,6 +310,24 @@ def test_an_ambiguous_format_is_refused_unless_declared(tmp_path: Path) -> None:
     assert table is not None and table.to_pylist() == [{"id": 1, "v": "x"}]
 
 
+def test_the_source_format_is_a_default_the_glob_extension_overrides(tmp_path: Path) -> None:
+    """docs/files.md's example: source `format: csv`, a parquet set and a bare .jsonl glob."""
+    pq.write_table(pa.table({"id": [1, 2]}), tmp_path / "e.parquet")
+    _write(tmp_path, "r/a.jsonl", '{"id": 3}\n')
+    _write(tmp_path, "plain/a.data", "id\n4\n")
+    source = _source(
+        tmp_path,
+        format="csv",
+        files={"events": {"glob": "*.parquet"}, "plain": {"glob": "plain/*"}},
+    )
+    events, _ = _read(source, _request("events"))
+    assert events is not None and events.column("id").to_pylist() == [1, 2]
+    refunds, _ = _read(source, _request("r/*.jsonl"))
+    assert refunds is not None and refunds.column("id").to_pylist() == [3]
+    plain, _ = _read(source, _request("plain"))  # no extension: the source's csv
+    assert plain is not None and plain.column("id").to_pylist() == [4]
+
+
 def test_a_missing_key_column_is_named(tmp_path: Path) -> None:
     _write(tmp_path, "orders/a.csv", "ident,v\n1,x\n")
     error = _fails(_source(tmp_path), _request("orders/*.csv"))

@@ -282,7 +282,9 @@ class Settings:
     def file_set(self, relation: str) -> FileSet:
         """The file set a dataset's relation names: declared, or the relation as a glob.
 
-        The source's dialect fills what the set leaves unset.
+        The source's dialect fills what the set leaves unset; its ``format``
+        only where the glob's extension names none (``events/*.parquet`` is
+        Parquet whatever the source's default).
         """
         found = self.file_sets.get(relation)
         if found is None:
@@ -297,7 +299,10 @@ class Settings:
             found = FileSet(
                 name=relation, glob=_relative_glob(relation, "relation"), declared=False
             )
-        return replace(found, dialect=found.dialect.over(self.defaults))
+        defaults = self.defaults
+        if format_of(found.glob) is not None:
+            defaults = replace(defaults, format=None)
+        return replace(found, dialect=found.dialect.over(defaults))
 
 
 __all__ = [

@@ -40,7 +40,8 @@ class FilesSource(BaseSource):
         The directory (relative to the project file); it must exist.
     ``format``, ``delimiter``, ``header``, ``quote``, ``encoding`` (optional)
         Defaults for every file set: the format (``csv``, ``parquet``,
-        ``json``; inferred from the extension when unset) and the CSV
+        ``json``; a glob's extension overrides it, and it is inferred from
+        the files' extension when unset) and the CSV
         dialect (``,``, a header line, ``"``, ``utf-8``; ``utf-16`` and
         ``latin-1`` are read too).
     ``files`` (optional)
