@@ -28,23 +28,11 @@ def refuse_intervals(dataset: str, relation: str, plans: Sequence[ColumnPlan], c
     """
     for p in plans:
         if _interval(p.arrow_type):
-            fix = (
-                "change data capture reads each column as its own type: leave it out "
-                "with the dataset's `columns:`, or capture it with strategy snapshot or "
-                "cursor and a cast"
-                if cdc
-                else f'declare casts: {{{cast_key(relation, p.name)}: "text"}} in the source '
-                "configuration (or leave it out with the dataset's `columns:`)"
+            why = (
+                ", which Combined cannot read as itself (its Arrow type, "
+                f"{p.arrow_type}, has no canonical identity encoding)"
             )
-            raise ConfigError(
-                f"dataset {dataset!r}: column {p.name!r} of {relation!r} has type "
-                f"{p.source_type}, which Combined cannot read as itself (its Arrow type, "
-                f"{p.arrow_type}, has no canonical identity encoding)",
-                hint=fix,
-                dataset=dataset,
-                column=p.name,
-                source_type=p.source_type,
-            )
+            _refuse(dataset, relation, p, cdc, why, cast_does="")
 
 
 def refuse_unsupported(dataset: str, relation: str, plans: Sequence[ColumnPlan], cdc: bool) -> None:
@@ -56,20 +44,25 @@ def refuse_unsupported(dataset: str, relation: str, plans: Sequence[ColumnPlan],
     """
     for p in plans:
         if p.route == "unsupported":
-            fix = (
-                "change data capture reads each column as its own type: leave it out "
-                "with the dataset's `columns:`, or capture it with strategy snapshot or "
-                "cursor and a cast"
-                if cdc
-                else f'declare casts: {{{cast_key(relation, p.name)}: "text"}} in the source '
-                "configuration to read its text form (or leave it out with the dataset's "
-                "`columns:`)"
-            )
-            raise ConfigError(
-                f"dataset {dataset!r}: column {p.name!r} of {relation!r} has type "
-                f"{p.source_type}: {p.reason}",
-                hint=fix,
-                dataset=dataset,
-                column=p.name,
-                source_type=p.source_type,
-            )
+            _refuse(dataset, relation, p, cdc, f": {p.reason}", cast_does=" to read its text form")
+
+
+def _refuse(
+    dataset: str, relation: str, p: ColumnPlan, cdc: bool, why: str, *, cast_does: str
+) -> None:
+    """Raise the refusal of column ``p`` (``why`` after its type), with the fix that applies."""
+    fix = (
+        "change data capture reads each column as its own type: leave it out "
+        "with the dataset's `columns:`, or capture it with strategy snapshot or "
+        "cursor and a cast"
+        if cdc
+        else f'declare casts: {{{cast_key(relation, p.name)}: "text"}} in the source '
+        f"configuration{cast_does} (or leave it out with the dataset's `columns:`)"
+    )
+    raise ConfigError(
+        f"dataset {dataset!r}: column {p.name!r} of {relation!r} has type {p.source_type}{why}",
+        hint=fix,
+        dataset=dataset,
+        column=p.name,
+        source_type=p.source_type,
+    )
