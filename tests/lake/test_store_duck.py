@@ -3,32 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
-from combined.lake import _store
 from combined.lake._store import LakeStore
 from combined.quality import range_totals
 
 
 def test_range_totals_of_local_lakes_open_one_database_in_all(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, duck_opens: list[object]
 ) -> None:
     # Opening a DuckDB database costs ~14 ms of CPU: a capture of 200 small
     # tables opened one for each table's control total and one for its nulls.
-    opened: list[Any] = []
-    connect = duckdb.connect
-
-    def counted(*args: Any, **kwargs: Any) -> duckdb.DuckDBPyConnection:
-        opened.append(args)
-        return connect(*args, **kwargs)
-
-    monkeypatch.setattr(_store, "_DUCK", None)
-    monkeypatch.setattr(duckdb, "connect", counted)
     results = []
     for lake in ("a", "b"):
         root = tmp_path / lake
@@ -42,7 +29,7 @@ def test_range_totals_of_local_lakes_open_one_database_in_all(
         for where in (None, "id >= 2", "v > 100"):
             results.append(range_totals(files, where, "v", store)[:2])
     assert results == [(6, "9"), (4, "8"), (0, None)] * 2
-    assert len(opened) == 1
+    assert len(duck_opens) == 1
     with LakeStore.at(tmp_path / "a").duck() as con:  # (each a connection of its own)
         assert con.execute("SELECT 1").fetchall() == [(1,)]
-    assert len(opened) == 1
+    assert len(duck_opens) == 1
