@@ -31,6 +31,18 @@ def part(path: Path, ids: pa.Array) -> Path:
     return path
 
 
+def _split_ids(tmp_path: Path, seed: int) -> tuple[pa.Array, list[Path], Path]:
+    """12,000 random ids in two parts (5,000 and 7,000), and an empty spill directory."""
+    ids = digests(12_000, seed=seed)
+    parts = [
+        part(tmp_path / "a.arrow", ids.slice(0, 5000)),
+        part(tmp_path / "b.arrow", ids.slice(5000)),
+    ]
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    return ids, parts, spill
+
+
 @pytest.mark.parametrize("pass_bytes", [2**30, 8_000])  # one pass; 16 passes
 def test_distinct_ids_are_proved_distinct_and_a_repeated_one_is_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pass_bytes: int
@@ -58,13 +70,7 @@ def test_the_ids_are_read_once_however_many_buckets_they_are_sorted_in(
         return first_words(ids)
 
     monkeypatch.setattr(_duplicates, "_first_words", counted)
-    ids = digests(12_000, seed=3)
-    parts = [
-        part(tmp_path / "a.arrow", ids.slice(0, 5000)),
-        part(tmp_path / "b.arrow", ids.slice(5000)),
-    ]
-    spill = tmp_path / "spill"
-    spill.mkdir()
+    _, parts, spill = _split_ids(tmp_path, seed=3)
     assert distinct_prefixes(parts, spill)
     assert sum(reads) == 12_000
     assert list(spill.iterdir()) == []  # (its bucket files are gone)
@@ -99,13 +105,7 @@ def test_spreading_the_ids_to_buckets_passes_over_each_batch_once(
 
     monkeypatch.setattr(_duplicates, "_first_words", counted)
     monkeypatch.setattr(_Passes, "calls", [])
-    ids = digests(12_000, seed=4)
-    parts = [
-        part(tmp_path / "a.arrow", ids.slice(0, 5000)),
-        part(tmp_path / "b.arrow", ids.slice(5000)),
-    ]
-    spill = tmp_path / "spill"
-    spill.mkdir()
+    ids, parts, spill = _split_ids(tmp_path, seed=4)
     assert distinct_prefixes(parts, spill)
     assert len(batches) == 12 and len(_Passes.calls) <= 2 * len(batches), _Passes.calls
     # ... and the buckets still meet a repeated id.
