@@ -12,20 +12,14 @@ count is bounded whatever the pace; how many reads there were is not).
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from tests.connectors.postgres.test_cdc_end import Slot, _stand_up
 
 from combined.connectors.postgres import _assemble
-from combined.connectors.postgres._cdc import CdcExtraction
-from combined.connectors.postgres._connect import Settings
-from combined.connectors.postgres._publication import drop_publication, ensure_publication
-from combined.connectors.postgres._replication import create_slot, drop_slot
-from combined.protocol import OP_COLUMN, RecordBatchMessage, StateMessage
 
 pytestmark = pytest.mark.postgres
 
@@ -34,40 +28,23 @@ ROWS, TRANSACTIONS = 20_000, 4
 
 
 @pytest.fixture
-def backlog(dsn: str) -> Iterator[tuple[str, str, str, str, int]]:
-    """A slot with a backlog of ROWS inserts; (dsn, table, publication, slot, start)."""
-    sfx = f"{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    table, pub, slot = f"trickle_{sfx}", f"trickle_pub_{sfx}", f"trickle_slot_{sfx}"
-    pg = Settings(dsn)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
-        try:
-            ensure_publication(pg, pub, [table])
-            with create_slot(pg, slot) as handle:
-                start = handle.consistent_point
-            step = ROWS // TRANSACTIONS
+def backlog(dsn: str) -> Iterator[Slot]:
+    """A slot with a backlog of ROWS inserts, in TRANSACTIONS transactions."""
+    for env in _stand_up(dsn):
+        step = ROWS // TRANSACTIONS
+        with psycopg.connect(dsn, autocommit=True) as conn:
             for lo in range(0, ROWS, step):
                 conn.execute(
-                    f"INSERT INTO {table} SELECT g, 'v' || g "
+                    f"INSERT INTO {env.table} SELECT g, 'v' || g "
                     "FROM generate_series(%s::int, %s::int) g",
                     (lo + 1, lo + step),
                 )
-            yield dsn, table, pub, slot, start
-        finally:
-            conn.execute(
-                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
-                "WHERE slot_name = %s AND active_pid IS NOT NULL",
-                (slot,),
-            )
-            drop_slot(pg, slot)
-            drop_publication(pg, pub)
-            conn.execute(f"DROP TABLE IF EXISTS {table}")
+        yield env
 
 
 def test_a_trickling_stream_is_fed_a_transaction_at_a_time(
-    backlog: tuple[str, str, str, str, int], monkeypatch: pytest.MonkeyPatch
+    backlog: Slot, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dsn, table, pub, slot, start = backlog
     feeds: list[int] = []
     feed_rows = _assemble._Assembler.feed_rows
 
@@ -76,27 +53,8 @@ def test_a_trickling_stream_is_fed_a_transaction_at_a_time(
         return feed_rows(self, rows)
 
     monkeypatch.setattr(_assemble._Assembler, "feed_rows", counted)
-    ex = CdcExtraction(
-        Settings(dsn),
-        slot=slot,
-        publication=pub,
-        datasets={"t": table},
-        start_lsn=start,
-        end_lsn="current",
-    )
-    try:
-        out = list(ex)
-    finally:
-        ex.finish("success")
-    ids = [
-        r["id"]
-        for m in out
-        if isinstance(m, RecordBatchMessage)
-        for r in m.batch.to_pylist()
-        if r[OP_COLUMN] == "insert"
-    ]
+    ids, _ = backlog.read()  # (its last state final)
     assert ids == list(range(1, ROWS + 1))  # every row once, in commit order
-    assert [m for m in out if isinstance(m, StateMessage)][-1].final
     assert sum(feeds) == ROWS
     # Each transaction's rows: fed 4,096 at a time, and what is left before its commit.
     assert len(feeds) <= TRANSACTIONS * (ROWS // TRANSACTIONS // 4096 + 1), feeds[:50]
