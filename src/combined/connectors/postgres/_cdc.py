@@ -582,8 +582,6 @@ class _Gathered:
     def __init__(self) -> None:
         self.rows: list[bytes] = []
         self.bytes = 0
-        #: How many feeds took them (what a test counts).
-        self.feeds = 0
 
     @property
     def held(self) -> bool:
@@ -601,7 +599,6 @@ class _Gathered:
     def feed(self, asm: _Assembler) -> list[Message]:
         """Feed the held rows to ``asm`` in one call; what it hands over."""
         rows, self.rows, self.bytes = self.rows, [], 0
-        self.feeds += 1
         return asm.feed_rows(rows)
 
 

@@ -18,13 +18,12 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from combined.connectors.postgres._catalog import relation_name
+from combined.connectors.postgres._catalog import parse_relation, relation_name
 from combined.connectors.postgres._connect import Settings
 from combined.connectors.postgres._replication import (
     RECOVER_HINT,
     _check_wal_level,
     _control,
-    _split,
 )
 from combined.connectors.postgres._tree import (
     Rows,
@@ -86,7 +85,7 @@ def ensure_publication(
     ``publish_via_partition_root``, only with ``add_missing`` (a table added
     to a live slot has no snapshot: rerun setup to take one).
     """
-    wanted = tuple(dict.fromkeys(relation_name(*_split(t)) for t in tables))
+    wanted = tuple(dict.fromkeys(relation_name(*parse_relation(t)) for t in tables))
     if not wanted:
         raise ConfigError("a publication needs at least one table", hint="declare a cdc dataset")
     with _control(settings, "set up the publication", denied_hint=_PUBLICATION_HINT) as conn:
@@ -124,7 +123,7 @@ def _create_publication(
     conn: psycopg.Connection[Any], name: str, wanted: tuple[str, ...], partitioned: bool
 ) -> None:
     """CREATE PUBLICATION for ``wanted`` (partitions' changes under their own oids)."""
-    idents = sql.SQL(", ").join(sql.Identifier(*_split(t)) for t in wanted)
+    idents = sql.SQL(", ").join(sql.Identifier(*parse_relation(t)) for t in wanted)
     conn.execute(
         sql.SQL("CREATE PUBLICATION {} FOR TABLE {}{}").format(
             sql.Identifier(name),
@@ -139,7 +138,7 @@ def _add_missing_tables(
 ) -> None:
     """Add the ``wanted`` tables publication ``name`` lacks; refuse unless ``add_missing``."""
     have = _published_tables(conn, name)
-    missing = [t for t in wanted if _split(t) not in have]
+    missing = [t for t in wanted if parse_relation(t) not in have]
     if missing and not add_missing:
         raise SourceError(
             f"publication {name!r} does not cover {', '.join(missing)}",
@@ -150,7 +149,7 @@ def _add_missing_tables(
         conn.execute(
             sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
                 sql.Identifier(name),
-                sql.SQL(", ").join(sql.Identifier(*_split(t)) for t in missing),
+                sql.SQL(", ").join(sql.Identifier(*parse_relation(t)) for t in missing),
             )
         )
 
@@ -198,7 +197,7 @@ def _rows_of(conn: psycopg.Connection[Any]) -> Rows:
 def read_table_tree(settings: Settings, table: str) -> Tree | None:
     """``table`` (``schema.table``) and the tables below it, now; None when it does not exist."""
     with _control(settings, "read the captured table's partitions") as conn:
-        return read_tree(_rows_of(conn), *_split(table))
+        return read_tree(_rows_of(conn), *parse_relation(table))
 
 
 def verify_tree(
@@ -211,7 +210,7 @@ def verify_tree(
 ) -> Tree | None:
     """The table's tree now, once :func:`~._tree.check_links` found it in step with ``before``."""
     with _control(settings, "read the captured table's partitions") as conn:
-        tree = read_tree(_rows_of(conn), *_split(table))
+        tree = read_tree(_rows_of(conn), *parse_relation(table))
         if tree is not None:
             check_links(_rows_of(conn), tree, before, when=when, streamed=streamed)
         return tree
@@ -230,7 +229,7 @@ def partition_ancestors(settings: Settings, oid: int) -> tuple[int, ...]:
 
 
 def _check_publishable(conn: psycopg.Connection[Any], table: str) -> Tree:
-    tree = read_tree(_rows_of(conn), *_split(table))
+    tree = read_tree(_rows_of(conn), *parse_relation(table))
     if tree is None or tree.kind not in ("r", "p"):
         raise NotFoundError(f"table {table!r} not found", hint="check the dataset's relation")
     row = conn.execute(
@@ -261,7 +260,7 @@ def require_published(settings: Settings, name: str, table: str) -> None:
     (``publish_via_partition_root`` off), or truncates of its partitions
     are lost.
     """
-    schema, relation = _split(table)
+    schema, relation = parse_relation(table)
     with _control(settings, "read the publication") as conn:
         row = conn.execute(
             "SELECT pubinsert AND pubupdate AND pubdelete AND pubtruncate, pubviaroot, "

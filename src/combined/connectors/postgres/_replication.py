@@ -45,7 +45,6 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from combined.connectors.postgres._catalog import parse_relation
 from combined.connectors.postgres._connect import (
     Settings,
     connect_failure,
@@ -284,11 +283,6 @@ def _replication_connect(settings: Settings) -> Any:
         )
     except psycopg2.Error as exc:
         raise _classify(exc, settings, "open a replication connection", connecting=True) from None
-
-
-def _split(table: str) -> tuple[str, str]:
-    # As the snapshot reads it: a quoted part may hold dots and quotes.
-    return parse_relation(table)
 
 
 def _check_wal_level(conn: psycopg.Connection[Any]) -> None:
