@@ -321,19 +321,20 @@ def _spread(
             if p is None:
                 return None
             seen, g = seen + len(p.f), g ^ _xor(p.g)
-            _split(p.f, (p.f >> shift).astype(np.uint16), files)
+            spread_to_buckets(p.f, shift, files)
     finally:
         for out in files:
             out.close()
     return g if seen == rows else None
 
 
-def _split(f: Words, top: np.ndarray[Any, np.dtype[np.uint16]], files: list[Any]) -> None:
-    """Append each of ``f`` to the file of its bucket ``top``: linear in the rows.
+def spread_to_buckets(f: Words, shift: np.uint64, files: list[Any]) -> None:
+    """Append each of ``f`` to the file of its bucket (its bits from ``shift`` up): linear.
 
     A stable sort of 16-bit keys is a radix sort: one pass whatever the
     buckets, where a mask a bucket scanned the batch once for each.
     """
+    top = (f >> shift).astype(np.uint16)
     order = np.argsort(top, kind="stable")
     ends = np.cumsum(np.bincount(top, minlength=len(files))).tolist()
     grouped = f[order]
