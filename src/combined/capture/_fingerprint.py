@@ -99,6 +99,12 @@ class Prints:
     ids: Words
 
 
+def parts_carry(paths: Iterable[Path], columns: Iterable[str]) -> bool:
+    """Whether every staged part at ``paths`` has each of ``columns`` (from its header)."""
+    wanted = set(columns)
+    return all(wanted <= set(part_schema(p).names) for p in paths)
+
+
 def prints(ids: pa.Array, hashes: pa.Array) -> Prints | None:
     """The fingerprints of a batch's (id, payload hash) pairs (None: not 16-byte digests)."""
     i, h = digest_words(ids), digest_words(hashes)
@@ -442,7 +448,7 @@ class Fingerprints:
                 self.streamed
                 and self._has_current
                 and self.digest == dg.BINARY
-                and all(set(columns) <= set(part_schema(p).names) for p in self._staged.paths)
+                and parts_carry(self._staged.paths, columns)
             ):
                 # The parts' own three columns (never the whole rows cast to the
                 # reduction's schema, which a wide table's parts may need).

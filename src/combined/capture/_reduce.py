@@ -25,7 +25,7 @@ from combined.capture._databases import KEEP_STAGED_BYTES, close_database, open_
 from combined.capture._deliver import STAGED as _STAGED
 from combined.capture._deliver import Output
 from combined.capture._duplicates import DuplicateChecks
-from combined.capture._fingerprint import Fingerprints, pair_folds
+from combined.capture._fingerprint import Fingerprints, pair_folds, parts_carry
 from combined.capture._join import (
     JOIN_BYTES_PER_ROW,
     MAX_JOIN_PASSES,
@@ -45,7 +45,7 @@ from combined.capture._unchanged import (
     files_sql,
     resolve_unchanged,
 )
-from combined.delivery import StagedParts, part_schema, read_part
+from combined.delivery import StagedParts, read_part
 from combined.protocol import _digest as dg
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import (
@@ -434,9 +434,8 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         with a NULL side apart (it hashes NULL to a constant, and two such
         rows would cancel out).
         """
-        columns = {prov.ID, prov.PAYLOAD_HASH}
-        if self.digest == dg.BINARY and all(
-            columns <= set(part_schema(p).names) for p in self._staged.paths
+        if self.digest == dg.BINARY and parts_carry(
+            self._staged.paths, (prov.ID, prov.PAYLOAD_HASH)
         ):
             mine = pair_folds(
                 (b.column(prov.ID), b.column(prov.PAYLOAD_HASH))
