@@ -40,6 +40,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.measure import timed_child
+
 PROJECT = """\
 version: 1
 lake: ./lake
@@ -65,20 +67,9 @@ def _cli(root: Path, *args: str) -> tuple[int, float, float, str]:
 
 def _cli_cpu(root: Path, *args: str) -> tuple[int, float, float, float, str]:
     """:func:`_cli`, with the child's CPU-seconds (user + system) before the stderr tail."""
-    code = (
-        "import resource, subprocess, sys, time;"
-        "t = time.monotonic();"
-        "r = subprocess.run([sys.executable, '-c', 'from combined.cli import main; main()',"
-        " *sys.argv[1:]], capture_output=True, text=True);"
-        "u = resource.getrusage(resource.RUSAGE_CHILDREN);"
-        "print(r.returncode, time.monotonic() - t, u.ru_maxrss / 1024, u.ru_utime + u.ru_stime);"
-        "sys.stderr.write(r.stderr[-2000:])"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code, *args], cwd=root, capture_output=True, text=True
-    )
-    rc, wall, rss, cpu = out.stdout.split()
-    return int(rc), float(wall), float(rss), float(cpu), out.stderr
+    argv = ["-c", "from combined.cli import main; main()", *args]
+    rc, wall, rss, cpu, _, err = timed_child(argv, cwd=root)
+    return rc, wall, rss, cpu, err
 
 
 def _database(server: str) -> tuple[str, str]:

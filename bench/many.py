@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,7 +44,7 @@ from urllib.parse import urlsplit
 from bench.cdc import _cli_cpu
 from bench.mariadb import _connect as _maria_connect
 from bench.mariadb import _server_cpu as _maria_server_cpu
-from bench.measure import server_cpu
+from bench.measure import server_cpu, timed_child
 
 PG_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 MARIADB_SERVER = "mysql://root@127.0.0.1:3306/test"
@@ -177,19 +176,9 @@ def _floor(source: Source, root: Path) -> tuple[int, float, float, float, str]:
     """The floor in a fresh process: exit code, wall, peak RSS MB, CPU-s, stderr tail."""
     out = root / "floor"
     out.mkdir()
-    code = (
-        "import resource, subprocess, sys, time;"
-        "t = time.monotonic();"
-        "r = subprocess.run([sys.executable, '-m', 'bench.many', '--floor', *sys.argv[1:]],"
-        " capture_output=True, text=True);"
-        "u = resource.getrusage(resource.RUSAGE_CHILDREN);"
-        "print(r.returncode, time.monotonic() - t, u.ru_maxrss / 1024, u.ru_utime + u.ru_stime);"
-        "sys.stderr.write(r.stderr[-2000:])"
-    )
-    args = [source.connector, source.dsn, str(source.tables), str(out)]
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
-    rc, wall, rss, cpu = proc.stdout.split()
-    return int(rc), float(wall), float(rss), float(cpu), proc.stderr
+    argv = ["-m", "bench.many", "--floor", source.connector, source.dsn, str(source.tables)]
+    rc, wall, rss, cpu, _, err = timed_child([*argv, str(out)])
+    return rc, wall, rss, cpu, err
 
 
 def _measured(source: Source, run: Callable[[], tuple[int, float, float, float, str]]) -> Any:

@@ -46,6 +46,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bench.cdc import _cli_cpu, latency_summary
+from bench.measure import timed_child
 
 ORDERS = """CREATE TABLE orders (id BIGINT PRIMARY KEY, customer_id INT NOT NULL,
   status VARCHAR(16) NOT NULL, total DECIMAL(12,2) NOT NULL, note TEXT NULL,
@@ -149,26 +150,14 @@ def _sql(dsn: str, *statements: str) -> list[Any]:
 
 def _child(*args: str) -> dict[str, Any]:
     """Run ``python -m bench.mariadb ARGS`` fresh: its JSON, wall, CPU-seconds, peak RSS."""
-    code = (
-        "import resource, subprocess, sys, time;"
-        "t = time.monotonic();"
-        "r = subprocess.run([sys.executable, '-m', 'bench.mariadb', *sys.argv[1:]],"
-        " capture_output=True, text=True);"
-        "u = resource.getrusage(resource.RUSAGE_CHILDREN);"
-        "print(r.returncode, time.monotonic() - t, u.ru_maxrss / 1024, u.ru_utime + u.ru_stime);"
-        "print(r.stdout.strip().splitlines()[-1] if r.stdout.strip() else '{}');"
-        "sys.stderr.write(r.stderr[-2000:])"
-    )
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
-    head, body = out.stdout.splitlines()[:2]
-    rc, wall, rss, cpu = head.split()
-    if int(rc) != 0:
-        raise SystemExit(f"{args[0]} failed: {out.stderr}")
+    rc, wall, rss, cpu, last, err = timed_child(["-m", "bench.mariadb", *args])
+    if rc != 0:
+        raise SystemExit(f"{args[0]} failed: {err}")
     return {
-        **json.loads(body),
-        "wall_s": round(float(wall), 2),
-        "cpu_s": round(float(cpu), 2),
-        "peak_rss_mb": round(float(rss)),
+        **json.loads(last or "{}"),
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "peak_rss_mb": round(rss),
     }
 
 

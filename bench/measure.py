@@ -6,6 +6,8 @@ Linux only (``/proc``); psutil is not needed.
   descendants: it keeps the highest *sum* of ``VmRSS`` over the tree (what
   the tree held at once) and the highest ``VmHWM`` of any one member (exact
   for a single process, even between polls).
+* :func:`timed_child` runs ``python ARGV`` in a fresh process and measures
+  it alone: exit code, wall, peak RSS, CPU-seconds.
 * :func:`snapshot_dir` / :func:`written` diff two listings of a directory:
   bytes of files that are new or changed, new files, and new Parquet data
   files (outside ``_delta_log``).
@@ -15,7 +17,10 @@ from __future__ import annotations
 
 import os
 import resource
+import subprocess
+import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -306,3 +311,36 @@ def written(before: Listing, after: Listing) -> Written:
             data_bytes += size
     net = sum(e[0] for e in after.values()) - sum(e[0] for e in before.values())
     return Written(nbytes, files, data_files, data_bytes, net, linked)
+
+
+#: The parent :func:`timed_child` starts: it runs ``python ARGV`` and reports
+#: its child's exit code, wall, peak RSS (MB) and CPU-s (user + system), then
+#: the child's last line of output; the child's stderr tail follows on its own.
+_TIMED = (
+    "import resource, subprocess, sys, time;"
+    "t = time.monotonic();"
+    "r = subprocess.run([sys.executable, *sys.argv[1:]], capture_output=True, text=True);"
+    "u = resource.getrusage(resource.RUSAGE_CHILDREN);"
+    "print(r.returncode, time.monotonic() - t, u.ru_maxrss / 1024, u.ru_utime + u.ru_stime);"
+    "print(r.stdout.strip().splitlines()[-1] if r.stdout.strip() else '');"
+    "sys.stderr.write(r.stderr[-2000:])"
+)
+
+
+def timed_child(
+    argv: Sequence[str], cwd: Path | None = None
+) -> tuple[int, float, float, float, str, str]:
+    """Run ``python ARGV`` fresh, measured alone by a parent of its own.
+
+    Returns its exit code, wall seconds, peak RSS in MB, CPU-seconds, the
+    last line it printed and the tail of its standard error. The parent's
+    ``RUSAGE_CHILDREN`` covers that one child: this process's other children
+    (earlier cases) never count in it.
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", _TIMED, *argv], cwd=cwd, capture_output=True, text=True
+    )
+    lines = out.stdout.splitlines()
+    rc, wall, rss, cpu = lines[0].split()
+    last = lines[1] if len(lines) > 1 else ""
+    return int(rc), float(wall), float(rss), float(cpu), last, out.stderr
