@@ -212,6 +212,25 @@ def cast_key(relation: str, column: str, quote: str = '"') -> str:
     return json.dumps(f"{relation}.{column}", ensure_ascii=False)
 
 
+def unreadable_column_fix(
+    relation: str, column: str, *, cdc: bool, quote: str = '"', cast_does: str = ""
+) -> str:
+    """The hint of a column a read cannot take as itself: leave it out, or cast it.
+
+    A change data capture takes no casts; ``cast_does`` follows "in the
+    source configuration" (what the cast gives).
+    """
+    if cdc:
+        return (
+            "change data capture reads each column as its own type: leave it out with the "
+            "dataset's `columns:`, or capture it with strategy snapshot or cursor and a cast"
+        )
+    return (
+        f'declare casts: {{{cast_key(relation, column, quote)}: "text"}} in the source '
+        f"configuration{cast_does} (or leave it out with the dataset's `columns:`)"
+    )
+
+
 def split_qualified(text: str, quote: str, hint: str) -> list[str]:
     """``a.b`` as its parts (one or two); ``quote`` quotes a part, doubled inside it.
 
@@ -592,4 +611,5 @@ __all__ = [
     "sql_read_options",
     "split_qualified",
     "time_window",
+    "unreadable_column_fix",
 ]

@@ -7,7 +7,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from combined.connectors._shared import cast_key
+from combined.connectors._shared import unreadable_column_fix
 from combined.connectors.abc import (
     BaseExtraction,
     BaseSource,
@@ -140,7 +140,13 @@ class MariaDBSource(BaseSource):
                         raise ConfigError(
                             f"dataset {r.dataset!r}: column {p.name!r} of {rel.table!r} has "
                             f"type {p.source_type}: {p.reason}",
-                            hint=_unsupported_hint(rel.table, p.name, cdc),
+                            hint=unreadable_column_fix(
+                                rel.table,
+                                p.name,
+                                cdc=cdc,
+                                quote="`",
+                                cast_does=" to read its text form",
+                            ),
                             dataset=r.dataset,
                             column=p.name,
                         )
@@ -253,18 +259,6 @@ class MariaDBSource(BaseSource):
             exts, self._extractions = list(self._extractions), weakref.WeakSet()
         for ext in exts:
             ext.finish("abort")
-
-
-def _unsupported_hint(table: str, column: str, cdc: bool) -> str:
-    if cdc:
-        return (
-            "change data capture reads each column as its own type: leave it out with the "
-            "dataset's `columns:`, or capture it with strategy snapshot or cursor and a cast"
-        )
-    return (
-        f'declare casts: {{{cast_key(table, column, "`")}: "text"}} in the source '
-        "configuration to read its text form (or leave it out with the dataset's `columns:`)"
-    )
 
 
 class MySQLSource(MariaDBSource):

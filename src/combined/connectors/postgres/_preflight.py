@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from combined.connectors._shared import cast_key
+from combined.connectors._shared import unreadable_column_fix
 from combined.connectors.postgres._types import ColumnPlan
 from combined.errors import ConfigError
 
@@ -51,14 +51,7 @@ def _refuse(
     dataset: str, relation: str, p: ColumnPlan, cdc: bool, why: str, *, cast_does: str
 ) -> None:
     """Raise the refusal of column ``p`` (``why`` after its type), with the fix that applies."""
-    fix = (
-        "change data capture reads each column as its own type: leave it out "
-        "with the dataset's `columns:`, or capture it with strategy snapshot or "
-        "cursor and a cast"
-        if cdc
-        else f'declare casts: {{{cast_key(relation, p.name)}: "text"}} in the source '
-        f"configuration{cast_does} (or leave it out with the dataset's `columns:`)"
-    )
+    fix = unreadable_column_fix(relation, p.name, cdc=cdc, cast_does=cast_does)
     raise ConfigError(
         f"dataset {dataset!r}: column {p.name!r} of {relation!r} has type {p.source_type}{why}",
         hint=fix,
