@@ -16,7 +16,7 @@ from combined.capture import _databases, _reduce
 @pytest.fixture
 def opened(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Each reduction's DuckDB database opened from here on (none kept before)."""
-    monkeypatch.setattr(_databases, "_kept", [])
+    monkeypatch.setattr(_databases, "_KEPT", _databases.KeptDatabase())
     made: list[Any] = []
     connect = duckdb.connect
 
@@ -56,7 +56,8 @@ def test_small_reductions_one_after_another_open_one_database(
     finally:
         second.close()
     assert len(opened) == 1
-    ((_, kept),) = _databases._kept
+    kept = _databases._KEPT.held
+    assert kept is not None
     assert kept.execute("SELECT count(*) FROM duckdb_tables()").fetchall() == [(0,)]
     assert kept.execute("SELECT count(*) FROM duckdb_views() WHERE NOT internal").fetchall() == [
         (0,)
@@ -78,10 +79,10 @@ def test_a_database_that_spilled_or_read_a_large_capture_is_closed(
     )
     assert database.execute("SELECT count(*) FROM (SELECT h FROM t ORDER BY h)").fetchall()
     _databases.close_database(database, keep=True)
-    assert _databases._kept == []  # (its spill directory could not move)
+    assert _databases._KEPT.held is None  # (its spill directory could not move)
     monkeypatch.setattr(_reduce, "KEEP_STAGED_BYTES", 0)
     parts, schema = staged(tmp_path, list(range(10)))
     r = new_reducer(tmp_path, parts, schema)
     r.reduce()
     r.close()
-    assert _databases._kept == [] and len(opened) == 2
+    assert _databases._KEPT.held is None and len(opened) == 2

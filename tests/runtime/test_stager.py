@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from combined.capture._databases import KeptDatabase
 from combined.delivery import PartWriter, StagedParts, StagingArea, part_schema, read_part
 from combined.delivery._staging import Limits
 from combined.errors import StagingLimitExceeded
@@ -322,7 +323,7 @@ def test_stagers_of_small_tables_hash_on_one_database_and_a_large_ones_closes(
     # table: a capture of 200 small tables opened 200.
     import duckdb
 
-    monkeypatch.setattr(stager_module, "_kept", [])
+    monkeypatch.setattr(stager_module, "_KEPT", KeptDatabase())
     opened: list[Any] = []
     connect = duckdb.connect
 
@@ -337,9 +338,11 @@ def test_stagers_of_small_tables_hash_on_one_database_and_a_large_ones_closes(
         (part,) = s.close(SCHEMA)
         row = part_table(part).slice(0, 1).to_pylist()[0]
         assert row["_combined_id"].hex() == identity_python([n * 100], [pa.int64()])
-    assert len(opened) == 1 and len(stager_module._kept) == 1
+    assert len(opened) == 1 and stager_module._KEPT.held is not None
     monkeypatch.setattr(stager_module, "KEEP_HASHED_BYTES", 1000)  # (a large one, here)
     s = stager(tmp_path / "large")
     s.put(batch(0, 100))
     s.close(SCHEMA)
-    assert len(opened) == 1 and stager_module._kept == []  # (it took the kept one, then closed it)
+    assert (
+        len(opened) == 1 and stager_module._KEPT.held is None
+    )  # (it took the kept one, then closed it)

@@ -23,22 +23,54 @@ if TYPE_CHECKING:
 #: Staged bytes up to which a reduction's database is kept for the next reduction.
 KEEP_STAGED_BYTES = 16 * 2**20
 
-_kept: list[tuple[int, duckdb.DuckDBPyConnection]] = []
-_lock = threading.Lock()
+
+class KeptDatabase:
+    """One DuckDB database a process keeps for its next user (none after a fork).
+
+    Opening one costs ~15 ms of CPU: the reductions keep one here (below),
+    the stagers another (``runtime/_stage``).
+    """
+
+    def __init__(self) -> None:
+        self._held: tuple[int, duckdb.DuckDBPyConnection] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def held(self) -> duckdb.DuckDBPyConnection | None:
+        """The database kept (None: none)."""
+        held = self._held
+        return None if held is None else held[1]
+
+    def take(self) -> duckdb.DuckDBPyConnection | None:
+        """The database kept, no longer kept; None when none was (or another process's)."""
+        with self._lock:
+            held, self._held = self._held, None
+        return held[1] if held is not None and held[0] == os.getpid() else None
+
+    def give(self, database: duckdb.DuckDBPyConnection) -> bool:
+        """Keep ``database`` unless one is kept already; whether it was."""
+        with self._lock:
+            if self._held is not None:
+                return False
+            self._held = (os.getpid(), database)
+            return True
+
+
+#: The reductions' kept database.
+_KEPT = KeptDatabase()
 
 
 def open_database(memory_mb: int, spill_dir: Path) -> duckdb.DuckDBPyConnection:
     """A database holding nothing, in memory, spilling to ``spill_dir`` past ``memory_mb``."""
     import duckdb
 
-    with _lock:
-        kept = _kept.pop() if _kept else None
-    if kept is not None and kept[0] == os.getpid():
+    kept = _KEPT.take()
+    if kept is not None:
         try:
-            _set(kept[1], memory_mb, spill_dir)
-            return kept[1]
+            _set(kept, memory_mb, spill_dir)
+            return kept
         except duckdb.Error:
-            kept[1].close()  # (it spilled: its spill directory cannot move)
+            kept.close()  # (it spilled: its spill directory cannot move)
     return duckdb.connect(
         ":memory:",
         config={
@@ -81,11 +113,8 @@ def close_database(database: duckdb.DuckDBPyConnection, keep: bool) -> None:
             _set(database, 64, Path(spill))
         except duckdb.Error:
             keep = False
-    if keep:
-        with _lock:
-            if not _kept:
-                _kept.append((os.getpid(), database))
-                return
+    if keep and _KEPT.give(database):
+        return
     database.close()
 
 

@@ -19,7 +19,6 @@ must be resolved before the row's payload can be hashed (the reduction does it).
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from combined.capture._databases import KeptDatabase
 from combined.capture._reduce import UNCHANGED
 from combined.delivery import PartWriter
 from combined.protocol import _provenance as prov
@@ -55,13 +55,12 @@ HASH_SLICE_BYTES = 4 * 2**20
 #: Arrow bytes hashed up to which a stager's DuckDB database is kept for the next stager.
 KEEP_HASHED_BYTES = 16 * 2**20
 
-# One stager's database kept for the next (pid, connection): opening one costs
-# ~14 ms of CPU, more than hashing a small table (a capture of 200 small
-# tables opened 200). Hashing leaves nothing in it (compute_identity
-# unregisters what it scans); a stager that hashed more closes its own, so a
-# long-lived process keeps no large allocator caches.
-_kept: list[tuple[int, duckdb.DuckDBPyConnection]] = []
-_kept_lock = threading.Lock()
+# One stager's database kept for the next: opening one costs ~14 ms of CPU,
+# more than hashing a small table (a capture of 200 small tables opened 200).
+# Hashing leaves nothing in it (compute_identity unregisters what it scans);
+# a stager that hashed more closes its own, so a long-lived process keeps no
+# large allocator caches.
+_KEPT = KeptDatabase()
 
 
 _T = TypeVar("_T")
@@ -217,11 +216,8 @@ class CaptureStager:
         self._worker = None
         if self._con is not None:
             con, self._con = self._con, None
-            with _kept_lock:
-                if self._hashed_bytes <= KEEP_HASHED_BYTES and not _kept:
-                    _kept.append((os.getpid(), con))
-                    return
-            con.close()
+            if not (self._hashed_bytes <= KEEP_HASHED_BYTES and _KEPT.give(con)):
+                con.close()
 
     def _raise(self) -> None:
         if self._error is not None:
@@ -252,12 +248,12 @@ class CaptureStager:
         if self._con is None:
             import duckdb
 
-            with _kept_lock:
-                kept = _kept.pop() if _kept else None
-            if kept is not None and kept[0] == os.getpid():
-                self._con = kept[1]
-            else:
-                self._con = duckdb.connect(":memory:", config={"threads": self.threads})
+            kept = _KEPT.take()
+            self._con = (
+                kept
+                if kept is not None
+                else duckdb.connect(":memory:", config={"threads": self.threads})
+            )
         return self._con
 
     def _hashed(self, group: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
