@@ -42,8 +42,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bench.cdc import _cli_cpu
-from bench.mariadb import _connect as _maria_connect
 from bench.mariadb import _server_cpu as _maria_server_cpu
+from bench.mariadb import _sql as _maria_sql
 from bench.measure import server_cpu, timed_child
 
 PG_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -81,15 +81,7 @@ class Source:
                     cur = conn.execute(statement)
                     rows = cur.fetchall() if cur.description else []
             return rows
-        conn = _maria_connect(dsn or self.dsn)
-        try:
-            with conn.cursor() as cur:
-                for statement in statements:
-                    cur.execute(statement)
-                    rows = list(cur.fetchall())
-        finally:
-            conn.close()
-        return rows
+        return _maria_sql(dsn or self.dsn, *statements)
 
     def create(self) -> None:
         quote = '"' if self.connector == "postgres" else "`"
