@@ -72,10 +72,10 @@ class Source:
 
     def execute(self, statements: list[str], dsn: str | None = None) -> list[Any]:
         """Run ``statements`` in autocommit; the last one's rows."""
-        rows: list[Any] = []
         if self.connector == "postgres":
             import psycopg
 
+            rows: list[Any] = []
             with psycopg.connect(dsn or self.dsn, autocommit=True) as conn:
                 for statement in statements:
                     cur = conn.execute(statement)
