@@ -298,12 +298,32 @@ def test_a_cursor_value_above_every_value_is_refused_not_checkpointed(
     for state in (None, {"cursor": low}):
         with pytest.raises(SchemaMismatch, match="sorts above every value") as info:
             _read_table(source, make_request, pgt, state=state, column="c")
-        assert "snapshot strategy" in (info.value.hint or "")
+        assert "strategy: snapshot" in (info.value.hint or "")
     if kind in ("double precision", "real"):
         # A checkpoint already stored as NaN or infinity is refused too.
         admin.execute(f"DELETE FROM {schema}.t WHERE id = 2")
         with pytest.raises(SchemaMismatch, match="sorts above every value"):
             _read_table(source, make_request, pgt, state={"cursor": float(top)}, column="c")
+
+
+@pytest.mark.parametrize(
+    ("kind", "top"),
+    [
+        ("timestamptz", "12000-01-01 00:00+00"),
+        ("date", "10000-01-01"),
+        ("timestamp", "20000-06-01"),
+    ],
+)
+def test_a_cursor_past_year_9999_says_how_to_capture_the_relation(
+    admin, schema, source, make_request, pgt, kind, top
+):
+    # The hint said "bound the read explicitly", which no setting does.
+    admin.execute(f"CREATE TABLE {schema}.t (id int PRIMARY KEY, c {kind})")
+    admin.execute(f"INSERT INTO {schema}.t VALUES (1, '2024-01-01'), (2, %s)", (top,))
+    with pytest.raises(SchemaMismatch, match="cannot bound a read") as info:
+        _read_table(source, make_request, pgt, column="c")
+    hint = info.value.hint or ""
+    assert "strategy: snapshot" in hint and "view" in hint
 
 
 def test_a_float_checkpoint_is_exact_whatever_the_servers_extra_float_digits(

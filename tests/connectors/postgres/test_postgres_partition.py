@@ -12,7 +12,7 @@ import pytest
 
 from combined.connectors.postgres import EXPORTED_SNAPSHOT, ControlTotals, PostgresSource
 from combined.connectors.postgres._partition import make_partitions, split_points
-from combined.errors import ConfigError, ProtocolViolation
+from combined.errors import ConfigError, ProtocolViolation, SchemaMismatch
 
 
 def _fill(admin, schema, rows):
@@ -154,6 +154,17 @@ def test_plans_refuse_columns_they_cannot_split(admin, schema, pg_dsn, make_requ
             break
         time.sleep(0.05)
     assert count == 0
+
+
+def test_automatic_bounds_past_year_9999_say_how_to_give_the_range(
+    admin, schema, source, make_request
+):
+    # The hint said "bound the read explicitly" without saying how.
+    admin.execute(f"CREATE TABLE {schema}.t (id int PRIMARY KEY, at date)")
+    admin.execute(f"INSERT INTO {schema}.t VALUES (1, '2024-01-01'), (2, '10000-01-01')")
+    with pytest.raises(SchemaMismatch, match="cannot bound a read") as info:
+        source.plan_partitions(make_request("t"), 2, column="at")
+    assert "combined backfill SOURCE.t --from LOW --to HIGH" in (info.value.hint or "")
 
 
 def test_an_empty_relation_is_one_open_partition(admin, schema, source, make_request, pgt):

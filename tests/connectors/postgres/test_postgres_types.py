@@ -358,8 +358,9 @@ def test_domains_resolve_to_their_base_with_the_domains_typmod():
 def test_values_read_as_text_become_exact_python_values():
     types = _types()
     num = plan_column("a", NUMERIC, numeric_typmod_for(20, 4), "numeric(20,4)", types)
-    assert value_from_text("1.2500", num) == Decimal("1.2500")
-    with pytest.raises(SchemaMismatch):
-        value_from_text("NaN", num)
+    assert value_from_text("1.2500", num, hint="h") == Decimal("1.2500")
+    with pytest.raises(SchemaMismatch) as info:
+        value_from_text("NaN", num, hint="what to do")
+    assert info.value.hint == "what to do"
     assert jsonable(datetime(2024, 1, 1, tzinfo=UTC)) == "2024-01-01T00:00:00+00:00"
     assert jsonable(Decimal("1.50")) == "1.50" and jsonable(7) == 7

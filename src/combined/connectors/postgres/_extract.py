@@ -214,11 +214,17 @@ def _cursor_value(text: str | None, plan: ColumnPlan) -> Any:
         raise SchemaMismatch(
             f"cursor column {plan.name!r} ({plan.source_type}) holds {text!r}, which sorts "
             "above every value: a checkpoint there would never read a later row",
-            hint="read the relation through a view that leaves those rows out, "
-            "or capture it with the snapshot strategy",
+            hint=_CURSOR_ESCAPE,
             column=plan.name,
         )
-    return value_from_text(text, plan)
+    return value_from_text(text, plan, hint=_CURSOR_ESCAPE)
+
+
+#: What to do about a cursor value no checkpoint can hold.
+_CURSOR_ESCAPE = (
+    "read the relation through a view that leaves those rows out (its `relation:`), "
+    "or capture it with `strategy: snapshot`"
+)
 
 
 def _and(parts: Sequence[sql.Composable | None]) -> sql.Composable:

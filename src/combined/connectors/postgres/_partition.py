@@ -213,7 +213,11 @@ def create_plan(
         automatic = lower is None and upper is None
         where = range_predicate(plan, lower, upper, include_nulls=automatic)
         lo_text, hi_text, rows, summed = _bounds_and_totals(session, rel, column, sum_column, where)
-        lo, hi = value_from_text(lo_text, plan), value_from_text(hi_text, plan)
+        hint = (
+            "give the range to split: "
+            f"`combined backfill SOURCE.{request.dataset} --from LOW --to HIGH`"
+        )
+        lo, hi = (value_from_text(t, plan, hint=hint) for t in (lo_text, hi_text))
         parts = make_partitions(split_points(lo, hi, partitions), lower, upper, automatic)
         return PartitionPlan(
             session=session,

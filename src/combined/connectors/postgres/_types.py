@@ -437,11 +437,12 @@ def _check_ndims(ndims: pa.Array, plan: ColumnPlan, relation: str) -> None:
         )
 
 
-def value_from_text(text: str | None, plan: ColumnPlan) -> Any:
+def value_from_text(text: str | None, plan: ColumnPlan, *, hint: str) -> Any:
     """A number, date or timestamp column's PostgreSQL text as a Python value.
 
     Reading aggregates as text keeps numerics exact and turns ``infinity``
-    or a BC date into a clear error instead of a driver overflow.
+    or a BC date into a clear error instead of a driver overflow; ``hint``
+    says what the caller's user can do about such a value.
     """
     if text is None:
         return None
@@ -464,7 +465,7 @@ def value_from_text(text: str | None, plan: ColumnPlan) -> Any:
         pass
     raise SchemaMismatch(
         f"column {plan.name!r} ({plan.source_type}) holds {text!r}, which cannot bound a read",
-        hint="bound the read explicitly, or choose another column",
+        hint=hint,
         column=plan.name,
     )
 
