@@ -92,7 +92,7 @@ def select_plans(
     if missing:
         raise NotFoundError(
             f"column {missing[0]!r} does not exist in {noun} {relation!r}",
-            hint=f"run discovery to see the {noun}'s columns",
+            hint=f"`combined discover SOURCE` lists the {noun}'s columns",
             relation=relation,
             column=missing[0],
         )

@@ -130,7 +130,7 @@ def _select(table: Any, request: ReadRequest) -> Any:
     if missing:
         raise NotFoundError(
             f"column {missing[0]!r} does not exist in dataset {request.dataset!r}",
-            hint="run discovery to see the dataset's fields",
+            hint="`combined discover SOURCE` lists the dataset's fields",
             dataset=request.dataset,
             column=missing[0],
         )

@@ -105,8 +105,9 @@ def test_unknown_database_unreachable_host_and_missing_table_are_classified(
     with pytest.raises(SourceUnavailable) as unreachable:
         src.check()
     assert SourceUnavailable.transient and PASSWORD not in _shown(unreachable.value)
-    with pytest.raises(NotFoundError, match="'missing'"):
+    with pytest.raises(NotFoundError, match="'missing'") as missing_table:
         list(source.read(make_request("missing")))
+    assert "`combined discover SOURCE`" in (missing_table.value.hint or "")
 
 
 def test_discovery_reports_tables_views_types_keys_and_cursor_evidence(

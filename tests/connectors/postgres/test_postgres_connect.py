@@ -290,7 +290,7 @@ def test_a_bare_name_found_only_in_another_schema_is_named_in_the_hint(
     pg_dsn: str, admin: Any, schema: str
 ) -> None:
     """A bare name is read in schema public; one that lives only in another
-    schema (listed in `schemas:` or not) said only "run discovery"."""
+    schema (listed in `schemas:` or not) said only "run discovery"; the hint names the command."""
     table = f"only_{uuid.uuid4().hex[:8]}"
     admin.execute(f"CREATE TABLE {schema}.{table} (id int PRIMARY KEY)")
     source = PostgresSource({"dsn": pg_dsn, "schemas": [schema]})
@@ -304,4 +304,4 @@ def test_a_bare_name_found_only_in_another_schema_is_named_in_the_hint(
     with pytest.raises(NotFoundError) as info:
         list(ext)
     ext.finish("abort")
-    assert "run discovery" in (info.value.hint or "")
+    assert "`combined discover SOURCE`" in (info.value.hint or "")

@@ -257,11 +257,14 @@ def test_missing_relation_is_not_found(big: SQLiteSource) -> None:
         big.read(snapshot("ghost"))
     assert "'ghost'" in caught.value.message
     assert caught.value.context["relation"] == "ghost"
+    # The hint names the command that lists what there is ("run discovery" did not).
+    assert "`combined discover SOURCE`" in (caught.value.hint or "")
 
 
 def test_missing_column_is_not_found(big: SQLiteSource) -> None:
-    with pytest.raises(NotFoundError, match="'colour'"):
+    with pytest.raises(NotFoundError, match="'colour'") as caught:
         big.read(snapshot("items", columns=("id", "colour")))
+    assert "`combined discover SOURCE`" in (caught.value.hint or "")
     with pytest.raises(NotFoundError, match="'sku'"):
         big.read(snapshot("items", key=("sku",)))
 

@@ -112,7 +112,8 @@ def find_relation(session: Session, name: str, database: str) -> Relation:
     if not rows:
         raise NotFoundError(
             f"table {name!r} does not exist in database {db!r} (or the account cannot see it)",
-            hint="run discovery to see the tables and views; grant SELECT if it is missing",
+            hint="`combined discover SOURCE` lists the tables and views; "
+            "grant SELECT if it is missing",
             relation=name,
         )
     return _relation(rows[0])

@@ -328,7 +328,7 @@ def query_error(exc: BaseException, settings: Settings, doing: str) -> CombinedE
     if code in _NO_SUCH_TABLE or code in _NO_SUCH_COLUMN:
         return NotFoundError(
             f"a table or column is missing while {doing}: {detail}",
-            hint="run discovery again; the source's schema changed",
+            hint="the source's schema changed: `combined discover SOURCE` shows it now",
             **context,
         )
     if code is None or code in _TRANSIENT_CODES or isinstance(exc, OSError):

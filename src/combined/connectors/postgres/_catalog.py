@@ -164,7 +164,7 @@ def find_relation(session: Session, name: str) -> Relation:
         raise NotFoundError(
             f"relation {relation_name(schema, table)!r} does not exist",
             hint=_elsewhere(session, name, table)
-            or "run discovery to see the relations (names are case-sensitive)",
+            or "`combined discover SOURCE` lists the relations (names are case-sensitive)",
             relation=relation_name(schema, table),
         )
     return _relation(rows[0])

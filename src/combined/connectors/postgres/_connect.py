@@ -303,7 +303,7 @@ def query_error(exc: BaseException, settings: Settings, doing: str) -> CombinedE
         if state == "42P01":
             return NotFoundError(
                 f"a relation is missing while {doing}: {detail}",
-                hint="run discovery again",
+                hint="`combined discover SOURCE` lists the relations the source has now",
                 **context,
             )
         return SourceError(

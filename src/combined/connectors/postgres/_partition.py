@@ -264,7 +264,7 @@ def _split_plan(
         if name is not None and name not in by_name:
             raise ConfigError(
                 f"column {name!r} does not exist in {rel.name!r}",
-                hint="run discovery to see the relation's columns",
+                hint="`combined discover SOURCE` lists the relation's columns",
             )
     plan = by_name[column]
     _orderable(plan, "partition column")

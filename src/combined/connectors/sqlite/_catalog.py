@@ -79,7 +79,7 @@ def find_relation(conn: Connection, name: str) -> Relation:
             return rel
     raise NotFoundError(
         f"relation {name!r} does not exist in the sqlite database",
-        hint="run discovery to list the source's tables and views",
+        hint="`combined discover SOURCE` lists the source's tables and views",
         relation=name,
     )
 

@@ -110,7 +110,7 @@ def translate(exc: BaseException, path: str) -> CombinedError:
     if "no such table" in text or "no such column" in text:
         return NotFoundError(
             f"sqlite relation changed during the read: {detail}",
-            hint="run discovery again; the source's schema changed",
+            hint="the source's schema changed: `combined discover SOURCE` shows it now",
             path=path,
         )
     return SourceError(
