@@ -128,3 +128,27 @@ def test_sql_tables_show_binary_digests_as_hex(captured: Path, tools: Any) -> No
     )
     assert "b'" not in shown and 'b"' not in shown
     assert len(re.findall(r"\b[0-9a-f]{32}\b", shown)) >= 2
+
+
+def test_runs_marks_a_cut_error_and_names_the_command_showing_it_whole(
+    shop: Path, tools: Any
+) -> None:
+    # The error column was cut at 60 characters without a sign that it was.
+    ghost = "a_relation_whose_long_name_pushes_the_error_well_past_sixty_characters"
+    tools.sql(shop, f"CREATE TABLE {ghost} (id INTEGER PRIMARY KEY)")
+    project = shop / "combined.yaml"
+    project.write_text(project.read_text() + f"      {ghost}:\n        key: [id]\n")
+    tools.sql(shop, f"DROP TABLE {ghost}")
+    failed = tools.cli(shop, "capture", f"shop.{ghost}", env=NARROW)
+    assert failed.returncode != 0
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.runs(1)
+        assert run.error and len(run.error.splitlines()[0]) > 60
+    finally:
+        engine.close()
+    listed = tools.cli(shop, "runs", env={"COLUMNS": "400"})
+    assert listed.returncode == 0, listed.stderr
+    (line,) = [x for x in listed.stdout.splitlines() if run.id in x and "run show" not in x]
+    assert run.error.splitlines()[0][:40] in line and "…" in line
+    assert f"`combined run show {run.id}` shows one whole" in listed.stdout

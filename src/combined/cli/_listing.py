@@ -68,17 +68,34 @@ def runs(
     if emit_records(fmt, [_run_record(r) for r in rows], header=_RUN_HEADER):
         return
     t = table("run", "source", "trigger", "state", "created", "datasets", "error")
+    cut = None
     for r in rows:
+        error = _error_start(r.error)
+        if r.error and error != r.error.rstrip("\n"):
+            cut = cut or r.id
         t.add_row(
-            r.id,
-            r.source,
-            r.trigger,
-            r.state,
-            _when(r.created_at),
-            ",".join(r.datasets),
-            (r.error or "").splitlines()[0][:60] if r.error else "",
+            r.id, r.source, r.trigger, r.state, _when(r.created_at), ",".join(r.datasets), error
         )
     print_table(t)
+    if cut is not None:
+        console.print(
+            f"(errors ending in … are cut short: `combined run show {cut}` shows one whole)",
+            highlight=False,
+        )
+
+
+#: Characters of a run's error the runs table shows.
+ERROR_WIDTH = 60
+
+
+def _error_start(error: str | None) -> str:
+    """The start of ``error`` for a table cell: its first line, ending in … where cut."""
+    if not error:
+        return ""
+    first = error.splitlines()[0]
+    if len(first) <= ERROR_WIDTH and first == error.rstrip("\n"):
+        return first
+    return first[: ERROR_WIDTH - 1].rstrip() + "…"
 
 
 @run_app.command("show")
