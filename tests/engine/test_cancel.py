@@ -104,6 +104,9 @@ def _assert_canceled(engine: Engine, run: Run, tools: Any, root: Path) -> None:
     assert run.state == "canceled", run.error
     assert run.canceled_by == "alice" and run.cancel_reason == "wrong window"
     assert run.error is not None and "canceled by alice: wrong window" in run.error
+    # The hint captures again what the Run captured (it named the whole source).
+    again = " ".join(f"{run.source}.{d}" for d in run.datasets)
+    assert f"`combined capture {again}`" in run.error
     info = engine.run(run.id)
     assert [a.outcome for a in info["attempts"]] == ["canceled"]
     assert info["deliveries"] == []

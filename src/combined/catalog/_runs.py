@@ -385,13 +385,20 @@ def _ended(conn: Connection, run: Run, target: RunState, now: datetime) -> None:
         ledger.run(run_record(conn, run.id))
 
 
+def recapture(run: Run) -> str:
+    """The command that captures again what ``run`` captured: its datasets, or its source."""
+    if 0 < len(run.datasets) <= 3:
+        return "combined capture " + " ".join(f"{run.source}.{d}" for d in run.datasets)
+    return f"combined capture {run.source}"
+
+
 def canceled(run: Run) -> RunCanceled:
     """The error a Run whose cancel was requested ends with: who canceled it, and why."""
     why = f": {run.cancel_reason}" if run.cancel_reason else ""
     return RunCanceled(
         f"run {run.id} was canceled by {run.canceled_by or 'someone'}{why}; nothing of it was "
         "committed, acknowledged or billed",
-        hint=f"capture again with `combined capture {run.source}` when wanted",
+        hint=f"capture again with `{recapture(run)}` when wanted",
         canceled_by=run.canceled_by,
         reason=run.cancel_reason,
     )

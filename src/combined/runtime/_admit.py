@@ -170,7 +170,7 @@ def admit_retry_of(catalog: Catalog, run_id: str, *, enqueue: bool) -> Run:
         if old.state == "succeeded":
             raise ProtocolViolation(
                 f"run {old.id} succeeded; there is nothing to retry",
-                hint=f"run `combined capture {old.source}` to read the source again",
+                hint=f"run `{runs_repo.recapture(old)}` to read the source again",
             )
         first = old
         while first.retry_of is not None:
@@ -188,7 +188,7 @@ def admit_retry_of(catalog: Catalog, run_id: str, *, enqueue: bool) -> Run:
                 raise ProtocolViolation(
                     f"run {old.id} was retried by run {later.id}, which {done}",
                     hint=f"see `combined run show {later.id}`; capture again with "
-                    f"`combined capture {old.source}`",
+                    f"`{runs_repo.recapture(old)}`",
                 )
         return admit_retry(catalog, conn, old, enqueue=enqueue)
 
