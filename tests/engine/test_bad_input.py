@@ -313,4 +313,6 @@ def test_retrying_a_succeeded_run_says_what_to_do_instead(captured: Path, tools:
     result = tools.cli(captured, "run", "retry", run_id)
     assert result.returncode == 2, result.stdout
     assert f"run {run_id} succeeded; there is nothing to retry" in result.stderr
-    assert "hint: run `combined capture shop` to read the source again" in result.stderr
+    assert (
+        "hint: run `combined capture shop.customers shop.orders` to read its datasets again"
+    ) in result.stderr

@@ -170,7 +170,7 @@ def admit_retry_of(catalog: Catalog, run_id: str, *, enqueue: bool) -> Run:
         if old.state == "succeeded":
             raise ProtocolViolation(
                 f"run {old.id} succeeded; there is nothing to retry",
-                hint=f"run `{runs_repo.recapture(old)}` to read the source again",
+                hint=f"run `{runs_repo.recapture(old)}` to read its datasets again",
             )
         first = old
         while first.retry_of is not None:
