@@ -50,7 +50,8 @@ sources:
 """
 
 
-def _build_shop(path: Path) -> None:
+def build_shop(path: Path) -> None:
+    """A sample SQLite shop at ``path``: customers, orders and events (the demo's source)."""
     con = sqlite3.connect(path)
     con.executescript(
         """
@@ -170,7 +171,7 @@ def run_demo(directory: Path, console: Console) -> None:
 
     _prepare(directory)
     (directory / "combined.yaml").write_text(DEMO_PROJECT)
-    _build_shop(directory / "shop.db")
+    build_shop(directory / "shop.db")
     _step(
         console,
         "1. a sample shop",

@@ -52,6 +52,15 @@ def test_init_writes_a_project_and_refuses_to_overwrite(tmp_path: Path, tools: A
     assert not project.read_text().startswith("# mine\n")
 
 
+def test_a_project_init_writes_runs_as_written(tmp_path: Path, tools: Any) -> None:
+    # Its source pointed at a ./shop.db nothing wrote: `combined check` failed.
+    said = _ok(tools, tmp_path, "init")
+    assert "shop.db" in said and "combined check" in said
+    assert "ok" in _ok(tools, tmp_path, "check")
+    captured = _ok(tools, tmp_path, "capture")
+    assert "succeeded" in captured and "shop.orders" in captured
+
+
 def test_capture_three_times_in_a_row_each_exits_zero(shop: Path, tools: Any) -> None:
     for i in range(3):
         result = tools.cli(shop, "capture", env=WIDE)

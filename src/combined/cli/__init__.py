@@ -161,6 +161,18 @@ def init(
     except CombinedError as exc:
         _fail(exc)
     console.print(f"wrote {written} and, for editors, its JSON Schema combined.schema.json")
+    # The example's source, so the project runs as written before it is edited.
+    shop = written.parent / "shop.db"
+    if not shop.exists():
+        from combined.demo import build_shop
+
+        build_shop(shop)
+        console.print(
+            f"and {shop}, a sample SQLite shop its source `shop` reads: "
+            "`combined check` and `combined capture` run as written; "
+            "then point sources.shop (or a source of your own) at your data",
+            highlight=False,
+        )
 
 
 @app.command()

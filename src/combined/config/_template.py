@@ -55,7 +55,7 @@ sources:
     # value may be a reference instead: {secret: "env:NAME"} or
     # {secret: "file:PATH"}; an empty secret is refused too.
     config:
-      path: ./shop.db
+      path: ./shop.db           # a sample shop `combined init` writes beside this file
     datasets:
       # A table read whole each run; changes are found by comparing with the
       # previous capture and merged by key.
