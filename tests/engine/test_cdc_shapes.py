@@ -317,14 +317,45 @@ def test_rows_a_key_with_repeats_holds_under_replica_identity_full_are_held_not_
             conn.execute("UPDATE t SET v = 'changed' WHERE id = 4")
             conn.execute("DELETE FROM t WHERE id = 5")
             conn.execute("INSERT INTO t VALUES (5, 'back')")  # a delete first: not a repeat
+            # A key change was the old key's delete and the new key's update,
+            # which replaced the row key 6 held: a row lost. It is an insert.
+            conn.execute("UPDATE t SET id = 6 WHERE id = 7")
         (run,) = engine.capture()
         assert run.state == "needs_review", run.error
-        assert "holds 2 duplicate key(s) of (id)" in (run.error or "")
+        assert "holds 3 duplicate key(s) of (id)" in (run.error or "")
         assert len(_lake(engine, query)) == 10  # nothing committed
         (entry,) = engine.quarantine()
-        assert entry["record_count"] == 3  # the stream's rows of 3 and NULL; not of 4 or 5
+        assert entry["record_count"] == 4  # the stream's rows of 3, NULL and 6; not of 4 or 5
         (run,) = engine.capture()  # read again from the same checkpoint: held again
         assert run.state == "needs_review"
         assert len(_lake(engine, query)) == 10
+    finally:
+        engine.close()
+
+
+def test_a_statement_shifting_a_deferrable_key_streams_the_rows_it_left(
+    opened: Callable[..., Engine], cdc_db: Any
+) -> None:
+    # A deferrable key is unique at the statement's end, not at each row:
+    # the log holds row 1's move to key 2 before row 2's move to key 3. Each
+    # key's last change was the delete of the row it held before, and the
+    # lake kept 1 row of 5, the run succeeded. (A deferrable key cannot be
+    # the replica identity: the table is published REPLICA IDENTITY FULL.)
+    engine = opened(
+        "CREATE TABLE t (id int PRIMARY KEY DEFERRABLE INITIALLY IMMEDIATE, v text)",
+        "ALTER TABLE t REPLICA IDENTITY FULL",
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 5) g",
+    )
+    query = "SELECT id, v FROM pg.items ORDER BY id"
+    source = "SELECT id, v FROM t ORDER BY id"
+    try:
+        _capture_around(engine, cdc_db.dsn, "UPDATE t SET id = id + 1")
+        assert _lake(engine, query) == _source(cdc_db.dsn, source)
+        with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+            conn.execute("UPDATE t SET id = 8 - id")  # keys swapped pairwise, one kept
+            conn.execute("INSERT INTO t VALUES (9, 'v9')")
+        _capture(engine)
+        assert _lake(engine, query) == _source(cdc_db.dsn, source)
+        assert len(_lake(engine, query)) == 6
     finally:
         engine.close()

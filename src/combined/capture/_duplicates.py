@@ -151,6 +151,7 @@ class _Reduction(Protocol):
     has_op: bool
     full: bool
     streamed: bool
+    _has_order: bool
     key: list[str]
     capture_schema: pa.Schema
     capture_files: list[Path]
@@ -162,6 +163,8 @@ class _Reduction(Protocol):
     def _keys(self) -> str: ...
 
     def _prefixes_distinct(self) -> bool: ...
+
+    def _stream_order(self) -> int | None: ...
 
     def _live_sql(self) -> str: ...
 
@@ -219,38 +222,87 @@ class DuplicateChecks:
         ).fetchall()
         return [(dg.digest_text(r[0]), int(r[1]), list(r[2])) for r in rows]
 
-    def _live_sql(self: _Reduction) -> str:
-        """SQL: each id a change stream inserts while a row of it is there, with its ordinals.
+    def _stream_order(self: _Reduction) -> int | None:
+        """The ids a change stream inserts while a row of them is there; their apply order.
 
-        Counted in stream order from its lake row (none after a truncate): an
-        insert adds a row, a delete takes one; a key change is a delete of the
-        old id and an update of the new one. Only a key the source does not
-        keep unique (a nullable UNIQUE key's NULLs, a REPLICA IDENTITY FULL
-        table keyed on a column with repeats) inserts an id that is there:
-        the stream merged such rows into one lake row, the last change
-        winning, and a row was lost without a word. Only the ids inserted
-        while in the lake or inserted twice are counted in order.
+        Makes table ``rep`` (those ids: inserted twice, or inserted while in
+        the lake; none after a truncate) and table ``moved_out`` (``ord``,
+        ``seq``) of the deletes that apply before the insert logged just
+        before them. Changes apply in log order (``seq`` = twice the
+        ordinal), but for a delete of the row a key held before a row moved
+        onto it: a statement shifting a deferrable unique key through its
+        own rows (``UPDATE t SET id = id + 1`` under ``REPLICA IDENTITY
+        FULL``) logs row 1's move to key 2 before row 2's move away. Such a
+        delete carries its row whole, the row the key held before the
+        insert, not the inserted one: the two concern different rows, so
+        the delete applies just before the insert and the key holds one row
+        throughout. Returns the ordinal of the last truncate (``None``: none).
         """
         keys = self._keys()
         (cut,) = self.con.execute(
             f"SELECT max(ord) FROM {keys} WHERE _cop = 'truncate'"
         ).fetchall()[0]
         after = "" if cut is None else f" AND ord > {int(cut)}"
-        changes = f"SELECT _cid, _cop, ord FROM {keys} WHERE _cop <> 'truncate'{after}"
+        if self._has_order:
+            return None if cut is None else int(cut)
+        changes = f"SELECT _cid, _cop, _chash, ord FROM {keys} WHERE _cop <> 'truncate'{after}"
         inserted = f"SELECT _cid FROM ({changes}) WHERE _cop = 'insert'"
+        held = (
+            "false"
+            if cut is not None
+            else f"_cid IN (SELECT _kid FROM cur WHERE _kid IN ({inserted}))"
+        )
+        self.con.execute(
+            f"CREATE OR REPLACE TABLE rep AS SELECT _cid FROM ({changes}) "
+            f"WHERE _cop = 'insert' GROUP BY _cid HAVING count(*) > 1 OR {held}"
+        )
+        # The row before the insert: the change logged before it, or the lake's.
+        lake = (
+            "false"
+            if cut is not None
+            else "EXISTS (SELECT 1 FROM cur WHERE _kid = w._cid AND _khash = w._chash)"
+        )
+        self.con.execute(
+            "CREATE OR REPLACE TABLE moved_out AS WITH w AS (SELECT ord, _cid, _cop, _chash, "
+            "lag(_cop) OVER o AS p_op, lag(ord) OVER o AS p_ord, lag(_chash) OVER o AS p_hash, "
+            "lag(_cop, 2) OVER o AS pp_op, lag(_chash, 2) OVER o AS pp_hash "
+            f"FROM ({changes}) WHERE _cid IN (SELECT _cid FROM rep) "
+            "WINDOW o AS (PARTITION BY _cid ORDER BY ord)) "
+            "SELECT ord, 2 * p_ord - 1 AS seq FROM w "
+            "WHERE _cop = 'delete' AND p_op = 'insert' AND _chash <> p_hash AND CASE "
+            f"WHEN pp_op IS NULL THEN {lake} "
+            "ELSE pp_op <> 'delete' AND pp_hash = _chash END"
+        )
+        self._has_order = True
+        return None if cut is None else int(cut)
+
+    def _live_sql(self: _Reduction) -> str:
+        """SQL: each id a change stream inserts while a row of it is there, with its ordinals.
+
+        Counted in apply order (:meth:`_stream_order`) from its lake row
+        (none after a truncate): an insert adds a row, a delete takes one; a
+        key change is a delete of the old id and an insert of the new one.
+        Only a key the source does not keep unique (a nullable UNIQUE key's
+        NULLs, a REPLICA IDENTITY FULL table keyed on a column with repeats)
+        inserts an id that is there: the stream merged such rows into one
+        lake row, the last change winning, and a row was lost without a
+        word. Only the ids inserted while in the lake or inserted twice are
+        counted.
+        """
+        cut = self._stream_order()
+        after = "" if cut is None else f" AND ord > {cut}"
         held = (
             "SELECT _kid FROM cur WHERE false"
             if cut is not None
-            else f"SELECT DISTINCT _kid FROM cur WHERE _kid IN ({inserted})"
+            else "SELECT DISTINCT _kid FROM cur WHERE _kid IN (SELECT _cid FROM rep)"
         )
         return (
-            f"WITH k AS ({changes}), held AS ({held}), "
-            "c AS (SELECT _cid FROM k WHERE _cop = 'insert' GROUP BY _cid "
-            "HAVING count(*) > 1 OR _cid IN (SELECT _kid FROM held)), "
-            "r AS (SELECT _cid, _cop, ord, "
+            f"WITH held AS ({held}), r AS (SELECT _cid, _cop, ord, "
             "CASE WHEN _cid IN (SELECT _kid FROM held) THEN 1 ELSE 0 END + "
             "sum(CASE _cop WHEN 'insert' THEN 1 WHEN 'delete' THEN -1 ELSE 0 END) "
-            "OVER (PARTITION BY _cid ORDER BY ord) AS n FROM k WHERE _cid IN (SELECT _cid FROM c)) "
+            "OVER (PARTITION BY _cid ORDER BY coalesce(m.seq, 2 * ord)) AS n "
+            f"FROM {self._keys()} LEFT JOIN moved_out m USING (ord) "
+            f"WHERE _cop <> 'truncate'{after} AND _cid IN (SELECT _cid FROM rep)) "
             "SELECT _cid, max(n) AS n, list(ord ORDER BY ord) AS ords FROM r GROUP BY _cid "
             "HAVING max(n) FILTER (WHERE _cop = 'insert') > 1"
         )

@@ -145,6 +145,7 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         self.capture_schema, self.sync_mode, self.baseline = capture_schema, sync_mode, baseline
         # ``current_filter`` (SQL over the lake's columns): a backfill's range of the current state.
         self._has_keys = False
+        self._has_order = False  # (tables rep and moved_out: DuplicateChecks._stream_order)
         self._same: bool | None = None
         self._fingerprinted = None
         self._current_count: int | None = None
@@ -369,17 +370,19 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         con = self.con
         # A truncate in a change stream empties the table at that point: only
         # changes after the last truncate survive, and every other row goes.
-        cut = None
+        cut, changes, order = None, keys, "ord"
         if self.has_op:
-            cut = con.execute(f"SELECT max(ord) FROM {keys} WHERE _cop = 'truncate'").fetchall()[0][
-                0
-            ]
-        after = "" if cut is None else f"AND ord > {int(cut)}"
-        last = f"SELECT _cid, _chash, _cop, ord FROM {keys} WHERE _cop <> 'truncate' {after}"
+            cut = self._stream_order()
+            if con.execute("SELECT 1 FROM moved_out LIMIT 1").fetchall():
+                # A delete of a row a key held before a row moved onto it applies first.
+                changes = f"(SELECT * FROM {keys} LEFT JOIN moved_out USING (ord))"
+                order = "coalesce(seq, 2 * ord)"
+        after = "" if cut is None else f" AND ord > {cut}"
+        last = f"SELECT _cid, _chash, _cop, ord FROM {changes} WHERE _cop <> 'truncate'{after}"
         if self.has_op or not self.full:
             # Several changes of one row: the last one wins. (A full-row capture
             # was checked for duplicate keys already, and needs no window.)
-            last += " QUALIFY row_number() OVER (PARTITION BY _cid ORDER BY ord DESC) = 1"
+            last += f" QUALIFY row_number() OVER (PARTITION BY _cid ORDER BY {order} DESC) = 1"
         if not self._has_current:
             # Nothing to compare with: every row is new (a delete of an absent row is moot).
             con.execute(

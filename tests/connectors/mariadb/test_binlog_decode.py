@@ -119,7 +119,8 @@ def test_the_native_decoder_equals_the_library_on_every_type(admin: Any, make_re
     for name in got.column_names:
         assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
     ops = got.column(OP_COLUMN).to_pylist()
-    assert ops[:7] == ["insert", "insert", "insert", "delete", "update", "update", "delete"]
+    # (the key change: the old key's delete, then the new key's insert)
+    assert ops[:7] == ["insert", "insert", "insert", "delete", "insert", "update", "delete"]
     row = got.slice(0, 1).to_pylist()[0]
     assert row["s"] == "héllo wörld 😀" and row["e"] == "bé" and row["st"] == "x,z"
     assert str(row["dh"]).startswith("-12345678901234567890123456789012345.1234")

@@ -213,7 +213,7 @@ def test_full_identity_fills_unchanged_values_from_the_old_row() -> None:
     assert dele[OP_COLUMN] == "delete" and dele["big"] == BIG
 
 
-def test_key_change_is_a_delete_of_the_old_key_then_an_update() -> None:
+def test_key_change_is_a_delete_of_the_old_key_then_an_insert() -> None:
     b = _batcher()
     rekey = next(m for m in _changes(T_REL) if isinstance(m, Update) and m.old_kind == "K")
     delete = next(m for m in _changes(T_REL) if isinstance(m, Delete))
@@ -223,7 +223,7 @@ def test_key_change_is_a_delete_of_the_old_key_then_an_update() -> None:
     rows = batch.to_pylist()
     assert [(r[OP_COLUMN], r["id"]) for r in rows] == [
         ("delete", 2),
-        ("update", 20),
+        ("insert", 20),  # a row the new key did not hold
         ("delete", 20),
     ]
     assert rows[1]["name"] is None and rows[1]["big"] == "small"
@@ -251,7 +251,7 @@ def test_full_identity_key_change_deletes_the_old_key() -> None:
     assert batch is not None
     assert [(r[OP_COLUMN], r["id"], r["v"]) for r in batch.to_pylist()] == [
         ("delete", 1, "a"),
-        ("update", 101, "a"),
+        ("insert", 101, "a"),
         ("update", 101, "b"),
     ]
 
@@ -329,7 +329,7 @@ def test_each_transaction_yields_its_rows_then_its_state() -> None:
         ("t", "state", ends[0]),
         ("t", "rows", ["update"]),
         ("t", "state", ends[1]),
-        ("t", "rows", ["delete", "update"]),
+        ("t", "rows", ["delete", "insert"]),  # a key change
         ("t", "state", ends[2]),
         ("t", "rows", ["delete"]),
         ("t", "state", ends[3]),
@@ -370,13 +370,13 @@ def test_rows_coalesce_across_transactions_and_cut_at_a_commit() -> None:
         ("t", "rows", ["insert", "insert"]),
         ("t", "state", ends[0]),
         ("t", "rows", ["update"]),  # its commit is not read yet: no state follows
-        ("t", "rows", ["delete", "update"]),  # the second and third transactions
+        ("t", "rows", ["delete", "insert"]),  # the second and third transactions
         ("t", "state", ends[2]),
         ("t", "rows", ["delete"]),
     ]
     t_ops = [op for d, kind, ops in _describe(out) if d == "t" and kind == "rows" for op in ops]
     assert t_ops == [
-        *("insert", "insert", "update", "delete", "update", "delete"),
+        *("insert", "insert", "update", "delete", "insert", "delete"),
         *(OP_TRUNCATE, "insert", "insert"),
     ]
 

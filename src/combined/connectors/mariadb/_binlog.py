@@ -461,11 +461,13 @@ class BinlogExtraction(SessionRead[Session]):
             self._seen += 1
             if isinstance(event, UpdateRowsEvent):
                 before, after = row["before_values"], row["after_values"]
-                if any(before.get(k) != after.get(k) for k in key):
+                moved = any(before.get(k) != after.get(k) for k in key)
+                if moved:  # the old key's delete, the new key's insert
                     nones = row.get("before_none_sources")
                     yield rows.add("delete", before, event.columns, when, here, nones)
                 nones = row.get("after_none_sources")
-                yield rows.add("update", after, event.columns, when, here, nones)
+                after_op = "insert" if moved else "update"
+                yield rows.add(after_op, after, event.columns, when, here, nones)
             else:
                 op = "delete" if isinstance(event, DeleteRowsEvent) else "insert"
                 nones = row.get("none_sources")

@@ -512,7 +512,8 @@ class RowDecoder:
         """The changes of an event's body: their ops and rows, in log order.
 
         An update's images come in pairs; one that changes the key is the old
-        key's delete followed by the new key's update.
+        key's delete followed by the new key's insert (a row the new key did
+        not hold: the duplicate check counts it, as it counts any insert).
         """
         images = self.images(body)
         if op != "update":
@@ -521,10 +522,11 @@ class RowDecoder:
         ops: list[str] = []
         rows: list[list[Any]] = []
         for before, after in zip(images[::2], images[1::2], strict=True):
-            if any(before[i] != after[i] for i in where):
+            moved = any(before[i] != after[i] for i in where)
+            if moved:
                 ops.append("delete")
                 rows.append(before)
-            ops.append("update")
+            ops.append("insert" if moved else "update")
             rows.append(after)
         return ops, rows
 

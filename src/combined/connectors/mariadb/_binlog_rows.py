@@ -14,7 +14,7 @@ batch, and the engine adds it from the batch that first carries it), then
 one-row marker of a ``TRUNCATE``), ``_combined_emitted_at`` (the event's
 time) and ``_combined_source_position`` (``file:position`` of the event's
 end). Rows keep log order; an update that changes the key is the old key's
-delete followed by the new key's update.
+delete followed by the new key's insert.
 """
 
 from __future__ import annotations

@@ -93,7 +93,8 @@ class ChangeBatcher:
     sent whole (``REPLICA IDENTITY FULL``) the value is taken from it instead.
     A delete carries the replica identity columns; the others are null. An
     update that changes the key is a delete of the old key followed by an
-    update of the new one. ``key`` names the dataset's key columns: with it,
+    insert of the new one (an update when it left values unchanged, which
+    the delete names). ``key`` names the dataset's key columns: with it,
     an update whose old row was sent (a changed replica identity, or every
     update under ``REPLICA IDENTITY FULL``) is such a pair exactly when a key
     value differs; without it, only a changed replica identity is.
@@ -263,6 +264,12 @@ class ChangeBatcher:
                 old.values,
             )
             self._row(moved, _MOVED if unchanged else _DELETE, commit_lsn, commit_time)
+            if not unchanged:
+                # A row the new key did not hold: an insert, which the
+                # duplicate check counts (a key with repeats, a deferrable
+                # key a statement shifts through its own rows).
+                self._row(new, _INSERT, commit_lsn, commit_time)
+                return
         self._row(new, _UPDATE, commit_lsn, commit_time)
 
     def _key_changed(self, old_kind: str | None, old: TupleData, new: TupleData) -> bool:

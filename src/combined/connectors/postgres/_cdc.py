@@ -27,9 +27,9 @@ The contract with the engine:
 * ``_combined_unchanged`` lists, per update row, the columns whose TOAST
   value was not sent: the batch holds null there, and the lake keeps its
   current value. An update that changed the key is the old key's delete,
-  then the new key's update at the next row: when the update left values
-  unchanged, the delete names the same columns, whose values then come from
-  the old key. Rows in a batch are in log order; one key may appear more
+  then the new key's insert at the next row (its update when the update
+  left values unchanged: the delete names the same columns, whose values
+  then come from the old key). Rows in a batch are in log order; one key may appear more
   than once, the last occurrence wins.
 * A column that a relation message shows and the lake does not hold
   (``lake_columns``) was added since: every row's value is read from the
