@@ -451,3 +451,37 @@ def test_the_scheduler_checks_freshness_each_round_and_tells_each_change_once(
         assert len(_events(engine, "alert.freshness")) == 2  # a new breach, told again
     finally:
         engine.close()
+
+
+def test_a_source_failing_capture_after_capture_is_alerted_once_per_incident(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A scheduled capture of a source that stays broken fails at every tick:
+    # one alert for the incident, not one a Run (a storm of webhooks all
+    # night); a failure after the source came back is a new incident.
+    receiver = Receiver()
+    monkeypatch.setenv("HOOK_URL", receiver.url("/hook"))
+    monkeypatch.setenv("HOOK_KEY", KEY)
+    path = _project(tmp_path, OPS)
+    from tests.conftest import shop_sql
+
+    engine = Engine.open(path)
+    try:
+        shop_sql(tmp_path, "ALTER TABLE customers RENAME TO gone")
+        failed = [engine.capture(["shop.customers"])[0] for _ in range(3)]
+        assert [r.state for r in failed] == ["failed"] * 3
+        shop_sql(tmp_path, "ALTER TABLE gone RENAME TO customers")
+        (run,) = engine.capture(["shop.customers"])
+        assert run.state == "succeeded", run.error
+        shop_sql(tmp_path, "ALTER TABLE customers RENAME TO gone")
+        (again,) = engine.capture(["shop.customers"])
+        assert again.state == "failed"
+        engine.sender.wait(60)
+        alerts = _events(engine, "alert.run_failed")
+        assert [a.run_id for a in alerts] == [failed[0].id, again.id]
+        assert len(_events(engine, "run.failed")) == 4  # every failure is still in the feed
+        sent = [json.loads(body)["run_id"] for _, body in receiver.posts("/hook")]
+        assert sent == [failed[0].id, again.id]
+    finally:
+        engine.close()
+        receiver.close()

@@ -137,7 +137,14 @@ def test_a_worker_killed_mid_run_leaves_it_to_recovery_and_a_retry_completes_it(
         assert run.state == "extracting"
         # the next worker repairs before its Run: the dead one is closed
         assert tools.cli(shop, "worker", "--once").returncode == 0
-        assert engine.run(run.id)["run"].state == "failed"
+        closed = engine.run(run.id)["run"]
+        assert closed.state == "failed"
+        # what happened, told: where it stopped, that its process died, and
+        # that nothing was committed (it was killed before its commit)
+        assert "interrupted while extracting" in (closed.error or "")
+        assert "its process ended" in (closed.error or "")
+        assert "nothing of it was committed" in (closed.error or "")
+        assert "combined capture shop.orders" in (closed.error or "")
         retried = tools.cli(shop, "run", "retry", "--enqueue", run.id)
         assert retried.returncode == 0, retried.stderr
         assert "queued" in retried.stdout
@@ -286,3 +293,57 @@ def test_worker_options_are_checked(shop: Path, tools: Any) -> None:
     bad = tools.cli(shop, "worker", "--poll", "0")
     assert bad.returncode == 2
     assert "--poll" in bad.stderr
+
+
+_SLOW_TAP = """
+import json, sys, time
+schema = {"type": "object", "properties": {"id": {"type": "integer"}}}
+if "--discover" in sys.argv:
+    stream = {"tap_stream_id": "things", "stream": "things", "schema": schema,
+              "key_properties": ["id"], "metadata": []}
+    print(json.dumps({"streams": [stream]}))
+    sys.exit(0)
+print(json.dumps({"type": "SCHEMA", "stream": "things", "schema": schema,
+                  "key_properties": ["id"]}), flush=True)
+print(json.dumps({"type": "RECORD", "stream": "things", "record": {"id": 1}}), flush=True)
+time.sleep(30)
+"""
+
+
+def test_a_worker_killed_while_reading_leaves_no_attempt_running(
+    tmp_path: Path, tools: Any
+) -> None:
+    # SIGKILL while the source is being read: the Run recovery closes ends
+    # its Attempt too (run show said "attempt 1 ...: running" for ever) and
+    # says what happened, not that committed deliveries were projected.
+    (tmp_path / "tap.py").write_text(_SLOW_TAP)
+    (tmp_path / "combined.yaml").write_text(
+        "version: 1\nlake: ./lake\nsources:\n  tap:\n    connector: singer\n"
+        f"    config: {{command: [{sys.executable}, ./tap.py]}}\n"
+        "    datasets: {things: {key: [id]}}\n"
+    )
+    assert tools.cli(tmp_path, "capture", "--enqueue", "tap").returncode == 0
+    worker = _spawn(tmp_path, "worker", "--once")
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        deadline = time.monotonic() + 120
+        while not (runs := engine.runs()) or runs[0].state != "extracting":
+            assert time.monotonic() < deadline and worker.poll() is None
+            time.sleep(0.2)
+        worker.kill()
+        worker.communicate(timeout=60)
+        assert tools.cli(tmp_path, "repair").returncode == 0
+        closed = engine.run(runs[0].id)["run"]
+        assert closed.state == "failed"
+        error = closed.error or ""
+        assert "interrupted while extracting" in error and "its process ended" in error
+        assert "nothing of it was committed" in error and "combined capture tap.things" in error
+        (attempt,) = _attempts(engine, closed.id)
+        assert attempt.outcome == "interrupted" and attempt.ended_at is not None
+        shown = tools.cli(tmp_path, "run", "show", closed.id)
+        assert "attempt 1 on worker:" in shown.stdout and ": running" not in shown.stdout
+    finally:
+        engine.close()
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()

@@ -358,9 +358,16 @@ def _error_values(error: BaseException | str) -> dict[str, Any]:
 
 
 def _alert(conn: Connection, run: Run, target: RunState, error: str | None) -> None:
-    """Emit ``alert.run_<target>``: the Run ended in a state that needs someone."""
+    """Emit ``alert.run_<target>``: the Run ended in a state that needs someone.
+
+    Once per incident: not when each of the Run's datasets was left in that
+    state by its previous Run already (a scheduled capture of a source that
+    stays down fails at every tick; its first failure was told).
+    """
     from combined.catalog._data import emit
 
+    if _same_incident(conn, run, target):
+        return
     emit(
         conn,
         f"alert.run_{target}",
@@ -370,6 +377,29 @@ def _alert(conn: Connection, run: Run, target: RunState, error: str | None) -> N
         trigger=run.trigger,
         error=error,
     )
+
+
+def _same_incident(conn: Connection, run: Run, target: RunState, scan: int = 200) -> bool:
+    """Whether the previous ended Run of each of ``run``'s datasets ended in ``target`` too.
+
+    A canceled Run says nothing of the source and is passed over.
+    """
+    rows = conn.execute(
+        sa.select(t.runs.c.datasets, t.runs.c.state)
+        .where(
+            t.runs.c.source == run.source,
+            t.runs.c.id != run.id,
+            t.runs.c.state.in_(sorted(TERMINAL - {"canceled"})),
+            t.runs.c.ended_at.is_not(None),
+        )
+        .order_by(t.runs.c.ended_at.desc(), t.runs.c.id.desc())
+        .limit(scan)
+    ).all()
+    last: dict[str, str] = {}
+    for row in rows:
+        for dataset in row.datasets:
+            last.setdefault(dataset, row.state)
+    return bool(run.datasets) and all(last.get(d) == target for d in run.datasets)
 
 
 def _ended(conn: Connection, run: Run, target: RunState, now: datetime) -> None:

@@ -1,7 +1,8 @@
 """Conditions that raise an alert: each an Activity event ``alert.<kind>``, once per change.
 
 Some alerts are one event each: a Run that ended ``failed``,
-``needs_review`` or ``needs_auth`` (raised where the Run ends), a
+``needs_review`` or ``needs_auth`` where its datasets' previous Runs did
+not (raised where the Run ends, once per incident), a
 reconciliation that disagrees, a recovery that failed. Others are states
 checked from time to time (by the scheduler each round, by
 ``combined alerts``): a dataset past its freshness target, a CDC stream at

@@ -15,11 +15,15 @@ from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
+from sqlalchemy.engine import Connection
+
 from combined.catalog import Catalog, Run, queue
+from combined.catalog import _schema as t
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
 from combined.errors import CombinedError, NotFoundError, ProtocolViolation, redact
 from combined.lake import LakeLayout
+from combined.protocol import utcnow
 from combined.runtime._lease import REPAIR
 from combined.runtime._project import project_commit
 
@@ -91,16 +95,15 @@ class Recovery:
                 return False
             staged = cat.deliveries(conn, run_id=run.id, states=["staged"])
             cat.mark_deliveries(conn, [d.id for d in staged], "rejected")
+            committed = len(cat.deliveries(conn, run_id=run.id, states=["committed"]))
+            _end_attempts(conn, run.id)
             # One asked to stop before it died ends as asked: it never committed.
             asked = current.cancel_requested_at is not None and current.state == "extracting"
             runs_repo.move_run(
                 conn,
                 run.id,
                 "canceled" if asked else "failed",
-                error=runs_repo.canceled(current)
-                if asked
-                else "the run was interrupted; its committed deliveries were projected "
-                "from the lake and the next capture publishes them",
+                error=runs_repo.canceled(current) if asked else _interrupted(current, committed),
             )
             cat.emit(conn, "run.recovered", source=run.source, run_id=run.id)
         return True
@@ -180,6 +183,35 @@ class Recovery:
         with self.catalog.begin() as conn:
             cat.emit(conn, "alert.recovery_failed", source=source, dataset=name, error=error)
         return False
+
+
+def _interrupted(run: Run, committed: int) -> str:
+    """What became of a Run whose process died: where it stopped, what it committed."""
+    where = f"while {run.state}" + (f" (taken by {run.claimed_by})" if run.claimed_by else "")
+    landed = (
+        f"its {committed} committed deliveries were projected from the lake and the next "
+        "capture publishes them"
+        if committed
+        else "nothing of it was committed, billed or acknowledged"
+    )
+    return (
+        f"the run was interrupted {where}: its process ended without finishing it "
+        f"(killed, or its machine stopped); {landed}; `{runs_repo.recapture(run)}` "
+        "(or the next scheduled tick) captures it again"
+    )
+
+
+def _end_attempts(conn: Connection, run_id: str) -> None:
+    """End the Attempts a dead Run left open: they stop with it, not stay running."""
+    conn.execute(
+        t.attempts.update()
+        .where(t.attempts.c.run_id == run_id, t.attempts.c.ended_at.is_(None))
+        .values(
+            ended_at=utcnow(),
+            outcome="interrupted",
+            error="its process ended before the attempt did",
+        )
+    )
 
 
 def catch_up(catalog: Catalog, layout: LakeLayout, source: str, name: str) -> list[str]:
