@@ -48,6 +48,12 @@ def connect() -> duckdb.DuckDBPyConnection:
 # appearing or vanishing with the layout of the other files listed.
 _NO_HIVE = "hive_partitioning = false"
 
+# Types (and JSON keys) are inferred from every row, not DuckDB's first
+# 20,480: past the sample a JSON key is dropped without a word, and a CSV
+# value is cast leniently to the sampled type ('01234' read as 1234 and
+# '1.5e0' as 2 in a BIGINT column). The price is one more parse per file.
+_WHOLE_SAMPLE = "sample_size = -1"
+
 
 def scan(file_set: FileSet, fmt: Format, listing: Listing) -> str:
     """The DuckDB table expression reading exactly ``listing``'s files."""
@@ -67,6 +73,7 @@ def scan(file_set: FileSet, fmt: Format, listing: Listing) -> str:
             "strict_mode = true",
             "null_padding = false",
             "union_by_name = true",
+            _WHOLE_SAMPLE,
             _NO_HIVE,
         ]
         if d.encoding:
@@ -77,7 +84,8 @@ def scan(file_set: FileSet, fmt: Format, listing: Listing) -> str:
         return f"read_csv({files}, {', '.join(opts)})"
     if fmt == "json":
         return (
-            f"read_json({files}, format = 'auto', records = true, union_by_name = true, {_NO_HIVE})"
+            f"read_json({files}, format = 'auto', records = true, union_by_name = true, "
+            f"{_WHOLE_SAMPLE}, {_NO_HIVE})"
         )
     return f"read_parquet({files}, union_by_name = true, {_NO_HIVE})"
 
