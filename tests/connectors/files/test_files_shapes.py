@@ -6,22 +6,28 @@ Each test here once lost or changed a value without an error.
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
 
 from combined.connectors.abc import ReadRequest
 from combined.connectors.files import FilesSource
+from combined.errors import SchemaMismatch
 from combined.protocol import RecordBatchMessage
 
 #: Past DuckDB's default sample of 20,480 rows.
 _PAST_SAMPLE = 30_000
 
 
-def _rows(root: Path, relation: str) -> pa.Table:
+def _rows(root: Path, relation: str, columns: tuple[str, ...] | None = None) -> pa.Table:
     source = FilesSource({"path": str(root)})
-    request = ReadRequest(dataset="d", relation=relation, key=("id",), strategy="snapshot")
+    request = ReadRequest(
+        dataset="d", relation=relation, key=("id",), strategy="snapshot", columns=columns
+    )
     extraction = source.read(request)
     try:
         batches = [m.batch for m in extraction if isinstance(m, RecordBatchMessage)]
@@ -47,3 +53,30 @@ def test_a_csv_value_past_the_sample_is_not_cast_to_the_sampled_type(tmp_path: P
     table = _rows(tmp_path, "zips/*.csv")
     last = table.filter(pc.equal(table.column("id"), _PAST_SAMPLE)).to_pylist()
     assert [str(r["zip"]) for r in last] == ["01234"]
+
+
+def test_a_parquet_decimal_past_38_digits_is_refused_not_read_as_a_double(
+    tmp_path: Path,
+) -> None:
+    wide = Decimal("1" * 60 + ".5")
+    table = pa.table(
+        {
+            "id": [1],
+            "amount": pa.array([wide], pa.decimal256(76, 1)),
+            "nested": pa.array([{"x": wide}], pa.struct([("x", pa.decimal256(70, 1))])),
+        }
+    )
+    (tmp_path / "ledger").mkdir()
+    pq.write_table(table, tmp_path / "ledger" / "a.parquet")
+    with pytest.raises(SchemaMismatch) as info:
+        _rows(tmp_path, "ledger/*.parquet")
+    assert info.value.context == {
+        "relation": "ledger/*.parquet",
+        "file": "ledger/a.parquet",
+        "column": "amount",
+    }
+    assert "decimal(38, s)" in (info.value.hint or "")
+    with pytest.raises(SchemaMismatch, match="'nested'"):
+        _rows(tmp_path, "ledger/*.parquet", columns=("id", "nested"))
+    # A read that leaves the wide columns out reads the rest.
+    assert _rows(tmp_path, "ledger/*.parquet", columns=("id",)).to_pylist() == [{"id": 1}]

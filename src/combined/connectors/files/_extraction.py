@@ -153,7 +153,7 @@ class FilesExtraction(BaseExtraction):
     ) -> Iterator[Message]:
         request = self._request
         if fmt == "parquet":
-            self._footer_rows = _scan.check_parquet(listing, self._set.name)
+            self._footer_rows = _scan.check_parquet(listing, self._set.name, request.columns)
         query = _scan.select(self._set, fmt, listing, self._columns(con, fmt, listing))
         reader: pa.RecordBatchReader = con.sql(query).to_arrow_reader(request.batch_rows)
         for batch in reader:

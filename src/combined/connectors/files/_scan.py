@@ -122,13 +122,17 @@ def arrow_schema(con: duckdb.DuckDBPyConnection, query: str) -> pa.Schema:
     return reader.schema
 
 
-def check_parquet(listing: Listing, relation: str) -> int:
+def check_parquet(
+    listing: Listing, relation: str, refuse_wide_in: Sequence[str] | None = ()
+) -> int:
     """Check the Parquet footers agree on each shared column's type; return their rows.
 
     DuckDB would unify a column that is BIGINT in one file and VARCHAR in
     another into VARCHAR, silently changing every value's type. The footer
     row counts are the read's control total: counted by another reader than
-    the one that reads the rows.
+    the one that reads the rows. A decimal of more than 38 digits among the
+    columns ``refuse_wide_in`` names (None: every column) is refused: DuckDB
+    reads it as a double.
     """
     seen: dict[str, tuple[pa.DataType, str]] = {}
     rows = 0
@@ -145,6 +149,8 @@ def check_parquet(listing: Listing, relation: str) -> int:
             ) from None
         rows += meta.num_rows
         for f in meta.schema.to_arrow_schema():
+            if refuse_wide_in is None or f.name in refuse_wide_in:
+                _refuse_wide_decimal(f, entry.name, relation)
             first = seen.setdefault(f.name, (f.type, entry.name))
             if first[0] != f.type:
                 raise SchemaMismatch(
@@ -157,6 +163,30 @@ def check_parquet(listing: Listing, relation: str) -> int:
                     column=f.name,
                 )
     return rows
+
+
+def _wide_decimal(t: pa.DataType) -> pa.DataType | None:
+    """The first decimal of more than 38 digits in ``t`` (nested fields included)."""
+    if pa.types.is_decimal(t) and t.precision > 38:
+        return t
+    children = [t.field(i).type for i in range(t.num_fields)]
+    return next((w for w in map(_wide_decimal, children) if w is not None), None)
+
+
+def _refuse_wide_decimal(f: pa.Field, name: str, relation: str) -> None:
+    wide = _wide_decimal(f.type)
+    if wide is None:
+        return
+    raise SchemaMismatch(
+        f"column {f.name!r} of file {name!r} holds {wide}: DuckDB, which reads the files, "
+        "keeps at most 38 digits and would read it as a double, losing digits, so nothing "
+        "was read",
+        hint="write the column as decimal(38, s) or as text in the files, or leave it out of "
+        f"the dataset's `columns:`; nothing was committed (file set {relation!r})",
+        relation=relation,
+        file=name,
+        column=f.name,
+    )
 
 
 def _first_line(exc: BaseException) -> str:
