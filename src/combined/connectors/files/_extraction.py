@@ -67,10 +67,20 @@ class FilesExtraction(BaseExtraction):
         #: The Parquet footers' row count, read once before the rows (the
         #: listing, verified unchanged after them, says it still holds).
         self._footer_rows: int | None = None
+        self._empty_schema: pa.Schema | None = None
         self._con: duckdb.DuckDBPyConnection | None = None
         self._guard = threading.Lock()
         self._started = False
         self._finished = False
+
+    @property
+    def empty_schema(self) -> pa.Schema | None:
+        """The columns of a read that returned no row, when the declared types give them.
+
+        A first capture has no batch to take its schema from: no file
+        (``allow_empty``), or files of a header alone.
+        """
+        return self._empty_schema
 
     @property
     def control_totals(self) -> ControlTotals | None:
@@ -121,6 +131,8 @@ class FilesExtraction(BaseExtraction):
             if not listing.entries:
                 if not self._set.allow_empty:
                     raise empty_match(self._set, self._root, request.dataset)
+                if self._set.columns:
+                    self._empty_schema = _scan.declared_schema(con, self._set, request.columns)
             else:
                 fmt = self._set.format_for([e.name for e in listing.entries])
                 yield from self._batches(con, fmt, listing)
@@ -156,12 +168,18 @@ class FilesExtraction(BaseExtraction):
             self._footer_rows = _scan.check_parquet(listing, self._set.name, request.columns)
         query = _scan.select(self._set, fmt, listing, self._columns(con, fmt, listing))
         reader: pa.RecordBatchReader = con.sql(query).to_arrow_reader(request.batch_rows)
+        rows = 0
         for batch in reader:
             for offset in range(0, batch.num_rows, request.batch_rows):
                 piece = batch.slice(offset, request.batch_rows)
                 self.authority.count(piece.num_rows, piece.nbytes)
+                rows += piece.num_rows
                 yield RecordBatchMessage(request.dataset, piece)
                 self._live()
+        if rows == 0 and set(reader.schema.names) <= set(self._set.types):
+            # Files of a header alone, every column declared. (Undeclared, a
+            # header's columns have no type yet: DuckDB would say VARCHAR.)
+            self._empty_schema = reader.schema
 
     def _columns(
         self, con: duckdb.DuckDBPyConnection, fmt: Format, listing: Listing

@@ -110,6 +110,18 @@ def select(
     return f"SELECT {', '.join(items)} FROM {source}"
 
 
+def declared_schema(
+    con: duckdb.DuckDBPyConnection, file_set: FileSet, columns: Sequence[str] | None = None
+) -> pa.Schema:
+    """The Arrow schema of ``file_set``'s declared columns (those of ``columns``, if named)."""
+    items = [
+        f"CAST(NULL AS {t}) AS {quote_ident(n)}"
+        for n, t in file_set.columns
+        if columns is None or n in columns
+    ]
+    return arrow_schema(con, f"SELECT {', '.join(items)}")
+
+
 def describe(con: duckdb.DuckDBPyConnection, query: str) -> list[tuple[str, str]]:
     """The (column, DuckDB type) pairs ``query`` returns, without reading its rows."""
     rows = con.execute(f"DESCRIBE {query}").fetchall()
@@ -357,6 +369,7 @@ __all__ = [
     "arrow_schema",
     "check_parquet",
     "connect",
+    "declared_schema",
     "describe",
     "literal",
     "locate",
