@@ -16,7 +16,7 @@ import pytest
 
 from combined.connectors.abc import ReadRequest
 from combined.connectors.files import FilesSource
-from combined.errors import SchemaMismatch
+from combined.errors import SchemaMismatch, SourceError
 from combined.protocol import RecordBatchMessage
 
 #: Past DuckDB's default sample of 20,480 rows.
@@ -80,3 +80,19 @@ def test_a_parquet_decimal_past_38_digits_is_refused_not_read_as_a_double(
         _rows(tmp_path, "ledger/*.parquet", columns=("id", "nested"))
     # A read that leaves the wide columns out reads the rest.
     assert _rows(tmp_path, "ledger/*.parquet", columns=("id",)).to_pylist() == [{"id": 1}]
+
+
+def test_an_empty_csv_or_json_file_holds_no_row_and_adds_no_column(tmp_path: Path) -> None:
+    for ext, body in (("csv", "id,name\n1,a\n"), ("jsonl", '{"id": 1, "name": "a"}\n')):
+        (tmp_path / ext).mkdir()
+        (tmp_path / ext / f"a.{ext}").write_text(body)
+        (tmp_path / ext / f"b.{ext}").write_text("")  # an export of an hour without rows
+        assert _rows(tmp_path, f"{ext}/*.{ext}").to_pylist() == [{"id": 1, "name": "a"}]
+
+
+def test_only_empty_files_are_refused_like_no_file(tmp_path: Path) -> None:
+    (tmp_path / "orders").mkdir()
+    (tmp_path / "orders" / "a.csv").write_text("")
+    with pytest.raises(SourceError, match="only 1 empty files") as info:
+        _rows(tmp_path, "orders/*.csv")
+    assert "allow_empty" in (info.value.hint or "")

@@ -24,13 +24,16 @@ from combined.errors import ConfigError, ProtocolViolation, SchemaMismatch, Sour
 from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome, utcnow
 
 
-def empty_match(file_set: FileSet, root: Path, dataset: str) -> SourceError:
-    """The refusal of a read whose glob matched no file (it may not be empty)."""
+def empty_match(
+    file_set: FileSet, root: Path, dataset: str, listing: Listing | None = None
+) -> SourceError:
+    """The refusal of a read whose glob matched no file, or only empty ones."""
     where = f"files.{file_set.name}" if file_set.declared else "a file set under config.files"
+    found = f"only {len(listing.entries)} empty files" if listing and listing.entries else "no file"
     return SourceError(
-        f"{file_set.glob!r} matches no file under {str(root)!r}: an empty snapshot would "
+        f"{file_set.glob!r} matches {found} under {str(root)!r}: an empty snapshot would "
         f"delete every row of dataset {dataset!r}, so nothing was read",
-        hint=f"check the glob and the source's path; if no file is a real state, set "
+        hint=f"check the glob and the source's path; if no row at all is a real state, set "
         f"`allow_empty: true` in {where}",
         relation=file_set.name,
         glob=file_set.glob,
@@ -127,24 +130,29 @@ class FilesExtraction(BaseExtraction):
         listed_at = utcnow()
         listing = list_files(self._root, self._set.glob, relation, self._follow_symlinks)
         fmt: Format = "csv"
+        readable = listing
         try:
-            if not listing.entries:
+            if listing.entries:
+                fmt = self._set.format_for([e.name for e in listing.entries])
+                # An empty CSV or JSON file holds no row (DuckDB would add a
+                # column0, or refuse the JSON); an empty Parquet file is broken.
+                readable = listing if fmt == "parquet" else listing.without_empty()
+            if not readable.entries:
                 if not self._set.allow_empty:
-                    raise empty_match(self._set, self._root, request.dataset)
+                    raise empty_match(self._set, self._root, request.dataset, listing)
                 if self._set.columns:
                     self._empty_schema = _scan.declared_schema(con, self._set, request.columns)
             else:
-                fmt = self._set.format_for([e.name for e in listing.entries])
-                yield from self._batches(con, fmt, listing)
-                self._control = self._totals(con, fmt, listing)
+                yield from self._batches(con, fmt, readable)
+                self._control = self._totals(con, fmt, readable)
         except (*_scan.DUCKDB_ERRORS, pa.ArrowException, OSError) as exc:
             # A file that changed under the reader explains any parse failure.
             listing.verify(relation)
-            error = _scan.translate(exc, listing, relation)
+            error = _scan.translate(exc, readable, relation)
             if isinstance(error, SchemaMismatch) and "file" not in error.context:
                 # Some failures (a JSON line that is no object) name no file.
                 columns = None if request.columns is None else list(dict.fromkeys(request.columns))
-                name = _scan.locate(con, self._set, fmt, listing, columns)
+                name = _scan.locate(con, self._set, fmt, readable, columns)
                 if name is not None:
                     error = SchemaMismatch(
                         f"file {name!r}: {error.message}",
