@@ -5,6 +5,7 @@ Each test here once lost or changed a value without an error.
 
 from __future__ import annotations
 
+import gzip
 import json
 from decimal import Decimal
 from pathlib import Path
@@ -96,3 +97,14 @@ def test_only_empty_files_are_refused_like_no_file(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="only 1 empty files") as info:
         _rows(tmp_path, "orders/*.csv")
     assert "allow_empty" in (info.value.hint or "")
+
+
+def test_a_truncated_gzip_file_is_named_with_what_to_do(tmp_path: Path) -> None:
+    (tmp_path / "orders").mkdir()
+    whole = gzip.compress(b"".join(b"%d,x\n" % i for i in range(5_000)))
+    (tmp_path / "orders" / "a.csv.gz").write_bytes(gzip.compress(b"id,name\n1,a\n"))
+    (tmp_path / "orders" / "b.csv.gz").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(SchemaMismatch) as info:
+        _rows(tmp_path, "orders/*.csv.gz")
+    assert info.value.context.get("file") == "orders/b.csv.gz"
+    assert "rename" in (info.value.hint or "")

@@ -209,6 +209,7 @@ _FILE_PATTERNS = (
     re.compile(r"^\s*file = (.+?)\s*$", re.MULTILINE),
     re.compile(r'file "([^"]+)"'),
     re.compile(r"[Ff]ile '([^']+)'"),
+    re.compile(r"GZIP [^:\n]*: (/\S+)"),
 )
 _LINE_PATTERNS = (
     re.compile(r"CSV Error on Line: (\d+)"),
@@ -258,6 +259,13 @@ def translate(exc: BaseException, listing: Listing, relation: str) -> CombinedEr
         return SourceError(
             f"{where} vanished before it was read",
             hint="the read is retried on the next capture",
+            **context,
+        )
+    if "GZIP" in text:
+        return SchemaMismatch(
+            f"{where} is not a whole gzip stream: it ends early or is corrupt",
+            hint="a writer may not have finished it: have it write to a hidden name and rename "
+            "the file into place when done, or remove the file; nothing was committed",
             **context,
         )
     if "Error when sniffing file" in text:
