@@ -149,6 +149,29 @@ def check_one_order(column: str, low: Any, upper: Any, last: Any) -> None:
         )
 
 
+def check_next_rowid(column: str, next_id: int, lower: Any, last: Any) -> None:
+    """Refuse a rowid cursor whose next rows sqlite would number at or below the window.
+
+    SQLite numbers a new row ``max(rowid) + 1`` (past ``sqlite_sequence``
+    with AUTOINCREMENT). Once that is at or below the read's lower bound (the
+    table was dropped and created again, or its newest rows were deleted), no
+    window ever reaches the rows written next: every one would be missed
+    without a word until the ids pass the checkpoint.
+    """
+    if _is_number(lower) and next_id <= lower:
+        raise SchemaMismatch(
+            f"cursor column {column!r} is the table's rowid, and sqlite numbers its next row "
+            f"{next_id}, at or below the checkpoint {last!r}: the table was created again or "
+            "its newest rows were deleted, and the rows written since would never be read",
+            hint="to read the table from its start, capture it as a new dataset (another "
+            "dataset name with this relation; the rows read so far stay in this one), or use "
+            "strategy: snapshot; to keep ids growing, declare the id AUTOINCREMENT at the source",
+            column=column,
+            checkpoint=str(last),
+            next_id=next_id,
+        )
+
+
 def next_state(
     previous: Mapping[str, Any] | None,
     upper: Any,
