@@ -77,3 +77,18 @@ def test_autoincrement_ids_past_deleted_rows_are_read_as_before(tmp_path: Path) 
     _fill(db, 2)  # ids 51 and 52: sqlite_sequence remembers 50
     ids, _ = _read(db, dict(first.state))
     assert ids == [51, 52]
+
+
+def test_an_infinite_real_cursor_is_refused_not_made_a_checkpoint(tmp_path: Path) -> None:
+    db = tmp_path / "src.db"
+    _exec(db, "CREATE TABLE m (id INTEGER PRIMARY KEY, r REAL NOT NULL)")
+    _exec(db, "INSERT INTO m VALUES (1, 1.5)", "INSERT INTO m VALUES (2, 9e999)")
+    request = ReadRequest(
+        dataset="m", relation="m", key=("id",), strategy="cursor", cursor=CursorSpec("r")
+    )
+    extraction = SQLiteSource({"path": str(db)}).read(request)
+    try:
+        with pytest.raises(SchemaMismatch, match="infinity"):
+            list(extraction)
+    finally:
+        extraction.finish("abort")

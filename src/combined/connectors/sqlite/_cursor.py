@@ -20,11 +20,13 @@ SQLite does not enforce declared types, and it sorts every number before
 any text: a cursor column holding both (epoch integers next to ISO text, a
 stray ``'n/a'`` in an ``INTEGER`` column), or a checkpoint of another class
 than the column, is refused with :class:`~combined.errors.SchemaMismatch`
-rather than read with a checkpoint no later number would pass.
+rather than read with a checkpoint no later number would pass. So is an
+infinite real at the top of the column, for the same reason.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
@@ -138,6 +140,14 @@ def check_one_order(column: str, low: Any, upper: Any, last: Any) -> None:
             f"all {low_class} before any {high_class}, so new {low_class} would never be read",
             hint="have the rows fixed at the source so that the column holds one kind of value, "
             "or capture a view that casts the cursor to one type",
+            column=column,
+        )
+    if isinstance(upper, float) and math.isinf(upper):
+        raise SchemaMismatch(
+            f"cursor column {column!r} holds infinity: as a checkpoint no later value is above "
+            "it, so no row written after it would ever be read",
+            hint="have the row fixed at the source (NULL, or a finite value), or capture a "
+            "view that leaves it out of the cursor",
             column=column,
         )
     if last is not None and storage_class(last) != high_class:
