@@ -11,8 +11,16 @@ from deltalake import DeltaTable, Schema
 from deltalake.transaction import create_table_with_add_actions
 
 from combined.lake import LakeTable
-from combined.lake._files import write_data_files
+from combined.lake._files import _add_action, write_data_files
 from combined.quality._reconcile import lake_rows
+
+
+def _committed_stats(path: Path, schema: pa.Schema, batch: pa.RecordBatch, rows: int) -> pa.Table:
+    """Write ``batch`` as a new table at ``path``; check its rows; return its add stats."""
+    actions = write_data_files(path, schema, [batch])
+    create_table_with_add_actions(str(path), Schema.from_arrow(schema), actions)
+    assert lake_rows(LakeTable(path, ""), 0) == rows
+    return pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))
 
 
 def test_non_finite_floats_and_far_timestamps_keep_their_row_counts(tmp_path: Path) -> None:
@@ -26,10 +34,7 @@ def test_non_finite_floats_and_far_timestamps_keep_their_row_counts(tmp_path: Pa
         ],
         schema=schema,
     )
-    actions = write_data_files(tmp_path / "t", schema, [batch])
-    create_table_with_add_actions(str(tmp_path / "t"), Schema.from_arrow(schema), actions)
-    assert lake_rows(LakeTable(tmp_path / "t", ""), 0) == 3
-    stats = pa.table(DeltaTable(str(tmp_path / "t")).get_add_actions(flatten=True))
+    stats = _committed_stats(tmp_path / "t", schema, batch, rows=3)
     assert stats.column("num_records").to_pylist() == [3]
     assert stats.column("min.n").to_pylist() == [1]  # bounds are kept where they exist
     assert "min.x" not in stats.column_names or stats.column("min.x").to_pylist() == [None]
@@ -60,3 +65,35 @@ def test_data_files_gather_small_batches_into_full_row_groups_and_cut_files_exac
     rows = [r for f in files for r in f.read().column("n").to_pylist()]
     assert rows == list(range(start))
     assert [a.stats and json.loads(a.stats)["numRecords"] for a in actions] == [2_500, 2_500, 100]
+
+
+def test_a_struct_column_keeps_the_files_row_count(tmp_path: Path) -> None:
+    # A flat null count for a struct made delta-rs drop the file's stats, so
+    # reconciliation counted 0 rows and every capture of nested data needed review.
+    inner = pa.struct([("a", pa.int64()), ("b", pa.list_(pa.string()))])
+    schema = pa.schema([("id", pa.int64()), ("o", inner), ("m", pa.map_(pa.string(), pa.int64()))])
+    batch = pa.record_batch(
+        [
+            pa.array([1, 2, 3]),
+            pa.array([{"a": 1, "b": ["x"]}, {"a": None, "b": []}, None], inner),
+            pa.array([[("k", 1)], [], None], pa.map_(pa.string(), pa.int64())),
+        ],
+        schema=schema,
+    )
+    stats = _committed_stats(tmp_path / "t", schema, batch, rows=3)
+    assert stats.column("null_count.m").to_pylist() == [1]
+
+
+def test_a_file_whose_stats_delta_rs_cannot_parse_is_counted_from_its_footer(
+    tmp_path: Path,
+) -> None:
+    # Lakes written before the fix above hold such files: their tables must
+    # reconcile again, not stay short of every row of those files.
+    schema = pa.schema([("id", pa.int64()), ("o", pa.struct([("a", pa.int64())]))])
+    batch = pa.record_batch([pa.array([1, 2]), pa.array([{"a": 1}, None])], schema=schema)
+    actions = write_data_files(tmp_path / "t", schema, [batch])
+    stats = json.loads(actions[0].stats)
+    flat = stats | {"nullCount": {"id": 0, "o": 1}}  # what the old writer wrote
+    actions[0] = _add_action(actions[0].path, actions[0].size, json.dumps(flat))
+    create_table_with_add_actions(str(tmp_path / "t"), Schema.from_arrow(schema), actions)
+    assert lake_rows(LakeTable(tmp_path / "t", ""), 0) == 2

@@ -89,7 +89,10 @@ class FileStats:
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
         self.rows = 0
-        self.nulls = {f.name: 0 for f in schema}
+        # A struct's count would have to be nested, per field (a flat one makes
+        # delta-rs drop the file's whole stats, its row count included): it is
+        # left out, and a reader that needs it counts the rows.
+        self.nulls = {f.name: 0 for f in schema if not pa.types.is_struct(f.type)}
         self.mins: dict[str, Any] = {}
         self.maxs: dict[str, Any] = {}
         #: Columns whose bounds cannot be stated (non-finite floats, dates past
@@ -100,8 +103,9 @@ class FileStats:
         """Count a batch written to the file."""
         self.rows += batch.num_rows
         for field, column in zip(self.schema, batch.columns, strict=True):
-            self.nulls[field.name] += column.null_count
             name = field.name
+            if name in self.nulls:
+                self.nulls[name] += column.null_count
             if (
                 not _minmax_type(field.type)
                 or column.null_count == len(column)

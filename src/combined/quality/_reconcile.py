@@ -68,8 +68,23 @@ def lake_rows(table: LakeTable, version: int) -> int:
     actions = pa.table(dt.get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return 0
-    total = pc.sum(actions.column("num_records")).as_py()
+    records = actions.column("num_records")
+    if records.null_count:
+        # A file whose stats delta-rs could not parse (written before struct
+        # columns got no flat null count): its Parquet footer counts its rows.
+        return _footer_rows(table, version)
+    total = pc.sum(records).as_py()
     return int(total or 0)
+
+
+def _footer_rows(table: LakeTable, version: int) -> int:
+    """Rows of a table version counted from its data files' Parquet footers."""
+    files = table.files(version)
+    if not files:
+        return 0
+    with table.store.duck() as con:
+        row = con.execute(f"SELECT count(*) FROM {table.store.duck_source(con, files)}").fetchone()
+    return int(row[0]) if row else 0
 
 
 def reconcile(

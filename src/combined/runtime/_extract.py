@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from combined.connectors.abc import CursorSpec, Extraction, ReadRequest, Source
 from combined.delivery import PartWriter, StagingArea, part_schema
-from combined.errors import ConfigError, SchemaMismatch
+from combined.errors import ConfigError, SchemaMismatch, SourceError
 from combined.lake import LakeLayout
 from combined.protocol import RecordBatchMessage, StateMessage
 from combined.protocol import _provenance as prov
@@ -166,7 +166,10 @@ def _consume(
             nbytes += batch.nbytes
             reporter.progress(plan.name, rows, nbytes, 0)
         if shape.schema is None:
-            shape.schema = empty_schema(committed_schema, declared)
+            shape.schema = empty_schema(
+                committed_schema, declared, getattr(extraction, "empty_schema", None)
+            )
+            _check_empty_key(plan, shape.schema)
         parts = stager.close(shape.schema)
     except BaseException:
         stager.abort()
@@ -273,11 +276,33 @@ class _Shape:
         return pa.schema([f for f in self.schema if f.name not in self.dropped])
 
 
-def empty_schema(committed: pa.Schema | None, declared: Mapping[str, str] | None) -> pa.Schema:
-    # An empty read has no batch to take a schema from: the lake's, else the declared one.
+def empty_schema(
+    committed: pa.Schema | None,
+    declared: Mapping[str, str] | None,
+    read: pa.Schema | None = None,
+) -> pa.Schema:
+    # An empty read has no batch to take a schema from: the lake's, else the
+    # discovered one, else the one the read gives for no row (a files read's
+    # declared columns).
     if committed is not None:
         return pa.schema([f for f in committed if not f.name.startswith("_combined_")])
+    if declared is None and read is not None:
+        return read
     return pa.schema([pa.field(n, parse_type(t)) for n, t in (declared or {}).items()])
+
+
+def _check_empty_key(plan: DatasetPlan, schema: pa.Schema) -> None:
+    """Refuse a first capture that read no row and knows no type of a key column."""
+    missing = [k for k in plan.key if k not in schema.names]
+    if missing:
+        raise SourceError(
+            f"{plan.source}.{plan.name} read no row and nothing gives its columns' types "
+            f"yet, so its key column {missing[0]!r} has none: nothing was committed",
+            hint="declare the columns' types in the source's configuration (files: "
+            "`columns:` under the file set), or capture once the source holds a row",
+            dataset=f"{plan.source}.{plan.name}",
+            column=missing[0],
+        )
 
 
 def _conform(plan: DatasetPlan, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

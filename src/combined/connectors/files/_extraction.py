@@ -24,13 +24,16 @@ from combined.errors import ConfigError, ProtocolViolation, SchemaMismatch, Sour
 from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome, utcnow
 
 
-def empty_match(file_set: FileSet, root: Path, dataset: str) -> SourceError:
-    """The refusal of a read whose glob matched no file (it may not be empty)."""
+def empty_match(
+    file_set: FileSet, root: Path, dataset: str, listing: Listing | None = None
+) -> SourceError:
+    """The refusal of a read whose glob matched no file, or only empty ones."""
     where = f"files.{file_set.name}" if file_set.declared else "a file set under config.files"
+    found = f"only {len(listing.entries)} empty files" if listing and listing.entries else "no file"
     return SourceError(
-        f"{file_set.glob!r} matches no file under {str(root)!r}: an empty snapshot would "
+        f"{file_set.glob!r} matches {found} under {str(root)!r}: an empty snapshot would "
         f"delete every row of dataset {dataset!r}, so nothing was read",
-        hint=f"check the glob and the source's path; if no file is a real state, set "
+        hint=f"check the glob and the source's path; if no row at all is a real state, set "
         f"`allow_empty: true` in {where}",
         relation=file_set.name,
         glob=file_set.glob,
@@ -67,10 +70,20 @@ class FilesExtraction(BaseExtraction):
         #: The Parquet footers' row count, read once before the rows (the
         #: listing, verified unchanged after them, says it still holds).
         self._footer_rows: int | None = None
+        self._empty_schema: pa.Schema | None = None
         self._con: duckdb.DuckDBPyConnection | None = None
         self._guard = threading.Lock()
         self._started = False
         self._finished = False
+
+    @property
+    def empty_schema(self) -> pa.Schema | None:
+        """The columns of a read that returned no row, when the declared types give them.
+
+        A first capture has no batch to take its schema from: no file
+        (``allow_empty``), or files of a header alone.
+        """
+        return self._empty_schema
 
     @property
     def control_totals(self) -> ControlTotals | None:
@@ -117,22 +130,29 @@ class FilesExtraction(BaseExtraction):
         listed_at = utcnow()
         listing = list_files(self._root, self._set.glob, relation, self._follow_symlinks)
         fmt: Format = "csv"
+        readable = listing
         try:
-            if not listing.entries:
-                if not self._set.allow_empty:
-                    raise empty_match(self._set, self._root, request.dataset)
-            else:
+            if listing.entries:
                 fmt = self._set.format_for([e.name for e in listing.entries])
-                yield from self._batches(con, fmt, listing)
-                self._control = self._totals(con, fmt, listing)
+                # An empty CSV or JSON file holds no row (DuckDB would add a
+                # column0, or refuse the JSON); an empty Parquet file is broken.
+                readable = listing if fmt == "parquet" else listing.without_empty()
+            if not readable.entries:
+                if not self._set.allow_empty:
+                    raise empty_match(self._set, self._root, request.dataset, listing)
+                if self._set.columns:
+                    self._empty_schema = _scan.declared_schema(con, self._set, request.columns)
+            else:
+                yield from self._batches(con, fmt, readable)
+                self._control = self._totals(con, fmt, readable)
         except (*_scan.DUCKDB_ERRORS, pa.ArrowException, OSError) as exc:
             # A file that changed under the reader explains any parse failure.
             listing.verify(relation)
-            error = _scan.translate(exc, listing, relation)
+            error = _scan.translate(exc, readable, relation)
             if isinstance(error, SchemaMismatch) and "file" not in error.context:
                 # Some failures (a JSON line that is no object) name no file.
                 columns = None if request.columns is None else list(dict.fromkeys(request.columns))
-                name = _scan.locate(con, self._set, fmt, listing, columns)
+                name = _scan.locate(con, self._set, fmt, readable, columns)
                 if name is not None:
                     error = SchemaMismatch(
                         f"file {name!r}: {error.message}",
@@ -153,15 +173,21 @@ class FilesExtraction(BaseExtraction):
     ) -> Iterator[Message]:
         request = self._request
         if fmt == "parquet":
-            self._footer_rows = _scan.check_parquet(listing, self._set.name)
+            self._footer_rows = _scan.check_parquet(listing, self._set.name, request.columns)
         query = _scan.select(self._set, fmt, listing, self._columns(con, fmt, listing))
         reader: pa.RecordBatchReader = con.sql(query).to_arrow_reader(request.batch_rows)
+        rows = 0
         for batch in reader:
             for offset in range(0, batch.num_rows, request.batch_rows):
                 piece = batch.slice(offset, request.batch_rows)
                 self.authority.count(piece.num_rows, piece.nbytes)
+                rows += piece.num_rows
                 yield RecordBatchMessage(request.dataset, piece)
                 self._live()
+        if rows == 0 and set(reader.schema.names) <= set(self._set.types):
+            # Files of a header alone, every column declared. (Undeclared, a
+            # header's columns have no type yet: DuckDB would say VARCHAR.)
+            self._empty_schema = reader.schema
 
     def _columns(
         self, con: duckdb.DuckDBPyConnection, fmt: Format, listing: Listing

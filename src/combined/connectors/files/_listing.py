@@ -54,6 +54,10 @@ class Listing:
         """The absolute paths, in listing order."""
         return [str(self.root / e.name) for e in self.entries]
 
+    def without_empty(self) -> Listing:
+        """The listing less its empty files (of size 0)."""
+        return Listing(self.root, tuple(e for e in self.entries if e.size))
+
     @property
     def bytes(self) -> int:
         """The listed files' total size."""

@@ -48,6 +48,12 @@ def connect() -> duckdb.DuckDBPyConnection:
 # appearing or vanishing with the layout of the other files listed.
 _NO_HIVE = "hive_partitioning = false"
 
+# Types (and JSON keys) are inferred from every row, not DuckDB's first
+# 20,480: past the sample a JSON key is dropped without a word, and a CSV
+# value is cast leniently to the sampled type ('01234' read as 1234 and
+# '1.5e0' as 2 in a BIGINT column). The price is one more parse per file.
+_WHOLE_SAMPLE = "sample_size = -1"
+
 
 def scan(file_set: FileSet, fmt: Format, listing: Listing) -> str:
     """The DuckDB table expression reading exactly ``listing``'s files."""
@@ -67,6 +73,7 @@ def scan(file_set: FileSet, fmt: Format, listing: Listing) -> str:
             "strict_mode = true",
             "null_padding = false",
             "union_by_name = true",
+            _WHOLE_SAMPLE,
             _NO_HIVE,
         ]
         if d.encoding:
@@ -77,7 +84,8 @@ def scan(file_set: FileSet, fmt: Format, listing: Listing) -> str:
         return f"read_csv({files}, {', '.join(opts)})"
     if fmt == "json":
         return (
-            f"read_json({files}, format = 'auto', records = true, union_by_name = true, {_NO_HIVE})"
+            f"read_json({files}, format = 'auto', records = true, union_by_name = true, "
+            f"{_WHOLE_SAMPLE}, {_NO_HIVE})"
         )
     return f"read_parquet({files}, union_by_name = true, {_NO_HIVE})"
 
@@ -102,6 +110,18 @@ def select(
     return f"SELECT {', '.join(items)} FROM {source}"
 
 
+def declared_schema(
+    con: duckdb.DuckDBPyConnection, file_set: FileSet, columns: Sequence[str] | None = None
+) -> pa.Schema:
+    """The Arrow schema of ``file_set``'s declared columns (those of ``columns``, if named)."""
+    items = [
+        f"CAST(NULL AS {t}) AS {quote_ident(n)}"
+        for n, t in file_set.columns
+        if columns is None or n in columns
+    ]
+    return arrow_schema(con, f"SELECT {', '.join(items)}")
+
+
 def describe(con: duckdb.DuckDBPyConnection, query: str) -> list[tuple[str, str]]:
     """The (column, DuckDB type) pairs ``query`` returns, without reading its rows."""
     rows = con.execute(f"DESCRIBE {query}").fetchall()
@@ -114,13 +134,17 @@ def arrow_schema(con: duckdb.DuckDBPyConnection, query: str) -> pa.Schema:
     return reader.schema
 
 
-def check_parquet(listing: Listing, relation: str) -> int:
+def check_parquet(
+    listing: Listing, relation: str, refuse_wide_in: Sequence[str] | None = ()
+) -> int:
     """Check the Parquet footers agree on each shared column's type; return their rows.
 
     DuckDB would unify a column that is BIGINT in one file and VARCHAR in
     another into VARCHAR, silently changing every value's type. The footer
     row counts are the read's control total: counted by another reader than
-    the one that reads the rows.
+    the one that reads the rows. A decimal of more than 38 digits among the
+    columns ``refuse_wide_in`` names (None: every column) is refused: DuckDB
+    reads it as a double.
     """
     seen: dict[str, tuple[pa.DataType, str]] = {}
     rows = 0
@@ -137,6 +161,8 @@ def check_parquet(listing: Listing, relation: str) -> int:
             ) from None
         rows += meta.num_rows
         for f in meta.schema.to_arrow_schema():
+            if refuse_wide_in is None or f.name in refuse_wide_in:
+                _refuse_wide_decimal(f, entry.name, relation)
             first = seen.setdefault(f.name, (f.type, entry.name))
             if first[0] != f.type:
                 raise SchemaMismatch(
@@ -151,6 +177,30 @@ def check_parquet(listing: Listing, relation: str) -> int:
     return rows
 
 
+def _wide_decimal(t: pa.DataType) -> pa.DataType | None:
+    """The first decimal of more than 38 digits in ``t`` (nested fields included)."""
+    if pa.types.is_decimal(t) and t.precision > 38:
+        return t
+    children = [t.field(i).type for i in range(t.num_fields)]
+    return next((w for w in map(_wide_decimal, children) if w is not None), None)
+
+
+def _refuse_wide_decimal(f: pa.Field, name: str, relation: str) -> None:
+    wide = _wide_decimal(f.type)
+    if wide is None:
+        return
+    raise SchemaMismatch(
+        f"column {f.name!r} of file {name!r} holds {wide}: DuckDB, which reads the files, "
+        "keeps at most 38 digits and would read it as a double, losing digits, so nothing "
+        "was read",
+        hint="write the column as decimal(38, s) or as text in the files, or leave it out of "
+        f"the dataset's `columns:`; nothing was committed (file set {relation!r})",
+        relation=relation,
+        file=name,
+        column=f.name,
+    )
+
+
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
@@ -159,6 +209,7 @@ _FILE_PATTERNS = (
     re.compile(r"^\s*file = (.+?)\s*$", re.MULTILINE),
     re.compile(r'file "([^"]+)"'),
     re.compile(r"[Ff]ile '([^']+)'"),
+    re.compile(r"GZIP [^:\n]*: (/\S+)"),
 )
 _LINE_PATTERNS = (
     re.compile(r"CSV Error on Line: (\d+)"),
@@ -208,6 +259,13 @@ def translate(exc: BaseException, listing: Listing, relation: str) -> CombinedEr
         return SourceError(
             f"{where} vanished before it was read",
             hint="the read is retried on the next capture",
+            **context,
+        )
+    if "GZIP" in text:
+        return SchemaMismatch(
+            f"{where} is not a whole gzip stream: it ends early or is corrupt",
+            hint="a writer may not have finished it: have it write to a hidden name and rename "
+            "the file into place when done, or remove the file; nothing was committed",
             **context,
         )
     if "Error when sniffing file" in text:
@@ -319,6 +377,7 @@ __all__ = [
     "arrow_schema",
     "check_parquet",
     "connect",
+    "declared_schema",
     "describe",
     "literal",
     "locate",

@@ -101,6 +101,8 @@ class FilesSource(BaseSource):
 
     def _describe(self, root: Path, file_set: FileSet) -> DatasetDiscovery:
         listing = list_files(root, file_set.glob, file_set.name, self.settings.follow_symlinks)
+        if listing.entries and file_set.format_for([e.name for e in listing.entries]) != "parquet":
+            listing = listing.without_empty()  # as a read does: they hold no row
         if not listing.entries:
             fields = tuple(FieldInfo(n, str(_arrow_of(t)), t) for n, t in file_set.columns)
             return DatasetDiscovery(

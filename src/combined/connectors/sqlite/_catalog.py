@@ -145,6 +145,18 @@ def rowid_alias(rel: Relation, cols: Sequence[Column], idx: Sequence[Index]) -> 
     return pk[0].name
 
 
+def next_rowid(conn: Connection, rel: Relation, top: int) -> int:
+    """The rowid sqlite gives the table's next row, given its largest rowid ``top``.
+
+    ``max(rowid) + 1``; with AUTOINCREMENT, past the largest id the table
+    ever held (``sqlite_sequence``), which outlives deleted rows.
+    """
+    if not (rel.sql and _AUTOINCREMENT.search(rel.sql)):
+        return top + 1
+    seq = scalar(conn, "SELECT seq FROM sqlite_sequence WHERE name = ?", (rel.name,))
+    return max(top, int(seq or 0)) + 1
+
+
 def plans(rel: Relation, cols: Sequence[Column], idx: Sequence[Index]) -> list[ColumnPlan]:
     """Column plans with the nullability the catalog proves."""
     alias = rowid_alias(rel, cols, idx)
@@ -198,7 +210,8 @@ def cursor_candidates(
                 "integer primary key: rowid alias; sqlite assigns a new row max(rowid) + 1 "
                 "unless it is inserted with an explicit id, so once the rows with the largest "
                 "ids are deleted new rows reuse the ids of deleted rows, at or below the "
-                "checkpoint, and a cursor never reads them (AUTOINCREMENT prevents the reuse)"
+                "checkpoint, and a cursor never reads them: a capture then stops for review "
+                "(AUTOINCREMENT prevents the reuse)"
             )
         out.append(CursorCandidate(alias, evidence))
     leading = {i.columns[0]: i.name for i in idx if i.columns and not i.partial and i.columns[0]}

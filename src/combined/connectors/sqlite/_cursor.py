@@ -20,11 +20,13 @@ SQLite does not enforce declared types, and it sorts every number before
 any text: a cursor column holding both (epoch integers next to ISO text, a
 stray ``'n/a'`` in an ``INTEGER`` column), or a checkpoint of another class
 than the column, is refused with :class:`~combined.errors.SchemaMismatch`
-rather than read with a checkpoint no later number would pass.
+rather than read with a checkpoint no later number would pass. So is an
+infinite real at the top of the column, for the same reason.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
@@ -140,12 +142,43 @@ def check_one_order(column: str, low: Any, upper: Any, last: Any) -> None:
             "or capture a view that casts the cursor to one type",
             column=column,
         )
+    if isinstance(upper, float) and math.isinf(upper):
+        raise SchemaMismatch(
+            f"cursor column {column!r} holds infinity: as a checkpoint no later value is above "
+            "it, so no row written after it would ever be read",
+            hint="have the row fixed at the source (NULL, or a finite value), or capture a "
+            "view that leaves it out of the cursor",
+            column=column,
+        )
     if last is not None and storage_class(last) != high_class:
         raise SchemaMismatch(
             f"the checkpoint {last!r} of cursor {column!r} is {storage_class(last)} but the "
             f"column holds {high_class}: no row compares above it",
             hint="reset the dataset's cursor state to read the relation again",
             column=column,
+        )
+
+
+def check_next_rowid(column: str, next_id: int, lower: Any, last: Any) -> None:
+    """Refuse a rowid cursor whose next rows sqlite would number at or below the window.
+
+    SQLite numbers a new row ``max(rowid) + 1`` (past ``sqlite_sequence``
+    with AUTOINCREMENT). Once that is at or below the read's lower bound (the
+    table was dropped and created again, or its newest rows were deleted), no
+    window ever reaches the rows written next: every one would be missed
+    without a word until the ids pass the checkpoint.
+    """
+    if _is_number(lower) and next_id <= lower:
+        raise SchemaMismatch(
+            f"cursor column {column!r} is the table's rowid, and sqlite numbers its next row "
+            f"{next_id}, at or below the checkpoint {last!r}: the table was created again or "
+            "its newest rows were deleted, and the rows written since would never be read",
+            hint="to read the table from its start, capture it as a new dataset (another "
+            "dataset name with this relation; the rows read so far stay in this one), or use "
+            "strategy: snapshot; to keep ids growing, declare the id AUTOINCREMENT at the source",
+            column=column,
+            checkpoint=str(last),
+            next_id=next_id,
         )
 
 

@@ -21,7 +21,12 @@ from combined.connectors.sqlite._connection import (
     scalar,
     translate,
 )
-from combined.connectors.sqlite._cursor import check_one_order, lower_bound, next_state
+from combined.connectors.sqlite._cursor import (
+    check_next_rowid,
+    check_one_order,
+    lower_bound,
+    next_state,
+)
 from combined.connectors.sqlite._types import ColumnPlan, Projection, quote_ident
 from combined.errors import ConfigError, ProtocolViolation
 from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome
@@ -167,7 +172,8 @@ class SQLiteExtraction(BaseExtraction):
         request = self._request
         rel = catalog.find_relation(conn, self._relation)
         cols = catalog.columns(conn, rel)
-        all_plans = catalog.plans(rel, cols, catalog.indexes(conn, rel))
+        idx = catalog.indexes(conn, rel)
+        all_plans = catalog.plans(rel, cols, idx)
         projection = Projection(select_columns(all_plans, request, rel.name))
         base = f"SELECT {projection.select_list()} FROM {quote_ident(rel.name)}"
         if request.strategy == "snapshot":
@@ -205,8 +211,11 @@ class SQLiteExtraction(BaseExtraction):
         where = [f"{q} <= ?"]
         params: list[Any] = [upper]
         if last is not None:
+            lower = lower_bound(last, spec.lookback, spec.column)
+            if spec.column == catalog.rowid_alias(rel, cols, idx):
+                check_next_rowid(spec.column, catalog.next_rowid(conn, rel, upper), lower, last)
             where.append(f"{q} > ?")
-            params.append(lower_bound(last, spec.lookback, spec.column))
+            params.append(lower)
         order = ", ".join(quote_ident(c) for c in dict.fromkeys((spec.column, *request.key)))
         sql = f"{base} WHERE {' AND '.join(where)} ORDER BY {order}"
         return _Plan(projection, sql, tuple(params), upper, null_sql)

@@ -1,0 +1,110 @@
+"""Unusual file shapes read directly: real files, real DuckDB, no engine.
+
+Each test here once lost or changed a value without an error.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from combined.connectors.abc import ReadRequest
+from combined.connectors.files import FilesSource
+from combined.errors import SchemaMismatch, SourceError
+from combined.protocol import RecordBatchMessage
+
+#: Past DuckDB's default sample of 20,480 rows.
+_PAST_SAMPLE = 30_000
+
+
+def _rows(root: Path, relation: str, columns: tuple[str, ...] | None = None) -> pa.Table:
+    source = FilesSource({"path": str(root)})
+    request = ReadRequest(
+        dataset="d", relation=relation, key=("id",), strategy="snapshot", columns=columns
+    )
+    extraction = source.read(request)
+    try:
+        batches = [m.batch for m in extraction if isinstance(m, RecordBatchMessage)]
+    finally:
+        extraction.finish("abort")
+    return pa.Table.from_batches(batches)
+
+
+def test_a_json_key_first_seen_past_the_sample_is_read(tmp_path: Path) -> None:
+    lines = [json.dumps({"id": i, "v": i}) for i in range(_PAST_SAMPLE)]
+    lines.append(json.dumps({"id": _PAST_SAMPLE, "v": 0, "late": "kept"}))
+    (tmp_path / "events").mkdir()
+    (tmp_path / "events" / "a.jsonl").write_text("\n".join(lines) + "\n")
+    table = _rows(tmp_path, "events/*.jsonl")
+    assert "late" in table.column_names
+    assert table.column("late").drop_null().to_pylist() == ["kept"]
+
+
+def test_a_csv_value_past_the_sample_is_not_cast_to_the_sampled_type(tmp_path: Path) -> None:
+    body = "".join(f"{i},{10_000 + i}\n" for i in range(_PAST_SAMPLE))
+    (tmp_path / "zips").mkdir()
+    (tmp_path / "zips" / "a.csv").write_text("id,zip\n" + body + f"{_PAST_SAMPLE},01234\n")
+    table = _rows(tmp_path, "zips/*.csv")
+    last = table.filter(pc.equal(table.column("id"), _PAST_SAMPLE)).to_pylist()
+    assert [str(r["zip"]) for r in last] == ["01234"]
+
+
+def test_a_parquet_decimal_past_38_digits_is_refused_not_read_as_a_double(
+    tmp_path: Path,
+) -> None:
+    wide = Decimal("1" * 60 + ".5")
+    table = pa.table(
+        {
+            "id": [1],
+            "amount": pa.array([wide], pa.decimal256(76, 1)),
+            "nested": pa.array([{"x": wide}], pa.struct([("x", pa.decimal256(70, 1))])),
+        }
+    )
+    (tmp_path / "ledger").mkdir()
+    pq.write_table(table, tmp_path / "ledger" / "a.parquet")
+    with pytest.raises(SchemaMismatch) as info:
+        _rows(tmp_path, "ledger/*.parquet")
+    assert info.value.context == {
+        "relation": "ledger/*.parquet",
+        "file": "ledger/a.parquet",
+        "column": "amount",
+    }
+    assert "decimal(38, s)" in (info.value.hint or "")
+    with pytest.raises(SchemaMismatch, match="'nested'"):
+        _rows(tmp_path, "ledger/*.parquet", columns=("id", "nested"))
+    # A read that leaves the wide columns out reads the rest.
+    assert _rows(tmp_path, "ledger/*.parquet", columns=("id",)).to_pylist() == [{"id": 1}]
+
+
+def test_an_empty_csv_or_json_file_holds_no_row_and_adds_no_column(tmp_path: Path) -> None:
+    for ext, body in (("csv", "id,name\n1,a\n"), ("jsonl", '{"id": 1, "name": "a"}\n')):
+        (tmp_path / ext).mkdir()
+        (tmp_path / ext / f"a.{ext}").write_text(body)
+        (tmp_path / ext / f"b.{ext}").write_text("")  # an export of an hour without rows
+        assert _rows(tmp_path, f"{ext}/*.{ext}").to_pylist() == [{"id": 1, "name": "a"}]
+
+
+def test_only_empty_files_are_refused_like_no_file(tmp_path: Path) -> None:
+    (tmp_path / "orders").mkdir()
+    (tmp_path / "orders" / "a.csv").write_text("")
+    with pytest.raises(SourceError, match="only 1 empty files") as info:
+        _rows(tmp_path, "orders/*.csv")
+    assert "allow_empty" in (info.value.hint or "")
+
+
+def test_a_truncated_gzip_file_is_named_with_what_to_do(tmp_path: Path) -> None:
+    (tmp_path / "orders").mkdir()
+    whole = gzip.compress(b"".join(b"%d,x\n" % i for i in range(5_000)))
+    (tmp_path / "orders" / "a.csv.gz").write_bytes(gzip.compress(b"id,name\n1,a\n"))
+    (tmp_path / "orders" / "b.csv.gz").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(SchemaMismatch) as info:
+        _rows(tmp_path, "orders/*.csv.gz")
+    assert info.value.context.get("file") == "orders/b.csv.gz"
+    assert "rename" in (info.value.hint or "")

@@ -1,0 +1,68 @@
+"""A first capture of a file set that holds no row yet (real DuckDB, real Delta lake)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from combined.catalog import data as cat
+from combined.engine import Engine
+
+DECLARED = {"id": "BIGINT", "status": "VARCHAR"}
+
+
+def _engine(root: Path, columns: dict[str, str] | None = None) -> Engine:
+    (root / "data" / "orders").mkdir(parents=True)
+    file_set: dict[str, Any] = {"glob": "orders/*.csv", "allow_empty": True}
+    if columns:
+        file_set["columns"] = columns
+    config = {"path": "./data", "files": {"orders": file_set}}
+    source = {"connector": "files", "config": config, "datasets": {"orders": {"key": ["id"]}}}
+    project = {"version": 1, "lake": "./lake", "sources": {"exports": source}}
+    path = root / "combined.yaml"
+    path.write_text(json.dumps(project))  # JSON is YAML
+    return Engine.open(path)
+
+
+def _write(root: Path, text: str) -> None:
+    (root / "data" / "orders" / "a.csv").write_text(text)
+
+
+def test_no_file_yet_takes_the_declared_columns_and_rows_land_later(tmp_path: Path) -> None:
+    engine = _engine(tmp_path, DECLARED)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        _write(tmp_path, "id,status\n1,placed\n")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        rows = engine.sql("SELECT id, status FROM exports.orders").to_pylist()
+        assert rows == [{"id": 1, "status": "placed"}]
+        with engine.catalog.begin() as conn:
+            assert cat.activity(conn, kind="drift") == []
+    finally:
+        engine.close()
+
+
+def test_a_header_alone_with_declared_columns_is_an_empty_first_capture(tmp_path: Path) -> None:
+    engine = _engine(tmp_path, DECLARED)
+    try:
+        _write(tmp_path, "id,status\n")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert engine.sql("SELECT count(*) AS n FROM exports.orders").to_pylist() == [{"n": 0}]
+    finally:
+        engine.close()
+
+
+def test_a_header_alone_without_types_says_to_declare_them(tmp_path: Path) -> None:
+    engine = _engine(tmp_path)
+    try:
+        _write(tmp_path, "id,status\n")
+        (run,) = engine.capture()
+        assert run.state == "failed"
+        assert run.error is not None and "read no row" in run.error
+        assert "`columns:`" in run.error and "'id'" in run.error
+    finally:
+        engine.close()
