@@ -28,9 +28,11 @@ Statements in the log that touch the table:
 
 - ``TRUNCATE`` is a ``truncate`` marker batch: every row of the dataset
   committed before it is removed;
-- ``DROP TABLE`` or ``RENAME TABLE`` naming it, or an ``ALTER TABLE`` that
-  renames it or truncates, drops or exchanges a partition, fails the read:
-  rows left or moved without a row event (take a new snapshot);
+- ``DROP TABLE``, ``RENAME TABLE`` or ``CREATE OR REPLACE TABLE`` naming it,
+  or an ``ALTER TABLE`` that renames it or truncates, drops, exchanges or
+  converts a partition (or discards or imports a tablespace), fails the
+  read: rows left or moved without a row event (take a new snapshot).
+  Statements are read without their comments (:mod:`~._binlog_ddl`);
 - ``ALTER TABLE`` goes by: the row images name their columns, and the
   engine's drift rules judge the columns the capture saw; one that adds a
   column giving the rows present a value is followed by those rows' values,
@@ -52,6 +54,7 @@ from typing import Any
 from combined.connectors._shared import SessionRead, cdc_values
 from combined.connectors.abc import ReadRequest
 from combined.connectors.mariadb import _catalog as catalog
+from combined.connectors.mariadb._binlog_ddl import moving_clause, statement, table_statement
 from combined.connectors.mariadb._binlog_decode import (
     RowDecoder,
     event_body,
@@ -95,15 +98,6 @@ from combined.protocol import (
 _PURGED_CODES = {1236}
 _WORD = r"(?:`(?:[^`]|``)+`|[\w$]+)"
 _NAME = rf"({_WORD}(?:\s*\.\s*{_WORD})?)"
-_DDL = re.compile(
-    r"^\s*(truncate|drop|rename|alter)\s+(?:temporary\s+)?tables?\s+(?:if\s+exists\s+)?(.*)$",
-    re.IGNORECASE | re.DOTALL,
-)
-#: ALTER TABLE clauses that remove or move rows, or the table, without row events.
-_ALTER_MOVES = re.compile(
-    r"\b(rename(?!\s+(?:column|index|key)\b)|(?:truncate|drop|exchange)\s+partition)\b",
-    re.IGNORECASE,
-)
 _KEYWORDS = {"to", "if", "exists", "restrict", "cascade", "wait", "nowait", "force"}
 _DML = re.compile(r"^\s*(insert|update|delete|replace|load)\b", re.IGNORECASE)
 
@@ -513,9 +507,10 @@ class BinlogExtraction(SessionRead[Session]):
     def _touches(self, query: str, schema: str, rel: catalog.Relation) -> bool | Added:
         """Whether a statement in the log acts on the table (what an ALTER TABLE adds
         that must be filled); fail on the ones that cannot pass."""
-        ddl = _DDL.match(query)
+        text = statement(query)
+        ddl = table_statement(text)
         if ddl is None:
-            if _DML.match(query) and re.search(rf"\b{re.escape(rel.table)}\b", query):
+            if _DML.match(text) and re.search(rf"\b{re.escape(rel.table)}\b", text):
                 raise SourceError(
                     f"a statement changing {rel.database}.{rel.table} was logged as a statement, "
                     "not as rows (binlog_format other than ROW in the writing session): "
@@ -524,17 +519,17 @@ class BinlogExtraction(SessionRead[Session]):
                     f"a new snapshot: {RESNAPSHOT}",
                 )
             return False
-        verb, rest = ddl.group(1).lower(), ddl.group(2)
+        verb, rest = ddl
         found = [m.group(1) for m in re.finditer(_NAME, rest)]
-        if verb in ("truncate", "alter"):
+        if verb in ("truncate", "alter", "replace"):
             found = found[:1]  # the statement's one table; the rest are its clauses
         names = [_names(n) for n in found if n.lower() not in _KEYWORDS]
         if not any((db or schema) == rel.database and t == rel.table for db, t in names):
             return False
-        moved = _ALTER_MOVES.search(rest) if verb == "alter" else None
-        if verb in ("drop", "rename") or moved is not None:
+        moved = moving_clause(rest) if verb == "alter" else None
+        if verb in ("drop", "rename", "replace") or moved is not None:
             what = {"drop": "dropped", "rename": "renamed"}.get(verb) or (
-                f"altered ({moved.group(1) if moved else ''})"
+                f"altered ({moved})" if moved else "replaced (CREATE OR REPLACE TABLE)"
             )
             raise SourceError(
                 f"table {rel.database}.{rel.table} was {what} since the last capture: rows "
