@@ -134,9 +134,7 @@ class FilesExtraction(BaseExtraction):
         try:
             if listing.entries:
                 fmt = self._set.format_for([e.name for e in listing.entries])
-                # An empty CSV or JSON file holds no row (DuckDB would add a
-                # column0, or refuse the JSON); an empty Parquet file is broken.
-                readable = listing if fmt == "parquet" else listing.without_empty()
+                readable = listing.readable(fmt)
             if not readable.entries:
                 if not self._set.allow_empty:
                     raise empty_match(self._set, self._root, request.dataset, listing)

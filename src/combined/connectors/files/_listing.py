@@ -54,8 +54,15 @@ class Listing:
         """The absolute paths, in listing order."""
         return [str(self.root / e.name) for e in self.entries]
 
-    def without_empty(self) -> Listing:
-        """The listing less its empty files (of size 0)."""
+    def readable(self, fmt: str) -> Listing:
+        """The files a read of format ``fmt`` reads: less the empty ones, but for Parquet.
+
+        An empty CSV or JSON file holds no row (DuckDB would add a column0,
+        or refuse the JSON); an empty Parquet file is broken, and is read to
+        say so.
+        """
+        if fmt == "parquet":
+            return self
         return Listing(self.root, tuple(e for e in self.entries if e.size))
 
     @property

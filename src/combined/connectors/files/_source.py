@@ -101,9 +101,10 @@ class FilesSource(BaseSource):
 
     def _describe(self, root: Path, file_set: FileSet) -> DatasetDiscovery:
         listing = list_files(root, file_set.glob, file_set.name, self.settings.follow_symlinks)
-        if listing.entries and file_set.format_for([e.name for e in listing.entries]) != "parquet":
-            listing = listing.without_empty()  # as a read does: they hold no row
-        if not listing.entries:
+        fmt = file_set.format_for([e.name for e in listing.entries]) if listing.entries else None
+        if fmt is not None:
+            listing = listing.readable(fmt)  # as a read does
+        if fmt is None or not listing.entries:
             fields = tuple(FieldInfo(n, str(_arrow_of(t)), t) for n, t in file_set.columns)
             return DatasetDiscovery(
                 name=file_set.name,
@@ -116,7 +117,6 @@ class FilesSource(BaseSource):
                     + ("" if file_set.allow_empty else ": a capture would be refused"),
                 ),
             )
-        fmt = file_set.format_for([e.name for e in listing.entries])
         con = _scan.connect()
         try:
             rows = _scan.check_parquet(listing, file_set.name) if fmt == "parquet" else None
