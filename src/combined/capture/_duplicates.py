@@ -152,6 +152,7 @@ class _Reduction(Protocol):
     full: bool
     streamed: bool
     _has_order: bool
+    _cut: int | None
     key: list[str]
     capture_schema: pa.Schema
     capture_files: list[Path]
@@ -238,13 +239,13 @@ class DuplicateChecks:
         the delete applies just before the insert and the key holds one row
         throughout. Returns the ordinal of the last truncate (``None``: none).
         """
+        if self._has_order:
+            return self._cut
         keys = self._keys()
         (cut,) = self.con.execute(
             f"SELECT max(ord) FROM {keys} WHERE _cop = 'truncate'"
         ).fetchall()[0]
         after = "" if cut is None else f" AND ord > {int(cut)}"
-        if self._has_order:
-            return None if cut is None else int(cut)
         changes = f"SELECT _cid, _cop, _chash, ord FROM {keys} WHERE _cop <> 'truncate'{after}"
         inserted = f"SELECT _cid FROM ({changes}) WHERE _cop = 'insert'"
         held = (
@@ -273,8 +274,8 @@ class DuplicateChecks:
             f"WHEN pp_op IS NULL THEN {lake} "
             "ELSE pp_op <> 'delete' AND pp_hash = _chash END"
         )
-        self._has_order = True
-        return None if cut is None else int(cut)
+        self._has_order, self._cut = True, None if cut is None else int(cut)
+        return self._cut
 
     def _live_sql(self: _Reduction) -> str:
         """SQL: each id a change stream inserts while a row of it is there, with its ordinals.

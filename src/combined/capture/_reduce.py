@@ -145,7 +145,8 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         self.capture_schema, self.sync_mode, self.baseline = capture_schema, sync_mode, baseline
         # ``current_filter`` (SQL over the lake's columns): a backfill's range of the current state.
         self._has_keys = False
-        self._has_order = False  # (tables rep and moved_out: DuplicateChecks._stream_order)
+        # Tables rep and moved_out, and the last truncate's ordinal (DuplicateChecks._stream_order).
+        self._has_order, self._cut = False, None
         self._same: bool | None = None
         self._fingerprinted = None
         self._current_count: int | None = None
