@@ -107,7 +107,7 @@ def test_postgres_declarations_are_checked(tmp_path: Path, pg_database: str, too
     _project(tmp_path, "postgres", config, typo)
     _refused(tmp_path, tools, "dataset src.items reads 'public.itemz'")
     _project(tmp_path, "postgres", config, good.replace("column: at", "column: ok"))
-    _refused(tmp_path, tools, "cursor column 'ok' has type bool, which no cursor can order by")
+    _refused(tmp_path, tools, "dataset 'items': column 'ok' (boolean) cannot serve as a cursor")
 
 
 def test_mariadb_declarations_are_checked(

@@ -174,3 +174,50 @@ def test_a_singer_cursor_on_a_stream_without_a_replication_key_is_refused_before
     _refused(tmp_path, tools, "capture", says=says)
     check = tools.cli(tmp_path, "check")
     assert check.returncode != 0 and says in " ".join(check.stdout.split())
+
+
+CURSOR = "\n        strategy: cursor\n        cursor: {{column: {}, trust: grows}}"
+
+
+@pytest.mark.parametrize("column", ["name", "at_time"])
+def test_a_postgres_cursor_no_read_can_order_is_refused_before_a_run(
+    tmp_path: Path, pg_database: str, tools, column: str
+) -> None:
+    """Reproduction: a cursor on a `text` or `time` column; `combined check` said ok, and
+    every capture failed (exit 1, "retry later") on "cannot serve as a cursor"."""
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE cur (id int PRIMARY KEY, name text, at_time time, n int)")
+        conn.execute("INSERT INTO cur VALUES (1, 'a', '10:00', 1)")
+    _pg(tmp_path, pg_database, "      cur:\n        key: [id]" + CURSOR.format(column))
+    says = f"dataset 'cur': column {column!r}"
+    _refused(tmp_path, tools, "capture", says=f"{says} (")
+    check = tools.cli(tmp_path, "check")
+    said = " ".join(check.stdout.split())
+    assert check.returncode == 2 and "cannot serve as a cursor" in said, check.stdout
+    _pg(tmp_path, pg_database, "      cur:\n        key: [id]" + CURSOR.format("n"))
+    assert tools.cli(tmp_path, "check").returncode == 0
+
+
+@pytest.mark.parametrize("column", ["name", "at_time", "flags"])
+def test_a_mariadb_cursor_no_read_can_order_is_refused_before_a_run(
+    tmp_path: Path, mariadb_database: str, tools, column: str
+) -> None:
+    """Reproduction: a cursor on a VARCHAR, TIME or BIT column; `combined check` said ok,
+    and every capture failed (exit 1, "retry later") on "cannot serve as a cursor"."""
+    kwargs = MariaSettings.from_config({"dsn": mariadb_database}).connect_kwargs()
+    with pymysql.connect(**kwargs) as conn, conn.cursor() as cur:
+        cur.execute(
+            f"CREATE TABLE cur_{column} (id int PRIMARY KEY, name varchar(20), at_time time, "
+            "flags bit(8), n int)"
+        )
+        cur.execute(f"INSERT INTO cur_{column} VALUES (1, 'a', '10:00:00', 1, 1)")
+        conn.commit()
+    head = "version: 1\nlake: ./lake\nsources:\n  pg:\n    connector: mariadb\n"
+    body = f"    config:\n      dsn: {mariadb_database}\n    datasets:\n"
+    (tmp_path / "combined.yaml").write_text(
+        head + body + f"      cur_{column}:\n        key: [id]" + CURSOR.format(column) + "\n"
+    )
+    _refused(tmp_path, tools, "capture", says=f"dataset 'cur_{column}': column {column!r} (")
+    check = tools.cli(tmp_path, "check")
+    said = " ".join(check.stdout.split())
+    assert check.returncode == 2 and "cannot serve as a cursor" in said, check.stdout

@@ -51,7 +51,7 @@ then carries no snapshot.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -151,6 +151,36 @@ class ReadOptions:
         )
         zero = zero_dates_option(opts.get("zero_dates", settings.zero_dates))
         return cls(shared.casts, zero, shared.batch_bytes, shared.page_rows, shared.control_totals)
+
+
+def cursor_order(
+    dataset: str, by_name: Mapping[str, ColumnPlan], cursor: str, key: Sequence[str]
+) -> list[str]:
+    """The columns that order a cursor read's pages, cursor first; refused unless they can.
+
+    The engine asks it before a Run too (``MariaDBSource.preflight``):
+    ``combined check`` passed a text, time or bit cursor that every capture
+    then refused, a Run ``failed`` as if a retry could help.
+    """
+    plan = by_name[cursor]
+    if not plan.orderable:
+        raise ConfigError(
+            f"dataset {dataset!r}: column {cursor!r} ({plan.source_type}) cannot serve as a cursor",
+            hint="choose a number, date, datetime or timestamp column; see discovery",
+            dataset=dataset,
+            column=cursor,
+        )
+    order = [cursor, *[k for k in key if k != cursor]]
+    for c in order:
+        if not by_name[c].keyable:
+            raise ConfigError(
+                f"dataset {dataset!r}: key column {c!r} ({by_name[c].source_type}) "
+                "cannot order pages",
+                hint="declare a key of numbers, text, dates, timestamps or bytes",
+                dataset=dataset,
+                column=c,
+            )
+    return order
 
 
 @dataclass(slots=True)
@@ -429,7 +459,14 @@ class MariaDBExtraction(SessionRead[Session]):
         spec = self._request.cursor
         assert spec is not None
         plan = work.by_name[spec.column]
-        order = self._cursor_order(work, plan)
+        order = cursor_order(self._request.dataset, work.by_name, spec.column, self._request.key)
+        absent = [c for c in order if c not in work.layout.schema.names]
+        if absent:
+            raise ConfigError(
+                f"the read must select column {absent[0]!r}: it orders the cursor's pages",
+                hint="add it to the dataset's columns",
+                column=absent[0],
+            )
         # No window reaches a NULL cursor; a NOT NULL column holds none to count or read.
         is_null = f"{quote_ident(spec.column)} <=> NULL"
         nulls = spec.nulls if plan.nullable else "exclude"
@@ -479,33 +516,6 @@ class MariaDBExtraction(SessionRead[Session]):
     def _lookback(self) -> Any:
         spec = self._request.cursor
         return None if spec is None else spec.lookback
-
-    def _cursor_order(self, work: _Work, plan: ColumnPlan) -> list[str]:
-        """The columns that order the pages, cursor first; refused unless they can."""
-        request = self._request
-        name = plan.name
-        if not plan.orderable:
-            raise ConfigError(
-                f"column {name!r} ({plan.source_type}) cannot serve as a cursor",
-                hint="choose a number, date, datetime or timestamp column; see discovery",
-                column=name,
-            )
-        order = [name, *[k for k in request.key if k != name]]
-        for c in order:
-            if not work.by_name[c].keyable:
-                raise ConfigError(
-                    f"key column {c!r} ({work.by_name[c].source_type}) cannot order pages",
-                    hint="declare a key of numbers, text, dates, timestamps or bytes",
-                    column=c,
-                )
-        absent = [c for c in order if c not in work.layout.schema.names]
-        if absent:
-            raise ConfigError(
-                f"the read must select column {absent[0]!r}: it orders the cursor's pages",
-                hint="add it to the dataset's columns",
-                column=absent[0],
-            )
-        return order
 
     def _refuse_null_cursors(self, work: _Work, column: str, is_null: str) -> None:
         """``nulls: fail``: fail the read when the snapshot holds a NULL cursor."""

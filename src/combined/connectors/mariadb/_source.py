@@ -20,7 +20,7 @@ from combined.connectors.abc import (
 )
 from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._connect import Session, Settings
-from combined.connectors.mariadb._extract import MariaDBExtraction, ReadOptions
+from combined.connectors.mariadb._extract import MariaDBExtraction, ReadOptions, cursor_order
 from combined.errors import ConfigError
 from combined.protocol import utcnow
 
@@ -124,7 +124,8 @@ class MariaDBSource(BaseSource):
         }
 
     def preflight(self, requests: Sequence[ReadRequest]) -> None:
-        """Refuse, before any Run, a read selecting a column without an Arrow type.
+        """Refuse, before any Run, a read selecting a column without an Arrow type, or
+        a cursor or key that cannot order pages.
 
         A geometry column was a needs_review Run that `combined check` had passed.
         """
@@ -135,7 +136,8 @@ class MariaDBSource(BaseSource):
                 cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
                 cdc = r.strategy == "cdc"
                 casts = {} if cdc else ReadOptions.of(r, self.settings).casts
-                for p in catalog.column_plans(cols, casts, rel.table):
+                plans = catalog.column_plans(cols, casts, rel.table)
+                for p in plans:
                     if p.arrow_type is None and (r.columns is None or p.name in r.columns):
                         raise ConfigError(
                             f"dataset {r.dataset!r}: column {p.name!r} of {rel.table!r} has "
@@ -150,6 +152,11 @@ class MariaDBSource(BaseSource):
                             dataset=r.dataset,
                             column=p.name,
                         )
+                by_name = {p.name: p for p in plans}
+                spec = r.cursor
+                named = all(c in by_name for c in (*r.key, *([spec.column] if spec else [])))
+                if r.strategy == "cursor" and spec is not None and named:
+                    cursor_order(r.dataset, by_name, spec.column, r.key)
         finally:
             session.close()
 

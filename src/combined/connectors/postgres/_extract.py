@@ -84,7 +84,12 @@ from combined.connectors.postgres._connect import (
     close_quietly,
     query_error,
 )
-from combined.connectors.postgres._preflight import refuse_intervals
+from combined.connectors.postgres._preflight import (
+    cursor_order,
+    refuse_cursor,
+    refuse_intervals,
+    refuse_order,
+)
 from combined.connectors.postgres._types import ColumnPlan, Layout, jsonable, value_from_text
 from combined.errors import (
     CombinedError,
@@ -247,30 +252,6 @@ class _Work:
     #: Rows the one statement over ``control_where`` returned (None: the
     #: read was not one such statement, e.g. a cursor's pages).
     rows_read: int | None = None
-
-
-def _cursor_plan(work: _Work, column: str) -> ColumnPlan:
-    """The cursor column's plan; refused unless it is a number, date or timestamp."""
-    plan = work.by_name[column]
-    if not (plan.orderable_number or plan.temporal):
-        raise ConfigError(
-            f"column {column!r} ({plan.source_type}) cannot serve as a cursor",
-            hint="choose a number, date or timestamp column; see discovery's candidates",
-            column=column,
-        )
-    return plan
-
-
-def _check_order(work: _Work, order: list[str]) -> None:
-    """Refuse a page order over a column that cannot be compared (nested, interval)."""
-    for name in order:
-        kind = work.by_name[name].arrow_type
-        if kind is None or pa.types.is_nested(kind) or pa.types.is_interval(kind):
-            raise ConfigError(
-                f"key column {name!r} ({work.by_name[name].source_type}) cannot order pages",
-                hint="declare a key of numbers, text, dates, timestamps, uuids or bytes",
-                column=name,
-            )
 
 
 @dataclass(frozen=True)
@@ -591,7 +572,7 @@ class PostgresExtraction(SessionRead[Session]):
         request = self._request
         spec = request.cursor
         assert spec is not None
-        plan = _cursor_plan(work, spec.column)
+        plan = refuse_cursor(request.dataset, work.by_name, spec.column)
         col = sql.Identifier(spec.column)
         # No window reaches a NULL cursor; a NOT NULL column holds none to count or read.
         is_null = sql.SQL("{} IS NULL").format(col)
@@ -616,8 +597,8 @@ class PostgresExtraction(SessionRead[Session]):
         work.where = below
         if lower is not None:
             work.where = sql.SQL("{} AND {} > {}").format(below, col, lower)
-        order = [spec.column, *[k for k in request.key if k != spec.column]]
-        _check_order(work, order)
+        order = cursor_order(spec.column, request.key)
+        refuse_order(request.dataset, work.by_name, order)
         keys = _Keyset.of(work, order, spec.column)
         exact = self._tie_free(work, order)
         total = yield from keyset_pages(

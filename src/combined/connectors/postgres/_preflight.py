@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
@@ -45,6 +45,42 @@ def refuse_unsupported(dataset: str, relation: str, plans: Sequence[ColumnPlan],
     for p in plans:
         if p.route == "unsupported":
             _refuse(dataset, relation, p, cdc, f": {p.reason}", cast_does=" to read its text form")
+
+
+def cursor_order(cursor: str, key: Sequence[str]) -> list[str]:
+    """The columns that order a cursor read's pages: the cursor, then the key."""
+    return [cursor, *[k for k in key if k != cursor]]
+
+
+def refuse_cursor(dataset: str, by_name: Mapping[str, ColumnPlan], column: str) -> ColumnPlan:
+    """The cursor column's plan; refused unless it is a number, date or timestamp.
+
+    ``combined check`` passed a text or time cursor that every capture then
+    refused: a Run ``failed`` as if a retry could help.
+    """
+    plan = by_name[column]
+    if not (plan.orderable_number or plan.temporal):
+        raise ConfigError(
+            f"dataset {dataset!r}: column {column!r} ({plan.source_type}) cannot serve as a cursor",
+            hint="choose a number, date or timestamp column; see discovery's candidates",
+            dataset=dataset,
+            column=column,
+        )
+    return plan
+
+
+def refuse_order(dataset: str, by_name: Mapping[str, ColumnPlan], order: Sequence[str]) -> None:
+    """Refuse a page order over a column that cannot be compared (nested, interval)."""
+    for name in order:
+        kind = by_name[name].arrow_type
+        if kind is None or pa.types.is_nested(kind) or pa.types.is_interval(kind):
+            raise ConfigError(
+                f"dataset {dataset!r}: key column {name!r} ({by_name[name].source_type}) "
+                "cannot order pages",
+                hint="declare a key of numbers, text, dates, timestamps, uuids or bytes",
+                dataset=dataset,
+                column=name,
+            )
 
 
 def _refuse(

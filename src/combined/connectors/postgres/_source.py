@@ -23,7 +23,13 @@ from combined.connectors.postgres import _catalog as catalog
 from combined.connectors.postgres._connect import Session, Settings
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
 from combined.connectors.postgres._partition import PartitionPlan, check_open, create_plan
-from combined.connectors.postgres._preflight import refuse_intervals, refuse_unsupported
+from combined.connectors.postgres._preflight import (
+    cursor_order,
+    refuse_cursor,
+    refuse_intervals,
+    refuse_order,
+    refuse_unsupported,
+)
 from combined.connectors.postgres._tls import cleartext_password_warning
 from combined.errors import ConfigError
 from combined.protocol import utcnow
@@ -122,7 +128,7 @@ class PostgresSource(BaseSource):
 
     def preflight(self, requests: Sequence[ReadRequest]) -> None:
         """Refuse, before any Run, a read the catalog shows cannot succeed (an uncast interval,
-        a range or composite column)."""
+        a range or composite column, a cursor or key that cannot order pages)."""
         session = Session(self.settings)
         try:
             for r in requests:
@@ -135,6 +141,13 @@ class PostgresSource(BaseSource):
                 chosen = [p for p in plans if r.columns is None or p.name in r.columns]
                 refuse_intervals(r.dataset, rel.name, chosen, cdc)
                 refuse_unsupported(r.dataset, rel.name, chosen, cdc)
+                by_name = {p.name: p for p in plans}
+                spec = r.cursor
+                if r.strategy == "cursor" and spec is not None:
+                    order = cursor_order(spec.column, r.key)
+                    if all(c in by_name for c in order):  # a name missing: the read says so
+                        refuse_cursor(r.dataset, by_name, spec.column)
+                        refuse_order(r.dataset, by_name, order)
         finally:
             session.close()
 
