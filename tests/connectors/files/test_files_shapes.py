@@ -24,8 +24,13 @@ from combined.protocol import RecordBatchMessage
 _PAST_SAMPLE = 30_000
 
 
-def _rows(root: Path, relation: str, columns: tuple[str, ...] | None = None) -> pa.Table:
-    source = FilesSource({"path": str(root)})
+def _rows(
+    root: Path,
+    relation: str,
+    columns: tuple[str, ...] | None = None,
+    file_sets: dict[str, object] | None = None,
+) -> pa.Table:
+    source = FilesSource({"path": str(root), **({"files": file_sets} if file_sets else {})})
     request = ReadRequest(
         dataset="d", relation=relation, key=("id",), strategy="snapshot", columns=columns
     )
@@ -108,3 +113,58 @@ def test_a_truncated_gzip_file_is_named_with_what_to_do(tmp_path: Path) -> None:
         _rows(tmp_path, "orders/*.csv.gz")
     assert info.value.context.get("file") == "orders/b.csv.gz"
     assert "rename" in (info.value.hint or "")
+
+
+_HUGE = 12345678901234567890123  # past 64 bits: DuckDB read it as 1.2345678901234568e+22
+
+
+def test_json_integers_past_64_bits_are_read_exactly(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text(
+        f'{{"id": 1, "n": {_HUGE}, "f": 0.5}}\n{{"id": 2, "n": -9223372036854775809, "f": 2}}\n'
+    )
+    table = _rows(tmp_path, "*.jsonl")
+    assert table.schema.field("n").type == pa.decimal128(38, 0)
+    assert table.column("n").to_pylist() == [Decimal(_HUGE), Decimal(-9223372036854775809)]
+    # Fractions and integers a double keeps exactly stay doubles.
+    assert table.schema.field("f").type == pa.float64()
+
+
+def test_json_integers_a_double_would_round_beside_fractions_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text('{"id": 1, "n": 9007199254740993}\n{"id": 2, "n": 1.5}\n')
+    with pytest.raises(SchemaMismatch, match="'n' .* holds integers beyond 2\\*\\*53 beside"):
+        _rows(tmp_path, "*.jsonl")
+    (tmp_path / "a.jsonl").write_text(f'{{"id": 1, "n": {_HUGE}{_HUGE}}}\n')
+    with pytest.raises(SchemaMismatch, match="integers of more than 38 digits"):
+        _rows(tmp_path, "*.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("declared", "read"),
+    [("VARCHAR", str(_HUGE)), ("DECIMAL(38,0)", Decimal(_HUGE)), ("HUGEINT", Decimal(_HUGE))],
+)
+def test_a_declared_json_column_is_parsed_as_declared_not_cast_from_a_double(
+    tmp_path: Path, declared: str, read: object
+) -> None:
+    (tmp_path / "a.jsonl").write_text(f'{{"id": 1, "n": {_HUGE}, "other": "x"}}\n')
+    table = _rows(tmp_path, "s", file_sets={"s": {"glob": "*.jsonl", "columns": {"n": declared}}})
+    assert table.column("n").to_pylist() == [read]
+    assert table.column("other").to_pylist() == ["x"]
+
+
+@pytest.mark.parametrize(
+    ("last", "second"), [("31/12/2024", "2024-02-01"), ("12/31/2024", "01/02/2024")]
+)
+def test_csv_dates_past_the_sample_decide_their_format(
+    tmp_path: Path, last: str, second: str
+) -> None:
+    """The read takes the types inferred from every row, dates included.
+
+    Every sampled date reads both ways (01/02/2024); the last row decides:
+    day first, or no date format at all (DuckDB knows no month-first one).
+    """
+    body = "".join(f"{i},0{1 + i % 9}/0{1 + i % 9}/2024\n" for i in range(_PAST_SAMPLE))
+    body = body.replace("\n1,02/02/2024\n", "\n1,01/02/2024\n")
+    (tmp_path / "a.csv").write_text("id,d\n" + body + f"{_PAST_SAMPLE},{last}\n")
+    table = _rows(tmp_path, "*.csv")
+    first = table.filter(pc.equal(table.column("id"), 1)).column("d").to_pylist()
+    assert [str(d) for d in first] == [second]

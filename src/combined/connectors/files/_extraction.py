@@ -72,6 +72,8 @@ class FilesExtraction(BaseExtraction):
         self._footer_rows: int | None = None
         self._empty_schema: pa.Schema | None = None
         self._con: duckdb.DuckDBPyConnection | None = None
+        #: Each column's DuckDB type, inferred once per read (None: Parquet, or not yet).
+        self._typed: list[tuple[str, str]] | None = None
         self._guard = threading.Lock()
         self._started = False
         self._finished = False
@@ -172,7 +174,9 @@ class FilesExtraction(BaseExtraction):
         request = self._request
         if fmt == "parquet":
             self._footer_rows = _scan.check_parquet(listing, self._set.name, request.columns)
-        query = _scan.select(self._set, fmt, listing, self._columns(con, fmt, listing))
+        typed = self._typed = _scan.infer(con, self._set, fmt, listing)
+        columns = self._columns(con, fmt, listing, typed)
+        query = _scan.select(self._set, fmt, listing, columns, typed)
         reader: pa.RecordBatchReader = con.sql(query).to_arrow_reader(request.batch_rows)
         rows = 0
         for batch in reader:
@@ -188,14 +192,20 @@ class FilesExtraction(BaseExtraction):
             self._empty_schema = reader.schema
 
     def _columns(
-        self, con: duckdb.DuckDBPyConnection, fmt: Format, listing: Listing
+        self,
+        con: duckdb.DuckDBPyConnection,
+        fmt: Format,
+        listing: Listing,
+        typed: list[tuple[str, str]] | None,
     ) -> list[str] | None:
         """The read's columns (all when none are named); refuse names the files lack."""
         request = self._request
         wanted = [*(request.columns or ()), *request.key]
         if not wanted:
             return None
-        have = [n for n, _ in _scan.describe(con, _scan.select(self._set, fmt, listing))]
+        if typed is None:
+            typed = _scan.describe(con, _scan.select(self._set, fmt, listing))
+        have = [n for n, _ in typed]
         missing = [c for c in wanted if c not in have]
         if missing:
             from combined.errors import NotFoundError
@@ -220,7 +230,7 @@ class FilesExtraction(BaseExtraction):
         rows = self._footer_rows if fmt == "parquet" else None
         total: Any = None
         if column is not None:
-            query = _scan.select(self._set, fmt, listing)
+            query = _scan.select(self._set, fmt, listing, typed=self._typed)
             col = _scan.quote_ident(column)
             if not any(n == column for n, _ in _scan.describe(con, query)):
                 raise ConfigError(

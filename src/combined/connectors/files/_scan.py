@@ -55,8 +55,22 @@ _NO_HIVE = "hive_partitioning = false"
 _WHOLE_SAMPLE = "sample_size = -1"
 
 
-def scan(file_set: FileSet, fmt: Format, listing: Listing) -> str:
-    """The DuckDB table expression reading exactly ``listing``'s files."""
+def _type_map(pairs: Sequence[tuple[str, str]]) -> str:
+    """Column names and DuckDB types as a DuckDB map literal."""
+    return "{" + ", ".join(f"{literal(n)}: {literal(t)}" for n, t in pairs) + "}"
+
+
+def scan(
+    file_set: FileSet,
+    fmt: Format,
+    listing: Listing,
+    typed: Sequence[tuple[str, str]] | None = None,
+) -> str:
+    """The DuckDB table expression reading exactly ``listing``'s files.
+
+    ``typed`` (from :func:`infer`) gives every column's type, so the read
+    parses each file once instead of inferring the types again from every row.
+    """
     files = "[" + ", ".join(literal(p) for p in listing.paths()) + "]"
     d = file_set.dialect
     if fmt == "csv":
@@ -73,28 +87,112 @@ def scan(file_set: FileSet, fmt: Format, listing: Listing) -> str:
             "strict_mode = true",
             "null_padding = false",
             "union_by_name = true",
-            _WHOLE_SAMPLE,
             _NO_HIVE,
         ]
         if d.encoding:
             opts.append(f"encoding = {literal(d.encoding)}")
-        if file_set.columns:
-            types = ", ".join(f"{literal(n)}: {literal(t)}" for n, t in file_set.columns)
-            opts.append(f"types = {{{types}}}")
+        if typed is not None:
+            opts.append(f"types = {_type_map(typed)}")
+        else:
+            opts.append(_WHOLE_SAMPLE)
+            if file_set.columns:
+                opts.append(f"types = {_type_map(file_set.columns)}")
         return f"read_csv({files}, {', '.join(opts)})"
     if fmt == "json":
+        how = _WHOLE_SAMPLE if typed is None else f"columns = {_type_map(typed)}"
         return (
             f"read_json({files}, format = 'auto', records = true, union_by_name = true, "
-            f"{_WHOLE_SAMPLE}, {_NO_HIVE})"
+            f"{how}, {_NO_HIVE})"
         )
     return f"read_parquet({files}, union_by_name = true, {_NO_HIVE})"
 
 
+def infer(
+    con: duckdb.DuckDBPyConnection, file_set: FileSet, fmt: Format, listing: Listing
+) -> list[tuple[str, str]] | None:
+    """Each column of the files and its DuckDB type, from every row, declared types as declared.
+
+    One parse of the files, once per read: the read then parses them once
+    more with these types (:func:`scan`), where it inferred them again. A JSON
+    column inferred DOUBLE that holds an integer no double keeps exactly
+    (beyond 2**53) reads as DECIMAL(38, 0), or is refused (:func:`_exact_numbers`).
+    ``None`` for Parquet, whose footers type the columns.
+    """
+    if fmt == "parquet":
+        return None
+    found = describe(con, f"SELECT * FROM {scan(file_set, fmt, listing)}")
+    declared = file_set.types
+    typed = [(n, declared.get(n, t)) for n, t in found]
+    if fmt == "json":
+        doubles = [n for n, t in typed if t == "DOUBLE" and n not in declared]
+        if doubles:
+            exact = _exact_numbers(con, file_set, listing, doubles)
+            typed = [(n, exact.get(n, t)) for n, t in typed]
+    return typed
+
+
+def _exact_numbers(
+    con: duckdb.DuckDBPyConnection, file_set: FileSet, listing: Listing, doubles: list[str]
+) -> dict[str, str]:
+    """The type each JSON number column needs to keep its values as written.
+
+    DuckDB reads a JSON integer beyond 64 bits as a double, rounding
+    12345678901234567890123 to 1.2345678901234568e+22 without a word. Its
+    text is read here (one more parse, paid only where a column is DOUBLE):
+    integers only, up to 38 digits, read as DECIMAL(38, 0); an integer a
+    double cannot keep beside fractions, or of more than 38 digits, is refused.
+    """
+    files = "[" + ", ".join(literal(p) for p in listing.paths()) + "]"
+    texts = _type_map([(n, "VARCHAR") for n in doubles])
+    parts = []
+    for n in doubles:
+        c = quote_ident(n)
+        whole = f"regexp_full_match({c}, '-?[0-9]+')"
+        digits = f"length(ltrim({c}, '-'))"
+        rounded = f"TRY_CAST(TRY_CAST({c} AS DOUBLE) AS HUGEINT)"
+        inexact = (
+            f"{whole} AND {digits} > 15 AND "
+            f"({digits} > 38 OR TRY_CAST({c} AS HUGEINT) <> {rounded} OR {rounded} IS NULL)"
+        )
+        parts += [f"bool_or({inexact})", f"bool_or(NOT {whole})", f"max({digits})"]
+    (row,) = con.execute(
+        f"SELECT {', '.join(parts)} FROM read_json({files}, format = 'auto', records = true, "
+        f"columns = {texts}, {_NO_HIVE})"
+    ).fetchall()
+    exact: dict[str, str] = {}
+    for i, n in enumerate(doubles):
+        inexact, fractions, digits = row[3 * i : 3 * i + 3]
+        if not inexact:
+            continue
+        if not fractions and digits <= 38:
+            exact[n] = "DECIMAL(38, 0)"
+            continue
+        raise SchemaMismatch(
+            f"column {n!r} of file set {file_set.name!r} holds "
+            + (
+                "integers beyond 2**53 beside fractions"
+                if fractions
+                else "integers of more than 38 digits"
+            )
+            + ": read as numbers they would be rounded, so nothing was read",
+            hint=f"declare the column's type under `columns:` ({n}: VARCHAR keeps the text"
+            + (", DECIMAL(38, s) keeps both when they fit" if fractions else "")
+            + "); nothing was committed",
+            relation=file_set.name,
+            column=n,
+        )
+    return exact
+
+
 def select(
-    file_set: FileSet, fmt: Format, listing: Listing, columns: Sequence[str] | None = None
+    file_set: FileSet,
+    fmt: Format,
+    listing: Listing,
+    columns: Sequence[str] | None = None,
+    typed: Sequence[tuple[str, str]] | None = None,
 ) -> str:
     """The query of a read: the scan, declared types cast, the named columns only."""
-    source = scan(file_set, fmt, listing)
+    source = scan(file_set, fmt, listing, typed)
     cast = {n: t for n, t in file_set.columns} if fmt != "csv" else {}
     if columns is None:
         if not cast:
@@ -379,6 +477,7 @@ __all__ = [
     "connect",
     "declared_schema",
     "describe",
+    "infer",
     "literal",
     "locate",
     "quote_ident",

@@ -120,9 +120,10 @@ class FilesSource(BaseSource):
         con = _scan.connect()
         try:
             rows = _scan.check_parquet(listing, file_set.name) if fmt == "parquet" else None
-            query = _scan.select(file_set, fmt, listing)
+            typed = _scan.infer(con, file_set, fmt, listing)
+            query = _scan.select(file_set, fmt, listing, typed=typed)
             schema = _scan.arrow_schema(con, query)
-            types = dict(_scan.describe(con, query))
+            types = dict(typed if typed is not None else _scan.describe(con, query))
             keys = _key_candidates(con, query, schema, rows)
         except _scan.DUCKDB_ERRORS as exc:
             raise _scan.translate(exc, listing, file_set.name) from exc
