@@ -480,8 +480,58 @@ def test_a_source_failing_capture_after_capture_is_alerted_once_per_incident(
         alerts = _events(engine, "alert.run_failed")
         assert [a.run_id for a in alerts] == [failed[0].id, again.id]
         assert len(_events(engine, "run.failed")) == 4  # every failure is still in the feed
-        sent = [json.loads(body)["run_id"] for _, body in receiver.posts("/hook")]
-        assert sent == [failed[0].id, again.id]
+        sent = [json.loads(body) for _, body in receiver.posts("/hook")]
+        # ... and the incident's end: the Run that succeeded, the alert it resolves
+        assert [(p["kind"], p["run_id"]) for p in sent] == [
+            ("alert.run_failed", failed[0].id),
+            ("run.recovered", run.id),
+            ("alert.run_failed", again.id),
+        ]
+        assert [p["resolves"] for p in sent] == [None, "alert.run_failed", None]
+        assert sent[1]["body"]["datasets"] == ["customers"]
+        assert sent[1]["summary"].startswith("Combined resolved alert.run_failed on shop")
+    finally:
+        engine.close()
+        receiver.close()
+
+
+def test_the_end_of_an_alert_reaches_the_targets_that_were_sent_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A person paged when a source went down, or its data went stale, hears when it is back."""
+    receiver = Receiver()
+    monkeypatch.setenv("STALE_URL", receiver.url("/stale"))
+    monkeypatch.setenv("RUNS_URL", receiver.url("/runs"))
+    path = _project(
+        tmp_path,
+        "notifications:\n"
+        "  - {name: stale, type: slack, url: {secret: env:STALE_URL}, kinds: [freshness]}\n"
+        "  - {name: runs, type: slack, url: {secret: env:RUNS_URL},"
+        " kinds: [run_needs_review]}\n",
+    )
+    from tests.conftest import shop_sql
+
+    engine = Engine.open(path)
+    try:
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+        assert engine.check_alerts(slots=False, now=utcnow() + timedelta(hours=2))
+        assert engine.check_alerts(slots=False) == []  # fresh again: told, not a note
+        shop_sql(tmp_path, "ALTER TABLE customers RENAME TO gone")
+        (failed,) = engine.capture(["shop.customers"])
+        assert failed.state == "failed"  # run_failed: no target wants it, nor its end
+        shop_sql(tmp_path, "ALTER TABLE gone RENAME TO customers")
+        (back,) = engine.capture(["shop.customers"])
+        assert back.state == "succeeded", back.error
+        engine.sender.wait(60)
+        stale = [json.loads(b)["text"] for _, b in receiver.posts("/stale")]
+        assert len(stale) == 2, stale
+        assert stale[0].startswith("Combined alert.freshness on shop.orders")
+        assert stale[1].startswith("Combined resolved alert.freshness on shop.orders")
+        assert receiver.posts("/runs") == []
+        (recovered,) = _events(engine, "run.recovered")
+        assert recovered.body["resolves"] == "alert.run_failed"
+        assert recovered.run_id == back.id
     finally:
         engine.close()
         receiver.close()

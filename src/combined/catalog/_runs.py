@@ -338,6 +338,8 @@ def move_run(
         )
     if target in ALERTED:
         _alert(conn, run, target, values.get("error"))
+    if target == "succeeded":
+        _recovered(conn, run)
     if target in TERMINAL:
         _ended(conn, run, target, now)
     return get_run(conn, run.id)
@@ -379,8 +381,41 @@ def _alert(conn: Connection, run: Run, target: RunState, error: str | None) -> N
     )
 
 
-def _same_incident(conn: Connection, run: Run, target: RunState, scan: int = 200) -> bool:
-    """Whether the previous ended Run of each of ``run``'s datasets ended in ``target`` too.
+def _same_incident(conn: Connection, run: Run, target: RunState) -> bool:
+    """Whether the previous ended Run of each of ``run``'s datasets ended in ``target`` too."""
+    last = _last_states(conn, run)
+    return bool(run.datasets) and all(last.get(d) == target for d in run.datasets)
+
+
+def _recovered(conn: Connection, run: Run) -> None:
+    """Emit ``run.recovered`` for datasets whose previous Run was alerted: the incident ended.
+
+    One event per alert it resolves (``resolves: alert.run_failed``, ...),
+    sent to the targets that were sent that alert (``runtime._notify``): a
+    person told a source was down is told when it is back.
+    """
+    from combined.catalog._data import emit
+
+    last = _last_states(conn, run)
+    ended: dict[str, list[str]] = {}
+    for dataset in run.datasets:
+        state = last.get(dataset)
+        if state in ALERTED:
+            ended.setdefault(state, []).append(dataset)
+    for state, datasets in ended.items():
+        emit(
+            conn,
+            "run.recovered",
+            source=run.source,
+            run_id=run.id,
+            datasets=datasets,
+            resolves=f"alert.run_{state}",
+            why=f"a Run of {', '.join(datasets)} succeeded after a Run that ended {state}",
+        )
+
+
+def _last_states(conn: Connection, run: Run, scan: int = 200) -> dict[str, str]:
+    """The end state of the previous ended Run of each dataset of ``run``'s source.
 
     A canceled Run says nothing of the source and is passed over.
     """
@@ -399,7 +434,7 @@ def _same_incident(conn: Connection, run: Run, target: RunState, scan: int = 200
     for row in rows:
         for dataset in row.datasets:
             last.setdefault(dataset, row.state)
-    return bool(run.datasets) and all(last.get(d) == target for d in run.datasets)
+    return last
 
 
 def _ended(conn: Connection, run: Run, target: RunState, now: datetime) -> None:

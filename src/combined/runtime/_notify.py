@@ -60,14 +60,31 @@ class Refused(Exception):
     """The target answered with a status a retry may fix (429, 5xx)."""
 
 
+#: The events that end an alert's condition, sent like alerts to whoever wants
+#: the alert they end (``run.recovered`` names it in its body's ``resolves``).
+RESOLVES = {
+    "freshness.restored": "alert.freshness",
+    "cdc.slot_safe": "alert.cdc_slot_at_risk",
+    "run.recovered": None,
+}
+
+
+def resolves(event: Any) -> str | None:
+    """The alert kind ``event`` ends, or None when it is an alert itself."""
+    if event.kind not in RESOLVES:
+        return None
+    return RESOLVES[event.kind] or str((event.body or {}).get("resolves", ""))
+
+
 def pending(conn: sa.Connection, target: str, now: datetime, limit: int = 100) -> list[Any]:
-    """Alerts ``target`` has not been sent, nor claimed by a live sender, oldest first."""
+    """Alerts (and their ends) ``target`` has not been sent, nor claimed by a live sender,
+    oldest first."""
     a, n = t.activity, t.notifications
     q = (
         sa.select(a)
         .outerjoin(n, sa.and_(n.c.event_id == a.c.id, n.c.target == target))
         .where(
-            a.c.kind.startswith("alert.", autoescape=True),
+            sa.or_(a.c.kind.startswith("alert.", autoescape=True), a.c.kind.in_(list(RESOLVES))),
             a.c.at >= now - WINDOW,
             sa.or_(
                 n.c.event_id.is_(None),
@@ -136,6 +153,7 @@ def payload(event: Any) -> dict[str, Any]:
         "source": event.source,
         "dataset": event.dataset,
         "run_id": event.run_id,
+        "resolves": resolves(event),
         "summary": summary(event),
         "body": event.body,
     }
@@ -147,7 +165,9 @@ def summary(event: Any) -> str:
     body = event.body or {}
     why = body.get("why") or body.get("error") or body.get("reason") or ""
     run = f" (run {event.run_id})" if event.run_id else ""
-    return redact(f"Combined {event.kind} on {where}{run}" + (f": {why}" if why else ""))
+    ended = resolves(event)
+    what = f"resolved {ended}" if ended else event.kind
+    return redact(f"Combined {what} on {where}{run}" + (f": {why}" if why else ""))
 
 
 def request(
@@ -288,7 +308,7 @@ def _drain_target(
             if stop.is_set() or not claim(engine.catalog, target.name, event.id, now):
                 continue
             held.add((target.name, event.id))
-            if not target.wants(event.kind, event.source, event.dataset):
+            if not target.wants(resolves(event) or event.kind, event.source, event.dataset):
                 _skip(engine.catalog, target.name, event.id)
             else:
                 sent += send_one(engine, target, event, stop)
