@@ -168,3 +168,14 @@ def test_csv_dates_past_the_sample_decide_their_format(
     table = _rows(tmp_path, "*.csv")
     first = table.filter(pc.equal(table.column("id"), 1)).column("d").to_pylist()
     assert [str(d) for d in first] == [second]
+
+
+def test_json_keys_differing_only_in_case_keep_their_values(tmp_path: Path) -> None:
+    """DuckDB names the second key `name_1`; a read typed by that name found no such key."""
+    (tmp_path / "a.jsonl").write_text(
+        '{"id": 1, "Name": "a"}\n{"id": 2, "name": "b"}\n{"id": 3, "Name": "c", "name": "d"}\n'
+    )
+    table = _rows(tmp_path, "*.jsonl")
+    assert table.column_names == ["id", "Name", "name_1"]
+    assert table.column("Name").to_pylist() == ["a", None, "c"]
+    assert table.column("name_1").to_pylist() == [None, "b", "d"]

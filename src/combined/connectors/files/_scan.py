@@ -116,11 +116,14 @@ def infer(
     more with these types (:func:`scan`), where it inferred them again. A JSON
     column inferred DOUBLE that holds an integer no double keeps exactly
     (beyond 2**53) reads as DECIMAL(38, 0), or is refused (:func:`_exact_numbers`).
-    ``None`` for Parquet, whose footers type the columns.
+    ``None`` for Parquet, whose footers type the columns, and for JSON keys
+    DuckDB renamed (:func:`_renamed`): such reads infer their types again.
     """
     if fmt == "parquet":
         return None
     found = describe(con, f"SELECT * FROM {scan(file_set, fmt, listing)}")
+    if fmt == "json" and _renamed([n for n, _ in found]):
+        return None
     declared = file_set.types
     typed = [(n, declared.get(n, t)) for n, t in found]
     if fmt == "json":
@@ -129,6 +132,21 @@ def infer(
             exact = _exact_numbers(con, file_set, listing, doubles)
             typed = [(n, exact.get(n, t)) for n, t in typed]
     return typed
+
+
+def _renamed(names: Sequence[str]) -> bool:
+    """Whether DuckDB may have renamed a JSON key: ``name_1`` beside ``Name`` or ``name``.
+
+    Keys that differ only in case are one column name to DuckDB, so it names
+    the second ``name_1``: a read given that name as a type would look for a
+    key ``name_1`` and read NULLs. Such files are read as inferred, without
+    ``columns`` (their numbers unchecked, :func:`_exact_numbers`).
+    """
+    lower = {n.lower() for n in names}
+    return any(
+        (m := re.fullmatch(r"(.+)_\d+", n)) is not None and m.group(1).lower() in lower
+        for n in names
+    )
 
 
 def _exact_numbers(
