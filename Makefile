@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export COMBINED_TEST_PG_DSN ?= postgresql://postgres@127.0.0.1:5432/postgres
 export COMBINED_TEST_MARIADB_DSN ?= mysql://root@127.0.0.1:3306/test
 
-.PHONY: demo test check bench bench-mariadb bench-many fmt clean schema orchestrators
+.PHONY: demo test check bench bench-mariadb bench-many bench-files fmt clean schema orchestrators
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -60,6 +60,12 @@ bench-mariadb: $(STAMP)
 bench-many: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench.many $(BENCH_ARGS)
+
+# Files (bench/files.py): a CSV and a JSON lines file, first, unchanged and
+# changed captures next to DuckDB reading the file into Parquet.
+bench-files: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	$(BIN)/python -m bench.files $(BENCH_ARGS)
 
 # The JSON Schema of combined.yaml and its reference, both from the models
 # (tests/config/test_config_reference.py fails when either is stale).

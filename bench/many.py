@@ -34,7 +34,6 @@ import json
 import shutil
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +44,7 @@ from bench.cdc import _cli_cpu
 from bench.mariadb import _server_cpu as _maria_server_cpu
 from bench.mariadb import _sql as _maria_sql
 from bench.measure import server_cpu, timed_child
+from bench.report import print_steps
 
 PG_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 MARIADB_SERVER = "mysql://root@127.0.0.1:3306/test"
@@ -257,13 +257,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--postgres", default=PG_SERVER, help="a PostgreSQL server's DSN")
     parser.add_argument("--mariadb", default=MARIADB_SERVER, help="a MariaDB server's DSN")
     opts = parser.parse_args(args)
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     servers = {"postgres": opts.postgres, "mariadb": opts.mariadb}
     results = [measure(c, servers[c], opts.tables, opts.rows) for c in opts.connectors]
-    print(f"### Many small tables, {started}\n")
-    print(f"`python -m bench.many {' '.join(args)}`\n")
-    print("\n".join(table(results)))
-    print("\n" + json.dumps(results))
+    print_steps("Many small tables", "bench.many", args, table(results), results)
 
 
 if __name__ == "__main__":

@@ -434,3 +434,17 @@ def phases_table(results: Sequence[CaseResult]) -> str:
     header = "| # | " + " | ".join(PHASES.values()) + " |"
     sep = "|---|" + "---:|" * len(PHASES)
     return "\n".join([header, sep, *rows])
+
+
+def print_steps(
+    title: str, module: str, args: Sequence[str], lines: Sequence[str], raw: Any
+) -> None:
+    """A step bench's report: its heading with the time, its command, its table, its JSON."""
+    import json
+    import time
+
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    print(f"### {title}, {started}\n")
+    print(f"`python -m {module} {' '.join(args)}`\n")
+    print("\n".join(lines))
+    print("\n" + json.dumps(raw))
