@@ -101,3 +101,29 @@ def test_a_resolved_secret_logged_by_any_code_is_masked(
     first, second = _lines(err)[:2]
     assert first["run_id"] == "r1" and first["message"].startswith("signing with ")
     assert "bad key" in second["exc_info"]
+
+
+def test_an_event_is_logged_once_its_transaction_commits_never_when_it_rolls_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A scheduler tick that rolled back logged `run.joined` for a Run the feed never had."""
+    from combined.catalog import Catalog
+    from combined.catalog import data as cat
+
+    catalog = Catalog.open(f"sqlite:///{tmp_path / 'catalog.db'}")
+    caplog.set_level(logging.INFO, logger="combined.activity")
+    try:
+        with pytest.raises(RuntimeError), catalog.begin() as conn:
+            cat.emit(conn, "run.joined", source="shop", dataset="orders", run_id="r1")
+            assert caplog.records == []  # not before the commit
+            raise RuntimeError("the tick failed: its transaction rolls back")
+        assert caplog.records == []
+        with catalog.begin() as conn:
+            cat.emit(conn, "run.joined", source="shop", dataset="orders", run_id="r2")
+            assert caplog.records == []
+        (record,) = caplog.records
+        assert record.getMessage() == "run.joined shop.orders run r2"
+        with catalog.begin() as conn:
+            assert [e.run_id for e in cat.activity(conn, kind="run.joined")] == ["r2"]
+    finally:
+        catalog.close()

@@ -7,7 +7,7 @@ import os
 import re
 import socket
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -71,6 +71,9 @@ def _sqlite_path(url: sa.URL) -> Path | None:
 
 #: Where a transaction finds its catalog's ledger (``Connection.info``).
 LEDGER = "combined.ledger"
+#: Where a transaction keeps the log lines of the events it wrote, told once it
+#: commits (``Connection.info``): a rolled-back event was never in the feed.
+COMMITTED_LOG = "combined.committed_log"
 
 
 class LedgerSink(Protocol):
@@ -219,10 +222,17 @@ class Catalog:
 
     @contextmanager
     def begin(self) -> Iterator[Connection]:
-        """One catalog transaction."""
+        """One catalog transaction; the log lines of its events are written once it commits."""
+        told: list[Callable[[], None]] = []
         with self.engine.begin() as conn:
             conn.info[LEDGER] = self.ledger
-            yield conn
+            conn.info[COMMITTED_LOG] = told
+            try:
+                yield conn
+            finally:
+                conn.info.pop(COMMITTED_LOG, None)
+        for tell in told:
+            tell()
 
     def close(self) -> None:
         """Dispose of pooled connections."""

@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 
 from combined.catalog import _governance
 from combined.catalog import _schema as t
-from combined.catalog._catalog import LEDGER
+from combined.catalog._catalog import COMMITTED_LOG, LEDGER
 from combined.errors import NotFoundError, ProtocolViolation, redact
 from combined.protocol import utcnow
 
@@ -578,7 +578,8 @@ def emit(
 ) -> None:
     """Append one event to the Activity feed (its body's text redacted, as every error is).
 
-    It is logged too (``combined.activity``, INFO), with its fields.
+    It is logged too (``combined.activity``, INFO), with its fields, once the
+    catalog transaction commits (:data:`~combined.catalog._catalog.COMMITTED_LOG`).
     """
     redacted = _redacted_text(body)
     conn.execute(
@@ -591,9 +592,12 @@ def emit(
             body=redacted,
         )
     )
-    if _log.isEnabledFor(logging.INFO):
-        where = ".".join(p for p in (source, dataset) if p)
-        extra = {"event": kind, "source": source, "dataset": dataset, "run_id": run_id}
+    if not _log.isEnabledFor(logging.INFO):
+        return
+    where = ".".join(p for p in (source, dataset) if p)
+    extra = {"event": kind, "source": source, "dataset": dataset, "run_id": run_id}
+
+    def tell() -> None:
         _log.info(
             "%s%s%s",
             kind,
@@ -601,6 +605,12 @@ def emit(
             f" run {run_id}" if run_id else "",
             extra={**{k: v for k, v in extra.items() if v is not None}, "body": redacted},
         )
+
+    told = conn.info.get(COMMITTED_LOG)
+    if told is None:
+        tell()  # a connection of no catalog transaction: told now
+    else:
+        told.append(tell)  # told when the transaction commits, never when it rolls back
 
 
 def _redacted_text(value: Any) -> Any:
