@@ -126,6 +126,58 @@ def test_an_unchanged_recapture_writes_nothing_and_bills_nothing(shipped: Path) 
         engine.close()
 
 
+def test_files_as_the_committed_capture_left_them_are_not_read_again(shipped: Path) -> None:
+    """A scheduled capture of a file drop read and hashed every file at every tick."""
+    root = shipped.parent
+    engine = Engine.open(shipped)
+    try:
+        engine.capture()
+        _csv(root, "2024-02.csv", [(6, "shipped", 60)])  # content: read, committed
+        (run,) = engine.capture()
+        assert run.stats is not None and run.stats["orders"]["captured"] == 6
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["orders"] == {
+            "captured": 0,
+            "inserts": 0,
+            "updates": 0,
+            "deletes": 0,
+            "deliveries": 0,
+            "unchanged": 6,  # the rows the committed read found: the lake holds as many
+            "reconciliation": "reconciled",
+        }
+        assert len(_rows(engine)) == 6
+        # any change of a listed file's status (even a touch) reads the set again
+        os.utime(root / "data/orders/2024-01.csv", ns=(1, 1))
+        (run,) = engine.capture()
+        assert run.stats is not None and run.stats["orders"]["captured"] == 6
+        _csv(root, "2024-03.csv", [(12, "placed", 1)])  # a new file: read
+        (run,) = engine.capture()
+        assert run.stats is not None and run.stats["orders"]["inserts"] == 1
+        assert _rows(engine)[-1] == (12, "placed", 1)
+    finally:
+        engine.close()
+
+
+def test_a_file_sets_settings_are_part_of_what_is_unchanged(shipped: Path) -> None:
+    root = shipped.parent
+    engine = Engine.open(shipped)
+    try:
+        engine.capture()
+        _csv(root, "2024-02.csv", [(6, "shipped", 60)])
+        engine.capture()
+    finally:
+        engine.close()
+    _project(root, extra='          columns: {status: VARCHAR, total: "DECIMAL(9,1)"}')
+    engine = Engine.open(shipped)
+    try:
+        (run,) = engine.capture()  # the same files, read another way: read again
+        assert run.stats is None or run.stats["orders"].get("unchanged") is None
+        assert run.state == "needs_review"  # the total's type changed: drift, under its policy
+    finally:
+        engine.close()
+
+
 class _Rewriter(NullReporter):
     """Rewrites a file of the set on the first batch of the first attempt only."""
 

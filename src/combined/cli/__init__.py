@@ -6,7 +6,7 @@ commands so that ``combined --help`` starts instantly.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,6 +59,17 @@ def _red(text: str) -> Text:
 def _state(state: str) -> Text:
     """A Run state, green when it succeeded, red otherwise."""
     return Text(state, style="green" if state == "succeeded" else "red")
+
+
+def _dataset_line(source: str, dataset: str, s: Mapping[str, Any], deliveries: bool = True) -> str:
+    """What a Run did to one dataset: rows read and changed, or nothing read when unchanged."""
+    if s.get("unchanged") is not None:
+        return f"  {source}.{dataset}: unchanged since the last capture ({s['unchanged']} rows)"
+    line = (
+        f"  {source}.{dataset}: {s['captured']} read, +{s['inserts']} "
+        f"~{s['updates']} -{s['deletes']}"
+    )
+    return line + (f", {s['deliveries']} deliveries" if deliveries else "")
 
 
 def _exit_for(states: Iterable[str], *, disagrees: bool = False) -> None:
@@ -230,10 +241,7 @@ def capture(
         console.print(Text.assemble(f"run {run.id} ", _state(run.state)))
         if run.stats:
             for ds, s in run.stats.items():
-                console.print(
-                    f"  {run.source}.{ds}: {s['captured']} read, +{s['inserts']} "
-                    f"~{s['updates']} -{s['deletes']}, {s['deliveries']} deliveries"
-                )
+                console.print(_dataset_line(run.source, ds, s))
         if run.error:
             err.print(f"  {run.error}", highlight=False)
     disagree = [_say_disagrees(run) for run in runs]

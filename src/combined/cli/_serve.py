@@ -9,7 +9,17 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.text import Text
 
-from combined.cli import TERMINATED, ProjectOpt, Terminated, _engine, _fail, _state, app, err
+from combined.cli import (
+    TERMINATED,
+    ProjectOpt,
+    Terminated,
+    _dataset_line,
+    _engine,
+    _fail,
+    _state,
+    app,
+    err,
+)
 from combined.cli._schedule import in_background
 
 if TYPE_CHECKING:
@@ -110,10 +120,7 @@ def _run_line(run: Run) -> Text:
     """The log line of an executed run: its state and each dataset's numbers."""
     line = Text.assemble(f"run {run.id} ", _state(run.state))
     for ds, s in (run.stats or {}).items():
-        line.append(
-            f"  {run.source}.{ds}: {s['captured']} read, +{s['inserts']} "
-            f"~{s['updates']} -{s['deletes']}"
-        )
+        line.append(_dataset_line(run.source, ds, s, deliveries=False))
     return line
 
 

@@ -114,6 +114,15 @@ def _read_options(
     the column existed, and the read counts the rows no event gives a value.
     """
     out = dict(options or {})
+    if (
+        plan.strategy == "snapshot"
+        and plan.sync_mode == "incremental"
+        and plan.deletes is None  # its flagged rows: counted by reading them (_reduce)
+        and lake is not None
+    ):
+        # A read that finds the source as the committed read left it may take its
+        # rows as unchanged and read nothing (files: the same files, unmodified).
+        out["skip_unchanged"] = True
     if plan.strategy == "cdc" and lake is not None:
         out["lake_columns"] = [n for n in lake.names if not n.startswith(RESERVED_PREFIX)]
         if plan.sync_mode == "append":
@@ -181,6 +190,8 @@ def _consume(
     now = getattr(declared, "identity", None) or before
     drift = judge_drift(plan, committed_schema, shape.final(), parts, before, now)
     checkpoint = barrier.committable(through_records=rows)
+    # Read nothing, the source as the committed read left it: no row is absent.
+    unchanged = getattr(extraction, "unchanged_rows", None)
     return Staged(
         plan=plan,
         extraction=extraction,
@@ -191,7 +202,8 @@ def _consume(
         receipt=extraction.receipt,
         rows=rows,
         drift=drift,
-        full=_whole(plan, checkpoint, prior_state),
+        full=_whole(plan, checkpoint, prior_state) and unchanged is None,
+        unchanged_rows=unchanged,
         prior_state=prior_state,
         fields=now,
         **_told(plan, extraction),

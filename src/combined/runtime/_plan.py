@@ -111,6 +111,9 @@ class Staged:
     drift: list[dict[str, Any]] = field(default_factory=list)
     #: Whether the capture is the whole relation (absent ids become deletes).
     full: bool = False
+    #: Rows of a snapshot read that found the source as the committed read left it
+    #: and read nothing (``skip_unchanged``): the lake must still hold as many.
+    unchanged_rows: int | None = None
     #: The checkpoint the read started from.
     prior_state: Mapping[str, Any] | None = None
     #: For a bounded capture: SQL over the lake's columns selecting the range it covers.

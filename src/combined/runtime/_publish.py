@@ -103,6 +103,7 @@ def publish_run(
             "updates": p.transition.updates,
             "deletes": p.transition.deletes,
             "deliveries": len(p.deliveries),
+            **({} if p.staged.unchanged_rows is None else {"unchanged": p.staged.unchanged_rows}),
             **_checked(checks[p.staged.plan.name]),
         }
         for p in prepared

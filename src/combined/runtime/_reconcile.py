@@ -39,7 +39,7 @@ def reconcile_run(
             lake,
             m.lake_version,
             int(version.row_count) if version is not None else 0,
-            p.staged.rows if whole else None,
+            p.staged.rows if whole else p.staged.unchanged_rows,
         )
         if p.staged.control is not None:
             result = expected_variance(
@@ -61,7 +61,8 @@ def reconcile_run(
                     run_id=run.id,
                 )
         blocking = result.lake_status == "mismatch" or (
-            result.source_status == "mismatch" and p.staged.full
+            result.source_status == "mismatch"
+            and (p.staged.full or p.staged.unchanged_rows is not None)
         )
         if blocking:  # (committed, just not published: the reads succeeded)
             raise ReconciliationFailed(

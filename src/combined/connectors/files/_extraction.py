@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,11 @@ from combined.connectors.files._listing import (
 from combined.connectors.files._settings import FileSet, Format
 from combined.errors import ConfigError, ProtocolViolation, SchemaMismatch, SourceError
 from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome, utcnow
+
+#: The reader's version in a read's fingerprint: changed whenever what a read
+#: makes of the same files changes (types, parsing), so that files read by an
+#: older reader are read again, never taken as unchanged.
+READER = "files-2"
 
 
 def empty_match(
@@ -74,6 +81,10 @@ class FilesExtraction(BaseExtraction):
         self._con: duckdb.DuckDBPyConnection | None = None
         #: Each column's DuckDB type, inferred once per read (None: Parquet, or not yet).
         self._typed: list[tuple[str, str]] | None = None
+        #: The rows the previous read found in the same files, when this read took them
+        #: as unchanged and read nothing (``skip_unchanged``); None when it read them.
+        self.unchanged_rows: int | None = None
+        self._rows = 0
         self._guard = threading.Lock()
         self._started = False
         self._finished = False
@@ -137,12 +148,13 @@ class FilesExtraction(BaseExtraction):
             if listing.entries:
                 fmt = self._set.format_for([e.name for e in listing.entries])
                 readable = listing.readable(fmt)
+            fingerprint = self._fingerprint(listing)
             if not readable.entries:
                 if not self._set.allow_empty:
                     raise empty_match(self._set, self._root, request.dataset, listing)
                 if self._set.columns:
                     self._empty_schema = _scan.declared_schema(con, self._set, request.columns)
-            else:
+            elif not self._unchanged(fingerprint):  # else the committed read's files: no read
                 yield from self._batches(con, fmt, readable)
                 self._control = self._totals(con, fmt, readable)
         except (*_scan.DUCKDB_ERRORS, pa.ArrowException, OSError) as exc:
@@ -166,7 +178,47 @@ class FilesExtraction(BaseExtraction):
         listing.verify(relation)
         self.authority.acquire_snapshot(LISTING_AUTHORITY, listing.token(), at=listed_at)
         self.authority.complete()
-        yield StateMessage(request.dataset, {}, final=True)
+        rows = self._rows if self.unchanged_rows is None else self.unchanged_rows
+        state = {} if fingerprint is None else {"listing": fingerprint, "rows": rows}
+        yield StateMessage(request.dataset, state, final=True)
+
+    def _fingerprint(self, listing: Listing) -> str | None:
+        """The digest of what the read's rows depend on: the files as listed, the read's
+        settings and the reader; None where the file system cannot prove a file unchanged.
+
+        A file's content cannot change without its status-change time
+        (``ctime``, which no program sets) or its inode changing with it.
+        """
+        entries = listing.entries
+        if not entries or any(e.inode == 0 or e.ctime_ns == 0 for e in entries):
+            return None
+        request = self._request
+        what = {
+            "reader": (READER, duckdb.__version__),
+            "set": repr(self._set),
+            "read": [request.columns, request.key],
+            "files": [[e.name, e.size, e.mtime_ns, e.inode, e.ctime_ns] for e in entries],
+        }
+        text = json.dumps(what, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def _unchanged(self, fingerprint: str | None) -> bool:
+        """Whether the committed read was of exactly these files (then its rows are taken).
+
+        Asked only where the engine allows it (``skip_unchanged``: a snapshot
+        merged by key), and only of the state committed with the lake.
+        """
+        prior = self._request.state or {}
+        rows = prior.get("rows")
+        if not (
+            self._request.options.get("skip_unchanged")
+            and fingerprint is not None
+            and prior.get("listing") == fingerprint
+            and isinstance(rows, int)
+        ):
+            return False
+        self.unchanged_rows = rows
+        return True
 
     def _batches(
         self, con: duckdb.DuckDBPyConnection, fmt: Format, listing: Listing
@@ -186,6 +238,7 @@ class FilesExtraction(BaseExtraction):
                 rows += piece.num_rows
                 yield RecordBatchMessage(request.dataset, piece)
                 self._live()
+        self._rows = rows
         if rows == 0 and set(reader.schema.names) <= set(self._set.types):
             # Files of a header alone, every column declared. (Undeclared, a
             # header's columns have no type yet: DuckDB would say VARCHAR.)
