@@ -305,6 +305,24 @@ def test_an_inferred_integer_meeting_a_fraction_later_names_the_fix(api: FakeAPI
     assert table is not None and table.schema.field("total").type == pa.float64()
 
 
+def test_an_integer_a_double_would_round_is_refused_naming_an_exact_type(api: FakeAPI) -> None:
+    """Beside a fraction in one batch, 12345678901234567890123 was a double: ...568e+22."""
+    huge = 12345678901234567890123
+    api.orders[1]["total"] = huge
+    api.orders[2]["total"] = 0.5
+    with pytest.raises(SchemaMismatch) as info:
+        _read(_source(api), "page")
+    assert "field 'total' holds a number of 23 characters" in info.value.message
+    assert "fields: {total: decimal(N)}" in (info.value.hint or "")
+    api.orders[2]["total"] = 5  # integers alone: inferred int64, which it does not fit
+    with pytest.raises(SchemaMismatch) as info:
+        _read(_source(api), "page")
+    assert "fields: {total: decimal(0)}" in (info.value.hint or "")
+    endpoints = {"plain": {"path": "/orders/plain", "fields": {"total": "decimal(0)"}}}
+    table, _, _ = _read(_source(api, endpoints=endpoints), "plain")
+    assert table is not None and huge in table.column("total").to_pylist()
+
+
 def test_cursor_read_passes_the_checkpoint_less_the_lookback_and_advances(api: FakeAPI) -> None:
     cursor = CursorSpec("updated_at", lookback=None, trust="the API sorts and filters by it")
     table, states, _ = _read(_source(api), "cursor", strategy="cursor", cursor=cursor)

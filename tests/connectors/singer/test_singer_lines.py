@@ -16,7 +16,7 @@ from tests.connectors.singer.test_singer_errors import gone
 
 from combined.connectors.abc import CursorSpec, ReadRequest
 from combined.connectors.singer import SingerSource
-from combined.errors import SourceError, SourceUnavailable
+from combined.errors import SchemaMismatch, SourceError, SourceUnavailable
 from combined.protocol import Message, RecordBatchMessage, StateMessage
 
 Scripted = Callable[..., dict[str, Any]]
@@ -72,6 +72,21 @@ def test_integers_written_with_a_fraction_or_exponent_stay_exact(scripted: Scrip
     got = rows(read(scripted([out(SCHEMA), out(line)])))
     # never through a float: 2**53 + 1 is not a float
     assert got == [{"id": 9007199254740993, "u": 1000}]
+
+
+def test_an_integer_a_double_would_round_in_a_number_field_is_refused(
+    scripted: Scripted,
+) -> None:
+    """A `number` property is a double: 12345678901234567890123 landed as 1.2345678901234568e+22."""
+    schema = json.loads(json.dumps(SCHEMA))
+    schema["schema"]["properties"]["n"] = {"type": ["null", "number"]}
+    exact = '{"type":"RECORD","stream":"s","record":{"id":1,"n":9007199254740992}}'
+    fraction = '{"type":"RECORD","stream":"s","record":{"id":2,"n":0.1}}'
+    got = rows(read(scripted([out(schema), out(exact), out(fraction)])))
+    assert [r["n"] for r in got] == [9007199254740992.0, 0.1]  # 2**53: a double holds it
+    big = '{"type":"RECORD","stream":"s","record":{"id":3,"n":12345678901234567890123}}'
+    with pytest.raises(SchemaMismatch, match="'n' .* not an integer a double holds exactly"):
+        read(scripted([out(schema), out(exact), out(big)]))
 
 
 def _shape(messages: list[Message]) -> list[str]:

@@ -260,10 +260,40 @@ def _is_number(v: Any) -> bool:
     return type(v) in (int, float) or isinstance(v, Decimal)
 
 
+#: The integers a double holds exactly: past them, some are rounded.
+_EXACT = 2**53
+
+
+def _double_keeps(v: Any) -> bool:
+    """Whether ``v`` is a number a double holds without rounding an integer.
+
+    A fraction is rounded as any double rounds it; an integer past 2**53
+    would silently change (12345678901234567890123 to 1.2345678901234568e+22).
+    """
+    if type(v) is float:
+        return True
+    if type(v) is int:
+        if -_EXACT <= v <= _EXACT:
+            return True
+        try:
+            return int(float(v)) == v
+        except OverflowError:
+            return False
+    if not isinstance(v, Decimal):
+        return False
+    if not v.is_finite() or abs(v) <= _EXACT or v != v.to_integral_value():
+        return True
+    as_float = float(v)
+    return math.isfinite(as_float) and Decimal(as_float) == v
+
+
 def _float(plan: FieldPlan, values: list[Any]) -> pa.Array:
     bad = _first(values, _is_number)
     if bad is not None:
         raise BadValue(bad, "a number")
+    bad = _first(values, _double_keeps)
+    if bad is not None:
+        raise BadValue(bad, "an integer a double holds exactly (past 2**53 it would be rounded)")
     return pa.array([None if v is None else float(v) for v in values], type=pa.float64())
 
 

@@ -164,7 +164,7 @@ class Records:
                         "fix the value at the source or the field's declared type"
                         if kind
                         else f"declare the field's type: {self._fix}.fields: "
-                        f"{{{name}: {'number' if self.kinds[name] == 'integer' else 'json'}}}"
+                        f"{{{name}: {_wider(self.kinds[name], values[bad.index])}}}"
                     )
                     + "; nothing was committed for this dataset",
                     endpoint=self.endpoint,
@@ -176,6 +176,22 @@ class Records:
         self._rows = []
         self._where = []
         return batch
+
+
+def _wider(kind: str, value: Any) -> str:
+    """The type to declare for a field inferred ``kind`` that ``value`` does not fit.
+
+    An integer past 64 bits keeps its digits as ``decimal(0)``, or beside
+    fractions as ``decimal(N)``; ``number`` (a double) would round it.
+    """
+    whole = (isinstance(value, int) and not isinstance(value, bool)) or (
+        isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value()
+    )
+    if kind == "integer":
+        return "decimal(0)" if whole else "number"
+    if kind == "number" and whole:
+        return "decimal(N)"  # N decimals: every number of the field exact
+    return "json"
 
 
 __all__ = ["FIELD_TYPES", "INFERRED", "Records", "infer", "kind_of", "plan"]
