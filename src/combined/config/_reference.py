@@ -265,7 +265,10 @@ _RULES = """\
 - `catalog_password` is only for a `postgresql://` catalog.
 - A schedule is `cron` (with an optional `timezone`) or `interval`, not both.
 - `combined check` verifies that each dataset's relation, key, cursor and
-  columns exist in a SQL source (PostgreSQL, MariaDB/MySQL, SQLite).
+  columns exist in a SQL source (PostgreSQL, MariaDB/MySQL, SQLite), and
+  that the cursor and key can order a read's pages: a PostgreSQL or MariaDB
+  cursor is a number, date or timestamp column (not text, time or bits).
+  Every capture asks the same before its Run and exits 2 when refused.
 """
 
 
