@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.connectors.singer.conftest import SCRIPT_PROPERTIES
 from tests.connectors.singer.test_singer_errors import gone
 
 from combined.connectors.abc import CursorSpec, ReadRequest
@@ -85,8 +86,13 @@ def test_an_integer_a_double_would_round_in_a_number_field_is_refused(
     got = rows(read(scripted([out(schema), out(exact), out(fraction)])))
     assert [r["n"] for r in got] == [9007199254740992.0, 0.1]  # 2**53: a double holds it
     big = '{"type":"RECORD","stream":"s","record":{"id":3,"n":12345678901234567890123}}'
-    with pytest.raises(SchemaMismatch, match="'n' .* not an integer a double holds exactly"):
+    with pytest.raises(SchemaMismatch, match="'n' .* not an integer a double holds exactly") as e:
         read(scripted([out(schema), out(exact), out(big)]))
+    assert 'types: {"s.n": decimal(N)}' in (e.value.hint or "")
+    properties = {**SCRIPT_PROPERTIES, "n": {"type": ["null", "number"]}}
+    steps = [out(schema), out(exact), out(big)]
+    typed = scripted(steps, properties, types={"s.n": "decimal(0)"})
+    assert [r["n"] for r in rows(read(typed))] == [9007199254740992, 12345678901234567890123]
 
 
 def _shape(messages: list[Message]) -> list[str]:

@@ -11,8 +11,10 @@ options), ``utc`` (read it as UTC; a value with an offset keeps its own) or
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from combined.connectors._subprocess._schema import NAIVE_TIMESTAMP, FieldPlan, plan_field
@@ -75,7 +77,9 @@ class Typing:
 
     def _typed(self, plan: FieldPlan, declared: str | None) -> FieldPlan:
         if declared is not None:
-            typed = plan_field(plan.name, TYPES[declared])
+            schema = _schema_of(declared)
+            assert schema is not None, "parse() refused any other type"
+            typed = plan_field(plan.name, schema)
             label = f"{declared} (by `types`, the schema says {plan.source_type})"
             return dataclasses.replace(typed, source_type=label, nullable=plan.nullable)
         if plan.kind != "timestamp" or self.naive_timestamps == "fail":
@@ -101,10 +105,10 @@ def _by_stream(connector: str, value: Any) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for key, type_ in value.items():
         stream, dot, name = str(key).rpartition(".")
-        if not dot or not stream or not name or type_ not in TYPES:
+        if not dot or not stream or not name or _schema_of(type_) is None:
             raise ConfigError(
                 f"{connector} types: {key!r}: {type_!r} must be written stream.field: type, "
-                "the type one of " + ", ".join(TYPES),
+                "the type one of " + ", ".join(TYPES) + " or decimal(N) (N decimals, exact)",
                 hint=example,
                 option="types",
             )
@@ -112,9 +116,27 @@ def _by_stream(connector: str, value: Any) -> dict[str, dict[str, str]]:
     return out
 
 
+#: ``decimal(N)``: an exact number of N decimals (``multipleOf`` 10^-N), up to 38.
+_DECIMAL = re.compile(r"decimal\((\d{1,2})\)")
+
+
+def _schema_of(declared: Any) -> Mapping[str, Any] | None:
+    """The JSON Schema a declared type reads as; None for no such type."""
+    if not isinstance(declared, str):
+        return None
+    if declared in TYPES:
+        return TYPES[declared]
+    found = _DECIMAL.fullmatch(declared)
+    if found is None or int(found.group(1)) > 38:
+        return None
+    return {"type": "number", "multipleOf": Decimal(1).scaleb(-int(found.group(1)))}
+
+
 def remedy(stream: str, plan: FieldPlan) -> str:
     """What the configuration can declare for a value of ``plan`` that does not fit."""
-    text = f'or declare its type: types: {{"{stream}.{plan.name}": string}} in the source'
+    exact = plan.kind in ("int", "float")
+    kind = "decimal(N)" if exact else "string"
+    text = f'or declare its type: types: {{"{stream}.{plan.name}": {kind}}} in the source'
     if plan.kind == "timestamp":
         text += (
             "; for date-times sent without an offset, declare naive_timestamps: utc "
