@@ -496,6 +496,11 @@ def keyset_terms(
     return terms
 
 
+def cursor_order(cursor: str, key: Sequence[str]) -> list[str]:
+    """The columns that order a cursor read's pages: the cursor, then the key."""
+    return [cursor, *[k for k in key if k != cursor]]
+
+
 def tie_free(
     order: Sequence[str], keys: Iterable[Sequence[str]], exact: Callable[[str], bool]
 ) -> bool:
@@ -590,6 +595,7 @@ def final_state(
 __all__ = [
     "Closable",
     "ControlTotals",
+    "cursor_order",
     "Named",
     "SQLReadOptions",
     "SessionRead",

@@ -240,7 +240,8 @@ def _checked(
         raise
 
 
-def _integral(v: Any) -> bool:
+def integral(v: Any) -> bool:
+    """Whether ``v`` is a whole number: an int, or a finite Decimal or float without fraction."""
     if type(v) is int:
         return True
     if isinstance(v, Decimal):
@@ -249,7 +250,7 @@ def _integral(v: Any) -> bool:
 
 
 def _int(plan: FieldPlan, values: list[Any]) -> pa.Array:
-    bad = _first(values, _integral)
+    bad = _first(values, integral)
     if bad is not None:
         raise BadValue(bad, "an integer")
     ints = [v if v is None or type(v) is int else int(v) for v in values]

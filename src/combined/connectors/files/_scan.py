@@ -160,8 +160,7 @@ def _exact_numbers(
     integers only, up to 38 digits, read as DECIMAL(38, 0); an integer a
     double cannot keep beside fractions, or of more than 38 digits, is refused.
     """
-    files = "[" + ", ".join(literal(p) for p in listing.paths()) + "]"
-    texts = _type_map([(n, "VARCHAR") for n in doubles])
+    texts = scan(file_set, "json", listing, [(n, "VARCHAR") for n in doubles])
     parts = []
     for n in doubles:
         c = quote_ident(n)
@@ -173,10 +172,7 @@ def _exact_numbers(
             f"({digits} > 38 OR TRY_CAST({c} AS HUGEINT) <> {rounded} OR {rounded} IS NULL)"
         )
         parts += [f"bool_or({inexact})", f"bool_or(NOT {whole})", f"max({digits})"]
-    (row,) = con.execute(
-        f"SELECT {', '.join(parts)} FROM read_json({files}, format = 'auto', records = true, "
-        f"columns = {texts}, {_NO_HIVE})"
-    ).fetchall()
+    (row,) = con.execute(f"SELECT {', '.join(parts)} FROM {texts}").fetchall()
     exact: dict[str, str] = {}
     for i, n in enumerate(doubles):
         inexact, fractions, digits = row[3 * i : 3 * i + 3]

@@ -32,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from combined.connectors._subprocess._rows import described
-from combined.connectors._subprocess._schema import BadValue, FieldPlan, plan_field
+from combined.connectors._subprocess._schema import BadValue, FieldPlan, integral, plan_field
 from combined.connectors.http._settings import FIELD_TYPES, field_schema
 from combined.errors import SchemaMismatch
 
@@ -184,9 +184,7 @@ def _wider(kind: str, value: Any) -> str:
     An integer past 64 bits keeps its digits as ``decimal(0)``, or beside
     fractions as ``decimal(N)``; ``number`` (a double) would round it.
     """
-    whole = (isinstance(value, int) and not isinstance(value, bool)) or (
-        isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value()
-    )
+    whole = integral(value)
     if kind == "integer":
         return "decimal(0)" if whole else "number"
     if kind == "number" and whole:

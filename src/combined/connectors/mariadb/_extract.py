@@ -63,6 +63,7 @@ from combined.connectors._shared import (
     SessionRead,
     cast_key,
     check_lookback,
+    cursor_order,
     final_state,
     keyset_pages,
     keyset_terms,
@@ -153,7 +154,7 @@ class ReadOptions:
         return cls(shared.casts, zero, shared.batch_bytes, shared.page_rows, shared.control_totals)
 
 
-def cursor_order(
+def refuse_cursor_order(
     dataset: str, by_name: Mapping[str, ColumnPlan], cursor: str, key: Sequence[str]
 ) -> list[str]:
     """The columns that order a cursor read's pages, cursor first; refused unless they can.
@@ -170,7 +171,7 @@ def cursor_order(
             dataset=dataset,
             column=cursor,
         )
-    order = [cursor, *[k for k in key if k != cursor]]
+    order = cursor_order(cursor, key)
     for c in order:
         if not by_name[c].keyable:
             raise ConfigError(
@@ -459,7 +460,9 @@ class MariaDBExtraction(SessionRead[Session]):
         spec = self._request.cursor
         assert spec is not None
         plan = work.by_name[spec.column]
-        order = cursor_order(self._request.dataset, work.by_name, spec.column, self._request.key)
+        order = refuse_cursor_order(
+            self._request.dataset, work.by_name, spec.column, self._request.key
+        )
         absent = [c for c in order if c not in work.layout.schema.names]
         if absent:
             raise ConfigError(

@@ -7,7 +7,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from combined.connectors._shared import unreadable_column_fix
+from combined.connectors._shared import cursor_order, unreadable_column_fix
 from combined.connectors.abc import (
     BaseExtraction,
     BaseSource,
@@ -20,7 +20,11 @@ from combined.connectors.abc import (
 )
 from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._connect import Session, Settings
-from combined.connectors.mariadb._extract import MariaDBExtraction, ReadOptions, cursor_order
+from combined.connectors.mariadb._extract import (
+    MariaDBExtraction,
+    ReadOptions,
+    refuse_cursor_order,
+)
 from combined.errors import ConfigError
 from combined.protocol import utcnow
 
@@ -154,9 +158,10 @@ class MariaDBSource(BaseSource):
                         )
                 by_name = {p.name: p for p in plans}
                 spec = r.cursor
-                named = all(c in by_name for c in (*r.key, *([spec.column] if spec else [])))
-                if r.strategy == "cursor" and spec is not None and named:
-                    cursor_order(r.dataset, by_name, spec.column, r.key)
+                if r.strategy == "cursor" and spec is not None:
+                    order = cursor_order(spec.column, r.key)
+                    if all(c in by_name for c in order):  # a name missing: the read says so
+                        refuse_cursor_order(r.dataset, by_name, spec.column, r.key)
         finally:
             session.close()
 

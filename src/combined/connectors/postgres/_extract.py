@@ -64,6 +64,7 @@ from combined.connectors._shared import (
     SessionRead,
     cast_key,
     check_lookback,
+    cursor_order,
     final_state,
     keyset_pages,
     keyset_terms,
@@ -85,7 +86,6 @@ from combined.connectors.postgres._connect import (
     query_error,
 )
 from combined.connectors.postgres._preflight import (
-    cursor_order,
     refuse_cursor,
     refuse_intervals,
     refuse_order,

@@ -47,11 +47,6 @@ def refuse_unsupported(dataset: str, relation: str, plans: Sequence[ColumnPlan],
             _refuse(dataset, relation, p, cdc, f": {p.reason}", cast_does=" to read its text form")
 
 
-def cursor_order(cursor: str, key: Sequence[str]) -> list[str]:
-    """The columns that order a cursor read's pages: the cursor, then the key."""
-    return [cursor, *[k for k in key if k != cursor]]
-
-
 def refuse_cursor(dataset: str, by_name: Mapping[str, ColumnPlan], column: str) -> ColumnPlan:
     """The cursor column's plan; refused unless it is a number, date or timestamp.
 

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 from psycopg import sql
 
 from combined._credentials import is_secret_ref
+from combined.connectors._shared import cursor_order
 from combined.connectors.abc import (
     BaseExtraction,
     BaseSource,
@@ -24,7 +25,6 @@ from combined.connectors.postgres._connect import Session, Settings
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
 from combined.connectors.postgres._partition import PartitionPlan, check_open, create_plan
 from combined.connectors.postgres._preflight import (
-    cursor_order,
     refuse_cursor,
     refuse_intervals,
     refuse_order,
