@@ -303,7 +303,16 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
         "add `connector:",
     ),
     ("no key", source(key=None), f"{ORDERS}.key", "sync_mode: append"),
-    ("empty key", source(key=[]), f"{ORDERS}.key", "at least one column"),
+    ("no key, the keyless fix", source(key=None), f"{ORDERS}.key", "`key: []` for a table"),
+    (
+        "keyless cursor",
+        source(key=[], strategy="cursor", cursor={"column": "id", "trust": "t"}),
+        f"{ORDERS}.key",
+        "needs strategy snapshot, not cursor",
+    ),
+    ("keyless cdc", source(key=[], strategy="cdc"), f"{ORDERS}.key", "not cdc"),
+    ("keyless history", source(key=[], history=True), f"{ORDERS}.history", "a new row"),
+    ("keyless deletes", source(key=[], deletes={"flag": "gone"}), f"{ORDERS}.deletes", "key []"),
     ("repeated key", source(key=["id", "id"]), f"{ORDERS}.key", "twice"),
     ("blank key column", source(key=["id", " "]), f"{ORDERS}.key[1]", "column name"),
     ("strategy", source(strategy="snapshots"), f"{ORDERS}.strategy", "did you mean 'snapshot'"),
@@ -629,3 +638,10 @@ def test_a_yaml_boolean_where_a_name_belongs_says_to_quote_it(tmp_path: Path) ->
     assert "combined.yaml:8:9: sources.shop.datasets.orders.relation must be" in str(error)
     for problem in error.context["problems"]:
         assert problem["hint"].startswith("quote it: YAML reads an unquoted yes, no, on"), problem
+
+
+@pytest.mark.parametrize("sync_mode", ["incremental", "full_refresh", "append"])
+def test_an_empty_key_declares_a_table_without_one(tmp_path: Path, sync_mode: str) -> None:
+    # `key: []` is said on purpose: a forgotten key is still refused (above).
+    project = load_project(write(tmp_path, yaml.safe_dump(source(key=[], sync_mode=sync_mode))))
+    assert project.dataset("shop", "orders").key == []

@@ -86,3 +86,23 @@ def test_a_row_term_concatenates_nothing_but_its_digests_outside_an_event_stream
         assert concatenations(dg.pair_term_sql("i", "h", "binary", "'|' || ord::VARCHAR")) == 3
     finally:
         con.close()
+
+
+def test_a_keyless_rows_id_is_its_content_and_number_in_both_formats() -> None:
+    from combined.protocol.identity import content_id_python, content_id_sql
+
+    payload = "1381e91965984c20c403a2fcc620c064"  # docs/identity.md, section 3
+    expected = hashlib.md5(f"c1r{payload}:2".encode()).hexdigest()
+    assert content_id_python(payload, 2) == expected == "d579a331efe382ecf4a977896628884d"
+    con = duckdb.connect()
+    row = con.execute(
+        f"SELECT {content_id_sql('h', 'k', dg.HEX)}, "
+        f"{content_id_sql('unhex(h)', 'k', dg.BINARY)}, "
+        f"{content_id_sql('h', 'k - 1', dg.HEX)} FROM (SELECT ? AS h, 2 AS k)",
+        [payload],
+    ).fetchone()
+    assert row is not None
+    hex_id, raw_id, first = row
+    assert hex_id == expected
+    assert bytes(raw_id).hex() == expected
+    assert first == content_id_python(payload, 1) != expected

@@ -150,6 +150,7 @@ class _Reduction(Protocol):
     sync_mode: str
     has_op: bool
     full: bool
+    by_content: bool
     streamed: bool
     _has_order: bool
     _cut: int | None
@@ -199,8 +200,8 @@ class DuplicateChecks:
         replaces none, so two equal rows (a keyless event read twice, the same
         event repeated) are two events, not a key that cannot choose a row.
         """
-        if self.sync_mode == "append":
-            return []
+        if self.sync_mode == "append" or self.by_content:
+            return []  # (a table without a key numbers its equal rows apart)
         if self.has_op:
             return self._stream_duplicates(limit)
         if not self.full or self.same_as_current():

@@ -49,6 +49,7 @@ from combined.delivery import StagedParts, read_part
 from combined.protocol import _digest as dg
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import (
+    content_id_sql,
     duckdb_scannable_schema,
     identity_sql,
     payload_hash_sql,
@@ -204,6 +205,9 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
             if f.name not in prov.CONTROL_COLUMNS and not f.name.startswith("_combined_")
         ]
         self.key = list(key) or self.payload
+        #: A whole capture of a table without a key (``key: []``) that mirrors it:
+        #: each row is identified by its content and its number among equal rows.
+        self.by_content = not key and self.full and self.sync_mode != "append"
         self.has_op = prov.OP in capture_schema.names
         #: SQL: whether a row's soft-delete flag says deleted (None: no flag declared).
         self.soft = deleted_sql(deletes, capture_schema, dataset) if deletes else None
@@ -271,6 +275,16 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
                 # Staging hashed every row as it streamed by (see runtime._stage).
                 source = f"(SELECT *, {prov.ID} AS _cid FROM pay)"
                 hash_expr = prov.PAYLOAD_HASH
+            elif self.by_content:
+                # Equal rows are numbered (which of them is first does not
+                # matter: they are equal), so repeats are rows of their own.
+                numbered = (
+                    "SELECT *, row_number() OVER (PARTITION BY _h ORDER BY _combined_ordinal) "
+                    f"AS _k FROM (SELECT *, {hash_expr} AS _h FROM pay)"
+                )
+                content_id = content_id_sql("_h", "_k", self.digest)
+                source = f"(SELECT *, {content_id} AS _cid FROM ({numbered}))"
+                hash_expr = "_h"
         self._cap = f"{hash_expr} AS _chash, {op_expr} AS _cop"
         self.con.execute(
             f"CREATE VIEW cap AS SELECT *, {hash_expr} AS _chash, {op_expr} AS _cop "
@@ -391,6 +405,9 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
                 f"ELSE {self._first_op} END AS op, "
                 "CASE WHEN _cop = 'delete' THEN NULL ELSE _chash END AS new_hash, "
                 f"NULL::{self._t} AS old_hash, ord FROM ({last})"
+                # Numbered by content, its rows left in the content's order:
+                # in the staged order, each part's rows are a few row groups.
+                + (" ORDER BY ord" if self.by_content else "")
             )
             return self._stats()
         # Both sides are plain tables before they meet: computed identities

@@ -114,11 +114,11 @@ SourceName = Annotated[str, _name_of("source"), _NAME_SCHEMA]
 DatasetName = Annotated[str, _name_of("dataset"), _NAME_SCHEMA]
 
 
-def _columns(value: object) -> list[str]:
+def _columns(value: object, *, empty: bool = False) -> list[str]:
     if isinstance(value, str):
         value = [value]
     hint = "write a column name or a list of them, such as [id] or [tenant_id, id]"
-    if not isinstance(value, list) or not value:
+    if not isinstance(value, list) or not (value or empty):
         raise _error("must name at least one column", hint)
     seen: set[str] = set()
     for index, column in enumerate(value):
@@ -139,6 +139,20 @@ Columns = Annotated[
             "anyOf": [
                 TEXT_SCHEMA,
                 {"type": "array", "items": TEXT_SCHEMA, "minItems": 1, "uniqueItems": True},
+            ]
+        }
+    ),
+]
+
+#: A key: columns, or ``[]`` for a table without one (rows identified by their content).
+Key = Annotated[
+    list[str],
+    PlainValidator(lambda value: _columns(value, empty=True)),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                TEXT_SCHEMA,
+                {"type": "array", "items": TEXT_SCHEMA, "uniqueItems": True},
             ]
         }
     ),
@@ -392,11 +406,15 @@ class DatasetConfig(_Model):
 
     ``stream:`` is accepted as the same setting (a Singer stream's name).
     """
-    key: Columns | None = None
+    key: Key | None = None
     """The columns that identify a row.
 
     Required unless ``sync_mode`` is ``append``: ``incremental`` merges by it
-    and ``full_refresh`` needs it too.
+    and ``full_refresh`` needs it too. ``[]`` declares a table without a key,
+    read whole (``strategy: snapshot``): each row is identified by its whole
+    content and how many equal rows come before it, so the lake mirrors the
+    source's rows, repeats included, and a changed row is a delete and an
+    insert (``docs/identity.md``, section 9).
     """
     strategy: Strategy = "snapshot"
     """How it is read: whole (``snapshot``), past a ``cursor``, or its change stream (``cdc``)."""

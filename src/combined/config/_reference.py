@@ -252,7 +252,9 @@ _RULES = """\
 ## Rules across keys
 
 - `key` is required unless `sync_mode` is `append`: `incremental` merges by
-  it and `full_refresh` needs it too.
+  it and `full_refresh` needs it too. `key: []` says the table has none: it
+  needs `strategy: snapshot` and takes neither `history` nor `deletes`, and
+  `combined backfill` refuses it.
 - `strategy: cursor` requires `cursor`, which no other strategy takes.
 - `sync_mode: full_refresh` needs `strategy: snapshot`.
 - `sync_mode: append` refuses a cursor `lookback` or `nulls: include`, which

@@ -31,7 +31,43 @@ def key_problems(dataset: DatasetConfig) -> list[Problem]:
                 ("key",),
                 f"is required when sync_mode is {dataset.sync_mode}",
                 "add `key: [<column>]` naming the columns that identify a row, "
+                "`key: []` for a table without one (each row identified by its content), "
                 "or set `sync_mode: append`",
+            )
+        )
+    if dataset.key == [] and dataset.sync_mode != "append":
+        problems.extend(_keyless_problems(dataset))
+    return problems
+
+
+def _keyless_problems(dataset: DatasetConfig) -> list[Problem]:
+    """``key: []`` (rows identified by their content) against what needs a key."""
+    problems: list[Problem] = []
+    if dataset.strategy != "snapshot":
+        # A cursor pages by its key; a change stream matches deletes and
+        # updates by it: neither can find a row by its old content.
+        problems.append(
+            (
+                ("key",),
+                f"is [] (rows identified by their content), which needs strategy snapshot, "
+                f"not {dataset.strategy}",
+                "use `strategy: snapshot` (the table read whole), or declare the key columns",
+            )
+        )
+    if dataset.history:
+        problems.append(
+            (
+                ("history",),
+                "keeps versions of keyed rows: without a key a changed row is a new row",
+                "remove `history: true`, or declare the key columns",
+            )
+        )
+    if dataset.deletes is not None:
+        problems.append(
+            (
+                ("deletes",),
+                "deletes the key of a flagged row: key [] has none",
+                "remove `deletes:` (a snapshot without the row deletes it), or declare the key",
             )
         )
     return problems

@@ -392,7 +392,14 @@ def idempotency(ev: _Evidence) -> Section:
     section = Section("Idempotency")
     for name, d in ev.datasets.items():
         key = list(d.key or [])
-        if not key:
+        if not key and d.sync_mode != "append":
+            section.add(
+                f"{name}: no key (key: []): each row is identified by its whole content and its "
+                "number among equal rows; a changed row is a delete and an insert",
+                "fact",
+                _setting(ev, name, "key"),
+            )
+        elif not key:
             section.add(
                 f"{name}: no key: rows are events, never merged", "fact", _setting(ev, name, "key")
             )

@@ -228,3 +228,12 @@ def payload_hash_python(
 ) -> str:
     """``_combined_payload_hash`` of one row, computed in Python (reference only)."""
     return _md5(payload_text_python(row, schema, columns))
+
+
+def content_id_python(payload_hash: str, occurrence: int) -> str:
+    """The ``_combined_id`` of a keyless table's row (reference only).
+
+    ``payload_hash`` is the row's payload hash as 32 hex digits; ``occurrence``
+    its number among the rows of that hash, from 1.
+    """
+    return _md5(f"{IDENTITY_ENCODING}r{payload_hash.lower()}:{occurrence}")

@@ -328,6 +328,19 @@ def payload_hash_sql(columns: Sequence[str], schema: pa.Schema, digest: Digest =
     return md5_sql(payload_text_sql(columns, schema), digest)
 
 
+def content_id_sql(payload_hash: str, occurrence: str, digest: Digest = HEX) -> str:
+    """A DuckDB expression for the ``_combined_id`` of a row of a table without a key.
+
+    ``payload_hash`` is the row's payload hash column (in ``digest`` format),
+    ``occurrence`` its number (1, 2, ...) among the capture's rows of that
+    hash. The text is ``c1r``, the hash's 32 lowercase hex digits, ``:`` and
+    the number (docs/identity.md, section 9).
+    """
+    hex_hash = payload_hash if digest == HEX else f"lower(hex({payload_hash}))"
+    text = f"'{IDENTITY_ENCODING}r' || {hex_hash} || ':' || CAST({occurrence} AS VARCHAR)"
+    return md5_sql(text, digest)
+
+
 def payload_columns(schema: pa.Schema) -> list[str]:
     """The source's own columns of ``schema``: those not named ``_combined_*``.
 

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 from combined.protocol._digest import HEX, Digest
 from combined.protocol._identity_fast import FastTexts
 from combined.protocol._identity_python import (
+    content_id_python,
     identity_python,
     identity_text_python,
     payload_hash_python,
@@ -42,6 +43,7 @@ from combined.protocol._identity_sql import (
     _field_type,
     _source_columns,
     canonical_sql,
+    content_id_sql,
     identity_sql,
     identity_text_sql,
     payload_columns,
@@ -65,6 +67,8 @@ __all__ = [
     "PAYLOAD_HASH_COLUMN",
     "canonical_sql",
     "compute_identity",
+    "content_id_python",
+    "content_id_sql",
     "duckdb_compatible",
     "duckdb_scannable_schema",
     "identity_python",

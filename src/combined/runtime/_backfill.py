@@ -187,11 +187,14 @@ def check_backfill(
             f"{name} is {sync_mode}, which cannot be backfilled: {why}",
             hint=f"capture it with `combined capture {name}`",
         )
-    column = spec.column or (key[0] if key else None)
-    if column is None:
+    if not key:
+        # Its rows are told apart by their content and their number among
+        # equal rows, which only the whole table gives.
         raise ConfigError(
-            f"a backfill of {name} needs a column to partition on", hint="pass --column"
+            f"{name} has no key (key: []), so a range of it cannot be matched with the lake's rows",
+            hint=f"capture it whole with `combined capture {name}`",
         )
+    column = spec.column or key[0]
     if schema is not None and column in schema.names:
         range_filter(schema, column, spec.lower, spec.upper)  # a range the lake cannot match
     return column
