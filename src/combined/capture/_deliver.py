@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 
 #: The name the staged parts are registered under in a reduction's connection.
 STAGED = "staged_capture"
+#: DuckDB memory, in MB, while a keyless mirror's rows are delivered part by
+#: part (``release``): a 5M-row first capture held the reduction's whole limit
+#: beside the Deliveries' buffers (peak 525 MB).
+CONTENT_OUTPUT_MB = 64
 
 
 class _Reduction(Protocol):
@@ -47,6 +51,7 @@ class _Reduction(Protocol):
     prehashed: bool
     has_op: bool
     sync_mode: str
+    by_content: bool
     soft: str | None
     payload: list[str]
     capture_schema: pa.Schema
@@ -99,6 +104,10 @@ class Output:
             self.con.execute("DROP TABLE IF EXISTS keys")
             self._has_keys = False
         self.con.execute("DROP TABLE IF EXISTS curk")
+        if self.by_content and not every_row_new:
+            # Each part's rows meet a few row groups of ``tr`` (kept in the
+            # parts' order): the rest of it waits on disk, not in memory.
+            self.con.execute(f"SET memory_limit = '{CONTENT_OUTPUT_MB}MB'")
 
     def changes(self: _Reduction, batch_rows: int = 65_536) -> pa.RecordBatchReader:
         """(id, op) of every change, streamed: the identities MAR counts.

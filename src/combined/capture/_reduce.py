@@ -133,7 +133,12 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         # it materialises are evicted to disk when they must be, so a table several times
         # larger than the limit still reduces. ``lake`` (a LakeStore) reads ``current_files``.
         self.memory_limit = memory_limit
-        share = CHANGE_STREAM_SHARE if prov.OP in capture_schema.names else 1
+        # A keyless capture (staged rows with a payload hash and no id) makes
+        # tables of its every row's keys and transition, beside the Deliveries'
+        # buffers: at the whole limit a 5M-row first capture peaked at 525 MB,
+        # at a half at 338 MB (their spills are cheap: bench/RESULTS.md).
+        content = prov.PAYLOAD_HASH in capture_schema.names and prov.ID not in capture_schema.names
+        share = CHANGE_STREAM_SHARE if prov.OP in capture_schema.names else 2 if content else 1
         self._duck_limit = memory_limit // share
         # A small capture's database is kept for the next reduction (_databases).
         self._database = open_database(_duck_mb(self._duck_limit), spill_dir)
@@ -277,13 +282,17 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
                 hash_expr = prov.PAYLOAD_HASH
             elif self.by_content:
                 # Equal rows are numbered (which of them is first does not
-                # matter: they are equal), so repeats are rows of their own.
-                numbered = (
-                    "SELECT *, row_number() OVER (PARTITION BY _h ORDER BY _combined_ordinal) "
-                    f"AS _k FROM (SELECT *, {hash_expr} AS _h FROM pay)"
+                # matter: they are equal), so repeats are rows of their own;
+                # a content held once is number 1 (``repeats``: the others).
+                if prov.PAYLOAD_HASH in names:
+                    hash_expr = prov.PAYLOAD_HASH  # (hashed as staging streamed it)
+                self._content_hash = hash_expr
+                self.con.execute("CREATE TABLE repeats (ord BIGINT, _k BIGINT)")  # (_keys fills it)
+                content_id = content_id_sql("p._h", "coalesce(r._k, 1)", self.digest)
+                source = (
+                    f"(SELECT p.*, {content_id} AS _cid FROM (SELECT *, {hash_expr} AS _h "
+                    "FROM pay) p LEFT JOIN repeats r ON p._combined_ordinal = r.ord)"
                 )
-                content_id = content_id_sql("_h", "_k", self.digest)
-                source = f"(SELECT *, {content_id} AS _cid FROM ({numbered}))"
                 hash_expr = "_h"
         self._cap = f"{hash_expr} AS _chash, {op_expr} AS _cop"
         self.con.execute(
@@ -319,6 +328,8 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
     def _keys(self) -> str:
         """The narrow (ordinal, id, hash, op) table: every row hashed exactly once."""
         if not self._has_keys:
+            if self.by_content:
+                self._number_repeats()
             keys = "SELECT _combined_ordinal AS ord, _cid, _chash, _cop FROM {}"
             resolved = self._resolved
             if resolved is not None and resolved.filled:
@@ -338,6 +349,20 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
                 self.con.execute(f"CREATE TABLE keys AS {keys.format('cap')}")
             self._has_keys = True
         return "keys"
+
+    def _number_repeats(self) -> None:
+        """Table ``repeats``: the (ordinal, number) of each row whose content repeats.
+
+        Only those rows are numbered in a window: a window over every row,
+        sorted again by ordinal for the output, ran out of DuckDB's memory
+        at 20M rows and half the reduction memory; an aggregate spills.
+        """
+        hashed = f"(SELECT _combined_ordinal AS ord, {self._content_hash} AS _h FROM pay)"
+        self.con.execute(
+            "INSERT INTO repeats SELECT ord, row_number() OVER (PARTITION BY _h ORDER BY ord) "
+            f"AS _k FROM {hashed} WHERE _h IN (SELECT _h FROM {hashed} GROUP BY _h "
+            "HAVING count(*) > 1)"
+        )
 
     def reduce(self, con: duckdb.DuckDBPyConnection | None = None) -> Transition:
         """Materialise the transition's ids and operations; return its counts.
@@ -405,9 +430,6 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
                 f"ELSE {self._first_op} END AS op, "
                 "CASE WHEN _cop = 'delete' THEN NULL ELSE _chash END AS new_hash, "
                 f"NULL::{self._t} AS old_hash, ord FROM ({last})"
-                # Numbered by content, its rows left in the content's order:
-                # in the staged order, each part's rows are a few row groups.
-                + (" ORDER BY ord" if self.by_content else "")
             )
             return self._stats()
         # Both sides are plain tables before they meet: computed identities
@@ -434,7 +456,9 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         """
         if self._same is None:
             self._same = False
-            if self.streamed and not self.all_new:
+            if self.by_content:
+                self._same = self._same_content()
+            elif self.streamed and not self.all_new:
                 # Row counts first (the files' metadata): a capture that
                 # inserts or deletes rows is not folded at all.
                 captured = self._staged.count_rows()
@@ -442,6 +466,24 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
                     mine, theirs = self._folds()
                     self._same = mine == theirs and mine[0] == captured
         return self._same
+
+    def _same_content(self) -> bool:
+        """Whether a keyless capture holds the current rows' contents, repeats alike.
+
+        Its ids follow from the multiset of its payload hashes (section 9 of
+        docs/identity.md): equal multisets, equal ids. Each side is folded to
+        its count and two sums of 64-bit hashes of each hash: sums, not the
+        xor of the keyed fold, so a repeat does not cancel its twin.
+        """
+        if not self._has_current or prov.PAYLOAD_HASH not in self.capture_schema.names:
+            return False
+        captured = self._staged.count_rows()
+        if captured != self._current_rows():
+            return False
+        folds = "SELECT count({h}), sum(hash({h})), sum(hash({h} || {h})) FROM {rows}"
+        mine = self.con.execute(folds.format(h=prov.PAYLOAD_HASH, rows="pay")).fetchall()[0]
+        theirs = self.con.execute(folds.format(h="_khash", rows="cur")).fetchall()[0]
+        return bool(mine == theirs and mine[0] == captured)
 
     def _folds(self) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         """Both sides' (pairs, fold, fold): the staged rows' and the lake's.

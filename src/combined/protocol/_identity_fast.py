@@ -127,7 +127,8 @@ class FastTexts:
         schema: pa.Schema,
         nonnull: Collection[str] = (),
     ) -> None:
-        self.key = _checked_key(key)
+        # (no key: only the payload's text is asked for, as of a table without a key)
+        self.key = _checked_key(key) if key else []
         self.payload = _checked_payload(payload)
         self.schema = schema
         self.nonnull = {n for n in nonnull if not pa.types.is_dictionary(_field_type(schema, n))}

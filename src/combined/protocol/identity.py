@@ -67,6 +67,7 @@ __all__ = [
     "PAYLOAD_HASH_COLUMN",
     "canonical_sql",
     "compute_identity",
+    "compute_payload_hash",
     "content_id_python",
     "content_id_sql",
     "duckdb_compatible",
@@ -251,9 +252,37 @@ def compute_identity(
     (identity encoding v2) the 16 digest bytes. ``payload_columns`` defaults
     to the source columns (names not starting with ``_combined_``).
     """
+    ids, hashes = _computed(data, _checked_key(key), payload_columns, con, digest)
+    assert ids is not None
+    return ids, hashes
+
+
+def compute_payload_hash(
+    data: pa.Table | pa.RecordBatch,
+    payload_columns: Sequence[str] | None = None,
+    *,
+    con: duckdb.DuckDBPyConnection | None = None,
+    digest: Digest = HEX,
+) -> pa.Array:
+    """``_combined_payload_hash`` of every row of ``data`` alone (a table without a key).
+
+    As :func:`compute_identity`, without the ids: a keyless table's ids
+    number equal rows, which takes the whole capture (docs/identity.md, section 9).
+    """
+    return _computed(data, [], payload_columns, con, digest)[1]
+
+
+def _computed(
+    data: pa.Table | pa.RecordBatch,
+    key: list[str],
+    payload_columns: Sequence[str] | None,
+    con: duckdb.DuckDBPyConnection | None,
+    digest: Digest,
+) -> tuple[pa.Array | None, pa.Array]:
+    """The ids (None without a ``key``) and payload hashes of ``data``'s rows."""
     table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
     names = _source_columns(table.schema) if payload_columns is None else list(payload_columns)
-    used = list(dict.fromkeys([*_checked_key(key), *names]))
+    used = list(dict.fromkeys([*key, *names]))
     schema = pa.schema([table.schema.field(_field_index(table.schema, n)) for n in used])
     columns = duckdb_compatible(table.select(used)).columns
     # Build the SQL first: an unsupported type fails before any data moves.
@@ -263,10 +292,9 @@ def compute_identity(
     # v2: md5_number's 128 bits reach Arrow as they are (_raw_digests), without
     # the 32 hex digits md5 prints and unhex would parse again.
     md5 = "md5" if digest == HEX else "md5_number"
-    outer = [
-        f"{md5}({texts.identity_text()}) AS id",
-        f"{md5}({texts.payload_text()}) AS payload_hash",
-    ]
+    outer = [f"{md5}({texts.payload_text()}) AS payload_hash"]
+    if key:
+        outer.insert(0, f"{md5}({texts.identity_text()}) AS id")
 
     ordinal = "__combined_identity_ordinal"
     if ordinal in used:
@@ -291,11 +319,12 @@ def compute_identity(
         result = con.sql(texts.select(outer, quote_ident(view), order)).to_arrow_table()
     finally:
         con.unregister(view)
-    ids = result.column("id").combine_chunks()
-    hashes = result.column("payload_hash").combine_chunks()
+    columns = [result.column(n).combine_chunks() for n in result.column_names]
     if digest == HEX:
-        return ids.cast(pa.string()), hashes.cast(pa.string())
-    return _raw_digests(ids), _raw_digests(hashes)
+        columns = [c.cast(pa.string()) for c in columns]
+    else:
+        columns = [_raw_digests(c) for c in columns]
+    return (columns[0] if key else None), columns[-1]
 
 
 def _raw_digests(numbers: pa.Array) -> pa.Array:

@@ -160,7 +160,11 @@ def _consume(
     shape = _Shape(plan, committed_schema, declared)
     rows = nbytes = 0
     stager = CaptureStager(
-        writer, key=plan.key, hash_rows=plan.strategy != "cdc", digest=digest_of(committed_schema)
+        writer,
+        key=plan.key,
+        hash_rows=plan.strategy != "cdc",
+        by_content=plan.sync_mode != "append",
+        digest=digest_of(committed_schema),
     )
     try:
         for msg in extraction:

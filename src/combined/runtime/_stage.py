@@ -32,7 +32,7 @@ from combined.capture._reduce import UNCHANGED
 from combined.delivery import PartWriter
 from combined.protocol import _provenance as prov
 from combined.protocol._digest import DEFAULT_DIGEST, Digest, digest_type
-from combined.protocol.identity import compute_identity
+from combined.protocol.identity import compute_identity, compute_payload_hash
 
 if TYPE_CHECKING:
     import duckdb
@@ -111,6 +111,7 @@ class CaptureStager:
         *,
         key: Sequence[str],
         hash_rows: bool,
+        by_content: bool = False,
         first_ordinal: int = 0,
         threads: int = 2,
         digest: Digest = DEFAULT_DIGEST,
@@ -123,6 +124,10 @@ class CaptureStager:
         # added mid-read would give rows read before it other ids, so its rows
         # are hashed by the reduction, over the whole capture's schema.
         self.hash_rows = hash_rows and bool(self.key)
+        # A table without a key mirrored by content (``key: []``) takes its rows'
+        # payload hashes from here (a null column is left out of them, added
+        # mid-read or not); the reduction numbers equal rows into ids.
+        self.content_rows = hash_rows and by_content and not self.key
         self.ordinal = first_ordinal
         self.threads = threads  # DuckDB threads hashing a group
         self.batches = 0
@@ -145,7 +150,7 @@ class CaptureStager:
         batch = batch.append_column(ORDINAL, ordinals)
         self.ordinal += n
         self.batches += 1
-        if not self.hash_rows:
+        if not (self.hash_rows or self.content_rows):
             # Nothing to overlap but the write: a change stream's batches (often
             # wide) are written on this thread, holding one batch at a time.
             self.writer.write(batch)
@@ -269,26 +274,39 @@ class CaptureStager:
         out, offset = [], 0
         for batch in group:
             n = batch.num_rows
-            batch = batch.append_column(prov.ID, ids.slice(offset, n))
+            if self.key:
+                batch = batch.append_column(prov.ID, ids.slice(offset, n))
             out.append(batch.append_column(prov.PAYLOAD_HASH, hashes.slice(offset, n)))
             offset += n
         return out
 
     def _identify(self, table: pa.Table, payload: list[str]) -> tuple[pa.Array, pa.Array]:
-        """Ids and payload hashes of ``table``'s rows, in slices where its rows are wide."""
+        """Ids (empty without a key) and payload hashes of ``table``'s rows.
+
+        In slices where its rows are wide.
+        """
         con = self._duck()
         self._hashed_bytes += table.nbytes
         row_bytes = table.nbytes // table.num_rows
         wide = row_bytes >= WIDE_ROW_BYTES
         con.execute(f"SET threads = {1 if wide else self.threads}")
-        if row_bytes // max(len(payload), 1) < LARGE_CELL_BYTES:
-            return compute_identity(table, self.key, payload, con=con, digest=self.digest)
-        step = max(1, HASH_SLICE_BYTES // row_bytes)
+        step = table.num_rows
+        if row_bytes // max(len(payload), 1) >= LARGE_CELL_BYTES:
+            step = max(1, HASH_SLICE_BYTES // row_bytes)
         ids, hashes = [], []
         for offset in range(0, table.num_rows, step):
-            i, h = compute_identity(
-                table.slice(offset, step), self.key, payload, con=con, digest=self.digest
-            )
-            ids.append(i)
+            rows = table.slice(offset, step)
+            if self.key:
+                i, h = compute_identity(rows, self.key, payload, con=con, digest=self.digest)
+                ids.append(i)
+            else:
+                h = compute_payload_hash(rows, payload, con=con, digest=self.digest)
             hashes.append(h)
-        return pa.concat_arrays(ids), pa.concat_arrays(hashes)
+        return _joined(ids, self.digest), _joined(hashes, self.digest)
+
+
+def _joined(arrays: list[pa.Array], digest: Digest) -> pa.Array:
+    """The digests of a group's slices as one array (the one slice as it is)."""
+    if len(arrays) == 1:
+        return arrays[0]
+    return pa.concat_arrays(arrays) if arrays else pa.array([], digest_type(digest))
