@@ -127,13 +127,19 @@ def test_a_column_added_without_values_keeps_every_row(tmp_path: Path, pg_databa
         engine.close()
 
 
-def test_a_range_of_a_table_without_a_key_is_refused(tmp_path: Path, pg_database: str) -> None:
+def test_a_range_or_an_explanation_of_a_keyless_table_is_refused(
+    tmp_path: Path, pg_database: str
+) -> None:
     # Its equal rows are numbered over the whole table: a range cannot be matched.
     engine = _open(tmp_path, pg_database)
     try:
         assert _stats(engine) == (5, 0, 0)
         with pytest.raises(ConfigError, match=r"no key \(key: \[\]\)"):
             engine.backfill("pg.lines", partitions=2, column="qty", lower="0", upper="10")
+        # and explain, which finds a row by its key, says how to find one instead
+        with pytest.raises(ConfigError) as refused:
+            engine.explain("pg.lines", ["a"])
+        assert "combined sql" in (refused.value.hint or "")
     finally:
         engine.close()
 

@@ -93,10 +93,14 @@ def _dataset(engine: Engine, name: str) -> tuple[str, str, list[str]]:
     declared = engine.project.dataset(source, dataset)
     key = list(declared.key or [])
     if not key:
-        raise ConfigError(
-            f"{name} declares no key, and explain finds a row by its key",
-            hint=f"declare `key:` for {name} in combined.yaml",
-        )
+        hint = f"declare `key:` for {name} in combined.yaml"
+        if declared.key == [] and declared.sync_mode != "append":
+            # (key: [], a mirror: its rows' ids are their contents, section 9 of docs/identity.md)
+            hint = (
+                f"{name} has no key (key: []): find its rows by their values with "
+                f'`combined sql "SELECT * FROM {name} WHERE ..."`'
+            )
+        raise ConfigError(f"{name} declares no key, and explain finds a row by its key", hint=hint)
     return source, dataset, key
 
 
