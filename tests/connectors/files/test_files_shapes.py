@@ -179,3 +179,35 @@ def test_json_keys_differing_only_in_case_keep_their_values(tmp_path: Path) -> N
     assert table.column_names == ["id", "Name", "name_1"]
     assert table.column("Name").to_pylist() == ["a", None, "c"]
     assert table.column("name_1").to_pylist() == [None, "b", "d"]
+
+
+@pytest.mark.parametrize(
+    ("value", "column"),
+    [
+        (f'{{"o": {{"big": {_HUGE}, "f": 1.5}}}}', "o"),  # a field of an object
+        (f'{{"o": {{"s": {{"x": [1.5, {2**53 + 1}]}}}}}}', "o"),  # in an array in objects
+        (f'{{"l": [{{"v": 1.5}}, {{"v": {_HUGE}}}]}}', "l"),  # in objects in an array
+        (f'{{"m": [[1.5], [-{_HUGE}]]}}', "m"),  # in an array of arrays
+    ],
+)
+def test_json_integers_inside_objects_and_arrays_a_double_would_round_are_refused(
+    tmp_path: Path, value: str, column: str
+) -> None:
+    # DuckDB types such a value DOUBLE inside its STRUCT or list, and rounded
+    # it without a word: 12345678901234567890123 landed as 1.2345678901234568e+22.
+    (tmp_path / "a.jsonl").write_text(f'{{"id": 1, {value[1:-1]}}}\n{{"id": 2}}\n')
+    with pytest.raises(SchemaMismatch, match=f"'{column}' .* inside its objects or arrays"):
+        _rows(tmp_path, "*.jsonl")
+    # Declared JSON, the value is kept as written.
+    table = _rows(tmp_path, "s", file_sets={"s": {"glob": "*.jsonl", "columns": {column: "JSON"}}})
+    assert str(_HUGE) in str(table.column(column)[0]) or str(2**53 + 1) in str(
+        table.column(column)[0]
+    )
+
+
+def test_json_numbers_inside_objects_a_double_keeps_are_read_as_before(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text(
+        '{"id": 1, "o": {"f": 1.5, "n": 9007199254740992, "s": "12345678901234567890123"}}\n'
+    )
+    (row,) = _rows(tmp_path, "*.jsonl").column("o").to_pylist()
+    assert row == {"f": 1.5, "n": 9007199254740992.0, "s": "12345678901234567890123"}

@@ -9,13 +9,15 @@ Column types are inferred once per read over every listed file
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+from duckdb.sqltypes import DuckDBPyType
 
 from combined.connectors.files._listing import Listing
 from combined.connectors.files._settings import FileSet, Format
@@ -131,6 +133,9 @@ def infer(
         if doubles:
             exact = _exact_numbers(con, file_set, listing, doubles)
             typed = [(n, exact.get(n, t)) for n, t in typed]
+        nested = {n: paths for n, t in found if n not in declared and (paths := _double_paths(t))}
+        if nested:
+            _refuse_rounded(con, file_set, listing, nested)
     return typed
 
 
@@ -165,13 +170,11 @@ def _exact_numbers(
     for n in doubles:
         c = quote_ident(n)
         whole = f"regexp_full_match({c}, '-?[0-9]+')"
-        digits = f"length(ltrim({c}, '-'))"
-        rounded = f"TRY_CAST(TRY_CAST({c} AS DOUBLE) AS HUGEINT)"
-        inexact = (
-            f"{whole} AND {digits} > 15 AND "
-            f"({digits} > 38 OR TRY_CAST({c} AS HUGEINT) <> {rounded} OR {rounded} IS NULL)"
-        )
-        parts += [f"bool_or({inexact})", f"bool_or(NOT {whole})", f"max({digits})"]
+        parts += [
+            f"bool_or({_rounded(c)})",
+            f"bool_or(NOT {whole})",
+            f"max(length(ltrim({c}, '-')))",
+        ]
     (row,) = con.execute(f"SELECT {', '.join(parts)} FROM {texts}").fetchall()
     exact: dict[str, str] = {}
     for i, n in enumerate(doubles):
@@ -196,6 +199,84 @@ def _exact_numbers(
             column=n,
         )
     return exact
+
+
+def _double_paths(duckdb_type: str) -> list[str]:
+    """The JSONPaths of the DOUBLE values inside a nested type (none for a plain one).
+
+    ``STRUCT(a DOUBLE, b STRUCT(c DOUBLE[]))`` has ``$."a"`` and ``$."b"."c"[*]``.
+    """
+    if duckdb_type == "DOUBLE" or "DOUBLE" not in duckdb_type:
+        return []
+    paths: list[str] = []
+
+    def walk(t: object, path: str) -> None:
+        if not isinstance(t, DuckDBPyType):
+            return  # (an array's size, an enum's values)
+        if t.id == "double":
+            paths.append(path)
+        elif t.id == "struct":
+            for name, child in t.children:
+                walk(child, path + "." + json.dumps(name))
+        elif t.id in ("list", "array"):
+            walk(t.children[0][1], path + "[*]")
+        elif t.id == "map":
+            walk(t.children[1][1], path + ".*")
+
+    walk(duckdb.sqltype(duckdb_type), "$")
+    return paths
+
+
+def _refuse_rounded(
+    con: duckdb.DuckDBPyConnection,
+    file_set: FileSet,
+    listing: Listing,
+    nested: Mapping[str, list[str]],
+) -> None:
+    """Refuse JSON numbers inside objects or arrays that a double would round.
+
+    As :func:`_exact_numbers` for a nested value's DOUBLE fields: each is
+    read as written (the column as JSON text, each path's values drawn from
+    it), and an integer a double cannot keep fails the read, naming the column.
+    """
+    texts = scan(file_set, "json", listing, [(n, "JSON") for n in nested])
+    checks = []
+    for n, paths in nested.items():
+        # A path through an array gives a list of its values, any other one value.
+        extracted = [f"json_extract({quote_ident(n)}, {_literal(p)})" for p in paths]
+        values = ", ".join(
+            e if "*" in p else f"[{e}]" for e, p in zip(extracted, paths, strict=True)
+        )
+        checks.append(
+            f"(SELECT {_literal(n)} AS name FROM (SELECT unnest(flatten([{values}]))::VARCHAR "
+            f"AS v FROM {texts}) WHERE {_rounded('v')} LIMIT 1)"
+        )
+    found = con.execute(" UNION ALL ".join(checks)).fetchall()
+    if found:
+        column = str(found[0][0])
+        raise SchemaMismatch(
+            f"column {column!r} of file set {file_set.name!r} holds, inside its objects or "
+            "arrays, integers beyond 2**53: read as numbers they would be rounded, so nothing "
+            "was read",
+            hint=f"declare the column's type under `columns:` ({column}: JSON keeps the value "
+            "exactly as written); nothing was committed",
+            relation=file_set.name,
+            column=column,
+        )
+
+
+def _rounded(text: str) -> str:
+    """SQL: whether the number text ``text`` is an integer a double would round."""
+    digits = f"length(ltrim({text}, '-'))"
+    exact = f"TRY_CAST({text} AS HUGEINT)"
+    return (
+        f"regexp_full_match({text}, '-?[0-9]+') AND {digits} > 15 AND ({digits} > 38 OR "
+        f"{exact} IS DISTINCT FROM TRY_CAST(TRY_CAST({text} AS DOUBLE) AS HUGEINT))"
+    )
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def select(
