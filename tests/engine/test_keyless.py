@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -195,3 +196,19 @@ def test_a_keyless_table_past_the_reduction_memory_is_mirrored(
         assert _lake(engine) == _source(pg_database)
     finally:
         engine.close()
+
+
+def test_discover_names_key_empty_for_a_table_without_one(
+    tmp_path: Path, pg_database: str, tools: Any
+) -> None:
+    _open(tmp_path, pg_database).close()
+    _change(pg_database, "CREATE TABLE keyed (id int PRIMARY KEY)")
+    found = tools.cli(tmp_path, "discover", "pg")
+    assert found.returncode == 0, found.stderr
+    listed = " ".join(found.stdout.split())
+
+    def section(relation: str) -> str:
+        return listed.split(relation)[1].split("public.")[0]
+
+    assert "no key: `key: []` mirrors it" in section("public.lines")
+    assert "no key:" not in section("public.keyed")

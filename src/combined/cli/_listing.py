@@ -435,6 +435,12 @@ def discover(
         )
         for note in d.notes:
             console.print(f"  note: {note}", markup=False)
+        if not (d.primary_key or d.unique_keys or d.key_candidates):
+            console.print(
+                "  no key: `key: []` mirrors it, each row identified by its content "
+                "(docs/identity.md, section 9)",
+                markup=False,
+            )
         for k in d.key_candidates:
             console.print(f"  key candidate {', '.join(k.columns)}: {k.evidence}", markup=False)
         for c in d.cursor_candidates:
