@@ -702,6 +702,26 @@ def test_a_system_versioned_table_is_refused_naming_the_way_out(binlog: Binlog) 
         engine.close()
 
 
+def test_a_view_is_refused_naming_the_way_out(binlog: Binlog) -> None:
+    """The binlog logs a view's changes under its base table's name only.
+
+    Before this change the first capture read the view's snapshot and every
+    later one succeeded with no change: the lake kept the rows of that day.
+    """
+    base = binlog.table
+    binlog.table = f"{base}_v"
+    binlog.sql(f"CREATE VIEW {{t}} AS SELECT id, qty, note FROM `{base}`")
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()
+        assert run.state == "failed", run.error
+        assert "is a view" in (run.error or "")
+        assert "base table with cdc" in (run.error or "")
+    finally:
+        engine.close()
+        binlog.sql("DROP VIEW {t}")
+
+
 def test_rows_a_nullable_unique_key_repeats_are_held_not_merged(binlog: Binlog) -> None:
     # A UNIQUE key over a nullable column lets many rows hold NULL. The
     # snapshot held such rows in quarantine; the stream merged them into one

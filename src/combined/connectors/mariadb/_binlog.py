@@ -73,8 +73,8 @@ from combined.connectors.mariadb._binlog_setup import (
     BinlogGone,
     acknowledged,
     require_binlog,
+    require_logged_table,
     require_retained,
-    require_unversioned,
 )
 from combined.connectors.mariadb._connect import (
     DRIVER_ERRORS,
@@ -222,7 +222,7 @@ class BinlogExtraction(SessionRead[Session]):
                 dataset=request.dataset,
             ) from None
         require_binlog(session, f"{rel.database}.{rel.table}")
-        require_unversioned(session, rel.database, rel.table)
+        require_logged_table(session, rel.database, rel.table)
         require_retained(session, (self._file, self._offset), request.dataset)
         cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
         plans = [p for p in catalog.column_plans(cols, table=rel.table) if p.arrow_type is not None]

@@ -211,19 +211,32 @@ def require_binlog(session: Session, relation: str) -> None:
         )
 
 
-def require_unversioned(session: Session, database: str, table: str) -> None:
-    """Refuse a system-versioned table: its binlog does not say which rows left it.
+def require_logged_table(session: Session, database: str, table: str) -> None:
+    """Refuse a relation whose binlog does not say which rows changed.
 
-    MariaDB logs a ``DELETE`` of such a table as an update that closes the
-    row's period, and an ``UPDATE`` as the current row's update followed by
-    the insert of its history row, both under the same key.
+    A view has no row events at all: its base tables' changes are logged
+    under their own names, so the stream found none and every capture after
+    the first snapshot succeeded with nothing. MariaDB logs a ``DELETE`` of a
+    system-versioned table as an update that closes the row's period, and an
+    ``UPDATE`` as the current row's update followed by the insert of its
+    history row, both under the same key.
     """
     rows = session.rows(
         "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
         f"{session.literal(database)} AND TABLE_NAME = {session.literal(table)}",
         "reading the table's type",
     )
-    if rows and str(rows[0][0]).upper() == "SYSTEM VERSIONED":
+    kind = str(rows[0][0]).upper() if rows else ""
+    if kind == "VIEW":
+        raise ConfigError(
+            f"{database}.{table} is a view: the binary log records the changes of its base "
+            "tables under their own names, never the view's, so a change capture would read "
+            "the first snapshot and then no change at all",
+            hint="capture the view with the snapshot or cursor strategy, or capture its base "
+            "table with cdc",
+            relation=f"{database}.{table}",
+        )
+    if kind == "SYSTEM VERSIONED":
         raise ConfigError(
             f"table {database}.{table} is system-versioned: its binary log records a deleted "
             "row as an update that ends its period and an update as an update plus the insert "
