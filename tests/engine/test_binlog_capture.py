@@ -702,6 +702,44 @@ def test_a_system_versioned_table_is_refused_naming_the_way_out(binlog: Binlog) 
         engine.close()
 
 
+def test_a_prepared_xa_transaction_is_refused_not_landed(binlog: Binlog) -> None:
+    """MariaDB logs a two-phase XA transaction's rows at XA PREPARE.
+
+    Before this change an XA transaction prepared, then rolled back, landed
+    in the lake: a row the source never held, an update it never made.
+    """
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        # A one-phase XA commit is logged as a plain transaction: it lands.
+        binlog.sql(
+            "XA START 'h0'",
+            "INSERT INTO {t} VALUES (9000, 1, 'one')",
+            "XA END 'h0'",
+            "XA COMMIT 'h0' ONE PHASE",
+        )
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        before = lake(engine)
+        assert before[-1] == (9000, 1, "one")
+        binlog.sql(
+            "XA START 'h1'",
+            "INSERT INTO {t} VALUES (9001, 1, 'never')",
+            "UPDATE {t} SET note = 'never' WHERE id = 1",
+            "XA END 'h1'",
+            "XA PREPARE 'h1'",
+        )
+        binlog.sql("XA ROLLBACK 'h1'")
+        (run,) = engine.capture()
+        assert run.state == "failed", run.error
+        assert "prepared XA transaction" in (run.error or "")
+        assert "snapshot or cursor strategy" in (run.error or "")
+        assert lake(engine) == before == binlog.source()
+    finally:
+        engine.close()
+
+
 def test_a_view_is_refused_naming_the_way_out(binlog: Binlog) -> None:
     """The binlog logs a view's changes under its base table's name only.
 
