@@ -740,6 +740,40 @@ def test_a_prepared_xa_transaction_is_refused_not_landed(binlog: Binlog) -> None
         engine.close()
 
 
+def test_a_table_a_foreign_key_cascades_into_is_refused(binlog: Binlog) -> None:
+    """InnoDB applies ON DELETE/UPDATE CASCADE below the binlog: no row event.
+
+    Before this change a parent's delete removed child rows at the source
+    while the capture succeeded with no change: the lake kept them.
+    """
+    parent = f"`{binlog.table}_p`"
+    binlog.sql(
+        "DROP TABLE {t}",
+        f"CREATE TABLE {parent} (id INT PRIMARY KEY) ENGINE=InnoDB",
+        f"INSERT INTO {parent} VALUES (1)",
+        "CREATE TABLE {t} (id BIGINT PRIMARY KEY, qty INT, note VARCHAR(40), pid INT,"
+        f" CONSTRAINT fk_h FOREIGN KEY (pid) REFERENCES {parent} (id) ON DELETE CASCADE)"
+        " ENGINE=InnoDB",
+        "INSERT INTO {t} VALUES (1, 1, 'a', 1)",
+    )
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()
+        assert run.state == "failed", run.error
+        assert "foreign key fk_h" in (run.error or "")
+        assert "ON DELETE RESTRICT" in (run.error or "")
+        binlog.sql(
+            "ALTER TABLE {t} DROP FOREIGN KEY fk_h",
+            f"ALTER TABLE {{t}} ADD CONSTRAINT fk_h FOREIGN KEY (pid) REFERENCES {parent} (id)",
+        )
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert lake(engine) == binlog.source()
+    finally:
+        engine.close()
+        binlog.sql("DROP TABLE {t}", f"DROP TABLE {parent}")
+
+
 def test_a_view_is_refused_naming_the_way_out(binlog: Binlog) -> None:
     """The binlog logs a view's changes under its base table's name only.
 
