@@ -702,6 +702,98 @@ def test_a_system_versioned_table_is_refused_naming_the_way_out(binlog: Binlog) 
         engine.close()
 
 
+def test_a_prepared_xa_transaction_is_refused_not_landed(binlog: Binlog) -> None:
+    """MariaDB logs a two-phase XA transaction's rows at XA PREPARE.
+
+    Before this change an XA transaction prepared, then rolled back, landed
+    in the lake: a row the source never held, an update it never made.
+    """
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        # A one-phase XA commit is logged as a plain transaction: it lands.
+        binlog.sql(
+            "XA START 'h0'",
+            "INSERT INTO {t} VALUES (9000, 1, 'one')",
+            "XA END 'h0'",
+            "XA COMMIT 'h0' ONE PHASE",
+        )
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        before = lake(engine)
+        assert before[-1] == (9000, 1, "one")
+        binlog.sql(
+            "XA START 'h1'",
+            "INSERT INTO {t} VALUES (9001, 1, 'never')",
+            "UPDATE {t} SET note = 'never' WHERE id = 1",
+            "XA END 'h1'",
+            "XA PREPARE 'h1'",
+        )
+        binlog.sql("XA ROLLBACK 'h1'")
+        (run,) = engine.capture()
+        assert run.state == "failed", run.error
+        assert "prepared XA transaction" in (run.error or "")
+        assert "snapshot or cursor strategy" in (run.error or "")
+        assert lake(engine) == before == binlog.source()
+    finally:
+        engine.close()
+
+
+def test_a_table_a_foreign_key_cascades_into_is_refused(binlog: Binlog) -> None:
+    """InnoDB applies ON DELETE/UPDATE CASCADE below the binlog: no row event.
+
+    Before this change a parent's delete removed child rows at the source
+    while the capture succeeded with no change: the lake kept them.
+    """
+    parent = f"`{binlog.table}_p`"
+    binlog.sql(
+        "DROP TABLE {t}",
+        f"CREATE TABLE {parent} (id INT PRIMARY KEY) ENGINE=InnoDB",
+        f"INSERT INTO {parent} VALUES (1)",
+        "CREATE TABLE {t} (id BIGINT PRIMARY KEY, qty INT, note VARCHAR(40), pid INT,"
+        f" CONSTRAINT fk_h FOREIGN KEY (pid) REFERENCES {parent} (id) ON DELETE CASCADE)"
+        " ENGINE=InnoDB",
+        "INSERT INTO {t} VALUES (1, 1, 'a', 1)",
+    )
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()
+        assert run.state == "failed", run.error
+        assert "foreign key fk_h" in (run.error or "")
+        assert "ON DELETE RESTRICT" in (run.error or "")
+        binlog.sql(
+            "ALTER TABLE {t} DROP FOREIGN KEY fk_h",
+            f"ALTER TABLE {{t}} ADD CONSTRAINT fk_h FOREIGN KEY (pid) REFERENCES {parent} (id)",
+        )
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert lake(engine) == binlog.source()
+    finally:
+        engine.close()
+        binlog.sql("DROP TABLE {t}", f"DROP TABLE {parent}")
+
+
+def test_a_view_is_refused_naming_the_way_out(binlog: Binlog) -> None:
+    """The binlog logs a view's changes under its base table's name only.
+
+    Before this change the first capture read the view's snapshot and every
+    later one succeeded with no change: the lake kept the rows of that day.
+    """
+    base = binlog.table
+    binlog.table = f"{base}_v"
+    binlog.sql(f"CREATE VIEW {{t}} AS SELECT id, qty, note FROM `{base}`")
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()
+        assert run.state == "failed", run.error
+        assert "is a view" in (run.error or "")
+        assert "base table with cdc" in (run.error or "")
+    finally:
+        engine.close()
+        binlog.sql("DROP VIEW {t}")
+
+
 def test_rows_a_nullable_unique_key_repeats_are_held_not_merged(binlog: Binlog) -> None:
     # A UNIQUE key over a nullable column lets many rows hold NULL. The
     # snapshot held such rows in quarantine; the stream merged them into one

@@ -73,8 +73,8 @@ from combined.connectors.mariadb._binlog_setup import (
     BinlogGone,
     acknowledged,
     require_binlog,
+    require_logged_table,
     require_retained,
-    require_unversioned,
 )
 from combined.connectors.mariadb._connect import (
     DRIVER_ERRORS,
@@ -113,6 +113,28 @@ def _names(text: str) -> tuple[str | None, str]:
 #: and the six compressed rows events. The reader cannot decode them, and a
 #: compressed event may hold the table's changes or its TRUNCATE.
 _COMPRESSED_EVENTS = frozenset(range(165, 172))
+
+
+#: MariaDB's GTID flag of a group that ends in ``XA PREPARE`` (FL_PREPARED_XA).
+_PREPARED_XA = 64
+
+
+def _refuse_prepared_xa(name: str, here: str) -> None:
+    """Fail the read at a row of a two-phase XA transaction.
+
+    Its rows are logged when it is prepared; whether it committed is only a
+    later ``XA COMMIT`` or ``XA ROLLBACK`` statement, possibly after other
+    transactions or in a later capture. Read as they came, a rolled-back
+    transaction's rows landed in the lake.
+    """
+    raise SourceError(
+        f"the binary log holds a change of {name} at {here} made by a prepared XA transaction "
+        "(XA START ... XA PREPARE): its rows are logged before it commits or rolls back, so "
+        "they may never have happened",
+        hint="capture the table with the snapshot or cursor strategy, or have its writers "
+        "commit without two-phase XA (XA COMMIT ... ONE PHASE is a plain commit); "
+        f"then {RESNAPSHOT}",
+    )
 
 
 def _refuse_compressed(event_type: int, name: str, here: str) -> None:
@@ -222,7 +244,7 @@ class BinlogExtraction(SessionRead[Session]):
                 dataset=request.dataset,
             ) from None
         require_binlog(session, f"{rel.database}.{rel.table}")
-        require_unversioned(session, rel.database, rel.table)
+        require_logged_table(session, rel.database, rel.table)
         require_retained(session, (self._file, self._offset), request.dataset)
         cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
         plans = [p for p in catalog.column_plans(cols, table=rel.table) if p.arrow_type is not None]
@@ -299,7 +321,7 @@ class BinlogExtraction(SessionRead[Session]):
         name = f"{rel.database}.{rel.table}"
         boundary = f"{self._file}:{self._offset}"
         at: datetime | None = None
-        touched = in_txn = False
+        touched = in_txn = xa = False
         self._stream = stream = self._reader(rel)
         try:
             for event in self._events(stream, name):
@@ -310,21 +332,26 @@ class BinlogExtraction(SessionRead[Session]):
                     if event.schema != rel.database or event.table != rel.table:
                         continue
                     require_full_image(event, name)
+                    if xa:
+                        _refuse_prepared_xa(name, here)
                     touched = True
                     for batches in self._rows(event, rows, when, here):
                         yield from self._emit(batches)
                     continue
                 if isinstance(event, MariadbGtidEvent):
                     in_txn = not (int(event.flags) & 1)  # FL_STANDALONE: one event, no COMMIT
+                    xa = bool(int(event.flags) & _PREPARED_XA)
                     continue
                 if isinstance(event, NotImplementedEvent | GtidEvent):
+                    xa = xa and not isinstance(event, GtidEvent)
                     _refuse_compressed(event.event_type, name, here)  # (no GTID event is)
                     continue
                 end = isinstance(event, XidEvent)
                 if isinstance(event, QueryEvent):
                     verb, marker = self._query(event, rel, rows, when, here)
-                    if verb == "BEGIN":
+                    if verb == "BEGIN" or verb.startswith("XA START"):  # (MySQL's XA)
                         in_txn = True
+                        xa = verb != "BEGIN"
                         continue
                     end = verb in ("COMMIT", "ROLLBACK") or not in_txn
                     if isinstance(marker, Added):

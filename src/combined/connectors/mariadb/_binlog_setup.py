@@ -211,19 +211,34 @@ def require_binlog(session: Session, relation: str) -> None:
         )
 
 
-def require_unversioned(session: Session, database: str, table: str) -> None:
-    """Refuse a system-versioned table: its binlog does not say which rows left it.
+def require_logged_table(session: Session, database: str, table: str) -> None:
+    """Refuse a relation whose binlog does not say which rows changed.
 
-    MariaDB logs a ``DELETE`` of such a table as an update that closes the
-    row's period, and an ``UPDATE`` as the current row's update followed by
-    the insert of its history row, both under the same key.
+    A view has no row events at all: its base tables' changes are logged
+    under their own names, so the stream found none and every capture after
+    the first snapshot succeeded with nothing. MariaDB logs a ``DELETE`` of a
+    system-versioned table as an update that closes the row's period, and an
+    ``UPDATE`` as the current row's update followed by the insert of its
+    history row, both under the same key. A foreign key's cascading action
+    is done by InnoDB below the binlog: the child rows it deletes or changes
+    have no row event (:func:`_refuse_cascades`).
     """
     rows = session.rows(
         "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
         f"{session.literal(database)} AND TABLE_NAME = {session.literal(table)}",
         "reading the table's type",
     )
-    if rows and str(rows[0][0]).upper() == "SYSTEM VERSIONED":
+    kind = str(rows[0][0]).upper() if rows else ""
+    if kind == "VIEW":
+        raise ConfigError(
+            f"{database}.{table} is a view: the binary log records the changes of its base "
+            "tables under their own names, never the view's, so a change capture would read "
+            "the first snapshot and then no change at all",
+            hint="capture the view with the snapshot or cursor strategy, or capture its base "
+            "table with cdc",
+            relation=f"{database}.{table}",
+        )
+    if kind == "SYSTEM VERSIONED":
         raise ConfigError(
             f"table {database}.{table} is system-versioned: its binary log records a deleted "
             "row as an update that ends its period and an update as an update plus the insert "
@@ -232,6 +247,39 @@ def require_unversioned(session: Session, database: str, table: str) -> None:
             "without system versioning (ALTER TABLE ... DROP SYSTEM VERSIONING drops its "
             "history)",
             relation=f"{database}.{table}",
+        )
+    _refuse_cascades(session, database, table)
+
+
+_CASCADING = "('CASCADE', 'SET NULL', 'SET DEFAULT')"
+
+
+def _refuse_cascades(session: Session, database: str, table: str) -> None:
+    """Refuse a table a foreign key changes by cascade: those changes are not logged.
+
+    A parent's delete or key update reached the child through ``ON DELETE
+    CASCADE`` (or ``SET NULL``, ``ON UPDATE CASCADE``) with no row event, and
+    the lake kept the child rows the source no longer held.
+    """
+    rows = session.rows(
+        "SELECT CONSTRAINT_NAME, REFERENCED_TABLE_NAME, DELETE_RULE, UPDATE_RULE "
+        "FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = "
+        f"{session.literal(database)} AND TABLE_NAME = {session.literal(table)} AND "
+        f"(DELETE_RULE IN {_CASCADING} OR UPDATE_RULE IN {_CASCADING}) ORDER BY CONSTRAINT_NAME",
+        "reading the table's foreign keys",
+    )
+    if rows:
+        name, parent, on_delete, on_update = (str(v) for v in rows[0])
+        raise ConfigError(
+            f"table {database}.{table} has foreign key {name} to {parent} with ON DELETE "
+            f"{on_delete} ON UPDATE {on_update}: the server applies such a cascade without "
+            "logging its rows, so a change capture would keep the child rows it deleted or "
+            "changed",
+            hint="capture the table with the snapshot or cursor strategy, or make the foreign "
+            "key ON DELETE RESTRICT ON UPDATE RESTRICT (the application changes the child rows "
+            "itself, and they are logged)",
+            relation=f"{database}.{table}",
+            constraint=name,
         )
 
 

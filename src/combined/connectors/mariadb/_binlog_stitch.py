@@ -32,7 +32,7 @@ from combined.connectors.mariadb._binlog_setup import (
     acknowledged,
     position_of,
     require_binlog,
-    require_unversioned,
+    require_logged_table,
 )
 from combined.connectors.mariadb._connect import Session, Settings
 from combined.connectors.mariadb._extract import MariaDBExtraction, ReadOptions
@@ -69,7 +69,7 @@ def check_server(settings: Settings, relation: str) -> None:
     session = Session(settings)
     try:
         require_binlog(session, relation)
-        require_unversioned(session, *catalog.parse_relation(relation, settings.database))
+        require_logged_table(session, *catalog.parse_relation(relation, settings.database))
     finally:
         session.close()
 

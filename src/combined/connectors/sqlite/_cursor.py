@@ -191,18 +191,12 @@ def next_state(
     """The checkpoint after a read of ``rows`` rows bounded above by ``upper``.
 
     No rows keeps the previous checkpoint unchanged. Otherwise the checkpoint
-    is ``upper``, never moved backwards (rows at the top may have been
-    deleted since the last read, making ``upper`` smaller than ``last``).
+    is ``upper``, which the read already kept from moving backwards (rows at
+    the top may have been deleted since the last read): sqlite compared them
+    under the column's collation, which Python's ``>`` on text would not.
     """
     last = (previous or {}).get("cursor")
     if rows == 0 or upper is None:
         state = dict(previous or {})
         return state, None if last is None else str(last)
-    value = upper
-    if last is not None and _comparable(last, upper) and last > upper:
-        value = last
-    return {"cursor": value, "trust": spec.trust}, str(value)
-
-
-def _comparable(a: Any, b: Any) -> bool:
-    return (_is_number(a) and _is_number(b)) or (isinstance(a, str) and isinstance(b, str))
+    return {"cursor": upper, "trust": spec.trust}, str(upper)

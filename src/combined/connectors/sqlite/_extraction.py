@@ -37,6 +37,7 @@ class _Plan:
     projection: Projection
     sql: str | None
     params: tuple[Any, ...] | None
+    #: The checkpoint after the read: ``max(cursor)``, or the last one if above it.
     upper: Any
     #: The rows whose cursor is NULL (``nulls: include``), read after ``sql``.
     null_sql: str | None = None
@@ -206,6 +207,7 @@ class SQLiteExtraction(BaseExtraction):
         if upper is None:
             return _Plan(projection, None, None, None, null_sql)
         last = (request.state or {}).get("cursor")
+        checkpoint = upper
         low = scalar(conn, f"SELECT min({q}) FROM {table}")
         check_one_order(spec.column, low, upper, last)
         where = [f"{q} <= ?"]
@@ -216,6 +218,12 @@ class SQLiteExtraction(BaseExtraction):
                 check_next_rowid(spec.column, catalog.next_rowid(conn, rel, upper), lower, last)
             where.append(f"{q} > ?")
             params.append(lower)
+            # The checkpoint never moves backwards (rows at the top deleted
+            # since): compared by sqlite under the column's collation, as the
+            # window is; compared in Python, 'b' > 'C' under NOCASE kept the
+            # checkpoint on 'b' and every capture read the 'C' row again.
+            if not scalar(conn, f"SELECT EXISTS (SELECT 1 FROM {table} WHERE {q} >= ?)", (last,)):
+                checkpoint = last
         order = ", ".join(quote_ident(c) for c in dict.fromkeys((spec.column, *request.key)))
         sql = f"{base} WHERE {' AND '.join(where)} ORDER BY {order}"
-        return _Plan(projection, sql, tuple(params), upper, null_sql)
+        return _Plan(projection, sql, tuple(params), checkpoint, null_sql)
