@@ -75,6 +75,7 @@ class PostgresSource(BaseSource):
     CURSOR_NEEDS_KEY: ClassVar[bool] = True
     SUPPORTS_PARTITIONS: ClassVar[bool] = True
     SUPPORTS_CONTROL_TOTALS: ClassVar[bool] = True
+    IDENTITY_IS_COLUMN: ClassVar[bool] = True
     CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = Settings.KEYS
 
     def __init__(self, config: Mapping[str, Any]) -> None:
