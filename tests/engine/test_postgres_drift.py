@@ -314,3 +314,30 @@ def test_a_name_that_now_names_another_column_is_refused_where_rows_are_not_read
         assert [r["id"] for r in rows] == [1, 2]  # nothing was committed
     finally:
         engine.close()
+
+
+def test_a_column_renamed_onto_a_dropped_columns_name_is_refused_under_cdc(
+    tmp_path: Path, pg_database: str
+) -> None:
+    """The lake keeps a dropped column (drop: evolve) with its former values;
+    `a` renamed to that name then left them in every row the stream did not
+    carry (b = 20 where the source's b, once a, is 10)."""
+    _sql(
+        pg_database,
+        "CREATE TABLE dx (id int PRIMARY KEY, a int, b int, u int NOT NULL)",
+        "INSERT INTO dx VALUES (1, 10, 20, 1), (2, 11, 21, 2)",
+    )
+    read = "strategy: cdc\n        drift: {drop: evolve}"
+    (tmp_path / "combined.yaml").write_text(CHANGED_ROWS.format(dsn=pg_database, read=read))
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        _capture(engine)
+        _sql(pg_database, "ALTER TABLE dx DROP COLUMN b", "INSERT INTO dx VALUES (3, 12, 3)")
+        _capture(engine)
+        _sql(pg_database, "ALTER TABLE dx RENAME a TO b", "INSERT INTO dx VALUES (4, 13, 4)")
+        (run,) = engine.capture()
+        rows = engine.sql("SELECT id, b FROM pg.dx ORDER BY id").to_pylist()
+        assert run.state == "needs_review" and run.error, rows
+        assert "'b' (absent at the last capture, attnum 2 now)" in run.error
+    finally:
+        engine.close()

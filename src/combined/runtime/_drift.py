@@ -223,18 +223,24 @@ def check_moved(
     name the lake holds: no drift showed. A change stream or a cursor read
     carries only the rows changed since, so every other row kept, under
     ``c``, the values of the column that was ``c`` before: the capture
-    succeeded and the lake silently held the other column's values. The
-    source's identity of each column (``attnum``), recorded with the lake's
-    last commit, tells. A snapshot reads every row again and needs no check.
+    succeeded and the lake silently held the other column's values. So
+    with a column renamed (or added) under the name of one dropped earlier,
+    whose former values the lake keeps. The source's identity of each
+    column (``attnum``), recorded with the lake's last commit, tells. A
+    snapshot reads every row again and needs no check.
     """
     before = last.get("fields") if last else None
     if plan.strategy == "snapshot" or plan.sync_mode == "append" or not before or not now:
         return
     held = set(lake.names) if lake is not None else set()
-    moved = [n for n in now if n in held and n in before and before[n] != now[n]]
+    # A name absent at the last commit that the lake holds was dropped since
+    # (the lake keeps its former values) and now names another column.
+    moved = [n for n in now if n in held and before.get(n) != now[n]]
     if not moved:
         return
-    which = ", ".join(f"{n!r} ({before[n]} at the last capture, {now[n]} now)" for n in moved)
+    which = ", ".join(
+        f"{n!r} ({before.get(n, 'absent')} at the last capture, {now[n]} now)" for n in moved
+    )
     again = (
         f"take a new snapshot: `combined cdc teardown {plan.source}`, then "
         f"`combined cdc setup {plan.source}`"
