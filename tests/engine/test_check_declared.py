@@ -135,3 +135,26 @@ def test_mariadb_declarations_are_checked(
     with pymysql.connect(**kwargs) as conn, conn.cursor() as cur:
         cur.execute("DROP TABLE ck")
     _refused(tmp_path, tools, "dataset src.ck reads 'ck', which the source does not have")
+
+
+def test_postgres_columns_the_lake_cannot_store_as_named_fail_check(
+    tmp_path: Path, pg_database: str, tools: Any
+) -> None:
+    """Two names differing only in case, or one under Combined's prefix, passed
+    `combined check`; every capture then refused the dataset."""
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute('CREATE TABLE cased (id int PRIMARY KEY, "Name" text, name text)')
+        conn.execute("CREATE TABLE prefixed (id int PRIMARY KEY, _combined_x text)")
+    config = f"      dsn: {pg_database}\n"
+    _project(tmp_path, "postgres", config, "      cased:\n        key: [id]\n")
+    _refused(tmp_path, tools, "columns 'Name' and 'name' of dataset src.cased differ only in case")
+    _project(tmp_path, "postgres", config, "      prefixed:\n        key: [id]\n")
+    _refused(tmp_path, tools, "column '_combined_x' of dataset src.prefixed starts with")
+    # Leaving one of them out with `columns:` captures the table.
+    _project(
+        tmp_path,
+        "postgres",
+        config,
+        "      cased:\n        key: [id]\n        columns: [id, name]\n",
+    )
+    assert tools.cli(tmp_path, "check").returncode == 0

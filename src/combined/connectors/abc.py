@@ -222,6 +222,10 @@ class Source(Protocol):
     #: dataset would fail this one. The read checks each value against the
     #: dataset's declared fields itself.
     DISCOVERY_READS_RECORDS: ClassVar[bool]
+    #: Whether a field's ``identity`` names one column for its whole life
+    #: (PostgreSQL's attnum), so a name whose identity changed now names
+    #: another column. MariaDB's (position and type) changes with the type.
+    IDENTITY_IS_COLUMN: ClassVar[bool]
     #: The configuration keys the connector takes. Any other key is refused by
     #: :func:`check_config` before the configuration is stored or used; None
     #: leaves every check to the connector's constructor.
@@ -386,6 +390,7 @@ class BaseSource(abc.ABC):
     SUPPORTS_CONTROL_TOTALS: ClassVar[bool] = False
     REDELIVERS: ClassVar[bool] = False
     DISCOVERY_READS_RECORDS: ClassVar[bool] = False
+    IDENTITY_IS_COLUMN: ClassVar[bool] = False
     #: Whether a cursor read pages by keyset over (cursor, key): it needs a key.
     CURSOR_NEEDS_KEY: ClassVar[bool] = False
     CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = None

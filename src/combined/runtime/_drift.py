@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from combined.connectors.abc import DatasetDiscovery
-from combined.errors import ConfigError, DriftQuarantined, DriftRejected
+from combined.errors import ConfigError, DriftQuarantined, DriftRejected, SchemaMismatch
 from combined.lake import lake_schema
 
 if TYPE_CHECKING:
@@ -207,4 +207,51 @@ def check_key(
         "be stored or billed again",
         hint=f"declare key: [{', '.join(recorded)}] again; to capture under the new key, "
         "declare it on a dataset of another name",
+    )
+
+
+def check_moved(
+    plan: DatasetPlan,
+    last: Mapping[str, Any] | None,
+    now: Mapping[str, str] | None,
+    lake: pa.Schema | None,
+) -> None:
+    """Refuse a read of changed rows alone when a lake column's name now names another column.
+
+    Columns swapped by renames (``c`` to ``tmp``, ``d`` to ``c``, ``tmp`` to
+    ``d``), or one dropped and another added under its name, keep every
+    name the lake holds: no drift showed. A change stream or a cursor read
+    carries only the rows changed since, so every other row kept, under
+    ``c``, the values of the column that was ``c`` before: the capture
+    succeeded and the lake silently held the other column's values. So
+    with a column renamed (or added) under the name of one dropped earlier,
+    whose former values the lake keeps. The source's identity of each
+    column (``attnum``), recorded with the lake's last commit, tells. A
+    snapshot reads every row again and needs no check.
+    """
+    before = last.get("fields") if last else None
+    if plan.strategy == "snapshot" or plan.sync_mode == "append" or not before or not now:
+        return
+    held = set(lake.names) if lake is not None else set()
+    # A name absent at the last commit that the lake holds was dropped since
+    # (the lake keeps its former values) and now names another column.
+    moved = [n for n in now if n in held and before.get(n) != now[n]]
+    if not moved:
+        return
+    which = ", ".join(
+        f"{n!r} ({before.get(n, 'absent')} at the last capture, {now[n]} now)" for n in moved
+    )
+    again = (
+        f"take a new snapshot: `combined cdc teardown {plan.source}`, then "
+        f"`combined cdc setup {plan.source}`"
+        if plan.strategy == "cdc"
+        else "read every row again: capture the dataset once with strategy: snapshot"
+    )
+    raise SchemaMismatch(
+        f"a column name of {plan.source}.{plan.name} now names another column of the "
+        f"source (renamed, or dropped and added again): {which}; the rows this "
+        f"{plan.strategy} read does not carry would keep the former column's values there",
+        hint=f"{again}; or rename the columns back. Nothing was committed for this dataset",
+        dataset=f"{plan.source}.{plan.name}",
+        column=moved[0],
     )

@@ -25,7 +25,7 @@ from combined.protocol import _provenance as prov
 from combined.protocol._digest import digest_of
 from combined.runtime._barrier import CheckpointBarrier
 from combined.runtime._deadline import reading
-from combined.runtime._drift import check_key, judge_drift
+from combined.runtime._drift import check_key, check_moved, judge_drift
 from combined.runtime._memory import release_memory
 from combined.runtime._plan import DatasetPlan, Staged, table_of
 from combined.runtime._reporter import Reporter
@@ -59,6 +59,8 @@ def extract(
     prior_state = last.get("checkpoint") if last else None
     check_key(plan, last, getattr(declared, "identity", None))
     committed_schema = table.schema()
+    if getattr(type(source), "IDENTITY_IS_COLUMN", False):
+        check_moved(plan, last, getattr(declared, "identity", None), committed_schema)
     if plan.sync_mode == "append" and plan.strategy == "cursor" and type(source).REDELIVERS:
         raise ConfigError(
             f"{plan.source}.{plan.name} appends what a {type(source).name} cursor read hands "

@@ -18,7 +18,14 @@ from datetime import timedelta
 from combined.capture._soft import fix_hint, misfit
 from combined.config import DeletesConfig, Project, format_duration
 from combined.connectors.abc import CursorSpec, DatasetDiscovery, ReadRequest, Source
-from combined.errors import CombinedError, ConfigError, NotFoundError, SecretError
+from combined.errors import (
+    CombinedError,
+    ConfigError,
+    NotFoundError,
+    SchemaMismatch,
+    SecretError,
+)
+from combined.runtime._schema_check import check_names
 
 
 def requests_of(project: Project, source: str, datasets: Sequence[str]) -> list[ReadRequest]:
@@ -108,6 +115,7 @@ def verify_declared(project: Project, source: str, open_source: Callable[[str], 
                     dataset=request.dataset,
                 ) from None
             _check_columns(where, request, found)
+            _check_names(source, request, found)
             _check_flag(where, project.dataset(source, request.dataset).deletes, found)
     finally:
         conn.close()
@@ -168,6 +176,16 @@ def _check_columns(where: str, request: ReadRequest, found: DatasetDiscovery) ->
             )
     if request.cursor is not None:
         _check_cursor_type(where, request.cursor, types[request.cursor.column])
+
+
+def _check_names(source: str, request: ReadRequest, found: DatasetDiscovery) -> None:
+    """Refuse a column name the lake cannot store as read (as each capture would)."""
+    chosen = {*request.key, *(request.columns or ())}
+    names = [f.name for f in found.fields if not request.columns or f.name in chosen]
+    try:
+        check_names(f"{source}.{request.dataset}", names)
+    except SchemaMismatch as exc:
+        raise ConfigError(exc.message, hint=exc.hint, dataset=request.dataset) from None
 
 
 def _check_cursor_type(where: str, cursor: CursorSpec, arrow_type: str) -> None:

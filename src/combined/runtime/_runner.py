@@ -22,11 +22,12 @@ from combined.catalog import Admission, Catalog, Member, Run, queue
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
 from combined.connectors import check_config, connector_class
-from combined.connectors.abc import Source
+from combined.connectors.abc import DatasetDiscovery, Discovery, Source
 from combined.delivery import StagingArea
 from combined.errors import (
     CombinedError,
     DriftRejected,
+    NotFoundError,
     ProtocolViolation,
     RetryLater,
     RunCanceled,
@@ -296,11 +297,7 @@ class Runner:
         )
         for plan in a.plans:
             self.reporter.phase(plan.name, "extracting")
-            found = (
-                discovery.dataset(plan.relation) or discovery.dataset(plan.name)
-                if discovery is not None
-                else None
-            )
+            found = _discovered(discovery, source, plan)
             staged = self._extract(a, plan, source, declared_fields(found))
             opened.append(staged)
             prepared.append(
@@ -459,3 +456,29 @@ def name_held_back(run: Run, exc: CombinedError) -> None:
         f"its datasets together): `combined capture {alone}` captures them meanwhile"
     )
     exc.hint = f"{exc.hint}; {held}" if exc.hint else held
+
+
+def _discovered(
+    discovery: Discovery | None, source: Source, plan: DatasetPlan
+) -> DatasetDiscovery | None:
+    """What discovery reports of ``plan``'s relation: its declared types and column identities.
+
+    A SQL source's discovery names a relation with its schema
+    (``public.orders``), while a dataset may name it bare (``orders``, its
+    name by default) or outside the discovered schemas: found under neither
+    name, its batches went unchecked and its columns' identities unrecorded,
+    so a column renamed or swapped at the source went unnoticed. Such a
+    relation is described on its own (one catalog query); one the source
+    does not have is left to the read, which says so.
+    """
+    if discovery is None:
+        return None
+    found = discovery.dataset(plan.relation) or discovery.dataset(plan.name)
+    describe = getattr(source, "describe_relation", None)
+    if found is not None or describe is None:
+        return found
+    try:
+        described: DatasetDiscovery = describe(plan.relation)
+    except NotFoundError:
+        return None
+    return described

@@ -181,3 +181,33 @@ def test_partitioned_and_inheritance_parents_say_what_their_reads_include(admin,
     (note,) = found[f'{schema}."dogs.old"'].notes
     assert note.startswith(f"inherits from {schema}.animals, whose reads return")
     assert found[f"{schema}.cats"].estimated_rows == 1
+
+
+@pytest.mark.parametrize(
+    ("ddl", "told", "fix"),
+    [
+        ("CREATE VIEW {t} AS SELECT 1 AS id", "is a view", "strategy: snapshot"),
+        ("CREATE MATERIALIZED VIEW {t} AS SELECT 1 AS id", "is a materialized view", "cursor"),
+        ("CREATE UNLOGGED TABLE {t} (id int PRIMARY KEY)", "is UNLOGGED", "SET LOGGED"),
+        (
+            "CREATE TABLE {t} (id int PRIMARY KEY); ALTER TABLE {t} REPLICA IDENTITY NOTHING",
+            "has REPLICA IDENTITY NOTHING",
+            "REPLICA IDENTITY DEFAULT (its primary key) or FULL",
+        ),
+        ("CREATE TABLE {t} (id int)", "has no replica identity", "add a primary key"),
+    ],
+    ids=["view", "materialized-view", "unlogged", "identity-nothing", "no-key"],
+)
+def test_check_refuses_a_cdc_relation_no_slot_streams(
+    admin, schema, source, make_request, ddl, told, fix
+):
+    """`combined check` passed them; the capture then failed with "table not
+    found", the server's bare "cannot add relation to publication", or a hint
+    to add the primary key the table had."""
+    for statement in ddl.format(t=f'"{schema}".t').split("; "):
+        admin.execute(statement)
+    with pytest.raises(ConfigError) as caught:
+        source.preflight([make_request("t", strategy="cdc")])
+    assert f"cdc dataset 't': {schema}.t {told}" in caught.value.message
+    assert fix in (caught.value.hint or "")
+    source.preflight([make_request("t")])  # a snapshot reads it

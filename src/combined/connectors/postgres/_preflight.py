@@ -90,3 +90,43 @@ def _refuse(
         column=p.name,
         source_type=p.source_type,
     )
+
+
+#: Relation kinds a logical replication slot cannot stream, by ``relkind``.
+_UNSTREAMED = {"v": "a view", "m": "a materialized view", "f": "a foreign table"}
+
+
+def refuse_unstreamed(
+    dataset: str, relation: str, kind: str, persistence: str, identity: str, keyed: bool
+) -> None:
+    """Refuse a ``cdc`` dataset whose relation's changes no slot would carry.
+
+    ``combined check`` passed a view, an UNLOGGED table and a table of
+    ``REPLICA IDENTITY NOTHING``; the capture then failed with "table not
+    found", the server's bare "cannot add relation to publication", or a
+    hint to add the primary key the table had. ``kind``, ``persistence``
+    and ``identity`` are the relation's ``relkind``, ``relpersistence`` and
+    ``relreplident``; ``keyed``: whether an index can serve as its identity.
+    """
+    snapshot = f"or capture {relation} with strategy: snapshot (or cursor)"
+    if kind in _UNSTREAMED:
+        why = f"is {_UNSTREAMED[kind]}, whose changes logical replication does not stream"
+        fix = f"capture the tables it reads with strategy: cdc, {snapshot}"
+    elif persistence != "p":
+        why = "is UNLOGGED (or temporary): its changes are not written to the WAL"
+        fix = f"ALTER TABLE {relation} SET LOGGED, {snapshot}"
+    elif identity == "n" or (identity in ("d", "i") and not keyed):
+        why = (
+            "has REPLICA IDENTITY NOTHING: its updates and deletes could not be published"
+            if identity == "n"
+            else "has no replica identity (no primary key): its updates and deletes could "
+            "not be published"
+        )
+        fix = (
+            f"ALTER TABLE {relation} REPLICA IDENTITY DEFAULT (its primary key) or FULL"
+            if identity == "n"
+            else f"add a primary key, or ALTER TABLE {relation} REPLICA IDENTITY FULL"
+        )
+    else:
+        return
+    raise ConfigError(f"cdc dataset {dataset!r}: {relation} {why}", hint=fix, dataset=dataset)

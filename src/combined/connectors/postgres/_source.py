@@ -28,6 +28,7 @@ from combined.connectors.postgres._preflight import (
     refuse_cursor,
     refuse_intervals,
     refuse_order,
+    refuse_unstreamed,
     refuse_unsupported,
 )
 from combined.connectors.postgres._tls import cleartext_password_warning
@@ -75,6 +76,7 @@ class PostgresSource(BaseSource):
     CURSOR_NEEDS_KEY: ClassVar[bool] = True
     SUPPORTS_PARTITIONS: ClassVar[bool] = True
     SUPPORTS_CONTROL_TOTALS: ClassVar[bool] = True
+    IDENTITY_IS_COLUMN: ClassVar[bool] = True
     CONFIG_KEYS: ClassVar[tuple[str, ...] | None] = Settings.KEYS
 
     def __init__(self, config: Mapping[str, Any]) -> None:
@@ -136,6 +138,8 @@ class PostgresSource(BaseSource):
                 cols = catalog.columns(session, [rel.oid]).get(rel.oid, [])
                 types = catalog.load_types(session, {c.typoid for c in cols})
                 cdc = r.strategy == "cdc"
+                if cdc:
+                    self._refuse_unstreamed(session, r.dataset, rel)
                 casts = {} if cdc else self.settings.casts_for(r.relation)
                 plans = catalog.column_plans(cols, types, casts)
                 chosen = [p for p in plans if r.columns is None or p.name in r.columns]
@@ -150,6 +154,19 @@ class PostgresSource(BaseSource):
                         refuse_order(r.dataset, by_name, order)
         finally:
             session.close()
+
+    @staticmethod
+    def _refuse_unstreamed(session: Session, dataset: str, rel: catalog.Relation) -> None:
+        """Refuse a cdc dataset of a view, an UNLOGGED table or one without a replica identity."""
+        persistence, identity, keyed = session.rows(
+            sql.SQL(
+                "SELECT c.relpersistence::text, c.relreplident::text, EXISTS (SELECT 1"
+                " FROM pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR"
+                " i.indisreplident)) FROM pg_class c WHERE c.oid = {}"
+            ).format(sql.Literal(rel.oid)),
+            "reading the table's persistence and replica identity",
+        )[0]
+        refuse_unstreamed(dataset, rel.name, rel.kind, persistence, identity, keyed)
 
     def discover(self) -> Discovery:
         """Relations of the configured schemas with columns, keys and cursor evidence."""
