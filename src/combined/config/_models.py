@@ -364,7 +364,12 @@ class CursorConfig(_Model):
     """The keyset cursor of a ``cursor`` strategy dataset."""
 
     column: Text
-    """The column that only grows: a number, a date or a time."""
+    """The column that only grows: a number, a date or a time.
+
+    A column holding times as text (SQLite, files) orders as text: every value
+    must be written one way (``2024-01-01T12:00:00`` sorts after
+    ``2024-01-01 13:00:00``, and a row written so would never be read).
+    """
     lookback: Lookback = 0
     """Overlap re-read each run: cursor units for a number, time for a duration."""
     trust: Text
