@@ -264,7 +264,7 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
                 current_files=current_files,
             )
             if self._resolved.fills:
-                mb = _duck_mb(self._duck_limit) + FILL_JOIN_MB * len(self._resolved.fills)
+                mb = _duck_mb(self._duck_limit) + self._resolved.join_mb(FILL_JOIN_MB)
                 self.large_values = self._resolved.large()
                 if self.large_values:
                     # Each statement over the filled rows holds a row's values whole.

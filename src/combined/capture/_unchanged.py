@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import quote_ident
@@ -41,6 +41,11 @@ _ORD = "_combined_ordinal"
 #: within the noise, and at 24 MB its 8 MB windows of fills failed
 #: (bench/RESULTS.md).
 FILLED_OUTPUT_MB = 32
+#: DuckDB memory, in KB, each filled column adds to a statement over the filled
+#: rows: a 1,100-column table's column added with a default fills 1,100 columns
+#: in one join; hashing its rows failed at 68 MB and passed at 64 KB a column
+#: (141 MB). Twice that leaves room for wider values.
+FILLED_COLUMN_KB = 128
 #: One row's fills (bytes as text) past which its window is not bounded by
 #: ``FILL_WINDOW_BYTES``: the output keeps the reduction's memory (a row's
 #: 15 MB value failed at 40 MB).
@@ -77,7 +82,8 @@ class Resolved:
     columns: str
     #: The SQL of a row's id.
     id_expr: str
-    #: The tables of the filled values, one a marked column: ``unc_fill_<n>(ord, v)``.
+    #: The tables of the filled values, one a group of columns the same changes
+    #: mark: ``unc_fill_<n>(ord, v0, v1, ...)``.
     fills: tuple[str, ...] = ()
     #: The ordinals where a window of at most ``FILL_WINDOW_BYTES`` of fills starts.
     cuts: tuple[int, ...] = ()
@@ -101,7 +107,15 @@ class Resolved:
         """
         if not self.fills or self.widest > LARGE_FILL_BYTES:
             return None
-        return FILLED_OUTPUT_MB + per_column * len(self.fills)
+        return FILLED_OUTPUT_MB + self.join_mb(per_column)
+
+    def join_mb(self, per_join: int) -> int:
+        """DuckDB memory (MB) the fills add to a statement over the filled rows.
+
+        ``per_join`` for each fill table's join, and ``FILLED_COLUMN_KB`` for
+        each filled column (its vectors, and the text its hash builds).
+        """
+        return per_join * len(self.fills) + -(-len(self.marked) * FILLED_COLUMN_KB // 1024)
 
     def large(self) -> tuple[str, ...]:
         """The filled columns, where a row's fills exceed ``LARGE_FILL_BYTES`` (else none)."""
@@ -154,20 +168,20 @@ def resolve_unchanged(
     in_lake = _types(con, lake) if current_files else {}
     staged_types = _types(con, staged)
     marked = _marked(con, payload)
+    groups = _marked_alike(con, marked)
     fills = [
-        _fill_column(
+        _fill_group(
             con,
             n,
-            c,
+            [_Fill(c, c in in_lake, _cast_to(staged_types[c], in_lake.get(c))) for c in group],
             staged=staged,
-            lake=lake if c in in_lake else None,
-            cast=_cast_to(staged_types[c], in_lake.get(c)),
-            current_files=current_files if c in in_lake else (),
+            lake=lake,
+            current_files=current_files,
         )
-        for n, c in enumerate(marked)
+        for n, group in enumerate(groups)
     ]
     con.execute("DROP TABLE unc_lin")
-    cols = _filled_columns(payload, marked)
+    cols = _filled_columns(payload, groups)
     cuts, widest = _cuts(con, fills)
     resolved = Resolved(
         f"{cols}, {rest}, r._cid", id_expr, tuple(fills), cuts, widest, tuple(marked)
@@ -188,15 +202,48 @@ def _marked(con: duckdb.DuckDBPyConnection, payload: Sequence[str]) -> list[str]
     return [c for c in marked if c in payload]
 
 
-def _filled_columns(payload: Sequence[str], marked: list[str]) -> str:
+def _marked_alike(con: duckdb.DuckDBPyConnection, marked: list[str]) -> list[list[str]]:
+    """The marked columns in groups that the same changes mark (one fill table a group).
+
+    Columns marked by the same rows have the same carriers: a column added
+    with a default marks every other column of the rows it fills, and one
+    fill table (and join) a column made DuckDB's expression depth limit
+    (1000) fail every capture of a 1,401-column table. Candidates share a
+    fingerprint of their rows; a group is then checked exactly, and split
+    into single columns if any change marks some of it only.
+    """
+    if len(marked) < 2:
+        return [[c] for c in marked]
+    rows = con.execute(
+        "SELECT c, count(*), bit_xor(hash(ord)), sum(hash(ord)) FROM (SELECT ord, "
+        "unnest(unc) AS c FROM unc_lin WHERE op <> 'delete') GROUP BY c"
+    ).fetchall()
+    alike: dict[tuple[Any, ...], list[str]] = {}
+    for c, *fingerprint in rows:
+        if c in marked:
+            alike.setdefault(tuple(fingerprint), []).append(str(c))
+    groups: list[list[str]] = []
+    for group in alike.values():
+        group.sort(key=marked.index)
+        listed = "[" + ", ".join(lit(c) for c in group) + "]"
+        (split,) = con.execute(
+            "SELECT count(*) FROM unc_lin WHERE op <> 'delete' AND "
+            f"len(list_intersect(unc, {listed})) NOT IN (0, {len(group)})"
+        ).fetchall()[0]
+        groups.extend([[c] for c in group] if split else [group])
+    return sorted(groups, key=lambda g: marked.index(g[0]))
+
+
+def _filled_columns(payload: Sequence[str], groups: list[list[str]]) -> str:
     """The select list of ``payload``: a marked column from its fill, any other as staged."""
+    where = {c: (n, j) for n, group in enumerate(groups) for j, c in enumerate(group)}
     cols = []
     for c in payload:
         q = quote_ident(c)
-        if c in marked:
-            # A column's fills hold a row for each change that marks it, and only those.
-            n = marked.index(c)
-            cols.append(f"CASE WHEN f{n}.ord IS NOT NULL THEN f{n}.v ELSE r.{q} END AS {q}")
+        if c in where:
+            # A group's fills hold a row for each change that marks it, and only those.
+            n, j = where[c]
+            cols.append(f"CASE WHEN f{n}.ord IS NOT NULL THEN f{n}.v{j} ELSE r.{q} END AS {q}")
         else:
             cols.append(f"r.{q}")
     return ", ".join(cols)
@@ -211,11 +258,16 @@ FILL_WINDOW_BYTES = 8 << 20
 def _cuts(con: duckdb.DuckDBPyConnection, fills: Sequence[str]) -> tuple[tuple[int, ...], int]:
     """The ordinals where each window of at most ``FILL_WINDOW_BYTES`` of fills starts,
     and the largest fills of one row."""
-    # (a BLOB by its bytes: as text, a large one would be escaped whole)
-    sizes = " UNION ALL ".join(
-        f"SELECT ord, coalesce({_size('v', _types(con, t)['v'])}, 0) + 16 AS n FROM {t}"
-        for t in fills
-    )
+
+    # (a BLOB by its bytes: as text, a large one would be escaped whole; a list,
+    # not a chain of +, so a group of many columns stays one expression deep)
+    def size(table: str) -> str:
+        values = [
+            f"coalesce({_size(v, kind)}, 0)" for v, kind in _types(con, table).items() if v != "ord"
+        ]
+        return f"list_sum([{', '.join(values)}]) + 16"
+
+    sizes = " UNION ALL ".join(f"SELECT ord, {size(t)} AS n FROM {t}" for t in fills)
     rows = con.execute(
         f"SELECT min(ord), max(n) FROM (SELECT ord, n, sum(n) OVER (ORDER BY ord) AS cum FROM "
         f"(SELECT ord, sum(n) AS n FROM ({sizes}) GROUP BY ord)) "
@@ -266,57 +318,82 @@ def _lineage_table(con: duckdb.DuckDBPyConnection, staged: str, id_expr: str) ->
     con.execute("DROP TABLE unc_rows")
 
 
-def _fill_column(
+@dataclass(frozen=True, slots=True)
+class _Fill:
+    """One column of a fill group: whether the lake holds it, and the type it reads back as."""
+
+    column: str
+    in_lake: bool
+    #: The staged type, when the lake stores the column as another (a ``time``
+    #: as its text: Delta has no time of day); its value is read back as it.
+    cast: str | None
+
+
+def _fill_group(
     con: duckdb.DuckDBPyConnection,
     n: int,
-    column: str,
+    group: Sequence[_Fill],
     *,
     staged: str,
-    lake: str | None,
-    cast: str | None = None,
+    lake: str,
     current_files: Sequence[str] = (),
 ) -> str:
-    """``unc_fill_<n>(ord, v)``: the value of each marked ``column``; returns its name.
+    """``unc_fill_<n>(ord, v0, v1, ...)``: the values of each marked column of ``group``.
 
-    The newest earlier change in the row's lineage that carries the value
-    (neither marked nor a delete), else (a lineage that starts in the lake)
-    the lake's value, else null: one row for each change that marks the
-    column. ``cast``: the staged type, when the lake stores the column as
-    another (a ``time`` as its text: Delta has no time of day); the lake's
-    value is read back as the staged type, which the reduction hashes and
-    writes to the lake as every staged value.
+    The group's columns are marked by the same changes (:func:`_marked_alike`),
+    so they share their carriers: for each, the newest earlier change in the
+    row's lineage that carries the value (neither marked nor a delete), else
+    (a lineage that starts in the lake) the lake's value, else null: one row
+    for each change that marks them. The lake's value is read back as the
+    staged type where the lake stores another (``cast``), which the
+    reduction hashes and writes to the lake as every staged value.
 
     Every join builds its hash table on ordinals and ids, never on values:
     the values (the capture's, the lake's) stream past, so a backlog whose
     fills are many times the reduction's memory fills all the same.
     """
-    q = quote_ident(column)
-    _pick_carriers(con, column)
+    _pick_carriers(con, group[0].column)
+    values = [f"v{j}" for j in range(len(group))]
+    picked = ", ".join(f"{quote_ident(f.column)} AS v{j}" for j, f in enumerate(group))
     # From the capture: the staged values of the picked changes.
     parts = [
-        f"SELECT p.ord, s.v FROM (SELECT {_ORD} AS ord, {q} AS v FROM {staged} "
-        f"WHERE {_ORD} IN (SELECT pord FROM unc_pick)) s "
+        f"SELECT p.ord, {', '.join(f's.{v}' for v in values)} FROM (SELECT {_ORD} AS ord, "
+        f"{picked} FROM {staged} WHERE {_ORD} IN (SELECT pord FROM unc_pick)) s "
         "RIGHT JOIN (SELECT ord, pord FROM unc_pick WHERE pord IS NOT NULL) p ON s.ord = p.pord"
     ]
     from_lake = "false"
-    if lake is not None:
+    if current_files and any(f.in_lake for f in group):
         from_lake = "_lin_ord < 0"
-        values = (
-            f"SELECT _combined_id, {f'CAST({q} AS {cast})' if cast else q} AS v "
-            f"FROM {lake} WHERE _combined_id IN "
-            "(SELECT _lin FROM unc_pick WHERE pord IS NULL AND _lin_ord < 0)"
+        # (a column the capture added has no lake value: null)
+        held = ", ".join(
+            (f"CAST({quote_ident(f.column)} AS {f.cast})" if f.cast else quote_ident(f.column))
+            + f" AS v{j}"
+            if f.in_lake
+            else f"NULL AS v{j}"
+            for j, f in enumerate(group)
         )
         parts.append(
-            f"SELECT p.ord, l.v FROM ({values}) l RIGHT JOIN "
+            f"SELECT p.ord, {', '.join(f'l.{v}' for v in values)} FROM (SELECT _combined_id, "
+            f"{held} FROM {lake} WHERE _combined_id IN "
+            "(SELECT _lin FROM unc_pick WHERE pord IS NULL AND _lin_ord < 0)) l RIGHT JOIN "
             "(SELECT ord, _lin FROM unc_pick WHERE pord IS NULL AND _lin_ord < 0) p "
             "ON l._combined_id = p._lin"
         )
     # Neither: null (a lineage that starts in the capture with the value unknown).
-    parts.append(f"SELECT ord, NULL AS v FROM unc_pick WHERE pord IS NULL AND NOT ({from_lake})")
+    parts.append(
+        f"SELECT ord, {', '.join(f'NULL AS {v}' for v in values)} FROM unc_pick "
+        f"WHERE pord IS NULL AND NOT ({from_lake})"
+    )
     name = f"unc_fill_{n}"
     # (one statement: the values take the type both sources fit, as a CASE over them would)
     statement = f"CREATE TABLE {name} AS " + " UNION ALL ".join(f"({p})" for p in parts)
-    _within_largest(con, statement, lambda: _largest_value(con, column, staged, current_files))
+    _within_largest(
+        con,
+        statement,
+        lambda: max(
+            _largest_value(con, f.column, staged, current_files if f.in_lake else ()) for f in group
+        ),
+    )
     for table in ("unc_need", "unc_cand", "unc_pick"):
         con.execute(f"DROP TABLE {table}")
     return name
