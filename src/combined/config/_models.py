@@ -338,7 +338,14 @@ class DriftPolicy(_Model):
     """The outcome of each class of schema drift."""
 
     new_field: DriftOutcome = "evolve"
-    """A column the lake does not hold yet."""
+    """A column the lake does not hold yet.
+
+    A change stream fills it on every row the source filled (a column added
+    with a default). A cursor read carries only the rows past its
+    checkpoint: rows the source filled below it stay null in the lake until
+    they are read again; capture the dataset once with ``strategy:
+    snapshot`` to fill them.
+    """
     widened_type: DriftOutcome = "evolve"
     """A column whose type now takes every value it took and more (the lake takes the wider
     type: a wider integer, float or decimal, an array of wider elements, a decimal past 38
