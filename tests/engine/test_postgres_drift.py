@@ -341,3 +341,42 @@ def test_a_column_renamed_onto_a_dropped_columns_name_is_refused_under_cdc(
         assert "'b' (absent at the last capture, attnum 2 now)" in run.error
     finally:
         engine.close()
+
+
+def test_a_column_added_with_a_default_under_a_cursor_is_filled_on_every_row(
+    tmp_path: Path, pg_database: str
+) -> None:
+    """The default gave every existing row a value, but a cursor read carries
+    the rows past its checkpoint only: the lake held NULL in the new column
+    of every older row, and the capture (and reconciliation) passed."""
+    _sql(
+        pg_database,
+        "CREATE TABLE dx (id int PRIMARY KEY, c int, u int NOT NULL)",
+        "INSERT INTO dx SELECT g, g, g FROM generate_series(1, 50) g",
+    )
+    read = "strategy: cursor\n        cursor: {column: u, trust: a sequence}"
+    (tmp_path / "combined.yaml").write_text(CHANGED_ROWS.format(dsn=pg_database, read=read))
+    engine = Engine.open(tmp_path / "combined.yaml")
+
+    def lake(column: str) -> list[tuple[int, object]]:
+        rows = engine.sql(f"SELECT id, {column} AS v FROM pg.dx ORDER BY id").to_pylist()
+        return [(r["id"], r["v"]) for r in rows]
+
+    try:
+        _capture(engine)
+        # a nullable column without a default: older rows hold NULL, nothing read again
+        _sql(
+            pg_database, "ALTER TABLE dx ADD COLUMN note text", "INSERT INTO dx VALUES (51, 51, 51)"
+        )
+        assert _capture(engine).stats["dx"]["captured"] == 1
+        _sql(
+            pg_database,
+            "ALTER TABLE dx ADD COLUMN flag boolean NOT NULL DEFAULT true",
+            "INSERT INTO dx (id, c, u, flag) VALUES (52, 52, 52, false)",
+        )
+        run = _capture(engine)
+        assert lake("flag") == [(i, i != 52) for i in range(1, 53)]
+        assert run.stats["dx"]["updates"] == 51  # every older row changed at the source
+        assert _capture(engine).stats["dx"]["captured"] == 0  # and the cursor goes on from there
+    finally:
+        engine.close()

@@ -125,7 +125,9 @@ def _read_options(
         # A read that finds the source as the committed read left it may take its
         # rows as unchanged and read nothing (files: the same files, unmodified).
         out["skip_unchanged"] = True
-    if plan.strategy == "cdc" and lake is not None:
+    if plan.strategy in ("cdc", "cursor") and lake is not None:
+        # (a cursor read restarts where a column new to the lake holds values below
+        # its checkpoint; a change stream fills such a column from the source)
         out["lake_columns"] = [n for n in lake.names if not n.startswith(RESERVED_PREFIX)]
         if plan.sync_mode == "append":
             out["event_stream"] = True

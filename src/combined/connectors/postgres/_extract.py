@@ -581,6 +581,8 @@ class PostgresExtraction(SessionRead[Session]):
             self._refuse_null_cursors(work, spec.column, is_null)
         include = nulls == "include"
         last = (request.state or {}).get("cursor")
+        if last is not None and self._filled_below(work, col, literal(str(last), plan)):
+            last = None  # read from the start: the rows below the checkpoint changed too
         lower = None if last is None else self._lower_bound(plan, last, spec.lookback)
         upper_text, best_text = self._cursor_upper(work, col, plan, last)
         work.upper = _cursor_value(upper_text, plan)
@@ -613,6 +615,30 @@ class PostgresExtraction(SessionRead[Session]):
         if total:
             # Never move the checkpoint backwards (rows above it may have been deleted).
             work.checkpoint = best if last is not None else work.upper
+
+    def _filled_below(self, work: _Work, col: sql.Identifier, last: sql.Composable) -> bool:
+        """Whether a column the lake lacks holds values at or below the checkpoint.
+
+        A column added with a default (or renamed: a new name to the lake)
+        gave every existing row a value: a read past the checkpoint alone
+        left the rows below it null in the lake, and reconciliation, which
+        counts rows, passed. Such a read starts again from the first row.
+        """
+        known = self._request.options.get("lake_columns")
+        new = [n for n in work.by_name if known is not None and n not in known]
+        if not new:
+            return False
+        filled = sql.SQL(" OR ").join(
+            sql.SQL("{} IS NOT NULL").format(sql.Identifier(n)) for n in new
+        )
+        with self._lock:
+            (found,) = self._live().rows(
+                sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {} <= {} AND ({}))").format(
+                    work.relation.ident, col, last, filled
+                ),
+                "looking for values of new columns below the checkpoint",
+            )[0]
+        return bool(found)
 
     def _refuse_null_cursors(self, work: _Work, column: str, is_null: sql.Composable) -> None:
         """Count the NULL cursor values in the snapshot (``nulls: fail``); refuse any."""
