@@ -63,3 +63,35 @@ def test_a_renamed_column_meets_the_rename_policy(tmp_path: Path, mariadb_databa
         assert (event.body["class"], event.body["from"]) == ("rename", "c")
     finally:
         engine.close()
+
+
+def test_a_column_added_with_a_default_under_a_cursor_is_filled_on_every_row(
+    tmp_path: Path, mariadb_database: str
+) -> None:
+    """A cursor read carries the rows past its checkpoint: the default's
+    value on every older row stayed NULL in the lake, and the capture passed."""
+    table = f"items_{uuid.uuid4().hex[:8]}"
+    _sql(
+        mariadb_database,
+        f"CREATE TABLE {table} (id INT PRIMARY KEY, a INT, u INT NOT NULL)",
+        f"INSERT INTO {table} VALUES (1, 1, 1), (2, 2, 2), (3, 3, 3)",
+    )
+    project = tmp_path / "combined.yaml"
+    text = PROJECT.format(dsn=mariadb_database, table=table, rename="fail")
+    cursor = "        strategy: cursor\n        cursor: {column: u, trust: a sequence}\n"
+    project.write_text(text + cursor)
+    engine = Engine.open(project)
+    try:
+        (first,) = engine.capture()
+        assert first.state == "succeeded", first.error
+        _sql(
+            mariadb_database,
+            f"ALTER TABLE {table} ADD COLUMN flag INT NOT NULL DEFAULT 7",
+            f"INSERT INTO {table} VALUES (4, 4, 4, 0)",
+        )
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        rows = engine.sql("SELECT id, flag FROM shop.items ORDER BY id").to_pylist()
+        assert [(r["id"], r["flag"]) for r in rows] == [(1, 7), (2, 7), (3, 7), (4, 0)]
+    finally:
+        engine.close()

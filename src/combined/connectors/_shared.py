@@ -501,6 +501,17 @@ def cursor_order(cursor: str, key: Sequence[str]) -> list[str]:
     return [cursor, *[k for k in key if k != cursor]]
 
 
+def new_to_lake(request: ReadRequest, columns: Iterable[str]) -> list[str]:
+    """The ``columns`` a read selects that the lake lacks (``lake_columns``): added since.
+
+    A cursor read whose source filled such a column below its checkpoint
+    (a column added with a default, or renamed) reads again from the first
+    row: past the checkpoint alone, the older rows kept NULL in the lake.
+    """
+    known = request.options.get("lake_columns")
+    return [] if known is None else [c for c in columns if c not in known]
+
+
 def tie_free(
     order: Sequence[str], keys: Iterable[Sequence[str]], exact: Callable[[str], bool]
 ) -> bool:

@@ -68,6 +68,7 @@ from combined.connectors._shared import (
     keyset_pages,
     keyset_terms,
     lower_by,
+    new_to_lake,
     null_cursor_error,
     numeric_lookback,
     select_plans,
@@ -476,6 +477,8 @@ class MariaDBExtraction(SessionRead[Session]):
         include = nulls == "include"
         last_raw = (self._request.state or {}).get("cursor")
         last = None if last_raw is None else from_state(last_raw, plan)
+        if last is not None and self._filled_below(work, plan, last):
+            last = None  # read from the start: the rows below the checkpoint changed too
         upper = self._window(work, plan, last, is_null if include else None)
         started = None if upper is None else self._bulk_window(work, plan)
         self._drop_twin()  # the bulk read started (or never will): writers go on
@@ -519,6 +522,21 @@ class MariaDBExtraction(SessionRead[Session]):
     def _lookback(self) -> Any:
         spec = self._request.cursor
         return None if spec is None else spec.lookback
+
+    def _filled_below(self, work: _Work, plan: ColumnPlan, last: Any) -> bool:
+        """Whether a column new to the lake holds values at or below ``last`` (see new_to_lake)."""
+        new = new_to_lake(self._request, work.by_name)
+        if not new:
+            return False
+        session = self._live()
+        filled = " OR ".join(f"{quote_ident(n)} IS NOT NULL" for n in new)
+        with self._lock:
+            (found,) = session.rows(
+                f"SELECT EXISTS (SELECT 1 FROM {work.relation.ident} WHERE "
+                f"{quote_ident(plan.name)} <= {session.literal(last)} AND ({filled}))",
+                "looking for values of new columns below the checkpoint",
+            )[0]
+        return bool(found)
 
     def _refuse_null_cursors(self, work: _Work, column: str, is_null: str) -> None:
         """``nulls: fail``: fail the read when the snapshot holds a NULL cursor."""

@@ -68,6 +68,7 @@ from combined.connectors._shared import (
     final_state,
     keyset_pages,
     keyset_terms,
+    new_to_lake,
     null_cursor_error,
     numeric_lookback,
     select_plans,
@@ -624,8 +625,7 @@ class PostgresExtraction(SessionRead[Session]):
         left the rows below it null in the lake, and reconciliation, which
         counts rows, passed. Such a read starts again from the first row.
         """
-        known = self._request.options.get("lake_columns")
-        new = [n for n in work.by_name if known is not None and n not in known]
+        new = new_to_lake(self._request, work.by_name)
         if not new:
             return False
         filled = sql.SQL(" OR ").join(
