@@ -365,3 +365,37 @@ def test_null_cursor_rows_excluded_are_never_read(gaps: Path) -> None:
     table, final = read(gaps, None, CursorSpec("seq", nulls="exclude"))
     assert ids(table) == [1, 2, 4, 5, 7]
     assert final.state["cursor"] == 70
+
+
+def _read_knowing(path: Path, state: Mapping[str, Any], lake: list[str]) -> list[int]:
+    source = SQLiteSource({"path": str(path)})
+    request = ReadRequest(
+        dataset="events",
+        relation="events",
+        key=("id",),
+        strategy="cursor",
+        cursor=CursorSpec(column="seq"),
+        state=state,
+        options={"lake_columns": lake},
+    )
+    extraction = source.read(request)
+    try:
+        batches = [m.batch for m in extraction if isinstance(m, RecordBatchMessage)]
+    finally:
+        extraction.finish("success")
+    return sorted(i for b in batches for i in b.column("id").to_pylist())
+
+
+def test_a_column_new_to_the_lake_filled_below_the_checkpoint_is_read_on_every_row(
+    db: Path,
+) -> None:
+    # A default gave every older row a value: read past the checkpoint alone,
+    # they kept NULL in the lake.
+    _, state = read(db, None, CursorSpec(column="seq"))
+    known = ["id", "seq", "body"]
+    change(db, "ALTER TABLE events ADD COLUMN note TEXT")  # null below: nothing more to read
+    change(db, "INSERT INTO events (id, seq, body) VALUES (11, 6, 'e11')")
+    assert _read_knowing(db, state.state, known) == [11]
+    change(db, "ALTER TABLE events ADD COLUMN flag INT NOT NULL DEFAULT 7")
+    assert _read_knowing(db, state.state, [*known, "note"]) == list(range(1, 12))
+    assert _read_knowing(db, state.state, [*known, "note", "flag"]) == [11]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from combined.connectors._shared import null_cursor_error, select_plans
+from combined.connectors._shared import new_to_lake, null_cursor_error, select_plans
 from combined.connectors.abc import BaseExtraction, ReadRequest
 from combined.connectors.sqlite import _catalog as catalog
 from combined.connectors.sqlite._connection import (
@@ -207,6 +207,8 @@ class SQLiteExtraction(BaseExtraction):
         if upper is None:
             return _Plan(projection, None, None, None, null_sql)
         last = (request.state or {}).get("cursor")
+        if last is not None and _filled_below(conn, table, q, last, request, projection):
+            last = None  # read from the start: the rows below the checkpoint changed too
         checkpoint = upper
         low = scalar(conn, f"SELECT min({q}) FROM {table}")
         check_one_order(spec.column, low, upper, last)
@@ -227,3 +229,15 @@ class SQLiteExtraction(BaseExtraction):
         order = ", ".join(quote_ident(c) for c in dict.fromkeys((spec.column, *request.key)))
         sql = f"{base} WHERE {' AND '.join(where)} ORDER BY {order}"
         return _Plan(projection, sql, tuple(params), checkpoint, null_sql)
+
+
+def _filled_below(
+    conn: Connection, table: str, cursor: str, last: Any, request: ReadRequest, read: Projection
+) -> bool:
+    """Whether a column new to the lake holds values at or below ``last`` (see new_to_lake)."""
+    new = new_to_lake(request, read.schema.names)
+    if not new:
+        return False
+    filled = " OR ".join(f"{quote_ident(n)} IS NOT NULL" for n in new)
+    below = f"SELECT EXISTS (SELECT 1 FROM {table} WHERE {cursor} <= ? AND ({filled}))"
+    return bool(scalar(conn, below, (last,)))
