@@ -212,3 +212,23 @@ def test_discover_names_key_empty_for_a_table_without_one(
 
     assert "no key: `key: []` mirrors it" in section("public.lines")
     assert "no key:" not in section("public.keyed")
+
+
+def test_an_event_stream_is_not_turned_into_a_mirror(tmp_path: Path, pg_database: str) -> None:
+    # Its lake holds each capture's rows again, under ids of whole rows: a
+    # mirror's reduction would meet repeated ids it never gave.
+    engine = _open(tmp_path, pg_database, "        sync_mode: append\n")
+    try:
+        assert _stats(engine)[0] == 5
+        assert _stats(engine)[0] == 5
+    finally:
+        engine.close()
+    project = tmp_path / "combined.yaml"
+    project.write_text(project.read_text().replace("        sync_mode: append\n", ""))
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "failed" and "holds an event stream" in (run.error or "")
+        assert engine.sql("SELECT count(*) AS n FROM pg.lines").to_pylist() == [{"n": 10}]
+    finally:
+        engine.close()

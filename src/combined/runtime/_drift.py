@@ -195,6 +195,15 @@ def check_key(
     source: a key column renamed there keeps its values, and its ids.
     """
     recorded = last.get("key") if last else None
+    if not plan.key and plan.sync_mode != "append" and last and last.get("changes_unique") is False:
+        # An event stream's rows repeat under ids of whole rows; a mirror's
+        # ids number equal rows apart (docs/identity.md, section 9).
+        raise ConfigError(
+            f"{plan.source}.{plan.name} declares key: [], but its lake holds an event stream "
+            "(sync_mode: append): its rows repeat, under ids the mirror does not give them",
+            hint="set sync_mode: append again; to mirror the table, declare key: [] on a "
+            "dataset of another name (relation: the same table)",
+        )
     if plan.sync_mode == "append" or recorded is None or list(recorded) == list(plan.key):
         return
     assert last is not None
