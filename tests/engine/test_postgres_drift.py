@@ -268,6 +268,13 @@ CHANGED_ROWS = PROJECT.replace("        relation: public.dx\n", "").replace(
 )
 
 
+def _changed_rows(tmp_path: Path, dsn: str, read: str, *setup: str) -> Engine:
+    """An engine over table dx, made by ``setup``, read as ``read`` says (cdc or cursor)."""
+    _sql(dsn, *setup)
+    (tmp_path / "combined.yaml").write_text(CHANGED_ROWS.format(dsn=dsn, read=read))
+    return Engine.open(tmp_path / "combined.yaml")
+
+
 @pytest.mark.parametrize(
     ("read", "way_out"),
     [
@@ -295,13 +302,13 @@ def test_a_name_that_now_names_another_column_is_refused_where_rows_are_not_read
     name, change no name the lake holds: a change stream or a cursor read
     succeeded, and the rows it did not carry kept the former column's values
     under the name (c = 10 where the source's c is 20, or 99)."""
-    _sql(
+    engine = _changed_rows(
+        tmp_path,
         pg_database,
+        read,
         "CREATE TABLE dx (id int PRIMARY KEY, c int, d int, u int NOT NULL)",
         "INSERT INTO dx VALUES (1, 10, 20, 1), (2, 11, 21, 2)",
     )
-    (tmp_path / "combined.yaml").write_text(CHANGED_ROWS.format(dsn=pg_database, read=read))
-    engine = Engine.open(tmp_path / "combined.yaml")
     try:
         _capture(engine)
         _sql(pg_database, *alter, "INSERT INTO dx (id, c, d, u) VALUES (3, 1, 2, 3)")
@@ -322,14 +329,14 @@ def test_a_column_renamed_onto_a_dropped_columns_name_is_refused_under_cdc(
     """The lake keeps a dropped column (drop: evolve) with its former values;
     `a` renamed to that name then left them in every row the stream did not
     carry (b = 20 where the source's b, once a, is 10)."""
-    _sql(
+    read = "strategy: cdc\n        drift: {drop: evolve}"
+    engine = _changed_rows(
+        tmp_path,
         pg_database,
+        read,
         "CREATE TABLE dx (id int PRIMARY KEY, a int, b int, u int NOT NULL)",
         "INSERT INTO dx VALUES (1, 10, 20, 1), (2, 11, 21, 2)",
     )
-    read = "strategy: cdc\n        drift: {drop: evolve}"
-    (tmp_path / "combined.yaml").write_text(CHANGED_ROWS.format(dsn=pg_database, read=read))
-    engine = Engine.open(tmp_path / "combined.yaml")
     try:
         _capture(engine)
         _sql(pg_database, "ALTER TABLE dx DROP COLUMN b", "INSERT INTO dx VALUES (3, 12, 3)")
@@ -349,14 +356,14 @@ def test_a_column_added_with_a_default_under_a_cursor_is_filled_on_every_row(
     """The default gave every existing row a value, but a cursor read carries
     the rows past its checkpoint only: the lake held NULL in the new column
     of every older row, and the capture (and reconciliation) passed."""
-    _sql(
+    read = "strategy: cursor\n        cursor: {column: u, trust: a sequence}"
+    engine = _changed_rows(
+        tmp_path,
         pg_database,
+        read,
         "CREATE TABLE dx (id int PRIMARY KEY, c int, u int NOT NULL)",
         "INSERT INTO dx SELECT g, g, g FROM generate_series(1, 50) g",
     )
-    read = "strategy: cursor\n        cursor: {column: u, trust: a sequence}"
-    (tmp_path / "combined.yaml").write_text(CHANGED_ROWS.format(dsn=pg_database, read=read))
-    engine = Engine.open(tmp_path / "combined.yaml")
 
     def lake(column: str) -> list[tuple[int, object]]:
         rows = engine.sql(f"SELECT id, {column} AS v FROM pg.dx ORDER BY id").to_pylist()

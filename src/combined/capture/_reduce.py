@@ -133,21 +133,6 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         # it materialises are evicted to disk when they must be, so a table several times
         # larger than the limit still reduces. ``lake`` (a LakeStore) reads ``current_files``.
         self.memory_limit = memory_limit
-        # A keyless capture (staged rows with a payload hash and no id) makes
-        # tables of its every row's keys and transition, beside the Deliveries'
-        # buffers: at the whole limit a 5M-row first capture peaked at 525 MB,
-        # at a half at 338 MB (their spills are cheap: bench/RESULTS.md).
-        content = prov.PAYLOAD_HASH in capture_schema.names and prov.ID not in capture_schema.names
-        share = CHANGE_STREAM_SHARE if prov.OP in capture_schema.names else 2 if content else 1
-        self._duck_limit = memory_limit // share
-        # A small capture's database is kept for the next reduction (_databases).
-        self._database = open_database(_duck_mb(self._duck_limit), spill_dir)
-        self._keep = (lake is None or not lake.remote) and sum(
-            Path(p).stat().st_size for p in capture_files
-        ) <= KEEP_STAGED_BYTES
-        self.con = self._database.cursor()
-        if lake is not None:
-            lake.attach(self.con)
         self.capture_schema, self.sync_mode, self.baseline = capture_schema, sync_mode, baseline
         # ``current_filter`` (SQL over the lake's columns): a backfill's range of the current state.
         self._has_keys = False
@@ -162,6 +147,20 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         local = not current_filter and not any("://" in str(f) for f in current_files)
         self._lake_files = list(current_files) if local else None
         self._modes(key, strategy, full, deletes, dataset)
+        # A keyless mirror makes tables of its every row's keys and transition,
+        # beside the Deliveries' buffers: at the whole limit a 5M-row first
+        # capture peaked at 525 MB, at a half at 338 MB (their spills are
+        # cheap: bench/RESULTS.md).
+        share = CHANGE_STREAM_SHARE if self.has_op else 2 if self.by_content else 1
+        self._duck_limit = memory_limit // share
+        # A small capture's database is kept for the next reduction (_databases).
+        self._database = open_database(_duck_mb(self._duck_limit), spill_dir)
+        self._keep = (lake is None or not lake.remote) and sum(
+            Path(p).stat().st_size for p in capture_files
+        ) <= KEEP_STAGED_BYTES
+        self.con = self._database.cursor()
+        if lake is not None:
+            lake.attach(self.con)
         op_expr = self._op_sql()
         id_expr = identity_sql(self.key, capture_schema, self.digest)
         hash_expr = payload_hash_sql(self.payload, capture_schema, self.digest)

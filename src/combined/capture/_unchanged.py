@@ -218,20 +218,21 @@ def _marked_alike(con: duckdb.DuckDBPyConnection, marked: list[str]) -> list[lis
         "SELECT c, count(*), bit_xor(hash(ord)), sum(hash(ord)) FROM (SELECT ord, "
         "unnest(unc) AS c FROM unc_lin WHERE op <> 'delete') GROUP BY c"
     ).fetchall()
+    position = {c: i for i, c in enumerate(marked)}
     alike: dict[tuple[Any, ...], list[str]] = {}
     for c, *fingerprint in rows:
-        if c in marked:
+        if c in position:
             alike.setdefault(tuple(fingerprint), []).append(str(c))
     groups: list[list[str]] = []
     for group in alike.values():
-        group.sort(key=marked.index)
+        group.sort(key=position.__getitem__)
         listed = "[" + ", ".join(lit(c) for c in group) + "]"
         (split,) = con.execute(
             "SELECT count(*) FROM unc_lin WHERE op <> 'delete' AND "
             f"len(list_intersect(unc, {listed})) NOT IN (0, {len(group)})"
         ).fetchall()[0]
         groups.extend([[c] for c in group] if split else [group])
-    return sorted(groups, key=lambda g: marked.index(g[0]))
+    return sorted(groups, key=lambda g: position[g[0]])
 
 
 def _filled_columns(payload: Sequence[str], groups: list[list[str]]) -> str:
@@ -362,7 +363,7 @@ def _fill_group(
         "RIGHT JOIN (SELECT ord, pord FROM unc_pick WHERE pord IS NOT NULL) p ON s.ord = p.pord"
     ]
     from_lake = "false"
-    if current_files and any(f.in_lake for f in group):
+    if any(f.in_lake for f in group):
         from_lake = "_lin_ord < 0"
         # (a column the capture added has no lake value: null)
         held = ", ".join(

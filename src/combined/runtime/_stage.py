@@ -120,14 +120,13 @@ class CaptureStager:
         #: The lake table's digest format (identity encoding v1 or v2).
         self.digest = digest
         self.key = list(key)
-        # A keyless dataset's identity covers every payload column: a column
-        # added mid-read would give rows read before it other ids, so its rows
-        # are hashed by the reduction, over the whole capture's schema.
-        self.hash_rows = hash_rows and bool(self.key)
+        # A keyless event stream's identity covers every payload column: a
+        # column added mid-read would give rows read before it other ids, so
+        # its rows are hashed by the reduction, over the whole capture's schema.
         # A table without a key mirrored by content (``key: []``) takes its rows'
         # payload hashes from here (a null column is left out of them, added
         # mid-read or not); the reduction numbers equal rows into ids.
-        self.content_rows = hash_rows and by_content and not self.key
+        self.hash_rows = hash_rows and (bool(self.key) or by_content)
         self.ordinal = first_ordinal
         self.threads = threads  # DuckDB threads hashing a group
         self.batches = 0
@@ -150,7 +149,7 @@ class CaptureStager:
         batch = batch.append_column(ORDINAL, ordinals)
         self.ordinal += n
         self.batches += 1
-        if not (self.hash_rows or self.content_rows):
+        if not self.hash_rows:
             # Nothing to overlap but the write: a change stream's batches (often
             # wide) are written on this thread, holding one batch at a time.
             self.writer.write(batch)
