@@ -327,7 +327,12 @@ def test_a_worker_killed_while_reading_leaves_no_attempt_running(
     engine = Engine.open(tmp_path / "combined.yaml")
     try:
         deadline = time.monotonic() + 120
-        while not (runs := engine.runs()) or runs[0].state != "extracting":
+        # (extracting, and its Attempt recorded: the state is set a moment before)
+        while (
+            not (runs := engine.runs())
+            or runs[0].state != "extracting"
+            or not _attempts(engine, runs[0].id)
+        ):
             assert time.monotonic() < deadline and worker.poll() is None
             time.sleep(0.2)
         worker.kill()
