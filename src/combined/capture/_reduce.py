@@ -122,7 +122,9 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         digest: dg.Digest | None = None,
         deletes: Mapping[str, Any] | None = None,
         dataset: str = "the dataset",
+        same: bool = False,
     ) -> None:
+        """``same``: staging showed the capture equal to the committed one (``runtime._fold``)."""
         #: The table's digest format (v1 hex, v2 binary); staged digests tell it.
         self.digest: dg.Digest = digest or (
             dg.digest_of(capture_schema) if prov.ID in capture_schema.names else dg.HEX
@@ -138,7 +140,7 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         self._has_keys = False
         # Tables rep and moved_out, and the last truncate's ordinal (DuplicateChecks._stream_order).
         self._has_order, self._cut = False, None
-        self._same: bool | None = None
+        self._same: bool | None = True if same else None
         self._fingerprinted = None
         self._current_count: int | None = None
         self.transition: Transition | None = None

@@ -113,6 +113,10 @@ class PartWriter:
         self._accounted = 0  # bytes of the open part already counted by the area
         self._schema: pa.Schema | None = None
 
+    def again(self, name: str) -> PartWriter:
+        """A writer of other parts, named ``name``, under the same limits."""
+        return PartWriter(self.area, f"{self.prefix}-{name}", self.max_rows, self.max_bytes)
+
     def write(self, batch: pa.RecordBatch) -> None:
         """Append a batch, cutting a new part at the row or byte limit."""
         if self._writer is None and batch.num_rows == 0:

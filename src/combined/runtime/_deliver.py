@@ -235,6 +235,9 @@ def commit_metadata(
         "schema": commit_schema_fields(deliveries[0].path) if deliveries else None,
         "ingested_at": accepted_at.isoformat(),
     }
+    if staged.fold is not None:
+        # What the next capture's rows are folded against (``runtime._fold``).
+        metadata["capture_fold"] = dict(staged.fold)
     if plan.history:
         # Its projection keeps the versions too (``lake/_history.py``).
         metadata["history"] = True

@@ -10,7 +10,9 @@ backfill reads its range in :mod:`combined.runtime._backfill`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -26,6 +28,7 @@ from combined.protocol._digest import digest_of
 from combined.runtime._barrier import CheckpointBarrier
 from combined.runtime._deadline import reading
 from combined.runtime._drift import check_key, check_moved, judge_drift
+from combined.runtime._fold import expected_fold
 from combined.runtime._memory import release_memory
 from combined.runtime._plan import DatasetPlan, Staged, table_of
 from combined.runtime._reporter import Reporter
@@ -55,6 +58,7 @@ def extract(
     """
     table = table_of(layout, plan).pinned()
     last = table.latest_commit()
+    version = table.version()
     # The checkpoint lives with the data: the lake's newest commit is authoritative.
     prior_state = last.get("checkpoint") if last else None
     check_key(plan, last, getattr(declared, "identity", None))
@@ -85,7 +89,13 @@ def extract(
     )
     with reading(extraction):  # aborted if it fails; under the Attempt's deadline
         return _consume(
-            plan, extraction, writer, committed_schema, last, prior_state, reporter, declared
+            plan,
+            extraction,
+            writer,
+            committed_schema,
+            _Last(last, version),
+            reporter,
+            declared,
         )
 
 
@@ -125,6 +135,8 @@ def _read_options(
         # A read that finds the source as the committed read left it may take its
         # rows as unchanged and read nothing (files: the same files, unmodified).
         out["skip_unchanged"] = True
+    if _folded(plan):
+        out["change_marker"] = True  # (see runtime._fold)
     if plan.strategy in ("cdc", "cursor") and lake is not None:
         # (a cursor read restarts where a column new to the lake holds values below
         # its checkpoint; a change stream fills such a column from the source)
@@ -143,6 +155,19 @@ def _read_options(
     return out
 
 
+def _folded(plan: DatasetPlan) -> bool:
+    """Whether the capture's rows are folded: a snapshot mirror's (``runtime._fold``)."""
+    return plan.strategy == "snapshot" and plan.sync_mode == "incremental" and not plan.deletes
+
+
+@dataclass(frozen=True, slots=True)
+class _Last:
+    """The lake table as the capture began: its newest Combined commit and its version."""
+
+    commit: Mapping[str, Any] | None
+    version: int | None
+
+
 def _control(extraction: Extraction) -> dict[str, Any] | None:
     totals = getattr(extraction, "control_totals", None)
     if totals is None:
@@ -155,14 +180,16 @@ def _consume(
     extraction: Extraction,
     writer: PartWriter,
     committed_schema: pa.Schema | None,
-    last: Mapping[str, Any] | None,
-    prior_state: Mapping[str, Any] | None,
+    lake: _Last,
     reporter: Reporter,
     declared: Mapping[str, str] | None,
 ) -> Staged:
+    last = lake.commit
+    prior_state = last.get("checkpoint") if last else None
     barrier = CheckpointBarrier()
     shape = _Shape(plan, committed_schema, declared)
     rows = nbytes = 0
+    expected: Mapping[str, Any] | None = None
     stager = CaptureStager(
         writer,
         key=plan.key,
@@ -176,6 +203,8 @@ def _consume(
                 barrier.state(msg.state, position=msg.position)
                 continue
             assert isinstance(msg, RecordBatchMessage)
+            if stager.batches == 0:
+                expected = _fold_first(plan, stager, extraction, lake)
             batch = shape.fit(msg.batch)
             stager.put(batch)
             barrier.records(batch.num_rows)
@@ -188,6 +217,7 @@ def _consume(
             )
             _check_empty_key(plan, shape.schema)
         parts = stager.close(shape.schema)
+        parts, fold, verdict = _settled(stager, parts, extraction, expected)
     except BaseException:
         stager.abort()
         raise
@@ -214,8 +244,47 @@ def _consume(
         unchanged_rows=unchanged,
         prior_state=prior_state,
         fields=now,
+        # (a capture that drifted commits what the policy made of it: no fold)
+        fold=fold if not drift else None,
+        fold_verdict=verdict,
         **_told(plan, extraction),
     )
+
+
+def _fold_first(
+    plan: DatasetPlan, stager: CaptureStager, extraction: Extraction, lake: _Last
+) -> Mapping[str, Any] | None:
+    """At the first batch: fold the rows if the source marks its state (``runtime._fold``).
+
+    Hashing waits for the fold's verdict where the marker is the one the
+    lake's newest commit recorded; returns that commit's fold, or None.
+    """
+    marker = getattr(extraction, "change_marker", None)
+    if not (_folded(plan) and marker):
+        return None
+    expected = expected_fold(lake.commit, lake.version, marker)
+    stager.fold_rows(defer=expected is not None)
+    return expected
+
+
+def _settled(
+    stager: CaptureStager,
+    parts: list[Path],
+    extraction: Extraction,
+    expected: Mapping[str, Any] | None,
+) -> tuple[list[Path], Mapping[str, Any] | None, str | None]:
+    """The staged parts, the capture's fold to record, and the fold's verdict.
+
+    Parts staged unhashed are hashed now, unless the fold is the recorded one
+    (verdict ``same``; ``differed`` if not; None if they were hashed as read).
+    """
+    folded, marker = stager.fold, getattr(extraction, "change_marker", None)
+    fold = folded.record(marker) if folded is not None and marker else None
+    if not stager.deferred:
+        return parts, fold, None
+    if folded is not None and folded.matches(expected or {}):
+        return parts, fold, "same"
+    return stager.hash_staged(parts, stager.writer.again("hashed")), fold, "differed"
 
 
 def _told(plan: DatasetPlan, extraction: Extraction) -> dict[str, Any]:

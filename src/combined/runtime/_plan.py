@@ -133,6 +133,17 @@ class Staged:
     landed_filter: str | None = None
     #: Whether control totals that differ from what landed block publication (a backfill).
     bounded: bool = False
+    #: The capture's fold, for its commit to record (``runtime._fold``).
+    fold: Mapping[str, Any] | None = None
+    #: Where staging waited for the fold before hashing: ``same`` (the capture is the
+    #: one the lake's newest commit recorded: nothing changed, no row was hashed) or
+    #: ``differed`` (hashed after the read). None where it hashed as it read.
+    fold_verdict: str | None = None
+
+    @property
+    def same_as_committed(self) -> bool:
+        """Whether the fold showed the capture equal to the committed one."""
+        return self.fold_verdict == "same"
 
 
 @dataclass

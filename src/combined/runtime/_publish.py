@@ -104,6 +104,8 @@ def publish_run(
             "deletes": p.transition.deletes,
             "deliveries": len(p.deliveries),
             **({} if p.staged.unchanged_rows is None else {"unchanged": p.staged.unchanged_rows}),
+            # (whether the rows' fold was compared before hashing them: runtime._fold)
+            **({} if p.staged.fold_verdict is None else {"fold": p.staged.fold_verdict}),
             **_checked(checks[p.staged.plan.name]),
         }
         for p in prepared

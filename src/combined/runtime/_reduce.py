@@ -108,6 +108,7 @@ def _reducer(
         digest=w.digest,
         deletes=plan.deletes,
         dataset=f"{plan.source}.{plan.name}",
+        same=staged.same_as_committed,
     )
 
 

@@ -29,10 +29,11 @@ import pyarrow.compute as pc
 
 from combined.capture._databases import KeptDatabase
 from combined.capture._reduce import UNCHANGED
-from combined.delivery import PartWriter
+from combined.delivery import PartWriter, part_schema, read_part
 from combined.protocol import _provenance as prov
 from combined.protocol._digest import DEFAULT_DIGEST, Digest, digest_type
 from combined.protocol.identity import compute_identity, compute_payload_hash
+from combined.runtime._fold import Fold
 
 if TYPE_CHECKING:
     import duckdb
@@ -138,6 +139,15 @@ class CaptureStager:
         self._con: duckdb.DuckDBPyConnection | None = None
         self._hashed_bytes = 0
         self._worker: threading.Thread | None = None
+        #: The rows' fold (``runtime._fold``), when asked for before the first batch.
+        self.fold: Fold | None = None
+        #: Whether hashing waits until the fold shows the capture changed (:meth:`hash_staged`).
+        self.deferred = False
+
+    def fold_rows(self, *, defer: bool) -> None:
+        """Fold every row from now on; with ``defer``, stage them without hashing them."""
+        if self.hash_rows:
+            self.fold, self.deferred = Fold(), defer
 
     def put(self, batch: pa.RecordBatch) -> None:
         """Number ``batch`` and hand it on (blocks while the threads lag)."""
@@ -146,8 +156,11 @@ class CaptureStager:
         # ordinal, ordinal + 1, ...: vectorised (a Python range costs the read loop ~80 ns a row).
         ones = pa.repeat(pa.scalar(1, pa.int64()), n)
         ordinals = pc.add(pc.cumulative_sum(ones), self.ordinal - 1)
-        batch = batch.append_column(ORDINAL, ordinals)
         self.ordinal += n
+        self._collect(batch.append_column(ORDINAL, ordinals))
+
+    def _collect(self, batch: pa.RecordBatch) -> None:
+        """Hand a numbered batch on: written now, or hashed and written with its group."""
         self.batches += 1
         if not self.hash_rows:
             # Nothing to overlap but the write: a change stream's batches (often
@@ -243,8 +256,35 @@ class CaptureStager:
     def _stage(self, group: list[pa.RecordBatch]) -> None:
         # A method of its own, so no batch (nor the group's ids and hashes
         # its slices share) outlives the write in a local of the loop above.
-        for batch in self._hashed(group):
+        if self.fold is not None:
+            self.fold.add(self._duck(), pa.Table.from_batches(group))
+        for batch in group if self.deferred else self._hashed(group):
             self.writer.write(batch)
+
+    def hash_staged(self, parts: list[Path], writer: PartWriter) -> list[Path]:
+        """Parts staged unhashed (``deferred``), written anew by ``writer`` with their digests.
+
+        The fold showed the capture changed: it reduces as any other, from
+        parts that carry every row's id and payload hash. The unhashed parts
+        are erased once the hashed ones are written.
+        """
+        schema = part_schema(parts[-1])
+        self.writer, self.deferred, self.fold, self.batches = writer, False, None, 0
+        try:
+            for part in parts:
+                for batch in read_part(part):
+                    self._collect(batch)
+            if self.batches == 0:  # (an empty capture's part holds no batch)
+                self._collect(pa.RecordBatch.from_pylist([], schema=schema))
+            hashed = self.close(schema)
+        except BaseException:
+            self.abort()
+            raise
+        for part in parts:
+            size = part.stat().st_size
+            part.unlink()
+            writer.area.account(-size, files=-1)  # (the staging limits count what it holds)
+        return hashed
 
     def _duck(self) -> duckdb.DuckDBPyConnection:
         # Its own connection, closed with the stager (a thread's cached

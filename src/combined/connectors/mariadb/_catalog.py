@@ -119,6 +119,28 @@ def find_relation(session: Session, name: str, database: str) -> Relation:
     return _relation(rows[0])
 
 
+def change_marker(session: Session, rel: Relation) -> str | None:
+    """A text that moves whenever ``rel``'s rows may have: its creation and last write.
+
+    A hint, never proof: ``UPDATE_TIME`` is kept to the second (a write in
+    the second a read began leaves it as it was) and in memory (NULL after
+    a restart, until the next write). None for a view, a partitioned InnoDB
+    table, or a table whose engine keeps no time.
+    """
+    if rel.kind == "view":
+        return None
+    q = (
+        "SELECT CREATE_TIME, UPDATE_TIME FROM information_schema.TABLES"
+        f" WHERE TABLE_SCHEMA = {session.literal(rel.database)}"
+        f" AND TABLE_NAME = {session.literal(rel.table)}"
+    )
+    rows = session.rows(q, "reading the table's last write time")
+    if not rows or rows[0][1] is None:
+        return None
+    created, written = rows[0]
+    return f"mdb1:{created}:{written}"
+
+
 def snapshot_covers(session: Session, rel: Relation, depth: int = 0) -> bool:
     """Whether a consistent snapshot covers every table ``rel`` reads.
 

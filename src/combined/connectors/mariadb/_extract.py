@@ -230,6 +230,10 @@ class MariaDBExtraction(SessionRead[Session]):
         #: Why a bulk read that could not start left the rows to the row path.
         self.bulk_failure: str | None = None
         self._twin: bulk.SnapshotTwin | None = None
+        #: The table's last-write marker when asked for (``change_marker``), read
+        #: in the snapshot before its rows: the engine folds a capture whose marker
+        #: did not move (``runtime._fold``).
+        self.change_marker: str | None = None
 
     @property
     def control_totals(self) -> ControlTotals | None:
@@ -298,6 +302,8 @@ class MariaDBExtraction(SessionRead[Session]):
         at = _server_time(now)
         self.authority.acquire(at=at)
         rel = catalog.find_relation(session, self._request.relation, self._settings.database)
+        if self._request.options.get("change_marker") and not self._request.bounds:
+            self.change_marker = catalog.change_marker(session, rel)
         if catalog.snapshot_covers(session, rel):
             binlog = dict(
                 session.rows("SHOW STATUS LIKE 'binlog_snapshot_%'", "reading the snapshot")

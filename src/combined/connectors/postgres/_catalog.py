@@ -170,6 +170,32 @@ def find_relation(session: Session, name: str) -> Relation:
     return _relation(rows[0])
 
 
+#: A table's storage and its cumulative write counters, from the server's statistics.
+_MARKER = (
+    "SELECT current_setting('track_counts') = 'on', pg_relation_filenode({oid}),"
+    " pg_stat_get_tuples_inserted({oid}), pg_stat_get_tuples_updated({oid}),"
+    " pg_stat_get_tuples_deleted({oid}), pg_postmaster_start_time()"
+)
+
+
+def change_marker(session: Session, rel: Relation) -> str | None:
+    """A text that moves whenever ``rel``'s rows may have: its storage and write counters.
+
+    A hint, never proof: statistics reach the counters up to seconds after a
+    write commits, and TRUNCATE counts no row (it gives the table new
+    storage, which the marker holds). None for what a table's counters do
+    not cover: a view, a partitioned or inherited table (its partitions'
+    writes count on them), or a server that keeps no counts.
+    """
+    if rel.kind != "r" or rel.children:
+        return None
+    query = sql.SQL(_MARKER).format(oid=sql.Literal(rel.oid))
+    counting, storage, *counts, started = session.rows(query, "reading the table's statistics")[0]
+    if not counting or storage is None:
+        return None
+    return f"pg1:{rel.oid}:{storage}:{':'.join(map(str, counts))}:{started.isoformat()}"
+
+
 def _elsewhere(session: Session, name: str, table: str) -> str | None:
     """For a bare name (read in ``public``): the relations of that name in other schemas."""
     if len(split_qualified(name, '"', "")) != 1:

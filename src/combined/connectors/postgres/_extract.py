@@ -338,6 +338,9 @@ class PostgresExtraction(SessionRead[Session]):
         self._partition = partition
         self._pid: int | None = None
         self._control: ControlTotals | None = None
+        #: The relation's statistics marker when asked for (``change_marker``), read
+        #: before its rows: the engine folds a capture whose marker did not move.
+        self.change_marker: str | None = None
 
     @property
     def backend_pid(self) -> int | None:
@@ -452,6 +455,8 @@ class PostgresExtraction(SessionRead[Session]):
     def _prepare(self, session: Session) -> _Work:
         request = self._request
         rel = catalog.find_relation(session, request.relation)
+        if request.options.get("change_marker") and self._partition is None and not request.bounds:
+            self.change_marker = catalog.change_marker(session, rel)
         cols = catalog.columns(session, [rel.oid]).get(rel.oid, [])
         types = catalog.load_types(session, {c.typoid for c in cols})
         casts = self._options.casts

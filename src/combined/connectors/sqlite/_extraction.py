@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -80,6 +81,9 @@ class SQLiteExtraction(BaseExtraction):
         self._batch_rows = batch_rows
         self._guard = threading.Lock()
         self._started = False
+        #: The database file's marker when asked for (``change_marker``), taken
+        #: before the read: the engine folds a capture whose marker did not move.
+        self.change_marker: str | None = None
 
     def _claim(self) -> Connection:
         with self._guard:
@@ -114,6 +118,8 @@ class SQLiteExtraction(BaseExtraction):
         self.authority.acquire()
         in_transaction = False
         cursor = None
+        if request.options.get("change_marker") and not request.bounds:
+            self.change_marker = file_marker(self._path)
         try:
             # One read transaction: the catalog, max(cursor) and every row are
             # read from the same snapshot of the file.
@@ -229,6 +235,27 @@ class SQLiteExtraction(BaseExtraction):
         order = ", ".join(quote_ident(c) for c in dict.fromkeys((spec.column, *request.key)))
         sql = f"{base} WHERE {' AND '.join(where)} ORDER BY {order}"
         return _Plan(projection, sql, tuple(params), checkpoint, null_sql)
+
+
+def file_marker(path: str) -> str | None:
+    """A text that moves whenever the database file may have: the file's and its WAL's.
+
+    Each write changes the file or its write-ahead log (size, modification
+    time to the nanosecond where the file system keeps it). A hint, never
+    proof: on a file system that keeps coarser times a write in the same
+    tick leaves it as it was. None for a database that is not a plain file.
+    """
+    marks = []
+    for name in (path, f"{path}-wal"):
+        try:
+            st = os.stat(name)
+        except OSError:
+            if name == path:
+                return None
+            marks.append("-")
+            continue
+        marks.append(f"{st.st_dev}.{st.st_ino}.{st.st_size}.{st.st_mtime_ns}")
+    return "sqlite1:" + ":".join(marks)
 
 
 def _filled_below(

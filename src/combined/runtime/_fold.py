@@ -1,0 +1,200 @@
+"""A snapshot re-capture that the source says is unchanged, confirmed without md5.
+
+Hashing every row's identity and payload (md5 of the canonical texts,
+``docs/identity.md``) costs more CPU than reading the rows. A table that did
+not change since its last capture needs none of it: it only has to be shown
+equal to what that capture committed. So a snapshot mirror's capture also
+folds its rows with DuckDB's vectorised 64-bit ``hash()`` (about a
+twentieth of the md5's CPU), and the lake commit records the fold
+(``capture_fold`` in its metadata) with a marker the source gives of its
+own state (PostgreSQL: the table's storage and write counters).
+
+The next capture whose source marker is the recorded one (nothing was
+written, as far as the source's statistics tell) stages its rows without
+md5 and folds them the same way. Equal folds over the same columns, row
+count, DuckDB version and lake table version: the capture is the committed
+one, and nothing changes. Any difference (statistics that lag a write, a
+changed row, another DuckDB) hashes the staged rows then, and the capture
+reduces as any other. The marker only chooses the order of the work; the
+fold decides.
+
+The fold is two sums, over every row, of the row's ``hash()`` with its
+columns in order and in reverse: order-free (a source returns its rows in
+any order), repeats counted. A changed row escapes it only if each of its
+changed values hashes as the old value did (a 64-bit collision); the next
+capture after any write to the table compares every row's md5 again.
+Columns are hashed as DuckDB scans Arrow, after casting the types it would
+scan with a loss (durations, ``date64``, ``float16``, 256-bit decimals) to
+ones it scans exactly; a nested column holding such a type is not folded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from combined.protocol.identity import quote_ident
+
+if TYPE_CHECKING:
+    import duckdb
+
+#: Names the fold's encoding: another DuckDB may hash the same value otherwise.
+FOLD_KIND = "duckdb-hash-sum2"
+
+
+def fold_encoding() -> str:
+    """The fold's encoding and the DuckDB that computes it: folds compare only within one."""
+    import duckdb
+
+    return f"{FOLD_KIND}/{duckdb.__version__}"
+
+
+@dataclass
+class Fold:
+    """A running fold of a capture's rows (see the module's docstring)."""
+
+    #: The folded columns as ``name: Arrow type`` (the first group's; None once invalid).
+    columns: list[str] | None = None
+    rows: int = 0
+    forward: int = 0
+    backward: int = 0
+
+    def add(self, con: duckdb.DuckDBPyConnection, table: pa.Table) -> None:
+        """Fold ``table``'s rows (its ``_combined_`` columns left out) into this fold."""
+        if self.columns == []:
+            return  # invalid: a group could not be folded, or its columns moved
+        columns = [f"{f.name}: {f.type}" for f in table.schema if not _control(f.name)]
+        if self.columns is None:
+            self.columns = columns
+        prepared = _foldable(table)
+        if columns != self.columns or prepared is None:
+            self.columns = []
+            return
+        if prepared.num_rows == 0:
+            return
+        names = [quote_ident(n) for n in prepared.column_names]
+        con.register("_fold_rows", prepared)
+        try:
+            rows, forward, backward = con.execute(
+                f"SELECT count(*), sum(hash({', '.join(names)}))::HUGEINT, "
+                f"sum(hash({', '.join(reversed(names))}))::HUGEINT FROM _fold_rows"
+            ).fetchall()[0]
+        finally:
+            con.unregister("_fold_rows")
+        self.rows += int(rows)
+        self.forward += int(forward)
+        self.backward += int(backward)
+
+    def record(self, marker: str) -> dict[str, Any] | None:
+        """What the lake commit keeps of this fold (None if it is not valid)."""
+        if not self.columns:
+            return None
+        return {
+            "encoding": fold_encoding(),
+            "marker": marker,
+            "columns": self.columns,
+            "rows": self.rows,
+            "forward": str(self.forward),
+            "backward": str(self.backward),
+        }
+
+    def matches(self, recorded: Mapping[str, Any]) -> bool:
+        """Whether this fold is the recorded one: same columns, rows and sums."""
+        return bool(self.columns) and (
+            recorded.get("columns") == self.columns
+            and recorded.get("rows") == self.rows
+            and recorded.get("forward") == str(self.forward)
+            and recorded.get("backward") == str(self.backward)
+        )
+
+
+def expected_fold(
+    last: Mapping[str, Any] | None, table_version: int | None, marker: str | None
+) -> Mapping[str, Any] | None:
+    """The recorded fold a capture with source ``marker`` may be checked against, or None.
+
+    It must be the newest lake version's (no other commit changed the table
+    since: compaction included, which changes no row but is not worth a
+    special case), in this fold encoding, under the same source marker.
+    """
+    if not (last and marker) or table_version is None:
+        return None
+    recorded = last.get("capture_fold")
+    if not isinstance(recorded, Mapping) or last.get("lake_version") != table_version:
+        return None
+    if recorded.get("encoding") != fold_encoding() or recorded.get("marker") != marker:
+        return None
+    return recorded
+
+
+def _control(name: str) -> bool:
+    return name.startswith("_combined_")
+
+
+def _foldable(table: pa.Table) -> pa.Table | None:
+    """``table``'s payload columns in types DuckDB scans exactly, or None if one has none."""
+    arrays, names = [], []
+    for f, col in zip(table.schema, table.columns, strict=True):
+        if _control(f.name):
+            continue
+        exact = _exact(col, f.type)
+        if exact is None:
+            return None
+        arrays.append(exact)
+        names.append(f.name)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def _exact(col: pa.ChunkedArray, t: pa.DataType) -> pa.ChunkedArray | None:
+    """``col`` as a column DuckDB scans without losing a value's difference."""
+    if isinstance(t, pa.BaseExtensionType):
+        if isinstance(t, pa.UuidType):
+            return col
+        return _exact(
+            pa.chunked_array([c.storage for c in col.chunks], t.storage_type), t.storage_type
+        )
+    if pa.types.is_dictionary(t):
+        return _exact(col.cast(t.value_type), t.value_type)
+    if pa.types.is_duration(t) or pa.types.is_date64(t):
+        return pc.cast(col, pa.int64())  # (DuckDB: an INTERVAL of microseconds; a DATE)
+    if pa.types.is_float16(t):
+        return pc.cast(col, pa.float32())
+    if isinstance(t, pa.Decimal256Type):
+        return pc.cast(col, pa.string())
+    return col if _scanned_exactly(t) else None
+
+
+#: The scalar types DuckDB scans as Arrow holds them (a 128-bit decimal: to 38 digits).
+_EXACT = (
+    pa.types.is_integer,
+    pa.types.is_boolean,
+    pa.types.is_float32,
+    pa.types.is_float64,
+    pa.types.is_string,
+    pa.types.is_large_string,
+    pa.types.is_string_view,
+    pa.types.is_binary,
+    pa.types.is_large_binary,
+    pa.types.is_binary_view,
+    pa.types.is_fixed_size_binary,
+    pa.types.is_date32,
+    pa.types.is_timestamp,
+    pa.types.is_time,
+    pa.types.is_null,
+    lambda t: isinstance(t, pa.Decimal128Type),
+)
+
+
+def _scanned_exactly(t: pa.DataType) -> bool:
+    """Whether DuckDB scans every value of type ``t`` as a value of its own."""
+    if pa.types.is_nested(t):
+        if pa.types.is_map(t):
+            return _scanned_exactly(t.key_type) and _scanned_exactly(t.item_type)
+        if pa.types.is_union(t):
+            return False
+        return all(_scanned_exactly(t.field(i).type) for i in range(t.num_fields))
+    return any(exact(t) for exact in _EXACT)

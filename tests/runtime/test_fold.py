@@ -1,0 +1,122 @@
+"""The rows' fold (``runtime._fold``): every changed value moves it, row order does not.
+
+Each type is folded through a real DuckDB: a value changed in one row, by as
+little as the type holds (a nanosecond, the last digit of a 256-bit decimal,
+one byte), must give another fold. Row order must not; a repeated row must.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import uuid
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from combined.runtime._fold import Fold, expected_fold, fold_encoding
+
+NS = 1_700_000_000_123_456_789
+#: (type, the first row's value, the value it changes to); the other rows stay.
+CHANGES: list[tuple[pa.DataType, Any, Any]] = [
+    (pa.int64(), 1, 2),
+    (pa.uint64(), 2**64 - 1, 2**64 - 2),
+    (pa.int8(), 0, None),
+    (pa.bool_(), True, False),
+    (pa.float64(), 0.1, 0.1 + 2**-55),
+    (pa.float32(), 1.5, 1.25),
+    (pa.float16(), 1.5, 1.25),
+    (pa.string(), "a", "b"),
+    (pa.string(), "", None),
+    (pa.large_string(), "x" * 100, "x" * 99 + "y"),
+    (pa.binary(), b"\x00", b"\x00\x00"),
+    (pa.binary(2), b"ab", b"ac"),
+    (pa.date32(), dt.date(2026, 1, 1), dt.date(2026, 1, 2)),
+    (pa.date64(), 86_400_000, 86_400_001),
+    (pa.timestamp("us", tz="UTC"), 1, 2),
+    (pa.timestamp("ns", tz="UTC"), NS, NS + 1),
+    (pa.timestamp("ns"), NS, NS + 1),
+    (pa.time64("ns"), 1, 2),
+    (pa.duration("ns"), 1, 2),
+    (pa.decimal128(38, 10), decimal.Decimal("1.0000000001"), decimal.Decimal("1.0000000002")),
+    (pa.decimal256(60, 2), decimal.Decimal("9" * 57 + ".99"), decimal.Decimal("9" * 57 + ".98")),
+    (pa.list_(pa.string()), ["a", None], [None, "a"]),
+    (pa.list_(pa.int64()), [1], [1, 1]),
+    (pa.struct([("a", pa.int64()), ("b", pa.string())]), {"a": 1, "b": "x"}, {"a": 1, "b": "y"}),
+    (pa.map_(pa.string(), pa.int64()), [("k", 1)], [("k", 2)]),
+    (pa.uuid(), uuid.UUID(int=1).bytes, uuid.UUID(int=2).bytes),
+    (pa.json_(), '{"a": 1}', '{"a":1}'),
+    (pa.dictionary(pa.int32(), pa.string()), "a", "b"),
+]
+
+
+def _fold(*tables: pa.Table) -> Fold:
+    fold = Fold()
+    con = duckdb.connect()
+    for table in tables:
+        fold.add(con, table)
+    con.close()
+    return fold
+
+
+def _table(t: pa.DataType, first: Any, others: list[Any] | None = None) -> pa.Table:
+    values = [first] + ([None] if others is None else others)
+    return pa.table(
+        {
+            "id": pa.array(range(len(values)), pa.int64()),
+            "v": pa.array(values, t),
+            "_combined_ordinal": pa.array(range(len(values)), pa.int64()),
+        }
+    )
+
+
+@pytest.mark.parametrize(("t", "before", "after"), CHANGES, ids=lambda x: str(x)[:30])
+def test_a_changed_value_moves_the_fold(t: pa.DataType, before: Any, after: Any) -> None:
+    old, new = _fold(_table(t, before)), _fold(_table(t, after))
+    assert old.record("m") is not None, f"{t} is not folded"
+    assert not new.matches(old.record("m") or {})
+    assert _fold(_table(t, before)).matches(old.record("m") or {})
+
+
+def test_row_order_and_batches_do_not_move_the_fold_but_a_repeat_does() -> None:
+    rows = pa.table({"id": [1, 2, 3], "name": ["a", "b", None]})
+    whole = _fold(rows).record("m")
+    assert whole is not None
+    assert _fold(rows.take([2, 0, 1])).matches(whole)
+    assert _fold(rows.slice(0, 1), rows.slice(1)).matches(whole)
+    assert not _fold(pa.concat_tables([rows, rows.slice(0, 1)])).matches(whole)
+    # Values moved between columns of one type are another row.
+    swapped = pa.table({"id": [1, 2, 3], "name": ["a", "b", None], "other": ["b", "a", None]})
+    assert not _fold(swapped.select(["id", "other"]).rename_columns(["id", "name"])).matches(whole)
+
+
+def test_a_column_added_renamed_or_retyped_is_another_fold() -> None:
+    rows = pa.table({"id": [1, 2], "n": pa.array([1, 2], pa.int32())})
+    whole = _fold(rows).record("m")
+    assert whole is not None
+    assert not _fold(rows.append_column("x", pa.nulls(2, pa.int64()))).matches(whole)
+    assert not _fold(rows.rename_columns(["id", "m"])).matches(whole)
+    assert not _fold(rows.cast(pa.schema([("id", pa.int64()), ("n", pa.int64())]))).matches(whole)
+    # A later batch with other columns (a column added mid-read): no fold at all.
+    assert _fold(rows, rows.append_column("x", pa.nulls(2))).record("m") is None
+
+
+def test_a_column_duckdb_cannot_scan_exactly_is_not_folded() -> None:
+    nested = pa.table({"id": [1], "d": pa.array([[1]], pa.list_(pa.duration("ns")))})
+    assert _fold(nested).record("m") is None
+    union = pa.UnionArray.from_sparse(pa.array([0], pa.int8()), [pa.array([1])])
+    assert _fold(pa.table({"id": [1], "u": union})).record("m") is None
+
+
+def test_a_recorded_fold_applies_to_the_version_and_marker_it_was_taken_at() -> None:
+    recorded = _fold(pa.table({"id": [1]})).record("pg1:x")
+    assert recorded is not None and recorded["encoding"] == fold_encoding()
+    last = {"capture_fold": recorded, "lake_version": 3}
+    assert expected_fold(last, 3, "pg1:x") == recorded
+    assert expected_fold(last, 4, "pg1:x") is None  # another commit since
+    assert expected_fold(last, 3, "pg1:y") is None  # the source wrote since
+    assert expected_fold(last, 3, None) is None  # the source gives no marker
+    other = {**recorded, "encoding": "duckdb-hash-sum2/0.0.1"}
+    assert expected_fold({**last, "capture_fold": other}, 3, "pg1:x") is None
