@@ -114,9 +114,13 @@ def test_a_recorded_fold_applies_to_the_version_and_marker_it_was_taken_at() -> 
     recorded = _fold(pa.table({"id": [1]})).record("pg1:x")
     assert recorded is not None and recorded["encoding"] == fold_encoding()
     last = {"capture_fold": recorded, "lake_version": 3}
-    assert expected_fold(last, 3, "pg1:x") == recorded
-    assert expected_fold(last, 4, "pg1:x") is None  # another commit since
-    assert expected_fold(last, 3, "pg1:y") is None  # the source wrote since
-    assert expected_fold(last, 3, None) is None  # the source gives no marker
+
+    def kept(version: int) -> bool:
+        return version == 3
+
+    assert expected_fold(last, "pg1:x", kept) == recorded
+    assert expected_fold(last, "pg1:x", lambda v: False) is None  # another commit since
+    assert expected_fold(last, "pg1:y", kept) is None  # the source wrote since
+    assert expected_fold(last, None, kept) is None  # the source gives no marker
     other = {**recorded, "encoding": "duckdb-hash-sum2/0.0.1"}
-    assert expected_fold({**last, "capture_fold": other}, 3, "pg1:x") is None
+    assert expected_fold({**last, "capture_fold": other}, "pg1:x", kept) is None

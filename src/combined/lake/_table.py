@@ -224,6 +224,25 @@ class LakeTable:
             if (after is None or int(entry["version"]) > after) and METADATA_KEY not in entry
         )
 
+    def rows_kept_since(self, version: int) -> bool:
+        """Whether every commit after ``version`` was Combined's compaction or vacuum.
+
+        Such commits rewrite or remove files, never a row: the table holds
+        the rows it held at ``version``.
+        """
+        dt = self._open()
+        newer = -1 if dt is None else int(dt.version()) - version
+        if newer <= 0:
+            return newer == 0
+        for entry in dt.history(newer):
+            if int(entry["version"]) <= version:
+                continue
+            raw = entry.get(METADATA_KEY)
+            meta = json.loads(raw) if isinstance(raw, str) else raw
+            if not isinstance(meta, dict) or meta.get(MAINTENANCE) not in ("compact", "vacuum"):
+                return False
+        return True
+
     def latest_commit(self) -> dict[str, Any] | None:
         """The newest commit made by Combined: the authoritative checkpoint."""
         return self.newest_commit()

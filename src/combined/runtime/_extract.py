@@ -9,7 +9,7 @@ backfill reads its range in :mod:`combined.runtime._backfill`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -58,7 +58,6 @@ def extract(
     """
     table = table_of(layout, plan).pinned()
     last = table.latest_commit()
-    version = table.version()
     # The checkpoint lives with the data: the lake's newest commit is authoritative.
     prior_state = last.get("checkpoint") if last else None
     check_key(plan, last, getattr(declared, "identity", None))
@@ -93,7 +92,7 @@ def extract(
             extraction,
             writer,
             committed_schema,
-            _Last(last, version),
+            _Last(last, table.rows_kept_since),
             reporter,
             declared,
         )
@@ -162,10 +161,11 @@ def _folded(plan: DatasetPlan) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class _Last:
-    """The lake table as the capture began: its newest Combined commit and its version."""
+    """The lake table as the capture began: its newest Combined commit, and what followed it."""
 
     commit: Mapping[str, Any] | None
-    version: int | None
+    #: Whether only compactions and vacuums followed a lake version (``LakeTable``).
+    rows_kept_since: Callable[[int], bool]
 
 
 def _control(extraction: Extraction) -> dict[str, Any] | None:
@@ -262,7 +262,7 @@ def _fold_first(
     marker = getattr(extraction, "change_marker", None)
     if not (_folded(plan) and marker):
         return None
-    expected = expected_fold(lake.commit, lake.version, marker)
+    expected = expected_fold(lake.commit, marker, lake.rows_kept_since)
     stager.fold_rows(defer=expected is not None)
     return expected
 

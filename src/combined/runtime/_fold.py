@@ -30,7 +30,7 @@ ones it scans exactly; a nested column holding such a type is not folded.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -113,22 +113,25 @@ class Fold:
 
 
 def expected_fold(
-    last: Mapping[str, Any] | None, table_version: int | None, marker: str | None
+    last: Mapping[str, Any] | None,
+    marker: str | None,
+    rows_kept_since: Callable[[int], bool],
 ) -> Mapping[str, Any] | None:
     """The recorded fold a capture with source ``marker`` may be checked against, or None.
 
-    It must be the newest lake version's (no other commit changed the table
-    since: compaction included, which changes no row but is not worth a
-    special case), in this fold encoding, under the same source marker.
+    It is the newest Combined commit's, in this fold encoding, under the same
+    source marker, on a table no commit changed since (``rows_kept_since``
+    its version: only compactions and vacuums after it).
     """
-    if not (last and marker) or table_version is None:
+    if not (last and marker):
         return None
     recorded = last.get("capture_fold")
-    if not isinstance(recorded, Mapping) or last.get("lake_version") != table_version:
+    if not isinstance(recorded, Mapping):
         return None
     if recorded.get("encoding") != fold_encoding() or recorded.get("marker") != marker:
         return None
-    return recorded
+    version = last.get("lake_version")
+    return recorded if isinstance(version, int) and rows_kept_since(version) else None
 
 
 def _control(name: str) -> bool:
