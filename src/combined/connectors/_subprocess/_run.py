@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from combined.connectors._shared import SessionRead
+from combined.connectors._subprocess._live import LiveConfig
 from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess, LineTooLong, Stopped, Timeout
 from combined.connectors._subprocess._rows import DECODER, Rows
@@ -232,8 +233,10 @@ class ProgramExtraction(SessionRead[ProgramRun]):
         request: ReadRequest,
         batch_rows: int,
         scrub: Callable[[str], str],
+        live: LiveConfig,
     ) -> None:
         super().__init__(ExtractionAuthority(), _close_quietly)
+        self._program_config = live
         self._settings = settings
         self._flavour = settings.flavour
         self._argv = list(argv)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from combined.connectors._subprocess._live import LiveConfig
 from combined.connectors._subprocess._process import ChildProcess
 from combined.connectors._subprocess._run import with_log
 from combined.errors import CombinedError, ConfigError, SourceError, SourceUnavailable
@@ -63,6 +64,36 @@ def trace_error(
     return kind(
         text, hint=hint, failure_type=failure if isinstance(failure, str) else None, **context
     )
+
+
+def control(proc: ChildProcess, message: Mapping[str, Any], live: LiveConfig) -> None:
+    """A ``CONTROL`` message: a ``CONNECTOR_CONFIG`` is the connector's configuration from now on.
+
+    Kept at once, whatever becomes of the run (``docs/airbyte.md``,
+    "Configuration updates"); the log tail names the changed keys, never a
+    value. Other control types are ignored; a config update without a
+    ``config`` object is a ``SourceError``.
+    """
+    body = message.get("control")
+    if not isinstance(body, Mapping) or body.get("type") != "CONNECTOR_CONFIG":
+        return
+    update = body.get("connectorConfig")
+    config = update.get("config") if isinstance(update, Mapping) else None
+    if not isinstance(config, Mapping):
+        raise SourceError(
+            with_log(
+                proc,
+                "a CONTROL CONNECTOR_CONFIG without a `connectorConfig.config` object",
+                "connector",
+            ),
+            hint="the connector must send its whole updated configuration; nothing was kept",
+        )
+    changed = live.receive(config)
+    if changed:
+        proc.log(
+            f"Combined: the connector updated its configuration ({', '.join(changed)}); "
+            "kept for its next run"
+        )
 
 
 def descriptor(value: Any) -> Mapping[str, Any] | None:

@@ -53,7 +53,7 @@ class SingerExtraction(ProgramExtraction):
         self._catalog = catalog
 
     def _arguments(self, files: PrivateDir) -> list[str]:
-        args = ["--config", files.write("config.json", self._settings.program_config)]
+        args = ["--config", files.write("config.json", self._program_config.current)]
         args += ["--catalog", files.write("catalog.json", self._catalog)]
         state = self._tap_state()
         if state is not None:

@@ -105,7 +105,7 @@ class SingerSource(ProgramSource[Settings]):
         def arguments(files: PrivateDir) -> list[str]:
             return [
                 "--config",
-                files.write("config.json", self.settings.program_config),
+                files.write("config.json", self.live.current),
                 "--discover",
             ]
 
