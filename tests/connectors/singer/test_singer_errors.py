@@ -299,3 +299,39 @@ def test_exact_numbers_stay_exact() -> None:
     plan = plan_field("f", {"type": "number", "multipleOf": 0.01})
     column = plan.column([Decimal("12345678901234567890.12"), 3, None])
     assert column.to_pylist() == [Decimal("12345678901234567890.12"), Decimal("3.00"), None]
+
+
+def test_read_ahead_is_bounded_in_bytes_not_only_in_lines(tmp_path: Path) -> None:
+    """A tap of large records waits for Combined once 16 MiB of lines are read ahead.
+
+    Bounded by lines alone, 256 records of 50 MB would be held at once (12.5 GB).
+    """
+    import sys
+
+    from combined.connectors._subprocess._process import ChildProcess
+
+    progress = tmp_path / "progress"
+    script = tmp_path / "big.py"
+    script.write_text(
+        "import sys\n"
+        "for i in range(48):\n"
+        "    sys.stdout.write('x' * (1024 * 1024 - 1) + '\\n'); sys.stdout.flush()\n"
+        f"    open({str(progress)!r}, 'w').write(str(i + 1))\n"
+    )
+    proc = ChildProcess([sys.executable, str(script)], scrub=str, max_line_bytes=2**21)
+    try:
+        seen, still = "", 0
+        while still < 10:  # wait until the tap stops making progress: blocked on the pipe
+            time.sleep(0.2)
+            now = progress.read_text() if progress.exists() else ""
+            still = still + 1 if now == seen else 0
+            seen = now
+        assert int(seen) <= 16 + 4  # the read-ahead, the pipe and the line being read
+        lines = 0
+        while (line := proc.next_line(30)) is not None:
+            assert len(line) == 1024 * 1024
+            lines += 1
+        assert lines == 48
+        assert proc.wait_exit(30) == 0
+    finally:
+        proc.stop()
