@@ -1,18 +1,35 @@
-"""A program's configuration as it stands: the declared one, then each update it sent.
+"""A program's configuration as it stands: the declared one, then each update it made.
 
-An Airbyte source may send its updated configuration (``CONTROL``
-``CONNECTOR_CONFIG``: a rotated refresh token). Every later run of the
-program, in this process and in the next, must be given the new one: the
-source's :class:`LiveConfig` holds it for this process, and the engine's sink
-(:class:`~combined.connectors.abc.ConfigSink`) keeps it for the next.
+A connector program may update its own configuration: an Airbyte source
+sends it (``CONTROL`` ``CONNECTOR_CONFIG``), a Singer tap writes it back into
+its ``--config`` file (the Singer SDK's settings write-back, singer-io taps'
+``write_config``); typically a rotated refresh token, the old one revoked.
+Every later run of the program, in this process and in the next, must be
+given the new one: the source's :class:`LiveConfig` holds it for this
+process, and the engine's sink (:class:`~combined.connectors.abc.ConfigSink`)
+keeps it for the next.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from combined.connectors.abc import ConfigSink
+
+#: The name of the program's configuration file in its private directory.
+CONFIG_FILE = "config.json"
+
+
+def _plain(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` as plain JSON values (exact numbers parsed as ``Decimal`` made numbers)."""
+    # Here, not at the top: the engine sweeps private files without importing pyarrow.
+    from combined.connectors._subprocess._schema import json_default
+
+    plain: dict[str, Any] = json.loads(json.dumps(config, default=json_default))
+    return plain
 
 
 class LiveConfig:
@@ -28,8 +45,24 @@ class LiveConfig:
         The sink keeps it before this returns (raising if it cannot); with
         no sink (a source used outside a project) it lasts as long as the source.
         """
-        before, self.current = self.current, dict(config)
+        before, self.current = self.current, _plain(config)
         if self.sink is None:
             keys = [*before, *(k for k in self.current if k not in before)]
             return [f"config.{k}" for k in keys if before.get(k) != self.current.get(k)]
         return self.sink.update({"config": before}, {"config": self.current})
+
+    def take_back(self, directory: Path, given: Mapping[str, Any] | None) -> list[str]:
+        """What the program wrote back into its configuration file in ``directory``, if anything.
+
+        ``given`` is what the file was written with. A file that is no longer a
+        JSON object (a program killed while writing it) is no update.
+        """
+        if given is None:
+            return []
+        try:
+            written = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        if not isinstance(written, dict) or written == _plain(given):
+            return []
+        return self.receive(written)

@@ -13,6 +13,7 @@ import abc
 import atexit
 import contextlib
 import json
+import sys
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from combined.connectors._shared import SessionRead
-from combined.connectors._subprocess._live import LiveConfig
+from combined.connectors._subprocess._live import CONFIG_FILE, LiveConfig
 from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess, LineTooLong, Stopped, Timeout
 from combined.connectors._subprocess._rows import DECODER, Rows
@@ -54,13 +55,15 @@ class ProgramRun:
     aborts it).
     """
 
-    def __init__(self, proc: ChildProcess, files: PrivateDir) -> None:
+    def __init__(self, proc: ChildProcess, files: PrivateDir, live: LiveConfig) -> None:
         self.proc = proc
         self.files = files
+        self.live = live
         _OPEN_RUNS.add(self)
 
     def close(self) -> BaseException | None:
-        """Stop the program's process group, reap it, remove the files; return the first failure."""
+        """Stop the program's process group, reap it, keep the configuration it wrote back,
+        remove the files; return the first failure."""
         _OPEN_RUNS.discard(self)
         failure: BaseException | None = None
         try:
@@ -68,8 +71,19 @@ class ProgramRun:
         except Exception as exc:  # cleanup reports, never raises
             failure = exc
         finally:
-            self.files.remove()
+            failure = _take_back(self.live, self.files) or failure
         return failure
+
+
+def _take_back(live: LiveConfig, files: PrivateDir) -> BaseException | None:
+    """Keep what the ended program wrote back into its configuration, then remove its files."""
+    try:
+        live.take_back(files.path, files.written.get(CONFIG_FILE))
+    except Exception as exc:  # a rotated token that cannot be kept: the run says so
+        return exc
+    finally:
+        files.remove()
+    return None
 
 
 _OPEN_RUNS: weakref.WeakSet[ProgramRun] = weakref.WeakSet()
@@ -165,13 +179,15 @@ def call(
     *,
     too_slow: Callable[[], CombinedError],
     too_long: Callable[[ChildProcess, LineTooLong], CombinedError],
+    live: LiveConfig,
 ) -> tuple[ChildProcess, int]:
     """Run the program once to its end (discovery, check), within ``discover_timeout``.
 
     ``arguments`` writes the run's private files and returns the arguments
     after the program's argv; ``on_line`` sees each line of its output. Returns
     the stopped process (its log tail still readable) and its exit status.
-    The timeout bounds the whole call, not each line of it.
+    The timeout bounds the whole call, not each line of it. A configuration
+    the program wrote back is kept (``live``), however the call ends.
     """
     argv = settings.executable()
     files = PrivateDir(f"combined-{settings.flavour.connector}-")
@@ -196,7 +212,9 @@ def call(
     finally:
         if proc is not None:
             proc.stop()
-        files.remove()
+        failure = _take_back(live, files)
+        if failure is not None and sys.exc_info()[1] is None:
+            raise failure
 
 
 @dataclass
@@ -266,7 +284,7 @@ class ProgramExtraction(SessionRead[ProgramRun]):
         except BaseException:
             files.remove()
             raise
-        self._session = ProgramRun(proc, files)
+        self._session = ProgramRun(proc, files, self._program_config)
         self.pid = proc.pid
         return proc
 

@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from combined.connectors._subprocess._live import CONFIG_FILE
 from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess
 from combined.connectors._subprocess._rows import Rows, described
@@ -49,7 +50,7 @@ class AirbyteExtraction(ProgramExtraction):
         self._cursor = cursor
 
     def _arguments(self, files: PrivateDir) -> list[str]:
-        args = ["read", "--config", files.write("config.json", self._program_config.current)]
+        args = ["read", "--config", files.write(CONFIG_FILE, self._program_config.current)]
         args += ["--catalog", files.write("catalog.json", self._catalog)]
         request = self._request
         if request.strategy == "cursor" and request.state and request.state.get("airbyte"):

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from combined.connectors._shared import select_plans
+from combined.connectors._subprocess._live import CONFIG_FILE
 from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess, LineTooLong
 from combined.connectors._subprocess._rows import DECODER
@@ -97,7 +98,7 @@ class AirbyteSource(ProgramSource[Settings]):
                 found.append(msg)
 
         def arguments(files: PrivateDir) -> list[str]:
-            return [command, "--config", files.write("config.json", self.live.current)]
+            return [command, "--config", files.write(CONFIG_FILE, self.live.current)]
 
         timeout = self.settings.discover_timeout
         proc, code = call(
@@ -110,6 +111,7 @@ class AirbyteSource(ProgramSource[Settings]):
                 hint="raise `discover_timeout`, or check the provider it reads",
             ),
             too_long=lambda proc, exc: _too_long(proc, command, exc),
+            live=self.live,
         )
         if code != 0:
             raise exit_error(proc, command, code)

@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
 from combined.connectors._shared import select_plans
+from combined.connectors._subprocess._live import CONFIG_FILE
 from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess
 from combined.connectors._subprocess._run import call, check_request, refuse_lookback, with_log
@@ -105,7 +106,7 @@ class SingerSource(ProgramSource[Settings]):
         def arguments(files: PrivateDir) -> list[str]:
             return [
                 "--config",
-                files.write("config.json", self.live.current),
+                files.write(CONFIG_FILE, self.live.current),
                 "--discover",
             ]
 
@@ -118,6 +119,7 @@ class SingerSource(ProgramSource[Settings]):
             too_long=lambda proc, exc: self._failed(
                 proc, f"the tap's discovery wrote a line over {exc.limit} bytes"
             ),
+            live=self.live,
         )
         if code != 0:
             raise self._failed(proc, f"the tap's discovery exited with status {code}")
