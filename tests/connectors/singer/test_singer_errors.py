@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 from tests.connectors.singer.fixtures import TOKEN
 
+from combined._credentials import masking
 from combined.connectors._subprocess._process import STDERR_TAIL_BYTES
 from combined.connectors._subprocess._schema import BadValue, plan_field
 from combined.connectors.abc import ReadRequest
@@ -335,3 +336,30 @@ def test_read_ahead_is_bounded_in_bytes_not_only_in_lines(tmp_path: Path) -> Non
         assert proc.wait_exit(30) == 0
     finally:
         proc.stop()
+
+
+def _tail_of(tmp_path: Path, *lines: str) -> str:
+    """The log tail of a program writing ``lines`` (Python expressions) to stderr, then failing."""
+    import sys
+
+    from combined.connectors._subprocess._process import ChildProcess
+
+    script = tmp_path / "long.py"
+    writes = "".join(f"sys.stderr.write({line} + '\\n')\n" for line in lines)
+    script.write_text(f"import sys\n{writes}sys.exit(1)\n")
+    proc = ChildProcess([sys.executable, str(script)], scrub=masking([TOKEN]), max_line_bytes=1024)
+    assert proc.next_line(30) is None
+    assert proc.wait_exit(30) == 1
+    return proc.stderr_tail()
+
+
+def test_a_long_last_log_line_is_shown_and_masked_before_it_is_cut(tmp_path: Path) -> None:
+    """A log line longer than the tail (a one-line JSON log, a Java trace) still says why."""
+    reason = f"'x' * 9000 + {TOKEN!r} + ' fatal: the real reason'"
+    tail = _tail_of(tmp_path, reason)
+    assert tail.endswith("*** fatal: the real reason") and TOKEN not in tail
+    # the tail's cut falls inside the token of the last line: masked first, never half shown
+    tail = _tail_of(tmp_path, reason, f"'z' * 100 + {TOKEN!r} + 'q' * (8192 - 12)")
+    assert tail.startswith("...z") and "z***qqq" in tail and len(tail) <= STDERR_TAIL_BYTES + 3
+    pieces = [TOKEN[:n] for n in range(6, len(TOKEN))] + [TOKEN[-n:] for n in range(6, len(TOKEN))]
+    assert not any(piece in tail for piece in pieces)

@@ -28,6 +28,9 @@ from combined.connectors._subprocess._spawn import spawn
 
 #: How much of the program's log (standard error, LOG messages) is kept for error messages.
 STDERR_TAIL_BYTES = 8 * 1024
+#: How much is held to cut it from: twice as much, masked before it is cut, so that the
+#: first bytes held (a secret's end, its start dropped with an older chunk) are never shown.
+_TAIL_HELD = 2 * STDERR_TAIL_BYTES
 #: Lines read ahead of the consumer (each line is one protocol message).
 QUEUE_LINES = 256
 #: Bytes of lines read ahead of the consumer: many small lines, or one line of any size.
@@ -154,12 +157,18 @@ class ChildProcess:
         with self._tail_lock:
             self._tail.append(chunk)
             self._tail_bytes += len(chunk)
-            while self._tail_bytes - len(self._tail[0]) >= STDERR_TAIL_BYTES:
+            while self._tail_bytes - len(self._tail[0]) >= _TAIL_HELD:
                 self._tail_bytes -= len(self._tail.popleft())
 
     def log(self, text: str) -> None:
         """Add one log line the program wrote as a message (not on standard error) to the tail."""
-        self._keep(text.rstrip("\n").encode("utf-8", errors="replace")[-STDERR_TAIL_BYTES:] + b"\n")
+        # Masked before it is cut: a secret cut in two is no longer found.
+        line = self._scrub(text.rstrip("\n")).encode("utf-8", errors="replace")
+        self._keep(line[-STDERR_TAIL_BYTES:] + b"\n")
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the program's credentials masked (as its log tail is)."""
+        return self._scrub(text)
 
     # -- consuming --------------------------------------------------------------------
 
@@ -188,10 +197,14 @@ class ChildProcess:
         self._err.join(timeout=1.0)
         with self._tail_lock:
             data = b"".join(self._tail)
-        text = data[-STDERR_TAIL_BYTES:].decode("utf-8", errors="replace")
-        if len(data) > STDERR_TAIL_BYTES:
-            text = "..." + text[text.find("\n") + 1 :] if "\n" in text else "..." + text
-        return self._scrub(text.strip())
+        # Masked whole, then cut: a secret the cut would halve is masked first.
+        text = self._scrub(data.decode("utf-8", errors="replace").strip())
+        if len(text) <= STDERR_TAIL_BYTES:
+            return text
+        text = text[-STDERR_TAIL_BYTES:]
+        # Start at a line when one starts in the tail; else show the long last line's end.
+        start = text.find("\n") + 1
+        return "..." + (text[start:] if start else text)
 
     def wait_exit(self, timeout: float) -> int | None:
         """Wait for the program to exit on its own, then end its group; None if it does not."""

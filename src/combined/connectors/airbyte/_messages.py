@@ -13,8 +13,9 @@ from combined.errors import CombinedError, ConfigError, SourceError, SourceUnava
 _LONGEST = 2000
 
 
-def _text(value: Any) -> str:
-    text = str(value).strip()
+def _text(value: Any, scrub: Callable[[str], str]) -> str:
+    """``value`` as text, masked, then shortened (a secret cut in two would not be found)."""
+    text = scrub(str(value).strip())
     return text if len(text) <= _LONGEST else text[: _LONGEST - 3] + "..."
 
 
@@ -22,7 +23,7 @@ def log(proc: ChildProcess, message: Mapping[str, Any]) -> None:
     """A LOG message's level and text, into the connector's log tail (scrubbed when shown)."""
     entry = message.get("log")
     if isinstance(entry, Mapping):
-        proc.log(f"{entry.get('level', 'INFO')} {_text(entry.get('message', ''))}")
+        proc.log(f"{entry.get('level', 'INFO')} {_text(entry.get('message', ''), proc.scrub)}")
 
 
 def trace_error(
@@ -44,10 +45,10 @@ def trace_error(
         return None
     error = trace.get("error")
     error = error if isinstance(error, Mapping) else {}
-    said = scrub(_text(error.get("message") or "no message"))
+    said = _text(error.get("message") or "no message", scrub)
     internal = error.get("internal_message")
     if internal:
-        said = f"{said} ({scrub(_text(internal))})"
+        said = f"{said} ({_text(internal, scrub)})"
     failure = error.get("failure_type")
     text = with_log(proc, f"the connector failed {doing}: {said}", "connector")
     kind: type[CombinedError]
