@@ -35,19 +35,22 @@ sources:
 """
 
 
-def test_a_token_the_tap_wrote_back_is_kept_for_the_next_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("COMBINED_TEST_TAP_REFRESH_TOKEN", FIRST_TOKEN)
-    provider = tmp_path / "provider.json"
-    provider.write_text(json.dumps({"valid": FIRST_TOKEN}))
+    (tmp_path / "provider.json").write_text(json.dumps({"valid": FIRST_TOKEN}))
     (tmp_path / "combined.yaml").write_text(
         PROJECT.format(
             command=json.dumps([sys.executable, str(TAPS / "rotating_tap.py")]),
-            provider=json.dumps(str(provider)),
+            provider=json.dumps(str(tmp_path / "provider.json")),
         )
     )
-    engine = Engine.open(tmp_path / "combined.yaml")
+    return tmp_path / "combined.yaml"
+
+
+def test_a_token_the_tap_wrote_back_is_kept_for_the_next_run(project: Path) -> None:
+    tmp_path, provider = project.parent, project.parent / "provider.json"
+    engine = Engine.open(project)
     try:
         for _ in range(2):  # each run rotates twice (discovery, read)
             (run,) = engine.capture(["crm.items"])
@@ -62,3 +65,20 @@ def test_a_token_the_tap_wrote_back_is_kept_for_the_next_run(
     for path in (tmp_path / "lake").rglob("*"):
         assert not path.is_file() or latest.encode() not in path.read_bytes()
     assert latest.encode() not in (tmp_path / ".combined" / "catalog.db").read_bytes()
+
+
+def test_a_token_written_back_by_a_tap_that_then_fails_is_kept_and_masked(project: Path) -> None:
+    provider = project.parent / "provider.json"
+    engine = Engine.open(project)
+    try:
+        provider.write_text(json.dumps({"valid": FIRST_TOKEN, "fail_after_rotation": True}))
+        (run,) = engine.capture(["crm.items"])
+        assert run.state == "failed" and run.error is not None
+        rotated = json.loads(provider.read_text())["valid"]
+        assert "rotated to ***, then the provider went away" in run.error
+        assert rotated not in run.error
+        provider.write_text(json.dumps({"valid": rotated}))
+        (run,) = engine.capture(["crm.items"])
+        assert run.state == "succeeded", run.error
+    finally:
+        engine.close()

@@ -363,3 +363,34 @@ def test_a_long_last_log_line_is_shown_and_masked_before_it_is_cut(tmp_path: Pat
     assert tail.startswith("...z") and "z***qqq" in tail and len(tail) <= STDERR_TAIL_BYTES + 3
     pieces = [TOKEN[:n] for n in range(6, len(TOKEN))] + [TOKEN[-n:] for n in range(6, len(TOKEN))]
     assert not any(piece in tail for piece in pieces)
+
+
+def test_a_token_a_failing_tap_wrote_back_and_printed_is_masked_in_its_error(
+    tmp_path: Path,
+) -> None:
+    """The tap writes a rotated token back into its --config file, prints it, and fails."""
+    import json
+    import sys
+
+    from tests.connectors.singer.fixtures import TAPS
+
+    first = "rt-first-0123456789abcdef"
+    provider = tmp_path / "provider.json"
+    provider.write_text(json.dumps({"valid": first, "fail_after_rotation": True}))
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}}}
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"streams": [{"tap_stream_id": "items", "schema": schema}]}))
+    source = SingerSource(
+        {
+            "command": [sys.executable, str(TAPS / "rotating_tap.py")],
+            "config": {"provider": str(provider), "refresh_token": first},
+            "catalog": str(catalog),
+        }
+    )
+    request = ReadRequest(dataset="items", relation="items", key=("id",), strategy="snapshot")
+    with pytest.raises(SourceError, match="exited with status 1") as info:
+        list(source.read(request))
+    rotated = json.loads(provider.read_text())["valid"]
+    assert "rotated to ***, then the provider went away" in info.value.message
+    assert rotated not in str(info.value)
+    assert source.live.current["refresh_token"] == rotated  # the next read uses it

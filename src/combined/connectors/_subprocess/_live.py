@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from combined._credentials import remember_secret, walk
 from combined.connectors.abc import ConfigSink
+
+if TYPE_CHECKING:
+    from combined.connectors._subprocess._private import PrivateDir
 
 #: The name of the program's configuration file in its private directory.
 CONFIG_FILE = "config.json"
@@ -44,23 +47,28 @@ class LiveConfig:
 
         The sink keeps it before this returns (raising if it cannot); with
         no sink (a source used outside a project) it lasts as long as the source.
+        Its credential values are masked from now on wherever Combined shows text.
         """
         before, self.current = self.current, _plain(config)
+        for _, value, under in walk(self.current):
+            if under and isinstance(value, str):
+                remember_secret(value)  # a new token: masked in whatever shows it from now on
         if self.sink is None:
             keys = [*before, *(k for k in self.current if k not in before)]
             return [f"config.{k}" for k in keys if before.get(k) != self.current.get(k)]
         return self.sink.update({"config": before}, {"config": self.current})
 
-    def take_back(self, directory: Path, given: Mapping[str, Any] | None) -> list[str]:
-        """What the program wrote back into its configuration file in ``directory``, if anything.
+    def take_back(self, files: PrivateDir) -> list[str]:
+        """What the program wrote back into its configuration file in ``files``, if anything.
 
-        ``given`` is what the file was written with. A file that is no longer a
-        JSON object (a program killed while writing it) is no update.
+        A file that is no longer a JSON object (a program killed while writing
+        it) is no update.
         """
+        given = files.written.get(CONFIG_FILE)
         if given is None:
             return []
         try:
-            written = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+            written = json.loads((files.path / CONFIG_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return []
         if not isinstance(written, dict) or written == _plain(given):

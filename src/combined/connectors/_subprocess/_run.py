@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from combined.connectors._shared import SessionRead
-from combined.connectors._subprocess._live import CONFIG_FILE, LiveConfig
+from combined.connectors._subprocess._live import LiveConfig
 from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess, LineTooLong, Stopped, Timeout
 from combined.connectors._subprocess._rows import DECODER, Rows
@@ -78,7 +78,7 @@ class ProgramRun:
 def _take_back(live: LiveConfig, files: PrivateDir) -> BaseException | None:
     """Keep what the ended program wrote back into its configuration, then remove its files."""
     try:
-        live.take_back(files.path, files.written.get(CONFIG_FILE))
+        live.take_back(files)
     except Exception as exc:  # a rotated token that cannot be kept: the run says so
         return exc
     finally:
@@ -375,6 +375,9 @@ class ProgramExtraction(SessionRead[ProgramRun]):
     def _exit(self, proc: ChildProcess) -> None:
         noun = self._flavour.noun
         code = proc.wait_exit(self._settings.idle_timeout)
+        if code is not None and self._session is not None:
+            # Before any error quotes its log: a new token it printed is masked then.
+            self._session.live.take_back(self._session.files)
         if code is None:
             proc.stop()
             raise SourceUnavailable(

@@ -7,7 +7,8 @@ for the provider, ``{"valid": <the one refresh token it accepts>}``. Each run
 (``--discover`` or a read) first exchanges the token: another one is refused
 (exit 1, the revoked token printed on standard error); else the provider
 issues a new one and revokes the old at once. A read then writes the
-stream ``items`` (``id`` 1 to 3).
+stream ``items`` (``id`` 1 to 3). With ``fail_after_rotation`` in the
+provider file it prints the new token on standard error and exits 1 instead.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def main() -> int:
     config["refresh_token"] = provider["valid"]
     with open(args.config, "w") as f:  # the write-back
         json.dump(config, f, indent=2)
+    if provider.get("fail_after_rotation"):
+        sys.stderr.write(f"rotated to {provider['valid']}, then the provider went away\n")
+        return 1
     out = sys.stdout
     if args.discover:
         entry = {"tap_stream_id": "items", "schema": SCHEMA, "key_properties": ["id"]}
