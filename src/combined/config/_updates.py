@@ -201,7 +201,8 @@ class ConfigUpdates:
         scheme, target = parse_secret_ref(declared[SECRET_KEY])
         if scheme != "file" or "\0" in value:
             return False
-        file = (self.root / Path(target).expanduser()).absolute()
+        # A link (a secret manager's mount) is followed: the link stays, its target changes.
+        file = Path(os.path.realpath(self.root / Path(target).expanduser()))
         # The reader drops one final newline (an editor's): keep the value's own.
         text = value if value.endswith("\r") else value + "\n"
         try:
@@ -213,6 +214,8 @@ class ConfigUpdates:
 
     def _resolved_now(self, path: Path_) -> None:
         """The declared value at ``path`` was rewritten: an entry kept for it goes."""
+        if not self.path.exists():
+            return
         with self._locked():
             entries = self._entries()
             kept = [e for e in entries if tuple(e["path"]) != path]
