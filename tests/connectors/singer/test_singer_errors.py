@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import tempfile
@@ -394,3 +395,34 @@ def test_a_token_a_failing_tap_wrote_back_and_printed_is_masked_in_its_error(
     assert "rotated to ***, then the provider went away" in info.value.message
     assert rotated not in str(info.value)
     assert source.live.current["refresh_token"] == rotated  # the next read uses it
+
+
+def test_a_tap_killed_within_a_line_is_reported_killed_not_its_line_blamed(
+    tmp_path: Path,
+) -> None:
+    """Killed mid-write (out of memory): the cut line is not "not JSON", the kill is the cause."""
+    import sys
+
+    script = tmp_path / "killed.py"
+    script.write_text(
+        "import json, os, signal, sys\n"
+        "if '--discover' in sys.argv: sys.exit(1)\n"
+        "schema = {'type': 'object', 'properties': {'id': {'type': 'integer'}}}\n"
+        "print(json.dumps({'type': 'SCHEMA', 'stream': 's', 'schema': schema}))\n"
+        'sys.stdout.write(\'{"type": "RECORD", "stream": "s", "record": {"id": 2\')\n'
+        "sys.stdout.flush()\n"
+        "sys.stderr.write('about to be killed\\n'); sys.stderr.flush()\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}}}
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"streams": [{"tap_stream_id": "s", "schema": schema}]}))
+    source = SingerSource(
+        {"command": [sys.executable, str(script)], "config": {}, "catalog": str(catalog)}
+    )
+    request = ReadRequest(dataset="s", relation="s", key=("id",), strategy="snapshot")
+    with pytest.raises(SourceError) as info:
+        list(source.read(request))
+    assert "was killed by signal 9" in info.value.message
+    assert "about to be killed" in info.value.message
+    assert "not JSON" not in info.value.message

@@ -349,6 +349,11 @@ class ProgramExtraction(SessionRead[ProgramRun]):
         try:
             msg = DECODER.decode(raw.decode("utf-8").strip())
         except (UnicodeDecodeError, ValueError) as exc:
+            cut = not raw.endswith(b"\n")
+            if cut:
+                # The output ended within the line: a program killed (out of memory) or
+                # failing says so, rather than its last line being blamed.
+                self._exit(proc)
             why = (
                 f"{exc.msg} at column {exc.colno}"
                 if isinstance(exc, json.JSONDecodeError)
@@ -356,8 +361,9 @@ class ProgramExtraction(SessionRead[ProgramRun]):
             )
             raise self._fail(
                 proc,
-                f"line {number} of the {noun}'s output is not JSON ({why}): expected one "
-                f"{protocol} message (a JSON object) per line",
+                f"line {number} of the {noun}'s output is not JSON ({why}"
+                + ("; the output ends within it" if cut else "")
+                + f"): expected one {protocol} message (a JSON object) per line",
                 f"the {noun} must write only {protocol} messages to standard output and its "
                 "logs to standard error",
                 line=number,
