@@ -349,25 +349,7 @@ class ProgramExtraction(SessionRead[ProgramRun]):
         try:
             msg = DECODER.decode(raw.decode("utf-8").strip())
         except (UnicodeDecodeError, ValueError) as exc:
-            cut = not raw.endswith(b"\n")
-            if cut:
-                # The output ended within the line: a program killed (out of memory) or
-                # failing says so, rather than its last line being blamed.
-                self._exit(proc)
-            why = (
-                f"{exc.msg} at column {exc.colno}"
-                if isinstance(exc, json.JSONDecodeError)
-                else str(exc)
-            )
-            raise self._fail(
-                proc,
-                f"line {number} of the {noun}'s output is not JSON ({why}"
-                + ("; the output ends within it" if cut else "")
-                + f"): expected one {protocol} message (a JSON object) per line",
-                f"the {noun} must write only {protocol} messages to standard output and its "
-                "logs to standard error",
-                line=number,
-            ) from None
+            raise self._unreadable(proc, raw, number, exc) from None
         if not isinstance(msg, dict) or msg.get("type") is None:
             raise self._fail(
                 proc,
@@ -377,6 +359,38 @@ class ProgramExtraction(SessionRead[ProgramRun]):
                 line=number,
             )
         return msg
+
+    def _unreadable(
+        self, proc: ChildProcess, raw: bytes, number: int, exc: ValueError
+    ) -> SourceError:
+        """The error of a line that is not UTF-8 JSON (never quoting it: it may hold a secret)."""
+        noun, protocol = self._flavour.noun, self._flavour.protocol
+        cut = not raw.endswith(b"\n")
+        if cut:
+            # The output ended within the line: a program killed (out of memory) or
+            # failing says so, rather than its last line being blamed.
+            self._exit(proc)
+        if isinstance(exc, UnicodeDecodeError):
+            return self._fail(
+                proc,
+                f"line {number} of the {noun}'s output is not UTF-8 text (byte "
+                f"0x{exc.object[exc.start]:02x} at offset {exc.start}): {protocol} messages "
+                "are UTF-8 JSON",
+                f"make the {noun} write UTF-8: for a Python {noun}, set "
+                "env: {PYTHONIOENCODING: utf-8} in the source (its locale's encoding is "
+                "used otherwise); for another, its own output-encoding setting",
+                line=number,
+            )
+        why = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else exc
+        return self._fail(
+            proc,
+            f"line {number} of the {noun}'s output is not JSON ({why}"
+            + ("; the output ends within it" if cut else "")
+            + f"): expected one {protocol} message (a JSON object) per line",
+            f"the {noun} must write only {protocol} messages to standard output and its "
+            "logs to standard error",
+            line=number,
+        )
 
     def _exit(self, proc: ChildProcess) -> None:
         noun = self._flavour.noun
