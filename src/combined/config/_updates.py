@@ -39,8 +39,13 @@ from typing import Any
 
 from combined._credentials import SECRET_KEY, is_credential_key, is_secret_ref, remember_secret
 from combined._owner_only import private_dir
-from combined.config._secrets import join_path, parse_secret_ref, resolve_secrets
-from combined.errors import ConfigError, SourceError
+from combined.config._secrets import (
+    join_path,
+    parse_secret_ref,
+    resolve_secret,
+    resolve_secrets,
+)
+from combined.errors import ConfigError, SecretError, SourceError
 
 #: Where the updates of each source are kept, under the project directory.
 UPDATES_DIR = Path(".combined") / "config-updates"
@@ -173,8 +178,7 @@ class ConfigUpdates:
         kept = [path for path in paths if not self._rewrite_file(path, _get(after, path))]
         places = ["the files of their file: references"] if len(kept) < len(paths) else []
         if kept:
-            resolved = resolve_secrets(self._declared, self.root)
-            self._keep(resolved, after, kept)
+            self._keep(after, kept)
             places.append(str(self.path))
         return places
 
@@ -222,13 +226,25 @@ class ConfigUpdates:
             if len(kept) != len(entries):
                 self._write(kept)
 
-    def _keep(
-        self, resolved: Mapping[str, Any], config: Mapping[str, Any], paths: Sequence[Path_]
-    ) -> None:
+    def _declared_value(self, path: Path_) -> Any:
+        """The declared value at ``path``, its references resolved, as :meth:`apply` sees it."""
+        node: Any = self._declared
+        try:
+            for part in path:
+                if not isinstance(node, Mapping) or part not in node:
+                    return _ABSENT
+                node = node[part]
+                if is_secret_ref(node):
+                    node = resolve_secret(node[SECRET_KEY], self.root)
+            return resolve_secrets(node, self.root) if isinstance(node, Mapping) else node
+        except SecretError:
+            return _ABSENT  # unreadable now: the entry will not match it, nor be applied
+
+    def _keep(self, config: Mapping[str, Any], paths: Sequence[Path_]) -> None:
         with self._locked():
             entries = {tuple(e["path"]): e for e in self._entries()}
             for path in paths:
-                replaces = _digest(_get(resolved, path))
+                replaces = _digest(self._declared_value(path))
                 entry: dict[str, Any] = {"path": list(path), "replaces": replaces}
                 value = _get(config, path)
                 if value is not _ABSENT:
