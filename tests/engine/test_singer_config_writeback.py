@@ -82,3 +82,17 @@ def test_a_token_written_back_by_a_tap_that_then_fails_is_kept_and_masked(projec
         assert run.state == "succeeded", run.error
     finally:
         engine.close()
+
+
+def test_a_tap_that_writes_back_only_what_changed_keeps_the_rest(project: Path) -> None:
+    provider = project.parent / "provider.json"
+    engine = Engine.open(project)
+    try:
+        provider.write_text(json.dumps({"valid": FIRST_TOKEN, "write_back_changes_only": True}))
+        for _ in range(2):
+            (run,) = engine.capture(["crm.items"])
+            assert run.state == "succeeded", run.error
+    finally:
+        engine.close()
+    kept = json.loads((project.parent / ".combined" / "config-updates" / "crm.json").read_text())
+    assert [e["path"] for e in kept["updates"]] == [["config", "refresh_token"]]

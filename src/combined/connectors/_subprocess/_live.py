@@ -35,6 +35,18 @@ def _plain(config: Mapping[str, Any]) -> dict[str, Any]:
     return plain
 
 
+def _over(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """``top`` laid over ``base``: mappings merged key by key, anything else replaced."""
+    merged = dict(base)
+    for key, value in top.items():
+        below = merged.get(key)
+        if isinstance(below, Mapping) and isinstance(value, Mapping):
+            merged[key] = _over(below, value)
+        else:
+            merged[key] = value
+    return merged
+
+
 class LiveConfig:
     """The program configuration each run of the program is given."""
 
@@ -62,7 +74,8 @@ class LiveConfig:
         """What the program wrote back into its configuration file in ``files``, if anything.
 
         A file that is no longer a JSON object (a program killed while writing
-        it) is no update.
+        it) is no update. What it holds is laid over the configuration: a key
+        the program left out of the file is kept (some write only what changed).
         """
         given = files.written.get(CONFIG_FILE)
         if given is None:
@@ -73,4 +86,4 @@ class LiveConfig:
             return []
         if not isinstance(written, dict) or written == _plain(given):
             return []
-        return self.receive(written)
+        return self.receive(_over(self.current, written))

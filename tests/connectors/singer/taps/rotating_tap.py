@@ -8,7 +8,8 @@ for the provider, ``{"valid": <the one refresh token it accepts>}``. Each run
 (exit 1, the revoked token printed on standard error); else the provider
 issues a new one and revokes the old at once. A read then writes the
 stream ``items`` (``id`` 1 to 3). With ``fail_after_rotation`` in the
-provider file it prints the new token on standard error and exits 1 instead.
+provider file it prints the new token on standard error and exits 1 instead;
+with ``write_back_changes_only`` it writes back the new token alone.
 """
 
 from __future__ import annotations
@@ -40,8 +41,11 @@ def main() -> int:
     with open(config["provider"], "w") as f:
         json.dump(provider, f)
     config["refresh_token"] = provider["valid"]
+    written = (
+        {"refresh_token": provider["valid"]} if provider.get("write_back_changes_only") else config
+    )
     with open(args.config, "w") as f:  # the write-back
-        json.dump(config, f, indent=2)
+        json.dump(written, f, indent=2)
     if provider.get("fail_after_rotation"):
         sys.stderr.write(f"rotated to {provider['valid']}, then the provider went away\n")
         return 1
