@@ -426,3 +426,12 @@ def test_a_tap_killed_within_a_line_is_reported_killed_not_its_line_blamed(
     assert "was killed by signal 9" in info.value.message
     assert "about to be killed" in info.value.message
     assert "not JSON" not in info.value.message
+
+
+def test_a_discovery_killed_by_a_signal_says_so(tmp_path: Path) -> None:
+    import sys
+
+    script = tmp_path / "killed_discovery.py"
+    script.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    with pytest.raises(SourceError, match="the tap's discovery was killed by signal 9"):
+        SingerSource({"command": [sys.executable, str(script)], "config": {}}).discover()

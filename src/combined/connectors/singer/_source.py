@@ -122,7 +122,8 @@ class SingerSource(ProgramSource[Settings]):
             live=self.live,
         )
         if code != 0:
-            raise self._failed(proc, f"the tap's discovery exited with status {code}")
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+            raise self._failed(proc, f"the tap's discovery {how}")
         text = b"".join(chunks).decode("utf-8", errors="replace")
         try:
             return json.loads(text, parse_float=Decimal)
