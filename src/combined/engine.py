@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import cached_property
 from pathlib import Path
@@ -21,6 +21,7 @@ from combined.config import (
     redact_config,
     resolve_secrets,
 )
+from combined.config._updates import ConfigUpdates
 from combined.connectors import check_config, check_strategy, connector_class, sweep_private_dirs
 from combined.delivery import Limits
 from combined.errors import ConfigError
@@ -113,16 +114,43 @@ class Engine(Reading):
                 for s, d, _ in self.project.datasets()
             },
         )
-        return Runner(
+        runner = Runner(
             self.catalog, self.layout, settings, self._resolve, self.reporter, read_options
         )
+        runner.config_updates = self._config_updates
+        return runner
 
     def _resolve(self, admission_config: dict[str, Any]) -> dict[str, Any]:
-        return resolve_secrets(
+        """A source's connector configuration: secrets resolved, kept updates applied."""
+        resolved = resolve_secrets(
             admission_config["config"],
             self.project.root,
             prefix=f"sources.{admission_config['source']}.config",
         )
+        return self._config_updates(admission_config).apply(resolved)
+
+    def _config_updates(
+        self, admission_config: Mapping[str, Any], run_id: str | None = None
+    ) -> ConfigUpdates:
+        """The kept configuration updates of a source; each new one told in Activity."""
+        source = admission_config["source"]
+
+        def told(keys: Sequence[str], places: Sequence[str]) -> None:
+            self.reporter.note(
+                f"source {source}: the connector updated its configuration "
+                f"({', '.join(keys)}); kept for the next run"
+            )
+            with self.catalog.begin() as c:
+                cat.emit(
+                    c,
+                    "source.config_updated",
+                    source=source,
+                    run_id=run_id,
+                    keys=list(keys),
+                    kept_in=list(places),
+                )
+
+        return ConfigUpdates(self.project.root, source, admission_config["config"], told)
 
     # -- declarations and admission ------------------------------------------------
 
@@ -491,10 +519,15 @@ class Engine(Reading):
 
     def _source(self, source: str) -> Source:
         cls = self._connector(source)
-        config = self.project.resolved_config(source)
+        declared = {"source": source, "config": self.project.source(source).config}
+        config = self._resolve(declared)
         if isinstance(config.get("path"), str) and "://" not in config["path"]:
             config["path"] = os.path.abspath(self.project.root / config["path"])
-        return cls(config)
+        conn = cls(config)
+        keep = getattr(conn, "keep_config_updates", None)  # optional in the Source protocol
+        if keep is not None:
+            keep(self._config_updates(declared))
+        return conn
 
     def check(self, source: str, warn: Callable[[str], object] | None = None) -> None:
         """Connect to a source and authenticate; verify what its datasets need.

@@ -286,6 +286,25 @@ class PartitionedSource(Protocol):
         ...
 
 
+class ConfigSink(Protocol):
+    """Where a source keeps the configuration updates its provider made (optional).
+
+    A source whose connector may change its own configuration (an Airbyte
+    source rotating an OAuth refresh token) has a method
+    ``keep_config_updates(sink)``; the engine calls it with a sink that keeps
+    each update for the next run (``combined.config._updates``).
+    """
+
+    def update(self, before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+        """Keep what ``after`` changed of ``before`` (source configurations, secrets resolved).
+
+        Returns the changed keys' dotted paths, never a value; kept before it
+        returns, whatever becomes of the read. Raises a
+        :class:`~combined.errors.CombinedError` when the update cannot be kept.
+        """
+        ...
+
+
 @runtime_checkable
 class ChangeSource(Protocol):
     """What a source with ``SUPPORTS_CDC`` offers to manage its change streams.

@@ -22,7 +22,7 @@ from combined.catalog import Admission, Catalog, Member, Run, queue
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
 from combined.connectors import check_config, connector_class
-from combined.connectors.abc import DatasetDiscovery, Discovery, Source
+from combined.connectors.abc import ConfigSink, DatasetDiscovery, Discovery, Source
 from combined.delivery import StagingArea
 from combined.errors import (
     CombinedError,
@@ -88,6 +88,8 @@ class Runner:
         self.reporter = reporter or NullReporter()
         #: Options handed to every read (e.g. ``max_changes`` for a follow loop).
         self.read_options = dict(read_options or {})
+        #: The sink keeping a source's configuration updates, by (admission config, Run id).
+        self.config_updates: Callable[[Mapping[str, Any], str | None], ConfigSink] | None = None
         #: Publishes a succeeding Run's members (a capture of several sources holds them).
         self.publish: Callable[[Connection, Run, list[Member]], str | None] = publish_now
 
@@ -227,7 +229,7 @@ class Runner:
         a.watch.attach(deadline)
         staged_all = False
         try:
-            source = self._open(a.admission)
+            source = self._open(a.admission, a.run.id)
             prepared = self._prepare_all(a, source, opened)
             a.watch.check()  # a cancel seen between reads: nothing staged is committed
             with self.catalog.begin() as conn:
@@ -272,8 +274,11 @@ class Runner:
         a.watch.pause(backoff(self.settings.backoff_s, a.number, exc))
         return True
 
-    def _open(self, admission: Admission) -> Source:
-        """The admission's source, its configuration checked before its secrets are resolved."""
+    def _open(self, admission: Admission, run_id: str) -> Source:
+        """The admission's source, its configuration checked before its secrets are resolved.
+
+        A source that keeps its connector's configuration updates is given the sink.
+        """
         cls = connector_class(admission.connector)
         # Checked again before its secrets are resolved: a Run retried
         # under an admission frozen before a check existed (a secret
@@ -283,7 +288,11 @@ class Runner:
             admission.config["config"],
             where=f"sources.{admission.config['source']}.config",
         )
-        return cls(self.resolve(admission.config))
+        source = cls(self.resolve(admission.config))
+        keep = getattr(source, "keep_config_updates", None)  # optional in the Source protocol
+        if keep is not None and self.config_updates is not None:
+            keep(self.config_updates(admission.config, run_id))
+        return source
 
     def _prepare_all(self, a: _Attempt, source: Source, opened: list[Staged]) -> list[Prepared]:
         """Extract and stage each dataset, then reduce and deliver it; ``opened``: its reads."""

@@ -166,6 +166,23 @@ def test_a_log_flood_keeps_a_bounded_tail(scripted: Scripted) -> None:
     assert len(exc.message) < STDERR_TAIL_BYTES + 500
 
 
+def _halves(secret: str) -> list[str]:
+    """Every piece of ``secret`` of 6 characters or more that starts or ends it."""
+    return [secret[:n] for n in range(6, len(secret))] + [
+        secret[-n:] for n in range(6, len(secret))
+    ]
+
+
+def test_a_secret_where_a_long_message_is_cut_is_never_half_shown(scripted: Scripted) -> None:
+    """LOG and TRACE messages are shortened to 2000 characters: masked first, then cut."""
+    said = "x" * 1985 + TOKEN + " and more"  # the cut falls inside the token
+    log = {"msg": {"type": "LOG", "log": {"level": "INFO", "message": said}}}
+    exc = fail_read(scripted([log, {"exit": 1}]), SourceError)
+    assert not any(piece in exc.message for piece in _halves(TOKEN)), exc.message
+    exc = fail_read(scripted([trace_error("system_error", said)]), SourceError)
+    assert not any(piece in exc.message for piece in _halves(TOKEN)), exc.message
+
+
 def test_a_hanging_connector_is_stopped_with_its_children(
     scripted: Scripted, tmp_path: Path
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import tempfile
@@ -16,6 +17,7 @@ import pyarrow as pa
 import pytest
 from tests.connectors.singer.fixtures import TOKEN
 
+from combined._credentials import masking
 from combined.connectors._subprocess._process import STDERR_TAIL_BYTES
 from combined.connectors._subprocess._schema import BadValue, plan_field
 from combined.connectors.abc import ReadRequest
@@ -299,3 +301,137 @@ def test_exact_numbers_stay_exact() -> None:
     plan = plan_field("f", {"type": "number", "multipleOf": 0.01})
     column = plan.column([Decimal("12345678901234567890.12"), 3, None])
     assert column.to_pylist() == [Decimal("12345678901234567890.12"), Decimal("3.00"), None]
+
+
+def test_read_ahead_is_bounded_in_bytes_not_only_in_lines(tmp_path: Path) -> None:
+    """A tap of large records waits for Combined once 16 MiB of lines are read ahead.
+
+    Bounded by lines alone, 256 records of 50 MB would be held at once (12.5 GB).
+    """
+    import sys
+
+    from combined.connectors._subprocess._process import ChildProcess
+
+    progress = tmp_path / "progress"
+    script = tmp_path / "big.py"
+    script.write_text(
+        "import sys\n"
+        "for i in range(48):\n"
+        "    sys.stdout.write('x' * (1024 * 1024 - 1) + '\\n'); sys.stdout.flush()\n"
+        f"    open({str(progress)!r}, 'w').write(str(i + 1))\n"
+    )
+    proc = ChildProcess([sys.executable, str(script)], scrub=str, max_line_bytes=2**21)
+    try:
+        seen, still = "", 0
+        while still < 10:  # wait until the tap stops making progress: blocked on the pipe
+            time.sleep(0.2)
+            now = progress.read_text() if progress.exists() else ""
+            still = still + 1 if now == seen else 0
+            seen = now
+        assert int(seen) <= 16 + 4  # the read-ahead, the pipe and the line being read
+        lines = 0
+        while (line := proc.next_line(30)) is not None:
+            assert len(line) == 1024 * 1024
+            lines += 1
+        assert lines == 48
+        assert proc.wait_exit(30) == 0
+    finally:
+        proc.stop()
+
+
+def _tail_of(tmp_path: Path, *lines: str) -> str:
+    """The log tail of a program writing ``lines`` (Python expressions) to stderr, then failing."""
+    import sys
+
+    from combined.connectors._subprocess._process import ChildProcess
+
+    script = tmp_path / "long.py"
+    writes = "".join(f"sys.stderr.write({line} + '\\n')\n" for line in lines)
+    script.write_text(f"import sys\n{writes}sys.exit(1)\n")
+    proc = ChildProcess([sys.executable, str(script)], scrub=masking([TOKEN]), max_line_bytes=1024)
+    assert proc.next_line(30) is None
+    assert proc.wait_exit(30) == 1
+    return proc.stderr_tail()
+
+
+def test_a_long_last_log_line_is_shown_and_masked_before_it_is_cut(tmp_path: Path) -> None:
+    """A log line longer than the tail (a one-line JSON log, a Java trace) still says why."""
+    reason = f"'x' * 9000 + {TOKEN!r} + ' fatal: the real reason'"
+    tail = _tail_of(tmp_path, reason)
+    assert tail.endswith("*** fatal: the real reason") and TOKEN not in tail
+    # the tail's cut falls inside the token of the last line: masked first, never half shown
+    tail = _tail_of(tmp_path, reason, f"'z' * 100 + {TOKEN!r} + 'q' * (8192 - 12)")
+    assert tail.startswith("...z") and "z***qqq" in tail and len(tail) <= STDERR_TAIL_BYTES + 3
+    pieces = [TOKEN[:n] for n in range(6, len(TOKEN))] + [TOKEN[-n:] for n in range(6, len(TOKEN))]
+    assert not any(piece in tail for piece in pieces)
+
+
+def test_a_token_a_failing_tap_wrote_back_and_printed_is_masked_in_its_error(
+    tmp_path: Path,
+) -> None:
+    """The tap writes a rotated token back into its --config file, prints it, and fails."""
+    import json
+    import sys
+
+    from tests.connectors.singer.fixtures import TAPS
+
+    first = "rt-first-0123456789abcdef"
+    provider = tmp_path / "provider.json"
+    provider.write_text(json.dumps({"valid": first, "fail_after_rotation": True}))
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}}}
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"streams": [{"tap_stream_id": "items", "schema": schema}]}))
+    source = SingerSource(
+        {
+            "command": [sys.executable, str(TAPS / "rotating_tap.py")],
+            "config": {"provider": str(provider), "refresh_token": first},
+            "catalog": str(catalog),
+        }
+    )
+    request = ReadRequest(dataset="items", relation="items", key=("id",), strategy="snapshot")
+    with pytest.raises(SourceError, match="exited with status 1") as info:
+        list(source.read(request))
+    rotated = json.loads(provider.read_text())["valid"]
+    assert "rotated to ***, then the provider went away" in info.value.message
+    assert rotated not in str(info.value)
+    assert source.live.current["refresh_token"] == rotated  # the next read uses it
+
+
+def test_a_tap_killed_within_a_line_is_reported_killed_not_its_line_blamed(
+    tmp_path: Path,
+) -> None:
+    """Killed mid-write (out of memory): the cut line is not "not JSON", the kill is the cause."""
+    import sys
+
+    script = tmp_path / "killed.py"
+    script.write_text(
+        "import json, os, signal, sys\n"
+        "if '--discover' in sys.argv: sys.exit(1)\n"
+        "schema = {'type': 'object', 'properties': {'id': {'type': 'integer'}}}\n"
+        "print(json.dumps({'type': 'SCHEMA', 'stream': 's', 'schema': schema}))\n"
+        'sys.stdout.write(\'{"type": "RECORD", "stream": "s", "record": {"id": 2\')\n'
+        "sys.stdout.flush()\n"
+        "sys.stderr.write('about to be killed\\n'); sys.stderr.flush()\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}}}
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"streams": [{"tap_stream_id": "s", "schema": schema}]}))
+    source = SingerSource(
+        {"command": [sys.executable, str(script)], "config": {}, "catalog": str(catalog)}
+    )
+    request = ReadRequest(dataset="s", relation="s", key=("id",), strategy="snapshot")
+    with pytest.raises(SourceError) as info:
+        list(source.read(request))
+    assert "was killed by signal 9" in info.value.message
+    assert "about to be killed" in info.value.message
+    assert "not JSON" not in info.value.message
+
+
+def test_a_discovery_killed_by_a_signal_says_so(tmp_path: Path) -> None:
+    import sys
+
+    script = tmp_path / "killed_discovery.py"
+    script.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    with pytest.raises(SourceError, match="the tap's discovery was killed by signal 9"):
+        SingerSource({"command": [sys.executable, str(script)], "config": {}}).discover()

@@ -208,3 +208,13 @@ def test_discover_timeout_bounds_the_whole_discovery(scripted: Scripted) -> None
     with pytest.raises(SourceUnavailable, match="did not finish within 1 s"):
         source.discover()
     assert time.monotonic() - started < 2.5
+
+
+def test_a_line_that_is_not_utf8_says_so_and_how_to_fix_it(scripted: Scripted) -> None:
+    """A Python tap under a Latin-1 locale writes its text in Latin-1, not UTF-8."""
+    latin1 = '{"type": "RECORD", "stream": "s", "record": {"id": 1, "u": "caf\xe9"}}\n'
+    with pytest.raises(SourceError) as info:
+        read(scripted([out(SCHEMA), {"raw": latin1}]))
+    assert "line 2 of the tap's output is not UTF-8 text (byte 0xe9 at offset" in info.value.message
+    assert "PYTHONIOENCODING" in (info.value.hint or "")
+    assert "caf" not in info.value.message  # the line is never quoted: it may hold a secret

@@ -175,6 +175,8 @@ class PrivateDir:
             sweep()
         self.path = Path(tempfile.mkdtemp(prefix=f"{prefix}{current_owner().tag()}-"))
         os.chmod(self.path, 0o700)
+        #: What each file was written with, by name (to see what the program changed).
+        self.written: dict[str, Any] = {}
 
     def write(self, name: str, data: Any) -> str:
         """Write ``data`` as JSON to a new 0600 file; return its path."""
@@ -186,6 +188,7 @@ class PrivateDir:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             os.fchmod(f.fileno(), 0o600)
             json.dump(data, f, default=json_default)
+        self.written[name] = data
         return str(path)
 
     def remove(self) -> None:

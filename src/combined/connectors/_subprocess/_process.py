@@ -5,8 +5,8 @@ The program runs in a new session, so it leads its own process group and
 :meth:`ChildProcess.stop` can end every process it started (a program that
 spawns helpers leaves no orphan); on Linux the kernel kills the program
 when Combined dies, even by SIGKILL (:mod:`._spawn`). Standard output is
-read by one thread into a bounded queue (back-pressure: memory is bounded
-by the queue, never by what the program writes); standard error by another
+read by one thread into a queue bounded in lines and in bytes (back-pressure:
+memory is bounded by the queue, never by what the program writes); standard error by another
 thread that keeps only a bounded tail, so a program that logs without end
 can never block on a full pipe. Log lines the program writes as protocol messages (Airbyte ``LOG``)
 join the same tail through :meth:`ChildProcess.log`.
@@ -28,8 +28,13 @@ from combined.connectors._subprocess._spawn import spawn
 
 #: How much of the program's log (standard error, LOG messages) is kept for error messages.
 STDERR_TAIL_BYTES = 8 * 1024
+#: How much is held to cut it from: twice as much, masked before it is cut, so that the
+#: first bytes held (a secret's end, its start dropped with an older chunk) are never shown.
+_TAIL_HELD = 2 * STDERR_TAIL_BYTES
 #: Lines read ahead of the consumer (each line is one protocol message).
 QUEUE_LINES = 256
+#: Bytes of lines read ahead of the consumer: many small lines, or one line of any size.
+QUEUE_BYTES = 16 * 1024 * 1024
 #: How long a program gets to exit after SIGTERM before SIGKILL.
 STOP_GRACE_S = 5.0
 
@@ -71,6 +76,9 @@ class ChildProcess:
         self._scrub = scrub
         self._max_line = max_line_bytes
         self._lines: queue.Queue[object] = queue.Queue(maxsize=QUEUE_LINES)
+        # Bytes of the lines in the queue: 256 records of 50 MB would be 12.5 GB.
+        self._ahead = 0
+        self._room = threading.Condition()
         self._stopping = threading.Event()
         self._tail: deque[bytes] = deque()
         self._tail_bytes = 0
@@ -104,6 +112,21 @@ class ChildProcess:
                 continue
         return False
 
+    def _reserve(self, size: int) -> bool:
+        """Wait until a line of ``size`` bytes fits the read-ahead (it always fits alone)."""
+        with self._room:
+            while self._ahead and self._ahead + size > QUEUE_BYTES:
+                if self._stopping.is_set():
+                    return False
+                self._room.wait(0.1)
+            self._ahead += size
+        return True
+
+    def _release(self, size: int) -> None:
+        with self._room:
+            self._ahead = max(0, self._ahead - size)
+            self._room.notify_all()
+
     def _read_stdout(self, pipe: IO[bytes]) -> None:
         number = 0
         try:
@@ -115,7 +138,7 @@ class ChildProcess:
                 if len(line) > self._max_line and not line.endswith(b"\n"):
                     self._put(LineTooLong(number, self._max_line))
                     return
-                if not self._put(line):
+                if not self._reserve(len(line)) or not self._put(line):
                     return
         except (OSError, ValueError) as exc:  # the pipe closed under us: stop() ran
             self._put(exc)
@@ -134,12 +157,18 @@ class ChildProcess:
         with self._tail_lock:
             self._tail.append(chunk)
             self._tail_bytes += len(chunk)
-            while self._tail_bytes - len(self._tail[0]) >= STDERR_TAIL_BYTES:
+            while self._tail_bytes - len(self._tail[0]) >= _TAIL_HELD:
                 self._tail_bytes -= len(self._tail.popleft())
 
     def log(self, text: str) -> None:
         """Add one log line the program wrote as a message (not on standard error) to the tail."""
-        self._keep(text.rstrip("\n").encode("utf-8", errors="replace")[-STDERR_TAIL_BYTES:] + b"\n")
+        # Masked before it is cut: a secret cut in two is no longer found.
+        line = self._scrub(text.rstrip("\n")).encode("utf-8", errors="replace")
+        self._keep(line[-STDERR_TAIL_BYTES:] + b"\n")
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the program's credentials masked (as its log tail is)."""
+        return self._scrub(text)
 
     # -- consuming --------------------------------------------------------------------
 
@@ -160,6 +189,7 @@ class ChildProcess:
         if isinstance(item, BaseException):
             raise item
         assert isinstance(item, bytes)
+        self._release(len(item))
         return item
 
     def stderr_tail(self) -> str:
@@ -167,10 +197,14 @@ class ChildProcess:
         self._err.join(timeout=1.0)
         with self._tail_lock:
             data = b"".join(self._tail)
-        text = data[-STDERR_TAIL_BYTES:].decode("utf-8", errors="replace")
-        if len(data) > STDERR_TAIL_BYTES:
-            text = "..." + text[text.find("\n") + 1 :] if "\n" in text else "..." + text
-        return self._scrub(text.strip())
+        # Masked whole, then cut: a secret the cut would halve is masked first.
+        text = self._scrub(data.decode("utf-8", errors="replace").strip())
+        if len(text) <= STDERR_TAIL_BYTES:
+            return text
+        text = text[-STDERR_TAIL_BYTES:]
+        # Start at a line when one starts in the tail; else show the long last line's end.
+        start = text.find("\n") + 1
+        return "..." + (text[start:] if start else text)
 
     def wait_exit(self, timeout: float) -> int | None:
         """Wait for the program to exit on its own, then end its group; None if it does not."""
@@ -214,6 +248,7 @@ class ChildProcess:
         with contextlib.suppress(queue.Empty):
             while True:
                 self._lines.get_nowait()
+        self._release(self._ahead)
         self._lines.put_nowait(_STOPPED)
 
     def stop(self) -> None:

@@ -13,6 +13,7 @@ import abc
 import atexit
 import contextlib
 import json
+import sys
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from combined.connectors._shared import SessionRead
+from combined.connectors._subprocess._live import LiveConfig
 from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess, LineTooLong, Stopped, Timeout
 from combined.connectors._subprocess._rows import DECODER, Rows
@@ -53,13 +55,15 @@ class ProgramRun:
     aborts it).
     """
 
-    def __init__(self, proc: ChildProcess, files: PrivateDir) -> None:
+    def __init__(self, proc: ChildProcess, files: PrivateDir, live: LiveConfig) -> None:
         self.proc = proc
         self.files = files
+        self.live = live
         _OPEN_RUNS.add(self)
 
     def close(self) -> BaseException | None:
-        """Stop the program's process group, reap it, remove the files; return the first failure."""
+        """Stop the program's process group, reap it, keep the configuration it wrote back,
+        remove the files; return the first failure."""
         _OPEN_RUNS.discard(self)
         failure: BaseException | None = None
         try:
@@ -67,8 +71,19 @@ class ProgramRun:
         except Exception as exc:  # cleanup reports, never raises
             failure = exc
         finally:
-            self.files.remove()
+            failure = _take_back(self.live, self.files) or failure
         return failure
+
+
+def _take_back(live: LiveConfig, files: PrivateDir) -> BaseException | None:
+    """Keep what the ended program wrote back into its configuration, then remove its files."""
+    try:
+        live.take_back(files)
+    except Exception as exc:  # a rotated token that cannot be kept: the run says so
+        return exc
+    finally:
+        files.remove()
+    return None
 
 
 _OPEN_RUNS: weakref.WeakSet[ProgramRun] = weakref.WeakSet()
@@ -164,13 +179,15 @@ def call(
     *,
     too_slow: Callable[[], CombinedError],
     too_long: Callable[[ChildProcess, LineTooLong], CombinedError],
+    live: LiveConfig,
 ) -> tuple[ChildProcess, int]:
     """Run the program once to its end (discovery, check), within ``discover_timeout``.
 
     ``arguments`` writes the run's private files and returns the arguments
     after the program's argv; ``on_line`` sees each line of its output. Returns
     the stopped process (its log tail still readable) and its exit status.
-    The timeout bounds the whole call, not each line of it.
+    The timeout bounds the whole call, not each line of it. A configuration
+    the program wrote back is kept (``live``), however the call ends.
     """
     argv = settings.executable()
     files = PrivateDir(f"combined-{settings.flavour.connector}-")
@@ -195,7 +212,9 @@ def call(
     finally:
         if proc is not None:
             proc.stop()
-        files.remove()
+        failure = _take_back(live, files)
+        if failure is not None and sys.exc_info()[1] is None:
+            raise failure
 
 
 @dataclass
@@ -232,8 +251,10 @@ class ProgramExtraction(SessionRead[ProgramRun]):
         request: ReadRequest,
         batch_rows: int,
         scrub: Callable[[str], str],
+        live: LiveConfig,
     ) -> None:
         super().__init__(ExtractionAuthority(), _close_quietly)
+        self._program_config = live
         self._settings = settings
         self._flavour = settings.flavour
         self._argv = list(argv)
@@ -263,7 +284,7 @@ class ProgramExtraction(SessionRead[ProgramRun]):
         except BaseException:
             files.remove()
             raise
-        self._session = ProgramRun(proc, files)
+        self._session = ProgramRun(proc, files, self._program_config)
         self.pid = proc.pid
         return proc
 
@@ -328,19 +349,7 @@ class ProgramExtraction(SessionRead[ProgramRun]):
         try:
             msg = DECODER.decode(raw.decode("utf-8").strip())
         except (UnicodeDecodeError, ValueError) as exc:
-            why = (
-                f"{exc.msg} at column {exc.colno}"
-                if isinstance(exc, json.JSONDecodeError)
-                else str(exc)
-            )
-            raise self._fail(
-                proc,
-                f"line {number} of the {noun}'s output is not JSON ({why}): expected one "
-                f"{protocol} message (a JSON object) per line",
-                f"the {noun} must write only {protocol} messages to standard output and its "
-                "logs to standard error",
-                line=number,
-            ) from None
+            raise self._unreadable(proc, raw, number, exc) from None
         if not isinstance(msg, dict) or msg.get("type") is None:
             raise self._fail(
                 proc,
@@ -351,9 +360,44 @@ class ProgramExtraction(SessionRead[ProgramRun]):
             )
         return msg
 
+    def _unreadable(
+        self, proc: ChildProcess, raw: bytes, number: int, exc: ValueError
+    ) -> SourceError:
+        """The error of a line that is not UTF-8 JSON (never quoting it: it may hold a secret)."""
+        noun, protocol = self._flavour.noun, self._flavour.protocol
+        cut = not raw.endswith(b"\n")
+        if cut:
+            # The output ended within the line: a program killed (out of memory) or
+            # failing says so, rather than its last line being blamed.
+            self._exit(proc)
+        if isinstance(exc, UnicodeDecodeError):
+            return self._fail(
+                proc,
+                f"line {number} of the {noun}'s output is not UTF-8 text (byte "
+                f"0x{exc.object[exc.start]:02x} at offset {exc.start}): {protocol} messages "
+                "are UTF-8 JSON",
+                f"make the {noun} write UTF-8: for a Python {noun}, set "
+                "env: {PYTHONIOENCODING: utf-8} in the source (its locale's encoding is "
+                "used otherwise); for another, its own output-encoding setting",
+                line=number,
+            )
+        why = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else exc
+        return self._fail(
+            proc,
+            f"line {number} of the {noun}'s output is not JSON ({why}"
+            + ("; the output ends within it" if cut else "")
+            + f"): expected one {protocol} message (a JSON object) per line",
+            f"the {noun} must write only {protocol} messages to standard output and its "
+            "logs to standard error",
+            line=number,
+        )
+
     def _exit(self, proc: ChildProcess) -> None:
         noun = self._flavour.noun
         code = proc.wait_exit(self._settings.idle_timeout)
+        if code is not None and self._session is not None:
+            # Before any error quotes its log: a new token it printed is masked then.
+            self._session.live.take_back(self._session.files)
         if code is None:
             proc.stop()
             raise SourceUnavailable(

@@ -6,8 +6,9 @@ import abc
 from collections.abc import Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
+from combined.connectors._subprocess._live import LiveConfig
 from combined.connectors._subprocess._settings import ProgramSettings, inherit_env
-from combined.connectors.abc import BaseSource, CursorSpec, ReadRequest
+from combined.connectors.abc import BaseSource, ConfigSink, CursorSpec, ReadRequest
 from combined.errors import ConfigError
 
 SettingsT = TypeVar("SettingsT", bound=ProgramSettings)
@@ -46,6 +47,12 @@ class ProgramSource(BaseSource, Generic[SettingsT]):
         super().__init__(config)
         self.settings: SettingsT = self._parse(self.config)
         self._scrub = self.settings.scrubber()
+        #: The program's configuration as it stands (updates it sent included).
+        self.live = LiveConfig(self.settings.program_config)
+
+    def keep_config_updates(self, sink: ConfigSink) -> None:
+        """Have ``sink`` keep each configuration update the program sends, for the next run."""
+        self.live.sink = sink
 
     @classmethod
     @abc.abstractmethod
@@ -53,7 +60,8 @@ class ProgramSource(BaseSource, Generic[SettingsT]):
         """The validated settings of ``config``; raises ``ConfigError``."""
 
     def _run_options(self, request: ReadRequest) -> dict[str, Any]:
-        """What every read's extraction takes: settings, argv, request, batch rows, scrubber.
+        """What every read's extraction takes: settings, argv, request, batch rows, scrubber,
+        the program's configuration as it stands.
 
         The batch rows are the request's, capped by the source's ``batch_rows``.
         """
@@ -63,6 +71,7 @@ class ProgramSource(BaseSource, Generic[SettingsT]):
             "request": request,
             "batch_rows": min(request.batch_rows, self.settings.batch_rows or request.batch_rows),
             "scrub": self._scrub,
+            "live": self.live,
         }
 
     @staticmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from combined.connectors._subprocess._live import LiveConfig
 from combined.connectors._subprocess._process import ChildProcess
 from combined.connectors._subprocess._run import with_log
 from combined.errors import CombinedError, ConfigError, SourceError, SourceUnavailable
@@ -12,8 +13,9 @@ from combined.errors import CombinedError, ConfigError, SourceError, SourceUnava
 _LONGEST = 2000
 
 
-def _text(value: Any) -> str:
-    text = str(value).strip()
+def _text(value: Any, scrub: Callable[[str], str]) -> str:
+    """``value`` as text, masked, then shortened (a secret cut in two would not be found)."""
+    text = scrub(str(value).strip())
     return text if len(text) <= _LONGEST else text[: _LONGEST - 3] + "..."
 
 
@@ -21,7 +23,7 @@ def log(proc: ChildProcess, message: Mapping[str, Any]) -> None:
     """A LOG message's level and text, into the connector's log tail (scrubbed when shown)."""
     entry = message.get("log")
     if isinstance(entry, Mapping):
-        proc.log(f"{entry.get('level', 'INFO')} {_text(entry.get('message', ''))}")
+        proc.log(f"{entry.get('level', 'INFO')} {_text(entry.get('message', ''), proc.scrub)}")
 
 
 def trace_error(
@@ -43,10 +45,10 @@ def trace_error(
         return None
     error = trace.get("error")
     error = error if isinstance(error, Mapping) else {}
-    said = scrub(_text(error.get("message") or "no message"))
+    said = _text(error.get("message") or "no message", scrub)
     internal = error.get("internal_message")
     if internal:
-        said = f"{said} ({scrub(_text(internal))})"
+        said = f"{said} ({_text(internal, scrub)})"
     failure = error.get("failure_type")
     text = with_log(proc, f"the connector failed {doing}: {said}", "connector")
     kind: type[CombinedError]
@@ -63,6 +65,36 @@ def trace_error(
     return kind(
         text, hint=hint, failure_type=failure if isinstance(failure, str) else None, **context
     )
+
+
+def control(proc: ChildProcess, message: Mapping[str, Any], live: LiveConfig) -> None:
+    """A ``CONTROL`` message: a ``CONNECTOR_CONFIG`` is the connector's configuration from now on.
+
+    Kept at once, whatever becomes of the run (``docs/airbyte.md``,
+    "Configuration updates"); the log tail names the changed keys, never a
+    value. Other control types are ignored; a config update without a
+    ``config`` object is a ``SourceError``.
+    """
+    body = message.get("control")
+    if not isinstance(body, Mapping) or body.get("type") != "CONNECTOR_CONFIG":
+        return
+    update = body.get("connectorConfig")
+    config = update.get("config") if isinstance(update, Mapping) else None
+    if not isinstance(config, Mapping):
+        raise SourceError(
+            with_log(
+                proc,
+                "a CONTROL CONNECTOR_CONFIG without a `connectorConfig.config` object",
+                "connector",
+            ),
+            hint="the connector must send its whole updated configuration; nothing was kept",
+        )
+    changed = live.receive(config)
+    if changed:
+        proc.log(
+            f"Combined: the connector updated its configuration ({', '.join(changed)}); "
+            "kept for its next run"
+        )
 
 
 def descriptor(value: Any) -> Mapping[str, Any] | None:

@@ -6,18 +6,19 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from combined.connectors._subprocess._live import CONFIG_FILE
 from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess
 from combined.connectors._subprocess._rows import Rows, described
 from combined.connectors._subprocess._run import Gathered, ProgramExtraction
 from combined.connectors._subprocess._schema import FieldPlan, json_default
 from combined.connectors.airbyte._catalog import Stream
-from combined.connectors.airbyte._messages import descriptor, log, trace_error
+from combined.connectors.airbyte._messages import control, descriptor, log, trace_error
 from combined.protocol import Message, StateMessage
 
 _FIX = "the connector must declare every property it writes in the stream's json_schema"
 # Messages a read may carry that say nothing about its records.
-_IGNORED = ("SPEC", "CATALOG", "CONNECTION_STATUS", "CONTROL")
+_IGNORED = ("SPEC", "CATALOG", "CONNECTION_STATUS")
 
 
 def position(stream_state: Any, cursor: str | None) -> str | None:
@@ -49,7 +50,7 @@ class AirbyteExtraction(ProgramExtraction):
         self._cursor = cursor
 
     def _arguments(self, files: PrivateDir) -> list[str]:
-        args = ["read", "--config", files.write("config.json", self._settings.program_config)]
+        args = ["read", "--config", files.write(CONFIG_FILE, self._program_config.current)]
         args += ["--catalog", files.write("catalog.json", self._catalog)]
         request = self._request
         if request.strategy == "cursor" and request.state and request.state.get("airbyte"):
@@ -87,6 +88,8 @@ class AirbyteExtraction(ProgramExtraction):
                 read_it = self._trace(proc, msg, number) or read_it
             elif kind == "LOG":
                 log(proc, msg)
+            elif kind == "CONTROL":
+                control(proc, msg, self._program_config)
             elif kind not in _IGNORED:
                 raise self._fail(
                     proc,

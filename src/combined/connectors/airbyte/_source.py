@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from combined.connectors._shared import select_plans
+from combined.connectors._subprocess._live import CONFIG_FILE
 from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess, LineTooLong
 from combined.connectors._subprocess._rows import DECODER
@@ -20,7 +21,7 @@ from combined.connectors.airbyte._catalog import (
     find_stream,
     parse_catalog,
 )
-from combined.connectors.airbyte._messages import exit_error, failed, log, trace_error
+from combined.connectors.airbyte._messages import control, exit_error, failed, log, trace_error
 from combined.connectors.airbyte._read import AirbyteExtraction
 from combined.connectors.airbyte._settings import CONFIG_KEYS, FLAVOUR, Settings
 from combined.errors import ConfigError, SourceError, SourceUnavailable
@@ -87,6 +88,8 @@ class AirbyteSource(ProgramSource[Settings]):
                 proc.log(line.decode("utf-8", errors="replace"))
             elif msg.get("type") == "LOG":
                 log(proc, msg)
+            elif msg.get("type") == "CONTROL":
+                control(proc, msg, self.live)
             elif msg.get("type") == "TRACE":
                 error = trace_error(proc, msg, self._scrub, doing.get(command, command))
                 if error is not None:
@@ -95,7 +98,7 @@ class AirbyteSource(ProgramSource[Settings]):
                 found.append(msg)
 
         def arguments(files: PrivateDir) -> list[str]:
-            return [command, "--config", files.write("config.json", self.settings.program_config)]
+            return [command, "--config", files.write(CONFIG_FILE, self.live.current)]
 
         timeout = self.settings.discover_timeout
         proc, code = call(
@@ -108,6 +111,7 @@ class AirbyteSource(ProgramSource[Settings]):
                 hint="raise `discover_timeout`, or check the provider it reads",
             ),
             too_long=lambda proc, exc: _too_long(proc, command, exc),
+            live=self.live,
         )
         if code != 0:
             raise exit_error(proc, command, code)

@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from combined.connectors._subprocess._live import CONFIG_FILE
 from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess
 from combined.connectors._subprocess._rows import Rows, described
@@ -53,7 +54,7 @@ class SingerExtraction(ProgramExtraction):
         self._catalog = catalog
 
     def _arguments(self, files: PrivateDir) -> list[str]:
-        args = ["--config", files.write("config.json", self._settings.program_config)]
+        args = ["--config", files.write(CONFIG_FILE, self._program_config.current)]
         args += ["--catalog", files.write("catalog.json", self._catalog)]
         state = self._tap_state()
         if state is not None:

@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
 from combined.connectors._shared import select_plans
+from combined.connectors._subprocess._live import CONFIG_FILE
 from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess
 from combined.connectors._subprocess._run import call, check_request, refuse_lookback, with_log
@@ -105,7 +106,7 @@ class SingerSource(ProgramSource[Settings]):
         def arguments(files: PrivateDir) -> list[str]:
             return [
                 "--config",
-                files.write("config.json", self.settings.program_config),
+                files.write(CONFIG_FILE, self.live.current),
                 "--discover",
             ]
 
@@ -118,9 +119,11 @@ class SingerSource(ProgramSource[Settings]):
             too_long=lambda proc, exc: self._failed(
                 proc, f"the tap's discovery wrote a line over {exc.limit} bytes"
             ),
+            live=self.live,
         )
         if code != 0:
-            raise self._failed(proc, f"the tap's discovery exited with status {code}")
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+            raise self._failed(proc, f"the tap's discovery {how}")
         text = b"".join(chunks).decode("utf-8", errors="replace")
         try:
             return json.loads(text, parse_float=Decimal)
