@@ -111,7 +111,7 @@ def test_an_unchanged_table_is_confirmed_by_its_fold_without_hashing(
         assert first["inserts"] == 3000 and "fold" not in first
         (commit,) = _commits(tmp_path)
         fold = commit["capture_fold"]
-        assert fold["rows"] == 3000 and fold["marker"].startswith("pg1:")
+        assert fold["rows"] == 3000 and fold["marker"].startswith("pg2:")
         again = _capture(engine)
         assert again["fold"] == "same"
         assert (again["inserts"], again["updates"], again["deletes"]) == (0, 0, 0)
@@ -326,5 +326,38 @@ def test_a_table_without_a_key_is_folded_with_its_repeats(tmp_path: Path, pg_dat
         assert changed["fold"] == "differed" and changed["inserts"] == 1
         rows = engine.sql("SELECT sku, qty FROM pg.lines ORDER BY sku").to_pylist()
         assert [(r["sku"], r["qty"]) for r in rows] == [("a", 1)] * 3 + [("b", 2)]
+    finally:
+        engine.close()
+
+
+def test_a_partitioned_table_is_marked_by_its_partitions(tmp_path: Path, pg_database: str) -> None:
+    """A write to one partition moves the marker; a partition attached since, too."""
+    _write(
+        pg_database,
+        "CREATE TABLE events (id bigint, kind text, PRIMARY KEY (id)) PARTITION BY RANGE (id)",
+        "CREATE TABLE events_a PARTITION OF events FOR VALUES FROM (0) TO (1000)",
+        "CREATE TABLE events_b PARTITION OF events FOR VALUES FROM (1000) TO (2000)",
+        "INSERT INTO events SELECT i, 'k' || (i % 5) FROM generate_series(0, 1999) i",
+    )
+    project = PROJECT.format(dsn=pg_database).replace("items:", "events:")
+    (tmp_path / "combined.yaml").write_text(project)
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        _capture(engine, "events")
+        assert _capture(engine, "events")["fold"] == "same"
+        _write(pg_database, "UPDATE events SET kind = 'moved' WHERE id = 1500")
+        changed = _capture(engine, "events")
+        assert "fold" not in changed and changed["updates"] == 1
+        _write(
+            pg_database,
+            "CREATE TABLE events_c (id bigint PRIMARY KEY, kind text)",
+            "INSERT INTO events_c VALUES (2500, 'c')",
+            "ALTER TABLE events ATTACH PARTITION events_c FOR VALUES FROM (2000) TO (3000)",
+        )
+        attached = _capture(engine, "events")
+        assert "fold" not in attached and attached["inserts"] == 1
+        _write(pg_database, "DELETE FROM events WHERE id = 2500", counted=False)
+        gone = _capture(engine, "events")
+        assert gone["fold"] == "differed" and gone["deletes"] == 1
     finally:
         engine.close()

@@ -170,30 +170,36 @@ def find_relation(session: Session, name: str) -> Relation:
     return _relation(rows[0])
 
 
-#: A table's storage and its cumulative write counters, from the server's statistics.
+#: The storage and cumulative write counters of a relation and every table below
+#: it (partitions, inheritance children), from the server's statistics.
 _MARKER = (
-    "SELECT current_setting('track_counts') = 'on', pg_relation_filenode({oid}),"
-    " pg_stat_get_tuples_inserted({oid}), pg_stat_get_tuples_updated({oid}),"
-    " pg_stat_get_tuples_deleted({oid}), pg_postmaster_start_time()"
+    _TABLES_BELOW.replace("SELECT c.oid, 0", "SELECT {oid}::oid, 0")
+    + " SELECT current_setting('track_counts') = 'on', pg_postmaster_start_time()::text,"
+    " bool_and(k.relkind IN ('r', 'p', 'm')),"
+    " string_agg(concat_ws('.', d.oid, pg_relation_filenode(d.oid),"
+    " pg_stat_get_tuples_inserted(d.oid), pg_stat_get_tuples_updated(d.oid),"
+    " pg_stat_get_tuples_deleted(d.oid)), ',' ORDER BY d.oid)"
+    " FROM d JOIN pg_class k ON k.oid = d.oid"
 )
 
 
 def change_marker(session: Session, rel: Relation) -> str | None:
-    """A text that moves whenever ``rel``'s rows may have: its storage and write counters.
+    """A text that moves whenever ``rel``'s rows may have: storage and write counters.
 
-    A hint, never proof: statistics reach the counters up to seconds after a
-    write commits, and TRUNCATE counts no row (it gives the table new
-    storage, which the marker holds). None for what a table's counters do
-    not cover: a view, a partitioned or inherited table (its partitions'
-    writes count on them), or a server that keeps no counts.
+    A table's own, or a partitioned (or inherited) table's and each of its
+    partitions' (children's): an attached or detached partition changes it
+    too. A hint, never proof: statistics reach the counters up to seconds
+    after a write commits, and TRUNCATE counts no row (it gives the table
+    new storage, which the marker holds). None for a view, a table with a
+    foreign partition, or a server that keeps no counts.
     """
-    if rel.kind != "r" or rel.children:
+    if rel.kind not in ("r", "p", "m"):
         return None
     query = sql.SQL(_MARKER).format(oid=sql.Literal(rel.oid))
-    counting, storage, *counts, started = session.rows(query, "reading the table's statistics")[0]
-    if not counting or storage is None:
+    counting, started, local, tables = session.rows(query, "reading the table's statistics")[0]
+    if not (counting and local and tables):
         return None
-    return f"pg1:{rel.oid}:{storage}:{':'.join(map(str, counts))}:{started.isoformat()}"
+    return f"pg2:{started}:{tables}"
 
 
 def _elsewhere(session: Session, name: str, table: str) -> str | None:
