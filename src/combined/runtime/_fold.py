@@ -25,7 +25,10 @@ changed values hashes as the old value did (a 64-bit collision); the next
 capture after any write to the table compares every row's md5 again.
 Columns are hashed as DuckDB scans Arrow, after casting the types it would
 scan with a loss (durations, ``date64``, ``float16``, 256-bit decimals) to
-ones it scans exactly; a nested column holding such a type is not folded.
+ones it scans exactly. A list of scalars is hashed with its length (DuckDB
+hashes a null, an empty and a ``[null]`` list alike); a struct, a map or a
+list of lists is not folded at all: DuckDB's hash of them loses their
+structure (:func:`_scalar_list`), and their rows are hashed as they are read.
 """
 
 from __future__ import annotations
@@ -76,12 +79,12 @@ class Fold:
             return
         if prepared.num_rows == 0:
             return
-        names = [quote_ident(n) for n in prepared.column_names]
+        terms = _terms(prepared.schema)
         con.register("_fold_rows", prepared)
         try:
             rows, forward, backward = con.execute(
-                f"SELECT count(*), sum(hash({', '.join(names)}))::HUGEINT, "
-                f"sum(hash({', '.join(reversed(names))}))::HUGEINT FROM _fold_rows"
+                f"SELECT count(*), sum(hash({', '.join(terms)}))::HUGEINT, "
+                f"sum(hash({', '.join(reversed(terms))}))::HUGEINT FROM _fold_rows"
             ).fetchall()[0]
         finally:
             con.unregister("_fold_rows")
@@ -168,7 +171,22 @@ def _exact(col: pa.ChunkedArray, t: pa.DataType) -> pa.ChunkedArray | None:
         return pc.cast(col, pa.float32())
     if isinstance(t, pa.Decimal256Type):
         return pc.cast(col, pa.string())
-    return col if _scanned_exactly(t) else None
+    return col if _scalar(t) or _scalar_list(t) else None
+
+
+def _terms(schema: pa.Schema) -> list[str]:
+    """SQL: the values a row's hash covers: each column, and each list's length.
+
+    DuckDB hashes a list as the combination of its elements' hashes: a null
+    list, an empty one and one holding a single null hash alike. Its
+    length tells them apart (null, 0, 1).
+    """
+    terms = []
+    for f in schema:
+        terms.append(quote_ident(f.name))
+        if _scalar_list(f.type):
+            terms.append(f"len({quote_ident(f.name)})")
+    return terms
 
 
 #: The scalar types DuckDB scans as Arrow holds them (a 128-bit decimal: to 38 digits).
@@ -192,12 +210,18 @@ _EXACT = (
 )
 
 
-def _scanned_exactly(t: pa.DataType) -> bool:
-    """Whether DuckDB scans every value of type ``t`` as a value of its own."""
-    if pa.types.is_nested(t):
-        if pa.types.is_map(t):
-            return _scanned_exactly(t.key_type) and _scanned_exactly(t.item_type)
-        if pa.types.is_union(t):
-            return False
-        return all(_scanned_exactly(t.field(i).type) for i in range(t.num_fields))
+def _scalar(t: pa.DataType) -> bool:
+    """Whether DuckDB scans every value of scalar type ``t`` as a value of its own."""
     return any(exact(t) for exact in _EXACT)
+
+
+def _scalar_list(t: pa.DataType) -> bool:
+    """Whether ``t`` is a list of such scalars (hashed with its length: :func:`_terms`).
+
+    A struct, a map or a list of lists is not folded: DuckDB's hash of a
+    nested value combines its leaves' hashes and loses where one list ends
+    and the next begins (``[[1], [2]]`` hashes as ``[[1, 2]]``), and a null
+    struct as one whose fields are all null.
+    """
+    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+    return any(is_list(t) for is_list in lists) and _scalar(t.value_type)
