@@ -221,7 +221,8 @@ def require_logged_table(session: Session, database: str, table: str) -> None:
     ``UPDATE`` as the current row's update followed by the insert of its
     history row, both under the same key. A foreign key's cascading action
     is done by InnoDB below the binlog: the child rows it deletes or changes
-    have no row event (:func:`_refuse_cascades`).
+    have no row event (:func:`_refuse_cascades`). A server filtering its log
+    by database leaves changes out (:func:`_refuse_binlog_filters`).
     """
     rows = session.rows(
         "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
@@ -249,6 +250,53 @@ def require_logged_table(session: Session, database: str, table: str) -> None:
             relation=f"{database}.{table}",
         )
     _refuse_cascades(session, database, table)
+    _refuse_binlog_filters(session, database)
+
+
+def binlog_status(session: Session) -> list[tuple[Any, ...]]:
+    """The server's ``SHOW BINARY LOG STATUS`` (``SHOW MASTER STATUS`` before MySQL 8.2
+    and on MariaDB): file, position, ``Binlog_Do_DB``, ``Binlog_Ignore_DB``, ..."""
+    try:  # MySQL 8.2 and later; MySQL 8.4 has no SHOW MASTER STATUS
+        return session.rows("SHOW BINARY LOG STATUS", "reading the binlog status")
+    except SourceError:
+        return session.rows("SHOW MASTER STATUS", "reading the binlog status")
+
+
+def _refuse_binlog_filters(session: Session, database: str) -> None:
+    """Refuse a server that filters its binary log by database (``binlog_do_db``,
+    ``binlog_ignore_db``).
+
+    A filter that leaves the captured database out logs none of its rows. One
+    that keeps it still judges a statement by the session's default database,
+    not by the table's: ``TRUNCATE shop.t`` or an ``ALTER TABLE`` run with
+    another database (or none) as the default is not logged (tested on
+    MariaDB 10.11), and the lake kept rows the source had lost. Either went
+    by silently: the capture succeeded with no change.
+    """
+    rows = binlog_status(session)
+    if not rows or len(rows[0]) < 4:
+        return
+    do = [d for d in str(rows[0][2] or "").split(",") if d]
+    ignore = [d for d in str(rows[0][3] or "").split(",") if d]
+    if not do and not ignore:
+        return
+    shown = f"binlog_do_db={','.join(do)}" if do else f"binlog_ignore_db={','.join(ignore)}"
+    if (do and database not in do) or database in ignore:
+        why = f"leaves database {database} out: none of its changes is logged"
+    else:
+        why = (
+            f"judges a statement by the session's default database, not the table's: a "
+            f"TRUNCATE or ALTER TABLE of {database} run while another database (or none) is "
+            "the default is not logged, and the lake would keep rows the source no longer has"
+        )
+    raise ConfigError(
+        f"the server filters its binary log by database ({shown}), which {why}",
+        hint="remove every binlog_do_db and binlog_ignore_db line "
+        f"{_CONFIG} and restart the server (filter on a replica with replicate_do_db "
+        "instead); changes of the table made while the filter was on were never logged: "
+        f"then {RESNAPSHOT}",
+        database=database,
+    )
 
 
 _CASCADING = "('CASCADE', 'SET NULL', 'SET DEFAULT')"
