@@ -13,6 +13,8 @@ requirements:
 - ``binlog_row_metadata=FULL``: the log names each column, so a change
   logged before a later ``ALTER TABLE`` is read with its own columns;
 - ``server_id`` not 0: the server streams its log only then;
+- ``log_slave_updates`` on in a replica (MariaDB's default is off): else the
+  changes it applies from its primary are in its tables, not in its log;
 - ``log_bin_compress`` off (MariaDB): the reader cannot decode compressed
   events, and a change it cannot decode must fail the read, not be skipped
   (``_binlog.py`` fails on any compressed event it meets);
@@ -35,7 +37,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from combined.connectors.mariadb._connect import Session
-from combined.errors import ConfigError, ProtocolViolation, SourceError
+from combined.errors import CombinedError, ConfigError, ProtocolViolation, SourceError
 
 #: The command pair that takes a new snapshot after a gap.
 RESNAPSHOT = (
@@ -93,7 +95,7 @@ def _variables(session: Session) -> dict[str, str]:
         "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', "
         "'binlog_row_image', 'binlog_row_metadata', 'server_id', 'expire_logs_days', "
         "'binlog_expire_logs_seconds', 'gtid_mode', 'version', 'version_comment', "
-        "'log_bin_compress')",
+        "'log_bin_compress', 'log_slave_updates', 'log_replica_updates')",
         "reading the binary log settings",
     )
     return {str(k).lower(): str(v) for k, v in rows}
@@ -144,6 +146,7 @@ def preconditions(session: Session, user: str) -> list[Problem]:
             )
         )
     out.extend(_server_problems(v))
+    out.extend(_replica_problems(session, v))
     mariadb = "mariadb" in (v.get("version", "") + v.get("version_comment", "")).lower()
     out.extend(_grant_problems(session, user, mariadb=mariadb))
     return out
@@ -171,6 +174,36 @@ def _server_problems(v: Mapping[str, str]) -> list[Problem]:
             )
         )
     return out
+
+
+def _replica_problems(session: Session, v: Mapping[str, str]) -> list[Problem]:
+    """A replica that does not log what it applies (MariaDB's default): its binary log holds
+    none of its primary's changes, though its tables (and so the first snapshot) do."""
+    logs = v.get("log_slave_updates", v.get("log_replica_updates", "ON")).upper()
+    if logs in ("ON", "1") or not _replicates(session):
+        return []
+    return [
+        Problem(
+            "the server is a replica with log_slave_updates=OFF: the changes it applies from "
+            "its primary are not written to its binary log, so a capture would see none of "
+            "them",
+            f"add log_slave_updates=ON (MySQL: log_replica_updates=ON) {_CONFIG} and restart "
+            "the server, or capture from the primary; changes applied before were never "
+            f"logged: then {RESNAPSHOT}",
+        )
+    ]
+
+
+def _replicates(session: Session) -> bool:
+    """Whether the server is configured as a replica (else, without the grant to ask,
+    whether a replica thread runs)."""
+    for query in ("SHOW ALL SLAVES STATUS", "SHOW REPLICA STATUS", "SHOW SLAVE STATUS"):
+        try:  # MariaDB; MySQL 8.0.22 and later; older MySQL
+            return bool(session.rows(query, "reading the server's replication"))
+        except CombinedError:
+            continue
+    rows = session.rows("SHOW GLOBAL STATUS LIKE 'Slaves_running'", "reading the replicas")
+    return bool(rows) and str(rows[0][1]) not in ("", "0")
 
 
 def _grant_problems(session: Session, user: str, *, mariadb: bool) -> list[Problem]:

@@ -1,9 +1,10 @@
-"""A server that filters its binary log by database loses changes of a captured table.
+"""Servers whose binary log leaves out changes of a captured table, silently.
 
-``binlog_do_db`` and ``binlog_ignore_db`` are server options (no ``SET GLOBAL``),
-so each test starts a private MariaDB of its own with the option, on a free
-port of 127.0.0.1, and stops it afterwards: the shared server is never
-restarted.
+A filter by database (``binlog_do_db``, ``binlog_ignore_db``), and a replica
+that does not log what it applies (``log_slave_updates`` off, MariaDB's
+default). These are server options (no ``SET GLOBAL``), so each test starts
+private MariaDB servers of its own, on free ports of 127.0.0.1, and stops
+them afterwards: the shared server is never restarted.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pymysql
 import pytest
@@ -88,11 +90,29 @@ class PrivateServer:
                     raise
                 time.sleep(0.2)
 
-    def sql(self, *statements: str) -> None:
+    def sql(self, *statements: str) -> list[tuple[Any, ...]]:
         conn = pymysql.connect(host="127.0.0.1", port=self.port, user="root", autocommit=True)
+        out: list[tuple[Any, ...]] = []
         with conn, conn.cursor() as cur:
             for statement in statements:
                 cur.execute(statement)
+                out = list(cur.fetchall())
+        return out
+
+    def replicate(self, primary: PrivateServer) -> None:
+        """Replicate ``primary`` from its log's start."""
+        self.sql(
+            f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={primary.port}, "
+            "MASTER_USER='root', MASTER_USE_GTID=no",
+            "START SLAVE",
+        )
+
+    def caught_up(self, query: str, rows: list[tuple[Any, ...]]) -> None:
+        """Wait until the replica's ``query`` gives ``rows``."""
+        deadline = time.monotonic() + 30
+        while self.sql(query) != rows:
+            assert time.monotonic() < deadline, f"the replica did not catch up: {self.sql(query)}"
+            time.sleep(0.1)
 
     def stop(self) -> None:
         self.process.terminate()
@@ -176,5 +196,60 @@ def test_without_a_filter_the_private_server_captures(private: Start, tmp_path: 
         (run,) = engine.capture()
         assert run.state == "succeeded", run.error
         assert engine.sql("SELECT count(*) AS n FROM db.items").column("n")[0].as_py() == 0
+    finally:
+        engine.close()
+
+
+ROWS = "SELECT id, v FROM shop.t ORDER BY id"
+
+
+def _replicated(private: Start, *options: str) -> tuple[PrivateServer, PrivateServer]:
+    primary = private()
+    replica = private("--server-id=2", *options)
+    replica.replicate(primary)
+    primary.sql(
+        "CREATE DATABASE shop",
+        "CREATE TABLE shop.t (id INT PRIMARY KEY, v INT) ENGINE=InnoDB",
+        "INSERT INTO shop.t VALUES (1, 1), (2, 2)",
+    )
+    replica.caught_up(ROWS, [(1, 1), (2, 2)])
+    return primary, replica
+
+
+def test_a_replica_that_does_not_log_what_it_applies_is_refused(
+    private: Start, tmp_path: Path
+) -> None:
+    """Before, `check` passed and every capture from such a replica succeeded with no change:
+    its tables held the primary's deletes and inserts, its binlog none of them."""
+    _, replica = _replicated(private)
+    engine = _engine(tmp_path, replica, "t")
+    try:
+        with pytest.raises(ConfigError) as err:
+            engine.check("db")
+        assert "replica with log_slave_updates=OFF" in str(err.value)
+        assert "add log_slave_updates=ON" in (err.value.hint or "")
+        (run,) = engine.capture()
+        assert run.state != "succeeded"
+        assert "log_slave_updates=OFF" in (run.error or "")
+    finally:
+        engine.close()
+
+
+def test_a_replica_that_logs_what_it_applies_captures_the_primarys_changes(
+    private: Start, tmp_path: Path
+) -> None:
+    """With log_slave_updates on, the replica's binlog holds what it applied."""
+    primary, replica = _replicated(private, "--log-slave-updates")
+    engine = _engine(tmp_path, replica, "t")
+    try:
+        engine.check("db")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        primary.sql("DELETE FROM shop.t WHERE id = 1", "INSERT INTO shop.t VALUES (3, 3)")
+        replica.caught_up(ROWS, [(2, 2), (3, 3)])
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        lake = engine.sql("SELECT id, v FROM db.items ORDER BY id").to_pylist()
+        assert [(r["id"], r["v"]) for r in lake] == [(2, 2), (3, 3)]
     finally:
         engine.close()
