@@ -69,7 +69,7 @@ class _Reduction(Protocol):
 
     def _whole(self, cut: int | None) -> bool: ...
 
-    def _join_passes(self, rows: int) -> int: ...
+    def _join_passes(self, rows: int, memory: int | None = None) -> int: ...
 
     def _stats(self, unchanged: int | None = None) -> Transition: ...
 
@@ -93,7 +93,7 @@ class Join:
         snapshot, or a stream that truncated it); a delta leaves them alone."""
         return self.full or cut is not None
 
-    def _join_passes(self: _Reduction, rows: int) -> int:
+    def _join_passes(self: _Reduction, rows: int, memory: int | None = None) -> int:
         """Passes of a snapshot re-capture's join: each builds its share of the ids.
 
         A hash join over 2M hex ids and hashes holds ~270 MB; in four passes
@@ -103,7 +103,7 @@ class Join:
         ``MAX_JOIN_PASSES`` (past that, DuckDB's own spilling is cheaper than
         scanning again).
         """
-        per_pass = max(self.memory_limit // JOIN_BYTES_PER_ROW, 1)
+        per_pass = max((memory or self.memory_limit) // JOIN_BYTES_PER_ROW, 1)
         return max(1, min(MAX_JOIN_PASSES, -(-rows // per_pass)))
 
     def _join_current(
@@ -138,7 +138,7 @@ class Join:
                 if only_changes
                 else 0
             )
-            passes = 1
+            passes = passes or 1
         select = (
             "SELECT * FROM (SELECT coalesce(c._cid, k._kid) AS id, CASE "
             "WHEN c._cid IS NULL THEN 'delete' "

@@ -23,6 +23,7 @@ The account needs ``LOCK TABLES`` on the database besides ``SELECT``.
 from __future__ import annotations
 
 from combined.connectors.mariadb import _catalog as catalog
+from combined.connectors.mariadb._binlog_setup import binlog_status
 from combined.connectors.mariadb._connect import Session, Settings, quote_ident
 from combined.errors import CombinedError, SourceError, SourceUnavailable
 
@@ -84,10 +85,7 @@ class TableLock:
         session = self._session
         if session is None:
             raise SourceError("the table lock is not held", hint="call hold() first")
-        try:  # MySQL 8.2 and later; MySQL 8.4 has no SHOW MASTER STATUS
-            rows = session.rows("SHOW BINARY LOG STATUS", "reading the binlog position")
-        except SourceError:
-            rows = session.rows("SHOW MASTER STATUS", "reading the binlog position")
+        rows = binlog_status(session)
         if not rows:
             raise SourceError(
                 "the server reports no binlog position: the binary log is off",

@@ -21,7 +21,10 @@ meanwhile is filled before its insert, which lands in the same commit.
 
 A column an ``ALTER TABLE`` redefines (``MODIFY``, ``CHANGE``) is filled the
 same way: the table's copy may have cut, rounded or clamped its values, or
-turned its NULLs into a NOT NULL type's default, without a row event.
+turned its NULLs into a NOT NULL type's default, without a row event. So is
+a column renamed (``RENAME COLUMN a TO b``): the rows present hold their
+values under the new name without a row event, and the lake's column of that
+name (another's, when two columns swapped names) held other values.
 
 :meth:`ColumnFill.count_nulls` counts the filled columns' nulls in one
 snapshot, with its binlog position, for reconciliation.
@@ -57,8 +60,12 @@ _FILLED = re.compile(
     re.IGNORECASE,
 )
 _NAME = re.compile(r"\s*(`(?:[^`]|``)+`|[\w$]+)")
-#: An ALTER TABLE clause redefining a column (``CHANGE`` names the old column first).
-_MODIFY = re.compile(r"\b(modify|change)\s+(?:column\s+)?(?:if\s+exists\s+)?", re.IGNORECASE)
+#: An ALTER TABLE clause redefining a column (``CHANGE`` names the old column first,
+#: ``RENAME COLUMN old TO new`` too).
+_MODIFY = re.compile(
+    r"\b(modify|change|rename\s+column)\s+(?:column\s+)?(?:if\s+exists\s+)?", re.IGNORECASE
+)
+_TO = re.compile(r"\s+to\b", re.IGNORECASE)
 
 
 def clauses(text: str) -> list[str]:
@@ -85,7 +92,7 @@ class Added:
     filled: tuple[str, ...]
     #: The first clause giving a value, as written (for messages).
     clause: str
-    #: Columns redefined (``MODIFY``/``CHANGE``): the server may have rewritten
+    #: Columns redefined (``MODIFY``/``CHANGE``/``RENAME COLUMN``): the server may have rewritten
     #: their values (a type that rounds or cuts them) without a row event.
     rewritten: tuple[str, ...] = ()
 
@@ -135,8 +142,12 @@ def _redefined(bare: str) -> list[str]:
     if found is None:
         return []
     name = _NAME.match(bare, found.end())
-    if name is not None and found.group(1).lower() == "change":
+    verb = found.group(1).lower()
+    if name is not None and verb == "change":
         name = _NAME.match(bare, name.end())
+    elif name is not None and verb != "modify":  # RENAME COLUMN old TO new
+        to = _TO.match(bare, name.end())
+        name = None if to is None else _NAME.match(bare, to.end())
     return [] if name is None else [name.group(1).strip("`").replace("``", "`")]
 
 

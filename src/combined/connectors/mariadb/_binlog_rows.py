@@ -95,7 +95,24 @@ def bytes_text(value: bytes, plan: ColumnPlan) -> str:
 
 
 def require_full_image(event: Any, relation: str) -> None:
-    """Refuse a row image that leaves columns out (``binlog_row_image`` not FULL)."""
+    """Refuse a row image that leaves columns out (``binlog_row_image`` not FULL), or whose
+    table map names no columns (logged while ``binlog_row_metadata`` was not FULL).
+
+    Without names a row's values are only positions, which an ``ALTER TABLE``
+    since may have moved: such a change failed as lacking the dataset's key
+    column, with the hint to fix ``key:``.
+    """
+    table = event.table_map.get(event.table_id)
+    if table is not None and any(c.name is None for c in table.columns):
+        raise SourceError(
+            f"the binlog holds a change of {relation} logged while binlog_row_metadata was not "
+            "FULL: its table map names no columns, so its values cannot be matched to "
+            "columns faithfully",
+            hint="SET GLOBAL binlog_row_metadata = 'FULL' on the server and set "
+            "binlog_row_metadata=FULL in its configuration file, then take a new snapshot: "
+            "`combined cdc teardown` then `combined cdc setup`",
+            relation=relation,
+        )
     total = int(event.number_of_columns)
     images = [event.columns_present_bitmap]
     if hasattr(event, "columns_present_bitmap2"):

@@ -13,6 +13,8 @@ requirements:
 - ``binlog_row_metadata=FULL``: the log names each column, so a change
   logged before a later ``ALTER TABLE`` is read with its own columns;
 - ``server_id`` not 0: the server streams its log only then;
+- ``log_slave_updates`` on in a replica (MariaDB's default is off): else the
+  changes it applies from its primary are in its tables, not in its log;
 - ``log_bin_compress`` off (MariaDB): the reader cannot decode compressed
   events, and a change it cannot decode must fail the read, not be skipped
   (``_binlog.py`` fails on any compressed event it meets);
@@ -35,7 +37,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from combined.connectors.mariadb._connect import Session
-from combined.errors import ConfigError, ProtocolViolation, SourceError
+from combined.errors import CombinedError, ConfigError, ProtocolViolation, SourceError
 
 #: The command pair that takes a new snapshot after a gap.
 RESNAPSHOT = (
@@ -93,7 +95,7 @@ def _variables(session: Session) -> dict[str, str]:
         "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', "
         "'binlog_row_image', 'binlog_row_metadata', 'server_id', 'expire_logs_days', "
         "'binlog_expire_logs_seconds', 'gtid_mode', 'version', 'version_comment', "
-        "'log_bin_compress')",
+        "'log_bin_compress', 'log_slave_updates', 'log_replica_updates')",
         "reading the binary log settings",
     )
     return {str(k).lower(): str(v) for k, v in rows}
@@ -144,6 +146,7 @@ def preconditions(session: Session, user: str) -> list[Problem]:
             )
         )
     out.extend(_server_problems(v))
+    out.extend(_replica_problems(session, v))
     mariadb = "mariadb" in (v.get("version", "") + v.get("version_comment", "")).lower()
     out.extend(_grant_problems(session, user, mariadb=mariadb))
     return out
@@ -171,6 +174,36 @@ def _server_problems(v: Mapping[str, str]) -> list[Problem]:
             )
         )
     return out
+
+
+def _replica_problems(session: Session, v: Mapping[str, str]) -> list[Problem]:
+    """A replica that does not log what it applies (MariaDB's default): its binary log holds
+    none of its primary's changes, though its tables (and so the first snapshot) do."""
+    logs = v.get("log_slave_updates", v.get("log_replica_updates", "ON")).upper()
+    if logs in ("ON", "1") or not _replicates(session):
+        return []
+    return [
+        Problem(
+            "the server is a replica with log_slave_updates=OFF: the changes it applies from "
+            "its primary are not written to its binary log, so a capture would see none of "
+            "them",
+            f"add log_slave_updates=ON (MySQL: log_replica_updates=ON) {_CONFIG} and restart "
+            "the server, or capture from the primary; changes applied before were never "
+            f"logged: then {RESNAPSHOT}",
+        )
+    ]
+
+
+def _replicates(session: Session) -> bool:
+    """Whether the server is configured as a replica (else, without the grant to ask,
+    whether a replica thread runs)."""
+    for query in ("SHOW ALL SLAVES STATUS", "SHOW REPLICA STATUS", "SHOW SLAVE STATUS"):
+        try:  # MariaDB; MySQL 8.0.22 and later; older MySQL
+            return bool(session.rows(query, "reading the server's replication"))
+        except CombinedError:
+            continue
+    rows = session.rows("SHOW GLOBAL STATUS LIKE 'Slaves_running'", "reading the replicas")
+    return bool(rows) and str(rows[0][1]) not in ("", "0")
 
 
 def _grant_problems(session: Session, user: str, *, mariadb: bool) -> list[Problem]:
@@ -221,7 +254,8 @@ def require_logged_table(session: Session, database: str, table: str) -> None:
     ``UPDATE`` as the current row's update followed by the insert of its
     history row, both under the same key. A foreign key's cascading action
     is done by InnoDB below the binlog: the child rows it deletes or changes
-    have no row event (:func:`_refuse_cascades`).
+    have no row event (:func:`_refuse_cascades`). A server filtering its log
+    by database leaves changes out (:func:`_refuse_binlog_filters`).
     """
     rows = session.rows(
         "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
@@ -249,6 +283,53 @@ def require_logged_table(session: Session, database: str, table: str) -> None:
             relation=f"{database}.{table}",
         )
     _refuse_cascades(session, database, table)
+    _refuse_binlog_filters(session, database)
+
+
+def binlog_status(session: Session) -> list[tuple[Any, ...]]:
+    """The server's ``SHOW BINARY LOG STATUS`` (``SHOW MASTER STATUS`` before MySQL 8.2
+    and on MariaDB): file, position, ``Binlog_Do_DB``, ``Binlog_Ignore_DB``, ..."""
+    try:  # MySQL 8.2 and later; MySQL 8.4 has no SHOW MASTER STATUS
+        return session.rows("SHOW BINARY LOG STATUS", "reading the binlog status")
+    except SourceError:
+        return session.rows("SHOW MASTER STATUS", "reading the binlog status")
+
+
+def _refuse_binlog_filters(session: Session, database: str) -> None:
+    """Refuse a server that filters its binary log by database (``binlog_do_db``,
+    ``binlog_ignore_db``).
+
+    A filter that leaves the captured database out logs none of its rows. One
+    that keeps it still judges a statement by the session's default database,
+    not by the table's: ``TRUNCATE shop.t`` or an ``ALTER TABLE`` run with
+    another database (or none) as the default is not logged (tested on
+    MariaDB 10.11), and the lake kept rows the source had lost. Either went
+    by silently: the capture succeeded with no change.
+    """
+    rows = binlog_status(session)
+    if not rows or len(rows[0]) < 4:
+        return
+    do = [d for d in str(rows[0][2] or "").split(",") if d]
+    ignore = [d for d in str(rows[0][3] or "").split(",") if d]
+    if not do and not ignore:
+        return
+    shown = f"binlog_do_db={','.join(do)}" if do else f"binlog_ignore_db={','.join(ignore)}"
+    if (do and database not in do) or database in ignore:
+        why = f"leaves database {database} out: none of its changes is logged"
+    else:
+        why = (
+            f"judges a statement by the session's default database, not the table's: a "
+            f"TRUNCATE or ALTER TABLE of {database} run while another database (or none) is "
+            "the default is not logged, and the lake would keep rows the source no longer has"
+        )
+    raise ConfigError(
+        f"the server filters its binary log by database ({shown}), which {why}",
+        hint="remove every binlog_do_db and binlog_ignore_db line "
+        f"{_CONFIG} and restart the server (filter on a replica with replicate_do_db "
+        "instead); changes of the table made while the filter was on were never logged: "
+        f"then {RESNAPSHOT}",
+        database=database,
+    )
 
 
 _CASCADING = "('CASCADE', 'SET NULL', 'SET DEFAULT')"
