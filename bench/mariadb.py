@@ -7,7 +7,8 @@ real MariaDB (``COMBINED_TEST_MARIADB_DSN``, binlog ROW/FULL) and PostgreSQL
 1. **snapshot** of an ``orders`` table of N rows (the bench's shape:
    ``bench/workload.py``, in MariaDB types): the *floor* (connectorx to Arrow
    to one zstd Parquet file, nothing else), ``combined capture`` (snapshot
-   strategy: the bulk path, lake commit included), dlt ``sql_table``
+   strategy: the bulk path, lake commit included), the same capture again
+   with nothing changed, dlt ``sql_table``
    (pyarrow backend) into a Delta table, and the reader alone on both of its
    paths (``rows``: PyMySQL; ``bulk``: connectorx), batches counted, not kept.
 2. **cursor**: ``--base`` rows captured by a cursor on ``updated_at``, then
@@ -311,6 +312,9 @@ def snapshot(server: str, rows: int) -> dict[str, Any]:
         out: dict[str, Any] = {"rows": rows}
         out["floor"] = _with_server(lambda: _child("floor", dsn, str(root / "floor.parquet")))
         out["combined"] = _with_server(lambda: _capture(root))
+        # The same capture again, nothing changed (the table's last write time
+        # has not moved: its rows are folded, not hashed; runtime._fold).
+        out["combined_unchanged"] = _with_server(lambda: _capture(root))
         again = root / "phases"  # the same capture into a fresh lake, its phases marked
         again.mkdir()
         shutil.copy(root / "combined.yaml", again / "combined.yaml")
@@ -488,6 +492,7 @@ def _table(r: dict[str, Any]) -> list[str]:
     for key, label in (
         ("floor", "floor: connectorx -> one Parquet file"),
         ("combined", "combined capture (snapshot, bulk path)"),
+        ("combined_unchanged", "combined re-capture, nothing changed"),
         ("dlt", "dlt sql_table (pyarrow) -> Delta"),
         ("reader_bulk", "reader alone, bulk path"),
         ("reader_rows", "reader alone, row path (PyMySQL)"),
