@@ -174,14 +174,11 @@ class LakeStore:
             except OSError:
                 shutil.copyfile(local, location)
             return
-        import pyarrow.fs as pafs
-
-        pafs.copy_files(
-            str(local),
-            self.path(location),
-            source_filesystem=pafs.LocalFileSystem(),
-            destination_filesystem=self.fs,
-        )
+        # Closed here, where an upload the store refused raises: Arrow's
+        # copy_files closed it on destruction, where the error is only printed
+        # ("Error ignored when destroying file"), and the file seemed uploaded.
+        with open(local, "rb") as src, self.fs.open_output_stream(self.path(location)) as out:
+            shutil.copyfileobj(src, out, _UPLOAD_BLOCK)
 
     def copy(self, source: str | Path, target: str | Path) -> None:
         """Copy a lake file to another lake location (server-side on an object store)."""
@@ -425,6 +422,9 @@ def _duck_filesystem(scheme: str) -> type:
 
     return LakeFS
 
+
+#: The bytes read from a local file at a time while it is uploaded.
+_UPLOAD_BLOCK = 8 << 20
 
 #: Files kept open for DuckDB's reads of one store (each a path and a size, no connection).
 _OPENED_MAX = 4096

@@ -1,0 +1,69 @@
+"""An object store that fails requests mid-run (503 SlowDown, 500) through a relay on 127.0.0.1.
+
+The relay (``tests/_s3_faults.py``) sits between Combined and the S3 server
+and fails the requests a test names. Before, an upload of a lake file
+through Arrow's ``copy_files`` that the store refused returned as if it had
+landed (Arrow only printed "Error ignored when destroying file"): a linked
+Delivery's table data file was then committed to the Delta log while the
+store had no such object (every later read of the table failed), and a
+Delivery moved into the raw layer was deleted from staging without being there.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from combined.engine import Engine
+from combined.lake import LakeStore, LakeTable
+
+SLOW_DOWN = 503
+
+
+def test_an_upload_the_store_refuses_raises_and_keeps_the_local_file(
+    tmp_path: Path, s3_faults: Any
+) -> None:
+    store = LakeStore.at(f"s3://{s3_faults.bucket}/lake")
+    local = tmp_path / "delivery.parquet"
+    local.write_bytes(os.urandom(100_000))
+    s3_faults.fail({"method": "PUT", "contains": "/lake/", "status": SLOW_DOWN, "times": -1})
+    target = store.join("_deliveries", "s", "d", "delivery.parquet")
+    with pytest.raises(OSError, match="SLOW_DOWN"):
+        store.move_in(local, target)
+    assert s3_faults.faulted() > 0
+    assert local.exists()  # not moved: the raw layer does not hold it
+    s3_faults.fail()
+    assert not store.exists(target)
+    store.move_in(local, target)
+    assert store.exists(target) and not local.exists()
+
+
+def test_a_capture_whose_data_file_upload_fails_commits_no_missing_file(
+    tmp_path: Path, tools: Any, s3_faults: Any
+) -> None:
+    tools.make(tmp_path)
+    project = tmp_path / "combined.yaml"
+    lake = f"s3://{s3_faults.bucket}/lake"
+    project.write_text(project.read_text().replace("lake: ./lake", f"lake: {lake}"))
+    engine = Engine.open(project)
+    try:
+        s3_faults.fail(
+            {"method": "PUT", "contains": "/lake/shop/orders/part-", "status": 503, "times": -1}
+        )
+        (run,) = engine.capture(["shop.orders"])
+        assert s3_faults.faulted() > 0
+        assert run.state == "failed"
+        assert "SLOW_DOWN" in (run.error or "")
+        table = LakeTable(f"{lake}/shop/orders", "combined:shop/orders")
+        for file in table.files() if table.exists() else []:
+            assert table.store.exists(file), f"the log names {file}, which the store lacks"
+        s3_faults.fail()
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+        rows = engine.sql("SELECT count(*) AS n, sum(id) AS s FROM shop.orders").to_pylist()
+        assert rows == [{"n": 200, "s": sum(range(1, 201))}]
+    finally:
+        engine.close()
