@@ -67,3 +67,32 @@ def test_a_capture_whose_data_file_upload_fails_commits_no_missing_file(
         assert rows == [{"n": 200, "s": sum(range(1, 201))}]
     finally:
         engine.close()
+
+
+def test_a_ledger_the_store_refuses_is_a_lake_error_not_a_bug(
+    tmp_path: Path, tools: Any, s3_faults: Any
+) -> None:
+    """Before, the store's OSError escaped as "internal error ... this is a bug in Combined"."""
+    tools.make(tmp_path)
+    project = tmp_path / "combined.yaml"
+    lake = f"s3://{s3_faults.bucket}/lake"
+    project.write_text(project.read_text().replace("lake: ./lake", f"lake: {lake}"))
+    assert tools.cli(tmp_path, "capture").returncode == 0
+    tools.sql(tmp_path, "UPDATE orders SET status = 'shipped' WHERE id <= 10;")
+    s3_faults.fail({"method": "PUT", "contains": "/lake/_combined/", "status": 503, "times": -1})
+    refused = tools.cli(tmp_path, "capture")
+    assert s3_faults.faulted() > 0
+    said = " ".join(refused.stderr.split())
+    assert refused.returncode != 0
+    assert "internal error" not in said and "bug in Combined" not in said
+    assert f"the lake's ledger ({lake}/_combined/" in said and "SLOW_DOWN" in said
+    assert "`combined repair`" in said
+    s3_faults.fail()
+    again = tools.cli(tmp_path, "capture")
+    assert again.returncode == 0, again.stderr
+    engine = Engine.open(project)
+    try:
+        assert [v["updates"] for v in engine.history("shop.orders")] == [0, 10]
+        assert all(run.terminal for run in engine.runs())
+    finally:
+        engine.close()
