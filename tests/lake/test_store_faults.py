@@ -23,6 +23,15 @@ from combined.lake import LakeStore, LakeTable
 SLOW_DOWN = 503
 
 
+def _shop(root: Path, tools: Any, s3_faults: Any) -> tuple[Path, str]:
+    """The sample shop whose lake is in the bucket behind the relay: (project file, lake)."""
+    tools.make(root)
+    project = root / "combined.yaml"
+    lake = f"s3://{s3_faults.bucket}/lake"
+    project.write_text(project.read_text().replace("lake: ./lake", f"lake: {lake}"))
+    return project, lake
+
+
 def test_an_upload_the_store_refuses_raises_and_keeps_the_local_file(
     tmp_path: Path, s3_faults: Any
 ) -> None:
@@ -44,10 +53,7 @@ def test_an_upload_the_store_refuses_raises_and_keeps_the_local_file(
 def test_a_capture_whose_data_file_upload_fails_commits_no_missing_file(
     tmp_path: Path, tools: Any, s3_faults: Any
 ) -> None:
-    tools.make(tmp_path)
-    project = tmp_path / "combined.yaml"
-    lake = f"s3://{s3_faults.bucket}/lake"
-    project.write_text(project.read_text().replace("lake: ./lake", f"lake: {lake}"))
+    project, lake = _shop(tmp_path, tools, s3_faults)
     engine = Engine.open(project)
     try:
         s3_faults.fail(
@@ -56,7 +62,10 @@ def test_a_capture_whose_data_file_upload_fails_commits_no_missing_file(
         (run,) = engine.capture(["shop.orders"])
         assert s3_faults.faulted() > 0
         assert run.state == "failed"
-        assert "SLOW_DOWN" in (run.error or "")
+        said = " ".join((run.error or "").split())
+        assert "the lake refused the commit of combined:shop/orders" in said
+        assert "SLOW_DOWN" in said
+        assert "hint: the object store failed the write; once it answers, capture again" in said
         table = LakeTable(f"{lake}/shop/orders", "combined:shop/orders")
         for file in table.files() if table.exists() else []:
             assert table.store.exists(file), f"the log names {file}, which the store lacks"
@@ -73,10 +82,7 @@ def test_a_ledger_the_store_refuses_is_a_lake_error_not_a_bug(
     tmp_path: Path, tools: Any, s3_faults: Any
 ) -> None:
     """Before, the store's OSError escaped as "internal error ... this is a bug in Combined"."""
-    tools.make(tmp_path)
-    project = tmp_path / "combined.yaml"
-    lake = f"s3://{s3_faults.bucket}/lake"
-    project.write_text(project.read_text().replace("lake: ./lake", f"lake: {lake}"))
+    project, lake = _shop(tmp_path, tools, s3_faults)
     assert tools.cli(tmp_path, "capture").returncode == 0
     tools.sql(tmp_path, "UPDATE orders SET status = 'shipped' WHERE id <= 10;")
     s3_faults.fail({"method": "PUT", "contains": "/lake/_combined/", "status": 503, "times": -1})
@@ -94,5 +100,30 @@ def test_a_ledger_the_store_refuses_is_a_lake_error_not_a_bug(
     try:
         assert [v["updates"] for v in engine.history("shop.orders")] == [0, 10]
         assert all(run.terminal for run in engine.runs())
+    finally:
+        engine.close()
+
+
+def test_a_commit_the_credentials_may_not_write_says_what_to_grant(
+    tmp_path: Path, tools: Any, s3_faults: Any
+) -> None:
+    """Credentials that expire or lose their permission mid-run (403 AccessDenied).
+
+    Before, the Run's error was the store's answer alone, with no hint.
+    """
+    project, lake = _shop(tmp_path, tools, s3_faults)
+    engine = Engine.open(project)
+    try:
+        s3_faults.fail(
+            {"method": "PUT", "contains": "/lake/shop/orders/", "status": 403, "times": -1}
+        )
+        (run,) = engine.capture(["shop.orders"])
+        said = " ".join((run.error or "").split())
+        assert run.state == "failed"
+        assert "the lake refused the commit of combined:shop/orders" in said
+        assert "ACCESS_DENIED" in said
+        assert "the credentials lack permission to write" in said
+        assert "hint: grant the credentials' principal write and delete permission" in said
+        assert "the next capture (or `combined repair`) projects the commit if it landed" in said
     finally:
         engine.close()

@@ -20,9 +20,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from combined.errors import LakeError
 from combined.lake._layout import LakeLayout
-from combined.lake._probe import store_detail
+from combined.lake._probe import store_failure
 from combined.lake._table import LakeTable
 
 _SCHEMA = pa.schema([("seq", pa.int64()), ("id", pa.string()), ("body", pa.string())])
@@ -53,11 +52,10 @@ class Ledger:
             table.append_batches(_SCHEMA, iter([batch]), create=create, metadata={"ledger": name})
         except (OSError, DeltaError) as exc:
             # Written before the catalog records the same thing: nothing of it was recorded.
-            raise LakeError(
-                f"the lake's ledger ({table.path}) could not be written: {store_detail(str(exc))}",
-                hint="the object store failed or refused the write: once it answers (and the "
-                "credentials may write under the lake), capture again; `combined repair` (or "
-                "the next capture) ends any Run this left unfinished",
+            raise store_failure(
+                f"the lake's ledger ({table.path}) could not be written",
+                exc,
+                "`combined repair` (or the next capture) ends any Run this left unfinished",
             ) from None
 
     def _latest(self, name: str, key: str) -> dict[Any, dict[str, Any]]:

@@ -8,7 +8,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from combined._credentials import masking
-from combined.errors import LakeNotWritable
+from combined.errors import LakeError, LakeNotWritable
 
 if TYPE_CHECKING:
     from combined.lake._store import LakeStore
@@ -78,9 +78,9 @@ def check_store(store: LakeStore) -> None:
         raise
     except (OSError, ValueError, ArrowException) as exc:
         text = str(exc)
-        missing, hint = next(
-            ((what, hint) for signs, what, hint in _REASONS if _shows(signs, text)),
-            ("the store refused the write", "check the lake's URL, credentials and permissions"),
+        missing, hint = refusal(text) or (
+            "the store refused the write",
+            "check the lake's URL, credentials and permissions",
         )
         if store.scheme == "s3" and not _aws_credentials() and missing.startswith("the store"):
             missing, hint = _REASONS[1][1:]
@@ -89,6 +89,27 @@ def check_store(store: LakeStore) -> None:
             f"the lake at {store.root} cannot be written: {missing} ({store_detail(text)})",
             hint=f"{hint}; nothing was captured",
         ) from None
+
+
+def refusal(text: str) -> tuple[str, str] | None:
+    """What a store's error says is missing (a bucket, valid credentials, a permission) and
+    what to do; None when it names none of them (the store failed: a 5xx, a timeout)."""
+    return next(((what, hint) for signs, what, hint in _REASONS if _shows(signs, text)), None)
+
+
+def store_failure(what: str, exc: BaseException, then: str) -> LakeError:
+    """The LakeError for a write the store failed mid-run: ``what``, why, and what to do.
+
+    ``then`` says what becomes of the interrupted work. The store's own
+    message follows, its credential values masked.
+    """
+    text = str(exc)
+    reason = refusal(text)
+    if reason is None:
+        detail, hint = store_detail(text), "the object store failed the write; once it answers"
+        return LakeError(f"{what}: {detail}", hint=f"{hint}, capture again; {then}")
+    missing, hint = reason
+    return LakeError(f"{what}: {missing} ({store_detail(text)})", hint=f"{hint}; {then}")
 
 
 def _shows(signs: tuple[str, ...], text: str) -> bool:

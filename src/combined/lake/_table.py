@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from combined.errors import CommitAmbiguous, LakeError, ProtocolViolation
 from combined.lake._files import LinkedFile, link_data_files, write_data_files
+from combined.lake._probe import store_failure
 from combined.lake._rewrite import rewrite_actions
 from combined.lake._store import LakeStore
 from combined.lake._types import to_lake
@@ -278,7 +279,12 @@ class LakeTable:
                 hint="the commit is retried; the lake's transaction version decides",
             ) from exc
         except OSError as exc:
-            raise LakeError(f"the lake refused the commit of {self.app_id}: {exc}") from exc
+            raise store_failure(
+                f"the lake refused the commit of {self.app_id}",
+                exc,
+                "the next capture (or `combined repair`) projects the commit if it landed, "
+                "else captures its rows again",
+            ) from exc
         version = self._checkpointed(dt)
         run_id = metadata.get("run_id")
         return CommitResult(
