@@ -127,3 +127,36 @@ def test_a_commit_the_credentials_may_not_write_says_what_to_grant(
         assert "the next capture (or `combined repair`) projects the commit if it landed" in said
     finally:
         engine.close()
+
+
+def test_a_raw_layer_the_store_fails_after_the_commit_says_the_commit_landed(
+    tmp_path: Path, tools: Any, s3_faults: Any
+) -> None:
+    """The lake commit landed; putting its Delivery into the raw layer failed.
+
+    Before, the Run's error was the store's message alone ("When uploading
+    part for key ...: SLOW_DOWN"), no word that the commit had landed nor of
+    what completes it.
+    """
+    project, _ = _shop(tmp_path, tools, s3_faults)
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+        tools.sql(tmp_path, "UPDATE orders SET status = 'shipped' WHERE id <= 10;")
+        raw = "/lake/_deliveries/shop/orders/"
+        s3_faults.fail({"method": "PUT", "contains": raw, "status": SLOW_DOWN, "times": -1})
+        (run,) = engine.capture(["shop.orders"])
+        said = " ".join((run.error or "").split())
+        assert run.state == "failed"
+        assert "shop.orders: lake version 1 was committed, but its Delivery" in said
+        assert "could not be put into the raw layer" in said and "SLOW_DOWN" in said
+        assert "the next capture (or `combined repair`) puts them there" in said
+        s3_faults.fail()
+        (again,) = engine.capture(["shop.orders"])
+        assert again.state == "succeeded", again.error
+        assert [v["updates"] for v in engine.history("shop.orders")] == [0, 10]
+        for d in engine.run(run.id)["deliveries"]:
+            assert d.state == "committed" and engine.layout.store.exists(d.path)
+    finally:
+        engine.close()
