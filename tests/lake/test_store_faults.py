@@ -160,3 +160,25 @@ def test_a_raw_layer_the_store_fails_after_the_commit_says_the_commit_landed(
             assert d.state == "committed" and engine.layout.store.exists(d.path)
     finally:
         engine.close()
+
+
+def test_a_store_slowing_down_a_few_times_in_a_row_is_waited_out(
+    tmp_path: Path, tools: Any, s3_faults: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five SlowDowns in a row on one upload of a lake file written through Arrow.
+
+    delta-rs retries a request ten times; Arrow's S3 filesystem tried three
+    times, so a burst of throttling that a commit waits out failed the Run at
+    its next lake file (here its publication's ledger record, after the commit).
+    """
+    project, _ = _shop(tmp_path, tools, s3_faults)
+    monkeypatch.delenv("AWS_MAX_ATTEMPTS")  # Combined's own number of tries
+    engine = Engine.open(project)
+    try:
+        ledger = "/lake/_combined/publications/part-"
+        s3_faults.fail({"method": "PUT", "contains": ledger, "status": SLOW_DOWN, "times": 5})
+        (run,) = engine.capture(["shop.orders"])
+        assert s3_faults.faulted() == 5
+        assert run.state == "succeeded", run.error
+    finally:
+        engine.close()

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.fs as pafs
 
+#: How many times Arrow's S3 filesystem tries a request (delta-rs: 1 + 10 retries),
+#: unless ``AWS_MAX_ATTEMPTS`` (the AWS SDKs' own variable) says otherwise.
+S3_ATTEMPTS = 11
+
 #: Object-store schemes and the delta-rs names they go by.
 SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
 
@@ -518,6 +522,11 @@ def _filesystem(scheme: str, root: str) -> pafs.FileSystem:
             options["region"] = region
         if _truthy(env.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST")):
             options["force_virtual_addressing"] = True
+        # As many tries as delta-rs gives a commit's requests: Arrow's three
+        # failed a Run at its next lake file on a burst of 503 SlowDown.
+        attempts = env.get("AWS_MAX_ATTEMPTS", "").strip()
+        tries = int(attempts) if attempts.isdigit() and int(attempts) > 0 else S3_ATTEMPTS
+        options["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=tries)
         return pafs.S3FileSystem(**options)
     if scheme in ("gs", "gcs"):
         emulator = _gcs_emulator()
