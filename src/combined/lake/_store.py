@@ -160,7 +160,10 @@ class LakeStore:
         path = self.path(location)
         if (known := self.sizes.get(path)) is not None:
             return known
-        size = int(self.fs.get_file_info(path).size)
+        info = self.fs.get_file_info(path)
+        if info.size is None:  # (no such object: Arrow answers a size of None)
+            raise FileNotFoundError(f"no file at {location}")
+        size = int(info.size)
         if path.endswith(".parquet"):
             self.sizes[path] = size
         return size
