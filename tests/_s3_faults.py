@@ -11,7 +11,8 @@ request::
     [{"method": "PUT", "contains": "_delta_log", "status": 503, "times": 2}]
 
 ``contains`` is matched against the request's path and query, ``times`` is
-how many requests the rule fails (``-1``: every one). Each request is logged,
+how many requests the rule fails (``-1``: every one); ``code``, ``message``
+and ``extra`` (more XML elements) change the error's body. Each request is logged,
 one line each (``METHOD PATH [FAULT STATUS]``), to the log file.
 
 Run as ``python tests/_s3_faults.py <port> <server URL> <rules file> <log file>``
@@ -59,9 +60,11 @@ class _Relay(BaseHTTPRequestHandler):
             if rule is None:
                 return self._answer(status, headers, data)
         code, message = _ERRORS.get(rule["status"], ("Error", "error"))
+        code, message = rule.get("code", code), rule.get("message", message)
+        extra = rule.get("extra", "")  # more of the body (S3 names the access key id in some)
         error = (
             '<?xml version="1.0" encoding="UTF-8"?>'
-            f"<Error><Code>{code}</Code><Message>{message}</Message></Error>"
+            f"<Error><Code>{code}</Code><Message>{message}</Message>{extra}</Error>"
         ).encode()
         self._answer(rule["status"], [("Content-Type", "application/xml")], error)
 

@@ -182,3 +182,36 @@ def test_a_store_slowing_down_a_few_times_in_a_row_is_waited_out(
         assert run.state == "succeeded", run.error
     finally:
         engine.close()
+
+
+def test_a_store_error_echoing_the_access_key_id_is_kept_masked(
+    tmp_path: Path, tools: Any, s3_faults: Any
+) -> None:
+    """S3 names the access key id in the body of a ``SignatureDoesNotMatch``; delta-rs quotes it.
+
+    Before, it reached the Run's error, the Activity feed, the catalog and the
+    terminal as it was: only the write probe masked the store's credentials.
+    """
+    _shop(tmp_path, tools, s3_faults)
+    assert tools.cli(tmp_path, "capture").returncode == 0
+    key_id = os.environ["AWS_ACCESS_KEY_ID"]
+    s3_faults.fail(
+        {
+            "method": "GET",
+            "contains": "/lake/shop/orders/_delta_log",
+            "status": 403,
+            "times": -1,
+            "code": "SignatureDoesNotMatch",
+            "message": "The request signature we calculated does not match.",
+            "extra": f"<AWSAccessKeyId>{key_id}</AWSAccessKeyId>",
+        }
+    )
+    refused = tools.cli(tmp_path, "capture")
+    assert s3_faults.faulted() > 0 and refused.returncode != 0
+    assert "SignatureDoesNotMatch" in refused.stdout + refused.stderr
+    s3_faults.fail()
+    shown = [tools.cli(tmp_path, *args) for args in (["runs"], ["activity"])]
+    said = refused.stdout + refused.stderr + "".join(r.stdout + r.stderr for r in shown)
+    assert key_id not in said
+    kept = [p for p in tmp_path.rglob("*") if p.is_file() and key_id.encode() in p.read_bytes()]
+    assert kept == []

@@ -9,20 +9,10 @@ from typing import TYPE_CHECKING
 
 from combined._credentials import masking
 from combined.errors import LakeError, LakeNotWritable
+from combined.lake._store import CREDENTIAL_ENV
 
 if TYPE_CHECKING:
     from combined.lake._store import LakeStore
-
-#: Environment variables whose values never appear in an error.
-_SECRET_ENV = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AZURE_STORAGE_ACCOUNT_KEY",
-    "AZURE_STORAGE_KEY",
-    "AZURE_STORAGE_SAS_TOKEN",
-    "AZURE_STORAGE_CONNECTION_STRING",
-)
 
 #: (what the store's error says, what is missing, what to do).
 _REASONS = (
@@ -144,5 +134,5 @@ def store_detail(text: str) -> str:
 
     Masked before it is cut: a secret cut in two would no longer be recognised.
     """
-    text = masking(v for k in _SECRET_ENV if (v := os.environ.get(k)))(text).strip()
+    text = masking(v for k in CREDENTIAL_ENV if (v := os.environ.get(k)))(text).strip()
     return text.splitlines()[0][:300] if text else "no detail"

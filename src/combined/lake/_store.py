@@ -36,6 +36,34 @@ S3_ATTEMPTS = 11
 SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
 
 
+#: The environment's store credentials: their values never appear in what Combined keeps or shows.
+CREDENTIAL_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_SAS_KEY",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_CLIENT_SECRET",
+)
+
+
+def remember_credentials() -> None:
+    """Mask the store credentials in the environment in every text Combined redacts.
+
+    A store's error can quote one (S3 names the access key id in the body of
+    a ``SignatureDoesNotMatch``, which delta-rs quotes whole), and such an
+    error reaches a Run's error, the Activity feed and the terminal.
+    """
+    from combined._credentials import remember_secret
+
+    for name in CREDENTIAL_ENV:
+        if value := os.environ.get(name, "").strip():
+            remember_secret(value)
+
+
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -85,6 +113,7 @@ class LakeStore:
         account and emulator) delta-rs reads from the environment itself; a
         GCS emulator (``STORAGE_EMULATOR_HOST``) it is pointed at here.
         """
+        remember_credentials()
         if self.scheme in ("gs", "gcs"):
             emulator = _gcs_emulator()
             return None if emulator is None else {"google_service_account_key": emulator[0]}
@@ -103,6 +132,7 @@ class LakeStore:
     @cached_property
     def fs(self) -> pafs.FileSystem:
         """The Arrow filesystem holding the lake (built once, from the environment)."""
+        remember_credentials()
         return _filesystem(self.scheme, self.root)
 
     @cached_property
