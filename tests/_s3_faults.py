@@ -15,6 +15,11 @@ how many requests the rule fails (``-1``: every one); ``code``, ``message``
 and ``extra`` (more XML elements) change the error's body. Each request is logged,
 one line each (``METHOD PATH [FAULT STATUS]``), to the log file.
 
+It also makes the server's conditional create (``If-None-Match: *``, how
+delta-rs commits a log entry) atomic, as S3's is: moto checks and writes in
+two steps, and of two writers racing for one log entry both could be told
+they wrote it (one commit lost). Tests of concurrent writers go through it.
+
 Run as ``python tests/_s3_faults.py <port> <server URL> <rules file> <log file>``
 in a process of its own (delta-rs calls hold the GIL).
 """
@@ -45,6 +50,7 @@ class _Relay(BaseHTTPRequestHandler):
     rules: str
     log: str
     lock = threading.Lock()
+    conditional = threading.Lock()  # one conditional create at a time (see _forward)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -102,6 +108,15 @@ class _Relay(BaseHTTPRequestHandler):
         return None
 
     def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        if self.headers.get("If-None-Match") == "*":
+            # moto checks that the key is absent, then writes it, in two steps
+            # another request can come between (S3 does both at once): of two
+            # writers creating one Delta log entry, both could be told they did.
+            with self.conditional:
+                return self._send(body)
+        return self._send(body)
+
+    def _send(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
         conn = http.client.HTTPConnection(*self.upstream, timeout=120)
         try:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
