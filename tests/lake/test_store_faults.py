@@ -184,13 +184,11 @@ def test_a_store_slowing_down_a_few_times_in_a_row_is_waited_out(
         engine.close()
 
 
-def test_a_store_error_echoing_the_access_key_id_is_kept_masked(
-    tmp_path: Path, tools: Any, s3_faults: Any
-) -> None:
-    """S3 names the access key id in the body of a ``SignatureDoesNotMatch``; delta-rs quotes it.
+def _signature_refused(tmp_path: Path, tools: Any, s3_faults: Any) -> tuple[str, str]:
+    """A capture whose table load S3 refuses as ``SignatureDoesNotMatch``, naming the key id.
 
-    Before, it reached the Run's error, the Activity feed, the catalog and the
-    terminal as it was: only the write probe masked the store's credentials.
+    Returns the key id and what the capture, ``runs`` and ``activity`` said.
+    delta-rs quotes the store's body whole, on lines it marks in colour.
     """
     _shop(tmp_path, tools, s3_faults)
     assert tools.cli(tmp_path, "capture").returncode == 0
@@ -210,8 +208,33 @@ def test_a_store_error_echoing_the_access_key_id_is_kept_masked(
     assert s3_faults.faulted() > 0 and refused.returncode != 0
     assert "SignatureDoesNotMatch" in refused.stdout + refused.stderr
     s3_faults.fail()
-    shown = [tools.cli(tmp_path, *args) for args in (["runs"], ["activity"])]
-    said = refused.stdout + refused.stderr + "".join(r.stdout + r.stderr for r in shown)
+    shown = [tools.cli(tmp_path, *args) for args in (["runs"], ["activity", "--json"])]
+    return key_id, refused.stdout + refused.stderr + "".join(r.stdout + r.stderr for r in shown)
+
+
+def test_a_store_error_echoing_the_access_key_id_is_kept_masked(
+    tmp_path: Path, tools: Any, s3_faults: Any
+) -> None:
+    """S3 names the access key id in the body of a ``SignatureDoesNotMatch``; delta-rs quotes it.
+
+    Before, it reached the Run's error, the Activity feed, the catalog and the
+    terminal as it was: only the write probe masked the store's credentials.
+    """
+    key_id, said = _signature_refused(tmp_path, tools, s3_faults)
     assert key_id not in said
     kept = [p for p in tmp_path.rglob("*") if p.is_file() and key_id.encode() in p.read_bytes()]
     assert kept == []
+
+
+def test_a_store_errors_terminal_colours_are_neither_kept_nor_shown(
+    tmp_path: Path, tools: Any, s3_faults: Any
+) -> None:
+    """delta-rs marks each line of an error's chain in red (``ESC[31m↳ESC[0m``).
+
+    Before, the escape sequences were kept in the Run's error and its Activity
+    and sent to the terminal from there (``combined runs`` showed ``[31m↳[0m``):
+    a remote server's text driving the terminal.
+    """
+    _, said = _signature_refused(tmp_path, tools, s3_faults)
+    assert "403 Forbidden" in said
+    assert "\x1b" not in said and "\\u001b" not in said and "[31m" not in said
