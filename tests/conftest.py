@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -574,6 +575,48 @@ def s3_objects(endpoint: str, bucket: str, prefix: str = "") -> list[str]:
     client = boto3.client("s3", endpoint_url=endpoint)
     pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
     return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+
+#: A relay in front of the S3 server that fails the requests it is told to.
+S3_FAULTS_RELAY = Path(__file__).resolve().parent / "_s3_faults.py"
+
+
+class S3Faults:
+    """The S3 server behind ``tests/_s3_faults.py``: ``fail()`` sets the requests it fails."""
+
+    def __init__(self, where: Path, bucket: str) -> None:
+        self.rules, self.log, self.bucket = where / "rules.json", where / "requests.log", bucket
+        self.fail()
+
+    def fail(self, *rules: dict[str, object]) -> None:
+        """Fail the requests ``rules`` match (see the relay's docstring); none when empty."""
+        self.rules.write_text(json.dumps(list(rules)))
+
+    def faulted(self) -> int:
+        """How many requests the relay failed so far."""
+        text = self.log.read_text() if self.log.exists() else ""
+        return sum(" FAULT " in line for line in text.splitlines())
+
+
+@pytest.fixture
+def s3_faults(
+    s3_endpoint: str,
+    s3_bucket: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[S3Faults]:
+    """A fresh bucket reached through a fault-injecting relay (``AWS_ENDPOINT_URL`` set to it)."""
+    where = tmp_path_factory.mktemp("s3-faults")
+    faults = S3Faults(where, s3_bucket)
+    port = _free_port()
+    argv = [sys.executable, str(S3_FAULTS_RELAY), str(port), s3_endpoint]
+    argv += [str(faults.rules), str(faults.log)]
+    with _emulator(argv, port, where / "relay.out") as url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", url)
+        # A request the relay fails every time fails at once (a test that
+        # waits out a few failures in a row unsets it).
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")
+        yield faults
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -613,8 +613,16 @@ def _mask_known(text: str) -> str:
     return pattern.sub(MASK, text) if pattern is not None else text
 
 
+#: A terminal's control sequence (CSI: colours, cursor moves), as a library's error may carry;
+#: its ESC as it is, or as a repr or JSON writes it (an error's repr is kept as text too).
+_TERMINAL_CONTROL = re.compile(r"(?:\x1b|\\x1b|\\u001b|\\033)\[[0-?]*[ -/]*[@-~]")
+
+
 def redact(text: str) -> str:
     """``text`` with credentials masked: in URLs, reprs, calls and ``name=value`` pairs.
+
+    Terminal control sequences go too (delta-rs colours each line of an
+    error's chain): a remote server's text kept or shown never drives a terminal.
 
     Secret values this process resolved (:func:`remember_secret`) are masked
     first, wherever they stand. Then each kind is masked in turn, on the text
@@ -624,7 +632,7 @@ def redact(text: str) -> str:
     before the ``name=value`` pairs, so that ``password=Secret('a b')`` is
     masked whole.
     """
-    text = _mask_known(text)
+    text = _mask_known(_TERMINAL_CONTROL.sub("", text))
     text = _masked(text, ((m.start(), f"{m['head']}:", m.end("pw")) for m in _url_passwords(text)))
     text = _masked(
         text, ((start, text[start:kept], end) for start, kept, end in _quoted_pairs(text))

@@ -463,11 +463,14 @@ class Engine(Reading):
         """Before any Run: a writable lake, a catalog that matches it, overdue reviews told.
 
         Private files (a program's resolved configuration) that a Combined
-        process killed outright left on this machine are removed too.
+        process killed outright left on this machine are removed too. What
+        the repair did (a dead Run's lake commits projected, the Run ended)
+        is told: the capture that follows would otherwise show no change.
         """
         self.layout.ensure_writable()
         sweep_private_dirs()
-        self.repair()
+        for note in self.repair():
+            self.reporter.note(note)
         self.remind_quarantine()
 
     def repair(self) -> list[str]:

@@ -40,3 +40,16 @@ def test_a_parquet_files_size_is_asked_once_for_every_query(
         assert total == sum(range(30))
     assert sorted(asked) == sorted(store.path(f) for f in files)
     assert store.size(files[0]) == store.sizes[store.path(files[0])] > 0
+
+
+def test_the_size_of_a_file_the_store_lacks_is_file_not_found(lake_url: str) -> None:
+    """Before, an object store's missing file raised TypeError (``int(None)``).
+
+    A Delta log naming a data file the store lost then broke recovery with
+    "int() argument must be ... not 'NoneType'" instead of its own error
+    (the file neither staging nor the raw layer holds, and what to do).
+    """
+    store = LakeStore.at(lake_url)
+    missing = store.join("s", "d", "part-gone.parquet")
+    with pytest.raises(FileNotFoundError, match="part-gone.parquet"):
+        store.size(missing)

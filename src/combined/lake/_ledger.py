@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from combined.lake._layout import LakeLayout
+from combined.lake._probe import store_failure
 from combined.lake._table import LakeTable
 
 _SCHEMA = pa.schema([("seq", pa.int64()), ("id", pa.string()), ("body", pa.string())])
@@ -43,9 +44,19 @@ class Ledger:
         batch = pa.record_batch(
             [pa.array([seq]), pa.array([key]), pa.array([body])], schema=_SCHEMA
         )
+        from deltalake.exceptions import DeltaError
+
         table = self._table(name)
-        create = not table.exists()
-        table.append_batches(_SCHEMA, iter([batch]), create=create, metadata={"ledger": name})
+        try:
+            create = not table.exists()
+            table.append_batches(_SCHEMA, iter([batch]), create=create, metadata={"ledger": name})
+        except (OSError, DeltaError) as exc:
+            # Written before the catalog records the same thing: nothing of it was recorded.
+            raise store_failure(
+                f"the lake's ledger ({table.path}) could not be written",
+                exc,
+                "`combined repair` (or the next capture) ends any Run this left unfinished",
+            ) from None
 
     def _latest(self, name: str, key: str) -> dict[Any, dict[str, Any]]:
         """Each key's newest record in the ledger table ``name``."""

@@ -8,21 +8,11 @@ import uuid
 from typing import TYPE_CHECKING
 
 from combined._credentials import masking
-from combined.errors import LakeNotWritable
+from combined.errors import LakeError, LakeNotWritable
+from combined.lake._store import CREDENTIAL_ENV
 
 if TYPE_CHECKING:
     from combined.lake._store import LakeStore
-
-#: Environment variables whose values never appear in an error.
-_SECRET_ENV = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AZURE_STORAGE_ACCOUNT_KEY",
-    "AZURE_STORAGE_KEY",
-    "AZURE_STORAGE_SAS_TOKEN",
-    "AZURE_STORAGE_CONNECTION_STRING",
-)
 
 #: (what the store's error says, what is missing, what to do).
 _REASONS = (
@@ -78,9 +68,9 @@ def check_store(store: LakeStore) -> None:
         raise
     except (OSError, ValueError, ArrowException) as exc:
         text = str(exc)
-        missing, hint = next(
-            ((what, hint) for signs, what, hint in _REASONS if _shows(signs, text)),
-            ("the store refused the write", "check the lake's URL, credentials and permissions"),
+        missing, hint = refusal(text) or (
+            "the store refused the write",
+            "check the lake's URL, credentials and permissions",
         )
         if store.scheme == "s3" and not _aws_credentials() and missing.startswith("the store"):
             missing, hint = _REASONS[1][1:]
@@ -89,6 +79,27 @@ def check_store(store: LakeStore) -> None:
             f"the lake at {store.root} cannot be written: {missing} ({store_detail(text)})",
             hint=f"{hint}; nothing was captured",
         ) from None
+
+
+def refusal(text: str) -> tuple[str, str] | None:
+    """What a store's error says is missing (a bucket, valid credentials, a permission) and
+    what to do; None when it names none of them (the store failed: a 5xx, a timeout)."""
+    return next(((what, hint) for signs, what, hint in _REASONS if _shows(signs, text)), None)
+
+
+def store_failure(what: str, exc: BaseException, then: str) -> LakeError:
+    """The LakeError for a write the store failed mid-run: ``what``, why, and what to do.
+
+    ``then`` says what becomes of the interrupted work. The store's own
+    message follows, its credential values masked.
+    """
+    text = str(exc)
+    reason = refusal(text)
+    if reason is None:
+        detail, hint = store_detail(text), "the object store failed the write; once it answers"
+        return LakeError(f"{what}: {detail}", hint=f"{hint}, capture again; {then}")
+    missing, hint = reason
+    return LakeError(f"{what}: {missing} ({store_detail(text)})", hint=f"{hint}; {then}")
 
 
 def _shows(signs: tuple[str, ...], text: str) -> bool:
@@ -123,5 +134,5 @@ def store_detail(text: str) -> str:
 
     Masked before it is cut: a secret cut in two would no longer be recognised.
     """
-    text = masking(v for k in _SECRET_ENV if (v := os.environ.get(k)))(text).strip()
+    text = masking(v for k in CREDENTIAL_ENV if (v := os.environ.get(k)))(text).strip()
     return text.splitlines()[0][:300] if text else "no detail"

@@ -28,8 +28,40 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.fs as pafs
 
+#: How many times Arrow's S3 filesystem tries a request (delta-rs: 1 + 10 retries),
+#: unless ``AWS_MAX_ATTEMPTS`` (the AWS SDKs' own variable) says otherwise.
+S3_ATTEMPTS = 11
+
 #: Object-store schemes and the delta-rs names they go by.
 SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
+
+
+#: The environment's store credentials: their values never appear in what Combined keeps or shows.
+CREDENTIAL_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_SAS_KEY",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_CLIENT_SECRET",
+)
+
+
+def remember_credentials() -> None:
+    """Mask the store credentials in the environment in every text Combined redacts.
+
+    A store's error can quote one (S3 names the access key id in the body of
+    a ``SignatureDoesNotMatch``, which delta-rs quotes whole), and such an
+    error reaches a Run's error, the Activity feed and the terminal.
+    """
+    from combined._credentials import remember_secret
+
+    for name in CREDENTIAL_ENV:
+        if value := os.environ.get(name, "").strip():
+            remember_secret(value)
 
 
 def _truthy(value: str | None) -> bool:
@@ -81,6 +113,7 @@ class LakeStore:
         account and emulator) delta-rs reads from the environment itself; a
         GCS emulator (``STORAGE_EMULATOR_HOST``) it is pointed at here.
         """
+        remember_credentials()
         if self.scheme in ("gs", "gcs"):
             emulator = _gcs_emulator()
             return None if emulator is None else {"google_service_account_key": emulator[0]}
@@ -99,6 +132,7 @@ class LakeStore:
     @cached_property
     def fs(self) -> pafs.FileSystem:
         """The Arrow filesystem holding the lake (built once, from the environment)."""
+        remember_credentials()
         return _filesystem(self.scheme, self.root)
 
     @cached_property
@@ -156,7 +190,10 @@ class LakeStore:
         path = self.path(location)
         if (known := self.sizes.get(path)) is not None:
             return known
-        size = int(self.fs.get_file_info(path).size)
+        info = self.fs.get_file_info(path)
+        if info.size is None:  # (no such object: Arrow answers a size of None)
+            raise FileNotFoundError(f"no file at {location}")
+        size = int(info.size)
         if path.endswith(".parquet"):
             self.sizes[path] = size
         return size
@@ -174,14 +211,11 @@ class LakeStore:
             except OSError:
                 shutil.copyfile(local, location)
             return
-        import pyarrow.fs as pafs
-
-        pafs.copy_files(
-            str(local),
-            self.path(location),
-            source_filesystem=pafs.LocalFileSystem(),
-            destination_filesystem=self.fs,
-        )
+        # Closed here, where an upload the store refused raises: Arrow's
+        # copy_files closed it on destruction, where the error is only printed
+        # ("Error ignored when destroying file"), and the file seemed uploaded.
+        with open(local, "rb") as src, self.fs.open_output_stream(self.path(location)) as out:
+            shutil.copyfileobj(src, out, _UPLOAD_BLOCK)
 
     def copy(self, source: str | Path, target: str | Path) -> None:
         """Copy a lake file to another lake location (server-side on an object store)."""
@@ -426,6 +460,9 @@ def _duck_filesystem(scheme: str) -> type:
     return LakeFS
 
 
+#: The bytes read from a local file at a time while it is uploaded.
+_UPLOAD_BLOCK = 8 << 20
+
 #: Files kept open for DuckDB's reads of one store (each a path and a size, no connection).
 _OPENED_MAX = 4096
 #: Parquet files whose size and time one store remembers (~200 bytes each).
@@ -518,6 +555,11 @@ def _filesystem(scheme: str, root: str) -> pafs.FileSystem:
             options["region"] = region
         if _truthy(env.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST")):
             options["force_virtual_addressing"] = True
+        # As many tries as delta-rs gives a commit's requests: Arrow's three
+        # failed a Run at its next lake file on a burst of 503 SlowDown.
+        attempts = env.get("AWS_MAX_ATTEMPTS", "").strip()
+        tries = int(attempts) if attempts.isdigit() and int(attempts) > 0 else S3_ATTEMPTS
+        options["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=tries)
         return pafs.S3FileSystem(**options)
     if scheme in ("gs", "gcs"):
         emulator = _gcs_emulator()

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from combined.errors import CommitAmbiguous, LakeError, ProtocolViolation
 from combined.lake._files import LinkedFile, link_data_files, write_data_files
+from combined.lake._probe import store_failure
 from combined.lake._rewrite import rewrite_actions
 from combined.lake._store import LakeStore
 from combined.lake._types import to_lake
@@ -297,7 +298,12 @@ class LakeTable:
                 hint="the commit is retried; the lake's transaction version decides",
             ) from exc
         except OSError as exc:
-            raise LakeError(f"the lake refused the commit of {self.app_id}: {exc}") from exc
+            raise store_failure(
+                f"the lake refused the commit of {self.app_id}",
+                exc,
+                "the next capture (or `combined repair`) projects the commit if it landed, "
+                "else captures its rows again",
+            ) from exc
         version = self._checkpointed(dt)
         run_id = metadata.get("run_id")
         return CommitResult(
@@ -480,11 +486,20 @@ class LakeTable:
         *,
         create: bool,
         metadata: Mapping[str, Any] | None = None,
+        read_at: int | None = None,
     ) -> None:
-        """Append rows outside the delivery protocol (no transaction version), streamed."""
+        """Append rows outside the delivery protocol (no delivery sequence), streamed.
+
+        ``read_at``: the table version the rows were computed from. The
+        append then lands on that version or not at all: another append made
+        with ``read_at`` since then fails it (``CommitFailedError``), and the
+        caller computes its rows again from the newer version.
+        """
         self.forget_shared()
-        dt = None if create else self._fresh()
-        properties = _append_properties(metadata) if metadata is not None else None
+        dt = None if create else self._fresh(read_at)
+        properties = (
+            _append_properties(metadata, self._guard(read_at)) if metadata is not None else None
+        )
         self._append(dt, pa.RecordBatchReader.from_batches(schema, batches), properties)
 
     def append_streams(
@@ -495,6 +510,7 @@ class LakeTable:
         create: bool,
         metadata: Callable[[], Mapping[str, Any]],
         dictionaries: Collection[str] = (),
+        read_at: int | None = None,
     ) -> None:
         """Append several streams of rows of ``schema`` in one commit, written two at a time.
 
@@ -502,11 +518,12 @@ class LakeTable:
         (Parquet encoding releases the GIL). ``metadata`` is asked for once
         every stream is written, so it may describe what they held.
         ``dictionaries``: string columns the streams give as dictionary arrays.
+        ``read_at``: as for :meth:`append_batches`.
         """
         from concurrent.futures import ThreadPoolExecutor
 
         self.forget_shared()
-        dt = None if create else self._fresh()
+        dt = None if create else self._fresh(read_at)
         if dt is not None and not self._same_schema(dt, schema):
             raise ValueError(f"{self.path}: appended rows must have the table's schema")
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="append") as pool:
@@ -519,7 +536,18 @@ class LakeTable:
                 )
             )
         actions = [a for file_actions in written for a in file_actions]
-        self._add(dt, schema, actions, _append_properties(metadata()))
+        self._add(dt, schema, actions, _append_properties(metadata(), self._guard(read_at)))
+
+    def _guard(self, read_at: int | None) -> Any:
+        """The transaction that makes two appends read at one version conflict, or None.
+
+        delta-rs fails a commit whose transaction's app id a commit landed
+        since its read version also carries; a plain append would be
+        rebased onto the newer version instead.
+        """
+        from deltalake import Transaction
+
+        return None if read_at is None else Transaction(app_id=self.app_id, version=read_at + 1)
 
     def _append(self, dt: Any, reader: pa.RecordBatchReader, properties: Any) -> None:
         """Append by streaming our own data files, then committing their add actions."""
@@ -611,11 +639,14 @@ def _retyped(dt: Any, schema: pa.Schema) -> bool:
     return any(f.name in current and current[f.name] != f.type for f in schema)
 
 
-def _append_properties(metadata: Mapping[str, Any]) -> Any:
-    """The commit properties of an append outside the delivery protocol: its metadata only."""
+def _append_properties(metadata: Mapping[str, Any], guard: Any = None) -> Any:
+    """An append's commit properties outside the delivery protocol: its metadata (and guard)."""
     from deltalake import CommitProperties
 
-    return CommitProperties(custom_metadata={METADATA_KEY: json.dumps(dict(metadata))})
+    return CommitProperties(
+        custom_metadata={METADATA_KEY: json.dumps(dict(metadata))},
+        app_transactions=None if guard is None else [guard],
+    )
 
 
 #: Log entries read at first when looking for the newest commit (then four times more).

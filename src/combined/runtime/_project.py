@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 from combined.catalog import Catalog
 from combined.catalog import data as cat
 from combined.lake import LakeLayout
+from combined.lake._probe import store_failure
 from combined.runtime._commit import complete_raw_layer, promote, raw_location
 from combined.runtime._faults import fault
 
@@ -41,7 +42,16 @@ def project_commit(
     if staging_root is None:
         staging_root = layout.staging(meta["run_id"])
     hashes = {d["file"]: d["content_hash"] for d in deliveries if d.get("content_hash")}
-    promote(layout, staging_root, source, dataset, files, hashes)
+    try:
+        promote(layout, staging_root, source, dataset, files, hashes)
+    except OSError as exc:
+        raise store_failure(
+            f"{source}.{dataset}: lake version {meta['lake_version']} was committed, but its "
+            "Delivery files could not be put into the raw layer",
+            exc,
+            "the lake holds the commit: the next capture (or `combined repair`) puts them "
+            "there and projects it",
+        ) from exc
     gone_empty = complete_raw_layer(layout, source, dataset, meta)
     months = _bill(layout, source, dataset, meta, [f for f in files if f not in gone_empty])
     if meta.get("history"):

@@ -44,10 +44,45 @@ def record_usage(
     metadata), so they are read back, not recounted, and a crash between the
     usage commit and the catalog cannot lose them. ``unique`` says the file
     holds each identity once (a keyed transition, not an event stream).
+
+    The usage commit lands on the version its new pairs were computed from,
+    or not at all: a process of another catalog sharing the lake that bills
+    the dataset meanwhile fails it, and the pairs are computed again from
+    the newer version (else both would bill what the other just billed, and
+    the later counts would drop the other's).
     """
-    # One load serves every read below (the commit loads afresh).
-    table = _usage_table(layout, source, dataset).pinned()
+    from deltalake.exceptions import DeltaError
+
     files = [str(changes)] if isinstance(changes, str | Path) else [str(f) for f in changes]
+    for left in reversed(range(_RACES)):
+        # One load serves every read of an attempt (the commit loads that version).
+        table = _usage_table(layout, source, dataset).pinned()
+        version = table.version()
+        try:
+            return _bill(
+                layout, (source, dataset), table, version, files, month, unique, deliveries
+            )
+        except DeltaError:
+            if left == 0 or _usage_table(layout, source, dataset).version() == version:
+                raise  # not a race lost to another writer: the store's own error
+    raise AssertionError("unreachable")
+
+
+#: How many times a usage commit is computed again after another writer's landed first.
+_RACES = 5
+
+
+def _bill(
+    layout: LakeLayout,
+    key: tuple[str, str],
+    table: LakeTable,
+    version: int | None,
+    files: list[str],
+    month: str,
+    unique: bool,
+    deliveries: bool,
+) -> dict[str, dict[str, int]]:
+    """One attempt of :func:`record_usage` on ``key``'s usage table as of ``version``."""
     store = layout.store
     # The identities keep the usage table's digest format (the dataset's own
     # when it was first billed); a v1 id is exactly the hex of its v2 id.
@@ -59,15 +94,15 @@ def record_usage(
     # The billed identities and their counts from one table version: counts
     # newer than the identities they were read with would count again
     # whatever a concurrent usage commit added in between.
-    version = table.version()
     known = table.files(version)  # none before the first usage commit
     counts = _committed_counts(table, version)
     if month not in counts and known:
-        counts[month] = month_counts(layout, source, dataset, month)  # written before counts
+        counts[month] = month_counts(layout, *key, month)  # written before counts
     current = counts[month] if month in counts else _no_usage()
     if unique and not known:
         # The dataset's first usage, one row per identity: every row is new.
-        return {month: _first_usage(table, schema, files, month, deliveries, counts, current)}
+        billed = _first_usage(table, version, schema, files, month, deliveries, counts, current)
+        return {month: billed}
     with _duck(store, files) as con:
         new, existing = _pair_queries(con, store, files, known, month, deliveries, (have, want))
         row = _count_added(con, new, existing)
@@ -77,8 +112,9 @@ def record_usage(
             table.append_batches(
                 schema,
                 (b.cast(schema) for b in reader),
-                create=not table.exists(),
+                create=version is None,
                 metadata={"counts": counts},
+                read_at=version,
             )
     return {month: current}
 
@@ -162,6 +198,7 @@ _CONSTANT_COLUMNS = ("month", "op")
 
 def _first_usage(
     table: LakeTable,
+    version: int | None,
     schema: pa.Schema,
     files: list[str],
     month: str,
@@ -218,9 +255,10 @@ def _first_usage(
     table.append_streams(
         schema,
         streams,
-        create=not table.exists(),
+        create=version is None,
         metadata=metadata,
         dictionaries=_CONSTANT_COLUMNS,
+        read_at=version,
     )
     return counts[month]
 
