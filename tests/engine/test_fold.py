@@ -361,3 +361,37 @@ def test_a_partitioned_table_is_marked_by_its_partitions(tmp_path: Path, pg_data
         assert gone["fold"] == "differed" and gone["deletes"] == 1
     finally:
         engine.close()
+
+
+def test_a_wide_decimal_changed_unseen_by_the_statistics_is_found(
+    tmp_path: Path, pg_database: str
+) -> None:
+    """numeric(38, 2) 0.00 to -0.01: DuckDB hashes both 128-bit integers (0 and -1) as 0."""
+    _write(
+        pg_database,
+        "CREATE TABLE balances (id bigint PRIMARY KEY, amount numeric(38, 2), marks numeric[])",
+        "INSERT INTO balances VALUES (1, 0.00, NULL), (2, 5.00, NULL)",
+        "ALTER TABLE balances ALTER COLUMN marks TYPE numeric(30, 0)[]",
+        "UPDATE balances SET marks = '{0, 7}' WHERE id = 2",
+    )
+    project = PROJECT.format(dsn=pg_database).replace("items:", "balances:")
+    (tmp_path / "combined.yaml").write_text(project)
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        _capture(engine, "balances")
+        assert _capture(engine, "balances")["fold"] == "same"
+        _write(
+            pg_database,
+            "UPDATE balances SET amount = -0.01 WHERE id = 1",
+            "UPDATE balances SET marks = '{-1, 7}' WHERE id = 2",
+            counted=False,
+        )
+        changed = _capture(engine, "balances")
+        assert changed["fold"] == "differed" and changed["updates"] == 2
+        rows = engine.sql("SELECT amount, marks FROM pg.balances ORDER BY id").to_pylist()
+        assert [(str(r["amount"]), [str(m) for m in r["marks"] or []]) for r in rows] == [
+            ("-0.01", []),
+            ("5.00", ["-1", "7"]),
+        ]
+    finally:
+        engine.close()

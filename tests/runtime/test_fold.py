@@ -41,6 +41,11 @@ CHANGES: list[tuple[pa.DataType, Any, Any]] = [
     (pa.time64("ns"), 1, 2),
     (pa.duration("ns"), 1, 2),
     (pa.decimal128(38, 10), decimal.Decimal("1.0000000001"), decimal.Decimal("1.0000000002")),
+    # DuckDB hashes a 128-bit integer (a decimal of 19 to 38 digits) as its two halves' hashes
+    # xor-ed: -1 (both halves all ones) hashes as 0, x as x * 2**64.
+    (pa.decimal128(38, 2), decimal.Decimal("0.00"), decimal.Decimal("-0.01")),
+    (pa.decimal128(20, 0), decimal.Decimal(5), decimal.Decimal(5 * 2**64)),
+    (pa.list_(pa.decimal128(30, 0)), [decimal.Decimal(0)], [decimal.Decimal(-1)]),
     (pa.decimal256(60, 2), decimal.Decimal("9" * 57 + ".99"), decimal.Decimal("9" * 57 + ".98")),
     (pa.list_(pa.string()), ["a", None], [None, "a"]),
     (pa.list_(pa.int64()), [1], [1, 1]),
@@ -50,6 +55,8 @@ CHANGES: list[tuple[pa.DataType, Any, Any]] = [
     (pa.list_(pa.string()), ["ab", "c"], ["a", "bc"]),
     (pa.list_(pa.int64(), 2), [1, None], None),
     (pa.uuid(), uuid.UUID(int=1).bytes, uuid.UUID(int=2).bytes),
+    # (a UUID too: its halves xor-ed, the first with its top bit flipped; both hash as 0)
+    (pa.uuid(), uuid.UUID(int=2**127).bytes, uuid.UUID(int=2**127 + 2**64 + 1).bytes),
     (pa.json_(), '{"a": 1}', '{"a":1}'),
     (pa.dictionary(pa.int32(), pa.string()), "a", "b"),
 ]

@@ -25,7 +25,8 @@ changed values hashes as the old value did (a 64-bit collision); the next
 capture after any write to the table compares every row's md5 again.
 Columns are hashed as DuckDB scans Arrow, after casting the types it would
 scan with a loss (durations, ``date64``, ``float16``, 256-bit decimals) to
-ones it scans exactly. A list of scalars is hashed with its length (DuckDB
+ones it scans exactly, and a decimal DuckDB would hash as a 128-bit integer
+as its text (:func:`_terms`). A list of scalars is hashed with its length (DuckDB
 hashes a null, an empty and a ``[null]`` list alike); a struct, a map or a
 list of lists is not folded at all: DuckDB's hash of them loses their
 structure (:func:`_scalar_list`), and their rows are hashed as they are read.
@@ -157,9 +158,7 @@ def _foldable(table: pa.Table) -> pa.Table | None:
 
 def _exact(col: pa.ChunkedArray, t: pa.DataType) -> pa.ChunkedArray | None:
     """``col`` as a column DuckDB scans without losing a value's difference."""
-    if isinstance(t, pa.BaseExtensionType):
-        if isinstance(t, pa.UuidType):
-            return col
+    if isinstance(t, pa.BaseExtensionType):  # (a UUID as its 16 bytes: see _terms)
         return _exact(
             pa.chunked_array([c.storage for c in col.chunks], t.storage_type), t.storage_type
         )
@@ -180,13 +179,26 @@ def _terms(schema: pa.Schema) -> list[str]:
     DuckDB hashes a list as the combination of its elements' hashes: a null
     list, an empty one and one holding a single null hash alike. Its
     length tells them apart (null, 0, 1).
+
+    DuckDB hashes a 128-bit integer (a decimal of 19 to 38 digits, a UUID)
+    as its two halves' hashes xor-ed: -1 (both halves all ones) as 0, ``x``
+    as ``x * 2**64``. Such decimals are hashed as their text.
     """
     terms = []
     for f in schema:
-        terms.append(quote_ident(f.name))
+        name = quote_ident(f.name)
+        if _wide(f.type) or (_scalar_list(f.type) and _wide(f.type.value_type)):
+            terms.append(f"CAST({name} AS VARCHAR{'[]' if _scalar_list(f.type) else ''})")
+        else:
+            terms.append(name)
         if _scalar_list(f.type):
-            terms.append(f"len({quote_ident(f.name)})")
+            terms.append(f"len({name})")
     return terms
+
+
+def _wide(t: pa.DataType) -> bool:
+    """Whether DuckDB scans ``t`` as a 128-bit integer: a decimal of more than 18 digits."""
+    return isinstance(t, pa.Decimal128Type) and t.precision > 18
 
 
 #: The scalar types DuckDB scans as Arrow holds them (a 128-bit decimal: to 38 digits).
