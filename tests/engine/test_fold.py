@@ -363,16 +363,17 @@ def test_a_partitioned_table_is_marked_by_its_partitions(tmp_path: Path, pg_data
         engine.close()
 
 
-def test_a_wide_decimal_changed_unseen_by_the_statistics_is_found(
+def test_values_duckdb_hashes_alike_changed_unseen_by_the_statistics_are_found(
     tmp_path: Path, pg_database: str
 ) -> None:
-    """numeric(38, 2) 0.00 to -0.01: DuckDB hashes both 128-bit integers (0 and -1) as 0."""
+    """DuckDB's hash() tells neither 0 from -1 as 128-bit integers (numeric(38, 2) 0.00
+    and -0.01) nor texts whose bytes 7 and 15 change in step: the fold must."""
     _write(
         pg_database,
-        "CREATE TABLE balances (id bigint PRIMARY KEY, amount numeric(38, 2), marks numeric[])",
-        "INSERT INTO balances VALUES (1, 0.00, NULL), (2, 5.00, NULL)",
-        "ALTER TABLE balances ALTER COLUMN marks TYPE numeric(30, 0)[]",
-        "UPDATE balances SET marks = '{0, 7}' WHERE id = 2",
+        "CREATE TABLE balances (id bigint PRIMARY KEY, amount numeric(38, 2),"
+        " marks numeric(30, 0)[], code text)",
+        "INSERT INTO balances VALUES (1, 0.00, NULL, 'a'), (2, 5.00, '{0, 7}', 'b'),"
+        " (3, 1.00, NULL, 'ACCOUNT -000001 ')",
     )
     project = PROJECT.format(dsn=pg_database).replace("items:", "balances:")
     (tmp_path / "combined.yaml").write_text(project)
@@ -388,10 +389,19 @@ def test_a_wide_decimal_changed_unseen_by_the_statistics_is_found(
         )
         changed = _capture(engine, "balances")
         assert changed["fold"] == "differed" and changed["updates"] == 2
-        rows = engine.sql("SELECT amount, marks FROM pg.balances ORDER BY id").to_pylist()
-        assert [(str(r["amount"]), [str(m) for m in r["marks"] or []]) for r in rows] == [
-            ("-0.01", []),
-            ("5.00", ["-1", "7"]),
+        # (alone: any other change makes the whole capture another fold)
+        _write(
+            pg_database, "UPDATE balances SET code = 'ACCOUNT~-000001.' WHERE id = 3", counted=False
+        )
+        changed = _capture(engine, "balances")
+        assert changed["fold"] == "differed" and changed["updates"] == 1
+        rows = engine.sql("SELECT amount, marks, code FROM pg.balances ORDER BY id").to_pylist()
+        assert [
+            (str(r["amount"]), [str(m) for m in r["marks"] or []], r["code"]) for r in rows
+        ] == [
+            ("-0.01", [], "a"),
+            ("5.00", ["-1", "7"], "b"),
+            ("1.00", [], "ACCOUNT~-000001."),
         ]
     finally:
         engine.close()
