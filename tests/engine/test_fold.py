@@ -361,3 +361,47 @@ def test_a_partitioned_table_is_marked_by_its_partitions(tmp_path: Path, pg_data
         assert gone["fold"] == "differed" and gone["deletes"] == 1
     finally:
         engine.close()
+
+
+def test_values_duckdb_hashes_alike_changed_unseen_by_the_statistics_are_found(
+    tmp_path: Path, pg_database: str
+) -> None:
+    """DuckDB's hash() tells neither 0 from -1 as 128-bit integers (numeric(38, 2) 0.00
+    and -0.01) nor texts whose bytes 7 and 15 change in step: the fold must."""
+    _write(
+        pg_database,
+        "CREATE TABLE balances (id bigint PRIMARY KEY, amount numeric(38, 2),"
+        " marks numeric(30, 0)[], code text)",
+        "INSERT INTO balances VALUES (1, 0.00, NULL, 'a'), (2, 5.00, '{0, 7}', 'b'),"
+        " (3, 1.00, NULL, 'ACCOUNT -000001 ')",
+    )
+    project = PROJECT.format(dsn=pg_database).replace("items:", "balances:")
+    (tmp_path / "combined.yaml").write_text(project)
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        _capture(engine, "balances")
+        assert _capture(engine, "balances")["fold"] == "same"
+        _write(
+            pg_database,
+            "UPDATE balances SET amount = -0.01 WHERE id = 1",
+            "UPDATE balances SET marks = '{-1, 7}' WHERE id = 2",
+            counted=False,
+        )
+        changed = _capture(engine, "balances")
+        assert changed["fold"] == "differed" and changed["updates"] == 2
+        # (alone: any other change makes the whole capture another fold)
+        _write(
+            pg_database, "UPDATE balances SET code = 'ACCOUNT~-000001.' WHERE id = 3", counted=False
+        )
+        changed = _capture(engine, "balances")
+        assert changed["fold"] == "differed" and changed["updates"] == 1
+        rows = engine.sql("SELECT amount, marks, code FROM pg.balances ORDER BY id").to_pylist()
+        assert [
+            (str(r["amount"]), [str(m) for m in r["marks"] or []], r["code"]) for r in rows
+        ] == [
+            ("-0.01", [], "a"),
+            ("5.00", ["-1", "7"], "b"),
+            ("1.00", [], "ACCOUNT~-000001."),
+        ]
+    finally:
+        engine.close()

@@ -29,6 +29,12 @@ CHANGES: list[tuple[pa.DataType, Any, Any]] = [
     (pa.float32(), 1.5, 1.25),
     (pa.float16(), 1.5, 1.25),
     (pa.string(), "a", "b"),
+    # DuckDB's hash of a text or bytes mixes its bytes 7 and 15 (of each 8) into 8
+    # bits: these two change both and hash alike (one such change in 256 does).
+    (pa.string(), "ACCOUNT -000001 ", "ACCOUNT~-000001."),
+    (pa.binary(), b"aaaaaaa\x00aaaaaaa\x00", b"aaaaaaa\xffaaaaaaa\xd1"),
+    (pa.binary(16), b"aaaaaaa\x00aaaaaaa\x00", b"aaaaaaa\xffaaaaaaa\xd1"),
+    (pa.list_(pa.string()), ["ACCOUNT -000001 "], ["ACCOUNT~-000001."]),
     (pa.string(), "", None),
     (pa.large_string(), "x" * 100, "x" * 99 + "y"),
     (pa.binary(), b"\x00", b"\x00\x00"),
@@ -41,6 +47,11 @@ CHANGES: list[tuple[pa.DataType, Any, Any]] = [
     (pa.time64("ns"), 1, 2),
     (pa.duration("ns"), 1, 2),
     (pa.decimal128(38, 10), decimal.Decimal("1.0000000001"), decimal.Decimal("1.0000000002")),
+    # DuckDB hashes a 128-bit integer (a decimal of 19 to 38 digits) as its two halves' hashes
+    # xor-ed: -1 (both halves all ones) hashes as 0, x as x * 2**64.
+    (pa.decimal128(38, 2), decimal.Decimal("0.00"), decimal.Decimal("-0.01")),
+    (pa.decimal128(20, 0), decimal.Decimal(5), decimal.Decimal(5 * 2**64)),
+    (pa.list_(pa.decimal128(30, 0)), [decimal.Decimal(0)], [decimal.Decimal(-1)]),
     (pa.decimal256(60, 2), decimal.Decimal("9" * 57 + ".99"), decimal.Decimal("9" * 57 + ".98")),
     (pa.list_(pa.string()), ["a", None], [None, "a"]),
     (pa.list_(pa.int64()), [1], [1, 1]),
@@ -50,6 +61,8 @@ CHANGES: list[tuple[pa.DataType, Any, Any]] = [
     (pa.list_(pa.string()), ["ab", "c"], ["a", "bc"]),
     (pa.list_(pa.int64(), 2), [1, None], None),
     (pa.uuid(), uuid.UUID(int=1).bytes, uuid.UUID(int=2).bytes),
+    # (a UUID too: its halves xor-ed, the first with its top bit flipped; both hash as 0)
+    (pa.uuid(), uuid.UUID(int=2**127).bytes, uuid.UUID(int=2**127 + 2**64 + 1).bytes),
     (pa.json_(), '{"a": 1}', '{"a":1}'),
     (pa.dictionary(pa.int32(), pa.string()), "a", "b"),
 ]

@@ -25,10 +25,13 @@ changed values hashes as the old value did (a 64-bit collision); the next
 capture after any write to the table compares every row's md5 again.
 Columns are hashed as DuckDB scans Arrow, after casting the types it would
 scan with a loss (durations, ``date64``, ``float16``, 256-bit decimals) to
-ones it scans exactly. A list of scalars is hashed with its length (DuckDB
-hashes a null, an empty and a ``[null]`` list alike); a struct, a map or a
-list of lists is not folded at all: DuckDB's hash of them loses their
-structure (:func:`_scalar_list`), and their rows are hashed as they are read.
+ones it scans exactly. A decimal DuckDB would hash as a 128-bit integer is
+hashed as its text, a text or bytes twice, 4 bytes apart (DuckDB's hash
+of them mixes a change to bytes 7 and 15 into 8 bits: :func:`_terms`).
+A list of scalars is hashed with its length (DuckDB hashes a null, an
+empty and a ``[null]`` list alike); a struct, a map or a list of lists is
+not folded at all: DuckDB's hash of them loses their structure
+(:func:`_scalar_list`), and their rows are hashed as they are read.
 """
 
 from __future__ import annotations
@@ -157,9 +160,7 @@ def _foldable(table: pa.Table) -> pa.Table | None:
 
 def _exact(col: pa.ChunkedArray, t: pa.DataType) -> pa.ChunkedArray | None:
     """``col`` as a column DuckDB scans without losing a value's difference."""
-    if isinstance(t, pa.BaseExtensionType):
-        if isinstance(t, pa.UuidType):
-            return col
+    if isinstance(t, pa.BaseExtensionType):  # (a UUID as its 16 bytes: see _terms)
         return _exact(
             pa.chunked_array([c.storage for c in col.chunks], t.storage_type), t.storage_type
         )
@@ -180,14 +181,53 @@ def _terms(schema: pa.Schema) -> list[str]:
     DuckDB hashes a list as the combination of its elements' hashes: a null
     list, an empty one and one holding a single null hash alike. Its
     length tells them apart (null, 0, 1).
+
+    DuckDB hashes a 128-bit integer (a decimal of 19 to 38 digits, a UUID)
+    as its two halves' hashes xor-ed: -1 (both halves all ones) as 0, ``x``
+    as ``x * 2**64``. Such decimals are hashed as their text.
+
+    DuckDB hashes a text or bytes 8 bytes at a time, xor-ing each into a
+    state it then multiplies: a byte's change reaches only the state's bits
+    above it, and changes to the last byte of two 8-byte words (bytes 7 and
+    15) meet in 8 bits (one such change in 256 hashes as the value did).
+    Such a value is hashed twice, the second time 4 bytes further on, where
+    those bytes are mixed into 40 bits or more.
     """
     terms = []
     for f in schema:
-        terms.append(quote_ident(f.name))
-        if _scalar_list(f.type):
-            terms.append(f"len({quote_ident(f.name)})")
+        name, listed = quote_ident(f.name), _scalar_list(f.type)
+        inner = f.type.value_type if listed else f.type
+        terms.append(f"CAST({name} AS VARCHAR{'[]' if listed else ''})" if _wide(inner) else name)
+        shift = _shifted(inner)
+        if shift is not None:
+            v = shift.format("v")
+            terms.append(f"list_transform({name}, lambda v: {v})" if listed else shift.format(name))
+        if listed:
+            terms.append(f"len({name})")
     return terms
 
+
+def _shifted(t: pa.DataType) -> str | None:
+    """SQL (a format of the value) of a text or bytes 4 bytes further on; None for others."""
+    if any(is_text(t) for is_text in _TEXT):
+        return "('fold' || {})"
+    if any(is_bytes(t) for is_bytes in _BYTES):
+        return "(CAST('fold' AS BLOB) || {})"
+    return None
+
+
+def _wide(t: pa.DataType) -> bool:
+    """Whether DuckDB scans ``t`` as a 128-bit integer: a decimal of more than 18 digits."""
+    return isinstance(t, pa.Decimal128Type) and t.precision > 18
+
+
+_TEXT = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
+_BYTES = (
+    pa.types.is_binary,
+    pa.types.is_large_binary,
+    pa.types.is_binary_view,
+    pa.types.is_fixed_size_binary,
+)
 
 #: The scalar types DuckDB scans as Arrow holds them (a 128-bit decimal: to 38 digits).
 _EXACT = (
@@ -195,13 +235,8 @@ _EXACT = (
     pa.types.is_boolean,
     pa.types.is_float32,
     pa.types.is_float64,
-    pa.types.is_string,
-    pa.types.is_large_string,
-    pa.types.is_string_view,
-    pa.types.is_binary,
-    pa.types.is_large_binary,
-    pa.types.is_binary_view,
-    pa.types.is_fixed_size_binary,
+    *_TEXT,
+    *_BYTES,
     pa.types.is_date32,
     pa.types.is_timestamp,
     pa.types.is_time,
