@@ -5,12 +5,10 @@ The capture runs in a child process (the CLI) so that its peak RSS is its own.
 
 from __future__ import annotations
 
-import resource
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from bench.measure import timed_child
 from tests.engine.test_binlog_capture import Binlog, binlog
 
 from combined.engine import Engine
@@ -22,19 +20,17 @@ __all__ = ["binlog"]
 CEILING_MB = 480
 
 
-def _capture(root: Path) -> tuple[subprocess.CompletedProcess[str], float]:
-    """`combined capture` in a child process; its result and the peak RSS of the children."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    done = subprocess.run(
-        [sys.executable, "-c", "from combined.cli import main; main()", "capture"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=900,
+def _capture(root: Path) -> tuple[int, str, float]:
+    """`combined capture` in a child process: its exit code, stderr and peak RSS in MB.
+
+    Measured by a parent of its own (``bench.measure.timed_child``): this
+    process's ``RUSAGE_CHILDREN`` would hold the largest child of every test
+    it ran before (CI runs this one after others in one process).
+    """
+    rc, _, rss, _, _, err = timed_child(
+        ["-c", "from combined.cli import main; main()", "capture"], cwd=root
     )
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    assert peak >= before
-    return done, peak / 1024
+    return rc, err, rss
 
 
 def _totals(rows: list[tuple[object, ...]]) -> list[int]:
@@ -54,12 +50,12 @@ def test_a_large_update_then_key_changes_of_half_its_rows_drain_in_bounded_memor
         f"INSERT INTO {{t}} SELECT seq, seq, CONCAT('n', seq) FROM seq_1_to_{rows}",
     )
     binlog.project()
-    done, _ = _capture(binlog.root)
-    assert done.returncode == 0, done.stdout + done.stderr
+    rc, err, _ = _capture(binlog.root)
+    assert rc == 0, err
     binlog.sql("START TRANSACTION", "UPDATE {t} SET qty = qty + 1", "COMMIT")
     binlog.sql(f"UPDATE {{t}} SET id = id + 1000000 WHERE id <= {rows // 2}")  # key changes
-    done, peak = _capture(binlog.root)
-    assert done.returncode == 0, done.stdout + done.stderr
+    rc, err, peak = _capture(binlog.root)
+    assert rc == 0, err
     assert peak < CEILING_MB, f"peak RSS {peak:.0f} MB"
     totals = "SELECT count(*), sum(id), sum(qty), sum(id * qty), min(id), max(id) FROM "
     source = _totals(binlog.sql(totals + "{t}"))
