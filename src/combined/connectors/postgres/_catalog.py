@@ -116,11 +116,13 @@ def _oid_array(oids: Iterable[int]) -> sql.Composable:
 # A read of a table with partitions or inheritance children returns theirs
 # too: its estimate sums every table below it that holds rows (a partitioned
 # table holds none; its own reltuples, once analyzed, already is the total).
-_TABLES_BELOW = (
-    "WITH RECURSIVE d(oid, depth) AS (SELECT c.oid, 0 UNION ALL"
-    " SELECT i.inhrelid, d.depth + 1 FROM pg_inherits i JOIN d ON i.inhparent = d.oid"
-    " WHERE d.depth < 64)"
-)
+def _tables_below(root: str) -> str:
+    """SQL: ``WITH`` table ``d(oid, depth)``, the relation ``root`` and every table below it."""
+    return (
+        f"WITH RECURSIVE d(oid, depth) AS (SELECT {root}, 0 UNION ALL"
+        " SELECT i.inhrelid, d.depth + 1 FROM pg_inherits i JOIN d ON i.inhparent = d.oid"
+        " WHERE d.depth < 64)"
+    )
 
 
 def _part(expr: str) -> str:
@@ -132,7 +134,9 @@ def _part(expr: str) -> str:
 _NAME_OF_K = f"{_part('kn.nspname::text')} || '.' || {_part('k.relname::text')}"
 _RELATION_COLUMNS = sql.SQL(
     "SELECT c.oid::bigint, n.nspname::text, c.relname::text, c.relkind::text,"
-    " CASE WHEN c.relhassubclass THEN (" + _TABLES_BELOW + " SELECT COALESCE(sum(k.reltuples)"
+    " CASE WHEN c.relhassubclass THEN ("
+    + _tables_below("c.oid")
+    + " SELECT COALESCE(sum(k.reltuples)"
     "   FILTER (WHERE k.reltuples >= 0 AND k.relkind <> 'p'), -1)"
     "   FROM d JOIN pg_class k ON k.oid = d.oid) ELSE c.reltuples END::float8,"
     " ARRAY(SELECT " + _NAME_OF_K + " FROM pg_inherits i"
@@ -173,7 +177,7 @@ def find_relation(session: Session, name: str) -> Relation:
 #: The storage and cumulative write counters of a relation and every table below
 #: it (partitions, inheritance children), from the server's statistics.
 _MARKER = (
-    _TABLES_BELOW.replace("SELECT c.oid, 0", "SELECT {oid}::oid, 0")
+    _tables_below("{oid}::oid")
     + " SELECT current_setting('track_counts') = 'on', pg_postmaster_start_time()::text,"
     " bool_and(k.relkind IN ('r', 'p', 'm')),"
     " string_agg(concat_ws('.', d.oid, pg_relation_filenode(d.oid),"
