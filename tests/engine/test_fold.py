@@ -197,6 +197,40 @@ def test_a_commit_of_another_writer_sets_the_fold_aside_but_combineds_compaction
         engine.close()
 
 
+def test_a_capture_that_changed_nothing_keeps_its_fold_for_the_next(
+    tmp_path: Path, pg_database: str
+) -> None:
+    """Writes that change no row move the marker: the next capture is hashed, only once.
+
+    It commits nothing, so the lake keeps no fold under the new marker; the
+    catalog keeps that capture's, and the capture after it is confirmed by it.
+    Another writer's commit sets the fold aside the same way, once.
+    """
+    engine = _open(tmp_path, pg_database)
+    try:
+        _capture(engine)
+        _write(pg_database, "UPDATE items SET qty = qty WHERE id <= 100")
+        moved = _capture(engine)
+        assert "fold" not in moved  # (hashed as it read: no fold under this marker)
+        assert (moved["inserts"], moved["updates"], moved["deletes"]) == (0, 0, 0)
+        assert _capture(engine)["fold"] == "same"
+        assert _capture(engine)["fold"] == "same"
+        _write(pg_database, "INSERT INTO items (id) VALUES (4000)")
+        assert _capture(engine)["inserts"] == 1  # (a second file)
+        table = deltalake.DeltaTable(str(tmp_path / "lake" / "pg" / "items"))
+        assert table.optimize.compact()["numFilesRemoved"] == 2
+        assert "fold" not in _capture(engine)  # (after another writer's commit: hashed)
+        assert _capture(engine)["fold"] == "same"
+        _write(pg_database, "UPDATE items SET qty = 99 WHERE id = 7", counted=False)
+        changed = _capture(engine)  # (the marker did not move: the fold finds the change)
+        assert changed["fold"] == "differed" and changed["updates"] == 1
+        assert _capture(engine)["fold"] == "same"
+        assert _lake(engine) == _source(pg_database)
+        assert len(_commits(tmp_path)) == 3  # (the first capture, the insert, the change)
+    finally:
+        engine.close()
+
+
 MARIADB_PROJECT = """\
 version: 1
 lake: ./lake

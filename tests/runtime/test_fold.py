@@ -16,7 +16,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from combined.runtime._fold import Fold, expected_fold, fold_encoding
+from combined.runtime._fold import Fold, expected_fold, fold_encoding, kept_fold
 
 NS = 1_700_000_000_123_456_789
 #: (type, the first row's value, the value it changes to); the other rows stay.
@@ -154,3 +154,23 @@ def test_a_recorded_fold_applies_to_the_version_and_marker_it_was_taken_at() -> 
     assert expected_fold(last, None, kept) is None  # the source gives no marker
     other = {**recorded, "encoding": "duckdb-hash-sum2/0.0.1"}
     assert expected_fold({**last, "capture_fold": other}, "pg1:x", kept) is None
+
+
+def test_a_kept_fold_applies_after_the_commit_and_at_the_version_it_was_read_at() -> None:
+    """The fold of a capture that changed nothing stands for the table at the version it read."""
+    committed = _fold(pa.table({"id": [1]})).record("pg1:x")
+    unchanged = _fold(pa.table({"id": [1]})).record("pg1:y")  # (the marker moved, no row)
+    last = {"capture_fold": committed, "lake_version": 3, "run_id": "r1"}
+    kept = kept_fold(unchanged, last, 5)  # (read at 5: a compaction after 3)
+    assert kept is not None and kept["read"] == {"after_run": "r1", "lake_version": 5}
+
+    def since(version: int) -> bool:
+        return version >= 5
+
+    assert expected_fold(last, "pg1:y", since, kept) == kept
+    assert expected_fold(last, "pg1:x", since, kept) is None  # (the commit's: 3 is not kept)
+    assert expected_fold(last, "pg1:y", lambda v: False, kept) is None  # a commit since 5
+    assert expected_fold(last, "pg1:z", since, kept) is None  # the source wrote since
+    # Folded after another commit (another Run's, or another table's of the same name).
+    assert expected_fold({**last, "run_id": "r2"}, "pg1:y", since, kept) is None
+    assert kept_fold(None, last, 5) is None and kept_fold(unchanged, None, 5) is None

@@ -78,6 +78,8 @@ datasets = sa.Table(
     sa.Column("current_version", sa.String(64), nullable=True),
     sa.Column("published_at", UTCDateTime, nullable=True),
     sa.Column("freshness_target_s", sa.Integer, nullable=True),
+    # An unchanged capture's fold and the lake commit it describes (runtime._fold).
+    sa.Column("capture_fold", sa.JSON, nullable=True),
 )
 
 admissions = sa.Table(

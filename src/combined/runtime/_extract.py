@@ -28,7 +28,7 @@ from combined.protocol._digest import digest_of
 from combined.runtime._barrier import CheckpointBarrier
 from combined.runtime._deadline import reading
 from combined.runtime._drift import check_key, check_moved, judge_drift
-from combined.runtime._fold import expected_fold
+from combined.runtime._fold import expected_fold, kept_fold
 from combined.runtime._memory import release_memory
 from combined.runtime._plan import DatasetPlan, Staged, table_of
 from combined.runtime._reporter import Reporter
@@ -50,11 +50,14 @@ def extract(
     reporter: Reporter,
     declared: Mapping[str, str] | None = None,
     options: Mapping[str, Any] | None = None,
+    kept: Mapping[str, Any] | None = None,
 ) -> Staged:
     """Read one dataset into private, ordinal-keyed staging under the run's limits.
 
     ``declared`` maps column names to their discovered Arrow types: every
-    batch is checked against it, the first one included.
+    batch is checked against it, the first one included. ``kept``: the
+    fold the catalog keeps of the dataset's last capture that changed
+    nothing (``runtime._fold``).
     """
     table = table_of(layout, plan).pinned()
     last = table.latest_commit()
@@ -92,7 +95,7 @@ def extract(
             extraction,
             writer,
             committed_schema,
-            _Last(last, table.rows_kept_since),
+            _Last(last, table.rows_kept_since, kept, table.version()),
             reporter,
             declared,
         )
@@ -166,6 +169,10 @@ class _Last:
     commit: Mapping[str, Any] | None
     #: Whether only compactions and vacuums followed a lake version (``LakeTable``).
     rows_kept_since: Callable[[int], bool]
+    #: The fold of a later capture that changed nothing, as the catalog keeps it.
+    kept: Mapping[str, Any] | None = None
+    #: The lake version the capture began at (None: no table yet).
+    version: int | None = None
 
 
 def _control(extraction: Extraction) -> dict[str, Any] | None:
@@ -247,6 +254,7 @@ def _consume(
         # (a capture that drifted commits what the policy made of it: no fold)
         fold=fold if not drift else None,
         fold_verdict=verdict,
+        kept_fold=kept_fold(fold, last, lake.version) if not drift and verdict != "same" else None,
         **_told(plan, extraction),
     )
 
@@ -262,7 +270,7 @@ def _fold_first(
     marker = getattr(extraction, "change_marker", None)
     if not (_folded(plan) and marker):
         return None
-    expected = expected_fold(lake.commit, marker, lake.rows_kept_since)
+    expected = expected_fold(lake.commit, marker, lake.rows_kept_since, lake.kept)
     stager.fold_rows(defer=expected is not None)
     return expected
 

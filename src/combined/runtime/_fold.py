@@ -122,22 +122,53 @@ def expected_fold(
     last: Mapping[str, Any] | None,
     marker: str | None,
     rows_kept_since: Callable[[int], bool],
+    kept: Mapping[str, Any] | None = None,
 ) -> Mapping[str, Any] | None:
     """The recorded fold a capture with source ``marker`` may be checked against, or None.
 
     It is the newest Combined commit's, in this fold encoding, under the same
     source marker, on a table no commit changed since (``rows_kept_since``
-    its version: only compactions and vacuums after it).
+    its version: only compactions and vacuums after it). ``kept`` is the
+    fold of a later capture that changed nothing (:func:`kept_fold`): it
+    is taken under its own marker, on a table no commit changed since the
+    version that capture read.
     """
     if not (last and marker):
         return None
-    recorded = last.get("capture_fold")
-    if not isinstance(recorded, Mapping):
+    own = (last.get("capture_fold"), last.get("lake_version"))
+    for recorded, version in (own, (kept, _read_at(kept, last))):
+        if (
+            isinstance(recorded, Mapping)
+            and recorded.get("encoding") == fold_encoding()
+            and recorded.get("marker") == marker
+            and isinstance(version, int)
+            and rows_kept_since(version)
+        ):
+            return recorded
+    return None
+
+
+def kept_fold(
+    fold: Mapping[str, Any] | None, last: Mapping[str, Any] | None, version: int | None
+) -> dict[str, Any] | None:
+    """What the catalog keeps of a capture that changes nothing: its fold, and where.
+
+    Such a capture's rows are the ones the table held at lake ``version``
+    (the one it read, after Combined's commit ``last``), so its fold under
+    its own marker is that version's. None without a fold or a commit.
+    """
+    if fold is None or not last or version is None:
         return None
-    if recorded.get("encoding") != fold_encoding() or recorded.get("marker") != marker:
-        return None
-    version = last.get("lake_version")
-    return recorded if isinstance(version, int) and rows_kept_since(version) else None
+    return {**fold, "read": {"after_run": last.get("run_id"), "lake_version": version}}
+
+
+def _read_at(kept: Mapping[str, Any] | None, last: Mapping[str, Any]) -> int | None:
+    """The lake version a kept fold was read at, where it followed commit ``last``."""
+    read = kept.get("read") if isinstance(kept, Mapping) else None
+    if not isinstance(read, Mapping) or read.get("after_run") != last.get("run_id"):
+        return None  # (folded on another table, or before another commit)
+    version = read.get("lake_version")
+    return version if isinstance(version, int) else None
 
 
 def _control(name: str) -> bool:

@@ -139,6 +139,8 @@ class Staged:
     #: one the lake's newest commit recorded: nothing changed, no row was hashed) or
     #: ``differed`` (hashed after the read). None where it hashed as it read.
     fold_verdict: str | None = None
+    #: What the catalog keeps should the capture change nothing (``runtime._fold.kept_fold``).
+    kept_fold: Mapping[str, Any] | None = None
 
     @property
     def same_as_committed(self) -> bool:

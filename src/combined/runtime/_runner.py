@@ -341,9 +341,20 @@ class Runner:
                 self.reporter,
                 declared,
                 self.read_options if plan.strategy == "cdc" else None,
+                kept=self._kept_fold(plan),
             )
         except DriftRejected as exc:
             raise drift_held(self.catalog, self.layout, a.run.id, plan, exc) from None
+
+    def _kept_fold(self, plan: DatasetPlan) -> Any:
+        """The fold the catalog keeps of a snapshot's last capture that changed nothing."""
+        if plan.strategy != "snapshot":
+            return None
+        with self.catalog.begin() as conn:
+            try:
+                return cat.get_dataset(conn, plan.source, plan.name).capture_fold
+            except NotFoundError:
+                return None
 
     # -- commit, project, reconcile, publish -------------------------------------------
 
@@ -398,6 +409,12 @@ class Runner:
             )
         with self.catalog.begin() as conn:
             row = cat.get_dataset(conn, plan.source, plan.name)
+            if _keeps_fold(p, lake_version):
+                # Its rows are the lake's: the next capture under its marker
+                # may be checked against its fold (runtime._fold).
+                cat.update_dataset(
+                    conn, plan.source, plan.name, capture_fold=dict(p.staged.kept_fold or {})
+                )
         return Member(
             source=plan.source,
             dataset=plan.name,
@@ -465,6 +482,18 @@ def name_held_back(run: Run, exc: CombinedError) -> None:
         f"its datasets together): `combined capture {alone}` captures them meanwhile"
     )
     exc.hint = f"{exc.hint}; {held}" if exc.hint else held
+
+
+def _keeps_fold(p: Prepared, lake_version: int | None) -> bool:
+    """Whether the catalog keeps the fold of ``p``'s capture (``runtime._fold.kept_fold``).
+
+    Only a capture that changed nothing, of the lake version it read (no
+    commit came between the read and now).
+    """
+    kept = p.staged.kept_fold
+    if not kept or p.deliveries or p.transition.changes:
+        return False
+    return bool(kept["read"]["lake_version"] == lake_version)
 
 
 def _discovered(
