@@ -439,3 +439,85 @@ def test_values_duckdb_hashes_alike_changed_unseen_by_the_statistics_are_found(
         ]
     finally:
         engine.close()
+
+
+def _view_project(root: Path, dsn: str, view: str) -> Engine:
+    (root / "combined.yaml").write_text(PROJECT.format(dsn=dsn).replace("items:", f"{view}:"))
+    return Engine.open(root / "combined.yaml")
+
+
+def test_a_view_is_marked_by_the_tables_it_reads_and_its_definition(
+    tmp_path: Path, pg_database: str
+) -> None:
+    """A view over a view and a join: a write to either table, or a new definition, moves it."""
+    _write(
+        pg_database,
+        "CREATE TABLE kinds (k int PRIMARY KEY, label text)",
+        "INSERT INTO kinds SELECT i, 'kind ' || i FROM generate_series(0, 6) i",
+        "CREATE TABLE goods (id bigint PRIMARY KEY, k int, price numeric(10, 2))",
+        "INSERT INTO goods SELECT i, i % 7, i * 0.5 FROM generate_series(1, 2000) i",
+        "CREATE VIEW dear AS SELECT id, k, price FROM goods WHERE price > 10",
+        "CREATE VIEW shelf AS SELECT d.id, d.price, k.label || '!' AS label"
+        " FROM dear d JOIN kinds k USING (k)",
+    )
+    engine = _view_project(tmp_path, pg_database, "shelf")
+    try:
+        first = _capture(engine, "shelf")
+        assert first["inserts"] == 1980
+        (commit,) = _commits_of(tmp_path, "pg", "shelf")
+        assert commit["capture_fold"]["marker"].startswith("pgv1:")
+        assert _capture(engine, "shelf")["fold"] == "same"
+        _write(pg_database, "UPDATE kinds SET label = 'renamed' WHERE k = 3")
+        joined = _capture(engine, "shelf")
+        assert "fold" not in joined and joined["updates"] == 283  # (k = 3, id > 20)
+        assert _capture(engine, "shelf")["fold"] == "same"
+        _write(pg_database, "UPDATE goods SET price = 1 WHERE id = 100")  # (leaves the view)
+        below = _capture(engine, "shelf")
+        assert "fold" not in below and below["deletes"] == 1
+        _write(
+            pg_database,
+            "CREATE OR REPLACE VIEW dear AS SELECT id, k, price FROM goods WHERE price > 20",
+        )
+        redefined = _capture(engine, "shelf")
+        assert "fold" not in redefined and redefined["deletes"] == 20
+        _write(pg_database, "UPDATE kinds SET label = 'quiet' WHERE k = 4", counted=False)
+        unseen = _capture(engine, "shelf")  # (the marker did not move: the fold finds it)
+        assert unseen["fold"] == "differed" and unseen["updates"] > 0
+        lake = engine.sql("SELECT id, price, label FROM pg.shelf ORDER BY id").to_pylist()
+        with psycopg.connect(pg_database) as conn:
+            source = conn.execute("SELECT id, price, label FROM shelf ORDER BY id").fetchall()
+        assert [tuple(r.values()) for r in lake] == [tuple(r) for r in source]
+    finally:
+        engine.close()
+
+
+def test_a_view_that_reads_the_clock_or_a_volatile_function_has_no_marker(
+    tmp_path: Path, pg_database: str
+) -> None:
+    """Its rows move without a write: each is hashed as read, and no fold is recorded."""
+    _write(
+        pg_database,
+        "CREATE TABLE goods (id bigint PRIMARY KEY, made date)",
+        "INSERT INTO goods SELECT i, date '2026-01-01' + i FROM generate_series(1, 50) i",
+        "CREATE FUNCTION fresh(d date) RETURNS boolean STABLE LANGUAGE sql"
+        " AS 'SELECT d > date ''2026-01-10'''",
+        "CREATE VIEW recent AS SELECT id FROM goods WHERE made > CURRENT_DATE - 400",
+        "CREATE VIEW recent2 AS SELECT id FROM goods WHERE made > now() - interval '400 days'",
+        "CREATE VIEW sampled AS SELECT id FROM goods WHERE random() < 2",
+        "CREATE VIEW mine AS SELECT id FROM goods WHERE fresh(made)",
+        "CREATE VIEW plain AS SELECT id, made FROM goods WHERE made > date '2026-01-10'",
+    )
+    for n, view in enumerate(("recent", "recent2", "sampled", "mine", "plain")):
+        root = tmp_path / str(n)
+        root.mkdir()
+        engine = _view_project(root, pg_database, view)
+        try:
+            assert _capture(engine, view)["inserts"] > 0
+            again = _capture(engine, view)
+            (commit,) = _commits_of(root, "pg", view)
+            if view == "plain":
+                assert again["fold"] == "same" and "capture_fold" in commit
+            else:
+                assert "fold" not in again and "capture_fold" not in commit, view
+        finally:
+            engine.close()

@@ -8,6 +8,7 @@ double quote is written in double quotes. A bare ``table`` means
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -192,11 +193,15 @@ def change_marker(session: Session, rel: Relation) -> str | None:
 
     A table's own, or a partitioned (or inherited) table's and each of its
     partitions' (children's): an attached or detached partition changes it
-    too. A hint, never proof: statistics reach the counters up to seconds
-    after a write commits, and TRUNCATE counts no row (it gives the table
-    new storage, which the marker holds). None for a view, a table with a
-    foreign partition, or a server that keeps no counts.
+    too. A view's is the marker of every table it reads (through other views
+    too) with each view's definition. A hint, never proof: statistics reach
+    the counters up to seconds after a write commits, and TRUNCATE counts no
+    row (it gives the table new storage, which the marker holds). None for a
+    table with a foreign partition, a server that keeps no counts, and a
+    view that reads a foreign table or the clock, or calls a volatile function.
     """
+    if rel.kind == "v":
+        return _view_marker(session, rel)
     if rel.kind not in ("r", "p", "m"):
         return None
     query = sql.SQL(_MARKER).format(oid=sql.Literal(rel.oid))
@@ -204,6 +209,65 @@ def change_marker(session: Session, rel: Relation) -> str | None:
     if not (counting and local and tables):
         return None
     return f"pg2:{started}:{tables}"
+
+
+#: A view's rows follow from the relations its rules read (``pg_depend`` of its
+#: ``pg_rewrite`` rule), recursively through views: each with its kind, a view's
+#: definition, and whether a rule reads the clock or calls a volatile function
+#: or one of a user's own that is not immutable (the functions a rule calls are
+#: found in its node tree: ``pg_depend`` records no built-in one).
+_VIEW_READS = """
+WITH RECURSIVE v(oid, depth) AS (
+  SELECT {oid}::oid, 0
+  UNION
+  SELECT dep.refobjid, v.depth + 1 FROM v
+  JOIN pg_rewrite r ON r.ev_class = v.oid
+  JOIN pg_depend dep ON dep.classid = 'pg_rewrite'::regclass AND dep.objid = r.oid
+   AND dep.refclassid = 'pg_class'::regclass AND dep.refobjid <> v.oid
+  WHERE v.depth < 32
+)
+SELECT k.oid::bigint, k.relkind::text,
+       CASE WHEN k.relkind = 'v' THEN pg_get_viewdef(k.oid) END,
+       EXISTS (SELECT 1 FROM pg_rewrite r
+               WHERE r.ev_class = k.oid AND r.ev_action::text LIKE '%{{SQLVALUEFUNCTION%')
+       OR EXISTS (SELECT 1 FROM pg_rewrite r,
+               regexp_matches(r.ev_action::text, ':(?:funcid|opfuncid|aggfnoid|winfnoid) (\\d+)',
+                              'g') AS m(fid)
+               JOIN pg_proc f ON f.oid = m.fid[1]::oid
+               WHERE r.ev_class = k.oid AND (f.provolatile = 'v' OR f.provolatile = 's'
+                 AND (f.oid >= 16384 OR f.proname = ANY({clock}))))
+FROM (SELECT DISTINCT oid FROM v) AS d JOIN pg_class k ON k.oid = d.oid
+ORDER BY k.oid
+"""
+
+#: Built-in stable functions whose value moves with time, not with a write.
+_CLOCK = ["now", "transaction_timestamp", "statement_timestamp", "age", "timeofday"]
+
+
+def _view_marker(session: Session, view: Relation) -> str | None:
+    """The marker of a view: its tables' markers and each view's definition (or None)."""
+    reads = session.rows(
+        sql.SQL(_VIEW_READS).format(oid=sql.Literal(view.oid), clock=sql.Literal(_CLOCK)),
+        "reading the view's tables",
+    )
+    marks, definitions = [], []
+    for oid, kind, definition, volatile in reads:
+        if volatile or kind not in ("v", "r", "p", "m"):
+            # (a foreign table, a sequence, the clock, a volatile function or a
+            # function of one's own that may read tables: no counters tell)
+            return None
+        if kind == "v":
+            definitions.append(f"{oid}:{definition}")
+            continue
+        table = Relation(oid, "", "", kind, -1.0, (), ())
+        mark = change_marker(session, table)
+        if mark is None:
+            return None
+        marks.append(mark)
+    if not marks:
+        return None  # (a view of constants or functions alone)
+    text = "\n".join(definitions)
+    return f"pgv1:{hashlib.sha256(text.encode()).hexdigest()[:32]}:{';'.join(marks)}"
 
 
 def _elsewhere(session: Session, name: str, table: str) -> str | None:
