@@ -256,6 +256,9 @@ TYPE_CASES: dict[str, tuple[pa.DataType, st.SearchStrategy[Any]]] = {
     "decimal(12,2)": (pa.decimal128(12, 2), _decimals(12, 2)),
     "decimal(34,4)": (pa.decimal128(34, 4), _decimals(34, 4)),
     "decimal256(30,10)": (pa.decimal256(30, 10), _decimals(30, 10)),
+    # Values of up to 18 digits in a 128-bit decimal: printed as a 64-bit one.
+    "decimal(38,10) of 18 digits": (pa.decimal128(38, 10), _decimals(18, 10)),
+    "decimal(20,2) of 18 digits": (pa.decimal128(20, 2), _decimals(18, 2)),
     # Wider than DuckDB's decimals: scanned as their plain text.
     "decimal256(50,10)": (pa.decimal256(50, 10), _decimals(50, 10)),
     "decimal256(76,0)": (pa.decimal256(76, 0), _decimals(76, 0)),
