@@ -277,3 +277,17 @@ def test_columns_that_differ_by_name_or_type_are_not_compared() -> None:
     assert comparable(wider, lake, ["id"]) is None  # (w added)
     assert comparable(pa.schema(list(lake)[:2]), lake, []) is None  # (no key)
     assert comparable(pa.schema(list(lake)[:2]), None, ["id"]) is None  # (no table)
+
+
+def test_every_row_changed_is_hashed_group_by_group(tmp_path: Path, pg_database: str) -> None:
+    """Candidates past one group of rows (every row here) land as hashing every row would."""
+    _write(pg_database, ROWS.replace("3000", "140000"))
+    engine = _engine(tmp_path / "a", pg_database)
+    try:
+        _capture(engine)
+        _write(pg_database, "UPDATE items SET qty = qty + 1")
+        changed = _capture(engine)
+        assert changed["compared"] == "values" and changed["updates"] == 140000
+        assert _rows(engine) == _fresh(tmp_path / "b", pg_database)
+    finally:
+        engine.close()

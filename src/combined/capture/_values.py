@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 from combined.capture._fingerprint import Candidates
 from combined.delivery import read_part
 from combined.lake._types import to_lake
-from combined.protocol._digest import Digest, digest_type
+from combined.protocol._digest import Digest
 from combined.protocol.identity import compute_identity, quote_ident
 
 if TYPE_CHECKING:
@@ -231,33 +231,39 @@ def exact(
     """The candidates with their real digests: the staged ones hashed now, the lake's as stored.
 
     Only the candidates' staged rows are read out of the parts and hashed,
-    as staging hashes rows (``compute_identity``): a few percent of them.
+    as staging hashes rows (``compute_identity``), a group at a time: memory
+    holds a group's rows and the candidates' (ordinal, id, hash).
     """
     wanted = found.staged.column("ord").combine_chunks()
-    rows: list[pa.RecordBatch] = []
-    schema: pa.Schema | None = None
+    hashed: list[pa.Table] = []
+    group: list[pa.RecordBatch] = []
     for part in parts:
         for batch in read_part(part):
-            schema = batch.schema
             keep = pc.is_in(batch.column(ORDINAL), value_set=wanted)
             if pc.any(keep).as_py():
-                rows.append(batch.filter(keep))
-    assert schema is not None  # (a capture stages one part at least)
-    table = pa.Table.from_batches(rows, schema)
-    payload = [n for n in schema.names if not n.startswith("_combined_")]
-    ids, hashes = _digests(con, table, key, payload, digest)
-    staged = pa.table({"ord": table.column(ORDINAL), "_cid": ids, "_chash": hashes})
-    return Candidates(staged, found.current.select(["_kid", "_khash", "_kf"]))
+                group.append(batch.filter(keep))
+            if sum(b.num_rows for b in group) >= _GROUP_ROWS:
+                hashed.append(_hashed(con, group, key, digest))
+                group = []
+    hashed.append(_hashed(con, group, key, digest))
+    return Candidates(pa.concat_tables(hashed), found.current.select(["_kid", "_khash", "_kf"]))
 
 
-def _digests(
+#: Candidate rows hashed together.
+_GROUP_ROWS = 131_072
+_HASHED = pa.schema([("ord", pa.int64()), ("_cid", pa.binary()), ("_chash", pa.binary())])
+
+
+def _hashed(
     con: duckdb.DuckDBPyConnection,
-    table: pa.Table,
+    group: list[pa.RecordBatch],
     key: Sequence[str],
-    payload: list[str],
     digest: Digest,
-) -> tuple[pa.Array, pa.Array]:
-    """The ids and payload hashes of ``table``'s rows (empty arrays for none)."""
-    if table.num_rows == 0:
-        return pa.array([], digest_type(digest)), pa.array([], digest_type(digest))
-    return compute_identity(table, list(key), payload, con=con, digest=digest)
+) -> pa.Table:
+    """(ordinal, id, payload hash) of ``group``'s rows, hashed as staging hashes them."""
+    if not group or not sum(b.num_rows for b in group):
+        return _HASHED.empty_table()
+    table = pa.Table.from_batches(group)
+    payload = [n for n in table.schema.names if not n.startswith("_combined_")]
+    ids, hashes = compute_identity(table, list(key), payload, con=con, digest=digest)
+    return pa.table([table.column(ORDINAL), ids, hashes], schema=_HASHED)
