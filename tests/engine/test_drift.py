@@ -206,7 +206,8 @@ def test_an_evolved_column_still_null_everywhere_is_published(tmp_path: Path, to
         assert len(engine.history("shop.orders")) == 1  # the parent version, re-admitted
         usage = engine.usage()
         (again,) = engine.capture(["shop.orders"])  # and then nothing more is written
-        assert again.state == "succeeded" and engine.run(again.id)["deliveries"] == []
+        assert again.state == "succeeded", again.error
+        assert engine.run(again.id)["deliveries"] == []
         assert engine.usage() == usage
     finally:
         engine.close()

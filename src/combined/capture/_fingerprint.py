@@ -238,7 +238,12 @@ Reader = Callable[[], Iterator[pa.RecordBatch]]
 
 
 def candidates(
-    staged: Reader, staged_rows: int, current: Reader, current_rows: int, spill: Spill = None
+    staged: Reader,
+    staged_rows: int,
+    current: Reader,
+    current_rows: int,
+    spill: Spill = None,
+    current_schema: pa.Schema | None = None,
 ) -> Candidates | None:
     """The rows of a snapshot re-capture and of the lake that may differ, or None.
 
@@ -249,6 +254,8 @@ def candidates(
     same pairs (their check words fold differently): the caller joins
     every row instead. ``spill`` (a directory and the bits of a bucket)
     sorts the fingerprints a bucket at a time (see :func:`_spread`).
+    ``current_schema`` names the lake rows' columns kept (its last is ``_kf``):
+    the two digests, and any columns after them.
     """
     if spill is None:
         found = _one_sided_at_once(staged, staged_rows, current, current_rows)
@@ -260,7 +267,7 @@ def candidates(
     ours = _kept(staged(), alone, 1, None, _STAGED)
     if ours is None:
         return None
-    lake = _kept(current(), alone, 0, Members(np.unique(ours[2])), _CURRENT)
+    lake = _kept(current(), alone, 0, Members(np.unique(ours[2])), current_schema or _CURRENT)
     if lake is None or g ^ ours[1] != lake[1]:
         return None  # (rows matched by fingerprint that are not the same pairs)
     return Candidates(ours[0], lake[0])
@@ -374,10 +381,11 @@ def _kept(
     """The rows of ``batches`` whose fingerprint is one-sided (or whose id word is in ``ids``).
 
     Their digests are columns ``first`` and ``first + 1``. Returns the rows
-    (in ``schema``), the xor of the one-sided rows' check words and the
-    kept rows' id words. With ``ids``, a last column tells the one-sided
-    rows from the ones kept for their id alone.
+    (their first columns, in ``schema``), the xor of the one-sided rows'
+    check words and the kept rows' id words. With ``ids``, a last column
+    tells the one-sided rows from the ones kept for their id alone.
     """
+    width = len(schema) - (ids is not None)
     kept: list[pa.RecordBatch] = []
     words: list[Words] = [np.empty(0, np.uint64)]
     g = 0
@@ -390,9 +398,7 @@ def _kept(
         keep = hit if ids is None else hit | ids(p.ids)
         if not keep.any():
             continue
-        columns = [
-            c.cast(t) for c, t in zip(batch.columns[: first + 2], schema.types, strict=False)
-        ]
+        columns = [c.cast(t) for c, t in zip(batch.columns[:width], schema.types, strict=False)]
         if ids is not None:
             columns.append(pa.array(hit))
         kept.append(pa.RecordBatch.from_arrays(columns, schema=schema).filter(pa.array(keep)))
@@ -411,7 +417,12 @@ class _Reduction(Protocol):
     _has_current: bool
     _staged: StagedParts
     _lake_files: list[str] | None
+    _current_files: list[str]
     memory_limit: int
+    key: list[str]
+    #: The payload compared by value, in the lake's types (None: compared by digests).
+    by_values: pa.Schema | None
+    _value_joined: bool
 
     def _current_rows(self) -> int: ...
 
@@ -424,6 +435,8 @@ class _Reduction(Protocol):
     def _lake_digests(self) -> Iterator[pa.RecordBatch]: ...
 
     def _spill(self, rows: int) -> Spill: ...
+
+    def _by_values(self) -> Candidates | None: ...
 
 
 class Fingerprints:
@@ -444,7 +457,12 @@ class Fingerprints:
         if self._fingerprinted is None:
             self._fingerprinted = False
             columns = ["_combined_ordinal", prov.ID, prov.PAYLOAD_HASH]
-            if (
+            if self.by_values is not None:
+                found = self._by_values()
+                if found is not None:
+                    self._value_joined = True  # (the rows left out are unchanged)
+                    self._fingerprinted = self._value_joined = self._join_candidates(found)
+            elif (
                 self.streamed
                 and self._has_current
                 and self.digest == dg.BINARY
@@ -468,6 +486,40 @@ class Fingerprints:
                 if found is not None:
                     self._fingerprinted = self._join_candidates(found)
         return self.transition if self._fingerprinted else None
+
+    @property
+    def compared_by_value(self: _Reduction) -> bool:
+        """Whether the transition was found by comparing values (``capture._values``)."""
+        return self.by_values is not None and bool(self._fingerprinted)
+
+    def _by_values(self: _Reduction) -> Candidates | None:
+        """The candidates of a capture staged unhashed, found by comparing values (``_values``)."""
+        from combined.capture._values import CURRENT, ValuePrints, exact
+
+        if not (self._has_current and self.digest == dg.BINARY and self.by_values is not None):
+            return None
+        import duckdb
+
+        prints = ValuePrints(
+            self.con, self.by_values, self.key, self._staged.paths, self._current_files
+        )
+        rows, current = self._staged.count_rows(), self._current_rows()
+        try:
+            if not prints.agree():
+                return None  # (DuckDB reads a column of one side in another type)
+            found = candidates(
+                prints.staged,
+                rows,
+                prints.current,
+                current,
+                self._spill(max(rows, current)),
+                CURRENT,
+            )
+        except duckdb.Error:
+            return None  # (a lake file DuckDB reads otherwise: every row is hashed instead)
+        if found is None:
+            return None
+        return exact(self.con, found, self._staged.paths, self.key, self.digest)
 
     def _spill(self: _Reduction, rows: int) -> Spill:
         """Where and in how many buckets ``rows`` fingerprints a side are sorted (None: at once)."""

@@ -57,6 +57,10 @@ class _Reduction(Protocol):
     full: bool
     has_op: bool
     streamed: bool
+
+    @property
+    def whole_staged(self) -> bool: ...
+
     memory_limit: int
     digest: dg.Digest
     _staged: StagedParts
@@ -124,7 +128,7 @@ class Join:
         only_changes = self.full and not self.has_op
         # Captured rows: a snapshot's are counted once, for its passes and
         # for its unchanged rows (every one is a change in tr or unchanged).
-        if self.streamed:
+        if self.whole_staged:
             # ``last`` is every staged row and ``current`` is ``cur``: both
             # were counted already (see same_as_current). The hash table holds
             # the current side (written on the right): the passes are sized

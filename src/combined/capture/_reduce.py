@@ -123,8 +123,13 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         deletes: Mapping[str, Any] | None = None,
         dataset: str = "the dataset",
         same: bool = False,
+        values: pa.Schema | None = None,
     ) -> None:
-        """``same``: staging showed the capture equal to the committed one (``runtime._fold``)."""
+        """``same``: staging showed the capture equal to the committed one (``runtime._fold``).
+
+        ``values``: a snapshot staged unhashed, compared with the lake by the
+        values of these payload columns (``capture._values``).
+        """
         #: The table's digest format (v1 hex, v2 binary); staged digests tell it.
         self.digest: dg.Digest = digest or (
             dg.digest_of(capture_schema) if prov.ID in capture_schema.names else dg.HEX
@@ -148,6 +153,8 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         # (the fingerprints read a local lake's files without DuckDB: see _fingerprint)
         local = not current_filter and not any("://" in str(f) for f in current_files)
         self._lake_files = list(current_files) if local else None
+        self._current_files = list(current_files)
+        self.by_values = values if current_files and not current_filter else None
         self._modes(key, strategy, full, deletes, dataset)
         # A keyless mirror makes tables of its every row's keys and transition,
         # beside the Deliveries' buffers: at the whole limit a 5M-row first
@@ -237,6 +244,18 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         #: ... and nothing to compare it with (a first baseline): every row is
         #: new. A first delta whose ids are distinct joins them (below).
         self.all_new = self.streamed and not self._has_current
+
+    #: Whether the transition is being joined from candidates found by value.
+    _value_joined = False
+
+    @property
+    def whole_staged(self) -> bool:
+        """Whether a join's captured rows stand for every staged row, the rest unchanged.
+
+        A streamed snapshot's, or the candidates of one compared by value
+        (``by_fingerprints``).
+        """
+        return self.streamed or self._value_joined
 
     def _op_sql(self) -> str:
         """SQL: a captured row's operation (``upsert`` where the capture carries none)."""
@@ -375,10 +394,11 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
             return self._stats_all_new(con)
         if self.same_as_current():
             return self._unchanged()
-        if self.streamed:
+        if self.streamed or self.by_values is not None:
             found = self.by_fingerprints()
             if found is not None:
                 return found
+        if self.streamed:
             # A snapshot re-capture: its staged (id, hash) columns meet the
             # lake's as they are (plain columns, nothing computed in the join).
             last = (

@@ -26,6 +26,10 @@ class _Reduction(Protocol):
     sync_mode: str
     digest: dg.Digest
     streamed: bool
+
+    @property
+    def whole_staged(self) -> bool: ...
+
     soft: str | None
     transition: Transition | None
     _staged: StagedParts
@@ -74,7 +78,7 @@ class Stats:
         ).fetchall()[0]
         captured = (
             self._staged.count_rows()
-            if self.streamed
+            if self.whole_staged
             else self.con.execute(f"SELECT count(*) FROM {self._keys()}").fetchall()[0][0]
         )
         found = self.transition = Transition(

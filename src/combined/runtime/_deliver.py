@@ -23,6 +23,7 @@ from combined.delivery import StagedDelivery, StagingArea, write_deliveries
 from combined.lake import ROW_GROUP_ROWS, LakeTable, lake_schema, parquet_writer, to_lake
 from combined.protocol import _provenance as prov
 from combined.protocol._digest import Digest
+from combined.runtime._fold import capture_columns
 from combined.runtime._plan import Staged
 from combined.runtime._reporter import Reporter
 from combined.runtime._stage import ORDINAL
@@ -238,6 +239,9 @@ def commit_metadata(
     if staged.fold is not None:
         # What the next capture's rows are folded against (``runtime._fold``).
         metadata["capture_fold"] = dict(staged.fold)
+    if plan.strategy == "snapshot" and plan.sync_mode == "incremental" and plan.key:
+        # Whether the next capture may compare its rows by value (``capture._values``).
+        metadata["capture_columns"] = capture_columns(staged.schema)
     if plan.history:
         # Its projection keeps the versions too (``lake/_history.py``).
         metadata["history"] = True

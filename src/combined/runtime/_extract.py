@@ -18,17 +18,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from combined.capture._values import comparable
 from combined.connectors.abc import CursorSpec, Extraction, ReadRequest, Source
 from combined.delivery import PartWriter, StagingArea, part_schema
 from combined.errors import ConfigError, SchemaMismatch, SourceError
 from combined.lake import LakeLayout
 from combined.protocol import RecordBatchMessage, StateMessage
 from combined.protocol import _provenance as prov
-from combined.protocol._digest import digest_of
+from combined.protocol._digest import BINARY, digest_of
 from combined.runtime._barrier import CheckpointBarrier
 from combined.runtime._deadline import reading
 from combined.runtime._drift import check_key, check_moved, judge_drift
-from combined.runtime._fold import expected_fold, kept_fold
+from combined.runtime._fold import capture_columns, expected_fold, kept_fold
 from combined.runtime._memory import release_memory
 from combined.runtime._plan import DatasetPlan, Staged, table_of
 from combined.runtime._reporter import Reporter
@@ -95,7 +96,7 @@ def extract(
             extraction,
             writer,
             committed_schema,
-            _Last(last, table.rows_kept_since, kept, table.version()),
+            _Last(last, table.rows_kept_since, kept, table.version(), committed_schema),
             reporter,
             declared,
         )
@@ -173,6 +174,26 @@ class _Last:
     kept: Mapping[str, Any] | None = None
     #: The lake version the capture began at (None: no table yet).
     version: int | None = None
+    #: The table's schema as the capture began.
+    schema: pa.Schema | None = None
+
+    def compared_by_value(self, plan: DatasetPlan, staged: pa.Schema) -> bool:
+        """Whether a snapshot of ``staged`` columns may be compared with the table by value.
+
+        Its newest commit staged the same columns in the same types (the
+        canonical texts of equal values are equal), no commit changed the
+        table since, and it stores each column in a type the staged one
+        maps to exactly (``capture._values``).
+        """
+        last = self.commit
+        if not (plan.key and last and self.schema is not None):
+            return False
+        if last.get("capture_columns") != capture_columns(staged):
+            return False
+        if digest_of(self.schema) != BINARY or comparable(staged, self.schema, plan.key) is None:
+            return False
+        version = last.get("lake_version")
+        return isinstance(version, int) and self.rows_kept_since(version)
 
 
 def _control(extraction: Extraction) -> dict[str, Any] | None:
@@ -211,7 +232,7 @@ def _consume(
                 continue
             assert isinstance(msg, RecordBatchMessage)
             if stager.batches == 0:
-                expected = _fold_first(plan, stager, extraction, lake)
+                expected = _fold_first(plan, stager, extraction, lake, msg.batch.schema)
             batch = shape.fit(msg.batch)
             stager.put(batch)
             barrier.records(batch.num_rows)
@@ -224,7 +245,8 @@ def _consume(
             )
             _check_empty_key(plan, shape.schema)
         parts = stager.close(shape.schema)
-        parts, fold, verdict = _settled(stager, parts, extraction, expected)
+        by_value = _folded(plan) and lake.compared_by_value(plan, part_schema(parts[-1]))
+        parts, fold, verdict, by_value = _settled(stager, parts, extraction, expected, by_value)
     except BaseException:
         stager.abort()
         raise
@@ -254,24 +276,33 @@ def _consume(
         # (a capture that drifted commits what the policy made of it: no fold)
         fold=fold if not drift else None,
         fold_verdict=verdict,
+        by_value=by_value,
         kept_fold=kept_fold(fold, last, lake.version) if not drift and verdict != "same" else None,
         **_told(plan, extraction),
     )
 
 
 def _fold_first(
-    plan: DatasetPlan, stager: CaptureStager, extraction: Extraction, lake: _Last
+    plan: DatasetPlan,
+    stager: CaptureStager,
+    extraction: Extraction,
+    lake: _Last,
+    schema: pa.Schema,
 ) -> Mapping[str, Any] | None:
     """At the first batch: fold the rows if the source marks its state (``runtime._fold``).
 
     Hashing waits for the fold's verdict where the marker is the one the
-    lake's newest commit recorded; returns that commit's fold, or None.
+    lake's newest commit recorded, and for the reduction where the rows may
+    be compared with the lake's by value (``capture._values``). Returns the
+    recorded fold the capture is checked against, or None.
     """
-    marker = getattr(extraction, "change_marker", None)
-    if not (_folded(plan) and marker):
+    if not _folded(plan):
         return None
+    marker = getattr(extraction, "change_marker", None)
     expected = expected_fold(lake.commit, marker, lake.rows_kept_since, lake.kept)
-    stager.fold_rows(defer=expected is not None)
+    by_value = lake.compared_by_value(plan, schema)
+    if marker or by_value:
+        stager.fold_rows(fold=bool(marker), defer=expected is not None or by_value)
     return expected
 
 
@@ -280,19 +311,26 @@ def _settled(
     parts: list[Path],
     extraction: Extraction,
     expected: Mapping[str, Any] | None,
-) -> tuple[list[Path], Mapping[str, Any] | None, str | None]:
-    """The staged parts, the capture's fold to record, and the fold's verdict.
+    by_value: bool,
+) -> tuple[list[Path], Mapping[str, Any] | None, str | None, bool]:
+    """The staged parts, the capture's fold to record, its verdict, and whether they stay unhashed.
 
     Parts staged unhashed are hashed now, unless the fold is the recorded one
-    (verdict ``same``; ``differed`` if not; None if they were hashed as read).
+    (verdict ``same``) or the reduction compares them with the lake by value
+    (``by_value``: the whole capture's columns allow it). The verdict is
+    ``differed`` where the fold was checked and was not the recorded one,
+    None where it was not checked.
     """
     folded, marker = stager.fold, getattr(extraction, "change_marker", None)
     fold = folded.record(marker) if folded is not None and marker else None
     if not stager.deferred:
-        return parts, fold, None
+        return parts, fold, None, False
     if folded is not None and folded.matches(expected or {}):
-        return parts, fold, "same"
-    return stager.hash_staged(parts, stager.writer.again("hashed")), fold, "differed"
+        return parts, fold, "same", False
+    verdict = "differed" if expected is not None else None
+    if by_value:
+        return parts, fold, verdict, True
+    return stager.hash_staged(parts, stager.writer.again("hashed")), fold, verdict, False
 
 
 def _told(plan: DatasetPlan, extraction: Extraction) -> dict[str, Any]:

@@ -73,7 +73,7 @@ class Fold:
         """Fold ``table``'s rows (its ``_combined_`` columns left out) into this fold."""
         if self.columns == []:
             return  # invalid: a group could not be folded, or its columns moved
-        columns = [f"{f.name}: {f.type}" for f in table.schema if not _control(f.name)]
+        columns = capture_columns(table.schema)
         if self.columns is None:
             self.columns = columns
         prepared = _foldable(table)
@@ -116,6 +116,16 @@ class Fold:
             and recorded.get("forward") == str(self.forward)
             and recorded.get("backward") == str(self.backward)
         )
+
+
+def capture_columns(schema: pa.Schema) -> list[str]:
+    """A capture's payload columns as its commit records them: ``name: Arrow type``.
+
+    The next capture compares its rows with the lake by value only where its
+    own are these (``capture._values``): the canonical text of a value
+    depends on its staged type, which the lake's type may not tell.
+    """
+    return [f"{f.name}: {f.type}" for f in schema if not _control(f.name)]
 
 
 def expected_fold(

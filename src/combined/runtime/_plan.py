@@ -141,6 +141,12 @@ class Staged:
     fold_verdict: str | None = None
     #: What the catalog keeps should the capture change nothing (``runtime._fold.kept_fold``).
     kept_fold: Mapping[str, Any] | None = None
+    #: Whether staging left the rows unhashed for the reduction to compare them with
+    #: the lake's by value (``capture._values``) ...
+    by_value: bool = False
+    #: ... and how the reduction compared them: ``values``, or ``digests`` (it
+    #: hashed every row: two rows of one key, say). None: not compared by value.
+    compared: str | None = None
 
     @property
     def same_as_committed(self) -> bool:

@@ -106,6 +106,8 @@ def publish_run(
             **({} if p.staged.unchanged_rows is None else {"unchanged": p.staged.unchanged_rows}),
             # (whether the rows' fold was compared before hashing them: runtime._fold)
             **({} if p.staged.fold_verdict is None else {"fold": p.staged.fold_verdict}),
+            # (whether the rows were compared with the lake's by value: capture._values)
+            **({} if p.staged.compared is None else {"compared": p.staged.compared}),
             **_checked(checks[p.staged.plan.name]),
         }
         for p in prepared

@@ -144,10 +144,10 @@ class CaptureStager:
         #: Whether hashing waits until the fold shows the capture changed (:meth:`hash_staged`).
         self.deferred = False
 
-    def fold_rows(self, *, defer: bool) -> None:
-        """Fold every row from now on; with ``defer``, stage them without hashing them."""
+    def fold_rows(self, *, defer: bool, fold: bool = True) -> None:
+        """Fold every row from now on (``fold``); with ``defer``, stage them unhashed."""
         if self.hash_rows:
-            self.fold, self.deferred = Fold(), defer
+            self.fold, self.deferred = Fold() if fold else None, defer
 
     def put(self, batch: pa.RecordBatch) -> None:
         """Number ``batch`` and hand it on (blocks while the threads lag)."""

@@ -1,0 +1,269 @@
+"""A snapshot re-capture compared with the lake by value: only the rows that differ are hashed.
+
+Hashing every row (md5 of the canonical texts, ``docs/identity.md``) costs
+more CPU than reading it, and a re-capture is mostly rows the lake holds
+as they are. Where the previous capture staged the same columns in the
+same types, and the lake stores each in a type the capture's maps to
+exactly, staging leaves the rows unhashed (``runtime._extract``, Run stats
+``fold: values``) and the reduction compares values instead:
+
+- each row of both sides, the staged ones cast to the lake's types and the
+  lake's files as stored, is hashed by DuckDB's vectorised ``hash()``:
+  its key forward and reversed, its payload forward and reversed (the
+  terms of ``runtime._fold``, which work around what DuckDB's hash loses);
+- those four words make a pseudo id and a pseudo payload hash of 16 bytes
+  each, which go through the fingerprints of ``capture._fingerprint``
+  (sorted, one-sided, checked by their second words: 128 bits a row);
+- the staged rows whose fingerprint is on their side only are hashed then
+  (md5, as any capture's), the lake's carry their stored digests, and both
+  meet in the exact join as the digests' candidates do.
+
+A row left out is one whose key and payload values hash alike on both
+sides. Any refusal (a repeated row, a repeated key, another DuckDB type on
+one side) leaves the reduction to hash every row in SQL, as for any
+capture staged unhashed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from combined.capture._fingerprint import Candidates
+from combined.delivery import read_part
+from combined.lake._types import to_lake
+from combined.protocol._digest import Digest
+from combined.protocol.identity import compute_identity, quote_ident
+
+if TYPE_CHECKING:
+    import duckdb
+
+ORDINAL = "_combined_ordinal"
+_BATCH_ROWS = 65_536
+#: The lake rows' columns the fingerprints keep: pseudo digests, stored digests, one-sided.
+CURRENT = pa.schema(
+    [
+        ("_pid", pa.binary()),
+        ("_phash", pa.binary()),
+        ("_kid", pa.binary()),
+        ("_khash", pa.binary()),
+        ("_kf", pa.bool_()),
+    ]
+)
+
+
+def comparable(staged: pa.Schema, lake: pa.Schema | None, key: Sequence[str]) -> pa.Schema | None:
+    """The payload to compare, in the lake's types, or None where values cannot be compared.
+
+    Every payload column of one side is one of the other, and the lake
+    stores it in the type the staged one maps to without losing a value
+    (strings and bytes of any layout, timestamps to the microsecond, small
+    floats, unsigned integers; scalars and lists of them). Nanoseconds,
+    times, intervals, wide decimals, structs and maps are not compared.
+    """
+    if lake is None or not key:
+        return None
+    ours = [f for f in staged if not f.name.startswith("_combined_")]
+    theirs = {f.name: f.type for f in lake if not f.name.startswith("_combined_")}
+    if sorted(f.name for f in ours) != sorted(theirs) or not set(key) <= set(theirs):
+        return None
+    fields = []
+    for f in ours:
+        stored = theirs[f.name]
+        if not _same(lake_form(f.type), stored):
+            return None
+        fields.append(pa.field(f.name, stored))
+    return pa.schema(fields)
+
+
+def lake_form(t: pa.DataType) -> pa.DataType | None:
+    """The type the lake stores a staged ``t`` in, where no two values meet (None: not compared)."""
+    if pa.types.is_dictionary(t):
+        return lake_form(t.value_type)
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if any(is_bytes(t) for is_bytes in _BYTES):
+        return pa.binary()
+    if pa.types.is_timestamp(t):
+        return None if t.unit == "ns" else pa.timestamp("us", tz="UTC" if t.tz else None)
+    if pa.types.is_float16(t):
+        return pa.float32()
+    if pa.types.is_unsigned_integer(t):
+        return {8: pa.int16(), 16: pa.int32(), 32: pa.int64()}.get(t.bit_width, pa.decimal128(20))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        inner = lake_form(t.value_type)
+        nested = inner is None or pa.types.is_list(inner)
+        return None if nested else pa.list_(inner)
+    if any(plain(t) for plain in _PLAIN) or isinstance(t, pa.Decimal128Type):
+        return t
+    return None
+
+
+_BYTES = (pa.types.is_large_binary, pa.types.is_binary_view, pa.types.is_fixed_size_binary)
+_PLAIN = (
+    pa.types.is_boolean,
+    pa.types.is_signed_integer,
+    pa.types.is_float32,
+    pa.types.is_float64,
+    pa.types.is_string,
+    pa.types.is_binary,
+    pa.types.is_date32,
+)
+
+
+def _same(ours: pa.DataType | None, stored: pa.DataType) -> bool:
+    """Whether the lake's ``stored`` type is ``ours`` (a list's element field name aside)."""
+    if ours is None:
+        return False
+    if pa.types.is_list(ours):
+        lists = pa.types.is_list(stored) or pa.types.is_large_list(stored)
+        return bool(lists and ours.value_type == stored.value_type)
+    return bool(ours == stored)
+
+
+class ValuePrints:
+    """The hashes of both sides' rows, read as pseudo digests (see the module's docstring)."""
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        payload: pa.Schema,
+        key: Sequence[str],
+        parts: Sequence[Path],
+        lake_files: Sequence[str],
+    ) -> None:
+        from combined.runtime._fold import _terms
+
+        self.con, self.payload, self.parts = con, payload, list(parts)
+        self.lake_files = list(lake_files)
+        ordered = pa.schema(sorted(payload, key=lambda f: f.name))
+        keyed = pa.schema([payload.field(k) for k in key])
+        k, p = _terms(keyed), _terms(ordered)
+        self._hashes = (
+            f"hash({', '.join(k)}), hash({', '.join(reversed(k))}), "
+            f"hash({', '.join(p)}), hash({', '.join(reversed(p))})"
+        )
+        self._columns = ", ".join(quote_ident(f.name) for f in payload)
+        #: The lake's payload columns as read (:meth:`agree`).
+        self._lake_columns = self._columns
+
+    def agree(self) -> bool:
+        """Whether DuckDB reads both sides' columns in the same types (their hashes compare).
+
+        A column no lake file holds yet (added to the table's schema since
+        its files were written) is null in every lake row, read as such.
+        """
+        empty = pa.table({f.name: pa.array([], f.type) for f in self.payload})
+        self.con.register("_vp_types", empty)
+        try:
+            ours = self.con.sql(f"DESCRIBE SELECT {self._columns} FROM _vp_types").fetchall()
+        finally:
+            self.con.unregister("_vp_types")
+        files = self.con.sql(f"DESCRIBE SELECT * FROM {self._files()} LIMIT 0").fetchall()
+        held = {str(r[0]): str(r[1]) for r in files}
+        self._lake_columns = ", ".join(
+            quote_ident(str(name))
+            if name in held
+            else f"CAST(NULL AS {kind}) AS {quote_ident(name)}"
+            for name, kind in (r[:2] for r in ours)
+        )
+        return all(held.get(str(name), kind) == kind for name, kind in (r[:2] for r in ours))
+
+    def staged(self) -> Iterator[pa.RecordBatch]:
+        """Batches of (ordinal, pseudo id, pseudo payload hash) of every staged row."""
+        schema = self.payload.append(pa.field(ORDINAL, pa.int64()))
+        reader = pa.RecordBatchReader.from_batches(
+            schema, (to_lake(b, schema) for p in self.parts for b in read_part(p))
+        )
+        self.con.register("_vp_staged", reader)
+        try:
+            rows = self.con.sql(f"SELECT {ORDINAL}, {self._hashes} FROM _vp_staged")
+            for batch in rows.to_arrow_reader(_BATCH_ROWS):
+                pid, phash = _pseudo(batch, 1)
+                yield pa.record_batch([batch.column(0), pid, phash], ["ord", "_pid", "_phash"])
+        finally:
+            self.con.unregister("_vp_staged")
+
+    def current(self) -> Iterator[pa.RecordBatch]:
+        """Batches of (pseudo id, pseudo payload hash, id, payload hash) of the lake's rows."""
+        rows = self.con.sql(
+            f"SELECT {self._hashes}, _combined_id, _combined_payload_hash FROM (SELECT "
+            f"{self._lake_columns}, _combined_id, _combined_payload_hash FROM {self._files()})"
+        )
+        for batch in rows.to_arrow_reader(_BATCH_ROWS):
+            pid, phash = _pseudo(batch, 0)
+            yield pa.record_batch(
+                [pid, phash, batch.column(4), batch.column(5)], names=CURRENT.names[:4]
+            )
+
+    def _files(self) -> str:
+        files = ", ".join("'" + str(f).replace("'", "''") + "'" for f in self.lake_files)
+        return f"read_parquet([{files}], union_by_name = true)"
+
+
+def _pseudo(batch: pa.RecordBatch, at: int) -> tuple[pa.Array, pa.Array]:
+    """The 16-byte pseudo id and payload hash of each row: its four hashes from column ``at``."""
+    words = [batch.column(at + i).to_numpy(zero_copy_only=False) for i in range(4)]
+    return _pair(words[0], words[1]), _pair(words[2], words[3])
+
+
+def _pair(first: np.ndarray, second: np.ndarray) -> pa.Array:
+    """Two 64-bit words a row as a binary array of 16-byte values."""
+    n = len(first)
+    words = np.empty((n, 2), np.uint64)
+    words[:, 0], words[:, 1] = first, second
+    offsets = np.arange(0, 16 * n + 1, 16, dtype=np.int32)
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(words)])
+
+
+def exact(
+    con: duckdb.DuckDBPyConnection,
+    found: Candidates,
+    parts: Sequence[Path],
+    key: Sequence[str],
+    digest: Digest,
+) -> Candidates:
+    """The candidates with their real digests: the staged ones hashed now, the lake's as stored.
+
+    Only the candidates' staged rows are read out of the parts and hashed,
+    as staging hashes rows (``compute_identity``), a group at a time: memory
+    holds a group's rows and the candidates' (ordinal, id, hash).
+    """
+    wanted = found.staged.column("ord").combine_chunks()
+    hashed: list[pa.Table] = []
+    group: list[pa.RecordBatch] = []
+    for part in parts:
+        for batch in read_part(part):
+            keep = pc.is_in(batch.column(ORDINAL), value_set=wanted)
+            if pc.any(keep).as_py():
+                group.append(batch.filter(keep))
+            if sum(b.num_rows for b in group) >= _GROUP_ROWS:
+                hashed.append(_hashed(con, group, key, digest))
+                group = []
+    hashed.append(_hashed(con, group, key, digest))
+    return Candidates(pa.concat_tables(hashed), found.current.select(["_kid", "_khash", "_kf"]))
+
+
+#: Candidate rows hashed together.
+_GROUP_ROWS = 131_072
+_HASHED = pa.schema([("ord", pa.int64()), ("_cid", pa.binary()), ("_chash", pa.binary())])
+
+
+def _hashed(
+    con: duckdb.DuckDBPyConnection,
+    group: list[pa.RecordBatch],
+    key: Sequence[str],
+    digest: Digest,
+) -> pa.Table:
+    """(ordinal, id, payload hash) of ``group``'s rows, hashed as staging hashes them."""
+    if not group or not sum(b.num_rows for b in group):
+        return _HASHED.empty_table()
+    table = pa.Table.from_batches(group)
+    payload = [n for n in table.schema.names if not n.startswith("_combined_")]
+    ids, hashes = compute_identity(table, list(key), payload, con=con, digest=digest)
+    return pa.table([table.column(ORDINAL), ids, hashes], schema=_HASHED)
