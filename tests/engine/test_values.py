@@ -291,3 +291,40 @@ def test_every_row_changed_is_hashed_group_by_group(tmp_path: Path, pg_database:
         assert _rows(engine) == _fresh(tmp_path / "b", pg_database)
     finally:
         engine.close()
+
+
+def test_the_lake_read_again_is_checked_row_by_row_against_the_first_read(
+    tmp_path: Path,
+) -> None:
+    """The second read takes each row's hashes from the first's cache: in its order only."""
+    import duckdb
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from combined.capture._values import Misaligned, ValuePrints
+
+    lake = tmp_path / "lake.parquet"
+    digests = [bytes([i]) * 16 for i in range(3)]
+    pq.write_table(
+        pa.table(
+            {
+                "id": [1, 2, 3],
+                "v": ["a", "b", "c"],
+                "_combined_id": digests,
+                "_combined_payload_hash": digests,
+            }
+        ),
+        lake,
+    )
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    payload = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    prints = ValuePrints(duckdb.connect(), payload, ["id"], [], [str(lake)], cache)
+    assert prints.agree()
+    first = pa.Table.from_batches(list(prints.current()))
+    assert pa.Table.from_batches(list(prints.current())).equals(first)  # (from the cache)
+    words = np.fromfile(cache / "lake", np.uint64).reshape(-1, 4)
+    words[[0, 1]] = words[[1, 0]]  # (two rows of the cache swapped)
+    words.tofile(cache / "lake")
+    with pytest.raises(Misaligned):
+        list(prints.current())

@@ -494,29 +494,37 @@ class Fingerprints:
 
     def _by_values(self: _Reduction) -> Candidates | None:
         """The candidates of a capture staged unhashed, found by comparing values (``_values``)."""
-        from combined.capture._values import CURRENT, ValuePrints, exact
+        from combined.capture._values import CURRENT, Misaligned, ValuePrints, exact
 
         if not (self._has_current and self.digest == dg.BINARY and self.by_values is not None):
             return None
         import duckdb
 
-        prints = ValuePrints(
-            self.con, self.by_values, self.key, self._staged.paths, self._current_files
-        )
         rows, current = self._staged.count_rows(), self._current_rows()
-        try:
-            if not prints.agree():
-                return None  # (DuckDB reads a column of one side in another type)
-            found = candidates(
-                prints.staged,
-                rows,
-                prints.current,
-                current,
-                self._spill(max(rows, current)),
-                CURRENT,
+        (directory,) = self.con.execute("SELECT current_setting('temp_directory')").fetchall()[0]
+        Path(directory or tempfile.gettempdir()).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=directory or None, prefix="values-") as cache:
+            prints = ValuePrints(
+                self.con,
+                self.by_values,
+                self.key,
+                self._staged.paths,
+                self._current_files,
+                Path(cache),
             )
-        except duckdb.Error:
-            return None  # (a lake file DuckDB reads otherwise: every row is hashed instead)
+            try:
+                if not prints.agree():
+                    return None  # (DuckDB reads a column of one side in another type)
+                found = candidates(
+                    prints.staged,
+                    rows,
+                    prints.current,
+                    current,
+                    self._spill(max(rows, current)),
+                    CURRENT,
+                )
+            except (duckdb.Error, Misaligned):
+                return None  # (a lake file read otherwise: every row is hashed instead)
         if found is None:
             return None
         return exact(self.con, found, self._staged.paths, self.key, self.digest)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -136,7 +136,9 @@ class ValuePrints:
         key: Sequence[str],
         parts: Sequence[Path],
         lake_files: Sequence[str],
+        cache: Path,
     ) -> None:
+        """``cache``: a directory for each row's hashes between the two reads of a side."""
         from combined.runtime._fold import _terms
 
         self.con, self.payload, self.parts = con, payload, list(parts)
@@ -144,13 +146,16 @@ class ValuePrints:
         ordered = pa.schema(sorted(payload, key=lambda f: f.name))
         keyed = pa.schema([payload.field(k) for k in key])
         k, p = _terms(keyed), _terms(ordered)
+        self._key_hash = f"hash({', '.join(k)})"
         self._hashes = (
-            f"hash({', '.join(k)}), hash({', '.join(reversed(k))}), "
+            f"{self._key_hash}, hash({', '.join(reversed(k))}), "
             f"hash({', '.join(p)}), hash({', '.join(reversed(p))})"
         )
         self._columns = ", ".join(quote_ident(f.name) for f in payload)
         #: The lake's payload columns as read (:meth:`agree`).
         self._lake_columns = self._columns
+        self._staged_words = Words(cache, "staged", 5)  # (ordinal, key x2, payload x2)
+        self._lake_words = Words(cache, "lake", 4)
 
     def agree(self) -> bool:
         """Whether DuckDB reads both sides' columns in the same types (their hashes compare).
@@ -175,7 +180,16 @@ class ValuePrints:
         return all(held.get(str(name), kind) == kind for name, kind in (r[:2] for r in ours))
 
     def staged(self) -> Iterator[pa.RecordBatch]:
-        """Batches of (ordinal, pseudo id, pseudo payload hash) of every staged row."""
+        """Batches of (ordinal, pseudo id, pseudo payload hash) of every staged row.
+
+        Hashed at the first read, read back from the cache at the next.
+        """
+        names = ["ord", "_pid", "_phash"]
+        if self._staged_words.done:
+            for words in self._staged_words.chunks(_BATCH_ROWS):
+                ords = pa.array(words[:, 0].view(np.int64))
+                yield pa.record_batch([ords, *_pseudo(words[:, 1:])], names)
+            return
         schema = self.payload.append(pa.field(ORDINAL, pa.int64()))
         reader = pa.RecordBatchReader.from_batches(
             schema, (to_lake(b, schema) for p in self.parts for b in read_part(p))
@@ -184,32 +198,122 @@ class ValuePrints:
         try:
             rows = self.con.sql(f"SELECT {ORDINAL}, {self._hashes} FROM _vp_staged")
             for batch in rows.to_arrow_reader(_BATCH_ROWS):
-                pid, phash = _pseudo(batch, 1)
-                yield pa.record_batch([batch.column(0), pid, phash], ["ord", "_pid", "_phash"])
+                words = _words(batch, 0, 5)
+                self._staged_words.write(words)
+                yield pa.record_batch([batch.column(0), *_pseudo(words[:, 1:])], names)
+        except BaseException:
+            self._staged_words.close()  # (a read abandoned: the cache is not done)
+            raise
         finally:
             self.con.unregister("_vp_staged")
+        self._staged_words.finish()
 
     def current(self) -> Iterator[pa.RecordBatch]:
-        """Batches of (pseudo id, pseudo payload hash, id, payload hash) of the lake's rows."""
+        """Batches of (pseudo id, pseudo payload hash, id, payload hash) of the lake's rows.
+
+        Hashed at the first read; at the next, the words come back from the
+        cache and only the stored digests and the key's hash are read again,
+        the key's hash checking that each row is the one cached.
+        """
+        again = self._lake_words.done
+        # Each read gives the rows in the files' order: the second is checked against the first.
+        (kept,) = self.con.sql("SELECT current_setting('preserve_insertion_order')").fetchall()[0]
+        self.con.execute("SET preserve_insertion_order = true")
+        try:
+            yield from self._current(again)
+        finally:
+            self.con.execute(f"SET preserve_insertion_order = {bool(kept)}")
+
+    def _current(self, again: bool) -> Iterator[pa.RecordBatch]:
         rows = self.con.sql(
-            f"SELECT {self._hashes}, _combined_id, _combined_payload_hash FROM (SELECT "
-            f"{self._lake_columns}, _combined_id, _combined_payload_hash FROM {self._files()})"
+            f"SELECT {self._key_hash if again else self._hashes}, _combined_id, "
+            f"_combined_payload_hash FROM (SELECT {self._lake_columns}, _combined_id, "
+            f"_combined_payload_hash FROM {self._files()})"
         )
-        for batch in rows.to_arrow_reader(_BATCH_ROWS):
-            pid, phash = _pseudo(batch, 0)
-            yield pa.record_batch(
-                [pid, phash, batch.column(4), batch.column(5)], names=CURRENT.names[:4]
-            )
+        try:
+            for batch in rows.to_arrow_reader(_BATCH_ROWS):
+                if again:
+                    words = self._lake_words.take(batch.num_rows)
+                    if len(words) != batch.num_rows or not np.array_equal(
+                        words[:, 0], batch.column(0).to_numpy().view(np.uint64)
+                    ):
+                        raise Misaligned("the lake's rows were read in another order")
+                else:
+                    words = _words(batch, 0, 4)
+                    self._lake_words.write(words)
+                digests = batch.columns[-2:]
+                yield pa.record_batch([*_pseudo(words), *digests], names=CURRENT.names[:4])
+        except BaseException:
+            self._lake_words.close()  # (a read abandoned: the cache is not done)
+            raise
+        if again:
+            self._lake_words.close()
+        else:
+            self._lake_words.finish()
 
     def _files(self) -> str:
         files = ", ".join("'" + str(f).replace("'", "''") + "'" for f in self.lake_files)
         return f"read_parquet([{files}], union_by_name = true)"
 
 
-def _pseudo(batch: pa.RecordBatch, at: int) -> tuple[pa.Array, pa.Array]:
-    """The 16-byte pseudo id and payload hash of each row: its four hashes from column ``at``."""
-    words = [batch.column(at + i).to_numpy(zero_copy_only=False) for i in range(4)]
-    return _pair(words[0], words[1]), _pair(words[2], words[3])
+def _words(batch: pa.RecordBatch, at: int, width: int) -> np.ndarray:
+    """Columns ``at``.. of ``batch`` (integers) as the rows of a (n, ``width``) uint64 array."""
+    words = np.empty((batch.num_rows, width), np.uint64)
+    for i in range(width):
+        words[:, i] = batch.column(at + i).to_numpy(zero_copy_only=False).view(np.uint64)
+    return words
+
+
+def _pseudo(words: np.ndarray) -> tuple[pa.Array, pa.Array]:
+    """The 16-byte pseudo id and payload hash of each row of its four hash words."""
+    return _pair(words[:, 0], words[:, 1]), _pair(words[:, 2], words[:, 3])
+
+
+class Misaligned(Exception):
+    """A second read of the lake's rows did not give them in the first read's order."""
+
+
+class Words:
+    """Rows of 64-bit words written once to a file, then read back in order (not mapped)."""
+
+    def __init__(self, directory: Path, name: str, width: int) -> None:
+        self.path, self.width, self.done = directory / name, width, False
+        self._file: Any = None
+
+    def write(self, words: np.ndarray) -> None:
+        """Append rows (the first read)."""
+        if self._file is None:
+            self._file = open(self.path, "wb")  # noqa: SIM115 (closed by finish)
+        words.tofile(self._file)
+
+    def finish(self) -> None:
+        """Every row is written: the next read takes them back."""
+        if self._file is None:
+            self.path.write_bytes(b"")
+        else:
+            self._file.close()
+            self._file = None
+        self.done = True
+
+    def take(self, rows: int) -> np.ndarray:
+        """The next ``rows`` rows (fewer at the end)."""
+        if self._file is None:
+            self._file = open(self.path, "rb")  # noqa: SIM115 (closed by close)
+        words = np.fromfile(self._file, np.uint64, rows * self.width)
+        return words.reshape(-1, self.width)
+
+    def chunks(self, rows: int) -> Iterator[np.ndarray]:
+        """Every row back, ``rows`` at a time."""
+        try:
+            while len(words := self.take(rows)):
+                yield words
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def _pair(first: np.ndarray, second: np.ndarray) -> pa.Array:
