@@ -8,8 +8,10 @@ from combined.delivery._staging import (
     StagingArea,
     delivery_id,
     file_hash,
+    part_batches,
     part_schema,
     read_part,
+    read_part_batch,
     write_deliveries,
 )
 
@@ -21,7 +23,9 @@ __all__ = [
     "StagingArea",
     "delivery_id",
     "file_hash",
+    "part_batches",
     "part_schema",
     "read_part",
+    "read_part_batch",
     "write_deliveries",
 ]
