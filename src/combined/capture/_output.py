@@ -18,7 +18,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from combined.capture._unchanged import Resolved
-from combined.delivery import StagedParts, part_batches, read_part, read_part_batch
+from combined.delivery import (
+    CHUNK_BYTES,
+    StagedParts,
+    part_batches,
+    read_part,
+    read_part_batch,
+)
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import quote_ident
 
@@ -306,10 +312,11 @@ def _taken(
     return _Taken(path, names, chosen, first, delivered.payload)
 
 
-#: Bytes of the staged rows one taken batch holds at most (one row at least). A Delivery's
-#: chunks slice the batch, which stays whole until its last chunk is written: a wide
-#: backlog's whole part taken at once (64 MB) held ~195 MB with the writers' queues.
-TAKE_BYTES = 8 << 20
+#: Bytes of the staged rows one taken batch holds at most (one row at least): a
+#: Delivery's chunk (``CHUNK_BYTES``). Its chunks slice a batch, which stays whole until
+#: the last is written: a wide backlog's whole part taken at once (64 MB) held ~195 MB
+#: with the writers' queues (8 MB windows: ~6 MB more at the peak than 2 MB ones).
+TAKE_BYTES = CHUNK_BYTES
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """Deliveries: bounded Parquet files under a run-scoped staging area (and the staged parts)."""
 
 from combined.delivery._staging import (
+    CHUNK_BYTES,
     Limits,
     PartWriter,
     StagedDelivery,
@@ -16,6 +17,7 @@ from combined.delivery._staging import (
 )
 
 __all__ = [
+    "CHUNK_BYTES",
     "Limits",
     "PartWriter",
     "StagedDelivery",
