@@ -159,11 +159,14 @@ def _delivered(tmp_path: Path, parts: list[Path], schema: pa.Schema, current: Pa
     return rows.sort_by("_combined_id")
 
 
+@pytest.mark.parametrize("window", [_output.TAKE_BYTES, 100])
 def test_the_rows_taken_from_the_parts_are_the_rows_the_join_delivers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int
 ) -> None:
+    """Taken a window at a time (100 bytes: a few rows), from parts of several batches."""
     current, schema = baseline_lake(tmp_path)
     parts, _ = staged(tmp_path, [i for i in range(3100) if i % 3], "m")
+    monkeypatch.setattr(_output, "TAKE_BYTES", window)
     taken = _recording(monkeypatch)
     fast = _delivered(tmp_path, parts, schema, current)
     assert len(taken) == len(parts) and -1 not in taken  # every part taken from
@@ -201,7 +204,7 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     taken: list[int] = []
     real = _output._taken
 
-    def recorded(*args: Any) -> pa.Table | None:
+    def recorded(*args: Any) -> _output._Taken | None:
         rows = real(*args)
         taken.append(-1 if rows is None else rows.num_rows)
         return rows

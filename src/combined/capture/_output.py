@@ -18,7 +18,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from combined.capture._unchanged import Resolved
-from combined.delivery import StagedParts, read_part
+from combined.delivery import (
+    CHUNK_BYTES,
+    StagedParts,
+    part_batches,
+    read_part,
+    read_part_batch,
+)
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import quote_ident
 
@@ -247,7 +253,7 @@ def part_rows(
         if delivered.resolved is None and delivered.keys is None and not ordered:
             taken = _taken(con, path, ordinals, schema, delivered)
             if taken is not None:
-                yield from (fixed.add(b) for b in taken.to_batches(max_chunksize=batch_rows))
+                yield from (fixed.add(b) for b in taken.batches(batch_rows))
                 continue
         con.register(_PART, StagedParts([path], schema))
         try:
@@ -272,7 +278,7 @@ def _taken(
     ordinals: tuple[int, int],
     schema: pa.Schema,
     delivered: Delivered,
-) -> pa.Table | None:
+) -> _Taken | None:
     """A part's rows to deliver, taken by position from the mapped part, or None.
 
     A transition's rows of a part whose ordinals run one by one from its
@@ -282,7 +288,7 @@ def _taken(
     have gaps or its columns are not ``schema``'s (a part staged before a
     column appeared or widened).
     """
-    part = pa.Table.from_batches(list(read_part(path)))
+    part = pa.Table.from_batches(list(read_part(path)))  # (only its ordinals are read)
     staged = [n for n in (prov.EMITTED_AT, prov.SOURCE_POSITION) if n in schema.names]
     names = [*delivered.payload, *staged]
     if not part.num_rows or any(
@@ -297,8 +303,62 @@ def _taken(
     if not part.column(_ORDINAL).equals(pa.chunked_array([expected])):
         return None
     chosen = con.sql(f"{delivered.chosen(ordinals)} ORDER BY ord").to_arrow_table()
-    rows = part.select(names).take(pc.subtract(chosen.column("ord"), first))
-    columns = {n: rows.column(n) for n in delivered.payload}
-    columns |= {prov.ID: chosen["id"], prov.OP: chosen["op"], prov.PAYLOAD_HASH: chosen["new_hash"]}
-    columns |= {n: rows.column(n) for n in staged}
-    return pa.table(columns)
+    ords = chosen.column("ord")
+    if (
+        chosen.num_rows
+        and not first <= pc.min(ords).as_py() <= pc.max(ords).as_py() < first + part.num_rows
+    ):
+        return None  # (rows of no part: joined, never dropped)
+    return _Taken(path, names, chosen, first, delivered.payload)
+
+
+#: Bytes of the staged rows one taken batch holds at most (one row at least): a
+#: Delivery's chunk (``CHUNK_BYTES``). Its chunks slice a batch, which stays whole until
+#: the last is written: a wide backlog's whole part taken at once (64 MB) held ~195 MB
+#: with the writers' queues (8 MB windows: ~6 MB more at the peak than 2 MB ones).
+TAKE_BYTES = CHUNK_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class _Taken:
+    """A part's chosen rows (``chosen``: ord, id, op, new_hash, by ord), each taken from
+    the staged batch holding it, a window of at most ``TAKE_BYTES`` at a time."""
+
+    path: Path
+    names: list[str]
+    chosen: pa.Table
+    first: int
+    payload: Sequence[str]
+
+    @property
+    def num_rows(self) -> int:
+        """How many rows are taken."""
+        return int(self.chosen.num_rows)
+
+    def batches(self, batch_rows: int) -> Iterator[pa.RecordBatch]:
+        """The rows to deliver, in ordinal order, in batches of at most ``batch_rows``.
+
+        Each staged batch is mapped on its own: the pages read leave memory
+        with it, where one mapping of the part held every page read until its end.
+        """
+        index = np.asarray(self.chosen.column("ord").to_numpy()) - self.first
+        start = 0
+        for i in range(part_batches(self.path)):
+            part = read_part_batch(self.path, i).select(self.names)
+            end = start + part.num_rows
+            lo, hi = (int(x) for x in np.searchsorted(index, [start, end]))
+            width = max(1, part.nbytes // max(1, part.num_rows))
+            step = max(1, min(batch_rows, TAKE_BYTES // width))
+            for at in range(lo, hi, step):
+                n = min(step, hi - at)
+                yield self._window(part, index[at : at + n] - start, self.chosen.slice(at, n))
+            start = end
+
+    def _window(self, part: pa.RecordBatch, rows: Any, chosen: pa.Table) -> pa.RecordBatch:
+        taken = part.take(pa.array(rows))
+        ids = chosen.combine_chunks()
+        columns = {n: taken.column(n) for n in self.payload}
+        columns |= {prov.ID: ids.column("id").chunk(0), prov.OP: ids.column("op").chunk(0)}
+        columns |= {prov.PAYLOAD_HASH: ids.column("new_hash").chunk(0)}
+        columns |= {n: taken.column(n) for n in self.names[len(self.payload) :]}
+        return pa.record_batch(columns)

@@ -1,6 +1,7 @@
 """Deliveries: bounded Parquet files under a run-scoped staging area (and the staged parts)."""
 
 from combined.delivery._staging import (
+    CHUNK_BYTES,
     Limits,
     PartWriter,
     StagedDelivery,
@@ -8,12 +9,15 @@ from combined.delivery._staging import (
     StagingArea,
     delivery_id,
     file_hash,
+    part_batches,
     part_schema,
     read_part,
+    read_part_batch,
     write_deliveries,
 )
 
 __all__ = [
+    "CHUNK_BYTES",
     "Limits",
     "PartWriter",
     "StagedDelivery",
@@ -21,7 +25,9 @@ __all__ = [
     "StagingArea",
     "delivery_id",
     "file_hash",
+    "part_batches",
     "part_schema",
     "read_part",
+    "read_part_batch",
     "write_deliveries",
 ]

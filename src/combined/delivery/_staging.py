@@ -197,6 +197,24 @@ def read_part(path: Path) -> Iterator[pa.RecordBatch]:
             yield reader.get_batch(i)
 
 
+def part_batches(path: Path) -> int:
+    """How many batches a staged part holds."""
+    with pa.memory_map(str(path)) as f:
+        count: int = pa.ipc.open_file(f).num_record_batches
+        return count
+
+
+def read_part_batch(path: Path, index: int) -> pa.RecordBatch:
+    """Batch ``index`` of a staged part, in a mapping of its own.
+
+    The pages it reads leave memory with the batch: one mapping of the
+    whole part holds every page read from it until its last batch goes.
+    """
+    with pa.memory_map(str(path)) as f:
+        batch: pa.RecordBatch = pa.ipc.open_file(f).get_batch(index)
+        return batch
+
+
 class StagedParts:
     """A capture's staged parts as one stream of ``schema``, read anew by each scan.
 
