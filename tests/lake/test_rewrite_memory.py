@@ -55,10 +55,11 @@ def test_files_of_wide_rows_are_rewritten_one_at_a_time_and_keep_their_rows(
     )
 
 
-# Four files of 12,000 rows of int[1000] (48 MB of Arrow each), 1% of each
-# file's rows gone: the peak RSS of their rewrite over its start, in a fresh
-# interpreter.
+# FILES files of ROWS rows made by MAKE (written BATCH rows at a time), every
+# STEP-th row of each file gone: the peak RSS of their rewrite over its
+# start, in a fresh interpreter.
 _PROBE = """
+import sys
 import tempfile
 from pathlib import Path
 import numpy as np
@@ -66,24 +67,26 @@ from combined.lake import _rewrite
 from combined.lake._files import write_data_files
 from combined.lake._store import LakeStore
 from combined.runtime._memory import release_memory
-from tests.lake.test_rewrite_memory import lists
+from tests.lake import test_rewrite_memory
+
+make = getattr(test_rewrite_memory, sys.argv[1])
+files, rows, batch, step = (int(a) for a in sys.argv[2:])
 
 def status(name):
     for line in open("/proc/self/status"):
         if line.startswith(name):
             return int(line.split()[1]) * 1024
 
-rows = 12_000
 with tempfile.TemporaryDirectory() as tmp:
     lake = LakeStore.at(tmp)
     paths = []
-    for n in range(4):
-        table = lists(n * rows, rows, n)
-        (action,) = write_data_files(tmp, table.schema, table.to_batches(2000), lake)
+    for n in range(files):
+        table = make(n * rows, rows, n)
+        (action,) = write_data_files(tmp, table.schema, table.to_batches(batch), lake)
         paths.append(str(Path(tmp) / action.path))
     schema = table.schema
     del table
-    doomed = {p: np.arange(0, rows, 100) for p in paths}
+    doomed = {p: np.arange(0, rows, step) for p in paths}
     release_memory()
     base = status("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # the peak starts again from here
@@ -92,13 +95,67 @@ with tempfile.TemporaryDirectory() as tmp:
 """
 
 
+def rewrite_peak_mb(make: str, files: int, rows: int, batch: int, step: int) -> int:
+    """The rise of RSS while :data:`_PROBE` rewrites its files, in MB."""
+    root = Path(__file__).resolve().parents[2]
+    argv = [make, *(str(n) for n in (files, rows, batch, step))]
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, check=True, cwd=root
+    )
+    return int(out.stdout)
+
+
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")
 def test_the_rewrite_of_files_of_long_lists_holds_little_memory() -> None:
     # Two files at once, each read with read-ahead over its row groups and
     # decoded on threads, rose 305-317 MB here; one file at a time, a row
     # group at a time, ~146 MB. The limit sits far from both.
-    root = Path(__file__).resolve().parents[2]
-    out = subprocess.run(
-        [sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True, cwd=root
+    # (four files of 12,000 rows of int[1000], 48 MB of Arrow each, 1% of each file's rows gone)
+    assert rewrite_peak_mb("lists", 4, 12_000, 2000, 100) < 225
+
+
+def provenance(first: int, rows: int, seed: int = 0) -> pa.Table:
+    """``rows`` rows with three constant 300-character strings (a Delivery's provenance).
+
+    ``seed`` is unused: the probe makes every table as :func:`lists` does.
+    """
+    ids = np.arange(first, first + rows)
+    return pa.table(
+        {
+            "id": ids,
+            "_combined_id": pa.array([i.to_bytes(16, "big") for i in ids.tolist()], pa.binary()),
+            **{
+                f"_combined_{name}": pa.array([name * (300 // len(name))] * rows, pa.string())
+                for name in ("run_id", "delivery_id", "producer")
+            },
+        }
     )
-    assert int(out.stdout) < 225
+
+
+def test_constant_strings_are_rewritten_as_dictionaries_and_read_back_as_strings(
+    tmp_path: Path,
+) -> None:
+    lake = LakeStore.at(str(tmp_path))
+    table = provenance(0, 20_000)
+    (action,) = write_data_files(str(tmp_path), table.schema, table.to_batches(5000), lake)
+    path = str(tmp_path / action.path)
+    names = ["_combined_run_id", "_combined_delivery_id", "_combined_producer"]
+    assert _rewrite._dictionary_columns(pq.read_metadata(path), table.schema) == names
+    doomed = {path: np.arange(0, 20_000, 3)}
+    actions = _rewrite._rewritten(str(tmp_path), [path], table.schema, doomed, False, lake)
+    (added,) = [a.path for a in actions if type(a).__name__ == "AddAction"]
+    kept = pq.read_table(tmp_path / added)
+    assert kept.schema == table.schema  # (strings to every reader)
+    expected = table.filter(pa.array(np.arange(20_000) % 3 != 0))
+    assert kept.equals(expected)
+    meta = pq.read_metadata(tmp_path / added)
+    assert _rewrite._dictionary_columns(meta, table.schema) == names
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")
+def test_the_rewrite_of_constant_strings_holds_little_memory() -> None:
+    # Decoded as strings, each of the two files rewritten at once held its
+    # row group of ~950-byte rows gathering, a batch read and its filtered
+    # copy: 140-142 MB over the start here; read as dictionaries, 21-23 MB.
+    # (eight files of 100,000 such rows, a third of each file's rows gone)
+    assert rewrite_peak_mb("provenance", 8, 100_000, 10_000, 3) < 60

@@ -26,6 +26,11 @@ Three settings, measured on the benchmark's 2M-row snapshot and a CDC backlog
   ``MALLOC_TRIM_THRESHOLD_``, when set, win (glibc read them at start-up).
 - **glibc's arenas.** At most two heaps for all threads (:func:`limit_arenas`):
   each heap keeps its own freed memory between the phase boundaries.
+- **DuckDB's jemalloc.** DuckDB allocates through a jemalloc of its own, whose
+  freed pages wait for a decay that only its next allocations advance: the
+  lake's shared database (a commit's rows to remove, MAR) is idle after a
+  query, and kept ~40 MB of a 5M-row commit's scan until the process ended
+  (bench/RESULTS.md). :func:`release_memory` purges it too.
 
 The engine applies these once per process (:func:`tune_allocators`).
 """
@@ -37,7 +42,9 @@ import ctypes.util
 import functools
 import os
 import platform
+import sys
 import threading
+from typing import Any
 
 import pyarrow as pa
 
@@ -54,6 +61,8 @@ ARENA_MAX = 2
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
+#: jemalloc's name for every arena at once (``MALLCTL_ARENAS_ALL``).
+_ARENAS_ALL = 4096
 
 _lock = threading.Lock()
 
@@ -123,15 +132,53 @@ def limit_arenas(arenas: int = ARENA_MAX) -> bool:
 
 
 def release_memory() -> None:
-    """Give back what Arrow's pool and glibc's heaps hold unused (at a phase boundary).
+    """Give back what Arrow's pool, glibc's heaps and DuckDB's jemalloc hold unused.
 
-    Arrow's system pool does not trim glibc's heaps itself, and with the
-    raised trim threshold they keep what a phase freed until told.
+    At a phase boundary. Arrow's system pool does not trim glibc's heaps
+    itself, and with the raised trim threshold they keep what a phase freed
+    until told; DuckDB's jemalloc keeps what an idle database freed.
     """
     pa.default_memory_pool().release_unused()
     libc = _glibc()
     if libc is not None:
         libc.malloc_trim(ctypes.c_size_t(0))
+    purge_duckdb()
+
+
+def purge_duckdb() -> bool:
+    """Give back the pages DuckDB's jemalloc holds freed; whether it could.
+
+    What DuckDB does when a database closes (its ``Allocator::FlushAll``),
+    for the ones that stay open: this thread's cache flushed, every arena
+    purged. Nothing happens before DuckDB is loaded (it is not loaded for
+    this), or with a DuckDB built without jemalloc.
+    """
+    mallctl = _duckdb_mallctl(sys.modules.get("_duckdb"))
+    if mallctl is None:
+        return False
+    mallctl(b"thread.tcache.flush", None, None, None, 0)
+    return bool(mallctl(f"arena.{_ARENAS_ALL}.purge".encode(), None, None, None, 0) == 0)
+
+
+@functools.cache
+def _duckdb_mallctl(module: Any) -> Any:
+    """jemalloc's ``mallctl`` in DuckDB's extension module (None: not there)."""
+    path = getattr(module, "__file__", None)
+    if not path:
+        return None
+    try:
+        mallctl = ctypes.CDLL(path).duckdb_je_mallctl
+    except (OSError, AttributeError):
+        return None
+    mallctl.restype = ctypes.c_int
+    mallctl.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+    ]
+    return mallctl
 
 
 def tune_allocators() -> None:
