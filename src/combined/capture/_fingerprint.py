@@ -454,12 +454,15 @@ class Fingerprints:
         lake row's that another staged row matched. The reduction then
         joins every row (and checks duplicates).
         """
+        from combined.runtime._memory import release_memory
+
         if self._fingerprinted is None:
             self._fingerprinted = False
             columns = ["_combined_ordinal", prov.ID, prov.PAYLOAD_HASH]
             if self.by_values is not None:
                 found = self._by_values()
                 if found is not None:
+                    release_memory()  # (the fingerprints' freed arrays, before the join's)
                     self._value_joined = True  # (the rows left out are unchanged)
                     self._fingerprinted = self._value_joined = self._join_candidates(found)
             elif (
@@ -484,6 +487,7 @@ class Fingerprints:
                 except (pa.ArrowInvalid, KeyError):
                     found = None  # (a lake file without the digest columns)
                 if found is not None:
+                    release_memory()  # (the fingerprints' freed arrays, before the join's)
                     self._fingerprinted = self._join_candidates(found)
         return self.transition if self._fingerprinted else None
 
