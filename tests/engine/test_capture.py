@@ -118,7 +118,6 @@ def test_updates_deletes_and_inserts_propagate(shop: Path, tools) -> None:
                 "updates": 10,
                 "deletes": 5,
                 "deliveries": 1,
-                "compared": "values",  # (with the lake's rows: only the changed were hashed)
                 "reconciliation": "reconciled",
             }
         }

@@ -93,8 +93,6 @@ def test_capture_edit_and_recapture_lands_exactly_the_changes(shipped: Path) -> 
             "updates": 1,
             "deletes": 1,
             "deliveries": 1,
-            # (the same columns as the first read's: compared with the lake's rows by value)
-            "compared": "values",
             "reconciliation": "reconciled",
         }
         assert _rows(engine) == [

@@ -20,6 +20,14 @@ import pytest
 
 from combined.capture._values import comparable, lake_form
 from combined.engine import Engine
+from combined.runtime import _extract
+
+
+@pytest.fixture(autouse=True)
+def _small_tables_compared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tables here are small: compared by value all the same."""
+    monkeypatch.setattr(_extract, "VALUES_MIN_ROWS", 0)
+
 
 PROJECT = """\
 version: 1
@@ -328,3 +336,31 @@ def test_the_lake_read_again_is_checked_row_by_row_against_the_first_read(
     words.tofile(cache / "lake")
     with pytest.raises(Misaligned):
         list(prints.current())
+
+
+def test_a_small_table_is_hashed_as_it_is_read(
+    tmp_path: Path, pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Comparing costs a few queries a table: below ``VALUES_MIN_ROWS`` rows md5 is cheaper."""
+    monkeypatch.setattr(_extract, "VALUES_MIN_ROWS", 501)
+    _write(
+        pg_database,
+        "CREATE TABLE items (id bigint PRIMARY KEY, qty int)",
+        "INSERT INTO items SELECT i, i FROM generate_series(1, 500) i",
+    )
+    engine = _engine(tmp_path, pg_database)
+    try:
+        _capture(engine)
+        _write(pg_database, "UPDATE items SET qty = 0 WHERE id = 1")
+        small = _capture(engine)
+        assert "compared" not in small and small["updates"] == 1
+        _write(
+            pg_database,
+            "INSERT INTO items VALUES (501, 1)",
+            "UPDATE items SET qty = 0 WHERE id = 2",
+        )
+        _capture(engine)  # (501 rows now)
+        _write(pg_database, "UPDATE items SET qty = 0 WHERE id = 3")
+        assert _capture(engine)["compared"] == "values"
+    finally:
+        engine.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,7 @@ def extract(
             extraction,
             writer,
             committed_schema,
-            _Last(last, table.rows_kept_since, kept, table.version(), committed_schema),
+            _Last(last, cache(table.rows_kept_since), kept, table.version(), committed_schema),
             reporter,
             declared,
         )
@@ -188,12 +189,28 @@ class _Last:
         last = self.commit
         if not (plan.key and last and self.schema is not None):
             return False
+        if _lake_rows(last) < VALUES_MIN_ROWS:
+            return False  # (hashing a small table costs less than comparing it)
         if last.get("capture_columns") != capture_columns(staged):
             return False
         if digest_of(self.schema) != BINARY or comparable(staged, self.schema, plan.key) is None:
             return False
         version = last.get("lake_version")
         return isinstance(version, int) and self.rows_kept_since(version)
+
+
+#: Rows from which a table is compared by value rather than hashed as read: the
+#: comparison's own queries cost more than md5 of a small table's rows (100
+#: tables of 1,000 rows, one row changed in each: 130 CPU ms a table hashed
+#: as read, 156 compared; `bench.many`), and save ~17% of the CPU of 5M rows.
+VALUES_MIN_ROWS = 100_000
+
+
+def _lake_rows(last: Mapping[str, Any]) -> int:
+    """The rows of the dataset version the commit ``last`` made (0 if it does not say)."""
+    version = last.get("version")
+    rows = version.get("row_count") if isinstance(version, Mapping) else None
+    return rows if isinstance(rows, int) else 0
 
 
 def _control(extraction: Extraction) -> dict[str, Any] | None:
