@@ -57,6 +57,10 @@ SELECT i, i % 7, 'item ' || i, i * 1.25, i * 1000000.0001,
 FROM generate_series(1, 3000) AS i;
 """
 COLUMNS = "id, qty, name, price, big, seen_at, doc, tags, raw, ref, day, ok, ratio"
+SMALL = (
+    "CREATE TABLE items (id bigint PRIMARY KEY, qty int)",
+    "INSERT INTO items SELECT i, i FROM generate_series(1, 500) i",
+)
 
 
 def _write(dsn: str, *statements: str) -> None:
@@ -161,11 +165,7 @@ def test_a_column_staged_in_another_type_is_hashed_once_then_compared_again(
 ) -> None:
     """The canonical text of a value depends on its staged type: the previous capture's
     types must be this one's for equal values to mean equal payload hashes."""
-    _write(
-        pg_database,
-        "CREATE TABLE items (id bigint PRIMARY KEY, qty int)",
-        "INSERT INTO items SELECT i, i FROM generate_series(1, 500) i",
-    )
+    _write(pg_database, *SMALL)
     engine = _engine(tmp_path, pg_database)
     try:
         _capture(engine)
@@ -208,11 +208,7 @@ def test_another_writers_commit_sets_the_comparison_by_value_aside(
     tmp_path: Path, pg_database: str
 ) -> None:
     """It may have changed a stored payload hash without its values: hash every row."""
-    _write(
-        pg_database,
-        "CREATE TABLE items (id bigint PRIMARY KEY, qty int)",
-        "INSERT INTO items SELECT i, i FROM generate_series(1, 500) i",
-    )
+    _write(pg_database, *SMALL)
     engine = _engine(tmp_path, pg_database)
     try:
         _capture(engine)
@@ -343,11 +339,7 @@ def test_a_small_table_is_hashed_as_it_is_read(
 ) -> None:
     """Comparing costs a few queries a table: below ``VALUES_MIN_ROWS`` rows md5 is cheaper."""
     monkeypatch.setattr(_extract, "VALUES_MIN_ROWS", 501)
-    _write(
-        pg_database,
-        "CREATE TABLE items (id bigint PRIMARY KEY, qty int)",
-        "INSERT INTO items SELECT i, i FROM generate_series(1, 500) i",
-    )
+    _write(pg_database, *SMALL)
     engine = _engine(tmp_path, pg_database)
     try:
         _capture(engine)
