@@ -17,6 +17,7 @@ import deltalake
 import psycopg
 import pyarrow as pa
 import pytest
+from tests.conftest import ON_EVERY_STORE
 
 from combined.capture._values import comparable, lake_form
 from combined.engine import Engine
@@ -354,5 +355,35 @@ def test_a_small_table_is_hashed_as_it_is_read(
         _capture(engine)  # (501 rows now)
         _write(pg_database, "UPDATE items SET qty = 0 WHERE id = 3")
         assert _capture(engine)["compared"] == "values"
+    finally:
+        engine.close()
+
+
+@ON_EVERY_STORE
+def test_an_object_store_lake_is_compared_by_value_as_a_local_one(
+    tmp_path: Path, tools: Any, lake_url: str
+) -> None:
+    """The lake's files read through the store, as the reduction's other reads are."""
+    tools.make(tmp_path)
+    project = tmp_path / "combined.yaml"
+    project.write_text(project.read_text().replace("lake: ./lake", f"lake: {lake_url}"))
+    engine = Engine.open(project)
+    try:
+        (first,) = engine.capture()
+        assert first.state == "succeeded", first.error
+        tools.sql(
+            tmp_path,
+            "UPDATE orders SET status = 'shipped' WHERE id <= 10;"
+            "DELETE FROM orders WHERE id > 190; INSERT INTO orders VALUES (500, 1, 'new', 1.0);",
+        )
+        (second,) = engine.capture()
+        assert second.state == "succeeded", second.error
+        assert second.stats is not None
+        stats = second.stats["orders"]
+        assert stats["compared"] == "values"
+        assert (stats["inserts"], stats["updates"], stats["deletes"]) == (1, 10, 10)
+        assert stats["reconciliation"] == "reconciled"
+        shipped = engine.sql("SELECT count(*) AS n FROM shop.orders WHERE status = 'shipped'")
+        assert shipped.to_pylist() == [{"n": 10}]
     finally:
         engine.close()
