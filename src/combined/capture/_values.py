@@ -4,8 +4,9 @@ Hashing every row (md5 of the canonical texts, ``docs/identity.md``) costs
 more CPU than reading it, and a re-capture is mostly rows the lake holds
 as they are. Where the previous capture staged the same columns in the
 same types, and the lake stores each in a type the capture's maps to
-exactly, staging leaves the rows unhashed (``runtime._extract``, Run stats
-``fold: values``) and the reduction compares values instead:
+exactly, staging leaves the rows of a large table unhashed
+(``runtime._extract``) and the reduction compares values instead (Run
+stats ``compared: values``):
 
 - each row of both sides, the staged ones cast to the lake's types and the
   lake's files as stored, is hashed by DuckDB's vectorised ``hash()``:
@@ -18,10 +19,14 @@ exactly, staging leaves the rows unhashed (``runtime._extract``, Run stats
   (md5, as any capture's), the lake's carry their stored digests, and both
   meet in the exact join as the digests' candidates do.
 
+Each side's words are computed once: kept in a file between the
+fingerprints' two reads (the lake's second read takes back only its
+stored digests, checked row by row by its key's hash).
+
 A row left out is one whose key and payload values hash alike on both
 sides. Any refusal (a repeated row, a repeated key, another DuckDB type on
-one side) leaves the reduction to hash every row in SQL, as for any
-capture staged unhashed.
+one side, a lake read in another order) leaves the reduction to hash every
+row in SQL, as for any capture staged unhashed (``compared: digests``).
 """
 
 from __future__ import annotations
