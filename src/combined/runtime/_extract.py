@@ -181,10 +181,11 @@ class _Last:
     def compared_by_value(self, plan: DatasetPlan, staged: pa.Schema) -> bool:
         """Whether a snapshot of ``staged`` columns may be compared with the table by value.
 
-        Its newest commit staged the same columns in the same types (the
-        canonical texts of equal values are equal), no commit changed the
-        table since, and it stores each column in a type the staged one
-        maps to exactly (``capture._values``).
+        Its newest commit made a version of ``VALUES_MIN_ROWS`` rows or
+        more and staged the same columns in the same types (the canonical
+        texts of equal values are equal), no commit changed the table since,
+        and it stores each column in a type the staged one maps to exactly
+        (``capture._values``).
         """
         last = self.commit
         if not (plan.key and last and self.schema is not None):
