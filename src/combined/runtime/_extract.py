@@ -178,26 +178,28 @@ class _Last:
     #: The table's schema as the capture began.
     schema: pa.Schema | None = None
 
-    def compared_by_value(self, plan: DatasetPlan, staged: pa.Schema) -> bool:
-        """Whether a snapshot of ``staged`` columns may be compared with the table by value.
+    def value_payload(self, plan: DatasetPlan, staged: pa.Schema) -> pa.Schema | None:
+        """The payload a snapshot of ``staged`` columns is compared with the table by, or None.
 
-        Its newest commit made a version of ``VALUES_MIN_ROWS`` rows or
-        more and staged the same columns in the same types (the canonical
-        texts of equal values are equal), no commit changed the table since,
-        and it stores each column in a type the staged one maps to exactly
-        (``capture._values``).
+        In the lake's types (``capture._values.comparable``). The table's
+        newest commit made a version of ``VALUES_MIN_ROWS`` rows or more and
+        staged the same columns in the same types (the canonical texts of
+        equal values are equal), no commit changed the table since, and it
+        stores each column in a type the staged one maps to exactly.
         """
         last = self.commit
         if not (plan.key and last and self.schema is not None):
-            return False
+            return None
         if _lake_rows(last) < VALUES_MIN_ROWS:
-            return False  # (hashing a small table costs less than comparing it)
+            return None  # (hashing a small table costs less than comparing it)
         if last.get("capture_columns") != capture_columns(staged):
-            return False
-        if digest_of(self.schema) != BINARY or comparable(staged, self.schema, plan.key) is None:
-            return False
+            return None
+        if digest_of(self.schema) != BINARY:
+            return None
+        payload = comparable(staged, self.schema, plan.key)
         version = last.get("lake_version")
-        return isinstance(version, int) and self.rows_kept_since(version)
+        kept = payload is not None and isinstance(version, int) and self.rows_kept_since(version)
+        return payload if kept else None
 
 
 #: Rows from which a table is compared by value rather than hashed as read: the
@@ -262,9 +264,14 @@ def _consume(
                 committed_schema, declared, getattr(extraction, "empty_schema", None)
             )
             _check_empty_key(plan, shape.schema)
-        parts = stager.close(shape.schema)
-        by_value = _folded(plan) and lake.compared_by_value(plan, part_schema(parts[-1]))
-        parts, fold, verdict, by_value = _settled(stager, parts, extraction, expected, by_value)
+        staged = stager.close(shape.schema)
+        parts, fold, verdict, by_value = _settled(
+            stager,
+            staged,
+            extraction,
+            expected,
+            lambda: lake.value_payload(plan, part_schema(staged[-1])),
+        )
     except BaseException:
         stager.abort()
         raise
@@ -318,7 +325,7 @@ def _fold_first(
         return None
     marker = getattr(extraction, "change_marker", None)
     expected = expected_fold(lake.commit, marker, lake.rows_kept_since, lake.kept)
-    by_value = lake.compared_by_value(plan, schema)
+    by_value = lake.value_payload(plan, schema) is not None
     if marker or by_value:
         stager.fold_rows(fold=bool(marker), defer=expected is not None or by_value)
     return expected
@@ -329,26 +336,27 @@ def _settled(
     parts: list[Path],
     extraction: Extraction,
     expected: Mapping[str, Any] | None,
-    by_value: bool,
-) -> tuple[list[Path], Mapping[str, Any] | None, str | None, bool]:
-    """The staged parts, the capture's fold to record, its verdict, and whether they stay unhashed.
+    by_value: Callable[[], pa.Schema | None],
+) -> tuple[list[Path], Mapping[str, Any] | None, str | None, pa.Schema | None]:
+    """The staged parts, the capture's fold to record, its verdict, and the payload compared.
 
     Parts staged unhashed are hashed now, unless the fold is the recorded one
     (verdict ``same``) or the reduction compares them with the lake by value
-    (``by_value``: the whole capture's columns allow it). The verdict is
+    (``by_value()``: the payload the whole capture's columns allow). The verdict is
     ``differed`` where the fold was checked and was not the recorded one,
     None where it was not checked.
     """
     folded, marker = stager.fold, getattr(extraction, "change_marker", None)
     fold = folded.record(marker) if folded is not None and marker else None
     if not stager.deferred:
-        return parts, fold, None, False
+        return parts, fold, None, None
     if folded is not None and folded.matches(expected or {}):
-        return parts, fold, "same", False
+        return parts, fold, "same", None
     verdict = "differed" if expected is not None else None
-    if by_value:
-        return parts, fold, verdict, True
-    return stager.hash_staged(parts, stager.writer.again("hashed")), fold, verdict, False
+    payload = by_value()
+    if payload is not None:
+        return parts, fold, verdict, payload
+    return stager.hash_staged(parts, stager.writer.again("hashed")), fold, verdict, None
 
 
 def _told(plan: DatasetPlan, extraction: Extraction) -> dict[str, Any]:

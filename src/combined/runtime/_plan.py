@@ -141,9 +141,9 @@ class Staged:
     fold_verdict: str | None = None
     #: What the catalog keeps should the capture change nothing (``runtime._fold.kept_fold``).
     kept_fold: Mapping[str, Any] | None = None
-    #: Whether staging left the rows unhashed for the reduction to compare them with
-    #: the lake's by value (``capture._values``) ...
-    by_value: bool = False
+    #: The payload columns (in the lake's types) staging left unhashed for the
+    #: reduction to compare with the lake's by value (``capture._values``) ...
+    by_value: pa.Schema | None = None
     #: ... and how the reduction compared them: ``values``, or ``digests`` (it
     #: hashed every row: two rows of one key, say). None: not compared by value.
     compared: str | None = None

@@ -17,7 +17,6 @@ from typing import Any
 import pyarrow as pa
 
 from combined.capture._reduce import Reducer, Transition
-from combined.capture._values import comparable
 from combined.catalog import Catalog, VersionTotals, version_id
 from combined.catalog import data as cat
 from combined.delivery import StagingArea
@@ -67,7 +66,7 @@ def prepare(
         # digests follow on a second connection while its Deliveries are
         # encoded (neither needs the other).
         transition = reducer.counts_all_new() if reducer.all_new else reducer.reduce()
-        if staged.by_value:
+        if staged.by_value is not None:
             staged.compared = "values" if reducer.compared_by_value else "digests"
         if reducer.soft is not None and (staged.full or staged.bounded) and not reducer.has_op:
             _count_live(staged, reducer)
@@ -113,7 +112,7 @@ def _reducer(
         dataset=f"{plan.source}.{plan.name}",
         same=staged.same_as_committed,
         # (staged unhashed, to be compared with the lake's rows by value: capture._values)
-        values=comparable(staged.schema, table.schema(), plan.key) if staged.by_value else None,
+        values=staged.by_value,
     )
 
 
