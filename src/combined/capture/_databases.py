@@ -96,6 +96,15 @@ def _set(database: duckdb.DuckDBPyConnection, memory_mb: int, spill_dir: Path) -
     database.execute("SET threads = 2")
 
 
+def spill_directory(con: duckdb.DuckDBPyConnection) -> Path | None:
+    """Where the reduction's database spills (created now), or None if it does not."""
+    (directory,) = con.execute("SELECT current_setting('temp_directory')").fetchall()[0]
+    if not directory:
+        return None
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    return Path(directory)
+
+
 def close_database(database: duckdb.DuckDBPyConnection, keep: bool) -> None:
     """Close ``database``, or with ``keep`` empty it for the next reduction.
 

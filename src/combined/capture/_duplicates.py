@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from combined.capture._databases import spill_directory
 from combined.capture._fingerprint import spread_to_buckets
 from combined.delivery import read_part
 from combined.errors import DuplicateKeys
@@ -180,11 +181,7 @@ class DuplicateChecks:
 
     def _prefixes_distinct(self: _Reduction) -> bool:
         """:func:`distinct_prefixes` of the staged parts, spilling where the reduction does."""
-        (directory,) = self.con.execute("SELECT current_setting('temp_directory')").fetchall()[0]
-        spill = Path(directory) if directory else None
-        if spill is not None:
-            spill.mkdir(parents=True, exist_ok=True)
-        return distinct_prefixes(self.capture_files, spill)
+        return distinct_prefixes(self.capture_files, spill_directory(self.con))
 
     def _may_repeat_ids(self: _Reduction) -> bool:
         """Whether two staged rows may share an id (their ids' 64-bit hashes meet)."""

@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from combined.capture._databases import spill_directory
 from combined.delivery import part_schema, read_part
 from combined.protocol import _digest as dg
 from combined.protocol import _provenance as prov
@@ -505,9 +506,7 @@ class Fingerprints:
         import duckdb
 
         rows, current = self._staged.count_rows(), self._current_rows()
-        (directory,) = self.con.execute("SELECT current_setting('temp_directory')").fetchall()[0]
-        Path(directory or tempfile.gettempdir()).mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=directory or None, prefix="values-") as cache:
+        with tempfile.TemporaryDirectory(dir=spill_directory(self.con), prefix="values-") as cache:
             prints = ValuePrints(
                 self.con,
                 self.by_values,
@@ -538,11 +537,10 @@ class Fingerprints:
         buckets = -(-rows * PRINT_BYTES_PER_ROW // max(self.memory_limit, 1))
         if buckets <= 1:
             return None
-        (directory,) = self.con.execute("SELECT current_setting('temp_directory')").fetchall()[0]
-        if not directory:
+        directory = spill_directory(self.con)
+        if directory is None:
             return None  # (nowhere to write them: at once, as smaller ones)
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        return Path(directory), (buckets - 1).bit_length()
+        return directory, (buckets - 1).bit_length()
 
     def _lake_digests(self: _Reduction) -> Iterator[pa.RecordBatch]:
         """The lake's (id, payload hash) batches.
