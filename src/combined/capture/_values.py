@@ -41,9 +41,10 @@ import pyarrow.compute as pc
 
 from combined.capture._fingerprint import Candidates
 from combined.delivery import read_part
-from combined.lake._types import to_lake
+from combined.lake._types import lake_type, to_lake
 from combined.protocol._digest import Digest
 from combined.protocol.identity import compute_identity, quote_ident
+from combined.runtime._fold import _scalar, _terms
 
 if TYPE_CHECKING:
     import duckdb
@@ -87,38 +88,24 @@ def comparable(staged: pa.Schema, lake: pa.Schema | None, key: Sequence[str]) ->
 
 
 def lake_form(t: pa.DataType) -> pa.DataType | None:
-    """The type the lake stores a staged ``t`` in, where no two values meet (None: not compared)."""
+    """The type the lake stores a staged ``t`` in, where no two values meet (None: not compared).
+
+    The lake's own mapping (``lake_type``), for the scalars the fold hashes
+    as DuckDB scans them (and ``float16``, widened exactly), and lists of
+    them: not nanoseconds (the lake keeps microseconds), times and nulls
+    (stored as text), nor what the fold does not hash (``runtime._fold``).
+    """
     if pa.types.is_dictionary(t):
         return lake_form(t.value_type)
-    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return pa.string()
-    if any(is_bytes(t) for is_bytes in _BYTES):
-        return pa.binary()
-    if pa.types.is_timestamp(t):
-        return None if t.unit == "ns" else pa.timestamp("us", tz="UTC" if t.tz else None)
-    if pa.types.is_float16(t):
-        return pa.float32()
-    if pa.types.is_unsigned_integer(t):
-        return {8: pa.int16(), 16: pa.int32(), 32: pa.int64()}.get(t.bit_width, pa.decimal128(20))
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         inner = lake_form(t.value_type)
         nested = inner is None or pa.types.is_list(inner)
         return None if nested else pa.list_(inner)
-    if any(plain(t) for plain in _PLAIN) or isinstance(t, pa.Decimal128Type):
-        return t
-    return None
-
-
-_BYTES = (pa.types.is_large_binary, pa.types.is_binary_view, pa.types.is_fixed_size_binary)
-_PLAIN = (
-    pa.types.is_boolean,
-    pa.types.is_signed_integer,
-    pa.types.is_float32,
-    pa.types.is_float64,
-    pa.types.is_string,
-    pa.types.is_binary,
-    pa.types.is_date32,
-)
+    lossy = (
+        pa.types.is_timestamp(t) and t.unit == "ns" or pa.types.is_time(t) or pa.types.is_null(t)
+    )
+    exact = _scalar(t) or pa.types.is_float16(t)
+    return lake_type(t) if exact and not lossy else None
 
 
 def _same(ours: pa.DataType | None, stored: pa.DataType) -> bool:
@@ -144,8 +131,6 @@ class ValuePrints:
         cache: Path,
     ) -> None:
         """``cache``: a directory for each row's hashes between the two reads of a side."""
-        from combined.runtime._fold import _terms
-
         self.con, self.payload, self.parts = con, payload, list(parts)
         self.lake_files = list(lake_files)
         ordered = pa.schema(sorted(payload, key=lambda f: f.name))
