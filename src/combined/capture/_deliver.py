@@ -28,6 +28,7 @@ from combined.capture._output import (
 from combined.capture._unchanged import FILL_JOIN_MB, Resolved
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import quote_ident
+from combined.runtime._memory import release_memory
 
 if TYPE_CHECKING:
     import duckdb
@@ -104,7 +105,7 @@ class Output:
             self.con.execute("DROP TABLE IF EXISTS keys")
             self._has_keys = False
         self.con.execute("DROP TABLE IF EXISTS curk")
-        _release_memory()  # (what the reduction freed, DuckDB's and the heaps', before the output)
+        release_memory()  # (what the reduction freed, DuckDB's and the heaps', before the output)
         if self.by_content and not every_row_new:
             # Each part's rows meet a few row groups of ``tr`` (kept in the
             # parts' order): the rest of it waits on disk, not in memory.
@@ -214,10 +215,3 @@ class Output:
             if self.sync_mode == "append":
                 sql += " ORDER BY tr.ord"  # an event stream keeps source order
         return sql
-
-
-def _release_memory() -> None:
-    """:func:`combined.runtime._memory.release_memory` (imported late: runtime imports capture)."""
-    from combined.runtime._memory import release_memory
-
-    release_memory()

@@ -40,6 +40,7 @@ from combined.capture._databases import spill_directory
 from combined.delivery import part_schema, read_part
 from combined.protocol import _digest as dg
 from combined.protocol import _provenance as prov
+from combined.runtime._memory import release_memory
 
 if TYPE_CHECKING:
     import duckdb
@@ -282,8 +283,6 @@ def _one_sided_at_once(
     staged: Reader, staged_rows: int, current: Reader, current_rows: int
 ) -> tuple[Words, int] | None:
     """The one-sided fingerprints (sorted) and the xor of every check word, both sides at once."""
-    from combined.runtime._memory import release_memory
-
     theirs = _fill(((b.column(0), b.column(1)) for b in current()), current_rows)
     release_memory()  # (what the lake's reader leaves in the heaps: ~20 MB at 5M rows)
     mine = _fill(((b.column(1), b.column(2)) for b in staged()), staged_rows)
@@ -455,8 +454,6 @@ class Fingerprints:
         lake row's that another staged row matched. The reduction then
         joins every row (and checks duplicates).
         """
-        from combined.runtime._memory import release_memory
-
         if self._fingerprinted is None:
             self._fingerprinted = False
             columns = ["_combined_ordinal", prov.ID, prov.PAYLOAD_HASH]

@@ -28,6 +28,7 @@ from combined.lake import _files
 from combined.lake._files import LinkedFile, link_data_files, write_data_files
 from combined.lake._store import LakeStore
 from combined.lake._types import to_lake, unviewed
+from combined.runtime._memory import release_memory
 
 if TYPE_CHECKING:
     import duckdb
@@ -90,7 +91,7 @@ def rewrite_actions(
     if gone is not None and (len(gone) or every_file):
         # Which rows go, found for every file at once: one set of the changed ids per commit.
         doomed = _doomed_rows(files, gone, lake) if len(gone) else {}
-        _release()  # (the scan's pages, before the rewrite's buffers: see _doomed_rows)
+        release_memory()  # (the scan's pages, before the rewrite's buffers: see _doomed_rows)
         actions.extend(_rewritten(table, files, schema, doomed, every_file, lake))
     actions.extend(_puts(table, schema, data, keyed, lake, linked, changes.deleting))
     return actions
@@ -173,15 +174,8 @@ def _rewritten(
                 actions.extend(done)
     # The threads' small buffers stay in their heaps until trimmed: ~130 MB
     # after 2M rows, which the usage step would otherwise stack on.
-    _release()
-    return actions
-
-
-def _release() -> None:
-    """Give back what the heaps and DuckDB's allocator hold unused (``release_memory``)."""
-    from combined.runtime._memory import release_memory
-
     release_memory()
+    return actions
 
 
 def _kept_rows(
