@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import pickle
 import re
@@ -12,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from combined._credentials import MASK
+from combined._credentials import MASK, masking
 from combined.errors import CombinedError, ConfigError, redact
 
 SECRET = "SECRETPW"
@@ -106,6 +107,52 @@ def test_redact_masks_credentials_in_pair_reprs(text: str, expected: str) -> Non
     assert redact(text) == expected
     assert SECRET not in redact(text).replace(" ", "")
     assert redact(expected) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # an HTTP header as a library's debug log prints it, and a YAML setting
+        ("Authorization: Bearer SECRETPW", "Authorization: ***"),
+        ("authorization: Basic U0VDUkVUUFc6eA==", "authorization: ***"),
+        ("Proxy-Authorization: Basic SECRETPW", "Proxy-Authorization: ***"),
+        ("GET /x\nx-api-key: SECRETPW\nAccept: */*", "GET /x\nx-api-key: ***\nAccept: */*"),
+        (
+            "config:\n  client_secret: SECRETPW\n  user: u",
+            "config:\n  client_secret: ***\n  user: u",
+        ),
+        # ... in the repr of the bytes sent (http.client's debug output)
+        (
+            "send: b'GET / HTTP/1.1\\r\\nHost: h\\r\\nAuthorization: Bearer SECRETPW\\r\\n'",
+            "send: b'GET / HTTP/1.1\\r\\nHost: h\\r\\nAuthorization: ***\\r\\n'",
+        ),
+        # an auth scheme's word is not the whole value: its credentials follow it
+        ("Authorization=Bearer SECRETPW next", "Authorization=*** next"),
+        ("headers: authorization=Token SECRETPW", "headers: authorization=***"),
+        # other lines that open with a word and a colon are left as they are
+        ("Host: example.com\nerror: password authentication failed", None),
+    ],
+)
+def test_redact_masks_header_lines_and_auth_schemes(text: str, expected: str | None) -> None:
+    expected = text if expected is None else expected
+    assert redact(text) == expected
+    assert SECRET not in redact(text)
+    assert redact(expected) == expected
+
+
+@pytest.mark.parametrize("offset", range(3))
+@pytest.mark.parametrize("alphabet", ["standard", "urlsafe"])
+def test_a_known_secret_is_masked_in_base64_wherever_it_stands(offset: int, alphabet: str) -> None:
+    """A program's secret, base64-encoded inside something else, is masked (6 bytes and more)."""
+    encode = base64.b64encode if alphabet == "standard" else base64.urlsafe_b64encode
+    secret = "s3cr?t>~value-of-a-tap"
+    encoded = encode(b"u:"[:offset] + b"\xfb\xff"[: 2 - offset] + secret.encode() + b"!?").decode()
+    masked = masking(["unrelated", secret])(f"stderr: header {encoded} sent")
+    assert MASK in masked and encoded not in masked
+    left = masked.split(" ")[2]
+    # what is left of it around the mask decodes to 3 of the secret's bytes at most
+    assert len(left.replace(MASK, "")) <= 12
+    assert masking([secret])("no secret in this line") == "no secret in this line"
 
 
 @pytest.mark.parametrize(

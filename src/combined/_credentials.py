@@ -31,6 +31,7 @@ credentials: their last word says they name something else.
 
 from __future__ import annotations
 
+import base64
 import difflib
 import functools
 import json
@@ -308,9 +309,21 @@ def _credential_pairs(text: str) -> Iterator[tuple[int, str, str, int]]:
         start, key, pos = pair
         if not is_credential_key(key):
             continue
-        end = _value_end(text, pos)
+        end = _with_credentials(text, pos, _value_end(text, pos))
         yield start, key, text[pos:end], end
         pos = end
+
+
+#: Words that open an HTTP ``Authorization`` value: the credentials follow them.
+_AUTH_SCHEMES = frozenset({"basic", "bearer", "token", "digest", "negotiate", "ntlm", "apikey"})
+
+
+def _with_credentials(text: str, pos: int, end: int) -> int:
+    """Where a value ends that is an auth scheme word (``Bearer``): after its credentials."""
+    if text[pos:end].lower() in _AUTH_SCHEMES and text[end : end + 1] == " ":
+        word = _WORD_VALUE.match(text, end + 1)
+        return word.end() if word is not None else end
+    return end
 
 
 def _value_end(text: str, pos: int) -> int:
@@ -582,7 +595,7 @@ def remember_secret(value: str) -> None:
     """
     forms = {value, *value.splitlines()}
     forms |= {urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value)}
-    forms |= {json.dumps(value)[1:-1], repr(value)[1:-1]}
+    forms |= {json.dumps(value)[1:-1], repr(value)[1:-1], *base64_forms(value)}
     fresh = {form for form in forms if len(form.strip()) >= MIN_KNOWN_LENGTH} - _known
     if not fresh:
         return
@@ -591,6 +604,24 @@ def remember_secret(value: str) -> None:
         _known.update(fresh)
         ordered = sorted(_known, key=len, reverse=True)  # none left half shown
         _known_pattern = re.compile("|".join(re.escape(form) for form in ordered))
+
+
+def base64_forms(value: str) -> set[str]:
+    """The base64 texts (standard and URL-safe) that ``value`` is inside any encoding of.
+
+    Base64 writes 3 bytes as 4 characters, so the characters a secret
+    becomes depend on where it stands in what is encoded (``user:secret``
+    in a basic ``Authorization``): for each of the three offsets, the groups
+    of 4 its own bytes fill alone. Only forms of 8 characters or more (6
+    bytes of the secret): a shorter one would mask ordinary text.
+    """
+    raw, forms = value.encode(), set()
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + raw).decode()
+        core = encoded[4 if offset else 0 : 4 * ((offset + len(raw)) // 3)]
+        if len(core) >= 8:
+            forms |= {core, core.replace("+", "-").replace("/", "_")}
+    return forms
 
 
 def reserve_env(name: str) -> None:
@@ -639,9 +670,26 @@ def redact(text: str) -> str:
     )
     text = _masked(text, ((start, "", end) for start, end in _pair_items(text)))
     text = _masked(text, ((start, "", end) for start, end in _call_args(text)))
-    return _masked(
+    text = _masked(
         text, ((start, f"{key}=", end) for start, key, _, end in _credential_pairs(text))
     )
+    return _masked(text, ((start, "", end) for start, end in _header_values(text)))
+
+
+# ``Name: value`` opening a line (a real one, or ``\n`` / ``\r`` as a repr writes
+# it): an HTTP header as a library's debug log prints it (``Authorization: Bearer
+# ...``, ``x-api-key: ...``), a YAML setting. The value runs to the line's end,
+# or to a backslash (the next escaped line break of a repr).
+_HEADER = re.compile(r"(?m)(?:^|(?<=\\[nr]))[ \t]*(?P<name>[A-Za-z][\w-]*)[ \t]*:[ \t]*")
+_HEADER_VALUE = re.compile(r"[^\r\n\\]*")
+
+
+def _header_values(text: str) -> Iterator[tuple[int, int]]:
+    """The (start, end) of each credential-named header or setting line's value."""
+    for header in _HEADER.finditer(text):
+        value = _HEADER_VALUE.match(text, header.end())
+        if value is not None and value.end() > value.start() and is_credential_key(header["name"]):
+            yield value.start(), value.end()
 
 
 def masking(secrets: Iterable[str]) -> Callable[[str], str]:
@@ -652,7 +700,8 @@ def masking(secrets: Iterable[str]) -> Callable[[str], str]:
     longest are masked first, so that none is left half shown by a shorter
     one it contains.
     """
-    ordered = sorted(set(secrets), key=len, reverse=True)
+    values = set(secrets)
+    ordered = sorted(values.union(*map(base64_forms, values)), key=len, reverse=True)
 
     def mask(text: str) -> str:
         for value in ordered:

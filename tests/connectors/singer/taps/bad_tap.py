@@ -11,7 +11,7 @@ Discovery always prints a one-stream catalog (``items``: ``id`` integer,
   (their pids go to ``pid_file``)
 - ``type_mismatch``: a record whose ``id`` is ``"abc"`` on line 4
 - ``extra_field``: a record holding a property the schema does not declare
-- ``leak``: logs its ``api_token`` and exits 1
+- ``leak``: logs its ``api_token`` (as it is, in a basic pair) and a derived token, exits 1
 - ``batch``: a BATCH message
 - ``schema_change``: a SCHEMA, a record, a SCHEMA with a new field, a record
 - ``discover_fail``: discovery exits 2 after logging
@@ -21,6 +21,7 @@ Discovery always prints a one-stream catalog (``items``: ``id`` integer,
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import subprocess
@@ -92,8 +93,18 @@ def main() -> int:
         emit({"type": "RECORD", "stream": "items", "record": {"id": 2, "colour": "red"}})
         return 0
     if mode == "leak":
-        print(f"request failed: Authorization: Bearer {config['api_token']}", file=sys.stderr)
-        print(f"token={config['api_token']}", file=sys.stderr)
+        token = config["api_token"]
+        print(f"request failed: Authorization: Bearer {token}", file=sys.stderr)
+        print(f"token={token}", file=sys.stderr)
+        # an access token it was given for the api_token (Combined never saw it), as
+        # a library's debug log prints the request; the api_token in a basic pair
+        print(
+            "send: b'GET /items HTTP/1.1\\r\\nAuthorization: Bearer at-5150-derived-access'",
+            file=sys.stderr,
+        )
+        basic = base64.b64encode(f"tap-user:{token}".encode()).decode()
+        print(f"Authorization: Basic {basic}", file=sys.stderr)
+        print(f"retrying with {basic}", file=sys.stderr)
         return 1
     if mode == "batch":
         emit({"type": "BATCH", "stream": "items", "encoding": {"format": "jsonl"}, "manifest": []})
