@@ -89,6 +89,11 @@ def test_an_integer_a_double_would_round_in_a_number_field_is_refused(
     with pytest.raises(SchemaMismatch, match="'n' .* not an integer a double holds exactly") as e:
         read(scripted([out(schema), out(exact), out(big)]))
     assert 'types: {"s.n": decimal(N)}' in (e.value.hint or "")
+    # 2**53 + 1, as an integer and with a fraction: a double holds neither (it is 2**53 there)
+    for n in ("9007199254740993", "9007199254740993.0", "-9007199254740993"):
+        odd = f'{{"type":"RECORD","stream":"s","record":{{"id":4,"n":{n}}}}}'
+        with pytest.raises(SchemaMismatch, match="line 4: field 'n' .* not an integer a double"):
+            read(scripted([out(schema), out(exact), out(fraction), out(odd)]))
     properties = {**SCRIPT_PROPERTIES, "n": {"type": ["null", "number"]}}
     steps = [out(schema), out(exact), out(big)]
     typed = scripted(steps, properties, types={"s.n": "decimal(0)"})

@@ -5,7 +5,7 @@ The program runs in a new session, so it leads its own process group and
 :meth:`ChildProcess.stop` can end every process it started (a program that
 spawns helpers leaves no orphan); on Linux the kernel kills the program
 when Combined dies, even by SIGKILL (:mod:`._spawn`). Standard output is
-read by one thread into a queue bounded in lines and in bytes (back-pressure:
+read by one thread into a queue bounded in reads and in bytes (back-pressure:
 memory is bounded by the queue, never by what the program writes); standard error by another
 thread that keeps only a bounded tail, so a program that logs without end
 can never block on a full pipe. Log lines the program writes as protocol messages (Airbyte ``LOG``)
@@ -31,10 +31,13 @@ STDERR_TAIL_BYTES = 8 * 1024
 #: How much is held to cut it from: twice as much, masked before it is cut, so that the
 #: first bytes held (a secret's end, its start dropped with an older chunk) are never shown.
 _TAIL_HELD = 2 * STDERR_TAIL_BYTES
-#: Lines read ahead of the consumer (each line is one protocol message).
+#: Reads of standard output held ahead of the consumer (each: the lines one read completed).
 QUEUE_LINES = 256
 #: Bytes of lines read ahead of the consumer: many small lines, or one line of any size.
 QUEUE_BYTES = 16 * 1024 * 1024
+#: Bytes asked of the pipe at a time: the lines each read completes go to the consumer
+#: together (one hand-off between threads a line cost more than decoding it).
+READ_BYTES = 256 * 1024
 #: How long a program gets to exit after SIGTERM before SIGKILL.
 STOP_GRACE_S = 5.0
 
@@ -76,6 +79,8 @@ class ChildProcess:
         self._scrub = scrub
         self._max_line = max_line_bytes
         self._lines: queue.Queue[object] = queue.Queue(maxsize=QUEUE_LINES)
+        # The lines of the read the consumer took last, not yet returned (its thread's own).
+        self._pending: deque[bytes] = deque()
         # Bytes of the lines in the queue: 256 records of 50 MB would be 12.5 GB.
         self._ahead = 0
         self._room = threading.Condition()
@@ -128,22 +133,39 @@ class ChildProcess:
             self._room.notify_all()
 
     def _read_stdout(self, pipe: IO[bytes]) -> None:
-        number = 0
+        """Hand the consumer the lines each read completes, in order, each with its end."""
+        number, started, held = 0, list[bytes](), 0
         try:
-            while True:
-                line = pipe.readline(self._max_line + 1)
-                if not line:
-                    break
-                number += 1
-                if len(line) > self._max_line and not line.endswith(b"\n"):
-                    self._put(LineTooLong(number, self._max_line))
+            while chunk := os.read(pipe.fileno(), READ_BYTES):
+                *ended, rest = chunk.split(b"\n")
+                lines = [line + b"\n" for line in ended]
+                if lines:  # (the first ends the line earlier reads started)
+                    lines[0] = b"".join([*started, lines[0]])
+                    started, held = [], 0
+                if rest:
+                    started.append(rest)
+                    held += len(rest)
+                sizes = [len(line) - 1 for line in lines]
+                cut = next((n for n, size in enumerate(sizes) if size > self._max_line), None)
+                if cut is not None or held > self._max_line:
+                    cut = len(lines) if cut is None else cut
+                    if not cut or self._hand(lines[:cut]):
+                        self._put(LineTooLong(number + cut + 1, self._max_line))
                     return
-                if not self._reserve(len(line)) or not self._put(line):
+                number += len(lines)
+                if lines and not self._hand(lines):
                     return
+            if started and not self._hand([b"".join(started)]):  # (a last line without its end)
+                return
         except (OSError, ValueError) as exc:  # the pipe closed under us: stop() ran
             self._put(exc)
             return
         self._put(_EOF)
+
+    def _hand(self, lines: list[bytes]) -> bool:
+        """Queue ``lines`` once their bytes fit the read-ahead; False if stopped meanwhile."""
+        size = sum(map(len, lines))
+        return self._reserve(size) and self._put((lines, size))
 
     def _read_stderr(self, pipe: IO[bytes]) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -178,6 +200,8 @@ class ChildProcess:
         Raises :class:`Timeout` when the program wrote nothing for ``timeout``
         seconds, :class:`LineTooLong` for a line beyond the limit.
         """
+        if self._pending:
+            return self._pending.popleft()
         try:
             item = self._lines.get(timeout=timeout)
         except queue.Empty:
@@ -188,9 +212,11 @@ class ChildProcess:
             raise Stopped()
         if isinstance(item, BaseException):
             raise item
-        assert isinstance(item, bytes)
-        self._release(len(item))
-        return item
+        assert isinstance(item, tuple)
+        lines, size = item
+        self._release(size)
+        self._pending.extend(lines)
+        return self._pending.popleft()
 
     def stderr_tail(self) -> str:
         """The last few KiB of the program's log, decoded and scrubbed."""
@@ -245,6 +271,7 @@ class ChildProcess:
                 with contextlib.suppress(OSError):
                     pipe.close()
         # Wake a consumer waiting for a line: nothing more will come.
+        self._pending.clear()
         with contextlib.suppress(queue.Empty):
             while True:
                 self._lines.get_nowait()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -65,15 +65,17 @@ class Rows:
         )
         self.known = frozenset(p.name for p in self.plans)
         self.strict = tuple(p.name for p in self.kept if not p.nullable)
-        self.columns: dict[str, list[Any]] = {p.name: [] for p in self.kept}
+        self.columns: dict[str, list[Any]] = {}
+        self._appends: list[tuple[str, Callable[[Any], None]]] = []
+        self._afresh()
         self.lines: list[int] = []
         self.nbytes = 0
         self.schema = pa.schema([pa.field(p.name, p.arrow) for p in self.kept])
 
     def add(self, record: Mapping[str, Any], line: int, nbytes: int) -> None:
         """Add one record read on ``line``; refuse an undeclared property or a wrong null."""
-        extra = [k for k in record if k not in self.known]
-        if extra:
+        if not self.known.issuperset(record):
+            extra = [k for k in record if k not in self.known]
             raise SchemaMismatch(
                 f"line {line}: a record of stream {self.stream!r} holds field {extra[0]!r}, "
                 "which the stream's schema does not declare",
@@ -93,10 +95,15 @@ class Rows:
                     field=name,
                     line=line,
                 )
-        for name, values in self.columns.items():
-            values.append(record.get(name))
+        for name, append in self._appends:
+            append(record.get(name))
         self.lines.append(line)
         self.nbytes += nbytes
+
+    def _afresh(self) -> None:
+        """Empty columns, and the append of each (bound once, not looked up a value)."""
+        self.columns = {p.name: [] for p in self.kept}
+        self._appends = [(name, values.append) for name, values in self.columns.items()]
 
     def __len__(self) -> int:
         return len(self.lines)
@@ -121,7 +128,7 @@ class Rows:
                     line=line,
                 ) from None
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-        self.columns = {p.name: [] for p in self.kept}
+        self._afresh()
         self.lines = []
         self.nbytes = 0
         return batch

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -215,7 +216,21 @@ def plan_stream(schema: Any) -> tuple[FieldPlan, ...]:
 # -- conversions --------------------------------------------------------------------------
 
 
-def _first(values: Sequence[Any], fits: Callable[[Any], bool]) -> int | None:
+def _value_types(values: Sequence[Any]) -> set[type]:
+    """The types of ``values``, nulls' left out (a column of one type is the rule)."""
+    return set(map(type, values)) - {type(None)}
+
+
+def _first(
+    values: Sequence[Any], fits: Callable[[Any], bool], fitting: tuple[type, ...] = ()
+) -> int | None:
+    """The index of the first value (not a null) that does not fit; None if every one does.
+
+    Every value of a type in ``fitting`` fits: a column of only those is not
+    looked at one by one (a call a value cost more than decoding its line).
+    """
+    if fitting and _value_types(values) <= set(fitting):
+        return None
     for i, v in enumerate(values):
         if v is not None and not fits(v):
             return i
@@ -223,9 +238,13 @@ def _first(values: Sequence[Any], fits: Callable[[Any], bool]) -> int | None:
 
 
 def _checked(
-    plan: FieldPlan, values: list[Any], fits: Callable[[Any], bool], expected: str
+    plan: FieldPlan,
+    values: list[Any],
+    fits: Callable[[Any], bool] | None,
+    expected: str,
+    fitting: tuple[type, ...] = (),
 ) -> pa.Array:
-    bad = _first(values, fits)
+    bad = None if fits is None else _first(values, fits, fitting)
     if bad is not None:
         raise BadValue(bad, expected)
     try:
@@ -250,11 +269,12 @@ def integral(v: Any) -> bool:
 
 
 def _int(plan: FieldPlan, values: list[Any]) -> pa.Array:
-    bad = _first(values, integral)
+    bad = _first(values, integral, (int,))
     if bad is not None:
         raise BadValue(bad, "an integer")
-    ints = [v if v is None or type(v) is int else int(v) for v in values]
-    return _checked(plan, ints, lambda v: True, "an integer")
+    if _value_types(values) - {int}:
+        values = [v if v is None or type(v) is int else int(v) for v in values]
+    return _checked(plan, values, None, "an integer")
 
 
 def _is_number(v: Any) -> bool:
@@ -289,28 +309,46 @@ def _double_keeps(v: Any) -> bool:
 
 
 def _float(plan: FieldPlan, values: list[Any]) -> pa.Array:
-    bad = _first(values, _is_number)
+    bad = _first(values, _is_number, (int, float, Decimal))
     if bad is not None:
         raise BadValue(bad, "a number")
-    bad = _first(values, _double_keeps)
-    if bad is not None:
-        raise BadValue(bad, "an integer a double holds exactly (past 2**53 it would be rounded)")
-    return pa.array([None if v is None else float(v) for v in values], type=pa.float64())
+    try:
+        doubles = pa.array([None if v is None else float(v) for v in values], type=pa.float64())
+    except OverflowError:  # (an integer past a double's range: found below)
+        doubles = None
+    # Only a value that reaches 2**53 as a double may be an integer it rounds: those are checked.
+    maybe = (
+        range(len(values))
+        if doubles is None
+        else np.flatnonzero(np.abs(doubles.to_numpy(zero_copy_only=False)) >= _EXACT)
+    )
+    if _value_types(values) - {float}:
+        bad = next((int(i) for i in maybe if not _double_keeps(values[i])), None)
+        if bad is not None:
+            raise BadValue(
+                bad, "an integer a double holds exactly (past 2**53 it would be rounded)"
+            )
+    assert doubles is not None
+    return doubles
 
 
 def _decimal(plan: FieldPlan, values: list[Any]) -> pa.Array:
     # Numbers arrive as Decimal parsed from the line's text: never through a float.
     return _checked(
-        plan, values, lambda v: type(v) is int or isinstance(v, Decimal), "an exact number"
+        plan,
+        values,
+        lambda v: type(v) is int or isinstance(v, Decimal),
+        "an exact number",
+        (int, Decimal),
     )
 
 
 def _bool(plan: FieldPlan, values: list[Any]) -> pa.Array:
-    return _checked(plan, values, lambda v: type(v) is bool, "true or false")
+    return _checked(plan, values, lambda v: type(v) is bool, "true or false", (bool,))
 
 
 def _string(plan: FieldPlan, values: list[Any]) -> pa.Array:
-    return _checked(plan, values, lambda v: type(v) is str, "a string")
+    return _checked(plan, values, lambda v: type(v) is str, "a string", (str,))
 
 
 def _parsed(plan: FieldPlan, values: list[Any], expected: str) -> pa.Array:
@@ -319,6 +357,7 @@ def _parsed(plan: FieldPlan, values: list[Any], expected: str) -> pa.Array:
         values,
         lambda v: type(v) is str,
         expected,
+        (str,),
     )
     try:
         return pc.cast(text, plan.arrow)
