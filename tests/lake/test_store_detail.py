@@ -13,8 +13,21 @@ def test_a_secret_cut_by_the_quote_limit_is_still_masked(monkeypatch: pytest.Mon
     text = "x" * 290 + secret + " and more\nsecond line " + secret
     quoted = store_detail(text)
     assert len(quoted) <= 300
-    assert secret[:10] not in quoted
-    assert "second line" not in quoted
+    assert secret[:10] not in quoted and secret[-10:] not in quoted
+    assert quoted.endswith("and more / second line ***")
+
+
+def test_a_chain_of_causes_is_quoted_on_one_line_with_its_root_cause() -> None:
+    """delta-rs writes an error's causes a line each: the last one says what went wrong."""
+    text = (
+        "Generic S3 error: Error performing PUT http://127.0.0.1:9/b/lake/_delta_log/x.json\n"
+        "\nCaused by:\n    0: HTTP error: error sending request\n"
+        "    1: client error (Connect)\n    2: tcp connect error: Connection refused (os error 111)"
+    )
+    quoted = store_detail(text)
+    assert "\n" not in quoted and len(quoted) <= 300
+    assert quoted.startswith("Generic S3 error: Error performing PUT")
+    assert quoted.endswith("tcp connect error: Connection refused (os error 111)")
 
 
 def test_an_empty_error_says_so() -> None:

@@ -129,10 +129,20 @@ def _aws_credentials() -> bool:
     )
 
 
-def store_detail(text: str) -> str:
-    """The first line of a store's error, at most 300 characters, its secrets masked.
+#: How much of a store's error is quoted: its start, and its end (where a chain's cause is).
+_DETAIL_HEAD, _DETAIL_TAIL = 140, 155
 
-    Masked before it is cut: a secret cut in two would no longer be recognised.
+
+def store_detail(text: str) -> str:
+    """A store's error on one line, at most 300 characters, its secrets masked.
+
+    Its lines are joined with `` / ``: delta-rs and the object store write an
+    error's chain one cause a line, the root cause last. A longer text keeps
+    its start and its end. Masked before it is cut: a secret cut in two would
+    no longer be recognised.
     """
-    text = masking(v for k in CREDENTIAL_ENV if (v := os.environ.get(k)))(text).strip()
-    return text.splitlines()[0][:300] if text else "no detail"
+    text = masking(v for k in CREDENTIAL_ENV if (v := os.environ.get(k)))(text)
+    text = " / ".join(line.strip() for line in text.splitlines() if line.strip())
+    if len(text) > _DETAIL_HEAD + _DETAIL_TAIL + 5:
+        text = f"{text[:_DETAIL_HEAD]} ... {text[-_DETAIL_TAIL:]}"
+    return text or "no detail"
