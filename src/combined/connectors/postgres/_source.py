@@ -133,10 +133,12 @@ class PostgresSource(BaseSource):
         a range or composite column, a cursor or key that cannot order pages)."""
         session = Session(self.settings)
         try:
-            for r in requests:
-                rel = catalog.find_relation(session, r.relation)
-                cols = catalog.columns(session, [rel.oid]).get(rel.oid, [])
-                types = catalog.load_types(session, {c.typoid for c in cols})
+            # Every relation, column and type in three queries, not three a dataset.
+            rels = catalog.find_relations(session, [r.relation for r in requests])
+            columns = catalog.columns(session, [rel.oid for rel in rels])
+            types = catalog.load_types(session, {c.typoid for cs in columns.values() for c in cs})
+            for r, rel in zip(requests, rels, strict=True):
+                cols = columns.get(rel.oid, [])
                 cdc = r.strategy == "cdc"
                 if cdc:
                     self._refuse_unstreamed(session, r.dataset, rel)
