@@ -8,14 +8,17 @@ the reads cut it.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from combined.connectors._subprocess._process import ChildProcess, LineTooLong
-from combined.connectors._subprocess._rows import DECODER
+from combined.connectors._subprocess._rows import DECODER, decode_line
 
 
 def _program(tmp_path: Path, body: str) -> list[str]:
@@ -105,3 +108,33 @@ def test_handing_lines_over_costs_far_less_than_decoding_them(tmp_path: Path) ->
     decoded = time.process_time() - started
     assert len(lines) == 300000
     assert handed < 0.5 * decoded, f"hand-off {handed:.2f} CPU-s, decoding {decoded:.2f}"
+
+
+LINES = [
+    b'{"type": "RECORD", "stream": "s", "record": {"id": 1, "total": 12.50, "n": 1e400}}\n',
+    b'  \t{"type": "STATE", "value": {}}  \r\n',
+    '\u00a0{"a": "\u00e9"}\u00a0\n'.encode(),
+    b"[1, 2] \n",
+    b'"just text"',
+    b'{"type": "RECORD"} {"extra": 1}\n',
+    b'{"type": "RECORD", \n',
+    b"not json\n",
+    b"\n",
+    b'{"a": NaN, "a": 2}\n',
+    b'{"bad": "\xff"}\n',
+]
+
+
+@pytest.mark.parametrize("raw", LINES, ids=range(len(LINES)))
+def test_a_line_decodes_as_the_decoder_reads_its_stripped_text(raw: bytes) -> None:
+    """The same value, or the same error (message and column), as ``DECODER.decode``."""
+
+    def outcome(decode: Callable[[bytes], Any]) -> Any:
+        try:
+            return ("value", decode(raw))
+        except UnicodeDecodeError as exc:
+            return ("not utf-8", exc.start)
+        except json.JSONDecodeError as exc:
+            return ("not json", exc.msg, exc.colno)
+
+    assert outcome(decode_line) == outcome(lambda r: DECODER.decode(r.decode("utf-8").strip()))

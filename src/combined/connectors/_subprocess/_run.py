@@ -24,7 +24,7 @@ from combined.connectors._shared import SessionRead
 from combined.connectors._subprocess._live import LiveConfig
 from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess, LineTooLong, Stopped, Timeout
-from combined.connectors._subprocess._rows import DECODER, Rows
+from combined.connectors._subprocess._rows import Rows, decode_line
 from combined.connectors._subprocess._settings import Flavour, ProgramSettings
 from combined.connectors.abc import ReadRequest, refuse_bounds
 from combined.errors import (
@@ -344,10 +344,10 @@ class ProgramExtraction(SessionRead[ProgramRun]):
     def _decode(self, proc: ChildProcess, raw: bytes, number: int) -> dict[str, Any] | None:
         """Line ``number`` as a message (a JSON object with a ``type``); None if blank."""
         noun, protocol = self._flavour.noun, self._flavour.protocol
-        if not raw.strip():
+        if raw.isspace() or not raw:
             return None
         try:
-            msg = DECODER.decode(raw.decode("utf-8").strip())
+            msg = decode_line(raw)
         except (UnicodeDecodeError, ValueError) as exc:
             raise self._unreadable(proc, raw, number, exc) from None
         if not isinstance(msg, dict) or msg.get("type") is None:

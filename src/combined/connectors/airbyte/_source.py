@@ -9,7 +9,7 @@ from combined.connectors._shared import select_plans
 from combined.connectors._subprocess._live import CONFIG_FILE
 from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess, LineTooLong
-from combined.connectors._subprocess._rows import DECODER
+from combined.connectors._subprocess._rows import decode_line
 from combined.connectors._subprocess._run import call, check_request, refuse_lookback
 from combined.connectors._subprocess._source import ProgramSource
 from combined.connectors.abc import Discovery, Extraction, ReadRequest
@@ -81,7 +81,7 @@ class AirbyteSource(ProgramSource[Settings]):
 
         def on_line(proc: ChildProcess, number: int, line: bytes) -> None:
             try:
-                msg = DECODER.decode(line.decode("utf-8").strip())
+                msg = decode_line(line)
             except (UnicodeDecodeError, ValueError):
                 msg = None
             if not isinstance(msg, dict):
