@@ -165,12 +165,14 @@ class Reading:
                 out.append({**dict(v._mapping), "publications": list(pubs)})
         return out
 
-    def explain(self, name: str, key: Sequence[str]) -> Explanation:
-        """Every version of one row of ``SOURCE.DATASET`` by its key values, read from the
-        raw layer, with its evidence; and why a key not in the projection is not there."""
+    def explain(self, name: str, key: Sequence[str] = (), *, id: str | None = None) -> Explanation:
+        """Every version of one row of ``SOURCE.DATASET``, read from the raw layer, with
+        its evidence; and why a row not in the projection is not there. The row is given
+        by its key values, or by its ``id`` (its ``_combined_id`` in hex: the only way for
+        a dataset without a key)."""
         from combined.evidence import explain
 
-        return explain(self._engine, name, key)
+        return explain(self._engine, name, key, row_id=id)
 
     def plan(self, sources: Sequence[str] = ()) -> list[SourcePlan]:
         """Each source's ingestion design, every claim with its evidence (``combined plan``)."""

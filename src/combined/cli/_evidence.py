@@ -57,19 +57,32 @@ def _receipt(receipt: Mapping[str, Any] | None) -> str:
 def explain(
     dataset: Annotated[str, typer.Argument(help="SOURCE.DATASET")],
     key: Annotated[
-        list[str] | None, typer.Argument(help="the key's values, in the key's column order")
+        list[str] | None,
+        typer.Argument(help="the key's values, in the key's column order (none with --id)"),
+    ] = None,
+    row_id: Annotated[
+        str | None,
+        typer.Option(
+            "--id",
+            help="the row's _combined_id (32 hex digits, as `combined sql` shows it) "
+            "instead of its key: the way to find a row of a dataset without a key",
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="the whole explanation as JSON")] = False,
     project: ProjectOpt = None,
 ) -> None:
-    """Every version of one row across dataset versions and publications, read from the
-    raw layer; and, for a key not in the projection, why."""
+    """Every version of one row (given by its key values, or by --id) across dataset
+    versions and publications, read from the raw layer; and, for a row not in the
+    projection, why."""
     with _session(project) as engine:
-        found = engine.explain(dataset, key or [])
+        found = engine.explain(dataset, key or [], id=row_id)
     if as_json:
         typer.echo(json.dumps(found.to_json()))
         return
-    shown = ", ".join(f"{k}={v}" for k, v in found.key.items())
+    named = [f"{k}={v}" for k, v in found.key.items()]
+    if found.id:
+        named.append(f"_combined_id {found.id}")
+    shown = ", ".join(named)
     console.print(
         f"{found.dataset} ({shown}): {found.status}: {found.reason}", markup=False, soft_wrap=True
     )

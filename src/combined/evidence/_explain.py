@@ -4,14 +4,16 @@ The lake's commit metadata lists, for each Delta version of a dataset, the
 Deliveries it committed, the Run and admission, the source position and the
 extraction receipt. The Deliveries themselves (the raw layer) hold each
 version of each row with its operation and provenance columns. Explaining a
-key reads those two, then the catalog's publications (when each version
-became visible) and the newest publication's projection (is the row there
-now), and, for a key that is not, why: deleted, truncated, quarantined, not
-yet published, or never captured.
+row (found by its key, or by its identity ``_combined_id``: the only way to
+find a row of a table without a key) reads those two, then the catalog's
+publications (when each version became visible) and the newest publication's
+projection (is the row there now), and, for a row that is not, why: deleted,
+truncated, quarantined, not yet published, or never captured.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
@@ -65,6 +67,9 @@ class Explanation:
     current: list[dict[str, Any]]
     publication: str | None
     quarantined: list[dict[str, Any]] = field(default_factory=list)
+    #: The row's identity (``_combined_id``, lowercase hex): the one asked for, or,
+    #: for a key, its versions' (None for a key never captured).
+    id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dictionary of the whole explanation."""
@@ -88,30 +93,53 @@ def split_name(name: str) -> tuple[str, str]:
 
 
 def _dataset(engine: Engine, name: str) -> tuple[str, str, list[str]]:
-    """(source, dataset, key columns) of ``SOURCE.DATASET``, or a clear error."""
+    """(source, dataset, key columns) of ``SOURCE.DATASET`` (none: a dataset without a key)."""
     source, dataset = split_name(name)
-    declared = engine.project.dataset(source, dataset)
-    key = list(declared.key or [])
-    if not key:
-        hint = f"declare `key:` for {name} in combined.yaml"
-        if declared.key == [] and declared.sync_mode != "append":
-            # (key: [], a mirror: its rows' ids are their contents, section 9 of docs/identity.md)
-            hint = (
-                f"{name} has no key (key: []): find its rows by their values with "
-                f'`combined sql "SELECT * FROM {name} WHERE ..."`'
+    return source, dataset, list(engine.project.dataset(source, dataset).key or [])
+
+
+#: A row's identity as a user sees it: ``_combined_id`` in hex (v2 tables hold its 16
+#: bytes, shown in hex; v1 tables hold the 32 hex digits themselves).
+_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def _by_id(name: str) -> str:
+    """Where to give a row by its id, and where to read the ids."""
+    return (
+        f"combined explain {name} --id HEX, with the row's id from the table's _combined_id "
+        f'column: combined sql "SELECT _combined_id, * FROM {name} WHERE ..."'
+    )
+
+
+def _given_id(
+    name: str, key: Sequence[str], values: Sequence[str], row_id: str | None
+) -> str | None:
+    """The id asked for (lowercase), once the row is asked for soundly: by its key's
+    values or by its id, not both."""
+    if row_id is not None:
+        if values:
+            by_key = f"combined explain {name} {' '.join(k.upper() for k in key)}, or "
+            raise ConfigError(
+                f"give the row of {name} by its key values or by its id (--id), not both",
+                hint=f"{by_key if key else ''}combined explain {name} --id HEX",
             )
-        raise ConfigError(f"{name} declares no key, and explain finds a row by its key", hint=hint)
-    return source, dataset, key
-
-
-def _check_arity(name: str, key: Sequence[str], values: Sequence[str]) -> None:
+        if not _ID.fullmatch(row_id.lower()):
+            raise ConfigError(
+                f"{row_id!r} is not a row id: an id (_combined_id) is 32 hex digits",
+                hint=_by_id(name),
+            )
+        return row_id.lower()
+    if not key:
+        # (key: [], a mirror: its rows' ids are their contents, section 9 of docs/identity.md)
+        raise ConfigError(f"{name} has no key: give the row by its id (--id)", hint=_by_id(name))
     if len(values) != len(key):
         raise ConfigError(
             f"{name}'s key has {len(key)} column{'s' if len(key) > 1 else ''} "
             f"({', '.join(key)}): give one value for each, in that order, "
-            f"not {len(values)}",
+            f"not {len(values)}; or the row's id (--id)",
             hint=f"combined explain {name} " + " ".join(k.upper() for k in key),
         )
+    return None
 
 
 def _sql_text(text: str) -> str:
@@ -245,34 +273,60 @@ def _text(value: Any) -> str | None:
     return value.hex() if isinstance(value, bytes) else str(value)
 
 
-def _key_match(literals: Mapping[str, str]) -> str:
-    """SQL: the row's key columns equal the given (typed) values."""
-    return " AND ".join(f"{quote_ident(c)} = {lit}" for c, lit in literals.items())
+@dataclass(frozen=True)
+class _Asked:
+    """The row asked for, as given: its dataset, and its key's values or its id."""
+
+    source: str
+    dataset: str
+    key: dict[str, str]  # column -> value as given (none: by id)
+    id: str | None  # 32 lowercase hex digits
 
 
-def _identities(scan: str, literals: Mapping[str, str]) -> str:
-    """SQL: the identities of the key's rows in ``scan``."""
-    return f"SELECT {prov.ID} FROM {scan} WHERE {_key_match(literals)}"
+def _id_literal(row_id: str, id_type: str) -> str:
+    """SQL: the id (32 hex digits) as a column of ``id_type`` holds it (BLOB: encoding v2)."""
+    return f"unhex({_sql_text(row_id)})" if id_type == "BLOB" else _sql_text(row_id)
 
 
-def _matching(scan: str, literals: Mapping[str, str]) -> str:
-    """The rows of the key in ``scan``, deletes (which carry only the identity) included."""
-    return (
-        f"SELECT * FROM {scan} WHERE ({_key_match(literals)}) OR {prov.ID} IN "
-        f"({_identities(scan, literals)})"
-    )
+@dataclass(frozen=True)
+class _Sought:
+    """The row asked for, in SQL: by its key's values (typed literals), or by its id."""
+
+    literals: Mapping[str, str]  # key column -> a literal of its type (none: by id)
+    id: str | None = None  # 32 lowercase hex digits
+    id_type: str = "BLOB"  # the raw layer's type of _combined_id (VARCHAR: encoding v1)
+
+    def match(self) -> str:
+        """SQL: a row is the one asked for."""
+        if self.id is not None:
+            return f"{prov.ID} = {_id_literal(self.id, self.id_type)}"
+        return " AND ".join(f"{quote_ident(c)} = {lit}" for c, lit in self.literals.items())
+
+    def identities(self, scan: str) -> str:
+        """SQL: the row's identities in ``scan``."""
+        if self.id is not None:
+            return f"SELECT {_id_literal(self.id, self.id_type)}"
+        return f"SELECT {prov.ID} FROM {scan} WHERE {self.match()}"
+
+    def matching(self, scan: str) -> str:
+        """The row's rows in ``scan``, deletes (which carry only the identity) included."""
+        if self.id is not None:
+            return f"SELECT * FROM {scan} WHERE {self.match()}"
+        return (
+            f"SELECT * FROM {scan} WHERE ({self.match()}) OR {prov.ID} IN ({self.identities(scan)})"
+        )
 
 
 def _versions(
     con: duckdb.DuckDBPyConnection,
     files: Mapping[str, tuple[_Commit, dict[str, Any]]],
     scan: str,
-    literals: Mapping[str, str],
+    sought: _Sought,
     flag: Mapping[str, Any] | None = None,
 ) -> list[RowVersion]:
-    """The key's rows in ``scan`` (the raw ``files``), in commit order, with each commit's
+    """The row's rows in ``scan`` (the raw ``files``), in commit order, with each commit's
     evidence (``flag``: the dataset's soft-delete flag)."""
-    query = f"{_matching(scan, literals)} UNION ALL BY NAME "
+    query = f"{sought.matching(scan)} UNION ALL BY NAME "
     query += f"SELECT * FROM {scan} WHERE {prov.OP} = 'truncate'"
     found: list[tuple[int, int, int, RowVersion]] = []
     for row in con.sql(query).to_arrow_table().to_pylist():
@@ -283,7 +337,7 @@ def _versions(
     found.sort(key=lambda f: f[:3])
     versions = [f[3] for f in found]
     first = next((i for i, v in enumerate(versions) if v.op != "truncate"), len(versions))
-    return versions[first:]  # a truncate before the key's first version is not its own
+    return versions[first:]  # a truncate before the row's first version is not its own
 
 
 def _replacements(
@@ -300,7 +354,7 @@ def _replacements(
     A replacement delivers every row, changed or not: its change list (id, op)
     says which changed. Unchanged observations are left out; a delete, which
     the replacement holds no row for, is added from the list. ``ids`` is a
-    query of the key's identities.
+    query of the row's identities.
     """
     from combined.runtime._commit import raw_location
 
@@ -357,9 +411,10 @@ def _published(
 
 
 def _current(
-    engine: Engine, source: str, dataset: str, literals: Mapping[str, str]
+    engine: Engine, source: str, dataset: str, match: str
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """The rows in the newest publication's projection (if any), and that publication."""
+    """The rows ``match`` (SQL) finds in the newest publication's projection (if any), and
+    that publication."""
     with engine.catalog.begin() as conn:
         from combined.catalog import _data as cat
 
@@ -368,8 +423,7 @@ def _current(
         return [], None
     try:
         table = engine.sql(
-            f"SELECT * FROM {quote_ident(source)}.{quote_ident(dataset)} "
-            f"WHERE {_key_match(literals)}",
+            f"SELECT * FROM {quote_ident(source)}.{quote_ident(dataset)} WHERE {match}",
             publication=pub.id,
         )
     except NotFoundError:
@@ -380,38 +434,41 @@ def _current(
 # -- quarantine ---------------------------------------------------------------------------
 
 
+def _held(con: duckdb.DuckDBPyConnection, path: str, asked: _Asked) -> str:
+    """SQL: a record of the quarantine file ``path`` is the row asked for (its key's
+    values, as text, or its id, when the records carry ids)."""
+    if asked.id is None:
+        return " AND ".join(
+            f"CAST({quote_ident(c)} AS VARCHAR) = {_sql_text(v)}" for c, v in asked.key.items()
+        )
+    id_type = _describe(con, f"read_parquet({_sql_text(path)})").get(prov.ID)
+    return f"{prov.ID} = {_id_literal(asked.id, id_type)}" if id_type else "false"
+
+
 def _quarantined(
-    engine: Engine,
-    con: duckdb.DuckDBPyConnection,
-    source: str,
-    dataset: str,
-    key: Sequence[str],
-    values: Sequence[str],
+    engine: Engine, con: duckdb.DuckDBPyConnection, asked: _Asked
 ) -> list[dict[str, Any]]:
-    """Quarantine entries of the dataset holding the key, with the quarantined rows."""
+    """Quarantine entries of the dataset holding the row asked for, with its records."""
     import duckdb
 
     from combined.quality import quarantine
 
     found = []
-    for entry in quarantine.entries(engine.catalog, source=source, include_decided=True):
-        if entry["dataset"] != dataset:
+    for entry in quarantine.entries(engine.catalog, source=asked.source, include_decided=True):
+        if entry["dataset"] != asked.dataset:
             continue
         path = str(entry["path"])
         if not engine.layout.store.exists(path):
             continue  # discarded: the decision is in the Activity feed
-        match = " AND ".join(
-            f"CAST({quote_ident(c)} AS VARCHAR) = {_sql_text(v)}"
-            for c, v in zip(key, values, strict=True)
-        )
         try:
+            match = _held(con, path, asked)
             rows = (
                 con.sql(f"SELECT * FROM read_parquet({_sql_text(path)}) WHERE {match}")
                 .to_arrow_table()
                 .to_pylist()
             )
         except duckdb.Error:
-            continue  # the entry's records do not carry the key columns
+            continue  # the entry's records do not carry the key columns (or cannot be read)
         if rows:
             keep = ("id", "run_id", "delivery_id", "reason", "decision", "decided_by", "created_at")
             found.append({**{k: entry[k] for k in keep}, "rows": rows})
@@ -462,7 +519,7 @@ def _standing(
 
 
 def _never(engine: Engine, source: str, dataset: str) -> str:
-    """Why a key never came: how far the dataset's captures read."""
+    """Why a row never came: how far the dataset's captures read."""
     from combined.catalog import _data as cat
 
     with engine.catalog.begin() as conn:
@@ -479,31 +536,54 @@ def _never(engine: Engine, source: str, dataset: str) -> str:
     )
 
 
-def explain(engine: Engine, name: str, values: Sequence[str]) -> Explanation:
-    """Every version of the row of ``name`` whose key is ``values``, and where it stands."""
-    import duckdb
-
+def _from_raw_layer(
+    engine: Engine, con: duckdb.DuckDBPyConnection, asked: _Asked
+) -> tuple[list[RowVersion], list[dict[str, Any]], str | None]:
+    """The row's versions, its rows in the newest publication and that publication."""
     from combined.capture._soft import spec_of
 
-    source, dataset, key = _dataset(engine, name)
-    _check_arity(name, key, values)
-    layout = engine.layout
+    layout, source, dataset = engine.layout, asked.source, asked.dataset
     commits = _commits(layout, source, dataset)
     files = _raw_files(layout, source, dataset, commits)
+    if not files:
+        return [], [], None
+    scan = _scan(list(files))
+    types = _describe(con, scan)
+    if asked.id is not None:
+        sought = _Sought({}, asked.id, types.get(prov.ID, "BLOB"))
+    else:
+        sought = _Sought(_typed_literals(con, types, list(asked.key), list(asked.key.values())))
+    flag = spec_of(engine.project.dataset(source, dataset).deletes)
+    versions = _versions(con, files, scan, sought, flag)
+    ids = sought.identities(scan)
+    versions = _replacements(con, layout, source, dataset, commits, versions, ids)
+    return (versions, *_current(engine, source, dataset, sought.match()))
+
+
+def _found_key(key: Sequence[str], versions: Sequence[RowVersion]) -> dict[str, str]:
+    """The key's values of a row found by its id, from its versions (none without a key)."""
+    for v in versions:
+        if key and all(k in v.values for k in key):
+            return {k: str(v.values[k]) for k in key}
+    return {}
+
+
+def explain(
+    engine: Engine, name: str, values: Sequence[str] = (), *, row_id: str | None = None
+) -> Explanation:
+    """Every version of one row of ``name``, and where it stands: the row whose key is
+    ``values``, or whose identity (``_combined_id`` in hex) is ``row_id``."""
+    import duckdb
+
+    source, dataset, key = _dataset(engine, name)
+    row_id = _given_id(name, key, values, row_id)
+    given = {} if row_id is not None else dict(zip(key, values, strict=True))
+    asked = _Asked(source, dataset, given, row_id)
     con = duckdb.connect()
     try:
-        layout.store.attach(con)
-        if files:
-            scan = _scan(list(files))
-            literals = _typed_literals(con, _describe(con, scan), key, values)
-            flag = spec_of(engine.project.dataset(source, dataset).deletes)
-            versions = _versions(con, files, scan, literals, flag)
-            ids = _identities(scan, literals)
-            versions = _replacements(con, layout, source, dataset, commits, versions, ids)
-            current, publication = _current(engine, source, dataset, literals)
-        else:
-            versions, current, publication = [], [], None
-        quarantined = _quarantined(engine, con, source, dataset, key, values)
+        engine.layout.store.attach(con)
+        versions, current, publication = _from_raw_layer(engine, con, asked)
+        quarantined = _quarantined(engine, con, asked)
     finally:
         con.close()
     versions = _published(engine, source, dataset, versions)
@@ -512,11 +592,12 @@ def explain(engine: Engine, name: str, values: Sequence[str]) -> Explanation:
         reason = _never(engine, source, dataset)
     return Explanation(
         dataset=name,
-        key=dict(zip(key, values, strict=True)),
+        key=given or _found_key(key, versions),
         status=status,
         reason=reason,
         versions=versions,
         current=current,
         publication=publication,
         quarantined=quarantined,
+        id=row_id or next((v.identity for v in versions if v.op != "truncate"), None),
     )
