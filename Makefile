@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export COMBINED_TEST_PG_DSN ?= postgresql://postgres@127.0.0.1:5432/postgres
 export COMBINED_TEST_MARIADB_DSN ?= mysql://root@127.0.0.1:3306/test
 
-.PHONY: demo test check bench bench-mariadb bench-many bench-files fmt clean schema orchestrators
+.PHONY: demo test check bench bench-mariadb bench-many bench-files bench-taps fmt clean schema orchestrators
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -66,6 +66,12 @@ bench-many: $(STAMP)
 bench-files: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench.files $(BENCH_ARGS)
+
+# Record-at-a-time connectors (bench/taps.py): a Singer tap, an Airbyte source and an
+# HTTP API on 127.0.0.1, first, unchanged and changed captures next to pyarrow's JSON read.
+bench-taps: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	$(BIN)/python -m bench.taps $(BENCH_ARGS)
 
 # The JSON Schema of combined.yaml and its reference, both from the models
 # (tests/config/test_config_reference.py fails when either is stale).

@@ -37,7 +37,7 @@ from typing import Any
 
 from bench.cdc import _cli_cpu
 from bench.measure import timed_child
-from bench.report import print_steps
+from bench.report import floor_child, print_steps
 
 STEPS = ("floor", "first capture", "unchanged re-capture", "changed re-capture")
 
@@ -164,8 +164,7 @@ def table(results: list[dict[str, Any]]) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     """Run every format's steps and print a markdown table (and the figures as JSON)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["--floor"]:
-        print(json.dumps({"rows": read_floor(args[1], args[2])}))
+    if floor_child(args, read_floor):
         return
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=2_000_000)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -448,3 +448,13 @@ def print_steps(
     print(f"`python -m {module} {' '.join(args)}`\n")
     print("\n".join(lines))
     print("\n" + json.dumps(raw))
+
+
+def floor_child(args: Sequence[str], read: Callable[[str, str], int]) -> bool:
+    """``--floor PATH OUT``: the floor's own process reads PATH into OUT, prints its rows."""
+    import json
+
+    if args[:1] != ["--floor"]:
+        return False
+    print(json.dumps({"rows": read(args[1], args[2])}))
+    return True

@@ -403,16 +403,36 @@ def json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-def _json(plan: FieldPlan, values: list[Any]) -> pa.Array:
-    return pa.array(
-        [
-            None
-            if v is None
-            else json.dumps(v, separators=(",", ":"), ensure_ascii=False, default=json_default)
-            for v in values
-        ],
-        type=pa.string(),
+def json_encoder(*, sort_keys: bool = False, ensure_ascii: bool = True) -> Callable[[Any], str]:
+    """``json.dumps(value, separators=(",", ":"), default=json_default, ...)``, built once.
+
+    ``json.dumps`` given any option builds a new encoder at each call, which
+    cost as much as encoding a record: a text or digest made of every record
+    or value calls one encoder built here instead, with the same output.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # (an interpreter without json's C accelerator)
+        return json.JSONEncoder(
+            ensure_ascii=ensure_ascii,
+            sort_keys=sort_keys,
+            separators=(",", ":"),
+            default=json_default,
+        ).encode
+    strings = (
+        json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
     )
+    # (markers, default, strings, indent, key and item separators, sort_keys, skipkeys, allow_nan);
+    # no markers: a decoded document holds no cycle.
+    encode = make(None, json_default, strings, None, ":", ",", sort_keys, False, True)
+    return lambda value: "".join(encode(value, 0))
+
+
+#: A value's compact JSON text (not ASCII-escaped), as a ``json`` column holds it.
+_json_text = json_encoder(ensure_ascii=False)
+
+
+def _json(plan: FieldPlan, values: list[Any]) -> pa.Array:
+    return pa.array([None if v is None else _json_text(v) for v in values], type=pa.string())
 
 
 _CONVERT: Mapping[str, Callable[[FieldPlan, list[Any]], pa.Array]] = {

@@ -16,7 +16,6 @@ below the one asked for.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +25,7 @@ import httpx
 from combined.connectors._subprocess._rows import DECODER
 from combined.connectors._subprocess._schema import json_default
 from combined.connectors.http._client import Response, Session
+from combined.connectors.http._restart import canonical
 from combined.connectors.http._settings import Endpoint
 from combined.errors import SchemaMismatch, SourceError
 
@@ -103,8 +103,7 @@ def _digest(data: bytes) -> str:
 
 
 def _records_digest(records: list[Any]) -> str:
-    text = json.dumps(records, sort_keys=True, default=json_default, separators=(",", ":"))
-    return _digest(text.encode())
+    return _digest(canonical(records).encode())
 
 
 def _loop(session: Session, endpoint: Endpoint, page: int, what: str) -> SourceError:

@@ -19,18 +19,19 @@ capture.)
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from combined.connectors._subprocess._schema import json_default
+from combined.connectors._subprocess._schema import json_encoder
 from combined.connectors.http._settings import Endpoint
 from combined.errors import SourceUnavailable
 
+#: A value's JSON text with sorted keys: equal for equal records, whatever their keys' order.
+canonical = json_encoder(sort_keys=True)
+
 
 def _digest(value: Any, size: int) -> bytes:
-    text = json.dumps(value, sort_keys=True, default=json_default, separators=(",", ":"))
-    return hashlib.blake2b(text.encode(), digest_size=size).digest()
+    return hashlib.blake2b(canonical(value).encode(), digest_size=size).digest()
 
 
 class Delivered:
@@ -85,4 +86,4 @@ class Delivered:
         self.restarts += 1
 
 
-__all__ = ["Delivered"]
+__all__ = ["Delivered", "canonical"]
