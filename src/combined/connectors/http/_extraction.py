@@ -193,6 +193,7 @@ class HTTPExtraction(BaseExtraction):
             if len(records):
                 yield self._batch(records)
         finally:
+            delivered.close()
             self._release_session()
         if self._total == 0 and request.strategy == "snapshot" and not endpoint.allow_empty:
             raise SourceError(
