@@ -180,8 +180,9 @@ def test_younger_files_and_quarantine_are_never_removed(tmp_path: Path, tools: A
     history = Path(_place(layout, "_history", "shop", "people", "part-h-c000.zstd.parquet"))
     held = Path(_place(layout, "_quarantine", "shop", "people", "q.parquet"))
     hidden = Path(_place(layout, "shop", "people", ".DS_Store"))
+    vector = Path(_place(layout, "shop", "people", "deletion_vector_0b9c.bin"))
     nested = Path(_place(layout, "shop", "people", "sub", "part-n-c000.zstd.parquet"))
-    for path in (old, history, held, hidden, nested):
+    for path in (old, history, held, hidden, vector, nested):
         _age(path, 3)
     _age(young, 1.5)  # younger than the 2d grace
 
@@ -190,7 +191,7 @@ def test_younger_files_and_quarantine_are_never_removed(tmp_path: Path, tools: A
     (report,) = json.loads(out.stdout)
     assert (report["orphans"]["found"], report["orphans"]["removed"]) == (2, 2), report
     assert not old.exists() and not history.exists()
-    assert all(p.exists() for p in (young, held, hidden, nested))
+    assert all(p.exists() for p in (young, held, hidden, vector, nested))
     assert committed and all(p.exists() for p in committed)
     out = tools.cli(tmp_path, "activity", "--kind", "maintenance", "--format", "json")
     (event,) = [e for e in json.loads(out.stdout) if e["kind"] == "maintenance.orphans_removed"]
@@ -234,5 +235,32 @@ def test_a_table_whose_log_lost_its_first_entries_is_not_judged(tmp_path: Path, 
         )
         assert Path(table).exists() and Path(raw).exists()
         assert not engine.activity(kind="maintenance.orphans_removed")
+    finally:
+        engine.close()
+
+
+def test_files_of_a_table_whose_log_moved_on_while_judged_wait_for_the_next_maintain(
+    tmp_path: Path, tools: Any
+) -> None:
+    """A writer outside the lease committed between the judgement and the removal."""
+    from combined._orphans import _Judged, _remove, find
+
+    project = _project(tmp_path, tools, "./lake", top="retention: {orphans: 1d}")
+    engine = Engine.open(project)
+    try:
+        _capture(engine, tools, tmp_path, 1)
+        layout = engine.layout
+        lost = Path(_place(layout, "shop", "people", "part-lost-c000.zstd.parquet"))
+        _age(lost, 2)
+        retention = engine.project.retention_of("shop", "people")
+        now = datetime.now(UTC)
+        judged = _Judged(engine.catalog, layout, "shop", "people", retention, now - timedelta(1))
+        finding = find(judged)
+        assert [f.location for f, _, _ in finding.files] == [str(lost)]
+        _capture(engine, tools, tmp_path, 2)  # the table's log moves on
+        assert _remove(judged, finding) == 0 and lost.exists()
+        assert not engine.activity(kind="maintenance.orphans_removed")
+        (report,) = engine.maintain(["shop.people"])
+        assert report["orphans"]["removed"] == 1 and not lost.exists()
     finally:
         engine.close()

@@ -7,11 +7,12 @@ a data file of the dataset's table, of its MAR (``_usage/``) or history
 never sees them: it removes only files a commit removed.
 
 Here they are found, never removed (``combined._orphans`` decides that).
-Conservative throughout: only a directory's own files are listed (none of
-its subdirectories, none named ``_...`` as Delta's own are, no hidden file
-but Combined's partial ones), and a Delta table whose log does not start at
-version 0 (entries removed by another engine) is not judged at all: the
-files its lost entries named cannot be told.
+Conservative throughout: only a directory's own Parquet files are listed
+(none of its subdirectories, none named ``_...`` as Delta's own are, no
+hidden file but Combined's partial ones, no other kind of file), and a Delta
+table whose log does not start at version 0 (entries removed by another
+engine) is not judged at all: the files its lost entries named cannot be
+told.
 """
 
 from __future__ import annotations
@@ -52,14 +53,20 @@ class LogIncomplete(Exception):
 
 
 def listed(store: LakeStore, folder: str) -> list[LakeFile]:
-    """The files directly in ``folder`` (none when it is not there), Delta's own left out."""
+    """The files of ``folder`` that may be judged (none when it is not there)."""
     return [f for f in _entries(store, folder) if _candidate(f.name)]
 
 
 def _candidate(name: str) -> bool:
-    if name.startswith("_"):
-        return False  # (Delta's own: _delta_log, _change_data, _last_checkpoint)
-    return not name.startswith(".") or bool(_PARTIAL.match(name))
+    """Whether a file may be judged: a Parquet file (data, Delivery) or a partial write of one.
+
+    Never Delta's own (``_delta_log``, ``_change_data``), a hidden file, nor
+    any other kind: a deletion vector's file, for one, is named in the log by
+    an encoded id, not by its path.
+    """
+    if _PARTIAL.match(name):
+        return True
+    return name.endswith(".parquet") and not name.startswith(("_", "."))
 
 
 def _entries(store: LakeStore, folder: str) -> Iterator[LakeFile]:
