@@ -49,7 +49,11 @@ class LakeFile:
 
 
 class LogIncomplete(Exception):
-    """A Delta table's log does not start at version 0: what it once named is unknown."""
+    """A Delta table's log that is not whole: what it named cannot all be told.
+
+    It does not start at version 0 (entries another engine removed), or an
+    entry went or cannot be read.
+    """
 
 
 def listed(store: LakeStore, folder: str) -> list[LakeFile]:
@@ -108,25 +112,33 @@ def referenced(store: LakeStore, table: str, versions: Iterable[int]) -> tuple[s
     ones as written. Raw-layer files: each commit's Deliveries and change
     list, by name (from Combined's metadata in its ``commitInfo``).
     """
-    log = store.child(table, "_delta_log")
+    log, versions = store.child(table, "_delta_log"), list(versions)
     names = [store.child(log, f"{v:020d}.json") for v in versions]
     with ThreadPoolExecutor(max_workers=_READERS if store.remote else 1) as pool:
         entries = list(pool.map(store.read_bytes, names))
     paths: set[str] = set()
     raw_names: set[str] = set()
-    for raw in entries:
+    for version, raw in zip(versions, entries, strict=True):
         if raw is None:  # (an entry gone since it was listed: another engine's cleanup)
-            raise LogIncomplete("an entry of its Delta log went while it was read")
-        for line in raw.splitlines():
-            if not line.strip():
-                continue
-            action = json.loads(line)
-            for kind in ("add", "remove", "cdc"):
-                if isinstance(action.get(kind), dict) and action[kind].get("path"):
-                    paths.add(unquote(str(action[kind]["path"])))
-            if isinstance(action.get("commitInfo"), dict):
-                raw_names |= _raw_files(action["commitInfo"].get(METADATA_KEY))
+            raise LogIncomplete(f"its Delta log entry {version} went while it was read")
+        try:
+            _named_in(raw, paths, raw_names)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise LogIncomplete(f"its Delta log entry {version} cannot be read ({exc})") from exc
     return paths, raw_names
+
+
+def _named_in(entry: bytes, paths: set[str], raw_names: set[str]) -> None:
+    """Add what one log entry names to ``paths`` (data files) and ``raw_names``."""
+    for line in entry.splitlines():
+        if not line.strip():
+            continue
+        action = json.loads(line)
+        for kind in ("add", "remove", "cdc"):
+            if isinstance(action.get(kind), dict) and action[kind].get("path"):
+                paths.add(unquote(str(action[kind]["path"])))
+        if isinstance(action.get("commitInfo"), dict):
+            raw_names |= _raw_files(action["commitInfo"].get(METADATA_KEY))
 
 
 def _raw_files(meta: Any) -> set[str]:
