@@ -14,7 +14,9 @@ For each dataset, under its lease (no capture of it runs meanwhile):
 4. its MAR table (``_usage/``) is compacted and vacuumed;
 5. its history table (``_history/``, ``history: true``) is compacted, and
    vacuumed of the files no history version that a kept publication reads
-   holds.
+   holds;
+6. its orphans (files no commit names, a killed writer's) are found, and
+   removed only under ``retention.orphans`` (:mod:`combined._orphans`).
 
 Each step that changed something writes an Activity event.
 """
@@ -26,6 +28,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from combined._orphans import orphans
 from combined.catalog import Catalog
 from combined.catalog import data as cat
 from combined.config import Project
@@ -86,6 +89,7 @@ def _dataset(
     report["usage_vacuumed"] = len(vacuum(usage, set(), "the newest MAR version is kept"))
     report["usage_compacted"] = 0 if used is None else used.files_removed
     report.update(_history(catalog, layout, source, dataset, retention, now))
+    report["orphans"] = orphans(catalog, layout, source, dataset, retention, now)
     return report
 
 

@@ -286,12 +286,18 @@ def retries(conn: Connection, run_id: str) -> list[Run]:
 
 
 def list_runs(
-    conn: Connection, *, limit: int = 20, states: Sequence[RunState] | None = None
+    conn: Connection,
+    *,
+    limit: int = 20,
+    states: Sequence[RunState] | None = None,
+    source: str | None = None,
 ) -> list[Run]:
-    """Newest Runs first."""
+    """Newest Runs first (of ``source`` only, when given)."""
     q = sa.select(t.runs).order_by(t.runs.c.created_at.desc(), t.runs.c.id.desc())
     if states:
         q = q.where(t.runs.c.state.in_(list(states)))
+    if source is not None:
+        q = q.where(t.runs.c.source == source)
     return [_run(r) for r in conn.execute(q.limit(limit))]
 
 

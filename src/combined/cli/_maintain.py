@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -22,18 +22,22 @@ def maintain(
 ) -> None:
     """Compact small files, vacuum what no kept publication reads, expire raw Deliveries.
 
-    What is kept follows `retention:` in combined.yaml (project and dataset
-    level); every removal is recorded in the activity feed.
+    Files no commit names (a killed writer's orphans) are reported, and removed
+    only under `retention.orphans`. What is kept follows `retention:` in
+    combined.yaml (project and dataset level); every removal is recorded in the
+    activity feed.
     """
     with _session(project) as engine:
         reports = engine.maintain(datasets or [])
     if as_json:
         sys.stdout.write(json.dumps(reports) + "\n")
         return
-    t = table("dataset", "files compacted", "files vacuumed", "raw removed", "usage files")
+    t = table(
+        "dataset", "files compacted", "files vacuumed", "raw removed", "usage files", "orphans"
+    )
     for r in reports:
         if "skipped" in r:
-            t.add_row(r["dataset"], f"skipped: {r['skipped']}", "", "", "")
+            t.add_row(r["dataset"], f"skipped: {r['skipped']}", "", "", "", "")
             continue
         t.add_row(
             r["dataset"],
@@ -41,5 +45,21 @@ def maintain(
             str(r["vacuumed"]),
             str(r["raw_removed"]),
             f"{r['usage_compacted']} compacted, {r['usage_vacuumed']} vacuumed",
+            _orphans(r.get("orphans")),
         )
     print_table(t)
+
+
+def _orphans(found: dict[str, Any] | None) -> str:
+    """A report's orphans in a few words: removed, or found and the setting that removes them."""
+    if not found:
+        return ""
+    if "not_judged" in found and not found["found"]:
+        return "not judged: " + "; ".join(found["not_judged"])
+    if found["removed"]:
+        of = "" if found["removed"] == found["found"] else f" of {found['found']} found"
+        return f"{found['removed']} removed{of}"
+    if found["found"]:
+        kept = f"kept: {found['setting']} removes them"
+        return f"{found['found']} found ({found['bytes']} bytes), {kept}"
+    return "none"

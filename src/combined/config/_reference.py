@@ -130,7 +130,8 @@ _SECTIONS: tuple[tuple[str, type[BaseModel], str], ...] = (
         RetentionPolicy,
         "What `combined maintain` keeps (docs/maintenance.md), for the project and per "
         "dataset; a dataset's field wins. Unset: every publication and Delivery is kept, "
-        "and captures compact a table past 32 files.",
+        "captures compact a table past 32 files, and files no commit names (orphans) are "
+        "reported, never removed.",
     ),
     ("schedule", ScheduleConfig, "A source's or dataset's schedule (docs/schedules.md)."),
     ("webhook", WebhookConfig, "A source's or dataset's signed webhooks (docs/api.md)."),

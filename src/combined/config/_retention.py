@@ -7,9 +7,11 @@ field by field)::
       publications: 90d    # keep the files every publication of the last 90 days reads
       raw: 365d            # keep committed Deliveries (the raw layer) for a year
       compact_files: 32    # a capture compacts a table holding more small data files
+      orphans: 7d          # remove files no commit names once they are 7 days old
 
 Unset, everything is kept (``forever``): ``combined maintain`` then removes
-only files no publication ever read, and no Delivery. ``combined maintain``
+only files no publication ever read, and no Delivery; it reports orphaned
+files (those no commit names) and removes none. ``combined maintain``
 applies it; see ``docs/maintenance.md``.
 """
 
@@ -50,6 +52,27 @@ Keep = Annotated[
     PlainSerializer(_format_keep, return_type=str, when_used="json"),
 ]
 
+#: The shortest ``orphans`` grace: a file younger than this may be one a writer
+#: (a process of another catalog, one stalled past its lease) is about to commit.
+MIN_ORPHAN_GRACE = timedelta(days=1)
+
+
+def _grace(value: object) -> timedelta | Forever:
+    kept = _keep(value)
+    if not isinstance(kept, str) and kept < MIN_ORPHAN_GRACE:
+        raise _error(
+            f"must be at least {format_duration(MIN_ORPHAN_GRACE)} or forever, not {value!r}",
+            "a younger file may be one a writer has not committed yet",
+        )
+    return kept
+
+
+Grace = Annotated[
+    timedelta | Forever,
+    PlainValidator(_grace),
+    PlainSerializer(_format_keep, return_type=str, when_used="json"),
+]
+
 
 def _threshold(value: object) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value < 2:
@@ -70,6 +93,8 @@ class RetentionPolicy(BaseModel):
     """How long a committed Delivery stays in the raw layer (``_deliveries/``)."""
     compact_files: Annotated[int, PlainValidator(_threshold)] | None = None
     """The count of small data files (under 1 MiB) past which a capture compacts its table."""
+    orphans: Grace | None = None
+    """How old a file no commit names must be before `combined maintain` removes it."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +104,8 @@ class Retention:
     publications: timedelta | Forever
     raw: timedelta | Forever
     compact_files: int
+    #: The grace of files no commit names (``forever``: reported, never removed).
+    orphans: timedelta | Forever
     #: For each field, the setting that gave it (``sources.shop.datasets.orders.retention``,
     #: ``retention``) or ``default``.
     declared_at: dict[str, str]
@@ -94,7 +121,12 @@ def effective(
     project: RetentionPolicy | None, dataset: RetentionPolicy | None, where: str
 ) -> Retention:
     """The retention of a dataset declared at ``where``, field by field."""
-    defaults = {"publications": FOREVER, "raw": FOREVER, "compact_files": DEFAULT_COMPACT_FILES}
+    defaults = {
+        "publications": FOREVER,
+        "raw": FOREVER,
+        "compact_files": DEFAULT_COMPACT_FILES,
+        "orphans": FOREVER,
+    }
     values: dict[str, object] = {}
     declared: dict[str, str] = {}
     for name, default in defaults.items():
@@ -108,5 +140,6 @@ def effective(
         publications=values["publications"],  # type: ignore[arg-type]
         raw=values["raw"],  # type: ignore[arg-type]
         compact_files=int(values["compact_files"]),  # type: ignore[call-overload]
+        orphans=values["orphans"],  # type: ignore[arg-type]
         declared_at=declared,
     )

@@ -45,6 +45,7 @@ reduction_memory: 256MiB
 #   publications: 90d   # how long --as-of / --publication keep answering
 #   raw: 365d           # how long committed Deliveries stay in _deliveries/
 #   compact_files: 32   # a capture compacts its table past this many small files
+#   orphans: 7d         # remove files no commit names (a killed writer's) once 7 days old
 
 sources:
   shop:

@@ -259,12 +259,15 @@ class LakeTable:
         needs_merge: bool = True,
         before_write: Callable[[], None] | None = None,
         files: Sequence[LinkedFile] | None = None,
+        before_log: Callable[[], None] | None = None,
     ) -> CommitResult:
         """Commit sequences ``first..last`` once; skip them when already committed.
 
         ``files`` are the finished Parquet files of the sequences with their
         Delta statistics (and sha256): an append with the table's schema links them into the
         table instead of rewriting their rows. Any other commit reads ``data()``.
+        ``before_log`` is called once the data files Combined writes itself are
+        in the table's directory, before their log entry (a crash test's hook).
         """
         from deltalake.exceptions import CommitFailedError
 
@@ -289,7 +292,15 @@ class LakeTable:
         try:
             if before_write is not None:
                 before_write()
-            self._write(dt, mode, data, properties, needs_merge=needs_merge, files=files)
+            self._write(
+                dt,
+                mode,
+                data,
+                properties,
+                needs_merge=needs_merge,
+                files=files,
+                before_log=before_log,
+            )
         except CommitFailedError as exc:
             if _sequence_in(self._fresh(), self.app_id) >= last_sequence:
                 return self._skipped(last_sequence)
@@ -352,6 +363,7 @@ class LakeTable:
         *,
         needs_merge: bool,
         files: Sequence[LinkedFile] | None,
+        before_log: Callable[[], None] | None = None,
     ) -> None:
         """Write the commit's rows by the cheapest way its mode and schema allow."""
         from deltalake import write_deltalake
@@ -363,12 +375,13 @@ class LakeTable:
             and dt is not None
             and _retyped(dt, schema if schema is not None else data().schema)
         ):
-            self._retype(dt, data, mode, properties)
+            self._retype(dt, data, mode, properties, before_log)
         elif mode != "overwrite" and (dt is None or not needs_merge):
             if files and schema is not None and (dt is None or self._same_schema(dt, schema)):
-                self._add(dt, schema, link_data_files(self.path, files, self.store), properties)
+                linked = link_data_files(self.path, files, self.store)
+                self._add(dt, schema, linked, properties, before_log)
             else:
-                self._append(dt, data(), properties)
+                self._append(dt, data(), properties, before_log)
         elif dt is None or mode in ("append", "overwrite") or not needs_merge:
             write_deltalake(
                 self.path if dt is None else dt,
@@ -384,7 +397,7 @@ class LakeTable:
                 storage_options=self._options if dt is None else None,
             )
         elif self._same_schema(dt, data().schema):
-            self._rewrite(dt, data, properties, files, schema)
+            self._rewrite(dt, data, properties, files, schema, before_log)
         else:  # a widened schema: delta-rs merges and evolves the table's metadata
             (
                 dt.merge(
@@ -409,6 +422,7 @@ class LakeTable:
         properties: Any,
         files: Sequence[LinkedFile] | None,
         schema: pa.Schema | None,
+        before_log: Callable[[], None] | None = None,
     ) -> None:
         """A keyed merge in the table's schema: copy-on-write of the files it touches.
 
@@ -425,6 +439,8 @@ class LakeTable:
             store=self.store,
             linked=linked,
         )
+        if before_log is not None:
+            before_log()
         dt.create_write_transaction(
             actions,
             mode="append",
@@ -439,6 +455,7 @@ class LakeTable:
         data: Callable[[], pa.RecordBatchReader],
         mode: CommitMode,
         properties: Any,
+        before_log: Callable[[], None] | None = None,
     ) -> None:
         """Commit a transition whose columns change type: every file rewritten in the new types.
 
@@ -466,6 +483,8 @@ class LakeTable:
                 hint="set the dataset's drift policy for this change to `fail`, or capture "
                 "a view that casts the column to its former type",
             ) from exc
+        if before_log is not None:
+            before_log()
         dt.create_write_transaction(
             actions,
             mode="overwrite",
@@ -549,7 +568,13 @@ class LakeTable:
 
         return None if read_at is None else Transaction(app_id=self.app_id, version=read_at + 1)
 
-    def _append(self, dt: Any, reader: pa.RecordBatchReader, properties: Any) -> None:
+    def _append(
+        self,
+        dt: Any,
+        reader: pa.RecordBatchReader,
+        properties: Any,
+        before_log: Callable[[], None] | None = None,
+    ) -> None:
         """Append by streaming our own data files, then committing their add actions."""
         from deltalake import write_deltalake
 
@@ -565,15 +590,25 @@ class LakeTable:
                 post_commithook_properties=post_commit(),
             )
             return
-        self._add(dt, schema, write_data_files(self.path, schema, reader, self.store), properties)
+        actions = write_data_files(self.path, schema, reader, self.store)
+        self._add(dt, schema, actions, properties, before_log)
 
-    def _add(self, dt: Any, schema: pa.Schema, actions: list[Any], properties: Any) -> None:
+    def _add(
+        self,
+        dt: Any,
+        schema: pa.Schema,
+        actions: list[Any],
+        properties: Any,
+        before_log: Callable[[], None] | None = None,
+    ) -> None:
         """Commit add actions, creating the table from ``schema`` on its first commit."""
         from deltalake import Schema
         from deltalake.transaction import create_table_with_add_actions
 
         if dt is not None and not actions and properties is None:
             return  # nothing to add and no checkpoint to carry: no commit
+        if before_log is not None:
+            before_log()
         if dt is None:
             create_table_with_add_actions(
                 self.path,

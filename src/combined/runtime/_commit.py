@@ -22,7 +22,7 @@ from combined.delivery import StagedDelivery
 from combined.errors import DeliveryAltered, LakeError, ProtocolViolation
 from combined.lake import LakeLayout, link_or_copy, linked_name
 from combined.lake._files import read_batches
-from combined.runtime._faults import arm_commit_watchdog
+from combined.runtime._faults import arm_commit_watchdog, fault
 from combined.runtime._plan import Prepared, table_of
 
 
@@ -89,6 +89,7 @@ def commit(prepared: Prepared, layout: LakeLayout) -> tuple[int | None, datetime
         metadata=prepared.metadata,
         needs_merge=prepared.needs_merge,
         before_write=arm_commit_watchdog,
+        before_log=lambda: fault("before_log"),
     )
     if result.skipped and result.run_id != prepared.metadata["run_id"]:
         # Another run committed these sequences first (it held the dataset when

@@ -6,6 +6,8 @@ itself with SIGKILL when it reaches it:
 - ``after_staging``: every Delivery of the first dataset is staged, nothing committed;
 - ``during_commit``: a watchdog kills the process ``COMBINED_FAULT_DELAY_MS``
   milliseconds (default 2) into the lake commit call;
+- ``before_log``: the commit's data files are in the table's directory, its
+  log entry is not written (what a writer killed mid-commit leaves: orphans);
 - ``after_commit``: the lake commit landed, the catalog projection did not;
 - ``after_history``: the lake commit and its history (``history: true``)
   landed, the catalog projection did not;
@@ -25,6 +27,7 @@ import threading
 POINTS = (
     "after_staging",
     "during_commit",
+    "before_log",
     "after_commit",
     "after_history",
     "after_projection",
