@@ -145,8 +145,8 @@ class ChildProcess:
                 if rest:
                     started.append(rest)
                     held += len(rest)
-                sizes = [len(line) - 1 for line in lines]
-                cut = next((n for n, size in enumerate(sizes) if size > self._max_line), None)
+                # (a line's size without its end)
+                cut = next((n for n, ln in enumerate(lines) if len(ln) - 1 > self._max_line), None)
                 if cut is not None or held > self._max_line:
                     cut = len(lines) if cut is None else cut
                     if not cut or self._hand(lines[:cut]):

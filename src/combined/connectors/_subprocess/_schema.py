@@ -316,13 +316,14 @@ def _float(plan: FieldPlan, values: list[Any]) -> pa.Array:
         doubles = pa.array([None if v is None else float(v) for v in values], type=pa.float64())
     except OverflowError:  # (an integer past a double's range: found below)
         doubles = None
-    # Only a value that reaches 2**53 as a double may be an integer it rounds: those are checked.
-    maybe = (
-        range(len(values))
-        if doubles is None
-        else np.flatnonzero(np.abs(doubles.to_numpy(zero_copy_only=False)) >= _EXACT)
-    )
-    if _value_types(values) - {float}:
+    if doubles is None or _value_types(values) - {float}:
+        # Only a value that reaches 2**53 as a double may be an integer it rounds: those are
+        # checked (a column of floats has none to check).
+        maybe = (
+            range(len(values))
+            if doubles is None
+            else np.flatnonzero(np.abs(doubles.to_numpy(zero_copy_only=False)) >= _EXACT)
+        )
         bad = next((int(i) for i in maybe if not _double_keeps(values[i])), None)
         if bad is not None:
             raise BadValue(
