@@ -90,18 +90,29 @@ def _trimmed_sql(text: str) -> str:
     return f"regexp_replace({text}, '\\.?0+$', '')"
 
 
-def _narrowed_text_sql(number: str, scale: int, precision: int) -> str:
-    """SQL of the text of a DECIMAL(``precision``, ``scale``) ``number``, printed cheaply.
+def narrowed_decimal_sql(number: str, scale: int) -> tuple[str, str] | None:
+    """SQL of a wide decimal ``number`` as a 64-bit one: (whether it fits, the narrowed value).
 
     DuckDB prints a decimal of more than 18 digits (a 128-bit integer) ~15
-    times slower than one of up to 18 (a 64-bit one): a value that fits 18
-    digits at the same scale is printed as one (the same text, exactly).
+    times slower than one of up to 18 (a 64-bit one), and hashes it as its
+    two halves xor-ed: a value that fits 18 digits at the same ``scale`` is
+    the same value as a DECIMAL(18, ``scale``). None for a scale 18 digits
+    do not hold.
     """
+    if not 0 <= scale <= 18:
+        return None
+    return f"abs({number}) < {10 ** (18 - scale)}", f"CAST({number} AS DECIMAL(18,{scale}))"
+
+
+def _narrowed_text_sql(number: str, scale: int, precision: int) -> str:
+    """SQL of the text of a DECIMAL(``precision``, ``scale``) ``number``, printed cheaply:
+    a value that fits 18 digits is printed as a 64-bit decimal (the same text, exactly)."""
     text = f"CAST({number} AS VARCHAR)"
-    if precision <= 18 or scale >= 18:
+    narrowed = None if precision <= 18 or scale >= 18 else narrowed_decimal_sql(number, scale)
+    if narrowed is None:
         return text
-    narrow = f"CAST(CAST({number} AS DECIMAL(18,{scale})) AS VARCHAR)"
-    return f"(CASE WHEN abs({number}) < {10 ** (18 - scale)} THEN {narrow} ELSE {text} END)"
+    fits, narrow = narrowed
+    return f"(CASE WHEN {fits} THEN CAST({narrow} AS VARCHAR) ELSE {text} END)"
 
 
 def _micros_from_ns_sql(ns: str) -> str:

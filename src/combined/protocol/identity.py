@@ -46,6 +46,7 @@ from combined.protocol._identity_sql import (
     content_id_sql,
     identity_sql,
     identity_text_sql,
+    narrowed_decimal_sql,
     payload_columns,
     payload_hash_sql,
     payload_text_sql,
@@ -81,6 +82,7 @@ __all__ = [
     "payload_hash_sql",
     "payload_text_python",
     "payload_text_sql",
+    "narrowed_decimal_sql",
     "quote_ident",
     "with_identity",
 ]

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from combined.protocol.identity import quote_ident
+from combined.protocol.identity import narrowed_decimal_sql, quote_ident
 
 if TYPE_CHECKING:
     import duckdb
@@ -241,10 +241,8 @@ def _terms(schema: pa.Schema) -> list[str]:
         name, listed = quote_ident(f.name), _scalar_list(f.type)
         inner = f.type.value_type if listed else f.type
         if _wide(inner):
-            v = _wide_hash(inner, "v")
-            terms.append(
-                f"list_transform({name}, lambda v: {v})" if listed else _wide_hash(inner, name)
-            )
+            term = _wide_hash(inner, "v" if listed else name)
+            terms.append(f"list_transform({name}, lambda v: {term})" if listed else term)
         else:
             terms.append(name)
         shift = _shifted(inner)
@@ -274,11 +272,11 @@ def _wide_hash(t: pa.Decimal128Type, value: str) -> str:
     branch, and a null the second.
     """
     text = f"hash(CAST({value} AS VARCHAR))"
-    if not 0 <= t.scale <= 18:
+    narrowed = narrowed_decimal_sql(value, t.scale)
+    if narrowed is None:
         return text
-    bound = "1" + "0" * (18 - t.scale)
-    narrow = f"hash(CAST({value} AS DECIMAL(18, {t.scale})))"
-    return f"CASE WHEN abs({value}) < {bound} THEN {narrow} ELSE {text} END"
+    fits, narrow = narrowed
+    return f"CASE WHEN {fits} THEN hash({narrow}) ELSE {text} END"
 
 
 def _wide(t: pa.DataType) -> bool:
