@@ -152,3 +152,32 @@ def test_runs_marks_a_cut_error_and_names_the_command_showing_it_whole(
     (line,) = [x for x in listed.stdout.splitlines() if run.id in x and "run show" not in x]
     assert run.error.splitlines()[0][:40] in line and "…" in line
     assert f"`combined run show {run.id}` shows one whole" in listed.stdout
+
+
+def _commands(command: Any, path: tuple[str, ...] = ()) -> Any:
+    """Every command under a (typer) click group, with its path of names."""
+    for name, sub in getattr(command, "commands", {}).items():
+        if hasattr(sub, "commands"):
+            yield from _commands(sub, (*path, name))
+        else:
+            yield (*path, name), sub
+
+
+def test_every_command_summary_is_one_sentence_without_hard_breaks() -> None:
+    """A command list shows each command's first paragraph as written: a line break
+    inside it is printed mid-sentence (``explain``, ``replay`` and ``plan`` did)."""
+    import inspect
+
+    import typer.main
+
+    from combined.cli import app
+
+    broken = {}
+    found = 0
+    for path, command in _commands(typer.main.get_command(app)):
+        found += 1
+        first = inspect.cleandoc(command.help or "").split("\n\n")[0]
+        if not first or "\n" in first:
+            broken[" ".join(path)] = first
+    assert found > 25
+    assert broken == {}

@@ -32,7 +32,8 @@ app = typer.Typer(
 run_app = typer.Typer(help="Inspect, retry or cancel one run.", no_args_is_help=True)
 app.add_typer(run_app, name="run")
 cdc_app = typer.Typer(
-    help="Manage change data capture (PostgreSQL logical replication).", no_args_is_help=True
+    help="Manage change data capture (PostgreSQL logical replication, the MariaDB/MySQL binlog).",
+    no_args_is_help=True,
 )
 app.add_typer(cdc_app, name="cdc")
 quarantine_app = typer.Typer(

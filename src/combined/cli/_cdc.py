@@ -28,11 +28,14 @@ def cdc_setup(
     source: Annotated[str, typer.Argument(help="the source whose cdc datasets to set up")],
     project: ProjectOpt = None,
 ) -> None:
-    """Create the publications, then the slot with its exported snapshot, and capture it.
+    """Anchor each cdc dataset's stream and take its first snapshot inside it.
 
-    The first capture of each cdc dataset creates its replication slot, takes
-    the slot's exported snapshot, records the slot's consistent LSN and reads
-    the table inside that snapshot; later captures stream from that LSN.
+    PostgreSQL: the first capture of each cdc dataset creates its publication and
+    replication slot, takes the slot's exported snapshot, records the slot's
+    consistent LSN and reads the table inside that snapshot; later captures
+    stream from that LSN. MariaDB/MySQL: the first capture checks the binlog
+    settings, records the binlog position of a consistent snapshot and reads the
+    table inside it; later captures read the binlog from that position.
     """
     from combined import cdc
 
@@ -50,7 +53,12 @@ def cdc_setup(
 def cdc_status(
     source: Annotated[str, typer.Argument(help="the source")], project: ProjectOpt = None
 ) -> None:
-    """Each cdc dataset's slot: confirmed position, lag in bytes and time, WAL status."""
+    """Each cdc dataset's stream: committed position, lag, what the server still retains.
+
+    PostgreSQL: the slot's confirmed LSN, lag in bytes and time, WAL status.
+    MariaDB/MySQL: the committed binlog position, the server's current and oldest
+    binlog, the retention and how long the consumer may stay down.
+    """
     from combined import cdc
 
     with _session(project) as engine:
@@ -102,10 +110,12 @@ def cdc_teardown(
     yes: Annotated[bool, typer.Option("--yes", help="do not ask before dropping")] = False,
     project: ProjectOpt = None,
 ) -> None:
-    """Drop the replication slots and publications, and void the checkpoints.
+    """Void the cdc datasets' checkpoints and drop what the server keeps for them.
 
-    The server stops retaining WAL for the slots. The lake keeps every row;
-    the next capture takes a new snapshot and reconciles it with the lake.
+    PostgreSQL: the replication slots and publications are dropped, and the server
+    stops retaining WAL for them. MariaDB/MySQL: nothing is kept on the server; the
+    binlog position is voided. The lake keeps every row; the next capture takes a
+    new snapshot and reconciles it with the lake.
     """
     from combined import cdc
 

@@ -71,9 +71,10 @@ def explain(
     as_json: Annotated[bool, typer.Option("--json", help="the whole explanation as JSON")] = False,
     project: ProjectOpt = None,
 ) -> None:
-    """Every version of one row (given by its key values, or by --id) across dataset
-    versions and publications, read from the raw layer; and, for a row not in the
-    projection, why."""
+    """Every version of one row across dataset versions and publications, from the raw layer.
+
+    The row is given by its key values, or by --id; for a row not in the projection,
+    the answer also says why."""
     with _session(project) as engine:
         found = engine.explain(dataset, key or [], id=row_id)
     if as_json:
@@ -119,9 +120,10 @@ def replay(
     as_json: Annotated[bool, typer.Option("--json", help="the comparison as JSON")] = False,
     project: ProjectOpt = None,
 ) -> None:
-    """Rebuild a dataset's projection from its raw Deliveries alone (no source contacted)
-    and compare it row by row with the table; exit 3 when they differ (with --replace,
-    once the replay was written)."""
+    """Rebuild a dataset's projection from its raw Deliveries and compare it with the table.
+
+    No source is contacted. The replay is compared row by row with the table; the exit
+    status is 3 when they differ (with --replace, once the replay was written)."""
     with _session(project) as engine:
         done = engine.replay(
             dataset,
@@ -187,8 +189,10 @@ def plan(
     ] = None,
     project: ProjectOpt = None,
 ) -> None:
-    """Each source's ingestion design, built from evidence: every claim names the query,
-    Run or setting it rests on, and what cannot be supported is marked unproven."""
+    """Each source's ingestion design, built from evidence.
+
+    Every claim names the query, Run or setting it rests on, and what cannot be supported
+    is marked unproven."""
     from combined.evidence import render
 
     with _session(project) as engine:
