@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from combined.capture._fingerprint import Candidates
 from combined.delivery import read_part
@@ -328,19 +327,41 @@ def exact(
     as staging hashes rows (``compute_identity``), a group at a time: memory
     holds a group's rows and the candidates' (ordinal, id, hash).
     """
-    wanted = found.staged.column("ord").combine_chunks()
+    wanted = np.unique(found.staged.column("ord").to_numpy())
     hashed: list[pa.Table] = []
     group: list[pa.RecordBatch] = []
     for part in parts:
         for batch in read_part(part):
-            keep = pc.is_in(batch.column(ORDINAL), value_set=wanted)
-            if pc.any(keep).as_py():
-                group.append(batch.filter(keep))
+            chosen = _chosen(batch, wanted)
+            if chosen is not None:
+                group.append(chosen)
             if sum(b.num_rows for b in group) >= _GROUP_ROWS:
                 hashed.append(_hashed(con, group, key, digest))
                 group = []
     hashed.append(_hashed(con, group, key, digest))
     return Candidates(pa.concat_tables(hashed), found.current.select(["_kid", "_khash", "_kf"]))
+
+
+def _chosen(batch: pa.RecordBatch, wanted: np.ndarray) -> pa.RecordBatch | None:
+    """The rows of a staged ``batch`` whose ordinals ``wanted`` (sorted, distinct) holds, or None.
+
+    Staging numbers rows one by one, so a batch's ordinals are a run
+    ``first, first + 1, ...``: the wanted ones in its range are its rows at
+    ``ord - first``, found by two binary searches (a set of the wanted
+    ordinals built for every batch cost ~0.5 CPU-s at 5M rows). A batch
+    numbered otherwise is matched ordinal by ordinal.
+    """
+    n = batch.num_rows
+    if not n or not len(wanted):
+        return None
+    ords = batch.column(ORDINAL).to_numpy()
+    first, last = int(ords[0]), int(ords[-1])
+    if last - first == n - 1 and np.array_equal(ords, np.arange(first, last + 1)):
+        lo, hi = np.searchsorted(wanted, [first, last + 1])
+        return batch.take(pa.array(wanted[lo:hi] - first)) if hi > lo else None
+    at = np.minimum(np.searchsorted(wanted, ords), len(wanted) - 1)
+    keep = wanted[at] == ords
+    return batch.filter(pa.array(keep)) if keep.any() else None
 
 
 #: Candidate rows hashed together.
