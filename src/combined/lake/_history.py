@@ -51,6 +51,7 @@ from combined.lake._table import (
     post_commit,
 )
 from combined.lake._types import to_lake
+from combined.protocol._digest import DigestSet
 
 VALID_FROM = "_combined_valid_from"
 VALID_TO = "_combined_valid_to"
@@ -344,23 +345,24 @@ def _rows(
     false; a new version holds the delivered row, the commit's time, a null
     ``valid_to`` and ``is_current`` true.
     """
-    puts = ends = None
+    put: DigestSet | None = None
     if changes is not None:  # a full refresh: only the rows its change list names changed
         ops = changes.column("op").cast(pa.string())
         puts = pc.filter(changes.column(_ID), pc.is_in(ops, pa.array(["insert", "update"])))
         ends = pc.filter(changes.column(_ID), pc.is_in(ops, pa.array(["update", "delete"])))
         if closes and len(ends):
             yield _closing(ends, schema, at)
+        put = DigestSet(puts)  # (built once: a set a batch cost ~0.4 CPU-s at 2M puts)
     for path in files:
         with pq.ParquetFile(layout.store.open_input(path)) as pf:
             for batch in read_batches(pf, 65_536):
                 op = batch.column(_OP).cast(pa.string())
-                if puts is None:
+                if put is None:
                     keep = pc.invert(pc.is_in(op, pa.array(list(_ENDS))))
                     if closes and batch.num_rows:
                         yield _closing(batch.column(_ID), schema, at)
                 else:
-                    keep = pc.is_in(batch.column(_ID), puts.cast(batch.column(_ID).type))
+                    keep = put(batch.column(_ID))
                 kept = batch.filter(keep)
                 if kept.num_rows:
                     yield _version(kept, schema, at)

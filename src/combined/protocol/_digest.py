@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from combined.protocol._identity_types import ID_COLUMN
 
@@ -95,3 +97,51 @@ def digest_text(value: object) -> str:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
     return str(value)
+
+
+class DigestSet:
+    """Membership in a set of digests, its lookup built once for many batches.
+
+    ``pyarrow.compute.is_in`` builds a hash set of its values at every call:
+    asked batch after batch about the same millions of digests, it cost
+    ~0.4 CPU-s a 65,536-row batch at 2M digests. Digests of one width (v2's
+    16 bytes, v1's 32 hex digits) are sorted once as fixed-width byte
+    strings and looked up by binary search; anything else (a null, mixed
+    widths) is asked of ``is_in``.
+    """
+
+    def __init__(self, values: pa.Array | pa.ChunkedArray) -> None:
+        self._values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+        fixed = _fixed_width(self._values)
+        self._sorted = None if fixed is None else np.sort(fixed)
+
+    def __call__(self, ids: pa.Array) -> pa.Array:
+        """A boolean a value of ``ids``: whether the set holds it."""
+        asked = None if self._sorted is None else _fixed_width(ids)
+        if asked is None or self._sorted is None or asked.dtype != self._sorted.dtype:
+            return pc.is_in(ids, value_set=self._values.cast(ids.type))
+        if not len(self._sorted):
+            return pa.array(np.zeros(len(asked), np.bool_))
+        at = np.minimum(np.searchsorted(self._sorted, asked), len(self._sorted) - 1)
+        return pa.array(self._sorted[at] == asked)
+
+
+def _fixed_width(values: pa.Array) -> np.ndarray | None:
+    """``values`` (binary or text, none null, all one width) as numpy byte strings, or None.
+
+    Every value is exactly the width, so numpy's byte strings (which treat
+    trailing zero bytes as padding) compare them as their bytes.
+    """
+    if pa.types.is_string(values.type):
+        values = values.cast(pa.binary())
+    if values.null_count or not pa.types.is_binary(values.type):
+        return None
+    n = len(values)
+    _, offsets_buffer, data = values.buffers()
+    offsets = np.frombuffer(offsets_buffer, np.int32, n + 1, values.offset * 4)
+    width = int(offsets[1] - offsets[0]) if n else 1
+    if not width or int(offsets[-1] - offsets[0]) != width * n or np.any(np.diff(offsets) != width):
+        return None
+    if not n:
+        return np.empty(0, f"S{width}")
+    return np.frombuffer(data, f"S{width}", n, int(offsets[0]))
