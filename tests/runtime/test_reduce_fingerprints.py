@@ -138,7 +138,7 @@ def test_a_fallback_reduction_gives_the_same_transition(
         fast = r.reduce()
     finally:
         r.close()
-    monkeypatch.setattr(fp, "candidates", lambda *args: None)
+    monkeypatch.setattr(fp, "candidates", lambda *args, **kwargs: None)
     r = new_reducer(tmp_path, parts, schema, current=[str(current)])
     try:
         assert r.by_fingerprints() is None
@@ -211,3 +211,17 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(_output, "_taken", recorded)
     return taken
+
+
+def test_too_many_changed_rows_are_left_to_the_join_that_spills() -> None:
+    """A re-capture whose every row changed made every fingerprint one-sided, and their
+    rows were gathered in memory (~700 MB at 2M rows): past ``most`` one-sided
+    fingerprints the caller joins every row instead."""
+    ids, hashes, changed = _digests(100), _digests(100), _digests(100)
+    ords = list(range(100))
+    few = [*hashes[:90], *changed[90:]]  # 10 rows changed: 20 one-sided fingerprints
+    assert fp.candidates(_reader(ords, ids, few), 100, _reader(ids, hashes), 100, most=20)
+    assert fp.candidates(_reader(ords, ids, few), 100, _reader(ids, hashes), 100, most=19) is None
+    assert fp.candidates(_reader(ords, ids, changed), 100, _reader(ids, hashes), 100) is not None
+    everything = fp.candidates(_reader(ords, ids, changed), 100, _reader(ids, hashes), 100, most=50)
+    assert everything is None

@@ -157,7 +157,7 @@ def test_duplicates_found_without_materialising(tmp_path: Path, stream: bool) ->
 
 def without_fingerprints(monkeypatch: pytest.MonkeyPatch) -> None:
     """Reductions join every row (as when the fingerprints' checks refuse)."""
-    monkeypatch.setattr(_fingerprint, "candidates", lambda *args: None)
+    monkeypatch.setattr(_fingerprint, "candidates", lambda *args, **kwargs: None)
 
 
 @pytest.mark.parametrize("passes", [0, 1, 3, 4, 6])
@@ -173,8 +173,8 @@ def test_streamed_recapture_matches_the_general_reduction(
     else:
         from combined.capture._fingerprint import candidates
 
-        def recorded(*args: Any) -> Any:
-            found.append(candidates(*args))
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            found.append(candidates(*args, **kwargs))
             return found[-1]
 
         monkeypatch.setattr(_fingerprint, "candidates", recorded)

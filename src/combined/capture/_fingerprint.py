@@ -63,6 +63,10 @@ _PREFILTER_MAX_BITS = 24
 #: Reduction memory a row of a re-capture's fingerprints takes, both sides (8 bytes
 #: a side, and the room to read and sort them): past it, they are sorted by bucket.
 PRINT_BYTES_PER_ROW = 32
+#: Bytes a one-sided row holds while candidates are gathered and joined (both sides'
+#: kept columns and the join's): past the reduction's memory over this, every row is
+#: joined in DuckDB instead.
+CANDIDATE_BYTES = 128
 
 Words = np.ndarray[Any, np.dtype[np.uint64]]
 
@@ -246,6 +250,7 @@ def candidates(
     current_rows: int,
     spill: Spill = None,
     current_schema: pa.Schema | None = None,
+    most: int | None = None,
 ) -> Candidates | None:
     """The rows of a snapshot re-capture and of the lake that may differ, or None.
 
@@ -257,13 +262,16 @@ def candidates(
     every row instead. ``spill`` (a directory and the bits of a bucket)
     sorts the fingerprints a bucket at a time (see :func:`_spread`).
     ``current_schema`` names the lake rows' columns kept (its last is ``_kf``):
-    the two digests, and any columns after them.
+    the two digests, and any columns after them. None too past ``most``
+    one-sided fingerprints: their rows would be gathered in memory (a
+    re-capture of a table whose every row changed held ~700 MB at 2M rows),
+    where the join of every row spills.
     """
     if spill is None:
         found = _one_sided_at_once(staged, staged_rows, current, current_rows)
     else:
         found = _one_sided_by_bucket(staged, staged_rows, current, current_rows, *spill)
-    if found is None:
+    if found is None or (most is not None and len(found[0]) > most):
         return None
     alone, g = Members(found[0]), found[1]
     ours = _kept(staged(), alone, 1, None, _STAGED)
@@ -435,6 +443,7 @@ class _Reduction(Protocol):
     def _lake_digests(self) -> Iterator[pa.RecordBatch]: ...
 
     def _spill(self, rows: int) -> Spill: ...
+    def _most_candidates(self) -> int: ...
 
     def _by_values(self) -> Candidates | None: ...
 
@@ -481,6 +490,7 @@ class Fingerprints:
                         self._lake_digests,
                         self._current_rows(),
                         self._spill(max(rows, self._current_rows())),
+                        most=self._most_candidates(),
                     )
                 except (pa.ArrowInvalid, KeyError):
                     found = None  # (a lake file without the digest columns)
@@ -522,12 +532,17 @@ class Fingerprints:
                     current,
                     self._spill(max(rows, current)),
                     CURRENT,
+                    most=self._most_candidates(),
                 )
             except (duckdb.Error, Misaligned):
                 return None  # (a lake file read otherwise: every row is hashed instead)
         if found is None:
             return None
         return exact(self.con, found, self._staged.paths, self.key, self.digest)
+
+    def _most_candidates(self: _Reduction) -> int:
+        """How many one-sided fingerprints the candidates may gather in memory."""
+        return max(self.memory_limit // CANDIDATE_BYTES, 65_536)
 
     def _spill(self: _Reduction, rows: int) -> Spill:
         """Where and in how many buckets ``rows`` fingerprints a side are sorted (None: at once)."""
