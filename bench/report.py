@@ -15,6 +15,7 @@ DLT_MERGE = "dlt_merge"
 INITIAL = "snapshot_initial"
 UNCHANGED = "snapshot_unchanged"
 CHANGED = "snapshot_changed"
+REWRITTEN = "snapshot_rewritten"
 CURSOR = "cursor_append"
 PARTITIONED = "partitioned"
 SCALE = "scale_"  # prefix: scale_<rows>
@@ -58,6 +59,7 @@ class CaseResult:
             INITIAL,
             UNCHANGED,
             CHANGED,
+            REWRITTEN,
             CURSOR,
             PARTITIONED,
         ) or self.key.startswith(SCALE)

@@ -23,6 +23,8 @@ Cases (names or numbers; default: all):
 10. ``s3``: Combined's initial snapshot into a local lake, then the same into an S3
     lake on 127.0.0.1 (moto's server; bytes uploaded counted), each checked
     against the source (``bench/objectstore.py``).
+11. ``snapshot_rewritten``: Combined re-capture after every row was updated (a
+    backfill or migration): the largest transition a snapshot re-capture can meet.
 
 Cases that need earlier state (a baseline, the change) get it from untimed
 setup steps when the case that would have produced it is not selected.
@@ -65,6 +67,7 @@ CASES: dict[str, tuple[str, str]] = {
     "scale": ("8", "combined initial snapshot (memory scaling)"),
     report.PARTITIONED: ("9", "combined partitioned snapshot (backfill)"),
     "s3": ("10", "combined initial snapshot: an S3 lake on 127.0.0.1 next to a local lake"),
+    report.REWRITTEN: ("11", "combined re-capture after every row updated"),
 }
 ALIASES = {number: name for name, (number, _) in CASES.items()}
 
@@ -79,7 +82,7 @@ def select(names: Sequence[str]) -> list[str]:
                 continue
             name = ALIASES.get(name, name)
             if name not in CASES:
-                raise SystemExit(f"unknown case {name!r}; choose from {', '.join(CASES)} or 1-10")
+                raise SystemExit(f"unknown case {name!r}; choose from {', '.join(CASES)} or 1-11")
             wanted.add(name)
     return [name for name in CASES if name in wanted]
 
@@ -103,7 +106,7 @@ def plan(cases: Sequence[str], scale_rows: Sequence[int]) -> list[Step]:
         for name in (report.FLOOR, report.DLT_REPLACE):
             if name in chosen:
                 steps.append(Step("case", name))
-        baseline_needed = bool(chosen & {report.UNCHANGED, report.CHANGED})
+        baseline_needed = bool(chosen & {report.UNCHANGED, report.CHANGED, report.REWRITTEN})
         if report.INITIAL in chosen:
             steps.append(Step("case", report.INITIAL))
         elif baseline_needed:
@@ -121,6 +124,8 @@ def plan(cases: Sequence[str], scale_rows: Sequence[int]) -> list[Step]:
             for name in (report.CHANGED, report.DLT_MERGE):
                 if name in chosen:
                     steps.append(Step("case", name))
+        if report.REWRITTEN in chosen:
+            steps += [Step("db", "update_all"), Step("case", report.REWRITTEN)]
         if report.CURSOR in chosen:
             steps += [Step("setup", "cursor_initial"), Step("db", "append")]
             steps.append(Step("case", report.CURSOR))
@@ -397,6 +402,10 @@ def do_db(ctx: Context, step: Step) -> None:
         change = workload.mutate(ctx.dsn, rows, table, shape)
         ctx.changes["mutate"] = change.as_dict()
         what = f"changed {table}: {change.as_dict()}"
+    elif step.name == "update_all":
+        change = workload.update_all(ctx.dsn, table, shape)
+        ctx.changes["update_all"] = change.as_dict()
+        what = f"updated every row of {table}: {change.updated:,}"
     elif step.name == "append":
         change = workload.append(ctx.dsn, rows, table, shape)
         ctx.changes["append"] = change.as_dict()
@@ -500,7 +509,7 @@ def _measured(ctx: Context, name: str, label: str, title: str) -> CaseResult:
         return res
     project = project_path(ctx)
     lake = project.parent / "lake"
-    if name in (report.INITIAL, report.UNCHANGED, report.CHANGED):
+    if name in (report.INITIAL, report.UNCHANGED, report.CHANGED, report.REWRITTEN):
         res = run_op(
             ctx,
             name,
@@ -512,7 +521,7 @@ def _measured(ctx: Context, name: str, label: str, title: str) -> CaseResult:
         )
         if res.ok:
             res.notes += stats_note(res, "orders") + lake_notes(res)
-            if name == report.CHANGED:
+            if name in (report.CHANGED, report.REWRITTEN):
                 projected = lake_count(lake / "pg" / "orders")
                 source = workload.count_rows(ctx.dsn, ctx.table)
                 res.extra["projection_rows"] = projected

@@ -247,6 +247,17 @@ def mutate(dsn: str, rows: int, table: str = TABLE, shape: str = "orders") -> Ch
     return Change(updated=updated, deleted=deleted, inserted=inserted)
 
 
+def update_all(dsn: str, table: str = TABLE, shape: str = "orders") -> Change:
+    """Update every row (the shape's update, bumping ``updated_at``); then vacuum."""
+    t = sql.Identifier(table)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        with conn.transaction():
+            update = sql.SQL("UPDATE {} SET " + SHAPES[shape].update).format(t)
+            updated = conn.execute(update).rowcount
+        conn.execute(sql.SQL("VACUUM ANALYZE {}").format(t))
+    return Change(updated=updated)
+
+
 def append(dsn: str, rows: int, table: str = TABLE, shape: str = "orders") -> Change:
     """Append 1% of ``rows`` above the largest id; then vacuum."""
     t = sql.Identifier(table)

@@ -294,6 +294,18 @@ def test_plan_adds_the_setup_a_case_needs() -> None:
     # so do the S3 lake and its local twin (case 10)
     assert names.index(("case", "s3")) < names.index(("db", "mutate"))
     assert run.select(["10"]) == ["s3"]
+    # every row is updated after the 1% change, and re-captured from that baseline alone
+    assert names.index(("case", "snapshot_changed")) < names.index(("db", "update_all"))
+    assert names.index(("db", "update_all")) + 1 == names.index(("case", "snapshot_rewritten"))
+    assert names.index(("case", "snapshot_rewritten")) < names.index(("db", "append"))
+    steps = run.plan(run.select(["11"]), [])
+    assert [(s.kind, s.name) for s in steps] == [
+        ("db", "create"),
+        ("setup", "warmup"),
+        ("setup", "snapshot_initial"),
+        ("db", "update_all"),
+        ("case", "snapshot_rewritten"),
+    ]
 
 
 def test_a_reused_workdir_starts_from_nothing(tmp_path: Path) -> None:
@@ -491,7 +503,7 @@ def test_tiny_run_of_every_case(tmp_path: Path, pg_server_dsn: str) -> None:
     labels = [r[0] for r in rows]
     assert labels == [
         *["1", "2", "3", "4", "5", "6", "7", "8 (1k)", "8 (4k)", "9"],
-        *["10 (local)", "10 (S3)"],
+        *["10 (local)", "10 (S3)", "11"],
     ]
     by_label = {r[0]: r for r in rows}
     for label in ("1", "3", "4", "5", "7", "8 (1k)", "8 (4k)", "9", "10 (local)", "10 (S3)"):
@@ -505,6 +517,8 @@ def test_tiny_run_of_every_case(tmp_path: Path, pg_server_dsn: str) -> None:
     assert "+10 ~20 -2" in by_label["5"][12]
     assert "+2,000 ~0 -0" in by_label["9"][12]
     assert "projection 2,008 rows = source 2,008" in by_label["5"][12]
+    assert "+0 ~2,008 -0" in by_label["11"][12]  # every row updated: all changed, none lost
+    assert "projection 2,008 rows = source 2,008" in by_label["11"][12]
     for label in ("2", "6"):  # dlt is optional: measured, or reported as unavailable
         cell = by_label[label]
         assert cell[3] != "-" or cell[12].startswith("unavailable:"), cell
@@ -533,6 +547,8 @@ def test_tiny_run_of_a_table_shape_lands_the_source_in_the_lake(
     assert "+2,000 ~0 -0" in by_label["3"][12] and "+0 ~0 -0" in by_label["4"][12]
     assert "+10 ~20 -2" in by_label["5"][12]
     assert "projection 2,008 rows = source 2,008" in by_label["5"][12]
+    assert "+0 ~2,008 -0" in by_label["11"][12]  # every row updated: all changed, none lost
+    assert "projection 2,008 rows = source 2,008" in by_label["11"][12]
     assert f"table shape: {shape} ({shape}: id bigint PRIMARY KEY" in text
 
 
@@ -553,6 +569,8 @@ def test_a_shape_with_its_own_key_or_partitions_lands_the_source_in_the_lake(
     assert "+2,000 ~0 -0" in by_label["3"][12]
     assert "+10 ~20 -2" in by_label["5"][12]
     assert "projection 2,008 rows = source 2,008" in by_label["5"][12]
+    assert "+0 ~2,008 -0" in by_label["11"][12]  # every row updated: all changed, none lost
+    assert "projection 2,008 rows = source 2,008" in by_label["11"][12]
 
 
 def test_every_shape_has_its_full_size_and_an_update_that_bumps_the_cursor() -> None:
