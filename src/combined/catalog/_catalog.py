@@ -289,28 +289,51 @@ class Catalog:
         self, source: str, dataset: str, run_id: str, ttl: timedelta = timedelta(minutes=5)
     ) -> bool:
         """Extend ``run_id``'s lease by ``ttl`` from now; False when it no longer holds it."""
+        return not self.renew_leases([(source, dataset)], run_id, ttl)
+
+    def renew_leases(
+        self,
+        datasets: Sequence[tuple[str, str]],
+        run_id: str,
+        ttl: timedelta = timedelta(minutes=5),
+    ) -> list[tuple[str, str]]:
+        """Extend ``run_id``'s leases of ``datasets`` by ``ttl`` from now; those it no longer holds.
+
+        One transaction for them all: a Run of 200 small tables renewed each
+        dataset's lease in a durable commit of its own, twice a table.
+        """
+        lost: list[tuple[str, str]] = []
         with self.begin() as conn:
-            result = conn.execute(
-                t.leases.update()
-                .where(
-                    t.leases.c.source == source,
-                    t.leases.c.dataset == dataset,
-                    t.leases.c.run_id == run_id,
+            expires = utcnow() + ttl
+            for source, dataset in datasets:
+                result = conn.execute(
+                    t.leases.update()
+                    .where(
+                        t.leases.c.source == source,
+                        t.leases.c.dataset == dataset,
+                        t.leases.c.run_id == run_id,
+                    )
+                    .values(expires_at=expires)
                 )
-                .values(expires_at=utcnow() + ttl)
-            )
-        return bool(result.rowcount == 1)
+                if result.rowcount != 1:
+                    lost.append((source, dataset))
+        return lost
 
     def release_lease(self, source: str, dataset: str, run_id: str) -> None:
         """Give a lease back (only the run holding it can)."""
+        self.release_leases([(source, dataset)], run_id)
+
+    def release_leases(self, datasets: Sequence[tuple[str, str]], run_id: str) -> None:
+        """Give ``run_id``'s leases of ``datasets`` back, in one transaction."""
         with self.begin() as conn:
-            conn.execute(
-                t.leases.delete().where(
-                    t.leases.c.source == source,
-                    t.leases.c.dataset == dataset,
-                    t.leases.c.run_id == run_id,
+            for source, dataset in datasets:
+                conn.execute(
+                    t.leases.delete().where(
+                        t.leases.c.source == source,
+                        t.leases.c.dataset == dataset,
+                        t.leases.c.run_id == run_id,
+                    )
                 )
-            )
 
     def break_leases(self, source: str, datasets: Sequence[str], run_id: str) -> bool:
         """Delete ``run_id``'s leases on ``datasets`` when none is live; False when one is.

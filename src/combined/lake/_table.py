@@ -515,7 +515,7 @@ class LakeTable:
         caller computes its rows again from the newer version.
         """
         self.forget_shared()
-        dt = None if create else self._fresh(read_at)
+        dt = None if create else self._written_on(read_at)
         properties = (
             _append_properties(metadata, self._guard(read_at)) if metadata is not None else None
         )
@@ -542,7 +542,7 @@ class LakeTable:
         from concurrent.futures import ThreadPoolExecutor
 
         self.forget_shared()
-        dt = None if create else self._fresh(read_at)
+        dt = None if create else self._written_on(read_at)
         if dt is not None and not self._same_schema(dt, schema):
             raise ValueError(f"{self.path}: appended rows must have the table's schema")
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="append") as pool:
@@ -556,6 +556,16 @@ class LakeTable:
             )
         actions = [a for file_actions in written for a in file_actions]
         self._add(dt, schema, actions, _append_properties(metadata(), self._guard(read_at)))
+
+    def _written_on(self, read_at: int | None) -> Any:
+        """The load an append outside the delivery protocol writes on: ``read_at``'s.
+
+        A pinned view's own load when it is that version (the rows were
+        computed from it: MAR reads its usage table once a commit, not twice),
+        else a fresh one. The write moves that load to the version it makes:
+        the view reads the table as it left it.
+        """
+        return self._fresh() if read_at is None else self._open(read_at)
 
     def _guard(self, read_at: int | None) -> Any:
         """The transaction that makes two appends read at one version conflict, or None.

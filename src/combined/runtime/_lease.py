@@ -50,33 +50,41 @@ class LeaseKeeper(Beating):
         self.ttl = timedelta(seconds=ttl_s)
         self._lost: set[tuple[str, str]] = set()
 
-    def _renew(self, source: str, dataset: str) -> bool:
-        if (source, dataset) in self._lost:
-            return False
-        if self.catalog.renew_lease(source, dataset, self.run_id, self.ttl):
-            return True
-        self._lost.add((source, dataset))  # never re-taken: another Run may hold it now
-        return False
+    def _renew(self, datasets: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Renew the leases of ``datasets`` in one catalog transaction; those lost."""
+        asked = [d for d in datasets if d not in self._lost]
+        lost = [d for d in datasets if d in self._lost]
+        if asked:
+            gone = self.catalog.renew_leases(asked, self.run_id, self.ttl)
+            self._lost.update(gone)  # never re-taken: another Run may hold them now
+            lost += gone
+        return lost
 
     def beat(self) -> bool:
         """Renew every lease of the Run (a failed renewal is tried again next beat)."""
-        for source, dataset in self.datasets:
-            try:
-                self._renew(source, dataset)
-            except Exception:  # noqa: BLE001 - a failed beat is retried; require() decides
-                continue
+        try:
+            self._renew(self.datasets)
+        except Exception:  # noqa: BLE001 - a failed beat is retried; require() decides
+            pass
         return False
 
     def require(self, source: str, dataset: str, tries: int = 3) -> None:
-        """Renew the dataset's lease now; raise ProtocolViolation when it was lost.
+        """Renew the dataset's lease now; raise ProtocolViolation when it was lost."""
+        self.require_all([(source, dataset)], tries)
 
-        A catalog that fails to answer is asked ``tries`` times (a busy SQLite
-        file, a PostgreSQL restart) before its error ends the Run.
+    def require_all(self, datasets: Sequence[tuple[str, str]], tries: int = 3) -> None:
+        """Renew the leases of ``datasets`` now; raise ProtocolViolation when one was lost.
+
+        In one catalog transaction (a Run about to publish 200 datasets
+        renewed them in 200). A catalog that fails to answer is asked
+        ``tries`` times (a busy SQLite file, a PostgreSQL restart) before its
+        error ends the Run.
         """
         from combined.runtime._retry import retrying
 
-        held = retrying(tries)(self._renew, source, dataset)
-        if not held:
+        lost = retrying(tries)(self._renew, datasets)
+        if lost:
+            source, dataset = lost[0]
             holder = self.catalog.lease_holder(source, dataset)
             raise ProtocolViolation(
                 f"run {self.run_id} lost its lease on {source}.{dataset}"

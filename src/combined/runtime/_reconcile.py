@@ -11,11 +11,12 @@ committed but not published.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from combined.catalog import Catalog, Member, Run
 from combined.catalog import data as cat
 from combined.errors import ReconciliationFailed
-from combined.lake import LakeLayout
+from combined.lake import LakeLayout, LakeTable
 from combined.quality import Reconciliation, lake_rows, range_totals, reconcile, same_sum
 from combined.quality._nulls import filled_check, null_check, record_unfilled
 from combined.quality._variance import expected_variance, record_reconciliation
@@ -26,40 +27,14 @@ def reconcile_run(
     catalog: Catalog, layout: LakeLayout, run: Run, prepared: list[Prepared], members: list[Member]
 ) -> dict[str, Reconciliation]:
     """Check lake, version and source counts of every dataset before publishing."""
+    with catalog.begin() as conn:  # (one read for every dataset's version)
+        versions = [
+            cat.get_version(conn, m.dataset_version) if m.dataset_version else None for m in members
+        ]
     out: dict[str, Reconciliation] = {}
-    for p, m in zip(prepared, members, strict=True):
-        plan = p.staged.plan
-        with catalog.begin() as conn:
-            version = cat.get_version(conn, m.dataset_version) if m.dataset_version else None
-        whole = p.staged.full and plan.sync_mode != "append"
-        # One load of the table for the checks below (each reads the version committed).
-        lake = table_of(layout, plan).pinned()
-        result = reconcile(
-            f"{plan.source}.{plan.name}",
-            lake,
-            m.lake_version,
-            int(version.row_count) if version is not None else 0,
-            p.staged.rows if whole else p.staged.unchanged_rows,
-        )
-        if p.staged.control is not None:
-            result = expected_variance(
-                _check_control(catalog, layout, run, p, m, result), plan.strategy
-            )
-        result = null_check(result, lake, m.lake_version, p.staged.not_null)
-        result = filled_check(result, lake, m.lake_version, p.staged.filled_nulls)
-        out[plan.name] = result
-        with catalog.begin() as conn:
-            record_reconciliation(
-                conn, result, source=plan.source, dataset=plan.name, run_id=run.id
-            )
-            if p.staged.unfilled:
-                record_unfilled(
-                    conn,
-                    p.staged.unfilled,
-                    source=plan.source,
-                    dataset=plan.name,
-                    run_id=run.id,
-                )
+    for p, m, version in zip(prepared, members, versions, strict=True):
+        result = _reconcile_one(catalog, layout, run, p, m, version)
+        out[p.staged.plan.name] = result
         blocking = result.lake_status == "mismatch" or (
             result.source_status == "mismatch"
             and (p.staged.full or p.staged.unchanged_rows is not None)
@@ -74,43 +49,82 @@ def reconcile_run(
     return out
 
 
-def _check_control(
-    catalog: Catalog, layout: LakeLayout, run: Run, p: Prepared, m: Member, result: Reconciliation
+def _reconcile_one(
+    catalog: Catalog, layout: LakeLayout, run: Run, p: Prepared, m: Member, version: Any
 ) -> Reconciliation:
-    """Compare a backfill's control totals (read in its snapshot) with what landed."""
+    """One dataset's checks, recorded (with its control totals' event) in one transaction."""
+    plan = p.staged.plan
+    whole = p.staged.full and plan.sync_mode != "append"
+    # One load of the table for the checks below (each reads the version committed).
+    lake = table_of(layout, plan).pinned()
+    result = reconcile(
+        f"{plan.source}.{plan.name}",
+        lake,
+        m.lake_version,
+        int(version.row_count) if version is not None else 0,
+        p.staged.rows if whole else p.staged.unchanged_rows,
+    )
+    told: dict[str, Any] | None = None
+    if p.staged.control is not None:
+        checked, told, failure = _check_control(lake, p, m, result)
+        if failure is not None:
+            with catalog.begin() as conn:
+                cat.emit(conn, "reconciliation.control", run_id=run.id, **told)
+            raise failure
+        result = expected_variance(checked, plan.strategy)
+    result = null_check(result, lake, m.lake_version, p.staged.not_null)
+    result = filled_check(result, lake, m.lake_version, p.staged.filled_nulls)
+    with catalog.begin() as conn:
+        if told is not None:
+            cat.emit(conn, "reconciliation.control", run_id=run.id, **told)
+        record_reconciliation(conn, result, source=plan.source, dataset=plan.name, run_id=run.id)
+        if p.staged.unfilled:
+            record_unfilled(
+                conn, p.staged.unfilled, source=plan.source, dataset=plan.name, run_id=run.id
+            )
+    return result
+
+
+def _check_control(
+    table: LakeTable, p: Prepared, m: Member, result: Reconciliation
+) -> tuple[Reconciliation, dict[str, Any], ReconciliationFailed | None]:
+    """Compare a backfill's control totals (read in its snapshot) with what landed.
+
+    ``table``: the reconciliation's view of the dataset's table (its one
+    load). Returns the result, the ``reconciliation.control`` event's
+    fields (recorded with the reconciliation, or alone before the failure)
+    and the failure that leaves the Run unpublished, if any.
+    """
     plan, control = p.staged.plan, p.staged.control
     assert control is not None
-    table = table_of(layout, plan)
     files = table.files(m.lake_version) if m.lake_version is not None else []
     rows, total, tolerance = range_totals(
         files, p.staged.landed_filter, control.get("sum_column"), table.store
     )
     ok = rows == control["rows"] and same_sum(total, control.get("sum"), tolerance)
-    with catalog.begin() as conn:
-        cat.emit(
-            conn,
-            "reconciliation.control",
-            source=plan.source,
-            dataset=plan.name,
-            run_id=run.id,
-            control=dict(control),
-            landed={"rows": rows, "sum": total, "tolerance": tolerance},
-            ok=ok,
-        )
+    told = {
+        "source": plan.source,
+        "dataset": plan.name,
+        "control": dict(control),
+        "landed": {"rows": rows, "sum": total, "tolerance": tolerance},
+        "ok": ok,
+    }
     if not ok and (p.staged.full or p.staged.bounded):
-        raise ReconciliationFailed(
+        failure = ReconciliationFailed(
             f"{plan.source}.{plan.name}: the source's control totals ({control['rows']} "
             f"rows, sum {control.get('sum')}) differ from what landed ({rows} rows, "
             f"sum {total}); nothing was published",
             hint=f"a whole `combined capture {result.dataset}` carries rows gone from range",
         )
+        return result, told, failure
     # A delta capture (cursor) cannot see deletes or updates that leave its
     # cursor alone: a mismatch is that limit showing, reported and published.
-    return dataclasses.replace(
+    checked = dataclasses.replace(
         result,
         source_rows=control["rows"],
         source_status="reconciled" if ok else "mismatch",
     )
+    return checked, told, None
 
 
 def check_lake_untouched(catalog: Catalog, layout: LakeLayout, run: Run, plan: DatasetPlan) -> None:

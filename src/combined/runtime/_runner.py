@@ -142,8 +142,8 @@ class Runner:
         finally:
             watch.stop()
             keeper.stop()
-            for plan in held:
-                self.catalog.release_lease(plan.source, plan.name, run.id)
+            if held:
+                self.catalog.release_leases([(p.source, p.name) for p in held], run.id)
 
     def _held_elsewhere(self, run: Run, plan: DatasetPlan, give_back: bool) -> Run:
         """A worker's Run given back to the queue; else the error that another Run holds it."""
@@ -433,8 +433,8 @@ class Runner:
         try:
             checks = reconcile_run(self.catalog, self.layout, run, prepared, members)
             fault("after_projection")
-            for p in prepared:  # no publication from a Run that lost a dataset
-                leases.require(p.staged.plan.source, p.staged.plan.name)
+            # No publication from a Run that lost a dataset.
+            leases.require_all([(p.staged.plan.source, p.staged.plan.name) for p in prepared])
             with self.catalog.begin() as conn:
                 return publish_run(conn, run, prepared, members, checks, self.publish)
         except BaseException:
