@@ -387,3 +387,25 @@ def test_an_object_store_lake_is_compared_by_value_as_a_local_one(
         assert shipped.to_pylist() == [{"n": 10}]
     finally:
         engine.close()
+
+
+def test_the_lake_is_read_on_one_thread_and_the_settings_come_back(tmp_path: Path) -> None:
+    """In the files' order on two threads, chunks waited their turn: ~+30 MB at 5M rows."""
+    import duckdb
+    import pyarrow.parquet as pq
+
+    from combined.capture._values import ValuePrints
+
+    lake = tmp_path / "lake.parquet"
+    digests = [bytes([i]) * 16 for i in range(3)]
+    columns = {"id": [1, 2, 3], "_combined_id": digests, "_combined_payload_hash": digests}
+    pq.write_table(pa.table(columns), lake)
+    con = duckdb.connect(config={"threads": 3, "preserve_insertion_order": False})
+    settings = "SELECT current_setting('threads'), current_setting('preserve_insertion_order')"
+    payload = pa.schema([("id", pa.int64())])
+    prints = ValuePrints(con, payload, ["id"], [], [str(lake)], tmp_path)
+    read = prints.current()
+    next(read)
+    assert con.cursor().sql(settings).fetchall()[0][0] == 1  # (threads: the database's)
+    list(read)
+    assert con.sql(settings).fetchall() == [(3, False)]

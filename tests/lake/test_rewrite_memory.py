@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -41,7 +42,7 @@ def test_files_of_wide_rows_are_rewritten_one_at_a_time_and_keep_their_rows(
         (action,) = write_data_files(str(tmp_path), table.schema, table.to_batches(100), lake)
         paths.append(str(tmp_path / action.path))
         tables.append(table)
-    assert _rewrite._wide(pq.ParquetFile(paths[0]).metadata)
+    assert 2 * _rewrite.in_flight(pq.ParquetFile(paths[0]).metadata) > _rewrite.REWRITE_BYTES
     doomed = {p: np.arange(0, 300, 7) for p in paths[1:]}
     actions = _rewrite._rewritten(str(tmp_path), paths, tables[0].schema, doomed, False, lake)
     added = [a.path for a in actions if type(a).__name__ == "AddAction"]
@@ -159,3 +160,80 @@ def test_the_rewrite_of_constant_strings_holds_little_memory() -> None:
     # copy: 140-142 MB over the start here; read as dictionaries, 21-23 MB.
     # (eight files of 100,000 such rows, a third of each file's rows gone)
     assert rewrite_peak_mb("provenance", 8, 100_000, 10_000, 3) < 60
+
+
+def texts(first: int, rows: int, seed: int) -> pa.Table:
+    """``rows`` rows of ~300 bytes of text each, as the bench's wide table's (none repeats)."""
+    ids = np.arange(first, first + rows)
+    letters = np.random.default_rng(seed).integers(97, 123, rows * 300, dtype=np.uint8)
+    offsets = pa.array(np.arange(0, rows * 300 + 1, 300, dtype=np.int32))
+    return pa.table(
+        {
+            "id": ids,
+            "body": pa.StringArray.from_buffers(rows, offsets.buffers()[1], pa.py_buffer(letters)),
+            "_combined_id": pa.array([i.to_bytes(16, "big") for i in ids.tolist()], pa.binary()),
+            "_combined_op": pa.array(["insert"] * rows),
+        }
+    )
+
+
+# A table of FILES files of ROWS rows of texts(), committed in the parent; the
+# probe commits new texts for every STEP-th row of each, in a fresh
+# interpreter, and prints the most Arrow memory its pool held meanwhile.
+_COMMIT = """
+import sys
+import numpy as np
+import pyarrow as pa
+from combined.lake._table import LakeTable
+from tests.lake.test_rewrite_memory import texts
+
+root, files, rows, step = sys.argv[1], *(int(a) for a in sys.argv[2:])
+table = LakeTable(root, "t")
+changed = texts(0, files * rows // step, files)  # (new texts: a small table)
+changed = changed.set_column(0, "id", pa.array(np.arange(0, files * rows, step)))
+ids = [int(i).to_bytes(16, "big") for i in range(0, files * rows, step)]
+changed = changed.set_column(2, "_combined_id", pa.array(ids, pa.binary()))
+changed = changed.set_column(3, "_combined_op", pa.array(["update"] * changed.num_rows))
+pool = pa.default_memory_pool()
+start = pool.bytes_allocated()
+table.commit(
+    first_sequence=files + 1,
+    last_sequence=files + 1,
+    mode="merge",
+    data=lambda: pa.RecordBatchReader.from_batches(changed.schema, changed.to_batches()),
+    metadata={},
+)
+print((pool.max_memory() - start) >> 20)
+"""
+
+
+def test_a_commit_rewrites_files_of_wide_rows_within_its_bytes_in_flight(tmp_path: Path) -> None:
+    # Files of ~300-byte texts (the bench's wide table's rows), each of
+    # whose rewrite holds ~48 MB of Arrow memory at its peak, were rewritten
+    # two at a time: 85 MB at once. Their bytes in flight (in_flight) do not
+    # let two fit in the rewrite's budget: one at a time, 48 MB.
+    from combined.lake._table import LakeTable
+
+    files, rows = 4, 60_000
+    table = LakeTable(str(tmp_path), "t")
+    for n in range(files):
+        batch = texts(n * rows, rows, n)
+        table.commit(
+            first_sequence=n + 1,
+            last_sequence=n + 1,
+            mode="append",
+            data=functools.partial(
+                pa.RecordBatchReader.from_batches, batch.schema, batch.to_batches()
+            ),
+            metadata={},
+        )
+    assert len(table.files()) == files
+    assert 2 * _rewrite.in_flight(pq.read_metadata(table.files()[0])) > _rewrite.REWRITE_BYTES
+    root = Path(__file__).resolve().parents[2]
+    argv = [str(tmp_path), str(files), str(rows), "100"]
+    out = subprocess.run(
+        [sys.executable, "-c", _COMMIT, *argv], capture_output=True, text=True, check=True, cwd=root
+    )
+    assert int(out.stdout) <= _rewrite.REWRITE_BYTES >> 20
+    after = LakeTable(str(tmp_path), "t")
+    assert after.delta().to_pyarrow_table(columns=["id"]).num_rows == files * rows

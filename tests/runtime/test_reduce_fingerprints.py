@@ -53,6 +53,26 @@ def test_a_recapture_joins_only_the_rows_whose_fingerprints_differ(
     assert found == _general(tmp_path, parts, schema, current)
 
 
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_the_fingerprints_leave_room_for_the_memory_the_process_holds(tmp_path: Path) -> None:
+    # 4M rows' fingerprints (128 MB) fit a reduction memory 192 MB over
+    # what the process holds: sorted at once. With 128 MB more held (the
+    # extraction's leftovers, say), only 64 MB are left: by bucket. The
+    # reduction memory alone (over 192 MB) chose at once either way.
+    current, schema = baseline_lake(tmp_path)
+    parts, _ = staged(tmp_path, list(range(100)), "m")
+    r = new_reducer(tmp_path, parts, schema, current=[str(current)])
+    try:
+        status = Path("/proc/self/status").read_text().split("RssAnon:")[1]
+        r.memory_limit = int(status.split()[0]) * 1024 + 192 * 2**20
+        assert r._spill(4_000_000) is None
+        held = np.ones(128 * 2**20, np.uint8)  # (touched: resident)
+        assert r._spill(4_000_000) is not None
+        del held
+    finally:
+        r.close()
+
+
 @pytest.mark.parametrize(
     ("extra", "ordinals"),
     [

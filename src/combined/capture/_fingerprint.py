@@ -40,7 +40,7 @@ from combined.capture._databases import spill_directory
 from combined.delivery import part_schema, read_part
 from combined.protocol import _digest as dg
 from combined.protocol import _provenance as prov
-from combined.runtime._memory import release_memory
+from combined.runtime._memory import held_anonymous, release_memory
 
 if TYPE_CHECKING:
     import duckdb
@@ -61,12 +61,15 @@ _MERGE_CHUNKS = 16
 _PREFILTER_BITS = 22
 _PREFILTER_MAX_BITS = 24
 #: Reduction memory a row of a re-capture's fingerprints takes, both sides (8 bytes
-#: a side, and the room to read and sort them): past it, they are sorted by bucket.
+#: a side, and the room to read and sort them): past the room left for them
+#: (:func:`print_room`), they are sorted by bucket.
 PRINT_BYTES_PER_ROW = 32
 #: Bytes a one-sided row holds while candidates are gathered and joined (both sides'
 #: kept columns and the join's): past the reduction's memory over this, every row is
 #: joined in DuckDB instead.
 CANDIDATE_BYTES = 128
+#: The least share of the reduction memory the fingerprints get, whatever the process holds.
+PRINT_ROOM_SHARE = 4
 
 Words = np.ndarray[Any, np.dtype[np.uint64]]
 
@@ -285,6 +288,21 @@ def candidates(
 
 #: Where a large re-capture's fingerprints wait, by bucket: a directory and the bucket bits.
 Spill = tuple[Path, int] | None
+
+
+def print_room(limit: int) -> int:
+    """The reduction memory (``limit``) left for a re-capture's fingerprints, in bytes.
+
+    The limit less the anonymous memory the process holds already (its
+    imports' heaps, what the extraction left, the reduction's database),
+    never under a ``PRINT_ROOM_SHARE``-th of it. Held at once, a 5M-row
+    table's fingerprints (80 MB, sorted in place) came on top of ~120 MB
+    held and of the lake read's own buffers: the reduction's peak
+    (bench/RESULTS.md); in 2 buckets they are written to files as they
+    are read, and sorted half at a time.
+    """
+    limit = max(limit, 1)
+    return max(limit - held_anonymous(), limit // PRINT_ROOM_SHARE, 1)
 
 
 def _one_sided_at_once(
@@ -546,7 +564,7 @@ class Fingerprints:
 
     def _spill(self: _Reduction, rows: int) -> Spill:
         """Where and in how many buckets ``rows`` fingerprints a side are sorted (None: at once)."""
-        buckets = -(-rows * PRINT_BYTES_PER_ROW // max(self.memory_limit, 1))
+        buckets = -(-rows * PRINT_BYTES_PER_ROW // print_room(self.memory_limit))
         if buckets <= 1:
             return None
         directory = spill_directory(self.con)

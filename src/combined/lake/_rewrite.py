@@ -36,11 +36,13 @@ if TYPE_CHECKING:
 _ID, _OP = "_combined_id", "_combined_op"
 #: The operations whose id's current row leaves the table.
 _REPLACING = ("update", "delete")
-#: Files of rows this wide on average (uncompressed) are rewritten one at a
-#: time, on one thread: a file's reader and writer each hold a multiple of a
-#: row group of large values or long lists, and a second thread's heap keeps
-#: its own share (the 1%-changed commit of 50k int[1000] rows: +400 -> +175 MB).
-WIDE_ROW_BYTES = 1024
+#: Arrow bytes the files being rewritten hold in flight at once, all of them
+#: (see :func:`in_flight`): two files are rewritten at a time, on two
+#: threads, only where both fit. Decoding and encoding release the GIL, but a
+#: second file's buffers and its thread's heap come on top: two files of the
+#: bench's wide rows at once held 63-68 MB of Arrow memory (+102 MB of RSS),
+#: one at a time 34 MB (+59 MB), for no more CPU (bench/RESULTS.md).
+REWRITE_BYTES = 64 << 20
 
 
 @dataclass(slots=True)
@@ -144,10 +146,10 @@ def _rewritten(
     """The actions of the files that lose rows (or of every file, with ``every_file``)."""
     from deltalake.transaction import RemoveAction
 
-    def rewrite(local: str) -> tuple[list[Any], bool]:  # a path or URL, as files() gives them
-        out, wide = _kept_rows(table, local, schema, doomed.get(local), every_file, lake)
+    def rewrite(local: str) -> tuple[list[Any], int]:  # a path or URL, as files() gives them
+        out, flight = _kept_rows(table, local, schema, doomed.get(local), every_file, lake)
         if every_file:
-            return out, wide  # (the overwrite removes every file)
+            return out, flight  # (the overwrite removes every file)
         out.append(
             RemoveAction(
                 path=_relative(local, table, lake),
@@ -157,15 +159,15 @@ def _rewritten(
                 partition_values={},
             )
         )
-        return out, wide
+        return out, flight
 
     # A file none of whose rows goes is not even opened.
     pending = [f for f in files if f in doomed or every_file]
     if not pending:
         return []
-    # The first file on this thread: its footer tells the rows' width.
-    actions, wide = rewrite(pending[0])
-    if wide:  # one at a time, on this thread (see WIDE_ROW_BYTES)
+    # The first file on this thread: its footer tells the bytes a file holds in flight.
+    actions, flight = rewrite(pending[0])
+    if 2 * flight > REWRITE_BYTES:  # one at a time, on this thread
         for local in pending[1:]:
             actions.extend(rewrite(local)[0])
     else:  # two at a time: decoding and encoding release the GIL
@@ -185,28 +187,43 @@ def _kept_rows(
     doomed: np.ndarray | None,
     every_file: bool,
     lake: LakeStore,
-) -> tuple[list[Any], bool]:
+) -> tuple[list[Any], int]:
     """The add actions of ``local``'s rows but ``doomed`` (row numbers): none when all go.
 
-    And whether its rows are wide (:func:`_wide`).
+    And the bytes its rewrite holds in flight (:func:`in_flight`).
     """
     source = lake.open_input(local)
     with pq.ParquetFile(source) as pf:
         meta = pf.metadata
-    rows, wide = meta.num_rows, _wide(meta)
+    rows, flight = meta.num_rows, in_flight(meta)
     if doomed is not None and len(doomed) >= rows and not every_file:
-        return [], wide  # every row goes (a backlog that updates them all): nothing to read
+        return [], flight  # every row goes (a backlog that updates them all): nothing to read
     dictionaries = _dictionary_columns(meta, schema)
     # (the footer read once: the same file, its metadata given)
     with pq.ParquetFile(source, metadata=meta, read_dictionary=dictionaries) as pf:
-        return _kept(table, pf, schema, _keep_mask(rows, doomed), lake, dictionaries), wide
+        return _kept(table, pf, schema, _keep_mask(rows, doomed), lake, dictionaries), flight
 
 
-def _wide(meta: pq.FileMetaData) -> bool:
-    """Whether a file's rows average ``WIDE_ROW_BYTES`` or more (uncompressed)."""
-    size = sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
+def in_flight(meta: pq.FileMetaData) -> int:
+    """About the Arrow bytes the rewrite of a file holds at its peak, from its footer.
+
+    Its largest row group's compressed bytes (read whole), a batch read and
+    its filtered copy (:func:`_files.read_batches`), and its writer's row
+    group gathering and being encoded (two of ``ROW_GROUP_ROWS`` rows or
+    ``ROW_GROUP_BYTES``), sized by the rows' average uncompressed bytes (near
+    their Arrow bytes: 325 and ~380 a row of the bench's wide table). Files
+    of the bench's narrow rows hold ~10 MB (estimated), of its wide ones
+    ~40 (34 measured), of 300-byte random texts ~48 (48).
+    """
+    groups = [meta.row_group(g) for g in range(meta.num_row_groups)]
     rows = int(meta.num_rows)
-    return rows > 0 and int(size) // rows >= WIDE_ROW_BYTES
+    if rows <= 0 or not groups:
+        return 0
+    row = max(1, sum(int(g.total_byte_size) for g in groups) // rows)
+    read = max(sum(g.column(c).total_compressed_size for c in range(g.num_columns)) for g in groups)
+    group = min(_files.ROW_GROUP_BYTES, row * _files.ROW_GROUP_ROWS)
+    batch = min(_files.READ_BATCH_BYTES, row * _files.REWRITE_BATCH_ROWS)
+    return int(read) + 2 * batch + 2 * group
 
 
 #: The provenance strings a Delivery holds one value of (a few, for ``_combined_op``).

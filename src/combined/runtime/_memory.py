@@ -177,6 +177,22 @@ def _resident() -> int | None:
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+def held_anonymous() -> int:
+    """The anonymous memory this process holds now, in bytes (0 where ``/proc`` does not say).
+
+    Its heaps and buffers, not the pages of its libraries' files (``RssAnon``
+    of ``/proc/self/status``): what a step's working memory comes on top of.
+    """
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def purge_duckdb() -> bool:
     """Give back the pages DuckDB's jemalloc holds freed; whether it could.
 
