@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from combined.errors import LakeError
 from combined.lake import _files, _rewrite
 from combined.lake._files import write_data_files
 from combined.lake._rewrite import rewrite_actions
@@ -210,3 +212,63 @@ def test_the_rows_a_small_change_replaces_are_found_without_opening_a_database(
         got = pa.concat_tables([pq.read_table(table / a.path) for a in added])
         assert sorted(got.column("n").to_pylist()) == [1, 2, 3]
     assert len(duck_opens) == 1  # the lake's shared database, once
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["v2", "v1"])
+def test_many_ids_to_remove_are_found_by_a_search_over_them_sorted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, binary: bool
+) -> None:
+    """Past ``SHARED_GONE`` ids, the rows to remove are found without DuckDB: its hash
+    table of every id of a 5M-row re-capture whose every row changed ran out of its
+    64 MB (it could not spill there). Here every id but a seventh, in three files."""
+    monkeypatch.setattr(_rewrite, "SHARED_GONE", 10)
+
+    def ident(i: int) -> bytes | str:
+        return hashlib.md5(str(i).encode()).digest() if binary else f"id{i}"
+
+    kind = pa.binary() if binary else pa.string()
+    schema = pa.schema([("_combined_id", kind), ("_combined_op", pa.string()), ("n", pa.int64())])
+    table, written, at = tmp_path / "t", [], 0
+    for size in (120_000, 100_000, 80_000):
+        ns = list(range(at, at + size))
+        batch = pa.record_batch(
+            [pa.array([ident(i) for i in ns], kind), pa.array(["insert"] * size), pa.array(ns)],
+            schema=schema,
+        )
+        written += write_data_files(table, schema, [batch])
+        at += size
+    files = [str(table / a.path) for a in written]
+    gone = pa.array([ident(i) for i in range(at) if i % 7 != 3] + [ident(at + 5)], kind)
+    doomed = _rewrite._doomed_rows(files, gone, LakeStore.at(str(tmp_path)))
+    assert set(doomed) == set(files)
+    for name in files:
+        ns = pq.read_table(name, columns=["n"]).column(0).to_pylist()
+        assert doomed[name].tolist() == [k for k, i in enumerate(ns) if i % 7 != 3]
+    few = _rewrite._doomed_rows(files, gone.slice(0, 5), LakeStore.at(str(tmp_path)))
+    assert {k: v.tolist() for k, v in few.items()} == {files[0]: [0, 1, 2, 4, 5]}
+
+
+def test_a_row_of_a_file_named_otherwise_than_the_log_names_it_stops_the_commit(
+    tmp_path: Path,
+) -> None:
+    table = tmp_path / "t"
+    (a,) = write_data_files(table, SCHEMA, [_rows(list(range(10)))])
+    logged = str(table / a.path)
+    elsewhere = tmp_path / "copy.parquet"
+    elsewhere.write_bytes(Path(logged).read_bytes())
+    store = LakeStore.at(str(tmp_path))
+    found = _rewrite._doomed_rows([logged], pa.array(["id3"]), store)
+    assert {k: v.tolist() for k, v in found.items()} == {logged: [3]}
+    # DuckDB reports each row's file by the name it read: a name not in the log's list
+    # (here a path listed as another one) is never taken as one of the log's files.
+    with pytest.raises(LakeError, match="otherwise than its log does"):
+        _rewrite._gather(
+            pa.record_batch(
+                {
+                    "at": pa.array([None], pa.int64()),
+                    "number": pa.array([3], pa.int64()),
+                    "strange": pa.array([str(elsewhere)]),
+                }
+            ),
+            {},
+        )

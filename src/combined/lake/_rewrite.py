@@ -28,6 +28,7 @@ from combined.lake import _files
 from combined.lake._files import LinkedFile, link_data_files, write_data_files
 from combined.lake._store import LakeStore
 from combined.lake._types import to_lake, unviewed
+from combined.protocol import _provenance as prov
 from combined.runtime._memory import release_memory
 
 if TYPE_CHECKING:
@@ -334,64 +335,102 @@ def _offsets(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pa.Record
 def _doomed_rows(files: Sequence[str], gone: pa.Array, lake: LakeStore) -> dict[str, np.ndarray]:
     """The rows (file row numbers) of each of ``files`` whose id is in ``gone``.
 
-    One DuckDB query: the hash table of ``gone`` is built once, and only the
-    files' id columns are scanned (files without such a row are left out).
-    The row numbers come back as Arrow arrays, never a Python int each. On
-    the lake's shared database, the scan's pages stay with DuckDB's
-    allocator when it is done (~40 MB of a 5M-row table's ids): the caller
-    gives them back before rewriting.
+    One DuckDB query: the hash table of ``gone`` is built once (spilled past
+    the database's memory), and only the files' id columns are scanned
+    (files without such a row are left out). Each row found comes back as
+    its file's place in ``files`` and its row number, in Arrow batches
+    gathered file by file: a list of row numbers aggregated a file in DuckDB
+    cannot spill, and every row of 5M gone ran out of its memory. On the
+    lake's shared database, the scan's pages stay with DuckDB's allocator
+    when it is done (~40 MB of a 5M-row table's ids): the caller gives them
+    back before rewriting.
     """
     if not files:
         return {}
-    with _doomed_duck(lake, len(gone)) as con:
+    if len(gone) > SHARED_GONE:
+        return _doomed_by_search(files, gone, lake)
+    found: dict[int, list[np.ndarray]] = {}
+    with lake.duck() if not lake.remote else _own_duck() as con:
         lake.attach(con)
         con.register("gone", pa.table({"id": gone}))
+        con.register("named", pa.table({"name": [str(f) for f in files], "at": range(len(files))}))
         listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
-        # One row a file, its row numbers as a list: no file name repeated for each row.
-        found: pa.Table = con.sql(
-            "SELECT filename, list(file_row_number) AS numbers "
-            f"FROM read_parquet([{listing}], filename = true, file_row_number = true) "
-            "WHERE _combined_id IN (SELECT id FROM gone) GROUP BY filename"
-        ).to_arrow_table()
-    names = found.column("filename").to_pylist()
-    numbers = found.column("numbers").combine_chunks()
-    doomed = {
-        str(name): numbers[i].values.to_numpy(zero_copy_only=False) for i, name in enumerate(names)
-    }
-    strange = set(doomed) - set(files)
-    if strange:  # a file the commit would keep whole though rows of it must go
+        try:
+            rows = con.sql(
+                "SELECT n.at, p.file_row_number AS number, "
+                "CASE WHEN n.at IS NULL THEN p.filename END AS strange FROM read_parquet("
+                f"[{listing}], filename = true, file_row_number = true) p "
+                "LEFT JOIN named n ON n.name = p.filename "
+                "WHERE p._combined_id IN (SELECT id FROM gone)"
+            )
+            for batch in rows.to_arrow_reader(1 << 20):
+                _gather(batch, found)
+        finally:
+            con.unregister("named")
+            con.unregister("gone")
+    return {files[at]: np.sort(np.concatenate(parts)) for at, parts in found.items()}
+
+
+def _gather(batch: pa.RecordBatch, found: dict[int, list[np.ndarray]]) -> None:
+    """Add a batch of (file's place, row number) to ``found``, by file."""
+    at = batch.column(0)
+    if at.null_count:  # a file the commit would keep whole though rows of it must go
+        strange = batch.column(2).filter(at.is_null())[0].as_py()
         raise LakeError(
-            f"the lake named its data file {sorted(strange)[0]!r} otherwise than its log does",
+            f"the lake named its data file {strange!r} otherwise than its log does",
             hint="nothing was committed; report this with the lake's URL scheme",
         )
-    return doomed
+    places = at.to_numpy()
+    numbers = batch.column(1).to_numpy()
+    order = np.argsort(places, kind="stable")
+    places, numbers = places[order], numbers[order]
+    cuts = np.flatnonzero(np.diff(places)) + 1
+    for chunk, rows in zip(np.split(places, cuts), np.split(numbers, cuts), strict=True):
+        if len(chunk):
+            found.setdefault(int(chunk[0]), []).append(rows)
 
 
-#: Ids to remove up to which a local lake's rows are found on its shared DuckDB
-#: database (:meth:`LakeStore.duck`): their hash table is a few MB, and a
-#: database of its own costs ~15 ms of CPU to open, more than finding the one
-#: row a small table's commit replaces.
+#: Ids to remove up to which a commit's rows are found by DuckDB: on a local lake's
+#: shared database (:meth:`LakeStore.duck`), whose hash table of a few MB costs less than
+#: opening a database (~15 ms of CPU). Past it, by a binary search over the sorted ids
+#: (:func:`_doomed_by_search`): DuckDB's hash table of millions of ids could not spill
+#: under a small limit, and every row of 5M changed ran out of its memory.
 SHARED_GONE = 65_536
 
 
 @contextmanager
-def _doomed_duck(lake: LakeStore, gone: int) -> Iterator[duckdb.DuckDBPyConnection]:
-    """The connection :func:`_doomed_rows` queries: shared for a few ids, else its own."""
+def _own_duck() -> Iterator[duckdb.DuckDBPyConnection]:
+    """A small database of its own (a remote lake's few ids: its files read over HTTP)."""
     import duckdb
 
-    if not lake.remote and gone <= SHARED_GONE:
-        with lake.duck() as con:
-            yield con
-        return
-    con = duckdb.connect(
-        ":memory:",
-        # ids and row numbers only: 64 MB (128 held ~30 MB more at a backlog's commit)
-        config={"threads": 2, "memory_limit": "64MB", "preserve_insertion_order": False},
-    )
+    con = duckdb.connect(":memory:", config={"threads": 2, "memory_limit": "64MB"})
     try:
         yield con
     finally:
         con.close()
+
+
+def _doomed_by_search(
+    files: Sequence[str], gone: pa.Array, lake: LakeStore
+) -> dict[str, np.ndarray]:
+    """:func:`_doomed_rows` for many ids: each file's ids, a batch at a time, looked up
+    in ``gone`` sorted once (memory: the sorted ids, ~16 bytes each, and one batch)."""
+    from combined.protocol._digest import DigestSet
+
+    member = DigestSet(gone)
+    doomed: dict[str, np.ndarray] = {}
+    for name in files:
+        numbers: list[np.ndarray] = []
+        at = 0
+        with pq.ParquetFile(lake.open_input(name)) as pf:
+            for batch in pf.iter_batches(batch_size=65_536, columns=[prov.ID]):
+                hit = member(batch.column(0)).to_numpy(zero_copy_only=False)
+                numbers.append(np.flatnonzero(hit) + at)
+                at += batch.num_rows
+        rows = np.concatenate(numbers) if numbers else np.empty(0, np.int64)
+        if len(rows):
+            doomed[name] = rows
+    return doomed
 
 
 def _keep_mask(rows: int, doomed: np.ndarray | None) -> pa.BooleanArray:

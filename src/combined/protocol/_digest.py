@@ -113,7 +113,18 @@ class DigestSet:
     def __init__(self, values: pa.Array | pa.ChunkedArray) -> None:
         self._values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
         fixed = _fixed_width(self._values)
-        self._sorted = None if fixed is None else np.sort(fixed)
+        # 16-byte digests: their first 64-bit words sorted (a binary search over
+        # integers, ~8x faster than over 16-byte strings), the second checked.
+        self._words: tuple[np.ndarray, np.ndarray] | None = None
+        if fixed is not None and fixed.dtype.itemsize == 16 and len(fixed):
+            words = fixed.view(np.uint64).reshape(-1, 2)
+            order = np.argsort(words[:, 0])
+            first, second = words[order, 0], words[order, 1]
+            if not np.any(first[1:] == first[:-1]):  # (else the byte strings decide)
+                self._words = first, second
+        self._sorted = fixed
+        if fixed is not None and self._words is None:
+            self._sorted = np.sort(fixed)
 
     def __call__(self, ids: pa.Array) -> pa.Array:
         """A boolean a value of ``ids``: whether the set holds it."""
@@ -122,6 +133,16 @@ class DigestSet:
             return pc.is_in(ids, value_set=self._values.cast(ids.type))
         if not len(self._sorted):
             return pa.array(np.zeros(len(asked), np.bool_))
+        if self._words is not None:
+            first, second = self._words
+            words = asked.view(np.uint64).reshape(-1, 2)
+            # Searched in order: each search starts near the last (random ones
+            # missed the cache at every step, ~0.9 us each at 5M digests).
+            order = np.argsort(words[:, 0])
+            at = np.empty(len(order), np.intp)
+            at[order] = np.searchsorted(first, words[order, 0])
+            np.minimum(at, len(first) - 1, out=at)
+            return pa.array((first[at] == words[:, 0]) & (second[at] == words[:, 1]))
         at = np.minimum(np.searchsorted(self._sorted, asked), len(self._sorted) - 1)
         return pa.array(self._sorted[at] == asked)
 
