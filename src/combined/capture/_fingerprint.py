@@ -40,7 +40,7 @@ from combined.capture._databases import spill_directory
 from combined.delivery import part_schema, read_part
 from combined.protocol import _digest as dg
 from combined.protocol import _provenance as prov
-from combined.runtime._memory import held_anonymous, release_memory
+from combined.runtime._memory import release_memory, room_left
 
 if TYPE_CHECKING:
     import duckdb
@@ -301,8 +301,7 @@ def print_room(limit: int) -> int:
     (bench/RESULTS.md); in 2 buckets they are written to files as they
     are read, and sorted half at a time.
     """
-    limit = max(limit, 1)
-    return max(limit - held_anonymous(), limit // PRINT_ROOM_SHARE, 1)
+    return room_left(limit, PRINT_ROOM_SHARE)
 
 
 def _one_sided_at_once(

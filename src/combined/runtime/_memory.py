@@ -235,3 +235,14 @@ def tune_allocators() -> None:
     fix_mmap_threshold()
     raise_trim_threshold()
     limit_arenas()
+
+
+def room_left(limit: int, share: int = 4) -> int:
+    """What of a step's memory ``limit`` is left beside what the process holds, in bytes.
+
+    The limit less the anonymous memory held now (:func:`held_anonymous`), never
+    under a ``share``-th of it: a budget the process's peak keeps to whatever
+    the imports and the earlier steps left.
+    """
+    limit = max(limit, 1)
+    return max(limit - held_anonymous(), limit // share, 1)
