@@ -182,6 +182,19 @@ def kinds() -> list[Kind]:
         _numeric(50, 20),
         _numeric(76, 38),
         Kind(
+            "numeric(5,-2)",
+            _lit("numeric(5,-2)", lambda r: f.edge_decimal(r, 7, 0)[:-2] + "00"),
+            f.plain_decimal,
+            f.plain_decimal,
+            key=True,
+        ),
+        Kind(
+            "numeric(3,5)",
+            _lit("numeric(3,5)", lambda r: r.choice(["", "-"]) + f"0.00{r.randrange(1000):03d}"),
+            f.plain_decimal,
+            f.plain_decimal,
+        ),
+        Kind(
             "numeric(100,30)",
             _lit("numeric(100,30)", lambda r: f.edge_decimal(r, 100, 30)),
             f.plain_decimal,
@@ -228,6 +241,18 @@ def kinds() -> list[Kind]:
             "pg_lsn", lambda r: quote(f"{r.randrange(2**32):X}/{r.randrange(2**32):X}") + "::pg_lsn"
         ),
         Kind("oid", f.ints(0, 2**32 - 1), f.as_int, f.as_int),
+        _text_kind('"char"', _lit('"char"', lambda r: r.choice(["a", "", "Z", "'", "\\"]))),
+        _text_kind("varchar", _text_of("varchar", 5000), key=True),
+        _text_kind(
+            "macaddr8",
+            lambda r: quote(":".join(f"{r.randrange(256):02x}" for _ in range(8))) + "::macaddr8",
+        ),
+        _text_kind(
+            "jsonpath",
+            lambda r: (
+                quote(r.choice(["$.a", "$[*] ? (@ > 1)", '$."é😀"', "strict $.a.b"])) + "::jsonpath"
+            ),
+        ),
         Kind("posint", f.ints(1, 2**31 - 1), f.as_int, f.as_int, key=True, extra=(posint,)),
     ]
 
@@ -235,7 +260,9 @@ def kinds() -> list[Kind]:
 ARRAYABLE = {
     "smallint", "integer", "bigint", "boolean", "real", "double precision", "numeric(18,6)",
     "numeric(50,20)", "numeric", "text", "varchar(12)", "char(5)", "bytea", "date", "timestamp",
-    "timestamptz", "time", "uuid", "jsonb", "mood", "inet",
+    "timestamptz", "time", "uuid", "jsonb", "mood", "inet", "timetz", "bit(5)", "varbit(10)",
+    "macaddr", "cidr", "xml", "json", "pg_lsn", "oid", '"char"', "name", "citext", "posint",
+    "macaddr8", "varchar", "numeric(5,-2)", "numeric(3,5)",
 }  # fmt: skip
 
 

@@ -16,6 +16,7 @@ by value, in the canonical form ``_fidelity.py`` defines.
 The default run takes a few seeds. More, when looking for defects:
 
     COMBINED_FIDELITY_SEEDS=200 pytest tests/engine/test_fidelity_random.py  # seeds 0..199
+    COMBINED_FIDELITY_SEEDS=500-599 pytest tests/engine/test_fidelity_random.py  # seeds 500..599
     COMBINED_FIDELITY_SEED=17 pytest tests/engine/test_fidelity_random.py    # seed 17 alone
 
 A failure names its seed; the seed alone reproduces it.
@@ -45,7 +46,8 @@ def seeds() -> list[int]:
     """The seeds to run: ``COMBINED_FIDELITY_SEED``, else ``COMBINED_FIDELITY_SEEDS`` of them."""
     if one := os.environ.get("COMBINED_FIDELITY_SEED"):
         return [int(one)]
-    return list(range(int(os.environ.get("COMBINED_FIDELITY_SEEDS", "2"))))
+    first, _, last = os.environ.get("COMBINED_FIDELITY_SEEDS", "2").rpartition("-")
+    return list(range(int(first or 0), int(last) + (1 if first else 0)))
 
 
 TABLES = 3  # per seed; each keyed table also holds a replication slot while it runs

@@ -23,7 +23,8 @@ numeric(p,s), 38<p<=76     decimal256(p,s)                 text -> cast; NaN rai
 numeric (no typmod), p>76  string (PostgreSQL text)        no fixed scale exists, so any
                                                            decimal would round or fail
                                                            on a later value; text is exact
-text/varchar/char(n)/name  string                          native (char(n) keeps padding)
+text/varchar/char(n)/name  string                          native (char(n) keeps padding);
+                                                           "char" as its text
 bytea                      binary                          native
 date                       date32                          native; +-infinity raises
 time                       time64[us]                      native; 24:00:00 raises
@@ -106,7 +107,6 @@ _NATIVE: dict[int, tuple[pa.DataType, str]] = {
     VARCHAR: (pa.string(), "varchar"),
     BPCHAR: (pa.string(), "bpchar"),
     NAME: (pa.string(), "name"),
-    CHAR: (pa.string(), '"char"'),
     BYTEA: (pa.binary(), "bytea"),
     DATE: (pa.date32(), "date"),
     TIME: (pa.time64("us"), "time"),
@@ -116,7 +116,8 @@ _NATIVE: dict[int, tuple[pa.DataType, str]] = {
     JSON: (pa.string(), "json"),
     JSONB: (pa.string(), "jsonb"),
 }
-_AS_TEXT = {UUID, INET, CIDR, MACADDR, MACADDR8, XML, BIT, VARBIT, TIMETZ, PG_LSN, JSONPATH}
+# "char" too: the driver reads its empty value (a zero byte) as "\x00", its text is ''.
+_AS_TEXT = {UUID, INET, CIDR, MACADDR, MACADDR8, XML, BIT, VARBIT, TIMETZ, PG_LSN, JSONPATH, CHAR}
 _INT_TYPES = {INT2, INT4, INT8}
 # The text of a value is its type's output, as a change stream sends it. inet's
 # cast to text is a function of its own that adds the mask (`::1/128` for `::1`);
