@@ -64,8 +64,9 @@ FITS = {
 
 
 def _cp1252(s: str) -> bool:
+    # MariaDB's latin1 is cp1252 with its five unassigned bytes as the C1 controls.
     try:
-        s.encode("cp1252")
+        s.translate(dict.fromkeys(map(ord, "\x81\x8d\x8f\x90\x9d"))).encode("cp1252")
     except UnicodeEncodeError:
         return False
     return True
@@ -219,6 +220,19 @@ def kinds() -> list[Kind]:
         Kind("varbinary(32)", _bytes(32), f.same, f.same, key=True),
         Kind("blob", _bytes(3000), f.same, f.same),
         Kind("longblob", _bytes(100), f.same, f.same),
+        Kind("tinyblob", _bytes(255), f.same, f.same),
+        Kind("varchar(8) character set binary", _bytes(8), f.same, f.same, key=True),
+        Kind("tinyint(1)", f.ints(-128, 127), f.as_int, f.as_int, key=True),
+        Kind(
+            "decimal(10,2) unsigned",
+            lambda r: f.edge_decimal(r, 10, 2).lstrip("-"),
+            f.plain_decimal,
+            f.plain_decimal,
+            key=True,
+        ),
+        Kind("tinytext", lambda r: utf8(f.text(r, most=60)), f.same, f.same),
+        Kind("longtext", lambda r: utf8(f.text(r, most=5000)), f.same, f.same),
+        Kind("nchar(4)", lambda r: utf8(f.text(r, FITS["utf8mb3"], 4)), f.same, f.same, key=True),
         *_temporal(),
         Kind("uuid", lambda r: f"'{uuid.UUID(int=r.getrandbits(128))}'", f.same, f.same, key=True),
         Kind(

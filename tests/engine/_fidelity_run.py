@@ -79,12 +79,17 @@ def draw_shape(rng: Random, name: str, kinds: list[Kind], rid: Kind, keyless: bo
     return Shape(name, columns, key)
 
 
-def create(dialect: Dialect, shape: Shape, suffix: str = "") -> str:
-    """The ``CREATE TABLE`` of a shape."""
+def create(dialect: Dialect, rng: Random, shape: Shape, suffix: str = "") -> list[str]:
+    """The ``CREATE TABLE`` of a shape; now and then a column dropped from its middle."""
     cols = [f"{dialect.ident(n)} {k.ddl}" for n, k in shape.columns]
+    gone = rng.random() < 0.3
+    if gone:
+        cols.insert(rng.randint(0, len(cols)), f"{dialect.ident('gone')} int DEFAULT 7")
     if shape.key:
         cols.append(f"PRIMARY KEY ({', '.join(dialect.ident(k) for k in shape.key)})")
-    return f"CREATE TABLE {dialect.ident(shape.name)} ({', '.join(cols)}){suffix}"
+    table = dialect.ident(shape.name)
+    out = [f"CREATE TABLE {table} ({', '.join(cols)}){suffix}"]
+    return out + ([f"ALTER TABLE {table} DROP COLUMN {dialect.ident('gone')}"] if gone else [])
 
 
 def value(rng: Random, kind: Kind, nulls: float = 0.2) -> str:
