@@ -122,7 +122,16 @@ _INT_TYPES = {INT2, INT4, INT8}
 # The text of a value is its type's output, as a change stream sends it. inet's
 # cast to text is a function of its own that adds the mask (`::1/128` for `::1`);
 # a cast to `name` has none, so it is the output (an inet's text fits in `name`).
-_TEXT_OF = {INET: "CAST(CAST({} AS name) AS text)"}
+_VIA_NAME = {INET}
+
+
+def _as_text(col: sql.Composable, base_oid: int, array: str = "") -> sql.Composable:
+    """``col`` as its type's output text (``array="[]"``: an array's elements)."""
+    if base_oid in _VIA_NAME:
+        return sql.SQL(f"CAST(CAST({{}} AS name{array}) AS text{array})").format(col)
+    return sql.SQL(f"CAST({{}} AS text{array})").format(col)
+
+
 _TIME_TYPES = {DATE, TIMESTAMP, TIMESTAMPTZ}
 
 # PostgreSQL's earliest timestamp (4714-11-24 BC) in Unix microseconds and
@@ -272,7 +281,7 @@ def plan_column(
     if s.route == "unsupported":
         return ColumnPlan(name, source_type, "unsupported", None, col, reason=s.reason)
     if s.route in ("text", "decimal"):
-        expr: sql.Composable = sql.SQL(_TEXT_OF.get(s.base_oid, "CAST({} AS text)")).format(col)
+        expr: sql.Composable = _as_text(col, s.base_oid)
     elif s.via_domain:
         expr = sql.SQL("CAST({} AS {})").format(col, sql.SQL(_base_sql(s)))
     else:
@@ -292,9 +301,7 @@ def _array_plan(
     elif elem.route == "native":
         expr = sql.SQL("CAST({} AS {}[])").format(col, sql.SQL(_base_sql(elem)))
     else:  # json, text and decimal elements travel as text[]
-        expr = sql.SQL(_TEXT_OF.get(elem.base_oid, "CAST({} AS text)").replace(")", "[])")).format(
-            col
-        )
+        expr = _as_text(col, elem.base_oid, "[]")
     route: Route = "decimal" if elem.route == "decimal" else "native"
     arrow = elem.arrow
     if pa.types.is_decimal256(arrow):
