@@ -10,6 +10,25 @@ value, so the comparison is by value and exact: floats by their bits (NaN,
 -0.0 and infinities told apart), decimals as plain text at their scale,
 dates as days and timestamps as microseconds (years before 1 and after 9999
 included), times of day as microseconds.
+
+How each lake value maps back to the source's text:
+
+=========================================  ===========================================
+lake value (DuckDB over the Delta table)   canonical form, and the source text's
+=========================================  ===========================================
+integers; decimal(20,0) (bigint unsigned,  the integer (``int(text)``)
+bit(64)); bool of bit(1) or boolean        (PostgreSQL's boolean: ``text == "t"``)
+float32 / float64                          ``repr`` of the float (``nan`` one value),
+                                           the text parsed (float32: rounded to it)
+decimal(p,s); text of a decimal over 38    plain text at the scale (``1.50``), from
+digits                                     ``Decimal(text)``
+date32 / timestamp                         days / microseconds since 1970 (the text's
+                                           proleptic Gregorian date, ``BC`` and offsets)
+text of a time of day                      microseconds of the day, both texts parsed
+text (text, json, uuid, inet, enum, ...)   the text itself, equal to the source's
+binary                                     the bytes (PostgreSQL's ``\\x..`` decoded)
+list                                       a tuple of the elements' forms (NULLs kept)
+=========================================  ===========================================
 """
 
 from __future__ import annotations
@@ -191,6 +210,13 @@ def time_micros(value: str) -> int:
     micros = ((int(h) * 60 + int(mi)) * 60 + int(s)) * 1_000_000
     micros += int((frac or "").ljust(6, "0")[:6] or 0)
     return -micros if sign else micros
+
+
+def lake_time(value: str) -> Any:
+    """The lake's text of a time of day: ``HH:MM:SS.ffffff`` always (else it stays unequal)."""
+    if re.fullmatch(r"\d\d:\d\d:\d\d\.\d{6}", value) is None:
+        return ("not HH:MM:SS.ffffff", value)
+    return time_micros(value)
 
 
 def double_bits(value: float) -> str:

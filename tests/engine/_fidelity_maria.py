@@ -138,7 +138,7 @@ def _temporal() -> list[Kind]:
         out.append(
             Kind(f"timestamp({fsp}) null", lambda r: f"'{_stamp(r)}'", f.stamp_micros, f.same)
         )
-        out.append(Kind(f"time({fsp})", lambda r: f"'{f.clock(r)}'", f.time_micros, f.time_micros))
+        out.append(Kind(f"time({fsp})", lambda r: f"'{f.clock(r)}'", f.time_micros, f.lake_time))
     out.append(
         Kind(
             "year",

@@ -212,7 +212,7 @@ def kinds() -> list[Kind]:
         Kind("date", _lit("date", _date), f.date_days, f.same, key=True),
         Kind("timestamp", _lit("timestamp", _stamp), f.stamp_micros, f.same, key=True),
         Kind("timestamptz", _lit("timestamptz", _stamptz), f.stamp_micros, f.same, key=True),
-        Kind("time", _lit("time", f.clock), f.time_micros, f.time_micros),
+        Kind("time", _lit("time", f.clock), f.time_micros, f.lake_time),
         _text_kind(
             "timetz", _lit("timetz", lambda r: f.clock(r) + r.choice(["+00", "+05:30", "-08"]))
         ),
