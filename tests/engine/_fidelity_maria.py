@@ -160,6 +160,10 @@ def _set(rng: Random) -> str:
     return utf8(",".join(m for m in members if rng.random() < 0.5))
 
 
+INET6 = ["::1", "2001:db8::1", "fe80::1:2:3:4", "::", "::ffff:1.2.3.4", "::1.2.3.4", "::ffff:0:0"]
+INET6 += ["::0.0.1.0", "::ffff:0:1.2.3.4", "0:0:0:0:0:1:0:0", "1:0:0:2:0:0:0:3"]
+
+
 def kinds() -> list[Kind]:
     """Every supported type of MariaDB 10.11."""
     return [
@@ -244,7 +248,7 @@ def kinds() -> list[Kind]:
         ),
         Kind(
             "inet6",
-            lambda r: f"'{r.choice(['::1', '2001:db8::1', 'fe80::1:2:3:4', '::'])}'",
+            lambda r: f"'{r.choice(INET6)}'",
             f.same,
             f.same,
         ),

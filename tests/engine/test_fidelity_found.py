@@ -12,8 +12,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from tests.engine.test_binlog_capture import Binlog, binlog
 
 from combined.engine import Engine
+
+__all__ = ["binlog"]
 
 PROJECT = """\
 version: 1
@@ -264,5 +267,31 @@ def test_an_empty_char_lands_as_the_empty_text_it_is(tmp_path: Path, cdc_db: Any
         want = [(1, "", ["", "a", None]), (2, "b", []), (3, "", [""])]
         for dataset in ("snap", "feed"):
             assert _lake(engine, dataset, "id, c, l") == want
+    finally:
+        engine.close()
+
+
+def test_an_inet6_streams_as_the_text_the_server_writes(binlog: Binlog) -> None:
+    # The binlog's INET6 was written by Python 3.11's rules: '::ffff:102:304' for
+    # the server's '::ffff:1.2.3.4', '::102:304' for '::1.2.3.4'.
+    addresses = ["::ffff:1.2.3.4", "::1.2.3.4", "::0.0.1.0", "::ffff:0:1.2.3.4", "2001:db8::1"]
+    binlog.sql("ALTER TABLE {t} ADD COLUMN a INET6")
+    engine = Engine.open(binlog.project())
+    try:
+        _capture(engine)
+        binlog.sql(
+            *(f"UPDATE {{t}} SET a = '{a}' WHERE id = {i}" for i, a in enumerate(addresses, 1))
+        )
+        _capture(engine)
+        source = binlog.sql("SELECT id, CAST(a AS CHAR) FROM {t} WHERE id <= 5 ORDER BY id")
+        assert [r[1] for r in source] == [
+            "::ffff:1.2.3.4",
+            "::1.2.3.4",
+            "::100",
+            "::ffff:0:102:304",
+            "2001:db8::1",
+        ]
+        lake = engine.sql("SELECT id, a FROM db.items WHERE id <= 5 ORDER BY id").to_pylist()
+        assert [tuple(r.values()) for r in lake] == [tuple(r) for r in source]
     finally:
         engine.close()
