@@ -68,11 +68,11 @@ def pg_fuzz_db(pg_server_dsn: str) -> Iterator[str]:
         drop_database(pg_server_dsn, name)
 
 
-def _datasets(shape: Shape, cdc: bool) -> str:
+def _datasets(shape: Shape) -> str:
     """A ``snapshot`` dataset of the table and, when it has a key, a ``cdc`` one."""
     key, table = ", ".join(shape.key), shape.name
     lines = f"      s_{table}: {{relation: {table}, key: [{key}]}}\n"
-    if cdc and shape.key:
+    if shape.key:
         lines += f"      c_{table}: {{relation: {table}, key: [{key}], strategy: cdc}}\n"
     return lines
 
@@ -116,7 +116,7 @@ def _tables(
         for _ in range(rng.randint(6, 14)):
             run.insert(dialect, rng, shape)
         assert not dialect.run(after, transaction=False)
-        datasets += _datasets(shape, cdc=True)
+        datasets += _datasets(shape)
     return shapes, datasets
 
 
@@ -152,9 +152,10 @@ def test_random_postgres_tables_land_value_for_value(
         extra = {s for k in kinds for s in k.extra}
         assert not pg.run(sorted(extra, key=lambda s: "DOMAIN" in s), transaction=False)
         shapes, datasets = _tables(pg, rng, kinds, "integer", setup)
+        name = pg_fuzz_db.rsplit("/", 1)[1]  # slots are the server's: named for the database
         config = (
             "    connector: postgres\n"
-            f"    config:\n      dsn: {pg_fuzz_db}\n      slot_prefix: hf{seed}\n"
+            f"    config:\n      dsn: {pg_fuzz_db}\n      slot_prefix: {name}\n"
         )
         _capture(tmp_path, "pg", config, datasets, lambda e: _rounds(e, "pg", pg, shapes, rng))
     finally:
