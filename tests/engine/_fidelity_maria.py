@@ -305,7 +305,7 @@ class MariaDB:
     def _select(self, shape: Shape) -> list[tuple[Any, ...]]:
         exprs = [(k.select or "{c}").format(c=self.ident(n)) for n, k in shape.columns]
         with self.conn.cursor() as cur:
-            cur.execute(f"SELECT {', '.join(exprs)} FROM {self.ident(shape.name)}")
+            cur.execute(f"SELECT {', '.join(exprs)} FROM {self.ident(shape.table)}")
             return list(cur.fetchall())
 
     def rows(self, shape: Shape) -> list[tuple[Any, ...]]:
@@ -322,7 +322,7 @@ class MariaDB:
         return out
 
     def delete_one(self, shape: Shape, rid: int) -> str:
-        return f"DELETE FROM {self.ident(shape.name)} WHERE rid = {rid} LIMIT 1"
+        return f"DELETE FROM {self.ident(shape.table)} WHERE rid = {rid} LIMIT 1"
 
 
 def _literal(kind: Kind, value: Any) -> str:

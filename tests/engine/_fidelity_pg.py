@@ -332,7 +332,7 @@ class Postgres:
     def rows(self, shape: Shape) -> list[tuple[object, ...]]:
         exprs = ", ".join(select(n, k) for n, k in shape.columns)
         out = []
-        for row in self.conn.execute(f"SELECT {exprs} FROM {ident(shape.name)}"):
+        for row in self.conn.execute(f"SELECT {exprs} FROM {ident(shape.table)}"):
             out.append(
                 tuple(
                     f.canon(k.source, k.array, loads(v) if k.array else v)
@@ -346,9 +346,9 @@ class Postgres:
         casts = [shape.kind(k).ddl for k in shape.key]
         return [
             tuple(f"{quote(v)}::{c}" for v, c in zip(row, casts, strict=True))
-            for row in self.conn.execute(f"SELECT {cols} FROM {ident(shape.name)}")
+            for row in self.conn.execute(f"SELECT {cols} FROM {ident(shape.table)}")
         ]
 
     def delete_one(self, shape: Shape, rid: int) -> str:
-        t = ident(shape.name)
+        t = ident(shape.table)
         return f"DELETE FROM {t} WHERE ctid = (SELECT ctid FROM {t} WHERE rid = {rid} LIMIT 1)"

@@ -19,6 +19,7 @@ from tests.engine import _fidelity as f
 from tests.engine._fidelity import Kind
 
 ODD_NAMES = ["Mixed Case", "a.b", 'quo"te', "sp ace", "é", "select"]
+ODD_TABLES = ["Odd.Name", 'quo"te', "back`tick", "Mixed", "é", "order"]  # MariaDB: BMP only
 
 
 class Dialect(Protocol):
@@ -44,6 +45,10 @@ class Shape:
     key: list[str]
     rows: list[tuple[str, ...]] = field(default_factory=list)  # key literals of each row
     rids: list[int] = field(default_factory=list)  # a keyless table's row numbers
+    table: str = ""  # the table's name in the source (``name`` names its datasets)
+
+    def __post_init__(self) -> None:
+        self.table = self.table or self.name
 
     @property
     def kinds(self) -> list[Kind]:
@@ -76,7 +81,8 @@ def draw_shape(rng: Random, name: str, kinds: list[Kind], rid: Kind, keyless: bo
     for i in range(rng.randint(3, 8)):
         label = odd.pop() if odd and rng.random() < 0.2 else f"c{i}"
         columns.append((label, rng.choice(kinds)))
-    return Shape(name, columns, key)
+    table = f"{rng.choice(ODD_TABLES)} {name}" if rng.random() < 0.25 else name
+    return Shape(name, columns, key, table=table)
 
 
 def create(dialect: Dialect, rng: Random, shape: Shape, suffix: str = "") -> list[str]:
@@ -87,7 +93,7 @@ def create(dialect: Dialect, rng: Random, shape: Shape, suffix: str = "") -> lis
         cols.insert(rng.randint(0, len(cols)), f"{dialect.ident('gone')} int DEFAULT 7")
     if shape.key:
         cols.append(f"PRIMARY KEY ({', '.join(dialect.ident(k) for k in shape.key)})")
-    table = dialect.ident(shape.name)
+    table = dialect.ident(shape.table)
     out = [f"CREATE TABLE {table} ({', '.join(cols)}){suffix}"]
     return out + ([f"ALTER TABLE {table} DROP COLUMN {dialect.ident('gone')}"] if gone else [])
 
@@ -110,9 +116,8 @@ def insert(dialect: Dialect, rng: Random, shape: Shape, tries: int = 8) -> None:
             )
             lits["rid"] = str(rid)
         names = ", ".join(dialect.ident(n) for n in lits)
-        sql = (
-            f"INSERT INTO {dialect.ident(shape.name)} ({names}) VALUES ({', '.join(lits.values())})"
-        )
+        table, values = dialect.ident(shape.table), ", ".join(lits.values())
+        sql = f"INSERT INTO {table} ({names}) VALUES ({values})"
         if dialect.run([sql], transaction=False):
             continue  # a key some row holds already (or a value the type refuses): draw again
         if rid is not None:
@@ -141,7 +146,7 @@ def change(dialect: Dialect, rng: Random, shape: Shape) -> None:
 
 def _one(dialect: Dialect, rng: Random, shape: Shape) -> str | None:
     roll = rng.random()
-    table = dialect.ident(shape.name)
+    table = dialect.ident(shape.table)
     if roll < 0.25 or not (shape.rows or shape.rids):
         insert(dialect, rng, shape)
         return None

@@ -24,6 +24,7 @@ A failure names its seed; the seed alone reproduces it.
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -68,12 +69,18 @@ def pg_fuzz_db(pg_server_dsn: str) -> Iterator[str]:
         drop_database(pg_server_dsn, name)
 
 
-def _datasets(shape: Shape) -> str:
-    """A ``snapshot`` dataset of the table and, when it has a key, a ``cdc`` one."""
-    key, table = ", ".join(shape.key), shape.name
-    lines = f"      s_{table}: {{relation: {table}, key: [{key}]}}\n"
+def _datasets(shape: Shape, quote: str) -> str:
+    """A ``snapshot`` dataset of the table and, when it has a key, a ``cdc`` one.
+
+    The relation's name quotes itself (``quote``) where it holds a dot or the quote.
+    """
+    table = shape.table
+    if "." in table or quote in table:
+        table = quote + table.replace(quote, quote * 2) + quote
+    key, relation = ", ".join(shape.key), json.dumps(table, ensure_ascii=False)
+    lines = f"      s_{shape.name}: {{relation: {relation}, key: [{key}]}}\n"
     if shape.key:
-        lines += f"      c_{table}: {{relation: {table}, key: [{key}], strategy: cdc}}\n"
+        lines += f"      c_{shape.name}: {{relation: {relation}, key: [{key}], strategy: cdc}}\n"
     return lines
 
 
@@ -101,7 +108,12 @@ def _rounds(
 
 
 def _tables(
-    dialect: Dialect, rng: Random, kinds: list[Kind], rid: str, setup: Callable[[Shape], list[str]]
+    dialect: Dialect,
+    rng: Random,
+    kinds: list[Kind],
+    rid: str,
+    setup: Callable[[Shape], list[str]],
+    quote: str,
 ) -> tuple[list[Shape], str]:
     """Draw, create and fill the seed's tables; their datasets' lines of the project."""
     (rid_kind,) = [k for k in kinds if k.ddl == rid]
@@ -116,7 +128,7 @@ def _tables(
         for _ in range(rng.randint(6, 14)):
             run.insert(dialect, rng, shape)
         assert not dialect.run(after, transaction=False)
-        datasets += _datasets(shape)
+        datasets += _datasets(shape, quote)
     return shapes, datasets
 
 
@@ -145,13 +157,13 @@ def test_random_postgres_tables_land_value_for_value(
     def setup(shape: Shape) -> list[str]:
         statements = run.create(pg, rng, shape)
         if shape.key and rng.random() < 0.3:
-            statements.append(f"ALTER TABLE {pg.ident(shape.name)} REPLICA IDENTITY FULL")
+            statements.append(f"ALTER TABLE {pg.ident(shape.table)} REPLICA IDENTITY FULL")
         return statements
 
     try:
         extra = {s for k in kinds for s in k.extra}
         assert not pg.run(sorted(extra, key=lambda s: "DOMAIN" in s), transaction=False)
-        shapes, datasets = _tables(pg, rng, kinds, "integer", setup)
+        shapes, datasets = _tables(pg, rng, kinds, "integer", setup, '"')
         name = pg_fuzz_db.rsplit("/", 1)[1]  # slots are the server's: named for the database
         config = (
             "    connector: postgres\n"
@@ -199,7 +211,7 @@ def test_random_mariadb_tables_land_value_for_value(
     db = MariaDB(kwargs)
     try:
         shapes, datasets = _tables(
-            db, rng, maria_kinds(), "int", lambda s: run.create(db, rng, s, " ENGINE=InnoDB")
+            db, rng, maria_kinds(), "int", lambda s: run.create(db, rng, s, " ENGINE=InnoDB"), "`"
         )
         config = f"    connector: mariadb\n    config:\n      dsn: {dsn}\n"
         _capture(tmp_path, "db", config, datasets, lambda e: _rounds(e, "db", db, shapes, rng))
