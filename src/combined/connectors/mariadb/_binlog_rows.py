@@ -88,10 +88,20 @@ def bytes_text(value: bytes, plan: ColumnPlan) -> str:
     source = plan.source_type.lower()
     if source in ("uuid", "inet6") and len(value) <= 16:
         value = value.ljust(16, b"\0")
-        return str(uuid.UUID(bytes=value) if source == "uuid" else ipaddress.ip_address(value))
+        return str(uuid.UUID(bytes=value)) if source == "uuid" else inet6_text(value)
     if source == "inet4" and len(value) <= 4:
         return str(ipaddress.ip_address(value.ljust(4, b"\0")))
     return value.decode("utf-8", errors="replace")
+
+
+def inet6_text(value: bytes) -> str:
+    """An INET6 as the server writes it (``inet_ntop``): ``::1.2.3.4`` and ``::ffff:1.2.3.4``
+    keep their IPv4 part dotted, where Python 3.11 writes ``::102:304``."""
+    words = [int.from_bytes(value[i : i + 2], "big") for i in range(0, 16, 2)]
+    zeros = next((n for n in range(8) if words[n]), 8)  # the leading run of zero words
+    if zeros == 6 or (zeros == 5 and words[5] == 0xFFFF):
+        return ("::ffff:" if zeros == 5 else "::") + str(ipaddress.IPv4Address(value[12:]))
+    return str(ipaddress.IPv6Address(value))
 
 
 def require_full_image(event: Any, relation: str) -> None:

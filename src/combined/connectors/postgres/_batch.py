@@ -247,8 +247,9 @@ class ChangeBatcher:
             for i, kind in enumerate(new.kinds):
                 if kind != "u":
                     continue
-                if change.old_kind == "O" and old is not None and old.kinds[i] in "tb":
-                    # The whole old row was sent: the value is known.
+                if old is not None and old.kinds[i] in "tb":
+                    # The old row (``O``) or key (``K``: PostgreSQL sends it when a key
+                    # value is stored out of line, as it then is in the new row) holds it.
                     kinds[i], values[i] = old.kinds[i], old.values[i]
                 else:
                     unchanged.append(i)
