@@ -132,6 +132,7 @@ def test_a_replacement_links_the_deliveries_and_keeps_the_old_version(
         table = engine.layout.dataset_table("shop", "orders")
         version, before = table.version(), table.files()
         assert version is not None
+        assert before and all(_linked(Path(str(table.path)), before))  # (the first one too)
         tools.sql(tmp_path, "UPDATE orders SET status = 'shipped';")
         (run,) = engine.capture(["shop.orders"])
         assert run.state == "succeeded", run.error

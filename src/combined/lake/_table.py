@@ -371,11 +371,13 @@ class LakeTable:
 
         # (the Deliveries' own schema when given: linking them reads no row)
         schema = pq.read_schema(files[0][0]) if files else None
-        if mode == "overwrite" and files and schema is not None and dt is not None:
-            if self._same_schema(dt, schema):
-                self._replace(
-                    dt, link_data_files(self.path, files, self.store), properties, before_log
-                )
+        if mode == "overwrite" and files and schema is not None:
+            if dt is None or self._same_schema(dt, schema):  # (the Deliveries linked as they are)
+                linked = link_data_files(self.path, files, self.store)
+                if dt is None:
+                    self._add(dt, schema, linked, properties, before_log)
+                else:
+                    self._replace(dt, linked, properties, before_log)
                 return
         if (
             mode != "overwrite"
