@@ -108,3 +108,68 @@ def test_a_dropped_column_replaces_the_table_even_when_no_value_changed(
         assert "channel" not in columns
     finally:
         engine.close()
+
+
+def _linked(table_dir: Path, files: list[str]) -> list[bool]:
+    """Whether each table file is a Delivery linked as it is: named after its own bytes."""
+    import hashlib
+
+    from combined.lake._files import linked_name
+
+    return [
+        Path(f).name == linked_name(hashlib.sha256(Path(f).read_bytes()).hexdigest()) for f in files
+    ]
+
+
+def test_a_replacement_links_the_deliveries_and_keeps_the_old_version(
+    tmp_path: Path, tools
+) -> None:
+    # Every row changed: the commit removes every file and adds the Deliveries
+    # linked as they are, never rewriting their rows (issue 25).
+    engine = Engine.open(_project(tmp_path, tools))
+    try:
+        engine.capture(["shop.orders"])
+        table = engine.layout.dataset_table("shop", "orders")
+        version, before = table.version(), table.files()
+        assert version is not None
+        assert before and all(_linked(Path(str(table.path)), before))  # (the first one too)
+        tools.sql(tmp_path, "UPDATE orders SET status = 'shipped';")
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+        assert table.version() == version + 1
+        after = table.files()
+        assert after and not set(after) & set(before)
+        assert all(_linked(Path(str(table.path)), after))
+        assert all(Path(f).stat().st_nlink > 1 for f in after)  # (the raw layer's inode too)
+        rows = engine.sql(
+            "SELECT count(*) AS n, count(*) FILTER (WHERE status = 'shipped') AS shipped "
+            "FROM shop.orders"
+        ).to_pylist()
+        assert rows == [{"n": 200, "shipped": 200}]
+        old = table.delta(version).to_pyarrow_table(columns=["status"])
+        assert old.num_rows == 200 and "shipped" not in old.column("status").to_pylist()
+    finally:
+        engine.close()
+
+
+def test_a_replacement_killed_before_its_log_entry_lands_once(tmp_path: Path, tools) -> None:
+    import signal
+
+    project = _project(tmp_path, tools)
+    assert tools.cli(tmp_path, "capture").returncode == 0
+    tools.sql(tmp_path, "UPDATE orders SET status = 'shipped' WHERE id <= 50;")
+    killed = tools.cli(tmp_path, "capture", env={"COMBINED_FAULT": "before_log"})
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr)
+    again = tools.cli(tmp_path, "capture")
+    assert again.returncode == 0, again.stderr
+    engine = Engine.open(project)
+    try:
+        rows = engine.sql(
+            "SELECT count(*) AS n, count(DISTINCT _combined_id) AS ids, "
+            "count(*) FILTER (WHERE status = 'shipped') AS shipped FROM shop.orders"
+        ).to_pylist()
+        assert rows == [{"n": 200, "ids": 200, "shipped": 50}]
+        table = engine.layout.dataset_table("shop", "orders")
+        assert all(_linked(Path(str(table.path)), table.files()))
+    finally:
+        engine.close()

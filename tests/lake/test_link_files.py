@@ -211,10 +211,14 @@ def test_commits_that_cannot_link_read_the_rows(tmp_path: Path) -> None:
     commit(deliver(tmp_path, 3, [rows(4, 2, wide)], schema=wide))  # the table must evolve
     assert commit.read == 2
     assert "extra" in commit.table.schema().names  # type: ignore[union-attr]
+    # A full refresh in the table's schema links its Deliveries (h-refresh); in another, reads.
     commit(deliver(tmp_path, 4, [rows(6, 1, wide)], schema=wide), mode="overwrite")
-    assert commit.read == 3
+    assert commit.read == 2
     assert lake_ids(path) == ["id6"]
-    assert commit.table.committed_sequence() == 4
+    commit(deliver(tmp_path, 5, [rows(7, 1)]), mode="overwrite")
+    assert commit.read == 3
+    assert lake_ids(path) == ["id7"]
+    assert commit.table.committed_sequence() == 5
 
 
 def test_link_data_files_skips_empty_files_and_creates_the_table_dir(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -17,7 +18,7 @@ import pyarrow.parquet as pq
 from combined.errors import CommitAmbiguous, LakeError, ProtocolViolation
 from combined.lake._files import LinkedFile, link_data_files, write_data_files
 from combined.lake._probe import store_failure
-from combined.lake._rewrite import rewrite_actions
+from combined.lake._rewrite import _relative, rewrite_actions
 from combined.lake._store import LakeStore
 from combined.lake._types import to_lake
 from combined.protocol import utcnow
@@ -370,6 +371,14 @@ class LakeTable:
 
         # (the Deliveries' own schema when given: linking them reads no row)
         schema = pq.read_schema(files[0][0]) if files else None
+        if mode == "overwrite" and files and schema is not None:
+            if dt is None or self._same_schema(dt, schema):  # (the Deliveries linked as they are)
+                linked = link_data_files(self.path, files, self.store)
+                if dt is None:
+                    self._add(dt, schema, linked, properties, before_log)
+                else:
+                    self._replace(dt, linked, properties, before_log)
+                return
         if (
             mode != "overwrite"
             and dt is not None
@@ -414,6 +423,45 @@ class LakeTable:
                 .when_not_matched_insert_all(predicate="s._combined_op <> 'delete'")
                 .execute()
             )
+
+    def _replace(
+        self,
+        dt: Any,
+        adds: list[Any],
+        properties: Any,
+        before_log: Callable[[], None] | None = None,
+    ) -> None:
+        """An overwrite in the table's schema: every current file removed, ``adds`` added.
+
+        One commit, its rows never rewritten: ``adds`` are the Deliveries
+        linked into the table. A file the table holds already (a Delivery
+        byte for byte the same, named after its bytes) is kept, neither
+        removed nor added again.
+        """
+        from deltalake.transaction import RemoveAction
+
+        added = {a.path for a in adds}
+        current = {_relative(f, self.path, self.store): f for f in _files_of(dt)}
+        removes = [
+            RemoveAction(
+                path=path,
+                data_change=True,
+                deletion_timestamp=int(time.time() * 1000),
+                size=self.store.size(local),
+                partition_values={},
+            )
+            for path, local in current.items()
+            if path not in added
+        ]
+        if before_log is not None:
+            before_log()
+        dt.create_write_transaction(
+            [*removes, *(a for a in adds if a.path not in current)],
+            mode="append",
+            schema=dt.schema(),
+            commit_properties=properties,
+            post_commithook_properties=post_commit(),
+        )
 
     def _rewrite(
         self,
