@@ -296,8 +296,8 @@ def test_a_phase_that_freed_little_gives_nothing_back() -> None:
 
 
 def test_a_steps_room_is_its_limit_less_what_the_process_holds() -> None:
-    """The reduction's DuckDB gets its limit less the anonymous memory held (a re-capture
-    of every row of 2M changed peaked 510 MB at the whole limit on ~150 MB held)."""
+    """A step's room (the fingerprints' buckets) is its limit less the anonymous memory
+    held, never under a share of it."""
     import numpy as np
 
     from combined.runtime._memory import held_anonymous, room_left

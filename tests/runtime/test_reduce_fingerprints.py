@@ -54,11 +54,15 @@ def test_a_recapture_joins_only_the_rows_whose_fingerprints_differ(
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
-def test_the_fingerprints_leave_room_for_the_memory_the_process_holds(tmp_path: Path) -> None:
+def test_the_fingerprints_leave_room_for_the_memory_the_process_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # 4M rows' fingerprints (128 MB) fit a reduction memory 192 MB over
     # what the process holds: sorted at once. With 128 MB more held (the
     # extraction's leftovers, say), only 64 MB are left: by bucket. The
     # reduction memory alone (over 192 MB) chose at once either way.
+    # (No floor: a process holding much already, as a test worker may, would reach it.)
+    monkeypatch.setattr(fp, "PRINT_ROOM_SHARE", 2**20)
     current, schema = baseline_lake(tmp_path)
     parts, _ = staged(tmp_path, list(range(100)), "m")
     r = new_reducer(tmp_path, parts, schema, current=[str(current)])

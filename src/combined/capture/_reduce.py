@@ -55,7 +55,6 @@ from combined.protocol.identity import (
     payload_hash_sql,
     quote_ident,
 )
-from combined.runtime._memory import room_left
 
 if TYPE_CHECKING:
     import duckdb
@@ -161,11 +160,8 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         # beside the Deliveries' buffers: at the whole limit a 5M-row first
         # capture peaked at 525 MB, at a half at 338 MB (their spills are
         # cheap: bench/RESULTS.md).
-        # Less what the process holds already (its imports' heaps, what the
-        # extraction left): at the whole limit, a re-capture whose every row of 2M
-        # changed joined in DuckDB on top of ~150 MB held and peaked at 510 MB.
         share = CHANGE_STREAM_SHARE if self.has_op else 2 if self.by_content else 1
-        self._duck_limit = room_left(memory_limit // share)
+        self._duck_limit = memory_limit // share
         # A small capture's database is kept for the next reduction (_databases).
         self._database = open_database(_duck_mb(self._duck_limit), spill_dir)
         self._keep = (lake is None or not lake.remote) and sum(

@@ -570,9 +570,7 @@ class Project(_Model):
     staging: StagingLimits = Field(default_factory=StagingLimits)
     """Limits on what one Run may stage before it commits."""
     reduction_memory: ByteSize = 256 * MiB
-    """Memory a snapshot's reduction against the lake may use before it spills to disk,
-    less what the process already holds when the reduction starts (never under a quarter
-    of it)."""
+    """Memory a snapshot's reduction against the lake may use before it spills to disk."""
     retention: RetentionPolicy | None = None
     """What ``combined maintain`` keeps, for every dataset that sets none itself."""
     sources: dict[SourceName, SourceConfig] = Field(default_factory=dict)
