@@ -335,15 +335,13 @@ def _offsets(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pa.Record
 def _doomed_rows(files: Sequence[str], gone: pa.Array, lake: LakeStore) -> dict[str, np.ndarray]:
     """The rows (file row numbers) of each of ``files`` whose id is in ``gone``.
 
-    One DuckDB query: the hash table of ``gone`` is built once (spilled past
-    the database's memory), and only the files' id columns are scanned
-    (files without such a row are left out). Each row found comes back as
-    its file's place in ``files`` and its row number, in Arrow batches
-    gathered file by file: a list of row numbers aggregated a file in DuckDB
-    cannot spill, and every row of 5M gone ran out of its memory. On the
-    lake's shared database, the scan's pages stay with DuckDB's allocator
-    when it is done (~40 MB of a 5M-row table's ids): the caller gives them
-    back before rewriting.
+    Past ``SHARED_GONE`` ids, by :func:`_doomed_by_search`. Fewer, by one
+    DuckDB query: the hash table of ``gone`` is built once and only the
+    files' id columns are scanned (files without such a row are left out);
+    each row found comes back as its file's place in ``files`` and its row
+    number, in Arrow batches gathered file by file. On the lake's shared
+    database, the scan's pages stay with DuckDB's allocator when it is done:
+    the caller gives them back before rewriting.
     """
     if not files:
         return {}
