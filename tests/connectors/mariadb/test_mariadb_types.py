@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from combined.connectors.mariadb import MariaDBSource
-from combined.errors import SchemaMismatch, UnsupportedType
+from combined.errors import ConfigError, NotFoundError, SchemaMismatch, UnsupportedType
 
 TYPES = """
 CREATE TABLE t (
@@ -243,3 +243,35 @@ def test_an_unsupported_type_is_refused_with_the_cast_that_reads_it(
         assert read_all(src, make_request, mt, "geo").column("p").to_pylist() == ["POINT(1 2)"]
     finally:
         src.close()
+
+
+def test_a_preflight_of_many_datasets_reads_the_catalog_in_a_few_queries(
+    admin: Any,
+    source: MariaDBSource,
+    mariadb_database: str,
+    make_request: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two queries a dataset (its relation, its columns) cost a round trip each: a
+    source of hundreds of small tables waited before its Run began."""
+    from combined.connectors.mariadb import _connect
+
+    admin.sql(*(f"CREATE TABLE t{n} (id INT PRIMARY KEY, v TEXT)" for n in range(30)))
+    admin.sql("CREATE TABLE `Mixed.Case` (id INT PRIMARY KEY, p POINT)")
+    queries: list[str] = []
+    rows = _connect.Session.rows
+
+    def counted(self: Any, query: str, what: str, *args: Any, **kwargs: Any) -> Any:
+        queries.append(what)
+        return rows(self, query, what, *args, **kwargs)
+
+    monkeypatch.setattr(_connect.Session, "rows", counted)
+    requests = [make_request(f"t{n}") for n in range(30)]
+    source.preflight(requests)
+    assert len([q for q in queries if "table" in q or "column" in q]) <= 3, queries
+    # each relation's own columns are still checked: the geometry of the 31st
+    mixed = make_request("m", relation="`Mixed.Case`")
+    with pytest.raises(ConfigError, match="POINT|point"):
+        source.preflight([*requests, mixed])
+    with pytest.raises(NotFoundError, match="'gone' does not exist"):
+        source.preflight([*requests, make_request("gone"), mixed])

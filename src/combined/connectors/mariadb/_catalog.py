@@ -119,6 +119,29 @@ def find_relation(session: Session, name: str, database: str) -> Relation:
     return _relation(rows[0])
 
 
+def find_relations(session: Session, names: Sequence[str], database: str) -> dict[str, Relation]:
+    """Each relation of ``names`` by its name, in one query a database.
+
+    :class:`NotFoundError` names the first of ``names`` that does not exist.
+    """
+    wanted = {name: parse_relation(name, database) for name in names}
+    by_db: dict[str, set[str]] = defaultdict(set)
+    for db, table in wanted.values():
+        by_db[db].add(table)
+    found: dict[tuple[str, str], Relation] = {}
+    for db, tables in by_db.items():
+        listed = ", ".join(session.literal(t) for t in sorted(tables))
+        q = f"{_RELATIONS} AND TABLE_SCHEMA = {session.literal(db)} AND TABLE_NAME IN ({listed})"
+        for row in session.rows(q, "looking up the tables"):
+            rel = _relation(row)
+            found[(rel.database, rel.table)] = rel
+    out: dict[str, Relation] = {}
+    for name, (db, table) in wanted.items():
+        # Not found by its exact spelling: the one lookup raises, or matches as the server does.
+        out[name] = found.get((db, table)) or find_relation(session, name, database)
+    return out
+
+
 def change_marker(session: Session, rel: Relation) -> str | None:
     """A text that moves whenever ``rel``'s rows may have: its creation and last write.
 

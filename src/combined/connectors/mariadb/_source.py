@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -135,9 +136,16 @@ class MariaDBSource(BaseSource):
         """
         session = Session(self.settings)
         try:
+            rels = catalog.find_relations(
+                session, [r.relation for r in requests], self.settings.database
+            )
+            by_db: dict[str, list[str]] = defaultdict(list)
+            for rel in rels.values():
+                by_db[rel.database].append(rel.table)
+            cols_of = {db: catalog.columns(session, db, tables) for db, tables in by_db.items()}
             for r in requests:
-                rel = catalog.find_relation(session, r.relation, self.settings.database)
-                cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
+                rel = rels[r.relation]
+                cols = cols_of[rel.database].get(rel.table, [])
                 cdc = r.strategy == "cdc"
                 casts = {} if cdc else ReadOptions.of(r, self.settings).casts
                 plans = catalog.column_plans(cols, casts, rel.table)
