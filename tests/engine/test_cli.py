@@ -307,6 +307,39 @@ def test_an_unanticipated_error_is_one_redacted_line_and_exit_70(
     assert "hunter2" not in err and "Traceback" not in err
 
 
+def test_a_defect_inside_a_run_logs_its_redacted_trace_at_debug(
+    tmp_path: Path, tools: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # The Run ends failed with the error's one line; its trace is for a report of it.
+    from combined import cli
+    from combined.runtime import _runner
+
+    tools.make(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("COMBINED_DEBUG", raising=False)
+
+    def defect(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("boom at postgresql://app:hunter2@db/x")
+
+    monkeypatch.setattr(_runner.Runner, "_execute", defect)
+    for level, traced in (("INFO", False), ("DEBUG", True)):
+        argv = ["combined", "--log-format", "json", "--log-level", level, "capture", "shop.orders"]
+        monkeypatch.setattr(sys, "argv", argv)
+        with pytest.raises(SystemExit) as exited:
+            cli.main()
+        assert exited.value.code == 1
+        err = capsys.readouterr().err
+        assert "hunter2" not in err
+        lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+        trace = [r for r in lines if "ended by an unexpected error" in r["message"]]
+        assert bool(trace) is traced, err
+        if traced:
+            (record,) = trace
+            assert record["level"] == "DEBUG" and record["logger"] == "combined.runtime._runner"
+            assert "Traceback" in record["exc_info"] and "in defect" in record["exc_info"]
+            assert "postgresql://app:***@db/x" in record["exc_info"]
+
+
 def test_exit_status_tells_what_a_run_needs(shop: Path, tools: Any) -> None:
     # A scheduler acts on the status alone: 1 retry later, 3 review, 4 credentials.
     tools.sql(

@@ -162,3 +162,18 @@ def test_a_digest_set_is_built_once_for_every_batch_asked() -> None:
     once = time.process_time() - began
     assert found == len(held)
     assert once < per_batch / 3, (once, per_batch)
+
+
+def test_fixed_width_views_every_binary_layout_in_place_and_refuses_mixed_widths() -> None:
+    digests = [hashlib.md5(str(i).encode()).digest() for i in range(6)]
+    for kind in (pa.binary(), pa.large_binary(), pa.binary_view()):
+        sliced = pa.array(digests, kind).slice(2)
+        fixed = dg.fixed_width(sliced, 16)
+        assert fixed is not None and [bytes(v) for v in fixed] == digests[2:], kind
+        assert dg.fixed_width(sliced, 8) is None  # not the width asked
+    texts = dg.fixed_width(pa.array(["ab", "cd"], pa.large_string()))
+    assert texts is not None and list(texts) == [b"ab", b"cd"]
+    assert dg.fixed_width(pa.array([b"ab", b"cde"])) is None
+    assert dg.fixed_width(pa.array([b"ab", None])) is None
+    assert dg.fixed_width(pa.array([b"", b""])) is None  # no width to view
+    assert dg.fixed_width(pa.array([], pa.binary()), 16) is not None

@@ -80,23 +80,8 @@ def digest_words(column: pa.Array) -> Words | None:
     None when a value is null or not 16 bytes long (the caller joins
     exactly instead).
     """
-    if pa.types.is_binary_view(column.type):
-        column = column.cast(pa.binary())
-    if column.null_count or not (
-        pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)
-    ):
-        return None
-    n = len(column)
-    if n == 0:
-        return np.empty((0, 2), np.uint64)
-    width = 8 if pa.types.is_large_binary(column.type) else 4
-    _, offsets_buffer, data = column.buffers()
-    offsets = np.frombuffer(
-        offsets_buffer, np.int64 if width == 8 else np.int32, n + 1, column.offset * width
-    )
-    if int(offsets[-1]) - int(offsets[0]) != 16 * n or np.any(np.diff(offsets) != 16):
-        return None
-    return np.frombuffer(data, np.uint64, 2 * n, int(offsets[0])).reshape(n, 2)
+    fixed = dg.fixed_width(column, 16)
+    return None if fixed is None else fixed.view(np.uint64).reshape(-1, 2)
 
 
 @dataclass(slots=True)

@@ -112,7 +112,7 @@ class DigestSet:
 
     def __init__(self, values: pa.Array | pa.ChunkedArray) -> None:
         self._values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-        fixed = _fixed_width(self._values)
+        fixed = fixed_width(self._values)
         # 16-byte digests: their first 64-bit words sorted (a binary search over
         # integers, ~8x faster than over 16-byte strings), the second checked.
         self._words: tuple[np.ndarray, np.ndarray] | None = None
@@ -128,7 +128,7 @@ class DigestSet:
 
     def __call__(self, ids: pa.Array) -> pa.Array:
         """A boolean a value of ``ids``: whether the set holds it."""
-        asked = None if self._sorted is None else _fixed_width(ids)
+        asked = None if self._sorted is None else fixed_width(ids)
         if asked is None or self._sorted is None or asked.dtype != self._sorted.dtype:
             return pc.is_in(ids, value_set=self._values.cast(ids.type))
         if not len(self._sorted):
@@ -147,22 +147,29 @@ class DigestSet:
         return pa.array(self._sorted[at] == asked)
 
 
-def _fixed_width(values: pa.Array) -> np.ndarray | None:
-    """``values`` (binary or text, none null, all one width) as numpy byte strings, or None.
+def fixed_width(values: pa.Array, width: int | None = None) -> np.ndarray | None:
+    """``values`` (binary or text, none null, all one width) as numpy byte strings
+    viewed in place, or None (a null, a value of another width, or not ``width``).
 
     Every value is exactly the width, so numpy's byte strings (which treat
     trailing zero bytes as padding) compare them as their bytes.
     """
-    if pa.types.is_string(values.type):
+    if pa.types.is_string(values.type) or pa.types.is_binary_view(values.type):
         values = values.cast(pa.binary())
-    if values.null_count or not pa.types.is_binary(values.type):
+    elif pa.types.is_large_string(values.type):
+        values = values.cast(pa.large_binary())
+    large = pa.types.is_large_binary(values.type)
+    if values.null_count or not (large or pa.types.is_binary(values.type)):
         return None
     n = len(values)
-    _, offsets_buffer, data = values.buffers()
-    offsets = np.frombuffer(offsets_buffer, np.int32, n + 1, values.offset * 4)
-    width = int(offsets[1] - offsets[0]) if n else 1
-    if not width or int(offsets[-1] - offsets[0]) != width * n or np.any(np.diff(offsets) != width):
-        return None
     if not n:
-        return np.empty(0, f"S{width}")
-    return np.frombuffer(data, f"S{width}", n, int(offsets[0]))
+        return np.empty(0, f"S{width or 1}")
+    _, offsets_buffer, data = values.buffers()
+    size = 8 if large else 4
+    offsets = np.frombuffer(offsets_buffer, f"<i{size}", n + 1, values.offset * size)
+    each = int(offsets[1] - offsets[0])
+    if not each or (width is not None and each != width):
+        return None
+    if int(offsets[-1] - offsets[0]) != each * n or np.any(np.diff(offsets) != each):
+        return None
+    return np.frombuffer(data, f"S{each}", n, int(offsets[0]))

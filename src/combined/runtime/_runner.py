@@ -9,6 +9,7 @@ admit (``_admit``) -> lease (``_lease``) -> in Attempts: extract and stage
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
@@ -54,6 +55,8 @@ from combined.runtime._reporter import NullReporter, Reporter
 from combined.runtime._retry import backoff, defer_retry
 
 __all__ = ["Runner"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -138,6 +141,8 @@ class Runner:
         except CombinedError as exc:
             return self._fail(run.id, exc)
         except Exception as exc:  # a defect still ends the Run, with its evidence
+            # Its trace (redacted by the log's handler) at DEBUG: what a report of it needs.
+            log.debug("run %s ended by an unexpected error", run.id, exc_info=exc)
             return self._fail(run.id, exc)
         finally:
             watch.stop()
