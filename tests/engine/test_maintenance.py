@@ -18,6 +18,7 @@ from tests.conftest import ON_EVERY_STORE
 
 from combined.engine import Engine
 from combined.lake._maintain import file_count, reading_version
+from combined.lake._table import LakeTable
 
 CLICKS = "      clicks:\n        sync_mode: append\n      people:\n        key: [id]\n"
 
@@ -195,9 +196,16 @@ def test_a_capture_compacts_its_table_past_the_threshold(
         pubs = [_capture(engine, tools, tmp_path, i) for i in range(1, 9)]
         clicks = engine.layout.dataset_table("shop", "clicks")
         assert file_count(clicks) <= 3
+        # MAR's table took a file a capture (a click is a new row), each billing read them all
+        usage = LakeTable(engine.layout.usage("shop", "clicks"), "", engine.layout.store)
+        assert file_count(usage) <= 3
         events = engine.activity(kind="maintenance.compacted")
         assert events and all(e["body"]["trigger"] == "capture" for e in events)
+        assert {e["body"]["table"] for e in events} == {"data", "usage"}
         assert events[0]["run_id"] is not None
+        # billed as before: each click once
+        (billed,) = [u for u in engine.usage() if u["dataset"] == "clicks"]
+        assert (billed["mar"], billed["inserts"]) == (8, 8)
         # nothing vacuumed: every publication still answers as it did
         assert [_count(engine, publication=p)["n"] for p in pubs] == list(range(1, 9))
     finally:

@@ -25,6 +25,8 @@ from combined.lake._probe import store_failure
 from combined.lake._table import LakeTable
 
 _SCHEMA = pa.schema([("seq", pa.int64()), ("id", pa.string()), ("body", pa.string())])
+#: The ledger's tables, each under ``<lake>/_combined/``.
+LEDGER_TABLES = ("publications", "runs", "quarantine")
 
 
 class Ledger:
@@ -33,7 +35,8 @@ class Ledger:
     def __init__(self, layout: LakeLayout) -> None:
         self.layout = layout
 
-    def _table(self, name: str) -> LakeTable:
+    def table(self, name: str) -> LakeTable:
+        """The ledger table ``name`` (one of :data:`LEDGER_TABLES`)."""
         store = self.layout.store
         return LakeTable(store.join("_combined", name), "", store)
 
@@ -46,7 +49,7 @@ class Ledger:
         )
         from deltalake.exceptions import DeltaError
 
-        table = self._table(name)
+        table = self.table(name)
         try:
             create = not table.exists()
             table.append_batches(_SCHEMA, iter([batch]), create=create, metadata={"ledger": name})
@@ -60,7 +63,7 @@ class Ledger:
 
     def _latest(self, name: str, key: str) -> dict[Any, dict[str, Any]]:
         """Each key's newest record in the ledger table ``name``."""
-        table = self._table(name)
+        table = self.table(name)
         newest: dict[Any, dict[str, Any]] = {}
         for path in table.files():
             for record in map(json.loads, table.store.read_table(path).column("body").to_pylist()):

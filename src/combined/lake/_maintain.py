@@ -45,6 +45,14 @@ def _properties(kind: str, **body: Any) -> Any:
 SMALL_FILE_BYTES = 1 << 20
 
 
+#: The largest file a capture's own compaction writes, and the largest it reads:
+#: delta-rs bins every file under its target, so the table's default target
+#: (100 MB) made 33 small CDC commits rewrite a whole table of 7 MB files. At
+#: twice :data:`SMALL_FILE_BYTES`, no two files that are not small fit one bin:
+#: a compaction reads its small files and at most one larger file a bin.
+CAPTURE_TARGET_BYTES = 2 * SMALL_FILE_BYTES
+
+
 def file_count(table: LakeTable) -> int:
     """How many data files the table's newest version holds (0 before its first commit)."""
     dt = table.delta()
@@ -63,10 +71,12 @@ def small_file_count(table: LakeTable) -> int:
     return int(pc.sum(pc.less(sizes, SMALL_FILE_BYTES)).as_py() or 0)
 
 
-def compact(table: LakeTable, reason: str) -> Compaction | None:
+def compact(table: LakeTable, reason: str, *, target: int | None = None) -> Compaction | None:
     """Rewrite the table's small files into few large ones, in one maintenance commit.
 
-    None when there is nothing to compact (no table, or one file).
+    ``target``: the largest file read or written (the table's own target,
+    100 MB by default, when None). None when there is nothing to compact (no
+    table, or one file).
     """
     table.forget_shared()
     dt = table.delta()
@@ -76,6 +86,7 @@ def compact(table: LakeTable, reason: str) -> Compaction | None:
     if before < 2:
         return None
     metrics = dt.optimize.compact(
+        target_size=target,
         commit_properties=_properties("compact", reason=reason),
         post_commithook_properties=post_commit(),
     )

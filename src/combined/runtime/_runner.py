@@ -38,7 +38,7 @@ from combined.lake import LakeLayout, shared_loads
 from combined.runtime._backfill import BackfillSpec, stage_partitioned
 from combined.runtime._cancel import CancelWatch
 from combined.runtime._commit import commit, verified
-from combined.runtime._compaction import compact_if_due
+from combined.runtime._compaction import compact_if_due, compact_ledger_if_due
 from combined.runtime._deadline import AttemptDeadline
 from combined.runtime._drift import declared_fields
 from combined.runtime._extract import extract
@@ -375,10 +375,11 @@ class Runner:
                 p.staged.extraction.acknowledge(p.staged.state)
         end_reads(self.catalog, run.id, [p.staged for p in prepared], ["success"] * len(prepared))
         area.erase_all()
-        for key in {(p.staged.plan.source, p.staged.plan.name) for p in prepared}:
-            compact_if_due(
-                self.catalog, self.layout, *key, run.id, self.settings.compact_files.get(key)
-            )
+        plans = {(p.staged.plan.source, p.staged.plan.name): p.staged.plan for p in prepared}
+        for key, plan in plans.items():
+            limit = self.settings.compact_files.get(key)
+            compact_if_due(self.catalog, self.layout, *key, run.id, limit, history=plan.history)
+        compact_ledger_if_due(self.catalog, self.layout, run.id)
         self.reporter.run_finished(run.id, run.state)
         return run
 
