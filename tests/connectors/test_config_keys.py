@@ -85,3 +85,25 @@ def test_a_secret_reference_in_a_programs_command_is_refused(
     # where a secret belongs, a reference is taken
     ref = {"secret": "env:TAP_TOKEN"}
     check_config(cls, {"command": "tap-x", "config": {"token": ref}, "env": {"T": ref}})
+
+
+def test_a_connector_class_is_found_in_the_installed_metadata_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each lookup scanned every installed distribution (20-50 ms); a capture looked twice.
+    from importlib.metadata import entry_points as scan
+
+    from combined.connectors import _registry
+
+    scans: list[str] = []
+
+    def counted(*, group: str) -> Any:
+        scans.append(group)
+        return scan(group=group)
+
+    monkeypatch.setattr(_registry, "entry_points", counted)
+    monkeypatch.setattr(_registry, "_found", {}, raising=False)
+    first = connector_class("sqlite")
+    assert connector_class("sqlite") is first and len(scans) == 1
+    with pytest.raises(ConfigError, match="unknown connector 'nope'"):
+        connector_class("nope")  # a name not found is looked up again, every time
