@@ -310,6 +310,9 @@ def test_duplicate_keys_go_to_quarantine_and_commit_nothing(tmp_path: Path, tool
         assert run.state == "needs_review"
         assert "duplicate key" in (run.error or "")
         assert not (tmp_path / "lake" / "shop" / "people").exists()
+        # A first baseline's Deliveries are encoded while its ids are checked:
+        # none outlives the refusal (the Attempt's staging is erased).
+        assert not [f for f in (tmp_path / "lake" / "_staging").rglob("*") if f.is_file()]
         from combined.catalog import data as cat
 
         with engine.catalog.begin() as conn:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from combined.capture import _fingerprint, _join
+from combined.capture import _duplicates, _fingerprint, _join
 from combined.capture._reduce import Reducer, Transition, _id_ranges, _in_range
 from combined.delivery import PartWriter, StagingArea, part_schema, read_part
 from combined.delivery._staging import Limits
@@ -153,6 +155,51 @@ def test_duplicates_found_without_materialising(tmp_path: Path, stream: bool) ->
     assert dups[0][0] < dups[1][0]  # ordered by id (hex)
     found = {count: ords for _, count, ords in dups}  # ordinals: the capture's row numbers
     assert found == {3: [7, 1000, 1002], 2: [500, 1001]}
+
+
+@pytest.mark.parametrize("repeated", [True, False])
+def test_a_first_baselines_duplicate_check_runs_beside_its_deliveries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, repeated: bool
+) -> None:
+    # Started ahead on a pool's thread, the prefix check runs while the
+    # Deliveries are encoded; duplicates() takes its answer (the prefixes
+    # are read once), and the exact check still names the repeated ids.
+    ids = [*range(1000), 7, 500, 7] if repeated else list(range(1003))
+    parts, schema = staged(tmp_path, ids)
+    ran: list[str] = []
+    prefixes = _duplicates.distinct_prefixes
+
+    def where(*args: Any) -> bool:
+        ran.append(threading.current_thread().name)
+        return prefixes(*args)
+
+    monkeypatch.setattr(_duplicates, "distinct_prefixes", where)
+    r = reducer(tmp_path, parts, schema, stream=True)
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="side") as pool:
+            assert r.prefixes_ahead(pool)
+            r.release()  # (as deliver() does before the Deliveries are encoded)
+            rows = pa.Table.from_batches(list(r.output(CONSTANTS, 1000)))
+            dups = r.duplicates()
+    finally:
+        r.close()
+    assert rows.num_rows == len(ids)
+    assert len(ran) == 1 and ran[0].startswith("side")
+    found = {count: ords for _, count, ords in dups}
+    assert found == ({3: [7, 1000, 1002], 2: [500, 1001]} if repeated else {})
+
+
+def test_only_a_first_baselines_duplicate_check_runs_ahead(tmp_path: Path) -> None:
+    parts, schema = staged(tmp_path, list(range(1000)))
+    for r in (
+        reducer(tmp_path, parts, schema, stream=False),  # (rows deduplicated by a join)
+        new_reducer(tmp_path, parts, schema, strategy="cursor"),  # a first delta: ids distinct
+    ):
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                assert not r.prefixes_ahead(pool)
+        finally:
+            r.close()
 
 
 def without_fingerprints(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -57,10 +57,13 @@ def prepare(
         digest=_digest(plan, table.schema(), staged.schema),
     )
     reducer = _reducer(staged, table, layout, memory_limit, w)
-    # At most one task beside this thread (a first baseline's digests and change list).
-    side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transition")
+    # At most two tasks beside this thread: a first baseline's duplicate
+    # check (its ids' prefixes) and its digests.
+    side = ThreadPoolExecutor(max_workers=2, thread_name_prefix="transition")
     try:
-        if reducer.duplicates(limit=1):
+        # A first baseline's Deliveries are encoded while its ids are checked.
+        ahead = reducer.all_new and reducer.prefixes_ahead(side)
+        if not ahead and reducer.duplicates(limit=1):
             _hold_duplicates(reducer, staged, run_id=run_id, layout=layout, catalog=catalog)
         # A first baseline's counts are known from its staged parts; its
         # digests follow on a second connection while its Deliveries are
@@ -71,6 +74,9 @@ def prepare(
         if reducer.soft is not None and (staged.full or staged.bounded) and not reducer.has_op:
             _count_live(staged, reducer)
         written = deliver(reducer, staged, transition, table, w, side, reporter)
+        if ahead and reducer.duplicates(limit=1):
+            # (its Deliveries, never committed, are erased with the Attempt's staging)
+            _hold_duplicates(reducer, staged, run_id=run_id, layout=layout, catalog=catalog)
         if reducer.all_new:
             transition = (
                 written.pending.result() if written.pending is not None else reducer.reduce()
