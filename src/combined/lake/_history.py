@@ -38,7 +38,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from combined.errors import LakeError
-from combined.lake._files import read_batches
+from combined.lake._files import read_batches, write_data_files
+from combined.lake._history_write import IS_CURRENT, VALID_FROM, VALID_TO, history_actions
 from combined.lake._layout import LakeLayout
 from combined.lake._maintain import reading_version
 from combined.lake._table import (
@@ -50,12 +51,9 @@ from combined.lake._table import (
     _union,
     post_commit,
 )
-from combined.lake._types import to_lake
+from combined.lake._types import to_lake, unviewed
 from combined.protocol._digest import DigestSet
 
-VALID_FROM = "_combined_valid_from"
-VALID_TO = "_combined_valid_to"
-IS_CURRENT = "_combined_is_current"
 #: How ``combined sql`` names a dataset's history: ``<source>.<dataset>__history``.
 SUFFIX = "__history"
 _ID, _OP = "_combined_id", "_combined_op"
@@ -77,6 +75,7 @@ def maintain_history(
     source: str,
     dataset: str,
     told: Callable[[dict[str, Any]], None] | None = None,
+    before_log: Callable[[], None] | None = None,
 ) -> list[int]:
     """Mirror every lake commit of the dataset the history lacks, oldest first.
 
@@ -85,6 +84,8 @@ def maintain_history(
     (``retention.raw`` expired them while the history was off or behind),
     the history (re)starts from the projection after them; ``told`` receives
     that decision (the ``history.restarted`` event's body), which is logged too.
+    ``before_log`` is called once a mirrored commit's data files are written,
+    before its log entry (a crash test's hook).
     """
     history = history_table(layout, source, dataset)
     done = history.committed_sequence()
@@ -112,7 +113,7 @@ def maintain_history(
             told(decision)
         pending = pending[start + 1 :]
     for meta in pending:
-        _apply(layout, history, source, dataset, meta)
+        _apply(layout, history, source, dataset, meta, before_log)
     return [int(m["lake_version"]) for m in pending]
 
 
@@ -163,10 +164,18 @@ def history_version(layout: LakeLayout, source: str, dataset: str, lake_version:
 
 
 def _apply(
-    layout: LakeLayout, history: LakeTable, source: str, dataset: str, meta: Mapping[str, Any]
+    layout: LakeLayout,
+    history: LakeTable,
+    source: str,
+    dataset: str,
+    meta: Mapping[str, Any],
+    before_log: Callable[[], None] | None = None,
 ) -> None:
-    """Apply one lake commit's transition to the history, in one history commit."""
-    from deltalake import write_deltalake
+    """Apply one lake commit's transition to the history, in one history commit.
+
+    Copy-on-write (:func:`history_actions`): the files holding a version the
+    commit closes are rewritten with it closed, its new versions added.
+    """
     from deltalake.exceptions import CommitFailedError
 
     sequence = int(meta["last_sequence"])
@@ -178,42 +187,41 @@ def _apply(
     if dt is not None and int(dt.transaction_version(history.app_id) or 0) >= sequence:
         return  # mirrored since the caller looked (another process): the write builds on dt
     incoming = _schema(layout, files, dt)
+    rows = _rows(layout, files, incoming, at, changes)
     try:
         if dt is None:
-            rows = _rows(layout, files, incoming, at, changes, closes=False)
-            write_deltalake(
-                history.path,
-                pa.RecordBatchReader.from_batches(incoming, rows),
-                configuration=TABLE_CONFIGURATION,
-                commit_properties=properties,
-                post_commithook_properties=post_commit(),
-                storage_options=history.store.storage_options(),
-            )
-            return
-        if _retyped(dt, incoming):
-            dt = _retype(history, dt, incoming)
-        rows = _rows(layout, files, incoming, at, changes, closes=True)
-        (
-            dt.merge(
-                source=pa.RecordBatchReader.from_batches(incoming, rows),
-                # Only a closing row (not current) meets the identity's current version.
-                predicate=f"t.{_ID} = s.{_ID} AND t.{IS_CURRENT} AND NOT s.{IS_CURRENT}",
-                source_alias="s",
-                target_alias="t",
-                merge_schema=True,
-                commit_properties=properties,
-                post_commithook_properties=post_commit(),
-            )
-            .when_matched_update(
-                updates={VALID_TO: f"s.{VALID_FROM}", IS_CURRENT: "false"},
-            )
-            .when_not_matched_insert_all(predicate=f"s.{IS_CURRENT}")
-            .execute()
-        )
+            actions = write_data_files(history.path, incoming, rows, history.store)
+        else:
+            if _retyped(dt, incoming):
+                dt = _retype(history, dt, incoming)
+            dt = _widened(history, dt, incoming)
+            ends = _ends(layout, files, changes)
+            actions = history_actions(history.path, dt, incoming, ends, at, rows, history.store)
+        # (one commit: the first creates the table; each carries the transaction)
+        history._add(dt, incoming, actions, properties, before_log)
     except CommitFailedError as exc:
         if history.committed_sequence() >= sequence:
             return  # a concurrent projection of the same commit won: it holds these versions
         raise LakeError(f"the history commit of {source}.{dataset} conflicted: {exc}") from exc
+
+
+def _widened(history: LakeTable, dt: Any, schema: pa.Schema) -> Any:
+    """The history with ``schema``'s new columns added (null in every version it holds).
+
+    A commit of its own, before the version's (delta-rs' low-level commit
+    changes no schema but by overwriting): it carries no transaction and
+    changes no version; after a crash, the next try finds the columns there.
+    """
+    from deltalake import Schema
+
+    current = pa.schema(dt.schema().to_arrow())
+    new = [pa.field(f.name, f.type, True) for f in schema if f.name not in current.names]
+    if not new:
+        return dt
+    dt.alter.add_columns(
+        list(Schema.from_arrow(pa.schema(new)).fields), post_commithook_properties=post_commit()
+    )
+    return history.delta()
 
 
 def _in_raw_layer(layout: LakeLayout, source: str, dataset: str, meta: Mapping[str, Any]) -> bool:
@@ -336,36 +344,43 @@ def _rows(
     schema: pa.Schema,
     at: pa.Scalar,
     changes: pa.Table | None,
-    *,
-    closes: bool,
 ) -> Iterator[pa.RecordBatch]:
-    """The commit's new versions, and (``closes``) a closing row per identity it changes.
-
-    A closing row holds the identity, the commit's time and ``is_current``
-    false; a new version holds the delivered row, the commit's time, a null
-    ``valid_to`` and ``is_current`` true.
-    """
+    """The commit's new versions: each delivered row, the commit's time, a null ``valid_to``
+    and ``is_current`` true (deletes and, in a full refresh, unchanged rows left out)."""
     put: DigestSet | None = None
     if changes is not None:  # a full refresh: only the rows its change list names changed
         ops = changes.column("op").cast(pa.string())
         puts = pc.filter(changes.column(_ID), pc.is_in(ops, pa.array(["insert", "update"])))
-        ends = pc.filter(changes.column(_ID), pc.is_in(ops, pa.array(["update", "delete"])))
-        if closes and len(ends):
-            yield _closing(ends, schema, at)
         put = DigestSet(puts)  # (built once: a set a batch cost ~0.4 CPU-s at 2M puts)
     for path in files:
         with pq.ParquetFile(layout.store.open_input(path)) as pf:
             for batch in read_batches(pf, 65_536):
-                op = batch.column(_OP).cast(pa.string())
                 if put is None:
+                    op = batch.column(_OP).cast(pa.string())
                     keep = pc.invert(pc.is_in(op, pa.array(list(_ENDS))))
-                    if closes and batch.num_rows:
-                        yield _closing(batch.column(_ID), schema, at)
                 else:
                     keep = put(batch.column(_ID))
                 kept = batch.filter(keep)
                 if kept.num_rows:
                     yield _version(kept, schema, at)
+
+
+def _ends(layout: LakeLayout, files: list[str], changes: pa.Table | None) -> pa.Array | None:
+    """The identities whose current version the commit closes.
+
+    Every identity its Deliveries hold (an insert's has none to close), or
+    those a full refresh's change list updates or deletes.
+    """
+    if changes is not None:
+        ops = changes.column("op").cast(pa.string())
+        ends = pc.filter(changes.column(_ID), pc.is_in(ops, pa.array(["update", "delete"])))
+        return ends.combine_chunks()
+    ids: list[pa.Array] = []
+    for path in files:
+        with pq.ParquetFile(layout.store.open_input(path)) as pf:
+            for batch in pf.iter_batches(batch_size=65_536, columns=[_ID]):
+                ids.append(batch.column(0))
+    return pa.concat_arrays(ids) if ids else None
 
 
 def _version(batch: pa.RecordBatch, schema: pa.Schema, at: pa.Scalar) -> pa.RecordBatch:
@@ -380,33 +395,28 @@ def _version(batch: pa.RecordBatch, schema: pa.Schema, at: pa.Scalar) -> pa.Reco
     return to_lake(pa.RecordBatch.from_arrays(arrays, names=names), schema)
 
 
-def _closing(ids: pa.Array | pa.ChunkedArray, schema: pa.Schema, at: pa.Scalar) -> pa.RecordBatch:
-    ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
-    n = len(ids)
-    closing = pa.RecordBatch.from_arrays(
-        [ids, pa.repeat(at, n), pa.repeat(pa.scalar(False), n)],
-        names=[_ID, VALID_FROM, IS_CURRENT],
-    )
-    return to_lake(closing, schema)
-
-
 def _retype(history: LakeTable, dt: Any, schema: pa.Schema) -> Any:
     """Rewrite the history in the widened column types (the projection's were too).
 
     Delta widens no column in place. This commit changes no version (it
     carries no transaction): repeated after a crash, it rewrites the same rows.
+    Streamed file by file into new files, then one overwrite in the new schema.
     """
-    from deltalake import write_deltalake
+    from deltalake import Schema
 
-    current = pa.schema(dt.schema().to_arrow())
-    target = _union(current, schema)
-    held = history.store.dataset(_files_of(dt), current)  # (see LakeStore.dataset)
-    rows = (to_lake(b, target) for b in held.to_batches())
-    write_deltalake(
-        dt,
-        pa.RecordBatchReader.from_batches(target, rows),
+    target = _union(pa.schema(dt.schema().to_arrow()), schema)
+
+    def rows() -> Iterator[pa.RecordBatch]:
+        for path in _files_of(dt):
+            with pq.ParquetFile(history.store.open_input(path)) as pf:
+                for batch in read_batches(pf, 65_536, threads=False):
+                    yield to_lake(unviewed(batch), target)
+
+    actions = write_data_files(history.path, target, rows(), history.store)
+    dt.create_write_transaction(
+        actions,
         mode="overwrite",
-        schema_mode="overwrite",
+        schema=Schema.from_arrow(target),
         post_commithook_properties=post_commit(),
     )
     return history.delta()

@@ -59,7 +59,13 @@ def project_commit(
 
         # Before the catalog moves: a crash in between leaves the catalog
         # behind the lake, and its catch-up mirrors what the history lacks.
-        maintain_history(layout, source, dataset, _history_told(catalog, source, dataset))
+        maintain_history(
+            layout,
+            source,
+            dataset,
+            _history_told(catalog, source, dataset),
+            before_log=lambda: fault("history_before_log"),
+        )
         fault("after_history")
     with catalog.begin() as conn:
         # Projecting a commit the catalog already holds changes nothing: no
