@@ -44,7 +44,6 @@ from combined.lake._layout import LakeLayout
 from combined.lake._maintain import reading_version
 from combined.lake._table import (
     METADATA_KEY,
-    TABLE_CONFIGURATION,
     LakeTable,
     _files_of,
     _retyped,
@@ -251,8 +250,6 @@ def _seed(
     replaced are not known any more. A ``restart`` replaces the history's
     rows (its earlier versions stay readable at their Delta versions).
     """
-    from deltalake import write_deltalake
-
     schema = layout.dataset_table(source, dataset).schema(int(meta["lake_version"]))
     assert schema is not None
     target = schema.append(pa.field(VALID_FROM, _TIME))
@@ -266,16 +263,12 @@ def _seed(
                     opened = _version(batch, target, pa.scalar(None, _TIME))
                     yield opened.set_column(target.get_field_index(VALID_FROM), VALID_FROM, since)
 
-    write_deltalake(
-        history.path,
-        pa.RecordBatchReader.from_batches(target, rows()),
-        mode="overwrite" if restart else "error",
-        schema_mode="overwrite" if restart else None,
-        configuration=TABLE_CONFIGURATION,
-        commit_properties=_properties(history, meta, seeded=True, restarted=restart),
-        post_commithook_properties=post_commit(),
-        storage_options=history.store.storage_options(),
-    )
+    actions = write_data_files(history.path, target, rows(), history.store)
+    properties = _properties(history, meta, seeded=True, restarted=restart)
+    if restart:
+        _overwrite(history.delta(), target, actions, properties)
+    else:
+        history._add(None, target, actions, properties)
 
 
 def _properties(history: LakeTable, meta: Mapping[str, Any], **extra: Any) -> Any:
@@ -402,8 +395,6 @@ def _retype(history: LakeTable, dt: Any, schema: pa.Schema) -> Any:
     carries no transaction): repeated after a crash, it rewrites the same rows.
     Streamed file by file into new files, then one overwrite in the new schema.
     """
-    from deltalake import Schema
-
     target = _union(pa.schema(dt.schema().to_arrow()), schema)
 
     def rows() -> Iterator[pa.RecordBatch]:
@@ -413,10 +404,18 @@ def _retype(history: LakeTable, dt: Any, schema: pa.Schema) -> Any:
                     yield to_lake(unviewed(batch), target)
 
     actions = write_data_files(history.path, target, rows(), history.store)
+    _overwrite(dt, target, actions)
+    return history.delta()
+
+
+def _overwrite(dt: Any, schema: pa.Schema, actions: list[Any], properties: Any = None) -> None:
+    """One commit replacing every file of the history by ``actions``', in ``schema``."""
+    from deltalake import Schema
+
     dt.create_write_transaction(
         actions,
         mode="overwrite",
-        schema=Schema.from_arrow(target),
+        schema=Schema.from_arrow(schema),
+        commit_properties=properties,
         post_commithook_properties=post_commit(),
     )
-    return history.delta()

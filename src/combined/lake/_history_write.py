@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from combined.lake import _files
 from combined.lake._files import write_data_files
-from combined.lake._rewrite import _relative
+from combined.lake._rewrite import _dictionary_columns, _relative
 from combined.lake._store import LakeStore
 from combined.lake._table import _files_of
 from combined.lake._types import to_lake, unviewed
@@ -105,19 +105,28 @@ def _holding_current(
 def _closed(
     table: str, local: str, schema: pa.Schema, rows: np.ndarray, at: pa.Scalar, store: LakeStore
 ) -> list[Any]:
-    """The add actions of ``local`` rewritten in ``schema``, its ``rows`` closed at ``at``."""
-    with pq.ParquetFile(store.open_input(local)) as pf:
-        close = np.zeros(pf.metadata.num_rows, dtype=bool)
-        close[rows] = True
+    """The add actions of ``local`` rewritten in ``schema``, its ``rows`` closed at ``at``.
+
+    Its constant provenance strings are read and written as dictionaries
+    (see :func:`_rewrite._dictionary_columns`).
+    """
+    source = store.open_input(local)
+    with pq.ParquetFile(source) as pf:
+        meta = pf.metadata
+    close = np.zeros(meta.num_rows, dtype=bool)
+    close[rows] = True
+    dictionaries = _dictionary_columns(meta, schema)
+    target = _files.with_dictionaries(schema, dictionaries) if dictionaries else schema
+    with pq.ParquetFile(source, metadata=meta, read_dictionary=dictionaries) as pf:
 
         def marked() -> Iterator[pa.RecordBatch]:
             offset = 0
             for batch in _files.read_batches(pf, _files.REWRITE_BATCH_ROWS, threads=False):
                 mask = pa.array(close[offset : offset + batch.num_rows])
                 offset += batch.num_rows
-                yield _marked(to_lake(unviewed(batch), schema), mask, at)
+                yield _marked(to_lake(unviewed(batch), target), mask, at)
 
-        return write_data_files(table, schema, marked(), store)
+        return write_data_files(table, schema, marked(), store, dictionaries=dictionaries)
 
 
 def _marked(batch: pa.RecordBatch, mask: pa.BooleanArray, at: pa.Scalar) -> pa.RecordBatch:
