@@ -2,7 +2,8 @@
 
 ``python -m bench.history --rows 2000000 --workdir DIR [--old-src OLD/src] [--rounds 2]``
 
-Two databases get the same ``orders`` rows (bench/workload.py's); a first
+Two databases get the same ``orders`` table (bench/workload.py's), its
+dataset ``history: true`` in bench/run.py's project; a first
 capture of each code (this checkout's, and ``--old-src``'s when given: a
 ``src`` directory put first on ``PYTHONPATH``) makes a lake with its history;
 then the first database has 1% of its rows updated, the second every row,
@@ -14,7 +15,6 @@ and each code re-captures a fresh copy of its lake, the codes alternating,
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -23,38 +23,13 @@ from pathlib import Path
 
 import psycopg
 
-from bench.workload import _ROWS, database_dsn, drop_database, reset_database
+from bench.run import write_project
+from bench.workload import SHAPES, TABLE, create_orders, database_dsn, drop_database, reset_database
 
-PROJECT = """\
-version: 1
-lake: ./lake
-sources:
-  pg:
-    connector: postgres
-    config:
-      dsn: {dsn}
-    datasets:
-      orders:
-        relation: public.orders
-        key: [id]
-        history: true
-"""
-
-COLUMNS = (
-    "id bigint PRIMARY KEY, customer_id int, status text, total numeric(12,2), note text, "
-    "created_at timestamptz, updated_at timestamptz"
-)
-UPDATE = "UPDATE orders SET status = status || '+', updated_at = updated_at + interval '1 day'"
 CAPTURE = (
     "import sys; from combined.engine import Engine; e = Engine.open(sys.argv[1]); "
-    "(r,) = e.capture(); e.close(); assert r.state == 'succeeded', r.error"
+    "(r,) = e.capture(['pg.orders']); e.close(); assert r.state == 'succeeded', r.error"
 )
-
-
-def _fill(dsn: str, rows: int) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE TABLE orders ({COLUMNS})")
-        conn.execute(_ROWS.format(t="orders", lo=1, hi=rows))
 
 
 def _capture(project: Path, src: str | None) -> str:
@@ -85,20 +60,21 @@ def main() -> None:
     server = args.dsn or "postgresql://postgres@127.0.0.1:5432/postgres"
     names = {"1%": args.database, "all": f"{args.database}_all"}
     for name in names.values():
-        _fill(reset_database(server, name), args.rows)
+        create_orders(reset_database(server, name), args.rows)
     codes = {"new": None, **({"old": args.old_src} if args.old_src else {})}
     try:
         for code, src in codes.items():
             for case, name in names.items():
                 base = args.workdir / f"{code}-{case}"
                 shutil.rmtree(base, ignore_errors=True)
-                base.mkdir(parents=True)
-                dsn = json.dumps(database_dsn(server, name))
-                (base / "combined.yaml").write_text(PROJECT.format(dsn=dsn))
+                path = write_project(base, database_dsn(server, name), TABLE, None)
+                key = "        key: [id]\n"
+                path.write_text(path.read_text().replace(key, key + "        history: true\n", 1))
                 print(f"{code} first capture ({case}): {_capture(base, src)}", flush=True)
         for case, name in names.items():
             with psycopg.connect(database_dsn(server, name), autocommit=True) as conn:
-                conn.execute(UPDATE + (" WHERE id % 100 = 1" if case == "1%" else ""))
+                update = f"UPDATE {TABLE} SET {SHAPES['orders'].update}"
+                conn.execute(update + (" WHERE id % 100 = 1" if case == "1%" else ""))
         for case in names:
             for n in range(args.rounds):
                 for code, src in codes.items():

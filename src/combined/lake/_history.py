@@ -362,17 +362,18 @@ def _ends(layout: LakeLayout, files: list[str], changes: pa.Table | None) -> pa.
     """The identities whose current version the commit closes.
 
     Every identity its Deliveries hold (an insert's has none to close), or
-    those a full refresh's change list updates or deletes.
+    those a full refresh's change list updates or deletes. (None null: the
+    ids are looked up sorted, :class:`DigestSet`, only where none is.)
     """
     if changes is not None:
         ops = changes.column("op").cast(pa.string())
         ends = pc.filter(changes.column(_ID), pc.is_in(ops, pa.array(["update", "delete"])))
-        return ends.combine_chunks()
+        return pc.drop_null(ends.combine_chunks())
     ids: list[pa.Array] = []
     for path in files:
         with pq.ParquetFile(layout.store.open_input(path)) as pf:
             for batch in pf.iter_batches(batch_size=65_536, columns=[_ID]):
-                ids.append(batch.column(0))
+                ids.append(pc.drop_null(batch.column(0)))
     return pa.concat_arrays(ids) if ids else None
 
 
