@@ -46,16 +46,27 @@ def compact_if_due(
     *,
     history: bool = False,
 ) -> None:
-    """Compact each of the dataset's tables holding more small files than ``threshold``."""
+    """Compact each of the dataset's tables holding more small files than ``threshold``.
+
+    The dataset's table is counted at every capture (the Run loaded it
+    anyway); its MAR table and history, at most a file a commit, at one
+    table version in a quarter of the threshold: an object store is not
+    asked for their logs at each capture.
+    """
     limit = threshold or DEFAULT_COMPACT_FILES
-    tables = [
-        ("data", layout.dataset_table(source, dataset)),
-        ("usage", LakeTable(layout.usage(source, dataset), "", layout.store)),
-    ]
+    data = layout.dataset_table(source, dataset).pinned()
+    _compact(catalog, data, limit, "data", source=source, dataset=dataset, run_id=run_id)
+    if (data.version() or 0) % max(1, limit // 4):
+        return
+    others = [("usage", LakeTable(layout.usage(source, dataset), "", layout.store))]
     if history:
-        tables.append(("history", history_table(layout, source, dataset)))
-    for kind, table in tables:
+        others.append(("history", history_table(layout, source, dataset)))
+    for kind, table in others:
         _compact(catalog, table, limit, kind, source=source, dataset=dataset, run_id=run_id)
+
+
+#: The ledger is counted at one publication (by its number) in this many.
+LEDGER_EVERY = DEFAULT_COMPACT_FILES // 4
 
 
 def compact_ledger_if_due(catalog: Catalog, layout: LakeLayout, run_id: str) -> None:
