@@ -17,7 +17,7 @@ from tests.runtime.test_reduce_streamed import (
 )
 
 from combined.capture import _join
-from combined.capture._reduce import WHOLE_JOIN_SHARE, Reducer, Transition
+from combined.capture._reduce import WHOLE_JOIN_PASSES, WHOLE_JOIN_SHARE, Reducer, Transition
 
 MEMORY = 256 * 2**20
 
@@ -71,11 +71,12 @@ def test_a_recapture_whose_every_row_changed_joins_in_passes_within_a_share_of_t
     DuckDB's tables of every row (keys, the lake's, the transition) in
     memory on top of what the process held, and peaked ~530 MB. The join
     now gets a quarter of it, and goes in passes over id ranges sized by
-    that quarter (here 800 ids a pass: 4 passes of 3100 ids); the result
+    that quarter (here 1600 ids a pass: 2 passes of 3100 ids, at most
+    ``WHOLE_JOIN_PASSES``); the result
     is the one pass's.
     """
     without_fingerprints(monkeypatch)  # (as when too many fingerprints are one-sided)
-    monkeypatch.setattr(_join, "JOIN_BYTES_PER_ROW", MEMORY // WHOLE_JOIN_SHARE // 800)
+    monkeypatch.setattr(_join, "JOIN_BYTES_PER_ROW", MEMORY // WHOLE_JOIN_SHARE // 1600)
     seen: list[tuple[float, int | None]] = []
     join = Reducer._join_current
 
@@ -88,7 +89,7 @@ def test_a_recapture_whose_every_row_changed_joins_in_passes_within_a_share_of_t
     parts, _ = staged(tmp_path, list(range(100, 3100)), "m")
     transition, changes, rows = _reduced(tmp_path, parts, schema, current, stream)
     ((mib, passes),) = seen  # (DuckDB's "MB" are 10**6 bytes: 64 MB read back as 61.0 MiB)
-    assert (mib, passes) == (round(MEMORY // WHOLE_JOIN_SHARE // 2**20 * 10**6 / 2**20, 1), 4)
+    assert (mib, passes) == (round(MEMORY // WHOLE_JOIN_SHARE // 2**20 * 10**6 / 2**20, 1), 2)
     # A null name stays null: those rows are unchanged; every other one is renamed.
     renamed = [i for i in range(100, 3000) if i % 5]
     assert (transition.inserts, transition.deletes) == (100, 100)
@@ -109,3 +110,7 @@ def test_a_recapture_whose_every_row_changed_joins_in_passes_within_a_share_of_t
     monkeypatch.setattr(_join, "JOIN_BYTES_PER_ROW", 1)
     assert _reduced(tmp_path, parts, schema, current, stream) == (transition, changes, rows)
     assert seen[-1][1] == 1
+    # Smaller passes are capped: each scans both sides' spilled tables again.
+    monkeypatch.setattr(_join, "JOIN_BYTES_PER_ROW", MEMORY // WHOLE_JOIN_SHARE // 100)
+    assert _reduced(tmp_path, parts, schema, current, stream) == (transition, changes, rows)
+    assert seen[-1][1] == WHOLE_JOIN_PASSES == 2

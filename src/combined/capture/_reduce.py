@@ -91,6 +91,12 @@ MIN_DUCK_MB = 64
 #: (bench/RESULTS.md). Only this work is bounded: a change stream's fills keep
 #: their memory (they build hash tables that do not spill).
 WHOLE_JOIN_SHARE = 4
+#: At most this many passes of such a join: each scans both sides' tables again
+#: (spilled), where DuckDB's hash join spills its own partitions for less. Every
+#: row of 5M narrow ones changed: 6 passes 43-46 CPU-s, 2 passes 41.6, one 38.5,
+#: for the same peak (the commit's, ~415 MB); the join held ~310 MB in one pass
+#: at the whole reduction memory (bench/RESULTS.md).
+WHOLE_JOIN_PASSES = 2
 
 
 def _duck_mb(nbytes: int) -> int:
@@ -277,7 +283,7 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
     def _whole_passes(self) -> int:
         """Passes of a join of every staged row with every current one, at DuckDB's share."""
         rows = max(self._staged.count_rows(), self._current_rows())
-        return self._join_passes(rows, self._duck_limit)
+        return min(self._join_passes(rows, self._duck_limit), WHOLE_JOIN_PASSES)
 
     @property
     def whole_staged(self) -> bool:
