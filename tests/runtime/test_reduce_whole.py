@@ -114,3 +114,16 @@ def test_a_recapture_whose_every_row_changed_joins_in_passes_within_a_share_of_t
     monkeypatch.setattr(_join, "JOIN_BYTES_PER_ROW", MEMORY // WHOLE_JOIN_SHARE // 100)
     assert _reduced(tmp_path, parts, schema, current, stream) == (transition, changes, rows)
     assert seen[-1][1] == WHOLE_JOIN_PASSES == 2
+
+
+def test_a_recapture_of_1m_rows_all_changed_is_joined_whole_not_gathered(tmp_path: Path) -> None:
+    """The wide shape's 1M rows all changed: 2M one-sided fingerprints, under the
+    ~2.1M the whole reduction memory allowed, were gathered and joined in memory
+    (~520 MB at the peak). A quarter of it allows ~524k: they are joined whole."""
+    current, schema = baseline_lake(tmp_path)
+    parts, _ = staged(tmp_path, list(range(10)), "m")
+    r = _reducer(tmp_path, parts, schema, current)
+    try:
+        assert r._most_candidates() == MEMORY // 4 // 128 < 2 * 1_000_000
+    finally:
+        r.close()

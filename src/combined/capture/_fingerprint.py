@@ -65,9 +65,12 @@ _PREFILTER_MAX_BITS = 24
 #: (:func:`print_room`), they are sorted by bucket.
 PRINT_BYTES_PER_ROW = 32
 #: Bytes a one-sided row holds while candidates are gathered and joined (both sides'
-#: kept columns and the join's): past the reduction's memory over this, every row is
-#: joined in DuckDB instead.
+#: kept columns and the join's): past a ``CANDIDATE_SHARE``-th of the reduction's
+#: memory over this, every row is joined in DuckDB instead (in its own share, spilling).
 CANDIDATE_BYTES = 128
+#: At the whole memory, every row of the wide shape's 1M changed (2M one-sided
+#: fingerprints, just under it) was gathered and joined at ~520 MB (bench/RESULTS.md).
+CANDIDATE_SHARE = 4
 #: The least share of the reduction memory the fingerprints get, whatever the process holds.
 PRINT_ROOM_SHARE = 4
 
@@ -567,7 +570,7 @@ class Fingerprints:
 
     def _most_candidates(self: _Reduction) -> int:
         """How many one-sided fingerprints the candidates may gather in memory."""
-        return max(self.memory_limit // CANDIDATE_BYTES, 65_536)
+        return max(self.memory_limit // CANDIDATE_SHARE // CANDIDATE_BYTES, 65_536)
 
     def _spill(self: _Reduction, rows: int) -> Spill:
         """Where and in how many buckets ``rows`` fingerprints a side are sorted (None: at once)."""
