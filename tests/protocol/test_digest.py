@@ -143,6 +143,25 @@ def test_a_digest_set_answers_as_a_set_lookup_does() -> None:
         assert got == _is_in(asked_, flat), (values_, asked_)
 
 
+def test_a_digest_set_of_words_answers_as_a_set_lookup_does() -> None:
+    """Built from 16-byte digests' words alone, sorted where they lie (a commit's
+    many ids): the same answers, first words repeated (a byte-string search) or not."""
+    import numpy as np
+
+    held = _digests(50)
+    ends = [b"\x00" * 16, b"\x00" * 15 + b"\x01", b"\x01" + b"\x00" * 15, b"\xff" * 16]
+    same_first = [b"\x07" * 8 + d[8:] for d in _digests(3, seed=2)]  # one first word, thrice
+    asked = pa.array(held + _digests(20, seed=1) + ends + same_first, pa.binary())
+    for kept in (held[::2] + ends[1:4], held[1::3] + same_first[:2] + ends[:2]):
+        words = np.frombuffer(b"".join(kept), np.uint64).reshape(-1, 2).copy()
+        member = dg.DigestSet.of_words(words)
+        assert (member._words is None) == (ends[0] in kept)  # (ends 0 and 1: one first word)
+        values = pa.array(kept, pa.binary())
+        # (a null asked: is_in over the words, as a set of any other digests does)
+        for batch in (asked, asked.slice(7, 40), pa.array([kept[0], None], pa.binary())):
+            assert member(batch).to_pylist() == _is_in(batch, values)
+
+
 def test_a_digest_set_is_built_once_for_every_batch_asked() -> None:
     """1M held digests, asked back in batches of 65,536: one sort, then binary searches,
     against a set built at each batch (``is_in``: ~0.2-0.4 CPU-s a batch)."""

@@ -39,8 +39,45 @@ _CASES = {
 def test_the_fingerprints_of_one_side_only_are_the_symmetric_difference(case: str) -> None:
     mine, theirs = _CASES[case]
     found = fp.one_sided(mine.copy(), theirs.copy())
-    assert found.dtype == np.uint64
-    assert np.array_equal(found, np.setxor1d(mine, theirs))
+    assert found is not None and found.dtype == np.uint64
+    expected = np.setxor1d(mine, theirs)
+    assert np.array_equal(found, expected)
+    # At most ``most`` of them, or None (the caller joins every row instead):
+    # given up as soon as they are counted past it, never gathered whole.
+    at_most = fp.one_sided(mine.copy(), theirs.copy(), len(expected))
+    assert at_most is not None and np.array_equal(at_most, expected)
+    if len(expected):
+        assert fp.one_sided(mine.copy(), theirs.copy(), len(expected) - 1) is None
+
+
+@pytest.mark.parametrize("spill", [False, True])
+def test_a_recapture_whose_every_fingerprint_is_one_sided_gives_up_by_its_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spill: bool
+) -> None:
+    """Every row changed: 2x3000 one-sided fingerprints against ``most`` 1000.
+
+    Before, every one of them was gathered (10M, 80 MB and its copies at
+    5M rows changed, the reduction's peak) and then found too many.
+    """
+    ids, old, new = _digests(3000), _digests(3000), _digests(3000)
+    ords = list(range(3000))
+    looked: list[int] = []
+    real = fp.one_sided
+
+    def counted(mine: np.ndarray, theirs: np.ndarray, most: int | None = None) -> object:
+        looked.append(-1 if most is None else most)
+        return real(mine, theirs, most)
+
+    monkeypatch.setattr(fp, "one_sided", counted)
+    where = (tmp_path, 2) if spill else None  # (4 buckets, their budget shared)
+    found = fp.candidates(
+        _batches(ords, ids, new), 3000, _batches(ids, old), 3000, where, most=1000
+    )
+    assert found is None
+    assert looked and all(0 <= m <= 1000 for m in looked)
+    few = [*old[:2990], *new[2990:]]  # 10 rows changed: 20 one-sided
+    found = fp.candidates(_batches(ords, ids, few), 3000, _batches(ids, old), 3000, where, most=20)
+    assert found is not None and found.staged.num_rows == 10
 
 
 def test_few_lookups_pass_the_prefilter_of_many_one_sided_fingerprints() -> None:

@@ -13,7 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from combined.capture import _duplicates, _fingerprint, _join
-from combined.capture._reduce import Reducer, Transition, _id_ranges, _in_range
+from combined.capture._reduce import (
+    WHOLE_JOIN_SHARE,
+    Reducer,
+    Transition,
+    _id_ranges,
+    _in_range,
+)
 from combined.delivery import PartWriter, StagingArea, part_schema, read_part
 from combined.delivery._staging import Limits
 from combined.protocol.identity import identity_python
@@ -613,20 +619,21 @@ def test_a_capture_much_smaller_than_the_lake_still_joins_in_passes(
 ) -> None:
     # The join's hash table holds the lake's side: its passes are sized by
     # the larger side, here the lake (3000 ids) against a capture of 100.
-    monkeypatch.setattr(_join, "JOIN_BYTES_PER_ROW", 64 * 2**20 // 1001)  # 1000 ids a pass
+    # (1500 ids a pass of the join's share of the 64 MB: WHOLE_JOIN_SHARE)
+    monkeypatch.setattr(_join, "JOIN_BYTES_PER_ROW", 64 * 2**20 // WHOLE_JOIN_SHARE // 1501)
     without_fingerprints(monkeypatch)
     current, schema = baseline_lake(tmp_path)
     parts, _ = staged(tmp_path, list(range(100)), "n")
     passes: list[int] = []
     sized = Reducer._join_passes
 
-    def recorded(self: Reducer, rows: int) -> int:
-        passes.append(sized(self, rows))
+    def recorded(self: Reducer, rows: int, memory: int | None = None) -> int:
+        passes.append(sized(self, rows, memory))
         return passes[-1]
 
     monkeypatch.setattr(Reducer, "_join_passes", recorded)
     (t1, c1, _), (t2, c2, _) = both_paths(tmp_path, parts, schema, current=[str(current)])
-    assert passes == [3]  # the streamed path's join (the general path joins once)
+    assert passes == [2, 2]  # the streamed path's join, then the general path's
     assert t1 == t2 and c1.equals(c2)
     assert (t1.deletes, t1.unchanged) == (2900, 100)
 

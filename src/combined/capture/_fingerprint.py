@@ -65,9 +65,12 @@ _PREFILTER_MAX_BITS = 24
 #: (:func:`print_room`), they are sorted by bucket.
 PRINT_BYTES_PER_ROW = 32
 #: Bytes a one-sided row holds while candidates are gathered and joined (both sides'
-#: kept columns and the join's): past the reduction's memory over this, every row is
-#: joined in DuckDB instead.
+#: kept columns and the join's): past a ``CANDIDATE_SHARE``-th of the reduction's
+#: memory over this, every row is joined in DuckDB instead (in its own share, spilling).
 CANDIDATE_BYTES = 128
+#: At the whole memory, every row of the wide shape's 1M changed (2M one-sided
+#: fingerprints, just under it) was gathered and joined at ~520 MB (bench/RESULTS.md).
+CANDIDATE_SHARE = 4
 #: The least share of the reduction memory the fingerprints get, whatever the process holds.
 PRINT_ROOM_SHARE = 4
 
@@ -169,7 +172,7 @@ def _repeats(sorted_prints: Words) -> bool:
     return bool(np.any(sorted_prints[1:] == sorted_prints[:-1]))
 
 
-def one_sided(mine: Words, theirs: Words) -> Words:
+def one_sided(mine: Words, theirs: Words, most: int | None = None) -> Words | None:
     """The (sorted) values of two sorted arrays of distinct values that only one of them holds.
 
     Each value of ``mine`` is looked up in ``theirs``, a slice of
@@ -178,12 +181,17 @@ def one_sided(mine: Words, theirs: Words) -> Words:
     rows past the two sorts, and memory holds one slice's positions and a
     byte a value of ``theirs``. Sorting both arrays again as one, a range
     at a time, took 4.5 CPU-s at 20M rows a side, against 0.7.
+
+    None once more than ``most`` are found: a re-capture whose every row of
+    5M changed gathered 10M one-sided values (80 MB, and as much again to
+    join them) only for the caller to join every row instead.
     """
     if not len(mine) or not len(theirs):
-        return np.concatenate([mine, theirs])  # (one is empty: the other, sorted)
+        alone = np.concatenate([mine, theirs])  # (one is empty: the other, sorted)
+        return None if most is not None and len(alone) > most else alone
     met = np.zeros(len(theirs), np.bool_)
     found: list[Words] = []
-    step = -(-len(mine) // _MERGE_CHUNKS)
+    step, count = -(-len(mine) // _MERGE_CHUNKS), 0
     for start in range(0, len(mine), step):
         part = mine[start : start + step]
         at = np.searchsorted(theirs, part)
@@ -191,6 +199,11 @@ def one_sided(mine: Words, theirs: Words) -> Words:
         hit = theirs[at] == part
         met[at[hit]] = True
         found.append(part[~hit])
+        count += len(found[-1])
+        if most is not None and count > most:
+            return None
+    if most is not None and count + len(theirs) - int(np.count_nonzero(met)) > most:
+        return None
     found.append(theirs[~met])
     alone = np.concatenate(found)
     alone.sort()  # (the values of one side only: the changes, a few percent)
@@ -256,10 +269,10 @@ def candidates(
     where the join of every row spills.
     """
     if spill is None:
-        found = _one_sided_at_once(staged, staged_rows, current, current_rows)
+        found = _one_sided_at_once(staged, staged_rows, current, current_rows, most)
     else:
-        found = _one_sided_by_bucket(staged, staged_rows, current, current_rows, *spill)
-    if found is None or (most is not None and len(found[0]) > most):
+        found = _one_sided_by_bucket(staged, staged_rows, current, current_rows, *spill, most)
+    if found is None:
         return None
     alone, g = Members(found[0]), found[1]
     ours = _kept(staged(), alone, 1, None, _STAGED)
@@ -290,20 +303,29 @@ def print_room(limit: int) -> int:
 
 
 def _one_sided_at_once(
-    staged: Reader, staged_rows: int, current: Reader, current_rows: int
+    staged: Reader, staged_rows: int, current: Reader, current_rows: int, most: int | None
 ) -> tuple[Words, int] | None:
-    """The one-sided fingerprints (sorted) and the xor of every check word, both sides at once."""
+    """The one-sided fingerprints (sorted) and the xor of every check word, both sides at once.
+
+    None past ``most`` of them (and see :func:`_fill`, :func:`_one_sided_prints`).
+    """
     theirs = _fill(((b.column(0), b.column(1)) for b in current()), current_rows)
     release_memory()  # (what the lake's reader leaves in the heaps: ~20 MB at 5M rows)
     mine = _fill(((b.column(1), b.column(2)) for b in staged()), staged_rows)
     if mine is None or theirs is None:
         return None
-    alone = _one_sided_prints(mine[0], theirs[0])
+    alone = _one_sided_prints(mine[0], theirs[0], most)
     return None if alone is None else (alone, mine[1] ^ theirs[1])
 
 
 def _one_sided_by_bucket(
-    staged: Reader, staged_rows: int, current: Reader, current_rows: int, spill: Path, bits: int
+    staged: Reader,
+    staged_rows: int,
+    current: Reader,
+    current_rows: int,
+    spill: Path,
+    bits: int,
+    most: int | None,
 ) -> tuple[Words, int] | None:
     """:func:`_one_sided_at_once`, holding one bucket of both sides' fingerprints at a time."""
     with tempfile.TemporaryDirectory(dir=spill, prefix="prints-") as tmp:
@@ -316,14 +338,17 @@ def _one_sided_by_bucket(
         if mine is None or theirs is None:
             return None
         found: list[Words] = []
+        left = most
         for bucket in range(1 << bits):  # (in order: the buckets are the top bits)
             alone = _one_sided_prints(
                 np.fromfile(Path(tmp, f"s{bucket}"), np.uint64),
                 np.fromfile(Path(tmp, f"c{bucket}"), np.uint64),
+                left,
             )
             if alone is None:
                 return None
             found.append(alone)
+            left = None if left is None else left - len(alone)
     return np.concatenate(found), mine ^ theirs
 
 
@@ -365,8 +390,9 @@ def spread_to_buckets(f: Words, shift: np.uint64, files: list[Any]) -> None:
         grouped[ends[bucket - 1] if bucket else 0 : ends[bucket]].tofile(out)
 
 
-def _one_sided_prints(mine: Words, theirs: Words) -> Words | None:
-    """The fingerprints of one side only, sorted (None: one repeated within a side).
+def _one_sided_prints(mine: Words, theirs: Words, most: int | None = None) -> Words | None:
+    """The fingerprints of one side only, sorted (None: one repeated within a side, or
+    more than ``most`` of them).
 
     Sorts both arrays in place.
     """
@@ -374,7 +400,7 @@ def _one_sided_prints(mine: Words, theirs: Words) -> Words | None:
     theirs.sort()
     if _repeats(mine) or _repeats(theirs):
         return None
-    return one_sided(mine, theirs)
+    return one_sided(mine, theirs, most)
 
 
 _STAGED = pa.schema([("ord", pa.int64()), ("_cid", pa.binary()), ("_chash", pa.binary())])
@@ -544,7 +570,7 @@ class Fingerprints:
 
     def _most_candidates(self: _Reduction) -> int:
         """How many one-sided fingerprints the candidates may gather in memory."""
-        return max(self.memory_limit // CANDIDATE_BYTES, 65_536)
+        return max(self.memory_limit // CANDIDATE_SHARE // CANDIDATE_BYTES, 65_536)
 
     def _spill(self: _Reduction, rows: int) -> Spill:
         """Where and in how many buckets ``rows`` fingerprints a side are sorted (None: at once)."""

@@ -82,6 +82,21 @@ __all__ = [
 CHANGE_STREAM_SHARE = 4
 #: The least DuckDB memory a reduction is given, in MB.
 MIN_DUCK_MB = 64
+#: A snapshot re-capture joined row by row (its fingerprints refused, or found
+#: too many rows changed to gather them) gives DuckDB this share of the
+#: reduction memory: the tables of every row it makes (its keys, the lake's,
+#: the transition) spill to the run's staging, and the join goes in passes over
+#: id ranges sized by the share. At the whole limit, on top of what the process
+#: held, a 2M-row re-capture whose every row changed peaked at ~530 MB
+#: (bench/RESULTS.md). Only this work is bounded: a change stream's fills keep
+#: their memory (they build hash tables that do not spill).
+WHOLE_JOIN_SHARE = 4
+#: At most this many passes of such a join: each scans both sides' tables again
+#: (spilled), where DuckDB's hash join spills its own partitions for less. Every
+#: row of 5M narrow ones changed: 6 passes 43-46 CPU-s, 2 passes 41.6, one 38.5,
+#: for the same peak (the commit's, ~415 MB); the join held ~310 MB in one pass
+#: at the whole reduction memory (bench/RESULTS.md).
+WHOLE_JOIN_PASSES = 2
 
 
 def _duck_mb(nbytes: int) -> int:
@@ -247,6 +262,28 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
 
     #: Whether the transition is being joined from candidates found by value.
     _value_joined = False
+    #: Whether DuckDB's memory was cut for a join of every row (``_bound_whole_join``).
+    _whole_bound = False
+
+    def _bound_whole_join(self) -> None:
+        """Give DuckDB a ``WHOLE_JOIN_SHARE`` of the memory: a snapshot re-capture joins every row.
+
+        A whole, keyed capture without operations or fills against the lake's
+        rows: its every statement (hashing into ``keys``, the duplicate
+        check's aggregate, the join by id ranges, ``tr``) streams or spills.
+        """
+        if self._whole_bound or self.has_op or not self.full or not self._has_current:
+            return
+        if self.by_content or self._resolved is not None:
+            return
+        self._whole_bound = True
+        self._duck_limit = min(self._duck_limit, self.memory_limit // WHOLE_JOIN_SHARE)
+        self.con.execute(f"SET memory_limit = '{_duck_mb(self._duck_limit)}MB'")
+
+    def _whole_passes(self) -> int:
+        """Passes of a join of every staged row with every current one, at DuckDB's share."""
+        rows = max(self._staged.count_rows(), self._current_rows())
+        return min(self._join_passes(rows, self._duck_limit), WHOLE_JOIN_PASSES)
 
     @property
     def whole_staged(self) -> bool:
@@ -348,6 +385,7 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
     def _keys(self) -> str:
         """The narrow (ordinal, id, hash, op) table: every row hashed exactly once."""
         if not self._has_keys:
+            self._bound_whole_join()
             if self.by_content:
                 self._number_repeats()
             keys = "SELECT _combined_ordinal AS ord, _cid, _chash, _cop FROM {}"
@@ -405,7 +443,8 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
                 f"SELECT _combined_ordinal AS ord, {prov.ID} AS _cid, "
                 f"{prov.PAYLOAD_HASH} AS _chash, 'upsert' AS _cop FROM pay"
             )
-            return self._join_current(last, "cur", cut=None)
+            self._bound_whole_join()
+            return self._join_current(last, "cur", cut=None, passes=self._whole_passes())
         keys = self._keys()
         if self.sync_mode == "append":
             self.con.execute(
@@ -460,6 +499,10 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         # the whole lake's ids (~200 MB at 2M rows) would only be scanned.
         mine = "" if self._whole(cut) else f" WHERE _kid IN (SELECT _cid FROM {keys})"
         con.execute(f"CREATE TABLE curk AS SELECT _kid, _khash FROM cur{mine}")
+        if self._whole_bound:
+            # A snapshot's every row against the lake's, in passes sized by
+            # DuckDB's share: ``keys`` is a plain table of them already.
+            return self._join_current(last, "curk", cut=cut, passes=self._whole_passes())
         # The last changes are a plain table too, and a change stream's meet the
         # current rows in passes over id ranges sized by its share of the memory:
         # computed by a window inside one join, a 600k-change MariaDB backlog (one

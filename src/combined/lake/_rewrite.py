@@ -34,6 +34,8 @@ from combined.runtime._memory import release_memory
 if TYPE_CHECKING:
     import duckdb
 
+    from combined.protocol._digest import DigestSet
+
 _ID, _OP = "_combined_id", "_combined_op"
 #: The operations whose id's current row leaves the table.
 _REPLACING = ("update", "delete")
@@ -53,6 +55,12 @@ class _Changes:
     gone: pa.Array | None
     #: The Deliveries (by position in the linked files) holding at least one delete.
     deleting: set[int]
+    #: Past ``SHARED_GONE`` v2 ids, ``gone``'s as (n, 2) 64-bit words alone (``gone`` None).
+    words: np.ndarray | None = None
+
+    def count(self) -> int:
+        """How many ids go."""
+        return len(self.words) if self.words is not None else len(self.gone or ())
 
 
 def rewrite_actions(
@@ -91,7 +99,12 @@ def rewrite_actions(
     if gone is None and every_file:
         gone = pa.array([], _id_type(schema))
     actions: list[Any] = []
-    if gone is not None and (len(gone) or every_file):
+    if changes.words is not None:
+        # Many v2 ids: found by a binary search over their words (no Arrow array of them).
+        doomed = _doomed_by_search(files, _word_set(changes), lake)
+        release_memory()
+        actions.extend(_rewritten(table, files, schema, doomed, every_file, lake))
+    elif gone is not None and (len(gone) or every_file):
         # Which rows go, found for every file at once: one set of the changed ids per commit.
         doomed = _doomed_rows(files, gone, lake) if len(gone) else {}
         release_memory()  # (the scan's pages, before the rewrite's buffers: see _doomed_rows)
@@ -106,24 +119,83 @@ def _changed(
     linked: Sequence[LinkedFile] | None,
 ) -> _Changes:
     """The ids the transition updates or deletes, in the table's id type (text or bytes)."""
-    changed: list[pa.Array] = []
+    bound = sum(pq.read_metadata(str(path)).num_rows for path, *_ in linked or ())
+    changed = _Gone(bound, words=_id_type(schema) == pa.binary())  # (v1's hex ids: arrays)
     deleting: set[int] = set()
     if linked is not None:
         for n, (path, *_) in enumerate(linked):
             with pq.ParquetFile(str(path)) as pf:
                 for batch in pf.iter_batches(batch_size=65_536, columns=[_ID, _OP]):
                     ops = batch.column(1)
-                    changed.append(pc.filter(batch.column(0), pc.is_in(ops, pa.array(_REPLACING))))
+                    changed.add(pc.filter(batch.column(0), pc.is_in(ops, pa.array(_REPLACING))))
                     if pc.any(pc.equal(ops, "delete")).as_py():
                         deleting.add(n)
     else:
         for batch in data():
             ops = batch.column(batch.schema.get_field_index(_OP))
             ids = batch.column(batch.schema.get_field_index(_ID))
-            changed.append(pc.filter(ids, pc.is_in(ops, pa.array(_REPLACING))))
+            changed.add(pc.filter(ids, pc.is_in(ops, pa.array(_REPLACING))))
+    if changed.words is not None and changed.rows > SHARED_GONE:
+        return _Changes(None, deleting, changed.words)
     id_type = _id_type(schema)
-    gone = pa.concat_arrays([c.cast(id_type) for c in changed]) if changed else None
+    gone = pa.concat_arrays([c.cast(id_type) for c in changed.arrays()]) if changed.any else None
     return _Changes(gone, deleting)
+
+
+class _Gone:
+    """The ids a transition replaces, gathered batch by batch.
+
+    v2 ids (16 bytes each) are kept as their two 64-bit words only, in one
+    array sized by ``bound`` (the Deliveries' rows: pages past the ids are
+    never touched): as an Arrow array (4 bytes of offsets more an id),
+    concatenated and then sorted by :class:`DigestSet`, every row of 5M
+    changed held ~230 MB more at the commit's peak (bench/RESULTS.md).
+    """
+
+    def __init__(self, bound: int, words: bool) -> None:
+        #: The words (None once an id is not 16 bytes, or for v1's text ids).
+        self._buf: np.ndarray | None = np.empty((bound, 2), np.uint64) if words else None
+        self._arrays: list[pa.Array] = []
+        self.rows = 0
+        self.any = False
+
+    @property
+    def words(self) -> np.ndarray | None:
+        """The ids' words, (n, 2), or None."""
+        return None if self._buf is None else self._buf[: self.rows]
+
+    def add(self, ids: pa.Array) -> None:
+        from combined.protocol._digest import fixed_width
+
+        self.any = True
+        if self._buf is not None:
+            fixed = fixed_width(ids, 16) if len(ids) else np.empty(0, "S16")
+            if fixed is not None:
+                n = len(fixed)
+                if self.rows + n > len(self._buf):  # (no bound: doubled)
+                    grown = np.empty((max(2 * len(self._buf), self.rows + n), 2), np.uint64)
+                    grown[: self.rows] = self._buf[: self.rows]
+                    self._buf = grown
+                self._buf[self.rows : self.rows + n] = fixed.view(np.uint64).reshape(-1, 2)
+                self.rows += n
+                return
+            self._arrays.append(_from_words(self._buf[: self.rows]))
+            self._buf = None
+        self.rows += len(ids)
+        self._arrays.append(ids)
+
+    def arrays(self) -> list[pa.Array]:
+        """The ids as Arrow arrays."""
+        words = self.words
+        return [_from_words(words)] if words is not None else self._arrays
+
+
+def _from_words(words: np.ndarray) -> pa.Array:
+    """16-byte ids given as their (n, 2) words, as a binary array."""
+    fixed = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(16), len(words), [None, pa.py_buffer(words)]
+    )
+    return fixed.cast(pa.binary())
 
 
 def _id_type(schema: pa.Schema) -> pa.DataType:
@@ -408,14 +480,23 @@ def _own_duck() -> Iterator[duckdb.DuckDBPyConnection]:
         con.close()
 
 
+def _word_set(changes: _Changes) -> DigestSet:
+    """The set of many v2 ids held as words (``changes.words``, taken: sorted in place)."""
+    from combined.protocol._digest import DigestSet
+
+    words, changes.words = changes.words, None
+    assert words is not None
+    return DigestSet.of_words(words)
+
+
 def _doomed_by_search(
-    files: Sequence[str], gone: pa.Array, lake: LakeStore
+    files: Sequence[str], gone: pa.Array | DigestSet, lake: LakeStore
 ) -> dict[str, np.ndarray]:
     """:func:`_doomed_rows` for many ids: each file's ids, a batch at a time, looked up
     in ``gone`` sorted once (memory: the sorted ids, ~16 bytes each, and one batch)."""
     from combined.protocol._digest import DigestSet
 
-    member = DigestSet(gone)
+    member = gone if isinstance(gone, DigestSet) else DigestSet(gone)
     doomed: dict[str, np.ndarray] = {}
     for name in files:
         numbers: list[np.ndarray] = []
