@@ -11,7 +11,8 @@ Text is written as its UTF-8 bytes converted by the server
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from random import Random
 from typing import Any
 
@@ -331,3 +332,31 @@ def _literal(kind: Kind, value: Any) -> str:
     if kind.ddl.startswith(NUMERIC) or kind.ddl.startswith("bit"):
         return str(value)
     return utf8(value, kind.ddl.split("character set ")[1] if "character set" in kind.ddl else "")
+
+
+@contextmanager
+def fresh_database(server_dsn: str, prefix: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A new database ``<prefix>_...`` (its dsn and connection arguments), dropped after."""
+    import pymysql
+
+    from combined.connectors.mariadb._connect import Settings
+
+    settings = Settings.from_config({"dsn": server_dsn})
+    kwargs = {
+        k: v
+        for k, v in settings.connect_kwargs().items()
+        if k not in ("database", "conv", "cursorclass")
+    }
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with pymysql.connect(**kwargs) as conn, conn.cursor() as cur:
+        ((log_bin,),) = cur.execute("SELECT @@log_bin") and cur.fetchall()
+        assert str(log_bin) == "1", "the MariaDB server has log_bin OFF (.ci/run turns it on)"
+        cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    try:
+        yield (
+            f"{settings.dsn.split('?', 1)[0].rsplit('/', 1)[0]}/{name}",
+            {**kwargs, "database": name},
+        )
+    finally:
+        with pymysql.connect(**kwargs) as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from random import Random
 
 from tests.engine import _fidelity as f
@@ -352,3 +352,18 @@ class Postgres:
     def delete_one(self, shape: Shape, rid: int) -> str:
         t = ident(shape.table)
         return f"DELETE FROM {t} WHERE ctid = (SELECT ctid FROM {t} WHERE rid = {rid} LIMIT 1)"
+
+
+@contextmanager
+def fresh_database(server_dsn: str, prefix: str) -> Iterator[str]:
+    """A new database ``<prefix>_...`` (its dsn), dropped after with its slots."""
+    import psycopg
+    from tests.pg_cleanup import drop_database
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{server_dsn.rsplit('/', 1)[0]}/{name}"
+    finally:
+        drop_database(server_dsn, name)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from random import Random
@@ -36,8 +35,9 @@ import pytest
 from tests.engine import _fidelity_run as run
 from tests.engine._fidelity import Kind
 from tests.engine._fidelity_maria import MariaDB
+from tests.engine._fidelity_maria import fresh_database as fresh_maria
 from tests.engine._fidelity_maria import kinds as maria_kinds
-from tests.engine._fidelity_pg import Postgres, all_kinds
+from tests.engine._fidelity_pg import Postgres, all_kinds, fresh_database
 from tests.engine._fidelity_run import Dialect, Shape
 
 from combined.engine import Engine
@@ -57,16 +57,8 @@ TABLES = 3  # per seed; each keyed table also holds a replication slot while it 
 @pytest.fixture
 def pg_fuzz_db(pg_server_dsn: str) -> Iterator[str]:
     """A fresh database named ``hfuzz_...``, dropped with its slots afterwards."""
-    import psycopg
-    from tests.pg_cleanup import drop_database
-
-    name = f"hfuzz_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{pg_server_dsn.rsplit('/', 1)[0]}/{name}"
-    finally:
-        drop_database(pg_server_dsn, name)
+    with fresh_database(pg_server_dsn, "hfuzz") as dsn:
+        yield dsn
 
 
 def _datasets(shape: Shape, quote: str) -> str:
@@ -177,29 +169,8 @@ def test_random_postgres_tables_land_value_for_value(
 @pytest.fixture
 def maria_fuzz_db(mariadb_server_dsn: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """A fresh database named ``hfuzz_...`` (its dsn and connection arguments), dropped after."""
-    import pymysql
-
-    from combined.connectors.mariadb._connect import Settings
-
-    settings = Settings.from_config({"dsn": mariadb_server_dsn})
-    kwargs = {
-        k: v
-        for k, v in settings.connect_kwargs().items()
-        if k not in ("database", "conv", "cursorclass")
-    }
-    name = f"hfuzz_{uuid.uuid4().hex[:10]}"
-    with pymysql.connect(**kwargs) as conn, conn.cursor() as cur:
-        ((log_bin,),) = cur.execute("SELECT @@log_bin") and cur.fetchall()
-        assert str(log_bin) == "1", "the MariaDB server has log_bin OFF (.ci/run turns it on)"
-        cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
-    try:
-        yield (
-            f"{settings.dsn.split('?', 1)[0].rsplit('/', 1)[0]}/{name}",
-            {**kwargs, "database": name},
-        )
-    finally:
-        with pymysql.connect(**kwargs) as conn, conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    with fresh_maria(mariadb_server_dsn, "hfuzz") as made:
+        yield made
 
 
 @pytest.mark.parametrize("seed", seeds())
