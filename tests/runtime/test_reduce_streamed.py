@@ -670,3 +670,49 @@ def test_a_marked_value_comes_from_the_lake_and_a_new_column_has_no_lake_value(
     finally:
         r.close()
     assert rows == [(1, "kept", 42)]
+
+
+def test_a_change_streams_filled_rows_get_the_reductions_memory_back_when_they_need_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Filled rows are delivered at a lowered memory; on data that needed more
+    # the capture failed for memory, and each retry alike (found by
+    # tests/engine/test_crash_random.py: wide unchanged values, 4,000 rows).
+    from combined.capture import _deliver, _unchanged
+
+    monkeypatch.setattr(_unchanged, "FILLED_OUTPUT_MB", 0)
+    monkeypatch.setattr(_deliver, "FILL_JOIN_MB", 0)  # 1 MB in all: too little for these
+    n = 3000
+    big = "x" * 1000
+    parts, schema = _change_stream(
+        tmp_path,
+        [("id", pa.int64()), ("name", pa.string()), ("note", pa.string())],
+        {
+            "id": [*range(n), *range(n)],
+            "name": [f"{big}{i}" for i in range(n)] + [None] * n,
+            "note": ["a"] * n + ["b"] * n,
+            "_combined_op": ["insert"] * n + ["update"] * n,
+            "_combined_unchanged": [None] * n + [["name"]] * n,
+        },
+    )
+    r = Reducer(
+        capture_files=parts,
+        capture_schema=schema,
+        current_files=[],
+        key=["id"],
+        strategy="cdc",
+        sync_mode="incremental",
+        memory_limit=256 * 2**20,  # the default reduction_memory
+        spill_dir=tmp_path,
+        baseline=False,
+    )
+    try:
+        t = r.reduce()
+        r.release()
+        rows = pa.Table.from_batches(list(r.output(CONSTANTS, 1000))).to_pylist()
+    finally:
+        r.close()
+    assert (t.inserts, t.updates) == (n, 0)
+    assert sorted((row["id"], row["name"], row["note"]) for row in rows) == [
+        (i, f"{big}{i}", "b") for i in range(n)
+    ]

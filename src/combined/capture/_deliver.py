@@ -8,7 +8,8 @@ the parts allow.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -60,6 +61,7 @@ class _Reduction(Protocol):
     transition: Transition | None
     _resolved: Resolved | None
     _staged: StagedParts
+    _duck_limit: int
     _has_keys: bool
 
     @property
@@ -72,7 +74,12 @@ class _Reduction(Protocol):
     def _output_sql(self, provenance: str = "") -> str: ...
 
     def _ranged_output(
-        self, ranges: list[PartRange], provenance: str, fixed: _Constants, batch_rows: int
+        self,
+        ranges: list[PartRange],
+        provenance: str,
+        fixed: _Constants,
+        batch_rows: int,
+        roomier: Callable[[], Any] | None = None,
     ) -> Iterator[pa.RecordBatch]: ...
 
 
@@ -151,9 +158,13 @@ class Output:
         ranges = [] if self._every_row_new() else part_ranges(self.capture_files, cuts)
         ordered = self.sync_mode == "append"
         if ranges and (in_order(ranges) or not ordered):
+            roomier = None
             if self._resolved is not None and (mb := self._resolved.output_mb(FILL_JOIN_MB)):
                 self.con.execute(f"SET memory_limit = '{mb}MB'")  # part by part: less
-            yield from self._ranged_output(ranges, provenance, fixed_columns, batch_rows)
+                # (a part that needs more gets the reduction's memory back)
+                full = f"SET memory_limit = '{-(-self._duck_limit // 2**20)}MB'"
+                roomier = partial(self.con.execute, full)
+            yield from self._ranged_output(ranges, provenance, fixed_columns, batch_rows, roomier)
             return
         sql = self._output_sql(provenance)
         reader: pa.RecordBatchReader = self.con.sql(sql).to_arrow_reader(batch_rows)
@@ -166,6 +177,7 @@ class Output:
         provenance: str,
         fixed: _Constants,
         batch_rows: int,
+        roomier: Callable[[], Any] | None = None,
     ) -> Iterator[pa.RecordBatch]:
         """:meth:`output` of a transition or a full refresh, one staged part at a time."""
         refresh = self.sync_mode == "full_refresh"
@@ -183,6 +195,7 @@ class Output:
             ordered=self.sync_mode == "append",
             fixed=fixed,
             batch_rows=batch_rows,
+            roomier=roomier,
         )
 
     def _output_sql(self: _Reduction, provenance: str = "") -> str:

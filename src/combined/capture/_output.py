@@ -239,6 +239,7 @@ def part_rows(
     ordered: bool,
     fixed: _Constants,
     batch_rows: int,
+    roomier: Callable[[], object] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The rows to deliver, one staged part (of ``schema``) at a time, in the parts' order.
 
@@ -247,6 +248,10 @@ def part_rows(
     on a part's share, never on the whole backlog's, and no part is read
     ahead of the next. ``ordered``: each part's rows in ordinal order (an
     event stream's; the parts' own order is the ordinals').
+
+    ``roomier``: gives the connection more memory. A part that ran out of
+    memory before it gave a row is read again after it; without it (or
+    after a row), the error stands.
     """
     select = delivered.select()
     for path, ordinals in ranges:
@@ -255,21 +260,51 @@ def part_rows(
             if taken is not None:
                 yield from (fixed.add(b) for b in taken.batches(batch_rows))
                 continue
+        sql = (
+            f"SELECT {select} FROM ({delivered.rows(_PART, ordinals)}) c "
+            f"JOIN ({delivered.chosen(ordinals)}) tr ON c.{_ORDINAL} = tr.ord"
+            + (" ORDER BY tr.ord" if ordered else "")
+        )
         con.register(_PART, StagedParts([path], schema))
         try:
-            sql = (
-                f"SELECT {select} FROM ({delivered.rows(_PART, ordinals)}) c "
-                f"JOIN ({delivered.chosen(ordinals)}) tr ON c.{_ORDINAL} = tr.ord"
-                + (" ORDER BY tr.ord" if ordered else "")
-            )
-            for batch in con.sql(sql).to_arrow_reader(batch_rows):
-                yield fixed.add(batch)
+            yield from (fixed.add(b) for b in _part_batches(con, sql, batch_rows, roomier))
         finally:
             con.unregister(_PART)
     unstaged = delivered.unstaged()
     if unstaged is not None:
         for batch in con.sql(unstaged).to_arrow_reader(batch_rows):
             yield fixed.add(batch)
+
+
+def _part_batches(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    batch_rows: int,
+    roomier: Callable[[], object] | None,
+) -> Iterator[pa.RecordBatch]:
+    """``sql``'s batches; out of memory before its first, once more given ``roomier``'s room.
+
+    A CDC backlog's filled rows are delivered at a lowered memory: on data
+    that needed more (wide unchanged values, 4,000 rows), the capture failed
+    for memory, and every retry of it alike, the dataset stuck behind it.
+    """
+    import duckdb
+
+    try:
+        reader = con.sql(sql).to_arrow_reader(batch_rows)
+        first = reader.read_next_batch()
+    except StopIteration:
+        return
+    except duckdb.OutOfMemoryException:
+        if roomier is None:
+            raise
+        roomier()
+        reader = con.sql(sql).to_arrow_reader(batch_rows)
+        first = next(iter(reader), None)
+        if first is None:
+            return
+    yield first
+    yield from reader
 
 
 def _taken(
