@@ -34,6 +34,7 @@ from combined.catalog import data as cat
 from combined.config import Project
 from combined.config._retention import FOREVER, Retention
 from combined.lake import LakeLayout
+from combined.lake._ledger import LEDGER_TABLES, Ledger
 from combined.lake._maintain import compact, reading_version, vacuum
 from combined.lake._table import LakeTable
 from combined.protocol import utcnow
@@ -259,8 +260,8 @@ def explain_removed(catalog: Catalog, project: Project, exc: Any, publication: A
 def compact_ledger(layout: LakeLayout) -> dict[str, Any]:
     """Compact and vacuum the ledger's tables (``_combined/``): one file per record otherwise."""
     compacted = vacuumed = 0
-    for name in ("publications", "quarantine", "runs"):
-        table = LakeTable(layout.store.join("_combined", name), "", layout.store)
+    for name in LEDGER_TABLES:
+        table = Ledger(layout).table(name)
         done = compact(table, "combined maintain")
         compacted += 0 if done is None else done.files_removed
         vacuumed += len(vacuum(table, set(), "the ledger's newest version is kept"))
