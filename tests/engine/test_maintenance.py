@@ -212,6 +212,28 @@ def test_a_capture_compacts_its_table_past_the_threshold(
         engine.close()
 
 
+def test_captures_compact_the_ledger_at_one_publication_in_so_many(
+    tmp_path: Path, tools: Any, monkeypatch: Any
+) -> None:
+    # A Run and a publication record each capture, a file each: never compacted before.
+    from combined.lake._ledger import Ledger
+    from combined.runtime import _compaction, _runner
+
+    monkeypatch.setattr(_compaction, "DEFAULT_COMPACT_FILES", 2)
+    monkeypatch.setattr(_runner, "LEDGER_EVERY", 2)
+    engine = Engine.open(_project(tmp_path, tools, "./lake"))
+    try:
+        for i in range(1, 6):
+            _capture(engine, tools, tmp_path, i)
+        runs = Ledger(engine.layout).table("runs")
+        assert file_count(runs) <= 3  # five records; compacted at publications 2 and 4
+        events = engine.activity(kind="maintenance.compacted")
+        assert {e["body"]["table"] for e in events} >= {"ledger runs", "ledger publications"}
+        assert len(Ledger(engine.layout).runs()) == 5
+    finally:
+        engine.close()
+
+
 def test_maintain_compacts_the_usage_tables_and_prints_json(
     tmp_path: Path, tools: Any, lake_url: str
 ) -> None:
