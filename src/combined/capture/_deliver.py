@@ -61,7 +61,6 @@ class _Reduction(Protocol):
     transition: Transition | None
     _resolved: Resolved | None
     _staged: StagedParts
-    _duck_limit: int
     _has_keys: bool
 
     @property
@@ -160,10 +159,10 @@ class Output:
         if ranges and (in_order(ranges) or not ordered):
             roomier = None
             if self._resolved is not None and (mb := self._resolved.output_mb(FILL_JOIN_MB)):
+                # (a part that needs more gets the reduction's own limit back)
+                (held,) = self.con.execute("SELECT current_setting('memory_limit')").fetchall()[0]
+                roomier = partial(self.con.execute, f"SET memory_limit = '{held}'")
                 self.con.execute(f"SET memory_limit = '{mb}MB'")  # part by part: less
-                # (a part that needs more gets the reduction's memory back)
-                full = f"SET memory_limit = '{-(-self._duck_limit // 2**20)}MB'"
-                roomier = partial(self.con.execute, full)
             yield from self._ranged_output(ranges, provenance, fixed_columns, batch_rows, roomier)
             return
         sql = self._output_sql(provenance)

@@ -290,21 +290,20 @@ def _part_batches(
     """
     import duckdb
 
-    try:
+    def started() -> tuple[pa.RecordBatchReader, pa.RecordBatch | None]:
         reader = con.sql(sql).to_arrow_reader(batch_rows)
-        first = reader.read_next_batch()
-    except StopIteration:
-        return
+        return reader, next(iter(reader), None)
+
+    try:
+        reader, first = started()
     except duckdb.OutOfMemoryException:
         if roomier is None:
             raise
         roomier()
-        reader = con.sql(sql).to_arrow_reader(batch_rows)
-        first = next(iter(reader), None)
-        if first is None:
-            return
-    yield first
-    yield from reader
+        reader, first = started()
+    if first is not None:
+        yield first
+        yield from reader
 
 
 def _taken(
