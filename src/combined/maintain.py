@@ -85,7 +85,7 @@ def _dataset(
         _emit(catalog, "maintenance.compacted", source, dataset, **vars(done))
     report["vacuumed"] = _vacuum_table(catalog, table, source, dataset, retention, now)
     report["raw_removed"] = expire_raw(catalog, layout, source, dataset, retention, now)
-    usage = LakeTable(layout.usage(source, dataset), "", layout.store)
+    usage = layout.usage_table(source, dataset)
     used = compact(usage, "combined maintain")
     report["usage_vacuumed"] = len(vacuum(usage, set(), "the newest MAR version is kept"))
     report["usage_compacted"] = 0 if used is None else used.files_removed

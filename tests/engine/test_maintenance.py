@@ -217,10 +217,10 @@ def test_captures_compact_the_ledger_at_one_publication_in_so_many(
 ) -> None:
     # A Run and a publication record each capture, a file each: never compacted before.
     from combined.lake._ledger import Ledger
-    from combined.runtime import _compaction, _runner
+    from combined.runtime import _compaction
 
     monkeypatch.setattr(_compaction, "DEFAULT_COMPACT_FILES", 2)
-    monkeypatch.setattr(_runner, "LEDGER_EVERY", 2)
+    monkeypatch.setattr(_compaction, "LEDGER_EVERY", 2)
     engine = Engine.open(_project(tmp_path, tools, "./lake"))
     try:
         for i in range(1, 6):

@@ -55,6 +55,14 @@ class LakeLayout:
         """The Delta table of a dataset's billed identities (MAR)."""
         return self.store.join("_usage", source, dataset)
 
+    def usage_table(self, source: str, dataset: str) -> LakeTable:
+        """The dataset's MAR table (app id ``combined-usage:<s>/<d>``)."""
+        from combined.lake._table import LakeTable
+
+        return LakeTable(
+            self.usage(source, dataset), f"combined-usage:{source}/{dataset}", self.store
+        )
+
     def history(self, source: str, dataset: str) -> str:
         """The Delta table of every version of a dataset's rows (``history: true``)."""
         return self.store.join("_history", source, dataset)

@@ -58,7 +58,7 @@ def compact_if_due(
     _compact(catalog, data, limit, "data", source=source, dataset=dataset, run_id=run_id)
     if (data.version() or 0) % max(1, limit // 4):
         return
-    others = [("usage", LakeTable(layout.usage(source, dataset), "", layout.store))]
+    others = [("usage", layout.usage_table(source, dataset))]
     if history:
         others.append(("history", history_table(layout, source, dataset)))
     for kind, table in others:
@@ -67,6 +67,18 @@ def compact_if_due(
 
 #: The ledger is counted at one publication (by its number) in this many.
 LEDGER_EVERY = DEFAULT_COMPACT_FILES // 4
+
+
+def compact_ledger_at(
+    catalog: Catalog, layout: LakeLayout, run_id: str, publication_id: str | None
+) -> None:
+    """:func:`compact_ledger_if_due` at one publication in :data:`LEDGER_EVERY` (by its number)."""
+    if publication_id is None:
+        return
+    with catalog.begin() as conn:
+        published = cat.get_publication(conn, publication_id=publication_id)
+    if published is not None and int(published.seq) % LEDGER_EVERY == 0:
+        compact_ledger_if_due(catalog, layout, run_id)
 
 
 def compact_ledger_if_due(catalog: Catalog, layout: LakeLayout, run_id: str) -> None:

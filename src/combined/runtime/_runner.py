@@ -38,7 +38,7 @@ from combined.lake import LakeLayout, shared_loads
 from combined.runtime._backfill import BackfillSpec, stage_partitioned
 from combined.runtime._cancel import CancelWatch
 from combined.runtime._commit import commit, verified
-from combined.runtime._compaction import LEDGER_EVERY, compact_if_due, compact_ledger_if_due
+from combined.runtime._compaction import compact_if_due, compact_ledger_at
 from combined.runtime._deadline import AttemptDeadline
 from combined.runtime._drift import declared_fields
 from combined.runtime._extract import extract
@@ -379,12 +379,7 @@ class Runner:
         for key, plan in plans.items():
             limit = self.settings.compact_files.get(key)
             compact_if_due(self.catalog, self.layout, *key, run.id, limit, history=plan.history)
-        with self.catalog.begin() as conn:
-            published = run.publication_id and cat.get_publication(
-                conn, publication_id=run.publication_id
-            )
-        if published and int(published.seq) % LEDGER_EVERY == 0:
-            compact_ledger_if_due(self.catalog, self.layout, run.id)
+        compact_ledger_at(self.catalog, self.layout, run.id, run.publication_id)
         self.reporter.run_finished(run.id, run.state)
         return run
 

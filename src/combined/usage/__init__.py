@@ -56,14 +56,14 @@ def record_usage(
     files = [str(changes)] if isinstance(changes, str | Path) else [str(f) for f in changes]
     for left in reversed(range(_RACES)):
         # One load serves every read of an attempt (the commit loads that version).
-        table = _usage_table(layout, source, dataset).pinned()
+        table = layout.usage_table(source, dataset).pinned()
         version = table.version()
         try:
             return _bill(
                 layout, (source, dataset), table, version, files, month, unique, deliveries
             )
         except DeltaError:
-            if left == 0 or _usage_table(layout, source, dataset).version() == version:
+            if left == 0 or layout.usage_table(source, dataset).version() == version:
                 raise  # not a race lost to another writer: the store's own error
     raise AssertionError("unreachable")
 
@@ -351,16 +351,9 @@ def _no_usage() -> dict[str, int]:
     return {"mar": 0, "inserts": 0, "updates": 0, "deletes": 0}
 
 
-def _usage_table(layout: LakeLayout, source: str, dataset: str) -> LakeTable:
-    """The dataset's MAR table (its files: none before the first usage commit)."""
-    return LakeTable(
-        layout.usage(source, dataset), f"combined-usage:{source}/{dataset}", layout.store
-    )
-
-
 def month_counts(layout: LakeLayout, source: str, dataset: str, month: str) -> dict[str, int]:
     """MAR and its per-operation breakdown for one dataset and month."""
-    table = _usage_table(layout, source, dataset)
+    table = layout.usage_table(source, dataset)
     files = table.files()
     if not files:
         return _no_usage()
