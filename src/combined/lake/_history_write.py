@@ -15,7 +15,6 @@ transition, as delta-rs' merge did (3.5 GB at 2M rows all changed).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -26,7 +25,7 @@ import pyarrow.parquet as pq
 
 from combined.lake import _files
 from combined.lake._files import write_data_files
-from combined.lake._rewrite import _dictionary_columns, _relative
+from combined.lake._rewrite import _dictionary_columns, _relative, remove_action
 from combined.lake._store import LakeStore
 from combined.lake._table import _files_of
 from combined.lake._types import to_lake, unviewed
@@ -58,7 +57,7 @@ def history_actions(
         member = DigestSet(closing)
         for local, rows in _holding_current(_open_files(table, dt, store), member, store):
             actions.extend(_closed(table, local, schema, rows, at, store))
-            actions.append(_remove(table, local, store))
+            actions.append(remove_action(local, table, store))
         del member
         release_memory()  # (the sorted ids and the rewrite's buffers, before the new versions)
     actions.extend(write_data_files(table, schema, versions, store))
@@ -146,15 +145,3 @@ def _marked(batch: pa.RecordBatch, mask: pa.BooleanArray, at: pa.Scalar) -> pa.R
     batch = batch.set_column(until, batch.schema.field(until), ended)
     kept = pc.if_else(mask, False, batch.column(current))
     return batch.set_column(current, batch.schema.field(current), kept)
-
-
-def _remove(table: str, local: str, store: LakeStore) -> Any:
-    from deltalake.transaction import RemoveAction
-
-    return RemoveAction(
-        path=_relative(local, table, store),
-        data_change=True,
-        deletion_timestamp=int(time.time() * 1000),
-        size=store.size(local),
-        partition_values={},
-    )

@@ -217,21 +217,12 @@ def _rewritten(
     lake: LakeStore,
 ) -> list[Any]:
     """The actions of the files that lose rows (or of every file, with ``every_file``)."""
-    from deltalake.transaction import RemoveAction
 
     def rewrite(local: str) -> tuple[list[Any], int]:  # a path or URL, as files() gives them
         out, flight = _kept_rows(table, local, schema, doomed.get(local), every_file, lake)
         if every_file:
             return out, flight  # (the overwrite removes every file)
-        out.append(
-            RemoveAction(
-                path=_relative(local, table, lake),
-                data_change=True,
-                deletion_timestamp=int(time.time() * 1000),
-                size=lake.size(local),
-                partition_values={},
-            )
-        )
+        out.append(remove_action(local, table, lake))
         return out, flight
 
     # A file none of whose rows goes is not even opened.
@@ -519,6 +510,19 @@ def _keep_mask(rows: int, doomed: np.ndarray | None) -> pa.BooleanArray:
         keep[doomed] = False
     mask: pa.BooleanArray = pa.array(keep)
     return mask
+
+
+def remove_action(local: str, table: str | Path, store: LakeStore) -> Any:
+    """The remove action of ``table``'s data file ``local`` (a path or URL, as files() gives it)."""
+    from deltalake.transaction import RemoveAction
+
+    return RemoveAction(
+        path=_relative(local, table, store),
+        data_change=True,
+        deletion_timestamp=int(time.time() * 1000),
+        size=store.size(local),
+        partition_values={},
+    )
 
 
 def _relative(file: str, table: str | Path, store: LakeStore) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -18,7 +17,7 @@ import pyarrow.parquet as pq
 from combined.errors import CommitAmbiguous, LakeError, ProtocolViolation
 from combined.lake._files import LinkedFile, link_data_files, write_data_files
 from combined.lake._probe import store_failure
-from combined.lake._rewrite import _relative, rewrite_actions
+from combined.lake._rewrite import _relative, remove_action, rewrite_actions
 from combined.lake._store import LakeStore
 from combined.lake._types import to_lake
 from combined.protocol import utcnow
@@ -438,18 +437,10 @@ class LakeTable:
         byte for byte the same, named after its bytes) is kept, neither
         removed nor added again.
         """
-        from deltalake.transaction import RemoveAction
-
         added = {a.path for a in adds}
         current = {_relative(f, self.path, self.store): f for f in _files_of(dt)}
         removes = [
-            RemoveAction(
-                path=path,
-                data_change=True,
-                deletion_timestamp=int(time.time() * 1000),
-                size=self.store.size(local),
-                partition_values={},
-            )
+            remove_action(local, self.path, self.store)
             for path, local in current.items()
             if path not in added
         ]
