@@ -141,25 +141,42 @@ def test_a_digest_set_answers_as_a_set_lookup_does() -> None:
         flat = values_.combine_chunks() if isinstance(values_, pa.ChunkedArray) else values_
         got = dg.DigestSet(values_)(asked_).to_pylist()
         assert got == _is_in(asked_, flat), (values_, asked_)
+    # Digests sharing their first 8 bytes (the key searched): stepped through, up to
+    # SHARED_KEY of one key; past that, searched as byte strings.
+    shared = [b"\x07" * 8 + d[8:] for d in _digests(dg.SHARED_KEY + 2, seed=3)]
+    asked = pa.array(held + shared + ends, pa.binary())
+    for n, by_key in ((dg.SHARED_KEY, True), (dg.SHARED_KEY + 1, False)):
+        values = pa.array(held[::2] + shared[:n] + ends[:1], pa.binary())
+        member = dg.DigestSet(values)
+        assert (member._keys is not None) == by_key
+        assert member(asked).to_pylist() == _is_in(asked, values)
 
 
 def test_a_digest_set_of_words_answers_as_a_set_lookup_does() -> None:
     """Built from 16-byte digests' words alone, sorted where they lie (a commit's
-    many ids): the same answers, first words repeated (a byte-string search) or not."""
+    many ids): the same answers, whether digests share their first bytes (searched
+    by prefix, then step by step) or so many do that the set searches byte strings."""
     import numpy as np
 
     held = _digests(50)
     ends = [b"\x00" * 16, b"\x00" * 15 + b"\x01", b"\x01" + b"\x00" * 15, b"\xff" * 16]
-    same_first = [b"\x07" * 8 + d[8:] for d in _digests(3, seed=2)]  # one first word, thrice
-    asked = pa.array(held + _digests(20, seed=1) + ends + same_first, pa.binary())
-    for kept in (held[::2] + ends[1:4], held[1::3] + same_first[:2] + ends[:2]):
+    run = dg.SHARED_KEY
+    shared = [b"\x07" * 4 + d[4:] for d in _digests(run + 2, seed=2)]  # one prefix
+    asked_ = held + _digests(20, seed=1) + ends + shared
+    asked = pa.array(asked_, pa.binary())
+    for kept, by_prefix in (
+        (held[::2] + ends[1:4], True),
+        (held[1::3] + shared[:run] + ends[:2], True),  # a key held SHARED_KEY times
+        (held[1::3] + shared[: run + 1] + ends[:2], False),  # once more: byte strings
+    ):
         words = np.frombuffer(b"".join(kept), np.uint64).reshape(-1, 2).copy()
         member = dg.DigestSet.of_words(words)
-        assert (member._words is None) == (ends[0] in kept)  # (ends 0 and 1: one first word)
+        assert (member._keys is not None) == by_prefix
         values = pa.array(kept, pa.binary())
         # (a null asked: is_in over the words, as a set of any other digests does)
         for batch in (asked, asked.slice(7, 40), pa.array([kept[0], None], pa.binary())):
             assert member(batch).to_pylist() == _is_in(batch, values)
+        assert dg.DigestSet(values)(asked).to_pylist() == [d in kept for d in asked_]
 
 
 def test_a_digest_set_is_built_once_for_every_batch_asked() -> None:

@@ -105,39 +105,49 @@ class DigestSet:
     ``pyarrow.compute.is_in`` builds a hash set of its values at every call:
     asked batch after batch about the same millions of digests, it cost
     ~0.4 CPU-s a 65,536-row batch at 2M digests. Digests of one width (v2's
-    16 bytes, v1's 32 hex digits) are sorted once as fixed-width byte
-    strings and looked up by binary search; anything else (a null, mixed
-    widths) is asked of ``is_in``.
+    16 bytes, v1's 32 hex digits) are sorted once and looked up by binary
+    search; anything else (a null, mixed widths) is asked of ``is_in``.
+
+    16-byte digests are searched as integers (~8x faster than as 16-byte
+    strings): their first 8 bytes (:meth:`__init__`: a sorted copy of those
+    and of the last 8), or, given as words to sort where they lie
+    (:meth:`of_words`), their first 4 (a copy of 4 bytes a digest beside
+    the 16). The search lands on the first digest of that key and steps
+    through the few that share it. A set in which more than
+    :data:`SHARED_KEY` digests share a key (not md5's uniform ids: chosen
+    ones) is searched as byte strings.
     """
+
+    #: The sorted keys searched (big-endian integers of the first 8 or 4 bytes), or None.
+    _keys: np.ndarray | None = None
+    #: The digests' (n, 2) words in the keys' order (4-byte keys), or their last words (8-byte).
+    _rest: np.ndarray | None = None
+    #: The digests as fixed-width byte strings (sorted for a search as strings), or None.
+    _sorted: np.ndarray | None = None
 
     def __init__(self, values: pa.Array | pa.ChunkedArray) -> None:
         self._values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
         fixed = fixed_width(self._values)
-        # 16-byte digests: their first 64-bit words sorted (a binary search over
-        # integers, ~8x faster than over 16-byte strings), the second checked.
-        self._words: tuple[np.ndarray, np.ndarray] | None = None
+        self._sorted = fixed
         if fixed is not None and fixed.dtype.itemsize == 16 and len(fixed):
             words = fixed.view(np.uint64).reshape(-1, 2)
-            order = np.argsort(words[:, 0])
-            first, second = words[order, 0], words[order, 1]
-            if not np.any(first[1:] == first[:-1]):  # (else the byte strings decide)
-                self._words = first, second
-        self._sorted = fixed
-        if fixed is not None and self._words is None:
+            keys = _first_words(words)
+            rest = words[np.argsort(keys), 1]
+            keys.sort()  # (in place: no second copy beside the order)
+            if _longest_run(keys) <= SHARED_KEY:
+                self._keys, self._rest = keys, rest
+        if fixed is not None and self._keys is None:
             self._sorted = np.sort(fixed)
-
-    #: Whether the first words are held byte-swapped (:meth:`of_words`).
-    _swapped = False
 
     @classmethod
     def of_words(cls, words: np.ndarray) -> DigestSet:
         """The set of 16-byte digests given as their (n, 2) 64-bit ``words``, sorted in place.
 
         No Arrow array of them, no order of indices: the rows are sorted as
-        16-byte strings where they lie (their bytes' order), so the first
-        words, byte-swapped (one copy, 8 bytes a digest), are sorted as
-        integers. 5M digests: 80 + 40 MB, where an Arrow array of them, its
-        concatenation and :meth:`__init__`'s sort held ~300 MB at once.
+        16-byte strings where they lie (their bytes' order), and only their
+        first four bytes are copied (the search's integers). 5M digests:
+        80 + 20 MB, where an Arrow array of them, its concatenation and a
+        sort by indices held ~300 MB at once.
         """
         self = cls.__new__(cls)
         words.view("V16").reshape(-1).sort()
@@ -145,10 +155,9 @@ class DigestSet:
         self._values = pa.FixedSizeBinaryArray.from_buffers(
             pa.binary(16), len(words), [None, pa.py_buffer(words)]
         )
-        first = words[:, 0].byteswap()
-        self._words = None
-        if len(first) and not np.any(first[1:] == first[:-1]):
-            self._words, self._swapped = (first, words[:, 1]), True
+        keys = _prefixes(words)
+        if _longest_run(keys) <= SHARED_KEY:
+            self._keys, self._rest = keys, words
         return self
 
     def __call__(self, ids: pa.Array) -> pa.Array:
@@ -158,19 +167,66 @@ class DigestSet:
             return pc.is_in(ids, value_set=self._values.cast(ids.type))
         if not len(self._sorted):
             return pa.array(np.zeros(len(asked), np.bool_))
-        if self._words is not None:
-            first, second = self._words
-            words = asked.view(np.uint64).reshape(-1, 2)
-            keys = words[:, 0].byteswap() if self._swapped else words[:, 0]
-            # Searched in order: each search starts near the last (random ones
-            # missed the cache at every step, ~0.9 us each at 5M digests).
-            order = np.argsort(keys)
-            at = np.empty(len(order), np.intp)
-            at[order] = np.searchsorted(first, keys[order])
-            np.minimum(at, len(first) - 1, out=at)
-            return pa.array((first[at] == keys) & (second[at] == words[:, 1]))
+        if self._keys is not None:
+            return pa.array(self._found(asked.view(np.uint64).reshape(-1, 2)))
         at = np.minimum(np.searchsorted(self._sorted, asked), len(self._sorted) - 1)
         return pa.array(self._sorted[at] == asked)
+
+    def _found(self, asked: np.ndarray) -> np.ndarray:
+        """Whether the set holds each of ``asked`` ((n, 2) words), by key then by steps."""
+        held, rest = self._keys, self._rest
+        assert held is not None and rest is not None
+        whole = rest.ndim == 2  # (4-byte keys: the rest is every word)
+        keys = _prefixes(asked) if whole else _first_words(asked)
+        # Searched in order: each search starts near the last (random ones
+        # missed the cache at every step, ~0.9 us each at 5M digests).
+        todo = np.argsort(keys)
+        at = np.searchsorted(held, keys[todo])
+        found = np.zeros(len(asked), np.bool_)
+        while len(todo):
+            inside = at < len(held)
+            todo, at = todo[inside], at[inside]
+            same = held[at] == keys[todo]  # (still the asked key: else not held)
+            todo, at = todo[same], at[same]
+            if whole:
+                hit = (rest[at, 0] == asked[todo, 0]) & (rest[at, 1] == asked[todo, 1])
+            else:
+                hit = rest[at] == asked[todo, 1]
+            found[todo[hit]] = True
+            todo, at = todo[~hit], at[~hit] + 1
+        return found
+
+
+#: Digests sharing a key past which a set is searched as byte strings: md5's ids
+#: share their first four bytes with a few others at most (5M of them: ~0.1% of
+#: those keys held twice), and the steps through a key are one pass each.
+SHARED_KEY = 16
+
+
+def _first_words(words: np.ndarray) -> np.ndarray:
+    """The first 8 bytes of each (n, 2)-word digest as a big-endian 64-bit integer
+    (a copy): sorted as the digests' bytes are."""
+    first = words[:, 0]
+    return first.byteswap() if np.little_endian else first.copy()
+
+
+def _prefixes(words: np.ndarray) -> np.ndarray:
+    """The first four bytes of each (n, 2)-word digest as a big-endian 32-bit
+    integer: sorted as the digests' bytes are (a copy, 4 bytes a digest)."""
+    first = words.view(np.uint32).reshape(-1, 4)[:, 0]
+    return first.byteswap() if np.little_endian else first.copy()
+
+
+def _longest_run(keys: np.ndarray) -> int:
+    """The most digests of one key in the sorted ``keys``."""
+    if len(keys) < 2:
+        return len(keys)
+    repeats = np.flatnonzero(keys[1:] == keys[:-1])  # (few: md5's ids)
+    if not len(repeats):
+        return 1
+    breaks = np.flatnonzero(np.diff(repeats) != 1)
+    streaks = np.diff(np.concatenate(([-1], breaks, [len(repeats) - 1])))
+    return int(streaks.max()) + 1
 
 
 def fixed_width(values: pa.Array, width: int | None = None) -> np.ndarray | None:
