@@ -96,7 +96,12 @@ def test_setup_status_teardown_and_resnapshot(project: tuple[Path, str, str], to
     assert _lake(root) == _source(dsn)
 
 
-def test_follow_publishes_each_iteration(project: tuple[Path, str, str], tools) -> None:
+@pytest.mark.parametrize("recycle_mb", ["0", "1"])
+def test_follow_publishes_each_iteration(
+    project: tuple[Path, str, str], tools, recycle_mb: str
+) -> None:
+    """With ``--recycle-mb 1`` every capture grows the process by more: it starts
+    afresh in place after each but the last, its ``--iterations`` counting on."""
     root, dsn, _ = project
     assert tools.cli(root, "cdc", "setup", "pg").returncode == 0
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -112,10 +117,15 @@ def test_follow_publishes_each_iteration(project: tuple[Path, str, str], tools) 
         "200",
         "--iterations",
         "4",
+        "--recycle-mb",
+        recycle_mb,
     )
     assert follow.returncode == 0, follow.stderr
     lines = [ln for ln in follow.stdout.splitlines() if " run " in ln]
     assert len(lines) == 4 and all("succeeded" in ln for ln in lines)
+    assert sum(int(ln.split(": ")[-1].split()[0]) for ln in lines) == 500  # (changes)
+    restarts = 3 if recycle_mb == "1" else 0
+    assert follow.stderr.count("starting afresh in place") == restarts, follow.stderr
     assert _lake(root) == _source(dsn)
 
 

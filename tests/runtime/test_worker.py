@@ -289,6 +289,35 @@ def test_sigterm_stops_an_idle_worker_at_once(shop: Path) -> None:
     assert "worker stopped by SIGTERM" in err
 
 
+def test_a_worker_grown_past_recycle_mb_starts_afresh_in_place_between_runs(
+    shop: Path, tools: Any
+) -> None:
+    """Each run makes this worker hold more than 1 MB over its start: it replaces itself
+    (the same command, the same process) after each, never inside one, and its
+    ``--max-runs`` counts on across the restarts."""
+    for name in ("shop.orders", "shop.customers"):
+        assert tools.cli(shop, "capture", "--enqueue", name).returncode == 0
+    worked = tools.cli(shop, "worker", "--once", "--max-runs", "2", "--recycle-mb", "1")
+    assert worked.returncode == 0, worked.stderr
+    err = worked.stderr
+    # (a third start, had the second been told --max-runs 2 again, or recycled after its last)
+    assert err.count("worker started") == 2, err
+    assert err.count("starting afresh in place") == 1, err
+    assert err.count(" succeeded") == 2, err
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        assert [r.state for r in engine.runs()] == ["succeeded", "succeeded"]
+        pids = {a.pid for r in engine.runs() for a in _attempts(engine, r.id)}
+        assert len(pids) == 1  # (one process id: replaced in place, not a child)
+    finally:
+        engine.close()
+
+    assert tools.cli(shop, "capture", "--enqueue", "shop.orders").returncode == 0
+    worked = tools.cli(shop, "worker", "--once", "--recycle-mb", "0")  # never
+    assert worked.returncode == 0, worked.stderr
+    assert "starting afresh" not in worked.stderr and " succeeded" in worked.stderr
+
+
 def test_worker_options_are_checked(shop: Path, tools: Any) -> None:
     bad = tools.cli(shop, "worker", "--poll", "0")
     assert bad.returncode == 2

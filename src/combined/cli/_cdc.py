@@ -21,6 +21,7 @@ from combined.cli import (
     err,
 )
 from combined.cli._output import print_table, table
+from combined.cli._recycle import RECYCLE_MB, RecycleOpt, Recycler
 
 
 @cdc_app.command("setup")
@@ -141,16 +142,35 @@ def cdc_follow(
         int | None, typer.Option(help="publish as soon as M changes were read")
     ] = None,
     iterations: Annotated[int | None, typer.Option(help="stop after N captures")] = None,
+    recycle_mb: RecycleOpt = RECYCLE_MB,
     project: ProjectOpt = None,
 ) -> None:
-    """Capture the change stream continuously, publishing every N seconds or M changes."""
+    """Capture the change stream continuously, publishing every N seconds or M changes.
+
+    Grown by `--recycle-mb`, it starts afresh in place between two captures
+    (the same process id, `--iterations` counting on): the Delta library keeps
+    a few KB of every table it opens.
+    """
     from combined import cdc
     from combined.errors import CombinedError
+
+    grown, captures, recycle = Recycler(recycle_mb), 0, False
+
+    def recycling() -> bool:  # (asked after each capture)
+        nonlocal captures, recycle
+        captures += 1
+        recycle = grown.due() and (iterations is None or captures < iterations)
+        return recycle
 
     engine = _engine(project)
     try:
         for run in cdc.follow(
-            engine, source, every=every, max_changes=max_changes, iterations=iterations
+            engine,
+            source,
+            every=every,
+            max_changes=max_changes,
+            iterations=iterations,
+            stop=recycling,
         ):
             changes = sum(
                 s["inserts"] + s["updates"] + s["deletes"] for s in (run.stats or {}).values()
@@ -166,3 +186,6 @@ def cdc_follow(
         console.print("stopped")
     finally:
         engine.close()
+    if recycle:
+        left = None if iterations is None else iterations - captures
+        grown.start_again("cdc follow", "--iterations", left)

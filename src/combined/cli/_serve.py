@@ -20,6 +20,7 @@ from combined.cli import (
     app,
     err,
 )
+from combined.cli._recycle import RECYCLE_MB, RecycleOpt, Recycler
 from combined.cli._schedule import in_background
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ def worker(
     schedule: Annotated[
         bool, typer.Option("--schedule", help="also queue the captures schedules make due")
     ] = False,
+    recycle_mb: RecycleOpt = RECYCLE_MB,
     project: ProjectOpt = None,
 ) -> None:
     """Execute queued runs, one at a time, as `combined capture` executes its own.
@@ -71,11 +73,14 @@ def worker(
     Start as many workers as you like, on as many machines as share the
     catalog: each queued run is executed by exactly one. SIGTERM stops the
     worker after its current run (exit status 143); a second SIGTERM stops
-    the run too, as it stops `combined capture`.
+    the run too, as it stops `combined capture`. A worker that has grown by
+    `--recycle-mb` starts itself again between two runs, under the same
+    process id: the Delta library keeps a few KB of every table it opens.
     """
     from combined.errors import CombinedError
 
     stop = _stop_on_sigterm()
+    grown, done, recycle = Recycler(recycle_mb), 0, False
     engine = _engine(project, _Log())
     scheduling = threading.Event()
     if schedule:
@@ -83,11 +88,15 @@ def worker(
     try:
         err.print(f"worker started on {engine.catalog.url}", highlight=False)
         for run in engine.work(lambda: bool(stop), poll_s=poll, once=once, max_runs=max_runs):
+            done += 1
             err.print(_run_line(run), highlight=False)
             if run.error:
                 err.print(f"  {run.error}", highlight=False)
             if stop:
                 err.print("SIGTERM: stopping after this run", highlight=False)
+            elif grown.due():
+                recycle = max_runs is None or done < max_runs
+                break
     except CombinedError as exc:
         _fail(exc)
     finally:
@@ -96,6 +105,8 @@ def worker(
     if stop:
         err.print("worker stopped by SIGTERM", highlight=False)
         raise typer.Exit(TERMINATED)
+    if recycle:
+        grown.start_again("worker", "--max-runs", None if max_runs is None else max_runs - done)
 
 
 def _stop_on_sigterm() -> list[int]:
