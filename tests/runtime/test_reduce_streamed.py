@@ -536,9 +536,12 @@ def test_the_output_join_builds_on_the_transition_never_on_the_staged_parts(
 
 
 def _change_stream(
-    tmp_path: Path, payload: list[tuple[str, pa.DataType]], columns: dict[str, list[Any]]
+    tmp_path: Path,
+    payload: list[tuple[str, pa.DataType]],
+    columns: dict[str, list[Any]],
+    part_rows: int = 100,
 ) -> tuple[list[Path], pa.Schema]:
-    """A change stream's staged part: ``columns`` (payload, op, unchanged marks), in order."""
+    """A change stream, staged in parts of ``part_rows``: payload, op and unchanged marks."""
     n = len(columns["_combined_op"])
     schema = pa.schema(
         [
@@ -549,7 +552,7 @@ def _change_stream(
         ]
     )
     data = {**columns, "_combined_ordinal": list(range(n))}
-    writer = PartWriter(StagingArea(tmp_path / "cdc", Limits()), "s/d/capture", 100, 2**30)
+    writer = PartWriter(StagingArea(tmp_path / "cdc", Limits()), "s/d/capture", part_rows, 2**30)
     writer.write(pa.RecordBatch.from_pydict({f.name: data[f.name] for f in schema}, schema=schema))
     return writer.close(), schema
 
@@ -672,6 +675,30 @@ def test_a_marked_value_comes_from_the_lake_and_a_new_column_has_no_lake_value(
     assert rows == [(1, "kept", 42)]
 
 
+def _drained(
+    tmp_path: Path, parts: list[Path], schema: pa.Schema
+) -> tuple[Transition, list[dict[str, Any]]]:
+    """A change stream keyed by ``id`` reduced at the default memory: its transition and rows."""
+    r = Reducer(
+        capture_files=parts,
+        capture_schema=schema,
+        current_files=[],
+        key=["id"],
+        strategy="cdc",
+        sync_mode="incremental",
+        memory_limit=256 * 2**20,  # the default reduction_memory
+        spill_dir=tmp_path,
+        baseline=False,
+    )
+    try:
+        t = r.reduce()
+        r.release()
+        rows = pa.Table.from_batches(list(r.output(CONSTANTS, 1000))).to_pylist()
+    finally:
+        r.close()
+    return t, rows
+
+
 def test_a_change_streams_filled_rows_get_the_reductions_memory_back_when_they_need_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -695,24 +722,33 @@ def test_a_change_streams_filled_rows_get_the_reductions_memory_back_when_they_n
             "_combined_unchanged": [None] * n + [["name"]] * n,
         },
     )
-    r = Reducer(
-        capture_files=parts,
-        capture_schema=schema,
-        current_files=[],
-        key=["id"],
-        strategy="cdc",
-        sync_mode="incremental",
-        memory_limit=256 * 2**20,  # the default reduction_memory
-        spill_dir=tmp_path,
-        baseline=False,
-    )
-    try:
-        t = r.reduce()
-        r.release()
-        rows = pa.Table.from_batches(list(r.output(CONSTANTS, 1000))).to_pylist()
-    finally:
-        r.close()
+    t, rows = _drained(tmp_path, parts, schema)
     assert (t.inserts, t.updates) == (n, 0)
     assert sorted((row["id"], row["name"], row["note"]) for row in rows) == [
         (i, f"{big}{i}", "b") for i in range(n)
+    ]
+
+
+def test_a_change_stream_of_wide_lists_reduces_within_its_memory(tmp_path: Path) -> None:
+    # The canonical text of a list holds ~4x a DuckDB vector's bytes in each
+    # thread: 4,000 updates of 12 kB string lists in one staged part ran out
+    # of the reduction's 64 MB (a quarter of 256) at every retry, the
+    # dataset stuck (found by tests/engine/test_crash_random.py, seed 380).
+    n = 4000
+    tags = [[f"{i}-{j}" + "x" * 3000 for j in range(4)] for i in range(n)]
+    parts, schema = _change_stream(
+        tmp_path,
+        [("id", pa.int64()), ("tags", pa.list_(pa.string()))],
+        {
+            "id": [i % (n // 2) for i in range(n)],
+            "tags": tags,
+            "_combined_op": ["update"] * n,
+            "_combined_unchanged": [None] * n,
+        },
+        part_rows=n,
+    )
+    t, rows = _drained(tmp_path, parts, schema)
+    assert (t.inserts, t.updates, t.captured) == (n // 2, 0, n)
+    assert sorted((row["id"], row["tags"]) for row in rows) == [
+        (i, tags[i + n // 2]) for i in range(n // 2)
     ]

@@ -215,6 +215,28 @@ def read_part_batch(path: Path, index: int) -> pa.RecordBatch:
         return batch
 
 
+#: Rows DuckDB evaluates an expression over at a time (its vector size).
+VECTOR_ROWS = 2048
+#: Arrow bytes of a batch a scan hands DuckDB, at most, when its rows are wider
+#: than this over ``VECTOR_ROWS``: DuckDB evaluates a batch's rows a vector at a
+#: time, and the canonical text of a list (``array_to_string``) holds about
+#: four times the vector's bytes in each thread until the next. A change stream
+#: of 4,000 rows of 12 kB string lists ran out of a reduction's 64 MB at every
+#: retry; cut to 4 MB, each thread held ~17 MB (tests/runtime/test_reduce_streamed.py).
+SCAN_BATCH_BYTES = 4 << 20
+
+
+def scan_slices(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+    """``batch`` in slices of at most ``SCAN_BATCH_BYTES`` (whole if its vectors are smaller)."""
+    rows = batch.num_rows
+    step = max(1, rows * SCAN_BATCH_BYTES // max(batch.nbytes, 1))
+    if step >= min(rows, VECTOR_ROWS):
+        yield batch
+        return
+    for offset in range(0, rows, step):
+        yield batch.slice(offset, step)
+
+
 class StagedParts:
     """A capture's staged parts as one stream of ``schema``, read anew by each scan.
 
@@ -223,6 +245,7 @@ class StagedParts:
     scanning thread holds the batch it is on, nothing is read ahead (a
     pyarrow dataset's scanner read ~100 MB ahead). A part written before a
     column appeared reads it as null; a narrower type is cast to ``schema``'s.
+    Batches of wide rows are cut (:func:`scan_slices`).
     """
 
     def __init__(self, paths: Sequence[Path], schema: pa.Schema) -> None:
@@ -234,7 +257,9 @@ class StagedParts:
         """Every staged row, part by part, as batches of ``schema``."""
         for path in self.paths:
             for batch in read_part(path):
-                yield batch if batch.schema.equals(self.schema) else to_lake(batch, self.schema)
+                if not batch.schema.equals(self.schema):
+                    batch = to_lake(batch, self.schema)
+                yield from scan_slices(batch)
 
     def count_rows(self) -> int:
         """The staged rows, from the batches' headers (mapped: their data is not read)."""
