@@ -282,3 +282,37 @@ def test_a_value_larger_than_the_reductions_duckdb_memory_is_filled_at_the_defau
     run, lake, source = _drain(tmp_path, cdc_db, "large", changes, check, default=True)
     assert run.stats is not None and run.stats["large"]["updates"] == 2
     assert lake == source and lake[:3] == (2, 2, 2)
+
+
+#: Rows of three 10 kB out-of-line texts each: 2,048 rows of their fills are 60 MB.
+WIDE_FILL_ROWS = 2_500
+
+
+@pytest.mark.parametrize("carrier", ["lake", "stream"])
+def test_rows_whose_fills_are_tens_of_kb_drain_at_the_default_memory(
+    tmp_path: Path, cdc_db, carrier: str
+) -> None:
+    # Updates that leave three 10 kB texts alone, their values carried by the
+    # lake or by the inserts earlier in the stream. The fills' sizes were read
+    # back from their table 2,048 rows at a time, 60 MB, and the capture
+    # failed with DuckDB's "Out of Memory" at the default memory, every retry.
+    texts = ", ".join(f"t{i} text" for i in range(3))
+    values = ", ".join(
+        f"(SELECT string_agg(md5(g::text || '{i}' || j::text), '') FROM generate_series(1, 320) j)"
+        for i in range(3)
+    )
+    insert = f"INSERT INTO fat SELECT g, 0, {values} FROM generate_series(1, {WIDE_FILL_ROWS}) g"
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE fat (id bigint PRIMARY KEY, n int, {texts})")
+        for i in range(3):
+            conn.execute(f"ALTER TABLE fat ALTER COLUMN t{i} SET STORAGE EXTERNAL")
+        if carrier == "lake":
+            conn.execute(insert)
+    changes = [insert] if carrier == "stream" else []
+    sums = ", ".join(f"count(DISTINCT md5(t{i})), sum(length(t{i}))" for i in range(3))
+    check = f"SELECT count(*), sum(n), {sums}"
+    run, lake, source = _drain(
+        tmp_path, cdc_db, "fat", [*changes, "UPDATE fat SET n = n + 1"], check, default=True
+    )
+    assert run.stats is not None
+    assert lake == source and lake[:3] == (WIDE_FILL_ROWS, WIDE_FILL_ROWS, WIDE_FILL_ROWS)

@@ -258,23 +258,27 @@ FILL_WINDOW_BYTES = 8 << 20
 
 def _cuts(con: duckdb.DuckDBPyConnection, fills: Sequence[str]) -> tuple[tuple[int, ...], int]:
     """The ordinals where each window of at most ``FILL_WINDOW_BYTES`` of fills starts,
-    and the largest fills of one row."""
-
-    # (a BLOB by its bytes: as text, a large one would be escaped whole; a list,
-    # not a chain of +, so a group of many columns stays one expression deep)
-    def size(table: str) -> str:
-        values = [
-            f"coalesce({_size(v, kind)}, 0)" for v, kind in _types(con, table).items() if v != "ord"
-        ]
-        return f"list_sum([{', '.join(values)}]) + 16"
-
-    sizes = " UNION ALL ".join(f"SELECT ord, {size(t)} AS n FROM {t}" for t in fills)
+    and the largest fills of one row (from each fill's ``_n``, never its values)."""
+    sizes = " UNION ALL ".join(f"SELECT ord, _n AS n FROM {t}" for t in fills)
     rows = con.execute(
         f"SELECT min(ord), max(n) FROM (SELECT ord, n, sum(n) OVER (ORDER BY ord) AS cum FROM "
         f"(SELECT ord, sum(n) AS n FROM ({sizes}) GROUP BY ord)) "
         f"GROUP BY cum // {FILL_WINDOW_BYTES} ORDER BY 1"
     ).fetchall()
     return tuple(int(r[0]) for r in rows), max((int(r[1]) for r in rows), default=0)
+
+
+def _row_size(con: duckdb.DuckDBPyConnection, relation: str) -> str:
+    """The SQL of the bytes (as text) of a row's values ``v0``, ``v1``, ... of ``relation``.
+
+    Sized as a fill is made: read again from its table, 2,048 rows of a
+    group's 30 kB of values held 60 MB, past a small reduction's memory.
+    """
+    # (a BLOB by its bytes: as text, a large one would be escaped whole; a list,
+    # not a chain of +, so a group of many columns stays one expression deep)
+    kinds = _types(con, relation)
+    values = [f"coalesce({_size(v, kind)}, 0)" for v, kind in kinds.items() if v != "ord"]
+    return f"list_sum([{', '.join(values)}]) + 16"
 
 
 def _size(value: str, kind: str) -> str:
@@ -387,7 +391,8 @@ def _fill_group(
     )
     name = f"unc_fill_{n}"
     # (one statement: the values take the type both sources fit, as a CASE over them would)
-    statement = f"CREATE TABLE {name} AS " + " UNION ALL ".join(f"({p})" for p in parts)
+    union = "(" + " UNION ALL ".join(f"({p})" for p in parts) + ")"
+    statement = f"CREATE TABLE {name} AS SELECT *, {_row_size(con, union)} AS _n FROM {union}"
     _within_largest(
         con,
         statement,
