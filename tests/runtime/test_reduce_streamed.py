@@ -752,3 +752,32 @@ def test_a_change_stream_of_wide_lists_reduces_within_its_memory(tmp_path: Path)
     assert sorted((row["id"], row["tags"]) for row in rows) == [
         (i, tags[i + n // 2]) for i in range(n // 2)
     ]
+
+
+def test_filled_lists_that_outgrow_a_change_streams_memory_are_hashed_with_the_whole(
+    tmp_path: Path,
+) -> None:
+    # Hashing a list holds ~8 times its bytes in DuckDB: 1,250 updates that
+    # left three 20 kB string lists alone (each filled from the insert
+    # before it) ran out of the reduction's share at every retry. A window
+    # of filled rows that does is hashed again on one thread, with the whole
+    # reduction memory.
+    n, cols = 1250, ["a", "b", "c"]
+    lists = {c: [[f"{c}{i}-{j}" + "x" * 2500 for j in range(8)] for i in range(n)] for c in cols}
+    parts, schema = _change_stream(
+        tmp_path,
+        [("id", pa.int64()), ("n", pa.int64())] + [(c, pa.list_(pa.string())) for c in cols],
+        {
+            "id": [*range(n), *range(n)],
+            "n": [0] * n + [1] * n,
+            **{c: lists[c] + [None] * n for c in cols},
+            "_combined_op": ["insert"] * n + ["update"] * n,
+            "_combined_unchanged": [None] * n + [cols] * n,
+        },
+        part_rows=2 * n,
+    )
+    t, rows = _drained(tmp_path, parts, schema)
+    assert (t.inserts, t.updates) == (n, 0)
+    assert sorted((r["id"], r["n"], r["a"], r["b"], r["c"]) for r in rows) == [
+        (i, 1, lists["a"][i], lists["b"][i], lists["c"][i]) for i in range(n)
+    ]

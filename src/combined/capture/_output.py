@@ -161,20 +161,31 @@ def by_part(
     select: Callable[[str, tuple[int, int]], str],
     *,
     whole: str,
+    roomier: Callable[[], object] | None = None,
 ) -> None:
     """Create ``table`` from ``select(part, ordinals)`` of each staged part, one at a time.
 
     Without parts (an empty capture), from ``whole``, the same over every staged row.
+    ``roomier``: gives the connection more memory; a part that ran out of
+    memory (its statement added nothing) runs once more after it.
     """
+    import duckdb
+
     if not ranges:
         con.execute(f"CREATE TABLE {table} AS {whole}")
     for n, (path, ordinals) in enumerate(ranges):
         con.register(_PART, StagedParts([path], schema))
         try:
             sql = select(_PART, ordinals)
-            con.execute(
-                f"CREATE TABLE {table} AS {sql}" if n == 0 else f"INSERT INTO {table} {sql}"
-            )
+            statement = f"CREATE TABLE {table} AS {sql}" if n == 0 else f"INSERT INTO {table} {sql}"
+            try:
+                con.execute(statement)
+            except duckdb.OutOfMemoryException:
+                if roomier is None:
+                    raise
+                roomier()
+                roomier = None  # (once: the connection keeps the room)
+                con.execute(statement)
         finally:
             con.unregister(_PART)
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from combined.delivery import ELEMENT_BYTES
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import quote_ident
 
@@ -282,8 +283,20 @@ def _row_size(con: duckdb.DuckDBPyConnection, relation: str) -> str:
 
 
 def _size(value: str, kind: str) -> str:
-    """The SQL of the bytes of ``value`` (of DuckDB type ``kind``) as text, a BLOB's as stored."""
-    return f"octet_length({value})" if kind == "BLOB" else f"strlen(CAST({value} AS VARCHAR))"
+    """The SQL of the bytes of ``value`` (of DuckDB type ``kind``) as text, a BLOB's as stored.
+
+    A list's also counts ``ELEMENT_BYTES`` for each element: a list of many
+    short strings is several times its text in DuckDB's vectors.
+    """
+    if kind == "BLOB":
+        return f"octet_length({value})"
+    text = f"strlen(CAST({value} AS VARCHAR))"
+    if not kind.endswith("[]"):
+        return text
+    elements = value
+    for _ in range(kind.count("[]") - 1):
+        elements = f"flatten({elements})"
+    return f"({text} + {ELEMENT_BYTES} * len({elements}))"
 
 
 def _types(con: duckdb.DuckDBPyConnection, relation: str) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from combined.delivery._staging import (
     CHUNK_BYTES,
+    ELEMENT_BYTES,
     Limits,
     PartWriter,
     StagedDelivery,
@@ -18,6 +19,7 @@ from combined.delivery._staging import (
 
 __all__ = [
     "CHUNK_BYTES",
+    "ELEMENT_BYTES",
     "Limits",
     "PartWriter",
     "StagedDelivery",

@@ -217,19 +217,34 @@ def read_part_batch(path: Path, index: int) -> pa.RecordBatch:
 
 #: Rows DuckDB evaluates an expression over at a time (its vector size).
 VECTOR_ROWS = 2048
-#: Arrow bytes of a batch a scan hands DuckDB, at most, when its rows are wider
-#: than this over ``VECTOR_ROWS``: DuckDB evaluates a batch's rows a vector at a
-#: time, and the canonical text of a list (``array_to_string``) holds about
-#: four times the vector's bytes in each thread until the next. A change stream
-#: of 4,000 rows of 12 kB string lists ran out of a reduction's 64 MB at every
-#: retry; cut to 4 MB, each thread held ~17 MB (tests/runtime/test_reduce_streamed.py).
-SCAN_BATCH_BYTES = 4 << 20
+#: What a batch a scan hands DuckDB weighs at most (bytes, see
+#: :func:`scan_weight`) when its rows are heavier than this over ``VECTOR_ROWS``.
+#: DuckDB evaluates a batch's rows a vector at a time, and hashing a vector of
+#: lists (their canonical text, ``array_to_string``) held ~7 times its weight
+#: in each thread: 2,216 rows of 11 kB text arrays, or 3,000 rows of three
+#: 2 kB lists, ran out of a change stream reduction's 64 MB at every retry
+#: (cut at 4 MB they still did, at 2 MB they passed: see
+#: tests/runtime/test_reduce_streamed.py).
+SCAN_BATCH_BYTES = 1 << 20
+#: Bytes DuckDB holds for each element of a list beside the element's own (a
+#: string's 16-byte header), which Arrow's 4-byte offsets undercount.
+ELEMENT_BYTES = 16
+
+
+def scan_weight(batch: pa.RecordBatch) -> int:
+    """``batch``'s Arrow bytes, and ``ELEMENT_BYTES`` for each element of its lists."""
+    weight: int = batch.nbytes
+    for column in batch.columns:
+        while isinstance(column, pa.ListArray | pa.LargeListArray):
+            column = column.flatten()
+            weight += ELEMENT_BYTES * len(column)
+    return weight
 
 
 def scan_slices(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
-    """``batch`` in slices of at most ``SCAN_BATCH_BYTES`` (whole if its vectors are smaller)."""
+    """``batch`` in slices weighing at most ``SCAN_BATCH_BYTES`` (whole if its vectors do)."""
     rows = batch.num_rows
-    step = max(1, rows * SCAN_BATCH_BYTES // max(batch.nbytes, 1))
+    step = max(1, rows * SCAN_BATCH_BYTES // max(scan_weight(batch), 1))
     if step >= min(rows, VECTOR_ROWS):
         yield batch
         return
