@@ -276,7 +276,7 @@ def part_rows(
             f"JOIN ({delivered.chosen(ordinals)}) tr ON c.{_ORDINAL} = tr.ord"
             + (" ORDER BY tr.ord" if ordered else "")
         )
-        con.register(_PART, StagedParts([path], schema))
+        con.register(_PART, StagedParts([path], schema, whole=True))  # (copied out, not hashed)
         try:
             yield from (fixed.add(b) for b in _part_batches(con, sql, batch_rows, roomier))
         finally:

@@ -260,12 +260,15 @@ class StagedParts:
     scanning thread holds the batch it is on, nothing is read ahead (a
     pyarrow dataset's scanner read ~100 MB ahead). A part written before a
     column appeared reads it as null; a narrower type is cast to ``schema``'s.
-    Batches of wide rows are cut (:func:`scan_slices`).
+    Batches of wide rows are cut (:func:`scan_slices`) unless ``whole``: a
+    scan that only copies the rows out needs no cut, and held more for it
+    (3,750 rows of 20 kB texts delivered: 352 -> 489 MB).
     """
 
-    def __init__(self, paths: Sequence[Path], schema: pa.Schema) -> None:
+    def __init__(self, paths: Sequence[Path], schema: pa.Schema, *, whole: bool = False) -> None:
         self.paths = list(paths)
         self.schema = schema
+        self.whole = whole
         self._rows: int | None = None
 
     def batches(self) -> Iterator[pa.RecordBatch]:
@@ -274,7 +277,10 @@ class StagedParts:
             for batch in read_part(path):
                 if not batch.schema.equals(self.schema):
                     batch = to_lake(batch, self.schema)
-                yield from scan_slices(batch)
+                if self.whole:
+                    yield batch
+                else:
+                    yield from scan_slices(batch)
 
     def count_rows(self) -> int:
         """The staged rows, from the batches' headers (mapped: their data is not read)."""
