@@ -781,3 +781,32 @@ def test_filled_lists_that_outgrow_a_change_streams_memory_are_hashed_with_the_w
     assert sorted((r["id"], r["n"], r["a"], r["b"], r["c"]) for r in rows) == [
         (i, 1, lists["a"][i], lists["b"][i], lists["c"][i]) for i in range(n)
     ]
+
+
+def test_a_change_stream_of_lists_of_thousands_of_short_strings_reduces_and_delivers(
+    tmp_path: Path,
+) -> None:
+    # DuckDB holds a 16-byte header for each element beside its bytes: a
+    # staged batch of 3,000 updates of 5,000-element lists asked DuckDB for
+    # 256 MB at once, hashed or delivered whole, at every retry.
+    n, width = 3000, 5000
+    import numpy as np
+    import pyarrow.compute as pc
+
+    values = pc.cast(pa.array(np.tile(np.arange(width), n)), pa.string())
+    tags = pa.ListArray.from_arrays(pa.array(np.arange(n + 1) * width, pa.int32()), values)
+    parts, schema = _change_stream(
+        tmp_path,
+        [("id", pa.int64()), ("tags", pa.list_(pa.string()))],
+        {
+            "id": pa.array([i % (n // 2) for i in range(n)], pa.int64()),
+            "tags": tags,
+            "_combined_op": ["update"] * n,
+            "_combined_unchanged": [None] * n,
+        },
+        part_rows=n,
+    )
+    t, rows = _drained(tmp_path, parts, schema)
+    assert (t.inserts, t.captured) == (n // 2, n)
+    assert sorted(r["id"] for r in rows) == list(range(n // 2))
+    assert all(r["tags"] == [str(j) for j in range(width)] for r in rows[:3])

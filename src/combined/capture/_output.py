@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from combined.capture._unchanged import Resolved
 from combined.delivery import (
     CHUNK_BYTES,
+    COPY_BATCH_BYTES,
     StagedParts,
     part_batches,
     read_part,
@@ -276,7 +277,7 @@ def part_rows(
             f"JOIN ({delivered.chosen(ordinals)}) tr ON c.{_ORDINAL} = tr.ord"
             + (" ORDER BY tr.ord" if ordered else "")
         )
-        con.register(_PART, StagedParts([path], schema, whole=True))  # (copied out, not hashed)
+        con.register(_PART, StagedParts([path], schema, budget=COPY_BATCH_BYTES))
         try:
             yield from (fixed.add(b) for b in _part_batches(con, sql, batch_rows, roomier))
         finally:

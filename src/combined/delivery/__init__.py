@@ -2,6 +2,7 @@
 
 from combined.delivery._staging import (
     CHUNK_BYTES,
+    COPY_BATCH_BYTES,
     ELEMENT_BYTES,
     Limits,
     PartWriter,
@@ -19,6 +20,7 @@ from combined.delivery._staging import (
 
 __all__ = [
     "CHUNK_BYTES",
+    "COPY_BATCH_BYTES",
     "ELEMENT_BYTES",
     "Limits",
     "PartWriter",

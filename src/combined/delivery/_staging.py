@@ -226,6 +226,12 @@ VECTOR_ROWS = 2048
 #: (cut at 4 MB they still did, at 2 MB they passed: see
 #: tests/runtime/test_reduce_streamed.py).
 SCAN_BATCH_BYTES = 1 << 20
+#: What a batch weighs at most where a scan only copies its rows out (a part's
+#: delivered rows): cut at 1 MB, 3,750 rows of 20 kB texts held 489 MB
+#: delivered, at 4 MB 356 MB; whole, 6,000 rows of 5,000-element lists asked
+#: DuckDB for 1 GB at once, and at 16 MB 3,000 of 500 filled ones failed in
+#: the reduction's 70 MB.
+COPY_BATCH_BYTES = 4 << 20
 #: Bytes DuckDB holds for each element of a list beside the element's own (a
 #: string's 16-byte header), which Arrow's 4-byte offsets undercount.
 ELEMENT_BYTES = 16
@@ -241,10 +247,10 @@ def scan_weight(batch: pa.RecordBatch) -> int:
     return weight
 
 
-def scan_slices(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
-    """``batch`` in slices weighing at most ``SCAN_BATCH_BYTES`` (whole if its vectors do)."""
+def scan_slices(batch: pa.RecordBatch, budget: int = SCAN_BATCH_BYTES) -> Iterator[pa.RecordBatch]:
+    """``batch`` in slices weighing at most ``budget`` (whole if its vectors do)."""
     rows = batch.num_rows
-    step = max(1, rows * SCAN_BATCH_BYTES // max(scan_weight(batch), 1))
+    step = max(1, rows * budget // max(scan_weight(batch), 1))
     if step >= min(rows, VECTOR_ROWS):
         yield batch
         return
@@ -260,15 +266,15 @@ class StagedParts:
     scanning thread holds the batch it is on, nothing is read ahead (a
     pyarrow dataset's scanner read ~100 MB ahead). A part written before a
     column appeared reads it as null; a narrower type is cast to ``schema``'s.
-    Batches of wide rows are cut (:func:`scan_slices`) unless ``whole``: a
-    scan that only copies the rows out needs no cut, and held more for it
-    (3,750 rows of 20 kB texts delivered: 352 -> 489 MB).
+    Batches of wide rows are cut (:func:`scan_slices`) at ``budget`` bytes.
     """
 
-    def __init__(self, paths: Sequence[Path], schema: pa.Schema, *, whole: bool = False) -> None:
+    def __init__(
+        self, paths: Sequence[Path], schema: pa.Schema, *, budget: int = SCAN_BATCH_BYTES
+    ) -> None:
         self.paths = list(paths)
         self.schema = schema
-        self.whole = whole
+        self.budget = budget
         self._rows: int | None = None
 
     def batches(self) -> Iterator[pa.RecordBatch]:
@@ -277,10 +283,7 @@ class StagedParts:
             for batch in read_part(path):
                 if not batch.schema.equals(self.schema):
                     batch = to_lake(batch, self.schema)
-                if self.whole:
-                    yield batch
-                else:
-                    yield from scan_slices(batch)
+                yield from scan_slices(batch, self.budget)
 
     def count_rows(self) -> int:
         """The staged rows, from the batches' headers (mapped: their data is not read)."""
