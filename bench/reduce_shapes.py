@@ -1,0 +1,168 @@
+"""Change streams of wide rows reduced at the default memory: which shapes pass, at what cost.
+
+Synthetic staged parts, no database: ``n`` inserts of ``cols`` columns of one
+kind, then ``n`` updates of the same ids, the first ``filled`` columns marked
+unchanged (filled from the insert before them, as a TOASTed value is). Each
+case runs in a fresh process (its peak RSS is its own) through the change
+stream's ``Reducer`` at the default ``reduction_memory``: its reduction and
+its output rows. Kinds: ``text`` and ``bytes`` (one value of ``width``
+bytes), ``list`` (8 strings of ``width / 8``), ``manylist`` (``width / 4``
+strings of 1-4 characters)::
+
+    python -m bench.reduce_shapes                      # every case
+    python -m bench.reduce_shapes --kinds list --widths 20000
+
+A case that fails prints DuckDB's error; none is expected to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+#: The staged bytes a case holds, about (its rows follow from its width).
+CASE_BYTES = 150_000_000
+#: The default ``reduction_memory``.
+MEMORY = 256 * 2**20
+KINDS = {
+    "text": pa.string(),
+    "bytes": pa.binary(),
+    "list": pa.list_(pa.string()),
+    "manylist": pa.list_(pa.string()),
+}
+
+
+def _value(kind: str, width: int, i: int, column: str) -> Any:
+    head = f"{column}{i}"
+    if kind == "text":
+        return head + "x" * width
+    if kind == "bytes":
+        return (head + "x" * width).encode()
+    if kind == "list":
+        return [f"{head}-{j}" + "x" * (width // 8) for j in range(8)]
+    return [str(j) for j in range(width // 4)]
+
+
+def _stage(root: Path, kind: str, width: int, cols: int, filled: int) -> None:
+    """Stage the change stream's parts under ``root``."""
+    from combined.delivery import Limits, PartWriter, StagingArea
+
+    n = max(200, min(3000, CASE_BYTES // (width * cols * 2)))
+    names = [f"c{i}" for i in range(cols)]
+    marked = names[:filled] or None
+    schema = pa.schema(
+        [("id", pa.int64()), ("n", pa.int64())]
+        + [(c, KINDS[kind]) for c in names]
+        + [
+            ("_combined_op", pa.string()),
+            ("_combined_ordinal", pa.int64()),
+            ("_combined_unchanged", pa.list_(pa.string())),
+        ]
+    )
+    data: dict[str, list[Any]] = {"id": [*range(n), *range(n)], "n": list(range(2 * n))}
+    for c in names:
+        later = [
+            None if marked and c in marked else _value(kind, width, i + 7, c) for i in range(n)
+        ]
+        data[c] = [_value(kind, width, i, c) for i in range(n)] + later
+    data["_combined_op"] = ["insert"] * n + ["update"] * n
+    data["_combined_ordinal"] = list(range(2 * n))
+    data["_combined_unchanged"] = [None] * n + [marked] * n
+    writer = PartWriter(StagingArea(root / "staging", Limits()), "s/d/capture", 2 * n, 2**40)
+    writer.write(pa.RecordBatch.from_pydict(data, schema=schema))
+    writer.close()
+
+
+def case(root: Path) -> dict[str, Any]:
+    """Reduce the change stream staged under ``root`` in this process: its outcome and costs."""
+    from combined.capture._reduce import Reducer
+    from combined.delivery import part_schema
+
+    parts = sorted((root / "staging").rglob("*.arrow"), key=lambda p: p.stat().st_mtime_ns)
+    schema = part_schema(parts[-1])
+    constants = {"observed_at": "2026-12-05T00:00:00+00:00", "run_id": "r", "position": None}
+    constants |= {"ingested_at": "2026-12-05T00:00:01+00:00", "producer": "bench"}
+    started, cpu = time.perf_counter(), time.process_time()
+    outcome, rows, r = "ok", 0, None
+    try:
+        r = Reducer(
+            capture_files=parts,
+            capture_schema=schema,
+            current_files=[],
+            key=["id"],
+            strategy="cdc",
+            sync_mode="incremental",
+            memory_limit=MEMORY,
+            spill_dir=root,
+            baseline=False,
+        )
+        r.reduce()
+        r.release()
+        rows = sum(b.num_rows for b in r.output(constants, 1000))
+    except Exception as exc:  # (the outcome of the case, printed)
+        outcome = f"{type(exc).__name__}: {str(exc).splitlines()[0][:90]}"
+    finally:
+        if r is not None:
+            r.close()
+    return {
+        "rows": rows,
+        "wall_s": round(time.perf_counter() - started, 2),
+        "cpu_s": round(time.process_time() - cpu, 2),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+        "outcome": outcome,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
+    p.add_argument("--widths", nargs="+", type=int, default=[2_000, 20_000, 100_000])
+    p.add_argument("--stage", nargs=5, help=argparse.SUPPRESS)  # (a child: root kind w c f)
+    p.add_argument("--case", help=argparse.SUPPRESS)  # (a child: the root it reduces)
+    args = p.parse_args()
+    if args.stage:
+        root, kind, width, cols, filled = args.stage
+        _stage(Path(root), kind, int(width), int(cols), int(filled))
+        return
+    if args.case:
+        print(json.dumps(case(Path(args.case))))
+        return
+    print("| shape | rows out | wall s | CPU s | peak RSS MB | outcome |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for kind in args.kinds:
+        for width in args.widths:
+            for cols, filled in ((1, 0), (3, 0), (3, 1), (3, 3)):
+                c = _child(kind, width, cols, filled)
+                print(
+                    f"| {kind} {width:,} B x {cols} ({filled} filled) | {c['rows']:,} "
+                    f"| {c['wall_s']} | {c['cpu_s']} | {c['peak_rss_mb']} | {c['outcome']} |",
+                    flush=True,
+                )
+
+
+def _child(kind: str, width: int, cols: int, filled: int) -> dict[str, Any]:
+    """One case: staged by a process, reduced by another (its peak its own), then erased."""
+    root = Path(tempfile.mkdtemp(prefix="reduce-shapes-"))
+    try:
+        me = [sys.executable, "-m", "bench.reduce_shapes"]
+        stage = [str(root), kind, str(width), str(cols), str(filled)]
+        subprocess.run([*me, "--stage", *stage], check=True)
+        out = subprocess.run([*me, "--case", str(root)], capture_output=True, text=True, check=True)
+        result: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
+        return result
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
