@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
 import subprocess
 import sys
@@ -30,8 +29,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from bench.measure import MIB, read_status
+
 #: The staged bytes a case holds, about (its rows follow from its width).
 CASE_BYTES = 150_000_000
+#: The bytes of each staged batch, about: a change stream gathers its rows so
+#: (``combined.connectors.postgres._cdc``).
+GATHERED_BYTES = 4 << 20
 #: The default ``reduction_memory``.
 MEMORY = 256 * 2**20
 KINDS = {
@@ -79,7 +83,10 @@ def _stage(root: Path, kind: str, width: int, cols: int, filled: int) -> None:
     data["_combined_ordinal"] = list(range(2 * n))
     data["_combined_unchanged"] = [None] * n + [marked] * n
     writer = PartWriter(StagingArea(root / "staging", Limits()), "s/d/capture", 2 * n, 2**40)
-    writer.write(pa.RecordBatch.from_pydict(data, schema=schema))
+    batch = pa.RecordBatch.from_pydict(data, schema=schema)
+    step = max(1, batch.num_rows * GATHERED_BYTES // batch.nbytes)
+    for offset in range(0, batch.num_rows, step):  # (batches of ~4 MB, as a change stream's)
+        writer.write(batch.slice(offset, step))
     writer.close()
 
 
@@ -118,7 +125,8 @@ def case(root: Path) -> dict[str, Any]:
         "rows": rows,
         "wall_s": round(time.perf_counter() - started, 2),
         "cpu_s": round(time.process_time() - cpu, 2),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+        # (VmHWM: ru_maxrss keeps a bigger parent's across exec, a pytest worker's)
+        "peak_rss_mb": read_status("self")["VmHWM"] // MIB,
         "outcome": outcome,
     }
 

@@ -7,14 +7,23 @@ from pathlib import Path
 import pyarrow as pa
 
 from combined.delivery import Limits, PartWriter, StagedParts, StagingArea
-from combined.delivery._staging import ELEMENT_BYTES, SCAN_BATCH_BYTES, VECTOR_ROWS, scan_weight
+from combined.delivery._staging import (
+    ELEMENT_BYTES,
+    GATHERED_ROWS,
+    SCAN_BATCH_BYTES,
+    VECTOR_ROWS,
+    scan_weight,
+)
 
 
-def _staged(tmp_path: Path, table: pa.Table) -> StagedParts:
+def _staged(
+    tmp_path: Path, table: pa.Table, *, rows: int | None = None, joined: bool = False
+) -> StagedParts:
+    """``table`` staged (in batches of ``rows``), as a scan reads it (``joined``: a join)."""
     writer = PartWriter(StagingArea(tmp_path / "s", Limits()), "s/d/capture", 10**6, 2**40)
-    for batch in table.to_batches():
+    for batch in table.to_batches(rows):
         writer.write(batch)
-    return StagedParts(writer.close(), table.schema)
+    return StagedParts(writer.close(), table.schema, joined=joined)
 
 
 def test_wide_rows_reach_a_scan_in_slices_no_vector_of_which_passes_the_limit(
@@ -47,4 +56,44 @@ def test_lists_of_many_short_strings_weigh_their_elements(tmp_path: Path) -> Non
     staged = _staged(tmp_path, table)
     batches = list(staged.batches())
     assert all(scan_weight(b) <= SCAN_BATCH_BYTES for b in batches)
+    assert pa.Table.from_batches(batches).equals(table)
+
+
+def _wide(n: int, width: int) -> pa.Table:
+    return pa.table({"id": range(n), "v": [b"x" * width + str(i).encode() for i in range(n)]})
+
+
+def test_a_joined_scan_of_wide_rows_reads_slices_duckdb_does_not_gather_again(
+    tmp_path: Path,
+) -> None:
+    # 1 MB holds 17 rows of 60 kB; a join gathers chunks of 64 rows or fewer
+    # into vectors of up to 2,048, so a joined scan reads more than 64.
+    table = _wide(1000, 60_000)
+    assert table.nbytes // 1000 * 17 <= SCAN_BATCH_BYTES
+    joined = list(_staged(tmp_path / "j", table, joined=True).batches())
+    assert len(joined) > 1
+    assert all(b.num_rows > GATHERED_ROWS for b in joined)
+    assert pa.Table.from_batches(joined).equals(table)
+    alone = list(_staged(tmp_path / "a", table).batches())
+    assert all(scan_weight(b) <= SCAN_BATCH_BYTES for b in alone)
+    assert pa.Table.from_batches(alone).equals(table)
+
+
+def test_a_joined_scan_reads_batches_staged_too_short_together(tmp_path: Path) -> None:
+    # A change stream stages rows of 300 kB some thirteen to a batch (4 MB).
+    table = _wide(200, 300_000)
+    staged = _staged(tmp_path, table, rows=13, joined=True)
+    batches = list(staged.batches())
+    assert all(b.num_rows > GATHERED_ROWS for b in batches[:-1])
+    assert pa.Table.from_batches(batches).equals(table)
+    assert pa.table(staged).equals(table)
+
+
+def test_a_joined_scan_of_lists_is_cut_by_weight_alone(tmp_path: Path) -> None:
+    # DuckDB never gathers chunks holding a list: they are cut as finely as they weigh.
+    n = 1000
+    table = pa.table({"id": range(n), "tags": [["x" * 2_000] * 30] * n})
+    batches = list(_staged(tmp_path, table, joined=True).batches())
+    assert all(scan_weight(b) <= SCAN_BATCH_BYTES for b in batches)
+    assert min(b.num_rows for b in batches) <= GATHERED_ROWS
     assert pa.Table.from_batches(batches).equals(table)

@@ -17,10 +17,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from combined.capture._unchanged import Resolved
+from combined.capture._unchanged import Resolved, one_thread
 from combined.delivery import (
     CHUNK_BYTES,
     COPY_BATCH_BYTES,
+    GATHERED_ROWS,
     StagedParts,
     part_batches,
     read_part,
@@ -36,6 +37,12 @@ if TYPE_CHECKING:
 #: consumer: 64k-row batches of a typical table held ~150 MB, 16k-row ones
 #: ~80 MB. The Delivery writer gathers them back into full row groups.
 OUTPUT_BATCH_ROWS = 16_384
+
+#: A statement :func:`by_part` runs over a part's rows (hashing them) runs on
+#: one thread when the shortest slice a join reads of them weighs more than
+#: this: 65 rows of three 100 kB byte strings, filled and hashed (their hex
+#: text), held ~160 MB in each of two threads.
+ALONE_SLICE_BYTES = 8 << 20
 
 #: Provenance columns holding instants (given as ISO 8601 text in the constants).
 _TIMES = frozenset({prov.EMITTED_AT, prov.OBSERVED_AT, prov.INGESTED_AT})
@@ -175,12 +182,17 @@ def by_part(
     if not ranges:
         con.execute(f"CREATE TABLE {table} AS {whole}")
     for n, (path, ordinals) in enumerate(ranges):
-        con.register(_PART, StagedParts([path], schema))
+        part = StagedParts([path], schema, joined=True)
+        alone = (GATHERED_ROWS + 1) * part.heaviest_row() > ALONE_SLICE_BYTES
+        con.register(_PART, part)
         try:
             sql = select(_PART, ordinals)
             statement = f"CREATE TABLE {table} AS {sql}" if n == 0 else f"INSERT INTO {table} {sql}"
             try:
-                con.execute(statement)
+                if alone:
+                    one_thread(con, statement)
+                else:
+                    con.execute(statement)
             except duckdb.OutOfMemoryException:
                 if roomier is None:
                     raise
@@ -277,7 +289,7 @@ def part_rows(
             f"JOIN ({delivered.chosen(ordinals)}) tr ON c.{_ORDINAL} = tr.ord"
             + (" ORDER BY tr.ord" if ordered else "")
         )
-        con.register(_PART, StagedParts([path], schema, budget=COPY_BATCH_BYTES))
+        con.register(_PART, StagedParts([path], schema, budget=COPY_BATCH_BYTES, joined=True))
         try:
             yield from (fixed.add(b) for b in _part_batches(con, sql, batch_rows, roomier))
         finally:

@@ -500,7 +500,7 @@ def _within_largest(
     import duckdb
 
     try:
-        _one_thread(con, statement)
+        one_thread(con, statement)
         return
     except duckdb.OutOfMemoryException:
         pass
@@ -509,10 +509,10 @@ def _within_largest(
     held = float(number) * _UNITS[unit]
     # (kept: every later statement over the fills reads the value again)
     con.execute(f"SET memory_limit = '{int(held + VALUE_MEMORY_FACTOR * largest())}B'")
-    _one_thread(con, statement)
+    one_thread(con, statement)
 
 
-def _one_thread(con: duckdb.DuckDBPyConnection, statement: str) -> None:
+def one_thread(con: duckdb.DuckDBPyConnection, statement: str) -> None:
     """Execute ``statement`` on one thread, then restore the connection's threads."""
     # One thread: a lake file's row group of large values is read whole, and
     # two of them at once did not fit a small reduction's memory.

@@ -237,6 +237,19 @@ COPY_BATCH_BYTES = 4 << 20
 ELEMENT_BYTES = 16
 
 
+#: Chunks of at most this many rows a DuckDB join gathers into one of up to
+#: ~2,048 rows (its caching operators), unless a column is a list, a map or an
+#: array: a change stream's filled rows of three 20 kB byte strings, cut into
+#: 17-row slices (or 64-row ones), reached the hash that follows the fill join
+#: as 2,048-row vectors, 570 MB of anonymous memory outside DuckDB's limit;
+#: cut into 65-row slices, 160 MB. A slice of rows whose values hold no list
+#: holds more than this many where a join reads it (the staged provenance's
+#: list, ``_combined_unchanged``, leaves a join before its output); a scan
+#: that is hashed without a join is cut finer (three rows of 300 kB bytes
+#: hashed held ~50 MB in each thread, 65 of them ~160 MB).
+GATHERED_ROWS = 64
+
+
 def scan_weight(batch: pa.RecordBatch) -> int:
     """``batch``'s Arrow bytes, and ``ELEMENT_BYTES`` for each element of its lists."""
     weight: int = batch.nbytes
@@ -247,15 +260,47 @@ def scan_weight(batch: pa.RecordBatch) -> int:
     return weight
 
 
-def scan_slices(batch: pa.RecordBatch, budget: int = SCAN_BATCH_BYTES) -> Iterator[pa.RecordBatch]:
-    """``batch`` in slices weighing at most ``budget`` (whole if its vectors do)."""
+def _nested(kind: pa.DataType) -> bool:
+    """Whether DuckDB reads ``kind`` as (or as holding) a list, a map or an array."""
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_map(kind):
+        return True
+    if pa.types.is_fixed_size_list(kind) or pa.types.is_list_view(kind):
+        return True
+    if pa.types.is_struct(kind):
+        return any(_nested(kind.field(i).type) for i in range(kind.num_fields))
+    return False
+
+
+def least_rows(schema: pa.Schema, *, joined: bool) -> int:
+    """The fewest rows a slice of ``schema`` a scan reads holds (``joined``: a join reads it).
+
+    A join's slices of rows whose values hold no list hold more than
+    ``GATHERED_ROWS``: DuckDB would gather shorter ones into a vector of up
+    to 2,048 rows again.
+    """
+    values = (f for f in schema if not f.name.startswith(prov.PREFIX))
+    return GATHERED_ROWS + 1 if joined and not any(_nested(f.type) for f in values) else 1
+
+
+def scan_slices(
+    batch: pa.RecordBatch, budget: int = SCAN_BATCH_BYTES, least: int = 1
+) -> Iterator[pa.RecordBatch]:
+    """``batch`` in slices weighing at most ``budget`` (whole if its vectors do).
+
+    A slice holds at least ``least`` rows (a last one that would hold fewer
+    joins the one before).
+    """
     rows = batch.num_rows
-    step = max(1, rows * budget // max(scan_weight(batch), 1))
+    step = max(1, least, rows * budget // max(scan_weight(batch), 1))
     if step >= min(rows, VECTOR_ROWS):
         yield batch
         return
-    for offset in range(0, rows, step):
-        yield batch.slice(offset, step)
+    starts = list(range(0, rows, step))
+    if rows - starts[-1] < least:
+        starts.pop()  # (at least two: step < rows)
+    for i, offset in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else rows
+        yield batch.slice(offset, end - offset)
 
 
 class StagedParts:
@@ -266,24 +311,60 @@ class StagedParts:
     scanning thread holds the batch it is on, nothing is read ahead (a
     pyarrow dataset's scanner read ~100 MB ahead). A part written before a
     column appeared reads it as null; a narrower type is cast to ``schema``'s.
-    Batches of wide rows are cut (:func:`scan_slices`) at ``budget`` bytes.
+    Batches of wide rows are cut (:func:`scan_slices`) at ``budget`` bytes;
+    ``joined``: a join reads the stream (and its slices are not too short).
     """
 
     def __init__(
-        self, paths: Sequence[Path], schema: pa.Schema, *, budget: int = SCAN_BATCH_BYTES
+        self,
+        paths: Sequence[Path],
+        schema: pa.Schema,
+        *,
+        budget: int = SCAN_BATCH_BYTES,
+        joined: bool = False,
     ) -> None:
         self.paths = list(paths)
         self.schema = schema
         self.budget = budget
+        self.joined = joined
         self._rows: int | None = None
 
     def batches(self) -> Iterator[pa.RecordBatch]:
-        """Every staged row, part by part, as batches of ``schema``."""
+        """Every staged row, part by part, as batches of ``schema``.
+
+        Each batch is read in a mapping of its own, so the pages a scan
+        read leave the process with the batch: in one mapping of the part, a
+        scan of 125 MB of staged wide rows held them all by its end. A
+        joined scan's batches shorter than :func:`least_rows` are read
+        together (a change stream stages rows of 300 kB thirteen to a batch).
+        """
+        least = least_rows(self.schema, joined=self.joined)
+        short: list[pa.RecordBatch] = []
         for path in self.paths:
-            for batch in read_part(path):
+            for i in range(part_batches(path)):
+                batch = read_part_batch(path, i)
                 if not batch.schema.equals(self.schema):
                     batch = to_lake(batch, self.schema)
-                yield from scan_slices(batch, self.budget)
+                if short or batch.num_rows < least:
+                    short.append(batch)
+                    if sum(b.num_rows for b in short) < least:
+                        continue
+                    batch, short = pa.concat_batches(short), []
+                yield from scan_slices(batch, self.budget, least)
+        if short:
+            yield pa.concat_batches(short)
+
+    def heaviest_row(self) -> int:
+        """The weight (:func:`scan_weight`) of the heaviest batch's rows, on average."""
+        return max(
+            (
+                -(-scan_weight(b) // b.num_rows)
+                for path in self.paths
+                for b in read_part(path)
+                if b.num_rows
+            ),
+            default=0,
+        )
 
     def count_rows(self) -> int:
         """The staged rows, from the batches' headers (mapped: their data is not read)."""

@@ -9,6 +9,9 @@ if TYPE_CHECKING:
 
     from combined.protocol._digest import Digest
 
+#: What every column Combined adds to a row is named with.
+PREFIX = "_combined_"
+
 ID = "_combined_id"
 OP = "_combined_op"
 EMITTED_AT = "_combined_emitted_at"
