@@ -24,6 +24,9 @@ binlog) in source ``pc``. After each completed capture:
   captures and at most those some statement touched (an audit trigger
   records them; the cursor's, with no change beside a kill, exactly the
   changed ones);
+- a dataset with ``history: true`` (each dataset, one seed in two): its current
+  versions are its table's rows, and each identity's versions follow one
+  another (one open at most, none ending before it begins or after the next begins);
 - each dataset's committed Delivery sequences run 1..n, the catalog's last
   one the lake's; every Run is terminal; the staging area is empty;
 - after every kill: the slot's ``confirmed_flush_lsn`` is not past the LSN
@@ -272,17 +275,23 @@ class Source:
 # -- the project and its processes ---------------------------------------------------------------
 
 
-def _project(root: Path, connector: str, dsn: str) -> None:
-    """Source ``ps``: a snapshot and a cursor dataset; ``pc``: a cdc one (its own Runs)."""
+def _project(root: Path, connector: str, dsn: str, history: frozenset[str]) -> None:
+    """Source ``ps``: a snapshot and a cursor dataset; ``pc``: a cdc one (its own Runs).
+
+    The datasets named in ``history`` keep every version of every row (``history: true``).
+    """
     cursor = "{column: seq, trust: 'set by a trigger'}"
     slots = f"      slot_prefix: {dsn.rsplit('/', 1)[1]}\n" if connector == "postgres" else ""
+    kept = {name: ", history: true" if name in history else "" for name in DATASETS}
     (root / "combined.yaml").write_text(
         "version: 1\nlake: ./lake\nsources:\n"
         f"  ps:\n    connector: {connector}\n    config:\n      dsn: {dsn}\n    datasets:\n"
-        "      s_items: {relation: items, key: [id]}\n"
-        f"      u_items: {{relation: items, key: [id], strategy: cursor, cursor: {cursor}}}\n"
+        f"      s_items: {{relation: items, key: [id]{kept['ps.s_items']}}}\n"
+        f"      u_items: {{relation: items, key: [id], strategy: cursor, cursor: {cursor}"
+        f"{kept['ps.u_items']}}}\n"
         f"  pc:\n    connector: {connector}\n    config:\n      dsn: {dsn}\n{slots}"
-        "    datasets:\n      c_items: {relation: items, key: [id], strategy: cdc}\n"
+        f"    datasets:\n      c_items: {{relation: items, key: [id], strategy: cdc"
+        f"{kept['pc.c_items']}}}\n"
     )
 
 
@@ -328,7 +337,8 @@ DATASETS = ("ps.s_items", "ps.u_items", "pc.c_items")
 class Expected:
     """The rows each dataset must publish and the identities MAR may bill."""
 
-    def __init__(self) -> None:
+    def __init__(self, history: frozenset[str]) -> None:
+        self.history = history  # the datasets with ``history: true``
         self.source: dict[int, tuple[Any, ...]] = {}
         self.cursor: dict[int, tuple[Any, ...]] = {}
         self.changed: dict[str, set[int]] = {d: set() for d in DATASETS}
@@ -392,6 +402,33 @@ def _usage(engine: Engine, expected: Expected, touched: set[int]) -> list[str]:
     return problems
 
 
+def _history(engine: Engine, history: frozenset[str]) -> list[str]:
+    """A history's current versions are the table's rows; each id's versions follow each other."""
+    problems = []
+    for name in sorted(history):
+        h = f"{name}__history"
+        pairs = "SELECT _combined_id, _combined_payload_hash FROM {}"
+        now = pairs.format(name)
+        current = pairs.format(h) + " WHERE _combined_is_current"
+        differ = engine.sql(
+            f"SELECT (SELECT count(*) FROM ({current} EXCEPT ALL {now})) AS extra, "
+            f"(SELECT count(*) FROM ({now} EXCEPT ALL {current})) AS missing"
+        ).to_pylist()[0]
+        if differ["extra"] or differ["missing"]:
+            problems.append(f"{h}: current versions against the table's rows: {differ}")
+        versions = (
+            "SELECT _combined_valid_from AS f, _combined_valid_to AS t, _combined_is_current AS c, "
+            "lead(_combined_valid_from) OVER (PARTITION BY _combined_id "
+            f"ORDER BY _combined_valid_from) AS nf FROM {h}"
+        )
+        wrong = "(t IS NULL) <> c OR t <= f OR (nf IS NOT NULL AND (t IS NULL OR t > nf))"
+        found = engine.sql(f"SELECT count(*) AS n FROM ({versions}) WHERE {wrong}")
+        (broken,) = found.column("n").to_pylist()
+        if broken:
+            problems.append(f"{h}: {broken} versions open twice, overlapping or ending early")
+    return problems
+
+
 def _commits(engine: Engine, root: Path) -> list[str]:
     """Deliveries 1..n, the catalog's last the lake's, files once; Runs ended; staging empty."""
     from combined.catalog import data as cat
@@ -425,6 +462,7 @@ def _check(root: Path, seed: int, step: str, src: Source, expected: Expected) ->
     engine = Engine.open(root / "combined.yaml")
     try:
         problems = _rows(engine, src, expected, touched)
+        problems += _history(engine, expected.history)
         problems += _usage(engine, expected, touched)
         problems += _commits(engine, root)
     finally:
@@ -515,8 +553,10 @@ def _kills(
 def _rounds(seed: int, root: Path, src: Source, dsn: str) -> None:
     rng = src.rng
     src.create(rng.choice([50, 400, 1000, 2000, 4000]))
-    _project(root, src.dialect.name, dsn)
-    expected = Expected()
+    # (drawn apart: the seed's statements and kills stay those it drew before)
+    kept = Random(f"history {seed}")
+    expected = Expected(frozenset(d for d in DATASETS if kept.random() < 0.5))
+    _project(root, src.dialect.name, dsn, expected.history)
     began = time.monotonic()
     if rng.random() < 0.5:  # the first capture killed too
         expected.loose |= _kills(root, rng, dsn, seed, "the first capture", src, 2.5)
