@@ -33,7 +33,9 @@ binlog) in source ``pc``. After each completed capture:
   of the lake's newest commit (the barrier).
 
 At the end of a seed ``replay`` rebuilds each dataset from its raw layer and
-finds the table's rows. The default runs seed 1 (about 30 s a dialect on an
+finds the table's rows. The PostgreSQL seeds also run with the lake in a
+bucket of an S3 server on 127.0.0.1 (a kill lands in an upload or in the
+Delta log's conditional write). The default runs seed 1 (about 30 s a dialect on an
 idle machine). More seeds, when looking for defects:
 
     COMBINED_CRASH_SEEDS=200 pytest tests/engine/test_crash_random.py      # seeds 0..199
@@ -67,6 +69,7 @@ from tests.engine._fidelity_pg import Postgres, all_kinds, fresh_database, quote
 from tests.engine._fidelity_run import Shape
 
 from combined.engine import Engine
+from combined.lake import LakeTable
 
 pytestmark = [pytest.mark.slow]
 
@@ -275,16 +278,17 @@ class Source:
 # -- the project and its processes ---------------------------------------------------------------
 
 
-def _project(root: Path, connector: str, dsn: str, history: frozenset[str]) -> None:
+def _project(root: Path, connector: str, dsn: str, history: frozenset[str], lake: str) -> None:
     """Source ``ps``: a snapshot and a cursor dataset; ``pc``: a cdc one (its own Runs).
 
-    The datasets named in ``history`` keep every version of every row (``history: true``).
+    The datasets named in ``history`` keep every version of every row (``history: true``);
+    ``lake``: where the lake is (a directory of the project, or an object store's URI).
     """
     cursor = "{column: seq, trust: 'set by a trigger'}"
     slots = f"      slot_prefix: {dsn.rsplit('/', 1)[1]}\n" if connector == "postgres" else ""
     kept = {name: ", history: true" if name in history else "" for name in DATASETS}
     (root / "combined.yaml").write_text(
-        "version: 1\nlake: ./lake\nsources:\n"
+        f"version: 1\nlake: {lake}\nsources:\n"
         f"  ps:\n    connector: {connector}\n    config:\n      dsn: {dsn}\n    datasets:\n"
         f"      s_items: {{relation: items, key: [id]{kept['ps.s_items']}}}\n"
         f"      u_items: {{relation: items, key: [id], strategy: cursor, cursor: {cursor}"
@@ -299,13 +303,15 @@ def _argv(*args: str) -> list[str]:
     return [sys.executable, "-c", "from combined.cli import main; main()", *args]
 
 
-ENV = {**os.environ, "COMBINED_RETRY_BACKOFF_S": "0"}
+def _env() -> dict[str, str]:
+    """The processes' environment: this one's as it is now (an object store's set by a fixture)."""
+    return {**os.environ, "COMBINED_RETRY_BACKOFF_S": "0"}
 
 
 def _complete(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``combined ARGS`` run to its end: status 0, or 5 for the cursor's deletes alone."""
     done = subprocess.run(
-        _argv(*args), cwd=root, env=ENV, capture_output=True, text=True, timeout=300
+        _argv(*args), cwd=root, env=_env(), capture_output=True, text=True, timeout=300
     )
     said = f"combined {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
     # A cursor sees no delete: reconciliation says so (status 5); nothing else may disagree.
@@ -319,7 +325,7 @@ def _complete(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def _killed(root: Path, args: list[str], delay: float) -> int:
     """Start ``combined ARGS``, SIGKILL it after ``delay`` seconds; its return code."""
     child = subprocess.Popen(
-        _argv(*args), cwd=root, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        _argv(*args), cwd=root, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         return child.wait(timeout=delay)
@@ -380,7 +386,6 @@ def _rows(engine: Engine, src: Source, expected: Expected, touched: set[int]) ->
 
 def _usage(engine: Engine, expected: Expected, touched: set[int]) -> list[str]:
     """MAR shown is MAR recounted, each pair billed once, between changed and touched."""
-    from combined.lake import LakeTable
     from combined.usage import month_counts
 
     problems = []
@@ -392,8 +397,8 @@ def _usage(engine: Engine, expected: Expected, touched: set[int]) -> list[str]:
         counted = month_counts(engine.layout, source, dataset, month)
         if shown is None or {k: shown[k] for k in counted} != counted:
             problems.append(f"{name}: MAR shown {shown}, recounted {counted}")
-        usage = LakeTable(engine.layout.usage(source, dataset), "u").files()
-        if usage and (dup := _usage_repeats(usage)):
+        usage = engine.layout.usage_table(source, dataset)
+        if usage.exists() and (dup := _usage_repeats(engine, usage)):
             problems.append(f"{name}: {dup} (month, identity, operation) billed twice")
         lo, hi = len(expected.changed[name]), len(touched)
         exact = name == "ps.u_items" and not expected.loose
@@ -451,7 +456,7 @@ def _commits(engine: Engine, root: Path) -> list[str]:
             )
     if unended := [(r.id, r.state) for r in engine.runs(1000) if r.state not in TERMINAL]:
         problems.append(f"runs not ended: {unended}")
-    staging = root / "lake" / "_staging"
+    staging = engine.layout.staging_area()
     if left := sorted(p.name for p in staging.iterdir()) if staging.exists() else []:
         problems.append(f"staging holds {left}")
     return problems
@@ -471,14 +476,15 @@ def _check(root: Path, seed: int, step: str, src: Source, expected: Expected) ->
     assert not problems, f"seed {seed}, after {step}{loose}:\n" + "\n".join(problems)
 
 
-def _usage_repeats(files: list[str]) -> int:
+def _usage_repeats(engine: Engine, usage: LakeTable) -> int:
+    """The (month, identity, operation) the usage table holds more than once (in any store)."""
     import duckdb
 
     con = duckdb.connect()
     try:
+        con.register("usage", engine.layout.store.dataset(usage.files(), usage.schema()))
         (n,) = con.execute(
-            "SELECT count(*) - count(DISTINCT (month, _combined_id, op)) FROM read_parquet(?)",
-            [files],
+            "SELECT count(*) - count(DISTINCT (month, _combined_id, op)) FROM usage"
         ).fetchone() or (0,)
     finally:
         con.close()
@@ -492,10 +498,12 @@ def _barrier(dsn: str, root: Path, seed: int, step: str) -> None:
     if not dsn.startswith("postgresql"):
         return
 
-    from combined.lake import LakeTable
-
-    lake = LakeTable(root / "lake" / "pc" / "c_items", "combined:pc/c_items")
-    meta = lake.latest_commit() if lake.exists() else None
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        lake = engine.layout.dataset_table("pc", "c_items")
+        meta = lake.latest_commit() if lake.exists() else None
+    finally:
+        engine.close()
     with psycopg.connect(dsn, autocommit=True) as conn:
         slots = conn.execute(
             "SELECT slot_name, confirmed_flush_lsn FROM pg_replication_slots "
@@ -550,13 +558,13 @@ def _kills(
     return beside
 
 
-def _rounds(seed: int, root: Path, src: Source, dsn: str) -> None:
+def _rounds(seed: int, root: Path, src: Source, dsn: str, lake: str = "./lake") -> None:
     rng = src.rng
     src.create(rng.choice([50, 400, 1000, 2000, 4000]))
     # (drawn apart: the seed's statements and kills stay those it drew before)
     kept = Random(f"history {seed}")
     expected = Expected(frozenset(d for d in DATASETS if kept.random() < 0.5))
-    _project(root, src.dialect.name, dsn, expected.history)
+    _project(root, src.dialect.name, dsn, expected.history, lake)
     began = time.monotonic()
     if rng.random() < 0.5:  # the first capture killed too
         expected.loose |= _kills(root, rng, dsn, seed, "the first capture", src, 2.5)
@@ -584,6 +592,23 @@ def test_random_kills_of_postgres_captures_lose_and_repeat_nothing(
         pg = Postgres(dsn)
         try:
             _rounds(seed, tmp_path, Source(Dialect(pg), Random(seed)), dsn)
+        finally:
+            pg.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("seed", seeds())
+def test_random_kills_of_captures_into_an_object_store_lose_and_repeat_nothing(
+    seed: int, pg_server_dsn: str, s3_bucket: str, tmp_path: Path
+) -> None:
+    # The lake in a bucket of the S3 server on 127.0.0.1: a kill may land
+    # mid-upload, between a Delivery's upload and its commit, or in a
+    # conditional write of the Delta log.
+    with fresh_database(pg_server_dsn, "hcrash") as dsn:
+        pg = Postgres(dsn)
+        try:
+            source = Source(Dialect(pg), Random(seed))
+            _rounds(seed, tmp_path, source, dsn, f"s3://{s3_bucket}/lake")
         finally:
             pg.close()
 
