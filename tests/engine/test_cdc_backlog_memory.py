@@ -113,6 +113,14 @@ def test_a_backlog_of_toast_unchanged_updates_drains_in_a_small_reduction_memory
 BIG_ROWS = 24_000
 
 
+def _project(root: Path, cdc_db, table: str, memory: str | None) -> None:
+    """The project of a cdc dataset over ``table``, at ``memory`` (None: the default)."""
+    project = PROJECT.replace("wide:", f"{table}:").replace("public.wide", f"public.{table}")
+    held = f"reduction_memory: {memory}\n" if memory else ""
+    project = project.replace("reduction_memory: 64MiB\n", held)
+    (root / "combined.yaml").write_text(project.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix))
+
+
 def _drain(
     root: Path, cdc_db, table: str, changes: list[str], check: str, *, default: bool = False
 ) -> tuple[Any, tuple[int, ...], tuple[int, ...]]:
@@ -120,10 +128,7 @@ def _drain(
 
     ``default``: at the default reduction memory (else 64 MiB).
     """
-    project = PROJECT.replace("wide:", f"{table}:").replace("public.wide", f"public.{table}")
-    if default:
-        project = project.replace("reduction_memory: 64MiB\n", "")
-    (root / "combined.yaml").write_text(project.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix))
+    _project(root, cdc_db, table, None if default else "64MiB")
     cdc_db.slot(f"public.{table}")
     engine = Engine.open(root / "combined.yaml")
     try:
@@ -316,3 +321,57 @@ def test_rows_whose_fills_are_tens_of_kb_drain_at_the_default_memory(
     )
     assert run.stats is not None
     assert lake == source and lake[:3] == (WIDE_FILL_ROWS, WIDE_FILL_ROWS, WIDE_FILL_ROWS)
+
+
+def test_a_backlog_that_outgrows_the_reduction_memory_fails_saying_what_to_do(
+    tmp_path: Path, cdc_db
+) -> None:
+    # Updates leaving three arrays of 5,000 short strings alone: hashing their
+    # fills asks DuckDB for more than 32 MiB at once, even on one thread with
+    # the whole reduction memory. The capture fails, names the setting and
+    # the command that get through, and commits nothing; raised, it drains.
+    arrays = ", ".join(
+        f"(SELECT array_agg(i::text) FROM generate_series(1, 5000) i) AS a{j}" for j in range(3)
+    )
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE lists (id bigint PRIMARY KEY, n int, a0 text[], a1 text[], a2 text[])"
+        )
+        for column in ("a0", "a1", "a2"):
+            conn.execute(f"ALTER TABLE lists ALTER COLUMN {column} SET STORAGE EXTERNAL")
+        conn.execute(
+            f"INSERT INTO lists SELECT g, 0, l.* FROM generate_series(1, 300) g, "
+            f"(SELECT {arrays}) l"
+        )
+    _project(tmp_path, cdc_db, "lists", "32MiB")
+    cdc_db.slot("public.lists")
+    check = "SELECT count(*), sum(n), sum(cardinality(a0) + cardinality(a1) + cardinality(a2))"
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        (run,) = engine.capture()  # the stitched snapshot
+        assert run.state == "succeeded", run.error
+        with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO lists SELECT id + 1000, n, a0, a1, a2 FROM lists")
+            conn.execute("UPDATE lists SET n = n + 1 WHERE id > 1000")
+        (run,) = engine.capture()
+        assert run.state == "failed"
+        assert "pg.lists: the reduction ran out of its memory (reduction_memory: 32 MiB)" in str(
+            run.error
+        )
+        assert "raise reduction_memory in combined.yaml" in str(run.error)
+        assert "combined cdc follow pg --max-changes" in str(run.error)
+        (before,) = engine.sql(f"{check} FROM pg.lists").to_pylist()
+        assert tuple(before.values()) == (300, 0, 4_500_000)
+    finally:
+        engine.close()
+    _project(tmp_path, cdc_db, "lists", "1GiB")
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        (after,) = engine.sql(f"{check} FROM pg.lists").to_pylist()
+    finally:
+        engine.close()
+    with psycopg.connect(cdc_db.dsn) as conn:
+        source = conn.execute(f"{check} FROM lists").fetchone()
+    assert tuple(after.values()) == tuple(source or ()) == (600, 300, 9_000_000)

@@ -9,7 +9,9 @@ names the dataset version it makes, ready to commit.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -20,7 +22,7 @@ from combined.capture._reduce import Reducer, Transition
 from combined.catalog import Catalog, VersionTotals, version_id
 from combined.catalog import data as cat
 from combined.delivery import StagingArea
-from combined.errors import DuplicateKeys, LakeError, NotFoundError
+from combined.errors import CaptureError, DuplicateKeys, LakeError, NotFoundError
 from combined.lake import LakeLayout, LakeTable
 from combined.protocol import _provenance as prov
 from combined.protocol._digest import Digest, digest_of
@@ -43,7 +45,10 @@ def prepare(
     catalog: Catalog,
     reporter: Reporter,
 ) -> Prepared:
-    """Reduce the staged capture to its transition and write it as Deliveries."""
+    """Reduce the staged capture to its transition and write it as Deliveries.
+
+    A reduction that runs out of its memory fails saying what gets through.
+    """
     plan = staged.plan
     table = table_of(layout, plan).pinned()
     reporter.phase(plan.name, "reducing")
@@ -56,38 +61,66 @@ def prepare(
         baseline=not table.exists(),
         digest=_digest(plan, table.schema(), staged.schema),
     )
-    reducer = _reducer(staged, table, layout, memory_limit, w)
-    # At most two tasks beside this thread: a first baseline's duplicate
-    # check (its ids' prefixes) and its digests.
-    side = ThreadPoolExecutor(max_workers=2, thread_name_prefix="transition")
-    try:
-        # A first baseline's Deliveries are encoded while its ids are checked.
-        ahead = reducer.all_new and reducer.prefixes_ahead(side)
-        if not ahead and reducer.duplicates(limit=1):
-            _hold_duplicates(reducer, staged, run_id=run_id, layout=layout, catalog=catalog)
-        # A first baseline's counts are known from its staged parts; its
-        # digests follow on a second connection while its Deliveries are
-        # encoded (neither needs the other).
-        transition = reducer.counts_all_new() if reducer.all_new else reducer.reduce()
-        if staged.by_value is not None:
-            staged.compared = "values" if reducer.compared_by_value else "digests"
-        if reducer.soft is not None and (staged.full or staged.bounded) and not reducer.has_op:
-            _count_live(staged, reducer)
-        written = deliver(reducer, staged, transition, table, w, side, reporter)
-        if ahead and reducer.duplicates(limit=1):
-            # (its Deliveries, never committed, are erased with the Attempt's staging)
-            _hold_duplicates(reducer, staged, run_id=run_id, layout=layout, catalog=catalog)
-        if reducer.all_new:
-            transition = (
-                written.pending.result() if written.pending is not None else reducer.reduce()
-            )
-        content = reducer.full_content_xor() if plan.sync_mode == "full_refresh" else None
-    finally:
-        side.shutdown(wait=True)  # before its connection closes, whatever failed
-        reducer.close()
-        # Give the batches' buffers back before the commit allocates its own.
-        release_memory()
+    with _memory_said(plan, memory_limit):
+        reducer = _reducer(staged, table, layout, memory_limit, w)
+        # At most two tasks beside this thread: a first baseline's duplicate
+        # check (its ids' prefixes) and its digests.
+        side = ThreadPoolExecutor(max_workers=2, thread_name_prefix="transition")
+        try:
+            # A first baseline's Deliveries are encoded while its ids are checked.
+            ahead = reducer.all_new and reducer.prefixes_ahead(side)
+            if not ahead and reducer.duplicates(limit=1):
+                _hold_duplicates(reducer, staged, run_id=run_id, layout=layout, catalog=catalog)
+            # A first baseline's counts are known from its staged parts; its
+            # digests follow on a second connection while its Deliveries are
+            # encoded (neither needs the other).
+            transition = reducer.counts_all_new() if reducer.all_new else reducer.reduce()
+            if staged.by_value is not None:
+                staged.compared = "values" if reducer.compared_by_value else "digests"
+            if reducer.soft is not None and (staged.full or staged.bounded) and not reducer.has_op:
+                _count_live(staged, reducer)
+            written = deliver(reducer, staged, transition, table, w, side, reporter)
+            if ahead and reducer.duplicates(limit=1):
+                # (its Deliveries, never committed, are erased with the Attempt's staging)
+                _hold_duplicates(reducer, staged, run_id=run_id, layout=layout, catalog=catalog)
+            if reducer.all_new:
+                transition = (
+                    written.pending.result() if written.pending is not None else reducer.reduce()
+                )
+            content = reducer.full_content_xor() if plan.sync_mode == "full_refresh" else None
+        finally:
+            side.shutdown(wait=True)  # before its connection closes, whatever failed
+            reducer.close()
+            # Give the batches' buffers back before the commit allocates its own.
+            release_memory()
     return _prepared(staged, transition, written, content, admission_id, catalog, w)
+
+
+@contextmanager
+def _memory_said(plan: DatasetPlan, memory_limit: int) -> Iterator[None]:
+    """A reduction that runs out of its memory fails saying what gets through."""
+    import duckdb  # (the reduction's)
+
+    try:
+        yield
+    except duckdb.OutOfMemoryException as exc:
+        raise _out_of_memory(plan, memory_limit, exc) from exc
+
+
+def _out_of_memory(plan: DatasetPlan, memory_limit: int, exc: Exception) -> CaptureError:
+    """What to do when the reduction ran out of its memory (DuckDB's error, its first line)."""
+    said = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    hint = "raise reduction_memory in combined.yaml (for example to 1GiB) and capture again"
+    if plan.strategy == "cdc":
+        hint += (
+            f", or drain the stream in smaller captures (combined cdc follow {plan.source} "
+            "--max-changes 50000)"
+        )
+    return CaptureError(
+        f"{plan.source}.{plan.name}: the reduction ran out of its memory "
+        f"(reduction_memory: {memory_limit // 2**20} MiB): {said}",
+        hint=hint + "; nothing was committed",
+    )
 
 
 def _reducer(
