@@ -93,8 +93,11 @@ def _state(engine: Engine, instants: list[datetime]) -> dict[str, Any]:
     }
 
 
-# 30+ captures, a crash and a repair on each lake: minutes on a loaded machine.
+# 30+ captures, a crash and a repair on each lake: minutes on a loaded machine,
+# on S3 mostly spent waiting for the S3 server's answers (75 s alone, 145 s in
+# the parallel suite): beside it (make test).
 @pytest.mark.slow
+@pytest.mark.beside
 @pytest.mark.timeout(1800)
 def test_a_deleted_catalog_is_rebuilt_with_its_publications(
     tmp_path: Path, tools: Any, lake_url: str
