@@ -597,6 +597,7 @@ def test_random_kills_of_postgres_captures_lose_and_repeat_nothing(
 
 
 @pytest.mark.postgres
+@pytest.mark.beside  # (it mostly waits on the S3 server and the killed processes)
 @pytest.mark.parametrize("seed", seeds())
 def test_random_kills_of_captures_into_an_object_store_lose_and_repeat_nothing(
     seed: int, pg_server_dsn: str, s3_bucket: str, tmp_path: Path
