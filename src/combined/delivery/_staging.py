@@ -303,19 +303,24 @@ def scan_slices(
         yield batch.slice(offset, end - offset)
 
 
-#: A staged part whose batches average more than this is read a batch to a
-#: mapping: a mapping of its own costs a batch ~0.17 ms (its footer read again,
-#: its pages faulted in anew), and a change stream's 4,096-row batches of
-#: narrow rows, so read, took a 500k-change reduction from 3.4-3.8 to 4.2 CPU-s.
+#: A staged part of wide rows (over ``SCAN_BATCH_BYTES / VECTOR_ROWS``, 512 B,
+#: on average) whose batches average more than this is read a batch to a
+#: mapping. A mapping of its own costs a batch ~0.17 ms (its footer read again,
+#: its pages faulted in anew): a change stream's 4,096-row batches of narrow
+#: rows, so read, took a 500k-change reduction from 3.4-3.8 to 4.2 CPU-s, and
+#: 65,536-row batches of 80-byte rows scanned 15-20% slower.
 MAPPED_ALONE_BYTES = 1 << 20
 
 
-def _part_read(path: Path) -> Iterator[pa.RecordBatch]:
-    """A staged part's batches: in one mapping, or a mapping to each heavy batch."""
-    count = part_batches(path)
-    if count and path.stat().st_size // count > MAPPED_ALONE_BYTES:
-        return (read_part_batch(path, i) for i in range(count))
-    return read_part(path)
+def _mapped_alone(path: Path) -> bool:
+    """Whether ``path``'s batches are read a batch to a mapping (heavy batches of wide rows)."""
+    size = path.stat().st_size
+    with pa.memory_map(str(path)) as f:
+        reader = pa.ipc.open_file(f)
+        count: int = reader.num_record_batches
+        rows: int = sum(reader.get_batch(i).num_rows for i in range(count))  # (their headers)
+    wide = size // max(rows, 1) > SCAN_BATCH_BYTES // VECTOR_ROWS
+    return count > 0 and wide and size // count > MAPPED_ALONE_BYTES
 
 
 class StagedParts:
@@ -343,21 +348,22 @@ class StagedParts:
         self.budget = budget
         self.joined = joined
         self._rows: int | None = None
+        self._alone: dict[Path, bool] = {}  # (each part's, as :func:`_mapped_alone` finds)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Every staged row, part by part, as batches of ``schema``.
 
-        A part of heavy batches (``MAPPED_ALONE_BYTES``) is read a batch to
-        a mapping, so the pages a scan read leave the process with the batch:
-        in one mapping of the part, a scan of 125 MB of staged wide rows held
-        them all by its end. A joined scan's batches shorter than
-        :func:`least_rows` are read together (a change stream stages rows of
-        300 kB thirteen to a batch).
+        A part of heavy batches of wide rows (``MAPPED_ALONE_BYTES``) is
+        read a batch to a mapping, so the pages a scan read leave the process
+        with the batch: in one mapping of the part, a scan of 125 MB of staged
+        wide rows held them all by its end. A joined scan's batches shorter
+        than :func:`least_rows` are read together (a change stream stages rows
+        of 300 kB thirteen to a batch).
         """
         least = least_rows(self.schema, joined=self.joined)
         short: list[pa.RecordBatch] = []
         for path in self.paths:
-            for batch in _part_read(path):
+            for batch in self._read(path):
                 if not batch.schema.equals(self.schema):
                     batch = to_lake(batch, self.schema)
                 if short or batch.num_rows < least:
@@ -368,6 +374,14 @@ class StagedParts:
                 yield from scan_slices(batch, self.budget, least)
         if short:
             yield pa.concat_batches(short)
+
+    def _read(self, path: Path) -> Iterator[pa.RecordBatch]:
+        """``path``'s batches: in one mapping, or (heavy batches of wide rows) one each."""
+        if path not in self._alone:
+            self._alone[path] = _mapped_alone(path)
+        if not self._alone[path]:
+            return read_part(path)
+        return (read_part_batch(path, i) for i in range(part_batches(path)))
 
     def heaviest_row(self) -> int:
         """The weight (:func:`scan_weight`) of the heaviest batch's rows, on average."""
