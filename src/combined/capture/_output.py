@@ -21,7 +21,6 @@ from combined.capture._unchanged import Resolved, one_thread
 from combined.delivery import (
     CHUNK_BYTES,
     COPY_BATCH_BYTES,
-    GATHERED_ROWS,
     StagedParts,
     part_batches,
     read_part,
@@ -41,7 +40,8 @@ OUTPUT_BATCH_ROWS = 16_384
 #: A statement :func:`by_part` runs over a part's rows (hashing them) runs on
 #: one thread when the shortest slice a join reads of them weighs more than
 #: this: 65 rows of three 100 kB byte strings, filled and hashed (their hex
-#: text), held ~160 MB in each of two threads.
+#: text), held ~160 MB in each of two threads. (Lists are cut finer: DuckDB
+#: never gathers them.)
 ALONE_SLICE_BYTES = 8 << 20
 
 #: Provenance columns holding instants (given as ISO 8601 text in the constants).
@@ -183,7 +183,7 @@ def by_part(
         con.execute(f"CREATE TABLE {table} AS {whole}")
     for n, (path, ordinals) in enumerate(ranges):
         part = StagedParts([path], schema, joined=True)
-        alone = (GATHERED_ROWS + 1) * part.heaviest_row() > ALONE_SLICE_BYTES
+        alone = part.least * part.heaviest_row() > ALONE_SLICE_BYTES
         con.register(_PART, part)
         try:
             sql = select(_PART, ordinals)

@@ -360,7 +360,7 @@ class StagedParts:
         than :func:`least_rows` are read together (a change stream stages rows
         of 300 kB thirteen to a batch).
         """
-        least = least_rows(self.schema, joined=self.joined)
+        least = self.least
         short: list[pa.RecordBatch] = []
         for path in self.paths:
             for batch in self._read(path):
@@ -382,6 +382,11 @@ class StagedParts:
         if not self._alone[path]:
             return read_part(path)
         return (read_part_batch(path, i) for i in range(part_batches(path)))
+
+    @property
+    def least(self) -> int:
+        """The fewest rows a slice holds (:func:`least_rows`)."""
+        return least_rows(self.schema, joined=self.joined)
 
     def heaviest_row(self) -> int:
         """The weight (:func:`scan_weight`) of the heaviest batch's rows, on average."""
