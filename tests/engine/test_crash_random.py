@@ -585,31 +585,21 @@ def _rounds(seed: int, root: Path, src: Source, dsn: str, lake: str = "./lake") 
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("seed", seeds())
+@pytest.mark.parametrize(
+    "lake",
+    # In a bucket of the S3 server on 127.0.0.1, a kill may land mid-upload,
+    # between a Delivery's upload and its commit, or in a conditional write
+    # of the Delta log (beside: it mostly waits on the server and the kills).
+    ["local", pytest.param("s3", marks=pytest.mark.beside)],
+)
 def test_random_kills_of_postgres_captures_lose_and_repeat_nothing(
-    seed: int, pg_server_dsn: str, tmp_path: Path
+    seed: int, lake: str, pg_server_dsn: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    where = "./lake" if lake == "local" else f"s3://{request.getfixturevalue('s3_bucket')}/lake"
     with fresh_database(pg_server_dsn, "hcrash") as dsn:  # dropped with its slot
         pg = Postgres(dsn)
         try:
-            _rounds(seed, tmp_path, Source(Dialect(pg), Random(seed)), dsn)
-        finally:
-            pg.close()
-
-
-@pytest.mark.postgres
-@pytest.mark.beside  # (it mostly waits on the S3 server and the killed processes)
-@pytest.mark.parametrize("seed", seeds())
-def test_random_kills_of_captures_into_an_object_store_lose_and_repeat_nothing(
-    seed: int, pg_server_dsn: str, s3_bucket: str, tmp_path: Path
-) -> None:
-    # The lake in a bucket of the S3 server on 127.0.0.1: a kill may land
-    # mid-upload, between a Delivery's upload and its commit, or in a
-    # conditional write of the Delta log.
-    with fresh_database(pg_server_dsn, "hcrash") as dsn:
-        pg = Postgres(dsn)
-        try:
-            source = Source(Dialect(pg), Random(seed))
-            _rounds(seed, tmp_path, source, dsn, f"s3://{s3_bucket}/lake")
+            _rounds(seed, tmp_path, Source(Dialect(pg), Random(seed)), dsn, where)
         finally:
             pg.close()
 

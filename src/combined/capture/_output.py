@@ -181,9 +181,12 @@ def by_part(
 
     if not ranges:
         con.execute(f"CREATE TABLE {table} AS {whole}")
+    parts: dict[Path, tuple[StagedParts, bool]] = {}  # (a part's windows share its reading)
     for n, (path, ordinals) in enumerate(ranges):
-        part = StagedParts([path], schema, joined=True)
-        alone = part.least * part.heaviest_row() > ALONE_SLICE_BYTES
+        if path not in parts:
+            part = StagedParts([path], schema, joined=True)
+            parts[path] = (part, part.least * part.heaviest_row() > ALONE_SLICE_BYTES)
+        part, alone = parts[path]
         con.register(_PART, part)
         try:
             sql = select(_PART, ordinals)
