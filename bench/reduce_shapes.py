@@ -18,6 +18,7 @@ A case that fails prints DuckDB's error; none is expected to.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shutil
 import subprocess
@@ -38,6 +39,8 @@ CASE_BYTES = 150_000_000
 GATHERED_BYTES = 4 << 20
 #: The default ``reduction_memory``.
 MEMORY = 256 * 2**20
+#: Columns of a case and how many of them its updates leave unchanged.
+SHAPES = ((1, 0), (3, 0), (3, 1), (3, 3))
 KINDS = {
     "text": pa.string(),
     "bytes": pa.binary(),
@@ -57,11 +60,11 @@ def _value(kind: str, width: int, i: int, column: str) -> Any:
     return [str(j) for j in range(width // 4)]
 
 
-def _stage(root: Path, kind: str, width: int, cols: int, filled: int) -> None:
-    """Stage the change stream's parts under ``root``."""
+def _stage(root: Path, kind: str, width: int, cols: int, filled: int, repeats: int = 1) -> None:
+    """Stage the change stream's parts under ``root``: each id's update ``repeats`` times."""
     from combined.delivery import Limits, PartWriter, StagingArea
 
-    n = max(200, min(3000, CASE_BYTES // (width * cols * 2)))
+    n = max(200, min(3000, CASE_BYTES // (width * cols * (1 + repeats))))
     names = [f"c{i}" for i in range(cols)]
     marked = names[:filled] or None
     schema = pa.schema(
@@ -73,16 +76,19 @@ def _stage(root: Path, kind: str, width: int, cols: int, filled: int) -> None:
             ("_combined_unchanged", pa.list_(pa.string())),
         ]
     )
-    data: dict[str, list[Any]] = {"id": [*range(n), *range(n)], "n": list(range(2 * n))}
+    updates = [i for i in range(n) for _ in range(repeats)]  # (an id's repeats in a row)
+    rows = n + len(updates)
+    data: dict[str, list[Any]] = {"id": [*range(n), *updates], "n": list(range(rows))}
     for c in names:
         later = [
-            None if marked and c in marked else _value(kind, width, i + 7, c) for i in range(n)
+            None if marked and c in marked else _value(kind, width, i + 7 + j % repeats, c)
+            for j, i in enumerate(updates)
         ]
         data[c] = [_value(kind, width, i, c) for i in range(n)] + later
-    data["_combined_op"] = ["insert"] * n + ["update"] * n
-    data["_combined_ordinal"] = list(range(2 * n))
-    data["_combined_unchanged"] = [None] * n + [marked] * n
-    writer = PartWriter(StagingArea(root / "staging", Limits()), "s/d/capture", 2 * n, 2**40)
+    data["_combined_op"] = ["insert"] * n + ["update"] * len(updates)
+    data["_combined_ordinal"] = list(range(rows))
+    data["_combined_unchanged"] = [None] * n + [marked] * len(updates)
+    writer = PartWriter(StagingArea(root / "staging", Limits()), "s/d/capture", rows, 2**40)
     batch = pa.RecordBatch.from_pydict(data, schema=schema)
     step = max(1, batch.num_rows * GATHERED_BYTES // batch.nbytes)
     for offset in range(0, batch.num_rows, step):  # (batches of ~4 MB, as a change stream's)
@@ -135,35 +141,36 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
     p.add_argument("--widths", nargs="+", type=int, default=[2_000, 20_000, 100_000])
-    p.add_argument("--stage", nargs=5, help=argparse.SUPPRESS)  # (a child: root kind w c f)
+    p.add_argument("--repeats", nargs="+", type=int, default=[1], help="updates of each id")
+    p.add_argument("--stage", nargs=6, help=argparse.SUPPRESS)  # (a child: root kind w c f r)
     p.add_argument("--case", help=argparse.SUPPRESS)  # (a child: the root it reduces)
     args = p.parse_args()
     if args.stage:
-        root, kind, width, cols, filled = args.stage
-        _stage(Path(root), kind, int(width), int(cols), int(filled))
+        root, kind, width, cols, filled, repeats = args.stage
+        _stage(Path(root), kind, int(width), int(cols), int(filled), int(repeats))
         return
     if args.case:
         print(json.dumps(case(Path(args.case))))
         return
     print("| shape | rows out | wall s | CPU s | peak RSS MB | outcome |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for kind in args.kinds:
-        for width in args.widths:
-            for cols, filled in ((1, 0), (3, 0), (3, 1), (3, 3)):
-                c = _child(kind, width, cols, filled)
-                print(
-                    f"| {kind} {width:,} B x {cols} ({filled} filled) | {c['rows']:,} "
-                    f"| {c['wall_s']} | {c['cpu_s']} | {c['peak_rss_mb']} | {c['outcome']} |",
-                    flush=True,
-                )
+    cases = [(k, w, c, f) for k in args.kinds for w in args.widths for c, f in SHAPES]
+    for (kind, width, cols, filled), repeats in itertools.product(cases, args.repeats):
+        c = _child(kind, width, cols, filled, repeats)
+        again = f", {repeats} updates an id" if repeats > 1 else ""
+        print(
+            f"| {kind} {width:,} B x {cols} ({filled} filled{again}) | {c['rows']:,} "
+            f"| {c['wall_s']} | {c['cpu_s']} | {c['peak_rss_mb']} | {c['outcome']} |",
+            flush=True,
+        )
 
 
-def _child(kind: str, width: int, cols: int, filled: int) -> dict[str, Any]:
+def _child(kind: str, width: int, cols: int, filled: int, repeats: int = 1) -> dict[str, Any]:
     """One case: staged by a process, reduced by another (its peak its own), then erased."""
     root = Path(tempfile.mkdtemp(prefix="reduce-shapes-"))
     try:
         me = [sys.executable, "-m", "bench.reduce_shapes"]
-        stage = [str(root), kind, str(width), str(cols), str(filled)]
+        stage = [str(root), kind, str(width), str(cols), str(filled), str(repeats)]
         subprocess.run([*me, "--stage", *stage], check=True)
         out = subprocess.run([*me, "--case", str(root)], capture_output=True, text=True, check=True)
         result: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])

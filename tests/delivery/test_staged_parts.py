@@ -110,3 +110,26 @@ def test_only_heavy_batches_of_wide_rows_are_read_a_batch_to_a_mapping(tmp_path:
         (part,) = staged.paths
         assert _mapped_alone(part) is alone
         assert pa.Table.from_batches(list(staged.batches())).equals(table)
+
+
+def test_a_window_reads_only_its_ordinals_and_marks(tmp_path: Path) -> None:
+    n = 1000
+    marks = [["v"] if i % 3 == 0 else ([] if i % 3 == 1 else None) for i in range(n)]
+    table = pa.table(
+        {
+            "_combined_ordinal": pa.array(range(n), pa.int64()),
+            "v": [f"value {i}" for i in range(n)],
+            "_combined_unchanged": pa.array(marks, pa.list_(pa.string())),
+        }
+    )
+    staged = _staged(tmp_path, table, rows=64)
+    window = staged.within((100, 299))
+    ords = pa.table(window).column("_combined_ordinal").to_pylist()
+    assert ords == list(range(100, 300))
+    assert window.count_rows() == 200 and staged.count_rows() == n
+    marked = pa.table(staged.within((100, 299), marked=True)).column("_combined_ordinal")
+    assert marked.to_pylist() == [i for i in range(100, 300) if i % 3 == 0]
+    plain = pa.table(staged.within((100, 299), marked=False)).column("_combined_ordinal")
+    assert plain.to_pylist() == [i for i in range(100, 300) if i % 3 != 0]
+    assert staged.within((n, 2 * n)).count_rows() == 0
+    assert pa.table(staged).equals(table)  # (the parts themselves, whole)

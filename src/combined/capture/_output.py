@@ -123,6 +123,8 @@ def staged_rows(
 _ORDINAL = "_combined_ordinal"
 #: The name one staged part is registered under while its rows are delivered.
 _PART = "staged_part"
+#: The name the same rows are registered under, read apart from any join.
+_PLAIN = "staged_plain"
 
 #: A staged part with the lowest and highest ordinal it holds.
 PartRange = tuple[Path, tuple[int, int]]
@@ -166,13 +168,15 @@ def by_part(
     table: str,
     ranges: Sequence[PartRange],
     schema: pa.Schema,
-    select: Callable[[str, tuple[int, int]], str],
+    select: Callable[[str, str, tuple[int, int]], str],
     *,
     whole: str,
     roomier: Callable[[], object] | None = None,
 ) -> None:
-    """Create ``table`` from ``select(part, ordinals)`` of each staged part, one at a time.
+    """Create ``table`` from ``select(part, plain, ordinals)`` of each staged part in turn.
 
+    ``part`` is the part's rows in ``ordinals`` as a join reads them,
+    ``plain`` the same rows read apart from any join (:class:`StagedParts`).
     Without parts (an empty capture), from ``whole``, the same over every staged row.
     ``roomier``: gives the connection more memory; a part that ran out of
     memory (its statement added nothing) runs once more after it.
@@ -181,15 +185,17 @@ def by_part(
 
     if not ranges:
         con.execute(f"CREATE TABLE {table} AS {whole}")
-    parts: dict[Path, tuple[StagedParts, bool]] = {}  # (a part's windows share its reading)
+    parts: dict[Path, tuple[StagedParts, StagedParts, bool]] = {}  # (shared by its windows)
     for n, (path, ordinals) in enumerate(ranges):
         if path not in parts:
             part = StagedParts([path], schema, joined=True)
-            parts[path] = (part, part.least * part.heaviest_row() > ALONE_SLICE_BYTES)
-        part, alone = parts[path]
-        con.register(_PART, part)
+            alone = part.least * part.heaviest_row() > ALONE_SLICE_BYTES
+            parts[path] = (part, StagedParts([path], schema), alone)
+        part, plain, alone = parts[path]
+        con.register(_PART, part.within(ordinals, marked=True))
+        con.register(_PLAIN, plain.within(ordinals, marked=False))
         try:
-            sql = select(_PART, ordinals)
+            sql = select(_PART, _PLAIN, ordinals)
             statement = f"CREATE TABLE {table} AS {sql}" if n == 0 else f"INSERT INTO {table} {sql}"
             try:
                 if alone:
@@ -204,6 +210,7 @@ def by_part(
                 con.execute(statement)
         finally:
             con.unregister(_PART)
+            con.unregister(_PLAIN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +299,8 @@ def part_rows(
             f"JOIN ({delivered.chosen(ordinals)}) tr ON c.{_ORDINAL} = tr.ord"
             + (" ORDER BY tr.ord" if ordered else "")
         )
-        con.register(_PART, StagedParts([path], schema, budget=COPY_BATCH_BYTES, joined=True))
+        part = StagedParts([path], schema, budget=COPY_BATCH_BYTES, joined=True)
+        con.register(_PART, part.within(ordinals))
         try:
             yield from (fixed.add(b) for b in _part_batches(con, sql, batch_rows, roomier))
         finally:

@@ -402,8 +402,8 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
                     "keys",
                     ranges,
                     self._staged.schema,
-                    lambda rows, o: keys.format(
-                        f"(SELECT *, {self._cap} FROM ({resolved.sql(rows, o)}))"
+                    lambda rows, plain, o: keys.format(
+                        f"(SELECT *, {self._cap} FROM ({resolved.sql(rows, o, plain)}))"
                     ),
                     whole=keys.format("cap"),
                     roomier=self._roomier,

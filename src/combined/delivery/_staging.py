@@ -7,6 +7,7 @@ and path limits: a breach fails the Run and leaves the lake untouched.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import queue
 import shutil
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.ipc
 import pyarrow.parquet as pq
 
@@ -347,8 +349,26 @@ class StagedParts:
         self.schema = schema
         self.budget = budget
         self.joined = joined
+        #: The (lowest, highest) ordinal a scan reads: other rows are skipped unread.
+        self.ordinals: tuple[int, int] | None = None
+        #: Whether a scan reads only the rows a change marks (True), or only the others.
+        self.marked: bool | None = None
         self._rows: int | None = None
         self._alone: dict[Path, bool] = {}  # (each part's, as :func:`_mapped_alone` finds)
+
+    def within(self, ordinals: tuple[int, int], *, marked: bool | None = None) -> StagedParts:
+        """These parts' rows whose ordinals lie in ``ordinals`` (sharing what was read of them).
+
+        ``marked``: only the rows whose change marks a column unchanged
+        (``_combined_unchanged``), or (False) only the others. The rows
+        are picked by their ordinals and marks alone, before DuckDB reads
+        them: a window of a part read the whole part before its rows were
+        picked, so a part of 2,200 changes of 300 kB met its 25 windows of
+        fills in 25 scans of all of it (440 MB each), 9 s of a reduction's 15.
+        """
+        restricted = copy.copy(self)
+        restricted.ordinals, restricted.marked, restricted._rows = ordinals, marked, None
+        return restricted
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Every staged row, part by part, as batches of ``schema``.
@@ -364,6 +384,10 @@ class StagedParts:
         short: list[pa.RecordBatch] = []
         for path in self.paths:
             for batch in self._read(path):
+                if self.ordinals is not None:
+                    batch = _rows_within(batch, self.ordinals, self.marked)
+                    if not batch.num_rows:
+                        continue
                 if not batch.schema.equals(self.schema):
                     batch = to_lake(batch, self.schema)
                 if short or batch.num_rows < least:
@@ -403,13 +427,45 @@ class StagedParts:
     def count_rows(self) -> int:
         """The staged rows, from the batches' headers (mapped: their data is not read)."""
         if self._rows is None:
-            self._rows = sum(b.num_rows for path in self.paths for b in read_part(path))
+            batches = (b for path in self.paths for b in read_part(path))
+            if self.ordinals is not None:
+                batches = (_rows_within(b, self.ordinals, self.marked) for b in batches)
+            self._rows = sum(b.num_rows for b in batches)
         return self._rows
 
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
         """A new stream over the parts (the Arrow PyCapsule interface)."""
         reader = pa.RecordBatchReader.from_batches(self.schema, self.batches())
         return reader.__arrow_c_stream__(requested_schema)
+
+
+def _rows_within(
+    batch: pa.RecordBatch, ordinals: tuple[int, int], marked: bool | None = None
+) -> pa.RecordBatch:
+    """``batch``'s rows whose ordinals lie in ``ordinals`` (and marks agree with ``marked``).
+
+    Picked from those two columns alone, and the batch kept as it is where
+    it holds all or none (a mapped batch's other columns are not read).
+    """
+    column = batch.column(prov.ORDINAL)
+    bounds = pc.min_max(column)
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low is None or high < ordinals[0] or low > ordinals[1]:
+        return batch.slice(0, 0)
+    inside = None
+    if not ordinals[0] <= low <= high <= ordinals[1]:
+        inside = pc.and_(pc.greater_equal(column, ordinals[0]), pc.less_equal(column, ordinals[1]))
+    if marked is not None:
+        marks = pc.fill_null(
+            pc.greater(pc.list_value_length(batch.column(prov.UNCHANGED)), 0), False
+        )
+        marks = marks if marked else pc.invert(marks)
+        inside = marks if inside is None else pc.and_(inside, marks)
+    if inside is None:
+        return batch
+    if not pc.any(inside).as_py():
+        return batch.slice(0, 0)
+    return batch if pc.all(inside).as_py() else batch.filter(inside)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,10 @@ DELIVERY_ID = "_combined_delivery_id"
 PAYLOAD_HASH = "_combined_payload_hash"
 PRODUCER = "_combined_producer"
 SOURCE_POSITION = "_combined_source_position"
+#: A staged row's place in its capture (a control column, never in the lake).
+ORDINAL = "_combined_ordinal"
+#: A change's list of the columns whose (TOAST) value it left as it was (a control column).
+UNCHANGED = "_combined_unchanged"
 
 PROVENANCE_COLUMNS: tuple[str, ...] = (
     ID,
@@ -37,9 +41,7 @@ PROVENANCE_COLUMNS: tuple[str, ...] = (
 )
 
 #: Columns a connector may put in its batches that are not source payload.
-CONTROL_COLUMNS: frozenset[str] = frozenset(
-    {OP, EMITTED_AT, SOURCE_POSITION, "_combined_unchanged", "_combined_ordinal"}
-)
+CONTROL_COLUMNS: frozenset[str] = frozenset({OP, EMITTED_AT, SOURCE_POSITION, UNCHANGED, ORDINAL})
 
 
 def provenance_fields(digest: Digest = "hex") -> list[pa.Field]:
