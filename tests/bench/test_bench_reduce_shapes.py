@@ -20,3 +20,14 @@ def test_filled_rows_of_wide_byte_strings_drain_under_400_mb() -> None:
     assert c["outcome"] == "ok"
     assert c["rows"] == 1_250
     assert c["peak_rss_mb"] < 400, c
+
+
+def test_filled_lists_of_hot_rows_drain_at_the_default_memory() -> None:
+    # 200 rows of three filled lists of 100 kB, each updated ten times: 2,000
+    # fills of 300 kB, over the reduction's memory. Held in a table, every
+    # window's join read the lists of a whole vector (2,048 rows), and the
+    # capture failed for memory at 256 MiB.
+    c = reduce_shapes._child("list", 100_000, 3, 3, repeats=10)
+    assert c["outcome"] == "ok", c
+    assert c["rows"] == 200
+    assert c["peak_rss_mb"] < 400, c

@@ -19,8 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from combined.capture._databases import spill_directory
+from combined.capture._fill_vectors import fills_file, in_file, one_thread, write_fills
 from combined.delivery import ELEMENT_BYTES
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import quote_ident
@@ -298,7 +301,7 @@ def _row_size(con: duckdb.DuckDBPyConnection, relation: str) -> str:
     # not a chain of +, so a group of many columns stays one expression deep)
     kinds = _types(con, relation)
     values = [f"coalesce({_size(v, kind)}, 0)" for v, kind in kinds.items() if v != "ord"]
-    return f"list_sum([{', '.join(values)}]) + 16"
+    return f"CAST(list_sum([{', '.join(values)}]) + 16 AS BIGINT)"
 
 
 def _size(value: str, kind: str) -> str:
@@ -424,10 +427,16 @@ def _fill_group(
     name = f"unc_fill_{n}"
     # (one statement: the values take the type both sources fit, as a CASE over them would)
     union = "(" + " UNION ALL ".join(f"({p})" for p in parts) + ")"
-    statement = f"CREATE TABLE {name} AS SELECT *, {_row_size(con, union)} AS _n FROM {union}"
+    select = f"SELECT *, {_row_size(con, union)} AS _n FROM {union}"
+    run = partial(one_thread, con, f"CREATE TABLE {name} AS {select}")
+    types = _types(con, f"({select})")
+    spill = spill_directory(con)
+    if spill is not None and in_file(list(types.values())):
+        # (in a file: a table's scan reads lists a vector whole)
+        run = partial(write_fills, con, name, select, fills_file(spill, name), types)
     _within_largest(
         con,
-        statement,
+        run,
         lambda: max(
             _largest_value(con, f.column, staged, current_files if f.in_lake else ()) for f in group
         ),
@@ -506,9 +515,9 @@ def _largest_value(
 
 
 def _within_largest(
-    con: duckdb.DuckDBPyConnection, statement: str, largest: Callable[[], int]
+    con: duckdb.DuckDBPyConnection, run: Callable[[], None], largest: Callable[[], int]
 ) -> None:
-    """Execute ``statement`` on one thread; past DuckDB's memory, again with room for a value.
+    """``run()`` (a statement on one thread); past DuckDB's memory, again with room for a value.
 
     A single value is never spilled or split: a statement that must hold
     one larger than its connection's memory allows fails for memory. It
@@ -519,7 +528,7 @@ def _within_largest(
     import duckdb
 
     try:
-        one_thread(con, statement)
+        run()
         return
     except duckdb.OutOfMemoryException:
         pass
@@ -528,19 +537,7 @@ def _within_largest(
     held = float(number) * _UNITS[unit]
     # (kept: every later statement over the fills reads the value again)
     con.execute(f"SET memory_limit = '{int(held + VALUE_MEMORY_FACTOR * largest())}B'")
-    one_thread(con, statement)
-
-
-def one_thread(con: duckdb.DuckDBPyConnection, statement: str) -> None:
-    """Execute ``statement`` on one thread, then restore the connection's threads."""
-    # One thread: a lake file's row group of large values is read whole, and
-    # two of them at once did not fit a small reduction's memory.
-    (threads,) = con.execute("SELECT current_setting('threads')").fetchall()[0]
-    con.execute("SET threads = 1")
-    try:
-        con.execute(statement)
-    finally:
-        con.execute(f"SET threads = {int(threads)}")
+    run()
 
 
 def lineage_sql(con: duckdb.DuckDBPyConnection, rows: str, moved: bool) -> str:

@@ -4,6 +4,7 @@ from combined.delivery._staging import (
     CHUNK_BYTES,
     COPY_BATCH_BYTES,
     ELEMENT_BYTES,
+    VECTOR_ROWS,
     Limits,
     PartWriter,
     StagedDelivery,
@@ -15,6 +16,7 @@ from combined.delivery._staging import (
     part_schema,
     read_part,
     read_part_batch,
+    rows_within,
     write_deliveries,
 )
 
@@ -22,6 +24,7 @@ __all__ = [
     "CHUNK_BYTES",
     "COPY_BATCH_BYTES",
     "ELEMENT_BYTES",
+    "VECTOR_ROWS",
     "Limits",
     "PartWriter",
     "StagedDelivery",
@@ -33,5 +36,6 @@ __all__ = [
     "part_schema",
     "read_part",
     "read_part_batch",
+    "rows_within",
     "write_deliveries",
 ]

@@ -385,7 +385,7 @@ class StagedParts:
         for path in self.paths:
             for batch in self._read(path):
                 if self.ordinals is not None:
-                    batch = _rows_within(batch, self.ordinals, self.marked)
+                    batch = rows_within(batch, self.ordinals, self.marked)
                     if not batch.num_rows:
                         continue
                 if not batch.schema.equals(self.schema):
@@ -429,7 +429,7 @@ class StagedParts:
         if self._rows is None:
             batches = (b for path in self.paths for b in read_part(path))
             if self.ordinals is not None:
-                batches = (_rows_within(b, self.ordinals, self.marked) for b in batches)
+                batches = (rows_within(b, self.ordinals, self.marked) for b in batches)
             self._rows = sum(b.num_rows for b in batches)
         return self._rows
 
@@ -439,15 +439,19 @@ class StagedParts:
         return reader.__arrow_c_stream__(requested_schema)
 
 
-def _rows_within(
-    batch: pa.RecordBatch, ordinals: tuple[int, int], marked: bool | None = None
+def rows_within(
+    batch: pa.RecordBatch,
+    ordinals: tuple[int, int],
+    marked: bool | None = None,
+    *,
+    ordinal: str = prov.ORDINAL,
 ) -> pa.RecordBatch:
-    """``batch``'s rows whose ordinals lie in ``ordinals`` (and marks agree with ``marked``).
+    """``batch``'s rows whose ``ordinal`` lies in ``ordinals`` (and marks agree with ``marked``).
 
     Picked from those two columns alone, and the batch kept as it is where
     it holds all or none (a mapped batch's other columns are not read).
     """
-    column = batch.column(prov.ORDINAL)
+    column = batch.column(ordinal)
     bounds = pc.min_max(column)
     low, high = bounds["min"].as_py(), bounds["max"].as_py()
     if low is None or high < ordinals[0] or low > ordinals[1]:
