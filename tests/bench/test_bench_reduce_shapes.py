@@ -31,3 +31,11 @@ def test_filled_lists_of_hot_rows_drain_at_the_default_memory() -> None:
     assert c["outcome"] == "ok", c
     assert c["rows"] == 200
     assert c["peak_rss_mb"] < 400, c
+
+
+def test_filled_lists_of_many_short_strings_are_delivered_from_their_file() -> None:
+    # Fills of 500-element lists read from their Parquet file: the reader's
+    # buffers failed the delivery at the memory a fill table's join was given.
+    c = reduce_shapes._child("manylist", 2_000, 3, 1)
+    assert c["outcome"] == "ok", c
+    assert c["rows"] == 3_000

@@ -583,31 +583,38 @@ def _rounds(seed: int, root: Path, src: Source, dsn: str, lake: str = "./lake") 
     _replays(root, seed)
 
 
+#: Where a seed's lake is: on disk, or in a bucket of the S3 server on 127.0.0.1,
+#: where a kill may land mid-upload, between a Delivery's upload and its
+#: commit, or in a conditional write of the Delta log (beside the parallel
+#: suite: it mostly waits on the server and the kills).
+LAKES = pytest.mark.parametrize("lake", ["local", pytest.param("s3", marks=pytest.mark.beside)])
+
+
+def _lake(lake: str, request: pytest.FixtureRequest) -> str:
+    """The project's ``lake:`` for ``lake`` (the S3 one in a bucket of its own)."""
+    return "./lake" if lake == "local" else f"s3://{request.getfixturevalue('s3_bucket')}/lake"
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("seed", seeds())
-@pytest.mark.parametrize(
-    "lake",
-    # In a bucket of the S3 server on 127.0.0.1, a kill may land mid-upload,
-    # between a Delivery's upload and its commit, or in a conditional write
-    # of the Delta log (beside: it mostly waits on the server and the kills).
-    ["local", pytest.param("s3", marks=pytest.mark.beside)],
-)
+@LAKES
 def test_random_kills_of_postgres_captures_lose_and_repeat_nothing(
     seed: int, lake: str, pg_server_dsn: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    where = "./lake" if lake == "local" else f"s3://{request.getfixturevalue('s3_bucket')}/lake"
     with fresh_database(pg_server_dsn, "hcrash") as dsn:  # dropped with its slot
         pg = Postgres(dsn)
         try:
-            _rounds(seed, tmp_path, Source(Dialect(pg), Random(seed)), dsn, where)
+            source = Source(Dialect(pg), Random(seed))
+            _rounds(seed, tmp_path, source, dsn, _lake(lake, request))
         finally:
             pg.close()
 
 
 @pytest.mark.mariadb
 @pytest.mark.parametrize("seed", seeds())
+@LAKES
 def test_random_kills_of_mariadb_captures_lose_and_repeat_nothing(
-    seed: int, mariadb_server_dsn: str, tmp_path: Path
+    seed: int, lake: str, mariadb_server_dsn: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     from tests.engine._fidelity_maria import MariaDB
     from tests.engine._fidelity_maria import fresh_database as fresh_maria
@@ -615,6 +622,6 @@ def test_random_kills_of_mariadb_captures_lose_and_repeat_nothing(
     with fresh_maria(mariadb_server_dsn, "hcrash") as (dsn, kwargs):
         db = MariaDB(kwargs)
         try:
-            _rounds(seed, tmp_path, Source(Maria(db), Random(seed)), dsn)
+            _rounds(seed, tmp_path, Source(Maria(db), Random(seed)), dsn, _lake(lake, request))
         finally:
             db.close()

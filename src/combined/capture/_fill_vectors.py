@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 #: Rows a row group of the fills' file holds at most, and its bytes (about).
 _GROUP_ROWS = 2048
-_GROUP_BYTES = "4MB"
+_GROUP_BYTES = "2MB"
 
 
 #: DuckDB types Parquet does not hold exactly (a HUGEINT is written as a DOUBLE, an

@@ -50,6 +50,10 @@ FILLED_OUTPUT_MB = 32
 #: in one join; hashing its rows failed at 68 MB and passed at 64 KB a column
 #: (141 MB). Twice that leaves room for wider values.
 FILLED_COLUMN_KB = 128
+#: DuckDB memory, in MB, a statement reading fills held in a file adds for each:
+#: its Parquet reader's buffers (a window of filled lists of 500 short strings
+#: failed its delivery at 32 MB plus its join's, and passed with 8 more).
+FILL_FILE_MB = 8
 #: One row's fills (bytes as text) past which its window is not bounded by
 #: ``FILL_WINDOW_BYTES``: the output keeps the reduction's memory (a row's
 #: 15 MB value failed at 40 MB).
@@ -98,6 +102,8 @@ class Resolved:
     marked: tuple[str, ...] = ()
     #: The SELECT list over ``r`` of a row no change marks: every column as staged.
     plain: str = ""
+    #: How many of ``fills`` are views of a file (:mod:`._fill_vectors`), not tables.
+    in_files: int = 0
 
     @property
     def filled(self) -> bool:
@@ -118,10 +124,12 @@ class Resolved:
     def join_mb(self, per_join: int) -> int:
         """DuckDB memory (MB) the fills add to a statement over the filled rows.
 
-        ``per_join`` for each fill table's join, and ``FILLED_COLUMN_KB`` for
-        each filled column (its vectors, and the text its hash builds).
+        ``per_join`` for each fill table's join, ``FILL_FILE_MB`` more for each
+        read from a file, and ``FILLED_COLUMN_KB`` for each filled column (its
+        vectors, and the text its hash builds).
         """
-        return per_join * len(self.fills) + -(-len(self.marked) * FILLED_COLUMN_KB // 1024)
+        joins = per_join * len(self.fills) + FILL_FILE_MB * self.in_files
+        return joins + -(-len(self.marked) * FILLED_COLUMN_KB // 1024)
 
     def large(self) -> tuple[str, ...]:
         """The filled columns, where a row's fills exceed ``LARGE_FILL_BYTES`` (else none)."""
@@ -205,9 +213,16 @@ def resolve_unchanged(
     ]
     con.execute("DROP TABLE unc_lin")
     cols = _filled_columns(payload, groups)
-    cuts, widest = _cuts(con, fills)
+    cuts, widest = _cuts(con, [name for name, _ in fills])
     resolved = Resolved(
-        f"{cols}, {rest}, r._cid", id_expr, tuple(fills), cuts, widest, tuple(marked), plain
+        f"{cols}, {rest}, r._cid",
+        id_expr,
+        tuple(name for name, _ in fills),
+        cuts,
+        widest,
+        tuple(marked),
+        plain,
+        in_files=sum(filed for _, filed in fills),
     )
     con.execute(f"CREATE VIEW res AS {resolved.sql(staged)}")
     return resolved
@@ -377,8 +392,9 @@ def _fill_group(
     staged: str,
     lake: str,
     current_files: Sequence[str] = (),
-) -> str:
-    """``unc_fill_<n>(ord, v0, v1, ...)``: the values of each marked column of ``group``.
+) -> tuple[str, bool]:
+    """``unc_fill_<n>(ord, v0, v1, ...)``: the values of each marked column of ``group``,
+    and whether they are held in a file (:mod:`._fill_vectors`), not a table.
 
     The group's columns are marked by the same changes (:func:`_marked_alike`),
     so they share their carriers: for each, the newest earlier change in the
@@ -431,8 +447,8 @@ def _fill_group(
     run = partial(one_thread, con, f"CREATE TABLE {name} AS {select}")
     types = _types(con, f"({select})")
     spill = spill_directory(con)
-    if spill is not None and in_file(list(types.values())):
-        # (in a file: a table's scan reads lists a vector whole)
+    filed = spill is not None and in_file(list(types.values()))
+    if spill is not None and filed:  # (a table's scan reads lists a vector whole)
         run = partial(write_fills, con, name, select, fills_file(spill, name), types)
     _within_largest(
         con,
@@ -443,7 +459,7 @@ def _fill_group(
     )
     for table in ("unc_need", "unc_cand", "unc_pick"):
         con.execute(f"DROP TABLE {table}")
-    return name
+    return name, filed
 
 
 def _pick_carriers(con: duckdb.DuckDBPyConnection, column: str) -> None:
