@@ -37,6 +37,8 @@ CASE_BYTES = 150_000_000
 #: The bytes of each staged batch, about: a change stream gathers its rows so
 #: (``combined.connectors.postgres._cdc``).
 GATHERED_BYTES = 4 << 20
+#: The list elements a ``manylist`` case stages at most (about).
+ELEMENTS = 20_000_000
 #: The default ``reduction_memory``.
 MEMORY = 256 * 2**20
 #: Columns of a case and how many of them its updates leave unchanged.
@@ -65,6 +67,8 @@ def _stage(root: Path, kind: str, width: int, cols: int, filled: int, repeats: i
     from combined.delivery import Limits, PartWriter, StagingArea
 
     n = max(200, min(3000, CASE_BYTES // (width * cols * (1 + repeats))))
+    if kind == "manylist" and repeats > 1:  # (Python strings bounded: 165M took 10 GB)
+        n = min(n, max(1, ELEMENTS // (width // 4 * cols * (1 + repeats))))
     names = [f"c{i}" for i in range(cols)]
     marked = names[:filled] or None
     schema = pa.schema(
