@@ -7,7 +7,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from combined.capture._fill_vectors import in_file, write_fills
+from combined.capture._fill_file import in_file, write_fills
 
 
 def _types(con: duckdb.DuckDBPyConnection, select: str) -> dict[str, str]:

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from combined.capture._fill_vectors import one_thread
+from combined.capture._fill_file import one_thread
 from combined.capture._unchanged import Resolved
 from combined.delivery import (
     CHUNK_BYTES,

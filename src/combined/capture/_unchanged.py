@@ -23,7 +23,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from combined.capture._databases import spill_directory
-from combined.capture._fill_vectors import fills_file, in_file, one_thread, write_fills
+from combined.capture._fill_file import fills_file, in_file, one_thread, write_fills
 from combined.delivery import ELEMENT_BYTES
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import quote_ident
@@ -102,7 +102,7 @@ class Resolved:
     marked: tuple[str, ...] = ()
     #: The SELECT list over ``r`` of a row no change marks: every column as staged.
     plain: str = ""
-    #: How many of ``fills`` are views of a file (:mod:`._fill_vectors`), not tables.
+    #: How many of ``fills`` are views of a file (:mod:`._fill_file`), not tables.
     in_files: int = 0
 
     @property
@@ -394,7 +394,7 @@ def _fill_group(
     current_files: Sequence[str] = (),
 ) -> tuple[str, bool]:
     """``unc_fill_<n>(ord, v0, v1, ...)``: the values of each marked column of ``group``,
-    and whether they are held in a file (:mod:`._fill_vectors`), not a table.
+    and whether they are held in a file (:mod:`._fill_file`), not a table.
 
     The group's columns are marked by the same changes (:func:`_marked_alike`),
     so they share their carriers: for each, the newest earlier change in the
