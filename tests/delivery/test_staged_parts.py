@@ -133,3 +133,19 @@ def test_a_window_reads_only_its_ordinals_and_marks(tmp_path: Path) -> None:
     assert plain.to_pylist() == [i for i in range(100, 300) if i % 3 != 0]
     assert staged.within((n, 2 * n)).count_rows() == 0
     assert pa.table(staged).equals(table)  # (the parts themselves, whole)
+
+
+def test_a_part_staged_before_any_mark_holds_unmarked_rows_only(tmp_path: Path) -> None:
+    # A part written before the stream's first marked change has no
+    # _combined_unchanged column: its rows read as unmarked, as the scan's
+    # schema gives them a null list (MariaDB's binlog fills failed on it).
+    n = 300
+    early = pa.table({"_combined_ordinal": pa.array(range(n), pa.int64()), "v": range(n)})
+    writer = PartWriter(StagingArea(tmp_path / "s", Limits()), "s/d/capture", 10**6, 2**40)
+    writer.write(early.to_batches()[0])
+    schema = early.schema.append(pa.field("_combined_unchanged", pa.list_(pa.string())))
+    staged = StagedParts(writer.close(), schema)
+    plain = pa.table(staged.within((10, 19), marked=False))
+    assert plain.column("v").to_pylist() == list(range(10, 20))
+    assert plain.column("_combined_unchanged").null_count == 10
+    assert staged.within((10, 19), marked=True).count_rows() == 0

@@ -459,7 +459,9 @@ def rows_within(
     inside = None
     if not ordinals[0] <= low <= high <= ordinals[1]:
         inside = pc.and_(pc.greater_equal(column, ordinals[0]), pc.less_equal(column, ordinals[1]))
-    if marked is not None:
+    if marked and prov.UNCHANGED not in batch.schema.names:
+        return batch.slice(0, 0)  # (staged before any change marked a column: none is)
+    if marked is not None and prov.UNCHANGED in batch.schema.names:
         marks = pc.fill_null(
             pc.greater(pc.list_value_length(batch.column(prov.UNCHANGED)), 0), False
         )
