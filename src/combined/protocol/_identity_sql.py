@@ -259,6 +259,13 @@ def _value_pieces(
     scalar = _scalar_tlv(v, t, kind)
     if scalar is not None:
         return _flat_pieces(v, scalar, head, absent)
+    if kind == "list" and depth == 0 and absent == "":
+        # A payload's list: its text is null exactly when the list is, so it
+        # joins the flat concat as a scalar's does. A CASE over the list (its
+        # text computed for the rows that hold one) cost as much again as the
+        # text: 300 rows of 25,000 strings took 1.5 s a column, 0.83 s so.
+        text = _nested_text_sql(v, t, kind, depth, where)
+        return _flat_pieces(v, (_TAGS[kind], text, None), head, absent)
     value = _nested_sql(v, t, kind, depth, where)
     if head:
         value = f"concat({_literal(head)}, {value})"
