@@ -285,24 +285,28 @@ def test_cdc_lands_every_change_once_and_keeps_unchanged_toast_values(
     import psycopg
 
     with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, qty int, body text)")
-        conn.execute("INSERT INTO items SELECT g, g, NULL FROM generate_series(1, 100) g")
+        conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, qty int, body text, tags text[])")
+        conn.execute("ALTER TABLE items ALTER COLUMN tags SET STORAGE EXTERNAL")
+        conn.execute("INSERT INTO items SELECT g, g, NULL, NULL FROM generate_series(1, 100) g")
     cdc_db.slot("public.items")
     project = tmp_path / "combined.yaml"
     project.write_text(CDC_PROJECT.format(lake=lake_url, dsn=cdc_db.dsn, prefix=cdc_db.prefix))
 
     def source() -> list[tuple[Any, ...]]:
         with psycopg.connect(cdc_db.dsn) as conn:
-            return list(conn.execute("SELECT id, qty, body FROM items ORDER BY id"))
+            return list(conn.execute("SELECT id, qty, body, tags FROM items ORDER BY id"))
 
     engine = Engine.open(project)
     try:
-        lake = "SELECT id, qty, body FROM pg.items ORDER BY id"
+        lake = "SELECT id, qty, body, tags FROM pg.items ORDER BY id"
         for change in (
             None,
             "UPDATE items SET body = repeat('x', 20000) WHERE id = 7;"
+            # (a list filled from the lake is read by Arrow through the store)
+            "UPDATE items SET tags = (SELECT array_agg(i::text) FROM generate_series(1, 3000) i) "
+            "WHERE id IN (7, 8);"
             "DELETE FROM items WHERE id > 95; INSERT INTO items VALUES (500, 1, NULL)",
-            "UPDATE items SET qty = 1000 WHERE id = 7",  # body stays out of line, unchanged
+            "UPDATE items SET qty = 1000 WHERE id IN (7, 8)",  # body, tags out of line, unchanged
         ):
             if change:
                 with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:

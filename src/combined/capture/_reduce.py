@@ -16,7 +16,7 @@ DuckDB spills to the run's staging directory past ``memory_limit``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -189,6 +189,7 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         self.con = self._database.cursor()
         if lake is not None:
             lake.attach(self.con)
+        self._open_lake: Callable[[str], Any] = str if lake is None else lake.open_input
         op_expr = self._op_sql()
         id_expr = identity_sql(self.key, capture_schema, self.digest)
         hash_expr = payload_hash_sql(self.payload, capture_schema, self.digest)
@@ -323,6 +324,7 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
                 payload=self.payload,
                 id_expr=id_expr,
                 current_files=current_files,
+                open_file=self._open_lake,
             )
             if self._resolved.fills:
                 mb = _duck_mb(self._duck_limit) + self._resolved.join_mb(FILL_JOIN_MB)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from combined.capture._databases import spill_directory
 from combined.capture._fill_file import fills_file, in_file, one_thread, write_fills
+from combined.capture._lake_fills import lake_numbers_rows, write_lake_values
 from combined.delivery import ELEMENT_BYTES
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import quote_ident
@@ -178,6 +179,7 @@ def resolve_unchanged(
     payload: Sequence[str],
     id_expr: str,
     current_files: Sequence[str],
+    open_file: Callable[[str], Any] = str,
 ) -> Resolved:
     """Create the view ``res``: the staged rows with their marked values filled.
 
@@ -185,6 +187,7 @@ def resolve_unchanged(
     ``payload`` the source's columns, ``id_expr`` the SQL of a row's id. The
     view holds ``payload``, the other staged columns and ``_cid``; the
     returned :class:`Resolved` reads any part of the staged rows the same way.
+    ``open_file`` opens a lake file for Arrow (``LakeStore.open_input``).
     """
     rest = ", ".join(f"r.{quote_ident(n)}" for n in names if n not in payload)
     as_staged = ", ".join(f"r.{quote_ident(c)}" for c in payload)
@@ -208,6 +211,7 @@ def resolve_unchanged(
             staged=staged,
             lake=lake,
             current_files=current_files,
+            lake_rows=open_file if lake_numbers_rows(list(in_lake)) else None,
         )
         for n, group in enumerate(groups)
     ]
@@ -392,6 +396,7 @@ def _fill_group(
     staged: str,
     lake: str,
     current_files: Sequence[str] = (),
+    lake_rows: Callable[[str], Any] | None = None,
 ) -> tuple[str, bool]:
     """``unc_fill_<n>(ord, v0, v1, ...)``: the values of each marked column of ``group``,
     and whether they are held in a file (:mod:`._fill_file`), not a table.
@@ -406,7 +411,10 @@ def _fill_group(
 
     Every join builds its hash table on ordinals and ids, never on values:
     the values (the capture's, the lake's) stream past, so a backlog whose
-    fills are many times the reduction's memory fills all the same.
+    fills are many times the reduction's memory fills all the same. Fills
+    held in a file take the lake's values from one Arrow wrote
+    (:mod:`._lake_fills`), opening the lake's files by ``lake_rows``; None:
+    DuckDB reads them.
     """
     _pick_carriers(con, group[0].column)
     values = [f"v{j}" for j in range(len(group))]
@@ -441,25 +449,49 @@ def _fill_group(
         f"WHERE pord IS NULL AND NOT ({from_lake})"
     )
     name = f"unc_fill_{n}"
-    # (one statement: the values take the type both sources fit, as a CASE over them would)
-    union = "(" + " UNION ALL ".join(f"({p})" for p in parts) + ")"
-    select = f"SELECT *, {_row_size(con, union)} AS _n FROM {union}"
+    select = _fills_select(con, parts)
     run = partial(one_thread, con, f"CREATE TABLE {name} AS {select}")
     types = _types(con, f"({select})")
     spill = spill_directory(con)
     filed = spill is not None and in_file(list(types.values()))
     if spill is not None and filed:  # (a table's scan reads lists a vector whole)
+        if from_lake != "false" and lake_rows is not None:
+            # (the lake's row groups of lists, read by DuckDB, are vectors of them whole)
+            held_in = fills_file(spill, f"unc_lake_{n}")
+            write_lake_values(con, current_files, [f.column for f in group], held_in, lake_rows)
+            parts[1] = (
+                f"SELECT ord, {_lake_file_values(group)} FROM read_parquet({lit(str(held_in))})"
+            )
+            select = _fills_select(con, parts)
         run = partial(write_fills, con, name, select, fills_file(spill, name), types)
     _within_largest(
         con,
         run,
-        lambda: max(
-            _largest_value(con, f.column, staged, current_files if f.in_lake else ()) for f in group
+        lambda: _largest_value(
+            con,
+            [f.column for f in group],
+            staged,
+            current_files if any(f.in_lake for f in group) else (),
         ),
     )
     for table in ("unc_need", "unc_cand", "unc_pick"):
         con.execute(f"DROP TABLE {table}")
     return name, filed
+
+
+def _fills_select(con: duckdb.DuckDBPyConnection, parts: Sequence[str]) -> str:
+    """The fills of ``parts`` (each ``ord, v0, v1, ...``) with each row's size ``_n``."""
+    # (one statement: the values take the type both sources fit, as a CASE over them would)
+    union = "(" + " UNION ALL ".join(f"({p})" for p in parts) + ")"
+    return f"SELECT *, {_row_size(con, union)} AS _n FROM {union}"
+
+
+def _lake_file_values(group: Sequence[_Fill]) -> str:
+    """The select list ``v0, v1, ...`` of the lake's values written by :func:`write_lake_values`."""
+    return ", ".join(
+        (f"CAST(v{j} AS {f.cast}) AS v{j}" if f.cast else f"v{j}") if f.in_lake else f"NULL AS v{j}"
+        for j, f in enumerate(group)
+    )
 
 
 def _pick_carriers(con: duckdb.DuckDBPyConnection, column: str) -> None:
@@ -506,28 +538,46 @@ _UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 <
 
 
 def _largest_value(
-    con: duckdb.DuckDBPyConnection, column: str, staged: str, current_files: Sequence[str]
+    con: duckdb.DuckDBPyConnection,
+    columns: Sequence[str],
+    staged: str,
+    current_files: Sequence[str],
 ) -> int:
-    """An upper bound (bytes) of one value of ``column``, staged or in ``current_files``.
+    """An upper bound (bytes) of the DuckDB memory one read of ``columns``' values holds.
 
-    The staged values are measured (Arrow: one value at a time, as it is);
-    the lake's are bounded from the files' footers: a value lies whole in
-    one row group's column chunk, and the lake's writer closes a row group
-    at ``ROW_GROUP_BYTES`` of rows, so the largest chunk is about the
-    largest value (and one batch of rows), never the table.
+    The staged values are measured (Arrow: one value at a time, as it is),
+    ``VALUE_MEMORY_FACTOR`` times each column's largest. The lake's are
+    bounded from the files' footers: DuckDB reads a row group's columns a
+    vector (up to 2,048 rows) at a time, so the bound is the largest row
+    group's chunks of ``columns``, each ``VALUE_MEMORY_FACTOR`` times its
+    bytes (a value's page is held compressed, decompressed and as a vector)
+    and ``ELEMENT_BYTES`` for each of its values (a list's elements are
+    16 bytes each in a vector: 143 lake rows of three lists of 5,000 short
+    strings are a 1.2 MB dictionary-encoded chunk each, and 34 MB read).
+    The lake's writer closes a row group at ``ROW_GROUP_BYTES`` of rows, so
+    it is about the largest value (or one batch of rows), never the table.
     """
-    q = quote_ident(column)
-    kind = _types(con, f"(SELECT {q} FROM {staged})")[column]
-    measured = f"SELECT coalesce(max({_size(q, kind)}), 0) FROM {staged}"
-    (largest,) = con.execute(measured).fetchall()[0]
+    largest = 0
+    for column in columns:
+        q = quote_ident(column)
+        kind = _types(con, f"(SELECT {q} FROM {staged})")[column]
+        measured = f"SELECT coalesce(max({_size(q, kind)}), 0) FROM {staged}"
+        (value,) = con.execute(measured).fetchall()[0]
+        largest += VALUE_MEMORY_FACTOR * int(value)
     if current_files:
-        (chunk,) = con.execute(
-            "SELECT coalesce(max(total_uncompressed_size), 0) FROM "
-            f"parquet_metadata({files_sql(current_files)}) "
-            f"WHERE split_part(path_in_schema, '.', 1) = {lit(column)}"
+        # (a nested column's leaves are named "a, list, element")
+        picked = " OR ".join(
+            f"path_in_schema = {lit(c)} OR starts_with(path_in_schema, {lit(c + ', ')})"
+            for c in columns
+        )
+        (group,) = con.execute(
+            "SELECT coalesce(max(n), 0) FROM (SELECT sum("
+            f"{VALUE_MEMORY_FACTOR} * total_uncompressed_size + {ELEMENT_BYTES} * num_values) AS n "
+            f"FROM parquet_metadata({files_sql(current_files)}) WHERE {picked} "
+            "GROUP BY file_name, row_group_id)"
         ).fetchall()[0]
-        largest = max(int(largest), int(chunk))
-    return int(largest)
+        largest = max(largest, int(group))
+    return largest
 
 
 def _within_largest(
@@ -535,11 +585,12 @@ def _within_largest(
 ) -> None:
     """``run()`` (a statement on one thread); past DuckDB's memory, again with room for a value.
 
-    A single value is never spilled or split: a statement that must hold
-    one larger than its connection's memory allows fails for memory. It
-    then runs once more with ``VALUE_MEMORY_FACTOR`` times ``largest()``
-    (bytes: the largest value it reads) more, which the connection keeps
-    (the reduction sets its own limit once the fills are sized).
+    A single value (or a vector of a lake row group's lists) is never
+    spilled or split: a statement that must hold one larger than its
+    connection's memory allows fails for memory. It then runs once more
+    with ``largest()`` (bytes: :func:`_largest_value`) more, which the
+    connection keeps (the reduction sets its own limit once the fills are
+    sized).
     """
     import duckdb
 
@@ -552,7 +603,7 @@ def _within_largest(
     number, unit = str(limit).split()  # as DuckDB prints it: '61.0 MiB'
     held = float(number) * _UNITS[unit]
     # (kept: every later statement over the fills reads the value again)
-    con.execute(f"SET memory_limit = '{int(held + VALUE_MEMORY_FACTOR * largest())}B'")
+    con.execute(f"SET memory_limit = '{int(held + largest())}B'")
     run()
 
 

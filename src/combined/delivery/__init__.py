@@ -17,6 +17,7 @@ from combined.delivery._staging import (
     read_part,
     read_part_batch,
     rows_within,
+    scan_weight,
     write_deliveries,
 )
 
@@ -37,5 +38,6 @@ __all__ = [
     "read_part",
     "read_part_batch",
     "rows_within",
+    "scan_weight",
     "write_deliveries",
 ]

@@ -1,0 +1,168 @@
+"""The lake's values a change stream's fills take, read by Arrow into a file of small row groups.
+
+A marked value whose lineage starts in the lake takes the lake's value of
+the row's id. DuckDB reads a lake file's row group a vector (up to 2,048
+rows) at a time, each list's elements whole and 16 bytes each: the lake's
+writer closes a row group at 16 MB of rows, so 143 rows of three lists of
+5,000 short strings were one row group, 34 MB of vectors, and reading them
+with their ids (joined to the changes) failed a 256 MiB reduction's fills
+for memory whatever room they were given. DuckDB now reads only the lake's
+ids, to find the file and row each change's value lies in; Arrow reads
+those rows' values as stored (4 bytes an element beside its characters),
+a row group's batch at a time, and writes them with their change's ordinal
+to a Parquet file of ~2 MB row groups, which DuckDB reads a few rows at a
+time and with no join.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from combined.delivery import scan_weight
+from combined.lake import lake_type
+
+if TYPE_CHECKING:
+    import duckdb
+
+#: Bytes of the lake's rows decoded at a time (a batch of a row group).
+READ_BYTES = 8 << 20
+#: DuckDB bytes (``scan_weight``) a row group of the written file holds, about.
+GROUP_BYTES = 2 << 20
+
+_ID = "_combined_id"
+
+
+def write_lake_values(
+    con: duckdb.DuckDBPyConnection,
+    files: Sequence[str],
+    columns: Sequence[str],
+    path: Path,
+    open_file: Callable[[str], Any] = str,
+) -> None:
+    """Write ``path``: ``(ord, v0, v1, ...)`` for each change of ``unc_pick`` filled from the lake.
+
+    ``vj`` is the lake's value of ``columns[j]`` in the current row of the
+    change's lineage id (``_lin``), null where the lake holds no such row or
+    a file no such column. DuckDB reads the ids of the lake's current
+    ``files``, finding where each wanted row lies; Arrow opens them by
+    ``open_file`` (an object store's through its filesystem) to read those
+    rows' values.
+    """
+    listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+    found = con.sql(
+        f"SELECT p.ord, l.{_FILE}, l.file_row_number FROM (SELECT ord, _lin FROM unc_pick "
+        f"WHERE pord IS NULL AND _lin_ord < 0) p LEFT JOIN (SELECT {_FILE}, file_row_number, "
+        f"{_ID} FROM read_parquet([{listing}], union_by_name = true, filename = '{_FILE}', "
+        f"file_row_number = true)) l ON l.{_ID} = p._lin ORDER BY l.{_FILE}, l.file_row_number"
+    ).to_arrow_table()
+    opened = {f: pq.ParquetFile(open_file(f)) for f in files}
+    try:
+        types = _lake_types([pf.schema_arrow for pf in opened.values()], columns)
+        schema = pa.schema(
+            [pa.field("ord", pa.int64())] + [pa.field(f"v{j}", t) for j, t in enumerate(types)]
+        )
+        ords = found.column("ord").to_numpy()
+        names = found.column(_FILE)
+        rows = found.column("file_row_number").fill_null(-1).to_numpy()
+        written = 0
+        with pq.ParquetWriter(str(path), schema, compression="none") as writer:
+            for name, pf in opened.items():
+                at = pc.fill_null(pc.equal(names, name), False).to_numpy(zero_copy_only=False)
+                for batch in _lake_rows(pf, columns, types, rows[at], ords[at], schema):
+                    written += _write(writer, batch)
+            missing = ords[pc.is_null(names).to_numpy(zero_copy_only=False)]
+            nulls = [pa.nulls(len(missing), t) for t in types]
+            batch = pa.RecordBatch.from_arrays([pa.array(missing), *nulls], schema=schema)
+            written += _write(writer, batch)
+        if written != found.num_rows:  # (a file DuckDB named as none of ``files``)
+            raise RuntimeError(
+                f"the lake's values of {found.num_rows} filled changes were read for {written}"
+            )
+    finally:
+        for pf in opened.values():
+            pf.close()
+
+
+def lake_numbers_rows(columns: Sequence[str]) -> bool:
+    """Whether the lake's rows can be numbered (:func:`write_lake_values`): DuckDB's
+    ``file_row_number`` cannot be named otherwise, so no lake column may take it."""
+    return "file_row_number" not in columns and _FILE not in columns
+
+
+#: The column naming each lake row's file (DuckDB's ``filename``, named apart
+#: from any column of the lake's).
+_FILE = "_combined_file"
+
+
+def _lake_types(schemas: Sequence[pa.Schema], columns: Sequence[str]) -> list[pa.DataType]:
+    """The type each of ``columns`` takes across the lake's files (as DuckDB's
+    ``union_by_name`` would: the widest of them, a view as its plain type),
+    null where no file holds it."""
+    types: list[pa.DataType] = []
+    for c in columns:
+        held = [s.field(c).type for s in schemas if s.get_field_index(c) >= 0]
+        if not held:
+            types.append(pa.null())
+            continue
+        fields = [pa.schema([pa.field(c, t)]) for t in held]
+        unified = pa.unify_schemas(fields, promote_options="permissive").field(c).type
+        types.append(lake_type(unified))
+    return types
+
+
+def _lake_rows(
+    pf: pq.ParquetFile,
+    columns: Sequence[str],
+    types: Sequence[pa.DataType],
+    rows: np.ndarray[Any, Any],
+    ords: np.ndarray[Any, Any],
+    schema: pa.Schema,
+) -> Iterator[pa.RecordBatch]:
+    """``(ord, v0, ...)``: the values of ``pf``'s rows ``rows`` (ascending), for changes ``ords``.
+
+    Only the row groups holding one of them are decoded, a batch of about
+    ``READ_BYTES`` at a time.
+    """
+    present = [c for c in columns if pf.schema_arrow.get_field_index(c) >= 0]
+    meta = pf.metadata
+    first = 0
+    for group in range(meta.num_row_groups):
+        size, count = meta.row_group(group).total_byte_size, meta.row_group(group).num_rows
+        lo, hi = np.searchsorted(rows, [first, first + count])
+        if lo == hi or not present:
+            first += count
+            continue
+        step = max(1, READ_BYTES * count // size) if size > 0 else count
+        start = first
+        for batch in pf.iter_batches(
+            batch_size=step, row_groups=[group], columns=present, use_threads=False
+        ):
+            a, b = np.searchsorted(rows, [start, start + batch.num_rows])
+            if a < b:
+                at = pa.array(rows[a:b] - start)
+                # (cast first: a view, as delta-rs writes strings, has no ``take``)
+                values = [
+                    batch.column(c).cast(t).take(at) if c in present else pa.nulls(b - a, t)
+                    for c, t in zip(columns, types, strict=True)
+                ]
+                yield pa.RecordBatch.from_arrays([pa.array(ords[a:b]), *values], schema=schema)
+            start += batch.num_rows
+        first += count
+    if not present and len(rows):  # (a file without the columns: its rows' values are null)
+        nulls = [pa.nulls(len(rows), t) for t in types]
+        yield pa.RecordBatch.from_arrays([pa.array(ords), *nulls], schema=schema)
+
+
+def _write(writer: pq.ParquetWriter, batch: pa.RecordBatch) -> int:
+    """``batch`` in row groups of about ``GROUP_BYTES`` as DuckDB holds them; its rows."""
+    if batch.num_rows:
+        rows = max(1, GROUP_BYTES * batch.num_rows // max(1, scan_weight(batch)))
+        writer.write_batch(batch, row_group_size=rows)
+    return int(batch.num_rows)
