@@ -11,6 +11,7 @@ strings of 1-4 characters)::
 
     python -m bench.reduce_shapes                      # every case
     python -m bench.reduce_shapes --kinds list --widths 20000
+    python -m bench.reduce_shapes --lake                   # filled from the lake's rows
 
 A case that fails prints DuckDB's error; none is expected to.
 """
@@ -62,8 +63,14 @@ def _value(kind: str, width: int, i: int, column: str) -> Any:
     return [str(j) for j in range(width // 4)]
 
 
-def _stage(root: Path, kind: str, width: int, cols: int, filled: int, repeats: int = 1) -> None:
-    """Stage the change stream's parts under ``root``: each id's update ``repeats`` times."""
+def _stage(
+    root: Path, kind: str, width: int, cols: int, filled: int, repeats: int = 1, lake: bool = False
+) -> None:
+    """Stage the change stream's parts under ``root``: each id's update ``repeats`` times.
+
+    ``lake``: the inserts are the lake's current rows instead (``root/lake``,
+    in row groups as its writer closes them), and only the updates are staged.
+    """
     from combined.delivery import Limits, PartWriter, StagingArea
 
     n = max(200, min(3000, CASE_BYTES // (width * cols * (1 + repeats))))
@@ -92,12 +99,31 @@ def _stage(root: Path, kind: str, width: int, cols: int, filled: int, repeats: i
     data["_combined_op"] = ["insert"] * n + ["update"] * len(updates)
     data["_combined_ordinal"] = list(range(rows))
     data["_combined_unchanged"] = [None] * n + [marked] * len(updates)
-    writer = PartWriter(StagingArea(root / "staging", Limits()), "s/d/capture", rows, 2**40)
     batch = pa.RecordBatch.from_pydict(data, schema=schema)
+    if lake:
+        _lake(root / "lake", batch.slice(0, n), names)
+        batch = batch.slice(n)
+    writer = PartWriter(StagingArea(root / "staging", Limits()), "s/d/capture", rows, 2**40)
     step = max(1, batch.num_rows * GATHERED_BYTES // batch.nbytes)
     for offset in range(0, batch.num_rows, step):  # (batches of ~4 MB, as a change stream's)
         writer.write(batch.slice(offset, step))
     writer.close()
+
+
+def _lake(root: Path, inserts: pa.RecordBatch, names: list[str]) -> None:
+    """The ``inserts`` as a lake file (ids, hashes; row groups of its writer's bytes)."""
+    import pyarrow.parquet as pq
+
+    from combined.lake import ROW_GROUP_ROWS
+    from combined.lake._files import ROW_GROUP_BYTES
+    from combined.protocol.identity import compute_identity
+
+    table = pa.Table.from_batches([inserts]).select(["id", "n", *names])
+    ids, hashes = compute_identity(table, ["id"], ["id", "n", *names])
+    table = table.append_column("_combined_id", ids).append_column("_combined_payload_hash", hashes)
+    rows = max(1, min(ROW_GROUP_ROWS, ROW_GROUP_BYTES * table.num_rows // table.nbytes))
+    root.mkdir()
+    pq.write_table(table, root / "part-0.parquet", row_group_size=rows, compression="zstd")
 
 
 def case(root: Path) -> dict[str, Any]:
@@ -115,7 +141,7 @@ def case(root: Path) -> dict[str, Any]:
         r = Reducer(
             capture_files=parts,
             capture_schema=schema,
-            current_files=[],
+            current_files=[str(f) for f in sorted((root / "lake").glob("*.parquet"))],
             key=["id"],
             strategy="cdc",
             sync_mode="incremental",
@@ -146,12 +172,13 @@ def main() -> None:
     p.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
     p.add_argument("--widths", nargs="+", type=int, default=[2_000, 20_000, 100_000])
     p.add_argument("--repeats", nargs="+", type=int, default=[1], help="updates of each id")
-    p.add_argument("--stage", nargs=6, help=argparse.SUPPRESS)  # (a child: root kind w c f r)
+    p.add_argument("--lake", action="store_true", help="the inserts are the lake's rows")
+    p.add_argument("--stage", nargs=7, help=argparse.SUPPRESS)  # (a child: root kind w c f r l)
     p.add_argument("--case", help=argparse.SUPPRESS)  # (a child: the root it reduces)
     args = p.parse_args()
     if args.stage:
-        root, kind, width, cols, filled, repeats = args.stage
-        _stage(Path(root), kind, int(width), int(cols), int(filled), int(repeats))
+        root, kind, width, cols, filled, repeats, lake = args.stage
+        _stage(Path(root), kind, int(width), int(cols), int(filled), int(repeats), lake == "1")
         return
     if args.case:
         print(json.dumps(case(Path(args.case))))
@@ -160,8 +187,9 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- |")
     cases = [(k, w, c, f) for k in args.kinds for w in args.widths for c, f in SHAPES]
     for (kind, width, cols, filled), repeats in itertools.product(cases, args.repeats):
-        c = _child(kind, width, cols, filled, repeats)
+        c = _child(kind, width, cols, filled, repeats, args.lake)
         again = f", {repeats} updates an id" if repeats > 1 else ""
+        again += ", inserted in the lake" if args.lake else ""
         print(
             f"| {kind} {width:,} B x {cols} ({filled} filled{again}) | {c['rows']:,} "
             f"| {c['wall_s']} | {c['cpu_s']} | {c['peak_rss_mb']} | {c['outcome']} |",
@@ -169,12 +197,14 @@ def main() -> None:
         )
 
 
-def _child(kind: str, width: int, cols: int, filled: int, repeats: int = 1) -> dict[str, Any]:
+def _child(
+    kind: str, width: int, cols: int, filled: int, repeats: int = 1, lake: bool = False
+) -> dict[str, Any]:
     """One case: staged by a process, reduced by another (its peak its own), then erased."""
     root = Path(tempfile.mkdtemp(prefix="reduce-shapes-"))
     try:
         me = [sys.executable, "-m", "bench.reduce_shapes"]
-        stage = [str(root), kind, str(width), str(cols), str(filled), str(repeats)]
+        stage = [str(root), kind, str(width), str(cols), str(filled), str(repeats), str(int(lake))]
         subprocess.run([*me, "--stage", *stage], check=True)
         out = subprocess.run([*me, "--case", str(root)], capture_output=True, text=True, check=True)
         result: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
