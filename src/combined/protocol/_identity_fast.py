@@ -107,7 +107,9 @@ def _inner_text(v: str, t: pa.DataType, kind: str, where: str, nonnull: bool) ->
         text = f"array_to_string(list_transform({v}, lambda {var}: {item}), '')"
     else:  # a struct's or map's text: the reference's
         text = _nested_text_sql(v, t, kind, 0, where)
-    if not nonnull:  # a struct's concat is never NULL: NULL exactly when the value is
+    if not nonnull and kind != "list":
+        # (a struct's concat is never NULL: NULL exactly when the value is; a
+        # list's text is, and a CASE over a list cost as much again as its text)
         text = f"(CASE WHEN {v} IS NULL THEN NULL ELSE {text} END)"
     return _TAGS[kind], text
 
