@@ -120,6 +120,30 @@ def test_row_order_and_batches_do_not_move_the_fold_but_a_repeat_does() -> None:
     assert not _fold(swapped.select(["id", "other"]).rename_columns(["id", "name"])).matches(whole)
 
 
+def test_rows_of_long_lists_are_folded_in_slices_to_the_same_fold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 300 rows of a list of 5,000 strings weigh ~28 MB as DuckDB holds them:
+    # folded whole, a vector of them held ~100 MB; in slices, the same sums.
+    long = [str(j) for j in range(5000)]
+    rows = pa.table({"id": range(300), "tags": [long[: 4000 + i] for i in range(300)]})
+    sliced = _fold(rows)
+    registered: list[int] = []
+    real = duckdb.DuckDBPyConnection.register
+
+    def counted(con: duckdb.DuckDBPyConnection, name: str, data: Any) -> Any:
+        registered.append(data.num_rows)
+        return real(con, name, data)
+
+    monkeypatch.setattr(duckdb.DuckDBPyConnection, "register", counted)
+    assert _fold(rows).matches(sliced.record("m") or {})
+    assert len(registered) > 1 and sum(registered) == 300
+    monkeypatch.setattr("combined.runtime._fold.SLICE_BYTES", 1 << 40)
+    registered.clear()
+    assert _fold(rows).matches(sliced.record("m") or {})
+    assert registered == [300]
+
+
 def test_a_column_added_renamed_or_retyped_is_another_fold() -> None:
     rows = pa.table({"id": [1, 2], "n": pa.array([1, 2], pa.int32())})
     whole = _fold(rows).record("m")
