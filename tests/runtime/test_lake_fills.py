@@ -64,7 +64,8 @@ def test_the_lakes_values_are_the_rows_duckdbs_join_gives(tmp_path: Path) -> Non
     con = duckdb.connect()
     _picks(con)
     out = tmp_path / "values.parquet"
-    write_lake_values(con, files, ["tags", "n", "gone"], out)
+    read = write_lake_values(con, files, ["tags", "n", "gone"], out)
+    assert read == [pa.list_(pa.string()), pa.int64(), pa.null()]
     listing = ", ".join(f"'{f}'" for f in files)
     joined = con.execute(
         "SELECT p.ord, l.tags, l.n, NULL AS gone FROM (SELECT _combined_id, tags, n FROM "
@@ -121,3 +122,26 @@ def test_a_lake_lists_read_is_bounded_by_its_elements_not_its_encoded_bytes(
     bound = _largest_value(con, ["a"], "staged", [str(tmp_path / "lake.parquet")])
     assert bound >= 16 * 143 * 5000
     assert _largest_value(con, ["n"], "staged", [str(tmp_path / "lake.parquet")]) < 1 << 20
+
+
+def test_only_the_files_holding_a_wanted_row_are_opened(tmp_path: Path) -> None:
+    # Only ids of the second file are wanted: the first (the one holding the
+    # list) is never opened, and the list's type is null (read as NULL).
+    files = _lake(tmp_path)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE unc_pick (ord BIGINT, _lin BLOB, _lin_ord BIGINT, pord BIGINT)")
+    con.executemany("INSERT INTO unc_pick VALUES (?, ?, -1, NULL)", [(1, _id(65)), (2, _id(5000))])
+    opened: list[str] = []
+
+    def opening(file: str) -> str:
+        opened.append(file)
+        return file
+
+    out = tmp_path / "values.parquet"
+    read = write_lake_values(con, files, ["tags", "n"], out, opening)
+    assert opened == [files[1]]
+    assert read == [pa.null(), pa.int64()]
+    assert pq.read_table(out).to_pylist() == [
+        {"ord": 1, "v0": None, "v1": 65},
+        {"ord": 2, "v0": None, "v1": None},
+    ]

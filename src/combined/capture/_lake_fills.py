@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from combined.delivery import scan_weight
@@ -45,15 +44,16 @@ def write_lake_values(
     columns: Sequence[str],
     path: Path,
     open_file: Callable[[str], Any] = str,
-) -> None:
+) -> list[pa.DataType]:
     """Write ``path``: ``(ord, v0, v1, ...)`` for each change of ``unc_pick`` filled from the lake.
 
     ``vj`` is the lake's value of ``columns[j]`` in the current row of the
     change's lineage id (``_lin``), null where the lake holds no such row or
     a file no such column. DuckDB reads the ids of the lake's current
-    ``files``, finding where each wanted row lies; Arrow opens them by
-    ``open_file`` (an object store's through its filesystem) to read those
-    rows' values.
+    ``files``, finding where each wanted row lies; Arrow opens the files
+    holding one by ``open_file`` (an object store's through its filesystem)
+    to read those rows' values. Returns each ``vj``'s type (null: no file
+    read holds the column).
     """
     listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
     found = con.sql(
@@ -62,32 +62,39 @@ def write_lake_values(
         f"{_ID} FROM read_parquet([{listing}], union_by_name = true, filename = '{_FILE}', "
         f"file_row_number = true)) l ON l.{_ID} = p._lin ORDER BY l.{_FILE}, l.file_row_number"
     ).to_arrow_table()
-    opened = {f: pq.ParquetFile(open_file(f)) for f in files}
+    ords = found.column("ord").to_numpy()
+    rows = found.column("file_row_number").fill_null(-1).to_numpy()
+    # Each file's changes, in a run of their own (sorted by file); the last run: none.
+    named = found.column(_FILE).combine_chunks().dictionary_encode()
+    held = named.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+    starts = [0, *(np.flatnonzero(np.diff(held)) + 1).tolist(), len(held)]
+    runs = [(int(held[a]), a, b) for a, b in zip(starts, starts[1:], strict=False) if a < b]
+    opened = {
+        i: pq.ParquetFile(open_file(named.dictionary[i].as_py())) for i, _, _ in runs if i >= 0
+    }
     try:
         types = _lake_types([pf.schema_arrow for pf in opened.values()], columns)
         schema = pa.schema(
             [pa.field("ord", pa.int64())] + [pa.field(f"v{j}", t) for j, t in enumerate(types)]
         )
-        ords = found.column("ord").to_numpy()
-        names = found.column(_FILE)
-        rows = found.column("file_row_number").fill_null(-1).to_numpy()
         written = 0
         with pq.ParquetWriter(str(path), schema, compression="none") as writer:
-            for name, pf in opened.items():
-                at = pc.fill_null(pc.equal(names, name), False).to_numpy(zero_copy_only=False)
-                for batch in _lake_rows(pf, columns, types, rows[at], ords[at], schema):
+            for i, a, b in runs:
+                if i >= 0:
+                    batches = _lake_rows(opened[i], columns, types, rows[a:b], ords[a:b], schema)
+                else:  # (ids the lake does not hold)
+                    nulls = [pa.nulls(b - a, t) for t in types]
+                    batches = iter(
+                        [pa.RecordBatch.from_arrays([pa.array(ords[a:b]), *nulls], schema=schema)]
+                    )
+                for batch in batches:
                     written += _write(writer, batch)
-            missing = ords[pc.is_null(names).to_numpy(zero_copy_only=False)]
-            nulls = [pa.nulls(len(missing), t) for t in types]
-            batch = pa.RecordBatch.from_arrays([pa.array(missing), *nulls], schema=schema)
-            written += _write(writer, batch)
-        if written != found.num_rows:  # (a file DuckDB named as none of ``files``)
-            raise RuntimeError(
-                f"the lake's values of {found.num_rows} filled changes were read for {written}"
-            )
     finally:
         for pf in opened.values():
             pf.close()
+    if written != found.num_rows:  # (never: every change is read once, from its file or as null)
+        raise RuntimeError(f"the lake's values of {found.num_rows} filled changes were {written}")
+    return types
 
 
 def lake_numbers_rows(columns: Sequence[str]) -> bool:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from combined.capture._databases import spill_directory
 from combined.capture._fill_file import fills_file, in_file, one_thread, write_fills
 from combined.capture._lake_fills import lake_numbers_rows, write_lake_values
@@ -458,10 +460,10 @@ def _fill_group(
         if from_lake != "false" and lake_rows is not None:
             # (the lake's row groups of lists, read by DuckDB, are vectors of them whole)
             held_in = fills_file(spill, f"unc_lake_{n}")
-            write_lake_values(con, current_files, [f.column for f in group], held_in, lake_rows)
-            parts[1] = (
-                f"SELECT ord, {_lake_file_values(group)} FROM read_parquet({lit(str(held_in))})"
-            )
+            columns = [f.column for f in group]
+            read = write_lake_values(con, current_files, columns, held_in, lake_rows)
+            held = _lake_file_values(group, read)
+            parts[1] = f"SELECT ord, {held} FROM read_parquet({lit(str(held_in))})"
             select = _fills_select(con, parts)
         run = partial(write_fills, con, name, select, fills_file(spill, name), types)
     _within_largest(
@@ -486,11 +488,14 @@ def _fills_select(con: duckdb.DuckDBPyConnection, parts: Sequence[str]) -> str:
     return f"SELECT *, {_row_size(con, union)} AS _n FROM {union}"
 
 
-def _lake_file_values(group: Sequence[_Fill]) -> str:
-    """The select list ``v0, v1, ...`` of the lake's values written by :func:`write_lake_values`."""
+def _lake_file_values(group: Sequence[_Fill], read: Sequence[pa.DataType]) -> str:
+    """The select list ``v0, v1, ...`` of the lake's values written by :func:`write_lake_values`
+    (of types ``read``: null where no file it read holds the column)."""
     return ", ".join(
-        (f"CAST(v{j} AS {f.cast}) AS v{j}" if f.cast else f"v{j}") if f.in_lake else f"NULL AS v{j}"
-        for j, f in enumerate(group)
+        (f"CAST(v{j} AS {f.cast}) AS v{j}" if f.cast else f"v{j}")
+        if f.in_lake and not pa.types.is_null(t)
+        else f"NULL AS v{j}"
+        for j, (f, t) in enumerate(zip(group, read, strict=True))
     )
 
 
