@@ -145,3 +145,33 @@ def test_only_the_files_holding_a_wanted_row_are_opened(tmp_path: Path) -> None:
         {"ord": 1, "v0": None, "v1": 65},
         {"ord": 2, "v0": None, "v1": None},
     ]
+
+
+def test_files_of_views_and_plain_strings_and_maps_read_as_duckdb_reads_them(
+    tmp_path: Path,
+) -> None:
+    # A delta-rs merge rewrites the files it touches with string views beside
+    # the files Arrow wrote with plain strings; Arrow unifies neither pair.
+    ids = pa.array([_id(1), _id(2)], pa.binary())
+    maps = pa.map_(pa.string(), pa.int64())
+    for n, (view, text) in enumerate(((pa.string_view(), "z"), (pa.string(), "y"))):
+        pq.write_table(
+            pa.table(
+                {
+                    "_combined_id": ids.slice(n, 1),
+                    "l": pa.array([[text]], pa.list_(view)),
+                    "m": pa.array([[(text, n)]], maps),
+                }
+            ),
+            tmp_path / f"{n}.parquet",
+        )
+    files = [str(tmp_path / f"{n}.parquet") for n in range(2)]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE unc_pick (ord BIGINT, _lin BLOB, _lin_ord BIGINT, pord BIGINT)")
+    con.executemany("INSERT INTO unc_pick VALUES (?, ?, -1, NULL)", [(1, _id(1)), (2, _id(2))])
+    out = tmp_path / "values.parquet"
+    assert write_lake_values(con, files, ["l", "m"], out) == [pa.list_(pa.string()), maps]
+    assert con.execute(f"SELECT ord, v0, v1 FROM read_parquet('{out}') ORDER BY 1").fetchall() == [
+        (1, ["z"], {"z": 0}),
+        (2, ["y"], {"y": 1}),
+    ]

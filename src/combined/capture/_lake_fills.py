@@ -114,13 +114,14 @@ def _lake_types(schemas: Sequence[pa.Schema], columns: Sequence[str]) -> list[pa
     null where no file holds it."""
     types: list[pa.DataType] = []
     for c in columns:
-        held = [s.field(c).type for s in schemas if s.get_field_index(c) >= 0]
+        # (each as its plain type first: Arrow unifies no view with its plain type,
+        # and delta-rs rewrites a merged file's strings as views beside plain ones)
+        held = [lake_type(s.field(c).type) for s in schemas if s.get_field_index(c) >= 0]
         if not held:
             types.append(pa.null())
             continue
         fields = [pa.schema([pa.field(c, t)]) for t in held]
-        unified = pa.unify_schemas(fields, promote_options="permissive").field(c).type
-        types.append(lake_type(unified))
+        types.append(pa.unify_schemas(fields, promote_options="permissive").field(c).type)
     return types
 
 

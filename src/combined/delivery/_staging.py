@@ -257,6 +257,10 @@ def scan_weight(batch: pa.RecordBatch) -> int:
     weight: int = batch.nbytes
     for column in batch.columns:
         while isinstance(column, pa.ListArray | pa.LargeListArray):
+            if isinstance(column, pa.MapArray):  # (no flatten: its entries by their offsets)
+                offsets = column.offsets
+                weight += ELEMENT_BYTES * (offsets[-1].as_py() - offsets[0].as_py())
+                break
             column = column.flatten()
             weight += ELEMENT_BYTES * len(column)
     return weight
