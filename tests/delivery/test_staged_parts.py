@@ -60,7 +60,7 @@ def test_lists_of_many_short_strings_weigh_their_elements(tmp_path: Path) -> Non
     assert pa.Table.from_batches(batches).equals(table)
 
 
-def test_maps_of_many_entries_weigh_their_entries_and_are_staged_in_slices(
+def test_maps_and_lists_in_structs_weigh_their_entries_and_are_staged_in_slices(
     tmp_path: Path,
 ) -> None:
     # A map's entries are a list's elements to DuckDB; Arrow flattens no map
@@ -73,6 +73,8 @@ def test_maps_of_many_entries_weigh_their_entries_and_are_staged_in_slices(
     (batch,) = table.to_batches()
     assert scan_weight(batch) >= batch.nbytes + ELEMENT_BYTES * 500 * n
     assert scan_weight(batch.slice(10, 2)) < ELEMENT_BYTES * 500 * 3 + batch.nbytes
+    held = pa.RecordBatch.from_pydict({"s": [{"tags": ["x"] * 500}] * 4})  # (a list in a struct)
+    assert scan_weight(held) >= held.nbytes + ELEMENT_BYTES * 500 * 4
     batches = list(_staged(tmp_path, table).batches())
     assert len(batches) > 1 and pa.Table.from_batches(batches).equals(table)
 

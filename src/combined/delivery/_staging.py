@@ -255,14 +255,17 @@ GATHERED_ROWS = 64
 def scan_weight(batch: pa.RecordBatch) -> int:
     """``batch``'s Arrow bytes, and ``ELEMENT_BYTES`` for each element of its lists."""
     weight: int = batch.nbytes
-    for column in batch.columns:
-        while isinstance(column, pa.ListArray | pa.LargeListArray):
-            if isinstance(column, pa.MapArray):  # (no flatten: its entries by their offsets)
-                offsets = column.offsets
-                weight += ELEMENT_BYTES * (offsets[-1].as_py() - offsets[0].as_py())
-                break
-            column = column.flatten()
-            weight += ELEMENT_BYTES * len(column)
+    nested = list(batch.columns)
+    while nested:
+        column = nested.pop()
+        if isinstance(column, pa.MapArray):  # (no flatten: its entries by their offsets)
+            offsets = column.offsets
+            weight += ELEMENT_BYTES * (offsets[-1].as_py() - offsets[0].as_py())
+        elif isinstance(column, pa.ListArray | pa.LargeListArray):
+            nested.append(column.flatten())
+            weight += ELEMENT_BYTES * len(nested[-1])
+        elif isinstance(column, pa.StructArray):  # (a list in a struct: its elements too)
+            nested.extend(column.flatten())
     return weight
 
 
