@@ -477,7 +477,7 @@ def test_writers_during_the_first_snapshot_land_exactly_once(
     """
     import threading
 
-    from combined.connectors.mariadb import _binlog_stitch
+    from combined.connectors.mariadb import _binlog_stitch, _extract
 
     if anchor == "table_lock":  # the MySQL path, on this MariaDB server
         monkeypatch.setattr(_binlog_stitch, "pins_snapshots", lambda settings: False)
@@ -497,6 +497,23 @@ def test_writers_during_the_first_snapshot_land_exactly_once(
                 f"DELETE FROM {{t}} WHERE id = {n - 5}",
             )
 
+    # The read goes on past its first batch only once the writer has committed
+    # ten more transactions: a loaded machine once let the whole read pass
+    # while it committed five. (Until the first batch, the bulk read's twin
+    # snapshot holds writers back: docs of connectors/mariadb/_arrow_read.py.)
+    read = _extract.MariaDBExtraction._whole
+
+    def after_writes(self: Any, work: Any) -> Any:
+        messages = read(self, work)
+        first = next(messages, None)
+        floor, deadline = written[0] + 10, time.monotonic() + 60
+        while written[0] < floor and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if first is not None:
+            yield first
+        yield from messages
+
+    monkeypatch.setattr(_extract.MariaDBExtraction, "_whole", after_writes)
     thread = threading.Thread(target=writer)
     thread.start()
     engine = Engine.open(binlog.project())
