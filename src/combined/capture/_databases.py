@@ -8,12 +8,15 @@ closes: every table and view it made is dropped, and the next reduction
 takes it with its own memory limit and spill directory. DuckDB moves a
 database's spill directory only while nothing was ever spilled there: a
 database that spilled is closed instead. One database is kept at most.
+The SQL literals every reduction module writes (a value, a list of files)
+are made here too.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,6 +63,18 @@ class KeptDatabase:
 _KEPT = KeptDatabase()
 
 
+def lit(value: str | None) -> str:
+    """``value`` as a SQL string literal (NULL for None)."""
+    if value is None:
+        return "NULL"
+    return "'" + value.replace("'", "''") + "'"
+
+
+def files_sql(paths: Sequence[object]) -> str:
+    """A SQL list of the file paths ``paths``."""
+    return "[" + ", ".join(lit(str(p)) for p in paths) + "]"
+
+
 def open_database(memory_mb: int, spill_dir: Path) -> duckdb.DuckDBPyConnection:
     """A database holding nothing, in memory, spilling to ``spill_dir`` past ``memory_mb``."""
     import duckdb
@@ -90,8 +105,7 @@ def open_database(memory_mb: int, spill_dir: Path) -> duckdb.DuckDBPyConnection:
 
 def _set(database: duckdb.DuckDBPyConnection, memory_mb: int, spill_dir: Path) -> None:
     """The settings :func:`open_database` opens with (a reduction may have changed two)."""
-    spill = str(spill_dir).replace("'", "''")
-    database.execute(f"SET temp_directory = '{spill}'")
+    database.execute(f"SET temp_directory = {lit(str(spill_dir))}")
     database.execute(f"SET memory_limit = '{memory_mb}MB'")
     database.execute("SET threads = 2")
 

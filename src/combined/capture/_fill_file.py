@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from combined.capture._databases import lit
 from combined.protocol.identity import quote_ident
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def write_fills(
     back cast to its type in ``types`` (a ``TIMESTAMP_S`` is written as
     microseconds: the same instants).
     """
-    file = "'" + str(path).replace("'", "''") + "'"
+    file = lit(str(path))
     with single_thread(con):
         con.execute(
             f"COPY ({select}) TO {file} (FORMAT parquet, COMPRESSION uncompressed, "

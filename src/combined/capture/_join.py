@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from combined.capture._unchanged import lit
+from combined.capture._databases import lit
 from combined.protocol import _digest as dg
 
 if TYPE_CHECKING:

@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from combined.capture._databases import files_sql
 from combined.delivery import scan_weight
 from combined.lake import lake_type
 
@@ -55,11 +56,10 @@ def write_lake_values(
     to read those rows' values. Returns each ``vj``'s type (null: no file
     read holds the column).
     """
-    listing = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
     found = con.sql(
         f"SELECT p.ord, l.{_FILE}, l.file_row_number FROM (SELECT ord, _lin FROM unc_pick "
         f"WHERE pord IS NULL AND _lin_ord < 0) p LEFT JOIN (SELECT {_FILE}, file_row_number, "
-        f"{_ID} FROM read_parquet([{listing}], union_by_name = true, filename = '{_FILE}', "
+        f"{_ID} FROM read_parquet({files_sql(files)}, union_by_name = true, filename = '{_FILE}', "
         f"file_row_number = true)) l ON l.{_ID} = p._lin ORDER BY l.{_FILE}, l.file_row_number"
     ).to_arrow_table()
     ords = found.column("ord").to_numpy()
@@ -139,12 +139,16 @@ def _lake_rows(
     ``READ_BYTES`` at a time.
     """
     present = [c for c in columns if pf.schema_arrow.get_field_index(c) >= 0]
+    if not present:  # (a file without the columns: its rows' values are null)
+        nulls = [pa.nulls(len(rows), t) for t in types]
+        yield pa.RecordBatch.from_arrays([pa.array(ords), *nulls], schema=schema)
+        return
     meta = pf.metadata
     first = 0
     for group in range(meta.num_row_groups):
         size, count = meta.row_group(group).total_byte_size, meta.row_group(group).num_rows
         lo, hi = np.searchsorted(rows, [first, first + count])
-        if lo == hi or not present:
+        if lo == hi:
             first += count
             continue
         step = max(1, READ_BYTES * count // size) if size > 0 else count
@@ -163,9 +167,6 @@ def _lake_rows(
                 yield pa.RecordBatch.from_arrays([pa.array(ords[a:b]), *values], schema=schema)
             start += batch.num_rows
         first += count
-    if not present and len(rows):  # (a file without the columns: its rows' values are null)
-        nulls = [pa.nulls(len(rows), t) for t in types]
-        yield pa.RecordBatch.from_arrays([pa.array(ords), *nulls], schema=schema)
 
 
 def _write(writer: pq.ParquetWriter, batch: pa.RecordBatch) -> int:

@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from combined.capture._databases import KEEP_STAGED_BYTES, close_database, open_database
+from combined.capture._databases import (
+    KEEP_STAGED_BYTES,
+    close_database,
+    files_sql,
+    open_database,
+)
 from combined.capture._deliver import STAGED as _STAGED
 from combined.capture._deliver import Output
 from combined.capture._duplicates import DuplicateChecks
@@ -43,7 +48,6 @@ from combined.capture._unchanged import (
     UNCHANGED,
     VALUE_MEMORY_FACTOR,
     Resolved,
-    files_sql,
     resolve_unchanged,
 )
 from combined.delivery import StagedParts, read_part

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from combined.capture._databases import spill_directory
+from combined.capture._databases import files_sql, lit, spill_directory
 from combined.capture._fill_file import fills_file, in_file, one_thread, write_fills
 from combined.capture._lake_fills import lake_numbers_rows, write_lake_values
 from combined.delivery import ELEMENT_BYTES
@@ -61,18 +61,6 @@ FILL_FILE_MB = 8
 #: ``FILL_WINDOW_BYTES``: the output keeps the reduction's memory (a row's
 #: 15 MB value failed at 40 MB).
 LARGE_FILL_BYTES = 1 << 20
-
-
-def lit(value: str | None) -> str:
-    """``value`` as a SQL string literal (NULL for None)."""
-    if value is None:
-        return "NULL"
-    return "'" + value.replace("'", "''") + "'"
-
-
-def files_sql(paths: Sequence[object]) -> str:
-    """A SQL list of the file paths ``paths``."""
-    return "[" + ", ".join(lit(str(p)) for p in paths) + "]"
 
 
 def any_marked(con: duckdb.DuckDBPyConnection, staged: str, *, deletes: bool = False) -> bool:

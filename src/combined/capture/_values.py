@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from combined.capture._databases import files_sql
 from combined.capture._fingerprint import Candidates
 from combined.delivery import read_part
 from combined.lake._types import lake_type, to_lake
@@ -246,8 +247,7 @@ class ValuePrints:
             self._lake_words.finish()
 
     def _files(self) -> str:
-        files = ", ".join("'" + str(f).replace("'", "''") + "'" for f in self.lake_files)
-        return f"read_parquet([{files}], union_by_name = true)"
+        return f"read_parquet({files_sql(self.lake_files)}, union_by_name = true)"
 
 
 def _words(batch: pa.RecordBatch, at: int, width: int) -> np.ndarray:
