@@ -12,6 +12,11 @@ those rows' values as stored (4 bytes an element beside its characters),
 a row group's batch at a time, and writes them with their change's ordinal
 to a Parquet file of ~2 MB row groups, which DuckDB reads a few rows at a
 time and with no join.
+
+Every fill from the lake is read this way, lists or not: DuckDB's scan of
+the lake's large texts, JSON or byte strings, feeding that join, kept every
+value it read outside its memory limit until the statement ended (1,000
+rows of 200 kB-1 MB JSON: 1 GB, the limit 150 MB).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import pyarrow.parquet as pq
 from combined.capture._databases import files_sql
 from combined.delivery import scan_weight
 from combined.lake import lake_type
+from combined.runtime._memory import release_memory
 
 if TYPE_CHECKING:
     import duckdb
@@ -89,6 +95,10 @@ def write_lake_values(
                     )
                 for batch in batches:
                     written += _write(writer, batch)
+                    del batch
+                    release_memory()  # (a row group's freed pages: the heaps keep them else)
+                if i >= 0:
+                    opened.pop(i).close()
     finally:
         for pf in opened.values():
             pf.close()

@@ -401,10 +401,11 @@ def _fill_group(
 
     Every join builds its hash table on ordinals and ids, never on values:
     the values (the capture's, the lake's) stream past, so a backlog whose
-    fills are many times the reduction's memory fills all the same. Fills
-    held in a file take the lake's values from one Arrow wrote
-    (:mod:`._lake_fills`), opening the lake's files by ``lake_rows``; None:
-    DuckDB reads them.
+    fills are many times the reduction's memory fills all the same. The
+    lake's values come from a file Arrow wrote (:mod:`._lake_fills`),
+    opening the lake's files by ``lake_rows``; None (or no spill directory):
+    DuckDB reads them. Fills holding a list are held in a file
+    (:mod:`._fill_file`).
     """
     _pick_carriers(con, group[0].column)
     values = [f"v{j}" for j in range(len(group))]
@@ -440,19 +441,18 @@ def _fill_group(
     )
     name = f"unc_fill_{n}"
     select = _fills_select(con, parts)
-    run = partial(one_thread, con, f"CREATE TABLE {name} AS {select}")
     types = _types(con, f"({select})")
     spill = spill_directory(con)
     filed = spill is not None and in_file(list(types.values()))
+    if spill is not None and from_lake != "false" and lake_rows is not None:
+        held_in = fills_file(spill, f"unc_lake_{n}")
+        columns = [f.column for f in group]
+        read = write_lake_values(con, current_files, columns, held_in, lake_rows)
+        held = _lake_file_values(group, read)
+        parts[1] = f"SELECT ord, {held} FROM read_parquet({lit(str(held_in))})"
+        select = _fills_select(con, parts)
+    run = partial(one_thread, con, f"CREATE TABLE {name} AS {select}")
     if spill is not None and filed:  # (a table's scan reads lists a vector whole)
-        if from_lake != "false" and lake_rows is not None:
-            # (the lake's row groups of lists, read by DuckDB, are vectors of them whole)
-            held_in = fills_file(spill, f"unc_lake_{n}")
-            columns = [f.column for f in group]
-            read = write_lake_values(con, current_files, columns, held_in, lake_rows)
-            held = _lake_file_values(group, read)
-            parts[1] = f"SELECT ord, {held} FROM read_parquet({lit(str(held_in))})"
-            select = _fills_select(con, parts)
         run = partial(write_fills, con, name, select, fills_file(spill, name), types)
     _within_largest(
         con,
