@@ -27,7 +27,7 @@ from combined.connectors.postgres._pgoutput import (
     lsn_to_text,
     text_to_arrow,
 )
-from combined.connectors.postgres._tuples import encode_tuple, parse_tuples
+from combined.connectors.postgres._tuples import encode_tuple, join_messages, parse_joined
 from combined.errors import ProtocolViolation, SchemaMismatch
 from combined.protocol import EMITTED_AT_COLUMN, OP_COLUMN, POSITION_COLUMN
 
@@ -56,6 +56,8 @@ _INSERT, _UPDATE, _DELETE, _MOVED = 0, 1, 2, 3
 _OP_NAMES = pa.array(["insert", "update", "delete", "delete"], pa.string())
 _UNCHANGED_KIND = b"u"[0]
 _EMITTED_TYPE = pa.timestamp("us", tz="UTC")
+#: What a parsed column's wire values are replaced by once converted.
+_RELEASED = pa.array([], pa.binary())
 #: A row change kept as its bytes, by its tag and the tuple marker after the
 #: relation oid (bytes 0 and 5): an insert, an update without its old row, a delete.
 _WIRE_OPS = {b"IN": _INSERT, b"UN": _UPDATE, b"DK": _DELETE, b"DO": _DELETE}
@@ -316,13 +318,17 @@ class ChangeBatcher:
         if not self._ops:
             return None
         n = len(self._ops)
-        parsed = parse_tuples(
-            self._messages, self._starts, len(self._names), self.relation.qualified_name
-        )
-        arrays = [
-            text_to_arrow(parsed.columns[i], type_, self._names[i])
-            for i, type_ in zip(self._kept, self._types, strict=True)
-        ]
+        # (the rows' bytes held once: joined, the messages let go, each
+        # column's wire values let go once converted; a batch of wide rows
+        # held them three times over at its peak)
+        joined = join_messages(self._messages)
+        self._messages = []
+        parsed = parse_joined(joined, self._starts, len(self._names), self.relation.qualified_name)
+        del joined
+        arrays = []
+        for i, type_ in zip(self._kept, self._types, strict=True):
+            arrays.append(text_to_arrow(parsed.columns[i], type_, self._names[i]))
+            parsed.columns[i] = _RELEASED
         ops = np.frombuffer(bytes(self._ops), np.uint8)
         firsts = [r[0] for r in self._runs]
         counts: np.ndarray = np.diff(np.array([*firsts, n], np.int64))

@@ -203,7 +203,7 @@ class CdcExtraction(BaseExtraction):
         oids: Mapping[str, int] | None = None,
         trees: Mapping[str, Tree] | None = None,
         batch_rows: int = 65_536,
-        batch_bytes: int = 64 << 20,
+        batch_bytes: int = 16 << 20,
         stop: Callable[[], bool] | None = None,
         timeout: float | None = None,
         flush_interval: float = 1.0,

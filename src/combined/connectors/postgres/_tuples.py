@@ -27,7 +27,7 @@ import pyarrow as pa
 from combined.connectors.postgres._pgoutput import TupleData
 from combined.errors import SchemaMismatch, SourceError
 
-__all__ = ["ParsedRows", "encode_tuple", "parse_tuples"]
+__all__ = ["ParsedRows", "encode_tuple", "join_messages", "parse_joined", "parse_tuples"]
 
 _NULL, _UNCHANGED, _TEXT, _BINARY = b"n"[0], b"u"[0], b"t"[0], b"b"[0]
 _I16 = struct.Struct("!h")
@@ -81,11 +81,27 @@ def parse_tuples(
     Raises ``SourceError`` on a truncated row, an unknown kind or bytes past
     a row's end, and ``SchemaMismatch`` on a row of another column count.
     """
-    n = len(messages)
-    lens = np.fromiter(map(len, messages), np.int64, n)
+    return parse_joined(join_messages(messages), starts, columns, relation)
+
+
+def join_messages(messages: Sequence[bytes]) -> tuple[bytes, np.ndarray]:
+    """The messages' bytes one after another, and each one's length (:func:`parse_joined`)."""
+    lens = np.fromiter(map(len, messages), np.int64, len(messages))
+    return b"".join(messages), lens
+
+
+def parse_joined(
+    joined: tuple[bytes, np.ndarray], starts: Sequence[int], columns: int, relation: str
+) -> ParsedRows:
+    """:func:`parse_tuples` of messages already joined (:func:`join_messages`).
+
+    The caller may let the messages go first: a batch's rows are then held
+    once, joined, while their values are copied out of them.
+    """
+    data_bytes, lens = joined
+    n = len(lens)
     ends = np.cumsum(lens)
-    joined = b"".join(messages)
-    raw = np.frombuffer(joined, np.uint8)
+    raw = np.frombuffer(data_bytes, np.uint8)
     first = (
         np.frombuffer(starts, np.int64)
         if isinstance(starts, array) and starts.itemsize == 8
@@ -102,7 +118,7 @@ def parse_tuples(
             hint="restart the capture; the stream and its relation cache disagree",
         )
     pos = pos + 2
-    data = pa.py_buffer(joined)
+    data = pa.py_buffer(data_bytes)
     kinds = np.empty((n, columns), np.uint8, order="F")  # written a column at a time
     out = []
     for j in range(columns):
