@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from tests._memory import anonymous_growth
 
 from combined.capture._reduce import Reducer
 from combined.engine import Engine
@@ -388,38 +389,18 @@ def test_lists_of_thousands_of_strings_filled_from_the_lake_drain_at_the_default
     assert lake == source == (300, 342, 4_500_000)
 
 
-def _anonymous() -> int:
-    """This process's anonymous resident bytes (its heaps, DuckDB's included)."""
-    status = Path("/proc/self/status").read_text().split("RssAnon:")[1]
-    return int(status.split()[0]) * 1024
-
-
 def _fills_growth(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The most the process's anonymous memory grows while each group of fills is made."""
-    import threading
-    import time
-
     from combined.capture import _unchanged
 
     grown: list[int] = []
     fill_group = _unchanged._fill_group
 
     def watched(*args: Any, **kwargs: Any) -> Any:
-        start, peak, done = _anonymous(), [0], threading.Event()
-
-        def sample() -> None:
-            while not done.is_set():
-                peak[0] = max(peak[0], _anonymous())
-                time.sleep(0.002)
-
-        sampler = threading.Thread(target=sample)
-        sampler.start()
-        try:
-            return fill_group(*args, **kwargs)
-        finally:
-            done.set()
-            sampler.join()
-            grown.append(peak[0] - start)
+        with anonymous_growth() as growth:
+            made = fill_group(*args, **kwargs)
+        grown.extend(growth)
+        return made
 
     monkeypatch.setattr(_unchanged, "_fill_group", watched)
     return grown
