@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export COMBINED_TEST_PG_DSN ?= postgresql://postgres@127.0.0.1:5432/postgres
 export COMBINED_TEST_MARIADB_DSN ?= mysql://root@127.0.0.1:3306/test
 
-.PHONY: demo test check bench bench-mariadb bench-many bench-files bench-taps fmt clean schema orchestrators
+.PHONY: demo test check bench bench-mariadb bench-many bench-files bench-taps bench-cdc-shapes fmt clean schema orchestrators
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -72,6 +72,12 @@ bench-files: $(STAMP)
 bench-taps: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench.taps $(BENCH_ARGS)
+
+# A CDC backlog on every table shape of bench/shapes.py (bench/cdc_shapes.py): every row
+# updated, 1% deleted and inserted, drained by one capture at the defaults.
+bench-cdc-shapes: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	$(BIN)/python -m bench.cdc_shapes $(BENCH_ARGS)
 
 # The JSON Schema of combined.yaml and its reference, both from the models
 # (tests/config/test_config_reference.py fails when either is stale).

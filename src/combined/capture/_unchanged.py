@@ -20,13 +20,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from combined.capture._databases import files_sql, lit, spill_directory
 from combined.capture._fill_file import fills_file, in_file, one_thread, write_fills
-from combined.capture._lake_fills import lake_numbers_rows, write_lake_values
+from combined.capture._lake_fills import (
+    lake_numbers_rows,
+    write_lake_values,
+    write_staged_values,
+)
 from combined.delivery import ELEMENT_BYTES
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import quote_ident
@@ -170,6 +175,7 @@ def resolve_unchanged(
     id_expr: str,
     current_files: Sequence[str],
     open_file: Callable[[str], Any] = str,
+    staged_parts: tuple[Sequence[Path], pa.Schema] | None = None,
 ) -> Resolved:
     """Create the view ``res``: the staged rows with their marked values filled.
 
@@ -177,7 +183,8 @@ def resolve_unchanged(
     ``payload`` the source's columns, ``id_expr`` the SQL of a row's id. The
     view holds ``payload``, the other staged columns and ``_cid``; the
     returned :class:`Resolved` reads any part of the staged rows the same way.
-    ``open_file`` opens a lake file for Arrow (``LakeStore.open_input``).
+    ``open_file`` opens a lake file for Arrow (``LakeStore.open_input``);
+    ``staged_parts``: the staged files of ``staged`` and their schema, for Arrow.
     """
     rest = ", ".join(f"r.{quote_ident(n)}" for n in names if n not in payload)
     as_staged = ", ".join(f"r.{quote_ident(c)}" for c in payload)
@@ -202,6 +209,7 @@ def resolve_unchanged(
             lake=lake,
             current_files=current_files,
             lake_rows=open_file if lake_numbers_rows(list(in_lake)) else None,
+            staged_parts=staged_parts,
         )
         for n, group in enumerate(groups)
     ]
@@ -387,6 +395,7 @@ def _fill_group(
     lake: str,
     current_files: Sequence[str] = (),
     lake_rows: Callable[[str], Any] | None = None,
+    staged_parts: tuple[Sequence[Path], pa.Schema] | None = None,
 ) -> tuple[str, bool]:
     """``unc_fill_<n>(ord, v0, v1, ...)``: the values of each marked column of ``group``,
     and whether they are held in a file (:mod:`._fill_file`), not a table.
@@ -404,8 +413,9 @@ def _fill_group(
     fills are many times the reduction's memory fills all the same. The
     lake's values come from a file Arrow wrote (:mod:`._lake_fills`),
     opening the lake's files by ``lake_rows``; None (or no spill directory):
-    DuckDB reads them. Fills holding a list are held in a file
-    (:mod:`._fill_file`).
+    DuckDB reads them. So do the staged carriers' texts and byte strings,
+    from ``staged_parts`` (the staged files and their schema). Fills holding
+    a list are held in a file (:mod:`._fill_file`).
     """
     _pick_carriers(con, group[0].column)
     values = [f"v{j}" for j in range(len(group))]
@@ -444,12 +454,9 @@ def _fill_group(
     types = _types(con, f"({select})")
     spill = spill_directory(con)
     filed = spill is not None and in_file(list(types.values()))
-    if spill is not None and from_lake != "false" and lake_rows is not None:
-        held_in = fills_file(spill, f"unc_lake_{n}")
-        columns = [f.column for f in group]
-        read = write_lake_values(con, current_files, columns, held_in, lake_rows)
-        held = _lake_file_values(group, read)
-        parts[1] = f"SELECT ord, {held} FROM read_parquet({lit(str(held_in))})"
+    if spill is not None:
+        lake_rows = lake_rows if from_lake != "false" else None
+        parts = _read_by_arrow(con, n, group, parts, spill, current_files, lake_rows, staged_parts)
         select = _fills_select(con, parts)
     run = partial(one_thread, con, f"CREATE TABLE {name} AS {select}")
     if spill is not None and filed:  # (a table's scan reads lists a vector whole)
@@ -467,6 +474,51 @@ def _fill_group(
     for table in ("unc_need", "unc_cand", "unc_pick"):
         con.execute(f"DROP TABLE {table}")
     return name, filed
+
+
+def _read_by_arrow(
+    con: duckdb.DuckDBPyConnection,
+    n: int,
+    group: Sequence[_Fill],
+    parts: list[str],
+    spill: Path,
+    current_files: Sequence[str],
+    lake_rows: Callable[[str], Any] | None,
+    staged_parts: tuple[Sequence[Path], pa.Schema] | None,
+) -> list[str]:
+    """``parts`` with the lake's values (``parts[1]``; ``lake_rows``: how to open its
+    files) and the staged carriers' texts and bytes (``parts[0]``) read by Arrow
+    into files of the spill directory (:mod:`._lake_fills`), each where it applies."""
+    parts = list(parts)
+    if lake_rows is not None:
+        held_in = fills_file(spill, f"unc_lake_{n}")
+        columns = [f.column for f in group]
+        read = write_lake_values(con, current_files, columns, held_in, lake_rows)
+        parts[1] = (
+            f"SELECT ord, {_lake_file_values(group, read)} FROM read_parquet({lit(str(held_in))})"
+        )
+    if staged_parts is not None:
+        files, schema = staged_parts
+        fields = [schema.field(f.column) for f in group]
+        if all(_bytes_like(f.type) for f in fields):
+            held_in = fills_file(spill, f"unc_staged_{n}")
+            write_staged_values(con, files, fields, held_in)
+            values = ", ".join(f"v{j}" for j in range(len(group)))
+            parts[0] = f"SELECT ord, {values} FROM read_parquet({lit(str(held_in))})"
+    return parts
+
+
+def _bytes_like(t: pa.DataType) -> bool:
+    """Whether a staged column holds texts or byte strings (where large values lie)."""
+    checks = (
+        pa.types.is_string,
+        pa.types.is_large_string,
+        pa.types.is_string_view,
+        pa.types.is_binary,
+        pa.types.is_large_binary,
+        pa.types.is_binary_view,
+    )
+    return any(check(t) for check in checks)
 
 
 def _fills_select(con: duckdb.DuckDBPyConnection, parts: Sequence[str]) -> str:
