@@ -7,7 +7,9 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
+from combined.capture import _lake_fills
 from combined.capture._lake_fills import lake_numbers_rows, write_lake_values
 from combined.capture._unchanged import _largest_value
 
@@ -174,4 +176,73 @@ def test_files_of_views_and_plain_strings_and_maps_read_as_duckdb_reads_them(
     assert con.execute(f"SELECT ord, v0, v1 FROM read_parquet('{out}') ORDER BY 1").fetchall() == [
         (1, ["z"], {"z": 0}),
         (2, ["y"], {"y": 1}),
+    ]
+
+
+def test_a_value_taken_for_many_changes_is_written_a_few_mb_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Many updates in a row leaving one 1 MB text alone take the same lake
+    # row, copied for each: taken at once, 2,100 copies would pass a string
+    # array's 2 GiB. They are taken about READ_BYTES (8 MB) at a time.
+    big = "v" * (1 << 20)
+    lake = tmp_path / "big.parquet"
+    pq.write_table(
+        pa.table({"_combined_id": pa.array([_id(1), _id(2)]), "body": [big, "small"]}), lake
+    )
+    con = duckdb.connect()
+    con.execute("CREATE TABLE unc_pick (ord BIGINT, _lin BLOB, _lin_ord BIGINT, pord BIGINT)")
+    rows = [(o, _id(1), -1, None) for o in range(40)] + [(40, _id(2), -1, None)]
+    con.executemany("INSERT INTO unc_pick VALUES (?, ?, ?, ?)", rows)
+    taken: list[int] = []
+    write = _lake_fills._write
+
+    def counted(writer: pq.ParquetWriter, batch: pa.RecordBatch) -> int:
+        taken.append(batch.num_rows)
+        return write(writer, batch)
+
+    monkeypatch.setattr(_lake_fills, "_write", counted)
+    out = tmp_path / "fills.parquet"
+    write_lake_values(con, [str(lake)], ["body"], out)
+    got = pq.read_table(out).to_pydict()
+    assert sorted(zip(got["ord"], got["v0"], strict=True)) == [
+        *((o, big) for o in range(40)),
+        (40, "small"),
+    ]
+    assert sum(taken) == 41 and max(taken) <= 9, taken  # (8 MB of 1 MB values, one more at most)
+
+
+def test_staged_carriers_are_read_as_the_staged_schema_holds_them(tmp_path: Path) -> None:
+    # The carriers' values read from the staged parts: a part staged before
+    # a column appeared holds it as null (as DuckDB's scan of the staged
+    # parts reads it), a view is written as its plain type, and a carrier
+    # several changes share is written for each of them.
+    from combined.capture._lake_fills import write_staged_values
+
+    old = pa.record_batch({"_combined_ordinal": pa.array([0, 1], pa.int64())})
+    new = pa.record_batch(
+        {
+            "_combined_ordinal": pa.array([3, 2], pa.int64()),
+            "body": pa.array(["three", "two"], pa.string_view()),
+        }
+    )
+    files = []
+    for name, batch in (("p0.arrow", old), ("p1.arrow", new)):
+        files.append(tmp_path / name)
+        with pa.OSFile(str(files[-1]), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as w:
+            w.write_batch(batch)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE unc_pick (ord BIGINT, pord BIGINT)")
+    picks = [(10, 1), (11, 3), (12, 3), (13, 2), (14, None)]
+    con.executemany("INSERT INTO unc_pick VALUES (?, ?)", picks)
+    staged = pa.schema([("_combined_ordinal", pa.int64()), ("body", pa.string_view())])
+    out = tmp_path / "carried.parquet"
+    write_staged_values(con, files, staged, ["body"], out)
+    got = pq.read_table(out)
+    assert got.schema.field("v0").type == pa.large_string()
+    assert sorted(zip(*got.to_pydict().values(), strict=True)) == [
+        (10, None),
+        (11, "three"),
+        (12, "three"),
+        (13, "two"),
     ]

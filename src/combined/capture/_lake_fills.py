@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from combined.capture._databases import files_sql
-from combined.delivery import read_part, scan_weight
-from combined.lake import lake_type
+from combined.delivery import ELEMENT_BYTES, read_part, scan_weight
+from combined.lake import lake_type, to_lake
 from combined.runtime._memory import release_memory
 
 if TYPE_CHECKING:
@@ -109,13 +110,18 @@ def write_lake_values(
 
 
 def write_staged_values(
-    con: duckdb.DuckDBPyConnection, files: Sequence[Path], types: Sequence[pa.Field], path: Path
+    con: duckdb.DuckDBPyConnection,
+    files: Sequence[Path],
+    staged: pa.Schema,
+    columns: Sequence[str],
+    path: Path,
 ) -> None:
     """Write ``path``: ``(ord, v0, ...)`` for each change of ``unc_pick`` carried by a staged one.
 
-    ``vj`` is the value of ``types[j]`` (a staged column) in the carrier,
-    the staged change ``pord``. DuckDB reads only ``unc_pick``'s ordinals;
-    Arrow reads the staged parts ``files`` (mapped), taking the carriers'
+    ``vj`` is ``columns[j]`` of the carrier, the staged change ``pord``.
+    DuckDB reads only ``unc_pick``'s ordinals; Arrow reads the staged parts
+    ``files`` (mapped, each batch as ``staged``, the parts' schema: a part
+    written before a column appeared holds it as null), taking the carriers'
     rows a batch at a time: DuckDB's scan of the staged rows, feeding the
     join that picked the carriers, held every large value it read until the
     statement ended (160 rows of 1 MB texts inserted and updated in one
@@ -125,16 +131,16 @@ def write_staged_values(
         "SELECT ord, pord FROM unc_pick WHERE pord IS NOT NULL ORDER BY pord"
     ).to_arrow_table()
     ords, pords = found.column("ord").to_numpy(), found.column("pord").to_numpy()
+    read = pa.schema([staged.field(_ORDINAL), *(staged.field(c) for c in columns)])
+    types = [_takeable(read.field(c).type) for c in columns]
     schema = pa.schema(
-        [pa.field("ord", pa.int64())] + [pa.field(f"v{j}", f.type) for j, f in enumerate(types)]
+        [pa.field("ord", pa.int64())] + [pa.field(f"v{j}", t) for j, t in enumerate(types)]
     )
     written = 0
     with pq.ParquetWriter(str(path), schema, compression="none") as writer:
         for file in files:
             for batch in read_part(file):
-                picked = _carried(batch, pords, ords, types, schema)
-                del batch
-                if picked is not None:
+                for picked in _carried(batch, read, pords, ords, types, schema):
                     written += _write(writer, picked)
                     del picked
                     release_memory()  # (as the lake's rows above)
@@ -144,27 +150,31 @@ def write_staged_values(
 
 def _carried(
     batch: pa.RecordBatch,
+    read: pa.Schema,
     pords: np.ndarray[Any, Any],
     ords: np.ndarray[Any, Any],
-    types: Sequence[pa.Field],
+    types: Sequence[pa.DataType],
     schema: pa.Schema,
-) -> pa.RecordBatch | None:
+) -> Iterator[pa.RecordBatch]:
     """``(ord, v0, ...)`` of the carriers ``pords`` (ascending) in ``batch``, changes ``ords``."""
     if not batch.num_rows or not len(pords):
-        return None
+        return
     held = batch.column(_ORDINAL).to_numpy()
     a, b = np.searchsorted(pords, [held.min(), held.max() + 1])
     if a == b:
-        return None
+        return
     want = pords[a:b]
     order = np.argsort(held, kind="stable")
     at = order[np.minimum(np.searchsorted(held, want, sorter=order), len(held) - 1)]
     hit = held[at] == want
     if not hit.any():
-        return None
-    rows = pa.array(at[hit])
-    values = [batch.column(f.name).take(rows) for f in types]
-    return pa.RecordBatch.from_arrays([pa.array(ords[a:b][hit]), *values], schema=schema)
+        return
+    kept = [n for n in read.names if batch.schema.get_field_index(n) >= 0]
+    batch = batch.select(kept)
+    if not batch.schema.equals(read):
+        batch = to_lake(batch, read)
+    arrays = [batch.column(j + 1).cast(t) for j, t in enumerate(types)]
+    yield from _taken(arrays, types, at[hit], ords[a:b][hit], schema)
 
 
 def lake_numbers_rows(columns: Sequence[str]) -> bool:
@@ -228,15 +238,84 @@ def _lake_rows(
         ):
             a, b = np.searchsorted(rows, [start, start + batch.num_rows])
             if a < b:
-                at = pa.array(rows[a:b] - start)
                 # (cast first: a view, as delta-rs writes strings, has no ``take``)
-                values = [
-                    batch.column(c).cast(t).take(at) if c in present else pa.nulls(b - a, t)
+                arrays = [
+                    batch.column(c).cast(t) if c in present else None
                     for c, t in zip(columns, types, strict=True)
                 ]
-                yield pa.RecordBatch.from_arrays([pa.array(ords[a:b]), *values], schema=schema)
+                yield from _taken(arrays, types, rows[a:b] - start, ords[a:b], schema)
             start += batch.num_rows
         first += count
+
+
+def _taken(
+    arrays: Sequence[pa.Array | None],
+    types: Sequence[pa.DataType],
+    at: np.ndarray[Any, Any],
+    ords: np.ndarray[Any, Any],
+    schema: pa.Schema,
+) -> Iterator[pa.RecordBatch]:
+    """``(ord, v0, ...)``: ``arrays``' rows ``at`` (None: nulls) for changes ``ords``,
+    about ``READ_BYTES`` of values a batch.
+
+    A row taken for many changes (a value several updates in a row leave
+    alone) is copied for each: taken at once, 2,100 copies of a 1 MB text
+    pass a string array's 2 GiB and the take fails.
+    """
+    sizes = np.zeros(len(at), np.int64)
+    for array in arrays:
+        if array is not None:
+            sizes += _row_bytes(array)[at]
+    ends = np.cumsum(sizes)
+    start = 0
+    while start < len(at):
+        before = int(ends[start - 1]) if start else 0
+        stop = max(int(np.searchsorted(ends, before + READ_BYTES, side="right")), start + 1)
+        rows = pa.array(at[start:stop])
+        values = [
+            pa.nulls(stop - start, t) if array is None else array.take(rows)
+            for array, t in zip(arrays, types, strict=True)
+        ]
+        yield pa.RecordBatch.from_arrays([pa.array(ords[start:stop]), *values], schema=schema)
+        start = stop
+
+
+def _row_bytes(array: pa.Array) -> np.ndarray[Any, Any]:
+    """Each row's bytes in ``array``, about (a list's elements ``ELEMENT_BYTES`` each beside
+    their own bytes; a value of another type ``ELEMENT_BYTES``)."""
+    t = array.type
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        counts = np.asarray(pc.fill_null(pc.list_value_length(array), 0), np.int64)
+        inner = _row_bytes(pc.list_flatten(array))
+        parents = np.asarray(pc.list_parent_indices(array), np.int64)
+        held = np.bincount(parents, weights=inner, minlength=len(array)).astype(np.int64)
+        return counts * ELEMENT_BYTES + held
+    if is_bytes(t, views=False):
+        return np.asarray(pc.fill_null(pc.binary_length(array), 0), np.int64)
+    return np.full(len(array), ELEMENT_BYTES, np.int64)
+
+
+_PLAIN = (
+    pa.types.is_string,
+    pa.types.is_large_string,
+    pa.types.is_binary,
+    pa.types.is_large_binary,
+)
+_VIEWS = (pa.types.is_string_view, pa.types.is_binary_view)
+
+
+def is_bytes(t: pa.DataType, *, views: bool = True) -> bool:
+    """Whether ``t`` holds texts or byte strings (``views``: their view types too)."""
+    return any(check(t) for check in (*_PLAIN, *_VIEWS) if views or check not in _VIEWS)
+
+
+def _takeable(t: pa.DataType) -> pa.DataType:
+    """``t``, or for a view (which has no ``take``) its large plain type."""
+    if pa.types.is_string_view(t):
+        return pa.large_string()
+    if pa.types.is_binary_view(t):
+        return pa.large_binary()
+    return t
 
 
 def _write(writer: pq.ParquetWriter, batch: pa.RecordBatch) -> int:

@@ -329,7 +329,7 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
                 id_expr=id_expr,
                 current_files=current_files,
                 open_file=self._open_lake,
-                staged_parts=(self.capture_files, self.capture_schema),
+                staged_parts=(self.capture_files, self._staged.schema),
             )
             if self._resolved.fills:
                 mb = _duck_mb(self._duck_limit) + self._resolved.join_mb(FILL_JOIN_MB)

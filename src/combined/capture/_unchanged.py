@@ -28,6 +28,7 @@ import pyarrow as pa
 from combined.capture._databases import files_sql, lit, spill_directory
 from combined.capture._fill_file import fills_file, in_file, one_thread, write_fills
 from combined.capture._lake_fills import (
+    is_bytes,
     lake_numbers_rows,
     write_lake_values,
     write_staged_values,
@@ -499,26 +500,13 @@ def _read_by_arrow(
         )
     if staged_parts is not None:
         files, schema = staged_parts
-        fields = [schema.field(f.column) for f in group]
-        if all(_bytes_like(f.type) for f in fields):
+        columns = [f.column for f in group]
+        if all(is_bytes(schema.field(c).type) for c in columns):
             held_in = fills_file(spill, f"unc_staged_{n}")
-            write_staged_values(con, files, fields, held_in)
+            write_staged_values(con, files, schema, columns, held_in)
             values = ", ".join(f"v{j}" for j in range(len(group)))
             parts[0] = f"SELECT ord, {values} FROM read_parquet({lit(str(held_in))})"
     return parts
-
-
-def _bytes_like(t: pa.DataType) -> bool:
-    """Whether a staged column holds texts or byte strings (where large values lie)."""
-    checks = (
-        pa.types.is_string,
-        pa.types.is_large_string,
-        pa.types.is_string_view,
-        pa.types.is_binary,
-        pa.types.is_large_binary,
-        pa.types.is_binary_view,
-    )
-    return any(check(t) for check in checks)
 
 
 def _fills_select(con: duckdb.DuckDBPyConnection, parts: Sequence[str]) -> str:
