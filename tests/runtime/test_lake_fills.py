@@ -246,3 +246,21 @@ def test_staged_carriers_are_read_as_the_staged_schema_holds_them(tmp_path: Path
         (12, "three"),
         (13, "two"),
     ]
+
+
+def test_the_values_files_are_written_plain_with_statistics_only_on_the_ordinals(
+    tmp_path: Path,
+) -> None:
+    # (a file read back once: a dictionary of 51M distinct integers cost its writer 4x)
+    files = _lake(tmp_path)
+    con = duckdb.connect()
+    _picks(con)
+    out = tmp_path / "values.parquet"
+    write_lake_values(con, files, ["tags", "n"], out)
+    meta = pq.ParquetFile(out).metadata
+    for g in range(meta.num_row_groups):
+        for c in range(meta.num_columns):
+            column = meta.row_group(g).column(c)
+            assert "PLAIN_DICTIONARY" not in column.encodings
+            assert "RLE_DICTIONARY" not in column.encodings
+            assert column.is_stats_set == (column.path_in_schema == "ord")

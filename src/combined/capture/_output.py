@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 #: consumer: 64k-row batches of a typical table held ~150 MB, 16k-row ones
 #: ~80 MB. The Delivery writer gathers them back into full row groups.
 OUTPUT_BATCH_ROWS = 16_384
+#: Bytes of a joined output batch, about (:func:`_joined_rows`): fewer rows
+#: than ``OUTPUT_BATCH_ROWS`` where they are wide.
+OUTPUT_BATCH_BYTES = 8 << 20
 
 #: A statement :func:`by_part` runs over a part's rows (hashing them) runs on
 #: one thread when the shortest slice a join reads of them weighs more than
@@ -301,15 +304,32 @@ def part_rows(
             + (" ORDER BY tr.ord" if ordered else "")
         )
         part = StagedParts([path], schema, budget=COPY_BATCH_BYTES, joined=True)
+        rows = _joined_rows(part, batch_rows)
         con.register(_PART, part.within(ordinals))
         try:
-            yield from (fixed.add(b) for b in _part_batches(con, sql, batch_rows, roomier))
+            yield from (fixed.add(b) for b in _part_batches(con, sql, rows, roomier))
         finally:
             con.unregister(_PART)
     unstaged = delivered.unstaged()
     if unstaged is not None:
         for batch in con.sql(unstaged).to_arrow_reader(batch_rows):
             yield fixed.add(batch)
+
+
+def _joined_rows(part: StagedParts, batch_rows: int) -> int:
+    """Rows of a batch of ``part``'s joined output: ``OUTPUT_BATCH_BYTES`` of them, about.
+
+    A Delivery's chunks slice a batch, which stays whole until its last
+    chunk is written: 16,384 rows of 300 columns (40 MB a batch) left the
+    two writers' queues holding ~50 MB more at a wide backlog's peak. A
+    row weighs as its staged part's heaviest (the fills a statement meets
+    come in windows of ``FILL_WINDOW_BYTES``, which end a batch). The rows
+    are a power of two (DuckDB hands its 2,048-row vectors over whole):
+    each batch costs a Python pass over every column (2 MB batches of 300
+    columns: +1.5 CPU-s in 14).
+    """
+    rows = max(1, min(batch_rows, OUTPUT_BATCH_BYTES // max(1, part.heaviest_row())))
+    return 1 << (rows.bit_length() - 1)
 
 
 def _part_batches(

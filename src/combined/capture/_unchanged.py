@@ -491,16 +491,15 @@ def _read_by_arrow(
     files) and the staged carriers' texts and bytes (``parts[0]``) read by Arrow
     into files of the spill directory (:mod:`._lake_fills`), each where it applies."""
     parts = list(parts)
+    columns = [f.column for f in group]
     if lake_rows is not None:
         held_in = fills_file(spill, f"unc_lake_{n}")
-        columns = [f.column for f in group]
         read = write_lake_values(con, current_files, columns, held_in, lake_rows)
         parts[1] = (
             f"SELECT ord, {_lake_file_values(group, read)} FROM read_parquet({lit(str(held_in))})"
         )
     if staged_parts is not None:
         files, schema = staged_parts
-        columns = [f.column for f in group]
         if all(is_bytes(schema.field(c).type) for c in columns):
             held_in = fills_file(spill, f"unc_staged_{n}")
             write_staged_values(con, files, schema, columns, held_in)

@@ -1,0 +1,106 @@
+"""A change stream's joined rows reach the Deliveries in batches of bounded bytes, not rows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from combined.capture._output import OUTPUT_BATCH_BYTES, OUTPUT_BATCH_ROWS
+from combined.capture._reduce import Reducer
+from combined.delivery import PartWriter, StagingArea
+from combined.delivery._staging import Limits
+
+CONSTANTS = {
+    "observed_at": "2026-12-06T00:00:00+00:00",
+    "ingested_at": "2026-12-06T00:00:01+00:00",
+    "run_id": "r",
+    "producer": "p",
+    "position": None,
+}
+
+
+def _stream(tmp_path: Path, columns: Mapping[str, Sequence[Any]], part_rows: int) -> list[Path]:
+    """A change stream of (id, big, n) staged in parts of ``part_rows`` changes."""
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("big", pa.string()),
+            ("n", pa.int64()),
+            ("_combined_op", pa.string()),
+            ("_combined_ordinal", pa.int64()),
+            ("_combined_unchanged", pa.list_(pa.string())),
+        ]
+    )
+    data = {**columns, "_combined_ordinal": list(range(len(columns["id"])))}
+    writer = PartWriter(StagingArea(tmp_path / "cdc", Limits()), "s/d/capture", part_rows, 2**30)
+    writer.write(pa.RecordBatch.from_pydict(data, schema=schema))
+    return writer.close()
+
+
+def _output(tmp_path: Path, parts: list[Path]) -> list[pa.RecordBatch]:
+    """The stream reduced at the default memory, its output batches at the default rows."""
+    from combined.delivery import part_schema
+
+    r = Reducer(
+        capture_files=parts,
+        capture_schema=pa.unify_schemas([part_schema(p) for p in parts]),
+        current_files=[],
+        key=["id"],
+        strategy="cdc",
+        sync_mode="incremental",
+        memory_limit=256 * 2**20,
+        spill_dir=tmp_path,
+        baseline=False,
+    )
+    try:
+        r.reduce()
+        r.release()
+        return list(r.output(CONSTANTS))
+    finally:
+        r.close()
+
+
+def test_wide_rows_are_delivered_a_few_mb_a_batch(tmp_path: Path) -> None:
+    # 3,000 updates staging a 5 kB text each and leaving ``n`` alone (filled
+    # from the inserts before them): one 16,384-row batch held all 15 MB
+    # until its last chunk was written.
+    n = 3000
+    big = [f"{i:05d}" + "x" * 5_000 for i in range(n)]
+    parts = _stream(
+        tmp_path,
+        {
+            "id": list(range(n)) * 2,
+            "big": ["v"] * n + big,
+            "n": list(range(n)) + [None] * n,
+            "_combined_op": ["insert"] * n + ["update"] * n,
+            "_combined_unchanged": [None] * n + [["n"]] * n,
+        },
+        part_rows=n,
+    )
+    batches = _output(tmp_path, parts)
+    rows = pa.Table.from_batches(batches).sort_by("id").to_pylist()
+    assert [(r["id"], r["big"], r["n"]) for r in rows] == [(i, big[i], i) for i in range(n)]
+    # (8 MB of 5 kB rows: 1,638, of which the power of two below)
+    assert max(b.num_rows for b in batches) == 1024
+    assert max(b.nbytes for b in batches) <= OUTPUT_BATCH_BYTES
+
+
+def test_narrow_filled_rows_keep_the_full_batches(tmp_path: Path) -> None:
+    n = 20_000
+    parts = _stream(
+        tmp_path,
+        {
+            "id": list(range(n)) * 2,
+            "big": [f"v{i}" for i in range(n)] + [None] * n,
+            "n": [0] * n + list(range(n)),
+            "_combined_op": ["insert"] * n + ["update"] * n,
+            "_combined_unchanged": [None] * n + [["big"]] * n,
+        },
+        part_rows=2 * n,
+    )
+    batches = _output(tmp_path, parts)
+    assert sum(b.num_rows for b in batches) == n
+    assert max(b.num_rows for b in batches) == OUTPUT_BATCH_ROWS
