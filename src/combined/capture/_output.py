@@ -292,6 +292,7 @@ def part_rows(
     after a row), the error stands.
     """
     select = delivered.select()
+    parts: dict[Path, tuple[StagedParts, int]] = {}  # (shared by its windows: weighed once)
     for path, ordinals in ranges:
         if delivered.resolved is None and delivered.keys is None and not ordered:
             taken = _taken(con, path, ordinals, schema, delivered)
@@ -303,8 +304,10 @@ def part_rows(
             f"JOIN ({delivered.chosen(ordinals)}) tr ON c.{_ORDINAL} = tr.ord"
             + (" ORDER BY tr.ord" if ordered else "")
         )
-        part = StagedParts([path], schema, budget=COPY_BATCH_BYTES, joined=True)
-        rows = _joined_rows(part, batch_rows)
+        if path not in parts:
+            part = StagedParts([path], schema, budget=COPY_BATCH_BYTES, joined=True)
+            parts[path] = (part, _joined_rows(part, batch_rows))
+        part, rows = parts[path]
         con.register(_PART, part.within(ordinals))
         try:
             yield from (fixed.add(b) for b in _part_batches(con, sql, rows, roomier))
