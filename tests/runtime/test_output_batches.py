@@ -43,7 +43,9 @@ def _stream(tmp_path: Path, columns: Mapping[str, Sequence[Any]], part_rows: int
     return writer.close()
 
 
-def _output(tmp_path: Path, parts: list[Path]) -> list[pa.RecordBatch]:
+def _output(
+    tmp_path: Path, parts: list[Path], sync_mode: str = "incremental"
+) -> list[pa.RecordBatch]:
     """The stream reduced at the default memory, its output batches at the default rows."""
     from combined.delivery import part_schema
 
@@ -53,7 +55,7 @@ def _output(tmp_path: Path, parts: list[Path]) -> list[pa.RecordBatch]:
         current_files=[],
         key=["id"],
         strategy="cdc",
-        sync_mode="incremental",
+        sync_mode=sync_mode,
         memory_limit=256 * 2**20,
         spill_dir=tmp_path,
         baseline=False,
@@ -146,3 +148,29 @@ def test_a_part_is_weighed_once_however_many_windows_its_fills_take(
     assert [(r["id"], r["big"], r["n"]) for r in rows] == [(i, big[i], i) for i in range(n)]
     assert len(met) > len(set(met))  # (the premise: a part met in several windows)
     assert sorted(weighed) == sorted(set(met))
+
+
+def test_an_event_streams_wide_rows_come_in_small_batches_in_log_order(tmp_path: Path) -> None:
+    # An append stream delivers every change, each part's in ordinal order:
+    # cut into many batches, the order holds across them.
+    n = 3000
+    big = [f"{i:05d}" + "x" * 5_000 for i in range(n)]
+    ids = [(i * 7919) % n for i in range(n)]  # (ids out of their order: the log's order shows)
+    parts = _stream(
+        tmp_path,
+        {
+            "id": ids * 2,
+            "big": ["v"] * n + [big[i] for i in ids],
+            "n": ids + [None] * n,
+            "_combined_op": ["insert"] * n + ["update"] * n,
+            "_combined_unchanged": [None] * n + [["n"]] * n,
+        },
+        part_rows=n,
+    )
+    batches = _output(tmp_path, parts, "append")
+    rows = pa.Table.from_batches(batches).to_pylist()
+    wide = [b.num_rows for b in batches if b.column("big")[0].as_py() != "v"]
+    assert max(wide) == 1024 and sum(wide) == n  # (the inserts' part: narrow, one batch)
+    assert [(r["id"], r["big"], r["n"]) for r in rows] == [(i, "v", i) for i in ids] + [
+        (i, big[i], i) for i in ids
+    ]
