@@ -2,45 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from tests.runtime.test_reduce_streamed import CONSTANTS, _change_stream
 
 from combined.capture import _deliver as _deliver_module
 from combined.capture import _output as _output_module
 from combined.capture._output import OUTPUT_BATCH_BYTES, OUTPUT_BATCH_ROWS
 from combined.capture._reduce import Reducer
-from combined.delivery import PartWriter, StagingArea
-from combined.delivery._staging import Limits, StagedParts
+from combined.delivery._staging import StagedParts
 
-CONSTANTS = {
-    "observed_at": "2026-12-06T00:00:00+00:00",
-    "ingested_at": "2026-12-06T00:00:01+00:00",
-    "run_id": "r",
-    "producer": "p",
-    "position": None,
-}
+#: The payload of every stream here: a key, a text that is large or not, a number.
+PAYLOAD = [("id", pa.int64()), ("big", pa.string()), ("n", pa.int64())]
 
 
-def _stream(tmp_path: Path, columns: Mapping[str, Sequence[Any]], part_rows: int) -> list[Path]:
+def _stream(tmp_path: Path, columns: dict[str, list[Any]], part_rows: int) -> list[Path]:
     """A change stream of (id, big, n) staged in parts of ``part_rows`` changes."""
-    schema = pa.schema(
-        [
-            ("id", pa.int64()),
-            ("big", pa.string()),
-            ("n", pa.int64()),
-            ("_combined_op", pa.string()),
-            ("_combined_ordinal", pa.int64()),
-            ("_combined_unchanged", pa.list_(pa.string())),
-        ]
-    )
-    data = {**columns, "_combined_ordinal": list(range(len(columns["id"])))}
-    writer = PartWriter(StagingArea(tmp_path / "cdc", Limits()), "s/d/capture", part_rows, 2**30)
-    writer.write(pa.RecordBatch.from_pydict(data, schema=schema))
-    return writer.close()
+    parts, _ = _change_stream(tmp_path, PAYLOAD, columns, part_rows)
+    return parts
 
 
 def _output(

@@ -169,10 +169,7 @@ def _carried(
     hit = held[at] == want
     if not hit.any():
         return
-    kept = [n for n in read.names if batch.schema.get_field_index(n) >= 0]
-    batch = batch.select(kept)
-    if not batch.schema.equals(read):
-        batch = to_lake(batch, read)
+    batch = to_lake(batch, read)  # (a column the part lacks: nulls)
     arrays = [batch.column(j + 1).cast(t) for j, t in enumerate(types)]
     yield from _taken(arrays, types, at[hit], ords[a:b][hit], schema)
 
