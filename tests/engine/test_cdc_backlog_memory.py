@@ -444,3 +444,33 @@ def test_fills_of_large_values_hold_a_few_of_them_not_every_one(
     (fills,) = grown
     # (the values: 140 MB; before, from the lake ~240 MB, from the stream ~185)
     assert fills < 112 << 20, f"{fills >> 20} MB"
+
+
+#: Rows of a 3 MB out-of-line byte string each: ~100 MB of values.
+BLOB_ROWS = 32
+
+
+def test_large_values_filled_from_the_lake_are_not_held_in_duckdb_while_delivered(
+    tmp_path: Path, cdc_db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Byte strings of megabytes left alone by every update, filled from the
+    # lake at the default memory. Their fills were a table of the reduction's
+    # database, whose values filled its buffer pool up to DuckDB's limit (and
+    # spilled the rest) while the Deliveries read them a window at a time: a
+    # backlog of 40 rows of 5-10 MB peaked at 491-514 MB. They are read from
+    # the file Arrow wrote them to instead, and DuckDB holds next to nothing.
+    value = LARGE_VALUES["bytea"].format(n=3 << 20)
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE blobs (id bigint PRIMARY KEY, n int, body bytea)")
+        conn.execute("ALTER TABLE blobs ALTER COLUMN body SET STORAGE EXTERNAL")
+        conn.execute(
+            f"INSERT INTO blobs SELECT g, 0, {value} FROM generate_series(1, {BLOB_ROWS}) g"
+        )
+    held = _held_after_output(monkeypatch)
+    check = "SELECT count(*), sum(n), count(DISTINCT md5(body)), sum(octet_length(body))"
+    run, lake, source = _drain(
+        tmp_path, cdc_db, "blobs", ["UPDATE blobs SET n = n + 1"], check, default=True
+    )
+    assert run.stats is not None and run.stats["blobs"]["updates"] == BLOB_ROWS
+    assert lake == source and lake[:3] == (BLOB_ROWS, BLOB_ROWS, BLOB_ROWS)
+    assert held[-1] <= 16 << 20, f"{held[-1] >> 20} MB"  # (a table of the fills: ~80-100 MB)

@@ -1,4 +1,4 @@
-"""Fills of lists held in a Parquet file: every value a fill may hold reads back exactly."""
+"""Fills held in a Parquet file: every value a fill may hold reads back exactly."""
 
 from __future__ import annotations
 
@@ -39,9 +39,12 @@ def test_every_type_a_file_holds_reads_back_as_written_alone_and_in_a_list(
 
 
 @pytest.mark.parametrize(
-    "types", [["VARCHAR", "BIGINT"], ["STRUCT(a VARCHAR)"], ["VARCHAR[]", "INTERVAL"]]
+    "types", [["VARCHAR[]", "INTERVAL"], ["HUGEINT"], ["STRUCT(a TIME WITH TIME ZONE)"]]
 )
-def test_fills_without_a_list_or_with_a_type_parquet_changes_stay_in_a_table(
-    types: list[str],
-) -> None:
+def test_fills_of_a_type_parquet_changes_stay_in_a_table(types: list[str]) -> None:
     assert not in_file(types)
+
+
+@pytest.mark.parametrize("types", [["VARCHAR", "BIGINT"], ["BLOB"], ["STRUCT(a VARCHAR)"]])
+def test_fills_of_texts_bytes_and_structs_are_held_in_a_file(types: list[str]) -> None:
+    assert in_file(types)

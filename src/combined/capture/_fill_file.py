@@ -1,4 +1,4 @@
-"""Fills of lists, held in a Parquet file of small row groups rather than in a table.
+"""A change stream's fills, held in a Parquet file of small row groups rather than in a table.
 
 A change stream's filled values are held apart, and each window of staged
 rows meets the fills of its ordinals (``ord BETWEEN``). DuckDB reads a
@@ -7,11 +7,16 @@ the filter it reads every list of the vector whole, elements and all (a
 string or a blob is fetched row by row). So 2,000 filled lists of 300 kB,
 the fills of 75 windows, were read whole by each window's join (600 MB),
 and the capture failed for memory at any ``reduction_memory`` under that.
+A table's values also live in the database's buffer pool, which keeps them
+up to DuckDB's limit while the windows read them: 40 byte strings of 5-10 MB
+left alone by a backlog kept ~100 MB there through every Delivery (the
+process peaked at 491-514 MB, and at 435-445 MB with the fills in a file).
 
-Fills holding a list are therefore written as they are made (never read
-back whole) to a Parquet file whose row groups hold a few MB, and read
-through a view: a window's scan reads every row group's ordinals, and the
-values of the row groups holding its own.
+Fills are therefore written as they are made (never read back whole) to a
+Parquet file whose row groups hold a few MB, and read through a view: a
+window's scan reads every row group's ordinals, and the values of the row
+groups holding its own. A type Parquet would change keeps its fills in a
+table.
 """
 
 from __future__ import annotations
@@ -39,10 +44,8 @@ _NOT_IN_PARQUET = re.compile(r"HUGEINT|TIME WITH TIME ZONE|INTERVAL|STRUCT(?!\()
 
 
 def in_file(types: Sequence[str]) -> bool:
-    """Whether fills of these DuckDB types are held in a file: one holds a list (``[]``,
-    a map), and Parquet holds every one exactly."""
-    lists = any("[" in t or "MAP(" in t for t in types)
-    return lists and not any(_NOT_IN_PARQUET.search(t) for t in types)
+    """Whether fills of these DuckDB types are held in a file: Parquet holds every one exactly."""
+    return not any(_NOT_IN_PARQUET.search(t) for t in types)
 
 
 def fills_file(spill: Path, name: str) -> Path:

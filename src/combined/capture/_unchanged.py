@@ -415,8 +415,8 @@ def _fill_group(
     lake's values come from a file Arrow wrote (:mod:`._lake_fills`),
     opening the lake's files by ``lake_rows``; None (or no spill directory):
     DuckDB reads them. So do the staged carriers' texts and byte strings,
-    from ``staged_parts`` (the staged files and their schema). Fills holding
-    a list are held in a file (:mod:`._fill_file`).
+    from ``staged_parts`` (the staged files and their schema). The fills are
+    held in a file, not a table, where Parquet holds their types (:mod:`._fill_file`).
     """
     _pick_carriers(con, group[0].column)
     values = [f"v{j}" for j in range(len(group))]
@@ -460,7 +460,7 @@ def _fill_group(
         parts = _read_by_arrow(con, n, group, parts, spill, current_files, lake_rows, staged_parts)
         select = _fills_select(con, parts)
     run = partial(one_thread, con, f"CREATE TABLE {name} AS {select}")
-    if spill is not None and filed:  # (a table's scan reads lists a vector whole)
+    if spill is not None and filed:  # (a table keeps its values in DuckDB's buffer pool)
         run = partial(write_fills, con, name, select, fills_file(spill, name), types)
     _within_largest(
         con,
