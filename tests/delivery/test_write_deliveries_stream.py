@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import queue
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -263,3 +264,56 @@ def test_a_deliverys_sha256_is_read_through_one_small_buffer(tmp_path: Path) -> 
         tracemalloc.stop()
     assert digest == d.content_hash == hashlib.sha256(d.path.read_bytes()).hexdigest()
     assert peak < 2**19, peak
+
+
+def test_deliveries_of_large_values_are_written_one_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rows of values of megabytes: each writer holds a row group of them and
+    # their encoding, so a second writer beside the first only adds its peak.
+    import threading
+
+    from combined.lake import FileStats
+
+    lock, writing, most = threading.Lock(), [0], [0]
+    add = FileStats.add
+
+    def watched(self: Any, chunk: pa.RecordBatch) -> None:
+        with lock:
+            writing[0] += 1
+            most[0] = max(most[0], writing[0])
+        threading.Event().wait(0.02)  # (long enough for another writer to start)
+        add(self, chunk)
+        with lock:
+            writing[0] -= 1
+
+    monkeypatch.setattr(FileStats, "add", watched)
+    batches = [batch(i * 2, 2) for i in range(8)]
+    area = StagingArea(tmp_path / "one", Limits())
+    out = write(area, iter(batches), max_rows=4, large_values=("name",))
+    assert [d.record_count for d in out] == [4, 4, 4, 4]
+    assert most == [1]
+    area = StagingArea(tmp_path / "two", Limits())
+    assert [d.record_count for d in write(area, iter(batches), max_rows=4)] == [4, 4, 4, 4]
+    assert most == [2]  # (other rows: two at once)
+
+
+def test_a_writers_queue_is_full_at_its_chunks_bytes_as_at_their_number() -> None:
+    from combined.delivery._staging import CHUNK_BYTES, FEED_CHUNKS, _Feed
+
+    def rows_of(nbytes: int) -> pa.RecordBatch:
+        return pa.record_batch([pa.array([b"x" * nbytes], pa.binary())], names=["v"])
+
+    feed = _Feed(maxsize=FEED_CHUNKS)
+    feed.put(rows_of(3 * CHUNK_BYTES), block=False)  # (an empty queue takes any chunk)
+    assert not feed.full()
+    feed.put(rows_of(2 * CHUNK_BYTES), block=False)
+    assert feed.full()
+    with pytest.raises(queue.Full):
+        feed.put(rows_of(1), block=False)
+    assert feed.get().nbytes > 3 * CHUNK_BYTES
+    assert not feed.full()
+    feed.get()
+    for _ in range(FEED_CHUNKS):  # small chunks: full at their number
+        feed.put(rows_of(1), block=False)
+    assert feed.full()

@@ -59,6 +59,7 @@ from combined.protocol.identity import (
     identity_sql,
     payload_hash_sql,
     quote_ident,
+    streamed_payload_hash_sql,
 )
 
 if TYPE_CHECKING:
@@ -321,6 +322,10 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         names = self.capture_schema.names
         self._resolved: Resolved | None = None
         if UNCHANGED in names:
+            # (a change stream's rows are hashed here; those of large byte strings in pieces)
+            hash_expr = streamed_payload_hash_sql(
+                self.con, self.payload, self.capture_schema, self.digest
+            )
             self._resolved = resolve_unchanged(
                 self.con,
                 staged=_STAGED,

@@ -634,8 +634,34 @@ def _write_delivery(
     )
 
 
+class _Feed(queue.Queue):  # type: ignore[type-arg]
+    """A writer's queue of chunks: full at ``maxsize`` chunks, or their bytes at ``CHUNK_BYTES``.
+
+    A chunk holds at least a row, so rows of megabytes made chunks of
+    megabytes: four rows of 5-10 MB byte strings were queued for each
+    writer. An empty queue takes any chunk.
+    """
+
+    def _init(self, maxsize: int) -> None:
+        super()._init(maxsize)
+        self._bytes = 0
+
+    def _put(self, item: pa.RecordBatch | None) -> None:
+        super()._put(item)
+        self._bytes += 0 if item is None else item.nbytes
+
+    def _get(self) -> pa.RecordBatch | None:
+        item = super()._get()
+        self._bytes -= 0 if item is None else item.nbytes
+        return item
+
+    def _qsize(self) -> int:
+        return max(len(self.queue), self._bytes // CHUNK_BYTES)
+
+
 class _Writers:
-    """At most two Deliveries written at once, each fed its chunks through a bounded queue."""
+    """At most two Deliveries written at once (one of large values), each fed its chunks
+    through a bounded queue."""
 
     def __init__(self, pool: ThreadPoolExecutor, target: _Target, first_sequence: int) -> None:
         self.pool, self.target, self.first_sequence = pool, target, first_sequence
@@ -645,10 +671,16 @@ class _Writers:
         self.opened = 0
 
     def open(self) -> None:
-        """Start the next Delivery (waiting for the older of two to finish first)."""
-        if len(self.active) == 2:
+        """Start the next Delivery (waiting for the older of two to finish first).
+
+        Rows holding values of megabytes are written one Delivery at a time:
+        each writer holds a row group of them and their encoding (a byte
+        string's page, compressed and not), and a backlog of 5-10 MB byte
+        strings peaked ~30 MB higher with two (bench/RESULTS.md).
+        """
+        if len(self.active) == (1 if self.target.large_values else 2):
             self.done.append(self.active.pop(0)[1].result())
-        feed: queue.Queue[pa.RecordBatch | None] = queue.Queue(maxsize=FEED_CHUNKS)
+        feed: queue.Queue[pa.RecordBatch | None] = _Feed(maxsize=FEED_CHUNKS)
         seq = self.first_sequence + self.opened
         self.active.append((feed, self.pool.submit(_write_delivery, self.target, seq, feed)))
         self.opened += 1

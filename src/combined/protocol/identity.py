@@ -52,6 +52,7 @@ from combined.protocol._identity_sql import (
     payload_text_sql,
     quote_ident,
 )
+from combined.protocol._identity_streamed import STREAMED_BYTES, streamed_payload_hash_sql
 from combined.protocol._identity_types import (
     ID_COLUMN,
     IDENTITY_ENCODING,
@@ -84,6 +85,7 @@ __all__ = [
     "payload_text_sql",
     "narrowed_decimal_sql",
     "quote_ident",
+    "streamed_payload_hash_sql",
     "with_identity",
 ]
 
@@ -287,21 +289,12 @@ def _computed(
     used = list(dict.fromkeys([*key, *names]))
     schema = pa.schema([table.schema.field(_field_index(table.schema, n)) for n in used])
     columns = duckdb_compatible(table.select(used)).columns
-    # Build the SQL first: an unsupported type fails before any data moves.
-    # A column without a null in this batch skips its null test (same texts).
-    nonnull = [n for n, c in zip(used, columns, strict=True) if c.null_count == 0]
-    texts = FastTexts(key, names, schema, nonnull)
-    # v2: md5_number's 128 bits reach Arrow as they are (_raw_digests), without
-    # the 32 hex digits md5 prints and unhex would parse again.
-    md5 = "md5" if digest == HEX else "md5_number"
-    outer = [f"{md5}({texts.payload_text()}) AS payload_hash"]
-    if key:
-        outer.insert(0, f"{md5}({texts.identity_text()}) AS id")
-
     ordinal = "__combined_identity_ordinal"
     if ordinal in used:
         raise ValueError(f"column name {ordinal!r} is reserved")
     con = con if con is not None else _thread_connection()
+    # Build the SQL first: an unsupported type fails before any data moves.
+    texts, outer = _hashes_sql(con, key, names, schema, columns, used, digest)
     order = None
     # A projection of one table keeps its rows' order when the connection
     # preserves insertion order (DuckDB's default); otherwise the rows are
@@ -318,15 +311,69 @@ def _computed(
     view = f"__combined_identity_{uuid.uuid4().hex}"
     con.register(view, scan)
     try:
-        result = con.sql(texts.select(outer, quote_ident(view), order)).to_arrow_table()
+        if texts is None:
+            sql = f"SELECT {', '.join(outer)} FROM {quote_ident(view)}"
+            result = con.sql(sql + (f" ORDER BY {order}" if order else "")).to_arrow_table()
+        else:
+            result = con.sql(texts.select(outer, quote_ident(view), order)).to_arrow_table()
     finally:
         con.unregister(view)
     columns = [result.column(n).combine_chunks() for n in result.column_names]
     if digest == HEX:
         columns = [c.cast(pa.string()) for c in columns]
+    elif texts is None:
+        columns = [c.cast(pa.binary()) for c in columns]
     else:
         columns = [_raw_digests(c) for c in columns]
     return (columns[0] if key else None), columns[-1]
+
+
+def _hashes_sql(
+    con: duckdb.DuckDBPyConnection,
+    key: list[str],
+    names: list[str],
+    schema: pa.Schema,
+    columns: Sequence[pa.Array | pa.ChunkedArray],
+    used: list[str],
+    digest: Digest,
+) -> tuple[FastTexts | None, list[str]]:
+    """The texts (None: the reference SQL) and the outer select of the ids and hashes."""
+    if _streamed_bytes(columns, used, names):
+        # Rows of large byte strings: their payload hashed in pieces (the reference SQL).
+        outer = [f"{streamed_payload_hash_sql(con, names, schema, digest)} AS payload_hash"]
+        if key:
+            outer.insert(0, f"{identity_sql(key, schema, digest)} AS id")
+        return None, outer
+    # A column without a null in this batch skips its null test (same texts).
+    nonnull = [n for n, c in zip(used, columns, strict=True) if c.null_count == 0]
+    texts = FastTexts(key, names, schema, nonnull)
+    # v2: md5_number's 128 bits reach Arrow as they are (_raw_digests), without
+    # the 32 hex digits md5 prints and unhex would parse again.
+    md5 = "md5" if digest == HEX else "md5_number"
+    outer = [f"{md5}({texts.payload_text()}) AS payload_hash"]
+    if key:
+        outer.insert(0, f"{md5}({texts.identity_text()}) AS id")
+    return texts, outer
+
+
+def _streamed_bytes(
+    columns: Sequence[pa.Array | pa.ChunkedArray],
+    used: Sequence[str],
+    payload: Sequence[str],
+) -> bool:
+    """Whether a row's byte strings among ``payload`` hold more than ``STREAMED_BYTES``.
+
+    (Views and fixed sizes are not weighed: their rows keep the SQL.)
+    """
+    held = None
+    for name, column in zip(used, columns, strict=True):
+        t = column.type
+        if name in payload and (pa.types.is_binary(t) or pa.types.is_large_binary(t)):
+            length = pc.fill_null(pc.binary_length(column), 0)
+            held = length if held is None else pc.add(held, length)
+    if held is None or not len(held):
+        return False
+    return bool(pc.max(held).as_py() > STREAMED_BYTES)
 
 
 def _raw_digests(numbers: pa.Array) -> pa.Array:
