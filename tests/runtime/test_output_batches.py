@@ -8,7 +8,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from tests.runtime.test_reduce_streamed import CONSTANTS, _change_stream
+from tests.runtime.test_reduce_change_stream import _change_stream
+from tests.runtime.test_reduce_streamed import CONSTANTS
 
 from combined.capture import _deliver as _deliver_module
 from combined.capture import _output as _output_module
