@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import Any
 
@@ -53,6 +54,7 @@ def hashed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         return digests(*pieces, **kwargs)
 
     monkeypatch.setattr(_identity_streamed, "_digests", counted)
+    monkeypatch.setattr(_identity_streamed, "_FUNCTIONS", {})  # (each made anew, counted)
     return rows
 
 
@@ -129,3 +131,20 @@ def test_staging_hashes_a_batch_of_large_byte_strings_in_pieces_with_the_same_di
     assert hashed == [4, 4, 4]  # (the rows of over 64 kB: 1, 2, 4 and 5)
     functions = "SELECT count(*) FROM duckdb_functions() WHERE function_name LIKE '_combined%'"
     assert con.execute(functions).fetchall() == [(1,)]
+
+
+def test_the_function_outlives_the_cursor_it_was_created_on() -> None:
+    # A reduction's database may stay open for the next one (a small
+    # capture's), each reduction on a cursor of its own: the function created
+    # on the first cursor stays in the database's catalog when the cursor
+    # closes, and the next reduction calls it (a freed callable crashed it).
+    table = _table()
+    expected = [payload_hash_python(row, table.schema) for row in table.to_pylist()]
+    database = duckdb.connect()
+    for _ in range(3):
+        cursor = database.cursor()
+        _, hashes = compute_identity(table, ["id"], con=cursor, digest=BINARY)
+        cursor.close()
+        gc.collect()
+        assert [h.hex() for h in hashes.to_pylist()] == expected
+    database.close()

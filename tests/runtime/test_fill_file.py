@@ -39,7 +39,13 @@ def test_every_type_a_file_holds_reads_back_as_written_alone_and_in_a_list(
 
 
 @pytest.mark.parametrize(
-    "types", [["VARCHAR[]", "INTERVAL"], ["HUGEINT"], ["STRUCT(a TIME WITH TIME ZONE)"]]
+    "types",
+    [
+        ["VARCHAR[]", "INTERVAL"],
+        ["HUGEINT"],
+        ["STRUCT(a TIME WITH TIME ZONE)"],
+        ["STRUCT(v VARIANT)", "BIGINT"],  # (its COPY fails: "not a root column")
+    ],
 )
 def test_fills_of_a_type_parquet_changes_stay_in_a_table(types: list[str]) -> None:
     assert not in_file(types)

@@ -39,8 +39,9 @@ _GROUP_BYTES = "2MB"
 
 
 #: DuckDB types Parquet does not hold exactly (a HUGEINT is written as a DOUBLE, an
-#: INTERVAL to the millisecond), or not at all (a STRUCT without fields).
-_NOT_IN_PARQUET = re.compile(r"HUGEINT|TIME WITH TIME ZONE|INTERVAL|STRUCT(?!\()")
+#: INTERVAL to the millisecond), or not at all (a STRUCT without fields, a VARIANT
+#: inside a STRUCT or a list).
+_NOT_IN_PARQUET = re.compile(r"HUGEINT|TIME WITH TIME ZONE|INTERVAL|STRUCT(?!\()|VARIANT")
 
 
 def in_file(types: Sequence[str]) -> bool:

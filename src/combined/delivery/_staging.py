@@ -637,9 +637,12 @@ def _write_delivery(
 class _Feed(queue.Queue):  # type: ignore[type-arg]
     """A writer's queue of chunks: full at ``maxsize`` chunks, or their bytes at ``CHUNK_BYTES``.
 
-    A chunk holds at least a row, so rows of megabytes made chunks of
-    megabytes: four rows of 5-10 MB byte strings were queued for each
-    writer. An empty queue takes any chunk.
+    For rows that may hold values of megabytes (the reduction's
+    ``large_values``): a chunk holds at least a row, so such rows made
+    chunks of megabytes, and four rows of 5-10 MB byte strings were queued
+    for each writer. An empty queue takes any chunk. (Not for other rows: a
+    slice's ``nbytes`` counts a dictionary's or a view's data buffers
+    whole.)
     """
 
     def _init(self, maxsize: int) -> None:
@@ -673,14 +676,16 @@ class _Writers:
     def open(self) -> None:
         """Start the next Delivery (waiting for the older of two to finish first).
 
-        Rows holding values of megabytes are written one Delivery at a time:
-        each writer holds a row group of them and their encoding (a byte
-        string's page, compressed and not), and a backlog of 5-10 MB byte
-        strings peaked ~30 MB higher with two (bench/RESULTS.md).
+        Rows holding values of megabytes are written one Delivery at a time,
+        its queue bounded by bytes too (:class:`_Feed`): each writer holds a
+        row group of them and their encoding (a byte string's page,
+        compressed and not), and a backlog of 5-10 MB byte strings peaked
+        ~30 MB higher with two (bench/RESULTS.md).
         """
-        if len(self.active) == (1 if self.target.large_values else 2):
+        large = bool(self.target.large_values)
+        if len(self.active) == (1 if large else 2):
             self.done.append(self.active.pop(0)[1].result())
-        feed: queue.Queue[pa.RecordBatch | None] = _Feed(maxsize=FEED_CHUNKS)
+        feed: queue.Queue[pa.RecordBatch | None] = (_Feed if large else queue.Queue)(FEED_CHUNKS)
         seq = self.first_sequence + self.opened
         self.active.append((feed, self.pool.submit(_write_delivery, self.target, seq, feed)))
         self.opened += 1

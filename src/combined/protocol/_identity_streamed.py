@@ -17,7 +17,8 @@ from __future__ import annotations
 import binascii
 import hashlib
 import inspect
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 STREAMED_BYTES = 64 << 10
 #: Bytes of a byte string turned into hex at a time.
 _PIECE = 1 << 20
+_LOCK = threading.Lock()
 
 
 def streamed_payload_hash_sql(
@@ -85,31 +87,47 @@ def streamed_payload_hash_sql(
     return f"(CASE WHEN {held} > {large} THEN {function}({', '.join(args)}) ELSE {whole} END)"
 
 
+#: The function of each name, for the process's life: a database's catalog keeps
+#: a function created on one of its cursors after that cursor closed, and calls
+#: the Python object it was given (freed with the cursor, it crashed the next
+#: reduction of a database kept open, found by review).
+_FUNCTIONS: dict[str, Callable[..., pa.Array]] = {}
+
+
 def _function(
     con: duckdb.DuckDBPyConnection, heads: Sequence[bytes], digest: Digest, arity: int
 ) -> str:
     """The name of the function hashing rows of these byte strings' ``heads``, created once."""
+    import duckdb
+
     key = hashlib.md5(repr((digest, list(heads))).encode("utf-8")).hexdigest()[:16]
     name = f"_combined_streamed_md5_{key}"
-    known = "SELECT count(*) FROM duckdb_functions() WHERE function_name = $1"
-    if con.execute(known, [name]).fetchall()[0][0]:
-        return name  # (a connection that hashes batch after batch creates it once)
-    digests = partial(_digests, heads=heads, digest=digest)
-    # (DuckDB counts the function's parameters: one for each piece)
-    digests.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter(f"p{i}", inspect.Parameter.POSITIONAL_ONLY) for i in range(arity)]
-    )
+    with _LOCK:
+        digests = _FUNCTIONS.get(name)
+        if digests is None:
+            digests = partial(_digests, heads=heads, digest=digest)
+            # (DuckDB counts the function's parameters: one for each piece)
+            digests.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+                [
+                    inspect.Parameter(f"p{i}", inspect.Parameter.POSITIONAL_ONLY)
+                    for i in range(arity)
+                ]
+            )
+            _FUNCTIONS[name] = digests
     from duckdb.func import ARROW, SPECIAL
 
-    con.create_function(
-        name,
-        digests,
-        ["VARCHAR", *["BLOB", "VARCHAR"] * len(heads)],
-        digest_sql_type(digest),
-        type=ARROW,
-        null_handling=SPECIAL,  # (a null byte string is a member left out)
-        side_effects=False,
-    )
+    try:
+        con.create_function(
+            name,
+            digests,
+            ["VARCHAR", *["BLOB", "VARCHAR"] * len(heads)],
+            digest_sql_type(digest),
+            type=ARROW,
+            null_handling=SPECIAL,  # (a null byte string is a member left out)
+            side_effects=False,
+        )
+    except (duckdb.NotImplementedException, duckdb.CatalogException):
+        pass  # (created before on this connection, or on another of its database)
     return name
 
 
