@@ -57,7 +57,6 @@ from combined.protocol.identity import (
     content_id_sql,
     duckdb_scannable_schema,
     identity_sql,
-    payload_hash_sql,
     quote_ident,
     streamed_payload_hash_sql,
 )
@@ -197,7 +196,8 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         self._open_lake: Callable[[str], Any] = str if lake is None else lake.open_input
         op_expr = self._op_sql()
         id_expr = identity_sql(self.key, capture_schema, self.digest)
-        hash_expr = payload_hash_sql(self.payload, capture_schema, self.digest)
+        # (a row of large byte strings hashed in pieces: docs/identity.md, section 4)
+        hash_expr = streamed_payload_hash_sql(self.con, self.payload, capture_schema, self.digest)
         if not capture_files:
             raise ValueError("a reduction needs at least one staged part (it may be empty)")
         self.capture_files = list(capture_files)
@@ -322,10 +322,6 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         names = self.capture_schema.names
         self._resolved: Resolved | None = None
         if UNCHANGED in names:
-            # (a change stream's rows are hashed here; those of large byte strings in pieces)
-            hash_expr = streamed_payload_hash_sql(
-                self.con, self.payload, self.capture_schema, self.digest
-            )
             self._resolved = resolve_unchanged(
                 self.con,
                 staged=_STAGED,

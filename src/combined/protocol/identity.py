@@ -313,7 +313,9 @@ def _computed(
     try:
         if texts is None:
             sql = f"SELECT {', '.join(outer)} FROM {quote_ident(view)}"
-            result = con.sql(sql + (f" ORDER BY {order}" if order else "")).to_arrow_table()
+            result = con.sql(
+                sql + (f" ORDER BY {quote_ident(order)}" if order else "")
+            ).to_arrow_table()
         else:
             result = con.sql(texts.select(outer, quote_ident(view), order)).to_arrow_table()
     finally:
