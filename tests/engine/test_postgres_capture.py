@@ -370,3 +370,45 @@ def test_null_cursor_rows_excluded_are_left_out_and_not_counted(
         assert engine.sql("SELECT count(*) AS n FROM pg.items").to_pylist() == [{"n": 20}]
     finally:
         engine.close()
+
+
+def test_a_capture_of_many_bare_named_tables_opens_a_connection_a_source_not_a_table(
+    tmp_path: Path, pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each table was described again on a connection of its own, then read on another."""
+    from combined.connectors.postgres import _connect
+
+    names = [f"t{i}" for i in range(6)]
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        for name in names:
+            conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v text)")
+            conn.execute(f"INSERT INTO {name} SELECT g, 'v' || g FROM generate_series(1, 10) g")
+    datasets = "".join(f"      {n}:\n        key: [id]\n" for n in names)
+    project = "version: 1\nlake: ./lake\nsources:\n  pg:\n    connector: postgres\n"
+    project += f"    config:\n      dsn: {pg_database}\n    datasets:\n{datasets}"
+    (tmp_path / "combined.yaml").write_text(project)
+    opened: list[int] = []
+    connect = _connect.Session.__init__
+
+    def counted(self: _connect.Session, settings: _connect.Settings) -> None:
+        connect(self, settings)
+        opened.append(self.pid)
+
+    monkeypatch.setattr(_connect.Session, "__init__", counted)
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        # One for the checks before the Run, one for the Run's discovery and reads.
+        assert len(opened) == 2
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute("ALTER TABLE t3 RENAME COLUMN v TO w")
+        # The bare name is found in the discovery, whose column identities tell a
+        # rename from a column dropped and another added.
+        (run,) = engine.capture()
+        assert run.state == "needs_review", run.error
+        assert "rename on field 'w' (was 'v')" in (run.error or "")
+        (n,) = engine.sql("SELECT count(*) AS n FROM pg.t5").to_pylist()[0].values()
+        assert n == 10
+    finally:
+        engine.close()

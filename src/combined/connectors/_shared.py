@@ -361,18 +361,26 @@ class SessionRead(BaseExtraction, Generic[S]):
             raise self._cleanup_failure
         return ()  # a read keeps no file evidence
 
-    def _commit_and_close(self, session: Transaction) -> None:
+    def _commit_and_close(
+        self,
+        session: Transaction,
+        give_back: Callable[[Any], BaseException | None] | None = None,
+    ) -> None:
         """Commit the read transaction and close ``session``: every row is read.
 
-        A failure here is cleanup, kept for :meth:`finish` to report, never raised.
+        ``give_back`` takes a committed session instead (the source keeps it
+        for its next read). A failure here is cleanup, kept for
+        :meth:`finish` to report, never raised.
         """
+        committed = True
         try:
             session.run("COMMIT", "committing the read transaction")
         except CombinedError as exc:  # every row is read: a failed close is cleanup
             self._cleanup_failure = exc
+            committed = False
         with self._lock:
             self._session = None
-        failure = session.close()
+        failure = give_back(session) if committed and give_back else session.close()
         if failure is not None:
             self._cleanup_failure = self._cleanup_failure or failure
 

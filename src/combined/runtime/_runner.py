@@ -9,6 +9,7 @@ admit (``_admit``) -> lease (``_lease``) -> in Attempts: extract and stage
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -27,6 +28,7 @@ from combined.connectors.abc import ConfigSink, DatasetDiscovery, Discovery, Sou
 from combined.delivery import StagingArea
 from combined.errors import (
     CombinedError,
+    ConfigError,
     DriftRejected,
     NotFoundError,
     ProtocolViolation,
@@ -509,15 +511,21 @@ def _discovered(
 
     A SQL source's discovery names a relation with its schema
     (``public.orders``), while a dataset may name it bare (``orders``, its
-    name by default) or outside the discovered schemas: found under neither
-    name, its batches went unchecked and its columns' identities unrecorded,
-    so a column renamed or swapped at the source went unnoticed. Such a
-    relation is described on its own (one catalog query); one the source
-    does not have is left to the read, which says so.
+    name by default): the source's ``discovered_name`` says which it is, so a
+    capture of hundreds of bare-named tables does not describe each again on
+    a connection of its own. Found under no name (outside the discovered
+    schemas), its batches would go unchecked and its columns' identities
+    unrecorded, so a column renamed or swapped at the source would go
+    unnoticed: such a relation is described on its own (one catalog query);
+    one the source does not have is left to the read, which says so.
     """
     if discovery is None:
         return None
     found = discovery.dataset(plan.relation) or discovery.dataset(plan.name)
+    named = getattr(source, "discovered_name", None)  # optional in the Source protocol
+    if found is None and named is not None:
+        with contextlib.suppress(ConfigError):  # a name that cannot be parsed: the read says so
+            found = discovery.dataset(named(plan.relation))
     describe = getattr(source, "describe_relation", None)
     if found is not None or describe is None:
         return found

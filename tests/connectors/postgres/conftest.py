@@ -126,6 +126,18 @@ class PgTools:
         return False
 
     @staticmethod
+    def wait_transaction_over(
+        admin: psycopg.Connection[Any], pid: int, seconds: float = 5.0
+    ) -> bool:
+        """Poll until backend ``pid`` holds no transaction: idle (a kept session) or gone."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if PgTools.backend_state(admin, pid) in (None, "idle"):
+                return True
+            time.sleep(0.05)
+        return False
+
+    @staticmethod
     def backend_state(admin: psycopg.Connection[Any], pid: int) -> str | None:
         """``pg_stat_activity.state`` of ``pid`` (``idle in transaction``, ...), None if gone."""
         row = admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()

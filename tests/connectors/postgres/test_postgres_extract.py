@@ -85,9 +85,13 @@ def test_the_whole_lifecycle_commits_before_the_last_message(
     assert pgt.backend_state(admin, pid) == "idle in transaction"
     final = next(it)
     assert isinstance(final, StateMessage)
-    # The read-only transaction and its session are gone before the outcome.
-    assert pgt.wait_backend_gone(admin, pid) and not ext.holds_transaction
+    # The read-only transaction is over before the outcome; its session is
+    # kept, idle, for the source's next read, and closed with the source.
+    assert pgt.wait_transaction_over(admin, pid) and not ext.holds_transaction
     assert ext.finish("success").cleanup_succeeded
+    assert pgt.backend_state(admin, pid) == "idle"
+    source.close()
+    assert pgt.wait_backend_gone(admin, pid)
 
 
 def test_a_snapshot_read_ignores_changes_committed_while_it_runs(
@@ -124,7 +128,7 @@ def test_streaming_holds_the_transaction_until_the_outcome(
     assert pgt.backend_state(admin, pid) == "idle in transaction"
     terminal = ext.finish("success")
     assert terminal.outcome == "success" and terminal.cleanup_succeeded
-    assert terminal.retained_paths == () and pgt.wait_backend_gone(admin, pid)
+    assert terminal.retained_paths == () and pgt.wait_transaction_over(admin, pid)
     # The first decision wins; repeats return the very same receipt.
     assert ext.finish("abort") is terminal
 
@@ -314,7 +318,8 @@ def test_a_snapshots_row_count_comes_from_its_own_read_without_a_second_scan(
     ext.finish("success")
     assert ext.control_totals == ControlTotals(300) and rows == 300
     # A backend flushes its table statistics when it exits: every scan of
-    # the read arrives at once.
+    # the read arrives at once (the source keeps the session till it closes).
+    source.close()
     assert pid is not None and pgt.wait_backend_gone(admin, pid)
     deadline = time.monotonic() + 10
     while _scans(admin, schema, "t") == before and time.monotonic() < deadline:

@@ -82,6 +82,7 @@ from combined.connectors.postgres._connect import (
     DEFAULT_BATCH_BYTES,
     DRIVER_ERRORS,
     Session,
+    Sessions,
     Settings,
     close_quietly,
     query_error,
@@ -330,9 +331,12 @@ class PostgresExtraction(SessionRead[Session]):
         request: ReadRequest,
         options: ReadOptions,
         partition: PartitionRead | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         super().__init__(ExtractionAuthority(clock_authority=SERVER_CLOCK), close_quietly)
         self._settings = settings
+        #: The source's kept sessions: the read takes one and gives it back committed.
+        self._sessions = sessions
         self._request = request
         self._options = options
         self._partition = partition
@@ -366,6 +370,7 @@ class PostgresExtraction(SessionRead[Session]):
         if session is not None:
             failure: BaseException | None = None
             status = "idle" if session.streaming else session.transaction_status()
+            end = None
             if status in ("intrans", "inerror"):
                 end = "COMMIT" if outcome == "success" and status == "intrans" else "ROLLBACK"
                 try:
@@ -373,7 +378,8 @@ class PostgresExtraction(SessionRead[Session]):
                 except CombinedError as exc:
                     failure = exc
             # A half-read stream is not drained: closing ends the backend.
-            closed = session.close()
+            committed = end == "COMMIT" and failure is None
+            closed = self._give_back(session) if committed else session.close()
             failure = failure or closed
             if failure is not None:
                 raise failure
@@ -421,9 +427,8 @@ class PostgresExtraction(SessionRead[Session]):
     def _begin(self) -> _Work:
         if self._finished:
             raise ProtocolViolation("the extraction is finished", hint="start a new read")
-        self._session = session = Session(self._settings)
+        self._session = session = self._open_transaction()
         self._pid = session.pid
-        session.run(_BEGIN, "opening the read transaction")
         part = self._partition
         if part is not None:
             # The snapshot id must be a literal: SET TRANSACTION SNAPSHOT takes no parameter.
@@ -451,6 +456,33 @@ class PostgresExtraction(SessionRead[Session]):
         else:
             self.authority.acquire_snapshot(CURRENT_SNAPSHOT, snapshot, at=at)
         return self._prepare(session)
+
+    def _open_transaction(self) -> Session:
+        """A session (a kept one when the source has one) in the read's transaction.
+
+        A kept session whose connection ended while it waited (the server
+        restarted, a proxy closed it) is replaced by a new one, once: the
+        read never fails for a connection it did not need to keep.
+        """
+        if self._sessions is None:
+            session, kept = Session(self._settings), False
+        else:
+            session, kept = self._sessions.take()
+        try:
+            session.run(_BEGIN, "opening the read transaction")
+        except SourceUnavailable:
+            session.close()
+            if not kept:
+                raise
+            session = Session(self._settings)
+            session.run(_BEGIN, "opening the read transaction")
+        return session
+
+    def _give_back(self, session: Session) -> BaseException | None:
+        """The read's session, its transaction committed, kept for the source's next read."""
+        if self._sessions is None:
+            return session.close()
+        return self._sessions.give_back(session)
 
     def _prepare(self, session: Session) -> _Work:
         request = self._request
@@ -545,7 +577,7 @@ class PostgresExtraction(SessionRead[Session]):
                 session, work, control if isinstance(control, str) else None
             )
         if self._options.lifecycle == "whole":
-            self._commit_and_close(session)
+            self._commit_and_close(session, self._give_back)
         request = self._request
         cursor = request.strategy == "cursor" and self._partition is None
         return final_state(request, work.checkpoint, jsonable, cursor=cursor)

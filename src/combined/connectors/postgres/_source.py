@@ -21,7 +21,7 @@ from combined.connectors.abc import (
     require_cursor_and_key,
 )
 from combined.connectors.postgres import _catalog as catalog
-from combined.connectors.postgres._connect import Session, Settings
+from combined.connectors.postgres._connect import Session, Sessions, Settings
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
 from combined.connectors.postgres._partition import PartitionPlan, check_open, create_plan
 from combined.connectors.postgres._preflight import (
@@ -87,6 +87,8 @@ class PostgresSource(BaseSource):
         self._lock = threading.Lock()
         self._extractions: weakref.WeakSet[PostgresExtraction] = weakref.WeakSet()
         self._plans: weakref.WeakSet[PartitionPlan] = weakref.WeakSet()
+        #: Sessions kept between the catalog's reads and each dataset's read.
+        self._sessions = Sessions(self.settings)
 
     def warnings(self) -> list[str]:
         """A password that may cross the network in clear text (no TLS required)."""
@@ -107,7 +109,7 @@ class PostgresSource(BaseSource):
         :class:`~combined.errors.AuthRejected` (credentials or login refused)
         or :class:`~combined.errors.ConfigError` (missing database or schema).
         """
-        session = Session(self.settings)
+        session, _ = self._sessions.take()
         try:
             found = {
                 r[0]
@@ -126,12 +128,12 @@ class PostgresSource(BaseSource):
                     hint="fix `schemas` in the source configuration",
                 )
         finally:
-            session.close()
+            self._sessions.give_back(session)
 
     def preflight(self, requests: Sequence[ReadRequest]) -> None:
         """Refuse, before any Run, a read the catalog shows cannot succeed (an uncast interval,
         a range or composite column, a cursor or key that cannot order pages)."""
-        session = Session(self.settings)
+        session, _ = self._sessions.take()
         try:
             # Every relation, column and type in three queries, not three a dataset.
             rels = catalog.find_relations(session, [r.relation for r in requests])
@@ -155,7 +157,7 @@ class PostgresSource(BaseSource):
                         refuse_cursor(r.dataset, by_name, spec.column)
                         refuse_order(r.dataset, by_name, order)
         finally:
-            session.close()
+            self._sessions.give_back(session)
 
     @staticmethod
     def _refuse_unstreamed(session: Session, dataset: str, rel: catalog.Relation) -> None:
@@ -172,7 +174,7 @@ class PostgresSource(BaseSource):
 
     def discover(self) -> Discovery:
         """Relations of the configured schemas with columns, keys and cursor evidence."""
-        session = Session(self.settings)
+        session, _ = self._sessions.take()
         try:
             at = utcnow()
             rels = catalog.list_relations(session, self.settings.schemas)
@@ -193,12 +195,18 @@ class PostgresSource(BaseSource):
                 for r in rels
             )
         finally:
-            session.close()
+            self._sessions.give_back(session)
         return Discovery(self.name, self.revision, datasets, discovered_at=at)
+
+    @staticmethod
+    def discovered_name(relation: str) -> str:
+        """The name discovery reports ``relation`` by: ``schema.table`` (a bare name is in
+        ``public``), so a dataset naming its table bare is found among the discovered ones."""
+        return catalog.relation_name(*catalog.parse_relation(relation))
 
     def describe_relation(self, relation: str) -> DatasetDiscovery:
         """What discovery reports of one relation; :class:`NotFoundError` when it is gone."""
-        session = Session(self.settings)
+        session, _ = self._sessions.take()
         try:
             rel = catalog.find_relation(session, relation)
             cols = catalog.columns(session, [rel.oid]).get(rel.oid, [])
@@ -212,7 +220,7 @@ class PostgresSource(BaseSource):
                 self.settings.casts_for(rel.name),
             )
         finally:
-            session.close()
+            self._sessions.give_back(session)
 
     def read(self, request: ReadRequest) -> BaseExtraction:
         """A lazy read of one relation; nothing touches the server until iterated.
@@ -241,7 +249,7 @@ class PostgresSource(BaseSource):
 
             return cdc_read(self.settings, request, self.slot_prefix)
         options = self._validate(request)
-        ext = PostgresExtraction(self.settings, request, options)
+        ext = PostgresExtraction(self.settings, request, options, sessions=self._sessions)
         with self._lock:
             self._extractions.add(ext)
         return ext
@@ -349,6 +357,7 @@ class PostgresSource(BaseSource):
             plan.close()
         for ext in exts:
             ext.finish("abort")
+        self._sessions.close()
 
     def _validate(self, request: ReadRequest) -> ReadOptions:
         if request.strategy not in ("snapshot", "cursor"):
