@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +29,18 @@ def _rows(ns: list[int], op: str = "insert") -> pa.RecordBatch:
     )
 
 
-@pytest.mark.parametrize("shared_gone", [_rewrite.SHARED_GONE, 0], ids=["shared", "own"])
+@pytest.mark.parametrize(
+    ("shared_gone", "small_bytes"),
+    [(_rewrite.SHARED_GONE, 0), (_rewrite.SHARED_GONE, _rewrite.SMALL_SCAN_BYTES), (0, 0)],
+    ids=["duckdb", "small files", "many ids"],
+)
 def test_rewritten_files_keep_every_row_but_the_changed_ones_across_batches(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_gone: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_gone: int, small_bytes: int
 ) -> None:
-    # (Its rows found on the lake's shared DuckDB database, and on one of its own.)
+    # (Its rows found by a DuckDB query on the lake's shared database, by reading the
+    # small files' ids, and by a search over many ids sorted.)
     monkeypatch.setattr(_rewrite, "SHARED_GONE", shared_gone)
+    monkeypatch.setattr(_rewrite, "SMALL_SCAN_BYTES", small_bytes)
     # Small row groups and read batches: one file is read in many batches, and
     # each batch must meet its own rows' verdicts (kept or dropped), not a neighbour's.
     monkeypatch.setattr(_files, "ROW_GROUP_ROWS", 7)
@@ -77,7 +84,9 @@ def test_the_changed_ids_meet_every_file_once_and_untouched_files_are_not_opened
 ) -> None:
     # The set of changed ids is built once per commit, for every file at once
     # (it was rebuilt for each 65,536-row batch of each file): a file none of
-    # whose ids changed is left alone without being read.
+    # whose ids changed is left alone without being read (by DuckDB's query: the
+    # ids of a few small files are read with Arrow, each file's alone).
+    monkeypatch.setattr(_rewrite, "SMALL_SCAN_BYTES", 0)
     table = tmp_path / "t"
     written = [write_data_files(table, SCHEMA, [_rows(list(range(k, k + 50)))]) for k in (0, 100)]
     files = [str(table / a.path) for actions in written for a in actions]
@@ -199,7 +208,9 @@ def test_the_rows_a_small_change_replaces_are_found_without_opening_a_database(
     tmp_path: Path, duck_opens: list[object]
 ) -> None:
     # Opening a DuckDB database costs ~15 ms of CPU: a re-capture of 200
-    # small tables, one row changed in each, opened one a table to find it.
+    # small tables, one row changed in each, opened one a table to find it;
+    # then a query of the lake's shared database cost ~9 ms a table, where
+    # reading the few ids of its small files costs well under one.
     for name in ("a", "b", "c"):
         table = tmp_path / name
         files = [str(table / a.path) for a in write_data_files(table, SCHEMA, [_rows([1, 2, 3])])]
@@ -211,7 +222,23 @@ def test_the_rows_a_small_change_replaces_are_found_without_opening_a_database(
         added = [a for a in rewrite_actions(table, files, SCHEMA, data) if hasattr(a, "stats")]
         got = pa.concat_tables([pq.read_table(table / a.path) for a in added])
         assert sorted(got.column("n").to_pylist()) == [1, 2, 3]
-    assert len(duck_opens) == 1  # the lake's shared database, once
+    assert duck_opens == []
+
+
+def test_a_table_of_many_or_large_files_is_searched_by_duckdb(tmp_path: Path) -> None:
+    store = LakeStore.at(str(tmp_path))
+    table = tmp_path / "t"
+    files = [str(table / a.path) for a in write_data_files(table, SCHEMA, [_rows([1, 2])])]
+    size = Path(files[0]).stat().st_size
+    assert _rewrite._small(files, store)
+    assert not _rewrite._small(files * (_rewrite.SMALL_FILES + 1), store)
+    enough = _rewrite.SMALL_SCAN_BYTES // size
+    assert _rewrite._small(files * min(enough, _rewrite.SMALL_FILES), store)
+    big = tmp_path / "big"
+    wide = pa.array([os.urandom(1024) for _ in range(_rewrite.SMALL_SCAN_BYTES // 1024 + 64)])
+    big.mkdir()
+    pq.write_table(pa.table({"v": wide}), big / "f.parquet", compression="none")
+    assert not _rewrite._small([str(big / "f.parquet")], store)
 
 
 @pytest.mark.parametrize("binary", [True, False], ids=["v2", "v1"])
