@@ -77,7 +77,7 @@ class Connection(_Closing):
     def __init__(
         self,
         database: adbc_driver_manager.AdbcDatabase,
-        shared: threading.Lock | None = None,
+        shared: threading.RLock | None = None,
     ) -> None:
         """Open a connection on ``database``, which this object then owns (and closes).
 
@@ -158,7 +158,10 @@ class SharedDatabases:
     ) -> None:
         self._opener, self._limit = opener, limit
         self._databases: OrderedDict[str, adbc_driver_manager.AdbcDatabase] = OrderedDict()
-        self._lock = threading.Lock()
+        # Reentrant: a connection collected while this thread holds it (the
+        # garbage collector may run a finalizer inside ``connect``) closes
+        # under it too, where a plain lock would wait for itself forever.
+        self._lock = threading.RLock()
 
     def connect(self, key: str) -> Connection:
         """A new connection on the database of ``key`` (opened the first time)."""

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
+
+import pytest
 
 from combined.connectors.postgres import PostgresSource
+from combined.connectors.postgres import _connect as pg_connect
+from combined.errors import SourceError
 from combined.protocol import RecordBatchMessage
 
 
@@ -109,3 +114,74 @@ def test_a_source_dropped_unclosed_closes_what_it_kept(admin, schema, pg_dsn, ma
     del source
     gc.collect()
     assert pgt.wait_backend_gone(admin, pid)
+
+
+def test_catalog_reads_and_reads_outlive_a_server_that_ends_idle_sessions(
+    admin, schema, pg_dsn, make_request
+):
+    """A kept session the server ended (``idle_session_timeout``) fails its reset: it is
+    closed and a new one serves the catalog's reads as it serves the rows'."""
+    _tables(admin, schema, ["t"])
+    sep = "&" if "?" in pg_dsn else "?"
+    dsn = f"{pg_dsn}{sep}options=-c%20idle_session_timeout%3D200"
+    source = PostgresSource({"dsn": dsn, "schemas": [schema]})
+    try:
+        calls = [
+            lambda: source.describe_relation(f"{schema}.t"),
+            source.discover,
+            source.check,
+            lambda: _read(source, make_request, "t"),
+        ]
+        for call in calls * 2:
+            call()
+            time.sleep(0.5)  # the server ends the kept session meanwhile
+    finally:
+        source.close()
+
+
+def test_what_a_read_set_in_its_session_is_not_kept_for_the_next(
+    admin, schema, source, make_request
+):
+    """A view's function may set the session's settings (or take an advisory lock): the
+    next read of a kept session starts from the settings every session starts with."""
+    admin.execute(
+        f"CREATE FUNCTION {schema}.meddle() RETURNS int LANGUAGE sql VOLATILE AS $$"
+        " SELECT set_config('DateStyle', 'SQL, DMY', false),"
+        " set_config('extra_float_digits', '0', false), pg_advisory_lock(4242); SELECT 1 $$"
+    )
+    admin.execute(f"CREATE VIEW {schema}.meddling AS SELECT {schema}.meddle() AS id")
+    admin.execute(
+        f"CREATE VIEW {schema}.settings AS SELECT 1 AS id,"
+        " current_setting('DateStyle') AS datestyle,"
+        " current_setting('extra_float_digits') AS digits,"
+        " (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+        "  AND pid = pg_backend_pid()) AS locks"
+    )
+    first, _ = _read(source, make_request, "meddling")
+    again, rows = _read(source, make_request, "settings")
+    assert again == first  # the same kept session
+    assert rows == [{"id": 1, "datestyle": "ISO, YMD", "digits": "3", "locks": 0}]
+
+
+def test_a_read_whose_transaction_cannot_begin_closes_its_session(
+    admin, schema, source, make_request, pgt, monkeypatch
+):
+    _tables(admin, schema, ["t"])
+    kept, _ = _read(source, make_request, "t")
+    run = pg_connect.Session.run
+
+    def refusing(self, query, doing):
+        if query.startswith("BEGIN"):
+            raise SourceError("refused", hint="a test")
+        return run(self, query, doing)
+
+    monkeypatch.setattr(pg_connect.Session, "run", refusing)
+    ext = source.read(make_request("t"))
+    with pytest.raises(SourceError, match="refused") as info:
+        list(ext)
+    assert ext.finish("abort").cleanup_succeeded
+    # Neither kept nor left open (closed, not collected: the error is still held).
+    assert pgt.wait_backend_gone(admin, kept) and info.value is not None
+    monkeypatch.setattr(pg_connect.Session, "run", run)
+    again, rows = _read(source, make_request, "t")
+    assert again != kept and len(rows) == 5

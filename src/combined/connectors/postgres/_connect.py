@@ -377,6 +377,19 @@ class Session:
             self.close()
             raise
 
+    def reset(self) -> None:
+        """Settle a kept session as a new one: its settings discarded, then set again.
+
+        ``DISCARD ALL`` returns every setting to its value at connection time
+        (the connection string's ``application_name`` stays) and releases
+        advisory locks, temporary tables and prepared statements: a read's
+        SQL may have set any of them (a view's function may call
+        ``set_config``), and a changed ``extra_float_digits`` or ``DateStyle``
+        would change the text of a cursor's checkpoint.
+        """
+        self.run("DISCARD ALL", "resetting a kept session")
+        self.rows(SESSION_SETUP, "resetting a kept session")
+
     @property
     def streaming(self) -> bool:
         """Whether a result stream is open (and possibly unfinished)."""
@@ -468,11 +481,14 @@ class Sessions:
     and the catalog queries of a table cost more than its rows (200 tables of
     100 rows: 5.4 server CPU-s, against the floor's 0.08). A session is kept
     only when its transaction is over (libpq's status ``idle``: committed,
-    nothing streaming), at most :attr:`KEPT` of them, for at most
+    nothing streaming), at most :attr:`KEPT` of them, and reused only within
     :attr:`IDLE_S` seconds (a proxy or ``idle_session_timeout`` may end an
-    idle connection: a kept session older than that is closed, not reused).
-    Every session settles the same settings (:data:`SESSION_SETUP`) and a
-    read sets nothing beyond its transaction, so a kept one is as new.
+    idle connection): an older one is closed. A kept session is handed out
+    reset (:meth:`Session.reset`): what a read's SQL may have set at the
+    session's level (a view's function calling ``set_config``, an advisory
+    lock) is discarded, and the settings every session starts with are
+    settled again; one that fails its reset (its backend ended while it was
+    kept) is closed, and another, or a new one, is handed out instead.
     :meth:`close` (the source's) closes them.
     """
 
@@ -488,33 +504,48 @@ class Sessions:
         # (the driver refuses a connection closed under its open statement).
         weakref.finalize(self, _close_kept, self._idle)
 
-    def take(self) -> tuple[Session, bool]:
-        """A kept session, else a new one; and whether it was kept (it may have died since)."""
-        now = time.monotonic()
-        stale: list[Session] = []
-        found: Session | None = None
+    def take(self) -> Session:
+        """A kept session, reset; else a new one."""
+        while (kept := self._kept()) is not None:
+            try:
+                kept.reset()
+            except CombinedError:
+                kept.close()  # (it ended while kept: the next, or a new one)
+                continue
+            except BaseException:
+                kept.close()
+                raise
+            return kept
+        return Session(self.settings)
+
+    def _kept(self) -> Session | None:
+        """The newest kept session young enough to reuse; older ones are closed."""
         with self._lock:
-            while self._idle and found is None:
-                at, session = self._idle.pop()
-                if now - at <= self.IDLE_S:
-                    found = session
-                else:
-                    stale.append(session)
-        for session in stale:
-            session.close()
-        if found is not None:
-            return found, True
-        return Session(self.settings), False
+            stale = self._stale()
+            found = self._idle.pop() if self._idle else None
+        _close_kept(stale)
+        return None if found is None or found[1].closed else found[1]
 
     def give_back(self, session: Session) -> BaseException | None:
         """Keep ``session`` for the next read when its transaction is over; else close it."""
+        kept = False
+        stale: list[tuple[float, Session]] = []
         if not session.closed and not session.streaming:
             if session.transaction_status() == "idle":
                 with self._lock:
+                    stale = self._stale()
                     if not self._closed and len(self._idle) < self.KEPT:
                         self._idle.append((time.monotonic(), session))
-                        return None
-        return session.close()
+                        kept = True
+        _close_kept(stale)
+        return None if kept else session.close()
+
+    def _stale(self) -> list[tuple[float, Session]]:
+        """Take the kept sessions older than :attr:`IDLE_S` out (under the lock)."""
+        limit = time.monotonic() - self.IDLE_S
+        stale = [entry for entry in self._idle if entry[0] < limit]
+        self._idle[:] = [entry for entry in self._idle if entry[0] >= limit]
+        return stale
 
     def close(self) -> None:
         """Close every kept session; sessions given back later are closed too."""

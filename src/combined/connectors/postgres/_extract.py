@@ -4,7 +4,8 @@ Receipt boundaries (the clock is the server's ``clock_timestamp()``, named
 ``postgresql:clock_timestamp``):
 
 * nothing happens when the extraction is built or ``iter()`` is called; the
-  first ``next()`` connects, opens the transaction and reads
+  first ``next()`` connects (or takes a session its source kept, reset: see
+  ``_connect.Sessions``), opens the transaction and reads
   ``pg_current_snapshot()`` as the transaction's first statement (which is
   what fixes its snapshot): ``acquire`` and ``acquire_snapshot`` take that
   statement's server time, ``source_token`` the digest of the snapshot text;
@@ -13,11 +14,12 @@ Receipt boundaries (the clock is the server's ``clock_timestamp()``, named
   time read after it;
 * ``lifecycle="whole"`` (default: the "whole" and "batched" contracts, the
   driver streaming one COPY in bounded batches) then commits the read-only
-  transaction and closes the session before the last message;
-  ``lifecycle="streaming"``
+  transaction and gives the session back to its source (for the source's
+  next read, or closed) before the last message; ``lifecycle="streaming"``
   keeps the transaction (and its snapshot) open until :meth:`finish`:
   ``success`` commits, ``abort`` and ``retain_commit_unknown`` roll back.
-  Either way the session is closed by the terminal outcome at the latest.
+  Either way the transaction is over by the terminal outcome at the latest:
+  a committed session is given back, any other is closed.
 
 Cursor reads page by keyset over (cursor, key...) inside the one snapshot:
 ``cursor > last - lookback AND cursor <= max(cursor)``, the maximum read in
@@ -427,8 +429,13 @@ class PostgresExtraction(SessionRead[Session]):
     def _begin(self) -> _Work:
         if self._finished:
             raise ProtocolViolation("the extraction is finished", hint="start a new read")
-        self._session = session = self._open_transaction()
+        # A kept session of the source's (reset), else a new one: closed by
+        # _abandon if the read fails from here on, given back once committed.
+        self._session = session = (
+            Session(self._settings) if self._sessions is None else self._sessions.take()
+        )
         self._pid = session.pid
+        session.run(_BEGIN, "opening the read transaction")
         part = self._partition
         if part is not None:
             # The snapshot id must be a literal: SET TRANSACTION SNAPSHOT takes no parameter.
@@ -456,27 +463,6 @@ class PostgresExtraction(SessionRead[Session]):
         else:
             self.authority.acquire_snapshot(CURRENT_SNAPSHOT, snapshot, at=at)
         return self._prepare(session)
-
-    def _open_transaction(self) -> Session:
-        """A session (a kept one when the source has one) in the read's transaction.
-
-        A kept session whose connection ended while it waited (the server
-        restarted, a proxy closed it) is replaced by a new one, once: the
-        read never fails for a connection it did not need to keep.
-        """
-        if self._sessions is None:
-            session, kept = Session(self._settings), False
-        else:
-            session, kept = self._sessions.take()
-        try:
-            session.run(_BEGIN, "opening the read transaction")
-        except SourceUnavailable:
-            session.close()
-            if not kept:
-                raise
-            session = Session(self._settings)
-            session.run(_BEGIN, "opening the read transaction")
-        return session
 
     def _give_back(self, session: Session) -> BaseException | None:
         """The read's session, its transaction committed, kept for the source's next read."""

@@ -109,7 +109,7 @@ class PostgresSource(BaseSource):
         :class:`~combined.errors.AuthRejected` (credentials or login refused)
         or :class:`~combined.errors.ConfigError` (missing database or schema).
         """
-        session, _ = self._sessions.take()
+        session = self._sessions.take()
         try:
             found = {
                 r[0]
@@ -133,7 +133,7 @@ class PostgresSource(BaseSource):
     def preflight(self, requests: Sequence[ReadRequest]) -> None:
         """Refuse, before any Run, a read the catalog shows cannot succeed (an uncast interval,
         a range or composite column, a cursor or key that cannot order pages)."""
-        session, _ = self._sessions.take()
+        session = self._sessions.take()
         try:
             # Every relation, column and type in three queries, not three a dataset.
             rels = catalog.find_relations(session, [r.relation for r in requests])
@@ -174,7 +174,7 @@ class PostgresSource(BaseSource):
 
     def discover(self) -> Discovery:
         """Relations of the configured schemas with columns, keys and cursor evidence."""
-        session, _ = self._sessions.take()
+        session = self._sessions.take()
         try:
             at = utcnow()
             rels = catalog.list_relations(session, self.settings.schemas)
@@ -206,7 +206,7 @@ class PostgresSource(BaseSource):
 
     def describe_relation(self, relation: str) -> DatasetDiscovery:
         """What discovery reports of one relation; :class:`NotFoundError` when it is gone."""
-        session, _ = self._sessions.take()
+        session = self._sessions.take()
         try:
             rel = catalog.find_relation(session, relation)
             cols = catalog.columns(session, [rel.oid]).get(rel.oid, [])
