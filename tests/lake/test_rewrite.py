@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -299,3 +300,74 @@ def test_a_row_of_a_file_named_otherwise_than_the_log_names_it_stops_the_commit(
             ),
             {},
         )
+
+
+@pytest.mark.parametrize("small_bytes", [_rewrite.SMALL_SCAN_BYTES, 0], ids=["arrow", "duckdb"])
+def test_an_update_replaces_rows_of_a_file_delta_rs_wrote_with_view_ids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_bytes: int
+) -> None:
+    """delta-rs' merge that evolves a table writes its ids as string views, which the
+    search over a small table's ids must take as plain strings (it failed every commit)."""
+    from combined.lake._table import LakeTable
+
+    monkeypatch.setattr(_rewrite, "SMALL_SCAN_BYTES", small_bytes)
+    table = LakeTable(str(tmp_path), "t")
+
+    def commit(sequence: int, rows: pa.Table) -> None:
+        data = lambda: pa.RecordBatchReader.from_batches(rows.schema, rows.to_batches())  # noqa: E731
+        table.commit(
+            first_sequence=sequence, last_sequence=sequence, mode="merge", data=data, metadata={}
+        )
+
+    def ids(ns: Iterable[int]) -> list[str]:
+        return [f"{i:032x}" for i in ns]  # v1: 32 hex digits
+
+    commit(
+        1,
+        pa.table(
+            {
+                "_combined_id": ids(range(5)),
+                "_combined_op": ["insert"] * 5,
+                "n": pa.array(range(5), pa.int64()),
+            }
+        ),
+    )
+    # A new column: delta-rs merges, evolving the table (its files hold string views).
+    commit(
+        2,
+        pa.table(
+            {
+                "_combined_id": ids([1, 9]),
+                "_combined_op": ["update", "insert"],
+                "n": pa.array([11, 9], pa.int64()),
+                "extra": ["a", "b"],
+            }
+        ),
+    )
+    kinds = {str(pq.read_schema(f).field("_combined_id").type) for f in table.files()}
+    assert "string_view" in kinds
+    commit(
+        3,
+        pa.table(
+            {
+                "_combined_id": ids([2]),
+                "_combined_op": ["update"],
+                "n": pa.array([22], pa.int64()),
+                "extra": ["c"],
+            }
+        ),
+    )
+    got = LakeTable(str(tmp_path), "t").delta().to_pyarrow_table(columns=["n"]).column(0)
+    assert sorted(got.to_pylist()) == [0, 3, 4, 9, 11, 22]
+
+
+def test_ids_held_as_views_or_dictionaries_are_searched_as_plain_ones() -> None:
+    plain = pa.array(["a", "b", None])
+    for held in (
+        plain.cast(pa.string_view()),
+        plain.dictionary_encode(),
+        plain.cast(pa.large_string()),
+    ):
+        assert _rewrite._plain(held).equals(plain)
+    raw = pa.array([b"\x01" * 16, None], pa.binary())
+    assert _rewrite._plain(raw.cast(pa.binary_view())).equals(raw)

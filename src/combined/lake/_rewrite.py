@@ -398,9 +398,10 @@ def _offsets(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pa.Record
 def _doomed_rows(files: Sequence[str], gone: pa.Array, lake: LakeStore) -> dict[str, np.ndarray]:
     """The rows (file row numbers) of each of ``files`` whose id is in ``gone``.
 
-    Past ``SHARED_GONE`` ids, by :func:`_doomed_by_search`. Fewer, by one
-    DuckDB query: the hash table of ``gone`` is built once and only the
-    files' id columns are scanned (files without such a row are left out);
+    Past ``SHARED_GONE`` ids, or in a few small files (:func:`_small`), by
+    :func:`_doomed_by_search`. Otherwise by one DuckDB query: the hash table
+    of ``gone`` is built once and only the files' id columns are scanned
+    (files without such a row are left out);
     each row found comes back as its file's place in ``files`` and its row
     number, in Arrow batches gathered file by file. On the lake's shared
     database, the scan's pages stay with DuckDB's allocator when it is done:
@@ -515,13 +516,25 @@ def _doomed_by_search(
         at = 0
         with pq.ParquetFile(lake.open_input(name)) as pf:
             for batch in pf.iter_batches(batch_size=65_536, columns=[prov.ID]):
-                hit = member(batch.column(0)).to_numpy(zero_copy_only=False)
+                # (a file delta-rs wrote holds its ids as views, which the lookup does not take)
+                hit = member(_plain(batch.column(0))).to_numpy(zero_copy_only=False)
                 numbers.append(np.flatnonzero(hit) + at)
                 at += batch.num_rows
         rows = np.concatenate(numbers) if numbers else np.empty(0, np.int64)
         if len(rows):
             doomed[name] = rows
     return doomed
+
+
+def _plain(ids: pa.Array) -> pa.Array:
+    """``ids`` as plain strings or binaries (views and dictionaries as their values)."""
+    if pa.types.is_dictionary(ids.type):
+        ids = ids.dictionary_decode()
+    if pa.types.is_string_view(ids.type) or pa.types.is_large_string(ids.type):
+        return ids.cast(pa.string())
+    if pa.types.is_binary_view(ids.type) or pa.types.is_large_binary(ids.type):
+        return ids.cast(pa.binary())
+    return ids
 
 
 def _keep_mask(rows: int, doomed: np.ndarray | None) -> pa.BooleanArray:

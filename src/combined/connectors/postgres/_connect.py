@@ -377,18 +377,22 @@ class Session:
             self.close()
             raise
 
-    def reset(self) -> None:
-        """Settle a kept session as a new one: its settings discarded, then set again.
+    def discard(self) -> None:
+        """Release what the session's reads left at its level, its settings back to new.
 
         ``DISCARD ALL`` returns every setting to its value at connection time
-        (the connection string's ``application_name`` stays) and releases
-        advisory locks, temporary tables and prepared statements: a read's
-        SQL may have set any of them (a view's function may call
-        ``set_config``), and a changed ``extra_float_digits`` or ``DateStyle``
-        would change the text of a cursor's checkpoint.
+        (the connection string's ``options`` and ``application_name``, the
+        role's and database's defaults stay) and releases advisory locks,
+        temporary tables and prepared statements: a read's SQL may have made
+        any of them (a view's function may call ``set_config`` or take a
+        lock), and a changed ``extra_float_digits`` or ``DateStyle`` would
+        change the text of a cursor's checkpoint.
         """
-        self.run("DISCARD ALL", "resetting a kept session")
-        self.rows(SESSION_SETUP, "resetting a kept session")
+        self.run("DISCARD ALL", "releasing what the read left in its session")
+
+    def settle(self) -> None:
+        """Set the settings every session reads with (:data:`SESSION_SETUP`) again."""
+        self.rows(SESSION_SETUP, "settling a kept session")
 
     @property
     def streaming(self) -> bool:
@@ -483,12 +487,13 @@ class Sessions:
     only when its transaction is over (libpq's status ``idle``: committed,
     nothing streaming), at most :attr:`KEPT` of them, and reused only within
     :attr:`IDLE_S` seconds (a proxy or ``idle_session_timeout`` may end an
-    idle connection): an older one is closed. A kept session is handed out
-    reset (:meth:`Session.reset`): what a read's SQL may have set at the
-    session's level (a view's function calling ``set_config``, an advisory
-    lock) is discarded, and the settings every session starts with are
-    settled again; one that fails its reset (its backend ended while it was
-    kept) is closed, and another, or a new one, is handed out instead.
+    idle connection): an older one is closed. What a read's SQL may have
+    made at the session's level (a view's function calling ``set_config``,
+    an advisory lock) is released when the session is given back
+    (:meth:`Session.discard`), and the settings every session starts with
+    are settled again when it is taken (:meth:`Session.settle`); one that
+    fails to settle (its backend ended while it was kept) is closed, and
+    another, or a new one, is handed out instead.
     :meth:`close` (the source's) closes them.
     """
 
@@ -505,10 +510,10 @@ class Sessions:
         weakref.finalize(self, _close_kept, self._idle)
 
     def take(self) -> Session:
-        """A kept session, reset; else a new one."""
+        """A kept session, its settings settled again; else a new one."""
         while (kept := self._kept()) is not None:
             try:
-                kept.reset()
+                kept.settle()
             except CombinedError:
                 kept.close()  # (it ended while kept: the next, or a new one)
                 continue
@@ -522,21 +527,30 @@ class Sessions:
         """The newest kept session young enough to reuse; older ones are closed."""
         with self._lock:
             stale = self._stale()
-            found = self._idle.pop() if self._idle else None
+            found = None
+            while self._idle and (found is None or found.closed):
+                found = self._idle.pop()[1]
         _close_kept(stale)
-        return None if found is None or found[1].closed else found[1]
+        return None if found is None or found.closed else found
 
     def give_back(self, session: Session) -> BaseException | None:
-        """Keep ``session`` for the next read when its transaction is over; else close it."""
-        kept = False
-        stale: list[tuple[float, Session]] = []
-        if not session.closed and not session.streaming:
-            if session.transaction_status() == "idle":
-                with self._lock:
-                    stale = self._stale()
-                    if not self._closed and len(self._idle) < self.KEPT:
-                        self._idle.append((time.monotonic(), session))
-                        kept = True
+        """Keep ``session`` for the next read when its transaction is over; else close it.
+
+        What the read left in the session is released now (:meth:`Session.discard`),
+        not when the next read takes it: an advisory lock its SQL took is not held
+        while the session waits.
+        """
+        if session.closed or session.streaming or session.transaction_status() != "idle":
+            return session.close()
+        try:
+            session.discard()
+        except CombinedError:
+            return session.close()  # (the connection ended: nothing to keep)
+        with self._lock:
+            stale = self._stale()
+            kept = not self._closed and len(self._idle) < self.KEPT
+            if kept:
+                self._idle.append((time.monotonic(), session))
         _close_kept(stale)
         return None if kept else session.close()
 

@@ -4,7 +4,7 @@ Receipt boundaries (the clock is the server's ``clock_timestamp()``, named
 ``postgresql:clock_timestamp``):
 
 * nothing happens when the extraction is built or ``iter()`` is called; the
-  first ``next()`` connects (or takes a session its source kept, reset: see
+  first ``next()`` connects (or takes a session its source kept: see
   ``_connect.Sessions``), opens the transaction and reads
   ``pg_current_snapshot()`` as the transaction's first statement (which is
   what fixes its snapshot): ``acquire`` and ``acquire_snapshot`` take that
@@ -429,7 +429,7 @@ class PostgresExtraction(SessionRead[Session]):
     def _begin(self) -> _Work:
         if self._finished:
             raise ProtocolViolation("the extraction is finished", hint="start a new read")
-        # A kept session of the source's (reset), else a new one: closed by
+        # A kept session of the source's (settled), else a new one: closed by
         # _abandon if the read fails from here on, given back once committed.
         self._session = session = (
             Session(self._settings) if self._sessions is None else self._sessions.take()
