@@ -27,7 +27,7 @@ from combined.errors import LakeError
 from combined.lake import _files
 from combined.lake._files import LinkedFile, link_data_files, write_data_files
 from combined.lake._store import LakeStore
-from combined.lake._types import to_lake, unviewed
+from combined.lake._types import lake_type, to_lake, unviewed
 from combined.protocol import _provenance as prov
 from combined.runtime._memory import release_memory
 
@@ -527,14 +527,10 @@ def _doomed_by_search(
 
 
 def _plain(ids: pa.Array) -> pa.Array:
-    """``ids`` as plain strings or binaries (views and dictionaries as their values)."""
-    if pa.types.is_dictionary(ids.type):
-        ids = ids.dictionary_decode()
-    if pa.types.is_string_view(ids.type) or pa.types.is_large_string(ids.type):
-        return ids.cast(pa.string())
-    if pa.types.is_binary_view(ids.type) or pa.types.is_large_binary(ids.type):
-        return ids.cast(pa.binary())
-    return ids
+    """``ids`` as the lake stores them: plain strings or binaries (views and
+    dictionaries as their values)."""
+    plain = lake_type(ids.type)
+    return ids if plain == ids.type else ids.cast(plain)
 
 
 def _keep_mask(rows: int, doomed: np.ndarray | None) -> pa.BooleanArray:
