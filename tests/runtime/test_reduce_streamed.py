@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from combined.capture import _duplicates, _fingerprint, _join
+from combined.capture import _databases, _duplicates, _fingerprint, _join
 from combined.capture._reduce import (
     WHOLE_JOIN_SHARE,
     Reducer,
@@ -65,8 +65,12 @@ def new_reducer(
     strategy: str = "snapshot",
     current: list[str] | None = None,
     baseline: bool | None = None,
+    same: bool = False,
 ) -> Reducer:
-    """The reduction of staged ``parts`` (a first baseline unless ``current`` or ``baseline``)."""
+    """The reduction of staged ``parts`` (a first baseline unless ``current`` or ``baseline``).
+
+    ``same``: staging found the capture equal to the committed one.
+    """
     return Reducer(
         capture_files=parts,
         capture_schema=schema,
@@ -77,6 +81,7 @@ def new_reducer(
         memory_limit=64 * 2**20,
         spill_dir=tmp_path,
         baseline=not current if baseline is None else baseline,
+        same=same,
     )
 
 
@@ -446,6 +451,35 @@ def test_an_unchanged_recapture_needs_neither_join_nor_duplicate_check(tmp_path:
     assert tables == [("tr", 0)]  # no keys, nothing joined: an empty transition
     assert t == _general(tmp_path, parts, schema, current)
     assert (t.unchanged, t.captured, t.changes) == (3000, 3000, 0)
+
+
+def test_a_capture_staging_found_unchanged_never_opens_a_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Staging's fold verdict (``same``) reduces without DuckDB; a later reader gets ``tr``."""
+    current, schema = baseline_lake(tmp_path)
+    parts, _ = staged(tmp_path, list(range(3000)), "n")
+    opened: list[int] = []
+
+    def counted(memory_mb: int, spill_dir: Path) -> Any:
+        opened.append(memory_mb)
+        return _databases.open_database(memory_mb, spill_dir)
+
+    monkeypatch.setattr("combined.capture._reduce.open_database", counted)
+    for reads_after in (False, True):
+        r = new_reducer(tmp_path, parts, schema, current=[str(current)], same=True)
+        try:
+            assert r.duplicates() == [] and r.same_as_current()
+            t = r.reduce()
+            assert (t.unchanged, t.captured, t.changes) == (3000, 3000, 0)
+            assert opened == []
+            if reads_after:  # (a change stream's moved position reads its empty transition)
+                assert r.changes().read_all().num_rows == 0
+                assert sum(b.num_rows for b in r.output(CONSTANTS, 1000)) == 0
+                assert len(opened) == 1
+        finally:
+            r.close()
+    assert t == _general(tmp_path, parts, schema, current)
 
 
 def test_swapped_payloads_or_a_repeated_row_are_changes_not_an_unchanged_recapture(

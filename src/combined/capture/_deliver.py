@@ -48,7 +48,9 @@ CONTENT_OUTPUT_MB = 64
 class _Reduction(Protocol):
     """What the output reads and writes of a reduction."""
 
-    con: duckdb.DuckDBPyConnection
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection: ...
+
     all_new: bool
     prehashed: bool
     has_op: bool

@@ -148,7 +148,9 @@ def _first_words(ids: pa.Array) -> np.ndarray | None:
 class _Reduction(Protocol):
     """What the checks read of a reduction."""
 
-    con: duckdb.DuckDBPyConnection
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection: ...
+
     sync_mode: str
     has_op: bool
     full: bool

@@ -445,7 +445,9 @@ def _kept(
 class _Reduction(Protocol):
     """What the fingerprints read and write of a reduction."""
 
-    con: duckdb.DuckDBPyConnection
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection: ...
+
     streamed: bool
     digest: dg.Digest
     transition: Transition | None

@@ -53,7 +53,9 @@ def _in_range(column: str, low: str | None, high: str | None) -> str:
 class _Reduction(Protocol):
     """What the join reads and writes of a reduction."""
 
-    con: duckdb.DuckDBPyConnection
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection: ...
+
     full: bool
     has_op: bool
     streamed: bool

@@ -185,33 +185,59 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         # cheap: bench/RESULTS.md).
         share = CHANGE_STREAM_SHARE if self.has_op else 2 if self.by_content else 1
         self._duck_limit = memory_limit // share
-        # A small capture's database is kept for the next reduction (_databases).
-        self._database = open_database(_duck_mb(self._duck_limit), spill_dir)
-        self._keep = (lake is None or not lake.remote) and sum(
-            Path(p).stat().st_size for p in capture_files
-        ) <= KEEP_STAGED_BYTES
-        self.con = self._database.cursor()
-        if lake is not None:
-            lake.attach(self.con)
-        self._open_lake: Callable[[str], Any] = str if lake is None else lake.open_input
-        op_expr = self._op_sql()
-        id_expr = identity_sql(self.key, capture_schema, self.digest)
-        # (a row of large byte strings hashed in pieces: docs/identity.md, section 4)
-        hash_expr = streamed_payload_hash_sql(self.con, self.payload, capture_schema, self.digest)
         if not capture_files:
             raise ValueError("a reduction needs at least one staged part (it may be empty)")
         self.capture_files = list(capture_files)
+        # A small capture's database is kept for the next reduction (_databases).
+        self._keep = (lake is None or not lake.remote) and sum(
+            Path(p).stat().st_size for p in capture_files
+        ) <= KEEP_STAGED_BYTES
+        self._open_lake: Callable[[str], Any] = str if lake is None else lake.open_input
         # The staged parts (Arrow IPC), scanned as one stream of the capture's
-        # schema (in types DuckDB scans: a float16 column arrives as float32):
-        # a registered object is the connection's own (see cursor()).
+        # schema (in types DuckDB scans: a float16 column arrives as float32).
         self._staged = StagedParts(self.capture_files, duckdb_scannable_schema(capture_schema))
-        self.con.register(_STAGED, self._staged)
-        self._capture_views(id_expr, hash_expr, op_expr, current_files)
-        self._current_view(current_files, current_filter)
+        self._opening = (spill_dir, lake, current_files, current_filter)
+        self._con: duckdb.DuckDBPyConnection | None = None
+        #: An unchanged capture's empty ``tr`` waits for the database (see _unchanged).
+        self._tr_empty = False
+        # (a change stream's unchanged values resolve as the views are made)
+        self._resolved: Resolved | None = None
+        if not same or UNCHANGED in capture_schema.names:
+            self._open()
         if self._first_delta():
             # A first delta (a cursor's first read) that holds each id once
             # needs no deduplicating either: it is a first baseline too.
             self.streamed = self.all_new = True
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The reduction's connection: its database opened with its views on first use."""
+        return self._con if self._con is not None else self._open()
+
+    def _open(self) -> duckdb.DuckDBPyConnection:
+        """Open the database, register the staged parts and make the views over them.
+
+        A capture that staging already found unchanged (``same``) never
+        needs them: its database is not opened at all, where its opening,
+        views and emptying cost ~10 ms of CPU, most of an unchanged small
+        table's reduction.
+        """
+        spill_dir, lake, current_files, current_filter = self._opening
+        self._database = open_database(_duck_mb(self._duck_limit), spill_dir)
+        con = self._con = self._database.cursor()
+        if lake is not None:
+            lake.attach(con)
+        op_expr = self._op_sql()
+        id_expr = identity_sql(self.key, self.capture_schema, self.digest)
+        # (a row of large byte strings hashed in pieces: docs/identity.md, section 4)
+        hash_expr = streamed_payload_hash_sql(con, self.payload, self.capture_schema, self.digest)
+        # (a registered object is the connection's own: see cursor())
+        con.register(_STAGED, self._staged)
+        self._capture_views(id_expr, hash_expr, op_expr, current_files)
+        self._current_view(current_files, current_filter)
+        if self._tr_empty:
+            self._empty_transition()
+        return con
 
     def _first_delta(self) -> bool:
         """Whether the capture is a pre-hashed first delta whose ids are distinct."""
@@ -320,7 +346,6 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
     ) -> None:
         """Views ``pay`` (the payload as staged) and ``cap`` (with id, hash and operation)."""
         names = self.capture_schema.names
-        self._resolved: Resolved | None = None
         if UNCHANGED in names:
             self._resolved = resolve_unchanged(
                 self.con,
@@ -390,9 +415,10 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         return con
 
     def close(self) -> None:
-        """Close the DuckDB connection and its database (and its spill files)."""
-        self.con.close()
-        close_database(self._database, self._keep)
+        """Close the DuckDB connection and its database (and its spill files), if opened."""
+        if self._con is not None:
+            self._con.close()
+            close_database(self._database, self._keep)
 
     def _keys(self) -> str:
         """The narrow (ordinal, id, hash, op) table: every row hashed exactly once."""
@@ -485,14 +511,24 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         return self._reduce_changes(keys)
 
     def _unchanged(self) -> Transition:
-        """No changes: an empty transition table, for whatever reads it next."""
+        """No changes: an empty transition table, for whatever reads it next.
+
+        (Made when the database opens, if it is not open yet: most often
+        nothing reads it.)
+        """
+        if self._con is None:
+            self._tr_empty = True
+        else:
+            self._empty_transition()
+        rows = self._staged.count_rows()  # (a snapshot's pay is its staged parts)
+        self.transition = Transition(unchanged=int(rows), captured=int(rows))
+        return self.transition
+
+    def _empty_transition(self) -> None:
         t = self._t
         self.con.execute(
             f"CREATE TABLE tr (id {t}, op VARCHAR, new_hash {t}, old_hash {t}, ord BIGINT)"
         )
-        rows = self._staged.count_rows()  # (a snapshot's pay is its staged parts)
-        self.transition = Transition(unchanged=int(rows), captured=int(rows))
-        return self.transition
 
     def _reduce_changes(self, keys: str) -> Transition:
         """The transition of keyed changes: each id's last one, against the current rows."""

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 class _Reduction(Protocol):
     """What the counts and digests read and write of a reduction."""
 
-    con: duckdb.DuckDBPyConnection
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection: ...
+
     sync_mode: str
     digest: dg.Digest
     streamed: bool
