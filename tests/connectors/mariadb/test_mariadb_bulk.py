@@ -241,6 +241,35 @@ def test_an_aborted_bulk_read_stops_at_its_next_batch_and_ends_its_connection(
     assert not bulk_sessions()
 
 
+def test_a_bulk_read_whose_connection_is_killed_fails_retryably_and_never_panics(
+    admin: Any, source: MariaDBSource, make_request: Any
+) -> None:
+    """connectorx panics (pyo3's PanicException, a BaseException) on a lost connection.
+
+    It escaped the capture as a crash; it is the source's failure, to retry.
+    """
+    admin.sql(
+        "CREATE TABLE big (id BIGINT PRIMARY KEY, pad VARCHAR(200)) ENGINE=InnoDB",
+        "INSERT INTO big SELECT seq, REPEAT('p', 200) FROM seq_1_to_400000",
+    )
+    ext = source.read(make_request("big", batch_rows=1000))
+    assert isinstance(ext, MariaDBExtraction)
+    it = iter(ext)
+    next(it)
+    assert ext.path == "bulk"
+    (session,) = admin.rows(
+        "SELECT ID FROM information_schema.PROCESSLIST "
+        "WHERE INFO LIKE 'SELECT `id` AS `id`, `pad` AS `pad`%' AND ID <> CONNECTION_ID()"
+    )
+    admin.sql(f"KILL CONNECTION {int(session[0])}")
+    with pytest.raises(CombinedError) as caught:
+        for _ in it:
+            pass
+    assert caught.value.transient, caught.value
+    assert "connection" in str(caught.value)
+    ext.finish("abort")
+
+
 def test_bulk_rows_and_control_totals_share_one_snapshot_under_steady_writes(
     admin: Any, mariadb_database: str, source: MariaDBSource, make_request: Any, mt: Any
 ) -> None:

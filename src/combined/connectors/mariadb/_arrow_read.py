@@ -111,6 +111,20 @@ def _url(settings: Settings) -> str:
     return f"mysql://{auth}@{settings.host}:{settings.port}/{quote(settings.database, safe='')}"
 
 
+def driver_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is connectorx's failure: an exception, or a panic of its Rust code.
+
+    pyo3 raises a panic as ``PanicException``, a ``BaseException`` (a lost
+    connection mid-read panics its writer), which escaped the capture as a
+    crash. An interrupt or an exit is neither.
+    """
+    return isinstance(exc, Exception) or type(exc).__name__ == "PanicException"
+
+
+#: What connectorx says of a connection lost under it (the server ended it, or the network).
+_LOST = ("onnect", "timed out", "broken pipe", "io error", "gone away", "reset by peer")
+
+
 def bulk_error(exc: BaseException, settings: Settings) -> CombinedError:
     """A failure of the bulk read as a Combined error, the password scrubbed."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -123,7 +137,7 @@ def bulk_error(exc: BaseException, settings: Settings) -> CombinedError:
             hint="grant the account SELECT on the table (GRANT SELECT ON db.table TO user)",
             detail=detail,
         )
-    if "onnect" in detail or "timed out" in detail or "broken pipe" in detail.lower():
+    if any(lost in detail.lower() for lost in _LOST):
         return SourceUnavailable(
             f"the mariadb connection failed while reading in bulk: {detail}",
             hint="the source or the network was interrupted; the attempt can be retried",
@@ -277,7 +291,7 @@ def start(settings: Settings, query: str, rows: int, twin: SnapshotTwin) -> Star
             hint="nothing to do: the row path reads the rows in the read's own snapshot",
         )
     except BaseException as exc:  # connectorx raises RuntimeError and Rust panics
-        if not isinstance(exc, Exception):
+        if not driver_failure(exc):
             raise
         failure = exc if isinstance(exc, CombinedError) else bulk_error(exc, settings)
     finally:
@@ -313,7 +327,9 @@ def converted(
             pacer.waited(time.monotonic() - waited)
     except CombinedError:
         raise
-    except Exception as exc:  # connectorx raises RuntimeError and Rust panics
+    except BaseException as exc:  # connectorx raises RuntimeError and Rust panics
+        if not driver_failure(exc):
+            raise
         failure = bulk_error(exc, settings)
     finally:
         started.reader.close()  # an abandoned read ends its connection
