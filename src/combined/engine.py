@@ -22,7 +22,13 @@ from combined.config import (
     resolve_secrets,
 )
 from combined.config._updates import ConfigUpdates
-from combined.connectors import check_config, check_strategy, connector_class, sweep_private_dirs
+from combined.connectors import (
+    check_config,
+    check_strategy,
+    check_streams,
+    connector_class,
+    sweep_private_dirs,
+)
 from combined.delivery import Limits
 from combined.errors import ConfigError
 from combined.lake import LakeLayout
@@ -195,6 +201,8 @@ class Engine(Reading):
             check_strategy(
                 cls, d.strategy, where=f"sources.{source}.datasets.{name}", key=d.key or []
             )
+        relations = {name: (d.strategy, d.relation) for name, d in src.datasets.items()}
+        check_streams(cls, src.config, relations, where=f"sources.{source}")
         return cls
 
     def _declare(self, source: str) -> None:

@@ -289,3 +289,27 @@ def test_a_role_without_replication_is_told_the_cause_and_the_grant(
         assert len(engine.run(run.id)["attempts"]) == 1
     finally:
         engine.close()
+
+
+def test_two_cdc_datasets_of_one_table_are_refused_before_any_slot(
+    project: tuple[Path, str, str], tools
+) -> None:
+    """They would share one slot: each capture confirmed it past the other's changes."""
+    root, dsn, slot = project
+    yaml = root / "combined.yaml"
+    yaml.write_text(
+        yaml.read_text()
+        + "      item_events:\n        relation: items\n        key: [id]\n"
+        + "        strategy: cdc\n        sync_mode: append\n"
+    )
+    for argv in (["check"], ["cdc", "setup", "pg"], ["capture"]):
+        refused = tools.cli(root, *argv)
+        text = " ".join((refused.stdout + refused.stderr).split())
+        assert refused.returncode == 2, (argv, text)
+        assert "datasets items and item_events both stream relation 'items' by cdc" in text
+        assert f"share the postgres stream {slot}" in text and "history: true" in text
+    with psycopg.connect(dsn) as conn:
+        found = conn.execute(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", [slot]
+        ).fetchone()
+    assert found == (0,)

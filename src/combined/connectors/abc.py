@@ -491,6 +491,43 @@ def check_strategy(
             )
 
 
+def check_streams(
+    connector: type[Source],
+    config: Mapping[str, Any],
+    datasets: Mapping[str, tuple[str, str]],
+    *,
+    where: str,
+) -> None:
+    """Refuse two ``cdc`` datasets that would read one stream of the server's.
+
+    ``datasets``: each dataset's (strategy, relation); ``where``: the source
+    in the project file. A connector whose change streams live on the
+    server (PostgreSQL's replication slots) names each one with the
+    optional classmethod ``cdc_stream(config, relation)``. Two datasets of
+    one stream would confirm it for each other: the second one's changes
+    are lost when the first one's capture confirms the slot past them.
+    """
+    stream_of = getattr(connector, "cdc_stream", None)
+    if stream_of is None:
+        return
+    readers: dict[str, str] = {}
+    for name, (strategy, relation) in datasets.items():
+        if strategy != "cdc":
+            continue
+        stream = stream_of(config, relation)
+        first = readers.setdefault(stream, name)
+        if first != name:
+            raise ConfigError(
+                f"{where}.datasets {first} and {name} both stream relation {relation!r} "
+                f"by cdc: they would share the {connector.name} stream {stream}, and each "
+                "capture would confirm it past the other's changes (which would be lost)",
+                hint="capture the relation by cdc in one dataset only; to keep every "
+                "version of its rows as well, give that dataset `history: true`, or "
+                "read the other with strategy: snapshot",
+                connector=connector.name,
+            )
+
+
 def check_config(connector: type[Source], config: Mapping[str, Any], *, where: str = "") -> None:
     """Refuse the keys of ``config`` that ``connector`` does not take (its ``CONFIG_KEYS``),
     and a secret reference under a key whose value others can read (its ``PUBLIC_KEYS``).

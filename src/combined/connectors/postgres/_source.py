@@ -21,7 +21,12 @@ from combined.connectors.abc import (
     require_cursor_and_key,
 )
 from combined.connectors.postgres import _catalog as catalog
-from combined.connectors.postgres._connect import Session, Sessions, Settings
+from combined.connectors.postgres._connect import (
+    DEFAULT_SLOT_PREFIX,
+    Session,
+    Sessions,
+    Settings,
+)
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
 from combined.connectors.postgres._partition import PartitionPlan, check_open, create_plan
 from combined.connectors.postgres._preflight import (
@@ -101,6 +106,13 @@ class PostgresSource(BaseSource):
         if any(is_secret_ref(v) for k, v in config.items() if k != "password"):
             return  # a dsn from a secret is validated when it is resolved
         Settings.from_config({k: v for k, v in config.items() if k != "password"})
+
+    @classmethod
+    def cdc_stream(cls, config: Mapping[str, Any], relation: str) -> str:
+        """The replication slot a ``cdc`` dataset of ``relation`` streams (abc.check_streams)."""
+        from combined.connectors.postgres._stitch import slot_name
+
+        return slot_name(str(config.get("slot_prefix", DEFAULT_SLOT_PREFIX)), relation)
 
     def check(self) -> None:
         """Connect and authenticate; confirm the configured schemas exist.
