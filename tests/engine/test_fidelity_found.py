@@ -7,6 +7,7 @@ value, the source read as its type's own text.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -295,3 +296,39 @@ def test_an_inet6_streams_as_the_text_the_server_writes(binlog: Binlog) -> None:
         assert [tuple(r.values()) for r in lake] == [tuple(r) for r in source]
     finally:
         engine.close()
+
+
+def test_far_dates_and_small_decimals_print_as_their_text(
+    tmp_path: Path, cdc_db: Any, tools: Any
+) -> None:
+    """`combined sql` and `explain` failed (exit 70) on a date past 9999, which the lake keeps,
+    and printed a decimal of 0.0000000001 as 1E-10."""
+    engine = _open(
+        tmp_path,
+        cdc_db,
+        "id",
+        "CREATE TABLE t (id int PRIMARY KEY, d date, ts timestamptz, n numeric(38,10))",
+        "INSERT INTO t VALUES (1, '10000-01-01', '0001-01-01 00:00+00 BC', -0.0000000001),"
+        " (2, '2024-05-06', '2024-05-06 07:08:09+00', 0)",
+    )
+    try:
+        _capture(engine)
+    finally:
+        engine.close()
+    query = "SELECT id, d, ts, n FROM pg.snap ORDER BY id"
+    shown = tools.cli(tmp_path, "sql", "--format", "json", query)
+    assert shown.returncode == 0, shown.stderr
+    rows = json.loads(shown.stdout)
+    assert [(r["d"], r["n"]) for r in rows] == [
+        ("10000-01-01", "-0.0000000001"),
+        ("2024-05-06", "0.0000000000"),
+    ]
+    assert rows[0]["ts"].startswith("0000-01-01") and rows[1]["ts"].startswith("2024-05-06")
+    for fmt in ("csv", "table"):
+        shown = tools.cli(tmp_path, "sql", "--format", fmt, query)
+        assert shown.returncode == 0, shown.stderr
+        assert "10000-01-01" in shown.stdout and "-0.0000000001" in shown.stdout
+        assert "E-10" not in shown.stdout
+    explained = tools.cli(tmp_path, "explain", "pg.snap", "1")
+    assert explained.returncode == 0, explained.stderr
+    assert "10000-01-01" in explained.stdout

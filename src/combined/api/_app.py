@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
 from pydantic import BaseModel, Field
 
+from combined._pyrows import python_rows
 from combined.api import _console as console
 from combined.api._console._docs import is_docs_path
 from combined.api._guard import Guard
@@ -341,7 +342,7 @@ def _quarantine_routes(r: APIRouter, engine: Engine) -> None:
         following = end if table.num_rows == limit and end < q["record_count"] else None
         return {
             "entry": jsonable(q),
-            "records": jsonable(table.to_pylist()),
+            "records": jsonable(python_rows(table)),
             "offset": offset,
             "next_offset": following,
         }

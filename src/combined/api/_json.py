@@ -20,6 +20,11 @@ from decimal import Decimal
 from typing import Any
 
 
+def decimal_text(value: Decimal) -> str:
+    """A decimal's exact text in positional notation (``0.0000000001``, never ``1E-10``)."""
+    return format(value, "f")
+
+
 def jsonable(value: Any) -> Any:
     """``value`` in JSON's types, for a query's values and the catalog's alike."""
     if value is None or isinstance(value, bool | int | str):
@@ -33,7 +38,7 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, Decimal):
-        return str(value)
+        return decimal_text(value)
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -145,6 +145,12 @@ def _cell(value: Any) -> str:
         return ""
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
+    from decimal import Decimal
+
+    if isinstance(value, Decimal):
+        from combined.api._json import decimal_text
+
+        return decimal_text(value)
     return str(value)
 
 
@@ -413,13 +419,14 @@ def sql(
 
 def _print_result(result: Any, fmt: str) -> None:
     """A query's rows as a table, strict JSON or CSV (``_output.plain`` says how values read)."""
+    from combined._pyrows import python_rows
     from combined.cli._output import emit_csv, emit_json, print_table, table
 
-    rows = result.to_pylist()
+    rows = python_rows(result)
     if fmt == "json":
         emit_json(rows)
     elif fmt == "csv":
-        emit_csv(result.column_names, (row.values() for row in rows))
+        emit_csv(result.column_names, (list(row.values()) for row in rows))
     else:
         t = table(*result.column_names)
         for row in rows:

@@ -90,7 +90,9 @@ def quarantine_show(
     )
     console.print(f"  file {q['path']}")
     t = table(*records.column_names)
-    for row in records.to_pylist():
+    from combined._pyrows import python_rows
+
+    for row in python_rows(records):
         t.add_row(*("null" if v is None else _cell(v) for v in row.values()))  # bytes as hex
     print_table(t)
     if records.num_rows < q["record_count"]:

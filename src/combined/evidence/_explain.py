@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from combined._pyrows import python_rows
 from combined.errors import ConfigError, LakeError, NotFoundError
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import quote_ident
@@ -329,7 +330,7 @@ def _versions(
     query = f"{sought.matching(scan)} UNION ALL BY NAME "
     query += f"SELECT * FROM {scan} WHERE {prov.OP} = 'truncate'"
     found: list[tuple[int, int, int, RowVersion]] = []
-    for row in con.sql(query).to_arrow_table().to_pylist():
+    for row in python_rows(con.sql(query).to_arrow_table()):
         commit, delivery = files[str(row["filename"])]
         op = str(row.get(prov.OP) or "put")
         order = (commit.lake_version, int(delivery["sequence"]), int(row["file_row_number"]))
@@ -428,7 +429,7 @@ def _current(
         )
     except NotFoundError:
         return [], str(pub.id)  # not in that publication's basis yet
-    return table.to_pylist(), str(pub.id)
+    return python_rows(table), str(pub.id)
 
 
 # -- quarantine ---------------------------------------------------------------------------
@@ -462,10 +463,10 @@ def _quarantined(
             continue  # discarded: the decision is in the Activity feed
         try:
             match = _held(con, path, asked)
-            rows = (
-                con.sql(f"SELECT * FROM read_parquet({_sql_text(path)}) WHERE {match}")
-                .to_arrow_table()
-                .to_pylist()
+            rows = python_rows(
+                con.sql(
+                    f"SELECT * FROM read_parquet({_sql_text(path)}) WHERE {match}"
+                ).to_arrow_table()
             )
         except duckdb.Error:
             continue  # the entry's records do not carry the key columns (or cannot be read)

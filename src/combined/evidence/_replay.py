@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from combined._pyrows import python_rows
 from combined.errors import ConfigError, LakeError, NotFoundError
 from combined.evidence._explain import _Commit, _commits, _raw_files
 from combined.protocol import _provenance as prov
@@ -229,7 +230,7 @@ def _differences(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, int], list[d
     )
     counts = dict(con.execute("SELECT kind, count(*) FROM _kinds GROUP BY kind").fetchall())
     shown = con.sql(f"SELECT * FROM _kinds ORDER BY kind, id LIMIT {SHOWN}").to_arrow_table()
-    return {str(k): int(v) for k, v in counts.items()}, shown.to_pylist()
+    return {str(k): int(v) for k, v in counts.items()}, python_rows(shown)
 
 
 def _write_into(con: duckdb.DuckDBPyConnection, into: str, own: str) -> str:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
+from combined._pyrows import python_rows
 from combined.api._console import _charts
 from combined.catalog import RUN_STATES, RunState
 
@@ -102,7 +103,7 @@ def _feed_pages(r: APIRouter, console: Console) -> None:
     def quarantine_entry(request: Request, entry: str) -> Response:
         console.require(request)
         shown, table = engine.quarantine_records(entry, RECORDS_SHOWN)
-        records = table.to_pylist()
+        records = python_rows(table)
         columns = list(records[0]) if records else []
         return console.page(
             request, "entry.html", q=shown, columns=columns, records=records, shown=RECORDS_SHOWN
