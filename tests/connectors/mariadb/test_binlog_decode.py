@@ -234,3 +234,53 @@ def test_the_library_path_reads_every_charset_as_the_native_one(
     assert sorted(v for k, v in last.items() if k != 1) == [tuple(r) for r in source]
     assert last[2][1:] == last[4][1:]
     assert last[2][1] == "ü€😀𝄞" and last[2][5] == "é€\x81\x8d\x8f\x90\x9d"
+
+
+#: ENUM and SET columns whose labels the log carries in another charset than UTF-8.
+LABELLED = (
+    "e ENUM('café','x','naïve','it''s','a\\\\b','nl\\nx') CHARACTER SET latin1, "
+    "s SET('A','b','ü') CHARACTER SET ucs2, "
+    "r ENUM('привет','мир') CHARACTER SET cp1251, "
+    "u ENUM('ok','é') CHARACTER SET utf8mb4"
+)
+
+
+@pytest.mark.usefixtures("binlog_on")
+@pytest.mark.parametrize("library", [False, True])
+def test_enum_and_set_labels_in_any_charset_read_as_the_server_writes_them(
+    admin: Any, make_request: Any, library: bool
+) -> None:
+    """The library decodes the log's labels as UTF-8, an undecodable one as '': a latin1
+    `café` landed as '' and a ucs2 `b` as '\\x00b', in every changed row, silently."""
+    admin.sql(f"CREATE TABLE lab (id INT PRIMARY KEY, {LABELLED}) ENGINE=InnoDB")
+    state = _here(admin)
+    admin.sql(
+        "INSERT INTO lab VALUES (1, 'café', 'A,b,ü', 'привет', 'é'), (2, 'x', '', 'мир', 'ok'),"
+        " (3, 'it''s', 'b', NULL, NULL)",
+        "UPDATE lab SET e = 'naïve', s = 'ü' WHERE id = 2",
+        "UPDATE lab SET e = 'a\\\\b' WHERE id = 3",
+        "INSERT INTO lab VALUES (4, 'nl\\nx', 'A', 'мир', 'ok')",
+    )
+    source = admin.rows("SELECT id, e, s, r, u FROM lab ORDER BY id")
+    request = make_request("lab", strategy="cdc", state=state)
+    got = pa.Table.from_batches(_read(admin.dsn, request, library=library))
+    last = {r["id"]: (r["id"], r["e"], r["s"], r["r"], r["u"]) for r in got.to_pylist()}
+    assert [last[k] for k in sorted(last)] == [tuple(r) for r in source]
+    assert last[1] == (1, "café", "A,b,ü", "привет", "é")
+    assert last[3][1] == "a\\b" and last[4][1] == "nl\nx"
+
+
+def test_a_column_types_labels_read_as_the_server_writes_them(admin: Any) -> None:
+    from combined.connectors.mariadb._binlog_decode import column_labels
+
+    labels = ["it's", "a\\b", "nl\nx", "cr\rx", "tab\tx", "c,d", "(x)", "", "café"]
+    quoted = ", ".join(
+        "'" + label.replace("\\", "\\\\").replace("'", "''") + "'" for label in labels
+    )
+    quoted = quoted.replace("\n", "\\n").replace("\r", "\\r")
+    admin.sql(f"CREATE TABLE lt (id INT PRIMARY KEY, e ENUM({quoted}), s SET('A', 'b'))")
+    types = admin.rows(
+        "SELECT COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()"
+        " AND TABLE_NAME = 'lt' ORDER BY ORDINAL_POSITION"
+    )
+    assert [column_labels(str(t)) for (t,) in types] == [None, labels, ["A", "b"]]

@@ -59,6 +59,7 @@ from combined.connectors.mariadb._binlog_decode import (
     RowDecoder,
     event_body,
     library_charsets,
+    library_labels,
     row_decoder,
 )
 from combined.connectors.mariadb._binlog_fill import Added, ColumnFill, added_columns
@@ -478,6 +479,7 @@ class BinlogExtraction(SessionRead[Session]):
             return
         self.library_events += 1
         library_charsets(event.columns)
+        library_labels(event.columns, rows.plans)
         for row in event.rows:
             self._seen += 1
             if isinstance(event, UpdateRowsEvent):

@@ -29,6 +29,7 @@ read, a label list the log lacks), or an event it cannot take the bytes of
 from __future__ import annotations
 
 import codecs
+import re
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -197,6 +198,22 @@ def library_charsets(columns: Sequence[Any]) -> None:
             column.character_set_name = _CHARSETS[str(name).lower()]
 
 
+def library_labels(columns: Sequence[Any], plans: Mapping[str, ColumnPlan]) -> None:
+    """Give each ENUM and SET column of a table map the labels :func:`_logged_labels` reads.
+
+    For the library's own per-value path (it names a value by these lists).
+    Changes the columns in place; doing it again is a no-op.
+    """
+    for column in columns:
+        plan = plans.get(str(column.name))
+        if plan is None:
+            continue
+        if column.type == _ENUM and column.enum_values:
+            column.enum_values = ["", *_logged_labels(column, plan, column.enum_values[1:])]
+        elif column.type == _SET and column.set_values:
+            column.set_values = _logged_labels(column, plan, list(column.set_values))
+
+
 def _binary(raw: Callable[[bytes, int], tuple[bytes, int]], plan: ColumnPlan) -> Reader:
     if not (plan.source_type.lower().startswith("binary(") and plan.octets):
         return raw
@@ -311,21 +328,68 @@ def _time2(fsp: int) -> Reader:
     return read
 
 
+#: The escapes of a label in a column type as the server writes it (``append_unescaped``).
+_LABEL_ESCAPES = {"\\\\": "\\", "\\n": "\n", "\\r": "\r", "\\0": "\0", "''": "'"}
+
+
+def column_labels(source_type: str) -> list[str] | None:
+    """The labels of an ENUM or SET column type as the server writes it (``enum('a','it''s')``).
+
+    None for any other type. There a quote is doubled and a backslash, a
+    newline, a carriage return and a NUL are escaped with a backslash.
+    """
+    found = re.fullmatch(r"(?:enum|set)\((.*)\)", source_type.strip(), re.IGNORECASE | re.DOTALL)
+    if found is None:
+        return None
+    escaped = re.compile(r"\\[\\nr0]|''")
+    return [
+        escaped.sub(lambda m: _LABEL_ESCAPES[m[0]], label)
+        for label in re.findall(r"'((?:[^'\\]|\\.|'')*)'", found[1], re.DOTALL)
+    ]
+
+
+def _logged_labels(column: Any, plan: ColumnPlan, logged: list[str]) -> list[str]:
+    """The labels a logged ENUM index or SET bit names, as the server writes them.
+
+    The log carries them in the column's charset and the library decodes
+    them as UTF-8, an undecodable one as '': a latin1 ``café`` was '' and a
+    ucs2 ``b`` was ``\\x00b``, silently, in every row. In another charset than
+    UTF-8 the table's own labels (its column type, which the server writes
+    as text) stand for the log's when it holds as many or more: labels
+    added since keep the earlier ones' positions. Otherwise the change is
+    refused, naming the column, rather than landing wrong.
+    """
+    encoding = _encoding(column)
+    if encoding is not None and codecs.lookup(encoding).name in ("utf-8", "ascii"):
+        return logged
+    table = column_labels(plan.source_type)
+    if table is None or len(table) < len(logged):
+        raise SchemaMismatch(
+            f"column {plan.name!r} ({plan.source_type}, charset "
+            f"{getattr(column, 'character_set_name', None)}) changed its labels since this "
+            "change was logged, and the log's labels cannot be read in that charset",
+            hint="take a new snapshot of the table (combined cdc teardown, then combined cdc "
+            "setup)",
+            column=plan.name,
+        )
+    return table
+
+
 def _labels(column: Any, plan: ColumnPlan) -> Reader | None:
     size = int(column.size)
     if column.type == _ENUM:
-        labels = column.enum_values
-        if not labels:
+        if not column.enum_values:
             return None
+        # (the library's list starts with '', the value of index 0)
+        labels = ["", *_logged_labels(column, plan, list(column.enum_values[1:]))]
 
         def read_enum(buf: bytes, pos: int) -> tuple[Any, int]:
             return labels[int.from_bytes(buf[pos : pos + size], "little")], pos + size
 
         return read_enum
-    members = column.set_values
-    if not members:
+    if not column.set_values:
         return None
-    bits = list(enumerate(members))
+    bits = list(enumerate(_logged_labels(column, plan, list(column.set_values))))
 
     def read_set(buf: bytes, pos: int) -> tuple[Any, int]:
         mask = int.from_bytes(buf[pos : pos + size], "little")
