@@ -852,3 +852,37 @@ def test_rows_a_nullable_unique_key_repeats_are_held_not_merged(binlog: Binlog) 
         assert set(lake(engine)) == {(1, 1, "a"), (2, 20, "b"), (None, 4, "d")}
     finally:
         engine.close()
+
+
+def test_statements_on_a_table_whose_name_holds_a_dot_are_followed(binlog: Binlog) -> None:
+    """A TRUNCATE or an ALTER of `` `dot.items` `` was read as one of table ``items`` in
+    database ``dot``: the lake kept the truncated rows, and the added column unfilled."""
+    from combined.connectors.mariadb import MariaDBSource
+
+    dotted = f"dot.{binlog.table}"
+    binlog.sql(f"RENAME TABLE {{t}} TO `{dotted}`")
+    binlog.table = dotted
+    path = binlog.project()
+    path.write_text(path.read_text().replace(f"relation: {dotted}", f"relation: '`{dotted}`'"))
+    engine = Engine.open(path)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        binlog.sql("INSERT INTO {t} VALUES (501, 501, 'n501')", "TRUNCATE TABLE {t}")
+        binlog.sql("INSERT INTO {t} VALUES (7, 7, 'after')")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert lake(engine) == binlog.source() == [(7, 7, "after")]
+        binlog.sql("ALTER TABLE {t} ADD COLUMN w INT NOT NULL DEFAULT 9")
+        binlog.sql("INSERT INTO {t} VALUES (8, 8, 'later', 1)")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        rows = engine.sql("SELECT id, w FROM db.items ORDER BY id").to_pylist()
+        assert [(r["id"], r["w"]) for r in rows] == [(7, 9), (8, 1)]
+    finally:
+        engine.close()
+    source = MariaDBSource({"dsn": binlog.dsn})
+    try:
+        assert source.measure_key(f"`{dotted}`", ["id"]).rows == 2
+    finally:
+        source.close()

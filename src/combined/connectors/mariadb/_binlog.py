@@ -104,10 +104,20 @@ _DML = re.compile(r"^\s*(insert|update|delete|replace|load)\b", re.IGNORECASE)
 
 
 def _names(text: str) -> tuple[str | None, str]:
-    parts = [
-        p.strip().strip("`").replace("``", "`") for p in re.split(r"`?\s*\.\s*`?", text, maxsplit=1)
-    ]
+    """(database or None, table) of a name the log's statement wrote (``_NAME``).
+
+    A dot inside backquotes is the name's own (`` `x.y` `` is table ``x.y``).
+    """
+    found = re.fullmatch(rf"({_WORD})(?:\s*\.\s*({_WORD}))?", text.strip())
+    if found is None:
+        return None, text.strip()
+    parts = [_unquoted(p) for p in found.groups() if p is not None]
     return (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+
+
+def _unquoted(word: str) -> str:
+    """A name as written (``_WORD``), its backquotes taken off."""
+    return word[1:-1].replace("``", "`") if word.startswith("`") else word
 
 
 #: MariaDB's compressed events (``log_bin_compress=ON``): QUERY_COMPRESSED_EVENT
@@ -356,7 +366,9 @@ class BinlogExtraction(SessionRead[Session]):
                         continue
                     end = verb in ("COMMIT", "ROLLBACK") or not in_txn
                     if isinstance(marker, Added):
-                        touched = (yield from self._fill(marker, rows, name, when, here)) or touched
+                        touched = (
+                            yield from self._fill(marker, rows, rel.ident, when, here)
+                        ) or touched
                         marker = []
                     touched = touched or bool(marker)
                     yield from self._emit(marker)
@@ -416,11 +428,11 @@ class BinlogExtraction(SessionRead[Session]):
         return at is None or (str(stream.log_file), int(stream.log_pos)) >= at
 
     def _fill(
-        self, added: Added, rows: ChangeRows, name: str, when: datetime, here: str
+        self, added: Added, rows: ChangeRows, relation: str, when: datetime, here: str
     ) -> Generator[Message, None, bool]:
         """The rows' values of columns an ALTER TABLE gave them, as updates of those alone;
-        whether there were any to fill."""
-        wanted = [c for c in self._filler.check(name, added) if c in rows.plans]
+        whether there were any to fill. ``relation``: the table, quoted (a name may hold a dot)."""
+        wanted = [c for c in self._filler.check(relation, added) if c in rows.plans]
         if not wanted:
             return False
         yield from self._emit(rows.flush())

@@ -110,10 +110,17 @@ def find_relation(session: Session, name: str, database: str) -> Relation:
     )
     rows = session.rows(q, "looking up the table")
     if not rows:
+        dotted = "." in name and "`" not in name  # (read as database.table)
         raise NotFoundError(
-            f"table {name!r} does not exist in database {db!r} (or the account cannot see it)",
-            hint="`combined discover SOURCE` lists the tables and views; "
-            "grant SELECT if it is missing",
+            f"table {table!r} does not exist in database {db!r} (or the account cannot see it)",
+            hint="`combined discover SOURCE` lists the tables and views; grant SELECT if it is "
+            "missing"
+            + (
+                f"; {name!r} reads as database.table: quote a name holding a dot in backticks "
+                f"(`{name.replace('`', '``')}`)"
+                if dotted
+                else ""
+            ),
             relation=name,
         )
     return _relation(rows[0])

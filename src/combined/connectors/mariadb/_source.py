@@ -100,7 +100,8 @@ class MariaDBSource(BaseSource):
     def measure_key(self, relation: str, key: Sequence[str]) -> KeyMeasure:
         """Rows, distinct key values and rows with a null key part of ``relation``."""
         cols = [f"`{k.replace('`', '``')}`" for k in key]
-        table = ".".join(f"`{p.replace('`', '``')}`" for p in relation.split(".", 1))
+        parts = catalog.parse_relation(relation, self.settings.database)
+        table = ".".join(f"`{p.replace('`', '``')}`" for p in parts)
         query = (
             f"SELECT COUNT(*), COUNT(DISTINCT {', '.join(cols)}), "
             f"COALESCE(SUM({' OR '.join(f'{c} IS NULL' for c in cols)}), 0) FROM {table}"
