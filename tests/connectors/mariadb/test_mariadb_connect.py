@@ -120,6 +120,9 @@ def test_discovery_reports_tables_views_types_keys_and_cursor_evidence(
         " ON UPDATE CURRENT_TIMESTAMP(3), UNIQUE KEY (sku), KEY (updated_at))",
         "CREATE VIEW cheap AS SELECT id, price FROM items WHERE price < 10",
         "INSERT INTO items (sku, price) VALUES ('a', 1), ('b', 20)",
+        "CREATE TABLE plain (id INT NOT NULL, v INT, UNIQUE KEY (id)) ENGINE=InnoDB",
+        "CREATE TABLE loose (id INT, v INT) ENGINE=InnoDB",
+        "CREATE TABLE old (id INT PRIMARY KEY) ENGINE=MyISAM",
     )
     found = source.discover()
     assert found.connector == "mariadb"
@@ -136,8 +139,13 @@ def test_discovery_reports_tables_views_types_keys_and_cursor_evidence(
     assert set(cands) == {"id", "updated_at"}
     assert "auto_increment" in cands["id"] and "ON UPDATE CURRENT_TIMESTAMP" in cands["updated_at"]
     assert "leads index" in cands["updated_at"]
-    assert items.strategies == ("snapshot", "cursor")
+    # The binlog streams a keyed table a consistent snapshot covers (the first capture).
+    assert items.strategies == ("snapshot", "cursor", "cdc")
     assert cheap.primary_key == () and cheap.estimated_rows is None
+    assert "cdc" not in cheap.strategies
+    strategies = {d.name: d.strategies for d in found.datasets}
+    assert strategies["plain"] == ("snapshot", "cursor", "cdc")  # a unique NOT NULL key
+    assert strategies["loose"] == strategies["old"] == ("snapshot", "cursor")
 
 
 @pytest.mark.parametrize("password", ["Pä-7f3k-hidden", "P€-7f3k-hidden"])

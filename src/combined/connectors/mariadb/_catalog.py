@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from combined.connectors._shared import split_qualified
-from combined.connectors.abc import CursorCandidate, DatasetDiscovery, FieldInfo
+from combined.connectors.abc import CursorCandidate, DatasetDiscovery, FieldInfo, Strategy
 from combined.connectors.mariadb._connect import Session, quote_ident
 from combined.connectors.mariadb._types import ColumnPlan, SourceColumn, plan_column
 from combined.errors import ConfigError, NotFoundError
@@ -45,6 +45,8 @@ class Relation:
     kind: str
     engine: str | None
     rows: int | None
+    #: A system-versioned table (its binary log records a delete as an update).
+    versioned: bool = False
 
     @property
     def name(self) -> str:
@@ -91,7 +93,12 @@ _RELATIONS = (
 def _relation(row: Sequence[str | None]) -> Relation:
     db, table, kind, engine, rows = row
     return Relation(
-        str(db), str(table), _KINDS.get(str(kind), "table"), engine, int(rows) if rows else None
+        str(db),
+        str(table),
+        _KINDS.get(str(kind), "table"),
+        engine,
+        int(rows) if rows else None,
+        versioned=str(kind) == "SYSTEM VERSIONED",
     )
 
 
@@ -352,6 +359,12 @@ def describe(
         if (cand := cursor_evidence(c, p, idx)) is not None
     )
     cursor_ok = any(p.orderable for p in plans)
+    # The binlog's full row images name a row by a declared key: a primary
+    # key or a unique one over NOT NULL columns, of a table a consistent
+    # snapshot covers (the stitched first capture), not system-versioned.
+    cdc_ok = rel.kind == "table" and rel.transactional and not rel.versioned
+    cdc_ok = cdc_ok and bool(primary or unique)
+    strategies: tuple[Strategy, ...] = ("snapshot", "cursor") if cursor_ok else ("snapshot",)
     return DatasetDiscovery(
         name=rel.name,
         relation=rel.name,
@@ -360,7 +373,7 @@ def describe(
         primary_key=primary,
         unique_keys=unique,
         cursor_candidates=candidates,
-        strategies=("snapshot", "cursor") if cursor_ok else ("snapshot",),
+        strategies=(*strategies, "cdc") if cdc_ok else strategies,
         # TABLE_ROWS is InnoDB's estimate; a view has none.
         estimated_rows=rel.rows if rel.kind == "table" else None,
     )
