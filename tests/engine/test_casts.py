@@ -154,3 +154,32 @@ def test_a_mariadb_cast_names_a_column_whose_name_holds_a_dot_in_backticks(
         assert rows == [{"id": 1, "a.b": "POINT(1 2)"}, {"id": 2, "a.b": None}]
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize(
+    ("column", "relation"),
+    [
+        ("Sales.T4.r", '\'"Sales"."T4"\''),  # the key `combined check`'s hint names
+        ('\\"Sales\\".\\"T4\\".r', "Sales.T4"),
+        ("Sales.T4.r", "Sales.T4"),
+    ],
+)
+def test_a_cast_serves_a_quoted_relation_however_either_names_it(
+    tmp_path: Path, pg_database: str, column: str, relation: str
+) -> None:
+    """A dataset of `"Sales"."T4"` found no cast keyed `Sales.T4.r` (its hint's own spelling):
+    check failed pointing at that key again; keyed `"Sales"."T4".r`, the check passed and the
+    capture failed (the read cast the column, the declared schema did not)."""
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute('CREATE SCHEMA "Sales"')
+        conn.execute('CREATE TABLE "Sales"."T4" (id int PRIMARY KEY, r tstzrange)')
+        conn.execute(
+            'INSERT INTO "Sales"."T4" VALUES (1, \'[2024-01-01 00:00+00,2024-02-01 00:00+00)\')'
+        )
+    engine = _capture(tmp_path, "postgres", pg_database, column, relation)
+    try:
+        engine.check("db")
+        ((value,),) = [tuple(r.values()) for r in engine.sql("SELECT r FROM db.spans").to_pylist()]
+        assert value.startswith('["2024-01-01')
+    finally:
+        engine.close()

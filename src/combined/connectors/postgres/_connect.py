@@ -171,10 +171,22 @@ class Settings:
         )
 
     def casts_for(self, relation: str) -> Mapping[str, str]:
-        """The casts declared for ``relation`` (``schema.table``, or its table in ``public``)."""
-        schema, _, table = relation.rpartition(".")
-        names = [table, f"public.{table}"] if schema in ("", "public") else [relation]
-        return {column: cast for name in names for column, cast in self.casts.get(name, {}).items()}
+        """The casts declared for ``relation``, however either names it.
+
+        ``orders``, ``public.orders`` and ``"public"."orders"`` are one
+        relation, and so are ``"Sales"."T4"`` and ``Sales.T4``: a cast keyed
+        one way served a dataset named the other way in one step of a
+        capture and not in another.
+        """
+        from combined.connectors.postgres._catalog import parse_relation
+
+        wanted = parse_relation(relation)
+        return {
+            column: cast
+            for name, columns in self.casts.items()
+            if _named(name) == wanted
+            for column, cast in columns.items()
+        }
 
     def conninfo(self) -> str:
         """The libpq connection string, password included: never log or show it."""
@@ -579,3 +591,13 @@ def _close_kept(idle: list[tuple[float, Session]]) -> None:
 def close_quietly(session: Session | None, primary: BaseException | None) -> BaseException | None:
     """Close ``session``; a failure becomes a redacted note on ``primary``, never a raise."""
     return shared_close_quietly(session, primary, detail_of)
+
+
+def _named(relation: str) -> tuple[str, str] | None:
+    """(schema, table) of a cast key's relation; None for a key no relation can match."""
+    from combined.connectors.postgres._catalog import parse_relation
+
+    try:
+        return parse_relation(relation)
+    except ConfigError:
+        return None
