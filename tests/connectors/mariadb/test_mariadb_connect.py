@@ -66,6 +66,9 @@ def test_the_dsn_is_checked_before_anything_connects() -> None:
         MariaDBSource({"dsn": "mysql://root@h/db", "connect_timeout": 0})
     with pytest.raises(ConfigError, match="zero_dates"):
         MariaDBSource({"dsn": "mysql://root@h/db", "zero_dates": "zero"})
+    # A missing TLS file failed as "cannot reach the source ... can be retried".
+    with pytest.raises(ConfigError, match="ssl_ca names '/nowhere/ca.pem', which is not a file"):
+        MariaDBSource({"dsn": "mysql://root@h/db?ssl_ca=/nowhere/ca.pem"})
     src = MariaDBSource({"dsn": "mysql://root@h/db", "password": PASSWORD})
     assert PASSWORD not in repr(src.settings) + repr(src.config)
 

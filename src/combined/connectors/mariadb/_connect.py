@@ -17,6 +17,7 @@ arrays with vectorised casts. That skips PyMySQL's per-value ``Decimal`` and
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -140,6 +141,7 @@ class Settings:
                 f"the {name} dsn has the unknown parameter {unknown[0]!r}",
                 hint=f"the dsn takes: {', '.join(_QUERY_KEYS)}",
             )
+        _require_files(query, name)
         password = config.get("password")
         if password is not None and not isinstance(password, str):
             raise ConfigError(f"the {name} password must be text", hint="resolve the secret")
@@ -195,6 +197,19 @@ class Settings:
         if "ssl_verify_identity" in q:
             kwargs["ssl_verify_identity"] = q["ssl_verify_identity"].lower() in ("1", "true")
         return kwargs
+
+
+def _require_files(query: Mapping[str, str], name: str) -> None:
+    """Refuse a TLS file the dsn names that is not there (it failed as a network error)."""
+    for key in ("ssl_ca", "ssl_cert", "ssl_key"):
+        path = query.get(key)
+        if path and not os.path.isfile(path):
+            raise ConfigError(
+                f"the {name} dsn's {key} names {path!r}, which is not a file on this machine",
+                hint=f"give {key} the path of the PEM file (absolute, or relative to the "
+                "directory Combined runs in)",
+                option=key,
+            )
 
 
 def zero_dates_option(value: Any) -> ZeroDates:
