@@ -10,6 +10,7 @@ from combined._pyrows import python_ready, python_rows
 
 DAY_10000 = 2_932_897  # 10000-01-01, days since 1970-01-01
 DAY_1 = -719_162  # 0001-01-01
+LAST_SECOND = 253_402_300_799  # 9999-12-31 23:59:59 UTC
 
 
 def test_a_column_of_dates_past_9999_or_before_1_reads_as_text() -> None:
@@ -19,7 +20,7 @@ def test_a_column_of_dates_past_9999_or_before_1_reads_as_text() -> None:
             "early": pa.array([DAY_1 - 1, None], pa.date32()),
             "first": pa.array([DAY_1, None], pa.date32()),
             "at": pa.array([(DAY_10000 * 86_400) * 10**6, 0], pa.timestamp("us", "UTC")),
-            "ms": pa.array([(DAY_10000 * 86_400 - 1) * 1000, None], pa.timestamp("ms")),
+            "ms": pa.array([LAST_SECOND * 1000, None], pa.timestamp("ms")),
             "lists": pa.array([[DAY_10000], []], pa.list_(pa.date32())),
             "fine": pa.array([[0], None], pa.list_(pa.date32())),
         }
@@ -34,7 +35,39 @@ def test_a_column_of_dates_past_9999_or_before_1_reads_as_text() -> None:
     assert rows[0]["fine"] == [date(1970, 1, 1)] and rows[1]["fine"] is None
 
 
-def test_a_table_within_pythons_years_is_left_as_it_is() -> None:
+def test_dates_inside_structs_fixed_lists_and_maps_read_as_text() -> None:
+    table = pa.table(
+        {
+            "s": pa.array(
+                [{"x": DAY_10000, "n": 1}], pa.struct([("x", pa.date32()), ("n", pa.int8())])
+            ),
+            "f": pa.array([[DAY_10000]], pa.list_(pa.date32(), 1)),
+            "m": pa.array([[("k", DAY_10000)]], pa.map_(pa.string(), pa.date32())),
+        }
+    )
+    (row,) = python_rows(table)
+    assert row == {
+        "s": {"x": "10000-01-01", "n": 1},
+        "f": ["10000-01-01"],
+        "m": [("k", "10000-01-01")],
+    }
+
+
+def test_an_instant_past_9999_in_its_columns_time_zone_reads_as_text() -> None:
+    """9999-12-31 20:00 UTC is the year 10000 in Tokyo: the column's zone decides."""
+    instant = (LAST_SECOND - 4 * 3600) * 10**6
+    table = pa.table(
+        {
+            "tokyo": pa.array([instant], pa.timestamp("us", "Asia/Tokyo")),
+            "utc": pa.array([instant], pa.timestamp("us", "UTC")),
+        }
+    )
+    (row,) = python_rows(table)
+    assert row["tokyo"] == "10000-01-01 04:59:59.000000+0900"
+    assert row["utc"] == datetime(9999, 12, 31, 19, 59, 59, tzinfo=UTC)
+
+
+def test_a_table_python_holds_is_left_as_it_is() -> None:
     table = pa.table(
         {
             "d": pa.array([0, None], pa.date32()),
@@ -42,5 +75,5 @@ def test_a_table_within_pythons_years_is_left_as_it_is() -> None:
             "empty": pa.array([None, None], pa.date32()),
         }
     )
-    assert python_ready(table) is table
+    assert python_ready(table).equals(table)
     assert python_rows(table)[0]["ns"] == datetime(1970, 1, 1, tzinfo=UTC)

@@ -2,10 +2,11 @@
 
 The lake keeps the dates a source holds: PostgreSQL's run from 4713 BC to
 the year 5874897, Python's ``date`` and ``datetime`` from the year 1 to
-9999 only. A column holding a date or an instant beyond that range is
-handed over as text in Arrow's ISO form (``10000-01-01``,
-``-0001-01-01 00:00:00.000000Z``) instead of failing the whole result;
-every other column keeps its Python type.
+9999 only (and a timestamp in a column's time zone must land there too). A
+column Python cannot hold is handed over with its dates and instants as
+text in Arrow's ISO form (``10000-01-01``, ``-0001-01-01 00:00:00.000000Z``),
+inside lists, structs and maps alike, instead of failing the whole result;
+every other column keeps its Python types.
 """
 
 from __future__ import annotations
@@ -15,51 +16,38 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-#: The first and last day Python's ``date`` holds, in days since 1970-01-01.
-_FIRST_DAY, _LAST_DAY = -719_162, 2_932_896
-_SECONDS_A_DAY = 86_400
-#: Units of a second, by timestamp unit (a nanosecond one always fits).
-_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000}
+#: What pyarrow raises for a value Python's types cannot hold.
+_UNHELD = (OverflowError, ValueError)
 
 
 def python_rows(table: pa.Table) -> list[dict[str, Any]]:
-    """``table.to_pylist()``, its columns of dates beyond Python's range as text."""
-    rows: list[dict[str, Any]] = python_ready(table).to_pylist()
+    """``table.to_pylist()``, a column Python cannot hold with its dates as text."""
+    try:
+        rows: list[dict[str, Any]] = table.to_pylist()
+    except _UNHELD:
+        rows = python_ready(table).to_pylist()
     return rows
 
 
 def python_ready(table: pa.Table) -> pa.Table:
-    """``table`` with each column of dates beyond Python's range (or lists of them) as text."""
+    """``table`` with each column Python cannot hold cast to its dates as text."""
     for i, field in enumerate(table.schema):
         column = table.column(i)
-        if _beyond(column, field.type):
-            table = table.set_column(i, field.name, pc.cast(column, _as_text(field.type)))
+        try:
+            column.to_pylist()
+        except _UNHELD:
+            table = table.set_column(i, field.name, pc.cast(column, as_text(field.type)))
     return table
 
 
-def _as_text(t: pa.DataType) -> pa.DataType:
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return pa.list_(_as_text(t.value_type))
-    return pa.string()
-
-
-def _beyond(values: Any, t: pa.DataType) -> bool:
-    """Whether ``values`` (of type ``t``) hold a date Python cannot."""
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        flat = pc.list_flatten(values)
-        return _beyond(flat, t.value_type) if len(flat) else False
-    if pa.types.is_date32(t):
-        bounds = (_FIRST_DAY, _LAST_DAY + 1)
-        found = pc.min_max(pc.cast(values, pa.int32()))
-    elif pa.types.is_date64(t):
-        day = _SECONDS_A_DAY * 1_000
-        bounds = (_FIRST_DAY * day, (_LAST_DAY + 1) * day)
-        found = pc.min_max(pc.cast(values, pa.int64()))
-    elif pa.types.is_timestamp(t) and t.unit in _PER_SECOND:
-        day = _SECONDS_A_DAY * _PER_SECOND[t.unit]
-        bounds = (_FIRST_DAY * day, (_LAST_DAY + 1) * day)
-        found = pc.min_max(pc.cast(values, pa.int64()))
-    else:
-        return False
-    low, high = found["min"].as_py(), found["max"].as_py()
-    return low is not None and (low < bounds[0] or high >= bounds[1])
+def as_text(t: pa.DataType) -> pa.DataType:
+    """``t`` with every date and timestamp in it (nested too) as a string."""
+    if pa.types.is_date(t) or pa.types.is_timestamp(t):
+        return pa.string()
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return pa.list_(as_text(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(as_text(f.type)) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(as_text(t.key_type), as_text(t.item_type))
+    return t

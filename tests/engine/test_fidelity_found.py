@@ -331,4 +331,5 @@ def test_far_dates_and_small_decimals_print_as_their_text(
         assert "E-10" not in shown.stdout
     explained = tools.cli(tmp_path, "explain", "pg.snap", "1")
     assert explained.returncode == 0, explained.stderr
-    assert "10000-01-01" in explained.stdout
+    assert "10000-01-01" in explained.stdout and '"-0.0000000001"' in explained.stdout
+    assert "E-10" not in explained.stdout

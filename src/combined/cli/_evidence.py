@@ -17,7 +17,10 @@ if TYPE_CHECKING:
 
 
 def _values(v: RowVersion) -> str:
-    return json.dumps(v.values, default=str, ensure_ascii=False) if v.values else "-"
+    """A version's values as JSON, each as ``--json`` writes it (decimals positional)."""
+    from combined.api._json import jsonable
+
+    return json.dumps(jsonable(v.values), ensure_ascii=False) if v.values else "-"
 
 
 def _version_lines(n: int, v: RowVersion) -> list[str]:

@@ -18,6 +18,7 @@ from combined.connectors.mariadb import MariaDBSource
 from combined.connectors.mariadb._binlog import BinlogExtraction
 from combined.connectors.mariadb._binlog_setup import position_of
 from combined.connectors.mariadb._connect import Settings
+from combined.errors import SchemaMismatch
 from combined.protocol import OP_COLUMN, POSITION_COLUMN, RecordBatchMessage, StateMessage
 
 COLUMNS = (
@@ -284,3 +285,43 @@ def test_a_column_types_labels_read_as_the_server_writes_them(admin: Any) -> Non
         " AND TABLE_NAME = 'lt' ORDER BY ORDINAL_POSITION"
     )
     assert [column_labels(str(t)) for (t,) in types] == [None, labels, ["A", "b"]]
+
+
+@pytest.mark.usefixtures("binlog_on")
+@pytest.mark.parametrize("library", [False, True])
+def test_labels_a_change_was_logged_with_stand_after_the_column_changes_them(
+    admin: Any, make_request: Any, library: bool
+) -> None:
+    """A label inserted mid-list later shifts the table's labels: the log's own hold."""
+    admin.sql(
+        "CREATE TABLE moved (id INT PRIMARY KEY, e ENUM('a','b','ü') CHARACTER SET latin1)"
+        " ENGINE=InnoDB"
+    )
+    state = _here(admin)
+    admin.sql(
+        "INSERT INTO moved VALUES (1, 'b'), (2, 'a')",
+        "ALTER TABLE moved MODIFY e ENUM('a','x','b','ü') CHARACTER SET latin1",
+    )
+    got = pa.Table.from_batches(_logged(_labelled_read(admin, make_request, state, library)))
+    assert sorted((r["id"], r["e"]) for r in got.to_pylist()) == [(1, "b"), (2, "a")]
+    # An undecodable label ('ü') at a place the table's labels no longer agree with: refused.
+    admin.sql("DROP TABLE moved")
+    admin.sql(
+        "CREATE TABLE moved (id INT PRIMARY KEY, e ENUM('a','ü') CHARACTER SET latin1)"
+        " ENGINE=InnoDB"
+    )
+    state = _here(admin)
+    admin.sql(
+        "INSERT INTO moved VALUES (1, 'ü')",
+        "ALTER TABLE moved MODIFY e ENUM('ü','a') CHARACTER SET latin1",
+    )
+    with pytest.raises(SchemaMismatch, match="cannot be read in that charset"):
+        _logged(_labelled_read(admin, make_request, state, library))
+
+
+def _labelled_read(admin: Any, make_request: Any, state: Any, library: bool) -> Any:
+    settings = Settings.from_config({"dsn": admin.dsn})
+    request = make_request("moved", strategy="cdc", state=state)
+    start = position_of(state)
+    assert start is not None
+    return BinlogExtraction(settings, request, start=start, library_rows=library)

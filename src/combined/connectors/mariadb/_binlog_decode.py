@@ -36,7 +36,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from combined.connectors.mariadb._binlog_rows import bytes_text, server_text
+from combined.connectors.mariadb._binlog_rows import (
+    Unreadable,
+    bytes_text,
+    refuse_unreadable,
+    server_text,
+)
 from combined.connectors.mariadb._connect import ZeroDates
 from combined.connectors.mariadb._types import ColumnPlan, convert_column
 from combined.errors import SchemaMismatch
@@ -352,27 +357,41 @@ def _logged_labels(column: Any, plan: ColumnPlan, logged: list[str]) -> list[str
     """The labels a logged ENUM index or SET bit names, as the server writes them.
 
     The log carries them in the column's charset and the library decodes
-    them as UTF-8, an undecodable one as '': a latin1 ``café`` was '' and a
-    ucs2 ``b`` was ``\\x00b``, silently, in every row. In another charset than
-    UTF-8 the table's own labels (its column type, which the server writes
-    as text) stand for the log's when it holds as many or more: labels
-    added since keep the earlier ones' positions. Otherwise the change is
-    refused, naming the column, rather than landing wrong.
+    them as UTF-8, one it cannot as '': a latin1 ``café`` was '' and a ucs2
+    ``b`` was ``\\x00b``, silently, in every row. A label the library did
+    decode is its bytes again, decoded in the column's charset. One it could
+    not is the table's label at that place (its column type, which the
+    server writes as text) where the table's labels agree with every label
+    the log did keep; otherwise it is :class:`Unreadable`, and a change
+    naming it is refused, naming the column, rather than landing wrong.
     """
     encoding = _encoding(column)
-    if encoding is not None and codecs.lookup(encoding).name in ("utf-8", "ascii"):
+    if encoding is None or codecs.lookup(encoding).name in ("utf-8", "ascii"):
         return logged
-    table = column_labels(plan.source_type)
-    if table is None or len(table) < len(logged):
-        raise SchemaMismatch(
+    labels: list[str | None] = []
+    for label in logged:
+        try:
+            labels.append(label.encode("utf-8").decode(encoding) if label else None)
+        except UnicodeDecodeError:
+            labels.append(None)
+    table = column_labels(plan.source_type) or []
+    agree = len(table) >= len(labels) and all(
+        label is None or label == table[i] for i, label in enumerate(labels)
+    )
+    unreadable = Unreadable.of(
+        SchemaMismatch(
             f"column {plan.name!r} ({plan.source_type}, charset "
-            f"{getattr(column, 'character_set_name', None)}) changed its labels since this "
-            "change was logged, and the log's labels cannot be read in that charset",
+            f"{getattr(column, 'character_set_name', None)}): a label this change was logged "
+            "with cannot be read in that charset, and the column's labels changed since",
             hint="take a new snapshot of the table (combined cdc teardown, then combined cdc "
             "setup)",
             column=plan.name,
         )
-    return table
+    )
+    return [
+        label if label is not None else table[i] if agree else unreadable
+        for i, label in enumerate(labels)
+    ]
 
 
 def _labels(column: Any, plan: ColumnPlan) -> Reader | None:
@@ -386,13 +405,22 @@ def _labels(column: Any, plan: ColumnPlan) -> Reader | None:
         def read_enum(buf: bytes, pos: int) -> tuple[Any, int]:
             return labels[int.from_bytes(buf[pos : pos + size], "little")], pos + size
 
-        return read_enum
+        def read_checked(buf: bytes, pos: int) -> tuple[Any, int]:
+            label, end = read_enum(buf, pos)
+            refuse_unreadable(label)
+            return label, end
+
+        return read_checked if any(type(v) is Unreadable for v in labels) else read_enum
     if not column.set_values:
         return None
     bits = list(enumerate(_logged_labels(column, plan, list(column.set_values))))
 
+    unreadable = sum(1 << i for i, v in bits if type(v) is Unreadable)
+
     def read_set(buf: bytes, pos: int) -> tuple[Any, int]:
         mask = int.from_bytes(buf[pos : pos + size], "little")
+        if mask & unreadable:
+            refuse_unreadable(frozenset(v for i, v in bits if mask >> i & 1))
         return ",".join(v for i, v in bits if mask >> i & 1), pos + size
 
     return read_set

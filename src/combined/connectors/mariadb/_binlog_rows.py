@@ -51,10 +51,38 @@ _ROW_IMAGE_FIX = (
 )
 
 
+class Unreadable(str):
+    """An ENUM or SET label of the log that nothing reads back (``_binlog_decode``).
+
+    It stands in the column's labels, and a value that names it fails the
+    read with :attr:`error`: a row that never names it reads as it should.
+    """
+
+    error: SchemaMismatch
+
+    @classmethod
+    def of(cls, error: SchemaMismatch) -> Unreadable:
+        """A label whose use raises ``error``."""
+        label = cls("")
+        label.error = error
+        return label
+
+
+def refuse_unreadable(value: Any) -> None:
+    """Raise the error of an :class:`Unreadable` label ``value`` is or holds (a SET's)."""
+    if type(value) is Unreadable:
+        raise value.error
+    if isinstance(value, set | frozenset):
+        for label in value:
+            if type(label) is Unreadable:
+                raise label.error
+
+
 def server_text(value: Any, plan: ColumnPlan, column: Any = None) -> Any:
     """``value`` as decoded by ``mysql-replication``, written as the server writes it."""
     if value is None:
         return None
+    refuse_unreadable(value)
     kind = plan.kind
     if kind == "binary":
         raw = value if isinstance(value, bytes) else str(value).encode("utf-8")
