@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -145,8 +146,6 @@ def _cell(value: Any) -> str:
         return ""
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
-    from decimal import Decimal
-
     if isinstance(value, Decimal):
         from combined.api._json import decimal_text
 

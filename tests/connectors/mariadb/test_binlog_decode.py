@@ -261,6 +261,12 @@ def test_enum_and_set_labels_in_any_charset_read_as_the_server_writes_them(
         "UPDATE lab SET e = 'naïve', s = 'ü' WHERE id = 2",
         "UPDATE lab SET e = 'a\\\\b' WHERE id = 3",
         "INSERT INTO lab VALUES (4, 'nl\\nx', 'A', 'мир', 'ok')",
+        "START TRANSACTION",
+        "INSERT INTO lab VALUES (5, 'nl\\nx', 'b', 'мир', 'é')",
+        "UPDATE lab SET e = 'café', s = 'A,ü' WHERE id = 4",
+        "COMMIT",
+        # Rows events of one table map (one statement's): its columns serve each.
+        "INSERT INTO lab SELECT 100 + seq, 'café', 'b,ü', 'привет', 'é' FROM seq_1_to_3000",
     )
     source = admin.rows("SELECT id, e, s, r, u FROM lab ORDER BY id")
     request = make_request("lab", strategy="cdc", state=state)
@@ -268,7 +274,8 @@ def test_enum_and_set_labels_in_any_charset_read_as_the_server_writes_them(
     last = {r["id"]: (r["id"], r["e"], r["s"], r["r"], r["u"]) for r in got.to_pylist()}
     assert [last[k] for k in sorted(last)] == [tuple(r) for r in source]
     assert last[1] == (1, "café", "A,b,ü", "привет", "é")
-    assert last[3][1] == "a\\b" and last[4][1] == "nl\nx"
+    assert last[3][1] == "a\\b" and last[5][1] == "nl\nx"
+    assert last[4][1:3] == ("café", "A,ü")
 
 
 def test_a_column_types_labels_read_as_the_server_writes_them(admin: Any) -> None:

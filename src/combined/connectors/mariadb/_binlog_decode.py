@@ -214,9 +214,23 @@ def library_labels(columns: Sequence[Any], plans: Mapping[str, ColumnPlan]) -> N
         if plan is None:
             continue
         if column.type == _ENUM and column.enum_values:
-            column.enum_values = ["", *_logged_labels(column, plan, column.enum_values[1:])]
+            column.enum_values = ["", *_column_labels(column, plan)]
         elif column.type == _SET and column.set_values:
-            column.set_values = _logged_labels(column, plan, list(column.set_values))
+            column.set_values = _column_labels(column, plan)
+
+
+def _column_labels(column: Any, plan: ColumnPlan) -> list[str]:
+    """:func:`_logged_labels` of a table map's ENUM or SET column, read once.
+
+    Kept on the column: a table map's columns serve each of its rows
+    events, and its labels, once read, are no longer the library's.
+    """
+    kept: list[str] | None = getattr(column, "_combined_labels", None)
+    if kept is None:
+        logged = column.enum_values[1:] if column.type == _ENUM else column.set_values
+        kept = _logged_labels(column, plan, list(logged))
+        column._combined_labels = kept
+    return kept
 
 
 def _binary(raw: Callable[[bytes, int], tuple[bytes, int]], plan: ColumnPlan) -> Reader:
@@ -400,7 +414,7 @@ def _labels(column: Any, plan: ColumnPlan) -> Reader | None:
         if not column.enum_values:
             return None
         # (the library's list starts with '', the value of index 0)
-        labels = ["", *_logged_labels(column, plan, list(column.enum_values[1:]))]
+        labels = ["", *_column_labels(column, plan)]
 
         def read_enum(buf: bytes, pos: int) -> tuple[Any, int]:
             return labels[int.from_bytes(buf[pos : pos + size], "little")], pos + size
@@ -413,7 +427,7 @@ def _labels(column: Any, plan: ColumnPlan) -> Reader | None:
         return read_checked if any(type(v) is Unreadable for v in labels) else read_enum
     if not column.set_values:
         return None
-    bits = list(enumerate(_logged_labels(column, plan, list(column.set_values))))
+    bits = list(enumerate(_column_labels(column, plan)))
 
     unreadable = sum(1 << i for i, v in bits if type(v) is Unreadable)
 
