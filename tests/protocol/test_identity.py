@@ -7,7 +7,7 @@ import decimal
 import hashlib
 import json
 import re
-import resource
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -464,17 +464,17 @@ def test_a_wide_decimal_costs_little_more_to_encode_than_to_print(
     assert 100_000 < wide < 300_000
 
     def cpu(expression: str) -> float:
-        best = float("inf")
-        for _ in range(3):
-            before = resource.getrusage(resource.RUSAGE_SELF)
-            con.execute(f"SELECT sum(strlen({expression})) FROM t").fetchall()
-            after = resource.getrusage(resource.RUSAGE_SELF)
-            spent = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-            best = min(best, spent)
-        return best
+        # This thread's CPU time: DuckDB at one thread runs the query on it, and
+        # the process's time also counts other tests' threads that are still
+        # winding down in this worker (a 1.63x failure in a loaded CI run).
+        before = time.thread_time()
+        con.execute(f"SELECT sum(strlen({expression})) FROM t").fetchall()
+        return time.thread_time() - before
 
-    printed = cpu("CAST(d AS VARCHAR)")
-    encoded = cpu(canonical_sql("d", pa.decimal128(precision, scale)))
+    encode = canonical_sql("d", pa.decimal128(precision, scale))
+    # The best of five each, alternated: a noisy moment costs both sides alike.
+    rounds = [(cpu("CAST(d AS VARCHAR)"), cpu(encode)) for _ in range(5)]
+    printed, encoded = min(p for p, _ in rounds), min(e for _, e in rounds)
     assert encoded < 1.6 * printed, (encoded, printed)
 
 
