@@ -208,9 +208,10 @@ def plan_column_of(name: str) -> Any:
     return plan_column(SourceColumn(name, "int", "int(11)", False, 10, 0))
 
 
-def test_an_aborted_bulk_read_stops_at_its_next_batch_and_ends_its_connection(
+def _bulk_read_under_way(
     admin: Any, source: MariaDBSource, make_request: Any
-) -> None:
+) -> tuple[MariaDBExtraction, Iterator[Any]]:
+    """A bulk read of a 400,000-row table ``big``, its first batch taken."""
     admin.sql(
         "CREATE TABLE big (id BIGINT PRIMARY KEY, pad VARCHAR(200)) ENGINE=InnoDB",
         "INSERT INTO big SELECT seq, REPEAT('p', 200) FROM seq_1_to_400000",
@@ -220,25 +221,31 @@ def test_an_aborted_bulk_read_stops_at_its_next_batch_and_ends_its_connection(
     it = iter(ext)
     next(it)
     assert ext.path == "bulk"
+    return ext, it
 
-    def bulk_sessions() -> int:
-        return int(
-            admin.rows(
-                "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
-                "WHERE INFO LIKE 'SELECT `id` AS `id`, `pad` AS `pad`%'"
-                " AND ID <> CONNECTION_ID()"
-            )[0][0]
-        )
 
-    assert bulk_sessions()  # the bulk read is still under way
+def _bulk_sessions(admin: Any) -> list[int]:
+    """The ids of the server's sessions running the bulk read of ``big``."""
+    rows = admin.rows(
+        "SELECT ID FROM information_schema.PROCESSLIST "
+        "WHERE INFO LIKE 'SELECT `id` AS `id`, `pad` AS `pad`%' AND ID <> CONNECTION_ID()"
+    )
+    return [int(r[0]) for r in rows]
+
+
+def test_an_aborted_bulk_read_stops_at_its_next_batch_and_ends_its_connection(
+    admin: Any, source: MariaDBSource, make_request: Any
+) -> None:
+    ext, it = _bulk_read_under_way(admin, source, make_request)
+    assert _bulk_sessions(admin)  # the bulk read is still under way
     assert ext.finish("abort").receipt is not None
     with pytest.raises(ProtocolViolation):
         next(it)
     for _ in range(100):
-        if not bulk_sessions():
+        if not _bulk_sessions(admin):
             break
         time.sleep(0.05)
-    assert not bulk_sessions()
+    assert not _bulk_sessions(admin)
 
 
 def test_a_bulk_read_whose_connection_is_killed_fails_retryably_and_never_panics(
@@ -248,20 +255,9 @@ def test_a_bulk_read_whose_connection_is_killed_fails_retryably_and_never_panics
 
     It escaped the capture as a crash; it is the source's failure, to retry.
     """
-    admin.sql(
-        "CREATE TABLE big (id BIGINT PRIMARY KEY, pad VARCHAR(200)) ENGINE=InnoDB",
-        "INSERT INTO big SELECT seq, REPEAT('p', 200) FROM seq_1_to_400000",
-    )
-    ext = source.read(make_request("big", batch_rows=1000))
-    assert isinstance(ext, MariaDBExtraction)
-    it = iter(ext)
-    next(it)
-    assert ext.path == "bulk"
-    (session,) = admin.rows(
-        "SELECT ID FROM information_schema.PROCESSLIST "
-        "WHERE INFO LIKE 'SELECT `id` AS `id`, `pad` AS `pad`%' AND ID <> CONNECTION_ID()"
-    )
-    admin.sql(f"KILL CONNECTION {int(session[0])}")
+    ext, it = _bulk_read_under_way(admin, source, make_request)
+    (session,) = _bulk_sessions(admin)
+    admin.sql(f"KILL CONNECTION {session}")
     with pytest.raises(CombinedError) as caught:
         for _ in it:
             pass

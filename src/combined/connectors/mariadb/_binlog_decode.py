@@ -349,6 +349,7 @@ def _time2(fsp: int) -> Reader:
 
 #: The escapes of a label in a column type as the server writes it (``append_unescaped``).
 _LABEL_ESCAPES = {"\\\\": "\\", "\\n": "\n", "\\r": "\r", "\\0": "\0", "''": "'"}
+_LABEL_ESCAPE = re.compile(r"\\[\\nr0]|''")
 
 
 def column_labels(source_type: str) -> list[str] | None:
@@ -360,9 +361,8 @@ def column_labels(source_type: str) -> list[str] | None:
     found = re.fullmatch(r"(?:enum|set)\((.*)\)", source_type.strip(), re.IGNORECASE | re.DOTALL)
     if found is None:
         return None
-    escaped = re.compile(r"\\[\\nr0]|''")
     return [
-        escaped.sub(lambda m: _LABEL_ESCAPES[m[0]], label)
+        _LABEL_ESCAPE.sub(lambda m: _LABEL_ESCAPES[m[0]], label)
         for label in re.findall(r"'((?:[^'\\]|\\.|'')*)'", found[1], re.DOTALL)
     ]
 

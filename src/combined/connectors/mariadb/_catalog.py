@@ -362,8 +362,9 @@ def describe(
     # The binlog's full row images name a row by a declared key: a primary
     # key or a unique one over NOT NULL columns, of a table a consistent
     # snapshot covers (the stitched first capture), not system-versioned.
-    cdc_ok = rel.kind == "table" and rel.transactional and not rel.versioned
-    cdc_ok = cdc_ok and bool(primary or unique)
+    cdc_ok = (
+        rel.kind == "table" and rel.transactional and not rel.versioned and bool(primary or unique)
+    )
     strategies: tuple[Strategy, ...] = ("snapshot", "cursor") if cursor_ok else ("snapshot",)
     return DatasetDiscovery(
         name=rel.name,
