@@ -150,6 +150,32 @@ def test_a_filled_nullable_column_is_reconciled_against_the_source(
         engine.close()
 
 
+def test_a_column_added_with_no_change_after_it_is_filled_at_the_runs_end(
+    tmp_path: Path, cdc_db: Any
+) -> None:
+    """No change of the table follows the ALTER: no relation message shows the column.
+
+    Before, the lake lacked the column, and the capture succeeded, until some
+    later change of the table showed it. Now each run compares the catalog's
+    columns, read before its end is set, with the lake's, and fills what
+    differs at its end, reconciled as any fill is.
+    """
+    dsn = _project(tmp_path, cdc_db)
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        _captured_then(engine, dsn, "ALTER TABLE t ADD COLUMN flag boolean NOT NULL DEFAULT true")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["t"]["updates"] == 100
+        assert _lake(engine, "id, v, flag") == _source(dsn, "id, v, flag")
+        body = _events(engine, "reconciliation")[0]
+        assert body["filled_nulls"] == {"flag": {"source": 0, "lake": 0}}
+        (run,) = engine.capture()  # filled once
+        assert run.stats is not None and run.stats["t"]["captured"] == 0
+    finally:
+        engine.close()
+
+
 def test_an_append_dataset_is_not_filled_and_an_alert_says_why(tmp_path: Path, cdc_db: Any) -> None:
     """An event stream keeps the events the source sent; the rows a default gave a value are named.
 
@@ -290,5 +316,34 @@ def test_a_wide_table_gets_a_column_filled_in_one_join(tmp_path: Path, cdc_db: A
             row = conn.execute(total + "t").fetchone()
         assert row is not None
         assert engine.sql(total + "pg.t").to_pylist()[0]["s"] == row[0]
+    finally:
+        engine.close()
+
+
+def test_filled_values_are_the_streams_text_not_a_cast_to_text(tmp_path: Path, cdc_db: Any) -> None:
+    """The fill reads each value's output function, as the stream sends it.
+
+    Reproduction: the fill read ``column::text``, which is not the output
+    function for every type: a boolean added with ``DEFAULT true`` read
+    ``'true'``, which the stream's parser (``t``/``f``) took for false, on
+    every row; an inet gained its ``/32``, a ``char(4)`` lost its trailing
+    blanks.
+    """
+    dsn = _project(tmp_path, cdc_db)
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        _captured_then(
+            engine,
+            dsn,
+            "ALTER TABLE t ADD COLUMN flag boolean NOT NULL DEFAULT true,"
+            " ADD COLUMN ip inet DEFAULT '10.0.0.1', ADD COLUMN c char(4) DEFAULT 'ab'",
+            "UPDATE t SET v = -1 WHERE id = 1",  # streamed: the form the fill must match
+        )
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        rows = engine.sql("SELECT DISTINCT flag, ip, c FROM pg.t").to_pylist()
+        assert len(rows) == 1, rows  # the streamed row 1 and the 99 filled ones agree
+        assert rows[0]["flag"] is True and rows[0]["c"] == "ab  "
+        assert rows[0]["ip"] == "10.0.0.1", rows
     finally:
         engine.close()

@@ -347,8 +347,10 @@ def test_each_transaction_yields_its_rows_then_its_state() -> None:
         ("f", "state", final),
     ]
     states = [m for m in out if isinstance(m, StateMessage)]
-    # The table's oid rides with its checkpoint: the next read refuses another table.
-    assert states[0].state == {"lsn": ends[0], "dataset": "t", "relid": T_REL.oid}
+    # The table's oid rides with its checkpoint: the next read refuses another table;
+    # so do its columns' types: the next read fills a column whose type changed.
+    types = {c.name: [c.type_oid, c.type_modifier] for c in T_REL.columns}
+    assert states[0].state == {"lsn": ends[0], "dataset": "t", "relid": T_REL.oid, "types": types}
     assert states[0].position == lsn_to_text(COMMITS[0].commit_lsn)
     assert states[0].emitted_at == COMMITS[0].commit_time.isoformat()
     assert [s.final for s in states[-2:]] == [True, True] and states[-1].emitted_at is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from struct import Struct
 from typing import Any, cast
 
@@ -109,6 +110,9 @@ class _Target:
     watch: list[int] | None = None
     #: The columns the dataset holds (its ``columns:`` and key; None: every column).
     columns: frozenset[str] | None = None
+    #: Each column's (type oid, type modifier) as the last relation message, or the
+    #: checkpoint, showed it (None: not recorded; no type change is seen).
+    types: dict[str, tuple[int, int]] | None = None
 
 
 def _state_value(lsn: str, t: _Target) -> dict[str, Any]:
@@ -119,7 +123,17 @@ def _state_value(lsn: str, t: _Target) -> dict[str, Any]:
         value["relid"] = t.oid
     if t.tree is not None and t.tree.partitioned:
         value["partitions"] = t.tree.record()
+    if t.types is not None:
+        value["types"] = {name: list(pair) for name, pair in t.types.items()}
     return value
+
+
+def recorded_types(state: Mapping[str, Any] | None) -> dict[str, tuple[int, int]] | None:
+    """The column types a checkpoint recorded (``types``), if it did."""
+    types = (state or {}).get("types")
+    if not isinstance(types, Mapping):
+        return None
+    return {str(n): (int(pair[0]), int(pair[1])) for n, pair in types.items()}
 
 
 class _Assembler:
@@ -155,9 +169,12 @@ class _Assembler:
         fill: Callable[[str, Sequence[str]], Iterator[tuple[bytes | None, ...]]] | None = None,
         events: Collection[str] = (),
         columns: Mapping[str, Collection[str]] | None = None,
+        types: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
     ) -> None:
         # ``columns``: each dataset's selected columns (``columns:`` and its
         # key), when it selects; the stream's other columns are left out.
+        # ``types``: each column's type as its checkpoint recorded it; a
+        # relation message showing another one has the column filled.
         # ``known``: the columns each dataset's lake table holds; ``fill``
         # reads the given columns of every row of a table (:mod:`._fill`),
         # except for ``events`` (append datasets), whose added columns are
@@ -176,11 +193,12 @@ class _Assembler:
                 known=set(known[d]) if known and d in known else None,
                 events=d in events,
                 columns=frozenset(columns[d]) if columns and d in columns else None,
+                types=dict(types[d]) if types and d in types else None,
             )
             for d, rel in datasets.items()
         }
         self._fill = fill
-        self._pending_fill: tuple[_Target, Relation, list[str]] | None = None
+        self._pending_fill: tuple[_Target, Relation, list[str], Begin] | None = None
         self._partitioned: dict[int, _Target] = {}
         for t in self._targets.values():
             t.emitted = t.start
@@ -384,18 +402,46 @@ class _Assembler:
         return out
 
     def _note_added(self, t: _Target, msg: Relation) -> None:
-        """Ask for a fill (:meth:`fill_pending`) when ``msg`` shows columns the lake lacks."""
-        names = [c.name for c in msg.columns if t.columns is None or c.name in t.columns]
+        """Ask for a fill (:meth:`fill_pending`) when ``msg`` shows columns the lake
+        lacks, or columns whose values were rewritten (:meth:`_to_fill`)."""
+        fill = self._to_fill(t, msg)
+        t.types = {c.name: (c.type_oid, c.type_modifier) for c in msg.columns}
         if t.known is None:
             return
-        added = [n for n in names if n not in t.known]
-        t.known.update(names)
-        if not added or self._txn is None or t.skip:
+        added = [n for n in fill if n not in t.known]
+        t.known.update(c.name for c in msg.columns if t.columns is None or c.name in t.columns)
+        if not fill or self._txn is None or t.skip:
             return
-        if t.events:
+        if t.events:  # events keep the values they were sent with
             t.unfilled += added
         elif self._fill is not None:
-            self._pending_fill = (t, msg, added)
+            self._pending_fill = (t, msg, fill, self._txn)
+
+    def _to_fill(self, t: _Target, msg: Relation) -> list[str]:
+        """The columns of ``msg`` to fill: those the lake lacks, and those whose type
+        changed since the last relation message or checkpoint (an ``ALTER COLUMN
+        ... TYPE`` rewrote their values in place: :mod:`._fill`).
+
+        A key column's new type keeps its rows' identities; a key rewritten by
+        ``USING`` is another table (docs/cdc.md).
+        """
+        if t.known is None:
+            return []
+        key, was = set(t.key or msg.key), t.types
+        return [
+            c.name
+            for c in msg.columns
+            if (t.columns is None or c.name in t.columns)
+            and (
+                c.name not in t.known
+                or (
+                    was is not None
+                    and c.name not in key
+                    and was.get(c.name, (c.type_oid, c.type_modifier))
+                    != (c.type_oid, c.type_modifier)
+                )
+            )
+        ]
 
     @property
     def fill_waits(self) -> bool:
@@ -411,14 +457,13 @@ class _Assembler:
         relation message. Full batches are handed over as the read goes.
         """
         pending, self._pending_fill = self._pending_fill, None
-        if pending is None or self._fill is None or self._txn is None:
+        if pending is None or self._fill is None:
             return
-        t, msg, added = pending
+        t, msg, added, txn = pending
         assert t.batcher is not None
         names = [c.name for c in msg.columns]
         key = list(t.key or msg.key)
         at = [names.index(n) for n in key + added]
-        txn = self._txn
         t.filled += added
         for row in self._fill(t.relation, key + added):
             kinds = ["u"] * len(names)
@@ -430,6 +475,25 @@ class _Assembler:
             t.touched = True
             if t.batcher.full:
                 yield from self._cut(t)
+
+    def fill_late(self, now: Mapping[str, Relation], at: int) -> Iterator[Message]:
+        """Fill what the catalog showed changed when no relation message did.
+
+        ``now`` holds each dataset's table as the catalog showed it when the
+        run started (:func:`._fill.relation_now`); ``at`` is a position
+        between transactions that every commit read so far precedes. A
+        table with columns to fill (:meth:`_to_fill`) gets a transaction of
+        its own at ``at``: its relation, then the fill.
+        """
+        for t in self._targets.values():
+            msg = now.get(t.dataset)
+            if msg is None or t.types is None or t.events or not self._to_fill(t, msg):
+                continue
+            begin = Begin(at, datetime.now(UTC), 0)
+            self.feed(begin)
+            yield from self._relation(msg)
+            yield from self.fill_pending()
+            yield from self._commit(Commit(0, at, at, begin.commit_time))
 
     def _partition_of(self, msg: Relation, bound: _Target | None) -> _Target | None:
         """The partitioned dataset ``msg`` is a partition of, if any."""

@@ -65,12 +65,14 @@ from combined.connectors.postgres._fill import (
     FillCount,
     count_nulls,
     not_null_columns,
+    relations_now,
 )
 from combined.connectors.postgres._pgoutput import (
     Begin,
     Commit,
     LogicalMessage,
     PgoutputDecoder,
+    Relation,
     arrow_type,
     lsn_to_text,
     text_to_lsn,
@@ -146,6 +148,8 @@ class _Pace:
     final: int = 0
     #: The LSN of the latest end marker of this run the stream delivered.
     marked: int = 0
+    #: Where the catalog's columns are compared and filled (:meth:`_Assembler.fill_late`).
+    late: int | None = None
 
     def __post_init__(self) -> None:
         self.last_flush = self.last_beat = self.last_ping = self.idle_since = self.started
@@ -213,6 +217,7 @@ class CdcExtraction(BaseExtraction):
         lake_columns: Mapping[str, Sequence[str]] | None = None,
         events: Iterable[str] = (),
         columns: Mapping[str, Collection[str]] | None = None,
+        types: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
     ) -> None:
         super().__init__(authority)
         if not datasets:
@@ -232,6 +237,11 @@ class CdcExtraction(BaseExtraction):
         self._trees = dict(trees or {})
         self._lake_columns = lake_columns
         self._columns = columns
+        self._types = dict(types or {})
+        #: Each dataset's table as the catalog held it when the run started, and
+        #: the WAL position after that read (:meth:`_Assembler.fill_late`).
+        self._now: dict[str, Relation] = {}
+        self._now_lsn = 0
         self._fill = ColumnFill(settings)
         #: Per dataset, the columns the source declares NOT NULL when the run ended.
         self.not_null_columns: dict[str, tuple[str, ...]] = {}
@@ -271,6 +281,9 @@ class CdcExtraction(BaseExtraction):
                 yield from self._emit(rows.feed(asm))
             if not asm.in_transaction and self._at_end(asm, stream, pace, now):
                 break
+            if pace.late is not None:
+                yield from self._emit(asm.fill_late(self._now, pace.late))
+                pace.late, self._now = None, {}
             with self._lock:
                 got = stream.read(0.0)
             if got is None:
@@ -317,6 +330,8 @@ class CdcExtraction(BaseExtraction):
         # PostgreSQL before 17 lets a lower flush move the slot back: never send one.
         self._confirmed = max(self._confirmed, status.confirmed_flush_lsn or 0)
         end = self._end
+        if end in ("current", None):  # read before the run's end is set
+            self._now = self._catalog_now()
         if end == "current":
             self._token = uuid.uuid4().hex
             end = emit_end_marker(self._settings, self._token)
@@ -361,6 +376,11 @@ class CdcExtraction(BaseExtraction):
         if not pace.stopped and self._stopping(now - pace.started):
             pace.stopped, pace.end_lsn = True, final  # the run ends here, or at an anchor past it
         if pace.end_lsn is not None and final >= pace.end_lsn:
+            if self._now:  # once, before the fills are anchored and counted
+                if final >= self._now_lsn:
+                    pace.late = final
+                    return False
+                self._now = {}  # an ALTER read then may follow: the next run compares
             later = self._read_on(asm, pace.end_lsn)
             if later is None:
                 pace.final = final
@@ -399,6 +419,26 @@ class CdcExtraction(BaseExtraction):
         with self._lock:
             return stream.read(0.2)
 
+    def _catalog_now(self) -> dict[str, Relation]:
+        """The captured tables as the catalog holds them (:func:`relations_now`), where
+        the lake's columns are known; the WAL position after the read in ``_now_lsn``.
+
+        A checkpoint that recorded no types (written before they were) takes
+        these: an ``ALTER`` between it and this read goes unseen, once.
+        """
+        chosen = {
+            d: rel
+            for d, rel in self.datasets.items()
+            if d not in self._events and d in (self._lake_columns or {})
+        }
+        if not chosen:
+            return {}
+        relations, self._now_lsn = relations_now(self._settings, list(chosen.values()))
+        now = dict(zip(chosen, relations, strict=True))
+        for d, msg in now.items():
+            self._types.setdefault(d, {c.name: (c.type_oid, c.type_modifier) for c in msg.columns})
+        return now
+
     def _new_assembler(self) -> _Assembler:
         return _Assembler(
             self.datasets,
@@ -414,6 +454,7 @@ class CdcExtraction(BaseExtraction):
             columns=self._columns,
             fill=self._fill,
             events=self._events,
+            types=self._types,
         )
 
     def _finish(self, asm: _Assembler, final: int) -> Iterator[Message]:

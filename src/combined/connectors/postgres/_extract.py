@@ -651,8 +651,9 @@ class PostgresExtraction(SessionRead[Session]):
         new = new_to_lake(self._request, work.by_name)
         if not new:
             return False
+        # (``IS NOT NULL`` is false for a composite value holding a null field)
         filled = sql.SQL(" OR ").join(
-            sql.SQL("{} IS NOT NULL").format(sql.Identifier(n)) for n in new
+            sql.SQL("num_nulls({}) = 0").format(sql.Identifier(n)) for n in new
         )
         with self._lock:
             (found,) = self._live().rows(

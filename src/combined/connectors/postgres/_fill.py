@@ -19,6 +19,15 @@ insert: the run ends only past ``T``, so the insert lands in the same commit.
 :func:`count_nulls` counts the filled columns' nulls in one snapshot, for
 reconciliation, with what it needs to tell whether the lake's commit holds
 the same transactions.
+
+A column whose type changed (``ALTER COLUMN ... TYPE``, with or without
+``USING``) had its values rewritten in place, with no change in the stream
+either: a relation message showing another type (or type modifier) than the
+one recorded with the last checkpoint has the column filled the same way.
+When no change of the table follows the ``ALTER`` in a run, no relation
+message shows it: the run compares the table's columns as the catalog
+holds them when it starts (:func:`relation_now`) with the recorded ones,
+and fills at its end what differs.
 """
 
 from __future__ import annotations
@@ -32,10 +41,10 @@ from psycopg import sql
 
 from combined.connectors.postgres._catalog import parse_relation
 from combined.connectors.postgres._connect import Settings, connect_error, query_error
-from combined.connectors.postgres._pgoutput import text_to_lsn
+from combined.connectors.postgres._pgoutput import Relation, RelationColumn, text_to_lsn
 from combined.connectors.postgres._replication import SESSION_SETTINGS
 
-__all__ = ["ColumnFill", "FillCount", "count_nulls", "not_null_columns"]
+__all__ = ["ColumnFill", "FillCount", "count_nulls", "not_null_columns", "relations_now"]
 
 _FETCH = 10_000
 
@@ -54,9 +63,18 @@ class ColumnFill:
     def __call__(self, relation: str, columns: Sequence[str]) -> Iterator[tuple[bytes | None, ...]]:
         """Each row's ``columns`` in the wire's text form (``None`` for null)."""
         schema, table = parse_relation(relation)
+        # Each value's output function, as the stream sends it: a cast to text is
+        # not always that (``true``, not ``t``; an inet's ``/32``; a char(n) without
+        # its trailing blanks). ``format`` makes NULL '' (and ``IS NOT NULL`` is
+        # false for a composite value holding a null: ``num_nulls`` is not).
+        texts = (
+            sql.SQL("CASE WHEN num_nulls({0}) = 0 THEN format('%s', {0}) END").format(
+                sql.Identifier(c)
+            )
+            for c in columns
+        )
         query = sql.SQL("SELECT {} FROM {}").format(
-            sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c)) for c in columns),
-            sql.Identifier(schema, table),
+            sql.SQL(", ").join(texts), sql.Identifier(schema, table)
         )
         try:
             conn = psycopg.connect(self._settings.conninfo())
@@ -96,6 +114,46 @@ def not_null_columns(settings: Settings, relation: str) -> tuple[str, ...]:
     return tuple(str(r[0]) for r in rows)
 
 
+#: A table's streamed columns as pgoutput's relation message describes them:
+#: generated columns are not streamed; the replica identity's columns are the key
+#: (every column under ``REPLICA IDENTITY FULL``).
+_RELATION = (
+    "SELECT c.oid::bigint, n.nspname::text, c.relname::text, c.relreplident::text,"
+    " a.attname::text, a.atttypid::bigint, a.atttypmod::int,"
+    " c.relreplident = 'f' OR a.attnum = ANY(coalesce(i.indkey::int2[], '{}'))"
+    " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " JOIN pg_attribute a ON a.attrelid = c.oid"
+    " LEFT JOIN pg_index i ON i.indrelid = c.oid AND CASE c.relreplident"
+    " WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END"
+    " WHERE c.oid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped"
+    " AND a.attgenerated = '' ORDER BY a.attnum"
+)
+
+
+def relations_now(settings: Settings, relations: Sequence[str]) -> tuple[list[Relation], int]:
+    """``relations``' columns, types and keys as the catalog holds them now, as a
+    relation message would show them (see the module's text), and the WAL
+    position after the read."""
+    out: list[Relation] = []
+    try:
+        with psycopg.connect(settings.conninfo(), autocommit=True) as conn:
+            for relation in relations:
+                name = sql.Identifier(*parse_relation(relation)).as_string(None)
+                found = conn.execute(_RELATION, (name,)).fetchall()
+                oid, namespace, table, identity = found[0][:4]
+                columns = (
+                    RelationColumn(str(c), int(t), int(m), bool(k)) for *_, c, t, m, k in found
+                )
+                out.append(
+                    Relation(int(oid), str(namespace), str(table), str(identity), tuple(columns))
+                )
+            at = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    except psycopg.Error as exc:
+        raise query_error(exc, settings, f"reading the columns of {', '.join(relations)}") from None
+    assert at is not None
+    return out, text_to_lsn(at[0])
+
+
 @dataclass(frozen=True, slots=True)
 class FillCount:
     """Nulls of each filled column in one snapshot of the source, and where it stands.
@@ -126,7 +184,9 @@ def count_nulls(settings: Settings, relation: str, columns: Sequence[str]) -> Fi
     """Count the rows of ``relation`` and the nulls of ``columns`` in one snapshot."""
     schema, table = parse_relation(relation)
     counts = sql.SQL(", ").join(
-        sql.SQL("count(*) FILTER (WHERE {} IS NULL)").format(sql.Identifier(c)) for c in columns
+        # (``IS NULL`` is true for a composite value whose every field is null)
+        sql.SQL("count(*) FILTER (WHERE num_nulls({}) = 1)").format(sql.Identifier(c))
+        for c in columns
     )
     query = sql.SQL("SELECT pg_current_snapshot()::text, count(*), {} FROM {}").format(
         counts, sql.Identifier(schema, table)

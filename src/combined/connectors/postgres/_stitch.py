@@ -37,6 +37,7 @@ from typing import Any
 
 from combined.connectors._shared import cdc_values
 from combined.connectors.abc import BaseExtraction, ReadRequest
+from combined.connectors.postgres._assemble import recorded_types
 from combined.connectors.postgres._catalog import parse_relation, relation_name
 from combined.connectors.postgres._cdc import CdcExtraction, lsn_from_state
 from combined.connectors.postgres._connect import Session, Settings
@@ -96,6 +97,7 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
         return StitchedSnapshot(settings, request, slot=name, publication=name)
     tree = _resumable_tree(settings, request, name)
     oid = tree.oid if tree is not None else None
+    types = recorded_types(request.state)
     stop = None
     max_changes = request.options.get("max_changes")
     ext: CdcExtraction
@@ -124,6 +126,7 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
         ),
         events=(request.dataset,) if request.options.get("event_stream") else (),
         columns=({request.dataset: (*request.columns, *request.key)} if request.columns else None),
+        types={request.dataset: types} if types is not None else None,
     )
     return ext
 
@@ -195,7 +198,9 @@ class StitchedSnapshot(BaseExtraction):
                 f"replication slot {self.slot!r} exported no snapshot",
                 hint="the server must support exported snapshots (PostgreSQL 10 or newer)",
             )
-        snapshot_text, tree, columns = _probe_snapshot(s, snapshot_id, qualified(req.relation))
+        snapshot_text, tree, columns, types = _probe_snapshot(
+            s, snapshot_id, qualified(req.relation)
+        )
         snap_req = replace(
             req, strategy="snapshot", state=None, cursor=None, columns=_streamed(req, columns)
         )
@@ -220,7 +225,9 @@ class StitchedSnapshot(BaseExtraction):
         inner.finish("success")
         handle.release_snapshot()
         lsn = handle.consistent_point_text
-        state: dict[str, Any] = {"lsn": lsn, "stitched": True}
+        # The types the snapshot read: the stream's first relation message showing
+        # another one had the column rewritten since (an ALTER COLUMN ... TYPE).
+        state: dict[str, Any] = {"lsn": lsn, "stitched": True, "types": types}
         if tree is not None:
             state["relid"] = tree.oid
             if tree.partitioned:
@@ -300,8 +307,9 @@ def _streamed(request: ReadRequest, columns: Sequence[tuple[str, bool]]) -> tupl
 
 def _probe_snapshot(
     settings: Settings, snapshot_id: str, relation: str
-) -> tuple[str, Tree | None, list[tuple[str, bool]]]:
-    """``pg_current_snapshot()``, ``relation``'s partitions and its columns (name, generated).
+) -> tuple[str, Tree | None, list[tuple[str, bool]], dict[str, list[int]]]:
+    """``pg_current_snapshot()``, ``relation``'s partitions, its columns (name,
+    generated) and the streamed columns' (type oid, type modifier).
 
     The exported snapshot sees them as the snapshot read does: the
     partitions recorded with the first checkpoint are those it read.
@@ -325,7 +333,8 @@ def _probe_snapshot(
         tree = read_tree(rows, *parse_relation(relation))
         columns = session.rows(
             sql.SQL(
-                "SELECT a.attname::text, a.attgenerated <> '' FROM pg_attribute a"
+                "SELECT a.attname::text, a.attgenerated <> '', a.atttypid::bigint,"
+                " a.atttypmod::int FROM pg_attribute a"
                 " JOIN pg_class c ON c.oid = a.attrelid"
                 " JOIN pg_namespace n ON n.oid = c.relnamespace"
                 " WHERE n.nspname = {} AND c.relname = {} AND a.attnum > 0"
@@ -334,6 +343,7 @@ def _probe_snapshot(
             "reading the table's columns",
         )
         session.run("ROLLBACK", "closing the probe")
-        return str(text), tree, [(str(n), bool(g)) for n, g in columns]
+        types = {str(n): [int(t), int(m)] for n, g, t, m in columns if not g}
+        return str(text), tree, [(str(n), bool(g)) for n, g, *_ in columns], types
     finally:
         session.close()
