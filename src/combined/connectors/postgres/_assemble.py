@@ -405,7 +405,10 @@ class _Assembler:
         """Ask for a fill (:meth:`fill_pending`) when ``msg`` shows columns the lake
         lacks, or columns whose values were rewritten (:meth:`_to_fill`)."""
         fill = self._to_fill(t, msg)
-        t.types = {c.name: (c.type_oid, c.type_modifier) for c in msg.columns}
+        if (
+            not t.skip
+        ):  # (a transaction already in the lake shows types older than its checkpoint's)
+            t.types = {c.name: (c.type_oid, c.type_modifier) for c in msg.columns}
         if t.known is None:
             return
         added = [n for n in fill if n not in t.known]
