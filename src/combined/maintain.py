@@ -241,9 +241,11 @@ def explain_removed(catalog: Catalog, project: Project, exc: Any, publication: A
     if not events:
         return FilesExpired(
             f"{read}, whose files are no longer in the lake: they were removed outside "
-            "Combined (a VACUUM of the table, or the expiry of its Delta log)",
-            hint="query a later publication (`combined publications` lists them); remove "
-            "a table's files only with `combined maintain`, which keeps what publications read",
+            "Combined (the table's directory deleted, a VACUUM of the table, or the expiry "
+            "of its Delta log)",
+            hint="query a later publication (`combined publications` lists them), or capture "
+            "again to publish what the lake holds now; remove a table's files only with "
+            "`combined maintain`, which keeps what publications read",
             **exc.context,
         )
     body = events[0].body or {}

@@ -10,10 +10,12 @@ publication whose files were vacuumed exited 70 ("this is a bug").
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.conftest import ON_EVERY_STORE
 
 from combined.engine import Engine
@@ -153,6 +155,23 @@ def test_a_vacuum_outside_combined_is_a_clear_error(
     out = tools.cli(tmp_path, "sql", "SELECT * FROM shop.people", "--publication", first)
     assert out.returncode == 2, out.stderr
     assert "removed outside Combined" in out.stderr and "internal error" not in out.stderr
+
+
+@pytest.mark.parametrize("lake_url", ["local"], indirect=True)
+def test_a_table_deleted_outside_combined_is_a_clear_error(
+    tmp_path: Path, tools: Any, lake_url: str
+) -> None:
+    """The lake's directory (or one table's) removed by hand, the catalog kept: a query
+    of what it published failed with an internal error (an assertion: no schema)."""
+    engine = Engine.open(_project(tmp_path, tools, lake_url))
+    try:
+        _capture(engine, tools, tmp_path, 1)
+    finally:
+        engine.close()
+    shutil.rmtree(tmp_path / "lake" / "shop" / "people")
+    out = tools.cli(tmp_path, "sql", "SELECT * FROM shop.people")
+    assert out.returncode == 2, out.stderr
+    assert "directory deleted" in out.stderr and "internal error" not in out.stderr
 
 
 @ON_EVERY_STORE

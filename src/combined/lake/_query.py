@@ -259,7 +259,8 @@ def _version_files(table: LakeTable, m: Member, version: int) -> tuple[list[str]
         if table.version() is None:
             raise
         raise _removed(m) from None
-    assert schema is not None
+    if schema is None:  # no table there at all: the lake's directory was removed
+        raise _removed(m)
     return files, schema
 
 
