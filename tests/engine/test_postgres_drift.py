@@ -387,3 +387,28 @@ def test_a_column_added_with_a_default_under_a_cursor_is_filled_on_every_row(
         assert _capture(engine).stats["dx"]["captured"] == 0  # and the cursor goes on from there
     finally:
         engine.close()
+
+
+def test_a_date_past_the_delta_writers_calendar_fails_an_evolving_commit_with_a_hint(
+    tmp_path: Path, pg_database: str
+) -> None:
+    """PostgreSQL's last date (5874897-12-31) is past delta-rs' calendar (year
+    262142): the first capture lands (Combined writes its files), but a commit
+    that evolves the table goes through delta-rs, whose statistics panicked.
+    The run failed with the panic's text alone, every time: it now says what
+    the value is and that a cast to text stores it.
+    """
+    _sql(
+        pg_database,
+        "CREATE TABLE dx (id int PRIMARY KEY, a date)",
+        "INSERT INTO dx VALUES (1, '5874897-12-31'), (2, '2024-01-01')",
+    )
+    engine = _open(tmp_path, pg_database)
+    try:
+        _capture(engine)
+        _sql(pg_database, "ALTER TABLE dx ADD COLUMN e int DEFAULT 3")
+        (run,) = engine.capture()
+        assert run.state == "failed"
+        assert "past the year 262142" in (run.error or "") and "cast" in (run.error or "")
+    finally:
+        engine.close()

@@ -269,7 +269,7 @@ class LakeTable:
         ``before_log`` is called once the data files Combined writes itself are
         in the table's directory, before their log entry (a crash test's hook).
         """
-        from deltalake.exceptions import CommitFailedError
+        from deltalake.exceptions import CommitFailedError, DeltaError
 
         self.forget_shared()
         dt = self._fresh()  # checked and written on: a commit between two reads would be missed
@@ -307,6 +307,14 @@ class LakeTable:
             raise CommitAmbiguous(
                 f"the lake commit of {self.app_id} conflicted: {exc}",
                 hint="the commit is retried; the lake's transaction version decides",
+            ) from exc
+        except DeltaError as exc:
+            if "overflowed" not in str(exc):
+                raise
+            raise LakeError(  # (its panic, in the statistics of a file it writes)
+                f"delta-rs cannot write the rows of {self.app_id}: {exc}",
+                hint="a date or timestamp past the year 262142 (or before -262143) is beyond "
+                "delta-rs' calendar: declare a cast of its column to text",
             ) from exc
         except OSError as exc:
             raise store_failure(
