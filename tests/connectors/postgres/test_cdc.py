@@ -147,6 +147,12 @@ def test_arrays_and_intervals_are_parsed_per_value() -> None:
     assert spans[3] is None
     with pytest.raises(SchemaMismatch, match="column 'grid'"):
         text_to_arrow([b"{{1,2},{3,4}}"], arrow_type(1007), "grid")
+    # subscripts from 2 (or -1): the snapshot's read refuses them, and the stream
+    # landed their elements alone
+    for bounded in (b"[2:3]={4,5}", b"[-1:0]={4,5}"):
+        with pytest.raises(SchemaMismatch) as failed:
+            text_to_arrow([b"{1}", bounded], arrow_type(1007), "c")
+        assert "neither 0 nor 1" in failed.value.context["detail"]
 
 
 @pytest.mark.parametrize(

@@ -254,9 +254,15 @@ def _plain_arrays(values: pa.Array) -> tuple[pa.Array, pa.Array] | None:
 
 
 def _array_items(text: bytes) -> list[bytes | None]:
-    """The elements of ``{a,"b c",NULL}``; bounds (``[0:1]=``) are dropped."""
+    """The elements of ``{a,"b c",NULL}``; bounds (``[0:1]=``) are dropped where
+    the snapshot's read drops them too (a lower bound of 0 or 1), else refused."""
     if text.startswith(b"["):
-        text = text[text.index(b"=") + 1 :]
+        bounds, _, text = text.partition(b"=")
+        if any(int(b.split(b":")[0]) not in (0, 1) for b in bounds[1:-1].split(b"][")):
+            raise ValueError(
+                f"array subscripts {bounds.decode()} start at neither 0 nor 1: a list keeps the "
+                "elements, not their subscripts (the snapshot refuses such an array too)"
+            )
     if not (text.startswith(b"{") and text.endswith(b"}")):
         raise ValueError(f"not an array literal: {text[:40]!r}")
     body, out, i = text[1:-1], list[bytes | None](), 0
