@@ -63,8 +63,8 @@ def _source(dsn: str) -> list[tuple[Any, ...]]:
 def _lake(engine: Engine, dsn: str) -> list[tuple[Any, ...]]:
     """The lake's rows, each value printed by the source's own cast to text.
 
-    ``narrowed_type: evolve`` keeps the lake's type: a decimal keeps its
-    scale, a timestamp its wall clock (the instant in UTC).
+    Under ``narrowed_type: evolve`` the lake takes the new type; a decimal is
+    printed at the source's scale, a timestamp as the instant in UTC.
     """
     rows = engine.sql("SELECT id, CAST(v AS VARCHAR) AS v, w FROM pg.t ORDER BY id").to_pylist()
     schema = engine.layout.dataset_table("pg", "t").schema()
@@ -73,7 +73,7 @@ def _lake(engine: Engine, dsn: str) -> list[tuple[Any, ...]]:
     cast = {"int64": "bigint", "string": "jsonb"}.get(kind, "text")
     if kind.startswith("decimal"):
         cast = "numeric(12,1)"
-    elif kind.startswith("timestamp"):  # the lake keeps its type: the instant in UTC
+    elif kind.startswith("timestamp"):  # the instant in UTC
         cast = "timestamptz"
     with psycopg.connect(dsn) as conn:
         conn.execute("SET timezone = 'UTC'")
@@ -83,11 +83,14 @@ def _lake(engine: Engine, dsn: str) -> list[tuple[Any, ...]]:
         ]
 
 
-def _engine(tmp_path: Path, cdc_db: Any, column: str, values: str) -> Engine:
+def _engine(
+    tmp_path: Path, cdc_db: Any, column: str, values: str, key: tuple[str, str] = ("int", "g")
+) -> Engine:
+    """A captured table ``t (id, <column>, w)`` of 20 rows; ``key``: id's type and values."""
     _sql(
         cdc_db.dsn,
-        f"CREATE TABLE t (id int PRIMARY KEY, {column}, w int)",
-        f"INSERT INTO t SELECT g, {values}, g FROM generate_series(1, 20) g",
+        f"CREATE TABLE t (id {key[0]} PRIMARY KEY, {column}, w int)",
+        f"INSERT INTO t SELECT {key[1]}, {values}, g FROM generate_series(1, 20) g",
     )
     (tmp_path / "combined.yaml").write_text(
         PROJECT.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix, mode="incremental")
@@ -185,5 +188,41 @@ def test_a_partitioned_tables_column_whose_type_changed_is_read_again(
         with psycopg.connect(cdc_db.dsn) as conn:
             assert lake == list(conn.execute(query.format("t")))
         assert lake[0] == (1, "us", 10, -1 if touched else 1)
+    finally:
+        engine.close()
+
+
+def test_a_fill_of_a_column_changed_again_since_is_deferred(cdc_db: Any) -> None:
+    """``v`` made bigint, a row changed (its relation message asks for a fill), then
+    ``v`` made numeric: the fill read the values already numeric (``1.50``) and
+    parsed them as bigint, and every capture after failed. The fill now checks
+    the column's type under a lock and leaves it to the later type's fill."""
+    from combined.connectors.postgres._connect import Settings
+    from combined.connectors.postgres._fill import ColumnFill, FillDeferred
+
+    _sql(
+        cdc_db.dsn,
+        "CREATE TABLE t (id int PRIMARY KEY, v numeric(30,2))",
+        "INSERT INTO t VALUES (1, 1.5)",
+    )
+    fill = ColumnFill(Settings(cdc_db.dsn))
+    with pytest.raises(FillDeferred):
+        list(fill("public.t", ["id", "v"], {"v": (20, -1)}))  # bigint, as the message showed
+    numeric = (1700, (30 << 16 | 2) + 4)
+    assert list(fill("public.t", ["id", "v"], {"v": numeric})) == [(b"1", b"1.50")]
+
+
+def test_a_key_whose_identities_changed_type_is_refused(tmp_path: Path, cdc_db: Any) -> None:
+    """A ``timestamp`` key made ``timestamptz``: every identity changed (an instant
+    is another family than a wall clock), and an update of a row landed as a new
+    row beside the old. The capture now fails, naming the key, before a commit."""
+    hours = ("timestamp", "timestamp '2024-01-01' + g * interval '1 hour'")
+    engine = _engine(tmp_path, cdc_db, "v int", "g", key=hours)
+    try:
+        _sql(cdc_db.dsn, "ALTER TABLE t ALTER COLUMN id TYPE timestamptz", "UPDATE t SET w = -1")
+        (run,) = engine.capture()
+        assert run.state != "succeeded"
+        assert "key column 'id'" in (run.error or "") and "cdc setup" in (run.error or "")
+        assert engine.sql("SELECT count(*) AS n FROM pg.t").to_pylist() == [{"n": 20}]
     finally:
         engine.close()

@@ -479,6 +479,15 @@ def _types(rel: Relation, **changed: int) -> dict[str, tuple[int, int]]:
     return {c.name: (c.type_oid, changed.get(c.name, c.type_modifier)) for c in rel.columns}
 
 
+def _amount_retyped() -> Relation:
+    """``T_REL`` with another modifier of ``amount`` (numeric(12,4), not (12,2))."""
+    columns = tuple(
+        dataclasses.replace(c, type_modifier=c.type_modifier + 2) if c.name == "amount" else c
+        for c in T_REL.columns
+    )
+    return dataclasses.replace(T_REL, columns=columns)
+
+
 def _filling(
     types: dict[str, tuple[int, int]], start: int, stream: list[PgoutputMessage] = V1
 ) -> list[tuple[str, list[str]]]:
@@ -486,7 +495,7 @@ def _filling(
     table's columns, at ``start``; the fills it asked for."""
     asked: list[tuple[str, list[str]]] = []
 
-    def fill(relation: str, columns: Any) -> Iterator[tuple[bytes | None, ...]]:
+    def fill(relation: str, columns: Any, types: Any) -> Iterator[tuple[bytes | None, ...]]:
         asked.append((relation, list(columns)))
         return iter(())
 
@@ -522,13 +531,7 @@ def test_a_relation_of_a_transaction_already_in_the_lake_leaves_the_recorded_typ
     # types before an ALTER the checkpoint already saw. Taken for the
     # recorded ones, the next relation message (after the ALTER) filled
     # the column again.
-    skipped = dataclasses.replace(
-        T_REL,
-        columns=tuple(
-            dataclasses.replace(c, type_modifier=c.type_modifier + 2) if c.name == "amount" else c
-            for c in T_REL.columns
-        ),
-    )
+    skipped = _amount_retyped()
     relations = [i for i, m in enumerate(V1) if isinstance(m, Relation) and m.name == "cdc_fx_t"]
     assert len(relations) >= 2
     stream = list(V1)
@@ -537,6 +540,45 @@ def test_a_relation_of_a_transaction_already_in_the_lake_leaves_the_recorded_typ
     begins = [m.final_lsn for m in stream[: relations[1]] if isinstance(m, Begin)]
     start = max(c.end_lsn for c in COMMITS if c.end_lsn < begins[-1])
     assert _filling(_types(T_REL), start, stream) == []
+
+
+def _late(
+    types: dict[str, tuple[int, int]] | None, now: Relation, read_at: int, fed: int = 5
+) -> tuple[list[Any], dict[str, tuple[int, int]] | None]:
+    """The captured stream, then the run's end comparison with the catalog's ``now``
+    read before ``read_at``: the fills asked for, and the types the state records."""
+    asked: list[Any] = []
+
+    def fill(relation: str, columns: Any, types: Any) -> Iterator[tuple[bytes | None, ...]]:
+        asked.append(columns)
+        return iter(())
+
+    asm = _Assembler(
+        {"t": "cdc_fx_t"},
+        {"t": 0},
+        keys={"t": ("id",)},
+        resolve_types=lambda oids: {ENUM.oid: (25, -1)} if ENUM.oid in oids else {},
+        known={"t": [c.name for m in V1 if isinstance(m, Relation) for c in m.columns]},
+        fill=fill,
+        types=None if types is None else {"t": types},
+    )
+    for m in V1[:fed]:  # the first transaction: its relation message shows the types
+        asm.feed(m)
+    list(asm.fill_late({"t": now}, read_at, COMMITS[0].end_lsn))
+    (t,) = asm.targets()
+    return asked, t.types
+
+
+def test_the_runs_end_fills_only_what_the_stream_did_not_show_newer() -> None:
+    older = _amount_retyped()
+    # the catalog read before the relation message's transaction: its type is older
+    assert _late(_types(T_REL), older, COMMITS[0].end_lsn - 100)[0] == []
+    # read after it: the catalog's type is the newer one (an ALTER with no change since)
+    assert _late(_types(T_REL), older, COMMITS[0].end_lsn + 100)[0] == [["id", "amount"]]
+    # a checkpoint that recorded no types, and no relation message: the catalog's
+    # types are taken, nothing filled
+    asked, types = _late(None, older, COMMITS[0].end_lsn + 100, fed=0)
+    assert asked == [] and types is not None
 
 
 RAW_V1 = [

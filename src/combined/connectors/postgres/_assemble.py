@@ -17,6 +17,7 @@ import numpy as np
 
 from combined.connectors.postgres._batch import NOT_WIRE, ChangeBatcher, wire_ops
 from combined.connectors.postgres._catalog import parse_relation, relation_name
+from combined.connectors.postgres._fill import FillDeferred
 from combined.connectors.postgres._pgoutput import (
     Begin,
     Commit,
@@ -113,6 +114,8 @@ class _Target:
     #: Each column's (type oid, type modifier) as the last relation message, or the
     #: checkpoint, showed it (None: not recorded; no type change is seen).
     types: dict[str, tuple[int, int]] | None = None
+    #: The commit LSN of the transaction whose relation message last set ``types``.
+    types_at: int = 0
 
 
 def _state_value(lsn: str, t: _Target) -> dict[str, Any]:
@@ -126,6 +129,34 @@ def _state_value(lsn: str, t: _Target) -> dict[str, Any]:
     if t.types is not None:
         value["types"] = {name: list(pair) for name, pair in t.types.items()}
     return value
+
+
+#: Key types whose values keep their identity texts across a change within the group.
+_KEY_FAMILIES = ({20, 21, 23}, {25, 1043})
+
+
+def _check_key_types(
+    t: _Target, msg: Relation, key: set[str], was: Mapping[str, tuple[int, int]]
+) -> None:
+    """Refuse a key column whose type changed other than an integer or text widening.
+
+    ``timestamp`` to ``timestamptz``, a decimal's scale, a text made a
+    number: each row's identity changed without a change in the stream, and
+    the lake's rows can no longer be matched (an update lands as a new row).
+    """
+    for c in msg.columns:
+        old = was.get(c.name)
+        if c.name not in key or old is None or old == (c.type_oid, c.type_modifier):
+            continue
+        if any(old[0] in f and c.type_oid in f for f in _KEY_FAMILIES):
+            continue
+        raise SourceError(
+            f"key column {c.name!r} of {t.relation} changed type (oid {old[0]} to "
+            f"{c.type_oid}): its rows' identities changed with no change in the stream",
+            hint="run `combined cdc teardown` then `combined cdc setup` for the source: a new "
+            "snapshot keys the rows by their new values",
+            dataset=t.dataset,
+        )
 
 
 def recorded_types(state: Mapping[str, Any] | None) -> dict[str, tuple[int, int]] | None:
@@ -166,7 +197,11 @@ class _Assembler:
         trees: Mapping[str, Tree] | None = None,
         ancestors: Callable[[int], tuple[int, ...]] | None = None,
         known: Mapping[str, Sequence[str]] | None = None,
-        fill: Callable[[str, Sequence[str]], Iterator[tuple[bytes | None, ...]]] | None = None,
+        fill: Callable[
+            [str, Sequence[str], Mapping[str, tuple[int, int]]],
+            Iterator[tuple[bytes | None, ...]],
+        ]
+        | None = None,
         events: Collection[str] = (),
         columns: Mapping[str, Collection[str]] | None = None,
         types: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
@@ -405,10 +440,10 @@ class _Assembler:
         """Ask for a fill (:meth:`fill_pending`) when ``msg`` shows columns the lake
         lacks, or columns whose values were rewritten (:meth:`_to_fill`)."""
         fill = self._to_fill(t, msg)
-        if (
-            not t.skip
-        ):  # (a transaction already in the lake shows types older than its checkpoint's)
+        # (a transaction already in the lake shows types older than its checkpoint's)
+        if not t.skip:
             t.types = {c.name: (c.type_oid, c.type_modifier) for c in msg.columns}
+            t.types_at = self._txn.final_lsn if self._txn is not None else 0
         if t.known is None:
             return
         added = [n for n in fill if n not in t.known]
@@ -425,12 +460,14 @@ class _Assembler:
         changed since the last relation message or checkpoint (an ``ALTER COLUMN
         ... TYPE`` rewrote their values in place: :mod:`._fill`).
 
-        A key column's new type keeps its rows' identities; a key rewritten by
-        ``USING`` is another table (docs/cdc.md).
+        A key column's integer or text type widened keeps its rows'
+        identities; any other new key type is refused (:func:`_check_key_types`).
         """
         if t.known is None:
             return []
         key, was = set(t.key or msg.key), t.types
+        if was is not None:
+            _check_key_types(t, msg, key, was)
         return [
             c.name
             for c in msg.columns
@@ -467,30 +504,43 @@ class _Assembler:
         names = [c.name for c in msg.columns]
         key = list(t.key or msg.key)
         at = [names.index(n) for n in key + added]
+        shown = {c.name: (c.type_oid, c.type_modifier) for c in msg.columns if c.name in added}
+        try:
+            for row in self._fill(t.relation, key + added, shown):
+                kinds = ["u"] * len(names)
+                values: list[bytes | None] = [None] * len(names)
+                for i, value in zip(at, row, strict=True):
+                    kinds[i], values[i] = ("n" if value is None else "t"), value
+                change = Update(msg.oid, TupleData("".join(kinds), tuple(values)))
+                t.batcher.add(change, commit_lsn=txn.final_lsn, commit_time=txn.commit_time)
+                t.touched = True
+                if t.batcher.full:
+                    yield from self._cut(t)
+        except FillDeferred:
+            return  # a later type: its relation message, or the catalog's, fills then
         t.filled += added
-        for row in self._fill(t.relation, key + added):
-            kinds = ["u"] * len(names)
-            values: list[bytes | None] = [None] * len(names)
-            for i, value in zip(at, row, strict=True):
-                kinds[i], values[i] = ("n" if value is None else "t"), value
-            change = Update(msg.oid, TupleData("".join(kinds), tuple(values)))
-            t.batcher.add(change, commit_lsn=txn.final_lsn, commit_time=txn.commit_time)
-            t.touched = True
-            if t.batcher.full:
-                yield from self._cut(t)
 
-    def fill_late(self, now: Mapping[str, Relation], at: int) -> Iterator[Message]:
+    def fill_late(self, now: Mapping[str, Relation], read_at: int, at: int) -> Iterator[Message]:
         """Fill what the catalog showed changed when no relation message did.
 
         ``now`` holds each dataset's table as the catalog showed it when the
-        run started (:func:`._fill.relation_now`); ``at`` is a position
-        between transactions that every commit read so far precedes. A
-        table with columns to fill (:meth:`_to_fill`) gets a transaction of
-        its own at ``at``: its relation, then the fill.
+        run started (:func:`._fill.relations_now`), before WAL position
+        ``read_at``; ``at`` is a position between transactions that every
+        commit read so far precedes. A table with columns to fill
+        (:meth:`_to_fill`) gets a transaction of its own at ``at``: its
+        relation, then the fill. A relation message of a transaction that
+        commits past ``read_at`` is newer than the catalog's read: the
+        stream has already shown what it holds. A checkpoint that recorded
+        no types takes the catalog's, filling nothing.
         """
         for t in self._targets.values():
             msg = now.get(t.dataset)
-            if msg is None or t.types is None or t.events or not self._to_fill(t, msg):
+            if msg is None or t.events or t.types_at >= read_at:
+                continue
+            if t.types is None:
+                t.types = {c.name: (c.type_oid, c.type_modifier) for c in msg.columns}
+                continue
+            if not self._to_fill(t, msg):
                 continue
             begin = Begin(at, datetime.now(UTC), 0)
             self.feed(begin)

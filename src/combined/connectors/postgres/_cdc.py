@@ -282,8 +282,9 @@ class CdcExtraction(BaseExtraction):
             if not asm.in_transaction and self._at_end(asm, stream, pace, now):
                 break
             if pace.late is not None:
-                yield from self._emit(asm.fill_late(self._now, pace.late))
+                yield from self._emit(asm.fill_late(self._now, self._now_lsn, pace.late))
                 pace.late, self._now = None, {}
+                continue  # to the end's checks: read on to the fill's position, count
             with self._lock:
                 got = stream.read(0.0)
             if got is None:
@@ -424,7 +425,8 @@ class CdcExtraction(BaseExtraction):
         the lake's columns are known; the WAL position after the read in ``_now_lsn``.
 
         A checkpoint that recorded no types (written before they were) takes
-        these: an ``ALTER`` between it and this read goes unseen, once.
+        these at the run's end (:meth:`_Assembler.fill_late`): an ``ALTER``
+        between it and this read goes unseen, once.
         """
         chosen = {
             d: rel
@@ -434,10 +436,7 @@ class CdcExtraction(BaseExtraction):
         if not chosen:
             return {}
         relations, self._now_lsn = relations_now(self._settings, list(chosen.values()))
-        now = dict(zip(chosen, relations, strict=True))
-        for d, msg in now.items():
-            self._types.setdefault(d, {c.name: (c.type_oid, c.type_modifier) for c in msg.columns})
-        return now
+        return dict(zip(chosen, relations, strict=True))
 
     def _new_assembler(self) -> _Assembler:
         return _Assembler(

@@ -26,14 +26,14 @@ either: a relation message showing another type (or type modifier) than the
 one recorded with the last checkpoint has the column filled the same way.
 When no change of the table follows the ``ALTER`` in a run, no relation
 message shows it: the run compares the table's columns as the catalog
-holds them when it starts (:func:`relation_now`) with the recorded ones,
+holds them when it starts (:func:`relations_now`) with the recorded ones,
 and fills at its end what differs.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -44,9 +44,29 @@ from combined.connectors.postgres._connect import Settings, connect_error, query
 from combined.connectors.postgres._pgoutput import Relation, RelationColumn, text_to_lsn
 from combined.connectors.postgres._replication import SESSION_SETTINGS
 
-__all__ = ["ColumnFill", "FillCount", "count_nulls", "not_null_columns", "relations_now"]
+__all__ = [
+    "ColumnFill",
+    "FillCount",
+    "FillDeferred",
+    "count_nulls",
+    "not_null_columns",
+    "relations_now",
+]
 
 _FETCH = 10_000
+
+
+class FillDeferred(Exception):
+    """A filled column's type is another one now than the relation message's: a later
+    ``ALTER`` changed it again, and its own relation message (or the run's comparison
+    with the catalog) fills it in that type. Raised before any row is read."""
+
+
+#: A table's columns' (name, type oid, type modifier), as the catalog holds them now.
+_TYPES = (
+    "SELECT attname::text, atttypid::bigint, atttypmod::int FROM pg_attribute"
+    " WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped"
+)
 
 
 class ColumnFill:
@@ -60,8 +80,13 @@ class ColumnFill:
         self._settings = settings
         self.lsn = 0
 
-    def __call__(self, relation: str, columns: Sequence[str]) -> Iterator[tuple[bytes | None, ...]]:
-        """Each row's ``columns`` in the wire's text form (``None`` for null)."""
+    def __call__(
+        self, relation: str, columns: Sequence[str], types: Mapping[str, tuple[int, int]]
+    ) -> Iterator[tuple[bytes | None, ...]]:
+        """Each row's ``columns`` in the wire's text form (``None`` for null), where
+        each column in ``types`` still has that (type oid, modifier): else
+        :class:`FillDeferred`. The table is locked against an ``ALTER`` first, so
+        the types checked are those of the values read."""
         schema, table = parse_relation(relation)
         # Each value's output function, as the stream sends it: a cast to text is
         # not always that (``true``, not ``t``; an inet's ``/32``; a char(n) without
@@ -86,6 +111,12 @@ class ColumnFill:
                     conn.execute("SELECT set_config(%s, %s, false)", (name, value))
                 conn.commit()
                 with conn.transaction(), conn.cursor(name=f"fill_{uuid.uuid4().hex}") as cur:
+                    ident = sql.Identifier(schema, table)
+                    conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(ident))
+                    found = conn.execute(_TYPES, (ident.as_string(conn),)).fetchall()
+                    now = {str(r[0]): (int(r[1]), int(r[2])) for r in found}
+                    if any(now.get(c) != pair for c, pair in types.items()):
+                        raise FillDeferred(relation)
                     cur.execute(query)
                     while rows := cur.fetchmany(_FETCH):
                         for row in rows:
