@@ -412,3 +412,33 @@ def test_a_date_past_the_delta_writers_calendar_fails_an_evolving_commit_with_a_
         assert "past the year 262142" in (run.error or "") and "cast" in (run.error or "")
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("history", [False, True], ids=["current", "history"])
+def test_a_tables_first_timestamp_without_a_zone_keeps_it_writable(
+    tmp_path: Path, pg_database: str, history: bool
+) -> None:
+    """A ``timestamp`` column added to a table that held none: delta-rs' schema
+    merge wrote it as timestamp_ntz without the table feature that type needs,
+    and the table could not be opened again ("Table contains TIMESTAMP_NTZ
+    columns but does not have the required 'timestampNtz' feature"): every
+    capture after failed. The table now gains the feature first."""
+    _sql(
+        pg_database,
+        "CREATE TABLE dx (id int PRIMARY KEY, a int)",
+        "INSERT INTO dx SELECT g, g FROM generate_series(1, 5) g",
+    )
+    engine = _open(tmp_path, pg_database, "{}" + ("\n        history: true" if history else ""))
+    try:
+        _capture(engine)
+        _sql(pg_database, "ALTER TABLE dx ADD COLUMN ts timestamp DEFAULT '2024-01-01 12:00'")
+        _capture(engine)
+        _sql(pg_database, "UPDATE dx SET a = -1 WHERE id = 1")
+        _capture(engine)  # and the table opens again
+        rows = engine.sql("SELECT id, a, CAST(ts AS VARCHAR) AS ts FROM pg.dx ORDER BY id")
+        assert [tuple(r.values()) for r in rows.to_pylist()][:2] == [
+            (1, -1, "2024-01-01 12:00:00"),
+            (2, 2, "2024-01-01 12:00:00"),
+        ]
+    finally:
+        engine.close()

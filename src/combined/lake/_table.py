@@ -19,7 +19,7 @@ from combined.lake._files import LinkedFile, link_data_files, write_data_files
 from combined.lake._probe import store_failure
 from combined.lake._rewrite import _relative, remove_action, rewrite_actions
 from combined.lake._store import LakeStore
-from combined.lake._types import to_lake
+from combined.lake._types import allow_naive_times, to_lake
 from combined.protocol import utcnow
 
 CommitMode = Literal["merge", "append", "overwrite"]
@@ -283,6 +283,9 @@ class LakeTable:
                 hint="run `combined repair` to reconcile the catalog with the lake",
             )
         properties = self._properties(metadata, last_sequence)
+        incoming = pq.read_schema(files[0][0]) if files else data().schema
+        if dt is not None and allow_naive_times(dt, incoming):
+            dt = self._fresh()
         if dt is not None and mode == "merge":
             # A column the source dropped stays in the table (Delta drops none):
             # a row the transition replaces holds null there, as its Delivery

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 
 
@@ -93,3 +95,37 @@ def to_lake(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 def _text(col: pa.Array) -> pa.Array:
     # Intervals have no Arrow cast to text; their Python form is exact.
     return pa.array([None if v is None else str(v) for v in col.to_pylist()], pa.string())
+
+
+def _naive_times(t: pa.DataType) -> bool:
+    """Whether ``t`` is, or holds, a timestamp without a time zone (Delta's timestamp_ntz)."""
+    if pa.types.is_timestamp(t):
+        return t.tz is None
+    if pa.types.is_struct(t):
+        return any(_naive_times(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _naive_times(t.key_type) or _naive_times(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _naive_times(t.value_type)
+    return False
+
+
+def allow_naive_times(dt: Any, schema: pa.Schema) -> bool:
+    """Give table ``dt`` Delta's ``timestampNtz`` feature when ``schema`` brings it its first
+    timestamp without a time zone; whether it was given (a commit of its own).
+
+    A table created with such a column has it; one that gains its first (a
+    column added, or retyped) refused every write after: "Table contains
+    TIMESTAMP_NTZ columns but does not have the required 'timestampNtz'
+    feature".
+    """
+    from deltalake import TableFeatures
+
+    if not any(_naive_times(f.type) for f in schema):
+        return False
+    if any(_naive_times(f.type) for f in pa.schema(dt.schema().to_arrow())):
+        return False  # (the table has the feature: it holds such a column)
+    dt.alter.add_feature(
+        TableFeatures.TimestampWithoutTimezone, allow_protocol_versions_increase=True
+    )
+    return True
