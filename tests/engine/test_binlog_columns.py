@@ -62,11 +62,13 @@ def test_two_columns_swapped_by_name_with_changes_pending_land_unswapped(
         engine.close()
 
 
-def test_a_row_changed_between_the_renames_stops_the_capture_for_review(
+def test_a_row_changed_between_the_renames_lands_as_the_source_holds_it(
     binlog: Binlog,
 ) -> None:
-    """A change logged while a column had the swap's interim name lacks the other: the drift
-    rules hold the capture for review, and nothing lands swapped."""
+    """A change logged while a column had the swap's interim name lacks the other; the
+    renames' fills that follow read both names again. (Until the second fill kept
+    the first one's column, its batch lacked it: the drift rules held the capture
+    for review, and under ``drop: evolve`` the column landed null.)"""
     binlog.sql("ALTER TABLE {t} ADD COLUMN b INT", "UPDATE {t} SET b = -qty")
     engine = Engine.open(binlog.project())
     try:
@@ -79,8 +81,9 @@ def test_a_row_changed_between_the_renames_stops_the_capture_for_review(
             "ALTER TABLE {t} RENAME COLUMN tmp TO b",
         )
         (run,) = engine.capture()
-        assert run.state == "needs_review", run.error
-        assert _rows(engine) == before
+        assert run.state == "succeeded", run.error
+        assert _rows(engine) == _source(binlog) != before
+        assert _rows(engine)[6] == (7, -7, 3007, "n7")
     finally:
         engine.close()
 
@@ -145,5 +148,28 @@ def test_a_change_logged_without_column_names_is_refused_naming_the_setting(
         assert run.state == "failed"
         assert "logged while binlog_row_metadata was not FULL" in (run.error or "")
         assert engine.sql("SELECT qty FROM db.items WHERE id = 2").column("qty")[0].as_py() == 2
+    finally:
+        engine.close()
+
+
+def test_two_fills_with_no_row_between_keep_the_first_ones_column(binlog: Binlog) -> None:
+    """A row changed, then two ALTERs each giving the rows a value: the second
+    fill's batch held the columns of the rows before it and its own, not the
+    first fill's, which landed null on every row, silently, and stayed so."""
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        binlog.sql(
+            "UPDATE {t} SET qty = 9 WHERE id = 1",
+            "ALTER TABLE {t} ADD COLUMN c INT DEFAULT 5",
+            "ALTER TABLE {t} ADD COLUMN d INT DEFAULT 6",
+        )
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        rows = engine.sql("SELECT id, qty, c, d FROM db.items ORDER BY id").to_pylist()
+        source = binlog.sql("SELECT id, qty, c, d FROM {t} ORDER BY id")
+        assert [tuple(r.values()) for r in rows] == [tuple(r) for r in source]
+        assert rows[0] == {"id": 1, "qty": 9, "c": 5, "d": 6}
     finally:
         engine.close()

@@ -56,7 +56,8 @@ _ADD_COLUMN = re.compile(
 )
 #: What gives the rows an added column finds a value without a row event.
 _FILLED = re.compile(
-    r"\bdefault\s+(?!null\b)|\bnot\s+null\b|\bas\s*\(|\bauto_increment\b|\bserial\b",
+    # (``DEFAULT(5)`` and ``DEFAULT'x'`` need no space; ``DEFAULT (NULL)`` gives none)
+    r"\bdefault\b(?!\s*\(?\s*null\b)|\bnot\s+null\b|\bas\s*\(|\bauto_increment\b|\bserial\b",
     re.IGNORECASE,
 )
 _NAME = re.compile(r"\s*(`(?:[^`]|``)+`|[\w$]+)")

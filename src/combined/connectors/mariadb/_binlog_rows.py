@@ -204,6 +204,8 @@ class ChangeRows:
         self._decoder: RowDecoder | None = None
         #: Whether batches carry ``_combined_unchanged`` (from the first filled row on).
         self._marks = False
+        #: Columns earlier fills of the read gave the rows (a later fill keeps them).
+        self._filled: set[str] = set()
 
     @property
     def plans(self) -> Mapping[str, ColumnPlan]:
@@ -322,12 +324,16 @@ class ChangeRows:
     ) -> pa.RecordBatch:
         """Rows read from the source as updates of their columns alone (the rest unchanged).
 
-        The batch holds the columns of the rows before it plus ``added`` (all
-        of the table's when no row came before), each column ``read`` lacks as
-        null and named in ``_combined_unchanged``: the engine fills it from the
-        row's earlier change in the capture, else from the lake.
+        The batch holds the columns of the rows before it, those earlier fills
+        gave them, plus ``added`` (all of the table's when no row came before),
+        each column ``read`` lacks as null and named in ``_combined_unchanged``:
+        the engine fills it from the row's earlier change in the capture, else
+        from the lake. (A second fill with no row between left the first
+        one's columns out of its batch: null on every row.)
         """
         before = {p.name for p in self._layout.plans} if self._layout else set(self._plans)
+        before |= self._filled
+        self._filled.update(added)
         plans = [p for p in self._plans.values() if p.name in before or p.name in added]
         schema = Layout.of(plans).schema
         n = read.num_rows
