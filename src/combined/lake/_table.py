@@ -283,8 +283,9 @@ class LakeTable:
                 hint="run `combined repair` to reconcile the catalog with the lake",
             )
         properties = self._properties(metadata, last_sequence)
-        incoming = pq.read_schema(files[0][0]) if files else data().schema
-        if dt is not None and allow_naive_times(dt, incoming):
+        if dt is not None and allow_naive_times(
+            dt, pq.read_schema(files[0][0]) if files else data().schema
+        ):
             dt = self._fresh()
         if dt is not None and mode == "merge":
             # A column the source dropped stays in the table (Delta drops none):

@@ -439,8 +439,8 @@ class _Assembler:
     def _note_added(self, t: _Target, msg: Relation) -> None:
         """Ask for a fill (:meth:`fill_pending`) when ``msg`` shows columns the lake
         lacks, or columns whose values were rewritten (:meth:`_to_fill`)."""
-        fill = self._to_fill(t, msg)
         # (a transaction already in the lake shows types older than its checkpoint's)
+        fill = [] if t.skip else self._to_fill(t, msg)
         if not t.skip:
             t.types = {c.name: (c.type_oid, c.type_modifier) for c in msg.columns}
             t.types_at = self._txn.final_lsn if self._txn is not None else 0
