@@ -130,6 +130,8 @@ def test_a_read_stopped_early_goes_on_past_the_rows_it_filled(binlog: Binlog) ->
             "column 'c' ('ADD COLUMN c INT NOT NULL DEFAULT 7') is no longer in the table",
         ),
         (("ALTER TABLE {t} DROP PRIMARY KEY",), (), "not a PRIMARY KEY or UNIQUE index"),
+        # the key made text: its fill landed every row again beside the old ones
+        ((), ("ALTER TABLE {t} MODIFY id VARCHAR(20)",), "key column 'id' was redefined"),
     ],
 )
 def test_a_fill_that_cannot_hold_needs_a_new_snapshot(

@@ -152,6 +152,10 @@ def _redefined(bare: str) -> list[str]:
     return [] if name is None else [name.group(1).strip("`").replace("``", "`")]
 
 
+#: Key types a redefinition keeps identities in (an integer widened: INT to BIGINT).
+_INTEGERS = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})
+
+
 def _refuse(relation: str, why: str, hint: str) -> SourceError:
     return SourceError(
         f"table {relation} was altered since the last capture with a column the rows present "
@@ -199,8 +203,19 @@ class ColumnFill:
                 "its values from",
                 f"take a new snapshot: {RESNAPSHOT}",
             )
-        primary, uniques = catalog.keys(idx, catalog.column_plans(cols, table=table))
         key = set(self._request.key)
+        moved = [c.name for c in cols if c.name in key and c.name in added.rewritten]
+        if any(c.data_type.lower() not in _INTEGERS for c in cols if c.name in moved):
+            # A key redefined other than as an integer (a shorter VARCHAR, a DATETIME's
+            # precision, a number made text) may hold other values, or other identities:
+            # its rows would land beside the old ones, which would stay.
+            raise _refuse(
+                relation,
+                f"key column {moved[0]!r} was redefined ({added.clause!r}): its rows' "
+                "identities may have changed, and the lake's rows could not be matched",
+                f"take a new snapshot: {RESNAPSHOT}",
+            )
+        primary, uniques = catalog.keys(idx, catalog.column_plans(cols, table=table))
         if wanted and not any(set(k) == key for k in (primary, *uniques) if k):
             raise _refuse(
                 relation,
