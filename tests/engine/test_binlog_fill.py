@@ -172,3 +172,31 @@ def test_columns_whose_values_a_modify_rewrote_are_filled(binlog: Binlog) -> Non
         assert got == binlog.source() and got[4] == (6, 0, "n6") and got[100][2] == "n1"
     finally:
         engine.close()
+
+
+def test_a_column_added_while_the_read_goes_on_is_filled(
+    binlog: Binlog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ALTER committed after the read took the table's columns, before the read
+    reached it: the fill kept only columns the read knew, so every row held null
+    in the new column (until a later change), and the checkpoint moved past it."""
+    from combined.connectors.mariadb._binlog import BinlogExtraction
+
+    engine = Engine.open(binlog.project())
+    try:
+        engine.capture()
+        binlog.sql("UPDATE {t} SET qty = 0 WHERE id = 1")
+        opened = BinlogExtraction._open
+
+        def racing(self: BinlogExtraction) -> Any:
+            out = opened(self)
+            binlog.sql("ALTER TABLE {t} ADD COLUMN c INT NOT NULL DEFAULT 5")
+            return out
+
+        monkeypatch.setattr(BinlogExtraction, "_open", racing)
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        got, want = rows(engine, binlog, ("c",))
+        assert got == want and {g[3] for g in got} == {"5"}
+    finally:
+        engine.close()

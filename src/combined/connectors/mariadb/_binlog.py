@@ -86,6 +86,7 @@ from combined.connectors.mariadb._connect import (
     error_code,
     query_error,
 )
+from combined.connectors.mariadb._types import ColumnPlan
 from combined.errors import CombinedError, NotFoundError, SourceError, SourceUnavailable
 from combined.protocol import (
     OP_COLUMN,
@@ -257,12 +258,8 @@ class BinlogExtraction(SessionRead[Session]):
         require_binlog(session, f"{rel.database}.{rel.table}")
         require_logged_table(session, rel.database, rel.table)
         require_retained(session, (self._file, self._offset), request.dataset)
-        cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
-        plans = [p for p in catalog.column_plans(cols, table=rel.table) if p.arrow_type is not None]
-        if request.columns is not None:
-            plans = [p for p in plans if p.name in request.columns or p.name in request.key]
         rows = ChangeRows(
-            plans,
+            self._column_plans(session, rel),
             request.dataset,
             key=request.key,
             batch_rows=request.batch_rows,
@@ -270,6 +267,15 @@ class BinlogExtraction(SessionRead[Session]):
             zero_dates=self._settings.zero_dates,
         )
         return rel, rows
+
+    def _column_plans(self, session: Session, rel: catalog.Relation) -> list[ColumnPlan]:
+        """The plans of the table's captured columns, as the catalog holds them now."""
+        request = self._request
+        cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
+        plans = [p for p in catalog.column_plans(cols, table=rel.table) if p.arrow_type is not None]
+        if request.columns is not None:
+            plans = [p for p in plans if p.name in request.columns or p.name in request.key]
+        return plans
 
     def _reader(self, rel: catalog.Relation) -> Any:
         from pymysqlreplication import BinLogStreamReader
@@ -366,9 +372,7 @@ class BinlogExtraction(SessionRead[Session]):
                         continue
                     end = verb in ("COMMIT", "ROLLBACK") or not in_txn
                     if isinstance(marker, Added):
-                        touched = (
-                            yield from self._fill(marker, rows, rel.ident, when, here)
-                        ) or touched
+                        touched = (yield from self._fill(marker, rows, rel, when, here)) or touched
                         marker = []
                     touched = touched or bool(marker)
                     yield from self._emit(marker)
@@ -428,11 +432,21 @@ class BinlogExtraction(SessionRead[Session]):
         return at is None or (str(stream.log_file), int(stream.log_pos)) >= at
 
     def _fill(
-        self, added: Added, rows: ChangeRows, relation: str, when: datetime, here: str
+        self, added: Added, rows: ChangeRows, rel: catalog.Relation, when: datetime, here: str
     ) -> Generator[Message, None, bool]:
         """The rows' values of columns an ALTER TABLE gave them, as updates of those alone;
-        whether there were any to fill. ``relation``: the table, quoted (a name may hold a dot)."""
-        wanted = [c for c in self._filler.check(relation, added) if c in rows.plans]
+        whether there were any to fill."""
+        found = self._filler.check(rel.ident, added)
+        if any(c not in rows.plans for c in found):
+            # Added after the read's start read the table's columns (an ALTER that
+            # committed while the read went on): their plans are read now, else the
+            # fill left them out, and every row held null in them, silently.
+            session = Session(self._settings)
+            try:
+                rows.learn(self._column_plans(session, rel))
+            finally:
+                session.close()
+        wanted = [c for c in found if c in rows.plans]
         if not wanted:
             return False
         yield from self._emit(rows.flush())

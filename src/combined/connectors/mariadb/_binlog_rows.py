@@ -212,6 +212,10 @@ class ChangeRows:
         """The table's columns by name (the catalog's, at the read's start)."""
         return self._plans
 
+    def learn(self, plans: Sequence[ColumnPlan]) -> None:
+        """Take the plans of columns added to the table since (the known ones kept)."""
+        self._plans.update({p.name: p for p in plans if p.name not in self._plans})
+
     @property
     def pending(self) -> int:
         """Rows collected and not yet flushed."""
