@@ -566,6 +566,24 @@ def test_a_table_renamed_or_dropped_in_the_log_needs_a_new_snapshot(
         engine.close()
 
 
+def test_an_alter_ignore_that_deletes_duplicates_needs_a_new_snapshot(binlog: Binlog) -> None:
+    """``ALTER IGNORE TABLE ... ADD UNIQUE`` deletes the rows the key finds twice and logs
+    no row event: the capture succeeded, the lake kept rows the source no longer had."""
+    engine = Engine.open(binlog.project())
+    try:
+        engine.capture()
+        binlog.sql(
+            "UPDATE {t} SET qty = 1 WHERE id <= 3", "ALTER IGNORE TABLE {t} ADD UNIQUE (qty)"
+        )
+        assert binlog.sql("SELECT count(*) FROM {t}") == [(498,)]
+        (run,) = engine.capture()
+        assert run.state == "failed"
+        assert "duplicates deleted" in (run.error or "")
+        assert "combined cdc teardown" in (run.error or "")
+    finally:
+        engine.close()
+
+
 def test_max_changes_ends_a_read_at_a_transaction_boundary(binlog: Binlog) -> None:
     """`follow --max-changes` reads end after the transaction that reaches the limit, whole.
 

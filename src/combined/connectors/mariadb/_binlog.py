@@ -581,7 +581,7 @@ class BinlogExtraction(SessionRead[Session]):
         names = [_names(n) for n in found if n.lower() not in _KEYWORDS]
         if not any((db or schema) == rel.database and t == rel.table for db, t in names):
             return False
-        moved = moving_clause(rest) if verb == "alter" else None
+        moved = moving_clause(rest, text) if verb == "alter" else None
         if verb in ("drop", "rename", "replace") or moved is not None:
             what = {"drop": "dropped", "rename": "renamed"}.get(verb) or (
                 f"altered ({moved})" if moved else "replaced (CREATE OR REPLACE TABLE)"

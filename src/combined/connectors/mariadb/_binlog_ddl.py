@@ -59,7 +59,22 @@ def table_statement(text: str) -> tuple[str, str] | None:
     return ("replace" if verb.startswith("create") else verb), found.group(3)
 
 
-def moving_clause(rest: str) -> str | None:
-    """The clause of an ALTER TABLE that moves rows without row events (None: none)."""
-    found = _ALTER_MOVES.search(_LITERAL.sub("''", rest))
-    return None if found is None else " ".join(found.group(1).split())
+#: ``ALTER IGNORE TABLE`` deletes the rows a new unique key finds duplicates of, unlogged.
+_IGNORED = re.compile(r"^\s*alter\s+(?:online\s+)?ignore\b", re.IGNORECASE)
+_UNIQUE = re.compile(
+    r"\badd\s+(?:constraint\s*(?:`(?:[^`]|``)*`|\w+)?\s*)?(unique|primary\s+key)\b",
+    re.IGNORECASE,
+)
+
+
+def moving_clause(rest: str, text: str = "") -> str | None:
+    """The clause of an ALTER TABLE that moves rows without row events (None: none);
+    ``text``, the whole statement, tells an ``ALTER IGNORE``."""
+    bare = _LITERAL.sub("''", rest)
+    found = _ALTER_MOVES.search(bare)
+    if found is not None:
+        return " ".join(found.group(1).split())
+    unique = _UNIQUE.search(bare) if _IGNORED.match(text) else None
+    if unique is not None:
+        return f"ignore ... add {' '.join(unique.group(1).split()).lower()}: duplicates deleted"
+    return None
