@@ -283,8 +283,10 @@ class LakeTable:
                 hint="run `combined repair` to reconcile the catalog with the lake",
             )
         properties = self._properties(metadata, last_sequence)
+        # (the Deliveries' own schema when given: linking them reads no row)
+        schema = pq.read_schema(files[0][0]) if files else None
         if dt is not None and allow_naive_times(
-            dt, pq.read_schema(files[0][0]) if files else data().schema
+            dt, schema if schema is not None else data().schema
         ):
             dt = self._fresh()
         if dt is not None and mode == "merge":
@@ -303,6 +305,7 @@ class LakeTable:
                 properties,
                 needs_merge=needs_merge,
                 files=files,
+                schema=schema,
                 before_log=before_log,
             )
         except CommitFailedError as exc:
@@ -375,13 +378,13 @@ class LakeTable:
         *,
         needs_merge: bool,
         files: Sequence[LinkedFile] | None,
+        schema: pa.Schema | None,
         before_log: Callable[[], None] | None = None,
     ) -> None:
-        """Write the commit's rows by the cheapest way its mode and schema allow."""
+        """Write the commit's rows by the cheapest way its mode and schema allow
+        (``schema``: the Deliveries' own, when ``files`` are given)."""
         from deltalake import write_deltalake
 
-        # (the Deliveries' own schema when given: linking them reads no row)
-        schema = pq.read_schema(files[0][0]) if files else None
         if mode == "overwrite" and files and schema is not None:
             if dt is None or self._same_schema(dt, schema):  # (the Deliveries linked as they are)
                 linked = link_data_files(self.path, files, self.store)

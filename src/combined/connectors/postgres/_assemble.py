@@ -135,8 +135,16 @@ def _state_value(lsn: str, t: _Target) -> dict[str, Any]:
 _KEY_FAMILIES = ({20, 21, 23}, {25, 1043})
 
 
+def _types_of(msg: Relation) -> dict[str, tuple[int, int]]:
+    """Each column of ``msg`` with its (type oid, type modifier)."""
+    return {c.name: (c.type_oid, c.type_modifier) for c in msg.columns}
+
+
 def _check_key_types(
-    t: _Target, msg: Relation, key: set[str], was: Mapping[str, tuple[int, int]]
+    t: _Target,
+    key: set[str],
+    was: Mapping[str, tuple[int, int]],
+    shown: Mapping[str, tuple[int, int]],
 ) -> None:
     """Refuse a key column whose type changed other than an integer or text widening.
 
@@ -144,15 +152,15 @@ def _check_key_types(
     number: each row's identity changed without a change in the stream, and
     the lake's rows can no longer be matched (an update lands as a new row).
     """
-    for c in msg.columns:
-        old = was.get(c.name)
-        if c.name not in key or old is None or old == (c.type_oid, c.type_modifier):
+    for name, now in shown.items():
+        old = was.get(name)
+        if name not in key or old is None or old == now:
             continue
-        if any(old[0] in f and c.type_oid in f for f in _KEY_FAMILIES):
+        if any(old[0] in f and now[0] in f for f in _KEY_FAMILIES):
             continue
         raise SourceError(
-            f"key column {c.name!r} of {t.relation} changed type (oid {old[0]} to "
-            f"{c.type_oid}): its rows' identities changed with no change in the stream",
+            f"key column {name!r} of {t.relation} changed type (oid {old[0]} to "
+            f"{now[0]}): its rows' identities changed with no change in the stream",
             hint="run `combined cdc teardown` then `combined cdc setup` for the source: a new "
             "snapshot keys the rows by their new values",
             dataset=t.dataset,
@@ -442,7 +450,7 @@ class _Assembler:
         # (a transaction already in the lake shows types older than its checkpoint's)
         fill = [] if t.skip else self._to_fill(t, msg)
         if not t.skip:
-            t.types = {c.name: (c.type_oid, c.type_modifier) for c in msg.columns}
+            t.types = _types_of(msg)
             t.types_at = self._txn.final_lsn if self._txn is not None else 0
         if t.known is None:
             return
@@ -465,21 +473,15 @@ class _Assembler:
         """
         if t.known is None:
             return []
-        key, was = set(t.key or msg.key), t.types
+        key, was, shown = set(t.key or msg.key), t.types, _types_of(msg)
         if was is not None:
-            _check_key_types(t, msg, key, was)
+            _check_key_types(t, key, was, shown)
         return [
-            c.name
-            for c in msg.columns
-            if (t.columns is None or c.name in t.columns)
+            n
+            for n, pair in shown.items()
+            if (t.columns is None or n in t.columns)
             and (
-                c.name not in t.known
-                or (
-                    was is not None
-                    and c.name not in key
-                    and was.get(c.name, (c.type_oid, c.type_modifier))
-                    != (c.type_oid, c.type_modifier)
-                )
+                n not in t.known or (was is not None and n not in key and was.get(n, pair) != pair)
             )
         ]
 
@@ -504,7 +506,7 @@ class _Assembler:
         names = [c.name for c in msg.columns]
         key = list(t.key or msg.key)
         at = [names.index(n) for n in key + added]
-        shown = {c.name: (c.type_oid, c.type_modifier) for c in msg.columns if c.name in added}
+        shown = {n: pair for n, pair in _types_of(msg).items() if n in added}
         try:
             for row in self._fill(t.relation, key + added, shown):
                 kinds = ["u"] * len(names)
@@ -538,7 +540,7 @@ class _Assembler:
             if msg is None or t.events or t.types_at >= read_at:
                 continue
             if t.types is None:
-                t.types = {c.name: (c.type_oid, c.type_modifier) for c in msg.columns}
+                t.types = _types_of(msg)
                 continue
             if not self._to_fill(t, msg):
                 continue
