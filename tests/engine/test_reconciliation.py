@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from combined.catalog import data as cat
 from combined.engine import Engine
@@ -223,6 +224,13 @@ def test_lake_nulls_count_from_the_log_or_the_files(tmp_path: Path) -> None:
     )
     table = LakeTable(path, "t")
     assert lake_nulls(table, 1, table.files(1), ["id", "flag", "gone"]) == {"flag": 4}
+    # A filled column the lake never got is null in every row, not in none.
+    assert lake_nulls(table, 1, table.files(1), ["flag", "gone"], absent=True) == {
+        "flag": 4,
+        "gone": 5,
+    }
+    first = [f for f in table.files(1) if "flag" not in pq.read_schema(path / f).names]
+    assert lake_nulls(table, 1, first, ["flag"], absent=True) == {"flag": 3}
     write_deltalake(
         str(path), pa.table({"id": [6], "flag": pa.array([None], pa.bool_())}), mode="overwrite"
     )

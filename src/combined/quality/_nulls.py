@@ -34,9 +34,15 @@ __all__ = ["filled_check", "lake_nulls", "null_check", "record_unfilled"]
 
 
 def lake_nulls(
-    table: LakeTable, version: int, files: Sequence[str], columns: Sequence[str]
+    table: LakeTable,
+    version: int,
+    files: Sequence[str],
+    columns: Sequence[str],
+    *,
+    absent: bool = False,
 ) -> dict[str, int]:
-    """Rows holding null in each of ``columns`` the table has (absent columns are left out).
+    """Rows holding null in each of ``columns`` the table has (absent columns are left out,
+    or with ``absent`` counted as null in every row: a filled column must be there).
 
     Counted from the Delta log's per-file null counts, no data read, where
     every file has them; a column some file has none for (written before the
@@ -58,11 +64,11 @@ def lake_nulls(
             scan.append(c)
         elif n := int(pc.sum(actions.column(stat)).as_py() or 0):
             out[c] = n
-    return out | _scanned_nulls(table, files, scan)
+    return out | _scanned_nulls(table, files, scan, absent)
 
 
 def _scanned_nulls(
-    table: LakeTable, files: Sequence[str], columns: Sequence[str]
+    table: LakeTable, files: Sequence[str], columns: Sequence[str], absent: bool
 ) -> dict[str, int]:
 
     from combined.protocol.identity import quote_ident
@@ -72,10 +78,13 @@ def _scanned_nulls(
     with table.store.duck() as con:
         source = table.store.duck_source(con, files)
         held = {str(r[0]) for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
-        wanted = [c for c in columns if c in held]
+        wanted = [c for c in columns if c in held or absent]
         if not wanted:
             return {}
-        counts = ", ".join(f"count(*) FILTER (WHERE {quote_ident(c)} IS NULL)" for c in wanted)
+        counts = ", ".join(
+            f"count(*) FILTER (WHERE {quote_ident(c)} IS NULL)" if c in held else "count(*)"
+            for c in wanted
+        )
         row = con.execute(f"SELECT {counts} FROM {source}").fetchall()[0]
     return {c: int(n) for c, n in zip(wanted, row, strict=True) if n}
 
@@ -98,7 +107,7 @@ def filled_check(
     """``result`` with the filled columns' nulls, a source mismatch where lake and source differ."""
     if not filled or version is None:
         return result
-    held = lake_nulls(table, version, table.files(version), list(filled))
+    held = lake_nulls(table, version, table.files(version), list(filled), absent=True)
     counts = {c: {"source": n, "lake": held.get(c, 0)} for c, n in filled.items()}
     differ = any(v["source"] != v["lake"] for v in counts.values())
     return dataclasses.replace(
