@@ -288,6 +288,27 @@ def test_slot_status_reports_position_and_lag(names: Names) -> None:
 
 
 @pytest.mark.postgres
+def test_a_slot_of_another_database_is_refused_naming_both(names: Names) -> None:
+    """A dsn moved to another database: streaming was refused on every attempt, with
+    "check that the server is reachable" and a retry (the server was reachable)."""
+    slot = names.slot()
+    create_slot(names.pg, slot).release_snapshot()
+    made_in = slot_status(names.pg, slot).database
+    elsewhere = Settings(make_conninfo(names.dsn, dbname="template1"))
+    for attempt in (
+        lambda: require_slot(elsewhere, slot),
+        lambda: ReplicationStream(elsewhere, slot, "p", 0),
+    ):
+        with pytest.raises(SourceError) as info:
+            attempt()
+        assert f"was made in database {made_in!r}" in info.value.message
+        assert "'template1'" in info.value.message
+        assert f"dsn at database {made_in!r}" in (info.value.hint or "")
+        assert not info.value.transient
+    assert require_slot(names.pg, slot).connected_to == made_in
+
+
+@pytest.mark.postgres
 def test_slots_are_created_once_and_dropped_idempotently(names: Names) -> None:
     slot = names.slot()
     create_slot(names.pg, slot).release_snapshot()

@@ -131,6 +131,8 @@ class SlotStatus:
     lag_seconds: float | None = None
     wal_keep_limit: int | None = None
     wal_rate: float | None = None
+    #: The database of the connection that read the status (the source's).
+    connected_to: str | None = None
 
     @property
     def keeps_for_seconds(self) -> float | None:
@@ -406,7 +408,7 @@ SELECT s.plugin, s.database, s.active, s.active_pid,
        pg_wal_lsn_diff(w.lsn, s.confirmed_flush_lsn)::bigint,
        (SELECT EXTRACT(epoch FROM r.flush_lag)::float8
           FROM pg_stat_replication r WHERE r.pid = s.active_pid),
-       pg_size_bytes(current_setting('max_slot_wal_keep_size'))
+       pg_size_bytes(current_setting('max_slot_wal_keep_size')), current_database()::text
 FROM pg_replication_slots s,
      LATERAL (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn()
                           ELSE pg_current_wal_lsn() END AS lsn) w
@@ -446,6 +448,7 @@ def slot_status(settings: Settings, slot: str) -> SlotStatus:
         lag_seconds=secs,
         wal_keep_limit=None if limit < 0 else limit,
         wal_rate=float(rate[0]) if rate and rate[0] is not None else None,
+        connected_to=row[12],
     )
 
 
@@ -464,6 +467,16 @@ def require_slot(settings: Settings, slot: str) -> SlotStatus:
         raise SourceError(
             f"replication slot {slot!r} uses plugin {status.plugin!r}, not pgoutput",
             hint="use another slot name, or drop this slot if it is yours",
+        )
+    if status.connected_to is not None and status.database != status.connected_to:
+        # A slot streams one database's changes: every attempt would be refused.
+        raise SourceError(
+            f"replication slot {slot!r} was made in database {status.database!r}, and the "
+            f"source's dsn now names database {status.connected_to!r}: a slot streams the "
+            "changes of its own database only",
+            hint=f"point the source's dsn at database {status.database!r} again; to capture "
+            f"from {status.connected_to!r} instead, {RECOVER_HINT}",
+            slot=slot,
         )
     return status
 
@@ -743,10 +756,10 @@ class ReplicationStream:
         """A lost slot when the slot is gone, otherwise a transient failure."""
         try:
             require_slot(self._settings, self.slot)
-        except SlotLost as lost:
-            return lost
-        except SourceError:
-            pass  # the server is unreachable: report the original failure
+        except SourceError as found:
+            if not found.transient:  # lost, another plugin's, another database's
+                return found
+            # the server is unreachable: report the original failure
         else:
             if not _publication_exists(self._settings, self.publication):
                 # Dropped while streaming: no attempt can stream its tables again.
