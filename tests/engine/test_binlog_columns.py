@@ -173,3 +173,68 @@ def test_two_fills_with_no_row_between_keep_the_first_ones_column(binlog: Binlog
         assert rows[0] == {"id": 1, "qty": 9, "c": 5, "d": 6}
     finally:
         engine.close()
+
+
+def test_a_value_updated_then_its_column_dropped_keeps_the_update_under_drop_evolve(
+    binlog: Binlog,
+) -> None:
+    """The read planned its columns from the catalog at its start, which no longer had
+    the dropped one: the update logged before the drop landed null in it, silently
+    (the other rows kept their values), as did every later capture."""
+    binlog.sql("ALTER TABLE {t} ADD COLUMN b INT", "UPDATE {t} SET b = -qty")
+    path = binlog.project()
+    path.write_text(path.read_text() + "        drift: {drop: evolve}\n")
+    engine = Engine.open(path)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        binlog.sql("UPDATE {t} SET b = 777 WHERE id = 1", "ALTER TABLE {t} DROP COLUMN b")
+        binlog.sql("UPDATE {t} SET qty = 70 WHERE id = 2")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        rows = engine.sql("SELECT id, qty, b FROM db.items ORDER BY id").to_pylist()
+        assert rows[:3] == [
+            {"id": 1, "qty": 1, "b": 777},
+            {"id": 2, "qty": 70, "b": None},  # changed after the drop: the column is gone
+            {"id": 3, "qty": 3, "b": -3},
+        ]
+    finally:
+        engine.close()
+
+
+def test_a_dropped_columns_record_lasts_until_a_read_starts_past_the_drop(
+    binlog: Binlog,
+) -> None:
+    """A read stopped early (--max-changes) before the change naming the dropped column
+    leaves the column in its checkpoint's record; the next read takes it from there."""
+    binlog.sql("ALTER TABLE {t} ADD COLUMN b INT", "UPDATE {t} SET b = -qty")
+    path = binlog.project()
+    path.write_text(path.read_text() + "        drift: {drop: evolve}\n")
+    engine = Engine.open(path)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        binlog.sql(
+            "UPDATE {t} SET qty = 60 WHERE id = 4",
+            "UPDATE {t} SET b = 555 WHERE id = 5",
+            "ALTER TABLE {t} DROP COLUMN b",
+        )
+        (run,) = engine.capture(read_options={"max_changes": 1})
+        assert run.state == "succeeded", run.error
+        state = engine.sql("SELECT b FROM db.items WHERE id = 5").to_pylist()
+        assert state == [{"b": -5}]  # not read yet
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert engine.sql("SELECT b FROM db.items WHERE id = 5").to_pylist() == [{"b": 555}]
+        assert "b" in binlog.checkpoint()["columns"] and "b" in binlog.checkpoint()["gone"]
+        binlog.sql("UPDATE {t} SET qty = 80 WHERE id = 6")
+        (run,) = engine.capture()  # started past the drop: the record lets the column go
+        assert run.state == "succeeded", run.error
+        assert engine.sql("SELECT qty, b FROM db.items WHERE id = 6").to_pylist() == [
+            {"qty": 80, "b": None}
+        ]
+        kept = binlog.checkpoint()
+        assert "b" not in kept["columns"] and "gone" not in kept
+        assert list(kept["columns"]) == ["id", "qty", "note"]
+    finally:
+        engine.close()

@@ -7,7 +7,11 @@ change batches (:mod:`~._binlog_rows`) and, after each committed
 transaction that touched the table, a ``StateMessage`` whose state is the
 checkpoint:
 
-``{"binlog": "<file>:<offset>", "at": "<time of its last event>"}``
+``{"binlog": "<file>:<offset>", "at": "<time of its last event>", "columns": {...}}``
+
+(``columns``: the table's columns as the read planned them, and ``gone``
+those it no longer has, kept while a change logged before their drop may
+still come: :meth:`BinlogExtraction._vanished`.)
 
 ``binlog`` is the end of the last transaction whose changes were yielded
 before the message: resuming there replays nothing the lake holds and
@@ -47,7 +51,7 @@ from __future__ import annotations
 import random
 import re
 import warnings
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -73,6 +77,8 @@ from combined.connectors.mariadb._binlog_setup import (
     RESNAPSHOT,
     BinlogGone,
     acknowledged,
+    binlog_status,
+    parse_position,
     require_binlog,
     require_logged_table,
     require_retained,
@@ -86,7 +92,7 @@ from combined.connectors.mariadb._connect import (
     error_code,
     query_error,
 )
-from combined.connectors.mariadb._types import ColumnPlan
+from combined.connectors.mariadb._types import ColumnPlan, SourceColumn
 from combined.errors import CombinedError, NotFoundError, SourceError, SourceUnavailable
 from combined.protocol import (
     OP_COLUMN,
@@ -208,6 +214,10 @@ class BinlogExtraction(SessionRead[Session]):
         self._table: Any = None
         self._current: RowDecoder | None = None
         self._filler = ColumnFill(settings, request)
+        #: The checkpoint's record of the table's columns (:func:`catalog.column_record`),
+        #: and of those the table no longer has, the log's end when that was seen.
+        self._columns: dict[str, list[object]] = {}
+        self._gone: dict[str, str] = {}
         #: Columns filled in this read, and their nulls counted at its end with the
         #: count's binlog position (``{}``: no count, or one the read raced past).
         self._filled: list[str] = []
@@ -258,9 +268,12 @@ class BinlogExtraction(SessionRead[Session]):
         require_binlog(session, f"{rel.database}.{rel.table}")
         require_logged_table(session, rel.database, rel.table)
         require_retained(session, (self._file, self._offset), request.dataset)
+        now = self._catalog_columns(session, rel)
+        gone = self._vanished(session, now)
         rows = ChangeRows(
-            self._column_plans(session, rel),
+            self._column_plans([*now, *gone], rel),
             request.dataset,
+            vanished={c.name for c in gone},
             key=request.key,
             batch_rows=request.batch_rows,
             batch_bytes=self._batch_bytes,
@@ -268,10 +281,40 @@ class BinlogExtraction(SessionRead[Session]):
         )
         return rel, rows
 
-    def _column_plans(self, session: Session, rel: catalog.Relation) -> list[ColumnPlan]:
-        """The plans of the table's captured columns, as the catalog holds them now."""
-        request = self._request
+    def _catalog_columns(self, session: Session, rel: catalog.Relation) -> list[SourceColumn]:
+        """The table's columns as the catalog holds them now (kept for the checkpoint)."""
         cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
+        self._columns.update(catalog.column_record(cols))
+        return cols
+
+    def _vanished(self, session: Session, now: Sequence[SourceColumn]) -> list[SourceColumn]:
+        """Columns the checkpoint recorded that the table no longer has, whose drop the
+        read may still meet: a change logged before it names them with their values.
+
+        Each is kept, with the log's end when the read first found it gone, until
+        a read starts past that position (the drop is behind it).
+        """
+        names = {c.name for c in now}
+        gone = [c for c in catalog.recorded_columns(self._request.state) if c.name not in names]
+        if not gone:
+            return []
+        was = dict((self._request.state or {}).get("gone") or {})
+        end = None
+        for c in gone:
+            if c.name not in was:
+                end = end or ":".join(str(v) for v in binlog_status(session)[0][:2])
+                was[c.name] = end
+        start = (self._file, self._offset)
+        kept = [c for c in gone if parse_position(str(was[c.name])) > start]
+        self._columns.update(catalog.column_record(kept))
+        self._gone = {c.name: str(was[c.name]) for c in kept}
+        return kept
+
+    def _column_plans(
+        self, cols: Sequence[SourceColumn], rel: catalog.Relation
+    ) -> list[ColumnPlan]:
+        """The plans of ``cols`` (of ``rel``) that the dataset captures."""
+        request = self._request
         plans = [p for p in catalog.column_plans(cols, table=rel.table) if p.arrow_type is not None]
         if request.columns is not None:
             plans = [p for p in plans if p.name in request.columns or p.name in request.key]
@@ -443,7 +486,7 @@ class BinlogExtraction(SessionRead[Session]):
             # fill left them out, and every row held null in them, silently.
             session = Session(self._settings)
             try:
-                rows.learn(self._column_plans(session, rel))
+                rows.learn(self._column_plans(self._catalog_columns(session, rel), rel))
             finally:
                 session.close()
         wanted = [c for c in found if c in rows.plans]
@@ -602,7 +645,9 @@ class BinlogExtraction(SessionRead[Session]):
             yield RecordBatchMessage(self._request.dataset, batch)
 
     def _state(self, position: str, at: datetime | None, *, final: bool) -> StateMessage:
-        state: dict[str, Any] = {"binlog": position}
+        state: dict[str, Any] = {"binlog": position, "columns": self._columns}
+        if self._gone:
+            state["gone"] = self._gone
         if at is not None:
             state["at"] = at.isoformat()
         elif (self._request.state or {}).get("at"):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -170,7 +170,8 @@ def require_full_image(event: Any, relation: str) -> None:
 class ChangeRows:
     """Collect the row changes of one table into bounded Arrow batches.
 
-    ``plans`` are the table's columns (the catalog's, at the read's start).
+    ``plans`` are the table's columns (the catalog's, at the read's start),
+    and ``vanished`` those of them it no longer has (a checkpoint's record).
     Rows are kept as server text per column and converted a batch at a
     time, so memory is bounded by ``batch_rows`` and ``batch_bytes``, never
     by a transaction. A batch holds the columns of one row image shape:
@@ -188,8 +189,11 @@ class ChangeRows:
         batch_rows: int,
         batch_bytes: int,
         zero_dates: ZeroDates = "error",
+        vanished: Collection[str] = (),
     ) -> None:
         self._plans = {p.name: p for p in plans}
+        #: Columns the table no longer has: read from the row images that still name them.
+        self._vanished = frozenset(vanished)
         self._zero_dates = zero_dates
         self._dataset = dataset
         self._key = tuple(key)
@@ -215,6 +219,10 @@ class ChangeRows:
     def learn(self, plans: Sequence[ColumnPlan]) -> None:
         """Take the plans of columns added to the table since (the known ones kept)."""
         self._plans.update({p.name: p for p in plans if p.name not in self._plans})
+
+    def _present(self) -> list[str]:
+        """The names of the table's columns (those it no longer has left out)."""
+        return [n for n in self._plans if n not in self._vanished]
 
     @property
     def pending(self) -> int:
@@ -335,7 +343,7 @@ class ChangeRows:
         from the lake. (A second fill with no row between left the first
         one's columns out of its batch: null on every row.)
         """
-        before = {p.name for p in self._layout.plans} if self._layout else set(self._plans)
+        before = {p.name for p in self._layout.plans} if self._layout else set(self._present())
         before |= self._filled
         self._filled.update(added)
         plans = [p for p in self._plans.values() if p.name in before or p.name in added]
@@ -354,7 +362,7 @@ class ChangeRows:
     def truncate(self, at: datetime, position: str) -> list[pa.RecordBatch]:
         """The pending rows, then the one-row marker that empties the table at this point."""
         out = self.flush()
-        layout = self._layout or Layout.of(list(self._plans.values()))
+        layout = self._layout or Layout.of([self._plans[n] for n in self._present()])
         marker = [None] * len(layout.plans)
         out.append(self._build(layout, [marker], [OP_TRUNCATE], [at], [position]))
         return out

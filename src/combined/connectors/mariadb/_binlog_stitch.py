@@ -97,6 +97,7 @@ class StitchedSnapshot(BaseExtraction):
         inner.finish("success")
         position, at = pinned(inner.snapshot_pin, req)
         state: dict[str, Any] = {"binlog": position, "at": at, "stitched": True}
+        state["columns"] = catalog.column_record(inner.source_columns)
         yield StateMessage(req.dataset, state, position=position, final=True)
 
     def acknowledge(self, state: Mapping[str, Any]) -> None:

@@ -263,6 +263,41 @@ def indexes(session: Session, database: str, tables: Sequence[str]) -> dict[str,
     return out
 
 
+def column_record(cols: Sequence[SourceColumn]) -> dict[str, list[object]]:
+    """What a binlog checkpoint keeps of each column (``columns``): enough to plan it
+    again once the table no longer has it (:func:`recorded_columns`)."""
+    return {
+        c.name: [c.data_type, c.column_type, c.nullable, c.precision, c.scale, c.octets]
+        for c in cols
+    }
+
+
+def recorded_columns(state: Mapping[str, object] | None) -> list[SourceColumn]:
+    """The columns a checkpoint recorded (none before checkpoints recorded them).
+
+    A change logged before an ``ALTER TABLE ... DROP COLUMN`` names the
+    dropped column with its value; the catalog no longer has it when the
+    read starts, and its plan comes from here.
+    """
+    kept = (state or {}).get("columns")
+    if not isinstance(kept, Mapping):
+        return []
+    out = []
+    for name, (data_type, column_type, nullable, precision, scale, octets) in kept.items():
+        out.append(
+            SourceColumn(
+                str(name),
+                str(data_type),
+                str(column_type),
+                bool(nullable),
+                precision,
+                scale,
+                octets=octets,
+            )
+        )
+    return out
+
+
 def column_plans(
     cols: Sequence[SourceColumn], casts: Mapping[str, str] | None = None, table: str | None = None
 ) -> list[ColumnPlan]:

@@ -92,6 +92,7 @@ from combined.connectors.mariadb._connect import (
 from combined.connectors.mariadb._types import (
     ColumnPlan,
     Layout,
+    SourceColumn,
     from_state,
     state_value,
     typed_value,
@@ -220,6 +221,9 @@ class MariaDBExtraction(SessionRead[Session]):
         #: The binlog position (``file:offset``) and time pinned to the snapshot,
         #: when the snapshot covers the relation (``None`` otherwise).
         self.snapshot_pin: dict[str, str] | None = None
+        #: The table's columns as the read found them (a stitched snapshot's checkpoint
+        #: records them: :func:`catalog.column_record`).
+        self.source_columns: list[SourceColumn] = []
         #: Anchors the binlog position where the server pins none (MySQL):
         #: held while the snapshot opens (``_binlog_anchor.TableLock``).
         self.anchor: Any = None
@@ -396,6 +400,7 @@ class MariaDBExtraction(SessionRead[Session]):
     def _prepare(self, session: Session, rel: catalog.Relation) -> _Work:
         request = self._request
         cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
+        self.source_columns = cols
         plans = catalog.column_plans(cols, self._options.casts, rel.table)
         by_name, selected = select_plans(plans, request, rel.table, noun="table")
         for p in selected:
