@@ -175,19 +175,25 @@ def test_two_fills_with_no_row_between_keep_the_first_ones_column(binlog: Binlog
         engine.close()
 
 
+def _captured_with_b(binlog: Binlog) -> Engine:
+    """The table with a column ``b`` (``-qty``) captured once, its drops evolving."""
+    binlog.sql("ALTER TABLE {t} ADD COLUMN b INT", "UPDATE {t} SET b = -qty")
+    path = binlog.project()
+    path.write_text(path.read_text() + "        drift: {drop: evolve}\n")
+    engine = Engine.open(path)
+    (run,) = engine.capture()
+    assert run.state == "succeeded", run.error
+    return engine
+
+
 def test_a_value_updated_then_its_column_dropped_keeps_the_update_under_drop_evolve(
     binlog: Binlog,
 ) -> None:
     """The read planned its columns from the catalog at its start, which no longer had
     the dropped one: the update logged before the drop landed null in it, silently
     (the other rows kept their values), as did every later capture."""
-    binlog.sql("ALTER TABLE {t} ADD COLUMN b INT", "UPDATE {t} SET b = -qty")
-    path = binlog.project()
-    path.write_text(path.read_text() + "        drift: {drop: evolve}\n")
-    engine = Engine.open(path)
+    engine = _captured_with_b(binlog)
     try:
-        (run,) = engine.capture()
-        assert run.state == "succeeded", run.error
         binlog.sql("UPDATE {t} SET b = 777 WHERE id = 1", "ALTER TABLE {t} DROP COLUMN b")
         binlog.sql("UPDATE {t} SET qty = 70 WHERE id = 2")
         (run,) = engine.capture()
@@ -207,13 +213,8 @@ def test_a_dropped_columns_record_lasts_until_a_read_starts_past_the_drop(
 ) -> None:
     """A read stopped early (--max-changes) before the change naming the dropped column
     leaves the column in its checkpoint's record; the next read takes it from there."""
-    binlog.sql("ALTER TABLE {t} ADD COLUMN b INT", "UPDATE {t} SET b = -qty")
-    path = binlog.project()
-    path.write_text(path.read_text() + "        drift: {drop: evolve}\n")
-    engine = Engine.open(path)
+    engine = _captured_with_b(binlog)
     try:
-        (run,) = engine.capture()
-        assert run.state == "succeeded", run.error
         binlog.sql(
             "UPDATE {t} SET qty = 60 WHERE id = 4",
             "UPDATE {t} SET b = 555 WHERE id = 5",
