@@ -10,6 +10,7 @@ import pytest
 from tests.connectors.airbyte.fixtures import EVENTS, TOKEN, USERS, good_command, probes, write_data
 
 from combined.connectors import known_connectors
+from combined.connectors._subprocess._state import program_state
 from combined.engine import Engine
 
 pytestmark = pytest.mark.skipif(
@@ -77,7 +78,7 @@ def test_capture_then_recapture_reads_only_new_records(project: Path) -> None:
         assert ada["_combined_source_position"] == "2024-05-03T09:00:00Z"
         checkpoint = engine.committed_checkpoint("faker", "users")
         assert checkpoint is not None
-        assert checkpoint["airbyte"]["stream"]["stream_state"] == {
+        assert program_state(checkpoint, "airbyte")["stream"]["stream_state"] == {
             "updated_at": "2024-05-03T09:00:00Z"
         }
         assert engine.committed_checkpoint("faker", "events") == {}
@@ -90,7 +91,7 @@ def test_capture_then_recapture_reads_only_new_records(project: Path) -> None:
         (run,) = engine.capture(["faker.users", "faker.events"])
         assert run.state == "succeeded", run.error
         last = [p for p in _reads(project) if "--state" in p["argv"]][-1]
-        assert last["state"] == [checkpoint["airbyte"]]
+        assert last["state"] == [program_state(checkpoint, "airbyte")]
         assert run.stats is not None
         assert run.stats["users"]["captured"] == 2  # only what changed since the state
         assert (run.stats["users"]["inserts"], run.stats["users"]["updates"]) == (1, 1)
@@ -127,6 +128,6 @@ def test_a_failed_connector_commits_nothing_and_keeps_the_state(project: Path) -
         (run,) = engine.capture(["faker.users"])
         assert run.state == "succeeded", run.error
         assert _ids(engine, "faker.users") == [1, 2, 3, 4, 5, 6]
-        assert _reads(project)[-1]["state"] == [before["airbyte"]]  # type: ignore[index]
+        assert _reads(project)[-1]["state"] == [program_state(before, "airbyte")]
     finally:
         engine.close()

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from tests.connectors.airbyte.fixtures import probes
+from tests.connectors.airbyte.fixtures import TOKEN, probes
 
+from combined.connectors._subprocess._state import program_state
 from combined.connectors.abc import CursorSpec, ReadRequest
 from combined.connectors.airbyte import AirbyteSource
 from combined.errors import ConfigError, NotFoundError
@@ -108,7 +110,7 @@ def test_cursor_read_keeps_state_after_its_records_and_resumes(
     final = messages[-1]
     assert isinstance(final, StateMessage)
     assert final.position == "2024-05-03T09:00:00Z"
-    assert final.state["airbyte"] == {
+    assert program_state(final.state, "airbyte") == {
         "type": "STREAM",
         "stream": {
             "stream_descriptor": {"name": "users"},
@@ -124,7 +126,7 @@ def test_cursor_read_keeps_state_after_its_records_and_resumes(
 
     again = read_all(source, users(state=dict(final.state)))
     probe = probes(Path(good_config["config"]["probe_file"]))[-1]
-    assert probe["state"] == [final.state["airbyte"]]
+    assert probe["state"] == [program_state(final.state, "airbyte")]
     assert [r["id"] for r in rows(again)] == [3]  # at or after the bookmark only
 
 
@@ -197,3 +199,25 @@ def test_reads_it_cannot_do_are_refused(
 ) -> None:
     with pytest.raises(ConfigError, match=match):
         AirbyteSource(good_config).read(request_)
+
+
+def test_a_stream_state_keeps_its_exact_numbers_and_no_secret(scripted: Any) -> None:
+    """The state went through a float (a cursor of 0.99999999999999999 came back as
+    1.0), and the configured token written into it was kept in clear in the checkpoint."""
+    record = {"type": "RECORD", "record": {"stream": "s", "data": {"id": 1, "u": 5}}}
+    state = (
+        '{"type":"STATE","state":{"type":"STREAM","stream":{"stream_descriptor":{"name":"s"},'
+        '"stream_state":{"u":0.99999999999999999,"big":123456789012345678901234567890.5,'
+        f'"auth":"{TOKEN}"}}}}}}}}'
+    )
+    source = AirbyteSource(scripted([{"msg": record}, {"out": state}]))
+    request = ReadRequest("s", "s", ("id",), "cursor", cursor=CursorSpec("u", trust="t"))
+    final = read_all(source, request)[-1]
+    assert isinstance(final, StateMessage) and final.final
+    assert TOKEN not in json.dumps(final.state)
+    text = final.state["airbyte_json"]
+    assert '"u":0.99999999999999999,"big":123456789012345678901234567890.5' in text
+    assert '"auth":"***"' in text
+    assert final.position == "0.99999999999999999"
+    kept = program_state(final.state, "airbyte")
+    assert kept["stream"]["stream_state"]["u"] == Decimal("0.99999999999999999")

@@ -379,6 +379,24 @@ def test_since_values_apply_the_lookback_in_the_checkpoints_shape() -> None:
         since_value(numbers, 1000, "iso")
 
 
+def test_a_fractional_cursor_is_kept_exact_in_the_checkpoint() -> None:
+    """It went through a float: a checkpoint of 0.99999999999999999 became 1.0, and the
+    next read asked for rows past 1.0, never reading 0.999999999999999995."""
+    import json
+    from decimal import Decimal
+
+    from combined.connectors.http._extraction import cursor_state, cursor_value
+
+    exact = Decimal("0.99999999999999999")
+    kept = json.loads(json.dumps(cursor_state(exact)))  # as a checkpoint is stored
+    assert kept == {"decimal": "0.99999999999999999"}
+    assert cursor_value(kept) == exact
+    assert since_value(CursorSpec("u", trust="t"), cursor_value(kept), "raw") == str(exact)
+    assert cursor_state(Decimal("12.000")) == 12 and cursor_value(12) == 12
+    assert cursor_value(1.5) == 1.5  # a checkpoint written before: as it was
+    assert cursor_value("2024-05-01T00:00:00Z") == "2024-05-01T00:00:00Z"
+
+
 def test_discover_reports_types_and_candidates_from_the_first_page(api: FakeAPI) -> None:
     source = _source(api, endpoints={"cursor": ENDPOINTS["cursor"]})
     (found,) = source.discover().datasets

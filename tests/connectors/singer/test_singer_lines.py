@@ -223,3 +223,43 @@ def test_a_line_that_is_not_utf8_says_so_and_how_to_fix_it(scripted: Scripted) -
     assert "line 2 of the tap's output is not UTF-8 text (byte 0xe9 at offset" in info.value.message
     assert "PYTHONIOENCODING" in (info.value.hint or "")
     assert "caf" not in info.value.message  # the line is never quoted: it may hold a secret
+
+
+def test_a_state_keeps_its_exact_numbers_and_no_secret(scripted: Scripted, tmp_path: Path) -> None:
+    """The state went through a float (0.99999999999999999 came back as 1.0, a bookmark
+    past rows never read), and a token the tap wrote into it was kept in clear in the
+    checkpoint (the catalog, the lake's commit metadata)."""
+    secret = "tk-0af3c9d1e5b7"
+    value = (
+        '{"bookmarks":{"s":{"replication_key_value":0.99999999999999999,'
+        f'"big":123456789012345678901234567890.5,"n":7}}}},"tok":"Bearer {secret}"}}'
+    )
+    config = scripted([out(SCHEMA), record(1), out(f'{{"type":"STATE","value":{value}}}')])
+    config["config"]["api_token"] = secret
+    final = read(config, strategy="cursor")[-1]
+    assert isinstance(final, StateMessage) and final.final
+    kept = json.dumps(final.state)
+    assert secret not in kept and secret not in (final.position or "")
+    text = final.state["singer_json"]
+    assert '"replication_key_value":0.99999999999999999' in text
+    assert '"big":123456789012345678901234567890.5' in text and '"n":7' in text
+    assert '"tok":"Bearer ***"' in text
+    assert final.position == "0.99999999999999999"
+    # ... and goes back to the tap as it was kept, digit for digit
+    given = tmp_path / "given.json"
+    config = scripted([{"state_file": str(given)}, out(SCHEMA)])
+    config["config"]["api_token"] = secret
+    request = ReadRequest(
+        dataset="s",
+        relation="s",
+        key=("id",),
+        strategy="cursor",
+        cursor=CursorSpec("u", 0, "the tap's bookmark"),
+        state=dict(final.state),
+    )
+    extraction = SingerSource(config).read(request)
+    try:
+        assert isinstance(list(extraction)[-1], StateMessage)
+    finally:
+        extraction.finish("success")
+    assert given.read_text() == text

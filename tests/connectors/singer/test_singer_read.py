@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from tests.connectors.singer.fixtures import probes
 
+from combined.connectors._subprocess._state import program_state
 from combined.connectors.abc import CursorSpec, ReadRequest
 from combined.connectors.singer import SingerSource
 from combined.errors import ConfigError, NotFoundError
@@ -125,7 +126,7 @@ def test_cursor_read_resumes_from_the_committed_state(good_config: dict[str, Any
     assert len(rows(first)) == 5
     final = first[-1]
     assert isinstance(final, StateMessage) and final.final
-    assert final.state["singer"] == {
+    assert program_state(final.state, "singer") == {
         "bookmarks": {
             "users": {
                 "replication_key": "updated_at",
@@ -139,7 +140,7 @@ def test_cursor_read_resumes_from_the_committed_state(good_config: dict[str, Any
     # the tap re-sends the record at its bookmark, as Singer SDK taps do
     assert [r["id"] for r in rows(second)] == [5]
     run = probes(good_config)[-1]
-    assert "--state" in run["argv"] and run["state"] == final.state["singer"]
+    assert "--state" in run["argv"] and run["state"] == program_state(final.state, "singer")
     (entry,) = run["catalog"]["streams"]
     root = next(m["metadata"] for m in entry["metadata"] if m["breadcrumb"] == [])
     assert root["replication-method"] == "INCREMENTAL"
@@ -156,7 +157,7 @@ def test_cursor_read_without_new_state_keeps_the_previous_one(
     messages = read_all(SingerSource(good_config), request(strategy="cursor", state=previous))
     assert rows(messages) == []
     assert isinstance(messages[-1], StateMessage)
-    assert messages[-1].state["singer"] == {
+    assert program_state(messages[-1].state, "singer") == {
         "bookmarks": {"users": {"replication_key": "updated_at", "replication_key_value": "x"}}
     }
 

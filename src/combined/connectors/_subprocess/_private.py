@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -180,14 +179,14 @@ class PrivateDir:
 
     def write(self, name: str, data: Any) -> str:
         """Write ``data`` as JSON to a new 0600 file; return its path."""
-        # Here, not at the top: the engine sweeps without importing pyarrow.
-        from combined.connectors._subprocess._schema import json_default
+        # Exact numbers as their digits: a state's Decimal bookmark goes back as it came.
+        from combined.connectors._subprocess._state import exact_json
 
         path = self.path / name
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             os.fchmod(f.fileno(), 0o600)
-            json.dump(data, f, default=json_default)
+            f.write(exact_json(data))
         self.written[name] = data
         return str(path)
 

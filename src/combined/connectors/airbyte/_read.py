@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -11,7 +10,8 @@ from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess
 from combined.connectors._subprocess._rows import Rows, described
 from combined.connectors._subprocess._run import Gathered, ProgramExtraction
-from combined.connectors._subprocess._schema import FieldPlan, json_default
+from combined.connectors._subprocess._schema import FieldPlan
+from combined.connectors._subprocess._state import kept_state, masked, program_state
 from combined.connectors.airbyte._catalog import Stream
 from combined.connectors.airbyte._messages import control, descriptor, log, trace_error
 from combined.protocol import Message, StateMessage
@@ -53,8 +53,9 @@ class AirbyteExtraction(ProgramExtraction):
         args = ["read", "--config", files.write(CONFIG_FILE, self._program_config.current)]
         args += ["--catalog", files.write("catalog.json", self._catalog)]
         request = self._request
-        if request.strategy == "cursor" and request.state and request.state.get("airbyte"):
-            args += ["--state", files.write("state.json", [request.state["airbyte"]])]
+        state = program_state(request.state, "airbyte") if request.strategy == "cursor" else None
+        if state:
+            args += ["--state", files.write("state.json", [state])]
         return args
 
     def _read(self, proc: ChildProcess) -> Iterator[Message]:
@@ -114,7 +115,9 @@ class AirbyteExtraction(ProgramExtraction):
 
     def _previous_position(self, previous: Mapping[str, Any]) -> str | None:
         """The position of the previous checkpoint's stream state."""
-        stream_state = (previous.get("airbyte") or {}).get("stream", {}).get("stream_state")
+        stream_state = (
+            (program_state(previous, "airbyte") or {}).get("stream", {}).get("stream_state")
+        )
         return position(stream_state, self._cursor)
 
     def _record(self, proc: ChildProcess, msg: Mapping[str, Any], number: int) -> Any:
@@ -177,22 +180,22 @@ class AirbyteExtraction(ProgramExtraction):
             )
         if not self._stream.matches(descriptor(stream)):
             return None  # another stream's state: nothing of this dataset
+        stream_state = masked(stream.get("stream_state"), self._scrub)
         kept = {
             "type": "STREAM",
             "stream": {
                 "stream_descriptor": dict(descriptor(stream) or {}),
-                "stream_state": stream.get("stream_state"),
+                "stream_state": stream_state,
             },
         }
         return StateMessage(
             self._request.dataset,
             {
-                # Numbers parsed exact (Decimal) go back to plain JSON numbers.
-                "airbyte": json.loads(json.dumps(kept, default=json_default)),
+                **kept_state("airbyte", kept, self._scrub),
                 "stream": self._stream.qualified,
                 "trust": self._trust(),
             },
-            position=position(stream.get("stream_state"), self._cursor),
+            position=position(stream_state, self._cursor),
         )
 
     def _trust(self) -> str:

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from combined.connectors._shared import numeric_lookback, time_window
 from combined.connectors._subprocess._rows import described
-from combined.connectors._subprocess._schema import json_default
 from combined.connectors.abc import BaseExtraction, CursorSpec, ReadRequest
 from combined.connectors.http._client import PageExpired, Session
 from combined.connectors.http._pages import Page, pages
@@ -61,6 +60,24 @@ def order_key(value: Any) -> tuple[str, Any] | None:
         when = instant(value)
         return None if when is None else ("time", when)
     return None
+
+
+def cursor_state(value: Any) -> Any:
+    """A cursor value as the checkpoint keeps it: a fractional ``Decimal`` as its digits,
+    tagged (``{"decimal": "0.99999999999999999"}``; JSON's float rounded it, and the
+    next read asked for rows past ones it never read)."""
+    if isinstance(value, Decimal):
+        if value == value.to_integral_value():
+            return int(value)
+        return {"decimal": str(value)}
+    return value
+
+
+def cursor_value(kept: Any) -> Any:
+    """:func:`cursor_state`'s value back (a ``Decimal`` for the tagged digits)."""
+    if isinstance(kept, Mapping) and isinstance(kept.get("decimal"), str):
+        return Decimal(kept["decimal"])
+    return kept
 
 
 def since_value(spec: CursorSpec, last: Any, fmt: str) -> str:
@@ -153,7 +170,7 @@ class HTTPExtraction(BaseExtraction):
         if request.strategy != "cursor":
             return params
         assert request.cursor is not None and self._endpoint.since is not None
-        last = (request.state or {}).get("cursor")
+        last = cursor_value((request.state or {}).get("cursor"))
         if last is not None:
             since = self._endpoint.since
             params[since.param] = since_value(request.cursor, last, since.format)
@@ -297,7 +314,7 @@ class HTTPExtraction(BaseExtraction):
         if request.strategy != "cursor":
             return StateMessage(request.dataset, {"fields": fields} if fields else {}, final=True)
         assert request.cursor is not None
-        last = state.get("cursor")
+        last = cursor_value(state.get("cursor"))
         if top is None:
             # Nothing read: the checkpoint stays where it was.
             return StateMessage(
@@ -309,8 +326,7 @@ class HTTPExtraction(BaseExtraction):
             # Never backwards: the newest records may be gone since the last read.
             if before is not None and before[0] == top[0][0] and before[1] > top[0][1]:
                 value = last
-        value = json.loads(json.dumps(value, default=json_default))
-        new = {"cursor": value, "trust": request.cursor.trust, "fields": fields}
+        new = {"cursor": cursor_state(value), "trust": request.cursor.trust, "fields": fields}
         return StateMessage(request.dataset, new, str(value), final=True)
 
 

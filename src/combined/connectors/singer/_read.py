@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -14,9 +13,9 @@ from combined.connectors._subprocess._run import Gathered, ProgramExtraction
 from combined.connectors._subprocess._schema import (
     BadSchema,
     FieldPlan,
-    json_default,
     plan_stream,
 )
+from combined.connectors._subprocess._state import kept_state, masked, program_state
 from combined.connectors.singer._catalog import Stream
 from combined.errors import SourceError, UnsupportedType
 from combined.protocol import Message, StateMessage
@@ -65,7 +64,7 @@ class SingerExtraction(ProgramExtraction):
         request = self._request
         if request.strategy != "cursor" or not request.state:
             return None
-        return request.state.get("singer")
+        return program_state(request.state, "singer")
 
     # -- the protocol -------------------------------------------------------------------
 
@@ -83,7 +82,7 @@ class SingerExtraction(ProgramExtraction):
             kind = msg["type"]
             if kind == "STATE":
                 if cursor:
-                    value = msg.get("value")
+                    value = masked(msg.get("value"), self._scrub)
                     state = StateMessage(
                         request.dataset, self._state(value), position=bookmark(value, stream)
                     )
@@ -118,7 +117,7 @@ class SingerExtraction(ProgramExtraction):
             raise self._no_schema(proc)
         self.authority.complete()
         yield self._final_state(
-            out.latest, lambda previous: bookmark(previous.get("singer"), stream)
+            out.latest, lambda previous: bookmark(program_state(previous, "singer"), stream)
         )
 
     def _add_record(
@@ -191,8 +190,7 @@ class SingerExtraction(ProgramExtraction):
     def _state(self, value: Any) -> dict[str, Any]:
         spec = self._request.cursor
         return {
-            # Numbers parsed exact (Decimal) go back to plain JSON numbers.
-            "singer": json.loads(json.dumps(value, default=json_default)),
+            **kept_state("singer", value, self._scrub),
             "stream": self._stream.tap_stream_id,
             "trust": spec.trust if spec is not None else "tap bookmark",
         }

@@ -12,6 +12,7 @@ A read plays ``steps`` in order, each one of:
 - ``{"close_stdout": true}``: close standard output (the process keeps running)
 - ``{"pid_file": path}``: write the process id to ``path``
 - ``{"env_file": path}``: write the process's environment to ``path`` as JSON
+- ``{"state_file": path}``: write the text of the ``--state`` file to ``path``
 - ``{"env_err": true}``: print the process's environment on standard error, as
   a careless tap does
 - ``{"exit": status}``
@@ -65,6 +66,9 @@ def main() -> int:
         elif "env_file" in step:
             with open(step["env_file"], "w") as f:
                 json.dump(dict(os.environ), f)
+        elif "state_file" in step:  # the --state file's text, as the tap was given it
+            with open(step["state_file"], "w") as f:
+                f.write(open(args.state).read() if args.state else "")
         elif step.get("env_err"):
             for name, value in os.environ.items():
                 sys.stderr.write(f"{name}={value}\n")
