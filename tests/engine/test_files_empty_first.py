@@ -66,3 +66,26 @@ def test_a_header_alone_without_types_says_to_declare_them(tmp_path: Path) -> No
         assert "`columns:`" in run.error and "'id'" in run.error
     finally:
         engine.close()
+
+
+def test_files_of_a_header_alone_are_refused_unless_allowed_empty(tmp_path: Path) -> None:
+    """A file rewritten as its header alone (an export that failed upstream, a writer
+    caught after its header) was an empty snapshot: every row was deleted, while a file
+    of no byte was refused as an empty snapshot."""
+    engine = _engine(tmp_path, DECLARED)
+    path = tmp_path / "combined.yaml"
+    path.write_text(path.read_text().replace('"allow_empty": true, ', ""))
+    engine.close()
+    engine = Engine.open(path)
+    try:
+        _write(tmp_path, "id,status\n1,placed\n2,paid\n")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        _write(tmp_path, "id,status\n")
+        (run,) = engine.capture()
+        assert run.state == "failed"
+        assert run.error is not None and "hold no row (a header alone" in run.error
+        assert "allow_empty: true" in run.error
+        assert engine.sql("SELECT count(*) AS n FROM exports.orders").to_pylist() == [{"n": 2}]
+    finally:
+        engine.close()

@@ -32,11 +32,20 @@ READER = "files-2"
 
 
 def empty_match(
-    file_set: FileSet, root: Path, dataset: str, listing: Listing | None = None
+    file_set: FileSet,
+    root: Path,
+    dataset: str,
+    listing: Listing | None = None,
+    *,
+    rowless: bool = False,
 ) -> SourceError:
-    """The refusal of a read whose glob matched no file, or only empty ones."""
+    """The refusal of a read whose glob matched no file, only empty ones, or (``rowless``)
+    only files that hold no row (a header alone, an empty JSON array)."""
     where = f"files.{file_set.name}" if file_set.declared else "a file set under config.files"
-    found = f"only {len(listing.entries)} empty files" if listing and listing.entries else "no file"
+    n = len(listing.entries) if listing else 0
+    found = f"only {n} empty files" if n else "no file"
+    if rowless:
+        found = f"{n} file(s) that hold no row (a header alone, or no record)"
     return SourceError(
         f"{file_set.glob!r} matches {found} under {str(root)!r}: an empty snapshot would "
         f"delete every row of dataset {dataset!r}, so nothing was read",
@@ -156,6 +165,11 @@ class FilesExtraction(BaseExtraction):
                     self._empty_schema = _scan.declared_schema(con, self._set, request.columns)
             elif not self._unchanged(fingerprint):  # else the committed read's files: no read
                 yield from self._batches(con, fmt, readable)
+                if self._rows == 0 and not self._set.allow_empty:
+                    # (nothing was handed over: no batch holds a row)
+                    raise empty_match(
+                        self._set, self._root, request.dataset, readable, rowless=True
+                    )
                 self._control = self._totals(con, fmt, readable)
         except (*_scan.DUCKDB_ERRORS, pa.ArrowException, OSError) as exc:
             # A file that changed under the reader explains any parse failure.
