@@ -214,11 +214,15 @@ def test_an_evolved_column_still_null_everywhere_is_published(tmp_path: Path, to
 
 
 def test_a_column_widened_to_real_keeps_its_fractions(tmp_path: Path, tools: Any) -> None:
-    # integer -> real is a widening (evolve by default): the lake's column
-    # stayed bigint and 2.5 landed as 2, silently, in the merged and the
-    # appended table alike.
+    # integer -> real, accepted (a float's identity text is not an integer's: not a
+    # widening, held by default): the lake's column stayed bigint and 2.5 landed as 2,
+    # silently, in the merged and the appended table alike.
     project = tools.make(tmp_path, orders=3)
-    project.write_text(project.read_text() + "      events:\n        sync_mode: append\n")
+    _policy(project, narrowed_type="evolve")
+    project.write_text(
+        project.read_text()
+        + "      events:\n        sync_mode: append\n        drift: {narrowed_type: evolve}\n"
+    )
     tools.sql(
         tmp_path, "CREATE TABLE events (id INTEGER, qty INTEGER); INSERT INTO events VALUES (1, 1);"
     )
@@ -246,7 +250,7 @@ def test_a_column_widened_to_real_keeps_its_fractions(tmp_path: Path, tools: Any
             {"id": 1, "qty": 1.0},
             {"id": 2, "qty": 3.5},
         ]
-        assert ("widened_type", "customer_id", "evolve") in _drifts(engine)
+        assert ("narrowed_type", "customer_id", "evolve") in _drifts(engine)
     finally:
         engine.close()
 

@@ -386,3 +386,50 @@ def test_a_parquet_file_of_map_columns_captures_and_recaptures(tmp_path: Path) -
     finally:
         engine.close()
     assert [r["attrs"] for r in rows] == [[("a", 1)], [("b", 20), ("c", 3)], None]
+
+
+def test_csv_numbers_a_double_would_round_are_kept_or_refused(tmp_path: Path) -> None:
+    """A CSV column inferred DOUBLE rounded what it held, silently: 2**53 + 1 beside a
+    fraction in a new file (an unchanged row then rewritten as 9007199254740992.0),
+    a 23-digit integer, 1e400 as infinity. JSON files were already checked."""
+    path = _project(tmp_path)
+    _csv(tmp_path, "a.csv", [(1, "placed", 12345678901234567890123)])
+    engine = Engine.open(path)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert _rows(engine, "id, total::VARCHAR AS t") == [(1, "12345678901234567890123")]
+        _csv(tmp_path, "a.csv", [(1, "placed", 9007199254740993)])
+        _csv(tmp_path, "b.csv", [(2, "placed", 0.5)])
+        (run,) = engine.capture()
+        assert run.state == "needs_review"
+        assert run.error is not None and "integers beyond 2**53 beside fractions" in run.error
+        (tmp_path / "data" / "orders" / "a.csv").unlink()
+        _csv(tmp_path, "b.csv", [(2, "placed", "1e400")])
+        (run,) = engine.capture()
+        assert run.state == "needs_review"
+        assert run.error is not None and "numbers past a double's range" in run.error
+        assert _rows(engine, "id, total::VARCHAR AS t") == [(1, "12345678901234567890123")]
+    finally:
+        engine.close()
+
+
+def test_an_integer_column_made_a_float_is_held_not_every_row_billed_again(
+    tmp_path: Path,
+) -> None:
+    """An integer column turned float by a new file's fraction was a widening: it evolved,
+    and every row was written again and billed (1 and 1.0 hash apart), though none changed."""
+    path = _project(tmp_path)
+    _csv(tmp_path, "a.csv", [(i, "placed", i) for i in range(1, 4)])
+    engine = Engine.open(path)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        _csv(tmp_path, "b.csv", [(4, "placed", 0.5)])
+        (run,) = engine.capture()
+        assert run.state == "needs_review"
+        assert run.error is not None and "narrowed_type on field 'total'" in run.error
+        assert "int64 to double" in run.error and "count as active" in run.error
+        assert _mar(engine) == (3, 3, 0, 0)
+    finally:
+        engine.close()

@@ -105,8 +105,12 @@ def classify(
 
 
 def _widens(old: pa.DataType, new: pa.DataType, source: pa.DataType) -> bool:
-    """Whether the lake type ``new`` holds every value of ``old``.
+    """Whether the lake type ``new`` holds every value of ``old``, each under its text.
 
+    An integer made a float is not a widening: a float's identity text is
+    its bits (docs/identity.md), so every row would get another id and
+    payload hash, be written again and count as an active row, though no
+    value changed (and a double rounds integers past 2**53).
     ``source`` is the source's type that ``new`` stores: a decimal of more
     than Delta's 38 digits is kept as its exact text, which holds every
     value of a decimal or an integer it widens. A list, a large list or a
@@ -123,8 +127,6 @@ def _widens(old: pa.DataType, new: pa.DataType, source: pa.DataType) -> bool:
         return bool(new.bit_width >= old.bit_width)
     if pa.types.is_floating(old) and pa.types.is_floating(new):
         return bool(new.bit_width >= old.bit_width)
-    if pa.types.is_integer(old) and pa.types.is_floating(new):
-        return True
     if pa.types.is_integer(old) and pa.types.is_decimal(new):
         # (the digits of the type's largest value: int8 3, int16 5, int32 10, int64 19;
         # an unsigned 64-bit 20)
@@ -164,6 +166,14 @@ def judge_drift(
         f"schema drift in {plan.source}.{plan.name}: {first['class']} "
         f"on field {first['field']!r}"
         + (f" (was {first['from']!r})" if first["class"] == "rename" else "")
+        + (
+            f" ({first['from']} to {first['to']}: a float's identity text is not an "
+            "integer's, so every row would be written again and count as active this month)"
+            if first["class"] == "narrowed_type"
+            and first["from"].startswith(("int", "uint"))
+            and first["to"] in ("halffloat", "float", "double")
+            else ""
+        )
         + f" (policy: {first['outcome']})"
     )
     accept = f"set drift.{first['class']}: evolve for this dataset in combined.yaml"

@@ -117,7 +117,8 @@ def infer(
     One parse of the files, once per read: the read then parses them once
     more with these types (:func:`scan`), where it inferred them again. A JSON
     column inferred DOUBLE that holds an integer no double keeps exactly
-    (beyond 2**53) reads as DECIMAL(38, 0), or is refused (:func:`_exact_numbers`).
+    (beyond 2**53) reads as DECIMAL(38, 0), or is refused (:func:`_exact_numbers`);
+    so does a CSV column inferred DOUBLE.
     ``None`` for Parquet, whose footers type the columns, and for JSON keys
     DuckDB renamed (:func:`_renamed`): such reads infer their types again.
     """
@@ -128,11 +129,11 @@ def infer(
         return None
     declared = file_set.types
     typed = [(n, declared.get(n, t)) for n, t in found]
+    doubles = [n for n, t in typed if t == "DOUBLE" and n not in declared]
+    if doubles:
+        exact = _exact_numbers(con, file_set, fmt, listing, typed, doubles)
+        typed = [(n, exact.get(n, t)) for n, t in typed]
     if fmt == "json":
-        doubles = [n for n, t in typed if t == "DOUBLE" and n not in declared]
-        if doubles:
-            exact = _exact_numbers(con, file_set, listing, doubles)
-            typed = [(n, exact.get(n, t)) for n, t in typed]
         nested = {n: paths for n, t in found if n not in declared and (paths := _double_paths(t))}
         if nested:
             _refuse_rounded(con, file_set, listing, nested)
@@ -154,40 +155,60 @@ def _renamed(names: Sequence[str]) -> bool:
     )
 
 
-def _exact_numbers(
-    con: duckdb.DuckDBPyConnection, file_set: FileSet, listing: Listing, doubles: list[str]
-) -> dict[str, str]:
-    """The type each JSON number column needs to keep its values as written.
+#: A number's text in digits, with a fraction or an exponent (not ``inf`` or ``nan``).
+_NUMBER = r"[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?"
 
-    DuckDB reads a JSON integer beyond 64 bits as a double, rounding
-    12345678901234567890123 to 1.2345678901234568e+22 without a word. Its
+
+def _exact_numbers(
+    con: duckdb.DuckDBPyConnection,
+    file_set: FileSet,
+    fmt: Format,
+    listing: Listing,
+    typed: Sequence[tuple[str, str]],
+    doubles: list[str],
+) -> dict[str, str]:
+    """The type each number column inferred DOUBLE needs to keep its values as written.
+
+    DuckDB reads a JSON integer beyond 64 bits, or a CSV one beyond 64 bits
+    or beside a fraction in another row or file, as a double: it rounded
+    12345678901234567890123 to 1.2345678901234568e+22, and 9007199254740993
+    to 9007199254740992, without a word, and 1e400 became infinity. Their
     text is read here (one more parse, paid only where a column is DOUBLE):
     integers only, up to 38 digits, read as DECIMAL(38, 0); an integer a
-    double cannot keep beside fractions, or of more than 38 digits, is refused.
+    double cannot keep beside fractions, of more than 38 digits, or a number
+    past a double's range is refused.
     """
-    texts = scan(file_set, "json", listing, [(n, "VARCHAR") for n in doubles])
+    # A CSV read is given every column's type (the rest as inferred); JSON reads the keys named.
+    as_text = [(n, "VARCHAR") for n in doubles]
+    if fmt == "csv":
+        as_text = [(n, "VARCHAR" if n in doubles else t) for n, t in typed]
+    texts = scan(file_set, fmt, listing, as_text)
     parts = []
     for n in doubles:
         c = quote_ident(n)
         whole = f"regexp_full_match({c}, '-?[0-9]+')"
+        finite = f"regexp_full_match(trim({c}), '{_NUMBER}')"
         parts += [
             f"bool_or({_rounded(c)})",
             f"bool_or(NOT {whole})",
             f"max(length(ltrim({c}, '-')))",
+            f"bool_or({finite} AND isinf(TRY_CAST(trim({c}) AS DOUBLE)))",
         ]
     (row,) = con.execute(f"SELECT {', '.join(parts)} FROM {texts}").fetchall()
     exact: dict[str, str] = {}
     for i, n in enumerate(doubles):
-        inexact, fractions, digits = row[3 * i : 3 * i + 3]
-        if not inexact:
+        inexact, fractions, digits, overflow = row[4 * i : 4 * i + 4]
+        if not inexact and not overflow:
             continue
-        if not fractions and digits <= 38:
+        if not overflow and not fractions and digits <= 38:
             exact[n] = "DECIMAL(38, 0)"
             continue
         raise SchemaMismatch(
             f"column {n!r} of file set {file_set.name!r} holds "
             + (
-                "integers beyond 2**53 beside fractions"
+                "numbers past a double's range"
+                if overflow
+                else "integers beyond 2**53 beside fractions"
                 if fractions
                 else "integers of more than 38 digits"
             )
