@@ -238,3 +238,17 @@ def test_check_and_discover_go_through_the_engine(api: FakeAPI, engine: Engine) 
     before = len(api.seen("/v1/orders/loop"))
     engine.capture(["shop.orders"])
     assert len(api.seen("/v1/orders/loop")) == before
+
+
+def test_records_without_a_value_of_the_key_are_refused_naming_it(
+    api: FakeAPI, engine: Engine
+) -> None:
+    """A key field the API leaves out or null on every record: the capture failed with an
+    internal error ("column 'id' is not in the schema (..., _combined_ordinal)")."""
+    with api.lock:
+        api.orders.clear()
+        api.orders.update({1: {"id": None, "v": 1}, 2: {"v": 2}})
+    (run,) = engine.capture(["shop.orders"])
+    assert run.state == "needs_review"
+    assert run.error is not None and "hold no value of 'id', a column of its key" in run.error
+    assert "_combined_ordinal" not in run.error and "`key:`" in run.error

@@ -9,7 +9,7 @@ backfill reads its range in :mod:`combined.runtime._backfill`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
@@ -406,6 +406,7 @@ class _Shape:
         plan, schema = self.plan, self.schema
         check_batch(f"{plan.source}.{plan.name}", batch, self.declared)
         if schema is None or batch.schema.names != schema.names:
+            _check_key_columns(plan, batch.schema.names)
             check_names(
                 f"{plan.source}.{plan.name}",
                 batch.schema.names,
@@ -435,6 +436,22 @@ class _Shape:
         """The source's shape now: the capture's schema less the fields dropped meanwhile."""
         assert self.schema is not None
         return pa.schema([f for f in self.schema if f.name not in self.dropped])
+
+
+def _check_key_columns(plan: DatasetPlan, names: Sequence[str]) -> None:
+    """Refuse a batch without a column of the key: no record read gave it a value (an API
+    that leaves the field out or null), and no row could be given an id."""
+    missing = [k for k in plan.key if k not in names]
+    if missing:
+        raise SchemaMismatch(
+            f"the records of {plan.source}.{plan.name} hold no value of {missing[0]!r}, a "
+            f"column of its key ({', '.join(plan.key)}): no row can be given an id",
+            hint="check `key:` against the fields the source gives (`combined discover`): "
+            "every record must carry a value of each key column; nothing was committed "
+            "for this dataset",
+            dataset=f"{plan.source}.{plan.name}",
+            column=missing[0],
+        )
 
 
 def empty_schema(

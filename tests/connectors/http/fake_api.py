@@ -190,6 +190,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(302, b"", {"Location": "/v1/orders/plain"})
         elif path == "/v1/away":
             self._send(302, b"", {"Location": f"http://localhost:{api.port}/v1/orders/plain"})
+        elif path == "/v1/latin1":  # JSON in the charset its content type names
+            body = json.dumps([{"id": 1, "name": "Zoë"}], ensure_ascii=False).encode("latin-1")
+            self._send(200, body, {"Content-Type": "application/json; charset=ISO-8859-1"})
+        elif path == "/v1/bom":  # UTF-8 with a byte order mark
+            self._send(200, b"\xef\xbb\xbf" + json.dumps([{"id": 1, "name": "a"}]).encode())
+        elif path == "/v1/deep":  # a value nested far deeper than a record would be
+            self._send(200, b'[{"id": 1, "v": ' + b"[" * 20000 + b"]" * 20000 + b"}]")
         elif path == "/v1/html":
             self._send(200, b"<html>hello</html>", {"Content-Type": "text/html"})
         else:

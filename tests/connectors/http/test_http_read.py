@@ -63,6 +63,9 @@ ENDPOINTS: dict[str, Any] = {
     "moved": {"path": "/moved"},
     "away": {"path": "/away"},
     "html": {"path": "/html"},
+    "latin1": {"path": "/latin1"},
+    "bom": {"path": "/bom"},
+    "deep": {"path": "/deep"},
     "missing": {"path": "/nothing-here"},
     "wrong_path": {"path": "/orders/page", "records": "data.rows"},
 }
@@ -251,6 +254,23 @@ def test_a_body_that_is_not_json_names_type_and_length_never_the_body(api: FakeA
         _read(_source(api), "html")
     assert "not JSON (content type text/html, 18 bytes)" in info.value.message
     assert "hello" not in info.value.describe()
+
+
+def test_a_body_is_read_in_its_declared_charset_and_past_a_byte_order_mark(
+    api: FakeAPI,
+) -> None:
+    """Both were "a body that is not JSON"."""
+    table, _, _ = _read(_source(api), "latin1")
+    assert table is not None and table.to_pylist() == [{"id": 1, "name": "Zoë"}]
+    table, _, _ = _read(_source(api), "bom")
+    assert table is not None and table.column("name").to_pylist() == ["a"]
+
+
+def test_json_nested_too_deep_is_refused_not_an_internal_error(api: FakeAPI) -> None:
+    """It failed with Python's RecursionError and no hint."""
+    with pytest.raises(SchemaMismatch, match="nested too deep to read") as info:
+        _read(_source(api), "deep")
+    assert info.value.hint is not None and "nothing was committed" in info.value.hint
 
 
 def test_a_missing_records_path_names_the_path_and_the_keys(api: FakeAPI) -> None:
@@ -448,6 +468,12 @@ def test_a_rate_limit_spaces_the_requests(api: FakeAPI) -> None:
         ),
         ({"base_url": "https://x", "endpoints": {"o": {"path": "https://evil/x"}}}, "full URL"),
         ({"base_url": "https://x", "endpoints": {"o": {"pth": "/o"}}}, "did you mean"),
+        # (a header cannot carry it: every request failed, retried as a transient failure)
+        ({"base_url": "https://x", "auth": {"type": "bearer", "token": "ab\ncd"}}, "line break"),
+        (
+            {"base_url": "https://x", "auth": {"type": "api_key", "name": "K", "api_key": "a\r"}},
+            "control character",
+        ),
     ],
 )
 def test_bad_configurations_are_refused_with_a_hint(config: dict[str, Any], message: str) -> None:

@@ -68,6 +68,16 @@ class Response:
         """The media type the server declared, or ``none``."""
         return self.headers.get("content-type", "none").split(";")[0].strip() or "none"
 
+    @property
+    def text(self) -> str:
+        """The body as text: in the charset the server declared (UTF-8 when none), a
+        UTF-8 byte order mark left out. Raises UnicodeDecodeError, or LookupError for a
+        charset Python does not know."""
+        charset = self.headers.get("content-type", "")
+        found = [p.split("=", 1)[1].strip().strip('"') for p in charset.split(";")[1:] if "=" in p]
+        named = next(iter(found), "utf-8").lower()
+        return self.content.decode("utf-8-sig" if named in ("utf-8", "utf8") else named)
+
 
 def scrubber(settings: Settings) -> Callable[[str], str]:
     """A function masking the auth secret (as written, URL-encoded, in basic form)."""

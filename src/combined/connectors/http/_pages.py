@@ -56,14 +56,27 @@ def dig(body: Any, path: str) -> Any:
 
 
 def decode(session: Session, response: Response) -> Any:
-    """The JSON body of ``response``; SchemaMismatch naming the URL, type and length if not JSON."""
+    """The JSON body of ``response``; SchemaMismatch naming the URL, type and length if not JSON.
+
+    The body is read in the charset its content type names (UTF-8 when none).
+    """
+    declared = response.headers.get("content-type", "none")
     try:
-        return DECODER.decode(response.content.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+        return DECODER.decode(response.text)
+    except RecursionError:
+        raise SchemaMismatch(
+            f"GET {session.shown(response.url)} answered JSON nested too deep to read "
+            f"({len(response.content)} bytes)",
+            hint="check the endpoint: no record nests values thousands of levels deep; "
+            "nothing was committed",
+            content_type=response.content_type,
+        ) from None
+    except (UnicodeDecodeError, LookupError, ValueError):
         raise SchemaMismatch(
             f"GET {session.shown(response.url)} answered a body that is not JSON "
-            f"(content type {response.content_type}, {len(response.content)} bytes)",
-            hint="check the endpoint's path: it must answer JSON; nothing was committed",
+            f"(content type {session.scrub(declared)}, {len(response.content)} bytes)",
+            hint="check the endpoint's path: it must answer JSON (in the charset its content "
+            "type names, UTF-8 by default); nothing was committed",
             content_type=response.content_type,
         ) from None
 

@@ -228,7 +228,7 @@ def _auth(value: Any) -> Auth:
         return Auth()
     ref = 'a secret reference such as {secret: "env:API_TOKEN"}'
     if kind == "bearer":
-        return Auth("bearer", value=_text(value.get("token"), "config.auth.token", ref))
+        return Auth("bearer", value=_header_text(value, "token", ref))
     if kind == "basic":
         user = _text(value.get("username"), "config.auth.username", "the user name, as text")
         return Auth(
@@ -241,12 +241,27 @@ def _auth(value: Any) -> Auth:
             hint="header sends the key as a request header, query as a query parameter",
         )
     name = _text(value.get("name"), "config.auth.name", "the header or parameter, e.g. X-Api-Key")
+    text = _header_text(value, "api_key", ref) if place == "header" else None
     return Auth(
         "api_key",
-        value=_text(value.get("api_key"), "config.auth.api_key", ref),
+        value=text or _text(value.get("api_key"), "config.auth.api_key", ref),
         name=name,
         place=place,
     )
+
+
+def _header_text(auth: Mapping[str, Any], key: str, ref: str) -> str:
+    """A secret sent in a header as it is: refused when it holds a line break or a control
+    character, which no header can carry (every request failed, retried as transient)."""
+    text = _text(auth.get(key), f"config.auth.{key}", ref)
+    if any(ord(c) < 32 and c != "\t" or c == "\x7f" for c in text):
+        raise ConfigError(
+            f"config.auth.{key} holds a line break or another control character, which a "
+            "request header cannot carry",
+            hint="store the secret on one line (a file: secret's one final newline is "
+            "dropped already)",
+        )
+    return text
 
 
 _PAGINATE_EXAMPLE = (
