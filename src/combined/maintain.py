@@ -187,6 +187,15 @@ def expire_raw(
         rows = [d for d in rows if d.state == "expired" or d.sequence <= mirrored]
         fresh = [d for d in rows if d.state == "committed"]
         if fresh:
+            # The lake keeps the decision too (first): a catalog rebuilt by `combined
+            # repair` then finds the commits whose files it names complete.
+            Ledger(layout).expiry(
+                source,
+                dataset,
+                [d.path for d in fresh],
+                policy=policy,
+                committed_before=horizon.isoformat(),
+            )
             cat.mark_deliveries(conn, [d.id for d in fresh], "expired")
             cat.emit(
                 conn,

@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import ON_EVERY_STORE
 
 from combined.engine import Engine
+from combined.errors import LakeError
 from combined.lake._maintain import file_count, reading_version
 from combined.lake._table import LakeTable
 
@@ -204,6 +205,73 @@ def test_raw_deliveries_past_retention_are_removed_by_a_recorded_decision(
         assert len(engine.activity(kind="maintenance.raw_removed")) == 1
     finally:
         engine.close()
+
+
+def _usage(engine: Engine) -> list[tuple[Any, ...]]:
+    keys = ("dataset", "month", "mar", "inserts", "updates", "deletes")
+    return sorted(tuple(u[k] for k in keys) for u in engine.usage())
+
+
+def test_a_catalog_rebuilt_after_a_raw_retention_keeps_its_usage_and_captures_on(
+    tmp_path: Path, tools: Any
+) -> None:
+    """`combined repair` of a lost catalog projected every lake commit from the raw layer,
+    and failed on the Deliveries the retention had removed: the usage of the dataset was
+    gone from the catalog, and every capture after failed the same way."""
+    extra = "        retention: {raw: 1s}\n"
+    project = _project(tmp_path, tools, "./lake", extra)
+    engine = Engine.open(project)
+    try:
+        for i in range(1, 4):
+            _capture(engine, tools, tmp_path, i)
+        usage = _usage(engine)
+        expired = {r.id for r in _deliveries(engine, "people")}
+        later = datetime.now(UTC) + timedelta(seconds=1.2)
+        assert engine.maintain(["shop.people"], now=later)[0]["raw_removed"] == len(expired)
+    finally:
+        engine.close()
+    (tmp_path / ".combined" / "catalog.db").unlink()
+    repaired = tools.cli(tmp_path, "repair")
+    assert repaired.returncode == 0, repaired.stderr
+    assert "cannot be completed" not in repaired.stdout + repaired.stderr
+    engine = Engine.open(project)
+    try:
+        assert _usage(engine) == usage and {u[0] for u in usage} == {"clicks", "people"}
+        people = {r.id: r.state for r in _deliveries(engine, "people")}
+        assert people == {d: "expired" for d in expired}
+        _capture(engine, tools, tmp_path, 4)
+        rows = engine.sql("SELECT id, name FROM shop.people ORDER BY id").to_pylist()
+        assert rows == [{"id": 1, "name": "n4"}, {"id": 2, "name": "b"}]
+        # explain shows what the raw layer keeps, and says what it no longer does;
+        # a replay, which needs every Delivery, says why it cannot
+        told = engine.explain("shop.people", ["1"])
+        assert told.status == "present" and [v.values["name"] for v in told.versions] == ["n4"]
+        assert f"{len(expired)} earlier Deliveries" in told.reason
+        with pytest.raises(LakeError, match="left the raw layer under its retention.raw"):
+            engine.replay("shop.people")
+    finally:
+        engine.close()
+
+
+def test_a_repair_that_cannot_bring_a_dataset_up_to_the_lake_exits_1(
+    tmp_path: Path, tools: Any
+) -> None:
+    """It printed the dataset's failure and exited 0, as if the catalog matched the lake."""
+    project = _project(tmp_path, tools, "./lake")
+    engine = Engine.open(project)
+    try:
+        _capture(engine, tools, tmp_path, 1)
+        tools.sql(tmp_path, "DELETE FROM people WHERE id = 2;")  # no table file holds it
+        (run,) = engine.capture(["shop.people"])
+        assert run.state == "succeeded", run.error
+        lost = _deliveries(engine, "people")[-1]
+    finally:
+        engine.close()
+    Path(lost.path).unlink()  # neither expired nor restorable: a file lost
+    (tmp_path / ".combined" / "catalog.db").unlink()
+    repaired = tools.cli(tmp_path, "repair")
+    assert repaired.returncode == 1, repaired.stdout + repaired.stderr
+    assert "shop.people: its lake commits could not be projected" in repaired.stdout
 
 
 def test_a_capture_compacts_its_table_past_the_threshold(

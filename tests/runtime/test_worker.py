@@ -381,3 +381,43 @@ def test_a_worker_killed_while_reading_leaves_no_attempt_running(
         if worker.poll() is None:
             worker.kill()
             worker.communicate()
+
+
+@pytest.mark.postgres
+def test_a_worker_outlives_a_catalog_that_closes_its_connections(
+    tmp_path: Path, tools: Any, pg_database: str
+) -> None:
+    """A catalog server that ends its sessions (a restart, a failover, an idle timeout)
+    killed the worker at its next poll: internal error (PendingRollbackError)."""
+    import psycopg
+
+    tools.make(tmp_path, catalog=pg_database)
+    worker = _spawn(tmp_path, "worker", "--poll", "0.2")
+    try:
+        time.sleep(3)  # polling, its pooled connection idle between polls
+        name = pg_database.rsplit("/", 1)[1]
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            killed = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            ).fetchone()
+        assert killed is not None and killed[0] >= 1
+        time.sleep(1)
+        assert worker.poll() is None, worker.communicate()[1]
+        assert tools.cli(tmp_path, "capture", "--enqueue", "shop.orders").returncode == 0
+        engine = Engine.open(tmp_path / "combined.yaml")
+        try:
+            deadline = time.monotonic() + 120
+            ended = ("succeeded", "failed", "needs_review", "needs_auth", "canceled")
+            while engine.runs()[0].state not in ended:
+                assert worker.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+            assert engine.runs()[0].state == "succeeded"
+            assert _count(engine, "shop.orders") == 200
+        finally:
+            engine.close()
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=60)
+    assert "internal error" not in err, err

@@ -8,7 +8,7 @@ import re
 import socket
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -126,6 +126,10 @@ class Catalog:
         kwargs: dict[str, Any] = {}
         if path is not None:
             kwargs["connect_args"] = {"timeout": _SQLITE_TIMEOUT_S}
+        else:
+            # A server closes idle sessions (idle_session_timeout, a restart, a
+            # failover): a pooled connection is tried before each use, and replaced.
+            kwargs["pool_pre_ping"] = True
         engine = sa.create_engine(sa_url, **kwargs)
         if path is not None:
             sa.event.listen(engine, "connect", _sqlite_pragmas)
@@ -224,13 +228,24 @@ class Catalog:
     def begin(self) -> Iterator[Connection]:
         """One catalog transaction; the log lines of its events are written once it commits."""
         told: list[Callable[[], None]] = []
-        with self.engine.begin() as conn:
-            conn.info[LEDGER] = self.ledger
-            conn.info[COMMITTED_LOG] = told
-            try:
-                yield conn
-            finally:
-                conn.info.pop(COMMITTED_LOG, None)
+        try:
+            with self.engine.begin() as conn:
+                conn.info[LEDGER] = self.ledger
+                conn.info[COMMITTED_LOG] = told
+                try:
+                    yield conn
+                finally:
+                    # (a connection the server closed meanwhile refuses even this)
+                    with suppress(sa.exc.SQLAlchemyError):
+                        conn.info.pop(COMMITTED_LOG, None)
+        except sa.exc.DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            raise CatalogError(
+                f"the catalog at {self.url} closed its connection: {redact(str(exc.orig).strip())}",
+                hint="nothing of the transaction was kept; it is tried again on a new "
+                "connection (a worker or scheduler waits a poll, then goes on)",
+            ) from exc
         for tell in told:
             tell()
 

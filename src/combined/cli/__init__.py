@@ -437,11 +437,15 @@ def _print_result(result: Any, fmt: str) -> None:
 def repair(project: ProjectOpt = None) -> None:
     """Rebuild the catalog projection from the lake; close runs whose process died."""
 
+    from combined.runtime._recover import NOT_PROJECTED
+
     with _session(project) as engine:
         notes = engine.repair()
     for n in notes:
         console.print(n)
     console.print("the catalog matches the lake" if not notes else f"{len(notes)} repair(s)")
+    if any(NOT_PROJECTED in n for n in notes):
+        raise typer.Exit(1)  # the catalog is still behind the lake for those datasets
 
 
 @app.command()

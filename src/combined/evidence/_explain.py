@@ -201,24 +201,33 @@ def _commits(layout: LakeLayout, source: str, dataset: str) -> list[_Commit]:
 
 def _raw_files(
     layout: LakeLayout, source: str, dataset: str, commits: Sequence[_Commit]
-) -> dict[str, tuple[_Commit, dict[str, Any]]]:
-    """Each committed Delivery's raw-layer location, with its commit and record."""
+) -> tuple[dict[str, tuple[_Commit, dict[str, Any]]], int]:
+    """Each committed Delivery's raw-layer location, with its commit and record; and how
+    many a ``retention.raw`` removed (the lake's ledger records which)."""
+    from combined.lake._ledger import Ledger
     from combined.runtime._commit import raw_location
 
     files: dict[str, tuple[_Commit, dict[str, Any]]] = {}
+    expired: set[str] | None = None
+    gone = 0
     for commit in commits:
         for d in commit.meta.get("deliveries") or []:
             if int(d.get("records") or 0) == 0:
                 continue
             location = raw_location(layout, source, dataset, d["file"])
             if not layout.store.exists(location):
+                if expired is None:
+                    expired = Ledger(layout).expired(source, dataset)
+                if location in expired:
+                    gone += 1
+                    continue
                 raise LakeError(
                     f"{source}.{dataset}: Delivery {d['id']} of run {commit.meta['run_id']} "
                     f"is missing from the raw layer ({location})",
                     hint="restore it from a backup, then run `combined repair`",
                 )
             files[location] = (commit, d)
-    return files
+    return files, gone
 
 
 def _scan(files: Sequence[str]) -> str:
@@ -539,15 +548,16 @@ def _never(engine: Engine, source: str, dataset: str) -> str:
 
 def _from_raw_layer(
     engine: Engine, con: duckdb.DuckDBPyConnection, asked: _Asked
-) -> tuple[list[RowVersion], list[dict[str, Any]], str | None]:
-    """The row's versions, its rows in the newest publication and that publication."""
+) -> tuple[list[RowVersion], list[dict[str, Any]], str | None, int]:
+    """The row's versions, its rows in the newest publication and that publication; and
+    how many of the dataset's Deliveries a ``retention.raw`` removed."""
     from combined.capture._soft import spec_of
 
     layout, source, dataset = engine.layout, asked.source, asked.dataset
     commits = _commits(layout, source, dataset)
-    files = _raw_files(layout, source, dataset, commits)
+    files, expired = _raw_files(layout, source, dataset, commits)
     if not files:
-        return [], [], None
+        return [], [], None, expired
     scan = _scan(list(files))
     types = _describe(con, scan)
     if asked.id is not None:
@@ -558,7 +568,7 @@ def _from_raw_layer(
     versions = _versions(con, files, scan, sought, flag)
     ids = sought.identities(scan)
     versions = _replacements(con, layout, source, dataset, commits, versions, ids)
-    return (versions, *_current(engine, source, dataset, sought.match()))
+    return (versions, *_current(engine, source, dataset, sought.match()), expired)
 
 
 def _found_key(key: Sequence[str], versions: Sequence[RowVersion]) -> dict[str, str]:
@@ -583,7 +593,7 @@ def explain(
     con = duckdb.connect()
     try:
         engine.layout.store.attach(con)
-        versions, current, publication = _from_raw_layer(engine, con, asked)
+        versions, current, publication, expired = _from_raw_layer(engine, con, asked)
         quarantined = _quarantined(engine, con, asked)
     finally:
         con.close()
@@ -591,6 +601,11 @@ def explain(
     status, reason = _standing(versions, current, publication, quarantined)
     if status == "never":
         reason = _never(engine, source, dataset)
+    if expired:
+        reason += (
+            f" ({expired} earlier Deliveries of the dataset left the raw layer under "
+            "its retention.raw: the row's versions they held are not shown)"
+        )
     return Explanation(
         dataset=name,
         key=given or _found_key(key, versions),

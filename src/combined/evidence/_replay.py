@@ -291,7 +291,15 @@ def replay(
     if to_version is None:
         version = table.version() or version  # the table as readers see it now
     foreign = [v for v in table.foreign_versions(None) if v <= version]
-    files = _raw_files(layout, source, dataset, commits)
+    files, expired = _raw_files(layout, source, dataset, commits)
+    if expired:
+        raise LakeError(
+            f"{name}: {expired} of its committed Deliveries left the raw layer under its "
+            "retention.raw (`combined activity` lists each maintenance.raw_removed): a replay "
+            "rebuilds the table from every Delivery, and cannot without them",
+            hint="a replay needs the raw layer from the dataset's first Delivery on: keep it "
+            "with a longer retention.raw; `combined explain` still shows what remains",
+        )
     spill = layout.staging_area() / f"replay-{uuid.uuid4().hex[:12]}"
     spill.mkdir(parents=True, mode=0o700)
     con = _connect(layout, spill)

@@ -26,7 +26,7 @@ from combined.lake._table import LakeTable
 
 _SCHEMA = pa.schema([("seq", pa.int64()), ("id", pa.string()), ("body", pa.string())])
 #: The ledger's tables, each under ``<lake>/_combined/``.
-LEDGER_TABLES = ("publications", "runs", "quarantine")
+LEDGER_TABLES = ("publications", "runs", "quarantine", "expired")
 
 
 class Ledger:
@@ -84,6 +84,25 @@ class Ledger:
         """Keep an ended Run with its admission (the newest record of a Run wins)."""
         if record is not None:
             self._append("runs", str(record["run"]["id"]), {**record, "id": record["run"]["id"]})
+
+    def expiry(self, source: str, dataset: str, paths: list[str], **decision: Any) -> None:
+        """Keep a decision to remove Delivery files from the raw layer (``retention.raw``):
+        a lake commit whose files it names is then complete without them."""
+        key = f"{source}.{dataset}"
+        self._append("expired", key, {"key": key, "paths": paths, **decision})
+
+    def expired(self, source: str, dataset: str) -> set[str]:
+        """The raw layer's paths of ``source.dataset`` that a retention removed."""
+        key = f"{source}.{dataset}"
+        table = self.table("expired")
+        if not table.exists():
+            return set()
+        out: set[str] = set()
+        for path in table.files():
+            for record in map(json.loads, table.store.read_table(path).column("body").to_pylist()):
+                if record.get("key") == key:
+                    out.update(record["paths"])
+        return out
 
     def runs(self) -> list[dict[str, Any]]:
         """Every ended Run the lake holds, with its admission, as it last was."""

@@ -9,6 +9,7 @@ Run's staging into the raw layer (:func:`promote`), which keeps them.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -207,24 +208,35 @@ def _restore_from_table(
 
 def complete_raw_layer(
     layout: LakeLayout, source: str, dataset: str, meta: Mapping[str, Any]
-) -> set[str]:
+) -> tuple[set[str], set[str]]:
     """Check every committed file of ``meta`` is in the raw layer, restoring what can be.
 
     Returns the Deliveries without rows that are gone (a quiet stream's, which
     only carried a position): no table file holds them, and no row or MAR
-    depends on them. Any other missing file raises LakeError.
+    depends on them; and the files a ``retention.raw`` removed, as the lake's
+    ledger records (their commit was billed before). Any other missing file
+    raises LakeError.
     """
+    here = functools.partial(raw_location, layout, source, dataset)
+    absent = [d for d in meta.get("deliveries") or [] if not layout.store.exists(here(d["file"]))]
+    changes = meta.get("changes_file")
+    names = [changes] if changes and not layout.store.exists(here(changes)) else []
+    expired: set[str] = set()
+    if absent or names:
+        # Removed by a decision (not restored from the table, which would undo it).
+        from combined.lake._ledger import Ledger
+
+        gone = Ledger(layout).expired(source, dataset)
+        expired = {n for n in [*(d["file"] for d in absent), *names] if here(n) in gone}
+        names = [n for n in names if n not in expired]
+    version = int(meta["lake_version"])
     missing = [
         d
-        for d in meta.get("deliveries") or []
-        if not layout.store.exists(raw_location(layout, source, dataset, d["file"]))
-        and not _restore_from_table(layout, source, dataset, d, int(meta["lake_version"]))
+        for d in absent
+        if d["file"] not in expired and not _restore_from_table(layout, source, dataset, d, version)
     ]
     empty = {d["file"] for d in missing if int(d["records"]) == 0}
-    names = [d["file"] for d in missing if d["file"] not in empty]
-    changes = meta.get("changes_file")
-    if changes and not layout.store.exists(raw_location(layout, source, dataset, changes)):
-        names.append(changes)
+    names += [d["file"] for d in missing if d["file"] not in empty]
     if names:
         raise LakeError(
             f"{source}.{dataset}: lake version {meta['lake_version']} (run {meta['run_id']}) "
@@ -233,4 +245,4 @@ def complete_raw_layer(
             "raw layer and MAR cannot be completed from it",
             hint="restore the files into the raw layer from a backup, then run `combined repair`",
         )
-    return empty
+    return empty, expired

@@ -9,7 +9,7 @@ the dataset's checkpoint, and tells the commit as Activity, once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -52,8 +52,9 @@ def project_commit(
             "the lake holds the commit: the next capture (or `combined repair`) puts them "
             "there and projects it",
         ) from exc
-    gone_empty = complete_raw_layer(layout, source, dataset, meta)
-    months = _bill(layout, source, dataset, meta, [f for f in files if f not in gone_empty])
+    gone_empty, expired = complete_raw_layer(layout, source, dataset, meta)
+    kept = [f for f in files if f not in gone_empty and f not in expired]
+    months = _bill(layout, source, dataset, meta, kept, billed=bool(expired))
     if meta.get("history"):
         from combined.lake._history import maintain_history
 
@@ -73,7 +74,7 @@ def project_commit(
         fresh = int(cat.get_dataset(conn, source, dataset).last_sequence or 0) < int(
             meta.get("last_sequence") or 0
         )
-        _record_deliveries(conn, layout, source, dataset, meta)
+        _record_deliveries(conn, layout, source, dataset, meta, expired)
         _record_version(conn, source, dataset, meta)
         for month, counts in months.items():
             cat.set_usage(conn, source, dataset, month, **counts)
@@ -84,15 +85,26 @@ def project_commit(
 
 
 def _bill(
-    layout: LakeLayout, source: str, dataset: str, meta: Mapping[str, Any], kept: list[str]
+    layout: LakeLayout,
+    source: str,
+    dataset: str,
+    meta: Mapping[str, Any],
+    kept: list[str],
+    *,
+    billed: bool = False,
 ) -> dict[str, dict[str, int]]:
     """MAR of the commit's changes, by month; ``kept``: its files still in the raw layer.
 
     The transition's changes are its change list, or (``changes_from``) its
-    Deliveries, which then hold exactly its changes.
+    Deliveries, which then hold exactly its changes. ``billed``: a retention
+    removed some of its files, which it does only once a commit was billed:
+    the month's counts are the usage table's.
     """
-    from combined.usage import record_usage
+    from combined.usage import month_counts, record_usage
 
+    if billed:
+        month = f"{datetime.fromisoformat(meta['ingested_at']):%Y-%m}"
+        return {month: month_counts(layout, source, dataset, month)}
     changes = [meta["changes_file"]] if meta.get("changes_file") else []
     from_deliveries = not changes and meta.get("changes_from") == "deliveries"
     if from_deliveries:
@@ -112,9 +124,15 @@ def _bill(
 
 
 def _record_deliveries(
-    conn: Connection, layout: LakeLayout, source: str, dataset: str, meta: Mapping[str, Any]
+    conn: Connection,
+    layout: LakeLayout,
+    source: str,
+    dataset: str,
+    meta: Mapping[str, Any],
+    expired: Collection[str] = (),
 ) -> None:
-    """Record the commit's Deliveries, committed, where the raw layer keeps them."""
+    """Record the commit's Deliveries, committed (``expired``: their files a retention
+    removed), where the raw layer keeps them."""
     deliveries = list(meta.get("deliveries") or [])
     for d in deliveries:
         cat.record_delivery(
@@ -138,6 +156,9 @@ def _record_deliveries(
         lake_version=int(meta["lake_version"]),
         committed_at=datetime.fromisoformat(meta["ingested_at"]),
     )
+    gone = [d["id"] for d in deliveries if d["file"] in expired]
+    if gone:
+        cat.mark_deliveries(conn, gone, "expired")
 
 
 def _record_version(conn: Connection, source: str, dataset: str, meta: Mapping[str, Any]) -> None:

@@ -179,10 +179,14 @@ class Recovery:
     def _not_projected(self, source: str, name: str, notes: list[str], exc: Exception) -> bool:
         """Tell (note, alert) that a dataset's lake commits could not be projected; False."""
         error = exc.describe() if isinstance(exc, CombinedError) else redact(repr(exc))
-        notes.append(f"{source}.{name}: its lake commits could not be projected: {error}")
+        notes.append(f"{source}.{name}: {NOT_PROJECTED}: {error}")
         with self.catalog.begin() as conn:
             cat.emit(conn, "alert.recovery_failed", source=source, dataset=name, error=error)
         return False
+
+
+#: What a repair's note of a dataset it could not bring up to the lake says (exit 1).
+NOT_PROJECTED = "its lake commits could not be projected"
 
 
 def _interrupted(run: Run, committed: int) -> str:

@@ -14,6 +14,7 @@ The core, :meth:`Scheduler.tick`, takes the time as a parameter; the loop
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -25,6 +26,7 @@ from sqlalchemy.engine import Connection
 from combined.catalog import Admission, Catalog, Run, Trigger, queue
 from combined.catalog import data as cat
 from combined.config import Project
+from combined.errors import CatalogError
 from combined.protocol import utcnow
 from combined.runtime._admit import admit
 from combined.runtime._worker import _sleep
@@ -32,6 +34,8 @@ from combined.runtime._worker import _sleep
 if TYPE_CHECKING:
     from combined.config._schedule import ScheduleConfig
     from combined.engine import Engine
+
+_log = logging.getLogger("combined.scheduler")
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,10 +236,18 @@ class Scheduler:
         """
         while not stopping():
             now = clock()
-            for entry, parts in self.tick(now):
-                report(entry, parts)
-            # Catalog-only checks (freshness, overdue reviews); alerts sent in the background.
-            self.engine.check_alerts(slots=False, now=now)
+            try:
+                for entry, parts in self.tick(now):
+                    report(entry, parts)
+                # Catalog-only checks (freshness, overdue reviews); alerts sent in the background.
+                self.engine.check_alerts(slots=False, now=now)
+            except CatalogError as exc:
+                if once:
+                    raise
+                # (a catalog restart or failover: the next round tries again)
+                _log.warning("%s; trying again in %.0f s", exc.message, max_wait_s)
+                _sleep(max_wait_s, stopping)
+                continue
             if once:
                 return
             wake = next_tick(self.engine.project, now)

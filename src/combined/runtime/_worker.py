@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 
 from combined.catalog import Run
+from combined.errors import CatalogError
+
+_log = logging.getLogger("combined.worker")
 
 
 def work(
@@ -28,9 +32,19 @@ def work(
     """
     done = 0
     while not stopping() and (max_runs is None or done < max_runs):
-        run = take()
-        if run is not None:
-            ended = execute(run)
+        try:
+            run = take()
+            ended = execute(run) if run is not None else None
+        except CatalogError as exc:
+            # A catalog that closed its connections (a restart, a failover, an idle
+            # timeout) must not end a worker that runs for weeks: the next poll tries
+            # again; a Run it held is recovered once its lease lapses.
+            _log.warning("%s; trying again in %.0f s", exc.message, poll_s)
+            if once:
+                raise
+            _sleep(poll_s, stopping)
+            continue
+        if run is not None and ended is not None:
             if ended.state != "queued":
                 done += 1
                 yield ended
