@@ -31,3 +31,14 @@ def test_a_capture_after_a_killed_commit_says_what_it_recovered(
     said = " ".join((again.stdout + again.stderr).split())
     assert f"shop.orders: projected lake version 1 (run {dead}) into the catalog" in said
     assert f"run {dead} was interrupted: marked failed" in said
+    # the Activity says the Run was interrupted, never that it recovered (targets were
+    # sent `run.recovered`, the end of an alert, right after the Run's alert.run_failed)
+    from combined.engine import Engine
+
+    engine = Engine.open(project)
+    try:
+        kinds = {(e["kind"], e["run_id"]) for e in engine.activity()}
+        assert ("run.interrupted", dead) in kinds and ("alert.run_failed", dead) in kinds
+        assert ("run.recovered", dead) not in kinds
+    finally:
+        engine.close()

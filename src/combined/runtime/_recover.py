@@ -105,7 +105,15 @@ class Recovery:
                 "canceled" if asked else "failed",
                 error=runs_repo.canceled(current) if asked else _interrupted(current, committed),
             )
-            cat.emit(conn, "run.recovered", source=run.source, run_id=run.id)
+            # (not `run.recovered`, the end of an alert: targets were sent that as
+            # "the run recovered", right after this Run's own alert.run_failed)
+            cat.emit(
+                conn,
+                "run.interrupted",
+                source=run.source,
+                run_id=run.id,
+                state="canceled" if asked else "failed",
+            )
         return True
 
     def _sweep_staging(self, notes: list[str]) -> None:
