@@ -364,14 +364,20 @@ class Sender:
             thread.join(timeout)
 
     def close(self, grace: float = GRACE_S) -> None:
-        """Claim nothing more; wait up to ``grace`` seconds, then release the claims left.
+        """Let the running drain send for up to ``grace`` seconds, then claim nothing more;
+        wait for the request in flight (at most its time limit), then release the claims left.
 
-        Without this, an alert claimed by a process that ended before sending
-        it waited out its claim (:data:`CLAIM`) before any sender took it.
+        A command that raised an alert (``schedule --once`` from cron) used to
+        stop its drain before it claimed anything: the alert was never sent.
+        A request still in flight had its claim released and the process
+        ended before recording the answer: the next command sent it again,
+        each minute. Without the release, an alert claimed by a process that
+        ended before sending it waited out its claim (:data:`CLAIM`).
         """
+        self.wait(grace)
         with self._lock:
             self._stop.set()
-        self.wait(grace)
+        self.wait(TIMEOUT_S + 1.0)  # (a request in flight ends within its time limit)
         if self._held:
             release(self.engine.catalog, self._held)
 
