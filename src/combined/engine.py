@@ -477,8 +477,13 @@ class Engine(Reading):
         """
         self.layout.ensure_writable()
         sweep_private_dirs()
-        for note in self.repair():
+        notes = self.repair()
+        for note in notes:
             self.reporter.note(note)
+        if notes:
+            # A dead Run ended raises its alert: sent now, not after the next Run (an
+            # idle worker held it back for as long as the queue stayed empty).
+            self.sender.soon()
         self.remind_quarantine()
 
     def repair(self) -> list[str]:

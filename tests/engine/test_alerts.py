@@ -144,6 +144,32 @@ def test_a_command_that_ends_at_once_sends_its_alert_once(
         receiver.close()
 
 
+def test_a_worker_that_ends_a_dead_run_sends_its_alert_while_idle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The alert.run_failed a worker raised closing a dead Run waited for the worker's
+    next Run: with the queue empty, for as long as it stayed empty."""
+    import signal
+
+    from tests.conftest import cli
+
+    receiver = Receiver()
+    monkeypatch.setenv("HOOK_URL", receiver.url("/hook"))
+    monkeypatch.setenv("HOOK_KEY", KEY)
+    path = _project(tmp_path, OPS)
+    killed = cli(tmp_path, "capture", "shop.orders", env={"COMBINED_FAULT": "after_commit"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    engine = Engine.open(path)
+    try:
+        assert list(engine.work(lambda: False, poll_s=0.1, once=True)) == []  # none queued
+        engine.sender.wait(60)  # (before the close, which would send it anyway)
+        kinds = [json.loads(body)["kind"] for _, body in receiver.posts("/hook")]
+        assert kinds == ["alert.run_failed"]
+    finally:
+        engine.close()
+        receiver.close()
+
+
 def test_each_alert_is_raised_once_and_sent_signed(
     tmp_path: Path, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
