@@ -88,6 +88,12 @@ class Reading:
             from combined.maintain import explain_removed
 
             raise explain_removed(self.catalog, self.project, exc, pub) from None
+        except OSError as exc:  # the lake's store unreachable, or refusing (an internal error)
+            from combined.lake._probe import read_failure
+
+            raise read_failure(
+                f"the lake at {self.layout.store.root} could not be read", exc
+            ) from None
 
     def runs(self, limit: int = 20, states: Sequence[RunState] | None = None) -> list[Run]:
         """Newest Runs first (only those in ``states`` when given)."""
@@ -195,14 +201,21 @@ class Reading:
         once ``compared`` was told the comparison."""
         from combined.evidence import replay
 
-        return replay(
-            self._engine,
-            name,
-            to_version=to_version,
-            into=into,
-            replace=replace,
-            compared=compared,
-        )
+        try:
+            return replay(
+                self._engine,
+                name,
+                to_version=to_version,
+                into=into,
+                replace=replace,
+                compared=compared,
+            )
+        except OSError as exc:  # the lake's store unreachable, or refusing (an internal error)
+            from combined.lake._probe import read_failure
+
+            raise read_failure(
+                f"replaying {name}: the lake at {self.layout.store.root}", exc
+            ) from None
 
     def publications(self, limit: int = 20) -> list[dict[str, Any]]:
         """Newest publications with their members."""

@@ -134,3 +134,34 @@ def test_a_rejected_lake_exits_2_before_any_run_and_writes_nothing(
             assert runs_repo.list_runs(conn, limit=10) == []
     finally:
         engine.close()
+
+
+def test_a_store_that_fails_a_read_is_a_lake_error_not_an_internal_one(
+    tmp_path: Path, tools: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`combined sql` and `combined replay` on a lake whose store did not answer exited 70,
+    "internal error (OSError) ... this is a bug in Combined"."""
+    from combined.errors import LakeError
+    from combined.lake import _query
+
+    project = tools.make(tmp_path)
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+
+        def unreachable(*args: Any, **kwargs: Any) -> Any:
+            raise OSError(
+                "Generic S3 error: Error after 10 retries in 104s, max_retries:10: error "
+                "sending request for url (http://127.0.0.1:18999/lake/shop/orders/_delta_log)"
+            )
+
+        monkeypatch.setattr(_query, "run_query", unreachable)
+        with pytest.raises(LakeError, match="could not be read: .*error sending request") as info:
+            engine.sql("SELECT count(*) FROM shop.orders")
+        assert "nothing was changed" in (info.value.hint or "")
+        monkeypatch.setattr("combined.evidence.replay", unreachable)
+        with pytest.raises(LakeError, match="replaying shop.orders: the lake at"):
+            engine.replay("shop.orders")
+    finally:
+        engine.close()

@@ -102,6 +102,19 @@ def store_failure(what: str, exc: BaseException, then: str) -> LakeError:
     return LakeError(f"{what}: {missing} ({store_detail(text)})", hint=f"{hint}; {then}")
 
 
+def read_failure(what: str, exc: BaseException) -> LakeError:
+    """The LakeError for a read the lake's store failed (unreachable, refused): ``what``,
+    the store's words (credential values masked), and what to check. Nothing was changed."""
+    text = str(exc)
+    reason = refusal(text)
+    detail = store_detail(text)
+    if reason is None:
+        hint = "check the lake's URL and that its store answers, then run it again"
+        return LakeError(f"{what}: {detail}", hint=f"{hint}; nothing was changed")
+    missing, hint = reason
+    return LakeError(f"{what}: {missing} ({detail})", hint=f"{hint}; nothing was changed")
+
+
 def _shows(signs: tuple[str, ...], text: str) -> bool:
     """Whether the error shows one of the signs; a number only as a whole word.
 
