@@ -352,3 +352,18 @@ def test_a_bad_retention_is_refused(tmp_path: Path, tools: Any) -> None:
     out = tools.cli(tmp_path, "maintain")
     assert out.returncode == 2
     assert "retention.publications must be a duration or forever" in out.stderr
+
+
+def test_a_capture_meeting_a_maintenance_says_so(tmp_path: Path, tools: Any) -> None:
+    """It said the dataset "is being captured by run maintain:...", and to run `combined
+    repair` if that run died: maintenance is no Run, and repair was the wrong advice."""
+    engine = Engine.open(_project(tmp_path, tools, "./lake"))
+    try:
+        _capture(engine, tools, tmp_path, 1)
+        assert engine.catalog.acquire_lease("shop", "people", "maintain:a12674232a6e")
+        (run,) = engine.capture(["shop.people"])
+        assert run.state == "failed"
+        assert run.error is not None and "shop.people is being maintained" in run.error
+        assert "repair" not in run.error
+    finally:
+        engine.close()

@@ -159,6 +159,15 @@ class Runner:
             with self.catalog.begin() as conn:
                 if queue.give_back(conn, run.id, run.claimed_by):
                     return runs_repo.get_run(conn, run.id)
+        from combined.maintain import HOLDER as MAINTENANCE
+
+        if holder is not None and holder.startswith(MAINTENANCE):
+            raise ProtocolViolation(
+                f"{plan.source}.{plan.name} is being maintained (`combined maintain`, "
+                f"{holder}): its table is compacted or vacuumed under the dataset's lease",
+                hint="capture again once the maintenance ends (a queued capture, taken by a "
+                "worker, waits in the queue for it instead)",
+            )
         raise ProtocolViolation(
             f"{plan.source}.{plan.name} is being captured by run {holder}",
             hint="wait for that run to finish, or run `combined repair` if it died",
