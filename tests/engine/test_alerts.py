@@ -597,3 +597,48 @@ def test_the_end_of_an_alert_reaches_the_targets_that_were_sent_it(
     finally:
         engine.close()
         receiver.close()
+
+
+def test_combined_alerts_says_what_it_sent_and_exits_1_when_a_send_failed(
+    tmp_path: Path, tools: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It printed "no new alert" and exited 0 whether it had just sent the pending alerts
+    or every send had failed."""
+    from tests.conftest import shop_sql
+
+    with socket.socket() as s:  # a port nothing listens on: refused at once
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = _project(
+        tmp_path,
+        "notifications:\n  - {name: ops, type: webhook, url: {secret: env:HOOK_URL},"
+        " secret: {secret: env:HOOK_KEY}, attempts: 1}\n",
+    )
+    monkeypatch.setenv("HOOK_URL", f"http://127.0.0.1:{port}/hook")
+    monkeypatch.setenv("HOOK_KEY", KEY)
+
+    def failed_run(table: str, dataset: str) -> None:
+        """A failed Run whose alert waits to be sent (this engine sends nothing)."""
+        shop_sql(tmp_path, f"ALTER TABLE {table} RENAME TO gone_{table}")
+        engine = Engine.open(path)
+        try:
+            engine.sender.soon = lambda: None  # type: ignore[method-assign]
+            (run,) = engine.capture([f"shop.{dataset}"])
+            assert run.state == "failed"
+        finally:
+            engine.close()
+
+    failed_run("customers", "customers")
+    refused = tools.cli(tmp_path, "alerts", "--no-slots")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "0 alert(s) sent, 1 failed" in refused.stdout and "not sent to ops" in refused.stdout
+    receiver = Receiver()
+    try:
+        failed_run("orders", "orders")
+        env = {"HOOK_URL": receiver.url("/hook")}
+        sent = tools.cli(tmp_path, "alerts", "--no-slots", env=env)
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+        assert "1 alert(s) sent, 0 failed" in sent.stdout
+        assert len(receiver.posts("/hook")) == 1
+    finally:
+        receiver.close()
