@@ -186,6 +186,25 @@ def test_capture_enqueue_returns_the_queued_run_instead_of_a_second(
         engine.close()
 
 
+def test_a_tick_recorded_while_the_clock_ran_ahead_does_not_hold_the_schedule_back(
+    tmp_path: Path, tools: Any
+) -> None:
+    """A machine booted with its clock a day ahead, then set right: the tick recorded
+    then was the newest, and nothing was due until the clock caught up with it."""
+    engine = Engine.open(_scheduled(tmp_path, tools, "{interval: 1h}"))
+    try:
+        assert Scheduler(engine).tick(T0 + timedelta(days=1)) != []
+        assert _work(engine) == ["succeeded"]
+        ((entry, _),) = Scheduler(engine).tick(T0)  # set right: the hour's tick is due
+        assert entry.tick == datetime(2026, 11, 30, 12, tzinfo=UTC)
+        assert _work(engine) == ["succeeded"]
+        assert Scheduler(engine).tick(T0 + timedelta(minutes=30)) == []  # once an hour
+        ((entry, _),) = Scheduler(engine).tick(T0 + timedelta(hours=1))
+        assert entry.tick == datetime(2026, 11, 30, 13, tzinfo=UTC)
+    finally:
+        engine.close()
+
+
 def test_after_downtime_one_catch_up_run_not_one_per_missed_tick(
     tmp_path: Path, tools: Any
 ) -> None:

@@ -172,14 +172,18 @@ def _leased(conn: Connection, run_id: str) -> bool:
     return any(_live(r.holder, r.expires_at) for r in rows)
 
 
-def last_ticks(conn: Connection) -> dict[tuple[str, str], datetime]:
-    """The newest scheduled tick recorded for each (source, dataset)."""
+def last_ticks(conn: Connection, now: datetime | None = None) -> dict[tuple[str, str], datetime]:
+    """The newest scheduled tick recorded for each (source, dataset), at or before ``now``.
+
+    A tick after ``now`` was recorded while the clock ran ahead (a machine booted with
+    a wrong clock, then set right): taken as the newest, it held every tick back until
+    the clock caught up with it, silently.
+    """
     ticks = t.schedule_ticks
-    rows = conn.execute(
-        sa.select(
-            ticks.c.source, ticks.c.dataset, sa.func.max(ticks.c.tick).label("tick")
-        ).group_by(ticks.c.source, ticks.c.dataset)
-    ).all()
+    q = sa.select(ticks.c.source, ticks.c.dataset, sa.func.max(ticks.c.tick).label("tick"))
+    if now is not None:
+        q = q.where(ticks.c.tick <= now)
+    rows = conn.execute(q.group_by(ticks.c.source, ticks.c.dataset)).all()
     # max() reads the stored text on SQLite: the column type turns it back.
     return {(r.source, r.dataset): _as_time(r.tick) for r in rows}
 

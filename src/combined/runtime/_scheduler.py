@@ -186,7 +186,7 @@ class Scheduler:
         A tick another scheduler recorded first is left to it (not returned).
         """
         with self.engine.catalog.begin() as conn:
-            last = queue.last_ticks(conn)
+            last = queue.last_ticks(conn, now)
         done = []
         for entry in due(self.engine.project, last, now):
             try:
