@@ -433,3 +433,26 @@ def test_an_integer_column_made_a_float_is_held_not_every_row_billed_again(
         assert _mar(engine) == (3, 3, 0, 0)
     finally:
         engine.close()
+
+
+def test_csv_integers_past_38_digits_ask_for_a_declared_type(tmp_path: Path) -> None:
+    """DuckDB read them as BIGNUM: the Run failed (and was retried) on an internal type,
+    with a hint that did not name `columns:`."""
+    path = _project(tmp_path)
+    _csv(tmp_path, "a.csv", [(1, "placed", "1234567890123456789012345678901234567890123")])
+    engine = Engine.open(path)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "needs_review"
+        assert run.error is not None and "integers of more than 38 digits" in run.error
+        assert "total: VARCHAR" in run.error
+    finally:
+        engine.close()
+    _project(tmp_path, "          columns: {total: VARCHAR}")
+    engine = Engine.open(path)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert _rows(engine, "id, total")[0][1] == "1234567890123456789012345678901234567890123"
+    finally:
+        engine.close()

@@ -129,6 +129,16 @@ def infer(
         return None
     declared = file_set.types
     typed = [(n, declared.get(n, t)) for n, t in found]
+    huge = next((n for n, t in typed if t in ("BIGNUM", "VARINT") and n not in declared), None)
+    if huge is not None:
+        raise SchemaMismatch(
+            f"column {huge!r} of file set {file_set.name!r} holds integers of more than 38 "
+            "digits, which no number type of the lake holds, so nothing was read",
+            hint=f"declare the column's type under `columns:` ({huge}: VARCHAR keeps the "
+            "text); nothing was committed",
+            relation=file_set.name,
+            column=huge,
+        )
     doubles = [n for n, t in typed if t == "DOUBLE" and n not in declared]
     if doubles:
         exact = _exact_numbers(con, file_set, fmt, listing, typed, doubles)
