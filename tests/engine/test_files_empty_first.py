@@ -89,3 +89,23 @@ def test_files_of_a_header_alone_are_refused_unless_allowed_empty(tmp_path: Path
         assert engine.sql("SELECT count(*) AS n FROM exports.orders").to_pylist() == [{"n": 2}]
     finally:
         engine.close()
+
+
+def test_a_json_file_of_an_empty_array_holds_no_row(tmp_path: Path) -> None:
+    """It was refused as "non-record JSON"; it is a file of no record: refused as an empty
+    snapshot, or, with allow_empty, one."""
+    engine = _engine(tmp_path, DECLARED)
+    try:
+        path = tmp_path / "combined.yaml"
+        path.write_text(path.read_text().replace("orders/*.csv", "orders/*.json"))
+        engine.close()
+        engine = Engine.open(path)
+        (tmp_path / "data" / "orders" / "a.json").write_text('[{"id": 1, "status": "x"}]')
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        (tmp_path / "data" / "orders" / "a.json").write_text("[\n]\n")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error  # allow_empty: an empty snapshot
+        assert engine.sql("SELECT count(*) AS n FROM exports.orders").to_pylist() == [{"n": 0}]
+    finally:
+        engine.close()

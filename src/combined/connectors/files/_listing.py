@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -58,12 +59,25 @@ class Listing:
         """The files a read of format ``fmt`` reads: less the empty ones, but for Parquet.
 
         An empty CSV or JSON file holds no row (DuckDB would add a column0,
-        or refuse the JSON); an empty Parquet file is broken, and is read to
-        say so.
+        or refuse the JSON), nor does a JSON file of an empty array (DuckDB
+        refused it as "non-record JSON"); an empty Parquet file is broken,
+        and is read to say so.
         """
         if fmt == "parquet":
             return self
-        return Listing(self.root, tuple(e for e in self.entries if e.size))
+        return Listing(
+            self.root, tuple(e for e in self.entries if e.size and not self._no_record(e, fmt))
+        )
+
+    def _no_record(self, entry: Entry, fmt: str) -> bool:
+        """Whether ``entry`` is a JSON file of an empty array (a few bytes, read to tell)."""
+        if fmt != "json" or entry.size > 64:
+            return False
+        try:
+            text = (self.root / entry.name).read_bytes()
+        except OSError:
+            return False  # (the read says why)
+        return re.fullmatch(rb"\s*\[\s*\]\s*", text.removeprefix(b"\xef\xbb\xbf")) is not None
 
     @property
     def bytes(self) -> int:
