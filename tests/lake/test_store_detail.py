@@ -54,3 +54,24 @@ def test_a_403_is_read_only_as_a_whole_word(text: str, denied: bool) -> None:
     from combined.lake._probe import _REASONS, _shows
 
     assert _shows(_REASONS[2][0], text) is denied
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Generic S3 error: Error after 10 retries in 89s, max_retries:10: error sending "
+        "request for url (http://127.0.0.1:18999/b/.write-probe-1)",
+        "When initiating multiple part upload for key '.write-probe-1' in bucket 'b': AWS "
+        "Error NETWORK_CONNECTION during CreateMultipartUpload operation: curlCode: 7, "
+        "Couldn't connect to server",
+        "tcp connect error: Connection refused (os error 111)",
+    ],
+)
+def test_a_store_that_does_not_answer_is_told_apart_from_one_that_refuses(text: str) -> None:
+    """It was "the store refused the write: check the lake's URL, credentials and
+    permissions", of a store nothing answered for."""
+    from combined.lake._probe import refusal
+
+    found = refusal(text)
+    assert found is not None and found[0] == "the store could not be reached"
+    assert "endpoint" in found[1]

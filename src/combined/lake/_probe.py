@@ -48,6 +48,21 @@ _REASONS = (
         "objects under it",
         "grant the credentials' principal write and delete permission on the lake's prefix",
     ),
+    (
+        (
+            "Connection refused",
+            "connection refused",
+            "error sending request",
+            "dns error",
+            "failed to lookup address",
+            "Couldn't connect to server",
+            "Could not resolve host",
+            "NETWORK_CONNECTION",
+        ),
+        "the store could not be reached",
+        "check the store's endpoint (AWS_ENDPOINT_URL, the account or host in `lake:`) and "
+        "that it is up",
+    ),
 )
 
 
@@ -72,7 +87,8 @@ def check_store(store: LakeStore) -> None:
             "the store refused the write",
             "check the lake's URL, credentials and permissions",
         )
-        if store.scheme == "s3" and not _aws_credentials() and missing.startswith("the store"):
+        refused = missing.startswith("the store refused")  # (not: could not be reached)
+        if store.scheme == "s3" and not _aws_credentials() and refused:
             missing, hint = _REASONS[1][1:]
             missing = "no credentials were found in the environment (AWS_ACCESS_KEY_ID)"
         raise LakeNotWritable(
