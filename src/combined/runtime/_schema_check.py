@@ -95,8 +95,9 @@ def check_names(
             raise SchemaMismatch(
                 f"column {name!r} of dataset {dataset} starts with {RESERVED_PREFIX!r}, "
                 "the prefix of the columns Combined adds: it would not be stored as read",
-                hint="capture a view that renames the column; nothing was committed "
-                "for this dataset",
+                hint="leave the column out (the dataset's `columns:` lists the ones to "
+                "keep), or, from a database, capture a view that renames it; nothing was "
+                "committed for this dataset",
                 dataset=dataset,
                 column=name,
             )
@@ -105,8 +106,9 @@ def check_names(
             raise SchemaMismatch(
                 f"columns {other!r} and {name!r} of dataset {dataset} differ only in case, "
                 "and the lake (Delta, DuckDB) does not tell them apart",
-                hint="capture a view that renames one of them; nothing was committed "
-                "for this dataset",
+                hint="leave one of them out (the dataset's `columns:` lists the ones to "
+                "keep), or, from a database, capture a view that renames it; nothing was "
+                "committed for this dataset",
                 dataset=dataset,
                 column=name,
             )
