@@ -193,6 +193,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/v1/latin1":  # JSON in the charset its content type names
             body = json.dumps([{"id": 1, "name": "Zoë"}], ensure_ascii=False).encode("latin-1")
             self._send(200, body, {"Content-Type": "application/json; charset=ISO-8859-1"})
+        elif path == "/v1/odata":  # parameters other than charset (OData, versioned APIs)
+            ctype = "application/json;odata.metadata=minimal;version=2;charset=utf-8"
+            self._send(200, json.dumps([{"id": 1, "name": "é"}]).encode(), {"Content-Type": ctype})
         elif path == "/v1/bom":  # UTF-8 with a byte order mark
             self._send(200, b"\xef\xbb\xbf" + json.dumps([{"id": 1, "name": "a"}]).encode())
         elif path == "/v1/deep":  # a value nested far deeper than a record would be

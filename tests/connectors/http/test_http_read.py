@@ -65,6 +65,7 @@ ENDPOINTS: dict[str, Any] = {
     "html": {"path": "/html"},
     "latin1": {"path": "/latin1"},
     "bom": {"path": "/bom"},
+    "odata": {"path": "/odata"},
     "deep": {"path": "/deep"},
     "missing": {"path": "/nothing-here"},
     "wrong_path": {"path": "/orders/page", "records": "data.rows"},
@@ -264,6 +265,9 @@ def test_a_body_is_read_in_its_declared_charset_and_past_a_byte_order_mark(
     assert table is not None and table.to_pylist() == [{"id": 1, "name": "Zoë"}]
     table, _, _ = _read(_source(api), "bom")
     assert table is not None and table.column("name").to_pylist() == ["a"]
+    # a content type's other parameters are not its charset (a review found "minimal" taken)
+    table, _, _ = _read(_source(api), "odata")
+    assert table is not None and table.column("name").to_pylist() == ["é"]
 
 
 def test_json_nested_too_deep_is_refused_not_an_internal_error(api: FakeAPI) -> None:

@@ -73,9 +73,11 @@ class Response:
         """The body as text: in the charset the server declared (UTF-8 when none), a
         UTF-8 byte order mark left out. Raises UnicodeDecodeError, or LookupError for a
         charset Python does not know."""
-        charset = self.headers.get("content-type", "")
-        found = [p.split("=", 1)[1].strip().strip('"') for p in charset.split(";")[1:] if "=" in p]
-        named = next(iter(found), "utf-8").lower()
+        named = "utf-8"
+        for param in self.headers.get("content-type", "").split(";")[1:]:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "charset":  # (not odata.metadata=, version=, ...)
+                named = value.strip().strip('"').lower()
         return self.content.decode("utf-8-sig" if named in ("utf-8", "utf8") else named)
 
 
