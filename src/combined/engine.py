@@ -389,7 +389,13 @@ class Engine(Reading):
             poll_s=poll_s,
             once=once,
             max_runs=max_runs,
+            give_back=self._give_back_taken,
         )
+
+    def _give_back_taken(self) -> None:
+        """Put back in the queue the Runs this process took and has not started."""
+        with self.catalog.begin() as conn:
+            queue.give_back_all(conn, worker_identity())
 
     def webhook(self, source: str, dataset: str) -> WebhookConfig | None:
         """The webhook setting of a dataset (its own, else its source's); None if unset."""

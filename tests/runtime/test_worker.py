@@ -388,7 +388,8 @@ def test_a_worker_outlives_a_catalog_that_closes_its_connections(
     tmp_path: Path, tools: Any, pg_database: str
 ) -> None:
     """A catalog server that ends its sessions (a restart, a failover, an idle timeout)
-    killed the worker at its next poll: internal error (PendingRollbackError)."""
+    killed the worker at its next poll: internal error (PendingRollbackError); one that
+    refused connections for a while killed it too (OperationalError)."""
     import psycopg
 
     tools.make(tmp_path, catalog=pg_database)
@@ -396,13 +397,17 @@ def test_a_worker_outlives_a_catalog_that_closes_its_connections(
     try:
         time.sleep(3)  # polling, its pooled connection idle between polls
         name = pg_database.rsplit("/", 1)[1]
-        with psycopg.connect(pg_database, autocommit=True) as conn:
+        server = pg_database.rsplit("/", 1)[0] + "/postgres"
+        with psycopg.connect(server, autocommit=True) as conn:
+            # down for a while (its sessions ended, none allowed), then back
+            conn.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
             killed = conn.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s",
                 (name,),
             ).fetchone()
-        assert killed is not None and killed[0] >= 1
+            assert killed is not None and killed[0] >= 1
+            time.sleep(2)  # polls meet a server that refuses them
+            conn.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
         time.sleep(1)
         assert worker.poll() is None, worker.communicate()[1]
         assert tools.cli(tmp_path, "capture", "--enqueue", "shop.orders").returncode == 0
@@ -421,3 +426,41 @@ def test_a_worker_outlives_a_catalog_that_closes_its_connections(
         worker.send_signal(signal.SIGTERM)
         _, err = worker.communicate(timeout=60)
     assert "internal error" not in err, err
+
+
+def test_a_worker_gives_back_what_it_took_unknowingly_after_a_catalog_error(
+    shop: Path, tools: Any
+) -> None:
+    """A take whose answer was lost with its connection may have kept its claim: while
+    that worker lived, no other took the Run, nor did recovery close it."""
+    from combined.catalog import queue, worker_identity
+    from combined.errors import CatalogError
+    from combined.runtime._worker import work
+
+    assert tools.cli(shop, "capture", "--enqueue", "shop.orders").returncode == 0
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        calls: list[str] = []
+
+        def take() -> Any:
+            calls.append("take")
+            if len(calls) == 1:
+                with engine.catalog.begin() as conn:  # taken, then the answer lost
+                    assert queue.take(conn, worker_identity()) is not None
+                raise CatalogError("the catalog at x closed its connection: gone")
+            return None
+
+        list(
+            work(
+                take,
+                engine.execute_taken,
+                lambda: len(calls) > 1,
+                lambda: False,
+                poll_s=0.01,
+                give_back=engine._give_back_taken,
+            )
+        )
+        (run,) = engine.queued()
+        assert run.claimed_by is None  # any worker may take it again
+    finally:
+        engine.close()

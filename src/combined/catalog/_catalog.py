@@ -229,7 +229,11 @@ class Catalog:
         """One catalog transaction; the log lines of its events are written once it commits."""
         told: list[Callable[[], None]] = []
         try:
-            with self.engine.begin() as conn:
+            connection = self.engine.connect()
+        except sa.exc.DBAPIError as exc:  # (a server restarting, failing over, down)
+            raise self._lost(exc, "cannot be reached") from exc
+        try:
+            with connection as conn, conn.begin():
                 conn.info[LEDGER] = self.ledger
                 conn.info[COMMITTED_LOG] = told
                 try:
@@ -241,13 +245,17 @@ class Catalog:
         except sa.exc.DBAPIError as exc:
             if not exc.connection_invalidated:
                 raise
-            raise CatalogError(
-                f"the catalog at {self.url} closed its connection: {redact(str(exc.orig).strip())}",
-                hint="nothing of the transaction was kept; it is tried again on a new "
-                "connection (a worker or scheduler waits a poll, then goes on)",
-            ) from exc
+            raise self._lost(exc, "closed its connection") from exc
         for tell in told:
             tell()
+
+    def _lost(self, exc: sa.exc.DBAPIError, what: str) -> CatalogError:
+        """The error of a transaction the catalog's server was not there for."""
+        return CatalogError(
+            f"the catalog at {self.url} {what}: {redact(str(exc.orig).strip())}",
+            hint="nothing of the transaction was kept (or, lost while it committed, it may "
+            "have been); a worker or scheduler waits a poll, then tries again",
+        )
 
     def close(self) -> None:
         """Dispose of pooled connections."""

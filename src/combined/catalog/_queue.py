@@ -87,6 +87,21 @@ def give_back(conn: Connection, run_id: str, holder: str) -> bool:
     return bool(result.rowcount == 1)
 
 
+def give_back_all(conn: Connection, holder: str) -> int:
+    """Put every Run ``holder`` took and has not started back in the queue; how many.
+
+    After a catalog connection lost while ``holder`` took a Run, the claim may have
+    been kept though the worker never learned of it: while the worker lives, no other
+    would take that Run, nor recovery close it.
+    """
+    result = conn.execute(
+        t.runs.update()
+        .where(t.runs.c.state == "queued", t.runs.c.claimed_by == holder)
+        .values(claimed_by=None, claimed_at=None)
+    )
+    return int(result.rowcount or 0)
+
+
 def lock_dataset(conn: Connection, source: str, dataset: str) -> None:
     """Serialize admissions of one dataset until the transaction ends.
 

@@ -54,6 +54,8 @@ GRACE_S = 2.0
 
 #: The claims a sender holds, (target, event id): released if it is closed first.
 Held = set[tuple[str, int]]
+#: The outcomes of a sender's sends: (target, error), the error None for a delivery.
+Told = list[tuple[str, str | None]]
 
 
 class Refused(Exception):
@@ -237,12 +239,17 @@ def _pause(stop: threading.Event, seconds: float) -> None:
 
 
 def send_one(
-    engine: Engine, target: NotificationTarget, event: Any, stop: threading.Event | None = None
+    engine: Engine,
+    target: NotificationTarget,
+    event: Any,
+    stop: threading.Event | None = None,
+    told: Told | None = None,
 ) -> bool:
     """Send one claimed alert to ``target`` and record the outcome; whether it was delivered.
 
     An attempt that failed once ``stop`` was set is no outcome: the claim
     is released for the next sender, which makes every attempt again.
+    ``told`` gets each outcome: the target's name and the error (None: sent).
     """
     stop = stop or threading.Event()
     error: str | None
@@ -277,25 +284,37 @@ def send_one(
             attempts=made,
             error=error,
         )
+    if told is not None:
+        told.append((target.name, error))
     return error is None
 
 
-def drain(engine: Engine, stop: threading.Event | None = None, held: Held | None = None) -> int:
+def drain(
+    engine: Engine,
+    stop: threading.Event | None = None,
+    held: Held | None = None,
+    told: Told | None = None,
+) -> int:
     """Send every pending alert to every target it is meant for; how many were delivered.
 
     Once ``stop`` is set, nothing more is claimed; ``held`` keeps the
-    claims taken and not yet settled (see :class:`Sender`).
+    claims taken and not yet settled (see :class:`Sender`); ``told`` gets
+    each send's outcome.
     """
     stop = stop or threading.Event()
     held = set() if held is None else held
     sent = 0
     for target in engine.project.notifications:
-        sent += _drain_target(engine, target, stop, held)
+        sent += _drain_target(engine, target, stop, held, told)
     return sent
 
 
 def _drain_target(
-    engine: Engine, target: NotificationTarget, stop: threading.Event, held: Held
+    engine: Engine,
+    target: NotificationTarget,
+    stop: threading.Event,
+    held: Held,
+    told: Told | None = None,
 ) -> int:
     sent = 0
     while not stop.is_set():
@@ -311,7 +330,7 @@ def _drain_target(
             if not target.wants(resolves(event) or event.kind, event.source, event.dataset):
                 _skip(engine.catalog, target.name, event.id)
             else:
-                sent += send_one(engine, target, event, stop)
+                sent += send_one(engine, target, event, stop, told)
             held.discard((target.name, event.id))
     return sent
 
@@ -342,6 +361,8 @@ class Sender:
         self._again = False
         self._stop = threading.Event()
         self._held: Held = set()
+        #: Every send's outcome in this process (what `combined alerts` reports).
+        self.told: Told = []
 
     def soon(self) -> None:
         """Drain in the background (nothing when no target is configured, or once closed)."""
@@ -377,14 +398,19 @@ class Sender:
         self.wait(grace)
         with self._lock:
             self._stop.set()
-        self.wait(TIMEOUT_S + 1.0)  # (a request in flight ends within its time limit)
+        self.wait(TIMEOUT_S + 1.0)  # (a request in flight, most often, ends within it)
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            # Still waiting on a target that drips its answer: its claim is left to
+            # expire (CLAIM) rather than released, which would send the alert again.
+            return
         if self._held:
             release(self.engine.catalog, self._held)
 
     def _run(self) -> None:
         while True:
             try:
-                drain(self.engine, self._stop, self._held)
+                drain(self.engine, self._stop, self._held, self.told)
             except Exception as exc:  # noqa: BLE001 - the next drain retries; the work goes on
                 log.warning("sending alerts failed, the next sender retries: %s", redact(repr(exc)))
             with self._lock:

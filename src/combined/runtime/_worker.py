@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ def work(
     poll_s: float = 2.0,
     once: bool = False,
     max_runs: int | None = None,
+    give_back: Callable[[], object] = lambda: None,
 ) -> Iterator[Run]:
     """Execute queued Runs as they come; yields each Run once it reached a final state.
 
@@ -28,7 +30,9 @@ def work(
     the loop after the current Run, never inside it. ``once`` ends the loop
     when no Run is ``waiting`` in the queue (one whose dataset another Run
     holds still waits) instead of waiting ``poll_s`` for more;
-    ``max_runs`` ends it after that many Runs.
+    ``max_runs`` ends it after that many Runs. After a catalog error
+    (its connection lost), ``give_back`` puts back what this worker may have
+    taken without knowing, before it takes again.
     """
     done = 0
     while not stopping() and (max_runs is None or done < max_runs):
@@ -43,6 +47,8 @@ def work(
             if once:
                 raise
             _sleep(poll_s, stopping)
+            with contextlib.suppress(CatalogError):  # (tried again after the next error)
+                give_back()
             continue
         if run is not None and ended is not None:
             if ended.state != "queued":
