@@ -700,13 +700,29 @@ def masking(secrets: Iterable[str]) -> Callable[[str], str]:
     longest are masked first, so that none is left half shown by a shorter
     one it contains.
     """
+    exact = value_masking(secrets)
+
+    def mask(text: str) -> str:
+        return redact(exact(text))
+
+    return mask
+
+
+def value_masking(secrets: Iterable[str]) -> Callable[[str], str]:
+    """A function that masks each of ``secrets`` (and its base64 forms) and the secrets this
+    process resolved (:func:`remember_secret`) in a text, and nothing else.
+
+    For a text given back to a program (a tap's state): :func:`redact`'s
+    credential shapes would cut a value of it that only looks like one (a
+    page token in a next-page URL, ``...?page_token=...&limit=100``).
+    """
     values = set(secrets)
     ordered = sorted(values.union(*map(base64_forms, values)), key=len, reverse=True)
 
     def mask(text: str) -> str:
         for value in ordered:
-            text = text.replace(value, "***")
-        return redact(text)
+            text = text.replace(value, MASK)
+        return _mask_known(text)
 
     return mask
 

@@ -232,7 +232,8 @@ def test_a_state_keeps_its_exact_numbers_and_no_secret(scripted: Scripted, tmp_p
     secret = "tk-0af3c9d1e5b7"
     value = (
         '{"bookmarks":{"s":{"replication_key_value":0.99999999999999999,'
-        f'"big":123456789012345678901234567890.5,"n":7}}}},"tok":"Bearer {secret}"}}'
+        f'"big":123456789012345678901234567890.5,"n":7}}}},"tok":"Bearer {secret}",'
+        '"next":"https://api.example.com/v1/items?page_token=CAESBggBEAEY&limit=100"}'
     )
     config = scripted([out(SCHEMA), record(1), out(f'{{"type":"STATE","value":{value}}}')])
     config["config"]["api_token"] = secret
@@ -244,6 +245,8 @@ def test_a_state_keeps_its_exact_numbers_and_no_secret(scripted: Scripted, tmp_p
     assert '"replication_key_value":0.99999999999999999' in text
     assert '"big":123456789012345678901234567890.5' in text and '"n":7' in text
     assert '"tok":"Bearer ***"' in text
+    # only the configured secrets: a value that looks like a credential goes back as it is
+    assert '"next":"https://api.example.com/v1/items?page_token=CAESBggBEAEY&limit=100"' in text
     assert final.position == "0.99999999999999999"
     # ... and goes back to the tap as it was kept, digit for digit
     given = tmp_path / "given.json"

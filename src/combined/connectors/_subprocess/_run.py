@@ -26,6 +26,7 @@ from combined.connectors._subprocess._private import PrivateDir
 from combined.connectors._subprocess._process import ChildProcess, LineTooLong, Stopped, Timeout
 from combined.connectors._subprocess._rows import Rows, decode_line
 from combined.connectors._subprocess._settings import Flavour, ProgramSettings
+from combined.connectors._subprocess._state import kept_state
 from combined.connectors.abc import ReadRequest, refuse_bounds
 from combined.errors import (
     CombinedError,
@@ -262,8 +263,13 @@ class ProgramExtraction(SessionRead[ProgramRun]):
         self._request = request
         self._batch_rows = batch_rows
         self._scrub = scrub
+        #: Masks the configured secrets alone, in a state given back to the program.
+        self._mask_state = settings.state_masker()
         self.pid: int | None = None
         """The program's process id once it started."""
+
+    #: The checkpoint's key of the program's own state (``<key>_json``), if it keeps one.
+    STATE_KEY: str | None = None
 
     @abc.abstractmethod
     def _arguments(self, files: PrivateDir) -> list[str]:
@@ -461,6 +467,11 @@ class ProgramExtraction(SessionRead[ProgramRun]):
         if latest is not None:
             return StateMessage(request.dataset, latest.state, position=latest.position, final=True)
         previous = dict(request.state or {})
+        key = self.STATE_KEY
+        if key is not None and key in previous and f"{key}_json" not in previous:
+            # A checkpoint from before the state was kept as text: kept so from now on,
+            # exact and masked (it may hold a secret the program wrote, in clear).
+            previous.update(kept_state(key, previous.pop(key), self._mask_state))
         return StateMessage(request.dataset, previous, position=position(previous), final=True)
 
     def _batch(self, rows: Rows) -> RecordBatchMessage:

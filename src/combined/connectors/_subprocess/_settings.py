@@ -15,6 +15,7 @@ from combined._credentials import (
     is_credential_key,
     masking,
     reserved_env,
+    value_masking,
     walk,
 )
 from combined.connectors._subprocess._typing import KEYS as TYPING_KEYS
@@ -215,12 +216,19 @@ class ProgramSettings:
 
     def scrubber(self) -> Callable[[str], str]:
         """A function masking the program config's credential values, then any credential shape."""
-        return masking(
+        return masking(self._credential_values())
+
+    def state_masker(self) -> Callable[[str], str]:
+        """A function masking the program config's credential values alone (a state kept)."""
+        return value_masking(self._credential_values())
+
+    def _credential_values(self) -> list[str]:
+        return [
             str(value)
             for _, value, under in walk({**self.program_config, "env": dict(self.env)})
             if under and isinstance(value, str | int) and not isinstance(value, bool)
             if len(str(value)) >= 4
-        )
+        ]
 
 
 def inherit_env(connector: str, config: Mapping[str, Any]) -> frozenset[str]:

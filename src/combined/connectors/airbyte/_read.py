@@ -34,6 +34,8 @@ def position(stream_state: Any, cursor: str | None) -> str | None:
 class AirbyteExtraction(ProgramExtraction):
     """A snapshot (``full_refresh``) or cursor (``incremental``) read of one stream."""
 
+    STATE_KEY = "airbyte"
+
     def __init__(
         self,
         *,
@@ -180,7 +182,7 @@ class AirbyteExtraction(ProgramExtraction):
             )
         if not self._stream.matches(descriptor(stream)):
             return None  # another stream's state: nothing of this dataset
-        stream_state = masked(stream.get("stream_state"), self._scrub)
+        stream_state = masked(stream.get("stream_state"), self._mask_state)
         kept = {
             "type": "STREAM",
             "stream": {
@@ -191,7 +193,7 @@ class AirbyteExtraction(ProgramExtraction):
         return StateMessage(
             self._request.dataset,
             {
-                **kept_state("airbyte", kept, self._scrub),
+                **kept_state("airbyte", kept, self._mask_state),
                 "stream": self._stream.qualified,
                 "trust": self._trust(),
             },

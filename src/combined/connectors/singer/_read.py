@@ -47,6 +47,8 @@ class SingerExtraction(ProgramExtraction):
     or after :meth:`finish`, is a :class:`~combined.errors.ProtocolViolation`.
     """
 
+    STATE_KEY = "singer"
+
     def __init__(self, *, stream: Stream, catalog: Mapping[str, Any], **common: Any) -> None:
         super().__init__(label=stream.tap_stream_id, **common)
         self._stream = stream
@@ -82,7 +84,7 @@ class SingerExtraction(ProgramExtraction):
             kind = msg["type"]
             if kind == "STATE":
                 if cursor:
-                    value = masked(msg.get("value"), self._scrub)
+                    value = masked(msg.get("value"), self._mask_state)
                     state = StateMessage(
                         request.dataset, self._state(value), position=bookmark(value, stream)
                     )
@@ -190,7 +192,7 @@ class SingerExtraction(ProgramExtraction):
     def _state(self, value: Any) -> dict[str, Any]:
         spec = self._request.cursor
         return {
-            **kept_state("singer", value, self._scrub),
+            **kept_state("singer", value, self._mask_state),
             "stream": self._stream.tap_stream_id,
             "trust": spec.trust if spec is not None else "tap bookmark",
         }
