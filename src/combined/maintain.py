@@ -192,7 +192,7 @@ def expire_raw(
             Ledger(layout).expiry(
                 source,
                 dataset,
-                [d.path for d in fresh],
+                [d.path.rsplit("/", 1)[-1] for d in fresh],  # (named as commits name them)
                 policy=policy,
                 committed_before=horizon.isoformat(),
             )

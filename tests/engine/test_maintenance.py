@@ -217,7 +217,9 @@ def test_a_catalog_rebuilt_after_a_raw_retention_keeps_its_usage_and_captures_on
 ) -> None:
     """`combined repair` of a lost catalog projected every lake commit from the raw layer,
     and failed on the Deliveries the retention had removed: the usage of the dataset was
-    gone from the catalog, and every capture after failed the same way."""
+    gone from the catalog, and every capture after failed the same way. (The decision
+    names its files as commits do: a review found them named by path, which a lake
+    restored elsewhere does not have.)"""
     extra = "        retention: {raw: 1s}\n"
     project = _project(tmp_path, tools, "./lake", extra)
     engine = Engine.open(project)
@@ -230,8 +232,12 @@ def test_a_catalog_rebuilt_after_a_raw_retention_keeps_its_usage_and_captures_on
         assert engine.maintain(["shop.people"], now=later)[0]["raw_removed"] == len(expired)
     finally:
         engine.close()
-    (tmp_path / ".combined" / "catalog.db").unlink()
-    repaired = tools.cli(tmp_path, "repair")
+    # the project restored elsewhere (the lake at another path), without its catalog
+    moved = tmp_path.parent / f"{tmp_path.name}-restored"
+    shutil.move(tmp_path, moved)
+    project = moved / "combined.yaml"
+    (moved / ".combined" / "catalog.db").unlink()
+    repaired = tools.cli(moved, "repair")
     assert repaired.returncode == 0, repaired.stderr
     assert "cannot be completed" not in repaired.stdout + repaired.stderr
     engine = Engine.open(project)
@@ -239,7 +245,7 @@ def test_a_catalog_rebuilt_after_a_raw_retention_keeps_its_usage_and_captures_on
         assert _usage(engine) == usage and {u[0] for u in usage} == {"clicks", "people"}
         people = {r.id: r.state for r in _deliveries(engine, "people")}
         assert people == {d: "expired" for d in expired}
-        _capture(engine, tools, tmp_path, 4)
+        _capture(engine, tools, moved, 4)
         rows = engine.sql("SELECT id, name FROM shop.people ORDER BY id").to_pylist()
         assert rows == [{"id": 1, "name": "n4"}, {"id": 2, "name": "b"}]
         # explain shows what the raw layer keeps, and says what it no longer does;

@@ -218,7 +218,7 @@ def _raw_files(
             if not layout.store.exists(location):
                 if expired is None:
                     expired = Ledger(layout).expired(source, dataset)
-                if location in expired:
+                if d["file"] in expired:
                     gone += 1
                     continue
                 raise LakeError(

@@ -85,14 +85,18 @@ class Ledger:
         if record is not None:
             self._append("runs", str(record["run"]["id"]), {**record, "id": record["run"]["id"]})
 
-    def expiry(self, source: str, dataset: str, paths: list[str], **decision: Any) -> None:
+    def expiry(self, source: str, dataset: str, files: list[str], **decision: Any) -> None:
         """Keep a decision to remove Delivery files from the raw layer (``retention.raw``):
-        a lake commit whose files it names is then complete without them."""
+        a lake commit whose files it names is then complete without them.
+
+        ``files`` are named within the dataset's raw layer, as commits name them:
+        a lake moved or restored elsewhere still finds them.
+        """
         key = f"{source}.{dataset}"
-        self._append("expired", key, {"key": key, "paths": paths, **decision})
+        self._append("expired", key, {"key": key, "files": files, **decision})
 
     def expired(self, source: str, dataset: str) -> set[str]:
-        """The raw layer's paths of ``source.dataset`` that a retention removed."""
+        """The files of ``source.dataset``'s raw layer that a retention removed."""
         key = f"{source}.{dataset}"
         table = self.table("expired")
         if not table.exists():
@@ -101,7 +105,7 @@ class Ledger:
         for path in table.files():
             for record in map(json.loads, table.store.read_table(path).column("body").to_pylist()):
                 if record.get("key") == key:
-                    out.update(record["paths"])
+                    out.update(record["files"])
         return out
 
     def runs(self) -> list[dict[str, Any]]:

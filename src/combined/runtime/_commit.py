@@ -227,7 +227,7 @@ def complete_raw_layer(
         from combined.lake._ledger import Ledger
 
         gone = Ledger(layout).expired(source, dataset)
-        expired = {n for n in [*(d["file"] for d in absent), *names] if here(n) in gone}
+        expired = {n for n in [*(d["file"] for d in absent), *names] if n in gone}
         names = [n for n in names if n not in expired]
     version = int(meta["lake_version"])
     missing = [
