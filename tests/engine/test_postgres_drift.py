@@ -442,3 +442,29 @@ def test_a_tables_first_timestamp_without_a_zone_keeps_it_writable(
         ]
     finally:
         engine.close()
+
+
+def test_a_capture_of_no_change_between_a_drop_and_the_next_change_judges_nothing_away(
+    tmp_path: Path, pg_database: str
+) -> None:
+    """A capture that read no change (as `cdc follow` runs them) recorded the source's
+    columns as they were after the ALTER, though it judged none: the next change's
+    capture took the dropped column for one judged before, and succeeded with the
+    column null in the changed rows only (drop: fail by default), silently."""
+    engine = _changed_rows(
+        tmp_path,
+        pg_database,
+        "strategy: cdc",
+        "CREATE TABLE dx (id int PRIMARY KEY, c int, d int, u int NOT NULL)",
+        "INSERT INTO dx VALUES (1, 10, 20, 1), (2, 11, 21, 2)",
+    )
+    try:
+        _capture(engine)
+        _sql(pg_database, "ALTER TABLE dx DROP COLUMN d")
+        _capture(engine)  # no change of the table yet
+        _sql(pg_database, "UPDATE dx SET u = 7 WHERE id = 1")
+        (run,) = engine.capture()
+        assert run.state == "needs_review" and run.error is not None, run.stats
+        assert "drop on field 'd'" in run.error
+    finally:
+        engine.close()

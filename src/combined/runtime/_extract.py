@@ -259,6 +259,9 @@ def _consume(
             rows += batch.num_rows
             nbytes += batch.nbytes
             reporter.progress(plan.name, rows, nbytes, 0)
+        # An empty read judges nothing against the lake's own schema (below): the
+        # columns the last commit recorded stay the ones the next read is judged by.
+        unjudged = shape.schema is None and committed_schema is not None
         if shape.schema is None:
             shape.schema = empty_schema(
                 committed_schema, declared, getattr(extraction, "empty_schema", None)
@@ -281,6 +284,10 @@ def _consume(
     before = last.get("fields") if last else None
     now = getattr(declared, "identity", None) or before
     drift = judge_drift(plan, committed_schema, shape.final(), parts, before, now)
+    if unjudged and before is not None:
+        # (recording the source's columns now, a column dropped meanwhile was taken
+        # for one judged before: its drop went by at the next change, silently)
+        now = before
     checkpoint = barrier.committable(through_records=rows)
     # Read nothing, the source as the committed read left it: no row is absent.
     unchanged = getattr(extraction, "unchanged_rows", None)
