@@ -313,3 +313,30 @@ def test_two_cdc_datasets_of_one_table_are_refused_before_any_slot(
             "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", [slot]
         ).fetchone()
     assert found == (0,)
+
+
+def test_follow_goes_on_after_a_failed_run_and_says_so_when_it_ends(
+    project: tuple[Path, str, str], tools
+) -> None:
+    """A follower ended for good on its first Run that did not succeed (here: another
+    capture held the dataset's lease), a loop meant to run for weeks."""
+    from datetime import timedelta
+
+    from combined.catalog import _schema as t
+
+    root, dsn, _ = project
+    assert tools.cli(root, "cdc", "setup", "pg").returncode == 0
+    engine = Engine.open(root / "combined.yaml")
+    try:  # a capture on another machine holds the dataset for two seconds
+        assert engine.catalog.acquire_lease("pg", "items", "r-elsewhere", timedelta(seconds=2))
+        with engine.catalog.begin() as conn:
+            conn.execute(t.leases.update().values(holder="elsewhere:1:"))
+    finally:
+        engine.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE items SET note = 'followed' WHERE id <= 3")
+    follow = tools.cli(root, "cdc", "follow", "pg", "--every", "2.5", "--iterations", "2")
+    lines = [ln for ln in follow.stdout.splitlines() if " run " in ln]
+    assert [ln.split()[4].rstrip(":") for ln in lines] == ["failed", "succeeded"], follow.stdout
+    assert follow.returncode == 1, follow.stderr  # (a Run of the loop failed)
+    assert _lake(root) == _source(dsn)

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from combined.cli import (
+    INTERRUPTED,
     ProjectOpt,
     _engine,
     _exit_for,
@@ -163,6 +164,7 @@ def cdc_follow(
         return recycle
 
     engine = _engine(project)
+    ended: list[str] = []  # the states of the Runs that did not succeed
     try:
         for run in cdc.follow(
             engine,
@@ -179,13 +181,21 @@ def cdc_follow(
             if run.state != "succeeded":
                 if run.error:
                     err.print(f"  {run.error}", highlight=False)
-                _exit_for([run.state])
+                ended.append(run.state)
+                if run.state in ("needs_review", "needs_auth"):
+                    _exit_for([run.state])  # a person must act: following on fails the same
+                # Failed (an outage, a lease another capture held) or canceled: the loop
+                # goes on with its next Run (it ended for good on the first one).
     except CombinedError as exc:
         _fail(exc)
     except KeyboardInterrupt:
-        console.print("stopped")
+        from combined.cli._reporting import say_interrupted
+
+        say_interrupted("SIGINT")
+        raise typer.Exit(INTERRUPTED) from None
     finally:
         engine.close()
     if recycle:
         left = None if iterations is None else iterations - captures
         grown.start_again("cdc follow", "--iterations", left)
+    _exit_for(ended)  # (a loop of --iterations ends saying whether a Run failed)
