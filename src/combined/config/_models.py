@@ -349,11 +349,14 @@ class DriftPolicy(_Model):
     snapshot`` to fill them.
     """
     widened_type: DriftOutcome = "evolve"
-    """A column whose type now takes every value it took and more (the lake takes the wider
-    type: a wider integer, float or decimal, an array of wider elements, a decimal past 38
-    digits as its exact text)."""
+    """A column whose type now takes every value it took and more, each under its identity
+    text (the lake takes the wider type: a wider integer, float or decimal, an integer as a
+    decimal, an array of wider elements, a decimal past 38 digits as its exact text): no row
+    changes."""
     narrowed_type: DriftOutcome = "fail"
-    """A column whose type now takes fewer values."""
+    """A column whose type now takes fewer values, or whose values' identity texts change: an
+    integer made a float (every row would be written again and count as active; a double
+    also rounds integers past 2**53)."""
     rename: DriftOutcome = "fail"
     """A column renamed, as the source's own evidence shows."""
     drop: DriftOutcome = "fail"
