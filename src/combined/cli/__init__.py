@@ -531,7 +531,10 @@ def main() -> None:
     """
     import os
 
+    from combined._interrupts import watch_sigint
+
     _stop_on_sigterm()
+    watch_sigint()
     _leave_the_heap_at_exit()
     try:
         app()

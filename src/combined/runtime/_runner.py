@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from combined._interrupts import raise_if_interrupted
 from combined.catalog import Admission, Catalog, Member, Run, queue
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
@@ -141,8 +142,10 @@ class Runner:
             watch.start()
             return self._execute(run, admission, selected, keeper, watch, backfill)
         except CombinedError as exc:
+            raise_if_interrupted(exc)
             return self._fail(run.id, exc)
         except Exception as exc:  # a defect still ends the Run, with its evidence
+            raise_if_interrupted(exc)  # (a Ctrl-C DuckDB reported as its own error)
             # Its trace (redacted by the log's handler) at DEBUG: what a report of it needs.
             log.debug("run %s ended by an unexpected error", run.id, exc_info=exc)
             return self._fail(run.id, exc)
@@ -253,6 +256,7 @@ class Runner:
             staged_all = True
             return source, prepared
         except CombinedError as exc:
+            raise_if_interrupted(exc)
             ended = "canceled" if isinstance(exc, RunCanceled) else "failed"
             self._attempt_failed(a.run.id, number, opened, ended, exc.describe())
             if self._retrying(a, exc):
@@ -262,6 +266,7 @@ class Runner:
             name_held_back(a.run, exc)
             raise
         except Exception as exc:
+            raise_if_interrupted(exc)  # (the Run stays unfinished, as after any Ctrl-C)
             self._attempt_failed(a.run.id, number, opened, "failed", redact(repr(exc)))
             a.area.erase_all()
             a.watch.check()  # a read stopped by a cancel may fail in its own way
