@@ -237,7 +237,7 @@ class Engine(Reading):
         """Capture the selected datasets: one Run per source."""
         selected = self.selectors(names)
         for source, datasets in selected.items():  # what a source shows cannot be read: exit 2
-            preflight(self.project, source, datasets, self._source)
+            preflight(self.project, source, datasets, self._source, self._never_captured(source))
         self._ready()
         # Several sources' Runs publish together, once all ended: no reader sees half of it.
         with HeldPublications(self.catalog, together=len(selected) > 1) as held:
@@ -521,6 +521,14 @@ class Engine(Reading):
         return reports if names else [*reports, compact_ledger(self.layout)]
 
     # -- sources ----------------------------------------------------------------------
+
+    def _never_captured(self, source: str) -> list[str]:
+        """The datasets of ``source`` that no capture committed yet (one catalog read)."""
+        with self.catalog.begin() as conn:
+            done = {
+                r.name for r in cat.list_datasets(conn) if r.source == source and r.last_sequence
+            }
+        return [d for d in self.project.source(source).datasets if d not in done]
 
     def committed_checkpoint(self, source: str, dataset: str) -> dict[str, Any] | None:
         """The checkpoint of a dataset's newest lake commit (the authoritative one)."""

@@ -221,3 +221,22 @@ def test_a_mariadb_cursor_no_read_can_order_is_refused_before_a_run(
     check = tools.cli(tmp_path, "check")
     said = " ".join(check.stdout.split())
     assert check.returncode == 2 and "cannot serve as a cursor" in said, check.stdout
+
+
+def test_a_misspelt_key_or_cursor_of_a_first_capture_is_refused_before_a_run(
+    tmp_path: Path, tools
+) -> None:
+    """`combined check` refused it, but a capture made a Run that failed (exit 1, "retry
+    later", an alert), and an orchestrator retried it for nothing (found by a new-user
+    review). A relation missing is still the Run's to say."""
+    from tests.conftest import make_shop
+
+    project = make_shop(tmp_path)
+    text = project.read_text()
+    project.write_text(
+        text.replace("      customers:\n        key: [id]", "      customers:\n        key: [idd]")
+    )
+    _refused(tmp_path, tools, "capture", says="key column 'idd' is not a column of 'customers'")
+    _no_runs(tmp_path)
+    project.write_text(text)
+    assert tools.cli(tmp_path, "capture").returncode == 0

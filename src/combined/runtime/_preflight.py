@@ -50,9 +50,18 @@ def requests_of(project: Project, source: str, datasets: Sequence[str]) -> list[
 
 
 def preflight(
-    project: Project, source: str, datasets: Sequence[str], open_source: Callable[[str], Source]
+    project: Project,
+    source: str,
+    datasets: Sequence[str],
+    open_source: Callable[[str], Source],
+    first: Sequence[str] = (),
 ) -> None:
-    """Raise :class:`ConfigError` for what ``source`` says its ``datasets`` cannot take."""
+    """Raise :class:`ConfigError` for what ``source`` says its ``datasets`` cannot take.
+
+    ``first``: those of them never captured yet, whose relation, key, cursor and
+    ``columns:`` are checked as ``combined check`` does (a misspelt key failed
+    the Run, exit 1, "retry later"; later captures keep what the first took).
+    """
     try:
         conn = open_source(source)
     except SecretError:
@@ -62,6 +71,8 @@ def preflight(
         if check is not None:
             check(requests_of(project, source, datasets))
         _check_flags(project, source, datasets, conn)
+        # (a relation missing is left to the Run, as for a dataset captured before)
+        _check_declared(project, source, [d for d in datasets if d in first], conn, missing=True)
     except ConfigError:
         raise
     except CombinedError:
@@ -98,27 +109,37 @@ def verify_declared(project: Project, source: str, open_source: Callable[[str], 
     """
     conn = open_source(source)
     try:
-        describe = getattr(conn, "describe_relation", None)
-        if describe is None:
-            return
-        for request in requests_of(project, source, list(project.source(source).datasets)):
-            where = f"dataset {source}.{request.dataset}"
-            try:
-                found = describe(request.relation)
-            except NotFoundError as exc:
-                raise ConfigError(
-                    f"{where} reads {request.relation!r}, which the source does not have: "
-                    f"{exc.message}",
-                    hint=f"fix `relation:` (or the dataset's name); `combined discover {source}` "
-                    "lists the relations",
-                    source=source,
-                    dataset=request.dataset,
-                ) from None
-            _check_columns(where, request, found)
-            _check_names(source, request, found)
-            _check_flag(where, project.dataset(source, request.dataset).deletes, found)
+        _check_declared(project, source, list(project.source(source).datasets), conn)
     finally:
         conn.close()
+
+
+def _check_declared(
+    project: Project, source: str, datasets: Sequence[str], conn: Source, *, missing: bool = False
+) -> None:
+    """:func:`verify_declared` of ``datasets`` on an open source (``missing``: a relation
+    the source does not have is passed over)."""
+    describe = getattr(conn, "describe_relation", None)
+    if describe is None:
+        return
+    for request in requests_of(project, source, datasets):
+        where = f"dataset {source}.{request.dataset}"
+        try:
+            found = describe(request.relation)
+        except NotFoundError as exc:
+            if missing:
+                continue
+            raise ConfigError(
+                f"{where} reads {request.relation!r}, which the source does not have: "
+                f"{exc.message}",
+                hint=f"fix `relation:` (or the dataset's name); `combined discover {source}` "
+                "lists the relations",
+                source=source,
+                dataset=request.dataset,
+            ) from None
+        _check_columns(where, request, found)
+        _check_names(source, request, found)
+        _check_flag(where, project.dataset(source, request.dataset).deletes, found)
 
 
 def _check_flags(project: Project, source: str, datasets: Sequence[str], conn: Source) -> None:
