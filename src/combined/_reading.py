@@ -171,14 +171,19 @@ class Reading:
                 out.append({**dict(v._mapping), "publications": list(pubs)})
         return out
 
-    def explain(self, name: str, key: Sequence[str] = (), *, id: str | None = None) -> Explanation:
+    def explain(
+        self, name: str, key: Sequence[Any] | str | int = (), *, id: str | None = None
+    ) -> Explanation:
         """Every version of one row of ``SOURCE.DATASET``, read from the raw layer, with
         its evidence; and why a row not in the projection is not there. The row is given
         by its key values, or by its ``id`` (its ``_combined_id`` in hex: the only way for
         a dataset without a key)."""
         from combined.evidence import explain
 
-        return explain(self._engine, name, key, row_id=id)
+        # One value alone (``explain("shop.orders", 12)``), and values of any type,
+        # as their text: a key's values are given as `combined explain` takes them.
+        values = [key] if isinstance(key, str | int | float) else list(key)
+        return explain(self._engine, name, [str(v) for v in values], row_id=id)
 
     def plan(self, sources: Sequence[str] = ()) -> list[SourcePlan]:
         """Each source's ingestion design, every claim with its evidence (``combined plan``)."""

@@ -161,7 +161,13 @@ class Engine(Reading):
     # -- declarations and admission ------------------------------------------------
 
     def selectors(self, names: Sequence[str]) -> dict[str, list[str]]:
-        """Resolve ``SOURCE`` / ``SOURCE.DATASET`` selectors (all when empty)."""
+        """Resolve ``SOURCE`` / ``SOURCE.DATASET`` selectors (all when empty).
+
+        One name alone, not in a list, is taken as one name (a string is a
+        sequence of its letters: ``capture("shop.orders")`` named source ``s``).
+        """
+        if isinstance(names, str):
+            names = [names]
         out: dict[str, list[str]] = {}
         if not names:
             for source, dataset, _ in self.project.datasets():

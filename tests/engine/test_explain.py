@@ -193,3 +193,19 @@ def test_a_change_streams_versions_carry_their_positions(
 
     arity = tools.cli(tmp_path, "explain", "pg.items", "3")
     assert arity.returncode == 2 and "(id, region)" in arity.stderr
+
+
+def test_the_python_api_takes_a_key_value_and_a_name_alone(tmp_path: Path, tools: Any) -> None:
+    """`explain("shop.orders", 12)` raised TypeError, `explain(..., [12])` AttributeError,
+    and `capture("shop.orders")` said "unknown source 's'" (found by a new-user review)."""
+    engine = Engine.open(tools.make(tmp_path))
+    try:
+        (run,) = engine.capture("shop.orders")
+        assert run.state == "succeeded", run.error
+        assert run.datasets == ("orders",)
+        by_text = engine.explain("shop.orders", ["12"])
+        for given in (12, [12], "12"):
+            told = engine.explain("shop.orders", given)
+            assert told.status == "present" and told.id == by_text.id
+    finally:
+        engine.close()
