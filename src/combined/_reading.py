@@ -182,7 +182,7 @@ class Reading:
 
         # One value alone (``explain("shop.orders", 12)``), and values of any type,
         # as their text: a key's values are given as `combined explain` takes them.
-        values = [key] if isinstance(key, str | int | float) else list(key)
+        values = list(key) if isinstance(key, list | tuple) else [key]
         return explain(self._engine, name, [str(v) for v in values], row_id=id)
 
     def plan(self, sources: Sequence[str] = ()) -> list[SourcePlan]:

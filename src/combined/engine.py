@@ -534,7 +534,12 @@ class Engine(Reading):
             done = {
                 r.name for r in cat.list_datasets(conn) if r.source == source and r.last_sequence
             }
-        return [d for d in self.project.source(source).datasets if d not in done]
+        # (a catalog newer than its lake, before a repair: the lake says which it holds)
+        return [
+            d
+            for d in self.project.source(source).datasets
+            if d not in done and not self.layout.dataset_table(source, d).exists()
+        ]
 
     def committed_checkpoint(self, source: str, dataset: str) -> dict[str, Any] | None:
         """The checkpoint of a dataset's newest lake commit (the authoritative one)."""

@@ -373,3 +373,16 @@ def test_a_capture_meeting_a_maintenance_says_so(tmp_path: Path, tools: Any) -> 
         assert "repair" not in run.error
     finally:
         engine.close()
+
+
+def test_a_retention_record_of_the_first_form_is_read(tmp_path: Path) -> None:
+    """The first records named the expired files by path; reading them raised KeyError
+    in repair, explain and replay (found by review)."""
+    from combined.lake import LakeLayout
+    from combined.lake._ledger import Ledger
+
+    ledger = Ledger(LakeLayout(tmp_path / "lake"))
+    ledger._append("expired", "shop.people", {"key": "shop.people", "paths": ["/x/y/a.parquet"]})
+    ledger.expiry("shop", "people", ["b.parquet"], policy="retention.raw: 1s")
+    assert ledger.expired("shop", "people") == {"a.parquet", "b.parquet"}
+    assert ledger.expired("shop", "clicks") == set()

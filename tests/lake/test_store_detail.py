@@ -60,7 +60,8 @@ def test_a_403_is_read_only_as_a_whole_word(text: str, denied: bool) -> None:
     "text",
     [
         "Generic S3 error: Error after 10 retries in 89s, max_retries:10: error sending "
-        "request for url (http://127.0.0.1:18999/b/.write-probe-1)",
+        "request for url (http://127.0.0.1:18999/b/.write-probe-1)\n\nCaused by:\n    0: "
+        "client error (Connect)\n    1: tcp connect error: Connection refused (os error 111)",
         "When initiating multiple part upload for key '.write-probe-1' in bucket 'b': AWS "
         "Error NETWORK_CONNECTION during CreateMultipartUpload operation: curlCode: 7, "
         "Couldn't connect to server",
@@ -75,3 +76,7 @@ def test_a_store_that_does_not_answer_is_told_apart_from_one_that_refuses(text: 
     found = refusal(text)
     assert found is not None and found[0] == "the store could not be reached"
     assert "endpoint" in found[1]
+    # (a timeout is no refusal, nor a store that could not be reached: found by review)
+    assert (
+        refusal("Generic S3 error: error sending request for url (x): operation timed out") is None
+    )

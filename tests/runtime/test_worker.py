@@ -447,7 +447,7 @@ def test_a_worker_gives_back_what_it_took_unknowingly_after_a_catalog_error(
             if len(calls) == 1:
                 with engine.catalog.begin() as conn:  # taken, then the answer lost
                     assert queue.take(conn, worker_identity()) is not None
-                raise CatalogError("the catalog at x closed its connection: gone")
+                raise CatalogError("the catalog at x closed its connection: gone", lost=True)
             return None
 
         list(

@@ -231,6 +231,8 @@ class Catalog:
         try:
             connection = self.engine.connect()
         except sa.exc.DBAPIError as exc:  # (a server restarting, failing over, down)
+            if _refused(exc):  # not a passing outage: what the URL says is wrong
+                raise self._unreachable(exc) from exc
             raise self._lost(exc, "cannot be reached") from exc
         try:
             with connection as conn, conn.begin():
@@ -255,6 +257,7 @@ class Catalog:
             f"the catalog at {self.url} {what}: {redact(str(exc.orig).strip())}",
             hint="nothing of the transaction was kept (or, lost while it committed, it may "
             "have been); a worker or scheduler waits a poll, then tries again",
+            lost=True,
         )
 
     def close(self) -> None:
@@ -446,6 +449,22 @@ def _write_ahead(cur: Any) -> None:
 def _sqlite_locked(exc: BaseException) -> bool:
     text = str(exc).lower()
     return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+
+
+#: What a server says of a connection it refuses for good: its credentials, its database.
+_REFUSALS = (
+    "password authentication failed",
+    "no pg_hba.conf entry",
+    "does not exist",
+    "access denied",
+    "unknown database",
+)
+
+
+def _refused(exc: sa.exc.DBAPIError) -> bool:
+    """Whether a failed connect is the catalog refusing it (a wrong URL), not an outage."""
+    text = str(exc.orig).lower()
+    return any(sign in text for sign in _REFUSALS)
 
 
 def worker_identity() -> str:

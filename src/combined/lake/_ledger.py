@@ -105,7 +105,9 @@ class Ledger:
         for path in table.files():
             for record in map(json.loads, table.store.read_table(path).column("body").to_pylist()):
                 if record.get("key") == key:
-                    out.update(record["files"])
+                    # (a record's first form named paths: their file names are the same)
+                    paths = record.get("paths") or []
+                    out.update(record.get("files") or [p.rsplit("/", 1)[-1] for p in paths])
         return out
 
     def runs(self) -> list[dict[str, Any]]:

@@ -52,7 +52,6 @@ _REASONS = (
         (
             "Connection refused",
             "connection refused",
-            "error sending request",
             "dns error",
             "failed to lookup address",
             "Couldn't connect to server",

@@ -19,6 +19,7 @@ tells a repeat by ``X-Combined-Event``).
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import hmac
 import json
@@ -55,7 +56,7 @@ GRACE_S = 2.0
 #: The claims a sender holds, (target, event id): released if it is closed first.
 Held = set[tuple[str, int]]
 #: The outcomes of a sender's sends: (target, error), the error None for a delivery.
-Told = list[tuple[str, str | None]]
+Told = collections.deque[tuple[str, str | None]]
 
 
 class Refused(Exception):
@@ -361,8 +362,8 @@ class Sender:
         self._again = False
         self._stop = threading.Event()
         self._held: Held = set()
-        #: Every send's outcome in this process (what `combined alerts` reports).
-        self.told: Told = []
+        #: The latest sends' outcomes in this process (what `combined alerts` reports).
+        self.told: Told = collections.deque(maxlen=10_000)
 
     def soon(self) -> None:
         """Drain in the background (nothing when no target is configured, or once closed)."""

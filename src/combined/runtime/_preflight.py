@@ -70,9 +70,9 @@ def preflight(
     try:
         if check is not None:
             check(requests_of(project, source, datasets))
-        _check_flags(project, source, datasets, conn)
         # (a relation missing is left to the Run, as for a dataset captured before)
         _check_declared(project, source, [d for d in datasets if d in first], conn, missing=True)
+        _check_flags(project, source, datasets, conn)
     except ConfigError:
         raise
     except CombinedError:

@@ -242,7 +242,7 @@ class Scheduler:
                 # Catalog-only checks (freshness, overdue reviews); alerts sent in the background.
                 self.engine.check_alerts(slots=False, now=now)
             except CatalogError as exc:
-                if once:
+                if once or not exc.context.get("lost"):
                     raise
                 # (a catalog restart or failover: the next round tries again)
                 _log.warning("%s; trying again in %.0f s", exc.message, max_wait_s)

@@ -43,9 +43,9 @@ def work(
             # A catalog that closed its connections (a restart, a failover, an idle
             # timeout) must not end a worker that runs for weeks: the next poll tries
             # again; a Run it held is recovered once its lease lapses.
+            if once or not exc.context.get("lost"):
+                raise  # (refused credentials, a database that does not exist: say so)
             _log.warning("%s; trying again in %.0f s", exc.message, poll_s)
-            if once:
-                raise
             _sleep(poll_s, stopping)
             with contextlib.suppress(CatalogError):  # (tried again after the next error)
                 give_back()

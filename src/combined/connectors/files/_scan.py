@@ -130,6 +130,7 @@ def infer(
     declared = file_set.types
     typed = [(n, declared.get(n, t)) for n, t in found]
     huge = next((n for n, t in typed if t in ("BIGNUM", "VARINT") and n not in declared), None)
+    huge = huge or _past_38_digits(con, file_set, fmt, listing, typed, declared)
     if huge is not None:
         raise SchemaMismatch(
             f"column {huge!r} of file set {file_set.name!r} holds integers of more than 38 "
@@ -148,6 +149,31 @@ def infer(
         if nested:
             _refuse_rounded(con, file_set, listing, nested)
     return typed
+
+
+#: 10**38: a HUGEINT at or past it has 39 digits, more than any lake decimal holds.
+_DIGITS_38 = "'100000000000000000000000000000000000000'::HUGEINT"
+
+
+def _past_38_digits(
+    con: duckdb.DuckDBPyConnection,
+    file_set: FileSet,
+    fmt: Format,
+    listing: Listing,
+    typed: Sequence[tuple[str, str]],
+    declared: Mapping[str, str],
+) -> str | None:
+    """The first column inferred HUGEINT that holds an integer of 39 digits (DuckDB's
+    HUGEINT reaches 2**127; the lake's decimal, 38 digits), else None."""
+    huge = [n for n, t in typed if t == "HUGEINT" and n not in declared]
+    if not huge:
+        return None
+    tests = ", ".join(
+        f"bool_or({quote_ident(n)} >= {_DIGITS_38} OR {quote_ident(n)} <= -{_DIGITS_38})"
+        for n in huge
+    )
+    (row,) = con.execute(f"SELECT {tests} FROM {scan(file_set, fmt, listing, typed)}").fetchall()
+    return next((n for n, past in zip(huge, row, strict=True) if past), None)
 
 
 def _renamed(names: Sequence[str]) -> bool:
