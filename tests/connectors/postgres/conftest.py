@@ -116,7 +116,7 @@ class PgTools:
         return bool(row and row[0])
 
     @staticmethod
-    def wait_backend_gone(admin: psycopg.Connection[Any], pid: int, seconds: float = 5.0) -> bool:
+    def wait_backend_gone(admin: psycopg.Connection[Any], pid: int, seconds: float = 15.0) -> bool:
         """Poll until backend ``pid`` has exited (a closed socket ends it asynchronously)."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
