@@ -538,8 +538,16 @@ class Engine(Reading):
         return [
             d
             for d in self.project.source(source).datasets
-            if d not in done and not self.layout.dataset_table(source, d).exists()
+            if d not in done and not self._in_lake(source, d)
         ]
+
+    def _in_lake(self, source: str, dataset: str) -> bool:
+        """Whether the lake holds the dataset's table; True when the lake cannot be read
+        (the lake's own check, before any Run, then says why)."""
+        try:
+            return bool(self.layout.dataset_table(source, dataset).exists())
+        except Exception:  # noqa: BLE001 - told by ensure_writable next, with its remedy
+            return True
 
     def committed_checkpoint(self, source: str, dataset: str) -> dict[str, Any] | None:
         """The checkpoint of a dataset's newest lake commit (the authoritative one)."""
