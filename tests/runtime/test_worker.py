@@ -385,7 +385,7 @@ def test_a_worker_killed_while_reading_leaves_no_attempt_running(
 
 @pytest.mark.postgres
 def test_a_worker_outlives_a_catalog_that_closes_its_connections(
-    tmp_path: Path, tools: Any, pg_database: str
+    tmp_path: Path, tools: Any, pg_database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A catalog server that ends its sessions (a restart, a failover, an idle timeout)
     killed the worker at its next poll: internal error (PendingRollbackError); one that
@@ -393,6 +393,14 @@ def test_a_worker_outlives_a_catalog_that_closes_its_connections(
     import psycopg
 
     tools.make(tmp_path, catalog=pg_database)
+    project = tmp_path / "combined.yaml"  # a password too (trust ignores it): never told
+    project.write_text(
+        project.read_text().replace(
+            "\nsources:", '\ncatalog_password: {secret: "env:REV_CATALOG_PW"}\nsources:', 1
+        )
+    )
+    password = "Catalog-pw-7f3a9c1e"
+    monkeypatch.setenv("REV_CATALOG_PW", password)
     worker = _spawn(tmp_path, "worker", "--poll", "0.2")
     try:
         time.sleep(3)  # polling, its pooled connection idle between polls
@@ -426,6 +434,7 @@ def test_a_worker_outlives_a_catalog_that_closes_its_connections(
         worker.send_signal(signal.SIGTERM)
         _, err = worker.communicate(timeout=60)
     assert "internal error" not in err, err
+    assert "trying again" in err and password not in err, err
 
 
 def test_a_worker_gives_back_what_it_took_unknowingly_after_a_catalog_error(
