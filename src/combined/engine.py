@@ -582,7 +582,8 @@ class Engine(Reading):
         """Connect to a source and authenticate; verify what its datasets need.
 
         Every declared relation, key, cursor and ``columns:`` must exist with a
-        type the dataset can take (:func:`~combined.runtime._preflight.verify_declared`).
+        type the dataset can take (:func:`~combined.runtime._preflight.verify_declared`);
+        every dataset that cannot is told.
 
         ``warn`` hears the configuration's risks first.
         """
@@ -602,7 +603,6 @@ class Engine(Reading):
                 cdc_check(relations)
         finally:
             conn.close()
-        preflight(self.project, source, list(self.project.source(source).datasets), self._source)
         verify_declared(self.project, source, self._source)
 
     def discover(self, source: str) -> Discovery:

@@ -110,6 +110,34 @@ def test_postgres_declarations_are_checked(tmp_path: Path, pg_database: str, too
     _refused(tmp_path, tools, "dataset 'items': column 'ok' (boolean) cannot serve as a cursor")
 
 
+def test_check_tells_every_dataset_wrong_not_the_first(
+    tmp_path: Path, pg_database: str, tools: Any
+) -> None:
+    """Three datasets wrong in three ways were told one a `combined check`: the user
+    fixed one, checked again, met the next."""
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, at timestamptz, ok boolean)")
+    config = f"      dsn: {pg_database}\n"
+    datasets = (
+        "      gone:\n        key: [id]\n"
+        + "      items:\n        key: [id]\n"
+        + CURSOR.format(column="ok", extra="")
+        + "      fine:\n        relation: items\n        key: [id]\n"
+        + "      typo:\n        relation: items\n        key: [idd]\n"
+    )
+    _project(tmp_path, "postgres", config, datasets)
+    _refused(
+        tmp_path,
+        tools,
+        "3 datasets of src cannot be read as declared",
+        "dataset src.gone reads 'gone'",
+        "dataset 'items': column 'ok' (boolean) cannot serve as a cursor",
+        "key column 'idd' is not a column of 'public.items'",
+    )
+    told = tools.cli(tmp_path, "check").stdout
+    assert "fine" not in told and told.count("hint:") >= 4, told
+
+
 def test_mariadb_declarations_are_checked(
     tmp_path: Path, mariadb_database: str, tools: Any
 ) -> None:

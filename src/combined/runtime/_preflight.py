@@ -103,15 +103,46 @@ def verify_declared(project: Project, source: str, open_source: Callable[[str], 
     For a connector that describes one relation (``describe_relation``: the
     SQL connectors): each relation exists; its key, cursor and ``columns:``
     name columns it has; the cursor's type can be ordered, and a lookback
-    given as a duration steps a date or time, not a number. ``combined
-    check`` calls it: a name misspelt, or a table dropped since discovery,
-    is told with the dataset's name before any capture.
+    given as a duration steps a date or time, not a number. Then what the
+    connector's ``preflight`` refuses. ``combined check`` calls it: a name
+    misspelt, or a table dropped since discovery, is told with the dataset's
+    name before any capture, and every dataset wrong is told, not the first.
     """
+    problems: list[ConfigError] = []
     conn = open_source(source)
     try:
-        _check_declared(project, source, list(project.source(source).datasets), conn)
+        check = getattr(conn, "preflight", None)
+        for name in project.source(source).datasets:
+            try:
+                if check is not None:
+                    _refused_by(check, requests_of(project, source, [name]))
+                _check_declared(project, source, [name], conn)
+            except ConfigError as exc:
+                problems.append(exc)
     finally:
         conn.close()
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        told = "\n".join(
+            f"  {p.message}" + (f"\n    hint: {p.hint}" if p.hint else "") for p in problems
+        )
+        raise ConfigError(
+            f"{len(problems)} datasets of {source} cannot be read as declared:\n{told}",
+            hint="fix each in combined.yaml (or at the source), then `combined check` again",
+            source=source,
+        )
+
+
+def _refused_by(check: Callable[[list[ReadRequest]], None], requests: list[ReadRequest]) -> None:
+    """Raise what a connector's ``preflight`` refuses; pass what else it meets (a relation
+    missing, told by :func:`_check_declared` with its dataset's name)."""
+    try:
+        check(requests)
+    except ConfigError:
+        raise
+    except CombinedError:
+        return
 
 
 def _check_declared(
