@@ -271,7 +271,8 @@ _RULES = """\
   columns exist in a SQL source (PostgreSQL, MariaDB/MySQL, SQLite), and
   that the cursor and key can order a read's pages: a PostgreSQL or MariaDB
   cursor is a number, date or timestamp column (not text, time or bits).
-  Every capture asks the same before its Run and exits 2 when refused.
+  It tells every dataset that fails, each with its hint. Every capture asks
+  the same before its Run and exits 2 when refused.
 """
 
 
