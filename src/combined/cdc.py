@@ -89,6 +89,10 @@ def teardown(engine: Engine, source: str) -> list[str]:
     return notes
 
 
+#: The longest pause of :func:`follow` after captures that failed in a row.
+MAX_FOLLOW_PAUSE_S = 300.0
+
+
 def follow(
     engine: Engine,
     source: str,
@@ -97,22 +101,41 @@ def follow(
     max_changes: int | None = None,
     iterations: int | None = None,
     stop: Callable[[], bool] | None = None,
+    waiting: Callable[[float, int], object] | None = None,
 ) -> Iterator[Run]:
-    """Capture and publish the stream every ``every`` seconds or ``max_changes`` changes."""
+    """Capture and publish the stream every ``every`` seconds or ``max_changes`` changes.
+
+    After a capture whose Run failed (a source down, its lease held), the
+    next waits twice as long as the last did, up to :data:`MAX_FOLLOW_PAUSE_S`
+    (``waiting`` hears the pause and how many failed in a row): an outage of
+    an hour is not a failed Run every few seconds. A capture that succeeds
+    brings ``every`` back.
+    """
     names = [f"{source}.{name}" for name, _ in cdc_datasets(engine, source)]
     options: dict[str, Any] = {"max_changes": max_changes} if max_changes else {}
-    done = 0
+    done = failed = 0
     while iterations is None or done < iterations:
         started = time.monotonic()
         runs = engine.capture(names, trigger="schedule", read_options=options)
         yield from runs
         done += 1
-        if stop is not None and stop():
+        if (stop is not None and stop()) or done == iterations:
             return
+        failed = failed + 1 if any(r.state == "failed" for r in runs) else 0
+        pause = follow_pause(every, failed)
+        if failed and waiting is not None:
+            waiting(pause, failed)
         full = any(
             max_changes
             and sum((s or {}).get("captured", 0) for s in (r.stats or {}).values()) >= max_changes
             for r in runs
         )
-        if not full:  # a full batch means a backlog: go again at once
-            time.sleep(max(0.0, every - (time.monotonic() - started)))
+        if failed or not full:  # a full batch means a backlog: go again at once
+            time.sleep(max(0.0, pause - (time.monotonic() - started)))
+
+
+def follow_pause(every: float, failed: int) -> float:
+    """Seconds from one capture's start to the next after ``failed`` failed in a row."""
+    if failed == 0:
+        return every
+    return max(every, min(every * 2.0 ** min(failed, 30), MAX_FOLLOW_PAUSE_S))

@@ -339,4 +339,14 @@ def test_follow_goes_on_after_a_failed_run_and_says_so_when_it_ends(
     lines = [ln for ln in follow.stdout.splitlines() if " run " in ln]
     assert [ln.split()[4].rstrip(":") for ln in lines] == ["failed", "succeeded"], follow.stdout
     assert follow.returncode == 1, follow.stderr  # (a Run of the loop failed)
+    # (an outage was a failed Run every few seconds: the next waits twice as long)
+    assert "1 capture in a row failed: the next starts 5 s after the last began" in follow.stderr
     assert _lake(root) == _source(dsn)
+
+
+def test_follow_waits_longer_after_each_failed_capture_in_a_row() -> None:
+    from combined.cdc import MAX_FOLLOW_PAUSE_S, follow_pause
+
+    assert [follow_pause(5.0, n) for n in range(4)] == [5.0, 10.0, 20.0, 40.0]
+    assert follow_pause(5.0, 7) == MAX_FOLLOW_PAUSE_S == follow_pause(5.0, 10_000)
+    assert follow_pause(900.0, 3) == 900.0  # (never sooner than asked)

@@ -173,6 +173,11 @@ def cdc_follow(
             max_changes=max_changes,
             iterations=iterations,
             stop=recycling,
+            waiting=lambda pause, failed: err.print(
+                f"  {failed} capture{'s' if failed > 1 else ''} in a row failed: "
+                f"the next starts {pause:.0f} s after the last began",
+                highlight=False,
+            ),
         ):
             changes = sum(
                 s["inserts"] + s["updates"] + s["deletes"] for s in (run.stats or {}).values()
