@@ -29,3 +29,17 @@ def test_the_encoder_built_once_writes_what_json_dumps_writes(value: Any) -> Non
     assert json_encoder(ensure_ascii=False)(value) == json.dumps(
         value, separators=(",", ":"), ensure_ascii=False, default=json_default
     )
+
+
+def test_a_number_a_double_would_round_keeps_its_digits_and_nothing_else_changes() -> None:
+    value = {
+        "z": [Decimal("0.99999999999999999"), Decimal("1.50"), "é"],
+        "a": {"y": Decimal("-12345678901234567890.25"), "x": Decimal("1E-40")},
+    }
+    assert json_encoder(ensure_ascii=False)(value) == (
+        '{"z":[0.99999999999999999,1.5,"é"],"a":{"y":-12345678901234567890.25,"x":1e-40}}'
+    )
+    assert canonical(value) == (
+        '{"a":{"x":1e-40,"y":-12345678901234567890.25},"z":[0.99999999999999999,1.5,"\\u00e9"]}'
+    )
+    assert json.loads(canonical(value), parse_float=Decimal) == value

@@ -10,6 +10,7 @@ as careless APIs do: no error of Combined may carry it on.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -98,6 +99,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        # "@raw:0.99999999999999999": a number written as its digits (no Python float holds it)
+        data = re.sub(rb'"@raw:([-+0-9.eE]+)"', rb"\1", data)
         self.send_response(status)
         content_type = "application/json"
         for name, value in (headers or {}).items():

@@ -347,6 +347,23 @@ def test_an_integer_a_double_would_round_is_refused_naming_an_exact_type(api: Fa
     assert table is not None and huge in table.column("total").to_pylist()
 
 
+def test_a_json_field_keeps_the_digits_of_a_number_a_double_would_round(api: FakeAPI) -> None:
+    """A nested 0.99999999999999999 was written 1.0 in the json column, and
+    12345678901234567890.5 as 1.2345678901234567e+19: another value than the API's."""
+    api.orders[1]["customer"] = {
+        "balance": "@raw:0.99999999999999999",
+        "limit": ["@raw:12345678901234567890.5", "@raw:1.5e+30"],
+        "price": "@raw:19.90",
+    }
+    table, _, _ = _read(_source(api), "page")
+    assert table is not None
+    customers = dict(zip(_ids(table), table.column("customer").to_pylist(), strict=True))
+    assert customers[1] == (
+        '{"balance":0.99999999999999999,"limit":[12345678901234567890.5,'
+        '1500000000000000000000000000000],"price":19.9}'
+    )  # (19.90, which a double holds, is written as before: the lake's texts stay)
+
+
 def test_cursor_read_passes_the_checkpoint_less_the_lookback_and_advances(api: FakeAPI) -> None:
     cursor = CursorSpec("updated_at", lookback=None, trust="the API sorts and filters by it")
     table, states, _ = _read(_source(api), "cursor", strategy="cursor", cursor=cursor)

@@ -398,10 +398,24 @@ def _date(plan: FieldPlan, values: list[Any]) -> pa.Array:
 
 
 def json_default(value: Any) -> Any:
-    """``json.dumps``'s fallback for exact numbers: an integral ``Decimal`` as int, else float."""
+    """``json.dumps``'s fallback for exact numbers: an integral ``Decimal`` as int, else float.
+
+    A ``Decimal`` that a float would round (``0.99999999999999999``, 20
+    digits) raises :class:`InexactNumber`: :func:`json_encoder`'s text then
+    writes its digits instead.
+    """
     if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
+        if value == value.to_integral_value():
+            return int(value)
+        number = float(value)
+        if Decimal(repr(number)) != value:
+            raise InexactNumber(value)
+        return number
     raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+class InexactNumber(ValueError):
+    """A ``Decimal`` whose float would hold another value than it (more than 17 digits)."""
 
 
 def json_encoder(*, sort_keys: bool = False, ensure_ascii: bool = True) -> Callable[[Any], str]:
@@ -410,22 +424,58 @@ def json_encoder(*, sort_keys: bool = False, ensure_ascii: bool = True) -> Calla
     ``json.dumps`` given any option builds a new encoder at each call, which
     cost as much as encoding a record: a text or digest made of every record
     or value calls one encoder built here instead, with the same output.
+    A value holding a number a float would round is written by
+    :func:`_exact_text`: the same text, that number's digits kept (a float
+    made 0.99999999999999999 1.0 in a ``json`` column).
     """
     make = getattr(json.encoder, "c_make_encoder", None)
+    strings = (
+        json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
+    )
+    plain: Callable[[Any], str]
     if make is None:  # (an interpreter without json's C accelerator)
-        return json.JSONEncoder(
+        plain = json.JSONEncoder(
             ensure_ascii=ensure_ascii,
             sort_keys=sort_keys,
             separators=(",", ":"),
             default=json_default,
         ).encode
-    strings = (
-        json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
-    )
-    # (markers, default, strings, indent, key and item separators, sort_keys, skipkeys, allow_nan);
-    # no markers: a decoded document holds no cycle.
-    encode = make(None, json_default, strings, None, ":", ",", sort_keys, False, True)
-    return lambda value: "".join(encode(value, 0))
+    else:
+        # (markers, default, strings, indent, key and item separators, sort_keys, skipkeys,
+        # allow_nan); no markers: a decoded document holds no cycle.
+        encode = make(None, json_default, strings, None, ":", ",", sort_keys, False, True)
+
+        def plain(value: Any) -> str:
+            return "".join(encode(value, 0))
+
+    def text(value: Any) -> str:
+        try:
+            return plain(value)
+        except InexactNumber:
+            return _exact_text(value, plain, strings, sort_keys)
+
+    return text
+
+
+def _exact_text(
+    value: Any, plain: Callable[[Any], str], strings: Callable[[str], str], sort_keys: bool
+) -> str:
+    """``plain``'s text of ``value``, but every ``Decimal`` a float would round as its digits."""
+    if isinstance(value, Mapping):
+        items = sorted(value.items()) if sort_keys else value.items()
+        return (
+            "{"
+            + ",".join(
+                f"{strings(str(k))}:{_exact_text(v, plain, strings, sort_keys)}" for k, v in items
+            )
+            + "}"
+        )
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_exact_text(v, plain, strings, sort_keys) for v in value) + "]"
+    try:
+        return plain(value)
+    except InexactNumber:
+        return str(value)  # (a Decimal's digits: 0.99999999999999999, 1.5E+30)
 
 
 #: A value's compact JSON text (not ASCII-escaped), as a ``json`` column holds it.

@@ -23,7 +23,6 @@ from typing import Any
 import httpx
 
 from combined.connectors._subprocess._rows import DECODER
-from combined.connectors._subprocess._schema import json_default
 from combined.connectors.http._client import Response, Session
 from combined.connectors.http._restart import canonical
 from combined.connectors.http._settings import Endpoint
@@ -230,7 +229,7 @@ def _cursor_next(
             hint=f"point config.endpoints.{endpoint.name}.paginate.next at the token",
             endpoint=endpoint.name,
         )
-    text = str(json_default(token) if not isinstance(token, str | int) else token)
+    text = str(token)  # (a number as the body wrote it: a Decimal keeps its digits)
     if text in walk.seen_tokens:
         raise _loop(session, endpoint, number, "repeats a next token seen before")
     walk.seen_tokens.add(text)
