@@ -6,6 +6,7 @@ import base64
 import json
 import pickle
 import re
+import urllib.parse
 from urllib.parse import parse_qsl
 
 import pytest
@@ -153,6 +154,35 @@ def test_a_known_secret_is_masked_in_base64_wherever_it_stands(offset: int, alph
     # what is left of it around the mask decodes to 3 of the secret's bytes at most
     assert len(left.replace(MASK, "")) <= 12
     assert masking([secret])("no secret in this line") == "no secret in this line"
+
+
+@given(
+    secret=st.text(
+        st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=4, max_size=24
+    ).filter(lambda s: len(s.strip()) >= 4),
+    safe=st.sampled_from(["", "/", "/:=+", "~-._"]),
+    plus=st.booleans(),
+    lower=st.booleans(),
+    spared=st.integers(0, 23),
+)
+def test_a_known_secret_is_masked_however_a_url_encodes_it(
+    secret: str, safe: str, plus: bool, lower: bool, spared: int
+) -> None:
+    """A token percent-encoded in lowercase hex (`%2f`), or with `/` kept, or part encoded,
+    went by the exact forms (quote with nothing safe, quote_plus) and was stored in a Run's
+    error: the token of a redirect to `?t=<token>` that answered 404."""
+    encode = urllib.parse.quote_plus if plus else urllib.parse.quote
+    encoded = encode(secret, safe=safe)
+    if lower:
+        encoded = re.sub("%[0-9A-F]{2}", lambda m: m.group(0).lower(), encoded)
+    if spared < len(secret):  # one character left as it is, the rest encoded
+        encoded = (
+            encode(secret[:spared], safe=safe)
+            + secret[spared]
+            + encode(secret[spared + 1 :], safe=safe)
+        )
+    told = masking([secret])(f"GET https://api.example/gone?t={encoded} answered 404")
+    assert told == f"GET https://api.example/gone?t={MASK} answered 404", (encoded, told)
 
 
 @pytest.mark.parametrize(

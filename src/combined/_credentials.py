@@ -31,15 +31,14 @@ credentials: their last word says they name something else.
 
 from __future__ import annotations
 
-import base64
 import difflib
 import functools
-import json
 import re
 import threading
-import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
+
+from combined._secret_forms import forms, pattern_of
 
 SECRET_KEY = "secret"
 """The one key of a secret reference mapping: ``{secret: "env:NAME"}``."""
@@ -574,10 +573,6 @@ def has_inline_credential(text: str) -> bool:
 
 # -- secret values known to this process ------------------------------------------
 
-MIN_KNOWN_LENGTH = 4
-"""How long a known secret must be to be masked everywhere: a shorter one would
-mask ordinary words (a one-letter password, every occurrence of that letter)."""
-
 _known: set[str] = set()
 _known_pattern: re.Pattern[str] | None = None
 _reserved_env: set[str] = set()
@@ -590,38 +585,16 @@ def remember_secret(value: str) -> None:
     Every secret Combined resolves passes here, so an error, a log line or a
     program's output that echoes one (an API returning the token it was sent,
     a tap printing its configuration) is masked wherever it is stored or
-    shown, whatever shape surrounds it. Its escaped forms (in a URL, in JSON,
-    in a repr) and each line of a multi-line secret (a PEM key) are masked too.
+    shown, whatever shape surrounds it. Its escaped forms (in a URL however
+    encoded, in JSON, in a repr, in base64) and each line of a multi-line
+    secret (a PEM key) are masked too (:mod:`combined._secret_forms`).
     """
-    forms = {value, *value.splitlines()}
-    forms |= {urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value)}
-    forms |= {json.dumps(value)[1:-1], repr(value)[1:-1], *base64_forms(value)}
-    fresh = {form for form in forms if len(form.strip()) >= MIN_KNOWN_LENGTH} - _known
-    if not fresh:
+    if value in _known or not forms(value):
         return
     global _known_pattern
     with _known_lock:
-        _known.update(fresh)
-        ordered = sorted(_known, key=len, reverse=True)  # none left half shown
-        _known_pattern = re.compile("|".join(re.escape(form) for form in ordered))
-
-
-def base64_forms(value: str) -> set[str]:
-    """The base64 texts (standard and URL-safe) that ``value`` is inside any encoding of.
-
-    Base64 writes 3 bytes as 4 characters, so the characters a secret
-    becomes depend on where it stands in what is encoded (``user:secret``
-    in a basic ``Authorization``): for each of the three offsets, the groups
-    of 4 its own bytes fill alone. Only forms of 8 characters or more (6
-    bytes of the secret): a shorter one would mask ordinary text.
-    """
-    raw, forms = value.encode(), set()
-    for offset in range(3):
-        encoded = base64.b64encode(b"\0" * offset + raw).decode()
-        core = encoded[4 if offset else 0 : 4 * ((offset + len(raw)) // 3)]
-        if len(core) >= 8:
-            forms |= {core, core.replace("+", "-").replace("/", "_")}
-    return forms
+        _known.add(value)
+        _known_pattern = pattern_of(_known)
 
 
 def reserve_env(name: str) -> None:
@@ -709,19 +682,18 @@ def masking(secrets: Iterable[str]) -> Callable[[str], str]:
 
 
 def value_masking(secrets: Iterable[str]) -> Callable[[str], str]:
-    """A function that masks each of ``secrets`` (and its base64 forms) and the secrets this
-    process resolved (:func:`remember_secret`) in a text, and nothing else.
+    """A function that masks each of ``secrets`` (in every form: URL-encoded, base64...) and
+    the secrets this process resolved (:func:`remember_secret`) in a text, and nothing else.
 
     For a text given back to a program (a tap's state): :func:`redact`'s
     credential shapes would cut a value of it that only looks like one (a
     page token in a next-page URL, ``...?page_token=...&limit=100``).
     """
-    values = set(secrets)
-    ordered = sorted(values.union(*map(base64_forms, values)), key=len, reverse=True)
+    pattern = pattern_of(secrets, shortest=1)
 
     def mask(text: str) -> str:
-        for value in ordered:
-            text = text.replace(value, MASK)
+        if pattern is not None:
+            text = pattern.sub(MASK, text)
         return _mask_known(text)
 
     return mask
