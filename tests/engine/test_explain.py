@@ -142,6 +142,10 @@ def test_a_quarantined_key_says_where_it_waits(tmp_path: Path, tools: Any) -> No
         (["shop.orders"], "give one value for each"),
         (["shop.orders", "1", "2"], "key has 1 column (id)"),
         (["shop.orders", "abc"], "is not a BIGINT value"),
+        # DuckDB's cast rounds: these explained rows 2, 1 and 0
+        (["shop.orders", "1.5"], "'1.5' is not a BIGINT value, the type of key column 'id' (it "),
+        (["shop.orders", "0x1"], "'0x1' is not a BIGINT value"),
+        (["shop.orders", "1e-1"], "'1e-1' is not a BIGINT value"),
         (["shop.nope", "1"], "unknown dataset 'nope'"),
         (["orders", "1"], "does not name a dataset"),
     ],
@@ -209,3 +213,38 @@ def test_the_python_api_takes_a_key_value_and_a_name_alone(tmp_path: Path, tools
             assert told.status == "present" and told.id == by_text.id
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "exact"),
+    [
+        ("42", "BIGINT", True),
+        (" 7 ", "UINTEGER", True),
+        ("1_0", "BIGINT", False),
+        ("1.01", "DECIMAL(10,2)", True),
+        ("1.0100", "DECIMAL(10,2)", True),
+        ("1.005", "DECIMAL(10,2)", False),
+        ("1.01000001", "DECIMAL(10,2)", False),
+        ("0.1", "DOUBLE", True),
+        ("2024-01-01 10:00:00.5", "TIMESTAMP", True),
+        ("2024-01-01 10:00:00.500000000", "TIMESTAMP", True),
+        ("2024-01-01 10:00:00.5000001", "TIMESTAMP", False),
+        ("2024-01-01 10:00:00.5+05:00", "TIMESTAMP", False),
+        ("2024-01-01T10:00:00Z", "TIMESTAMP", False),
+        ("2024-01-01 10:00:00.5+05:00", "TIMESTAMP WITH TIME ZONE", True),
+        ("2024-01-01 10:00:00.1234", "TIMESTAMP_MS", False),
+        ("2024-01-01", "DATE", True),
+        ("2024-01-01 10:00", "DATE", False),
+    ],
+)
+def test_a_key_value_is_taken_only_as_the_value_it_writes(
+    text: str, kind: str, exact: bool
+) -> None:
+    """`explain pg.orders 1.5` explained row 2; `1.005` the decimal 1.01; a timestamp with
+    an offset, the naive one without it (found by an API review)."""
+    import duckdb
+
+    from combined.evidence._explain import _exactly
+
+    (held,) = duckdb.connect().execute(f"SELECT CAST('{text}' AS {kind})").fetchall()[0]
+    assert _exactly(text, kind, held) is exact

@@ -165,14 +165,59 @@ def _typed_literals(
             )
         literal = f"CAST({_sql_text(text)} AS {types[column]})"
         try:
-            con.execute(f"SELECT {literal}").fetchall()
+            (held,) = con.execute(f"SELECT {literal}").fetchall()[0]
         except duckdb.Error:
+            held = None
+        if held is None or not _exactly(text, types[column], held):
+            read = "" if held is None else f" (it would be read as {held}, another value)"
             raise ConfigError(
-                f"{text!r} is not a {types[column]} value, the type of key column {column!r}",
+                f"{text!r} is not a {types[column]} value, the type of key column {column!r}{read}",
                 hint=f"give {column} as the raw layer holds it",
-            ) from None
+            )
         out[column] = literal
     return out
+
+
+_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT")
+_INTEGER_TEXT = re.compile(r"\s*[+-]?\d+\s*")
+_NUMBER_TEXT = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*")
+#: The digits of a second's fraction each time type holds.
+_FRACTION_DIGITS = {
+    "TIMESTAMP_S": 0,
+    "TIMESTAMP_MS": 3,
+    "TIMESTAMP": 6,
+    "TIMESTAMP WITH TIME ZONE": 6,
+    "TIME": 6,
+    "TIMESTAMP_NS": 9,
+}
+_FRACTION = re.compile(r"\d:\d\d\.(\d+)")
+_ZONED = re.compile(r"\d:\d\d(?::\d\d(?:\.\d*)?)?\s*(?:[zZ]|[+-]\d|[A-Za-z])")
+
+
+def _exactly(text: str, kind: str, held: Any) -> bool:
+    """Whether ``held`` (``text`` cast to ``kind`` by DuckDB) is the value ``text`` writes.
+
+    DuckDB's cast rounds and truncates: ``'1.5'`` is the BIGINT 2, ``'0x1'``
+    1, ``'1.005'`` the DECIMAL(10,2) 1.01; a timestamp without a time zone
+    drops an offset, and a fraction past the type's digits. Explained, such
+    a value told the history of another row than the one asked about.
+    """
+    from decimal import Decimal
+
+    if kind.removeprefix("U") in _INTEGERS:
+        return _INTEGER_TEXT.fullmatch(text) is not None
+    if kind.startswith("DECIMAL"):
+        return _NUMBER_TEXT.fullmatch(text) is not None and Decimal(text.strip()) == held
+    if kind == "DOUBLE":
+        return _NUMBER_TEXT.fullmatch(text) is not None and float(text) == held
+    if kind in _FRACTION_DIGITS:
+        fraction = _FRACTION.search(text)
+        if fraction is not None and fraction.group(1)[_FRACTION_DIGITS[kind] :].strip("0"):
+            return False
+        return "ZONE" in kind or kind == "TIME" or _ZONED.search(text) is None
+    if kind == "DATE":
+        return re.search(r"\d:\d\d", text) is None  # (a time of day: not a date)
+    return True
 
 
 # -- the raw layer ---------------------------------------------------------------------
