@@ -62,6 +62,16 @@ def test_the_api_refuses_to_start_without_a_token(
         create_app(shop / "combined.yaml")
     with pytest.raises(ConfigError, match="shorter than 16"):
         create_app(shop / "combined.yaml", token="short")
+    # a token no client could send as written: it started, and nobody could log in
+    for unsendable in (
+        f"{TOKEN} ",
+        " " * 16,
+        f"{TOKEN}\r",
+        f"{TOKEN[:8]} {TOKEN[8:]}",
+        f"{TOKEN}é",
+    ):
+        with pytest.raises(ConfigError, match="holds a space, a line end or a character"):
+            create_app(shop / "combined.yaml", token=unsendable)
     monkeypatch.setenv("COMBINED_API_TOKEN", TOKEN)
     with TestClient(create_app(shop / "combined.yaml")) as c:
         assert c.get("/v1/runs").status_code == 401
@@ -167,6 +177,19 @@ def test_a_queued_run_is_canceled_through_the_api(
     named = client.post("/v1/datasets/shop/customers/captures").json()["run_id"]
     by = client.post(f"/v1/runs/{named}/cancel", json={"by": "ops-bot"}).json()["run"]
     assert (by["canceled_by"], by["cancel_reason"]) == ("ops-bot", None)
+
+
+def test_a_run_id_is_matched_as_written_never_as_a_pattern(client: TestClient) -> None:
+    """`%-287f6b74` canceled the Run ending so (LIKE's wildcard), `R2026...` found `r2026...`
+    (SQLite's LIKE ignores case), and an id of 50,001 characters answered 500 with the SQL."""
+    run_id = client.post("/v1/datasets/shop/orders/captures").json()["run_id"]
+    assert client.get(f"/v1/runs/{run_id[:10]}").json()["run"]["id"] == run_id  # a prefix
+    for asked in (f"%{run_id[-9:]}", f"{run_id[:6]}_", run_id.upper(), "a" * 50_001):
+        missing = client.get(f"/v1/runs/{asked}")
+        assert missing.status_code == 404, (asked[:20], missing.text[:300])
+        assert "SELECT" not in missing.text
+        assert client.post(f"/v1/runs/{asked}/cancel").status_code == 404
+    assert client.get(f"/v1/runs/{run_id}").json()["run"]["state"] == "queued"
 
 
 def test_engine_errors_answer_with_a_status_a_message_and_a_hint(client: TestClient) -> None:

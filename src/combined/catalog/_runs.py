@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -247,16 +248,33 @@ def create_run(
 
 
 def get_run(conn: Connection, run_id: str) -> Run:
-    """One Run by id (a unique prefix is accepted)."""
+    """One Run by id (a unique prefix is accepted, letters' case as written).
+
+    Only a run id's characters are looked for: ``%`` and ``_`` were LIKE's
+    wildcards (``%-287f6b74`` canceled the Run ending so), SQLite's LIKE
+    ignores case, and 50,000 characters made it fail with the SQL in a 500.
+    """
+    if _RUN_ID.fullmatch(run_id) is None:
+        raise NotFoundError(
+            f"no run {run_id[:80]!r}{'...' if len(run_id) > 80 else ''}",
+            hint="a run id is letters, digits and '-' (list runs with `combined runs`)",
+        )
     row = conn.execute(sa.select(t.runs).where(t.runs.c.id == run_id)).first()
     if row is None:
-        rows = conn.execute(
-            sa.select(t.runs).where(t.runs.c.id.like(f"{run_id}%")).limit(2)
-        ).fetchall()
+        rows = [
+            found
+            for found in conn.execute(
+                sa.select(t.runs).where(t.runs.c.id.startswith(run_id, autoescape=True)).limit(2)
+            ).fetchall()
+            if found.id.startswith(run_id)
+        ]
         if len(rows) != 1:
             raise NotFoundError(f"no run {run_id!r}", hint="list runs with `combined runs`")
         row = rows[0]
     return _run(row)
+
+
+_RUN_ID = re.compile(r"[0-9A-Za-z-]{1,80}")
 
 
 def lock_run(conn: Connection, run_id: str) -> None:
