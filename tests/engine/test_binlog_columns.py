@@ -208,6 +208,27 @@ def test_a_value_updated_then_its_column_dropped_keeps_the_update_under_drop_evo
         engine.close()
 
 
+def test_a_column_added_then_another_dropped_keeps_the_dropped_ones_values(
+    binlog: Binlog,
+) -> None:
+    """The ADD's fill, with no row before it in the read, left out the column the
+    backlog's DROP removed: it landed null on every row under `drop: evolve`, where a
+    DROP alone kept the values (found by a MariaDB review)."""
+    engine = _captured_with_b(binlog)
+    try:
+        binlog.sql("ALTER TABLE {t} ADD COLUMN x INT DEFAULT 1", "ALTER TABLE {t} DROP COLUMN b")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        rows = engine.sql("SELECT id, qty, b, x FROM db.items ORDER BY id").to_pylist()
+        assert rows[:2] == [
+            {"id": 1, "qty": 1, "b": -1, "x": 1},
+            {"id": 2, "qty": 2, "b": -2, "x": 1},
+        ]
+        assert all(r["b"] == -r["qty"] and r["x"] == 1 for r in rows)
+    finally:
+        engine.close()
+
+
 def test_a_dropped_columns_record_lasts_until_a_read_starts_past_the_drop(
     binlog: Binlog,
 ) -> None:

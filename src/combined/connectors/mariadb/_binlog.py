@@ -67,6 +67,13 @@ from combined.connectors.mariadb._binlog_decode import (
     row_decoder,
 )
 from combined.connectors.mariadb._binlog_fill import Added, ColumnFill, added_columns
+from combined.connectors.mariadb._binlog_origin import (
+    LogIdentity,
+    created_differs,
+    origin,
+    replaced_log,
+    stream_connection,
+)
 from combined.connectors.mariadb._binlog_rows import (
     OP_TRUNCATE,
     ChangeRows,
@@ -218,6 +225,11 @@ class BinlogExtraction(SessionRead[Session]):
         #: and of those the table no longer has, the log's end when that was seen.
         self._columns: dict[str, list[object]] = {}
         self._gone: dict[str, str] = {}
+        #: The checkpoint's log (:mod:`~._binlog_origin`): the files' first GTIDs, asked once
+        #: a file, and the GTID of the last transaction read before the position.
+        self._identity: LogIdentity | None = None
+        self._boundary_gtid: tuple[str, int] | None = None
+        self._created: dict[str, int] = {}
         #: Columns filled in this read, and their nulls counted at its end with the
         #: count's binlog position (``{}``: no count, or one the read raced past).
         self._filled: list[str] = []
@@ -268,6 +280,8 @@ class BinlogExtraction(SessionRead[Session]):
         require_binlog(session, f"{rel.database}.{rel.table}")
         require_logged_table(session, rel.database, rel.table)
         require_retained(session, (self._file, self._offset), request.dataset)
+        self._require_same_log(replaced_log(session, request.state))
+        self._identity = LogIdentity(session)
         now = self._catalog_columns(session, rel)
         gone = self._vanished(session, now)
         rows = ChangeRows(
@@ -280,6 +294,20 @@ class BinlogExtraction(SessionRead[Session]):
             zero_dates=self._settings.zero_dates,
         )
         return rel, rows
+
+    def _require_same_log(self, why: str | None) -> None:
+        """Fail unless the log at the checkpoint's position is the one it was read from
+        (``why``: what tells them apart, :mod:`~._binlog_origin`)."""
+        if why is not None:
+            raise BinlogGone(
+                f"the binary log at {self._file}:{self._offset} of dataset "
+                f"{self._request.dataset} is not the log the lake's checkpoint was read from "
+                f"({why}): RESET MASTER, a restore or a failover began a new log under the old "
+                "names, and reading on would skip changes",
+                hint=f"take a new snapshot: {RESNAPSHOT}",
+                dataset=self._request.dataset,
+                position=f"{self._file}:{self._offset}",
+            )
 
     def _catalog_columns(self, session: Session, rel: catalog.Relation) -> list[SourceColumn]:
         """The table's columns as the catalog holds them now (kept for the checkpoint)."""
@@ -323,6 +351,7 @@ class BinlogExtraction(SessionRead[Session]):
     def _reader(self, rel: catalog.Relation) -> Any:
         from pymysqlreplication import BinLogStreamReader
         from pymysqlreplication.event import (
+            FormatDescriptionEvent,
             GtidEvent,
             MariadbGtidEvent,
             NotImplementedEvent,
@@ -332,16 +361,8 @@ class BinlogExtraction(SessionRead[Session]):
         )
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-        kwargs = self._settings.connect_kwargs()
-        connection = {
-            k: kwargs[k]
-            for k in ("host", "port", "user", "password", "connect_timeout", "read_timeout")
-        }
-        for k in ("unix_socket", "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_identity"):
-            if k in kwargs:
-                connection[k] = kwargs[k]
         return BinLogStreamReader(
-            connection_settings=connection,
+            connection_settings=stream_connection(self._settings),
             server_id=self._server_id,
             log_file=self._file,
             log_pos=self._offset,
@@ -354,6 +375,7 @@ class BinlogExtraction(SessionRead[Session]):
                 QueryEvent,
                 XidEvent,
                 RotateEvent,
+                FormatDescriptionEvent,
                 GtidEvent,
                 MariadbGtidEvent,
                 NotImplementedEvent,  # a compressed event among them: refused, never skipped
@@ -367,6 +389,7 @@ class BinlogExtraction(SessionRead[Session]):
 
     def _read(self) -> Iterator[Message]:
         from pymysqlreplication.event import (
+            FormatDescriptionEvent,
             GtidEvent,
             MariadbGtidEvent,
             NotImplementedEvent,
@@ -381,6 +404,7 @@ class BinlogExtraction(SessionRead[Session]):
         name = f"{rel.database}.{rel.table}"
         boundary = f"{self._file}:{self._offset}"
         at: datetime | None = None
+        gtid: tuple[str, int] | None = None  # (of the transaction being read, its event's start)
         touched = in_txn = xa = False
         self._stream = stream = self._reader(rel)
         try:
@@ -398,12 +422,17 @@ class BinlogExtraction(SessionRead[Session]):
                     for batches in self._rows(event, rows, when, here):
                         yield from self._emit(batches)
                     continue
+                if isinstance(event, FormatDescriptionEvent):  # (a file's first event)
+                    self._file_created(str(stream.log_file), int(event.timestamp or 0))
+                    continue
                 if isinstance(event, MariadbGtidEvent):
                     in_txn = not (int(event.flags) & 1)  # FL_STANDALONE: one event, no COMMIT
+                    gtid = (str(event.gtid), int(event.packet.log_pos - event.packet.event_size))
                     xa = bool(int(event.flags) & _PREPARED_XA)
                     continue
                 if isinstance(event, NotImplementedEvent | GtidEvent):
                     xa = xa and not isinstance(event, GtidEvent)
+                    gtid = None if isinstance(event, GtidEvent) else gtid
                     _refuse_compressed(event.event_type, name, here)  # (no GTID event is)
                     continue
                 end = isinstance(event, XidEvent)
@@ -422,7 +451,7 @@ class BinlogExtraction(SessionRead[Session]):
                 if not end:
                     continue
                 in_txn = False
-                boundary, at = here, when
+                boundary, at, self._boundary_gtid = here, when, gtid
                 if touched:
                     touched = False
                     self._note_race(stream)
@@ -434,6 +463,12 @@ class BinlogExtraction(SessionRead[Session]):
             stream.close()
             self._stream = None
         yield from self._end_read(rows, name, boundary, at, in_txn=in_txn)
+
+    def _file_created(self, name: str, created: int) -> None:
+        """Note when the binlog file ``name`` was created; fail if not the checkpoint's."""
+        if created:
+            self._require_same_log(created_differs(self._request.state, name, created))
+            self._created[name] = created
 
     def _events(self, stream: Any, name: str) -> Iterator[Any]:
         """The log's events to its end, and on at least to the position of the last fill.
@@ -646,6 +681,10 @@ class BinlogExtraction(SessionRead[Session]):
 
     def _state(self, position: str, at: datetime | None, *, final: bool) -> StateMessage:
         state: dict[str, Any] = {"binlog": position, "columns": self._columns}
+        if self._identity is not None:
+            before = self._request.state or {}
+            created = self._created.get(position.rpartition(":")[0])
+            state.update(origin(self._identity, position, self._boundary_gtid, before, created))
         if self._gone:
             state["gone"] = self._gone
         if at is not None:

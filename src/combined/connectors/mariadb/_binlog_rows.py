@@ -343,7 +343,9 @@ class ChangeRows:
         from the lake. (A second fill with no row between left the first
         one's columns out of its batch: null on every row.)
         """
-        before = {p.name for p in self._layout.plans} if self._layout else set(self._present())
+        # No row before: every column the read planned, the dropped ones too (the fill is
+        # logged before their drop; left out, they landed null on every filled row).
+        before = {p.name for p in self._layout.plans} if self._layout else set(self._plans)
         before |= self._filled
         self._filled.update(added)
         plans = [p for p in self._plans.values() if p.name in before or p.name in added]

@@ -28,6 +28,7 @@ from combined.connectors.abc import BaseExtraction, ReadRequest
 from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._binlog import BinlogExtraction
 from combined.connectors.mariadb._binlog_anchor import TableLock, pins_snapshots
+from combined.connectors.mariadb._binlog_origin import LogIdentity, file_created, origin
 from combined.connectors.mariadb._binlog_setup import (
     acknowledged,
     position_of,
@@ -97,6 +98,12 @@ class StitchedSnapshot(BaseExtraction):
         inner.finish("success")
         position, at = pinned(inner.snapshot_pin, req)
         state: dict[str, Any] = {"binlog": position, "at": at, "stitched": True}
+        session = Session(s)
+        try:  # (which log the position is of: docs of _binlog_origin)
+            created = file_created(s, position.rpartition(":")[0])
+            state.update(origin(LogIdentity(session), position, None, {}, created))
+        finally:
+            session.close()
         state["columns"] = catalog.column_record(inner.source_columns)
         yield StateMessage(req.dataset, state, position=position, final=True)
 
