@@ -242,6 +242,10 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
     ("quoted version", {"version": "1"}, "version", "the number 1, unquoted"),
     ("lake scheme", {"version": 1, "lake": "ftp://host/lake"}, "lake", "ftp://"),
     ("bucketless lake", {"version": 1, "lake": "s3://"}, "lake", "bucket"),
+    # the Delta log under `pct x/`, the data under `pct%20x/`; a table made at s3://bucket/a
+    ("escaped lake", {"version": 1, "lake": "s3://bucket/pct%20x"}, "lake", "holds '%'"),
+    ("lake query", {"version": 1, "lake": "s3://bucket/a?b=c"}, "lake", "holds '?'"),
+    ("lake fragment", {"version": 1, "lake": "file:///data/h#frag"}, "lake", "holds '#'"),
     ("catalog scheme", {"version": 1, "catalog": "mysql://h/db"}, "catalog", "mysql://"),
     (
         "catalog driver",

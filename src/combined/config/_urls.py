@@ -30,6 +30,15 @@ def _lake(value: object) -> str:
     url = _URL.match(text)
     if url is None:
         return text
+    if odd := sorted({c for c in "%?#" if c in url.group(2)}):
+        # The Delta library decodes a %xx where Arrow keeps it (its log under `pct x/`, its
+        # data under `pct%20x/`), and a `?` or `#` cut the table's path short.
+        raise _error(
+            f"holds {' and '.join(repr(c) for c in odd)}, which the lake's readers and "
+            "writers take apart differently",
+            "name the lake's folder without '%', '?' and '#' (spaces and other letters are "
+            "written as they are: s3://bucket/my lake)",
+        )
     if url.group(1).lower() == "file":
         if not url.group(2).startswith("/"):
             raise _error("is a file:// URL without an absolute path", "e.g. file:///data/lake")

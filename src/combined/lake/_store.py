@@ -120,10 +120,9 @@ class LakeStore:
         if self.scheme not in ("s3", "s3a"):
             return None
         options: dict[str, str] = {}
-        if not any(
-            os.environ.get(k)
-            for k in ("AWS_CONDITIONAL_PUT", "AWS_S3_LOCKING_PROVIDER", "aws_conditional_put")
-        ):
+        # (AWS_S3_LOCKING_PROVIDER no longer counts: delta-rs 1.x dropped its DynamoDB log
+        # store, delta-io/delta-rs issue 4464, and would commit without any guard)
+        if not any(os.environ.get(k) for k in ("AWS_CONDITIONAL_PUT", "aws_conditional_put")):
             options["conditional_put"] = "etag"
         return options
 
