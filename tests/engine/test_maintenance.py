@@ -201,6 +201,11 @@ def test_raw_deliveries_past_retention_are_removed_by_a_recorded_decision(
         assert {r.state for r in _deliveries(engine, "people")} == {"expired"}
         # the table's rows are untouched; nothing is decided twice
         assert engine.sql("SELECT count(*) AS n FROM shop.people").to_pylist() == [{"n": 2}]
+        # every Delivery gone: explain said a published row was "never captured"
+        told = engine.explain("shop.people", ["1"])
+        assert (told.status, told.versions, len(told.current)) == ("present", [], 1), told
+        assert f"{len(paths['people'])} earlier Deliveries" in told.reason
+        assert engine.explain("shop.people", ["99"]).status == "never"
         engine.maintain(["shop.people"], now=later)
         assert len(engine.activity(kind="maintenance.raw_removed")) == 1
     finally:

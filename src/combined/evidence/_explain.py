@@ -601,19 +601,36 @@ def _from_raw_layer(
     layout, source, dataset = engine.layout, asked.source, asked.dataset
     commits = _commits(layout, source, dataset)
     files, expired = _raw_files(layout, source, dataset, commits)
-    if not files:
-        return [], [], None, expired
+    if not files:  # (every Delivery expired: the row may still be published)
+        return [], *_published_alone(engine, con, asked), expired
     scan = _scan(list(files))
-    types = _describe(con, scan)
-    if asked.id is not None:
-        sought = _Sought({}, asked.id, types.get(prov.ID, "BLOB"))
-    else:
-        sought = _Sought(_typed_literals(con, types, list(asked.key), list(asked.key.values())))
+    sought = _sought(con, _describe(con, scan), asked)
     flag = spec_of(engine.project.dataset(source, dataset).deletes)
     versions = _versions(con, files, scan, sought, flag)
     ids = sought.identities(scan)
     versions = _replacements(con, layout, source, dataset, commits, versions, ids)
     return (versions, *_current(engine, source, dataset, sought.match()), expired)
+
+
+def _sought(con: duckdb.DuckDBPyConnection, types: Mapping[str, str], asked: _Asked) -> _Sought:
+    """The row asked for, by its id or its key's values typed as ``types`` type them."""
+    if asked.id is not None:
+        return _Sought({}, asked.id, types.get(prov.ID, "BLOB"))
+    return _Sought(_typed_literals(con, types, list(asked.key), list(asked.key.values())))
+
+
+def _published_alone(
+    engine: Engine, con: duckdb.DuckDBPyConnection, asked: _Asked
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The row in the newest publication, typed as the published table types its key: no
+    Delivery of the dataset is left to say (a present row was told "never captured")."""
+    name = f"{quote_ident(asked.source)}.{quote_ident(asked.dataset)}"
+    try:
+        con.register("_published_columns", engine.sql(f"SELECT * FROM {name} LIMIT 0"))
+    except NotFoundError:
+        return [], None
+    sought = _sought(con, _describe(con, "_published_columns"), asked)
+    return _current(engine, asked.source, asked.dataset, sought.match())
 
 
 def _found_key(key: Sequence[str], versions: Sequence[RowVersion]) -> dict[str, str]:
