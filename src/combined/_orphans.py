@@ -82,7 +82,7 @@ def orphans(
     """Find the dataset's orphans; remove them when ``retention.orphans`` says so. A report."""
     grace = MIN_ORPHAN_GRACE if retention.orphans == FOREVER else retention.orphans
     assert isinstance(grace, timedelta)
-    unended = _unended_run(catalog, source, dataset)
+    unended = unended_run(catalog, source, dataset)
     if unended is not None:
         return {"found": 0, "bytes": 0, "oldest": None, "removed": 0, "not_judged": [unended]}
     judged = _Judged(catalog, layout, source, dataset, retention, now - grace)
@@ -106,7 +106,7 @@ def orphans(
     return report
 
 
-def _unended_run(catalog: Catalog, source: str, dataset: str) -> str | None:
+def unended_run(catalog: Catalog, source: str, dataset: str) -> str | None:
     """Why the dataset is not judged while a Run of it has not ended, or None."""
     with catalog.begin() as conn:
         runs = runs_repo.list_runs(

@@ -1,6 +1,9 @@
 """``combined maintain``: compaction, vacuum and raw-layer retention, by declared policy.
 
-For each dataset, under its lease (no capture of it runs meanwhile):
+For each dataset, under its lease (no capture of it runs meanwhile), and
+none while a Run of it has not ended (one whose process died after its lake
+commit: the table's files complete its raw layer until ``combined repair`` or
+the next capture projects it):
 
 1. its table's small files are compacted (one maintenance commit, same rows);
 2. its table is vacuumed: the files no kept publication reads are deleted.
@@ -28,7 +31,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from combined._orphans import orphans
+from combined._orphans import orphans, unended_run
 from combined.catalog import Catalog
 from combined.catalog import data as cat
 from combined.config import Project
@@ -62,6 +65,12 @@ def maintain(
             reports.append({"dataset": f"{source}.{dataset}", "skipped": f"run {run} holds it"})
             continue
         try:
+            # A Run that has not ended may have committed without its projection: compacted
+            # and vacuumed, the table no longer holds the files that complete its raw layer.
+            unended = unended_run(catalog, source, dataset)
+            if unended is not None:
+                reports.append({"dataset": f"{source}.{dataset}", "skipped": unended})
+                continue
             retention = project.retention_of(source, dataset)
             reports.append(_dataset(catalog, layout, source, dataset, retention, now))
         finally:

@@ -212,6 +212,39 @@ def test_raw_deliveries_past_retention_are_removed_by_a_recorded_decision(
         engine.close()
 
 
+def test_maintain_leaves_a_dataset_whose_run_died_after_its_lake_commit(
+    tmp_path: Path, tools: Any
+) -> None:
+    """A capture killed after its lake commit, then maintain: compaction and vacuum took
+    the table's files that complete the commit's raw layer, and with the run's staging
+    lost (a worker's disk) every later capture of the dataset failed for good (found by
+    an object-store review)."""
+    project = _project(tmp_path, tools, "./lake", top="retention: {publications: 1s}")
+    engine = Engine.open(project)
+    try:
+        for i in range(1, 4):
+            _capture(engine, tools, tmp_path, i)
+    finally:
+        engine.close()
+    tools.sql(tmp_path, "INSERT INTO clicks VALUES ('late', 9)")
+    killed = tools.cli(tmp_path, "capture", "shop.clicks", env={"COMBINED_FAULT": "after_commit"})
+    assert killed.returncode != 0
+    engine = Engine.open(project)
+    try:
+        later = datetime.now(UTC) + timedelta(seconds=2)
+        (report,) = engine.maintain(["shop.clicks"], now=later)
+        assert "has not ended" in report["skipped"] and "combined repair" in report["skipped"]
+        shutil.rmtree(engine.layout.staging_area())  # the worker's disk, lost
+        (run,) = engine.capture(["shop.clicks"])
+        assert run.state == "succeeded", run.error
+        total = engine.sql("SELECT count(*) AS n, sum(n) AS s FROM shop.clicks").to_pylist()
+        assert total == [{"n": 14, "s": 40}]  # (appends of 1, 2, 3, 4 and 4 rows: once each)
+        (report,) = engine.maintain(["shop.clicks"], now=later)  # ended: maintained again
+        assert "skipped" not in report and report["compacted"] > 0, report
+    finally:
+        engine.close()
+
+
 def _usage(engine: Engine) -> list[tuple[Any, ...]]:
     keys = ("dataset", "month", "mar", "inserts", "updates", "deletes")
     return sorted(tuple(u[k] for k in keys) for u in engine.usage())
