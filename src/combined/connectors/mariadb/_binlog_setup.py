@@ -37,7 +37,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from combined.connectors.mariadb._connect import Session
-from combined.errors import CombinedError, ConfigError, ProtocolViolation, SourceError
+from combined.errors import (
+    CombinedError,
+    ConfigError,
+    ProtocolViolation,
+    SourceError,
+)
 
 #: The command pair that takes a new snapshot after a gap.
 RESNAPSHOT = (
@@ -47,16 +52,30 @@ RESNAPSHOT = (
 _CONFIG = "in the [mariadbd] (MySQL: [mysqld]) section of the server's configuration file"
 
 
+class GrantsMissing(ConfigError):
+    """The account lacks a replication privilege: told by ``check`` as a configuration
+    error (exit 2), it ends a Run ``needs_auth`` (an administrator must grant it)."""
+
+    run_state = "needs_auth"
+
+
 class BinlogGone(SourceError):
-    """The server no longer holds the binlog position the lake's checkpoint names."""
+    """The server no longer holds the binlog position the lake's checkpoint names (or holds
+    another log under its name).
+
+    No retry can succeed: a person takes a new snapshot (``needs_review``).
+    """
+
+    run_state = "needs_review"
 
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """One unmet requirement and the exact fix."""
+    """One unmet requirement and the exact fix (``grant``: a privilege the account lacks)."""
 
     what: str
     fix: str
+    grant: bool = False
 
 
 def parse_position(text: str) -> tuple[str, int]:
@@ -228,6 +247,7 @@ def _grant_problems(session: Session, user: str, *, mariadb: bool) -> list[Probl
         Problem(
             f"the account {user!r} lacks {' and '.join(missing)}",
             f"GRANT {', '.join(missing)} ON *.* TO '{user}'@'<host>' (as an administrator)",
+            grant=True,
         )
     ]
 
@@ -236,7 +256,10 @@ def require_binlog(session: Session, relation: str) -> None:
     """Raise one error naming every unmet requirement and its fix."""
     problems = preconditions(session, session.settings.user)
     if problems:
-        raise ConfigError(
+        # A grant alone missing: the Run needs credentials (needs_auth), as a table's
+        # SELECT missing does; a retry could not succeed before an administrator acts.
+        error = GrantsMissing if all(p.grant for p in problems) else ConfigError
+        raise error(
             f"change capture of {relation} from the binary log cannot start: "
             + "; ".join(p.what for p in problems),
             hint="; ".join(p.fix for p in problems),

@@ -102,8 +102,11 @@ RECOVER_HINT = (
 class SlotLost(SourceError):
     """The replication slot is missing or lost its WAL: changes may be gone.
 
-    Never resumed silently: recovery is a new slot and a new snapshot.
+    Never resumed silently: recovery is a new slot and a new snapshot, which a
+    person takes (``needs_review``: no retry can succeed).
     """
+
+    run_state = "needs_review"
 
 
 @dataclass(frozen=True, slots=True)
