@@ -8,11 +8,15 @@ a server without it fails these tests instead of skipping them.
 
 from __future__ import annotations
 
+import fcntl
 import signal
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pymysql
 import pytest
@@ -45,6 +49,18 @@ class Binlog:
         self.dsn = dsn
         self.root = root
         self.table = f"items_{uuid.uuid4().hex[:8]}"
+        self.lock: IO[str] | None = None
+
+    @contextmanager
+    def alone(self) -> Iterator[None]:
+        """The server to this test alone while it changes what every test's reads of the
+        binlog meet: the other tests of a binlog end first, and none starts meanwhile."""
+        assert self.lock is not None
+        fcntl.flock(self.lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self.lock, fcntl.LOCK_SH)
 
     def sql(self, *statements: str) -> list[tuple[Any, ...]]:
         kwargs = Settings.from_config({"dsn": self.dsn}).connect_kwargs()
@@ -85,8 +101,14 @@ def lake(engine: Engine) -> list[tuple[Any, ...]]:
     return [tuple(r.values()) for r in rows]
 
 
+#: Held shared by every test of a binlog, exclusively by one changing what all their reads
+#: meet (a global variable, the binlog files): a capture of another test running meanwhile
+#: on the other worker failed ("log_bin_compress is ON", a compressed event, a purged file).
+_SERVER_LOCK = Path(tempfile.gettempdir()) / "combined-tests-mariadb-server.lock"
+
+
 @pytest.fixture
-def binlog(mariadb_database: str, tmp_path: Path) -> Binlog:
+def binlog(mariadb_database: str, tmp_path: Path) -> Iterator[Binlog]:
     from tests.conftest import REQUIRE
 
     b = Binlog(mariadb_database, tmp_path)
@@ -96,11 +118,17 @@ def binlog(mariadb_database: str, tmp_path: Path) -> Binlog:
         if REQUIRE:
             pytest.fail(message)
         pytest.skip(message)
-    b.sql(
-        "CREATE TABLE {t} (id BIGINT PRIMARY KEY, qty INT, note VARCHAR(40)) ENGINE=InnoDB",
-        "INSERT INTO {t} SELECT seq, seq, CONCAT('n', seq) FROM seq_1_to_500",
-    )
-    return b
+    with open(_SERVER_LOCK, "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        b.lock = lock
+        try:
+            b.sql(
+                "CREATE TABLE {t} (id BIGINT PRIMARY KEY, qty INT, note VARCHAR(40)) ENGINE=InnoDB",
+                "INSERT INTO {t} SELECT seq, seq, CONCAT('n', seq) FROM seq_1_to_500",
+            )
+            yield b
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def test_stitched_snapshot_then_binlog_lands_every_change_once(binlog: Binlog) -> None:
@@ -223,14 +251,15 @@ def test_compressed_binlog_events_are_refused_never_skipped(binlog: Binlog) -> N
     try:
         engine.capture()
         ((old,),) = binlog.sql("SELECT @@GLOBAL.log_bin_compress")
-        binlog.sql("SET GLOBAL log_bin_compress = ON")
-        try:
-            with pytest.raises(ConfigError) as err:
-                engine.check("db")
-            # rows far past log_bin_compress_min_len: MariaDB 10.11 logs them compressed
-            binlog.sql("INSERT INTO {t} SELECT seq, seq, REPEAT('c', 2000) FROM seq_501_to_503")
-        finally:
-            binlog.sql(f"SET GLOBAL log_bin_compress = {int(old)}")
+        with binlog.alone():
+            binlog.sql("SET GLOBAL log_bin_compress = ON")
+            try:
+                with pytest.raises(ConfigError) as err:
+                    engine.check("db")
+                # rows far past log_bin_compress_min_len: MariaDB 10.11 logs them compressed
+                binlog.sql("INSERT INTO {t} SELECT seq, seq, REPEAT('c', 2000) FROM seq_501_to_503")
+            finally:
+                binlog.sql(f"SET GLOBAL log_bin_compress = {int(old)}")
         assert "log_bin_compress is ON" in str(err.value)
         assert "SET GLOBAL log_bin_compress = OFF" in (err.value.hint or "")
         (run,) = engine.capture()
@@ -250,14 +279,15 @@ def test_a_purged_position_needs_a_new_snapshot_and_is_never_skipped(binlog: Bin
     engine = Engine.open(binlog.project())
     try:
         engine.capture()
-        binlog.sql("DELETE FROM {t} WHERE id = 1", "FLUSH BINARY LOGS")
-        ((current, _, *_),) = binlog.sql("SHOW MASTER STATUS")
-        # MariaDB keeps a binlog until its binlog checkpoint is written: retry a while
-        deadline = time.monotonic() + 30
-        while binlog.sql("SHOW BINARY LOGS")[0][0] != current:
-            assert time.monotonic() < deadline, "the server kept the old binlogs"
-            binlog.sql(f"PURGE BINARY LOGS TO '{current}'")
-            time.sleep(0.2)
+        with binlog.alone():
+            binlog.sql("DELETE FROM {t} WHERE id = 1", "FLUSH BINARY LOGS")
+            ((current, _, *_),) = binlog.sql("SHOW MASTER STATUS")
+            # MariaDB keeps a binlog until its binlog checkpoint is written: retry a while
+            deadline = time.monotonic() + 30
+            while binlog.sql("SHOW BINARY LOGS")[0][0] != current:
+                assert time.monotonic() < deadline, "the server kept the old binlogs"
+                binlog.sql(f"PURGE BINARY LOGS TO '{current}'")
+                time.sleep(0.2)
         (run,) = engine.capture()
         assert run.state == "needs_review"  # (a person takes a new snapshot: no retry helps)
         error = run.error or ""
@@ -377,12 +407,13 @@ def test_check_names_each_missing_grant_and_setting_with_its_fix(
             (run,) = engine.capture()
             assert run.state == "succeeded", run.error
         assert lake(engine) == binlog.source()
-        binlog.sql("SET GLOBAL binlog_row_image = 'NOBLOB'")
-        try:
-            with pytest.raises(ConfigError) as err:
-                engine.check("db")
-        finally:
-            binlog.sql("SET GLOBAL binlog_row_image = 'FULL'")
+        with binlog.alone():
+            binlog.sql("SET GLOBAL binlog_row_image = 'NOBLOB'")
+            try:
+                with pytest.raises(ConfigError) as err:
+                    engine.check("db")
+            finally:
+                binlog.sql("SET GLOBAL binlog_row_image = 'FULL'")
         assert "binlog_row_image is NOBLOB" in str(err.value)
         assert "SET GLOBAL binlog_row_image = 'FULL'" in (err.value.hint or "")
     finally:

@@ -139,11 +139,12 @@ def test_a_change_logged_without_column_names_is_refused_naming_the_setting(
     engine = Engine.open(binlog.project())
     try:
         engine.capture()
-        binlog.sql("SET GLOBAL binlog_row_metadata = 'MINIMAL'")
-        try:
-            binlog.sql("UPDATE {t} SET qty = 7 WHERE id = 2")
-        finally:
-            binlog.sql("SET GLOBAL binlog_row_metadata = 'FULL'")
+        with binlog.alone():
+            binlog.sql("SET GLOBAL binlog_row_metadata = 'MINIMAL'")
+            try:
+                binlog.sql("UPDATE {t} SET qty = 7 WHERE id = 2")
+            finally:
+                binlog.sql("SET GLOBAL binlog_row_metadata = 'FULL'")
         (run,) = engine.capture()
         assert run.state == "failed"
         assert "logged while binlog_row_metadata was not FULL" in (run.error or "")
