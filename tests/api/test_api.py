@@ -209,6 +209,18 @@ def test_engine_errors_answer_with_a_status_a_message_and_a_hint(client: TestCli
     assert client.get("/v1/runs", params={"state": "sleeping"}).status_code == 422
     assert client.get("/v1/quarantine/nope").status_code == 404
     assert client.get("/v1/queue").json() == {"runs": []}  # none of them queued anything
+    # FastAPI's own answers ({"detail": [...]}, the input echoed) are error bodies too
+    for answer, says in (
+        (client.get("/v1/runs", params={"limit": -1}), "query parameter 'limit': "),
+        (client.get("/v1/quarantine/Q", params={"limit": 0}), "query parameter 'limit': "),
+        (client.post("/v1/runs/r-x/cancel", json={"by": ""}), "body field 'by': "),
+        (client.get("/v1/nowhere"), "Not Found"),
+    ):
+        body = answer.json()
+        assert set(body) == {"error"} and says in body["error"]["message"], body
+        assert body["error"]["hint"] and body["error"]["type"] in ("ValidationError", "NotFound")
+    assert client.post("/v1/runs").status_code == 405
+    assert client.post("/v1/runs").json()["error"]["type"] == "HTTPError"
 
 
 def test_a_retry_of_a_run_that_succeeded_is_a_conflict(

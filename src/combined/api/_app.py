@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, FastAPI, Query, Request, Response, Security
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
 from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from combined._pyrows import python_rows
 from combined.api import _console as console
@@ -159,15 +161,23 @@ def _map_errors(app: FastAPI) -> None:
     @app.exception_handler(CombinedError)
     async def combined_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, CombinedError)
-        if console.is_console_path(request.url.path):
-            hint = f" ({exc.hint})" if exc.hint else ""
-            shown: console.Console = request.app.state.console
-            return shown.error_page(
-                request, status_of(exc), type(exc).__name__, f"{exc.message}{hint}"
-            )
-        return JSONResponse(
-            error_body(type(exc).__name__, exc.message, exc.hint), status_code=status_of(exc)
-        )
+        return _told(request, status_of(exc), type(exc).__name__, exc.message, exc.hint)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: Exception) -> Response:
+        # FastAPI's own body ({"detail": [...]}) echoed the input and was no error body.
+        assert isinstance(exc, RequestValidationError)
+        message = "; ".join(_invalid(e) for e in exc.errors()) or "the request is not valid"
+        return _told(request, 422, "ValidationError", message, "see /docs for what it takes")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        kind = "NotFound" if exc.status_code == 404 else "HTTPError"
+        hint = "see /docs for the routes" if exc.status_code in (404, 405) else None
+        told = _told(request, exc.status_code, kind, str(exc.detail), hint)
+        told.headers.update(exc.headers or {})
+        return told
 
     @app.middleware("http")
     async def internal_error(
@@ -186,6 +196,24 @@ def _map_errors(app: FastAPI) -> None:
                 error_body("InternalError", line, "this is a bug in Combined: report it"),
                 status_code=500,
             )
+
+
+def _invalid(error: Mapping[str, Any]) -> str:
+    """One validation error, where and what (never the value sent)."""
+    where = [str(part) for part in error.get("loc", ()) if part != "body"]
+    place = {"query": "query parameter", "path": "path parameter", "header": "header"}
+    if where and where[0] in place:
+        return f"{place[where[0]]} {'.'.join(where[1:])!r}: {error.get('msg', 'not valid')}"
+    field = ".".join(where)
+    return f"body field {field!r}: {error.get('msg')}" if field else str(error.get("msg"))
+
+
+def _told(request: Request, status: int, kind: str, message: str, hint: str | None) -> Response:
+    """An error answer: a page on the console's paths, else the JSON error body."""
+    if console.is_console_path(request.url.path):
+        shown: console.Console = request.app.state.console
+        return shown.error_page(request, status, kind, f"{message} ({hint})" if hint else message)
+    return JSONResponse(error_body(kind, message, hint), status_code=status)
 
 
 class Decision(BaseModel):
