@@ -129,6 +129,23 @@ def test_a_capture_queued_through_the_api_is_executed_by_a_worker_and_visible(
     assert client.get("/v1/runs", params={"state": "queued"}).json()["runs"] == []
 
 
+def test_a_source_capture_names_every_run_that_captures_its_datasets(client: TestClient) -> None:
+    """A source whose datasets were queued in two Runs answered the first alone: a client
+    waiting on it took the source for captured when one of its datasets was."""
+    first = client.post("/v1/datasets/shop/customers/captures").json()
+    assert first["parts"] == [
+        {"run_id": first["run_id"], "datasets": ["customers"], "joined": False}
+    ]
+    second = client.post("/v1/sources/shop/captures").json()  # orders: a new Run
+    assert second["run_id"] != first["run_id"]
+    again = client.post("/v1/sources/shop/captures").json()  # both joined
+    parts = {p["run_id"]: (p["datasets"], p["joined"]) for p in again["parts"]}
+    assert parts == {
+        first["run_id"]: (["customers"], True),
+        second["run_id"]: (["orders"], True),
+    }
+
+
 def test_a_source_capture_and_a_retry_are_queued_not_run(
     shop: Path, tools: Any, client: TestClient
 ) -> None:

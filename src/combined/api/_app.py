@@ -284,8 +284,7 @@ def _dataset_routes(r: APIRouter, engine: Engine) -> None:
     )
     def capture_dataset(source: str, dataset: str) -> dict[str, Any]:
         engine.project.dataset(source, dataset)
-        (run,) = engine.enqueue([f"{source}.{dataset}"])
-        return {"run_id": run.id, "run": jsonable(run)}
+        return _queued(engine, f"{source}.{dataset}")
 
     @r.post(
         "/sources/{source}/captures",
@@ -295,8 +294,19 @@ def _dataset_routes(r: APIRouter, engine: Engine) -> None:
     )
     def capture_source(source: str) -> dict[str, Any]:
         engine.project.source(source)
-        (run,) = engine.enqueue([source])
-        return {"run_id": run.id, "run": jsonable(run)}
+        return _queued(engine, source)
+
+
+def _queued(engine: Engine, selector: str) -> dict[str, Any]:
+    """The answer of a queued capture: its Run (the new one, else the first it joined), and
+    each part: which Run captures which datasets, and whether it joined one already queued
+    or running (a source's datasets may be in several: only the first was named)."""
+    from combined.runtime._scheduler import enqueue, per_source
+
+    parts = enqueue(engine, [selector])
+    (run,) = per_source(parts)
+    told = [{"run_id": p.run.id, "datasets": list(p.datasets), "joined": p.joined} for p in parts]
+    return {"run_id": run.id, "run": jsonable(run), "parts": told}
 
 
 def _run_routes(r: APIRouter, engine: Engine) -> None:
