@@ -80,3 +80,23 @@ def test_a_store_that_does_not_answer_is_told_apart_from_one_that_refuses(text: 
     assert (
         refusal("Generic S3 error: error sending request for url (x): operation timed out") is None
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("AWS Error ACCESS_DENIED during PutObject operation: Access Denied", "to write"),
+        ("AWS Error ACCESS_DENIED during ListObjectsV2 operation: Access Denied", "to list"),
+        ("Generic S3 error: Error performing list request: 403 Forbidden", "to list"),
+        ("AWS Error ACCESS_DENIED during HeadObject operation", "to list (ListBucket) or read"),
+    ],
+)
+def test_a_denied_list_or_read_is_not_told_as_a_missing_write_permission(
+    text: str, says: str
+) -> None:
+    """A LIST the store refused (403) was told "the credentials lack permission to write
+    (PutObject) and delete (DeleteObject)", and the hint to grant those alone."""
+    from combined.lake._probe import refusal
+
+    told = refusal(text)
+    assert told is not None and f"lack permission {says}" in told[0], told

@@ -99,7 +99,19 @@ def check_store(store: LakeStore) -> None:
 def refusal(text: str) -> tuple[str, str] | None:
     """What a store's error says is missing (a bucket, valid credentials, a permission) and
     what to do; None when it names none of them (the store failed: a 5xx, a timeout)."""
-    return next(((what, hint) for signs, what, hint in _REASONS if _shows(signs, text)), None)
+    found = next(((what, hint) for signs, what, hint in _REASONS if _shows(signs, text)), None)
+    if found == _REASONS[2][1:] and _READING.search(text):
+        return _READ_DENIED
+    return found
+
+
+#: A refused request that listed or read (a denied LIST was told as a missing write permission).
+_READING = re.compile(r"ListObjects|ListBucket|list-type|GetObject|HeadObject|\blist\b", re.I)
+_READ_DENIED = (
+    "the credentials lack permission to list (ListBucket) or read (GetObject) objects under it",
+    "grant the credentials' principal list and read permission on the lake's prefix "
+    "(and write and delete: the lake needs all four)",
+)
 
 
 def store_failure(what: str, exc: BaseException, then: str) -> LakeError:
