@@ -257,6 +257,16 @@ def test_a_literal_under_any_credential_key_is_refused_and_masked(key: str) -> N
     assert config_problems({key: {"secret": "env:PW"}}) == []
 
 
+def test_a_literal_header_secret_is_pointed_at_auth_not_at_a_reference() -> None:
+    """The hint said to use {secret: "env:NAME"}, which a header then refuses too (shown in
+    errors and discovery): two messages to reach `auth` (found by an API review)."""
+    ((where, what, hint),) = config_problems({"headers": {"X-Api-Key": LITERAL}})
+    assert (where, what) == (("headers", "X-Api-Key"), "holds a literal secret")
+    assert "under `auth`" in hint and "in: header, name: X-Api-Key" in hint
+    ((_, _, hint),) = config_problems({"endpoints": {"e": {"params": {"api_key": LITERAL}}}})
+    assert "under `auth`" in hint
+
+
 @pytest.mark.parametrize("key", PLAIN_KEYS)
 def test_keys_that_name_no_credential_keep_their_values(key: str) -> None:
     config = {key: "value", "scripted": {"datasets": {"orders": {key: ["id"]}}}}

@@ -33,6 +33,21 @@ SCHEMES = ("env", "file")
 """The places a secret reference can point to."""
 
 REFERENCE_HINT = 'use {secret: "env:NAME"} or {secret: "file:PATH"}'
+#: Where a secret is shown with the rest (an HTTP source's headers and parameters): a
+#: reference is refused there too, so the hint points at `auth`.
+_SHOWN = ("headers", "params", "query")
+
+
+def _literal_hint(loc: tuple[str | int, ...]) -> str:
+    """The hint for a literal secret at ``loc``."""
+    if any(part in _SHOWN for part in loc):
+        return (
+            "give it under `auth` instead, by reference (these are shown in errors and "
+            "discovery): e.g. auth: {type: api_key, in: header, name: X-Api-Key, api_key: "
+            '{secret: "env:API_KEY"}}, or type bearer or basic'
+        )
+    return REFERENCE_HINT
+
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -93,7 +108,7 @@ def config_problems(config: Mapping[str, Any]) -> list[Problem]:
                     (loc, f"has a key that is not text: {bad_keys[0]!r}", "quote the key")
                 )
         elif under_credential and is_literal(value):
-            problems.append((loc, "holds a literal secret", REFERENCE_HINT))
+            problems.append((loc, "holds a literal secret", _literal_hint(loc)))
         elif isinstance(value, str) and has_inline_credential(value):
             problems.append(
                 (

@@ -148,9 +148,14 @@ def _run(
             hint="tables are named <source>.<dataset>; list them with `combined status`",
         ) from exc
     except (duckdb.Error, OSError) as exc:
+        hint = "tables are named <source>.<dataset>; list them with `combined status`"
+        if isinstance(exc, duckdb.PermissionException):  # (a file, a setting: locked away)
+            hint = (
+                "a query reads the published tables only, named <source>.<dataset> (no "
+                "file, setting or extension); list them with `combined status`"
+            )
         raise _gone(layout, exposed.read) or QueryError(
-            f"the query failed: {exc}",
-            hint="tables are named <source>.<dataset>; list them with `combined status`",
+            f"the query failed: {exc}", hint=hint
         ) from exc
 
 
