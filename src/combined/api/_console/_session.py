@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import threading
+import time
 from urllib.parse import quote
 
 from fastapi import FastAPI, Request
@@ -51,12 +53,36 @@ def open_session(request: Request) -> None:
     request.session.update(auth=True, csrf=secrets.token_urlsafe(32))
 
 
+def end_session(request: Request) -> None:
+    """Log out: the session ends here, and a copy of its cookie no longer opens it.
+
+    The cookie is signed, not stored: clearing it in the browser left a copy
+    taken before valid for its 12 hours. Its CSRF token (one a session) is
+    kept as ended in this server process until the signature would expire.
+    """
+    csrf = request.session.get("csrf")
+    now = time.monotonic()
+    with _ENDED_LOCK:
+        for gone in [c for c, until in _ENDED.items() if until < now]:
+            del _ENDED[gone]
+        if isinstance(csrf, str):
+            _ENDED[csrf] = now + TTL_S
+    request.session.clear()
+
+
+#: The CSRF tokens of sessions logged out in this process, until their cookies expire.
+_ENDED: dict[str, float] = {}
+_ENDED_LOCK = threading.Lock()
+
+
 def logged_in(request: Request, token: str | None) -> bool:
     """Whether ``request`` carries a session; without a token, one is opened for it."""
     if "session" not in request.scope:
         return False
     if request.session.get("auth") is True:
-        return True
+        if request.session.get("csrf") not in _ENDED:
+            return True
+        request.session.clear()  # (a copy of a cookie logged out)
     if token is None:
         open_session(request)
         return True
