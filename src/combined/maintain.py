@@ -3,7 +3,8 @@
 For each dataset, under its lease (no capture of it runs meanwhile), and
 none while a Run of it has not ended (one whose process died after its lake
 commit: the table's files complete its raw layer until ``combined repair`` or
-the next capture projects it):
+the next capture projects it); lake commits the catalog lacks (a Run that
+failed after its commit) are projected first:
 
 1. its table's small files are compacted (one maintenance commit, same rows);
 2. its table is vacuumed: the files no kept publication reads are deleted.
@@ -36,6 +37,7 @@ from combined.catalog import Catalog
 from combined.catalog import data as cat
 from combined.config import Project
 from combined.config._retention import FOREVER, Retention
+from combined.errors import CombinedError
 from combined.lake import LakeLayout
 from combined.lake._ledger import LEDGER_TABLES, Ledger
 from combined.lake._maintain import compact, reading_version, vacuum
@@ -67,7 +69,9 @@ def maintain(
         try:
             # A Run that has not ended may have committed without its projection: compacted
             # and vacuumed, the table no longer holds the files that complete its raw layer.
-            unended = unended_run(catalog, source, dataset)
+            unended = unended_run(catalog, source, dataset) or _caught_up(
+                catalog, layout, source, dataset
+            )
             if unended is not None:
                 reports.append({"dataset": f"{source}.{dataset}", "skipped": unended})
                 continue
@@ -76,6 +80,22 @@ def maintain(
         finally:
             catalog.release_lease(source, dataset, holder)
     return reports
+
+
+def _caught_up(catalog: Catalog, layout: LakeLayout, source: str, dataset: str) -> str | None:
+    """Project the lake commits the catalog lacks (a Run that failed after its commit); why
+    the dataset is not maintained when they cannot be, else None.
+
+    Their raw layer is completed from the run's staging or the table's files,
+    which compaction and vacuum would take.
+    """
+    from combined.runtime._recover import NOT_PROJECTED, catch_up
+
+    try:
+        catch_up(catalog, layout, source, dataset)
+    except CombinedError as exc:
+        return f"{NOT_PROJECTED} first ({exc.message}); `combined repair` says why"
+    return None
 
 
 def _dataset(
