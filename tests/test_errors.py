@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from combined._credentials import MASK, masking
+from combined._credentials import MASK, masking, value_masking
 from combined.errors import CombinedError, ConfigError, redact
 
 SECRET = "SECRETPW"
@@ -183,6 +183,20 @@ def test_a_known_secret_is_masked_however_a_url_encodes_it(
         )
     told = masking([secret])(f"GET https://api.example/gone?t={encoded} answered 404")
     assert told == f"GET https://api.example/gone?t={MASK} answered 404", (encoded, told)
+
+
+def test_a_multi_line_secrets_short_lines_mask_nothing_else() -> None:
+    """Each line of a secret was masked down to one character: every brace of a tap's state
+    became *** beside a pretty-printed JSON key file (found by a review)."""
+    key = '{\n  "type": "service_account",\n  "private_key_id": "0123456789abcdef"\n}\n'
+    pem = (
+        "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nAB==\n"
+        "-----END PRIVATE KEY-----\n"
+    )
+    state = 'cursor {"since": 5} after AB== done'
+    assert value_masking([key, pem])(state) == state
+    told = masking([pem])("echoed MIIEvQIBADANBgkqhkiG9w0BAQEFAASC in a line")
+    assert told == f"echoed {MASK} in a line"
 
 
 @pytest.mark.parametrize(

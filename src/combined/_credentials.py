@@ -38,7 +38,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
-from combined._secret_forms import forms, pattern_of
+from combined._secret_forms import Masker, masker_of
 
 SECRET_KEY = "secret"
 """The one key of a secret reference mapping: ``{secret: "env:NAME"}``."""
@@ -574,7 +574,7 @@ def has_inline_credential(text: str) -> bool:
 # -- secret values known to this process ------------------------------------------
 
 _known: set[str] = set()
-_known_pattern: re.Pattern[str] | None = None
+_known_masker: Masker | None = None
 _reserved_env: set[str] = set()
 _known_lock = threading.Lock()
 
@@ -589,12 +589,12 @@ def remember_secret(value: str) -> None:
     encoded, in JSON, in a repr, in base64) and each line of a multi-line
     secret (a PEM key) are masked too (:mod:`combined._secret_forms`).
     """
-    if value in _known or not forms(value):
+    if value in _known or masker_of([value]) is None:
         return
-    global _known_pattern
+    global _known_masker
     with _known_lock:
         _known.add(value)
-        _known_pattern = pattern_of(_known)
+        _known_masker = masker_of(_known)
 
 
 def reserve_env(name: str) -> None:
@@ -613,8 +613,8 @@ def reserved_env() -> frozenset[str]:
 
 
 def _mask_known(text: str) -> str:
-    pattern = _known_pattern
-    return pattern.sub(MASK, text) if pattern is not None else text
+    masker = _known_masker
+    return masker(text, MASK) if masker is not None else text
 
 
 #: A terminal's control sequence (CSI: colours, cursor moves), as a library's error may carry;
@@ -689,11 +689,11 @@ def value_masking(secrets: Iterable[str]) -> Callable[[str], str]:
     credential shapes would cut a value of it that only looks like one (a
     page token in a next-page URL, ``...?page_token=...&limit=100``).
     """
-    pattern = pattern_of(secrets, shortest=1)
+    masker = masker_of(secrets, shortest=1)
 
     def mask(text: str) -> str:
-        if pattern is not None:
-            text = pattern.sub(MASK, text)
+        if masker is not None:
+            text = masker(text, MASK)
         return _mask_known(text)
 
     return mask

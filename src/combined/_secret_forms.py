@@ -1,26 +1,34 @@
-"""Every form a known secret may take in a text, as one pattern that masks them all.
+"""Every form a known secret may take in a text, and one function that masks them all.
 
 A secret is echoed in other shapes than its own: a server's error quotes the
 URL it was sent, percent-encoded by whatever encoder built it (``%2f`` or
-``%2F``, ``/`` kept or not, a space as ``+`` or ``%20``, an unreserved
-character encoded or not); a JSON body or a repr escapes its quotes; a
-basic ``Authorization`` holds it in base64; a log keeps each line of a PEM
-key on its own. An exact list of encoded forms missed the mixed ones (a
-token percent-encoded in lowercase hex was stored in a Run's error), so a
-secret's URL form is a pattern: each of its characters as it is or as the
-percent-escapes of its UTF-8 bytes, in either case.
+``%2F``, ``/`` kept or not, a space as ``+`` or ``%20``); a JSON body or a
+repr escapes its quotes; a basic ``Authorization`` holds it in base64; a log
+keeps each line of a PEM key on its own. An exact list of encoded forms
+missed the mixed ones (a token percent-encoded in lowercase hex was stored
+in a Run's error), so a secret's URL form is a pattern: each of its
+characters as it is or as the percent-escapes of its UTF-8 bytes, in either
+case. It is asked only of a text holding a ``%`` or a ``+`` (most log
+lines hold neither), before the plain forms.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 MIN_KNOWN_LENGTH = 4
 """How long a known secret must be to be masked everywhere: a shorter one would
 mask ordinary words (a one-letter password, every occurrence of that letter)."""
+
+#: The least length of a line of a multi-line secret masked on its own.
+_MIN_LINE = 8
+#: Characters no URL encoder needs to encode (RFC 3986's unreserved ones).
+_UNRESERVED = re.compile(r"[A-Za-z0-9._~-]*")
 
 
 def base64_forms(value: str) -> set[str]:
@@ -48,32 +56,65 @@ def url_form(value: str) -> str:
     for char in value:
         escapes = "".join(f"%{byte:02X}" for byte in char.encode())
         hexed = "".join(f"[{c}{c.lower()}]" if c.isalpha() else c for c in escapes)
-        options = [re.escape(char), hexed, *([r"\+"] if char == " " else [])]
+        # (the escapes first: a `%` as it is would stop short of `%25`)
+        options = [hexed, re.escape(char), *([r"\+"] if char == " " else [])]
         parts.append(f"(?:{'|'.join(options)})")
     return "".join(parts)
 
 
-def forms(value: str, shortest: int = MIN_KNOWN_LENGTH) -> dict[str, int]:
-    """Patterns of every form of ``value`` (of at least ``shortest`` characters), each with
-    the length of what it hides."""
-    texts = {*value.splitlines(), json.dumps(value)[1:-1], repr(value)[1:-1]}
-    found = {
-        re.escape(t): len(t) for t in texts | base64_forms(value) if len(t.strip()) >= shortest
-    }
-    if len(value.strip()) >= shortest:
-        found[url_form(value)] = len(value) + 1  # (the whole value before its lines)
-    return found
+@functools.lru_cache(maxsize=4096)
+def forms(value: str, shortest: int = MIN_KNOWN_LENGTH) -> tuple[frozenset[str], str | None]:
+    """The texts ``value`` may be written as (itself, escaped in JSON or a repr, in base64,
+    each of its lines), and the pattern of its URL-encoded forms (None when no encoder
+    changes it). ``shortest``: the least length of the whole value's forms; a line of
+    fewer than 8 characters is never one (a `{` of a JSON key file, a PEM's `AB==`)."""
+    whole = {value, json.dumps(value)[1:-1], repr(value)[1:-1]}
+    texts = {t for t in whole if len(t.strip()) >= shortest} | base64_forms(value)
+    lines = value.splitlines()
+    texts |= {t for t in lines if len(lines) > 1 and len(t.strip()) >= _MIN_LINE}
+    encoded = None
+    if len(value.strip()) >= shortest and _UNRESERVED.fullmatch(value) is None:
+        encoded = url_form(value)
+    return frozenset(texts), encoded
 
 
-def pattern_of(values: Iterable[str], shortest: int = MIN_KNOWN_LENGTH) -> re.Pattern[str] | None:
-    """One pattern of every form of ``values``: the longest first, none left half shown by a
-    shorter one it contains; None for no form."""
-    every: dict[str, int] = {}
-    for value in values:
-        every.update(forms(value, shortest))
-    if not every:
-        return None
-    return re.compile("|".join(sorted(every, key=lambda form: (-every[form], form))))
+@dataclass
+class Masker:
+    """Masks the forms of a set of secrets: the plain ones in one alternation, longest
+    first (none left half shown by a shorter one it contains), then the URL-encoded ones
+    in a text that may hold them (compiled when first needed), before the plain ones."""
+
+    values: frozenset[str]
+    shortest: int = MIN_KNOWN_LENGTH
+    _plain: re.Pattern[str] | None = field(init=False, default=None)
+    _encoded: list[str] = field(init=False, default_factory=list)
+    _encoded_pattern: re.Pattern[str] | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        texts: set[str] = set()
+        for value in self.values:
+            plain, encoded = forms(value, self.shortest)
+            texts |= plain
+            if encoded is not None:
+                self._encoded.append(encoded)
+        if texts:
+            ordered = sorted(sorted(texts), key=len, reverse=True)
+            self._plain = re.compile("|".join(re.escape(t) for t in ordered))
+
+    def __call__(self, text: str, mask: str) -> str:
+        if self._encoded and ("%" in text or "+" in text):  # (first: `000%` is in `000%25`)
+            if self._encoded_pattern is None:
+                self._encoded_pattern = re.compile("|".join(sorted(self._encoded, key=len)[::-1]))
+            text = self._encoded_pattern.sub(mask, text)
+        if self._plain is not None:
+            text = self._plain.sub(mask, text)
+        return text
 
 
-__all__ = ["MIN_KNOWN_LENGTH", "base64_forms", "forms", "pattern_of", "url_form"]
+def masker_of(values: Iterable[str], shortest: int = MIN_KNOWN_LENGTH) -> Masker | None:
+    """A :class:`Masker` of ``values``, or None when none has a form to mask."""
+    chosen = frozenset(v for v in values if any(forms(v, shortest)[0]) or forms(v, shortest)[1])
+    return Masker(chosen, shortest) if chosen else None
+
+
+__all__ = ["MIN_KNOWN_LENGTH", "Masker", "base64_forms", "forms", "masker_of", "url_form"]

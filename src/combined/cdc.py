@@ -138,4 +138,5 @@ def follow_pause(every: float, failed: int) -> float:
     """Seconds from one capture's start to the next after ``failed`` failed in a row."""
     if failed == 0:
         return every
-    return max(every, min(every * 2.0 ** min(failed, 30), MAX_FOLLOW_PAUSE_S))
+    base = max(every, 1.0)  # (--every 0 would try a down source in a tight loop)
+    return max(every, min(base * 2.0 ** min(failed, 30), MAX_FOLLOW_PAUSE_S))

@@ -246,6 +246,8 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
     ("escaped lake", {"version": 1, "lake": "s3://bucket/pct%20x"}, "lake", "holds '%'"),
     ("lake query", {"version": 1, "lake": "s3://bucket/a?b=c"}, "lake", "holds '?'"),
     ("lake fragment", {"version": 1, "lake": "file:///data/h#frag"}, "lake", "holds '#'"),
+    # (a credential is told as one, not as a '%' to rename)
+    ("lake key", {"version": 1, "lake": "s3://key:p%40ss@bucket/l"}, "lake", "credential"),
     ("catalog scheme", {"version": 1, "catalog": "mysql://h/db"}, "catalog", "mysql://"),
     (
         "catalog driver",

@@ -350,3 +350,4 @@ def test_follow_waits_longer_after_each_failed_capture_in_a_row() -> None:
     assert [follow_pause(5.0, n) for n in range(4)] == [5.0, 10.0, 20.0, 40.0]
     assert follow_pause(5.0, 7) == MAX_FOLLOW_PAUSE_S == follow_pause(5.0, 10_000)
     assert follow_pause(900.0, 3) == 900.0  # (never sooner than asked)
+    assert [follow_pause(0.0, n) for n in range(3)] == [0.0, 2.0, 4.0]  # (--every 0)

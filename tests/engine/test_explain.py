@@ -233,6 +233,8 @@ def test_the_python_api_takes_a_key_value_and_a_name_alone(tmp_path: Path, tools
         ("2024-01-01T10:00:00Z", "TIMESTAMP", False),
         ("2024-01-01 10:00:00.5+05:00", "TIMESTAMP WITH TIME ZONE", True),
         ("2024-01-01 10:00:00.1234", "TIMESTAMP_MS", False),
+        ("10:00:00+02", "TIME", False),
+        ("10:00:00.5", "TIME", True),
         ("2024-01-01", "DATE", True),
         ("2024-01-01 10:00", "DATE", False),
     ],

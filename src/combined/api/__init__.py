@@ -48,11 +48,12 @@ def create_app(
             f"{TOKEN_ENV} is shorter than {MIN_TOKEN_LENGTH} characters",
             hint="use a long random value, e.g. `openssl rand -hex 32`",
         )
-    if token is not None and not all("!" <= c <= "~" for c in token):
+    if token is not None and (token != token.strip() or not all(" " <= c <= "~" for c in token)):
         # (a client's header is read without its surrounding spaces: such a token never matched)
         raise ConfigError(
-            f"{TOKEN_ENV} holds a space, a line end or a character outside printable ASCII, "
-            "which no client sends as written in an Authorization header",
+            f"{TOKEN_ENV} starts or ends with a space, or holds a line end or a character "
+            "outside printable ASCII, which no client sends as written in an Authorization "
+            "header",
             hint="use a long random value of letters and digits, e.g. `openssl rand -hex 32`",
         )
     try:

@@ -30,18 +30,10 @@ def _lake(value: object) -> str:
     url = _URL.match(text)
     if url is None:
         return text
-    if odd := sorted({c for c in "%?#" if c in url.group(2)}):
-        # The Delta library decodes a %xx where Arrow keeps it (its log under `pct x/`, its
-        # data under `pct%20x/`), and a `?` or `#` cut the table's path short.
-        raise _error(
-            f"holds {' and '.join(repr(c) for c in odd)}, which the lake's readers and "
-            "writers take apart differently",
-            "name the lake's folder without '%', '?' and '#' (spaces and other letters are "
-            "written as they are: s3://bucket/my lake)",
-        )
     if url.group(1).lower() == "file":
         if not url.group(2).startswith("/"):
             raise _error("is a file:// URL without an absolute path", "e.g. file:///data/lake")
+        _refuse_escapes(url.group(2))
         return text
     if url.group(1).lower() not in _LAKE_SCHEMES:
         raise _error(f"uses an unsupported scheme: {url.group(1)}://", hint)
@@ -50,9 +42,25 @@ def _lake(value: object) -> str:
             "holds a credential inside the URL",
             "remove it; object stores read credentials from their usual environment",
         )
+    _refuse_escapes(url.group(2))
     if not url.group(2).strip("/"):
         raise _error("names no bucket or container", hint)
     return text
+
+
+def _refuse_escapes(path: str) -> None:
+    """Refuse a lake URL's path holding ``%``, ``?`` or ``#``.
+
+    The Delta library decodes a %xx where Arrow keeps it (its log under `pct x/`, its
+    data under `pct%20x/`), and a `?` or `#` cut the table's path short.
+    """
+    if odd := sorted({c for c in "%?#" if c in path}):
+        raise _error(
+            f"holds {' and '.join(repr(c) for c in odd)}, which the lake's readers and "
+            "writers take apart differently",
+            "name the lake's folder without '%', '?' and '#' (spaces and other letters are "
+            "written as they are: s3://bucket/my lake)",
+        )
 
 
 def _catalog(value: object) -> str:

@@ -214,7 +214,7 @@ def _exactly(text: str, kind: str, held: Any) -> bool:
         fraction = _FRACTION.search(text)
         if fraction is not None and fraction.group(1)[_FRACTION_DIGITS[kind] :].strip("0"):
             return False
-        return "ZONE" in kind or kind == "TIME" or _ZONED.search(text) is None
+        return "ZONE" in kind or _ZONED.search(text) is None
     if kind == "DATE":
         return re.search(r"\d:\d\d", text) is None  # (a time of day: not a date)
     return True

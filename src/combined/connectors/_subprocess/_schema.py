@@ -408,7 +408,9 @@ def json_default(value: Any) -> Any:
         if value == value.to_integral_value():
             return int(value)
         number = float(value)
-        if Decimal(repr(number)) != value:
+        # (15 significant digits or fewer in a double's range: a double always holds them)
+        digits, exponent = len(value.as_tuple().digits), value.adjusted()
+        if (digits > 15 or not -300 < exponent < 300) and Decimal(repr(number)) != value:
             raise InexactNumber(value)
         return number
     raise TypeError(f"{type(value).__name__} is not JSON")

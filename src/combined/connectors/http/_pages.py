@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -229,7 +230,9 @@ def _cursor_next(
             hint=f"point config.endpoints.{endpoint.name}.paginate.next at the token",
             endpoint=endpoint.name,
         )
-    text = str(token)  # (a number as the body wrote it: a Decimal keeps its digits)
+    if isinstance(token, Decimal) and token == token.to_integral_value():
+        token = int(token)  # (1e3: 1000, as before)
+    text = str(token)  # (a fraction as the body wrote it: a Decimal keeps its digits)
     if text in walk.seen_tokens:
         raise _loop(session, endpoint, number, "repeats a next token seen before")
     walk.seen_tokens.add(text)

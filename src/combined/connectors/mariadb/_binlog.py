@@ -684,7 +684,8 @@ class BinlogExtraction(SessionRead[Session]):
         if self._identity is not None:
             before = self._request.state or {}
             created = self._created.get(position.rpartition(":")[0])
-            state.update(origin(self._identity, position, self._boundary_gtid, before, created))
+            with self._lock:  # (the session: a cancel may close it meanwhile)
+                state.update(origin(self._identity, position, self._boundary_gtid, before, created))
         if self._gone:
             state["gone"] = self._gone
         if at is not None:
