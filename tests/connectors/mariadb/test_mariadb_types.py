@@ -275,3 +275,25 @@ def test_a_preflight_of_many_datasets_reads_the_catalog_in_a_few_queries(
         source.preflight([*requests, mixed])
     with pytest.raises(NotFoundError, match="'gone' does not exist"):
         source.preflight([*requests, make_request("gone"), mixed])
+
+
+@pytest.mark.parametrize(
+    ("wide", "narrow", "held"),
+    [
+        (pa.int32(), pa.int8(), True),
+        (pa.int8(), pa.int32(), False),
+        (pa.int64(), pa.uint32(), True),
+        (pa.int32(), pa.uint32(), False),  # (INT to INT UNSIGNED: neither holds the other)
+        (pa.uint32(), pa.int8(), False),
+        (pa.decimal128(10, 2), pa.decimal128(5, 2), True),
+        (pa.decimal128(10, 4), pa.decimal128(10, 2), False),  # (fewer digits before the point)
+        (pa.int32(), pa.int32(), False),
+        (pa.int32(), pa.string(), False),
+    ],
+)
+def test_which_type_holds_every_value_of_another(
+    wide: pa.DataType, narrow: pa.DataType, held: bool
+) -> None:
+    from combined.connectors.mariadb._types import holds
+
+    assert holds(wide, narrow) is held

@@ -99,7 +99,7 @@ from combined.connectors.mariadb._connect import (
     error_code,
     query_error,
 )
-from combined.connectors.mariadb._types import ColumnPlan, SourceColumn
+from combined.connectors.mariadb._types import ColumnPlan, SourceColumn, holds
 from combined.errors import CombinedError, NotFoundError, SourceError, SourceUnavailable
 from combined.protocol import (
     OP_COLUMN,
@@ -225,6 +225,7 @@ class BinlogExtraction(SessionRead[Session]):
         #: and of those the table no longer has, the log's end when that was seen.
         self._columns: dict[str, list[object]] = {}
         self._gone: dict[str, str] = {}
+        self._wider: dict[str, str] = {}
         #: The checkpoint's log (:mod:`~._binlog_origin`): the files' first GTIDs, asked once
         #: a file, and the GTID of the last transaction read before the position.
         self._identity: LogIdentity | None = None
@@ -284,6 +285,7 @@ class BinlogExtraction(SessionRead[Session]):
         self._identity = LogIdentity(session)
         now = self._catalog_columns(session, rel)
         gone = self._vanished(session, now)
+        now = self._narrowed(session, now, rel)
         rows = ChangeRows(
             self._column_plans([*now, *gone], rel),
             request.dataset,
@@ -324,19 +326,46 @@ class BinlogExtraction(SessionRead[Session]):
         """
         names = {c.name for c in now}
         gone = [c for c in catalog.recorded_columns(self._request.state) if c.name not in names]
-        if not gone:
-            return []
-        was = dict((self._request.state or {}).get("gone") or {})
+        kept, self._gone = self._kept(session, gone, "gone")
+        return kept
+
+    def _narrowed(
+        self, session: Session, now: list[SourceColumn], rel: catalog.Relation
+    ) -> list[SourceColumn]:
+        """``now``, a column an ``ALTER TABLE ... MODIFY`` narrowed (INT to TINYINT) as the
+        checkpoint recorded it while the read may still meet it logged wider: a value
+        logged before (300) did not fit the new type, and every capture stopped there
+        (found by a MariaDB review). Kept as :meth:`_vanished` keeps a dropped one."""
+        recorded = {c.name: c for c in catalog.recorded_columns(self._request.state)}
+        wider = []
+        for c in now:
+            was = recorded.get(c.name)
+            if was is not None and was.column_type != c.column_type:
+                (old, new) = catalog.column_plans([was, c], table=rel.table)
+                if holds(old.arrow_type, new.arrow_type):
+                    wider.append(was)
+        kept, self._wider = self._kept(session, wider, "narrowed")
+        by_name = {c.name: c for c in kept}
+        return [by_name.get(c.name, c) for c in now]
+
+    def _kept(
+        self, session: Session, columns: list[SourceColumn], key: str
+    ) -> tuple[list[SourceColumn], dict[str, str]]:
+        """Of ``columns`` as the checkpoint recorded them, those the read may still meet so:
+        each kept, with the log's end when a read first found it changed (``key`` of the
+        checkpoint), until a read starts past that position (the change is behind it)."""
+        if not columns:
+            return [], {}
+        was = dict((self._request.state or {}).get(key) or {})
         end = None
-        for c in gone:
+        for c in columns:
             if c.name not in was:
                 end = end or ":".join(str(v) for v in binlog_status(session)[0][:2])
                 was[c.name] = end
         start = (self._file, self._offset)
-        kept = [c for c in gone if parse_position(str(was[c.name])) > start]
+        kept = [c for c in columns if parse_position(str(was[c.name])) > start]
         self._columns.update(catalog.column_record(kept))
-        self._gone = {c.name: str(was[c.name]) for c in kept}
-        return kept
+        return kept, {c.name: str(was[c.name]) for c in kept}
 
     def _column_plans(
         self, cols: Sequence[SourceColumn], rel: catalog.Relation
@@ -688,6 +717,8 @@ class BinlogExtraction(SessionRead[Session]):
                 state.update(origin(self._identity, position, self._boundary_gtid, before, created))
         if self._gone:
             state["gone"] = self._gone
+        if self._wider:
+            state["narrowed"] = self._wider
         if at is not None:
             state["at"] = at.isoformat()
         elif (self._request.state or {}).get("at"):

@@ -370,3 +370,19 @@ def from_state(value: Any, plan: ColumnPlan) -> Any:
     if isinstance(value, str) and plan.kind == "int":
         return int(value)
     return value
+
+
+def holds(wide: pa.DataType | None, narrow: pa.DataType | None) -> bool:
+    """Whether every value of ``narrow`` is one of ``wide``, which holds more (an integer of
+    more bits, a decimal of more digits on each side of the point)."""
+    if wide is None or narrow is None or wide == narrow:
+        return False
+    if pa.types.is_integer(wide) and pa.types.is_integer(narrow):
+        signed = pa.types.is_signed_integer(wide)
+        if signed == pa.types.is_signed_integer(narrow):
+            return bool(wide.bit_width > narrow.bit_width)
+        return bool(signed and wide.bit_width > narrow.bit_width)
+    if pa.types.is_decimal(wide) and pa.types.is_decimal(narrow):
+        digits = wide.precision - wide.scale >= narrow.precision - narrow.scale
+        return bool(digits and wide.scale >= narrow.scale)
+    return False
