@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from tests.engine.test_binlog_capture import Binlog, binlog, lake
+from tests.engine.test_binlog_fill import captured_then
 
 from combined.engine import Engine
 
@@ -239,14 +240,8 @@ def test_a_column_narrowed_after_a_wider_value_was_logged_is_followed(binlog: Bi
     path.write_text(path.read_text() + "        drift: {narrowed_type: evolve}\n")
     engine = Engine.open(path)
     try:
-        (run,) = engine.capture()
-        assert run.state == "succeeded", run.error
-        binlog.sql(
-            "UPDATE {t} SET qty = 300 WHERE id = 1",
-            "UPDATE {t} SET qty = 5 WHERE id = 1",
-            "ALTER TABLE {t} MODIFY qty TINYINT",
-        )
-        (run,) = engine.capture()
+        narrowing = ("UPDATE {t} SET qty = 300 WHERE id = 1", "UPDATE {t} SET qty = 5 WHERE id = 1")
+        run = captured_then(engine, binlog, *narrowing, "ALTER TABLE {t} MODIFY qty TINYINT")
         assert run.state == "succeeded", run.error
         assert binlog.checkpoint()["narrowed"].keys() == {"qty"}  # (kept while it may be met)
         assert lake(engine) == binlog.source()
