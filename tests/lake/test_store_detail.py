@@ -100,3 +100,13 @@ def test_a_denied_list_or_read_is_not_told_as_a_missing_write_permission(
 
     told = refusal(text)
     assert told is not None and f"lack permission {says}" in told[0], told
+
+
+def test_a_store_setting_that_is_not_valid_is_told_as_one() -> None:
+    """AWS_ALLOW_HTTP=maybe passed the probe, then failed the commit with the hint to wait
+    for the store ("once it answers"), as if it were down (found by an object-store review)."""
+    from combined.lake._probe import refusal
+
+    told = refusal('Generic Config error: failed to parse "maybe" as boolean')
+    assert told is not None and "setting of the store in the environment" in told[0]
+    assert "AWS_" in told[1]

@@ -62,6 +62,11 @@ _REASONS = (
         "check the store's endpoint (AWS_ENDPOINT_URL, the account or host in `lake:`) and "
         "that it is up",
     ),
+    (
+        ("Config error", "Unknown configuration key"),  # (delta-rs: AWS_ALLOW_HTTP=maybe)
+        "a setting of the store in the environment is not valid",
+        "fix the AWS_, AZURE_ or GOOGLE_ variable the store's message names",
+    ),
 )
 
 
