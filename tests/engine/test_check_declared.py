@@ -162,7 +162,10 @@ def test_mariadb_declarations_are_checked(
     _refused(tmp_path, tools, "did you mean 'updated_at'?")
     with pymysql.connect(**kwargs) as conn, conn.cursor() as cur:
         cur.execute("DROP TABLE ck")
+        cur.execute("CREATE SEQUENCE sq")
     _refused(tmp_path, tools, "dataset src.ck reads 'ck', which the source does not have")
+    _project(tmp_path, "mariadb", config, "      sq:\n        key: [next_not_cached_value]\n")
+    _refused(tmp_path, tools, "'sq' in database", "is a SEQUENCE")  # (was "does not exist")
 
 
 def test_postgres_columns_the_lake_cannot_store_as_named_fail_check(

@@ -117,6 +117,7 @@ def find_relation(session: Session, name: str, database: str) -> Relation:
     )
     rows = session.rows(q, "looking up the table")
     if not rows:
+        _refuse_sequence(session, db, table, name)
         dotted = "." in name and "`" not in name  # (read as database.table)
         raise NotFoundError(
             f"table {table!r} does not exist in database {db!r} (or the account cannot see it)",
@@ -131,6 +132,22 @@ def find_relation(session: Session, name: str, database: str) -> Relation:
             relation=name,
         )
     return _relation(rows[0])
+
+
+def _refuse_sequence(session: Session, db: str, table: str, name: str) -> None:
+    """A ``SEQUENCE`` is no table to capture: say so (it was "does not exist")."""
+    kind = session.rows(
+        "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
+        f"{session.literal(db)} AND TABLE_NAME = {session.literal(table)}",
+        "looking up the table",
+    )
+    if kind and str(kind[0][0]).upper() == "SEQUENCE":
+        raise NotFoundError(
+            f"{table!r} in database {db!r} is a SEQUENCE: it holds the sequence's counters, "
+            "not rows to capture",
+            hint="name a table or a view (`combined discover SOURCE` lists them)",
+            relation=name,
+        )
 
 
 def find_relations(session: Session, names: Sequence[str], database: str) -> dict[str, Relation]:
