@@ -102,6 +102,7 @@ def follow(
     iterations: int | None = None,
     stop: Callable[[], bool] | None = None,
     waiting: Callable[[float, int], object] | None = None,
+    failed: int = 0,
 ) -> Iterator[Run]:
     """Capture and publish the stream every ``every`` seconds or ``max_changes`` changes.
 
@@ -109,11 +110,16 @@ def follow(
     next waits twice as long as the last did, up to :data:`MAX_FOLLOW_PAUSE_S`
     (``waiting`` hears the pause and how many failed in a row): an outage of
     an hour is not a failed Run every few seconds. A capture that succeeds
-    brings ``every`` back.
+    brings ``every`` back. ``failed``: how many failed in a row before (a follower
+    started afresh in place carries its count on).
     """
     names = [f"{source}.{name}" for name, _ in cdc_datasets(engine, source)]
     options: dict[str, Any] = {"max_changes": max_changes} if max_changes else {}
-    done = failed = 0
+    done = 0
+    if failed:  # (started afresh in place right after a failed capture: its pause first)
+        if waiting is not None:
+            waiting(follow_pause(every, failed), failed)
+        time.sleep(follow_pause(every, failed))
     while iterations is None or done < iterations:
         started = time.monotonic()
         runs = engine.capture(names, trigger="schedule", read_options=options)

@@ -315,8 +315,9 @@ def test_two_cdc_datasets_of_one_table_are_refused_before_any_slot(
     assert found == (0,)
 
 
+@pytest.mark.parametrize("recycle_mb", ["0", "1"])
 def test_follow_goes_on_after_a_failed_run_and_says_so_when_it_ends(
-    project: tuple[Path, str, str], tools
+    project: tuple[Path, str, str], tools, recycle_mb: str
 ) -> None:
     """A follower ended for good on its first Run that did not succeed (here: another
     capture held the dataset's lease), a loop meant to run for weeks."""
@@ -335,10 +336,23 @@ def test_follow_goes_on_after_a_failed_run_and_says_so_when_it_ends(
         engine.close()
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("UPDATE items SET note = 'followed' WHERE id <= 3")
-    follow = tools.cli(root, "cdc", "follow", "pg", "--every", "2.5", "--iterations", "2")
+    follow = tools.cli(
+        root,
+        "cdc",
+        "follow",
+        "pg",
+        "--every",
+        "2.5",
+        "--iterations",
+        "2",
+        "--recycle-mb",
+        recycle_mb,
+    )
     lines = [ln for ln in follow.stdout.splitlines() if " run " in ln]
     assert [ln.split()[4].rstrip(":") for ln in lines] == ["failed", "succeeded"], follow.stdout
-    assert follow.returncode == 1, follow.stderr  # (a Run of the loop failed)
+    # (a Run of the loop failed: said at its end, after a start afresh in place too)
+    assert follow.returncode == 1, follow.stderr
+    assert follow.stderr.count("starting afresh in place") == int(recycle_mb), follow.stderr
     # (an outage was a failed Run every few seconds: the next waits twice as long)
     assert "1 capture in a row failed: the next starts 5 s after the last began" in follow.stderr
     assert _lake(root) == _source(dsn)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from typing import Annotated, Any
 
@@ -23,6 +25,9 @@ from combined.cli import (
 )
 from combined.cli._output import print_table, table
 from combined.cli._recycle import RECYCLE_MB, RecycleOpt, Recycler
+
+#: The environment variable a follower started afresh in place reads what it carries on from.
+_CARRIED = "COMBINED_FOLLOW_CARRIED"
 
 
 @cdc_app.command("setup")
@@ -156,6 +161,11 @@ def cdc_follow(
     from combined.errors import CombinedError
 
     grown, captures, recycle = Recycler(recycle_mb), 0, False
+    # What a follower started afresh in place (--recycle-mb) carries on: the states of the
+    # Runs that did not succeed (its exit at the end of --iterations), its failures in a row.
+    carried = json.loads(os.environ.pop(_CARRIED, "") or "{}")
+    ended: list[str] = list(carried.get("ended", []))  # the states of Runs that did not succeed
+    streak = int(carried.get("failed", 0))
 
     def recycling() -> bool:  # (asked after each capture)
         nonlocal captures, recycle
@@ -164,7 +174,6 @@ def cdc_follow(
         return recycle
 
     engine = _engine(project)
-    ended: list[str] = []  # the states of the Runs that did not succeed
     try:
         for run in cdc.follow(
             engine,
@@ -173,6 +182,7 @@ def cdc_follow(
             max_changes=max_changes,
             iterations=iterations,
             stop=recycling,
+            failed=streak,
             waiting=lambda pause, failed: err.print(
                 f"  {failed} capture{'s' if failed > 1 else ''} in a row failed: "
                 f"the next starts {pause:.0f} s after the last began",
@@ -183,6 +193,7 @@ def cdc_follow(
                 s["inserts"] + s["updates"] + s["deletes"] for s in (run.stats or {}).values()
             )
             console.print(f"{_when(run.ended_at)} run {run.id} {run.state}: {changes} changes")
+            streak = streak + 1 if run.state == "failed" else 0
             if run.state != "succeeded":
                 if run.error:
                     err.print(f"  {run.error}", highlight=False)
@@ -202,5 +213,6 @@ def cdc_follow(
         engine.close()
     if recycle:
         left = None if iterations is None else iterations - captures
+        os.environ[_CARRIED] = json.dumps({"ended": ended, "failed": streak})
         grown.start_again("cdc follow", "--iterations", left)
     _exit_for(ended)  # (a loop of --iterations ends saying whether a Run failed)
