@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -328,33 +331,37 @@ def test_follow_goes_on_after_a_failed_run_and_says_so_when_it_ends(
     root, dsn, _ = project
     assert tools.cli(root, "cdc", "setup", "pg").returncode == 0
     engine = Engine.open(root / "combined.yaml")
-    try:  # a capture on another machine holds the dataset for two seconds
-        assert engine.catalog.acquire_lease("pg", "items", "r-elsewhere", timedelta(seconds=2))
+    try:  # a capture on another machine holds the dataset until the follower failed once
+        assert engine.catalog.acquire_lease("pg", "items", "r-elsewhere", timedelta(minutes=5))
         with engine.catalog.begin() as conn:
             conn.execute(t.leases.update().values(holder="elsewhere:1:"))
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET note = 'followed' WHERE id <= 3")
+        argv = ["cdc", "follow", "pg", "--every", "1", "--iterations", "2"]
+        follower = subprocess.Popen(
+            [sys.executable, "-c", "from combined.cli import main; main()", *argv]
+            + ["--recycle-mb", recycle_mb],
+            cwd=root,
+            env={**os.environ, "COMBINED_RETRY_BACKOFF_S": "0"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert follower.stdout is not None
+        first = follower.stdout.readline()  # (a fixed lease outlived a slow start once)
+        assert " failed: " in first, first
+        with engine.catalog.begin() as conn:
+            conn.execute(t.leases.delete().where(t.leases.c.dataset == "items"))
+        rest, err = follower.communicate(timeout=120)
     finally:
         engine.close()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("UPDATE items SET note = 'followed' WHERE id <= 3")
-    follow = tools.cli(
-        root,
-        "cdc",
-        "follow",
-        "pg",
-        "--every",
-        "2.5",
-        "--iterations",
-        "2",
-        "--recycle-mb",
-        recycle_mb,
-    )
-    lines = [ln for ln in follow.stdout.splitlines() if " run " in ln]
-    assert [ln.split()[4].rstrip(":") for ln in lines] == ["failed", "succeeded"], follow.stdout
+    lines = [ln for ln in (first + rest).splitlines() if " run " in ln]
+    assert [ln.split()[4].rstrip(":") for ln in lines] == ["failed", "succeeded"], rest
     # (a Run of the loop failed: said at its end, after a start afresh in place too)
-    assert follow.returncode == 1, follow.stderr
-    assert follow.stderr.count("starting afresh in place") == int(recycle_mb), follow.stderr
+    assert follower.returncode == 1, err
+    assert err.count("starting afresh in place") == int(recycle_mb), err
     # (an outage was a failed Run every few seconds: the next waits twice as long)
-    assert "1 capture in a row failed: the next starts 5 s after the last began" in follow.stderr
+    assert "1 capture in a row failed: the next starts 2 s after the last began" in err
     assert _lake(root) == _source(dsn)
 
 
