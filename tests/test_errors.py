@@ -7,6 +7,7 @@ import json
 import pickle
 import re
 import urllib.parse
+from collections.abc import Callable
 from urllib.parse import parse_qsl
 
 import pytest
@@ -156,6 +157,10 @@ def test_a_known_secret_is_masked_in_base64_wherever_it_stands(offset: int, alph
     assert masking([secret])("no secret in this line") == "no secret in this line"
 
 
+def _every_byte_encoded(text: str, safe: str = "") -> str:
+    return "".join(f"%{b:02X}" for b in text.encode())
+
+
 @given(
     secret=st.text(
         st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=4, max_size=24
@@ -164,14 +169,18 @@ def test_a_known_secret_is_masked_in_base64_wherever_it_stands(offset: int, alph
     plus=st.booleans(),
     lower=st.booleans(),
     spared=st.integers(0, 23),
+    every=st.booleans(),
 )
 def test_a_known_secret_is_masked_however_a_url_encodes_it(
-    secret: str, safe: str, plus: bool, lower: bool, spared: int
+    secret: str, safe: str, plus: bool, lower: bool, spared: int, every: bool
 ) -> None:
     """A token percent-encoded in lowercase hex (`%2f`), or with `/` kept, or part encoded,
     went by the exact forms (quote with nothing safe, quote_plus) and was stored in a Run's
-    error: the token of a redirect to `?t=<token>` that answered 404."""
-    encode = urllib.parse.quote_plus if plus else urllib.parse.quote
+    error: the token of a redirect to `?t=<token>` that answered 404. (`every`: each
+    character encoded, `~` as `%7E` too, as Java's and PHP's encoders do.)"""
+    encode: Callable[..., str] = urllib.parse.quote_plus if plus else urllib.parse.quote
+    if every:
+        encode = _every_byte_encoded
     encoded = encode(secret, safe=safe)
     if lower:
         encoded = re.sub("%[0-9A-F]{2}", lambda m: m.group(0).lower(), encoded)
@@ -183,6 +192,14 @@ def test_a_known_secret_is_masked_however_a_url_encodes_it(
         )
     told = masking([secret])(f"GET https://api.example/gone?t={encoded} answered 404")
     assert told == f"GET https://api.example/gone?t={MASK} answered 404", (encoded, told)
+
+
+def test_a_secret_read_with_its_line_end_is_masked_without_it() -> None:
+    """A secret file's value keeps its last line end (a Kubernetes secret from a file); the
+    token was echoed without it, and went by (found by a review)."""
+    assert value_masking(["tok_abcdefghijk\n"])("invalid tok_abcdefghijk here") == (
+        f"invalid {MASK} here"
+    )
 
 
 def test_a_multi_line_secrets_short_lines_mask_nothing_else() -> None:

@@ -8,8 +8,9 @@ keeps each line of a PEM key on its own. An exact list of encoded forms
 missed the mixed ones (a token percent-encoded in lowercase hex was stored
 in a Run's error), so a secret's URL form is a pattern: each of its
 characters as it is or as the percent-escapes of its UTF-8 bytes, in either
-case. It is asked only of a text holding a ``%`` or a ``+`` (most log
-lines hold neither), before the plain forms.
+case, any character (an encoder may write `~` as `%7E`, or every letter).
+A text holding no ``%`` or ``+`` (most log lines) is asked the plain forms
+alone; any other all of them, in one alternation.
 """
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ mask ordinary words (a one-letter password, every occurrence of that letter)."""
 
 #: The least length of a line of a multi-line secret masked on its own.
 _MIN_LINE = 8
-#: Characters no URL encoder needs to encode (RFC 3986's unreserved ones).
-_UNRESERVED = re.compile(r"[A-Za-z0-9._~-]*")
 
 
 def base64_forms(value: str) -> set[str]:
@@ -63,57 +62,64 @@ def url_form(value: str) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def forms(value: str, shortest: int = MIN_KNOWN_LENGTH) -> tuple[frozenset[str], str | None]:
-    """The texts ``value`` may be written as (itself, escaped in JSON or a repr, in base64,
-    each of its lines), and the pattern of its URL-encoded forms (None when no encoder
-    changes it). ``shortest``: the least length of the whole value's forms; a line of
-    fewer than 8 characters is never one (a `{` of a JSON key file, a PEM's `AB==`)."""
-    whole = {value, json.dumps(value)[1:-1], repr(value)[1:-1]}
+def forms(value: str, shortest: int = MIN_KNOWN_LENGTH) -> tuple[dict[str, int], dict[str, int]]:
+    """Patterns of the texts ``value`` may be written as (itself, without the spaces and
+    line ends around it, escaped in JSON or a repr, in base64, each of its lines) and of
+    its URL-encoded forms, each with the length of what it hides. ``shortest``: the least
+    length of the whole value's forms; a line of fewer than 8 characters is never one (a
+    `{` of a JSON key file, a PEM's `AB==`)."""
+    bare = value.strip()  # (a secret file's last line end: the value is used without it)
+    whole = {value, bare, json.dumps(value)[1:-1], repr(value)[1:-1]}
     texts = {t for t in whole if len(t.strip()) >= shortest} | base64_forms(value)
     lines = value.splitlines()
     texts |= {t for t in lines if len(lines) > 1 and len(t.strip()) >= _MIN_LINE}
-    encoded = None
-    if len(value.strip()) >= shortest and _UNRESERVED.fullmatch(value) is None:
-        encoded = url_form(value)
-    return frozenset(texts), encoded
+    plain = {re.escape(t): len(t) for t in texts}
+    # (every character may be encoded: `~` as %7E, or every one, as some encoders do)
+    encoded = {url_form(v): len(v) for v in {value, bare} if len(v.strip()) >= shortest}
+    return plain, encoded
 
 
 @dataclass
 class Masker:
-    """Masks the forms of a set of secrets: the plain ones in one alternation, longest
-    first (none left half shown by a shorter one it contains), then the URL-encoded ones
-    in a text that may hold them (compiled when first needed), before the plain ones."""
+    """Masks the forms of a set of secrets in one alternation, the longest hidden text
+    first (none left half shown by a shorter one it contains): the plain forms alone, or
+    with the URL-encoded ones in a text that may hold them (compiled when first needed)."""
 
     values: frozenset[str]
     shortest: int = MIN_KNOWN_LENGTH
     _plain: re.Pattern[str] | None = field(init=False, default=None)
-    _encoded: list[str] = field(init=False, default_factory=list)
-    _encoded_pattern: re.Pattern[str] | None = field(init=False, default=None)
+    _forms: list[tuple[int, int, str]] = field(init=False, default_factory=list)
+    _every: re.Pattern[str] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        texts: set[str] = set()
+        plain: dict[str, int] = {}
         for value in self.values:
-            plain, encoded = forms(value, self.shortest)
-            texts |= plain
-            if encoded is not None:
-                self._encoded.append(encoded)
-        if texts:
-            ordered = sorted(sorted(texts), key=len, reverse=True)
-            self._plain = re.compile("|".join(re.escape(t) for t in ordered))
+            texts, encoded = forms(value, self.shortest)
+            plain.update(texts)
+            # (an encoded form before a plain one of the same length: `000%` is in `000%25`)
+            self._forms += [(-n, 0, form) for form, n in encoded.items()]
+        self._forms += [(-n, 1, form) for form, n in plain.items()]
+        self._forms.sort()
+        if plain:
+            self._plain = re.compile("|".join(f for f, _ in sorted(plain.items(), key=_longest)))
 
     def __call__(self, text: str, mask: str) -> str:
-        if self._encoded and ("%" in text or "+" in text):  # (first: `000%` is in `000%25`)
-            if self._encoded_pattern is None:
-                self._encoded_pattern = re.compile("|".join(sorted(self._encoded, key=len)[::-1]))
-            text = self._encoded_pattern.sub(mask, text)
-        if self._plain is not None:
-            text = self._plain.sub(mask, text)
-        return text
+        if "%" in text or "+" in text:
+            if self._every is None and self._forms:
+                self._every = re.compile("|".join(form for _, _, form in self._forms))
+            pattern = self._every
+        else:
+            pattern = self._plain
+        return pattern.sub(mask, text) if pattern is not None else text
+
+
+def _longest(item: tuple[str, int]) -> tuple[int, str]:
+    return -item[1], item[0]
 
 
 def masker_of(values: Iterable[str], shortest: int = MIN_KNOWN_LENGTH) -> Masker | None:
     """A :class:`Masker` of ``values``, or None when none has a form to mask."""
-    chosen = frozenset(v for v in values if any(forms(v, shortest)[0]) or forms(v, shortest)[1])
+    chosen = frozenset(v for v in values if any(forms(v, shortest)))
     return Masker(chosen, shortest) if chosen else None
 
 

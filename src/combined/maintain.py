@@ -1,6 +1,8 @@
 """``combined maintain``: compaction, vacuum and raw-layer retention, by declared policy.
 
-For each dataset, under its lease (no capture of it runs meanwhile), and
+Nothing while the catalog lacks publications the lake's ledger holds
+(``combined repair`` first). For each dataset, under its lease (no capture of
+it runs meanwhile), and
 none while a Run of it has not ended (one whose process died after its lake
 commit: the table's files complete its raw layer until ``combined repair`` or
 the next capture projects it); lake commits the catalog lacks (a Run that
@@ -59,6 +61,9 @@ def maintain(
 ) -> list[dict[str, Any]]:
     """Maintain each dataset under its lease; one report per dataset."""
     now = now or utcnow()
+    behind = _catalog_behind(catalog, layout)
+    if behind is not None:  # (its vacuum would take what the lake's publications read)
+        return [{"dataset": f"{s}.{d}", "skipped": behind} for s, d in datasets]
     reports = []
     for source, dataset in datasets:
         holder = f"{HOLDER}{uuid.uuid4().hex[:12]}"
@@ -80,6 +85,29 @@ def maintain(
         finally:
             catalog.release_lease(source, dataset, holder)
     return reports
+
+
+def _catalog_behind(catalog: Catalog, layout: LakeLayout) -> str | None:
+    """Why nothing is maintained while the catalog lacks publications the lake's ledger
+    holds (a catalog lost, or restored from an older backup), else None.
+
+    Its vacuum keeps the files of the publications the catalog knows: on a
+    lost catalog it removed what every publication but the newest reads,
+    whatever ``retention.publications`` said.
+    """
+    records = Ledger(layout).records() if Ledger(layout).table("publications").exists() else []
+    if not records:
+        return None
+    with catalog.begin() as conn:
+        newest = cat.get_publication(conn)
+    known = 0 if newest is None else int(newest.seq)
+    lake = max(int(r.get("seq") or 0) for r in records)
+    if lake <= known:
+        return None
+    return (
+        f"the catalog holds publications up to {known} of the lake's {lake} (lost, or restored "
+        "from an older backup): run `combined repair` first, which rebuilds them from the lake"
+    )
 
 
 def _caught_up(catalog: Catalog, layout: LakeLayout, source: str, dataset: str) -> str | None:

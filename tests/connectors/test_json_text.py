@@ -43,3 +43,11 @@ def test_a_number_a_double_would_round_keeps_its_digits_and_nothing_else_changes
         '{"a":{"x":1e-40,"y":-12345678901234567890.25},"z":[0.99999999999999999,1.5,"\\u00e9"]}'
     )
     assert json.loads(canonical(value), parse_float=Decimal) == value
+
+
+def test_an_integral_number_of_thousands_of_digits_is_written_as_the_body_wrote_it() -> None:
+    """1e5000 raised (Python prints no int of more than 4300 digits), and 1e1000000 took
+    minutes of CPU to print (found by a review)."""
+    assert json_encoder()([Decimal("1e5000"), Decimal("1e1000000"), Decimal("1e3")]) == (
+        "[1E+5000,1E+1000000,1000]"
+    )

@@ -277,6 +277,30 @@ def test_maintain_projects_first_what_a_run_that_failed_after_its_commit_left(
         engine.close()
 
 
+def test_maintain_on_a_lost_catalog_waits_for_repair(tmp_path: Path, tools: Any) -> None:
+    """The catalog lost (or restored from an older backup): its vacuum kept only what the
+    publications it knew read, and removed what every other publication of the lake read,
+    whatever retention.publications said (found by a review)."""
+    project = _project(tmp_path, tools, "./lake")
+    engine = Engine.open(project)
+    try:
+        published = [_capture(engine, tools, tmp_path, i) for i in range(1, 4)]
+        answers = {p: _count(engine, publication=p) for p in published}
+    finally:
+        engine.close()
+    (tmp_path / ".combined" / "catalog.db").unlink()
+    engine = Engine.open(project)
+    try:
+        (report,) = engine.maintain(["shop.clicks"], now=datetime.now(UTC) + timedelta(days=9))
+        assert "combined repair" in report["skipped"], report
+        engine.repair()
+        assert {p: _count(engine, publication=p) for p in published} == answers
+        (report,) = engine.maintain(["shop.clicks"])  # repaired: maintained
+        assert "skipped" not in report, report
+    finally:
+        engine.close()
+
+
 def _usage(engine: Engine) -> list[tuple[Any, ...]]:
     keys = ("dataset", "month", "mar", "inserts", "updates", "deletes")
     return sorted(tuple(u[k] for k in keys) for u in engine.usage())

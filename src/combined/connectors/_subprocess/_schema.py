@@ -405,6 +405,8 @@ def json_default(value: Any) -> Any:
     writes its digits instead.
     """
     if isinstance(value, Decimal):
+        if value.adjusted() > _MOST_DIGITS:  # (1e1000000: a million digits, minutes of CPU)
+            raise InexactNumber(value)
         if value == value.to_integral_value():
             return int(value)
         number = float(value)
@@ -414,6 +416,10 @@ def json_default(value: Any) -> Any:
             raise InexactNumber(value)
         return number
     raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+#: The most digits an integral number is written with in full (Python's own limit is 4300).
+_MOST_DIGITS = 4000
 
 
 class InexactNumber(ValueError):

@@ -230,8 +230,8 @@ def _cursor_next(
             hint=f"point config.endpoints.{endpoint.name}.paginate.next at the token",
             endpoint=endpoint.name,
         )
-    if isinstance(token, Decimal) and token == token.to_integral_value():
-        token = int(token)  # (1e3: 1000, as before)
+    if isinstance(token, Decimal) and 0 <= token.adjusted() < 40 and token == int(token):
+        token = int(token)  # (1e3: 1000, as before; 1e5000 as written, never 5001 digits)
     text = str(token)  # (a fraction as the body wrote it: a Decimal keeps its digits)
     if text in walk.seen_tokens:
         raise _loop(session, endpoint, number, "repeats a next token seen before")
