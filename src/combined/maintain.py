@@ -105,8 +105,9 @@ def _catalog_behind(catalog: Catalog, layout: LakeLayout) -> str | None:
     if lake <= known:
         return None
     return (
-        f"the catalog holds publications up to {known} of the lake's {lake} (lost, or restored "
-        "from an older backup): run `combined repair` first, which rebuilds them from the lake"
+        f"the catalog holds publications up to {known} of the lake's {lake} (lost, restored "
+        "from an older backup, or a publication being made right now): run `combined repair` "
+        "first, which rebuilds them from the lake, or maintain again in a moment"
     )
 
 

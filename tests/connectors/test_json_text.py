@@ -51,3 +51,14 @@ def test_an_integral_number_of_thousands_of_digits_is_written_as_the_body_wrote_
     assert json_encoder()([Decimal("1e5000"), Decimal("1e1000000"), Decimal("1e3")]) == (
         "[1E+5000,1E+1000000,1000]"
     )
+
+
+def test_a_programs_configuration_with_a_number_no_double_holds_is_taken() -> None:
+    """A configuration a tap wrote back with 0.12345678901234567890 raised where it was made
+    plain (the exact-number error of json_default reached json.dumps; found by a reread)."""
+    from combined.connectors._subprocess._live import _plain
+
+    assert _plain({"a": Decimal("0.12345678901234567890"), "b": [Decimal("2")]}) == {
+        "a": 0.12345678901234568,
+        "b": [2],
+    }

@@ -29,9 +29,10 @@ CONFIG_FILE = "config.json"
 def _plain(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` as plain JSON values (exact numbers parsed as ``Decimal`` made numbers)."""
     # Here, not at the top: the engine sweeps private files without importing pyarrow.
-    from combined.connectors._subprocess._schema import json_default
+    from combined.connectors._subprocess._schema import json_encoder
 
-    plain: dict[str, Any] = json.loads(json.dumps(config, default=json_default))
+    # (the encoder, not json.dumps's default: a number no double holds raises there)
+    plain: dict[str, Any] = json.loads(json_encoder()(config))
     return plain
 
 
