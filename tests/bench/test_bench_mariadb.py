@@ -2,7 +2,25 @@
 
 from __future__ import annotations
 
+import fcntl
+from collections.abc import Iterator
+
+import pytest
+from tests.engine.test_binlog_capture import _SERVER_LOCK
+
 from bench import mariadb
+
+
+@pytest.fixture(autouse=True)
+def _server_shared() -> Iterator[None]:
+    """Held shared, as every binlog test holds it: a test changing the server's globals
+    waits (a backlog read here met "log_bin_compress is ON" once)."""
+    with open(_SERVER_LOCK, "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def test_a_tiny_snapshot_measures_floor_combined_and_both_reader_paths(
