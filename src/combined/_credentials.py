@@ -38,7 +38,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
-from combined._secret_forms import Masker, masker_of
+from combined._secret_forms import Masker, forms, masker_of
 
 SECRET_KEY = "secret"
 """The one key of a secret reference mapping: ``{secret: "env:NAME"}``."""
@@ -589,7 +589,7 @@ def remember_secret(value: str) -> None:
     encoded, in JSON, in a repr, in base64) and each line of a multi-line
     secret (a PEM key) are masked too (:mod:`combined._secret_forms`).
     """
-    if value in _known or masker_of([value]) is None:
+    if value in _known or not any(forms(value)):
         return
     global _known_masker
     with _known_lock:

@@ -95,7 +95,8 @@ def _catalog_behind(catalog: Catalog, layout: LakeLayout) -> str | None:
     lost catalog it removed what every publication but the newest reads,
     whatever ``retention.publications`` said.
     """
-    records = Ledger(layout).records() if Ledger(layout).table("publications").exists() else []
+    ledger = Ledger(layout)
+    records = ledger.records() if ledger.table("publications").exists() else []
     if not records:
         return None
     with catalog.begin() as conn:

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import random
 import re
-import warnings
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -72,7 +71,6 @@ from combined.connectors.mariadb._binlog_origin import (
     created_differs,
     origin,
     replaced_log,
-    stream_connection,
 )
 from combined.connectors.mariadb._binlog_rows import (
     OP_TRUNCATE,
@@ -97,7 +95,9 @@ from combined.connectors.mariadb._connect import (
     Settings,
     close_quietly,
     error_code,
+    next_event,
     query_error,
+    stream_connection,
 )
 from combined.connectors.mariadb._types import ColumnPlan, SourceColumn, holds
 from combined.errors import CombinedError, NotFoundError, SourceError, SourceUnavailable
@@ -170,17 +170,6 @@ def _refuse_compressed(event_type: int, name: str, here: str) -> None:
             f"the read of {name} cannot decode: its changes would be lost",
             hint=f"SET GLOBAL log_bin_compress = OFF on the server, then {RESNAPSHOT}",
         )
-
-
-def _fetch(stream: Any) -> Any:
-    """The next event, or None at the log's end.
-
-    ``mysql-replication`` opens its control connection with PyMySQL's
-    deprecated ``db`` argument: that warning is the library's, not ours.
-    """
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "'db' is deprecated", DeprecationWarning)
-        return stream.fetchone()
 
 
 class BinlogExtraction(SessionRead[Session]):
@@ -281,8 +270,8 @@ class BinlogExtraction(SessionRead[Session]):
         require_binlog(session, f"{rel.database}.{rel.table}")
         require_logged_table(session, rel.database, rel.table)
         require_retained(session, (self._file, self._offset), request.dataset)
-        self._require_same_log(replaced_log(session, request.state))
-        self._identity = LogIdentity(session)
+        self._identity = LogIdentity(session)  # (the checkpoint's file asked once)
+        self._require_same_log(replaced_log(self._identity, request.state))
         now = self._catalog_columns(session, rel)
         gone = self._vanished(session, now)
         now = self._narrowed(session, now, rel)
@@ -507,7 +496,7 @@ class BinlogExtraction(SessionRead[Session]):
         """
         while True:
             start = (stream.log_file, stream.log_pos)
-            yield from iter(lambda: _fetch(stream), None)
+            yield from iter(lambda: next_event(stream), None)
             if self._past(stream):
                 if not self._count_filled() or self._past(stream):
                     return

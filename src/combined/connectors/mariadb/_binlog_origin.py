@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import random
 import re
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,7 +33,9 @@ from combined.connectors.mariadb._connect import (
     DriverConnection,
     Session,
     Settings,
+    next_event,
     query_error,
+    stream_connection,
 )
 from combined.errors import CombinedError
 
@@ -46,12 +47,12 @@ class LogIdentity:
     """The ``log`` of each binlog file a read met, asked of the server once a file."""
 
     def __init__(self, session: Session) -> None:
-        self._session = session
+        self.session = session
         self._known: dict[str, str | None] = {}
 
     def __call__(self, name: str) -> str | None:
         if name not in self._known:
-            self._known[name] = _first_gtids(self._session, name)
+            self._known[name] = _first_gtids(self.session, name)
         return self._known[name]
 
 
@@ -65,19 +66,6 @@ def _first_gtids(session: Session, name: str) -> str | None:
         if str(row[2]) in ("Gtid_list", "Previous_gtids"):
             return str(row[5] or "")
     return None
-
-
-def stream_connection(settings: Settings) -> dict[str, Any]:
-    """The connection settings of a binlog stream (``mysql-replication``'s)."""
-    kwargs = settings.connect_kwargs()
-    connection = {
-        k: kwargs[k]
-        for k in ("host", "port", "user", "password", "connect_timeout", "read_timeout")
-    }
-    for k in ("unix_socket", "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_identity"):
-        if k in kwargs:
-            connection[k] = kwargs[k]
-    return connection
 
 
 def file_created(settings: Settings, name: str) -> int | None:
@@ -96,9 +84,7 @@ def file_created(settings: Settings, name: str) -> int | None:
         pymysql_wrapper=DriverConnection,
     )
     try:
-        with warnings.catch_warnings():  # (the library's deprecated ``db`` argument)
-            warnings.filterwarnings("ignore", "'db' is deprecated", DeprecationWarning)
-            event = stream.fetchone()
+        event = next_event(stream)
     except DRIVER_ERRORS as exc:
         raise query_error(exc, settings, "reading the binary log's first event") from None
     finally:
@@ -136,7 +122,7 @@ def origin(
     return out
 
 
-def replaced_log(session: Session, state: Mapping[str, Any] | None) -> str | None:
+def replaced_log(identity: LogIdentity, state: Mapping[str, Any] | None) -> str | None:
     """Why the binlog at the checkpoint's position is not the log it was read from, or None.
 
     A checkpoint written before these were recorded is taken as it is.
@@ -147,12 +133,12 @@ def replaced_log(session: Session, state: Mapping[str, Any] | None) -> str | Non
         return None
     recorded = state.get("log")
     if recorded is not None:
-        now = _first_gtids(session, name)
+        now = identity(name)
         if now is not None and now != recorded:
             return f"{name} now starts after the GTIDs {now or '[]'}, not {recorded or '[]'}"
     gtid, start = state.get("gtid"), state.get("gtid_at")
     if gtid and isinstance(start, int):
-        found = _event_at(session, name, start)
+        found = _event_at(identity.session, name, start)
         if (
             found is None
             or re.search(rf"(?<![\w:-]){re.escape(str(gtid))}(?![\w:-])", found) is None
@@ -195,5 +181,4 @@ __all__ = [
     "file_created",
     "origin",
     "replaced_log",
-    "stream_connection",
 ]

@@ -37,12 +37,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from combined.connectors.mariadb._connect import Session
-from combined.errors import (
-    CombinedError,
-    ConfigError,
-    ProtocolViolation,
-    SourceError,
-)
+from combined.errors import CombinedError, ConfigError, ProtocolViolation, SourceError
 
 #: The command pair that takes a new snapshot after a gap.
 RESNAPSHOT = (

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -381,6 +382,30 @@ class DriverConnection(pymysql.connections.Connection):  # type: ignore[misc]
         if DriverConnection._preferred is None:
             DriverConnection._preferred = super()._create_ssl_ctx({})
         return DriverConnection._preferred
+
+
+def stream_connection(settings: Settings) -> dict[str, Any]:
+    """The connection settings of a binlog stream (``mysql-replication``'s)."""
+    kwargs = settings.connect_kwargs()
+    connection = {
+        k: kwargs[k]
+        for k in ("host", "port", "user", "password", "connect_timeout", "read_timeout")
+    }
+    for k in ("unix_socket", "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_identity"):
+        if k in kwargs:
+            connection[k] = kwargs[k]
+    return connection
+
+
+def next_event(stream: Any) -> Any:
+    """A binlog stream's next event, or None at the log's end.
+
+    ``mysql-replication`` opens its control connection with PyMySQL's
+    deprecated ``db`` argument: that warning is the library's, not ours.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "'db' is deprecated", DeprecationWarning)
+        return stream.fetchone()
 
 
 class Session:
