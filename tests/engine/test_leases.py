@@ -115,6 +115,18 @@ def _killed_after_commit(tmp_path: Path, tools: Any, change: str) -> Path:
     return project
 
 
+def _lose_deliveries(tmp_path: Path, staging: Path) -> None:
+    """The killed run's Deliveries lost from its staging and from the raw layer both.
+
+    No table file holds a delete's Delivery, so nothing can restore them (the
+    raw layer's copy is put before the commit: losing staging alone loses nothing).
+    """
+    raw = tmp_path / "lake" / "_deliveries" / "shop" / "orders"
+    for lost in (staging / "shop" / "orders" / "deliveries").iterdir():
+        (raw / lost.name).unlink(missing_ok=True)
+        lost.unlink()
+
+
 def _with_other_source(root: Path) -> Path:
     con = sqlite3.connect(root / "other.db")
     con.execute("CREATE TABLE x (id INTEGER PRIMARY KEY)")
@@ -476,8 +488,7 @@ def test_recovery_that_cannot_project_one_dataset_still_recovers_and_captures_th
     # no table file holds a delete's Delivery
     project = _killed_after_commit(tmp_path, tools, "DELETE FROM orders WHERE id = 7;")
     (staging,) = (tmp_path / "lake" / "_staging").iterdir()
-    for lost in (staging / "shop" / "orders" / "deliveries").iterdir():
-        lost.unlink()  # the loss under test
+    _lose_deliveries(tmp_path, staging)  # the loss under test
 
     engine = Engine.open(project)
     try:
@@ -577,8 +588,7 @@ def test_an_ended_run_whose_commit_cannot_be_projected_keeps_its_staging(
 ) -> None:
     project = _killed_after_commit(tmp_path, tools, "DELETE FROM orders WHERE id = 7;")
     (staging,) = (tmp_path / "lake" / "_staging").iterdir()
-    for lost in (staging / "shop" / "orders" / "deliveries").iterdir():
-        lost.unlink()  # no table file holds a delete's Delivery: it cannot be restored
+    _lose_deliveries(tmp_path, staging)
     (staging / "keep").write_text("evidence")
     engine = Engine.open(project)
     try:

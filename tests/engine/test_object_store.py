@@ -218,6 +218,54 @@ def test_a_commit_a_killed_run_made_is_projected_from_the_raw_layer(
     assert os.environ.get("COMBINED_FAULT") is None
 
 
+@ON_EVERY_STORE
+def test_a_rewrite_commit_survives_the_loss_of_the_machine_that_made_it(
+    tmp_path: Path, tools: Any, lake_url: str
+) -> None:
+    """A merge's Deliveries are in the raw layer before its commit, not only after.
+
+    Killed past its lake commit, the Run's staging then lost with its machine
+    (a worker's disk, a pod's volume): a merge rewrites the table's rows, so
+    no table file holds its Deliveries byte for byte. Before, the raw layer
+    could not be completed and every later capture and repair failed ("restore
+    the files into the raw layer from a backup").
+    """
+    import shutil
+    import signal
+
+    _project(tmp_path, tools, lake_url)
+    assert tools.cli(tmp_path, "capture").returncode == 0
+    tools.sql(
+        tmp_path,
+        "UPDATE orders SET status = 'lost' WHERE id <= 10; DELETE FROM orders WHERE id > 195;",
+    )
+    killed = tools.cli(tmp_path, "capture", env={"COMBINED_FAULT": "after_commit"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    staging = (
+        tmp_path / ".combined" / "staging" if "://" in lake_url else tmp_path / "lake" / "_staging"
+    )
+    shutil.rmtree(staging)
+    repaired = tools.cli(tmp_path, "repair")
+    assert repaired.returncode == 0, repaired.stderr
+    tools.sql(tmp_path, "UPDATE orders SET status = 'after' WHERE id = 20;")
+    assert tools.cli(tmp_path, "capture").returncode == 0
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        changes = [(v["updates"], v["deletes"]) for v in engine.history("shop.orders")]
+        assert changes == [(0, 0), (10, 5), (1, 0)]
+        lost = "SELECT count(*) AS n FROM shop.orders WHERE status = 'lost'"
+        assert _rows(engine, lost) == [{"n": 10}]
+        (usage,) = [u for u in engine.usage() if u["dataset"] == "orders"]
+        assert (usage["updates"], usage["deletes"]) == (11, 5)
+        store = engine.layout.store
+        for version in engine.history("shop.orders"):
+            for d in engine.run(version["run_id"])["deliveries"]:
+                assert d.state == "committed"
+                assert store.exists(d.path) and store.sha256(d.path) == d.content_hash
+    finally:
+        engine.close()
+
+
 def test_a_file_url_lake_is_the_local_directory_it_names(tmp_path: Path, tools: Any) -> None:
     """``lake: file:///...`` was refused as an unsupported scheme."""
     lake = tmp_path / "elsewhere" / "lake"

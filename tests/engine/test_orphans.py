@@ -75,6 +75,7 @@ def test_a_killed_writers_files_are_reported_then_removed_by_decision_only(
         _capture(engine, tools, tmp_path, 1)
         layout = engine.layout
         before = _names(layout, "shop", "people")
+        raw_before = _names(layout, "_deliveries", "shop", "people")
     finally:
         engine.close()
     # a capture killed once its data files are in the table (before_log: its log entry
@@ -84,6 +85,9 @@ def test_a_killed_writers_files_are_reported_then_removed_by_decision_only(
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     left = _names(layout, "shop", "people") - before
     assert left, "the killed capture wrote no data file"
+    # a merge's Deliveries are put into the raw layer before its commit
+    raw_left = _names(layout, "_deliveries", "shop", "people") - raw_before
+    assert raw_left, "the killed merge put no Delivery into the raw layer"
     # and files that look like orphans, put by hand: raw layer, MAR table, quarantine
     raw = _place(layout, "_deliveries", "shop", "people", "000000099-lost.parquet")
     usage = _place(layout, "_usage", "shop", "people", "part-lost-c000.zstd.parquet")
@@ -99,7 +103,9 @@ def test_a_killed_writers_files_are_reported_then_removed_by_decision_only(
         assert "has not ended" in report["skipped"] and "combined repair" in report["skipped"]
         engine.repair()  # closes the killed run (after_commit: projects its commit)
         # before_log: the killed capture's files are orphans; after_commit: its commit names them
-        killed_files = {layout.store.join("shop", "people", n) for n in left}
+        killed_files = {layout.store.join("shop", "people", n) for n in left} | {
+            layout.store.join("_deliveries", "shop", "people", n) for n in raw_left
+        }
         expected = {raw, usage} | (killed_files if boundary == "before_log" else set())
 
         # without retention.orphans: reported and told, nothing removed

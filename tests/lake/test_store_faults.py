@@ -136,26 +136,38 @@ def test_a_raw_layer_the_store_fails_after_the_commit_says_the_commit_landed(
 
     Before, the Run's error was the store's message alone ("When uploading
     part for key ...: SLOW_DOWN"), no word that the commit had landed nor of
-    what completes it.
+    what completes it. (Inserts: their Deliveries become table files, and
+    are put into the raw layer after the commit. A merge's are put before
+    it, so the same refusal stops it uncommitted.)
     """
     project, _ = _shop(tmp_path, tools, s3_faults)
     engine = Engine.open(project)
+    raw = "/lake/_deliveries/shop/orders/"
     try:
         (run,) = engine.capture(["shop.orders"])
         assert run.state == "succeeded", run.error
         tools.sql(tmp_path, "UPDATE orders SET status = 'shipped' WHERE id <= 10;")
-        raw = "/lake/_deliveries/shop/orders/"
+        s3_faults.fail({"method": "PUT", "contains": raw, "status": SLOW_DOWN, "times": -1})
+        (run,) = engine.capture(["shop.orders"])
+        said = " ".join((run.error or "").split())
+        assert run.state == "failed" and "the lake refused the commit of" in said
+        assert [v["updates"] for v in engine.history("shop.orders")] == [0]
+        s3_faults.fail()
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+        tools.sql(tmp_path, "INSERT INTO orders VALUES (900, 1, 'new', 2.5);")
         s3_faults.fail({"method": "PUT", "contains": raw, "status": SLOW_DOWN, "times": -1})
         (run,) = engine.capture(["shop.orders"])
         said = " ".join((run.error or "").split())
         assert run.state == "failed"
-        assert "shop.orders: lake version 1 was committed, but its Delivery" in said
+        assert "shop.orders: lake version 2 was committed, but its Delivery" in said
         assert "could not be put into the raw layer" in said and "SLOW_DOWN" in said
         assert "the next capture (or `combined repair`) puts them there" in said
         s3_faults.fail()
         (again,) = engine.capture(["shop.orders"])
         assert again.state == "succeeded", again.error
-        assert [v["updates"] for v in engine.history("shop.orders")] == [0, 10]
+        changes = [(v["inserts"], v["updates"]) for v in engine.history("shop.orders")]
+        assert changes[1:] == [(0, 10), (1, 0)]
         for d in engine.run(run.id)["deliveries"]:
             assert d.state == "committed" and engine.layout.store.exists(d.path)
     finally:

@@ -260,14 +260,18 @@ class LakeTable:
         before_write: Callable[[], None] | None = None,
         files: Sequence[LinkedFile] | None = None,
         before_log: Callable[[], None] | None = None,
+        before_rows: Callable[[bool], None] | None = None,
     ) -> CommitResult:
         """Commit sequences ``first..last`` once; skip them when already committed.
 
         ``files`` are the finished Parquet files of the sequences with their
         Delta statistics (and sha256): an append with the table's schema links them into the
         table instead of rewriting their rows. Any other commit reads ``data()``.
-        ``before_log`` is called once the data files Combined writes itself are
-        in the table's directory, before their log entry (a crash test's hook).
+        ``before_rows`` is told, before any row is written, whether the commit
+        makes ``files`` table files as they are (True) or writes rows of its
+        own (False). ``before_log`` is called once the data files Combined
+        writes itself are in the table's directory, before their log entry (a
+        crash test's hook).
         """
         from deltalake.exceptions import CommitFailedError, DeltaError
 
@@ -296,6 +300,8 @@ class LakeTable:
             # source lacks).
             data = _conformed(dt, data)
         try:
+            if before_rows is not None:
+                before_rows(self._links_whole(dt, mode, needs_merge, files, schema))
             if before_write is not None:
                 before_write()
             self._write(
@@ -385,14 +391,13 @@ class LakeTable:
         (``schema``: the Deliveries' own, when ``files`` are given)."""
         from deltalake import write_deltalake
 
-        if mode == "overwrite" and files and schema is not None:
-            if dt is None or self._same_schema(dt, schema):  # (the Deliveries linked as they are)
-                linked = link_data_files(self.path, files, self.store)
-                if dt is None:
-                    self._add(dt, schema, linked, properties, before_log)
-                else:
-                    self._replace(dt, linked, properties, before_log)
-                return
+        if files and schema is not None and self._links_whole(dt, mode, needs_merge, files, schema):
+            linked = link_data_files(self.path, files, self.store)  # (the Deliveries as they are)
+            if dt is None or mode != "overwrite":
+                self._add(dt, schema, linked, properties, before_log)
+            else:
+                self._replace(dt, linked, properties, before_log)
+            return
         if (
             mode != "overwrite"
             and dt is not None
@@ -400,11 +405,7 @@ class LakeTable:
         ):
             self._retype(dt, data, mode, properties, before_log)
         elif mode != "overwrite" and (dt is None or not needs_merge):
-            if files and schema is not None and (dt is None or self._same_schema(dt, schema)):
-                linked = link_data_files(self.path, files, self.store)
-                self._add(dt, schema, linked, properties, before_log)
-            else:
-                self._append(dt, data(), properties, before_log)
+            self._append(dt, data(), properties, before_log)
         elif dt is None or mode in ("append", "overwrite") or not needs_merge:
             write_deltalake(
                 self.path if dt is None else dt,
@@ -437,6 +438,27 @@ class LakeTable:
                 .when_not_matched_insert_all(predicate="s._combined_op <> 'delete'")
                 .execute()
             )
+
+    def _links_whole(
+        self,
+        dt: Any,
+        mode: CommitMode,
+        needs_merge: bool,
+        files: Sequence[LinkedFile] | None,
+        schema: pa.Schema | None,
+    ) -> bool:
+        """Whether the commit makes ``files`` table files as they are, writing no row.
+
+        An overwrite, or an append that merges nothing into a table of the
+        same schema (not retyped), links them; any other commit writes rows.
+        """
+        if not files or schema is None:
+            return False
+        if dt is not None and not self._same_schema(dt, schema):
+            return False
+        if mode == "overwrite" or dt is None:
+            return True
+        return not needs_merge and not _retyped(dt, schema)
 
     def _replace(
         self,

@@ -4,7 +4,9 @@ The commit carries the checkpoint and the metadata the projection is built
 from; the checkpoint barrier (:mod:`combined.runtime._barrier`) decided at
 staging which checkpoint it may carry. A retried commit finds its sequences
 committed and changes nothing. Once committed, the Deliveries move from the
-Run's staging into the raw layer (:func:`promote`), which keeps them.
+Run's staging into the raw layer (:func:`promote`), which keeps them; what
+the table will not hold byte for byte is put there before the commit writes
+a row (:func:`_keep_raw`).
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ def commit(prepared: Prepared, layout: LakeLayout) -> tuple[int | None, datetime
         else None,
         metadata=prepared.metadata,
         needs_merge=prepared.needs_merge,
+        before_rows=functools.partial(_keep_raw, layout, prepared),
         before_write=arm_commit_watchdog,
         before_log=lambda: fault("before_log"),
     )
@@ -111,6 +114,39 @@ def commit(prepared: Prepared, layout: LakeLayout) -> tuple[int | None, datetime
         )
     # The acceptance time is the one stamped on the rows and in the commit metadata.
     return result.lake_version, ingested_at if not result.skipped else result.committed_at
+
+
+def _keep_raw(layout: LakeLayout, prepared: Prepared, linked: bool) -> None:
+    """Put into the raw layer, before the commit writes a row, what the table cannot give back.
+
+    Deliveries the commit links into the table are table files byte for
+    byte, and the raw layer is completed from those if the Run's staging is
+    lost after the commit (:func:`complete_raw_layer`). The Deliveries of a
+    commit that writes rows of its own (a merge, a retyped table), and the
+    change list of any commit, are nowhere else: they are put now, so a
+    machine lost with its staging between the lake commit and
+    :func:`promote` loses nothing. If the commit never lands they are
+    orphans (``retention.orphans``); a change list is named by its first
+    sequence, so a later commit of that sequence replaces it.
+    """
+    plan = prepared.staged.plan
+    paths = [] if linked else [d.path for d in prepared.deliveries]
+    changes = prepared.metadata.get("changes_file")
+    if changes:
+        paths.append(prepared.deliveries[0].path.with_name(str(changes)))
+    if not paths:
+        return
+    store = layout.store
+    store.makedirs(layout.deliveries(plan.source, plan.name))
+    for path in paths:
+        target = raw_location(layout, plan.source, plan.name, path.name)
+        if store.remote:
+            store.put(path, target)  # (an object is whole or absent)
+            continue
+        partial = Path(target).with_name(f".{path.name}.keeping")
+        partial.unlink(missing_ok=True)  # an interrupted put's
+        link_or_copy(path, partial)
+        os.replace(partial, target)
 
 
 def _read(paths: list[Path]) -> Iterator[pa.RecordBatch]:
