@@ -39,7 +39,7 @@ from combined.catalog import Catalog
 from combined.catalog import data as cat
 from combined.config import Project
 from combined.config._retention import FOREVER, Retention
-from combined.errors import CombinedError
+from combined.errors import CombinedError, redact
 from combined.lake import LakeLayout
 from combined.lake._ledger import LEDGER_TABLES, Ledger
 from combined.lake._maintain import compact, reading_version, vacuum
@@ -64,7 +64,7 @@ def maintain(
     behind = _catalog_behind(catalog, layout)
     if behind is not None:  # (its vacuum would take what the lake's publications read)
         return [{"dataset": f"{s}.{d}", "skipped": behind} for s, d in datasets]
-    reports = []
+    reports: list[dict[str, Any]] = []
     for source, dataset in datasets:
         holder = f"{HOLDER}{uuid.uuid4().hex[:12]}"
         if not catalog.acquire_lease(source, dataset, holder, ttl):
@@ -74,14 +74,16 @@ def maintain(
         try:
             # A Run that has not ended may have committed without its projection: compacted
             # and vacuumed, the table no longer holds the files that complete its raw layer.
+            projected: list[str] = []
             unended = unended_run(catalog, source, dataset) or _caught_up(
-                catalog, layout, source, dataset
+                catalog, layout, source, dataset, projected
             )
             if unended is not None:
                 reports.append({"dataset": f"{source}.{dataset}", "skipped": unended})
                 continue
             retention = project.retention_of(source, dataset)
-            reports.append(_dataset(catalog, layout, source, dataset, retention, now))
+            report = _dataset(catalog, layout, source, dataset, retention, now)
+            reports.append({**report, "projected": projected} if projected else report)
         finally:
             catalog.release_lease(source, dataset, holder)
     return reports
@@ -112,19 +114,24 @@ def _catalog_behind(catalog: Catalog, layout: LakeLayout) -> str | None:
     )
 
 
-def _caught_up(catalog: Catalog, layout: LakeLayout, source: str, dataset: str) -> str | None:
-    """Project the lake commits the catalog lacks (a Run that failed after its commit); why
-    the dataset is not maintained when they cannot be, else None.
+def _caught_up(
+    catalog: Catalog, layout: LakeLayout, source: str, dataset: str, projected: list[str]
+) -> str | None:
+    """Project the lake commits the catalog lacks (a Run that failed after its commit),
+    each told in ``projected``; why the dataset is not maintained when they cannot be,
+    else None.
 
     Their raw layer is completed from the run's staging or the table's files,
-    which compaction and vacuum would take.
+    which compaction and vacuum would take. Whatever stops them (a store's
+    error too) leaves this dataset alone, never the others.
     """
     from combined.runtime._recover import NOT_PROJECTED, catch_up
 
     try:
-        catch_up(catalog, layout, source, dataset)
-    except CombinedError as exc:
-        return f"{NOT_PROJECTED} first ({exc.message}); `combined repair` says why"
+        projected.extend(catch_up(catalog, layout, source, dataset))
+    except Exception as exc:  # noqa: BLE001 - one dataset never blocks the others
+        error = exc.message if isinstance(exc, CombinedError) else redact(repr(exc))
+        return f"{NOT_PROJECTED} first ({error}); `combined repair` says why"
     return None
 
 

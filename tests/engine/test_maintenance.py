@@ -266,8 +266,25 @@ def test_maintain_projects_first_what_a_run_that_failed_after_its_commit_left(
         assert run.state == "failed", run.error
         monkeypatch.undo()
         later = datetime.now(UTC) + timedelta(seconds=2)
+
+        from combined.runtime._recover import catch_up
+
+        def store_down(catalog: Any, layout: Any, source: str, name: str) -> list[str]:
+            if name == "clicks":
+                raise OSError("the store timed out reading the log")
+            return catch_up(catalog, layout, source, name)
+
+        # any error stops the catch-up of this dataset alone (an OSError ended maintain)
+        monkeypatch.setattr("combined.runtime._recover.catch_up", store_down)
+        clicks, people = engine.maintain(["shop.clicks", "shop.people"], now=later)
+        assert "could not be projected first" in clicks["skipped"], clicks
+        assert "the store timed out reading the log" in clicks["skipped"], clicks
+        assert "skipped" not in people and "projected" not in people, people
+        monkeypatch.undo()
         (report,) = engine.maintain(["shop.clicks"], now=later)  # projected, then maintained
         assert "skipped" not in report and report["compacted"] > 0, report
+        (told,) = report["projected"]
+        assert told.startswith("shop.clicks: projected lake version"), told
         shutil.rmtree(engine.layout.staging_area())  # the worker's disk, lost
         (run,) = engine.capture(["shop.clicks"])
         assert run.state == "succeeded", run.error

@@ -48,6 +48,9 @@ def maintain(
             _orphans(r.get("orphans")),
         )
     print_table(t)
+    for r in reports:
+        for note in r.get("projected", []):
+            sys.stdout.write(f"{note}\n")
 
 
 def _orphans(found: dict[str, Any] | None) -> str:
