@@ -266,6 +266,27 @@ def test_a_rewrite_commit_survives_the_loss_of_the_machine_that_made_it(
         engine.close()
 
 
+@pytest.mark.parametrize("lake_url", ["s3"], indirect=True)
+def test_a_store_setting_only_the_delta_library_reads_is_refused_before_any_run(
+    tmp_path: Path, tools: Any, lake_url: str
+) -> None:
+    """``AWS_ALLOW_HTTP=maybe`` passed the write probe (Arrow's client ignores it), then
+    failed the Run's first lake write: exit 2 after the Run started, the Run left
+    ``queued`` until a repair (found by an object-store review)."""
+    _project(tmp_path, tools, lake_url)
+    assert tools.cli(tmp_path, "capture").returncode == 0
+    refused = tools.cli(tmp_path, "capture", env={"AWS_ALLOW_HTTP": "maybe"})
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "cannot be written: a setting of the store in the environment is not valid" in said
+    assert "nothing was captured" in said and "could not be projected" not in said
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        assert [r.state for r in engine.runs()] == ["succeeded"]
+    finally:
+        engine.close()
+
+
 def test_a_file_url_lake_is_the_local_directory_it_names(tmp_path: Path, tools: Any) -> None:
     """``lake: file:///...`` was refused as an unsupported scheme."""
     lake = tmp_path / "elsewhere" / "lake"

@@ -76,6 +76,7 @@ def check_store(store: LakeStore) -> None:
     The message names the lake and what is missing (the bucket, the
     credentials, a permission); no credential value appears in it.
     """
+    from deltalake import DeltaTable
     from pyarrow.lib import ArrowException
 
     probe = store.join(f".write-probe-{uuid.uuid4().hex}")
@@ -83,22 +84,30 @@ def check_store(store: LakeStore) -> None:
         with store.fs.open_output_stream(store.path(probe)) as out:
             out.write(b"")
         store.delete(probe)
+        # The Delta library reads the store's settings itself: one it alone parses
+        # (AWS_ALLOW_HTTP=maybe) passed the write above, then failed the Run's first
+        # lake write, a Run left queued (one listing, at the root).
+        DeltaTable.is_deltatable(store.root, storage_options=store.storage_options())
     except LakeNotWritable:
         raise
     except (OSError, ValueError, ArrowException) as exc:
-        text = str(exc)
-        missing, hint = refusal(text) or (
-            "the store refused the write",
-            "check the lake's URL, credentials and permissions",
-        )
-        refused = missing.startswith("the store refused")  # (not: could not be reached)
-        if store.scheme == "s3" and not _aws_credentials() and refused:
-            missing, hint = _REASONS[1][1:]
-            missing = "no credentials were found in the environment (AWS_ACCESS_KEY_ID)"
-        raise LakeNotWritable(
-            f"the lake at {store.root} cannot be written: {missing} ({store_detail(text)})",
-            hint=f"{hint}; nothing was captured",
-        ) from None
+        raise _not_writable(store, str(exc)) from None
+
+
+def _not_writable(store: LakeStore, text: str) -> LakeNotWritable:
+    """The probe's error: the lake, what is missing, the store's words (credentials masked)."""
+    missing, hint = refusal(text) or (
+        "the store refused the write",
+        "check the lake's URL, credentials and permissions",
+    )
+    refused = missing.startswith("the store refused")  # (not: could not be reached)
+    if store.scheme == "s3" and not _aws_credentials() and refused:
+        missing, hint = _REASONS[1][1:]
+        missing = "no credentials were found in the environment (AWS_ACCESS_KEY_ID)"
+    return LakeNotWritable(
+        f"the lake at {store.root} cannot be written: {missing} ({store_detail(text)})",
+        hint=f"{hint}; nothing was captured",
+    )
 
 
 def refusal(text: str) -> tuple[str, str] | None:
