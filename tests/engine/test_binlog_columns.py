@@ -17,13 +17,13 @@ from combined.engine import Engine
 __all__ = ["binlog"]
 
 
-def _rows(engine: Engine) -> list[tuple[Any, ...]]:
-    rows = engine.sql("SELECT id, qty, b, note FROM db.items ORDER BY id").to_pylist()
+def lake_rows(engine: Engine, columns: str = "id, qty, b, note") -> list[tuple[Any, ...]]:
+    rows = engine.sql(f"SELECT {columns} FROM db.items ORDER BY id").to_pylist()
     return [tuple(r.values()) for r in rows]
 
 
-def _source(binlog: Binlog) -> list[tuple[Any, ...]]:
-    return [tuple(r) for r in binlog.sql("SELECT id, qty, b, note FROM {t} ORDER BY id")]
+def source_rows(binlog: Binlog, columns: str = "id, qty, b, note") -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in binlog.sql(f"SELECT {columns} FROM {{t}} ORDER BY id")]
 
 
 SWAPS = {
@@ -57,8 +57,8 @@ def test_two_columns_swapped_by_name_with_changes_pending_land_unswapped(
         binlog.sql("UPDATE {t} SET note = 'after' WHERE id BETWEEN 4 AND 6")
         (run,) = engine.capture()
         assert run.state == "succeeded", run.error
-        assert _rows(engine) == _source(binlog)
-        assert _rows(engine)[0] == (1, -1, 1001, "n1")
+        assert lake_rows(engine) == source_rows(binlog)
+        assert lake_rows(engine)[0] == (1, -1, 1001, "n1")
     finally:
         engine.close()
 
@@ -74,7 +74,7 @@ def test_a_row_changed_between_the_renames_lands_as_the_source_holds_it(
     engine = Engine.open(binlog.project())
     try:
         engine.capture()
-        before = _rows(engine)
+        before = lake_rows(engine)
         binlog.sql(
             "ALTER TABLE {t} RENAME COLUMN qty TO tmp",
             "UPDATE {t} SET tmp = 3000 + id WHERE id = 7",
@@ -83,8 +83,8 @@ def test_a_row_changed_between_the_renames_lands_as_the_source_holds_it(
         )
         (run,) = engine.capture()
         assert run.state == "succeeded", run.error
-        assert _rows(engine) == _source(binlog) != before
-        assert _rows(engine)[6] == (7, -7, 3007, "n7")
+        assert lake_rows(engine) == source_rows(binlog) != before
+        assert lake_rows(engine)[6] == (7, -7, 3007, "n7")
     finally:
         engine.close()
 
@@ -127,7 +127,7 @@ def test_columns_moved_first_or_after_between_captures_keep_their_values(
         )
         (run,) = engine.capture()
         assert run.state == "succeeded", run.error
-        assert _rows(engine) == _source(binlog)
+        assert lake_rows(engine) == source_rows(binlog)
     finally:
         engine.close()
 

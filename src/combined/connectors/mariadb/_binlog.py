@@ -39,9 +39,11 @@ Statements in the log that touch the table:
   Statements are read without their comments (:mod:`~._binlog_ddl`);
 - ``ALTER TABLE`` goes by: the row images name their columns, and the
   engine's drift rules judge the columns the capture saw; one that adds a
-  column giving the rows present a value is followed by those rows' values,
-  read from the source (:mod:`~._binlog_fill`), and the read goes on past
-  that read's binlog position before it ends;
+  column giving the rows present a value, or under a name an ALTER read
+  before took away or the lake holds (a new column, not the dropped one), is
+  followed by those rows' values, read from the source
+  (:mod:`~._binlog_fill`), and the read goes on past that read's binlog
+  position before it ends;
 - a data-changing statement logged as a statement (``binlog_format`` other
   than ROW in the writing session) fails the read: it names no rows.
 """
@@ -65,7 +67,12 @@ from combined.connectors.mariadb._binlog_decode import (
     library_labels,
     row_decoder,
 )
-from combined.connectors.mariadb._binlog_fill import Added, ColumnFill, added_columns
+from combined.connectors.mariadb._binlog_fill import (
+    Added,
+    ColumnFill,
+    added_columns,
+    left_columns,
+)
 from combined.connectors.mariadb._binlog_origin import (
     LogIdentity,
     created_differs,
@@ -215,6 +222,8 @@ class BinlogExtraction(SessionRead[Session]):
         self._columns: dict[str, list[object]] = {}
         self._gone: dict[str, str] = {}
         self._wider: dict[str, str] = {}
+        #: Names the ALTERs read so far took away (dropped, renamed): one added again is new.
+        self._left: set[str] = set()
         #: The checkpoint's log (:mod:`~._binlog_origin`): the files' first GTIDs, asked once
         #: a file, and the GTID of the last transaction read before the position.
         self._identity: LogIdentity | None = None
@@ -687,8 +696,16 @@ class BinlogExtraction(SessionRead[Session]):
                 "left or moved without a change in the binlog, and the lake cannot follow",
                 hint=f"take a new snapshot: {RESNAPSHOT}",
             )
-        added = added_columns(rest) if verb == "alter" else None
+        added = self._added(rest) if verb == "alter" else None
         return added if added is not None else verb == "truncate"
+
+    def _added(self, alter: str) -> Added | None:
+        """What an ALTER TABLE gives the rows present (:func:`added_columns`). A column added
+        under a name an ALTER read before took away, or that the lake holds, is a new one:
+        before, the rows the log did not change after it kept the dropped one's values."""
+        self._left.update(left_columns(alter))
+        lake = self._request.options.get("lake_columns") or ()
+        return added_columns(alter, self._left.union(lake))
 
     def _emit(self, batches: list[Any]) -> Iterator[Message]:
         for batch in batches:

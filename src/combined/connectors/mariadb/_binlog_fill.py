@@ -24,7 +24,11 @@ same way: the table's copy may have cut, rounded or clamped its values, or
 turned its NULLs into a NOT NULL type's default, without a row event. So is
 a column renamed (``RENAME COLUMN a TO b``): the rows present hold their
 values under the new name without a row event, and the lake's column of that
-name (another's, when two columns swapped names) held other values.
+name (another's, when two columns swapped names) held other values. And so
+is a column added under a name an earlier ``ALTER`` of the log dropped or
+renamed away, or that the lake holds (``renewed``): it is a new column, with
+the value its definition gives each row (NULL without a default), while the
+lake held the dropped column's values under that name.
 
 :meth:`ColumnFill.count_nulls` counts the filled columns' nulls in one
 snapshot, with its binlog position, for reconciliation.
@@ -33,7 +37,7 @@ snapshot, with its binlog position, for reconciliation.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
@@ -46,7 +50,7 @@ from combined.connectors.mariadb._connect import Session, Settings, quote_ident
 from combined.errors import SourceError
 from combined.protocol import RecordBatchMessage
 
-__all__ = ["Added", "ColumnFill", "added_columns", "clauses"]
+__all__ = ["Added", "ColumnFill", "added_columns", "clauses", "left_columns"]
 
 #: An ALTER TABLE clause adding a column (not an index, key, constraint or partition).
 _ADD_COLUMN = re.compile(
@@ -67,6 +71,13 @@ _MODIFY = re.compile(
     r"\b(modify|change|rename\s+column)\s+(?:column\s+)?(?:if\s+exists\s+)?", re.IGNORECASE
 )
 _TO = re.compile(r"\s+to\b", re.IGNORECASE)
+#: An ALTER TABLE clause dropping a column (without ``COLUMN``: not an index, key,
+#: constraint, partition or default).
+_DROP_COLUMN = re.compile(
+    r"\bdrop\s+(?:column\s+(?:if\s+exists\s+)?|(?:if\s+exists\s+)?(?!(?:index|key|"
+    r"constraint|primary|foreign|check|partition|period|system|default)\b))",
+    re.IGNORECASE,
+)
 
 
 def clauses(text: str) -> list[str]:
@@ -85,6 +96,11 @@ def clauses(text: str) -> list[str]:
     return [*out, text[start:]]
 
 
+def _bare(clause: str) -> str:
+    """``clause`` with its string literals emptied: no words inside them."""
+    return re.sub(r"'(?:[^'\\]|\\.|'')*'", "''", clause)
+
+
 @dataclass(frozen=True, slots=True)
 class Added:
     """The columns an ALTER TABLE adds, and those it gives the rows present a value in."""
@@ -96,6 +112,9 @@ class Added:
     #: Columns redefined (``MODIFY``/``CHANGE``/``RENAME COLUMN``): the server may have rewritten
     #: their values (a type that rounds or cuts them) without a row event.
     rewritten: tuple[str, ...] = ()
+    #: Columns added under a name that named another column (dropped or renamed away):
+    #: the lake holds that one's values under it, the rows present the new one's.
+    renewed: tuple[str, ...] = ()
 
 
 def _definitions(bare: str, after: int) -> list[str]:
@@ -106,19 +125,23 @@ def _definitions(bare: str, after: int) -> list[str]:
     return [rest]
 
 
-def added_columns(alter: str) -> Added | None:
+def added_columns(alter: str, former: Collection[str] = ()) -> Added | None:
     """What an ALTER TABLE adds, when it gives the rows present a value in a column.
 
     MariaDB gives every row present a column added with a default, as ``NOT
     NULL`` (its implicit default) or as a generated column, and logs no row
-    event for it: those rows must be filled.
+    event for it: those rows must be filled. So must a column added under a
+    name in ``former`` (the names of columns dropped or renamed away, or the
+    lake holds): whatever it gives them, the lake holds another column's
+    values under that name.
     """
     names: list[str] = []
     filled: list[str] = []
     rewritten: list[str] = []
+    renewed: list[str] = []
     first = ""
     for clause in clauses(alter):
-        bare = re.sub(r"'(?:[^'\\]|\\.|'')*'", "''", clause)  # no words inside literals
+        bare = _bare(clause)
         add = _ADD_COLUMN.search(bare)
         if add is None:
             rewritten += _redefined(bare)
@@ -129,12 +152,31 @@ def added_columns(alter: str) -> Added | None:
                 continue
             column = name.group(1).strip("`").replace("``", "`")
             names.append(column)
-            if _FILLED.search(definition, name.end()):
+            given = _FILLED.search(definition, name.end()) is not None
+            if given:
                 filled.append(column)
+            elif column in former:
+                renewed.append(column)
+            if given or column in former:
                 first = first or " ".join(clause[add.start() :].split())[:120]
-    if not filled and not rewritten:
+    if not filled and not rewritten and not renewed:
         return None
-    return Added(tuple(names + rewritten), tuple(filled), first, tuple(rewritten))
+    return Added(tuple(names + rewritten), tuple(filled), first, tuple(rewritten), tuple(renewed))
+
+
+def left_columns(alter: str) -> list[str]:
+    """The names an ALTER TABLE takes away from the table's columns, in its clauses' order:
+    a column dropped, or renamed (``CHANGE old new``, ``RENAME COLUMN old TO new``)."""
+    out: list[str] = []
+    for clause in clauses(alter):
+        bare = _bare(clause)
+        found = _DROP_COLUMN.search(bare) or _MODIFY.search(bare)
+        if found is None or found.group(0).lower().startswith("modify"):
+            continue
+        name = _NAME.match(bare, found.end())
+        if name is not None:
+            out.append(name.group(1).strip("`").replace("``", "`"))
+    return out
 
 
 def _redefined(bare: str) -> list[str]:
@@ -194,8 +236,9 @@ class ColumnFill:
         wanted = [c for c in added.filled if chosen is None or c in chosen]
         present = {c.name for c in cols}
         gone = [c for c in wanted if c not in present]
-        # A column redefined then dropped again holds no values to fix.
-        wanted += [c for c in added.rewritten if c in present and (chosen is None or c in chosen)]
+        # A column redefined or renewed, then dropped again, holds no values to fix.
+        again = (*added.rewritten, *added.renewed)
+        wanted += [c for c in again if c in present and (chosen is None or c in chosen)]
         if gone:
             raise _refuse(
                 relation,
