@@ -173,3 +173,33 @@ def test_a_replacement_killed_before_its_log_entry_lands_once(tmp_path: Path, to
         assert all(_linked(Path(str(table.path)), table.files()))
     finally:
         engine.close()
+
+
+def test_a_replacement_survives_the_loss_of_its_staging_after_its_commit(
+    tmp_path: Path, tools
+) -> None:
+    """A replacement's change list (MAR's list of the rows that changed) is in no table:
+    killed past its lake commit, its staging then lost, repair found the Deliveries in the
+    table but not the list, and every later capture failed ("restore the files into the
+    raw layer from a backup"). It is now put into the raw layer before the commit."""
+    import shutil
+    import signal
+
+    project = _project(tmp_path, tools)
+    assert tools.cli(tmp_path, "capture").returncode == 0
+    tools.sql(tmp_path, "UPDATE orders SET status = 'shipped' WHERE id <= 50;")
+    killed = tools.cli(tmp_path, "capture", env={"COMBINED_FAULT": "after_commit"})
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr)
+    shutil.rmtree(tmp_path / "lake" / "_staging")  # the machine's disk, lost
+    repaired = tools.cli(tmp_path, "repair")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    again = tools.cli(tmp_path, "capture")
+    assert again.returncode == 0, again.stderr
+    engine = Engine.open(project)
+    try:
+        shipped = "SELECT count(*) AS n FROM shop.orders WHERE status = 'shipped'"
+        assert engine.sql(shipped).to_pylist() == [{"n": 50}]
+        (usage,) = [u for u in engine.usage() if u["dataset"] == "orders"]
+        assert (usage["mar"], usage["updates"]) == (200, 50)
+    finally:
+        engine.close()
