@@ -11,6 +11,9 @@ Every error the engine raises derives from :class:`CombinedError`::
      |    +-- SourceUnavailable      cannot reach the source (transient: retried as Attempts)
      |         +-- RetryLater        the source asked to wait past the ceiling: a later Run retries
      |    +-- AuthRejected           credentials refused (Run -> needs_auth, no retry)
+     |    +-- NeedsSnapshot          only a new snapshot mends the change stream (needs_review)
+     |    |    +-- SlotLost          a PostgreSQL replication slot missing or without its WAL
+     |    |    +-- BinlogGone        a MariaDB binlog position purged or another log's
      |    +-- SchemaMismatch         a record does not fit the declared schema (needs_review)
      |    +-- UnsupportedType        a source type has no faithful Arrow mapping
      +-- CaptureError                the capture cannot be committed as it is
@@ -127,6 +130,20 @@ class AuthRejected(SourceError):
     """The source refused the credentials: a person must act."""
 
     run_state = "needs_auth"
+
+
+class NeedsSnapshot(SourceError):
+    """Only a new snapshot mends the change stream: rows changed that it does not carry.
+
+    A change capture met what it cannot follow (a table dropped, renamed or
+    created again, a partition truncated or detached, a change logged without
+    its whole row, a slot or binlog position lost): reading on would skip or
+    misapply changes, and no retry reads them. A person takes a new snapshot
+    (``combined cdc teardown`` then ``combined cdc setup``, which the hint
+    names), perhaps after fixing what caused it: ``needs_review``, exit 3.
+    """
+
+    run_state = "needs_review"
 
 
 class SchemaMismatch(SourceError):

@@ -101,6 +101,14 @@ def lake(engine: Engine) -> list[tuple[Any, ...]]:
     return [tuple(r.values()) for r in rows]
 
 
+def resnapshot(engine: Engine, binlog: Binlog) -> None:
+    """The way out a hint names: teardown, then setup's new snapshot lands the source."""
+    cdc.teardown(engine, "db")
+    _, run = cdc.setup(engine, "db")
+    assert run.state == "succeeded", run.error
+    assert lake(engine) == binlog.source()
+
+
 #: Held shared by every test of a binlog, exclusively by one changing what all their reads
 #: meet (a global variable, the binlog files): a capture of another test running meanwhile
 #: on the other worker failed ("log_bin_compress is ON", a compressed event, a purged file).
@@ -222,16 +230,21 @@ def test_a_writer_logging_less_than_full_rows_is_refused_with_the_fix(
     """A writer session with a partial row image, or logging statements, fails the capture.
 
     Neither says what the rows hold after the change; the error names the global setting that
-    fixes it, and nothing is committed. Before this change the mariadb connector refused
-    ``strategy: cdc`` outright.
+    fixes it and the new snapshot, and nothing is committed. Only that snapshot mends the
+    change already logged: the Run ends ``needs_review`` (it ended ``failed``, and schedules
+    and followers retried it for ever, as "retry later").
     """
     engine = Engine.open(binlog.project())
     try:
         engine.capture()
         binlog.sql(f"SET SESSION {setting}", "UPDATE {t} SET qty = 7 WHERE id = 2")
         (run,) = engine.capture()
-        assert run.state == "failed"
+        assert run.state == "needs_review"  # (only a new snapshot mends it)
         assert fix in (run.error or "")
+        assert "`combined cdc teardown <source>` then `combined cdc setup <source>`" in (
+            run.error or ""
+        )
+        assert len(engine.run(run.id)["attempts"]) == 1  # not retried
         assert engine.sql("SELECT qty FROM db.items WHERE id = 2").column("qty")[0].as_py() == 2
     finally:
         engine.close()
@@ -263,7 +276,7 @@ def test_compressed_binlog_events_are_refused_never_skipped(binlog: Binlog) -> N
         assert "log_bin_compress is ON" in str(err.value)
         assert "SET GLOBAL log_bin_compress = OFF" in (err.value.hint or "")
         (run,) = engine.capture()
-        assert run.state == "failed"
+        assert run.state == "needs_review"  # (only a new snapshot mends it)
         assert "compressed event" in (run.error or "")
         assert "cdc teardown" in (run.error or "")
         assert engine.sql("SELECT count(*) AS n FROM db.items").column("n")[0].as_py() == 500
@@ -297,11 +310,7 @@ def test_a_purged_position_needs_a_new_snapshot_and_is_never_skipped(binlog: Bin
         assert engine.sql("SELECT count(*) AS n FROM db.items").column("n")[0].as_py() == 500
         (status,) = cdc.status(engine, "db")
         assert status["committed_retained"] is False and status["may_stay_down_seconds"] == 0
-
-        cdc.teardown(engine, "db")
-        _, run = cdc.setup(engine, "db")
-        assert run.state == "succeeded", run.error
-        assert lake(engine) == binlog.source()
+        resnapshot(engine, binlog)
     finally:
         engine.close()
 
@@ -584,8 +593,8 @@ def test_a_table_renamed_or_dropped_in_the_log_needs_a_new_snapshot(
 
     The table is created again under its name, so the capture meets the statement in the log;
     a drop in a list, or a rename through ALTER TABLE, counts as well. A table still gone
-    fails before the log is read. Before this change the
-    mariadb connector refused ``strategy: cdc`` outright.
+    fails before the log is read. Only a new snapshot mends it: the Run ends ``needs_review``
+    (it ended ``failed``, retried for ever by schedules and followers).
     """
     engine = Engine.open(binlog.project())
     try:
@@ -594,7 +603,7 @@ def test_a_table_renamed_or_dropped_in_the_log_needs_a_new_snapshot(
         if "gone_" not in statement:  # a new table of the same name
             binlog.sql("CREATE TABLE {t} (id BIGINT PRIMARY KEY, qty INT, note VARCHAR(40))")
         (run,) = engine.capture()
-        assert run.state == "failed"
+        assert run.state == "needs_review"  # (only a new snapshot mends it)
         assert said in (run.error or "") and "combined cdc teardown" in (run.error or "")
         assert engine.sql("SELECT count(*) AS n FROM db.items").column("n")[0].as_py() == 500
     finally:
@@ -612,7 +621,7 @@ def test_an_alter_ignore_that_deletes_duplicates_needs_a_new_snapshot(binlog: Bi
         )
         assert binlog.sql("SELECT count(*) FROM {t}") == [(498,)]
         (run,) = engine.capture()
-        assert run.state == "failed"
+        assert run.state == "needs_review"  # (only a new snapshot mends it)
         assert "duplicates deleted" in (run.error or "")
         assert "combined cdc teardown" in (run.error or "")
     finally:
@@ -802,7 +811,7 @@ def test_a_prepared_xa_transaction_is_refused_not_landed(binlog: Binlog) -> None
         )
         binlog.sql("XA ROLLBACK 'h1'")
         (run,) = engine.capture()
-        assert run.state == "failed", run.error
+        assert run.state == "needs_review", run.error
         assert "prepared XA transaction" in (run.error or "")
         assert "snapshot or cursor strategy" in (run.error or "")
         assert lake(engine) == before == binlog.source()

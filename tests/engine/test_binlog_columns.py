@@ -147,7 +147,7 @@ def test_a_change_logged_without_column_names_is_refused_naming_the_setting(
             finally:
                 binlog.sql("SET GLOBAL binlog_row_metadata = 'FULL'")
         (run,) = engine.capture()
-        assert run.state == "failed"
+        assert run.state == "needs_review"  # (only a new snapshot mends it)
         assert "logged while binlog_row_metadata was not FULL" in (run.error or "")
         assert engine.sql("SELECT qty FROM db.items WHERE id = 2").column("qty")[0].as_py() == 2
     finally:

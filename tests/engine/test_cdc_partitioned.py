@@ -16,13 +16,14 @@ import psycopg
 import pytest
 
 from combined import cdc
+from combined.catalog import Run
 from combined.connectors.abc import ReadRequest
 from combined.connectors.postgres import PostgresSource
 from combined.connectors.postgres._connect import Settings
 from combined.connectors.postgres._publication import ensure_publication
 from combined.connectors.postgres._replication import slot_status
 from combined.engine import Engine
-from combined.errors import SourceError
+from combined.errors import NeedsSnapshot, SourceError
 from combined.lake import LakeTable
 
 PROJECT = """\
@@ -219,13 +220,13 @@ def test_rows_moved_outside_the_stream_fail_the_capture(
                 conn.execute(statement)
             conn.execute("INSERT INTO m VALUES (400, 'eu', 4, 'after')")
         (run,) = engine.capture()
-        assert run.state == "failed"
+        assert run.state == "needs_review"  # (only a new snapshot mends it)
         error = run.error or ""
         assert "teardown" in error and "partition" in error
         assert len(engine.run(run.id)["attempts"]) == 1  # a person decides: no blind retry
         assert _lake(engine) == before
         (again,) = engine.capture()
-        assert again.state == "failed"  # it does not pass by being retried
+        assert again.state == "needs_review"  # it does not pass by being retried
 
         # The hint's way out: a new slot and a new snapshot.
         cdc.teardown(engine, "pg")
@@ -238,18 +239,40 @@ def test_rows_moved_outside_the_stream_fail_the_capture(
         engine.close()
 
 
-def test_a_partition_attached_while_the_capture_streams_fails_that_capture(
-    project: tuple[Path, str, str],
-) -> None:
-    root, dsn, _ = project
+def _checkpoint(root: Path) -> dict[str, Any]:
+    """Set the dataset up; its first checkpoint."""
     engine = Engine.open(root / "combined.yaml")
     try:
         cdc.setup(engine, "pg")
-        table = LakeTable(root / "lake" / "pg" / "m", "combined:pg/m").latest_commit()
-        assert table is not None
-        checkpoint = table["checkpoint"]
     finally:
         engine.close()
+    table = LakeTable(root / "lake" / "pg" / "m", "combined:pg/m").latest_commit()
+    assert table is not None
+    return dict(table["checkpoint"])
+
+
+@pytest.mark.parametrize(
+    ("statements", "said"),
+    [
+        (
+            [
+                "CREATE TABLE m_sa (id int NOT NULL, region text NOT NULL, qty int, note text)",
+                "INSERT INTO m_sa VALUES (300, 'sa', 1, 'never streamed')",
+                "ALTER TABLE m ATTACH PARTITION m_sa FOR VALUES IN ('sa')",
+            ],
+            "m_sa was attached to public.m while the capture",
+        ),
+        (["ALTER TABLE m DETACH PARTITION m_us"], "m_us was detached from or dropped"),
+    ],
+    ids=["attached", "detached"],
+)
+def test_a_partition_attached_or_detached_while_the_capture_streams_fails_it(
+    project: tuple[Path, str, str], statements: list[str], said: str
+) -> None:
+    """Only a new snapshot mends it (the detach was a plain SourceError: a Run ``failed``,
+    which schedules and followers retried for ever)."""
+    root, dsn, _ = project
+    checkpoint = _checkpoint(root)
     _run(dsn, "INSERT INTO m SELECT g, 'eu', 1, 'streamed' FROM generate_series(500, 504) g")
     source = PostgresSource({"dsn": dsn, "slot_prefix": _prefix(root)})
     request = ReadRequest(
@@ -264,17 +287,78 @@ def test_a_partition_attached_while_the_capture_streams_fails_that_capture(
     try:
         messages = iter(ext)
         next(messages)  # streaming: its end was fixed when it started
-        _run(
-            dsn,
-            "CREATE TABLE m_sa (id int NOT NULL, region text NOT NULL, qty int, note text)",
-            "INSERT INTO m_sa VALUES (300, 'sa', 1, 'never streamed')",
-            "ALTER TABLE m ATTACH PARTITION m_sa FOR VALUES IN ('sa')",
-        )
-        with pytest.raises(SourceError, match="m_sa was attached to public.m while the capture"):
+        _run(dsn, *statements)
+        with pytest.raises(NeedsSnapshot, match=said) as info:
             list(messages)
+        assert "combined cdc teardown" in (info.value.hint or "")
     finally:
         ext.finish("abort")
         source.close()
+
+
+def test_a_checkpoint_without_its_partitions_needs_a_new_snapshot(
+    project: tuple[Path, str, str],
+) -> None:
+    """Which partitions the stream covered is unknown: only a new snapshot mends it."""
+    root, dsn, _ = project
+    state = {k: v for k, v in _checkpoint(root).items() if k != "partitions"}
+    source = PostgresSource({"dsn": dsn, "slot_prefix": _prefix(root)})
+    try:
+        with pytest.raises(NeedsSnapshot, match="does not record its partitions") as info:
+            source.read(ReadRequest("m", "public.m", ("id", "region"), "cdc", state=state))
+        assert "combined cdc teardown" in (info.value.hint or "")
+    finally:
+        source.close()
+
+
+def test_a_foreign_table_attached_after_setup_needs_a_new_snapshot(
+    tmp_path: Path, cdc_db: Any
+) -> None:
+    """Logical replication carries no foreign table's changes: the Run ends ``needs_review``
+    (it ended ``failed``, retried for ever), naming the new snapshot."""
+    dsn = cdc_db.dsn
+    _run(
+        dsn,
+        "CREATE TABLE f (id int NOT NULL, region text NOT NULL) PARTITION BY LIST (region)",
+        "ALTER TABLE f REPLICA IDENTITY FULL",
+        "CREATE TABLE f_eu PARTITION OF f FOR VALUES IN ('eu')",
+        "ALTER TABLE f_eu REPLICA IDENTITY FULL",
+        "INSERT INTO f VALUES (1, 'eu')",
+    )
+    engine = _opened(tmp_path, cdc_db, "f")
+    try:
+        run = _set_up_then(
+            engine,
+            dsn,
+            "CREATE FOREIGN DATA WRAPPER combined_test_fdw",
+            "CREATE SERVER combined_test_server FOREIGN DATA WRAPPER combined_test_fdw",
+            "CREATE FOREIGN TABLE f_us PARTITION OF f FOR VALUES IN ('us') "
+            "SERVER combined_test_server",
+        )
+        assert run.state == "needs_review", run.error
+        error = run.error or ""
+        assert "f_us of public.f" in error and "is a foreign table" in error
+        assert "combined cdc teardown" in error
+        assert len(engine.run(run.id)["attempts"]) == 1  # not retried
+    finally:
+        engine.close()
+
+
+def _opened(tmp_path: Path, cdc_db: Any, table: str) -> Engine:
+    """An engine on a project capturing ``table`` (keyed on ``id``) with cdc."""
+    project = PROJECT.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix, table=table, key="[id]")
+    (tmp_path / "combined.yaml").write_text(project)
+    cdc_db.slot(f"public.{table}")
+    return Engine.open(tmp_path / "combined.yaml")
+
+
+def _set_up_then(engine: Engine, dsn: str, *statements: str) -> Run:
+    """Set the dataset up, run ``statements`` on the source, capture: that capture's Run."""
+    _, run = cdc.setup(engine, "pg")
+    assert run.state == "succeeded", run.error
+    _run(dsn, *statements)
+    (run,) = engine.capture()
+    return run
 
 
 def _prefix(root: Path) -> str:
@@ -298,7 +382,7 @@ def test_a_publication_made_through_the_root_is_switched_or_refused(
         _run(dsn, f"ALTER PUBLICATION {slot} SET (publish_via_partition_root = true)")
         _run(dsn, "TRUNCATE m_eu")
         (run,) = engine.capture()
-        assert run.state == "failed"
+        assert run.state == "needs_review"  # (only a new snapshot mends it)
         assert "publish_via_partition_root = false" in (run.error or "")
     finally:
         engine.close()
@@ -346,10 +430,7 @@ def test_an_inheritance_parent_is_refused_for_cdc(tmp_path: Path, cdc_db: Any) -
         "CREATE TABLE plants (id int PRIMARY KEY, name text)",
         "INSERT INTO plants VALUES (1, 'fern')",
     )
-    project = PROJECT.format(dsn=dsn, prefix=cdc_db.prefix, table="animals", key="[id]")
-    (tmp_path / "combined.yaml").write_text(project)
-    cdc_db.slot("public.animals")
-    engine = Engine.open(tmp_path / "combined.yaml")
+    engine = _opened(tmp_path, cdc_db, "animals")
     try:
         with pytest.raises(SourceError, match="public.animals has inheritance children"):
             cdc.setup(engine, "pg")
@@ -360,18 +441,14 @@ def test_an_inheritance_parent_is_refused_for_cdc(tmp_path: Path, cdc_db: Any) -
         engine.close()
 
     # A table that gains a child after setup fails its next capture.
-    (tmp_path / "combined.yaml").write_text(project.replace("animals", "plants"))
-    cdc_db.slot("public.plants")
-    engine = Engine.open(tmp_path / "combined.yaml")
+    engine = _opened(tmp_path, cdc_db, "plants")
     try:
-        _, run = cdc.setup(engine, "pg")
-        assert run.state == "succeeded", run.error
-        _run(
+        run = _set_up_then(
+            engine,
             dsn,
             "CREATE TABLE trees (height int) INHERITS (plants)",
             "INSERT INTO trees VALUES (2, 'oak', 30)",
         )
-        (run,) = engine.capture()
         assert run.state == "failed"
         assert "gained inheritance children since the last capture (public.trees)" in (
             run.error or ""

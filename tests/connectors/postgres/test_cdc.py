@@ -46,6 +46,7 @@ from combined.connectors.postgres._pgoutput import (
     text_to_arrow,
 )
 from combined.errors import (
+    NeedsSnapshot,
     ProtocolViolation,
     SchemaMismatch,
     SourceError,
@@ -418,7 +419,7 @@ def test_a_table_dropped_and_created_again_fails_the_capture() -> None:
     asm.feed(TXN)
     asm.feed(T_REL)
     again = Relation(T_REL.oid + 1, T_REL.namespace, T_REL.name, "d", T_REL.columns)
-    with pytest.raises(SourceError, match="dropped and created again") as err:
+    with pytest.raises(NeedsSnapshot, match="dropped and created again") as err:
         asm.feed(again)
     assert "teardown" in (err.value.hint or "")
 

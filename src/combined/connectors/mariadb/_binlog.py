@@ -35,7 +35,8 @@ Statements in the log that touch the table:
 - ``DROP TABLE``, ``RENAME TABLE`` or ``CREATE OR REPLACE TABLE`` naming it,
   or an ``ALTER TABLE`` that renames it or truncates, drops, exchanges or
   converts a partition (or discards or imports a tablespace), fails the
-  read: rows left or moved without a row event (take a new snapshot).
+  read: rows left or moved without a row event (:class:`~combined.errors.NeedsSnapshot`:
+  the Run ends ``needs_review`` until a person takes a new snapshot).
   Statements are read without their comments (:mod:`~._binlog_ddl`);
 - ``ALTER TABLE`` goes by: the row images name their columns, and the
   engine's drift rules judge the columns the capture saw; one that adds a
@@ -107,7 +108,13 @@ from combined.connectors.mariadb._connect import (
     stream_connection,
 )
 from combined.connectors.mariadb._types import ColumnPlan, SourceColumn, holds
-from combined.errors import CombinedError, NotFoundError, SourceError, SourceUnavailable
+from combined.errors import (
+    CombinedError,
+    NeedsSnapshot,
+    NotFoundError,
+    SourceError,
+    SourceUnavailable,
+)
 from combined.protocol import (
     OP_COLUMN,
     ExtractionAuthority,
@@ -159,7 +166,7 @@ def _refuse_prepared_xa(name: str, here: str) -> None:
     transactions or in a later capture. Read as they came, a rolled-back
     transaction's rows landed in the lake.
     """
-    raise SourceError(
+    raise NeedsSnapshot(
         f"the binary log holds a change of {name} at {here} made by a prepared XA transaction "
         "(XA START ... XA PREPARE): its rows are logged before it commits or rolls back, so "
         "they may never have happened",
@@ -172,7 +179,7 @@ def _refuse_prepared_xa(name: str, here: str) -> None:
 def _refuse_compressed(event_type: int, name: str, here: str) -> None:
     """Fail the read at a compressed event: its changes would otherwise be skipped unseen."""
     if event_type in _COMPRESSED_EVENTS:
-        raise SourceError(
+        raise NeedsSnapshot(
             f"the binary log holds a compressed event at {here} (log_bin_compress=ON), which "
             f"the read of {name} cannot decode: its changes would be lost",
             hint=f"SET GLOBAL log_bin_compress = OFF on the server, then {RESNAPSHOT}",
@@ -270,7 +277,7 @@ class BinlogExtraction(SessionRead[Session]):
         try:
             rel = catalog.find_relation(session, request.relation, self._settings.database)
         except NotFoundError as exc:
-            raise SourceError(
+            raise NeedsSnapshot(
                 f"{exc.message}: the table of cdc dataset {request.dataset} was dropped or "
                 "renamed since the last capture, and its changes cannot be followed",
                 hint=f"once the table exists again, take a new snapshot: {RESNAPSHOT}",
@@ -671,7 +678,7 @@ class BinlogExtraction(SessionRead[Session]):
         ddl = table_statement(text)
         if ddl is None:
             if _DML.match(text) and re.search(rf"\b{re.escape(rel.table)}\b", text):
-                raise SourceError(
+                raise NeedsSnapshot(
                     f"a statement changing {rel.database}.{rel.table} was logged as a statement, "
                     "not as rows (binlog_format other than ROW in the writing session): "
                     "its rows cannot be known",
@@ -691,7 +698,7 @@ class BinlogExtraction(SessionRead[Session]):
             what = {"drop": "dropped", "rename": "renamed"}.get(verb) or (
                 f"altered ({moved})" if moved else "replaced (CREATE OR REPLACE TABLE)"
             )
-            raise SourceError(
+            raise NeedsSnapshot(
                 f"table {rel.database}.{rel.table} was {what} since the last capture: rows "
                 "left or moved without a change in the binlog, and the lake cannot follow",
                 hint=f"take a new snapshot: {RESNAPSHOT}",

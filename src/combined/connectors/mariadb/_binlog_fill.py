@@ -47,7 +47,7 @@ from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._binlog_anchor import TableLock, pins_snapshots
 from combined.connectors.mariadb._binlog_setup import RESNAPSHOT
 from combined.connectors.mariadb._connect import Session, Settings, quote_ident
-from combined.errors import SourceError
+from combined.errors import NeedsSnapshot
 from combined.protocol import RecordBatchMessage
 
 __all__ = ["Added", "ColumnFill", "added_columns", "clauses", "left_columns"]
@@ -198,8 +198,8 @@ def _redefined(bare: str) -> list[str]:
 _INTEGERS = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})
 
 
-def _refuse(relation: str, why: str, hint: str) -> SourceError:
-    return SourceError(
+def _refuse(relation: str, why: str, hint: str) -> NeedsSnapshot:
+    return NeedsSnapshot(
         f"table {relation} was altered since the last capture with a column the rows present "
         f"took a value in without a change in the binlog, and {why}",
         hint=hint,

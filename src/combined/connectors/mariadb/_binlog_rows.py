@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from combined.connectors.mariadb._binlog_setup import RESNAPSHOT
 from combined.connectors.mariadb._connect import ZeroDates
 from combined.connectors.mariadb._types import ColumnPlan, Layout
-from combined.errors import SchemaMismatch, SourceError
+from combined.errors import NeedsSnapshot, SchemaMismatch
 from combined.protocol import EMITTED_AT_COLUMN, OP_COLUMN, POSITION_COLUMN
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ _MICROSECOND = timedelta(microseconds=1)
 _ROW_IMAGE_FIX = (
     "SET GLOBAL binlog_row_image = 'FULL' on the server and set binlog_row_image=FULL in its "
     "configuration file; sessions opened before the change keep the old value, so reconnect "
-    "the writers, then take a new snapshot: `combined cdc teardown` then `combined cdc setup`"
+    f"the writers, then take a new snapshot: {RESNAPSHOT}"
 )
 
 
@@ -142,13 +143,13 @@ def require_full_image(event: Any, relation: str) -> None:
     """
     table = event.table_map.get(event.table_id)
     if table is not None and any(c.name is None for c in table.columns):
-        raise SourceError(
+        raise NeedsSnapshot(
             f"the binlog holds a change of {relation} logged while binlog_row_metadata was not "
             "FULL: its table map names no columns, so its values cannot be matched to "
             "columns faithfully",
             hint="SET GLOBAL binlog_row_metadata = 'FULL' on the server and set "
             "binlog_row_metadata=FULL in its configuration file, then take a new snapshot: "
-            "`combined cdc teardown` then `combined cdc setup`",
+            f"{RESNAPSHOT}",
             relation=relation,
         )
     total = int(event.number_of_columns)
@@ -158,7 +159,7 @@ def require_full_image(event: Any, relation: str) -> None:
     for bitmap in images:
         present = bin(int.from_bytes(bytes(bitmap), "little")).count("1")
         if present < total:
-            raise SourceError(
+            raise NeedsSnapshot(
                 f"the binlog holds a partial row image of {relation} ({present} of {total} "
                 "columns): the server or the writing session has binlog_row_image other "
                 "than FULL, so the change cannot be applied faithfully",
@@ -238,10 +239,10 @@ class ChangeRows:
         kept = [self._plans[n] for n in names if n in self._plans]
         missing = [k for k in self._key if k not in {p.name for p in kept}]
         if missing:
-            raise SourceError(
+            raise NeedsSnapshot(
                 f"a binlog row image of dataset {self._dataset} lacks key column {missing[0]!r}",
-                hint="the key must be a column of the table; fix `key:` and take a new "
-                "snapshot (`combined cdc teardown` then `combined cdc setup`)",
+                hint="the key must be a column of the table; fix `key:`, then take a new "
+                f"snapshot: {RESNAPSHOT}",
             )
         return Layout.of(kept)
 

@@ -37,7 +37,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from combined.connectors.mariadb._connect import Session
-from combined.errors import CombinedError, ConfigError, ProtocolViolation, SourceError
+from combined.errors import (
+    CombinedError,
+    ConfigError,
+    NeedsSnapshot,
+    ProtocolViolation,
+    SourceError,
+)
 
 #: The command pair that takes a new snapshot after a gap.
 RESNAPSHOT = (
@@ -54,14 +60,12 @@ class GrantsMissing(ConfigError):
     run_state = "needs_auth"
 
 
-class BinlogGone(SourceError):
+class BinlogGone(NeedsSnapshot):
     """The server no longer holds the binlog position the lake's checkpoint names (or holds
     another log under its name).
 
     No retry can succeed: a person takes a new snapshot (``needs_review``).
     """
-
-    run_state = "needs_review"
 
 
 @dataclass(frozen=True, slots=True)

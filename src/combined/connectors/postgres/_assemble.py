@@ -39,7 +39,7 @@ from combined.connectors.postgres._pgoutput import (
     lsn_to_text,
 )
 from combined.connectors.postgres._tree import Tree, precedes
-from combined.errors import ProtocolViolation, SchemaMismatch, SourceError
+from combined.errors import NeedsSnapshot, ProtocolViolation, SchemaMismatch, SourceError
 from combined.protocol import Message, RecordBatchMessage, StateMessage
 
 __all__ = ["_Assembler"]
@@ -158,7 +158,7 @@ def _check_key_types(
             continue
         if any(old[0] in f and now[0] in f for f in _KEY_FAMILIES):
             continue
-        raise SourceError(
+        raise NeedsSnapshot(
             f"key column {name!r} of {t.relation} changed type (oid {old[0]} to "
             f"{now[0]}): its rows' identities changed with no change in the stream",
             hint="run `combined cdc teardown` then `combined cdc setup` for the source: a new "
@@ -420,7 +420,7 @@ class _Assembler:
         if t.oid is not None and t.oid != msg.oid:
             # The table was dropped and created again: its old rows were never
             # deleted, and the new one's may have been published only later.
-            raise SourceError(
+            raise NeedsSnapshot(
                 f"captured table {t.relation!r} was dropped and created again",
                 hint="run `combined cdc teardown` then `combined cdc setup` for the source: "
                 "a new slot and a new snapshot close the gap",
@@ -651,7 +651,7 @@ class _Assembler:
         }
         missing = (required | set(t.leaves)) - truncated
         if missing:
-            raise SourceError(
+            raise NeedsSnapshot(
                 f"a partition of captured table {t.relation!r} was truncated on its own: "
                 "the lake cannot tell its rows from the other partitions'",
                 hint="run `combined cdc teardown` then `combined cdc setup` for the source: "

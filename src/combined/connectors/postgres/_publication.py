@@ -32,7 +32,7 @@ from combined.connectors.postgres._tree import (
     check_publishable,
     read_tree,
 )
-from combined.errors import ConfigError, NotFoundError, SourceError
+from combined.errors import ConfigError, NeedsSnapshot, NotFoundError, SourceError
 
 __all__ = [
     "Publication",
@@ -250,7 +250,7 @@ def _check_publishable(conn: psycopg.Connection[Any], table: str) -> Tree:
 
 
 def require_published(settings: Settings, name: str, table: str) -> None:
-    """Raise :class:`SourceError` unless publication ``name`` still publishes ``table``.
+    """Raise :class:`NeedsSnapshot` unless publication ``name`` still publishes ``table``.
 
     The slot streams only the tables its publication covers: a table dropped
     (and perhaps created again), or taken out of the publication, sends no
@@ -271,7 +271,7 @@ def require_published(settings: Settings, name: str, table: str) -> None:
         ).fetchone()
         covered = row is not None and (schema, relation) in _published_tables(conn, name)
     if row is None:
-        raise SourceError(
+        raise NeedsSnapshot(
             f"publication {name!r} of the captured table {table!r} does not exist: "
             "the slot streams none of its changes",
             hint=RECOVER_HINT,
@@ -279,21 +279,21 @@ def require_published(settings: Settings, name: str, table: str) -> None:
         )
     every_kind, via_root, partitioned = row
     if not covered:
-        raise SourceError(
+        raise NeedsSnapshot(
             f"publication {name!r} no longer publishes {table!r} (the table was dropped, "
             "renamed or removed from the publication): changes since then were not streamed",
             hint=RECOVER_HINT,
             publication=name,
         )
     if not every_kind:
-        raise SourceError(
+        raise NeedsSnapshot(
             f"publication {name!r} no longer publishes every kind of change of {table!r}",
             hint=f"ALTER PUBLICATION {name} SET (publish = 'insert, update, delete, truncate'), "
             f"then {RECOVER_HINT}",
             publication=name,
         )
     if via_root and partitioned:
-        raise SourceError(
+        raise NeedsSnapshot(
             _VIA_ROOT.format(name=name),
             hint=f"{_via_root_hint(name)}, then {RECOVER_HINT}",
             publication=name,

@@ -60,6 +60,7 @@ from combined.errors import (
     AuthRejected,
     CombinedError,
     ConfigError,
+    NeedsSnapshot,
     SourceError,
     SourceUnavailable,
 )
@@ -99,14 +100,12 @@ RECOVER_HINT = (
 )
 
 
-class SlotLost(SourceError):
+class SlotLost(NeedsSnapshot):
     """The replication slot is missing or lost its WAL: changes may be gone.
 
     Never resumed silently: recovery is a new slot and a new snapshot, which a
     person takes (``needs_review``: no retry can succeed).
     """
-
-    run_state = "needs_review"
 
 
 @dataclass(frozen=True, slots=True)
@@ -766,7 +765,7 @@ class ReplicationStream:
         else:
             if not _publication_exists(self._settings, self.publication):
                 # Dropped while streaming: no attempt can stream its tables again.
-                return SourceError(
+                return NeedsSnapshot(
                     f"publication {self.publication!r} was dropped while its slot streamed: "
                     "the slot streams none of its tables' changes",
                     hint=RECOVER_HINT,

@@ -55,7 +55,7 @@ from combined.connectors.postgres._replication import (
     require_slot,
 )
 from combined.connectors.postgres._tree import Tree, read_tree
-from combined.errors import ConfigError, SchemaMismatch, SourceError
+from combined.errors import ConfigError, NeedsSnapshot, SchemaMismatch, SourceError
 from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome
 
 
@@ -148,7 +148,7 @@ def _resumable_tree(settings: Settings, request: ReadRequest, name: str) -> Tree
     )
     oid = tree.oid if tree is not None else None
     if relid is not None and oid != int(relid):
-        raise SourceError(
+        raise NeedsSnapshot(
             f"captured table {qualified(request.relation)!r} was dropped and created again "
             f"since the last capture (slot {name}): the lake holds the old table's rows, and "
             "the new one's changes before it was published again were never streamed",

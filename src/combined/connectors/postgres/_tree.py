@@ -37,7 +37,7 @@ from psycopg import sql
 
 from combined.connectors.postgres._catalog import relation_name
 from combined.connectors.postgres._replication import RECOVER_HINT
-from combined.errors import SourceError
+from combined.errors import NeedsSnapshot, SourceError
 
 __all__ = ["Link", "Rows", "Tree", "check_links", "check_publishable", "precedes", "read_tree"]
 
@@ -233,7 +233,7 @@ def check_links(
         _refuse_children(tree, when)
         return
     if before is None:
-        raise SourceError(
+        raise NeedsSnapshot(
             f"the checkpoint of partitioned table {tree.name} does not record its partitions",
             hint=RECOVER_HINT,
             relation=tree.name,
@@ -258,7 +258,7 @@ def _refuse_gone(rows: Rows, tree: Tree, gone: list[tuple[int, int]], when: str)
         if again is not None
         else f"partition {_describe(rows, child)} was detached from or dropped out of {tree.name}"
     )
-    raise SourceError(
+    raise NeedsSnapshot(
         f"{what} {when}: its rows left the table without a change in the stream, "
         "so the lake still holds them",
         hint=RECOVER_HINT,
@@ -271,7 +271,7 @@ def _refuse_unstreamed(rows: Rows, tree: Tree, streamed: Iterable[int], when: st
     leaves = tree.leaves
     for oid in streamed:
         if oid not in leaves:
-            raise SourceError(
+            raise NeedsSnapshot(
                 f"partition {_describe(rows, oid)} was detached from or dropped out of "
                 f"{tree.name} {when}: its rows left the table without a change in the stream",
                 hint=RECOVER_HINT,
@@ -284,7 +284,7 @@ def _check_added(rows: Rows, tree: Tree, link: Link, added: dict[int, Link], whe
     if link.kind == "p":
         return  # a partitioned partition holds no rows: its leaves are judged
     if link.kind == "f":
-        raise SourceError(
+        raise NeedsSnapshot(
             f"partition {link.name} of {tree.name}, attached {when}, is a foreign table, "
             "whose changes logical replication does not carry",
             hint=f"{RECOVER_HINT}, or capture {tree.name} with strategy snapshot or cursor",
@@ -294,7 +294,7 @@ def _check_added(rows: Rows, tree: Tree, link: Link, added: dict[int, Link], whe
     node: Link | None = link
     while node is not None and node.child in added:
         if not node.made_with_table or _rows_before_link(rows, link, node):
-            raise SourceError(
+            raise NeedsSnapshot(
                 f"partition {node.name} was attached to {tree.name} {when}: the rows "
                 "it held then were never in the change stream",
                 hint=f"{RECOVER_HINT}; create partitions with CREATE TABLE ... PARTITION OF "
