@@ -450,7 +450,8 @@ def test_a_capture_of_no_change_between_a_drop_and_the_next_change_judges_nothin
     """A capture that read no change (as `cdc follow` runs them) recorded the source's
     columns as they were after the ALTER, though it judged none: the next change's
     capture took the dropped column for one judged before, and succeeded with the
-    column null in the changed rows only (drop: fail by default), silently."""
+    column null in the changed rows only (drop: fail by default), silently. (The
+    capture of no change judges the drop itself now: the source shows it.)"""
     engine = _changed_rows(
         tmp_path,
         pg_database,
@@ -461,7 +462,9 @@ def test_a_capture_of_no_change_between_a_drop_and_the_next_change_judges_nothin
     try:
         _capture(engine)
         _sql(pg_database, "ALTER TABLE dx DROP COLUMN d")
-        _capture(engine)  # no change of the table yet
+        (quiet,) = engine.capture()  # no change of the table yet
+        assert quiet.state == "needs_review" and quiet.error is not None, quiet.stats
+        assert "drop on field 'd'" in quiet.error
         _sql(pg_database, "UPDATE dx SET u = 7 WHERE id = 1")
         (run,) = engine.capture()
         assert run.state == "needs_review" and run.error is not None, run.stats

@@ -60,6 +60,25 @@ def _judged(name: str, before: Mapping[str, str] | None, now: Mapping[str, str] 
     return name not in before and name not in now
 
 
+def _dropped_since(
+    old: Mapping[str, object],
+    new: Mapping[str, object],
+    before: Mapping[str, str] | None,
+    now: Mapping[str, str] | None,
+) -> list[str]:
+    """Lake columns the source dropped since the last commit, though this capture's rows
+    still hold them (changes a change stream logged before the drop).
+
+    Judged now, or never: the next capture's read lacks them, and the last
+    commit (this one) recorded the source's columns without them
+    (:func:`_judged`), so a binlog's ``DROP COLUMN`` read after changes
+    passed ``drop: fail`` unjudged.
+    """
+    if not before or not now:
+        return []
+    return [n for n in old if n in new and n in before and n not in now]
+
+
 def classify(
     plan: DatasetPlan,
     committed: pa.Schema | None,
@@ -84,6 +103,8 @@ def classify(
         events.append({"class": "rename", "field": name, "from": was, "type": str(new[name])})
         added.remove(name)
         gone.remove(was)
+    # (no rename: the rows hold the column still, as they did before this change)
+    gone += _dropped_since(old, new, before, now)
     for name in added:
         events.append({"class": "new_field", "field": name, "type": str(new[name])})
     for name in gone:
