@@ -155,6 +155,66 @@ def test_a_lost_slot_fails_loudly_and_never_resumes_with_a_gap(
         engine.close()
 
 
+def test_a_slot_made_again_past_the_lake_is_refused_not_streamed_with_a_gap(
+    cdc_project: tuple[Path, str, str],
+) -> None:
+    """The slot dropped, then made again under its name by someone (at the WAL's
+    position then): the capture succeeded from there, the changes between lost for
+    good (found by a PostgreSQL CDC review). The slot is confirmed only up to what
+    the lake committed: one past it was read by another."""
+    root, dsn, slot = cdc_project
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        engine.capture()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM items WHERE id = 1")
+        drop_slot(Settings(dsn), slot)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+            conn.execute("UPDATE items SET qty = -2 WHERE id = 2")
+        (run,) = engine.capture()
+        assert run.state == "needs_review", run.error
+        assert "past 'items''s checkpoint in the lake" in (run.error or "")
+        assert "teardown" in (run.error or "")
+        assert engine.sql("SELECT count(*) AS n FROM pg.items").column("n")[0].as_py() == 500
+    finally:
+        engine.close()
+
+
+def _captured_alone(root: Path) -> tuple[str, str | None]:
+    """One capture in an engine of its own: its state and error."""
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        return run.state, run.error
+    finally:
+        engine.close()
+
+
+def test_a_lake_restored_from_an_older_backup_is_refused_not_streamed_with_a_gap(
+    cdc_project: tuple[Path, str, str],
+) -> None:
+    """The project (its lake and catalog) restored from a copy older than the slot's
+    position: the capture streamed from the slot's position, and the lake never got
+    the changes between (row 1 kept though deleted)."""
+    import shutil
+
+    root, dsn, _ = cdc_project
+    assert _captured_alone(root)[0] == "succeeded"
+    backup = root.parent / f"{root.name}-backup"
+    shutil.copytree(root, backup)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM items WHERE id = 1")
+    assert _captured_alone(root)[0] == "succeeded"
+    shutil.rmtree(root)
+    shutil.copytree(backup, root)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE items SET qty = -2 WHERE id = 2")
+    state, error = _captured_alone(root)
+    assert state == "needs_review", error
+    assert "restored from an older backup" in (error or "")
+
+
 def test_a_column_added_mid_stream_evolves_and_is_recorded(
     cdc_project: tuple[Path, str, str],
 ) -> None:

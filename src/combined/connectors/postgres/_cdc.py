@@ -80,7 +80,9 @@ from combined.connectors.postgres._pgoutput import (
 from combined.connectors.postgres._publication import partition_ancestors, verify_tree
 from combined.connectors.postgres._replication import (
     END_PREFIX,
+    RECOVER_HINT,
     ReplicationStream,
+    SlotLost,
     advance_slot,
     current_wal_lsn,
     emit_end_marker,
@@ -328,6 +330,7 @@ class CdcExtraction(BaseExtraction):
     def _open(self) -> tuple[_Assembler, ReplicationStream, _Pace]:
         """Check the slot, resolve the run's end and start streaming from the lowest start."""
         status = require_slot(self._settings, self.slot)
+        self._require_behind(status.confirmed_flush_lsn or 0)
         # PostgreSQL before 17 lets a lower flush move the slot back: never send one.
         self._confirmed = max(self._confirmed, status.confirmed_flush_lsn or 0)
         end = self._end
@@ -349,6 +352,28 @@ class CdcExtraction(BaseExtraction):
             extra_options=() if self._token is None else (("messages", "true"),),
         )
         return asm, stream, _Pace(time.monotonic(), None if end is None else _lsn(end))
+
+    def _require_behind(self, confirmed: int) -> None:
+        """Raise :class:`SlotLost` when the slot was confirmed past a dataset's start.
+
+        The slot is confirmed only up to what the lake committed, so it
+        never stands past the lake's checkpoint; one that does was read
+        by another (a slot made again under its name, the lake restored
+        from an older backup, another tool consuming it), and the server
+        streams from the slot's position: the changes between are gone,
+        and capturing on lost them silently.
+        """
+        for dataset, start in self._starts.items():
+            if confirmed > start:
+                raise SlotLost(
+                    f"replication slot {self.slot!r} was confirmed up to "
+                    f"{lsn_to_text(confirmed)}, past {dataset!r}'s checkpoint in the lake "
+                    f"({lsn_to_text(start)}): the changes between were consumed by another "
+                    "reader (the slot made again, the lake restored from an older backup, "
+                    "or another tool reading the slot) and the server no longer sends them",
+                    hint=RECOVER_HINT,
+                    slot=self.slot,
+                )
 
     def _is_marker(self, msg: LogicalMessage) -> bool:
         """Whether ``msg`` is one of this run's end markers (not another run's or tool's)."""
