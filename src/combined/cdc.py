@@ -70,6 +70,18 @@ def status(engine: Engine, source: str) -> list[dict[str, Any]]:
         conn.close()
 
 
+def undeclared(engine: Engine, source: str) -> list[dict[str, Any]]:
+    """The source's streams no declared dataset owns (a PostgreSQL slot a dataset removed
+    from the project left, holding the server's WAL back); none where a source has none."""
+    datasets = cdc_datasets(engine, source)
+    conn = _change_source(engine, source)
+    try:
+        listed = getattr(conn, "cdc_undeclared", None)
+        return [] if listed is None else list(listed([relation for _, relation in datasets]))
+    finally:
+        conn.close()
+
+
 def teardown(engine: Engine, source: str) -> list[str]:
     """Drop slots and publications and void the checkpoints (the next capture re-snapshots)."""
     datasets = cdc_datasets(engine, source)

@@ -99,6 +99,35 @@ def test_setup_status_teardown_and_resnapshot(project: tuple[Path, str, str], to
     assert _lake(root) == _source(dsn)
 
 
+def test_status_tells_the_slot_a_dataset_removed_from_the_project_left(
+    project: tuple[Path, str, str], tools, cdc_db
+) -> None:
+    """Removed from combined.yaml, a cdc dataset's slot stayed on the server holding its
+    WAL back for ever, and no command said so (found by a PostgreSQL CDC review)."""
+    root, dsn, slot = project
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE gone (id bigint PRIMARY KEY)")
+    path = root / "combined.yaml"
+    declared = path.read_text()
+    path.write_text(
+        declared + "      gone:\n        relation: public.gone\n"
+        "        key: [id]\n        strategy: cdc\n"
+    )
+    assert tools.cli(root, "cdc", "setup", "pg").returncode == 0
+    left = cdc_db.slot("public.gone")
+    assert slot_status(Settings(dsn), left).exists
+    status = tools.cli(root, "cdc", "status", "pg")
+    assert status.returncode == 0 and left not in status.stderr, status.stderr
+    path.write_text(declared)  # the dataset removed from the project
+    status = tools.cli(root, "cdc", "status", "pg")
+    assert status.returncode == 0, status.stderr
+    told = " ".join(status.stderr.split())
+    assert f"slot {left} is named with this source's slot_prefix but no declared" in told
+    assert f"SELECT pg_drop_replication_slot('{left}')" in told
+    assert slot not in told and slot in status.stdout  # the declared one is in the table
+    assert slot_status(Settings(dsn), left).exists  # told, never dropped
+
+
 @pytest.mark.parametrize("recycle_mb", ["0", "1"])
 def test_follow_publishes_each_iteration(
     project: tuple[Path, str, str], tools, recycle_mb: str

@@ -64,12 +64,16 @@ def cdc_status(
 
     PostgreSQL: the slot's confirmed LSN, lag in bytes and time, WAL status.
     MariaDB/MySQL: the committed binlog position, the server's current and oldest
-    binlog, the retention and how long the consumer may stay down.
+    binlog, the retention and how long the consumer may stay down. A PostgreSQL slot
+    named with the source's slot_prefix that no declared dataset owns (a dataset
+    removed from the project) is told on standard error, with the statements that
+    drop it; it is never dropped.
     """
     from combined import cdc
 
     with _session(project) as engine:
         rows = cdc.status(engine, source)
+        left = cdc.undeclared(engine, source)
     if rows and "slot" not in rows[0]:
         _binlog_status(rows)
         return
@@ -86,6 +90,23 @@ def cdc_status(
             str(r.get("wal_status") or "-"),
         )
     print_table(t)
+    for r in left:
+        _undeclared(r)
+
+
+def _undeclared(r: dict[str, Any]) -> None:
+    """Tell a slot named with the source's prefix that no declared dataset owns."""
+    held = r.get("retained_bytes")
+    keeps = "" if held is None else f", holding back {held} bytes of WAL"
+    err.print(
+        f"slot {r['slot']} is named with this source's slot_prefix but no declared dataset "
+        f"owns it ({'active' if r.get('active') else 'inactive'}{keeps}): a dataset removed "
+        "from the project leaves its slot, and the server keeps its WAL until it is dropped. "
+        "If no project uses it, drop it: "
+        f"SELECT pg_drop_replication_slot('{r['slot']}'); DROP PUBLICATION IF EXISTS "
+        f"{r['slot']};",
+        highlight=False,
+    )
 
 
 def _binlog_status(rows: list[dict[str, Any]]) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from psycopg import sql
@@ -58,3 +59,41 @@ def wal_retention(settings: Settings) -> dict[str, Any]:
         "rate_since": str(reset),
         "query": RETENTION_QUERY,
     }
+
+
+#: The database's pgoutput slots whose names start as a prefix's do, and the WAL each
+#: holds back (bytes from its restart position to the server's current one).
+_PREFIXED_SLOTS = """
+SELECT s.slot_name::text, s.active, s.wal_status,
+       pg_wal_lsn_diff(w.lsn, s.restart_lsn)::bigint
+FROM pg_replication_slots s,
+     LATERAL (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn()
+                          ELSE pg_current_wal_lsn() END AS lsn) w
+WHERE s.database = current_database() AND s.plugin = 'pgoutput'
+  AND starts_with(s.slot_name::text, {})
+ORDER BY 1
+"""
+
+
+def undeclared_slots(
+    settings: Settings, prefix: str, declared: Collection[str]
+) -> list[dict[str, Any]]:
+    """Slots of this database named with ``prefix`` that are none of ``declared``.
+
+    A cdc dataset removed from the project leaves its slot, which keeps the
+    server's WAL from being recycled until someone drops it; nothing else
+    tells. (Another project sharing the prefix on this database has its
+    slots here too: they are reported, never dropped.)
+    """
+    readable = re.sub(r"[^a-z0-9_]", "_", prefix.lower()) + "_"
+    query = sql.SQL(_PREFIXED_SLOTS).format(sql.Literal(readable))
+    session = Session(settings)
+    try:
+        rows = session.rows(query, "listing the database's replication slots")
+    finally:
+        session.close()
+    return [
+        {"slot": str(name), "active": bool(active), "wal_status": status, "retained_bytes": held}
+        for name, active, status, held in rows
+        if name not in declared
+    ]

@@ -287,6 +287,14 @@ class PostgresSource(BaseSource):
         status = slot_status(self.settings, name)
         return {"committed_lsn": (committed or {}).get("lsn"), "slot": name, **status.to_json()}
 
+    def cdc_undeclared(self, relations: Sequence[str]) -> list[dict[str, Any]]:
+        """Slots named with this source's prefix that no dataset of ``relations`` owns."""
+        from combined.connectors.postgres._evidence import undeclared_slots
+        from combined.connectors.postgres._stitch import slot_name
+
+        owned = {slot_name(self.slot_prefix, r) for r in relations}
+        return undeclared_slots(self.settings, self.slot_prefix, owned)
+
     def cdc_teardown(self, relation: str) -> str:
         """Drop the relation's slot and publication (WAL is no longer retained for it)."""
         from combined.connectors.postgres._publication import drop_publication
