@@ -347,6 +347,40 @@ def test_two_cdc_datasets_of_one_table_are_refused_before_any_slot(
     assert found == (0,)
 
 
+def test_a_publication_narrowed_by_a_row_filter_is_refused_at_setup_and_at_capture(
+    project: tuple[Path, str, str], tools
+) -> None:
+    """Setup said "verified", then each row updated out of the filter came as a
+    delete and left the lake while the source still held it."""
+    root, dsn, slot = project
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if conn.info.server_version < 150000:
+            pytest.skip("row filters came with PostgreSQL 15")
+        conn.execute(f"CREATE PUBLICATION {slot} FOR TABLE items WHERE (qty > 10)")
+    refused = tools.cli(root, "cdc", "setup", "pg")
+    text = " ".join((refused.stdout + refused.stderr).split())
+    assert refused.returncode != 0 and "public.items with a row filter" in text, text
+    assert f"ALTER PUBLICATION {slot} SET TABLE public.items" in text
+    assert not slot_status(Settings(dsn), slot).exists
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"ALTER PUBLICATION {slot} SET TABLE items")
+    setup = tools.cli(root, "cdc", "setup", "pg")
+    assert setup.returncode == 0 and "succeeded" in setup.stdout, setup.stderr
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE items REPLICA IDENTITY FULL")  # (a filter on qty needs it)
+        conn.execute(f"ALTER PUBLICATION {slot} SET TABLE items WHERE (qty > 10)")
+        conn.execute("UPDATE items SET qty = 5 WHERE id = 20")
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "needs_review", run.error
+        assert "with a row filter" in (run.error or "") and "new snapshot" in (run.error or "")
+    finally:
+        engine.close()
+    assert (20, 20, "n20") in _lake(root)  # (the stream's delete was not applied)
+
+
 @pytest.mark.parametrize("recycle_mb", ["0", "1"])
 def test_follow_goes_on_after_a_failed_run_and_says_so_when_it_ends(
     project: tuple[Path, str, str], tools, recycle_mb: str

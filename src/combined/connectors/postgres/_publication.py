@@ -80,7 +80,8 @@ def ensure_publication(
     own oid (see :mod:`~combined.connectors.postgres._tree`); each of its
     partitions then needs a replica identity. An inheritance parent is
     refused (its stream lacks its children's changes). An existing
-    publication must publish inserts, updates, deletes and truncates; tables
+    publication must publish inserts, updates, deletes and truncates, and
+    publish the tables whole (no row filter, no column list); tables
     it lacks are added, and a partitioned table's publication switched off
     ``publish_via_partition_root``, only with ``add_missing`` (a table added
     to a live slot has no snapshot: rerun setup to take one).
@@ -116,6 +117,10 @@ def ensure_publication(
             )
         if not all_tables:
             _add_missing_tables(conn, name, wanted, add_missing)
+        for table in wanted:
+            narrowed = _narrowed(conn, name, table)
+            if narrowed:
+                raise SourceError(narrowed, hint=_narrowed_hint(name, table))
         return Publication(name, wanted, created=False)
 
 
@@ -163,6 +168,53 @@ _VIA_ROOT = (
 
 def _via_root_hint(name: str) -> str:
     return f"ALTER PUBLICATION {name} SET (publish_via_partition_root = false)"
+
+
+def _narrowed(conn: psycopg.Connection[Any], name: str, table: str) -> str | None:
+    """What narrows publication ``name``'s stream of ``table``: a row filter, a column list.
+
+    From PostgreSQL 15 a publication may publish a table's rows matching a
+    ``WHERE`` only (a row updated out of it then comes as a delete, one
+    updated into it as an insert, and the changes of the others never) or
+    its listed columns only. Either is read on the table, its partitions
+    and the tables it is a partition of. None when neither is set (always
+    before 15: ``prqual`` and ``prattrs`` do not exist there).
+    """
+    if conn.info.server_version < 150000:
+        return None
+    rows = conn.execute(
+        "WITH t AS (SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s) "
+        "SELECT n.nspname::text, c.relname::text, r.prqual IS NOT NULL, r.prattrs IS NOT NULL "
+        "FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid "
+        "JOIN pg_class c ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace, t "
+        "WHERE p.pubname = %s AND (r.prqual IS NOT NULL OR r.prattrs IS NOT NULL) "
+        "AND r.prrelid IN (SELECT t.oid UNION SELECT relid FROM pg_partition_tree(t.oid) "
+        "UNION SELECT relid FROM pg_partition_ancestors(t.oid)) ORDER BY 1, 2",
+        (*parse_relation(table), name),
+    ).fetchall()
+    if not rows:
+        return None
+    what = " and ".join(
+        f"{relation_name(schema, rel)} with "
+        + " and ".join(
+            kind for kind, on in (("a row filter (WHERE)", qual), ("a column list", cols)) if on
+        )
+        for schema, rel, qual, cols in rows
+    )
+    return (
+        f"publication {name!r} publishes {what}: the changes of rows outside a row filter are "
+        "not streamed (a row updated out of it comes as a delete), nor the columns outside "
+        "a column list"
+    )
+
+
+def _narrowed_hint(name: str, table: str) -> str:
+    return (
+        f"publish the whole table: ALTER PUBLICATION {name} SET TABLE {table} (naming every "
+        "table it publishes, none with a WHERE or a column list); or DROP PUBLICATION "
+        f"{name} and let cdc setup create its own"
+    )
 
 
 def _published_tables(conn: psycopg.Connection[Any], name: str) -> set[tuple[str, str]]:
@@ -258,7 +310,8 @@ def require_published(settings: Settings, name: str, table: str) -> None:
     changes without a word. Only a new snapshot closes that gap. A
     partitioned table must still be published partition by partition
     (``publish_via_partition_root`` off), or truncates of its partitions
-    are lost.
+    are lost. A row filter or a column list (PostgreSQL 15+) loses the
+    changes outside it.
     """
     schema, relation = parse_relation(table)
     with _control(settings, "read the publication") as conn:
@@ -270,6 +323,7 @@ def require_published(settings: Settings, name: str, table: str) -> None:
             (schema, relation, name),
         ).fetchone()
         covered = row is not None and (schema, relation) in _published_tables(conn, name)
+        narrowed = _narrowed(conn, name, table) if covered else None
     if row is None:
         raise NeedsSnapshot(
             f"publication {name!r} of the captured table {table!r} does not exist: "
@@ -296,6 +350,12 @@ def require_published(settings: Settings, name: str, table: str) -> None:
         raise NeedsSnapshot(
             _VIA_ROOT.format(name=name),
             hint=f"{_via_root_hint(name)}, then {RECOVER_HINT}",
+            publication=name,
+        )
+    if narrowed is not None:
+        raise NeedsSnapshot(
+            f"{narrowed}: changes may have been lost while it was set",
+            hint=f"{_narrowed_hint(name, table)}; then {RECOVER_HINT}",
             publication=name,
         )
 
