@@ -24,6 +24,7 @@ from combined.config import (
 from combined.config._updates import ConfigUpdates
 from combined.connectors import (
     check_config,
+    check_shared_streams,
     check_strategy,
     check_streams,
     connector_class,
@@ -209,6 +210,12 @@ class Engine(Reading):
             )
         relations = {name: (d.strategy, d.relation) for name, d in src.datasets.items()}
         check_streams(cls, src.config, relations, where=f"sources.{source}")
+        alike = {  # slot names are the server's: another source may compute the same one
+            name: (s.config, {n: (d.strategy, d.relation) for n, d in s.datasets.items()})
+            for name, s in self.project.sources.items()
+            if s.connector == src.connector
+        }
+        check_shared_streams(cls, source, alike)
         return cls
 
     def _declare(self, source: str) -> None:

@@ -381,6 +381,71 @@ def test_a_publication_narrowed_by_a_row_filter_is_refused_at_setup_and_at_captu
     assert (20, 20, "n20") in _lake(root)  # (the stream's delete was not applied)
 
 
+def test_two_sources_on_one_server_computing_one_slot_are_refused(
+    project: tuple[Path, str, str], tools
+) -> None:
+    """Slot names are the server's: two sources capturing public.items under one
+    slot_prefix share one slot, and `combined check` passed."""
+    root, dsn, slot = project
+    yaml = root / "combined.yaml"
+    text = yaml.read_text()
+    second = text.split("sources:\n", 1)[1].replace("  pg:", "  pg_b:", 1)
+    yaml.write_text(text + second)  # the same database, as a second source
+    for argv in (["check"], ["cdc", "setup", "pg"], ["cdc", "setup", "pg_b"], ["capture"]):
+        refused = tools.cli(root, *argv)
+        out = " ".join((refused.stdout + refused.stderr).split())
+        assert refused.returncode == 2, (argv, out)
+        assert "sources pg (dataset items, relation 'public.items') and pg_b" in out, out
+        assert f"under one stream name, {slot}" in out and "distinct `slot_prefix`" in out
+    assert not slot_status(Settings(dsn), slot).exists
+    # Another server (as the dsns name them) is not refused.
+    yaml.write_text(text + second.replace(dsn, make_conninfo(dsn, host="192.0.2.1")))
+    setup = tools.cli(root, "cdc", "setup", "pg")
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+
+
+def test_setup_never_drops_the_slot_another_database_made(
+    project: tuple[Path, str, str], tools, pg_server_dsn: str
+) -> None:
+    """Two projects whose databases both hold public.items under one slot_prefix:
+    the second's setup dropped the first's slot as its own leftover."""
+    from tests.pg_cleanup import drop_database
+
+    root, dsn, slot = project
+    first = tools.cli(root, "cdc", "setup", "pg")
+    assert first.returncode == 0, first.stderr
+    name = f"combined_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        other = make_conninfo(dsn, dbname=name)
+        with psycopg.connect(other, autocommit=True) as conn:
+            conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, qty int, note text)")
+        (root / "b").mkdir()
+        (root / "b" / "combined.yaml").write_text(
+            (root / "combined.yaml").read_text().replace(dsn, other)
+        )
+        refused = tools.cli(root / "b", "cdc", "setup", "pg")
+        text = " ".join((refused.stdout + refused.stderr).split())
+        assert refused.returncode == 2, text
+        made_in = slot_status(Settings(dsn), slot).database
+        assert f"replication slot '{slot}' belongs to database '{made_in}'" in text, text
+        assert "distinct `slot_prefix`" in text
+        with psycopg.connect(other) as conn:  # setup left nothing behind
+            assert conn.execute("SELECT count(*) FROM pg_publication").fetchone() == (0,)
+        refused = tools.cli(root / "b", "cdc", "teardown", "pg", "--yes")
+        assert refused.returncode == 2 and "belongs to database" in refused.stderr
+        status = slot_status(Settings(dsn), slot)
+        assert status.exists and status.database == made_in
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET note = 'after' WHERE id = 1")
+        again = tools.cli(root, "capture")
+        assert again.returncode == 0, again.stderr
+        assert _lake(root) == _source(dsn)
+    finally:
+        drop_database(pg_server_dsn, name)
+
+
 @pytest.mark.parametrize("recycle_mb", ["0", "1"])
 def test_follow_goes_on_after_a_failed_run_and_says_so_when_it_ends(
     project: tuple[Path, str, str], tools, recycle_mb: str

@@ -528,6 +528,58 @@ def check_streams(
             )
 
 
+def check_shared_streams(
+    connector: type[Source],
+    source: str,
+    sources: Mapping[str, tuple[Mapping[str, Any], Mapping[str, tuple[str, str]]]],
+) -> None:
+    """Refuse a ``cdc`` dataset of ``source`` whose server stream another source reads.
+
+    ``sources``: each source of the project with ``connector``, as its
+    configuration and its datasets' (strategy, relation). A connector whose
+    streams are named server-wide (PostgreSQL's slots: every database of a
+    server shares their names) tells the server a configuration names with
+    the optional classmethod ``cdc_server(config)``, None when it cannot
+    know (a dsn from a secret). Two sources on one server whose datasets
+    compute one stream name would confirm one slot for each other, or one
+    would take the other's slot for its own leftover and drop it.
+    """
+    stream_of = getattr(connector, "cdc_stream", None)
+    server_of = getattr(connector, "cdc_server", None)
+    if stream_of is None or server_of is None:
+        return
+
+    def streams(name: str) -> dict[tuple[str, str], tuple[str, str]]:
+        config, datasets = sources[name]
+        server = server_of(config)
+        if server is None:
+            return {}
+        return {
+            (server, stream_of(config, relation)): (dataset, relation)
+            for dataset, (strategy, relation) in datasets.items()
+            if strategy == "cdc"
+        }
+
+    mine = streams(source)
+    for other in sorted(sources):
+        if other == source:
+            continue
+        for (server, stream), (dataset, relation) in streams(other).items():
+            if (server, stream) not in mine:
+                continue
+            own, own_relation = mine[(server, stream)]
+            first, second = sorted([(source, own, own_relation), (other, dataset, relation)])
+            raise ConfigError(
+                f"sources {first[0]} (dataset {first[1]}, relation {first[2]!r}) and "
+                f"{second[0]} (dataset {second[1]}, relation {second[2]!r}) capture by cdc from "
+                f"the {connector.name} server at {server} under one stream name, {stream}: "
+                "they would share it (each capture confirming it past the other's changes, "
+                "which would be lost), or one would drop the other's",
+                hint=f"give {second[0]} (or {first[0]}) a distinct `slot_prefix` in its config",
+                connector=connector.name,
+            )
+
+
 def check_config(connector: type[Source], config: Mapping[str, Any], *, where: str = "") -> None:
     """Refuse the keys of ``config`` that ``connector`` does not take (its ``CONFIG_KEYS``),
     and a secret reference under a key whose value others can read (its ``PUBLIC_KEYS``).

@@ -44,6 +44,7 @@ from combined.connectors.postgres._replication import (
     current_wal_lsn,
     drop_slot,
     emit_heartbeat,
+    require_own_slot,
     require_slot,
     resolve_user_types,
     slot_status,
@@ -348,6 +349,41 @@ def test_a_slot_of_another_database_is_refused_naming_both(names: Names) -> None
         assert f"dsn at database {made_in!r}" in (info.value.hint or "")
         assert not info.value.transient
     assert require_slot(names.pg, slot).connected_to == made_in
+
+
+@pytest.mark.postgres
+def test_a_slot_another_database_made_is_never_dropped(names: Names) -> None:
+    """Slot names are the server's: a setup in another database of the server took
+    the slot for its own leftover and dropped it, breaking the capture that made it."""
+    slot = names.slot()
+    create_slot(names.pg, slot).release_snapshot()
+    made_in = slot_status(names.pg, slot).database
+    elsewhere = Settings(make_conninfo(names.dsn, dbname="postgres"))
+    for attempt in (lambda: drop_slot(elsewhere, slot), lambda: require_own_slot(elsewhere, slot)):
+        with pytest.raises(ConfigError, match=f"belongs to database {made_in!r}") as info:
+            attempt()
+        assert "'postgres' that the source's dsn names" in info.value.message
+        assert "distinct `slot_prefix`" in (info.value.hint or "")
+    assert slot_status(names.pg, slot).database == made_in
+    require_own_slot(names.pg, slot)
+    assert drop_slot(names.pg, slot)
+
+
+def test_the_server_of_a_dsn_is_read_as_slots_share_names() -> None:
+    from combined.connectors.postgres import PostgresSource
+
+    def server(dsn: object) -> str | None:
+        return PostgresSource.cdc_server({"dsn": dsn})
+
+    local = {
+        server("postgresql://u@127.0.0.1/a"),
+        server("postgresql://u@localhost:5432/b"),
+        server("host=/var/run/postgresql dbname=c"),
+        server("dbname=d"),
+    }
+    assert local == {"localhost:5432"}
+    assert server("postgresql://u@DB.example:6432/a") == "db.example:6432"
+    assert server({"secret": "env:PG_DSN"}) is None
 
 
 @pytest.mark.postgres

@@ -55,6 +55,7 @@ from combined.connectors.postgres._connect import (
     sqlstate_of,
 )
 from combined.connectors.postgres._pgoutput import array_type_of, lsn_to_text, text_to_lsn
+from combined.connectors.postgres._slot_owner import refuse_foreign_slot
 from combined.connectors.postgres._walstream import WalChannel
 from combined.errors import (
     AuthRejected,
@@ -78,6 +79,7 @@ __all__ = [
     "drop_slot",
     "emit_end_marker",
     "emit_heartbeat",
+    "require_own_slot",
     "require_slot",
     "resolve_user_types",
     "slot_status",
@@ -477,10 +479,18 @@ def require_slot(settings: Settings, slot: str) -> SlotStatus:
             f"source's dsn now names database {status.connected_to!r}: a slot streams the "
             "changes of its own database only",
             hint=f"point the source's dsn at database {status.database!r} again; to capture "
-            f"from {status.connected_to!r} instead, {RECOVER_HINT}",
+            f"from {status.connected_to!r} instead, {RECOVER_HINT}; if a capture in "
+            f"{status.database!r} made it (slot names are the server's), give this source a "
+            "distinct `slot_prefix` instead",
             slot=slot,
         )
     return status
+
+
+def require_own_slot(settings: Settings, slot: str) -> None:
+    """Raise :class:`ConfigError` when slot ``slot`` exists, made in another database."""
+    with _control(settings, "read the replication slot") as conn:
+        refuse_foreign_slot(conn, slot)
 
 
 def drop_slot(
@@ -495,11 +505,13 @@ def drop_slot(
     The server never drops a slot that a walsender holds (``active_pid`` set).
     A slot still held by a walsender that is shutting down is retried for up
     to ``wait_seconds``; one held by a live consumer raises ``SourceError``
-    naming the slot and its process, with ``in_use_hint`` as the hint.
+    naming the slot and its process, with ``in_use_hint`` as the hint. One of
+    another database (slot names are the server's) raises ``ConfigError``.
     """
     _check_slot_name(slot)
     deadline = time.monotonic() + wait_seconds
     with _control(settings, "drop the replication slot") as conn:
+        refuse_foreign_slot(conn, slot)
         while True:
             try:
                 row = conn.execute(

@@ -114,6 +114,24 @@ class PostgresSource(BaseSource):
 
         return slot_name(str(config.get("slot_prefix", DEFAULT_SLOT_PREFIX)), relation)
 
+    @classmethod
+    def cdc_server(cls, config: Mapping[str, Any]) -> str | None:
+        """The server the source's slots live on, ``host:port`` as its dsn names it
+        (abc.check_shared_streams); None when unknown (a dsn from a secret)."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        dsn = config.get("dsn")
+        if not isinstance(dsn, str):
+            return None
+        try:
+            parts = conninfo_to_dict(dsn)
+        except Exception:  # (an invalid dsn is told by the source's own checks)
+            return None
+        host = str(parts.get("hostaddr") or parts.get("host") or "localhost").lower()
+        if host.startswith("/") or host in ("127.0.0.1", "::1", "[::1]"):
+            host = "localhost"  # a socket or the loopback: this machine's server
+        return f"{host}:{parts.get('port') or 5432}"
+
     def check(self) -> None:
         """Connect and authenticate; confirm the configured schemas exist.
 
@@ -269,9 +287,11 @@ class PostgresSource(BaseSource):
     def cdc_setup(self, relation: str) -> str:
         """Create (or verify) the relation's publication; the slot comes with the first read."""
         from combined.connectors.postgres._publication import ensure_publication
+        from combined.connectors.postgres._replication import require_own_slot
         from combined.connectors.postgres._stitch import qualified, slot_name
 
         name = slot_name(self.slot_prefix, relation)
+        require_own_slot(self.settings, name)  # before the publication: nothing left behind
         pub = ensure_publication(self.settings, name, [qualified(relation)], add_missing=True)
         verb = "created" if pub.created else "verified"
         return f"publication {name} {verb} for {qualified(relation)}"

@@ -20,10 +20,13 @@ there were no released users, so none is migrated.
 
 A first capture (no checkpoint in the lake) drops a slot of its name that
 nothing streams from, as the leftover of an interrupted stand-up, and
-refuses one that a process holds. The slot prefix (``slot_prefix``, default
-``combined``) is the only thing that separates two Combined projects: two
-projects capturing the same table of one database need different prefixes,
-or each would take the other's slot for its own leftover.
+refuses one that a process holds, or that another database of the server
+made (slot names are the server's). The slot prefix (``slot_prefix``,
+default ``combined``) is the only thing that separates two Combined
+projects: two projects capturing the same table of one server need
+different prefixes, or each would take the other's slot for its own
+leftover (in one database) or be refused its slot (in two). Two sources of
+one project are refused such a pair when the project is checked.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from combined.connectors.postgres._replication import (
     SlotHandle,
     create_slot,
     drop_slot,
+    require_own_slot,
     require_slot,
 )
 from combined.connectors.postgres._tree import Tree, read_tree
@@ -177,6 +181,7 @@ class StitchedSnapshot(BaseExtraction):
         # Refused before anything is created: a refusal after the publication
         # left an empty one behind on the server.
         _require_key_identity(s, req)
+        require_own_slot(s, self.slot)  # another database's: never dropped below
         ensure_publication(s, self.publication, [qualified(req.relation)], add_missing=True)
         # No committed checkpoint refers to a slot of this name (we are here
         # because none exists): one that nothing streams from is a leftover of
