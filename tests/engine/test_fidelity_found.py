@@ -101,6 +101,42 @@ def test_an_inet_lands_as_its_own_text_from_the_snapshot_and_the_stream_alike(
         engine.close()
 
 
+def test_an_xml_lands_as_its_own_text_from_the_snapshot_and_the_stream_alike(
+    tmp_path: Path, cdc_db: Any
+) -> None:
+    # The snapshot read xml as CAST(c AS text), its stored text, while the stream
+    # sends the type's output, which drops a declaration of version 1.0 alone:
+    # a no-op UPDATE turned '<?xml version="1.0"?><a/>' into '<a/>' in the lake.
+    decl, standalone = '<?xml version="1.0"?><a/>', '<?xml version="1.0" standalone="yes"?><b/>'
+    engine = _open(
+        tmp_path,
+        cdc_db,
+        "id",
+        "CREATE TABLE t (id int PRIMARY KEY, x xml, l xml[], b bool)",
+        f"INSERT INTO t VALUES (1, '{decl}', ARRAY['{decl}'::xml, NULL, 'c'], true),"
+        f" (2, '{standalone}', '{{}}', false), (3, NULL, NULL, true), (4, '', NULL, false)",
+    )
+    want = [
+        (1, "<a/>", ["<a/>", None, "c"]),
+        (2, standalone, []),
+        (3, None, None),
+        (4, "", None),
+    ]
+    try:
+        _capture(engine)
+        # The server's own text of each value (its output function).
+        output = "SELECT format('%s', x) FROM t WHERE id IN (1, 2) ORDER BY id"
+        assert _source(cdc_db.dsn, output) == [("<a/>",), (standalone,)]
+        for dataset in ("snap", "feed"):
+            assert _lake(engine, dataset, "id, x, l") == want
+        _change(cdc_db.dsn, "UPDATE t SET b = b")  # each row streamed as it is
+        _capture(engine)
+        for dataset in ("snap", "feed"):
+            assert _lake(engine, dataset, "id, x, l") == want
+    finally:
+        engine.close()
+
+
 def test_an_array_of_numerics_over_38_digits_is_captured_as_their_text(
     tmp_path: Path, cdc_db: Any
 ) -> None:

@@ -123,12 +123,20 @@ _INT_TYPES = {INT2, INT4, INT8}
 # cast to text is a function of its own that adds the mask (`::1/128` for `::1`);
 # a cast to `name` has none, so it is the output (an inet's text fits in `name`).
 _VIA_NAME = {INET}
+# xml's cast to text is the stored text, while its output drops a declaration
+# of version 1.0 alone (`<?xml version="1.0"?><a/>` is `<a/>`): `format` gives
+# the output, and an array's text (its elements' outputs) is read back as text[].
+_VIA_OUTPUT = {XML}
 
 
 def _as_text(col: sql.Composable, base_oid: int, array: str = "") -> sql.Composable:
     """``col`` as its type's output text (``array="[]"``: an array's elements)."""
     if base_oid in _VIA_NAME:
         return sql.SQL(f"CAST(CAST({{}} AS name{array}) AS text{array})").format(col)
+    if base_oid in _VIA_OUTPUT and array:
+        return sql.SQL("CAST(CAST({} AS text) AS text[])").format(col)
+    if base_oid in _VIA_OUTPUT:
+        return sql.SQL("CASE WHEN {0} IS NOT NULL THEN format('%s', {0}) END").format(col)
     return sql.SQL(f"CAST({{}} AS text{array})").format(col)
 
 
