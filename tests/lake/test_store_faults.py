@@ -150,7 +150,9 @@ def test_a_raw_layer_the_store_fails_after_the_commit_says_the_commit_landed(
         s3_faults.fail({"method": "PUT", "contains": raw, "status": SLOW_DOWN, "times": -1})
         (run,) = engine.capture(["shop.orders"])
         said = " ".join((run.error or "").split())
-        assert run.state == "failed" and "the lake refused the commit of" in said
+        assert run.state == "failed", said
+        assert "could not be put into the raw layer" in said and "before the lake commit" in said
+        assert "nothing was committed" in said
         assert [v["updates"] for v in engine.history("shop.orders")] == [0]
         s3_faults.fail()
         (run,) = engine.capture(["shop.orders"])

@@ -125,10 +125,13 @@ def _keep_raw(layout: LakeLayout, prepared: Prepared, linked: bool) -> None:
     commit that writes rows of its own (a merge, a retyped table), and the
     change list of any commit, are nowhere else: they are put now, so a
     machine lost with its staging between the lake commit and
-    :func:`promote` loses nothing. If the commit never lands they are
-    orphans (``retention.orphans``); a change list is named by its first
-    sequence, so a later commit of that sequence replaces it.
+    :func:`promote` loses nothing. Every such file is named uniquely (a
+    Delivery by its id, a change list by a random part): if the commit
+    never lands they are orphans (``retention.orphans``), and another Run
+    never puts a file under a name this one's commit holds.
     """
+    from combined.lake._probe import store_failure
+
     plan = prepared.staged.plan
     paths = [] if linked else [d.path for d in prepared.deliveries]
     changes = prepared.metadata.get("changes_file")
@@ -137,16 +140,29 @@ def _keep_raw(layout: LakeLayout, prepared: Prepared, linked: bool) -> None:
     if not paths:
         return
     store = layout.store
-    store.makedirs(layout.deliveries(plan.source, plan.name))
-    for path in paths:
-        target = raw_location(layout, plan.source, plan.name, path.name)
-        if store.remote:
-            store.put(path, target)  # (an object is whole or absent)
-            continue
-        partial = Path(target).with_name(f".{path.name}.keeping")
-        partial.unlink(missing_ok=True)  # an interrupted put's
-        link_or_copy(path, partial)
-        os.replace(partial, target)
+    try:
+        store.makedirs(layout.deliveries(plan.source, plan.name))
+        for path in paths:
+            _keep(store, path, raw_location(layout, plan.source, plan.name, path.name))
+    except OSError as exc:
+        raise store_failure(
+            f"{plan.source}.{plan.name}: its Deliveries could not be put into the raw layer "
+            f"({layout.deliveries(plan.source, plan.name)}) before the lake commit",
+            exc,
+            "nothing was committed; the next capture stages the rows again",
+        ) from exc
+
+
+def _keep(store: Any, path: Path, target: str) -> None:
+    """``path`` at ``target``: whole or absent (an object; locally a rename of a
+    ``.partial`` file, which orphan detection knows)."""
+    if store.remote:
+        store.put(path, target)
+        return
+    partial = Path(target).with_name(f".{path.name}.partial")
+    partial.unlink(missing_ok=True)  # an interrupted put's
+    link_or_copy(path, partial)
+    os.replace(partial, target)
 
 
 def _read(paths: list[Path]) -> Iterator[pa.RecordBatch]:

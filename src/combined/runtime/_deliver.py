@@ -8,6 +8,7 @@ make; the projection is built from it alone.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -93,7 +94,8 @@ def deliver(
             # the list of the ones that changed. Any other transition
             # delivers exactly its changes, and MAR reads their ids there.
             out.changes_path = w.area.path(
-                f"{plan.source}/{plan.name}/deliveries/{first_seq:09d}-transition.parquet"
+                f"{plan.source}/{plan.name}/deliveries/"
+                f"{first_seq:09d}-{uuid.uuid4().hex[:16]}-transition.parquet"
             )
             _write_changes(reducer.changes(), out.changes_path, w.area)
         elif reducer.all_new:

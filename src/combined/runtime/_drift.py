@@ -76,7 +76,10 @@ def _dropped_since(
     """
     if not before or not now:
         return []
-    return [n for n in old if n in new and n in before and n not in now]
+    # (one whose identity another name holds now was renamed, or is told apart from a
+    # rename by nothing here: left to the captures after, as before)
+    taken = set(now.values())
+    return [n for n in old if n in new and n in before and n not in now and before[n] not in taken]
 
 
 def classify(
