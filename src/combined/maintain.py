@@ -128,7 +128,7 @@ def _caught_up(
     from combined.runtime._recover import NOT_PROJECTED, catch_up
 
     try:
-        projected.extend(catch_up(catalog, layout, source, dataset))
+        catch_up(catalog, layout, source, dataset, projected)
     except Exception as exc:  # noqa: BLE001 - one dataset never blocks the others
         error = exc.message if isinstance(exc, CombinedError) else redact(repr(exc))
         return f"{NOT_PROJECTED} first ({error}); `combined repair` says why"

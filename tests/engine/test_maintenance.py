@@ -245,6 +245,19 @@ def test_maintain_leaves_a_dataset_whose_run_died_after_its_lake_commit(
         engine.close()
 
 
+def _failed_after_commit(engine: Engine, dataset: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A capture of ``dataset`` whose projection fails after its lake commit: its Run."""
+
+    def store_hiccup(*args: Any, **kwargs: Any) -> None:
+        raise OSError("the store failed while promoting the Deliveries")
+
+    monkeypatch.setattr("combined.runtime._runner.project_commit", store_hiccup)
+    (run,) = engine.capture([dataset])
+    assert run.state == "failed", run.error
+    monkeypatch.undo()
+    return run
+
+
 def test_maintain_projects_first_what_a_run_that_failed_after_its_commit_left(
     tmp_path: Path, tools: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -257,22 +270,15 @@ def test_maintain_projects_first_what_a_run_that_failed_after_its_commit_left(
         for i in range(1, 4):
             _capture(engine, tools, tmp_path, i)
         tools.sql(tmp_path, "INSERT INTO clicks VALUES ('late', 9)")
-
-        def store_hiccup(*args: Any, **kwargs: Any) -> None:
-            raise OSError("the store failed while promoting the Deliveries")
-
-        monkeypatch.setattr("combined.runtime._runner.project_commit", store_hiccup)
-        (run,) = engine.capture(["shop.clicks"])
-        assert run.state == "failed", run.error
-        monkeypatch.undo()
+        _failed_after_commit(engine, "shop.clicks", monkeypatch)
         later = datetime.now(UTC) + timedelta(seconds=2)
 
         from combined.runtime._recover import catch_up
 
-        def store_down(catalog: Any, layout: Any, source: str, name: str) -> list[str]:
+        def store_down(catalog: Any, layout: Any, source: str, name: str, *told: Any) -> Any:
             if name == "clicks":
                 raise OSError("the store timed out reading the log")
-            return catch_up(catalog, layout, source, name)
+            return catch_up(catalog, layout, source, name, *told)
 
         # any error stops the catch-up of this dataset alone (an OSError ended maintain)
         monkeypatch.setattr("combined.runtime._recover.catch_up", store_down)
@@ -497,3 +503,32 @@ def test_a_retention_record_of_the_first_form_is_read(tmp_path: Path) -> None:
     ledger.expiry("shop", "people", ["b.parquet"], policy="retention.raw: 1s")
     assert ledger.expired("shop", "people") == {"a.parquet", "b.parquet"}
     assert ledger.expired("shop", "clicks") == set()
+
+
+def test_maintain_exits_1_when_a_datasets_commits_cannot_be_projected(
+    tmp_path: Path, tools: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dataset left unmaintained for an error (its lake commits cannot be projected:
+    a Run failed after its commit, its Deliveries then lost) exited 0 like a quiet
+    success, a cron's check of the status none the wiser (found by a review)."""
+    from typer.testing import CliRunner
+
+    from combined.cli import app
+
+    project = _project(tmp_path, tools, "./lake")
+    engine = Engine.open(project)
+    try:
+        _capture(engine, tools, tmp_path, 1)
+        tools.sql(tmp_path, "DELETE FROM people WHERE id = 2;")  # a merge: no table file holds it
+        run = _failed_after_commit(engine, "shop.people", monkeypatch)
+    finally:
+        engine.close()
+    staged = tmp_path / "lake" / "_staging" / run.id / "shop" / "people" / "deliveries"
+    for lost in staged.iterdir():  # the machine's disk, and the raw layer's copies, lost
+        (tmp_path / "lake" / "_deliveries" / "shop" / "people" / lost.name).unlink()
+        lost.unlink()
+    monkeypatch.chdir(tmp_path)
+    for args in (["maintain", "shop"], ["maintain", "shop", "--json"]):
+        maintained = CliRunner().invoke(app, args)
+        assert maintained.exit_code == 1, maintained.output
+        assert "could not be projected first" in " ".join(maintained.output.split())

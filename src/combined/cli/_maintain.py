@@ -25,13 +25,18 @@ def maintain(
     Files no commit names (a killed writer's orphans) are reported, and removed
     only under `retention.orphans`. What is kept follows `retention:` in
     combined.yaml (project and dataset level); every removal is recorded in the
-    activity feed.
+    activity feed. Exit 1 when a dataset was left unmaintained because the lake commits
+    the catalog lacks could not be projected (`combined repair` says why).
     """
+    from combined.runtime._recover import NOT_PROJECTED
+
     with _session(project) as engine:
         reports = engine.maintain(datasets or [])
+    # (a dataset left unmaintained for an error: not a quiet success)
+    status = 1 if any(NOT_PROJECTED in r.get("skipped", "") for r in reports) else 0
     if as_json:
         sys.stdout.write(json.dumps(reports) + "\n")
-        return
+        raise typer.Exit(status)
     t = table(
         "dataset", "files compacted", "files vacuumed", "raw removed", "usage files", "orphans"
     )
@@ -51,6 +56,7 @@ def maintain(
     for r in reports:
         for note in r.get("projected", []):
             sys.stdout.write(f"{note}\n")
+    raise typer.Exit(status)
 
 
 def _orphans(found: dict[str, Any] | None) -> str:

@@ -226,8 +226,11 @@ def _end_attempts(conn: Connection, run_id: str) -> None:
     )
 
 
-def catch_up(catalog: Catalog, layout: LakeLayout, source: str, name: str) -> list[str]:
-    """Project the dataset's lake commits the catalog lacks, oldest first; notes of each.
+def catch_up(
+    catalog: Catalog, layout: LakeLayout, source: str, name: str, notes: list[str] | None = None
+) -> list[str]:
+    """Project the dataset's lake commits the catalog lacks, oldest first; notes of each
+    (put in ``notes`` as each is projected, when given: those before a failure too).
 
     The caller holds the dataset's lease (a Run taking it, or a repair).
     """
@@ -241,7 +244,7 @@ def catch_up(catalog: Catalog, layout: LakeLayout, source: str, name: str) -> li
     if table.committed_sequence() <= known:
         return []
     missing = [m for m in table.commits() if int(m.get("last_sequence") or 0) > known]
-    notes = []
+    notes = [] if notes is None else notes
     for meta in sorted(missing, key=lambda m: int(m["last_sequence"])):
         project_commit(catalog, layout, source, name, meta)
         notes.append(

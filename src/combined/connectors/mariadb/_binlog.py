@@ -279,8 +279,10 @@ class BinlogExtraction(SessionRead[Session]):
         except NotFoundError as exc:
             raise NeedsSnapshot(
                 f"{exc.message}: the table of cdc dataset {request.dataset} was dropped or "
-                "renamed since the last capture, and its changes cannot be followed",
-                hint=f"once the table exists again, take a new snapshot: {RESNAPSHOT}",
+                "renamed since the last capture, and its changes cannot be followed (or the "
+                "account lost its privileges on it: MariaDB hides such a table)",
+                hint="if the account lost its privileges, grant them back and capture again; "
+                f"else, once the table exists again, take a new snapshot: {RESNAPSHOT}",
                 dataset=request.dataset,
             ) from None
         require_binlog(session, f"{rel.database}.{rel.table}")

@@ -354,7 +354,9 @@ def require_published(settings: Settings, name: str, table: str) -> None:
         )
     if narrowed is not None:
         raise NeedsSnapshot(
-            f"{narrowed}: changes may have been lost while it was set",
+            f"{narrowed}: changes may have been lost while it was set, and removing it does "
+            "not bring them back (the next capture would pass without a word): only a new "
+            "snapshot does",
             hint=f"{_narrowed_hint(name, table)}; then {RECOVER_HINT}",
             publication=name,
         )
