@@ -74,12 +74,16 @@ def maintain(
         try:
             # A Run that has not ended may have committed without its projection: compacted
             # and vacuumed, the table no longer holds the files that complete its raw layer.
-            projected: list[str] = []
-            unended = unended_run(catalog, source, dataset) or _caught_up(
-                catalog, layout, source, dataset, projected
-            )
+            unended = unended_run(catalog, source, dataset)
             if unended is not None:
                 reports.append({"dataset": f"{source}.{dataset}", "skipped": unended})
+                continue
+            projected: list[str] = []
+            failed = _caught_up(catalog, layout, source, dataset, projected)
+            if failed is not None:  # (an error, not a wait: `not_projected`, exit 1)
+                reports.append(
+                    {"dataset": f"{source}.{dataset}", "skipped": failed, "not_projected": True}
+                )
                 continue
             retention = project.retention_of(source, dataset)
             report = _dataset(catalog, layout, source, dataset, retention, now)

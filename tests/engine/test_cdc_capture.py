@@ -136,16 +136,21 @@ def test_truncate_is_an_explicit_transition(cdc_project: tuple[Path, str, str]) 
         engine.close()
 
 
+def _slot_dropped_after_a_delete(engine: Engine, dsn: str, slot: str) -> None:
+    """Captured once; then a row deleted, and the slot dropped with that change."""
+    engine.capture()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM items WHERE id = 1")
+    drop_slot(Settings(dsn), slot)
+
+
 def test_a_lost_slot_fails_loudly_and_never_resumes_with_a_gap(
     cdc_project: tuple[Path, str, str],
 ) -> None:
     root, dsn, slot = cdc_project
     engine = Engine.open(root / "combined.yaml")
     try:
-        engine.capture()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("DELETE FROM items WHERE id = 1")
-        drop_slot(Settings(dsn), slot)
+        _slot_dropped_after_a_delete(engine, dsn, slot)
         (run,) = engine.capture()
         assert run.state == "needs_review"  # (a person takes a new snapshot: no retry helps)
         assert "does not exist" in (run.error or "") and "teardown" in (run.error or "")
@@ -165,10 +170,7 @@ def test_a_slot_made_again_past_the_lake_is_refused_not_streamed_with_a_gap(
     root, dsn, slot = cdc_project
     engine = Engine.open(root / "combined.yaml")
     try:
-        engine.capture()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("DELETE FROM items WHERE id = 1")
-        drop_slot(Settings(dsn), slot)
+        _slot_dropped_after_a_delete(engine, dsn, slot)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
             conn.execute("UPDATE items SET qty = -2 WHERE id = 2")

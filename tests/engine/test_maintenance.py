@@ -284,6 +284,7 @@ def test_maintain_projects_first_what_a_run_that_failed_after_its_commit_left(
         monkeypatch.setattr("combined.runtime._recover.catch_up", store_down)
         clicks, people = engine.maintain(["shop.clicks", "shop.people"], now=later)
         assert "could not be projected first" in clicks["skipped"], clicks
+        assert clicks["not_projected"] is True
         assert "the store timed out reading the log" in clicks["skipped"], clicks
         assert "skipped" not in people and "projected" not in people, people
         monkeypatch.undo()

@@ -28,12 +28,10 @@ def maintain(
     activity feed. Exit 1 when a dataset was left unmaintained because the lake commits
     the catalog lacks could not be projected (`combined repair` says why).
     """
-    from combined.runtime._recover import NOT_PROJECTED
-
     with _session(project) as engine:
         reports = engine.maintain(datasets or [])
     # (a dataset left unmaintained for an error: not a quiet success)
-    status = 1 if any(NOT_PROJECTED in r.get("skipped", "") for r in reports) else 0
+    status = 1 if any(r.get("not_projected") for r in reports) else 0
     if as_json:
         sys.stdout.write(json.dumps(reports) + "\n")
         raise typer.Exit(status)

@@ -26,6 +26,7 @@ from combined.delivery import StagedDelivery
 from combined.errors import DeliveryAltered, LakeError, ProtocolViolation
 from combined.lake import LakeLayout, link_or_copy, linked_name
 from combined.lake._files import read_batches
+from combined.lake._probe import store_failure
 from combined.runtime._faults import arm_commit_watchdog, fault
 from combined.runtime._plan import Prepared, table_of
 
@@ -130,8 +131,6 @@ def _keep_raw(layout: LakeLayout, prepared: Prepared, linked: bool) -> None:
     never lands they are orphans (``retention.orphans``), and another Run
     never puts a file under a name this one's commit holds.
     """
-    from combined.lake._probe import store_failure
-
     plan = prepared.staged.plan
     paths = [] if linked else [d.path for d in prepared.deliveries]
     changes = prepared.metadata.get("changes_file")
@@ -154,14 +153,19 @@ def _keep_raw(layout: LakeLayout, prepared: Prepared, linked: bool) -> None:
 
 
 def _keep(store: Any, path: Path, target: str) -> None:
-    """``path`` at ``target``: whole or absent (an object; locally a rename of a
-    ``.partial`` file, which orphan detection knows)."""
+    """``path`` at ``target``: whole or absent (an object, or :func:`_link_whole`)."""
     if store.remote:
         store.put(path, target)
         return
-    partial = Path(target).with_name(f".{path.name}.partial")
-    partial.unlink(missing_ok=True)  # an interrupted put's
-    link_or_copy(path, partial)
+    _link_whole(path, target, "partial")
+
+
+def _link_whole(source: Path, target: str, suffix: str) -> None:
+    """A local file at ``target``, whole or absent: linked (or copied) to a hidden
+    ``.NAME.SUFFIX`` beside it, then renamed (orphan detection knows both suffixes)."""
+    partial = Path(target).with_name(f".{Path(target).name}.{suffix}")
+    partial.unlink(missing_ok=True)  # an interrupted one's
+    link_or_copy(source, partial)
     os.replace(partial, target)
 
 
@@ -250,10 +254,7 @@ def _restore_from_table(
         if store.remote:
             store.copy(file, dst)  # server-side; an object is whole or absent
             return True
-        path, partial = Path(file), Path(dst).with_name(f".{Path(dst).name}.restoring")
-        partial.unlink(missing_ok=True)  # an interrupted restore's
-        link_or_copy(path, partial)
-        os.replace(partial, dst)
+        _link_whole(Path(file), dst, "restoring")
         return True
     return False
 

@@ -152,13 +152,13 @@ def added_columns(alter: str, former: Collection[str] = ()) -> Added | None:
                 continue
             column = name.group(1).strip("`").replace("``", "`")
             names.append(column)
-            given = _FILLED.search(definition, name.end()) is not None
-            if given:
+            if _FILLED.search(definition, name.end()):
                 filled.append(column)
             elif column in former:
                 renewed.append(column)
-            if given or column in former:
-                first = first or " ".join(clause[add.start() :].split())[:120]
+            else:
+                continue
+            first = first or " ".join(clause[add.start() :].split())[:120]
     if not filled and not rewritten and not renewed:
         return None
     return Added(tuple(names + rewritten), tuple(filled), first, tuple(rewritten), tuple(renewed))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -76,17 +75,17 @@ ORDER BY 1
 
 
 def undeclared_slots(
-    settings: Settings, prefix: str, declared: Collection[str]
+    settings: Settings, start: str, declared: Collection[str]
 ) -> list[dict[str, Any]]:
-    """Slots of this database named with ``prefix`` that are none of ``declared``.
+    """Slots of this database whose names begin with ``start`` (a slot prefix's:
+    ``_stitch.slot_name_start``) that are none of ``declared``.
 
     A cdc dataset removed from the project leaves its slot, which keeps the
     server's WAL from being recycled until someone drops it; nothing else
     tells. (Another project sharing the prefix on this database has its
     slots here too: they are reported, never dropped.)
     """
-    readable = re.sub(r"[^a-z0-9_]", "_", prefix.lower()) + "_"
-    query = sql.SQL(_PREFIXED_SLOTS).format(sql.Literal(readable))
+    query = sql.SQL(_PREFIXED_SLOTS).format(sql.Literal(start))
     session = Session(settings)
     try:
         rows = session.rows(query, "listing the database's replication slots")

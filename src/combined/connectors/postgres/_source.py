@@ -310,10 +310,10 @@ class PostgresSource(BaseSource):
     def cdc_undeclared(self, relations: Sequence[str]) -> list[dict[str, Any]]:
         """Slots named with this source's prefix that no dataset of ``relations`` owns."""
         from combined.connectors.postgres._evidence import undeclared_slots
-        from combined.connectors.postgres._stitch import slot_name
+        from combined.connectors.postgres._stitch import slot_name, slot_name_start
 
         owned = {slot_name(self.slot_prefix, r) for r in relations}
-        return undeclared_slots(self.settings, self.slot_prefix, owned)
+        return undeclared_slots(self.settings, slot_name_start(self.slot_prefix), owned)
 
     def cdc_teardown(self, relation: str) -> str:
         """Drop the relation's slot and publication (WAL is no longer retained for it)."""

@@ -84,8 +84,17 @@ def slot_name(prefix: str, relation: str) -> str:
     schema, table = parse_relation(relation)
     exact = json.dumps([prefix, schema, table], ensure_ascii=False).encode()
     digest = hashlib.sha256(exact).hexdigest()[:_DIGEST_CHARS]
-    readable = re.sub(r"[^a-z0-9_]", "_", f"{prefix}_{schema}_{table}".lower())
-    return f"{readable[: _NAME_BYTES - _DIGEST_CHARS - 1]}_{digest}"
+    return f"{_readable(f'{prefix}_{schema}_{table}')}_{digest}"
+
+
+def slot_name_start(prefix: str) -> str:
+    """How every :func:`slot_name` of ``prefix`` starts (a slot of the prefix, listed)."""
+    return _readable(f"{prefix}_")
+
+
+def _readable(text: str) -> str:
+    """A slot name's readable part: ``[a-z0-9_]``, cut to leave room for the digest."""
+    return re.sub(r"[^a-z0-9_]", "_", text.lower())[: _NAME_BYTES - _DIGEST_CHARS - 1]
 
 
 def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtraction:
