@@ -42,14 +42,8 @@ from combined.lake._files import read_batches, write_data_files
 from combined.lake._history_write import IS_CURRENT, VALID_FROM, VALID_TO, history_actions
 from combined.lake._layout import LakeLayout
 from combined.lake._maintain import reading_version
-from combined.lake._table import (
-    METADATA_KEY,
-    LakeTable,
-    _files_of,
-    _retyped,
-    _union,
-    post_commit,
-)
+from combined.lake._table import METADATA_KEY, LakeTable, _files_of, post_commit
+from combined.lake._table_schema import _retyped, _union
 from combined.lake._types import to_lake, unviewed
 from combined.protocol._digest import DigestSet
 

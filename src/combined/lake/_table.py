@@ -19,7 +19,8 @@ from combined.lake._files import LinkedFile, link_data_files, write_data_files
 from combined.lake._probe import store_failure
 from combined.lake._rewrite import _relative, remove_action, rewrite_actions
 from combined.lake._store import LakeStore
-from combined.lake._types import allow_naive_times, to_lake
+from combined.lake._table_schema import _conformed, _retyped, _union
+from combined.lake._types import allow_naive_times
 from combined.protocol import utcnow
 
 CommitMode = Literal["merge", "append", "overwrite"]
@@ -729,35 +730,6 @@ class LakeTable:
             )
         version = self.version()
         return CommitResult(lake_version=version or 0, skipped=True, committed_at=utcnow())
-
-
-def _union(current: pa.Schema, incoming: pa.Schema) -> pa.Schema:
-    """The table's columns in its order (in ``incoming``'s types), then ``incoming``'s new ones."""
-    types = {f.name: f.type for f in incoming}
-    fields = [pa.field(f.name, types.get(f.name, f.type), True) for f in current]
-    return pa.schema(fields + [f for f in incoming if f.name not in current.names])
-
-
-def _conformed(
-    dt: Any, data: Callable[[], pa.RecordBatchReader]
-) -> Callable[[], pa.RecordBatchReader]:
-    """``data`` with every column of the table, null where the Deliveries lack it."""
-    current = pa.schema(dt.schema().to_arrow())
-
-    def conformed() -> pa.RecordBatchReader:
-        reader = data()
-        if all(name in reader.schema.names for name in current.names):
-            return reader
-        target = _union(current, reader.schema)
-        return pa.RecordBatchReader.from_batches(target, (to_lake(b, target) for b in reader))
-
-    return conformed
-
-
-def _retyped(dt: Any, schema: pa.Schema) -> bool:
-    """Whether ``schema`` gives a column of the table another type."""
-    current = {f.name: f.type for f in pa.schema(dt.schema().to_arrow())}
-    return any(f.name in current and current[f.name] != f.type for f in schema)
 
 
 def _append_properties(metadata: Mapping[str, Any], guard: Any = None) -> Any:
