@@ -106,6 +106,58 @@ def test_capture_then_recapture_lands_inserts_updates_deletes_and_bills_changes(
     assert _mar(engine) == (6, 6, 1, 1)  # only the changes bill
 
 
+def _reordered(api: FakeAPI) -> None:
+    """Each order's objects sent again with their keys in another order, values alike."""
+    for o in api.orders.values():
+        name, tags = o["customer"]["name"], o["customer"]["tags"]
+        o["customer"] = {"tags": tags, "name": name, "address": {"zip": "1", "city": "x"}}
+        o["customer"] = {k: o["customer"][k] for k in ("address", "tags", "name")}
+
+
+@pytest.mark.parametrize(("json_keys", "changed"), [("as_sent", 5), ("sorted", 0)])
+def test_json_keys_sorted_changes_no_row_whose_objects_only_moved_their_keys(
+    api: FakeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_keys: str, changed: int
+) -> None:
+    """An API that serialises a map in another key order each time (Go's maps) made
+    every row holding one an update, billed again, on every capture."""
+    monkeypatch.setenv("COMBINED_TEST_HTTP_TOKEN", TOKEN)
+    project = PROJECT.format(base_url=api.base_url)
+    project = project.replace(
+        "check_path: /me\n", f"check_path: /me\n      json_keys: {json_keys}\n"
+    )
+    (tmp_path / "combined.yaml").write_text(project)
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        for o in api.orders.values():
+            o["customer"] = {"tags": ["a"], "name": o["customer"]["name"]}
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+        row = engine.sql("SELECT customer FROM shop.orders WHERE id = 1").to_pylist()[0]
+        sent = '{"tags":["a"],"name":"c1"}'
+        assert row["customer"] == (sent if json_keys == "as_sent" else '{"name":"c1","tags":["a"]}')
+        _reordered(api)
+        engine.capture(["shop.orders"])  # (the new nested object: every row changes once)
+        usage = _mar(engine)
+        for o in api.orders.values():  # the same values, every object's keys moved
+            c = o["customer"]
+            o["customer"] = {
+                "name": c["name"],
+                "address": {"city": "x", "zip": "1"},
+                "tags": c["tags"],
+            }
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None
+        assert run.stats["orders"]["updates"] == changed
+        if json_keys == "sorted":
+            assert _mar(engine) == usage  # nothing billed again
+            assert engine.run(run.id)["deliveries"] == []
+            row = engine.sql("SELECT customer FROM shop.orders WHERE id = 1").to_pylist()[0]
+            assert row["customer"] == '{"address":{"city":"x","zip":"1"},"name":"c1","tags":["a"]}'
+    finally:
+        engine.close()
+
+
 def test_an_unchanged_recapture_writes_nothing(api: FakeAPI, engine: Engine) -> None:
     engine.capture(["shop.orders"])
     log = Path(engine.project.root) / "lake" / "shop" / "orders" / "_delta_log"

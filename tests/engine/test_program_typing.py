@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from combined.engine import Engine
+from combined.errors import ConfigError
 
 PROGRAMS = Path(__file__).parent.parent / "connectors"
 ZONED = {"type": "string", "format": "date-time", "airbyte_type": "timestamp_with_timezone"}
@@ -178,5 +179,34 @@ def test_a_declared_type_of_an_unknown_field_is_refused(tmp_path: Path, connecto
         (run,) = engine.capture()
         assert run.state != "succeeded"
         assert "has no field 'nope'" in (run.error or "")
+    finally:
+        engine.close()
+
+
+@CONNECTORS
+def test_json_keys_sorted_writes_each_object_with_its_keys_sorted(
+    tmp_path: Path, connector: str
+) -> None:
+    RECORDS["users"][0]["prefs"] = {"z": 1, "a": {"y": [{"b": 2, "a": 1}], "x": None}}
+    USERS["prefs"] = {"type": ["null", "object"]}
+    try:
+        engine = _engine(tmp_path, connector, json_keys="sorted", naive_timestamps="utc")
+        try:
+            (run,) = engine.capture()
+            assert run.state == "succeeded", run.error
+            (row,) = engine.sql("SELECT prefs FROM app.users").to_pylist()
+            assert row["prefs"] == '{"a":{"x":null,"y":[{"a":1,"b":2}]},"z":1}'
+        finally:
+            engine.close()
+    finally:
+        del RECORDS["users"][0]["prefs"], USERS["prefs"]
+
+
+@CONNECTORS
+def test_json_keys_must_be_as_sent_or_sorted(tmp_path: Path, connector: str) -> None:
+    engine = _engine(tmp_path, connector, json_keys="alphabetical")
+    try:
+        with pytest.raises(ConfigError, match="json_keys must be one of as_sent, sorted"):
+            engine.capture()
     finally:
         engine.close()

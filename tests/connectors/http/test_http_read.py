@@ -489,6 +489,7 @@ def test_a_rate_limit_spaces_the_requests(api: FakeAPI) -> None:
         ),
         ({"base_url": "https://x", "endpoints": {"o": {"path": "https://evil/x"}}}, "full URL"),
         ({"base_url": "https://x", "endpoints": {"o": {"pth": "/o"}}}, "did you mean"),
+        ({"base_url": "https://x", "json_keys": "alphabetical"}, "one of as_sent, sorted"),
         # (a header cannot carry it: every request failed, retried as a transient failure)
         ({"base_url": "https://x", "auth": {"type": "bearer", "token": "ab\ncd"}}, "line break"),
         (

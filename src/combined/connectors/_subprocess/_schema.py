@@ -22,6 +22,7 @@ one that does not fit is an error naming the field, never a silent null.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -33,6 +34,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from combined.errors import ConfigError
 
 #: The widest decimal the lake keeps exactly (Delta's limit).
 MAX_PRECISION = 38
@@ -82,6 +85,8 @@ class FieldPlan:
     arrow: pa.DataType
     source_type: str
     nullable: bool
+    #: A ``json`` column's objects written with their keys sorted (``json_keys: sorted``).
+    sorted_keys: bool = False
 
     def column(self, values: list[Any]) -> pa.Array:
         """The values as one Arrow array; raises :class:`BadValue` for the first misfit.
@@ -211,6 +216,32 @@ def plan_stream(schema: Any) -> tuple[FieldPlan, ...]:
         except BadSchema as exc:
             raise BadSchema(f"property {name!r}: {exc}") from None
     return tuple(plans)
+
+
+#: How a ``json`` column writes an object's keys: in the order the source sent them
+#: (the default), or sorted, for a source whose order changes from one read to the next.
+JSON_KEYS = ("as_sent", "sorted")
+
+
+def json_keys_option(connector: str, value: Any) -> str:
+    """The ``json_keys`` option of a source's config; raises ``ConfigError``."""
+    if value not in JSON_KEYS:
+        raise ConfigError(
+            f"{connector} json_keys must be one of {', '.join(JSON_KEYS)}, not {value!r}",
+            hint="sorted writes each object of a json column with its keys sorted, so a "
+            "source that sends one object's keys in another order changes no row",
+            option="json_keys",
+        )
+    return str(value)
+
+
+def keys_written(plan: FieldPlan, json_keys: str) -> FieldPlan:
+    """``plan``, its objects' keys sorted when it is a ``json`` column and ``json_keys`` says so."""
+    if plan.kind != "json" or json_keys != "sorted":
+        return plan
+    return dataclasses.replace(
+        plan, sorted_keys=True, source_type=f"{plan.source_type}, keys sorted"
+    )
 
 
 # -- conversions --------------------------------------------------------------------------
@@ -488,10 +519,13 @@ def _exact_text(
 
 #: A value's compact JSON text (not ASCII-escaped), as a ``json`` column holds it.
 _json_text = json_encoder(ensure_ascii=False)
+#: The same, each object's keys sorted (``json_keys: sorted``).
+_json_sorted_text = json_encoder(ensure_ascii=False, sort_keys=True)
 
 
 def _json(plan: FieldPlan, values: list[Any]) -> pa.Array:
-    return pa.array([None if v is None else _json_text(v) for v in values], type=pa.string())
+    text = _json_sorted_text if plan.sorted_keys else _json_text
+    return pa.array([None if v is None else text(v) for v in values], type=pa.string())
 
 
 _CONVERT: Mapping[str, Callable[[FieldPlan, list[Any]], pa.Array]] = {

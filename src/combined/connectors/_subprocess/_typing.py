@@ -6,6 +6,8 @@ its schema declares (the stream is everything before the last dot);
 its value has no offset: ``fail`` (the default: an error naming these
 options), ``utc`` (read it as UTC; a value with an offset keeps its own) or
 ``keep`` (the column is a timestamp without zone: values must have no offset).
+``json_keys: sorted`` writes each object of a ``json`` column with its keys
+sorted (the default, ``as_sent``, keeps the order the program wrote them in).
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from combined.connectors._subprocess._schema import NAIVE_TIMESTAMP, FieldPlan, plan_field
+from combined.connectors._subprocess._schema import (
+    NAIVE_TIMESTAMP,
+    FieldPlan,
+    json_keys_option,
+    keys_written,
+    plan_field,
+)
 from combined.errors import ConfigError
 
 #: The types a field can be declared as, with the JSON Schema each one reads as.
@@ -36,19 +44,21 @@ TYPES: Mapping[str, Mapping[str, Any]] = {
     "json": {},
 }
 NAIVE_POLICIES = ("fail", "utc", "keep")
-KEYS = ("types", "naive_timestamps")
+KEYS = ("types", "naive_timestamps", "json_keys")
 
 
 @dataclass(frozen=True, slots=True)
 class Typing:
-    """The declared field types (by stream) and the naive-timestamp policy."""
+    """The declared field types (by stream), the naive-timestamp policy, the json keys' order."""
 
     types: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
     naive_timestamps: str = "fail"
+    json_keys: str = "as_sent"
 
     @classmethod
     def parse(cls, connector: str, config: Mapping[str, Any]) -> Typing:
-        """The ``types`` and ``naive_timestamps`` options of ``config``; raises ``ConfigError``."""
+        """The ``types``, ``naive_timestamps`` and ``json_keys`` options of ``config``;
+        raises ``ConfigError``."""
         types = _by_stream(connector, config.get("types"))
         naive = config.get("naive_timestamps", "fail")
         if naive not in NAIVE_POLICIES:
@@ -59,7 +69,7 @@ class Typing:
                 "column as a timestamp without zone",
                 option="naive_timestamps",
             )
-        return cls(types, naive)
+        return cls(types, naive, json_keys_option(connector, config.get("json_keys", "as_sent")))
 
     def apply(self, names: Sequence[str], plans: Sequence[FieldPlan]) -> tuple[FieldPlan, ...]:
         """The plans of the stream known by ``names``, as this configuration types them."""
@@ -73,7 +83,7 @@ class Typing:
                 hint="its fields: " + ", ".join(p.name for p in plans),
                 option="types",
             )
-        return tuple(self._typed(p, own.get(p.name)) for p in plans)
+        return tuple(keys_written(self._typed(p, own.get(p.name)), self.json_keys) for p in plans)
 
     def _typed(self, plan: FieldPlan, declared: str | None) -> FieldPlan:
         if declared is not None:

@@ -187,7 +187,9 @@ class HTTPExtraction(BaseExtraction):
             if request.cursor is not None:
                 selected.append(request.cursor.column)
         where = f"config.endpoints.{endpoint.name}" if endpoint.declared else "an endpoint"
-        records = Records(endpoint.name, endpoint.fields, known or {}, selected, where)
+        records = Records(
+            endpoint.name, endpoint.fields, known or {}, selected, where, self._settings.json_keys
+        )
         delivered = Delivered(request.key, endpoint)
         digests: list[str] = []
         self.authority.acquire()

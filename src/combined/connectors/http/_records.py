@@ -32,7 +32,13 @@ from typing import Any
 import pyarrow as pa
 
 from combined.connectors._subprocess._rows import described
-from combined.connectors._subprocess._schema import BadValue, FieldPlan, integral, plan_field
+from combined.connectors._subprocess._schema import (
+    BadValue,
+    FieldPlan,
+    integral,
+    keys_written,
+    plan_field,
+)
 from combined.connectors.http._settings import FIELD_TYPES, field_schema
 from combined.errors import SchemaMismatch
 
@@ -69,16 +75,17 @@ def _fits(known: str, found: str) -> bool:
     return known == found or known == "json" or (known == "number" and found == "integer")
 
 
-def plan(name: str, type_: str) -> FieldPlan:
-    """The column plan of a field of a declared or inferred type."""
-    return plan_field(name, field_schema(type_))
+def plan(name: str, type_: str, json_keys: str = "as_sent") -> FieldPlan:
+    """The column plan of a field of a declared or inferred type (``json_keys``: the source's)."""
+    return keys_written(plan_field(name, field_schema(type_)), json_keys)
 
 
 class Records:
     """Records of one endpoint gathered field by field, typed as described above.
 
     ``declared`` are the endpoint's ``fields``; ``known`` the kinds an earlier
-    read inferred (from the checkpoint); ``selected`` restricts the columns.
+    read inferred (from the checkpoint); ``selected`` restricts the columns;
+    ``json_keys`` is the source's option (how JSON text writes an object's keys).
     """
 
     def __init__(
@@ -88,13 +95,17 @@ class Records:
         known: Mapping[str, str],
         selected: Iterable[str] | None,
         fix: str,
+        json_keys: str = "as_sent",
     ) -> None:
         self.endpoint = endpoint
         self._fix = fix
+        self._json_keys = json_keys
         self._keep = None if selected is None else set(selected)
         self.declared = {n: t for n, t in declared if self._wanted(n)}
         self.known = {n: t for n, t in known.items() if t in INFERRED and n not in self.declared}
-        self.plans: dict[str, FieldPlan] = {n: plan(n, t) for n, t in self.declared.items()}
+        self.plans: dict[str, FieldPlan] = {
+            n: plan(n, t, json_keys) for n, t in self.declared.items()
+        }
         #: The inferred kind of each field with a plan (what the next checkpoint remembers).
         self.kinds: dict[str, str] = {}
         self._rows: list[Mapping[str, Any]] = []
@@ -126,7 +137,7 @@ class Records:
                 # A remembered kind holds while the values fit it; else inference
                 # decides and the drift policy judges the change.
                 chosen = kind if found is None or _fits(kind, found) else found
-                self.plans[name] = plan(name, chosen)
+                self.plans[name] = plan(name, chosen, self._json_keys)
                 self.kinds[name] = chosen
         names: dict[str, None] = {}
         for record in self._rows:
@@ -136,7 +147,7 @@ class Records:
         for name in names:
             found = infer(r.get(name) for r in self._rows)
             if found is not None:
-                self.plans[name] = plan(name, found)
+                self.plans[name] = plan(name, found, self._json_keys)
                 self.kinds[name] = found
 
     def take(self) -> pa.RecordBatch:

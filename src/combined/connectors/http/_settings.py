@@ -22,6 +22,7 @@ from decimal import Decimal
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from combined.connectors._subprocess._schema import json_keys_option
 from combined.connectors.abc import refuse_unknown_keys
 from combined.errors import ConfigError, NotFoundError
 
@@ -41,6 +42,7 @@ SOURCE_KEYS = (
     "max_response_bytes",
     "check_path",
     "credential_hosts",
+    "json_keys",
     "endpoints",
 )
 ENDPOINT_KEYS = ("path", "params", "records", "paginate", "fields", "allow_empty", "since")
@@ -532,6 +534,8 @@ class Settings:
     endpoints: Mapping[str, Endpoint]
     #: Origins (scheme, host, port) besides base_url's that may receive the credentials.
     credential_hosts: tuple[tuple[str, str, int], ...] = ()
+    #: How objects and arrays stored as JSON text write an object's keys (``JSON_KEYS``).
+    json_keys: str = "as_sent"
 
     @classmethod
     def parse(cls, config: Mapping[str, Any]) -> Settings:
@@ -575,6 +579,7 @@ class Settings:
             ),
             check_path=None if check_path is None else _path(check_path, "config.check_path"),
             credential_hosts=_origins(config.get("credential_hosts")),
+            json_keys=json_keys_option("http", config.get("json_keys", "as_sent")),
             endpoints={
                 str(n): _endpoint(str(n), b, f"config.endpoints.{n}") for n, b in endpoints.items()
             },
