@@ -129,7 +129,12 @@ def test_a_read_stopped_early_goes_on_past_the_rows_it_filled(binlog: Binlog) ->
             ("UPDATE {t} SET qty = 0 WHERE id = 1", "ALTER TABLE {t} DROP COLUMN c"),
             "column 'c' ('ADD COLUMN c INT NOT NULL DEFAULT 7') is no longer in the table",
         ),
-        (("ALTER TABLE {t} DROP PRIMARY KEY",), (), "not a PRIMARY KEY or UNIQUE index"),
+        # (another key now: the lake's rows cannot be matched by the dataset's)
+        (
+            ("ALTER TABLE {t} DROP PRIMARY KEY, ADD PRIMARY KEY (id, qty)",),
+            (),
+            "not a PRIMARY KEY or UNIQUE index",
+        ),
         # the key made text: its fill landed every row again beside the old ones
         ((), ("ALTER TABLE {t} MODIFY id VARCHAR(20)",), "key column 'id' was redefined"),
     ],
@@ -148,6 +153,33 @@ def test_a_fill_that_cannot_hold_needs_a_new_snapshot(
         assert run.state == "needs_review"  # (only a new snapshot mends it)
         assert said in (run.error or "") and "combined cdc teardown" in (run.error or "")
         assert lake(engine)[0] == (1, 1, "n1")
+    finally:
+        engine.close()
+
+
+def test_a_fill_met_between_a_migrations_drop_and_add_primary_key_is_retried(
+    binlog: Binlog,
+) -> None:
+    """A capture that fell between a migration's DROP PRIMARY KEY and its ADD PRIMARY KEY
+    ended needs_review (a new snapshot), and stopped a follower for good, though the
+    key was back a moment later."""
+    engine = Engine.open(binlog.project())
+    try:
+        run = captured_then(
+            engine,
+            binlog,
+            "ALTER TABLE {t} ADD COLUMN c INT NOT NULL DEFAULT 7",
+            "ALTER TABLE {t} DROP PRIMARY KEY",
+        )
+        assert run.state == "failed"  # (retried by a schedule or a follower)
+        assert "holds no PRIMARY KEY now" in (run.error or "")
+        assert "the next capture tries again" in (run.error or "")
+        assert lake(engine)[0] == (1, 1, "n1")  # nothing committed
+        binlog.sql("ALTER TABLE {t} ADD PRIMARY KEY (id)")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        got, want = rows(engine, binlog, ("c",))
+        assert got == want and {g[3] for g in got} == {"7"}
     finally:
         engine.close()
 

@@ -47,7 +47,7 @@ from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._binlog_anchor import TableLock, pins_snapshots
 from combined.connectors.mariadb._binlog_setup import RESNAPSHOT
 from combined.connectors.mariadb._connect import Session, Settings, quote_ident
-from combined.errors import NeedsSnapshot
+from combined.errors import NeedsSnapshot, SourceError
 from combined.protocol import RecordBatchMessage
 
 __all__ = ["Added", "ColumnFill", "added_columns", "clauses", "left_columns"]
@@ -206,6 +206,19 @@ def _refuse(relation: str, why: str, hint: str) -> NeedsSnapshot:
     )
 
 
+def _keyless_now(relation: str, key: Sequence[str]) -> SourceError:
+    """No key to match a filled row by, at this moment: a capture later may find it again."""
+    named = ", ".join(key)
+    return SourceError(
+        f"table {relation} holds no PRIMARY KEY now, nor a UNIQUE index over NOT NULL "
+        f"columns on the dataset's key ({named}), and a column it was altered with must be "
+        "filled by that key. A migration that drops the primary key to add it again leaves "
+        "the table so for a moment: nothing was committed, and the next capture tries again",
+        hint=f"if the key is gone for good, add a PRIMARY KEY or a UNIQUE index over NOT NULL "
+        f"columns on ({named}), or take a new snapshot: {RESNAPSHOT}",
+    )
+
+
 class ColumnFill:
     """Read the key and some columns of every row in one consistent snapshot.
 
@@ -260,6 +273,8 @@ class ColumnFill:
             )
         primary, uniques = catalog.keys(idx, catalog.column_plans(cols, table=table))
         if wanted and not any(set(k) == key for k in (primary, *uniques) if k):
+            if not primary:
+                raise _keyless_now(relation, self._request.key)
             raise _refuse(
                 relation,
                 f"the dataset's key ({', '.join(self._request.key)}) is not a PRIMARY KEY or "
