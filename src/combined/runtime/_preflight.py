@@ -19,6 +19,7 @@ from combined.capture._soft import fix_hint, misfit
 from combined.config import DeletesConfig, Project, format_duration
 from combined.connectors.abc import CursorSpec, DatasetDiscovery, ReadRequest, Source
 from combined.errors import (
+    AuthRejected,
     CombinedError,
     ConfigError,
     NotFoundError,
@@ -106,9 +107,10 @@ def verify_declared(project: Project, source: str, open_source: Callable[[str], 
     given as a duration steps a date or time, not a number. Then what the
     connector's ``preflight`` refuses. ``combined check`` calls it: a name
     misspelt, or a table dropped since discovery, is told with the dataset's
-    name before any capture, and every dataset wrong is told, not the first.
+    name before any capture, and every dataset wrong is told, not the first, with
+    what the source's grants refuse its role (``AuthRejected``).
     """
-    problems: list[ConfigError] = []
+    problems: list[ConfigError | AuthRejected] = []
     conn = open_source(source)
     try:
         check = getattr(conn, "preflight", None)
@@ -117,7 +119,7 @@ def verify_declared(project: Project, source: str, open_source: Callable[[str], 
                 if check is not None:
                     _refused_by(check, requests_of(project, source, [name]))
                 _check_declared(project, source, [name], conn)
-            except ConfigError as exc:
+            except (ConfigError, AuthRejected) as exc:
                 problems.append(exc)
     finally:
         conn.close()
@@ -127,7 +129,10 @@ def verify_declared(project: Project, source: str, open_source: Callable[[str], 
         told = "\n".join(
             f"  {p.message}" + (f"\n    hint: {p.hint}" if p.hint else "") for p in problems
         )
-        raise ConfigError(
+        refused = (
+            AuthRejected if all(isinstance(p, AuthRejected) for p in problems) else ConfigError
+        )
+        raise refused(
             f"{len(problems)} datasets of {source} cannot be read as declared:\n{told}",
             hint="fix each in combined.yaml (or at the source), then `combined check` again",
             source=source,
@@ -135,11 +140,11 @@ def verify_declared(project: Project, source: str, open_source: Callable[[str], 
 
 
 def _refused_by(check: Callable[[list[ReadRequest]], None], requests: list[ReadRequest]) -> None:
-    """Raise what a connector's ``preflight`` refuses; pass what else it meets (a relation
-    missing, told by :func:`_check_declared` with its dataset's name)."""
+    """Raise what a connector's ``preflight`` refuses, its role's grants included; pass what
+    else it meets (a relation missing, told by :func:`_check_declared` with its dataset's name)."""
     try:
         check(requests)
-    except ConfigError:
+    except (ConfigError, AuthRejected):
         raise
     except CombinedError:
         return

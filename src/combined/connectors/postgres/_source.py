@@ -28,6 +28,7 @@ from combined.connectors.postgres._connect import (
     Settings,
 )
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
+from combined.connectors.postgres._grants import grants, refuse_denied, refuse_unreplicating
 from combined.connectors.postgres._partition import PartitionPlan, check_open, create_plan
 from combined.connectors.postgres._preflight import (
     refuse_cursor,
@@ -169,6 +170,7 @@ class PostgresSource(BaseSource):
             rels = catalog.find_relations(session, [r.relation for r in requests])
             columns = catalog.columns(session, [rel.oid for rel in rels])
             types = catalog.load_types(session, {c.typoid for cs in columns.values() for c in cs})
+            allowed = grants(session, [rel.oid for rel in rels])
             for r, rel in zip(requests, rels, strict=True):
                 cols = columns.get(rel.oid, [])
                 cdc = r.strategy == "cdc"
@@ -186,6 +188,12 @@ class PostgresSource(BaseSource):
                     if all(c in by_name for c in order):  # a name missing: the read says so
                         refuse_cursor(r.dataset, by_name, spec.column)
                         refuse_order(r.dataset, by_name, order)
+                # (last: a capture leaves these to its Run, which ends needs_auth)
+                refuse_denied(
+                    r.dataset, rel.schema, rel.table, [p.name for p in chosen], allowed.get(rel.oid)
+                )
+                if cdc:
+                    refuse_unreplicating(r.dataset, allowed.get(rel.oid))
         finally:
             self._sessions.give_back(session)
 
@@ -283,6 +291,14 @@ class PostgresSource(BaseSource):
         with self._lock:
             self._extractions.add(ext)
         return ext
+
+    def cdc_check(self, relations: Sequence[str]) -> None:
+        """Raise what would stop a capture of each relation's change stream (``_cdc_ready``)."""
+        from combined.connectors.postgres._cdc_ready import check_ready
+        from combined.connectors.postgres._stitch import slot_name
+
+        for relation in relations:
+            check_ready(self.settings, slot_name(self.slot_prefix, relation), relation)
 
     def cdc_setup(self, relation: str) -> str:
         """Create (or verify) the relation's publication; the slot comes with the first read."""

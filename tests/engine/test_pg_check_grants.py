@@ -1,0 +1,110 @@
+"""`combined check` of a PostgreSQL source tells what its role may not do, before any Run.
+
+A role without SELECT on a captured column, without REPLICATION for a cdc
+dataset, or unable to create a cdc table's publication passed `check` ("ok")
+and failed the first capture (`needs_auth`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from combined.connectors.postgres._stitch import slot_name
+from combined.engine import Engine
+from combined.errors import AuthRejected, NeedsSnapshot
+
+PREFIX = "grants"
+
+
+@pytest.fixture
+def role(cdc_db: object, pg_database: str) -> Iterator[str]:
+    """A LOGIN role holding no privilege on the test database's table ``t``."""
+    name = f"combined_lim_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text, secret text)")
+        conn.execute("INSERT INTO t VALUES (1, 'a', 's'), (2, 'b', 's')")
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+    try:
+        yield name
+    finally:
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def _admin(pg_database: str, statement: str, role: str) -> None:
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute(sql.SQL(statement).format(role=sql.Identifier(role)))
+
+
+def _engine(tmp_path: Path, pg_database: str, role: str, dataset: str) -> Engine:
+    dsn = pg_database.replace("://postgres@", f"://{role}@", 1)
+    (tmp_path / "combined.yaml").write_text(
+        "version: 1\nlake: ./lake\nsources:\n  pg:\n    connector: postgres\n"
+        f"    config:\n      dsn: {dsn}\n      slot_prefix: {PREFIX}\n"
+        f"    datasets:\n      t:\n{dataset}"
+    )
+    return Engine.open(tmp_path / "combined.yaml")
+
+
+def test_check_names_the_columns_the_role_may_not_read(
+    tmp_path: Path, pg_database: str, role: str
+) -> None:
+    engine = _engine(tmp_path, pg_database, role, "        key: [id]\n")
+    try:
+        with pytest.raises(AuthRejected) as info:
+            engine.check("pg")
+        assert "may not read any of its columns" in info.value.message
+        assert f'GRANT SELECT ON "public"."t" TO "{role}"' in (info.value.hint or "")
+        _admin(pg_database, "GRANT SELECT (id, v) ON t TO {role}", role)
+        with pytest.raises(AuthRejected) as info:
+            engine.check("pg")
+        assert 'column(s) "secret"' in info.value.message
+        assert f'GRANT SELECT ("secret") ON "public"."t" TO "{role}"' in (info.value.hint or "")
+    finally:
+        engine.close()
+    engine = _engine(tmp_path, pg_database, role, "        key: [id]\n        columns: [id, v]\n")
+    try:
+        engine.check("pg")  # the columns it may read: passed, and so is the capture
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+    finally:
+        engine.close()
+
+
+def test_check_of_a_cdc_dataset_names_the_publication_and_replication_it_lacks(
+    tmp_path: Path, pg_database: str, role: str
+) -> None:
+    _admin(pg_database, "GRANT SELECT ON t TO {role}", role)
+    engine = _engine(tmp_path, pg_database, role, "        key: [id]\n        strategy: cdc\n")
+    publication = slot_name(PREFIX, "t")
+    try:
+        with pytest.raises(AuthRejected) as info:
+            engine.check("pg")
+        assert f"publication {publication!r}" in info.value.message
+        assert "may not create it" in info.value.message
+        assert f'CREATE PUBLICATION "{publication}" FOR TABLE "public"."t"' in (
+            info.value.hint or ""
+        )
+        _admin(pg_database, f'CREATE PUBLICATION "{publication}" FOR TABLE t', role)
+        with pytest.raises(AuthRejected) as info:
+            engine.check("pg")
+        assert "needs the REPLICATION attribute" in info.value.message
+        assert f'ALTER ROLE "{role}" WITH REPLICATION' in (info.value.hint or "")
+        _admin(pg_database, "ALTER ROLE {role} WITH REPLICATION", role)
+        engine.check("pg")
+        (run,) = engine.capture()  # the role now does what check said it could
+        assert run.state == "succeeded", run.error
+        assert engine.sql("SELECT count(*) AS n FROM pg.t").to_pylist() == [{"n": 2}]
+        engine.check("pg")  # (its slot exists now, and is verified as a capture does)
+        _admin(pg_database, f'ALTER PUBLICATION "{publication}" SET TABLE t WHERE (id > 1)', role)
+        with pytest.raises(NeedsSnapshot, match="row filter"):
+            engine.check("pg")
+    finally:
+        engine.close()
