@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -111,21 +113,34 @@ def test_a_marked_value_comes_from_the_lake_and_a_new_column_has_no_lake_value(
     assert rows == [(1, "kept", 42)]
 
 
-def _drained(
-    tmp_path: Path, parts: list[Path], schema: pa.Schema
-) -> tuple[Transition, list[dict[str, Any]]]:
-    """A change stream keyed by ``id`` reduced at the default memory: its transition and rows."""
-    r = Reducer(
+def _stream_reducer(
+    tmp_path: Path,
+    parts: list[Path],
+    schema: pa.Schema,
+    memory: int,
+    events: Callable[[], list[str]] | None = None,
+) -> Reducer:
+    """A change stream's reduction keyed by ``id``, with no current rows; ``events``:
+    an event stream's (``sync_mode: append``) lake files."""
+    return Reducer(
         capture_files=parts,
         capture_schema=schema,
         current_files=[],
         key=["id"],
         strategy="cdc",
-        sync_mode="incremental",
-        memory_limit=256 * 2**20,  # the default reduction_memory
+        sync_mode="incremental" if events is None else "append",
+        memory_limit=memory,
         spill_dir=tmp_path,
         baseline=False,
+        events=events,
     )
+
+
+def _drained(
+    tmp_path: Path, parts: list[Path], schema: pa.Schema
+) -> tuple[Transition, list[dict[str, Any]]]:
+    """A change stream keyed by ``id`` reduced at the default memory: its transition and rows."""
+    r = _stream_reducer(tmp_path, parts, schema, 256 * 2**20)  # the default reduction_memory
     try:
         t = r.reduce()
         r.release()
@@ -246,3 +261,144 @@ def test_a_change_stream_of_lists_of_thousands_of_short_strings_reduces_and_deli
     assert (t.inserts, t.captured) == (n // 2, n)
     assert sorted(r["id"] for r in rows) == list(range(n // 2))
     assert all(r["tags"] == [str(j) for j in range(width)] for r in rows[:3])
+
+
+def _events_lake(tmp_path: Path) -> list[str]:
+    """An event stream's lake (``sync_mode: append``): each id's events, in two files.
+
+    The newest event of each id holds ``name`` "new"; the others "old".
+    """
+    t1, t2 = (datetime(2026, 11, 29, 0, 0, s, tzinfo=UTC) for s in (1, 2))
+    at = datetime(2026, 11, 28, tzinfo=UTC)
+    # (id, name, op, ingested, emitted, position); the older events in the later file
+    first = [
+        (1, "new", "update", t2, at, "0/5"),  # a later capture's event ...
+        (2, "new", "update", t1, at, "0/10000000"),
+        (3, "new", "update", t1, at, "0/10"),
+        (4, "old", "update", t1, at, "0/20"),  # one transaction's two changes: the later row
+        (4, "new", "update", t1, at, "0/20"),
+        (5, "gone", "delete", t2, at, "0/50"),
+        (6, "new", "update", t1, at, "binlog.000002:1000"),
+        (7, None, "update", t2, at, "0/60"),
+    ]
+    second = [
+        (1, "old", "update", t1, at, "0/FFFFFFF"),  # ... is newer than an earlier capture's
+        (2, "old", "update", t1, at, "0/FFFFFF0"),  # an LSN that is larger as text only
+        (3, "old", "snapshot", t1, None, "0/10"),  # a snapshot's row at the stream's start
+        (5, "old", "update", t1, at, "0/30"),  # deleted since: no current row
+        (6, "old", "update", t1, at, "binlog.000002:999"),
+        (7, "kept", "update", t1, at, "0/40"),  # a real null since: kept
+    ]
+    files = []
+    for name, rows in (("a", first), ("b", second)):
+        columns = list(zip(*rows, strict=True))
+        table = pa.table(
+            {
+                "_combined_id": [identity_python([i], [pa.int64()]) for i in columns[0]],
+                "id": pa.array(columns[0], pa.int64()),
+                "name": pa.array(columns[1], pa.string()),
+                "_combined_op": pa.array(columns[2], pa.string()),
+                "_combined_ingested_at": pa.array(columns[3], pa.timestamp("us", "UTC")),
+                "_combined_emitted_at": pa.array(columns[4], pa.timestamp("us", "UTC")),
+                "_combined_source_position": pa.array(columns[5], pa.string()),
+            }
+        )
+        files.append(str(tmp_path / f"{name}.parquet"))
+        pq.write_table(table, files[-1])
+    return files
+
+
+@pytest.mark.parametrize("numbered", [True, False])
+def test_an_event_streams_marked_values_come_from_each_ids_newest_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, numbered: bool
+) -> None:
+    # An append dataset's reduction read no lake: a value its update left
+    # alone landed as null, like a real SET ... = NULL. Its lake holds many
+    # events of an id: the newest stands for the row.
+    from combined.capture import _unchanged
+
+    if not numbered:  # (DuckDB reads the lake's values, without the rows' numbers)
+        monkeypatch.setattr(_unchanged, "lake_numbers_rows", lambda columns: False)
+    files = _events_lake(tmp_path)
+    ids = [1, 2, 3, 4, 5, 6, 7, 8, 1]
+    parts, schema = _change_stream(
+        tmp_path,
+        [("id", pa.int64()), ("name", pa.string()), ("n", pa.int64())],
+        {
+            "id": ids,
+            "name": [None] * len(ids),
+            "n": list(range(len(ids))),
+            "_combined_op": ["update"] * len(ids),
+            "_combined_unchanged": [["name"]] * len(ids),
+        },
+    )
+    listed: list[int] = []
+
+    def events() -> list[str]:
+        listed.append(1)
+        return files
+
+    r = _appender(tmp_path, parts, schema, events)
+    try:
+        rows = r.con.execute("SELECT id, name FROM res ORDER BY _combined_ordinal").fetchall()
+    finally:
+        r.close()
+    expected = {1: "new", 2: "new", 3: "new", 5: None, 6: "new", 7: None, 8: None}
+    if numbered:  # (without the rows' numbers, one transaction's changes tie)
+        expected[4] = "new"
+    assert [row for row in rows if row[0] in expected] == [
+        (i, expected[i]) for i in ids if i in expected
+    ]
+    assert listed == [1]
+
+
+def _appender(
+    tmp_path: Path, parts: list[Path], schema: pa.Schema, events: Callable[[], list[str]]
+) -> Reducer:
+    """An event stream's (``sync_mode: append``) reduction, its lake's files ``events``."""
+    return _stream_reducer(tmp_path, parts, schema, 64 * 2**20, events)
+
+
+def test_an_event_stream_without_marked_values_lists_no_lake_file_and_a_move_is_an_insert(
+    tmp_path: Path,
+) -> None:
+    # Only a change that leaves a value unchanged reads the lake. A key's
+    # move that left a value alone arrives as the old key's delete naming it
+    # and the new key's update: the stream kept "update" for a key that
+    # never existed, where a move leaving nothing alone is an insert.
+    def events() -> list[str]:
+        raise AssertionError("the lake was listed with no value to fill")
+
+    stream: dict[str, list[Any]] = {
+        "id": [1, 1, 2],
+        "name": ["a", "b", None],
+        "_combined_op": ["insert", "update", "delete"],
+        "_combined_unchanged": [None, [], None],
+    }
+    parts, schema = _change_stream(tmp_path, [("id", pa.int64()), ("name", pa.string())], stream)
+    r = _appender(tmp_path, parts, schema, events)
+    try:
+        t = r.reduce()
+    finally:
+        r.close()
+    assert (t.inserts, t.updates, t.deletes) == (1, 1, 1)
+
+    files = _events_lake(tmp_path)
+    moved: dict[str, list[Any]] = {
+        "id": [1, 101, 2],
+        "name": [None, None, None],
+        "_combined_op": ["delete", "update", "update"],
+        "_combined_unchanged": [["name"], ["name"], ["name"]],
+    }
+    parts, schema = _change_stream(
+        tmp_path / "m", [("id", pa.int64()), ("name", pa.string())], moved
+    )
+    r = _appender(tmp_path, parts, schema, lambda: files)
+    try:
+        r.reduce()
+        ops = r.con.execute("SELECT op FROM tr ORDER BY ord").fetchall()
+        rows = r.con.execute("SELECT id, name FROM res ORDER BY _combined_ordinal").fetchall()
+    finally:
+        r.close()
+    assert ops == [("delete",), ("insert",), ("update",)]
+    assert rows[1:] == [(101, "new"), (2, "new")]

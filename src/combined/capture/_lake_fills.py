@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from combined.capture._databases import files_sql
 from combined.delivery import ELEMENT_BYTES, read_part, scan_weight
 from combined.lake import lake_type, to_lake
+from combined.protocol import _provenance as prov
 from combined.runtime._memory import release_memory
 
 if TYPE_CHECKING:
@@ -53,6 +54,8 @@ def write_lake_values(
     columns: Sequence[str],
     path: Path,
     open_file: Callable[[str], Any] = str,
+    *,
+    events: bool = False,
 ) -> list[pa.DataType]:
     """Write ``path``: ``(ord, v0, v1, ...)`` for each change of ``unc_pick`` filled from the lake.
 
@@ -61,14 +64,20 @@ def write_lake_values(
     a file no such column. DuckDB reads the ids of the lake's current
     ``files``, finding where each wanted row lies; Arrow opens the files
     holding one by ``open_file`` (an object store's through its filesystem)
-    to read those rows' values. Returns each ``vj``'s type (null: no file
-    read holds the column).
+    to read those rows' values. ``events``: the files hold an event stream,
+    whose current row of an id is its newest event (:func:`newest_events`).
+    Returns each ``vj``'s type (null: no file read holds the column).
     """
+    lake = (
+        newest_events(files, numbered=True)
+        if events
+        else f"read_parquet({files_sql(files)}, union_by_name = true, filename = '{_FILE}', "
+        "file_row_number = true)"
+    )
     found = con.sql(
         f"SELECT p.ord, l.{_FILE}, l.file_row_number FROM (SELECT ord, _lin FROM unc_pick "
         f"WHERE pord IS NULL AND _lin_ord < 0) p LEFT JOIN (SELECT {_FILE}, file_row_number, "
-        f"{_ID} FROM read_parquet({files_sql(files)}, union_by_name = true, filename = '{_FILE}', "
-        f"file_row_number = true)) l ON l.{_ID} = p._lin ORDER BY l.{_FILE}, l.file_row_number"
+        f"{_ID} FROM {lake}) l ON l.{_ID} = p._lin ORDER BY l.{_FILE}, l.file_row_number"
     ).to_arrow_table()
     ords = found.column("ord").to_numpy()
     rows = found.column("file_row_number").fill_null(-1).to_numpy()
@@ -172,6 +181,59 @@ def _carried(
     batch = to_lake(batch, read)  # (a column the part lacks: nulls)
     arrays = [batch.column(j + 1).cast(t) for j, t in enumerate(types)]
     yield from _taken(arrays, types, at[hit], ords[a:b][hit], schema)
+
+
+def newest_events(files: Sequence[str], *, numbered: bool) -> str:
+    """A FROM item: in an event stream's (``sync_mode: append``) lake ``files``, the
+    newest event of each id a change of ``unc_pick`` is filled from; none where it is
+    a delete (the lake of a merged table holds no row of a deleted id).
+
+    Newest is a later capture's first: captures of a dataset commit one
+    after another under its lease, each accepted (``_combined_ingested_at``)
+    after the one before it committed. Within a capture, the source's order:
+    its position (:func:`_position_order`: a PostgreSQL commit's LSN, a
+    binlog event's place), then its emission time (a snapshot's rows have
+    none: before the stream's changes). A row changed twice in one
+    transaction shares all three (a change's position is its commit's): then
+    the later row of its file (``numbered``: the rows carry their file and
+    number), as a capture's Deliveries write the stream in order.
+
+    Only the wanted ids' events are ranked: the lake is read for their rows alone.
+    """
+    numbering = f", filename = '{_FILE}', file_row_number = true" if numbered else ""
+    scan = f"read_parquet({files_sql(files)}, union_by_name = true{numbering})"
+    position = _position_order(prov.SOURCE_POSITION)
+    order = (
+        f"{prov.INGESTED_AT} DESC NULLS LAST, {position} DESC NULLS LAST, "
+        f"{prov.EMITTED_AT} DESC NULLS LAST"
+    )
+    if numbered:
+        order += f", {_FILE} DESC, file_row_number DESC"
+    return (
+        f"(SELECT * FROM {scan} WHERE {_ID} IN (SELECT _lin FROM unc_pick "
+        "WHERE pord IS NULL AND _lin_ord < 0) "
+        f"QUALIFY row_number() OVER (PARTITION BY {_ID} ORDER BY {order}) = 1 "
+        f"AND {prov.OP} IS DISTINCT FROM 'delete')"
+    )
+
+
+def _position_order(column: str) -> str:
+    """SQL: a source position as text that sorts in the source's order.
+
+    A PostgreSQL LSN (``16/B374D848``) with both halves padded to 8 hex
+    digits, a binlog's ``file:position`` with its offset padded to 20
+    digits; any other as it is.
+    """
+    lsn = "'^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$'"
+    return (
+        f"CASE WHEN regexp_matches({column}, {lsn}) THEN "
+        f"lpad(upper(split_part({column}, '/', 1)), 8, '0') || '/' || "
+        f"lpad(upper(split_part({column}, '/', 2)), 8, '0') "
+        f"WHEN regexp_matches({column}, ':[0-9]{{1,20}}$') THEN "
+        f"regexp_extract({column}, '^(.*):[0-9]+$', 1) || ':' || "
+        f"lpad(regexp_extract({column}, ':([0-9]+)$', 1), 20, '0') "
+        f"ELSE {column} END"
+    )
 
 
 def lake_numbers_rows(columns: Sequence[str]) -> bool:

@@ -146,11 +146,15 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         dataset: str = "the dataset",
         same: bool = False,
         values: pa.Schema | None = None,
+        events: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         """``same``: staging showed the capture equal to the committed one (``runtime._fold``).
 
         ``values``: a snapshot staged unhashed, compared with the lake by the
-        values of these payload columns (``capture._values``).
+        values of these payload columns (``capture._values``). ``events``:
+        an event stream's (``append``) lake files, which it is never compared
+        with (``current_files`` is empty): listed only for the values its
+        changes left unchanged, filled from each id's newest event.
         """
         #: The table's digest format (v1 hex, v2 binary); staged digests tell it.
         self.digest: dg.Digest = digest or (
@@ -197,6 +201,7 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         # schema (in types DuckDB scans: a float16 column arrives as float32).
         self._staged = StagedParts(self.capture_files, duckdb_scannable_schema(capture_schema))
         self._opening = (spill_dir, lake, current_files, current_filter)
+        self._events = events
         self._con: duckdb.DuckDBPyConnection | None = None
         #: An unchanged capture's empty ``tr`` waits for the database (see _unchanged).
         self._tr_empty = False
@@ -356,6 +361,7 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
                 current_files=current_files,
                 open_file=self._open_lake,
                 staged_parts=(self.capture_files, self._staged.schema),
+                events=self._events,
             )
             if self._resolved.fills:
                 mb = _duck_mb(self._duck_limit) + self._resolved.join_mb(FILL_JOIN_MB)
@@ -504,11 +510,28 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         if self.sync_mode == "append":
             self.con.execute(
                 "CREATE TABLE tr AS SELECT _cid AS id, "
-                f"CASE WHEN _cop = 'upsert' THEN {self._first_op} ELSE _cop END AS op, "
+                f"CASE WHEN _cop = 'upsert' THEN {self._first_op} "
+                f"WHEN {self._moved_onto()} THEN 'insert' ELSE _cop END AS op, "
                 f"_chash AS new_hash, NULL::{self._t} AS old_hash, ord FROM {keys}"
             )
             return self._stats()
         return self._reduce_changes(keys)
+
+    def _moved_onto(self) -> str:
+        """SQL: whether a change is a row's move to a new key, kept as an event of its own.
+
+        A change stream sends such a move as the old key's delete and the new
+        key's insert, or its update where the move left values unchanged (the
+        delete names them: ``capture._unchanged`` fills them from the old
+        key). An event stream keeps the new key's insert either way, as a
+        merged table applies it.
+        """
+        if UNCHANGED not in self.capture_schema.names:
+            return "false"
+        return (
+            f"_cop = 'update' AND ord IN (SELECT _combined_ordinal + 1 FROM {_STAGED} "
+            f"WHERE {quote_ident(prov.OP)} = 'delete' AND coalesce(len({UNCHANGED}), 0) > 0)"
+        )
 
     def _unchanged(self) -> Transition:
         """No changes: an empty transition table, for whatever reads it next.

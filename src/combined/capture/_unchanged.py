@@ -30,6 +30,7 @@ from combined.capture._fill_file import fills_file, in_file, one_thread, write_f
 from combined.capture._lake_fills import (
     is_bytes,
     lake_numbers_rows,
+    newest_events,
     write_lake_values,
     write_staged_values,
 )
@@ -177,6 +178,7 @@ def resolve_unchanged(
     current_files: Sequence[str],
     open_file: Callable[[str], Any] = str,
     staged_parts: tuple[Sequence[Path], pa.Schema] | None = None,
+    events: Callable[[], Sequence[str]] | None = None,
 ) -> Resolved:
     """Create the view ``res``: the staged rows with their marked values filled.
 
@@ -186,6 +188,9 @@ def resolve_unchanged(
     returned :class:`Resolved` reads any part of the staged rows the same way.
     ``open_file`` opens a lake file for Arrow (``LakeStore.open_input``);
     ``staged_parts``: the staged files of ``staged`` and their schema, for Arrow.
+    ``events``: the lake files of an event stream (``sync_mode: append``), in
+    place of ``current_files`` and listed only when a change marks a value:
+    each id's newest event stands for its current row (``newest_events``).
     """
     rest = ", ".join(f"r.{quote_ident(n)}" for n in names if n not in payload)
     as_staged = ", ".join(f"r.{quote_ident(c)}" for c in payload)
@@ -195,9 +200,14 @@ def resolve_unchanged(
         con.execute(f"CREATE VIEW res AS {resolved.sql(staged)}")
         return resolved
     _lineage_table(con, staged, id_expr)
+    if events is not None:
+        current_files = events()
     lake = f"read_parquet({files_sql(current_files)}, union_by_name = true)"
     # The lake's own columns only: one the capture added has no lake value.
     in_lake = _types(con, lake) if current_files else {}
+    numbered = lake_numbers_rows(list(in_lake))
+    if events is not None and current_files:
+        lake = newest_events(current_files, numbered=numbered)
     staged_types = _types(con, staged)
     marked = _marked(con, payload)
     groups = _marked_alike(con, marked)
@@ -209,8 +219,9 @@ def resolve_unchanged(
             staged=staged,
             lake=lake,
             current_files=current_files,
-            lake_rows=open_file if lake_numbers_rows(list(in_lake)) else None,
+            lake_rows=open_file if numbered else None,
             staged_parts=staged_parts,
+            events=events is not None,
         )
         for n, group in enumerate(groups)
     ]
@@ -397,6 +408,7 @@ def _fill_group(
     current_files: Sequence[str] = (),
     lake_rows: Callable[[str], Any] | None = None,
     staged_parts: tuple[Sequence[Path], pa.Schema] | None = None,
+    events: bool = False,
 ) -> tuple[str, bool]:
     """``unc_fill_<n>(ord, v0, v1, ...)``: the values of each marked column of ``group``,
     and whether they are held in a file (:mod:`._fill_file`), not a table.
@@ -417,6 +429,8 @@ def _fill_group(
     DuckDB reads them. So do the staged carriers' texts and byte strings,
     from ``staged_parts`` (the staged files and their schema). The fills are
     held in a file, not a table, where Parquet holds their types (:mod:`._fill_file`).
+    ``events``: the lake holds an event stream (``lake`` its newest events,
+    ``newest_events``); Arrow reads the same rows.
     """
     _pick_carriers(con, group[0].column)
     values = [f"v{j}" for j in range(len(group))]
@@ -457,7 +471,9 @@ def _fill_group(
     filed = spill is not None and in_file(list(types.values()))
     if spill is not None:
         lake_rows = lake_rows if from_lake != "false" else None
-        parts = _read_by_arrow(con, n, group, parts, spill, current_files, lake_rows, staged_parts)
+        parts = _read_by_arrow(
+            con, n, group, parts, spill, current_files, lake_rows, staged_parts, events
+        )
         select = _fills_select(con, parts)
     run = partial(one_thread, con, f"CREATE TABLE {name} AS {select}")
     if spill is not None and filed:  # (a table keeps its values in DuckDB's buffer pool)
@@ -486,6 +502,7 @@ def _read_by_arrow(
     current_files: Sequence[str],
     lake_rows: Callable[[str], Any] | None,
     staged_parts: tuple[Sequence[Path], pa.Schema] | None,
+    events: bool = False,
 ) -> list[str]:
     """``parts`` with the lake's values (``parts[1]``; ``lake_rows``: how to open its
     files) and the staged carriers' texts and bytes (``parts[0]``) read by Arrow
@@ -494,7 +511,7 @@ def _read_by_arrow(
     columns = [f.column for f in group]
     if lake_rows is not None:
         held_in = fills_file(spill, f"unc_lake_{n}")
-        read = write_lake_values(con, current_files, columns, held_in, lake_rows)
+        read = write_lake_values(con, current_files, columns, held_in, lake_rows, events=events)
         parts[1] = (
             f"SELECT ord, {_lake_file_values(group, read)} FROM read_parquet({lit(str(held_in))})"
         )

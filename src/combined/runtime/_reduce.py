@@ -130,13 +130,19 @@ def _reducer(
     memory_limit: int,
     w: Writing,
 ) -> Reducer:
-    """The reduction of the staged capture against the table's current files."""
+    """The reduction of the staged capture against the table's current files.
+
+    An event stream's (``append``) table is not its current rows: the
+    capture is never compared with it, and only the values its changes left
+    unchanged are read from it (``events``: each id's newest event).
+    """
     plan = staged.plan
     spill = w.area.path(f"{plan.source}/{plan.name}/spill/.keep").parent
+    append = plan.sync_mode == "append"
     return Reducer(
         capture_files=staged.parts,
         capture_schema=staged.schema,
-        current_files=table.files() if plan.sync_mode != "append" else [],
+        current_files=[] if append else table.files(),
         key=plan.key,
         strategy=plan.strategy,
         sync_mode=plan.sync_mode,
@@ -152,6 +158,7 @@ def _reducer(
         same=staged.same_as_committed,
         # (staged unhashed, to be compared with the lake's rows by value: capture._values)
         values=staged.by_value,
+        events=table.files if append else None,
     )
 
 

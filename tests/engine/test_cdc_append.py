@@ -1,0 +1,87 @@
+"""A PostgreSQL change stream kept as events (``sync_mode: append``): values left unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from tests.engine.test_cdc_capture import PROJECT
+
+from combined.engine import Engine
+
+#: A text of 3,200 characters, stored out of line (``STORAGE EXTERNAL``: never compressed).
+BODY = "repeat(md5({!r}), 100)"
+
+
+def _events(engine: Engine, run_id: str) -> list[tuple[Any, ...]]:
+    """The run's events: (id, op, qty, md5 of body), by id then op."""
+    rows = engine.sql(
+        "SELECT id, _combined_op AS op, qty, md5(body) AS b FROM pg.items "
+        f"WHERE _combined_run_id = '{run_id}' ORDER BY id, op"
+    ).to_pylist()
+    return [tuple(r.values()) for r in rows]
+
+
+def _md5(conn: psycopg.Connection[Any], text: str) -> str:
+    row = conn.execute(f"SELECT md5({BODY.format(text)})").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_an_event_stream_keeps_the_toasted_values_an_update_left_unchanged(
+    tmp_path: Path, cdc_db: Any
+) -> None:
+    # pgoutput sends an update that leaves a TOASTed value alone without it
+    # (marked unchanged). An append dataset's capture never read its lake:
+    # the event stored null there, as if the update had set it to null.
+    dsn = cdc_db.dsn
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, qty int, body text)")
+        conn.execute("ALTER TABLE items ALTER COLUMN body SET STORAGE EXTERNAL")
+        for i in range(1, 6):
+            conn.execute(f"INSERT INTO items VALUES ({i}, {i}, {BODY.format(f'a{i}')})")
+        a = {i: _md5(conn, f"a{i}") for i in range(1, 6)}
+    project = PROJECT.format(dsn=dsn, prefix=cdc_db.prefix, table="items")
+    (tmp_path / "combined.yaml").write_text(project + "        sync_mode: append\n")
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET qty = 10 WHERE id = 1")  # body left alone
+            conn.execute("UPDATE items SET body = NULL WHERE id = 2")  # a real null
+            conn.execute("UPDATE items SET id = 103 WHERE id = 3")  # a move, body left alone
+            conn.execute(f"UPDATE items SET body = {BODY.format('b4')} WHERE id = 4")
+            with conn.transaction():  # one transaction's two changes of a row
+                conn.execute(f"UPDATE items SET body = {BODY.format('b5')} WHERE id = 5")
+                conn.execute(f"UPDATE items SET body = {BODY.format('c5')} WHERE id = 5")
+            b4, b5, c5 = (_md5(conn, t) for t in ("b4", "b5", "c5"))
+        (second,) = engine.capture()
+        assert second.state == "succeeded", second.error
+        assert _events(engine, second.id) == [
+            (1, "update", 10, a[1]),
+            (2, "update", 2, None),
+            (3, "delete", None, None),
+            (4, "update", 4, b4),
+            (5, "update", 5, b5),
+            (5, "update", 5, c5),
+            (103, "insert", 3, a[3]),  # (the stream sent an update of a key never held)
+        ]
+        # Each id's newest event, from the capture before, holds the value left alone.
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET qty = -qty WHERE id IN (1, 2, 4, 5, 103)")
+        (third,) = engine.capture()
+        assert third.state == "succeeded", third.error
+        assert _events(engine, third.id) == [
+            (1, "update", -10, a[1]),
+            (2, "update", -2, None),
+            (4, "update", -4, b4),
+            (5, "update", -5, c5),
+            (103, "update", -3, a[3]),
+        ]
+        with psycopg.connect(dsn) as conn:
+            source = conn.execute("SELECT id, md5(body) FROM items ORDER BY id").fetchall()
+        assert [(i, b) for i, _, _, b in _events(engine, third.id)] == source
+    finally:
+        engine.close()
