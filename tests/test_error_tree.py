@@ -15,7 +15,7 @@ import combined.connectors.postgres
 from combined import errors
 from combined.connectors.mariadb._binlog_setup import BinlogGone
 from combined.connectors.postgres._replication import SlotLost
-from combined.errors import CombinedError, NeedsSnapshot, SourceError
+from combined.errors import CombinedError, NeedsSnapshot, SourceError, StreamGap
 
 #: What a hint names when it takes a new snapshot (the connectors' command pairs).
 _RESNAPSHOT_WORDS = ("RECOVER_HINT", "RESNAPSHOT", "_ROW_IMAGE_FIX", "cdc teardown")
@@ -29,7 +29,7 @@ _OTHER_WAY_OUT = {
 }
 
 
-@pytest.mark.parametrize("cls", [NeedsSnapshot, SlotLost, BinlogGone])
+@pytest.mark.parametrize("cls", [NeedsSnapshot, SlotLost, BinlogGone, StreamGap])
 def test_what_only_a_new_snapshot_mends_ends_needs_review(cls: type[NeedsSnapshot]) -> None:
     """SlotLost and BinlogGone are the first two of the kind; the rest ended ``failed``."""
     assert issubclass(cls, NeedsSnapshot) and issubclass(cls, SourceError)

@@ -13,6 +13,7 @@ Every error the engine raises derives from :class:`CombinedError`::
      |    +-- AuthRejected           credentials refused (Run -> needs_auth, no retry)
      |    +-- NeedsSnapshot          only a new snapshot mends the change stream (needs_review)
      |    |    +-- SlotLost          a PostgreSQL replication slot missing or without its WAL
+     |    |    +-- StreamGap         changes left out of the stream: held in the checkpoint
      |    |    +-- BinlogGone        a MariaDB binlog position purged or another log's
      |    +-- SchemaMismatch         a record does not fit the declared schema (needs_review)
      |    +-- UnsupportedType        a source type has no faithful Arrow mapping
@@ -144,6 +145,20 @@ class NeedsSnapshot(SourceError):
     """
 
     run_state = "needs_review"
+
+
+class StreamGap(NeedsSnapshot):
+    """The stream left out changes that mending its cause does not bring back.
+
+    A PostgreSQL publication that stopped publishing the captured table, or
+    published it narrowed (a row filter, a column list), for a while: the
+    server keeps no history of a publication, so once a person mends it the
+    stream looks whole again while the changes of that time stay missing.
+    The engine records it in the dataset's checkpoint (a lake commit that
+    changes no row and keeps the position), and refuses every later capture
+    of the dataset with it until a new snapshot (``combined cdc teardown``
+    voids the checkpoint).
+    """
 
 
 class SchemaMismatch(SourceError):

@@ -489,6 +489,51 @@ def test_a_table_the_slot_no_longer_streams_fails_instead_of_losing_its_changes(
         engine.close()
 
 
+@pytest.mark.parametrize(
+    ("cause", "mend"),
+    [
+        ("ALTER PUBLICATION {slot} DROP TABLE items", "ALTER PUBLICATION {slot} ADD TABLE items"),
+        (
+            "ALTER PUBLICATION {slot} SET (publish = 'insert')",
+            "ALTER PUBLICATION {slot} SET (publish = 'insert, update, delete, truncate')",
+        ),
+    ],
+    ids=["removed_from_publication", "publishing_less"],
+)
+def test_a_publication_mended_after_a_refusal_is_refused_until_a_new_snapshot(
+    cdc_project: tuple[Path, str, str], cause: str, mend: str
+) -> None:
+    # The WAL of the time is decoded as the publication was then: once a person
+    # mended it, the next capture passed, the changes made meanwhile lost for good.
+    from combined import cdc
+
+    root, dsn, slot = cdc_project
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        engine.capture()
+        lsn = _checkpoint_lsn(root)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(cause.format(slot=slot))
+            conn.execute("UPDATE items SET qty = -1 WHERE id <= 3")
+        (run,) = engine.capture()
+        assert run.state == "needs_review", run.error
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(mend.format(slot=slot))
+        for _ in range(2):
+            (run,) = engine.capture()
+            assert run.state == "needs_review", run.error
+            assert "kept in the dataset's checkpoint" in (run.error or "")
+            assert "teardown" in (run.error or "")
+        assert _checkpoint_lsn(root) == lsn  # (the refusals moved no position)
+        assert _lake(engine) != _source(dsn)
+        cdc.teardown(engine, "pg")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert _lake(engine) == _source(dsn)
+    finally:
+        engine.close()
+
+
 def test_a_key_change_keeps_the_unchanged_toast_values_of_the_row(
     cdc_project: tuple[Path, str, str],
 ) -> None:

@@ -31,6 +31,7 @@ from combined.runtime._barrier import CheckpointBarrier
 from combined.runtime._deadline import reading
 from combined.runtime._drift import check_key, check_moved, judge_drift
 from combined.runtime._fold import capture_columns, expected_fold, kept_fold
+from combined.runtime._gap import refuse_recorded
 from combined.runtime._memory import release_memory
 from combined.runtime._plan import DatasetPlan, Staged, table_of
 from combined.runtime._reporter import Reporter
@@ -65,6 +66,7 @@ def extract(
     last = table.latest_commit()
     # The checkpoint lives with the data: the lake's newest commit is authoritative.
     prior_state = last.get("checkpoint") if last else None
+    refuse_recorded(plan, prior_state)  # a gap in its change stream, until a new snapshot
     check_key(plan, last, getattr(declared, "identity", None))
     committed_schema = table.schema()
     if getattr(type(source), "IDENTITY_IS_COLUMN", False):

@@ -235,6 +235,32 @@ def commit_reset(
     reconciles against the lake) instead of resuming from a position its
     source can no longer serve. Returns the lake version, or None without a table.
     """
+    now = datetime.now(UTC)
+    version = commit_checkpoint(
+        catalog, layout, source, dataset, None, run_id=f"reset-{now:%Y%m%d%H%M%S}", reset=reason
+    )
+    if version is not None:
+        with catalog.begin() as conn:
+            cat.emit(conn, "checkpoint.reset", source=source, dataset=dataset, reason=reason)
+    return version
+
+
+def commit_checkpoint(
+    catalog: Catalog,
+    layout: LakeLayout,
+    source: str,
+    dataset: str,
+    checkpoint: Mapping[str, Any] | None,
+    *,
+    run_id: str,
+    source_position: str | None = None,
+    **marks: Any,
+) -> int | None:
+    """Set a dataset's checkpoint by a lake commit that changes no row, and project it.
+
+    ``marks`` are kept in the commit's metadata (``reset``: why it was voided).
+    Returns the lake version, or None without a table.
+    """
     table = layout.dataset_table(source, dataset)
     schema = table.schema()
     if schema is None:
@@ -245,15 +271,15 @@ def commit_reset(
         current = cat.get_dataset(conn, source, dataset).current_version
     meta: dict[str, Any] = {
         "dataset": f"{source}.{dataset}",
-        "run_id": f"reset-{now:%Y%m%d%H%M%S}",
+        "run_id": run_id,
         "admission_id": None,
         "first_sequence": seq,
         "last_sequence": seq,
         "deliveries": [],
         "changes_file": None,
-        "source_position": None,
-        "checkpoint": None,
-        "reset": reason,
+        "source_position": source_position,
+        "checkpoint": None if checkpoint is None else dict(checkpoint),
+        **marks,
         "key": (table.latest_commit() or {}).get("key"),  # the ids' key still
         "extraction_receipt": None,
         "transition": {
@@ -279,6 +305,4 @@ def commit_reset(
     )
     meta["lake_version"] = result.lake_version
     project_commit(catalog, layout, source, dataset, meta)
-    with catalog.begin() as conn:
-        cat.emit(conn, "checkpoint.reset", source=source, dataset=dataset, reason=reason)
     return result.lake_version

@@ -35,6 +35,7 @@ from combined.errors import (
     ProtocolViolation,
     RetryLater,
     RunCanceled,
+    StreamGap,
     redact,
 )
 from combined.lake import LakeLayout, shared_loads
@@ -46,6 +47,7 @@ from combined.runtime._deadline import AttemptDeadline
 from combined.runtime._drift import declared_fields
 from combined.runtime._extract import extract
 from combined.runtime._faults import fault
+from combined.runtime._gap import record_gap
 from combined.runtime._lease import LeaseKeeper, acquire
 from combined.runtime._plan import DatasetPlan, Prepared, Settings, Staged, plans_from_admission
 from combined.runtime._project import project_commit
@@ -366,6 +368,10 @@ class Runner:
             )
         except DriftRejected as exc:
             raise drift_held(self.catalog, self.layout, a.run.id, plan, exc) from None
+        except StreamGap as exc:
+            # Held until a new snapshot, even once its cause is mended (runtime._gap).
+            record_gap(self.catalog, self.layout, a.run.id, plan, exc)
+            raise
 
     def _kept_fold(self, plan: DatasetPlan) -> Any:
         """The fold the catalog keeps of a snapshot's last capture that changed nothing."""

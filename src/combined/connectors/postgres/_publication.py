@@ -32,7 +32,7 @@ from combined.connectors.postgres._tree import (
     check_publishable,
     read_tree,
 )
-from combined.errors import ConfigError, NeedsSnapshot, NotFoundError, SourceError
+from combined.errors import ConfigError, NeedsSnapshot, NotFoundError, SourceError, StreamGap
 
 __all__ = [
     "Publication",
@@ -119,8 +119,8 @@ def ensure_publication(
             _add_missing_tables(conn, name, wanted, add_missing)
         for table in wanted:
             narrowed = _narrowed(conn, name, table)
-            if narrowed:
-                raise SourceError(narrowed, hint=_narrowed_hint(name, table))
+            if narrowed:  # (a first capture's Run: needs_review, as at every later one)
+                raise NeedsSnapshot(narrowed, hint=_narrowed_hint(name, table), publication=name)
         return Publication(name, wanted, created=False)
 
 
@@ -302,7 +302,7 @@ def _check_publishable(conn: psycopg.Connection[Any], table: str) -> Tree:
 
 
 def require_published(settings: Settings, name: str, table: str) -> None:
-    """Raise :class:`NeedsSnapshot` unless publication ``name`` still publishes ``table``.
+    """Raise :class:`StreamGap` unless publication ``name`` still publishes ``table``.
 
     The slot streams only the tables its publication covers: a table dropped
     (and perhaps created again), or taken out of the publication, sends no
@@ -311,7 +311,9 @@ def require_published(settings: Settings, name: str, table: str) -> None:
     partitioned table must still be published partition by partition
     (``publish_via_partition_root`` off), or truncates of its partitions
     are lost. A row filter or a column list (PostgreSQL 15+) loses the
-    changes outside it.
+    changes outside it. Mending any of these does not bring the changes back
+    (the WAL of that time is decoded as the publication was then): the
+    engine records the refusal until a new snapshot (``runtime._gap``).
     """
     schema, relation = parse_relation(table)
     with _control(settings, "read the publication") as conn:
@@ -325,7 +327,7 @@ def require_published(settings: Settings, name: str, table: str) -> None:
         covered = row is not None and (schema, relation) in _published_tables(conn, name)
         narrowed = _narrowed(conn, name, table) if covered else None
     if row is None:
-        raise NeedsSnapshot(
+        raise StreamGap(
             f"publication {name!r} of the captured table {table!r} does not exist: "
             "the slot streams none of its changes",
             hint=RECOVER_HINT,
@@ -333,30 +335,29 @@ def require_published(settings: Settings, name: str, table: str) -> None:
         )
     every_kind, via_root, partitioned = row
     if not covered:
-        raise NeedsSnapshot(
+        raise StreamGap(
             f"publication {name!r} no longer publishes {table!r} (the table was dropped, "
             "renamed or removed from the publication): changes since then were not streamed",
             hint=RECOVER_HINT,
             publication=name,
         )
     if not every_kind:
-        raise NeedsSnapshot(
+        raise StreamGap(
             f"publication {name!r} no longer publishes every kind of change of {table!r}",
             hint=f"ALTER PUBLICATION {name} SET (publish = 'insert, update, delete, truncate'), "
             f"then {RECOVER_HINT}",
             publication=name,
         )
     if via_root and partitioned:
-        raise NeedsSnapshot(
+        raise StreamGap(
             _VIA_ROOT.format(name=name),
             hint=f"{_via_root_hint(name)}, then {RECOVER_HINT}",
             publication=name,
         )
     if narrowed is not None:
-        raise NeedsSnapshot(
+        raise StreamGap(
             f"{narrowed}: changes may have been lost while it was set, and removing it does "
-            "not bring them back (the next capture would pass without a word): only a new "
-            "snapshot does",
+            "not bring them back: only a new snapshot does",
             hint=f"{_narrowed_hint(name, table)}; then {RECOVER_HINT}",
             publication=name,
         )

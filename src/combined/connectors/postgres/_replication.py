@@ -64,6 +64,7 @@ from combined.errors import (
     NeedsSnapshot,
     SourceError,
     SourceUnavailable,
+    StreamGap,
 )
 
 __all__ = [
@@ -776,8 +777,9 @@ class ReplicationStream:
             # the server is unreachable: report the original failure
         else:
             if not _publication_exists(self._settings, self.publication):
-                # Dropped while streaming: no attempt can stream its tables again.
-                return NeedsSnapshot(
+                # Dropped while streaming: no attempt can stream its tables again
+                # (and one created again would not stream the changes before it).
+                return StreamGap(
                     f"publication {self.publication!r} was dropped while its slot streamed: "
                     "the slot streams none of its tables' changes",
                     hint=RECOVER_HINT,
