@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from combined.catalog import Run
 from combined.connectors.abc import ChangeSource
 from combined.errors import ConfigError
+from combined.runtime._gap import GAP
 
 if TYPE_CHECKING:
     from combined.engine import Engine
@@ -62,8 +63,13 @@ def status(engine: Engine, source: str) -> list[dict[str, Any]]:
         out = []
         for name, relation in datasets:
             committed = engine.committed_checkpoint(source, name)
+            held = (committed or {}).get(GAP)  # refused until a new snapshot (runtime._gap)
             out.append(
-                {"dataset": f"{source}.{name}", **conn.cdc_status(relation, committed=committed)}
+                {
+                    "dataset": f"{source}.{name}",
+                    **conn.cdc_status(relation, committed=committed),
+                    "held": held,
+                }
             )
         return out
     finally:

@@ -393,6 +393,11 @@ def test_a_publication_narrowed_by_a_row_filter_is_refused_until_a_new_snapshot(
     assert "cdc teardown" in text, text
     assert slot_status(Settings(dsn), slot).confirmed_flush_lsn == confirmed
     assert (20, 20, "n20") in _lake(root) and (3, 3, "n3") in _lake(root)
+    status = tools.cli(root, "cdc", "status", "pg")
+    told = " ".join(status.stderr.split())
+    assert status.returncode == 0, told
+    assert "pg.items: every capture is refused until a new snapshot" in told, told
+    assert "with a row filter" in told and "cdc teardown" in told, told
 
     # A new snapshot clears it, and takes what the filter kept out.
     assert tools.cli(root, "cdc", "teardown", "pg", "--yes").returncode == 0

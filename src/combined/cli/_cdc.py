@@ -64,7 +64,8 @@ def cdc_status(
 
     PostgreSQL: the slot's confirmed LSN, lag in bytes and time, WAL status.
     MariaDB/MySQL: the committed binlog position, the server's current and oldest
-    binlog, the retention and how long the consumer may stay down. A PostgreSQL slot
+    binlog, the retention and how long the consumer may stay down. A dataset whose
+    captures are refused until a new snapshot is told on standard error. A PostgreSQL slot
     named with the source's slot_prefix that no declared dataset owns (a dataset
     removed from the project) is told on standard error, with the statements that
     drop it; it is never dropped.
@@ -76,6 +77,7 @@ def cdc_status(
         left = cdc.undeclared(engine, source)
     if rows and "slot" not in rows[0]:
         _binlog_status(rows)
+        _held(rows)
         return
     t = table("dataset", "slot", "exists", "committed", "confirmed", "lag bytes", "lag s", "wal")
     for r in rows:
@@ -90,8 +92,22 @@ def cdc_status(
             str(r.get("wal_status") or "-"),
         )
     print_table(t)
+    _held(rows)
     for r in left:
         _undeclared(r)
+
+
+def _held(rows: list[dict[str, Any]]) -> None:
+    """Tell each dataset whose captures are refused until a new snapshot, and why."""
+    for r in rows:
+        held = r.get("held")
+        if held:
+            err.print(
+                f"{r['dataset']}: every capture is refused until a new snapshot (found by run "
+                f"{held.get('run_id')} on {held.get('at')}): {held.get('error')}\n"
+                f"  hint: {held.get('hint')}",
+                highlight=False,
+            )
 
 
 def _undeclared(r: dict[str, Any]) -> None:
