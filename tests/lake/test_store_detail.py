@@ -89,6 +89,13 @@ def test_a_store_that_does_not_answer_is_told_apart_from_one_that_refuses(text: 
         ("AWS Error ACCESS_DENIED during ListObjectsV2 operation: Access Denied", "to list"),
         ("Generic S3 error: Error performing list request: 403 Forbidden", "to list"),
         ("AWS Error ACCESS_DENIED during HeadObject operation", "to list (ListBucket) or read"),
+        (  # delta-rs reading a table's log
+            "Kernel error -> The operation lacked the necessary privileges to complete for path "
+            "lake/t/_delta_log/_last_checkpoint\n  ↳ Error performing GET "
+            "http://127.0.0.1:9/b/lake/t/_delta_log/_last_checkpoint in 1.5ms - Server returned "
+            "non-2xx status code\n   ↳ 403 Forbidden",
+            "to list (ListBucket) or read",
+        ),
     ],
 )
 def test_a_denied_list_or_read_is_not_told_as_a_missing_write_permission(

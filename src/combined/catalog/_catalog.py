@@ -225,8 +225,12 @@ class Catalog:
         return [r[0] for r in rows] == [_head_revision()]
 
     @contextmanager
-    def begin(self) -> Iterator[Connection]:
-        """One catalog transaction; the log lines of its events are written once it commits."""
+    def begin(self, *, ledger: bool = True) -> Iterator[Connection]:
+        """One catalog transaction; the log lines of its events are written once it commits.
+
+        Without ``ledger``, what it records is not given to the lake's ledger
+        first (an ended Run the ledger's store refused: ``runtime._runner``).
+        """
         told: list[Callable[[], None]] = []
         try:
             connection = self.engine.connect()
@@ -236,7 +240,7 @@ class Catalog:
             raise self._lost(exc, "cannot be reached") from exc
         try:
             with connection as conn, conn.begin():
-                conn.info[LEDGER] = self.ledger
+                conn.info[LEDGER] = self.ledger if ledger else None
                 conn.info[COMMITTED_LOG] = told
                 try:
                     yield conn

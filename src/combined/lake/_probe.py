@@ -120,7 +120,9 @@ def refusal(text: str) -> tuple[str, str] | None:
 
 
 #: A refused request that listed or read (a denied LIST was told as a missing write permission).
-_READING = re.compile(r"ListObjects|ListBucket|list-type|GetObject|HeadObject|\blist\b", re.I)
+_READING = re.compile(
+    r"ListObjects|ListBucket|list-type|GetObject|HeadObject|\blist\b|performing (GET|HEAD)\b", re.I
+)
 _READ_DENIED = (
     "the credentials lack permission to list (ListBucket) or read (GetObject) objects under it",
     "grant the credentials' principal list and read permission on the lake's prefix "

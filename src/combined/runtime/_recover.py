@@ -23,6 +23,7 @@ from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
 from combined.errors import CombinedError, NotFoundError, ProtocolViolation, redact
 from combined.lake import LakeLayout
+from combined.lake._probe import read_failure
 from combined.protocol import utcnow
 from combined.runtime._lease import REPAIR
 from combined.runtime._project import project_commit
@@ -241,9 +242,13 @@ def catch_up(
         except NotFoundError:
             return []
     known = int(row.last_sequence or 0)
-    if table.committed_sequence() <= known:
-        return []
-    missing = [m for m in table.commits() if int(m.get("last_sequence") or 0) > known]
+    try:
+        if table.committed_sequence() <= known:
+            return []
+        missing = [m for m in table.commits() if int(m.get("last_sequence") or 0) > known]
+    except OSError as exc:  # the lake's store unreachable, or refusing (an internal error)
+        what = f"{source}.{name}: the lake at {layout.store.root} could not be read"
+        raise read_failure(what, exc) from None
     notes = [] if notes is None else notes
     for meta in sorted(missing, key=lambda m: int(m["last_sequence"])):
         project_commit(catalog, layout, source, name, meta)

@@ -31,6 +31,7 @@ from combined.errors import (
     CombinedError,
     ConfigError,
     DriftRejected,
+    LakeError,
     NotFoundError,
     ProtocolViolation,
     RetryLater,
@@ -118,16 +119,16 @@ class Runner:
             return self._execute_held(run, backfill, give_back)
 
     def _execute_held(self, run: Run, backfill: BackfillSpec | None, give_back: bool) -> Run:
-        with self.catalog.begin() as conn:
-            admission = runs_repo.get_admission(conn, run.admission_id)
-        plans = plans_from_admission(admission)
-        selected = [plans[d] for d in run.datasets]
         held: list[DatasetPlan] = []
         keeper = LeaseKeeper(
-            self.catalog, run.id, [(p.source, p.name) for p in selected], self.settings.lease_ttl_s
+            self.catalog, run.id, [(run.source, d) for d in run.datasets], self.settings.lease_ttl_s
         )
         watch = CancelWatch(self.catalog, run.id)
-        try:
+        try:  # from here, whatever fails ends the Run (_fail)
+            with self.catalog.begin() as conn:
+                admission = runs_repo.get_admission(conn, run.admission_id)
+            plans = plans_from_admission(admission)
+            selected = [plans[d] for d in run.datasets]
             for plan in selected:
                 if not acquire(self.catalog, plan.source, plan.name, run.id, keeper.ttl):
                     return self._held_elsewhere(run, plan, give_back)
@@ -179,11 +180,38 @@ class Runner:
         )
 
     def _fail(self, run_id: str, exc: BaseException) -> Run:
+        """End the Run in the state ``exc``'s class leads to, with its error.
+
+        The lake's ledger records the end first; a store that refuses it (the
+        lake the Run failed on, gone or refusing) does not leave a Run that
+        committed nothing unfinished: the catalog alone records its end.
+        """
+        try:
+            run, later = self._end(run_id, exc)
+        except LakeError as unkept:  # (the ledger's write: the transaction's one lake write)
+            run, later = self._end(run_id, exc, unkept)
+        if later is not None:
+            self.reporter.note(f"retry {later.id} queued, not before {later.not_before:%H:%M:%S}Z")
+        self.reporter.run_finished(run.id, run.state)
+        return run
+
+    def _end(
+        self, run_id: str, exc: BaseException, unkept: LakeError | None = None
+    ) -> tuple[Run, Run | None]:
+        """Move the Run to its end (unless it has one); the retry it defers, if any.
+
+        ``unkept``: the ledger's store refused the end, which the catalog then
+        records alone, of a Run that committed nothing; a Run that may have
+        committed stays unfinished (its lake commits reach the catalog first,
+        at the repair that ends it).
+        """
         state = exc.run_state if isinstance(exc, CombinedError) else "failed"
-        with self.catalog.begin() as conn:
+        with self.catalog.begin(ledger=unkept is None) as conn:
             run = runs_repo.get_run(conn, run_id)
             if run.terminal:
-                return run
+                return run, None
+            if unkept is not None and run.state not in ("queued", "extracting"):
+                raise unkept
             run = runs_repo.move_run(conn, run_id, state, error=exc)
             cat.emit(
                 conn,
@@ -193,14 +221,16 @@ class Runner:
                 error=run.error,
                 error_type=type(exc).__name__,
                 **({"by": run.canceled_by, "reason": run.cancel_reason} if run.canceled_by else {}),
+                **({"unledgered": unkept.message} if unkept else {}),
             )
             later = (
                 defer_retry(self.catalog, conn, run, exc) if isinstance(exc, RetryLater) else None
             )
-        if later is not None:
-            self.reporter.note(f"retry {later.id} queued, not before {later.not_before:%H:%M:%S}Z")
-        self.reporter.run_finished(run.id, run.state)
-        return run
+        if unkept is not None:
+            self.reporter.note(
+                f"run {run.id} ended {state}, in the catalog alone: {unkept.message}"
+            )
+        return run, later
 
     def _execute(
         self,
