@@ -108,3 +108,32 @@ def test_check_of_a_cdc_dataset_names_the_publication_and_replication_it_lacks(
             engine.check("pg")
     finally:
         engine.close()
+
+
+def test_a_member_of_rds_replication_may_stream_changes(
+    tmp_path: Path, pg_database: str, role: str
+) -> None:
+    """On Amazon RDS a role streams changes through membership of rds_replication, not the
+    REPLICATION attribute (which RDS does not give): check must not refuse it there."""
+    publication = slot_name(PREFIX, "t")
+    _admin(pg_database, "GRANT SELECT ON t TO {role}", role)
+    _admin(pg_database, f'CREATE PUBLICATION "{publication}" FOR TABLE t', role)
+    engine = _engine(tmp_path, pg_database, role, "        key: [id]\n        strategy: cdc\n")
+    try:
+        with pytest.raises(AuthRejected, match="REPLICATION attribute") as info:
+            engine.check("pg")
+        assert f'GRANT rds_replication TO "{role}"' in (info.value.hint or "")
+        _admin(
+            pg_database,
+            "DO $$ BEGIN CREATE ROLE rds_replication; "
+            "EXCEPTION WHEN duplicate_object THEN NULL; END $$",
+            role,
+        )
+        try:
+            _admin(pg_database, "GRANT rds_replication TO {role}", role)
+            engine.check("pg")
+        finally:
+            _admin(pg_database, "REVOKE rds_replication FROM {role}", role)
+            _admin(pg_database, "DROP ROLE IF EXISTS rds_replication", role)
+    finally:
+        engine.close()

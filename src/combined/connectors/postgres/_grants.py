@@ -24,7 +24,8 @@ class Grants:
     """What the session's role may do with one relation, and who that role is."""
 
     role: str
-    #: Whether the role may stream changes (REPLICATION, or a superuser).
+    #: Whether the role may stream changes (REPLICATION, a superuser, or on Amazon RDS
+    #: a member of ``rds_replication``, which stands for the attribute there).
     replication: bool
     #: Whether the role holds USAGE on the relation's schema.
     usage: bool
@@ -34,7 +35,9 @@ class Grants:
 
 _GRANTS = """
 SELECT c.oid::bigint, current_user::text,
-  (SELECT r.rolsuper OR r.rolreplication FROM pg_roles r WHERE r.rolname = current_user),
+  (SELECT r.rolsuper OR r.rolreplication FROM pg_roles r WHERE r.rolname = current_user)
+    OR EXISTS (SELECT 1 FROM pg_roles g WHERE g.rolname = 'rds_replication'
+      AND pg_has_role(current_user, g.oid, 'MEMBER')),
   has_schema_privilege(c.relnamespace, 'USAGE'),
   coalesce(array_agg(a.attname::text ORDER BY a.attnum)
     FILTER (WHERE NOT has_column_privilege(c.oid, a.attnum, 'SELECT')), '{{}}')
@@ -100,7 +103,7 @@ def refuse_unreplicating(dataset: str, found: Grants | None) -> None:
     raise AuthRejected(
         f"dataset {dataset}: the postgres role {found.role!r} may not stream changes "
         "(strategy: cdc needs the REPLICATION attribute)",
-        hint=f"as a superuser: ALTER ROLE {role} WITH REPLICATION; or capture the dataset "
-        "with strategy: snapshot or cursor",
+        hint=f"as a superuser: ALTER ROLE {role} WITH REPLICATION (on Amazon RDS: GRANT "
+        f"rds_replication TO {role}); or capture the dataset with strategy: snapshot or cursor",
         dataset=dataset,
     )
