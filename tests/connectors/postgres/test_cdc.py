@@ -28,6 +28,7 @@ from combined.connectors.postgres._cdc import (
     lsn_from_state,
 )
 from combined.connectors.postgres._connect import Settings
+from combined.connectors.postgres._fill import FillDeferred
 from combined.connectors.postgres._pgoutput import (
     Begin,
     Commit,
@@ -45,6 +46,7 @@ from combined.connectors.postgres._pgoutput import (
     lsn_to_text,
     text_to_arrow,
 )
+from combined.connectors.postgres._rewrite import Marks
 from combined.errors import (
     NeedsSnapshot,
     ProtocolViolation,
@@ -544,14 +546,24 @@ def test_a_relation_of_a_transaction_already_in_the_lake_leaves_the_recorded_typ
 
 
 def _late(
-    types: dict[str, tuple[int, int]] | None, now: Relation, read_at: int, fed: int = 5
-) -> tuple[list[Any], dict[str, tuple[int, int]] | None]:
+    types: dict[str, tuple[int, int]] | None,
+    now: Relation,
+    read_at: int,
+    fed: int = 5,
+    *,
+    was: Marks | None = None,
+    seen: Marks | None = None,
+    deferred: bool = False,
+) -> tuple[list[Any], Any]:
     """The captured stream, then the run's end comparison with the catalog's ``now``
-    read before ``read_at``: the fills asked for, and the types the state records."""
+    read before ``read_at`` (and its enum labels and files ``seen``, the checkpoint's
+    ``was``): the fills asked for (``deferred``: each to a later type), and the target."""
     asked: list[Any] = []
 
     def fill(relation: str, columns: Any, types: Any) -> Iterator[tuple[bytes | None, ...]]:
         asked.append(columns)
+        if deferred:
+            raise FillDeferred(relation)
         return iter(())
 
     asm = _Assembler(
@@ -562,12 +574,13 @@ def _late(
         known={"t": [c.name for m in V1 if isinstance(m, Relation) for c in m.columns]},
         fill=fill,
         types=None if types is None else {"t": types},
+        marks=None if was is None else {"t": was},
     )
     for m in V1[:fed]:  # the first transaction: its relation message shows the types
         asm.feed(m)
-    list(asm.fill_late({"t": now}, read_at, COMMITS[0].end_lsn))
+    list(asm.fill_late({"t": now}, read_at, COMMITS[0].end_lsn, {"t": seen} if seen else None))
     (t,) = asm.targets()
-    return asked, t.types
+    return asked, t
 
 
 def test_the_runs_end_fills_only_what_the_stream_did_not_show_newer() -> None:
@@ -578,8 +591,54 @@ def test_the_runs_end_fills_only_what_the_stream_did_not_show_newer() -> None:
     assert _late(_types(T_REL), older, COMMITS[0].end_lsn + 100)[0] == [["id", "amount"]]
     # a checkpoint that recorded no types, and no relation message: the catalog's
     # types are taken, nothing filled
-    asked, types = _late(None, older, COMMITS[0].end_lsn + 100, fed=0)
-    assert asked == [] and types is not None
+    asked, t = _late(None, older, COMMITS[0].end_lsn + 100, fed=0)
+    assert asked == [] and t.types is not None
+
+
+#: The checkpoint's labels of enum column ``m`` (by pg_enum oid) and its table's file.
+MARKS = Marks({"m": ((1, "sad"), (2, "ok"))}, {T_REL.oid: 10})
+AFTER = COMMITS[0].end_lsn + 100  # a catalog read after the stream's relation message
+
+
+def test_the_runs_end_reads_again_a_column_whose_enum_label_was_renamed() -> None:
+    renamed = Marks({"m": ((1, "blue"), (2, "ok"))}, MARKS.files)
+    asked, t = _late(_types(T_REL), T_REL, AFTER, was=MARKS, seen=renamed)
+    assert asked == [["id", "m"]] and t.marks == renamed
+    # a relation message newer than the catalog's read shows no label: read all the same
+    assert _late(_types(T_REL), T_REL, AFTER - 200, was=MARKS, seen=renamed)[0] == [["id", "m"]]
+    # renamed, then its old text added again as a new label: told by the oid
+    again = Marks({"m": ((1, "blue"), (3, "sad"), (2, "ok"))}, MARKS.files)
+    assert _late(_types(T_REL), T_REL, AFTER, was=MARKS, seen=again)[0] == [["id", "m"]]
+    # labels added, none renamed: nothing read, the labels taken
+    added = Marks({"m": ((3, "meh"), (1, "sad"), (2, "ok"))}, MARKS.files)
+    asked, t = _late(_types(T_REL), T_REL, AFTER, was=MARKS, seen=added)
+    assert asked == [] and t.marks == added
+
+
+def test_the_runs_end_reads_every_column_but_the_key_of_a_table_written_anew() -> None:
+    moved = Marks(MARKS.labels, {T_REL.oid: 11})
+    asked, t = _late(_types(T_REL), _amount_retyped(), AFTER, was=MARKS, seen=moved)
+    names = [c.name for c in T_REL.columns]
+    assert asked == [["id", "amount", *(n for n in names if n not in ("id", "amount"))]]
+    assert t.marks == moved
+    # a read deferred to a later type leaves the checkpoint's: the next run compares again
+    asked, t = _late(_types(T_REL), T_REL, AFTER, was=MARKS, seen=moved, deferred=True)
+    assert len(asked) == 1 and t.marks == MARKS
+
+
+def test_a_checkpoint_without_labels_and_files_takes_the_catalogs() -> None:
+    moved = Marks({"m": ((1, "blue"),)}, {T_REL.oid: 11})
+    asked, t = _late(_types(T_REL), T_REL, AFTER, seen=moved)
+    assert asked == [] and t.marks == moved
+
+
+def test_a_key_columns_renamed_enum_label_needs_a_new_snapshot() -> None:
+    was = Marks({"id": ((1, "sad"),)}, MARKS.files)  # (as if ``id`` were of an enum type)
+    renamed = Marks({"id": ((1, "blue"),)}, MARKS.files)
+    with pytest.raises(NeedsSnapshot, match="key column 'id'"):
+        _late(_types(T_REL), T_REL, AFTER, was=was, seen=renamed)
+    added = Marks({"id": ((1, "sad"), (2, "ok"))}, MARKS.files)
+    assert _late(_types(T_REL), T_REL, AFTER, was=was, seen=added)[0] == []
 
 
 RAW_V1 = [

@@ -7,7 +7,7 @@ reads the stream and feeds it, and hands over what it returns.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from struct import Struct
@@ -38,6 +38,7 @@ from combined.connectors.postgres._pgoutput import (
     decode_message,
     lsn_to_text,
 )
+from combined.connectors.postgres._rewrite import REKEY_HINT, Marks, to_read_again
 from combined.connectors.postgres._tree import Tree, precedes
 from combined.errors import NeedsSnapshot, ProtocolViolation, SchemaMismatch, SourceError
 from combined.protocol import Message, RecordBatchMessage, StateMessage
@@ -116,6 +117,9 @@ class _Target:
     types: dict[str, tuple[int, int]] | None = None
     #: The commit LSN of the transaction whose relation message last set ``types``.
     types_at: int = 0
+    #: The enum labels and files the checkpoint recorded, or the run's end took
+    #: (:mod:`._rewrite`; None: not recorded, nothing rewritten is seen).
+    marks: Marks | None = None
 
 
 def _state_value(lsn: str, t: _Target) -> dict[str, Any]:
@@ -128,6 +132,8 @@ def _state_value(lsn: str, t: _Target) -> dict[str, Any]:
         value["partitions"] = t.tree.record()
     if t.types is not None:
         value["types"] = {name: list(pair) for name, pair in t.types.items()}
+    if t.marks is not None:
+        value.update(t.marks.record())
     return value
 
 
@@ -161,8 +167,7 @@ def _check_key_types(
         raise NeedsSnapshot(
             f"key column {name!r} of {t.relation} changed type (oid {old[0]} to "
             f"{now[0]}): its rows' identities changed with no change in the stream",
-            hint="run `combined cdc teardown` then `combined cdc setup` for the source: a new "
-            "snapshot keys the rows by their new values",
+            hint=REKEY_HINT,
             dataset=t.dataset,
         )
 
@@ -213,11 +218,14 @@ class _Assembler:
         events: Collection[str] = (),
         columns: Mapping[str, Collection[str]] | None = None,
         types: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
+        marks: Mapping[str, Marks] | None = None,
     ) -> None:
         # ``columns``: each dataset's selected columns (``columns:`` and its
         # key), when it selects; the stream's other columns are left out.
         # ``types``: each column's type as its checkpoint recorded it; a
         # relation message showing another one has the column filled.
+        # ``marks``: the enum labels and files its checkpoint recorded
+        # (:meth:`fill_late` compares the catalog's with them).
         # ``known``: the columns each dataset's lake table holds; ``fill``
         # reads the given columns of every row of a table (:mod:`._fill`),
         # except for ``events`` (append datasets), whose added columns are
@@ -237,6 +245,7 @@ class _Assembler:
                 events=d in events,
                 columns=frozenset(columns[d]) if columns and d in columns else None,
                 types=dict(types[d]) if types and d in types else None,
+                marks=(marks or {}).get(d),
             )
             for d, rel in datasets.items()
         }
@@ -490,17 +499,18 @@ class _Assembler:
         """Whether a relation message left rows to fill (see :meth:`fill_pending`)."""
         return self._pending_fill is not None
 
-    def fill_pending(self) -> Iterator[Message]:
+    def fill_pending(self) -> Generator[Message, None, bool]:
         """The rows of columns added since the lake's schema, as updates of those alone.
 
         The stream carries a column added with a default only on the rows
         changed after the ALTER; every other row gets its value from the
         source (:mod:`._fill`), placed before the changes that follow the
         relation message. Full batches are handed over as the read goes.
+        Returns whether the columns were read (not deferred to a later type).
         """
         pending, self._pending_fill = self._pending_fill, None
         if pending is None or self._fill is None:
-            return
+            return False
         t, msg, added, txn = pending
         assert t.batcher is not None
         names = [c.name for c in msg.columns]
@@ -519,36 +529,77 @@ class _Assembler:
                 if t.batcher.full:
                     yield from self._cut(t)
         except FillDeferred:
-            return  # a later type: its relation message, or the catalog's, fills then
+            return False  # a later type: its relation message, or the catalog's, fills then
         t.filled += added
+        return True
 
-    def fill_late(self, now: Mapping[str, Relation], read_at: int, at: int) -> Iterator[Message]:
+    def fill_late(
+        self,
+        now: Mapping[str, Relation],
+        read_at: int,
+        at: int,
+        marks: Mapping[str, Marks] | None = None,
+    ) -> Iterator[Message]:
         """Fill what the catalog showed changed when no relation message did.
 
         ``now`` holds each dataset's table as the catalog showed it when the
         run started (:func:`._fill.relations_now`), before WAL position
-        ``read_at``; ``at`` is a position between transactions that every
-        commit read so far precedes. A table with columns to fill
-        (:meth:`_to_fill`) gets a transaction of its own at ``at``: its
-        relation, then the fill. A relation message of a transaction that
-        commits past ``read_at`` is newer than the catalog's read: the
-        stream has already shown what it holds. A checkpoint that recorded
-        no types takes the catalog's, filling nothing.
+        ``read_at``, and ``marks`` its enum labels and files then
+        (:mod:`._rewrite`); ``at`` is a position between transactions that
+        every commit read so far precedes. A table with columns to fill
+        (:meth:`_to_fill`, :meth:`_again`) gets a transaction of its own at
+        ``at``: its relation, then the fill. A relation message of a
+        transaction that commits past ``read_at`` is newer than the
+        catalog's read: the stream has already shown the columns it holds
+        (an enum's labels and the files, it never shows). A checkpoint that
+        recorded no types, or no marks, takes the catalog's, filling nothing
+        by them. The marks are taken once what they ask for was read.
         """
         for t in self._targets.values():
             msg = now.get(t.dataset)
-            if msg is None or t.events or t.types_at >= read_at:
+            if msg is None or t.events:
                 continue
+            seen = (marks or {}).get(t.dataset)
             if t.types is None:
-                t.types = _types_of(msg)
+                t.types, t.marks = _types_of(msg), t.marks or seen
                 continue
-            if not self._to_fill(t, msg):
-                continue
-            begin = Begin(at, datetime.now(UTC), 0)
-            self.feed(begin)
-            yield from self._relation(msg)
-            yield from self.fill_pending()
-            yield from self._commit(Commit(0, at, at, begin.commit_time))
+            fresh = t.types_at < read_at
+            shape = msg if fresh or t.batcher is None else t.batcher.relation
+            again = self._again(t, seen, shape)
+            if (fresh and self._to_fill(t, msg)) or again:
+                begin = Begin(at, datetime.now(UTC), 0)
+                self.feed(begin)
+                if fresh:
+                    yield from self._relation(msg)
+                read = yield from self._fill_also(t, again, begin)
+                yield from self._commit(Commit(0, at, at, begin.commit_time))
+                if not read:
+                    continue  # a later type is read by its own fill; the next run compares
+            t.marks = seen if seen is not None else t.marks
+
+    def _again(self, t: _Target, seen: Marks | None, shape: Relation) -> list[str]:
+        """The columns of ``shape`` whose values were rewritten since ``t``'s marks
+        (:func:`._rewrite.to_read_again`); none when either is unknown."""
+        if seen is None or t.marks is None:
+            return []
+        return to_read_again(
+            t.marks,
+            seen,
+            [c.name for c in shape.columns if t.columns is None or c.name in t.columns],
+            set(t.key or shape.key),
+            relation=t.relation,
+            dataset=t.dataset,
+        )
+
+    def _fill_also(
+        self, t: _Target, again: Sequence[str], txn: Begin
+    ) -> Generator[Message, None, bool]:
+        """:meth:`fill_pending` of the columns a relation message asked for and ``again``;
+        whether they were read."""
+        assert t.batcher is not None
+        _, shape, asked, _ = self._pending_fill or (t, t.batcher.relation, [], txn)
+        self._pending_fill = (t, shape, [*asked, *(c for c in again if c not in asked)], txn)
+        return (yield from self.fill_pending())
 
     def _partition_of(self, msg: Relation, bound: _Target | None) -> _Target | None:
         """The partitioned dataset ``msg`` is a partition of, if any."""

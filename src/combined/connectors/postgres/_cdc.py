@@ -37,9 +37,11 @@ The contract with the engine:
   others in ``_combined_unchanged``) before the changes that follow; every
   run, one stopped early too, then reads on at least to the WAL position of
   that read, then to that of a count of the filled columns' nulls
-  (``filled_nulls``, which reconciliation compares with the lake's). An
-  event stream's (``events``) added columns are not filled: the rows that
-  hold a value are counted (``unfilled_columns``).
+  (``filled_nulls``, which reconciliation compares with the lake's).
+  Columns whose values were rewritten in place are filled the same way
+  (their type changed, a label of their enum renamed, their table written
+  anew: :mod:`._rewrite`). An event stream's (``events``) added columns are
+  not filled: the rows that hold a value are counted (``unfilled_columns``).
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ from combined.connectors.postgres._replication import (
     require_slot,
     resolve_user_types,
 )
+from combined.connectors.postgres._rewrite import Marks
 from combined.connectors.postgres._tree import Tree
 from combined.errors import ConfigError, ProtocolViolation, SourceError
 from combined.protocol import (
@@ -220,6 +223,7 @@ class CdcExtraction(BaseExtraction):
         events: Iterable[str] = (),
         columns: Mapping[str, Collection[str]] | None = None,
         types: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
+        marks: Mapping[str, Marks] | None = None,
     ) -> None:
         super().__init__(authority)
         if not datasets:
@@ -240,9 +244,12 @@ class CdcExtraction(BaseExtraction):
         self._lake_columns = lake_columns
         self._columns = columns
         self._types = dict(types or {})
-        #: Each dataset's table as the catalog held it when the run started, and
-        #: the WAL position after that read (:meth:`_Assembler.fill_late`).
+        self._marks = dict(marks or {})
+        #: Each dataset's table as the catalog held it when the run started, its
+        #: enum labels and files then, and the WAL position after that read
+        #: (:meth:`_Assembler.fill_late`).
         self._now: dict[str, Relation] = {}
+        self._now_marks: dict[str, Marks] = {}
         self._now_lsn = 0
         self._fill = ColumnFill(settings)
         #: Per dataset, the columns the source declares NOT NULL when the run ended.
@@ -284,7 +291,9 @@ class CdcExtraction(BaseExtraction):
             if not asm.in_transaction and self._at_end(asm, stream, pace, now):
                 break
             if pace.late is not None:
-                yield from self._emit(asm.fill_late(self._now, self._now_lsn, pace.late))
+                yield from self._emit(
+                    asm.fill_late(self._now, self._now_lsn, pace.late, self._now_marks)
+                )
                 pace.late, self._now = None, {}
                 continue  # to the end's checks: read on to the fill's position, count
             with self._lock:
@@ -447,11 +456,13 @@ class CdcExtraction(BaseExtraction):
 
     def _catalog_now(self) -> dict[str, Relation]:
         """The captured tables as the catalog holds them (:func:`relations_now`), where
-        the lake's columns are known; the WAL position after the read in ``_now_lsn``.
+        the lake's columns are known; their enum labels and files in ``_now_marks``,
+        the WAL position after the read in ``_now_lsn``.
 
-        A checkpoint that recorded no types (written before they were) takes
-        these at the run's end (:meth:`_Assembler.fill_late`): an ``ALTER``
-        between it and this read goes unseen, once.
+        A checkpoint that recorded no types, or no labels and files (written
+        before they were), takes these at the run's end
+        (:meth:`_Assembler.fill_late`): an ``ALTER`` between it and this read
+        goes unseen, once.
         """
         chosen = {
             d: rel
@@ -460,8 +471,9 @@ class CdcExtraction(BaseExtraction):
         }
         if not chosen:
             return {}
-        relations, self._now_lsn = relations_now(self._settings, list(chosen.values()))
-        return dict(zip(chosen, relations, strict=True))
+        found, self._now_lsn = relations_now(self._settings, list(chosen.values()))
+        self._now_marks = {d: marks for d, (_, marks) in zip(chosen, found, strict=True)}
+        return {d: relation for d, (relation, _) in zip(chosen, found, strict=True)}
 
     def _new_assembler(self) -> _Assembler:
         return _Assembler(
@@ -479,6 +491,7 @@ class CdcExtraction(BaseExtraction):
             fill=self._fill,
             events=self._events,
             types=self._types,
+            marks=self._marks,
         )
 
     def _finish(self, asm: _Assembler, final: int) -> Iterator[Message]:

@@ -27,7 +27,8 @@ one recorded with the last checkpoint has the column filled the same way.
 When no change of the table follows the ``ALTER`` in a run, no relation
 message shows it: the run compares the table's columns as the catalog
 holds them when it starts (:func:`relations_now`) with the recorded ones,
-and fills at its end what differs.
+and fills at its end what differs. So it does with an enum label renamed,
+and with a table written anew (:mod:`._rewrite`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from combined.connectors.postgres._catalog import parse_relation
 from combined.connectors.postgres._connect import Settings, connect_error, query_error
 from combined.connectors.postgres._pgoutput import Relation, RelationColumn, text_to_lsn
 from combined.connectors.postgres._replication import SESSION_SETTINGS
+from combined.connectors.postgres._rewrite import Marks, read_marks
 
 __all__ = [
     "ColumnFill",
@@ -161,11 +163,13 @@ _RELATION = (
 )
 
 
-def relations_now(settings: Settings, relations: Sequence[str]) -> tuple[list[Relation], int]:
+def relations_now(
+    settings: Settings, relations: Sequence[str]
+) -> tuple[list[tuple[Relation, Marks]], int]:
     """``relations``' columns, types and keys as the catalog holds them now, as a
-    relation message would show them (see the module's text), and the WAL
-    position after the read."""
-    out: list[Relation] = []
+    relation message would show them (see the module's text), each with its enum
+    labels and files (:mod:`._rewrite`), and the WAL position after the read."""
+    out: list[tuple[Relation, Marks]] = []
     try:
         with psycopg.connect(settings.conninfo(), autocommit=True) as conn:
             for relation in relations:
@@ -175,9 +179,8 @@ def relations_now(settings: Settings, relations: Sequence[str]) -> tuple[list[Re
                 columns = (
                     RelationColumn(str(c), int(t), int(m), bool(k)) for *_, c, t, m, k in found
                 )
-                out.append(
-                    Relation(int(oid), str(namespace), str(table), str(identity), tuple(columns))
-                )
+                shown = Relation(int(oid), str(namespace), str(table), str(identity), (*columns,))
+                out.append((shown, read_marks(lambda q: conn.execute(q).fetchall(), int(oid))))
             at = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
     except psycopg.Error as exc:
         raise query_error(exc, settings, f"reading the columns of {', '.join(relations)}") from None

@@ -58,6 +58,7 @@ from combined.connectors.postgres._replication import (
     require_own_slot,
     require_slot,
 )
+from combined.connectors.postgres._rewrite import Marks, read_marks, recorded_marks
 from combined.connectors.postgres._tree import Tree, read_tree
 from combined.errors import ConfigError, NeedsSnapshot, SchemaMismatch, SourceError
 from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome
@@ -111,6 +112,7 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
     tree = _resumable_tree(settings, request, name)
     oid = tree.oid if tree is not None else None
     types = recorded_types(request.state)
+    marks = recorded_marks(request.state)
     stop = None
     max_changes = request.options.get("max_changes")
     ext: CdcExtraction
@@ -140,6 +142,7 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
         events=(request.dataset,) if request.options.get("event_stream") else (),
         columns=({request.dataset: (*request.columns, *request.key)} if request.columns else None),
         types={request.dataset: types} if types is not None else None,
+        marks={request.dataset: marks} if marks is not None else None,
     )
     return ext
 
@@ -212,7 +215,7 @@ class StitchedSnapshot(BaseExtraction):
                 f"replication slot {self.slot!r} exported no snapshot",
                 hint="the server must support exported snapshots (PostgreSQL 10 or newer)",
             )
-        snapshot_text, tree, columns, types = _probe_snapshot(
+        snapshot_text, tree, columns, types, marks = _probe_snapshot(
             s, snapshot_id, qualified(req.relation)
         )
         snap_req = replace(
@@ -240,8 +243,11 @@ class StitchedSnapshot(BaseExtraction):
         handle.release_snapshot()
         lsn = handle.consistent_point_text
         # The types the snapshot read: the stream's first relation message showing
-        # another one had the column rewritten since (an ALTER COLUMN ... TYPE).
+        # another one had the column rewritten since (an ALTER COLUMN ... TYPE); so
+        # do its enum labels and files, which the next run compares (._rewrite).
         state: dict[str, Any] = {"lsn": lsn, "stitched": True, "types": types}
+        if marks is not None:
+            state.update(marks.record())
         if tree is not None:
             state["relid"] = tree.oid
             if tree.partitioned:
@@ -321,9 +327,10 @@ def _streamed(request: ReadRequest, columns: Sequence[tuple[str, bool]]) -> tupl
 
 def _probe_snapshot(
     settings: Settings, snapshot_id: str, relation: str
-) -> tuple[str, Tree | None, list[tuple[str, bool]], dict[str, list[int]]]:
+) -> tuple[str, Tree | None, list[tuple[str, bool]], dict[str, list[int]], Marks | None]:
     """``pg_current_snapshot()``, ``relation``'s partitions, its columns (name,
-    generated) and the streamed columns' (type oid, type modifier).
+    generated), the streamed columns' (type oid, type modifier) and its enum
+    labels and files (:mod:`._rewrite`).
 
     The exported snapshot sees them as the snapshot read does: the
     partitions recorded with the first checkpoint are those it read.
@@ -356,8 +363,12 @@ def _probe_snapshot(
             ).format(*map(sql.Literal, parse_relation(relation))),
             "reading the table's columns",
         )
+        marks = None
+        if tree is not None:
+            what = "reading the table's enum labels and files"
+            marks = read_marks(lambda q: session.rows(q, what), tree.oid)
         session.run("ROLLBACK", "closing the probe")
         types = {str(n): [int(t), int(m)] for n, g, t, m in columns if not g}
-        return str(text), tree, [(str(n), bool(g)) for n, g, *_ in columns], types
+        return str(text), tree, [(str(n), bool(g)) for n, g, *_ in columns], types, marks
     finally:
         session.close()
