@@ -398,6 +398,9 @@ def test_a_publication_narrowed_by_a_row_filter_is_refused_until_a_new_snapshot(
     assert status.returncode == 0, told
     assert "pg.items: every capture is refused until a new snapshot" in told, told
     assert "with a row filter" in told and "cdc teardown" in told, told
+    checked = tools.cli(root, "check")  # (it said ok, and every capture was refused)
+    told = " ".join((checked.stdout + checked.stderr).split())
+    assert checked.returncode != 0 and "refused until a new snapshot" in told, told
 
     # A new snapshot clears it, and takes what the filter kept out.
     assert tools.cli(root, "cdc", "teardown", "pg", "--yes").returncode == 0

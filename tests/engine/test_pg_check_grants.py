@@ -17,7 +17,7 @@ from psycopg import sql
 
 from combined.connectors.postgres._stitch import slot_name
 from combined.engine import Engine
-from combined.errors import AuthRejected, NeedsSnapshot
+from combined.errors import AuthRejected, ConfigError, NeedsSnapshot
 
 PREFIX = "grants"
 
@@ -87,22 +87,26 @@ def test_check_of_a_cdc_dataset_names_the_publication_and_replication_it_lacks(
     try:
         with pytest.raises(AuthRejected) as info:
             engine.check("pg")
+        assert "needs the REPLICATION attribute" in info.value.message
+        assert f'ALTER ROLE "{role}" WITH REPLICATION' in (info.value.hint or "")
+        _admin(pg_database, "ALTER ROLE {role} WITH REPLICATION", role)
+        with pytest.raises(AuthRejected) as info:
+            engine.check("pg")
         assert f"publication {publication!r}" in info.value.message
-        assert "may not create it" in info.value.message
+        assert f"role {role!r} may not create it" in info.value.message
         assert f'CREATE PUBLICATION "{publication}" FOR TABLE "public"."t"' in (
             info.value.hint or ""
         )
         _admin(pg_database, f'CREATE PUBLICATION "{publication}" FOR TABLE t', role)
-        with pytest.raises(AuthRejected) as info:
-            engine.check("pg")
-        assert "needs the REPLICATION attribute" in info.value.message
-        assert f'ALTER ROLE "{role}" WITH REPLICATION' in (info.value.hint or "")
-        _admin(pg_database, "ALTER ROLE {role} WITH REPLICATION", role)
         engine.check("pg")
         (run,) = engine.capture()  # the role now does what check said it could
         assert run.state == "succeeded", run.error
         assert engine.sql("SELECT count(*) AS n FROM pg.t").to_pylist() == [{"n": 2}]
         engine.check("pg")  # (its slot exists now, and is verified as a capture does)
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (publication,))
+        with pytest.raises(NeedsSnapshot, match="does not exist"):
+            engine.check("pg")  # (the lake resumes from a slot gone: a capture would stop)
         _admin(pg_database, f'ALTER PUBLICATION "{publication}" SET TABLE t WHERE (id > 1)', role)
         with pytest.raises(NeedsSnapshot, match="row filter"):
             engine.check("pg")
@@ -135,5 +139,25 @@ def test_a_member_of_rds_replication_may_stream_changes(
         finally:
             _admin(pg_database, "REVOKE rds_replication FROM {role}", role)
             _admin(pg_database, "DROP ROLE IF EXISTS rds_replication", role)
+    finally:
+        engine.close()
+
+
+def test_a_capture_tells_a_datasets_configuration_before_another_ones_grants(
+    tmp_path: Path, pg_database: str, role: str
+) -> None:
+    """A dataset the role may not read stopped the preflight before the next dataset's
+    configuration was checked: the capture was admitted, and ended needs_auth."""
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE flags (id int PRIMARY KEY, ok boolean)")
+    _admin(pg_database, "GRANT SELECT ON flags TO {role}", role)
+    datasets = (
+        "        key: [id]\n      flags:\n        key: [id]\n        strategy: cursor\n"
+        "        cursor: {column: ok, trust: ok}\n"
+    )
+    engine = _engine(tmp_path, pg_database, role, datasets)
+    try:
+        with pytest.raises(ConfigError, match="cannot serve as a cursor"):
+            engine.capture()
     finally:
         engine.close()

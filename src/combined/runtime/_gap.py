@@ -34,15 +34,22 @@ GAP = "needs_snapshot"
 def refuse_recorded(plan: DatasetPlan, checkpoint: Mapping[str, Any] | None) -> None:
     """Raise :class:`NeedsSnapshot` when ``checkpoint`` holds a recorded gap (a change
     capture's: a dataset now read by ``snapshot`` reads the whole table)."""
+    if plan.strategy == "cdc":
+        refuse_recorded_in(f"{plan.source}.{plan.name}", checkpoint)
+
+
+def refuse_recorded_in(dataset: str, checkpoint: Mapping[str, Any] | None) -> None:
+    """Raise :class:`NeedsSnapshot` when the cdc ``dataset``'s ``checkpoint`` holds a
+    recorded gap (``combined check`` tells it as a capture would)."""
     gap = (checkpoint or {}).get(GAP)
-    if not gap or plan.strategy != "cdc":
+    if not gap:
         return
     raise NeedsSnapshot(
-        f"{plan.source}.{plan.name}: {gap['error']} (found by run {gap['run_id']} on "
+        f"{dataset}: {gap['error']} (found by run {gap['run_id']} on "
         f"{gap['at']} and kept in the dataset's checkpoint: every capture is refused until "
         "a new snapshot, the cause mended or not)",
         hint=gap["hint"],
-        dataset=plan.name,
+        dataset=dataset.rpartition(".")[2],
     )
 
 

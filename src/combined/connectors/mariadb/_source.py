@@ -243,8 +243,14 @@ class MariaDBSource(BaseSource):
             self._extractions.add(ext)
         return ext
 
-    def cdc_check(self, relations: Sequence[str]) -> None:
-        """Raise naming every unmet binlog requirement (``_binlog_setup``) and its fix."""
+    def cdc_check(
+        self, relations: Sequence[str], committed: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> None:
+        """Raise naming every unmet binlog requirement (``_binlog_setup``) and its fix.
+
+        ``committed`` (the checkpoints the lake resumes from) is not read here: a
+        position the server no longer holds is told by ``cdc status`` and the capture.
+        """
         from combined.connectors.mariadb._binlog_stitch import check_server
 
         for relation in relations:

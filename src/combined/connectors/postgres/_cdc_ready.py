@@ -37,14 +37,15 @@ SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = %(slot)s),
         AND pg_has_role(c.relowner, 'USAGE')),
   (SELECT count(*) FROM pg_replication_slots)
     < current_setting('max_replication_slots')::int,
-  current_setting('max_replication_slots')
+  current_setting('max_replication_slots'), current_user::text
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %(schema)s AND c.relname = %(table)s
 """
 
 
-def check_ready(settings: Settings, slot: str, table: str) -> None:
-    """Raise what would stop a capture of ``table``'s change stream through ``slot``."""
+def check_ready(settings: Settings, slot: str, table: str, *, resumed: bool = False) -> None:
+    """Raise what would stop a capture of ``table``'s change stream through ``slot``
+    (``resumed``: the lake holds a checkpoint to resume it from: the slot must exist)."""
     schema, name = parse_relation(table)
     with _control(settings, "check the change stream") as conn:
         _check_wal_level(conn)
@@ -52,20 +53,20 @@ def check_ready(settings: Settings, slot: str, table: str) -> None:
         row = conn.execute(_READY, {"slot": slot, "schema": schema, "table": name}).fetchone()
     if row is None:
         return  # (the table is missing: the dataset's own check names it)
-    published, slotted, may_publish, room, most = row
+    published, slotted, may_publish, room, most, role = row
     if published:
         require_published(settings, slot, table)
     elif not may_publish:
         raise AuthRejected(
             f"publication {slot!r} of {table!r} does not exist yet, and the postgres role "
-            "may not create it (a first capture does)",
+            f"{role!r} may not create it (a first capture does)",
             hint="creating a publication takes CREATE on the database and ownership of the "
             f"table (or a superuser): have such a role run CREATE PUBLICATION {quoted(slot)} "
             f"FOR TABLE {quoted(schema, name)} (captures then verify it), or grant them",
             publication=slot,
         )
-    if slotted:
-        require_slot(settings, slot)
+    if slotted or resumed:
+        require_slot(settings, slot)  # (SlotLost when a resumed slot is gone)
     elif not room:
         raise ConfigError(
             f"replication slot {slot!r} of {table!r} does not exist yet, and every "

@@ -171,6 +171,7 @@ class PostgresSource(BaseSource):
             columns = catalog.columns(session, [rel.oid for rel in rels])
             types = catalog.load_types(session, {c.typoid for cs in columns.values() for c in cs})
             allowed = grants(session, [rel.oid for rel in rels])
+            reads: list[tuple[ReadRequest, catalog.Relation, list[str]]] = []
             for r, rel in zip(requests, rels, strict=True):
                 cols = columns.get(rel.oid, [])
                 cdc = r.strategy == "cdc"
@@ -188,11 +189,12 @@ class PostgresSource(BaseSource):
                     if all(c in by_name for c in order):  # a name missing: the read says so
                         refuse_cursor(r.dataset, by_name, spec.column)
                         refuse_order(r.dataset, by_name, order)
-                # (last: a capture leaves these to its Run, which ends needs_auth)
-                refuse_denied(
-                    r.dataset, rel.schema, rel.table, [p.name for p in chosen], allowed.get(rel.oid)
-                )
-                if cdc:
+                reads.append((r, rel, [p.name for p in chosen]))
+            # Last, once every dataset's configuration is checked: a capture leaves
+            # these to its Run (needs_auth), and tells a misconfigured dataset first.
+            for r, rel, names in reads:
+                refuse_denied(r.dataset, rel.schema, rel.table, names, allowed.get(rel.oid))
+                if r.strategy == "cdc":
                     refuse_unreplicating(r.dataset, allowed.get(rel.oid))
         finally:
             self._sessions.give_back(session)
@@ -292,13 +294,18 @@ class PostgresSource(BaseSource):
             self._extractions.add(ext)
         return ext
 
-    def cdc_check(self, relations: Sequence[str]) -> None:
-        """Raise what would stop a capture of each relation's change stream (``_cdc_ready``)."""
+    def cdc_check(
+        self, relations: Sequence[str], committed: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> None:
+        """Raise what would stop a capture of each relation's change stream (``_cdc_ready``);
+        ``committed``: the checkpoints the lake resumes them from (their slots must exist)."""
         from combined.connectors.postgres._cdc_ready import check_ready
         from combined.connectors.postgres._stitch import slot_name
 
         for relation in relations:
-            check_ready(self.settings, slot_name(self.slot_prefix, relation), relation)
+            resumed = bool(((committed or {}).get(relation) or {}).get("lsn"))
+            slot = slot_name(self.slot_prefix, relation)
+            check_ready(self.settings, slot, relation, resumed=resumed)
 
     def cdc_setup(self, relation: str) -> str:
         """Create (or verify) the relation's publication; the slot comes with the first read."""
