@@ -78,6 +78,20 @@ class Binlog:
         path.write_text(PROJECT.format(connector=connector, dsn=self.dsn, table=self.table))
         return path
 
+    def project_as(self, user: str, password: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+        """The project, reading as ``user`` (its password from the environment)."""
+        path = self.project()
+        host = self.dsn.split("@", 1)[1]
+        path.write_text(
+            path.read_text().replace(
+                f"dsn: {self.dsn}",
+                f"dsn: mysql://{user}@{host}\n"
+                '      password: {secret: "env:COMBINED_TEST_BINLOG_PASSWORD"}',
+            )
+        )
+        monkeypatch.setenv("COMBINED_TEST_BINLOG_PASSWORD", password)
+        return path
+
     def source(self) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in self.sql("SELECT id, qty, note FROM {t} ORDER BY id")]
 
@@ -385,17 +399,7 @@ def test_check_names_each_missing_grant_and_setting_with_its_fix(
         f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'",
         f"GRANT SELECT ON `{database}`.* TO '{user}'@'%'",
     )
-    host = binlog.dsn.split("@", 1)[1]
-    path = binlog.project()
-    path.write_text(
-        path.read_text().replace(
-            f"dsn: {binlog.dsn}",
-            f"dsn: mysql://{user}@{host}\n"
-            '      password: {secret: "env:COMBINED_TEST_BINLOG_PASSWORD"}',
-        )
-    )
-    monkeypatch.setenv("COMBINED_TEST_BINLOG_PASSWORD", password)
-    engine = Engine.open(path)
+    engine = Engine.open(binlog.project_as(user, password, monkeypatch))
     try:
         with pytest.raises(ConfigError) as err:
             engine.check("db")

@@ -7,6 +7,8 @@ of the new columns alone, then reads the binlog on past that snapshot.
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -251,3 +253,48 @@ def test_a_change_logged_in_a_columns_former_type_names_the_way_out(binlog: Binl
         assert "take a new snapshot" in (run.error or ""), run.error
     finally:
         engine.close()
+
+
+def column_account(
+    binlog: Binlog, monkeypatch: pytest.MonkeyPatch, columns: str
+) -> tuple[Path, str, str]:
+    """A project reading the table as a new account granted SELECT on ``columns`` alone
+    (and the binlog): its file, the account, and the table's name for a GRANT."""
+    user, password = f"cdc_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    table = f"`{binlog.dsn.rsplit('/', 1)[1]}`.`{binlog.table}`"
+    binlog.sql(
+        f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'",
+        f"GRANT SELECT ({columns}) ON {table} TO '{user}'@'%'",
+        f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, BINLOG MONITOR ON *.* TO '{user}'@'%'",
+    )
+    return binlog.project_as(user, password, monkeypatch), f"'{user}'@'%'", table
+
+
+def test_a_column_a_grant_revoked_is_a_drop(
+    binlog: Binlog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catalog hides a column the account may no longer read: a ``drop`` drift, refused
+    under the default ``drop: fail``, nothing committed.
+
+    Before this change the next column of the same type took its place in the columns'
+    identities (a column's position counted only the columns the account could see): the
+    drop was never judged, and every row changed since landed null in it.
+    """
+    binlog.sql("ALTER TABLE {t} ADD COLUMN tag VARCHAR(40) DEFAULT 't'")
+    path, user, table = column_account(binlog, monkeypatch, "id, qty, note, tag")
+    engine = Engine.open(path)
+    try:
+        engine.capture()
+        binlog.sql(f"REVOKE SELECT (note) ON {table} FROM {user}")
+        for change in (
+            "UPDATE {t} SET qty = 0 WHERE id = 1",
+            "UPDATE {t} SET qty = 0 WHERE id = 2",
+        ):
+            binlog.sql(change)
+            (run,) = engine.capture()  # (the first read still meets changes naming it)
+            assert run.state != "succeeded", run.error
+            assert "drop on field 'note'" in (run.error or ""), run.error
+        assert lake(engine)[:2] == [(1, 1, "n1"), (2, 2, "n2")]
+    finally:
+        engine.close()
+        binlog.sql(f"DROP USER {user}")

@@ -235,13 +235,13 @@ def columns(
     names = ", ".join(session.literal(t) for t in tables)
     q = (
         "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE,"
-        " NUMERIC_PRECISION, NUMERIC_SCALE, COLUMN_DEFAULT, EXTRA, CHARACTER_OCTET_LENGTH"
-        " FROM information_schema.COLUMNS"
+        " NUMERIC_PRECISION, NUMERIC_SCALE, COLUMN_DEFAULT, EXTRA, CHARACTER_OCTET_LENGTH,"
+        " ORDINAL_POSITION FROM information_schema.COLUMNS"
         f" WHERE TABLE_SCHEMA = {session.literal(database)} AND TABLE_NAME IN ({names})"
         " ORDER BY TABLE_NAME, ORDINAL_POSITION"
     )
     out: dict[str, list[SourceColumn]] = defaultdict(list)
-    for table, name, dt, ct, nullable, prec, scale, default, extra, octets in session.rows(
+    for table, name, dt, ct, nullable, prec, scale, default, extra, octets, at in session.rows(
         q, "reading columns"
     ):
         out[str(table)].append(
@@ -255,6 +255,7 @@ def columns(
                 default=default,
                 extra=str(extra or ""),
                 octets=int(octets) if octets is not None else None,
+                position=int(at),
             )
         )
     return out
@@ -400,7 +401,12 @@ def describe(
     plans = column_plans(cols, casts, rel.table)
     fields = tuple(
         FieldInfo(
-            c.name, p.arrow_type_text, c.column_type, c.nullable, f"position {i} {c.column_type}"
+            c.name,
+            p.arrow_type_text,
+            c.column_type,
+            c.nullable,
+            # (the table's position: one the account may not read still counts)
+            f"position {c.position or i} {c.column_type}",
         )
         for i, (c, p) in enumerate(zip(cols, plans, strict=True), 1)
     )

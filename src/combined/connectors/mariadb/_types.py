@@ -114,6 +114,8 @@ class SourceColumn:
     default: str | None = None
     extra: str = ""
     octets: int | None = None
+    #: ``ORDINAL_POSITION``: a column the account may not read (a column grant) still counts.
+    position: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
