@@ -255,6 +255,21 @@ def test_a_change_logged_in_a_columns_former_type_names_the_way_out(binlog: Binl
         engine.close()
 
 
+def filler_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+    """The columns of each read of every row a fill makes (the real read, noted)."""
+    from combined.connectors.mariadb._binlog_fill import ColumnFill
+
+    reads: list[tuple[str, ...]] = []
+    read = ColumnFill.__call__
+
+    def noted(self: ColumnFill, columns: Any) -> Any:
+        reads.append(tuple(columns))
+        return read(self, columns)
+
+    monkeypatch.setattr(ColumnFill, "__call__", noted)
+    return reads
+
+
 def column_account(
     binlog: Binlog, monkeypatch: pytest.MonkeyPatch, columns: str
 ) -> tuple[Path, str, str]:
@@ -268,6 +283,42 @@ def column_account(
         f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, BINLOG MONITOR ON *.* TO '{user}'@'%'",
     )
     return binlog.project_as(user, password, monkeypatch), f"'{user}'@'%'", table
+
+
+@pytest.mark.parametrize("changes", [("UPDATE {t} SET qty = 0 WHERE id = 1",), ()])
+def test_a_column_a_grant_widened_is_filled_and_nothing_else_is(
+    binlog: Binlog, monkeypatch: pytest.MonkeyPatch, changes: tuple[str, ...]
+) -> None:
+    """An account granted SELECT on one more column sees it in the catalog with no ALTER in
+    the binlog: every row is filled, not only the rows changed after the grant (and with
+    no change since, too).
+
+    Before this change the capture succeeded with the column null on every row the log
+    did not change after the grant (the source held 'n2').
+    """
+    path, user, table = column_account(binlog, monkeypatch, "id, qty")
+    reads = filler_reads(monkeypatch)
+    engine = Engine.open(path)
+    try:
+        run = captured_then(engine, binlog, "INSERT INTO {t} VALUES (9001, 5, 'secret')")
+        assert run.state == "succeeded", run.error
+        assert "note" not in engine.sql("SELECT * FROM db.items LIMIT 1").schema.names
+        binlog.sql(f"GRANT SELECT (qty, note) ON {table} TO {user}")
+        if changes:
+            binlog.sql(*changes)
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert lake(engine) == binlog.source()
+        assert lake(engine)[1] == (2, 2, "n2") and lake(engine)[-1] == (9001, 5, "secret")
+        assert reads == [("note",)]
+        # nothing appeared since: no fill, no read of every row
+        binlog.sql("UPDATE {t} SET note = 'x' WHERE id = 3")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert lake(engine) == binlog.source() and reads == [("note",)]
+    finally:
+        engine.close()
+        binlog.sql(f"DROP USER {user}")
 
 
 def test_a_column_a_grant_revoked_is_a_drop(
@@ -298,3 +349,46 @@ def test_a_column_a_grant_revoked_is_a_drop(
     finally:
         engine.close()
         binlog.sql(f"DROP USER {user}")
+
+
+@pytest.mark.parametrize(
+    ("options", "new_field"),
+    [({}, "evolve"), ({"max_changes": 1}, "evolve"), ({}, "fail")],
+)
+def test_a_column_the_datasets_columns_list_gained_is_filled(
+    binlog: Binlog, monkeypatch: pytest.MonkeyPatch, options: dict[str, int], new_field: str
+) -> None:
+    """``columns:`` naming one more column: every row takes its value, as in PostgreSQL; a
+    read stopped early (``--max-changes``) fills too, and ``drift.new_field`` judges the
+    column with its filled rows (refused, nothing lands; let in, every row is filled).
+
+    Before this change only the rows changed after it held a value; the rest held null.
+    """
+    path = binlog.project()
+    text = path.read_text()
+    path.write_text(text + "        columns: [id, qty]\n")
+    reads = filler_reads(monkeypatch)
+    engine = Engine.open(path)
+    try:
+        run = captured_then(engine, binlog, "UPDATE {t} SET qty = 0 WHERE id = 1")
+        assert run.state == "succeeded", run.error
+    finally:
+        engine.close()
+    text += "        columns: [id, qty, note]\n"
+    path.write_text(text + f"        drift: {{new_field: {new_field}}}\n")
+    binlog.sql(*(f"UPDATE {{t}} SET qty = 7 WHERE id = {i}" for i in (4, 5, 6)))
+    engine = Engine.open(path)
+    try:
+        (run,) = engine.capture(read_options=options)
+        if new_field == "fail":
+            assert run.state != "succeeded" and "new_field on field 'note'" in (run.error or "")
+            assert "note" not in engine.sql("SELECT * FROM db.items LIMIT 1").schema.names
+            engine.close()
+            path.write_text(text)
+            engine = Engine.open(path)
+            (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert lake(engine) == binlog.source()
+        assert reads == [("note",)] * (2 if new_field == "fail" else 1)
+    finally:
+        engine.close()

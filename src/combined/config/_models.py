@@ -341,8 +341,10 @@ class DriftPolicy(_Model):
     """A column the lake does not hold yet.
 
     A change stream fills it on every row the source filled (a column added
-    with a default). A PostgreSQL, MariaDB or SQLite cursor read that finds
-    such values below its checkpoint reads again from the first row. Other
+    with a default), and on every row when it appears with no ``ALTER`` (a
+    name ``columns:`` gained; on MariaDB, a column grant widened). A
+    PostgreSQL, MariaDB or SQLite cursor read that finds such values below
+    its checkpoint reads again from the first row. Other
     cursor reads (files, HTTP, Singer, Airbyte) carry only the rows past
     their checkpoint: rows the source filled below it stay null in the lake
     until they are read again; capture the dataset once with ``strategy:

@@ -44,7 +44,9 @@ Statements in the log that touch the table:
   before took away or the lake holds (a new column, not the dropped one), is
   followed by those rows' values, read from the source
   (:mod:`~._binlog_fill`), and the read goes on past that read's binlog
-  position before it ends;
+  position before it ends. So is, where the read would end, a column the
+  catalog showed at its start that the lake lacks and no ``ALTER`` read
+  added (a column grant widened);
 - a data-changing statement logged as a statement (``binlog_format`` other
   than ROW in the writing session) fails the read: it names no rows.
 """
@@ -54,7 +56,8 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Generator, Iterator, Mapping, Sequence
-from datetime import datetime
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from combined.connectors._shared import SessionRead, cdc_values
@@ -72,6 +75,7 @@ from combined.connectors.mariadb._binlog_fill import (
     Added,
     ColumnFill,
     added_columns,
+    appeared_columns,
     left_columns,
 )
 from combined.connectors.mariadb._binlog_origin import (
@@ -82,8 +86,11 @@ from combined.connectors.mariadb._binlog_origin import (
 )
 from combined.connectors.mariadb._binlog_rows import (
     OP_TRUNCATE,
+    PREPARED_XA,
     ChangeRows,
     event_time,
+    refuse_compressed,
+    refuse_prepared_xa,
     require_full_image,
 )
 from combined.connectors.mariadb._binlog_setup import (
@@ -148,42 +155,8 @@ def _unquoted(word: str) -> str:
     return word[1:-1].replace("``", "`") if word.startswith("`") else word
 
 
-#: MariaDB's compressed events (``log_bin_compress=ON``): QUERY_COMPRESSED_EVENT
-#: and the six compressed rows events. The reader cannot decode them, and a
-#: compressed event may hold the table's changes or its TRUNCATE.
-_COMPRESSED_EVENTS = frozenset(range(165, 172))
-
-
-#: MariaDB's GTID flag of a group that ends in ``XA PREPARE`` (FL_PREPARED_XA).
-_PREPARED_XA = 64
-
-
-def _refuse_prepared_xa(name: str, here: str) -> None:
-    """Fail the read at a row of a two-phase XA transaction.
-
-    Its rows are logged when it is prepared; whether it committed is only a
-    later ``XA COMMIT`` or ``XA ROLLBACK`` statement, possibly after other
-    transactions or in a later capture. Read as they came, a rolled-back
-    transaction's rows landed in the lake.
-    """
-    raise NeedsSnapshot(
-        f"the binary log holds a change of {name} at {here} made by a prepared XA transaction "
-        "(XA START ... XA PREPARE): its rows are logged before it commits or rolls back, so "
-        "they may never have happened",
-        hint="capture the table with the snapshot or cursor strategy, or have its writers "
-        "commit without two-phase XA (XA COMMIT ... ONE PHASE is a plain commit); "
-        f"then {RESNAPSHOT}",
-    )
-
-
-def _refuse_compressed(event_type: int, name: str, here: str) -> None:
-    """Fail the read at a compressed event: its changes would otherwise be skipped unseen."""
-    if event_type in _COMPRESSED_EVENTS:
-        raise NeedsSnapshot(
-            f"the binary log holds a compressed event at {here} (log_bin_compress=ON), which "
-            f"the read of {name} cannot decode: its changes would be lost",
-            hint=f"SET GLOBAL log_bin_compress = OFF on the server, then {RESNAPSHOT}",
-        )
+#: What :meth:`BinlogExtraction._events` yields at the log's end while columns wait a fill.
+_AT_END = object()
 
 
 class BinlogExtraction(SessionRead[Session]):
@@ -231,6 +204,10 @@ class BinlogExtraction(SessionRead[Session]):
         self._wider: dict[str, str] = {}
         #: Names the ALTERs read so far took away (dropped, renamed): one added again is new.
         self._left: set[str] = set()
+        #: Columns the catalog shows at the start that the lake lacks (filled at the read's
+        #: end unless an ALTER the read met added them: ``_altered``).
+        self._appeared: Added | None = None
+        self._altered: set[str] = set()
         #: The checkpoint's log (:mod:`~._binlog_origin`): the files' first GTIDs, asked once
         #: a file, and the GTID of the last transaction read before the position.
         self._identity: LogIdentity | None = None
@@ -293,10 +270,14 @@ class BinlogExtraction(SessionRead[Session]):
         now = self._catalog_columns(session, rel)
         gone = self._vanished(session, now)
         now = self._narrowed(session, now, rel)
+        plans, vanished = self._column_plans([*now, *gone], rel), {c.name for c in gone}
+        self._appeared = appeared_columns(
+            request, [p.name for p in plans if p.name not in vanished]
+        )
         rows = ChangeRows(
-            self._column_plans([*now, *gone], rel),
+            plans,
             request.dataset,
-            vanished={c.name for c in gone},
+            vanished=vanished,
             key=request.key,
             batch_rows=request.batch_rows,
             batch_bytes=self._batch_bytes,
@@ -446,6 +427,10 @@ class BinlogExtraction(SessionRead[Session]):
         try:
             for event in self._events(stream, name):
                 self._still_reading(stream, name, boundary)
+                if event is _AT_END:  # (between transactions, unless the log is cut)
+                    if not in_txn:
+                        touched = (yield from self._fill_appeared(rows, rel, boundary)) or touched
+                    continue
                 here = f"{stream.log_file}:{stream.log_pos}"
                 when = event_time(event.timestamp)
                 if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
@@ -453,7 +438,7 @@ class BinlogExtraction(SessionRead[Session]):
                         continue
                     require_full_image(event, name)
                     if xa:
-                        _refuse_prepared_xa(name, here)
+                        refuse_prepared_xa(name, here)
                     touched = True
                     for batches in self._rows(event, rows, when, here):
                         yield from self._emit(batches)
@@ -464,12 +449,12 @@ class BinlogExtraction(SessionRead[Session]):
                 if isinstance(event, MariadbGtidEvent):
                     in_txn = not (int(event.flags) & 1)  # FL_STANDALONE: one event, no COMMIT
                     gtid = (str(event.gtid), int(event.packet.log_pos - event.packet.event_size))
-                    xa = bool(int(event.flags) & _PREPARED_XA)
+                    xa = bool(int(event.flags) & PREPARED_XA)
                     continue
                 if isinstance(event, NotImplementedEvent | GtidEvent):
                     xa = xa and not isinstance(event, GtidEvent)
                     gtid = None if isinstance(event, GtidEvent) else gtid
-                    _refuse_compressed(event.event_type, name, here)  # (no GTID event is)
+                    refuse_compressed(event.event_type, name, here)  # (no GTID event is)
                     continue
                 end = isinstance(event, XidEvent)
                 if isinstance(event, QueryEvent):
@@ -493,8 +478,10 @@ class BinlogExtraction(SessionRead[Session]):
                     self._note_race(stream)
                     yield from self._emit(rows.flush())
                     yield self._state(boundary, at, final=False)
-                if self._max_changes and self._seen >= self._max_changes and self._past(stream):
-                    break
+                if self._max_changes and self._seen >= self._max_changes:
+                    touched = (yield from self._fill_appeared(rows, rel, boundary)) or touched
+                    if self._past(stream):
+                        break
         finally:
             stream.close()
             self._stream = None
@@ -515,6 +502,10 @@ class BinlogExtraction(SessionRead[Session]):
         while True:
             start = (stream.log_file, stream.log_pos)
             yield from iter(lambda: next_event(stream), None)
+            if self._appeared is not None:
+                yield _AT_END  # (the read fills them there: :meth:`_fill_appeared`)
+                if not self._past(stream):
+                    continue  # on to the fill's position
             if self._past(stream):
                 if not self._count_filled() or self._past(stream):
                     return
@@ -569,6 +560,19 @@ class BinlogExtraction(SessionRead[Session]):
             self._seen += read.num_rows
             yield from self._emit([rows.fill(read, added.names, when, here)])
         return True
+
+    def _fill_appeared(
+        self, rows: ChangeRows, rel: catalog.Relation, here: str
+    ) -> Generator[Message, None, bool]:
+        """Where the read would end, once: fill the columns the catalog showed at its start
+        that the lake lacks (:func:`appeared_columns`), but those an ALTER it met added
+        (its own fill, if any, holds). Whether any were filled."""
+        appeared, self._appeared = self._appeared, None
+        names = tuple(n for n in appeared.names if n not in self._altered) if appeared else ()
+        if appeared is None or not names:
+            return False
+        late = replace(appeared, names=names, filled=names)
+        return (yield from self._fill(late, rows, rel, datetime.now(UTC), here))
 
     def _still_reading(self, stream: Any, name: str, boundary: str) -> None:
         """Fail the read when it was finished from another thread (a cancel, the deadline).
@@ -714,7 +718,9 @@ class BinlogExtraction(SessionRead[Session]):
         before, the rows the log did not change after it kept the dropped one's values."""
         self._left.update(left_columns(alter))
         lake = self._request.options.get("lake_columns") or ()
-        return added_columns(alter, self._left.union(lake))
+        added = added_columns(alter, self._left.union(lake))
+        self._altered.update(added.names)
+        return added if added.fills else None
 
     def _emit(self, batches: list[Any]) -> Iterator[Message]:
         for batch in batches:

@@ -30,6 +30,18 @@ renamed away, or that the lake holds (``renewed``): it is a new column, with
 the value its definition gives each row (NULL without a default), while the
 lake held the dropped column's values under that name.
 
+A column can also appear with no ``ALTER`` in the log at all: a column
+grant widened (the catalog hides a column the account may not read, and the
+binlog, which carries every column, was read without it), or a name the
+dataset's ``columns:`` gained. A captured column the catalog shows at a
+read's start that the lake lacks, or that the checkpoint did not record
+(:func:`appeared_columns`), is filled the same way where the read would
+end (at the log's end, or where ``max_changes`` stops it), unless an
+``ALTER`` the read met added it (that statement's own fill, if any, holds):
+the snapshot is later than every change read before, and the read goes on
+to its position as above. As PostgreSQL does (``postgres._fill``,
+``relations_now``): the catalog at the run's start, filled at its end.
+
 :meth:`ColumnFill.count_nulls` counts the filled columns' nulls in one
 snapshot, with its binlog position, for reconciliation.
 """
@@ -37,7 +49,7 @@ snapshot, with its binlog position, for reconciliation.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
@@ -50,7 +62,7 @@ from combined.connectors.mariadb._connect import Session, Settings, quote_ident
 from combined.errors import NeedsSnapshot, SourceError
 from combined.protocol import RecordBatchMessage
 
-__all__ = ["Added", "ColumnFill", "added_columns", "clauses", "left_columns"]
+__all__ = ["Added", "ColumnFill", "added_columns", "appeared_columns", "clauses", "left_columns"]
 
 #: An ALTER TABLE clause adding a column (not an index, key, constraint or partition).
 _ADD_COLUMN = re.compile(
@@ -115,6 +127,13 @@ class Added:
     #: Columns added under a name that named another column (dropped or renamed away):
     #: the lake holds that one's values under it, the rows present the new one's.
     renewed: tuple[str, ...] = ()
+    #: Columns that appeared with no ``ALTER`` (:func:`appeared_columns`), not added by one.
+    appeared: bool = False
+
+    @property
+    def fills(self) -> bool:
+        """Whether the rows present took a value in a column without a row event."""
+        return bool(self.filled or self.rewritten or self.renewed)
 
 
 def _definitions(bare: str, after: int) -> list[str]:
@@ -125,8 +144,8 @@ def _definitions(bare: str, after: int) -> list[str]:
     return [rest]
 
 
-def added_columns(alter: str, former: Collection[str] = ()) -> Added | None:
-    """What an ALTER TABLE adds, when it gives the rows present a value in a column.
+def added_columns(alter: str, former: Collection[str] = ()) -> Added:
+    """What an ALTER TABLE adds; whether it gives the rows present values (:attr:`Added.fills`).
 
     MariaDB gives every row present a column added with a default, as ``NOT
     NULL`` (its implicit default) or as a generated column, and logs no row
@@ -159,8 +178,6 @@ def added_columns(alter: str, former: Collection[str] = ()) -> Added | None:
             else:
                 continue
             first = first or " ".join(clause[add.start() :].split())[:120]
-    if not filled and not rewritten and not renewed:
-        return None
     return Added(tuple(names + rewritten), tuple(filled), first, tuple(rewritten), tuple(renewed))
 
 
@@ -194,16 +211,38 @@ def _redefined(bare: str) -> list[str]:
     return [] if name is None else [name.group(1).strip("`").replace("``", "`")]
 
 
+def appeared_columns(request: ReadRequest, names: Iterable[str]) -> Added | None:
+    """The columns a read fills where it ends, unless an ALTER it meets adds them: of
+    ``names`` (the captured columns the catalog shows at its start), those the lake
+    lacks, or the checkpoint's columns do not hold.
+
+    None where the lake's columns are not known, or for an event stream (its events
+    happened before the column was there: not filled, as in PostgreSQL).
+    """
+    lake = request.options.get("lake_columns")
+    if lake is None or request.options.get("event_stream"):
+        return None
+    recorded = (request.state or {}).get("columns") or {}
+    new = tuple(n for n in names if n not in lake or (recorded and n not in recorded))
+    if not new:
+        return None
+    return Added(new, new, "shown by the catalog when the read started", appeared=True)
+
+
 #: Key types a redefinition keeps identities in (an integer widened: INT to BIGINT).
 _INTEGERS = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})
 
 
-def _refuse(relation: str, why: str, hint: str) -> NeedsSnapshot:
-    return NeedsSnapshot(
-        f"table {relation} was altered since the last capture with a column the rows present "
-        f"took a value in without a change in the binlog, and {why}",
-        hint=hint,
+def _refuse(relation: str, added: Added, why: str, hint: str) -> NeedsSnapshot:
+    what = (
+        "shows a column the lake lacks with no ALTER TABLE in the binlog (a column grant "
+        "widened, or a name the dataset's `columns:` gained), whose values the rows present "
+        "hold without a change in the binlog"
+        if added.appeared
+        else "was altered since the last capture with a column the rows present took a value "
+        "in without a change in the binlog"
     )
+    return NeedsSnapshot(f"table {relation} {what}, and {why}", hint=hint)
 
 
 def _keyless_now(relation: str, key: Sequence[str]) -> SourceError:
@@ -211,8 +250,8 @@ def _keyless_now(relation: str, key: Sequence[str]) -> SourceError:
     named = ", ".join(key)
     return SourceError(
         f"table {relation} holds no PRIMARY KEY now, nor a UNIQUE index over NOT NULL "
-        f"columns on the dataset's key ({named}), and a column it was altered with must be "
-        "filled by that key. A migration that drops the primary key to add it again leaves "
+        f"columns on the dataset's key ({named}), and a column it gained must be filled by "
+        "that key. A migration that drops the primary key to add it again leaves "
         "the table so for a moment: nothing was committed, and the next capture tries again",
         hint=f"if the key is gone for good, add a PRIMARY KEY or a UNIQUE index over NOT NULL "
         f"columns on ({named}), or take a new snapshot: {RESNAPSHOT}",
@@ -255,6 +294,7 @@ class ColumnFill:
         if gone:
             raise _refuse(
                 relation,
+                added,
                 f"column {gone[0]!r} ({added.clause!r}) is no longer in the table to read "
                 "its values from",
                 f"take a new snapshot: {RESNAPSHOT}",
@@ -267,6 +307,7 @@ class ColumnFill:
             # its rows would land beside the old ones, which would stay.
             raise _refuse(
                 relation,
+                added,
                 f"key column {moved[0]!r} was redefined ({added.clause!r}): its rows' "
                 "identities may have changed, and the lake's rows could not be matched",
                 f"take a new snapshot: {RESNAPSHOT}",
@@ -277,6 +318,7 @@ class ColumnFill:
                 raise _keyless_now(relation, self._request.key)
             raise _refuse(
                 relation,
+                added,
                 f"the dataset's key ({', '.join(self._request.key)}) is not a PRIMARY KEY or "
                 "UNIQUE index over NOT NULL columns, so a row read cannot be matched to its "
                 "lake row",

@@ -168,6 +168,44 @@ def require_full_image(event: Any, relation: str) -> None:
             )
 
 
+#: MariaDB's compressed events (``log_bin_compress=ON``): QUERY_COMPRESSED_EVENT
+#: and the six compressed rows events. The reader cannot decode them, and a
+#: compressed event may hold the table's changes or its TRUNCATE.
+_COMPRESSED_EVENTS = frozenset(range(165, 172))
+
+
+#: MariaDB's GTID flag of a group that ends in ``XA PREPARE`` (FL_PREPARED_XA).
+PREPARED_XA = 64
+
+
+def refuse_prepared_xa(name: str, here: str) -> None:
+    """Fail the read at a row of a two-phase XA transaction.
+
+    Its rows are logged when it is prepared; whether it committed is only a
+    later ``XA COMMIT`` or ``XA ROLLBACK`` statement, possibly after other
+    transactions or in a later capture. Read as they came, a rolled-back
+    transaction's rows landed in the lake.
+    """
+    raise NeedsSnapshot(
+        f"the binary log holds a change of {name} at {here} made by a prepared XA transaction "
+        "(XA START ... XA PREPARE): its rows are logged before it commits or rolls back, so "
+        "they may never have happened",
+        hint="capture the table with the snapshot or cursor strategy, or have its writers "
+        "commit without two-phase XA (XA COMMIT ... ONE PHASE is a plain commit); "
+        f"then {RESNAPSHOT}",
+    )
+
+
+def refuse_compressed(event_type: int, name: str, here: str) -> None:
+    """Fail the read at a compressed event: its changes would otherwise be skipped unseen."""
+    if event_type in _COMPRESSED_EVENTS:
+        raise NeedsSnapshot(
+            f"the binary log holds a compressed event at {here} (log_bin_compress=ON), which "
+            f"the read of {name} cannot decode: its changes would be lost",
+            hint=f"SET GLOBAL log_bin_compress = OFF on the server, then {RESNAPSHOT}",
+        )
+
+
 class ChangeRows:
     """Collect the row changes of one table into bounded Arrow batches.
 
