@@ -85,3 +85,45 @@ def test_an_event_stream_keeps_the_toasted_values_an_update_left_unchanged(
         assert [(i, b) for i, _, _, b in _events(engine, third.id)] == source
     finally:
         engine.close()
+
+
+def test_one_transactions_changes_in_several_deliveries_fill_from_the_later_one(
+    tmp_path: Path, cdc_db: Any
+) -> None:
+    # A row changed twice in one transaction: its two events share their
+    # capture, commit LSN and emission time. Cut into two Deliveries, the
+    # fill told them apart by their files' names (or their rows in a file
+    # delta-rs wrote, where it deals batches to its partitions in turn) and
+    # could take the older value. Each pair here is split, starting at an
+    # even and then an odd place of the stream (one row before them moves
+    # the rest by one), so no dealing keeps every pair in order.
+    dsn, n = cdc_db.dsn, 20
+    ids = range(2 * n + 1)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, qty int, body text)")
+        conn.execute("ALTER TABLE items ALTER COLUMN body SET STORAGE EXTERNAL")
+        for i in ids:
+            conn.execute(f"INSERT INTO items VALUES ({i}, {i}, {BODY.format(f'a{i}')})")
+    project = PROJECT.format(dsn=dsn, prefix=cdc_db.prefix, table="items")
+    (tmp_path / "combined.yaml").write_text(
+        project + "        sync_mode: append\n        delivery:\n          max_rows: 1\n"
+    )
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+            for i in [*range(1, n + 1), 0, *range(n + 1, 2 * n + 1)]:
+                for text in (f"b{i}", f"c{i}")[: 1 if i == 0 else 2]:
+                    conn.execute(f"UPDATE items SET body = {BODY.format(text)} WHERE id = {i}")
+        (second,) = engine.capture()
+        assert second.state == "succeeded", second.error
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET qty = -qty")  # body left alone
+            newest = {i: _md5(conn, f"b{i}" if i == 0 else f"c{i}") for i in ids}
+        (third,) = engine.capture()
+        assert third.state == "succeeded", third.error
+        wrong = [i for i, _, _, b in _events(engine, third.id) if b != newest[i]]
+        assert wrong == []
+    finally:
+        engine.close()

@@ -15,6 +15,7 @@ from tests.runtime.test_reduce_streamed import (
     new_reducer,
 )
 
+from combined.capture._lake_fills import EventLake
 from combined.capture._reduce import Reducer, Transition
 from combined.delivery import PartWriter, StagingArea
 from combined.delivery._staging import Limits
@@ -118,10 +119,10 @@ def _stream_reducer(
     parts: list[Path],
     schema: pa.Schema,
     memory: int,
-    events: Callable[[], list[str]] | None = None,
+    events: Callable[[], EventLake] | None = None,
 ) -> Reducer:
     """A change stream's reduction keyed by ``id``, with no current rows; ``events``:
-    an event stream's (``sync_mode: append``) lake files."""
+    an event stream's (``sync_mode: append``) lake."""
     return Reducer(
         capture_files=parts,
         capture_schema=schema,
@@ -263,7 +264,7 @@ def test_a_change_stream_of_lists_of_thousands_of_short_strings_reduces_and_deli
     assert all(r["tags"] == [str(j) for j in range(width)] for r in rows[:3])
 
 
-def _events_lake(tmp_path: Path) -> list[str]:
+def _events_lake(tmp_path: Path) -> EventLake:
     """An event stream's lake (``sync_mode: append``): each id's events, in two files.
 
     The newest event of each id holds ``name`` "new"; the others "old".
@@ -280,6 +281,7 @@ def _events_lake(tmp_path: Path) -> list[str]:
         (5, "gone", "delete", t2, at, "0/50"),
         (6, "new", "update", t1, at, "binlog.000002:1000"),
         (7, None, "update", t2, at, "0/60"),
+        (9, "new", "update", t1, at, "0/70"),  # one transaction's two changes, in two
     ]
     second = [
         (1, "old", "update", t1, at, "0/FFFFFFF"),  # ... is newer than an earlier capture's
@@ -288,6 +290,7 @@ def _events_lake(tmp_path: Path) -> list[str]:
         (5, "old", "update", t1, at, "0/30"),  # deleted since: no current row
         (6, "old", "update", t1, at, "binlog.000002:999"),
         (7, "kept", "update", t1, at, "0/40"),  # a real null since: kept
+        (9, "old", "update", t1, at, "0/70"),  # Deliveries: the later one's (not file b's)
     ]
     files = []
     for name, rows in (("a", first), ("b", second)):
@@ -301,11 +304,14 @@ def _events_lake(tmp_path: Path) -> list[str]:
                 "_combined_ingested_at": pa.array(columns[3], pa.timestamp("us", "UTC")),
                 "_combined_emitted_at": pa.array(columns[4], pa.timestamp("us", "UTC")),
                 "_combined_source_position": pa.array(columns[5], pa.string()),
+                # (only id 9's events name a Delivery the commits record: the
+                # others are ranked as before)
+                "_combined_delivery_id": [f"d-{name}" if i == 9 else None for i in columns[0]],
             }
         )
         files.append(str(tmp_path / f"{name}.parquet"))
         pq.write_table(table, files[-1])
-    return files
+    return EventLake(files, {"d-b": 7, "d-a": 8})
 
 
 @pytest.mark.parametrize("numbered", [True, False])
@@ -320,7 +326,7 @@ def test_an_event_streams_marked_values_come_from_each_ids_newest_event(
     if not numbered:  # (DuckDB reads the lake's values, without the rows' numbers)
         monkeypatch.setattr(_unchanged, "lake_numbers_rows", lambda columns: False)
     files = _events_lake(tmp_path)
-    ids = [1, 2, 3, 4, 5, 6, 7, 8, 1]
+    ids = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1]
     parts, schema = _change_stream(
         tmp_path,
         [("id", pa.int64()), ("name", pa.string()), ("n", pa.int64())],
@@ -334,7 +340,7 @@ def test_an_event_streams_marked_values_come_from_each_ids_newest_event(
     )
     listed: list[int] = []
 
-    def events() -> list[str]:
+    def events() -> EventLake:
         listed.append(1)
         return files
 
@@ -343,7 +349,7 @@ def test_an_event_streams_marked_values_come_from_each_ids_newest_event(
         rows = r.con.execute("SELECT id, name FROM res ORDER BY _combined_ordinal").fetchall()
     finally:
         r.close()
-    expected = {1: "new", 2: "new", 3: "new", 5: None, 6: "new", 7: None, 8: None}
+    expected = {1: "new", 2: "new", 3: "new", 5: None, 6: "new", 7: None, 8: None, 9: "new"}
     if numbered:  # (without the rows' numbers, one transaction's changes tie)
         expected[4] = "new"
     assert [row for row in rows if row[0] in expected] == [
@@ -353,7 +359,7 @@ def test_an_event_streams_marked_values_come_from_each_ids_newest_event(
 
 
 def _appender(
-    tmp_path: Path, parts: list[Path], schema: pa.Schema, events: Callable[[], list[str]]
+    tmp_path: Path, parts: list[Path], schema: pa.Schema, events: Callable[[], EventLake]
 ) -> Reducer:
     """An event stream's (``sync_mode: append``) reduction, its lake's files ``events``."""
     return _stream_reducer(tmp_path, parts, schema, 64 * 2**20, events)
@@ -366,7 +372,7 @@ def test_an_event_stream_without_marked_values_lists_no_lake_file_and_a_move_is_
     # move that left a value alone arrives as the old key's delete naming it
     # and the new key's update: the stream kept "update" for a key that
     # never existed, where a move leaving nothing alone is an insert.
-    def events() -> list[str]:
+    def events() -> EventLake:
         raise AssertionError("the lake was listed with no value to fill")
 
     stream: dict[str, list[Any]] = {

@@ -21,7 +21,8 @@ rows of 200 kB-1 MB JSON: 1 GB, the limit 150 MB).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +56,7 @@ def write_lake_values(
     path: Path,
     open_file: Callable[[str], Any] = str,
     *,
-    events: bool = False,
+    events: str | None = None,
 ) -> list[pa.DataType]:
     """Write ``path``: ``(ord, v0, v1, ...)`` for each change of ``unc_pick`` filled from the lake.
 
@@ -65,13 +66,12 @@ def write_lake_values(
     ``files``, finding where each wanted row lies; Arrow opens the files
     holding one by ``open_file`` (an object store's through its filesystem)
     to read those rows' values. ``events``: the files hold an event stream,
-    whose current row of an id is its newest event (:func:`newest_events`).
-    Returns each ``vj``'s type (null: no file read holds the column).
+    whose current row of an id is its newest event: the FROM item of those
+    (:func:`newest_events`, numbered). Returns each ``vj``'s type (null: no
+    file read holds the column).
     """
-    lake = (
-        newest_events(files, numbered=True)
-        if events
-        else f"read_parquet({files_sql(files)}, union_by_name = true, filename = '{_FILE}', "
+    lake = events or (
+        f"read_parquet({files_sql(files)}, union_by_name = true, filename = '{_FILE}', "
         "file_row_number = true)"
     )
     found = con.sql(
@@ -183,34 +183,67 @@ def _carried(
     yield from _taken(arrays, types, at[hit], ords[a:b][hit], schema)
 
 
-def newest_events(files: Sequence[str], *, numbered: bool) -> str:
+@dataclass(frozen=True, slots=True)
+class EventLake:
+    """An event stream's (``sync_mode: append``) lake: its files, and the sequence
+    of each Delivery its commits recorded (by Delivery id)."""
+
+    files: Sequence[str]
+    sequences: Mapping[str, int] = field(default_factory=dict)
+
+
+def register_sequences(con: duckdb.DuckDBPyConnection, sequences: Mapping[str, int]) -> None:
+    """Create the table ``unc_seq(did, seq)``: each Delivery's sequence (:func:`newest_events`)."""
+    rows = pa.table(
+        {
+            "did": pa.array(list(sequences), pa.string()),
+            "seq": pa.array(list(sequences.values()), pa.int64()),
+        }
+    )
+    con.execute("DROP TABLE IF EXISTS unc_seq")
+    con.from_arrow(rows).create("unc_seq")
+
+
+def newest_events(files: Sequence[str], *, numbered: bool, sequenced: bool = False) -> str:
     """A FROM item: in an event stream's (``sync_mode: append``) lake ``files``, the
     newest event of each id a change of ``unc_pick`` is filled from; none where it is
     a delete (the lake of a merged table holds no row of a deleted id).
 
-    Newest is a later capture's first: captures of a dataset commit one
-    after another under its lease, each accepted (``_combined_ingested_at``)
-    after the one before it committed. Within a capture, the source's order:
-    its position (:func:`_position_order`: a PostgreSQL commit's LSN, a
-    binlog event's place), then its emission time (a snapshot's rows have
-    none: before the stream's changes). A row changed twice in one
-    transaction shares all three (a change's position is its commit's): then
-    the later row of its file (``numbered``: the rows carry their file and
-    number), as a capture's Deliveries write the stream in order.
+    Newest is the event of the latest Delivery (``sequenced``: by its
+    sequence, ``unc_seq``, :func:`register_sequences`), which a dataset's
+    captures number one after another in the stream's order, a transaction
+    cut into several Deliveries too; within one, its later row (``numbered``:
+    the rows carry their file and number): a Delivery holds the stream in
+    order, and a compaction keeps each file's rows in theirs. An event whose
+    Delivery no commit of the table records (a file without the column,
+    ``unc_seq`` without its id) comes after those that have one, and they
+    are ranked as before: a later capture's first (``_combined_ingested_at``:
+    captures of a dataset commit one after another under its lease), then
+    the source's order: its position (:func:`_position_order`: a PostgreSQL
+    commit's LSN, a binlog event's place), its emission time (a snapshot's
+    rows have none: before the stream's changes), and the later row of its
+    file (two files' names do not follow the stream).
 
     Only the wanted ids' events are ranked: the lake is read for their rows alone.
     """
     numbering = f", filename = '{_FILE}', file_row_number = true" if numbered else ""
     scan = f"read_parquet({files_sql(files)}, union_by_name = true{numbering})"
+    order = ""
+    if sequenced:
+        scan = f"{scan} l LEFT JOIN unc_seq ON unc_seq.did = l.{prov.DELIVERY_ID}"
+        order = "unc_seq.seq DESC NULLS LAST, "
+        if numbered:  # (within one Delivery, its later row)
+            order += "CASE WHEN unc_seq.seq IS NOT NULL THEN file_row_number END DESC NULLS LAST, "
     position = _position_order(prov.SOURCE_POSITION)
-    order = (
+    order += (
         f"{prov.INGESTED_AT} DESC NULLS LAST, {position} DESC NULLS LAST, "
         f"{prov.EMITTED_AT} DESC NULLS LAST"
     )
     if numbered:
         order += f", {_FILE} DESC, file_row_number DESC"
+    every = "l.*" if sequenced else "*"
     return (
-        f"(SELECT * FROM {scan} WHERE {_ID} IN (SELECT _lin FROM unc_pick "
+        f"(SELECT {every} FROM {scan} WHERE {_ID} IN (SELECT _lin FROM unc_pick "
         "WHERE pord IS NULL AND _lin_ord < 0) "
         f"QUALIFY row_number() OVER (PARTITION BY {_ID} ORDER BY {order}) = 1 "
         f"AND {prov.OP} IS DISTINCT FROM 'delete')"

@@ -39,6 +39,7 @@ from combined.capture._join import (
     _id_ranges,
     _in_range,
 )
+from combined.capture._lake_fills import EventLake
 from combined.capture._output import OUTPUT_BATCH_ROWS, by_part, part_ranges
 from combined.capture._soft import deleted_sql
 from combined.capture._stats import Stats
@@ -146,13 +147,13 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         dataset: str = "the dataset",
         same: bool = False,
         values: pa.Schema | None = None,
-        events: Callable[[], Sequence[str]] | None = None,
+        events: Callable[[], EventLake] | None = None,
     ) -> None:
         """``same``: staging showed the capture equal to the committed one (``runtime._fold``).
 
         ``values``: a snapshot staged unhashed, compared with the lake by the
         values of these payload columns (``capture._values``). ``events``:
-        an event stream's (``append``) lake files, which it is never compared
+        an event stream's (``append``) lake, which it is never compared
         with (``current_files`` is empty): listed only for the values its
         changes left unchanged, filled from each id's newest event.
         """

@@ -28,9 +28,11 @@ import pyarrow as pa
 from combined.capture._databases import files_sql, lit, spill_directory
 from combined.capture._fill_file import fills_file, in_file, one_thread, write_fills
 from combined.capture._lake_fills import (
+    EventLake,
     is_bytes,
     lake_numbers_rows,
     newest_events,
+    register_sequences,
     write_lake_values,
     write_staged_values,
 )
@@ -178,7 +180,7 @@ def resolve_unchanged(
     current_files: Sequence[str],
     open_file: Callable[[str], Any] = str,
     staged_parts: tuple[Sequence[Path], pa.Schema] | None = None,
-    events: Callable[[], Sequence[str]] | None = None,
+    events: Callable[[], EventLake] | None = None,
 ) -> Resolved:
     """Create the view ``res``: the staged rows with their marked values filled.
 
@@ -188,9 +190,10 @@ def resolve_unchanged(
     returned :class:`Resolved` reads any part of the staged rows the same way.
     ``open_file`` opens a lake file for Arrow (``LakeStore.open_input``);
     ``staged_parts``: the staged files of ``staged`` and their schema, for Arrow.
-    ``events``: the lake files of an event stream (``sync_mode: append``), in
-    place of ``current_files`` and listed only when a change marks a value:
-    each id's newest event stands for its current row (``newest_events``).
+    ``events``: the lake of an event stream (``sync_mode: append``), its files
+    in place of ``current_files``, listed only when a change marks a value:
+    each id's newest event stands for its current row (``newest_events``, by
+    its Delivery's sequence).
     """
     rest = ", ".join(f"r.{quote_ident(n)}" for n in names if n not in payload)
     as_staged = ", ".join(f"r.{quote_ident(c)}" for c in payload)
@@ -200,14 +203,18 @@ def resolve_unchanged(
         con.execute(f"CREATE VIEW res AS {resolved.sql(staged)}")
         return resolved
     _lineage_table(con, staged, id_expr)
-    if events is not None:
-        current_files = events()
+    lake_events = events() if events is not None else None
+    if lake_events is not None:
+        current_files = lake_events.files
     lake = f"read_parquet({files_sql(current_files)}, union_by_name = true)"
     # The lake's own columns only: one the capture added has no lake value.
     in_lake = _types(con, lake) if current_files else {}
     numbered = lake_numbers_rows(list(in_lake))
-    if events is not None and current_files:
-        lake = newest_events(current_files, numbered=numbered)
+    if lake_events is not None and current_files:
+        sequenced = prov.DELIVERY_ID in in_lake
+        if sequenced:
+            register_sequences(con, lake_events.sequences)
+        lake = newest_events(current_files, numbered=numbered, sequenced=sequenced)
     staged_types = _types(con, staged)
     marked = _marked(con, payload)
     groups = _marked_alike(con, marked)
@@ -226,6 +233,7 @@ def resolve_unchanged(
         for n, group in enumerate(groups)
     ]
     con.execute("DROP TABLE unc_lin")
+    con.execute("DROP TABLE IF EXISTS unc_seq")
     cols = _filled_columns(payload, groups)
     cuts, widest = _cuts(con, [name for name, _ in fills])
     resolved = Resolved(
@@ -471,8 +479,9 @@ def _fill_group(
     filed = spill is not None and in_file(list(types.values()))
     if spill is not None:
         lake_rows = lake_rows if from_lake != "false" else None
+        newest = lake if events else None
         parts = _read_by_arrow(
-            con, n, group, parts, spill, current_files, lake_rows, staged_parts, events
+            con, n, group, parts, spill, current_files, lake_rows, staged_parts, newest
         )
         select = _fills_select(con, parts)
     run = partial(one_thread, con, f"CREATE TABLE {name} AS {select}")
@@ -502,11 +511,12 @@ def _read_by_arrow(
     current_files: Sequence[str],
     lake_rows: Callable[[str], Any] | None,
     staged_parts: tuple[Sequence[Path], pa.Schema] | None,
-    events: bool = False,
+    events: str | None = None,
 ) -> list[str]:
     """``parts`` with the lake's values (``parts[1]``; ``lake_rows``: how to open its
-    files) and the staged carriers' texts and bytes (``parts[0]``) read by Arrow
-    into files of the spill directory (:mod:`._lake_fills`), each where it applies."""
+    files; ``events``: the FROM item of an event stream's newest events) and the
+    staged carriers' texts and bytes (``parts[0]``) read by Arrow into files of
+    the spill directory (:mod:`._lake_fills`), each where it applies."""
     parts = list(parts)
     columns = [f.column for f in group]
     if lake_rows is not None:

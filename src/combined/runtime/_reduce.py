@@ -14,10 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
 
+from combined.capture._lake_fills import EventLake
 from combined.capture._reduce import Reducer, Transition
 from combined.catalog import Catalog, VersionTotals, version_id
 from combined.catalog import data as cat
@@ -158,8 +160,20 @@ def _reducer(
         same=staged.same_as_committed,
         # (staged unhashed, to be compared with the lake's rows by value: capture._values)
         values=staged.by_value,
-        events=table.files if append else None,
+        events=partial(_event_lake, table) if append else None,
     )
+
+
+def _event_lake(table: LakeTable) -> EventLake:
+    """An event stream's table: its files, and the sequence of each Delivery its
+    commits record, by id (a Delivery's rows name it: ``_combined_delivery_id``)."""
+    sequences = {
+        str(d["id"]): int(d["sequence"])
+        for meta in table.commits()
+        for d in meta.get("deliveries") or []
+        if d.get("id") is not None and d.get("sequence") is not None
+    }
+    return EventLake(table.files(), sequences)
 
 
 def _hold_duplicates(
