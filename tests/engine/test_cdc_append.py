@@ -127,3 +127,42 @@ def test_one_transactions_changes_in_several_deliveries_fill_from_the_later_one(
         assert wrong == []
     finally:
         engine.close()
+
+
+def test_an_event_streams_updates_and_deletes_are_linked_not_rewritten(
+    tmp_path: Path, cdc_db: Any
+) -> None:
+    """An append capture holding an update or a delete wrote its Deliveries' rows again
+    through delta-rs (a merge's path), which costs a rewrite and deals the batches to
+    its partitions in turn: a Delivery's rows lost the stream's order."""
+    import hashlib
+
+    from combined.lake._files import linked_name
+
+    dsn = cdc_db.dsn
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, qty int, body text)")
+        conn.execute("INSERT INTO items SELECT g, g, 'x' FROM generate_series(1, 50) g")
+    project = PROJECT.format(dsn=dsn, prefix=cdc_db.prefix, table="items")
+    (tmp_path / "combined.yaml").write_text(project + "        sync_mode: append\n")
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        table = engine.layout.dataset_table("pg", "items")
+        before = set(table.files())
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET qty = -qty WHERE id <= 10")
+            conn.execute("DELETE FROM items WHERE id > 45")
+        (second,) = engine.capture()
+        assert second.state == "succeeded", second.error
+        added = [Path(f) for f in set(table.files()) - before]
+        assert added
+        assert all(f.name == linked_name(hashlib.sha256(f.read_bytes()).hexdigest()) for f in added)
+        counts = engine.sql(
+            "SELECT _combined_op AS op, count(*) AS n FROM pg.items "
+            f"WHERE _combined_run_id = '{second.id}' GROUP BY op ORDER BY op"
+        ).to_pylist()
+        assert counts == [{"op": "delete", "n": 5}, {"op": "update", "n": 10}]
+    finally:
+        engine.close()

@@ -272,7 +272,13 @@ def _prepared(
         accepted_at=w.accepted_at,
     )
     mode = {"incremental": "merge", "append": "append", "full_refresh": "overwrite"}[plan.sync_mode]
-    needs_merge = not w.baseline and (transition.updates > 0 or transition.deletes > 0)
+    # (an event stream's updates and deletes are events appended like its inserts: its
+    # Deliveries are linked as they are, their rows in the stream's order)
+    needs_merge = (
+        not w.baseline
+        and plan.sync_mode != "append"
+        and (transition.updates > 0 or transition.deletes > 0)
+    )
     return Prepared(
         staged=staged,
         transition=transition,
