@@ -39,7 +39,7 @@ from combined.catalog import Catalog
 from combined.catalog import data as cat
 from combined.config import Project
 from combined.config._retention import FOREVER, Retention
-from combined.errors import CombinedError, redact
+from combined.errors import CombinedError, LakeError, redact
 from combined.lake import LakeLayout
 from combined.lake._ledger import LEDGER_TABLES, Ledger
 from combined.lake._maintain import compact, reading_version, vacuum
@@ -86,11 +86,29 @@ def maintain(
                 )
                 continue
             retention = project.retention_of(source, dataset)
-            report = _dataset(catalog, layout, source, dataset, retention, now)
+            try:
+                report = _dataset(catalog, layout, source, dataset, retention, now)
+            except (OSError, LakeError) as exc:  # (a store failing: this dataset alone)
+                report = _store_failed(source, dataset, exc)
             reports.append({**report, "projected": projected} if projected else report)
         finally:
             catalog.release_lease(source, dataset, holder)
     return reports
+
+
+def _store_failed(source: str, dataset: str, exc: Exception) -> dict[str, Any]:
+    """The report of a dataset whose maintenance the lake's store failed (``failed``: exit 1).
+
+    Each step is a commit or a recorded removal of its own: what was done before
+    the failure stays, and the next ``combined maintain`` goes on from there.
+    """
+    error = exc.message if isinstance(exc, CombinedError) else redact(str(exc))
+    return {
+        "dataset": f"{source}.{dataset}",
+        "skipped": f"the lake's store failed while it was maintained ({error}); what was "
+        "done before stays, and the next `combined maintain` goes on",
+        "failed": True,
+    }
 
 
 def _catalog_behind(catalog: Catalog, layout: LakeLayout) -> str | None:

@@ -11,6 +11,7 @@ Delivery moved into the raw layer was deleted from staging without being there.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -252,3 +253,28 @@ def test_a_store_errors_terminal_colours_are_neither_kept_nor_shown(
     _, said = _signature_refused(tmp_path, tools, s3_faults)
     assert "403 Forbidden" in said
     assert "\x1b" not in said and "\\u001b" not in said and "[31m" not in said
+
+
+def test_a_store_failing_a_maintenance_skips_that_dataset_and_exits_1(
+    tmp_path: Path, tools: Any, s3_faults: Any
+) -> None:
+    """Before, maintain ended "internal error (OSError) ... this is a bug in Combined", exit 70."""
+    _shop(tmp_path, tools, s3_faults)
+    assert tools.cli(tmp_path, "capture").returncode == 0
+    tools.sql(tmp_path, "UPDATE orders SET status = 'shipped' WHERE id <= 10;")
+    assert tools.cli(tmp_path, "capture").returncode == 0
+    s3_faults.fail(
+        {"method": "HEAD", "contains": "/lake/shop/orders/_delta_log", "status": 503, "times": -1}
+    )
+    failed = tools.cli(tmp_path, "maintain", "--json")
+    assert s3_faults.faulted() > 0
+    said = " ".join(failed.stderr.split())
+    assert failed.returncode == 1, said
+    assert "internal error" not in said and "bug in Combined" not in said
+    reports = {r["dataset"]: r for r in json.loads(failed.stdout)}
+    orders = reports["shop.orders"]
+    assert orders.get("failed") and "the lake's store failed" in orders["skipped"], orders
+    assert all("failed" not in r for name, r in reports.items() if name != "shop.orders")
+    s3_faults.fail()
+    again = tools.cli(tmp_path, "maintain")
+    assert again.returncode == 0, again.stderr

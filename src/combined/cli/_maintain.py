@@ -26,12 +26,13 @@ def maintain(
     only under `retention.orphans`. What is kept follows `retention:` in
     combined.yaml (project and dataset level); every removal is recorded in the
     activity feed. Exit 1 when a dataset was left unmaintained because the lake commits
-    the catalog lacks could not be projected (`combined repair` says why).
+    the catalog lacks could not be projected (`combined repair` says why), or because
+    the lake's store failed while it was maintained.
     """
     with _session(project) as engine:
         reports = engine.maintain(datasets or [])
     # (a dataset left unmaintained for an error: not a quiet success)
-    status = 1 if any(r.get("not_projected") for r in reports) else 0
+    status = 1 if any(r.get("not_projected") or r.get("failed") for r in reports) else 0
     if as_json:
         sys.stdout.write(json.dumps(reports) + "\n")
         raise typer.Exit(status)
