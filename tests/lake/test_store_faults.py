@@ -278,3 +278,30 @@ def test_a_store_failing_a_maintenance_skips_that_dataset_and_exits_1(
     s3_faults.fail()
     again = tools.cli(tmp_path, "maintain")
     assert again.returncode == 0, again.stderr
+
+
+def test_a_store_failing_the_reductions_read_of_the_lake_is_told_as_the_stores(
+    tmp_path: Path, tools: Any, s3_faults: Any
+) -> None:
+    """Before, the Run's error was a Python traceback with DuckDB's SQL around the store's
+    words (error type "Error"), with no hint."""
+    project, _ = _shop(tmp_path, tools, s3_faults)
+    assert tools.cli(tmp_path, "capture").returncode == 0
+    tools.sql(tmp_path, "UPDATE orders SET status = 'shipped' WHERE id <= 10;")
+    s3_faults.fail(
+        {"method": "HEAD", "contains": "/lake/shop/orders/part-", "status": 503, "times": -1}
+    )
+    engine = Engine.open(project)
+    try:
+        (run,) = engine.capture(["shop.orders"])
+        assert s3_faults.faulted() > 0
+        assert run.state == "failed"
+        error = run.error or ""
+        assert "the reduction could not read the lake's table" in error, error
+        assert "Traceback" not in error and "nothing was committed" in error, error
+        s3_faults.fail()
+        (run,) = engine.capture(["shop.orders"])
+        assert run.state == "succeeded", run.error
+        assert [v["updates"] for v in engine.history("shop.orders")] == [0, 10]
+    finally:
+        engine.close()

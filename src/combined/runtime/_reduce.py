@@ -26,6 +26,7 @@ from combined.catalog import data as cat
 from combined.delivery import StagingArea
 from combined.errors import CaptureError, DuplicateKeys, LakeError, NotFoundError
 from combined.lake import LakeLayout, LakeTable
+from combined.lake._probe import read_failure
 from combined.protocol import _provenance as prov
 from combined.protocol._digest import Digest, digest_of
 from combined.runtime._deliver import Writing, Written, commit_metadata, deliver
@@ -63,7 +64,8 @@ def prepare(
         baseline=not table.exists(),
         digest=_digest(plan, table.schema(), staged.schema),
     )
-    with _memory_said(plan, memory_limit):
+    remote = str(layout.root) if "://" in str(layout.root) else None
+    with _memory_said(plan, memory_limit, remote):
         reducer = _reducer(staged, table, layout, memory_limit, w)
         # At most two tasks beside this thread: a first baseline's duplicate
         # check (its ids' prefixes) and its digests.
@@ -99,14 +101,32 @@ def prepare(
 
 
 @contextmanager
-def _memory_said(plan: DatasetPlan, memory_limit: int) -> Iterator[None]:
-    """A reduction that runs out of its memory fails saying what gets through."""
+def _memory_said(plan: DatasetPlan, memory_limit: int, lake: str | None = None) -> Iterator[None]:
+    """A reduction that runs out of its memory fails saying what gets through; one whose
+    read of an object-store lake (``lake``, its URL) the store failed, as that store's
+    failure (a lake error: a traceback was the Run's error, and it was not retried)."""
     import duckdb  # (the reduction's)
 
     try:
         yield
     except duckdb.OutOfMemoryException as exc:
         raise _out_of_memory(plan, memory_limit, exc) from exc
+    except (duckdb.Error, OSError) as exc:
+        if lake is None or lake not in str(exc):
+            raise
+        raise read_failure(
+            f"{plan.source}.{plan.name}: the reduction could not read the lake's table; "
+            "nothing was committed",
+            OSError(_store_words(exc)),
+        ) from exc
+
+
+def _store_words(exc: BaseException) -> str:
+    """The store's own line of an error DuckDB raised around it (a Python traceback of
+    the filesystem it called, then its SQL): the ``OSError`` line, else the first."""
+    lines = str(exc).splitlines()
+    said = [line.removeprefix("OSError: ") for line in lines if line.startswith("OSError: ")]
+    return said[0] if said else (lines[0] if lines else type(exc).__name__)
 
 
 def _out_of_memory(plan: DatasetPlan, memory_limit: int, exc: Exception) -> CaptureError:
