@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from combined._status import ERROR, exit_status
+from combined._status import ERROR, RUN_FAILED, exit_status
 
 if TYPE_CHECKING:
     from combined.catalog import Run
@@ -87,12 +87,23 @@ def _exit_for(states: Iterable[str], *, disagrees: bool = False) -> None:
 
 
 def _fail(exc: BaseException) -> NoReturn:
+    """Say the error and exit 2, an error before any Run; or 1 (retry later) when a Run
+    this command started is unfinished (the lake's ledger refused its end, say: the next
+    capture or `combined repair` ends it)."""
+    from combined.cli._reporting import ACTIVE
     from combined.errors import CombinedError, redact
 
     message = exc.message if isinstance(exc, CombinedError) else redact(repr(exc))
     err.print(Text.assemble(_red("error:"), " ", message), highlight=False)
     if isinstance(exc, CombinedError) and exc.hint:
         err.print(f"  hint: {exc.hint}", highlight=False)
+    if ACTIVE:
+        runs = ", ".join(sorted(ACTIVE))
+        err.print(
+            f"  run {runs} is left unfinished: the next capture or `combined repair` ends it",
+            highlight=False,
+        )
+        raise typer.Exit(RUN_FAILED)
     raise typer.Exit(ERROR)
 
 
