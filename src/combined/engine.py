@@ -600,30 +600,29 @@ class Engine(Reading):
                 for why in getattr(conn, "warnings", tuple)():  # optional in the Source protocol
                     warn(why)
             conn.check()
+            verify_declared(self.project, source, self._source)  # every dataset's own, first
+            self._check_streams(source, conn)
         finally:
             conn.close()
-        verify_declared(self.project, source, self._source)  # every dataset's own, first
-        self._check_streams(source)
 
-    def _check_streams(self, source: str) -> None:
+    def _check_streams(self, source: str, conn: Source) -> None:
         """What would stop the cdc datasets' change streams: a gap recorded in a checkpoint
         (every capture refused until a new snapshot), then the connector's ``cdc_check``
         (given each resumed relation's committed checkpoint)."""
         from combined.runtime._gap import refuse_recorded_in
 
+        relations: list[str] = []
         committed: dict[str, dict[str, Any]] = {}
         for name, d in self.project.source(source).datasets.items():
             if d.strategy == "cdc":
                 checkpoint = self.committed_checkpoint(source, name)
                 refuse_recorded_in(f"{source}.{name}", checkpoint)
-                committed[d.relation] = checkpoint or {}
-        conn = self._source(source)
-        try:
-            cdc_check = getattr(conn, "cdc_check", None)
-            if committed and cdc_check is not None:
-                cdc_check(list(committed), committed={r: c for r, c in committed.items() if c})
-        finally:
-            conn.close()
+                relations.append(d.relation)
+                if checkpoint:
+                    committed[d.relation] = checkpoint
+        cdc_check = getattr(conn, "cdc_check", None)
+        if relations and cdc_check is not None:
+            cdc_check(relations, committed=committed)
 
     def discover(self, source: str) -> Discovery:
         """Run discovery on a source and store it as the next version."""

@@ -64,8 +64,7 @@ def prepare(
         baseline=not table.exists(),
         digest=_digest(plan, table.schema(), staged.schema),
     )
-    remote = str(layout.root) if "://" in str(layout.root) else None
-    with _memory_said(plan, memory_limit, remote):
+    with _memory_said(plan, memory_limit, layout.store.root if layout.store.remote else None):
         reducer = _reducer(staged, table, layout, memory_limit, w)
         # At most two tasks beside this thread: a first baseline's duplicate
         # check (its ids' prefixes) and its digests.
