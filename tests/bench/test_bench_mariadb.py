@@ -6,7 +6,7 @@ import fcntl
 from collections.abc import Iterator
 
 import pytest
-from tests.engine.test_binlog_capture import _SERVER_LOCK
+from tests.engine._binlog import _SERVER_LOCK
 
 from bench import mariadb
 

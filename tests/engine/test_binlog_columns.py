@@ -9,12 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.engine.test_binlog_capture import Binlog, binlog, lake
+from tests.engine._binlog import Binlog, lake
 from tests.engine.test_binlog_fill import captured_then
 
 from combined.engine import Engine
-
-__all__ = ["binlog"]
 
 
 def lake_rows(engine: Engine, columns: str = "id, qty, b, note") -> list[tuple[Any, ...]]:

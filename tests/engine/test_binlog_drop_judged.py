@@ -8,13 +8,11 @@ never told (found by a review of the re-added column's fix).
 
 from __future__ import annotations
 
-from tests.engine.test_binlog_capture import Binlog, binlog
+from tests.engine._binlog import Binlog
 from tests.engine.test_binlog_readd import _captured
 
 from combined.catalog import data as cat
 from combined.engine import Engine
-
-__all__ = ["binlog"]
 
 
 def _succeeds(engine: Engine) -> None:

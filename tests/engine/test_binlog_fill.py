@@ -12,12 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.engine.test_binlog_capture import Binlog, binlog, lake
+from tests.engine._binlog import Binlog, lake
 
 from combined.catalog import data as cat
 from combined.engine import Engine
-
-__all__ = ["binlog"]
 
 #: The writes after the ALTER, in the same backlog: a new row, a changed one, a deleted one.
 AFTER = (

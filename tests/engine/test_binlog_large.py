@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 from bench.measure import timed_child
-from tests.engine.test_binlog_capture import Binlog, binlog
+from tests.engine._binlog import Binlog
 
 from combined.engine import Engine
-
-__all__ = ["binlog"]
 
 #: The capture's peak: ~240 MB for a 2-row table on this machine, ~400 MB with this backlog
 #: (the same with a 1M-change backlog: the memory is bounded by batches, not the transaction).

@@ -1,7 +1,8 @@
 """What the binlog holds that only a new snapshot mends ends the Run ``needs_review``.
 
 Rows left or moved without a row event (a partition truncated or dropped, a
-table renamed), or a change logged without its whole row: no retry reads
+table renamed), a change logged without its whole row, compressed or by a
+prepared XA transaction, a position purged from the server: no retry reads
 them. The Runs ended ``failed``, which schedules and ``cdc follow`` retried
 for ever and alerts told as "retry later", while the hint said to take a new
 snapshot.
@@ -9,14 +10,14 @@ snapshot.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
-from tests.engine.test_binlog_capture import Binlog, binlog, resnapshot
+from tests.engine._binlog import Binlog, lake, resnapshot
 
+from combined import cdc
 from combined.engine import Engine
-
-__all__ = ["binlog"]
 
 #: The command pair every such error names.
 RESNAPSHOT = "`combined cdc teardown <source>` then `combined cdc setup <source>`"
@@ -85,3 +86,190 @@ def test_follow_stops_at_a_renamed_table_as_at_a_purged_position(
     runs = [ln for ln in follow.stdout.splitlines() if " run " in ln]
     assert len(runs) == 1 and "needs_review" in runs[0], follow.stdout
     assert "renamed" in follow.stderr and RESNAPSHOT in follow.stderr
+
+
+@pytest.mark.parametrize(
+    ("setting", "fix"),
+    [
+        ("binlog_row_image = 'MINIMAL'", "SET GLOBAL binlog_row_image = 'FULL'"),
+        ("binlog_format = 'STATEMENT'", "SET GLOBAL binlog_format = 'ROW'"),
+    ],
+)
+def test_a_writer_logging_less_than_full_rows_is_refused_with_the_fix(
+    binlog: Binlog, setting: str, fix: str
+) -> None:
+    """A writer session with a partial row image, or logging statements, fails the capture.
+
+    Neither says what the rows hold after the change; the error names the global setting that
+    fixes it and the new snapshot, and nothing is committed. Only that snapshot mends the
+    change already logged: the Run ends ``needs_review`` (it ended ``failed``, and schedules
+    and followers retried it for ever, as "retry later").
+    """
+    engine = Engine.open(binlog.project())
+    try:
+        engine.capture()
+        binlog.sql(f"SET SESSION {setting}", "UPDATE {t} SET qty = 7 WHERE id = 2")
+        (run,) = engine.capture()
+        assert run.state == "needs_review"  # (only a new snapshot mends it)
+        assert fix in (run.error or "")
+        assert "`combined cdc teardown <source>` then `combined cdc setup <source>`" in (
+            run.error or ""
+        )
+        assert len(engine.run(run.id)["attempts"]) == 1  # not retried
+        assert engine.sql("SELECT qty FROM db.items WHERE id = 2").column("qty")[0].as_py() == 2
+    finally:
+        engine.close()
+
+
+def test_compressed_binlog_events_are_refused_never_skipped(binlog: Binlog) -> None:
+    """``log_bin_compress=ON`` is a precondition ``check`` names; a compressed event fails a read.
+
+    The binlog library maps MariaDB's compressed events to an event it does not
+    parse, and a read listing the events it wants used to drop them unseen: a
+    change logged while compression was on was silently lost.
+    """
+    from combined.errors import ConfigError
+
+    binlog.sql("ALTER TABLE {t} MODIFY note VARCHAR(2000)")
+    engine = Engine.open(binlog.project())
+    try:
+        engine.capture()
+        ((old,),) = binlog.sql("SELECT @@GLOBAL.log_bin_compress")
+        with binlog.alone():
+            binlog.sql("SET GLOBAL log_bin_compress = ON")
+            try:
+                with pytest.raises(ConfigError) as err:
+                    engine.check("db")
+                # rows far past log_bin_compress_min_len: MariaDB 10.11 logs them compressed
+                binlog.sql("INSERT INTO {t} SELECT seq, seq, REPEAT('c', 2000) FROM seq_501_to_503")
+            finally:
+                binlog.sql(f"SET GLOBAL log_bin_compress = {int(old)}")
+        assert "log_bin_compress is ON" in str(err.value)
+        assert "SET GLOBAL log_bin_compress = OFF" in (err.value.hint or "")
+        (run,) = engine.capture()
+        assert run.state == "needs_review"  # (only a new snapshot mends it)
+        assert "compressed event" in (run.error or "")
+        assert "cdc teardown" in (run.error or "")
+        assert engine.sql("SELECT count(*) AS n FROM db.items").column("n")[0].as_py() == 500
+    finally:
+        engine.close()
+
+
+def test_a_purged_position_needs_a_new_snapshot_and_is_never_skipped(binlog: Binlog) -> None:
+    """Binlogs purged past the checkpoint fail the capture, naming teardown then setup.
+
+    Before this change the mariadb connector refused ``strategy: cdc`` outright.
+    """
+    engine = Engine.open(binlog.project())
+    try:
+        engine.capture()
+        with binlog.alone():
+            binlog.sql("DELETE FROM {t} WHERE id = 1", "FLUSH BINARY LOGS")
+            ((current, _, *_),) = binlog.sql("SHOW MASTER STATUS")
+            # MariaDB keeps a binlog until its binlog checkpoint is written: retry a while
+            deadline = time.monotonic() + 30
+            while binlog.sql("SHOW BINARY LOGS")[0][0] != current:
+                assert time.monotonic() < deadline, "the server kept the old binlogs"
+                binlog.sql(f"PURGE BINARY LOGS TO '{current}'")
+                time.sleep(0.2)
+        (run,) = engine.capture()
+        assert run.state == "needs_review"  # (a person takes a new snapshot: no retry helps)
+        error = run.error or ""
+        assert "no longer on the server" in error and "combined cdc teardown" in error
+        assert "combined cdc setup" in error
+        assert len(engine.run(run.id)["attempts"]) == 1  # not transient: no blind retry
+        assert engine.sql("SELECT count(*) AS n FROM db.items").column("n")[0].as_py() == 500
+        (status,) = cdc.status(engine, "db")
+        assert status["committed_retained"] is False and status["may_stay_down_seconds"] == 0
+        resnapshot(engine, binlog)
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    ("statement", "said"),
+    [
+        ("RENAME TABLE {t} TO old_{name}", "renamed"),
+        ("DROP TABLE IF EXISTS nothing_here, {t}", "dropped"),
+        ("ALTER TABLE {t} RENAME TO old_{name}", "altered (RENAME)"),
+        ("ALTER TABLE {t} RENAME TO gone_{name}", "dropped or renamed since"),
+    ],
+)
+def test_a_table_renamed_or_dropped_in_the_log_needs_a_new_snapshot(
+    binlog: Binlog, statement: str, said: str
+) -> None:
+    """DDL that takes the rows away without row events fails the capture, naming the way out.
+
+    The table is created again under its name, so the capture meets the statement in the log;
+    a drop in a list, or a rename through ALTER TABLE, counts as well. A table still gone
+    fails before the log is read. Only a new snapshot mends it: the Run ends ``needs_review``
+    (it ended ``failed``, retried for ever by schedules and followers).
+    """
+    engine = Engine.open(binlog.project())
+    try:
+        engine.capture()
+        binlog.sql("DELETE FROM {t} WHERE id = 1", statement.replace("{name}", binlog.table))
+        if "gone_" not in statement:  # a new table of the same name
+            binlog.sql("CREATE TABLE {t} (id BIGINT PRIMARY KEY, qty INT, note VARCHAR(40))")
+        (run,) = engine.capture()
+        assert run.state == "needs_review"  # (only a new snapshot mends it)
+        assert said in (run.error or "") and "combined cdc teardown" in (run.error or "")
+        assert engine.sql("SELECT count(*) AS n FROM db.items").column("n")[0].as_py() == 500
+    finally:
+        engine.close()
+
+
+def test_an_alter_ignore_that_deletes_duplicates_needs_a_new_snapshot(binlog: Binlog) -> None:
+    """``ALTER IGNORE TABLE ... ADD UNIQUE`` deletes the rows the key finds twice and logs
+    no row event: the capture succeeded, the lake kept rows the source no longer had."""
+    engine = Engine.open(binlog.project())
+    try:
+        engine.capture()
+        binlog.sql(
+            "UPDATE {t} SET qty = 1 WHERE id <= 3", "ALTER IGNORE TABLE {t} ADD UNIQUE (qty)"
+        )
+        assert binlog.sql("SELECT count(*) FROM {t}") == [(498,)]
+        (run,) = engine.capture()
+        assert run.state == "needs_review"  # (only a new snapshot mends it)
+        assert "duplicates deleted" in (run.error or "")
+        assert "combined cdc teardown" in (run.error or "")
+    finally:
+        engine.close()
+
+
+def test_a_prepared_xa_transaction_is_refused_not_landed(binlog: Binlog) -> None:
+    """MariaDB logs a two-phase XA transaction's rows at XA PREPARE.
+
+    Before this change an XA transaction prepared, then rolled back, landed
+    in the lake: a row the source never held, an update it never made.
+    """
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        # A one-phase XA commit is logged as a plain transaction: it lands.
+        binlog.sql(
+            "XA START 'h0'",
+            "INSERT INTO {t} VALUES (9000, 1, 'one')",
+            "XA END 'h0'",
+            "XA COMMIT 'h0' ONE PHASE",
+        )
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        before = lake(engine)
+        assert before[-1] == (9000, 1, "one")
+        binlog.sql(
+            "XA START 'h1'",
+            "INSERT INTO {t} VALUES (9001, 1, 'never')",
+            "UPDATE {t} SET note = 'never' WHERE id = 1",
+            "XA END 'h1'",
+            "XA PREPARE 'h1'",
+        )
+        binlog.sql("XA ROLLBACK 'h1'")
+        (run,) = engine.capture()
+        assert run.state == "needs_review", run.error
+        assert "prepared XA transaction" in (run.error or "")
+        assert "snapshot or cursor strategy" in (run.error or "")
+        assert lake(engine) == before == binlog.source()
+    finally:
+        engine.close()

@@ -13,15 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.engine.test_binlog_capture import Binlog, binlog, lake
+from tests.engine._binlog import Binlog, lake
 
 from combined.connectors.abc import ReadRequest
 from combined.connectors.mariadb._binlog import BinlogExtraction
 from combined.connectors.mariadb._binlog_setup import BinlogGone
 from combined.connectors.mariadb._connect import Settings
 from combined.engine import Engine
-
-__all__ = ["binlog"]  # (the fixture, used by name)
 
 
 def _read(binlog: Binlog, state: dict[str, Any]) -> list[Any]:

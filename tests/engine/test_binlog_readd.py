@@ -10,14 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.engine.test_binlog_capture import Binlog, binlog
+from tests.engine._binlog import Binlog
 from tests.engine.test_binlog_columns import lake_rows, source_rows
 
 from combined.catalog import data as cat
 from combined.connectors.mariadb._binlog_fill import left_columns
 from combined.engine import Engine
-
-__all__ = ["binlog"]
 
 
 def _rows(engine: Engine) -> list[tuple[Any, ...]]:

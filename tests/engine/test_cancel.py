@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from tests.engine import test_binlog_capture as mariadb
+from tests.engine import _binlog as mariadb
 from tests.engine.test_cdc_capture import PROJECT
 
 from combined.catalog import Run
@@ -18,8 +18,6 @@ from combined.connectors.postgres._connect import Settings
 from combined.connectors.postgres._replication import slot_status
 from combined.engine import Engine
 from combined.runtime._reporter import NullReporter
-
-binlog = mariadb.binlog  # the MariaDB binlog tests' fixture: a table of 500 rows
 
 
 class SlowReader(NullReporter):

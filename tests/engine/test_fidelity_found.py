@@ -13,11 +13,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from tests.engine.test_binlog_capture import Binlog, binlog
+from tests.engine._binlog import Binlog
 
 from combined.engine import Engine
-
-__all__ = ["binlog"]
 
 PROJECT = """\
 version: 1

@@ -1,0 +1,177 @@
+"""Values through the MariaDB binlog: charsets, zero dates, keys that repeat, dotted names."""
+
+from __future__ import annotations
+
+from tests.engine._binlog import Binlog, lake
+
+from combined.engine import Engine
+
+
+def test_text_of_every_unicode_and_latin1_charset_lands_as_the_server_reads_it(
+    binlog: Binlog,
+) -> None:
+    """UTF-16/32 and UCS-2 are big-endian in the log; latin1 is MariaDB's cp1252.
+
+    Before this change a utf16 column read 'ü' from the log as '\\ufc00' (Python's
+    utf16 took the machine's order), a utf32 or ucs2 one failed the capture, and so
+    did a latin1 value holding one of cp1252's unassigned bytes (0x81).
+    """
+    columns = ("u16", "u32", "u2", "u16le", "l1")
+    charsets = ("utf16", "utf32", "ucs2", "utf16le", "latin1")
+    binlog.sql(
+        "DROP TABLE {t}",
+        "CREATE TABLE {t} (id INT PRIMARY KEY, "
+        + ", ".join(
+            f"{c} VARCHAR(20) CHARACTER SET {s}" for c, s in zip(columns, charsets, strict=True)
+        )
+        + ") ENGINE=InnoDB",
+    )
+    row = "({id}, 'ü€😀', 'ü€😀', 'ü€', 'ü€😀', CONCAT('é€', CONVERT(x'819d' USING latin1)))"
+    binlog.sql("INSERT INTO {t} VALUES " + row.format(id=1))
+    query = f"SELECT id, {', '.join(columns)} FROM {{}} ORDER BY id"
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()
+        binlog.sql(
+            "INSERT INTO {t} VALUES " + row.format(id=2),
+            "UPDATE {t} SET id = 3, u16 = 'ÿ', l1 = 'Ÿ' WHERE id = 1",
+        )
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        rows = engine.sql(query.format("db.items")).to_pylist()
+        assert [tuple(r.values()) for r in rows] == binlog.sql(query.format("{t}"))
+        assert rows[0]["u32"] == "ü€😀" and rows[0]["l1"] == "é€\x81\x9d"
+    finally:
+        engine.close()
+
+
+def test_zero_dates_null_as_yaml_spells_it_reads_zero_dates_as_nulls(binlog: Binlog) -> None:
+    """``zero_dates: null``, as the docs and the error's hint write it, is a YAML null.
+
+    Before this change it failed every capture: "zero_dates must be 'error' or 'null', not None".
+    """
+    binlog.sql(
+        "SET SESSION sql_mode = ''",
+        "ALTER TABLE {t} ADD COLUMN d DATE",
+        "UPDATE {t} SET d = IF(id % 2 = 0, '0000-00-00', '2024-02-29')",
+    )
+    path = binlog.project()
+    path.write_text(path.read_text().replace("      dsn:", "      zero_dates: null\n      dsn:"))
+    query = "SELECT id, CAST(d AS {}) AS d FROM {} WHERE id <= 4 ORDER BY id"
+    engine = Engine.open(path)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        binlog.sql("SET SESSION sql_mode = ''", "UPDATE {t} SET d = '0000-00-00' WHERE id = 1")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        lake_rows = engine.sql(query.format("varchar", "db.items")).to_pylist()
+        assert [tuple(r.values()) for r in lake_rows] == [
+            (1, None),
+            (2, None),
+            (3, "2024-02-29"),
+            (4, None),
+        ]
+    finally:
+        engine.close()
+
+
+def test_a_value_a_cdc_dataset_cannot_hold_names_columns_not_a_cast(binlog: Binlog) -> None:
+    """The snapshot's and the binlog's refusals named a cast, which a cdc dataset refuses."""
+    binlog.sql(
+        "SET SESSION sql_mode = ''",
+        "ALTER TABLE {t} ADD COLUMN tm TIME, ADD COLUMN d DATE",
+        "UPDATE {t} SET d = '0000-00-00' WHERE id = 3",
+    )
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()  # the snapshot meets the zero date
+        assert "set zero_dates: null" in (run.error or "")
+        assert "leave 'd' out of the dataset's `columns:`" in (run.error or "")
+        binlog.sql("UPDATE {t} SET d = NULL")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        binlog.sql("UPDATE {t} SET tm = '30:00:00' WHERE id = 2")
+        (run,) = engine.capture()  # the binlog meets the 30-hour TIME
+        assert run.state == "needs_review"
+        assert "leave 'tm' out of the dataset's `columns:`" in (run.error or "")
+        assert "declare casts" not in (run.error or "")
+    finally:
+        engine.close()
+
+
+def test_rows_a_nullable_unique_key_repeats_are_held_not_merged(binlog: Binlog) -> None:
+    # A UNIQUE key over a nullable column lets many rows hold NULL. The
+    # snapshot held such rows in quarantine; the stream merged them into one
+    # lake row, the last written winning, and the run succeeded: a row lost.
+    binlog.sql(
+        "DROP TABLE {t}",
+        "CREATE TABLE {t} (id INT NULL, qty INT, note TEXT, UNIQUE KEY (id))",
+        "INSERT INTO {t} VALUES (1, 1, 'a'), (2, 2, 'b')",
+    )
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        binlog.sql(
+            "INSERT INTO {t} VALUES (NULL, 3, 'c'), (NULL, 4, 'd')",
+            "UPDATE {t} SET qty = 20 WHERE id = 2",
+        )
+        (run,) = engine.capture()
+        assert run.state == "needs_review", run.error
+        assert "holds 1 duplicate key(s) of (id)" in (run.error or "")
+        assert lake(engine) == [(1, 1, "a"), (2, 2, "b")]  # nothing committed
+        (entry,) = engine.quarantine()
+        assert entry["record_count"] == 2  # the two NULL rows, not the update of id 2
+        binlog.sql("DELETE FROM {t} WHERE qty = 3")
+        # Read again from the same checkpoint, the stream ends with one row of
+        # NULL: the delete names the row it takes (the first), not the last
+        # inserted, and applies before that insert. Nothing is lost.
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert (
+            set(lake(engine)) == set(binlog.source()) == {(1, 1, "a"), (2, 20, "b"), (None, 4, "d")}
+        )
+        # A key change was the old key's delete and the new key's update,
+        # which replaced the row NULL held: a row lost. It is an insert, held.
+        binlog.sql("UPDATE {t} SET id = NULL WHERE id = 1")
+        (run,) = engine.capture()
+        assert run.state == "needs_review"
+        assert "holds 1 duplicate key(s) of (id)" in (run.error or "")
+        assert set(lake(engine)) == {(1, 1, "a"), (2, 20, "b"), (None, 4, "d")}
+    finally:
+        engine.close()
+
+
+def test_statements_on_a_table_whose_name_holds_a_dot_are_followed(binlog: Binlog) -> None:
+    """A TRUNCATE or an ALTER of `` `dot.items` `` was read as one of table ``items`` in
+    database ``dot``: the lake kept the truncated rows, and the added column unfilled."""
+    from combined.connectors.mariadb import MariaDBSource
+
+    dotted = f"dot.{binlog.table}"
+    binlog.sql(f"RENAME TABLE {{t}} TO `{dotted}`")
+    binlog.table = dotted
+    path = binlog.project()
+    path.write_text(path.read_text().replace(f"relation: {dotted}", f"relation: '`{dotted}`'"))
+    engine = Engine.open(path)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        binlog.sql("INSERT INTO {t} VALUES (501, 501, 'n501')", "TRUNCATE TABLE {t}")
+        binlog.sql("INSERT INTO {t} VALUES (7, 7, 'after')")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert lake(engine) == binlog.source() == [(7, 7, "after")]
+        binlog.sql("ALTER TABLE {t} ADD COLUMN w INT NOT NULL DEFAULT 9")
+        binlog.sql("INSERT INTO {t} VALUES (8, 8, 'later', 1)")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        rows = engine.sql("SELECT id, w FROM db.items ORDER BY id").to_pylist()
+        assert [(r["id"], r["w"]) for r in rows] == [(7, 9), (8, 1)]
+    finally:
+        engine.close()
+    source = MariaDBSource({"dsn": binlog.dsn})
+    try:
+        assert source.measure_key(f"`{dotted}`", ["id"]).rows == 2
+    finally:
+        source.close()
