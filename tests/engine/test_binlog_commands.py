@@ -121,3 +121,68 @@ def test_the_cdc_commands_drive_a_binlog_source(binlog: Binlog, tools: Any) -> N
     again = tools.cli(root, "capture")  # a new stitched snapshot, reconciled with the lake
     assert again.returncode == 0, again.stdout + again.stderr
     assert binlog.checkpoint()["stitched"] is True
+
+
+def _resume_from(engine: Engine, checkpoint: dict[str, Any]) -> None:
+    """Make ``checkpoint`` the lake's committed one (a lake commit, as a capture's)."""
+    from combined.runtime._project import commit_checkpoint
+
+    run_id = f"test-{uuid.uuid4().hex[:8]}"
+    assert commit_checkpoint(
+        engine.catalog, engine.layout, "db", "items", checkpoint, run_id=run_id
+    )
+
+
+def test_check_refuses_a_resumed_position_the_server_no_longer_holds(
+    binlog: Binlog, tools: Any
+) -> None:
+    """`combined check` tells a committed position purged or in another log, with the fix.
+
+    Before this change `check` passed (the MariaDB connector ignored the committed
+    checkpoints) and only the next capture ended ``needs_review``. Simulated by checkpoints
+    naming a binlog file the server lacks, a GTID it never logged there, another log's
+    first GTIDs and another creation time (purging the shared server's logs or RESET MASTER
+    would end every other test's stream).
+    """
+    from combined.connectors.mariadb._binlog_setup import BinlogGone
+
+    engine = Engine.open(binlog.project())
+    try:
+        engine.capture()
+        binlog.sql("UPDATE {t} SET qty = 0 WHERE id = 1")
+        (run,) = engine.capture()  # (a checkpoint with the GTID read before its position)
+        assert run.state == "succeeded", run.error
+        read = binlog.checkpoint()
+        assert read["gtid"] and read["log"] and read["created"]
+        engine.check("db")
+        name, _, offset = str(read["binlog"]).rpartition(":")
+        for other, said in (
+            ({**read, "binlog": f"{name}9:{offset}"}, "is no longer on the server"),
+            ({**read, "gtid": "0-1-987654321"}, "is not the log the lake's checkpoint"),
+            ({**read, "log": "[0-77-5]"}, "is not the log the lake's checkpoint"),
+            ({**read, "created": read["created"] - 5}, "is not the log the lake's checkpoint"),
+        ):
+            _resume_from(engine, other)
+            with pytest.raises(BinlogGone) as err:
+                engine.check("db")
+            assert said in err.value.message, err.value.message
+            assert binlog.table in err.value.message
+            assert "`combined cdc teardown <source>` then `combined cdc setup <source>`" in (
+                err.value.hint or ""
+            )
+        _resume_from(engine, {**read, "binlog": f"{name}9:{offset}"})
+        told = tools.cli(binlog.root, "check", env={"COLUMNS": "300"})
+        assert told.returncode == 1, told.stdout + told.stderr
+        assert "fail db:" in told.stdout and "is no longer on the server" in told.stdout
+        assert "combined cdc teardown" in told.stdout
+        (run,) = engine.capture()  # what the capture and `cdc status` tell alike
+        assert run.state == "needs_review" and "is no longer on the server" in (run.error or "")
+        (status,) = cdc.status(engine, "db")
+        assert status["committed_retained"] is False and status["may_stay_down_seconds"] == 0
+        _resume_from(engine, read)
+        engine.check("db")  # the position held again: nothing to tell
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert lake(engine) == binlog.source()
+    finally:
+        engine.close()

@@ -82,7 +82,8 @@ from combined.connectors.mariadb._binlog_origin import (
     LogIdentity,
     created_differs,
     origin,
-    replaced_log,
+    require_resumable,
+    require_same_log,
 )
 from combined.connectors.mariadb._binlog_rows import (
     OP_TRUNCATE,
@@ -101,7 +102,6 @@ from combined.connectors.mariadb._binlog_setup import (
     parse_position,
     require_binlog,
     require_logged_table,
-    require_retained,
 )
 from combined.connectors.mariadb._connect import (
     DRIVER_ERRORS,
@@ -264,9 +264,11 @@ class BinlogExtraction(SessionRead[Session]):
             ) from None
         require_binlog(session, f"{rel.database}.{rel.table}")
         require_logged_table(session, rel.database, rel.table)
-        require_retained(session, (self._file, self._offset), request.dataset)
-        self._identity = LogIdentity(session)  # (the checkpoint's file asked once)
-        self._require_same_log(replaced_log(self._identity, request.state))
+        ds = request.dataset
+        start = (self._file, self._offset)
+        self._identity = require_resumable(
+            session, start, request.state, f"dataset {ds}", dataset=ds
+        )
         now = self._catalog_columns(session, rel)
         gone = self._vanished(session, now)
         now = self._narrowed(session, now, rel)
@@ -284,20 +286,6 @@ class BinlogExtraction(SessionRead[Session]):
             zero_dates=self._settings.zero_dates,
         )
         return rel, rows
-
-    def _require_same_log(self, why: str | None) -> None:
-        """Fail unless the log at the checkpoint's position is the one it was read from
-        (``why``: what tells them apart, :mod:`~._binlog_origin`)."""
-        if why is not None:
-            raise BinlogGone(
-                f"the binary log at {self._file}:{self._offset} of dataset "
-                f"{self._request.dataset} is not the log the lake's checkpoint was read from "
-                f"({why}): RESET MASTER, a restore or a failover began a new log under the old "
-                "names, and reading on would skip changes",
-                hint=f"take a new snapshot: {RESNAPSHOT}",
-                dataset=self._request.dataset,
-                position=f"{self._file}:{self._offset}",
-            )
 
     def _catalog_columns(self, session: Session, rel: catalog.Relation) -> list[SourceColumn]:
         """The table's columns as the catalog holds them now (kept for the checkpoint)."""
@@ -490,7 +478,9 @@ class BinlogExtraction(SessionRead[Session]):
     def _file_created(self, name: str, created: int) -> None:
         """Note when the binlog file ``name`` was created; fail if not the checkpoint's."""
         if created:
-            self._require_same_log(created_differs(self._request.state, name, created))
+            ds, start = self._request.dataset, (self._file, self._offset)
+            why = created_differs(self._request.state, name, created)
+            require_same_log(why, start, f"dataset {ds}", dataset=ds)
             self._created[name] = created
 
     def _events(self, stream: Any, name: str) -> Iterator[Any]:

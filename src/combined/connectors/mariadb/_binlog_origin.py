@@ -15,8 +15,9 @@ position, what tells its log from another:
 - ``gtid`` and ``gtid_at``: the GTID of the last transaction read before
   the position, and where its GTID event starts (MariaDB).
 
-A read checks ``log`` and ``gtid`` before it streams (:func:`replaced_log`),
-``created`` at the stream's first event. Not covered: a log begun again
+A read checks ``log`` and ``gtid`` before it streams (:func:`require_resumable`,
+which ``combined check`` runs too), ``created`` at the stream's first event
+(``check`` asks the file's first event for it). Not covered: a log begun again
 within the second its namesake was created, holding the same GTIDs up to
 the position (docs/mariadb.md).
 """
@@ -28,6 +29,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from combined.connectors.mariadb._binlog_setup import RESNAPSHOT, BinlogGone, require_retained
 from combined.connectors.mariadb._connect import (
     DRIVER_ERRORS,
     DriverConnection,
@@ -150,6 +152,43 @@ def replaced_log(identity: LogIdentity, state: Mapping[str, Any] | None) -> str 
     return None
 
 
+def require_resumable(
+    session: Session,
+    position: tuple[str, int],
+    state: Mapping[str, Any] | None,
+    whose: str,
+    **context: Any,
+) -> LogIdentity:
+    """Raise :class:`BinlogGone` unless the server holds ``position`` (the checkpoint
+    ``state``'s, of ``whose``) in the log the checkpoint was read from: its file up to
+    the offset, starting with the same GTIDs, the same transaction read before it.
+
+    Returns the identity asked, which a read keeps for the checkpoints it writes.
+    """
+    require_retained(session, position, whose, **context)
+    identity = LogIdentity(session)  # (the checkpoint's file asked once)
+    require_same_log(replaced_log(identity, state), position, whose, **context)
+    return identity
+
+
+def require_same_log(
+    why: str | None, position: tuple[str, int], whose: str, **context: Any
+) -> None:
+    """Raise :class:`BinlogGone` when the log at ``position`` is not the one the checkpoint
+    of ``whose`` was read from (``why``: what tells them apart, None when nothing does)."""
+    if why is None:
+        return
+    at = f"{position[0]}:{position[1]}"
+    raise BinlogGone(
+        f"the binary log at {at} of {whose} is not the log the lake's checkpoint was read "
+        f"from ({why}): RESET MASTER, a restore or a failover began a new log under the old "
+        "names, and reading on would skip changes",
+        hint=f"take a new snapshot: {RESNAPSHOT}",
+        **context,
+        position=at,
+    )
+
+
 def _event_at(session: Session, name: str, start: int) -> str | None:
     """What ``SHOW BINLOG EVENTS`` tells of the event starting at ``start``; None if none does."""
     try:
@@ -181,4 +220,6 @@ __all__ = [
     "file_created",
     "origin",
     "replaced_log",
+    "require_resumable",
+    "require_same_log",
 ]

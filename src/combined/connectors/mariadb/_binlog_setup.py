@@ -26,7 +26,9 @@ requirements:
 A position is ``file:offset`` text (``binlog.000042:1337``): the end of the
 last transaction the lake holds. :func:`require_retained` refuses one whose
 file the server no longer has (purged by ``binlog_expire_logs_seconds`` or
-by hand): the changes in between are gone, never silently skipped.
+by hand): the changes in between are gone, never silently skipped. A capture
+and ``combined check`` refuse it (``_binlog_origin.require_resumable``), and
+``cdc status`` tells it (``committed_retained``).
 """
 
 from __future__ import annotations
@@ -392,20 +394,29 @@ def binary_logs(session: Session) -> list[tuple[str, int]]:
     return [(str(r[0]), int(r[1])) for r in rows]
 
 
-def require_retained(session: Session, position: tuple[str, int], dataset: str) -> None:
-    """Raise :class:`BinlogGone` unless the server still holds ``position``."""
-    logs = dict(binary_logs(session))
+def _holds(logs: Mapping[str, int], position: tuple[str, int]) -> bool:
+    """Whether the binlog files ``logs`` (name: size) hold ``position``."""
     name, offset = position
-    if name in logs and offset <= logs[name]:
+    return name in logs and offset <= logs[name]
+
+
+def require_retained(
+    session: Session, position: tuple[str, int], whose: str, **context: Any
+) -> None:
+    """Raise :class:`BinlogGone` unless the server still holds ``position``, the checkpoint's
+    of ``whose`` (``dataset orders``), with ``context`` (``dataset=orders``)."""
+    logs = dict(binary_logs(session))
+    if _holds(logs, position):
         return
+    name, offset = position
     oldest = next(iter(logs), "none")
     raise BinlogGone(
-        f"the binary log position {name}:{offset} of dataset {dataset} is no longer on the "
-        f"server (its oldest binlog is {oldest}): the changes since the last capture were "
-        "purged, and capturing on would skip them",
+        f"the binary log position {name}:{offset} of {whose} is no longer on the server "
+        f"(its oldest binlog is {oldest}): the changes since the last capture were purged, "
+        "and capturing on would skip them",
         hint=f"take a new snapshot: {RESNAPSHOT}; keep the binlog longer "
         "(binlog_expire_logs_seconds) than the consumer may stay down",
-        dataset=dataset,
+        **context,
         position=f"{name}:{offset}",
     )
 
@@ -441,8 +452,7 @@ def stream_status(session: Session, committed: Mapping[str, Any] | None) -> dict
     position = position_of(committed)
     if position is None:
         return out
-    held = dict(logs)
-    out["committed_retained"] = position[0] in held and position[1] <= held[position[0]]
+    out["committed_retained"] = _holds(dict(logs), position)
     if not out["committed_retained"]:
         out["may_stay_down_seconds"] = 0
     elif retention is not None:

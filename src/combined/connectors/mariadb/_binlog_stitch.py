@@ -28,7 +28,14 @@ from combined.connectors.abc import BaseExtraction, ReadRequest
 from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._binlog import BinlogExtraction
 from combined.connectors.mariadb._binlog_anchor import TableLock, pins_snapshots
-from combined.connectors.mariadb._binlog_origin import LogIdentity, file_created, origin
+from combined.connectors.mariadb._binlog_origin import (
+    LogIdentity,
+    created_differs,
+    file_created,
+    origin,
+    require_resumable,
+    require_same_log,
+)
 from combined.connectors.mariadb._binlog_setup import (
     acknowledged,
     position_of,
@@ -65,12 +72,23 @@ def cdc_read(settings: Settings, request: ReadRequest) -> BaseExtraction:
     )
 
 
-def check_server(settings: Settings, relation: str) -> None:
-    """Raise unless the server can stream the binlog for ``relation`` (see ``_binlog_setup``)."""
+def check_server(
+    settings: Settings, relation: str, committed: Mapping[str, Any] | None = None
+) -> None:
+    """Raise unless the server can stream the binlog for ``relation`` (see ``_binlog_setup``)
+    and, given ``committed`` (the lake's checkpoint), from its position as a capture would."""
     session = Session(settings)
     try:
         require_binlog(session, relation)
         require_logged_table(session, *catalog.parse_relation(relation, settings.database))
+        position = position_of(committed)
+        if position is not None:
+            whose = f"table {relation}"
+            require_resumable(session, position, committed, whose, relation=relation)
+            created = file_created(settings, position[0])  # (a capture's first event tells it)
+            if created is not None:
+                why = created_differs(committed, position[0], created)
+                require_same_log(why, position, whose, relation=relation)
     finally:
         session.close()
 

@@ -248,13 +248,15 @@ class MariaDBSource(BaseSource):
     ) -> None:
         """Raise naming every unmet binlog requirement (``_binlog_setup``) and its fix.
 
-        ``committed`` (the checkpoints the lake resumes from) is not read here: a
-        position the server no longer holds is told by ``cdc status`` and the capture.
+        ``committed``: the checkpoints the lake resumes ``relations`` from; a position
+        the server no longer holds (purged), or holds in another log (begun again),
+        raises :class:`~._binlog_setup.BinlogGone` naming the new snapshot, as the
+        capture would.
         """
         from combined.connectors.mariadb._binlog_stitch import check_server
 
         for relation in relations:
-            check_server(self.settings, relation)
+            check_server(self.settings, relation, (committed or {}).get(relation))
 
     def cdc_setup(self, relation: str) -> str:
         """Verify the server's binlog settings and grants (the position comes with a read)."""
