@@ -39,7 +39,7 @@ from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, env_seconds
 from combined.runtime._lease import lease_ttl
 from combined.runtime._memory import tune_allocators
 from combined.runtime._plan import Settings
-from combined.runtime._preflight import preflight, verify_declared
+from combined.runtime._preflight import preflight, requests_of, verify_declared
 from combined.runtime._publish import HeldPublications
 from combined.runtime._reporter import NullReporter, Reporter
 from combined.runtime._runner import Runner
@@ -592,7 +592,7 @@ class Engine(Reading):
         type the dataset can take (:func:`~combined.runtime._preflight.verify_declared`);
         every dataset that cannot is told.
 
-        ``warn`` hears the configuration's risks first.
+        ``warn`` hears the configuration's risks first, then those of the declared reads.
         """
         conn = self._source(source)
         try:
@@ -600,10 +600,20 @@ class Engine(Reading):
                 for why in getattr(conn, "warnings", tuple)():  # optional in the Source protocol
                     warn(why)
             conn.check()
+            if warn is not None:
+                self._warn_reads(source, conn, warn)
             verify_declared(self.project, source, self._source)  # every dataset's own, first
             self._check_streams(source, conn)
         finally:
             conn.close()
+
+    def _warn_reads(self, source: str, conn: Source, warn: Callable[[str], object]) -> None:
+        """What the source finds risky in the datasets' reads (``read_warnings``, optional)."""
+        read_warnings = getattr(conn, "read_warnings", None)
+        if read_warnings is not None:
+            datasets = list(self.project.source(source).datasets)
+            for why in read_warnings(requests_of(self.project, source, datasets)):
+                warn(why)
 
     def _check_streams(self, source: str, conn: Source) -> None:
         """What would stop the cdc datasets' change streams: a gap recorded in a checkpoint

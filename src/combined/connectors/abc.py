@@ -442,6 +442,11 @@ class BaseSource(abc.ABC):
         """Risks in the configuration that do not stop a read (``combined check`` tells them)."""
         return ()
 
+    def read_warnings(self, requests: Sequence[ReadRequest]) -> Sequence[str]:
+        """Risks in the declared reads that do not stop them, asked of the source
+        (``combined check`` tells them); a relation missing is left to the check."""
+        return ()
+
     # -- evidence for ``combined plan`` (optional: None where the source cannot say) --------
 
     def measure_key(self, relation: str, key: Sequence[str]) -> KeyMeasure | None:

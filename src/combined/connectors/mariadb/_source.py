@@ -174,6 +174,17 @@ class MariaDBSource(BaseSource):
         finally:
             session.close()
 
+    def read_warnings(self, requests: Sequence[ReadRequest]) -> list[str]:
+        """Datasets without ``columns:`` read through column grants alone: the server hides
+        the columns the account holds no grant on, and a read leaves them out unsaid."""
+        from combined.connectors.mariadb._grants import column_grant_warnings
+
+        session = Session(self.settings)
+        try:
+            return column_grant_warnings(session, requests, self.settings.database)
+        finally:
+            session.close()
+
     def discover(self) -> Discovery:
         """Tables and views of the dsn's database with columns, keys and cursor evidence."""
         session = Session(self.settings)
