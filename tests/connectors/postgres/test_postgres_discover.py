@@ -186,29 +186,56 @@ def test_partitioned_and_inheritance_parents_say_what_their_reads_include(admin,
 @pytest.mark.parametrize(
     ("ddl", "told", "fix"),
     [
-        ("CREATE VIEW {t} AS SELECT 1 AS id", "is a view", "strategy: snapshot"),
-        ("CREATE MATERIALIZED VIEW {t} AS SELECT 1 AS id", "is a materialized view", "cursor"),
-        ("CREATE UNLOGGED TABLE {t} (id int PRIMARY KEY)", "is UNLOGGED", "SET LOGGED"),
+        ("CREATE VIEW {t} AS SELECT 1 AS id", "{s}.t is a view", "strategy: snapshot"),
+        (
+            "CREATE MATERIALIZED VIEW {t} AS SELECT 1 AS id",
+            "{s}.t is a materialized view",
+            "cursor",
+        ),
+        ("CREATE UNLOGGED TABLE {t} (id int PRIMARY KEY)", "{s}.t is UNLOGGED", "SET LOGGED"),
         (
             "CREATE TABLE {t} (id int PRIMARY KEY); ALTER TABLE {t} REPLICA IDENTITY NOTHING",
-            "has REPLICA IDENTITY NOTHING",
+            "{s}.t has REPLICA IDENTITY NOTHING",
             "REPLICA IDENTITY DEFAULT (its primary key) or FULL",
         ),
-        ("CREATE TABLE {t} (id int)", "has no replica identity", "add a primary key"),
+        ("CREATE TABLE {t} (id int)", "{s}.t has no replica identity", "add a primary key"),
+        (
+            "CREATE TABLE {t} (id int PRIMARY KEY); CREATE TABLE {t}_kid () INHERITS ({t})",
+            "table {s}.t has inheritance children ({s}.t_kid)",
+            "each child table as a cdc dataset of its own",
+        ),
+        (
+            "CREATE TABLE {t} (id int NOT NULL, r text) PARTITION BY LIST (r); "
+            "CREATE TABLE {t}_eu PARTITION OF {t} FOR VALUES IN ('eu'); "
+            "ALTER TABLE {t} REPLICA IDENTITY FULL",
+            "partition {s}.t_eu of {s}.t has no replica identity",
+            "REPLICA IDENTITY FULL",
+        ),
     ],
-    ids=["view", "materialized-view", "unlogged", "identity-nothing", "no-key"],
+    ids=[
+        "view",
+        "materialized-view",
+        "unlogged",
+        "identity-nothing",
+        "no-key",
+        "inheritance-parent",
+        "partition-without-identity",
+    ],
 )
 def test_check_refuses_a_cdc_relation_no_slot_streams(
     admin, schema, source, make_request, ddl, told, fix
 ):
     """`combined check` passed them; the capture then failed with "table not
     found", the server's bare "cannot add relation to publication", or a hint
-    to add the primary key the table had."""
+    to add the primary key the table had. An inheritance parent, or a
+    partitioned table with a partition that has no replica identity, passed
+    too, and every capture then failed its Run (exit 1, as if a retry could help)."""
     for statement in ddl.format(t=f'"{schema}".t').split("; "):
         admin.execute(statement)
     with pytest.raises(ConfigError) as caught:
         source.preflight([make_request("t", strategy="cdc")])
-    assert f"cdc dataset 't': {schema}.t {told}" in caught.value.message
+    told = told.format(s=schema)
+    assert f"cdc dataset 't': {told}" in caught.value.message
     assert fix in (caught.value.hint or "")
     source.preflight([make_request("t")])  # a snapshot reads it
 

@@ -38,7 +38,8 @@ from combined.connectors.postgres._preflight import (
     refuse_unsupported,
 )
 from combined.connectors.postgres._tls import cleartext_password_warning
-from combined.errors import ConfigError
+from combined.connectors.postgres._tree import check_publishable, read_tree
+from combined.errors import ConfigError, SourceError
 from combined.protocol import utcnow
 
 
@@ -199,9 +200,9 @@ class PostgresSource(BaseSource):
         finally:
             self._sessions.give_back(session)
 
-    @staticmethod
-    def _refuse_unstreamed(session: Session, dataset: str, rel: catalog.Relation) -> None:
-        """Refuse a cdc dataset of a view, an UNLOGGED table or one without a replica identity."""
+    def _refuse_unstreamed(self, session: Session, dataset: str, rel: catalog.Relation) -> None:
+        """Refuse a cdc dataset of a view, an UNLOGGED table, one without a replica identity,
+        an inheritance parent, or a partitioned table a partition of which no slot streams."""
         persistence, identity, keyed = session.rows(
             sql.SQL(
                 "SELECT c.relpersistence::text, c.relreplident::text, EXISTS (SELECT 1"
@@ -211,6 +212,42 @@ class PostgresSource(BaseSource):
             "reading the table's persistence and replica identity",
         )[0]
         refuse_unstreamed(dataset, rel.name, rel.kind, persistence, identity, keyed)
+
+        # An inheritance parent, or a partition that is a foreign table or has no
+        # replica identity: `combined check` passed them, and every first capture
+        # then failed its Run as if a retry could help. Once the table is set up
+        # (its publication exists), the capture's own checks tell what changed.
+        if rel.children and not self._published(session, rel.name):
+            self._refuse_unpublishable(session, dataset, rel)
+
+    def _published(self, session: Session, relation: str) -> bool:
+        """Whether the publication of ``relation``'s cdc dataset exists (set up before)."""
+        from combined.connectors.postgres._stitch import slot_name
+
+        return bool(
+            session.rows(
+                sql.SQL("SELECT EXISTS (SELECT FROM pg_publication WHERE pubname = {})").format(
+                    sql.Literal(slot_name(self.slot_prefix, relation))
+                ),
+                "looking up the table's publication",
+            )[0][0]
+        )
+
+    @staticmethod
+    def _refuse_unpublishable(session: Session, dataset: str, rel: catalog.Relation) -> None:
+        """Refuse what :func:`check_publishable` refuses, before any Run."""
+
+        def rows(query: sql.Composed) -> list[tuple[Any, ...]]:
+            return session.rows(query, "reading the table's partitions")
+
+        tree = read_tree(rows, rel.schema, rel.table)
+        try:
+            if tree is not None:
+                check_publishable(tree)
+        except SourceError as exc:
+            raise ConfigError(
+                f"cdc dataset {dataset!r}: {exc.message}", hint=exc.hint, dataset=dataset
+            ) from None
 
     def discover(self) -> Discovery:
         """Relations of the configured schemas with columns, keys and cursor evidence."""
