@@ -202,6 +202,9 @@ def test_timestamps_before_the_common_era_keep_their_instant(admin, schema, sour
         ("date", "infinity", "infinity", "infinity"),
         ("time", "24:00:00", "24:00:00", "24:00:00"),
         ("integer[]", "{{1,2},{3,4}}", "{{1,2},{3,4}}", "2-dimensional"),
+        # The driver's own words, naming no column, with a hint of casts:
+        # {"<table>.<column>": "text"} for the user to fill in.
+        ("integer[]", "[5:6]={1,2}", "[5:6]={1,2}", "subscripts start at neither 0 nor 1"),
         ("numeric(10,2)", "NaN", "NaN", "NaN"),
     ],
 )

@@ -543,7 +543,10 @@ class PostgresExtraction(SessionRead[Session]):
                     session.end_stream()
                     return
                 except DRIVER_ERRORS as exc:
-                    raise query_error(exc, self._settings, "reading rows") from None
+                    error = query_error(exc, self._settings, "reading rows")
+                    if isinstance(error, SchemaMismatch):
+                        error = layout.named(error, self._request.relation)
+                    raise error from None
                 batch = layout.convert(raw, self._request.relation)
             # Driver batches are bounded in bytes; slicing (zero-copy) bounds rows too.
             for offset in range(0, batch.num_rows, rows):

@@ -90,6 +90,10 @@ def arrow_type(type_oid: int, type_modifier: int = -1, *, column: str = "?") -> 
     )
 
 
+class _Unlistable(ValueError):
+    """An array literal no list holds: several dimensions, or subscripts from neither 0 nor 1."""
+
+
 def text_to_arrow(
     values: Sequence[bytes | None] | pa.Array, type_: pa.DataType, column: str
 ) -> pa.Array:
@@ -119,6 +123,16 @@ def text_to_arrow(
         if pa.types.is_timestamp(type_) or pa.types.is_date(type_):
             return _datetimes(text, type_)
         return text.cast(type_)
+    except _Unlistable as exc:
+        # It read "holds a value that is not a valid list<...>", with a hint about
+        # infinite dates and NaN numerics; a snapshot names the array's shape.
+        raise SchemaMismatch(
+            f"column {column!r} holds {exc}: a list keeps the elements, not their "
+            "dimensions or subscripts",
+            hint=f"leave {column!r} out of the dataset's `columns:`, or capture the "
+            "relation with the snapshot or cursor strategy and a cast to text",
+            column=column,
+        ) from None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError, OverflowError) as exc:
         # OverflowError: a timestamp past Arrow's range (year 294276), converted in Python.
         raise SchemaMismatch(
@@ -259,9 +273,8 @@ def _array_items(text: bytes) -> list[bytes | None]:
     if text.startswith(b"["):
         bounds, _, text = text.partition(b"=")
         if any(int(b.split(b":")[0]) not in (0, 1) for b in bounds[1:-1].split(b"][")):
-            raise ValueError(
-                f"array subscripts {bounds.decode()} start at neither 0 nor 1: a list keeps the "
-                "elements, not their subscripts (the snapshot refuses such an array too)"
+            raise _Unlistable(
+                f"an array whose subscripts {bounds.decode()} start at neither 0 nor 1"
             )
     if not (text.startswith(b"{") and text.endswith(b"}")):
         raise ValueError(f"not an array literal: {text[:40]!r}")
@@ -270,7 +283,7 @@ def _array_items(text: bytes) -> list[bytes | None]:
         return out
     while True:
         if body[i : i + 1] == b"{":
-            raise ValueError("multi-dimensional arrays have no arrow form here")
+            raise _Unlistable("a multi-dimensional array")
         if body[i : i + 1] == b'"':
             item, i = bytearray(), i + 1
             while body[i : i + 1] != b'"':

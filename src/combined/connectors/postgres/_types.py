@@ -404,6 +404,29 @@ class Layout:
             columns.append(_convert(arr, plan, relation))
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
+    def named(self, error: SchemaMismatch, relation: str = "table") -> SchemaMismatch:
+        """The driver's refusal of an array whose subscripts start at neither 0 nor 1,
+        naming the array columns that can hold it (the driver names none); any other
+        error as it is.
+
+        It read "a value does not fit its arrow type ... ReadRecord failed at
+        row 0: Array value with lower bound not in {0, 1}", with a cast hint of
+        ``<table>.<column>`` for the user to fill in.
+        """
+        arrays = [p for p in self.plans if p.ndims_check]
+        if not arrays or "lower bound" not in str(error.context.get("detail", "")):
+            return error
+        names = ", ".join(p.name for p in arrays)
+        which = f"column {names!r}" if len(arrays) == 1 else f"one of the columns {names!r}"
+        casts = ", ".join(f'{cast_key(relation, p.name)}: "text"' for p in arrays)
+        return SchemaMismatch(
+            f"{which} of {relation} holds an array whose subscripts start at neither "
+            "0 nor 1 (such as '[5:6]={1,2}'): a list keeps the elements, not their subscripts",
+            hint=f"declare casts: {{{casts}}} to keep the text form",
+            column=names,
+            detail=error.context.get("detail"),
+        )
+
 
 def _cast_hint(plan: ColumnPlan, relation: str) -> str:
     """The source option reading ``plan``'s column as text (``casts`` keys name the table)."""
