@@ -268,3 +268,17 @@ def test_a_preflight_of_many_datasets_reads_the_catalog_in_a_few_queries(
     missing = make_request("gone", relation=f"{schema}.gone")
     with pytest.raises(NotFoundError, match=f"relation '{schema}.gone' does not exist"):
         source.preflight([*requests, missing, mixed])
+
+
+def test_a_table_without_columns_is_refused_before_any_run(admin, schema, source, make_request):
+    """Its capture (key: [], rows told by their content) failed its Run with
+    "the key must name at least one column", exit 1, as if a retry could help."""
+    admin.execute(f'CREATE TABLE "{schema}".t ()')
+    admin.execute(f'INSERT INTO "{schema}".t DEFAULT VALUES')
+    with pytest.raises(ConfigError) as caught:
+        source.preflight([make_request("t", key=())])
+    assert (
+        caught.value.message
+        == f"dataset 't': {schema}.t has no columns, so no row of it can be told from another"
+    )
+    assert caught.value.hint == f"add a column to {schema}.t, or remove the dataset"

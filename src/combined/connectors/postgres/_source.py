@@ -181,6 +181,13 @@ class PostgresSource(BaseSource):
                 casts = {} if cdc else self.settings.casts_for(r.relation)
                 plans = catalog.column_plans(cols, types, casts)
                 chosen = [p for p in plans if r.columns is None or p.name in r.columns]
+                if not plans:  # (its Run failed: "the key must name at least one column")
+                    raise ConfigError(
+                        f"dataset {r.dataset!r}: {rel.name} has no columns, so no row of it "
+                        "can be told from another",
+                        hint=f"add a column to {rel.name}, or remove the dataset",
+                        dataset=r.dataset,
+                    )
                 refuse_intervals(r.dataset, rel.name, chosen, cdc)
                 refuse_unsupported(r.dataset, rel.name, chosen, cdc)
                 by_name = {p.name: p for p in plans}
