@@ -9,6 +9,7 @@ as careless APIs do: no error of Combined may carry it on.
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import threading
@@ -203,6 +204,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, b"\xef\xbb\xbf" + json.dumps([{"id": 1, "name": "a"}]).encode())
         elif path == "/v1/deep":  # a value nested far deeper than a record would be
             self._send(200, b'[{"id": 1, "v": ' + b"[" * 20000 + b"]" * 20000 + b"}]")
+        elif path == "/v1/gzip":  # compressed, as most APIs answer a client accepting gzip
+            accepts = "gzip" in self.headers.get("Accept-Encoding", "")
+            body = json.dumps(rows).encode()
+            self._send(200, gzip.compress(body) if accepts else body, {"Content-Encoding": "gzip"})
+        elif path == "/v1/badgzip":  # says gzip, is not
+            self._send(200, json.dumps(rows).encode(), {"Content-Encoding": "gzip"})
         elif path == "/v1/html":
             self._send(200, b"<html>hello</html>", {"Content-Type": "text/html"})
         else:

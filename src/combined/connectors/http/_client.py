@@ -38,7 +38,13 @@ import httpx
 from combined._credentials import masking
 from combined.connectors.http._deadline import bounded_client
 from combined.connectors.http._settings import Expiry, Settings
-from combined.errors import AuthRejected, RetryLater, SourceError, SourceUnavailable
+from combined.errors import (
+    AuthRejected,
+    RetryLater,
+    SchemaMismatch,
+    SourceError,
+    SourceUnavailable,
+)
 
 #: How many times one request waits out a 429 or 503 inside an Attempt.
 MAX_WAITS = 5
@@ -146,6 +152,19 @@ def _head(response: httpx.Response, limit: int) -> bytes:
         if size >= limit:
             break
     return b"".join(chunks)[:limit]
+
+
+def _read(response: httpx.Response, content: bytes) -> httpx.Response:
+    """``response`` with its ``content`` read: decoded, so without its Content-Encoding.
+
+    ``iter_bytes`` has already undone the gzip (or deflate) the API sent; a
+    response built with that header would decode the plain bytes once more.
+    """
+    headers = response.headers.copy()
+    headers.pop("content-encoding", None)
+    return httpx.Response(
+        response.status_code, headers=headers, content=content, request=response.request
+    )
 
 
 def _says_expired(expiry: Expiry, response: httpx.Response) -> bool:
@@ -299,12 +318,7 @@ class Session:
                     # An error's body is read only to match an expiry declaration,
                     # never shown: it may echo the token.
                     probe = expiry is not None and expiry.field is not None
-                    return httpx.Response(
-                        response.status_code,
-                        headers=response.headers,
-                        content=_head(response, _PROBE_BYTES) if probe else b"",
-                        request=response.request,
-                    )
+                    return _read(response, _head(response, _PROBE_BYTES) if probe else b"")
                 declared = response.headers.get("content-length")
                 limit = self.settings.max_response_bytes
                 if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -316,12 +330,14 @@ class Session:
                     if size > limit:
                         raise self._too_large(shown, limit)
                     chunks.append(chunk)
-                return httpx.Response(
-                    response.status_code,
-                    headers=response.headers,
-                    content=b"".join(chunks),
-                    request=response.request,
-                )
+                return _read(response, b"".join(chunks))
+        except httpx.DecodingError:
+            raise SchemaMismatch(
+                f"GET {shown} answered a body its Content-Encoding does not decode "
+                "(the compressed data is corrupt or not in that encoding)",
+                hint="check the API's compression, or ask for plain bodies with "
+                "`headers: {Accept-Encoding: identity}`; nothing was committed",
+            ) from None
         except httpx.TimeoutException as exc:
             raise SourceUnavailable(
                 f"GET {shown} did not complete within {self.settings.timeout:g} s "
