@@ -92,6 +92,15 @@ def order(i: int, status: str = "placed", day: int = 1, **extra: Any) -> dict[st
     }
 
 
+#: Bodies served as written, bytes for bytes (JSON Python would not write).
+_BODIES = {
+    # JSON's grammar allows a lone surrogate escape; no Unicode text holds one
+    "/v1/surrogate/text": rb'[{"id": 1, "s": "ok"}, {"id": 2, "s": "a\ud800"}]',
+    "/v1/surrogate/object": rb'[{"id": 1, "o": {"k": "\udc00"}}]',
+    "/v1/surrogate/key": rb'[{"id": 1, "\ud800": 1}]',
+}
+
+
 class _Handler(BaseHTTPRequestHandler):
     api: FakeAPI
 
@@ -210,6 +219,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, gzip.compress(body) if accepts else body, {"Content-Encoding": "gzip"})
         elif path == "/v1/badgzip":  # says gzip, is not
             self._send(200, json.dumps(rows).encode(), {"Content-Encoding": "gzip"})
+        elif path in _BODIES:
+            self._send(200, _BODIES[path])
         elif path == "/v1/html":
             self._send(200, b"<html>hello</html>", {"Content-Type": "text/html"})
         else:

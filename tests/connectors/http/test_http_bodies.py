@@ -25,3 +25,23 @@ def test_a_body_its_content_encoding_does_not_decode_is_refused_with_a_hint(
     with pytest.raises(SchemaMismatch, match="Content-Encoding does not decode") as info:
         _read(source, "bad")
     assert info.value.hint is not None and "Accept-Encoding: identity" in info.value.hint
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("text", "field 's' holds text of 2 characters on page 1, which is not text of Unicode"),
+        ("object", "field 'o' holds an object of 1 fields on page 1, which is not text of Unicode"),
+        ("key", "a record holds a key that is not Unicode text ('\\ud800'"),
+    ],
+)
+def test_a_lone_surrogate_escape_is_refused_naming_the_field(
+    api: FakeAPI, where: str, message: str
+) -> None:
+    """JSON decodes "\\ud800" to a text UTF-8 cannot hold: the Run failed with Python's
+    own encoding error, no field, no page, no hint."""
+    source = _source(api, endpoints={"s": {"path": f"/surrogate/{where}"}})
+    with pytest.raises(SchemaMismatch) as info:
+        _read(source, "s")
+    assert message in info.value.message
+    assert info.value.hint is not None and info.value.hint.startswith("fix the")

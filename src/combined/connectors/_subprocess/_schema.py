@@ -64,12 +64,34 @@ _WELL_KNOWN_PREFIX = "WellKnownTypes.json#/definitions/"
 
 
 class BadValue(Exception):
-    """Value ``index`` of a column does not fit its field: ``expected`` says what would."""
+    """Value ``index`` of a column does not fit its field: ``expected`` says what would.
 
-    def __init__(self, index: int, expected: str) -> None:
+    ``at_source``: no declared type would hold it either (the value itself is
+    broken), so the fix is the source's.
+    """
+
+    def __init__(self, index: int, expected: str, at_source: bool = False) -> None:
         super().__init__(expected)
         self.index = index
         self.expected = expected
+        self.at_source = at_source
+
+
+#: What a text holding a lone UTF-16 surrogate is not (JSON's ``"\ud800"`` decodes to one).
+_UNICODE = "text of Unicode characters (a lone surrogate escape such as \\ud800 is none)"
+
+
+def _unicode_array(values: list[Any], type_: pa.DataType) -> pa.Array:
+    """``pa.array(values)``; a text that cannot be UTF-8 (a lone surrogate) raises BadValue."""
+    try:
+        return pa.array(values, type=type_)
+    except UnicodeEncodeError:
+        for i, v in enumerate(values):
+            try:
+                pa.array([v], type=type_)
+            except UnicodeEncodeError:
+                raise BadValue(i, _UNICODE, at_source=True) from None
+        raise
 
 
 class BadSchema(Exception):
@@ -279,7 +301,7 @@ def _checked(
     if bad is not None:
         raise BadValue(bad, expected)
     try:
-        return pa.array(values, type=plan.arrow)
+        return _unicode_array(values, plan.arrow)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         # Only the value that does not fit is worth naming: find it one by one.
         for i, v in enumerate(values):
@@ -525,7 +547,7 @@ _json_sorted_text = json_encoder(ensure_ascii=False, sort_keys=True)
 
 def _json(plan: FieldPlan, values: list[Any]) -> pa.Array:
     text = _json_sorted_text if plan.sorted_keys else _json_text
-    return pa.array([None if v is None else text(v) for v in values], type=pa.string())
+    return _unicode_array([None if v is None else text(v) for v in values], pa.string())
 
 
 _CONVERT: Mapping[str, Callable[[FieldPlan, list[Any]], pa.Array]] = {

@@ -145,10 +145,23 @@ class Records:
                 if name not in self.plans and self._wanted(name):
                     names[name] = None
         for name in names:
+            self._refuse_unnamable(name)
             found = infer(r.get(name) for r in self._rows)
             if found is not None:
                 self.plans[name] = plan(name, found, self._json_keys)
                 self.kinds[name] = found
+
+    def _refuse_unnamable(self, name: str) -> None:
+        """A key no column can be named: a lone surrogate (``"\\ud800"``) is no Unicode text."""
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SchemaMismatch(
+                f"endpoint {self.endpoint!r}: a record holds a key that is not Unicode text "
+                f"({ascii(name)}: a lone surrogate escape), which no column can be named",
+                hint="fix the key at the source; nothing was committed for this dataset",
+                endpoint=self.endpoint,
+            ) from None
 
     def take(self) -> pa.RecordBatch:
         """The gathered records as one batch, and start afresh."""
@@ -161,18 +174,16 @@ class Records:
                 arrays.append(field_plan.column(values))
             except BadValue as bad:
                 kind = self.declared.get(name)
-                how = (
-                    f"declared {kind}"
-                    if kind
-                    else f"inferred {self.kinds[name]} from earlier records"
-                )
+                how = f"declared {kind}" if kind else f"its type inferred as {self.kinds[name]}"
                 raise SchemaMismatch(
                     f"endpoint {self.endpoint!r}: field {name!r} holds "
                     f"{described(values[bad.index])} on page {self._where[bad.index]}, "
                     "which is not "
                     f"{bad.expected} ({how})",
                     hint=(
-                        "fix the value at the source or the field's declared type"
+                        "fix the value at the source"
+                        if bad.at_source
+                        else "fix the value at the source or the field's declared type"
                         if kind
                         else f"declare the field's type: {self._fix}.fields: "
                         f"{{{name}: {_wider(self.kinds[name], values[bad.index])}}}"
