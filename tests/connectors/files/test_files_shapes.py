@@ -183,6 +183,22 @@ def test_json_keys_differing_only_in_case_keep_their_values(tmp_path: Path) -> N
 
 @pytest.mark.parametrize(
     ("value", "column"),
+    [(f'"n": {_HUGE}', "n"), ('"x": 1e400', "x"), (f'"o": {{"big": {_HUGE}, "f": 1.5}}', "o")],
+)
+def test_numbers_a_double_would_round_beside_keys_differing_only_in_case_are_refused(
+    tmp_path: Path, value: str, column: str
+) -> None:
+    """Such files were read as inferred, their numbers unchecked: the integer landed
+    as 1.2345678901234568e+22 and 1e400 as infinity, without a word."""
+    (tmp_path / "a.jsonl").write_text(f'{{"id": 1, "Name": "a", "name": "b", {value}}}\n')
+    with pytest.raises(SchemaMismatch, match=f"'{column}' .* keys that differ only in case"):
+        _rows(tmp_path, "*.jsonl")
+    (tmp_path / "a.jsonl").write_text('{"id": 1, "Name": "a", "name": "b", "n": 2.5}\n')
+    assert _rows(tmp_path, "*.jsonl").column("n").to_pylist() == [2.5]
+
+
+@pytest.mark.parametrize(
+    ("value", "column"),
     [
         (f'{{"o": {{"big": {_HUGE}, "f": 1.5}}}}', "o"),  # a field of an object
         (f'{{"o": {{"s": {{"x": [1.5, {2**53 + 1}]}}}}}}', "o"),  # in an array in objects

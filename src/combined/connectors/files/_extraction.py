@@ -28,7 +28,7 @@ from combined.protocol import Message, RecordBatchMessage, StateMessage, Termina
 #: The reader's version in a read's fingerprint: changed whenever what a read
 #: makes of the same files changes (types, parsing), so that files read by an
 #: older reader are read again, never taken as unchanged.
-READER = "files-2"
+READER = "files-3"
 
 
 def empty_match(

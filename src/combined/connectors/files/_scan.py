@@ -126,6 +126,7 @@ def infer(
         return None
     found = describe(con, f"SELECT * FROM {scan(file_set, fmt, listing)}")
     if fmt == "json" and _renamed([n for n, _ in found]):
+        _refuse_rounded_beside_case(con, file_set, listing, found)
         return None
     declared = file_set.types
     typed = [(n, declared.get(n, t)) for n, t in found]
@@ -218,22 +219,9 @@ def _exact_numbers(
     as_text = [(n, "VARCHAR") for n in doubles]
     if fmt == "csv":
         as_text = [(n, "VARCHAR" if n in doubles else t) for n, t in typed]
-    texts = scan(file_set, fmt, listing, as_text)
-    parts = []
-    for n in doubles:
-        c = quote_ident(n)
-        whole = f"regexp_full_match({c}, '-?[0-9]+')"
-        finite = f"regexp_full_match(trim({c}), '{_NUMBER}')"
-        parts += [
-            f"bool_or({_rounded(c)})",
-            f"bool_or(NOT {whole})",
-            f"max(length(ltrim({c}, '-')))",
-            f"bool_or({finite} AND isinf(TRY_CAST(trim({c}) AS DOUBLE)))",
-        ]
-    (row,) = con.execute(f"SELECT {', '.join(parts)} FROM {texts}").fetchall()
     exact: dict[str, str] = {}
-    for i, n in enumerate(doubles):
-        inexact, fractions, digits, overflow = row[4 * i : 4 * i + 4]
+    facts = _number_facts(con, scan(file_set, fmt, listing, as_text), doubles)
+    for n, (inexact, fractions, digits, overflow) in zip(doubles, facts, strict=True):
         if not inexact and not overflow:
             continue
         if not overflow and not fractions and digits <= 38:
@@ -256,6 +244,81 @@ def _exact_numbers(
             column=n,
         )
     return exact
+
+
+def _number_facts(
+    con: duckdb.DuckDBPyConnection, texts: str, columns: Sequence[str]
+) -> list[tuple[bool, bool, int, bool]]:
+    """For each of ``columns`` read as text by the scan ``texts``: whether an integer
+    a double would round is there, whether a fraction is, the most digits, and
+    whether a number is past a double's range."""
+    parts = []
+    for n in columns:
+        c = quote_ident(n)
+        whole = f"regexp_full_match({c}, '-?[0-9]+')"
+        finite = f"regexp_full_match(trim({c}), '{_NUMBER}')"
+        parts += [
+            f"bool_or({_rounded(c)})",
+            f"bool_or(NOT {whole})",
+            f"max(length(ltrim({c}, '-')))",
+            f"bool_or({finite} AND isinf(TRY_CAST(trim({c}) AS DOUBLE)))",
+        ]
+    (row,) = con.execute(f"SELECT {', '.join(parts)} FROM {texts}").fetchall()
+    return [
+        (bool(row[i]), bool(row[i + 1]), int(row[i + 2] or 0), bool(row[i + 3]))
+        for i in range(0, len(row), 4)
+    ]
+
+
+def _refuse_rounded_beside_case(
+    con: duckdb.DuckDBPyConnection,
+    file_set: FileSet,
+    listing: Listing,
+    found: Sequence[tuple[str, str]],
+) -> None:
+    """Refuse a JSON number a double would round in files whose keys differ only in case.
+
+    Such files are read as inferred (:func:`_renamed`): a DOUBLE column is read
+    as a double, declared or not (a declared type is cast from it), so an
+    integer a double rounds, or a number past its range, cannot be kept
+    exactly. Each key that does not clash is read as text to find one; one that
+    clashes cannot be named to DuckDB apart from its twin, and is not checked.
+    """
+    clash = _clashing([n for n, _ in found])
+    doubles = [n for n, t in found if t == "DOUBLE" and n not in clash]
+    texts = scan(file_set, "json", listing, [(n, "VARCHAR") for n in doubles])
+    facts = _number_facts(con, texts, doubles) if doubles else []
+    column = next((n for n, f in zip(doubles, facts, strict=True) if f[0] or f[3]), None)
+    if column is None:
+        nested = {n: paths for n, t in found if n not in clash and (paths := _double_paths(t))}
+        column = _first_rounded(con, file_set, listing, nested) if nested else None
+    if column is not None:
+        raise SchemaMismatch(
+            f"column {column!r} of file set {file_set.name!r} holds numbers a double would "
+            "round, and its files hold keys that differ only in case "
+            f"({', '.join(sorted(clash))}), which keeps the read from reading them as "
+            "written, so nothing was read",
+            hint="write the keys that differ only in case under distinct names, or the "
+            f"numbers of {column!r} as text; nothing was committed",
+            relation=file_set.name,
+            column=column,
+        )
+
+
+def _clashing(names: Sequence[str]) -> set[str]:
+    """The columns of keys that differ only in case (``Name``, ``name_1``)."""
+    twins = {
+        m.group(1).lower()
+        for n in names
+        if (m := re.fullmatch(r"(.+)_\d+", n)) is not None
+        and m.group(1).lower() in {o.lower() for o in names if o != n}
+    }
+    return {
+        n
+        for n in names
+        if n.lower() in twins
+        or ((m := re.fullmatch(r"(.+)_\d+", n)) is not None and m.group(1).lower() in twins)
+    }
 
 
 def _double_paths(duckdb_type: str) -> list[str]:
@@ -284,18 +347,14 @@ def _double_paths(duckdb_type: str) -> list[str]:
     return paths
 
 
-def _refuse_rounded(
+def _first_rounded(
     con: duckdb.DuckDBPyConnection,
     file_set: FileSet,
     listing: Listing,
     nested: Mapping[str, list[str]],
-) -> None:
-    """Refuse JSON numbers inside objects or arrays that a double would round.
-
-    As :func:`_exact_numbers` for a nested value's DOUBLE fields: each is
-    read as written (the column as JSON text, each path's values drawn from
-    it), and an integer a double cannot keep fails the read, naming the column.
-    """
+) -> str | None:
+    """The first of the ``nested`` columns holding, inside its objects or arrays, an
+    integer a double would round (each read as JSON text), else None."""
     texts = scan(file_set, "json", listing, [(n, "JSON") for n in nested])
     checks = []
     for n, paths in nested.items():
@@ -309,8 +368,23 @@ def _refuse_rounded(
             f"AS v FROM {texts}) WHERE {_rounded('v')} LIMIT 1)"
         )
     found = con.execute(" UNION ALL ".join(checks)).fetchall()
-    if found:
-        column = str(found[0][0])
+    return str(found[0][0]) if found else None
+
+
+def _refuse_rounded(
+    con: duckdb.DuckDBPyConnection,
+    file_set: FileSet,
+    listing: Listing,
+    nested: Mapping[str, list[str]],
+) -> None:
+    """Refuse JSON numbers inside objects or arrays that a double would round.
+
+    As :func:`_exact_numbers` for a nested value's DOUBLE fields: each is
+    read as written (the column as JSON text, each path's values drawn from
+    it), and an integer a double cannot keep fails the read, naming the column.
+    """
+    column = _first_rounded(con, file_set, listing, nested)
+    if column is not None:
         raise SchemaMismatch(
             f"column {column!r} of file set {file_set.name!r} holds, inside its objects or "
             "arrays, integers beyond 2**53: read as numbers they would be rounded, so nothing "
