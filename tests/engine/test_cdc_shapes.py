@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from combined.engine import Engine
+from combined.errors import ConfigError
 
 
 def _capture(engine: Engine) -> None:
@@ -210,12 +211,17 @@ def test_a_key_outside_the_replica_identity_is_refused_before_anything_is_create
         "CREATE TABLE t (pk int PRIMARY KEY, id int NOT NULL UNIQUE, v text)",
         "INSERT INTO t VALUES (1, 10, 'a')",
     )
+    # Refused before any Run too (exit 2), as `combined check` refuses it: check
+    # passed it, and every capture then ended needs_review saying so.
     try:
-        (run,) = engine.capture()
-        assert run.state == "needs_review"
-        assert "keyed on id, which deletes do not carry" in (run.error or "")
-        assert "the replica identity of public.t is pk" in (run.error or "")
-        assert "REPLICA IDENTITY FULL" in (run.error or "")
+        with pytest.raises(ConfigError) as caught:
+            engine.capture()
+        assert "keyed on id, which deletes do not carry" in caught.value.message
+        assert "the replica identity of public.t is pk" in caught.value.message
+        assert "REPLICA IDENTITY FULL" in (caught.value.hint or "")
+        assert engine.runs() == []
+        with pytest.raises(ConfigError, match="keyed on id, which deletes do not carry"):
+            engine.check("pg")
     finally:
         engine.close()
     # refused before anything was created on the server: no publication, no slot

@@ -39,7 +39,7 @@ from combined.connectors.postgres._preflight import (
 )
 from combined.connectors.postgres._tls import cleartext_password_warning
 from combined.connectors.postgres._tree import check_publishable, read_tree
-from combined.errors import ConfigError, SourceError
+from combined.errors import ConfigError, SchemaMismatch, SourceError
 from combined.protocol import utcnow
 
 
@@ -178,6 +178,7 @@ class PostgresSource(BaseSource):
                 cdc = r.strategy == "cdc"
                 if cdc:
                     self._refuse_unstreamed(session, r.dataset, rel)
+                    _refuse_key_outside_identity(session, r)
                 casts = {} if cdc else self.settings.casts_for(r.relation)
                 plans = catalog.column_plans(cols, types, casts)
                 chosen = [p for p in plans if r.columns is None or p.name in r.columns]
@@ -475,3 +476,14 @@ class PostgresSource(BaseSource):
         require_cursor_and_key(request)
         catalog.parse_relation(request.relation)
         return ReadOptions.of(request, self.settings)
+
+
+def _refuse_key_outside_identity(session: Session, request: ReadRequest) -> None:
+    """A cdc key its deletes would not carry, refused before any Run: `combined check`
+    passed it, and every capture then ended ``needs_review`` saying so."""
+    from combined.connectors.postgres._stitch import require_key_identity
+
+    try:
+        require_key_identity(session, request)
+    except SchemaMismatch as exc:
+        raise ConfigError(exc.message, hint=exc.hint, dataset=request.dataset) from None

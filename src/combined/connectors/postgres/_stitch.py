@@ -270,24 +270,30 @@ def _require_key_identity(settings: Settings, request: ReadRequest) -> None:
     too (its relation message), but only at the first change after the
     snapshot.
     """
+    session = Session(settings)
+    try:
+        require_key_identity(session, request)
+    finally:
+        session.close()
+
+
+def require_key_identity(session: Session, request: ReadRequest) -> None:
+    """Raise :class:`SchemaMismatch` when a key column of ``request`` is outside the
+    replica identity of its table (unless that is ``FULL``)."""
     from psycopg import sql
 
     schema, table = parse_relation(qualified(request.relation))
-    session = Session(settings)
-    try:
-        rows = session.rows(
-            sql.SQL(
-                "SELECT c.relreplident::text, a.attname::text FROM pg_class c"
-                " JOIN pg_namespace n ON n.oid = c.relnamespace"
-                " LEFT JOIN pg_index i ON i.indrelid = c.oid AND CASE c.relreplident"
-                " WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END"
-                " LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey)"
-                " WHERE n.nspname = {} AND c.relname = {}"
-            ).format(sql.Literal(schema), sql.Literal(table)),
-            "reading the table's replica identity",
-        )
-    finally:
-        session.close()
+    rows = session.rows(
+        sql.SQL(
+            "SELECT c.relreplident::text, a.attname::text FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " LEFT JOIN pg_index i ON i.indrelid = c.oid AND CASE c.relreplident"
+            " WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END"
+            " LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey)"
+            " WHERE n.nspname = {} AND c.relname = {}"
+        ).format(sql.Literal(schema), sql.Literal(table)),
+        "reading the table's replica identity",
+    )
     identity = {str(name) for kind, name in rows if kind in ("d", "i") and name is not None}
     missing = [k for k in request.key if identity and k not in identity]
     if missing:
