@@ -227,3 +227,12 @@ def test_json_numbers_inside_objects_a_double_keeps_are_read_as_before(tmp_path:
     )
     (row,) = _rows(tmp_path, "*.jsonl").column("o").to_pylist()
     assert row == {"f": 1.5, "n": 9007199254740992.0, "s": "12345678901234567890123"}
+
+
+def test_a_csv_field_of_megabytes_is_read_whole(tmp_path: Path) -> None:
+    """DuckDB's default longest row, 2,000,000 bytes, refused this valid file ("fix or
+    remove the file", naming line 1)."""
+    blob = "x" * 3_000_000 + '""' + "\n" + "y" * 10
+    (tmp_path / "a.csv").write_text(f'id,blob\n1,"{blob}"\n2,z\n')
+    table = _rows(tmp_path, "*.csv")
+    assert table.column("blob").to_pylist() == [blob.replace('""', '"'), "z"]

@@ -57,6 +57,11 @@ _NO_HIVE = "hive_partitioning = false"
 _WHOLE_SAMPLE = "sample_size = -1"
 
 
+#: The longest CSV row read (64 MiB): DuckDB's default, 2,000,000 bytes, refused a
+#: valid file holding a document or an image's base64 text in one field.
+MAX_CSV_ROW = 64 * 1024 * 1024
+
+
 def _type_map(pairs: Sequence[tuple[str, str]]) -> str:
     """Column names and DuckDB types as a DuckDB map literal."""
     return "{" + ", ".join(f"{literal(n)}: {literal(t)}" for n, t in pairs) + "}"
@@ -88,6 +93,7 @@ def scan(
             "skip = 0",
             "strict_mode = true",
             "null_padding = false",
+            f"max_line_size = {MAX_CSV_ROW}",
             "union_by_name = true",
             _NO_HIVE,
         ]
@@ -639,6 +645,12 @@ def _unreadable_hint(kind: str, text: str) -> str:
         )
     if "unicode" in lower or "utf-8" in lower:
         return "set `encoding:` (utf-16 or latin-1) or convert the file to utf-8"
+    if "maximum line size" in lower:
+        return (
+            f"a row (header and quoted line breaks included) is longer than {MAX_CSV_ROW} "
+            "bytes, the most a CSV row may hold: write such values to Parquet or JSON "
+            "files; nothing was committed"
+        )
     if "non-record" in text:
         return "write one JSON object per line (or one array of objects)"
     return "fix or remove the file; nothing was committed"
