@@ -236,3 +236,31 @@ def test_a_csv_field_of_megabytes_is_read_whole(tmp_path: Path) -> None:
     (tmp_path / "a.csv").write_text(f'id,blob\n1,"{blob}"\n2,z\n')
     table = _rows(tmp_path, "*.csv")
     assert table.column("blob").to_pylist() == [blob.replace('""', '"'), "z"]
+
+
+@pytest.mark.parametrize(
+    ("name", "write"),
+    [
+        ("a.parquet", [1_700_000_000_123_456_000, -1]),  # -1 ns landed as 1970-01-01 00:00
+        ("b.parquet", pa.array([1_700_000_000_123_456_789], pa.timestamp("ns", "Asia/Tokyo"))),
+    ],
+)
+def test_parquet_timestamps_finer_than_a_microsecond_are_refused_not_cut(
+    tmp_path: Path, name: str, write: object
+) -> None:
+    """The lake keeps microseconds: 22:13:20.123456789 landed as 22:13:20.123456."""
+    ts = write if isinstance(write, pa.Array) else pa.array(write, pa.timestamp("ns"))
+    pq.write_table(pa.table({"id": list(range(1, len(ts) + 1)), "ts": ts}), tmp_path / name)
+    with pytest.raises(SchemaMismatch, match="'ts' .* timestamps finer than a microsecond"):
+        _rows(tmp_path, name)
+    # Declared, they are read as declared: cut knowingly, or kept as text.
+    table = _rows(tmp_path, "s", file_sets={"s": {"glob": name, "columns": {"ts": "VARCHAR"}}})
+    assert "123456" in str(table.column("ts")[0])
+
+
+def test_nanosecond_parquet_timestamps_of_whole_microseconds_are_read(tmp_path: Path) -> None:
+    """pandas writes nanoseconds by default; values from microsecond clocks lose nothing."""
+    ts = pa.array([1_700_000_000_123_456_000, None], pa.timestamp("ns"))
+    pq.write_table(pa.table({"id": [1, 2], "ts": ts}), tmp_path / "a.parquet")
+    table = _rows(tmp_path, "*.parquet")
+    assert table.column("ts").cast(pa.int64()).to_pylist() == [1_700_000_000_123_456_000, None]

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from duckdb.sqltypes import DuckDBPyType
 
+from combined.connectors.files._instants import refuse_finer_than_microseconds
 from combined.connectors.files._listing import Listing
 from combined.connectors.files._settings import FileSet, Format
 from combined.errors import CombinedError, NotFoundError, SchemaMismatch, SourceError
@@ -125,12 +126,16 @@ def infer(
     column inferred DOUBLE that holds an integer no double keeps exactly
     (beyond 2**53) reads as DECIMAL(38, 0), or is refused (:func:`_exact_numbers`);
     so does a CSV column inferred DOUBLE.
+    A Parquet nanosecond column holding a value finer than a microsecond is
+    refused (:func:`refuse_finer_than_microseconds`).
     ``None`` for Parquet, whose footers type the columns, and for JSON keys
     DuckDB renamed (:func:`_renamed`): such reads infer their types again.
     """
+    source = scan(file_set, fmt, listing)
+    found = describe(con, f"SELECT * FROM {source}")
     if fmt == "parquet":
+        refuse_finer_than_microseconds(con, file_set, found, source, quote_ident)
         return None
-    found = describe(con, f"SELECT * FROM {scan(file_set, fmt, listing)}")
     if fmt == "json" and _renamed([n for n, _ in found]):
         _refuse_rounded_beside_case(con, file_set, listing, found)
         return None
