@@ -98,6 +98,9 @@ _BODIES = {
     "/v1/surrogate/text": rb'[{"id": 1, "s": "ok"}, {"id": 2, "s": "a\ud800"}]',
     "/v1/surrogate/object": rb'[{"id": 1, "o": {"k": "\udc00"}}]',
     "/v1/surrogate/key": rb'[{"id": 1, "\ud800": 1}]',
+    # numbers no decimal of the lake holds
+    "/v1/past/exponent": b'[{"id": 1, "f": 1e400}]',
+    "/v1/past/digits": b'[{"id": 1, "f": 1' + b"0" * 39 + b"}]",
 }
 
 

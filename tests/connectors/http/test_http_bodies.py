@@ -45,3 +45,19 @@ def test_a_lone_surrogate_escape_is_refused_naming_the_field(
         _read(source, "s")
     assert message in info.value.message
     assert info.value.hint is not None and info.value.hint.startswith("fix the")
+
+
+@pytest.mark.parametrize("shape", ["exponent", "digits"])
+def test_a_number_past_every_decimal_names_json_as_the_type_to_declare(
+    api: FakeAPI, shape: str
+) -> None:
+    """The hint named decimal(N) or decimal(0), which refuse 1e400 and 40 digits too."""
+    source = _source(api, endpoints={"p": {"path": f"/past/{shape}"}})
+    with pytest.raises(SchemaMismatch) as info:
+        _read(source, "p")
+    assert "fields: {f: json}" in (info.value.hint or "")
+    declared = _source(api, endpoints={"p": {"path": f"/past/{shape}", "fields": {"f": "json"}}})
+    table, _, _ = _read(declared, "p")
+    assert table is not None and table.column("f").to_pylist() == [
+        "1" + "0" * (400 if shape == "exponent" else 39)
+    ]

@@ -200,13 +200,20 @@ class Records:
         return batch
 
 
+#: 10**38: an integer there has more digits than any decimal the lake holds.
+_PAST_DECIMALS = Decimal(10) ** 38
+
+
 def _wider(kind: str, value: Any) -> str:
     """The type to declare for a field inferred ``kind`` that ``value`` does not fit.
 
     An integer past 64 bits keeps its digits as ``decimal(0)``, or beside
-    fractions as ``decimal(N)``; ``number`` (a double) would round it.
+    fractions as ``decimal(N)``; ``number`` (a double) would round it. One
+    past 38 digits (``1e400``) no decimal holds: ``json`` keeps it.
     """
     whole = integral(value)
+    if whole and abs(Decimal(value)) >= _PAST_DECIMALS:
+        return "json"
     if kind == "integer":
         return "decimal(0)" if whole else "number"
     if kind == "number" and whole:
