@@ -48,7 +48,10 @@ def setup(engine: Engine, source: str) -> tuple[list[str], Run]:
     datasets = cdc_datasets(engine, source)
     conn = _change_source(engine, source)
     try:
-        notes = [conn.cdc_setup(relation) for _, relation in datasets]
+        notes = [
+            conn.cdc_setup(relation, committed=engine.committed_checkpoint(source, name))
+            for name, relation in datasets
+        ]
     finally:
         conn.close()
     (run,) = engine.capture([f"{source}.{name}" for name, _ in datasets])
@@ -95,7 +98,8 @@ def teardown(engine: Engine, source: str) -> list[str]:
     notes = []
     try:
         for name, relation in datasets:
-            notes.append(f"{source}.{name}: {conn.cdc_teardown(relation)}")
+            committed = engine.committed_checkpoint(source, name)
+            notes.append(f"{source}.{name}: {conn.cdc_teardown(relation, committed=committed)}")
             version = engine.reset_checkpoint(source, name, "cdc teardown")
             if version is not None:
                 notes.append(

@@ -42,7 +42,7 @@ from combined.runtime._plan import Settings
 from combined.runtime._preflight import preflight, requests_of, verify_declared
 from combined.runtime._publish import HeldPublications
 from combined.runtime._reporter import NullReporter, Reporter
-from combined.runtime._runner import Runner
+from combined.runtime._runner import Runner, name_owner
 
 if TYPE_CHECKING:
     from combined.config import WebhookConfig
@@ -580,6 +580,7 @@ class Engine(Reading):
         if isinstance(config.get("path"), str) and "://" not in config["path"]:
             config["path"] = os.path.abspath(self.project.root / config["path"])
         conn = cls(config)
+        name_owner(conn, self.layout)
         keep = getattr(conn, "keep_config_updates", None)  # optional in the Source protocol
         if keep is not None:
             keep(self._config_updates(declared))

@@ -7,6 +7,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from combined.connectors.abc import StreamOwner
 from combined.connectors.postgres._connect import Settings
 from combined.connectors.postgres._publication import ensure_publication
 from combined.connectors.postgres._replication import (
@@ -15,8 +16,10 @@ from combined.connectors.postgres._replication import (
     drop_slot,
     slot_status,
 )
+from combined.connectors.postgres._slot_owner import Claim
 from combined.engine import Engine
 from combined.lake import LakeTable
+from combined.lake._project import project_id
 
 PROJECT = """\
 version: 1
@@ -399,16 +402,18 @@ def test_a_first_capture_never_drops_a_slot_that_a_process_holds(
 ) -> None:
     root, dsn, slot = cdc_project
     pg = Settings(dsn)
-    ensure_publication(pg, slot, ["public.items"])
-    create_slot(pg, slot).release_snapshot()
-    # Another project with the same slot_prefix, say, streams from the slot.
-    holder = ReplicationStream(pg, slot, slot, 0)
     engine = Engine.open(root / "combined.yaml")
+    # The project's own publication and slot (as an interrupted first capture
+    # leaves them), which another process streams from.
+    owner = StreamOwner(project_id(engine.layout), engine.layout.store.root)
+    ensure_publication(pg, slot, ["public.items"], claim=Claim(owner))
+    create_slot(pg, slot).release_snapshot()
+    holder = ReplicationStream(pg, slot, slot, 0)
     try:
         (run,) = engine.capture()
         assert run.state == "failed"
         error = run.error or ""
-        assert slot in error and "in use" in error and "slot_prefix" in error
+        assert slot in error and "in use" in error and "stop the process" in error
         assert len(engine.run(run.id)["attempts"]) == 1  # not retried: a person decides
         status = slot_status(pg, slot)
         assert status.exists and status.active

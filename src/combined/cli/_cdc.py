@@ -157,9 +157,10 @@ def cdc_teardown(
     """Void the cdc datasets' checkpoints and drop what the server keeps for them.
 
     PostgreSQL: the replication slots and publications are dropped, and the server
-    stops retaining WAL for them. MariaDB/MySQL: nothing is kept on the server; the
-    binlog position is voided. The lake keeps every row; the next capture takes a
-    new snapshot and reconciles it with the lake.
+    stops retaining WAL for them; another project's (their publication's mark), or
+    ones not provably this project's, are refused and left alone. MariaDB/MySQL:
+    nothing is kept on the server; the binlog position is voided. The lake keeps
+    every row; the next capture takes a new snapshot and reconciles it with the lake.
     """
     from combined import cdc
 

@@ -305,6 +305,24 @@ class ConfigSink(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class StreamOwner:
+    """The Combined project whose change streams a source makes on its server (optional).
+
+    A source that makes server objects for its streams (PostgreSQL's slots
+    and publications) has a method ``keep_stream_owner(owner)``; the engine
+    calls it right after building the source with a function that returns
+    the project's owner, asked only when a stream is made, claimed or
+    dropped. ``id`` is random and kept in the project's lake
+    (``lake/_project.py``): the same for every process of the project, and
+    after its catalog is rebuilt from the lake. ``lake`` says where that lake
+    is, for a person who must find the project.
+    """
+
+    id: str
+    lake: str
+
+
 @runtime_checkable
 class ChangeSource(Protocol):
     """What a source with ``SUPPORTS_CDC`` offers to manage its change streams.
@@ -313,8 +331,11 @@ class ChangeSource(Protocol):
     :meth:`Source.read` with strategy ``cdc``.
     """
 
-    def cdc_setup(self, relation: str) -> str:
-        """Create or verify what the stream needs (publication); say what was done."""
+    def cdc_setup(self, relation: str, committed: Mapping[str, Any] | None = None) -> str:
+        """Create or verify what the stream needs (publication); say what was done.
+
+        ``committed``: the lake's checkpoint of the dataset (it streamed before).
+        """
         ...
 
     def cdc_status(
@@ -323,8 +344,11 @@ class ChangeSource(Protocol):
         """The stream's state next to ``committed`` (the lake's checkpoint): position, lag."""
         ...
 
-    def cdc_teardown(self, relation: str) -> str:
-        """Drop the slot and publication of the relation; say what was dropped."""
+    def cdc_teardown(self, relation: str, committed: Mapping[str, Any] | None = None) -> str:
+        """Drop the slot and publication of the relation; say what was dropped.
+
+        ``committed``: the lake's checkpoint of the dataset (it streamed before).
+        """
         ...
 
 

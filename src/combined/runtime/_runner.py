@@ -25,7 +25,13 @@ from combined.catalog import Admission, Catalog, Member, Run, queue
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
 from combined.connectors import check_config, connector_class
-from combined.connectors.abc import ConfigSink, DatasetDiscovery, Discovery, Source
+from combined.connectors.abc import (
+    ConfigSink,
+    DatasetDiscovery,
+    Discovery,
+    Source,
+    StreamOwner,
+)
 from combined.delivery import StagingArea
 from combined.errors import (
     CombinedError,
@@ -60,7 +66,7 @@ from combined.runtime._reduce import prepare
 from combined.runtime._reporter import NullReporter, Reporter
 from combined.runtime._retry import backoff, defer_retry
 
-__all__ = ["Runner"]
+__all__ = ["Runner", "name_owner"]
 
 log = logging.getLogger(__name__)
 
@@ -342,6 +348,7 @@ class Runner:
             where=f"sources.{admission.config['source']}.config",
         )
         source = cls(self.resolve(admission.config))
+        name_owner(source, self.layout)
         keep = getattr(source, "keep_config_updates", None)  # optional in the Source protocol
         if keep is not None and self.config_updates is not None:
             keep(self.config_updates(admission.config, run_id))
@@ -584,3 +591,20 @@ def _discovered(
     except NotFoundError:
         return None
     return described
+
+
+def name_owner(source: Source, layout: LakeLayout) -> None:
+    """Tell a source that makes server objects for its streams whose project they are.
+
+    The project's id is read from the lake (made there the first time) only
+    when the source asks for it: when a stream is made, claimed or dropped.
+    """
+    keep = getattr(source, "keep_stream_owner", None)  # optional in the Source protocol
+    if keep is not None:
+
+        def owner() -> StreamOwner:
+            from combined.lake._project import project_id
+
+            return StreamOwner(project_id(layout), layout.store.root)
+
+        keep(owner)

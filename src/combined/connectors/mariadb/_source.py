@@ -269,7 +269,7 @@ class MariaDBSource(BaseSource):
         for relation in relations:
             check_server(self.settings, relation, (committed or {}).get(relation))
 
-    def cdc_setup(self, relation: str) -> str:
+    def cdc_setup(self, relation: str, committed: Mapping[str, Any] | None = None) -> str:
         """Verify the server's binlog settings and grants (the position comes with a read)."""
         self.cdc_check([relation])
         return (
@@ -289,7 +289,7 @@ class MariaDBSource(BaseSource):
         finally:
             session.close()
 
-    def cdc_teardown(self, relation: str) -> str:
+    def cdc_teardown(self, relation: str, committed: Mapping[str, Any] | None = None) -> str:
         """Nothing on the server holds a binlog consumer: only the checkpoint is voided."""
         return "no server object to drop (the binlog position lives in the lake's checkpoint)"
 

@@ -15,7 +15,7 @@ from combined.connectors.postgres._catalog import parse_relation
 from combined.connectors.postgres._connect import Settings
 from combined.connectors.postgres._publication import require_published
 from combined.connectors.postgres._replication import _check_wal_level, _control, require_slot
-from combined.connectors.postgres._slot_owner import refuse_foreign_slot
+from combined.connectors.postgres._slot_owner import Claim, refuse_unowned
 from combined.errors import AuthRejected, ConfigError
 
 __all__ = ["check_ready"]
@@ -43,13 +43,15 @@ WHERE n.nspname = %(schema)s AND c.relname = %(table)s
 """
 
 
-def check_ready(settings: Settings, slot: str, table: str, *, resumed: bool = False) -> None:
-    """Raise what would stop a capture of ``table``'s change stream through ``slot``
-    (``resumed``: the lake holds a checkpoint to resume it from: the slot must exist)."""
+def check_ready(settings: Settings, slot: str, table: str, claim: Claim) -> None:
+    """Raise what would stop a capture of ``table``'s change stream through ``slot``: a
+    slot and publication that are not ``claim``'s (``_slot_owner``) among the rest
+    (``claim.resumed``: the lake holds a checkpoint to resume from: the slot must exist)."""
     schema, name = parse_relation(table)
+    resumed = claim.resumed
     with _control(settings, "check the change stream") as conn:
         _check_wal_level(conn)
-        refuse_foreign_slot(conn, slot)
+        refuse_unowned(conn, slot, claim)
         row = conn.execute(_READY, {"slot": slot, "schema": schema, "table": name}).fetchone()
     if row is None:
         return  # (the table is missing: the dataset's own check names it)

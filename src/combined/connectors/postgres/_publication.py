@@ -25,6 +25,7 @@ from combined.connectors.postgres._replication import (
     _check_wal_level,
     _control,
 )
+from combined.connectors.postgres._slot_owner import Claim, refuse_unowned, settle, stamp
 from combined.connectors.postgres._tree import (
     Rows,
     Tree,
@@ -40,6 +41,7 @@ __all__ = [
     "ensure_publication",
     "partition_ancestors",
     "read_table_tree",
+    "require_owned",
     "require_published",
     "verify_tree",
 ]
@@ -68,6 +70,7 @@ def ensure_publication(
     tables: Sequence[str],
     *,
     add_missing: bool = False,
+    claim: Claim | None = None,
 ) -> Publication:
     """Create publication ``name`` for ``tables`` or verify that it covers them.
 
@@ -85,14 +88,25 @@ def ensure_publication(
     it lacks are added, and a partitioned table's publication switched off
     ``publish_via_partition_root``, only with ``add_missing`` (a table added
     to a live slot has no snapshot: rerun setup to take one).
+
+    With a ``claim``, another project's publication (or one whose slot is not
+    provably the claimant's) is refused first, and the publication marked the
+    claimant's (:mod:`~combined.connectors.postgres._slot_owner`): all in one
+    transaction, so a publication is never made without its mark, nor left
+    behind by a refusal.
     """
     wanted = tuple(dict.fromkeys(relation_name(*parse_relation(t)) for t in tables))
     if not wanted:
         raise ConfigError("a publication needs at least one table", hint="declare a cdc dataset")
-    with _control(settings, "set up the publication", denied_hint=_PUBLICATION_HINT) as conn:
+    with (
+        _control(settings, "set up the publication", denied_hint=_PUBLICATION_HINT) as conn,
+        conn.transaction(),
+    ):
         _check_wal_level(conn)
         trees = [_check_publishable(conn, table) for table in wanted]
         partitioned = any(tree.partitioned for tree in trees)
+        if claim is not None:
+            settle(conn, name, claim)
         row = conn.execute(
             "SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot "
             "FROM pg_publication WHERE pubname = %s",
@@ -100,6 +114,8 @@ def ensure_publication(
         ).fetchone()
         if row is None:
             _create_publication(conn, name, wanted, partitioned)
+            if claim is not None and claim.owner is not None:
+                stamp(conn, name, claim.owner)
             return Publication(name, wanted, created=True)
         all_tables, *actions, via_root = row
         if not all(actions):
@@ -361,6 +377,13 @@ def require_published(settings: Settings, name: str, table: str) -> None:
             hint=f"{_narrowed_hint(name, table)}; then {RECOVER_HINT}",
             publication=name,
         )
+
+
+def require_owned(settings: Settings, name: str, claim: Claim) -> None:
+    """Raise unless slot and publication ``name`` are provably ``claim``'s, or absent
+    (``_slot_owner.judge``); ahead of dropping them."""
+    with _control(settings, "read the publication") as conn:
+        refuse_unowned(conn, name, claim)
 
 
 def drop_publication(settings: Settings, name: str) -> bool:

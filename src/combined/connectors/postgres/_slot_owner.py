@@ -1,20 +1,187 @@
-"""Whose a replication slot is: slot names are the server's, a logical slot one database's.
+"""Whose a replication slot is: another database's, another project's, or provably ours.
 
-Two databases of one server whose tables share a schema and a name, captured
-under one ``slot_prefix`` (two projects, or two sources of one project),
-compute one slot name. The slot then belongs to whichever database made it
-first: the other must never take it for its own leftover and drop it.
+Slot names are the server's, a logical slot one database's. Two databases of
+one server whose tables share a schema and a name, captured under one
+``slot_prefix`` (two projects, or two sources of one project), compute one
+slot name: the slot belongs to whichever database made it first, and the
+other must never take it for its own leftover and drop it
+(:func:`refuse_foreign_slot`).
+
+Two projects capturing one table of one database under one ``slot_prefix``
+compute one slot name too, in the same database. A first capture drops a
+slot of its name that nothing streams from as the leftover of its own
+interrupted stand-up: the other project's slot, idle between its captures,
+looked just the same, and was dropped. So the publication, made before the
+slot in the same name, carries its project's mark, ``COMMENT ON
+PUBLICATION ... IS 'combined project <id>, lake <lake>'`` (the id kept in the
+project's lake: :class:`~combined.connectors.abc.StreamOwner`), written in the
+transaction that creates it, so no crash leaves a publication of Combined's
+unmarked. The role that creates a publication owns it, and its owner may
+comment on it: no privilege beyond those a first capture needs.
+
+:func:`judge` decides, under an advisory lock that two claimants of one
+name take in turn (:func:`settle`):
+
+- a publication marked by another project: its slot and publication are
+  that project's, refused (never dropped, never streamed);
+- marked by this project: its slot is this project's (an idle one the
+  leftover of an interrupted first capture, dropped and made again);
+- no mark (made before Combined marked its publications, or by hand) and no
+  slot: this project's from now on, marked when its role owns it;
+- no mark, or no publication, and a slot: nothing proves the slot is this
+  project's leftover and not the live slot of another project that made its
+  publication before the marks existed. It is refused, saying how to drop
+  it by hand when it is this project's, unless the lake holds a checkpoint
+  of the dataset (``resumed``: the project streamed from it before).
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
+from combined.connectors.abc import StreamOwner
 from combined.errors import ConfigError
 
-__all__ = ["refuse_foreign_slot"]
+__all__ = [
+    "Claim",
+    "mark_of",
+    "marked_by_another",
+    "refuse_foreign_slot",
+    "refuse_unowned",
+    "settle",
+    "stamp",
+]
+
+#: A publication's comment that marks it a Combined project's (what :func:`mark_of` writes).
+_MARK = re.compile(r"combined project ([0-9a-f]{32})(?:, lake (.*))?", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Who asks for a stream's slot and publication, and on what evidence.
+
+    ``owner`` is None for a source the engine named no project for: it marks
+    nothing and can prove nothing its own. ``resumed``: the lake holds a
+    checkpoint of the dataset, so the project streamed from the slot before.
+    """
+
+    owner: StreamOwner | None
+    resumed: bool = False
+
+
+def mark_of(owner: StreamOwner) -> str:
+    """The comment that marks a publication ``owner``'s."""
+    return f"combined project {owner.id}, lake {owner.lake}"
+
+
+def marked_by_another(comment: str | None, owner: StreamOwner | None) -> bool:
+    """Whether a publication's ``comment`` marks it a project other than ``owner``."""
+    marked = _MARK.fullmatch(comment or "")
+    return marked is not None and (owner is None or marked.group(1) != owner.id)
+
+
+def settle(conn: psycopg.Connection[Any], name: str, claim: Claim) -> None:
+    """Take publication ``name``'s claim lock (held until ``conn``'s transaction ends),
+    then :func:`judge` it: refuse it, or mark it the claimant's when it has no mark and
+    the role owns it. A publication made after this in the transaction is :func:`stamp`-ed.
+    """
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"combined:{name}",))
+    published, comment, owns, slotted = _read(conn, name)
+    mark = judge(name, claim, published=published, comment=comment, slotted=slotted)
+    if mark and owns and claim.owner is not None:
+        stamp(conn, name, claim.owner)
+
+
+def refuse_unowned(conn: psycopg.Connection[Any], name: str, claim: Claim) -> None:
+    """Raise what :func:`refuse_foreign_slot`, then :func:`judge`, raise of publication
+    ``name`` and its slot; mark nothing."""
+    refuse_foreign_slot(conn, name)
+    published, comment, _, slotted = _read(conn, name)
+    judge(name, claim, published=published, comment=comment, slotted=slotted)
+
+
+def _read(conn: psycopg.Connection[Any], name: str) -> tuple[bool, str | None, bool, bool]:
+    """Publication ``name``: whether it exists, its comment, whether this role may comment
+    on it (owns it), and whether a slot of the name exists in this database (one of
+    another is :func:`refuse_foreign_slot`'s)."""
+    row = conn.execute(
+        "SELECT p.oid IS NOT NULL, obj_description(p.oid, 'pg_publication'), "
+        "coalesce(pg_has_role(p.pubowner, 'USAGE'), false), "
+        "EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = %(name)s "
+        "AND database = current_database()) "
+        "FROM (SELECT 1) one LEFT JOIN pg_publication p ON p.pubname = %(name)s",
+        {"name": name},
+    ).fetchone()
+    assert row is not None
+    return bool(row[0]), row[1], bool(row[2]), bool(row[3])
+
+
+def judge(name: str, claim: Claim, *, published: bool, comment: str | None, slotted: bool) -> bool:
+    """Whether publication ``name`` is to be marked the claimant's now (it has no mark);
+    raise :class:`ConfigError` when it and its slot are another project's, or when its
+    slot is not provably the claimant's (see the module)."""
+    marked = _MARK.fullmatch(comment or "")
+    if marked is not None:
+        if marked_by_another(comment, claim.owner):
+            raise _foreign(name, marked.group(1), marked.group(2))
+        return False
+    if slotted and not claim.resumed:
+        raise _unproven(name, claim, published)
+    return claim.owner is not None and published and comment is None
+
+
+def stamp(conn: psycopg.Connection[Any], name: str, owner: StreamOwner) -> None:
+    """Mark publication ``name`` ``owner``'s (its role must own it)."""
+    conn.execute(
+        sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(
+            sql.Identifier(name), sql.Literal(mark_of(owner))
+        )
+    )
+
+
+def _foreign(name: str, other: str, lake: str | None) -> ConfigError:
+    where = f", lake {lake}" if lake else ""
+    return ConfigError(
+        f"replication slot and publication {name!r} belong to another Combined project "
+        f"(project {other}{where}), which captures the same table from this database under "
+        "the same slot_prefix",
+        hint="set a distinct `slot_prefix` for this source in combined.yaml (its slots and "
+        "publications then take other names); the other project's are left alone. If that "
+        f"project is gone (its lake deleted), drop them: SELECT pg_drop_replication_slot('{name}') "
+        f"FROM pg_replication_slots WHERE slot_name = '{name}'; DROP PUBLICATION {name};",
+        slot=name,
+        project=other,
+    )
+
+
+def _unproven(name: str, claim: Claim, published: bool) -> ConfigError:
+    had = "carries no Combined project's mark" if published else "does not exist"
+    mark = (
+        ""
+        if claim.owner is None or not published
+        else "; or, as its owner, mark the publication this project's: COMMENT ON "
+        f"PUBLICATION {name} IS {_quoted(mark_of(claim.owner))}"
+    )
+    return ConfigError(
+        f"replication slot {name!r} exists and its publication {had}, and the lake holds no "
+        "checkpoint of the dataset: nothing proves the slot is this project's leftover of an "
+        "interrupted first capture and not the slot another Combined project streams from "
+        "(a publication made before Combined marked its own, or by hand)",
+        hint="if no other project captures this table from this database under this "
+        f"slot_prefix, drop the slot and capture again: SELECT pg_drop_replication_slot('{name}'); "
+        f"otherwise set a distinct `slot_prefix` for this source{mark}",
+        slot=name,
+    )
+
+
+def _quoted(text: str) -> str:
+    """``text`` as an SQL string literal (for a statement a person runs)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def refuse_foreign_slot(conn: psycopg.Connection[Any], slot: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from psycopg import sql
@@ -18,6 +18,7 @@ from combined.connectors.abc import (
     Discovery,
     KeyMeasure,
     ReadRequest,
+    StreamOwner,
     require_cursor_and_key,
 )
 from combined.connectors.postgres import _catalog as catalog
@@ -37,6 +38,7 @@ from combined.connectors.postgres._preflight import (
     refuse_unstreamed,
     refuse_unsupported,
 )
+from combined.connectors.postgres._slot_owner import Claim
 from combined.connectors.postgres._tls import cleartext_password_warning
 from combined.connectors.postgres._tree import check_publishable, read_tree
 from combined.errors import ConfigError, SchemaMismatch, SourceError
@@ -64,7 +66,8 @@ class PostgresSource(BaseSource):
         dataset, whose name also carries a digest of the prefix and the
         exact relation (see :mod:`combined.connectors.postgres._stitch`).
         Two projects that capture the same table from one database need
-        different prefixes.
+        different prefixes: the second one's first capture is refused,
+        naming the first (:mod:`combined.connectors.postgres._slot_owner`).
 
     Any other key is refused, naming the closest one that is taken.
 
@@ -96,6 +99,22 @@ class PostgresSource(BaseSource):
         self._plans: weakref.WeakSet[PartitionPlan] = weakref.WeakSet()
         #: Sessions kept between the catalog's reads and each dataset's read.
         self._sessions = Sessions(self.settings)
+        self._owner_of: Callable[[], StreamOwner] | None = None
+        self._owner: StreamOwner | None = None
+
+    def keep_stream_owner(self, owner: Callable[[], StreamOwner]) -> None:
+        """Take the project whose slots and publications this source makes (abc.StreamOwner)."""
+        self._owner_of = owner
+
+    def stream_owner(self) -> StreamOwner | None:
+        """The project the engine named (asked once), or None when it named none."""
+        if self._owner is None and self._owner_of is not None:
+            self._owner = self._owner_of()
+        return self._owner
+
+    def _claim(self, committed: Mapping[str, Any] | None) -> Claim:
+        """This project's claim to a relation's slot, resumed when ``committed`` has an LSN."""
+        return Claim(self.stream_owner(), resumed=bool((committed or {}).get("lsn")))
 
     def warnings(self) -> list[str]:
         """A password that may cross the network in clear text (no TLS required)."""
@@ -332,7 +351,7 @@ class PostgresSource(BaseSource):
             # Change capture's modules (psycopg2, the WAL decoder) load only for it.
             from combined.connectors.postgres._stitch import cdc_read
 
-            return cdc_read(self.settings, request, self.slot_prefix)
+            return cdc_read(self.settings, request, self.slot_prefix, self.stream_owner)
         options = self._validate(request)
         ext = PostgresExtraction(self.settings, request, options, sessions=self._sessions)
         with self._lock:
@@ -348,19 +367,26 @@ class PostgresSource(BaseSource):
         from combined.connectors.postgres._stitch import slot_name
 
         for relation in relations:
-            resumed = bool(((committed or {}).get(relation) or {}).get("lsn"))
+            claim = self._claim((committed or {}).get(relation))
             slot = slot_name(self.slot_prefix, relation)
-            check_ready(self.settings, slot, relation, resumed=resumed)
+            check_ready(self.settings, slot, relation, claim)
 
-    def cdc_setup(self, relation: str) -> str:
-        """Create (or verify) the relation's publication; the slot comes with the first read."""
+    def cdc_setup(self, relation: str, committed: Mapping[str, Any] | None = None) -> str:
+        """Create (or verify) the relation's publication, marked this project's; refuse
+        another project's (``_slot_owner``). The slot comes with the first read."""
         from combined.connectors.postgres._publication import ensure_publication
         from combined.connectors.postgres._replication import require_own_slot
         from combined.connectors.postgres._stitch import qualified, slot_name
 
         name = slot_name(self.slot_prefix, relation)
         require_own_slot(self.settings, name)  # before the publication: nothing left behind
-        pub = ensure_publication(self.settings, name, [qualified(relation)], add_missing=True)
+        pub = ensure_publication(
+            self.settings,
+            name,
+            [qualified(relation)],
+            add_missing=True,
+            claim=self._claim(committed),
+        )
         verb = "created" if pub.created else "verified"
         return f"publication {name} {verb} for {qualified(relation)}"
 
@@ -383,13 +409,15 @@ class PostgresSource(BaseSource):
         owned = {slot_name(self.slot_prefix, r) for r in relations}
         return undeclared_slots(self.settings, slot_name_start(self.slot_prefix), owned)
 
-    def cdc_teardown(self, relation: str) -> str:
-        """Drop the relation's slot and publication (WAL is no longer retained for it)."""
-        from combined.connectors.postgres._publication import drop_publication
+    def cdc_teardown(self, relation: str, committed: Mapping[str, Any] | None = None) -> str:
+        """Drop the relation's slot and publication (WAL is no longer retained for it);
+        refuse, dropping nothing, another project's or one not provably this one's."""
+        from combined.connectors.postgres._publication import drop_publication, require_owned
         from combined.connectors.postgres._replication import drop_slot
         from combined.connectors.postgres._stitch import slot_name
 
         name = slot_name(self.slot_prefix, relation)
+        require_owned(self.settings, name, self._claim(committed))
         slot = drop_slot(self.settings, name)
         pub = drop_publication(self.settings, name)
         return (

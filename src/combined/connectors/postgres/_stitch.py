@@ -19,14 +19,16 @@ named by the earlier scheme (the readable part alone) are not recognised:
 there were no released users, so none is migrated.
 
 A first capture (no checkpoint in the lake) drops a slot of its name that
-nothing streams from, as the leftover of an interrupted stand-up, and
-refuses one that a process holds, or that another database of the server
-made (slot names are the server's). The slot prefix (``slot_prefix``,
-default ``combined``) is the only thing that separates two Combined
+nothing streams from, as the leftover of an interrupted stand-up, only when
+its publication carries this project's mark; it refuses one that a process
+holds, one that another database of the server made (slot names are the
+server's), and one whose publication another project marked or no project
+did (:mod:`~combined.connectors.postgres._slot_owner`). The slot prefix
+(``slot_prefix``, default ``combined``) is what separates two Combined
 projects: two projects capturing the same table of one server need
-different prefixes, or each would take the other's slot for its own
-leftover (in one database) or be refused its slot (in two). Two sources of
-one project are refused such a pair when the project is checked.
+different prefixes, and the second is refused its first capture until it
+has one. Two sources of one project are refused such a pair when the
+project is checked.
 """
 
 from __future__ import annotations
@@ -34,12 +36,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
 from combined.connectors._shared import cdc_values
-from combined.connectors.abc import BaseExtraction, ReadRequest
+from combined.connectors.abc import BaseExtraction, ReadRequest, StreamOwner
 from combined.connectors.postgres._assemble import recorded_types
 from combined.connectors.postgres._catalog import parse_relation, relation_name
 from combined.connectors.postgres._cdc import CdcExtraction, lsn_from_state
@@ -59,6 +61,7 @@ from combined.connectors.postgres._replication import (
     require_slot,
 )
 from combined.connectors.postgres._rewrite import Marks, read_marks, recorded_marks
+from combined.connectors.postgres._slot_owner import Claim
 from combined.connectors.postgres._tree import Tree, read_tree
 from combined.errors import ConfigError, NeedsSnapshot, SchemaMismatch, SourceError
 from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome
@@ -98,8 +101,16 @@ def _readable(text: str) -> str:
     return re.sub(r"[^a-z0-9_]", "_", text.lower())[: _NAME_BYTES - _DIGEST_CHARS - 1]
 
 
-def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtraction:
-    """A stitched snapshot when no LSN was committed yet, else the stream from it."""
+def cdc_read(
+    settings: Settings,
+    request: ReadRequest,
+    prefix: str,
+    owner: Callable[[], StreamOwner | None] = lambda: None,
+) -> BaseExtraction:
+    """A stitched snapshot when no LSN was committed yet, else the stream from it.
+
+    ``owner``: the project the stitched snapshot makes its slot and publication for.
+    """
     if not request.key:
         raise ConfigError(
             f"cdc dataset {request.dataset} needs a key",
@@ -108,7 +119,7 @@ def cdc_read(settings: Settings, request: ReadRequest, prefix: str) -> BaseExtra
     name = slot_name(prefix, request.relation)
     lsn = lsn_from_state(request.state)
     if lsn is None:
-        return StitchedSnapshot(settings, request, slot=name, publication=name)
+        return StitchedSnapshot(settings, request, slot=name, owner=owner)
     tree = _resumable_tree(settings, request, name)
     oid = tree.oid if tree is not None else None
     types = recorded_types(request.state)
@@ -178,13 +189,18 @@ class StitchedSnapshot(BaseExtraction):
     """The first read of a CDC dataset: slot first, then the snapshot it exported."""
 
     def __init__(
-        self, settings: Settings, request: ReadRequest, *, slot: str, publication: str
+        self,
+        settings: Settings,
+        request: ReadRequest,
+        *,
+        slot: str,
+        owner: Callable[[], StreamOwner | None],
     ) -> None:
         super().__init__()
         self._settings = settings
         self._request = request
-        self.slot = slot
-        self.publication = publication
+        self.slot = self.publication = slot
+        self._owner = owner
         self._handle: SlotHandle | None = None
         self._inner: PostgresExtraction | None = None
 
@@ -194,19 +210,26 @@ class StitchedSnapshot(BaseExtraction):
         # left an empty one behind on the server.
         _require_key_identity(s, req)
         require_own_slot(s, self.slot)  # another database's: never dropped below
-        ensure_publication(s, self.publication, [qualified(req.relation)], add_missing=True)
+        # Another project's slot (its publication's mark), or one not provably
+        # ours, is refused here, and the publication marked ours.
+        ensure_publication(
+            s,
+            self.publication,
+            [qualified(req.relation)],
+            add_missing=True,
+            claim=Claim(self._owner()),
+        )
         # No committed checkpoint refers to a slot of this name (we are here
-        # because none exists): one that nothing streams from is a leftover of
-        # an interrupted stand-up; one that a process holds is not ours. The
-        # short wait lets the walsender of an interrupted attempt exit.
+        # because none exists), and a slot of its name is provably ours: one that
+        # nothing streams from is the leftover of our interrupted stand-up; one
+        # that a process holds is not to be taken. The short wait lets the
+        # walsender of an interrupted attempt exit.
         drop_slot(
             s,
             self.slot,
             wait_seconds=3.0,
-            in_use_hint=f"dataset {req.dataset} has no committed checkpoint, so this slot is "
-            "not its own: stop the process that streams from it; if another Combined project "
-            "captures the same table from this database, give the two different `slot_prefix` "
-            "values",
+            in_use_hint=f"dataset {req.dataset} has no committed checkpoint, so no capture of "
+            "it streams from this slot: stop the process that does",
         )
         self._handle = handle = create_slot(s, self.slot)
         snapshot_id = handle.snapshot_name

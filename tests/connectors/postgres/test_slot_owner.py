@@ -1,0 +1,60 @@
+"""Whose a slot is, told by its publication's mark: every case of ``judge``."""
+
+from __future__ import annotations
+
+import pytest
+
+from combined.connectors.abc import StreamOwner
+from combined.connectors.postgres._slot_owner import Claim, judge, mark_of
+from combined.errors import ConfigError
+
+OURS = StreamOwner("a" * 32, "/srv/ours/lake")
+THEIRS = StreamOwner("b" * 32, "s3://theirs/lake")
+
+
+def _judge(claim: Claim, comment: str | None, *, slotted: bool, published: bool = True) -> bool:
+    return judge("s", claim, published=published, comment=comment, slotted=slotted)
+
+
+@pytest.mark.parametrize("slotted", [False, True])
+def test_a_publication_marked_ours_is_ours(slotted: bool) -> None:
+    assert _judge(Claim(OURS), mark_of(OURS), slotted=slotted) is False
+
+
+@pytest.mark.parametrize("claim", [Claim(OURS), Claim(OURS, resumed=True), Claim(None)])
+@pytest.mark.parametrize("slotted", [False, True])
+def test_a_publication_another_project_marked_is_refused(claim: Claim, slotted: bool) -> None:
+    with pytest.raises(ConfigError, match="another Combined project") as caught:
+        _judge(claim, mark_of(THEIRS), slotted=slotted)
+    told = caught.value.describe()
+    assert THEIRS.id in told and THEIRS.lake in told and "`slot_prefix`" in told
+
+
+@pytest.mark.parametrize("published", [False, True])
+def test_a_slot_without_a_marked_publication_is_not_provably_ours(published: bool) -> None:
+    with pytest.raises(ConfigError, match="nothing proves") as caught:
+        _judge(Claim(OURS), None, slotted=True, published=published)
+    told = caught.value.describe()
+    assert "pg_drop_replication_slot('s')" in told and "`slot_prefix`" in told
+    # The publication's owner may mark it instead (only one that exists).
+    assert ("COMMENT ON PUBLICATION s IS" in told) is published
+    assert (mark_of(OURS) in told) is published
+
+
+def test_a_slot_the_project_streamed_from_is_its_own_and_marked() -> None:
+    assert _judge(Claim(OURS, resumed=True), None, slotted=True) is True
+
+
+@pytest.mark.parametrize(
+    ("claim", "comment", "published", "marked"),
+    [
+        (Claim(OURS), None, True, True),
+        (Claim(OURS), None, False, False),  # (made and marked in the same transaction)
+        (Claim(OURS), "the dba's own note", True, False),  # never overwritten
+        (Claim(None), None, True, False),  # no project named: nothing to mark it with
+    ],
+)
+def test_a_publication_without_a_slot_is_taken(
+    claim: Claim, comment: str | None, published: bool, marked: bool
+) -> None:
+    assert _judge(claim, comment, slotted=False, published=published) is marked

@@ -1,0 +1,180 @@
+"""Two Combined projects capturing one table of one database under one slot_prefix.
+
+Both compute one slot name. The second's first capture took the first's
+idle slot for the leftover of its own interrupted stand-up and dropped it:
+the first's next capture found its slot gone. The publication now carries
+its project's mark, and a slot is dropped only when that mark is its own.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from combined.catalog import Run
+from combined.connectors.postgres._connect import Settings
+from combined.connectors.postgres._publication import ensure_publication
+from combined.connectors.postgres._replication import create_slot, slot_status
+from combined.engine import Engine
+from combined.lake import LakeLayout, LakeTable
+from combined.lake._project import project_id
+
+
+@pytest.fixture
+def two(tmp_path: Path, cdc_db: Any, tools: Any) -> tuple[Path, Path, str, str]:
+    """Projects ``a`` and ``b``: one database, one table, one slot_prefix, two lakes."""
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, v int)")
+        conn.execute("INSERT INTO items SELECT g, g FROM generate_series(1, 50) g")
+    text = tools.pg_cdc_project(cdc_db.dsn, cdc_db.prefix, "public.items", ["id"])
+    roots = tmp_path / "a", tmp_path / "b"
+    for root in roots:
+        root.mkdir()
+        (root / "combined.yaml").write_text(text)
+    return *roots, cdc_db.dsn, cdc_db.slot("public.items")
+
+
+def _capture(root: Path) -> Run:
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        return run
+    finally:
+        engine.close()
+
+
+def _lake(root: Path) -> list[tuple[Any, ...]]:
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        rows = engine.sql("SELECT id, v FROM pg.items ORDER BY id").to_pylist()
+        return [(r["id"], r["v"]) for r in rows]
+    finally:
+        engine.close()
+
+
+def _source(dsn: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return list(conn.execute("SELECT id, v FROM items ORDER BY id"))
+
+
+def _mark(dsn: str, slot: str) -> str | None:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = %s",
+            (slot,),
+        ).fetchone()
+    return None if row is None else row[0]
+
+
+def _refused(run: Run, *said: str) -> None:
+    assert run.state == "failed", run.error
+    for words in said:
+        assert words in (run.error or ""), run.error
+
+
+def _slot_since(dsn: str, slot: str) -> int | None:
+    """The slot's restart position: a slot dropped and made again starts later."""
+    return slot_status(Settings(dsn), slot).restart_lsn
+
+
+def test_a_second_project_is_refused_the_first_projects_slot(
+    two: tuple[Path, Path, str, str], tools: Any
+) -> None:
+    a, b, dsn, slot = two
+    assert _capture(a).state == "succeeded"
+    owner = project_id(LakeLayout(a / "lake"))
+    since = _slot_since(dsn, slot)
+    run = _capture(b)
+    _refused(run, "another Combined project", owner, str(a / "lake"), "`slot_prefix`")
+    # check, setup and teardown refuse it too, dropping nothing
+    for argv in (["check"], ["cdc", "setup", "pg"], ["cdc", "teardown", "pg", "--yes"]):
+        refused = tools.cli(b, *argv)
+        out = " ".join((refused.stdout + refused.stderr).split())
+        assert refused.returncode == 2, (argv, out)
+        assert "another Combined project" in out and owner in out, (argv, out)
+    assert _slot_since(dsn, slot) == since and owner in (_mark(dsn, slot) or "")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE items SET v = -v WHERE id <= 10")
+    assert _capture(a).state == "succeeded"
+    assert _lake(a) == _source(dsn)
+    # The project's id is its lake's: a catalog rebuilt from the lake keeps it.
+    shutil.rmtree(a / ".combined")
+    assert tools.cli(a, "repair").returncode == 0
+    setup = tools.cli(a, "cdc", "setup", "pg")
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    # The fix the refusal names: another slot_prefix for the second project.
+    yaml = b / "combined.yaml"
+    yaml.write_text(yaml.read_text().replace("slot_prefix: ", "slot_prefix: b_"))
+    assert _capture(b).state == "succeeded"
+    assert _lake(b) == _source(dsn)
+
+
+def test_an_interrupted_first_capture_is_made_again_by_its_own_project_alone(
+    two: tuple[Path, Path, str, str], tools: Any
+) -> None:
+    a, b, dsn, slot = two
+    killed = tools.cli(a, "capture", env={"COMBINED_FAULT": "after_staging"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert LakeTable(a / "lake" / "pg" / "items", "combined:pg/items").latest_commit() is None
+    since = _slot_since(dsn, slot)
+    assert since is not None  # the leftover: a slot, no commit
+    _refused(_capture(b), "another Combined project")
+    assert _slot_since(dsn, slot) == since
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE items SET v = 0 WHERE id = 1")
+    assert _capture(a).state == "succeeded"
+    assert (_slot_since(dsn, slot) or 0) > since  # dropped and made again
+    assert _lake(a) == _source(dsn)
+
+
+def test_a_slot_whose_publication_has_no_mark_is_refused_until_its_owner_is_told(
+    two: tuple[Path, Path, str, str], tools: Any
+) -> None:
+    """What a capture before the marks left: an idle slot and a publication without a
+    mark, whether one project's interrupted stand-up or another's live stream."""
+    a, b, dsn, slot = two
+    pg = Settings(dsn)
+    ensure_publication(pg, slot, ["public.items"])
+    create_slot(pg, slot).release_snapshot()
+    since = _slot_since(dsn, slot)
+    assert since is not None
+    run = _capture(a)
+    _refused(run, "carries no Combined project's mark", f"pg_drop_replication_slot('{slot}')")
+    teardown = tools.cli(a, "cdc", "teardown", "pg", "--yes")
+    assert teardown.returncode == 2 and "no Combined project's mark" in teardown.stderr
+    assert _slot_since(dsn, slot) == since
+    # The hint's other way: the publication's owner marks it this project's.
+    statement = (run.error or "").split("mark the publication this project's: ", 1)[1]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(statement.split("\n", 1)[0].strip())
+    assert _capture(a).state == "succeeded"
+    assert (_slot_since(dsn, slot) or 0) > since
+    assert _lake(a) == _source(dsn)
+    _refused(_capture(b), "another Combined project")
+
+
+def test_a_project_that_streamed_before_the_marks_keeps_its_slot(
+    two: tuple[Path, Path, str, str], tools: Any
+) -> None:
+    """A publication made before the marks, with a checkpoint in the lake: the project
+    streams on, and its setup marks the publication its own."""
+    a, b, dsn, slot = two
+    assert _capture(a).state == "succeeded"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS NULL").format(sql.Identifier(slot)))
+    since = _slot_since(dsn, slot)
+    _refused(_capture(b), "carries no Combined project's mark")
+    assert _slot_since(dsn, slot) == since
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM items WHERE id = 2")
+    setup = tools.cli(a, "cdc", "setup", "pg")
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    assert project_id(LakeLayout(a / "lake")) in (_mark(dsn, slot) or "")
+    assert _lake(a) == _source(dsn)
+    _refused(_capture(b), "another Combined project")
