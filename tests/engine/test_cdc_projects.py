@@ -178,3 +178,23 @@ def test_a_project_that_streamed_before_the_marks_keeps_its_slot(
     assert project_id(LakeLayout(a / "lake")) in (_mark(dsn, slot) or "")
     assert _lake(a) == _source(dsn)
     _refused(_capture(b), "another Combined project")
+
+
+def test_status_leaves_out_the_slots_another_project_marked(
+    two: tuple[Path, Path, str, str], tools: Any
+) -> None:
+    """Another project's slot under the same prefix was told as this one's undeclared
+    slot, with the statements that drop it."""
+    a, b, dsn, slot = two
+    assert _capture(a).state == "succeeded"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE other (id bigint PRIMARY KEY)")
+    yaml = b / "combined.yaml"
+    yaml.write_text(yaml.read_text().replace("public.items", "public.other"))
+    status = tools.cli(b, "cdc", "status", "pg")
+    assert status.returncode == 0 and slot not in status.stderr, status.stderr
+    # No mark (made before the marks): it may be this project's, and is told.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS NULL").format(sql.Identifier(slot)))
+    status = tools.cli(b, "cdc", "status", "pg")
+    assert status.returncode == 0 and f"slot {slot} is named" in status.stderr, status.stderr

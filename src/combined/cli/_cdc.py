@@ -67,8 +67,8 @@ def cdc_status(
     binlog, the retention and how long the consumer may stay down. A dataset whose
     captures are refused until a new snapshot is told on standard error. A PostgreSQL slot
     named with the source's slot_prefix that no declared dataset owns (a dataset
-    removed from the project) is told on standard error, with the statements that
-    drop it; it is never dropped.
+    removed from the project), and that no other project marked its own, is told on
+    standard error, with the statements that drop it; it is never dropped.
     """
     from combined import cdc
 

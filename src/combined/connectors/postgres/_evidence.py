@@ -7,9 +7,10 @@ from typing import Any
 
 from psycopg import sql
 
-from combined.connectors.abc import KeyMeasure
+from combined.connectors.abc import KeyMeasure, StreamOwner
 from combined.connectors.postgres._catalog import parse_relation
 from combined.connectors.postgres._connect import Session, Settings
+from combined.connectors.postgres._slot_owner import marked_by_another
 
 
 def measure_key(settings: Settings, relation: str, key: Sequence[str]) -> KeyMeasure:
@@ -60,12 +61,15 @@ def wal_retention(settings: Settings) -> dict[str, Any]:
     }
 
 
-#: The database's pgoutput slots whose names start as a prefix's do, and the WAL each
-#: holds back (bytes from its restart position to the server's current one).
+#: The database's pgoutput slots whose names start as a prefix's do, the WAL each
+#: holds back (bytes from its restart position to the server's current one), and the
+#: comment of its publication (a project's mark: ``_slot_owner``).
 _PREFIXED_SLOTS = """
 SELECT s.slot_name::text, s.active, s.wal_status,
-       pg_wal_lsn_diff(w.lsn, s.restart_lsn)::bigint
-FROM pg_replication_slots s,
+       pg_wal_lsn_diff(w.lsn, s.restart_lsn)::bigint,
+       obj_description(p.oid, 'pg_publication')
+FROM pg_replication_slots s
+     LEFT JOIN pg_publication p ON p.pubname = s.slot_name,
      LATERAL (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn()
                           ELSE pg_current_wal_lsn() END AS lsn) w
 WHERE s.database = current_database() AND s.plugin = 'pgoutput'
@@ -75,15 +79,17 @@ ORDER BY 1
 
 
 def undeclared_slots(
-    settings: Settings, start: str, declared: Collection[str]
+    settings: Settings, start: str, declared: Collection[str], owner: StreamOwner | None
 ) -> list[dict[str, Any]]:
     """Slots of this database whose names begin with ``start`` (a slot prefix's:
-    ``_stitch.slot_name_start``) that are none of ``declared``.
+    ``_stitch.slot_name_start``) that are none of ``declared``, nor another project's.
 
     A cdc dataset removed from the project leaves its slot, which keeps the
     server's WAL from being recycled until someone drops it; nothing else
-    tells. (Another project sharing the prefix on this database has its
-    slots here too: they are reported, never dropped.)
+    tells. A slot whose publication carries another project's mark is that
+    project's (``_slot_owner``), and left out; one whose publication has no
+    mark may be another's too (made before the marks): it is reported, never
+    dropped.
     """
     query = sql.SQL(_PREFIXED_SLOTS).format(sql.Literal(start))
     session = Session(settings)
@@ -93,6 +99,6 @@ def undeclared_slots(
         session.close()
     return [
         {"slot": str(name), "active": bool(active), "wal_status": status, "retained_bytes": held}
-        for name, active, status, held in rows
-        if name not in declared
+        for name, active, status, held, comment in rows
+        if name not in declared and not marked_by_another(comment, owner)
     ]

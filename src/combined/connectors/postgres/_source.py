@@ -402,12 +402,14 @@ class PostgresSource(BaseSource):
         return {"committed_lsn": (committed or {}).get("lsn"), "slot": name, **status.to_json()}
 
     def cdc_undeclared(self, relations: Sequence[str]) -> list[dict[str, Any]]:
-        """Slots named with this source's prefix that no dataset of ``relations`` owns."""
+        """Slots named with this source's prefix that no dataset of ``relations`` owns
+        (nor another project: ``_slot_owner``)."""
         from combined.connectors.postgres._evidence import undeclared_slots
         from combined.connectors.postgres._stitch import slot_name, slot_name_start
 
         owned = {slot_name(self.slot_prefix, r) for r in relations}
-        return undeclared_slots(self.settings, slot_name_start(self.slot_prefix), owned)
+        start = slot_name_start(self.slot_prefix)
+        return undeclared_slots(self.settings, start, owned, self.stream_owner())
 
     def cdc_teardown(self, relation: str, committed: Mapping[str, Any] | None = None) -> str:
         """Drop the relation's slot and publication (WAL is no longer retained for it);
