@@ -113,7 +113,8 @@ def test_a_range_or_composite_column_is_refused_before_a_run_and_leaves_no_slot(
         conn.execute("CREATE TABLE rg (id int PRIMARY KEY, r int4range, a addr, n int)")
         conn.execute("INSERT INTO rg VALUES (1, '[1,5)', ROW('main', 5), 1)")
     _pg(tmp_path, pg_database, "      rg:\n        key: [id]\n        strategy: cdc")
-    _refused(tmp_path, tools, "capture", says="column 'r' of 'public.rg' has type int4range")
+    says = "2 columns of 'public.rg' cannot be read as themselves: 'r' has type int4range"
+    _refused(tmp_path, tools, "capture", says=f"{says}: no faithful arrow type for int4range; 'a'")
     with psycopg.connect(pg_database, autocommit=True) as conn:
         slots = conn.execute(
             "SELECT slot_name FROM pg_replication_slots WHERE database = current_database()"
@@ -121,7 +122,8 @@ def test_a_range_or_composite_column_is_refused_before_a_run_and_leaves_no_slot(
         pubs = conn.execute("SELECT pubname FROM pg_publication").fetchall()
     assert slots == [] and pubs == []
     check = tools.cli(tmp_path, "check")
-    assert check.returncode == 2 and "leave it out" in " ".join(check.stdout.split())
+    leave = 'leave them out with the dataset\'s `columns: ["id", "n"]`'
+    assert check.returncode == 2 and leave in " ".join(check.stdout.split())
     _pg(tmp_path, pg_database, "      rg:\n        key: [id]\n        columns: [id, a, n]")
     says = "column 'a' of 'public.rg' has type addr"
     _refused(tmp_path, tools, "capture", says=says)
@@ -134,6 +136,48 @@ def test_a_range_or_composite_column_is_refused_before_a_run_and_leaves_no_slot(
         "      rg:\n        key: [id]\n        columns: [id, a, n]",
     )
     assert tools.cli(tmp_path, "capture").returncode == 0
+
+
+def test_every_unreadable_column_of_a_dataset_is_told_in_one_refusal(
+    tmp_path: Path, pg_database: str, tools
+) -> None:
+    """Reproduction: a table of five columns Combined cannot read as themselves (a
+    composite, a range, money, an interval, a tsvector); `combined check` named only
+    'iv', then with it left out of `columns:` only 'p', and so on: five rounds of check
+    and edit. One refusal now names them all, and its hint fixes them all at once."""
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TYPE pair AS (a int, b int)")
+        conn.execute(
+            "CREATE TABLE t (id int PRIMARY KEY, p pair, r int4range, m money, iv interval, "
+            "ts tsvector, n int, g int GENERATED ALWAYS AS (n * 2) STORED)"
+        )
+        conn.execute("INSERT INTO t VALUES (1, ROW(1, 2), '[1,5)', 3.5, '1 day', 'a b', 7)")
+    _pg(tmp_path, pg_database, "      t:\n        key: [id]")
+    check = tools.cli(tmp_path, "check")
+    said = " ".join(check.stdout.split())
+    assert check.returncode == 2, said
+    assert "dataset 't': 5 columns of 'public.t' cannot be read as themselves: 'p' has " in said
+    for told in ("int4range", "money", "'iv' has type interval", "'ts' has type tsvector"):
+        assert told in said
+    casts = ", ".join(f'"public.t.{c}": "text"' for c in ("p", "r", "m", "iv", "ts"))
+    assert f"declare casts: {{{casts}}} in the source configuration" in said
+    assert 'leave them out with the dataset\'s `columns: ["id", "n", "g"]`' in said
+    _refused(tmp_path, tools, "capture", says="5 columns of 'public.t' cannot be read")
+    # Either fix, as the hint gives it, is one edit.
+    _pg(tmp_path, pg_database + f"\n      casts: {{{casts}}}", "      t:\n        key: [id]")
+    assert tools.cli(tmp_path, "check").returncode == 0
+    _pg(tmp_path, pg_database, '      t:\n        key: [id]\n        columns: ["id", "n", "g"]')
+    assert tools.cli(tmp_path, "capture").returncode == 0
+    # A cdc dataset's list leaves out the generated column too, which its stream lacks.
+    _pg(tmp_path, pg_database, "      t:\n        key: [id]\n        strategy: cdc")
+    said = " ".join(tools.cli(tmp_path, "check").stdout.split())
+    assert 'leave them out with the dataset\'s `columns: ["id", "n"]`, or capture them' in said
+    _pg(
+        tmp_path,
+        pg_database,
+        '      t:\n        key: [id]\n        columns: ["id", "n"]\n        strategy: cdc',
+    )
+    assert tools.cli(tmp_path, "check").returncode == 0
 
 
 def test_a_backfill_of_a_mariadb_dataset_is_refused_before_a_run(

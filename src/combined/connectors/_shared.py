@@ -215,22 +215,38 @@ def cast_key(relation: str, column: str, quote: str = '"') -> str:
 
 
 def unreadable_column_fix(
-    relation: str, column: str, *, cdc: bool, quote: str = '"', cast_does: str = ""
+    relation: str,
+    columns: Sequence[str],
+    *,
+    cdc: bool,
+    quote: str = '"',
+    kept: Sequence[str] | None = None,
 ) -> str:
-    """The hint of a column a read cannot take as itself: leave it out, or cast it.
+    """The hint of ``columns`` a read cannot take as themselves: cast them all, or leave
+    them all out, in one edit.
 
-    A change data capture takes no casts; ``cast_does`` follows "in the
-    source configuration" (what the cast gives).
+    ``kept``: the dataset's other columns, given as the ``columns:`` list
+    that leaves these out (no such list when none would be left; the bare
+    key word when not known). A change data capture takes no casts.
     """
+    one = len(columns) == 1
+    them, their, a_cast = ("it", "its", "a cast") if one else ("them", "their", "casts")
+    listed = "`columns:`" if kept is None else f"`columns: {_flow(kept)}`"
+    leave = f"leave {them} out with the dataset's {listed}"
     if cdc:
         return (
-            "change data capture reads each column as its own type: leave it out with the "
-            "dataset's `columns:`, or capture it with strategy snapshot or cursor and a cast"
+            f"change data capture reads each column as its own type: {leave}, or capture "
+            f"{them} with strategy snapshot or cursor and {a_cast}"
         )
-    return (
-        f'declare casts: {{{cast_key(relation, column, quote)}: "text"}} in the source '
-        f"configuration{cast_does} (or leave it out with the dataset's `columns:`)"
+    casts = ", ".join(f'{cast_key(relation, c, quote)}: "text"' for c in columns)
+    return f"declare casts: {{{casts}}} in the source configuration to read {their} text form" + (
+        f" (or {leave})" if kept is None or kept else ""
     )
+
+
+def _flow(names: Sequence[str]) -> str:
+    """``names`` as a YAML flow list, each quoted as JSON (``on`` or ``a b`` stays a name)."""
+    return "[" + ", ".join(json.dumps(n, ensure_ascii=False) for n in names) + "]"
 
 
 def split_qualified(text: str, quote: str, hint: str) -> list[str]:

@@ -155,13 +155,7 @@ class MariaDBSource(BaseSource):
                         raise ConfigError(
                             f"dataset {r.dataset!r}: column {p.name!r} of {rel.table!r} has "
                             f"type {p.source_type}: {p.reason}",
-                            hint=unreadable_column_fix(
-                                rel.table,
-                                p.name,
-                                cdc=cdc,
-                                quote="`",
-                                cast_does=" to read its text form",
-                            ),
+                            hint=unreadable_column_fix(rel.table, [p.name], cdc=cdc, quote="`"),
                             dataset=r.dataset,
                             column=p.name,
                         )

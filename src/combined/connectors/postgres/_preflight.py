@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -19,32 +19,56 @@ def _interval(t: pa.DataType | None) -> bool:
     return bool(pa.types.is_interval(t))
 
 
-def refuse_intervals(dataset: str, relation: str, plans: Sequence[ColumnPlan], cdc: bool) -> None:
-    """Refuse a read selecting an ``interval`` column read as itself.
+def _unreadable(p: ColumnPlan) -> str | None:
+    """Why column ``p`` cannot be read as itself (the words after its type), or None."""
+    if p.route == "unsupported":
+        return f": {p.reason}"
+    if _interval(p.arrow_type):
+        # month_day_nano_interval has no canonical identity encoding: no row holding
+        # it could be identified or hashed.
+        return (
+            ", which Combined cannot read as itself (its Arrow type, "
+            f"{p.arrow_type}, has no canonical identity encoding)"
+        )
+    return None
 
-    Its Arrow type (month_day_nano_interval) has no canonical identity
-    encoding, so no row holding it could be identified or hashed: the
-    capture failed after reading, as if retrying could help.
+
+def refuse_unreadable(
+    dataset: str,
+    relation: str,
+    chosen: Sequence[ColumnPlan],
+    cdc: bool,
+    unlisted: Collection[str] = (),
+) -> None:
+    """Refuse a read selecting columns it cannot take as themselves, naming every one.
+
+    An ``interval`` read as itself, and a type without an Arrow type (a
+    range, a composite): the read refused them only once the Run had
+    started (for ``cdc`` after the publication and the slot were created),
+    and this refusal named one column at a time, so a table of ten took ten
+    rounds of check and edit. The hint fixes them all at once: the casts of
+    every one, or the ``columns:`` list without them (``unlisted``: columns
+    that list must not name, a cdc dataset's generated ones).
     """
-    for p in plans:
-        if _interval(p.arrow_type):
-            why = (
-                ", which Combined cannot read as itself (its Arrow type, "
-                f"{p.arrow_type}, has no canonical identity encoding)"
-            )
-            _refuse(dataset, relation, p, cdc, why, cast_does="")
-
-
-def refuse_unsupported(dataset: str, relation: str, plans: Sequence[ColumnPlan], cdc: bool) -> None:
-    """Refuse a read selecting a column whose type has no Arrow type (a range, a composite).
-
-    The read refused it only once the Run had started: a needs_review Run
-    that `combined check` had passed, and for ``cdc`` after the publication
-    and the replication slot were created, left on the server retaining WAL.
-    """
-    for p in plans:
-        if p.route == "unsupported":
-            _refuse(dataset, relation, p, cdc, f": {p.reason}", cast_does=" to read its text form")
+    refused = [(p, why) for p in chosen if (why := _unreadable(p)) is not None]
+    if not refused:
+        return
+    kept = [p.name for p in chosen if _unreadable(p) is None and p.name not in unlisted]
+    names = [p.name for p, _ in refused]
+    if len(refused) == 1:
+        p, why = refused[0]
+        told = f"column {p.name!r} of {relation!r} has type {p.source_type}{why}"
+    else:
+        each = "; ".join(f"{p.name!r} has type {p.source_type}{why}" for p, why in refused)
+        told = f"{len(refused)} columns of {relation!r} cannot be read as themselves: {each}"
+    raise ConfigError(
+        f"dataset {dataset!r}: {told}",
+        hint=unreadable_column_fix(relation, names, cdc=cdc, kept=kept),
+        dataset=dataset,
+        column=names[0],
+        columns=names,
+        source_type=refused[0][0].source_type,
+    )
 
 
 def refuse_cursor(dataset: str, by_name: Mapping[str, ColumnPlan], column: str) -> ColumnPlan:
@@ -76,20 +100,6 @@ def refuse_order(dataset: str, by_name: Mapping[str, ColumnPlan], order: Sequenc
                 dataset=dataset,
                 column=name,
             )
-
-
-def _refuse(
-    dataset: str, relation: str, p: ColumnPlan, cdc: bool, why: str, *, cast_does: str
-) -> None:
-    """Raise the refusal of column ``p`` (``why`` after its type), with the fix that applies."""
-    fix = unreadable_column_fix(relation, p.name, cdc=cdc, cast_does=cast_does)
-    raise ConfigError(
-        f"dataset {dataset!r}: column {p.name!r} of {relation!r} has type {p.source_type}{why}",
-        hint=fix,
-        dataset=dataset,
-        column=p.name,
-        source_type=p.source_type,
-    )
 
 
 #: Relation kinds a logical replication slot cannot stream, by ``relkind``.

@@ -33,10 +33,9 @@ from combined.connectors.postgres._grants import grants, refuse_denied, refuse_u
 from combined.connectors.postgres._partition import PartitionPlan, check_open, create_plan
 from combined.connectors.postgres._preflight import (
     refuse_cursor,
-    refuse_intervals,
     refuse_order,
+    refuse_unreadable,
     refuse_unstreamed,
-    refuse_unsupported,
 )
 from combined.connectors.postgres._slot_owner import Claim
 from combined.connectors.postgres._tls import cleartext_password_warning
@@ -208,8 +207,9 @@ class PostgresSource(BaseSource):
                         hint=f"add a column to {rel.name}, or remove the dataset",
                         dataset=r.dataset,
                     )
-                refuse_intervals(r.dataset, rel.name, chosen, cdc)
-                refuse_unsupported(r.dataset, rel.name, chosen, cdc)
+                # (The stream carries no generated column: a cdc `columns:` names none.)
+                generated = [c.name for c in cols if cdc and c.generated]
+                refuse_unreadable(r.dataset, rel.name, chosen, cdc, generated)
                 by_name = {p.name: p for p in plans}
                 spec = r.cursor
                 if r.strategy == "cursor" and spec is not None:
