@@ -196,7 +196,7 @@ def test_partitioned_and_inheritance_parents_say_what_their_reads_include(admin,
         (
             "CREATE TABLE {t} (id int PRIMARY KEY); ALTER TABLE {t} REPLICA IDENTITY NOTHING",
             "{s}.t has REPLICA IDENTITY NOTHING",
-            "REPLICA IDENTITY DEFAULT (its primary key) or FULL",
+            "REPLICA IDENTITY DEFAULT (its primary key), or ALTER TABLE",
         ),
         ("CREATE TABLE {t} (id int)", "{s}.t has no replica identity", "add a primary key"),
         (
@@ -238,6 +238,45 @@ def test_check_refuses_a_cdc_relation_no_slot_streams(
     assert f"cdc dataset 't': {told}" in caught.value.message
     assert fix in (caught.value.hint or "")
     source.preflight([make_request("t")])  # a snapshot reads it
+
+
+def test_an_identity_hint_gives_the_statement_of_the_unique_index_that_would_serve(
+    admin, schema, source, make_request
+):
+    """A cdc dataset of a table without a primary key but with a unique index over NOT
+    NULL columns was told "add a primary key, or ... REPLICA IDENTITY FULL", never the
+    index; one keyed on a unique column outside the identity, "make the key the replica
+    identity", without the statement. Each hint now gives it, run as given."""
+    s = f'"{schema}"'
+    for statement in (
+        f"CREATE TABLE {s}.t (a int NOT NULL, b int NOT NULL, c int, d int NOT NULL,"
+        " email text NOT NULL, CONSTRAINT t_d UNIQUE (d) DEFERRABLE)",
+        f"CREATE UNIQUE INDEX t_c ON {s}.t (c)",  # over a nullable column
+        f"CREATE UNIQUE INDEX t_a ON {s}.t (a) WHERE a > 0",  # partial
+        f"CREATE UNIQUE INDEX t_lower ON {s}.t (lower(email))",  # an expression
+        f"CREATE UNIQUE INDEX t_ab ON {s}.t (a, b)",
+        f'CREATE UNIQUE INDEX "t Email" ON {s}.t (email)',
+        f"CREATE TABLE {s}.u (id int PRIMARY KEY, email text NOT NULL UNIQUE)",
+    ):
+        admin.execute(statement)
+
+    def hint(table: str, *key: str) -> str:
+        with pytest.raises(ConfigError) as caught:
+            source.preflight([make_request(table, key=key, strategy="cdc")])
+        return caught.value.hint or ""
+
+    alter = f'ALTER TABLE "{schema}"."t" REPLICA IDENTITY'
+    assert hint("t", "a") == f'{alter} USING INDEX "t_ab", or {alter} FULL'
+    assert hint("t", "c") == f"add a primary key, or {alter} FULL"  # no index would do
+    assert hint("t", "email") == f'{alter} USING INDEX "t Email", or {alter} FULL'
+    admin.execute(hint("t", "email").split(", or ")[0])
+    source.preflight([make_request("t", key=("email",), strategy="cdc")])
+    # A key outside the identity: the index over the key, which the identity then is.
+    alter = f'ALTER TABLE "{schema}"."u" REPLICA IDENTITY'
+    assert hint("u", "email") == f'{alter} USING INDEX "u_email_key", or {alter} FULL'
+    admin.execute(hint("u", "email").split(", or ")[0])
+    source.preflight([make_request("u", key=("email",), strategy="cdc")])
+    assert hint("u", "id") == f"{alter} DEFAULT (its primary key), or {alter} FULL"
 
 
 def test_a_preflight_of_many_datasets_reads_the_catalog_in_a_few_queries(

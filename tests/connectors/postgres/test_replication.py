@@ -179,6 +179,13 @@ def test_publications_that_would_lose_changes_are_refused(names: Names) -> None:
     assert "REPLICA IDENTITY FULL" in (info.value.hint or "")
     names.conn.execute(f"ALTER TABLE {keyless} REPLICA IDENTITY FULL")
     ensure_publication(names.pg, names.pub("full"), [keyless])
+    # A unique index over NOT NULL columns would serve: the hint gives its statement.
+    unique = names.table("u", "id int NOT NULL, v text")
+    names.conn.execute(f"CREATE UNIQUE INDEX {unique}_id ON {unique} (id)")
+    with pytest.raises(SourceError, match="no replica identity") as info:
+        ensure_publication(names.pg, names.pub("u"), [unique])
+    alter = f'ALTER TABLE "public"."{unique}" REPLICA IDENTITY'
+    assert info.value.hint == f'{alter} USING INDEX "{unique}_id", or {alter} FULL'
 
     a = names.table("a")
     inserts_only = names.pub("ins")

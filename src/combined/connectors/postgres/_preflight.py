@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -107,7 +107,13 @@ _UNSTREAMED = {"v": "a view", "m": "a materialized view", "f": "a foreign table"
 
 
 def refuse_unstreamed(
-    dataset: str, relation: str, kind: str, persistence: str, identity: str, keyed: bool
+    dataset: str,
+    relation: str,
+    kind: str,
+    persistence: str,
+    identity: str,
+    keyed: bool,
+    identity_fix: Callable[[str], str],
 ) -> None:
     """Refuse a ``cdc`` dataset whose relation's changes no slot would carry.
 
@@ -116,7 +122,9 @@ def refuse_unstreamed(
     found", the server's bare "cannot add relation to publication", or a
     hint to add the primary key the table had. ``kind``, ``persistence``
     and ``identity`` are the relation's ``relkind``, ``relpersistence`` and
-    ``relreplident``; ``keyed``: whether an index can serve as its identity.
+    ``relreplident``; ``keyed``: whether an index can serve as its identity;
+    ``identity_fix``: the hint giving it one, given what to say when no index
+    can (:func:`._identity.identity_hint`).
     """
     snapshot = f"or capture {relation} with strategy: snapshot (or cursor)"
     if kind in _UNSTREAMED:
@@ -132,11 +140,7 @@ def refuse_unstreamed(
             else "has no replica identity (no primary key): its updates and deletes could "
             "not be published"
         )
-        fix = (
-            f"ALTER TABLE {relation} REPLICA IDENTITY DEFAULT (its primary key) or FULL"
-            if identity == "n"
-            else f"add a primary key, or ALTER TABLE {relation} REPLICA IDENTITY FULL"
-        )
+        fix = identity_fix("add a primary key")
     else:
         return
     raise ConfigError(f"cdc dataset {dataset!r}: {relation} {why}", hint=fix, dataset=dataset)

@@ -20,6 +20,7 @@ from psycopg import sql
 
 from combined.connectors.postgres._catalog import parse_relation, relation_name
 from combined.connectors.postgres._connect import Settings
+from combined.connectors.postgres._identity import identity_hint
 from combined.connectors.postgres._replication import (
     RECOVER_HINT,
     _check_wal_level,
@@ -311,7 +312,7 @@ def _check_publishable(conn: psycopg.Connection[Any], table: str) -> Tree:
     if identity == "n" or (identity in ("d", "i") and not has_index):
         raise SourceError(
             f"table {table!r} has no replica identity",
-            hint=f"add a primary key, or ALTER TABLE {table} REPLICA IDENTITY FULL",
+            hint=identity_hint(_rows_of(conn), *parse_relation(table), (), "add a primary key"),
         )
     check_publishable(tree)
     return tree

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, ClassVar
 
 from psycopg import sql
@@ -30,6 +31,7 @@ from combined.connectors.postgres._connect import (
 )
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
 from combined.connectors.postgres._grants import grants, refuse_denied, refuse_unreplicating
+from combined.connectors.postgres._identity import identity_hint
 from combined.connectors.postgres._partition import PartitionPlan, check_open, create_plan
 from combined.connectors.postgres._preflight import (
     refuse_cursor,
@@ -195,7 +197,7 @@ class PostgresSource(BaseSource):
                 cols = columns.get(rel.oid, [])
                 cdc = r.strategy == "cdc"
                 if cdc:
-                    self._refuse_unstreamed(session, r.dataset, rel)
+                    self._refuse_unstreamed(session, r, rel)
                     _refuse_key_outside_identity(session, r)
                 casts = {} if cdc else self.settings.casts_for(r.relation)
                 plans = catalog.column_plans(cols, types, casts)
@@ -227,9 +229,10 @@ class PostgresSource(BaseSource):
         finally:
             self._sessions.give_back(session)
 
-    def _refuse_unstreamed(self, session: Session, dataset: str, rel: catalog.Relation) -> None:
+    def _refuse_unstreamed(self, session: Session, r: ReadRequest, rel: catalog.Relation) -> None:
         """Refuse a cdc dataset of a view, an UNLOGGED table, one without a replica identity,
         an inheritance parent, or a partitioned table a partition of which no slot streams."""
+        dataset = r.dataset
         persistence, identity, keyed = session.rows(
             sql.SQL(
                 "SELECT c.relpersistence::text, c.relreplident::text, EXISTS (SELECT 1"
@@ -238,7 +241,9 @@ class PostgresSource(BaseSource):
             ).format(sql.Literal(rel.oid)),
             "reading the table's persistence and replica identity",
         )[0]
-        refuse_unstreamed(dataset, rel.name, rel.kind, persistence, identity, keyed)
+        rows = _rows(session, "reading the table's unique indexes")
+        fix = partial(identity_hint, rows, rel.schema, rel.table, r.key)
+        refuse_unstreamed(dataset, rel.name, rel.kind, persistence, identity, keyed, fix)
 
         # An inheritance parent, or a partition that is a foreign table or has no
         # replica identity: `combined check` passed them, and every first capture
@@ -263,11 +268,7 @@ class PostgresSource(BaseSource):
     @staticmethod
     def _refuse_unpublishable(session: Session, dataset: str, rel: catalog.Relation) -> None:
         """Refuse what :func:`check_publishable` refuses, before any Run."""
-
-        def rows(query: sql.Composed) -> list[tuple[Any, ...]]:
-            return session.rows(query, "reading the table's partitions")
-
-        tree = read_tree(rows, rel.schema, rel.table)
+        tree = read_tree(_rows(session, "reading the table's partitions"), rel.schema, rel.table)
         try:
             if tree is not None:
                 check_publishable(tree)
@@ -506,6 +507,11 @@ class PostgresSource(BaseSource):
         require_cursor_and_key(request)
         catalog.parse_relation(request.relation)
         return ReadOptions.of(request, self.settings)
+
+
+def _rows(session: Session, what: str) -> Callable[[sql.Composed], list[tuple[Any, ...]]]:
+    """``session``'s rows of a query, ``what`` naming the read in its error."""
+    return lambda query: session.rows(query, what)
 
 
 def _refuse_key_outside_identity(session: Session, request: ReadRequest) -> None:

@@ -43,10 +43,11 @@ from typing import Any
 from combined.connectors._shared import cdc_values
 from combined.connectors.abc import BaseExtraction, ReadRequest, StreamOwner
 from combined.connectors.postgres._assemble import recorded_types
-from combined.connectors.postgres._catalog import parse_relation, relation_name
+from combined.connectors.postgres._catalog import parse_relation
 from combined.connectors.postgres._cdc import CdcExtraction, lsn_from_state
 from combined.connectors.postgres._connect import Session, Settings
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
+from combined.connectors.postgres._identity import identity_hint
 from combined.connectors.postgres._publication import (
     ensure_publication,
     require_published,
@@ -324,8 +325,14 @@ def require_key_identity(session: Session, request: ReadRequest) -> None:
         raise SchemaMismatch(
             f"dataset {request.dataset!r} is keyed on {', '.join(missing)}, which deletes do "
             f"not carry (the replica identity of {schema}.{table} is {carried})",
-            hint="make the key the replica identity, "
-            f"or ALTER TABLE {relation_name(schema, table)} REPLICA IDENTITY FULL",
+            hint=identity_hint(
+                lambda q: session.rows(q, "reading the table's unique indexes"),
+                schema,
+                table,
+                request.key,
+                "make the key the replica identity (a primary key or a unique index over "
+                "NOT NULL columns)",
+            ),
             dataset=request.dataset,
         )
 
