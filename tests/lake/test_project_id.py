@@ -56,3 +56,29 @@ def test_another_lake_is_another_project(tmp_path: Path) -> None:
     one = project_id(LakeLayout(tmp_path / "one"))
     assert project_id(LakeLayout(tmp_path / "two")) != one
     assert project_id(LakeLayout(tmp_path / "one")) == one
+
+
+def test_a_table_made_while_it_is_looked_up_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table whose first entry lands between its load and the question whether it
+    exists is read, not refused.
+
+    Before, the load's "No files in log segment" was raised as the table's
+    read failure: of three processes asking for the project's id at once,
+    one failed so on a loaded machine.
+    """
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    made = tmp_path / "lake" / "_combined" / "project"
+    theirs = "a" * 32
+    asked = DeltaTable.is_deltatable
+
+    def landing(path: str, storage_options: dict[str, str] | None = None) -> bool:
+        if not (made / "_delta_log").exists():  # (the other process's commit lands now)
+            write_deltalake(str(made), pa.table({"id": [theirs]}))
+        return asked(path, storage_options=storage_options)
+
+    monkeypatch.setattr(DeltaTable, "is_deltatable", staticmethod(landing))
+    assert project_id(LakeLayout(tmp_path / "lake")) == theirs

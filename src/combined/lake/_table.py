@@ -151,9 +151,11 @@ class LakeTable:
         try:
             return DeltaTable(self.path, version=version, storage_options=self._options)
         except TableNotFoundError:
-            if DeltaTable.is_deltatable(self.path, storage_options=self._options):
-                raise  # there is a table, and it could not be read: not "no table"
-            return None
+            if not DeltaTable.is_deltatable(self.path, storage_options=self._options):
+                return None
+        # There is a table now: another process made it between the load and the
+        # question (its first entry landed), or it cannot be read, which this says.
+        return DeltaTable(self.path, version=version, storage_options=self._options)
 
     def exists(self) -> bool:
         """Whether the table has been created."""
