@@ -310,6 +310,35 @@ def require_logged_table(session: Session, database: str, table: str) -> None:
     _refuse_binlog_filters(session, database)
 
 
+def require_snapshot_engine(session: Session, database: str, table: str) -> None:
+    """Refuse a first snapshot of a table whose engine no consistent snapshot covers.
+
+    The stitched first capture ties the snapshot to the binlog position
+    MariaDB pins to it, and only a transactional engine (InnoDB) is read in
+    that snapshot: a MyISAM, Aria or MEMORY table is read as it changes, so
+    no position can be tied to what was read. Before, ``combined check`` and
+    ``cdc setup`` passed such a table and the first capture read it whole
+    and then failed, taking the Run's other datasets with it.
+    """
+    from combined.connectors.mariadb._catalog import TRANSACTIONAL_ENGINES
+
+    rows = session.rows(
+        "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
+        f"{session.literal(database)} AND TABLE_NAME = {session.literal(table)}",
+        "reading the table's engine",
+    )
+    engine = str(rows[0][0] or "") if rows else ""
+    if rows and engine not in TRANSACTIONAL_ENGINES:
+        raise ConfigError(
+            f"table {database}.{table} uses the {engine or 'unknown'} engine, which is not "
+            "transactional: no consistent snapshot covers it, so the first capture cannot "
+            "tie a binlog position to the rows it reads",
+            hint=f"ALTER TABLE {database}.{table} ENGINE=InnoDB, or capture the table with the "
+            "snapshot or cursor strategy",
+            relation=f"{database}.{table}",
+        )
+
+
 def binlog_status(session: Session) -> list[tuple[Any, ...]]:
     """The server's ``SHOW BINARY LOG STATUS`` (``SHOW MASTER STATUS`` before MySQL 8.2
     and on MariaDB): file, position, ``Binlog_Do_DB``, ``Binlog_Ignore_DB``, ..."""

@@ -41,6 +41,7 @@ from combined.connectors.mariadb._binlog_setup import (
     position_of,
     require_binlog,
     require_logged_table,
+    require_snapshot_engine,
 )
 from combined.connectors.mariadb._connect import Session, Settings
 from combined.connectors.mariadb._extract import MariaDBExtraction, ReadOptions
@@ -76,11 +77,19 @@ def check_server(
     settings: Settings, relation: str, committed: Mapping[str, Any] | None = None
 ) -> None:
     """Raise unless the server can stream the binlog for ``relation`` (see ``_binlog_setup``)
-    and, given ``committed`` (the lake's checkpoint), from its position as a capture would."""
+    and, given ``committed`` (the lake's checkpoint), from its position as a capture would.
+
+    Without ``committed``, the relation's next read is its stitched first
+    snapshot, which only a transactional table can give (a stream that resumes
+    from a checkpoint reads the log alone).
+    """
     session = Session(settings)
     try:
         require_binlog(session, relation)
-        require_logged_table(session, *catalog.parse_relation(relation, settings.database))
+        database, table = catalog.parse_relation(relation, settings.database)
+        require_logged_table(session, database, table)
+        if committed is None:
+            require_snapshot_engine(session, database, table)
         position = position_of(committed)
         if position is not None:
             whose = f"table {relation}"

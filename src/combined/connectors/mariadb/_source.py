@@ -256,7 +256,8 @@ class MariaDBSource(BaseSource):
         ``committed``: the checkpoints the lake resumes ``relations`` from; a position
         the server no longer holds (purged), or holds in another log (begun again),
         raises :class:`~._binlog_setup.BinlogGone` naming the new snapshot, as the
-        capture would.
+        capture would. A relation without one takes its first snapshot next, which
+        a table of a non-transactional engine cannot give.
         """
         from combined.connectors.mariadb._binlog_stitch import check_server
 
@@ -265,7 +266,7 @@ class MariaDBSource(BaseSource):
 
     def cdc_setup(self, relation: str, committed: Mapping[str, Any] | None = None) -> str:
         """Verify the server's binlog settings and grants (the position comes with a read)."""
-        self.cdc_check([relation])
+        self.cdc_check([relation], None if committed is None else {relation: committed})
         return (
             f"binary log settings and grants verified for {relation}; the first capture "
             "records the binlog position of its consistent snapshot"
