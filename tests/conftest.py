@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 import pytest
+from tests._held import CAPTURE_HELD_BEFORE_ITS_LEASE, COMMAND_HELD_BEFORE_ITS_LEASE, while_held
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -140,17 +141,25 @@ def pg_server_dsn() -> str:
 def pg_database(pg_server_dsn: str) -> Iterator[str]:
     """A fresh, empty PostgreSQL database; yields its URL. Dropped afterwards with every
     replication slot in it, pass or fail (a slot keeps its database from being dropped)."""
+    with scratch_database(pg_server_dsn, "combined_test") as url:
+        yield url
+
+
+@contextmanager
+def scratch_database(server_dsn: str, prefix: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database ``<prefix>_<random>``; yields its URL, then drops
+    it with its replication slots, pass or fail."""
     import psycopg
     from tests.pg_cleanup import drop_database
 
-    name = f"combined_test_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    base = pg_server_dsn.rsplit("/", 1)[0]
+    base = server_dsn.rsplit("/", 1)[0]
     try:
         yield f"{base}/{name}"
     finally:
-        drop_database(pg_server_dsn, name)
+        drop_database(server_dsn, name)
 
 
 @pytest.fixture(scope="session")
@@ -285,61 +294,6 @@ def add_pg_source(root: Path, name: str, dsn: str, password_env: str) -> None:
     project.write_text(project.read_text() + source)
 
 
-def while_held(
-    root: Path, code: str, reached: str, action: Callable[[], subprocess.CompletedProcess[str]]
-) -> tuple[str, subprocess.CompletedProcess[str]]:
-    """Run ``code`` (argv[1]: ``root``) in a child process and ``action`` while it waits.
-
-    The child writes the file ``root/reached`` when it gets to its waiting
-    point and waits there until ``root/go`` exists. Returns its output (once
-    it ended with status 0) and what ``action`` returned.
-    """
-    import time
-
-    child = subprocess.Popen(
-        [sys.executable, "-c", code, str(root)],
-        cwd=root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while not (root / reached).exists():
-            assert child.poll() is None and time.monotonic() < deadline, child.stderr
-            time.sleep(0.05)
-        done = action()
-    finally:
-        (root / "go").touch()
-        out, err = child.communicate(timeout=120)
-    assert child.returncode == 0, err
-    return out, done
-
-
-#: A capture of shop.orders that, once admitted, waits before taking the dataset's
-#: lease until the file ``go`` exists (it writes ``admitted`` when it gets there).
-CAPTURE_HELD_BEFORE_ITS_LEASE = """
-import sys, time
-from pathlib import Path
-from combined.catalog import Catalog
-from combined.engine import Engine
-
-root = Path(sys.argv[1])
-take = Catalog.acquire_lease
-
-def held(self, *args, **kwargs):
-    (root / "admitted").touch()
-    while not (root / "go").exists():
-        time.sleep(0.05)
-    return take(self, *args, **kwargs)
-
-Catalog.acquire_lease = held
-engine = Engine.open(root / "combined.yaml")
-(run,) = engine.capture(["shop.orders"])
-print(run.state, run.error)
-"""
-
-
 @contextmanager
 def serving(
     root: Path, *args: str, env: dict[str, str] | None = None
@@ -406,6 +360,8 @@ class ShopTools:
     add_pg_source = staticmethod(add_pg_source)
     while_held = staticmethod(while_held)
     capture_held = CAPTURE_HELD_BEFORE_ITS_LEASE
+    scratch_database = staticmethod(scratch_database)
+    command_held = COMMAND_HELD_BEFORE_ITS_LEASE
     serving = staticmethod(serving)
     pg_cdc_project = staticmethod(pg_cdc_project)
 

@@ -212,34 +212,13 @@ def test_two_workers_never_execute_the_same_run_on_a_postgresql_catalog(
     assert not (tmp_path / ".combined" / "catalog.db").exists()
 
 
-_HELD_WORKER = """
-import sys, time
-from pathlib import Path
-from combined.catalog import Catalog
-from combined.cli import main
-
-root = Path(sys.argv[1])
-take = Catalog.acquire_lease
-
-def held(self, *args, **kwargs):
-    (root / "reached").touch()
-    while not (root / "go").exists():
-        time.sleep(0.05)
-    return take(self, *args, **kwargs)
-
-Catalog.acquire_lease = held
-sys.argv = ["combined", "worker", "--poll", "0.1"]
-main()
-"""
-
-
 def test_sigterm_stops_a_worker_after_its_current_run_with_status_143(
     shop: Path, tools: Any
 ) -> None:
     assert tools.cli(shop, "capture", "--enqueue", "shop.orders").returncode == 0
     assert tools.cli(shop, "capture", "--enqueue", "shop.customers").returncode == 0
     child = subprocess.Popen(
-        [sys.executable, "-c", _HELD_WORKER, str(shop)],
+        [sys.executable, "-c", tools.command_held, str(shop), "worker", "--poll", "0.1"],
         cwd=shop,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
