@@ -394,6 +394,7 @@ class Engine(Reading):
             )
         # Runs a dead worker left are closed before this one waits for more.
         self._ready()
+        tried: set[str] = set()
         yield from work(
             self.take_run,
             self.execute_taken,
@@ -403,7 +404,23 @@ class Engine(Reading):
             once=once,
             max_runs=max_runs,
             give_back=self._give_back_taken,
+            idle=lambda: self._recover_abandoned(tried),
         )
+
+    def _recover_abandoned(self, tried: set[str]) -> None:
+        """Repair when a Run lost its process (a worker killed while the others idled).
+
+        Its Run is then ended and retried (``runtime._requeue``) at once, not
+        once a new Run is queued (a worker repairs before each Run it takes).
+        Once per such Run (``tried``): one recovery cannot end (its lake commits
+        unreadable) is not tried, and told, again at every poll.
+        """
+        with self.catalog.begin() as conn:
+            lost = set(queue.abandoned(conn, timedelta(seconds=lease_ttl())))
+        if lost <= tried:
+            return
+        tried |= lost
+        self._ready()
 
     def _give_back_taken(self) -> None:
         """Put back in the queue the Runs this process took and has not started."""

@@ -125,7 +125,7 @@ def test_a_run_taken_by_a_worker_that_died_before_its_leases_is_closed(
         engine.close()
 
 
-def test_a_worker_killed_mid_run_leaves_it_to_recovery_and_a_retry_completes_it(
+def test_a_worker_killed_mid_run_leaves_it_to_recovery_which_retries_it(
     shop: Path, tools: Any
 ) -> None:
     assert tools.cli(shop, "capture", "--enqueue", "shop.orders").returncode == 0
@@ -135,24 +135,21 @@ def test_a_worker_killed_mid_run_leaves_it_to_recovery_and_a_retry_completes_it(
     try:
         (run,) = engine.runs()
         assert run.state == "extracting"
-        # the next worker repairs before its Run: the dead one is closed
-        assert tools.cli(shop, "worker", "--once").returncode == 0
+        # the next worker repairs before its Run: the dead one is closed, and retried
+        worked = tools.cli(shop, "worker", "--once")
+        assert worked.returncode == 0, worked.stderr
         closed = engine.run(run.id)["run"]
         assert closed.state == "failed"
-        # what happened, told: where it stopped, that its process died, and
-        # that nothing was committed (it was killed before its commit)
+        # what happened, told: where it stopped, that its process died, that
+        # nothing was committed (it was killed before its commit), and its retry
+        (retry,) = [r for r in engine.runs() if r.retry_of == run.id]
         assert "interrupted while extracting" in (closed.error or "")
         assert "its process ended" in (closed.error or "")
         assert "nothing of it was committed" in (closed.error or "")
-        assert "combined capture shop.orders" in (closed.error or "")
-        retried = tools.cli(shop, "run", "retry", "--enqueue", run.id)
-        assert retried.returncode == 0, retried.stderr
-        assert "queued" in retried.stdout
-        worked = tools.cli(shop, "worker", "--once")
-        assert worked.returncode == 0, worked.stderr
-        (retry,) = [r for r in engine.runs() if r.retry_of == run.id]
-        assert retry.state == "succeeded", retry.error
-        assert retry.trigger == "retry"
+        assert f"run {retry.id} retries orders" in (closed.error or "")
+        # (a worker executed it: nobody had to ask for it)
+        assert (retry.state, retry.trigger) == ("succeeded", "recovery"), retry.error
+        assert f"run {retry.id} succeeded" in worked.stderr
         assert _count(engine, "shop.orders") == 200
     finally:
         engine.close()
@@ -350,7 +347,7 @@ def test_a_worker_killed_while_reading_leaves_no_attempt_running(
         assert closed.state == "failed"
         error = closed.error or ""
         assert "interrupted while extracting" in error and "its process ended" in error
-        assert "nothing of it was committed" in error and "combined capture tap.things" in error
+        assert "nothing of it was committed" in error and "(automatic retry 1 of 2)" in error
         (attempt,) = _attempts(engine, closed.id)
         assert attempt.outcome == "interrupted" and attempt.ended_at is not None
         shown = tools.cli(tmp_path, "run", "show", closed.id)

@@ -187,10 +187,8 @@ def test_three_workers_sharing_only_the_catalog_and_the_lake_survive_a_killed_on
         killed.communicate(timeout=30)  # (its pipes closed)
         survivors = [w for w in workers if w is not killed]
         # The dead Run holds its lease until it expires; then the next repair
-        # (a survivor's, before each Run; here the retry's) closes it once,
-        # and its retry takes the dataset over.
-        time.sleep(float(TTL_S) + 1)
-        _run(observer, "run", "retry", "--enqueue", victim.id)
+        # (a survivor's, before each Run) closes it once and queues its retry,
+        # which takes the dataset over: nobody asks for it.
         runs = _settle(engine, len(TABLES) + 1, time.monotonic() + 300)
         elapsed = time.monotonic() - started
         errs = _stop(survivors)
@@ -201,6 +199,7 @@ def test_three_workers_sharing_only_the_catalog_and_the_lake_survive_a_killed_on
         assert dead.state == "failed" and "interrupted" in str(dead.error)
         (retry,) = [r for r in runs if r.retry_of == victim.id]
         assert retry.state == "succeeded", retry.error
+        assert retry.trigger == "recovery"  # queued by the survivors' recovery, unasked
         assert _pid(retry) in {w.pid for w in survivors}  # taken over by another host
         assert [r.state for r in runs if r.id != victim.id].count("succeeded") == len(TABLES)
         # every Run ended exactly once (the ledger records each end), and every

@@ -157,12 +157,14 @@ def taker_live(run: Run, ttl: timedelta) -> bool:
     return _live(run.claimed_by, taken + ttl)
 
 
-def live(conn: Connection, source: str, dataset: str, ttl: timedelta) -> Run | None:
+def live(
+    conn: Connection, source: str, dataset: str, ttl: timedelta, *, besides: str | None = None
+) -> Run | None:
     """The oldest capture of ``source.dataset`` waiting in the queue or running; None if none.
 
     A Run not finished whose process died (it neither waits for a worker
     nor holds a live lease, nor is its taker alive) does not count: the
-    next repair closes it.
+    next repair closes it. Nor does the Run ``besides`` (one being retried).
     """
     rows = conn.execute(
         sa.select(t.runs.c.id, t.runs.c.datasets)
@@ -172,7 +174,7 @@ def live(conn: Connection, source: str, dataset: str, ttl: timedelta) -> Run | N
         .order_by(t.runs.c.created_at, t.runs.c.id)
     ).all()
     for row in rows:
-        if dataset not in row.datasets:
+        if dataset not in row.datasets or row.id == besides:
             continue
         run = get_run(conn, row.id)
         if run.state == "queued" and run.claimed_by is None or _leased(conn, run.id):
@@ -180,6 +182,25 @@ def live(conn: Connection, source: str, dataset: str, ttl: timedelta) -> Run | N
         if run.claimed_by and taker_live(run, ttl):
             return run
     return None
+
+
+def abandoned(conn: Connection, ttl: timedelta) -> list[str]:
+    """The Runs not ended that lost their process: recovery would close them now.
+
+    Neither waiting for a worker, nor taken by a live one and not started,
+    nor holding a live lease. Read from the catalog alone (no lake): an idle
+    worker asks at each poll.
+    """
+    ids = conn.execute(
+        sa.select(t.runs.c.id).where(t.runs.c.state.in_(("queued", "extracting", "committing")))
+    ).scalars()
+    lost = []
+    for run_id in list(ids):
+        run = get_run(conn, run_id)
+        if (run.state == "queued" and taker_live(run, ttl)) or _leased(conn, run.id):
+            continue
+        lost.append(run.id)
+    return lost
 
 
 def _leased(conn: Connection, run_id: str) -> bool:

@@ -230,6 +230,7 @@ AlertKind = Literal[
     "run_failed",
     "run_needs_review",
     "run_needs_auth",
+    "run_retries_exhausted",
     "quarantine_overdue",
     "reconciliation_failed",
     "cdc_slot_at_risk",

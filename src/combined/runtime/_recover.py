@@ -27,15 +27,22 @@ from combined.lake._probe import read_failure
 from combined.protocol import utcnow
 from combined.runtime._lease import REPAIR
 from combined.runtime._project import project_commit
+from combined.runtime._requeue import Requeued, requeue
 
 
 class Recovery:
     """Recovers the datasets and Runs of one catalog and lake (``combined repair``)."""
 
-    def __init__(self, catalog: Catalog, layout: LakeLayout, lease_ttl_s: float) -> None:
+    def __init__(
+        self, catalog: Catalog, layout: LakeLayout, lease_ttl_s: float, retries: int = 3
+    ) -> None:
         self.catalog = catalog
         self.layout = layout
         self.lease_ttl_s = lease_ttl_s
+        #: How many times in a row a worker may die executing a Run before it is not
+        #: retried again (``runtime._requeue``): the Attempts budget.
+        self.retries = retries
+        self._declared: set[tuple[str, str]] = set()
 
     def recover(self, datasets: Sequence[tuple[str, str]]) -> list[str]:
         """Project lake commits the catalog lacks; close Runs whose process died.
@@ -45,6 +52,7 @@ class Recovery:
         the other datasets and Runs are recovered all the same.
         """
         notes: list[str] = []
+        self._declared = set(datasets)  # (a dead Run's retry captures only these)
         for source, name in datasets:
             self._try_catch_up(source, name, notes)
         with self.catalog.begin() as conn:
@@ -78,7 +86,8 @@ class Recovery:
         if not all([self._try_catch_up(run.source, d, notes) for d in run.datasets]):
             return
         try:
-            if not self._mark_closed(run):
+            ended = self._mark_closed(run)
+            if ended is None:
                 return
         except ProtocolViolation:
             with self.catalog.begin() as conn:
@@ -86,26 +95,40 @@ class Recovery:
                     return  # another process's recovery closed it first
             raise
         _erase_private(self.layout.staging(run.id))
-        notes.append(f"run {run.id} was interrupted: marked failed")
+        notes.append(f"run {run.id} was interrupted: {ended}")
 
-    def _mark_closed(self, run: Run) -> bool:
-        """Move a dead Run to its end (its staged Deliveries rejected); False if it had one."""
+    def _mark_closed(self, run: Run) -> str | None:
+        """Move a dead Run to its end (its staged Deliveries rejected); None if it had one.
+
+        A worker's Run is retried in the same transaction (``runtime._requeue``).
+        What became of it is returned (``marked failed; run R retries ...``).
+        """
         with self.catalog.begin() as conn:
             current = runs_repo.get_run(conn, run.id)
             if current.terminal:
-                return False
+                return None
             staged = cat.deliveries(conn, run_id=run.id, states=["staged"])
             cat.mark_deliveries(conn, [d.id for d in staged], "rejected")
-            committed = len(cat.deliveries(conn, run_id=run.id, states=["committed"]))
+            committed = cat.deliveries(conn, run_id=run.id, states=["committed"])
             _end_attempts(conn, run.id)
             # One asked to stop before it died ends as asked: it never committed.
-            asked = current.cancel_requested_at is not None and current.state == "extracting"
-            runs_repo.move_run(
+            if current.cancel_requested_at is not None and current.state == "extracting":
+                runs_repo.move_run(conn, run.id, "canceled", error=runs_repo.canceled(current))
+                cat.emit(
+                    conn, "run.interrupted", source=run.source, run_id=run.id, state="canceled"
+                )
+                return "marked canceled"
+            again = requeue(
+                self.catalog,
                 conn,
-                run.id,
-                "canceled" if asked else "failed",
-                error=runs_repo.canceled(current) if asked else _interrupted(current, committed),
+                current,
+                declared=self._declared,
+                committed={d.dataset for d in committed},
+                budget=self.retries,
+                ttl=timedelta(seconds=self.lease_ttl_s),
             )
+            error = _interrupted(current, len(committed), again)
+            runs_repo.move_run(conn, run.id, "failed", error=error)
             # (not `run.recovered`, the end of an alert: targets were sent that as
             # "the run recovered", right after this Run's own alert.run_failed)
             cat.emit(
@@ -113,9 +136,20 @@ class Recovery:
                 "run.interrupted",
                 source=run.source,
                 run_id=run.id,
-                state="canceled" if asked else "failed",
+                state="failed",
+                **(again.body() if again else {}),
             )
-        return True
+            if again is not None and again.exhausted:
+                cat.emit(
+                    conn,
+                    "alert.run_retries_exhausted",
+                    source=run.source,
+                    run_id=run.id,
+                    datasets=list(run.datasets),
+                    deaths=again.deaths,
+                    error=error,
+                )
+        return "marked failed" + (f"; {again.told()}" if again and again.told() else "")
 
     def _sweep_staging(self, notes: list[str]) -> None:
         """Erase the staging that ended Runs left behind, once nothing in it is needed.
@@ -198,20 +232,29 @@ class Recovery:
 NOT_PROJECTED = "its lake commits could not be projected"
 
 
-def _interrupted(run: Run, committed: int) -> str:
-    """What became of a Run whose process died: where it stopped, what it committed."""
-    where = f"while {run.state}" + (f" (taken by {run.claimed_by})" if run.claimed_by else "")
+def _interrupted(run: Run, committed: int, again: Requeued | None) -> str:
+    """What became of a Run whose process died: where it stopped, what it committed, what next."""
     landed = (
         f"its {committed} committed deliveries were projected from the lake and the next "
         "capture publishes them"
         if committed
         else "nothing of it was committed, billed or acknowledged"
     )
+    told = again.told() if again is not None else ""
     return (
-        f"the run was interrupted {where}: its process ended without finishing it "
-        f"(killed, or its machine stopped); {landed}; `{runs_repo.recapture(run)}` "
-        "(or the next scheduled tick) captures it again"
+        f"the run was interrupted while {run.state}: its process ended without finishing it "
+        f"({_who(run)}killed, or its machine stopped); {landed}; "
+        + (told or f"`{runs_repo.recapture(run)}` (or the next scheduled tick) captures it again")
     )
+
+
+def _who(run: Run) -> str:
+    """``pid P on HOST: `` of the process that took ``run``; empty when its name does not tell."""
+    host, _, rest = (run.claimed_by or "").partition(":")
+    pid = rest.split(":")[0]
+    if not host or not pid.isdigit():
+        return ""
+    return f"pid {pid} on {host}: "
 
 
 def _end_attempts(conn: Connection, run_id: str) -> None:

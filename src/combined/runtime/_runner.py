@@ -519,7 +519,8 @@ class Runner:
         notes and the activity feed) keeps the staging of any dead Run of it;
         the other datasets and Runs are recovered all the same.
         """
-        recovery = Recovery(self.catalog, self.layout, self.settings.lease_ttl_s)
+        settings = self.settings
+        recovery = Recovery(self.catalog, self.layout, settings.lease_ttl_s, settings.max_attempts)
         return recovery.recover(datasets)
 
 

@@ -108,19 +108,20 @@ def admit_or_join(
     trigger: Trigger,
     admission: Admission,
     ttl: timedelta,
+    retry_of: str | None = None,
 ) -> list[Part]:
     """Queue one Run of the ``datasets`` no capture is queued for or running yet.
 
     The others join the capture of theirs (a ``run.joined`` event each). The
     datasets' rows are locked first, so two requests at once do not both
-    find nothing to join.
+    find nothing to join. A retry (``retry_of``) never joins the Run it retries.
     """
     for dataset in sorted(datasets):
         queue.lock_dataset(conn, source, dataset)
     joined: dict[str, tuple[Run, list[str]]] = {}
     rest: list[str] = []
     for dataset in datasets:
-        live = queue.live(conn, source, dataset, ttl)
+        live = queue.live(conn, source, dataset, ttl, besides=retry_of)
         if live is None:
             rest.append(dataset)
             continue
@@ -136,6 +137,7 @@ def admit_or_join(
             datasets=rest,
             trigger=trigger,
             admission=admission,
+            retry_of=retry_of,
             enqueue=True,
             conn=conn,
         )

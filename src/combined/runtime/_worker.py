@@ -23,6 +23,7 @@ def work(
     once: bool = False,
     max_runs: int | None = None,
     give_back: Callable[[], object] = lambda: None,
+    idle: Callable[[], object] = lambda: None,
 ) -> Iterator[Run]:
     """Execute queued Runs as they come; yields each Run once it reached a final state.
 
@@ -32,13 +33,17 @@ def work(
     holds still waits) instead of waiting ``poll_s`` for more;
     ``max_runs`` ends it after that many Runs. After a catalog error
     (its connection lost), ``give_back`` puts back what this worker may have
-    taken without knowing, before it takes again.
+    taken without knowing, before it takes again. ``idle`` is called each
+    time no Run was taken, before the worker waits (it recovers what a dead
+    worker left: its Run's retry is then taken at once).
     """
     done = 0
     while not stopping() and (max_runs is None or done < max_runs):
         try:
             run = take()
             ended = execute(run) if run is not None else None
+            if run is None:
+                idle()
         except CatalogError as exc:
             # A catalog that closed its connections (a restart, a failover, an idle
             # timeout) must not end a worker that runs for weeks: the next poll tries
