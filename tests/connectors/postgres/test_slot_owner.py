@@ -39,6 +39,10 @@ def test_a_slot_without_a_marked_publication_is_not_provably_ours(published: boo
     # The publication's owner may mark it instead (only one that exists).
     assert ("COMMENT ON PUBLICATION s IS" in told) is published
     assert (mark_of(OURS) in told) is published
+    # ... only where no other project streams from the slot: marking it then would let
+    # this project drop the other's slot as its own leftover (the hint offered it there)
+    if published:
+        assert told.index("COMMENT ON PUBLICATION") < told.index("otherwise")
 
 
 def test_a_slot_the_project_streamed_from_is_its_own_and_marked() -> None:

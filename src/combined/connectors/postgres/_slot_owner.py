@@ -164,8 +164,8 @@ def _unproven(name: str, claim: Claim, published: bool) -> ConfigError:
     mark = (
         ""
         if claim.owner is None or not published
-        else "; or, as its owner, mark the publication this project's: COMMENT ON "
-        f"PUBLICATION {name} IS {_quoted(mark_of(claim.owner))}"
+        else " (or, as the publication's owner, mark it this project's, which keeps the "
+        f"slot: COMMENT ON PUBLICATION {name} IS {_quoted(mark_of(claim.owner))})"
     )
     return ConfigError(
         f"replication slot {name!r} exists and its publication {had}, and the lake holds no "
@@ -173,8 +173,9 @@ def _unproven(name: str, claim: Claim, published: bool) -> ConfigError:
         "interrupted first capture and not the slot another Combined project streams from "
         "(a publication made before Combined marked its own, or by hand)",
         hint="if no other project captures this table from this database under this "
-        f"slot_prefix, drop the slot and capture again: SELECT pg_drop_replication_slot('{name}'); "
-        f"otherwise set a distinct `slot_prefix` for this source{mark}",
+        f"slot_prefix, drop the slot and capture again: SELECT pg_drop_replication_slot('{name}')"
+        f"{mark}; otherwise set a distinct `slot_prefix` for this source, and mark nothing: "
+        "the slot is the other project's",
         slot=name,
     )
 
