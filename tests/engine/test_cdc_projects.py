@@ -198,3 +198,23 @@ def test_status_leaves_out_the_slots_another_project_marked(
         conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS NULL").format(sql.Identifier(slot)))
     status = tools.cli(b, "cdc", "status", "pg")
     assert status.returncode == 0 and f"slot {slot} is named" in status.stderr, status.stderr
+
+
+def test_check_and_status_write_nothing_to_a_lake_that_has_no_id_yet(
+    two: tuple[Path, Path, str, str], tools: Any
+) -> None:
+    """`combined check` and `cdc status` only read: they made the project's id in the
+    lake when it had none, so on a lake not yet provisioned, or one the account may only
+    read, they failed ("the lake's project id could not be written")."""
+    a, b, _, _ = two
+    assert _capture(a).state == "succeeded"  # (a's publication marked a's)
+    for argv in (("check",), ("cdc", "status", "pg")):
+        done = tools.cli(b, *argv)
+        assert not (b / "lake" / "_combined" / "project").exists(), argv
+        if argv == ("check",):  # (a's marked publication is refused as another's, no id made)
+            said = done.stdout + done.stderr
+            assert done.returncode == 2 and "another Combined project" in said, said
+        else:
+            assert done.returncode == 0, done.stdout + done.stderr
+    assert _capture(b).state == "failed"  # (the first capture makes the id, and is refused)
+    assert (b / "lake" / "_combined" / "project").exists()

@@ -313,8 +313,10 @@ class StreamOwner:
     and publications) has a method ``keep_stream_owner(owner)``; the engine
     calls it right after building the source with a function that returns
     the project's owner, asked only when a stream is made, claimed or
-    dropped. ``id`` is random and kept in the project's lake
-    (``lake/_project.py``): the same for every process of the project, and
+    dropped; called with ``make=False`` (by a command that only reads) it
+    returns None while the lake holds no id, writing nothing. ``id`` is
+    random and kept in the project's lake (``lake/_project.py``): the same
+    for every process of the project, and
     after its catalog is rebuilt from the lake. ``lake`` says where that lake
     is, for a person who must find the project.
     """

@@ -28,14 +28,14 @@ from combined.lake._layout import LakeLayout
 from combined.lake._probe import read_failure, store_failure
 from combined.lake._table import LakeTable
 
-__all__ = ["project_id"]
+__all__ = ["existing_project_id", "project_id"]
 
 _SCHEMA = pa.schema([("id", pa.string())])
 
 
 def project_id(layout: LakeLayout) -> str:
     """The project's id, made (and kept in the lake) the first time it is asked for."""
-    table = LakeTable(layout.store.join("_combined", "project"), "", layout.store)
+    table = _table(layout)
     found = _first(table)
     if found is not None:
         return found
@@ -55,6 +55,16 @@ def project_id(layout: LakeLayout) -> str:
             ) from None
         return found
     return _first(table) or made
+
+
+def existing_project_id(layout: LakeLayout) -> str | None:
+    """The project's id when its lake holds one; None before it is made (nothing written:
+    for a command that only reads, such as ``combined check`` or ``cdc status``)."""
+    return _first(_table(layout))
+
+
+def _table(layout: LakeLayout) -> LakeTable:
+    return LakeTable(layout.store.join("_combined", "project"), "", layout.store)
 
 
 def _first(table: LakeTable) -> str | None:

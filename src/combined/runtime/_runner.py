@@ -599,13 +599,16 @@ def name_owner(source: Source, layout: LakeLayout) -> None:
 
     The project's id is read from the lake (made there the first time) only
     when the source asks for it: when a stream is made, claimed or dropped.
+    Asked with ``make=False`` (a command that only reads), a lake without an
+    id yet is left so, and the answer is None.
     """
     keep = getattr(source, "keep_stream_owner", None)  # optional in the Source protocol
     if keep is not None:
 
-        def owner() -> StreamOwner:
-            from combined.lake._project import project_id
+        def owner(make: bool = True) -> StreamOwner | None:
+            from combined.lake._project import existing_project_id, project_id
 
-            return StreamOwner(project_id(layout), layout.store.root)
+            found = project_id(layout) if make else existing_project_id(layout)
+            return None if found is None else StreamOwner(found, layout.store.root)
 
         keep(owner)

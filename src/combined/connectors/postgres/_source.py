@@ -100,22 +100,24 @@ class PostgresSource(BaseSource):
         self._plans: weakref.WeakSet[PartitionPlan] = weakref.WeakSet()
         #: Sessions kept between the catalog's reads and each dataset's read.
         self._sessions = Sessions(self.settings)
-        self._owner_of: Callable[[], StreamOwner] | None = None
+        self._owner_of: Callable[..., StreamOwner | None] | None = None
         self._owner: StreamOwner | None = None
 
-    def keep_stream_owner(self, owner: Callable[[], StreamOwner]) -> None:
+    def keep_stream_owner(self, owner: Callable[..., StreamOwner | None]) -> None:
         """Take the project whose slots and publications this source makes (abc.StreamOwner)."""
         self._owner_of = owner
 
-    def stream_owner(self) -> StreamOwner | None:
-        """The project the engine named (asked once), or None when it named none."""
+    def stream_owner(self, make: bool = True) -> StreamOwner | None:
+        """The project the engine named (asked once found), or None when it named none;
+        ``make=False``: None too while the lake holds no id (nothing is written)."""
         if self._owner is None and self._owner_of is not None:
-            self._owner = self._owner_of()
+            self._owner = self._owner_of(make=make)
         return self._owner
 
-    def _claim(self, committed: Mapping[str, Any] | None) -> Claim:
-        """This project's claim to a relation's slot, resumed when ``committed`` has an LSN."""
-        return Claim(self.stream_owner(), resumed=bool((committed or {}).get("lsn")))
+    def _claim(self, committed: Mapping[str, Any] | None, make: bool = True) -> Claim:
+        """This project's claim to a relation's slot, resumed when ``committed`` has an LSN
+        (``make``: :meth:`stream_owner`'s)."""
+        return Claim(self.stream_owner(make), resumed=bool((committed or {}).get("lsn")))
 
     def warnings(self) -> list[str]:
         """A password that may cross the network in clear text (no TLS required)."""
@@ -368,7 +370,9 @@ class PostgresSource(BaseSource):
         from combined.connectors.postgres._stitch import slot_name
 
         for relation in relations:
-            claim = self._claim((committed or {}).get(relation))
+            # (check only reads: a project that never made a stream has no id yet,
+            # and any publication marked is another's)
+            claim = self._claim((committed or {}).get(relation), make=False)
             slot = slot_name(self.slot_prefix, relation)
             check_ready(self.settings, slot, relation, claim)
 
@@ -410,7 +414,7 @@ class PostgresSource(BaseSource):
 
         owned = {slot_name(self.slot_prefix, r) for r in relations}
         start = slot_name_start(self.slot_prefix)
-        return undeclared_slots(self.settings, start, owned, self.stream_owner())
+        return undeclared_slots(self.settings, start, owned, self.stream_owner(make=False))
 
     def cdc_teardown(self, relation: str, committed: Mapping[str, Any] | None = None) -> str:
         """Drop the relation's slot and publication (WAL is no longer retained for it);
