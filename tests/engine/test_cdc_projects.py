@@ -8,6 +8,7 @@ its project's mark, and a slot is dropped only when that mark is its own.
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -150,9 +151,10 @@ def test_a_slot_whose_publication_has_no_mark_is_refused_until_its_owner_is_told
     assert teardown.returncode == 2 and "no Combined project's mark" in teardown.stderr
     assert _slot_since(dsn, slot) == since
     # The hint's other way: the publication's owner marks it this project's.
-    statement = (run.error or "").split("mark the publication this project's: ", 1)[1]
+    found = re.search(r"COMMENT ON PUBLICATION \S+ IS '(?:[^']|'')*'", run.error or "")
+    assert found is not None, run.error
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(statement.split("\n", 1)[0].strip())
+        conn.execute(found.group(0))
     assert _capture(a).state == "succeeded"
     assert (_slot_since(dsn, slot) or 0) > since
     assert _lake(a) == _source(dsn)
