@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from combined.catalog import Catalog
+from combined.catalog import Catalog, resets
 from combined.catalog import data as cat
 from combined.config import Project
 from combined.errors import CombinedError
@@ -26,6 +26,7 @@ from combined.protocol import utcnow
 
 if TYPE_CHECKING:
     from combined.engine import Engine
+    from combined.lake import LakeLayout
 
 _SLOT_KEYS = ("exists", "lag_bytes", "lag_seconds", "wal_status")
 _BINLOG_KEYS = ("committed_retained", "retention_seconds", "may_stay_down_seconds")
@@ -48,6 +49,9 @@ def dataset_status(
     with catalog.begin() as conn:
         rows = {(r.source, r.name): r for r in cat.list_datasets(conn)}
         members = cat.newest_members(conn)
+        # (a member of a table a reset forgot since: the dataset is unpublished since)
+        for key in resets.forgotten_members(conn, resets.newest_publication_seq(conn)):
+            members.pop(key, None)
     now = now or utcnow()
     for source, name, d in project.datasets():
         r = rows.get((source, name))
@@ -90,6 +94,7 @@ def dataset_status(
                 "target": target,
                 "fresh": None if target is None or age is None else age <= target,
                 "slot": None,
+                "table_missing": None,
             }
         )
     return out
@@ -111,3 +116,25 @@ def add_slot_lag(engine: Engine, rows: list[dict[str, Any]]) -> None:
             for r in rows:
                 if r["dataset"].startswith(f"{source}.") and r["strategy"] == "cdc":
                     r["slot"] = {"error": exc.message}
+
+
+def add_missing_tables(layout: LakeLayout, rows: list[dict[str, Any]]) -> None:
+    """Set ``table_missing`` (its location) on each row whose table the catalog records
+    and the lake does not hold: its captures are refused (``runtime._lost``).
+
+    One listing of the lake per source (a table is a directory there); a lake that
+    cannot be listed leaves every row as it is.
+    """
+    recorded = [
+        r
+        for r in rows
+        if r["lake_version"] is not None or (r["unpublished"] or {}).get("lake_version") is not None
+    ]
+    held: dict[str, set[str] | None] = {}
+    for r in recorded:
+        source, _, name = r["dataset"].partition(".")
+        if source not in held:
+            held[source] = layout.store.directories(layout.store.join(source))
+        found = held[source]
+        if found is not None and name not in found:
+            r["table_missing"] = layout.table(source, name)

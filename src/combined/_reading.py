@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from combined.catalog import Run, RunState
+from combined.catalog import Run, RunState, resets
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
 from combined.errors import ConfigError, NotFoundError
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from combined.engine import Engine
     from combined.evidence import Explanation, Replay, SourcePlan
     from combined.lake import LakeLayout
+    from combined.lake._query import QueryError
     from combined.runtime._reporter import Reporter
 
 
@@ -82,8 +83,15 @@ class Reading:
                     "nothing has been published yet", hint="run `combined capture` first"
                 )
             members = cat.published_basis(conn, pub.seq)
+            forgotten = resets.forgotten_members(conn, pub.seq)
+        read = [m for m in members if (m.source, m.dataset) not in forgotten]
+        unread = [
+            _forgotten(m, reset, pub)
+            for m in members
+            if (reset := forgotten.get((m.source, m.dataset))) is not None
+        ]
         try:
-            return run_query(self.layout, members, query, pub, **bounds)
+            return run_query(self.layout, read, query, pub, unread=unread, **bounds)
         except FilesRemoved as exc:
             from combined.maintain import explain_removed
 
@@ -141,11 +149,14 @@ class Reading:
         """Freshness and published position per declared dataset (see :mod:`._freshness`).
 
         ``slots`` adds each cdc dataset's replication slot lag, which asks
-        the source; without it, only the catalog is read.
+        the source; without it, only the catalog is read, and the lake listed
+        (once a source) for the tables it records that the lake lost
+        (``table_missing``: their captures are refused).
         """
-        from combined._freshness import add_slot_lag, dataset_status
+        from combined._freshness import add_missing_tables, add_slot_lag, dataset_status
 
         rows = dataset_status(self.catalog, self.project)
+        add_missing_tables(self.layout, rows)
         if slots:
             add_slot_lag(self._engine, rows)
         return rows
@@ -297,3 +308,18 @@ def _check_limit(limit: int) -> None:
     # SQLite reads LIMIT -1 as "no limit", PostgreSQL refuses it: neither is what was asked.
     if limit < 0:
         raise ConfigError(f"--limit must be 0 or more, not {limit}", hint="e.g. --limit 20")
+
+
+def _forgotten(member: Any, reset: Any, publication: Any) -> QueryError:
+    """Why a query does not read ``member``: a ``combined reset`` forgot its table since."""
+    from combined.lake._query import QueryError
+
+    return QueryError(
+        f"publication {publication.id} reads {member.source}.{member.dataset} at lake version "
+        f"{member.lake_version} of the table `combined reset` forgot on "
+        f"{reset.at.isoformat(timespec='seconds')} (by {reset.by}: {reset.reason})",
+        hint="query a publication made since (`combined publications` lists them); its "
+        "next capture publishes its new table",
+        source=member.source,
+        dataset=member.dataset,
+    )

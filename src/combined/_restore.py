@@ -3,7 +3,9 @@
 The lake's ledger (``lake/_ledger.py``) holds every publication with its
 members, Runs and admissions. When the catalog holds no publication and the
 ledger holds some, the project's sources and datasets are declared again and
-the publications, Runs and admissions inserted; the recovery that follows
+the publications, Runs and admissions inserted (with the quarantine entries,
+and the datasets' resets: a publication made before one read the table it
+forgot); the recovery that follows
 projects the datasets' lake commits (versions, Deliveries, checkpoints, MAR)
 as it always does.
 
@@ -24,6 +26,7 @@ from combined.catalog import Catalog
 from combined.catalog import _schema as t
 from combined.catalog._data import one_publisher
 from combined.catalog._governance import restore, restore_quarantine, restore_runs
+from combined.catalog._resets import restore_resets
 from combined.config import Project
 from combined.lake import LakeLayout
 from combined.lake._ledger import Ledger
@@ -49,9 +52,13 @@ def restore_publications(
         ended = restore_runs(conn, ledger.runs())  # as they ended: first
         publications, runs = restore(conn, records)
         held = restore_quarantine(conn, ledger.quarantine_entries())
+        # (a publication made before a dataset's reset read the table it forgot)
+        forgot = restore_resets(conn, ledger.resets())
+    resets = f", and {forgot} dataset reset(s)" if forgot else ""
     return [
         f"restored {publications} publication(s) and {ended + runs} run(s) with their "
-        f"admissions, and {held} quarantine entr{'y' if held == 1 else 'ies'}, from the lake"
+        f"admissions, and {held} quarantine entr{'y' if held == 1 else 'ies'}{resets}, "
+        "from the lake"
     ]
 
 

@@ -550,6 +550,32 @@ class Engine(Reading):
         reports = maintain(self.project, self.catalog, self.layout, pairs, ttl=ttl, now=now)
         return reports if names else [*reports, compact_ledger(self.layout)]
 
+    def reset(
+        self, names: Sequence[str], *, by: str, reason: str, drop_table: bool = False
+    ) -> list[dict[str, Any]]:
+        """Forget, by a recorded decision, the lake table each named dataset's catalog records:
+        its next capture is a first capture (:mod:`combined.runtime._reset`).
+
+        ``names`` are ``SOURCE`` or ``SOURCE.DATASET`` (never every dataset by
+        default); ``drop_table`` removes the tables the lake still holds of them.
+        """
+        from combined.runtime._reset import Decision, reset_datasets
+
+        if isinstance(names, str):
+            names = [names]
+        if not names:
+            raise ConfigError(
+                "name the datasets to reset", hint="e.g. `combined reset shop.orders --reason ...`"
+            )
+        selected = self.selectors(names)
+        self.layout.ensure_writable()
+        for source in selected:
+            self._declare(source)
+        pairs = [(s, d) for s, datasets in selected.items() for d in datasets]
+        ttl = timedelta(seconds=lease_ttl())
+        decision = Decision(by, reason, drop_table)
+        return reset_datasets(self.catalog, self.layout, pairs, decision, ttl)
+
     # -- sources ----------------------------------------------------------------------
 
     def _never_captured(self, source: str) -> list[str]:

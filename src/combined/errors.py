@@ -27,6 +27,7 @@ Every error the engine raises derives from :class:`CombinedError`::
      |    +-- DeliveryAltered        a staged Delivery differs from its record (needs_review)
      +-- LakeError                   the lake refused a write
      |    +-- LakeNotWritable        the lake location cannot be written
+     |    +-- TableMissing           a table the catalog records left the lake (needs_review)
      +-- CommitAmbiguous             a lake commit may or may not have landed (transient)
      +-- RunCanceled                 a person canceled the Run (Run -> canceled)
 
@@ -225,6 +226,19 @@ class LakeError(CombinedError):
 
 class LakeNotWritable(LakeError):
     """The lake location cannot be written."""
+
+
+class TableMissing(LakeError):
+    """A dataset's table is gone from the lake, though the catalog recorded its versions.
+
+    The bucket emptied, the prefix or the table's directory deleted, or
+    ``lake:`` pointed elsewhere: writing the table afresh would lose its
+    history, bill its rows' MAR again and (a change stream) resume from a
+    checkpoint whose base is gone. No retry mends it; a person restores the
+    lake or records a reset (``combined reset``): ``needs_review``, exit 3.
+    """
+
+    run_state = "needs_review"
 
 
 class CommitAmbiguous(CombinedError):

@@ -335,6 +335,17 @@ def explain_removed(catalog: Catalog, project: Project, exc: Any, publication: A
         f"publication {publication.id} (published {publication.published_at.isoformat()}) "
         f"reads {source}.{dataset} at lake version {version}"
     )
+    if exc.context.get("missing"):  # the whole table: no retention removes that
+        from combined.runtime._lost import CAUSES
+
+        return FilesExpired(
+            f"{read}, but its table at {exc.context['missing']} is missing from the lake "
+            f"({CAUSES}), though the catalog records it",
+            hint="restore the lake (or point `lake:` back at it); or record a reset, "
+            f"`combined reset {source}.{dataset} --reason TEXT --yes`, and capture it again "
+            "to publish a new table (captures of it are refused until then)",
+            **exc.context,
+        )
     if not events:
         return FilesExpired(
             f"{read}, whose files are no longer in the lake: they were removed outside "

@@ -2,6 +2,7 @@
 
 from combined.catalog import _data as data
 from combined.catalog import _queue as queue
+from combined.catalog import _resets as resets
 from combined.catalog import _runs as runs
 from combined.catalog._catalog import Catalog, worker_identity
 from combined.catalog._data import Member, VersionTotals, version_id
@@ -32,6 +33,7 @@ __all__ = [
     "check_transition",
     "data",
     "queue",
+    "resets",
     "runs",
     "version_id",
     "worker_identity",

@@ -13,8 +13,9 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from combined.catalog import _governance
+from combined.catalog import _governance, _resets
 from combined.catalog import _schema as t
+from combined.catalog._basis import newest_seqs
 from combined.catalog._catalog import COMMITTED_LOG, LEDGER
 from combined.errors import NotFoundError, ProtocolViolation, redact
 from combined.protocol import utcnow
@@ -346,10 +347,12 @@ def _refuse_older(conn: Connection, run_id: str | None, members: Sequence[Member
     for m in members:
         if m.lake_version is None:
             continue
+        # (a member published before the dataset's reset read the table it forgot)
+        since = _resets.reset_seq(conn, m.source, m.dataset)
         newest = conn.execute(
             sa.select(pm.c.lake_version)
             .join(p, p.c.id == pm.c.publication_id)
-            .where(pm.c.source == m.source, pm.c.dataset == m.dataset)
+            .where(pm.c.source == m.source, pm.c.dataset == m.dataset, p.c.seq > since)
             .order_by(p.c.seq.desc())
             .limit(1)
         ).scalar()
@@ -444,13 +447,7 @@ def first_publication(conn: Connection) -> sa.Row[Any] | None:
 def published_basis(conn: Connection, publication_seq: int) -> list[Member]:
     """Each dataset's newest member published at or before publication ``seq``."""
     pm, p = t.publication_members, t.publications
-    newest = (
-        sa.select(pm.c.source, pm.c.dataset, sa.func.max(p.c.seq).label("seq"))
-        .join(p, p.c.id == pm.c.publication_id)
-        .where(p.c.seq <= publication_seq)
-        .group_by(pm.c.source, pm.c.dataset)
-        .subquery()
-    )
+    newest = newest_seqs(publication_seq)
     rows = conn.execute(
         sa.select(pm)
         .join(p, p.c.id == pm.c.publication_id)

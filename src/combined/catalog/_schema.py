@@ -284,3 +284,24 @@ notifications = sa.Table(
     sa.Column("updated_at", UTCDateTime, nullable=False),
     sa.Column("error", sa.Text, nullable=True),
 )
+
+dataset_resets = sa.Table(
+    "dataset_resets",
+    metadata,
+    # One row per recorded reset of a dataset (``combined reset``): the catalog
+    # forgot the lake table versions (and checkpoint) it held of the dataset,
+    # and its next capture is a first capture (revision 0007).
+    sa.Column("id", sa.String(64), primary_key=True),  # the same in the lake's ledger
+    sa.Column("source", sa.String(128), nullable=False),
+    sa.Column("dataset", sa.String(128), nullable=False),
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.Column("by", sa.String(256), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    # The newest publication when it was made: the dataset's members published
+    # up to it read the table it forgot.
+    sa.Column("after_seq", sa.Integer, nullable=False),
+    # What was forgotten (lake version, sequence, dataset version, checkpoint,
+    # the table's location) and which of the dataset's lake tables it removed.
+    sa.Column("forgotten", sa.JSON, nullable=False),
+    sa.Index("ix_dataset_resets_dataset", "source", "dataset"),
+)

@@ -583,6 +583,7 @@ from combined.cli import _maintain as _maintain  # noqa: E402
 from combined.cli import _meta as _meta  # noqa: E402
 from combined.cli import _options as _options  # noqa: E402
 from combined.cli import _quarantine as _quarantine  # noqa: E402
+from combined.cli import _reset as _reset  # noqa: E402
 from combined.cli import _run as _run  # noqa: E402
 from combined.cli import _schedule as _schedule  # noqa: E402
 from combined.cli import _serve as _serve  # noqa: E402

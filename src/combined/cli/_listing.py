@@ -247,6 +247,15 @@ def _status_table(rows: list[dict[str, Any]]) -> None:
         )
     print_table(t)
     for s in rows:
+        if s.get("table_missing"):
+            console.print(
+                _red(
+                    f"{s['dataset']}: its table at {s['table_missing']} is missing from the "
+                    "lake, though the catalog records it: its captures are refused until the "
+                    f"lake is restored, or `combined reset {s['dataset']}` records a reset"
+                ),
+                highlight=False,
+            )
         if s["unpublished"]:
             console.print(
                 Text(

@@ -8,7 +8,9 @@ visible commits, so the lake always holds every publication the catalog
 does; ``combined repair`` on an empty catalog restores them (with their Runs
 and admissions) from it. A publication whose catalog transaction then failed
 leaves a row whose number the next publication takes again: the later row
-of a number wins.
+of a number wins. Beside it: every ended Run (``runs``), every quarantine entry
+(``quarantine``), every raw-layer retention decision (``expired``) and every
+dataset reset (``resets``), each as it last was.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from combined.lake._table import LakeTable
 
 _SCHEMA = pa.schema([("seq", pa.int64()), ("id", pa.string()), ("body", pa.string())])
 #: The ledger's tables, each under ``<lake>/_combined/``.
-LEDGER_TABLES = ("publications", "runs", "quarantine", "expired")
+LEDGER_TABLES = ("publications", "runs", "quarantine", "expired", "resets")
 
 
 class Ledger:
@@ -109,6 +111,14 @@ class Ledger:
                     paths = record.get("paths") or []
                     out.update(record.get("files") or [p.rsplit("/", 1)[-1] for p in paths])
         return out
+
+    def reset(self, record: Mapping[str, Any]) -> None:
+        """Keep a dataset's reset (``combined reset``): the table versions it forgot."""
+        self._append("resets", str(record["id"]), record)
+
+    def resets(self) -> list[dict[str, Any]]:
+        """Every reset the lake holds."""
+        return list(self._latest("resets", "id").values())
 
     def runs(self) -> list[dict[str, Any]]:
         """Every ended Run the lake holds, with its admission, as it last was."""

@@ -70,12 +70,15 @@ def run_query(
     *,
     timeout_s: float | None = DEFAULT_TIMEOUT_S,
     memory_limit: str = DEFAULT_MEMORY_LIMIT,
+    unread: Sequence[QueryError] = (),
 ) -> pa.Table:
     """Expose each member as ``<source>.<dataset>`` and run ``query``, a single SELECT.
 
     ``publication`` (its ``id`` and ``published_at``) names the basis in errors.
     ``timeout_s`` (None or 0: none) bounds how long it runs, ``memory_limit``
-    (DuckDB's form: ``2GB``, ``512MB``) how much memory it holds.
+    (DuckDB's form: ``2GB``, ``512MB``) how much memory it holds. ``unread``:
+    why each dataset of the basis not in ``members`` is not read (its
+    ``source`` and ``dataset`` in its context), said if the query names it.
     """
     from combined.connectors._subprocess._private import PrivateDir
 
@@ -84,7 +87,8 @@ def run_query(
     try:
         con = _connect(memory_limit, str(spill.path))
         try:
-            return _run(con, layout, members, query, publication, timeout_s, memory_limit)
+            exposed = _Exposed(gone=list(unread))
+            return _run(con, layout, members, query, publication, timeout_s, memory_limit, exposed)
         finally:
             con.close()
     finally:
@@ -125,11 +129,11 @@ def _run(
     publication: Any,
     timeout_s: float | None,
     memory_limit: str,
+    exposed: _Exposed,
 ) -> pa.Table:
     """Expose the members, lock DuckDB to their files, and run ``query``."""
     import duckdb
 
-    exposed = _Exposed()
     con.execute(f"CREATE SCHEMA {_SHAPES}")
     for m in members:
         _expose(con, layout, m, exposed)
@@ -265,17 +269,19 @@ def _version_files(table: LakeTable, m: Member, version: int) -> tuple[list[str]
             raise
         raise _removed(m) from None
     if schema is None:  # no table there at all: the lake's directory was removed
-        raise _removed(m)
+        raise _removed(m, table.path)
     return files, schema
 
 
-def _removed(m: Member) -> FilesRemoved:
+def _removed(m: Member, missing: str | None = None) -> FilesRemoved:
+    """``m``'s files gone; ``missing``: its whole table, at that location."""
     return FilesRemoved(
         f"{m.source}.{m.dataset} at lake version {m.lake_version}: its files are no "
         "longer in the lake",
         source=m.source,
         dataset=m.dataset,
         lake_version=m.lake_version,
+        **({"missing": missing} if missing else {}),
     )
 
 

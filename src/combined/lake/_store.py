@@ -197,6 +197,36 @@ class LakeStore:
             self.sizes[path] = size
         return size
 
+    def directories(self, location: str | Path) -> set[str] | None:
+        """The names of the directories right under ``location`` (an object store's common
+        prefixes); None when the store cannot list it."""
+        import pyarrow.fs as pafs
+
+        from combined.errors import CombinedError
+
+        try:
+            if not self.remote:
+                return {p.name for p in Path(location).iterdir() if p.is_dir()}
+            found = self.fs.get_file_info(
+                pafs.FileSelector(self.path(location), allow_not_found=True)
+            )
+        except FileNotFoundError:
+            return set()
+        except (OSError, CombinedError):  # (unreachable, refused: not "none")
+            return None
+        return {f.base_name for f in found if f.type == pafs.FileType.Directory}
+
+    def delete_tree(self, location: str | Path) -> None:
+        """Remove everything under ``location`` (a table's directory), when it is there."""
+        if not self.remote:
+            if Path(location).exists():
+                shutil.rmtree(location)
+            return
+        import pyarrow.fs as pafs
+
+        if self.fs.get_file_info(self.path(location)).type != pafs.FileType.NotFound:
+            self.fs.delete_dir(self.path(location))
+
     def makedirs(self, location: str | Path) -> None:
         """Create a local directory (object stores have none to create)."""
         if not self.remote:

@@ -56,6 +56,7 @@ from combined.runtime._extract import extract
 from combined.runtime._faults import fault
 from combined.runtime._gap import record_gap
 from combined.runtime._lease import LeaseKeeper, acquire
+from combined.runtime._lost import lost_tables
 from combined.runtime._plan import DatasetPlan, Prepared, Settings, Staged, plans_from_admission
 from combined.runtime._project import project_commit
 from combined.runtime._publish import after_failed_commit, end_reads, publish_now, publish_run
@@ -251,6 +252,10 @@ class Runner:
             run = runs_repo.move_run(conn, run.id, "extracting")
             cat.emit(conn, "run.extracting", source=run.source, run_id=run.id)
         self.reporter.run_started(run.id, run.source, list(run.datasets))
+        lost = lost_tables(self.catalog, self.layout, plans)  # (never written afresh)
+        if lost is not None:
+            name_held_back(run, lost)
+            raise lost
         for plan in plans:
             check_lake_untouched(self.catalog, self.layout, run, plan)
         area = StagingArea(self.layout.staging(run.id), self.settings.limits)
