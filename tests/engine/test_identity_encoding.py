@@ -129,3 +129,31 @@ def test_a_table_replaced_in_the_other_format_during_a_capture_is_refused() -> N
     assert _digest(plan, hexed, pa.schema([("id", pa.int64())])) == "hex"  # type: ignore[arg-type]
     with pytest.raises(LakeError, match="identity encoding changed during the capture"):
         _digest(plan, hexed, raw)  # type: ignore[arg-type]
+
+
+def test_a_dataset_moves_to_v2_by_a_recorded_reset_billed_once_a_month(
+    shop: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/identity.md section 7: a table removed by hand has its capture refused now (the
+    catalog records it: tests/engine/test_lake_table_lost.py); `combined reset --drop-table`
+    removes it by a recorded decision, and the next capture makes a v2 table, its rows
+    billed against the kept (v1) MAR table: not again this month."""
+    from combined.errors import ConfigError
+
+    _write_v1_lake(shop, monkeypatch)
+    project = shop / "combined.yaml"
+    engine = Engine.open(project)
+    try:
+        with pytest.raises(ConfigError, match="--drop-table"):
+            engine.reset(["shop.orders"], by="ana", reason="identity v2")
+        assert _table(shop, "orders").column("_combined_id").type == pa.string()  # untouched
+        (told,) = engine.reset(["shop.orders"], by="ana", reason="identity v2", drop_table=True)
+        assert told["dropped"] == [str(shop / "lake" / "shop" / "orders")]
+        (event,) = engine.activity(kind="dataset.reset")
+        assert event["body"]["reason"] == "identity v2"
+    finally:
+        engine.close()
+    assert _capture(project, "shop.orders")["orders"]["inserts"] == 200
+    assert _table(shop, "orders").column("_combined_id").type == pa.binary()
+    assert _id_types(shop, "_usage", "orders") == {pa.string()}  # the MAR table kept its own
+    assert _usage(project, "orders")["mar"] == 200
