@@ -92,7 +92,7 @@ def test_a_capture_of_a_table_removed_from_the_lake_is_refused_and_writes_nothin
     assert query.returncode == 2, query.stderr
     assert f"its table at {lake / 'shop' / 'orders'} is missing from the lake" in _said(query)
     assert "combined reset shop.orders" in _said(query)
-    status = tools.cli(tmp_path, "status")
+    status = tools.cli(tmp_path, "status", env={"COLUMNS": "1000"})  # (no path folded)
     assert status.returncode == 0, status.stderr
     assert f"shop.orders: its table at {lake / 'shop' / 'orders'} is missing" in _said(status)
     # A dataset never captured still has its first capture.
