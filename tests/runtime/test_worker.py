@@ -379,10 +379,18 @@ def test_a_worker_outlives_a_catalog_that_closes_its_connections(
     monkeypatch.setenv("REV_CATALOG_PW", password)
     worker = _spawn(tmp_path, "worker", "--poll", "0.2")
     try:
-        time.sleep(3)  # polling, its pooled connection idle between polls
         name = pg_database.rsplit("/", 1)[1]
         server = pg_database.rsplit("/", 1)[0] + "/postgres"
         with psycopg.connect(server, autocommit=True) as conn:
+            # polling, its pooled connection idle between polls (a loaded machine
+            # starts it slowly: a fixed 3 s found no session of it, now and then)
+            deadline = time.monotonic() + 60
+            while not conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (name,)
+            ).fetchone()[0]:  # type: ignore[index]
+                assert worker.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+            time.sleep(1)
             # down for a while (its sessions ended, none allowed), then back
             conn.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
             killed = conn.execute(
