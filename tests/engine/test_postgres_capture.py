@@ -171,9 +171,10 @@ def test_a_column_without_an_arrow_type_is_captured_through_a_declared_cast(
         # Refused before any Run (test_preflight.py); the hint is what to write, where.
         with pytest.raises(ConfigError) as info:
             engine.capture()
-        assert 'casts: {"public.orders.spot": "text"} in the source configuration' in (
-            info.value.hint or ""
-        )
+        assert (
+            'casts: {"public.orders.spot": "text", "public.orders.price": "text"} in the '
+            "source configuration"
+        ) in (info.value.hint or "")
         assert engine.runs() == []
     finally:
         engine.close()

@@ -9,10 +9,13 @@ columns serves through ``REPLICA IDENTITY USING INDEX``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from psycopg import sql
 
-from combined.connectors.postgres._tree import Rows
+if TYPE_CHECKING:  # (a snapshot capture imports no change-capture module)
+    from combined.connectors.postgres._tree import Rows
+
 
 __all__ = ["identity_hint"]
 

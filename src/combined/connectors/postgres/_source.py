@@ -41,7 +41,6 @@ from combined.connectors.postgres._preflight import (
 )
 from combined.connectors.postgres._slot_owner import Claim
 from combined.connectors.postgres._tls import cleartext_password_warning
-from combined.connectors.postgres._tree import check_publishable, read_tree
 from combined.errors import ConfigError, SchemaMismatch, SourceError
 from combined.protocol import utcnow
 
@@ -270,6 +269,9 @@ class PostgresSource(BaseSource):
     @staticmethod
     def _refuse_unpublishable(session: Session, dataset: str, rel: catalog.Relation) -> None:
         """Refuse what :func:`check_publishable` refuses, before any Run."""
+        # (imported here: a snapshot capture imports no change-capture module)
+        from combined.connectors.postgres._tree import check_publishable, read_tree
+
         tree = read_tree(_rows(session, "reading the table's partitions"), rel.schema, rel.table)
         try:
             if tree is not None:
