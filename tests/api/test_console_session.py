@@ -7,12 +7,16 @@ served from the package, and the charts' geometry.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
+import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -91,6 +95,28 @@ def test_a_copy_of_a_cookie_logged_out_opens_nothing(app_client: TestClient) -> 
     assert sent.status_code == 303 and sent.headers["location"].startswith("/console/login")
     log_in(app_client)  # a new login opens a new session
     assert app_client.get("/console/runs", follow_redirects=False).status_code == 200
+
+
+def test_a_logout_holds_for_every_server_on_the_catalog(shop: Path, tools: Any) -> None:
+    """A logout was remembered only in the server process that took it: a copy of the
+    cookie opened every page again on a second `combined serve` of the same project,
+    or on this one restarted."""
+    with TestClient(create_app(shop / "combined.yaml", token=TOKEN), base_url=LOCAL) as here:
+        csrf = log_in(here)
+        copy = here.cookies["combined_console"]
+        with tools.serving(shop, env={"COMBINED_API_TOKEN": TOKEN}) as (base, _):
+            there = httpx.get(f"{base}/console/runs", cookies={"combined_console": copy})
+            assert there.status_code == 200
+            here.post("/console/logout", data={"csrf": csrf}, follow_redirects=False)
+            there = httpx.get(f"{base}/console/runs", cookies={"combined_console": copy})
+            assert there.status_code == 303
+            assert there.headers["location"].startswith("/console/login")
+    catalog = sqlite3.connect(shop / ".combined" / "catalog.db")
+    try:
+        (kept,) = catalog.execute("SELECT session FROM console_logouts").fetchone()
+    finally:
+        catalog.close()
+    assert kept == hashlib.sha256(csrf.encode()).hexdigest()  # (the token itself is not kept)
 
 
 def test_the_login_sends_only_to_this_servers_pages(app_client: TestClient) -> None:

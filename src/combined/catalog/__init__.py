@@ -1,5 +1,6 @@
 """The control plane: tables, migrations and repositories (SQLite or PostgreSQL)."""
 
+from combined.catalog import _console as console
 from combined.catalog import _data as data
 from combined.catalog import _queue as queue
 from combined.catalog import _resets as resets
@@ -31,6 +32,7 @@ __all__ = [
     "Trigger",
     "VersionTotals",
     "check_transition",
+    "console",
     "data",
     "queue",
     "resets",

@@ -305,3 +305,13 @@ dataset_resets = sa.Table(
     sa.Column("forgotten", sa.JSON, nullable=False),
     sa.Index("ix_dataset_resets_dataset", "source", "dataset"),
 )
+
+console_logouts = sa.Table(
+    "console_logouts",
+    metadata,
+    # One row per console session logged out (revision 0008): the SHA-256 hex
+    # of the session's CSRF token, and when its cookie's signature expires
+    # (after which the row is of no use and is removed).
+    sa.Column("session", sa.String(64), primary_key=True),
+    sa.Column("until", UTCDateTime, nullable=False),
+)

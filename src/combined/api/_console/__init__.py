@@ -76,7 +76,7 @@ class Console:
 
     def require(self, request: Request) -> None:
         """Go on only with a session: else the browser is sent to the login."""
-        if not _session.logged_in(request, self.token):
+        if not _session.logged_in(request, self.token, self.engine.catalog):
             raise LoginRequired(_session.login_url(request))
 
     def page(self, request: Request, template: str, status: int = 200, **context: Any) -> Response:

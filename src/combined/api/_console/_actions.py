@@ -115,7 +115,7 @@ def _dataset_actions(r: APIRouter, console: Console) -> None:
 
     @r.post("/console/logout")
     def logout(request: Request, form: Checked) -> Response:
-        _session.end_session(request)
+        _session.end_session(request, engine.catalog)
         return _back(_session.LOGIN if console.token is not None else "/")
 
     @r.post("/console/datasets/{source}/{dataset}/capture")

@@ -14,12 +14,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import threading
-import time
+from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from starlette.middleware.sessions import SessionMiddleware
+
+from combined.catalog import Catalog, console
 
 #: The session cookie's name.
 COOKIE = "combined_console"
@@ -53,35 +54,38 @@ def open_session(request: Request) -> None:
     request.session.update(auth=True, csrf=secrets.token_urlsafe(32))
 
 
-def end_session(request: Request) -> None:
+def end_session(request: Request, catalog: Catalog) -> None:
     """Log out: the session ends here, and a copy of its cookie no longer opens it.
 
     The cookie is signed, not stored: clearing it in the browser left a copy
-    taken before valid for its 12 hours. Its CSRF token (one a session) is
-    kept as ended in this server process until the signature would expire.
+    taken before valid for its 12 hours. The session (the SHA-256 of its
+    CSRF token, one a session) is recorded as ended in the catalog until its
+    signature would expire, so that every server on the catalog, and this one
+    after a restart, refuses the copy.
     """
     csrf = request.session.get("csrf")
-    now = time.monotonic()
-    with _ENDED_LOCK:
-        for gone in [c for c, until in _ENDED.items() if until < now]:
-            del _ENDED[gone]
-        if isinstance(csrf, str):
-            _ENDED[csrf] = now + TTL_S
+    if isinstance(csrf, str) and csrf:
+        now = datetime.now(UTC)
+        with catalog.begin() as conn:
+            console.end_session(conn, _known_as(csrf), now + timedelta(seconds=TTL_S), now)
     request.session.clear()
 
 
-#: The CSRF tokens of sessions logged out in this process, until their cookies expire.
-_ENDED: dict[str, float] = {}
-_ENDED_LOCK = threading.Lock()
+def _known_as(csrf: str) -> str:
+    """How the catalog names a session: the SHA-256 hex of its CSRF token, never the token."""
+    return hashlib.sha256(csrf.encode()).hexdigest()
 
 
-def logged_in(request: Request, token: str | None) -> bool:
+def logged_in(request: Request, token: str | None, catalog: Catalog) -> bool:
     """Whether ``request`` carries a session; without a token, one is opened for it."""
     if "session" not in request.scope:
         return False
     if request.session.get("auth") is True:
-        if request.session.get("csrf") not in _ENDED:
-            return True
+        csrf = request.session.get("csrf")
+        if isinstance(csrf, str) and csrf:
+            with catalog.begin() as conn:
+                if not console.session_ended(conn, _known_as(csrf)):
+                    return True
         request.session.clear()  # (a copy of a cookie logged out)
     if token is None:
         open_session(request)
