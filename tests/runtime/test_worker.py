@@ -7,13 +7,17 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from combined.catalog import runs as runs_repo
 from combined.engine import Engine
+from combined.protocol import utcnow
+from combined.runtime._admit import admit, freeze_admission
 
 WORKER = "from combined.cli import main; main()"
 
@@ -455,5 +459,81 @@ def test_a_worker_gives_back_what_it_took_unknowingly_after_a_catalog_error(
         )
         (run,) = engine.queued()
         assert run.claimed_by is None  # any worker may take it again
+    finally:
+        engine.close()
+
+
+def _going(engine: Engine, n: int) -> None:
+    """``n`` Runs more that are going: waiting until a source's Retry-After, or taken by
+    this (live) process and about to take their leases."""
+    admission = freeze_admission(engine.project, "shop")
+    later = utcnow() + timedelta(hours=1)
+    for i in range(n):
+        admit(
+            engine.catalog,
+            source="shop",
+            datasets=["orders"],
+            trigger="manual",
+            admission=admission,
+            enqueue=i % 2 == 0,
+            not_before=later if i % 2 == 0 else None,
+        )
+
+
+def _extracting(engine: Engine) -> None:
+    """One Run extracting each dataset, holding its lease (for this live process)."""
+    admission = freeze_admission(engine.project, "shop")
+    for dataset in ("orders", "customers"):
+        run = admit(
+            engine.catalog, source="shop", datasets=[dataset], trigger="manual", admission=admission
+        )
+        assert engine.catalog.acquire_lease("shop", dataset, run.id)
+        with engine.catalog.begin() as conn:
+            runs_repo.move_run(conn, run.id, "extracting")
+
+
+def _idle_poll(engine: Engine) -> list[str]:
+    """The catalog statements one idle poll of a worker issues (after its start-up repair)."""
+    statements: list[str] = []
+    asked = 0
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    def stopping() -> bool:  # asked before the poll, then in the wait after it
+        nonlocal asked
+        asked += 1
+        if asked == 1:
+            sa.event.listen(engine.catalog.engine, "before_cursor_execute", count)
+        elif asked == 2:
+            sa.event.remove(engine.catalog.engine, "before_cursor_execute", count)
+        return asked > 1
+
+    assert list(engine.work(stopping, poll_s=0.01)) == []  # nothing to take: idle
+    assert asked > 1
+    return statements
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_an_idle_poll_issues_as_many_catalog_statements_whatever_the_runs_going(
+    tmp_path: Path, tools: Any, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Reproduction: each idle poll (every 2 s, by each worker) read every Run not ended
+    again, one statement each, to learn whether its process died: with hundreds of Runs
+    waiting, idle workers kept the catalog busy."""
+    catalog = {"catalog": request.getfixturevalue("pg_database")} if backend != "sqlite" else {}
+    engine = Engine.open(tools.make(tmp_path, **catalog))
+    try:
+        _extracting(engine)
+        _going(engine, 2)
+        few = _idle_poll(engine)
+        _going(engine, 20)
+        many = _idle_poll(engine)
+        assert len(many) == len(few), "\n".join(many)
+        # none of them was taken for dead
+        going = [r for r in engine.runs(100) if not r.terminal]
+        assert len(going) == 24 and not engine.activity(kind="run.interrupted")
     finally:
         engine.close()

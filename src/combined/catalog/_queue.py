@@ -151,10 +151,12 @@ def taker_live(run: Run, ttl: timedelta) -> bool:
     On this host: while that process lives. Elsewhere: for a lease's time
     to live after it took the Run. A Run nobody took is waiting, not dead.
     """
-    if run.claimed_by is None:
-        return True
-    taken = run.claimed_at or run.created_at
-    return _live(run.claimed_by, taken + ttl)
+    return _taker_live(run.claimed_by, run.claimed_at or run.created_at, ttl)
+
+
+def _taker_live(claimed_by: str | None, taken: datetime, ttl: timedelta) -> bool:
+    """:func:`taker_live` of a Run ``claimed_by`` took at ``taken`` (None: nobody took it)."""
+    return claimed_by is None or _live(claimed_by, taken + ttl)
 
 
 def live(
@@ -188,19 +190,32 @@ def abandoned(conn: Connection, ttl: timedelta) -> list[str]:
     """The Runs not ended that lost their process: recovery would close them now.
 
     Neither waiting for a worker, nor taken by a live one and not started,
-    nor holding a live lease. Read from the catalog alone (no lake): an idle
-    worker asks at each poll.
+    nor holding a live lease. Read from the catalog alone (no lake) in one
+    query, whatever the number of Runs going: an idle worker asks at each
+    poll.
     """
-    ids = conn.execute(
-        sa.select(t.runs.c.id).where(t.runs.c.state.in_(("queued", "extracting", "committing")))
-    ).scalars()
-    lost = []
-    for run_id in list(ids):
-        run = get_run(conn, run_id)
-        if (run.state == "queued" and taker_live(run, ttl)) or _leased(conn, run.id):
-            continue
-        lost.append(run.id)
-    return lost
+    runs, leases = t.runs, t.leases
+    rows = conn.execute(
+        sa.select(
+            runs.c.id,
+            runs.c.state,
+            runs.c.claimed_by,
+            runs.c.claimed_at,
+            runs.c.created_at,
+            leases.c.holder,
+            leases.c.expires_at,
+        )
+        .select_from(runs.outerjoin(leases, leases.c.run_id == runs.c.id))
+        .where(runs.c.state.in_(("queued", "extracting", "committing")))
+        .order_by(runs.c.created_at, runs.c.id)
+    ).all()
+    alive = {
+        r.id
+        for r in rows
+        if (r.state == "queued" and _taker_live(r.claimed_by, r.claimed_at or r.created_at, ttl))
+        or (r.holder is not None and _live(r.holder, r.expires_at))
+    }
+    return list(dict.fromkeys(r.id for r in rows if r.id not in alive))
 
 
 def _leased(conn: Connection, run_id: str) -> bool:
