@@ -240,7 +240,9 @@ def test_a_run_whose_worker_dies_every_time_stays_failed_once_its_retries_are_sp
         assert [r.trigger for r in runs] == ["first_sync", "recovery", "recovery"]
         assert engine.queued() == []
         last = runs[-1]
-        assert "died 3 times in a row" in (last.error or "")
+        assert "died 3 times over this run and the automatic retries before it" in (
+            last.error or ""
+        )
         assert f"`combined run retry {last.id}`" in (last.error or "")
         body = _interrupted(engine, last.id)
         assert (body["retry"], body["deaths"], body["budget"]) == (None, 3, 3)

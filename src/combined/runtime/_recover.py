@@ -39,8 +39,8 @@ class Recovery:
         self.catalog = catalog
         self.layout = layout
         self.lease_ttl_s = lease_ttl_s
-        #: How many times in a row a worker may die executing a Run before it is not
-        #: retried again (``runtime._requeue``): the Attempts budget.
+        #: How many times a worker may die executing a Run and its automatic retries
+        #: before it is not retried again (``runtime._requeue``): the Attempts budget.
         self.retries = retries
         self._declared: set[tuple[str, str]] = set()
 
@@ -147,6 +147,7 @@ class Recovery:
                     run_id=run.id,
                     datasets=list(run.datasets),
                     deaths=again.deaths,
+                    deferred=again.deferred,
                     error=error,
                 )
         return "marked failed" + (f"; {again.told()}" if again and again.told() else "")

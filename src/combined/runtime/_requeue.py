@@ -16,11 +16,19 @@ waiting in the queue for any worker. Left out of the retry are:
   ``run.joined``, as a scheduled tick does) or captured (succeeded since);
 - a dataset no longer in the project file.
 
-A Run whose worker died ``budget`` times in a row (the Run and the
-``recovery`` retries before it) is not retried again: it stays failed and
-``alert.run_retries_exhausted`` says so. A Run a command executed itself
-(``combined capture``) is not retried: that command's own exit told its
-caller.
+A Run whose worker died ``budget`` times over its chain of automatic
+retries (it and the Runs before it, through ``retry_of``, while each was a
+``recovery`` retry or a retry a source deferred with ``RetryLater``) is not
+retried again: it stays failed, its error and ``run.interrupted`` say why,
+and ``alert.run_retries_exhausted`` says so, once (no retry follows to fire
+it again). Only deaths count: a source asking again and again to wait
+(``Retry-After`` past its ceiling: a rate limit, a quota) is paced by that
+source, costs it one request a retry, and may last as long as it asks; but a
+chain alternating between a dying worker and ``RetryLater`` is cut off at
+its ``budget``-th death, where counting the deaths since the last deferral
+(in a row) never ended it. A retry by hand (``combined run retry``) starts
+a new chain. A Run a command executed itself (``combined capture``) is not
+retried: that command's own exit told its caller.
 """
 
 from __future__ import annotations
@@ -43,15 +51,17 @@ from combined.catalog import runs as runs_repo
 class Requeued:
     """What ending a dead worker's Run did about it: its retry, the Runs it joined, or why none."""
 
-    #: How many times in a row a worker died executing it (this Run and the retries before it).
+    #: How many times a worker died executing it and the automatic retries before it.
     deaths: int
     budget: int
+    #: How many of those retries a source deferred (``RetryLater``) rather than a death.
+    deferred: int = 0
     retry: Run | None = None
     #: The queued or running Runs that capture some of its datasets already, with those datasets.
     joined: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: Why (some of) its datasets are not retried.
     left: tuple[str, ...] = ()
-    #: Not retried because its workers died ``budget`` times in a row.
+    #: Not retried because workers died ``budget`` times executing it and its retries.
     exhausted: bool = False
 
     def told(self) -> str:
@@ -75,6 +85,7 @@ class Requeued:
             "joined": [run_id for run_id, _ in self.joined],
             "deaths": self.deaths,
             "budget": self.budget,
+            **({"deferred": self.deferred} if self.deferred else {}),
             **({"not_retried": "; ".join(self.left)} if self.left else {}),
         }
 
@@ -98,19 +109,15 @@ def requeue(
 
     if not _taken(conn, run):
         return None
-    deaths = _deaths(conn, run)
+    deaths, deferred = _chain(conn, run)
     gone = {d for d in run.datasets if (run.source, d) not in declared}
     done = _done_since(conn, run) | gone
     rest = [d for d in run.datasets if d not in committed and d not in done]
     left = _left_out(run, committed, done, gone)
     if not rest or deaths >= budget:
         if rest:
-            left.append(
-                f"not retried: its worker died {deaths} times in a row, as many as automatic "
-                f"retries allow; find what ends it (memory, the machine), then "
-                f"`combined run retry {run.id}`"
-            )
-        return Requeued(deaths, budget, left=tuple(left), exhausted=bool(rest))
+            left.append(_spent(run, deaths, deferred))
+        return Requeued(deaths, budget, deferred, left=tuple(left), exhausted=bool(rest))
     parts = admit_or_join(
         catalog,
         conn,
@@ -124,9 +131,20 @@ def requeue(
     return Requeued(
         deaths,
         budget,
+        deferred,
         retry=next((p.run for p in parts if not p.joined), None),
         joined=tuple((p.run.id, p.datasets) for p in parts if p.joined),
         left=tuple(left),
+    )
+
+
+def _spent(run: Run, deaths: int, deferred: int) -> str:
+    """Why ``run`` is not retried once its retries are spent, and what to do."""
+    waits = f" (its source also asked {deferred} times to wait: RetryLater)" if deferred else ""
+    return (
+        f"not retried: its worker died {deaths} times over this run and the automatic "
+        f"retries before it{waits}, as many as automatic retries allow; find what ends it "
+        f"(memory, the machine), then `combined run retry {run.id}`"
     )
 
 
@@ -159,13 +177,31 @@ def _taken(conn: Connection, run: Run) -> bool:
     )
 
 
-def _deaths(conn: Connection, run: Run) -> int:
-    """How many times in a row a worker died executing ``run``: it, and the retries before it."""
-    deaths = 1
-    while run.trigger == "recovery" and run.retry_of is not None:
-        run = runs_repo.get_run(conn, run.retry_of)
-        deaths += 1
-    return deaths
+def _chain(conn: Connection, run: Run) -> tuple[int, int]:
+    """How many times a worker died executing ``run`` and the automatic retries before it,
+    and how many of those retries a source deferred (``RetryLater``); in one query.
+
+    The chain is followed back through ``retry_of`` while a Run retried itself: a
+    ``recovery`` retry (the Run before it died) or a deferred one (trigger ``retry``
+    with a ``not_before``: the Run before it ended ``RetryLater``). A retry by hand
+    (``combined run retry``, no ``not_before``) starts a new chain.
+    """
+    runs, before = t.runs, t.runs.alias("before")
+    columns = (runs.c.id, runs.c.trigger, runs.c.retry_of, runs.c.not_before)
+    chain = sa.select(*columns).where(runs.c.id == run.id).cte("chain", recursive=True)
+    automatic = sa.or_(
+        chain.c.trigger == "recovery",
+        sa.and_(chain.c.trigger == "retry", chain.c.not_before.is_not(None)),
+    )
+    chain = chain.union_all(
+        sa.select(*(before.c[c.name] for c in columns)).where(
+            before.c.id == chain.c.retry_of, automatic
+        )
+    )
+    rows = conn.execute(sa.select(chain.c.trigger, chain.c.not_before)).all()
+    deaths = 1 + sum(r.trigger == "recovery" for r in rows)
+    deferred = sum(r.trigger == "retry" and r.not_before is not None for r in rows)
+    return deaths, deferred
 
 
 def _done_since(conn: Connection, run: Run) -> set[str]:
