@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,11 @@ from tests.connectors.http.fake_api import TOKEN, FakeAPI, serve_orders
 from tests.engine.test_retries import PATH, PROJECT
 from tests.runtime.test_worker_requeue import _cli
 
+from combined.catalog import Trigger
 from combined.engine import Engine
 from combined.protocol import utcnow
+from combined.runtime import _requeue
+from combined.runtime._admit import admit, freeze_admission
 
 
 @pytest.fixture
@@ -120,5 +124,45 @@ def test_a_source_that_keeps_asking_to_wait_is_retried_as_long_as_it_asks(
         assert [r.trigger for r in runs] == ["first_sync", "retry", "recovery"] + ["retry"] * 4
         assert runs[-1].state == "succeeded", runs[-1].error
         assert not engine.activity(kind="alert.run_retries_exhausted")
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_the_deaths_are_counted_back_through_automatic_retries_only(
+    tmp_path: Path, tools: Any, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """The chain is read in one recursive query on either catalog; a retry by hand (no
+    ``not_before``) starts a new chain, as the exhausted Run's error promises."""
+    catalog = {"catalog": request.getfixturevalue("pg_database")} if backend != "sqlite" else {}
+    engine = Engine.open(tools.make(tmp_path, **catalog))
+    admission = freeze_admission(engine.project, "shop")
+    chain: list[Any] = []
+
+    def then(trigger: Trigger, not_before: datetime | None = None) -> None:
+        chain.append(
+            admit(
+                engine.catalog,
+                source="shop",
+                datasets=["orders"],
+                trigger=trigger,
+                admission=admission,
+                enqueue=True,
+                retry_of=chain[-1].id if chain else None,
+                not_before=not_before,
+            )
+        )
+
+    try:
+        then("schedule")
+        then("recovery")  # the schedule's Run died
+        then("retry", utcnow())  # the retry asked to wait (RetryLater)
+        then("recovery")  # the deferred retry died
+        then("retry")  # retried by hand
+        with engine.catalog.begin() as conn:
+            counted = [_requeue._chain(conn, run) for run in chain]
+        assert counted == [(1, 0), (2, 0), (2, 1), (3, 1), (1, 0)]
     finally:
         engine.close()
