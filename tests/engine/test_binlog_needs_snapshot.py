@@ -11,6 +11,8 @@ snapshot.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -121,6 +123,24 @@ def test_a_writer_logging_less_than_full_rows_is_refused_with_the_fix(
         engine.close()
 
 
+@contextmanager
+def compressing(binlog: Binlog) -> Iterator[None]:
+    """The server logging compressed events (a row or statement past 10 bytes), this test
+    alone; the settings set back after."""
+    ((on, least),) = binlog.sql(
+        "SELECT @@GLOBAL.log_bin_compress, @@GLOBAL.log_bin_compress_min_len"
+    )
+    with binlog.alone():
+        binlog.sql("SET GLOBAL log_bin_compress = ON", "SET GLOBAL log_bin_compress_min_len = 10")
+        try:
+            yield
+        finally:
+            binlog.sql(
+                f"SET GLOBAL log_bin_compress = {int(on)}",
+                f"SET GLOBAL log_bin_compress_min_len = {int(least)}",
+            )
+
+
 def test_compressed_binlog_events_are_refused_never_skipped(binlog: Binlog) -> None:
     """``log_bin_compress=ON`` is a precondition ``check`` names; a compressed event fails a read.
 
@@ -130,27 +150,54 @@ def test_compressed_binlog_events_are_refused_never_skipped(binlog: Binlog) -> N
     """
     from combined.errors import ConfigError
 
-    binlog.sql("ALTER TABLE {t} MODIFY note VARCHAR(2000)")
     engine = Engine.open(binlog.project())
     try:
         engine.capture()
-        ((old,),) = binlog.sql("SELECT @@GLOBAL.log_bin_compress")
-        with binlog.alone():
-            binlog.sql("SET GLOBAL log_bin_compress = ON")
-            try:
-                with pytest.raises(ConfigError) as err:
-                    engine.check("db")
-                # rows far past log_bin_compress_min_len: MariaDB 10.11 logs them compressed
-                binlog.sql("INSERT INTO {t} SELECT seq, seq, REPEAT('c', 2000) FROM seq_501_to_503")
-            finally:
-                binlog.sql(f"SET GLOBAL log_bin_compress = {int(old)}")
+        with compressing(binlog):
+            with pytest.raises(ConfigError) as err:
+                engine.check("db")
+            binlog.sql("INSERT INTO {t} SELECT seq, seq, REPEAT('c', 30) FROM seq_501_to_503")
         assert "log_bin_compress is ON" in str(err.value)
         assert "SET GLOBAL log_bin_compress = OFF" in (err.value.hint or "")
         (run,) = engine.capture()
         assert run.state == "needs_review"  # (only a new snapshot mends it)
         assert "compressed event" in (run.error or "")
-        assert "cdc teardown" in (run.error or "")
+        assert "SET GLOBAL log_bin_compress = OFF" in (run.error or "")
+        assert RESNAPSHOT in (run.error or "")
         assert engine.sql("SELECT count(*) AS n FROM db.items").column("n")[0].as_py() == 500
+    finally:
+        engine.close()
+
+
+def test_a_compressed_event_of_another_table_is_skipped(binlog: Binlog) -> None:
+    """Another table's compressed rows events are skipped as its uncompressed ones are.
+
+    Their table id is readable (the TABLE_MAP before them names it): they
+    failed every capture of the server's every table, ``needs_review``, when
+    ``log_bin_compress`` had been on once, though none held a followed row.
+    """
+    other = f"`other_{binlog.table}`"
+    binlog.sql(f"CREATE TABLE {other} (id INT PRIMARY KEY, note VARCHAR(200))")
+    engine = Engine.open(binlog.project())
+    try:
+        engine.capture()
+        ((file, pos, *_),) = binlog.sql("SHOW MASTER STATUS")
+        with compressing(binlog):
+            binlog.sql(
+                f"INSERT INTO {other} SELECT seq, REPEAT('o', 200) FROM seq_1_to_50",
+                f"UPDATE {other} SET note = REPEAT('u', 100) WHERE id < 10",
+                f"DELETE FROM {other} WHERE id > 40",
+            )
+        binlog.sql(
+            "INSERT INTO {t} VALUES (501, 1, 'after')",
+            "UPDATE {t} SET qty = 0 WHERE id = 1",
+            "DELETE FROM {t} WHERE id = 2",
+        )
+        logged = {str(e[2]) for e in binlog.sql(f"SHOW BINLOG EVENTS IN '{file}' FROM {pos}")}
+        assert {f"{kind}_rows_compressed_v1" for kind in ("Write", "Update", "Delete")} <= logged
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert lake(engine) == binlog.source()
     finally:
         engine.close()
 

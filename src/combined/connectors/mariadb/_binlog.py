@@ -442,7 +442,7 @@ class BinlogExtraction(SessionRead[Session]):
                 if isinstance(event, NotImplementedEvent | GtidEvent):
                     xa = xa and not isinstance(event, GtidEvent)
                     gtid = None if isinstance(event, GtidEvent) else gtid
-                    refuse_compressed(event.event_type, name, here)  # (no GTID event is)
+                    refuse_compressed(event, (rel.database, rel.table), name, here)  # (no GTID is)
                     continue
                 end = isinstance(event, XidEvent)
                 if isinstance(event, QueryEvent):

@@ -172,6 +172,9 @@ def require_full_image(event: Any, relation: str) -> None:
 #: and the six compressed rows events. The reader cannot decode them, and a
 #: compressed event may hold the table's changes or its TRUNCATE.
 _COMPRESSED_EVENTS = frozenset(range(165, 172))
+#: Of those, the rows events (WRITE/UPDATE/DELETE_ROWS_COMPRESSED_EVENT and _V1):
+#: their post-header, uncompressed, names their table as any rows event's does.
+_COMPRESSED_ROWS = frozenset(range(166, 172))
 
 
 #: MariaDB's GTID flag of a group that ends in ``XA PREPARE`` (FL_PREPARED_XA).
@@ -196,14 +199,32 @@ def refuse_prepared_xa(name: str, here: str) -> None:
     )
 
 
-def refuse_compressed(event_type: int, name: str, here: str) -> None:
-    """Fail the read at a compressed event: its changes would otherwise be skipped unseen."""
-    if event_type in _COMPRESSED_EVENTS:
+def refuse_compressed(event: Any, table: tuple[str, str], name: str, here: str) -> None:
+    """Fail the read at a compressed event that may change ``table`` (schema, name): its
+    changes would otherwise be skipped unseen. Another table's compressed rows event is
+    skipped as its uncompressed one is (a statement, compressed, names no table: refused)."""
+    if event.event_type in _COMPRESSED_ROWS and _rows_table(event) != table:
+        return
+    if event.event_type in _COMPRESSED_EVENTS:
         raise NeedsSnapshot(
             f"the binary log holds a compressed event at {here} (log_bin_compress=ON), which "
             f"the read of {name} cannot decode: its changes would be lost",
             hint=f"SET GLOBAL log_bin_compress = OFF on the server, then {RESNAPSHOT}",
         )
+
+
+def _rows_table(event: Any) -> tuple[str, str] | None:
+    """The (schema, name) of the table a compressed rows event changes, or None for a table
+    the read does not follow.
+
+    Its table id is the first 6 bytes of its post-header (after the packet's OK byte and the
+    19-byte common header), as in an uncompressed rows event; the TABLE_MAP event before it
+    maps that id. The reader keeps the maps of the followed table alone (it filters the
+    others' before they reach the read), so an id it did not map is another table's.
+    """
+    table_id = int.from_bytes(bytes(event.packet.get_all_data()[20:26]), "little")
+    mapped = event.table_map.get(table_id)
+    return None if mapped is None else (str(mapped.schema), str(mapped.table))
 
 
 class ChangeRows:
