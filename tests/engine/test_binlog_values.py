@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from tests.engine._binlog import Binlog, lake
 
 from combined.engine import Engine
@@ -76,6 +77,39 @@ def test_zero_dates_null_as_yaml_spells_it_reads_zero_dates_as_nulls(binlog: Bin
         engine.close()
 
 
+@pytest.mark.parametrize("read", ["snapshot", "stream"])
+def test_zero_dates_read_as_null_in_a_cdc_key_name_the_cause(binlog: Binlog, read: str) -> None:
+    """Two zero dates of a key column, NULL under ``zero_dates: null``, repeat one key, in
+    the stitched snapshot or the stream: the hint names them and the setting (no cast: a
+    cdc dataset takes none), not "fix the key in the source", which holds no repeat."""
+    zeros = "INSERT INTO {t} VALUES (1, 1, 'a', '0000-00-00'), (2, 2, 'b', '2020-00-05')"
+    binlog.sql(
+        "DROP TABLE {t}",
+        "CREATE TABLE {t} (id INT, qty INT, note TEXT, d DATE NOT NULL PRIMARY KEY)",
+        "INSERT INTO {t} VALUES (3, 3, 'c', '2021-01-01')",
+    )
+    if read == "snapshot":
+        binlog.sql("SET SESSION sql_mode = ''", zeros)
+    path = binlog.project()
+    text = path.read_text().replace("key: [id]", "key: [d]")
+    path.write_text(text.replace("      dsn:", "      zero_dates: null\n      dsn:"))
+    engine = Engine.open(path)
+    try:
+        if read == "stream":
+            (run,) = engine.capture()
+            assert run.state == "succeeded", run.error
+            binlog.sql("SET SESSION sql_mode = ''", zeros)
+        (run,) = engine.capture()
+        assert run.state == "needs_review"
+        error = run.error or ""
+        assert "holds 1 duplicate key(s) of (d)" in error
+        assert "key column 'd' holds zero dates, and zero_dates: null reads" in error
+        assert "set zero_dates: error" in error
+        assert "casts" not in error and "fix the key in the source" not in error
+    finally:
+        engine.close()
+
+
 def test_a_value_a_cdc_dataset_cannot_hold_names_columns_not_a_cast(binlog: Binlog) -> None:
     """The snapshot's and the binlog's refusals named a cast, which a cdc dataset refuses."""
     binlog.sql(
@@ -120,6 +154,7 @@ def test_rows_a_nullable_unique_key_repeats_are_held_not_merged(binlog: Binlog) 
         (run,) = engine.capture()
         assert run.state == "needs_review", run.error
         assert "holds 1 duplicate key(s) of (id)" in (run.error or "")
+        assert "fix the key in the source" in (run.error or "")  # (its own NULLs)
         assert lake(engine) == [(1, 1, "a"), (2, 2, "b")]  # nothing committed
         (entry,) = engine.quarantine()
         assert entry["record_count"] == 2  # the two NULL rows, not the update of id 2

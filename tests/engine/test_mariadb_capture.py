@@ -217,3 +217,55 @@ def test_null_cursor_rows_excluded_are_left_out_and_not_counted(
     finally:
         engine.close()
         _sql(mariadb_database, "DROP TABLE items")
+
+
+#: The source of NULL_CURSOR_PROJECT (zero_dates: null), its dataset keyed on a date.
+ZERO_KEY_PROJECT = (
+    NULL_CURSOR_PROJECT.split("    datasets:")[0] + "{casts}    datasets:\n      days:\n"
+    "        key: [d]\n"
+)
+
+
+def test_zero_dates_read_as_null_in_a_key_name_the_cause_and_its_ways_out(
+    tmp_path: Path, mariadb_database: str
+) -> None:
+    """Two zero dates of a key column, NULL under ``zero_dates: null``, repeat one key.
+
+    The capture holds them in quarantine as any repeated key; its hint said
+    "fix the key in the source", which holds no repeat. It names the zero
+    dates, the setting, and a cast that keeps each its own key.
+    """
+    _sql(
+        mariadb_database,
+        "SET SESSION sql_mode = ''",
+        "CREATE TABLE days (d DATE NOT NULL PRIMARY KEY, v INT)",
+        "INSERT INTO days VALUES ('0000-00-00', 1), ('2020-00-05', 2), ('2021-01-01', 3)",
+    )
+    path = tmp_path / "combined.yaml"
+    path.write_text(ZERO_KEY_PROJECT.format(dsn=mariadb_database, casts=""))
+    engine = Engine.open(path)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "needs_review"
+        error = run.error or ""
+        assert "holds 1 duplicate key(s) of (d)" in error
+        assert "key column 'd' holds zero dates, and zero_dates: null reads" in error
+        assert "declare a key without zero dates" in error
+        assert "set zero_dates: error" in error
+        assert 'declare casts: {"days.d": "text"}' in error
+        assert "fix the key in the source" not in error
+    finally:
+        engine.close()
+    # The cast the hint names keeps each zero date as its own key.
+    path.write_text(
+        ZERO_KEY_PROJECT.format(dsn=mariadb_database, casts='      casts: {"days.d": text}\n')
+    )
+    engine = Engine.open(path)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        days = engine.sql("SELECT d FROM shop.days ORDER BY d").column("d").to_pylist()
+        assert days == ["0000-00-00", "2020-00-05", "2021-01-01"]
+    finally:
+        engine.close()
+        _sql(mariadb_database, "DROP TABLE days")

@@ -179,6 +179,8 @@ class _Reduction(Protocol):
 
     def duplicates(self, limit: int = 1000) -> list[tuple[str, int, list[int]]]: ...
 
+    def _repeated_sql(self) -> str: ...
+
 
 class DuplicateChecks:
     """Duplicate keys of a full-row capture (a reduction's mixin)."""
@@ -358,12 +360,26 @@ class DuplicateChecks:
             for n in self.capture_schema.names
             if n not in (prov.ID, prov.PAYLOAD_HASH)
         )
-        repeated = (
-            f"SELECT _cid FROM ({self._live_sql()})"
-            if self.has_op
-            else "SELECT _cid FROM cap GROUP BY _cid HAVING count(*) > 1"
-        )
         return self.con.sql(
             f"SELECT {cols}, _cid AS _combined_id FROM cap WHERE _cid IN "
-            f"({repeated}) ORDER BY _combined_ordinal"
+            f"({self._repeated_sql()}) ORDER BY _combined_ordinal"
         ).to_arrow_table()
+
+    def null_key_columns(self: _Reduction) -> list[str]:
+        """The key columns holding NULL in a row of a duplicated key.
+
+        The source may hold distinct values there that the read turned into
+        NULL (MariaDB's zero dates under ``zero_dates: null``): the read then
+        names that cause (``Extraction.null_key_hint``).
+        """
+        tests = ", ".join(f"bool_or({quote_ident(c)} IS NULL)" for c in self.key)
+        found = self.con.execute(
+            f"SELECT {tests} FROM cap WHERE _cid IN ({self._repeated_sql()})"
+        ).fetchone()
+        return [c for c, null in zip(self.key, found or (), strict=False) if null]
+
+    def _repeated_sql(self: _Reduction) -> str:
+        """SQL: the ids of the capture's duplicated keys."""
+        if self.has_op:
+            return f"SELECT _cid FROM ({self._live_sql()})"
+        return "SELECT _cid FROM cap GROUP BY _cid HAVING count(*) > 1"

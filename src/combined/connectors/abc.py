@@ -394,6 +394,15 @@ class BaseExtraction(abc.ABC):
         """
         return None
 
+    def null_key_hint(self, columns: Sequence[str]) -> str | None:
+        """Why the read may hold NULL in key ``columns`` where the source holds distinct
+        values, and what to do; None (the default) when each NULL is the source's own.
+
+        The engine asks it when rows of a capture share a key with NULL in
+        ``columns``: its hint then names that cause instead of the source's key.
+        """
+        return None
+
     def acknowledge(self, state: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
         """Nothing to confirm by default: only change streams hold a position."""
 

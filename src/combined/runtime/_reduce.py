@@ -214,10 +214,19 @@ def _hold_duplicates(
         )
         raise DuplicateKeys(
             f"{exc.message}; {where}",
-            hint="fix the key in the source or declare a key that is unique "
+            hint=f"{_duplicates_cause(reducer, staged)} "
             f"(`combined quarantine show {qid}` lists the rows)",
             **exc.context,
         ) from None
+
+
+def _duplicates_cause(reducer: Reducer, staged: Staged) -> str:
+    """What to do about the duplicated keys: the read's own word where it turned distinct
+    values of a key column into NULL (MariaDB's zero dates), else the source's key."""
+    told = getattr(staged.extraction, "null_key_hint", None)
+    nulled = reducer.null_key_columns() if told is not None else []
+    hint = told(nulled) if told is not None and nulled else None
+    return hint or "fix the key in the source or declare a key that is unique"
 
 
 def _count_live(staged: Staged, reducer: Reducer) -> None:

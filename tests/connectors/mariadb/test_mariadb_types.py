@@ -297,3 +297,26 @@ def test_which_type_holds_every_value_of_another(
     from combined.connectors.mariadb._types import holds
 
     assert holds(wide, narrow) is held
+
+
+def test_a_key_hint_names_zero_dates_only_where_the_read_made_them_null() -> None:
+    """Only a date or timestamp key column read under ``zero_dates: null`` is named; a
+    nullable one may hold the source's own NULLs too, and a cdc read names no cast."""
+    from combined.connectors.mariadb._types import SourceColumn, plan_column, zero_date_key_hint
+
+    def plan(name: str, data_type: str, nullable: bool) -> Any:
+        return plan_column(SourceColumn(name, data_type, data_type, nullable, None, None))
+
+    plans = {
+        "d": plan("d", "date", False),
+        "n": plan("n", "datetime", True),
+        "i": plan("i", "int", True),
+    }
+    whole = zero_date_key_hint(plans, ["d"], "null", casts=True) or ""
+    assert whole.startswith("key column 'd' holds zero dates, and zero_dates: null")
+    assert "set zero_dates: error" in whole and 'casts: {"<table>.d": "text"}' in whole
+    nullable = zero_date_key_hint(plans, ["n", "i"], "null", casts=False) or ""
+    assert nullable.startswith("key column 'n' holds NULL or zero dates")
+    assert "casts" not in nullable
+    assert zero_date_key_hint(plans, ["i"], "null", casts=True) is None
+    assert zero_date_key_hint(plans, ["d"], "error", casts=True) is None

@@ -114,7 +114,12 @@ from combined.connectors.mariadb._connect import (
     query_error,
     stream_connection,
 )
-from combined.connectors.mariadb._types import ColumnPlan, SourceColumn, holds
+from combined.connectors.mariadb._types import (
+    ColumnPlan,
+    SourceColumn,
+    holds,
+    zero_date_key_hint,
+)
 from combined.errors import (
     CombinedError,
     NeedsSnapshot,
@@ -220,6 +225,11 @@ class BinlogExtraction(SessionRead[Session]):
         #: Per dataset, the source's nulls in each filled column, counted in a
         #: snapshot holding the transactions the lake's commit holds.
         self.filled_nulls: dict[str, dict[str, int]] = {}
+        self._plans: dict[str, ColumnPlan] = {}
+
+    def null_key_hint(self, columns: Sequence[str]) -> str | None:
+        """Zero dates of a key column read as NULL (``zero_dates: null``), or None."""
+        return zero_date_key_hint(self._plans, columns, self._settings.zero_dates, casts=False)
 
     def _messages(self) -> Iterator[Message]:
         self._claim()
@@ -273,6 +283,7 @@ class BinlogExtraction(SessionRead[Session]):
         gone = self._vanished(session, now)
         now = self._narrowed(session, now, rel)
         plans, vanished = self._column_plans([*now, *gone], rel), {c.name for c in gone}
+        self._plans = {p.name: p for p in plans}
         self._appeared = appeared_columns(
             request, [p.name for p in plans if p.name not in vanished]
         )

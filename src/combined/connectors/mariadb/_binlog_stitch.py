@@ -18,7 +18,7 @@ opens (:mod:`~._binlog_anchor`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -133,6 +133,10 @@ class StitchedSnapshot(BaseExtraction):
             session.close()
         state["columns"] = catalog.column_record(inner.source_columns)
         yield StateMessage(req.dataset, state, position=position, final=True)
+
+    def null_key_hint(self, columns: Sequence[str]) -> str | None:
+        """The snapshot read's (a cdc dataset takes no casts)."""
+        return None if self._inner is None else self._inner.null_key_hint(columns, casts=False)
 
     def acknowledge(self, state: Mapping[str, Any]) -> None:
         """Nothing to confirm: the position lives in the lake's checkpoint only."""

@@ -96,6 +96,7 @@ from combined.connectors.mariadb._types import (
     from_state,
     state_value,
     typed_value,
+    zero_date_key_hint,
 )
 from combined.errors import (
     CombinedError,
@@ -217,6 +218,8 @@ class MariaDBExtraction(SessionRead[Session]):
         self._options = options
         self._batch_rows = min(request.batch_rows, settings.batch_rows or request.batch_rows)
         self._control: ControlTotals | None = None
+        #: The relation's columns as the read plans them (by name).
+        self._plans: dict[str, ColumnPlan] = {}
         self.connection_id: int | None = None
         #: The binlog position (``file:offset``) and time pinned to the snapshot,
         #: when the snapshot covers the relation (``None`` otherwise).
@@ -243,6 +246,11 @@ class MariaDBExtraction(SessionRead[Session]):
     def control_totals(self) -> ControlTotals | None:
         """Counts read in the same snapshot after the last row, when requested."""
         return self._control
+
+    def null_key_hint(self, columns: Sequence[str], *, casts: bool = True) -> str | None:
+        """Zero dates of a key column read as NULL (``zero_dates: null``), or None;
+        ``casts``: whether the dataset may cast the column to text instead."""
+        return zero_date_key_hint(self._plans, columns, self._options.zero_dates, casts=casts)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -413,6 +421,7 @@ class MariaDBExtraction(SessionRead[Session]):
                     column=p.name,
                     source_type=p.source_type,
                 )
+        self._plans = by_name
         return _Work(rel, Layout.of(selected, self._options.zero_dates), by_name)
 
     def _stream(self, query: str, layout: Layout) -> Iterator[pa.RecordBatch]:

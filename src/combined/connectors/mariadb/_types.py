@@ -45,7 +45,7 @@ server's ``CAST(col AS CHAR)``, or ``ST_AsText(col)`` for a geometry.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from decimal import Decimal
@@ -314,6 +314,34 @@ def _temporal(text: pa.Array, plan: ColumnPlan, dataset: str, zero_dates: ZeroDa
             ) from None
         out = pc.if_else(zero, pa.scalar(None, pa.string()), text).cast(naive)
     return out if naive.equals(target) else out.cast(target)
+
+
+def zero_date_key_hint(
+    plans: Mapping[str, ColumnPlan], columns: Sequence[str], zero_dates: ZeroDates, *, casts: bool
+) -> str | None:
+    """Why key ``columns`` hold NULL in rows sharing a key, when this read made zero dates
+    NULL (``zero_dates: null``) in a date or timestamp one of them; else None.
+
+    Two different zero dates (``0000-00-00``, ``2020-00-05``) then become one
+    key, and the capture refuses them as duplicates. ``casts`` says whether
+    the dataset may cast (a cdc dataset takes none).
+    """
+    dated = [plans[c] for c in columns if c in plans and plans[c].temporal]
+    if zero_dates != "null" or not dated:
+        return None
+    names = " and ".join(repr(p.name) for p in dated)
+    held = "NULL or zero dates" if any(p.nullable for p in dated) else "zero dates"
+    ways = [
+        f"declare a key without {held}",
+        "set zero_dates: error (a read then stops at the first zero date, naming it)",
+    ]
+    if casts:
+        ways.append(dated[0].cast_hint("keep each zero date as its own text"))
+    return (
+        f"key column {names} holds {held}, and zero_dates: null reads every zero date "
+        "('0000-00-00', or a zero month or day) as NULL, so different ones make one key: "
+        + ", or ".join(ways)
+    )
 
 
 def _check_time(micros: pa.Array, plan: ColumnPlan, dataset: str) -> None:
