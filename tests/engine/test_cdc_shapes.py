@@ -232,6 +232,80 @@ def test_a_key_outside_the_replica_identity_is_refused_before_anything_is_create
         assert conn.execute(slots).fetchall() == []
 
 
+PARTITIONED = (
+    "CREATE TABLE t (pk int, region text, id int NOT NULL, v text, PRIMARY KEY (pk, region))"
+    " PARTITION BY LIST (region)",
+    "CREATE TABLE t_eu PARTITION OF t FOR VALUES IN ('eu')",
+    "CREATE TABLE t_us PARTITION OF t FOR VALUES IN ('us') PARTITION BY RANGE (pk)",
+    "CREATE TABLE t_us_a PARTITION OF t_us FOR VALUES FROM (MINVALUE) TO (3)",
+    "CREATE TABLE t_us_b PARTITION OF t_us DEFAULT",
+    "ALTER TABLE t_eu REPLICA IDENTITY FULL",
+    "ALTER TABLE t_us_a REPLICA IDENTITY FULL",
+    "INSERT INTO t VALUES (1, 'eu', 10, 'a'), (2, 'us', 20, 'a'), (3, 'us', 30, 'b')",
+)
+
+
+def test_a_partitioned_table_keyed_outside_its_primary_key_streams_when_every_leaf_is_full(
+    opened: Callable[..., Engine], cdc_db: Any
+) -> None:
+    # The refusal judged the partitioned table's own identity (its primary key
+    # pk, region) and refused the key id, though the stream sends each change
+    # under its partition's identity and every partition's is FULL.
+    engine = opened(*PARTITIONED, "ALTER TABLE t_us_b REPLICA IDENTITY FULL")
+    query = "SELECT id, pk, region, v FROM {} ORDER BY 1"
+    try:
+        engine.check("pg")
+        _capture_around(
+            engine,
+            cdc_db.dsn,
+            "DELETE FROM t WHERE id = 10",
+            "UPDATE t SET id = 21 WHERE id = 20",
+            "UPDATE t SET id = 31, v = 'c' WHERE id = 30",
+            "INSERT INTO t VALUES (4, 'eu', 40, 'd')",
+        )
+        lake = _lake(engine, query.format("pg.items"))
+        assert [r[0] for r in lake] == [21, 31, 40]
+        assert lake == _source(cdc_db.dsn, query.format("t"))
+    finally:
+        engine.close()
+
+
+def test_a_partition_whose_identity_leaves_out_the_key_is_named_with_its_statement(
+    opened: Callable[..., Engine], cdc_db: Any
+) -> None:
+    # t_us_b (a partition of a partition) keeps its primary key as identity:
+    # its deletes would not carry id. The hint gave the partitioned table's
+    # ALTER, which does not reach its partitions.
+    engine = opened(*PARTITIONED, "CREATE UNIQUE INDEX t_us_b_id ON t_us_b (id)")
+    try:
+        for refuse in (engine.capture, lambda: engine.check("pg")):
+            with pytest.raises(ConfigError) as caught:
+                refuse()
+            assert caught.value.message == (
+                "dataset 'items' is keyed on id, which deletes do not carry (the replica "
+                "identity of public.t_us_b, a partition of public.t, is pk, region)"
+            )
+            alter = 'ALTER TABLE "public"."t_us_b" REPLICA IDENTITY'
+            assert caught.value.hint == f'{alter} USING INDEX "t_us_b_id", or {alter} FULL'
+        assert engine.runs() == []
+        # Two such partitions: the first named with its statement, the other listed.
+        with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE t_eu REPLICA IDENTITY DEFAULT")
+        with pytest.raises(ConfigError) as caught:
+            engine.check("pg")
+        assert caught.value.message == (
+            "dataset 'items' is keyed on id, which deletes do not carry (the replica identity "
+            "of public.t_eu, a partition of public.t, is pk, region; other partitions leave "
+            "it out too: public.t_us_b)"
+        )
+        assert (caught.value.hint or "").startswith("make the key the replica identity")
+        assert 'ALTER TABLE "public"."t_eu" REPLICA IDENTITY FULL' in (caught.value.hint or "")
+    finally:
+        engine.close()
+    with psycopg.connect(cdc_db.dsn) as conn:
+        assert conn.execute("SELECT pubname FROM pg_publication").fetchall() == []
+
+
 def test_a_quoted_relation_with_dots_and_quotes_streams_its_changes(
     tmp_path: Path, cdc_db: Any, tools: Any
 ) -> None:

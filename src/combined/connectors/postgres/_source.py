@@ -31,7 +31,7 @@ from combined.connectors.postgres._connect import (
 )
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
 from combined.connectors.postgres._grants import grants, refuse_denied, refuse_unreplicating
-from combined.connectors.postgres._identity import identity_hint
+from combined.connectors.postgres._identity import identity_hint, require_key_identity
 from combined.connectors.postgres._partition import PartitionPlan, check_open, create_plan
 from combined.connectors.postgres._preflight import (
     refuse_cursor,
@@ -523,9 +523,7 @@ def _rows(session: Session, what: str) -> Callable[[sql.Composed], list[tuple[An
 def _refuse_key_outside_identity(session: Session, request: ReadRequest) -> None:
     """A cdc key its deletes would not carry, refused before any Run: `combined check`
     passed it, and every capture then ended ``needs_review`` saying so."""
-    from combined.connectors.postgres._stitch import require_key_identity
-
     try:
-        require_key_identity(session, request)
+        require_key_identity(_rows(session, "reading the replica identity"), request)
     except SchemaMismatch as exc:
         raise ConfigError(exc.message, hint=exc.hint, dataset=request.dataset) from None

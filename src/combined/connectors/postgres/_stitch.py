@@ -47,7 +47,7 @@ from combined.connectors.postgres._catalog import parse_relation
 from combined.connectors.postgres._cdc import CdcExtraction, lsn_from_state
 from combined.connectors.postgres._connect import Session, Settings
 from combined.connectors.postgres._extract import PartitionRead, PostgresExtraction, ReadOptions
-from combined.connectors.postgres._identity import identity_hint
+from combined.connectors.postgres._identity import require_key_identity
 from combined.connectors.postgres._publication import (
     ensure_publication,
     require_published,
@@ -64,7 +64,7 @@ from combined.connectors.postgres._replication import (
 from combined.connectors.postgres._rewrite import Marks, read_marks, recorded_marks
 from combined.connectors.postgres._slot_owner import Claim
 from combined.connectors.postgres._tree import Tree, read_tree
-from combined.errors import ConfigError, NeedsSnapshot, SchemaMismatch, SourceError
+from combined.errors import ConfigError, NeedsSnapshot, SourceError
 from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome
 
 
@@ -296,45 +296,9 @@ def _require_key_identity(settings: Settings, request: ReadRequest) -> None:
     """
     session = Session(settings)
     try:
-        require_key_identity(session, request)
+        require_key_identity(lambda q: session.rows(q, "reading the replica identity"), request)
     finally:
         session.close()
-
-
-def require_key_identity(session: Session, request: ReadRequest) -> None:
-    """Raise :class:`SchemaMismatch` when a key column of ``request`` is outside the
-    replica identity of its table (unless that is ``FULL``)."""
-    from psycopg import sql
-
-    schema, table = parse_relation(qualified(request.relation))
-    rows = session.rows(
-        sql.SQL(
-            "SELECT c.relreplident::text, a.attname::text FROM pg_class c"
-            " JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " LEFT JOIN pg_index i ON i.indrelid = c.oid AND CASE c.relreplident"
-            " WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END"
-            " LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey)"
-            " WHERE n.nspname = {} AND c.relname = {}"
-        ).format(sql.Literal(schema), sql.Literal(table)),
-        "reading the table's replica identity",
-    )
-    identity = {str(name) for kind, name in rows if kind in ("d", "i") and name is not None}
-    missing = [k for k in request.key if identity and k not in identity]
-    if missing:
-        carried = ", ".join(sorted(identity))
-        raise SchemaMismatch(
-            f"dataset {request.dataset!r} is keyed on {', '.join(missing)}, which deletes do "
-            f"not carry (the replica identity of {schema}.{table} is {carried})",
-            hint=identity_hint(
-                lambda q: session.rows(q, "reading the table's unique indexes"),
-                schema,
-                table,
-                request.key,
-                "make the key the replica identity (a primary key or a unique index over "
-                "NOT NULL columns)",
-            ),
-            dataset=request.dataset,
-        )
 
 
 def _streamed(request: ReadRequest, columns: Sequence[tuple[str, bool]]) -> tuple[str, ...] | None:
