@@ -405,7 +405,7 @@ def test_a_first_capture_never_drops_a_slot_that_a_process_holds(
     engine = Engine.open(root / "combined.yaml")
     # The project's own publication and slot (as an interrupted first capture
     # leaves them), which another process streams from.
-    owner = StreamOwner(project_id(engine.layout), engine.layout.store.root)
+    owner = StreamOwner(project_id(engine.layout))
     ensure_publication(pg, slot, ["public.items"], claim=Claim(owner))
     create_slot(pg, slot).release_snapshot()
     holder = ReplicationStream(pg, slot, slot, 0)

@@ -91,8 +91,12 @@ def test_a_second_project_is_refused_the_first_projects_slot(
     assert _capture(a).state == "succeeded"
     owner = project_id(LakeLayout(a / "lake"))
     since = _slot_since(dsn, slot)
+    # The mark is the project's id: every role of the server may read it, and it
+    # named the lake too (a local lake's absolute path).
+    assert _mark(dsn, slot) == f"combined project {owner}"
     run = _capture(b)
-    _refused(run, "another Combined project", owner, str(a / "lake"), "`slot_prefix`")
+    _refused(run, "another Combined project", owner, "`slot_prefix`")
+    assert str(a / "lake") not in (run.error or "")
     # check, setup and teardown refuse it too, dropping nothing
     for argv in (["check"], ["cdc", "setup", "pg"], ["cdc", "teardown", "pg", "--yes"]):
         refused = tools.cli(b, *argv)
@@ -220,3 +224,62 @@ def test_check_and_status_write_nothing_to_a_lake_that_has_no_id_yet(
             assert done.returncode == 0, done.stdout + done.stderr
     assert _capture(b).state == "failed"  # (the first capture makes the id, and is refused)
     assert (b / "lake" / "_combined" / "project").exists()
+
+
+def test_a_publication_marked_before_with_the_lake_is_still_ours_and_remarked_without_it(
+    two: tuple[Path, Path, str, str], tools: Any
+) -> None:
+    """A mark that named the lake after the id (what Combined wrote before) still proves
+    the publication the project's: its idle slot, an interrupted stand-up's leftover, is
+    dropped and made again, and the mark rewritten with the id alone."""
+    a, b, dsn, slot = two
+    pg = Settings(dsn)
+    ensure_publication(pg, slot, ["public.items"])
+    create_slot(pg, slot).release_snapshot()
+    since = _slot_since(dsn, slot)
+    owner = project_id(LakeLayout(a / "lake"))
+    older = f"combined project {owner}, lake {(a / 'lake').resolve()}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(
+                sql.Identifier(slot), sql.Literal(older)
+            )
+        )
+    assert _capture(a).state == "succeeded"
+    assert (_slot_since(dsn, slot) or 0) > (since or 0)  # the leftover, made again
+    assert _mark(dsn, slot) == f"combined project {owner}"
+    assert _lake(a) == _source(dsn)
+    _refused(_capture(b), "another Combined project", owner)
+
+
+def test_a_project_whose_lake_was_wiped_is_told_it_may_drop_its_own_slot(
+    two: tuple[Path, Path, str, str], tools: Any
+) -> None:
+    """A new lake is a new project id: the publication the project made before reads as
+    another project's. The refusal says that it may be the project's own, and how to drop
+    it."""
+    a, _, dsn, slot = two
+    assert _capture(a).state == "succeeded"
+    before = project_id(LakeLayout(a / "lake"))
+    shutil.rmtree(a / "lake")
+    shutil.rmtree(a / ".combined")
+    wiped = "if this project made them before its lake was wiped or replaced"
+    checked = tools.cli(a, "check")
+    said = " ".join((checked.stdout + checked.stderr).split())
+    assert checked.returncode == 2 and before in said, said
+    assert wiped in said.lower() and "this one has no id yet" in said, said
+    run = _capture(a)
+    now = project_id(LakeLayout(a / "lake"))
+    assert now != before
+    _refused(run, "another Combined project", before, f"this one is project {now}")
+    assert wiped in (run.error or "").lower()
+    drop = re.search(
+        r"SELECT pg_drop_replication_slot\(.*?; DROP PUBLICATION \S+;", run.error or ""
+    )
+    assert drop is not None, run.error
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in drop.group(0).split(";")[:2]:
+            conn.execute(statement)
+    assert _capture(a).state == "succeeded"
+    assert _mark(dsn, slot) == f"combined project {now}"
+    assert _lake(a) == _source(dsn)

@@ -317,12 +317,12 @@ class StreamOwner:
     returns None while the lake holds no id, writing nothing. ``id`` is
     random and kept in the project's lake (``lake/_project.py``): the same
     for every process of the project, and
-    after its catalog is rebuilt from the lake. ``lake`` says where that lake
-    is, for a person who must find the project.
+    after its catalog is rebuilt from the lake. It says nothing of where the
+    lake is: what a source writes on a server with it may be readable by
+    every role there (a PostgreSQL publication's comment is).
     """
 
     id: str
-    lake: str
 
 
 @runtime_checkable

@@ -614,6 +614,6 @@ def name_owner(source: Source, layout: LakeLayout) -> None:
             from combined.lake._project import existing_project_id, project_id
 
             found = project_id(layout) if make else existing_project_id(layout)
-            return None if found is None else StreamOwner(found, layout.store.root)
+            return None if found is None else StreamOwner(found)
 
         keep(owner)

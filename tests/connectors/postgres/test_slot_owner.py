@@ -8,8 +8,8 @@ from combined.connectors.abc import StreamOwner
 from combined.connectors.postgres._slot_owner import Claim, judge, mark_of
 from combined.errors import ConfigError
 
-OURS = StreamOwner("a" * 32, "/srv/ours/lake")
-THEIRS = StreamOwner("b" * 32, "s3://theirs/lake")
+OURS = StreamOwner("a" * 32)
+THEIRS = StreamOwner("b" * 32)
 
 
 def _judge(claim: Claim, comment: str | None, *, slotted: bool, published: bool = True) -> bool:
@@ -21,13 +21,35 @@ def test_a_publication_marked_ours_is_ours(slotted: bool) -> None:
     assert _judge(Claim(OURS), mark_of(OURS), slotted=slotted) is False
 
 
+def test_the_mark_holds_the_project_id_and_nothing_of_its_lake() -> None:
+    # Every role of the server reads a publication's comment: it named the lake
+    # (a local lake's absolute path) after the id.
+    assert mark_of(OURS) == f"combined project {OURS.id}"
+
+
+@pytest.mark.parametrize("slotted", [False, True])
+def test_an_older_mark_naming_the_lake_is_ours_and_rewritten(slotted: bool) -> None:
+    older = f"combined project {OURS.id}, lake /srv/ours/lake"
+    assert _judge(Claim(OURS), older, slotted=slotted) is True
+    with pytest.raises(ConfigError, match="another Combined project") as caught:
+        _judge(Claim(THEIRS), older, slotted=slotted)
+    assert "lake /srv/ours/lake" in caught.value.message  # (what the older mark says)
+
+
 @pytest.mark.parametrize("claim", [Claim(OURS), Claim(OURS, resumed=True), Claim(None)])
 @pytest.mark.parametrize("slotted", [False, True])
 def test_a_publication_another_project_marked_is_refused(claim: Claim, slotted: bool) -> None:
     with pytest.raises(ConfigError, match="another Combined project") as caught:
         _judge(claim, mark_of(THEIRS), slotted=slotted)
     told = caught.value.describe()
-    assert THEIRS.id in told and THEIRS.lake in told and "`slot_prefix`" in told
+    assert THEIRS.id in told and "`slot_prefix`" in told
+    # The claimant's lake may have been wiped since it made them (a new lake, a new id).
+    this = "this one has no id yet" if claim.owner is None else f"this one is project {OURS.id}"
+    assert (
+        f"made them before its lake was wiped or replaced (a new lake is a new project id: {this})"
+        in told
+    )
+    assert "SELECT pg_drop_replication_slot('s')" in told and "DROP PUBLICATION s;" in told
 
 
 @pytest.mark.parametrize("published", [False, True])

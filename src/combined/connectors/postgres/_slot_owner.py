@@ -13,11 +13,17 @@ slot of its name that nothing streams from as the leftover of its own
 interrupted stand-up: the other project's slot, idle between its captures,
 looked just the same, and was dropped. So the publication, made before the
 slot in the same name, carries its project's mark, ``COMMENT ON
-PUBLICATION ... IS 'combined project <id>, lake <lake>'`` (the id kept in the
-project's lake: :class:`~combined.connectors.abc.StreamOwner`), written in the
+PUBLICATION ... IS 'combined project <id>'`` (the id kept in the project's
+lake: :class:`~combined.connectors.abc.StreamOwner`), written in the
 transaction that creates it, so no crash leaves a publication of Combined's
 unmarked. The role that creates a publication owns it, and its owner may
-comment on it: no privilege beyond those a first capture needs.
+comment on it: no privilege beyond those a first capture needs. The mark
+holds the id alone: every role of the server may read a comment
+(``pg_description``), and the lake's location (a local lake's absolute path)
+is none of theirs. An older mark, ``'combined project <id>, lake <lake>'``,
+is read as the same project's, and rewritten without the lake when the
+project next claims the publication (a first capture, ``combined cdc
+setup``) and its role owns it.
 
 :func:`judge` decides, under an advisory lock that two claimants of one
 name take in turn (:func:`settle`):
@@ -25,7 +31,8 @@ name take in turn (:func:`settle`):
 - a publication marked by another project: its slot and publication are
   that project's, refused (never dropped, never streamed);
 - marked by this project: its slot is this project's (an idle one the
-  leftover of an interrupted first capture, dropped and made again);
+  leftover of an interrupted first capture, dropped and made again); an
+  older mark rewritten;
 - no mark (made before Combined marked its publications, or by hand) and no
   slot: this project's from now on, marked when its role owns it;
 - no mark, or no publication, and a slot: nothing proves the slot is this
@@ -57,7 +64,8 @@ __all__ = [
     "stamp",
 ]
 
-#: A publication's comment that marks it a Combined project's (what :func:`mark_of` writes).
+#: A publication's comment that marks it a Combined project's: what :func:`mark_of` writes,
+#: or what it wrote before (the project's lake after the id).
 _MARK = re.compile(r"combined project ([0-9a-f]{32})(?:, lake (.*))?", re.DOTALL)
 
 
@@ -75,8 +83,8 @@ class Claim:
 
 
 def mark_of(owner: StreamOwner) -> str:
-    """The comment that marks a publication ``owner``'s."""
-    return f"combined project {owner.id}, lake {owner.lake}"
+    """The comment that marks a publication ``owner``'s: its id, nothing of its lake."""
+    return f"combined project {owner.id}"
 
 
 def marked_by_another(comment: str | None, owner: StreamOwner | None) -> bool:
@@ -122,14 +130,15 @@ def _read(conn: psycopg.Connection[Any], name: str) -> tuple[bool, str | None, b
 
 
 def judge(name: str, claim: Claim, *, published: bool, comment: str | None, slotted: bool) -> bool:
-    """Whether publication ``name`` is to be marked the claimant's now (it has no mark);
-    raise :class:`ConfigError` when it and its slot are another project's, or when its
-    slot is not provably the claimant's (see the module)."""
+    """Whether publication ``name`` is to be marked the claimant's now (it has no mark, or
+    the claimant's older one naming its lake); raise :class:`ConfigError` when it and its
+    slot are another project's, or when its slot is not provably the claimant's (see the
+    module)."""
     marked = _MARK.fullmatch(comment or "")
     if marked is not None:
-        if marked_by_another(comment, claim.owner):
-            raise _foreign(name, marked.group(1), marked.group(2))
-        return False
+        if claim.owner is None or marked_by_another(comment, claim.owner):
+            raise _foreign(name, marked.group(1), marked.group(2), claim.owner)
+        return comment != mark_of(claim.owner)
     if slotted and not claim.resumed:
         raise _unproven(name, claim, published)
     return claim.owner is not None and published and comment is None
@@ -144,16 +153,27 @@ def stamp(conn: psycopg.Connection[Any], name: str, owner: StreamOwner) -> None:
     )
 
 
-def _foreign(name: str, other: str, lake: str | None) -> ConfigError:
+def _foreign(name: str, other: str, lake: str | None, owner: StreamOwner | None) -> ConfigError:
+    """The refusal of publication ``name`` marked by project ``other`` (and, in an older
+    mark, its ``lake``), not the claimant ``owner``."""
     where = f", lake {lake}" if lake else ""
+    # A lake wiped or replaced makes a new id: the project's own publication then
+    # reads as another's, and only a person can tell.
+    this = "this one has no id yet" if owner is None else f"this one is project {owner.id}"
+    drop = (
+        f"SELECT pg_drop_replication_slot('{name}') FROM pg_replication_slots "
+        f"WHERE slot_name = '{name}'; DROP PUBLICATION {name};"
+    )
     return ConfigError(
         f"replication slot and publication {name!r} belong to another Combined project "
         f"(project {other}{where}), which captures the same table from this database under "
         "the same slot_prefix",
         hint="set a distinct `slot_prefix` for this source in combined.yaml (its slots and "
-        "publications then take other names); the other project's are left alone. If that "
-        f"project is gone (its lake deleted), drop them: SELECT pg_drop_replication_slot('{name}') "
-        f"FROM pg_replication_slots WHERE slot_name = '{name}'; DROP PUBLICATION {name};",
+        "publications then take other names); the other project's are left alone. If this "
+        "project made them before its lake was wiped or replaced (a new lake is a new project "
+        f"id: {this}), they are its own leftovers, streamed to a lake that is gone: drop "
+        f"them, then capture again: {drop} Do the same if that other project is gone (its "
+        "lake deleted)",
         slot=name,
         project=other,
     )
