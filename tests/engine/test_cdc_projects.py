@@ -11,17 +11,20 @@ from __future__ import annotations
 import re
 import shutil
 import signal
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from combined.catalog import Run
 from combined.connectors.postgres._connect import Settings
 from combined.connectors.postgres._publication import ensure_publication
-from combined.connectors.postgres._replication import create_slot, slot_status
+from combined.connectors.postgres._replication import create_slot, drop_slot, slot_status
 from combined.engine import Engine
 from combined.lake import LakeLayout, LakeTable
 from combined.lake._project import project_id
@@ -84,6 +87,26 @@ def _slot_since(dsn: str, slot: str) -> int | None:
     return slot_status(Settings(dsn), slot).restart_lsn
 
 
+def _interrupted(root: Path, dsn: str, slot: str, tools: Any) -> int:
+    """Kill a first capture of ``root``'s project after it made its slot, before it
+    committed; the slot's restart position."""
+    killed = tools.cli(root, "capture", env={"COMBINED_FAULT": "after_staging"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert LakeTable(root / "lake" / "pg" / "items", "combined:pg/items").latest_commit() is None
+    since = _slot_since(dsn, slot)
+    assert since is not None  # the leftover: a slot, no commit
+    return since
+
+
+def _made_again(root: Path, dsn: str, slot: str, since: int) -> None:
+    """The project's next capture drops its leftover slot, makes it again, and commits."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE items SET v = 0 WHERE id = 1")
+    assert _capture(root).state == "succeeded"
+    assert (_slot_since(dsn, slot) or 0) > since  # dropped and made again
+    assert _lake(root) == _source(dsn)
+
+
 def test_a_second_project_is_refused_the_first_projects_slot(
     two: tuple[Path, Path, str, str], tools: Any
 ) -> None:
@@ -124,18 +147,10 @@ def test_an_interrupted_first_capture_is_made_again_by_its_own_project_alone(
     two: tuple[Path, Path, str, str], tools: Any
 ) -> None:
     a, b, dsn, slot = two
-    killed = tools.cli(a, "capture", env={"COMBINED_FAULT": "after_staging"})
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert LakeTable(a / "lake" / "pg" / "items", "combined:pg/items").latest_commit() is None
-    since = _slot_since(dsn, slot)
-    assert since is not None  # the leftover: a slot, no commit
+    since = _interrupted(a, dsn, slot, tools)
     _refused(_capture(b), "another Combined project")
     assert _slot_since(dsn, slot) == since
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("UPDATE items SET v = 0 WHERE id = 1")
-    assert _capture(a).state == "succeeded"
-    assert (_slot_since(dsn, slot) or 0) > since  # dropped and made again
-    assert _lake(a) == _source(dsn)
+    _made_again(a, dsn, slot, since)
 
 
 def test_a_slot_whose_publication_has_no_mark_is_refused_until_its_owner_is_told(
@@ -283,3 +298,65 @@ def test_a_project_whose_lake_was_wiped_is_told_it_may_drop_its_own_slot(
     assert _capture(a).state == "succeeded"
     assert _mark(dsn, slot) == f"combined project {now}"
     assert _lake(a) == _source(dsn)
+
+
+@pytest.fixture
+def dba(two: tuple[Path, Path, str, str]) -> Iterator[tuple[Path, Path, str, str]]:
+    """``two``, capturing as a role that owns nothing, through a publication a DBA (a
+    superuser) created: the role may not mark it (COMMENT takes the owner)."""
+    a, b, dsn, slot = two
+    role = f"ct_cap_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN REPLICATION").format(sql.Identifier(role)))
+        try:
+            conn.execute(sql.SQL("GRANT SELECT ON items TO {}").format(sql.Identifier(role)))
+            conn.execute(
+                sql.SQL("CREATE PUBLICATION {} FOR TABLE items").format(sql.Identifier(slot))
+            )
+            for root in (a, b):
+                yaml = root / "combined.yaml"
+                yaml.write_text(yaml.read_text().replace(dsn, make_conninfo(dsn, user=role)))
+            yield a, b, dsn, slot
+        finally:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_an_interrupted_first_capture_through_a_dba_publication_is_made_again_alone(
+    dba: tuple[Path, Path, str, str], tools: Any
+) -> None:
+    """The role cannot mark a DBA's publication, so the slot an interrupted first capture
+    left was refused at every retry (the worker's requeue too) until a person dropped it.
+    The project's lake now records the slot it made, and the retry knows it its own."""
+    a, b, dsn, slot = dba
+    since = _interrupted(a, dsn, slot, tools)
+    assert _mark(dsn, slot) is None  # (the role could not mark it)
+    # Another project has no record of it: refused, the slot left alone.
+    _refused(_capture(b), "carries no Combined project's mark")
+    assert _slot_since(dsn, slot) == since
+    _made_again(a, dsn, slot, since)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM items WHERE id = 2")
+    assert _capture(a).state == "succeeded"  # (and it streams on)
+    assert _lake(a) == _source(dsn)
+
+
+def test_a_slot_the_lake_does_not_record_is_refused_through_a_dba_publication(
+    dba: tuple[Path, Path, str, str], tools: Any
+) -> None:
+    """A slot of the name a person made, or one made after the project's own was
+    dropped: the lake's record names another slot (its consistent point), or none."""
+    a, _, dsn, slot = dba
+    pg = Settings(dsn)
+    create_slot(pg, slot).release_snapshot()  # (a person's, before any capture)
+    since = _slot_since(dsn, slot)
+    _refused(_capture(a), "nothing proves", f"pg_drop_replication_slot('{slot}')")
+    assert _slot_since(dsn, slot) == since
+    drop_slot(pg, slot)
+    _interrupted(a, dsn, slot, tools)
+    # The project's leftover dropped, and a slot of the name made again by another.
+    drop_slot(pg, slot, wait_seconds=10.0)
+    create_slot(pg, slot).release_snapshot()
+    since = _slot_since(dsn, slot)
+    _refused(_capture(a), "nothing proves")
+    assert _slot_since(dsn, slot) == since

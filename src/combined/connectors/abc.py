@@ -323,6 +323,30 @@ class StreamOwner:
     """
 
     id: str
+    #: Where the source keeps, in the project's lake, what its first captures made
+    #: (None when the engine keeps nothing for it).
+    records: StreamRecords | None = field(default=None, compare=False, repr=False)
+
+
+class StreamRecords(Protocol):
+    """Records a source keeps in its project's lake about the server objects it made.
+
+    A stream's first capture may die after it made its slot and before the
+    lake holds a checkpoint; only the project that made the slot may take the
+    slot for its own leftover, and the proof must outlive the process. Each
+    record is a small mapping of text, kept under a ``key`` the source
+    chooses (letters, digits, ``_``, ``.`` and ``-``), written whole or not
+    at all.
+    """
+
+    def keep(self, key: str, record: Mapping[str, str]) -> None:
+        """Keep ``record`` under ``key``, replacing the one kept there;
+        raise a :class:`~combined.errors.CombinedError` when it cannot be kept."""
+        ...
+
+    def kept(self, key: str) -> dict[str, str] | None:
+        """The record kept under ``key``; None when there is none."""
+        ...
 
 
 @runtime_checkable

@@ -605,15 +605,19 @@ def name_owner(source: Source, layout: LakeLayout) -> None:
     The project's id is read from the lake (made there the first time) only
     when the source asks for it: when a stream is made, claimed or dropped.
     Asked with ``make=False`` (a command that only reads), a lake without an
-    id yet is left so, and the answer is None.
+    id yet is left so, and the answer is None. The owner keeps the source's
+    records of what its first captures made in the lake (``lake/_streams.py``).
     """
     keep = getattr(source, "keep_stream_owner", None)  # optional in the Source protocol
     if keep is not None:
 
         def owner(make: bool = True) -> StreamOwner | None:
             from combined.lake._project import existing_project_id, project_id
+            from combined.lake._streams import LakeStreamRecords
 
             found = project_id(layout) if make else existing_project_id(layout)
-            return None if found is None else StreamOwner(found)
+            if found is None:
+                return None
+            return StreamOwner(found, records=LakeStreamRecords(layout))
 
         keep(owner)

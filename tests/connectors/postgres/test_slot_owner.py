@@ -12,8 +12,10 @@ OURS = StreamOwner("a" * 32)
 THEIRS = StreamOwner("b" * 32)
 
 
-def _judge(claim: Claim, comment: str | None, *, slotted: bool, published: bool = True) -> bool:
-    return judge("s", claim, published=published, comment=comment, slotted=slotted)
+def _judge(
+    claim: Claim, comment: str | None, *, slotted: bool, published: bool = True, made: bool = False
+) -> bool:
+    return judge("s", claim, published=published, comment=comment, slotted=slotted, made=made)
 
 
 @pytest.mark.parametrize("slotted", [False, True])
@@ -84,3 +86,14 @@ def test_a_publication_without_a_slot_is_taken(
     claim: Claim, comment: str | None, published: bool, marked: bool
 ) -> None:
     assert _judge(claim, comment, slotted=False, published=published) is marked
+
+
+@pytest.mark.parametrize("published", [False, True])
+def test_a_slot_the_lake_records_made_is_ours(published: bool) -> None:
+    """(the lake's record of a slot made names this very slot: ``_made_here``)"""
+    assert _judge(Claim(OURS), None, slotted=True, published=published, made=True) is published
+
+
+def test_a_slot_the_lake_records_made_is_still_refused_when_another_project_marked_it() -> None:
+    with pytest.raises(ConfigError, match="another Combined project"):
+        _judge(Claim(OURS), mark_of(THEIRS), slotted=True, made=True)

@@ -330,6 +330,8 @@ class SlotHandle:
         #: before this LSN, the stream every one committed at or after it.
         self.consistent_point = consistent_point
         self.snapshot_name = snapshot_name
+        #: The database the slot belongs to (set once the slot is confirmed).
+        self.database = ""
         self._conn = conn
 
     @property
@@ -398,7 +400,7 @@ def create_slot(settings: Settings, slot: str) -> SlotHandle:
         raise _classify(exc, settings, "create a replication slot") from None
     handle = SlotHandle(slot, text_to_lsn(consistent_point), snapshot_name, rconn)
     try:
-        require_slot(settings, slot)
+        handle.database = require_slot(settings, slot).database or ""
     except SourceError:
         handle.release_snapshot()
         drop_slot(settings, slot)

@@ -35,16 +35,36 @@ name take in turn (:func:`settle`):
   older mark rewritten;
 - no mark (made before Combined marked its publications, or by hand) and no
   slot: this project's from now on, marked when its role owns it;
-- no mark, or no publication, and a slot: nothing proves the slot is this
-  project's leftover and not the live slot of another project that made its
-  publication before the marks existed. It is refused, saying how to drop
-  it by hand when it is this project's, unless the lake holds a checkpoint
-  of the dataset (``resumed``: the project streamed from it before).
+- no mark, or no publication, and a slot: nothing on the server proves the
+  slot is this project's leftover and not the live slot of another project
+  that made its publication before the marks existed (or that, like this
+  one, captures through a publication a DBA made, which its role may not
+  mark). It is this project's when its lake records that it made this very
+  slot (:func:`record_made`, below), or holds a checkpoint of the dataset
+  (``resumed``: the project streamed from it before); otherwise it is
+  refused, saying how to drop it by hand when it is this project's.
+
+**The lake's record of a slot made.** Right after a first capture makes its
+slot, before it reads the snapshot, it keeps in its project's lake
+(``abc.StreamRecords``) the slot's name, database and consistent point
+(``confirmed_flush_lsn`` as made) with the project's id. A slot of that name
+and database whose ``confirmed_flush_lsn`` is still that point is the one
+this project made and nothing streamed from since: an interrupted first
+capture's leftover, dropped and made again by the retry. Every slot made
+writes WAL before its consistent point, so no slot made later, by anyone,
+has the same point; one that streamed has moved on. The record is not
+cleared when the capture commits: it names that one slot, which its
+project's later captures then resume from, and the next slot made under the
+name replaces it. A record is written only once the slot exists (a record
+written before would prove nothing: another claimant may make the slot
+first); a capture killed between the two leaves a slot that is refused,
+as before.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,12 +72,14 @@ import psycopg
 from psycopg import sql
 
 from combined.connectors.abc import StreamOwner
+from combined.connectors.postgres._pgoutput import text_to_lsn
 from combined.errors import ConfigError
 
 __all__ = [
     "Claim",
     "mark_of",
     "marked_by_another",
+    "record_made",
     "refuse_foreign_slot",
     "refuse_unowned",
     "settle",
@@ -99,9 +121,9 @@ def settle(conn: psycopg.Connection[Any], name: str, claim: Claim) -> None:
     the role owns it. A publication made after this in the transaction is :func:`stamp`-ed.
     """
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"combined:{name}",))
-    published, comment, owns, slotted = _read(conn, name)
-    mark = judge(name, claim, published=published, comment=comment, slotted=slotted)
-    if mark and owns and claim.owner is not None:
+    seen = _read(conn, name)
+    mark = judge(name, claim, **seen.judged(name, claim))
+    if mark and seen.owns and claim.owner is not None:
         stamp(conn, name, claim.owner)
 
 
@@ -109,39 +131,96 @@ def refuse_unowned(conn: psycopg.Connection[Any], name: str, claim: Claim) -> No
     """Raise what :func:`refuse_foreign_slot`, then :func:`judge`, raise of publication
     ``name`` and its slot; mark nothing."""
     refuse_foreign_slot(conn, name)
-    published, comment, _, slotted = _read(conn, name)
-    judge(name, claim, published=published, comment=comment, slotted=slotted)
+    judge(name, claim, **_read(conn, name).judged(name, claim))
 
 
-def _read(conn: psycopg.Connection[Any], name: str) -> tuple[bool, str | None, bool, bool]:
-    """Publication ``name``: whether it exists, its comment, whether this role may comment
-    on it (owns it), and whether a slot of the name exists in this database (one of
-    another is :func:`refuse_foreign_slot`'s)."""
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """Publication ``name`` and its slot as the server shows them (:func:`_read`)."""
+
+    published: bool
+    comment: str | None
+    owns: bool  # (this role may comment on the publication)
+    database: str
+    flushed: str | None  # (the slot's confirmed_flush_lsn; None: no slot in this database)
+
+    def judged(self, name: str, claim: Claim) -> dict[str, Any]:
+        """What :func:`judge` takes of this."""
+        slotted = self.flushed is not None
+        return {
+            "published": self.published,
+            "comment": self.comment,
+            "slotted": slotted,
+            "made": slotted
+            and not claim.resumed
+            and _made_here(claim, name, self.database, self.flushed),
+        }
+
+
+def _read(conn: psycopg.Connection[Any], name: str) -> _Seen:
+    """Publication ``name`` and the slot of the name in this database (one of another
+    is :func:`refuse_foreign_slot`'s)."""
     row = conn.execute(
         "SELECT p.oid IS NOT NULL, obj_description(p.oid, 'pg_publication'), "
-        "coalesce(pg_has_role(p.pubowner, 'USAGE'), false), "
-        "EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = %(name)s "
-        "AND database = current_database()) "
+        "coalesce(pg_has_role(p.pubowner, 'USAGE'), false), current_database()::text, "
+        "(SELECT coalesce(s.confirmed_flush_lsn::text, '') FROM pg_replication_slots s "
+        "WHERE s.slot_name = %(name)s AND s.database = current_database()) "
         "FROM (SELECT 1) one LEFT JOIN pg_publication p ON p.pubname = %(name)s",
         {"name": name},
     ).fetchone()
     assert row is not None
-    return bool(row[0]), row[1], bool(row[2]), bool(row[3])
+    return _Seen(bool(row[0]), row[1], bool(row[2]), row[3], row[4])
 
 
-def judge(name: str, claim: Claim, *, published: bool, comment: str | None, slotted: bool) -> bool:
+def judge(
+    name: str,
+    claim: Claim,
+    *,
+    published: bool,
+    comment: str | None,
+    slotted: bool,
+    made: bool = False,
+) -> bool:
     """Whether publication ``name`` is to be marked the claimant's now (it has no mark, or
     the claimant's older one naming its lake); raise :class:`ConfigError` when it and its
     slot are another project's, or when its slot is not provably the claimant's (see the
-    module)."""
+    module). ``made``: the claimant's lake records that it made this very slot
+    (:func:`record_made`)."""
     marked = _MARK.fullmatch(comment or "")
     if marked is not None:
         if claim.owner is None or marked_by_another(comment, claim.owner):
             raise _foreign(name, marked.group(1), marked.group(2), claim.owner)
         return comment != mark_of(claim.owner)
-    if slotted and not claim.resumed:
+    if slotted and not (claim.resumed or made):
         raise _unproven(name, claim, published)
     return claim.owner is not None and published and comment is None
+
+
+def record_made(owner: StreamOwner | None, slot: str, database: str, consistent: str) -> None:
+    """Keep in ``owner``'s lake that it made slot ``slot`` of ``database``, whose
+    consistent point (``confirmed_flush_lsn`` as made) is ``consistent``; nothing
+    when no lake keeps records for it (nothing is proved its own then)."""
+    if owner is not None and owner.records is not None:
+        owner.records.keep(slot, _made(owner, slot, database, consistent))
+
+
+def _made(owner: StreamOwner, slot: str, database: str, consistent: str) -> dict[str, str]:
+    return {"project": owner.id, "slot": slot, "database": database, "consistent": consistent}
+
+
+def _made_here(claim: Claim, slot: str, database: str, flushed: str | None) -> bool:
+    """Whether the claimant's lake records that it made slot ``slot`` of ``database``
+    and nothing streamed from it since (its ``confirmed_flush_lsn`` still ``flushed``)."""
+    owner = claim.owner
+    if owner is None or owner.records is None or not flushed:
+        return False
+    kept: Mapping[str, str] = owner.records.kept(slot) or {}
+    consistent = kept.get("consistent", "")
+    return (
+        bool(consistent)
+        and kept == _made(owner, slot, database, consistent)
+        and text_to_lsn(consistent) == text_to_lsn(flushed)
+    )
 
 
 def stamp(conn: psycopg.Connection[Any], name: str, owner: StreamOwner) -> None:

@@ -20,7 +20,8 @@ there were no released users, so none is migrated.
 
 A first capture (no checkpoint in the lake) drops a slot of its name that
 nothing streams from, as the leftover of an interrupted stand-up, only when
-its publication carries this project's mark; it refuses one that a process
+its publication carries this project's mark or the lake records that this
+project made that very slot (``_slot_owner.record_made``); it refuses one that a process
 holds, one that another database of the server made (slot names are the
 server's), and one whose publication another project marked or no project
 did (:mod:`~combined.connectors.postgres._slot_owner`). The slot prefix
@@ -62,7 +63,7 @@ from combined.connectors.postgres._replication import (
     require_slot,
 )
 from combined.connectors.postgres._rewrite import Marks, read_marks, recorded_marks
-from combined.connectors.postgres._slot_owner import Claim
+from combined.connectors.postgres._slot_owner import Claim, record_made
 from combined.connectors.postgres._tree import Tree, read_tree
 from combined.errors import ConfigError, NeedsSnapshot, SourceError
 from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome
@@ -211,14 +212,16 @@ class StitchedSnapshot(BaseExtraction):
         # left an empty one behind on the server.
         _require_key_identity(s, req)
         require_own_slot(s, self.slot)  # another database's: never dropped below
+        owner = self._owner()
         # Another project's slot (its publication's mark), or one not provably
-        # ours, is refused here, and the publication marked ours.
+        # ours (by that mark, or by our lake's record of making it), is refused
+        # here, and the publication marked ours.
         ensure_publication(
             s,
             self.publication,
             [qualified(req.relation)],
             add_missing=True,
-            claim=Claim(self._owner()),
+            claim=Claim(owner),
         )
         # No committed checkpoint refers to a slot of this name (we are here
         # because none exists), and a slot of its name is provably ours: one that
@@ -233,6 +236,7 @@ class StitchedSnapshot(BaseExtraction):
             "it streams from this slot: stop the process that does",
         )
         self._handle = handle = create_slot(s, self.slot)
+        self._record(owner, handle)
         snapshot_id = handle.snapshot_name
         if snapshot_id is None:
             raise SourceError(
@@ -277,6 +281,17 @@ class StitchedSnapshot(BaseExtraction):
             if tree.partitioned:
                 state["partitions"] = tree.record()
         yield StateMessage(req.dataset, state, position=lsn, final=True)
+
+    def _record(self, owner: StreamOwner | None, handle: SlotHandle) -> None:
+        """Keep in the lake that this project made the slot (``_slot_owner.record_made``),
+        before the snapshot is read: killed after this, the retry knows the slot its own.
+        A slot whose record could not be kept is dropped again (it would be refused)."""
+        try:
+            record_made(owner, self.slot, handle.database, handle.consistent_point_text)
+        except BaseException:
+            handle.release_snapshot()
+            drop_slot(self._settings, self.slot, wait_seconds=3.0)
+            raise
 
     def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
         if self._inner is not None:
