@@ -360,3 +360,17 @@ def test_a_slot_the_lake_does_not_record_is_refused_through_a_dba_publication(
     since = _slot_since(dsn, slot)
     _refused(_capture(a), "nothing proves")
     assert _slot_since(dsn, slot) == since
+
+
+def test_a_slot_whose_record_cannot_be_kept_is_dropped_again(
+    dba: tuple[Path, Path, str, str],
+) -> None:
+    """Kept, it would be refused at the retry as a slot nothing proves the project's."""
+    a, _, dsn, slot = dba
+    (a / "lake" / "_combined").mkdir(parents=True)
+    (a / "lake" / "_combined" / "streams").write_text("not a directory")
+    _refused(_capture(a), "stream record")
+    assert _slot_since(dsn, slot) is None
+    (a / "lake" / "_combined" / "streams").unlink()
+    assert _capture(a).state == "succeeded"
+    assert _lake(a) == _source(dsn)
