@@ -283,3 +283,50 @@ def test_a_missing_or_empty_secret_is_needs_auth_exit_4(tmp_path: Path, value: s
         engine.close()
     assert run.state == "needs_auth"
     assert "secret env:TAP_TOKEN at sources.gh.config.config.api_token is" in (run.error or "")
+
+
+# -- recorded decisions -------------------------------------------------------------------
+
+
+def test_a_reset_reason_holding_a_secret_is_kept_masked(
+    tmp_path: Path, tools: Any, pg_server_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reproduction: `combined reset shop.orders --reason "... <the PostgreSQL password> ..."`.
+
+    Before: the Activity event masked it, but the reset's record kept the
+    reason as typed in the catalog (``dataset_resets``) and the lake's ledger
+    (``_combined/resets``), and `combined sql` of a publication made before
+    the reset printed it.
+    """
+    import shutil
+    import sqlite3
+
+    from combined.lake._ledger import Ledger
+
+    monkeypatch.setenv("PGPW", PGPW)
+    project = tools.make(tmp_path, orders=5)
+    tools.add_pg_source(tmp_path, "pg", pg_server_dsn, "PGPW")
+    assert tools.cli(tmp_path, "capture", "shop.orders").returncode == 0
+    engine = Engine.open(project)
+    try:
+        old = engine.publications(1)[0]["id"]
+    finally:
+        engine.close()
+    shutil.rmtree(tmp_path / "lake" / "shop" / "orders")
+    reason = f"lost; logged in with {PGPW}, api_key={TAP_TOKEN}"
+    reset = tools.cli(tmp_path, "reset", "shop.orders", "--reason", reason, "--yes")
+    assert reset.returncode == 0, reset.stderr
+    with sqlite3.connect(tmp_path / ".combined" / "catalog.db") as con:
+        ((kept,),) = con.execute("SELECT reason FROM dataset_resets").fetchall()
+    assert kept == "lost; logged in with ***, api_key=***"
+    engine = Engine.open(project)
+    try:
+        (ledger,) = Ledger(engine.layout).resets()
+    finally:
+        engine.close()
+    assert ledger["reason"] == kept
+    query = tools.cli(tmp_path, "sql", "SELECT * FROM shop.orders", "--publication", old)
+    assert query.returncode == 2, query.stderr
+    assert "logged in with ***, api_key=***" in query.stdout + query.stderr
+    for value in (PGPW, TAP_TOKEN):
+        assert value not in query.stdout + query.stderr + json.dumps(ledger)

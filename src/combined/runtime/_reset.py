@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from combined._credentials import redact
 from combined.catalog import Catalog, resets
 from combined.catalog import data as cat
 from combined.errors import ConfigError, ProtocolViolation
@@ -158,13 +159,16 @@ def _record(
         after = resets.newest_publication_seq(conn)
     at = utcnow()
     forgotten = _forgotten(layout, row, seen, dropped)
+    # A person's words, kept in the lake and the catalog and shown by `combined sql`:
+    # masked as the Activity event masks them (a password pasted into --reason).
+    by, reason = redact(decision.by), redact(decision.reason)
     record: dict[str, Any] = {
         "id": uuid.uuid4().hex,
         "source": source,
         "dataset": dataset,
         "at": at.isoformat(),
-        "by": decision.by,
-        "reason": decision.reason,
+        "by": by,
+        "reason": reason,
         "after_seq": after,
         "forgotten": forgotten,
     }
@@ -177,8 +181,8 @@ def _record(
             "dataset.reset",
             source=source,
             dataset=dataset,
-            by=decision.by,
-            reason=decision.reason,
+            by=by,
+            reason=reason,
             forgotten=forgotten,
             dropped=dropped,
             kept=KEPT,
