@@ -330,3 +330,26 @@ def test_a_reset_reason_holding_a_secret_is_kept_masked(
     assert "logged in with ***, api_key=***" in query.stdout + query.stderr
     for value in (PGPW, TAP_TOKEN):
         assert value not in query.stdout + query.stderr + json.dumps(ledger)
+
+
+def test_a_cancel_reason_holding_a_credential_is_kept_masked(shop: Path, tools: Any) -> None:
+    """Reproduction: `combined run cancel RUN --reason "password=... pasted"`.
+
+    Before: the Activity events masked it, but the Run's ``cancel_reason``
+    kept it as typed, and `combined run show` printed it.
+    """
+    queued = tools.cli(shop, "capture", "shop.orders", "--enqueue")
+    assert queued.returncode == 0, queued.stderr
+    engine = Engine.open(shop / "combined.yaml")
+    try:
+        (run,) = engine.queued()
+        reason = f"password={PGPW} pasted"
+        done = tools.cli(shop, "run", "cancel", run.id, "--reason", reason, "--by", "bob")
+        assert done.returncode == 0, done.stderr
+        (ended,) = [r for r in engine.runs() if r.id == run.id]
+    finally:
+        engine.close()
+    assert (ended.state, ended.cancel_reason) == ("canceled", "password=*** pasted")
+    shown = tools.cli(shop, "run", "show", run.id)
+    assert "cancel asked by bob" in shown.stdout and "password=*** pasted" in shown.stdout
+    assert PGPW not in shown.stdout + shown.stderr

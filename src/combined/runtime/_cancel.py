@@ -21,6 +21,7 @@ import threading
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from combined._credentials import redact
 from combined.catalog import Catalog, Run
 from combined.catalog import _schema as t
 from combined.catalog import data as cat
@@ -38,6 +39,9 @@ def request_cancel(conn: Connection, run_id: str, by: str, reason: str | None) -
     :class:`~combined.errors.ProtocolViolation` for one that ended or is
     committing. Asking twice is harmless: the first request stands.
     """
+    # A person's words, kept on the Run and shown by `combined runs` and the API: masked
+    # as the Activity event masks them (a password pasted into --reason).
+    by, reason = redact(by), None if reason is None else redact(reason)
     run = runs_repo.get_run(conn, run_id)
     if run.terminal:
         raise ProtocolViolation(
