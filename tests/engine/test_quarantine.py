@@ -113,6 +113,22 @@ def test_release_keeps_the_records_and_a_later_discard_deletes_them_both_recorde
         engine.quarantine_records(qid)
 
 
+def test_a_reviewer_name_holding_a_credential_is_kept_masked(
+    quarantined: tuple[Engine, str],
+) -> None:
+    """The Activity event masked a credential pasted into ``--by``, but the entry's
+    ``decided_by`` (the catalog, the lake's ledger, `quarantine list`) kept it as typed."""
+    engine, qid = quarantined
+    by = "ana password=Qu4r-S3cret-77"
+    released = engine.decide_quarantine(qid, "released", by=by, reason="source fixed")
+    lake = Path(engine.layout.store.root)
+    kept = [p for p in lake.rglob("*") if p.is_file() and b"Qu4r-S3cret" in p.read_bytes()]
+    assert kept == []  # (the lake's ledger holds the entry's decision)
+    assert released["decided_by"] == "ana password=***"
+    (event,) = _events(engine, "quarantine.released")
+    assert event.body["by"] == "ana password=***"
+
+
 def test_a_decision_needs_a_known_entry_a_name_and_a_reason(
     quarantined: tuple[Engine, str],
 ) -> None:

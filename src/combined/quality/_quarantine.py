@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from combined._credentials import redact
 from combined.catalog import Catalog
 from combined.catalog import data as cat
 from combined.errors import ConfigError, LakeError, ProtocolViolation
@@ -126,7 +127,9 @@ def decide(
             f"not {decision!r}",
             hint="release keeps the records as evidence; discard deletes them",
         )
-    by, reason = by.strip(), reason.strip()
+    # (the reviewer's name is kept in the catalog and the lake's ledger, and shown:
+    # masked as the Activity event masks both, a credential pasted into --by)
+    by, reason = redact(by.strip()), reason.strip()
     if not by or not reason:
         raise ConfigError(
             "a quarantine decision records who took it and why",
