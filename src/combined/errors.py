@@ -28,6 +28,7 @@ Every error the engine raises derives from :class:`CombinedError`::
      +-- LakeError                   the lake refused a write
      |    +-- LakeNotWritable        the lake location cannot be written
      |    +-- TableMissing           a table the catalog records left the lake (needs_review)
+     |         +-- TableBehind       ... or is back at an older version (a restored copy)
      +-- CommitAmbiguous             a lake commit may or may not have landed (transient)
      +-- RunCanceled                 a person canceled the Run (Run -> canceled)
 
@@ -239,6 +240,17 @@ class TableMissing(LakeError):
     """
 
     run_state = "needs_review"
+
+
+class TableBehind(TableMissing):
+    """A dataset's table is in the lake at a version older than the catalog recorded.
+
+    The lake (or the table's directory) restored from a copy taken before the
+    last capture: a capture over it would build on rows older than the
+    catalog's, and its commits would take again the versions that earlier
+    publications read. A person restores the newer copy or records a reset
+    that removes the table (``combined reset --drop-table``): ``needs_review``.
+    """
 
 
 class CommitAmbiguous(CombinedError):

@@ -52,6 +52,16 @@ def _catalog_row(project: Path) -> tuple[Any, ...]:
         engine.close()
 
 
+def _alerted(project: Path) -> str:
+    """The error of the one `alert.run_needs_review` in the project's activity feed."""
+    engine = Engine.open(project)
+    try:
+        (alert,) = engine.activity(kind="alert.run_needs_review")
+        return str(alert["body"]["error"])
+    finally:
+        engine.close()
+
+
 def _said(result: Any) -> str:
     return " ".join((result.stdout + result.stderr).split())
 
@@ -81,12 +91,7 @@ def test_a_capture_of_a_table_removed_from_the_lake_is_refused_and_writes_nothin
     assert not (lake / "shop" / "orders").exists()  # not created afresh at version 0
     assert _files(lake / "_deliveries") | _files(lake / "_usage") == before
     assert _catalog_row(project) == row
-    engine = Engine.open(project)
-    try:
-        (alert,) = engine.activity(kind="alert.run_needs_review")
-        assert "is missing from the lake" in alert["body"]["error"]
-    finally:
-        engine.close()
+    assert "is missing from the lake" in _alerted(project)
     # What a query and the status say: the missing table, not a retention.
     query = tools.cli(tmp_path, "sql", "SELECT count(*) FROM shop.orders")
     assert query.returncode == 2, query.stderr
@@ -304,3 +309,92 @@ def test_a_change_stream_whose_table_was_lost_is_refused_until_reset_and_a_new_s
     assert setup.returncode == 0, _said(setup)
     count = tools.cli(tmp_path, "sql", "--format", "json", "SELECT count(*) AS n FROM pg.items")
     assert json.loads(count.stdout) == [{"n": 50}]
+
+
+class _Copies:
+    """A copy of a table's directory, put back in its place later: on disk or in a bucket."""
+
+    def __init__(self, root: Path, lake_url: str, endpoint: str | None) -> None:
+        self.root, self.lake_url, self.endpoint = root, lake_url, endpoint
+        self.kept: dict[str, bytes] = {}
+
+    def _bucket(self) -> tuple[Any, str]:
+        import boto3
+
+        bucket = self.lake_url.removeprefix("s3://").split("/")[0]
+        return boto3.client("s3", endpoint_url=self.endpoint), bucket
+
+    def take(self, table: str) -> None:
+        if self.endpoint is None:
+            shutil.copytree(self.root / "lake" / table, self.root / "copy")
+            return
+        from tests.conftest import s3_objects
+
+        client, bucket = self._bucket()
+        for key in s3_objects(self.endpoint, bucket, f"lake/{table}/"):
+            self.kept[key] = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+    def put_back(self, table: str) -> None:
+        if self.endpoint is None:
+            shutil.rmtree(self.root / "lake" / table)
+            shutil.copytree(self.root / "copy", self.root / "lake" / table)
+            return
+        from tests.conftest import s3_objects
+
+        client, bucket = self._bucket()
+        for key in s3_objects(self.endpoint, bucket, f"lake/{table}/"):
+            client.delete_object(Bucket=bucket, Key=key)
+        for key, body in self.kept.items():
+            client.put_object(Bucket=bucket, Key=key, Body=body)
+
+    def lake(self) -> dict[str, int]:
+        """The lake's files (but the ledger's ended Runs) and their sizes."""
+        if self.endpoint is None:
+            where = self.root / "lake"
+            files = {str(p.relative_to(where)): p.stat().st_size for p in where.rglob("*")}
+        else:
+            client, bucket = self._bucket()
+            pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+            files = {o["Key"]: o["Size"] for page in pages for o in page.get("Contents", [])}
+        return {k: v for k, v in files.items() if "_combined/runs" not in k}
+
+
+@pytest.mark.parametrize("lake_url", ["local", "s3"], indirect=True)
+def test_a_table_restored_from_an_older_copy_is_refused_and_nothing_changes(
+    tmp_path: Path, tools: Any, lake_url: str, request: pytest.FixtureRequest
+) -> None:
+    """The lake restored from a copy taken before the last capture: its table is there,
+    at a Delta version behind the one the catalog recorded as committed."""
+    endpoint = request.getfixturevalue("s3_endpoint") if lake_url.startswith("s3") else None
+    copies = _Copies(tmp_path, lake_url, endpoint)
+    project: Path = tools.make(tmp_path, orders=20)
+    project.write_text(project.read_text().replace("lake: ./lake", f"lake: {lake_url}"))
+    assert tools.cli(tmp_path, "capture", "shop.orders").returncode == 0  # lake version 0
+    copies.take("shop/orders")
+    tools.sql(tmp_path, "UPDATE orders SET status = 'shipped' WHERE id <= 5")
+    assert tools.cli(tmp_path, "capture", "shop.orders").returncode == 0  # lake version 1
+    copies.put_back("shop/orders")
+    tools.sql(tmp_path, "UPDATE orders SET status = 'lost' WHERE id = 20")
+    lake, row = copies.lake(), _catalog_row(project)
+    result = tools.cli(tmp_path, "capture", "shop.orders")
+    said = _said(result)
+    assert result.returncode == 3, said
+    assert "needs_review" in result.stdout
+    location = str(tmp_path / "lake") if endpoint is None else lake_url
+    assert (
+        f"shop.orders: its table at {location}/shop/orders is at lake version 0, behind lake "
+        "version 1 (committed 20" in said
+    )
+    assert "restored from an older copy" in said and "nothing was read or written" in said
+    assert "restore the newer copy of the table" in said
+    assert "`combined reset shop.orders --reason TEXT --drop-table --yes`" in said
+    assert copies.lake() == lake  # the table, raw layer and MAR as they were
+    assert _catalog_row(project) == row
+    assert "is at lake version 0, behind lake version 1" in _alerted(project)
+    # The decision the hint offers: the table removed, captured afresh.
+    reset = tools.cli(
+        tmp_path, "reset", "shop.orders", "--reason", "old copy", "--drop-table", "--yes"
+    )
+    assert reset.returncode == 0, _said(reset)
+    again = tools.cli(tmp_path, "capture", "shop.orders")
+    assert again.returncode == 0, _said(again)

@@ -14,6 +14,15 @@ missing while the catalog records a committed version of it
 (``combined reset``, :mod:`combined.runtime._reset`), after which the next
 capture is a first capture.
 
+A lake (or a table's directory) restored from a copy taken before the last
+capture holds the table at a version older than the catalog's lake
+version: a capture wrote over it as if nothing happened, building on rows
+older than the catalog's and taking again the versions earlier
+publications read. It is refused the same way
+(:class:`~combined.errors.TableBehind`), until the newer copy is restored
+or a reset removes the table (``--drop-table``). The Run caught the catalog up with the lake first,
+so a catalog ahead of its table is never one behind a commit.
+
 What counts as recorded (:func:`recorded`): the dataset's catalog row (a
 lake version, a delivery sequence or a checkpoint), else a publication of
 the dataset since its last reset (a catalog rebuilt from the lake's ledger
@@ -32,7 +41,7 @@ from sqlalchemy.engine import Connection
 
 from combined.catalog import Catalog, resets
 from combined.catalog import data as cat
-from combined.errors import NotFoundError, TableMissing
+from combined.errors import NotFoundError, TableBehind, TableMissing
 from combined.lake import LakeLayout
 from combined.runtime._plan import DatasetPlan, table_of
 
@@ -85,16 +94,23 @@ def lost_tables(
     catalog: Catalog, layout: LakeLayout, plans: Sequence[DatasetPlan]
 ) -> TableMissing | None:
     """The :class:`TableMissing` of the datasets whose table is gone though the catalog
-    recorded it; None when every recorded table is in the lake.
+    recorded it, or (:class:`TableBehind`) is at an older version than the catalog
+    recorded; None when every recorded table is in the lake, as new as recorded.
 
     Called under the Run's leases, after catching up (the table's one load is
-    shared with the steps that follow, so this costs no request of its own;
-    a table found missing costs a listing of its source's directory, which
-    must answer). Every lost table of the Run is named.
+    shared with the steps that follow, so this costs no request of its own:
+    its version is the newest entry of the table's log, no data file is
+    read; a table found missing costs a listing of its source's directory,
+    which must answer). Every lost table of the Run is named.
     """
     lost: list[tuple[DatasetPlan, Recorded]] = []
+    behind: list[tuple[DatasetPlan, Recorded, int]] = []
     for plan in plans:
-        if table_of(layout, plan).pinned().exists():
+        found = table_of(layout, plan).pinned().version()
+        if found is not None:
+            seen = _newer_than(catalog, plan, found)
+            if seen is not None:
+                behind.append((plan, seen, found))
             continue
         with catalog.begin() as conn:
             seen = recorded(conn, plan.source, plan.name)
@@ -105,7 +121,23 @@ def lost_tables(
             and layout.store.directories(layout.store.join(plan.source)) is not None
         ):
             lost.append((plan, seen))
-    return _refusal(layout, lost) if lost else None
+    if lost:
+        return _refusal(layout, lost)
+    return _behind(layout, behind) if behind else None
+
+
+def _newer_than(catalog: Catalog, plan: DatasetPlan, found: int) -> Recorded | None:
+    """What the catalog records of the dataset's table when it is a lake version newer
+    than ``found``, the table's; None when the table is as new as recorded."""
+    with catalog.begin() as conn:
+        try:
+            committed = cat.get_dataset(conn, plan.source, plan.name).lake_version
+        except NotFoundError:
+            return None
+        # (the catalog's lake version is caught up with the lake's: never ahead but here)
+        if committed is None or int(committed) <= found:
+            return None
+        return recorded(conn, plan.source, plan.name)
 
 
 def _refusal(layout: LakeLayout, lost: list[tuple[DatasetPlan, Recorded]]) -> TableMissing:
@@ -125,5 +157,28 @@ def _refusal(layout: LakeLayout, lost: list[tuple[DatasetPlan, Recorded]]) -> Ta
         + ": restore the lake (or point `lake:` back at it) and capture again, or record a "
         f"deliberate reset, `combined reset {' '.join(names)} --reason TEXT --yes`, after which "
         "the next capture is a first capture (the raw layer, quarantine and MAR are kept)",
+        datasets=names,
+    )
+
+
+def _behind(layout: LakeLayout, behind: list[tuple[DatasetPlan, Recorded, int]]) -> TableBehind:
+    """The error naming each table older than the catalog records, and what to do."""
+    names = [f"{p.source}.{p.name}" for p, _, _ in behind]
+    told = "; ".join(
+        f"{p.source}.{p.name}: its table at {table_of(layout, p).path} is at lake version "
+        f"{found}, behind {seen.said()} the catalog recorded"
+        for p, seen, found in behind
+    )
+    stream = any(p.strategy == "cdc" for p, _, _ in behind)
+    return TableBehind(
+        f"{told} (the lake, or the table's directory, restored from an older copy); nothing "
+        "was read or written",
+        hint="capturing over it would build on rows older than the catalog's, take again "
+        "the versions its publications read"
+        + (", and resume a change stream past changes the table lacks" if stream else "")
+        + ": restore the newer copy of the table (taken after the version the catalog "
+        "recorded) and capture again, or record a deliberate reset that removes it, "
+        f"`combined reset {' '.join(names)} --reason TEXT --drop-table --yes`, after which the "
+        "next capture is a first capture (the raw layer, quarantine and MAR are kept)",
         datasets=names,
     )
