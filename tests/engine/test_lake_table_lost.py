@@ -398,3 +398,57 @@ def test_a_table_restored_from_an_older_copy_is_refused_and_nothing_changes(
     assert reset.returncode == 0, _said(reset)
     again = tools.cli(tmp_path, "capture", "shop.orders")
     assert again.returncode == 0, _said(again)
+
+
+#: The step of a reset the store fails, once the catalog records a table still in the lake:
+#: its decision's record (the ledger's first entry of resets), the table's removal (a batch
+#: delete), and the ledger's mark that it is done (the second entry).
+STEPS = {
+    "record": {"method": "PUT", "contains": "_combined/resets/_delta_log/00000000000000000000"},
+    "removal": {"method": "POST", "contains": "delete"},
+    "done": {"method": "PUT", "contains": "_combined/resets/_delta_log/00000000000000000001"},
+}
+
+
+@pytest.mark.parametrize("step", list(STEPS))
+def test_a_reset_stopped_at_any_step_is_finished_by_the_same_reset_with_a_true_record(
+    tmp_path: Path, tools: Any, s3_faults: Any, step: str
+) -> None:
+    """A reset that removes its table records its decision first: the store failing a step
+    leaves a reset the same command finishes, recording the table as removed by it (before,
+    a ledger that failed after the removal left it recorded as missing from the lake)."""
+    from combined.catalog._resets import resets
+
+    project = _shop(tmp_path, tools, f"s3://{s3_faults.bucket}/lake")
+    table = f"s3://{s3_faults.bucket}/lake/shop/orders"
+    s3_faults.fail({**STEPS[step], "status": 500, "times": -1})
+    args = ("reset", "shop.orders", "--drop-table", "--yes")
+    first = tools.cli(tmp_path, *args, "--reason", "identity v2", "--by", "ana")
+    assert first.returncode != 0 and s3_faults.faulted() > 0, _said(first)
+    assert "combined reset shop.orders" in _said(first)  # (what finishes it)
+    s3_faults.fail()
+    again = tools.cli(tmp_path, *args, "--reason", "again", "--by", "bo")
+    said = _said(again)
+    assert again.returncode == 0, said
+    assert "shop.orders: reset; the catalog forgot lake version 1 of its table" in said
+    assert "which the reset removed from the lake" in said
+    assert ("finished the reset ana began on 20" in said) is (step != "record")
+    engine = Engine.open(project)
+    try:
+        (event,) = engine.activity(kind="dataset.reset")  # reset once
+        body = event["body"]
+        # Decided by the first reset, unless its decision's record was what failed.
+        decided = ("bo", "again") if step == "record" else ("ana", "identity v2")
+        assert (body["by"], body["reason"], body["dropped"]) == (*decided, [table])
+        assert body["forgotten"]["table"] == "removed by the reset"
+        assert body["forgotten"]["lake_version"] == 1
+        (kept,) = Ledger(engine.layout).resets()
+        assert (kept["state"], kept["forgotten"]) == ("done", body["forgotten"])
+        with engine.catalog.begin() as conn:
+            (row,) = resets(conn)
+        assert (row.id, row.after_seq) == (kept["id"], kept["after_seq"])
+        assert not engine.layout.dataset_table("shop", "orders").exists()
+        (run,) = engine.capture(["shop.orders"])
+        assert run.trigger == "first_sync" and run.state == "succeeded", run.error
+    finally:
+        engine.close()

@@ -21,6 +21,10 @@ from sqlalchemy.engine import Connection
 from combined.catalog import _schema as t
 from combined.catalog._basis import newest_seqs
 
+#: A reset's ``state`` in the lake's ledger: decided and recorded, maybe with tables still
+#: to remove and the catalog not yet told; then done (a record without one is done).
+BEGUN, DONE = "begun", "done"
+
 
 def record_reset(conn: Connection, **values: Any) -> None:
     """Insert one reset (``id``, ``source``, ``dataset``, ``at``, ``by``, ``reason``,
@@ -31,6 +35,14 @@ def record_reset(conn: Connection, **values: Any) -> None:
 def newest_publication_seq(conn: Connection) -> int:
     """The number of the newest publication (0 before the first)."""
     return int(conn.execute(sa.select(sa.func.max(t.publications.c.seq))).scalar() or 0)
+
+
+def reset_after_seq(conn: Connection, reset_id: str) -> int | None:
+    """The newest publication's number when reset ``reset_id`` was recorded; None when the
+    catalog has no such reset."""
+    r = t.dataset_resets
+    found = conn.execute(sa.select(r.c.after_seq).where(r.c.id == reset_id)).first()
+    return None if found is None else int(found.after_seq)
 
 
 def reset_seq(conn: Connection, source: str, dataset: str) -> int:
@@ -91,9 +103,16 @@ def forgotten_members(conn: Connection, publication_seq: int) -> dict[tuple[str,
 
 
 def restore_resets(conn: Connection, records: Sequence[Mapping[str, Any]]) -> int:
-    """Insert the ledger's resets the catalog lacks; how many."""
+    """Insert the ledger's resets the catalog lacks; how many.
+
+    A reset the ledger holds as begun (``state``) was stopped part way, maybe
+    before its tables were removed: it is no reset yet, and the same
+    ``combined reset`` finishes it.
+    """
     added = 0
     for rec in records:
+        if rec.get("state") == BEGUN:
+            continue
         if conn.execute(
             sa.select(t.dataset_resets.c.id).where(t.dataset_resets.c.id == rec["id"])
         ).first():

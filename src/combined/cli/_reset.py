@@ -71,6 +71,11 @@ def _said(report: dict[str, Any], stream: bool) -> str:
     line += (
         "; the raw layer, quarantine and MAR table are kept; its next capture is a first capture"
     )
+    if report.get("finished"):
+        line += (
+            f"\n  (this finished the reset {report['by']} began on {report['finished']}, for "
+            f"its reason: {report['reason']})"
+        )
     if stream:
         source = name.partition(".")[0]
         line += (
