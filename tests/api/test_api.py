@@ -199,6 +199,48 @@ def test_a_queued_run_is_canceled_through_the_api(
     assert (by["canceled_by"], by["cancel_reason"]) == ("ops-bot", None)
 
 
+def test_a_reset_through_the_api_needs_a_reason_and_drops_tables_only_when_asked(
+    shop: Path, tools: Any, client: TestClient
+) -> None:
+    """`combined reset` over HTTP: a reason required, the table the lake holds removed only
+    with "drop_table": true, the same token and cross-site guard as every other action."""
+    assert tools.cli(shop, "capture", "shop.orders").returncode == 0
+    table, path = shop / "lake" / "shop" / "orders", "/v1/datasets/shop/orders/reset"
+    asked = {"reason": "identity v2", "by": "ana", "drop_table": True}
+    assert client.post(path, json=asked, headers={"Authorization": ""}).status_code == 401
+    other_site = client.post(path, json=asked, headers={"Origin": "https://elsewhere.example"})
+    assert other_site.status_code == 403
+    unsaid = client.post(path, json={"drop_table": True})
+    assert unsaid.status_code == 422 and "body field 'reason'" in unsaid.text
+    blank = client.post(path, json={"reason": "  ", "drop_table": True})
+    assert blank.status_code == 400 and "none was given" in blank.json()["error"]["message"]
+    misspelt = client.post(path, json={"reason": "v2", "drop_tables": True})
+    assert misspelt.status_code == 422 and "body field 'drop_tables'" in misspelt.text
+    kept = client.post(path, json={"reason": "v2"})
+    assert kept.status_code == 400, kept.text
+    assert f"holds its table at {table}" in kept.json()["error"]["message"]
+    assert '"drop_table": true' in kept.json()["error"]["hint"]
+    assert client.post("/v1/datasets/shop/nope/reset", json=asked).status_code == 404
+    assert table.exists()  # none of them reset anything
+    assert client.get("/v1/activity", params={"kind": "dataset.reset"}).json()["events"] == []
+    done = client.post(path, json=asked)
+    assert done.status_code == 200, done.text
+    (report,) = done.json()["resets"]
+    assert (report["dataset"], report["reset"], report["dropped"]) == (
+        "shop.orders",
+        True,
+        [str(table)],
+    )
+    assert report["forgotten"]["lake_version"] == 0 and not table.exists()
+    (event,) = client.get("/v1/activity", params={"kind": "dataset.reset"}).json()["events"]
+    assert (event["body"]["by"], event["body"]["reason"]) == ("ana", "identity v2")
+    source = client.post("/v1/sources/shop/reset", json={"reason": "again"})
+    assert source.status_code == 200, source.text
+    assert [r["reset"] for r in source.json()["resets"]] == [False, False]  # nothing recorded
+    captured = tools.cli(shop, "capture", "shop.orders")
+    assert captured.returncode == 0 and "200 read, +200 ~0 -0" in captured.stdout  # afresh
+
+
 def test_a_run_id_is_matched_as_written_never_as_a_pattern(client: TestClient) -> None:
     """`%-287f6b74` canceled the Run ending so (LIKE's wildcard), `R2026...` found `r2026...`
     (SQLite's LIKE ignores case), and an id of 50,001 characters answered 500 with the SQL."""

@@ -18,7 +18,7 @@ from fastapi import APIRouter, FastAPI, Query, Request, Response, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from combined._pyrows import python_rows
@@ -230,6 +230,20 @@ class Cancel(BaseModel):
     by: Annotated[str | None, Field(min_length=1, max_length=128)] = None
 
 
+class Reset(BaseModel):
+    """A reset (``combined reset``): why (required, recorded with it), who (``api`` when not
+    said), and whether the tables the lake still holds go too (only when asked)."""
+
+    # A misspelt field (``drop_tables``) is refused, never read as "keep the tables".
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Annotated[str, Field(min_length=1, max_length=2000)]
+    by: Annotated[str | None, Field(min_length=1, max_length=128)] = None
+    drop_table: Annotated[
+        bool, Field(description="remove the tables the lake still holds (the CLI's --drop-table)")
+    ] = False
+
+
 Limit = Annotated[int, Query(ge=0, le=1000, description="how many (0: none)")]
 #: A page of records: never more than MAX_PAGE, whatever the entry holds.
 MAX_PAGE = 1000
@@ -242,6 +256,7 @@ def _router(engine: Engine) -> APIRouter:
     """Every JSON route, registered in the order the OpenAPI document lists them."""
     r = APIRouter()
     _dataset_routes(r, engine)
+    _reset_routes(r, engine)
     _run_routes(r, engine)
     _ledger_routes(r, engine)
     _quarantine_routes(r, engine)
@@ -295,6 +310,34 @@ def _dataset_routes(r: APIRouter, engine: Engine) -> None:
     def capture_source(source: str) -> dict[str, Any]:
         engine.project.source(source)
         return _queued(engine, source)
+
+
+def _reset_routes(r: APIRouter, engine: Engine) -> None:
+    """Resets: a dataset's lake table forgotten by a recorded decision (``combined reset``)."""
+
+    def reset(selector: str, body: Reset) -> dict[str, Any]:
+        done = engine.reset(
+            [selector], by=body.by or "api", reason=body.reason, drop_table=body.drop_table
+        )
+        return {"resets": jsonable(done)}
+
+    summary = "Forget {}'s lake table{} by a recorded decision: the next capture is a first one"
+
+    @r.post(
+        "/datasets/{source}/{dataset}/reset",
+        tags=["datasets"],
+        summary=summary.format("a dataset", ""),
+    )
+    def reset_dataset(source: str, dataset: str, body: Reset) -> dict[str, Any]:
+        engine.project.dataset(source, dataset)
+        return reset(f"{source}.{dataset}", body)
+
+    @r.post(
+        "/sources/{source}/reset", tags=["datasets"], summary=summary.format("each dataset", "s")
+    )
+    def reset_source(source: str, body: Reset) -> dict[str, Any]:
+        engine.project.source(source)
+        return reset(source, body)
 
 
 def _queued(engine: Engine, selector: str) -> dict[str, Any]:

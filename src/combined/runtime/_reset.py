@@ -75,7 +75,8 @@ def refuse_kept(name: str, tables: Sequence[LakeTable]) -> ConfigError:
         f"{name}: the lake holds its table{'s' if many else ''} at {where}; a reset without "
         f"--drop-table would leave {'them' if many else 'it'} beside the new table its next "
         "capture makes: nothing was reset",
-        hint="pass --drop-table to remove them with the reset (recorded in the activity "
+        hint='pass --drop-table (through the API, "drop_table": true) to remove them with '
+        "the reset (recorded in the activity "
         f"feed; {KEPT}), or restore what the catalog records and capture again",
     )
 
