@@ -291,13 +291,14 @@ Spill = tuple[Path, int] | None
 def print_room(limit: int) -> int:
     """The reduction memory (``limit``) left for a re-capture's fingerprints, in bytes.
 
-    The limit less the anonymous memory the process holds already (its
-    imports' heaps, what the extraction left, the reduction's database),
-    never under a ``PRINT_ROOM_SHARE``-th of it. Held at once, a 5M-row
-    table's fingerprints (80 MB, sorted in place) came on top of ~120 MB
-    held and of the lake read's own buffers: the reduction's peak
-    (bench/RESULTS.md); in 2 buckets they are written to files as they
-    are read, and sorted half at a time.
+    The limit less the resident memory the process holds already (its
+    libraries' mapped pages, its imports' heaps, what the extraction left,
+    the reduction's database: ``runtime._memory.held_resident``), never
+    under a ``PRINT_ROOM_SHARE``-th of it. Held at once, a 5M-row table's
+    fingerprints (80 MB, sorted in place) came on top of ~120 MB held and
+    of the lake read's own buffers: the reduction's peak (bench/RESULTS.md);
+    by bucket they are written to files as they are read, and sorted a
+    bucket at a time (at the default 256 MiB and a 5M-row table, 4).
     """
     return room_left(limit, PRINT_ROOM_SHARE)
 
@@ -337,6 +338,9 @@ def _one_sided_by_bucket(
         )
         if mine is None or theirs is None:
             return None
+        # What both reads left in the heaps and DuckDB's jemalloc (~20-40 MB at
+        # 5M rows), given back before the buckets' arrays come on top of it.
+        release_memory()
         found: list[Words] = []
         left = most
         for bucket in range(1 << bits):  # (in order: the buckets are the top bits)

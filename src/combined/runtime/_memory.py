@@ -240,9 +240,25 @@ def tune_allocators() -> None:
 def room_left(limit: int, share: int = 4) -> int:
     """What of a step's memory ``limit`` is left beside what the process holds, in bytes.
 
-    The limit less the anonymous memory held now (:func:`held_anonymous`), never
-    under a ``share``-th of it: a budget the process's peak keeps to whatever
-    the imports and the earlier steps left.
+    The limit less the resident memory held now (:func:`held_resident`),
+    never under a ``share``-th of it: a budget the process's peak keeps to
+    whatever the imports and the earlier steps left.
     """
     limit = max(limit, 1)
-    return max(limit - held_anonymous(), limit // share, 1)
+    return max(limit - held_resident(), limit // share, 1)
+
+
+def held_resident() -> int:
+    """The memory this process holds resident now, in bytes (0 where ``/proc`` does not say).
+
+    The anonymous memory (:func:`held_anonymous`) and the pages of the
+    files it maps, its libraries' code above all (``VmRSS``): what a peak
+    RSS counts. The mapped pages are no constant of the code: on a 2-core
+    VM with kernel 6.18 they were ~136 MB after the imports and ~210 MB
+    through a 5M-row re-capture (DuckDB's and delta-rs' libraries ~50-60
+    MB each), where the anonymous memory alone left a 5M-row table's
+    fingerprints a room a few MB either side of their 160 MB: sorted at
+    once in some runs (a 431 MB peak), by 2 buckets in others (~400)
+    (bench/RESULTS.md, forty-eighth session).
+    """
+    return _resident() or 0
