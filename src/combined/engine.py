@@ -600,8 +600,17 @@ class Engine(Reading):
             return True
 
     def committed_checkpoint(self, source: str, dataset: str) -> dict[str, Any] | None:
-        """The checkpoint of a dataset's newest lake commit (the authoritative one)."""
-        meta = self.layout.dataset_table(source, dataset).latest_commit()
+        """The checkpoint of a dataset's newest lake commit (the authoritative one).
+
+        A store that fails the read (its bucket gone, unreachable) is a LakeError saying so.
+        """
+        from combined.lake._probe import read_failure
+
+        try:
+            meta = self.layout.dataset_table(source, dataset).latest_commit()
+        except OSError as exc:
+            where = f"{source}.{dataset}: the lake at {self.layout.store.root} could not be read"
+            raise read_failure(where, exc) from None
         return None if meta is None else meta.get("checkpoint")
 
     def reset_checkpoint(self, source: str, dataset: str, reason: str) -> int | None:

@@ -165,3 +165,34 @@ def test_a_store_that_fails_a_read_is_a_lake_error_not_an_internal_one(
             engine.replay("shop.orders")
     finally:
         engine.close()
+
+
+def test_check_tells_a_lake_whose_bucket_is_missing_not_an_internal_error(
+    tmp_path: Path, cdc_db: Any, s3_bucket: str, tools: Any
+) -> None:
+    """`combined check` of a project with a `cdc` dataset on a lake whose bucket did not
+    exist exited 70, "internal error (OSError) ... this is a bug in Combined" (it reads each
+    stream's committed checkpoint from the lake); and one without a `cdc` dataset said `ok`,
+    the bucket told only by the first capture."""
+    import psycopg
+
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY)")
+    project = tools.pg_cdc_project(cdc_db.dsn, cdc_db.prefix, "public.items", ["id"])
+    lake = f"s3://{s3_bucket}-missing/lake"
+    (tmp_path / "combined.yaml").write_text(project.replace("lake: ./lake", f"lake: {lake}"))
+    done = tools.cli(tmp_path, "check")
+    assert done.returncode == 2, done.stdout + done.stderr
+    out = " ".join(done.stdout.split())
+    assert f"fail lake: the lake at {lake} cannot be written: its bucket or container" in out
+    assert "hint: create it, or correct the bucket in `lake:`" in out
+    assert f"fail pg: pg.items: the lake at {lake} could not be read: its bucket" in out
+    assert "internal error" not in done.stdout + done.stderr
+    # the bucket created: the lake and the source are told ok
+    (tmp_path / "combined.yaml").write_text(
+        project.replace("lake: ./lake", f"lake: s3://{s3_bucket}/lake")
+    )
+    done = tools.cli(tmp_path, "check")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"ok   lake s3://{s3_bucket}/lake" in done.stdout
+    assert "ok   pg" in done.stdout

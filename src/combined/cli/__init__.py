@@ -207,13 +207,22 @@ def init(
 def check(project: ProjectOpt = None) -> None:
     """Validate the project file, connect to every source and check each dataset there.
 
-    Exit 2 when a dataset cannot be read as declared (a relation or column
-    the source lacks, a type it cannot take), else 1 when a source failed.
+    The lake first: written and deleted a probe object, as a capture does.
+    Exit 2 when the lake cannot be written or a dataset cannot be read as
+    declared (a relation or column the source lacks, a type it cannot take),
+    else 1 when a source failed.
     """
     from combined.errors import CombinedError, ConfigError
 
     engine = _engine(project)
     status = 0
+    try:
+        engine.layout.ensure_writable()
+        console.print(Text.assemble(("ok", "green"), f"   lake {engine.layout.store.root}"))
+    except CombinedError as exc:
+        status = ERROR
+        console.print(Text.assemble(_red("fail"), f" lake: {exc.message}"))
+        console.print(f"     hint: {exc.hint}")
     for name in engine.project.sources:
 
         def warn(why: str, name: str = name) -> None:
