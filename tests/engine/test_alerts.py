@@ -589,7 +589,14 @@ def test_the_end_of_an_alert_reaches_the_targets_that_were_sent_it(
         stale = [json.loads(b)["text"] for _, b in receiver.posts("/stale")]
         assert len(stale) == 2, stale
         assert stale[0].startswith("Combined alert.freshness on shop.orders")
+        # what a person paged needs: how stale, against which target (it said only the above)
+        assert re.search(
+            r"on shop\.orders: its published data is 2h(\d+s)? old, past its "
+            r"freshness target of 1h$",
+            stale[0],
+        ), stale[0]
         assert stale[1].startswith("Combined resolved alert.freshness on shop.orders")
+        assert "within its freshness target of 1h" in stale[1], stale[1]
         assert receiver.posts("/runs") == []
         (recovered,) = _events(engine, "run.recovered")
         assert recovered.body["resolves"] == "alert.run_failed"

@@ -82,23 +82,26 @@ def check_freshness(catalog: Catalog, project: Project, now: datetime | None = N
             continue
         source, _, name = row["dataset"].partition(".")
         age, target = row["age"], row["target"]
+        # the summary a person reads (a Slack target gets nothing else) says how stale
+        why = (
+            f"its published data is {format_duration(timedelta(seconds=int(age.total_seconds())))}"
+            f" old, {'past' if age > target else 'within'} its freshness target of "
+            f"{format_duration(target)}"
+        )
         told = raise_once(
             catalog,
             "alert.freshness",
             source=source,
             dataset=name,
             breached=age > target,
+            why=why,
             age_s=int(age.total_seconds()),
             target_s=int(target.total_seconds()),
             position=row["position"],
             position_at=row["position_at"].isoformat() if row["position_at"] else None,
         )
         if told:
-            notes.append(
-                f"{row['dataset']} is stale: its published data is "
-                f"{format_duration(timedelta(seconds=int(age.total_seconds())))} "
-                f"old, past its freshness target of {format_duration(target)}"
-            )
+            notes.append(f"{row['dataset']} is stale: {why}")
     return notes
 
 
