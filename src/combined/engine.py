@@ -359,10 +359,19 @@ class Engine(Reading):
         """Execute a Run :meth:`take_run` took, as a capture executes its own.
 
         A Run whose dataset another Run holds goes back to the queue (it is
-        returned still queued).
+        returned still queued). A lake the store fails or refuses before the
+        Run (unreachable, its credentials expired) ends the Run failed with
+        that error, ``alert.run_failed`` telling it once: the worker goes on
+        (it ended, and an unattended capture stopped until someone restarted it).
         """
+        from combined.errors import LakeError
+
         try:
             self._ready()
+        except LakeError as exc:
+            run = self._runner(worker="worker").fail(run.id, exc)
+            self._after([run])
+            return run
         except BaseException:
             with self.catalog.begin() as conn:  # it holds nothing yet: another worker may
                 queue.give_back(conn, run.id, run.claimed_by or "")

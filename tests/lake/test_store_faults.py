@@ -308,3 +308,39 @@ def test_a_store_failing_the_reductions_read_of_the_lake_is_told_as_the_stores(
         assert [v["updates"] for v in engine.history("shop.orders")] == [0, 10]
     finally:
         engine.close()
+
+
+def test_a_worker_outlives_a_lake_the_store_refuses_before_a_run(
+    tmp_path: Path, tools: Any, s3_faults: Any
+) -> None:
+    """An unattended worker whose lake's store refused the probe before a Run it took (the
+    store down, its credentials expired) exited, `error: the lake ... cannot be written`:
+    every capture stopped, no alert said so, until someone restarted it. The Run now ends
+    failed with that error, alerted once, and the worker captures again once the store
+    answers."""
+    project, lake = _shop(tmp_path, tools, s3_faults)
+    assert tools.cli(tmp_path, "capture").returncode == 0
+    engine = Engine.open(project)
+    try:
+        engine.enqueue_dataset("shop", "orders", "schedule")
+        engine.enqueue_dataset("shop", "customers", "schedule")
+
+        def refused_once_started() -> bool:  # (a worker that starts on a refused lake exits 2)
+            s3_faults.fail({"contains": "/", "status": 403, "times": -1})
+            return False
+
+        ended = list(engine.work(refused_once_started, once=True))  # raised LakeNotWritable
+        assert [r.state for r in ended] == ["failed", "failed"]
+        assert s3_faults.faulted() > 0
+        assert all(f"the lake at {lake} cannot be written" in (r.error or "") for r in ended)
+        with engine.catalog.begin() as conn:
+            from combined.catalog import data as cat
+
+            alerts = cat.activity(conn, kind="alert.run_failed", limit=10, exact=True)
+        assert sorted(a.run_id for a in alerts) == sorted(r.id for r in ended)  # each told
+        s3_faults.fail()
+        engine.enqueue_dataset("shop", "orders", "schedule")
+        (back,) = engine.work(lambda: False, once=True)
+        assert back.state == "succeeded", back.error
+    finally:
+        engine.close()

@@ -153,12 +153,12 @@ class Runner:
             return self._execute(run, admission, selected, keeper, watch, backfill)
         except CombinedError as exc:
             raise_if_interrupted(exc)
-            return self._fail(run.id, exc)
+            return self.fail(run.id, exc)
         except Exception as exc:  # a defect still ends the Run, with its evidence
             raise_if_interrupted(exc)  # (a Ctrl-C DuckDB reported as its own error)
             # Its trace (redacted by the log's handler) at DEBUG: what a report of it needs.
             log.debug("run %s ended by an unexpected error", run.id, exc_info=exc)
-            return self._fail(run.id, exc)
+            return self.fail(run.id, exc)
         finally:
             watch.stop()
             keeper.stop()
@@ -186,7 +186,7 @@ class Runner:
             hint="wait for that run to finish, or run `combined repair` if it died",
         )
 
-    def _fail(self, run_id: str, exc: BaseException) -> Run:
+    def fail(self, run_id: str, exc: BaseException) -> Run:
         """End the Run in the state ``exc``'s class leads to, with its error.
 
         The lake's ledger records the end first; a store that refuses it (the
