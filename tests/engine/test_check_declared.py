@@ -189,3 +189,20 @@ def test_postgres_columns_the_lake_cannot_store_as_named_fail_check(
         "      cased:\n        key: [id]\n        columns: [id, name]\n",
     )
     assert tools.cli(tmp_path, "check").returncode == 0
+
+
+def test_check_asks_a_local_lake_without_making_it(shop: Path, tools: Any) -> None:
+    """`combined check` tells a lake that cannot be written (a capture would be refused),
+    and creates nothing of one not made yet: it only reads."""
+    assert not (shop / "lake").exists()
+    done = tools.cli(shop, "check")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"ok lake {shop / 'lake'}" in " ".join(done.stdout.split())
+    assert not (shop / "lake").exists()
+    (shop / "blocked").write_text("a file where the lake's directory would be")
+    project = shop / "combined.yaml"
+    project.write_text(project.read_text().replace("lake: ./lake", "lake: ./blocked/lake"))
+    done = tools.cli(shop, "check")
+    said = " ".join(done.stdout.split())
+    assert done.returncode == 2, said
+    assert "fail lake: the lake at" in said and "blocked is not a directory" in said, said

@@ -207,7 +207,8 @@ def init(
 def check(project: ProjectOpt = None) -> None:
     """Validate the project file, connect to every source and check each dataset there.
 
-    The lake first: written and deleted a probe object, as a capture does.
+    The lake first: an object store is written and deleted a probe object, as a
+    capture does; a local lake is asked without creating anything.
     Exit 2 when the lake cannot be written or a dataset cannot be read as
     declared (a relation or column the source lacks, a type it cannot take),
     else 1 when a source failed.
@@ -217,7 +218,7 @@ def check(project: ProjectOpt = None) -> None:
     engine = _engine(project)
     status = 0
     try:
-        engine.layout.ensure_writable()
+        engine.layout.check_writable()
         console.print(Text.assemble(("ok", "green"), f"   lake {engine.layout.store.root}"))
     except CombinedError as exc:
         status = ERROR

@@ -103,6 +103,30 @@ class LakeLayout:
                 "or fix its permissions",
             ) from exc
 
+    def check_writable(self) -> None:
+        """:meth:`ensure_writable`'s question, creating nothing in a local lake
+        (``combined check``): a lake not made yet is writable where its nearest existing
+        directory is. An object store is asked as a capture asks it (a probe object
+        written and deleted)."""
+        if self.store.remote:
+            check_store(self.store)
+            return
+        root = Path(self.store.root)
+        nearest = root
+        while not nearest.exists() and nearest != nearest.parent:
+            nearest = nearest.parent
+        if not nearest.is_dir() or not os.access(nearest, os.W_OK | os.X_OK):
+            what = (
+                "is not a directory"
+                if nearest.exists() and not nearest.is_dir()
+                else ("cannot be written")
+            )
+            raise LakeNotWritable(
+                f"the lake at {root} is not writable: {nearest} {what}",
+                hint="set `lake:` in combined.yaml to a directory you can write, "
+                "or fix its permissions",
+            )
+
 
 def confined(base: Path, relative: str, max_length: int) -> Path:
     """``base / relative``, refusing paths that escape ``base`` or are too long."""
