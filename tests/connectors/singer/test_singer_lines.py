@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -266,3 +267,30 @@ def test_a_state_keeps_its_exact_numbers_and_no_secret(scripted: Scripted, tmp_p
     finally:
         extraction.finish("success")
     assert given.read_text() == text
+
+
+@pytest.mark.parametrize(
+    ("declared", "value", "kept"),
+    [
+        ({"type": ["null", "string"]}, 10, "10"),  # a number in a text field
+        ({"type": ["null", "integer"]}, '"abc"', "abc"),  # text in an integer field
+        ({"type": ["null", "integer"]}, "true", "true"),  # a boolean in an integer field
+        ({"type": ["null", "number"], "multipleOf": 0.01}, "1.005", "1.005"),  # more decimals
+        ({"type": ["null", "string"], "format": "date"}, "20240101", "20240101"),
+    ],
+)
+def test_the_type_a_refused_value_names_reads_that_value(
+    scripted: Scripted, declared: dict[str, Any], value: Any, kept: str
+) -> None:
+    """Following the hint works: `string` for a number in a text field failed the same way."""
+    properties = {**SCRIPT_PROPERTIES, "n": declared}
+    schema = {**SCHEMA, "schema": {"type": "object", "properties": properties}}
+    line = f'{{"type":"RECORD","stream":"s","record":{{"id":1,"n":{value}}}}}'
+    steps = [out(schema), out(line)]
+    with pytest.raises(SchemaMismatch, match="line 2: field 'n'") as e:
+        read(scripted(steps, properties))
+    named = re.search(r'types: \{"s\.n": ([a-z_]+(?:\(N\))?)\}', e.value.hint or "")
+    assert named is not None, e.value.hint
+    declared_type = named.group(1).replace("(N)", "(3)")
+    got = rows(read(scripted(steps, properties, types={"s.n": declared_type})))
+    assert [str(r["n"]) for r in got] == [kept]

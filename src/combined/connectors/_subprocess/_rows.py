@@ -140,12 +140,13 @@ class Rows:
                 arrays.append(plan.column(values))
             except BadValue as bad:
                 line = self.lines[bad.index]
+                found = values[bad.index]
                 raise SchemaMismatch(
                     f"line {line}: field {plan.name!r} of stream {self.stream!r} holds "
-                    f"{described(values[bad.index])}, which is not {bad.expected} "
+                    f"{described(found)}, which is not {bad.expected} "
                     f"(declared {plan.source_type})",
                     hint="fix the value in the source or the stream's schema for the field, "
-                    f"{remedy(self.stream, plan)}; nothing was committed for this dataset",
+                    f"{remedy(self.stream, plan, found)}; nothing was committed for this dataset",
                     stream=self.stream,
                     field=plan.name,
                     line=line,

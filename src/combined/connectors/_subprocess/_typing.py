@@ -142,12 +142,23 @@ def _schema_of(declared: Any) -> Mapping[str, Any] | None:
     return {"type": "number", "multipleOf": Decimal(1).scaleb(-int(found.group(1)))}
 
 
-def remedy(stream: str, plan: FieldPlan) -> str:
-    """What the configuration can declare for a value of ``plan`` that does not fit."""
-    exact = plan.kind in ("int", "float")
-    kind = "decimal(N)" if exact else "string"
+def remedy(stream: str, plan: FieldPlan, value: Any) -> str:
+    """What the configuration can declare for ``value``, which does not fit ``plan``.
+
+    The type named must take the value itself: text reads as ``string``, a
+    number as ``decimal(N)`` (exact), anything else (a boolean, an object,
+    a number in a text field) only as ``json``, its JSON text. Naming
+    ``string`` for a number, or ``decimal(N)`` for text, sent the user to a
+    setting that fails the next capture the same way.
+    """
+    if isinstance(value, str):
+        kind = "string"
+    elif isinstance(value, int | float | Decimal) and not isinstance(value, bool):
+        kind = "decimal(N)" if plan.kind in ("int", "float", "decimal") else "json"
+    else:
+        kind = "json"
     text = f'or declare its type: types: {{"{stream}.{plan.name}": {kind}}} in the source'
-    if plan.kind == "timestamp":
+    if plan.kind == "timestamp" and isinstance(value, str):
         text += (
             "; for date-times sent without an offset, declare naive_timestamps: utc "
             "(read them as UTC) or naive_timestamps: keep (a timestamp without zone)"
