@@ -7,12 +7,15 @@ multiset, a repeat is a row of its own, and only what changed is billed.
 
 from __future__ import annotations
 
+import sqlite3
 from collections import Counter
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from tests.conftest import SHOP_PROJECT
 
 from combined.engine import Engine
 from combined.errors import ConfigError
@@ -232,3 +235,31 @@ def test_an_event_stream_is_not_turned_into_a_mirror(tmp_path: Path, pg_database
         assert engine.sql("SELECT count(*) AS n FROM pg.lines").to_pylist() == [{"n": 10}]
     finally:
         engine.close()
+
+
+#: The shop project's source (tests/conftest.py), reading one keyless table.
+SQLITE_PROJECT = (
+    SHOP_PROJECT.split("    datasets:")[0].format(catalog="sqlite:///.combined/catalog.db")
+    + "    datasets:\n      lines:\n        key: {key}\n"
+)
+
+
+def test_repeats_of_a_keyless_table_name_key_empty_as_the_way_out(
+    tmp_path: Path, tools: Any
+) -> None:
+    """A table with no key, its repeated rows held back: the hint names `key: []`, which works."""
+    with closing(sqlite3.connect(tmp_path / "shop.db")) as conn:
+        conn.executescript(
+            "CREATE TABLE lines (sku TEXT, qty INTEGER);"
+            "INSERT INTO lines VALUES ('a', 1), ('a', 1), ('b', 2);"
+        )
+    (tmp_path / "combined.yaml").write_text(SQLITE_PROJECT.format(key="[sku]"))
+    held = tools.cli(tmp_path, "capture")
+    said = " ".join((held.stdout + held.stderr).split())
+    assert "duplicate key(s) of (sku)" in said, said
+    assert "key: []" in said, said
+    (tmp_path / "combined.yaml").write_text(SQLITE_PROJECT.format(key="[]"))
+    done = tools.cli(tmp_path, "capture")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = tools.cli(tmp_path, "sql", "--format", "csv", "SELECT sku, qty FROM shop.lines")
+    assert sorted(rows.stdout.split()[1:]) == ["a,1", "a,1", "b,2"]

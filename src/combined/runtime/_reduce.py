@@ -226,7 +226,11 @@ def _duplicates_cause(reducer: Reducer, staged: Staged) -> str:
     told = getattr(staged.extraction, "null_key_hint", None)
     nulled = reducer.null_key_columns() if told is not None else []
     hint = told(nulled) if told is not None and nulled else None
-    return hint or "fix the key in the source or declare a key that is unique"
+    return hint or (
+        "fix the key in the source or declare a key that is unique; a table with no "
+        "key at all (repeated rows): `key: []` with strategy: snapshot identifies each "
+        "row by its content and keeps the repeats"
+    )
 
 
 def _count_live(staged: Staged, reducer: Reducer) -> None:
