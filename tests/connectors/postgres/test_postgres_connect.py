@@ -305,3 +305,25 @@ def test_a_bare_name_found_only_in_another_schema_is_named_in_the_hint(
         list(ext)
     ext.finish("abort")
     assert "`combined discover SOURCE`" in (info.value.hint or "")
+
+
+def test_a_server_that_refuses_connections_is_told_by_what_lifts_it(pg_database, admin, role):
+    """A database closed to connections (maintenance) or a role at its connection limit
+    was told "check host, port and network", which are fine: the hint names the limit."""
+    name = str(conninfo_to_dict(pg_database)["dbname"])
+    source = PostgresSource({"dsn": _with(pg_database, user=role), "password": PASSWORD})
+    admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(sql.Identifier(name)))
+    try:
+        with pytest.raises(SourceUnavailable) as closed:
+            source.check()
+    finally:
+        admin.execute(
+            sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(sql.Identifier(name))
+        )
+    assert closed.value.transient and "ALLOW_CONNECTIONS true" in (closed.value.hint or "")
+    admin.execute(sql.SQL("ALTER ROLE {} CONNECTION LIMIT 0").format(sql.Identifier(role)))
+    with pytest.raises(SourceUnavailable) as limited:
+        source.check()
+    assert "ALTER ROLE <role> CONNECTION LIMIT" in (limited.value.hint or "")
+    assert "host, port" not in (closed.value.hint or "") + (limited.value.hint or "")
+    assert PASSWORD not in _all_text(closed.value) + _all_text(limited.value)

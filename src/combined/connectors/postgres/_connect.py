@@ -256,9 +256,49 @@ def connect_failure(detail: str) -> CombinedError:
         )
     return SourceUnavailable(
         f"cannot reach the postgres source: {detail}",
-        hint="check host, port and network, and that the server accepts connections",
+        hint=next(
+            (hint for told, hint in _REFUSALS if told in low),
+            "check host, port and network, and that the server accepts connections",
+        ),
         detail=detail,
     )
+
+
+#: A server that answered and refused the connection, in its words, and what lifts each
+#: (the host and network are fine: the generic hint sent people to check them).
+_REFUSALS = (
+    (
+        "is not currently accepting connections",
+        "the database refuses every connection (ALTER DATABASE ... ALLOW_CONNECTIONS false, "
+        "as during maintenance): the Run is retried; a DBA lifts it with ALTER DATABASE "
+        "<name> ALLOW_CONNECTIONS true",
+    ),
+    (
+        "too many connections for role",
+        "the role's CONNECTION LIMIT is reached: the Run is retried; lower the connections "
+        "this role holds elsewhere, or ALTER ROLE <role> CONNECTION LIMIT <n>",
+    ),
+    (
+        "too many connections for database",
+        "the database's CONNECTION LIMIT is reached: the Run is retried; a DBA raises it "
+        "with ALTER DATABASE <name> CONNECTION LIMIT <n>",
+    ),
+    (
+        "too many clients already",
+        "the server's max_connections is reached: the Run is retried; free connections, or "
+        "raise max_connections (a restart)",
+    ),
+    (
+        "connection slots are reserved",
+        "the server's max_connections is reached (the slots left are reserved for "
+        "superusers or replication): the Run is retried; free connections, or raise "
+        "max_connections (a restart)",
+    ),
+    (
+        "the database system is",
+        "the server is starting up, shutting down or recovering: the Run is retried",
+    ),
+)
 
 
 #: The server's wordings of its replication limits reached, and what lifts each.
