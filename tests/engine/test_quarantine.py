@@ -17,6 +17,7 @@ from combined.catalog import data as cat
 from combined.engine import Engine
 from combined.errors import ConfigError, LakeError, NotFoundError, ProtocolViolation
 from combined.protocol import utcnow
+from combined.runtime._notify import summary
 
 
 def _with_duplicates(
@@ -170,6 +171,9 @@ def test_an_overdue_entry_alerts_once_a_review_period(quarantined: tuple[Engine,
     assert len(engine.remind_quarantine(later + timedelta(days=2))) == 1  # the next period
     alerts = _events(engine, "alert.quarantine_overdue")
     assert len(alerts) == 2 and alerts[0].body["quarantine"] == qid
+    # the one line a Slack target reads names who is to review what, since when
+    told = summary(alerts[0])
+    assert f"quarantine {qid} (4 records) awaits review by data-oncall since" in told, told
     engine.decide_quarantine(qid, "released", by="ana", reason="reviewed")
     assert engine.remind_quarantine(later + timedelta(days=30)) == []  # decided: quiet
 

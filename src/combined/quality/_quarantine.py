@@ -188,6 +188,12 @@ def remind(
         due = cat.overdue_quarantine(conn, now)
     for entry in due:
         every = review_every(entry.source, entry.dataset) or DEFAULT_REVIEW_EVERY
+        # (the summary a person reads, all a Slack target gets: who is to review what)
+        why = (
+            f"quarantine {entry.id} ({entry.record_count} records) awaits review by "
+            f"{entry.reader} since {entry.review_due_at:%Y-%m-%d}"
+            + (f": {entry.reason}" if entry.reason else "")
+        )
         with catalog.begin() as conn:
             if not cat.postpone_review(conn, entry.id, was=entry.review_due_at, until=now + every):
                 continue  # another process reminded (or decided) first
@@ -202,6 +208,7 @@ def remind(
                 records=entry.record_count,
                 due=entry.review_due_at.isoformat(),
                 reason=entry.reason,
+                why=why,
             )
         notes.append(
             f"quarantine {entry.id} ({entry.source}.{entry.dataset}, {entry.record_count} "
