@@ -247,3 +247,33 @@ def test_connections_without_tls_options_share_one_tls_context(
         for _ in range(2):
             DriverConnection(host="127.0.0.1", ssl_ca=cafile, defer_connect=True)
         assert [m.get("cafile") for m in made] == [None, cafile, cafile]
+
+
+def test_an_account_at_its_connection_limit_is_told_what_lifts_it(
+    mariadb_database: str, admin: Any, account: str
+) -> None:
+    """A server that answered and refused (the account's MAX_USER_CONNECTIONS) was told
+    "check host, port and network", which were fine, or failed the Run with "see the
+    detail": it is retried, and the hint names the limit."""
+    import pymysql
+
+    admin.sql(f"ALTER USER '{account}'@'%' WITH MAX_USER_CONNECTIONS 1")
+    db = mariadb_database.rsplit("/", 1)[1]
+    host = mariadb_database.split("@", 1)[1].split("/", 1)[0]
+    held = pymysql.connect(
+        host=host.split(":")[0],
+        port=int(host.split(":")[1]),
+        user=account,
+        password=PASSWORD,
+        database=db,
+    )
+    try:
+        src = MariaDBSource({"dsn": _dsn(mariadb_database, user=account), "password": PASSWORD})
+        with pytest.raises(SourceUnavailable) as limited:
+            src.check()
+    finally:
+        held.close()
+    assert limited.value.transient
+    assert "MAX_USER_CONNECTIONS <n>" in (limited.value.hint or ""), limited.value.hint
+    assert "host, port" not in (limited.value.hint or "")
+    assert PASSWORD not in _shown(limited.value)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -80,6 +81,31 @@ _TRANSIENT_CODES = {
     3024,
     *range(2000, 2056),
 }
+
+#: A server that answered and refused a connection, by error code, and what lifts it
+#: (the host and network are fine: the generic hint sent people to check them).
+_REFUSALS = {
+    1040: "the server's max_connections is reached: free connections, or raise it "
+    "(SET GLOBAL max_connections = <n>)",
+    1203: "the account's MAX_USER_CONNECTIONS (or the server's max_user_connections) is "
+    "reached: lower the connections it holds elsewhere, or ALTER USER <account> WITH "
+    "MAX_USER_CONNECTIONS <n>",
+    1226: "the account's resource limit is reached (MAX_USER_CONNECTIONS, or an hourly "
+    "MAX_CONNECTIONS_PER_HOUR or MAX_QUERIES_PER_HOUR): lower its use, or ALTER USER "
+    "<account> WITH <limit> <n>",
+    1129: "the server blocked this host after many failed connections (max_connect_errors): "
+    "a DBA unblocks it with FLUSH HOSTS",
+    1053: "the server is shutting down",
+}
+
+
+def _resource_hint(resource: str) -> str:
+    """What lifts the account's resource limit ``resource`` (``max_user_connections``...)."""
+    return (
+        f"the account's {resource} limit is reached: lower its use, or ALTER USER "
+        f"<account> WITH {resource.upper()} <n>"
+    )
+
 
 ZeroDates = Literal["error", "null"]
 _QUERY_KEYS = ("unix_socket", "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_identity")
@@ -312,6 +338,14 @@ def connect_error(exc: BaseException, settings: Settings) -> CombinedError:
         return ConfigError(
             f"the {CONNECTOR} database {settings.database!r} does not exist: {detail}",
             hint="fix the database name at the end of the dsn",
+            **context,
+        )
+    if code in _REFUSALS:
+        limit = re.search(r"exceeded the '(\w+)' resource", detail) if code == 1226 else None
+        told = _REFUSALS[code] if limit is None else _resource_hint(limit.group(1))
+        return SourceUnavailable(
+            f"the {CONNECTOR} server at {where} refused the connection: {detail}",
+            hint=f"{told}; the attempt can be retried",
             **context,
         )
     if code is None or code in _TRANSIENT_CODES or isinstance(exc, OSError):
