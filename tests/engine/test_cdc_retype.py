@@ -226,3 +226,37 @@ def test_a_key_whose_identities_changed_type_is_refused(tmp_path: Path, cdc_db: 
         assert engine.sql("SELECT count(*) AS n FROM pg.t").to_pylist() == [{"n": 20}]
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize(
+    "alter",
+    [
+        "ALTER TABLE t ALTER COLUMN v TYPE text",
+        "ALTER TABLE t ALTER COLUMN v TYPE bool USING v > 10",
+    ],
+    ids=["int-to-text", "int-to-bool"],
+)
+def test_a_change_before_a_type_change_into_another_family_names_the_way_out(
+    tmp_path: Path, cdc_db: Any, alter: str
+) -> None:
+    """A change of ``v`` made before an ``ALTER`` into another family, in one
+    capture: the stream holds ``v`` in two types, which one capture cannot
+    land, and every retry meets the same stream. The hint said "fix the value
+    in the source, or declare the column's type to match", neither of which a
+    cdc dataset can do; it now names the new snapshot, which lands the source."""
+    from combined import cdc
+
+    engine = _engine(tmp_path, cdc_db, "v int", "g")
+    try:
+        _sql(cdc_db.dsn, "UPDATE t SET v = -v WHERE id = 2", alter, "UPDATE t SET w = -1")
+        (run,) = engine.capture()
+        assert run.state == "needs_review"
+        error = run.error or ""
+        assert "'v'" in error and "fix the value in the source" not in error
+        assert "`combined cdc teardown`, then `combined cdc setup`" in error, error
+        cdc.teardown(engine, "pg")
+        _, again = cdc.setup(engine, "pg")
+        assert again.state == "succeeded", again.error
+        assert _lake(engine, cdc_db.dsn) == _source(cdc_db.dsn)
+    finally:
+        engine.close()

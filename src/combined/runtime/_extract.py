@@ -413,7 +413,7 @@ class _Shape:
     def fit(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """``batch``, checked and cast to the capture's schema (widened by any new field)."""
         plan, schema = self.plan, self.schema
-        check_batch(f"{plan.source}.{plan.name}", batch, self.declared)
+        _check_fits(plan, batch, self.declared)
         if schema is None or batch.schema.names != schema.names:
             _check_key_columns(plan, batch.schema.names)
             check_names(
@@ -445,6 +445,31 @@ class _Shape:
         """The source's shape now: the capture's schema less the fields dropped meanwhile."""
         assert self.schema is not None
         return pa.schema([f for f in self.schema if f.name not in self.dropped])
+
+
+def _check_fits(
+    plan: DatasetPlan, batch: pa.RecordBatch, declared: Mapping[str, str] | None
+) -> None:
+    """Refuse a batch whose values do not fit the declared types, with the way out.
+
+    A change stream's value of another type than the catalog's was made before
+    an ``ALTER TABLE ... TYPE`` into another family (``int`` to ``text``): the
+    source holds no such value any more, and every retry reads the same stream.
+    """
+    try:
+        check_batch(f"{plan.source}.{plan.name}", batch, declared)
+    except SchemaMismatch as exc:
+        if plan.strategy != "cdc":
+            raise
+        column = exc.context.get("column")
+        exc.hint = (
+            f"the stream holds changes made before an ALTER TABLE changed {column!r}'s "
+            "type, and one capture cannot land the column in both types (each retry "
+            "reads the same changes): take a new snapshot (`combined cdc teardown`, then "
+            f"`combined cdc setup`), or leave {column!r} out of the dataset's `columns:`; "
+            "nothing was committed for this dataset"
+        )
+        raise
 
 
 def _check_key_columns(plan: DatasetPlan, names: Sequence[str]) -> None:
