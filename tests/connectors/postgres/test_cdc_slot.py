@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -16,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -396,3 +400,47 @@ def test_values_of_every_mapped_type_arrive_typed(env: Env) -> None:
     finally:
         env.conn.execute(f"DROP TABLE IF EXISTS {env.a}")
         env.conn.execute(f"DROP TYPE IF EXISTS {mood}")
+
+
+def test_a_first_capture_waiting_for_an_open_transaction_stops_at_sigint(
+    tmp_path: Path, cdc_db: Any, tools: Any
+) -> None:
+    """Creating the slot waits for every open transaction to end, and psycopg2
+    waited in C: a capture behind a session idle in transaction ignored Ctrl-C
+    (and SIGTERM) until that session ended. It now stops at once, and the
+    cancelled statement leaves no slot behind."""
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+        conn.execute("CREATE TABLE other (id int)")
+    (tmp_path / "combined.yaml").write_text(
+        tools.pg_cdc_project(cdc_db.dsn, cdc_db.prefix, "public.t", ["id"])
+    )
+    slot = cdc_db.slot("public.t")
+    waiting = (
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender'"
+        " AND datname = current_database() AND wait_event IS NOT NULL AND state = 'active'"
+    )
+    with psycopg.connect(cdc_db.dsn) as held, psycopg.connect(cdc_db.dsn, autocommit=True) as look:
+        held.execute("INSERT INTO other VALUES (1)")  # a transaction with an xid, left open
+        capture = subprocess.Popen(
+            [sys.executable, "-c", "from combined.cli import main; main()", "capture"],
+            cwd=tmp_path,
+            env={**os.environ, "COMBINED_RETRY_BACKOFF_S": "0"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while look.execute(waiting).fetchone() != (1,):
+                assert capture.poll() is None and time.monotonic() < deadline, capture.stderr
+                time.sleep(0.2)
+            capture.send_signal(signal.SIGINT)
+            _, err = capture.communicate(timeout=15)  # before: waited as long as `held`
+        finally:
+            if capture.poll() is None:
+                capture.kill()
+                capture.communicate()
+        assert capture.returncode == 130, err
+        found = look.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        assert found.fetchone() is None

@@ -376,6 +376,8 @@ def create_slot(settings: Settings, slot: str) -> SlotHandle:
     """
     import psycopg2
 
+    from combined.connectors.postgres._blocking import interruptible
+
     _check_slot_name(slot)
     with _control(settings, "create a replication slot") as conn:
         _check_wal_level(conn)
@@ -388,8 +390,7 @@ def create_slot(settings: Settings, slot: str) -> SlotHandle:
             command = f"CREATE_REPLICATION_SLOT \"{slot}\" LOGICAL pgoutput (SNAPSHOT 'export')"
         else:
             command = f'CREATE_REPLICATION_SLOT "{slot}" LOGICAL pgoutput EXPORT_SNAPSHOT'
-        cur.execute(command)
-        _, consistent_point, snapshot_name, _ = cur.fetchone()
+        _, consistent_point, snapshot_name, _ = interruptible(rconn, cur, command)
     except psycopg2.Error as exc:
         rconn.close()
         if getattr(exc, "pgcode", None) == _DUPLICATE_OBJECT:
