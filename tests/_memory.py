@@ -34,3 +34,22 @@ def anonymous_growth() -> Iterator[list[int]]:
         done.set()
         sampler.join()
         grown.append(max(peak[0], anonymous()) - start)
+
+
+def duckdb_unused() -> int:
+    """Bytes DuckDB's jemalloc holds resident beyond what is allocated (freed, not purged)."""
+    import ctypes
+    import sys
+
+    from combined.runtime._memory import _duckdb_mallctl
+
+    mallctl = _duckdb_mallctl(sys.modules.get("_duckdb"))
+    assert mallctl is not None, "DuckDB built without jemalloc"
+    epoch, size = ctypes.c_uint64(1), ctypes.c_size_t(8)
+    mallctl(b"epoch", None, None, ctypes.byref(epoch), 8)  # (statistics refreshed)
+    values = []
+    for name in (b"stats.resident", b"stats.allocated"):
+        value = ctypes.c_size_t(0)
+        assert mallctl(name, ctypes.byref(value), ctypes.byref(size), None, 0) == 0
+        values.append(value.value)
+    return values[0] - values[1]

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pyarrow.parquet as pq
 import pytest
-from tests._memory import anonymous_growth
+from tests._memory import anonymous_growth, duckdb_unused
 
 from combined.capture._reduce import Reducer
 from combined.engine import Engine
@@ -450,6 +451,17 @@ def test_fills_of_large_values_hold_a_few_of_them_not_every_one(
 BLOB_ROWS = 32
 
 
+def _blobs(dsn: str) -> None:
+    """``blobs(id, n, body)``: ``BLOB_ROWS`` rows of 3 MB byte strings stored out of line."""
+    value = LARGE_VALUES["bytea"].format(n=3 << 20)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE blobs (id bigint PRIMARY KEY, n int, body bytea)")
+        conn.execute("ALTER TABLE blobs ALTER COLUMN body SET STORAGE EXTERNAL")
+        conn.execute(
+            f"INSERT INTO blobs SELECT g, 0, {value} FROM generate_series(1, {BLOB_ROWS}) g"
+        )
+
+
 def test_large_values_filled_from_the_lake_are_not_held_in_duckdb_while_delivered(
     tmp_path: Path, cdc_db, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -459,13 +471,7 @@ def test_large_values_filled_from_the_lake_are_not_held_in_duckdb_while_delivere
     # spilled the rest) while the Deliveries read them a window at a time: a
     # backlog of 40 rows of 5-10 MB peaked at 491-514 MB. They are read from
     # the file Arrow wrote them to instead, and DuckDB holds next to nothing.
-    value = LARGE_VALUES["bytea"].format(n=3 << 20)
-    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE blobs (id bigint PRIMARY KEY, n int, body bytea)")
-        conn.execute("ALTER TABLE blobs ALTER COLUMN body SET STORAGE EXTERNAL")
-        conn.execute(
-            f"INSERT INTO blobs SELECT g, 0, {value} FROM generate_series(1, {BLOB_ROWS}) g"
-        )
+    _blobs(cdc_db.dsn)
     held = _held_after_output(monkeypatch)
     check = "SELECT count(*), sum(n), count(DISTINCT md5(body)), sum(octet_length(body))"
     run, lake, source = _drain(
@@ -474,3 +480,39 @@ def test_large_values_filled_from_the_lake_are_not_held_in_duckdb_while_delivere
     assert run.stats is not None and run.stats["blobs"]["updates"] == BLOB_ROWS
     assert lake == source and lake[:3] == (BLOB_ROWS, BLOB_ROWS, BLOB_ROWS)
     assert held[-1] <= 16 << 20, f"{held[-1] >> 20} MB"  # (a table of the fills: ~80-100 MB)
+
+
+def test_rows_of_large_values_are_delivered_a_row_group_each_leaving_duckdb_nothing_freed(
+    tmp_path: Path, cdc_db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 32 rows of 3 MB byte strings filled from the lake. A row group of the
+    # Deliveries gathered 16 MB of rows (six of these) before its encoding,
+    # and the output's statements left DuckDB's jemalloc holding the pages
+    # they freed (a backlog of 5-10 MB values peaked at 471-489 MB): a row
+    # group of such rows closes at 2 MB (one row), and DuckDB's freed pages
+    # are given back after each statement.
+    _blobs(cdc_db.dsn)
+    unused: list[int] = []
+    output = Reducer.output
+
+    def observed(self: Reducer, *args: Any, **kwargs: Any) -> Any:
+        yield from output(self, *args, **kwargs)
+        unused.append(duckdb_unused())
+
+    monkeypatch.setattr(Reducer, "output", observed)
+    check = "SELECT count(*), sum(n), count(DISTINCT md5(body)), sum(octet_length(body))"
+    run, lake, source = _drain(
+        tmp_path, cdc_db, "blobs", ["UPDATE blobs SET n = n + 1"], check, default=True
+    )
+    assert run.stats is not None and run.stats["blobs"]["updates"] == BLOB_ROWS
+    assert lake == source and lake[:3] == (BLOB_ROWS, BLOB_ROWS, BLOB_ROWS)
+    metas = [pq.read_metadata(f) for f in (tmp_path / "lake").rglob("*.parquet")]
+    groups = [
+        m.row_group(g).num_rows
+        for m in metas
+        if "body" in m.schema.names
+        for g in range(m.num_row_groups)
+    ]
+    assert sum(groups) >= 2 * BLOB_ROWS  # (the snapshot's files and the backlog's)
+    assert max(groups) == 1, groups  # (before: 4-6 a row group)
+    assert unused[-1] <= 12 << 20, f"{unused[-1] >> 20} MB"  # (here ~3-4; before: 20-47)

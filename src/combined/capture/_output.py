@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from combined.capture._fill_file import one_thread
+from combined.capture._fill_file import one_thread, single_thread
 from combined.capture._unchanged import Resolved
 from combined.delivery import (
     CHUNK_BYTES,
@@ -29,6 +29,7 @@ from combined.delivery import (
 )
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import quote_ident
+from combined.runtime._memory import purge_duckdb
 
 if TYPE_CHECKING:
     import duckdb
@@ -292,6 +293,7 @@ def part_rows(
     after a row), the error stands.
     """
     select = delivered.select()
+    large = delivered.resolved is not None and bool(delivered.resolved.large())
     parts: dict[Path, tuple[StagedParts, int]] = {}  # (shared by its windows: weighed once)
     for path, ordinals in ranges:
         if delivered.resolved is None and delivered.keys is None and not ordered:
@@ -310,7 +312,10 @@ def part_rows(
         part, rows = parts[path]
         con.register(_PART, part.within(ordinals))
         try:
-            yield from (fixed.add(b) for b in _part_batches(con, sql, rows, roomier))
+            if large:
+                yield from (fixed.add(b) for b in _large_batches(con, sql, rows, roomier))
+            else:
+                yield from (fixed.add(b) for b in _part_batches(con, sql, rows, roomier))
         finally:
             con.unregister(_PART)
     unstaged = delivered.unstaged()
@@ -363,6 +368,26 @@ def _part_batches(
     if first is not None:
         yield first
         yield from reader
+
+
+def _large_batches(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    batch_rows: int,
+    roomier: Callable[[], object] | None,
+) -> Iterator[pa.RecordBatch]:
+    """:func:`_part_batches` of rows filled with values of megabytes: on one thread, then purged.
+
+    Each of DuckDB's threads reads a row group of the fills and joins it,
+    a few values of megabytes each; and what a statement freed stayed in
+    DuckDB's jemalloc (~60-100 MB resident beside 2-40 MB allocated) until
+    its decay, which only DuckDB's next allocations advance. A backlog of
+    5-10 MB byte strings peaked ~30 MB lower with both (bench/RESULTS.md,
+    forty-eighth session).
+    """
+    with single_thread(con):
+        yield from _part_batches(con, sql, batch_rows, roomier)
+    purge_duckdb()
 
 
 def _taken(

@@ -33,6 +33,10 @@ FILE_ROWS = 1_000_000
 ROW_GROUP_ROWS = 65_536
 #: Arrow bytes at which a row group closes before its rows (see :class:`RowGroups`).
 ROW_GROUP_BYTES = 16 << 20
+#: Rows of at least this many Arrow bytes on average are large (see :class:`RowGroups`).
+LARGE_ROW_BYTES = 1 << 20
+#: Arrow bytes at which a row group of large rows closes (one row at least).
+LARGE_GROUP_BYTES = 2 << 20
 #: Rows read at a time when a file is rewritten without some of its rows.
 REWRITE_BATCH_ROWS = 8_192
 #: About the Arrow bytes a batch read from a data file holds, whatever its rows' width.
@@ -473,7 +477,11 @@ class RowGroups:
     them); ``close`` writes the remainder. Wide rows close a row group at
     ``max_bytes`` of Arrow data before its ``rows``: two writers each
     gathering 65,536 rows of a wide table held ~60 MB more at a Deliveries'
-    peak (a CDC backlog of 500k wide rows).
+    peak (a CDC backlog of 500k wide rows). Rows of megabytes
+    (``LARGE_ROW_BYTES`` on average) close it at ``LARGE_GROUP_BYTES``: a
+    row group of 5-10 MB byte strings held three of them (22 MB) and their
+    encoding, in the Deliveries' writer and in a commit's rewrite alike
+    (bench/RESULTS.md, forty-eighth session).
     """
 
     def __init__(
@@ -493,7 +501,9 @@ class RowGroups:
         self._bytes += batch.nbytes
         if self._grouped >= self.rows:
             self._write(self._grouped - self._grouped % self.rows)
-        elif self._bytes >= self.max_bytes:
+        elif self._bytes >= self.max_bytes or (
+            self._bytes >= LARGE_GROUP_BYTES and self._bytes >= LARGE_ROW_BYTES * self._grouped
+        ):
             self._write(self._grouped)
 
     def close(self) -> None:

@@ -384,7 +384,10 @@ def _without_deletes(
     for path in paths:
         with pq.ParquetFile(str(path), read_dictionary=dictionaries) as pf:
             for b in _files.read_batches(pf, _files.REWRITE_BATCH_ROWS, threads=False):
-                yield to_lake(b.filter(pc.not_equal(b.column(_OP), "delete")), target)
+                kept = pc.not_equal(b.column(_OP), "delete")
+                # (a batch without deletes as it is: a filter copies every value)
+                whole = kept.null_count == 0 and pc.all(kept).as_py()
+                yield to_lake(b if whole else b.filter(kept), target)
 
 
 def _offsets(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pa.RecordBatch]]:
