@@ -388,6 +388,11 @@ class BaseExtraction(abc.ABC):
     durable file evidence must be kept.
     """
 
+    #: Whether a ``cdc`` read yields rows as a snapshot reads them, none a change (a
+    #: stitched first snapshot): staging hashes them as it does a snapshot's, and
+    #: the reduction streams them as a first baseline (no table of their keys).
+    ROWS_ONLY: ClassVar[bool] = False
+
     def __init__(self, authority: ExtractionAuthority | None = None) -> None:
         self._authority = authority or ExtractionAuthority()
         self._terminal: TerminalReceipt | None = None

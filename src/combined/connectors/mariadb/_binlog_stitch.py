@@ -105,6 +105,8 @@ def check_server(
 class StitchedSnapshot(BaseExtraction):
     """The first read of a cdc dataset: a snapshot whose state is its pinned binlog position."""
 
+    ROWS_ONLY = True  # (the stream follows in the next capture)
+
     def __init__(self, settings: Settings, request: ReadRequest) -> None:
         super().__init__()
         self._settings = settings

@@ -190,6 +190,8 @@ def _resumable_tree(settings: Settings, request: ReadRequest, name: str) -> Tree
 class StitchedSnapshot(BaseExtraction):
     """The first read of a CDC dataset: slot first, then the snapshot it exported."""
 
+    ROWS_ONLY = True  # (the stream follows in the next capture)
+
     def __init__(
         self,
         settings: Settings,
