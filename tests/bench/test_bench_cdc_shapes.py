@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 from bench import cdc_shapes
+
+# (a backlog made and drained in fresh processes: beside the parallel suite)
+pytestmark = pytest.mark.beside
 
 
 def test_a_shape_backlog_is_drained_measured_and_checked(pg_server_dsn: str) -> None:

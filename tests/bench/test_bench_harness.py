@@ -497,6 +497,7 @@ def test_tiny_run_prints_a_well_formed_table(
 
 @pytest.mark.postgres
 @pytest.mark.slow
+@pytest.mark.beside  # (a minute of fresh processes: beside the parallel suite)
 def test_tiny_run_of_every_case(tmp_path: Path, pg_server_dsn: str) -> None:
     text = _tiny(tmp_path, pg_server_dsn, ["all"], "--scale-rows", "1000,4000")
     rows = _rows_of(text, report.HEADER)

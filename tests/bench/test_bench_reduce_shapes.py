@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench import reduce_shapes
+
+# (minutes of fresh processes in all: beside the parallel suite, which they would hold up)
+pytestmark = pytest.mark.beside
 
 
 def test_a_shape_is_staged_reduced_and_delivered_in_fresh_processes() -> None:

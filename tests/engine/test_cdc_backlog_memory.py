@@ -411,6 +411,7 @@ def _fills_growth(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 MB_ROWS = 140
 
 
+@pytest.mark.beside  # (six backlogs of ~30 s: beside the parallel suite)
 @pytest.mark.parametrize("carrier", ["lake", "stream"])
 @pytest.mark.parametrize("kind", ["text", "jsonb", "bytea"])
 def test_fills_of_large_values_hold_a_few_of_them_not_every_one(
