@@ -20,22 +20,6 @@ import pytest
 from combined.capture._reduce import Reducer
 from combined.engine import Engine
 
-PROJECT = """\
-version: 1
-lake: ./lake
-sources:
-  pg:
-    connector: postgres
-    config:
-      dsn: {dsn}
-      slot_prefix: {prefix}
-    datasets:
-      t:
-        relation: public.t
-        key: [id]
-        strategy: cdc
-"""
-
 ROWS = 20_000
 
 
@@ -54,7 +38,7 @@ def _reductions(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, list[str]]]
 
 
 def test_a_stitched_snapshot_streams_its_rows_and_the_stream_resolves_onto_them(
-    tmp_path: Path, cdc_db, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, cdc_db, monkeypatch: pytest.MonkeyPatch, tools: Any
 ) -> None:
     with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id bigint PRIMARY KEY, v int, s text, at timestamptz)")
@@ -62,7 +46,8 @@ def test_a_stitched_snapshot_streams_its_rows_and_the_stream_resolves_onto_them(
             "INSERT INTO t SELECT g, g % 1000, 'row ' || g, timestamptz '2024-01-01' + "
             f"g * interval '1 second' FROM generate_series(1, {ROWS}) g"
         )
-    (tmp_path / "combined.yaml").write_text(PROJECT.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix))
+    project = tools.pg_cdc_project(cdc_db.dsn, cdc_db.prefix, "public.t", ["id"])
+    (tmp_path / "combined.yaml").write_text(project)
     cdc_db.slot("public.t")
     reductions = _reductions(monkeypatch)
     check = "SELECT count(*), sum(v), sum(length(s)), sum(id * v) FROM {}"
@@ -70,7 +55,7 @@ def test_a_stitched_snapshot_streams_its_rows_and_the_stream_resolves_onto_them(
     try:
         (run,) = engine.capture()  # the stitched snapshot
         assert run.state == "succeeded", run.error
-        assert run.stats is not None and run.stats["t"]["inserts"] == ROWS
+        assert run.stats is not None and run.stats["items"]["inserts"] == ROWS
         # Streamed from its staged parts: no table of its keys nor of its transition.
         assert reductions == [(True, [])]
         with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
@@ -82,10 +67,10 @@ def test_a_stitched_snapshot_streams_its_rows_and_the_stream_resolves_onto_them(
         assert run.state == "succeeded", run.error
         # The stream's changes found the snapshot's rows by their ids.
         assert run.stats is not None
-        stats = run.stats["t"]
+        stats = run.stats["items"]
         assert (stats["inserts"], stats["deletes"]) == (1, ROWS // 7)
         assert stats["updates"] == ROWS // 3 - ROWS // 21
-        (lake,) = [tuple(r.values()) for r in engine.sql(check.format("pg.t")).to_pylist()]
+        (lake,) = [tuple(r.values()) for r in engine.sql(check.format("pg.items")).to_pylist()]
     finally:
         engine.close()
     assert source is not None and lake == tuple(source)
