@@ -97,11 +97,7 @@ class LakeLayout:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as exc:
-            raise LakeNotWritable(
-                f"the lake at {root} is not writable: {exc.strerror}",
-                hint="set `lake:` in combined.yaml to a directory you can write, "
-                "or fix its permissions",
-            ) from exc
+            raise _not_writable(root, str(exc.strerror)) from exc
 
     def check_writable(self) -> None:
         """:meth:`ensure_writable`'s question, creating nothing in a local lake
@@ -115,17 +111,18 @@ class LakeLayout:
         nearest = root
         while not nearest.exists() and nearest != nearest.parent:
             nearest = nearest.parent
-        if not nearest.is_dir() or not os.access(nearest, os.W_OK | os.X_OK):
-            what = (
-                "is not a directory"
-                if nearest.exists() and not nearest.is_dir()
-                else ("cannot be written")
-            )
-            raise LakeNotWritable(
-                f"the lake at {root} is not writable: {nearest} {what}",
-                hint="set `lake:` in combined.yaml to a directory you can write, "
-                "or fix its permissions",
-            )
+        if not nearest.is_dir():
+            raise _not_writable(root, f"{nearest} is not a directory")
+        if not os.access(nearest, os.W_OK | os.X_OK):
+            raise _not_writable(root, f"{nearest} cannot be written")
+
+
+def _not_writable(root: Path, why: str) -> LakeNotWritable:
+    """The error of a local lake at ``root`` that cannot be written, for ``why``."""
+    return LakeNotWritable(
+        f"the lake at {root} is not writable: {why}",
+        hint="set `lake:` in combined.yaml to a directory you can write, or fix its permissions",
+    )
 
 
 def confined(base: Path, relative: str, max_length: int) -> Path:
