@@ -16,7 +16,8 @@ failed after its commit) are projected first:
    the decision (what, why, which policy) is recorded first, as an Activity
    event ``maintenance.raw_removed`` with the Deliveries marked ``expired``;
    only then are their files deleted (with ``history: true``, not those of
-   commits the history has still to mirror);
+   commits the history has still to mirror), once MAR holds a copy of the
+   identities it billed by reference to them;
 4. its MAR table (``_usage/``) is compacted and vacuumed;
 5. its history table (``_history/``, ``history: true``) is compacted, and
    vacuumed of the files no history version that a kept publication reads
@@ -45,6 +46,7 @@ from combined.lake._ledger import LEDGER_TABLES, Ledger
 from combined.lake._maintain import compact, reading_version, vacuum
 from combined.lake._table import LakeTable
 from combined.protocol import utcnow
+from combined.usage._refs import keep_billed
 
 #: The lease holder prefix of a maintenance (a Run id never starts so).
 HOLDER = "maintain:"
@@ -296,6 +298,9 @@ def expire_raw(
                 reason=f"committed before {horizon.isoformat()}, older than {policy}",
                 policy=policy,
             )
+    # MAR bills a first capture's rows by reference to its Deliveries: their
+    # ids are copied into the usage table before the files go.
+    keep_billed(layout, (source, dataset), [d.path.rsplit("/", 1)[-1] for d in rows])
     for d in rows:
         layout.store.delete(d.path)
     return len(fresh)

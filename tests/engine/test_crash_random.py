@@ -398,7 +398,7 @@ def _usage(engine: Engine, expected: Expected, touched: set[int]) -> list[str]:
         if shown is None or {k: shown[k] for k in counted} != counted:
             problems.append(f"{name}: MAR shown {shown}, recounted {counted}")
         usage = engine.layout.usage_table(source, dataset)
-        if usage.exists() and (dup := _usage_repeats(engine, usage)):
+        if usage.exists() and (dup := _usage_repeats(engine, (source, dataset), usage)):
             problems.append(f"{name}: {dup} (month, identity, operation) billed twice")
         lo, hi = len(expected.changed[name]), len(touched)
         exact = name == "ps.u_items" and not expected.loose
@@ -476,19 +476,33 @@ def _check(root: Path, seed: int, step: str, src: Source, expected: Expected) ->
     assert not problems, f"seed {seed}, after {step}{loose}:\n" + "\n".join(problems)
 
 
-def _usage_repeats(engine: Engine, usage: LakeTable) -> int:
-    """The (month, identity, operation) the usage table holds more than once (in any store)."""
+def _usage_repeats(engine: Engine, key: tuple[str, str], usage: LakeTable) -> int:
+    """The (month, identity, operation) billed more than once (in any store).
+
+    A reference to a Delivery stands for its rows (``combined.usage._refs``).
+    """
     import duckdb
 
+    from combined.protocol._digest import digest_of
+    from combined.usage import _billed
+    from combined.usage._refs import referencing
+
+    files, schema, store = usage.files(), usage.schema(), engine.layout.store
     con = duckdb.connect()
     try:
-        con.register("usage", engine.layout.store.dataset(usage.files(), usage.schema()))
-        (n,) = con.execute(
-            "SELECT count(*) - count(DISTINCT (month, _combined_id, op)) FROM usage"
-        ).fetchone() or (0,)
+        months = con.execute(f"SELECT DISTINCT month FROM {store.duck_source(con, files)}")
+        n = 0
+        for (month,) in months.fetchall():
+            billed = _billed(
+                con, engine.layout, key, files, month, digest_of(schema), referencing(schema)
+            )
+            (more,) = con.execute(
+                f"SELECT count(*) - count(DISTINCT (month, _combined_id, op)) FROM ({billed})"
+            ).fetchone() or (0,)
+            n += int(more)
     finally:
         con.close()
-    return int(n)
+    return n
 
 
 def _barrier(dsn: str, root: Path, seed: int, step: str) -> None:

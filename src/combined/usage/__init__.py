@@ -3,7 +3,9 @@
 The month's identity set lives in the lake (one Delta table per dataset under
 ``_usage/``), merged with set semantics: inserting an identity that is already
 there changes nothing, so a retried, duplicated or re-projected commit can
-never bill twice. Counts are read back from that table.
+never bill twice. Counts are read back from that table. A dataset's first
+usage bills its Deliveries by reference, not by a copy of their ids
+(:mod:`combined.usage._refs`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,15 @@ import pyarrow as pa
 
 from combined.lake import LakeLayout, LakeTable, constant_dictionary, with_dictionaries
 from combined.protocol._digest import Digest, as_sql, digest_of, digest_sql_type, digest_type
+from combined.usage._refs import (
+    BILLED_OP,
+    REF_COLUMN,
+    billed_sql,
+    count_ops,
+    names_in_raw_layer,
+    reference_rows,
+    referencing,
+)
 
 
 def record_usage(
@@ -87,10 +98,10 @@ def _bill(
     # The identities keep the usage table's digest format (the dataset's own
     # when it was first billed); a v1 id is exactly the hex of its v2 id.
     have = _files_digest(store, files)
-    want = digest_of(table.schema()) if table.exists() else have
-    schema = pa.schema(
-        [("month", pa.string()), ("_combined_id", digest_type(want)), ("op", pa.string())]
-    )
+    existing_schema = table.schema() if table.exists() else None
+    want = have if existing_schema is None else digest_of(existing_schema)
+    refs = referencing(existing_schema)
+    schema = _schema(want, refs)
     # The billed identities and their counts from one table version: counts
     # newer than the identities they were read with would count again
     # whatever a concurrent usage commit added in between.
@@ -101,14 +112,22 @@ def _bill(
     current = counts[month] if month in counts else _no_usage()
     if unique and not known:
         # The dataset's first usage, one row per identity: every row is new.
+        names = names_in_raw_layer(layout, key, files) if deliveries and refs else []
+        if names:
+            return {month: _by_reference(table, version, schema, files, names, month, counts)}
         billed = _first_usage(table, version, schema, files, month, deliveries, counts, current)
         return {month: billed}
     with _duck(store, files) as con:
-        new, existing = _pair_queries(con, store, files, known, month, deliveries, (have, want))
+        month_lit = "'" + month.replace("'", "''") + "'"
+        new = _new_pairs(con, store, files, month_lit, deliveries, (have, want))
+        existing = _billed(con, layout, key, known, month, want, refs)
         row = _count_added(con, new, existing)
         if row[4]:
             current = counts[month] = _plus(current, row)
-            reader = con.sql("SELECT month, _combined_id, op FROM added").to_arrow_reader(65_536)
+            columns = f", NULL::VARCHAR AS {REF_COLUMN}" if refs else ""
+            reader = con.sql(f"SELECT month, _combined_id, op{columns} FROM added").to_arrow_reader(
+                65_536
+            )
             table.append_batches(
                 schema,
                 (b.cast(schema) for b in reader),
@@ -129,41 +148,58 @@ def _plus(current: dict[str, int], row: Any) -> dict[str, int]:
     }
 
 
-def _pair_queries(
+def _schema(want: Digest, refs: bool) -> pa.Schema:
+    """The usage table's schema: ids in ``want`` format; ``refs``: with its references' column."""
+    fields = [("month", pa.string()), ("_combined_id", digest_type(want)), ("op", pa.string())]
+    return pa.schema(fields + ([(REF_COLUMN, pa.string())] if refs else []))
+
+
+def _new_pairs(
     con: Any,
     store: Any,
     files: list[str],
-    known: list[str],
-    month: str,
+    month_lit: str,
     deliveries: bool,
     digests: tuple[Digest, Digest],
-) -> tuple[str, str]:
-    """SQL of the transition's (month, id, op) pairs, and of the month's billed ones.
+) -> str:
+    """SQL of the transition's (month, id, op) pairs.
 
     ``digests``: the changes' identity format, and the usage table's.
     """
     have, want = digests
-    month_lit = "'" + month.replace("'", "''") + "'"
-    op = (
-        "CASE WHEN _combined_op = 'snapshot' THEN 'insert' ELSE CAST(_combined_op AS VARCHAR) END"
-        if deliveries
-        else "CAST(op AS VARCHAR)"
-    )
-    t = digest_sql_type(want)
-    new = (
+    op = BILLED_OP if deliveries else "CAST(op AS VARCHAR)"
+    return (
         f"SELECT {month_lit} AS month, "
-        f"CAST({as_sql('_combined_id', have, want)} AS {t}) AS _combined_id, "
+        f"CAST({as_sql('_combined_id', have, want)} AS {digest_sql_type(want)}) AS _combined_id, "
         f"{op} AS op FROM {store.duck_source(con, files)}"
     )
-    existing = (
+
+
+def _billed(
+    con: Any,
+    layout: LakeLayout,
+    key: tuple[str, str],
+    known: list[str],
+    month: str,
+    want: Digest,
+    refs: bool,
+) -> str:
+    """SQL of the month's billed (month, id, op) pairs: the usage files ``known`` hold them.
+
+    ``refs``: the table may hold references to Deliveries, which stand for their rows.
+    """
+    if refs and known:
+        return billed_sql(con, layout, key, known, month, want)
+    if known:
+        month_lit = "'" + month.replace("'", "''") + "'"
+        return (
+            "SELECT month, _combined_id, op FROM "
+            f"{layout.store.duck_source(con, known)} WHERE month = {month_lit}"
+        )
+    t = digest_sql_type(want)
+    return (
         f"SELECT NULL::VARCHAR AS month, NULL::{t} AS _combined_id, NULL::VARCHAR AS op WHERE false"
     )
-    if known:
-        existing = (
-            "SELECT month, _combined_id, op FROM "
-            f"{store.duck_source(con, known)} WHERE month = {month_lit}"
-        )
-    return new, existing
 
 
 def _count_added(con: Any, new: str, existing: str) -> Any:
@@ -240,7 +276,8 @@ def _first_usage(
                             tally[op] = tally.get(op, 0) + item["counts"]
                     ids = b.column(0).cast(schema.field("_combined_id").type)
                     months = constant_dictionary(month_value, b.num_rows)
-                    yield pa.record_batch([months, ids, ops], schema=written)
+                    refs = [pa.nulls(b.num_rows, pa.string())] if REF_COLUMN in schema.names else []
+                    yield pa.record_batch([months, ids, ops, *refs], schema=written)
 
     def metadata() -> dict[str, Any]:
         counts[month] = {
@@ -258,6 +295,41 @@ def _first_usage(
         create=version is None,
         metadata=metadata,
         dictionaries=_CONSTANT_COLUMNS,
+        read_at=version,
+    )
+    return counts[month]
+
+
+def _by_reference(
+    table: LakeTable,
+    version: int | None,
+    schema: pa.Schema,
+    files: list[str],
+    names: list[str],
+    month: str,
+    counts: dict[str, dict[str, int]],
+) -> dict[str, int]:
+    """Bill a dataset's first transition by a reference to each of its Deliveries.
+
+    Its rows are the Deliveries' own (one row per identity): the usage
+    table keeps their names, not a copy of their ids. The counts come
+    from the Deliveries' operations and travel in the commit that adds
+    the references.
+    """
+    ops = count_ops(table.store, files)
+    if not sum(ops.values()):
+        return _no_usage()  # nothing to bill
+    counts[month] = {
+        "mar": sum(ops.values()),
+        "inserts": ops["insert"],
+        "updates": ops["update"],
+        "deletes": ops["delete"],
+    }
+    table.append_batches(
+        schema,
+        iter([reference_rows(schema, month, names)]),
+        create=version is None,
+        metadata={"counts": counts},
         read_at=version,
     )
     return counts[month]
@@ -357,13 +429,15 @@ def month_counts(layout: LakeLayout, source: str, dataset: str, month: str) -> d
     files = table.files()
     if not files:
         return _no_usage()
+    schema = table.schema()
+    key = (source, dataset)
     with _duck(layout.store, files) as con:
+        billed = _billed(con, layout, key, files, month, digest_of(schema), referencing(schema))
         row = con.execute(
             "SELECT count(DISTINCT _combined_id), "
             "count(DISTINCT _combined_id) FILTER (WHERE op = 'insert'), "
             "count(DISTINCT _combined_id) FILTER (WHERE op = 'update'), "
             "count(DISTINCT _combined_id) FILTER (WHERE op = 'delete') "
-            f"FROM {layout.store.duck_source(con, files)} WHERE month = ?",
-            [month],
+            f"FROM ({billed})"
         ).fetchall()[0]
     return {"mar": row[0], "inserts": row[1], "updates": row[2], "deletes": row[3]}
