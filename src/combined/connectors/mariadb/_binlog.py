@@ -89,6 +89,8 @@ from combined.connectors.mariadb._binlog_rows import (
     OP_TRUNCATE,
     PREPARED_XA,
     ChangeRows,
+    CompressedQuery,
+    compressed_query,
     event_time,
     refuse_compressed,
     refuse_prepared_xa,
@@ -432,6 +434,7 @@ class BinlogExtraction(SessionRead[Session]):
                     continue
                 here = f"{stream.log_file}:{stream.log_pos}"
                 when = event_time(event.timestamp)
+                event = compressed_query(event) or event  # (a statement, decompressed)
                 if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
                     if event.schema != rel.database or event.table != rel.table:
                         continue
@@ -456,7 +459,7 @@ class BinlogExtraction(SessionRead[Session]):
                     refuse_compressed(event, (rel.database, rel.table), name, here)  # (no GTID is)
                     continue
                 end = isinstance(event, XidEvent)
-                if isinstance(event, QueryEvent):
+                if isinstance(event, QueryEvent | CompressedQuery):
                     verb, marker = self._query(event, rel, rows, when, here)
                     if verb == "BEGIN" or verb.startswith("XA START"):  # (MySQL's XA)
                         in_txn = True

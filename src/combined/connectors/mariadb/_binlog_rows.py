@@ -22,6 +22,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import uuid
+import zlib
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -202,7 +203,8 @@ def refuse_prepared_xa(name: str, here: str) -> None:
 def refuse_compressed(event: Any, table: tuple[str, str], name: str, here: str) -> None:
     """Fail the read at a compressed event that may change ``table`` (schema, name): its
     changes would otherwise be skipped unseen. Another table's compressed rows event is
-    skipped as its uncompressed one is (a statement, compressed, names no table: refused)."""
+    skipped as its uncompressed one is (a compressed statement the read decodes first:
+    :func:`compressed_query`; one it cannot is refused)."""
     if event.event_type in _COMPRESSED_ROWS and _rows_table(event) != table:
         return
     if event.event_type in _COMPRESSED_EVENTS:
@@ -211,6 +213,47 @@ def refuse_compressed(event: Any, table: tuple[str, str], name: str, here: str) 
             f"the read of {name} cannot decode: its changes would be lost",
             hint=f"SET GLOBAL log_bin_compress = OFF on the server, then {RESNAPSHOT}",
         )
+
+
+#: MariaDB's QUERY_COMPRESSED_EVENT, and the length of a query event's post-header.
+_COMPRESSED_QUERY = 165
+_QUERY_HEADER = 13
+
+
+class CompressedQuery:
+    """A QUERY_COMPRESSED_EVENT's statement, decompressed: what the read takes from a
+    QueryEvent (its ``query``, ``schema`` and ``timestamp``)."""
+
+    def __init__(self, query: str, schema: bytes, timestamp: int) -> None:
+        self.query, self.schema, self.timestamp = query, schema, timestamp
+
+
+def compressed_query(event: Any) -> CompressedQuery | None:
+    """The statement of a compressed query event (``log_bin_compress=ON``), or None for any
+    other event (or one whose compression is not zlib: :func:`refuse_compressed` fails it).
+
+    Its post-header and status variables are a query event's; its statement
+    is MariaDB's compressed buffer: a byte ``0x80 | algorithm << 4 | n``
+    (algorithm 0: zlib), ``n`` bytes of the statement's length, then the zlib
+    stream (the event's checksum after it is left over). Every capture failed
+    at another table's compressed statement, though it changed nothing read.
+    """
+    if event.event_type != _COMPRESSED_QUERY:
+        return None
+    body = bytes(event.packet.get_all_data()[20:])  # (after the OK byte and common header)
+    schema_len, vars_len = body[8], int.from_bytes(body[11:13], "little")
+    at = _QUERY_HEADER + vars_len
+    schema, packed = body[at : at + schema_len], body[at + schema_len + 1 :]
+    if not packed or packed[0] & 0xF0 != 0x80:  # not zlib, or not compressed
+        return None
+    stream = zlib.decompressobj()
+    try:
+        query = stream.decompress(packed[1 + (packed[0] & 0x07) :])
+    except zlib.error:
+        return None
+    if not stream.eof:
+        return None
+    return CompressedQuery(query.decode("utf-8", "replace"), schema, event.timestamp)
 
 
 def _rows_table(event: Any) -> tuple[str, str] | None:

@@ -17,8 +17,8 @@ requirements:
   changes it applies from its primary are in its tables, not in its log;
 - ``log_bin_compress`` off (MariaDB): the reader cannot decode compressed
   events, and a change it cannot decode must fail the read, not be skipped
-  (``_binlog.py`` fails on a compressed statement or rows event of the
-  table it meets; another table's compressed rows event it skips);
+  (``_binlog.py`` fails on a compressed rows event of the table it meets;
+  another table's it skips, and a compressed statement it decompresses);
 - the account holds ``REPLICATION SLAVE`` (stream the log) and
   ``REPLICATION CLIENT`` (``SHOW BINARY LOGS``; ``BINLOG MONITOR`` on
   MariaDB 10.5 and later, which ``REPLICATION CLIENT`` grants), and on MySQL
