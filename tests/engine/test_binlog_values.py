@@ -77,6 +77,25 @@ def test_zero_dates_null_as_yaml_spells_it_reads_zero_dates_as_nulls(binlog: Bin
         engine.close()
 
 
+def test_the_stream_follows_the_reads_zero_dates_as_the_snapshot_does(binlog: Binlog) -> None:
+    """A read's ``zero_dates`` option, which the stitched snapshot honours, the stream honours
+    too: it read the source's setting alone, and the zero date the snapshot had read as NULL
+    failed the next capture ("set zero_dates: null", already set)."""
+    binlog.sql("ALTER TABLE {t} ADD COLUMN d DATE", "DELETE FROM {t} WHERE id > 2")
+    zero = ("SET SESSION sql_mode = ''", "UPDATE {t} SET d = '0000-00-00', qty = qty + 1")
+    binlog.sql(*zero)
+    engine = Engine.open(binlog.project())
+    try:
+        for _ in range(2):  # the stitched snapshot, then the stream
+            (run,) = engine.capture(read_options={"zero_dates": "null"})
+            assert run.state == "succeeded", run.error
+            assert lake(engine) == binlog.source()
+            assert engine.sql("SELECT count(d) AS n FROM db.items").column("n")[0].as_py() == 0
+            binlog.sql(*zero)
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize("read", ["snapshot", "stream"])
 def test_zero_dates_read_as_null_in_a_cdc_key_name_the_cause(binlog: Binlog, read: str) -> None:
     """Two zero dates of a key column, NULL under ``zero_dates: null``, repeat one key, in

@@ -67,6 +67,9 @@ def cdc_read(settings: Settings, request: ReadRequest) -> BaseExtraction:
     start = position_of(request.state)
     if start is None:
         return StitchedSnapshot(settings, request)
+    # The stream follows the read's zero_dates as the stitched snapshot does (ReadOptions):
+    # it read the source's alone, and a zero date the snapshot took as NULL failed it.
+    settings = replace(settings, zero_dates=ReadOptions.of(request, settings).zero_dates)
     max_changes = request.options.get("max_changes")
     return BinlogExtraction(
         settings, request, start=start, max_changes=int(max_changes) if max_changes else None
