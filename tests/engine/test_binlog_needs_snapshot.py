@@ -13,10 +13,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.engine._binlog import Binlog, lake, resnapshot
+from tests.engine._binlog import Binlog, binlog_table, lake, resnapshot
 
 from combined import cdc
 from combined.engine import Engine
@@ -302,6 +303,37 @@ def test_a_table_renamed_or_dropped_in_the_log_needs_a_new_snapshot(
         assert engine.sql("SELECT count(*) AS n FROM db.items").column("n")[0].as_py() == 500
     finally:
         engine.close()
+
+
+def test_a_dropped_database_needs_a_new_snapshot(mariadb_database: str, tmp_path: Path) -> None:
+    """``DROP DATABASE`` names none of its tables: the table created again under the same
+    names, the capture read the new table's rows as changes and kept every dropped row in
+    the lake, silently (a review found the lake at 501 rows, the source at 1)."""
+    base, _, query = mariadb_database.partition("?")
+    name = f"{base.rsplit('/', 1)[1]}_dropped"
+    dsn = f"{base}_dropped" + (f"?{query}" if query else "")
+    server = Binlog(mariadb_database, tmp_path)
+    server.sql(f"CREATE DATABASE `{name}`")
+    try:
+        with binlog_table(dsn, tmp_path) as binlog:
+            binlog.first_state()
+            binlog.sql(
+                f"DROP DATABASE `{name}`",
+                f"CREATE DATABASE `{name}`",
+                f"USE `{name}`",
+                "CREATE TABLE {t} (id BIGINT PRIMARY KEY, qty INT, note VARCHAR(40))",
+                "INSERT INTO {t} VALUES (501, 1, 'new')",
+            )
+            engine = Engine.open(binlog.project())
+            try:
+                (run,) = engine.capture()
+                assert run.state == "needs_review", run.error  # (only a new snapshot mends it)
+                assert "dropped" in (run.error or "") and RESNAPSHOT in (run.error or "")
+                assert len(lake(engine)) == 500
+            finally:
+                engine.close()
+    finally:
+        server.sql(f"DROP DATABASE IF EXISTS `{name}`")
 
 
 def test_an_alter_ignore_that_deletes_duplicates_needs_a_new_snapshot(binlog: Binlog) -> None:

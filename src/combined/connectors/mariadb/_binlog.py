@@ -32,7 +32,8 @@ Statements in the log that touch the table:
 
 - ``TRUNCATE`` is a ``truncate`` marker batch: every row of the dataset
   committed before it is removed;
-- ``DROP TABLE``, ``RENAME TABLE`` or ``CREATE OR REPLACE TABLE`` naming it,
+- ``DROP TABLE``, ``RENAME TABLE`` or ``CREATE OR REPLACE TABLE`` naming it
+  (or ``DROP DATABASE`` of its database),
   or an ``ALTER TABLE`` that renames it or truncates, drops, exchanges or
   converts a partition (or discards or imports a tablespace), fails the
   read: rows left or moved without a row event (:class:`~combined.errors.NeedsSnapshot`:
@@ -63,7 +64,12 @@ from typing import Any
 from combined.connectors._shared import SessionRead, cdc_values
 from combined.connectors.abc import ReadRequest
 from combined.connectors.mariadb import _catalog as catalog
-from combined.connectors.mariadb._binlog_ddl import moving_clause, statement, table_statement
+from combined.connectors.mariadb._binlog_ddl import (
+    dropped_database,
+    moving_clause,
+    statement,
+    table_statement,
+)
 from combined.connectors.mariadb._binlog_decode import (
     RowDecoder,
     event_body,
@@ -686,6 +692,8 @@ class BinlogExtraction(SessionRead[Session]):
         that must be filled); fail on the ones that cannot pass."""
         text = statement(query)
         ddl = table_statement(text)
+        if dropped_database(text) == rel.database:  # (its tables go unnamed)
+            ddl = ("drop", rel.ident)
         if ddl is None:
             if _DML.match(text) and re.search(rf"\b{re.escape(rel.table)}\b", text):
                 raise NeedsSnapshot(

@@ -59,6 +59,22 @@ def table_statement(text: str) -> tuple[str, str] | None:
     return ("replace" if verb.startswith("create") else verb), found.group(3)
 
 
+_DROP_DATABASE = re.compile(
+    r"^\s*drop\s+(?:database|schema)\s+(?:if\s+exists\s+)?(`(?:[^`]|``)+`|[\w$]+)\s*;?\s*$",
+    re.IGNORECASE,
+)
+
+
+def dropped_database(text: str) -> str | None:
+    """The database a ``DROP DATABASE`` (or ``SCHEMA``) statement drops, or None: its
+    tables leave without row events, nor a statement naming them."""
+    found = _DROP_DATABASE.match(text)
+    if found is None:
+        return None
+    name = found.group(1)
+    return name[1:-1].replace("``", "`") if name.startswith("`") else name
+
+
 #: ``ALTER IGNORE TABLE`` deletes the rows a new unique key finds duplicates of, unlogged.
 _IGNORED = re.compile(r"^\s*alter\s+(?:online\s+)?ignore\b", re.IGNORECASE)
 _UNIQUE = re.compile(
