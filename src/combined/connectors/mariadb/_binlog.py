@@ -147,6 +147,8 @@ from combined.protocol import (
 _PURGED_CODES = {1236}
 _WORD = r"(?:`(?:[^`]|``)+`|[\w$]+)"
 _NAME = rf"({_WORD}(?:\s*\.\s*{_WORD})?)"
+#: The other table of an ALTER TABLE whose rows it swaps or takes without row events.
+_SWAPPED = re.compile(rf"\b(?:with|convert)\s+table\s+{_NAME}", re.IGNORECASE)
 _KEYWORDS = {"to", "if", "exists", "restrict", "cascade", "wait", "nowait", "force"}
 _DML = re.compile(r"^\s*(insert|update|delete|replace|load)\b", re.IGNORECASE)
 
@@ -707,7 +709,9 @@ class BinlogExtraction(SessionRead[Session]):
         verb, rest = ddl
         found = [m.group(1) for m in re.finditer(_NAME, rest)]
         if verb in ("truncate", "alter", "replace"):
-            found = found[:1]  # the statement's one table; the rest are its clauses
+            # the statement's one table, and the table an ALTER swaps a partition with (or
+            # makes one): the rest are its clauses
+            found = found[:1] + [m.group(1) for m in _SWAPPED.finditer(rest) if verb == "alter"]
         names = [_names(n) for n in found if n.lower() not in _KEYWORDS]
         if not any((db or schema) == rel.database and t == rel.table for db, t in names):
             return False
