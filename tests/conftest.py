@@ -422,6 +422,23 @@ def cdc_db(pg_database: str) -> Iterator[CdcDatabase]:
         db.drop()
 
 
+@pytest.fixture
+def two_phase_db(cdc_db: CdcDatabase) -> CdcDatabase:
+    """:func:`cdc_db` on a server that takes ``PREPARE TRANSACTION``: fails (CI) or
+    skips (locally) when ``max_prepared_transactions`` is 0. The prepared
+    transactions a test leaves are rolled back with its database (``pg_database``)."""
+    import psycopg
+
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        row = conn.execute("SHOW max_prepared_transactions").fetchone()
+    if not row or int(row[0]) == 0:
+        _missing(
+            "max_prepared_transactions is 0: the server refuses PREPARE TRANSACTION "
+            "(.ci/run sets it: ALTER SYSTEM SET max_prepared_transactions = 10, then restart)"
+        )
+    return cdc_db
+
+
 class SilentServer:
     """A TCP listener on 127.0.0.1 that accepts connections and never answers.
 

@@ -79,9 +79,31 @@ def drop_publications(dsn: str, prefix: str) -> list[str]:
     return names
 
 
+def roll_back_prepared(server_dsn: str, database: str) -> list[str]:
+    """Roll back every prepared transaction of ``database``; their ids.
+
+    A prepared transaction outlives its session and the server's restarts:
+    one a test left holds every first capture of the server (creating a slot
+    waits for it) and its database (``DROP DATABASE`` refuses it) for ever.
+    ``ROLLBACK PREPARED`` runs in the database that prepared it.
+    """
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = %s", (database,)
+        ).fetchall()
+    if not found:
+        return []
+    with psycopg.connect(make_conninfo(server_dsn, dbname=database), autocommit=True) as conn:
+        for (gid,) in found:
+            conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+    return [str(gid) for (gid,) in found]
+
+
 def drop_database(server_dsn: str, name: str) -> None:
-    """Drop database ``name``, its slots first: whatever the test left in it goes too."""
+    """Drop database ``name``, its prepared transactions and slots first: whatever the
+    test left in it goes too."""
     try:
+        roll_back_prepared(server_dsn, name)
         drop_slots(server_dsn, database=name)
     finally:
         with psycopg.connect(server_dsn, autocommit=True) as conn:

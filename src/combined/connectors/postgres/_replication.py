@@ -38,6 +38,7 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
 from typing import Any
 
@@ -376,7 +377,7 @@ def create_slot(settings: Settings, slot: str) -> SlotHandle:
     """
     import psycopg2
 
-    from combined.connectors.postgres._blocking import interruptible
+    from combined.connectors.postgres._blocking import interruptible, tell_slot_wait
 
     _check_slot_name(slot)
     with _control(settings, "create a replication slot") as conn:
@@ -390,7 +391,8 @@ def create_slot(settings: Settings, slot: str) -> SlotHandle:
             command = f"CREATE_REPLICATION_SLOT \"{slot}\" LOGICAL pgoutput (SNAPSHOT 'export')"
         else:
             command = f'CREATE_REPLICATION_SLOT "{slot}" LOGICAL pgoutput EXPORT_SNAPSHOT'
-        _, consistent_point, snapshot_name, _ = interruptible(rconn, cur, command)
+        told = partial(tell_slot_wait, settings.conninfo(), slot)  # names what it waits for
+        _, consistent_point, snapshot_name, _ = interruptible(rconn, cur, command, told)
     except psycopg2.Error as exc:
         rconn.close()
         if getattr(exc, "pgcode", None) == _DUPLICATE_OBJECT:
