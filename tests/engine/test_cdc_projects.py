@@ -26,6 +26,7 @@ from combined.connectors.postgres._connect import Settings
 from combined.connectors.postgres._publication import ensure_publication
 from combined.connectors.postgres._replication import create_slot, drop_slot, slot_status
 from combined.engine import Engine
+from combined.errors import SourceError
 from combined.lake import LakeLayout, LakeTable
 from combined.lake._project import project_id
 
@@ -374,3 +375,61 @@ def test_a_slot_whose_record_cannot_be_kept_is_dropped_again(
     (a / "lake" / "_combined" / "streams").unlink()
     assert _capture(a).state == "succeeded"
     assert _lake(a) == _source(dsn)
+
+
+def _made_meanwhile(
+    monkeypatch: pytest.MonkeyPatch, module: Any, dsn: str, slot: str
+) -> list[int | None]:
+    """Make ``module``'s next ``drop_slot`` of ``slot`` meet a slot of the name dropped
+    and made again after it was judged (by a person, then another project); the new
+    slot's restart position is put in the list returned."""
+    made: list[int | None] = []
+    drop = module.drop_slot
+
+    def meanwhile(settings: Settings, name: str, **kwargs: Any) -> bool:
+        if not made:  # between the judgement and the drop
+            drop_slot(Settings(dsn), slot, wait_seconds=10.0)
+            create_slot(Settings(dsn), slot).release_snapshot()
+            made.append(_slot_since(dsn, slot))
+        return bool(drop(settings, name, **kwargs))
+
+    monkeypatch.setattr(module, "drop_slot", meanwhile)
+    return made
+
+
+def test_a_slot_made_again_after_it_was_judged_the_projects_leftover_is_left_alone(
+    dba: tuple[Path, Path, str, str], tools: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Judging a slot the project's leftover (the lake's record) and dropping it were two
+    statements, in two transactions: a slot of the name made again between them was
+    dropped on the strength of the judgement of the one before. Only the slot judged is
+    dropped now, in one statement; the next capture judges the new one afresh."""
+    from combined.connectors.postgres import _stitch
+
+    a, _, dsn, slot = dba
+    _interrupted(a, dsn, slot, tools)
+    made = _made_meanwhile(monkeypatch, _stitch, dsn, slot)
+    _refused(_capture(a), f"replication slot '{slot}' changed since it was judged")
+    assert made and made[0] is not None and _slot_since(dsn, slot) == made[0]
+    monkeypatch.undo()
+    _refused(_capture(a), "nothing proves")
+    assert _slot_since(dsn, slot) == made[0]
+
+
+def test_teardown_drops_only_the_slot_it_judged_the_projects(
+    dba: tuple[Path, Path, str, str], tools: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cdc teardown`` judged, then dropped whatever slot of the name was there."""
+    from combined import cdc
+    from combined.connectors.postgres import _replication
+
+    a, _, dsn, slot = dba
+    _interrupted(a, dsn, slot, tools)
+    made = _made_meanwhile(monkeypatch, _replication, dsn, slot)
+    engine = Engine.open(a / "combined.yaml")
+    try:
+        with pytest.raises(SourceError, match="changed since it was judged"):
+            cdc.teardown(engine, "pg")
+    finally:
+        engine.close()
+    assert made and made[0] is not None and _slot_since(dsn, slot) == made[0]

@@ -50,11 +50,16 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Publication:
-    """A publication that covers the captured tables."""
+    """A publication that covers the captured tables.
+
+    ``slot``: the slot of its name as the claim judged it (``_slot_owner.settle``),
+    for ``drop_slot(judged=...)``; None when there was none, or no claim.
+    """
 
     name: str
     tables: tuple[str, ...]
     created: bool
+    slot: str | None = None
 
 
 #: What to do when the role may not create or alter the publication.
@@ -106,8 +111,7 @@ def ensure_publication(
         _check_wal_level(conn)
         trees = [_check_publishable(conn, table) for table in wanted]
         partitioned = any(tree.partitioned for tree in trees)
-        if claim is not None:
-            settle(conn, name, claim)
+        judged = None if claim is None else settle(conn, name, claim)
         row = conn.execute(
             "SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot "
             "FROM pg_publication WHERE pubname = %s",
@@ -117,7 +121,7 @@ def ensure_publication(
             _create_publication(conn, name, wanted, partitioned)
             if claim is not None and claim.owner is not None:
                 stamp(conn, name, claim.owner)
-            return Publication(name, wanted, created=True)
+            return Publication(name, wanted, created=True, slot=judged)
         all_tables, *actions, via_root = row
         if not all(actions):
             raise SourceError(
@@ -138,7 +142,7 @@ def ensure_publication(
             narrowed = _narrowed(conn, name, table)
             if narrowed:  # (a first capture's Run: needs_review, as at every later one)
                 raise NeedsSnapshot(narrowed, hint=_narrowed_hint(name, table), publication=name)
-        return Publication(name, wanted, created=False)
+        return Publication(name, wanted, created=False, slot=judged)
 
 
 def _create_publication(
@@ -380,11 +384,12 @@ def require_published(settings: Settings, name: str, table: str) -> None:
         )
 
 
-def require_owned(settings: Settings, name: str, claim: Claim) -> None:
+def require_owned(settings: Settings, name: str, claim: Claim) -> str | None:
     """Raise unless slot and publication ``name`` are provably ``claim``'s, or absent
-    (``_slot_owner.judge``); ahead of dropping them."""
+    (``_slot_owner.judge``); ahead of dropping them. Returns the slot as judged
+    (``_slot_owner.settle``)."""
     with _control(settings, "read the publication") as conn:
-        refuse_unowned(conn, name, claim)
+        return refuse_unowned(conn, name, claim)
 
 
 def drop_publication(settings: Settings, name: str) -> bool:

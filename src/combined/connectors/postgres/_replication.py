@@ -56,7 +56,7 @@ from combined.connectors.postgres._connect import (
     sqlstate_of,
 )
 from combined.connectors.postgres._pgoutput import array_type_of, lsn_to_text, text_to_lsn
-from combined.connectors.postgres._slot_owner import refuse_foreign_slot
+from combined.connectors.postgres._slot_owner import DROP_SQL, refuse_changed, refuse_foreign_slot
 from combined.connectors.postgres._walstream import WalChannel
 from combined.errors import (
     AuthRejected,
@@ -505,6 +505,7 @@ def drop_slot(
     *,
     wait_seconds: float = 10.0,
     in_use_hint: str = "stop the capture that streams from it, then retry",
+    judged: str | None = None,
 ) -> bool:
     """Drop the slot; return whether it existed.
 
@@ -513,6 +514,8 @@ def drop_slot(
     to ``wait_seconds``; one held by a live consumer raises ``SourceError``
     naming the slot and its process, with ``in_use_hint`` as the hint. One of
     another database (slot names are the server's) raises ``ConfigError``.
+    ``judged`` (what ``_slot_owner`` judged its claimant's): only that very slot is
+    dropped, one changed since raises ``SourceError`` (``_slot_owner.DROP_SQL``).
     """
     _check_slot_name(slot)
     deadline = time.monotonic() + wait_seconds
@@ -520,11 +523,9 @@ def drop_slot(
         refuse_foreign_slot(conn, slot)
         while True:
             try:
-                row = conn.execute(
-                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                    "WHERE slot_name = %s",
-                    (slot,),
-                ).fetchone()
+                row = conn.execute(DROP_SQL, (slot, judged is None, judged or "")).fetchone()
+                if row is None and judged is not None:
+                    refuse_changed(conn, slot)
                 return row is not None
             except psycopg.errors.ObjectInUse:
                 if time.monotonic() >= deadline:

@@ -73,13 +73,15 @@ from psycopg import sql
 
 from combined.connectors.abc import StreamOwner
 from combined.connectors.postgres._pgoutput import text_to_lsn
-from combined.errors import ConfigError
+from combined.errors import ConfigError, SourceError
 
 __all__ = [
+    "DROP_SQL",
     "Claim",
     "mark_of",
     "marked_by_another",
     "record_made",
+    "refuse_changed",
     "refuse_foreign_slot",
     "refuse_unowned",
     "settle",
@@ -115,23 +117,57 @@ def marked_by_another(comment: str | None, owner: StreamOwner | None) -> bool:
     return marked is not None and (owner is None or marked.group(1) != owner.id)
 
 
-def settle(conn: psycopg.Connection[Any], name: str, claim: Claim) -> None:
+def settle(conn: psycopg.Connection[Any], name: str, claim: Claim) -> str | None:
     """Take publication ``name``'s claim lock (held until ``conn``'s transaction ends),
     then :func:`judge` it: refuse it, or mark it the claimant's when it has no mark and
     the role owns it. A publication made after this in the transaction is :func:`stamp`-ed.
+    Returns the slot of the name as judged: its ``confirmed_flush_lsn`` ('' when unset),
+    None when there was none (what :data:`DROP_SQL` drops: that very slot alone).
     """
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"combined:{name}",))
     seen = _read(conn, name)
     mark = judge(name, claim, **seen.judged(name, claim))
     if mark and seen.owns and claim.owner is not None:
         stamp(conn, name, claim.owner)
+    return seen.flushed
 
 
-def refuse_unowned(conn: psycopg.Connection[Any], name: str, claim: Claim) -> None:
+def refuse_unowned(conn: psycopg.Connection[Any], name: str, claim: Claim) -> str | None:
     """Raise what :func:`refuse_foreign_slot`, then :func:`judge`, raise of publication
-    ``name`` and its slot; mark nothing."""
+    ``name`` and its slot; mark nothing. Returns the slot as judged (see :func:`settle`)."""
     refuse_foreign_slot(conn, name)
-    judge(name, claim, **_read(conn, name).judged(name, claim))
+    seen = _read(conn, name)
+    judge(name, claim, **seen.judged(name, claim))
+    return seen.flushed
+
+
+#: Drops slot ``%s`` when ``%s`` is true, else only while its ``confirmed_flush_lsn``
+#: is still ``%s`` ('' for none), as judged: one statement, so no slot made again, or
+#: streamed from, after the judgement is dropped on its strength. Every slot made writes
+#: WAL before its consistent point: no slot made later has the point of one made before.
+DROP_SQL = (
+    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+    "WHERE slot_name = %s AND (%s OR confirmed_flush_lsn IS NOT DISTINCT FROM "
+    "NULLIF(%s, '')::pg_lsn)"
+)
+
+
+def refuse_changed(conn: psycopg.Connection[Any], slot: str) -> None:
+    """Raise :class:`SourceError` when slot ``slot`` exists: :data:`DROP_SQL` left it,
+    changed since it was judged (streamed from, or dropped and made again)."""
+    row = conn.execute(
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+        (slot,),
+    ).fetchone()
+    if row is not None:
+        raise SourceError(
+            f"replication slot {slot!r} changed since it was judged this project's (its "
+            f"confirmed position is now {row[0] or 'unset'}: streamed from, or dropped and "
+            "made again by another): left alone",
+            hint="run the command again: it judges the slot afresh, and refuses it "
+            "when nothing proves it this project's",
+            slot=slot,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -426,8 +426,8 @@ class PostgresSource(BaseSource):
         from combined.connectors.postgres._stitch import slot_name
 
         name = slot_name(self.slot_prefix, relation)
-        require_owned(self.settings, name, self._claim(committed))
-        slot = drop_slot(self.settings, name)
+        judged = require_owned(self.settings, name, self._claim(committed))
+        slot = judged is not None and drop_slot(self.settings, name, judged=judged)
         pub = drop_publication(self.settings, name)
         return (
             f"slot {name} {'dropped' if slot else 'was absent'}, "

@@ -218,25 +218,29 @@ class StitchedSnapshot(BaseExtraction):
         # Another project's slot (its publication's mark), or one not provably
         # ours (by that mark, or by our lake's record of making it), is refused
         # here, and the publication marked ours.
-        ensure_publication(
+        judged = ensure_publication(
             s,
             self.publication,
             [qualified(req.relation)],
             add_missing=True,
             claim=Claim(owner),
-        )
+        ).slot
         # No committed checkpoint refers to a slot of this name (we are here
-        # because none exists), and a slot of its name is provably ours: one that
-        # nothing streams from is the leftover of our interrupted stand-up; one
+        # because none exists), and the slot judged is provably ours: if nothing
+        # streams from it, it is the leftover of our interrupted stand-up; one
         # that a process holds is not to be taken. The short wait lets the
-        # walsender of an interrupted attempt exit.
-        drop_slot(
-            s,
-            self.slot,
-            wait_seconds=3.0,
-            in_use_hint=f"dataset {req.dataset} has no committed checkpoint, so no capture of "
-            "it streams from this slot: stop the process that does",
-        )
+        # walsender of an interrupted attempt exit. Only the slot judged is
+        # dropped: not one made again (or streamed from) since, nor one made
+        # where there was none (creating ours then fails).
+        if judged is not None:
+            drop_slot(
+                s,
+                self.slot,
+                wait_seconds=3.0,
+                in_use_hint=f"dataset {req.dataset} has no committed checkpoint, so no capture "
+                "of it streams from this slot: stop the process that does",
+                judged=judged,
+            )
         self._handle = handle = create_slot(s, self.slot)
         self._record(owner, handle)
         snapshot_id = handle.snapshot_name
