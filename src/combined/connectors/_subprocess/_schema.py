@@ -13,7 +13,13 @@
 | ``object``, ``array``, several types, no type | ``string`` holding the value's JSON text |
 
 Airbyte's well-known types (``$ref: WellKnownTypes.json#/definitions/Integer``,
-``TimestampWithTimezone``, ...) read as the plain schema they stand for.
+``TimestampWithTimezone``, ...) read as the plain schema they stand for. The
+protocol sends a well-known ``Integer`` or ``Number`` as a JSON string
+(``"-?(0|[0-9]\\d*)"``, a ``Number`` with ``(\\.\\d+)?``, or ``Infinity``,
+``-Infinity``, ``NaN``): such a text is read as the number it spells, exactly
+(a ``Decimal``, never through a float), a JSON number as a number; any other
+text is refused, and so is a non-finite value where the column has none
+(``int64``, a decimal).
 ``["null", T]`` and ``anyOf: [{...}, {"type": "null"}]`` make a field
 nullable; a field that is not nullable refuses an explicit ``null``. A
 missing property is null. Every value is checked against its field's type:
@@ -48,8 +54,8 @@ _WELL_KNOWN: Mapping[str, Mapping[str, Any]] = {
     "String": {"type": "string"},
     "BinaryData": {"type": "string"},
     "Boolean": {"type": "boolean"},
-    "Integer": {"type": "integer"},
-    "Number": {"type": "number"},
+    "Integer": {"type": "integer", "combined:as_text": "Integer"},
+    "Number": {"type": "number", "combined:as_text": "Number"},
     "Date": {"type": "string", "format": "date"},
     "TimestampWithTimezone": {"type": "string", "format": "date-time"},
     "TimestampWithoutTimezone": {
@@ -61,6 +67,13 @@ _WELL_KNOWN: Mapping[str, Mapping[str, Any]] = {
     "TimeWithoutTimezone": {"type": "string", "format": "time"},
 }
 _WELL_KNOWN_PREFIX = "WellKnownTypes.json#/definitions/"
+#: What a well-known Integer or Number may be sent as: its digits in a JSON string
+#: (the protocol's patterns, whole; ASCII digits only), or a non-finite name.
+_AS_TEXT = {
+    "Integer": re.compile(r"-?(?:0|[0-9][0-9]*)", re.ASCII),
+    "Number": re.compile(r"-?(?:0|[0-9][0-9]*)(?:\.[0-9]+)?", re.ASCII),
+}
+_NON_FINITE = ("Infinity", "-Infinity", "NaN")
 
 
 class BadValue(Exception):
@@ -109,6 +122,8 @@ class FieldPlan:
     nullable: bool
     #: A ``json`` column's objects written with their keys sorted (``json_keys: sorted``).
     sorted_keys: bool = False
+    #: The well-known type (``Integer``, ``Number``) whose values may come as text.
+    as_text: str | None = None
 
     def column(self, values: list[Any]) -> pa.Array:
         """The values as one Arrow array; raises :class:`BadValue` for the first misfit.
@@ -117,7 +132,36 @@ class FieldPlan:
         refused where the record is read, since only there is it told apart
         from a missing property).
         """
+        if self.as_text is not None and str in _value_types(values):
+            values = _spelled(self, self.as_text, values)
         return _CONVERT[self.kind](self, values)
+
+
+def _spelled(plan: FieldPlan, known: str, values: list[Any]) -> list[Any]:
+    """``values`` with each text read as the number it spells (a well-known ``known``):
+    exactly, as ``Decimal``; ``Infinity``, ``-Infinity`` and ``NaN`` as floats where
+    the column holds them. Raises :class:`BadValue` for any other text."""
+    spelled = _AS_TEXT[known]
+    out = list(values)
+    for i, v in enumerate(values):
+        if type(v) is not str:
+            continue
+        if v in _NON_FINITE and plan.kind == "float":
+            out[i] = float(v)
+        elif v not in _NON_FINITE and spelled.fullmatch(v):
+            out[i] = Decimal(v)
+        else:
+            held = "" if plan.kind == "float" else f"; {plan.arrow} holds no {_NONE_OF}"
+            raise BadValue(i, f"a number, or its digits as text ({_SPELLED[known]}{held})")
+    return out
+
+
+_NONE_OF = "Infinity, -Infinity or NaN"
+#: How the protocol spells a well-known type's value as text, in a few words.
+_SPELLED = {
+    "Integer": "Airbyte's well-known Integer: 42, -7",
+    "Number": f"Airbyte's well-known Number: 4.25, -7, {_NONE_OF}",
+}
 
 
 def _decimal_scale(multiple: Any) -> int | None:
@@ -181,6 +225,16 @@ def plan_field(name: str, schema: Any) -> FieldPlan:
         label = "json (" + ("|".join(sorted(k for k in kinds if k != "__several__")) or "any") + ")"
         return FieldPlan(name, "json", pa.string(), label, nullable)
     (kind,) = kinds
+    if kind in ("integer", "number") and branch.get("combined:as_text") in _AS_TEXT:
+        plan = _plan_kind(name, kind, branch, nullable)
+        known = branch["combined:as_text"]
+        label = f"{plan.source_type} (well-known {known}: a number or its text)"
+        return dataclasses.replace(plan, as_text=known, source_type=label)
+    return _plan_kind(name, kind, branch, nullable)
+
+
+def _plan_kind(name: str, kind: str, branch: Mapping[str, Any], nullable: bool) -> FieldPlan:
+    """The column plan of a property of one JSON type ``kind`` (``branch``, its schema)."""
     suffix = ""
     if kind == "integer":
         return FieldPlan(name, "int", pa.int64(), "integer", nullable)

@@ -91,7 +91,14 @@ class Typing:
             assert schema is not None, "parse() refused any other type"
             typed = plan_field(plan.name, schema)
             label = f"{declared} (by `types`, the schema says {plan.source_type})"
-            return dataclasses.replace(typed, source_type=label, nullable=plan.nullable)
+            # (a well-known Integer or Number declared another number: its text still read)
+            numeric = typed.kind in ("int", "float", "decimal")
+            return dataclasses.replace(
+                typed,
+                source_type=label,
+                nullable=plan.nullable,
+                as_text=plan.as_text if numeric else None,
+            )
         if plan.kind != "timestamp" or self.naive_timestamps == "fail":
             return plan
         if self.naive_timestamps == "utc":
