@@ -131,3 +131,38 @@ def test_a_failed_connector_commits_nothing_and_keeps_the_state(project: Path) -
         assert _reads(project)[-1]["state"] == [program_state(before, "airbyte")]
     finally:
         engine.close()
+
+
+def test_a_run_names_every_dataset_it_holds_for_duplicate_keys(project: Path) -> None:
+    """The first dataset's duplicate keys ended the Run's reads: its error named that one
+    alone, and the next capture of the other, told to go on alone, met its own."""
+    text = (project / "combined.yaml").read_text()
+    cursor = text[text.index("        strategy: cursor\n") : text.index("      events:")]
+    (project / "combined.yaml").write_text(text.replace(cursor, ""))  # users: a snapshot
+    users = [*USERS, {**USERS[0], "name": "again"}]
+    write_data(project / "data.json", users, [*EVENTS, EVENTS[1], EVENTS[2]])
+    engine = Engine.open(project / "combined.yaml")
+    try:
+        (run,) = engine.capture(["faker.users", "faker.events"])
+        assert run.state == "needs_review", run.error
+        error = run.error or ""
+        assert "2 datasets of the Run hold duplicate keys" in error
+        assert "the capture of faker.users holds 1 duplicate key(s) of (id)" in error
+        assert "the capture of faker.events holds 2 duplicate key(s) of (id)" in error
+        entries = engine.quarantine()
+        assert {(e["source"], e["dataset"]) for e in entries} == {
+            ("faker", "users"),
+            ("faker", "events"),
+        }
+        for entry in entries:
+            assert f"quarantine entry {entry['id']}" in error
+            assert f"`combined quarantine show {entry['id']}`" in error
+        # A later dataset failing otherwise is told too.
+        write_data(project / "data.json", users, [{"id": 1, "kind": 5}])
+        (run,) = engine.capture(["faker.users", "faker.events"])
+        assert run.state == "needs_review", run.error
+        error = run.error or ""
+        assert "the capture of faker.users holds 1 duplicate key(s) of (id)" in error
+        assert "the Run's reads then stopped: line" in error and "'kind'" in error
+    finally:
+        engine.close()

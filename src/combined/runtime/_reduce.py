@@ -9,7 +9,7 @@ names the dataset version it makes, ready to commit.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -24,7 +24,7 @@ from combined.capture._reduce import Reducer, Transition
 from combined.catalog import Catalog, VersionTotals, version_id
 from combined.catalog import data as cat
 from combined.delivery import StagingArea
-from combined.errors import CaptureError, DuplicateKeys, LakeError, NotFoundError
+from combined.errors import CaptureError, CombinedError, DuplicateKeys, LakeError, NotFoundError
 from combined.lake import LakeLayout, LakeTable
 from combined.lake._probe import read_failure
 from combined.protocol import _provenance as prov
@@ -212,12 +212,35 @@ def _hold_duplicates(
             else f"the same rows already await review in quarantine entry {qid}, "
             "so this capture was not held again"
         )
+        cause = _duplicates_cause(reducer, staged)
         raise DuplicateKeys(
             f"{exc.message}; {where}",
-            hint=f"{_duplicates_cause(reducer, staged)} "
-            f"(`combined quarantine show {qid}` lists the rows)",
+            hint=f"{cause} (`combined quarantine show {qid}` lists the rows)",
             **exc.context,
+            quarantine=qid,
+            cause=cause,
         ) from None
+
+
+def every_held(held: Sequence[DuplicateKeys], then: CombinedError | None = None) -> DuplicateKeys:
+    """One error naming every dataset of a Run held for duplicate keys (each in its
+    quarantine entry: :func:`_hold_duplicates`), and ``then``, the failure that stopped
+    the Run's reads before its last dataset."""
+    if len(held) == 1 and then is None:
+        return held[0]
+    told = " ".join(f"({n}) {exc.message}." for n, exc in enumerate(held, 1))
+    causes = "; ".join(dict.fromkeys(str(exc.context.get("cause", exc.hint)) for exc in held))
+    shows = ", ".join(f"`combined quarantine show {exc.context.get('quarantine')}`" for exc in held)
+    hint = f"{causes} ({shows} list the rows)"
+    if then is not None:
+        hint += f"; the Run's reads then stopped: {then.message}"
+    return DuplicateKeys(
+        f"{len(held)} datasets of the Run hold duplicate keys: {told}"
+        if len(held) > 1
+        else held[0].message,
+        hint=hint,
+        duplicates=sum(int(exc.context.get("duplicates") or 0) for exc in held),
+    )
 
 
 def _duplicates_cause(reducer: Reducer, staged: Staged) -> str:

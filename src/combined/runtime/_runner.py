@@ -37,6 +37,7 @@ from combined.errors import (
     CombinedError,
     ConfigError,
     DriftRejected,
+    DuplicateKeys,
     LakeError,
     NotFoundError,
     ProtocolViolation,
@@ -63,7 +64,7 @@ from combined.runtime._publish import after_failed_commit, end_reads, publish_no
 from combined.runtime._quarantine import drift_held
 from combined.runtime._reconcile import check_lake_untouched, reconcile_run
 from combined.runtime._recover import Recovery, catch_up
-from combined.runtime._reduce import prepare
+from combined.runtime._reduce import every_held, prepare
 from combined.runtime._reporter import NullReporter, Reporter
 from combined.runtime._retry import backoff, defer_retry
 
@@ -369,24 +370,36 @@ class Runner:
         discovery = (
             None if getattr(type(source), "DISCOVERY_READS_RECORDS", False) else source.discover()
         )
+        # A dataset held for duplicate keys (its rows in quarantine) does not stop the
+        # others: the Run's error names every one that holds some, not the first alone.
+        held: list[DuplicateKeys] = []
         for plan in a.plans:
             self.reporter.phase(plan.name, "extracting")
-            found = _discovered(discovery, source, plan)
-            staged = self._extract(a, plan, source, declared_fields(found))
-            opened.append(staged)
-            prepared.append(
-                prepare(
-                    staged,
-                    run_id=a.run.id,
-                    admission_id=admission.id,
-                    producer=producer,
-                    area=a.area,
-                    layout=self.layout,
-                    memory_limit=self.settings.memory_limit,
-                    catalog=self.catalog,
-                    reporter=self.reporter,
+            try:
+                found = _discovered(discovery, source, plan)
+                staged = self._extract(a, plan, source, declared_fields(found))
+                opened.append(staged)
+                prepared.append(
+                    prepare(
+                        staged,
+                        run_id=a.run.id,
+                        admission_id=admission.id,
+                        producer=producer,
+                        area=a.area,
+                        layout=self.layout,
+                        memory_limit=self.settings.memory_limit,
+                        catalog=self.catalog,
+                        reporter=self.reporter,
+                    )
                 )
-            )
+            except DuplicateKeys as exc:
+                held.append(exc)
+            except CombinedError as exc:
+                if not held or isinstance(exc, RunCanceled):
+                    raise
+                raise every_held(held, then=exc) from None
+        if held:
+            raise every_held(held)
         return prepared
 
     def _extract(
