@@ -523,3 +523,29 @@ def test_rows_of_large_values_are_delivered_a_row_group_each_leaving_duckdb_noth
     # are no figure of this code: 3-4 MB alone, a constant 15-17 MB in a long-lived
     # xdist worker after hundreds of other tests; bench/RESULTS.md measures the peak).
     assert purged, "the output of rows of megabytes left DuckDB's freed pages to it"
+
+
+#: Keys deleted and inserted again in one backlog: their apply-order checks failed at the default.
+REINSERTED = 150_000
+
+
+def test_keys_deleted_and_inserted_again_in_one_backlog_drain_at_the_default_memory(
+    tmp_path: Path, cdc_db
+) -> None:
+    # Each such key is inserted while the lake holds it: the check that the
+    # stream never inserts a key twice orders its changes, all of them at once
+    # before, over DuckDB's share of the default memory (61 MB), which they
+    # did not spill from: 150k such keys failed, and every retry alike.
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE redo (id bigint PRIMARY KEY, a int, s text)")
+        conn.execute(
+            f"INSERT INTO redo SELECT g, g, 'v' || g FROM generate_series(1, {REINSERTED + 100}) g"
+        )
+    again = f"SELECT g, -g, 'w' || g FROM generate_series(1, {REINSERTED}) g"
+    changes = [
+        f"BEGIN; DELETE FROM redo WHERE id <= {REINSERTED}; INSERT INTO redo {again}; COMMIT"
+    ]
+    check = "SELECT count(*), sum(id), sum(a), count(*) FILTER (WHERE s LIKE 'w%')"
+    run, lake, source = _drain(tmp_path, cdc_db, "redo", changes, check, default=True)
+    assert lake == source
+    assert run.stats is not None and run.stats["redo"]["updates"] == REINSERTED

@@ -41,6 +41,11 @@ def meeting_hashes(rows: str, column: str) -> str:
     )
 
 
+#: What DuckDB holds of a change in a change stream's apply-order windows (its
+#: id, operation, hashes and their lags, and the window's own state), for
+#: :meth:`DuplicateChecks._window_buckets`.
+WINDOW_BYTES_PER_CHANGE = 512
+
 #: Bytes of id prefixes sorted at once by :func:`distinct_prefixes` (a bucket each).
 PREFIX_PASS_BYTES = 16 * 2**20
 _DIGEST_BYTES = 16
@@ -157,6 +162,9 @@ class _Reduction(Protocol):
     by_content: bool
     streamed: bool
     _has_order: bool
+    _has_live: bool
+    _buckets: list[str]
+    _duck_limit: int
     _cut: int | None
     key: list[str]
     capture_schema: pa.Schema
@@ -173,6 +181,8 @@ class _Reduction(Protocol):
 
     def _stream_order(self) -> int | None: ...
 
+    def _window_buckets(self, changes: int) -> list[str]: ...
+
     def _live_sql(self) -> str: ...
 
     def _stream_duplicates(self, limit: int) -> list[tuple[str, int, list[int]]]: ...
@@ -187,6 +197,9 @@ class DuplicateChecks:
 
     #: :func:`distinct_prefixes` started ahead of :meth:`duplicates` (:meth:`prefixes_ahead`).
     _ahead: Future[bool] | None = None
+    #: Table ``live`` made (:meth:`_live_sql`); ``rep``'s buckets (:meth:`_window_buckets`).
+    _has_live = False
+    _buckets: list[str] = [""]  # noqa: RUF012 (replaced, never changed in place)
 
     def prefixes_ahead(self: _Reduction, pool: Executor) -> bool:
         """Start a first baseline's prefix check on ``pool``; whether it was started.
@@ -273,38 +286,65 @@ class DuplicateChecks:
         ).fetchall()[0]
         after = "" if cut is None else f" AND ord > {int(cut)}"
         changes = f"SELECT _cid, _cop, _chash, ord FROM {keys} WHERE _cop <> 'truncate'{after}"
-        inserted = f"SELECT _cid FROM ({changes}) WHERE _cop = 'insert'"
-        held = (
-            "false"
-            if cut is not None
-            else f"_cid IN (SELECT _kid FROM cur WHERE _kid IN ({inserted}))"
-        )
-        self.con.execute(
-            f"CREATE OR REPLACE TABLE rep AS SELECT _cid FROM ({changes}) "
-            f"WHERE _cop = 'insert' GROUP BY _cid HAVING count(*) > 1 OR {held}"
-        )
+        (inserts,) = self.con.execute(
+            f"SELECT count(*) FROM ({changes}) WHERE _cop = 'insert'"
+        ).fetchall()[0]
+        for n, bucket in enumerate(self._window_buckets(int(inserts))):
+            inserted = f"SELECT _cid FROM ({changes}) WHERE _cop = 'insert'{bucket}"
+            held = (
+                "false"
+                if cut is not None
+                else f"_cid IN (SELECT _kid FROM cur WHERE _kid IN ({inserted}))"
+            )
+            make = "CREATE OR REPLACE TABLE rep AS" if n == 0 else "INSERT INTO rep"
+            self.con.execute(
+                f"{make} SELECT _cid FROM ({inserted}) GROUP BY _cid HAVING count(*) > 1 OR {held}"
+            )
         # The row before the insert: the change logged before it, or the lake's.
         lake = (
             "false"
             if cut is not None
             else "EXISTS (SELECT 1 FROM cur WHERE _kid = w._cid AND _khash = w._chash)"
         )
-        self.con.execute(
-            "CREATE OR REPLACE TABLE moved_out AS WITH w AS (SELECT ord, _cid, _cop, _chash, "
-            "lag(_cop) OVER o AS p_op, lag(ord) OVER o AS p_ord, lag(_chash) OVER o AS p_hash, "
-            "lag(_cop, 2) OVER o AS pp_op, lag(_chash, 2) OVER o AS pp_hash "
-            f"FROM ({changes}) WHERE _cid IN (SELECT _cid FROM rep) "
-            "WINDOW o AS (PARTITION BY _cid ORDER BY ord)) "
-            "SELECT ord, 2 * p_ord - 1 AS seq FROM w "
-            "WHERE _cop = 'delete' AND p_op = 'insert' AND _chash <> p_hash AND CASE "
-            f"WHEN pp_op IS NULL THEN {lake} "
-            "ELSE pp_op <> 'delete' AND pp_hash = _chash END"
-        )
+        (moves,) = self.con.execute(
+            f"SELECT count(*) FROM ({changes}) WHERE _cid IN (SELECT _cid FROM rep)"
+        ).fetchall()[0]
+        self._buckets = self._window_buckets(int(moves))
+        for n, bucket in enumerate(self._buckets):
+            make = "CREATE OR REPLACE TABLE moved_out AS" if n == 0 else "INSERT INTO moved_out"
+            self.con.execute(
+                f"{make} WITH w AS (SELECT ord, _cid, _cop, _chash, "
+                "lag(_cop) OVER o AS p_op, lag(ord) OVER o AS p_ord, lag(_chash) OVER o AS p_hash, "
+                "lag(_cop, 2) OVER o AS pp_op, lag(_chash, 2) OVER o AS pp_hash "
+                f"FROM ({changes}) WHERE _cid IN (SELECT _cid FROM rep WHERE true{bucket}) "
+                "WINDOW o AS (PARTITION BY _cid ORDER BY ord)) "
+                "SELECT ord, 2 * p_ord - 1 AS seq FROM w "
+                "WHERE _cop = 'delete' AND p_op = 'insert' AND _chash <> p_hash AND CASE "
+                f"WHEN pp_op IS NULL THEN {lake} "
+                "ELSE pp_op <> 'delete' AND pp_hash = _chash END"
+            )
         self._has_order, self._cut = True, None if cut is None else int(cut)
         return self._cut
 
+    def _window_buckets(self: _Reduction, changes: int) -> list[str]:
+        """Filters (SQL) of ids, a bucket each, whose ``changes`` one statement orders at once.
+
+        Finding the ids a stream inserts while they are there groups its
+        inserts and orders each such id's changes in windows, all of them
+        at once: 400k keys deleted and inserted again in one capture (800k
+        changes) overran the reduction's DuckDB memory at the defaults,
+        which those statements did not spill from. A bucket's changes fit
+        that memory (:data:`WINDOW_BYTES_PER_CHANGE` each); most captures
+        need one.
+        """
+        per = max(self._duck_limit // WINDOW_BYTES_PER_CHANGE, 1)
+        count = -(-changes // per)
+        if count <= 1:
+            return [""]
+        return [f" AND hash(_cid) % {count} = {b}" for b in range(count)]
+
     def _live_sql(self: _Reduction) -> str:
-        """SQL: each id a change stream inserts while a row of it is there, with its ordinals.
+        """SQL: each id a change stream inserts while a row of it is there, and its most rows.
 
         Counted in apply order (:meth:`_stream_order`) from its lake row
         (none after a truncate): an insert adds a row, a delete takes one; a
@@ -314,30 +354,48 @@ class DuplicateChecks:
         inserts an id that is there: the stream merged such rows into one
         lake row, the last change winning, and a row was lost without a
         word. Only the ids inserted while in the lake or inserted twice are
-        counted.
+        counted, a bucket of them at a time (:meth:`_window_buckets`), into
+        table ``live``; their ordinals are read for the few found
+        (:meth:`_stream_duplicates`).
         """
         cut = self._stream_order()
+        if self._has_live:
+            return "SELECT _cid, n FROM live"
         after = "" if cut is None else f" AND ord > {cut}"
-        held = (
-            "SELECT _kid FROM cur WHERE false"
-            if cut is not None
-            else "SELECT DISTINCT _kid FROM cur WHERE _kid IN (SELECT _cid FROM rep)"
-        )
-        return (
-            f"WITH held AS ({held}), r AS (SELECT _cid, _cop, ord, "
-            "CASE WHEN _cid IN (SELECT _kid FROM held) THEN 1 ELSE 0 END + "
-            "sum(CASE _cop WHEN 'insert' THEN 1 WHEN 'delete' THEN -1 ELSE 0 END) "
-            "OVER (PARTITION BY _cid ORDER BY coalesce(m.seq, 2 * ord)) AS n "
-            f"FROM {self._keys()} LEFT JOIN moved_out m USING (ord) "
-            f"WHERE _cop <> 'truncate'{after} AND _cid IN (SELECT _cid FROM rep)) "
-            "SELECT _cid, max(n) AS n, list(ord ORDER BY ord) AS ords FROM r GROUP BY _cid "
-            "HAVING max(n) FILTER (WHERE _cop = 'insert') > 1"
-        )
+        for n, bucket in enumerate(self._buckets):  # (as _stream_order's windows)
+            mine = f"SELECT _cid FROM rep WHERE true{bucket}"
+            held = (
+                "SELECT _kid FROM cur WHERE false"
+                if cut is not None
+                else f"SELECT DISTINCT _kid FROM cur WHERE _kid IN ({mine})"
+            )
+            # (A table: as a CTE, the window beside it overran 61 MB on 57k ids.)
+            self.con.execute(f"CREATE OR REPLACE TABLE held AS {held}")
+            make = "CREATE OR REPLACE TABLE live AS" if n == 0 else "INSERT INTO live"
+            self.con.execute(
+                f"{make} WITH r AS (SELECT _cid, _cop, ord, "
+                "CASE WHEN _cid IN (SELECT _kid FROM held) THEN 1 ELSE 0 END + "
+                "sum(CASE _cop WHEN 'insert' THEN 1 WHEN 'delete' THEN -1 ELSE 0 END) "
+                "OVER (PARTITION BY _cid ORDER BY coalesce(m.seq, 2 * ord)) AS n "
+                f"FROM {self._keys()} LEFT JOIN moved_out m USING (ord) "
+                f"WHERE _cop <> 'truncate'{after} AND _cid IN ({mine})) "
+                "SELECT _cid, max(n) AS n FROM r GROUP BY _cid "
+                "HAVING max(n) FILTER (WHERE _cop = 'insert') > 1"
+            )
+        self.con.execute("DROP TABLE IF EXISTS held")
+        self._has_live = True
+        return "SELECT _cid, n FROM live"
 
     def _stream_duplicates(self: _Reduction, limit: int) -> list[tuple[str, int, list[int]]]:
         """Ids a change stream inserts while they are there (:meth:`_live_sql`), with ordinals."""
+        live = self._live_sql()
+        after = "" if self._cut is None else f" AND k.ord > {self._cut}"
+        # Their ordinals (in apply order's terms: every change of the id after the truncate).
         rows = self.con.execute(
-            f"SELECT _cid, n, ords FROM ({self._live_sql()}) ORDER BY _cid LIMIT {int(limit)}"
+            f"WITH top AS (SELECT _cid, n FROM ({live}) ORDER BY _cid LIMIT {int(limit)}) "
+            "SELECT t._cid, t.n, list(k.ord ORDER BY k.ord) FROM top t "
+            f"JOIN {self._keys()} k ON k._cid = t._cid WHERE k._cop <> 'truncate'{after} "
+            "GROUP BY t._cid, t.n ORDER BY t._cid"
         ).fetchall()
         return [(dg.digest_text(r[0]), int(r[1]), list(r[2])) for r in rows]
 
