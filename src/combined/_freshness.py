@@ -10,6 +10,10 @@ the source was read at that position (the extraction receipt's snapshot
 time, else the time its read started), not when the capture was
 published. A capture that took an hour to land reads an hour older than
 it was published, as the data it holds is.
+
+``last_run`` is the dataset's newest ended Run (its ``id``, ``state`` and
+``ended_at``; a canceled Run passed over): a night of failures shows there
+even while the published data still reads fresh.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from combined.catalog import Catalog, resets
 from combined.catalog import data as cat
+from combined.catalog import runs as runs_repo
 from combined.config import Project
 from combined.errors import CombinedError
 from combined.protocol import utcnow
@@ -52,6 +57,7 @@ def dataset_status(
         # (a member of a table a reset forgot since: the dataset is unpublished since)
         for key in resets.forgotten_members(conn, resets.newest_publication_seq(conn)):
             members.pop(key, None)
+        last = runs_repo.last_ended(conn, {(s, n) for s, n, _ in project.datasets()})
     now = now or utcnow()
     for source, name, d in project.datasets():
         r = rows.get((source, name))
@@ -93,6 +99,7 @@ def dataset_status(
                 "age": age,
                 "target": target,
                 "fresh": None if target is None or age is None else age <= target,
+                "last_run": last.get((source, name)),
                 "slot": None,
                 "table_missing": None,
             }

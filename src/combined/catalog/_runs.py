@@ -322,6 +322,41 @@ def list_runs(
 #: The end states that raise an alert (``alert.run_failed``, ...): each needs someone.
 ALERTED = ("failed", "needs_review", "needs_auth")
 
+#: How many ended Runs :func:`last_ended` reads at most, newest first.
+LAST_ENDED_SCAN = 10_000
+
+
+def last_ended(
+    conn: Connection, wanted: set[tuple[str, str]], scan: int = LAST_ENDED_SCAN
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """The newest ended Run (``id``, ``state``, ``ended_at``) of each ``(source, dataset)``.
+
+    One query, whatever the number of datasets: the ended Runs newest first
+    (by id, which sorts by creation: the primary key's index, nothing sorted),
+    read in pages until every dataset of ``wanted`` has one, or ``scan`` Runs
+    were read. A canceled Run says nothing of its source and is passed over,
+    as for the alerts.
+    """
+    q = (
+        sa.select(
+            t.runs.c.id, t.runs.c.source, t.runs.c.datasets, t.runs.c.state, t.runs.c.ended_at
+        )
+        .where(t.runs.c.state.in_(sorted(TERMINAL - {"canceled"})))
+        .order_by(t.runs.c.id.desc())
+        .limit(scan)
+    )
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in conn.execution_options(yield_per=200).execute(q):
+        for dataset in row.datasets:
+            if (row.source, dataset) in wanted:
+                found.setdefault(
+                    (row.source, dataset),
+                    {"id": row.id, "state": row.state, "ended_at": row.ended_at},
+                )
+        if len(found) == len(wanted):
+            break
+    return found
+
 
 def move_run(
     conn: Connection,

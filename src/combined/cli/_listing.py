@@ -177,6 +177,8 @@ _STATUS_FIELDS = (
     "published_at",
     "fresh",
 )
+#: The status CSV's columns of the dataset's newest ended Run.
+_LAST_RUN_FIELDS = ("id", "state", "ended_at")
 
 
 def _slot_lag(slot: dict[str, Any]) -> str | Text:
@@ -206,9 +208,15 @@ def status(fmt: FormatOpt = "table", project: ProjectOpt = None) -> None:
         return
     if fmt == "csv":
         emit_csv(
-            [*_STATUS_FIELDS, "unpublished_lake_version"],
+            [
+                *_STATUS_FIELDS,
+                "unpublished_lake_version",
+                *(f"last_run_{k}" for k in _LAST_RUN_FIELDS),
+            ],
             (
-                [s.get(k) for k in _STATUS_FIELDS] + [(s["unpublished"] or {}).get("lake_version")]
+                [s.get(k) for k in _STATUS_FIELDS]
+                + [(s["unpublished"] or {}).get("lake_version")]
+                + [(s["last_run"] or {}).get(k) for k in _LAST_RUN_FIELDS]
                 for s in rows
             ),
         )
@@ -228,6 +236,7 @@ def _status_table(rows: list[dict[str, Any]]) -> None:
         "read at",
         "fresh",
         "slot lag",
+        "last run",
     )
     for s in rows:
         fresh: str | Text = "-" if s["fresh"] is None else ("yes" if s["fresh"] else _red("stale"))
@@ -244,8 +253,10 @@ def _status_table(rows: list[dict[str, Any]]) -> None:
             _when(s["position_at"]),
             fresh,
             _slot_lag(s.get("slot") or {}),
+            _last_run(s["last_run"]),
         )
     print_table(t)
+    _say_unsettled(rows)
     for s in rows:
         if s.get("table_missing"):
             console.print(
@@ -265,6 +276,30 @@ def _status_table(rows: list[dict[str, Any]]) -> None:
                 ),
                 highlight=False,
             )
+
+
+def _last_run(last: dict[str, Any] | None) -> str | Text:
+    """The state of a dataset's newest ended Run, red when it needs someone."""
+    if last is None:
+        return "-"
+    return _red(last["state"]) if last["state"] != "succeeded" else last["state"]
+
+
+def _say_unsettled(rows: list[dict[str, Any]]) -> None:
+    """One line per Run that ended a dataset's last capture badly: what to run next."""
+    told: dict[tuple[str, str], list[str]] = {}
+    for s in rows:
+        last = s["last_run"]
+        if last is not None and last["state"] != "succeeded":
+            told.setdefault((last["id"], last["state"]), []).append(s["dataset"])
+    for (run_id, state), names in told.items():
+        console.print(
+            _red(
+                f"{', '.join(names)}: last run {run_id} ended {state} "
+                f"(`combined run show {run_id}` tells why)"
+            ),
+            highlight=False,
+        )
 
 
 def _say_waiting(waiting: list[dict[str, Any]]) -> None:

@@ -1,0 +1,109 @@
+"""What `combined status` and `combined runs` tell a person after a night unattended.
+
+`status` showed freshness alone: a dataset whose captures all failed since
+still read as published, with no sign of the failures. It now shows each
+dataset's newest ended Run (its state and id, `combined run show ID` next),
+read in one catalog query whatever the number of datasets. `runs` showed a
+Run whose process was killed as `extracting` until a repair ended it; it now
+says its worker is gone, and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+from combined.api import create_app
+from combined.engine import Engine
+
+TOKEN = "t0ken-for-the-status-tests-0123456789"
+
+
+@pytest.fixture
+def pg_project(tmp_path: Path, pg_database: str) -> Iterator[Path]:
+    """A project over a real PostgreSQL source (orders and customers), captured once."""
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY, status text)")
+        conn.execute("INSERT INTO orders SELECT g, 'placed' FROM generate_series(1, 30) g")
+        conn.execute("CREATE TABLE customers (id int PRIMARY KEY, name text)")
+        conn.execute("INSERT INTO customers SELECT g, 'c' || g FROM generate_series(1, 5) g")
+    (tmp_path / "combined.yaml").write_text(
+        "version: 1\nlake: ./lake\nsources:\n  pg:\n    connector: postgres\n"
+        f"    config:\n      dsn: {pg_database}\n    datasets:\n"
+        "      orders:\n        relation: public.orders\n        key: [id]\n"
+        "      customers:\n        relation: public.customers\n        key: [id]\n"
+    )
+    yield tmp_path
+
+
+def _said(result: Any) -> str:
+    return " ".join((result.stdout + result.stderr).split())
+
+
+def test_status_tells_each_datasets_last_run_and_its_failure(
+    pg_project: Path, pg_database: str, tools: Any
+) -> None:
+    assert tools.cli(pg_project, "capture", "pg").returncode == 0
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("ALTER TABLE orders RENAME TO orders_gone")
+    failed = tools.cli(pg_project, "capture", "pg.orders")
+    assert failed.returncode == 1, _said(failed)
+    runs = json.loads(tools.cli(pg_project, "runs", "--format", "json").stdout)
+    bad, good = runs[0]["id"], runs[1]["id"]
+
+    rows = json.loads(tools.cli(pg_project, "status", "--format", "json").stdout)
+    last = {r["dataset"]: r["last_run"] for r in rows}
+    assert last["pg.orders"]["id"] == bad and last["pg.orders"]["state"] == "failed"
+    assert last["pg.customers"]["id"] == good and last["pg.customers"]["state"] == "succeeded"
+    said = _said(tools.cli(pg_project, "status"))
+    assert f"pg.orders: last run {bad} ended failed (`combined run show {bad}` tells why)" in said
+    assert f"last run {good}" not in said
+    csv = tools.cli(pg_project, "status", "--format", "csv").stdout.splitlines()
+    assert csv[0].endswith(",last_run_id,last_run_state,last_run_ended_at")
+    assert f",{bad},failed," in csv[1]
+
+    # The API's status and the console's datasets page read the same rows.
+    with TestClient(create_app(pg_project / "combined.yaml", token=TOKEN)) as client:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        api = client.get("/v1/datasets", params={"slots": False}, headers=auth).json()
+        (orders,) = [d for d in api["datasets"] if d["dataset"] == "pg.orders"]
+        assert orders["last_run"]["id"] == bad and orders["last_run"]["state"] == "failed"
+        client.post("/console/login", data={"token": TOKEN, "next": "/"})
+        page = client.get("/").text
+        assert f'href="/console/runs/{bad}" class="state-failed">failed</a>' in page
+
+    # Back: the newest ended Run of each dataset succeeded, and nothing is told.
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("ALTER TABLE orders_gone RENAME TO orders")
+    assert tools.cli(pg_project, "capture", "pg.orders").returncode == 0
+    assert "ended failed" not in _said(tools.cli(pg_project, "status"))
+
+
+def test_status_reads_the_last_runs_in_one_query_whatever_the_datasets(
+    pg_project: Path, tools: Any
+) -> None:
+    assert tools.cli(pg_project, "capture", "pg").returncode == 0
+    assert tools.cli(pg_project, "capture", "pg.orders").returncode == 0
+    engine = Engine.open(pg_project / "combined.yaml")
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    bind = engine.catalog.engine
+    sa.event.listen(bind, "before_cursor_execute", seen)
+    try:
+        rows = engine.status(slots=False)
+    finally:
+        sa.event.remove(bind, "before_cursor_execute", seen)
+        engine.close()
+    assert {r["last_run"]["state"] for r in rows} == {"succeeded"}
+    of_runs = [s for s in statements if "FROM runs" in s]
+    assert len(of_runs) == 1, of_runs
