@@ -109,6 +109,17 @@ class Reading:
         with self.catalog.begin() as conn:
             return runs_repo.list_runs(conn, limit=limit, states=states)
 
+    def gone(self) -> dict[str, datetime]:
+        """The Runs not ended whose process is gone (a repair would end them now), each
+        with when it was last heard from; read only, nothing is ended here."""
+        from datetime import timedelta
+
+        from combined.catalog import queue
+        from combined.runtime._lease import lease_ttl
+
+        with self.catalog.begin() as conn:
+            return queue.gone(conn, timedelta(seconds=lease_ttl()))
+
     def activity(
         self,
         limit: int = 50,

@@ -107,3 +107,47 @@ def test_status_reads_the_last_runs_in_one_query_whatever_the_datasets(
     assert {r["last_run"]["state"] for r in rows} == {"succeeded"}
     of_runs = [s for s in statements if "FROM runs" in s]
     assert len(of_runs) == 1, of_runs
+
+
+def test_runs_tell_a_killed_captures_run_is_gone_and_write_nothing(
+    pg_project: Path, pg_database: str, tools: Any
+) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    assert tools.cli(pg_project, "capture", "pg").returncode == 0
+    with psycopg.connect(pg_database) as holder:
+        holder.execute("LOCK TABLE customers IN ACCESS EXCLUSIVE MODE")  # the read waits
+        capture = subprocess.Popen(
+            [sys.executable, "-c", "from combined.cli import main; main()"]
+            + ["capture", "pg.customers"],
+            cwd=pg_project,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            (run,) = json.loads(
+                tools.cli(pg_project, "runs", "--format", "json", "--limit", "1").stdout
+            )
+            if run["state"] == "extracting":
+                break
+            assert time.monotonic() < deadline and capture.poll() is None
+            time.sleep(0.2)
+        assert run["worker_gone"] is None  # alive: nothing said
+        assert "worker gone" not in _said(tools.cli(pg_project, "runs"))
+        capture.send_signal(signal.SIGKILL)
+        capture.wait()
+    listed = _said(tools.cli(pg_project, "runs"))
+    assert "extracting (worker gone, last heard from 20" in listed
+    assert "`combined repair` or the next worker ends it)" in listed
+    shown = _said(tools.cli(pg_project, "run", "show", run["id"]))
+    assert f"run {run['id']} extracting (worker gone, last heard from" in shown
+    (again,) = json.loads(tools.cli(pg_project, "runs", "--format", "json", "--limit", "1").stdout)
+    assert again["state"] == "extracting" and again["worker_gone"]["last_heard_at"]
+    # Nothing was written by the reads: the repair ends it, as before.
+    assert tools.cli(pg_project, "repair").returncode == 0
+    (ended,) = json.loads(tools.cli(pg_project, "runs", "--format", "json", "--limit", "1").stdout)
+    assert ended["state"] == "failed" and ended["worker_gone"] is None

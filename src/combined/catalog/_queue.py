@@ -194,6 +194,15 @@ def abandoned(conn: Connection, ttl: timedelta) -> list[str]:
     query, whatever the number of Runs going: an idle worker asks at each
     poll.
     """
+    return list(gone(conn, ttl))
+
+
+def gone(conn: Connection, ttl: timedelta) -> dict[str, datetime]:
+    """:func:`abandoned`'s Runs, each with when its process was last heard from: its
+    leases' newest renewal (their expiry less ``ttl``), else when it was taken.
+
+    Reads only (a listing tells a dead Run apart; the repair ends it).
+    """
     runs, leases = t.runs, t.leases
     rows = conn.execute(
         sa.select(
@@ -202,6 +211,7 @@ def abandoned(conn: Connection, ttl: timedelta) -> list[str]:
             runs.c.claimed_by,
             runs.c.claimed_at,
             runs.c.created_at,
+            runs.c.started_at,
             leases.c.holder,
             leases.c.expires_at,
         )
@@ -215,7 +225,16 @@ def abandoned(conn: Connection, ttl: timedelta) -> list[str]:
         if (r.state == "queued" and _taker_live(r.claimed_by, r.claimed_at or r.created_at, ttl))
         or (r.holder is not None and _live(r.holder, r.expires_at))
     }
-    return list(dict.fromkeys(r.id for r in rows if r.id not in alive))
+    heard: dict[str, datetime] = {}
+    for r in rows:
+        if r.id not in alive:
+            at = (
+                r.expires_at - ttl
+                if r.expires_at is not None
+                else r.started_at or r.claimed_at or r.created_at
+            )
+            heard[r.id] = max(heard[r.id], at) if r.id in heard else at
+    return heard
 
 
 def _leased(conn: Connection, run_id: str) -> bool:

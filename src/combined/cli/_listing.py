@@ -40,7 +40,8 @@ _RUN_FIELDS = ("id", "source", "trigger", "state", "created_at", "started_at", "
 _RUN_HEADER = (*_RUN_FIELDS, "datasets", "error", "retry_of", "publication_id")
 
 
-def _run_record(r: Any) -> dict[str, Any]:
+def _run_record(r: Any, gone: dict[str, Any] | None = None) -> dict[str, Any]:
+    gone = gone or {}
     record: dict[str, Any] = {k: getattr(r, k) for k in _RUN_FIELDS}
     record.update(
         datasets=list(r.datasets),
@@ -51,8 +52,19 @@ def _run_record(r: Any) -> dict[str, Any]:
         cancel_reason=r.cancel_reason,
         cancel_requested_at=r.cancel_requested_at,
         not_before=r.not_before,
+        worker_gone=({"last_heard_at": gone[r.id]} if r.id in gone else None),
     )
     return record
+
+
+def _state_text(r: Any, gone: dict[str, Any]) -> str:
+    """A Run's state; for one whose process is gone, that it is and what ends it."""
+    if r.id not in gone:
+        return str(r.state)
+    return (
+        f"{r.state} (worker gone, last heard from {_when(gone[r.id])}; "
+        "`combined repair` or the next worker ends it)"
+    )
 
 
 @app.command()
@@ -65,7 +77,8 @@ def runs(
     check_format(fmt)
     with _session(project) as engine:
         rows = engine.runs(limit)
-    if emit_records(fmt, [_run_record(r) for r in rows], header=_RUN_HEADER):
+        gone = engine.gone()
+    if emit_records(fmt, [_run_record(r, gone) for r in rows], header=_RUN_HEADER):
         return
     t = table("run", "source", "trigger", "state", "created", "datasets", "error")
     cut = None
@@ -73,8 +86,9 @@ def runs(
         error = _error_start(r.error)
         if r.error and error != r.error.rstrip("\n"):
             cut = cut or r.id
+        state = _state_text(r, gone)
         t.add_row(
-            r.id, r.source, r.trigger, r.state, _when(r.created_at), ",".join(r.datasets), error
+            r.id, r.source, r.trigger, state, _when(r.created_at), ",".join(r.datasets), error
         )
     print_table(t)
     if cut is not None:
@@ -108,11 +122,12 @@ def run_show(
     check_format(fmt, ("table", "json"))
     with _session(project) as engine:
         info = engine.run(run_id)
+        info["gone"] = {} if info["run"].terminal else engine.gone()
     r, adm = info["run"], info["admission"]
     if fmt == "json":
         emit_json(
             {
-                "run": {**_run_record(r), "stats": r.stats},
+                "run": {**_run_record(r, info["gone"]), "stats": r.stats},
                 "admission": {k: getattr(adm, k) for k in _ADMISSION_FIELDS},
                 "attempts": info["attempts"],
                 "deliveries": info["deliveries"],
@@ -127,7 +142,10 @@ _ADMISSION_FIELDS = ("id", "connector", "revision", "config_digest", "billing_po
 
 
 def _print_run(r: Any, adm: Any, info: dict[str, Any]) -> None:
-    console.print(f"run {r.id}  {r.state}  trigger={r.trigger}  source={r.source}")
+    console.print(
+        f"run {r.id}  {_state_text(r, info['gone'])}  trigger={r.trigger}  source={r.source}",
+        highlight=False,
+    )
     console.print(
         f"  created {_when(r.created_at)}  started {_when(r.started_at)}  ended {_when(r.ended_at)}"
     )
