@@ -507,6 +507,33 @@ def _ended(conn: Connection, run: Run, target: RunState, now: datetime) -> None:
     ledger = conn.info.get(LEDGER)
     if ledger is not None:  # the lake first: an ended Run is in the lake's ledger
         ledger.run(run_record(conn, run.id))
+        _ledger_the_unledgered(conn, ledger)
+
+
+#: How many Runs ended in the catalog alone one Run's end writes to the ledger.
+UNLEDGERED_BATCH = 20
+
+
+def _ledger_the_unledgered(conn: Connection, ledger: Any) -> None:
+    """Write to the lake's ledger the Runs whose end the catalog recorded alone (the store
+    refused it: ``run.unledgered``), now that it took this Run's; each then
+    ``run.ledgered``. A store that refuses again leaves them for the next Run's end."""
+    from combined.catalog._data import emit
+    from combined.errors import LakeError
+
+    done = sa.select(t.activity.c.run_id).where(t.activity.c.kind == "run.ledgered")
+    pending = conn.execute(
+        sa.select(t.activity.c.run_id)
+        .where(t.activity.c.kind == "run.unledgered", t.activity.c.run_id.not_in(done))
+        .order_by(t.activity.c.id)
+        .limit(UNLEDGERED_BATCH)
+    ).scalars()
+    for run_id in list(pending):
+        try:
+            ledger.run(run_record(conn, run_id))
+        except LakeError:
+            return
+        emit(conn, "run.ledgered", run_id=run_id, why="its end was recorded in the catalog alone")
 
 
 def recapture(run: Run) -> str:

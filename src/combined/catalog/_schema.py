@@ -219,7 +219,8 @@ activity = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("at", UTCDateTime, nullable=False, index=True),
-    sa.Column("kind", sa.String(64), nullable=False),
+    # (indexed since revision 0009: a Run's end finds the Runs the ledger lacks by kind)
+    sa.Column("kind", sa.String(64), nullable=False, index=True),
     sa.Column("source", sa.String(128), nullable=True),
     sa.Column("dataset", sa.String(128), nullable=True),
     sa.Column("run_id", sa.String(64), nullable=True),

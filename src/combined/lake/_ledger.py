@@ -40,7 +40,7 @@ class Ledger:
     def table(self, name: str) -> LakeTable:
         """The ledger table ``name`` (one of :data:`LEDGER_TABLES`)."""
         store = self.layout.store
-        return LakeTable(store.join("_combined", name), "", store)
+        return LakeTable(store.join("_combined", name), "", store, small=True)
 
     def _append(self, name: str, key: str, record: Mapping[str, Any]) -> None:
         """Append one record (a Delta commit of its own) to the ledger table ``name``."""

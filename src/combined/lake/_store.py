@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 #: unless ``AWS_MAX_ATTEMPTS`` (the AWS SDKs' own variable) says otherwise.
 S3_ATTEMPTS = 11
 
+#: delta-rs' bounds on each request of a table of small records (the lake's ledger): a
+#: store that does not answer fails it in about half a minute, not after the three
+#: minutes of retries (``retry_timeout``: 180 s) a data file's upload is given.
+SMALL_REQUESTS = {"timeout": "10s", "connect_timeout": "5s", "retry_timeout": "20s"}
+
 #: Object-store schemes and the delta-rs names they go by.
 SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
 
@@ -106,13 +111,21 @@ class LakeStore:
 
     # -- delta-rs ------------------------------------------------------------------
 
-    def storage_options(self) -> dict[str, str] | None:
+    def storage_options(self, *, small: bool = False) -> dict[str, str] | None:
         """delta-rs options: safe concurrent commits through the store's conditional put.
 
         Everything else (keys, region, endpoint, ``AWS_ALLOW_HTTP``, Azure's
         account and emulator) delta-rs reads from the environment itself; a
         GCS emulator (``STORAGE_EMULATOR_HOST``) it is pointed at here.
+        ``small``: a table of small records, whose requests are bounded
+        tighter (:data:`SMALL_REQUESTS`).
         """
+        options = self._storage_options()
+        if not small or not self.remote:
+            return options
+        return {**SMALL_REQUESTS, **(options or {})}
+
+    def _storage_options(self) -> dict[str, str] | None:
         remember_credentials()
         if self.scheme in ("gs", "gcs"):
             emulator = _gcs_emulator()

@@ -99,12 +99,15 @@ class LakeTable:
     resolved by reading the transaction version again.
     """
 
-    def __init__(self, path: str | Path, app_id: str, store: LakeStore | None = None) -> None:
+    def __init__(
+        self, path: str | Path, app_id: str, store: LakeStore | None = None, *, small: bool = False
+    ) -> None:
         #: The table's location: a local path or an object-store URL.
         self.path = str(path)
         self.app_id = app_id
         self.store = store or LakeStore.at(path)
-        self._options = self.store.storage_options()
+        #: (``small``: a table of small records, whose requests are bounded tighter)
+        self._options = self.store.storage_options(small=small)
         #: A pinned view's one load of the newest version (see :meth:`pinned`).
         self._pin: list[Any] | None = None
 

@@ -231,6 +231,8 @@ class Runner:
                 **({"by": run.canceled_by, "reason": run.cancel_reason} if run.canceled_by else {}),
                 **({"unledgered": unkept.message} if unkept else {}),
             )
+            if unkept is not None:  # (written to the ledger at the next Run's end)
+                cat.emit(conn, "run.unledgered", source=run.source, run_id=run.id)
             later = (
                 defer_retry(self.catalog, conn, run, exc) if isinstance(exc, RetryLater) else None
             )
