@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 from combined.catalog import Run, RunState, resets
 from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
-from combined.errors import ConfigError, NotFoundError
+from combined.errors import CombinedError, ConfigError, NotFoundError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -108,6 +108,18 @@ class Reading:
         _check_limit(limit)
         with self.catalog.begin() as conn:
             return runs_repo.list_runs(conn, limit=limit, states=states)
+
+    def lost_tables(self) -> CombinedError | None:
+        """The error naming each declared dataset's table the lake lost, or holds at an
+        older version than the catalog recorded (``runtime._lost``); None when none.
+
+        A load of each table's log (its checkpoint and the entries after it):
+        ``combined check`` asks, not ``status``, which lists the lake once a source.
+        """
+        from combined.runtime._lost import DeclaredDataset, lost_tables
+
+        declared = [DeclaredDataset(s, n, d.strategy) for s, n, d in self.project.datasets()]
+        return lost_tables(self.catalog, self.layout, declared)
 
     def gone(self) -> dict[str, datetime]:
         """The Runs not ended whose process is gone (a repair would end them now), each

@@ -376,11 +376,18 @@ def test_a_table_restored_from_an_older_copy_is_refused_and_nothing_changes(
     copies.put_back("shop/orders")
     tools.sql(tmp_path, "UPDATE orders SET status = 'lost' WHERE id = 20")
     lake, row = copies.lake(), _catalog_row(project)
+    location = str(tmp_path / "lake") if endpoint is None else lake_url
+    # `combined check` tells it before any capture (a load of each table's log)
+    checked = tools.cli(tmp_path, "check")
+    assert checked.returncode == 2, _said(checked)
+    assert (
+        f"fail lake tables: shop.orders: its table at {location}/shop/orders is at lake "
+        "version 0, behind lake version 1" in _said(checked)
+    )
     result = tools.cli(tmp_path, "capture", "shop.orders")
     said = _said(result)
     assert result.returncode == 3, said
     assert "needs_review" in result.stdout
-    location = str(tmp_path / "lake") if endpoint is None else lake_url
     assert (
         f"shop.orders: its table at {location}/shop/orders is at lake version 0, behind lake "
         "version 1 (committed 20" in said

@@ -208,7 +208,9 @@ def check(project: ProjectOpt = None) -> None:
     """Validate the project file, connect to every source and check each dataset there.
 
     The lake first: an object store is written and deleted a probe object, as a
-    capture does; a local lake is asked without creating anything.
+    capture does; a local lake is asked without creating anything. Then each
+    table the catalog records: missing from the lake, or at an older version
+    than recorded (restored from an older copy), its captures are refused.
     Exit 2 when the lake cannot be written or a dataset cannot be read as
     declared (a relation or column the source lacks, a type it cannot take),
     else 1 when a source failed.
@@ -224,6 +226,11 @@ def check(project: ProjectOpt = None) -> None:
         status = ERROR
         console.print(Text.assemble(_red("fail"), f" lake: {exc.message}"))
         console.print(f"     hint: {exc.hint}")
+    lost = None if status else engine.lost_tables()  # (a log load per table)
+    if lost is not None:
+        status = ERROR
+        console.print(Text.assemble(_red("fail"), f" lake tables: {lost.message}"))
+        console.print(f"     hint: {lost.hint}")
     for name in engine.project.sources:
 
         def warn(why: str, name: str = name) -> None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.engine import Connection
 
@@ -43,7 +43,27 @@ from combined.catalog import Catalog, resets
 from combined.catalog import data as cat
 from combined.errors import NotFoundError, TableBehind, TableMissing
 from combined.lake import LakeLayout
-from combined.runtime._plan import DatasetPlan, table_of
+
+
+class Declared(Protocol):
+    """What the check needs of a dataset: a Run's plan, or its declaration."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def strategy(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class DeclaredDataset:
+    """A dataset as the project file declares it (``combined check``)."""
+
+    source: str
+    name: str
+    strategy: str
+
 
 #: What may have happened to a table the catalog recorded and the lake lacks.
 CAUSES = (
@@ -91,7 +111,7 @@ def recorded(conn: Connection, source: str, dataset: str) -> Recorded | None:
 
 
 def lost_tables(
-    catalog: Catalog, layout: LakeLayout, plans: Sequence[DatasetPlan]
+    catalog: Catalog, layout: LakeLayout, plans: Sequence[Declared]
 ) -> TableMissing | None:
     """The :class:`TableMissing` of the datasets whose table is gone though the catalog
     recorded it, or (:class:`TableBehind`) is at an older version than the catalog
@@ -103,10 +123,10 @@ def lost_tables(
     read; a table found missing costs a listing of its source's directory,
     which must answer). Every lost table of the Run is named.
     """
-    lost: list[tuple[DatasetPlan, Recorded]] = []
-    behind: list[tuple[DatasetPlan, Recorded, int]] = []
+    lost: list[tuple[Declared, Recorded]] = []
+    behind: list[tuple[Declared, Recorded, int]] = []
     for plan in plans:
-        found = table_of(layout, plan).pinned().version()
+        found = layout.dataset_table(plan.source, plan.name).pinned().version()
         if found is not None:
             seen = _newer_than(catalog, plan, found)
             if seen is not None:
@@ -126,7 +146,7 @@ def lost_tables(
     return _behind(layout, behind) if behind else None
 
 
-def _newer_than(catalog: Catalog, plan: DatasetPlan, found: int) -> Recorded | None:
+def _newer_than(catalog: Catalog, plan: Declared, found: int) -> Recorded | None:
     """What the catalog records of the dataset's table when it is a lake version newer
     than ``found``, the table's; None when the table is as new as recorded."""
     with catalog.begin() as conn:
@@ -140,12 +160,12 @@ def _newer_than(catalog: Catalog, plan: DatasetPlan, found: int) -> Recorded | N
         return recorded(conn, plan.source, plan.name)
 
 
-def _refusal(layout: LakeLayout, lost: list[tuple[DatasetPlan, Recorded]]) -> TableMissing:
+def _refusal(layout: LakeLayout, lost: list[tuple[Declared, Recorded]]) -> TableMissing:
     """The error naming each lost table, why the capture stops, and what to do."""
     names = [f"{p.source}.{p.name}" for p, _ in lost]
     told = "; ".join(
-        f"{p.source}.{p.name}: its table at {table_of(layout, p).path} is missing from the lake, "
-        f"though the catalog recorded {seen.said()}"
+        f"{p.source}.{p.name}: its table at {layout.table(p.source, p.name)} is missing from "
+        f"the lake, though the catalog recorded {seen.said()}"
         for p, seen in lost
     )
     stream = any(p.strategy == "cdc" for p, _ in lost)
@@ -161,11 +181,11 @@ def _refusal(layout: LakeLayout, lost: list[tuple[DatasetPlan, Recorded]]) -> Ta
     )
 
 
-def _behind(layout: LakeLayout, behind: list[tuple[DatasetPlan, Recorded, int]]) -> TableBehind:
+def _behind(layout: LakeLayout, behind: list[tuple[Declared, Recorded, int]]) -> TableBehind:
     """The error naming each table older than the catalog records, and what to do."""
     names = [f"{p.source}.{p.name}" for p, _, _ in behind]
     told = "; ".join(
-        f"{p.source}.{p.name}: its table at {table_of(layout, p).path} is at lake version "
+        f"{p.source}.{p.name}: its table at {layout.table(p.source, p.name)} is at lake version "
         f"{found}, behind {seen.said()} the catalog recorded"
         for p, seen, found in behind
     )
