@@ -229,8 +229,9 @@ def check(project: ProjectOpt = None) -> None:
     lost = None if status else engine.lost_tables()  # (a log load per table)
     if lost is not None:
         status = ERROR
-        console.print(Text.assemble(_red("fail"), f" lake tables: {lost.message}"))
-        console.print(f"     hint: {lost.hint}")
+        # (whole lines: a location wrapped at the terminal's width is not one to copy)
+        console.print(Text.assemble(_red("fail"), f" lake tables: {lost.message}"), soft_wrap=True)
+        console.print(f"     hint: {lost.hint}", soft_wrap=True, highlight=False)
     for name in engine.project.sources:
 
         def warn(why: str, name: str = name) -> None:

@@ -317,6 +317,7 @@ def _say_unsettled(rows: list[dict[str, Any]]) -> None:
                 f"(`combined run show {run_id}` tells why)"
             ),
             highlight=False,
+            soft_wrap=True,
         )
 
 
