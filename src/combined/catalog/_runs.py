@@ -346,15 +346,16 @@ def last_ended(
         .limit(scan)
     )
     found: dict[tuple[str, str], dict[str, Any]] = {}
-    for row in conn.execution_options(yield_per=200).execute(q):
-        for dataset in row.datasets:
-            if (row.source, dataset) in wanted:
-                found.setdefault(
-                    (row.source, dataset),
-                    {"id": row.id, "state": row.state, "ended_at": row.ended_at},
-                )
-        if len(found) == len(wanted):
-            break
+    with conn.execution_options(yield_per=200).execute(q) as rows:  # (closed when left early)
+        for row in rows:
+            for dataset in row.datasets:
+                if (row.source, dataset) in wanted:
+                    found.setdefault(
+                        (row.source, dataset),
+                        {"id": row.id, "state": row.state, "ended_at": row.ended_at},
+                    )
+            if len(found) == len(wanted):
+                break
     return found
 
 
