@@ -47,6 +47,22 @@ def _wide300() -> tuple[str, str]:
     return ", ".join(columns), fill
 
 
+def _sparse300() -> tuple[str, str]:
+    """300 columns of :data:`_KINDS`, each NULL in 19 rows of 20."""
+    columns = ["id bigint PRIMARY KEY", "updated_at timestamptz NOT NULL"]
+    values = ["g", "timestamptz '2020-01-01 00:00:00+00' + g * interval '1 second'"]
+    for i in range(300):
+        kind, value = _KINDS[i % len(_KINDS)]
+        columns.append(f"c{i} {kind}")
+        values.append(f"CASE WHEN (g + {i}) % 20 = 0 THEN {value.format(i=i + 1)} END")
+    fill = (
+        "INSERT INTO {t} SELECT "
+        + ", ".join(values)
+        + " FROM generate_series({lo}::bigint, {hi}::bigint) AS g"
+    )
+    return ", ".join(columns), fill
+
+
 _STAMP = "timestamptz '2020-01-01 00:00:00+00' + g * interval '1 second'"
 
 
@@ -77,6 +93,7 @@ _NARROW_FILL = _fill("g, ((g * 7919) % 100000)::int, 'item ' || (g % 1000), " + 
 _NARROW_UPDATE = "label = 'updated', updated_at = now()"
 
 WIDE300_COLUMNS, WIDE300_FILL = _wide300()
+SPARSE300_COLUMNS, SPARSE300_FILL = _sparse300()
 
 CLIFF_SHAPES: dict[str, Shape] = {
     "wide300": Shape(
@@ -202,5 +219,125 @@ CLIFF_SHAPES: dict[str, Shape] = {
         _NARROW_FILL,
         _NARROW_UPDATE,
         partitions=4,
+    ),
+    # -- shapes a reviewer might bring (session fifty) --
+    "sparse300": Shape(
+        "sparse300",
+        "sparse300",
+        100_000,
+        SPARSE300_COLUMNS,
+        SPARSE300_FILL,
+        "c0 = coalesce(c0, 0) + 1, updated_at = now()",
+    ),
+    "prefix3": Shape(
+        "prefix3",
+        "prefix3",
+        1_000_000,
+        "a text NOT NULL, b text NOT NULL, c text NOT NULL, id bigint NOT NULL, "
+        "n integer NOT NULL, updated_at timestamptz NOT NULL, PRIMARY KEY (a, b, c)",
+        _fill(
+            "'tenant/acme-corporation-international-holdings-limited/' || (g % 10), "
+            "repeat('region/', 12) || (g / 10 % 100), "
+            "'https://example.com/a/very/long/shared/path/prefix/of/objects/' || "
+            f"lpad(g::text, 12, '0'), g, ((g * 7919) % 100000)::int, {_STAMP}"
+        ),
+        "n = n + 1, updated_at = now()",
+        key=("a", "b", "c"),
+    ),
+    "uuidnative": Shape(
+        "uuidnative",
+        "uuidnative",
+        1_000_000,
+        "k uuid PRIMARY KEY, id bigint NOT NULL, n integer NOT NULL, "
+        "updated_at timestamptz NOT NULL",
+        _fill(f"md5(g::text)::uuid, g, ((g * 7919) % 100000)::int, {_STAMP}"),
+        "n = n + 1, updated_at = now()",
+        key=("k",),
+    ),
+    "byteakey": Shape(
+        "byteakey",
+        "byteakey",
+        1_000_000,
+        "k bytea PRIMARY KEY, id bigint NOT NULL, n integer NOT NULL, "
+        "updated_at timestamptz NOT NULL",
+        _fill(
+            "decode(md5(g::text), 'hex') || decode(lpad(to_hex(g), 16, '0'), 'hex'), g, "
+            f"((g * 7919) % 100000)::int, {_STAMP}"
+        ),
+        "n = n + 1, updated_at = now()",
+        key=("k",),
+    ),
+    "skewkey": Shape(
+        "skewkey",
+        "skewkey",
+        1_000_000,
+        "k bigint PRIMARY KEY, id bigint NOT NULL, n integer NOT NULL, "
+        "updated_at timestamptz NOT NULL",
+        _fill(
+            "CASE g % 3 WHEN 0 THEN -9223372036854775807 + g * 7 "
+            "WHEN 1 THEN 9223372036854775807 - g * 11 ELSE (g - 500000) * 1000003 END, g, "
+            f"((g * 7919) % 100000)::int, {_STAMP}"
+        ),
+        "n = n + 1, updated_at = now()",
+        key=("k",),
+    ),
+    "toast20k": Shape(
+        "toast20k",
+        "toast20k",
+        10_000,
+        "id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, body text NOT NULL",
+        _fill(
+            f"g, {_STAMP}, (SELECT string_agg(md5((g * 1000 + x)::text), '') "
+            "FROM generate_series(1, 600 + (g % 50)) AS x)"
+        ),
+        "updated_at = now()",
+    ),
+    "bignum": Shape(
+        "bignum",
+        "bignum",
+        500_000,
+        "id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, "
+        "u numeric, w numeric(60,20), x numeric",
+        _fill(
+            f"g, {_STAMP}, "
+            "CASE WHEN g % 1000 = 1 THEN 'NaN'::numeric WHEN g % 1000 = 2 THEN 'Infinity' "
+            "WHEN g % 1000 = 3 THEN '-Infinity' "
+            "ELSE (g::numeric * 123456789012345678901234567890.123456789) / 7 END, "
+            "(g::numeric * 1234567890123456789012345.6789) / 3, "
+            "CASE WHEN g % 2 = 0 THEN g::numeric ELSE (10::numeric ^ (g % 90)) + g / 3.0 END"
+        ),
+        "u = u + 1, updated_at = now()",
+    ),
+    "deepjson": Shape(
+        "deepjson",
+        "deepjson",
+        100_000,
+        "id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, doc jsonb NOT NULL",
+        _fill(
+            f"g, {_STAMP}, (repeat('[1, ' || chr(123) || '\"a\": ', 40) || g || "
+            "repeat(chr(125) || ']', 40))::jsonb"
+        ),
+        "updated_at = now()",
+    ),
+    "tzedge": Shape(
+        "tzedge",
+        "tzedge",
+        1_000_000,
+        "id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, "
+        "t0 timestamptz, t1 timestamp, t2 date, t3 timestamptz",
+        _fill(
+            f"g, {_STAMP}, "
+            "CASE g % 500 WHEN 0 THEN timestamptz '4713-01-01 00:00:00+00 BC' "
+            "WHEN 1 THEN timestamptz '294246-12-31 23:59:59.999999+00' "
+            "ELSE timestamptz '2021-03-28 00:30:00 Europe/Berlin' "
+            "+ (g % 7200) * interval '1 second' END, "
+            "CASE g % 500 WHEN 0 THEN timestamp '4713-01-01 00:00:00 BC' "
+            "WHEN 1 THEN timestamp '294246-12-31 23:59:59.999999' "
+            "ELSE timestamp '2021-11-07 01:00:00' + (g % 7200) * interval '1 second' END, "
+            "CASE g % 500 WHEN 0 THEN date '4713-01-01 BC' WHEN 1 THEN date '5874897-12-31' "
+            "ELSE date '2021-03-28' + (g % 3)::int END, "
+            "timestamptz '0001-01-01 00:00:00+00' + g * interval '1 day'"
+        ),
+        "t0 = now(), updated_at = now()",
     ),
 }
