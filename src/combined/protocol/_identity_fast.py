@@ -136,6 +136,7 @@ class FastTexts:
         self.nonnull = {n for n in nonnull if not pa.types.is_dictionary(_field_type(schema, n))}
         self._texts: dict[str, _Text | None] = {}
         self._inner: list[str] = []
+        self._inner_of: dict[str, str] = {}  # a column's inner text, by column name
         for name in dict.fromkeys([*self.key, *self.payload]):
             self._texts[name] = self._text(name)
 
@@ -153,6 +154,7 @@ class FastTexts:
             (tag, text), length = _inner_text(v, t, kind, name, name in self.nonnull), None
         column = f"{_TEXT}{len(self._inner)}"
         self._inner.append(f"{text} AS {column}")
+        self._inner_of[name] = self._inner[-1]
         return _Text(column, tag, length)
 
     def _pieces(self, name: str, head: str, absent: str) -> list[str]:
@@ -182,10 +184,40 @@ class FastTexts:
 
     def payload_text(self) -> str:
         """The outer expression of the payload's canonical text (as ``payload_text_sql``)."""
-        pieces: list[str] = [_Lit(IDENTITY_ENCODING)]
-        for name in self.payload:
+        return self._payload_concat([_Lit(IDENTITY_ENCODING)], self.payload)
+
+    def _payload_concat(self, head: list[str], names: Sequence[str]) -> str:
+        pieces = list(head)
+        for name in names:
             pieces += self._pieces(name, _tlv_py("s", name), "")
         return _concat(_merged(pieces))
+
+    def stages(self, md5: str, acc: str, columns: int, relation: str) -> list[str]:
+        """The payload's text built ``columns`` columns a statement, each adding to ``acc``.
+
+        DuckDB holds a 2,048-row vector for every node of an expression, a
+        payload's concat ~0.23 MB a column: one statement over 1,600 columns
+        would hold ~370 MB whatever the rows. Each statement reads ``relation``
+        (the batch, and from the second on the text so far as ``acc``); the
+        first gives ``id`` (with a key) and ``acc``, the last ``payload_hash``
+        (``md5`` of the whole text: the same text, as concat is associative).
+        """
+        chunks = [self.payload[i : i + columns] for i in range(0, len(self.payload), columns)]
+        statements = []
+        for i, chunk in enumerate(chunks):
+            head: list[str] = [quote_ident(acc)] if i else [_Lit(IDENTITY_ENCODING)]
+            text = self._payload_concat(head, chunk)
+            last = i == len(chunks) - 1
+            outer = [f"{md5}({text}) AS payload_hash" if last else f"{text} AS {quote_ident(acc)}"]
+            needed = [*chunk]
+            if i == 0 and self.key:
+                outer.insert(0, f"{md5}({self.identity_text()}) AS id")
+                needed = [*self.key, *chunk]
+            inner = [self._inner_of[n] for n in dict.fromkeys(needed) if n in self._inner_of]
+            inner = ([quote_ident(acc)] if i else []) + (inner or ["1 AS __combined_none"])
+            select = f"SELECT {', '.join(inner)} FROM {relation}"
+            statements.append(f"SELECT {', '.join(outer)} FROM ({select})")
+        return statements
 
     def select(self, outer: Sequence[str], relation: str, order: str | None = None) -> str:
         """``SELECT <outer> FROM (SELECT <texts> FROM <relation>)``, rows in scan order.

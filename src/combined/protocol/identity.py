@@ -90,6 +90,9 @@ __all__ = [
 ]
 
 
+#: Payload columns whose texts one statement builds at most (``_staged``).
+STAGE_COLUMNS = 100
+
 _QUERY_STARTS = ("select", "with", "from", "values", "table", "(")
 
 # DuckDB type names (as DESCRIBE shows them) accepted for each family; a
@@ -308,6 +311,11 @@ def _computed(
         positions = pc.subtract(pc.cumulative_sum(ones), 1)
         scan = pa.Table.from_arrays([*columns, positions], names=[*used, ordinal])
         order = ordinal
+    if texts is not None and order is None and len(texts.payload) > STAGE_COLUMNS:
+        ids, hashes = _staged(con, texts, scan, "md5" if digest == HEX else "md5_number")
+        return (None if ids is None else _digests(ids, digest, texts)), _digests(
+            hashes, digest, texts
+        )
     view = f"__combined_identity_{uuid.uuid4().hex}"
     con.register(view, scan)
     try:
@@ -320,14 +328,44 @@ def _computed(
             result = con.sql(texts.select(outer, quote_ident(view), order)).to_arrow_table()
     finally:
         con.unregister(view)
-    columns = [result.column(n).combine_chunks() for n in result.column_names]
-    if digest == HEX:
-        columns = [c.cast(pa.string()) for c in columns]
-    elif texts is None:
-        columns = [c.cast(pa.binary()) for c in columns]
-    else:
-        columns = [_raw_digests(c) for c in columns]
+    columns = [_digests(result.column(n), digest, texts) for n in result.column_names]
     return (columns[0] if key else None), columns[-1]
+
+
+def _digests(column: pa.ChunkedArray, digest: Digest, texts: FastTexts | None) -> pa.Array:
+    """A result's digest column as the lake keeps it (hex text, or the 16 bytes)."""
+    array = column.combine_chunks()
+    if digest == HEX:
+        return array.cast(pa.string())
+    return array.cast(pa.binary()) if texts is None else _raw_digests(array)
+
+
+def _staged(
+    con: duckdb.DuckDBPyConnection, texts: FastTexts, scan: pa.Table, md5: str
+) -> tuple[pa.ChunkedArray | None, pa.ChunkedArray]:
+    """The ids and payload hashes of a payload of many columns, its text built in stages.
+
+    ``FastTexts.stages``: one statement over every column would hold DuckDB
+    vectors for each node of its expression, a multiple of the columns
+    whatever the rows; a stage holds ``STAGE_COLUMNS`` columns' worth, and
+    the text so far (a column of the batch's rows) between two.
+    """
+    acc = "__combined_acc"
+    while acc in scan.column_names:
+        acc += "_"
+    view = f"__combined_identity_{uuid.uuid4().hex}"
+    ids = result = None
+    for i, statement in enumerate(texts.stages(md5, acc, STAGE_COLUMNS, quote_ident(view))):
+        relation = scan if result is None else scan.append_column(acc, result.column(acc))
+        con.register(view, relation)
+        try:
+            result = con.sql(statement).to_arrow_table()
+        finally:
+            con.unregister(view)
+        if i == 0 and texts.key:
+            ids = result.column("id")
+    assert result is not None
+    return ids, result.column("payload_hash")
 
 
 def _hashes_sql(
