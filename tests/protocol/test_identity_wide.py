@@ -1,9 +1,10 @@
-"""A payload of hundreds of columns: its text built in stages, the same digests, bounded memory.
+"""A payload of hundreds of nullable columns: its text built in stages, the same digests.
 
 DuckDB holds a 2,048-row vector for every node of an expression: one
-statement concatenating 1,200 columns' texts held ~240 MB whatever the rows
-(a 300-column table of mostly NULL values took a capture to 402-424 MB).
-``compute_identity`` builds such a text ``STAGE_COLUMNS`` columns a statement.
+statement concatenating 1,200 nullable columns' texts held ~240 MB whatever
+the rows (a 300-column table of mostly NULL values took a capture to 402-424
+MB). ``compute_identity`` builds such a text ``STAGE_COLUMNS`` columns a
+statement.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def test_a_wide_payload_is_hashed_as_its_reference_text() -> None:
 
 
 def test_a_source_column_named_like_the_staged_text() -> None:
-    table = _wide(identity.STAGE_COLUMNS + 1, 5).append_column(
+    table = _wide(identity.STAGE_COLUMNS + 2, 5).append_column(
         "__combined_acc", pa.array(["x"] * 5)
     )
     names = table.column_names
@@ -118,7 +119,8 @@ def _hashing_growth(columns: int) -> int:
 
 
 def test_hashing_memory_does_not_grow_with_the_columns() -> None:
-    # One statement over every column: 44 MB at 200 columns, 241 MB at 1,200
-    # (5.4x). In stages: 32 and 57 MB (1.8x), the text so far its growth.
-    few, many = _hashing_growth(200), _hashing_growth(1200)
-    assert many < 3 * few, (few, many)
+    # One statement over every column: 44 MB at 200 nullable columns, 319 MB
+    # at 1,600 (7x). In stages: 27-33 and 57-85 MB (2-3x), the text so far
+    # its growth.
+    few, many = _hashing_growth(200), _hashing_growth(1600)
+    assert many < 4.5 * few, (few, many)

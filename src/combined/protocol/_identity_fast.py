@@ -175,6 +175,10 @@ class FastTexts:
         first = f"(CASE WHEN {text.column} IS NULL THEN {when_null} ELSE {_literal(head)} END)"
         return [first, *size, text.column]
 
+    def nullable(self) -> int:
+        """Payload columns the batch holds a null in (their texts take a CASE)."""
+        return sum(1 for name in self.payload if name not in self.nonnull)
+
     def identity_text(self) -> str:
         """The outer expression of the key's canonical text (as ``identity_text_sql``)."""
         pieces: list[str] = [_Lit(IDENTITY_ENCODING)]
