@@ -220,7 +220,7 @@ CLIFF_SHAPES: dict[str, Shape] = {
         _NARROW_UPDATE,
         partitions=4,
     ),
-    # -- shapes a reviewer might bring (session fifty) --
+    # -- shapes a reviewer might bring (forty-ninth session) --
     "sparse300": Shape(
         "sparse300",
         "sparse300",

@@ -147,7 +147,21 @@ def test_runs_tell_a_killed_captures_run_is_gone_and_write_nothing(
     assert f"run {run['id']} extracting (worker gone, last heard from" in shown
     (again,) = json.loads(tools.cli(pg_project, "runs", "--format", "json", "--limit", "1").stdout)
     assert again["state"] == "extracting" and again["worker_gone"]["last_heard_at"]
+    # The API and the console say it too.
+    with TestClient(create_app(pg_project / "combined.yaml", token=TOKEN)) as client:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        (api,) = client.get("/v1/runs", params={"limit": 1}, headers=auth).json()["runs"]
+        assert api["id"] == run["id"] and api["worker_gone"]["last_heard_at"]
+        one = client.get(f"/v1/runs/{run['id']}", headers=auth).json()["run"]
+        assert one["state"] == "extracting" and one["worker_gone"]["last_heard_at"]
+        client.post("/console/login", data={"token": TOKEN, "next": "/"})
+        for page in ("/console/runs", f"/console/runs/{run['id']}"):
+            assert "(worker gone, last heard from" in client.get(page).text, page
     # Nothing was written by the reads: the repair ends it, as before.
     assert tools.cli(pg_project, "repair").returncode == 0
     (ended,) = json.loads(tools.cli(pg_project, "runs", "--format", "json", "--limit", "1").stdout)
     assert ended["state"] == "failed" and ended["worker_gone"] is None
+    with TestClient(create_app(pg_project / "combined.yaml", token=TOKEN)) as client:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        (api,) = client.get("/v1/runs", params={"limit": 1}, headers=auth).json()["runs"]
+        assert api["state"] == "failed" and api["worker_gone"] is None

@@ -352,6 +352,15 @@ def _queued(engine: Engine, selector: str) -> dict[str, Any]:
     return {"run_id": run.id, "run": jsonable(run), "parts": told}
 
 
+def _told_gone(run: Any, gone: dict[str, Any]) -> dict[str, Any]:
+    """A Run as JSON, with ``worker_gone`` (when its process was last heard from) for one not
+    ended whose process is gone: a repair or the next worker ends it (``Engine.gone``)."""
+    told = dict(jsonable(run))
+    heard = gone.get(run.id)
+    told["worker_gone"] = None if heard is None else {"last_heard_at": jsonable(heard)}
+    return told
+
+
 def _run_routes(r: APIRouter, engine: Engine) -> None:
     """Runs: listing, showing, retrying and canceling them, and the queue."""
 
@@ -360,11 +369,13 @@ def _run_routes(r: APIRouter, engine: Engine) -> None:
         limit: Limit = 20,
         state: Annotated[list[RunState] | None, Query(description="only these states")] = None,
     ) -> dict[str, Any]:
-        return {"runs": jsonable(engine.runs(limit, states=state))}
+        gone = engine.gone()
+        return {"runs": [_told_gone(run, gone) for run in engine.runs(limit, states=state)]}
 
     @r.get("/runs/{run_id}", tags=["runs"], summary="One run: admission, attempts, deliveries")
     def run(run_id: str) -> dict[str, Any]:
-        return dict(jsonable(engine.run(run_id)))
+        shown = engine.run(run_id)
+        return {**jsonable(shown), "run": _told_gone(shown["run"], engine.gone())}
 
     @r.post(
         "/runs/{run_id}/retry",

@@ -75,6 +75,7 @@ def _run_pages(r: APIRouter, console: Console) -> None:
             request,
             "runs.html",
             runs=listed,
+            gone=engine.gone(),
             progress=progress,
             states=RUN_STATES,
             chosen=state or [],
@@ -84,7 +85,8 @@ def _run_pages(r: APIRouter, console: Console) -> None:
     def run(request: Request, run_id: str) -> Response:
         console.require(request)
         shown = engine.run(run_id)
-        return console.page(request, "run.html", **shown, progress=_progress(shown))
+        gone = engine.gone()
+        return console.page(request, "run.html", **shown, gone=gone, progress=_progress(shown))
 
 
 def _feed_pages(r: APIRouter, console: Console) -> None:
