@@ -549,3 +549,29 @@ def test_keys_deleted_and_inserted_again_in_one_backlog_drain_at_the_default_mem
     run, lake, source = _drain(tmp_path, cdc_db, "redo", changes, check, default=True)
     assert lake == source
     assert run.stats is not None and run.stats["redo"]["updates"] == REINSERTED
+
+
+#: Rows of a deferrable key rotated through its own rows: failed at the default memory.
+ROTATED = 300_000
+
+
+def test_a_deferrable_key_rotated_through_every_row_drains_at_the_default_memory(
+    tmp_path: Path, cdc_db
+) -> None:
+    # Under REPLICA IDENTITY FULL every row moves onto the key the next row
+    # leaves, logged before that row's move away: every key is inserted while
+    # held, and every delete applies before the insert logged ahead of it
+    # (moved_out holds one a row). The apply order's window once joined the
+    # whole of moved_out in the same statement, in the duplicate check and in
+    # the reduction, and both overran DuckDB's share of the default memory.
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE rot (id bigint PRIMARY KEY DEFERRABLE INITIALLY IMMEDIATE, a int)"
+        )
+        conn.execute("ALTER TABLE rot REPLICA IDENTITY FULL")
+        conn.execute(f"INSERT INTO rot SELECT g, g FROM generate_series(1, {ROTATED}) g")
+    changes = [f"UPDATE rot SET id = CASE WHEN id = {ROTATED} THEN 1 ELSE id + 1 END"]
+    check = "SELECT count(*), sum(id), sum(a), sum(id * a)"
+    run, lake, source = _drain(tmp_path, cdc_db, "rot", changes, check, default=True)
+    assert lake == source
+    assert run.stats is not None and run.stats["rot"]["updates"] == ROTATED

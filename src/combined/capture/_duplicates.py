@@ -185,6 +185,8 @@ class _Reduction(Protocol):
 
     def _live_sql(self) -> str: ...
 
+    def _bucket_changes(self, mine: str, after: str) -> None: ...
+
     def _stream_duplicates(self, limit: int) -> list[tuple[str, int, list[int]]]: ...
 
     def duplicates(self, limit: int = 1000) -> list[tuple[str, int, list[int]]]: ...
@@ -371,20 +373,36 @@ class DuplicateChecks:
             )
             # (A table: as a CTE, the window beside it overran 61 MB on 57k ids.)
             self.con.execute(f"CREATE OR REPLACE TABLE held AS {held}")
+            self._bucket_changes(mine, after)
             make = "CREATE OR REPLACE TABLE live AS" if n == 0 else "INSERT INTO live"
             self.con.execute(
-                f"{make} WITH r AS (SELECT _cid, _cop, ord, "
+                f"{make} WITH r AS (SELECT _cid, _cop, "
                 "CASE WHEN _cid IN (SELECT _kid FROM held) THEN 1 ELSE 0 END + "
                 "sum(CASE _cop WHEN 'insert' THEN 1 WHEN 'delete' THEN -1 ELSE 0 END) "
-                "OVER (PARTITION BY _cid ORDER BY coalesce(m.seq, 2 * ord)) AS n "
-                f"FROM {self._keys()} LEFT JOIN moved_out m USING (ord) "
-                f"WHERE _cop <> 'truncate'{after} AND _cid IN ({mine})) "
+                "OVER (PARTITION BY _cid ORDER BY seq) AS n FROM bc) "
                 "SELECT _cid, max(n) AS n FROM r GROUP BY _cid "
                 "HAVING max(n) FILTER (WHERE _cop = 'insert') > 1"
             )
-        self.con.execute("DROP TABLE IF EXISTS held")
+        self.con.execute("DROP TABLE IF EXISTS held; DROP TABLE IF EXISTS bc")
         self._has_live = True
         return "SELECT _cid, n FROM live"
+
+    def _bucket_changes(self: _Reduction, mine: str, after: str) -> None:
+        """Table ``bc``: the changes of the ids ``mine`` selects, each with its apply order.
+
+        A table before its window: the window over the changes joined to the
+        whole of ``moved_out`` in one statement held both at once and overran
+        DuckDB's share of the default memory (61 MB) on a bucket of 60k ids
+        (a deferrable key rotated through 300k rows of a ``REPLICA IDENTITY
+        FULL`` table, every delete moved out). The join builds on the
+        bucket's changes, not on ``moved_out``, which grows with the stream.
+        """
+        self.con.execute(
+            "CREATE OR REPLACE TABLE bc AS SELECT b._cid, b._cop, "
+            "coalesce(m.seq, 2 * b.ord) AS seq FROM moved_out m RIGHT JOIN "
+            f"(SELECT _cid, _cop, ord FROM {self._keys()} "
+            f"WHERE _cop <> 'truncate'{after} AND _cid IN ({mine})) b ON m.ord = b.ord"
+        )
 
     def _stream_duplicates(self: _Reduction, limit: int) -> list[tuple[str, int, list[int]]]:
         """Ids a change stream inserts while they are there (:meth:`_live_sql`), with ordinals."""

@@ -563,9 +563,15 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         if self.has_op:
             cut = self._stream_order()
             if con.execute("SELECT 1 FROM moved_out LIMIT 1").fetchall():
-                # A delete of a row a key held before a row moved onto it applies first.
-                changes = f"(SELECT * FROM {keys} LEFT JOIN moved_out USING (ord))"
-                order = "coalesce(seq, 2 * ord)"
+                # A delete of a row a key held before a row moved onto it applies
+                # first. Its order is a table before the window: the join to
+                # moved_out inside it overran DuckDB's share of the default memory
+                # (a deferrable key rotated through 300k rows, every delete moved).
+                con.execute(
+                    "CREATE OR REPLACE TABLE keyseq AS SELECT k.*, coalesce(m.seq, 2 * k.ord) "
+                    f"AS seq FROM {keys} k LEFT JOIN moved_out m USING (ord)"
+                )
+                changes, order = "keyseq", "seq"
         after = "" if cut is None else f" AND ord > {cut}"
         last = f"SELECT _cid, _chash, _cop, ord FROM {changes} WHERE _cop <> 'truncate'{after}"
         if self.has_op or not self.full:
@@ -597,7 +603,7 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         # computed by a window inside one join, a 600k-change MariaDB backlog (one
         # 300k-row UPDATE, then 150k key changes) failed for DuckDB's memory in most
         # runs at the default memory; in one join, a 1M-change backlog in half of them.
-        con.execute(f"CREATE TABLE lastc AS {last}")
+        con.execute(f"CREATE TABLE lastc AS {last}; DROP TABLE IF EXISTS keyseq")
         passes = None
         if self.has_op:
             (rows,) = con.execute(
