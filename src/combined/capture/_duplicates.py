@@ -276,9 +276,11 @@ class DuplicateChecks:
         own rows (``UPDATE t SET id = id + 1`` under ``REPLICA IDENTITY
         FULL``) logs row 1's move to key 2 before row 2's move away. Such a
         delete carries its row whole, the row the key held before the
-        insert, not the inserted one: the two concern different rows, so
-        the delete applies just before the insert and the key holds one row
-        throughout. Returns the ordinal of the last truncate (``None``: none).
+        insert: it applies just before the insert and the key holds one row
+        throughout. Its values may equal the inserted row's (rows alike
+        beside their key): which of two equal rows it took changes nothing,
+        where the key counted twice held the capture as duplicate keys.
+        Returns the ordinal of the last truncate (``None``: none).
         """
         if self._has_order:
             return self._cut
@@ -321,7 +323,7 @@ class DuplicateChecks:
                 f"FROM ({changes}) WHERE _cid IN (SELECT _cid FROM rep WHERE true{bucket}) "
                 "WINDOW o AS (PARTITION BY _cid ORDER BY ord)) "
                 "SELECT ord, 2 * p_ord - 1 AS seq FROM w "
-                "WHERE _cop = 'delete' AND p_op = 'insert' AND _chash <> p_hash AND CASE "
+                "WHERE _cop = 'delete' AND p_op = 'insert' AND CASE "
                 f"WHEN pp_op IS NULL THEN {lake} "
                 "ELSE pp_op <> 'delete' AND pp_hash = _chash END"
             )
