@@ -85,6 +85,23 @@ def test_without_hashing_rows_are_staged_as_read(tmp_path: Path) -> None:
     assert part_schema(part).names == [*SCHEMA.names, ORDINAL]
 
 
+def test_small_unhashed_batches_are_staged_gathered_in_order(tmp_path: Path) -> None:
+    # A change stream read a transaction at a time hands on a batch a
+    # transaction: 500k single-row MariaDB transactions were staged as 500k
+    # record batches of one row, each read and delivered apart (764 MB peak).
+    s = stager(tmp_path, hash_rows=False)
+    for i in range(3000):
+        s.put(batch(i, 1))
+    s.put(batch(3000, 20_000))  # a large batch is written as it is, after them
+    s.put(batch(23_000, 2))
+    (part,) = s.close(SCHEMA)
+    with pa.memory_map(str(part)) as source:
+        assert pa.ipc.open_file(source).num_record_batches <= 3
+    rows = part_table(part)
+    assert rows.column("id").to_pylist() == list(range(23_002))
+    assert rows.column(ORDINAL).to_pylist() == list(range(10, 23_012))
+
+
 def test_an_empty_capture_stages_one_empty_part_with_its_columns(tmp_path: Path) -> None:
     s = stager(tmp_path)
     (part,) = s.close(SCHEMA)
