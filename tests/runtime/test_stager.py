@@ -110,6 +110,15 @@ def test_an_empty_capture_stages_one_empty_part_with_its_columns(tmp_path: Path)
     assert table.column_names == [*SCHEMA.names, ORDINAL, "_combined_id", "_combined_payload_hash"]
 
 
+def test_an_empty_change_stream_stages_one_empty_part(tmp_path: Path) -> None:
+    # Its empty batch waits with the small ones, and a table of no rows has no
+    # batch: a quiet cdc capture (another table changed) staged no part and
+    # failed with "list index out of range".
+    s = stager(tmp_path, hash_rows=False)
+    (part,) = s.close(SCHEMA)
+    assert part_table(part).num_rows == 0
+
+
 def test_a_write_error_reaches_the_reading_thread(tmp_path: Path) -> None:
     s = stager(tmp_path, max_bytes=10_000)
     with pytest.raises(StagingLimitExceeded):

@@ -200,7 +200,8 @@ class CaptureStager:
         if small and (batch is None or big or small[0].schema != batch.schema):
             self._small, self._small_size = [], (0, 0)
             gathered = pa.Table.from_batches(small).combine_chunks()
-            for part in gathered.to_batches():
+            # (no rows: a table gives no batch; the empty one is written, as it was)
+            for part in gathered.to_batches() or small[:1]:
                 self.writer.write(part)
             small = self._small
         if batch is None:
