@@ -32,35 +32,28 @@ _KINDS = (
 )
 
 
-def _wide300() -> tuple[str, str]:
+def _cycled(count: int, every: int | None = None) -> tuple[str, str]:
+    """``count`` columns of :data:`_KINDS` after ``id`` and ``updated_at``; with ``every``,
+    each value NULL but in one row of ``every``."""
     columns = ["id bigint PRIMARY KEY", "updated_at timestamptz NOT NULL"]
     values = ["g", "timestamptz '2020-01-01 00:00:00+00' + g * interval '1 second'"]
-    for i in range(298):
+    for i in range(count):
         kind, value = _KINDS[i % len(_KINDS)]
         columns.append(f"c{i} {kind}")
-        values.append(value.format(i=i + 1))
-    fill = (
-        "INSERT INTO {t} SELECT "
-        + ", ".join(values)
-        + " FROM generate_series({lo}::bigint, {hi}::bigint) AS g"
-    )
-    return ", ".join(columns), fill
+        value = value.format(i=i + 1)
+        values.append(
+            value if every is None else f"CASE WHEN (g + {i}) % {every} = 0 THEN {value} END"
+        )
+    return ", ".join(columns), _fill(", ".join(values))
+
+
+def _wide300() -> tuple[str, str]:
+    return _cycled(298)
 
 
 def _sparse300() -> tuple[str, str]:
     """300 columns of :data:`_KINDS`, each NULL in 19 rows of 20."""
-    columns = ["id bigint PRIMARY KEY", "updated_at timestamptz NOT NULL"]
-    values = ["g", "timestamptz '2020-01-01 00:00:00+00' + g * interval '1 second'"]
-    for i in range(300):
-        kind, value = _KINDS[i % len(_KINDS)]
-        columns.append(f"c{i} {kind}")
-        values.append(f"CASE WHEN (g + {i}) % 20 = 0 THEN {value.format(i=i + 1)} END")
-    fill = (
-        "INSERT INTO {t} SELECT "
-        + ", ".join(values)
-        + " FROM generate_series({lo}::bigint, {hi}::bigint) AS g"
-    )
-    return ", ".join(columns), fill
+    return _cycled(300, every=20)
 
 
 _STAMP = "timestamptz '2020-01-01 00:00:00+00' + g * interval '1 second'"
