@@ -28,6 +28,7 @@ from combined.usage._refs import (
     names_in_raw_layer,
     reference_rows,
     referencing,
+    sql_literal,
 )
 
 
@@ -118,7 +119,7 @@ def _bill(
         billed = _first_usage(table, version, schema, files, month, deliveries, counts, current)
         return {month: billed}
     with _duck(store, files) as con:
-        month_lit = "'" + month.replace("'", "''") + "'"
+        month_lit = sql_literal(month)
         new = _new_pairs(con, store, files, month_lit, deliveries, (have, want))
         existing = _billed(con, layout, key, known, month, want, refs)
         row = _count_added(con, new, existing)
@@ -191,7 +192,7 @@ def _billed(
     if refs and known:
         return billed_sql(con, layout, key, known, month, want)
     if known:
-        month_lit = "'" + month.replace("'", "''") + "'"
+        month_lit = sql_literal(month)
         return (
             "SELECT month, _combined_id, op FROM "
             f"{layout.store.duck_source(con, known)} WHERE month = {month_lit}"

@@ -99,7 +99,7 @@ def billed_sql(
     references (:func:`referencing`).
     """
     store = layout.store
-    lit = _literal(month)
+    lit = sql_literal(month)
     usage = store.duck_source(con, known)
     rows = (
         f"SELECT month, _combined_id, op FROM {usage} "
@@ -148,7 +148,7 @@ def keep_billed(layout: LakeLayout, key: tuple[str, str], names: Sequence[str]) 
     con = duckdb.connect(config={"memory_limit": "64MB", "threads": 1})
     try:
         usage = store.duck_source(con, table.files())
-        listed = ", ".join(_literal(n) for n in names)
+        listed = ", ".join(sql_literal(n) for n in names)
         refs = con.execute(
             f"SELECT DISTINCT month, {REF_COLUMN} FROM {usage} "
             f"WHERE _combined_id IS NULL AND {REF_COLUMN} IN ({listed})"
@@ -187,10 +187,10 @@ def _copies(
         for month, name in refs:
             path = layout.store.child(layout.deliveries(*key), name)
             sql = (
-                f"SELECT {_literal(month)} AS month, "
+                f"SELECT {sql_literal(month)} AS month, "
                 f"CAST({as_sql('_combined_id', _digest(layout.store, path), want)} "
                 f"AS {digest_sql_type(want)}) AS _combined_id, {BILLED_OP} AS op, "
-                f"{_literal(name)} AS {REF_COLUMN} "
+                f"{sql_literal(name)} AS {REF_COLUMN} "
                 f"FROM {layout.store.duck_source(con, [path])}"
             )
             for b in con.sql(sql).to_arrow_reader(65_536):
@@ -207,5 +207,6 @@ def _digest(store: Any, path: str) -> Digest:
         return digest_of(pf.schema_arrow)
 
 
-def _literal(text: str) -> str:
+def sql_literal(text: str) -> str:
+    """``text`` as a SQL string literal."""
     return "'" + text.replace("'", "''") + "'"
