@@ -8,14 +8,17 @@ with ``wal_level=logical``:
    while nothing reads the slot; one ``combined capture`` in a fresh process
    drains them into the lake. Reported: changes/s, CPU-seconds, peak RSS, and
    that the lake equals the source.
-2. **wide backlog** (issue 25): a wide table (numeric(14,4), text[] with
+2. **single-row transactions** (issue 25): the same backlog of ``--txns``
+   changes, each committed alone (a procedure committing after each row), as
+   a busy OLTP source makes them.
+3. **wide backlog** (issue 25): a wide table (numeric(14,4), text[] with
    NULL elements, jsonb, uuid, date, timestamptz, every 20th row a 2-4 KB
    text stored out of line) of ``--wide-rows`` rows is captured first; then
    every row is updated beside its out-of-line text (pgoutput marks it
    unchanged) and one capture drains the backlog at the default settings.
    Reported: changes/s, CPU-seconds, peak RSS, and that the lake equals the
    source (the out-of-line text compared by its md5).
-3. **latency**: ``combined cdc follow --every 0.5`` runs in a fresh process
+4. **latency**: ``combined cdc follow --every 0.5`` runs in a fresh process
    while M single-row transactions commit 200 ms apart; each row's latency is
    the time from its source commit to the first publication whose basis holds
    it. Reported: p50 and p95.
@@ -110,8 +113,22 @@ def _setup(dsn: str, root: Path, prefix: str) -> None:
         raise SystemExit(f"cdc setup failed: {err}")
 
 
-def backlog(server: str, changes: int) -> dict[str, Any]:
-    """Drain a backlog of ``changes`` changes with one capture."""
+#: The backlog's changes, each its own transaction (what a busy OLTP source makes).
+ONE_BY_ONE = """\
+CREATE PROCEDURE one_by_one(inserts bigint, updates bigint, deletes bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+  FOR g IN 1..inserts LOOP
+    INSERT INTO events (id, kind, amount) VALUES (g, 'k' || (g % 7), g * 0.5); COMMIT;
+  END LOOP;
+  FOR g IN 1..updates LOOP UPDATE events SET amount = amount + 1 WHERE id = g; COMMIT; END LOOP;
+  FOR g IN inserts - deletes + 1..inserts LOOP DELETE FROM events WHERE id = g; COMMIT; END LOOP;
+END $$"""
+
+
+def backlog(server: str, changes: int, *, single: bool = False) -> dict[str, Any]:
+    """Drain a backlog of ``changes`` changes with one capture (``single``: each change
+    its own transaction, else transactions of 10,000)."""
     import psycopg
 
     name, dsn = _database(server)
@@ -121,19 +138,23 @@ def backlog(server: str, changes: int) -> dict[str, Any]:
         _setup(dsn, root, prefix)
         inserts, updates, deletes = int(changes * 0.6), int(changes * 0.3), int(changes * 0.1)
         with psycopg.connect(dsn, autocommit=True) as conn:
-            for lo in range(0, inserts, 10_000):
+            if single:
+                conn.execute(ONE_BY_ONE)
+                conn.execute("CALL one_by_one(%s, %s, %s)", (inserts, updates, deletes))
+            for lo in range(0, 0 if single else inserts, 10_000):
                 conn.execute(
                     "INSERT INTO events (id, kind, amount) SELECT g, 'k' || (g %% 7), g * 0.5 "
                     "FROM generate_series(%s::bigint, %s::bigint) g",
                     (lo + 1, min(lo + 10_000, inserts)),
                 )
-            for lo in range(0, updates, 10_000):
+            for lo in range(0, 0 if single else updates, 10_000):
                 conn.execute(
                     "UPDATE events SET amount = amount + 1 "
                     "WHERE id > %s::bigint AND id <= %s::bigint",
                     (lo, min(lo + 10_000, updates)),
                 )
-            conn.execute("DELETE FROM events WHERE id > %s", (inserts - deletes,))
+            if not single:
+                conn.execute("DELETE FROM events WHERE id > %s", (inserts - deletes,))
         rc, wall, rss, cpu, err = _cli_cpu(root, "capture")
         if rc != 0:
             raise SystemExit(f"capture failed: {err}")
@@ -296,6 +317,7 @@ def main(argv: list[str] | None = None) -> None:
     """Run both measurements and print them as JSON and a markdown table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=500_000)
+    parser.add_argument("--txns", type=int, default=200_000, help="single-row transactions")
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--wide-rows", type=int, default=500_000)
     parser.add_argument(
@@ -306,9 +328,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     b = backlog(args.dsn, args.changes)
+    t = backlog(args.dsn, args.txns, single=True)
     w = wide_backlog(args.dsn, args.wide_rows)
     lat = latency(args.dsn, args.samples)
-    print(json.dumps({"backlog": b, "wide_backlog": w, "latency": lat}, indent=2))
+    print(json.dumps({"backlog": b, "txn_backlog": t, "wide_backlog": w, "latency": lat}, indent=2))
     print()
     print("| measure | figure |")
     print("|---|---:|")
@@ -317,6 +340,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"| backlog throughput per CPU-second | {b['changes_per_cpu_s']:,} changes |")
     print(f"| backlog capture peak RSS | {b['peak_rss_mb']} MB |")
     print(f"| lake equals source after the backlog | {b['lake_equals_source']} |")
+    print(
+        f"| backlog of {t['changes']:,} single-row transactions | {t['wall_s']} s, "
+        f"{t['cpu_s']} CPU-s, {t['peak_rss_mb']} MB |"
+    )
+    print(f"| single-row transactions' throughput | {t['changes_per_s']:,} changes/s |")
+    print(f"| ... per CPU-second | {t['changes_per_cpu_s']:,} changes |")
+    print(f"| lake equals source after them | {t['lake_equals_source']} |")
     print(
         f"| wide backlog of {w['changes']:,} TOAST-unchanged updates | {w['wall_s']} s, "
         f"{w['cpu_s']} CPU-s |"

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pytest
 
 from combined.connectors.abc import Extraction
+from combined.connectors.postgres import _assemble as assemble_module
 from combined.connectors.postgres._cdc import (
     CHANGE_COLUMNS,
     OP_TRUNCATE,
@@ -679,14 +680,17 @@ def _feed_raw(*, runs: bool, batch_rows: int, batch_bytes: int) -> list[Message]
     return out + asm.states(asm.position, final=True)
 
 
+@pytest.mark.parametrize("few", [0, assemble_module._FEW_ROWS])
 @pytest.mark.parametrize(
     ("batch_rows", "batch_bytes"), [(1000, 64 << 20), (1, 64 << 20), (1000, 40)]
 )
 def test_rows_fed_in_runs_make_the_batches_rows_fed_one_by_one_make(
-    batch_rows: int, batch_bytes: int
+    batch_rows: int, batch_bytes: int, few: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Runs of several relations' rows, an update with its old row among them,
-    # batches cut by rows or by bytes inside a run: the same messages either way.
+    # batches cut by rows or by bytes inside a run: the same messages either way,
+    # whether a run of a few rows takes the numpy round (``few`` 0) or not.
+    monkeypatch.setattr(assemble_module, "_FEW_ROWS", few)
     one = _feed_raw(runs=False, batch_rows=batch_rows, batch_bytes=batch_bytes)
     many = _feed_raw(runs=True, batch_rows=batch_rows, batch_bytes=batch_bytes)
     assert _describe(many) == _describe(one)

@@ -109,6 +109,8 @@ _ROW_TAGS = frozenset((b"I", b"U", b"D"))
 _ROWS_AT_ONCE = 4096
 #: ... and row changes are gathered, across reads, up to this many bytes.
 _GATHERED_BYTES = 4 * 2**20
+#: Seconds an idle read waits for the stream's next message before a drain.
+_BUSY_WAIT = 0.01
 
 __all__ = [
     "CHANGE_COLUMNS",
@@ -314,7 +316,9 @@ class CdcExtraction(BaseExtraction):
                     yield from self._emit(rows.feed(asm))
                 continue
             if rows.held:  # every other message follows the rows before it
-                yield from self._emit(rows.feed(asm))
+                fed = rows.feed(asm)
+                if fed:  # (rarely: no generator started for nothing)
+                    yield from self._emit(fed)
             msg = decoder.decode(data)
             if isinstance(msg, Begin) and self._begins_after_end(asm, msg, pace):
                 break
@@ -437,7 +441,17 @@ class CdcExtraction(BaseExtraction):
     def _idle(
         self, asm: _Assembler, stream: ReplicationStream, pace: _Pace, now: float
     ) -> Generator[Message, None, tuple[bytes, int] | None]:
-        """Nothing to read: hand over what is committed, beat, ping; then wait a little."""
+        """Nothing to read: hand over what is committed, beat, ping; then wait a little.
+
+        A walsender decoding small transactions sends each a little after the
+        last: the reader catches up with it again and again. A short wait
+        comes first, so that a drain (a batch built, a state handed over) is
+        made when the stream pauses, not between two of its transactions.
+        """
+        with self._lock:
+            got = stream.read(_BUSY_WAIT)
+        if got is not None:
+            return got
         yield from self._emit(asm.drain())
         pace.last_flush = now
         if pace.end_lsn is None and not asm.in_transaction:
