@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from combined import cdc
 from combined.catalog import data as cat
@@ -345,5 +346,68 @@ def test_filled_values_are_the_streams_text_not_a_cast_to_text(tmp_path: Path, c
         assert len(rows) == 1, rows  # the streamed row 1 and the 99 filled ones agree
         assert rows[0]["flag"] is True and rows[0]["c"] == "ab  "
         assert rows[0]["ip"] == "10.0.0.1", rows
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    "added",
+    ["int DEFAULT 7", "int NOT NULL DEFAULT 7", "timestamptz DEFAULT clock_timestamp()"],
+    ids=["default", "not-null", "volatile"],
+)
+@pytest.mark.parametrize(
+    "gone",
+    [
+        ("ALTER TABLE t DROP COLUMN c",),
+        ("ALTER TABLE t DROP COLUMN c", "UPDATE t SET v = -2 WHERE id = 2"),
+        ("ALTER TABLE t RENAME COLUMN c TO d", "UPDATE t SET v = -2 WHERE id = 2"),
+    ],
+    ids=["dropped", "dropped-then-changed", "renamed"],
+)
+def test_a_column_added_with_a_default_and_dropped_in_one_backlog_needs_a_snapshot(
+    tmp_path: Path, cdc_db: Any, added: str, gone: tuple[str, ...]
+) -> None:
+    """The stream showed the column, the source no longer has it: refused, not null.
+
+    Reproduction: 100 rows captured, then ``ALTER TABLE t ADD COLUMN c int
+    DEFAULT 7``, an update of row 1 (its relation message shows ``c``), a
+    row inserted with ``c``, ``ALTER TABLE t DROP COLUMN c``. The fill found
+    ``c`` gone and let it be: the capture succeeded (``drop: evolve``) with
+    ``c`` 7 in rows 1 and 101 and null in the 99 rows that held 7 while it
+    existed (renamed to ``d``: ``d`` filled, ``c`` left so). Now the capture
+    ends ``needs_review``, naming the column and the new snapshot, and
+    commits nothing; the column left out of ``columns:``, it captures on.
+    """
+    dsn = _project(tmp_path, cdc_db)
+    config = tmp_path / "combined.yaml"
+    config.write_text(config.read_text() + "        drift: {drop: evolve, rename: evolve}\n")
+    engine = Engine.open(config)
+    try:
+        _captured_then(
+            engine,
+            dsn,
+            f"ALTER TABLE t ADD COLUMN c {added}",
+            "UPDATE t SET v = -1 WHERE id = 1",
+            "INSERT INTO t (id, v) VALUES (101, 101)",
+            *gone,
+        )
+        for _ in range(2):  # every retry reads the same relation message
+            (run,) = engine.capture()
+            assert run.state == "needs_review", run.error
+            assert run.error is not None
+            assert "column 'c' of public.t" in run.error and "dropped or renamed" in run.error
+            assert "`combined cdc teardown` then `combined cdc setup`" in run.error
+            assert "leave 'c' out of the dataset's `columns:`" in run.error
+            assert _lake(engine, "id, v") == [(i, i) for i in range(1, 101)]  # none committed
+            assert "c" not in engine.sql("SELECT * FROM pg.t LIMIT 0").schema.names
+    finally:
+        engine.close()
+    # the hint's other way out: the column left out, the stream read on
+    config.write_text(config.read_text() + "        columns: [id, v]\n")
+    engine = Engine.open(config)
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert _lake(engine, "id, v") == _source(dsn, "id, v")
     finally:
         engine.close()

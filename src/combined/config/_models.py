@@ -343,10 +343,12 @@ class DriftPolicy(_Model):
 
     A change stream fills it on every row the source filled (a column added
     with a default), and on every row when it appears with no ``ALTER`` (a
-    name ``columns:`` gained; on MariaDB, a column grant widened). A
-    PostgreSQL, MariaDB or SQLite cursor read that finds such values below
-    its checkpoint reads again from the first row. Other
-    cursor reads (files, HTTP, Singer, Airbyte) carry only the rows past
+    name ``columns:`` gained; on MariaDB, a column grant widened). One
+    dropped again before the capture read it (its values gone from the
+    source) stops the capture ``needs_review`` instead: take a new snapshot,
+    or leave it out of ``columns:``. A PostgreSQL, MariaDB or SQLite cursor
+    read that finds such values below its checkpoint reads again from the
+    first row. Other cursor reads (files, HTTP, Singer, Airbyte) carry only the rows past
     their checkpoint: rows the source filled below it stay null in the lake
     until they are read again; capture the dataset once with ``strategy:
     snapshot`` to fill them.

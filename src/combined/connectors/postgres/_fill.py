@@ -15,6 +15,8 @@ the stream after the filled value, and the last change wins; a row the
 read does not hold was deleted meanwhile, and its delete follows too. A row
 the read holds that was inserted after the ALTER is filled before its
 insert: the run ends only past ``T``, so the insert lands in the same commit.
+A column gone by ``T`` (dropped or renamed since) took the values the source
+gave the rows with it: the capture needs a new snapshot (:func:`_gone`).
 
 :func:`count_nulls` counts the filled columns' nulls in one snapshot, for
 reconciliation, with what it needs to tell whether the lake's commit holds
@@ -45,6 +47,7 @@ from combined.connectors.postgres._connect import Settings, connect_error, query
 from combined.connectors.postgres._pgoutput import Relation, RelationColumn, text_to_lsn
 from combined.connectors.postgres._replication import SESSION_SETTINGS
 from combined.connectors.postgres._rewrite import Marks, read_marks
+from combined.errors import NeedsSnapshot
 
 __all__ = [
     "ColumnFill",
@@ -117,6 +120,9 @@ class ColumnFill:
                     conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(ident))
                     found = conn.execute(_TYPES, (ident.as_string(conn),)).fetchall()
                     now = {str(r[0]): (int(r[1]), int(r[2])) for r in found}
+                    gone = [c for c in types if c not in now]
+                    if gone:
+                        raise _gone(relation, gone)
                     if any(now.get(c) != pair for c, pair in types.items()):
                         raise FillDeferred(relation)
                     cur.execute(query)
@@ -130,6 +136,31 @@ class ColumnFill:
             raise query_error(
                 exc, self._settings, f"reading the columns added to {relation}"
             ) from None
+
+
+def _gone(relation: str, columns: Sequence[str]) -> NeedsSnapshot:
+    """The refusal of a fill whose ``columns`` left the table before they were read.
+
+    A column a relation message showed (added, or of a new type) and that
+    was dropped or renamed since held values for the rows the stream does not
+    carry: the default the ``ADD COLUMN`` gave them, or the values an ``ALTER
+    ... TYPE`` rewrote. PostgreSQL clears a dropped column's default and
+    missing value (``pg_attrdef``, ``attmissingval``), so nothing tells
+    them, or even whether there was one; the lake would hold null instead.
+    Every retry reads the same relation message: only a new snapshot mends it.
+    """
+    names = ", ".join(repr(c) for c in columns)
+    return NeedsSnapshot(
+        f"column {names} of {relation}, which the change stream shows added or rewritten, "
+        "was dropped or renamed before this capture could read it: the values the source "
+        "gave its rows without a change in the stream (a default) are gone, and the lake "
+        "would hold null in every row not changed while the column existed",
+        hint="run `combined cdc teardown` then `combined cdc setup` for the source: a new "
+        f"snapshot takes the table as it is now; or leave {names} out of the dataset's "
+        "`columns:` to capture on without it",
+        relation=relation,
+        column=columns[0],
+    )
 
 
 def not_null_columns(settings: Settings, relation: str) -> tuple[str, ...]:
