@@ -3,9 +3,9 @@
 :class:`BinlogExtraction` streams the binlog with ``mysql-replication``
 (``COM_BINLOG_DUMP`` from a file and offset) from the committed position up
 to the end of the log when the read starts, and yields, in log order,
-change batches (:mod:`~._binlog_rows`) and, after each committed
-transaction that touched the table, a ``StateMessage`` whose state is the
-checkpoint:
+change batches (:mod:`~._binlog_rows`) and, after a batch, at the end of the
+next committed transaction that touched the table, a ``StateMessage`` whose
+state is the checkpoint:
 
 ``{"binlog": "<file>:<offset>", "at": "<time of its last event>", "columns": {...}}``
 
@@ -19,8 +19,13 @@ skips nothing it lacks. The engine commits the state with the lake commit
 of the rows before it; rows after the last state belong to a transaction
 whose end was not read yet (a large transaction is yielded as it streams,
 in batches, so memory stays bounded) and are never committed without a
-state covering them. A read never ends inside a transaction, and its last
-message is a ``final`` state at the last transaction boundary read.
+state covering them. Small transactions share a batch: at a transaction's
+end its rows are flushed (and the state follows) only once the pending rows
+reach half a batch (:attr:`~._binlog_rows.ChangeRows.due`) or a batch went
+out since the last state; else the next transactions' rows join them (a
+backlog of single-row transactions was a batch and a state a change: ~2k
+changes per CPU-second). A read never ends inside a transaction, and its
+last message is a ``final`` state at the last transaction boundary read.
 
 Nothing on the server remembers a consumer: the position lives only in the
 lake's checkpoint, so :meth:`acknowledge` has nothing to confirm, and the
@@ -205,9 +210,14 @@ class BinlogExtraction(SessionRead[Session]):
         self._server_id = server_id or random.randint(1 << 20, (1 << 31) - 1)
         self._stream: Any = None
         self._seen = 0
+        #: Whether a batch went out that no state followed yet (:meth:`_read` then
+        #: states the next transaction end it reads).
+        self._uncovered = False
         self._library_rows = library_rows
         #: Rows events decoded by ``mysql-replication`` (the rest: from their bytes).
         self.library_events = 0
+        #: Table maps of the table the read parsed (the library's, each kept while its id holds).
+        self.table_maps = 0
         self._decoders: dict[str, RowDecoder | None] = {}
         self._table: Any = None
         self._current: RowDecoder | None = None
@@ -410,6 +420,10 @@ class BinlogExtraction(SessionRead[Session]):
             only_schemas=[rel.database],
             only_tables=[rel.table],
             enable_logging=False,
+            # A table map of an id the read knows is not parsed again (half the read of
+            # single-row transactions): a table's definition gets a new id at any change.
+            # Forgotten at each file's start (a restart numbers anew) and statement (DDL).
+            freeze_schema=True,
             pymysql_wrapper=DriverConnection,  # (its TLS context made once)
         )
 
@@ -455,6 +469,7 @@ class BinlogExtraction(SessionRead[Session]):
                     continue
                 if isinstance(event, FormatDescriptionEvent):  # (a file's first event)
                     self._file_created(str(stream.log_file), int(event.timestamp or 0))
+                    stream.table_map = {}  # (a new file may be a new server run: ids anew)
                     continue
                 if isinstance(event, MariadbGtidEvent):
                     in_txn = not (int(event.flags) & 1)  # FL_STANDALONE: one event, no COMMIT
@@ -486,8 +501,9 @@ class BinlogExtraction(SessionRead[Session]):
                 if touched:
                     touched = False
                     self._note_race(stream)
-                    yield from self._emit(rows.flush())
-                    yield self._state(boundary, at, final=False)
+                    if rows.due or self._uncovered:  # (else its rows wait for the next ones)
+                        yield from self._emit(rows.flush())
+                        yield self._state(boundary, at, final=False)
                 if self._max_changes and self._seen >= self._max_changes:
                     touched = (yield from self._fill_appeared(rows, rel, boundary)) or touched
                     if self._past(stream):
@@ -666,6 +682,7 @@ class BinlogExtraction(SessionRead[Session]):
         if table is None:
             return None
         if table is not self._table:
+            self.table_maps += 1
             shape = repr([c.data for c in table.columns])
             if shape not in self._decoders:
                 if len(self._decoders) >= 16:  # shapes seen in one read: a few at most
@@ -684,6 +701,7 @@ class BinlogExtraction(SessionRead[Session]):
         verb = query.strip().upper()
         if verb in ("BEGIN", "COMMIT", "ROLLBACK"):
             return verb, []
+        self._stream.table_map = {}  # (a statement may be DDL: table maps read anew)
         touches = self._touches(query, schema, rel)
         if isinstance(touches, Added) or not touches:
             return verb, touches or []
@@ -740,6 +758,7 @@ class BinlogExtraction(SessionRead[Session]):
 
     def _emit(self, batches: list[Any]) -> Iterator[Message]:
         for batch in batches:
+            self._uncovered = True
             ops = batch.column(OP_COLUMN)
             if not (batch.num_rows == 1 and ops[0].as_py() == OP_TRUNCATE):
                 self.authority.count(batch.num_rows, batch.nbytes)
@@ -760,6 +779,7 @@ class BinlogExtraction(SessionRead[Session]):
             state["at"] = at.isoformat()
         elif (self._request.state or {}).get("at"):
             state["at"] = self._request.state["at"]  # type: ignore[index]
+        self._uncovered = False
         return StateMessage(
             self._request.dataset,
             state,

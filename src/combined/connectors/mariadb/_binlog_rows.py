@@ -337,6 +337,12 @@ class ChangeRows:
         """Whether the pending rows reached a batch limit."""
         return len(self._rows) >= self._limits[0] or self._bytes >= self._limits[1]
 
+    @property
+    def due(self) -> bool:
+        """Whether the pending rows reached half a batch limit: at a transaction's end, the
+        read flushes them then; below, the next transactions' rows join them."""
+        return 2 * len(self._rows) >= self._limits[0] or 2 * self._bytes >= self._limits[1]
+
     def _shape(self, names: Sequence[str]) -> Layout:
         kept = [self._plans[n] for n in names if n in self._plans]
         missing = [k for k in self._key if k not in {p.name for p in kept}]
