@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -410,6 +409,14 @@ class DriverConnection(pymysql.connections.Connection):  # type: ignore[misc]
 
     _preferred: ClassVar[Any] = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # ``mysql-replication`` opens its control connection with PyMySQL's deprecated
+        # ``db``: given as ``database``, no warning (filtered around every event read,
+        # the filter cost ~13% of a binlog read of single-row transactions).
+        if "db" in kwargs:
+            kwargs["database"] = kwargs.pop("db")
+        super().__init__(*args, **kwargs)
+
     def _create_ssl_ctx(self, sslp: Any) -> Any:
         if sslp != {}:
             return super()._create_ssl_ctx(sslp)
@@ -434,12 +441,10 @@ def stream_connection(settings: Settings) -> dict[str, Any]:
 def next_event(stream: Any) -> Any:
     """A binlog stream's next event, or None at the log's end.
 
-    ``mysql-replication`` opens its control connection with PyMySQL's
-    deprecated ``db`` argument: that warning is the library's, not ours.
+    (The stream's connections are :class:`DriverConnection`: the library's
+    deprecated ``db`` argument warns no more.)
     """
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "'db' is deprecated", DeprecationWarning)
-        return stream.fetchone()
+    return stream.fetchone()
 
 
 class Session:
