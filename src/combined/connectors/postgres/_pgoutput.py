@@ -71,6 +71,8 @@ _U64 = struct.Struct("!Q")
 _I64 = struct.Struct("!q")
 _BEGIN = struct.Struct("!QqI")
 _COMMIT = struct.Struct("!BQQq")
+#: The sizes of a begin and a commit message, their tag included.
+_BEGIN_SIZE, _COMMIT_SIZE = 1 + _BEGIN.size, 1 + _COMMIT.size
 _STREAM_COMMIT = struct.Struct("!IBQQq")
 
 # Tuple column kinds, as bytes values, for the hot decoding loop.
@@ -436,6 +438,7 @@ def _old_kind(r: _Reader) -> Literal["K", "O"]:
 
 
 _ROW_TAGS = frozenset((b"I", b"U", b"D"))
+_B, _C = b"B"[0], b"C"[0]
 
 
 def decode_message(data: bytes, *, in_stream: bool = False) -> PgoutputMessage:
@@ -449,6 +452,15 @@ def decode_message(data: bytes, *, in_stream: bool = False) -> PgoutputMessage:
         raise SourceError("empty pgoutput message", hint="restart the capture")
     if type(data) is not bytes:
         data = bytes(data)
+    size = len(data)
+    # A begin and a commit of the usual size, first: a backlog of single-row
+    # transactions makes two a row (no reader, no check of trailing bytes).
+    if size == _BEGIN_SIZE and data[0] == _B:
+        lsn, ts, xid = _BEGIN.unpack_from(data, 1)
+        return Begin(lsn, pg_timestamp(ts), xid)
+    if size == _COMMIT_SIZE and data[0] == _C:
+        flags, commit_lsn, end_lsn, ts = _COMMIT.unpack_from(data, 1)
+        return Commit(flags, commit_lsn, end_lsn, pg_timestamp(ts))
     r = _Reader(data, 1)
     tag = data[0:1]
     msg: PgoutputMessage
