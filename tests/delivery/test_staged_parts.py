@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pytest
 
-from combined.delivery import Limits, PartWriter, StagedParts, StagingArea
-from combined.delivery._staging import (
+from combined.delivery import Limits, PartWriter, StagedParts, StagingArea, _parts
+from combined.delivery._parts import (
+    COPY_BATCH_BYTES,
     ELEMENT_BYTES,
     GATHERED_ROWS,
     SCAN_BATCH_BYTES,
@@ -168,3 +171,54 @@ def test_a_part_staged_before_any_mark_holds_unmarked_rows_only(tmp_path: Path) 
     assert plain.column("v").to_pylist() == list(range(10, 20))
     assert plain.column("_combined_unchanged").null_count == 10
     assert staged.within((10, 19), marked=True).count_rows() == 0
+
+
+def _mapped_kb(path: Path) -> int:
+    """Resident kB of this process's mappings of ``path`` (``/proc/self/smaps``)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and not head[0].endswith(":"):  # a mapping's first line
+            inside = head[-1] == str(path)
+        elif inside and head[0] == "Rss:":
+            total += int(head[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux's /proc")
+def test_a_scan_of_a_heavy_batch_of_wide_rows_holds_a_few_megabytes_of_its_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A change stream of 300 mostly-null columns staged 31,000 rows (61 MB)
+    # a batch; a scan read it in 4 MB slices of one mapping, which held every
+    # page read by its last (~96 MB of a 50,000-row backlog's peak).
+    n = 30_000
+    null = np.arange(n) % 20 != 0
+    columns = {"id": pa.array(range(n), pa.int64())}
+    for i in range(150):
+        columns[f"i{i}"] = pa.array(np.arange(n) * i, pa.int64(), mask=null)
+        columns[f"s{i}"] = pa.array([f"v{i}-{j}" for j in range(n)], pa.string(), mask=null)
+    table = pa.table(columns)
+    assert table.nbytes > 40 << 20
+    writer = PartWriter(StagingArea(tmp_path / "s", Limits()), "s/d/capture", 10**6, 2**40)
+    writer.write(table.to_batches()[0])
+    (part,) = writer.close()
+    staged = StagedParts([part], table.schema, budget=COPY_BATCH_BYTES, joined=True)
+    weighed: list[int] = []  # (the part's pages at each batch its heaviest row weighs)
+
+    def weighing(batch: pa.RecordBatch) -> int:
+        weighed.append(_mapped_kb(part))
+        return scan_weight(batch)
+
+    with monkeypatch.context() as m:
+        m.setattr(_parts, "scan_weight", weighing)
+        assert staged.heaviest_row() > 0
+    assert max(weighed) < 8 << 10, f"{max(weighed) >> 10} MB of the part resident, weighed"
+    held, copies = 0, []
+    for batch in staged.batches():
+        copies.append(batch.serialize())  # (every page of its values read, as a scan copies)
+        held = max(held, _mapped_kb(part))
+    assert held > 0
+    assert held < 16 << 10, f"{held >> 10} MB of the part resident during its scan"
+    read = [pa.ipc.read_record_batch(c, table.schema) for c in copies]
+    assert pa.Table.from_batches(read).equals(table)

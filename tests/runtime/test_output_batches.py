@@ -15,7 +15,7 @@ from combined.capture import _deliver as _deliver_module
 from combined.capture import _output as _output_module
 from combined.capture._output import OUTPUT_BATCH_BYTES, OUTPUT_BATCH_ROWS
 from combined.capture._reduce import Reducer
-from combined.delivery._staging import StagedParts
+from combined.delivery import StagedParts
 
 #: The payload of every stream here: a key, a text that is large or not, a number.
 PAYLOAD = [("id", pa.int64()), ("big", pa.string()), ("n", pa.int64())]
