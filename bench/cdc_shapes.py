@@ -48,6 +48,7 @@ CDC_ROWS = {
     "numeric38": 1_000_000,
     "timestamps": 1_000_000,
     "parted": 1_000_000,
+    "sparse300": 50_000,
 }
 
 
@@ -96,10 +97,13 @@ def _check(root: Path, dsn: str, table: str) -> bool:
     return (lake["n"], lake["s"]) == (int(source[0]), int(source[1] or 0))
 
 
-def drain(server: str, name: str, rows: int) -> dict[str, Any]:
-    """Make ``name``'s backlog over ``rows`` rows in a database of its own, drain and check it."""
+def drain(
+    server: str, name: str, rows: int, prefix: str = "combined_cdc_shapes_"
+) -> dict[str, Any]:
+    """Make ``name``'s backlog over ``rows`` rows in a database of its own (``prefix`` and
+    the shape's name), drain and check it."""
     shape = SHAPES[name]
-    database = f"combined_cdc_shapes_{name}"
+    database = f"{prefix}{name}"
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{database}"')
@@ -148,10 +152,17 @@ def main(argv: list[str] | None = None) -> None:
         default=os.environ.get("COMBINED_TEST_PG_DSN", DEFAULT_SERVER_DSN),
         help="a superuser DSN of the server",
     )
+    p.add_argument(
+        "--database-prefix",
+        default="combined_cdc_shapes_",
+        help="each shape's scratch database is named this and the shape's name",
+    )
     args = p.parse_args(argv)
     results = []
     for name in args.shapes:
-        result = drain(args.dsn, name, max(int(CDC_ROWS[name] * args.rows), 1))
+        result = drain(
+            args.dsn, name, max(int(CDC_ROWS[name] * args.rows), 1), args.database_prefix
+        )
         print(json.dumps(result), flush=True)
         results.append(result)
     print("\n| shape | changes | wall s | CPU-s | changes/s | peak RSS | lake = source |")
