@@ -287,6 +287,22 @@ def test_batches_are_bounded_by_rows_and_bytes() -> None:
         _batcher(batch_rows=0)
 
 
+def test_a_batch_of_mostly_null_rows_is_bounded_by_what_its_arrow_weighs() -> None:
+    # 300 int8 columns, all null but the key: 2 wire bytes a value and
+    # more than 8 in the batch. Bounded by wire bytes alone, a 16 MB batch
+    # of such rows was 61 MB of Arrow, staged and scanned whole.
+    columns = [RelationColumn("id", 20, -1, True)]
+    columns += [RelationColumn(f"c{i}", 20, -1, False) for i in range(299)]
+    rel = Relation(91_000, "public", "sparse", "d", tuple(columns))
+    row = TupleData("t" + "n" * 299, (b"1", *[None] * 299))
+    b = ChangeBatcher(rel, batch_bytes=1 << 20)
+    while not b.full:
+        b.add(Insert(rel.oid, row), commit_lsn=TXN.final_lsn, commit_time=TXN.commit_time)
+    batch = b.flush()
+    assert batch is not None
+    assert batch.nbytes <= 1.25 * (1 << 20), (batch.num_rows, batch.nbytes)
+
+
 def test_truncate_is_a_one_row_marker() -> None:
     b = _batcher()
     marker = b.truncate_batch(commit_lsn=TXN.final_lsn, commit_time=TXN.commit_time)
