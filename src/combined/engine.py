@@ -401,8 +401,13 @@ class Engine(Reading):
                 "--poll must be more than 0 seconds and --max-runs at least 1",
                 hint="e.g. --poll 2 --max-runs 10",
             )
-        # Runs a dead worker left are closed before this one waits for more.
-        self._ready()
+        # Runs a dead worker left are closed before this one waits for more. A store
+        # that does not answer yet is waited for (one that refuses is an error), unless
+        # ``once`` (a job run from time to time: its next start tries again).
+        if once:
+            self._ready()
+        elif not self._ready_when_reachable(stopping):
+            return
         tried: set[str] = set()
         yield from work(
             self.take_run,
@@ -415,6 +420,31 @@ class Engine(Reading):
             give_back=self._give_back_taken,
             idle=lambda: self._recover_abandoned(tried),
         )
+
+    def _ready_when_reachable(self, stopping: Callable[[], bool]) -> bool:
+        """:meth:`_ready`, once the lake's store answers (``runtime._lake_wait``); False
+        when ``stopping`` came first. A store that refuses is not waited for: raised."""
+        from combined.errors import LakeNotWritable
+        from combined.lake._probe import check_store
+        from combined.runtime._lake_wait import when_reachable
+
+        def probe() -> None:  # (an object store's: one short try a request)
+            if self.layout.store.remote:
+                check_store(self.layout.store, waiting=True)
+            else:
+                self.layout.ensure_writable()
+
+        try:
+            if not when_reachable(probe, stopping, self.catalog):
+                return False
+        except LakeNotWritable as exc:
+            raise type(exc)(
+                exc.message,
+                hint=f"{exc.hint}; the worker does not wait for this (the store answered "
+                "and refused): fix it, then start the worker again",
+            ) from None
+        self._ready()
+        return True
 
     def _recover_abandoned(self, tried: set[str]) -> None:
         """Repair when a Run lost its process (a worker killed while the others idled).

@@ -27,6 +27,7 @@ Every error the engine raises derives from :class:`CombinedError`::
      |    +-- DeliveryAltered        a staged Delivery differs from its record (needs_review)
      +-- LakeError                   the lake refused a write
      |    +-- LakeNotWritable        the lake location cannot be written
+ |    |    +-- LakeUnreachable    ... its store did not answer (transient: a worker waits)
      |    +-- TableMissing           a table the catalog records left the lake (needs_review)
      |         +-- TableBehind       ... or is back at an older version (a restored copy)
      +-- CommitAmbiguous             a lake commit may or may not have landed (transient)
@@ -227,6 +228,17 @@ class LakeError(CombinedError):
 
 class LakeNotWritable(LakeError):
     """The lake location cannot be written."""
+
+
+class LakeUnreachable(LakeNotWritable):
+    """The lake's store did not answer: unreachable, timed out, or failing (a 5xx).
+
+    It may answer later: a worker waits for it (``runtime._lake_wait``). A
+    store that answered and refused (no such bucket, credentials refused, a
+    permission missing) is a :class:`LakeNotWritable`: a configuration to fix.
+    """
+
+    transient = True
 
 
 class TableMissing(LakeError):

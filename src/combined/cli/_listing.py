@@ -21,6 +21,7 @@ from combined.cli import (
     _when,
     app,
     console,
+    err,
     run_app,
 )
 from combined.cli._output import (
@@ -218,7 +219,10 @@ def status(fmt: FormatOpt = "table", project: ProjectOpt = None) -> None:
     freshness is measured from (not the publication's time).
     """
     check_format(fmt)
+    from combined.runtime._lake_wait import last_word
+
     with _session(project) as engine:
+        _say_unreachable(last_word(engine.catalog))
         rows = engine.status()
         waiting = engine.quarantine()
     if fmt == "json":
@@ -319,6 +323,19 @@ def _say_unsettled(rows: list[dict[str, Any]]) -> None:
             highlight=False,
             soft_wrap=True,
         )
+
+
+def _say_unreachable(word: dict[str, Any] | None) -> None:
+    """Tell (on stderr, before the rows the lake may slow) a lake's store a worker waits for."""
+    if word is not None:
+        err.print(
+            _red(
+                f"the lake's store has not answered since {_when(word['at'])} (worker "
+                f"{word.get('worker')} waits for it, unless it ended): {word.get('error')}"
+            ),
+            highlight=False,
+        )
+        err.print(f"  hint: {word.get('hint')}", highlight=False)
 
 
 def _say_waiting(waiting: list[dict[str, Any]]) -> None:

@@ -8,7 +8,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from combined._credentials import masking
-from combined.errors import LakeError, LakeNotWritable
+from combined.errors import LakeError, LakeNotWritable, LakeUnreachable
 from combined.lake._store import CREDENTIAL_ENV
 
 if TYPE_CHECKING:
@@ -70,11 +70,13 @@ _REASONS = (
 )
 
 
-def check_store(store: LakeStore) -> None:
-    """Write and delete a probe object at the lake's root, or raise LakeNotWritable.
+def check_store(store: LakeStore, *, waiting: bool = False) -> None:
+    """Write and delete a probe object at the lake's root, or raise LakeNotWritable
+    (:class:`~combined.errors.LakeUnreachable` when the store did not answer).
 
     The message names the lake and what is missing (the bucket, the
     credentials, a permission); no credential value appears in it.
+    ``waiting``: one try of a few seconds a request (:attr:`LakeStore.waiting_fs`).
     """
     from deltalake import DeltaTable
     from pyarrow.lib import ArrowException
@@ -82,9 +84,10 @@ def check_store(store: LakeStore) -> None:
     probe = store.join(f".write-probe-{uuid.uuid4().hex}")
     try:
         # (Fewer, shorter tries than a data file's: an unreachable store is told in seconds.)
-        with store.probe_fs.open_output_stream(store.path(probe)) as out:
+        fs = store.waiting_fs if waiting else store.probe_fs
+        with fs.open_output_stream(store.path(probe)) as out:
             out.write(b"")
-        store.probe_fs.delete_file(store.path(probe))
+        fs.delete_file(store.path(probe))
         # The Delta library reads the store's settings itself: one it alone parses
         # (AWS_ALLOW_HTTP=maybe) passed the write above, then failed the Run's first
         # lake write, a Run left queued (one listing, at the root).
@@ -105,7 +108,10 @@ def _not_writable(store: LakeStore, text: str) -> LakeNotWritable:
     if store.scheme == "s3" and not _aws_credentials() and refused:
         missing, hint = _REASONS[1][1:]
         missing = "no credentials were found in the environment (AWS_ACCESS_KEY_ID)"
-    return LakeNotWritable(
+    # Not reached, or failing (a 5xx, a timeout): it may answer later. Any other
+    # answer (a bucket, credentials, a permission, a setting) needs a person.
+    unanswered = missing in (_REASONS[3][1], "the store refused the write")
+    return (LakeUnreachable if unanswered else LakeNotWritable)(
         f"the lake at {store.root} cannot be written: {missing} ({store_detail(text)})",
         hint=f"{hint}; nothing was captured",
     )

@@ -160,6 +160,15 @@ class LakeStore:
         return _filesystem(self.scheme, self.root, probe=True)
 
     @cached_property
+    def waiting_fs(self) -> pafs.FileSystem:
+        """:attr:`probe_fs` with one try of each request, each given a few seconds: for a
+        worker that probes again and again while the store does not answer
+        (``runtime._lake_wait``), and stops at once when asked (a request in flight
+        holds the process's exit until it ends)."""
+        remember_credentials()
+        return _filesystem(self.scheme, self.root, probe=True, probes=1, seconds=3)
+
+    @cached_property
     def sizes(self) -> dict[str, int]:
         """The sizes of the store's Parquet files seen so far, by :meth:`path`.
 
@@ -592,12 +601,14 @@ class _OpenAt:
         self.closed = True
 
 
-def _filesystem(scheme: str, root: str, *, probe: bool = False) -> pafs.FileSystem:
+def _filesystem(
+    scheme: str, root: str, *, probe: bool = False, probes: int = PROBE_ATTEMPTS, seconds: int = 20
+) -> pafs.FileSystem:
     """The Arrow filesystem for ``scheme``, configured from the store's usual environment.
 
-    ``probe``: for a probe object, its requests tried :data:`PROBE_ATTEMPTS`
-    times at most, each bounded in time (S3; the other stores' defaults already
-    fail an unreachable one in seconds).
+    ``probe``: for a probe object, its requests tried ``probes`` times at most,
+    each without an answer for ``seconds`` at most (S3; the other stores'
+    defaults already fail an unreachable one in seconds).
     """
     import pyarrow.fs as pafs
 
@@ -619,8 +630,8 @@ def _filesystem(scheme: str, root: str, *, probe: bool = False) -> pafs.FileSyst
         attempts = env.get("AWS_MAX_ATTEMPTS", "").strip()
         tries = int(attempts) if attempts.isdigit() and int(attempts) > 0 else S3_ATTEMPTS
         if probe:
-            tries = min(tries, PROBE_ATTEMPTS)
-            options.update(connect_timeout=5, request_timeout=20)
+            tries = min(tries, probes)
+            options.update(connect_timeout=min(seconds, 5), request_timeout=seconds)
         options["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=tries)
         return pafs.S3FileSystem(**options)
     if scheme in ("gs", "gcs"):
