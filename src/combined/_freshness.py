@@ -141,7 +141,7 @@ def add_missing_tables(layout: LakeLayout, rows: list[dict[str, Any]]) -> None:
     for r in recorded:
         source, _, name = r["dataset"].partition(".")
         if source not in held:
-            held[source] = layout.store.directories(layout.store.join(source))
+            held[source] = layout.store.directories(layout.store.join(source), reading=True)
         found = held[source]
         if found is not None and name not in found:
             r["table_missing"] = layout.table(source, name)

@@ -37,12 +37,12 @@ def publication_map(
             name = f"{m.source}.{m.dataset}"
             if m.lake_version is None or (dataset is not None and name != dataset):
                 continue
-            table = layout.dataset_table(m.source, m.dataset)
+            table = layout.reading_table(m.source, m.dataset)
             members[name] = {
                 "delta_version": m.lake_version,
                 "table_uri": table.path,
                 # The same rows in fewer files once a compaction followed it.
-                "read_version": reading_version(table, m.lake_version),
+                "read_version": reading_version(table, m.lake_version, reading=True),
                 "dataset_version": m.dataset_version,
                 "changed": m.changed,
             }

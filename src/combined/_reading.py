@@ -276,7 +276,14 @@ class Reading:
         if dataset is not None:
             source, _, name = dataset.partition(".")
             self.project.dataset(source, name)
-        return publication_map(self.catalog, self.layout, limit, dataset)
+        try:
+            return publication_map(self.catalog, self.layout, limit, dataset)
+        except OSError as exc:  # (the store unreachable, refusing: not a bug)
+            from combined.lake._probe import read_failure
+
+            raise read_failure(
+                f"the lake at {self.layout.store.root} could not be read", exc
+            ) from None
 
     def usage(self, month: str | None = None) -> list[dict[str, Any]]:
         """MAR per source and dataset (and month)."""

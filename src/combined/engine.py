@@ -646,7 +646,7 @@ class Engine(Reading):
         from combined.lake._probe import read_failure
 
         try:
-            meta = self.layout.dataset_table(source, dataset).latest_commit()
+            meta = self.layout.reading_table(source, dataset).latest_commit()
         except OSError as exc:
             where = f"{source}.{dataset}: the lake at {self.layout.store.root} could not be read"
             raise read_failure(where, exc) from None

@@ -43,6 +43,17 @@ class LakeLayout:
 
         return LakeTable(self.table(source, dataset), f"combined:{source}/{dataset}", self.store)
 
+    def reading_table(self, source: str, dataset: str) -> LakeTable:
+        """:meth:`dataset_table` for a read alone (``status``, ``sql``, ``publications``,
+        ``--as-of``), never a commit: its log's requests bounded as the ledger's
+        (:data:`~combined.lake._store.SMALL_REQUESTS`), so a store that never answers
+        is told in about 20 s, not after delta-rs' 180 s of retries. A commit keeps
+        those: they ride out a burst of 503 SlowDown."""
+        from combined.lake._table import LakeTable
+
+        app_id = f"combined:{source}/{dataset}"
+        return LakeTable(self.table(source, dataset), app_id, self.store, small=True)
+
     def deliveries(self, source: str, dataset: str) -> str:
         """The raw layer: committed Deliveries of a dataset."""
         return self.store.join("_deliveries", source, dataset)

@@ -134,17 +134,18 @@ def vacuum(table: LakeTable, keep_versions: set[int], policy: str) -> list[str]:
     return present
 
 
-def reading_version(table: LakeTable, version: int) -> int:
+def reading_version(table: LakeTable, version: int, *, reading: bool = False) -> int:
     """The newest version holding exactly ``version``'s rows: past its maintenance commits.
 
     Reads the commit files after ``version`` one at a time (usually none or
-    one), stopping at the first that is not a maintenance commit.
+    one), stopping at the first that is not a maintenance commit. ``reading``:
+    for a read alone, its requests bounded (:attr:`LakeStore.reading_fs`).
     """
     store = table.store
     log = store.child(table.path, "_delta_log")
     current = version
     while True:
-        raw = store.read_bytes(store.child(log, f"{current + 1:020d}.json"))
+        raw = store.read_bytes(store.child(log, f"{current + 1:020d}.json"), reading=reading)
         if raw is None or not _maintenance_commit(raw):
             return current
         current += 1

@@ -171,9 +171,9 @@ def _expose(con: Any, layout: LakeLayout, m: Member, exposed: _Exposed) -> None:
     name = f"{quote_ident(m.source)}.{quote_ident(m.dataset)}"
     if m.lake_version is None:
         return
-    table = LakeTable(layout.table(m.source, m.dataset), "", layout.store)
+    table = layout.reading_table(m.source, m.dataset)
     # The same rows in fewer files, once a compaction followed the publication.
-    version = reading_version(table, m.lake_version)
+    version = reading_version(table, m.lake_version, reading=True)
     files, schema = _version_files(table, m, version)
     exposed.read.append((m, files))
     # The version's schema, not its files', is the member's shape: a

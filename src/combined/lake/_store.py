@@ -169,6 +169,14 @@ class LakeStore:
         return _filesystem(self.scheme, self.root, probe=True, probes=1, seconds=3)
 
     @cached_property
+    def reading_fs(self) -> pafs.FileSystem:
+        """:attr:`fs` with :data:`PROBE_ATTEMPTS` tries of 3 s a request, for a read alone
+        (``status``, ``sql``, ``publications``: a person waits, and runs it again): a
+        store that never answers is told in about 10 s, not Arrow's 11 tries' 140 s."""
+        remember_credentials()
+        return _filesystem(self.scheme, self.root, probe=True, seconds=3)
+
+    @cached_property
     def sizes(self) -> dict[str, int]:
         """The sizes of the store's Parquet files seen so far, by :meth:`path`.
 
@@ -231,9 +239,9 @@ class LakeStore:
             self.sizes[path] = size
         return size
 
-    def directories(self, location: str | Path) -> set[str] | None:
+    def directories(self, location: str | Path, *, reading: bool = False) -> set[str] | None:
         """The names of the directories right under ``location`` (an object store's common
-        prefixes); None when the store cannot list it."""
+        prefixes); None when the store cannot list it (``reading``: :attr:`reading_fs`)."""
         import pyarrow.fs as pafs
 
         from combined.errors import CombinedError
@@ -241,7 +249,7 @@ class LakeStore:
         try:
             if not self.remote:
                 return {p.name for p in Path(location).iterdir() if p.is_dir()}
-            found = self.fs.get_file_info(
+            found = (self.reading_fs if reading else self.fs).get_file_info(
                 pafs.FileSelector(self.path(location), allow_not_found=True)
             )
         except FileNotFoundError:
@@ -319,15 +327,17 @@ class LakeStore:
                 h.update(block)
         return h.hexdigest()
 
-    def read_bytes(self, location: str | Path) -> bytes | None:
-        """The bytes of a (small) lake file, or None when nothing is there."""
+    def read_bytes(self, location: str | Path, *, reading: bool = False) -> bytes | None:
+        """The bytes of a (small) lake file, or None when nothing is there (``reading``:
+        through :attr:`reading_fs`, for a read alone)."""
         if not self.remote:
             try:
                 return Path(location).read_bytes()
             except FileNotFoundError:
                 return None
         try:
-            with self.fs.open_input_stream(self.path(location)) as stream:
+            fs = self.reading_fs if reading else self.fs
+            with fs.open_input_stream(self.path(location)) as stream:
                 return bytes(stream.read())
         except FileNotFoundError:
             return None
