@@ -151,3 +151,35 @@ def test_a_worker_whose_bucket_does_not_exist_exits_saying_it_does_not_wait(
         assert "the worker does not wait for this (the store answered and refused)" in said, said
     finally:
         _stop(worker)
+
+
+def test_a_worker_outlives_a_store_that_stops_answering_while_it_idles(
+    tmp_path: Path, tools: Any, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle worker repairs (probing the store) when a dead worker's Run awaits recovery:
+    a store down then ended the worker (LakeUnreachable out of its loop)."""
+    from combined.engine import Engine
+    from combined.runtime._worker import work
+
+    _shop(tmp_path, tools, s3_bucket)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")  # (down)
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        idled: list[int] = []
+
+        def idle() -> None:  # what the idle recovery does: the engine's own repair
+            idled.append(1)
+            engine._ready()
+
+        ran = work(
+            lambda: None,
+            engine.execute_taken,
+            lambda: len(idled) >= 2,
+            lambda: False,
+            poll_s=0.01,
+            idle=idle,
+        )
+        assert list(ran) == []
+        assert len(idled) == 2  # it went on after the store did not answer
+    finally:
+        engine.close()

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from combined.catalog import Run
-from combined.errors import CatalogError
+from combined.errors import CatalogError, LakeUnreachable
 
 _log = logging.getLogger("combined.worker")
 
@@ -44,11 +44,14 @@ def work(
             ended = execute(run) if run is not None else None
             if run is None:
                 idle()
-        except CatalogError as exc:
+        except (CatalogError, LakeUnreachable) as exc:
             # A catalog that closed its connections (a restart, a failover, an idle
-            # timeout) must not end a worker that runs for weeks: the next poll tries
-            # again; a Run it held is recovered once its lease lapses.
-            if once or not exc.context.get("lost"):
+            # timeout), or a lake store that stopped answering while the worker idled
+            # (its recovery of a dead worker's Run probes it), must not end a worker
+            # that runs for weeks: the next poll tries again; a Run it held is
+            # recovered once its lease lapses.
+            lost = isinstance(exc, LakeUnreachable) or exc.context.get("lost")
+            if once or not lost:
                 raise  # (refused credentials, a database that does not exist: say so)
             _log.warning("%s; trying again in %.0f s", exc.message, poll_s)
             _sleep(poll_s, stopping)
