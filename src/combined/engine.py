@@ -435,7 +435,7 @@ class Engine(Reading):
                 self.layout.ensure_writable()
 
         try:
-            if not when_reachable(probe, stopping, self.catalog):
+            if not when_reachable(probe, stopping, self.catalog, send=self.sender.soon):
                 return False
         except LakeNotWritable as exc:
             raise type(exc)(

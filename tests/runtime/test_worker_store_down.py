@@ -110,6 +110,16 @@ def test_a_worker_started_while_the_store_is_unreachable_waits_then_runs_the_que
         _stop(worker)
     status = tools.cli(tmp_path, "status")
     assert "has not answered" not in status.stderr, status.stderr
+    from combined.engine import Engine
+
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:  # an alert (sent to the notification targets), and what resolved it
+        (alert,) = engine.activity(kind="alert.lake_unreachable")
+        (back,) = engine.activity(kind="lake.reachable")
+        assert "the store could not be reached" in alert["body"]["error"], alert
+        assert back["id"] > alert["id"] and back["body"]["waited_s"] >= 0, back
+    finally:
+        engine.close()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

@@ -235,6 +235,7 @@ AlertKind = Literal[
     "reconciliation_failed",
     "cdc_slot_at_risk",
     "recovery_failed",
+    "lake_unreachable",
 ]
 
 

@@ -3,8 +3,9 @@
 A worker started while the object store is unreachable (a reboot after a
 network blip, the store restarting) exited with status 2 before it took a
 Run: under systemd or Kubernetes a restart loop, or nothing running at all,
-and nobody told. It now says so (a log line, and the Activity event
-``lake.unreachable``, which ``combined status`` shows), tries the store
+and nobody told. It now says so (a log line, and the alert
+``alert.lake_unreachable``, sent to the notification targets and shown by
+``combined status``), tries the store
 again with exponential backoff (tenacity), and runs as usual once it
 answers (``lake.reachable``). A store that answers and refuses (the bucket
 does not exist, the credentials are refused or lack a permission, a store
@@ -33,8 +34,8 @@ _log = logging.getLogger("combined.worker")
 
 #: The first wait after a probe the store did not answer, and the longest one (seconds).
 FIRST_WAIT_S, LONGEST_WAIT_S = 2.0, 60.0
-#: The Activity events that say the lake's store stopped, and started again, answering.
-UNREACHABLE, REACHABLE = "lake.unreachable", "lake.reachable"
+#: The alert that says the lake's store stopped answering, and the event that ends it.
+UNREACHABLE, REACHABLE = "alert.lake_unreachable", "lake.reachable"
 
 
 def when_reachable(
@@ -44,12 +45,14 @@ def when_reachable(
     *,
     first_s: float = FIRST_WAIT_S,
     longest_s: float = LONGEST_WAIT_S,
+    send: Callable[[], object] = lambda: None,
 ) -> bool:
     """Return once ``probe`` passes (True), or once ``stopping`` (False).
 
     ``probe`` raises :class:`~combined.errors.LakeUnreachable` while the store
     does not answer: tried again after ``first_s`` doubled each time (at most
     ``longest_s``, plus up to ``first_s`` at random). Any other error is raised.
+    ``send`` is called once an alert or its end is recorded (the engine's sender).
     """
     started, told = time.monotonic(), _told_unreachable(catalog)
     retrying = tenacity.Retrying(
@@ -58,7 +61,7 @@ def when_reachable(
         + tenacity.wait_random(0, first_s),
         stop=lambda state: stopping(),
         sleep=lambda seconds: _sleep(seconds, stopping),
-        before_sleep=lambda state: _tell(catalog, state, told),
+        before_sleep=lambda state: _tell(catalog, state, told, send),
         reraise=True,
     )
     try:
@@ -75,11 +78,14 @@ def when_reachable(
         _log.warning("the lake's store answers again: the worker goes on")
         with catalog.begin() as conn:
             cat.emit(conn, REACHABLE, worker=worker_identity(), waited_s=waited)
+        send()
     return True
 
 
-def _tell(catalog: Catalog, state: tenacity.RetryCallState, told: list[bool]) -> None:
-    """Log each failed probe; the first also as the Activity event ``lake.unreachable``."""
+def _tell(
+    catalog: Catalog, state: tenacity.RetryCallState, told: list[bool], send: Callable[[], object]
+) -> None:
+    """Log each failed probe; the first also as the alert ``alert.lake_unreachable``."""
     exc = state.outcome.exception() if state.outcome else None
     if not isinstance(exc, LakeUnreachable):
         return
@@ -91,14 +97,13 @@ def _tell(catalog: Catalog, state: tenacity.RetryCallState, told: list[bool]) ->
     told.append(True)
     with catalog.begin() as conn:
         cat.emit(conn, UNREACHABLE, worker=worker_identity(), error=exc.message, hint=hint)
+    send()
 
 
 def _told_unreachable(catalog: Catalog) -> list[bool]:
-    """``[True]`` when the newest word on the store is ``lake.unreachable`` (a worker that
-    ended while it waited): this worker says ``lake.reachable`` once it answers."""
-    with catalog.begin() as conn:
-        last = cat.activity(conn, kind="lake", limit=1)
-    return [True] if last and last[0].kind == UNREACHABLE else []
+    """``[True]`` when the newest word on the store is its alert (a worker that ended
+    while it waited): this worker says ``lake.reachable`` once it answers."""
+    return [True] if last_word(catalog) is not None else []
 
 
 def _interruptible(probe: Callable[[], None], stopping: Callable[[], bool]) -> bool:
@@ -132,10 +137,15 @@ def _sleep(seconds: float, stopping: Callable[[], bool]) -> None:
 
 
 def last_word(catalog: Catalog) -> dict[str, Any] | None:
-    """The newest ``lake.unreachable`` event's time and body when no ``lake.reachable``
+    """The newest ``alert.lake_unreachable``'s time and body when no ``lake.reachable``
     followed it (a worker waits for the store, or ended while it waited); else None."""
     with catalog.begin() as conn:
-        last = cat.activity(conn, kind="lake", limit=1)
-    if not last or last[0].kind != UNREACHABLE:
+        last = [
+            e
+            for kind in (UNREACHABLE, REACHABLE)
+            for e in cat.activity(conn, kind=kind, limit=1, exact=True)
+        ]
+    newest = max(last, key=lambda e: e.id, default=None)
+    if newest is None or newest.kind != UNREACHABLE:
         return None
-    return {"at": last[0].at, **(last[0].body or {})}
+    return {"at": newest.at, **(newest.body or {})}

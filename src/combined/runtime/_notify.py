@@ -68,6 +68,7 @@ class Refused(Exception):
 RESOLVES = {
     "freshness.restored": "alert.freshness",
     "cdc.slot_safe": "alert.cdc_slot_at_risk",
+    "lake.reachable": "alert.lake_unreachable",
     "run.recovered": None,
 }
 
