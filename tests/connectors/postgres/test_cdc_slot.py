@@ -26,6 +26,7 @@ import psycopg
 import pytest
 
 from combined.connectors.abc import Extraction
+from combined.connectors.postgres import _cdc
 from combined.connectors.postgres._cdc import (
     OP_TRUNCATE,
     UNCHANGED_COLUMN,
@@ -38,6 +39,7 @@ from combined.connectors.postgres._pgoutput import (
 )
 from combined.connectors.postgres._publication import drop_publication, ensure_publication
 from combined.connectors.postgres._replication import (
+    ReplicationStream,
     SlotLost,
     create_slot,
     drop_slot,
@@ -307,6 +309,52 @@ def test_follow_mode_heartbeats_quiet_datasets_until_stopped(env: Env) -> None:
     ex.acknowledge(b_states[-1].state)
     target = min(text_to_lsn(a_final.state["lsn"]), text_to_lsn(b_states[-1].state["lsn"]))
     assert env.wait_confirmed(target) == target
+    ex.finish("success")
+
+
+@pytest.mark.postgres
+def test_a_quiet_dataset_beats_while_another_streams_without_a_pause(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A reader drains and beats when the stream pauses (it waits a little for
+    # the next message first: small transactions). A stream that never pauses
+    # (here: no pause counts, shorter than 3 s) still beats, at its commits,
+    # for a quiet dataset, whose acknowledgement lets the slot move on.
+    monkeypatch.setattr(_cdc, "_BUSY_WAIT", 3.0)
+    read = ReplicationStream.read
+
+    def unpaused(self: ReplicationStream, timeout: float) -> tuple[bytes, int] | None:
+        # (a read that waits returns at its first wake without a whole message: here
+        # it reads on until one comes or the time is up, as a stream never paused)
+        ends = time.monotonic() + timeout
+        while True:
+            got = read(self, max(ends - time.monotonic(), 0.0))
+            if got is not None or time.monotonic() >= ends:
+                return got
+
+    monkeypatch.setattr(ReplicationStream, "read", unpaused)
+    stop = threading.Event()
+    ex = env.extraction(end_lsn=None, stop=stop.is_set, heartbeat_interval=0.2, timeout=60)
+
+    def writer() -> None:  # single-row transactions, for 8 s, as fast as the server commits
+        with psycopg.connect(env.dsn, autocommit=True) as c:
+            c.execute(
+                "DO $$ DECLARE i int := 0; ends timestamptz := clock_timestamp() + interval "
+                f"'8 s'; BEGIN WHILE clock_timestamp() < ends LOOP i := i + 1; INSERT INTO "
+                f"{env.a} VALUES (i, 'w', NULL, 1); COMMIT; END LOOP; END $$"
+            )
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    beats: list[float] = []  # when each state of b came, from the start
+    for m in ex:
+        if isinstance(m, StateMessage) and m.dataset == "b":
+            beats.append(time.monotonic() - started)
+        if not thread.is_alive():
+            stop.set()
+    thread.join(30)
+    assert len([t for t in beats if t < 6.0]) >= 3, f"b's states came at {beats} s"
     ex.finish("success")
 
 

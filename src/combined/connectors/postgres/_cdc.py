@@ -336,8 +336,7 @@ class CdcExtraction(BaseExtraction):
                 isinstance(msg, Commit)
                 and pace.idle_since - pace.last_flush >= self._flush_interval
             ):
-                yield from self._emit(asm.drain())
-                pace.last_flush = pace.idle_since
+                yield from self._emit(self._flush(asm, pace))
         yield from self._finish(asm, pace.final)
 
     def _open(self) -> tuple[_Assembler, ReplicationStream, _Pace]:
@@ -437,6 +436,16 @@ class CdcExtraction(BaseExtraction):
             return True
         pace.end_lsn = self._later_end(later)
         return False
+
+    def _flush(self, asm: _Assembler, pace: _Pace) -> list[Message]:
+        """After a commit, at the flush interval: what is committed, and (following, at
+        the heartbeat interval) a state for the quiet datasets, as :meth:`_idle` beats:
+        a stream that never pauses still lets their acknowledgements move the slot."""
+        pace.last_flush = pace.idle_since
+        if pace.end_lsn is None and pace.idle_since - pace.last_beat >= self._heartbeat_interval:
+            pace.last_beat = pace.idle_since
+            return asm.states(asm.position)  # (a commit's end: no unread commit precedes it)
+        return asm.drain()
 
     def _idle(
         self, asm: _Assembler, stream: ReplicationStream, pace: _Pace, now: float
