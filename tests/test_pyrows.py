@@ -77,3 +77,27 @@ def test_a_table_python_holds_is_left_as_it_is() -> None:
     )
     assert python_ready(table).equals(table)
     assert python_rows(table)[0]["ns"] == datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def test_dates_and_instants_past_arrows_text_and_infinities_read_as_their_text() -> None:
+    """Arrow writes no text past some year (``<value out of range: 2145042905>``
+    for PostgreSQL's last date): those, and DuckDB's infinities, were printed so."""
+    inf_days, inf_count = 2**31 - 1, 2**63 - 1
+    table = pa.table(
+        {
+            "d": pa.array([inf_days, -inf_days, 2_145_042_905, None], pa.date32()),
+            "s": pa.array([inf_count, -inf_count, 3_155_760_000_000, None], pa.timestamp("s")),
+            "us": pa.array([inf_count, 0, -inf_count, None], pa.timestamp("us", "UTC")),
+            "l": pa.array([[inf_days], None, [], [-inf_days, 0]], pa.list_(pa.date32())),
+        }
+    )
+    rows = python_rows(table)
+    assert [r["d"] for r in rows] == ["infinity", "-infinity", "5874897-12-31", None]
+    assert [r["s"] for r in rows] == ["infinity", "-infinity", "101972-01-21 00:00:00", None]
+    assert [r["us"] for r in rows] == [
+        "infinity",
+        "1970-01-01 00:00:00.000000Z",
+        "-infinity",
+        None,
+    ]
+    assert [r["l"] for r in rows] == [["infinity"], None, [], ["-infinity", "1970-01-01"]]
