@@ -93,8 +93,8 @@ def python_value(value: Any, t: pa.DataType) -> Any:
         return float(value)
     if pa.types.is_binary(t):
         return bytes.fromhex(value)
-    if pa.types.is_date(t):
-        return dt.date.fromisoformat(value)
+    if pa.types.is_date(t):  # ISO text, or a raw day count beyond Python's dates
+        return value if isinstance(value, int) else dt.date.fromisoformat(value)
     if isinstance(t, pa.UuidType):
         return uuid.UUID(value)
     if pa.types.is_list(t):

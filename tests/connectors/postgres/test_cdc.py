@@ -166,13 +166,23 @@ def test_arrays_and_intervals_are_parsed_per_value() -> None:
 
 @pytest.mark.parametrize(
     ("value", "type_"),
-    [(b"NaN", pa.decimal128(10, 2)), (b"infinity", pa.date32()), (b"\xff", pa.string())],
+    [(b"NaN", pa.decimal128(10, 2)), (b"infinity", pa.timestamp("us")), (b"\xff", pa.string())],
 )
 def test_values_without_an_arrow_form_fail_naming_the_column(
     value: bytes, type_: pa.DataType
 ) -> None:
     with pytest.raises(SchemaMismatch, match="column 'amount'"):
         text_to_arrow([value], type_, "amount")
+
+
+def test_infinite_dates_are_duckdbs_infinities() -> None:
+    # "not a valid date32[day]": a date of 'infinity' stopped the stream.
+    inf = 2**31 - 1
+    dates = text_to_arrow([b"infinity", b"-infinity", None, b"2024-02-29"], pa.date32(), "d")
+    assert dates.view(pa.int32()).to_pylist() == [inf, -inf, None, 19782]
+    lists = text_to_arrow([b"{infinity,NULL,-infinity}", b"{}", None], arrow_type(1182), "d")
+    assert lists.values.view(pa.int32()).to_pylist() == [inf, None, -inf]
+    assert lists.is_null().to_pylist() == [False, False, True]
 
 
 # -- the batcher on captured rows -------------------------------------------

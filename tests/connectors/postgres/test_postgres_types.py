@@ -6,7 +6,9 @@ import uuid
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
 
+import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -194,12 +196,32 @@ def test_timestamps_before_the_common_era_keep_their_instant(admin, schema, sour
     assert epoch_us < -60_000_000_000 * 1_000_000  # truly before the common era
 
 
+def test_infinite_dates_read_as_duckdbs_infinities(admin, schema, source, make_request):
+    """They stopped the read ("holds infinity or a value arrow cannot hold"):
+    now the day counts +-(2**31 - 1), DuckDB's 'infinity' and '-infinity'."""
+    admin.execute(f"CREATE TABLE {schema}.t (id int, d date, da date[])")
+    admin.execute(
+        f"INSERT INTO {schema}.t VALUES (1, 'infinity', '{{-infinity,NULL,infinity}}'),"
+        " (2, '-infinity', NULL), (3, '5874897-12-31', '{4714-11-24 BC}'), (4, NULL, '{}')"
+    )
+    batch = _read(source, make_request)[0].batch.sort_by("id")
+    inf = 2**31 - 1
+    assert batch.column("d").view(pa.int32()).to_pylist() == [inf, -inf, 2145042905, None]
+    lists = batch.column("da")
+    assert lists.is_null().to_pylist() == [False, True, False, False]
+    assert lists.values.view(pa.int32()).to_pylist() == [-inf, None, inf, -2440588]
+    assert pc.list_value_length(lists).to_pylist() == [3, None, 1, 0]
+    duck = duckdb.connect().sql("SELECT 'infinity'::date AS p, '-infinity'::date AS n")
+    assert duck is not None
+    duck = duck.to_arrow_table()
+    assert [duck.column(c).chunk(0).view(pa.int32())[0].as_py() for c in "pn"] == [inf, -inf]
+
+
 @pytest.mark.parametrize(
     ("decl", "value", "cast", "expected"),
     [
         ("timestamptz", "infinity", "infinity", "infinity"),
         ("timestamp", "-infinity", "-infinity", "infinity"),
-        ("date", "infinity", "infinity", "infinity"),
         ("time", "24:00:00", "24:00:00", "24:00:00"),
         ("integer[]", "{{1,2},{3,4}}", "{{1,2},{3,4}}", "2-dimensional"),
         # The driver's own words, naming no column, with a hint of casts:

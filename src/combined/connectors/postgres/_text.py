@@ -17,6 +17,9 @@ import pyarrow.compute as pc
 
 from combined.errors import SchemaMismatch, UnsupportedType
 
+#: The day counts DuckDB reads as a date's +-infinity (its ``date_t`` limits).
+DATE_INFINITY = 2**31 - 1
+
 __all__ = ["array_type_of", "arrow_type", "text_to_arrow"]
 
 # Built-in type OIDs (pg_type.dat) whose text form has a faithful Arrow reading.
@@ -156,8 +159,10 @@ def _datetimes(text: pa.Array, type_: pa.DataType) -> pa.Array:
     Arrow's cast takes neither a year before 1 (``0044-03-15 BC``) nor one
     past 9999, which PostgreSQL writes so and the snapshot reads (binary):
     the stream stopped on a value the snapshot of the same table had landed.
+    A date's ``infinity`` and ``-infinity`` are the day counts +-(2**31 - 1),
+    as the snapshot reads them and DuckDB reads them back.
     """
-    far = pc.fill_null(pc.match_substring_regex(text, r" BC$|^\d{5}"), False)
+    far = pc.fill_null(pc.match_substring_regex(text, r" BC$|^\d{5}|^-?infinity$"), False)
     if not pc.any(far).as_py():
         return text.cast(type_)
     near = pc.if_else(far, pa.scalar(None, pa.string()), text).cast(type_)
@@ -173,6 +178,8 @@ def _datetimes(text: pa.Array, type_: pa.DataType) -> pa.Array:
 
 def _far_datetime(text: str, type_: pa.DataType) -> int:
     """Days (a date) or microseconds (a timestamp) since 1970 of PostgreSQL's ISO text."""
+    if pa.types.is_date(type_) and text in ("infinity", "-infinity"):
+        return -DATE_INFINITY if text[0] == "-" else DATE_INFINITY
     m = _DATETIME.match(text)
     if m is None:
         raise ValueError(f"not an iso date or timestamp: {text[:40]!r}")

@@ -26,7 +26,8 @@ numeric (no typmod), p>76  string (PostgreSQL text)        no fixed scale exists
 text/varchar/char(n)/name  string                          native (char(n) keeps padding);
                                                            "char" as its text
 bytea                      binary                          native
-date                       date32                          native; +-infinity raises
+date                       date32                          native; +-infinity as the day
+                                                           counts +-(2**31-1), as DuckDB
 time                       time64[us]                      native; 24:00:00 raises
 timetz                     string                          Arrow has no time-with-offset
 timestamp                  timestamp[us]                   native; +-infinity raises
@@ -69,6 +70,7 @@ import pyarrow.compute as pc
 from psycopg import sql
 
 from combined.connectors._shared import cast_key
+from combined.connectors.postgres._text import DATE_INFINITY
 from combined.errors import ConfigError, SchemaMismatch
 
 BOOL, BYTEA, CHAR, NAME, INT8, INT2, INT4, TEXT, OID = 16, 17, 18, 19, 20, 21, 23, 25, 26
@@ -148,6 +150,13 @@ _TIME_TYPES = {DATE, TIMESTAMP, TIMESTAMPTZ}
 _PG_MIN_US = -210_866_803_200_000_000
 _PG_MIN_DAYS = -2_440_588
 _DAY_US = 86_400_000_000
+
+# PostgreSQL stores a date's infinities as int32's maximum and minimum days
+# since 2000-01-01; the driver moves every count to 1970 by adding 10957
+# days, which wraps both to these values below any real date.
+_PG_EPOCH_DAYS = 10_957
+_DRIVER_INFINITY = DATE_INFINITY + _PG_EPOCH_DAYS - 2**32
+_DRIVER_MINUS_INFINITY = -(2**31) + _PG_EPOCH_DAYS
 
 _CAST_SPEC = re.compile(r"^\s*(text|numeric\s*\(\s*(\d+)\s*,\s*(-?\d+)\s*\))\s*$", re.IGNORECASE)
 
@@ -453,9 +462,30 @@ def _convert(arr: pa.Array, plan: ColumnPlan, relation: str) -> pa.Array:
             hint="the driver changed its mapping; report it, or declare a cast to text",
             column=plan.name,
         )
+    if plan.check == "date":
+        arr = _infinite_dates(arr)
     if plan.check is not None:
         _check_range(arr, plan, relation)
     return arr
+
+
+def _infinite_dates(arr: pa.Array) -> pa.Array:
+    """``arr`` (dates, or lists of them) with the driver's wrapped infinities
+    as the day counts +-(2**31 - 1), which DuckDB reads as +-infinity."""
+    if isinstance(arr, pa.ListArray):
+        values = _infinite_dates(arr.values)
+        if values is arr.values:
+            return arr
+        return pa.ListArray.from_arrays(arr.offsets, values, type=arr.type, mask=arr.is_null())
+    days = arr.view(pa.int32())
+    if len(days) == 0 or days.null_count == len(days) or pc.min(days).as_py() >= _PG_MIN_DAYS:
+        return arr
+    for driver, count in (
+        (_DRIVER_INFINITY, DATE_INFINITY),
+        (_DRIVER_MINUS_INFINITY, -DATE_INFINITY),
+    ):
+        days = pc.if_else(pc.equal(days, driver), pa.scalar(count, pa.int32()), days)
+    return days.view(pa.date32())
 
 
 def _check_range(arr: pa.Array, plan: ColumnPlan, relation: str) -> None:
@@ -465,11 +495,16 @@ def _check_range(arr: pa.Array, plan: ColumnPlan, relation: str) -> None:
     if plan.check == "timestamp":
         bad = pc.min(values.view(pa.int64())).as_py() < _PG_MIN_US
     elif plan.check == "date":
-        bad = pc.min(values.view(pa.int32())).as_py() < _PG_MIN_DAYS
+        # -infinity's count lies below every real date; nothing else may.
+        days = values.view(pa.int32())
+        bad = pc.any(pc.and_(pc.less(days, _PG_MIN_DAYS), pc.not_equal(days, -DATE_INFINITY)))
+        bad = bool(bad.as_py())
     else:
         bad = pc.max(values.view(pa.int64())).as_py() >= _DAY_US
     if bad:
-        what = "24:00:00" if plan.check == "time" else "infinity or a value arrow cannot hold"
+        what = "24:00:00" if plan.check == "time" else "a value arrow cannot hold"
+        if plan.check == "timestamp":
+            what = "infinity or a value arrow cannot hold"
         raise SchemaMismatch(
             f"column {plan.name!r} ({plan.source_type}) holds {what}",
             hint=_cast_hint(plan, relation),
