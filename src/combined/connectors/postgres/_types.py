@@ -63,7 +63,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -463,28 +463,34 @@ def _convert(arr: pa.Array, plan: ColumnPlan, relation: str) -> pa.Array:
             column=plan.name,
         )
     if plan.check == "date":
-        arr = _infinite_dates(arr)
+        return _dates(arr, plan, relation)
     if plan.check is not None:
         _check_range(arr, plan, relation)
     return arr
 
 
-def _infinite_dates(arr: pa.Array) -> pa.Array:
-    """``arr`` (dates, or lists of them) with the driver's wrapped infinities
-    as the day counts +-(2**31 - 1), which DuckDB reads as +-infinity."""
+def _dates(arr: pa.Array, plan: ColumnPlan, relation: str) -> pa.Array:
+    """``arr`` (dates, or lists of them) with the driver's wrapped infinities as
+    the day counts +-(2**31 - 1), which DuckDB reads as +-infinity; any other
+    count below PostgreSQL's first date raises."""
     if isinstance(arr, pa.ListArray):
-        values = _infinite_dates(arr.values)
+        values = _dates(arr.values, plan, relation)
         if values is arr.values:
             return arr
         return pa.ListArray.from_arrays(arr.offsets, values, type=arr.type, mask=arr.is_null())
     days = arr.view(pa.int32())
-    if len(days) == 0 or days.null_count == len(days) or pc.min(days).as_py() >= _PG_MIN_DAYS:
+    low = pc.min(days).as_py()
+    if low is None or low >= _PG_MIN_DAYS:
         return arr
     for driver, count in (
         (_DRIVER_INFINITY, DATE_INFINITY),
         (_DRIVER_MINUS_INFINITY, -DATE_INFINITY),
     ):
         days = pc.if_else(pc.equal(days, driver), pa.scalar(count, pa.int32()), days)
+    # -infinity's count lies below every real date; nothing else may.
+    below = pc.and_(pc.less(days, _PG_MIN_DAYS), pc.not_equal(days, -DATE_INFINITY))
+    if pc.any(below).as_py():
+        _refuse(plan, relation, "a value arrow cannot hold")
     return days.view(pa.date32())
 
 
@@ -493,23 +499,18 @@ def _check_range(arr: pa.Array, plan: ColumnPlan, relation: str) -> None:
     if len(values) == 0 or values.null_count == len(values):
         return
     if plan.check == "timestamp":
-        bad = pc.min(values.view(pa.int64())).as_py() < _PG_MIN_US
-    elif plan.check == "date":
-        # -infinity's count lies below every real date; nothing else may.
-        days = values.view(pa.int32())
-        bad = pc.any(pc.and_(pc.less(days, _PG_MIN_DAYS), pc.not_equal(days, -DATE_INFINITY)))
-        bad = bool(bad.as_py())
-    else:
-        bad = pc.max(values.view(pa.int64())).as_py() >= _DAY_US
-    if bad:
-        what = "24:00:00" if plan.check == "time" else "a value arrow cannot hold"
-        if plan.check == "timestamp":
-            what = "infinity or a value arrow cannot hold"
-        raise SchemaMismatch(
-            f"column {plan.name!r} ({plan.source_type}) holds {what}",
-            hint=_cast_hint(plan, relation),
-            column=plan.name,
-        )
+        if pc.min(values.view(pa.int64())).as_py() < _PG_MIN_US:
+            _refuse(plan, relation, "infinity or a value arrow cannot hold")
+    elif pc.max(values.view(pa.int64())).as_py() >= _DAY_US:
+        _refuse(plan, relation, "24:00:00")
+
+
+def _refuse(plan: ColumnPlan, relation: str, what: str) -> NoReturn:
+    raise SchemaMismatch(
+        f"column {plan.name!r} ({plan.source_type}) holds {what}",
+        hint=_cast_hint(plan, relation),
+        column=plan.name,
+    )
 
 
 def _check_ndims(ndims: pa.Array, plan: ColumnPlan, relation: str) -> None:
