@@ -68,6 +68,13 @@ def _lake(engine: Engine) -> list[tuple[Any, ...]]:
     return _lake_rows(engine, LAKE)
 
 
+def _opened(tmp_path: Path, dsn: str, tools: Any, read: str) -> Engine:
+    """A project capturing ``public.t`` as ``pg.items``, read as ``read`` says."""
+    project = tools.pg_cdc_project(dsn, "unused", "public.t", ["id"])
+    (tmp_path / "combined.yaml").write_text(project.replace("        strategy: cdc\n", read))
+    return Engine.open(tmp_path / "combined.yaml")
+
+
 def _capture(engine: Engine) -> Any:
     (run,) = engine.capture()
     assert run.state == "succeeded", run.error
@@ -90,9 +97,7 @@ def test_infinite_dates_land_as_duckdbs_infinities(
     tmp_path: Path, pg_database: str, read: str, tools: Any
 ) -> None:
     _sql(pg_database, TABLE, ROWS.format(o=0))
-    project = tools.pg_cdc_project(pg_database, "unused", "public.t", ["id"])
-    (tmp_path / "combined.yaml").write_text(project.replace("        strategy: cdc\n", read))
-    engine = Engine.open(tmp_path / "combined.yaml")
+    engine = _opened(tmp_path, pg_database, tools, read)
     try:
         _capture(engine)
         _same(engine, pg_database, 6)
@@ -183,5 +188,19 @@ def test_an_infinite_date_in_the_key_streams_its_updates_and_deletes(
         with psycopg.connect(cdc_db.dsn) as conn:
             source = list(conn.execute(query.format(_days("d"), "t")))
         assert lake == source == [(1, INF, "a2"), (1, 19723, "b"), (2, INF, "c"), (4, -INF, "e")]
+    finally:
+        engine.close()
+
+
+def test_a_partitioned_backfill_reconciles_infinite_dates(
+    tmp_path: Path, pg_database: str, tools: Any
+) -> None:
+    # The source's count of each range is compared with what landed in it.
+    _sql(pg_database, TABLE, ROWS.format(o=0), ROWS.format(o=10))
+    engine = _opened(tmp_path, pg_database, tools, "")
+    try:
+        run = engine.backfill("pg.items", partitions=2, lower="1", upper="100")
+        assert run.state == "succeeded", run.error
+        _same(engine, pg_database, 12)
     finally:
         engine.close()
