@@ -317,6 +317,18 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
         "needs strategy snapshot, not cursor",
     ),
     ("keyless cdc", source(key=[], strategy="cdc"), f"{ORDERS}.key", "not cdc"),
+    (
+        "append cdc without a key",
+        source(key=None, strategy="cdc", sync_mode="append"),
+        f"{ORDERS}.key",
+        "required when strategy is cdc",
+    ),
+    (
+        "append cdc, key []",
+        source(key=[], strategy="cdc", sync_mode="append"),
+        f"{ORDERS}.key",
+        "REPLICA IDENTITY FULL",
+    ),
     ("keyless history", source(key=[], history=True), f"{ORDERS}.history", "a new row"),
     ("keyless deletes", source(key=[], deletes={"flag": "gone"}), f"{ORDERS}.deletes", "key []"),
     ("repeated key", source(key=["id", "id"]), f"{ORDERS}.key", "twice"),

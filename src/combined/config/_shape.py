@@ -37,6 +37,18 @@ def key_problems(dataset: DatasetConfig) -> list[Problem]:
         )
     if dataset.key == [] and dataset.sync_mode != "append":
         problems.extend(_keyless_problems(dataset))
+    if not dataset.key and dataset.sync_mode == "append" and dataset.strategy == "cdc":
+        # The first capture's snapshot and the stream overlap: only the key
+        # tells a row read in both apart from two events.
+        problems.append(
+            (
+                ("key",),
+                "is required when strategy is cdc, with sync_mode append too",
+                "declare `key:` with the table's replica identity columns (a table "
+                "without a primary key: REPLICA IDENTITY FULL, and key every column), "
+                "or use `strategy: snapshot`",
+            )
+        )
     return problems
 
 
