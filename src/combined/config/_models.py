@@ -433,7 +433,10 @@ class DatasetConfig(_Model):
     """The columns that identify a row.
 
     Required unless ``sync_mode`` is ``append``: ``incremental`` merges by it
-    and ``full_refresh`` needs it too. ``[]`` declares a table without a key,
+    and ``full_refresh`` needs it too; ``strategy: cdc`` needs it with ``append``
+    as well (the first capture's snapshot and the stream overlap: the key tells a
+    row read in both from two events; a table without a primary key is keyed on
+    every column under ``REPLICA IDENTITY FULL``). ``[]`` declares a table without a key,
     read whole (``strategy: snapshot``): each row is identified by its whole
     content and how many equal rows come before it, so the lake mirrors the
     source's rows, repeats included, and a changed row is a delete and an

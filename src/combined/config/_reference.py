@@ -253,7 +253,8 @@ _RULES = """\
 ## Rules across keys
 
 - `key` is required unless `sync_mode` is `append`: `incremental` merges by
-  it and `full_refresh` needs it too. `key: []` says the table has none: it
+  it and `full_refresh` needs it too; `strategy: cdc` needs it with `append`
+  as well. `key: []` says the table has none: it
   needs `strategy: snapshot` and takes neither `history` nor `deletes`, and
   `combined backfill` refuses it.
 - `strategy: cursor` requires `cursor`, which no other strategy takes.
