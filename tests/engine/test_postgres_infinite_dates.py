@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from tests.engine.test_postgres_drift import _sql
 
 from combined.engine import Engine
 
@@ -47,12 +48,6 @@ LAKE = (
     "SELECT id, d - DATE '1970-01-01', d = 'infinity'::date, d = '-infinity'::date,"
     " [x - DATE '1970-01-01' FOR x IN da] FROM pg.items ORDER BY id"
 )
-
-
-def _sql(dsn: str, *statements: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
 
 
 def _source(dsn: str) -> list[tuple[Any, ...]]:
