@@ -199,3 +199,49 @@ def test_a_partitioned_backfill_reconciles_infinite_dates(
         _same(engine, pg_database, 12)
     finally:
         engine.close()
+
+
+# Timestamps of +-infinity stopped every read too; they land as the microsecond
+# counts +-(2**63 - 1), DuckDB's own, in the replica identity too.
+TS_TABLE = "CREATE TABLE t (id int, ts timestamp, tz timestamptz, PRIMARY KEY (id, tz))"
+TS_ROWS = (
+    "INSERT INTO t VALUES ({o} + 1, 'infinity', '-infinity'), ({o} + 2, '-infinity', 'infinity'),"
+    " ({o} + 3, '2024-02-29 12:00', '2024-02-29 12:00+00'), ({o} + 4, NULL, 'infinity')"
+)
+TS_INF = 2**63 - 1
+
+
+def _micros(column: str, cast: str = "", of: str = "(extract(epoch FROM {}) * 1e6)") -> str:
+    """A timestamp's microseconds since 1970, DuckDB's counts for +-infinity."""
+    return (
+        f"CASE WHEN {column} = 'infinity'{cast} THEN {TS_INF}"
+        f" WHEN {column} = '-infinity'{cast} THEN -{TS_INF} ELSE {of.format(column)}::bigint END"
+    )
+
+
+def test_infinite_timestamps_land_by_snapshot_and_stream(
+    opened: Callable[..., Engine], cdc_db: Any
+) -> None:
+    source = f"SELECT id, {_micros('ts')}, {_micros('tz')} FROM t ORDER BY id, tz"
+    ts, tz = (
+        _micros(c, f"::{t}", "epoch_us({})")
+        for c, t in (("ts", "timestamp"), ("tz", "timestamptz"))
+    )
+    lake = f"SELECT id, {ts}, {tz} FROM pg.items ORDER BY id, tz"
+    engine = opened(TS_TABLE, TS_ROWS.format(o=0))
+    try:
+        _capture(engine)  # the stitched snapshot
+        _sql(
+            cdc_db.dsn,
+            TS_ROWS.format(o=10),
+            "UPDATE t SET ts = '-infinity' WHERE id = 1",
+            "UPDATE t SET tz = '2020-01-01 00:00+00' WHERE id = 2",  # a key change
+            "DELETE FROM t WHERE id = 14",
+        )
+        _capture(engine)
+        with psycopg.connect(cdc_db.dsn) as conn:
+            want = list(conn.execute(source))
+        assert _lake_rows(engine, lake) == want and len(want) == 7
+        assert {TS_INF, -TS_INF} <= {r[1] for r in want} | {r[2] for r in want}
+    finally:
+        engine.close()

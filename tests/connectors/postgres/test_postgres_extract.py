@@ -226,8 +226,8 @@ def test_a_failed_commit_is_a_cleanup_failure_not_a_read_failure(
 def test_cleanup_failure_never_replaces_the_primary_error(
     admin, schema, source, make_request, monkeypatch
 ):
-    admin.execute(f"CREATE TABLE {schema}.t (id int, ts timestamptz)")
-    admin.execute(f"INSERT INTO {schema}.t VALUES (1, 'infinity')")
+    admin.execute(f"CREATE TABLE {schema}.t (id int, at time)")
+    admin.execute(f"INSERT INTO {schema}.t VALUES (1, '24:00:00')")
     real_close = pg_connect.Session.close
 
     def failing_close(self):

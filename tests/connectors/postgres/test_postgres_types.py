@@ -217,11 +217,42 @@ def test_infinite_dates_read_as_duckdbs_infinities(admin, schema, source, make_r
     assert [duck.column(c).chunk(0).view(pa.int32())[0].as_py() for c in "pn"] == [inf, -inf]
 
 
+def test_infinite_timestamps_read_as_duckdbs_infinities(admin, schema, source, make_request):
+    """They stopped the read as the dates did: now the microsecond counts
+    +-(2**63 - 1), DuckDB's 'infinity' and '-infinity' (the identity's ``t`` and
+    ``z`` texts ``infinity``/``-infinity``, docs/identity.md)."""
+    admin.execute(
+        f"CREATE TABLE {schema}.t (id int, ts timestamp, tz timestamptz, za timestamptz[])"
+    )
+    admin.execute(
+        f"INSERT INTO {schema}.t VALUES"
+        " (1, 'infinity', '-infinity', '{-infinity,NULL,infinity}'),"
+        " (2, '-infinity', 'infinity', NULL),"
+        " (3, '294246-12-31 23:59:59', '4713-01-01 00:00:00+00 BC', '{2024-01-01 00:00:00+00}')"
+    )
+    batch = _read(source, make_request)[0].batch.sort_by("id")
+    inf = 2**63 - 1
+    far = admin.execute(
+        "SELECT (extract(epoch FROM ts) * 1000000)::bigint,"
+        f" (extract(epoch FROM tz) * 1000000)::bigint FROM {schema}.t WHERE id = 3"
+    ).fetchone()
+    assert batch.column("ts").view(pa.int64()).to_pylist() == [inf, -inf, far[0]]
+    assert batch.column("tz").view(pa.int64()).to_pylist() == [-inf, inf, far[1]]
+    assert batch.column("za").values.view(pa.int64()).to_pylist() == [
+        -inf,
+        None,
+        inf,
+        1_704_067_200_000_000,
+    ]
+    duck = duckdb.connect().sql("SELECT 'infinity'::timestamp AS p, '-infinity'::timestamp AS n")
+    assert duck is not None
+    duck = duck.to_arrow_table()
+    assert [duck.column(c).chunk(0).view(pa.int64())[0].as_py() for c in "pn"] == [inf, -inf]
+
+
 @pytest.mark.parametrize(
     ("decl", "value", "cast", "expected"),
     [
-        ("timestamptz", "infinity", "infinity", "infinity"),
-        ("timestamp", "-infinity", "-infinity", "infinity"),
         ("time", "24:00:00", "24:00:00", "24:00:00"),
         ("integer[]", "{{1,2},{3,4}}", "{{1,2},{3,4}}", "2-dimensional"),
         # The driver's own words, naming no column, with a hint of casts:

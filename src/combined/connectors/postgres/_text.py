@@ -19,6 +19,8 @@ from combined.errors import SchemaMismatch, UnsupportedType
 
 #: The day counts DuckDB reads as a date's +-infinity (its ``date_t`` limits).
 DATE_INFINITY = 2**31 - 1
+#: ... and the microseconds it reads as a timestamp's (``timestamp_t``).
+TIMESTAMP_INFINITY = 2**63 - 1
 
 __all__ = ["array_type_of", "arrow_type", "text_to_arrow"]
 
@@ -159,8 +161,9 @@ def _datetimes(text: pa.Array, type_: pa.DataType) -> pa.Array:
     Arrow's cast takes neither a year before 1 (``0044-03-15 BC``) nor one
     past 9999, which PostgreSQL writes so and the snapshot reads (binary):
     the stream stopped on a value the snapshot of the same table had landed.
-    A date's ``infinity`` and ``-infinity`` are the day counts +-(2**31 - 1),
-    as the snapshot reads them and DuckDB reads them back.
+    ``infinity`` and ``-infinity`` are the counts +-(2**31 - 1) (a date's days)
+    or +-(2**63 - 1) (a timestamp's microseconds), as the snapshot reads them
+    and DuckDB reads them back.
     """
     far = pc.fill_null(pc.match_substring_regex(text, r" BC$|^\d{5}|^-?infinity$"), False)
     if not pc.any(far).as_py():
@@ -178,8 +181,9 @@ def _datetimes(text: pa.Array, type_: pa.DataType) -> pa.Array:
 
 def _far_datetime(text: str, type_: pa.DataType) -> int:
     """Days (a date) or microseconds (a timestamp) since 1970 of PostgreSQL's ISO text."""
-    if pa.types.is_date(type_) and text in ("infinity", "-infinity"):
-        return -DATE_INFINITY if text[0] == "-" else DATE_INFINITY
+    if text in ("infinity", "-infinity"):
+        infinity = DATE_INFINITY if pa.types.is_date(type_) else TIMESTAMP_INFINITY
+        return -infinity if text[0] == "-" else infinity
     m = _DATETIME.match(text)
     if m is None:
         raise ValueError(f"not an iso date or timestamp: {text[:40]!r}")

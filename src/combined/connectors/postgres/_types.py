@@ -30,8 +30,9 @@ date                       date32                          native; +-infinity as
                                                            counts +-(2**31-1), as DuckDB
 time                       time64[us]                      native; 24:00:00 raises
 timetz                     string                          Arrow has no time-with-offset
-timestamp                  timestamp[us]                   native; +-infinity raises
-timestamptz                timestamp[us, tz=UTC]           native; +-infinity raises
+timestamp                  timestamp[us]                   native; +-infinity as the counts
+                                                           +-(2**63-1), as DuckDB
+timestamptz                timestamp[us, tz=UTC]           native; +-infinity as timestamp
 interval                   month_day_nano_interval         native; a time part beyond
                                                            +-292 years overflows
                                                            nanoseconds and raises
@@ -70,7 +71,7 @@ import pyarrow.compute as pc
 from psycopg import sql
 
 from combined.connectors._shared import cast_key
-from combined.connectors.postgres._text import DATE_INFINITY
+from combined.connectors.postgres._text import DATE_INFINITY, TIMESTAMP_INFINITY
 from combined.errors import ConfigError, SchemaMismatch
 
 BOOL, BYTEA, CHAR, NAME, INT8, INT2, INT4, TEXT, OID = 16, 17, 18, 19, 20, 21, 23, 25, 26
@@ -152,11 +153,26 @@ _PG_MIN_DAYS = -2_440_588
 _DAY_US = 86_400_000_000
 
 # PostgreSQL stores a date's infinities as int32's maximum and minimum days
-# since 2000-01-01; the driver moves every count to 1970 by adding 10957
-# days, which wraps both to these values below any real date.
+# since 2000-01-01, a timestamp's as int64's microseconds; the driver moves
+# every count to 1970 (10957 days later), which wraps both to values below
+# any real one. Each check: the counts' type, PostgreSQL's first day, the
+# driver's +infinity and -infinity, and the count DuckDB reads as infinity.
 _PG_EPOCH_DAYS = 10_957
-_DRIVER_INFINITY = DATE_INFINITY + _PG_EPOCH_DAYS - 2**32
-_DRIVER_MINUS_INFINITY = -(2**31) + _PG_EPOCH_DAYS
+_PG_EPOCH_US = _PG_EPOCH_DAYS * _DAY_US
+_INFINITIES: dict[str, tuple[pa.DataType, int, tuple[int, int], int]] = {
+    "date": (
+        pa.int32(),
+        _PG_MIN_DAYS,
+        (DATE_INFINITY + _PG_EPOCH_DAYS - 2**32, -(2**31) + _PG_EPOCH_DAYS),
+        DATE_INFINITY,
+    ),
+    "timestamp": (
+        pa.int64(),
+        _PG_MIN_US,
+        (TIMESTAMP_INFINITY + _PG_EPOCH_US - 2**64, -(2**63) + _PG_EPOCH_US),
+        TIMESTAMP_INFINITY,
+    ),
+}
 
 _CAST_SPEC = re.compile(r"^\s*(text|numeric\s*\(\s*(\d+)\s*,\s*(-?\d+)\s*\))\s*$", re.IGNORECASE)
 
@@ -462,46 +478,42 @@ def _convert(arr: pa.Array, plan: ColumnPlan, relation: str) -> pa.Array:
             hint="the driver changed its mapping; report it, or declare a cast to text",
             column=plan.name,
         )
-    if plan.check == "date":
-        return _dates(arr, plan, relation)
+    if plan.check in _INFINITIES:
+        return _infinities(arr, plan, relation)
     if plan.check is not None:
         _check_range(arr, plan, relation)
     return arr
 
 
-def _dates(arr: pa.Array, plan: ColumnPlan, relation: str) -> pa.Array:
-    """``arr`` (dates, or lists of them) with the driver's wrapped infinities as
-    the day counts +-(2**31 - 1), which DuckDB reads as +-infinity; any other
-    count below PostgreSQL's first date raises."""
+def _infinities(arr: pa.Array, plan: ColumnPlan, relation: str) -> pa.Array:
+    """``arr`` (dates or timestamps, or lists of them) with the driver's wrapped
+    infinities as the counts DuckDB reads as +-infinity (:data:`_INFINITIES`);
+    any other count below PostgreSQL's first day raises."""
     if isinstance(arr, pa.ListArray):
-        values = _dates(arr.values, plan, relation)
+        values = _infinities(arr.values, plan, relation)
         if values is arr.values:
             return arr
         return pa.ListArray.from_arrays(arr.offsets, values, type=arr.type, mask=arr.is_null())
-    days = arr.view(pa.int32())
-    low = pc.min(days).as_py()
-    if low is None or low >= _PG_MIN_DAYS:
+    assert plan.check is not None
+    width, first, wrapped, infinity = _INFINITIES[plan.check]
+    counts = arr.view(width)
+    low = pc.min(counts).as_py()
+    if low is None or low >= first:
         return arr
-    for driver, count in (
-        (_DRIVER_INFINITY, DATE_INFINITY),
-        (_DRIVER_MINUS_INFINITY, -DATE_INFINITY),
-    ):
-        days = pc.if_else(pc.equal(days, driver), pa.scalar(count, pa.int32()), days)
-    # -infinity's count lies below every real date; nothing else may.
-    below = pc.and_(pc.less(days, _PG_MIN_DAYS), pc.not_equal(days, -DATE_INFINITY))
+    for driver, count in zip(wrapped, (infinity, -infinity), strict=True):
+        counts = pc.if_else(pc.equal(counts, driver), pa.scalar(count, width), counts)
+    # -infinity's count lies below every real value; nothing else may.
+    below = pc.and_(pc.less(counts, first), pc.not_equal(counts, -infinity))
     if pc.any(below).as_py():
         _refuse(plan, relation, "a value arrow cannot hold")
-    return days.view(pa.date32())
+    return counts.view(arr.type)
 
 
 def _check_range(arr: pa.Array, plan: ColumnPlan, relation: str) -> None:
     values = pc.list_flatten(arr) if plan.is_list else arr
     if len(values) == 0 or values.null_count == len(values):
         return
-    if plan.check == "timestamp":
-        if pc.min(values.view(pa.int64())).as_py() < _PG_MIN_US:
-            _refuse(plan, relation, "infinity or a value arrow cannot hold")
-    elif pc.max(values.view(pa.int64())).as_py() >= _DAY_US:
+    if pc.max(values.view(pa.int64())).as_py() >= _DAY_US:
         _refuse(plan, relation, "24:00:00")
 
 
