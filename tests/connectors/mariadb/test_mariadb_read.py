@@ -475,3 +475,26 @@ def test_null_cursor_rows_excluded_are_neither_read_nor_counted(
     assert ids == [i for i in range(1, 41) if i % 5]
     kept = [i for i in range(1, 41) if i % 5]
     assert ext.control_totals == ControlTotals(32, "n", str(sum(kept)))
+
+
+def test_rows_of_long_values_are_batched_by_their_bytes_on_the_row_path(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    # 40 rows of 256 KiB: the first chunk (1,000 rows by count) held all
+    # 10 MiB at once, and a table of 16 MB values would be read whole.
+    admin.sql(
+        "CREATE TABLE blobs (id INT PRIMARY KEY, b LONGBLOB, note VARCHAR(10))",
+        "INSERT INTO blobs SELECT seq, REPEAT(CHAR(65 + seq % 26), 262144), 'n' FROM seq_1_to_40",
+    )
+    ext = source.read(make_request("blobs", options={"batch_bytes": 1 << 20}))
+    assert isinstance(ext, MariaDBExtraction)
+    ext.bulk = False
+    msgs = list(ext)
+    assert ext.path == "rows"
+    sizes = [b.nbytes for b in mt.batches(msgs)]
+    assert max(sizes) <= (1 << 20) + 262144 + 4096, sizes
+    table = mt.table_of(msgs).sort_by("id")
+    assert table.column("id").to_pylist() == list(range(1, 41))
+    assert [len(v) for v in table.column("b").to_pylist()] == [262144] * 40
+    assert table.column("b")[6].as_py()[:3] == b"HHH"
+    ext.finish("success")

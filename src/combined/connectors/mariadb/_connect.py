@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
@@ -504,11 +504,22 @@ class Session:
             failure = query_error(exc, self.settings, doing)
         raise failure
 
-    def fetch(self, rows: int) -> list[tuple[Any, ...]]:
-        """Up to ``rows`` rows of the open stream (fewer only at its end)."""
+    def fetch(
+        self, rows: int, wide: Sequence[int] = (), budget: int = 0
+    ) -> tuple[list[tuple[Any, ...]], bool]:
+        """Up to ``rows`` rows of the open stream, and whether it ended.
+
+        With ``wide`` (positions of columns whose values may be long), the
+        fetch also stops after the row that brings those values' bytes to
+        ``budget``: the chunk's size is known as it is read, whatever an
+        earlier chunk's rows weighed.
+        """
         failure: CombinedError | None = None
         try:
-            return list(self._cursor.fetchmany(rows))
+            if not wide:
+                got = list(self._cursor.fetchmany(rows))
+                return got, len(got) < rows
+            return _fetch_within(self._cursor, rows, wide, budget)
         except DRIVER_ERRORS as exc:
             failure = query_error(exc, self.settings, "reading rows")
         raise failure
@@ -558,3 +569,23 @@ def close_quietly(session: Session | None, primary: BaseException | None) -> Bas
 def quote_ident(name: str) -> str:
     """Quote an identifier for MariaDB/MySQL (backticks, embedded backticks doubled)."""
     return "`" + name.replace("`", "``") + "`"
+
+
+def _fetch_within(
+    cursor: Any, rows: int, wide: Sequence[int], budget: int
+) -> tuple[list[tuple[Any, ...]], bool]:
+    """Rows of ``cursor`` until ``rows`` of them, ``wide``'s bytes reach ``budget``, or the end."""
+    out: list[tuple[Any, ...]] = []
+    size = 0
+    while len(out) < rows:
+        row = cursor.fetchone()
+        if row is None:
+            return out, True
+        out.append(row)
+        for i in wide:
+            value = row[i]
+            if value is not None:
+                size += len(value)
+        if size >= budget:
+            break
+    return out, False

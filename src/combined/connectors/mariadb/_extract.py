@@ -426,14 +426,16 @@ class MariaDBExtraction(SessionRead[Session]):
 
     def _stream(self, query: str, layout: Layout) -> Iterator[pa.RecordBatch]:
         """Stream ``query`` as batches of at most ``batch_rows`` rows, near ``batch_bytes``."""
-        limit = self._batch_rows
+        limit, budget, wide = self._batch_rows, self._options.batch_bytes, layout.wide
         chunk = min(limit, 1_000)  # a first small chunk measures the row width
         with self._lock:
             self._live().stream(query, "starting the read")
         while True:
             with self._lock:
                 session = self._live()
-                rows = session.fetch(chunk)
+                # Long values are weighed as they arrive: a chunk of rows the
+                # last one's width allowed may hold a few of many megabytes.
+                rows, ended = session.fetch(chunk, wide, budget)
                 if not rows:
                     session.end_stream()
                     return
@@ -441,7 +443,7 @@ class MariaDBExtraction(SessionRead[Session]):
             self._live()  # nothing is handed over after a terminal outcome
             self.authority.count(batch.num_rows, batch.nbytes)
             yield batch
-            if len(rows) < chunk:
+            if ended:
                 with self._lock:
                     self._live().end_stream()
                 return

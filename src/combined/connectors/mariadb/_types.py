@@ -97,6 +97,8 @@ _GEOMETRIES = {
     "geomcollection",
 }
 _DAY_US = 86_400_000_000
+#: A string or binary column declared longer than this is measured row by row as it is fetched.
+WIDE_OCTETS = 8192
 # A date part whose month or day is 00: what MariaDB/MySQL call zero dates.
 _ZERO_DATE = r"^\d{4}-(00-\d{2}|\d{2}-00)"
 
@@ -234,6 +236,20 @@ class Layout:
         """The layout of ``plans`` (every one must be supported)."""
         schema = pa.schema([pa.field(p.name, p.arrow_type) for p in plans])
         return cls(tuple(plans), schema, zero_dates)
+
+    @property
+    def wide(self) -> tuple[int, ...]:
+        """The positions of the columns whose values may be long: measured as rows are fetched.
+
+        A string or binary column declared longer than :data:`WIDE_OCTETS`
+        bytes (or of no known length: a cast, a geometry's text): one row of
+        a ``LONGBLOB`` may hold more than a whole batch should.
+        """
+        return tuple(
+            i
+            for i, p in enumerate(self.plans)
+            if p.kind in ("string", "binary") and (p.octets is None or p.octets > WIDE_OCTETS)
+        )
 
     def select_list(self) -> str:
         """The SQL select list, one expression per column, named as the column."""
