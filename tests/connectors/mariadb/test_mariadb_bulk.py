@@ -426,3 +426,24 @@ def test_a_writer_queued_behind_the_twin_lock_drops_the_bulk_read(
         twin.release()
         assert writer.wait(40) == 0
     assert admin.rows("SELECT COUNT(*) FROM o")[0][0] == 3
+
+
+def test_a_bulk_batch_of_mostly_null_columns_is_bounded_by_what_it_weighs_in_arrow(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    # The server stores a NULL in no bytes: its average row length (~50
+    # bytes here) made 16 MiB batches of 65,536 rows weigh 127 MB in Arrow.
+    columns = ", ".join(
+        f"c{i} {('BIGINT', 'DECIMAL(12,2)', 'DATETIME(6)')[i % 3]}" for i in range(90)
+    )
+    admin.sql(
+        f"CREATE TABLE sparse (id BIGINT PRIMARY KEY, {columns}) ENGINE=InnoDB",
+        "INSERT INTO sparse (id, c0) SELECT seq, seq FROM seq_1_to_20000",
+        "ANALYZE TABLE sparse",
+    )
+    budget = 1 << 20
+    ext, msgs = _read(source, make_request("sparse", options={"batch_bytes": budget}))
+    assert ext.path == "bulk"
+    sizes = [b.nbytes for b in mt.batches(msgs)]
+    assert sum(b.num_rows for b in mt.batches(msgs)) == 20000
+    assert max(sizes) <= budget * 1.25, sizes

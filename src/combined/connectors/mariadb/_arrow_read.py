@@ -98,10 +98,33 @@ def select_list(layout: Layout, *, named: bool = True) -> str:
     )
 
 
-def batch_rows(limit: int, batch_bytes: int, avg_row_length: Any) -> int:
-    """Rows per bulk batch: at most ``limit``, near ``batch_bytes`` by the table's row length."""
-    width = int(avg_row_length or 0) or _ROW_GUESS
+def batch_rows(limit: int, batch_bytes: int, avg_row_length: Any, schema: pa.Schema) -> int:
+    """Rows per bulk batch: at most ``limit``, near ``batch_bytes`` by the rows' width.
+
+    The width is the table's average row length or, when more, what a row
+    takes in Arrow whatever its values (:func:`arrow_row_floor`): the server
+    stores a NULL in no bytes, Arrow in its column's full width, so a row of
+    300 mostly-NULL columns is ~100 bytes on disk and ~2 KB in a batch.
+    """
+    width = max(int(avg_row_length or 0) or _ROW_GUESS, arrow_row_floor(schema))
     return max(1, min(limit, batch_bytes // max(width, 1)))
+
+
+def arrow_row_floor(schema: pa.Schema) -> int:
+    """The bytes a row takes in ``schema``'s Arrow arrays even when every value is NULL."""
+    bits = 0
+    for field in schema:
+        t = field.type
+        if pa.types.is_boolean(t):
+            bits += 1
+        elif pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+            bits += 64  # an offset
+        elif pa.types.is_string(t) or pa.types.is_binary(t):
+            bits += 32
+        else:
+            bits += t.bit_width
+        bits += 1  # validity
+    return (bits + 7) // 8
 
 
 def _url(settings: Settings) -> str:

@@ -383,7 +383,7 @@ class MariaDBExtraction(SessionRead[Session]):
                 f"{session.literal(rel.database)} AND TABLE_NAME = {session.literal(rel.table)}",
                 "reading the table's row length",
             ) or ((None,),)
-        rows = bulk.batch_rows(self._batch_rows, self._options.batch_bytes, avg)
+        rows = bulk.batch_rows(self._batch_rows, self._options.batch_bytes, avg, work.layout.schema)
         listed = bulk.select_list(work.layout, named=not order)
         q = f"SELECT {listed} FROM {rel.ident}{where}{f' ORDER BY {order}' if order else ''}"
         try:
