@@ -401,10 +401,11 @@ class Engine(Reading):
                 "--poll must be more than 0 seconds and --max-runs at least 1",
                 hint="e.g. --poll 2 --max-runs 10",
             )
-        # Runs a dead worker left are closed before this one waits for more. A store
-        # that does not answer yet is waited for (one that refuses is an error), unless
-        # ``once`` (a job run from time to time: its next start tries again).
-        if once:
+        # Runs a dead worker left are closed before this one waits for more. An object
+        # store that does not answer yet is waited for (one that refuses is an error),
+        # unless ``once`` (a job run from time to time: its next start tries again). A
+        # lake on this machine's disk answers or refuses: never waited for.
+        if once or not self.layout.store.remote:
             self._ready()
         elif not self._ready_when_reachable(stopping):
             return
@@ -428,11 +429,8 @@ class Engine(Reading):
         from combined.lake._probe import check_store
         from combined.runtime._lake_wait import when_reachable
 
-        def probe() -> None:  # (an object store's: one short try a request)
-            if self.layout.store.remote:
-                check_store(self.layout.store, waiting=True)
-            else:
-                self.layout.ensure_writable()
+        def probe() -> None:  # (one short try a request)
+            check_store(self.layout.store, waiting=True)
 
         try:
             if not when_reachable(probe, stopping, self.catalog, send=self.sender.soon):
