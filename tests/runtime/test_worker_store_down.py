@@ -95,6 +95,7 @@ def test_a_worker_started_while_the_store_is_unreachable_waits_then_runs_the_que
         told = " ".join(status.stderr.split())
         assert "the lake's store has not answered since" in told, told
         assert "waits for it" in told and "AWS_ENDPOINT_URL" in told, told
+        assert S3_ENV["AWS_SECRET_ACCESS_KEY"] not in status.stdout + status.stderr
         # The store comes back (a relay to the S3 server on its address).
         rules, log = tmp_path / "rules.json", tmp_path / "requests.log"
         rules.write_text("[]")
@@ -120,6 +121,9 @@ def test_a_worker_started_while_the_store_is_unreachable_waits_then_runs_the_que
         assert back["id"] > alert["id"] and back["body"]["waited_s"] >= 0, back
     finally:
         engine.close()
+    # The store's secret is in the worker's environment: never in what it said or kept.
+    secret = S3_ENV["AWS_SECRET_ACCESS_KEY"]
+    assert secret not in "".join(said) and secret not in repr(alert), said
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
