@@ -18,6 +18,7 @@ from combined.connectors.postgres import (
     PostgresSource,
 )
 from combined.connectors.postgres import _connect as pg_connect
+from combined.connectors.postgres import _types as pg_types
 from combined.errors import ProtocolViolation, SchemaMismatch, SourceUnavailable
 from combined.protocol import RecordBatchMessage, StateMessage
 
@@ -244,14 +245,27 @@ def test_cleanup_failure_never_replaces_the_primary_error(
 
 
 def test_finish_from_another_thread_waits_for_the_batch_in_flight(
-    admin, schema, source, make_request, pgt
+    admin, schema, source, make_request, pgt, monkeypatch
 ):
+    # Small driver batches, and the consumer held inside its second one's
+    # conversion (under the read's lock): finish is called while a batch is
+    # in flight, never after a read that ran to its end first (which would
+    # commit and keep its session, as the CI once saw under load).
     _fill(admin, schema, 50_000)
-    ext = source.read(make_request("t", batch_rows=500))
+    ext = source.read(make_request("t", batch_rows=500, options={"batch_bytes": 64 << 10}))
     it = iter(ext)
     next(it)
     pid = ext.backend_pid
-    done = threading.Event()
+    inside, done = threading.Event(), threading.Event()
+    converted: list[float] = []
+    real_convert = pg_types.Layout.convert
+
+    def held_convert(self, raw, relation="table"):
+        if threading.current_thread() is worker and not inside.is_set():
+            inside.set()
+            time.sleep(0.5)
+            converted.append(time.monotonic())
+        return real_convert(self, raw, relation)
 
     def consume():
         try:
@@ -262,11 +276,16 @@ def test_finish_from_another_thread_waits_for_the_batch_in_flight(
         finally:
             done.set()
 
+    monkeypatch.setattr(pg_types.Layout, "convert", held_convert)
     worker = threading.Thread(target=consume)
     worker.start()
+    assert inside.wait(10), "the consumer never read a second driver batch"
     terminal = ext.finish("abort")
+    finished = time.monotonic()
     worker.join(10)
+    assert converted and converted[0] <= finished  # finish waited for the batch in flight
     assert done.is_set() and terminal.cleanup_succeeded and pgt.wait_backend_gone(admin, pid)
+    assert not ext.receipt.completed
 
 
 def test_bounds_columns_and_control_totals(admin, schema, source, make_request, pgt):
