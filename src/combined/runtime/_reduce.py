@@ -373,7 +373,9 @@ def _next_version(
         if plan.sync_mode == "append":
             row_count = parent_count + transition.captured  # every event is kept
     totals = VersionTotals(row_count=row_count, content_digest=f"{hi:016x}{lo:016x}")
-    changed = delivered and (transition.changes > 0 or content is not None)
+    # An event stream's truncate changes no identity, yet the lake keeps it as an event.
+    kept = plan.sync_mode == "append" and transition.captured > 0
+    changed = delivered and (transition.changes > 0 or content is not None or kept)
     if content is not None and transition.changes == 0 and parent is not None:
         changed = False
     vid = (

@@ -22,6 +22,7 @@ from combined.lake import LakeLayout, LakeTable, constant_dictionary, with_dicti
 from combined.protocol._digest import Digest, as_sql, digest_of, digest_sql_type, digest_type
 from combined.usage._refs import (
     BILLED_OP,
+    BILLED_ROWS,
     REF_COLUMN,
     billed_sql,
     count_ops,
@@ -173,6 +174,7 @@ def _new_pairs(
         f"SELECT {month_lit} AS month, "
         f"CAST({as_sql('_combined_id', have, want)} AS {digest_sql_type(want)}) AS _combined_id, "
         f"{op} AS op FROM {store.duck_source(con, files)}"
+        + (f" WHERE {BILLED_ROWS}" if deliveries else "")
     )
 
 

@@ -36,6 +36,11 @@ BILLED_OP = (
     "CASE WHEN _combined_op = 'snapshot' THEN 'insert' ELSE CAST(_combined_op AS VARCHAR) END"
 )
 
+#: The Delivery rows MAR bills: not an event stream's truncate, which names no
+#: source row (its id is the same for every truncate); a keyed dataset bills
+#: the rows a truncate removes, as the deletes its Deliveries hold.
+BILLED_ROWS = "_combined_op <> 'truncate'"
+
 
 def referencing(schema: pa.Schema | None) -> bool:
     """Whether a usage table of ``schema`` may hold references (None: no table yet, so yes)."""
@@ -80,7 +85,8 @@ def count_ops(store: Any, files: Sequence[str]) -> dict[str, int]:
                 for item in pc.value_counts(ops.indices).to_pylist():
                     op = values[item["values"]]
                     op = "insert" if op == "snapshot" else op
-                    counts[op] = counts.get(op, 0) + item["counts"]
+                    if op in counts:  # (an event stream's truncate is no row)
+                        counts[op] += item["counts"]
     return counts
 
 
@@ -119,7 +125,7 @@ def billed_sql(
         f" UNION ALL SELECT {lit} AS month, "
         f"CAST({as_sql('_combined_id', _digest(store, files[0]), want)} "
         f"AS {digest_sql_type(want)}) AS _combined_id, {BILLED_OP} AS op "
-        f"FROM {store.duck_source(con, files)}"
+        f"FROM {store.duck_source(con, files)} WHERE {BILLED_ROWS}"
     )
 
 
@@ -191,7 +197,7 @@ def _copies(
                 f"CAST({as_sql('_combined_id', _digest(layout.store, path), want)} "
                 f"AS {digest_sql_type(want)}) AS _combined_id, {BILLED_OP} AS op, "
                 f"{sql_literal(name)} AS {REF_COLUMN} "
-                f"FROM {layout.store.duck_source(con, [path])}"
+                f"FROM {layout.store.duck_source(con, [path])} WHERE {BILLED_ROWS}"
             )
             for b in con.sql(sql).to_arrow_reader(65_536):
                 yield b.cast(schema)
