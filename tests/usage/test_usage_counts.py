@@ -184,3 +184,14 @@ def test_small_transitions_are_billed_without_opening_a_database(
         assert got == {"mar": 3, "inserts": 3, "updates": 1, "deletes": 0}
         assert month_counts(lake, "s", dataset, "2026-11") == got
     assert len(duck_opens) == 1  # the lake's shared database, once
+
+
+def test_an_event_streams_truncates_bill_no_identity(tmp_path: Path) -> None:
+    # A truncate event names no source row (every truncate has the same id).
+    lake = LakeLayout(tmp_path / "lake")
+    ops = ["snapshot", "truncate", "insert", "truncate"]
+    rows = pa.table({"_combined_id": ["a", "t", "b", "t"], "_combined_op": ops})
+    pq.write_table(rows, str(tmp_path / "d.parquet"))
+    got = record_usage(lake, "s", "d", tmp_path / "d.parquet", month="2026-11", deliveries=True)
+    assert got["2026-11"] == {"mar": 2, "inserts": 2, "updates": 0, "deletes": 0}
+    assert got["2026-11"] == month_counts(lake, "s", "d", "2026-11")
