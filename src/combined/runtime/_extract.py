@@ -90,6 +90,10 @@ def extract(
         options=_read_options(plan, source, options, committed_schema),
     )
     extraction = source.read(request)
+    if plan.name in (getattr(extraction, "stream_gaps", None) or {}):
+        # Its table was dropped: the changes read are the old table's, which the
+        # discovery (of what is there now: nothing, or a table made since) never saw.
+        declared = None
     writer = PartWriter(
         area, f"{plan.source}/{plan.name}/capture", max_rows=plan.max_rows, max_bytes=plan.max_bytes
     )

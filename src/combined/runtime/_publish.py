@@ -29,10 +29,14 @@ from combined.catalog import data as cat
 from combined.catalog import runs as runs_repo
 from combined.protocol import TerminalOutcome
 from combined.quality import Reconciliation
+from combined.runtime._gap import ended_by
 from combined.runtime._plan import Prepared, Staged
 
 if TYPE_CHECKING:
     from combined.runtime._runner import Runner
+
+#: The end states of a Run whose members were committed in full.
+_COMMITTED = ("succeeded", "needs_review")
 
 
 def end_reads(
@@ -84,7 +88,9 @@ def publish_run(
 ) -> Run:
     """Publish a Run's committed members (``publish``: now, or held for its capture).
 
-    The Run succeeds with its stats. A member counts as changed since the
+    The Run succeeds with its stats, or ends ``needs_review`` when a read
+    ended at a gap in its change stream, the changes before it committed
+    (``runtime._gap.ended_by``). A member counts as changed since the
     dataset's last publication, not merely by this Run: a commit of a Run that
     died before publishing is published (and told) by the next one, which may
     itself change nothing.
@@ -112,6 +118,21 @@ def publish_run(
         }
         for p in prepared
     }
+    gap = ended_by(conn, run, prepared, members)
+    if gap is not None:
+        run = runs_repo.move_run(
+            conn, run.id, "needs_review", error=gap, stats=stats, publication_id=pub
+        )
+        cat.emit(
+            conn,
+            "run.needs_review",
+            source=run.source,
+            run_id=run.id,
+            error=run.error,
+            error_type=type(gap).__name__,
+            publication=pub,
+        )
+        return run
     run = runs_repo.move_run(conn, run.id, "succeeded", stats=stats, publication_id=pub)
     cat.emit(conn, "run.succeeded", source=run.source, run_id=run.id, publication=pub)
     return run
@@ -190,8 +211,9 @@ class HeldPublications:
             self.release()
 
     def release(self) -> None:
-        """Publish the members of the Runs that succeeded, together, and re-read the Runs."""
-        done = [r for r in self.runs if r.state == "succeeded" and r.id in self.held]
+        """Publish the members of the Runs that committed (succeeded, or ended
+        ``needs_review`` at a gap once committed), together, and re-read the Runs."""
+        done = [r for r in self.runs if r.state in _COMMITTED and r.id in self.held]
         if not done:
             return
         with self.catalog.begin() as conn:

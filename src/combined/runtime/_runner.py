@@ -55,7 +55,7 @@ from combined.runtime._deadline import AttemptDeadline
 from combined.runtime._drift import declared_fields
 from combined.runtime._extract import extract
 from combined.runtime._faults import fault
-from combined.runtime._gap import record_gap
+from combined.runtime._gap import hold_ended, record_gap
 from combined.runtime._lease import LeaseKeeper, acquire
 from combined.runtime._lost import lost_tables
 from combined.runtime._plan import DatasetPlan, Prepared, Settings, Staged, plans_from_admission
@@ -413,7 +413,7 @@ class Runner:
                 return stage_partitioned(
                     plan, source, a.backfill, a.area, self.layout, self.reporter, declared
                 )
-            return extract(
+            staged = extract(
                 plan,
                 source,
                 a.area,
@@ -423,6 +423,8 @@ class Runner:
                 self.read_options if plan.strategy == "cdc" else None,
                 kept=self._kept_fold(plan),
             )
+            # A gap met at the read's end, kept with the changes before it (runtime._gap).
+            return hold_ended(staged, a.run.id)
         except DriftRejected as exc:
             raise drift_held(self.catalog, self.layout, a.run.id, plan, exc) from None
         except StreamGap as exc:

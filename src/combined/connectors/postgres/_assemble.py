@@ -123,6 +123,9 @@ class _Target:
     #: The enum labels and files the checkpoint recorded, or the run's end took
     #: (:mod:`._rewrite`; None: not recorded, nothing rewritten is seen).
     marks: Marks | None = None
+    #: The table was dropped since its checkpoint: a relation under its name and
+    #: another oid is a table created since, whose changes are not this one's.
+    gone: bool = False
 
 
 def _state_value(lsn: str, t: _Target) -> dict[str, Any]:
@@ -222,7 +225,9 @@ class _Assembler:
         columns: Mapping[str, Collection[str]] | None = None,
         types: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
         marks: Mapping[str, Marks] | None = None,
+        gone: Collection[str] = (),
     ) -> None:
+        # ``gone``: the datasets whose table was dropped since their checkpoint.
         # ``columns``: each dataset's selected columns (``columns:`` and its
         # key), when it selects; the stream's other columns are left out.
         # ``types``: each column's type as its checkpoint recorded it; a
@@ -249,6 +254,7 @@ class _Assembler:
                 columns=frozenset(columns[d]) if columns and d in columns else None,
                 types=dict(types[d]) if types and d in types else None,
                 marks=(marks or {}).get(d),
+                gone=d in gone,
             )
             for d, rel in datasets.items()
         }
@@ -432,6 +438,8 @@ class _Assembler:
         if t is None:
             return []
         if t.oid is not None and t.oid != msg.oid:
+            if t.gone:
+                return []  # created again after its drop (and published): not the one read
             # The table was dropped and created again: its old rows were never
             # deleted, and the new one's may have been published only later.
             raise NeedsSnapshot(

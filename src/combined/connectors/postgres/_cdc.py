@@ -94,7 +94,7 @@ from combined.connectors.postgres._replication import (
 )
 from combined.connectors.postgres._rewrite import Marks
 from combined.connectors.postgres._tree import Tree
-from combined.errors import ConfigError, ProtocolViolation, SourceError
+from combined.errors import ConfigError, ProtocolViolation, SourceError, StreamGap
 from combined.protocol import (
     OP_COLUMN,
     ExtractionAuthority,
@@ -199,6 +199,13 @@ class CdcExtraction(BaseExtraction):
     within that time. A dropped or failed stream raises ``SourceUnavailable``
     (retried as an attempt, replaying from the acknowledged position); a
     missing or invalidated slot raises ``SlotLost``.
+
+    ``dropped`` (per dataset) tells the tables dropped since their
+    checkpoint: their changes up to the drop are read as any others (the
+    stream decodes them as the catalog was then), a table created again
+    under the name is not read, and the refusal is left in
+    :attr:`stream_gaps` for the engine to keep once those changes are
+    committed (``runtime._gap``).
     """
 
     def __init__(
@@ -226,6 +233,7 @@ class CdcExtraction(BaseExtraction):
         columns: Mapping[str, Collection[str]] | None = None,
         types: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
         marks: Mapping[str, Marks] | None = None,
+        dropped: Mapping[str, StreamGap] | None = None,
     ) -> None:
         super().__init__(authority)
         if not datasets:
@@ -247,6 +255,8 @@ class CdcExtraction(BaseExtraction):
         self._columns = columns
         self._types = dict(types or {})
         self._marks = dict(marks or {})
+        #: Per dataset whose table was dropped: what ends its capture once committed.
+        self.stream_gaps: dict[str, StreamGap] = dict(dropped or {})
         #: Each dataset's table as the catalog held it when the run started, its
         #: enum labels and files then, and the WAL position after that read
         #: (:meth:`_Assembler.fill_late`).
@@ -490,7 +500,9 @@ class CdcExtraction(BaseExtraction):
         chosen = {
             d: rel
             for d, rel in self.datasets.items()
-            if d not in self._events and d in (self._lake_columns or {})
+            if d not in self._events
+            and d in (self._lake_columns or {})
+            and d not in self.stream_gaps  # (no catalog holds a dropped table)
         }
         if not chosen:
             return {}
@@ -515,13 +527,16 @@ class CdcExtraction(BaseExtraction):
             events=self._events,
             types=self._types,
             marks=self._marks,
+            gone=tuple(self.stream_gaps),
         )
 
     def _finish(self, asm: _Assembler, final: int) -> Iterator[Message]:
         """The checks of a run's end, then its final states (at ``final``)."""
         self._check_trees(asm)
         self.not_null_columns = {
-            t.dataset: not_null_columns(self._settings, t.relation) for t in asm.targets()
+            t.dataset: not_null_columns(self._settings, t.relation)
+            for t in asm.targets()
+            if t.dataset not in self.stream_gaps
         }
         self._settle_counts(asm)
         yield from self._emit(asm.states(final, final=True))

@@ -57,6 +57,7 @@ from combined.connectors.postgres._publication import (
 from combined.connectors.postgres._replication import (
     RECOVER_HINT,
     SlotHandle,
+    _control,
     create_slot,
     drop_slot,
     require_own_slot,
@@ -65,7 +66,7 @@ from combined.connectors.postgres._replication import (
 from combined.connectors.postgres._rewrite import Marks, read_marks, recorded_marks
 from combined.connectors.postgres._slot_owner import Claim, record_made
 from combined.connectors.postgres._tree import Tree, read_tree
-from combined.errors import ConfigError, NeedsSnapshot, SourceError
+from combined.errors import ConfigError, NeedsSnapshot, SourceError, StreamGap
 from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome
 
 
@@ -122,8 +123,12 @@ def cdc_read(
     lsn = lsn_from_state(request.state)
     if lsn is None:
         return StitchedSnapshot(settings, request, slot=name, owner=owner)
-    tree = _resumable_tree(settings, request, name)
-    oid = tree.oid if tree is not None else None
+    gone = _dropped(settings, request, name)
+    if gone is None:
+        tree = _resumable_tree(settings, request, name)
+        oid = tree.oid if tree is not None else None
+    else:  # its changes up to the drop are read under the oid it had
+        tree, oid = None, int((request.state or {})["relid"])
     types = recorded_types(request.state)
     marks = recorded_marks(request.state)
     stop = None
@@ -156,8 +161,45 @@ def cdc_read(
         columns=({request.dataset: (*request.columns, *request.key)} if request.columns else None),
         types={request.dataset: types} if types is not None else None,
         marks={request.dataset: marks} if marks is not None else None,
+        dropped={request.dataset: gone} if gone is not None else None,
     )
     return ext
+
+
+def _dropped(settings: Settings, request: ReadRequest, name: str) -> StreamGap | None:
+    """What ends the capture, once it committed the changes before the drop, when the
+    captured table was dropped since its checkpoint (the oid it recorded is gone).
+
+    The stream still carries every change committed before the ``DROP TABLE``
+    (decoded as the catalog was then): refused before reading, a capture left
+    them in the slot, and the teardown its hint named dropped them with the
+    slot. None when the table is there (or a partitioned one, whose dropped
+    partitions :func:`verify_tree` refuses), or when the publication is gone
+    too (nothing streams: :func:`require_published` refuses it).
+    """
+    state = request.state or {}
+    relid = state.get("relid")
+    if relid is None or state.get("partitions"):
+        return None
+    require_slot(settings, name)  # (lost with its WAL: nothing to read)
+    with _control(settings, "look up the captured table") as conn:
+        row = conn.execute(
+            "SELECT NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = %s::oid), "
+            "EXISTS (SELECT 1 FROM pg_publication WHERE pubname = %s)",
+            (int(relid), name),
+        ).fetchone()
+    if row is None or not row[0] or not row[1]:
+        return None
+    table = qualified(request.relation)
+    return StreamGap(
+        f"captured table {table!r} was dropped (slot {name}): its changes up to the drop "
+        "were committed to the lake, and the stream carries nothing of it after that (a "
+        "table created again under its name is another table, whose rows it never streams)",
+        hint=f"{RECOVER_HINT} (the new snapshot reads the table as it is now, if it was "
+        "created again; the lake keeps its rows until then)",
+        dataset=request.dataset,
+        publication=name,
+    )
 
 
 def _resumable_tree(settings: Settings, request: ReadRequest, name: str) -> Tree | None:
