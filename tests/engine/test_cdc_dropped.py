@@ -168,3 +168,61 @@ def test_a_truncate_then_a_drop_empties_the_table_in_the_lake(tmp_path: Path, cd
         _refused_again(engine, run)
     finally:
         engine.close()
+
+
+def test_changes_in_the_transaction_that_drops_the_table_reach_the_lake(
+    tmp_path: Path, cdc_db: Any
+) -> None:
+    engine = _project(tmp_path, cdc_db, "incremental")
+    try:
+        with psycopg.connect(cdc_db.dsn) as conn, conn.transaction():
+            for statement in (*_CHANGES, "DROP TABLE items"):
+                conn.execute(statement)
+        run = _ends_in_review(engine, tmp_path, cdc_db)
+        assert _rows(engine) == _AFTER
+        _refused_again(engine, run)
+    finally:
+        engine.close()
+
+
+def test_an_event_stream_whose_table_gained_a_column_before_the_drop(
+    tmp_path: Path, cdc_db: Any
+) -> None:
+    # An event stream's added column is counted in the source (unfilled_columns):
+    # a table that is gone has nothing to count.
+    engine = _project(tmp_path, cdc_db, "append")
+    try:
+        _run(
+            cdc_db.dsn,
+            "ALTER TABLE items ADD COLUMN note text",
+            "UPDATE items SET note = 'n' WHERE id = 5",
+            "DROP TABLE items",
+        )
+        run = _ends_in_review(engine, tmp_path, cdc_db)
+        events = engine.sql(
+            f"SELECT id, note FROM pg.items WHERE _combined_run_id = '{run.id}'"
+        ).to_pylist()
+        assert events == [{"id": 5, "note": "n"}]
+    finally:
+        engine.close()
+
+
+def test_a_column_added_before_the_drop_cannot_be_filled_and_says_so(
+    tmp_path: Path, cdc_db: Any
+) -> None:
+    # A column added since the lake's commit is filled from the source, which
+    # no longer has the table: the Run failed (retried for ever) on a missing relation.
+    engine = _project(tmp_path, cdc_db, "incremental")
+    try:
+        _run(
+            cdc_db.dsn,
+            "ALTER TABLE items ADD COLUMN note text DEFAULT 'd'",
+            "UPDATE items SET note = 'n' WHERE id = 5",
+            "DROP TABLE items",
+        )
+        (run,) = engine.capture()
+        assert run.state == "needs_review", run.error
+        assert "was dropped" in (run.error or "") and "'note'" in (run.error or ""), run.error
+        assert _rows(engine) == [(i, i) for i in range(1, 11)]  # nothing committed
+    finally:
+        engine.close()

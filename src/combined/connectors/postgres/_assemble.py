@@ -482,6 +482,14 @@ class _Assembler:
             return
         if t.events:  # events keep the values they were sent with
             t.unfilled += added
+        elif t.gone:  # (the values to fill went with the table)
+            raise NeedsSnapshot(
+                f"captured table {t.relation!r} was dropped, and its columns {fill} were "
+                "added or rewritten before that: their values in the rows the stream did not "
+                "change are gone with it, so its changes since the last capture are not committed",
+                hint="run `combined cdc teardown` then `combined cdc setup` for the source",
+                dataset=t.dataset,
+            )
         elif self._fill is not None:
             self._pending_fill = (t, msg, fill, self._txn)
 

@@ -576,7 +576,8 @@ class CdcExtraction(BaseExtraction):
             count = self._counts.get(t.dataset)
             if count is not None and all(count.sees(x) for x in t.watch or ()):
                 self.filled_nulls[t.dataset] = dict(count.nulls)
-            if t.unfilled:  # an event stream's: how many rows hold a value no event carries
+            if t.unfilled and t.dataset not in self.stream_gaps:  # (a dropped table: none)
+                # an event stream's: how many rows hold a value no event carries
                 now = count_nulls(self._settings, t.relation, t.unfilled)
                 self.unfilled_columns[t.dataset] = {
                     c: now.rows - n for c, n in now.nulls.items() if now.rows - n
