@@ -260,7 +260,8 @@ def test_a_row_updated_after_its_column_was_dropped_does_not_keep_the_old_value(
 ) -> None:
     # drop: evolve keeps the column in the lake (Delta drops none); a row that
     # changes afterwards is a new version without it, as its Delivery (and a
-    # replay of it) says, not the old value under the new payload hash.
+    # replay of it) says, not the old value under the new payload hash. A row
+    # that did not change keeps its value, unbilled (tests/engine/test_drop_kept.py).
     project = tools.make(tmp_path, orders=3)
     _policy(project, drop="evolve")
     engine = Engine.open(project)
@@ -276,8 +277,8 @@ def test_a_row_updated_after_its_column_was_dropped_does_not_keep_the_old_value(
             "SELECT id, status, total, _combined_op AS op FROM shop.orders ORDER BY id"
         ).to_pylist() == [
             {"id": 1, "status": None, "total": 9.0, "op": "update"},
-            {"id": 2, "status": None, "total": 3.0, "op": "update"},  # (its status went)
-            {"id": 3, "status": None, "total": 4.5, "op": "update"},
+            {"id": 2, "status": "placed", "total": 3.0, "op": "snapshot"},  # (as it was)
+            {"id": 3, "status": "placed", "total": 4.5, "op": "snapshot"},
         ]
     finally:
         engine.close()

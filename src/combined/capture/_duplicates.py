@@ -170,6 +170,7 @@ class _Reduction(Protocol):
     capture_schema: pa.Schema
     capture_files: list[Path]
     _ahead: Future[bool] | None
+    _kcmp: str
 
     def same_as_current(self) -> bool: ...
 
@@ -308,7 +309,7 @@ class DuplicateChecks:
         lake = (
             "false"
             if cut is not None
-            else "EXISTS (SELECT 1 FROM cur WHERE _kid = w._cid AND _khash = w._chash)"
+            else f"EXISTS (SELECT 1 FROM cur WHERE _kid = w._cid AND {self._kcmp} = w._chash)"
         )
         (moves,) = self.con.execute(
             f"SELECT count(*) FROM ({changes}) WHERE _cid IN (SELECT _cid FROM rep)"

@@ -465,6 +465,8 @@ class _Reduction(Protocol):
     #: The payload compared by value, in the lake's types (None: compared by digests).
     by_values: pa.Schema | None
     _value_joined: bool
+    #: The lake's columns the capture lacks (``capture._dropped``).
+    dropped: list[str]
 
     def _current_rows(self) -> int: ...
 
@@ -508,6 +510,7 @@ class Fingerprints:
                     self._fingerprinted = self._value_joined = self._join_candidates(found)
             elif (
                 self.streamed
+                and not self.dropped  # (a lake row's stored digest may not be compared)
                 and self._has_current
                 and self.digest == dg.BINARY
                 and parts_carry(self._staged.paths, columns)

@@ -67,6 +67,8 @@ class _Reduction(Protocol):
     digest: dg.Digest
     _staged: StagedParts
     _current_count: int | None
+    #: The current rows' column a captured payload hash is compared with (``capture._dropped``).
+    _kcmp: str
 
     @property
     def _first_op(self) -> str: ...
@@ -151,7 +153,7 @@ class Join:
             "WHEN c._cop = 'delete' THEN (CASE WHEN k._kid IS NULL THEN 'same' "
             "ELSE 'delete' END) "
             f"WHEN k._kid IS NULL THEN {self._first_op} "
-            "WHEN c._chash = k._khash THEN 'same' ELSE 'update' END AS op, "
+            f"WHEN c._chash = k.{self._kcmp} THEN 'same' ELSE 'update' END AS op, "
             "CASE WHEN c._cid IS NULL OR c._cop = 'delete' THEN NULL ELSE c._chash END "
             "AS new_hash, k._khash AS old_hash, c.ord "
             "FROM ({last}) c {join} {current} k ON c._cid = k._kid)"

@@ -30,6 +30,7 @@ from combined.capture._databases import (
 )
 from combined.capture._deliver import STAGED as _STAGED
 from combined.capture._deliver import Output
+from combined.capture._dropped import COMPARED, current_sql, dropped_columns
 from combined.capture._duplicates import DuplicateChecks
 from combined.capture._fingerprint import Fingerprints, pair_folds, parts_carry
 from combined.capture._join import (
@@ -148,6 +149,7 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         same: bool = False,
         values: pa.Schema | None = None,
         events: Callable[[], EventLake] | None = None,
+        lake_schema: pa.Schema | None = None,
     ) -> None:
         """``same``: staging showed the capture equal to the committed one (``runtime._fold``).
 
@@ -156,6 +158,8 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         an event stream's (``append``) lake, which it is never compared
         with (``current_files`` is empty): listed only for the values its
         changes left unchanged, filled from each id's newest event.
+        ``lake_schema``: the lake's, whose columns the capture lacks (dropped
+        at the source) are compared around (``capture._dropped``).
         """
         #: The table's digest format (v1 hex, v2 binary); staged digests tell it.
         self.digest: dg.Digest = digest or (
@@ -184,6 +188,13 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         self.by_values = values if current_files and not current_filter else None
         self.dataset = dataset
         self._modes(key, strategy, full, deletes, dataset)
+        #: The lake's source columns the capture lacks: each lake row is compared
+        #: over the capture's columns (``_kcmp``), never by its stored hash alone.
+        self.dropped = dropped_columns(lake_schema, self.payload) if current_files else []
+        self._lake_schema = lake_schema
+        self._kcmp = COMPARED if self.dropped else "_khash"
+        if self.dropped:
+            self._lake_files = self.by_values = None  # (no stored digest stands for a row)
         # A keyless mirror makes tables of its every row's keys and transition,
         # beside the Deliveries' buffers: at the whole limit a 5M-row first
         # capture peaked at 525 MB, at a half at 338 MB (their spills are
@@ -403,7 +414,18 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
 
     def _current_view(self, current_files: Sequence[str], current_filter: str | None) -> None:
         """View ``cur``: the lake's current (id, payload hash) pairs, in a backfill's range."""
-        if current_files:
+        if self.dropped and self._lake_schema is not None:
+            select = current_sql(
+                files_sql(current_files),
+                current_filter,
+                lake=self._lake_schema,
+                capture=self.capture_schema,
+                payload=self.payload,
+                dropped=self.dropped,
+                digest=self.digest,
+            )
+            self.con.execute(f"CREATE VIEW cur AS {select}")
+        elif current_files:
             self.con.execute(
                 "CREATE VIEW cur AS SELECT _combined_id AS _kid, _combined_payload_hash AS _khash "
                 f"FROM read_parquet({files_sql(current_files)}, union_by_name = true)"
@@ -593,7 +615,8 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         # ids: its LEFT JOIN leaves every other row as it is, so a table of
         # the whole lake's ids (~200 MB at 2M rows) would only be scanned.
         mine = "" if self._whole(cut) else f" WHERE _kid IN (SELECT _cid FROM {keys})"
-        con.execute(f"CREATE TABLE curk AS SELECT _kid, _khash FROM cur{mine}")
+        kcmp = f", {COMPARED}" if self.dropped else ""
+        con.execute(f"CREATE TABLE curk AS SELECT _kid, _khash{kcmp} FROM cur{mine}")
         if self._whole_bound:
             # A snapshot's every row against the lake's, in passes sized by
             # DuckDB's share: ``keys`` is a plain table of them already.
@@ -670,8 +693,10 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         with a NULL side apart (it hashes NULL to a constant, and two such
         rows would cancel out).
         """
-        if self.digest == dg.BINARY and parts_carry(
-            self._staged.paths, (prov.ID, prov.PAYLOAD_HASH)
+        if (
+            not self.dropped
+            and self.digest == dg.BINARY
+            and parts_carry(self._staged.paths, (prov.ID, prov.PAYLOAD_HASH))
         ):
             mine = pair_folds(
                 (b.column(prov.ID), b.column(prov.PAYLOAD_HASH))
@@ -691,7 +716,7 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         mine = self.con.execute(
             folds.format(i=prov.ID, h=prov.PAYLOAD_HASH, rows="pay")
         ).fetchall()[0]
-        theirs = self.con.execute(folds.format(i="_kid", h="_khash", rows="cur")).fetchall()[0]
+        theirs = self.con.execute(folds.format(i="_kid", h=self._kcmp, rows="cur")).fetchall()[0]
         return mine, theirs
 
     @property

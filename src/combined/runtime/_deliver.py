@@ -75,7 +75,7 @@ def deliver(
     for pf in prov.provenance_fields(w.digest):
         schema = schema.append(pf)
     out = Written(deliveries=[])
-    moved = _moved(staged, table.schema(), payload, w.baseline)
+    moved = _moved(staged, table.schema(), payload, w.baseline) or _newly_dropped(staged, table)
     # A replacement that changes no row is not written: the projection
     # already holds every row it would deliver, and another copy of the
     # table in the lake and the raw layer would record nothing new.
@@ -119,6 +119,21 @@ def deliver(
         )
         reporter.progress(plan.name, staged.rows, 0, len(out.deliveries))
     return out
+
+
+def _newly_dropped(staged: Staged, table: LakeTable) -> bool:
+    """Whether the capture evolved past a column the last commit's Deliveries held.
+
+    The lake keeps such a column, with its former values on the rows that
+    did not otherwise change (``capture._dropped``): a capture that changed
+    no row still commits (an empty Delivery) so the accepted drop is in the
+    feed and the next capture's Deliveries are compared without it.
+    """
+    dropped = {e["field"] for e in staged.drift if e["class"] == "drop"}
+    if not dropped or any(e["outcome"] != "evolve" for e in staged.drift):
+        return False
+    held = (table.latest_commit() or {}).get("schema") or []
+    return any(name in dropped for name, _ in held)
 
 
 def _moved(

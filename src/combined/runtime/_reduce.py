@@ -54,6 +54,7 @@ def prepare(
     """
     plan = staged.plan
     table = table_of(layout, plan).pinned()
+    schema = table.schema()
     reporter.phase(plan.name, "reducing")
     w = Writing(
         area=area,
@@ -62,10 +63,10 @@ def prepare(
         accepted_at=datetime.now(UTC),
         row=_dataset_row(catalog, plan),
         baseline=not table.exists(),
-        digest=_digest(plan, table.schema(), staged.schema),
+        digest=_digest(plan, schema, staged.schema),
     )
     with _memory_said(plan, memory_limit, layout.store.root if layout.store.remote else None):
-        reducer = _reducer(staged, table, layout, memory_limit, w)
+        reducer = _reducer(staged, table, schema, layout, memory_limit, w)
         # At most two tasks beside this thread: a first baseline's duplicate
         # check (its ids' prefixes) and its digests.
         side = ThreadPoolExecutor(max_workers=2, thread_name_prefix="transition")
@@ -147,6 +148,7 @@ def _out_of_memory(plan: DatasetPlan, memory_limit: int, exc: Exception) -> Capt
 def _reducer(
     staged: Staged,
     table: LakeTable,
+    schema: pa.Schema | None,
     layout: LakeLayout,
     memory_limit: int,
     w: Writing,
@@ -156,6 +158,8 @@ def _reducer(
     An event stream's (``append``) table is not its current rows: the
     capture is never compared with it, and only the values its changes left
     unchanged are read from it (``events``: each id's newest event).
+    ``schema``: the table's, which may hold columns the capture lacks
+    (dropped at the source: ``capture._dropped``).
     """
     plan = staged.plan
     spill = w.area.path(f"{plan.source}/{plan.name}/spill/.keep").parent
@@ -164,6 +168,7 @@ def _reducer(
         capture_files=staged.parts,
         capture_schema=staged.schema,
         current_files=[] if append else table.files(),
+        lake_schema=None if append else schema,
         key=plan.key,
         strategy=plan.strategy,
         sync_mode=plan.sync_mode,
