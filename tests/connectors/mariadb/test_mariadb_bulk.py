@@ -447,3 +447,27 @@ def test_a_bulk_batch_of_mostly_null_columns_is_bounded_by_what_it_weighs_in_arr
     sizes = [b.nbytes for b in mt.batches(msgs)]
     assert sum(b.num_rows for b in mt.batches(msgs)) == 20000
     assert max(sizes) <= budget * 1.25, sizes
+
+
+def test_a_row_longer_than_the_packet_limit_is_read_by_rows_after_the_bulk_read(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    # connectorx refuses a row packet over max_allowed_packet wherever it
+    # comes: a long row after the first batch failed the whole read.
+    ((packet,),) = admin.rows("SELECT @@global.max_allowed_packet")
+    half = int(packet) // 2 + 4096  # two values: the row is over the limit, each under it
+    admin.sql(
+        "CREATE TABLE longrow (id INT PRIMARY KEY, b LONGBLOB, c LONGTEXT) ENGINE=InnoDB",
+        "INSERT INTO longrow SELECT seq, REPEAT('a', 1000), 'é' FROM seq_1_to_3000",
+        f"INSERT INTO longrow VALUES (5000, REPEAT('b', {half}), REPEAT('c', {half}))",
+        "INSERT INTO longrow VALUES (5001, 'b', NULL)",
+        "ANALYZE TABLE longrow",
+    )
+    ext, msgs = _read(source, make_request("longrow", options={"batch_bytes": 1 << 20}))
+    assert ext.path == "bulk" and ext.long_rows == 1, (ext.path, ext.bulk_failure)
+    table = mt.table_of(msgs).sort_by("id")
+    assert table.column("id").to_pylist() == [*range(1, 3001), 5000, 5001]
+    long = table.slice(3000, 1).to_pylist()[0]
+    assert (len(long["b"]), len(long["c"])) == (half, half)
+    assert table.column("c")[3001].as_py() is None and table.column("c")[0].as_py() == "é"
+    assert ext.authority.receipt.rows == 3002

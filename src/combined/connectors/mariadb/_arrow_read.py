@@ -49,21 +49,35 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from combined.connectors.mariadb import _bulk_types
 from combined.connectors.mariadb._binlog_anchor import TableLock
-from combined.connectors.mariadb._connect import Settings
-from combined.connectors.mariadb._types import Layout
+from combined.connectors.mariadb._connect import Session, Settings
+from combined.connectors.mariadb._types import ColumnPlan, Layout
 from combined.errors import AuthRejected, CombinedError, SourceError, SourceUnavailable
+
+if TYPE_CHECKING:
+    from combined.connectors.mariadb._catalog import Relation
 
 #: The bytes of a row assumed before the server's table statistics say more.
 _ROW_GUESS = 256
+#: Rows whose string and binary values are weighed to size the batches.
+SAMPLE_ROWS = 16
+#: What a value takes on the wire beside its bytes (a length prefix, at most 9 bytes).
+_PREFIX = 9
+#: Bytes kept under ``max_allowed_packet`` for the row's header and NULL bitmap (a bit a column).
+_MARGIN = 1024
+#: The most bytes a number, date or time takes as text (DECIMAL(65,30): 67).
+_FIXED_TEXT = 80
+#: Character sets whose bytes are sent as they are to a utf8mb4 connection.
+_AS_SENT = "'utf8mb4', 'utf8mb3', 'utf8', 'ascii', 'binary'"
 
 #: Seconds the twin's table lock waits for the bulk connection's snapshot to
 #: open; later, the lock is let go and the bulk read is dropped for the row path.
@@ -82,31 +96,137 @@ def available(settings: Settings) -> bool:
     return not any(k in q for k in ("unix_socket", "ssl_ca", "ssl_cert", "ssl_key"))
 
 
-def select_list(layout: Layout, *, named: bool = True) -> str:
+def select_list(layout: Layout, *, named: bool = True, fit: Fit | None = None) -> str:
     """The select list of the bulk read: native values where exact, else the server's text.
 
     ``named=False`` leaves the expressions unnamed, so that an ``ORDER BY``
     of a bare column name sorts by the table's column, not by its text
-    (the batches' columns are taken by position).
+    (the batches' columns are taken by position). With ``fit``, a row too
+    long for connectorx comes with its weighed values NULL and a last column
+    of 0 (:func:`converted` leaves it out; the row path reads it after).
     """
     from combined.connectors.mariadb._connect import quote_ident
 
-    return ", ".join(
-        _bulk_types.expression(p, layout.zero_dates)
-        + (f" AS {quote_ident(p.name)}" if named else "")
-        for p in layout.plans
+    listed = []
+    for i, p in enumerate(layout.plans):
+        expr = _bulk_types.expression(p, layout.zero_dates)
+        if fit is not None and i in fit.columns:
+            expr = f"IF({fit.test}, {expr}, NULL)"
+        listed.append(expr + (f" AS {quote_ident(p.name)}" if named else ""))
+    if fit is not None:
+        listed.append(f"({fit.test})" + (" AS `_combined_fits`" if named else ""))
+    return ", ".join(listed)
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """The rows connectorx can read: their long values' bytes leave the packet under the limit.
+
+    connectorx's driver refuses a row packet longer than the server's
+    ``max_allowed_packet`` ("Packet is larger than max_allowed_packet"),
+    wherever the row comes in the result: a row of two 9 MB values after the
+    first batch failed the whole read. The server itself sends such a row,
+    and PyMySQL reads it.
+    """
+
+    #: SQL, true of a row whose packet stays under the limit.
+    test: str
+    #: The positions of the columns weighed (the values selected only when the row fits).
+    columns: frozenset[int]
+
+
+def packet_fit(layout: Layout, packet: int) -> Fit | None:
+    """Which rows pass ``packet`` bytes (``max_allowed_packet``); ``None``: every row does.
+
+    ``None`` when the columns' declared sizes (a TEXT holds 64 KiB) add up to
+    less. Else the columns declared longer than 8 KiB (or of no known length)
+    are weighed row by row: their bytes as sent (text converted to the
+    connection's utf8mb4). Every other column counts at the most its type
+    holds (InnoDB keeps those under 64 KiB a row), a length prefix each.
+    """
+    bounds = [_most_bytes(p) for p in layout.plans]
+    known = [b for b in bounds if b is not None]
+    if len(known) == len(bounds) and sum(known) + _PREFIX * len(bounds) + _MARGIN <= packet:
+        return None  # (TEXT columns: 64 KiB each)
+    weighed = _weighed(layout, packet)
+    fixed = sum(b or 0 for i, b in enumerate(bounds) if i not in weighed)
+    room = packet - fixed - _PREFIX * (len(bounds) + 1) - _MARGIN
+    return Fit(f"({_weights(layout, weighed)}) <= {room}", frozenset(weighed))
+
+
+def _weighed(layout: Layout, packet: int) -> tuple[int, ...]:
+    """The columns weighed row by row: the long ones, or every string when the rest is long."""
+    wide = layout.wide
+    narrow = sum(_most_bytes(p) or 0 for i, p in enumerate(layout.plans) if i not in wide)
+    if narrow + _MARGIN <= packet // 2:
+        return wide
+    return tuple(i for i, p in enumerate(layout.plans) if p.kind in ("string", "binary"))
+
+
+def _most_bytes(plan: ColumnPlan) -> int | None:
+    """The most bytes a column's value takes as sent (utf8mb4: 4 a character); None: unknown."""
+    if plan.kind in ("string", "binary"):
+        if plan.octets is None:
+            return None
+        return plan.octets * (4 if plan.kind == "string" else 1)
+    return _FIXED_TEXT
+
+
+def _weights(layout: Layout, columns: Sequence[int]) -> str:
+    """SQL: the bytes the values of ``columns`` take as the bulk read sends them."""
+    terms = []
+    for i in columns:
+        plan = layout.plans[i]
+        e = _bulk_types.expression(plan, layout.zero_dates)
+        if plan.kind != "binary":  # sent in utf8mb4: a latin1 'é' takes two bytes
+            e = f"IF(CHARSET({e}) IN ({_AS_SENT}), {e}, CONVERT({e} USING utf8mb4))"
+        terms.append(f"IFNULL(LENGTH({e}), 0)")
+    return " + ".join(terms)
+
+
+def sizing(
+    session: Session, relation: Relation, layout: Layout, limit: int, batch_bytes: int
+) -> tuple[int, Fit | None]:
+    """Rows per bulk batch (:func:`batch_rows`) and which rows it can pass (:func:`packet_fit`).
+
+    The table's average row length may be stale (before ``ANALYZE TABLE``
+    InnoDB counts no off-page BLOB page: 50 rows of 4 MB read as 178 KB
+    each, one 200 MB batch) or zero, so the string and binary values of
+    :data:`SAMPLE_ROWS` rows are weighed too (the first rows: no scan).
+    """
+    lit = session.literal
+    ((avg, packet),) = session.rows(
+        "SELECT (SELECT AVG_ROW_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
+        f"{lit(relation.database)} AND TABLE_NAME = {lit(relation.table)}), "
+        "@@global.max_allowed_packet",
+        "reading the table's row length",
     )
+    fitting = packet_fit(layout, int(packet))
+    strings = [i for i, p in enumerate(layout.plans) if p.kind in ("string", "binary")]
+    sampled = 0
+    if strings:
+        ((top,),) = session.rows(
+            f"SELECT MAX(w) FROM (SELECT {_weights(layout, strings)} AS w "
+            f"FROM {relation.ident} LIMIT {SAMPLE_ROWS}) s",
+            "weighing a sample of the rows",
+        )
+        sampled = min(int(top or 0), int(packet))  # a longer row is read by rows
+    return batch_rows(limit, batch_bytes, avg, layout.schema, sampled), fitting
 
 
-def batch_rows(limit: int, batch_bytes: int, avg_row_length: Any, schema: pa.Schema) -> int:
+def batch_rows(
+    limit: int, batch_bytes: int, avg_row_length: Any, schema: pa.Schema, sampled: int = 0
+) -> int:
     """Rows per bulk batch: at most ``limit``, near ``batch_bytes`` by the rows' width.
 
     The width is the table's average row length or, when more, what a row
-    takes in Arrow whatever its values (:func:`arrow_row_floor`): the server
-    stores a NULL in no bytes, Arrow in its column's full width, so a row of
-    300 mostly-NULL columns is ~100 bytes on disk and ~2 KB in a batch.
+    takes in Arrow whatever its values (:func:`arrow_row_floor`) plus the
+    longest ``sampled`` bytes of its strings: the server stores a NULL in no
+    bytes, Arrow in its column's full width, so a row of 300 mostly-NULL
+    columns is ~100 bytes on disk and ~2 KB in a batch.
     """
-    width = max(int(avg_row_length or 0) or _ROW_GUESS, arrow_row_floor(schema))
+    floor = arrow_row_floor(schema) + int(sampled)
+    width = max(int(avg_row_length or 0) or _ROW_GUESS, floor)
     return max(1, min(limit, batch_bytes // max(width, 1)))
 
 
@@ -332,17 +452,27 @@ class Started:
     reader: Any
     batches: Iterator[pa.RecordBatch]
     first: pa.RecordBatch | None
+    #: The rows it can pass (its select list's last column says which did).
+    fit: Fit | None = None
+    #: The rows left out for being too long for connectorx, counted as they pass.
+    skipped: int = 0
 
 
 def converted(
     settings: Settings, started: Started, layout: Layout, dataset: str
 ) -> Iterator[pa.RecordBatch]:
-    """The started read's batches in the read's schema; closing it ends the connection."""
+    """The started read's batches in the read's schema; closing it ends the connection.
+
+    A row too long for connectorx (``started.fit``) is left out and counted
+    in ``started.skipped``: the caller reads it on the row path.
+    """
     failure: CombinedError | None = None
     batch = started.first
     pacer = Pacer()
     try:
         while batch is not None:
+            if started.fit is not None:
+                batch = _fitting(batch, started, len(layout.plans))
             yield _convert(batch, layout, dataset)
             time.sleep(pacer.pause)  # without the GIL: the capture's other threads run
             waited = time.monotonic()
@@ -358,6 +488,16 @@ def converted(
         started.reader.close()  # an abandoned read ends its connection
     if failure is not None:
         raise failure
+
+
+def _fitting(batch: pa.RecordBatch, started: Started, width: int) -> pa.RecordBatch:
+    """``batch`` without the rows too long for connectorx (their flag, column ``width``, is 0)."""
+    fits = batch.column(width)
+    left = batch.num_rows - int(pc.sum(fits).as_py() or 0)
+    if not left:
+        return batch
+    started.skipped += left
+    return batch.filter(pc.not_equal(fits, 0))
 
 
 class Pacer:

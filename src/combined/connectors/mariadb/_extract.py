@@ -102,6 +102,7 @@ from combined.errors import (
     CombinedError,
     ConfigError,
     ProtocolViolation,
+    SourceError,
     UnsupportedType,
 )
 from combined.protocol import (
@@ -236,6 +237,8 @@ class MariaDBExtraction(SessionRead[Session]):
         self.path = "rows"
         #: Why a bulk read that could not start left the rows to the row path.
         self.bulk_failure: str | None = None
+        #: Rows too long for the bulk read's packets, read by rows after it.
+        self.long_rows = 0
         self._twin: bulk.SnapshotTwin | None = None
         #: The table's last-write marker when asked for (``change_marker``), read
         #: in the snapshot before its rows: the engine folds a capture whose marker
@@ -377,14 +380,14 @@ class MariaDBExtraction(SessionRead[Session]):
             return None
         rel = work.relation
         with self._lock:
-            session = self._live()
-            ((avg,),) = session.rows(
-                "SELECT AVG_ROW_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
-                f"{session.literal(rel.database)} AND TABLE_NAME = {session.literal(rel.table)}",
-                "reading the table's row length",
-            ) or ((None,),)
-        rows = bulk.batch_rows(self._batch_rows, self._options.batch_bytes, avg, work.layout.schema)
-        listed = bulk.select_list(work.layout, named=not order)
+            rows, fit = bulk.sizing(
+                self._live(), rel, work.layout, self._batch_rows, self._options.batch_bytes
+            )
+        if fit is not None and order:  # rows too long read after the others break the order
+            self.bulk_failure = "a row may be too long for the bulk read, which must keep order"
+            self._drop_twin()
+            return None
+        listed = bulk.select_list(work.layout, named=not order, fit=fit)
         q = f"SELECT {listed} FROM {rel.ident}{where}{f' ORDER BY {order}' if order else ''}"
         try:
             started = bulk.start(self._settings, q, rows, twin)
@@ -392,11 +395,15 @@ class MariaDBExtraction(SessionRead[Session]):
             self.bulk_failure = exc.message
             self._twin = None
             return None
+        started.fit = fit
         self.path = "bulk"
         return started
 
     def _bulk_batches(self, work: _Work, started: bulk.Started) -> Iterator[pa.RecordBatch]:
-        """The bulk read's batches; an empty one is not handed over (as on the row path)."""
+        """The bulk read's batches, then the rows too long for it read by rows.
+
+        An empty batch is not handed over (as on the row path).
+        """
         dataset = self._request.dataset
         for batch in bulk.converted(self._settings, started, work.layout, dataset):
             self._live()  # a cancelled or finished read stops here, between batches
@@ -404,6 +411,25 @@ class MariaDBExtraction(SessionRead[Session]):
                 continue
             self.authority.count(batch.num_rows, batch.nbytes)
             yield batch
+        if started.skipped:
+            yield from self._long_rows(work, started)
+
+    def _long_rows(self, work: _Work, started: bulk.Started) -> Iterator[pa.RecordBatch]:
+        """The rows the bulk read left out as too long, read by rows in the same snapshot."""
+        assert started.fit is not None
+        where = _where([work.where, f"NOT {started.fit.test}"])
+        q = f"SELECT {work.layout.select_list()} FROM {work.relation.ident}{where}"
+        read = 0
+        for batch in self._stream(q, work.layout):
+            read += batch.num_rows
+            yield batch
+        self.long_rows = read
+        if read != started.skipped:  # the twin snapshot was not this one's
+            raise SourceError(
+                f"the bulk read left out {started.skipped} rows of {work.relation.table!r} as "
+                f"too long, and its snapshot holds {read}: the snapshots differ",
+                hint="retry the capture; report it if it happens again",
+            )
 
     def _prepare(self, session: Session, rel: catalog.Relation) -> _Work:
         request = self._request
