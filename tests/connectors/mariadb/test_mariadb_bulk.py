@@ -498,3 +498,20 @@ def test_bulk_batches_are_sized_by_the_rows_when_the_tables_statistics_are_stale
     assert max(sizes) <= budget * 1.25, sizes
     table = mt.table_of(msgs).sort_by("id")
     assert [len(v) for v in table.column("b").to_pylist()] == [32768] * 200
+
+
+def test_rows_of_megabytes_are_read_by_rows_without_starting_the_bulk_read(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    # connectorx gains nothing on rows of a sixteenth of a batch and reads
+    # ahead of its consumer without a bound: a table of 1-31 MB rows peaked
+    # ~70-95 MB higher through it. The rows' weight is known before it starts.
+    admin.sql(
+        "CREATE TABLE heavy (id INT PRIMARY KEY, b LONGBLOB) ENGINE=InnoDB",
+        "INSERT INTO heavy SELECT seq, REPEAT(CHAR(64 + seq % 26), 65536) FROM seq_1_to_40",
+        "ANALYZE TABLE heavy",
+    )
+    ext, msgs = _read(source, make_request("heavy", options={"batch_bytes": 1 << 20}))
+    assert ext.path == "rows" and "megabytes" in (ext.bulk_failure or ""), ext.bulk_failure
+    table = mt.table_of(msgs).sort_by("id")
+    assert [len(v) for v in table.column("b").to_pylist()] == [65536] * 40

@@ -70,6 +70,8 @@ if TYPE_CHECKING:
 _ROW_GUESS = 256
 #: Rows whose string and binary values are weighed to size the batches.
 SAMPLE_ROWS = 16
+#: Rows of more than 1/16 of a batch's bytes (1 MiB by default) are read by rows.
+LONG_ROW_SHARE = 16
 #: What a value takes on the wire beside its bytes (a length prefix, at most 9 bytes).
 _PREFIX = 9
 #: Bytes kept under ``max_allowed_packet`` for the row's header and NULL bitmap (a bit a column).
@@ -184,9 +186,30 @@ def _weights(layout: Layout, columns: Sequence[int]) -> str:
     return " + ".join(terms)
 
 
+@dataclass(frozen=True, slots=True)
+class Sizing:
+    """How the bulk read is sized (:func:`sizing`)."""
+
+    #: Rows per batch.
+    rows: int
+    #: The rows it can pass (``None``: every row).
+    fit: Fit | None
+    #: The longest sampled row's string bytes.
+    sampled: int
+
+    def long_rows(self, batch_bytes: int) -> bool:
+        """Whether the sampled rows are long enough for the row path to read them as well.
+
+        A row of a megabyte costs the row path one Python tuple, which is
+        nothing beside its bytes, while connectorx reads ahead of its
+        consumer without a bound (a queue of such rows).
+        """
+        return self.sampled * LONG_ROW_SHARE >= batch_bytes
+
+
 def sizing(
     session: Session, relation: Relation, layout: Layout, limit: int, batch_bytes: int
-) -> tuple[int, Fit | None]:
+) -> Sizing:
     """Rows per bulk batch (:func:`batch_rows`) and which rows it can pass (:func:`packet_fit`).
 
     The table's average row length may be stale (before ``ANALYZE TABLE``
@@ -211,7 +234,8 @@ def sizing(
             "weighing a sample of the rows",
         )
         sampled = min(int(top or 0), int(packet))  # a longer row is read by rows
-    return batch_rows(limit, batch_bytes, avg, layout.schema, sampled), fitting
+    rows = batch_rows(limit, batch_bytes, avg, layout.schema, sampled)
+    return Sizing(rows, fitting, sampled)
 
 
 def batch_rows(

@@ -379,18 +379,22 @@ class MariaDBExtraction(SessionRead[Session]):
         if twin is None:
             return None
         rel = work.relation
+        budget = self._options.batch_bytes
         with self._lock:
-            rows, fit = bulk.sizing(
-                self._live(), rel, work.layout, self._batch_rows, self._options.batch_bytes
-            )
-        if fit is not None and order:  # rows too long read after the others break the order
-            self.bulk_failure = "a row may be too long for the bulk read, which must keep order"
+            size = bulk.sizing(self._live(), rel, work.layout, self._batch_rows, budget)
+        fit, reason = size.fit, None
+        if size.long_rows(budget):
+            reason = f"rows of megabytes ({size.sampled} bytes): read by rows"
+        elif fit is not None and order:  # (read after the others, long rows break the order)
+            reason = "a row may be too long for an ordered bulk read"
+        if reason is not None:
+            self.bulk_failure = reason
             self._drop_twin()
             return None
         listed = bulk.select_list(work.layout, named=not order, fit=fit)
         q = f"SELECT {listed} FROM {rel.ident}{where}{f' ORDER BY {order}' if order else ''}"
         try:
-            started = bulk.start(self._settings, q, rows, twin)
+            started = bulk.start(self._settings, q, size.rows, twin)
         except CombinedError as exc:
             self.bulk_failure = exc.message
             self._twin = None
