@@ -254,3 +254,27 @@ def test_where_the_key_repeats_the_bulk_window_keeps_the_cursors_order(
         )
         latest.append(last)
     assert latest[0] == latest[1] == {0: 993, **{e: 1000 - e for e in range(1, 7)}}
+
+
+def test_an_ordered_window_that_may_hold_a_row_over_the_packet_limit_pages_by_rows(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    # connectorx refuses a row packet over max_allowed_packet, and a row
+    # left out of the bulk read and read after it would come out of order.
+    ((packet,),) = admin.rows("SELECT @@global.max_allowed_packet")
+    half = int(packet) // 2 + 4096
+    admin.sql(
+        "CREATE TABLE hl (entity INT NOT NULL, v INT NOT NULL, b LONGBLOB, c LONGTEXT)",
+        "INSERT INTO hl SELECT seq % 7, seq, 'b', 'c' FROM seq_1_to_700",
+        f"INSERT INTO hl VALUES (3, 5000, REPEAT('b', {half}), REPEAT('c', {half}))",
+    )
+    req = make_request(
+        "hl", strategy="cursor", cursor=CursorSpec("v"), key=("entity",), batch_rows=50
+    )
+    ext = source.read(req)
+    assert isinstance(ext, MariaDBExtraction)
+    msgs = list(ext)
+    ext.finish("success")
+    assert ext.path == "rows" and "too long" in (ext.bulk_failure or "")
+    table = mt.table_of(msgs)
+    assert table.num_rows == 701 and table.column("v").to_pylist()[-1] == 5000
