@@ -38,7 +38,10 @@ The path is taken only when it keeps every guarantee: connectorx is
 installed, the read is a whole-relation snapshot or a cursor read's
 window (one statement), the connection needs no
 TLS or socket options connectorx would not honour, and the account may
-``LOCK TABLES``. Otherwise the read keeps the row path.
+``LOCK TABLES``. Otherwise the read keeps the row path. So does a table whose
+first rows weigh a megabyte or more (:meth:`Sizing.long_rows`). A row longer
+than connectorx's packet limit comes through it with its long values NULL and
+is read on the row path afterwards (:class:`Fit`).
 """
 
 from __future__ import annotations
