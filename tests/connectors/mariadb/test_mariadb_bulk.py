@@ -515,3 +515,25 @@ def test_rows_of_megabytes_are_read_by_rows_without_starting_the_bulk_read(
     assert ext.path == "rows" and "megabytes" in (ext.bulk_failure or ""), ext.bulk_failure
     table = mt.table_of(msgs).sort_by("id")
     assert [len(v) for v in table.column("b").to_pylist()] == [65536] * 40
+
+
+def test_long_text_of_other_character_sets_is_weighed_as_sent(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    # Text reaches connectorx in utf8mb4: a latin1 'é' of one byte is sent
+    # as two, so a value of 8.4 MB in latin1 makes a row of 16.8 MB.
+    ((packet,),) = admin.rows("SELECT @@global.max_allowed_packet")
+    half = int(packet) // 2 + 4096
+    admin.sql(
+        "CREATE TABLE cs (id INT PRIMARY KEY, l LONGTEXT CHARACTER SET latin1, "
+        "u LONGTEXT CHARACTER SET utf32) ENGINE=InnoDB",
+        "INSERT INTO cs SELECT seq, 'é', 'ü🐬' FROM seq_1_to_3000",
+        f"INSERT INTO cs VALUES (5000, REPEAT(_latin1 x'e9', {half}), 'x')",
+        "ANALYZE TABLE cs",
+    )
+    ext, msgs = _read(source, make_request("cs", options={"batch_bytes": 1 << 20}))
+    assert ext.path == "bulk" and ext.long_rows == 1, (ext.path, ext.bulk_failure)
+    table = mt.table_of(msgs).sort_by("id")
+    assert table.num_rows == 3001
+    assert table.column("u")[0].as_py() == "ü🐬" and table.column("l")[0].as_py() == "é"
+    assert table.column("l")[3000].as_py() == "é" * half

@@ -183,9 +183,11 @@ def _weights(layout: Layout, columns: Sequence[int]) -> str:
     for i in columns:
         plan = layout.plans[i]
         e = _bulk_types.expression(plan, layout.zero_dates)
+        length = f"LENGTH({e})"
         if plan.kind != "binary":  # sent in utf8mb4: a latin1 'é' takes two bytes
-            e = f"IF(CHARSET({e}) IN ({_AS_SENT}), {e}, CONVERT({e} USING utf8mb4))"
-        terms.append(f"IFNULL(LENGTH({e}), 0)")
+            sent = f"LENGTH(CONVERT({e} USING utf8mb4))"
+            length = f"IF(CHARSET({e}) IN ({_AS_SENT}), {length}, {sent})"
+        terms.append(f"IFNULL({length}, 0)")
     return " + ".join(terms)
 
 
