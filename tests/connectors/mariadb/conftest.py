@@ -42,6 +42,11 @@ class Admin:
             cur.execute(query)
             return list(cur.fetchall())
 
+    def half_packet(self) -> int:
+        """Bytes of a value of which two make a row over ``max_allowed_packet`` (each under it)."""
+        ((packet,),) = self.rows("SELECT @@global.max_allowed_packet")
+        return int(packet) // 2 + 4096
+
     def drop_all(self) -> None:
         """Drop every table and view the test left behind."""
         for name, kind in self.rows(

@@ -454,8 +454,7 @@ def test_a_row_longer_than_the_packet_limit_is_read_by_rows_after_the_bulk_read(
 ) -> None:
     # connectorx refuses a row packet over max_allowed_packet wherever it
     # comes: a long row after the first batch failed the whole read.
-    ((packet,),) = admin.rows("SELECT @@global.max_allowed_packet")
-    half = int(packet) // 2 + 4096  # two values: the row is over the limit, each under it
+    half = admin.half_packet()
     admin.sql(
         "CREATE TABLE longrow (id INT PRIMARY KEY, b LONGBLOB, c LONGTEXT) ENGINE=InnoDB",
         "INSERT INTO longrow SELECT seq, REPEAT('a', 1000), 'é' FROM seq_1_to_3000",
@@ -522,8 +521,7 @@ def test_long_text_of_other_character_sets_is_weighed_as_sent(
 ) -> None:
     # Text reaches connectorx in utf8mb4: a latin1 'é' of one byte is sent
     # as two, so a value of 8.4 MB in latin1 makes a row of 16.8 MB.
-    ((packet,),) = admin.rows("SELECT @@global.max_allowed_packet")
-    half = int(packet) // 2 + 4096
+    half = admin.half_packet()
     admin.sql(
         "CREATE TABLE cs (id INT PRIMARY KEY, l LONGTEXT CHARACTER SET latin1, "
         "u LONGTEXT CHARACTER SET utf32) ENGINE=InnoDB",

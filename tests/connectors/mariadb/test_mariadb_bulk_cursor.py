@@ -261,8 +261,7 @@ def test_an_ordered_window_that_may_hold_a_row_over_the_packet_limit_pages_by_ro
 ) -> None:
     # connectorx refuses a row packet over max_allowed_packet, and a row
     # left out of the bulk read and read after it would come out of order.
-    ((packet,),) = admin.rows("SELECT @@global.max_allowed_packet")
-    half = int(packet) // 2 + 4096
+    half = admin.half_packet()
     admin.sql(
         "CREATE TABLE hl (entity INT NOT NULL, v INT NOT NULL, b LONGBLOB, c LONGTEXT)",
         "INSERT INTO hl SELECT seq % 7, seq, 'b', 'c' FROM seq_1_to_700",
