@@ -60,7 +60,6 @@ Statements in the log that touch the table:
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -69,12 +68,7 @@ from typing import Any
 from combined.connectors._shared import SessionRead, cdc_values
 from combined.connectors.abc import ReadRequest
 from combined.connectors.mariadb import _catalog as catalog
-from combined.connectors.mariadb._binlog_ddl import (
-    dropped_database,
-    moving_clause,
-    statement,
-    table_statement,
-)
+from combined.connectors.mariadb._binlog_ddl import touching
 from combined.connectors.mariadb._binlog_decode import (
     RowDecoder,
     event_body,
@@ -150,31 +144,6 @@ from combined.protocol import (
 
 #: Server errors of a dump request whose start the server no longer holds.
 _PURGED_CODES = {1236}
-_WORD = r"(?:`(?:[^`]|``)+`|[\w$]+)"
-_NAME = rf"({_WORD}(?:\s*\.\s*{_WORD})?)"
-#: The other table of an ALTER TABLE whose rows it swaps or takes without row events.
-_SWAPPED = re.compile(rf"\b(?:with|convert)\s+table\s+{_NAME}", re.IGNORECASE)
-_KEYWORDS = {"to", "if", "exists", "restrict", "cascade", "wait", "nowait", "force"}
-_DML = re.compile(r"^\s*(insert|update|delete|replace|load)\b", re.IGNORECASE)
-
-
-def _names(text: str) -> tuple[str | None, str]:
-    """(database or None, table) of a name the log's statement wrote (``_NAME``).
-
-    A dot inside backquotes is the name's own (`` `x.y` `` is table ``x.y``).
-    """
-    found = re.fullmatch(rf"({_WORD})(?:\s*\.\s*({_WORD}))?", text.strip())
-    if found is None:
-        return None, text.strip()
-    parts = [_unquoted(p) for p in found.groups() if p is not None]
-    return (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
-
-
-def _unquoted(word: str) -> str:
-    """A name as written (``_WORD``), its backquotes taken off."""
-    return word[1:-1].replace("``", "`") if word.startswith("`") else word
-
-
 #: What :meth:`BinlogExtraction._events` yields at the log's end while columns wait a fill.
 _AT_END = object()
 
@@ -709,40 +678,11 @@ class BinlogExtraction(SessionRead[Session]):
 
     def _touches(self, query: str, schema: str, rel: catalog.Relation) -> bool | Added:
         """Whether a statement in the log acts on the table (what an ALTER TABLE adds
-        that must be filled); fail on the ones that cannot pass."""
-        text = statement(query)
-        ddl = table_statement(text)
-        if dropped_database(text) == rel.database:  # (its tables go unnamed)
-            ddl = ("drop", rel.ident)
-        if ddl is None:
-            if _DML.match(text) and re.search(rf"\b{re.escape(rel.table)}\b", text):
-                raise NeedsSnapshot(
-                    f"a statement changing {rel.database}.{rel.table} was logged as a statement, "
-                    "not as rows (binlog_format other than ROW in the writing session): "
-                    "its rows cannot be known",
-                    hint="SET GLOBAL binlog_format = 'ROW' and reconnect the writers, then take "
-                    f"a new snapshot: {RESNAPSHOT}",
-                )
+        that must be filled); fail on the ones that cannot pass (:func:`touching`)."""
+        touched = touching(query, schema, rel.database, rel.table)
+        if touched is None:
             return False
-        verb, rest = ddl
-        found = [m.group(1) for m in re.finditer(_NAME, rest)]
-        if verb in ("truncate", "alter", "replace"):
-            # the statement's one table, and the table an ALTER swaps a partition with (or
-            # makes one): the rest are its clauses
-            found = found[:1] + [m.group(1) for m in _SWAPPED.finditer(rest) if verb == "alter"]
-        names = [_names(n) for n in found if n.lower() not in _KEYWORDS]
-        if not any((db or schema) == rel.database and t == rel.table for db, t in names):
-            return False
-        moved = moving_clause(rest, text) if verb == "alter" else None
-        if verb in ("drop", "rename", "replace") or moved is not None:
-            what = {"drop": "dropped", "rename": "renamed"}.get(verb) or (
-                f"altered ({moved})" if moved else "replaced (CREATE OR REPLACE TABLE)"
-            )
-            raise NeedsSnapshot(
-                f"table {rel.database}.{rel.table} was {what} since the last capture: rows "
-                "left or moved without a change in the binlog, and the lake cannot follow",
-                hint=f"take a new snapshot: {RESNAPSHOT}",
-            )
+        verb, rest = touched
         added = self._added(rest) if verb == "alter" else None
         return added if added is not None else verb == "truncate"
 

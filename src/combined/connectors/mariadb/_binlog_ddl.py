@@ -4,12 +4,18 @@ The log holds a statement's text as its client sent it: comments in, the
 optional words (``TRUNCATE [TABLE]``, ``ALTER [ONLINE] [IGNORE] TABLE``) as
 written. :func:`statement` removes comments (keeping the text of an
 executable ``/*! ... */`` or ``/*M! ... */``, which the server runs) and
-:func:`table_statement` finds the verb and the text after the table word.
+:func:`table_statement` finds the verb and the text after the table word;
+:func:`touching` judges a statement against the captured table (one that
+moves its rows without row events cannot pass).
 """
 
 from __future__ import annotations
 
 import re
+
+from combined.connectors.mariadb._binlog_setup import RESNAPSHOT
+from combined.connectors.mariadb._connect import quote_ident
+from combined.errors import NeedsSnapshot
 
 _SINGLE = r"'(?:[^'\\]|\\.|'')*'"
 _DOUBLE = r'"(?:[^"\\]|\\.|"")*"'
@@ -94,3 +100,72 @@ def moving_clause(rest: str, text: str = "") -> str | None:
     if unique is not None:
         return f"ignore ... add {' '.join(unique.group(1).split()).lower()}: duplicates deleted"
     return None
+
+
+_WORD = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+_NAME = rf"({_WORD}(?:\s*\.\s*{_WORD})?)"
+#: The other table of an ALTER TABLE whose rows it swaps or takes without row events.
+_SWAPPED = re.compile(rf"\b(?:with|convert)\s+table\s+{_NAME}", re.IGNORECASE)
+_KEYWORDS = {"to", "if", "exists", "restrict", "cascade", "wait", "nowait", "force"}
+_DML = re.compile(r"^\s*(insert|update|delete|replace|load)\b", re.IGNORECASE)
+
+
+def _names(text: str) -> tuple[str | None, str]:
+    """(database or None, table) of a name the log's statement wrote (``_NAME``).
+
+    A dot inside backquotes is the name's own (`` `x.y` `` is table ``x.y``).
+    """
+    found = re.fullmatch(rf"({_WORD})(?:\s*\.\s*({_WORD}))?", text.strip())
+    if found is None:
+        return None, text.strip()
+    parts = [_unquoted(p) for p in found.groups() if p is not None]
+    return (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+
+
+def _unquoted(word: str) -> str:
+    """A name as written (``_WORD``), its backquotes taken off."""
+    return word[1:-1].replace("``", "`") if word.startswith("`") else word
+
+
+def touching(query: str, schema: str, database: str, table: str) -> tuple[str, str] | None:
+    """The verb and the text after the table word (:func:`table_statement`) of a statement
+    in the log (run in ``schema``) that acts on ``database.table`` and may pass (a
+    ``TRUNCATE``, an ``ALTER TABLE``), or None: a statement that does not act on it.
+
+    Raises :class:`~combined.errors.NeedsSnapshot` for one that cannot pass: rows
+    left or moved without row events, or rows changed by a statement logged as such.
+    """
+    text = statement(query)
+    ddl = table_statement(text)
+    if dropped_database(text) == database:  # (its tables go unnamed)
+        ddl = ("drop", f"{quote_ident(database)}.{quote_ident(table)}")
+    if ddl is None:
+        if _DML.match(text) and re.search(rf"\b{re.escape(table)}\b", text):
+            raise NeedsSnapshot(
+                f"a statement changing {database}.{table} was logged as a statement, "
+                "not as rows (binlog_format other than ROW in the writing session): "
+                "its rows cannot be known",
+                hint="SET GLOBAL binlog_format = 'ROW' and reconnect the writers, then take "
+                f"a new snapshot: {RESNAPSHOT}",
+            )
+        return None
+    verb, rest = ddl
+    found = [m.group(1) for m in re.finditer(_NAME, rest)]
+    if verb in ("truncate", "alter", "replace"):
+        # the statement's one table, and the table an ALTER swaps a partition with (or
+        # makes one): the rest are its clauses
+        found = found[:1] + [m.group(1) for m in _SWAPPED.finditer(rest) if verb == "alter"]
+    names = [_names(n) for n in found if n.lower() not in _KEYWORDS]
+    if not any((db or schema) == database and t == table for db, t in names):
+        return None
+    moved = moving_clause(rest, text) if verb == "alter" else None
+    if verb in ("drop", "rename", "replace") or moved is not None:
+        what = {"drop": "dropped", "rename": "renamed"}.get(verb) or (
+            f"altered ({moved})" if moved else "replaced (CREATE OR REPLACE TABLE)"
+        )
+        raise NeedsSnapshot(
+            f"table {database}.{table} was {what} since the last capture: rows "
+            "left or moved without a change in the binlog, and the lake cannot follow",
+            hint=f"take a new snapshot: {RESNAPSHOT}",
+        )
+    return verb, rest
