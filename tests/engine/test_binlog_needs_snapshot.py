@@ -20,10 +20,22 @@ import pytest
 from tests.engine._binlog import Binlog, binlog_table, lake, resnapshot
 
 from combined import cdc
+from combined.catalog import Run
 from combined.engine import Engine
 
 #: The command pair every such error names.
 RESNAPSHOT = "`combined cdc teardown <source>` then `combined cdc setup <source>`"
+
+
+def stopped_then_refused(engine: Engine) -> Run:
+    """The capture that meets the statement commits the changes logged before it and stops
+    there; the next one, starting at the statement, ends ``needs_review``, not retried."""
+    (run,) = engine.capture()
+    assert run.state == "succeeded", run.error
+    (run,) = engine.capture()
+    assert run.state == "needs_review", run.error
+    assert len(engine.run(run.id)["attempts"]) == 1  # not retried
+    return run
 
 
 @pytest.mark.parametrize(
@@ -47,11 +59,9 @@ def test_a_partition_emptied_in_the_backlog_needs_a_new_snapshot(
         (run,) = engine.capture()
         assert run.state == "succeeded", run.error
         binlog.sql("DELETE FROM {t} WHERE id = 300", statement)
-        (run,) = engine.capture()
-        assert run.state == "needs_review", run.error
+        run = stopped_then_refused(engine)
         assert said in (run.error or "") and RESNAPSHOT in (run.error or "")
-        assert len(engine.run(run.id)["attempts"]) == 1  # not retried
-        assert engine.sql("SELECT count(*) AS n FROM db.items").column("n")[0].as_py() == 500
+        assert engine.sql("SELECT count(*) AS n FROM db.items").column("n")[0].as_py() == 499
         resnapshot(engine, binlog)
     finally:
         engine.close()
@@ -87,7 +97,7 @@ def test_follow_stops_at_a_renamed_table_as_at_a_purged_position(
     follow = tools.cli(root, "cdc", "follow", "db", "--every", "0", "--iterations", "3")
     assert follow.returncode == 3, follow.stdout + follow.stderr
     runs = [ln for ln in follow.stdout.splitlines() if " run " in ln]
-    assert len(runs) == 1 and "needs_review" in runs[0], follow.stdout
+    assert len(runs) == 2 and "needs_review" in runs[1], follow.stdout  # (the first: the update)
     assert "renamed" in follow.stderr and RESNAPSHOT in follow.stderr
 
 
@@ -297,10 +307,12 @@ def test_a_table_renamed_or_dropped_in_the_log_needs_a_new_snapshot(
         binlog.sql("DELETE FROM {t} WHERE id = 1", statement.replace("{name}", binlog.table))
         if "gone_" not in statement:  # a new table of the same name
             binlog.sql("CREATE TABLE {t} (id BIGINT PRIMARY KEY, qty INT, note VARCHAR(40))")
-        (run,) = engine.capture()
+        gone = "gone_" in statement  # (fails before the log is read: nothing committed)
+        run = engine.capture()[0] if gone else stopped_then_refused(engine)
         assert run.state == "needs_review"  # (only a new snapshot mends it)
         assert said in (run.error or "") and "combined cdc teardown" in (run.error or "")
-        assert engine.sql("SELECT count(*) AS n FROM db.items").column("n")[0].as_py() == 500
+        count = engine.sql("SELECT count(*) AS n FROM db.items").column("n")[0].as_py()
+        assert count == (500 if gone else 499)
     finally:
         engine.close()
 
@@ -380,8 +392,7 @@ def test_an_alter_ignore_that_deletes_duplicates_needs_a_new_snapshot(binlog: Bi
             "UPDATE {t} SET qty = 1 WHERE id <= 3", "ALTER IGNORE TABLE {t} ADD UNIQUE (qty)"
         )
         assert binlog.sql("SELECT count(*) FROM {t}") == [(498,)]
-        (run,) = engine.capture()
-        assert run.state == "needs_review"  # (only a new snapshot mends it)
+        run = stopped_then_refused(engine)  # (only a new snapshot mends it)
         assert "duplicates deleted" in (run.error or "")
         assert "combined cdc teardown" in (run.error or "")
     finally:
@@ -422,5 +433,53 @@ def test_a_prepared_xa_transaction_is_refused_not_landed(binlog: Binlog) -> None
         assert "prepared XA transaction" in (run.error or "")
         assert "snapshot or cursor strategy" in (run.error or "")
         assert lake(engine) == before == binlog.source()
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    ("statement", "said"),
+    [("DROP TABLE {t}", "dropped"), ("RENAME TABLE {t} TO `gone_{name}`", "renamed")],
+)
+def test_the_changes_before_a_dropped_table_are_committed_before_the_review(
+    binlog: Binlog, statement: str, said: str
+) -> None:
+    """The changes logged before a ``DROP TABLE`` (or a rename) of the captured table are
+    committed: the capture that meets the statement stops before it, and the next one,
+    starting at it, ends ``needs_review``. Before, the first capture failed with nothing
+    committed, and the new snapshot that mends the stream holds the new table's rows only:
+    an append dataset never got the events logged before the drop (a review's OLTP load
+    lost 19,544 of them)."""
+    path = binlog.project()
+    path.write_text(
+        path.read_text() + f"      events:\n        relation: {binlog.table}\n"
+        "        key: [id]\n        strategy: cdc\n        sync_mode: append\n"
+    )
+    engine = Engine.open(path)
+    try:
+        engine.capture()
+        binlog.sql(
+            "UPDATE {t} SET qty = -1 WHERE id = 1",
+            "DELETE FROM {t} WHERE id = 2",
+            "INSERT INTO {t} VALUES (501, 501, 'late')",
+        )
+        before = binlog.source()
+        binlog.sql(
+            statement.replace("{name}", binlog.table),
+            "CREATE TABLE {t} (id BIGINT PRIMARY KEY, qty INT, note VARCHAR(40))",
+            "INSERT INTO {t} VALUES (7, 7, 'new table')",
+        )
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert lake(engine) == before  # the table as it was just before the statement
+        events = "SELECT _combined_op AS op, id FROM db.events WHERE _combined_op <> 'snapshot'"
+        kept = [(r["op"], r["id"]) for r in engine.sql(f"{events} ORDER BY id").to_pylist()]
+        assert kept == [("update", 1), ("delete", 2), ("insert", 501)]
+        (run,) = engine.capture()  # starts at the statement
+        assert run.state == "needs_review", run.error
+        assert said in (run.error or "") and RESNAPSHOT in (run.error or "")
+        resnapshot(engine, binlog)
+        again = [(r["op"], r["id"]) for r in engine.sql(f"{events} ORDER BY id").to_pylist()]
+        assert set(kept) <= set(again)  # the events stay after it
     finally:
         engine.close()

@@ -40,9 +40,12 @@ Statements in the log that touch the table:
 - ``DROP TABLE``, ``RENAME TABLE`` or ``CREATE OR REPLACE TABLE`` naming it
   (or ``DROP DATABASE`` of its database),
   or an ``ALTER TABLE`` that renames it or truncates, drops, exchanges or
-  converts a partition (or discards or imports a tablespace), fails the
-  read: rows left or moved without a row event (:class:`~combined.errors.NeedsSnapshot`:
-  the Run ends ``needs_review`` until a person takes a new snapshot).
+  converts a partition (or discards or imports a tablespace), stops the
+  read: rows left or moved without a row event. A read that yielded changes
+  ends before the statement (they are committed, and the next read starts
+  at it); one that did not fails (:class:`~._binlog_ddl.TableMoved`, a
+  :class:`~combined.errors.NeedsSnapshot`: the Run ends ``needs_review``
+  until a person takes a new snapshot).
   Statements are read without their comments (:mod:`~._binlog_ddl`);
 - ``ALTER TABLE`` goes by: the row images name their columns, and the
   engine's drift rules judge the columns the capture saw; one that adds a
@@ -59,6 +62,7 @@ Statements in the log that touch the table:
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -68,7 +72,7 @@ from typing import Any
 from combined.connectors._shared import SessionRead, cdc_values
 from combined.connectors.abc import ReadRequest
 from combined.connectors.mariadb import _catalog as catalog
-from combined.connectors.mariadb._binlog_ddl import touching
+from combined.connectors.mariadb._binlog_ddl import TableMoved, touching
 from combined.connectors.mariadb._binlog_decode import (
     RowDecoder,
     event_body,
@@ -141,6 +145,8 @@ from combined.protocol import (
     RecordBatchMessage,
     StateMessage,
 )
+
+_log = logging.getLogger(__name__)
 
 #: Server errors of a dump request whose start the server no longer holds.
 _PURGED_CODES = {1236}
@@ -452,7 +458,13 @@ class BinlogExtraction(SessionRead[Session]):
                     continue
                 end = isinstance(event, XidEvent)
                 if isinstance(event, QueryEvent | CompressedQuery):
-                    verb, marker = self._query(event, rel, rows, when, here)
+                    try:
+                        verb, marker = self._query(event, rel, rows, when, here)
+                    except TableMoved as exc:
+                        if in_txn or not self._seen or self._filled:
+                            raise
+                        _log.warning("%s: stopped before it at %s", exc.message, boundary)
+                        break  # the changes before it are committed; the next read fails
                     if verb == "BEGIN" or verb.startswith("XA START"):  # (MySQL's XA)
                         in_txn = True
                         xa = verb != "BEGIN"

@@ -127,6 +127,13 @@ def _unquoted(word: str) -> str:
     return word[1:-1].replace("``", "`") if word.startswith("`") else word
 
 
+class TableMoved(NeedsSnapshot):
+    """A statement in the log moved the table's rows without row events (a ``DROP``, a
+    rename, a partition emptied ...). The changes logged before it hold: a read that met
+    some stops there and ends (they are committed), and the next read, which starts at
+    the statement, fails with this."""
+
+
 def touching(query: str, schema: str, database: str, table: str) -> tuple[str, str] | None:
     """The verb and the text after the table word (:func:`table_statement`) of a statement
     in the log (run in ``schema``) that acts on ``database.table`` and may pass (a
@@ -163,7 +170,7 @@ def touching(query: str, schema: str, database: str, table: str) -> tuple[str, s
         what = {"drop": "dropped", "rename": "renamed"}.get(verb) or (
             f"altered ({moved})" if moved else "replaced (CREATE OR REPLACE TABLE)"
         )
-        raise NeedsSnapshot(
+        raise TableMoved(
             f"table {database}.{table} was {what} since the last capture: rows "
             "left or moved without a change in the binlog, and the lake cannot follow",
             hint=f"take a new snapshot: {RESNAPSHOT}",
