@@ -221,6 +221,9 @@ class BinlogExtraction(SessionRead[Session]):
         #: snapshot holding the transactions the lake's commit holds.
         self.filled_nulls: dict[str, dict[str, int]] = {}
         self._plans: dict[str, ColumnPlan] = {}
+        #: The table is gone at the read's start: the read fails unless it meets the
+        #: statement that took it (a DROP, a RENAME) after changes it commits.
+        self._gone_table: NeedsSnapshot | None = None
 
     def null_key_hint(self, columns: Sequence[str]) -> str | None:
         """Zero dates of a key column read as NULL (``zero_dates: null``), or None."""
@@ -259,16 +262,22 @@ class BinlogExtraction(SessionRead[Session]):
         try:
             rel = catalog.find_relation(session, request.relation, self._settings.database)
         except NotFoundError as exc:
-            raise NeedsSnapshot(
+            self._gone_table = NeedsSnapshot(
                 f"{exc.message}: the table of cdc dataset {request.dataset} was dropped or "
                 "renamed since the last capture, and its changes cannot be followed (or the "
                 "account lost its privileges on it: MariaDB hides such a table)",
                 hint="if the account lost its privileges, grant them back and capture again; "
                 f"else, once the table exists again, take a new snapshot: {RESNAPSHOT}",
                 dataset=request.dataset,
-            ) from None
+            )
+            if not catalog.recorded_columns(request.state):
+                raise self._gone_table from None
+            # read with the columns the checkpoint recorded, up to the DROP or RENAME
+            db, table = catalog.parse_relation(request.relation, self._settings.database)
+            rel = catalog.Relation(db, table, "table", None, None)
         require_binlog(session, f"{rel.database}.{rel.table}")
-        require_logged_table(session, rel.database, rel.table)
+        if self._gone_table is None:
+            require_logged_table(session, rel.database, rel.table)
         ds = request.dataset
         start = (self._file, self._offset)
         self._identity = require_resumable(
@@ -464,6 +473,7 @@ class BinlogExtraction(SessionRead[Session]):
                         if in_txn or not self._seen or self._filled:
                             raise
                         _log.warning("%s: stopped before it at %s", exc.message, boundary)
+                        self._gone_table = None
                         break  # the changes before it are committed; the next read fails
                     if verb == "BEGIN" or verb.startswith("XA START"):  # (MySQL's XA)
                         in_txn = True
@@ -488,10 +498,13 @@ class BinlogExtraction(SessionRead[Session]):
                 if self._max_changes and self._seen >= self._max_changes:
                     touched = (yield from self._fill_appeared(rows, rel, boundary)) or touched
                     if self._past(stream):
+                        self._gone_table = None  # (its statement is further on)
                         break
         finally:
             stream.close()
             self._stream = None
+        if self._gone_table is not None:  # the log's end, and no statement took the table
+            raise self._gone_table
         yield from self._end_read(rows, name, boundary, at, in_txn=in_txn)
 
     def _file_created(self, name: str, created: int) -> None:
