@@ -262,10 +262,12 @@ class Delivered:
         if self.keys is not None:
             return None
         none = self.rows(f"(SELECT * FROM {self.staged} LIMIT 0)", (0, -1))
+        # (built on the empty side, written on the right: built on the deletes, a
+        # snapshot's 2M of them ran out of DuckDB's 61 MB in a re-capture)
         return (
-            f"SELECT {self.select()} FROM ({none}) c RIGHT JOIN "
+            f"SELECT {self.select()} FROM "
             "(SELECT * FROM tr WHERE ord IS NULL AND op <> 'same') tr "
-            f"ON c.{_ORDINAL} = tr.ord"
+            f"LEFT JOIN ({none}) c ON c.{_ORDINAL} = tr.ord"
         )
 
 
