@@ -221,8 +221,11 @@ def _count_added(con: Any, new: str, existing: str) -> Any:
         "ON n._combined_id IS NOT DISTINCT FROM s._combined_id "
         "AND n.op IS NOT DISTINCT FROM s.op"
     )
+    # (the ids made distinct before the join: a distinct count over the join's
+    # output held both hash tables at once, and 2M new ids of a 2M-row
+    # re-snapshot ran out of the connection's 64 MB)
     fresh = (
-        "SELECT count(DISTINCT a._combined_id) FROM added a ANTI JOIN seen e "
+        "SELECT count(*) FROM (SELECT DISTINCT _combined_id FROM added) a ANTI JOIN seen e "
         "ON a._combined_id IS NOT DISTINCT FROM e._combined_id"
     )
     return con.execute(
