@@ -1,0 +1,20 @@
+"""bench/resnapshot.py: a table dropped and loaded again (``pgbench -i``), re-captured."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import resnapshot
+
+# (a million rows captured twice in fresh processes: beside the parallel suite)
+pytestmark = pytest.mark.beside
+
+
+def test_a_reload_of_new_ids_is_re_captured_under_400_mb(pg_database: str) -> None:
+    # Every id new, every lake id gone: the deletes' output built its hash
+    # table on the million deletes, and MAR's count of new ids held two hash
+    # tables at once; each ran out of its 61 MB of DuckDB memory.
+    r = resnapshot.run(pg_database, "new", 1_000_000)
+    assert "error" not in r, r
+    assert r["said"].endswith("+1000000 ~0 -1000000, 20 deliveries"), r
+    assert r["peak_rss_mb"] < 400, r
