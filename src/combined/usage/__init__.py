@@ -221,13 +221,15 @@ def _count_added(con: Any, new: str, existing: str) -> Any:
         "ON n._combined_id IS NOT DISTINCT FROM s._combined_id "
         "AND n.op IS NOT DISTINCT FROM s.op"
     )
-    # (the ids made distinct before the join: a distinct count over the join's
-    # output held both hash tables at once, and 2M new ids of a 2M-row
-    # re-snapshot ran out of the connection's 64 MB)
-    fresh = (
-        "SELECT count(*) FROM (SELECT DISTINCT _combined_id FROM added) a ANTI JOIN seen e "
+    # The new ids apart first: a distinct count over the join's output held
+    # both hash tables at once, and 2M new ids of a 2M-row re-snapshot ran out
+    # of the connection's 64 MB (made distinct before the join instead, a
+    # transition of 2M updates took 0.4 CPU-s more).
+    con.execute(
+        "CREATE TEMP TABLE fresh AS SELECT a._combined_id FROM added a ANTI JOIN seen e "
         "ON a._combined_id IS NOT DISTINCT FROM e._combined_id"
     )
+    fresh = "SELECT count(DISTINCT _combined_id) FROM fresh"
     return con.execute(
         "SELECT count(*) FILTER (WHERE op = 'insert'), count(*) FILTER (WHERE op = 'update'), "
         f"count(*) FILTER (WHERE op = 'delete'), ({fresh}), count(*) FROM added"
