@@ -381,8 +381,12 @@ def _committed_counts(table: LakeTable, version: int | None) -> dict[str, dict[s
 #: local lake's shared DuckDB database (:meth:`LakeStore.duck`): its pairs are
 #: a few MB at most, and a database of its own costs ~20 ms of CPU to open and
 #: close, more than billing a small table's change (a re-capture of 200 small
-#: tables, one row changed in each, spent ~4 of its ~34 CPU-s there).
-SHARED_BYTES = 16 * 2**20
+#: tables, one row changed in each, spent ~4 of its ~34 CPU-s there). The
+#: shared database's memory is not bounded: at 16 MB, the 5 MB of Deliveries
+#: of a 500k-row CDC re-snapshot (200k rows, 300k deletes) were billed there,
+#: and its hash tables made the capture's peak (388 MB; 1 MB of them holds
+#: ~30,000 rows of ids and hashes at most).
+SHARED_BYTES = 1 * 2**20
 
 
 @contextmanager
