@@ -26,6 +26,7 @@ from combined.delivery import (
     part_batches,
     read_part,
     read_part_batch,
+    read_staged,
 )
 from combined.protocol import _provenance as prov
 from combined.protocol.identity import quote_ident
@@ -119,7 +120,7 @@ def staged_rows(
     wanted = {*payload, prov.ID, prov.PAYLOAD_HASH, prov.EMITTED_AT, prov.SOURCE_POSITION}
     constants = _Constants({prov.OP: pa.scalar(op, pa.string()), **scalars}, batch_rows)
     for path in paths:
-        for batch in read_part(path):
+        for batch in read_staged(path):  # (heavy batches of wide rows: a mapping each)
             batch = batch.select([n for n in batch.schema.names if n in wanted])
             for offset in range(0, batch.num_rows, batch_rows):
                 yield constants.add(batch.slice(offset, batch_rows))

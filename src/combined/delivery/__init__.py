@@ -10,6 +10,7 @@ from combined.delivery._parts import (
     part_schema,
     read_part,
     read_part_batch,
+    read_staged,
     rows_within,
     scan_weight,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "part_batches",
     "part_schema",
     "read_part",
+    "read_staged",
     "read_part_batch",
     "rows_within",
     "scan_weight",

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from combined.errors import StagingLimitExceeded
 from combined.lake import (
+    LARGE_ROW_BYTES,
     FileStats,
     RowGroups,
     confined,
@@ -278,17 +279,22 @@ class _Writers:
         self.done: list[StagedDelivery] = []
         self.opened = 0
 
-    def open(self) -> None:
-        """Start the next Delivery (waiting for the older of two to finish first).
+    def open(self, first: pa.RecordBatch | None = None) -> None:
+        """Start the next Delivery, whose rows start with ``first``'s (waiting for the older
+        of two to finish first).
 
-        Rows holding values of megabytes are written one Delivery at a time,
-        its queue bounded by bytes too (:class:`_Feed`): each writer holds a
-        row group of them and their encoding (a byte string's page,
-        compressed and not), and a backlog of 5-10 MB byte strings peaked
-        ~30 MB higher with two (bench/RESULTS.md).
+        Rows holding values of megabytes (the reduction's ``large_values``,
+        or ``first``'s rows, ``LARGE_ROW_BYTES`` on average) are written one
+        Delivery at a time, its queue bounded by bytes too (:class:`_Feed`):
+        each writer holds a row group of them and their encoding (a byte
+        string's page, compressed and not), and a backlog of 5-10 MB byte
+        strings peaked ~30 MB higher with two (bench/RESULTS.md); a first
+        baseline of rows of 7-27 MB queued four rows a writer.
         """
-        large = bool(self.target.large_values)
-        if len(self.active) == (1 if large else 2):
+        large = bool(self.target.large_values) or (
+            first is not None and first.nbytes >= LARGE_ROW_BYTES * max(first.num_rows, 1)
+        )
+        while len(self.active) >= (1 if large else 2):
             self.done.append(self.active.pop(0)[1].result())
         feed: queue.Queue[pa.RecordBatch | None] = (_Feed if large else queue.Queue)(FEED_CHUNKS)
         seq = self.first_sequence + self.opened
@@ -364,7 +370,7 @@ def write_deliveries(
                 offset, most = 0, _chunk_rows(batch)
                 while offset < batch.num_rows:
                     if not current:
-                        writers.open()
+                        writers.open(batch)
                         current, rows, nbytes = True, 0, 0
                     chunk = batch.slice(offset, min(max_rows - rows, most))
                     writers.send(chunk)

@@ -1,6 +1,7 @@
 """The lake: Delta commit protocol, layout, types and the published-basis query."""
 
 from combined.lake._files import (
+    LARGE_ROW_BYTES,
     ROW_GROUP_ROWS,
     FileStats,
     RowGroups,
@@ -25,6 +26,7 @@ from combined.lake._types import lake_schema, lake_type, to_lake
 
 __all__ = [
     "METADATA_KEY",
+    "LARGE_ROW_BYTES",
     "ROW_GROUP_ROWS",
     "CommitMode",
     "CommitResult",

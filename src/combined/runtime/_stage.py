@@ -30,10 +30,12 @@ import pyarrow.compute as pc
 from combined.capture._databases import KeptDatabase
 from combined.capture._reduce import UNCHANGED
 from combined.delivery import PartWriter, part_schema, read_part
+from combined.lake import LARGE_ROW_BYTES
 from combined.protocol import _provenance as prov
 from combined.protocol._digest import DEFAULT_DIGEST, Digest, digest_type
 from combined.protocol.identity import compute_identity, compute_payload_hash
 from combined.runtime._fold import Fold
+from combined.runtime._memory import release_memory
 
 if TYPE_CHECKING:
     import duckdb
@@ -79,6 +81,7 @@ class Handoff(Generic[_T]):
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._items: list[_T] = []
+        self._busy = False  # an item was taken and its consumer is not done with it
 
     def offer(self, item: _T, timeout: float) -> bool:
         """Place ``item`` once the slot is free; False if it stayed full for ``timeout``."""
@@ -94,13 +97,25 @@ class Handoff(Generic[_T]):
         with self._cond:
             return self._cond.wait_for(lambda: not self._items, timeout)
 
+    def wait_done(self, timeout: float) -> bool:
+        """Whether the offered item was taken and its consumer done with it within ``timeout``."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._items and not self._busy, timeout)
+
     def get(self) -> _T:
-        """Take the item, waiting for one."""
+        """Take the item, waiting for one (its consumer then calls :meth:`done`)."""
         with self._cond:
             self._cond.wait_for(lambda: bool(self._items))
             item = self._items.pop()
+            self._busy = True
             self._cond.notify_all()
             return item
+
+    def done(self) -> None:
+        """The item taken last is done with."""
+        with self._cond:
+            self._busy = False
+            self._cond.notify_all()
 
 
 #: An unhashed batch smaller than both is gathered with the next ones before it is written.
@@ -222,18 +237,26 @@ class CaptureStager:
         if self._worker is None:
             self._worker = threading.Thread(target=self._run, daemon=True)
             self._worker.start()
-        self._put(group)
+        self._put(group, staged=_heavy(group))
 
-    def _put(self, item: list[pa.RecordBatch] | None) -> None:
+    def _put(self, item: list[pa.RecordBatch] | None, *, staged: bool = False) -> None:
+        """Hand ``item`` to the worker; ``staged``: return once it is hashed and written.
+
+        A group of rows of megabytes (``LARGE_ROW_BYTES`` on average) is
+        staged before the next is read: overlapping them held a row being
+        read, one waiting in the slot and one being hashed (DuckDB's copies
+        of its values included), and rows of 7-27 MB peaked over 400 MB.
+        """
         # The worker's error is raised here, on the reading thread; the worker
         # keeps taking groups (and skips them) until it sees _DONE.
         worker = self._worker
         if worker is None:  # pragma: no cover - _send starts it first
             return
         placed = False
+        waited = self._slot.wait_done if staged else self._slot.wait_taken
         while True:
             placed = placed or self._slot.offer(item, timeout=0.1)
-            if placed and self._slot.wait_taken(timeout=0.1):
+            if placed and waited(timeout=0.1):
                 return
             if item is not _DONE:
                 self._raise()
@@ -291,6 +314,7 @@ class CaptureStager:
                     self._error = exc
             # Hold nothing while waiting for the next group: its rows are written.
             del group
+            self._slot.done()
 
     def _stage(self, group: list[pa.RecordBatch]) -> None:
         # A method of its own, so no batch (nor the group's ids and hashes
@@ -299,6 +323,10 @@ class CaptureStager:
             self.fold.add(self._duck(), pa.Table.from_batches(group))
         for batch in group if self.deferred else self._hashed(group):
             self.writer.write(batch)
+        if _heavy(group):
+            # What hashing a row of megabytes left in DuckDB's and Arrow's
+            # caches (~40 MB), given back before the next row is read.
+            release_memory()
 
     def hash_staged(self, parts: list[Path], writer: PartWriter) -> list[Path]:
         """Parts staged unhashed (``deferred``), written anew by ``writer`` with their digests.
@@ -381,6 +409,12 @@ class CaptureStager:
                 h = compute_payload_hash(rows, payload, con=con, digest=self.digest)
             hashes.append(h)
         return _joined(ids, self.digest), _joined(hashes, self.digest)
+
+
+def _heavy(group: list[pa.RecordBatch]) -> bool:
+    """Whether ``group``'s rows hold megabytes (``LARGE_ROW_BYTES`` on average)."""
+    rows = sum(b.num_rows for b in group)
+    return bool(sum(b.nbytes for b in group) >= LARGE_ROW_BYTES * max(rows, 1))
 
 
 def _joined(arrays: list[pa.Array], digest: Digest) -> pa.Array:
