@@ -147,3 +147,33 @@ def test_an_event_stream_keeps_each_change_after_a_drop_as_an_event_without_the_
         assert _month(engine) == (6, 6, 3, 1)  # rows 1, 2 and 3 updated (3 twice)
     finally:
         engine.close()
+
+
+def test_a_drop_read_after_changes_that_held_the_column_keeps_it_on_rows_left_unchanged(
+    tmp_path: Path, cdc_db: Any
+) -> None:
+    # The backlog's changes before the drop hold the column, so the capture's
+    # rows do (null after the drop): its rows were compared with the lake's
+    # over it, and every row the stream touched after the drop lost its value
+    # and was billed, updated to what it held or not.
+    engine = _open(tmp_path, cdc_db)
+    try:
+        _captured(engine)
+        _sql(
+            cdc_db.dsn,
+            "UPDATE items SET c = 'z' WHERE id = 4",
+            "UPDATE items SET c = NULL WHERE id = 5",  # (as a snapshot after the drop: kept)
+            *BACKLOG[:5],
+        )
+        stats = _captured(engine)
+        assert (stats["inserts"], stats["updates"], stats["deletes"]) == (0, 2, 0), stats
+        assert _lake(engine) == [
+            (1, 10, None, "update"),
+            (2, 2, "c2", "snapshot"),
+            (3, 3, "c3", "snapshot"),
+            (4, 4, "z", "update"),  # its change before the drop
+            (5, 5, "c5", "snapshot"),
+        ]
+        assert _month(engine) == (5, 5, 2, 0)
+    finally:
+        engine.close()

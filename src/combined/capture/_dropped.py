@@ -8,6 +8,16 @@ did not otherwise change is left as it is, its former value kept, and is
 not billed. A row that changed is written whole, without the column (null
 in the lake from then on).
 
+A change stream may read a column's drop after changes that still held
+it (one backlog: an update, then ``DROP COLUMN``, then more changes): the
+capture's rows then hold the column, null in every change read after the
+drop. Those columns (``gone``, the drift's evolved drops) are compared
+around too, and a captured row is unchanged when its hash is the lake
+row's over the other columns or its stored one (a change before the drop
+that left the row as the lake holds it). A change before the drop that
+only set the column to null is then no change either: the lake keeps the
+former value, as a snapshot re-read after the drop would.
+
 The stored payload hash (docs/identity.md) stays the lake's contract: a
 lake row whose dropped columns are all null already has the hash of the
 capture's columns (a null member is left out of the payload text), and it
@@ -30,12 +40,28 @@ from combined.protocol.identity import payload_hash_sql, quote_ident
 COMPARED = "_kcmp"
 
 
-def dropped_columns(lake: pa.Schema | None, payload: Sequence[str]) -> list[str]:
-    """The lake's source columns the capture's ``payload`` does not hold, in the lake's order."""
+def dropped_columns(
+    lake: pa.Schema | None, payload: Sequence[str], gone: Sequence[str] = ()
+) -> list[str]:
+    """The lake's source columns the capture's ``payload`` does not hold, or holds only as
+    changes read before the source dropped them (``gone``), in the lake's order."""
     if lake is None:
         return []
-    held = set(payload)
+    held = set(payload) - set(gone)
     return [n for n in lake.names if n not in held and not n.startswith("_combined_")]
+
+
+def compared(payload: Sequence[str], dropped: Sequence[str]) -> list[str]:
+    """The capture's ``payload`` columns a lake row is compared over: all but ``dropped``."""
+    return [n for n in payload if n not in set(dropped)]
+
+
+def unchanged_sql(captured: str, current: str, kcmp: str) -> str:
+    """Whether a captured row's hash ``captured`` is the lake row's (``current``: its
+    alias, with a dot, or empty): over the capture's columns, or as stored."""
+    if kcmp == "_khash":
+        return f"{captured} = {current}_khash"
+    return f"({captured} = {current}{kcmp} OR {captured} = {current}_khash)"
 
 
 def current_sql(

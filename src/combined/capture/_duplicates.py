@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from combined.capture._databases import spill_directory
+from combined.capture._dropped import unchanged_sql
 from combined.capture._fingerprint import spread_to_buckets
 from combined.delivery import read_part
 from combined.errors import DuplicateKeys
@@ -309,7 +310,8 @@ class DuplicateChecks:
         lake = (
             "false"
             if cut is not None
-            else f"EXISTS (SELECT 1 FROM cur WHERE _kid = w._cid AND {self._kcmp} = w._chash)"
+            else "EXISTS (SELECT 1 FROM cur WHERE _kid = w._cid AND "
+            f"{unchanged_sql('w._chash', '', self._kcmp)})"
         )
         (moves,) = self.con.execute(
             f"SELECT count(*) FROM ({changes}) WHERE _cid IN (SELECT _cid FROM rep)"

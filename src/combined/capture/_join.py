@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from combined.capture._databases import lit
+from combined.capture._dropped import unchanged_sql
 from combined.protocol import _digest as dg
 
 if TYPE_CHECKING:
@@ -153,7 +154,8 @@ class Join:
             "WHEN c._cop = 'delete' THEN (CASE WHEN k._kid IS NULL THEN 'same' "
             "ELSE 'delete' END) "
             f"WHEN k._kid IS NULL THEN {self._first_op} "
-            f"WHEN c._chash = k.{self._kcmp} THEN 'same' ELSE 'update' END AS op, "
+            f"WHEN {unchanged_sql('c._chash', 'k.', self._kcmp)} THEN 'same' "
+            "ELSE 'update' END AS op, "
             "CASE WHEN c._cid IS NULL OR c._cop = 'delete' THEN NULL ELSE c._chash END "
             "AS new_hash, k._khash AS old_hash, c.ord "
             "FROM ({last}) c {join} {current} k ON c._cid = k._kid)"

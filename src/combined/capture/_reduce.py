@@ -30,7 +30,7 @@ from combined.capture._databases import (
 )
 from combined.capture._deliver import STAGED as _STAGED
 from combined.capture._deliver import Output
-from combined.capture._dropped import COMPARED, current_sql, dropped_columns
+from combined.capture._dropped import COMPARED, compared, current_sql, dropped_columns
 from combined.capture._duplicates import DuplicateChecks
 from combined.capture._fingerprint import Fingerprints, pair_folds, parts_carry
 from combined.capture._join import (
@@ -150,6 +150,7 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         values: pa.Schema | None = None,
         events: Callable[[], EventLake] | None = None,
         lake_schema: pa.Schema | None = None,
+        gone: Sequence[str] = (),
     ) -> None:
         """``same``: staging showed the capture equal to the committed one (``runtime._fold``).
 
@@ -159,7 +160,9 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         with (``current_files`` is empty): listed only for the values its
         changes left unchanged, filled from each id's newest event.
         ``lake_schema``: the lake's, whose columns the capture lacks (dropped
-        at the source) are compared around (``capture._dropped``).
+        at the source) are compared around (``capture._dropped``), as are
+        ``gone``: columns its rows hold only from changes read before the
+        source dropped them.
         """
         #: The table's digest format (v1 hex, v2 binary); staged digests tell it.
         self.digest: dg.Digest = digest or (
@@ -190,7 +193,7 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         self._modes(key, strategy, full, deletes, dataset)
         #: The lake's source columns the capture lacks: each lake row is compared
         #: over the capture's columns (``_kcmp``), never by its stored hash alone.
-        self.dropped = dropped_columns(lake_schema, self.payload) if current_files else []
+        self.dropped = dropped_columns(lake_schema, self.payload, gone) if current_files else []
         self._lake_schema = lake_schema
         self._kcmp = COMPARED if self.dropped else "_khash"
         if self.dropped:
@@ -420,7 +423,7 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
                 current_filter,
                 lake=self._lake_schema,
                 capture=self.capture_schema,
-                payload=self.payload,
+                payload=compared(self.payload, self.dropped),
                 dropped=self.dropped,
                 digest=self.digest,
             )

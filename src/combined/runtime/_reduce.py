@@ -169,6 +169,7 @@ def _reducer(
         capture_schema=staged.schema,
         current_files=[] if append else table.files(),
         lake_schema=None if append else schema,
+        gone=_gone(staged),
         key=plan.key,
         strategy=plan.strategy,
         sync_mode=plan.sync_mode,
@@ -186,6 +187,21 @@ def _reducer(
         values=staged.by_value,
         events=partial(_event_lake, table) if append else None,
     )
+
+
+def _gone(staged: Staged) -> list[str]:
+    """The columns the source dropped while the capture read changes that held them (an
+    evolved drop its rows still hold: null in every change read after the drop).
+
+    Only where the source's columns at the read's end are known and lack
+    them: one added again under its name is a new column, whose nulls are
+    values (``capture._dropped``).
+    """
+    if staged.fields is None:
+        return []
+    drops = [e for e in staged.drift if e["class"] == "drop" and e["outcome"] == "evolve"]
+    held, now = staged.schema.names, staged.fields
+    return [e["field"] for e in drops if e["field"] in held and e["field"] not in now]
 
 
 def _event_lake(table: LakeTable) -> EventLake:
