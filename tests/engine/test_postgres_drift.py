@@ -19,6 +19,7 @@ sources:
     connector: postgres
     config:
       dsn: {dsn}
+      slot_prefix: {prefix}
     datasets:
       dx:
         relation: public.dx
@@ -33,9 +34,15 @@ def _sql(dsn: str, *statements: str) -> None:
             conn.execute(statement)
 
 
+def _prefix(dsn: str) -> str:
+    """A slot prefix of the test's own database: slot names are the server's, and two
+    tests' slots of table dx under one prefix clashed when they ran at once."""
+    return "c_" + dsn.rsplit("/", 1)[-1].split("?")[0]
+
+
 def _open(tmp_path: Path, dsn: str, drift: str = "{}") -> Engine:
     project = tmp_path / "combined.yaml"
-    project.write_text(PROJECT.format(dsn=dsn, drift=drift))
+    project.write_text(PROJECT.format(dsn=dsn, drift=drift, prefix=_prefix(dsn)))
     return Engine.open(project)
 
 
@@ -271,7 +278,9 @@ CHANGED_ROWS = PROJECT.replace("        relation: public.dx\n", "").replace(
 def _changed_rows(tmp_path: Path, dsn: str, read: str, *setup: str) -> Engine:
     """An engine over table dx, made by ``setup``, read as ``read`` says (cdc or cursor)."""
     _sql(dsn, *setup)
-    (tmp_path / "combined.yaml").write_text(CHANGED_ROWS.format(dsn=dsn, read=read))
+    (tmp_path / "combined.yaml").write_text(
+        CHANGED_ROWS.format(dsn=dsn, read=read, prefix=_prefix(dsn))
+    )
     return Engine.open(tmp_path / "combined.yaml")
 
 

@@ -23,7 +23,11 @@ from combined.engine import Engine
 def _pg(root: Path, dsn: str, datasets: str) -> None:
     """A project of one PostgreSQL source ``pg`` with ``datasets`` (YAML, indented 6)."""
     head = "version: 1\nlake: ./lake\nsources:\n  pg:\n    connector: postgres\n"
-    body = f"    config:\n      dsn: {dsn}\n    datasets:\n{datasets}\n"
+    # (slots of the test's own prefix: slot names are the server's, shared by tests)
+    prefix = "c_" + dsn.split("\n")[0].rsplit("/", 1)[-1].split("?")[0]
+    body = (
+        f"    config:\n      dsn: {dsn}\n      slot_prefix: {prefix}\n    datasets:\n{datasets}\n"
+    )
     (root / "combined.yaml").write_text(head + body)
 
 
