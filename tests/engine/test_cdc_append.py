@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 from tests.engine.test_cdc_capture import PROJECT
 
+from combined import cdc
 from combined.engine import Engine
 
 #: A text of 3,200 characters, stored out of line (``STORAGE EXTERNAL``: never compressed).
@@ -164,5 +165,86 @@ def test_an_event_streams_updates_and_deletes_are_linked_not_rewritten(
             f"WHERE _combined_run_id = '{second.id}' GROUP BY op ORDER BY op"
         ).to_pylist()
         assert counts == [{"op": "delete", "n": 5}, {"op": "update", "n": 10}]
+    finally:
+        engine.close()
+
+
+def _opened(tmp_path: Path, cdc_db: Any, *statements: str) -> Engine:
+    """An append dataset of table ``items`` (made by ``statements``), captured once."""
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+    project = PROJECT.format(dsn=cdc_db.dsn, prefix=cdc_db.prefix, table="items")
+    (tmp_path / "combined.yaml").write_text(project + "        sync_mode: append\n")
+    engine = Engine.open(tmp_path / "combined.yaml")
+    (run,) = engine.capture()
+    assert run.state == "succeeded", run.error
+    return engine
+
+
+def _appended(engine: Engine, run_id: str) -> list[tuple[Any, ...]]:
+    """The events the run appended: (id, op, qty, note), by id."""
+    rows = engine.sql(
+        "SELECT id, _combined_op AS op, qty, note FROM pg.items "
+        f"WHERE _combined_run_id = '{run_id}' ORDER BY id"
+    ).to_pylist()
+    return [tuple(r.values()) for r in rows]
+
+
+def _resnapshot(engine: Engine) -> Any:
+    """`combined cdc teardown` then `combined cdc setup`: the new snapshot's Run."""
+    cdc.teardown(engine, "pg")
+    _, run = cdc.setup(engine, "pg")
+    assert run.state == "succeeded", run.error
+    return run
+
+
+def test_a_new_snapshot_appends_only_what_differs_from_each_ids_newest_event(
+    tmp_path: Path, cdc_db: Any
+) -> None:
+    # A new snapshot (teardown, then setup) of an event stream appended the
+    # whole table again as inserts, unchanged rows included: a consumer that
+    # counts inserts or replays the stream counted every row once a snapshot.
+    dsn = cdc_db.dsn
+    engine = _opened(
+        tmp_path,
+        cdc_db,
+        "CREATE TABLE items (id bigint PRIMARY KEY, qty int, note text)",
+        "INSERT INTO items SELECT g, g, 'n' || g FROM generate_series(1, 6) g",
+    )
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET qty = 10 WHERE id = 1")  # newest: an update
+            conn.execute("DELETE FROM items WHERE id = 2")  # newest: a delete
+        (second,) = engine.capture()
+        assert second.state == "succeeded", second.error
+        # The gap: changes no stream carries.
+        cdc.teardown(engine, "pg")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO items VALUES (2, 20, 'back'), (7, 7, 'n7')")
+            conn.execute("UPDATE items SET note = 'changed' WHERE id = 3")
+            conn.execute("DELETE FROM items WHERE id = 4")
+        _, third = cdc.setup(engine, "pg")
+        assert third.state == "succeeded", third.error
+        assert _appended(engine, third.id) == [
+            (2, "insert", 20, "back"),  # its newest event a delete
+            (3, "update", 3, "changed"),
+            (4, "delete", None, None),  # deleted in the gap: the key alone, as a stream's
+            (7, "insert", 7, "n7"),
+        ]
+        assert third.stats is not None
+        stats = third.stats["items"]
+        assert (stats["inserts"], stats["updates"], stats["deletes"]) == (2, 1, 1)
+        # Nothing changed since: a new snapshot appends nothing.
+        fourth = _resnapshot(engine)
+        assert _appended(engine, fourth.id) == []
+        (total,) = engine.sql("SELECT count(*) AS n FROM pg.items").to_pylist()
+        assert total["n"] == 6 + 2 + 4
+        # The stream goes on from the new snapshot.
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET qty = -qty WHERE id = 5")
+        (fifth,) = engine.capture()
+        assert fifth.state == "succeeded", fifth.error
+        assert _appended(engine, fifth.id) == [(5, "update", -5, "n5")]
     finally:
         engine.close()

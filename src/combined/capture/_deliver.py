@@ -64,6 +64,7 @@ class _Reduction(Protocol):
     _resolved: Resolved | None
     _staged: StagedParts
     _has_keys: bool
+    _gone: tuple[str, ...]
 
     @property
     def _first_op(self) -> str: ...
@@ -192,6 +193,7 @@ class Output:
                 resolved=self._resolved,
                 keys=self._keys() if refresh else None,
                 staged=STAGED,
+                gone=self._gone,
             ),
             ordered=self.sync_mode == "append",
             fixed=fixed,

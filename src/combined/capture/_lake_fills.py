@@ -226,14 +226,33 @@ def newest_events(files: Sequence[str], *, numbered: bool, sequenced: bool = Fal
 
     Only the wanted ids' events are ranked: the lake is read for their rows alone.
     """
+    every = "l.*" if sequenced else "*"
+    return (
+        f"(SELECT {every} FROM {_event_scan(files, numbered, sequenced)} WHERE {_ID} IN "
+        "(SELECT _lin FROM unc_pick WHERE pord IS NULL AND _lin_ord < 0) "
+        f"QUALIFY row_number() OVER (PARTITION BY {_ID} ORDER BY "
+        f"{event_order(numbered, sequenced)}) = 1 "
+        f"AND {prov.OP} IS DISTINCT FROM 'delete')"
+    )
+
+
+def _event_scan(files: Sequence[str], numbered: bool, sequenced: bool) -> str:
+    """A FROM item: an event stream's lake ``files`` (:func:`newest_events`)."""
     numbering = f", filename = '{_FILE}', file_row_number = true" if numbered else ""
     scan = f"read_parquet({files_sql(files)}, union_by_name = true{numbering})"
-    order = ""
     if sequenced:
         scan = f"{scan} l LEFT JOIN unc_seq ON unc_seq.did = l.{prov.DELIVERY_ID}"
-        order = "unc_seq.seq DESC NULLS LAST, "
+    return scan
+
+
+def event_order(numbered: bool, sequenced: bool, seq: str = "unc_seq.seq") -> str:
+    """SQL: an ORDER BY of an event stream's events, newest first (:func:`newest_events`);
+    ``seq``: their Delivery's sequence."""
+    order = ""
+    if sequenced:
+        order = f"{seq} DESC NULLS LAST, "
         if numbered:  # (within one Delivery, its later row)
-            order += "CASE WHEN unc_seq.seq IS NOT NULL THEN file_row_number END DESC NULLS LAST, "
+            order += f"CASE WHEN {seq} IS NOT NULL THEN file_row_number END DESC NULLS LAST, "
     position = _position_order(prov.SOURCE_POSITION)
     order += (
         f"{prov.INGESTED_AT} DESC NULLS LAST, {position} DESC NULLS LAST, "
@@ -241,12 +260,23 @@ def newest_events(files: Sequence[str], *, numbered: bool, sequenced: bool = Fal
     )
     if numbered:
         order += f", {_FILE} DESC, file_row_number DESC"
-    every = "l.*" if sequenced else "*"
+    return order
+
+
+def every_newest_event(
+    files: Sequence[str], keep: Sequence[str], *, numbered: bool, sequenced: bool
+) -> str:
+    """SQL: each id's newest event in an event stream's lake ``files`` (its ``keep``
+    columns, its op ``_kop``, and what ranks it), and the newest truncate's: every
+    id's, where :func:`newest_events` reads the changes' ids alone."""
+    ranks = [prov.INGESTED_AT, prov.SOURCE_POSITION, prov.EMITTED_AT]
+    if numbered:
+        ranks += [_FILE, "file_row_number"]
+    held = ", ".join([*keep, *ranks] + (["unc_seq.seq AS _seq"] if sequenced else []))
     return (
-        f"(SELECT {every} FROM {scan} WHERE {_ID} IN (SELECT _lin FROM unc_pick "
-        "WHERE pord IS NULL AND _lin_ord < 0) "
-        f"QUALIFY row_number() OVER (PARTITION BY {_ID} ORDER BY {order}) = 1 "
-        f"AND {prov.OP} IS DISTINCT FROM 'delete')"
+        f"SELECT {held}, {prov.OP} AS _kop FROM {_event_scan(files, numbered, sequenced)} "
+        f"QUALIFY row_number() OVER (PARTITION BY CASE WHEN {prov.OP} = 'truncate' THEN NULL "
+        f"ELSE {_ID} END ORDER BY {event_order(numbered, sequenced)}) = 1"
     )
 
 

@@ -233,6 +233,9 @@ class Delivered:
     keys: str | None
     #: The name of the whole capture's staged rows (for the columns' types).
     staged: str
+    #: The key columns the deletes of ids no staged row holds take from table
+    #: ``gone`` (an event stream's new snapshot: ``capture._resnapshot``); else none.
+    gone: Sequence[str] = ()
 
     def select(self) -> str:
         """The output's columns over ``c`` (the staged rows) and ``tr`` (the chosen)."""
@@ -265,10 +268,15 @@ class Delivered:
         none = self.rows(f"(SELECT * FROM {self.staged} LIMIT 0)", (0, -1))
         # (built on the empty side, written on the right: built on the deletes, a
         # snapshot's 2M of them ran out of DuckDB's 61 MB in a re-capture)
+        on = f"c.{_ORDINAL} = tr.ord"
+        if self.gone:
+            keys = ", ".join(quote_ident(k) for k in self.gone)
+            none = f"SELECT n.* EXCLUDE ({keys}), g.* FROM gone g LEFT JOIN ({none}) n ON false"
+            on = "c._kid = tr.id"
         return (
             f"SELECT {self.select()} FROM "
             "(SELECT * FROM tr WHERE ord IS NULL AND op <> 'same') tr "
-            f"LEFT JOIN ({none}) c ON c.{_ORDINAL} = tr.ord"
+            f"LEFT JOIN ({none}) c ON {on}"
         )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,7 @@ from combined.capture._join import (
 )
 from combined.capture._lake_fills import EventLake
 from combined.capture._output import OUTPUT_BATCH_ROWS, by_part, part_ranges
+from combined.capture._resnapshot import against_events
 from combined.capture._soft import deleted_sql
 from combined.capture._stats import Stats
 from combined.capture._transition import DIGEST_CLASSES, Transition, transition_digest
@@ -127,6 +129,8 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
     all_new: bool
     #: Payload columns a row may hold a value of more than ``LARGE_FILL_BYTES`` in.
     large_values: tuple[str, ...] = ()
+    #: The key columns an event stream's new snapshot's deletes take (``capture._resnapshot``).
+    _gone: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -289,6 +293,7 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
             if f.name not in prov.CONTROL_COLUMNS and not f.name.startswith("_combined_")
         ]
         self.key = list(key) or self.payload
+        self._keyed = bool(key)
         #: A whole capture of a table without a key (``key: []``) that mirrors it:
         #: each row is identified by its content and its number among equal rows.
         self.by_content = not key and self.full and self.sync_mode != "append"
@@ -533,6 +538,13 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
             self._bound_whole_join()
             return self._join_current(last, "cur", cut=None, passes=self._whole_passes())
         keys = self._keys()
+        lake = self._events() if self._resnapshot() and self._events is not None else None
+        if lake is not None and lake.files:
+            against_events(self.con, lake, keys, self.key, self._t)
+            self._gone = tuple(self.key)  # (its deletes' keys: table ``gone``)
+            found = self._stats()
+            self.transition = replace(found, events=found.changes)
+            return self.transition
         if self.sync_mode == "append":
             self.con.execute(
                 "CREATE TABLE tr AS SELECT _cid AS id, "
@@ -542,6 +554,12 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
             )
             return self._stats()
         return self._reduce_changes(keys)
+
+    def _resnapshot(self) -> bool:
+        """Whether the capture is an event stream's new snapshot of a keyed table: the
+        whole table (no operations) read into a lake that holds events already
+        (``capture._resnapshot``). A keyless one is appended whole, as inserts."""
+        return self.full and self._keyed and not self.baseline and not self.has_op
 
     def _moved_onto(self) -> str:
         """SQL: whether a change is a row's move to a new key, kept as an event of its own.

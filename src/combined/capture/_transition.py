@@ -19,6 +19,14 @@ class Transition:
     captured: int = 0
     digest: str = "0" * 32
     content_xor: tuple[int, int] = (0, 0)
+    #: The events an event stream's new snapshot appends (``capture._resnapshot``):
+    #: its changes; None: every captured row is one (``captured``).
+    events: int | None = None
+
+    @property
+    def appended(self) -> int:
+        """How many events an event stream's (``append``) transition adds to its table."""
+        return self.captured if self.events is None else self.events
 
     @property
     def changes(self) -> int:

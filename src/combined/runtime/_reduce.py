@@ -392,10 +392,10 @@ def _next_version(
         hi = parent_hi ^ transition.content_xor[1]
         row_count = parent_count + transition.inserts - transition.deletes
         if plan.sync_mode == "append":
-            row_count = parent_count + transition.captured  # every event is kept
+            row_count = parent_count + transition.appended  # every event is kept
     totals = VersionTotals(row_count=row_count, content_digest=f"{hi:016x}{lo:016x}")
     # An event stream's truncate changes no identity, yet the lake keeps it as an event.
-    kept = plan.sync_mode == "append" and transition.captured > 0
+    kept = plan.sync_mode == "append" and transition.appended > 0
     changed = delivered and (transition.changes > 0 or content is not None or kept)
     if content is not None and transition.changes == 0 and parent is not None:
         changed = False

@@ -1,0 +1,93 @@
+"""An event stream's new snapshot, against each id's newest event: only what differs.
+
+A ``sync_mode: append`` dataset keeps the events of its rows, not its rows.
+Its first snapshot appends each row as a ``snapshot`` event; a new one
+(``combined cdc teardown``, then ``combined cdc setup``) reads the whole table
+again after a gap no stream carries. Appending it whole, every row again as an
+``insert``, counted each row once more a snapshot. It is compared instead with
+each id's newest event (docs/cdc.md, "A new snapshot of an event stream"):
+
+- an id no event holds, or whose newest event is a delete (or older than the
+  newest truncate): an ``insert`` event;
+- an id whose newest event holds other values (payload hashes): an ``update``;
+- an id whose newest event holds the snapshot's values: nothing (``same``);
+- an id whose newest event (not a delete) the snapshot lacks: a ``delete``
+  event, holding the key as that event held it (the row was deleted in the
+  gap).
+
+Only ids, hashes and the key's values are materialised: a table of each id's
+newest event (the lake scanned once), joined with the snapshot's ``keys``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from combined.capture._databases import files_sql
+from combined.capture._lake_fills import (
+    EventLake,
+    event_order,
+    every_newest_event,
+    lake_numbers_rows,
+    register_sequences,
+)
+from combined.protocol import _provenance as prov
+from combined.protocol.identity import quote_ident
+
+if TYPE_CHECKING:
+    import duckdb
+
+#: The table of the lake's events whose ids a new snapshot lacks: their keys
+#: (``_kid`` and the key's columns), which the delete events take.
+GONE = "gone"
+
+
+def against_events(
+    con: duckdb.DuckDBPyConnection, lake: EventLake, keys: str, key: Sequence[str], sql_type: str
+) -> None:
+    """Create the transition ``tr`` of a new snapshot (``keys``: its (ord, _cid, _chash))
+    against each id's newest event in ``lake``, and table ``gone``."""
+    _newest(con, lake, key)
+    con.execute(
+        "CREATE TABLE tr AS SELECT k._cid AS id, CASE WHEN e._kid IS NULL THEN 'insert' "
+        "WHEN e._khash IS NOT DISTINCT FROM k._chash THEN 'same' ELSE 'update' END AS op, "
+        f"k._chash AS new_hash, NULL::{sql_type} AS old_hash, k.ord "
+        f"FROM {keys} k LEFT JOIN live e ON e._kid = k._cid"
+    )
+    kept = ", ".join(f"e.{quote_ident(c)}" for c in key)
+    con.execute(
+        f"CREATE TABLE {GONE} AS SELECT e._kid, {kept} FROM live e "
+        f"ANTI JOIN {keys} k ON k._cid = e._kid"
+    )
+    con.execute(
+        f"INSERT INTO tr SELECT _kid, 'delete', NULL, NULL, NULL FROM {GONE}; DROP TABLE live"
+    )
+
+
+def _newest(con: duckdb.DuckDBPyConnection, lake: EventLake, key: Sequence[str]) -> None:
+    """Table ``live``: each id's newest event that is not a delete, nor older than
+    the newest truncate (which emptied the table), with its hash and key."""
+    held = f"SELECT DISTINCT name FROM parquet_schema({files_sql(lake.files)})"
+    columns = [name for (name,) in con.execute(held).fetchall()]
+    numbered = lake_numbers_rows(columns)
+    sequenced = prov.DELIVERY_ID in columns
+    if sequenced:
+        register_sequences(con, lake.sequences)
+    keep = [f"{prov.ID} AS _kid", f"{prov.PAYLOAD_HASH} AS _khash"]
+    keep += [quote_ident(c) for c in key]
+    newest = every_newest_event(lake.files, keep, numbered=numbered, sequenced=sequenced)
+    con.execute(f"CREATE TABLE newest AS {newest}")
+    order = event_order(numbered, sequenced, seq="_seq")
+    alive = ""
+    if con.execute("SELECT 1 FROM newest WHERE _kop = 'truncate'").fetchall():
+        # (ranked newest first: an event ranked after the truncate came before it)
+        con.execute(
+            "CREATE OR REPLACE TABLE newest AS SELECT *, "
+            f"row_number() OVER (ORDER BY {order}) AS _r FROM newest"
+        )
+        alive = " AND _r < (SELECT _r FROM newest WHERE _kop = 'truncate')"
+    con.execute(
+        "CREATE TABLE live AS SELECT * FROM newest "
+        f"WHERE _kop NOT IN ('delete', 'truncate'){alive}; DROP TABLE newest"
+    )
