@@ -248,3 +248,34 @@ def test_a_new_snapshot_appends_only_what_differs_from_each_ids_newest_event(
         assert _appended(engine, fifth.id) == [(5, "update", -5, "n5")]
     finally:
         engine.close()
+
+
+def test_a_new_snapshot_counts_no_event_older_than_the_newest_truncate(
+    tmp_path: Path, cdc_db: Any
+) -> None:
+    # Each id's newest event is compared only when it is newer than the
+    # stream's newest truncate: an id the truncate emptied is gone already.
+    engine = _opened(
+        tmp_path,
+        cdc_db,
+        "CREATE TABLE items (id bigint PRIMARY KEY, qty int, note text)",
+        "INSERT INTO items SELECT g, g, 'n' || g FROM generate_series(1, 3) g",
+    )
+    try:
+        with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+            conn.execute("TRUNCATE items")
+            conn.execute("INSERT INTO items VALUES (1, 1, 'n1'), (4, 4, 'n4')")
+        (second,) = engine.capture()
+        assert second.state == "succeeded", second.error
+        cdc.teardown(engine, "pg")
+        with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO items VALUES (2, 2, 'n2')")
+            conn.execute("DELETE FROM items WHERE id = 4")
+        _, third = cdc.setup(engine, "pg")
+        assert third.state == "succeeded", third.error
+        assert _appended(engine, third.id) == [
+            (2, "insert", 2, "n2"),  # its snapshot event older than the truncate
+            (4, "delete", None, None),
+        ]
+    finally:
+        engine.close()

@@ -245,38 +245,45 @@ def _event_scan(files: Sequence[str], numbered: bool, sequenced: bool) -> str:
     return scan
 
 
-def event_order(numbered: bool, sequenced: bool, seq: str = "unc_seq.seq") -> str:
-    """SQL: an ORDER BY of an event stream's events, newest first (:func:`newest_events`);
-    ``seq``: their Delivery's sequence."""
-    order = ""
+def event_order(numbered: bool, sequenced: bool) -> str:
+    """SQL: an ORDER BY of an event stream's events, newest first (:func:`newest_events`)."""
+    return ", ".join(f"{t} DESC NULLS LAST" for t in _event_terms(numbered, sequenced))
+
+
+def event_rank(numbered: bool, sequenced: bool) -> str:
+    """SQL: a STRUCT of an event's place in :func:`event_order`, the newest greatest.
+
+    Each of its terms as two fields, whether it is set and its value: a
+    null term sorts below every value (NULLS LAST, newest first), where a
+    STRUCT's null field would sort above them.
+    """
+    fields = []
+    for n, term in enumerate(_event_terms(numbered, sequenced)):
+        fields += [f"'s{n}': (({term}) IS NOT NULL)", f"'v{n}': ({term})"]
+    return "{" + ", ".join(fields) + "}"
+
+
+def _event_terms(numbered: bool, sequenced: bool) -> list[str]:
+    """SQL: what ranks an event stream's events, each newest first (:func:`newest_events`)."""
+    terms = []
     if sequenced:
-        order = f"{seq} DESC NULLS LAST, "
+        terms.append("unc_seq.seq")
         if numbered:  # (within one Delivery, its later row)
-            order += f"CASE WHEN {seq} IS NOT NULL THEN file_row_number END DESC NULLS LAST, "
-    position = _position_order(prov.SOURCE_POSITION)
-    order += (
-        f"{prov.INGESTED_AT} DESC NULLS LAST, {position} DESC NULLS LAST, "
-        f"{prov.EMITTED_AT} DESC NULLS LAST"
-    )
+            terms.append("CASE WHEN unc_seq.seq IS NOT NULL THEN file_row_number END")
+    terms += [prov.INGESTED_AT, _position_order(prov.SOURCE_POSITION), prov.EMITTED_AT]
     if numbered:
-        order += f", {_FILE} DESC, file_row_number DESC"
-    return order
+        terms += [_FILE, "file_row_number"]
+    return terms
 
 
-def every_newest_event(
+def lake_events(
     files: Sequence[str], keep: Sequence[str], *, numbered: bool, sequenced: bool
 ) -> str:
-    """SQL: each id's newest event in an event stream's lake ``files`` (its ``keep``
-    columns, its op ``_kop``, and what ranks it), and the newest truncate's: every
-    id's, where :func:`newest_events` reads the changes' ids alone."""
-    ranks = [prov.INGESTED_AT, prov.SOURCE_POSITION, prov.EMITTED_AT]
-    if numbered:
-        ranks += [_FILE, "file_row_number"]
-    held = ", ".join([*keep, *ranks] + (["unc_seq.seq AS _seq"] if sequenced else []))
+    """SQL: every event of an event stream's lake ``files``: its ``keep`` columns,
+    its op ``_kop`` and its rank ``_rank`` (:func:`event_rank`)."""
     return (
-        f"SELECT {held}, {prov.OP} AS _kop FROM {_event_scan(files, numbered, sequenced)} "
-        f"QUALIFY row_number() OVER (PARTITION BY CASE WHEN {prov.OP} = 'truncate' THEN NULL "
-        f"ELSE {_ID} END ORDER BY {event_order(numbered, sequenced)}) = 1"
+        f"SELECT {', '.join(keep)}, {prov.OP} AS _kop, {event_rank(numbered, sequenced)} "
+        f"AS _rank FROM {_event_scan(files, numbered, sequenced)}"
     )
 
 

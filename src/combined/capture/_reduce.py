@@ -540,11 +540,7 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         keys = self._keys()
         lake = self._events() if self._resnapshot() and self._events is not None else None
         if lake is not None and lake.files:
-            against_events(self.con, lake, keys, self.key, self._t)
-            self._gone = tuple(self.key)  # (its deletes' keys: table ``gone``)
-            found = self._stats()
-            self.transition = replace(found, events=found.changes)
-            return self.transition
+            return self._against_events(lake, keys)
         if self.sync_mode == "append":
             self.con.execute(
                 "CREATE TABLE tr AS SELECT _cid AS id, "
@@ -554,6 +550,25 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
             )
             return self._stats()
         return self._reduce_changes(keys)
+
+    def _against_events(self, lake: EventLake, keys: str) -> Transition:
+        """An event stream's new snapshot against each id's newest event (``capture._resnapshot``).
+
+        At DuckDB's ``WHOLE_JOIN_SHARE`` on one thread: the lake's events spill
+        and are ranked in passes sized by it; its joins spill too (at 64 MB on
+        two threads, a 500k-row join ran out of it). The output, of the
+        changes alone, runs as before.
+        """
+        settings = "SELECT current_setting('memory_limit'), current_setting('threads')"
+        (held, threads) = self.con.execute(settings).fetchall()[0]
+        mb = _duck_mb(min(self._duck_limit, self.memory_limit // WHOLE_JOIN_SHARE))
+        self.con.execute(f"SET memory_limit = '{mb}MB'; SET threads = 1")
+        against_events(self.con, lake, keys, self.key, self._t, mb * 2**20)
+        self.con.execute(f"SET memory_limit = '{held}'; SET threads = {threads}")
+        self._gone = tuple(self.key)  # (its deletes' keys: table ``gone``)
+        found = self._stats()
+        self.transition = replace(found, events=found.changes)
+        return self.transition
 
     def _resnapshot(self) -> bool:
         """Whether the capture is an event stream's new snapshot of a keyed table: the

@@ -15,8 +15,11 @@ each id's newest event (docs/cdc.md, "A new snapshot of an event stream"):
   event, holding the key as that event held it (the row was deleted in the
   gap).
 
-Only ids, hashes and the key's values are materialised: a table of each id's
-newest event (the lake scanned once), joined with the snapshot's ``keys``.
+Only ids, hashes, ops, ranks and the key's values are materialised: a table
+of the lake's events (scanned once), sorted by a bucket of their id (a sort
+spills), each bucket ranked in a pass of its own sized by DuckDB's memory (a
+window holds its rows: one over 500k events peaked ~130 MB over the rest),
+into a table of each id's newest event, joined with the snapshot's ``keys``.
 """
 
 from __future__ import annotations
@@ -27,8 +30,7 @@ from typing import TYPE_CHECKING
 from combined.capture._databases import files_sql
 from combined.capture._lake_fills import (
     EventLake,
-    event_order,
-    every_newest_event,
+    lake_events,
     lake_numbers_rows,
     register_sequences,
 )
@@ -41,14 +43,25 @@ if TYPE_CHECKING:
 #: The table of the lake's events whose ids a new snapshot lacks: their keys
 #: (``_kid`` and the key's columns), which the delete events take.
 GONE = "gone"
+#: DuckDB memory a pass gives each event it ranks (id, hash, key, op and
+#: rank, whose file name is a path): a window holds its rows, and at 64 MB
+#: (the default's share) one of 100k events ran out of it where 50k did not;
+#: a pass of ~32k events leaves room for the tables it spills beside.
+EVENT_BYTES = 2048
 
 
 def against_events(
-    con: duckdb.DuckDBPyConnection, lake: EventLake, keys: str, key: Sequence[str], sql_type: str
+    con: duckdb.DuckDBPyConnection,
+    lake: EventLake,
+    keys: str,
+    key: Sequence[str],
+    sql_type: str,
+    memory: int,
 ) -> None:
     """Create the transition ``tr`` of a new snapshot (``keys``: its (ord, _cid, _chash))
-    against each id's newest event in ``lake``, and table ``gone``."""
-    _newest(con, lake, key)
+    against each id's newest event in ``lake``, and table ``gone``; ``memory``:
+    DuckDB's, in bytes."""
+    _newest(con, lake, key, memory)
     con.execute(
         "CREATE TABLE tr AS SELECT k._cid AS id, CASE WHEN e._kid IS NULL THEN 'insert' "
         "WHEN e._khash IS NOT DISTINCT FROM k._chash THEN 'same' ELSE 'update' END AS op, "
@@ -65,7 +78,9 @@ def against_events(
     )
 
 
-def _newest(con: duckdb.DuckDBPyConnection, lake: EventLake, key: Sequence[str]) -> None:
+def _newest(
+    con: duckdb.DuckDBPyConnection, lake: EventLake, key: Sequence[str], memory: int
+) -> None:
     """Table ``live``: each id's newest event that is not a delete, nor older than
     the newest truncate (which emptied the table), with its hash and key."""
     held = f"SELECT DISTINCT name FROM parquet_schema({files_sql(lake.files)})"
@@ -76,18 +91,23 @@ def _newest(con: duckdb.DuckDBPyConnection, lake: EventLake, key: Sequence[str])
         register_sequences(con, lake.sequences)
     keep = [f"{prov.ID} AS _kid", f"{prov.PAYLOAD_HASH} AS _khash"]
     keep += [quote_ident(c) for c in key]
-    newest = every_newest_event(lake.files, keep, numbered=numbered, sequenced=sequenced)
-    con.execute(f"CREATE TABLE newest AS {newest}")
-    order = event_order(numbered, sequenced, seq="_seq")
-    alive = ""
-    if con.execute("SELECT 1 FROM newest WHERE _kop = 'truncate'").fetchall():
-        # (ranked newest first: an event ranked after the truncate came before it)
-        con.execute(
-            "CREATE OR REPLACE TABLE newest AS SELECT *, "
-            f"row_number() OVER (ORDER BY {order}) AS _r FROM newest"
-        )
-        alive = " AND _r < (SELECT _r FROM newest WHERE _kop = 'truncate')"
+    count = f"SELECT sum(num_rows) FROM parquet_file_metadata({files_sql(lake.files)})"
+    (rows,) = con.execute(count).fetchall()[0]
+    passes = max(1, -(-int(rows or 0) * EVENT_BYTES // memory))
+    # Sorted by their pass (a sort spills): each pass reads its own blocks alone.
+    events = lake_events(lake.files, keep, numbered=numbered, sequenced=sequenced)
     con.execute(
-        "CREATE TABLE live AS SELECT * FROM newest "
-        f"WHERE _kop NOT IN ('delete', 'truncate'){alive}; DROP TABLE newest"
+        f"CREATE TABLE ev AS SELECT *, hash(_kid) % {passes} AS _b FROM ({events}) ORDER BY _b"
     )
+    alive = ""
+    con.execute("CREATE TABLE cut AS SELECT max(_rank) AS r FROM ev WHERE _kop = 'truncate'")
+    if con.execute("SELECT 1 FROM cut WHERE r IS NOT NULL").fetchall():
+        alive = " AND _rank > (SELECT r FROM cut)"  # (ranked newer than the newest truncate)
+    for n in range(passes):
+        newest = (
+            "SELECT * EXCLUDE (_kop, _rank, _b) FROM (SELECT * FROM ev WHERE "
+            f"_b = {n} AND _kop IS DISTINCT FROM 'truncate' QUALIFY row_number() "
+            f"OVER (PARTITION BY _kid ORDER BY _rank DESC) = 1) WHERE _kop <> 'delete'{alive}"
+        )
+        con.execute(f"CREATE TABLE live AS {newest}" if n == 0 else f"INSERT INTO live {newest}")
+    con.execute("DROP TABLE ev; DROP TABLE cut")
