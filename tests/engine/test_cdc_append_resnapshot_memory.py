@@ -2,9 +2,9 @@
 
 Each id's newest event was ranked in one window over the lake's every event
 (a window holds its rows: it does not spill): a new snapshot of a 500k-row
-table peaked at 505-516 MB. The events are now sorted by a bucket of their
-id (a sort spills) and ranked a bucket at a time, each sized by DuckDB's
-share of the reduction memory.
+table peaked at 505-523 MB. The events are now written to a file per
+bucket of their id (a partitioned write spills) and ranked a bucket at a
+time, each sized by DuckDB's share of the reduction memory.
 """
 
 from __future__ import annotations

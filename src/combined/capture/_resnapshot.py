@@ -15,19 +15,22 @@ each id's newest event (docs/cdc.md, "A new snapshot of an event stream"):
   event, holding the key as that event held it (the row was deleted in the
   gap).
 
-Only ids, hashes, ops, ranks and the key's values are materialised: a table
-of the lake's events (scanned once), sorted by a bucket of their id (a sort
-spills), each bucket ranked in a pass of its own sized by DuckDB's memory (a
-window holds its rows: one over 500k events peaked ~130 MB over the rest),
-into a table of each id's newest event, joined with the snapshot's ``keys``.
+Only ids, hashes, ops, ranks and the key's values are kept: the lake's events
+(scanned once) are written to a file per bucket of their id (a partitioned
+write spills), each bucket ranked in a pass of its own sized by DuckDB's
+memory (a window holds its rows: one over 500k events peaked ~130 MB over the
+rest, and a sort of 2M events by bucket ran out of 64 MB), into a table of
+each id's newest event, joined with the snapshot's ``keys``.
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from combined.capture._databases import files_sql
+from combined.capture._databases import files_sql, lit
 from combined.capture._lake_fills import (
     EventLake,
     lake_events,
@@ -94,20 +97,48 @@ def _newest(
     count = f"SELECT sum(num_rows) FROM parquet_file_metadata({files_sql(lake.files)})"
     (rows,) = con.execute(count).fetchall()[0]
     passes = max(1, -(-int(rows or 0) * EVENT_BYTES // memory))
-    # Sorted by their pass (a sort spills): each pass reads its own blocks alone.
+    (spill,) = con.execute("SELECT current_setting('temp_directory')").fetchall()[0]
+    parts = Path(spill) / "resnapshot"
+    shutil.rmtree(parts, ignore_errors=True)
+    try:
+        _rank_in_passes(con, lake, keep, numbered, sequenced, passes, parts)
+    finally:
+        shutil.rmtree(parts, ignore_errors=True)
+
+
+def _rank_in_passes(
+    con: duckdb.DuckDBPyConnection,
+    lake: EventLake,
+    keep: Sequence[str],
+    numbered: bool,
+    sequenced: bool,
+    passes: int,
+    parts: Path,
+) -> None:
+    """Table ``live`` (:func:`_newest`): the lake's events written once, each to
+    the file of its bucket of ids under ``parts`` (a partitioned write spills),
+    then each bucket ranked in a pass of its own."""
     events = lake_events(lake.files, keep, numbered=numbered, sequenced=sequenced)
     con.execute(
-        f"CREATE TABLE ev AS SELECT *, hash(_kid) % {passes} AS _b FROM ({events}) ORDER BY _b"
+        f"COPY (SELECT *, hash(_kid) % {passes} AS _b FROM ({events})) TO {lit(str(parts))} "
+        "(FORMAT parquet, PARTITION_BY (_b))"
+    )
+    every = lit(str(parts / "*" / "*.parquet"))
+    cut = (
+        f"max(_rank) FROM read_parquet({every}, hive_partitioning = false) WHERE _kop = 'truncate'"
     )
     alive = ""
-    con.execute("CREATE TABLE cut AS SELECT max(_rank) AS r FROM ev WHERE _kop = 'truncate'")
-    if con.execute("SELECT 1 FROM cut WHERE r IS NOT NULL").fetchall():
+    if parts.exists() and con.execute(f"SELECT 1, {cut} HAVING count(*) > 0").fetchall():
+        con.execute(f"CREATE TABLE cut AS SELECT {cut.replace(' FROM', ' AS r FROM', 1)}")
         alive = " AND _rank > (SELECT r FROM cut)"  # (ranked newer than the newest truncate)
+    con.execute(f"CREATE TABLE live AS SELECT * EXCLUDE (_kop, _rank) FROM ({events}) LIMIT 0")
     for n in range(passes):
-        newest = (
-            "SELECT * EXCLUDE (_kop, _rank, _b) FROM (SELECT * FROM ev WHERE "
-            f"_b = {n} AND _kop IS DISTINCT FROM 'truncate' QUALIFY row_number() "
-            f"OVER (PARTITION BY _kid ORDER BY _rank DESC) = 1) WHERE _kop <> 'delete'{alive}"
-        )
-        con.execute(f"CREATE TABLE live AS {newest}" if n == 0 else f"INSERT INTO live {newest}")
-    con.execute("DROP TABLE ev; DROP TABLE cut")
+        bucket = parts / f"_b={n}"
+        if bucket.exists():  # (a bucket no id fell in has no file)
+            con.execute(
+                "INSERT INTO live SELECT * EXCLUDE (_kop, _rank) FROM (SELECT * FROM "
+                f"read_parquet({lit(str(bucket / '*.parquet'))}, hive_partitioning = false) "
+                "WHERE _kop IS DISTINCT FROM 'truncate' QUALIFY row_number() OVER "
+                f"(PARTITION BY _kid ORDER BY _rank DESC) = 1) WHERE _kop <> 'delete'{alive}"
+            )
+    con.execute("DROP TABLE IF EXISTS cut")
