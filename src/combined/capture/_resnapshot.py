@@ -26,11 +26,12 @@ each id's newest event, joined with the snapshot's ``keys``.
 from __future__ import annotations
 
 import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from combined.capture._databases import files_sql, lit
+from combined.capture._databases import files_sql, lit, spill_directory
 from combined.capture._lake_fills import (
     EventLake,
     lake_events,
@@ -97,8 +98,8 @@ def _newest(
     count = f"SELECT sum(num_rows) FROM parquet_file_metadata({files_sql(lake.files)})"
     (rows,) = con.execute(count).fetchall()[0]
     passes = max(1, -(-int(rows or 0) * EVENT_BYTES // memory))
-    (spill,) = con.execute("SELECT current_setting('temp_directory')").fetchall()[0]
-    parts = Path(spill) / "resnapshot"
+    spill = spill_directory(con)  # (the run's staging; else a directory of its own)
+    parts = spill / "resnapshot" if spill else Path(tempfile.mkdtemp(prefix="combined-"))
     shutil.rmtree(parts, ignore_errors=True)
     try:
         _rank_in_passes(con, lake, keep, numbered, sequenced, passes, parts)
