@@ -520,3 +520,36 @@ def test_a_keyless_event_table_keeps_equal_rows_in_every_snapshot(tmp_path: Path
         assert usage["mar"] == 2  # two distinct identities, billed once in the month
     finally:
         engine.close()
+
+
+def test_a_keyed_snapshot_appended_keeps_every_capture_whole(tmp_path: Path, tools) -> None:
+    # A snapshot dataset in append mode is a periodic snapshot: each capture's
+    # rows are kept, unchanged ones included (a change stream's new snapshot
+    # appends only what differs from each id's newest event: docs/cdc.md).
+    tools.make(tmp_path)
+    tools.sql(
+        tmp_path,
+        "CREATE TABLE balances (id INTEGER PRIMARY KEY, amount INTEGER);"
+        "INSERT INTO balances VALUES (1, 10), (2, 20), (3, 30);",
+    )
+    project = tmp_path / "combined.yaml"
+    extra = "      balances:\n        key: [id]\n        sync_mode: append\n"
+    project.write_text(project.read_text() + extra)
+    engine = Engine.open(project)
+    try:
+        for change in ("", "UPDATE balances SET amount = 21 WHERE id = 2;"):
+            if change:
+                tools.sql(tmp_path, change)
+            (run,) = engine.capture(["shop.balances"])
+            assert run.state == "succeeded", run.error
+        rows = engine.sql(
+            "SELECT id, amount, count(*) AS n FROM shop.balances GROUP BY ALL ORDER BY ALL"
+        ).to_pylist()
+        assert [(r["id"], r["amount"], r["n"]) for r in rows] == [
+            (1, 10, 2),
+            (2, 20, 1),
+            (2, 21, 1),
+            (3, 30, 2),
+        ]
+    finally:
+        engine.close()

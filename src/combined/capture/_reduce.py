@@ -287,6 +287,8 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         capture_schema = self.capture_schema
         #: Whether the capture is the whole relation (absent ids are deletes).
         self.full = strategy == "snapshot" if full is None else full
+        #: Whether the capture is a change stream's (a stitched snapshot, or changes).
+        self._streamed = strategy == "cdc"
         self.payload = [
             f.name
             for f in capture_schema
@@ -571,10 +573,13 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         return self.transition
 
     def _resnapshot(self) -> bool:
-        """Whether the capture is an event stream's new snapshot of a keyed table: the
-        whole table (no operations) read into a lake that holds events already
-        (``capture._resnapshot``). A keyless one is appended whole, as inserts."""
-        return self.full and self._keyed and not self.baseline and not self.has_op
+        """Whether the capture is a change stream's new snapshot of a keyed table: the
+        whole table (no operations) read into an event stream that holds events
+        already (``capture._resnapshot``). A keyless one is appended whole, as
+        inserts; so is every capture of a ``snapshot`` dataset in ``append``
+        mode, whose table keeps each capture's rows (a periodic snapshot)."""
+        full = self.full and not self.has_op
+        return full and self._streamed and self._keyed and not self.baseline
 
     def _moved_onto(self) -> str:
         """SQL: whether a change is a row's move to a new key, kept as an event of its own.
