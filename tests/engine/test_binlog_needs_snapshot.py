@@ -154,11 +154,12 @@ def compressing(binlog: Binlog) -> Iterator[None]:
 
 def logged_compressed(binlog: Binlog, *statements: str) -> list[str]:
     """Run ``statements`` with the server compressing its events (:func:`compressing`);
-    the kinds of the events they logged."""
-    ((file, pos, *_),) = binlog.sql("SHOW MASTER STATUS")
+    the kinds of the events they logged (the position read with the server to this test
+    alone: read before, another test's FLUSH BINARY LOGS could move them to a later file)."""
     with compressing(binlog):
+        ((file, pos, *_),) = binlog.sql("SHOW MASTER STATUS")
         binlog.sql(*statements)
-    return [str(e[2]) for e in binlog.sql(f"SHOW BINLOG EVENTS IN '{file}' FROM {pos}")]
+        return [str(e[2]) for e in binlog.sql(f"SHOW BINLOG EVENTS IN '{file}' FROM {pos}")]
 
 
 def test_compressed_binlog_events_are_refused_never_skipped(binlog: Binlog) -> None:
