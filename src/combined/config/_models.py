@@ -366,7 +366,10 @@ class DriftPolicy(_Model):
     rename: DriftOutcome = "fail"
     """A column renamed, as the source's own evidence shows."""
     drop: DriftOutcome = "fail"
-    """A column the source no longer has (``evolve`` keeps it, null in later rows)."""
+    """A column the source no longer has. ``evolve`` keeps it in the lake: a row that does not
+    otherwise change keeps its former value there, is not written again and is not billed; a
+    row that changes, and a new one, holds null in it (docs/identity.md, section 1.3). A table
+    without a key writes again (and bills) every row holding a value in it."""
 
 
 class QuarantinePolicy(_Model):
