@@ -53,7 +53,8 @@ def dropped_columns(
 
 def compared(payload: Sequence[str], dropped: Sequence[str]) -> list[str]:
     """The capture's ``payload`` columns a lake row is compared over: all but ``dropped``."""
-    return [n for n in payload if n not in set(dropped)]
+    left_out = set(dropped)
+    return [n for n in payload if n not in left_out]
 
 
 def unchanged_sql(captured: str, current: str, kcmp: str) -> str:
