@@ -34,7 +34,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.measure import own_peak_rss, read_status, server_cpu, snapshot_dir, written
+from bench.measure import (
+    own_peak_rss,
+    postmaster_of,
+    read_status,
+    server_cpu,
+    snapshot_dir,
+    written,
+)
 
 Outcome = tuple[int, dict[str, Any]]  # rows read, details
 
@@ -395,6 +402,9 @@ def cpu_seconds() -> float:
 def execute(args: argparse.Namespace) -> dict[str, Any]:
     """Run one operation and return its JSON-ready result."""
     result: dict[str, Any] = {"op": args.op, "ok": False, "pid": os.getpid()}
+    # Only the server of the DSN counts (a cluster another program starts or
+    # stops beside it would leave no comparable figure).
+    postmaster = postmaster_of(args.dsn)
     try:
         run = _profiled(PREPARE[args.op](args), args.profile)
     except Unavailable as exc:
@@ -405,7 +415,7 @@ def execute(args: argparse.Namespace) -> dict[str, Any]:
     before = snapshot_dir(lake)
     result["load_before"] = os.getloadavg()[0]
     # The server is read outside the case's own CPU figure (a reading scans /proc).
-    server = server_cpu()
+    server = server_cpu(postmaster=postmaster)
     cpu = cpu_seconds()
     started = time.perf_counter()
     try:
@@ -417,7 +427,7 @@ def execute(args: argparse.Namespace) -> dict[str, Any]:
         return result
     seconds = time.perf_counter() - started
     used = cpu_seconds() - cpu
-    end = server_cpu()
+    end = server_cpu(postmaster=postmaster)
     result.update(
         ok=True,
         seconds=seconds,

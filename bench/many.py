@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 from bench.cdc import _cli_cpu
 from bench.mariadb import _server_cpu as _maria_server_cpu
 from bench.mariadb import _sql as _maria_sql
-from bench.measure import server_cpu, timed_child
+from bench.measure import ServerCpu, postmaster_of, server_cpu, timed_child
 from bench.report import print_steps
 
 PG_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -120,12 +120,22 @@ class Source:
             lines += [f"      t{i}:", f"        relation: t{i}", "        key: [id]"]
         return "\n".join(lines) + "\n"
 
-    def server_seconds(self) -> float | None:
-        """The server's CPU-seconds so far (every such server on the host)."""
+    def server_reading(self) -> ServerCpu | float | None:
+        """The server's CPU so far: PostgreSQL's of this DSN's server, MariaDB's seconds."""
         if self.connector == "postgres":
-            reading = server_cpu()
-            return None if reading is None else reading.seconds
+            return server_cpu(postmaster=postmaster_of(self.server))
         return _maria_server_cpu()
+
+
+def _between(before: ServerCpu | float | None, after: ServerCpu | float | None) -> float | None:
+    """The server's CPU-seconds from ``before`` to ``after`` (None: not comparable)."""
+    if isinstance(after, ServerCpu):
+        spent = after.since(before if isinstance(before, ServerCpu) else None)
+    elif isinstance(after, float) and isinstance(before, float):
+        spent = after - before
+    else:
+        spent = None
+    return None if spent is None else round(spent, 2)
 
 
 def lake_totals(root: Path, tables: int) -> list[tuple[int, int]]:
@@ -174,12 +184,12 @@ def _floor(source: Source, root: Path) -> tuple[int, float, float, float, str]:
 
 
 def _measured(source: Source, run: Callable[[], tuple[int, float, float, float, str]]) -> Any:
-    before = source.server_seconds()
+    before = source.server_reading()
     rc, wall, rss, cpu, err = run()
-    after = source.server_seconds()
+    after = source.server_reading()
     if rc != 0:
         raise SystemExit(f"{source.connector}: a step failed: {err}")
-    server = None if before is None or after is None else round(after - before, 2)
+    server = _between(before, after)
     return {
         "wall_s": round(wall, 2),
         "cpu_s": round(cpu, 2),

@@ -20,6 +20,7 @@ import resource
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,32 +96,54 @@ class ServerCpu:
         return delta if delta >= 0 else None
 
 
+def postmaster_of(dsn: str, proc: Path = Path("/proc")) -> int | None:
+    """The process id of the postmaster serving ``dsn`` (None: not on this host).
+
+    A backend's parent is its postmaster; the connection's own backend is read
+    while it is alive.
+    """
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        fields = None if row is None else _stat_fields(proc / str(row[0]) / "stat", "postgres")
+    return None if fields is None else int(fields[1])
+
+
 def server_cpu(
-    name: str = "postgres", proc: Path = Path("/proc"), attempts: int = 5
+    name: str = "postgres",
+    proc: Path = Path("/proc"),
+    attempts: int = 20,
+    postmaster: int | None = None,
 ) -> ServerCpu | None:
     """The CPU (user + system) the server processes called ``name`` have used so far.
 
     Live processes count their own time; a backend that has exited counts in
     its parent's reaped-children time (the postmaster's), so the difference
     of two readings is the server's CPU between them, connections that came
-    and went included. Every process of that name on the host counts (other
-    clusters too). A backend reaped while the processes are being read would
-    be missed (or, read before its postmaster, counted twice): the reading is
-    taken again until the postmasters' reaped time held still across it, and
-    is None if it never did in ``attempts``, or when no such process is
-    visible (a server on another host).
+    and went included. With ``postmaster`` only that server counts (itself
+    and its children: :func:`postmaster_of`); without it every process of
+    that name on the host does, other clusters too, and a cluster started or
+    stopped in between makes two readings incomparable. A backend reaped
+    while the processes are being read would be missed (or, read before its
+    postmaster, counted twice): the reading is taken again, a moment later,
+    until the postmasters' reaped time held still across it, and is None if
+    it never did in ``attempts`` (a server opening and closing connections
+    all the time), or when no such process is visible (a server on another
+    host).
     """
     ticks = os.sysconf("SC_CLK_TCK")
-    stats = _named_stats(name, proc)
-    for _ in range(attempts):
+    stats = _server_stats(name, proc, postmaster)
+    for attempt in range(attempts):
         if not stats:
             return None
         masters = _postmasters(stats)
         before = [_reaped(proc / str(pid) / "stat", name) for pid in masters]
-        stats = _named_stats(name, proc)
+        stats = _server_stats(name, proc, postmaster)
         after = [_reaped(proc / str(pid) / "stat", name) for pid in masters]
         if stats and before == after:
             break
+        time.sleep(0.001 * attempt)
     else:
         return None
     masters = _postmasters(stats)
@@ -129,6 +152,14 @@ def server_cpu(
     total += sum(int(stats[pid][13]) + int(stats[pid][14]) for pid in masters)
     started = frozenset((pid, int(stats[pid][19])) for pid in masters)  # starttime
     return ServerCpu(total / ticks, started)
+
+
+def _server_stats(name: str, proc: Path, postmaster: int | None) -> dict[int, list[str]] | None:
+    """:func:`_named_stats`, only ``postmaster`` and its children when it is given."""
+    stats = _named_stats(name, proc)
+    if postmaster is None or not stats:
+        return stats
+    return {pid: f for pid, f in stats.items() if postmaster in (pid, int(f[1]))}
 
 
 def _postmasters(stats: dict[int, list[str]]) -> list[int]:

@@ -149,15 +149,39 @@ def test_a_server_that_never_holds_still_or_restarted_gives_no_figure(
 def test_the_server_cpu_of_a_connection_just_closed_is_counted(pg_server_dsn: str) -> None:
     import psycopg
 
+    postmaster = measure.postmaster_of(pg_server_dsn)
+    assert postmaster is not None
     for _ in range(3):
-        before = measure.server_cpu()
-        assert before is not None
+        before = measure.server_cpu(postmaster=postmaster)
+        assert before is not None and before.postmasters == {
+            (postmaster, int(Path(f"/proc/{postmaster}/stat").read_text().split()[21]))
+        }
         with psycopg.connect(pg_server_dsn) as conn:
             conn.execute("SELECT count(*) FROM generate_series(1, 3000000)").fetchone()
-        end = measure.server_cpu()  # at once: the backend may be exiting
+        end = measure.server_cpu(postmaster=postmaster)  # at once: the backend may be exiting
         assert end is not None
-        after = end.seconds
-        assert after - before.seconds >= 0.1, (before, after)
+        spent = end.since(before)
+        assert spent is not None and spent >= 0.1, (before, end)
+
+
+def test_only_the_dsns_server_counts_when_another_cluster_starts_beside_it(
+    tmp_path: Path,
+) -> None:
+    ticks = os.sysconf("SC_CLK_TCK")
+    _write_stat(tmp_path, 100, 1, (10, 0, 30, 0))  # the DSN's postmaster
+    _write_stat(tmp_path, 101, 100, (5, 0, 0, 0))  # its backend
+    first = measure.server_cpu(postmaster=100, proc=tmp_path)
+    # Another cluster (a test's initdb) starts: it is not this server.
+    _write_stat(tmp_path, 300, 1, (70, 0, 0, 0))
+    _write_stat(tmp_path, 301, 300, (9, 0, 0, 0))
+    _write_stat(tmp_path, 101, 100, (25, 0, 0, 0))
+    later = measure.server_cpu(postmaster=100, proc=tmp_path)
+    assert first is not None and later is not None
+    assert later.since(first) == pytest.approx(20 / ticks)
+    # Every postgres on the host: the two readings compare nothing.
+    assert measure.server_cpu(proc=tmp_path).since(first) is None  # type: ignore[union-attr]
+    # The postmaster gone (restarted under another pid): no figure.
+    assert measure.server_cpu(postmaster=555, proc=tmp_path) is None
 
 
 def test_tree_follows_descendants_only(tmp_path: Path) -> None:
