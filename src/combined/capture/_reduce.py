@@ -565,8 +565,10 @@ class Reducer(DuplicateChecks, Fingerprints, Join, Stats, Output):
         (held, threads) = self.con.execute(settings).fetchall()[0]
         mb = _duck_mb(min(self._duck_limit, self.memory_limit // WHOLE_JOIN_SHARE))
         self.con.execute(f"SET memory_limit = '{mb}MB'; SET threads = 1")
-        against_events(self.con, lake, keys, self.key, self._t, mb * 2**20)
-        self.con.execute(f"SET memory_limit = '{held}'; SET threads = {threads}")
+        try:
+            against_events(self.con, lake, keys, self.key, self._t, mb * 2**20)
+        finally:  # whatever the comparison raised, the connection gets its settings back
+            self.con.execute(f"SET memory_limit = '{held}'; SET threads = {threads}")
         self._gone = tuple(self.key)  # (its deletes' keys: table ``gone``)
         found = self._stats()
         self.transition = replace(found, events=found.changes)
