@@ -246,6 +246,25 @@ def test_a_postgres_cursor_no_read_can_order_is_refused_before_a_run(
     assert tools.cli(tmp_path, "check").returncode == 0
 
 
+@pytest.mark.parametrize("key", ["j", "x", "dj"])
+def test_a_postgres_cursor_keyed_by_a_column_without_an_ordering_is_refused_before_a_run(
+    tmp_path: Path, pg_database: str, tools, key: str
+) -> None:
+    """Reproduction: a cursor dataset keyed by a `json`, `xml` (or a domain over `json`)
+    column; `combined check` said ok, and every capture failed (exit 1, "retry later") on
+    the server's "could not identify an ordering operator for type json"."""
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("CREATE DOMAIN dj AS json")
+        conn.execute("CREATE TABLE cur (j json, x xml, dj dj, n int)")
+        conn.execute("""INSERT INTO cur VALUES ('{"a": 1}', '<a/>', '[1]', 1)""")
+    _pg(tmp_path, pg_database, f"      cur:\n        key: [{key}]" + CURSOR.format("n"))
+    says = f"dataset 'cur': key column {key!r}"
+    _refused(tmp_path, tools, "capture", says=says)
+    check = tools.cli(tmp_path, "check")
+    said = " ".join(check.stdout.split())
+    assert check.returncode == 2 and "cannot order pages" in said, check.stdout
+
+
 @pytest.mark.parametrize("column", ["name", "at_time", "flags"])
 def test_a_mariadb_cursor_no_read_can_order_is_refused_before_a_run(
     tmp_path: Path, mariadb_database: str, tools, column: str

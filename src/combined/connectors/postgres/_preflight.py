@@ -7,7 +7,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 import pyarrow as pa
 
 from combined.connectors._shared import unreadable_column_fix
-from combined.connectors.postgres._types import ColumnPlan
+from combined.connectors.postgres._types import JSON, JSONPATH, XML, ColumnPlan
 from combined.errors import ConfigError
 
 
@@ -88,14 +88,27 @@ def refuse_cursor(dataset: str, by_name: Mapping[str, ColumnPlan], column: str) 
     return plan
 
 
+#: Types PostgreSQL has no ordering for (no default btree operator class):
+#: ``ORDER BY`` over them fails on the server.
+_UNORDERED = frozenset({JSON, XML, JSONPATH})
+
+
 def refuse_order(dataset: str, by_name: Mapping[str, ColumnPlan], order: Sequence[str]) -> None:
-    """Refuse a page order over a column that cannot be compared (nested, interval)."""
+    """Refuse a page order over a column that cannot be compared (nested, interval).
+
+    A ``json``, ``xml`` or ``jsonpath`` key (or a domain over one) passed
+    ``combined check``, and every cursor read then failed on the server
+    ("could not identify an ordering operator for type json"), a Run
+    ``failed`` as if a retry could help. Pages order the relation's own
+    columns, so a cast to text does not help either.
+    """
     for name in order:
-        kind = by_name[name].arrow_type
-        if kind is None or pa.types.is_nested(kind) or pa.types.is_interval(kind):
+        plan = by_name[name]
+        kind = plan.arrow_type
+        unordered = plan.base_oid in _UNORDERED and not plan.is_list
+        if unordered or kind is None or pa.types.is_nested(kind) or pa.types.is_interval(kind):
             raise ConfigError(
-                f"dataset {dataset!r}: key column {name!r} ({by_name[name].source_type}) "
-                "cannot order pages",
+                f"dataset {dataset!r}: key column {name!r} ({plan.source_type}) cannot order pages",
                 hint="declare a key of numbers, text, dates, timestamps, uuids or bytes",
                 dataset=dataset,
                 column=name,
