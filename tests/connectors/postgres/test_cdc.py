@@ -175,6 +175,21 @@ def test_values_without_an_arrow_form_fail_naming_the_column(
         text_to_arrow([value], type_, "amount")
 
 
+@pytest.mark.parametrize("text", [b"NaN", b"Infinity", b"-Infinity", b"{1.5,NaN}"])
+def test_a_decimals_nan_or_infinity_is_named_as_the_snapshot_names_it(text: bytes) -> None:
+    # Said "holds a value that is not a valid decimal128(10, 2)" with a hint about
+    # infinite dates (which land), where the snapshot says "holds NaN or infinity".
+    typmod = (10 << 16 | 2) + 4
+    listed = text.startswith(b"{")
+    type_ = arrow_type(1231 if listed else 1700, typmod)
+    with pytest.raises(SchemaMismatch) as failed:
+        text_to_arrow([b"{1.25}" if listed else b"1.25", text], type_, "amount")
+    told = failed.value.message
+    assert told == "column 'amount' holds NaN or infinity, which decimal128(10, 2) cannot hold"
+    hint = failed.value.hint or ""
+    assert "leave 'amount' out" in hint and "cast to text" in hint and "infinite" not in hint
+
+
 def test_infinite_dates_are_duckdbs_infinities() -> None:
     # "not a valid date32[day]": a date of 'infinity' stopped the stream.
     inf = 2**31 - 1

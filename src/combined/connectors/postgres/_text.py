@@ -140,13 +140,32 @@ def text_to_arrow(
         ) from None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError, OverflowError) as exc:
         # OverflowError: a timestamp past Arrow's range (year 294276), converted in Python.
-        raise SchemaMismatch(
-            f"column {column!r} holds a value that is not a valid {type_}",
-            hint="infinite dates, NaN numerics and similar values have no arrow form; "
-            "leave the column out of the dataset's `columns:`, or clean the values",
-            column=column,
-            detail=str(exc)[:200],
-        ) from None
+        raise _unheld(wire, type_, column, str(exc)) from None
+
+
+#: numeric's texts of NaN and its infinities.
+_NOT_FINITE = r"^(NaN|-?Infinity)$"
+
+
+def _unheld(wire: pa.Array, type_: pa.DataType, column: str, detail: str) -> SchemaMismatch:
+    """The refusal of a value no ``type_`` holds; a decimal's NaN or infinity named as such.
+
+    It said "a value that is not a valid decimal128(10, 2)", where the
+    snapshot of the same value says "NaN or infinity", and its hint blamed
+    infinite dates, which land since (``_datetimes``).
+    """
+    told = f"a value that is not a valid {type_}"
+    if pa.types.is_decimal(type_):
+        texts = wire.cast(pa.string())
+        if pc.any(pc.match_substring_regex(texts, _NOT_FINITE)).as_py():
+            told = f"NaN or infinity, which {type_} cannot hold"
+    return SchemaMismatch(
+        f"column {column!r} holds {told}",
+        hint=f"leave {column!r} out of the dataset's `columns:`, or capture the relation "
+        "with the snapshot or cursor strategy and a cast to text; or clean the values",
+        column=column,
+        detail=detail[:200],
+    )
 
 
 _DATETIME = re.compile(
