@@ -9,6 +9,8 @@ itself with SIGKILL when it reaches it:
 - ``before_log``: the commit's data files are in the table's directory, its
   log entry is not written (what a writer killed mid-commit leaves: orphans);
 - ``after_commit``: the lake commit landed, the catalog projection did not;
+- ``after_usage``: the lake commit and its MAR (the usage table's commit)
+  landed, the catalog projection did not;
 - ``history_before_log``: the lake commit landed and its history commit's data
   files are in the history's directory, the history's log entry is not;
 - ``after_history``: the lake commit and its history (``history: true``)
@@ -31,6 +33,7 @@ POINTS = (
     "during_commit",
     "before_log",
     "after_commit",
+    "after_usage",
     "history_before_log",
     "after_history",
     "after_projection",

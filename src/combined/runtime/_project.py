@@ -54,7 +54,8 @@ def project_commit(
         ) from exc
     gone_empty, expired = complete_raw_layer(layout, source, dataset, meta)
     kept = [f for f in files if f not in gone_empty and f not in expired]
-    months = _bill(layout, source, dataset, meta, kept, billed=bool(expired))
+    months = _bill_committed(layout, source, dataset, meta, kept, billed=bool(expired))
+    fault("after_usage")
     if meta.get("history"):
         from combined.lake._history import maintain_history
 
@@ -82,6 +83,37 @@ def project_commit(
             return
         cat.update_dataset(conn, source, dataset, **_dataset_values(meta))
         _tell(conn, source, dataset, meta)
+
+
+def _bill_committed(
+    layout: LakeLayout,
+    source: str,
+    dataset: str,
+    meta: Mapping[str, Any],
+    kept: list[str],
+    *,
+    billed: bool,
+) -> dict[str, dict[str, int]]:
+    """:func:`_bill`, a store's failure said as what it is: the commit landed, its MAR did not.
+
+    The catalog then stays behind the lake, which is the durable record of
+    what is unbilled: the next capture of the dataset (or a repair) projects
+    the commit again before anything else, and billing it again adds only
+    the pairs its month lacks, so it is billed once, however often it fails.
+    """
+    import duckdb
+    from deltalake.exceptions import DeltaError
+
+    try:
+        return _bill(layout, source, dataset, meta, kept, billed=billed)
+    except (OSError, DeltaError, duckdb.Error) as exc:
+        raise store_failure(
+            f"{source}.{dataset}: lake version {meta['lake_version']} was committed (its rows "
+            "are in the lake), but its MAR could not be billed",
+            exc,
+            "its billing is pending: the next capture of the dataset (or `combined repair`) "
+            "bills it, once, before anything else, and projects the commit",
+        ) from exc
 
 
 def _bill(
