@@ -498,3 +498,55 @@ def test_the_changes_before_a_dropped_table_are_committed_before_the_review(
         assert set(kept) <= set(after)  # the events stay after it
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize(
+    ("inserts", "again"),
+    [(False, True), (False, False), (True, True), (True, False)],
+    ids=["lone-again", "lone-gone", "inserts-again", "inserts-gone"],
+)
+def test_a_truncate_before_a_drop_is_committed_once_before_the_review(
+    binlog: Binlog, inserts: bool, again: bool
+) -> None:
+    """A ``TRUNCATE`` logged before a ``DROP TABLE`` of the captured table empties the table
+    (the merge dataset) and is an event (the append one), committed and billed once; the next
+    capture, starting at the DROP, ends ``needs_review``. Before, a lone TRUNCATE was no change
+    to stop after (the read failed at the DROP, nothing committed), and a table gone when the
+    capture started made its marker without the key: every capture ended ``needs_review``
+    with "hold no value of 'id'", the TRUNCATE never committed, whatever followed it."""
+    path = binlog.project()
+    path.write_text(
+        path.read_text() + f"      events:\n        relation: {binlog.table}\n"
+        "        key: [id]\n        strategy: cdc\n        sync_mode: append\n"
+    )
+    engine = Engine.open(path)
+    try:
+        engine.capture()
+        later = ["INSERT INTO {t} VALUES (7, 7, 'after')"] if inserts else []
+        binlog.sql("TRUNCATE TABLE {t}", *later)
+        before = binlog.source()
+        binlog.sql("DROP TABLE {t}")
+        if again:
+            binlog.sql("CREATE TABLE {t} (id BIGINT PRIMARY KEY, qty INT, note VARCHAR(40))")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert lake(engine) == before
+        ops = "SELECT _combined_op AS op, id FROM db.events WHERE _combined_op <> 'snapshot'"
+        kept = [(r["op"], r["id"]) for r in engine.sql(ops).to_pylist()]
+        assert sorted(kept, key=str) == sorted(
+            [("truncate", None)] + [("insert", 7)] * inserts, key=str
+        )
+        billed = {u["dataset"]: (u["mar"], u["updates"], u["deletes"]) for u in engine.usage()}
+        # the merge dataset: every row deleted (id 7's insert after, an update of its row)
+        assert billed == {"items": (500, int(inserts), 500 - inserts), "events": (500, 0, 0)}
+        (run,) = engine.capture()  # starts at the DROP
+        assert run.state == "needs_review", run.error
+        assert "dropped" in (run.error or "") and RESNAPSHOT in (run.error or "")
+        after = {u["dataset"]: (u["mar"], u["updates"], u["deletes"]) for u in engine.usage()}
+        assert after == billed  # nothing billed twice
+        if not again:
+            binlog.sql("CREATE TABLE {t} (id BIGINT PRIMARY KEY, qty INT, note VARCHAR(40))")
+        resnapshot(engine, binlog)
+        assert ("truncate", None) in [(r["op"], r["id"]) for r in engine.sql(ops).to_pylist()]
+    finally:
+        engine.close()

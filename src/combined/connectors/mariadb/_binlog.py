@@ -188,6 +188,9 @@ class BinlogExtraction(SessionRead[Session]):
         #: Whether a batch went out that no state followed yet (:meth:`_read` then
         #: states the next transaction end it reads).
         self._uncovered = False
+        #: Whether the read met a TRUNCATE of the table: a change, as rows are (``_seen``),
+        #: that a DROP after it is stopped before.
+        self._truncated = False
         self._library_rows = library_rows
         #: Rows events decoded by ``mysql-replication`` (the rest: from their bytes).
         self.library_events = 0
@@ -470,7 +473,7 @@ class BinlogExtraction(SessionRead[Session]):
                     try:
                         verb, marker = self._query(event, rel, rows, when, here)
                     except TableMoved as exc:
-                        if in_txn or not self._seen or self._filled:
+                        if in_txn or not (self._seen or self._truncated) or self._filled:
                             raise
                         _log.warning("%s: stopped before it at %s", exc.message, boundary)
                         self._gone_table = None
@@ -699,7 +702,8 @@ class BinlogExtraction(SessionRead[Session]):
         touches = self._touches(query, schema, rel)
         if isinstance(touches, Added) or not touches:
             return verb, touches or []
-        return verb, rows.truncate(when, here)  # the only other statement _touches lets through
+        self._truncated = True  # (the only other statement _touches lets through)
+        return verb, rows.truncate(when, here)
 
     def _touches(self, query: str, schema: str, rel: catalog.Relation) -> bool | Added:
         """Whether a statement in the log acts on the table (what an ALTER TABLE adds

@@ -471,9 +471,18 @@ class ChangeRows:
         return self._batch(schema, columns, ops, [at] * n, pos, marks)
 
     def truncate(self, at: datetime, position: str) -> list[pa.RecordBatch]:
-        """The pending rows, then the one-row marker that empties the table at this point."""
+        """The pending rows, then the one-row marker that empties the table at this point.
+
+        With no row before it, the marker names the table's columns; when the table is
+        gone (every column :attr:`_vanished`: the read goes up to its DROP or RENAME with
+        the columns the checkpoint recorded), those recorded, its key among them: a marker
+        without the key was refused by the engine, and the TRUNCATE never committed.
+        """
         out = self.flush()
-        layout = self._layout or Layout.of([self._plans[n] for n in self._present()])
+        names = self._present()
+        if not set(self._key) <= set(names):
+            names = list(self._plans)
+        layout = self._layout or Layout.of([self._plans[n] for n in names])
         marker = [None] * len(layout.plans)
         out.append(self._build(layout, [marker], [OP_TRUNCATE], [at], [position]))
         return out
