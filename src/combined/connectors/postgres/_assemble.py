@@ -38,7 +38,13 @@ from combined.connectors.postgres._pgoutput import (
     decode_message,
     lsn_to_text,
 )
-from combined.connectors.postgres._rewrite import REKEY_HINT, Marks, to_read_again
+from combined.connectors.postgres._rewrite import Marks, to_read_again
+from combined.connectors.postgres._shapes import (
+    as_table_row,
+    check_key_types,
+    same_columns,
+    types_of,
+)
 from combined.connectors.postgres._tree import Tree, precedes
 from combined.errors import NeedsSnapshot, ProtocolViolation, SchemaMismatch, SourceError
 from combined.protocol import Message, RecordBatchMessage, StateMessage
@@ -49,35 +55,6 @@ _OID = Struct("!I")
 #: :meth:`_Assembler.feed_rows` of at most this many rows feeds them one by one:
 #: its numpy rounds cost ~35 us a call however few rows they take, one row ~3 us.
 _FEW_ROWS = 8
-
-
-def _same_columns(a: Relation, b: Relation) -> bool:
-    """Whether two relations' rows build the same batch (names, types, modifiers)."""
-    return [(c.name, c.type_oid, c.type_modifier) for c in a.columns] == [
-        (c.name, c.type_oid, c.type_modifier) for c in b.columns
-    ]
-
-
-def _reorder(row: TupleData, positions: tuple[int, ...]) -> TupleData:
-    return TupleData(
-        "".join(row.kinds[i] for i in positions), tuple(row.values[i] for i in positions)
-    )
-
-
-def _as_table_row(change: RowChange, oid: int, positions: tuple[int, ...] | None) -> None:
-    """Make a partition's row change the partitioned table's (its oid, its column order).
-
-    Changes the decoded message in place: it is made for this one use.
-    """
-    change.relation_oid = oid
-    if positions is None:
-        return
-    if isinstance(change, Delete):
-        change.old = _reorder(change.old, positions)
-        return
-    change.new = _reorder(change.new, positions)
-    if isinstance(change, Update) and change.old is not None:
-        change.old = _reorder(change.old, positions)
 
 
 def _qualified(relation: str) -> str:
@@ -141,49 +118,6 @@ def _state_value(lsn: str, t: _Target) -> dict[str, Any]:
     if t.marks is not None:
         value.update(t.marks.record())
     return value
-
-
-#: Key types whose values keep their identity texts across a change within the group.
-_KEY_FAMILIES = ({20, 21, 23}, {25, 1043})
-
-
-def _types_of(msg: Relation) -> dict[str, tuple[int, int]]:
-    """Each column of ``msg`` with its (type oid, type modifier)."""
-    return {c.name: (c.type_oid, c.type_modifier) for c in msg.columns}
-
-
-def _check_key_types(
-    t: _Target,
-    key: set[str],
-    was: Mapping[str, tuple[int, int]],
-    shown: Mapping[str, tuple[int, int]],
-) -> None:
-    """Refuse a key column whose type changed other than an integer or text widening.
-
-    ``timestamp`` to ``timestamptz``, a decimal's scale, a text made a
-    number: each row's identity changed without a change in the stream, and
-    the lake's rows can no longer be matched (an update lands as a new row).
-    """
-    for name, now in shown.items():
-        old = was.get(name)
-        if name not in key or old is None or old == now:
-            continue
-        if any(old[0] in f and now[0] in f for f in _KEY_FAMILIES):
-            continue
-        raise NeedsSnapshot(
-            f"key column {name!r} of {t.relation} changed type (oid {old[0]} to "
-            f"{now[0]}): its rows' identities changed with no change in the stream",
-            hint=REKEY_HINT,
-            dataset=t.dataset,
-        )
-
-
-def recorded_types(state: Mapping[str, Any] | None) -> dict[str, tuple[int, int]] | None:
-    """The column types a checkpoint recorded (``types``), if it did."""
-    types = (state or {}).get("types")
-    if not isinstance(types, Mapping):
-        return None
-    return {str(n): (int(pair[0]), int(pair[1])) for n, pair in types.items()}
 
 
 class _Assembler:
@@ -404,7 +338,7 @@ class _Assembler:
         txn = self._txn_or_fail()
         assert t.batcher is not None
         if t.leaves and msg.relation_oid in t.leaves:
-            _as_table_row(msg, t.batcher.relation.oid, t.leaves[msg.relation_oid])
+            as_table_row(msg, t.batcher.relation.oid, t.leaves[msg.relation_oid])
         t.batcher.add(msg, commit_lsn=txn.final_lsn, commit_time=txn.commit_time)
         t.touched = True
         return self._cut(t) if t.batcher.full else []
@@ -472,7 +406,7 @@ class _Assembler:
         # (a transaction already in the lake shows types older than its checkpoint's)
         fill = [] if t.skip else self._to_fill(t, msg)
         if not t.skip:
-            t.types = _types_of(msg)
+            t.types = types_of(msg)
             t.types_at = self._txn.final_lsn if self._txn is not None else 0
         if t.known is None:
             return
@@ -499,13 +433,13 @@ class _Assembler:
         ... TYPE`` rewrote their values in place: :mod:`._fill`).
 
         A key column's integer or text type widened keeps its rows'
-        identities; any other new key type is refused (:func:`_check_key_types`).
+        identities; any other new key type is refused (:func:`._shapes.check_key_types`).
         """
         if t.known is None:
             return []
-        key, was, shown = set(t.key or msg.key), t.types, _types_of(msg)
+        key, was, shown = set(t.key or msg.key), t.types, types_of(msg)
         if was is not None:
-            _check_key_types(t, key, was, shown)
+            check_key_types(t.relation, t.dataset, key, was, shown)
         return [
             n
             for n, pair in shown.items()
@@ -537,7 +471,7 @@ class _Assembler:
         names = [c.name for c in msg.columns]
         key = list(t.key or msg.key)
         at = [names.index(n) for n in key + added]
-        shown = {n: pair for n, pair in _types_of(msg).items() if n in added}
+        shown = {n: pair for n, pair in types_of(msg).items() if n in added}
         try:
             for row in self._fill(t.relation, key + added, shown):
                 kinds = ["u"] * len(names)
@@ -582,7 +516,7 @@ class _Assembler:
                 continue
             seen = (marks or {}).get(t.dataset)
             if t.types is None:
-                t.types, t.marks = _types_of(msg), t.marks or seen
+                t.types, t.marks = types_of(msg), t.marks or seen
                 continue
             fresh = t.types_at < read_at
             shape = msg if fresh or t.batcher is None else t.batcher.relation
@@ -655,7 +589,7 @@ class _Assembler:
             t.oid, schema, table, msg.replica_identity, tuple(msg.columns[i] for i in positions)
         )
         out: list[Message] = []
-        if t.batcher is None or not _same_columns(t.batcher.relation, shaped):
+        if t.batcher is None or not same_columns(t.batcher.relation, shaped):
             if t.batcher is not None:
                 out += self._cut(t)  # rows of the old shape end the batch
             t.batcher = ChangeBatcher(

@@ -43,7 +43,6 @@ from typing import Any
 
 from combined.connectors._shared import cdc_values
 from combined.connectors.abc import BaseExtraction, ReadRequest, StreamOwner
-from combined.connectors.postgres._assemble import recorded_types
 from combined.connectors.postgres._catalog import parse_relation
 from combined.connectors.postgres._cdc import CdcExtraction, lsn_from_state
 from combined.connectors.postgres._connect import Session, Settings
@@ -64,6 +63,7 @@ from combined.connectors.postgres._replication import (
     require_slot,
 )
 from combined.connectors.postgres._rewrite import Marks, read_marks, recorded_marks
+from combined.connectors.postgres._shapes import recorded_types
 from combined.connectors.postgres._slot_owner import Claim, record_made
 from combined.connectors.postgres._tree import Tree, read_tree
 from combined.errors import ConfigError, NeedsSnapshot, SourceError, StreamGap
