@@ -442,6 +442,16 @@ def test_a_prepared_xa_transaction_is_refused_not_landed(binlog: Binlog) -> None
         engine.close()
 
 
+def with_events(binlog: Binlog) -> Engine:
+    """The project, with ``events``: the table in ``sync_mode: append`` beside ``items``."""
+    path = binlog.project()
+    path.write_text(
+        path.read_text() + f"      events:\n        relation: {binlog.table}\n"
+        "        key: [id]\n        strategy: cdc\n        sync_mode: append\n"
+    )
+    return Engine.open(path)
+
+
 @pytest.mark.parametrize(
     ("statement", "said", "again"),
     [
@@ -462,12 +472,7 @@ def test_the_changes_before_a_dropped_table_are_committed_before_the_review(
     lost 19,544 of them). A table left dropped (or renamed away) is read with the columns
     the checkpoint recorded up to the statement: before, such a capture failed before the
     log was read."""
-    path = binlog.project()
-    path.write_text(
-        path.read_text() + f"      events:\n        relation: {binlog.table}\n"
-        "        key: [id]\n        strategy: cdc\n        sync_mode: append\n"
-    )
-    engine = Engine.open(path)
+    engine = with_events(binlog)
     try:
         engine.capture()
         binlog.sql(
@@ -514,12 +519,7 @@ def test_a_truncate_before_a_drop_is_committed_once_before_the_review(
     to stop after (the read failed at the DROP, nothing committed), and a table gone when the
     capture started made its marker without the key: every capture ended ``needs_review``
     with "hold no value of 'id'", the TRUNCATE never committed, whatever followed it."""
-    path = binlog.project()
-    path.write_text(
-        path.read_text() + f"      events:\n        relation: {binlog.table}\n"
-        "        key: [id]\n        strategy: cdc\n        sync_mode: append\n"
-    )
-    engine = Engine.open(path)
+    engine = with_events(binlog)
     try:
         engine.capture()
         later = ["INSERT INTO {t} VALUES (7, 7, 'after')"] if inserts else []
