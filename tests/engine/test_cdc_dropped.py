@@ -52,6 +52,13 @@ def _run(dsn: str, *statements: str) -> None:
             conn.execute(statement)
 
 
+def _run_together(dsn: str, *statements: str) -> None:
+    """``statements`` in one transaction."""
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        for statement in statements:
+            conn.execute(statement)
+
+
 def _checkpoint(tmp_path: Path) -> dict[str, Any]:
     table = LakeTable(tmp_path / "lake" / "pg" / "items", "combined:pg/items")
     meta = table.latest_commit()
@@ -175,9 +182,7 @@ def test_changes_in_the_transaction_that_drops_the_table_reach_the_lake(
 ) -> None:
     engine = _project(tmp_path, cdc_db, "incremental")
     try:
-        with psycopg.connect(cdc_db.dsn) as conn, conn.transaction():
-            for statement in (*_CHANGES, "DROP TABLE items"):
-                conn.execute(statement)
+        _run_together(cdc_db.dsn, *_CHANGES, "DROP TABLE items")
         run = _ends_in_review(engine, tmp_path, cdc_db)
         assert _rows(engine) == _AFTER
         _refused_again(engine, run)
@@ -207,22 +212,74 @@ def test_an_event_stream_whose_table_gained_a_column_before_the_drop(
         engine.close()
 
 
+def _wal(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    assert row is not None
+    return text_to_lsn(row[0])
+
+
+#: The ALTER, and the update that first streams the relation message carrying its column.
+_ALTER = (
+    "ALTER TABLE items ADD COLUMN note text DEFAULT 'd'",
+    "UPDATE items SET note = 'n', qty = 55 WHERE id = 5",
+)
+
+
+@pytest.mark.parametrize("before", ["nothing", "apart", "together"])
 def test_a_column_added_before_the_drop_cannot_be_filled_and_says_so(
-    tmp_path: Path, cdc_db: Any
+    tmp_path: Path, cdc_db: Any, before: str
 ) -> None:
-    # A column added since the lake's commit is filled from the source, which
-    # no longer has the table: the Run failed (retried for ever) on a missing relation.
+    """A column added since the lake's commit is filled from the source, which no longer
+    has the table: the changes of the transactions committed before the one whose relation
+    message first carries it are committed, the checkpoint (and the slot) held there, and
+    the Run ends needs_review saying which were not. Before, nothing was committed: the
+    teardown and setup the hint named then lost the changes made before the ALTER (the
+    Run failed, retried for ever, on a missing relation before that)."""
     engine = _project(tmp_path, cdc_db, "incremental")
     try:
-        _run(
-            cdc_db.dsn,
-            "ALTER TABLE items ADD COLUMN note text DEFAULT 'd'",
-            "UPDATE items SET note = 'n' WHERE id = 5",
-            "DROP TABLE items",
-        )
+        changes = () if before == "nothing" else _CHANGES
+        if before == "together":  # one transaction: a change of it before the ALTER too
+            _run(cdc_db.dsn, *changes)
+            held = _wal(cdc_db.dsn)
+            _run_together(cdc_db.dsn, "UPDATE items SET qty = 70 WHERE id = 7", *_ALTER)
+        else:
+            _run(cdc_db.dsn, *changes, _ALTER[0])
+            held = _wal(cdc_db.dsn)
+            _run(cdc_db.dsn, _ALTER[1])
+        _run(cdc_db.dsn, "DROP TABLE items")
+        run = _ends_in_review(engine, tmp_path, cdc_db)
+        error = run.error or ""
+        assert "'note'" in error and "cannot be filled" in error, error
+        assert "were not" in error, error
+        assert _rows(engine) == (_AFTER if changes else [(i, i) for i in range(1, 11)])
+        assert text_to_lsn(_checkpoint(tmp_path)["lsn"]) <= held  # not past the column
+        (bill,) = engine.usage()  # the snapshot's ten inserts, then the changes before it
+        billed = (bill["mar"], bill["inserts"], bill["updates"], bill["deletes"])
+        assert billed == ((11, 11, 1, 1) if changes else (10, 10, 0, 0)), bill
+        _refused_again(engine, run)
+        (bill,) = engine.usage()
+        assert (bill["mar"], bill["inserts"], bill["updates"], bill["deletes"]) == billed
+    finally:
+        engine.close()
+
+
+def test_a_column_added_in_a_transaction_larger_than_a_batch_commits_nothing(
+    tmp_path: Path, cdc_db: Any
+) -> None:
+    # Rows of the transaction whose relation message carries the column were handed
+    # over already (a full batch cut within it): they cannot be taken back, so nothing
+    # is committed, the Run needs_review naming the columns, as before the stop.
+    engine = _project(tmp_path, cdc_db, "incremental\n        batch_rows: 2")
+    try:
+        _run(cdc_db.dsn, *_CHANGES)
+        _run_together(cdc_db.dsn, "UPDATE items SET qty = qty + 100 WHERE id <= 4", *_ALTER)
+        _run(cdc_db.dsn, "DROP TABLE items")
         (run,) = engine.capture()
         assert run.state == "needs_review", run.error
-        assert "was dropped" in (run.error or "") and "'note'" in (run.error or ""), run.error
         assert _rows(engine) == [(i, i) for i in range(1, 11)]  # nothing committed
+        assert "'note'" in (run.error or "") and "larger than a batch" in (run.error or "")
+        confirmed = slot_status(Settings(cdc_db.dsn), cdc_db.slot("public.items"))
+        assert confirmed.confirmed_flush_lsn == text_to_lsn(_checkpoint(tmp_path)["lsn"])
     finally:
         engine.close()

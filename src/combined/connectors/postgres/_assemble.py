@@ -103,6 +103,12 @@ class _Target:
     #: The table was dropped since its checkpoint: a relation under its name and
     #: another oid is a table created since, whose changes are not this one's.
     gone: bool = False
+    #: Whether rows of the open transaction were handed over (a full batch cut in it).
+    spilled: bool = False
+    #: The dropped table's columns to fill its relation message showed, and the commit
+    #: LSN of that message's transaction: the dataset's changes from there on are left
+    #: out (:meth:`_Assembler._halt`), its state held before them.
+    halted: tuple[list[str], int] | None = None
 
 
 def _state_value(lsn: str, t: _Target) -> dict[str, Any]:
@@ -229,7 +235,7 @@ class _Assembler:
         if isinstance(msg, Begin):
             self._txn = msg
             for t in self._targets.values():
-                t.skip = msg.final_lsn < t.start
+                t.skip = t.halted is not None or msg.final_lsn < t.start
             return []
         if isinstance(msg, Commit):
             return self._commit(msg)
@@ -350,7 +356,7 @@ class _Assembler:
                     t.watch.append(self._txn.xid)
                 t.pending = msg
                 t.committed_rows = t.batcher.rows if t.batcher else 0
-                t.touched = False
+                t.touched = t.spilled = False
         self._txn = None
         self.position = max(self.position, msg.end_lsn)
         return []
@@ -369,7 +375,7 @@ class _Assembler:
                 hint="declare the dataset under its new name and rerun cdc setup",
                 dataset=bound.dataset,
             )
-        if t is None:
+        if t is None or t.halted is not None:
             return []
         if t.oid is not None and t.oid != msg.oid:
             if t.gone:
@@ -382,6 +388,10 @@ class _Assembler:
                 "a new slot and a new snapshot close the gap",
                 dataset=t.dataset,
             )
+        if t.gone and not t.events and not t.skip:
+            halted = self._halt(t, msg)
+            if halted is not None:
+                return halted
         out: list[Message] = []
         if t.batcher is None or changed:
             self._check_key(t, msg)
@@ -416,16 +426,44 @@ class _Assembler:
             return
         if t.events:  # events keep the values they were sent with
             t.unfilled += added
-        elif t.gone:  # (the values to fill went with the table)
+        elif self._fill is not None and not t.gone:  # (a dropped table's: :meth:`_halt`)
+            self._pending_fill = (t, msg, fill, self._txn)
+
+    def _halt(self, t: _Target, msg: Relation) -> list[Message] | None:
+        """Stop the dataset of a dropped table at ``msg`` when it shows columns to fill
+        (:meth:`_to_fill`: added or rewritten since the lake's commit): their values in the
+        rows the stream did not change went with the table. None: none to fill.
+
+        The changes of the transactions committed before this one are handed over with
+        their state, held at the end of the last of them (:attr:`_Target.halted`); this
+        transaction's and every later one's are left out, the slot never confirmed past
+        them. Before, none was committed, and the new snapshot the hint named lost the
+        changes made before the column appeared. When rows of this transaction were
+        handed over already (a full batch cut in it), nothing is committed, as before.
+        """
+        txn = self._txn
+        fill = self._to_fill(t, msg) if txn is not None else []
+        if not fill or txn is None:
+            return None
+        if t.spilled:
             raise NeedsSnapshot(
                 f"captured table {t.relation!r} was dropped, and its columns {fill} were "
-                "added or rewritten before that: their values in the rows the stream did not "
-                "change are gone with it, so its changes since the last capture are not committed",
+                "added or rewritten before that, within a transaction larger than a batch: "
+                "their values in the rows the stream did not change are gone with it, so its "
+                "changes since the last capture are not committed",
                 hint="run `combined cdc teardown` then `combined cdc setup` for the source",
                 dataset=t.dataset,
             )
-        elif self._fill is not None:
-            self._pending_fill = (t, msg, fill, self._txn)
+        batch = t.batcher.flush() if t.batcher is not None else None
+        out: list[Message] = []
+        if batch is not None and t.committed_rows:
+            out.append(RecordBatchMessage(t.dataset, batch.slice(0, t.committed_rows)))
+        if t.pending is not None:
+            out.append(self._state(t, t.pending))
+        t.committed_rows, t.touched, t.skip, t.halted = 0, False, True, (fill, txn.final_lsn)
+        if self.position > t.emitted:  # (every transaction before this one is read)
+            out.append(self._state_at(t, self.position, final=False))
+        return out
 
     def _to_fill(self, t: _Target, msg: Relation) -> list[str]:
         """The columns of ``msg`` to fill: those the lake lacks, and those whose type
@@ -676,6 +714,7 @@ class _Assembler:
             out.append(self._state(t, t.pending))
         if batch is not None and batch.num_rows > m:
             out.append(RecordBatchMessage(t.dataset, batch.slice(m)))
+            t.spilled = True
         t.committed_rows = 0
         return out
 
@@ -707,9 +746,13 @@ class _Assembler:
             raise ProtocolViolation("a heartbeat state inside a transaction", hint="a bug")
         out = self.drain()
         for t in self._targets.values():
-            at = max(lsn, t.emitted)
+            at = t.emitted if t.halted is not None else max(lsn, t.emitted)
             if at > t.emitted or final:
-                t.emitted = at
-                text = lsn_to_text(at)
-                out.append(StateMessage(t.dataset, _state_value(text, t), text, None, final))
+                out.append(self._state_at(t, at, final=final))
         return out
+
+    def _state_at(self, t: _Target, lsn: int, *, final: bool) -> StateMessage:
+        """``t``'s state at ``lsn``, a position between transactions with no rows to it."""
+        t.emitted = lsn
+        text = lsn_to_text(lsn)
+        return StateMessage(t.dataset, _state_value(text, t), text, None, final)

@@ -533,6 +533,7 @@ class CdcExtraction(BaseExtraction):
     def _finish(self, asm: _Assembler, final: int) -> Iterator[Message]:
         """The checks of a run's end, then its final states (at ``final``)."""
         self._check_trees(asm)
+        self._note_halts(asm)
         self.not_null_columns = {
             t.dataset: not_null_columns(self._settings, t.relation)
             for t in asm.targets()
@@ -541,6 +542,27 @@ class CdcExtraction(BaseExtraction):
         self._settle_counts(asm)
         yield from self._emit(asm.states(final, final=True))
         self.authority.complete()
+
+    def _note_halts(self, asm: _Assembler) -> None:
+        """The gap of each dropped table whose read stopped at columns it cannot fill
+        (:meth:`_Assembler._halt`), telling which of its changes were committed and which not."""
+        for t in asm.targets():
+            if t.halted is None:
+                continue
+            columns, at = t.halted
+            gap = self.stream_gaps[t.dataset]
+            self.stream_gaps[t.dataset] = StreamGap(
+                f"captured table {t.relation!r} was dropped (slot {self.slot}), and its columns "
+                f"{columns} were added or rewritten before that: its changes committed before "
+                f"{lsn_to_text(at)}, the transaction where the stream first showed them, were "
+                f"committed to the lake (its checkpoint held at {lsn_to_text(t.emitted)}); "
+                "those of that transaction and after, up to the drop, were not: the values of "
+                "those columns in the rows the stream did not change went with the table, and "
+                "cannot be filled",
+                hint=f"{RECOVER_HINT} (the new snapshot reads the table as it is now, if it was "
+                "created again; the changes not committed went with the table)",
+                **gap.context,
+            )
 
     def _read_on(self, asm: _Assembler, end: int) -> int | None:
         """A later end when the stream must be read on past ``end``, else None.
