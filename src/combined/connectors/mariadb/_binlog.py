@@ -72,11 +72,11 @@ from typing import Any
 from combined.connectors._shared import SessionRead, cdc_values
 from combined.connectors.abc import ReadRequest
 from combined.connectors.mariadb import _catalog as catalog
+from combined.connectors.mariadb._binlog_charsets import library_charsets
 from combined.connectors.mariadb._binlog_ddl import TableMoved, touching
 from combined.connectors.mariadb._binlog_decode import (
     RowDecoder,
     event_body,
-    library_charsets,
     library_labels,
     row_decoder,
 )

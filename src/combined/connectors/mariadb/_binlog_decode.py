@@ -36,6 +36,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from combined.connectors.mariadb._binlog_charsets import column_encoding
 from combined.connectors.mariadb._binlog_rows import (
     Unreadable,
     bytes_text,
@@ -57,39 +58,6 @@ _JSON, _NEWDECIMAL, _ENUM, _SET, _BLOB, _STRING, _GEOMETRY = 245, 246, 247, 248,
 _PARTIAL_UPDATE_ROWS = 39
 _INTS = {_TINY: ("b", 1), _SHORT: ("h", 2), _LONG: ("i", 4), _LONGLONG: ("q", 8)}
 _DIGITS_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
-
-
-#: MariaDB's latin1 is cp1252 with its five unassigned bytes (0x81, 0x8D, 0x8F,
-#: 0x90, 0x9D) read as the C1 controls of the same number; Python's cp1252 refuses them.
-_LATIN1_TABLE = "".join(bytes([b]).decode("cp1252", errors="ignore") or chr(b) for b in range(256))
-_LATIN1 = "combined_mariadb_latin1"
-
-
-def _latin1_codec(name: str) -> codecs.CodecInfo | None:
-    if name != _LATIN1:
-        return None
-    encoding = codecs.charmap_build(_LATIN1_TABLE)
-    return codecs.CodecInfo(
-        name=_LATIN1,
-        encode=lambda text, errors="strict": codecs.charmap_encode(text, errors, encoding),
-        decode=lambda data, errors="strict": codecs.charmap_decode(data, errors, _LATIN1_TABLE),
-    )
-
-
-codecs.register(_latin1_codec)
-
-#: Charsets whose Python codec of the same name reads other bytes than the
-#: server writes: UTF-16, UTF-32 and UCS-2 are big-endian in MariaDB, while
-#: Python's utf16 and utf32 take the machine's order when no BOM leads (and
-#: Python has no ucs2).
-_CHARSETS = {
-    "utf16": "utf-16-be",
-    "utf32": "utf-32-be",
-    "ucs2": "utf-16-be",
-    "utf16le": "utf-16-le",
-    "latin1": _LATIN1,
-    "cp1252": _LATIN1,  # how the library names latin1 (the server has no other cp1252)
-}
 
 
 class _Zero:
@@ -150,7 +118,7 @@ def _length_prefixed(size: int) -> Callable[[bytes, int], tuple[bytes, int]]:
 def _text(size: int, column: Any, plan: ColumnPlan) -> Reader:
     """A string column's reader: decoded as the library decodes it (its charset, strict)."""
     raw = _length_prefixed(size)
-    encoding = _encoding(column)
+    encoding = column_encoding(column)
     if encoding is None:  # a binary charset: UUID, INET4/6, or bytes read as text
 
         def read_bytes(buf: bytes, pos: int) -> tuple[Any, int]:
@@ -171,36 +139,6 @@ def _text(size: int, column: Any, plan: ColumnPlan) -> Reader:
         return value.decode(encoding), end
 
     return read
-
-
-def _encoding(column: Any) -> str | None:
-    from pymysqlreplication.row_event import RowsEvent
-
-    name = getattr(column, "character_set_name", None)
-    if name is None:
-        return "utf-8"  # the library's default when the log names no charset
-    encoding = _CHARSETS.get(str(name).lower()) or str(RowsEvent.charset_to_encoding(name))
-    try:
-        codecs.lookup(encoding)
-    except LookupError:
-        return None  # the library keeps these values as bytes
-    return encoding
-
-
-def library_charsets(columns: Sequence[Any]) -> None:
-    """Name each text column of a table map by the codec that reads it as the server writes it.
-
-    The library decodes a string with the Python codec of the charset's
-    name: utf16 and utf32 in the machine's order, ucs2 not at all (kept as
-    bytes), latin1 as Python's cp1252, which refuses 0x81. Named by the
-    codec :func:`_encoding` picks (a name the library passes through as
-    is), the library's per-value path reads what the native one reads.
-    Changes the table map's columns in place; naming them again is a no-op.
-    """
-    for column in columns:
-        name = getattr(column, "character_set_name", None)
-        if name is not None and str(name).lower() in _CHARSETS:
-            column.character_set_name = _CHARSETS[str(name).lower()]
 
 
 def library_labels(columns: Sequence[Any], plans: Mapping[str, ColumnPlan]) -> None:
@@ -379,7 +317,7 @@ def _logged_labels(column: Any, plan: ColumnPlan, logged: list[str]) -> list[str
     the log did keep; otherwise it is :class:`Unreadable`, and a change
     naming it is refused, naming the column, rather than landing wrong.
     """
-    encoding = _encoding(column)
+    encoding = column_encoding(column)
     if encoding is None or codecs.lookup(encoding).name in ("utf-8", "ascii"):
         return logged
     labels: list[str | None] = []
@@ -475,7 +413,7 @@ def _strings(column: Any, plan: ColumnPlan) -> Reader | None:
         return _length_prefixed(size)
     if plan.kind == "string" and t != _GEOMETRY:
         return _text(size, column, plan)
-    if plan.kind == "binary" and t != _GEOMETRY and _encoding(column) is None:
+    if plan.kind == "binary" and t != _GEOMETRY and column_encoding(column) is None:
         return _binary(_length_prefixed(size), plan)
     return None
 
