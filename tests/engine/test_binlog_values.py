@@ -46,6 +46,45 @@ def test_text_of_every_unicode_and_latin1_charset_lands_as_the_server_reads_it(
         engine.close()
 
 
+def test_text_of_single_byte_and_east_asian_charsets_lands_as_the_server_reads_it(
+    binlog: Binlog,
+) -> None:
+    """Each of a single-byte charset's bytes, and East Asian text, read from the log as a
+    snapshot reads them (the server's conversion to utf8mb4).
+
+    Before this change cp1250's 0x81 failed the capture ("'charmap' codec can't
+    decode byte 0x81"); with it left out, cp866, koi8u and swe7 landed other
+    characters than the snapshot's, dec8 and eucjpms (no Python codec) UTF-8
+    replacement characters, and sjis's backslash the fullwidth one.
+    """
+    single = ("cp1250", "cp866", "koi8u", "swe7", "dec8")
+    columns = (*single, "eucjpms", "sjis")
+    binlog.sql(
+        "DROP TABLE {t}",
+        "CREATE TABLE {t} (id INT PRIMARY KEY, "
+        + ", ".join(f"{c} VARCHAR(250) CHARACTER SET {c}" for c in columns)
+        + ") ENGINE=InnoDB",
+    )
+    every = bytes(b for b in range(0x20, 0x100) if b != 0x7F).hex()
+    text = "CONVERT(X'{}' USING utf8mb4)".format("日本語 表\\ ソ".encode().hex())
+    values = ", ".join([*(f"_{c} X'{every}'" for c in single), text, text])
+    binlog.sql(f"INSERT INTO {{t}} VALUES (1, {values})")
+    query = f"SELECT id, {', '.join(columns)} FROM {{}} ORDER BY id"
+    engine = Engine.open(binlog.project())
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        binlog.sql(f"INSERT INTO {{t}} SELECT 2, {', '.join(columns)} FROM {{t}} WHERE id = 1")
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        rows = [tuple(r.values()) for r in engine.sql(query.format("db.items")).to_pylist()]
+        assert rows == binlog.sql(query.format("{t}"))
+        assert rows[1][1:] == rows[0][1:]  # the log's row, the snapshot's
+        assert rows[1][-1] == "日本語 表\\ ソ"
+    finally:
+        engine.close()
+
+
 def test_zero_dates_null_as_yaml_spells_it_reads_zero_dates_as_nulls(binlog: Binlog) -> None:
     """``zero_dates: null``, as the docs and the error's hint write it, is a YAML null.
 

@@ -237,6 +237,39 @@ def test_the_library_path_reads_every_charset_as_the_native_one(
     assert last[2][1] == "ü€😀𝄞" and last[2][5] == "é€\x81\x8d\x8f\x90\x9d"
 
 
+@pytest.mark.usefixtures("binlog_on")
+def test_both_paths_read_single_byte_and_east_asian_charsets_as_the_server(
+    admin: Any, make_request: Any
+) -> None:
+    """cp1250, koi8u, eucjpms and sjis text reads as the server reads it, on both paths.
+
+    Before this change cp1250's 0x81 failed the read, koi8u's 0x95 read '∙'
+    (the server: '•'), eucjpms (no Python codec) read as UTF-8 with replacement
+    characters and sjis's 0x815F as '＼' (the server: '\\').
+    """
+    admin.sql(
+        "CREATE TABLE mb (id INT PRIMARY KEY, d DECIMAL(10,2), w VARCHAR(20) CHARACTER SET cp1250, "
+        "k TEXT CHARACTER SET koi8u, e VARCHAR(20) CHARACTER SET eucjpms, "
+        "s CHAR(8) CHARACTER SET sjis) ENGINE=InnoDB"
+    )
+    state = _here(admin)
+    text = "CONVERT(X'{}' USING utf8mb4)".format("日本語 表\\".encode().hex())
+    values = f"_cp1250 X'81e9', _koi8u X'95c1', {text}, {text}"
+    admin.sql(
+        f"INSERT INTO mb VALUES (1, 1.5, {values})",
+        "ALTER TABLE mb MODIFY d DECIMAL(12,4)",  # the insert above: the library decodes it
+        f"INSERT INTO mb VALUES (2, 2.5, {values})",  # this one: the native decoder
+    )
+    source = admin.rows("SELECT id, w, k, e, s FROM mb ORDER BY id")
+    settings = Settings.from_config({"dsn": admin.dsn})
+    request = make_request("mb", strategy="cdc", state=state)
+    read = BinlogExtraction(settings, request, start=position_of(state) or ("", 0))
+    got = pa.Table.from_batches(_logged(read)).to_pylist()
+    assert read.library_events == 1
+    assert [tuple(r[n] for n in ("id", "w", "k", "e", "s")) for r in got] == list(source)
+    assert source[0][1:] == ("?é", "•а", "日本語 表\\", "日本語 表\\")
+
+
 #: ENUM and SET columns whose labels the log carries in another charset than UTF-8.
 LABELLED = (
     "e ENUM('café','x','naïve','it''s','a\\\\b','nl\\nx') CHARACTER SET latin1, "

@@ -72,7 +72,7 @@ from typing import Any
 from combined.connectors._shared import SessionRead, cdc_values
 from combined.connectors.abc import ReadRequest
 from combined.connectors.mariadb import _catalog as catalog
-from combined.connectors.mariadb._binlog_charsets import library_charsets
+from combined.connectors.mariadb._binlog_charsets import learn_charsets, library_charsets
 from combined.connectors.mariadb._binlog_ddl import TableMoved, touching
 from combined.connectors.mariadb._binlog_decode import (
     RowDecoder,
@@ -199,6 +199,7 @@ class BinlogExtraction(SessionRead[Session]):
         self._decoders: dict[str, RowDecoder | None] = {}
         self._table: Any = None
         self._current: RowDecoder | None = None
+        self._learned: Any = None  # the last table map whose charsets were learned
         self._filler = ColumnFill(settings, request)
         #: The checkpoint's record of the table's columns (:func:`catalog.column_record`),
         #: and of those the table no longer has, the log's end when that was seen.
@@ -639,6 +640,7 @@ class BinlogExtraction(SessionRead[Session]):
             if isinstance(event, DeleteRowsEvent)
             else "insert"
         )
+        self._learn(event, rows)
         decoder = self._decoder(event, rows)
         body = event_body(event) if decoder is not None else None
         if decoder is not None and body is not None:
@@ -666,6 +668,19 @@ class BinlogExtraction(SessionRead[Session]):
                 yield rows.add(op, row["values"], event.columns, when, here, nones)
             if rows.full:
                 yield rows.flush()
+
+    def _learn(self, event: Any, rows: ChangeRows) -> None:
+        """How the server reads the charsets of a new table map's text columns."""
+        table = event.table_map.get(event.table_id)
+        if table is None or table is self._learned:
+            return
+        self._learned = table
+
+        def query(sql: str) -> list[tuple[Any, ...]]:
+            with self._lock:
+                return self._live().rows(sql, "reading how the server reads a charset")
+
+        learn_charsets(event.columns, rows.plans, query)
 
     def _decoder(self, event: Any, rows: ChangeRows) -> RowDecoder | None:
         """The decoder of the event's table map, or None (the library decodes).
