@@ -89,7 +89,8 @@ def check_names(
     provenance. Two names that differ only in case (in the read, or against
     the lake table's columns) are one column to Delta and to DuckDB.
     """
-    seen: dict[str, str] = {n.lower(): n for n in committed if not n.startswith(RESERVED_PREFIX)}
+    lake = {n.lower(): n for n in committed if not n.startswith(RESERVED_PREFIX)}
+    seen: dict[str, str] = dict(lake)
     for name in names:
         if name.startswith(RESERVED_PREFIX) and name not in control:
             raise SchemaMismatch(
@@ -102,6 +103,8 @@ def check_names(
                 column=name,
             )
         other = seen.setdefault(name.lower(), name)
+        if other != name and lake.get(name.lower()) == other and other not in names:
+            raise _renamed_in_case(dataset, name, other)
         if other != name:
             raise SchemaMismatch(
                 f"columns {other!r} and {name!r} of dataset {dataset} differ only in case, "
@@ -112,6 +115,21 @@ def check_names(
                 dataset=dataset,
                 column=name,
             )
+
+
+def _renamed_in_case(dataset: str, name: str, lake: str) -> SchemaMismatch:
+    """The lake's column, read again under another case: renamed only in case."""
+    return SchemaMismatch(
+        f"columns {lake!r} and {name!r} of dataset {dataset} differ only in case, and the "
+        f"lake (Delta, DuckDB) does not tell them apart: {lake!r} is the lake's, no longer "
+        f"read, so the source renamed it {name!r}",
+        hint=f"rename the source column back to {lake!r}, or, from a database, capture a "
+        f"view that names it {lake!r}; else `combined reset {dataset} --drop-table --reason "
+        '"..."` starts the dataset afresh (its history is lost); nothing was committed for '
+        "this dataset",
+        dataset=dataset,
+        column=name,
+    )
 
 
 def check_batch(dataset: str, batch: pa.RecordBatch, declared: Mapping[str, str] | None) -> None:
