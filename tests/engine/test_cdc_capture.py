@@ -179,7 +179,7 @@ def test_a_slot_made_again_past_the_lake_is_refused_not_streamed_with_a_gap(
             conn.execute("UPDATE items SET qty = -2 WHERE id = 2")
         (run,) = engine.capture()
         assert run.state == "needs_review", run.error
-        assert "past 'items''s checkpoint in the lake" in (run.error or "")
+        assert "past the checkpoint of 'items' in the lake" in (run.error or "")
         assert "teardown" in (run.error or "")
         assert engine.sql("SELECT count(*) AS n FROM pg.items").column("n")[0].as_py() == 500
     finally:

@@ -119,7 +119,7 @@ def cdc_values(messages: Iterator[Message]) -> Iterator[Message]:
                 ("set zero_dates: null to read zero dates as nulls; " if zero else "")
                 + f"a cdc dataset takes no casts: leave {column!r} out of the dataset's "
                 "`columns:`, or capture the relation with the snapshot or cursor strategy; "
-                f"if an ALTER TABLE changed {column!r}'s type after this change was made, "
+                f"if an ALTER TABLE changed the type of {column!r} after this change was made, "
                 "take a new snapshot (`combined cdc teardown`, then `combined cdc setup`)"
             )
         raise

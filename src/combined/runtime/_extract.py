@@ -470,8 +470,8 @@ def _check_fits(
             raise
         column = exc.context.get("column")
         exc.hint = (
-            f"the stream holds changes made before an ALTER TABLE changed {column!r}'s "
-            "type, and one capture cannot land the column in both types (each retry "
+            "the stream holds changes made before an ALTER TABLE changed the type of "
+            f"{column!r}, and one capture cannot land the column in both types (each retry "
             "reads the same changes): take a new snapshot (`combined cdc teardown`, then "
             f"`combined cdc setup`), or leave {column!r} out of the dataset's `columns:`; "
             "nothing was committed for this dataset"

@@ -389,7 +389,8 @@ class CdcExtraction(BaseExtraction):
             if confirmed > start:
                 raise SlotLost(
                     f"replication slot {self.slot!r} was confirmed up to "
-                    f"{lsn_to_text(confirmed)}, past {dataset!r}'s checkpoint in the lake "
+                    f"{lsn_to_text(confirmed)}, past the checkpoint of "
+                    f"{dataset!r} in the lake "
                     f"({lsn_to_text(start)}): the changes between were consumed by another "
                     "reader (the slot made again, the lake restored from an older backup, "
                     "or another tool reading the slot) and the server no longer sends them",
