@@ -308,6 +308,26 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
         "sources.shop.connector",
         "add `connector:",
     ),
+    # (the hint said `connector: sqlite`, whatever the source's dsn named)
+    (
+        "no connector, which",
+        {"version": 1, "sources": {"shop": {}}},
+        "sources.shop.connector",
+        "add `connector: NAME` under sources.shop, NAME one of airbyte, files, http, mariadb",
+    ),
+    (
+        "a dataset's setting indented as a dataset",
+        {"version": 1, "sources": {"shop": {"connector": "x", "datasets": {"o": {}, "key": [1]}}}},
+        "sources.shop.datasets.key",
+        "'key' reads as an entry of sources.shop.datasets named 'key'; if it is a setting of "
+        "the entry above it, indent it under that entry",
+    ),
+    (
+        "a source's setting indented as a source",
+        {"version": 1, "sources": {"shop": {"connector": "x"}, "config": "y"}},
+        "sources.config",
+        "indent it under that entry",
+    ),
     ("no key", source(key=None), f"{ORDERS}.key", "sync_mode: append"),
     ("no key, the keyless fix", source(key=None), f"{ORDERS}.key", "`key: []` for a table"),
     (

@@ -35,7 +35,7 @@ _GENERIC_HINT = "compare with the example project that `combined init` writes"
 # Example values used in "add `key: value`" hints for missing settings.
 _EXAMPLES = {
     "version": "1",
-    "connector": "sqlite",
+    "connector": "NAME",
     "relation": "<table>",
     "column": "<column>",
     "trust": '"<why the column only grows>"',
@@ -289,6 +289,10 @@ def _translate(error: ErrorDetails) -> list[_Problem]:
     if kind == "missing":
         parent = join_path(loc[:-1])
         under = f" under {parent}" if parent else " at the top of the file"
+        if name == "connector":  # (it suggested `connector: sqlite` to any source)
+            from combined.connectors import known_connectors  # (only when one is missing)
+
+            under += f", NAME one of {', '.join(known_connectors())}"
         return [_Problem(loc, "is required", f"add `{name}: {_EXAMPLES.get(name, '...')}`{under}")]
     if kind == "extra_forbidden":
         known = _known_keys(loc[:-1])
@@ -303,11 +307,7 @@ def _translate(error: ErrorDetails) -> list[_Problem]:
         return [_Problem(loc, f"must be one of {', '.join(allowed)}{shown}", hint)]
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return [
-            _Problem(
-                loc,
-                f"must be a mapping of settings, not {_kind_of(value)}",
-                "write `key: value` pairs indented under it",
-            )
+            _Problem(loc, f"must be a mapping of settings, not {_kind_of(value)}", _flat_hint(loc))
         ]
     if kind == "string_type":
         return [_Problem(loc, f"must be text, not {_kind_of(value)}", "quote the value")]
@@ -317,6 +317,22 @@ def _translate(error: ErrorDetails) -> list[_Problem]:
         return [_Problem(loc, "refers to itself", "remove the recursive YAML alias")]
     message = error["msg"]
     return [_Problem(loc, f"is invalid: {message[:1].lower()}{message[1:]}", _GENERIC_HINT)]
+
+
+def _flat_hint(loc: Loc) -> str:
+    """The hint for an entry at ``loc`` that is not a mapping of settings.
+
+    Named like one of the settings it should hold (``key``, ``connector``),
+    it is that setting indented one step too little: YAML read it as a
+    dataset (or source) of that name, a sibling of the one it belongs to.
+    """
+    name = str(loc[-1]) if loc else ""
+    if len(loc) > 1 and name in _known_keys(loc):
+        return (
+            f"{name!r} reads as an entry of {join_path(loc[:-1])} named {name!r}; if it is a "
+            "setting of the entry above it, indent it under that entry"
+        )
+    return "write `key: value` pairs indented under it"
 
 
 def _kind_of(value: Any) -> str:
