@@ -178,6 +178,25 @@ def test_unreachable_sqlite_fails_after_three_attempts(
         engine.close()
 
 
+def test_a_relation_gone_names_its_dataset_the_source_and_the_datasets_held_back(
+    captured: Path, tools: Any
+) -> None:
+    """The Run's error said "table 'customers' does not exist" with the hint
+    "`combined discover SOURCE` lists ...": which dataset, which source, and
+    that shop.orders went uncaptured with it, were left to guess."""
+    tools.sql(captured, "ALTER TABLE customers RENAME TO clients;")
+    engine = Engine.open(captured / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "failed"
+        error = run.error or ""
+        assert error.startswith("shop.customers: "), error
+        assert "`combined discover shop`" in error and "SOURCE" not in error
+        assert "this Run's other datasets (shop.orders) were not committed either" in error
+    finally:
+        engine.close()
+
+
 def _scripted(
     root: Path,
     script: list[dict[str, Any]],

@@ -43,7 +43,9 @@ from combined.errors import (
     ProtocolViolation,
     RetryLater,
     RunCanceled,
+    SchemaMismatch,
     StreamGap,
+    UnsupportedType,
     redact,
 )
 from combined.lake import LakeLayout, shared_loads
@@ -427,6 +429,9 @@ class Runner:
             return hold_ended(staged, a.run.id)
         except DriftRejected as exc:
             raise drift_held(self.catalog, self.layout, a.run.id, plan, exc) from None
+        except (NotFoundError, SchemaMismatch, UnsupportedType) as exc:
+            name_dataset(plan, exc)
+            raise
         except StreamGap as exc:
             # Held until a new snapshot, even once its cause is mended (runtime._gap).
             record_gap(self.catalog, self.layout, a.run.id, plan, exc)
@@ -546,6 +551,28 @@ class Runner:
         return recovery.recover(datasets)
 
 
+def _names(exc: CombinedError, dataset: str) -> bool:
+    """Whether ``exc``'s message names ``dataset`` (``SOURCE.DATASET``) as a whole word."""
+    return re.search(rf"(?<![\w.]){re.escape(dataset)}(?![\w.])", exc.message) is not None
+
+
+def name_dataset(plan: DatasetPlan, exc: CombinedError) -> None:
+    """Name in ``exc`` the dataset whose read raised it, and the source in its hint.
+
+    A connector knows the relation it reads, not the dataset's name: a Run
+    of many datasets ended "relation 'public.custmers' does not exist" or
+    "2 rows of 'invoices' hold null in cursor column ...", leaving a person to
+    find which dataset (two may read one relation), and without the name
+    :func:`name_held_back` could not tell the datasets it held back. A
+    hint's ``combined discover SOURCE`` is given the source's name.
+    """
+    named = f"{plan.source}.{plan.name}"
+    if not _names(exc, named):
+        exc.args = (f"{named}: {exc.message}", *exc.args[1:])
+    if exc.hint:
+        exc.hint = exc.hint.replace("combined discover SOURCE", f"combined discover {plan.source}")
+
+
 def name_held_back(run: Run, exc: CombinedError) -> None:
     """Name in ``exc``'s hint the Run's datasets it held back, and how to capture them alone.
 
@@ -555,11 +582,7 @@ def name_held_back(run: Run, exc: CombinedError) -> None:
     dataset it names. Nothing is added when it names none of them (the
     source itself failed) or every one.
     """
-    named = {
-        d
-        for d in run.datasets
-        if re.search(rf"(?<![\w.]){re.escape(f'{run.source}.{d}')}(?![\w.])", exc.message)
-    }
+    named = {d for d in run.datasets if _names(exc, f"{run.source}.{d}")}
     others = [f"{run.source}.{d}" for d in run.datasets if d not in named]
     if not named or not others:
         return
