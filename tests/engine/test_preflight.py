@@ -307,3 +307,12 @@ def test_a_misspelt_key_or_cursor_of_a_first_capture_is_refused_before_a_run(
     _no_runs(tmp_path)
     project.write_text(text)
     assert tools.cli(tmp_path, "capture").returncode == 0
+
+
+def test_a_refusal_names_its_source(tmp_path: Path, pg_database: str, tools) -> None:
+    """Reproduction: a dsn naming a database the server lacks; `combined capture` of a
+    project of several sources said "error: the postgres database does not exist"
+    without saying which source's dsn to fix (`combined check` names it)."""
+    _pg(tmp_path, pg_database + "_missing", "      t:\n        key: [id]")
+    says = "error: source pg: the postgres database does not exist"
+    _refused(tmp_path, tools, "capture", says=says)

@@ -12,6 +12,7 @@ is left to the Run, which retries or classifies it.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 
@@ -74,12 +75,21 @@ def preflight(
         # (a relation missing is left to the Run, as for a dataset captured before)
         _check_declared(project, source, [d for d in datasets if d in first], conn, missing=True)
         _check_flags(project, source, datasets, conn)
-    except ConfigError:
+    except ConfigError as exc:
+        _name_source(source, exc)
         raise
     except CombinedError:
         return  # unreachable, refused: the Run retries or classifies it
     finally:
         conn.close()
+
+
+def _name_source(source: str, exc: ConfigError) -> None:
+    """Name ``source`` in a refusal that does not: a capture of several sources said
+    "the postgres database does not exist", and which source's dsn to fix was left
+    to guess (``combined check`` prints each source's name before its error)."""
+    if not re.search(rf"(?<![\w.]){re.escape(source)}(?![\w])", exc.message):
+        exc.args = (f"source {source}: {exc.message}", *exc.args[1:])
 
 
 # What no cursor can order by, and the numbers a time lookback cannot step.
