@@ -46,7 +46,10 @@ def _sqlite(root: Path, datasets: str) -> None:
     [
         (
             "      orders:\n        relation: ordres\n        key: [id]\n",
-            ("dataset src.orders reads 'ordres', which the source does not have",),
+            (
+                "dataset src.orders reads 'ordres', which the source does not have",
+                "did you mean 'orders'?",
+            ),
         ),
         (
             "      orders:\n        key: [id]\n" + CURSOR.format(column="totl", extra=""),
@@ -105,7 +108,11 @@ def test_postgres_declarations_are_checked(tmp_path: Path, pg_database: str, too
     _refused(tmp_path, tools, "dataset src.gone reads 'gone'", "does not exist")
     typo = good.replace("relation: public.items", "relation: public.itemz")
     _project(tmp_path, "postgres", config, typo)
-    _refused(tmp_path, tools, "dataset src.items reads 'public.itemz'")
+    _refused(tmp_path, tools, "dataset src.items reads 'public.itemz'", "mean 'public.items'?")
+    _project(
+        tmp_path, "postgres", config, good.replace("relation: public.items", "relation: itemz")
+    )
+    _refused(tmp_path, tools, "dataset src.items reads 'itemz'", "did you mean 'public.items'?")
     _project(tmp_path, "postgres", config, good.replace("column: at", "column: ok"))
     _refused(tmp_path, tools, "dataset 'items': column 'ok' (boolean) cannot serve as a cursor")
 

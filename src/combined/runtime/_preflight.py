@@ -175,10 +175,12 @@ def _check_declared(
         except NotFoundError as exc:
             if missing:
                 continue
+            close = _closest_relation(conn, request.relation)
             raise ConfigError(
                 f"{where} reads {request.relation!r}, which the source does not have: "
                 f"{exc.message}",
-                hint=f"fix `relation:` (or the dataset's name); `combined discover {source}` "
+                hint=(f"did you mean {close!r}? " if close else "")
+                + f"fix `relation:` (or the dataset's name); `combined discover {source}` "
                 "lists the relations",
                 source=source,
                 dataset=request.dataset,
@@ -186,6 +188,18 @@ def _check_declared(
         _check_columns(where, request, found)
         _check_names(source, request, found)
         _check_flag(where, project.dataset(source, request.dataset).deletes, found)
+
+
+def _closest_relation(conn: Source, relation: str) -> str | None:
+    """The source's relation spelt most like ``relation``, by its whole name or by its
+    name without schema (``custmers`` for ``public.customers``), if one is close."""
+    try:
+        names = [d.relation for d in conn.discover().datasets]
+    except CombinedError:
+        return None
+    by = {n: n for n in names} | {n.rsplit(".", 1)[-1]: n for n in names if n.count(".") == 1}
+    close = difflib.get_close_matches(relation, list(by), n=1, cutoff=0.75)
+    return by[close[0]] if close else None
 
 
 def _check_flags(project: Project, source: str, datasets: Sequence[str], conn: Source) -> None:
