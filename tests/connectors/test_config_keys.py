@@ -107,3 +107,10 @@ def test_a_connector_class_is_found_in_the_installed_metadata_once(
     assert connector_class("sqlite") is first and len(scans) == 1
     with pytest.raises(ConfigError, match="unknown connector 'nope'"):
         connector_class("nope")  # a name not found is looked up again, every time
+
+
+def test_a_misspelt_connector_is_told_with_the_closest_one() -> None:
+    with pytest.raises(ConfigError) as caught:
+        connector_class("mysqll")
+    assert caught.value.hint is not None
+    assert caught.value.hint.startswith("did you mean 'mysql'? use one of: ")

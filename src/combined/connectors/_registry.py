@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 from importlib.metadata import entry_points
 from typing import cast
@@ -39,7 +40,9 @@ def connector_class(name: str) -> type[Source]:
             if ep.name == name:
                 found = _found[(group, name)] = cast(type[Source], ep.load())
                 return found
-    hint = f"use one of: {', '.join(known_connectors())}"
+    known = known_connectors()
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = (f"did you mean {close[0]!r}? " if close else "") + f"use one of: {', '.join(known)}"
     if any(ep.name == name for ep in entry_points(group=TEST_GROUP)):
         hint = f"{name} is a test double: it is found only where {TEST_SWITCH}=1"
     raise ConfigError(f"unknown connector {name!r}", hint=hint)
