@@ -7,63 +7,25 @@ without taking a slot any other test needs.
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
+from tests.connectors.postgres._cluster import private_cluster
 
 from combined.connectors.postgres._connect import Settings
 from combined.connectors.postgres._replication import create_slot
 from combined.errors import SourceError, SourceUnavailable
 
 
-def _bin() -> Path | None:
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]))
-    return found[-1].parent if found else None
-
-
-def _run_as_postgres(*argv: str) -> None:
-    """Run a server program (they refuse root) as the postgres user when we are root."""
-    prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    subprocess.run([*prefix, *argv], check=True, capture_output=True, timeout=60)
-
-
 @pytest.fixture
 def limited_server() -> Iterator[str]:
     """A DSN of a new cluster allowing one replication slot, whose one slot is taken."""
-    bindir = _bin()
-    if bindir is None or (os.geteuid() == 0 and shutil.which("runuser") is None):
-        pytest.skip("PostgreSQL's server programs (initdb, pg_ctl) are not installed here")
-    # (Not under pytest's own temporary directory: the postgres user may not
-    # enter root's.)
-    root = Path(tempfile.mkdtemp(prefix="combined-pglimits-"))
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    data = root / "data"
-    _run_as_postgres(str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres")
-    options = (
-        f"-p {port} -c listen_addresses=127.0.0.1 -k {root} -c wal_level=logical "
-        "-c max_replication_slots=1 -c max_wal_senders=1"
-    )
-    ctl = str(bindir / "pg_ctl")
-    _run_as_postgres(ctl, "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start")
-    dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    try:
+    settings = "-c wal_level=logical -c max_replication_slots=1 -c max_wal_senders=1"
+    with private_cluster(settings) as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("SELECT pg_create_logical_replication_slot('taken', 'pgoutput')")
         yield dsn
-    finally:
-        _run_as_postgres(ctl, "-D", str(data), "-m", "immediate", "stop")
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_a_slot_past_max_replication_slots_names_the_limit_and_is_not_retried(
