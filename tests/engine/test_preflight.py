@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg
 import pymysql
 import pytest
+from tests.connectors.postgres._cluster import private_cluster
 from tests.connectors.singer.fixtures import EVENTS, TAPS, TOKEN, USERS, write_data
 from tests.engine.test_singer_capture import PROJECT as SINGER_PROJECT
 
@@ -316,3 +317,21 @@ def test_a_refusal_names_its_source(tmp_path: Path, pg_database: str, tools) -> 
     _pg(tmp_path, pg_database + "_missing", "      t:\n        key: [id]")
     says = "error: source pg: the postgres database does not exist"
     _refused(tmp_path, tools, "capture", says=says)
+
+
+def test_cdc_from_a_server_without_logical_wal_is_refused_before_a_run(
+    tmp_path: Path, tools
+) -> None:
+    """Reproduction: a cdc dataset on a server at wal_level=replica; `combined capture`
+    made a Run that ended failed (exit 1, "retry later"), and every retry or scheduled
+    tick failed the same until a superuser restarted the server; `combined check`
+    exited 1 as for a server it could not reach."""
+    with private_cluster("-c wal_level=replica") as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+        _pg(tmp_path, dsn, "      t:\n        key: [id]\n        strategy: cdc")
+        says = "dataset 't': change capture (strategy: cdc) needs wal_level=logical"
+        _refused(tmp_path, tools, "capture", says=says)
+        check = tools.cli(tmp_path, "check")
+        assert check.returncode == 2, (check.stdout, check.stderr)
+        assert "wal_level=logical, the server has replica" in " ".join(check.stdout.split())

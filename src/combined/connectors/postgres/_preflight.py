@@ -157,3 +157,23 @@ def refuse_unstreamed(
     else:
         return
     raise ConfigError(f"cdc dataset {dataset!r}: {relation} {why}", hint=fix, dataset=dataset)
+
+
+def refuse_wal_level(level: str | None, datasets: Sequence[str] = ()) -> None:
+    """Refuse change capture from a server whose ``wal_level`` is not ``logical``.
+
+    No retry helps (the setting takes a restart of the server), so it is
+    refused before a Run, naming the ``cdc`` datasets that need it, as
+    ``combined check`` tells it.
+    """
+    if level == "logical":
+        return
+    named = ", ".join(repr(d) for d in datasets)
+    which = f"dataset{'s' if len(datasets) > 1 else ''} {named}: " if datasets else ""
+    raise ConfigError(
+        f"{which}change capture (strategy: cdc) needs wal_level=logical, the server has "
+        f"{level or '?'}",
+        hint="have a superuser run ALTER SYSTEM SET wal_level = logical and restart the server "
+        "(a managed service sets it among its parameters); or capture the dataset with "
+        "strategy: snapshot or cursor",
+    )

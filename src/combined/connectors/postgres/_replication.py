@@ -56,6 +56,7 @@ from combined.connectors.postgres._connect import (
     sqlstate_of,
 )
 from combined.connectors.postgres._pgoutput import array_type_of, lsn_to_text, text_to_lsn
+from combined.connectors.postgres._preflight import refuse_wal_level
 from combined.connectors.postgres._slot_owner import DROP_SQL, refuse_changed, refuse_foreign_slot
 from combined.connectors.postgres._walstream import WalChannel
 from combined.errors import (
@@ -295,11 +296,7 @@ def _replication_connect(settings: Settings) -> Any:
 
 def _check_wal_level(conn: psycopg.Connection[Any]) -> None:
     row = conn.execute("SHOW wal_level").fetchone()
-    if not row or row[0] != "logical":
-        raise SourceError(
-            f"change capture needs wal_level=logical, the server has {row[0] if row else '?'}",
-            hint="ALTER SYSTEM SET wal_level = logical, then restart postgresql",
-        )
+    refuse_wal_level(row[0] if row else None)
 
 
 def _publication_exists(settings: Settings, name: str) -> bool:

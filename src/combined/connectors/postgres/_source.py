@@ -38,6 +38,7 @@ from combined.connectors.postgres._preflight import (
     refuse_order,
     refuse_unreadable,
     refuse_unstreamed,
+    refuse_wal_level,
 )
 from combined.connectors.postgres._slot_owner import Claim
 from combined.connectors.postgres._tls import cleartext_password_warning
@@ -193,6 +194,12 @@ class PostgresSource(BaseSource):
             columns = catalog.columns(session, [rel.oid for rel in rels])
             types = catalog.load_types(session, {c.typoid for cs in columns.values() for c in cs})
             allowed = grants(session, [rel.oid for rel in rels])
+            streamed = [r.dataset for r in requests if r.strategy == "cdc"]
+            if streamed:
+                (level,) = session.rows(
+                    "SELECT current_setting('wal_level')", "reading the server's wal_level"
+                )[0]
+                refuse_wal_level(str(level), streamed)
             reads: list[tuple[ReadRequest, catalog.Relation, list[str]]] = []
             for r, rel in zip(requests, rels, strict=True):
                 cols = columns.get(rel.oid, [])
