@@ -22,13 +22,15 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from combined._owner_only import private_dir
 from combined.errors import ConfigError, LakeError
 from combined.lake._layout import LakeLayout
 from combined.lake._probe import read_failure, store_failure
+from combined.lake._store import LakeStore
 
-__all__ = ["LakeStreamRecords"]
+__all__ = ["LakeStreamRecords", "read_json", "write_whole"]
 
 _KEY = re.compile(r"[A-Za-z0-9_.-]{1,200}")
 
@@ -43,18 +45,8 @@ class LakeStreamRecords:
     def keep(self, key: str, record: Mapping[str, str]) -> None:
         """Keep ``record`` under ``key``, replacing the one kept there."""
         path = self._path(key)
-        data = json.dumps(dict(record), sort_keys=True).encode()
         try:
-            if not self._store.remote:
-                private_dir(Path(self._dir))
-            with self._store.written(path) as (target, filesystem):
-                if filesystem is not None:
-                    with filesystem.open_output_stream(target) as out:
-                        out.write(data)
-                else:
-                    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(data)
+            write_whole(self._store, self._dir, path, json.dumps(dict(record), sort_keys=True))
         except OSError as exc:
             raise store_failure(
                 f"the lake's stream record ({path}) could not be written",
@@ -65,18 +57,9 @@ class LakeStreamRecords:
     def kept(self, key: str) -> dict[str, str] | None:
         """The record kept under ``key``; None when there is none."""
         path = self._path(key)
-        try:
-            raw = self._store.read_bytes(path)
-        except OSError as exc:
-            raise read_failure(
-                f"the lake's stream record ({path}) could not be read", exc
-            ) from None
-        if raw is None:
+        found, record = read_json(self._store, path, "the lake's stream record")
+        if not found:
             return None
-        try:
-            record = json.loads(raw)
-        except ValueError:
-            record = None
         if not isinstance(record, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in record.items()
         ):
@@ -94,3 +77,39 @@ class LakeStreamRecords:
                 hint="this is a defect of the connector: report it",
             )
         return self._store.child(self._dir, f"{key}.json")
+
+
+def write_whole(store: LakeStore, directory: str, path: str, text: str) -> None:
+    """Write ``text`` at ``path`` (in ``directory``) whole or not at all, its owner's alone.
+
+    A local file replaces the old one by a rename, in a ``0700`` directory;
+    an object store's upload appears once complete.
+    """
+    data = text.encode()
+    if not store.remote:
+        private_dir(Path(directory))
+    with store.written(path) as (target, filesystem):
+        if filesystem is not None:
+            with filesystem.open_output_stream(target) as out:
+                out.write(data)
+        else:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+
+
+def read_json(store: LakeStore, path: str, what: str) -> tuple[bool, Any]:
+    """Whether a record is at ``path``, and its JSON value (None where it is not JSON).
+
+    ``what`` names the record in the error of a store that fails the read.
+    """
+    try:
+        raw = store.read_bytes(path)
+    except OSError as exc:
+        raise read_failure(f"{what} ({path}) could not be read", exc) from None
+    if raw is None:
+        return False, None
+    try:
+        return True, json.loads(raw)
+    except ValueError:
+        return True, None
