@@ -637,10 +637,12 @@ class Engine(Reading):
             return True
 
     def committed_checkpoint(self, source: str, dataset: str) -> dict[str, Any] | None:
-        """The checkpoint of a dataset's newest lake commit (the authoritative one).
+        """The checkpoint of a dataset's newest lake commit (the authoritative one), or the
+        position captures that changed no row kept after it (``lake._positions``).
 
         A store that fails the read (its bucket gone, unreachable) is a LakeError saying so.
         """
+        from combined.lake._positions import LakePositions
         from combined.lake._probe import read_failure
 
         try:
@@ -648,7 +650,8 @@ class Engine(Reading):
         except OSError as exc:
             where = f"{source}.{dataset}: the lake at {self.layout.store.root} could not be read"
             raise read_failure(where, exc) from None
-        return None if meta is None else meta.get("checkpoint")
+        resumed = LakePositions(self.layout).resumed(source, dataset, meta)
+        return None if resumed is None else resumed.get("checkpoint")
 
     def reset_checkpoint(self, source: str, dataset: str, reason: str) -> int | None:
         """Void a dataset's checkpoint by a recorded lake commit; returns its lake version."""

@@ -22,7 +22,8 @@ import pytest
 from combined import cdc
 from combined.connectors.mariadb._connect import Settings
 from combined.engine import Engine
-from combined.lake import LakeTable
+from combined.lake import LakeLayout
+from combined.lake._positions import LakePositions
 
 PROJECT = """\
 version: 1
@@ -103,7 +104,12 @@ class Binlog:
         return self.checkpoint()
 
     def checkpoint(self) -> dict[str, Any]:
-        meta = LakeTable(self.root / "lake" / "db" / "items", "combined:db/items").latest_commit()
+        """Where the next read resumes: the lake's newest commit's checkpoint, or the
+        position captures that changed no row kept after it (``lake._positions``)."""
+        layout = LakeLayout(self.root / "lake")
+        meta = LakePositions(layout).resumed(
+            "db", "items", layout.dataset_table("db", "items").latest_commit()
+        )
         assert meta is not None
         return dict(meta["checkpoint"])
 

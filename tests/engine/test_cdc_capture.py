@@ -18,7 +18,8 @@ from combined.connectors.postgres._replication import (
 )
 from combined.connectors.postgres._slot_owner import Claim
 from combined.engine import Engine
-from combined.lake import LakeTable
+from combined.lake import LakeLayout
+from combined.lake._positions import LakePositions
 from combined.lake._project import project_id
 
 PROJECT = """\
@@ -61,7 +62,12 @@ def _source(dsn: str) -> list[tuple[object, ...]]:
 
 
 def _checkpoint_lsn(root: Path) -> str:
-    meta = LakeTable(root / "lake" / "pg" / "items", "combined:pg/items").latest_commit()
+    """The LSN the next read resumes from: the lake's newest commit's, or the
+    position captures that changed no row kept after it (``lake._positions``)."""
+    layout = LakeLayout(root / "lake")
+    meta = LakePositions(layout).resumed(
+        "pg", "items", layout.dataset_table("pg", "items").latest_commit()
+    )
     assert meta is not None
     return str(meta["checkpoint"]["lsn"])
 

@@ -34,7 +34,7 @@ from combined.protocol.identity import quote_ident
 from combined.runtime._deadline import reading
 from combined.runtime._drift import check_key, judge_drift
 from combined.runtime._extract import empty_schema
-from combined.runtime._plan import DatasetPlan, Staged, table_of
+from combined.runtime._plan import DatasetPlan, Staged, resumed_commit, table_of
 from combined.runtime._reporter import Reporter
 from combined.runtime._schema_check import check_batch
 from combined.runtime._stage import CaptureStager
@@ -211,7 +211,7 @@ def stage_partitioned(
 ) -> Staged:
     """Plan, read every partition in parallel, and stage them as one capture of the range."""
     table = table_of(layout, plan).pinned()  # (one load for its six reads, as extract's)
-    last = table.latest_commit()
+    last = resumed_commit(layout, plan, table)
     check_key(plan, last, getattr(declared, "identity", None))
     reader, column = _partitioned(source, plan, table.schema(), spec)
     partitions = _Partitions(plan, area, reporter, declared, digest_of(table.schema()))

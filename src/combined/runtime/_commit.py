@@ -26,9 +26,10 @@ from combined.delivery import StagedDelivery
 from combined.errors import DeliveryAltered, LakeError, ProtocolViolation
 from combined.lake import LakeLayout, link_or_copy, linked_name
 from combined.lake._files import read_batches
+from combined.lake._positions import LakePositions
 from combined.lake._probe import store_failure
 from combined.runtime._faults import arm_commit_watchdog, fault
-from combined.runtime._plan import Prepared, table_of
+from combined.runtime._plan import Prepared, Staged, table_of
 
 
 def verified(prepared: Sequence[Prepared]) -> Sequence[Prepared]:
@@ -115,6 +116,16 @@ def commit(prepared: Prepared, layout: LakeLayout) -> tuple[int | None, datetime
         )
     # The acceptance time is the one stamped on the rows and in the commit metadata.
     return result.lake_version, ingested_at if not result.skipped else result.committed_at
+
+
+def keep_position(layout: LakeLayout, staged: Staged) -> None:
+    """Keep the checkpoint of a read that changed no row beside its table (``lake._positions``).
+
+    Before the source is acknowledged, as a commit would be; no lake version, no Delivery.
+    """
+    assert staged.state is not None and staged.after is not None
+    plan = staged.plan
+    LakePositions(layout).keep(plan.source, plan.name, staged.after, staged.state, staged.position)
 
 
 def _keep_raw(layout: LakeLayout, prepared: Prepared, linked: bool) -> None:

@@ -75,11 +75,19 @@ def deliver(
     for pf in prov.provenance_fields(w.digest):
         schema = schema.append(pf)
     out = Written(deliveries=[])
-    moved = _moved(staged, table.schema(), payload, w.baseline) or _newly_dropped(staged, table)
+    kept = _position_only(staged, table)
+    moved = (
+        _moved(staged, table.schema(), payload, w.baseline)
+        or _newly_dropped(staged, table)
+        # (a change stream's position with what its commit records beside it)
+        or (staged.plan.strategy == "cdc" and _position_moved(staged) and not kept)
+    )
     # A replacement that changes no row is not written: the projection
     # already holds every row it would deliver, and another copy of the
-    # table in the lake and the raw layer would record nothing new.
-    if transition.changes or moved:
+    # table in the lake and the raw layer would record nothing new. A read
+    # that moved its position writes what its rows deliver (an event
+    # stream's truncate changes no identity, and is delivered), if anything.
+    if transition.changes or moved or (kept and plan.sync_mode != "full_refresh"):
         observed = staged.receipt.snapshot_acquired_at or staged.receipt.extraction_started_at
         constants = {
             "observed_at": (observed or w.accepted_at).isoformat(),
@@ -118,6 +126,7 @@ def deliver(
             large_values=reducer.large_values,
         )
         reporter.progress(plan.name, staged.rows, 0, len(out.deliveries))
+    staged.keeps_position = kept and not out.deliveries
     return out
 
 
@@ -141,8 +150,6 @@ def _moved(
 ) -> bool:
     """Whether the capture commits even without a changed row (an empty Delivery then).
 
-    A change stream that moved without touching this dataset still commits
-    its position (an empty Delivery), so the slot can be confirmed past it.
     A first capture creates the table even when the source is empty, so
     the dataset is queryable (and empty) once published.
     A column the drift policy let the table evolve to is published even
@@ -163,16 +170,29 @@ def _moved(
         and committed is not None
         and any(not n.startswith("_combined_") and n not in names for n in committed.names)
     )
-    return (
-        baseline
-        or grown
-        or shrunk
-        or (
-            plan.strategy == "cdc"
-            and staged.state is not None
-            and dict(staged.state) != dict(staged.prior_state or {})
-        )
-    )
+    return baseline or grown or shrunk
+
+
+def _position_moved(staged: Staged) -> bool:
+    """Whether the read moved the checkpoint it resumed from."""
+    return staged.state is not None and dict(staged.state) != dict(staged.prior_state or {})
+
+
+def _position_only(staged: Staged, table: LakeTable) -> bool:
+    """Whether the read moved the checkpoint and the commit would record nothing else.
+
+    A read that changes no row then keeps its position beside the table
+    (``lake._positions``), no Delivery: a change stream that moved past
+    other tables' changes and its own end marker, a cursor past rows the
+    lake holds unchanged. One that judged drift, or found the source's
+    columns' identities other than the ones the lake recorded, commits them
+    with an empty Delivery (none recorded, as after a reset: nothing to
+    tell a rename by, the next read judges as this one did).
+    """
+    if staged.plan.strategy == "snapshot" or staged.after is None or not _position_moved(staged):
+        return False
+    held = (table.latest_commit() or {}).get("fields")
+    return not staged.drift and (held is None or dict(staged.fields or {}) == dict(held))
 
 
 def _write_changes(changes: pa.RecordBatchReader, path: Path, area: StagingArea) -> None:

@@ -24,6 +24,7 @@ from combined.connectors.abc import CursorSpec, Extraction, ReadRequest, Source
 from combined.delivery import PartWriter, StagingArea, part_schema
 from combined.errors import ConfigError, SchemaMismatch, SourceError
 from combined.lake import LakeLayout
+from combined.lake._positions import commit_identity
 from combined.protocol import RecordBatchMessage, StateMessage
 from combined.protocol import _provenance as prov
 from combined.protocol._digest import BINARY, digest_of
@@ -33,7 +34,7 @@ from combined.runtime._drift import check_key, check_moved, judge_drift
 from combined.runtime._fold import capture_columns, expected_fold, kept_fold
 from combined.runtime._gap import refuse_recorded
 from combined.runtime._memory import release_memory
-from combined.runtime._plan import DatasetPlan, Staged, table_of
+from combined.runtime._plan import DatasetPlan, Staged, resumed_commit, table_of
 from combined.runtime._reporter import Reporter
 from combined.runtime._schema_check import (
     RESERVED_PREFIX,
@@ -63,8 +64,9 @@ def extract(
     nothing (``runtime._fold``).
     """
     table = table_of(layout, plan).pinned()
-    last = table.latest_commit()
-    # The checkpoint lives with the data: the lake's newest commit is authoritative.
+    # The checkpoint lives with the data: the lake's newest commit is authoritative
+    # (or the position captures that changed no row kept after it).
+    last = resumed_commit(layout, plan, table)
     prior_state = last.get("checkpoint") if last else None
     refuse_recorded(plan, prior_state)  # a gap in its change stream, until a new snapshot
     check_key(plan, last, getattr(declared, "identity", None))
@@ -313,6 +315,7 @@ def _consume(
         full=_whole(plan, checkpoint, prior_state) and unchanged is None,
         unchanged_rows=unchanged,
         prior_state=prior_state,
+        after=commit_identity(last) if last else None,
         fields=now,
         # (a capture that drifted commits what the policy made of it: no fold)
         fold=fold if not drift else None,

@@ -34,7 +34,7 @@ from combined.catalog import Catalog, Member, Run
 from combined.catalog import data as cat
 from combined.errors import NeedsSnapshot, StreamGap
 from combined.lake import LakeLayout
-from combined.runtime._plan import DatasetPlan, Prepared, Staged, table_of
+from combined.runtime._plan import DatasetPlan, Prepared, Staged, resumed_commit
 from combined.runtime._project import commit_checkpoint
 
 #: The checkpoint's key of a recorded gap: the refusal's error, hint, Run and time.
@@ -71,7 +71,7 @@ def record_gap(
     Not without a checkpoint to resume from (a first capture: the next one
     takes a snapshot anyway), nor twice.
     """
-    last = table_of(layout, plan).latest_commit() or {}
+    last = resumed_commit(layout, plan) or {}
     checkpoint = last.get("checkpoint")
     if not checkpoint or checkpoint.get(GAP):
         return

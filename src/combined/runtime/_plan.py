@@ -20,6 +20,7 @@ from combined.catalog import Admission
 from combined.connectors.abc import Extraction
 from combined.delivery import Limits, StagedDelivery
 from combined.lake import LakeLayout, LakeTable
+from combined.lake._positions import LakePositions
 from combined.protocol import ExtractionReceipt
 from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S
 
@@ -116,6 +117,11 @@ class Staged:
     unchanged_rows: int | None = None
     #: The checkpoint the read started from.
     prior_state: Mapping[str, Any] | None = None
+    #: The table's newest Combined commit the read resumed after (``lake._positions``).
+    after: Mapping[str, Any] | None = None
+    #: Whether the read moved the checkpoint and changed no row: the commit keeps
+    #: the position beside the table (``lake._positions``), no Delivery.
+    keeps_position: bool = False
     #: For a bounded capture: SQL over the lake's columns selecting the range it covers.
     current_filter: str | None = None
     #: Control totals read in the capture's snapshot (rows, optional column sum).
@@ -170,3 +176,17 @@ class Prepared:
 def table_of(layout: LakeLayout, plan: DatasetPlan) -> LakeTable:
     """The lake table of a dataset."""
     return layout.dataset_table(plan.source, plan.name)
+
+
+def resumed_commit(
+    layout: LakeLayout, plan: DatasetPlan, table: LakeTable | None = None
+) -> Mapping[str, Any] | None:
+    """The table's newest Combined commit, with the checkpoint its next read resumes from.
+
+    That is the commit's own, unless captures that changed no row moved it
+    since (``lake._positions``). A snapshot's read keeps no position.
+    """
+    last = (table or table_of(layout, plan)).latest_commit()
+    if plan.strategy == "snapshot":
+        return last
+    return LakePositions(layout).resumed(plan.source, plan.name, last)

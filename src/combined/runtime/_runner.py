@@ -51,7 +51,7 @@ from combined.errors import (
 from combined.lake import LakeLayout, shared_loads
 from combined.runtime._backfill import BackfillSpec, stage_partitioned
 from combined.runtime._cancel import CancelWatch
-from combined.runtime._commit import commit, verified
+from combined.runtime._commit import commit, keep_position, verified
 from combined.runtime._compaction import compact_if_due, compact_ledger_at
 from combined.runtime._deadline import AttemptDeadline
 from combined.runtime._drift import declared_fields
@@ -492,6 +492,8 @@ class Runner:
         self.reporter.phase(plan.name, "committing")
         leases.require(plan.source, plan.name)
         lake_version, committed_at = commit(p, self.layout)
+        if p.staged.keeps_position and not p.deliveries:
+            keep_position(self.layout, p.staged)
         if p.deliveries:
             fault("after_commit")
             meta = dict(p.metadata)
