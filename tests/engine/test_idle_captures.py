@@ -106,6 +106,10 @@ def test_idle_stream_captures_change_nothing_in_the_lake_and_still_free_the_wal(
             assert confirmed is not None and now is not None and now > confirmed
             assert now <= _lsn(engine)
             confirmed = now
+        # the idle capture read the source: its data is as fresh as that read
+        (row,) = engine.status(slots=False)
+        (last,) = engine.runs(limit=1)
+        assert row["position_at"] is not None and row["position_at"] >= last.started_at, row
 
         with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
             conn.execute("UPDATE items SET qty = -1 WHERE id <= 5")
