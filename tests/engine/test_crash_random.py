@@ -506,7 +506,11 @@ def _usage_repeats(engine: Engine, key: tuple[str, str], usage: LakeTable) -> in
 
 
 def _barrier(dsn: str, root: Path, seed: int, step: str) -> None:
-    """The slot never confirms past the lake's newest cdc commit (MariaDB keeps none)."""
+    """The slot never confirms past where the lake's next read resumes (MariaDB keeps none).
+
+    That is the newest cdc commit's checkpoint, or the position idle captures
+    kept after it (``lake._positions``: they read no change of the dataset).
+    """
     import psycopg
 
     if not dsn.startswith("postgresql"):
@@ -515,7 +519,7 @@ def _barrier(dsn: str, root: Path, seed: int, step: str) -> None:
     engine = Engine.open(root / "combined.yaml")
     try:
         lake = engine.layout.dataset_table("pc", "c_items")
-        meta = lake.latest_commit() if lake.exists() else None
+        checkpoint = engine.committed_checkpoint("pc", "c_items") if lake.exists() else None
     finally:
         engine.close()
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -523,9 +527,9 @@ def _barrier(dsn: str, root: Path, seed: int, step: str) -> None:
             "SELECT slot_name, confirmed_flush_lsn FROM pg_replication_slots "
             "WHERE database = current_database()"
         ).fetchall()
-        if meta is None or not slots:
+        if checkpoint is None or not slots:
             return
-        lsn = meta["checkpoint"]["lsn"]
+        lsn = checkpoint["lsn"]
         ((ahead,),) = conn.execute(
             "SELECT confirmed_flush_lsn > %s::pg_lsn FROM pg_replication_slots "
             "WHERE database = current_database()",
