@@ -189,6 +189,16 @@ class _Handler(BaseHTTPRequestHandler):
                 nxt = f"{base}/v1/orders/link?from={start + size}"
                 headers["Link"] = f'<{nxt}>; rel="next", <{base}/v1/orders/link>; rel="first"'
             self._send(200, rows[start : start + size], headers)
+        elif path == "/v1/orders/rels":  # RFC 8288: one link may carry several relations
+            start = int(query.get("from", "0"))
+            last = (len(rows) - 1) // size * size
+            links = [f'<{base}/v1/orders/rels?from=0>; rel="first"']
+            if start + size == last:
+                links.append(f'<{base}/v1/orders/rels?from={last}>; rel="next last"')
+            elif start + size < last:
+                links.append(f'<{base}/v1/orders/rels?from={start + size}>; rel="Next"')
+                links.append(f'<{base}/v1/orders/rels?from={last}>; rel="last"')
+            self._send(200, rows[start : start + size], {"Link": ", ".join(links)})
         elif path == "/v1/orders/bodylink":
             start = int(query.get("from", "0"))
             nxt = f"/v1/orders/bodylink?from={start + size}" if start + size < len(rows) else None

@@ -44,6 +44,7 @@ ENDPOINTS: dict[str, Any] = {
         "since": {"param": "updated_since", "format": "iso"},
     },
     "link": {"path": "/orders/link", "paginate": "link"},
+    "rels": {"path": "/orders/rels", "paginate": "link"},
     "bodylink": {
         "path": "/orders/bodylink",
         "records": "results",
@@ -140,6 +141,19 @@ def test_a_short_page_does_not_end_the_read(api: FakeAPI) -> None:
     table, _, _ = _read(_source(api, endpoints=endpoints), "page")
     assert _ids(table) == [1, 2, 3, 4, 5]
     assert [r.query["page"] for r in api.seen("/v1/orders/page")] == ["1", "2", "3", "4"]
+
+
+def test_a_next_link_among_several_relations_is_followed(api: FakeAPI) -> None:
+    # RFC 8288: rel="next last" is a link of both relations, and relation names
+    # are compared without case: a read that missed either stopped at page 1 or 2
+    # (no error), and a snapshot of it would delete the rows it never read.
+    api.page_size = 1
+    table, _, _ = _read(_source(api), "rels")
+    assert _ids(table) == [1, 2, 3, 4, 5]
+    assert [r.query.get("from") for r in api.seen("/v1/orders/rels")] == [
+        None,
+        *(str(i) for i in range(1, 5)),
+    ]
 
 
 def test_a_repeated_next_token_is_a_loop_not_an_endless_read(api: FakeAPI) -> None:

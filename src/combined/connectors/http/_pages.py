@@ -267,9 +267,16 @@ def _next_link(endpoint: Endpoint, response: Response, body: Any, number: int) -
                     endpoint=endpoint.name,
                 )
             return found
-    links = httpx.Response(200, headers=response.headers).links
-    url = links.get("next", {}).get("url")
-    return url or None
+    return _header_next(response.headers)
+
+
+def _header_next(headers: httpx.Headers) -> str | None:
+    """The ``Link`` header's next URL: a link whose relations (RFC 8288: several, as
+    ``rel="next last"``, compared without case) include ``next``."""
+    for link in httpx.Response(200, headers=headers).links.values():
+        if "next" in link.get("rel", "").lower().split():
+            return link.get("url") or None
+    return None
 
 
 __all__ = ["Page", "decode", "dig", "pages", "records_of"]
