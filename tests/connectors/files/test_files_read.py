@@ -504,3 +504,31 @@ def test_links_inside_the_directory_are_followed_unless_follow_symlinks_is_never
     assert isinstance(error, SourceError) and "follow_symlinks is never" in error.message
     with pytest.raises(ConfigError, match="within or never"):
         _source(root, follow_symlinks="yes")
+
+
+@pytest.mark.parametrize(
+    ("value", "declared", "says"),
+    [
+        ('"{s}", "n": 1, "n": 2', None, 'duplicate key "n"'),
+        ('"{s}"', "DATE", "date"),
+        ('"{s}"', "TIMESTAMP", "timestamp"),
+        ('{{"x": "{s}"}}', "BOOLEAN", "cast"),
+        ('"{s}"', "VARCHAR[]", "ARRAY"),
+        ('["{s}"]', "BIGINT", "cast"),
+    ],
+)
+def test_a_json_record_that_does_not_fit_is_never_quoted(
+    tmp_path: Path, value: str, declared: str | None, says: str
+) -> None:
+    # DuckDB's JSON errors quote the record or the value ('Object {...} has
+    # duplicate key', 'Expected ARRAY, but got VARCHAR: "..."'): a value of the
+    # source has no place in the Run's error, nor the directory's absolute path.
+    secret = "tok_live_4242"
+    _write(tmp_path, "j/a.jsonl", '{"id": 1, "v": ' + value.format(s=secret) + "}\n")
+    columns = {"columns": {"v": declared}} if declared else {}
+    source = _source(tmp_path, files={"j": {"glob": "j/*.jsonl", **columns}})
+    error = _fails(source, _request("j"))
+    assert isinstance(error, SchemaMismatch), error
+    text = error.describe() + repr(error.context)
+    assert secret not in text and str(tmp_path) not in text, text
+    assert "file 'j/a.jsonl'" in error.message and says in error.message, error.message

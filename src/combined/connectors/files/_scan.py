@@ -577,7 +577,7 @@ def translate(exc: BaseException, listing: Listing, relation: str) -> CombinedEr
     found = _KIND.search(text)
     kind = found.group(1).lower() if found else ""
     where, context = _where(text, listing, relation)
-    detail = _detail(text)
+    detail = _detail(text.replace(str(listing.root).rstrip("/") + "/", ""))
     if kind == "binder" and "do not exist" in text:
         return NotFoundError(
             f"{where}: a declared column is not in the files: {detail}",
@@ -685,10 +685,17 @@ def locate(
     return None
 
 
-# DuckDB quotes the value that failed a cast: keep the type, drop the value.
+# DuckDB quotes the value that failed a cast: keep the type, drop the value. Its
+# JSON errors quote the record ('Object {...} has duplicate key "n"') or the value
+# ('Expected ARRAY, but got VARCHAR: "..."'), and the file's absolute path.
 _VALUES = (
     (re.compile(r"\bstring ([\"']).*\1 to "), "a value to "),
     (re.compile(r"(\bto \w+): ([\"']).*\2"), r"\1"),
+    (re.compile(r' in file "[^"]*",?'), ""),
+    (re.compile(r"\bObject [{\[].* (has duplicate key )"), r"an object \1"),
+    (re.compile(r'(field format): ".*", (expected format)'), r"\1, \2"),
+    (re.compile(r"(Failed to cast value to \w+|Expected \w+, but got \w+): .*"), r"\1"),
+    (re.compile(r'^(JSON transform error[^:]*: .*?): ["{\[].*$'), r"\1"),
 )
 
 
