@@ -264,3 +264,14 @@ def test_nanosecond_parquet_timestamps_of_whole_microseconds_are_read(tmp_path: 
     pq.write_table(pa.table({"id": [1, 2], "ts": ts}), tmp_path / "a.parquet")
     table = _rows(tmp_path, "*.parquet")
     assert table.column("ts").cast(pa.int64()).to_pylist() == [1_700_000_000_123_456_000, None]
+
+
+def test_json_records_of_two_hundred_keys_and_more_are_read(tmp_path: Path) -> None:
+    """DuckDB infers an object of 200 keys or more as a MAP, and then refused every
+    record as 'non-record JSON', asking for one object per line: which it was."""
+    (tmp_path / "events").mkdir()
+    lines = [json.dumps({"id": i, **{f"k{k}": i * k for k in range(250)}}) for i in range(3)]
+    (tmp_path / "events" / "a.jsonl").write_text("\n".join(lines) + "\n")
+    table = _rows(tmp_path, "events/*.jsonl")
+    assert table.num_columns == 251 and table.column("k249").to_pylist() == [0, 249, 498]
+    assert table.schema.field("k7").type == pa.int64()

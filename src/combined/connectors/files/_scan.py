@@ -73,11 +73,13 @@ def scan(
     fmt: Format,
     listing: Listing,
     typed: Sequence[tuple[str, str]] | None = None,
+    wide: bool = False,
 ) -> str:
     """The DuckDB table expression reading exactly ``listing``'s files.
 
     ``typed`` (from :func:`infer`) gives every column's type, so the read
     parses each file once instead of inferring the types again from every row.
+    ``wide`` infers every JSON object as a struct, never a MAP.
     """
     files = "[" + ", ".join(literal(p) for p in listing.paths()) + "]"
     d = file_set.dialect
@@ -109,6 +111,7 @@ def scan(
         return f"read_csv({files}, {', '.join(opts)})"
     if fmt == "json":
         how = _WHOLE_SAMPLE if typed is None else f"columns = {_type_map(typed)}"
+        how += ", map_inference_threshold = -1" if wide else ""
         return (
             f"read_json({files}, format = 'auto', records = true, union_by_name = true, "
             f"{how}, {_NO_HIVE})"
@@ -132,7 +135,14 @@ def infer(
     DuckDB renamed (:func:`_renamed`): such reads infer their types again.
     """
     source = scan(file_set, fmt, listing)
-    found = describe(con, f"SELECT * FROM {source}")
+    try:
+        found = describe(con, f"SELECT * FROM {source}")
+    except DUCKDB_ERRORS as exc:
+        if fmt != "json" or "non-record" not in str(exc):
+            raise
+        # DuckDB infers an object of 200 keys or more as a MAP, then refuses such
+        # records as 'non-record JSON': they are inferred as objects (structs).
+        found = describe(con, f"SELECT * FROM {scan(file_set, fmt, listing, wide=True)}")
     if fmt == "parquet":
         refuse_finer_than_microseconds(con, file_set, found, source, quote_ident)
         return None
