@@ -565,3 +565,25 @@ def test_reading_a_large_csv_file_takes_bounded_memory(tmp_path: Path) -> None:
     rows, grown_mb = map(int, done.stdout.split("peak")[-1].split())
     assert rows == 320_000_000 // len(block) * 20_000
     assert grown_mb < 350, grown_mb
+
+
+_QUIET = """
+import sys
+from combined.connectors.files import _scan
+con = _scan.connect()
+con.execute("SET progress_bar_time = 1")  # DuckDB's is 2 s: a large file's scan
+con.execute(f"SELECT count(*) FROM read_csv({_scan.literal(sys.argv[1])})").fetchall()
+"""
+
+
+def test_a_long_read_prints_no_progress_bar(tmp_path: Path) -> None:
+    # DuckDB draws a progress bar on stdout for a query past 2 s, even into a
+    # pipe: a large file's capture wrote '61% ▕████...' into its caller's output.
+    _write(tmp_path, "a.csv", "id,v\n" + "".join(f"{i},x{i}\n" for i in range(300_000)))
+    done = subprocess.run(
+        [sys.executable, "-c", _QUIET, str(tmp_path / "a.csv")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout == "" and done.stderr == ""

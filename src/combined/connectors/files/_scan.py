@@ -58,6 +58,8 @@ def connect() -> duckdb.DuckDBPyConnection:
             "temp_directory": "",
         }
     )
+    # Past 2 s, DuckDB draws a progress bar on stdout, even into a pipe.
+    con.execute("SET enable_progress_bar_print = false")
     # Zoned timestamps come out in UTC whatever the host's zone.
     con.execute("SET TimeZone = 'UTC'")
     return con
