@@ -181,3 +181,30 @@ def test_a_cancel_ends_the_backoff_between_attempts(
     (run,) = ended
     assert run.state == "canceled" and run.canceled_by == "dana"
     assert len(api.seen(PATH)) == 1  # never asked again
+
+
+@pytest.mark.parametrize(
+    ("asked", "deferred"),
+    [("1e12", True), ("99999999999999999999", True), ("inf", False), ("NaN", False)],
+)
+def test_a_retry_after_no_clock_reaches_defers_a_week_at_most_or_is_ignored(
+    api: FakeAPI, tmp_path: Path, asked: str, deferred: bool
+) -> None:
+    # 'Retry-After: 1e12' (past year 9999) or 'inf' raised OverflowError out
+    # of the capture, a traceback where the Run should have failed or retried.
+    api.fail(PATH, 503, headers={"Retry-After": asked})
+    engine = _engine(api, tmp_path, ceiling=1)
+    try:
+        before = utcnow()
+        (run,) = engine.capture(["shop.orders"])
+        queued = engine.queued()
+    finally:
+        engine.close()
+    if deferred:  # the Run fails; its retry waits a week, not past the calendar
+        assert run.state == "failed" and "604800 s" in (run.error or ""), run.error
+        (retry,) = queued
+        assert retry.not_before is not None
+        assert timedelta(days=7) <= retry.not_before - before < timedelta(days=7, minutes=1)
+    else:  # unreadable: a 503 like any other, retried by the next Attempt
+        assert run.state == "succeeded", run.error
+        assert len(api.seen(PATH)) > 1 and queued == []

@@ -248,6 +248,10 @@ def test_retry_after_reads_seconds_and_http_dates() -> None:
     assert retry_after("Wed, 01 May 2024 12:00:30 GMT", now) == 30.0
     assert retry_after("Wed, 01 May 2024 11:00:00 GMT", now) == 0.0
     assert retry_after("soon") is None and retry_after(None) is None
+    assert (
+        retry_after("inf") is None and retry_after("NaN") is None and retry_after("1e400") is None
+    )
+    assert retry_after("1e12") == retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now) == 7 * 86400
 
 
 def test_404_names_the_url_and_is_terminal(api: FakeAPI) -> None:

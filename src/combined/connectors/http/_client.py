@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import email.utils
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -51,6 +52,9 @@ MAX_WAITS = 5
 #: How many redirects one request follows (each to an origin the credentials may go to).
 MAX_REDIRECTS = 5
 _REDIRECTS = (301, 302, 303, 307, 308)
+#: The longest ``Retry-After`` taken (a week): a retry deferred past the calendar
+#: (``1e12`` s) ended the capture in an OverflowError.
+MAX_RETRY_AFTER_S = 7 * 24 * 3600.0
 #: The most of an error body read to match an expiry declaration (never shown).
 _PROBE_BYTES = 64 * 1024
 
@@ -125,7 +129,8 @@ class RateLimit:
 
 
 def retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds a ``Retry-After`` asks to wait (seconds or an HTTP date); None if unreadable."""
+    """Seconds a ``Retry-After`` asks to wait (seconds or an HTTP date), at most
+    :data:`MAX_RETRY_AFTER_S`; None if unreadable (``inf`` and ``NaN`` too)."""
     if value is None:
         return None
     text = value.strip()
@@ -139,7 +144,9 @@ def retry_after(value: str | None, now: datetime | None = None) -> float | None:
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
         seconds = (when - (now or datetime.now(UTC))).total_seconds()
-    return max(0.0, seconds)
+    if not math.isfinite(seconds):
+        return None
+    return min(max(0.0, seconds), MAX_RETRY_AFTER_S)
 
 
 def _head(response: httpx.Response, limit: int) -> bytes:
@@ -404,6 +411,7 @@ class Session:
 
 
 __all__ = [
+    "MAX_RETRY_AFTER_S",
     "MAX_WAITS",
     "PageExpired",
     "RateLimit",
