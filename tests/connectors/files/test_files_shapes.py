@@ -275,3 +275,14 @@ def test_json_records_of_two_hundred_keys_and_more_are_read(tmp_path: Path) -> N
     table = _rows(tmp_path, "events/*.jsonl")
     assert table.num_columns == 251 and table.column("k249").to_pylist() == [0, 249, 498]
     assert table.schema.field("k7").type == pa.int64()
+
+
+def test_a_json_record_with_an_empty_key_is_refused_naming_the_key(tmp_path: Path) -> None:
+    """DuckDB names no column "": it refused the record as 'non-record JSON', and the
+    hint asked for one object per line, which it was."""
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "a.jsonl").write_text('{"id": 1, "": 2}\n')
+    with pytest.raises(SchemaMismatch) as info:
+        _rows(tmp_path, "e/*.jsonl")
+    assert info.value.hint is not None and 'an empty key ("")' in info.value.hint
+    assert info.value.context["file"] == "e/a.jsonl"

@@ -689,7 +689,10 @@ def _unreadable_hint(kind: str, text: str) -> str:
             "files; nothing was committed"
         )
     if "non-record" in text:
-        return "write one JSON object per line (or one array of objects)"
+        return (
+            "write one JSON object per line (or one array of objects), each key a name: "
+            'DuckDB reads a record with an empty key ("") as no record'
+        )
     return "fix or remove the file; nothing was committed"
 
 
