@@ -437,7 +437,9 @@ class _Shape:
                 else (),
             )
         if schema is None:
-            self.schema = batch.schema
+            self.schema = _typed_nulls(batch.schema, self.committed)
+            if self.schema != batch.schema:
+                batch = _conform(plan, batch, self.schema)
         elif batch.schema != schema:
             # A field that appears mid-read (a column added while streaming) widens
             # the capture's schema; one that disappears (dropped while streaming)
@@ -455,6 +457,23 @@ class _Shape:
         """The source's shape now: the capture's schema less the fields dropped meanwhile."""
         assert self.schema is not None
         return pa.schema([f for f in self.schema if f.name not in self.dropped])
+
+
+def _typed_nulls(schema: pa.Schema, committed: pa.Schema | None) -> pa.Schema:
+    """``schema`` with each column of Arrow's null type (a JSON key null in every
+    record, a Parquet null column) of the lake's type for it: null, it has no type
+    of its own, and read as text it was narrowed_type drift (int64 to string)."""
+    if committed is None:
+        return schema
+    lake = {f.name: f.type for f in committed}
+    return pa.schema(
+        [
+            f.with_type(lake[f.name])
+            if pa.types.is_null(f.type) and f.name in lake and not pa.types.is_null(lake[f.name])
+            else f
+            for f in schema
+        ]
+    )
 
 
 def _check_fits(
