@@ -514,3 +514,35 @@ def test_a_column_null_in_every_row_keeps_the_lakes_type(tmp_path: Path, fmt: st
     finally:
         engine.close()
     assert [r["discount"] for r in rows] == [7, None, None] and kind == pa.int64()
+
+
+def test_objects_whose_keys_come_in_another_order_are_no_drift(tmp_path: Path) -> None:
+    # DuckDB orders an object's fields as the records first hold them: a file
+    # whose first record lacked `a` read as struct<b, a>, the next day's as
+    # struct<a, b>, and that was narrowed_type drift holding the capture.
+    path = tmp_path / "data" / "orders" / "orders.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        '{"id": 1, "v": {"b": 1}}\n{"id": 2, "v": {"a": 2, "b": 3}, "w": [{"y": 1, "x": 2}]}\n'
+    )
+    (tmp_path / "combined.yaml").write_text(
+        _project(tmp_path).read_text().replace("orders/*.csv", "orders/*.jsonl")
+    )
+    engine = Engine.open(tmp_path / "combined.yaml")
+    try:
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        path.write_text(
+            '{"id": 2, "v": {"a": 2, "b": 3}, "w": [{"x": 2, "y": 1}]}\n'
+            '{"id": 1, "v": {"a": 5, "b": 1}}\n'
+        )
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["orders"]["updates"] == 1  # id 1 only
+        rows = engine.sql("SELECT id, v, w FROM exports.orders ORDER BY id").to_pylist()
+    finally:
+        engine.close()
+    assert rows == [
+        {"id": 1, "v": {"b": 1, "a": 5}, "w": None},
+        {"id": 2, "v": {"b": 3, "a": 2}, "w": [{"y": 1, "x": 2}]},
+    ]

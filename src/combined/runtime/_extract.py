@@ -437,7 +437,7 @@ class _Shape:
                 else (),
             )
         if schema is None:
-            self.schema = _typed_nulls(batch.schema, self.committed)
+            self.schema = _lake_shaped(batch.schema, self.committed)
             if self.schema != batch.schema:
                 batch = _conform(plan, batch, self.schema)
         elif batch.schema != schema:
@@ -459,21 +459,39 @@ class _Shape:
         return pa.schema([f for f in self.schema if f.name not in self.dropped])
 
 
-def _typed_nulls(schema: pa.Schema, committed: pa.Schema | None) -> pa.Schema:
-    """``schema`` with each column of Arrow's null type (a JSON key null in every
-    record, a Parquet null column) of the lake's type for it: null, it has no type
-    of its own, and read as text it was narrowed_type drift (int64 to string)."""
+def _lake_shaped(schema: pa.Schema, committed: pa.Schema | None) -> pa.Schema:
+    """``schema`` with the lake's type for each column that holds the same values.
+
+    A column of Arrow's null type (a JSON key null in every record, a Parquet
+    null column) has no type of its own; a struct whose fields come in another
+    order (JSON objects whose keys did) holds the same values. Read as they
+    came, both were narrowed_type drift (int64 to string, struct<b, a> to
+    struct<a, b>), and held the capture.
+    """
     if committed is None:
         return schema
     lake = {f.name: f.type for f in committed}
-    return pa.schema(
-        [
-            f.with_type(lake[f.name])
-            if pa.types.is_null(f.type) and f.name in lake and not pa.types.is_null(lake[f.name])
-            else f
-            for f in schema
-        ]
-    )
+    return pa.schema([f.with_type(_lake_form(f.type, lake.get(f.name))) for f in schema])
+
+
+def _lake_form(read: pa.DataType, held: pa.DataType | None) -> pa.DataType:
+    if held is None or pa.types.is_null(held):
+        return read
+    if pa.types.is_null(read) or (read != held and _ordered(read) == _ordered(held)):
+        return held
+    return read
+
+
+def _ordered(t: pa.DataType) -> pa.DataType:
+    """``t`` with every struct's fields in name order, nested ones too."""
+    if pa.types.is_struct(t):
+        fields = sorted((t.field(i) for i in range(t.num_fields)), key=lambda f: f.name)
+        return pa.struct([f.with_type(_ordered(f.type)) for f in fields])
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_ordered(t.value_type)))
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_ordered(t.value_type)))
+    return t
 
 
 def _check_fits(
