@@ -9,6 +9,7 @@ to vouch for, so only the scrubbed first line travels, as ``detail``.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -522,6 +523,18 @@ class Session:
             except Exception as exc:  # keep closing the rest
                 first = first or exc
         return first
+
+    def cancel(self) -> None:
+        """Ask the server to end the statement in progress; from any thread, never raises.
+
+        libpq's cancel request travels on a connection of its own, so it
+        reaches a backend whose session another thread is blocked on (a fetch
+        waiting for rows that do not come). Nothing in progress: nothing happens.
+        """
+        conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(Exception):  # (a closed or broken connection)
+                conn.handle.cancel()
 
     @property
     def closed(self) -> bool:
