@@ -180,7 +180,10 @@ class Scheduler:
     """Queues the due captures of an engine's project."""
 
     def __init__(self, engine: Engine) -> None:
+        from combined.runtime._reload import ProjectFile
+
         self.engine = engine
+        self.file = ProjectFile(engine)
 
     def tick(self, now: datetime) -> list[tuple[Due, list[Part]]]:
         """Queue (or join) a capture for every tick due at ``now``; what each did.
@@ -231,12 +234,14 @@ class Scheduler:
     ) -> None:
         """Queue due captures until ``stopping`` (after one round with ``once``).
 
-        Each round also checks freshness targets and overdue quarantine
-        reviews, and sends pending alerts. Between rounds it sleeps until
+        Each round first reads the project file again if it changed, then
+        also checks freshness targets and overdue quarantine reviews, and
+        sends pending alerts. Between rounds it sleeps until
         the next tick, waking at least every ``max_wait_s`` (so a changed
         clock is noticed) and when asked to stop.
         """
         while not stopping():
+            self.file.refresh()  # (a changed project file: its schedules and sources)
             now = clock()
             try:
                 for entry, parts in self.tick(now):
@@ -254,7 +259,8 @@ class Scheduler:
                 return
             wake = next_tick(self.engine.project, now)
             wait = max_wait_s if wake is None else (wake - clock()).total_seconds()
-            _sleep(min(max(wait, 0.0), max_wait_s), stopping)
+            # (woken by a changed project file too: a new schedule may be due now)
+            _sleep(min(max(wait, 0.0), max_wait_s), lambda: stopping() or self.file.changed())
 
 
 def describe(parts: Iterable[Part]) -> list[str]:
