@@ -206,6 +206,10 @@ class StagingLimitExceeded(CaptureError):
     """A run-scoped staging limit (bytes, files, path) was breached."""
 
 
+class DiskFull(CaptureError):
+    """A local file system a Run writes (its staging, a local lake) is full or read-only."""
+
+
 class ReconciliationFailed(CaptureError):
     """What landed disagrees with what the source reported; nothing is published."""
 

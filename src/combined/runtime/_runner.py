@@ -54,6 +54,7 @@ from combined.runtime._cancel import CancelWatch
 from combined.runtime._commit import commit, keep_position, verified
 from combined.runtime._compaction import compact_if_due, compact_ledger_at
 from combined.runtime._deadline import AttemptDeadline
+from combined.runtime._disk import disk_error
 from combined.runtime._drift import declared_fields
 from combined.runtime._extract import extract
 from combined.runtime._faults import fault
@@ -161,7 +162,7 @@ class Runner:
             raise_if_interrupted(exc)  # (a Ctrl-C DuckDB reported as its own error)
             # Its trace (redacted by the log's handler) at DEBUG: what a report of it needs.
             log.debug("run %s ended by an unexpected error", run.id, exc_info=exc)
-            return self.fail(run.id, exc)
+            return self.fail(run.id, disk_error(exc, self.layout) or exc)
         finally:
             watch.stop()
             keeper.stop()
