@@ -94,11 +94,13 @@ def in_background(project: Path | None, stop: threading.Event) -> threading.Thre
         engine.close()
         return None
 
+    scheduler = Scheduler(engine)  # (one: it knows which project file it last read)
+
     def loop() -> None:
         try:
             while not stop.is_set():
                 try:
-                    Scheduler(engine).run(stop.is_set, report=_report)
+                    scheduler.run(stop.is_set, report=_report)
                 except Exception as exc:
                     message = exc.message if isinstance(exc, CombinedError) else redact(repr(exc))
                     err.print(f"scheduler: {message}; trying again in a minute", highlight=False)
