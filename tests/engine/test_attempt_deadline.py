@@ -45,20 +45,26 @@ def test_an_attempt_past_its_deadline_is_stopped_and_retried_then_fails(
     monkeypatch.setenv("COMBINED_RETRY_BACKOFF_S", "0")
     with dripping("body", body_bytes=400, interval=0.25) as drip:
         (tmp_path / "combined.yaml").write_text(PROJECT.format(base_url=drip.base_url))
-        engine = Engine.open(tmp_path / "combined.yaml")
-        try:
-            started = time.monotonic()
-            (run,) = engine.capture(["slow.orders"])
-            elapsed = time.monotonic() - started
-            attempts = engine.run(run.id)["attempts"]
-            holder = engine.catalog.lease_holder("slow", "orders")
-        finally:
-            engine.close()
-    assert elapsed < 15, f"the capture ran {elapsed:.0f} s under a 1 s attempt deadline"
-    assert run.state == "failed"
+        stopped_at_each_deadline(tmp_path / "combined.yaml", "slow.orders", 1, within=15)
+    assert drip.requests == 3
+
+
+def stopped_at_each_deadline(project: Path, dataset: str, deadline_s: int, within: float) -> None:
+    """Capture ``dataset``: its three Attempts each stopped at the deadline, the Run
+    failed within ``within`` seconds, its lease released."""
+    engine = Engine.open(project)
+    try:
+        started = time.monotonic()
+        (run,) = engine.capture([dataset])
+        elapsed = time.monotonic() - started
+        attempts = engine.run(run.id)["attempts"]
+        holder = engine.catalog.lease_holder(*dataset.split("."))
+    finally:
+        engine.close()
+    assert elapsed < within, f"the capture ran {elapsed:.0f} s under a {deadline_s} s deadline"
+    assert run.state == "failed" and holder is None
     assert [a.outcome for a in attempts] == ["failed"] * 3
-    assert all("ran past its deadline (1 s)" in (a.error or "") for a in attempts)
-    assert drip.requests == 3 and holder is None
+    assert all(f"ran past its deadline ({deadline_s} s)" in (a.error or "") for a in attempts)
 
 
 @pytest.mark.parametrize("bad", ["0", "soon", "inf"])

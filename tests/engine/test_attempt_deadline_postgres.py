@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import psycopg
 import pytest
-
-from combined.engine import Engine
+from tests.engine.test_attempt_deadline import stopped_at_each_deadline
 
 PROJECT = """\
 version: 1
@@ -44,19 +42,7 @@ def test_a_statement_that_does_not_return_is_canceled_at_the_attempt_deadline(
     monkeypatch.setenv("COMBINED_ATTEMPT_TIMEOUT_S", "2")
     monkeypatch.setenv("COMBINED_RETRY_BACKOFF_S", "0")
     (tmp_path / "combined.yaml").write_text(PROJECT.format(dsn=pg_database))
-    engine = Engine.open(tmp_path / "combined.yaml")
-    try:
-        started = time.monotonic()
-        (run,) = engine.capture(["pg.stuck"])
-        elapsed = time.monotonic() - started
-        attempts = engine.run(run.id)["attempts"]
-        holder = engine.catalog.lease_holder("pg", "stuck")
-    finally:
-        engine.close()
-    assert elapsed < SLEEP_S, f"the capture ran {elapsed:.0f} s under a 2 s attempt deadline"
-    assert run.state == "failed" and holder is None
-    assert [a.outcome for a in attempts] == ["failed"] * 3
-    assert all("ran past its deadline (2 s)" in (a.error or "") for a in attempts)
+    stopped_at_each_deadline(tmp_path / "combined.yaml", "pg.stuck", 2, within=SLEEP_S)
     name = pg_database.rsplit("/", 1)[1]
     with psycopg.connect(pg_database, autocommit=True) as conn:
         left = conn.execute(
