@@ -317,6 +317,9 @@ def close_quietly(
 
 S = TypeVar("S", bound=Closable)
 
+#: Seconds between the cancel requests an abort sends while a statement holds its read.
+CANCEL_EVERY_S = 1.0
+
 
 class SessionRead(BaseExtraction, Generic[S]):
     """A single-use read over one source session: claimed once, refused once finished.
@@ -366,8 +369,31 @@ class SessionRead(BaseExtraction, Generic[S]):
         if failure is not None:
             self._cleanup_failure = failure
 
+    def _cancel_statement(self, session: S) -> None:
+        """Ask the source to end the statement ``session`` is blocked in, from another
+        thread (a connector that can: PostgreSQL, MariaDB); by default nothing."""
+
+    def _stop_statement(self) -> None:
+        """End the statement another thread is blocked in, so an abort need not wait for it.
+
+        An Attempt's deadline or a cancel finishes the read from another
+        thread, while the reading thread holds the lock inside a statement
+        that may never return (a view's function sleeping, a lock the source
+        waits on): the source is asked to cancel it until the lock is free.
+        The read is marked finished first, so the reading thread starts no
+        other statement once this one ended.
+        """
+        self._finished = True
+        while not self._lock.acquire(timeout=CANCEL_EVERY_S):
+            session = self._session
+            if session is not None:
+                self._cancel_statement(session)
+        self._lock.release()
+
     def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
         """Finish: close the session if the read left it open, then report cleanup."""
+        if outcome != "success":
+            self._stop_statement()
         with self._lock:
             self._finished = True
             session, self._session = self._session, None

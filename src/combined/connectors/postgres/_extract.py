@@ -122,8 +122,6 @@ _BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 _SNAPSHOT = "SELECT CAST(pg_current_snapshot() AS text), clock_timestamp()"
 
 
-#: Seconds between the cancel requests an abort sends while a statement holds its read.
-_CANCEL_EVERY_S = 1.0
 #: Columns from which a read asks the driver for batches of half the bytes (see _stream).
 WIDE_COLUMNS = 100
 
@@ -393,22 +391,8 @@ class PostgresExtraction(SessionRead[Session]):
             raise self._cleanup_failure
         return ()  # a read keeps no file evidence
 
-    def _stop_statement(self) -> None:
-        """End the statement another thread is blocked in, so an abort need not wait for it.
-
-        An Attempt's deadline or a cancel finishes the read from another
-        thread, while the reading thread holds the lock inside a statement
-        that may never return (a view's function sleeping, a lock the source
-        waits on): its server is asked to cancel it until the lock is free.
-        The read is marked finished first, so the reading thread starts no
-        other statement once this one ended.
-        """
-        self._finished = True
-        while not self._lock.acquire(timeout=_CANCEL_EVERY_S):
-            session = self._session
-            if session is not None:
-                session.cancel()
-        self._lock.release()
+    def _cancel_statement(self, session: Session) -> None:
+        session.cancel()
 
     # -- reading -------------------------------------------------------------
 
