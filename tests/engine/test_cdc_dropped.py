@@ -23,7 +23,6 @@ from combined.connectors.postgres._connect import Settings
 from combined.connectors.postgres._pgoutput import text_to_lsn
 from combined.connectors.postgres._replication import slot_status
 from combined.engine import Engine
-from combined.lake import LakeTable
 
 #: The lake's rows once ``_CHANGES`` are applied to the ten rows of the snapshot.
 _AFTER = [(i, 50 if i == 5 else i) for i in (1, 2, 3, 4, 5, 7, 8, 9, 10)] + [(11, 110)]
@@ -59,11 +58,12 @@ def _run_together(dsn: str, *statements: str) -> None:
             conn.execute(statement)
 
 
-def _checkpoint(tmp_path: Path) -> dict[str, Any]:
-    table = LakeTable(tmp_path / "lake" / "pg" / "items", "combined:pg/items")
-    meta = table.latest_commit()
-    assert meta is not None
-    return dict(meta["checkpoint"])
+def _checkpoint(engine: Engine) -> dict[str, Any]:
+    """Where the next read resumes: the newest commit's checkpoint, or the position a
+    capture that changed no row kept after it (``lake._positions``)."""
+    checkpoint = engine.committed_checkpoint("pg", "items")
+    assert checkpoint is not None
+    return dict(checkpoint)
 
 
 def _rows(engine: Engine) -> list[tuple[Any, ...]]:
@@ -78,7 +78,7 @@ def _ends_in_review(engine: Engine, tmp_path: Path, cdc_db: Any) -> Any:
     assert run.state == "needs_review", run.error
     assert "dropped" in (run.error or ""), run.error
     assert "combined cdc teardown" in (run.error or ""), run.error
-    checkpoint = _checkpoint(tmp_path)
+    checkpoint = _checkpoint(engine)
     assert checkpoint["needs_snapshot"]["run_id"] == run.id, "the refusal is kept"
     # The slot is confirmed up to the commit of the changes before the drop, not past it.
     confirmed = slot_status(Settings(dsn), slot).confirmed_flush_lsn
@@ -253,7 +253,7 @@ def test_a_column_added_before_the_drop_cannot_be_filled_and_says_so(
         assert "'note'" in error and "cannot be filled" in error, error
         assert "were not" in error, error
         assert _rows(engine) == (_AFTER if changes else [(i, i) for i in range(1, 11)])
-        assert text_to_lsn(_checkpoint(tmp_path)["lsn"]) <= held  # not past the column
+        assert text_to_lsn(_checkpoint(engine)["lsn"]) <= held  # not past the column
         (bill,) = engine.usage()  # the snapshot's ten inserts, then the changes before it
         billed = (bill["mar"], bill["inserts"], bill["updates"], bill["deletes"])
         assert billed == ((11, 11, 1, 1) if changes else (10, 10, 0, 0)), bill
@@ -280,6 +280,6 @@ def test_a_column_added_in_a_transaction_larger_than_a_batch_commits_nothing(
         assert _rows(engine) == [(i, i) for i in range(1, 11)]  # nothing committed
         assert "'note'" in (run.error or "") and "larger than a batch" in (run.error or "")
         confirmed = slot_status(Settings(cdc_db.dsn), cdc_db.slot("public.items"))
-        assert confirmed.confirmed_flush_lsn == text_to_lsn(_checkpoint(tmp_path)["lsn"])
+        assert confirmed.confirmed_flush_lsn == text_to_lsn(_checkpoint(engine)["lsn"])
     finally:
         engine.close()
