@@ -240,6 +240,19 @@ def test_a_retry_after_beyond_the_bound_is_transient_for_the_next_attempt(api: F
     assert TOKEN not in info.value.describe()
 
 
+def test_a_negative_retry_after_is_no_wait_and_the_server_is_not_asked_again_at_once(
+    api: FakeAPI,
+) -> None:
+    # 'Retry-After: -5' was read as 0: the read asked the busy server again
+    # at once, five times in a row, inside the Attempt.
+    api.fail("/v1/orders/plain", 503, times=5, headers={"Retry-After": "-5"})
+    with pytest.raises(SourceUnavailable) as info:
+        _read(_source(api), "plain")
+    assert len(api.seen("/v1/orders/plain")) == 1  # the next Attempt's backoff asks again
+    assert info.value.transient and "retry_after_s" not in info.value.context
+    assert retry_after("-5") is None and retry_after("-0.5") is None
+
+
 def test_retry_after_reads_seconds_and_http_dates() -> None:
     from datetime import UTC, datetime
 

@@ -130,12 +130,20 @@ class RateLimit:
 
 def retry_after(value: str | None, now: datetime | None = None) -> float | None:
     """Seconds a ``Retry-After`` asks to wait (seconds or an HTTP date), at most
-    :data:`MAX_RETRY_AFTER_S`; None if unreadable (``inf`` and ``NaN`` too)."""
+    :data:`MAX_RETRY_AFTER_S`; None if unreadable (``inf`` and ``NaN`` too).
+
+    A negative number of seconds is no delay the standard knows (delay-seconds
+    are digits): read as none, so the usual backoff applies, not 0 (which
+    re-asked a busy server at once, five times in a row). A date already past
+    is 0: it says the time has come.
+    """
     if value is None:
         return None
     text = value.strip()
     try:
         seconds = float(text)
+        if seconds < 0:
+            return None
     except ValueError:
         try:
             when = email.utils.parsedate_to_datetime(text)
