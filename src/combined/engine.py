@@ -39,7 +39,7 @@ from combined.runtime._deadline import DEFAULT_ATTEMPT_TIMEOUT_S, env_seconds
 from combined.runtime._lease import lease_ttl
 from combined.runtime._memory import tune_allocators
 from combined.runtime._plan import Settings
-from combined.runtime._preflight import preflight, requests_of, verify_declared
+from combined.runtime._preflight import cdc_streams, preflight, requests_of, verify_declared
 from combined.runtime._publish import HeldPublications
 from combined.runtime._reporter import NullReporter, Reporter
 from combined.runtime._runner import Runner, name_owner
@@ -250,7 +250,10 @@ class Engine(Reading):
         """Capture the selected datasets: one Run per source."""
         selected = self.selectors(names)
         for source, datasets in selected.items():  # what a source shows cannot be read: exit 2
-            preflight(self.project, source, datasets, self._source, self._never_captured(source))
+            first = self._never_captured(source)
+            preflight(
+                self.project, source, datasets, self._source, first, self.committed_checkpoint
+            )
         self._ready()
         # Several sources' Runs publish together, once all ended: no reader sees half of it.
         with HeldPublications(self.catalog, together=len(selected) > 1) as held:
@@ -714,18 +717,16 @@ class Engine(Reading):
         (given each resumed relation's committed checkpoint)."""
         from combined.runtime._gap import refuse_recorded_in
 
-        relations: list[str] = []
-        committed: dict[str, dict[str, Any]] = {}
-        for name, d in self.project.source(source).datasets.items():
-            if d.strategy == "cdc":
-                checkpoint = self.committed_checkpoint(source, name)
-                refuse_recorded_in(f"{source}.{name}", checkpoint)
-                relations.append(d.relation)
-                if checkpoint:
-                    committed[d.relation] = checkpoint
+        def committed(source: str, name: str) -> dict[str, Any] | None:
+            checkpoint = self.committed_checkpoint(source, name)
+            refuse_recorded_in(f"{source}.{name}", checkpoint)
+            return checkpoint
+
+        names = list(self.project.source(source).datasets)
+        relations, resumed = cdc_streams(self.project, source, names, committed)
         cdc_check = getattr(conn, "cdc_check", None)
         if relations and cdc_check is not None:
-            cdc_check(relations, committed=committed)
+            cdc_check(relations, committed=resumed)
 
     def discover(self, source: str) -> Discovery:
         """Run discovery on a source and store it as the next version."""

@@ -494,6 +494,12 @@ def test_setup_never_drops_the_slot_another_database_made(
             assert conn.execute("SELECT count(*) FROM pg_publication").fetchone() == (0,)
         refused = tools.cli(root / "b", "cdc", "teardown", "pg", "--yes")
         assert refused.returncode == 2 and "belongs to database" in refused.stderr
+        # A capture is refused before its Run, as setup (it was a Run that failed, exit
+        # 1, "retry later"; no retry helps)
+        refused = tools.cli(root / "b", "capture")
+        text = " ".join((refused.stdout + refused.stderr).split())
+        assert refused.returncode == 2 and f"belongs to database '{made_in}'" in text, text
+        assert "distinct `slot_prefix`" in text and "run r" not in text, text
         status = slot_status(Settings(dsn), slot)
         assert status.exists and status.database == made_in
         with psycopg.connect(dsn, autocommit=True) as conn:

@@ -19,14 +19,14 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from combined.catalog import Run
 from combined.connectors.postgres._connect import Settings
 from combined.connectors.postgres._publication import ensure_publication
 from combined.connectors.postgres._replication import create_slot, drop_slot, slot_status
 from combined.engine import Engine
-from combined.errors import SourceError
+from combined.errors import ConfigError, SourceError
 from combined.lake import LakeLayout, LakeTable
 from combined.lake._project import project_id
 
@@ -78,9 +78,28 @@ def _mark(dsn: str, slot: str) -> str | None:
 
 
 def _refused(run: Run, *said: str) -> None:
+    """A Run that failed saying ``said`` (what only the Run meets: a retry may help)."""
     assert run.state == "failed", run.error
     for words in said:
         assert words in (run.error or ""), run.error
+
+
+def _turned_away(root: Path, *said: str) -> str:
+    """A capture of ``root``'s project refused before any Run, as `combined check`
+    refuses it, saying ``said``; what it said. No retry helps: it was a Run that
+    failed, exit 1, "retry later"."""
+    engine = Engine.open(root / "combined.yaml")
+    try:
+        before = engine.runs()
+        with pytest.raises(ConfigError) as info:
+            engine.capture()
+        assert engine.runs() == before and engine.queued() == []
+    finally:
+        engine.close()
+    told = f"{info.value.message} {info.value.hint}"
+    for words in said:
+        assert words in told, told
+    return told
 
 
 def _slot_since(dsn: str, slot: str) -> int | None:
@@ -118,15 +137,25 @@ def test_a_second_project_is_refused_the_first_projects_slot(
     # The mark is the project's id: every role of the server may read it, and it
     # named the lake too (a local lake's absolute path).
     assert _mark(dsn, slot) == f"combined project {owner}"
-    run = _capture(b)
-    _refused(run, "another Combined project", owner, "`slot_prefix`")
-    assert str(a / "lake") not in (run.error or "")
-    # check, setup and teardown refuse it too, dropping nothing
-    for argv in (["check"], ["cdc", "setup", "pg"], ["cdc", "teardown", "pg", "--yes"]):
+    told = _turned_away(b, "another Combined project", owner, "`slot_prefix`")
+    assert str(a / "lake") not in told
+    # check, setup and teardown refuse it too, dropping nothing; a capture as check does,
+    # before a Run, naming the slot, the project and database that have it, and the fix
+    # (it was a Run that failed, exit 1, "retry later")
+    database = conninfo_to_dict(dsn)["dbname"]
+    argvs = (["capture"], ["check"], ["cdc", "setup", "pg"], ["cdc", "teardown", "pg", "--yes"])
+    for argv in argvs:
         refused = tools.cli(b, *argv)
         out = " ".join((refused.stdout + refused.stderr).split())
         assert refused.returncode == 2, (argv, out)
         assert "another Combined project" in out and owner in out, (argv, out)
+        assert f"'{slot}'" in out and f"database ({database!r})" in out, out
+        assert "distinct `slot_prefix`" in out, out
+    engine = Engine.open(b / "combined.yaml")
+    try:
+        assert engine.runs() == [] and engine.queued() == []  # (no Run: nothing to retry)
+    finally:
+        engine.close()
     assert _slot_since(dsn, slot) == since and owner in (_mark(dsn, slot) or "")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("UPDATE items SET v = -v WHERE id <= 10")
@@ -149,7 +178,7 @@ def test_an_interrupted_first_capture_is_made_again_by_its_own_project_alone(
 ) -> None:
     a, b, dsn, slot = two
     since = _interrupted(a, dsn, slot, tools)
-    _refused(_capture(b), "another Combined project")
+    _turned_away(b, "another Combined project")
     assert _slot_since(dsn, slot) == since
     _made_again(a, dsn, slot, since)
 
@@ -165,20 +194,21 @@ def test_a_slot_whose_publication_has_no_mark_is_refused_until_its_owner_is_told
     create_slot(pg, slot).release_snapshot()
     since = _slot_since(dsn, slot)
     assert since is not None
-    run = _capture(a)
-    _refused(run, "carries no Combined project's mark", f"pg_drop_replication_slot('{slot}')")
+    told = _turned_away(
+        a, "carries no Combined project's mark", f"pg_drop_replication_slot('{slot}')"
+    )
     teardown = tools.cli(a, "cdc", "teardown", "pg", "--yes")
     assert teardown.returncode == 2 and "no Combined project's mark" in teardown.stderr
     assert _slot_since(dsn, slot) == since
     # The hint's other way: the publication's owner marks it this project's.
-    found = re.search(r"COMMENT ON PUBLICATION \S+ IS '(?:[^']|'')*'", run.error or "")
-    assert found is not None, run.error
+    found = re.search(r"COMMENT ON PUBLICATION \S+ IS '(?:[^']|'')*'", told)
+    assert found is not None, told
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(found.group(0))
     assert _capture(a).state == "succeeded"
     assert (_slot_since(dsn, slot) or 0) > since
     assert _lake(a) == _source(dsn)
-    _refused(_capture(b), "another Combined project")
+    _turned_away(b, "another Combined project")
 
 
 def test_a_project_that_streamed_before_the_marks_keeps_its_slot(
@@ -191,7 +221,7 @@ def test_a_project_that_streamed_before_the_marks_keeps_its_slot(
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS NULL").format(sql.Identifier(slot)))
     since = _slot_since(dsn, slot)
-    _refused(_capture(b), "carries no Combined project's mark")
+    _turned_away(b, "carries no Combined project's mark")
     assert _slot_since(dsn, slot) == since
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DELETE FROM items WHERE id = 2")
@@ -199,7 +229,7 @@ def test_a_project_that_streamed_before_the_marks_keeps_its_slot(
     assert setup.returncode == 0, setup.stdout + setup.stderr
     assert project_id(LakeLayout(a / "lake")) in (_mark(dsn, slot) or "")
     assert _lake(a) == _source(dsn)
-    _refused(_capture(b), "another Combined project")
+    _turned_away(b, "another Combined project")
 
 
 def test_status_leaves_out_the_slots_another_project_marked(
@@ -238,7 +268,8 @@ def test_check_and_status_write_nothing_to_a_lake_that_has_no_id_yet(
             assert done.returncode == 2 and "another Combined project" in said, said
         else:
             assert done.returncode == 0, done.stdout + done.stderr
-    assert _capture(b).state == "failed"  # (the first capture makes the id, and is refused)
+    # (the first capture makes the id, and is refused: before its Run, as check is)
+    _turned_away(b, "another Combined project")
     assert (b / "lake" / "_combined" / "project").exists()
 
 
@@ -265,7 +296,7 @@ def test_a_publication_marked_before_with_the_lake_is_still_ours_and_remarked_wi
     assert (_slot_since(dsn, slot) or 0) > (since or 0)  # the leftover, made again
     assert _mark(dsn, slot) == f"combined project {owner}"
     assert _lake(a) == _source(dsn)
-    _refused(_capture(b), "another Combined project", owner)
+    _turned_away(b, "another Combined project", owner)
 
 
 def test_a_project_whose_lake_was_wiped_is_told_it_may_drop_its_own_slot(
@@ -284,15 +315,12 @@ def test_a_project_whose_lake_was_wiped_is_told_it_may_drop_its_own_slot(
     said = " ".join((checked.stdout + checked.stderr).split())
     assert checked.returncode == 2 and before in said, said
     assert wiped in said.lower() and "this one has no id yet" in said, said
-    run = _capture(a)
+    told = _turned_away(a, "another Combined project", before)
     now = project_id(LakeLayout(a / "lake"))
-    assert now != before
-    _refused(run, "another Combined project", before, f"this one is project {now}")
-    assert wiped in (run.error or "").lower()
-    drop = re.search(
-        r"SELECT pg_drop_replication_slot\(.*?; DROP PUBLICATION \S+;", run.error or ""
-    )
-    assert drop is not None, run.error
+    assert now != before and f"this one is project {now}" in told
+    assert wiped in told.lower()
+    drop = re.search(r"SELECT pg_drop_replication_slot\(.*?; DROP PUBLICATION \S+;", told)
+    assert drop is not None, told
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in drop.group(0).split(";")[:2]:
             conn.execute(statement)
@@ -333,7 +361,7 @@ def test_an_interrupted_first_capture_through_a_dba_publication_is_made_again_al
     since = _interrupted(a, dsn, slot, tools)
     assert _mark(dsn, slot) is None  # (the role could not mark it)
     # Another project has no record of it: refused, the slot left alone.
-    _refused(_capture(b), "carries no Combined project's mark")
+    _turned_away(b, "carries no Combined project's mark")
     assert _slot_since(dsn, slot) == since
     _made_again(a, dsn, slot, since)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -351,7 +379,7 @@ def test_a_slot_the_lake_does_not_record_is_refused_through_a_dba_publication(
     pg = Settings(dsn)
     create_slot(pg, slot).release_snapshot()  # (a person's, before any capture)
     since = _slot_since(dsn, slot)
-    _refused(_capture(a), "nothing proves", f"pg_drop_replication_slot('{slot}')")
+    _turned_away(a, "nothing proves", f"pg_drop_replication_slot('{slot}')")
     assert _slot_since(dsn, slot) == since
     drop_slot(pg, slot)
     _interrupted(a, dsn, slot, tools)
@@ -359,7 +387,7 @@ def test_a_slot_the_lake_does_not_record_is_refused_through_a_dba_publication(
     drop_slot(pg, slot, wait_seconds=10.0)
     create_slot(pg, slot).release_snapshot()
     since = _slot_since(dsn, slot)
-    _refused(_capture(a), "nothing proves")
+    _turned_away(a, "nothing proves")
     assert _slot_since(dsn, slot) == since
 
 
@@ -412,7 +440,7 @@ def test_a_slot_made_again_after_it_was_judged_the_projects_leftover_is_left_alo
     _refused(_capture(a), f"replication slot '{slot}' changed since it was judged")
     assert made and made[0] is not None and _slot_since(dsn, slot) == made[0]
     monkeypatch.undo()
-    _refused(_capture(a), "nothing proves")
+    _turned_away(a, "nothing proves")
     assert _slot_since(dsn, slot) == made[0]
 
 

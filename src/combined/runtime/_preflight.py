@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
+from typing import Any
 
 from combined.capture._soft import fix_hint, misfit
 from combined.config import DeletesConfig, Project, format_duration
@@ -51,18 +52,25 @@ def requests_of(project: Project, source: str, datasets: Sequence[str]) -> list[
     return out
 
 
+#: A dataset's committed checkpoint, by source and dataset (``Engine.committed_checkpoint``).
+Committed = Callable[[str, str], Mapping[str, Any] | None]
+
+
 def preflight(
     project: Project,
     source: str,
     datasets: Sequence[str],
     open_source: Callable[[str], Source],
     first: Sequence[str] = (),
+    committed: Committed | None = None,
 ) -> None:
     """Raise :class:`ConfigError` for what ``source`` says its ``datasets`` cannot take.
 
     ``first``: those of them never captured yet, whose relation, key, cursor and
     ``columns:`` are checked as ``combined check`` does (a misspelt key failed
     the Run, exit 1, "retry later"; later captures keep what the first took).
+    ``committed``: the datasets' checkpoints, for a connector's ``cdc_preflight``
+    (a slot another project's: :func:`cdc_streams`).
     """
     try:
         conn = open_source(source)
@@ -75,6 +83,11 @@ def preflight(
         # (a relation missing is left to the Run, as for a dataset captured before)
         _check_declared(project, source, [d for d in datasets if d in first], conn, missing=True)
         _check_flags(project, source, datasets, conn)
+        cdc_preflight = getattr(conn, "cdc_preflight", None)
+        if cdc_preflight is not None and committed is not None:
+            relations, resumed = cdc_streams(project, source, datasets, committed)
+            if relations:
+                cdc_preflight(relations, committed=resumed)
     except ConfigError as exc:
         _name_source(source, exc)
         raise
@@ -82,6 +95,23 @@ def preflight(
         return  # unreachable, refused: the Run retries or classifies it
     finally:
         conn.close()
+
+
+def cdc_streams(
+    project: Project, source: str, datasets: Sequence[str], committed: Committed
+) -> tuple[list[str], dict[str, Mapping[str, Any]]]:
+    """The relations of ``datasets``' ``cdc`` ones, and the committed checkpoint of
+    each that has one (what a connector's ``cdc_check`` and ``cdc_preflight`` take)."""
+    relations: list[str] = []
+    resumed: dict[str, Mapping[str, Any]] = {}
+    for name in datasets:
+        d = project.dataset(source, name)
+        if d.strategy == "cdc":
+            relations.append(d.relation)
+            checkpoint = committed(source, name)
+            if checkpoint:
+                resumed[d.relation] = checkpoint
+    return relations, resumed
 
 
 def _name_source(source: str, exc: ConfigError) -> None:

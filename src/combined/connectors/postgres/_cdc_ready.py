@@ -9,6 +9,8 @@ and verifies a publication and a slot that already exist as a capture does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from psycopg import sql
 
 from combined.connectors.postgres._catalog import parse_relation
@@ -18,7 +20,7 @@ from combined.connectors.postgres._replication import _check_wal_level, _control
 from combined.connectors.postgres._slot_owner import Claim, refuse_unowned
 from combined.errors import AuthRejected, ConfigError
 
-__all__ = ["check_ready"]
+__all__ = ["check_ready", "refuse_claimed"]
 
 
 def quoted(*names: str) -> str:
@@ -78,3 +80,18 @@ def check_ready(settings: Settings, slot: str, table: str, claim: Claim) -> None
             "and restart postgresql",
             slot=slot,
         )
+
+
+def refuse_claimed(settings: Settings, claims: Sequence[tuple[str, Claim]]) -> None:
+    """Raise what a first capture would refuse of each ``(slot, claim)`` once its Run
+    started: a slot of another database, the slot and publication of another project, a
+    slot not provably the claimant's (``_slot_owner``). One connection; nothing changed.
+
+    A copied project (its own lake, the same slot_prefix) was refused only inside its
+    Run, which ended ``failed``, exit 1, "retry later", where no retry helps.
+    """
+    if not claims:
+        return
+    with _control(settings, "check whose the replication slots are") as conn:
+        for slot, claim in claims:
+            refuse_unowned(conn, slot, claim)

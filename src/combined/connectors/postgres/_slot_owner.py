@@ -186,6 +186,7 @@ class _Seen:
         return {
             "published": self.published,
             "comment": self.comment,
+            "database": self.database,
             "slotted": slotted,
             "made": slotted
             and not claim.resumed
@@ -216,16 +217,17 @@ def judge(
     comment: str | None,
     slotted: bool,
     made: bool = False,
+    database: str | None = None,
 ) -> bool:
     """Whether publication ``name`` is to be marked the claimant's now (it has no mark, or
     the claimant's older one naming its lake); raise :class:`ConfigError` when it and its
     slot are another project's, or when its slot is not provably the claimant's (see the
     module). ``made``: the claimant's lake records that it made this very slot
-    (:func:`record_made`)."""
+    (:func:`record_made`); ``database``: the one the publication is in (named)."""
     marked = _MARK.fullmatch(comment or "")
     if marked is not None:
         if claim.owner is None or marked_by_another(comment, claim.owner):
-            raise _foreign(name, marked.group(1), marked.group(2), claim.owner)
+            raise _foreign(name, marked.group(1), marked.group(2), claim.owner, database)
         return comment != mark_of(claim.owner)
     if slotted and not (claim.resumed or made):
         raise _unproven(name, claim, published)
@@ -268,10 +270,13 @@ def stamp(conn: psycopg.Connection[Any], name: str, owner: StreamOwner) -> None:
     )
 
 
-def _foreign(name: str, other: str, lake: str | None, owner: StreamOwner | None) -> ConfigError:
-    """The refusal of publication ``name`` marked by project ``other`` (and, in an older
-    mark, its ``lake``), not the claimant ``owner``."""
+def _foreign(
+    name: str, other: str, lake: str | None, owner: StreamOwner | None, database: str | None
+) -> ConfigError:
+    """The refusal of publication ``name`` of ``database`` marked by project ``other``
+    (and, in an older mark, its ``lake``), not the claimant ``owner``."""
     where = f", lake {lake}" if lake else ""
+    this_database = "this database" + (f" ({database!r})" if database else "")
     # A lake wiped or replaced makes a new id: the project's own publication then
     # reads as another's, and only a person can tell.
     this = "this one has no id yet" if owner is None else f"this one is project {owner.id}"
@@ -281,8 +286,8 @@ def _foreign(name: str, other: str, lake: str | None, owner: StreamOwner | None)
     )
     return ConfigError(
         f"replication slot and publication {name!r} belong to another Combined project "
-        f"(project {other}{where}), which captures the same table from this database under "
-        "the same slot_prefix",
+        f"(project {other}{where}), which captures the same table from {this_database} "
+        "under the same slot_prefix",
         hint="set a distinct `slot_prefix` for this source in combined.yaml (its slots and "
         "publications then take other names); the other project's are left alone. If this "
         "project made them before its lake was wiped or replaced (a new lake is a new project "
@@ -291,6 +296,7 @@ def _foreign(name: str, other: str, lake: str | None, owner: StreamOwner | None)
         "lake deleted)",
         slot=name,
         project=other,
+        **({"database": database} if database else {}),
     )
 
 

@@ -385,6 +385,22 @@ class PostgresSource(BaseSource):
             slot = slot_name(self.slot_prefix, relation)
             check_ready(self.settings, slot, relation, claim)
 
+    def cdc_preflight(
+        self, relations: Sequence[str], committed: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> None:
+        """Refuse, before a Run, the slot a first capture of a relation would refuse in it
+        (another database's or project's, or not provably this one's: ``_slot_owner``);
+        one ``committed`` resumes (its LSN) is not judged, as its capture does not."""
+        from combined.connectors.postgres._cdc_ready import refuse_claimed
+        from combined.connectors.postgres._stitch import slot_name
+
+        firsts = [r for r in relations if not (committed or {}).get(r, {}).get("lsn")]
+        if firsts:
+            # The claim its Run would make: the project's id made if the lake has none yet
+            # (a capture writes), so the refusal names it (the mark a person may write).
+            claim = Claim(self.stream_owner())
+            refuse_claimed(self.settings, [(slot_name(self.slot_prefix, r), claim) for r in firsts])
+
     def cdc_setup(self, relation: str, committed: Mapping[str, Any] | None = None) -> str:
         """Create (or verify) the relation's publication, marked this project's; refuse
         another project's (``_slot_owner``). The slot comes with the first read."""
