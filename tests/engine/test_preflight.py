@@ -335,3 +335,27 @@ def test_cdc_from_a_server_without_logical_wal_is_refused_before_a_run(
         check = tools.cli(tmp_path, "check")
         assert check.returncode == 2, (check.stdout, check.stderr)
         assert "wal_level=logical, the server has replica" in " ".join(check.stdout.split())
+
+
+def test_cdc_status_on_a_server_without_logical_wal_says_why_no_slot_can_exist(
+    tmp_path: Path, tools
+) -> None:
+    """Reproduction: `combined cdc status` on a server at wal_level=replica exited 0 and
+    showed the slot missing, saying nothing of wal_level: the slot can never be made
+    there until a superuser changes it and restarts the server."""
+    with private_cluster("-c wal_level=replica") as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+            conn.execute("CREATE TABLE u (id int PRIMARY KEY)")
+        cdc = "        key: [id]\n        strategy: cdc"
+        _pg(tmp_path, dsn, f"      t:\n{cdc}\n      u:\n{cdc}")
+        status = tools.cli(tmp_path, "cdc", "status", "pg")
+        said = " ".join(status.stderr.split())
+        assert status.returncode == 2, (status.stdout, status.stderr)
+        assert "pg.t" in status.stdout and "pg.u" in status.stdout  # (the table still shown)
+        assert (
+            "pg.t, pg.u: change capture (strategy: cdc) needs wal_level=logical, "
+            "the server has replica" in said
+        ), said
+        assert said.count("ALTER SYSTEM SET wal_level = logical") == 1, said  # (told once)
+        _no_runs(tmp_path)

@@ -65,10 +65,11 @@ def cdc_status(
     PostgreSQL: the slot's confirmed LSN, lag in bytes and time, WAL status.
     MariaDB/MySQL: the committed binlog position, the server's current and oldest
     binlog, the retention and how long the consumer may stay down. A dataset whose
-    captures are refused until a new snapshot is told on standard error. A PostgreSQL slot
-    named with the source's slot_prefix that no declared dataset owns (a dataset
-    removed from the project), and that no other project marked its own, is told on
-    standard error, with the statements that drop it; it is never dropped.
+    captures are refused until a new snapshot is told on standard error; so is a server
+    that cannot stream at all (PostgreSQL: wal_level not logical), and the exit is 2.
+    A PostgreSQL slot named with the source's slot_prefix that no declared dataset owns
+    (a dataset removed from the project), and that no other project marked its own, is
+    told on standard error, with the statements that drop it; it is never dropped.
     """
     from combined import cdc
 
@@ -95,6 +96,22 @@ def cdc_status(
     _held(rows)
     for r in left:
         _undeclared(r)
+    _refused(rows)
+
+
+def _refused(rows: list[dict[str, Any]]) -> None:
+    """Tell what stops the datasets' streams on this server (a PostgreSQL ``wal_level``
+    other than ``logical``), as `combined check` does, and exit 2: their slots showed
+    as missing, exit 0, and why none could exist went unsaid."""
+    told: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        refused = r.get("refused")
+        if refused:
+            told.setdefault((refused["error"], refused["hint"]), []).append(r["dataset"])
+    for (error, hint), datasets in told.items():
+        err.print(f"{', '.join(datasets)}: {error}\n  hint: {hint}", highlight=False)
+    if told:
+        raise typer.Exit(2)
 
 
 def _held(rows: list[dict[str, Any]]) -> None:

@@ -166,11 +166,18 @@ def refuse_wal_level(level: str | None, datasets: Sequence[str] = ()) -> None:
     refused before a Run, naming the ``cdc`` datasets that need it, as
     ``combined check`` tells it.
     """
+    refusal = wal_level_refusal(level, datasets)
+    if refusal is not None:
+        raise refusal
+
+
+def wal_level_refusal(level: str | None, datasets: Sequence[str] = ()) -> ConfigError | None:
+    """What :func:`refuse_wal_level` raises of ``level``; None for ``logical``."""
     if level == "logical":
-        return
+        return None
     named = ", ".join(repr(d) for d in datasets)
     which = f"dataset{'s' if len(datasets) > 1 else ''} {named}: " if datasets else ""
-    raise ConfigError(
+    return ConfigError(
         f"{which}change capture (strategy: cdc) needs wal_level=logical, the server has "
         f"{level or '?'}",
         hint="have a superuser run ALTER SYSTEM SET wal_level = logical and restart the server "

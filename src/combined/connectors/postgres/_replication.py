@@ -140,6 +140,8 @@ class SlotStatus:
     wal_rate: float | None = None
     #: The database of the connection that read the status (the source's).
     connected_to: str | None = None
+    #: The server's ``wal_level``: no logical slot streams unless it is ``logical``.
+    wal_level: str | None = None
 
     @property
     def keeps_for_seconds(self) -> float | None:
@@ -415,7 +417,8 @@ SELECT s.plugin, s.database, s.active, s.active_pid,
        pg_wal_lsn_diff(w.lsn, s.confirmed_flush_lsn)::bigint,
        (SELECT EXTRACT(epoch FROM r.flush_lag)::float8
           FROM pg_stat_replication r WHERE r.pid = s.active_pid),
-       pg_size_bytes(current_setting('max_slot_wal_keep_size')), current_database()::text
+       pg_size_bytes(current_setting('max_slot_wal_keep_size')), current_database()::text,
+       current_setting('wal_level')
 FROM pg_replication_slots s,
      LATERAL (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn()
                           ELSE pg_current_wal_lsn() END AS lsn) w
@@ -435,8 +438,9 @@ def slot_status(settings: Settings, slot: str) -> SlotStatus:
     with _control(settings, "read the replication slot's status") as conn:
         row = conn.execute(_STATUS_SQL, (slot,)).fetchone()
         rate = conn.execute(_RATE_SQL).fetchone() if conn.info.server_version >= 140000 else None
-    if row is None:
-        return SlotStatus(slot=slot, exists=False)
+        if row is None:  # (told with the slot missing: no logical slot is made without it)
+            level = conn.execute("SELECT current_setting('wal_level')").fetchone()
+            return SlotStatus(slot=slot, exists=False, wal_level=level[0] if level else None)
     plugin, database, active, pid, restart, flushed, wal_status, safe, current, lag, secs = row[:11]
     limit = int(row[11])
     return SlotStatus(
@@ -456,6 +460,7 @@ def slot_status(settings: Settings, slot: str) -> SlotStatus:
         wal_keep_limit=None if limit < 0 else limit,
         wal_rate=float(rate[0]) if rate and rate[0] is not None else None,
         connected_to=row[12],
+        wal_level=row[13],
     )
 
 

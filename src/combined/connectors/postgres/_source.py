@@ -39,6 +39,7 @@ from combined.connectors.postgres._preflight import (
     refuse_unreadable,
     refuse_unstreamed,
     refuse_wal_level,
+    wal_level_refusal,
 )
 from combined.connectors.postgres._slot_owner import Claim
 from combined.connectors.postgres._tls import cleartext_password_warning
@@ -423,13 +424,18 @@ class PostgresSource(BaseSource):
     def cdc_status(
         self, relation: str, committed: Mapping[str, Any] | None = None
     ) -> Mapping[str, Any]:
-        """The relation's slot: existence, confirmed position, lag in bytes and seconds."""
+        """The relation's slot: existence, confirmed position, lag in bytes and seconds;
+        ``refused`` (its error and hint) when the server cannot stream it (``wal_level``)."""
         from combined.connectors.postgres._replication import slot_status
         from combined.connectors.postgres._stitch import slot_name
 
         name = slot_name(self.slot_prefix, relation)
         status = slot_status(self.settings, name)
-        return {"committed_lsn": (committed or {}).get("lsn"), "slot": name, **status.to_json()}
+        out = {"committed_lsn": (committed or {}).get("lsn"), "slot": name, **status.to_json()}
+        refusal = wal_level_refusal(status.wal_level)
+        if refusal is not None:
+            out["refused"] = {"error": refusal.message, "hint": refusal.hint}
+        return out
 
     def cdc_undeclared(self, relations: Sequence[str]) -> list[dict[str, Any]]:
         """Slots named with this source's prefix that no dataset of ``relations`` owns
