@@ -231,6 +231,31 @@ def test_an_empty_match_fails_the_run_and_deletes_nothing(shipped: Path) -> None
         engine.close()
 
 
+def test_a_link_to_a_file_gone_fails_the_run_and_deletes_nothing(shipped: Path) -> None:
+    """Reproduction: the February export read through a link whose target was deleted
+    (or whose volume was not mounted): the link was skipped as a file removed, and the
+    snapshot deleted its five rows from the lake."""
+    data = shipped.parent / "data"
+    (data / "orders/2024-02.csv").rename(data / "2024-02.csv")
+    (data / "orders/2024-02.csv").symlink_to(data / "2024-02.csv")
+    engine = Engine.open(shipped)
+    try:
+        assert engine.capture()[0].state == "succeeded"
+        (data / "2024-02.csv").unlink()
+        (run,) = engine.capture()
+        assert run.state == "failed", run.error
+        assert run.error is not None and "'orders/2024-02.csv'" in run.error
+        assert "leads to no file" in run.error
+        assert len(engine.run(run.id)["attempts"]) == 1  # not transient: no retry
+        assert len(_rows(engine)) == 10
+        (data / "orders/2024-02.csv").unlink()  # the link removed on purpose
+        (run,) = engine.capture()
+        assert run.state == "succeeded", run.error
+        assert run.stats is not None and run.stats["orders"]["deletes"] == 5
+    finally:
+        engine.close()
+
+
 def test_allow_empty_makes_no_file_an_empty_snapshot(tmp_path: Path) -> None:
     (tmp_path / "data/orders").mkdir(parents=True)
     _csv(tmp_path, "2024-01.csv", [(1, "placed", 1)])

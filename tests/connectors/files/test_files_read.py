@@ -508,6 +508,34 @@ def test_links_inside_the_directory_are_followed_unless_follow_symlinks_is_never
         _source(root, follow_symlinks="yes")
 
 
+@pytest.mark.parametrize("lost", ["deleted", "loop"])
+def test_a_link_that_leads_to_no_file_is_refused_not_skipped(tmp_path: Path, lost: str) -> None:
+    """Reproduction: ``orders/b.csv`` a link to ``data/b.csv``, the target deleted (or
+    the link a loop): the listing skipped it as a file that vanished, and a snapshot
+    read without it deleted its rows from the lake."""
+    root = tmp_path / "exports"
+    _write(root, "orders/a.csv", "id,v\n1,a\n")
+    target = _write(root, "data/b.csv", "id,v\n2,b\n")
+    link = root / "orders/b.csv"
+    link.symlink_to(target)
+    table, _ = _read(_source(root), _request("orders/*.csv"))
+    assert table is not None and table.num_rows == 2
+    if lost == "deleted":
+        target.unlink()
+    else:
+        link.unlink()
+        link.symlink_to(link)
+    for follow in ("within", "never"):
+        error = _fails(_source(root, follow_symlinks=follow), _request("orders/*.csv"))
+        assert isinstance(error, SourceError) and not error.transient, error
+        assert "'orders/b.csv'" in error.message and "leads to no file" in error.message
+        assert error.context.get("file") == "orders/b.csv"
+        assert error.hint is not None and "remove the link" in error.hint
+    link.unlink()  # removed on purpose: not listed, the rest read
+    table, _ = _read(_source(root), _request("orders/*.csv"))
+    assert table is not None and table.column("id").to_pylist() == [1]
+
+
 @pytest.mark.parametrize(
     ("value", "declared", "says"),
     [

@@ -187,6 +187,29 @@ def _refuse_escape(
     )
 
 
+def _refuse_dangling(path: Path, name: str, exc: OSError, relation: str) -> None:
+    """Refuse a listed symbolic link that leads to no file (``exc``: why its stat failed).
+
+    It was skipped as a file that vanished, so a snapshot deleted its rows from
+    the lake while the link was still there: a target deleted or moved, a
+    volume not mounted. A link removed on purpose is not listed at all.
+    """
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return  # not a link, or itself gone since the glob: it vanished
+    raise SourceError(
+        f"file {name!r} of {relation!r} is a symbolic link to {target!r}, which leads to no "
+        f"file ({exc.strerror or type(exc).__name__}): nothing was read, and no row of it is "
+        "deleted",
+        hint="restore the file the link leads to (or mount its volume); if its rows are gone "
+        "for good, remove the link (the next capture deletes them), or narrow the glob so "
+        "that it does not match it",
+        relation=relation,
+        file=name,
+    )
+
+
 def list_files(
     root: Path, glob: str, relation: str, follow_symlinks: FollowSymlinks = "within"
 ) -> Listing:
@@ -196,7 +219,8 @@ def list_files(
     holding glob characters is refused: DuckDB would expand it as a pattern.
     A file that a symbolic link leads to outside ``root`` is refused (or any
     linked file, when ``follow_symlinks`` is ``never``): a link planted in
-    the directory must not read another file of the host into the lake.
+    the directory must not read another file of the host into the lake. A
+    link that leads to no file is refused too (:func:`_refuse_dangling`).
     """
     inside = root.resolve()
     entries = []
@@ -206,7 +230,8 @@ def list_files(
             continue
         try:
             st = path.stat()
-        except OSError:
+        except OSError as exc:
+            _refuse_dangling(path, rel.as_posix(), exc, relation)
             continue  # vanished between the glob and the stat: not part of this listing
         if not path.is_file():
             continue
