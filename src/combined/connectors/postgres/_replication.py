@@ -37,7 +37,6 @@ import re
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
 from typing import Any
@@ -58,6 +57,7 @@ from combined.connectors.postgres._connect import (
 from combined.connectors.postgres._pgoutput import array_type_of, lsn_to_text, text_to_lsn
 from combined.connectors.postgres._preflight import refuse_wal_level
 from combined.connectors.postgres._slot_owner import DROP_SQL, refuse_changed, refuse_foreign_slot
+from combined.connectors.postgres._slot_status import SlotStatus
 from combined.connectors.postgres._walstream import WalChannel
 from combined.errors import (
     AuthRejected,
@@ -111,65 +111,6 @@ class SlotLost(NeedsSnapshot):
     Never resumed silently: recovery is a new slot and a new snapshot, which a
     person takes (``needs_review``: no retry can succeed).
     """
-
-
-@dataclass(frozen=True, slots=True)
-class SlotStatus:
-    """What ``pg_replication_slots`` says about one slot, with its lag.
-
-    ``lag_bytes`` is the server's current WAL position minus
-    ``confirmed_flush_lsn``: the WAL retained for this slot that the lake has
-    not acknowledged. ``lag_seconds`` is the server's ``flush_lag`` of the
-    active walsender, when one is streaming.
-    """
-
-    slot: str
-    exists: bool
-    plugin: str | None = None
-    database: str | None = None
-    active: bool = False
-    active_pid: int | None = None
-    restart_lsn: int | None = None
-    confirmed_flush_lsn: int | None = None
-    wal_status: str | None = None
-    safe_wal_size: int | None = None
-    current_lsn: int | None = None
-    lag_bytes: int | None = None
-    lag_seconds: float | None = None
-    wal_keep_limit: int | None = None
-    wal_rate: float | None = None
-    #: The database of the connection that read the status (the source's).
-    connected_to: str | None = None
-    #: The server's ``wal_level``: no logical slot streams unless it is ``logical``.
-    wal_level: str | None = None
-
-    @property
-    def keeps_for_seconds(self) -> float | None:
-        """How long the source keeps this slot's WAL at the current rate (None: no limit).
-
-        ``safe_wal_size`` (what may still be written before the slot loses
-        WAL, under ``max_slot_wal_keep_size``) over the server's average WAL
-        rate since its statistics were reset (``pg_stat_wal``).
-        """
-        if self.safe_wal_size is None or not self.wal_rate:
-            return None
-        return max(self.safe_wal_size, 0) / self.wal_rate
-
-    @property
-    def lost(self) -> bool:
-        """Whether the slot can no longer stream every change since it was confirmed."""
-        return not self.exists or self.wal_status == "lost" or self.restart_lsn is None
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready mapping, LSNs as ``X/Y`` text."""
-        out: dict[str, Any] = {}
-        for name in self.__slots__:
-            value = getattr(self, name)
-            if name.endswith("_lsn") and isinstance(value, int):
-                value = lsn_to_text(value)
-            out[name] = value
-        out["keeps_for_seconds"] = self.keeps_for_seconds
-        return out
 
 
 #: SQLSTATEs (psycopg2.errorcodes' DUPLICATE_OBJECT and OBJECT_IN_USE).
