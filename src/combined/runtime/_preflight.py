@@ -70,7 +70,7 @@ def preflight(
     ``columns:`` are checked as ``combined check`` does (a misspelt key failed
     the Run, exit 1, "retry later"; later captures keep what the first took).
     ``committed``: the datasets' checkpoints, for a connector's ``cdc_preflight``
-    (a slot another project's: :func:`cdc_streams`).
+    of the ``first`` ones (a slot another project's: :func:`cdc_streams`).
     """
     try:
         conn = open_source(source)
@@ -85,7 +85,10 @@ def preflight(
         _check_flags(project, source, datasets, conn)
         cdc_preflight = getattr(conn, "cdc_preflight", None)
         if cdc_preflight is not None and committed is not None:
-            relations, resumed = cdc_streams(project, source, datasets, committed)
+            # (only those never captured: a capture of many streams, or `cdc follow`'s
+            # every round, reads no lake table here; a Run judges the others' slots)
+            firsts = [d for d in datasets if d in first]
+            relations, resumed = cdc_streams(project, source, firsts, committed)
             if relations:
                 cdc_preflight(relations, committed=resumed)
     except ConfigError as exc:
