@@ -93,7 +93,7 @@ def dataset_status(
                 "version": shown["version"] if shown else None,
                 "lake_version": shown["lake_version"] if shown else None,
                 "position": shown["position"] if shown else None,
-                "unpublished": committed if committed != shown else None,
+                "unpublished": committed if _committed(committed) != _committed(shown) else None,
                 "published_at": published,
                 "position_at": at,
                 "age": age,
@@ -105,6 +105,16 @@ def dataset_status(
             }
         )
     return out
+
+
+def _committed(at: Mapping[str, Any] | None) -> tuple[Any, Any] | None:
+    """The dataset and lake versions of a commit or a published member, not its position.
+
+    A capture that changed no row publishes the position it read to with the
+    lake version it started from (kept beside the table, ``lake._positions``):
+    that position is newer than the commit's, and nothing is unpublished.
+    """
+    return None if at is None else (at["version"], at["lake_version"])
 
 
 def add_slot_lag(engine: Engine, rows: list[dict[str, Any]]) -> None:

@@ -110,6 +110,10 @@ def test_idle_stream_captures_change_nothing_in_the_lake_and_still_free_the_wal(
         (row,) = engine.status(slots=False)
         (last,) = engine.runs(limit=1)
         assert row["position_at"] is not None and row["position_at"] >= last.started_at, row
+        # and publishes it: no lake version is left unpublished (status said one was, each time)
+        resumed = engine.committed_checkpoint("pg", "items")
+        assert resumed is not None and row["position"] == resumed["lsn"], row
+        assert row["unpublished"] is None, row
 
         with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
             conn.execute("UPDATE items SET qty = -1 WHERE id <= 5")
