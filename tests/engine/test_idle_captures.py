@@ -195,3 +195,36 @@ def test_a_cursor_read_of_rows_the_lake_holds_unchanged_moves_the_cursor(
         assert _rows(engine) == _source(pg_database)
     finally:
         engine.close()
+
+
+def test_a_store_failing_the_positions_write_leaves_the_last_position_kept(
+    tmp_path: Path, cdc_db, tools, s3_faults
+) -> None:
+    """An object store failing the write deleted the record it was to replace: the slot,
+    confirmed at that record's position, then stood past where reads resumed (the
+    commit's), and the next capture was refused until a new snapshot (needs_review)."""
+    path = _project(tmp_path, cdc_db.dsn, CDC, cdc_db.prefix)
+    path.write_text(path.read_text().replace("./lake", f"s3://{s3_faults.bucket}/lake"))
+    slot = cdc_db.slot("public.items")
+    for _ in range(2):
+        assert tools.cli(tmp_path, "capture").returncode == 0
+        with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO other SELECT generate_series(1, 100)")
+    engine = Engine.open(path)
+    try:
+        kept = _lsn(engine)
+        s3_faults.fail(
+            {"method": "PUT", "contains": "_combined/positions", "status": 500, "times": -1}
+        )
+        failed = tools.cli(tmp_path, "capture")
+        assert failed.returncode == 1 and "could not be written" in failed.stderr, failed.stderr
+        assert s3_faults.faulted() > 0
+        s3_faults.fail()
+        assert _lsn(engine) == kept  # the last position kept, not the commit's
+        confirmed = slot_status(Settings(cdc_db.dsn), slot).confirmed_flush_lsn
+        assert confirmed is not None and confirmed <= kept
+        again = tools.cli(tmp_path, "capture")
+        assert again.returncode == 0, again.stderr
+        assert _lsn(engine) > kept
+    finally:
+        engine.close()

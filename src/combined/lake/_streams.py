@@ -9,9 +9,9 @@ this keeps each record as ``<lake>/_combined/streams/<key>.json``, in the
 lake (not the catalog) so that a catalog rebuilt from the lake keeps it,
 like the project's id (``_project.py``).
 
-A record is written whole or not at all (``LakeStore.written``: a local
-file replaces the old one by a rename, an object store's upload appears
-once complete) and is its owner's alone (``0600`` in a ``0700``
+A record is written whole or not at all (``write_whole``: a local file
+replaces the old one by a rename, an object store's upload appears once
+complete; a write that fails leaves the old record) and is its owner's alone (``0600`` in a ``0700``
 directory; an object store's access is the bucket's).
 """
 
@@ -80,22 +80,25 @@ class LakeStreamRecords:
 
 
 def write_whole(store: LakeStore, directory: str, path: str, text: str) -> None:
-    """Write ``text`` at ``path`` (in ``directory``) whole or not at all, its owner's alone.
+    """Replace the record at ``path`` (in ``directory``) by ``text``, whole or not at all,
+    its owner's alone: a write that fails leaves the record it was to replace.
 
     A local file replaces the old one by a rename, in a ``0700`` directory;
-    an object store's upload appears once complete.
+    an object store's upload replaces the old object once complete. Not
+    through ``LakeStore.written`` there, which deletes the object when the
+    write fails: a store failing one request would have removed the record
+    (a position a source was acknowledged at, ``_positions.py``).
     """
     data = text.encode()
-    if not store.remote:
-        private_dir(Path(directory))
-    with store.written(path) as (target, filesystem):
-        if filesystem is not None:
-            with filesystem.open_output_stream(target) as out:
-                out.write(data)
-        else:
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+    if store.remote:
+        with store.fs.open_output_stream(store.path(path)) as out:
+            out.write(data)
+        return
+    private_dir(Path(directory))
+    with store.written(path) as (target, _):
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
 
 
 def read_json(store: LakeStore, path: str, what: str) -> tuple[bool, Any]:
