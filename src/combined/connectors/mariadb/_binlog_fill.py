@@ -330,7 +330,8 @@ class ColumnFill:
     def __call__(self, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
         """The key and ``columns`` of every row, in one consistent snapshot (sets :attr:`at`)."""
         from combined.connectors.mariadb._binlog_stitch import pinned
-        from combined.connectors.mariadb._extract import MariaDBExtraction, ReadOptions
+        from combined.connectors.mariadb._extract import MariaDBExtraction
+        from combined.connectors.mariadb._read_plan import ReadOptions
 
         s, req = self._settings, self._request
         snap = replace(

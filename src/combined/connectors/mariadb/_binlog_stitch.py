@@ -44,7 +44,8 @@ from combined.connectors.mariadb._binlog_setup import (
     require_snapshot_engine,
 )
 from combined.connectors.mariadb._connect import Session, Settings
-from combined.connectors.mariadb._extract import MariaDBExtraction, ReadOptions
+from combined.connectors.mariadb._extract import MariaDBExtraction
+from combined.connectors.mariadb._read_plan import ReadOptions
 from combined.errors import ConfigError, SourceError
 from combined.protocol import Message, RecordBatchMessage, StateMessage, TerminalOutcome
 

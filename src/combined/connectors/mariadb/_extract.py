@@ -51,9 +51,7 @@ then carries no snapshot.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -62,19 +60,13 @@ from combined.connectors._shared import (
     ControlTotals,
     SessionRead,
     cast_key,
-    check_lookback,
-    cursor_order,
     final_state,
     keyset_pages,
     keyset_terms,
-    lower_by,
     new_to_lake,
     null_cursor_error,
-    numeric_lookback,
     select_plans,
-    sql_read_options,
     tie_free,
-    time_window,
 )
 from combined.connectors.abc import ReadRequest
 from combined.connectors.mariadb import _arrow_read as bulk
@@ -83,11 +75,17 @@ from combined.connectors.mariadb._connect import (
     DRIVER_ERRORS,
     Session,
     Settings,
-    ZeroDates,
     close_quietly,
     query_error,
     quote_ident,
-    zero_dates_option,
+)
+from combined.connectors.mariadb._read_plan import (
+    ReadOptions,
+    Work,
+    lower_bound,
+    refuse_cursor_order,
+    server_time,
+    where_clause,
 )
 from combined.connectors.mariadb._types import (
     ColumnPlan,
@@ -117,90 +115,10 @@ from combined.protocol import (
 SERVER_CLOCK = "mariadb:utc_timestamp"
 #: The snapshot authority: InnoDB's consistent read view of the transaction.
 CONSISTENT_SNAPSHOT = "mariadb:consistent_snapshot"
-DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
-DEFAULT_PAGE_ROWS = 1_000_000
-
 BEGIN = (
     "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
     "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class ReadOptions:
-    """The options of one read, from ``ReadRequest.options`` over the source's settings.
-
-    ``casts`` ({column: ``text``}), ``zero_dates`` (``error`` or ``null``),
-    ``batch_bytes`` (the target size of a batch), ``page_rows`` (rows per
-    keyset page of a cursor read) and ``control_totals`` (``True`` for a
-    count, or a column name for a count and that column's exact sum, read in
-    the same snapshot after the last row).
-    """
-
-    casts: Mapping[str, str] = field(default_factory=dict)
-    zero_dates: ZeroDates = "error"
-    batch_bytes: int = DEFAULT_BATCH_BYTES
-    page_rows: int = DEFAULT_PAGE_ROWS
-    control_totals: bool | str = False
-
-    @classmethod
-    def of(cls, request: ReadRequest, settings: Settings) -> ReadOptions:
-        """Validate ``request.options``; the source's casts apply unless the read names its own."""
-        opts = request.options
-        _, table = catalog.parse_relation(request.relation, settings.database)
-        casts = opts.get("casts")
-        if casts is None:
-            casts = settings.casts.get(request.relation) or settings.casts.get(table) or {}
-        shared = sql_read_options(
-            request, casts, batch_bytes=DEFAULT_BATCH_BYTES, page_rows=DEFAULT_PAGE_ROWS
-        )
-        zero = zero_dates_option(opts.get("zero_dates", settings.zero_dates))
-        return cls(shared.casts, zero, shared.batch_bytes, shared.page_rows, shared.control_totals)
-
-
-def refuse_cursor_order(
-    dataset: str, by_name: Mapping[str, ColumnPlan], cursor: str, key: Sequence[str]
-) -> list[str]:
-    """The columns that order a cursor read's pages, cursor first; refused unless they can.
-
-    The engine asks it before a Run too (``MariaDBSource.preflight``):
-    ``combined check`` passed a text, time or bit cursor that every capture
-    then refused, a Run ``failed`` as if a retry could help.
-    """
-    plan = by_name[cursor]
-    if not plan.orderable:
-        raise ConfigError(
-            f"dataset {dataset!r}: column {cursor!r} ({plan.source_type}) cannot serve as a cursor",
-            hint="choose a number, date, datetime or timestamp column; see discovery",
-            dataset=dataset,
-            column=cursor,
-        )
-    order = cursor_order(cursor, key)
-    for c in order:
-        if not by_name[c].keyable:
-            raise ConfigError(
-                f"dataset {dataset!r}: key column {c!r} ({by_name[c].source_type}) "
-                "cannot order pages",
-                hint="declare a key of numbers, text, dates, timestamps or bytes",
-                dataset=dataset,
-                column=c,
-            )
-    return order
-
-
-@dataclass(slots=True)
-class _Work:
-    relation: catalog.Relation
-    layout: Layout
-    by_name: dict[str, ColumnPlan]
-    where: str | None = None
-    control_where: str | None = None
-    checkpoint: Any = None
-
-
-def _where(parts: list[str | None]) -> str:
-    kept = [p for p in parts if p]
-    return f" WHERE {' AND '.join(kept)}" if kept else ""
 
 
 class MariaDBExtraction(SessionRead[Session]):
@@ -292,7 +210,7 @@ class MariaDBExtraction(SessionRead[Session]):
             raise failure
         yield final
 
-    def _begin(self) -> _Work:
+    def _begin(self) -> Work:
         if self._finished:
             raise ProtocolViolation("the extraction is finished", hint="start a new read")
         self._session = session = Session(self._settings)
@@ -314,7 +232,7 @@ class MariaDBExtraction(SessionRead[Session]):
             "SELECT @@server_id, CONNECTION_ID(), UTC_TIMESTAMP(6)", "reading the snapshot"
         )[0]
         self.connection_id = int(conn_id)
-        at = _server_time(now)
+        at = server_time(now)
         self.authority.acquire(at=at)
         rel = catalog.find_relation(session, self._request.relation, self._settings.database)
         if self._request.options.get("change_marker") and not self._request.bounds:
@@ -355,10 +273,10 @@ class MariaDBExtraction(SessionRead[Session]):
         if twin is not None:
             twin.release()
 
-    def _whole(self, work: _Work) -> Iterator[Message]:
+    def _whole(self, work: Work) -> Iterator[Message]:
         """Every row of the relation: in bulk when the twin snapshot is held, else by rows."""
         request = self._request
-        where = _where([work.where])
+        where = where_clause([work.where])
         started = self._bulk_start(work, where)
         if started is None:
             q = f"SELECT {work.layout.select_list()} FROM {work.relation.ident}{where}"
@@ -368,7 +286,7 @@ class MariaDBExtraction(SessionRead[Session]):
         for batch in batches:
             yield RecordBatchMessage(request.dataset, batch)
 
-    def _bulk_start(self, work: _Work, where: str, order: str = "") -> bulk.Started | None:
+    def _bulk_start(self, work: Work, where: str, order: str = "") -> bulk.Started | None:
         """Start reading the rows ``where`` holds in the twin snapshot; ``None``: the row path.
 
         ``order`` (SQL expressions) orders them. A bulk read that cannot
@@ -403,7 +321,7 @@ class MariaDBExtraction(SessionRead[Session]):
         self.path = "bulk"
         return started
 
-    def _bulk_batches(self, work: _Work, started: bulk.Started) -> Iterator[pa.RecordBatch]:
+    def _bulk_batches(self, work: Work, started: bulk.Started) -> Iterator[pa.RecordBatch]:
         """The bulk read's batches, then the rows too long for it read by rows.
 
         An empty batch is not handed over (as on the row path).
@@ -418,10 +336,10 @@ class MariaDBExtraction(SessionRead[Session]):
         if started.skipped:
             yield from self._long_rows(work, started)
 
-    def _long_rows(self, work: _Work, started: bulk.Started) -> Iterator[pa.RecordBatch]:
+    def _long_rows(self, work: Work, started: bulk.Started) -> Iterator[pa.RecordBatch]:
         """The rows the bulk read left out as too long, read by rows in the same snapshot."""
         assert started.fit is not None
-        where = _where([work.where, f"NOT {started.fit.test}"])
+        where = where_clause([work.where, f"NOT {started.fit.test}"])
         q = f"SELECT {work.layout.select_list()} FROM {work.relation.ident}{where}"
         read = 0
         for batch in self._stream(q, work.layout):
@@ -435,7 +353,7 @@ class MariaDBExtraction(SessionRead[Session]):
                 hint="retry the capture; report it if it happens again",
             )
 
-    def _prepare(self, session: Session, rel: catalog.Relation) -> _Work:
+    def _prepare(self, session: Session, rel: catalog.Relation) -> Work:
         request = self._request
         cols = catalog.columns(session, rel.database, [rel.table]).get(rel.table, [])
         self.source_columns = cols
@@ -452,7 +370,7 @@ class MariaDBExtraction(SessionRead[Session]):
                     source_type=p.source_type,
                 )
         self._plans = by_name
-        return _Work(rel, Layout.of(selected, self._options.zero_dates), by_name)
+        return Work(rel, Layout.of(selected, self._options.zero_dates), by_name)
 
     def _stream(self, query: str, layout: Layout) -> Iterator[pa.RecordBatch]:
         """Stream ``query`` as batches of at most ``batch_rows`` rows, near ``batch_bytes``."""
@@ -480,10 +398,10 @@ class MariaDBExtraction(SessionRead[Session]):
             per_row = max(1, batch.nbytes // max(1, batch.num_rows))
             chunk = max(1, min(limit, self._options.batch_bytes // per_row))
 
-    def _end(self, work: _Work) -> StateMessage:
+    def _end(self, work: Work) -> StateMessage:
         session = self._live()
         (now,) = session.rows("SELECT UTC_TIMESTAMP(6)", "closing the read window")[0]
-        self.authority.complete(at=_server_time(now))
+        self.authority.complete(at=server_time(now))
         control = self._options.control_totals
         if control is not False:
             self._control = self._count(
@@ -495,20 +413,21 @@ class MariaDBExtraction(SessionRead[Session]):
             request, work.checkpoint, state_value, cursor=request.strategy == "cursor"
         )
 
-    def _count(self, session: Session, work: _Work, column: str | None) -> ControlTotals:
+    def _count(self, session: Session, work: Work, column: str | None) -> ControlTotals:
         if column is not None and column not in work.by_name:
             raise ConfigError(
                 f"control_totals names column {column!r}, which the table does not have",
                 hint="name a numeric column",
             )
         total = f"CAST(SUM({quote_ident(column)}) AS CHAR)" if column else "NULL"
-        q = f"SELECT COUNT(*), {total} FROM {work.relation.ident}{_where([work.control_where])}"
+        where = where_clause([work.control_where])
+        q = f"SELECT COUNT(*), {total} FROM {work.relation.ident}{where}"
         rows, summed = session.rows(q, "reading control totals")[0]
         return ControlTotals(int(rows), column, summed)
 
     # -- cursor strategy -----------------------------------------------------
 
-    def _cursor_pages(self, work: _Work) -> Iterator[Message]:
+    def _cursor_pages(self, work: Work) -> Iterator[Message]:
         """The rows in the cursor's window, then (``nulls: include``) those with no cursor."""
         spec = self._request.cursor
         assert spec is not None
@@ -555,7 +474,7 @@ class MariaDBExtraction(SessionRead[Session]):
             # Never move the checkpoint backwards (rows above it may have been deleted).
             work.checkpoint = upper if last is None or upper >= last else last
 
-    def _bulk_window(self, work: _Work, plan: ColumnPlan) -> bulk.Started | None:
+    def _bulk_window(self, work: Work, plan: ColumnPlan) -> bulk.Started | None:
         """Start the window's bulk read in the twin snapshot; ``None``: the pages read it.
 
         One statement reads the window: one snapshot's keyset pages partition
@@ -568,14 +487,16 @@ class MariaDBExtraction(SessionRead[Session]):
         casts = self._options.casts
         keys = self._unique_keys(work)
         repeats = not tie_free(self._request.key, keys, lambda c: c not in casts)
-        return self._bulk_start(work, _where([work.where]), self._ordered(plan) if repeats else "")
+        return self._bulk_start(
+            work, where_clause([work.where]), self._ordered(plan) if repeats else ""
+        )
 
     @property
     def _lookback(self) -> Any:
         spec = self._request.cursor
         return None if spec is None else spec.lookback
 
-    def _filled_below(self, work: _Work, plan: ColumnPlan, last: Any) -> bool:
+    def _filled_below(self, work: Work, plan: ColumnPlan, last: Any) -> bool:
         """Whether a column new to the lake holds values at or below ``last`` (see new_to_lake)."""
         new = new_to_lake(self._request, work.by_name)
         if not new:
@@ -590,7 +511,7 @@ class MariaDBExtraction(SessionRead[Session]):
             )[0]
         return bool(found)
 
-    def _refuse_null_cursors(self, work: _Work, column: str, is_null: str) -> None:
+    def _refuse_null_cursors(self, work: Work, column: str, is_null: str) -> None:
         """``nulls: fail``: fail the read when the snapshot holds a NULL cursor."""
         with self._lock:
             (count,) = self._live().rows(
@@ -600,7 +521,7 @@ class MariaDBExtraction(SessionRead[Session]):
         if int(count):
             raise null_cursor_error(work.relation.table, column, int(count))
 
-    def _window(self, work: _Work, plan: ColumnPlan, last: Any, nulls: str | None) -> Any:
+    def _window(self, work: Work, plan: ColumnPlan, last: Any, nulls: str | None) -> Any:
         """Read the cursor's upper bound; set the window over ``last`` and the totals' filter.
 
         Returns the bound (``None``: no row has a cursor). ``nulls`` is the
@@ -625,11 +546,11 @@ class MariaDBExtraction(SessionRead[Session]):
         work.control_where = f"({below} OR {nulls})" if nulls else below
         work.where = below
         if last is not None:
-            lower = _lower_bound(plan, last, self._lookback)
+            lower = lower_bound(plan, last, self._lookback)
             work.where = f"{below} AND {col} > {session.literal(lower)}"
         return upper
 
-    def _keyset_pages(self, work: _Work, order: list[str]) -> Generator[Message, None, int]:
+    def _keyset_pages(self, work: Work, order: list[str]) -> Generator[Message, None, int]:
         """The window on the row path, by keyset pages of ``page_rows``; returns the row count."""
         # Pages are ordered and compared on one expression per column: ORDER
         # BY a bare name would sort by the select list's column of that name.
@@ -645,7 +566,7 @@ class MariaDBExtraction(SessionRead[Session]):
             )
         )
 
-    def _unique_keys(self, work: _Work) -> list[tuple[str, ...]]:
+    def _unique_keys(self, work: Work) -> list[tuple[str, ...]]:
         """The relation's unique keys over NOT NULL columns, its primary key among them."""
         rel = work.relation
         with self._lock:
@@ -654,7 +575,7 @@ class MariaDBExtraction(SessionRead[Session]):
         return [primary, *unique]
 
     def _tie_free(
-        self, work: _Work, order: list[str], exprs: list[str], keys: list[tuple[str, ...]]
+        self, work: Work, order: list[str], exprs: list[str], keys: list[tuple[str, ...]]
     ) -> bool:
         """Whether each page may be the next ``page_rows`` rows (else pages end at edge rows)."""
         with self._lock:
@@ -696,7 +617,7 @@ class MariaDBExtraction(SessionRead[Session]):
         return "(" + " OR ".join(ors) + ")"
 
     def _edge(
-        self, work: _Work, order: list[str], exprs: list[str], after: list[Any] | None
+        self, work: Work, order: list[str], exprs: list[str], after: list[Any] | None
     ) -> list[Any] | None:
         """The ``order`` values of the ``page_rows``-th row after ``after`` (None: fewer left)."""
         # The edge's values as text that compares exactly: a FLOAT through
@@ -709,7 +630,7 @@ class MariaDBExtraction(SessionRead[Session]):
         )
         where = [work.where, None if after is None else self._keyset(exprs, after, after=True)]
         q = (
-            f"SELECT {edge_sql} FROM {work.relation.ident}{_where(where)}"
+            f"SELECT {edge_sql} FROM {work.relation.ident}{where_clause(where)}"
             f" ORDER BY {', '.join(exprs)} LIMIT 1 OFFSET {int(self._options.page_rows) - 1}"
         )
         with self._lock:
@@ -718,7 +639,7 @@ class MariaDBExtraction(SessionRead[Session]):
 
     def _page(
         self,
-        work: _Work,
+        work: Work,
         exprs: list[str],
         after: list[Any] | None,
         upto: list[Any] | None,
@@ -734,11 +655,11 @@ class MariaDBExtraction(SessionRead[Session]):
         limit = f" LIMIT {int(self._options.page_rows)}" if exact else ""
         q = (
             f"SELECT {work.layout.select_list()} FROM {work.relation.ident}"
-            f"{_where(where)} ORDER BY {', '.join(exprs)}{limit}"
+            f"{where_clause(where)} ORDER BY {', '.join(exprs)}{limit}"
         )
         return self._stream(q, work.layout)
 
-    def _null_cursor_rows(self, work: _Work, is_null: str) -> Iterator[Message]:
+    def _null_cursor_rows(self, work: Work, is_null: str) -> Iterator[Message]:
         """Every row whose cursor is NULL (``nulls: include``): no checkpoint covers them."""
         q = f"SELECT {work.layout.select_list()} FROM {work.relation.ident} WHERE {is_null}"
         for batch in self._stream(q, work.layout):
@@ -757,21 +678,3 @@ class MariaDBExtraction(SessionRead[Session]):
         if plan.source_type.lower().startswith(("enum", "set")):
             return f"CAST({quote_ident(plan.name)} AS CHAR)"
         return quote_ident(plan.name)
-
-
-def _server_time(value: Any) -> datetime:
-    return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)
-
-
-def _lower_bound(plan: ColumnPlan, last: Any, lookback: Any) -> Any:
-    """``last`` minus the lookback: rows above it are read again (the key dedups them)."""
-    if lookback is None:
-        return last
-    check_lookback(plan.name, lookback)
-    if plan.temporal:
-        window = time_window(lookback)
-        if isinstance(last, datetime):
-            return last - window
-        if isinstance(last, date):  # whole days, rounded up: a wider window is the safe side
-            return last - timedelta(days=-(-window // timedelta(days=1)))
-    return lower_by(last, numeric_lookback(plan.name, lookback))

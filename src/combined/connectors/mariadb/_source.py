@@ -21,11 +21,8 @@ from combined.connectors.abc import (
 )
 from combined.connectors.mariadb import _catalog as catalog
 from combined.connectors.mariadb._connect import Session, Settings
-from combined.connectors.mariadb._extract import (
-    MariaDBExtraction,
-    ReadOptions,
-    refuse_cursor_order,
-)
+from combined.connectors.mariadb._extract import MariaDBExtraction
+from combined.connectors.mariadb._read_plan import ReadOptions, refuse_cursor_order
 from combined.errors import ConfigError
 from combined.protocol import utcnow
 
