@@ -179,6 +179,23 @@ def test_an_account_without_lock_tables_keeps_the_row_path(
         src.close()
 
 
+def test_a_view_is_read_by_rows_saying_why(
+    admin: Any, source: MariaDBSource, make_request: Any, mt: Any
+) -> None:
+    """connectorx holds the GIL while a statement runs: a view's (anything, a
+    sleep) could not be ended by a deadline or a cancel, so the row path reads it."""
+    admin.sql(
+        "CREATE TABLE o (id INT PRIMARY KEY) ENGINE=InnoDB",
+        "INSERT INTO o VALUES (1), (2)",
+        "CREATE VIEW ov AS SELECT id FROM o",
+    )
+    ext, msgs = _read(source, make_request("o"))
+    assert ext.path == "bulk"
+    ext, msgs = _read(source, make_request("ov"))
+    assert ext.path == "rows" and mt.table_of(msgs).num_rows == 2
+    assert ext.bulk_failure is not None and "a view is read by rows" in ext.bulk_failure
+
+
 def test_bulk_errors_never_show_the_password(
     admin: Any, mariadb_database: str, account: tuple[str, str]
 ) -> None:

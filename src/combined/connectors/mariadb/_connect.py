@@ -17,6 +17,7 @@ arrays with vectorised casts. That skips PyMySQL's per-value ``Decimal`` and
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -43,6 +44,7 @@ from combined.errors import (
 )
 
 CONNECTOR = "mariadb"
+_log = logging.getLogger(__name__)
 SCHEMES = ("mysql", "mariadb")
 DEFAULT_PORT = 3306
 
@@ -56,6 +58,7 @@ _ENCODERS = {k: v for k, v in pymysql.converters.conversions.items() if not isin
 _AUTH_CODES = {1045, 1044, 1698, 1251, 1862, 1820, 4151}
 _PERMISSION_CODES = {1142, 1143, 1227, 1370}
 _UNKNOWN_DB = 1049
+_UNKNOWN_THREAD = 1094
 _NO_SUCH_TABLE = {1146, 1109}
 _NO_SUCH_COLUMN = {1054}
 # Client codes (2002-2013: cannot connect, unknown host, gone away, lost) and
@@ -555,10 +558,60 @@ class Session:
             return exc
         return None
 
+    def cancel(self) -> None:
+        """Ask the server to end the statement in progress; from any thread, never raises.
+
+        The session's connection is busy (another thread waits on it), so
+        :func:`kill_query` asks on a connection of its own. The statement
+        fails as interrupted (1317) and the session stays open; nothing in
+        progress: nothing happens.
+        """
+        conn = self._conn
+        if conn is None:
+            return
+        connection_id = int(conn.thread_id())
+        try:
+            kill_query(self.settings, connection_id)
+        except Exception as exc:  # noqa: BLE001 - asked again while the statement holds the read
+            if error_code(exc) != _UNKNOWN_THREAD:  # (the statement's connection ended)
+                _log.warning(
+                    "could not end the statement of mariadb connection %d: %s",
+                    connection_id,
+                    detail_of(exc, self.settings),
+                )
+
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` ran."""
         return self._conn is None
+
+
+#: Seconds a cancel's own connection may take to connect and to be answered.
+KILL_TIMEOUT_S = 5
+
+
+def kill_query(settings: Settings, connection_id: int) -> None:
+    """End the statement connection ``connection_id`` runs (``KILL QUERY``); raises the
+    driver's error.
+
+    It goes on a connection of the source's account opened for that alone:
+    an account may end its own statements without any privilege.
+    """
+    kwargs = settings.connect_kwargs()
+    timeout = min(settings.connect_timeout, KILL_TIMEOUT_S)
+    kwargs.update(
+        connect_timeout=timeout,
+        read_timeout=KILL_TIMEOUT_S,
+        write_timeout=KILL_TIMEOUT_S,
+        init_command=None,
+        cursorclass=pymysql.cursors.Cursor,
+    )
+    conn = DriverConnection(**kwargs)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"KILL QUERY {int(connection_id)}")
+    finally:
+        conn.close()
 
 
 def close_quietly(session: Session | None, primary: BaseException | None) -> BaseException | None:

@@ -18,8 +18,15 @@ of at most ``batch_rows`` rows whose size adapts so that a batch stays near
 A whole-relation read takes the bulk path when it can
 (:mod:`~combined.connectors.mariadb._arrow_read`): connectorx reads the rows
 into Arrow on a connection of its own whose snapshot a brief table read lock
-makes equal to this transaction's; without that lock (no grant), or when the
-bulk read cannot start, this transaction reads the rows itself.
+makes equal to this transaction's; without that lock (no grant), when the
+bulk read cannot start, or for a view, this transaction reads the rows itself.
+
+An Attempt's deadline or a cancel finishes the read from another thread:
+the statement this transaction is blocked in (a view's function sleeping, a
+lock it waits for) is ended with ``KILL QUERY`` (:meth:`Session.cancel`)
+until the read lets go. connectorx holds the GIL while it waits for a batch,
+so no thread of the process could end a bulk statement that does not
+return: a view, whose statement may be anything, is read by rows.
 
 A cursor read holds the same lock; with the twin snapshot, connectorx reads
 the whole window as one statement (one snapshot's pages partition it),
@@ -115,6 +122,12 @@ from combined.protocol import (
 SERVER_CLOCK = "mariadb:utc_timestamp"
 #: The snapshot authority: InnoDB's consistent read view of the transaction.
 CONSISTENT_SNAPSHOT = "mariadb:consistent_snapshot"
+#: Why a view is read by rows (``bulk_failure``): an abort could not end its bulk statement.
+VIEW_BY_ROWS = (
+    "a view is read by rows: connectorx holds the GIL while its statement runs, "
+    "so neither a deadline nor a cancel could end one that does not return"
+)
+
 BEGIN = (
     "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
     "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
@@ -235,6 +248,8 @@ class MariaDBExtraction(SessionRead[Session]):
         at = server_time(now)
         self.authority.acquire(at=at)
         rel = catalog.find_relation(session, self._request.relation, self._settings.database)
+        if rel.kind == "view":
+            self._by_rows(VIEW_BY_ROWS)
         if self._request.options.get("change_marker") and not self._request.bounds:
             self.change_marker = catalog.change_marker(session, rel)
         if catalog.snapshot_covers(session, rel):
@@ -263,6 +278,15 @@ class MariaDBExtraction(SessionRead[Session]):
         self._twin = twin if twin.hold() else None
         self.bulk_failure = twin.refusal
         return self._twin
+
+    def _by_rows(self, reason: str) -> None:
+        """Leave the rows to this transaction (the row path), ``reason`` saying why."""
+        if self._twin is not None:
+            self.bulk_failure = reason
+            self._drop_twin()
+
+    def _cancel_statement(self, session: Session) -> None:
+        session.cancel()
 
     def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
         self._drop_twin()  # a read cancelled while the bulk read starts lets the table go
@@ -306,8 +330,7 @@ class MariaDBExtraction(SessionRead[Session]):
         elif fit is not None and order:  # (read after the others, long rows break the order)
             reason = "a row may be too long for an ordered bulk read"
         if reason is not None:
-            self.bulk_failure = reason
-            self._drop_twin()
+            self._by_rows(reason)
             return None
         listed = bulk.select_list(work.layout, named=not order, fit=fit)
         q = f"SELECT {listed} FROM {rel.ident}{where}{f' ORDER BY {order}' if order else ''}"
