@@ -163,6 +163,6 @@ def test_a_run_names_every_dataset_it_holds_for_duplicate_keys(project: Path) ->
         assert run.state == "needs_review", run.error
         error = run.error or ""
         assert "the capture of faker.users holds 1 duplicate key(s) of (id)" in error
-        assert "the Run's reads then stopped: line" in error and "'kind'" in error
+        assert "the Run's reads then stopped: faker.events: line" in error and "'kind'" in error
     finally:
         engine.close()
