@@ -513,22 +513,20 @@ def _stop_on_sigterm() -> None:
     private files (secrets) behind and the program running. A Run so stopped
     stays unfinished with its leases released, and the next capture (or
     ``combined repair``) marks it failed at once, as after Ctrl-C: its lake
-    commits, if any, are projected from the lake. A second SIGTERM during
-    that clean-up is ignored (SIGKILL still ends it at once). A SIGTERM that
-    whoever started Combined ignores or handles stays theirs.
+    commits, if any, are projected from the lake. A read blocked in its
+    source's statement is stopped for it (``combined._interrupts``). A second
+    SIGTERM during that clean-up is ignored (SIGKILL still ends it at once).
+    A SIGTERM that whoever started Combined ignores or handles stays theirs.
     """
     import signal
 
+    from combined._interrupts import watch
+
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return
-
-    def handler(signum: int, frame: object) -> None:
-        # A handler, not SIG_IGN: an ignored signal would be inherited by the
-        # programs started meanwhile, which SIGTERM must still stop.
-        signal.signal(signal.SIGTERM, lambda signum, frame: None)
-        raise Terminated(TERMINATED)
-
-    signal.signal(signal.SIGTERM, handler)
+    # A handler, not SIG_IGN, after the first: an ignored signal would be
+    # inherited by the programs started meanwhile, which SIGTERM must still stop.
+    watch(signal.SIGTERM, lambda: Terminated(TERMINATED))
 
 
 def _leave_the_heap_at_exit() -> None:

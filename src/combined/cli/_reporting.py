@@ -24,7 +24,7 @@ EVERY_ENV = "COMBINED_PROGRESS_EVERY_S"
 """Seconds between two progress lines of a dataset when stderr is not a terminal."""
 
 
-class _Tracking:
+class Tracking:
     """Remembers the Runs in flight for :func:`say_interrupted`."""
 
     def run_started(self, run_id: str, source: str, datasets: list[str]) -> None:
@@ -34,7 +34,7 @@ class _Tracking:
         ACTIVE.pop(run_id, None)
 
 
-class BarProgress(_Tracking):
+class BarProgress(Tracking):
     """Rich progress bars: rows, bytes and deliveries per dataset."""
 
     def __init__(self) -> None:
@@ -93,7 +93,7 @@ _State = tuple[str, int, int, int]
 _PHASES = ("waiting", "extracting", "reducing", "committing")
 
 
-class LineProgress(_Tracking):
+class LineProgress(Tracking):
     """Plain progress lines, for a stderr that is not a terminal.
 
     At most one round of lines every ``every_s`` seconds: a Run of several

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from combined.cli import TERMINATED, ProjectOpt, _engine, _fail, app, err
+from combined.cli import TERMINATED, ProjectOpt, Terminated, _engine, _fail, app, err
 
 if TYPE_CHECKING:
     from combined.engine import Engine
@@ -44,15 +44,22 @@ def schedule(
     reads a source itself. Run as many schedulers over one catalog as you
     like: each tick queues exactly one run, and a dataset whose capture is
     already queued or running joins it. After downtime, each dataset gets
-    one catch-up run for its newest missed tick. SIGTERM stops it (143).
+    one catch-up run for its newest missed tick. SIGTERM stops it (143)
+    after the round in progress; a second SIGTERM stops it now.
     """
     import signal
 
+    from combined._interrupts import watch
     from combined.errors import CombinedError, ConfigError
     from combined.runtime._scheduler import Scheduler
 
     stop: list[int] = []
-    signal.signal(signal.SIGTERM, lambda signum, frame: stop.append(signum))
+    watch(
+        signal.SIGTERM,
+        lambda: Terminated(TERMINATED),
+        unwind_at=2,
+        told=lambda count: stop.append(count),
+    )
     engine = _engine(project)
     try:
         count = _scheduled(engine)

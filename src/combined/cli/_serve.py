@@ -21,6 +21,7 @@ from combined.cli import (
     err,
 )
 from combined.cli._recycle import RECYCLE_MB, RecycleOpt, Recycler
+from combined.cli._reporting import ACTIVE, Tracking
 from combined.cli._schedule import in_background
 
 if TYPE_CHECKING:
@@ -32,10 +33,11 @@ if TYPE_CHECKING:
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
-class _Log:
+class _Log(Tracking):
     """A reporter for a long-running process: one line per event, no progress bars."""
 
     def run_started(self, run_id: str, source: str, datasets: list[str]) -> None:
+        super().run_started(run_id, source, datasets)
         err.print(f"run {run_id}: capturing {source} ({', '.join(datasets)})", highlight=False)
 
     def progress(self, dataset: str, rows: int, nbytes: int, deliveries: int) -> None:
@@ -46,9 +48,6 @@ class _Log:
 
     def note(self, message: str) -> None:
         err.print(Text(message), highlight=False)
-
-    def run_finished(self, run_id: str, state: str) -> None:
-        """Told by the worker loop, with the Run's numbers."""
 
 
 @app.command()
@@ -73,7 +72,8 @@ def worker(
     Start as many workers as you like, on as many machines as share the
     catalog: each queued run is executed by exactly one. SIGTERM stops the
     worker after its current run (exit status 143); a second SIGTERM stops
-    the run too, as it stops `combined capture`. A worker that has grown by
+    the run too, as it stops `combined capture`, even while the run waits on
+    its source's statement (canceled on the server). A worker that has grown by
     `--recycle-mb` starts itself again between two runs, under the same
     process id: the Delta library keeps a few KB of every table it opens.
     """
@@ -92,9 +92,7 @@ def worker(
             err.print(_run_line(run), highlight=False)
             if run.error:
                 err.print(f"  {run.error}", highlight=False)
-            if stop:
-                err.print("SIGTERM: stopping after this run", highlight=False)
-            elif grown.due():
+            if not stop and grown.due():
                 recycle = max_runs is None or done < max_runs
                 break
     except CombinedError as exc:
@@ -110,20 +108,32 @@ def worker(
 
 
 def _stop_on_sigterm() -> list[int]:
-    """Catch SIGTERM: the first is noted in the list returned, a second one unwinds the Run."""
+    """Catch SIGTERM: the first is noted in the list returned, a second one unwinds the Run.
+
+    Each is told as it arrives, while the Run may be blocked in its source's
+    statement: the second stops the Run's reads for the unwinding.
+    """
     import signal
+
+    from combined._interrupts import watch
 
     stop: list[int] = []
 
-    def on_term(signum: int, frame: object) -> None:
-        if stop:
-            # A second SIGTERM: unwind the Run as `capture` does (leases
-            # released, the Run closed by the next repair).
-            signal.signal(signal.SIGTERM, lambda signum, frame: None)
-            raise Terminated(TERMINATED)
-        stop.append(signum)
+    def told(count: int) -> None:
+        if count == 1:
+            stop.append(signal.SIGTERM)
+            err.print(
+                "SIGTERM: finishing the current Run, then stopping; send SIGTERM again to "
+                "stop it now"
+                if ACTIVE
+                else "SIGTERM: stopping",
+                highlight=False,
+            )
+        elif count == 2 and ACTIVE:
+            # Unwound as `capture` is (leases released, the Run closed by the next repair).
+            err.print("SIGTERM again: stopping the current Run now", highlight=False)
 
-    signal.signal(signal.SIGTERM, on_term)
+    watch(signal.SIGTERM, lambda: Terminated(TERMINATED), unwind_at=2, told=told)
     return stop
 
 

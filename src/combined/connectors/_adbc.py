@@ -8,7 +8,8 @@ DB-API wraps (``AdbcDatabase``, ``AdbcConnection``, ``AdbcStatement``) and
 keeps the DB-API's behaviour for the subset Combined uses:
 
 * a statement is prepared when its SQL text changes, then executed under
-  ``_blocking_call`` (Ctrl-C cancels the statement, as with the DB-API);
+  ``_blocking_call`` (Ctrl-C cancels the statement, as with the DB-API, and
+  still reaches the command: ``combined._interrupts``);
 * positional parameters are bound as a one-row Arrow record batch with
   columns ``"0"``, ``"1"``, ... (the DB-API's pyarrow conversion);
 * small results are read through the driver manager's reader, so a failure
@@ -23,6 +24,7 @@ own ``BEGIN``/``COMMIT``.
 
 from __future__ import annotations
 
+import signal
 import threading
 import weakref
 from abc import ABC, abstractmethod
@@ -34,14 +36,24 @@ import adbc_driver_manager
 import pyarrow as pa
 from adbc_driver_manager import _lib, _reader
 
+from combined._interrupts import heard
+
 #: The base class of every error the driver manager raises (with ``sqlstate``).
 Error = adbc_driver_manager.Error
 
 
 def _blocking(func: Any, cancel: Any) -> Any:
     # The driver manager's own wrapper: on the main thread, SIGINT cancels
-    # the call instead of waiting for it to return.
-    return _lib._blocking_call(func, (), {}, cancel)
+    # the call instead of waiting for it to return. Its handler takes the
+    # signal from Python's, which never hears of it: the statement ended with
+    # its cancel's error and the KeyboardInterrupt was gone (a capture's
+    # Ctrl-C became a failed Attempt, retried). The command is told first,
+    # before the canceled statement's error can reach it.
+    def on_sigint() -> None:
+        heard(signal.SIGINT)
+        cancel()
+
+    return _lib._blocking_call(func, (), {}, on_sigint)
 
 
 def closed_error(what: str) -> Error:

@@ -31,6 +31,9 @@ from combined.errors import CombinedError, ConfigError, SourceUnavailable
 DEFAULT_ATTEMPT_TIMEOUT_S = 6 * 3600.0
 
 _current = threading.local()
+#: The Attempts in progress in this process, for a signal that stops them all.
+_running: set[AttemptDeadline] = set()
+_running_lock = threading.Lock()
 
 
 class Finishable(Protocol):
@@ -75,12 +78,16 @@ class AttemptDeadline:
     def start(self) -> AttemptDeadline:
         """Start the clock; the reads this thread opens from now on are watched."""
         _current.deadline = self
+        with _running_lock:
+            _running.add(self)
         self._timer.start()
         return self
 
     def cancel(self) -> None:
         """Stop the clock (the Attempt ended): its reads are never stopped by it."""
         self._timer.cancel()
+        with _running_lock:
+            _running.discard(self)
         if getattr(_current, "deadline", None) is self:
             _current.deadline = None
 
@@ -133,6 +140,18 @@ class AttemptDeadline:
                 continue
 
 
+def interrupt_every(reason: CombinedError) -> None:
+    """Stop the reads of every Attempt in progress in this process, as a cancel does.
+
+    A signal that stops the command (``combined._interrupts``) calls it from
+    a thread of its own: the main thread may be blocked in a read's statement.
+    """
+    with _running_lock:
+        running = list(_running)
+    for deadline in running:
+        deadline.interrupt(reason)
+
+
 @contextmanager
 def reading(read: Finishable) -> Iterator[None]:
     """The block that reads ``read``, under the running Attempt's deadline (if any).
@@ -156,4 +175,11 @@ def reading(read: Finishable) -> Iterator[None]:
         raise deadline.error(TimeoutError())
 
 
-__all__ = ["DEFAULT_ATTEMPT_TIMEOUT_S", "AttemptDeadline", "Finishable", "env_seconds", "reading"]
+__all__ = [
+    "DEFAULT_ATTEMPT_TIMEOUT_S",
+    "AttemptDeadline",
+    "Finishable",
+    "env_seconds",
+    "interrupt_every",
+    "reading",
+]
