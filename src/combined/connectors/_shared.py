@@ -384,10 +384,12 @@ class SessionRead(BaseExtraction, Generic[S]):
         other statement once this one ended.
         """
         self._finished = True
-        while not self._lock.acquire(timeout=CANCEL_EVERY_S):
+        held = self._lock.acquire(blocking=False)
+        while not held:  # (asked at once, then every CANCEL_EVERY_S until the lock is free)
             session = self._session
             if session is not None:
                 self._cancel_statement(session)
+            held = self._lock.acquire(timeout=CANCEL_EVERY_S)
         self._lock.release()
 
     def _release(self, outcome: TerminalOutcome) -> tuple[str, ...]:
