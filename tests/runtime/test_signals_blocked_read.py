@@ -20,22 +20,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from tests.engine.test_attempt_deadline_postgres import PROJECT  # (pg.stuck, key id)
 
 from combined.catalog import runs as runs_repo
 from combined.engine import Engine
 
 pytestmark = pytest.mark.beside  # (mostly waits on the processes it starts)
-
-PROJECT = """\
-version: 1
-lake: ./lake
-sources:
-  pg:
-    connector: postgres
-    config: {{dsn: "{dsn}"}}
-    datasets:
-      stuck: {{key: [g]}}
-"""
 
 #: What the view's statement sleeps: far past anything the test waits for.
 SLEEP_S = 300
@@ -48,7 +38,7 @@ def stuck(tmp_path: Path, pg_database: str) -> Path:
     """A project whose one dataset is a view that sleeps on the server."""
     with psycopg.connect(pg_database, autocommit=True) as conn:
         conn.execute(
-            "CREATE VIEW stuck AS SELECT g FROM generate_series(1, 3) g, "
+            "CREATE VIEW stuck AS SELECT g AS id FROM generate_series(1, 3) g, "
             f"(SELECT pg_sleep({SLEEP_S})) s"
         )
     (tmp_path / "combined.yaml").write_text(PROJECT.format(dsn=pg_database))

@@ -10,6 +10,7 @@ import typer
 from rich.text import Text
 
 from combined.cli import (
+    INTERRUPTED,
     TERMINATED,
     ProjectOpt,
     Terminated,
@@ -21,7 +22,7 @@ from combined.cli import (
     err,
 )
 from combined.cli._recycle import RECYCLE_MB, RecycleOpt, Recycler
-from combined.cli._reporting import ACTIVE, Tracking
+from combined.cli._reporting import ACTIVE, Tracking, say_interrupted
 from combined.cli._schedule import in_background
 
 if TYPE_CHECKING:
@@ -97,6 +98,9 @@ def worker(
                 break
     except CombinedError as exc:
         _fail(exc)
+    except KeyboardInterrupt:
+        say_interrupted("SIGINT")  # (naming the Run it stopped, as `capture` does)
+        raise typer.Exit(INTERRUPTED) from None
     finally:
         scheduling.set()
         engine.close()
