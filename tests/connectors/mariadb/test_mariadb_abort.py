@@ -72,3 +72,41 @@ def test_a_read_waiting_for_a_locked_table_is_aborted_at_once(
         unlock.join()
         holder.sql("UNLOCK TABLES")
         holder.conn.close()
+
+
+def test_a_cancel_that_cannot_be_sent_is_logged_without_the_password(
+    admin: Admin, mariadb_database: str, monkeypatch: Any, caplog: Any
+) -> None:
+    """The warning of a KILL QUERY that failed carries the driver's words, scrubbed: a
+    driver or proxy that echoes the connection's password does not put it in the log."""
+    import uuid
+
+    import pymysql
+
+    from combined.connectors.mariadb import _connect
+
+    suffix = uuid.uuid4().hex[:8]
+    user, password = f"k_{suffix}", f"pw-{suffix}-secret"
+    server = _connect.Settings.from_config({"dsn": mariadb_database})
+    database = server.database
+    admin.sql(
+        f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'",
+        f"GRANT SELECT ON `{database}`.* TO '{user}'@'%'",
+    )
+    try:
+        dsn = f"mysql://{user}@{server.host}:{server.port}/{database}"
+        settings = _connect.Settings.from_config({"dsn": dsn, "password": password})
+        session = _connect.Session(settings)
+
+        def refused(settings: Any, connection_id: int) -> None:
+            raise pymysql.err.OperationalError(2013, f"lost connection ({password}) {user}")
+
+        monkeypatch.setattr(_connect, "kill_query", refused)
+        with caplog.at_level("WARNING", logger=_connect._log.name):
+            session.cancel()
+        session.close()
+        said = caplog.text
+        assert "could not end the statement of mariadb connection" in said and user in said
+        assert password not in said
+    finally:
+        admin.sql(f"DROP USER IF EXISTS '{user}'@'%'")
